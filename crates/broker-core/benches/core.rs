@@ -1,0 +1,113 @@
+//! Criterion benchmarks of the core alone: what a call costs before any network is involved.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+
+use broker_core::EventBroker;
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+
+const PAYLOAD: &[u8] = &[b'x'; 100];
+
+/// A broker with one 64-partition topic "t" and one group "g" whose only member is "m".
+fn broker_with_group(capacity: i32) -> EventBroker {
+    let broker = EventBroker::new(capacity).expect("valid capacity");
+    broker.create("t", 64).expect("valid topic");
+    broker.join("t", "g", "m").expect("valid join");
+    broker
+}
+
+fn publish(c: &mut Criterion) {
+    let payload = Bytes::from_static(PAYLOAD);
+    let mut group = c.benchmark_group("publish");
+    // Each iteration fills a fresh 1,000-record partition: 1,000 publishes, none refused.
+    group.throughput(Throughput::Elements(1_000));
+    group.bench_function("1,000 publishes of 100 B into a bounded partition", |b| {
+        b.iter_batched_ref(
+            || {
+                let broker = EventBroker::new(1_000).expect("valid capacity");
+                broker.create("t", 1).expect("valid topic");
+                broker
+            },
+            |broker| {
+                for _ in 0..1_000 {
+                    black_box(broker.publish("t", 0, payload.clone()).expect("known topic"));
+                }
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+fn poll_ack(c: &mut Criterion) {
+    let payload = Bytes::from_static(PAYLOAD);
+    let mut group = c.benchmark_group("poll_ack");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("publish + poll(1) + ack, one partition", |b| {
+        let broker = broker_with_group(1_000);
+        b.iter(|| {
+            broker.publish("t", 0, payload.clone()).expect("known topic");
+            let records = broker.poll("t", "g", "m", 1).expect("valid poll");
+            let record = &records[0];
+            assert!(broker
+                .ack("t", "g", "m", record.partition, record.offset)
+                .expect("valid ack"));
+        })
+    });
+    group.finish();
+}
+
+fn fetch_commit(c: &mut Criterion) {
+    let payload = Bytes::from_static(PAYLOAD);
+    let mut group = c.benchmark_group("fetch_commit");
+    group.throughput(Throughput::Elements(100));
+    group.bench_function("publish 100 + fetch(100) + commit, one partition", |b| {
+        let broker = EventBroker::new(1_000).expect("valid capacity");
+        broker.create("t", 1).expect("valid topic");
+        broker.join("t", "g", "m").expect("valid join");
+        b.iter(|| {
+            for _ in 0..100 {
+                broker.publish("t", 0, payload.clone()).expect("known topic");
+            }
+            let records = broker.fetch("t", "g", "m", 100).expect("valid fetch");
+            assert_eq!(records.len(), 100);
+            broker.commit("t", "g", "m", None).expect("member commit");
+        })
+    });
+    group.bench_function("fetch(100) + explicit commit, one partition", |b| {
+        let broker = EventBroker::new(1_000).expect("valid capacity");
+        broker.create("t", 1).expect("valid topic");
+        broker.join("t", "g", "m").expect("valid join");
+        b.iter(|| {
+            for _ in 0..100 {
+                broker.publish("t", 0, payload.clone()).expect("known topic");
+            }
+            let records = broker.fetch("t", "g", "m", 100).expect("valid fetch");
+            let last = records.last().expect("100 records").offset;
+            broker
+                .commit("t", "g", "m", Some(BTreeMap::from([(0, last + 1)])))
+                .expect("owned partition");
+        })
+    });
+    group.finish();
+}
+
+fn rebalance(c: &mut Criterion) {
+    let mut group = c.benchmark_group("rebalance");
+    let members: Vec<String> = (0..64).map(|i| format!("member-{i:02}")).collect();
+    group.bench_function("join + leave with 64 members, 64 partitions", |b| {
+        let broker = broker_with_group(1_000);
+        for member in &members {
+            broker.join("t", "g", member).expect("valid join");
+        }
+        b.iter(|| {
+            broker.join("t", "g", "zz-newcomer").expect("valid join");
+            broker.leave("t", "g", "zz-newcomer").expect("valid leave");
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, publish, poll_ack, fetch_commit, rebalance);
+criterion_main!(benches);

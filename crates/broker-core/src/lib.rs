@@ -1,0 +1,359 @@
+//! The broker as a deterministic state machine: partitioned topics, consumer groups,
+//! acknowledgements, retries, rebalancing and Kafka-style fetch and commit, with no I/O.
+//!
+//! [`EventBroker`] is the thread-safe face: share it through an `Arc`, call it from any thread,
+//! and every call takes effect atomically (the calls are linearizable). Underneath,
+//! [`BrokerState`] holds the rules and [`Command`] / [`Outcome`] describe every call as a value,
+//! so a server can apply decoded requests and a log can replay them through the same code.
+//!
+//! ```
+//! use broker_core::{BrokerRecord, EventBroker};
+//!
+//! let broker = EventBroker::new(2)?;
+//! assert!(broker.create("orders", 1)?);
+//! assert_eq!(broker.publish("orders", 0, "a")?, 0);
+//! assert_eq!(broker.join("orders", "billing", "m1")?, vec![0]);
+//! let records = broker.poll("orders", "billing", "m1", 2)?;
+//! assert_eq!(records[0].payload, "a");
+//! assert!(broker.ack("orders", "billing", "m1", 0, 0)?);
+//! # Ok::<(), broker_core::BrokerError>(())
+//! ```
+
+mod command;
+mod describe;
+mod error;
+pub mod hash;
+mod state;
+mod types;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use bytes::Bytes;
+
+pub use command::{Command, Outcome};
+pub use describe::{
+    BrokerDescription, GroupDescription, GroupPartitionDescription, MemberDescription,
+    PartitionDescription, TopicDescription,
+};
+pub use error::BrokerError;
+pub use state::BrokerState;
+pub use types::{Assignor, BrokerRecord, KeyHash, PartitionLag};
+pub use validate::{
+    MAX_CAPACITY, MAX_FETCH_RECORDS, MAX_IDENTIFIER_LEN, MAX_PARTITIONS, MAX_POLL_RECORDS,
+};
+
+/// A bounded in-memory broker shared by many threads.
+///
+/// Every method takes `&self` and is atomic: it locks the whole state once, applies the call and
+/// releases the lock, so concurrent calls behave as if run one at a time in some order that
+/// respects each thread's program order. No method waits for a record, a member or capacity;
+/// they only wait for the lock. A `std::sync::Mutex` (not an async one) is right here because
+/// the critical sections are short, never block on I/O, and never span an `.await`.
+///
+/// Errors are [`BrokerError`]s and mean the call changed nothing.
+#[derive(Debug)]
+pub struct EventBroker {
+    state: Mutex<BrokerState>,
+}
+
+impl EventBroker {
+    /// An empty broker whose partitions each retain at most `capacity_per_partition` records.
+    ///
+    /// # Errors
+    /// `InvalidArgument` unless the capacity is 1 to 1,000.
+    pub fn new(capacity_per_partition: i32) -> Result<EventBroker, BrokerError> {
+        Ok(Self::from_state(BrokerState::new(capacity_per_partition)?))
+    }
+
+    /// A broker serving an existing state (for example one rebuilt from a log).
+    pub fn from_state(state: BrokerState) -> EventBroker {
+        EventBroker {
+            state: Mutex::new(state),
+        }
+    }
+
+    /// Runs `f` with the state locked: one lock acquisition for any number of commands, as a
+    /// server applying a batch of pipelined requests wants. Never call back into `self` from `f`.
+    pub fn with_state<R>(&self, f: impl FnOnce(&mut BrokerState) -> R) -> R {
+        f(&mut self.lock())
+    }
+
+    /// Applies one [`Command`] atomically.
+    ///
+    /// # Errors
+    /// As the method the command names.
+    pub fn apply(&self, command: Command) -> Result<Outcome, BrokerError> {
+        self.lock().apply(command)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BrokerState> {
+        // Every state method validates before it mutates and has no panicking path on any
+        // input, so a poisoned lock can only follow a bug elsewhere in the panicking thread; the
+        // state itself is still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Creates `topic` with `partition_count` empty partitions and the default key hash
+    /// (Kafka's murmur2). Returns `false`, keeping the existing topic, on a duplicate.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier or a partition count outside 1 to 64.
+    pub fn create(&self, topic: &str, partition_count: i32) -> Result<bool, BrokerError> {
+        self.create_with(topic, partition_count, KeyHash::default())
+    }
+
+    /// [`EventBroker::create`] with a chosen key hash for keyed publishes.
+    ///
+    /// # Errors
+    /// As [`EventBroker::create`].
+    pub fn create_with(
+        &self,
+        topic: &str,
+        partition_count: i32,
+        key_hash: KeyHash,
+    ) -> Result<bool, BrokerError> {
+        self.lock().create(topic, partition_count, key_hash)
+    }
+
+    /// Adds `member` to `group` (creating the group, round-robin, if absent), rebalances if the
+    /// membership changed, and returns the member's partitions in ascending order. A repeated
+    /// join changes nothing.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier or an unknown topic.
+    pub fn join(&self, topic: &str, group: &str, member: &str) -> Result<Vec<i32>, BrokerError> {
+        self.lock().join(topic, group, member, None)
+    }
+
+    /// [`EventBroker::join`] naming the group's assignor: a new group uses it, an existing
+    /// group must already use it.
+    ///
+    /// # Errors
+    /// As [`EventBroker::join`], and `InvalidArgument` if the group uses another assignor.
+    pub fn join_with(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        assignor: Assignor,
+    ) -> Result<Vec<i32>, BrokerError> {
+        self.lock().join(topic, group, member, Some(assignor))
+    }
+
+    /// Removes `member` and rebalances; `false` when the group or member is absent. Partitions
+    /// that change owner lose their in-flight delivery and keep their committed offset; the group
+    /// remains after its last member leaves.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier or an unknown topic.
+    pub fn leave(&self, topic: &str, group: &str, member: &str) -> Result<bool, BrokerError> {
+        self.lock().leave(topic, group, member)
+    }
+
+    /// Appends `payload` to `partition` and returns its offset, or `-1` when the partition is
+    /// full (no offset is consumed). Empty payloads are valid.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic or a partition it does not have.
+    pub fn publish(
+        &self,
+        topic: &str,
+        partition: i32,
+        payload: impl Into<Bytes>,
+    ) -> Result<i64, BrokerError> {
+        let payload = payload.into();
+        self.lock().publish(topic, partition, payload)
+    }
+
+    /// Publishes by key: `(murmur2(key) & 0x7fffffff) % partitions` (or the topic's FNV-1a),
+    /// the partition Kafka's Java client picks; without a key, the next partition in round-robin
+    /// order. Returns the partition and the offset (`-1` when that partition is full).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic.
+    pub fn publish_keyed(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        payload: impl Into<Bytes>,
+    ) -> Result<(i32, i64), BrokerError> {
+        let key = key.map(Bytes::copy_from_slice);
+        let payload = payload.into();
+        self.lock().publish_keyed(topic, key, payload)
+    }
+
+    /// Reserves, from each of the member's partitions with nothing in flight, the record after
+    /// the group's committed offset, in ascending partition order, up to `max_records`. Each
+    /// reserved record stays in flight until acknowledged or retried. `[]` for an absent group
+    /// or member, or when nothing is eligible.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic or `max_records` outside
+    /// 1 to 64.
+    pub fn poll(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+    ) -> Result<Vec<BrokerRecord>, BrokerError> {
+        self.poll_limited(topic, group, member, max_records, None)
+    }
+
+    /// [`EventBroker::poll`] that also stops once `max_bytes` of payload and key bytes are
+    /// taken (the first record is always taken).
+    ///
+    /// # Errors
+    /// As [`EventBroker::poll`].
+    pub fn poll_limited(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+        max_bytes: Option<u64>,
+    ) -> Result<Vec<BrokerRecord>, BrokerError> {
+        self.lock()
+            .poll(topic, group, member, max_records, max_bytes)
+    }
+
+    /// Acknowledges the exact in-flight delivery: the group's committed offset on `partition`
+    /// becomes `offset + 1`, and records every group of the topic has consumed leave memory.
+    /// `false`, changing nothing, when the member does not own the partition or `offset` is not
+    /// the delivery in flight there.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic, a partition the topic does
+    /// not have or a negative offset.
+    pub fn ack(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<bool, BrokerError> {
+        self.lock().ack(topic, group, member, partition, offset)
+    }
+
+    /// Clears the exact in-flight delivery without committing it, so the next poll delivers the
+    /// same record again. `false`, changing nothing, on any mismatch.
+    ///
+    /// # Errors
+    /// As [`EventBroker::ack`].
+    pub fn retry(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<bool, BrokerError> {
+        self.lock().retry(topic, group, member, partition, offset)
+    }
+
+    /// Returns up to `max_records` records from the member's partitions, ascending by partition
+    /// then offset, starting at the member's fetch positions and advancing them. Commits
+    /// nothing. Positions start at the group's committed offsets and are reset to them on every
+    /// rebalance. `[]` for an absent group or member.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic, or `max_records` outside
+    /// 1 to [`MAX_FETCH_RECORDS`].
+    pub fn fetch(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+    ) -> Result<Vec<BrokerRecord>, BrokerError> {
+        self.fetch_limited(topic, group, member, max_records, None)
+    }
+
+    /// [`EventBroker::fetch`] that also stops once `max_bytes` of payload and key bytes are
+    /// taken (the first record is always taken).
+    ///
+    /// # Errors
+    /// As [`EventBroker::fetch`].
+    pub fn fetch_limited(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+        max_bytes: Option<u64>,
+    ) -> Result<Vec<BrokerRecord>, BrokerError> {
+        self.lock()
+            .fetch(topic, group, member, max_records, max_bytes)
+    }
+
+    /// Stores the group's committed offsets: the member's fetch positions on all its partitions
+    /// (`None`; a non-member stores nothing), or exactly `offsets`. All or nothing. Committed
+    /// offsets belong to the group and free records for shared retention like acknowledgements.
+    /// An explicit commit does not move the member's fetch positions.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic, a partition the topic
+    /// does not have or a negative offset; `NotAssigned` naming the first partition in `offsets`
+    /// the member does not own.
+    pub fn commit(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        offsets: Option<BTreeMap<i32, i64>>,
+    ) -> Result<(), BrokerError> {
+        self.lock()
+            .commit(topic, group, member, offsets.as_ref())
+    }
+
+    /// The member's partitions in ascending order; `[]` for an unknown group or member.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier or an unknown topic.
+    pub fn assignment(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+    ) -> Result<Vec<i32>, BrokerError> {
+        self.lock().assignment(topic, group, member)
+    }
+
+    /// The group's committed offset on `partition`: the next offset it will consume. A group
+    /// that does not exist answers the partition's earliest retained offset.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic or a partition it does not
+    /// have.
+    pub fn committed(&self, topic: &str, group: &str, partition: i32) -> Result<i64, BrokerError> {
+        self.lock().committed(topic, group, partition)
+    }
+
+    /// The offset the next record published to `partition` will get.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic or a partition it does not have.
+    pub fn end_offset(&self, topic: &str, partition: i32) -> Result<i64, BrokerError> {
+        self.lock().end_offset(topic, partition)
+    }
+
+    /// `end_offset - committed` for every partition of the topic, ascending.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier or an unknown topic.
+    pub fn lag(&self, topic: &str, group: &str) -> Result<Vec<PartitionLag>, BrokerError> {
+        self.lock().lag(topic, group)
+    }
+
+    /// A snapshot of every topic (partitions, offsets, retained bytes) and its groups
+    /// (assignor, members, assignments, committed offsets, in-flight deliveries, lag).
+    pub fn describe(&self) -> BrokerDescription {
+        self.lock().describe_all()
+    }
+}
+
+#[cfg(test)]
+mod tests;

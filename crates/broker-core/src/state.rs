@@ -1,0 +1,933 @@
+//! The broker's state and every rule that changes it.
+//!
+//! [`BrokerState`] is a plain, single-threaded value: each method validates its arguments
+//! completely before it mutates anything, so a call that returns an error changes nothing.
+//! [`crate::EventBroker`] wraps it in a mutex to make each call atomic.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use bytes::Bytes;
+
+use crate::describe::{
+    BrokerDescription, GroupDescription, GroupPartitionDescription, MemberDescription,
+    PartitionDescription, TopicDescription,
+};
+use crate::validate::{
+    check_capacity, check_fetch_max_records, check_identifier, check_offset,
+    check_partition_count, check_poll_max_records,
+};
+use crate::{
+    hash, Assignor, BrokerError, BrokerRecord, Command, KeyHash, Outcome, PartitionLag,
+};
+
+/// The whole broker: its topics, their partition logs and their consumer groups.
+#[derive(Debug, Clone)]
+pub struct BrokerState {
+    capacity: usize,
+    topics: HashMap<String, Topic>,
+}
+
+#[derive(Debug, Clone)]
+struct Topic {
+    key_hash: KeyHash,
+    /// Where the next keyless publish goes; advances on every keyless publish, full or not.
+    next_keyless: usize,
+    partitions: Vec<PartitionLog>,
+    groups: HashMap<String, Group>,
+}
+
+/// A bounded partition log holding offsets `base..base + records.len()`.
+#[derive(Debug, Clone, Default)]
+struct PartitionLog {
+    base: i64,
+    records: VecDeque<StoredRecord>,
+    retained_bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+struct StoredRecord {
+    key: Option<Bytes>,
+    payload: Bytes,
+}
+
+impl StoredRecord {
+    fn size(&self) -> u64 {
+        (self.payload.len() + self.key.as_ref().map_or(0, Bytes::len)) as u64
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Group {
+    assignor: Assignor,
+    /// Sorted by id, so an index into this vector is stable between membership changes.
+    members: Vec<Member>,
+    /// Indexed by partition number.
+    partitions: Vec<GroupPartition>,
+}
+
+#[derive(Debug, Clone)]
+struct Member {
+    id: String,
+    /// Ascending.
+    partitions: Vec<i32>,
+}
+
+#[derive(Debug, Clone)]
+struct GroupPartition {
+    /// Index into [`Group::members`] of the owner; `None` when the group has no member for it.
+    owner: Option<usize>,
+    /// The next offset the group has yet to consume; every record below it is done.
+    committed: i64,
+    /// Where the owner's next `fetch` starts; reset to `committed` on every rebalance.
+    position: i64,
+    /// The offset `poll` delivered and that awaits `ack` or `retry`.
+    in_flight: Option<i64>,
+}
+
+impl PartitionLog {
+    fn end(&self) -> i64 {
+        self.base + self.records.len() as i64
+    }
+
+    /// The record at `offset`, which must be within `base..end()`.
+    fn record(&self, offset: i64) -> &StoredRecord {
+        &self.records[(offset - self.base) as usize]
+    }
+
+    /// The record at `offset` as delivered to a consumer of `topic`.
+    fn deliver(&self, topic: &str, partition: usize, offset: i64) -> BrokerRecord {
+        let stored = self.record(offset);
+        BrokerRecord {
+            topic: topic.to_owned(),
+            partition: partition as i32,
+            offset,
+            key: stored.key.clone(),
+            payload: stored.payload.clone(),
+        }
+    }
+
+    /// Drops every record below `offset` (bounded by the end of the log).
+    fn trim_below(&mut self, offset: i64) {
+        while self.base < offset {
+            let Some(record) = self.records.pop_front() else {
+                break;
+            };
+            self.retained_bytes -= record.size();
+            self.base += 1;
+        }
+    }
+}
+
+impl Topic {
+    fn partition(&self, partition: i32) -> Result<usize, BrokerError> {
+        if partition >= 0 && (partition as usize) < self.partitions.len() {
+            Ok(partition as usize)
+        } else {
+            Err(BrokerError::invalid(format!(
+                "partition {partition} does not exist: the topic has partitions 0 to {}",
+                self.partitions.len() - 1
+            )))
+        }
+    }
+
+    /// Shared retention: drops the records of `partition` that every group has consumed. With no
+    /// groups nothing is consumed, so nothing leaves.
+    fn release(&mut self, partition: usize) {
+        let consumed_by_all = self
+            .groups
+            .values()
+            .map(|group| group.partitions[partition].committed)
+            .min();
+        if let Some(offset) = consumed_by_all {
+            self.partitions[partition].trim_below(offset);
+        }
+    }
+}
+
+impl Group {
+    fn new(assignor: Assignor, partitions: &[PartitionLog]) -> Self {
+        Group {
+            assignor,
+            members: Vec::new(),
+            partitions: partitions
+                .iter()
+                .map(|log| GroupPartition {
+                    owner: None,
+                    committed: log.base,
+                    position: log.base,
+                    in_flight: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn member_index(&self, member: &str) -> Option<usize> {
+        self.members
+            .binary_search_by(|m| m.id.as_str().cmp(member))
+            .ok()
+    }
+
+    fn owns(&self, member: usize, partition: usize) -> bool {
+        self.partitions[partition].owner == Some(member)
+    }
+
+    /// Replaces the complete assignment after a membership change. `previous_owners` names each
+    /// partition's owner before the change: a partition that changes hands loses its in-flight
+    /// delivery. Every position restarts at the committed offset (an eager rebalance).
+    fn rebalance(&mut self, previous_owners: &[Option<String>]) {
+        let partition_count = self.partitions.len();
+        let member_count = self.members.len();
+        for member in &mut self.members {
+            member.partitions.clear();
+        }
+        for (partition, state) in self.partitions.iter_mut().enumerate() {
+            let owner = match (member_count, self.assignor) {
+                (0, _) => None,
+                (n, Assignor::RoundRobin) => Some(partition % n),
+                (n, Assignor::Range) => Some(range_owner(partition, partition_count, n)),
+            };
+            let owner_id = owner.map(|index| self.members[index].id.as_str());
+            if owner_id != previous_owners[partition].as_deref() {
+                state.in_flight = None;
+            }
+            state.owner = owner;
+            state.position = state.committed;
+            if let Some(index) = owner {
+                self.members[index].partitions.push(partition as i32);
+            }
+        }
+    }
+
+    fn owner_ids(&self) -> Vec<Option<String>> {
+        self.partitions
+            .iter()
+            .map(|state| state.owner.map(|index| self.members[index].id.clone()))
+            .collect()
+    }
+}
+
+/// Kafka's range assignor for one topic: the first `partitions % members` members take
+/// `partitions / members + 1` consecutive partitions, the rest `partitions / members`.
+fn range_owner(partition: usize, partition_count: usize, member_count: usize) -> usize {
+    let share = partition_count / member_count;
+    let extra = partition_count % member_count;
+    let boundary = extra * (share + 1);
+    if partition < boundary {
+        partition / (share + 1)
+    } else {
+        extra + (partition - boundary) / share
+    }
+}
+
+impl BrokerState {
+    /// An empty broker whose partitions each retain at most `capacity_per_partition` records.
+    ///
+    /// # Errors
+    /// [`BrokerError::InvalidArgument`] unless the capacity is 1 to 1,000.
+    pub fn new(capacity_per_partition: i32) -> Result<Self, BrokerError> {
+        check_capacity(capacity_per_partition)?;
+        Ok(BrokerState {
+            capacity: capacity_per_partition as usize,
+            topics: HashMap::new(),
+        })
+    }
+
+    /// The per-partition capacity this broker was created with.
+    pub fn capacity_per_partition(&self) -> i32 {
+        self.capacity as i32
+    }
+
+    /// Applies one command: the single entry point the server and a log replay use.
+    ///
+    /// # Errors
+    /// As the method that `command` names.
+    pub fn apply(&mut self, command: Command) -> Result<Outcome, BrokerError> {
+        match command {
+            Command::Create {
+                topic,
+                partition_count,
+                key_hash,
+            } => self
+                .create(&topic, partition_count, key_hash)
+                .map(Outcome::Created),
+            Command::Join {
+                topic,
+                group,
+                member,
+                assignor,
+            } => self
+                .join(&topic, &group, &member, assignor)
+                .map(Outcome::Partitions),
+            Command::Leave {
+                topic,
+                group,
+                member,
+            } => self.leave(&topic, &group, &member).map(Outcome::Left),
+            Command::Publish {
+                topic,
+                partition,
+                payload,
+            } => self
+                .publish(&topic, partition, payload)
+                .map(Outcome::Published),
+            Command::PublishKeyed {
+                topic,
+                key,
+                payload,
+            } => self
+                .publish_keyed(&topic, key, payload)
+                .map(|(partition, offset)| Outcome::PublishedKeyed { partition, offset }),
+            Command::Poll {
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+            } => self
+                .poll(&topic, &group, &member, max_records, max_bytes)
+                .map(Outcome::Records),
+            Command::Ack {
+                topic,
+                group,
+                member,
+                partition,
+                offset,
+            } => self
+                .ack(&topic, &group, &member, partition, offset)
+                .map(Outcome::Acked),
+            Command::Retry {
+                topic,
+                group,
+                member,
+                partition,
+                offset,
+            } => self
+                .retry(&topic, &group, &member, partition, offset)
+                .map(Outcome::Retried),
+            Command::Fetch {
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+            } => self
+                .fetch(&topic, &group, &member, max_records, max_bytes)
+                .map(Outcome::Records),
+            Command::Commit {
+                topic,
+                group,
+                member,
+                offsets,
+            } => self
+                .commit(&topic, &group, &member, offsets.as_ref())
+                .map(|()| Outcome::Committed),
+            Command::Assignment {
+                topic,
+                group,
+                member,
+            } => self
+                .assignment(&topic, &group, &member)
+                .map(Outcome::Partitions),
+            Command::Committed {
+                topic,
+                group,
+                partition,
+            } => self
+                .committed(&topic, &group, partition)
+                .map(Outcome::Offset),
+            Command::EndOffset { topic, partition } => {
+                self.end_offset(&topic, partition).map(Outcome::Offset)
+            }
+            Command::Lag { topic, group } => self.lag(&topic, &group).map(Outcome::Lag),
+            Command::Describe { topic } => self
+                .describe(topic.as_deref())
+                .map(Outcome::Description),
+        }
+    }
+
+    fn topic(&self, topic: &str) -> Result<&Topic, BrokerError> {
+        check_identifier("topic", topic)?;
+        self.topics
+            .get(topic)
+            .ok_or_else(|| BrokerError::invalid(format!("unknown topic {topic:?}")))
+    }
+
+    fn topic_mut(&mut self, topic: &str) -> Result<&mut Topic, BrokerError> {
+        check_identifier("topic", topic)?;
+        self.topics
+            .get_mut(topic)
+            .ok_or_else(|| BrokerError::invalid(format!("unknown topic {topic:?}")))
+    }
+
+    /// Validates topic, group and member identifiers and looks up the topic.
+    fn topic_for_member(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+    ) -> Result<&mut Topic, BrokerError> {
+        check_identifier("group", group)?;
+        check_identifier("member", member)?;
+        self.topic_mut(topic)
+    }
+
+    /// Creates `topic` with `partition_count` empty partitions; `false` if it already exists
+    /// (the existing topic is kept as it is).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier or a partition count outside 1 to 64.
+    pub fn create(
+        &mut self,
+        topic: &str,
+        partition_count: i32,
+        key_hash: KeyHash,
+    ) -> Result<bool, BrokerError> {
+        check_identifier("topic", topic)?;
+        check_partition_count(partition_count)?;
+        if self.topics.contains_key(topic) {
+            return Ok(false);
+        }
+        self.topics.insert(
+            topic.to_owned(),
+            Topic {
+                key_hash,
+                next_keyless: 0,
+                partitions: vec![PartitionLog::default(); partition_count as usize],
+                groups: HashMap::new(),
+            },
+        );
+        Ok(true)
+    }
+
+    /// Adds `member` to `group` (creating the group with `assignor`, or round-robin when `None`)
+    /// and returns the member's partitions. A member already present changes nothing.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic, or an `assignor` that
+    /// differs from the existing group's.
+    pub fn join(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        assignor: Option<Assignor>,
+    ) -> Result<Vec<i32>, BrokerError> {
+        check_identifier("group", group)?;
+        check_identifier("member", member)?;
+        let topic = self.topic_mut(topic)?;
+        if let (Some(existing), Some(wanted)) = (topic.groups.get(group), assignor) {
+            if existing.assignor != wanted {
+                return Err(BrokerError::invalid(format!(
+                    "group {group:?} uses the {:?} assignor, not {wanted:?}",
+                    existing.assignor
+                )));
+            }
+        }
+        let partitions = &topic.partitions;
+        let group = topic
+            .groups
+            .entry(group.to_owned())
+            .or_insert_with(|| Group::new(assignor.unwrap_or_default(), partitions));
+        let index = match group.member_index(member) {
+            Some(index) => index,
+            None => {
+                let previous = group.owner_ids();
+                let index = group
+                    .members
+                    .partition_point(|m| m.id.as_str() < member);
+                group.members.insert(
+                    index,
+                    Member {
+                        id: member.to_owned(),
+                        partitions: Vec::new(),
+                    },
+                );
+                group.rebalance(&previous);
+                index
+            }
+        };
+        Ok(group.members[index].partitions.clone())
+    }
+
+    /// Removes `member` from `group` and rebalances; `false` when either is absent. The group and
+    /// its committed offsets stay after its last member leaves.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier or an unknown topic.
+    pub fn leave(&mut self, topic: &str, group: &str, member: &str) -> Result<bool, BrokerError> {
+        let topic = self.topic_for_member(topic, group, member)?;
+        let Some(group) = topic.groups.get_mut(group) else {
+            return Ok(false);
+        };
+        let Some(index) = group.member_index(member) else {
+            return Ok(false);
+        };
+        let previous = group.owner_ids();
+        group.members.remove(index);
+        group.rebalance(&previous);
+        Ok(true)
+    }
+
+    /// Appends `payload` to `partition`; its offset, or `-1` when the partition is full (no
+    /// offset is consumed).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic or a partition it does not have.
+    pub fn publish(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        payload: Bytes,
+    ) -> Result<i64, BrokerError> {
+        let capacity = self.capacity;
+        let topic = self.topic_mut(topic)?;
+        let partition = topic.partition(partition)?;
+        Ok(append(
+            &mut topic.partitions[partition],
+            capacity,
+            StoredRecord { key: None, payload },
+        ))
+    }
+
+    /// Appends `payload` to the partition its key hashes to (the topic's [`KeyHash`]), or to the
+    /// next partition in round-robin order without a key. Returns the partition and the offset,
+    /// `-1` when that partition is full.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic.
+    pub fn publish_keyed(
+        &mut self,
+        topic: &str,
+        key: Option<Bytes>,
+        payload: Bytes,
+    ) -> Result<(i32, i64), BrokerError> {
+        let capacity = self.capacity;
+        let topic = self.topic_mut(topic)?;
+        let count = topic.partitions.len();
+        let partition = match &key {
+            Some(key) => hash::partition_for(topic.key_hash, key, count),
+            None => {
+                let partition = topic.next_keyless % count;
+                topic.next_keyless = (partition + 1) % count;
+                partition
+            }
+        };
+        let offset = append(
+            &mut topic.partitions[partition],
+            capacity,
+            StoredRecord { key, payload },
+        );
+        Ok((partition as i32, offset))
+    }
+
+    /// Reserves the next record of each of the member's partitions that has none in flight, in
+    /// ascending partition order, up to `max_records` (and `max_bytes`, past the first record).
+    /// `[]` for an absent group or member.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic, or `max_records` outside
+    /// 1 to 64.
+    pub fn poll(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+        max_bytes: Option<u64>,
+    ) -> Result<Vec<BrokerRecord>, BrokerError> {
+        check_poll_max_records(max_records)?;
+        let topic_name = topic;
+        let Topic {
+            partitions, groups, ..
+        } = self.topic_for_member(topic, group, member)?;
+        let Some((group, member)) = member_of(groups, group, member) else {
+            return Ok(Vec::new());
+        };
+        let mut budget = Budget::new(max_records, max_bytes);
+        let mut delivered = Vec::new();
+        for &partition in &group.members[member].partitions {
+            let partition = partition as usize;
+            let state = &mut group.partitions[partition];
+            let log = &partitions[partition];
+            let offset = state.committed.max(log.base);
+            if state.in_flight.is_some() || offset >= log.end() {
+                continue;
+            }
+            if !budget.take(log.record(offset).size()) {
+                break;
+            }
+            state.in_flight = Some(offset);
+            delivered.push(log.deliver(topic_name, partition, offset));
+        }
+        Ok(delivered)
+    }
+
+    /// Acknowledges the exact in-flight delivery (`partition`, `offset`) of `member`: the group's
+    /// committed offset becomes `offset + 1` and records every group has consumed are released.
+    /// `false`, with no change, on any mismatch.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic, a partition the topic does
+    /// not have, or a negative offset.
+    pub fn ack(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<bool, BrokerError> {
+        check_offset(offset)?;
+        let topic = self.topic_for_member(topic, group, member)?;
+        let partition = topic.partition(partition)?;
+        let Some(state) = matching_delivery(&mut topic.groups, group, member, partition, offset)
+        else {
+            return Ok(false);
+        };
+        state.in_flight = None;
+        state.committed = offset + 1;
+        state.position = state.position.max(offset + 1);
+        topic.release(partition);
+        Ok(true)
+    }
+
+    /// Releases the exact in-flight delivery (`partition`, `offset`) of `member` without
+    /// committing it, so the next poll delivers the same record. `false` on any mismatch.
+    ///
+    /// # Errors
+    /// As [`BrokerState::ack`].
+    pub fn retry(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<bool, BrokerError> {
+        check_offset(offset)?;
+        let topic = self.topic_for_member(topic, group, member)?;
+        let partition = topic.partition(partition)?;
+        let Some(state) = matching_delivery(&mut topic.groups, group, member, partition, offset)
+        else {
+            return Ok(false);
+        };
+        state.in_flight = None;
+        Ok(true)
+    }
+
+    /// Returns up to `max_records` records from the member's partitions, ascending by partition
+    /// and offset, starting at the member's positions and advancing them. Commits nothing. `[]`
+    /// for an absent group or member.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic, or `max_records` outside
+    /// 1 to [`crate::MAX_FETCH_RECORDS`].
+    pub fn fetch(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+        max_bytes: Option<u64>,
+    ) -> Result<Vec<BrokerRecord>, BrokerError> {
+        check_fetch_max_records(max_records)?;
+        let topic_name = topic;
+        let Topic {
+            partitions, groups, ..
+        } = self.topic_for_member(topic, group, member)?;
+        let Some((group, member)) = member_of(groups, group, member) else {
+            return Ok(Vec::new());
+        };
+        let mut budget = Budget::new(max_records, max_bytes);
+        let mut records = Vec::new();
+        'partitions: for &partition in &group.members[member].partitions {
+            let partition = partition as usize;
+            let state = &mut group.partitions[partition];
+            let log = &partitions[partition];
+            // Records below the log's base were released by every group: skip to what remains.
+            state.position = state.position.max(log.base);
+            while state.position < log.end() {
+                if !budget.take(log.record(state.position).size()) {
+                    break 'partitions;
+                }
+                records.push(log.deliver(topic_name, partition, state.position));
+                state.position += 1;
+            }
+        }
+        Ok(records)
+    }
+
+    /// Stores committed offsets for the group: the member's fetch positions for all its
+    /// partitions (`None`), or exactly `offsets`. All or nothing. Records every group has
+    /// consumed are released.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic, a partition the topic
+    /// does not have, or a negative offset; `NotAssigned` for the first partition of `offsets`
+    /// that the member does not own (including when the member or group is absent).
+    pub fn commit(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        offsets: Option<&BTreeMap<i32, i64>>,
+    ) -> Result<(), BrokerError> {
+        let topic = self.topic_for_member(topic, group, member)?;
+        if let Some(offsets) = offsets {
+            for (&partition, &offset) in offsets {
+                topic.partition(partition)?;
+                check_offset(offset)?;
+            }
+            let owner = topic
+                .groups
+                .get(group)
+                .and_then(|g| Some((g, g.member_index(member)?)));
+            if let Some(&partition) = offsets.keys().find(|&&partition| {
+                !owner.is_some_and(|(g, member)| g.owns(member, partition as usize))
+            }) {
+                return Err(BrokerError::NotAssigned { partition });
+            }
+        }
+        let Some((group, member)) = member_of(&mut topic.groups, group, member) else {
+            // Only `offsets: None` gets here: a non-member has no positions to store.
+            return Ok(());
+        };
+        let changed: Vec<usize> = match offsets {
+            Some(offsets) => offsets
+                .iter()
+                .map(|(&partition, &offset)| {
+                    group.partitions[partition as usize].committed = offset;
+                    partition as usize
+                })
+                .collect(),
+            None => group.members[member]
+                .partitions
+                .iter()
+                .map(|&partition| {
+                    let state = &mut group.partitions[partition as usize];
+                    state.committed = state.position;
+                    partition as usize
+                })
+                .collect(),
+        };
+        for partition in changed {
+            topic.release(partition);
+        }
+        Ok(())
+    }
+
+    /// The member's partitions, ascending; `[]` for an absent group or member.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier or an unknown topic.
+    pub fn assignment(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+    ) -> Result<Vec<i32>, BrokerError> {
+        let topic = self.topic_for_member(topic, group, member)?;
+        Ok(member_of(&mut topic.groups, group, member)
+            .map(|(group, member)| group.members[member].partitions.clone())
+            .unwrap_or_default())
+    }
+
+    /// The group's committed offset on `partition`; for a group that does not exist, the
+    /// partition's earliest retained offset.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic or a partition it does not
+    /// have.
+    pub fn committed(&self, topic: &str, group: &str, partition: i32) -> Result<i64, BrokerError> {
+        check_identifier("group", group)?;
+        let topic = self.topic(topic)?;
+        let partition = topic.partition(partition)?;
+        Ok(committed_offset(topic, group, partition))
+    }
+
+    /// The offset the next record published to `partition` will get.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic or a partition it does not have.
+    pub fn end_offset(&self, topic: &str, partition: i32) -> Result<i64, BrokerError> {
+        let topic = self.topic(topic)?;
+        let partition = topic.partition(partition)?;
+        Ok(topic.partitions[partition].end())
+    }
+
+    /// The group's lag on every partition of the topic, ascending.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier or an unknown topic.
+    pub fn lag(&self, topic: &str, group: &str) -> Result<Vec<PartitionLag>, BrokerError> {
+        check_identifier("group", group)?;
+        let topic = self.topic(topic)?;
+        Ok((0..topic.partitions.len())
+            .map(|partition| {
+                let committed = committed_offset(topic, group, partition);
+                let end_offset = topic.partitions[partition].end();
+                PartitionLag {
+                    partition: partition as i32,
+                    committed,
+                    end_offset,
+                    lag: end_offset - committed,
+                }
+            })
+            .collect())
+    }
+
+    /// A snapshot of one topic (`Some`) or of every topic (`None`), sorted by name.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic.
+    pub fn describe(&self, topic: Option<&str>) -> Result<BrokerDescription, BrokerError> {
+        match topic {
+            Some(name) => Ok(BrokerDescription {
+                capacity_per_partition: self.capacity_per_partition(),
+                topics: vec![describe_topic(name, self.topic(name)?)],
+            }),
+            None => Ok(self.describe_all()),
+        }
+    }
+
+    /// A snapshot of every topic, sorted by name.
+    pub fn describe_all(&self) -> BrokerDescription {
+        let mut topics: Vec<TopicDescription> = self
+            .topics
+            .iter()
+            .map(|(name, topic)| describe_topic(name, topic))
+            .collect();
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        BrokerDescription {
+            capacity_per_partition: self.capacity_per_partition(),
+            topics,
+        }
+    }
+}
+
+/// The group and the member's index in it, when both exist.
+fn member_of<'a>(
+    groups: &'a mut HashMap<String, Group>,
+    group: &str,
+    member: &str,
+) -> Option<(&'a mut Group, usize)> {
+    let group = groups.get_mut(group)?;
+    let member = group.member_index(member)?;
+    Some((group, member))
+}
+
+/// The group's state on `partition` when `member` owns it and `offset` is the delivery in
+/// flight there: the only case in which an ack or a retry takes effect.
+fn matching_delivery<'a>(
+    groups: &'a mut HashMap<String, Group>,
+    group: &str,
+    member: &str,
+    partition: usize,
+    offset: i64,
+) -> Option<&'a mut GroupPartition> {
+    let (group, member) = member_of(groups, group, member)?;
+    let state = &mut group.partitions[partition];
+    (state.owner == Some(member) && state.in_flight == Some(offset)).then_some(state)
+}
+
+/// Appends to a bounded log: the new offset, or `-1` when the log is at capacity.
+fn append(log: &mut PartitionLog, capacity: usize, record: StoredRecord) -> i64 {
+    if log.records.len() >= capacity {
+        return -1;
+    }
+    log.retained_bytes += record.size();
+    log.records.push_back(record);
+    log.end() - 1
+}
+
+fn committed_offset(topic: &Topic, group: &str, partition: usize) -> i64 {
+    topic.groups.get(group).map_or(topic.partitions[partition].base, |g| {
+        g.partitions[partition].committed
+    })
+}
+
+/// The record and byte limits of one poll or fetch. The first record always fits, so a record
+/// larger than the byte budget can still be consumed.
+struct Budget {
+    records_left: usize,
+    bytes_left: Option<u64>,
+    taken: usize,
+}
+
+impl Budget {
+    fn new(max_records: i32, max_bytes: Option<u64>) -> Self {
+        Budget {
+            records_left: max_records as usize,
+            bytes_left: max_bytes,
+            taken: 0,
+        }
+    }
+
+    /// Takes one record of `size` bytes if it fits; `false` when the budget is spent.
+    fn take(&mut self, size: u64) -> bool {
+        if self.records_left == 0 {
+            return false;
+        }
+        if let Some(bytes_left) = &mut self.bytes_left {
+            if size > *bytes_left && self.taken > 0 {
+                return false;
+            }
+            *bytes_left = bytes_left.saturating_sub(size);
+        }
+        self.records_left -= 1;
+        self.taken += 1;
+        true
+    }
+}
+
+fn describe_topic(name: &str, topic: &Topic) -> TopicDescription {
+    let partitions: Vec<PartitionDescription> = topic
+        .partitions
+        .iter()
+        .enumerate()
+        .map(|(partition, log)| PartitionDescription {
+            partition: partition as i32,
+            earliest_offset: log.base,
+            end_offset: log.end(),
+            records: log.records.len() as u64,
+            retained_bytes: log.retained_bytes,
+        })
+        .collect();
+    let mut groups: Vec<GroupDescription> = topic
+        .groups
+        .iter()
+        .map(|(group_name, group)| GroupDescription {
+            name: group_name.clone(),
+            assignor: group.assignor,
+            members: group
+                .members
+                .iter()
+                .map(|m| MemberDescription {
+                    member: m.id.clone(),
+                    partitions: m.partitions.clone(),
+                })
+                .collect(),
+            partitions: group
+                .partitions
+                .iter()
+                .enumerate()
+                .map(|(partition, state)| GroupPartitionDescription {
+                    partition: partition as i32,
+                    owner: state.owner.map(|index| group.members[index].id.clone()),
+                    committed: state.committed,
+                    position: state.position,
+                    in_flight: state.in_flight,
+                    lag: topic.partitions[partition].end() - state.committed,
+                })
+                .collect(),
+        })
+        .collect();
+    groups.sort_by(|a, b| a.name.cmp(&b.name));
+    TopicDescription {
+        name: name.to_owned(),
+        key_hash: topic.key_hash,
+        retained_bytes: partitions.iter().map(|p| p.retained_bytes).sum(),
+        partitions,
+        groups,
+    }
+}

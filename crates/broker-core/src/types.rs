@@ -1,0 +1,62 @@
+//! The values the broker hands out and the options it takes.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// A record as delivered to a consumer: a snapshot of the stored record.
+///
+/// Changing a returned record never changes the broker: `payload` and `key` share the stored
+/// bytes through reference counting, and [`Bytes`] is immutable.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BrokerRecord {
+    /// The topic the record was published to.
+    pub topic: String,
+    /// The partition of that topic that holds the record.
+    pub partition: i32,
+    /// The record's offset, local to its partition: 0 for the first record ever published
+    /// there, counting up by one.
+    pub offset: i64,
+    /// The key the record was published with, if any (keyed publishes only).
+    pub key: Option<Bytes>,
+    /// The record's bytes. Empty payloads are valid.
+    pub payload: Bytes,
+}
+
+/// How a consumer group divides its topic's partitions among its members.
+///
+/// Both assignors sort members by id (bytewise, which is ASCII order for valid identifiers), so
+/// the assignment depends only on membership, never on join order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Assignor {
+    /// Seed 000: partition `p` goes to member `p mod n`. The default.
+    #[default]
+    RoundRobin,
+    /// Kafka's range assignor: each member gets `partitions / members` consecutive partitions and
+    /// the first `partitions % members` members one more; members past the partition count get
+    /// none.
+    Range,
+}
+
+/// How a topic maps a record's key to a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum KeyHash {
+    /// Kafka's default partitioner: `(murmur2(key) & 0x7fffffff) % partitions`, so a key lands on
+    /// the same partition as with Kafka's Java client. The default.
+    #[default]
+    Murmur2,
+    /// 32-bit FNV-1a (offset basis `0x811c9dc5`, prime `0x01000193`): `fnv1a(key) % partitions`.
+    Fnv1a,
+}
+
+/// A consumer group's progress on one partition, as [`crate::EventBroker::lag`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PartitionLag {
+    /// The partition this row describes.
+    pub partition: i32,
+    /// The group's committed offset: the next offset the group will consume.
+    pub committed: i64,
+    /// The offset the next record published to the partition will get.
+    pub end_offset: i64,
+    /// `end_offset - committed`: how many records the group has yet to consume.
+    pub lag: i64,
+}

@@ -1,0 +1,87 @@
+//! Argument validation shared by every call, with one message per kind of bad input.
+
+use crate::BrokerError;
+
+/// Longest valid identifier, in bytes.
+pub const MAX_IDENTIFIER_LEN: usize = 64;
+/// Largest `capacity_per_partition`.
+pub const MAX_CAPACITY: i32 = 1_000;
+/// Most partitions a topic can have.
+pub const MAX_PARTITIONS: i32 = 64;
+/// Most records one `poll` can reserve.
+pub const MAX_POLL_RECORDS: i32 = 64;
+/// Most records one `fetch` can return.
+pub const MAX_FETCH_RECORDS: i32 = 10_000;
+
+/// Identifiers are 1 to 64 ASCII letters, digits, `_` or `-`, case-sensitive and untrimmed.
+pub(crate) fn check_identifier(kind: &str, value: &str) -> Result<(), BrokerError> {
+    let valid = (1..=MAX_IDENTIFIER_LEN).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if valid {
+        Ok(())
+    } else {
+        Err(BrokerError::invalid(format!(
+            "{kind} {value:?} is not a valid identifier (1 to {MAX_IDENTIFIER_LEN} ASCII letters, digits, '_' or '-')"
+        )))
+    }
+}
+
+fn check_range(what: &str, value: i32, max: i32) -> Result<(), BrokerError> {
+    if (1..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(BrokerError::invalid(format!(
+            "{what} must be from 1 to {max}, got {value}"
+        )))
+    }
+}
+
+pub(crate) fn check_capacity(capacity: i32) -> Result<(), BrokerError> {
+    check_range("capacity per partition", capacity, MAX_CAPACITY)
+}
+
+pub(crate) fn check_partition_count(count: i32) -> Result<(), BrokerError> {
+    check_range("partition count", count, MAX_PARTITIONS)
+}
+
+pub(crate) fn check_poll_max_records(max_records: i32) -> Result<(), BrokerError> {
+    check_range("poll max_records", max_records, MAX_POLL_RECORDS)
+}
+
+pub(crate) fn check_fetch_max_records(max_records: i32) -> Result<(), BrokerError> {
+    check_range("fetch max_records", max_records, MAX_FETCH_RECORDS)
+}
+
+pub(crate) fn check_offset(offset: i64) -> Result<(), BrokerError> {
+    if offset >= 0 {
+        Ok(())
+    } else {
+        Err(BrokerError::invalid(format!(
+            "offset must not be negative, got {offset}"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_accept_letters_digits_underscore_and_dash_up_to_64() {
+        for ok in ["a", "Z", "0", "_", "-", "orders-2_EU", &"x".repeat(64)] {
+            assert!(check_identifier("topic", ok).is_ok(), "{ok:?}");
+        }
+    }
+
+    #[test]
+    fn identifiers_reject_empty_long_spaces_dots_and_non_ascii() {
+        for bad in ["", &"x".repeat(65), " a", "a ", "a.b", "a/b", "é", "a\0", "a\n"] {
+            assert!(
+                matches!(check_identifier("topic", bad), Err(BrokerError::InvalidArgument(_))),
+                "{bad:?}"
+            );
+        }
+    }
+}
