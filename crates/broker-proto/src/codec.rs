@@ -1,0 +1,193 @@
+//! Length-prefixed bincode frames: the one codec both ends use.
+
+use std::io;
+use std::marker::PhantomData;
+
+use bincode::config::{Configuration, Fixint, LittleEndian, Limit};
+use bytes::{Buf, BufMut, BytesMut};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio_util::codec::{Decoder, Encoder};
+
+/// No frame may ever be larger than this (64 MiB), whatever a server is configured with. It is
+/// also bincode's decode limit, so no length field inside a frame can make the decoder allocate
+/// more than this.
+pub const MAX_FRAME_CEILING: usize = 64 * 1024 * 1024;
+
+/// The bincode configuration of every frame body.
+pub type WireConfig = Configuration<LittleEndian, Fixint, Limit<MAX_FRAME_CEILING>>;
+
+/// The bincode 2.0.1 configuration of every frame body: little-endian, fixed-width integers
+/// (enum variant tags are `u32`, lengths `u64`), decoding limited to [`MAX_FRAME_CEILING`].
+pub fn config() -> WireConfig {
+    bincode::config::standard()
+        .with_little_endian()
+        .with_fixed_int_encoding()
+        .with_limit::<MAX_FRAME_CEILING>()
+}
+
+/// A failure that ends the connection: the byte stream can no longer be trusted or continued.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    /// Reading or writing the socket failed.
+    #[error("i/o error: {0}")]
+    Io(#[from] io::Error),
+    /// A length prefix announced a frame larger than the limit.
+    #[error("frame of {size} bytes exceeds the limit of {limit} bytes")]
+    FrameTooLarge {
+        /// The announced size.
+        size: u64,
+        /// The limit in force.
+        limit: u64,
+    },
+    /// The peer closed the connection in the middle of a frame.
+    #[error("connection closed in the middle of a frame ({buffered} bytes buffered)")]
+    TruncatedFrame {
+        /// Bytes of the unfinished frame that had arrived.
+        buffered: usize,
+    },
+    /// A message could not be encoded (a bug, or a value too large for a frame).
+    #[error("cannot encode message: {0}")]
+    Encode(String),
+}
+
+/// One decoded frame: its message, or why its body could not be decoded. A body that does not
+/// decode leaves the stream intact (the length prefix told where the frame ends), so the
+/// connection can answer it and go on.
+#[derive(Debug)]
+pub enum Decoded<T> {
+    /// The frame's body decoded as a `T`.
+    Message(T),
+    /// The body did not decode.
+    Malformed {
+        /// The first 8 bytes of the body read as a little-endian `u64`, when there are 8: for
+        /// request frames, the correlation id to answer with.
+        leading_u64: Option<u64>,
+        /// Why decoding failed.
+        reason: String,
+    },
+}
+
+/// Frames with a 4-byte big-endian length prefix; decodes bodies as `In`, encodes `Out`.
+#[derive(Debug)]
+pub struct Codec<In, Out> {
+    max_frame: usize,
+    _messages: PhantomData<fn(Out) -> In>,
+}
+
+const LENGTH_PREFIX: usize = 4;
+
+impl<In, Out> Codec<In, Out> {
+    /// A codec that refuses frames larger than `max_frame` bytes (capped at
+    /// [`MAX_FRAME_CEILING`]).
+    pub fn new(max_frame: usize) -> Self {
+        Codec {
+            max_frame: max_frame.min(MAX_FRAME_CEILING),
+            _messages: PhantomData,
+        }
+    }
+
+    /// The largest frame body this codec reads or writes.
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
+    /// The same framing for other message types: for switching from handshake to requests
+    /// without losing buffered bytes (see `Framed::map_codec`).
+    pub fn retype<In2, Out2>(&self) -> Codec<In2, Out2> {
+        Codec::new(self.max_frame)
+    }
+}
+
+impl<In: DeserializeOwned, Out> Decoder for Codec<In, Out> {
+    type Item = Decoded<In>;
+    type Error = ProtocolError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
+        let Some(prefix) = src.get(..LENGTH_PREFIX) else {
+            return Ok(None);
+        };
+        let length = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+        if length > self.max_frame {
+            return Err(ProtocolError::FrameTooLarge {
+                size: length as u64,
+                limit: self.max_frame as u64,
+            });
+        }
+        if src.len() < LENGTH_PREFIX + length {
+            src.reserve(LENGTH_PREFIX + length - src.len());
+            return Ok(None);
+        }
+        src.advance(LENGTH_PREFIX);
+        let body = src.split_to(length);
+        Ok(Some(decode_body(&body)))
+    }
+
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
+        match self.decode(buf)? {
+            Some(frame) => Ok(Some(frame)),
+            None if buf.is_empty() => Ok(None),
+            None => Err(ProtocolError::TruncatedFrame {
+                buffered: buf.len(),
+            }),
+        }
+    }
+}
+
+/// Decodes one frame body, which must be consumed exactly.
+pub(crate) fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Decoded<T> {
+    let leading_u64 = body
+        .get(..8)
+        .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]));
+    match bincode::serde::decode_from_slice::<T, _>(body, config()) {
+        Ok((message, used)) if used == body.len() => Decoded::Message(message),
+        Ok((_, used)) => Decoded::Malformed {
+            leading_u64,
+            reason: format!("{} trailing bytes after the message", body.len() - used),
+        },
+        Err(error) => Decoded::Malformed {
+            leading_u64,
+            reason: error.to_string(),
+        },
+    }
+}
+
+impl<In, Out: Serialize> Encoder<Out> for Codec<In, Out> {
+    type Error = ProtocolError;
+
+    fn encode(&mut self, item: Out, dst: &mut BytesMut) -> Result<(), Self::Error> {
+        self.encode(&item, dst)
+    }
+}
+
+impl<In, Out: Serialize> Encoder<&Out> for Codec<In, Out> {
+    type Error = ProtocolError;
+
+    fn encode(&mut self, item: &Out, dst: &mut BytesMut) -> Result<(), Self::Error> {
+        let start = dst.len();
+        dst.put_u32(0);
+        let written =
+            bincode::serde::encode_into_std_write(item, &mut (&mut *dst).writer(), config())
+                .map_err(|error| ProtocolError::Encode(error.to_string()));
+        let length = match written {
+            Ok(length) if length <= self.max_frame => length,
+            Ok(length) => {
+                dst.truncate(start);
+                return Err(ProtocolError::FrameTooLarge {
+                    size: length as u64,
+                    limit: self.max_frame as u64,
+                });
+            }
+            Err(error) => {
+                dst.truncate(start);
+                return Err(error);
+            }
+        };
+        // `length <= max_frame <= MAX_FRAME_CEILING < u32::MAX`, so the cast is lossless.
+        dst[start..start + LENGTH_PREFIX].copy_from_slice(&(length as u32).to_be_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,92 @@
+//! The messages of the protocol: handshake, request and response frames.
+
+use broker_core::{Command, Outcome};
+use serde::{Deserialize, Serialize};
+
+use crate::ErrorReply;
+
+/// The four bytes every [`Hello`] starts with: ASCII `BRKR`.
+pub const MAGIC: [u8; 4] = *b"BRKR";
+
+/// The protocol version this crate speaks. A server refuses a hello with any other version.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// The first frame of every connection, from the client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Must be [`MAGIC`].
+    pub magic: [u8; 4],
+    /// The protocol version the client speaks; must be [`PROTOCOL_VERSION`].
+    pub version: u16,
+    /// A free-form client name for the server's logs, such as `broker-client/0.1.0`.
+    pub client: String,
+    /// The shared secret, when the server requires one; `None` otherwise.
+    pub auth_token: Option<String>,
+}
+
+impl Hello {
+    /// A hello for this protocol version.
+    pub fn new(client: impl Into<String>, auth_token: Option<String>) -> Self {
+        Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION,
+            client: client.into(),
+            auth_token,
+        }
+    }
+}
+
+/// The server's answer to a [`Hello`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HelloReply {
+    /// The connection is open for requests.
+    Welcome {
+        /// The protocol version the server speaks (equal to the client's).
+        version: u16,
+        /// The server's name and version, such as `broker-server/0.1.0`.
+        server: String,
+        /// The limits the server enforces on this connection.
+        limits: ServerLimits,
+    },
+    /// The connection is refused and the server closes it after this frame.
+    Refused(ErrorReply),
+}
+
+/// Limits a server announces in its [`HelloReply::Welcome`], so a client can respect them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerLimits {
+    /// Largest frame body the server accepts or sends, in bytes.
+    pub max_frame_bytes: u32,
+    /// Largest payload (plus key) a publish may carry, in bytes.
+    pub max_payload_bytes: u32,
+    /// Most requests of one connection the server works on at once; more wait unread.
+    pub max_in_flight: u32,
+    /// Longest wait a waiting poll or fetch may ask for, in milliseconds.
+    pub max_wait_ms: u32,
+    /// A member joined over a connection is removed after this long without a call naming it,
+    /// in milliseconds.
+    pub session_timeout_ms: u32,
+}
+
+/// One request: a broker command, with the id its response will carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestFrame {
+    /// Chosen by the client; the response carries it back. Ids need not be sequential, but a
+    /// client should not reuse one while its request is outstanding.
+    pub correlation_id: u64,
+    /// For `Poll` and `Fetch`: when nothing is available, wait up to this many milliseconds for
+    /// a record before answering (the answer comes as soon as one is). 0 answers at once.
+    /// Ignored by every other command.
+    pub max_wait_ms: u32,
+    /// The call.
+    pub command: Command,
+}
+
+/// The answer to one [`RequestFrame`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResponseFrame {
+    /// The request's correlation id; 0 answers a frame whose id could not be read.
+    pub correlation_id: u64,
+    /// The command's outcome, or why it was refused.
+    pub result: Result<Outcome, ErrorReply>,
+}
