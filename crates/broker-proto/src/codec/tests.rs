@@ -1,0 +1,160 @@
+//! Byte-level tests of the framing and of malformed input.
+
+use broker_core::{Command, KeyHash, Outcome};
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio_util::codec::{Decoder, Encoder};
+
+use crate::{ClientCodec, ErrorReply, RequestFrame, ResponseFrame, ServerCodec};
+
+fn request() -> RequestFrame {
+    RequestFrame {
+        correlation_id: 7,
+        max_wait_ms: 0,
+        command: Command::Create {
+            topic: "t".into(),
+            partition_count: 2,
+            key_hash: KeyHash::Murmur2,
+        },
+    }
+}
+
+#[test]
+fn a_request_round_trips_through_client_and_server_codecs() {
+    let mut buf = BytesMut::new();
+    ClientCodec::new(1024).encode(request(), &mut buf).unwrap();
+    match ServerCodec::new(1024).decode(&mut buf).unwrap() {
+        Some(crate::Decoded::Message(frame)) => assert_eq!(frame, request()),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(buf.is_empty());
+}
+
+#[test]
+fn create_request_encodes_to_the_bytes_proto_md_documents() {
+    let mut buf = BytesMut::new();
+    ClientCodec::new(1024).encode(request(), &mut buf).unwrap();
+    let mut expected = Vec::new();
+    expected.extend_from_slice(&33u32.to_be_bytes()); // frame length
+    expected.extend_from_slice(&7u64.to_le_bytes()); // correlation_id
+    expected.extend_from_slice(&0u32.to_le_bytes()); // max_wait_ms
+    expected.extend_from_slice(&0u32.to_le_bytes()); // Command::Create
+    expected.extend_from_slice(&1u64.to_le_bytes()); // topic length
+    expected.extend_from_slice(b"t");
+    expected.extend_from_slice(&2i32.to_le_bytes()); // partition_count
+    expected.extend_from_slice(&0u32.to_le_bytes()); // KeyHash::Murmur2
+    assert_eq!(&buf[..], &expected[..]);
+}
+
+#[test]
+fn a_partial_frame_waits_for_more_bytes() {
+    let mut whole = BytesMut::new();
+    ClientCodec::new(1024).encode(request(), &mut whole).unwrap();
+    let mut codec = ServerCodec::new(1024);
+    for cut in 0..whole.len() {
+        let mut part = BytesMut::from(&whole[..cut]);
+        assert!(codec.decode(&mut part).unwrap().is_none(), "cut at {cut}");
+    }
+}
+
+#[test]
+fn eof_inside_a_frame_is_an_error_and_eof_between_frames_is_clean() {
+    let mut whole = BytesMut::new();
+    ClientCodec::new(1024).encode(request(), &mut whole).unwrap();
+    let mut codec = ServerCodec::new(1024);
+    let mut part = BytesMut::from(&whole[..whole.len() - 1]);
+    assert!(matches!(
+        codec.decode_eof(&mut part),
+        Err(crate::ProtocolError::TruncatedFrame { .. })
+    ));
+    assert!(codec.decode_eof(&mut BytesMut::new()).unwrap().is_none());
+}
+
+#[test]
+fn an_oversized_length_prefix_is_refused_before_any_allocation() {
+    let mut buf = BytesMut::new();
+    buf.put_u32(u32::MAX);
+    assert!(matches!(
+        ServerCodec::new(1024).decode(&mut buf),
+        Err(crate::ProtocolError::FrameTooLarge { size, limit: 1024 }) if size == u64::from(u32::MAX)
+    ));
+}
+
+#[test]
+fn an_unknown_command_is_malformed_but_keeps_its_correlation_id_and_the_stream() {
+    let mut buf = BytesMut::new();
+    let mut body = Vec::new();
+    body.extend_from_slice(&42u64.to_le_bytes());
+    body.extend_from_slice(&0u32.to_le_bytes());
+    body.extend_from_slice(&9_999u32.to_le_bytes()); // no such command
+    buf.put_u32(body.len() as u32);
+    buf.extend_from_slice(&body);
+    ClientCodec::new(1024).encode(request(), &mut buf).unwrap();
+    let mut codec = ServerCodec::new(1024);
+    match codec.decode(&mut buf).unwrap() {
+        Some(crate::Decoded::Malformed { leading_u64, .. }) => assert_eq!(leading_u64, Some(42)),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(matches!(
+        codec.decode(&mut buf).unwrap(),
+        Some(crate::Decoded::Message(_))
+    ));
+}
+
+#[test]
+fn trailing_bytes_after_a_message_are_malformed() {
+    let mut encoded = BytesMut::new();
+    ClientCodec::new(1024).encode(request(), &mut encoded).unwrap();
+    let mut body = encoded.split_off(4).to_vec();
+    body.push(0);
+    let mut buf = BytesMut::new();
+    buf.put_u32(body.len() as u32);
+    buf.extend_from_slice(&body);
+    assert!(matches!(
+        ServerCodec::new(1024).decode(&mut buf).unwrap(),
+        Some(crate::Decoded::Malformed { .. })
+    ));
+}
+
+#[test]
+fn a_huge_string_length_inside_a_small_frame_fails_without_allocating_it() {
+    let mut body = Vec::new();
+    body.extend_from_slice(&1u64.to_le_bytes());
+    body.extend_from_slice(&0u32.to_le_bytes());
+    body.extend_from_slice(&0u32.to_le_bytes()); // Create
+    body.extend_from_slice(&(u64::MAX / 2).to_le_bytes()); // topic "length"
+    let mut buf = BytesMut::new();
+    buf.put_u32(body.len() as u32);
+    buf.extend_from_slice(&body);
+    assert!(matches!(
+        ServerCodec::new(1024).decode(&mut buf).unwrap(),
+        Some(crate::Decoded::Malformed { .. })
+    ));
+}
+
+#[test]
+fn an_encoded_response_larger_than_the_limit_is_refused_and_leaves_the_buffer_unchanged() {
+    let response = ResponseFrame {
+        correlation_id: 1,
+        result: Ok(Outcome::Records(vec![broker_core::BrokerRecord {
+            topic: "t".into(),
+            partition: 0,
+            offset: 0,
+            key: None,
+            payload: Bytes::from(vec![0u8; 2048]),
+        }])),
+    };
+    let mut buf = BytesMut::from(&b"keep"[..]);
+    assert!(ServerCodec::new(1024).encode(response, &mut buf).is_err());
+    assert_eq!(&buf[..], b"keep");
+}
+
+#[test]
+fn broker_errors_map_to_codes_zero_and_one_and_back() {
+    for error in [
+        broker_core::BrokerError::InvalidArgument("x".into()),
+        broker_core::BrokerError::NotAssigned { partition: 3 },
+    ] {
+        assert_eq!(ErrorReply::from(error.clone()).to_broker_error(), Some(error));
+    }
+    assert_eq!(ErrorReply::ShuttingDown.to_broker_error(), None);
+}
