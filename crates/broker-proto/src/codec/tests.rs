@@ -158,3 +158,48 @@ fn broker_errors_map_to_codes_zero_and_one_and_back() {
     }
     assert_eq!(ErrorReply::ShuttingDown.to_broker_error(), None);
 }
+
+#[test]
+fn created_response_encodes_to_the_bytes_proto_md_documents() {
+    let mut buf = BytesMut::new();
+    let response = ResponseFrame {
+        correlation_id: 7,
+        result: Ok(Outcome::Created(true)),
+    };
+    ServerCodec::new(1024).encode(response, &mut buf).unwrap();
+    let mut expected = vec![0, 0, 0, 17];
+    expected.extend_from_slice(&7u64.to_le_bytes());
+    expected.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    assert_eq!(&buf[..], &expected[..]);
+}
+
+#[test]
+fn hello_encodes_magic_version_name_and_optional_token_as_documented() {
+    let mut buf = BytesMut::new();
+    crate::ClientHandshakeCodec::new(1024)
+        .encode(crate::Hello::new("c", Some("s".into())), &mut buf)
+        .unwrap();
+    let mut expected = vec![0, 0, 0, 25];
+    expected.extend_from_slice(b"BRKR");
+    expected.extend_from_slice(&1u16.to_le_bytes());
+    expected.extend_from_slice(&1u64.to_le_bytes());
+    expected.extend_from_slice(b"c");
+    expected.push(1);
+    expected.extend_from_slice(&1u64.to_le_bytes());
+    expected.extend_from_slice(b"s");
+    assert_eq!(&buf[..], &expected[..]);
+}
+
+#[test]
+fn a_bool_other_than_zero_or_one_is_malformed() {
+    let mut buf = BytesMut::new();
+    let mut body = Vec::new();
+    body.extend_from_slice(&7u64.to_le_bytes());
+    body.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    buf.put_u32(body.len() as u32);
+    buf.extend_from_slice(&body);
+    assert!(matches!(
+        ClientCodec::new(1024).decode(&mut buf).unwrap(),
+        Some(crate::Decoded::Malformed { .. })
+    ));
+}
