@@ -31,7 +31,11 @@ fn publish(c: &mut Criterion) {
             },
             |broker| {
                 for _ in 0..1_000 {
-                    black_box(broker.publish("t", 0, payload.clone()).expect("known topic"));
+                    black_box(
+                        broker
+                            .publish("t", 0, payload.clone())
+                            .expect("known topic"),
+                    );
                 }
             },
             BatchSize::SmallInput,
@@ -47,7 +51,9 @@ fn poll_ack(c: &mut Criterion) {
     group.bench_function("publish + poll(1) + ack, one partition", |b| {
         let broker = broker_with_group(1_000);
         b.iter(|| {
-            broker.publish("t", 0, payload.clone()).expect("known topic");
+            broker
+                .publish("t", 0, payload.clone())
+                .expect("known topic");
             let records = broker.poll("t", "g", "m", 1).expect("valid poll");
             let record = &records[0];
             assert!(broker
@@ -68,7 +74,9 @@ fn fetch_commit(c: &mut Criterion) {
         broker.join("t", "g", "m").expect("valid join");
         b.iter(|| {
             for _ in 0..100 {
-                broker.publish("t", 0, payload.clone()).expect("known topic");
+                broker
+                    .publish("t", 0, payload.clone())
+                    .expect("known topic");
             }
             let records = broker.fetch("t", "g", "m", 100).expect("valid fetch");
             assert_eq!(records.len(), 100);
@@ -81,7 +89,9 @@ fn fetch_commit(c: &mut Criterion) {
         broker.join("t", "g", "m").expect("valid join");
         b.iter(|| {
             for _ in 0..100 {
-                broker.publish("t", 0, payload.clone()).expect("known topic");
+                broker
+                    .publish("t", 0, payload.clone())
+                    .expect("known topic");
             }
             let records = broker.fetch("t", "g", "m", 100).expect("valid fetch");
             let last = records.last().expect("100 records").offset;

@@ -305,8 +305,7 @@ impl EventBroker {
         member: &str,
         offsets: Option<BTreeMap<i32, i64>>,
     ) -> Result<(), BrokerError> {
-        self.lock()
-            .commit(topic, group, member, offsets.as_ref())
+        self.lock().commit(topic, group, member, offsets.as_ref())
     }
 
     /// The member's partitions in ascending order; `[]` for an unknown group or member.

@@ -13,12 +13,10 @@ use crate::describe::{
     PartitionDescription, TopicDescription,
 };
 use crate::validate::{
-    check_capacity, check_fetch_max_records, check_identifier, check_offset,
-    check_partition_count, check_poll_max_records,
+    check_capacity, check_fetch_max_records, check_identifier, check_offset, check_partition_count,
+    check_poll_max_records,
 };
-use crate::{
-    hash, Assignor, BrokerError, BrokerRecord, Command, KeyHash, Outcome, PartitionLag,
-};
+use crate::{hash, Assignor, BrokerError, BrokerRecord, Command, KeyHash, Outcome, PartitionLag};
 
 /// The whole broker: its topics, their partition logs and their consumer groups.
 #[derive(Debug, Clone)]
@@ -339,9 +337,9 @@ impl BrokerState {
                 self.end_offset(&topic, partition).map(Outcome::Offset)
             }
             Command::Lag { topic, group } => self.lag(&topic, &group).map(Outcome::Lag),
-            Command::Describe { topic } => self
-                .describe(topic.as_deref())
-                .map(Outcome::Description),
+            Command::Describe { topic } => {
+                self.describe(topic.as_deref()).map(Outcome::Description)
+            }
         }
     }
 
@@ -432,9 +430,7 @@ impl BrokerState {
             Some(index) => index,
             None => {
                 let previous = group.owner_ids();
-                let index = group
-                    .members
-                    .partition_point(|m| m.id.as_str() < member);
+                let index = group.members.partition_point(|m| m.id.as_str() < member);
                 group.members.insert(
                     index,
                     Member {
@@ -841,9 +837,12 @@ fn append(log: &mut PartitionLog, capacity: usize, record: StoredRecord) -> i64 
 }
 
 fn committed_offset(topic: &Topic, group: &str, partition: usize) -> i64 {
-    topic.groups.get(group).map_or(topic.partitions[partition].base, |g| {
-        g.partitions[partition].committed
-    })
+    topic
+        .groups
+        .get(group)
+        .map_or(topic.partitions[partition].base, |g| {
+            g.partitions[partition].committed
+        })
 }
 
 /// The record and byte limits of one poll or fetch. The first record always fits, so a record

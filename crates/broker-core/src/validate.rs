@@ -77,9 +77,22 @@ mod tests {
 
     #[test]
     fn identifiers_reject_empty_long_spaces_dots_and_non_ascii() {
-        for bad in ["", &"x".repeat(65), " a", "a ", "a.b", "a/b", "é", "a\0", "a\n"] {
+        for bad in [
+            "",
+            &"x".repeat(65),
+            " a",
+            "a ",
+            "a.b",
+            "a/b",
+            "é",
+            "a\0",
+            "a\n",
+        ] {
             assert!(
-                matches!(check_identifier("topic", bad), Err(BrokerError::InvalidArgument(_))),
+                matches!(
+                    check_identifier("topic", bad),
+                    Err(BrokerError::InvalidArgument(_))
+                ),
                 "{bad:?}"
             );
         }
