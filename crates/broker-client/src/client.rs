@@ -1,0 +1,706 @@
+//! [`Client`]: the broker's calls as typed async methods over one shared, pipelined connection.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use broker_core::{
+    Assignor, BrokerDescription, BrokerRecord, Command, KeyHash, Outcome, PartitionLag,
+    TopicDescription,
+};
+use broker_proto::ServerLimits;
+use bytes::Bytes;
+use tokio::net::ToSocketAddrs;
+use tokio::sync::Semaphore;
+
+use crate::connection::{Connection, Identity};
+use crate::{ClientBuilder, Error};
+
+/// A connection to a broker server, shared by every clone.
+///
+/// Each method mirrors the `broker_core::EventBroker` method of the same name, with the same
+/// arguments and results; broker errors arrive as [`Error::Broker`]. Any number of tasks may
+/// call through one client (or its clones) at once: requests are pipelined on one TCP
+/// connection and matched to their responses by correlation id, so a slow call (such as a
+/// waiting poll) does not hold up the others.
+///
+/// # Lost connections
+///
+/// When the connection dies (the server closes it, an I/O error, a response the client cannot
+/// frame), every call in flight fails at once with [`Error::ConnectionLost`], and the next call
+/// opens a new connection to the same address. Group membership is **not** restored: members
+/// belong to the server, which removes them after its session timeout; a consumer that sees
+/// `ConnectionLost` should `join` again (a repeated join is harmless) and carry on from the
+/// group's committed offsets.
+///
+/// # Examples
+///
+/// ```no_run
+/// use broker_client::Client;
+///
+/// # async fn run() -> Result<(), broker_client::Error> {
+/// let client = Client::connect("127.0.0.1:9092").await?;
+/// client.create("orders", 3).await?;
+/// let offset = client.publish("orders", 0, "hello").await?;
+/// let partitions = client.join("orders", "billing", "m1").await?;
+/// for record in client.poll("orders", "billing", "m1", 10).await? {
+///     client
+///         .ack("orders", "billing", "m1", record.partition, record.offset)
+///         .await?;
+/// }
+/// # let _ = (offset, partitions);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    addrs: Vec<SocketAddr>,
+    identity: Identity,
+    request_timeout: Duration,
+    connect_timeout: Duration,
+    in_flight: Semaphore,
+    next_id: AtomicU64,
+    // A std `Mutex`: it only guards swapping an `Arc`, never spans an `.await`.
+    current: Mutex<Arc<Connection>>,
+    // Held across the `.await`s of opening a connection, on purpose: it guards no data, it makes
+    // the callers that find the connection dead wait for one reconnection instead of each
+    // opening their own.
+    reconnecting: tokio::sync::Mutex<()>,
+}
+
+impl Client {
+    /// Connects with the default options (see [`ClientBuilder`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientBuilder::connect`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// let client = broker_client::Client::connect("127.0.0.1:9092").await?;
+    /// println!("connected to {}", client.server_name());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(addr: impl ToSocketAddrs) -> Result<Client, Error> {
+        ClientBuilder::default().connect(addr).await
+    }
+
+    /// A builder for a client with options.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    pub(crate) async fn open(
+        options: ClientBuilder,
+        addr: impl ToSocketAddrs,
+    ) -> Result<Client, Error> {
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host(addr)
+            .await
+            .map_err(Error::Io)?
+            .collect();
+        let connection =
+            Connection::open(&addrs, &options.identity, options.connect_timeout).await?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                addrs,
+                identity: options.identity,
+                request_timeout: options.request_timeout,
+                connect_timeout: options.connect_timeout,
+                in_flight: Semaphore::new(options.max_in_flight),
+                next_id: AtomicU64::new(1),
+                current: Mutex::new(Arc::new(connection)),
+                reconnecting: tokio::sync::Mutex::new(()),
+            }),
+        })
+    }
+
+    /// The limits the server announced when the current connection opened.
+    pub fn server_limits(&self) -> ServerLimits {
+        self.inner.current().limits()
+    }
+
+    /// The server's name and version, as its welcome gave them (`broker-server/0.1.0`).
+    pub fn server_name(&self) -> String {
+        self.inner.current().server().to_owned()
+    }
+
+    /// Sends one command and returns the server's outcome; every typed method goes through
+    /// here. `max_wait` matters only to `Poll` and `Fetch`: when nothing is available the
+    /// server waits up to that long (at most its `max_wait_ms` limit, whole milliseconds) for a
+    /// record before answering; [`Duration::ZERO`] answers at once. The call's timeout is the
+    /// request timeout plus `max_wait`.
+    ///
+    /// Dropping the returned future abandons the call: the client forgets it (its answer, if
+    /// one comes, is discarded), but the server may already have applied it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the command, [`Error::Server`] when the server
+    /// does, [`Error::ConnectionLost`] when the connection dies before the answer,
+    /// [`Error::Timeout`] when the answer is late, [`Error::Io`] or [`Error::Refused`] when a
+    /// needed reconnection fails, [`Error::Protocol`] for an answer the client cannot decode.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use broker_client::{Client, Command, Outcome};
+    ///
+    /// # async fn run(client: Client) -> Result<(), broker_client::Error> {
+    /// let command = Command::EndOffset { topic: "orders".into(), partition: 0 };
+    /// if let Outcome::Offset(end) = client.send(command, Duration::ZERO).await? {
+    ///     println!("end offset {end}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn send(&self, command: Command, max_wait: Duration) -> Result<Outcome, Error> {
+        let max_wait_ms = u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX);
+        let limit = self
+            .inner
+            .request_timeout
+            .saturating_add(Duration::from_millis(u64::from(max_wait_ms)));
+        tokio::time::timeout(limit, self.inner.call(command, max_wait_ms))
+            .await
+            .unwrap_or(Err(Error::Timeout))
+    }
+
+    /// Creates `topic` with `partition_count` partitions and the default key hash; `false` if
+    /// it already exists (it is kept as it is).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a malformed name or a partition count
+    /// outside 1 to 64; otherwise as [`Client::send`].
+    pub async fn create(&self, topic: &str, partition_count: i32) -> Result<bool, Error> {
+        self.create_with(topic, partition_count, KeyHash::default())
+            .await
+    }
+
+    /// [`Client::create`] with the hash keyed publishes use to pick a partition.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::create`].
+    pub async fn create_with(
+        &self,
+        topic: &str,
+        partition_count: i32,
+        key_hash: KeyHash,
+    ) -> Result<bool, Error> {
+        let command = Command::Create {
+            topic: topic.to_owned(),
+            partition_count,
+            key_hash,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Created(created) => Ok(created),
+            other => Err(unexpected("create", &other)),
+        }
+    }
+
+    /// Adds `member` to `group` (created round-robin if absent) and returns its partitions,
+    /// ascending.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier or an unknown topic;
+    /// otherwise as [`Client::send`].
+    pub async fn join(&self, topic: &str, group: &str, member: &str) -> Result<Vec<i32>, Error> {
+        self.join_command(topic, group, member, None).await
+    }
+
+    /// [`Client::join`] naming the group's assignor: a new group uses it, an existing group must
+    /// already use it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::join`], and `InvalidArgument` if the group uses another assignor.
+    pub async fn join_with(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        assignor: Assignor,
+    ) -> Result<Vec<i32>, Error> {
+        self.join_command(topic, group, member, Some(assignor))
+            .await
+    }
+
+    async fn join_command(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        assignor: Option<Assignor>,
+    ) -> Result<Vec<i32>, Error> {
+        let command = Command::Join {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            member: member.to_owned(),
+            assignor,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Partitions(partitions) => Ok(partitions),
+            other => Err(unexpected("join", &other)),
+        }
+    }
+
+    /// Removes `member` from `group` and rebalances; `false` if it was not a member.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier or an unknown topic;
+    /// otherwise as [`Client::send`].
+    pub async fn leave(&self, topic: &str, group: &str, member: &str) -> Result<bool, Error> {
+        let command = Command::Leave {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            member: member.to_owned(),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Left(left) => Ok(left),
+            other => Err(unexpected("leave", &other)),
+        }
+    }
+
+    /// Appends `payload` to `partition` and returns its offset, or `-1` when the partition is
+    /// full.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic or partition;
+    /// [`Error::Server`] with `TooLarge` for a payload over the server's limit; otherwise as
+    /// [`Client::send`].
+    pub async fn publish(
+        &self,
+        topic: &str,
+        partition: i32,
+        payload: impl Into<Bytes>,
+    ) -> Result<i64, Error> {
+        let command = Command::Publish {
+            topic: topic.to_owned(),
+            partition,
+            payload: payload.into(),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Published(offset) => Ok(offset),
+            other => Err(unexpected("publish", &other)),
+        }
+    }
+
+    /// Publishes by key (the partition Kafka's Java client would pick, or the topic's FNV-1a),
+    /// or round-robin without one; returns the partition and the offset (`-1` when full).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::publish`].
+    pub async fn publish_keyed(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        payload: impl Into<Bytes>,
+    ) -> Result<(i32, i64), Error> {
+        let command = Command::PublishKeyed {
+            topic: topic.to_owned(),
+            key: key.map(Bytes::copy_from_slice),
+            payload: payload.into(),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::PublishedKeyed { partition, offset } => Ok((partition, offset)),
+            other => Err(unexpected("publish_keyed", &other)),
+        }
+    }
+
+    /// Reserves up to `max_records` records, at most one per partition of the member, each in
+    /// flight until acknowledged or retried. Never waits: `[]` when nothing is eligible.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier, an unknown topic or
+    /// `max_records` outside 1 to 64; otherwise as [`Client::send`].
+    pub async fn poll(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+    ) -> Result<Vec<BrokerRecord>, Error> {
+        self.poll_wait(topic, group, member, max_records, Duration::ZERO)
+            .await
+    }
+
+    /// [`Client::poll`] that, when nothing is eligible, waits up to `max_wait` (capped by the
+    /// server's limit) and answers as soon as a record is; `[]` if none came in time.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::poll`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// loop {
+    ///     let records = client
+    ///         .poll_wait("orders", "billing", "m1", 16, Duration::from_secs(5))
+    ///         .await?;
+    ///     for record in records {
+    ///         client.ack("orders", "billing", "m1", record.partition, record.offset).await?;
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub async fn poll_wait(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+        max_wait: Duration,
+    ) -> Result<Vec<BrokerRecord>, Error> {
+        let command = Command::Poll {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            member: member.to_owned(),
+            max_records,
+            max_bytes: None,
+        };
+        match self.send(command, max_wait).await? {
+            Outcome::Records(records) => Ok(records),
+            other => Err(unexpected("poll", &other)),
+        }
+    }
+
+    /// Acknowledges the exact delivery in flight, advancing the group's committed offset;
+    /// `false`, changing nothing, on any mismatch.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier, an unknown topic or
+    /// partition, or a negative offset; otherwise as [`Client::send`].
+    pub async fn ack(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<bool, Error> {
+        let command = Command::Ack {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            member: member.to_owned(),
+            partition,
+            offset,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Acked(acked) => Ok(acked),
+            other => Err(unexpected("ack", &other)),
+        }
+    }
+
+    /// Releases the exact delivery in flight for redelivery, committing nothing; `false`,
+    /// changing nothing, on any mismatch.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::ack`].
+    pub async fn retry(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<bool, Error> {
+        let command = Command::Retry {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            member: member.to_owned(),
+            partition,
+            offset,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Retried(retried) => Ok(retried),
+            other => Err(unexpected("retry", &other)),
+        }
+    }
+
+    /// Returns up to `max_records` records from the member's fetch positions, advancing them
+    /// and committing nothing. Never waits: `[]` when there is nothing new.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier, an unknown topic or
+    /// `max_records` out of range; otherwise as [`Client::send`].
+    pub async fn fetch(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+    ) -> Result<Vec<BrokerRecord>, Error> {
+        self.fetch_wait(topic, group, member, max_records, Duration::ZERO)
+            .await
+    }
+
+    /// [`Client::fetch`] that, when there is nothing new, waits up to `max_wait` (capped by the
+    /// server's limit) and answers as soon as a record arrives; `[]` if none came in time.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::fetch`].
+    pub async fn fetch_wait(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+        max_wait: Duration,
+    ) -> Result<Vec<BrokerRecord>, Error> {
+        let command = Command::Fetch {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            member: member.to_owned(),
+            max_records,
+            max_bytes: None,
+        };
+        match self.send(command, max_wait).await? {
+            Outcome::Records(records) => Ok(records),
+            other => Err(unexpected("fetch", &other)),
+        }
+    }
+
+    /// Stores the group's committed offsets: the member's fetch positions (`None`) or exactly
+    /// `offsets`, all or nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `NotAssigned` naming the first partition in `offsets` the member
+    /// does not own, or `InvalidArgument` for a malformed identifier, an unknown topic or
+    /// partition, or a negative offset; otherwise as [`Client::send`].
+    pub async fn commit(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        offsets: Option<BTreeMap<i32, i64>>,
+    ) -> Result<(), Error> {
+        let command = Command::Commit {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            member: member.to_owned(),
+            offsets,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Committed => Ok(()),
+            other => Err(unexpected("commit", &other)),
+        }
+    }
+
+    /// The member's partitions, ascending; `[]` for an unknown group or member.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier or an unknown topic;
+    /// otherwise as [`Client::send`].
+    pub async fn assignment(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+    ) -> Result<Vec<i32>, Error> {
+        let command = Command::Assignment {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            member: member.to_owned(),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Partitions(partitions) => Ok(partitions),
+            other => Err(unexpected("assignment", &other)),
+        }
+    }
+
+    /// The group's committed offset on `partition` (the earliest retained offset for a group
+    /// that never committed).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier, an unknown topic or
+    /// partition; otherwise as [`Client::send`].
+    pub async fn committed(&self, topic: &str, group: &str, partition: i32) -> Result<i64, Error> {
+        let command = Command::Committed {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            partition,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Offset(offset) => Ok(offset),
+            other => Err(unexpected("committed", &other)),
+        }
+    }
+
+    /// The offset the next record published to `partition` will get.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic or partition; otherwise as
+    /// [`Client::send`].
+    pub async fn end_offset(&self, topic: &str, partition: i32) -> Result<i64, Error> {
+        let command = Command::EndOffset {
+            topic: topic.to_owned(),
+            partition,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Offset(offset) => Ok(offset),
+            other => Err(unexpected("end_offset", &other)),
+        }
+    }
+
+    /// `end_offset - committed` for every partition of the topic, ascending.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier or an unknown topic;
+    /// otherwise as [`Client::send`].
+    pub async fn lag(&self, topic: &str, group: &str) -> Result<Vec<PartitionLag>, Error> {
+        let command = Command::Lag {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Lag(lag) => Ok(lag),
+            other => Err(unexpected("lag", &other)),
+        }
+    }
+
+    /// A snapshot of every topic and its groups.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::send`].
+    pub async fn describe(&self) -> Result<BrokerDescription, Error> {
+        match self
+            .send(Command::Describe { topic: None }, Duration::ZERO)
+            .await?
+        {
+            Outcome::Description(description) => Ok(description),
+            other => Err(unexpected("describe", &other)),
+        }
+    }
+
+    /// A snapshot of one topic and its groups.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a malformed or unknown topic; otherwise as
+    /// [`Client::send`].
+    pub async fn describe_topic(&self, topic: &str) -> Result<TopicDescription, Error> {
+        let command = Command::Describe {
+            topic: Some(topic.to_owned()),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Description(description) => {
+                description.topics.into_iter().next().ok_or_else(|| {
+                    Error::Protocol(format!("the description of {topic:?} has no topic"))
+                })
+            }
+            other => Err(unexpected("describe_topic", &other)),
+        }
+    }
+}
+
+impl Inner {
+    fn lock_current(&self) -> MutexGuard<'_, Arc<Connection>> {
+        // The guarded value is an `Arc` that is only ever replaced whole.
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn current(&self) -> Arc<Connection> {
+        Arc::clone(&self.lock_current())
+    }
+
+    /// The live connection, reconnecting first if the current one died.
+    async fn connection(&self) -> Result<Arc<Connection>, Error> {
+        let current = self.current();
+        if !current.is_closed() {
+            return Ok(current);
+        }
+        let _turn = self.reconnecting.lock().await;
+        // Another caller may have reconnected while this one waited.
+        let current = self.current();
+        if !current.is_closed() {
+            return Ok(current);
+        }
+        tracing::debug!(addrs = ?self.addrs, "reconnecting");
+        let fresh =
+            Arc::new(Connection::open(&self.addrs, &self.identity, self.connect_timeout).await?);
+        *self.lock_current() = Arc::clone(&fresh);
+        Ok(fresh)
+    }
+
+    /// One call: an in-flight slot, a live connection, a correlation id, the answer.
+    async fn call(&self, command: Command, max_wait_ms: u32) -> Result<Outcome, Error> {
+        let _slot = self
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|_| Error::ConnectionLost("the client is closed".to_owned()))?;
+        let connection = self.connection().await?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        connection.call(id, command, max_wait_ms).await
+    }
+}
+
+/// The error for an outcome of the wrong kind for `call`.
+fn unexpected(call: &str, outcome: &Outcome) -> Error {
+    let kind = match outcome {
+        Outcome::Created(_) => "Created",
+        Outcome::Partitions(_) => "Partitions",
+        Outcome::Left(_) => "Left",
+        Outcome::Published(_) => "Published",
+        Outcome::PublishedKeyed { .. } => "PublishedKeyed",
+        Outcome::Records(_) => "Records",
+        Outcome::Acked(_) => "Acked",
+        Outcome::Retried(_) => "Retried",
+        Outcome::Committed => "Committed",
+        Outcome::Offset(_) => "Offset",
+        Outcome::Lag(_) => "Lag",
+        Outcome::Description(_) => "Description",
+    };
+    Error::Protocol(format!("unexpected {kind} outcome for {call}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_can_be_shared_between_tasks() {
+        fn shareable<T: Clone + Send + Sync + 'static>() {}
+        shareable::<Client>();
+        fn error_is_sendable<T: std::error::Error + Send + Sync + 'static>() {}
+        error_is_sendable::<Error>();
+    }
+
+    #[test]
+    fn an_outcome_of_the_wrong_kind_is_a_protocol_error() {
+        assert!(matches!(
+            unexpected("publish", &Outcome::Acked(true)),
+            Error::Protocol(message) if message == "unexpected Acked outcome for publish"
+        ));
+    }
+}

@@ -1,0 +1,353 @@
+//! One TCP connection to a server: the hello exchange, a writer task that batches queued
+//! requests into one write, and a reader task that hands each response to its caller.
+//!
+//! The connection is dead once either task stops (end of stream, I/O error, protocol error):
+//! both stop, and every outstanding call fails with [`Error::ConnectionLost`]. A dead connection
+//! is never revived; the client opens a new one.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use broker_core::{Command, Outcome};
+use broker_proto::{
+    ClientCodec, ClientHandshakeCodec, Decoded, ErrorReply, Hello, HelloReply, ProtocolError,
+    RequestFrame, ServerLimits, PROTOCOL_VERSION,
+};
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_util::codec::{Decoder, Encoder};
+use tokio_util::sync::CancellationToken;
+
+use crate::pending::{Pending, Registration};
+use crate::Error;
+
+/// The largest hello reply the client reads: a welcome is a few dozen bytes.
+const MAX_HANDSHAKE_FRAME: usize = 64 * 1024;
+
+/// Requests queued for the writer beyond this wait in their callers (the queue is bounded).
+const REQUEST_QUEUE: usize = 1024;
+
+/// The writer stops adding queued requests to a batch once it holds this many bytes.
+const BATCH_BYTES: usize = 256 * 1024;
+
+/// A buffer that grew past this (for one large frame) is released after use.
+const KEEP_BUFFER_BYTES: usize = 1024 * 1024;
+
+/// What the client says in its hello.
+#[derive(Debug, Clone)]
+pub(crate) struct Identity {
+    /// The client name for the server's logs.
+    pub(crate) name: String,
+    /// The shared secret, if any.
+    pub(crate) auth_token: Option<String>,
+}
+
+/// An open connection, shared by every call that uses it.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    requests: mpsc::Sender<RequestFrame>,
+    pending: Arc<Pending>,
+    stop: CancellationToken,
+    server: String,
+    limits: ServerLimits,
+}
+
+impl Connection {
+    /// Connects to the first of `addrs` that accepts and exchanges hellos, all within
+    /// `timeout`.
+    pub(crate) async fn open(
+        addrs: &[SocketAddr],
+        identity: &Identity,
+        timeout: Duration,
+    ) -> Result<Connection, Error> {
+        match tokio::time::timeout(timeout, Self::handshake(addrs, identity)).await {
+            Ok(connection) => connection,
+            Err(_) => Err(Error::Io(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no welcome within the connect timeout of {timeout:?}"),
+            ))),
+        }
+    }
+
+    async fn handshake(addrs: &[SocketAddr], identity: &Identity) -> Result<Connection, Error> {
+        let (mut stream, peer) = connect_any(addrs).await?;
+        stream.set_nodelay(true).map_err(Error::Io)?;
+
+        let mut codec = ClientHandshakeCodec::new(MAX_HANDSHAKE_FRAME);
+        let mut buffer = BytesMut::new();
+        let hello = Hello::new(identity.name.clone(), identity.auth_token.clone());
+        codec
+            .encode(&hello, &mut buffer)
+            .map_err(|error| Error::Protocol(error.to_string()))?;
+        stream.write_all(&buffer).await.map_err(Error::Io)?;
+
+        buffer.clear();
+        let reply = loop {
+            if let Some(decoded) = codec.decode(&mut buffer).map_err(handshake_error)? {
+                break decoded;
+            }
+            if stream.read_buf(&mut buffer).await.map_err(Error::Io)? == 0 {
+                return Err(Error::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the server closed the connection before answering the hello",
+                )));
+            }
+        };
+        let (server, limits) = match reply {
+            Decoded::Message(HelloReply::Welcome {
+                version,
+                server,
+                limits,
+            }) if version == PROTOCOL_VERSION => (server, limits),
+            Decoded::Message(HelloReply::Welcome { version, .. }) => {
+                return Err(Error::Protocol(format!(
+                    "the server speaks protocol version {version}, not {PROTOCOL_VERSION}"
+                )))
+            }
+            Decoded::Message(HelloReply::Refused(reply)) => return Err(Error::Refused(reply)),
+            Decoded::Malformed { reason, .. } => {
+                return Err(Error::Protocol(format!(
+                    "undecodable hello reply: {reason}"
+                )))
+            }
+        };
+        tracing::debug!(%peer, %server, "connected");
+
+        let (read, write) = stream.into_split();
+        let (requests, queue) = mpsc::channel(REQUEST_QUEUE);
+        let pending = Arc::new(Pending::default());
+        let stop = CancellationToken::new();
+        tokio::spawn(write_requests(
+            queue,
+            write,
+            codec_for(&limits),
+            Arc::clone(&pending),
+            stop.clone(),
+        ));
+        // Bytes after the welcome are the start of the first response: the reader keeps them.
+        tokio::spawn(read_responses(
+            read,
+            buffer,
+            codec_for(&limits),
+            Arc::clone(&pending),
+            stop.clone(),
+            peer,
+        ));
+        Ok(Connection {
+            requests,
+            pending,
+            stop,
+            server,
+            limits,
+        })
+    }
+
+    /// Whether the connection died.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.pending.closed_reason().is_some()
+    }
+
+    /// The server's name and version from its welcome.
+    pub(crate) fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The limits the server announced in its welcome.
+    pub(crate) fn limits(&self) -> ServerLimits {
+        self.limits
+    }
+
+    /// Sends one request and waits for its outcome. Dropping the future forgets the request.
+    pub(crate) async fn call(
+        &self,
+        correlation_id: u64,
+        command: Command,
+        max_wait_ms: u32,
+    ) -> Result<Outcome, Error> {
+        let reply = self
+            .pending
+            .register(correlation_id)
+            .map_err(Error::ConnectionLost)?;
+        let registration = Registration::new(&self.pending, correlation_id);
+        let frame = RequestFrame {
+            correlation_id,
+            max_wait_ms,
+            command,
+        };
+        if self.requests.send(frame).await.is_err() {
+            return Err(self.lost());
+        }
+        let outcome = reply.await.map_err(|_| self.lost())?;
+        registration.disarm();
+        outcome
+    }
+
+    fn lost(&self) -> Error {
+        Error::ConnectionLost(
+            self.pending
+                .closed_reason()
+                .unwrap_or_else(|| "the connection's tasks stopped".to_owned()),
+        )
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // The last user is gone: stop both tasks even if the writer is blocked on a server that
+        // does not read.
+        self.stop.cancel();
+    }
+}
+
+/// The request codec, sized to the server's frame limit.
+fn codec_for(limits: &ServerLimits) -> ClientCodec {
+    ClientCodec::new(usize::try_from(limits.max_frame_bytes).unwrap_or(usize::MAX))
+}
+
+async fn connect_any(addrs: &[SocketAddr]) -> Result<(TcpStream, SocketAddr), Error> {
+    let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to");
+    for &addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(stream) => return Ok((stream, addr)),
+            Err(error) => last = error,
+        }
+    }
+    Err(Error::Io(last))
+}
+
+fn handshake_error(error: ProtocolError) -> Error {
+    match error {
+        ProtocolError::Io(error) => Error::Io(error),
+        other => Error::Protocol(format!("bad hello reply: {other}")),
+    }
+}
+
+/// Takes requests from the queue and writes every request already queued with one write.
+async fn write_requests(
+    mut queue: mpsc::Receiver<RequestFrame>,
+    mut write: OwnedWriteHalf,
+    mut codec: ClientCodec,
+    pending: Arc<Pending>,
+    stop: CancellationToken,
+) {
+    let mut batch = BytesMut::new();
+    loop {
+        let first = tokio::select! {
+            () = stop.cancelled() => break,
+            frame = queue.recv() => match frame {
+                Some(frame) => frame,
+                // Every handle on the connection is gone.
+                None => break,
+            },
+        };
+        encode(&mut codec, first, &mut batch, &pending);
+        while batch.len() < BATCH_BYTES {
+            match queue.try_recv() {
+                Ok(frame) => encode(&mut codec, frame, &mut batch, &pending),
+                Err(_) => break,
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let written = tokio::select! {
+            () = stop.cancelled() => break,
+            written = write.write_all(&batch) => written,
+        };
+        if let Err(error) = written {
+            pending.close(&format!("write failed: {error}"));
+            break;
+        }
+        if batch.capacity() > KEEP_BUFFER_BYTES {
+            batch = BytesMut::new();
+        } else {
+            batch.clear();
+        }
+    }
+    pending.close("the client closed the connection");
+    stop.cancel();
+}
+
+/// Appends one request to the batch; a request the codec refuses fails alone.
+fn encode(codec: &mut ClientCodec, frame: RequestFrame, batch: &mut BytesMut, pending: &Pending) {
+    let id = frame.correlation_id;
+    if let Err(error) = codec.encode(frame, batch) {
+        let error = match error {
+            ProtocolError::FrameTooLarge { size, limit } => Error::Server(ErrorReply::TooLarge {
+                what: "frame".to_owned(),
+                size,
+                limit,
+            }),
+            other => Error::Protocol(other.to_string()),
+        };
+        pending.complete(id, Err(error));
+    }
+}
+
+/// Reads responses and hands each to its caller until the connection ends.
+async fn read_responses(
+    mut read: OwnedReadHalf,
+    mut buffer: BytesMut,
+    mut codec: ClientCodec,
+    pending: Arc<Pending>,
+    stop: CancellationToken,
+    peer: SocketAddr,
+) {
+    let reason = loop {
+        match codec.decode(&mut buffer) {
+            Ok(Some(decoded)) => {
+                if let Err(reason) = deliver(&pending, decoded) {
+                    break reason;
+                }
+                continue;
+            }
+            Ok(None) => {}
+            Err(error) => break error.to_string(),
+        }
+        if buffer.capacity() > KEEP_BUFFER_BYTES && buffer.is_empty() {
+            buffer = BytesMut::new();
+        }
+        let read = tokio::select! {
+            () = stop.cancelled() => break "the connection was closed".to_owned(),
+            read = read.read_buf(&mut buffer) => read,
+        };
+        match read {
+            Ok(0) if buffer.is_empty() => break "the server closed the connection".to_owned(),
+            Ok(0) => {
+                break format!(
+                    "the server closed the connection in the middle of a frame ({} bytes buffered)",
+                    buffer.len()
+                )
+            }
+            Ok(_) => {}
+            Err(error) => break format!("read failed: {error}"),
+        }
+    };
+    tracing::debug!(%peer, %reason, "connection closed");
+    pending.close(&reason);
+    stop.cancel();
+}
+
+/// Hands one decoded frame to its caller; `Err` when the connection cannot go on.
+fn deliver(pending: &Pending, decoded: Decoded<broker_proto::ResponseFrame>) -> Result<(), String> {
+    match decoded {
+        Decoded::Message(response) => pending.dispatch(response),
+        // The frame boundary is intact, so only the call it answers fails.
+        Decoded::Malformed {
+            leading_u64: Some(id),
+            reason,
+        } if id != 0 => {
+            pending.complete(
+                id,
+                Err(Error::Protocol(format!("undecodable response: {reason}"))),
+            );
+            Ok(())
+        }
+        Decoded::Malformed { reason, .. } => Err(format!("undecodable response: {reason}")),
+    }
+}

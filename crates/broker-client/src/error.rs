@@ -1,0 +1,114 @@
+//! The one error type of every client call.
+
+use broker_core::BrokerError;
+use broker_proto::ErrorReply;
+
+/// Why a client call failed.
+///
+/// The variants keep apart what the caller can act on: a broker rule refused the call
+/// ([`Error::Broker`], the same error the in-process core returns), the server refused it for its
+/// own reasons ([`Error::Server`]), the connection could not be opened ([`Error::Io`],
+/// [`Error::Refused`]) or was lost ([`Error::ConnectionLost`]), the answer took too long
+/// ([`Error::Timeout`]), or the answer made no sense ([`Error::Protocol`]).
+///
+/// A call that fails with `ConnectionLost` or `Timeout` may or may not have been applied by the
+/// server: the request may have been sent before the answer was lost.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The broker refused the call (wire error codes 0 and 1), exactly as
+    /// `broker_core::EventBroker` would have: the call changed nothing.
+    /// `Error::Broker(BrokerError::InvalidArgument(_))` is the network form of seed 000's
+    /// invalid-argument exception.
+    #[error(transparent)]
+    Broker(BrokerError),
+    /// The server refused the request for a reason of its own (every wire error code but 0 and
+    /// 1): too large, shutting down, malformed, unauthenticated, storage failure. A request
+    /// larger than the frame limit the server announced fails with
+    /// [`ErrorReply::TooLarge`] here without being sent.
+    #[error("server error: {0}")]
+    Server(ErrorReply),
+    /// Opening a connection failed: name resolution, TCP connect, or the hello exchange (an I/O
+    /// error, the server closing the connection, or the connect timeout, as
+    /// [`std::io::ErrorKind::TimedOut`]).
+    #[error("cannot connect: {0}")]
+    Io(std::io::Error),
+    /// The connection died (end of stream, I/O error, protocol error) while the call was
+    /// outstanding or being sent. The next call opens a new connection.
+    #[error("connection lost: {0}")]
+    ConnectionLost(String),
+    /// No answer came within the request timeout (extended by the call's maximum wait).
+    #[error("request timed out")]
+    Timeout,
+    /// The server refused the hello: wrong protocol version, wrong auth token.
+    #[error("the server refused the connection: {0}")]
+    Refused(ErrorReply),
+    /// The server answered something this client cannot understand: an undecodable response, an
+    /// outcome of the wrong kind for the call, an unknown protocol version.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+impl Error {
+    /// The client-side form of an error reply: codes 0 and 1 become [`Error::Broker`], the rest
+    /// [`Error::Server`].
+    pub(crate) fn from_reply(reply: ErrorReply) -> Error {
+        match reply.to_broker_error() {
+            Some(broker) => Error::Broker(broker),
+            None => Error::Server(reply),
+        }
+    }
+}
+
+impl From<BrokerError> for Error {
+    fn from(error: BrokerError) -> Self {
+        Error::Broker(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broker_codes_become_broker_errors() {
+        assert!(matches!(
+            Error::from_reply(ErrorReply::InvalidArgument("x".into())),
+            Error::Broker(BrokerError::InvalidArgument(message)) if message == "x"
+        ));
+        assert!(matches!(
+            Error::from_reply(ErrorReply::NotAssigned { partition: 3 }),
+            Error::Broker(BrokerError::NotAssigned { partition: 3 })
+        ));
+    }
+
+    #[test]
+    fn server_codes_stay_server_errors() {
+        assert!(matches!(
+            Error::from_reply(ErrorReply::ShuttingDown),
+            Error::Server(ErrorReply::ShuttingDown)
+        ));
+        assert!(matches!(
+            Error::from_reply(ErrorReply::MalformedRequest("bad".into())),
+            Error::Server(ErrorReply::MalformedRequest(_))
+        ));
+    }
+
+    #[test]
+    fn messages_are_lowercase_without_trailing_period() {
+        let errors = [
+            Error::Broker(BrokerError::NotAssigned { partition: 1 }),
+            Error::Server(ErrorReply::ShuttingDown),
+            Error::Io(std::io::Error::other("refused")),
+            Error::ConnectionLost("end of stream".into()),
+            Error::Timeout,
+            Error::Refused(ErrorReply::Unauthenticated("no token".into())),
+            Error::Protocol("bad".into()),
+        ];
+        for error in errors {
+            let message = error.to_string();
+            assert!(message.starts_with(char::is_lowercase), "{message}");
+            assert!(!message.ends_with('.'), "{message}");
+        }
+    }
+}

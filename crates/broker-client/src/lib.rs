@@ -1,0 +1,57 @@
+//! The broker's typed async client.
+//!
+//! [`Client`] offers every call of `broker_core::EventBroker` as an async method with the same
+//! name, arguments and results, over one TCP connection to a `broker-server`. Clones share the
+//! connection; requests from any number of tasks are pipelined on it and matched to their
+//! responses by correlation id. Broker errors arrive as [`Error::Broker`] with the core's own
+//! [`BrokerError`].
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use broker_client::{BrokerError, Client, Error};
+//!
+//! # async fn run() -> Result<(), Error> {
+//! let client = Client::connect("127.0.0.1:9092").await?;
+//! client.create("orders", 2).await?;
+//! client.publish("orders", 0, "first").await?;
+//! client.join("orders", "billing", "m1").await?;
+//! let records = client
+//!     .poll_wait("orders", "billing", "m1", 8, Duration::from_secs(1))
+//!     .await?;
+//! for record in &records {
+//!     client.ack("orders", "billing", "m1", record.partition, record.offset).await?;
+//! }
+//! match client.create("bad name!", 1).await {
+//!     Err(Error::Broker(BrokerError::InvalidArgument(message))) => println!("{message}"),
+//!     other => println!("{other:?}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Design
+//!
+//! A writer task takes requests from a bounded queue and writes every request already queued
+//! with one write; a reader task hands each response to the caller waiting for its correlation
+//! id. At most [`ClientBuilder::max_in_flight`] calls are outstanding at once. A call that times
+//! out or whose future is dropped is forgotten. When the connection dies every outstanding call
+//! fails with [`Error::ConnectionLost`] and the next call reconnects; see [`Client`] for what
+//! that means for consumer groups.
+
+mod builder;
+mod client;
+mod connection;
+mod error;
+mod pending;
+
+pub use broker_core::{
+    Assignor, BrokerDescription, BrokerError, BrokerRecord, Command, GroupDescription,
+    GroupPartitionDescription, KeyHash, MemberDescription, Outcome, PartitionDescription,
+    PartitionLag, TopicDescription,
+};
+pub use broker_proto::{ErrorReply, ServerLimits};
+pub use builder::{
+    ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IN_FLIGHT, DEFAULT_REQUEST_TIMEOUT,
+};
+pub use client::Client;
+pub use error::Error;
