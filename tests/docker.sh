@@ -47,4 +47,4 @@ docker stop -t 10 "$name" >/dev/null
 status="$(docker inspect -f '{{.State.ExitCode}}' "$name")"
 [ "$status" = "0" ] || fail "exit status after docker stop was $status, not 0"
 size="$(docker image inspect -f '{{.Size}}' "$tag")"
-echo "docker image test: 1 passed, 0 failed (image $((size / 1024 / 1024)) MiB, clean exit on docker stop)"
+echo "docker image test OK (image $((size / 1024 / 1024)) MiB, clean exit on docker stop)"
