@@ -1,0 +1,189 @@
+//! The server's limits and timeouts, with safe defaults and one validation.
+
+use std::time::Duration;
+
+use broker_core::MAX_CAPACITY;
+use broker_proto::{ServerLimits, MAX_FRAME_CEILING};
+use tokio::sync::Semaphore;
+
+use crate::ServerError;
+
+/// The name and version the server announces in its welcome, `broker-server/<version>`.
+pub const SERVER_NAME: &str = concat!("broker-server/", env!("CARGO_PKG_VERSION"));
+
+/// How much bigger than the largest payload a frame must be allowed to be: room for the
+/// request around a maximal publish and for the records of a full poll or fetch response.
+const FRAME_HEADROOM: usize = 2 * 1024 * 1024;
+
+/// Everything [`crate::run`] can be told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Records each partition retains at most, 1 to 1,000 (the core's capacity).
+    pub capacity: i32,
+    /// Largest frame body read or written, in bytes. At least `max_payload_bytes` plus 2 MiB, at
+    /// most [`MAX_FRAME_CEILING`].
+    pub max_frame_bytes: usize,
+    /// Largest payload plus key a publish may carry, in bytes.
+    pub max_payload_bytes: usize,
+    /// Most connections served at once; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// Most requests of one connection being worked on at once (waiting ones included); the
+    /// server stops reading a connection that has this many outstanding.
+    pub max_in_flight: usize,
+    /// Longest a waiting poll or fetch may wait, whatever it asks for.
+    pub max_wait: Duration,
+    /// A member joined over a connection is removed (a normal leave) after this long without a
+    /// request naming it.
+    pub session_timeout: Duration,
+    /// Whether members joined over a connection leave as soon as it closes.
+    pub leave_on_disconnect: bool,
+    /// How long a graceful shutdown may take before unfinished connections are abandoned.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            capacity: 100,
+            max_frame_bytes: 8 * 1024 * 1024,
+            max_payload_bytes: 1024 * 1024,
+            max_connections: 1024,
+            max_in_flight: 1024,
+            max_wait: Duration::from_secs(60),
+            session_timeout: Duration::from_secs(30),
+            leave_on_disconnect: false,
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Config {
+    /// Checks every value is in range.
+    ///
+    /// # Errors
+    /// [`ServerError::InvalidConfig`] naming the first value out of range.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        let invalid = |message: String| Err(ServerError::InvalidConfig(message));
+        if !(1..=MAX_CAPACITY).contains(&self.capacity) {
+            return invalid(format!(
+                "capacity must be 1 to {MAX_CAPACITY}, got {}",
+                self.capacity
+            ));
+        }
+        if self.max_payload_bytes == 0 {
+            return invalid("max payload bytes must be at least 1".into());
+        }
+        let min_frame = self.max_payload_bytes.saturating_add(FRAME_HEADROOM);
+        if self.max_frame_bytes < min_frame || self.max_frame_bytes > MAX_FRAME_CEILING {
+            return invalid(format!(
+                "max frame bytes must be {min_frame} (max payload bytes + 2 MiB) to \
+                 {MAX_FRAME_CEILING}, got {}",
+                self.max_frame_bytes
+            ));
+        }
+        for (name, value) in [
+            ("max connections", self.max_connections),
+            ("max in flight", self.max_in_flight),
+        ] {
+            if value == 0 || value > Semaphore::MAX_PERMITS {
+                return invalid(format!(
+                    "{name} must be 1 to {}, got {value}",
+                    Semaphore::MAX_PERMITS
+                ));
+            }
+        }
+        for (name, value) in [
+            ("max wait", self.max_wait),
+            ("session timeout", self.session_timeout),
+        ] {
+            if value.is_zero() || value.as_millis() > u128::from(u32::MAX) {
+                return invalid(format!(
+                    "{name} must be 1 ms to {} ms, got {} ms",
+                    u32::MAX,
+                    value.as_millis()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The limits announced to clients in the welcome.
+    pub fn limits(&self) -> ServerLimits {
+        let clamp = |value: u128| u32::try_from(value).unwrap_or(u32::MAX);
+        ServerLimits {
+            max_frame_bytes: clamp(self.max_frame_bytes as u128),
+            max_payload_bytes: clamp(self.max_payload_bytes as u128),
+            max_in_flight: clamp(self.max_in_flight as u128),
+            max_wait_ms: clamp(self.max_wait.as_millis()),
+            session_timeout_ms: clamp(self.session_timeout.as_millis()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid() {
+        assert!(Config::default().validate().is_ok());
+    }
+
+    #[test]
+    fn capacity_out_of_range_is_refused() {
+        for capacity in [0, 1001, -1] {
+            let config = Config {
+                capacity,
+                ..Config::default()
+            };
+            assert!(matches!(
+                config.validate(),
+                Err(ServerError::InvalidConfig(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn frame_must_leave_room_for_payload() {
+        let config = Config {
+            max_frame_bytes: 2 * 1024 * 1024,
+            max_payload_bytes: 1,
+            ..Config::default()
+        };
+        assert!(config.validate().is_err());
+        let config = Config {
+            max_frame_bytes: MAX_FRAME_CEILING + 1,
+            ..Config::default()
+        };
+        assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn zero_limits_are_refused() {
+        let zeroed = [
+            Config {
+                max_connections: 0,
+                ..Config::default()
+            },
+            Config {
+                max_in_flight: 0,
+                ..Config::default()
+            },
+            Config {
+                max_payload_bytes: 0,
+                ..Config::default()
+            },
+            Config {
+                session_timeout: Duration::ZERO,
+                ..Config::default()
+            },
+            Config {
+                max_wait: Duration::ZERO,
+                ..Config::default()
+            },
+        ];
+        for config in zeroed {
+            assert!(config.validate().is_err(), "{config:?}");
+        }
+    }
+}

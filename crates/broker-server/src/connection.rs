@@ -1,0 +1,155 @@
+//! Framing on one TCP connection: a [`Connection`] reads frames from the socket's read half,
+//! and [`write_responses`] owns the write half, encoding queued responses and writing each
+//! group of them with one flush.
+
+use std::net::SocketAddr;
+
+use broker_proto::{ErrorReply, ProtocolError, ResponseFrame, ServerCodec};
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio_util::codec::{Decoder, Encoder};
+use tokio_util::sync::CancellationToken;
+use tracing::error;
+
+/// Bytes requested from the socket per read when the buffer is short of room.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Encoded responses beyond this many bytes are written before more are encoded.
+const WRITE_CHUNK: usize = 256 * 1024;
+
+/// The read side of a connection: the socket and the bytes read but not yet decoded.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    stream: OwnedReadHalf,
+    buffer: BytesMut,
+}
+
+impl Connection {
+    /// A connection reading from `stream`.
+    pub(crate) fn new(stream: OwnedReadHalf) -> Self {
+        Connection {
+            stream,
+            buffer: BytesMut::with_capacity(READ_CHUNK),
+        }
+    }
+
+    /// Reads until one frame decodes. `Ok(None)` on a clean end of stream; an error on an end
+    /// of stream inside a frame, on a frame over the limit and on I/O errors.
+    ///
+    /// Cancel safe: everything read stays in the connection's buffer.
+    pub(crate) async fn read_frame<D>(
+        &mut self,
+        codec: &mut D,
+    ) -> Result<Option<D::Item>, ProtocolError>
+    where
+        D: Decoder<Error = ProtocolError>,
+    {
+        loop {
+            if let Some(frame) = codec.decode(&mut self.buffer)? {
+                return Ok(Some(frame));
+            }
+            if self.buffer.capacity() - self.buffer.len() < READ_CHUNK / 4 {
+                self.buffer.reserve(READ_CHUNK);
+            }
+            if self.stream.read_buf(&mut self.buffer).await? == 0 {
+                return codec.decode_eof(&mut self.buffer);
+            }
+        }
+    }
+
+    /// The next frame already buffered, without reading from the socket.
+    pub(crate) fn buffered_frame<D>(
+        &mut self,
+        codec: &mut D,
+    ) -> Result<Option<D::Item>, ProtocolError>
+    where
+        D: Decoder<Error = ProtocolError>,
+    {
+        codec.decode(&mut self.buffer)
+    }
+}
+
+/// Responses on their way to the peer, with the in-flight permits of the requests they answer:
+/// the permits are released once the responses are written, so a peer that does not read
+/// stops being read from.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    /// The responses, in the order they are to be written.
+    pub(crate) responses: Vec<ResponseFrame>,
+    /// One permit per request answered here.
+    pub(crate) permits: Vec<OwnedSemaphorePermit>,
+}
+
+/// Writes everything sent on `outgoing` to `stream` until every sender is gone, then shuts the
+/// write half down. All responses queued at a time are encoded together and written with one
+/// flush. On a write error, cancels `closing` so the rest of the connection stops too.
+pub(crate) async fn write_responses(
+    mut stream: OwnedWriteHalf,
+    mut outgoing: mpsc::Receiver<Outgoing>,
+    mut codec: ServerCodec,
+    closing: CancellationToken,
+    peer: SocketAddr,
+) {
+    let mut buffer = BytesMut::new();
+    let mut written = Vec::new();
+    while let Some(mut batch) = outgoing.recv().await {
+        loop {
+            for response in batch.responses.drain(..) {
+                encode_response(&mut codec, response, &mut buffer, peer);
+            }
+            written.push(batch.permits);
+            if buffer.len() >= WRITE_CHUNK {
+                break;
+            }
+            match outgoing.try_recv() {
+                Ok(next) => batch = next,
+                Err(_) => break,
+            }
+        }
+        let result = async {
+            stream.write_all(&buffer).await?;
+            stream.flush().await
+        }
+        .await;
+        if let Err(cause) = result {
+            error!(peer = %peer, cause = %cause, "writing responses failed; closing connection");
+            closing.cancel();
+            return;
+        }
+        buffer.clear();
+        written.clear();
+    }
+    // The peer may already be gone; there is nothing left to tell it either way.
+    let _ = stream.shutdown().await;
+}
+
+/// Encodes one response; one too large for a frame is replaced by an `ErrorReply::TooLarge`.
+fn encode_response(
+    codec: &mut ServerCodec,
+    response: ResponseFrame,
+    buffer: &mut BytesMut,
+    peer: SocketAddr,
+) {
+    let correlation_id = response.correlation_id;
+    let refusal = match codec.encode(&response, buffer) {
+        Ok(()) => return,
+        Err(ProtocolError::FrameTooLarge { size, limit }) => ErrorReply::TooLarge {
+            what: "response".into(),
+            size,
+            limit,
+        },
+        Err(cause) => {
+            error!(peer = %peer, cause = %cause, correlation_id, "cannot encode a response");
+            ErrorReply::InvalidArgument(format!("the response could not be encoded: {cause}"))
+        }
+    };
+    let refusal = ResponseFrame {
+        correlation_id,
+        result: Err(refusal),
+    };
+    if let Err(cause) = codec.encode(&refusal, buffer) {
+        error!(peer = %peer, cause = %cause, correlation_id, "cannot encode a refusal");
+    }
+}

@@ -1,0 +1,265 @@
+//! Applying requests to the core: a batch of pipelined requests goes in under one lock of the
+//! broker, responses come out, and poll or fetch requests that found nothing and asked to wait
+//! come out as parked requests for the waiter.
+
+use broker_core::{BrokerState, Command, Outcome};
+use broker_proto::{Decoded, ErrorReply, RequestFrame, ResponseFrame};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{Duration, Instant};
+
+use crate::server::Shared;
+use crate::session::{MemberKey, Sessions};
+use crate::Config;
+
+/// Wire bytes a record may take in a response beyond its payload, key and topic name.
+const RECORD_OVERHEAD: usize = 120;
+
+/// Wire bytes a records response may take besides its records.
+const RESPONSE_OVERHEAD: usize = 1024;
+
+/// A poll or fetch that found nothing and will wait for a record.
+#[derive(Debug)]
+pub(crate) struct Parked {
+    /// The request's correlation id.
+    pub(crate) correlation_id: u64,
+    /// The poll or fetch, retried on every signal of its topic.
+    pub(crate) command: Command,
+    /// How long it may wait at most (already bounded by the server's maximum).
+    pub(crate) wait: Duration,
+    /// The in-flight permit of the request, released once it is answered.
+    pub(crate) permit: OwnedSemaphorePermit,
+}
+
+/// What applying one batch produced.
+#[derive(Debug, Default)]
+pub(crate) struct Applied {
+    /// Responses to write now, in request order.
+    pub(crate) responses: Vec<ResponseFrame>,
+    /// The permits of the requests answered in `responses`.
+    pub(crate) permits: Vec<OwnedSemaphorePermit>,
+    /// Requests to hand to the waiter.
+    pub(crate) parked: Vec<Parked>,
+    /// Topics whose waiters should retry: something there may have become eligible.
+    pub(crate) wake: Vec<String>,
+}
+
+/// Applies a batch of decoded frames, each with its in-flight permit, under one lock of the
+/// broker. With `may_wait` false (the connection is closing) nothing is parked.
+pub(crate) fn apply_batch(
+    shared: &Shared,
+    connection: u64,
+    frames: Vec<(Decoded<RequestFrame>, OwnedSemaphorePermit)>,
+    may_wait: bool,
+) -> Applied {
+    let now = Instant::now();
+    let mut applied = Applied::default();
+    shared.broker.with_state(|state| {
+        let mut sessions = shared.lock_sessions();
+        for (frame, permit) in frames {
+            let request = match frame {
+                Decoded::Message(request) => request,
+                Decoded::Malformed {
+                    leading_u64,
+                    reason,
+                } => {
+                    applied.responses.push(ResponseFrame {
+                        correlation_id: leading_u64.unwrap_or(0),
+                        result: Err(ErrorReply::MalformedRequest(reason)),
+                    });
+                    applied.permits.push(permit);
+                    continue;
+                }
+            };
+            let RequestFrame {
+                correlation_id,
+                max_wait_ms,
+                command,
+            } = request;
+            let command = match prepare(&shared.config, command) {
+                Ok(command) => command,
+                Err(refusal) => {
+                    applied.responses.push(ResponseFrame {
+                        correlation_id,
+                        result: Err(refusal),
+                    });
+                    applied.permits.push(permit);
+                    continue;
+                }
+            };
+            let wait = Duration::from_millis(max_wait_ms.into()).min(shared.config.max_wait);
+            let retry =
+                (may_wait && !wait.is_zero() && is_wait_capable(&command)).then(|| command.clone());
+            let (result, wake) = execute(state, &mut sessions, connection, command, now);
+            if let Some(topic) = wake {
+                if !applied.wake.contains(&topic) {
+                    applied.wake.push(topic);
+                }
+            }
+            match retry {
+                Some(command) if is_empty_records(&result) => {
+                    if let Some(key) = MemberKey::of(&command) {
+                        sessions.park(&key);
+                    }
+                    applied.parked.push(Parked {
+                        correlation_id,
+                        command,
+                        wait,
+                        permit,
+                    });
+                }
+                _ => {
+                    applied.responses.push(ResponseFrame {
+                        correlation_id,
+                        result,
+                    });
+                    applied.permits.push(permit);
+                }
+            }
+        }
+    });
+    applied
+}
+
+/// Applies one command with the broker locked (`state`) and the sessions locked: refreshes the
+/// member it names, records joins and leaves. Returns the result and, when the command may have
+/// made a record eligible for a waiter, its topic.
+pub(crate) fn execute(
+    state: &mut BrokerState,
+    sessions: &mut Sessions,
+    connection: u64,
+    command: Command,
+    now: Instant,
+) -> (Result<Outcome, ErrorReply>, Option<String>) {
+    let member = MemberKey::of(&command);
+    let wakes = matches!(
+        command,
+        Command::Publish { .. }
+            | Command::PublishKeyed { .. }
+            | Command::Ack { .. }
+            | Command::Retry { .. }
+            | Command::Join { .. }
+            | Command::Leave { .. }
+            | Command::Commit { .. }
+    );
+    let topic = wakes.then(|| command.topic().map(str::to_owned)).flatten();
+    let is_join = matches!(command, Command::Join { .. });
+    let is_leave = matches!(command, Command::Leave { .. });
+    let result = state.apply(command).map_err(ErrorReply::from);
+    if let Some(key) = member {
+        match &result {
+            Ok(_) if is_join => sessions.joined(key, connection, now),
+            Ok(_) if is_leave => sessions.left(&key),
+            _ => sessions.touch(&key, now),
+        }
+    }
+    let topic = topic.filter(|_| result.is_ok());
+    (result, topic)
+}
+
+/// Refuses payloads over the limit and gives polls and fetches a byte budget whose response
+/// fits in a frame.
+fn prepare(config: &Config, mut command: Command) -> Result<Command, ErrorReply> {
+    let payload_size = match &command {
+        Command::Publish { payload, .. } => Some(payload.len()),
+        Command::PublishKeyed { key, payload, .. } => {
+            Some(payload.len() + key.as_ref().map_or(0, |key| key.len()))
+        }
+        _ => None,
+    };
+    if let Some(size) = payload_size.filter(|&size| size > config.max_payload_bytes) {
+        return Err(ErrorReply::TooLarge {
+            what: "payload".into(),
+            size: size as u64,
+            limit: config.max_payload_bytes as u64,
+        });
+    }
+    if let Command::Poll {
+        topic,
+        max_records,
+        max_bytes,
+        ..
+    }
+    | Command::Fetch {
+        topic,
+        max_records,
+        max_bytes,
+        ..
+    } = &mut command
+    {
+        let records = usize::try_from(*max_records).unwrap_or(0);
+        let per_record = RECORD_OVERHEAD + topic.len();
+        let budget = config
+            .max_frame_bytes
+            .saturating_sub(RESPONSE_OVERHEAD)
+            .saturating_sub(records.saturating_mul(per_record)) as u64;
+        *max_bytes = Some(max_bytes.map_or(budget, |asked| asked.min(budget)));
+    }
+    Ok(command)
+}
+
+fn is_wait_capable(command: &Command) -> bool {
+    matches!(command, Command::Poll { .. } | Command::Fetch { .. })
+}
+
+/// Whether a result is a successful, empty poll or fetch: the kind that waits.
+pub(crate) fn is_empty_records(result: &Result<Outcome, ErrorReply>) -> bool {
+    matches!(result, Ok(Outcome::Records(records)) if records.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use bytes::Bytes;
+
+    use super::*;
+
+    #[test]
+    fn payload_over_the_limit_is_too_large() {
+        let config = Config {
+            max_payload_bytes: 4,
+            ..Config::default()
+        };
+        let publish = Command::PublishKeyed {
+            topic: "t".into(),
+            key: Some(Bytes::from_static(b"ab")),
+            payload: Bytes::from_static(b"abc"),
+        };
+        assert_eq!(
+            prepare(&config, publish),
+            Err(ErrorReply::TooLarge {
+                what: "payload".into(),
+                size: 5,
+                limit: 4
+            })
+        );
+        let publish = Command::Publish {
+            topic: "t".into(),
+            partition: 0,
+            payload: Bytes::from_static(b"abcd"),
+        };
+        assert!(prepare(&config, publish).is_ok());
+    }
+
+    #[test]
+    fn poll_budget_fits_a_frame_and_respects_the_client() {
+        let config = Config::default();
+        let poll = |max_bytes| Command::Poll {
+            topic: "topic".into(),
+            group: "g".into(),
+            member: "m".into(),
+            max_records: 10,
+            max_bytes,
+        };
+        let expected =
+            (config.max_frame_bytes - RESPONSE_OVERHEAD - 10 * (RECORD_OVERHEAD + 5)) as u64;
+        match prepare(&config, poll(None)).unwrap() {
+            Command::Poll { max_bytes, .. } => assert_eq!(max_bytes, Some(expected)),
+            other => panic!("unexpected {other:?}"),
+        }
+        match prepare(&config, poll(Some(7))).unwrap() {
+            Command::Poll { max_bytes, .. } => assert_eq!(max_bytes, Some(7)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! `broker-server`: parses flags, sets up logging, binds, prints `listening on <address>` and
+//! serves until SIGINT or SIGTERM. Everything else lives in the library.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use broker_server::{resolve_listen_addr, Config};
+use clap::Parser;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tracing_subscriber::EnvFilter;
+
+const EXAMPLES: &str = "\
+Examples:
+  broker-server --capacity 100 --listen :9092     every interface, port 9092
+  broker-server --listen 127.0.0.1:0              an ephemeral port, printed when ready
+  BROKER_LISTEN=[::1]:9092 broker-server          the same flags as environment variables
+  RUST_LOG=broker_server=debug broker-server      one log line per connection";
+
+/// A message broker: partitioned topics, consumer groups, acks and Kafka-style fetch and commit,
+/// served over TCP.
+#[derive(Debug, Parser)]
+#[command(version, about, after_help = EXAMPLES)]
+struct Args {
+    /// Records each partition retains at most, 1 to 1000.
+    #[arg(long, env = "BROKER_CAPACITY", default_value_t = 100)]
+    capacity: i32,
+    /// Address to listen on: HOST:PORT, [IPv6]:PORT, or :PORT for every interface; port 0 picks
+    /// a free port.
+    #[arg(long, env = "BROKER_LISTEN", default_value = "127.0.0.1:9092")]
+    listen: String,
+    /// Largest frame accepted or sent, in bytes; at least max payload + 2 MiB, at most 64 MiB.
+    #[arg(long, env = "BROKER_MAX_FRAME_BYTES", default_value_t = 8 * 1024 * 1024)]
+    max_frame_bytes: usize,
+    /// Largest payload plus key a publish may carry, in bytes.
+    #[arg(long, env = "BROKER_MAX_PAYLOAD_BYTES", default_value_t = 1024 * 1024)]
+    max_payload_bytes: usize,
+    /// Most client connections served at once; more wait to be accepted.
+    #[arg(long, env = "BROKER_MAX_CONNECTIONS", default_value_t = 1024)]
+    max_connections: usize,
+    /// Most requests of one connection worked on at once (waiting ones included); the server
+    /// stops reading a connection that has this many outstanding.
+    #[arg(long, env = "BROKER_MAX_IN_FLIGHT", default_value_t = 1024)]
+    max_in_flight: usize,
+    /// Longest a waiting poll or fetch may wait, in milliseconds.
+    #[arg(long, env = "BROKER_MAX_WAIT_MS", default_value_t = 60_000)]
+    max_wait_ms: u64,
+    /// A consumer-group member is removed (and its partitions rebalanced) after this many
+    /// milliseconds without a request naming it.
+    #[arg(long, env = "BROKER_SESSION_TIMEOUT_MS", default_value_t = 30_000)]
+    session_timeout_ms: u64,
+    /// Also remove members as soon as the connection they joined through closes.
+    #[arg(long, env = "BROKER_LEAVE_ON_DISCONNECT")]
+    leave_on_disconnect: bool,
+    /// Log filter, such as info, debug or broker_server=trace; RUST_LOG overrides it.
+    #[arg(long, env = "BROKER_LOG_LEVEL", default_value = "info")]
+    log_level: String,
+}
+
+impl Args {
+    fn config(&self) -> Config {
+        Config {
+            capacity: self.capacity,
+            max_frame_bytes: self.max_frame_bytes,
+            max_payload_bytes: self.max_payload_bytes,
+            max_connections: self.max_connections,
+            max_in_flight: self.max_in_flight,
+            max_wait: Duration::from_millis(self.max_wait_ms),
+            session_timeout: Duration::from_millis(self.session_timeout_ms),
+            leave_on_disconnect: self.leave_on_disconnect,
+            ..Config::default()
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let config = args.config();
+    if let Err(error) = config.validate() {
+        eprintln!("error: {error}");
+        return ExitCode::from(2);
+    }
+    let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(&args.log_level));
+    let filter = match filter {
+        Ok(filter) => filter,
+        Err(error) => {
+            eprintln!("error: invalid log level {:?}: {error}", args.log_level);
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    match serve(&args.listen, config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[tokio::main]
+async fn serve(listen: &str, config: Config) -> anyhow::Result<()> {
+    let addresses = resolve_listen_addr(listen).await?;
+    let listener = TcpListener::bind(addresses.as_slice())
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "listening on {}", listener.local_addr()?)?;
+    stdout.flush()?;
+    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = terminate.recv() => tracing::info!("SIGTERM received"),
+            _ = interrupt.recv() => tracing::info!("SIGINT received"),
+        }
+    };
+    broker_server::run(listener, config, shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,353 @@
+//! The accept loop and the life of one connection: handshake, then batches of pipelined
+//! requests, then a graceful close.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use broker_core::EventBroker;
+use broker_proto::{
+    ErrorReply, Hello, HelloReply, ProtocolError, ResponseFrame, ServerCodec, ServerHandshakeCodec,
+    MAGIC, PROTOCOL_VERSION,
+};
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{self, Duration};
+use tokio_util::codec::Encoder;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, error, info, warn};
+
+use crate::connection::{write_responses, Connection, Outgoing};
+use crate::dispatch::apply_batch;
+use crate::session::{self, Sessions};
+use crate::waiter::{self, ReplyTo, Signals};
+use crate::{Config, ServerError, SERVER_NAME};
+
+/// How long a new connection may take to send its hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest pause between retries of a failing `accept`.
+const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// What every connection task shares.
+///
+/// The broker sits behind a `std::sync::Mutex` (inside [`EventBroker`]), not an async one: each
+/// critical section is a short, synchronous batch of core calls and never spans an `.await`.
+/// The sessions mutex is only taken inside the broker's lock.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// The core.
+    pub(crate) broker: EventBroker,
+    /// The limits in force.
+    pub(crate) config: Config,
+    /// Members joined over connections, for session timeouts.
+    sessions: Mutex<Sessions>,
+    /// Per-topic signals for waiting requests.
+    pub(crate) signals: Signals,
+    /// Cancelled when the server shuts down.
+    pub(crate) shutdown: CancellationToken,
+    /// Every task of the server, so shutdown can wait for them.
+    pub(crate) tracker: TaskTracker,
+}
+
+impl Shared {
+    /// The sessions; take them only inside `broker.with_state`.
+    pub(crate) fn lock_sessions(&self) -> MutexGuard<'_, Sessions> {
+        // Session updates cannot panic halfway, so a poisoned lock still guards a consistent map.
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Runs the accept loop until `shutdown` completes, then shuts down gracefully.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let broker = EventBroker::new(config.capacity)
+        .map_err(|error| ServerError::InvalidConfig(error.to_string()))?;
+    let connections = Arc::new(Semaphore::new(config.max_connections));
+    let grace = config.shutdown_grace;
+    let shared = Arc::new(Shared {
+        broker,
+        config,
+        sessions: Mutex::default(),
+        signals: Signals::default(),
+        shutdown: CancellationToken::new(),
+        tracker: TaskTracker::new(),
+    });
+    shared.tracker.spawn(session::reap(Arc::clone(&shared)));
+    let next_id = AtomicU64::new(1);
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            () = &mut shutdown => break,
+            permit = Arc::clone(&connections).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                // The semaphore is never closed.
+                Err(_) => break,
+            },
+        };
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = accept(&listener) => accepted,
+        };
+        let id = next_id.fetch_add(1, Ordering::Relaxed);
+        shared
+            .tracker
+            .spawn(handle(Arc::clone(&shared), id, stream, peer, permit));
+    }
+    info!("shutting down");
+    drop(listener);
+    shared.shutdown.cancel();
+    shared.tracker.close();
+    if time::timeout(grace, shared.tracker.wait()).await.is_err() {
+        warn!(
+            remaining = shared.tracker.len(),
+            "shutdown grace expired; abandoning unfinished connections"
+        );
+    }
+    Ok(())
+}
+
+/// Accepts one connection, backing off and retrying on errors (such as running out of file
+/// descriptors) instead of giving up.
+async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
+    let mut backoff = Duration::from_millis(1);
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return accepted,
+            Err(cause) => {
+                error!(cause = %cause, backoff_ms = backoff.as_millis() as u64, "accept failed; retrying");
+                time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_ACCEPT_BACKOFF);
+            }
+        }
+    }
+}
+
+/// Serves one connection from hello to close. `_permit` is its connection slot.
+async fn handle(
+    shared: Arc<Shared>,
+    id: u64,
+    stream: TcpStream,
+    peer: SocketAddr,
+    _permit: OwnedSemaphorePermit,
+) {
+    debug!(peer = %peer, connection = id, "connection opened");
+    if let Err(cause) = stream.set_nodelay(true) {
+        debug!(peer = %peer, cause = %cause, "cannot set TCP_NODELAY");
+    }
+    let (read, mut write) = stream.into_split();
+    let mut connection = Connection::new(read);
+    let mut handshake = ServerHandshakeCodec::new(shared.config.max_frame_bytes);
+    if handshake_ok(&shared, &mut connection, &mut handshake, &mut write, peer).await {
+        serve_requests(&shared, id, connection, handshake.retype(), write, peer).await;
+        if shared.config.leave_on_disconnect {
+            session::disconnect(&shared, id);
+        }
+    }
+    debug!(peer = %peer, connection = id, "connection closed");
+}
+
+/// Reads the hello and answers it; `true` if the connection may go on to requests.
+async fn handshake_ok(
+    shared: &Shared,
+    connection: &mut Connection,
+    codec: &mut ServerHandshakeCodec,
+    write: &mut OwnedWriteHalf,
+    peer: SocketAddr,
+) -> bool {
+    let read = tokio::select! {
+        () = shared.shutdown.cancelled() => return false,
+        read = time::timeout(HELLO_TIMEOUT, connection.read_frame(codec)) => read,
+    };
+    let reply = match read {
+        Err(_) => {
+            warn!(peer = %peer, cause = "no hello in time", "closing connection");
+            return false;
+        }
+        Ok(Ok(None)) => return false,
+        Ok(Err(ProtocolError::FrameTooLarge { size, limit })) => {
+            warn!(peer = %peer, cause = "hello frame too large", size, "refusing connection");
+            HelloReply::Refused(ErrorReply::TooLarge {
+                what: "frame".into(),
+                size,
+                limit,
+            })
+        }
+        Ok(Err(cause)) => {
+            warn!(peer = %peer, cause = %cause, "reading the hello failed");
+            return false;
+        }
+        Ok(Ok(Some(broker_proto::Decoded::Malformed { reason, .. }))) => HelloReply::Refused(
+            ErrorReply::UnsupportedProtocol(format!("malformed hello: {reason}")),
+        ),
+        Ok(Ok(Some(broker_proto::Decoded::Message(hello)))) => match check_hello(&hello) {
+            Ok(()) => {
+                debug!(peer = %peer, client = %hello.client, "hello");
+                HelloReply::Welcome {
+                    version: PROTOCOL_VERSION,
+                    server: SERVER_NAME.into(),
+                    limits: shared.config.limits(),
+                }
+            }
+            Err(refusal) => HelloReply::Refused(refusal),
+        },
+    };
+    let welcomed = matches!(reply, HelloReply::Welcome { .. });
+    if let HelloReply::Refused(refusal) = &reply {
+        warn!(peer = %peer, cause = %refusal, "refusing connection");
+    }
+    let mut buffer = BytesMut::new();
+    if let Err(cause) = codec.encode(&reply, &mut buffer) {
+        error!(peer = %peer, cause = %cause, "cannot encode the hello reply");
+        return false;
+    }
+    if let Err(cause) = write.write_all(&buffer).await {
+        warn!(peer = %peer, cause = %cause, "writing the hello reply failed");
+        return false;
+    }
+    if !welcomed {
+        // Closing anyway; the peer may already be gone.
+        let _ = write.shutdown().await;
+    }
+    welcomed
+}
+
+/// Whether the server accepts a hello. Checks the magic and the version; an authentication
+/// check of `hello.auth_token` belongs here too.
+fn check_hello(hello: &Hello) -> Result<(), ErrorReply> {
+    if hello.magic != MAGIC {
+        return Err(ErrorReply::UnsupportedProtocol(format!(
+            "bad magic {:?}, expected {:?}",
+            hello.magic, MAGIC
+        )));
+    }
+    if hello.version != PROTOCOL_VERSION {
+        return Err(ErrorReply::UnsupportedProtocol(format!(
+            "protocol version {} is not supported; this server speaks version {PROTOCOL_VERSION}",
+            hello.version
+        )));
+    }
+    Ok(())
+}
+
+/// Reads, applies and answers requests until the peer closes, a protocol error, a write error
+/// or shutdown; then answers parked requests at once, flushes and closes.
+async fn serve_requests(
+    shared: &Arc<Shared>,
+    id: u64,
+    mut connection: Connection,
+    mut codec: ServerCodec,
+    write: OwnedWriteHalf,
+    peer: SocketAddr,
+) {
+    let max_in_flight = shared.config.max_in_flight;
+    let (outgoing, responses) = mpsc::channel(max_in_flight);
+    let closing = shared.shutdown.child_token();
+    let writer = shared.tracker.spawn(write_responses(
+        write,
+        responses,
+        codec.retype(),
+        closing.clone(),
+        peer,
+    ));
+    let reply_to = ReplyTo {
+        connection: id,
+        outgoing,
+        closing,
+    };
+    let in_flight = Arc::new(Semaphore::new(max_in_flight));
+    let ended = read_requests(shared, &reply_to, &mut connection, &mut codec, &in_flight).await;
+    if let Err(cause) = ended {
+        warn!(peer = %peer, cause = %cause, "closing connection after a protocol error");
+        if let ProtocolError::FrameTooLarge { size, limit } = cause {
+            let refusal = ResponseFrame {
+                correlation_id: 0,
+                result: Err(ErrorReply::TooLarge {
+                    what: "frame".into(),
+                    size,
+                    limit,
+                }),
+            };
+            // Best effort: if the writer's queue is full the peer is not reading anyway.
+            let _ = reply_to.outgoing.try_send(Outgoing {
+                responses: vec![refusal],
+                permits: Vec::new(),
+            });
+        }
+    }
+    reply_to.closing.cancel();
+    drop(reply_to);
+    if writer.await.is_err() {
+        error!(peer = %peer, "the writer task failed");
+    }
+}
+
+/// The read loop: waits for an in-flight permit, reads one frame, drains every frame already
+/// buffered (one permit each), applies them all under one lock and hands the responses to the
+/// writer. Returns `Ok` when the peer closes or the connection is closing.
+async fn read_requests(
+    shared: &Arc<Shared>,
+    reply_to: &ReplyTo,
+    connection: &mut Connection,
+    codec: &mut ServerCodec,
+    in_flight: &Arc<Semaphore>,
+) -> Result<(), ProtocolError> {
+    loop {
+        let permit = tokio::select! {
+            () = reply_to.closing.cancelled() => return Ok(()),
+            permit = Arc::clone(in_flight).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                // The semaphore is never closed.
+                Err(_) => return Ok(()),
+            },
+        };
+        let first = tokio::select! {
+            () = reply_to.closing.cancelled() => return Ok(()),
+            frame = connection.read_frame(codec) => frame,
+        };
+        let Some(first) = first? else {
+            return Ok(());
+        };
+        let mut frames = vec![(first, permit)];
+        let mut fatal = None;
+        while let Ok(permit) = Arc::clone(in_flight).try_acquire_owned() {
+            match connection.buffered_frame(codec) {
+                Ok(Some(frame)) => frames.push((frame, permit)),
+                Ok(None) => break,
+                Err(cause) => {
+                    fatal = Some(cause);
+                    break;
+                }
+            }
+        }
+        let may_wait = !reply_to.closing.is_cancelled();
+        let applied = apply_batch(shared, reply_to.connection, frames, may_wait);
+        shared.signals.wake(&applied.wake);
+        for parked in applied.parked {
+            shared
+                .tracker
+                .spawn(waiter::wait(Arc::clone(shared), reply_to.clone(), parked));
+        }
+        if !applied.responses.is_empty() {
+            let answers = Outgoing {
+                responses: applied.responses,
+                permits: applied.permits,
+            };
+            if reply_to.outgoing.send(answers).await.is_err() {
+                // The writer is gone (write error); it has logged why.
+                return Ok(());
+            }
+        }
+        if let Some(cause) = fatal {
+            return Err(cause);
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! Consumer liveness (seed 001, "a consumer crashes"): which members joined through which
+//! connection and when a request last named them. A reaper removes members silent for the
+//! session timeout with a normal core `leave`, so their partitions rebalance to the others.
+//!
+//! Lock order: the sessions mutex is only ever taken inside the broker's lock
+//! (`EventBroker::with_state`), so a session and the membership it mirrors change together.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use broker_core::{BrokerState, Command};
+use tokio::time::{self, Instant, MissedTickBehavior};
+use tracing::{info, warn};
+
+use crate::server::Shared;
+
+/// Identifies a member: the topic, the group and the member id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct MemberKey {
+    topic: String,
+    group: String,
+    member: String,
+}
+
+impl MemberKey {
+    /// The member a command names, if it names one.
+    pub(crate) fn of(command: &Command) -> Option<MemberKey> {
+        let (topic, group, member) = match command {
+            Command::Join {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::Leave {
+                topic,
+                group,
+                member,
+            }
+            | Command::Poll {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::Ack {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::Retry {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::Fetch {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::Commit {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::Assignment {
+                topic,
+                group,
+                member,
+            } => (topic, group, member),
+            _ => return None,
+        };
+        Some(MemberKey {
+            topic: topic.clone(),
+            group: group.clone(),
+            member: member.clone(),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Session {
+    /// The connection the member last joined through.
+    connection: u64,
+    /// When a request last named the member.
+    last_seen: Instant,
+    /// Waiting requests of the member now parked; a member with one is never expired.
+    parked: usize,
+}
+
+/// Every member joined over a connection and not yet gone.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions {
+    members: HashMap<MemberKey, Session>,
+}
+
+impl Sessions {
+    /// `key` joined (or joined again) through `connection`.
+    pub(crate) fn joined(&mut self, key: MemberKey, connection: u64, now: Instant) {
+        let session = self.members.entry(key).or_insert(Session {
+            connection,
+            last_seen: now,
+            parked: 0,
+        });
+        session.connection = connection;
+        session.last_seen = now;
+    }
+
+    /// `key` left by itself.
+    pub(crate) fn left(&mut self, key: &MemberKey) {
+        self.members.remove(key);
+    }
+
+    /// A request named `key`.
+    pub(crate) fn touch(&mut self, key: &MemberKey, now: Instant) {
+        if let Some(session) = self.members.get_mut(key) {
+            session.last_seen = now;
+        }
+    }
+
+    /// A waiting request of `key` was parked.
+    pub(crate) fn park(&mut self, key: &MemberKey) {
+        if let Some(session) = self.members.get_mut(key) {
+            session.parked += 1;
+        }
+    }
+
+    /// A waiting request of `key` finished waiting.
+    pub(crate) fn unpark(&mut self, key: &MemberKey, now: Instant) {
+        if let Some(session) = self.members.get_mut(key) {
+            session.parked = session.parked.saturating_sub(1);
+            session.last_seen = now;
+        }
+    }
+
+    /// Removes and returns the members silent for `timeout` with nothing parked.
+    fn expire(&mut self, now: Instant, timeout: time::Duration) -> Vec<MemberKey> {
+        self.remove_where(|session| {
+            session.parked == 0 && now.duration_since(session.last_seen) >= timeout
+        })
+    }
+
+    /// Removes and returns the members last joined through `connection`.
+    fn disconnect(&mut self, connection: u64) -> Vec<MemberKey> {
+        self.remove_where(|session| session.connection == connection)
+    }
+
+    fn remove_where(&mut self, mut gone: impl FnMut(&Session) -> bool) -> Vec<MemberKey> {
+        let keys: Vec<MemberKey> = self
+            .members
+            .iter()
+            .filter(|(_, session)| gone(session))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in &keys {
+            self.members.remove(key);
+        }
+        keys
+    }
+}
+
+/// Removes members silent for the session timeout, every quarter of it, until shutdown.
+pub(crate) async fn reap(shared: Arc<Shared>) {
+    let period = (shared.config.session_timeout / 4).max(time::Duration::from_millis(1));
+    let mut ticks = time::interval(period);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let now = Instant::now();
+        let timeout = shared.config.session_timeout;
+        remove(&shared, "session timed out", |sessions| {
+            sessions.expire(now, timeout)
+        });
+    }
+}
+
+/// Removes the members joined through `connection` (with `leave_on_disconnect`).
+pub(crate) fn disconnect(shared: &Shared, connection: u64) {
+    remove(shared, "connection closed", |sessions| {
+        sessions.disconnect(connection)
+    });
+}
+
+/// Leaves, in the core, every member `select` removes from the sessions, then wakes the waiters
+/// of their topics: a rebalance can make records eligible for the remaining members.
+fn remove(shared: &Shared, why: &str, select: impl FnOnce(&mut Sessions) -> Vec<MemberKey>) {
+    let topics = shared.broker.with_state(|state| {
+        let gone = select(&mut shared.lock_sessions());
+        leave_all(state, &gone, why)
+    });
+    shared.signals.wake(&topics);
+}
+
+fn leave_all(state: &mut BrokerState, gone: &[MemberKey], why: &str) -> Vec<String> {
+    let mut topics: Vec<String> = Vec::new();
+    for key in gone {
+        match state.leave(&key.topic, &key.group, &key.member) {
+            Ok(_) => info!(
+                topic = %key.topic,
+                group = %key.group,
+                member = %key.member,
+                reason = why,
+                "member removed"
+            ),
+            Err(cause) => warn!(
+                topic = %key.topic,
+                group = %key.group,
+                member = %key.member,
+                cause = %cause,
+                "removing a member failed"
+            ),
+        }
+        if !topics.contains(&key.topic) {
+            topics.push(key.topic.clone());
+        }
+    }
+    topics
+}
