@@ -35,6 +35,9 @@ const REQUEST_QUEUE: usize = 1024;
 /// The writer stops adding queued requests to a batch once it holds this many bytes.
 const BATCH_BYTES: usize = 256 * 1024;
 
+/// The reader makes room for at least this many bytes before each read.
+const READ_CHUNK: usize = 64 * 1024;
+
 /// A buffer that grew past this (for one large frame) is released after use.
 const KEEP_BUFFER_BYTES: usize = 1024 * 1024;
 
@@ -311,6 +314,9 @@ async fn read_responses(
         }
         if buffer.capacity() > KEEP_BUFFER_BYTES && buffer.is_empty() {
             buffer = BytesMut::new();
+        }
+        if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
+            buffer.reserve(READ_CHUNK);
         }
         let read = tokio::select! {
             () = stop.cancelled() => break "the connection was closed".to_owned(),
