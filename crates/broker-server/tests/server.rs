@@ -1,0 +1,729 @@
+//! In-process end-to-end tests of the server over real TCP on 127.0.0.1:0.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use broker_core::{Command, Outcome};
+use broker_proto::{
+    ClientCodec, ClientHandshakeCodec, ErrorReply, Hello, HelloReply, RequestFrame, MAGIC,
+    PROTOCOL_VERSION,
+};
+use broker_server::Config;
+use bytes::{BufMut, Bytes, BytesMut};
+use common::*;
+use futures::{SinkExt, StreamExt};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_util::codec::{Encoder, Framed};
+
+async fn hello_reply(server: &TestServer, hello: Hello) -> (HelloReply, bool) {
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let mut framed = Framed::new(stream, ClientHandshakeCodec::new(1 << 20));
+    framed.send(hello).await.unwrap();
+    let reply = match framed.next().await.unwrap().unwrap() {
+        broker_proto::Decoded::Message(reply) => reply,
+        other => panic!("unexpected {other:?}"),
+    };
+    let closed = framed.next().await.is_none();
+    (reply, closed)
+}
+
+#[tokio::test]
+async fn handshake_welcomes_a_good_hello() {
+    let server = TestServer::start(Config::default()).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let mut framed = Framed::new(stream, ClientHandshakeCodec::new(1 << 20));
+    framed
+        .send(Hello::new("test", Some("any token".into())))
+        .await
+        .unwrap();
+    match framed.next().await.unwrap().unwrap() {
+        broker_proto::Decoded::Message(HelloReply::Welcome {
+            version,
+            server: name,
+            limits,
+        }) => {
+            assert_eq!(version, PROTOCOL_VERSION);
+            assert!(name.starts_with("broker-server/"));
+            assert_eq!(limits, Config::default().limits());
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn handshake_refuses_bad_magic_and_version_and_closes() {
+    let server = TestServer::start(Config::default()).await;
+    let bad_magic = Hello {
+        magic: *b"KAFK",
+        ..Hello::new("test", None)
+    };
+    let bad_version = Hello {
+        version: PROTOCOL_VERSION + 1,
+        ..Hello::new("test", None)
+    };
+    for hello in [bad_magic, bad_version] {
+        let (reply, closed) = hello_reply(&server, hello).await;
+        assert!(
+            matches!(
+                reply,
+                HelloReply::Refused(ErrorReply::UnsupportedProtocol(_))
+            ),
+            "{reply:?}"
+        );
+        assert!(closed);
+    }
+    assert_eq!(MAGIC, *b"BRKR");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn garbage_hello_is_refused() {
+    let server = TestServer::start(Config::default()).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream.write_all(&[0, 0, 0, 3, 1, 2, 3]).await.unwrap();
+    let mut framed = Framed::new(stream, ClientHandshakeCodec::new(1 << 20));
+    match framed.next().await.unwrap().unwrap() {
+        broker_proto::Decoded::Message(HelloReply::Refused(ErrorReply::UnsupportedProtocol(_))) => {
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(framed.next().await.is_none());
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn create_publish_poll_ack_round_trip() {
+    let server = TestServer::start(Config::default()).await;
+    let mut client = connect(server.addr).await;
+    assert_eq!(
+        call(&mut client, create("orders", 2)).await,
+        Ok(Outcome::Created(true))
+    );
+    assert_eq!(
+        call(&mut client, publish("orders", 1, "a")).await,
+        Ok(Outcome::Published(0))
+    );
+    assert_eq!(
+        call(&mut client, join("orders", "billing", "m1")).await,
+        Ok(Outcome::Partitions(vec![0, 1]))
+    );
+    let got = records(call(&mut client, poll("orders", "billing", "m1", 10)).await);
+    assert_eq!(got, vec![(1, 0, Bytes::from_static(b"a"))]);
+    assert_eq!(
+        call(&mut client, ack("orders", "billing", "m1", 1, 0)).await,
+        Ok(Outcome::Acked(true))
+    );
+    assert_eq!(
+        call(&mut client, ack("orders", "billing", "m1", 1, 0)).await,
+        Ok(Outcome::Acked(false))
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn validation_errors_come_back_as_invalid_argument() {
+    let server = TestServer::start(Config::default()).await;
+    let mut client = connect(server.addr).await;
+    for command in [
+        create("bad topic", 1),
+        create("t", 0),
+        publish("missing", 0, "x"),
+        poll("missing", "g", "m", 1),
+    ] {
+        assert!(matches!(
+            call(&mut client, command).await,
+            Err(ErrorReply::InvalidArgument(_))
+        ),);
+    }
+    // The connection is still fine.
+    assert_eq!(
+        call(&mut client, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_thousand_pipelined_requests_are_all_answered() {
+    let server = TestServer::start(Config::default()).await;
+    let mut client = connect(server.addr).await;
+    assert_eq!(
+        call(&mut client, create("t", 4)).await,
+        Ok(Outcome::Created(true))
+    );
+    for id in 1..=1000u64 {
+        client
+            .feed(RequestFrame {
+                correlation_id: id,
+                max_wait_ms: 0,
+                command: Command::EndOffset {
+                    topic: "t".into(),
+                    partition: (id % 4) as i32,
+                },
+            })
+            .await
+            .unwrap();
+    }
+    SinkExt::<RequestFrame>::flush(&mut client).await.unwrap();
+    for id in 1..=1000u64 {
+        let response = recv(&mut client).await;
+        assert_eq!(response.correlation_id, id);
+        assert_eq!(response.result, Ok(Outcome::Offset(0)));
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn pipelining_past_the_in_flight_limit_is_throttled_not_refused() {
+    let config = Config {
+        max_in_flight: 3,
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await;
+    let mut client = connect(server.addr).await;
+    assert_eq!(
+        call(&mut client, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    for id in 1..=200u64 {
+        client
+            .feed(RequestFrame {
+                correlation_id: id,
+                max_wait_ms: 0,
+                command: publish("t", 0, "x"),
+            })
+            .await
+            .unwrap();
+    }
+    SinkExt::<RequestFrame>::flush(&mut client).await.unwrap();
+    for id in 1..=200u64 {
+        let response = recv(&mut client).await;
+        assert_eq!(response.correlation_id, id);
+        let expected = if id <= 100 { id as i64 - 1 } else { -1 };
+        assert_eq!(response.result, Ok(Outcome::Published(expected)));
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_batch_of_frames_in_one_write_is_answered_in_order() {
+    let server = TestServer::start(Config::default()).await;
+    let mut client = connect(server.addr).await;
+    let mut codec = ClientCodec::new(1 << 20);
+    let mut bytes = BytesMut::new();
+    let commands = [create("t", 1), publish("t", 0, "a"), publish("t", 0, "b")];
+    for (id, command) in (10u64..).zip(commands) {
+        let frame = RequestFrame {
+            correlation_id: id,
+            max_wait_ms: 0,
+            command,
+        };
+        codec.encode(frame, &mut bytes).unwrap();
+    }
+    client.get_mut().write_all(&bytes).await.unwrap();
+    let expected = [
+        Outcome::Created(true),
+        Outcome::Published(0),
+        Outcome::Published(1),
+    ];
+    for (id, outcome) in (10u64..).zip(expected) {
+        let response = recv(&mut client).await;
+        assert_eq!(response.correlation_id, id);
+        assert_eq!(response.result, Ok(outcome));
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_malformed_body_is_answered_and_the_connection_continues() {
+    let server = TestServer::start(Config::default()).await;
+    let mut client = connect(server.addr).await;
+    let mut frame = BytesMut::new();
+    frame.put_u32(16);
+    frame.put_u64_le(42); // correlation id
+    frame.put_u32_le(0); // max_wait_ms
+    frame.put_u32_le(9_999); // no such command
+    client.get_mut().write_all(&frame).await.unwrap();
+    let response = recv(&mut client).await;
+    assert_eq!(response.correlation_id, 42);
+    assert!(matches!(
+        response.result,
+        Err(ErrorReply::MalformedRequest(_))
+    ));
+    // A body too short for a correlation id is answered to id 0.
+    client
+        .get_mut()
+        .write_all(&[0, 0, 0, 2, 1, 2])
+        .await
+        .unwrap();
+    let response = recv(&mut client).await;
+    assert_eq!(response.correlation_id, 0);
+    assert!(matches!(
+        response.result,
+        Err(ErrorReply::MalformedRequest(_))
+    ));
+    assert_eq!(
+        call(&mut client, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_oversized_length_prefix_closes_only_that_connection() {
+    let server = TestServer::start(Config::default()).await;
+    let mut other = connect(server.addr).await;
+    assert_eq!(
+        call(&mut other, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    assert_eq!(
+        call(&mut other, publish("t", 0, "a")).await,
+        Ok(Outcome::Published(0))
+    );
+    let before = call(&mut other, describe()).await;
+
+    let mut bad = connect(server.addr).await;
+    bad.get_mut()
+        .write_all(&[0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 3])
+        .await
+        .unwrap();
+    let response = recv(&mut bad).await;
+    assert_eq!(response.correlation_id, 0);
+    assert!(matches!(
+        response.result,
+        Err(ErrorReply::TooLarge { ref what, .. }) if what == "frame"
+    ));
+    assert!(is_closed(&mut bad).await);
+
+    assert_eq!(call(&mut other, describe()).await, before);
+    assert_eq!(
+        call(&mut other, publish("t", 0, "b")).await,
+        Ok(Outcome::Published(1))
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn truncated_frames_and_mid_frame_disconnects_affect_no_one_else() {
+    let server = TestServer::start(Config::default()).await;
+    let mut other = connect(server.addr).await;
+    assert_eq!(
+        call(&mut other, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    let before = call(&mut other, describe()).await;
+
+    // Half a frame, then the write side closes: the server sees EOF inside a frame.
+    let mut truncated = connect(server.addr).await;
+    truncated
+        .get_mut()
+        .write_all(&[0, 0, 0, 100, 1, 2, 3])
+        .await
+        .unwrap();
+    truncated.get_mut().shutdown().await.unwrap();
+    assert!(is_closed(&mut truncated).await);
+
+    // Half a frame, then the whole connection goes away.
+    let mut gone = connect(server.addr).await;
+    gone.get_mut()
+        .write_all(&[0, 0, 0, 100, 1, 2, 3])
+        .await
+        .unwrap();
+    drop(gone);
+
+    // Half a hello, then gone.
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream.write_all(&[0, 0, 0, 50, 1]).await.unwrap();
+    drop(stream);
+
+    assert_eq!(call(&mut other, describe()).await, before);
+    assert_eq!(
+        call(&mut other, publish("t", 0, "a")).await,
+        Ok(Outcome::Published(0))
+    );
+    let mut fresh = connect(server.addr).await;
+    assert_eq!(
+        call(&mut fresh, publish("t", 0, "b")).await,
+        Ok(Outcome::Published(1))
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_payload_over_the_limit_is_refused_and_not_applied() {
+    let config = Config {
+        max_payload_bytes: 4,
+        max_frame_bytes: 4 + 2 * 1024 * 1024,
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await;
+    let mut client = connect(server.addr).await;
+    assert_eq!(
+        call(&mut client, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    assert_eq!(
+        call(&mut client, publish("t", 0, "12345")).await,
+        Err(ErrorReply::TooLarge {
+            what: "payload".into(),
+            size: 5,
+            limit: 4
+        })
+    );
+    let keyed = Command::PublishKeyed {
+        topic: "t".into(),
+        key: Some(Bytes::from_static(b"kk")),
+        payload: Bytes::from_static(b"ppp"),
+    };
+    assert!(matches!(
+        call(&mut client, keyed).await,
+        Err(ErrorReply::TooLarge { .. })
+    ));
+    assert_eq!(
+        call(&mut client, publish("t", 0, "1234")).await,
+        Ok(Outcome::Published(0))
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiting_poll_is_woken_by_a_publish_and_does_not_block_its_connection() {
+    let server = TestServer::start(Config::default()).await;
+    let mut consumer = connect(server.addr).await;
+    let mut producer = connect(server.addr).await;
+    assert_eq!(
+        call(&mut consumer, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    assert!(call(&mut consumer, join("t", "g", "m")).await.is_ok());
+
+    send(&mut consumer, 1, 60_000, poll("t", "g", "m", 1)).await;
+    // A later request on the same connection is answered while the poll waits, which also
+    // proves the poll is parked before the publish below.
+    send(
+        &mut consumer,
+        2,
+        0,
+        Command::EndOffset {
+            topic: "t".into(),
+            partition: 0,
+        },
+    )
+    .await;
+    let response = recv(&mut consumer).await;
+    assert_eq!(
+        (response.correlation_id, response.result),
+        (2, Ok(Outcome::Offset(0)))
+    );
+
+    assert_eq!(
+        call(&mut producer, publish("t", 0, "hi")).await,
+        Ok(Outcome::Published(0))
+    );
+    let response = recv(&mut consumer).await;
+    assert_eq!(response.correlation_id, 1);
+    assert_eq!(
+        records(response.result),
+        vec![(0, 0, Bytes::from_static(b"hi"))]
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiting_fetch_is_woken_by_a_keyed_publish() {
+    let server = TestServer::start(Config::default()).await;
+    let mut consumer = connect(server.addr).await;
+    let mut producer = connect(server.addr).await;
+    assert_eq!(
+        call(&mut consumer, create("t", 2)).await,
+        Ok(Outcome::Created(true))
+    );
+    assert!(call(&mut consumer, join("t", "g", "m")).await.is_ok());
+    let fetch = Command::Fetch {
+        topic: "t".into(),
+        group: "g".into(),
+        member: "m".into(),
+        max_records: 100,
+        max_bytes: None,
+    };
+    send(&mut consumer, 1, 60_000, fetch).await;
+    send(&mut consumer, 2, 0, describe()).await;
+    assert_eq!(recv(&mut consumer).await.correlation_id, 2);
+    let keyed = Command::PublishKeyed {
+        topic: "t".into(),
+        key: None,
+        payload: Bytes::from_static(b"k"),
+    };
+    assert!(call(&mut producer, keyed).await.is_ok());
+    let response = recv(&mut consumer).await;
+    assert_eq!(response.correlation_id, 1);
+    assert_eq!(records(response.result).len(), 1);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiting_poll_is_woken_by_an_ack_or_a_retry() {
+    let server = TestServer::start(Config::default()).await;
+    let mut consumer = connect(server.addr).await;
+    let mut other = connect(server.addr).await;
+    assert_eq!(
+        call(&mut consumer, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    assert!(call(&mut consumer, join("t", "g", "m")).await.is_ok());
+    for payload in ["a", "b"] {
+        assert!(call(&mut consumer, publish("t", 0, payload)).await.is_ok());
+    }
+    // Record 0 in flight: nothing else is eligible, so the next poll waits.
+    assert_eq!(
+        records(call(&mut consumer, poll("t", "g", "m", 1)).await).len(),
+        1
+    );
+    send(&mut consumer, 1, 60_000, poll("t", "g", "m", 1)).await;
+    send(&mut consumer, 2, 0, describe()).await;
+    assert_eq!(recv(&mut consumer).await.correlation_id, 2);
+    // A retry from another connection makes record 0 eligible again.
+    assert_eq!(
+        call(&mut other, retry("t", "g", "m", 0, 0)).await,
+        Ok(Outcome::Retried(true))
+    );
+    let response = recv(&mut consumer).await;
+    assert_eq!(response.correlation_id, 1);
+    assert_eq!(
+        records(response.result),
+        vec![(0, 0, Bytes::from_static(b"a"))]
+    );
+
+    // Record 0 in flight again; an ack makes record 1 eligible.
+    send(&mut consumer, 3, 60_000, poll("t", "g", "m", 1)).await;
+    send(&mut consumer, 4, 0, describe()).await;
+    assert_eq!(recv(&mut consumer).await.correlation_id, 4);
+    assert_eq!(
+        call(&mut other, ack("t", "g", "m", 0, 0)).await,
+        Ok(Outcome::Acked(true))
+    );
+    let response = recv(&mut consumer).await;
+    assert_eq!(response.correlation_id, 3);
+    assert_eq!(
+        records(response.result),
+        vec![(0, 1, Bytes::from_static(b"b"))]
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_poll_times_out_with_no_records() {
+    let server = TestServer::start(Config::default()).await;
+    let mut client = connect(server.addr).await;
+    assert_eq!(
+        call(&mut client, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    assert!(call(&mut client, join("t", "g", "m")).await.is_ok());
+    let start = Instant::now();
+    send(&mut client, 1, 5_000, poll("t", "g", "m", 1)).await;
+    let response = recv(&mut client).await;
+    assert_eq!(response.correlation_id, 1);
+    assert_eq!(records(response.result), vec![]);
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_secs(5), "{waited:?}");
+    assert!(waited < Duration::from_secs(6), "{waited:?}");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_poll_is_capped_by_the_server_max_wait() {
+    let config = Config {
+        max_wait: Duration::from_secs(2),
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await;
+    let mut client = connect(server.addr).await;
+    assert_eq!(
+        call(&mut client, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    let start = Instant::now();
+    send(&mut client, 1, u32::MAX, poll("t", "g", "m", 1)).await;
+    assert_eq!(records(recv(&mut client).await.result), vec![]);
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_member_is_removed_after_the_session_timeout() {
+    let config = Config {
+        session_timeout: Duration::from_secs(10),
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await;
+    let mut crashed = connect(server.addr).await;
+    let mut alive = connect(server.addr).await;
+    assert_eq!(
+        call(&mut alive, create("t", 2)).await,
+        Ok(Outcome::Created(true))
+    );
+    assert_eq!(
+        call(&mut crashed, join("t", "g", "a")).await,
+        Ok(Outcome::Partitions(vec![0, 1]))
+    );
+    assert_eq!(
+        call(&mut alive, join("t", "g", "b")).await,
+        Ok(Outcome::Partitions(vec![1]))
+    );
+    assert!(call(&mut alive, publish("t", 0, "for a")).await.is_ok());
+    let start = Instant::now();
+    // "b" waits on a poll (which keeps it alive) while "a" goes silent: once "a" times out, the
+    // rebalance hands partition 0 to "b" and wakes its poll.
+    send(&mut alive, 1, 60_000, poll("t", "g", "b", 10)).await;
+    let response = recv(&mut alive).await;
+    assert_eq!(response.correlation_id, 1);
+    assert_eq!(
+        records(response.result),
+        vec![(0, 0, Bytes::from_static(b"for a"))]
+    );
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_secs(10), "{waited:?}");
+    assert!(waited < Duration::from_secs(20), "{waited:?}");
+    assert_eq!(
+        call(&mut alive, assignment("t", "g", "b")).await,
+        Ok(Outcome::Partitions(vec![0, 1]))
+    );
+    assert_eq!(
+        call(&mut alive, assignment("t", "g", "a")).await,
+        Ok(Outcome::Partitions(vec![]))
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_naming_a_member_keep_it_alive() {
+    let config = Config {
+        session_timeout: Duration::from_secs(10),
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await;
+    let mut client = connect(server.addr).await;
+    assert_eq!(
+        call(&mut client, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    assert!(call(&mut client, join("t", "g", "a")).await.is_ok());
+    for _ in 0..5 {
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(
+            call(&mut client, assignment("t", "g", "a")).await,
+            Ok(Outcome::Partitions(vec![0]))
+        );
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn members_leave_when_their_connection_closes_if_configured() {
+    let config = Config {
+        leave_on_disconnect: true,
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await;
+    let mut leaving = connect(server.addr).await;
+    let mut staying = connect(server.addr).await;
+    assert_eq!(
+        call(&mut staying, create("t", 2)).await,
+        Ok(Outcome::Created(true))
+    );
+    assert!(call(&mut leaving, join("t", "g", "a")).await.is_ok());
+    assert_eq!(
+        call(&mut staying, join("t", "g", "b")).await,
+        Ok(Outcome::Partitions(vec![1]))
+    );
+    assert!(call(&mut staying, publish("t", 0, "for a")).await.is_ok());
+    send(&mut staying, 1, 60_000, poll("t", "g", "b", 10)).await;
+    send(&mut staying, 2, 0, describe()).await;
+    assert_eq!(recv(&mut staying).await.correlation_id, 2);
+    drop(leaving);
+    let response = recv(&mut staying).await;
+    assert_eq!(response.correlation_id, 1);
+    assert_eq!(
+        records(response.result),
+        vec![(0, 0, Bytes::from_static(b"for a"))]
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn members_stay_when_their_connection_closes_by_default() {
+    let server = TestServer::start(Config::default()).await;
+    let mut leaving = connect(server.addr).await;
+    let mut staying = connect(server.addr).await;
+    assert_eq!(
+        call(&mut staying, create("t", 2)).await,
+        Ok(Outcome::Created(true))
+    );
+    assert!(call(&mut leaving, join("t", "g", "a")).await.is_ok());
+    drop(leaving);
+    // A new connection is served after the old one is gone; "a" is still a member.
+    let mut again = connect(server.addr).await;
+    assert_eq!(
+        call(&mut again, assignment("t", "g", "a")).await,
+        Ok(Outcome::Partitions(vec![0, 1]))
+    );
+    drop(staying);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_answers_parked_polls_and_returns_ok() {
+    let server = TestServer::start(Config::default()).await;
+    let mut client = connect(server.addr).await;
+    assert_eq!(
+        call(&mut client, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    assert!(call(&mut client, join("t", "g", "m")).await.is_ok());
+    send(&mut client, 1, 60_000, poll("t", "g", "m", 1)).await;
+    send(&mut client, 2, 0, describe()).await;
+    assert_eq!(recv(&mut client).await.correlation_id, 2);
+    let start = std::time::Instant::now();
+    server.stop().await.unwrap();
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let response = recv(&mut client).await;
+    assert_eq!(response.correlation_id, 1);
+    assert_eq!(records(response.result), vec![]);
+    assert!(is_closed(&mut client).await);
+}
+
+#[tokio::test]
+async fn shutdown_with_idle_and_half_open_connections_returns_ok() {
+    let server = TestServer::start(Config::default()).await;
+    let _idle = connect(server.addr).await;
+    let _no_hello = TcpStream::connect(server.addr).await.unwrap();
+    let start = std::time::Instant::now();
+    server.stop().await.unwrap();
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn run_refuses_an_invalid_config() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = Config {
+        capacity: 0,
+        ..Config::default()
+    };
+    let result = broker_server::run(listener, config, std::future::pending()).await;
+    assert!(matches!(
+        result,
+        Err(broker_server::ServerError::InvalidConfig(_))
+    ));
+}
