@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use broker_server::{resolve_listen_addr, Config};
+use broker_server::{normalize_listen_addr, resolve_listen_addr, Config};
 use clap::Parser;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -78,7 +78,10 @@ impl Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     let config = args.config();
-    if let Err(error) = config.validate() {
+    let checked = config
+        .validate()
+        .and_then(|()| normalize_listen_addr(&args.listen).map(drop));
+    if let Err(error) = checked {
         eprintln!("error: {error}");
         return ExitCode::from(2);
     }
