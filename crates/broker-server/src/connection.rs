@@ -16,7 +16,7 @@ use tracing::error;
 /// Bytes requested from the socket per read when the buffer is short of room.
 const READ_CHUNK: usize = 64 * 1024;
 
-/// Encoded responses beyond this many bytes are written before more are encoded.
+/// Encoded responses are written out whenever this many bytes are waiting.
 const WRITE_CHUNK: usize = 256 * 1024;
 
 /// The read side of a connection: the socket and the bytes read but not yet decoded.
@@ -83,8 +83,10 @@ pub(crate) struct Outgoing {
 }
 
 /// Writes everything sent on `outgoing` to `stream` until every sender is gone, then shuts the
-/// write half down. All responses queued at a time are encoded together and written with one
-/// flush. On a write error, cancels `closing` so the rest of the connection stops too.
+/// write half down. All responses queued at a time are encoded and written together and then
+/// flushed once; the encoding buffer is written out whenever it passes [`WRITE_CHUNK`], so it
+/// stays small however large the group. On a write error, cancels `closing` so the rest of the
+/// connection stops too.
 pub(crate) async fn write_responses(
     mut stream: OwnedWriteHalf,
     mut outgoing: mpsc::Receiver<Outgoing>,
@@ -94,22 +96,22 @@ pub(crate) async fn write_responses(
 ) {
     let mut buffer = BytesMut::new();
     let mut written = Vec::new();
-    while let Some(mut batch) = outgoing.recv().await {
-        loop {
-            for response in batch.responses.drain(..) {
-                encode_response(&mut codec, response, &mut buffer, peer);
-            }
-            written.push(batch.permits);
-            if buffer.len() >= WRITE_CHUNK {
-                break;
-            }
-            match outgoing.try_recv() {
-                Ok(next) => batch = next,
-                Err(_) => break,
-            }
-        }
+    while let Some(first) = outgoing.recv().await {
         let result = async {
+            let mut next = Some(first);
+            while let Some(batch) = next.take() {
+                for response in batch.responses {
+                    encode_response(&mut codec, response, &mut buffer, peer);
+                    if buffer.len() >= WRITE_CHUNK {
+                        stream.write_all(&buffer).await?;
+                        buffer.clear();
+                    }
+                }
+                written.push(batch.permits);
+                next = outgoing.try_recv().ok();
+            }
             stream.write_all(&buffer).await?;
+            buffer.clear();
             stream.flush().await
         }
         .await;
@@ -118,7 +120,7 @@ pub(crate) async fn write_responses(
             closing.cancel();
             return;
         }
-        buffer.clear();
+        // The requests are answered: their in-flight permits go back to the reader.
         written.clear();
     }
     // The peer may already be gone; there is nothing left to tell it either way.

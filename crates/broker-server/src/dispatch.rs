@@ -6,6 +6,7 @@ use broker_core::{BrokerState, Command, Outcome};
 use broker_proto::{Decoded, ErrorReply, RequestFrame, ResponseFrame};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Duration, Instant};
+use tracing::debug;
 
 use crate::server::Shared;
 use crate::session::{MemberKey, Sessions};
@@ -62,6 +63,7 @@ pub(crate) fn apply_batch(
                     leading_u64,
                     reason,
                 } => {
+                    debug!(connection, cause = %reason, "malformed request");
                     applied.responses.push(ResponseFrame {
                         correlation_id: leading_u64.unwrap_or(0),
                         result: Err(ErrorReply::MalformedRequest(reason)),

@@ -727,3 +727,119 @@ async fn run_refuses_an_invalid_config() {
         Err(broker_server::ServerError::InvalidConfig(_))
     ));
 }
+
+#[tokio::test]
+async fn requests_in_the_same_write_as_the_hello_are_served() {
+    let server = TestServer::start(Config::default()).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let mut bytes = BytesMut::new();
+    ClientHandshakeCodec::new(1 << 20)
+        .encode(Hello::new("eager", None), &mut bytes)
+        .unwrap();
+    ClientCodec::new(1 << 20)
+        .encode(
+            RequestFrame {
+                correlation_id: 5,
+                max_wait_ms: 0,
+                command: create("t", 1),
+            },
+            &mut bytes,
+        )
+        .unwrap();
+    let mut framed = Framed::new(stream, ClientHandshakeCodec::new(1 << 20));
+    framed.get_mut().write_all(&bytes).await.unwrap();
+    assert!(matches!(
+        framed.next().await.unwrap().unwrap(),
+        broker_proto::Decoded::Message(HelloReply::Welcome { .. })
+    ));
+    let mut client: Client = framed.map_codec(|codec| codec.retype());
+    let response = recv(&mut client).await;
+    assert_eq!(response.correlation_id, 5);
+    assert_eq!(response.result, Ok(Outcome::Created(true)));
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_response_too_large_for_a_frame_is_refused() {
+    let config = Config {
+        max_payload_bytes: 1,
+        max_frame_bytes: 1 + 2 * 1024 * 1024,
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await;
+    let mut client = connect(server.addr).await;
+    // 1,000 topics of 64 partitions describe to more than 2 MiB.
+    for id in 0..1000u64 {
+        client
+            .feed(RequestFrame {
+                correlation_id: id,
+                max_wait_ms: 0,
+                command: create(&format!("topic-{id}"), 64),
+            })
+            .await
+            .unwrap();
+    }
+    SinkExt::<RequestFrame>::flush(&mut client).await.unwrap();
+    for id in 0..1000u64 {
+        let response = recv(&mut client).await;
+        assert_eq!(
+            (response.correlation_id, response.result),
+            (id, Ok(Outcome::Created(true)))
+        );
+    }
+    send(&mut client, 1, 0, describe()).await;
+    let response = recv(&mut client).await;
+    assert_eq!(response.correlation_id, 1);
+    assert!(
+        matches!(response.result, Err(ErrorReply::TooLarge { ref what, .. }) if what == "response"),
+        "{:?}",
+        response.result.map(|_| ())
+    );
+    // The connection goes on.
+    assert_eq!(
+        call(&mut client, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_that_never_says_hello_is_closed_after_10_seconds() {
+    let server = TestServer::start(Config::default()).await;
+    let start = Instant::now();
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let mut framed = Framed::new(stream, ClientHandshakeCodec::new(1 << 20));
+    assert!(framed.next().await.is_none());
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_secs(10), "{waited:?}");
+    assert!(waited < Duration::from_secs(11), "{waited:?}");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn connections_past_the_cap_wait_for_a_free_slot() {
+    let config = Config {
+        max_connections: 1,
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await;
+    let mut first = connect(server.addr).await;
+    assert_eq!(
+        call(&mut first, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let mut second = Framed::new(stream, ClientHandshakeCodec::new(1 << 20));
+    second.send(Hello::new("second", None)).await.unwrap();
+    // Not accepted while the first connection holds the only slot (the paused clock makes
+    // this minute pass at once).
+    assert!(tokio::time::timeout(Duration::from_secs(60), second.next())
+        .await
+        .is_err());
+    drop(first);
+    assert!(matches!(
+        second.next().await.unwrap().unwrap(),
+        broker_proto::Decoded::Message(HelloReply::Welcome { .. })
+    ));
+    server.stop().await.unwrap();
+}
