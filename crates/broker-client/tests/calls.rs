@@ -118,7 +118,9 @@ async fn committing_a_partition_the_member_does_not_own_is_not_assigned() {
         Err(Error::Broker(BrokerError::NotAssigned { partition: 0 }))
     ));
     assert!(matches!(
-        client.commit("t", "g", "b", Some(BTreeMap::from([(1, -1)]))).await,
+        client
+            .commit("t", "g", "b", Some(BTreeMap::from([(1, -1)])))
+            .await,
         Err(Error::Broker(BrokerError::InvalidArgument(_)))
     ));
 }
@@ -129,7 +131,7 @@ async fn keyed_publish_uses_kafkas_partitioner_and_round_robin_without_a_key() {
     let client = server.client().await;
     client.create("k", 16).await.unwrap();
     // murmur2("21") = -973932308; (h & 0x7fffffff) % 16.
-    let expected = ((-973_932_308_i32 & 0x7fff_ffff) % 16) as i32;
+    let expected = (-973_932_308_i32 & 0x7fff_ffff) % 16;
     let (partition, offset) = client.publish_keyed("k", Some(b"21"), "v").await.unwrap();
     assert_eq!((partition, offset), (expected, 0));
     assert_eq!(
@@ -162,7 +164,10 @@ async fn fetch_commit_committed_and_lag() {
     }
     client.publish("t", 1, "p1-0").await.unwrap();
     assert_eq!(
-        client.join_with("t", "g", "m", Assignor::Range).await.unwrap(),
+        client
+            .join_with("t", "g", "m", Assignor::Range)
+            .await
+            .unwrap(),
         [0, 1]
     );
     assert!(matches!(
@@ -171,7 +176,10 @@ async fn fetch_commit_committed_and_lag() {
     ));
     let first = client.fetch("t", "g", "m", 2).await.unwrap();
     assert_eq!(
-        first.iter().map(|r| (r.partition, r.offset)).collect::<Vec<_>>(),
+        first
+            .iter()
+            .map(|r| (r.partition, r.offset))
+            .collect::<Vec<_>>(),
         [(0, 0), (0, 1)]
     );
     client.commit("t", "g", "m", None).await.unwrap();
@@ -204,7 +212,9 @@ async fn fetch_commit_committed_and_lag() {
     // left behind on partition 1 finds nothing there.
     let rest = client.fetch("t", "g", "m", 10).await.unwrap();
     assert_eq!(
-        rest.iter().map(|r| (r.partition, r.offset)).collect::<Vec<_>>(),
+        rest.iter()
+            .map(|r| (r.partition, r.offset))
+            .collect::<Vec<_>>(),
         [(0, 2)]
     );
 
