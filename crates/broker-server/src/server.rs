@@ -31,6 +31,10 @@ use crate::{Config, ServerError, SERVER_NAME};
 /// How long a new connection may take to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Largest hello frame accepted: a hello is a few dozen bytes, so a peer that has not yet
+/// identified itself cannot make the server buffer a whole request-sized frame.
+const MAX_HELLO_FRAME: usize = 64 * 1024;
+
 /// The longest pause between retries of a failing `accept`.
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -145,9 +149,10 @@ async fn handle(
     }
     let (read, mut write) = stream.into_split();
     let mut connection = Connection::new(read);
-    let mut handshake = ServerHandshakeCodec::new(shared.config.max_frame_bytes);
+    let mut handshake = ServerHandshakeCodec::new(MAX_HELLO_FRAME);
     if handshake_ok(&shared, &mut connection, &mut handshake, &mut write, peer).await {
-        serve_requests(&shared, id, connection, handshake.retype(), write, peer).await;
+        let codec = ServerCodec::new(shared.config.max_frame_bytes);
+        serve_requests(&shared, id, connection, codec, write, peer).await;
         if shared.config.leave_on_disconnect {
             session::disconnect(&shared, id);
         }

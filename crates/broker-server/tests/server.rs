@@ -843,3 +843,17 @@ async fn connections_past_the_cap_wait_for_a_free_slot() {
     ));
     server.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_oversized_hello_is_refused() {
+    let server = TestServer::start(Config::default()).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream.write_all(&[0, 0x10, 0, 0]).await.unwrap();
+    let mut framed = Framed::new(stream, ClientHandshakeCodec::new(1 << 20));
+    assert!(matches!(
+        framed.next().await.unwrap().unwrap(),
+        broker_proto::Decoded::Message(HelloReply::Refused(ErrorReply::TooLarge { .. }))
+    ));
+    assert!(framed.next().await.is_none());
+    server.stop().await.unwrap();
+}
