@@ -69,10 +69,14 @@ struct Inner {
     next_id: AtomicU64,
     // A std `Mutex`: it only guards swapping an `Arc`, never spans an `.await`.
     current: Mutex<Arc<Connection>>,
-    // Held across the `.await`s of opening a connection, on purpose: it guards no data, it makes
-    // the callers that find the connection dead wait for one reconnection instead of each
-    // opening their own.
-    reconnecting: tokio::sync::Mutex<()>,
+    // Held across the `.await`s of opening a connection, on purpose (so an async mutex): the
+    // callers that find the connection dead wait for one reconnection instead of each opening
+    // their own. It holds why the last reconnection failed, if it did.
+    reconnecting: tokio::sync::Mutex<Option<String>>,
+    // How many reconnections have failed: a caller that waited through a failed one shares its
+    // failure instead of trying again at once, so a dead server costs one connect timeout, not
+    // one per waiting caller.
+    failed_reconnects: AtomicU64,
 }
 
 impl Client {
@@ -119,7 +123,8 @@ impl Client {
                 in_flight: Semaphore::new(options.max_in_flight),
                 next_id: AtomicU64::new(1),
                 current: Mutex::new(Arc::new(connection)),
-                reconnecting: tokio::sync::Mutex::new(()),
+                reconnecting: tokio::sync::Mutex::new(None),
+                failed_reconnects: AtomicU64::new(0),
             }),
         })
     }
@@ -147,8 +152,9 @@ impl Client {
     ///
     /// [`Error::Broker`] when the broker refuses the command, [`Error::Server`] when the server
     /// does, [`Error::ConnectionLost`] when the connection dies before the answer,
-    /// [`Error::Timeout`] when the answer is late, [`Error::Io`] or [`Error::Refused`] when a
-    /// needed reconnection fails, [`Error::Protocol`] for an answer the client cannot decode.
+    /// [`Error::Timeout`] when the answer is late, [`Error::Io`] or [`Error::Refused`] when the
+    /// reconnection this call attempts fails (calls that waited for it get
+    /// [`Error::ConnectionLost`]), [`Error::Protocol`] for an answer the client cannot decode.
     ///
     /// # Examples
     ///
@@ -639,17 +645,34 @@ impl Inner {
         if !current.is_closed() {
             return Ok(current);
         }
-        let _turn = self.reconnecting.lock().await;
-        // Another caller may have reconnected while this one waited.
+        let failures_seen = self.failed_reconnects.load(Ordering::Acquire);
+        let mut last_failure = self.reconnecting.lock().await;
+        // Another caller may have reconnected, or failed to, while this one waited.
         let current = self.current();
         if !current.is_closed() {
             return Ok(current);
         }
+        if self.failed_reconnects.load(Ordering::Acquire) != failures_seen {
+            if let Some(reason) = last_failure.as_deref() {
+                return Err(Error::ConnectionLost(format!(
+                    "reconnecting failed: {reason}"
+                )));
+            }
+        }
         tracing::debug!(addrs = ?self.addrs, "reconnecting");
-        let fresh =
-            Arc::new(Connection::open(&self.addrs, &self.identity, self.connect_timeout).await?);
-        *self.lock_current() = Arc::clone(&fresh);
-        Ok(fresh)
+        match Connection::open(&self.addrs, &self.identity, self.connect_timeout).await {
+            Ok(fresh) => {
+                let fresh = Arc::new(fresh);
+                *self.lock_current() = Arc::clone(&fresh);
+                *last_failure = None;
+                Ok(fresh)
+            }
+            Err(error) => {
+                *last_failure = Some(error.to_string());
+                self.failed_reconnects.fetch_add(1, Ordering::Release);
+                Err(error)
+            }
+        }
     }
 
     /// One call: an in-flight slot, a live connection, a correlation id, the answer.

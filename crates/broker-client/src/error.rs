@@ -34,7 +34,8 @@ pub enum Error {
     #[error("cannot connect: {0}")]
     Io(std::io::Error),
     /// The connection died (end of stream, I/O error, protocol error) while the call was
-    /// outstanding or being sent. The next call opens a new connection.
+    /// outstanding or being sent, or the call waited for a reconnection another call attempted
+    /// and that failed. The next call opens a new connection.
     #[error("connection lost: {0}")]
     ConnectionLost(String),
     /// No answer came within the request timeout (extended by the call's maximum wait).

@@ -236,18 +236,39 @@ async fn a_publish_from_another_client_wakes_a_waiting_poll() {
     consumer.create("live", 1).await.unwrap();
     consumer.join("live", "g", "m").await.unwrap();
     let start = Instant::now();
-    let waiting = tokio::spawn({
-        let consumer = consumer.clone();
-        async move {
-            consumer
-                .poll_wait("live", "g", "m", 1, Duration::from_secs(30))
-                .await
+    // `join!` polls its branches in order, so the poll is sent before the end_offset call on the
+    // same connection; once that is answered, the server has parked the poll.
+    let (records, ()) = tokio::join!(
+        consumer.poll_wait("live", "g", "m", 1, Duration::from_secs(30)),
+        async {
+            consumer.end_offset("live", 0).await.unwrap();
+            producer.publish("live", 0, "now").await.unwrap();
         }
-    });
-    // The poll parks first or finds the record at once; either way it gets the record.
-    producer.publish("live", 0, "now").await.unwrap();
-    let records = waiting.await.unwrap().unwrap();
-    assert_eq!(records, [record("live", 0, 0, "now")]);
+    );
+    assert_eq!(records.unwrap(), [record("live", 0, 0, "now")]);
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn an_ack_wakes_a_waiting_poll_for_the_next_record() {
+    let server = TestServer::with_capacity(10).await;
+    let client = server.client().await;
+    client.create("live", 1).await.unwrap();
+    client.publish("live", 0, "first").await.unwrap();
+    client.publish("live", 0, "second").await.unwrap();
+    client.join("live", "g", "m").await.unwrap();
+    let first = client.poll("live", "g", "m", 1).await.unwrap();
+    assert_eq!(first, [record("live", 0, 0, "first")]);
+    let start = Instant::now();
+    // "second" is not eligible while "first" is in flight: the poll parks until the ack.
+    let (records, ()) = tokio::join!(
+        client.poll_wait("live", "g", "m", 1, Duration::from_secs(30)),
+        async {
+            client.end_offset("live", 0).await.unwrap();
+            assert!(client.ack("live", "g", "m", 0, 0).await.unwrap());
+        }
+    );
+    assert_eq!(records.unwrap(), [record("live", 0, 1, "second")]);
     assert!(start.elapsed() < Duration::from_secs(10));
 }
 

@@ -404,3 +404,47 @@ async fn raw_send_returns_the_outcome_and_sends_the_max_wait() {
         Outcome::Offset(9)
     );
 }
+
+#[tokio::test]
+async fn callers_waiting_for_a_failed_reconnection_share_its_failure() {
+    let addr = fake(|listener| async move {
+        let (mut peer, _) = Peer::accept(&listener, welcome(LIMITS)).await;
+        peer.request().await;
+        drop(peer);
+        // Keep listening without ever answering a hello: reconnections time out.
+        let mut silent = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            silent.push(stream);
+        }
+    })
+    .await;
+    let client = Client::builder()
+        .connect_timeout(Duration::from_millis(200))
+        .connect(addr)
+        .await
+        .unwrap();
+    assert!(matches!(
+        client.end_offset("t", 0).await,
+        Err(Error::ConnectionLost(_))
+    ));
+    let start = Instant::now();
+    // All four find the connection dead; the first reconnects (and times out), the others wait
+    // for it and share its failure instead of spending a connect timeout each.
+    let (first, second, third, fourth) = tokio::join!(
+        client.end_offset("t", 0),
+        client.end_offset("t", 1),
+        client.end_offset("t", 2),
+        client.end_offset("t", 3)
+    );
+    assert!(
+        matches!(&first, Err(Error::Io(error)) if error.kind() == std::io::ErrorKind::TimedOut),
+        "{first:?}"
+    );
+    for result in [second, third, fourth] {
+        assert!(
+            matches!(&result, Err(Error::ConnectionLost(reason)) if reason.starts_with("reconnecting failed")),
+            "{result:?}"
+        );
+    }
+    assert!(start.elapsed() < Duration::from_millis(600));
+}
