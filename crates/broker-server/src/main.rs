@@ -1,7 +1,7 @@
 //! `broker-server`: parses flags, sets up logging, binds, prints `listening on <address>` and
 //! serves until SIGINT or SIGTERM. Everything else lives in the library.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -96,6 +96,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match serve(&args.listen, config) {
         Ok(()) => ExitCode::SUCCESS,

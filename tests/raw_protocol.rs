@@ -1,0 +1,380 @@
+//! Speaks the protocol from raw bytes written by hand from `proto.md` alone (no broker crate is
+//! used to encode or decode), against the real `broker-server` binary: the proof that proto.md
+//! is enough to write a client in another language, and that bad input only ever affects the
+//! connection that sent it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use support::ServerProcess;
+
+/// Little-endian body builder, following proto.md section 2.
+#[derive(Default)]
+struct Body(Vec<u8>);
+
+impl Body {
+    fn u8(mut self, v: u8) -> Self {
+        self.0.push(v);
+        self
+    }
+    fn u16(mut self, v: u16) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn u32(mut self, v: u32) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn i32(mut self, v: i32) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn u64(mut self, v: u64) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn i64(mut self, v: i64) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn bytes(mut self, v: &[u8]) -> Self {
+        self.0.extend_from_slice(&(v.len() as u64).to_le_bytes());
+        self.0.extend_from_slice(v);
+        self
+    }
+    fn string(self, v: &str) -> Self {
+        self.bytes(v.as_bytes())
+    }
+    /// The whole frame: u32 big-endian length, then the body.
+    fn frame(&self) -> Vec<u8> {
+        let mut frame = (self.0.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&self.0);
+        frame
+    }
+}
+
+/// A request frame: correlation id, max_wait_ms 0, then the command's index and fields.
+fn request(correlation_id: u64, command: u32) -> Body {
+    Body::default().u64(correlation_id).u32(0).u32(command)
+}
+
+/// Little-endian reader over a response body.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> &[u8] {
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        head
+    }
+    fn u8(&mut self) -> u8 {
+        self.take(1)[0]
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes(self.take(2).try_into().unwrap())
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.take(4).try_into().unwrap())
+    }
+    fn i32(&mut self) -> i32 {
+        i32::from_le_bytes(self.take(4).try_into().unwrap())
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take(8).try_into().unwrap())
+    }
+    fn i64(&mut self) -> i64 {
+        i64::from_le_bytes(self.take(8).try_into().unwrap())
+    }
+    fn bytes(&mut self) -> Vec<u8> {
+        let n = self.u64() as usize;
+        self.take(n).to_vec()
+    }
+    fn string(&mut self) -> String {
+        String::from_utf8(self.bytes()).unwrap()
+    }
+    fn done(&self) {
+        assert!(self.0.is_empty(), "{} unread bytes", self.0.len());
+    }
+}
+
+struct Conn(TcpStream);
+
+impl Conn {
+    /// Connects and completes the handshake (proto.md section 3).
+    fn open(server: &ServerProcess) -> Conn {
+        let mut conn = Conn::raw(server);
+        conn.send(&hello(1));
+        let body = conn.read_frame().expect("a hello reply");
+        let mut r = Reader(&body);
+        assert_eq!(r.u32(), 0, "Welcome");
+        assert_eq!(r.u16(), 1, "version");
+        assert!(r.string().starts_with("broker-server/"));
+        for _ in 0..5 {
+            assert!(r.u32() > 0, "every limit is positive");
+        }
+        r.done();
+        conn
+    }
+
+    fn raw(server: &ServerProcess) -> Conn {
+        let stream = TcpStream::connect(server.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Conn(stream)
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        self.0.write_all(bytes).unwrap();
+    }
+
+    /// One frame's body, or `None` on a clean end of stream.
+    fn read_frame(&mut self) -> Option<Vec<u8>> {
+        let mut length = [0u8; 4];
+        match self.0.read_exact(&mut length) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => return None,
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return None,
+            Err(e) => panic!("read: {e}"),
+        }
+        let mut body = vec![0u8; u32::from_be_bytes(length) as usize];
+        self.0.read_exact(&mut body).unwrap();
+        Some(body)
+    }
+
+    /// Sends a request and returns the response body after checking its correlation id.
+    fn call(&mut self, correlation_id: u64, request: Body) -> Vec<u8> {
+        self.send(&request.frame());
+        self.response(correlation_id)
+    }
+
+    fn response(&mut self, correlation_id: u64) -> Vec<u8> {
+        let body = self.read_frame().expect("a response");
+        let mut r = Reader(&body);
+        assert_eq!(r.u64(), correlation_id);
+        body[8..].to_vec()
+    }
+
+    fn assert_closed(&mut self) {
+        assert!(self.read_frame().is_none(), "the server should close");
+    }
+}
+
+fn hello(version: u16) -> Vec<u8> {
+    Body::default()
+        .u8(b'B')
+        .u8(b'R')
+        .u8(b'K')
+        .u8(b'R')
+        .u16(version)
+        .string("raw-test")
+        .u8(0) // auth_token: None
+        .frame()
+}
+
+/// Reads `Ok(outcome)` and checks the outcome's index.
+fn ok(body: &[u8], outcome: u32) -> Reader<'_> {
+    let mut r = Reader(body);
+    assert_eq!(r.u32(), 0, "Ok");
+    assert_eq!(r.u32(), outcome, "outcome index");
+    r
+}
+
+/// Reads `Err(code)`.
+fn err(body: &[u8], code: u32) -> Reader<'_> {
+    let mut r = Reader(body);
+    assert_eq!(r.u32(), 1, "Err");
+    assert_eq!(r.u32(), code, "error code");
+    r
+}
+
+fn create(topic: &str, partitions: i32) -> Body {
+    request(1, 0).string(topic).i32(partitions).u32(0)
+}
+
+fn publish(id: u64, topic: &str, partition: i32, payload: &[u8]) -> Body {
+    request(id, 3).string(topic).i32(partition).bytes(payload)
+}
+
+fn end_offset(id: u64, topic: &str, partition: i32) -> Body {
+    request(id, 12).string(topic).i32(partition)
+}
+
+fn member_call(id: u64, command: u32, topic: &str, group: &str, member: &str) -> Body {
+    request(id, command).string(topic).string(group).string(member)
+}
+
+fn read_offset(conn: &mut Conn, topic: &str) -> i64 {
+    let body = conn.call(99, end_offset(99, topic, 0));
+    let mut r = ok(&body, 9);
+    let offset = r.i64();
+    r.done();
+    offset
+}
+
+/// Reads a `Records` outcome's records as (partition, offset, payload).
+fn records(mut r: Reader<'_>, topic: &str) -> Vec<(i32, i64, Vec<u8>)> {
+    let count = r.u64();
+    let out = (0..count)
+        .map(|_| {
+            assert_eq!(r.string(), topic);
+            let partition = r.i32();
+            let offset = r.i64();
+            assert_eq!(r.u8(), 0, "no key");
+            (partition, offset, r.bytes())
+        })
+        .collect();
+    r.done();
+    out
+}
+
+#[test]
+fn seed_000_worked_example_in_hand_written_bytes() {
+    let server = ServerProcess::start(&["--capacity", "2"]);
+    let mut conn = Conn::open(&server);
+
+    let body = conn.call(1, create("orders", 1));
+    assert_eq!(ok(&body, 0).u8(), 1, "created");
+    let body = conn.call(2, publish(2, "orders", 0, b"a"));
+    assert_eq!(ok(&body, 3).i64(), 0);
+    let body = conn.call(3, publish(3, "orders", 0, b"b"));
+    assert_eq!(ok(&body, 3).i64(), 1);
+    // Join: topic, group, member, assignor None.
+    let body = conn.call(4, member_call(4, 1, "orders", "billing", "m1").u8(0));
+    let mut r = ok(&body, 1);
+    assert_eq!((r.u64(), r.i32()), (1, 0), "partitions [0]");
+    r.done();
+    // Poll: max_records 2, max_bytes None.
+    let poll = || member_call(5, 5, "orders", "billing", "m1").i32(2).u8(0);
+    let body = conn.call(5, poll());
+    assert_eq!(records(ok(&body, 5), "orders"), vec![(0, 0, b"a".to_vec())]);
+    let body = conn.call(6, member_call(6, 7, "orders", "billing", "m1").i32(0).i64(0));
+    assert_eq!(ok(&body, 7).u8(), 1, "retried");
+    let body = conn.call(5, poll());
+    assert_eq!(records(ok(&body, 5), "orders"), vec![(0, 0, b"a".to_vec())]);
+    let body = conn.call(7, member_call(7, 6, "orders", "billing", "m1").i32(0).i64(0));
+    assert_eq!(ok(&body, 6).u8(), 1, "acked");
+    let body = conn.call(5, poll());
+    assert_eq!(records(ok(&body, 5), "orders"), vec![(0, 1, b"b".to_vec())]);
+    // A third publish fills nothing: capacity 2 holds "b" only after "a" left, so it fits.
+    let body = conn.call(8, publish(8, "orders", 0, b"c"));
+    assert_eq!(ok(&body, 3).i64(), 2);
+    let body = conn.call(9, publish(9, "orders", 0, b"d"));
+    assert_eq!(ok(&body, 3).i64(), -1, "full partition");
+}
+
+#[test]
+fn broker_errors_arrive_as_numbered_codes() {
+    let server = ServerProcess::start(&[]);
+    let mut conn = Conn::open(&server);
+    let body = conn.call(1, create("bad topic", 1));
+    let mut r = err(&body, 0);
+    assert!(r.string().contains("bad topic"));
+    r.done();
+    conn.call(1, create("t", 2));
+    let body = conn.call(2, publish(2, "t", 2, b"x"));
+    err(&body, 0);
+    // Commit with offsets {0: 1} by a non-member: NotAssigned { partition: 0 }.
+    let commit = member_call(3, 9, "t", "g", "m")
+        .u8(1)
+        .u64(1)
+        .i32(0)
+        .i64(1);
+    let body = conn.call(3, commit);
+    let mut r = err(&body, 1);
+    assert_eq!(r.i32(), 0);
+    r.done();
+}
+
+#[test]
+fn pipelined_requests_in_one_write_are_answered_in_order() {
+    let server = ServerProcess::start(&["--capacity", "1000"]);
+    let mut conn = Conn::open(&server);
+    conn.call(1, create("t", 1));
+    let mut batch = Vec::new();
+    for id in 0..500u64 {
+        batch.extend_from_slice(&publish(1_000 + id, "t", 0, &id.to_le_bytes()).frame());
+    }
+    conn.send(&batch);
+    for id in 0..500u64 {
+        let body = conn.response(1_000 + id);
+        assert_eq!(ok(&body, 3).i64(), id as i64);
+    }
+}
+
+#[test]
+fn an_unknown_command_is_answered_and_the_connection_goes_on() {
+    let server = ServerProcess::start(&[]);
+    let mut conn = Conn::open(&server);
+    let body = conn.call(77, request(77, 9_999));
+    err(&body, 2);
+    // Trailing bytes after a valid message are malformed too.
+    let body = conn.call(1, create("t", 1).u8(0));
+    err(&body, 2);
+    let body = conn.call(1, create("t", 1));
+    assert_eq!(ok(&body, 0).u8(), 1, "the connection still works");
+}
+
+#[test]
+fn a_wrong_version_or_magic_is_refused_and_closed() {
+    let server = ServerProcess::start(&[]);
+    let mut conn = Conn::raw(&server);
+    conn.send(&hello(999));
+    let body = conn.read_frame().expect("a refusal");
+    let mut r = Reader(&body);
+    assert_eq!(r.u32(), 1, "Refused");
+    assert_eq!(r.u32(), 3, "UnsupportedProtocol");
+    conn.assert_closed();
+
+    let mut conn = Conn::raw(&server);
+    let mut bad_magic = hello(1);
+    bad_magic[4] = b'X';
+    conn.send(&bad_magic);
+    let body = conn.read_frame().expect("a refusal");
+    assert_eq!(Reader(&body).u32(), 1, "Refused");
+    conn.assert_closed();
+}
+
+#[test]
+fn bad_input_on_one_connection_changes_nothing_and_others_are_still_served() {
+    let server = ServerProcess::start(&[]);
+    let mut good = Conn::open(&server);
+    good.call(1, create("t", 1));
+    good.call(2, publish(2, "t", 0, b"kept"));
+    assert_eq!(read_offset(&mut good, "t"), 1);
+
+    // An oversized length prefix: TooLarge to correlation 0, then the connection closes.
+    let mut conn = Conn::open(&server);
+    conn.send(&u32::MAX.to_be_bytes());
+    let body = conn.read_frame().expect("a TooLarge answer");
+    let mut r = Reader(&body);
+    assert_eq!(r.u64(), 0, "correlation id 0");
+    let mut r = err(&body[8..], 4);
+    assert_eq!(r.string(), "frame");
+    conn.assert_closed();
+
+    // Garbage instead of a hello (an HTTP request).
+    let mut conn = Conn::raw(&server);
+    conn.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    while conn.read_frame().is_some() {}
+
+    // A truncated frame, then a disconnect in the middle of it.
+    let mut conn = Conn::open(&server);
+    let frame = publish(5, "t", 0, b"never stored").frame();
+    conn.send(&frame[..frame.len() - 3]);
+    drop(conn);
+
+    // A hello cut short.
+    let mut conn = Conn::raw(&server);
+    conn.send(&hello(1)[..6]);
+    drop(conn);
+
+    assert_eq!(read_offset(&mut good, "t"), 1, "nothing was applied");
+    let body = good.call(3, publish(3, "t", 0, b"still served"));
+    assert_eq!(ok(&body, 3).i64(), 1);
+}

@@ -1,0 +1,112 @@
+//! Starting and stopping the real `broker-server` binary for end-to-end tests.
+//!
+//! The server listens on `127.0.0.1:0`; the harness reads the `listening on <address>` line it
+//! prints when ready (no sleeps, no fixed ports) and kills the process when dropped.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `broker-server` binary: Cargo's path when this test belongs to the server's package,
+/// otherwise the one beside this test's own target directory (built by `cargo test --workspace`).
+pub fn server_binary() -> PathBuf {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_broker-server") {
+        return PathBuf::from(path);
+    }
+    let mut dir = std::env::current_exe().expect("test executable path");
+    dir.pop(); // deps/
+    dir.pop(); // debug/ or release/
+    let path = dir.join(format!("broker-server{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} does not exist: run `cargo test --workspace` (or `cargo build -p broker-server`)",
+        path.display()
+    );
+    path
+}
+
+/// A running `broker-server` process.
+pub struct ServerProcess {
+    child: Child,
+    /// The address it listens on.
+    pub addr: SocketAddr,
+}
+
+impl ServerProcess {
+    /// Starts the server with `--listen 127.0.0.1:0` and `extra` flags, and waits until it has
+    /// printed its address.
+    pub fn start(extra: &[&str]) -> ServerProcess {
+        let mut child = Command::new(server_binary())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start broker-server");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the first line of broker-server");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .expect("a socket address");
+        ServerProcess { child, addr }
+    }
+
+    /// The address as `"127.0.0.1:PORT"`.
+    pub fn addr_string(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM (what `docker stop` sends) and waits up to `limit` for the process to exit.
+    pub fn terminate(&mut self, limit: Duration) -> ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+        self.wait(limit)
+    }
+
+    /// Kills the process with SIGKILL and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits up to `limit` for the process to exit on its own.
+    pub fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll the child") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "broker-server did not exit within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
