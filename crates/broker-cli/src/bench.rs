@@ -1,0 +1,684 @@
+//! `broker bench`: load a broker-server with a chosen workload, measure throughput and latency,
+//! and check that what was consumed is exactly what was published.
+//!
+//! Each record's payload carries its producer, its sequence number and the time it was sent,
+//! so consumers can check exactly-once delivery per group and in-order offsets per partition,
+//! and measure end-to-end latency.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use broker_client::{BrokerRecord, Client};
+use bytes::{BufMut, Bytes, BytesMut};
+use clap::{Args, ValueEnum};
+use futures::stream::{self, StreamExt, TryStreamExt};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::commands::connect;
+use crate::size::with_thousands;
+
+/// Bytes at the start of every payload: producer (u32), sequence (u64), send time (u64 ns).
+const HEADER_BYTES: usize = 20;
+/// How long an idle consumer waits on the server for a record before asking again.
+const CONSUMER_WAIT: Duration = Duration::from_millis(100);
+/// How long a producer backs off when its partition is full before publishing again.
+const FULL_BACKOFF: Duration = Duration::from_micros(200);
+
+/// `broker bench` options.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  broker bench publish --producers 1 --depth 1            single-request latency
+  broker bench publish --producers 8 --depth 64           pipelined publish
+  broker bench ack --producers 4 --consumers 4            publish + poll/ack over 64 partitions
+  broker bench fetch --batch 1000                         publish + fetch/commit in batches
+  broker bench mixed --duration 10s --json                both kinds of group at once
+
+Every run uses a new topic (bench-<time>), so runs do not disturb each other. Partitions are
+bounded by the server's --capacity: a `publish` run stops being stored once every partition is
+full and reports how often publish answered -1; the end-to-end workloads (ack, fetch, mixed)
+retry a refused record after a short back-off and are the honest throughput measure.")]
+pub struct BenchArgs {
+    /// What to run.
+    #[arg(value_enum)]
+    pub workload: Workload,
+    /// Producer connections.
+    #[arg(long, default_value_t = 1)]
+    pub producers: usize,
+    /// Consumer connections per group (end-to-end workloads).
+    #[arg(long, default_value_t = 1)]
+    pub consumers: usize,
+    /// Records to publish in all.
+    #[arg(long, default_value_t = 100_000)]
+    pub records: u64,
+    /// Stop publishing after this long even if --records are not all published ("10s", "1m").
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Payload bytes per record (at least 20: producer, sequence and send time).
+    #[arg(long, default_value_t = 100)]
+    pub size: usize,
+    /// Requests each producer keeps in flight on its connection (1 = no pipelining).
+    #[arg(long, default_value_t = 64)]
+    pub depth: usize,
+    /// Partitions of the benchmark topic.
+    #[arg(long, default_value_t = 64)]
+    pub partitions: i32,
+    /// Most records per fetch (fetch and mixed workloads; polls take at most 64).
+    #[arg(long, default_value_t = 1_000)]
+    pub batch: i32,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The workloads `broker bench` can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// Producers only; each publish is timed; full partitions are counted, not retried.
+    Publish,
+    /// Producers, and a group consuming with poll + ack (seed 000).
+    Ack,
+    /// Producers, and a group consuming with fetch + commit in batches (Kafka style).
+    Fetch,
+    /// Producers, an ack-mode group and a fetch-mode group on the same topic.
+    Mixed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GroupMode {
+    Ack,
+    Fetch,
+}
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Serialize)]
+struct Percentiles {
+    samples: u64,
+    p50_us: f64,
+    p90_us: f64,
+    p99_us: f64,
+    p999_us: f64,
+    max_us: f64,
+}
+
+impl Percentiles {
+    fn of(histogram: &Histogram<u64>) -> Self {
+        let us = |nanos: u64| nanos as f64 / 1_000.0;
+        Percentiles {
+            samples: histogram.len(),
+            p50_us: us(histogram.value_at_quantile(0.50)),
+            p90_us: us(histogram.value_at_quantile(0.90)),
+            p99_us: us(histogram.value_at_quantile(0.99)),
+            p999_us: us(histogram.value_at_quantile(0.999)),
+            max_us: us(histogram.max()),
+        }
+    }
+
+    fn text(&self) -> String {
+        format!(
+            "p50 {:.1} µs, p90 {:.1} µs, p99 {:.1} µs, p99.9 {:.1} µs, max {:.1} µs ({} samples)",
+            self.p50_us, self.p90_us, self.p99_us, self.p999_us, self.max_us, self.samples
+        )
+    }
+}
+
+/// What one consumer group saw.
+#[derive(Debug, Serialize)]
+struct GroupReport {
+    group: String,
+    mode: &'static str,
+    consumed: u64,
+    duplicates: u64,
+    out_of_order: u64,
+    missing: u64,
+    end_to_end_latency: Option<Percentiles>,
+}
+
+/// The whole report, printed as text or JSON.
+#[derive(Debug, Serialize)]
+struct BenchReport {
+    workload: Workload,
+    topic: String,
+    producers: usize,
+    consumers_per_group: usize,
+    partitions: i32,
+    record_bytes: usize,
+    depth: usize,
+    published: u64,
+    publish_refused_full: u64,
+    elapsed_secs: f64,
+    records_per_sec: f64,
+    megabytes_per_sec: f64,
+    publish_latency: Percentiles,
+    groups: Vec<GroupReport>,
+    check_passed: bool,
+}
+
+/// Counters shared by every task of a run.
+struct Shared {
+    start: Instant,
+    published: AtomicU64,
+    refused: AtomicU64,
+    producers_done: AtomicBool,
+}
+
+/// Exactly-once and ordering checks for one group.
+struct GroupCheck {
+    next_offset: Vec<i64>,
+    seen: Vec<Vec<bool>>,
+    consumed: u64,
+    duplicates: u64,
+    out_of_order: u64,
+    latency: Histogram<u64>,
+}
+
+impl GroupCheck {
+    fn new(partitions: usize, shares: &[u64]) -> Self {
+        GroupCheck {
+            next_offset: vec![0; partitions],
+            seen: shares.iter().map(|&n| vec![false; n as usize]).collect(),
+            consumed: 0,
+            duplicates: 0,
+            out_of_order: 0,
+            latency: new_histogram(),
+        }
+    }
+
+    fn observe(&mut self, record: &BrokerRecord, now_nanos: u64) {
+        self.consumed += 1;
+        let partition = record.partition as usize;
+        if self.next_offset.get(partition) != Some(&record.offset) {
+            self.out_of_order += 1;
+        }
+        if let Some(next) = self.next_offset.get_mut(partition) {
+            *next = record.offset + 1;
+        }
+        match decode_header(&record.payload) {
+            Some((producer, sequence, sent_nanos)) => {
+                let slot = self
+                    .seen
+                    .get_mut(producer as usize)
+                    .and_then(|seen| seen.get_mut(sequence as usize));
+                match slot {
+                    Some(seen) if !*seen => *seen = true,
+                    _ => self.duplicates += 1,
+                }
+                let _ = self
+                    .latency
+                    .record(now_nanos.saturating_sub(sent_nanos).max(1));
+            }
+            None => self.duplicates += 1,
+        }
+    }
+
+    fn missing(&self) -> u64 {
+        self.seen.iter().flatten().filter(|seen| !**seen).count() as u64
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    // 1 ns to 100 s with 3 significant digits: every latency a run can see.
+    Histogram::new_with_bounds(1, 100_000_000_000, 3)
+        .unwrap_or_else(|_| unreachable!("the bounds are constant and valid"))
+}
+
+fn encode_payload(size: usize, producer: u32, sequence: u64, sent_nanos: u64) -> Bytes {
+    let mut payload = BytesMut::with_capacity(size);
+    payload.put_u32_le(producer);
+    payload.put_u64_le(sequence);
+    payload.put_u64_le(sent_nanos);
+    payload.resize(size, b'x');
+    payload.freeze()
+}
+
+fn decode_header(payload: &[u8]) -> Option<(u32, u64, u64)> {
+    let header = payload.get(..HEADER_BYTES)?;
+    let u64_at = |at: usize| {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&header[at..at + 8]);
+        u64::from_le_bytes(bytes)
+    };
+    let mut producer = [0u8; 4];
+    producer.copy_from_slice(&header[..4]);
+    Some((u32::from_le_bytes(producer), u64_at(4), u64_at(12)))
+}
+
+/// How many records each producer publishes: `records` split as evenly as possible.
+fn shares(records: u64, producers: usize) -> Vec<u64> {
+    let producers_u64 = producers as u64;
+    (0..producers_u64)
+        .map(|i| records / producers_u64 + u64::from(i < records % producers_u64))
+        .collect()
+}
+
+fn elapsed_nanos(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Runs a benchmark against the server at `addr` and prints its report.
+pub async fn run(addr: &str, args: BenchArgs) -> anyhow::Result<()> {
+    if args.producers == 0 || args.depth == 0 || args.consumers == 0 {
+        bail!("--producers, --consumers and --depth must be at least 1");
+    }
+    if args.size < HEADER_BYTES {
+        bail!("--size must be at least {HEADER_BYTES} bytes (producer, sequence and send time)");
+    }
+    let admin = connect(addr).await?;
+    let topic = format!(
+        "bench-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros())
+    );
+    admin
+        .create(&topic, args.partitions)
+        .await
+        .context("cannot create the benchmark topic")?;
+    let modes: &[GroupMode] = match args.workload {
+        Workload::Publish => &[],
+        Workload::Ack => &[GroupMode::Ack],
+        Workload::Fetch => &[GroupMode::Fetch],
+        Workload::Mixed => &[GroupMode::Ack, GroupMode::Fetch],
+    };
+    let shares = shares(args.records, args.producers);
+    let shared = Arc::new(Shared {
+        start: Instant::now(),
+        published: AtomicU64::new(0),
+        refused: AtomicU64::new(0),
+        producers_done: AtomicBool::new(false),
+    });
+
+    // Every consumer joins before anything is published: no rebalance during the run, so any
+    // redelivery would be a broker bug, not a rebalance.
+    let mut consumers = Vec::new();
+    let mut checks = Vec::new();
+    for &mode in modes {
+        let group = match mode {
+            GroupMode::Ack => "bench-ack",
+            GroupMode::Fetch => "bench-fetch",
+        };
+        let check = Arc::new(Mutex::new(GroupCheck::new(
+            args.partitions as usize,
+            &shares,
+        )));
+        checks.push((group, mode, Arc::clone(&check)));
+        for index in 0..args.consumers {
+            let client = connect(addr).await?;
+            let member = format!("consumer-{index:03}");
+            client.join(&topic, group, &member).await?;
+            consumers.push(tokio::spawn(consume(
+                client,
+                Consumer {
+                    topic: topic.clone(),
+                    group,
+                    member,
+                    mode,
+                    batch: args.batch,
+                    check: Arc::clone(&check),
+                    shared: Arc::clone(&shared),
+                },
+            )));
+        }
+    }
+
+    let progress = progress_bar(&args);
+    let deadline = args.duration.map(|d| Instant::now() + d);
+    let start = Instant::now();
+    let mut producers = Vec::new();
+    for (index, &share) in shares.iter().enumerate() {
+        let client = connect(addr).await?;
+        producers.push(tokio::spawn(produce(
+            client,
+            Producer {
+                topic: topic.clone(),
+                index: index as u32,
+                share,
+                partitions: args.partitions,
+                size: args.size,
+                depth: args.depth,
+                retry_full: args.workload != Workload::Publish,
+                deadline,
+                shared: Arc::clone(&shared),
+            },
+        )));
+    }
+    let ticker = spawn_ticker(progress.clone(), Arc::clone(&shared), checks_for(&checks));
+
+    let mut publish_latency = new_histogram();
+    for producer in producers {
+        let histogram = producer.await.context("a producer task failed")??;
+        publish_latency
+            .add(&histogram)
+            .context("cannot merge latency histograms")?;
+    }
+    shared.producers_done.store(true, Ordering::SeqCst);
+    for consumer in consumers {
+        consumer.await.context("a consumer task failed")??;
+    }
+    let elapsed = start.elapsed();
+    ticker.abort();
+    progress.finish_and_clear();
+
+    let published = shared.published.load(Ordering::SeqCst);
+    let groups: Vec<GroupReport> = checks
+        .iter()
+        .map(|(group, mode, check)| {
+            let check = check.lock().unwrap_or_else(PoisonError::into_inner);
+            // Records a deadline kept from being published are not missing.
+            let unpublished = args.records - published;
+            GroupReport {
+                group: (*group).to_owned(),
+                mode: match mode {
+                    GroupMode::Ack => "poll+ack",
+                    GroupMode::Fetch => "fetch+commit",
+                },
+                consumed: check.consumed,
+                duplicates: check.duplicates,
+                out_of_order: check.out_of_order,
+                missing: check.missing() - unpublished,
+                end_to_end_latency: Some(Percentiles::of(&check.latency)),
+            }
+        })
+        .collect();
+    let check_passed = groups
+        .iter()
+        .all(|g| g.duplicates == 0 && g.out_of_order == 0 && g.missing == 0);
+    let seconds = elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
+    let report = BenchReport {
+        workload: args.workload,
+        topic,
+        producers: args.producers,
+        consumers_per_group: if modes.is_empty() { 0 } else { args.consumers },
+        partitions: args.partitions,
+        record_bytes: args.size,
+        depth: args.depth,
+        published,
+        publish_refused_full: shared.refused.load(Ordering::SeqCst),
+        elapsed_secs: seconds,
+        records_per_sec: published as f64 / seconds,
+        megabytes_per_sec: (published as f64 * args.size as f64) / seconds / 1e6,
+        publish_latency: Percentiles::of(&publish_latency),
+        groups,
+        check_passed,
+    };
+    print_report(&report, args.json)?;
+    if !report.check_passed {
+        bail!("the consumed records do not match the published ones (see the report above)");
+    }
+    Ok(())
+}
+
+fn checks_for(
+    checks: &[(&'static str, GroupMode, Arc<Mutex<GroupCheck>>)],
+) -> Vec<Arc<Mutex<GroupCheck>>> {
+    checks
+        .iter()
+        .map(|(_, _, check)| Arc::clone(check))
+        .collect()
+}
+
+fn progress_bar(args: &BenchArgs) -> ProgressBar {
+    if args.json {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(args.records);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} records {per_sec} {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+/// Updates the progress bar ten times a second: records published, or for end-to-end
+/// workloads, records consumed by the slowest group.
+fn spawn_ticker(
+    bar: ProgressBar,
+    shared: Arc<Shared>,
+    checks: Vec<Arc<Mutex<GroupCheck>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            interval.tick().await;
+            let published = shared.published.load(Ordering::Relaxed);
+            let position = checks
+                .iter()
+                .map(|c| c.lock().unwrap_or_else(PoisonError::into_inner).consumed)
+                .min()
+                .unwrap_or(published);
+            bar.set_position(position);
+            bar.set_message(format!(
+                "(published {}, full {})",
+                published,
+                shared.refused.load(Ordering::Relaxed)
+            ));
+        }
+    })
+}
+
+struct Producer {
+    topic: String,
+    index: u32,
+    share: u64,
+    partitions: i32,
+    size: usize,
+    depth: usize,
+    retry_full: bool,
+    deadline: Option<Instant>,
+    shared: Arc<Shared>,
+}
+
+/// Publishes the producer's share with `depth` requests in flight; returns the latency of every
+/// publish request.
+async fn produce(client: Client, producer: Producer) -> anyhow::Result<Histogram<u64>> {
+    let latency = Mutex::new(new_histogram());
+    let p = &producer;
+    let client = &client;
+    let latency_ref = &latency;
+    stream::iter(0..p.share)
+        .take_while(|_| std::future::ready(p.deadline.is_none_or(|d| Instant::now() < d)))
+        .map(|sequence| async move {
+            let partition = ((u64::from(p.index) + sequence) % p.partitions as u64) as i32;
+            loop {
+                let payload =
+                    encode_payload(p.size, p.index, sequence, elapsed_nanos(p.shared.start));
+                let sent = Instant::now();
+                let offset = client.publish(&p.topic, partition, payload).await?;
+                let nanos = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                let _ = latency_ref
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .record(nanos.max(1));
+                if offset >= 0 {
+                    p.shared.published.fetch_add(1, Ordering::Relaxed);
+                    return anyhow::Ok(());
+                }
+                p.shared.refused.fetch_add(1, Ordering::Relaxed);
+                if !p.retry_full {
+                    return Ok(());
+                }
+                tokio::time::sleep(FULL_BACKOFF).await;
+            }
+        })
+        .buffer_unordered(p.depth)
+        .try_collect::<()>()
+        .await?;
+    Ok(latency.into_inner().unwrap_or_else(PoisonError::into_inner))
+}
+
+struct Consumer {
+    topic: String,
+    group: &'static str,
+    member: String,
+    mode: GroupMode,
+    batch: i32,
+    check: Arc<Mutex<GroupCheck>>,
+    shared: Arc<Shared>,
+}
+
+/// Consumes until the group has consumed everything the producers published.
+async fn consume(client: Client, consumer: Consumer) -> anyhow::Result<()> {
+    let Consumer {
+        topic,
+        group,
+        member,
+        mode,
+        batch,
+        check,
+        shared,
+    } = consumer;
+    loop {
+        let records = match mode {
+            GroupMode::Ack => {
+                client
+                    .poll_wait(&topic, group, &member, batch.min(64), CONSUMER_WAIT)
+                    .await?
+            }
+            GroupMode::Fetch => {
+                client
+                    .fetch_wait(&topic, group, &member, batch, CONSUMER_WAIT)
+                    .await?
+            }
+        };
+        if !records.is_empty() {
+            {
+                let now = elapsed_nanos(shared.start);
+                let mut check = check.lock().unwrap_or_else(PoisonError::into_inner);
+                for record in &records {
+                    check.observe(record, now);
+                }
+            }
+            match mode {
+                GroupMode::Ack => {
+                    let acks = records
+                        .iter()
+                        .map(|r| client.ack(&topic, group, &member, r.partition, r.offset));
+                    let acked = futures::future::try_join_all(acks).await?;
+                    if acked.iter().any(|ok| !ok) {
+                        bail!("the broker refused an acknowledgement of a record it delivered");
+                    }
+                }
+                GroupMode::Fetch => client.commit(&topic, group, &member, None).await?,
+            }
+        }
+        let done = shared.producers_done.load(Ordering::SeqCst)
+            && check
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .consumed
+                >= shared.published.load(Ordering::SeqCst);
+        if done {
+            return Ok(());
+        }
+    }
+}
+
+fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+        return Ok(());
+    }
+    println!(
+        "workload {:?} on topic {}: {} producers x depth {}, {} consumers per group, {} partitions, {}-byte records",
+        report.workload,
+        report.topic,
+        report.producers,
+        report.depth,
+        report.consumers_per_group,
+        report.partitions,
+        report.record_bytes
+    );
+    println!(
+        "published {} records in {:.3} s: {} records/s, {:.1} MB/s{}",
+        with_thousands(report.published),
+        report.elapsed_secs,
+        with_thousands(report.records_per_sec as u64),
+        report.megabytes_per_sec,
+        if report.groups.is_empty() {
+            ""
+        } else {
+            " (published and consumed by every group)"
+        }
+    );
+    println!(
+        "publish answered -1 (partition full) {} times",
+        with_thousands(report.publish_refused_full)
+    );
+    println!("publish latency: {}", report.publish_latency.text());
+    for group in &report.groups {
+        println!(
+            "group {} ({}): consumed {}, duplicates {}, out of order {}, missing {}",
+            group.group,
+            group.mode,
+            with_thousands(group.consumed),
+            group.duplicates,
+            group.out_of_order,
+            group.missing
+        );
+        if let Some(latency) = &group.end_to_end_latency {
+            println!("  end-to-end latency: {}", latency.text());
+        }
+    }
+    if !report.groups.is_empty() {
+        println!(
+            "check: {}",
+            if report.check_passed {
+                "every record consumed exactly once per group, in offset order per partition"
+            } else {
+                "FAILED"
+            }
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn shares_split_records_evenly() {
+        assert_eq!(shares(10, 3), vec![4, 3, 3]);
+        assert_eq!(shares(2, 4), vec![1, 1, 0, 0]);
+        assert_eq!(shares(0, 1), vec![0]);
+    }
+
+    #[test]
+    fn payload_header_round_trips() {
+        let payload = encode_payload(100, 3, 77, 123_456);
+        assert_eq!(payload.len(), 100);
+        assert_eq!(decode_header(&payload), Some((3, 77, 123_456)));
+        assert_eq!(decode_header(&payload[..19]), None);
+    }
+
+    fn record(partition: i32, offset: i64, producer: u32, sequence: u64) -> BrokerRecord {
+        BrokerRecord {
+            topic: "t".into(),
+            partition,
+            offset,
+            key: None,
+            payload: encode_payload(20, producer, sequence, 0),
+        }
+    }
+
+    #[test]
+    fn the_check_counts_duplicates_gaps_and_missing_records() {
+        let mut check = GroupCheck::new(2, &[2, 1]);
+        check.observe(&record(0, 0, 0, 0), 10);
+        check.observe(&record(1, 0, 1, 0), 10);
+        assert_eq!(
+            (check.duplicates, check.out_of_order, check.missing()),
+            (0, 0, 1)
+        );
+        check.observe(&record(0, 2, 0, 0), 10); // skipped offset 1, and a duplicate
+        assert_eq!((check.duplicates, check.out_of_order), (1, 1));
+    }
+}

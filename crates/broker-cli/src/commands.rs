@@ -1,0 +1,333 @@
+//! The subcommands that talk to a broker-server (and `size`, which does not).
+
+use std::io::{self, Write};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use broker_client::{Assignor, BrokerRecord, Client, KeyHash};
+use futures::stream::{self, StreamExt, TryStreamExt};
+
+use crate::cli::{
+    AssignorArg, Cli, Command, ConsumeArgs, ConsumeMode, CreateArgs, DescribeArgs, JoinArgs,
+    KeyHashArg, LagArgs, MemberArgs, PublishArgs, SizeArgs,
+};
+use crate::{bench, output, size};
+
+/// How many publishes `broker publish` keeps in flight on its connection.
+const PUBLISH_PIPELINE: usize = 256;
+/// How long one waiting poll or fetch of `consume --follow` waits before asking again.
+const FOLLOW_WAIT: Duration = Duration::from_secs(5);
+
+/// Runs one parsed command line.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let addr = cli.addr;
+    match cli.command {
+        Command::Size(args) => size_command(&args),
+        Command::Bench(args) => bench::run(&addr, args).await,
+        Command::Create(args) => create(&connect(&addr).await?, args).await,
+        Command::Publish(args) => publish(&connect(&addr).await?, args).await,
+        Command::Consume(args) => consume(&connect(&addr).await?, args).await,
+        Command::Join(args) => join(&connect(&addr).await?, args).await,
+        Command::Leave(args) => leave(&connect(&addr).await?, args).await,
+        Command::Describe(args) => describe(&connect(&addr).await?, args).await,
+        Command::Lag(args) => lag(&connect(&addr).await?, args).await,
+    }
+}
+
+/// Connects, saying where and how to point elsewhere when it fails.
+pub async fn connect(addr: &str) -> anyhow::Result<Client> {
+    Client::connect(addr).await.with_context(|| {
+        format!("cannot reach broker-server at {addr} (is it running? set --addr or BROKER_ADDR)")
+    })
+}
+
+impl From<KeyHashArg> for KeyHash {
+    fn from(arg: KeyHashArg) -> Self {
+        match arg {
+            KeyHashArg::Murmur2 => KeyHash::Murmur2,
+            KeyHashArg::Fnv1a => KeyHash::Fnv1a,
+        }
+    }
+}
+
+impl From<AssignorArg> for Assignor {
+    fn from(arg: AssignorArg) -> Self {
+        match arg {
+            AssignorArg::RoundRobin => Assignor::RoundRobin,
+            AssignorArg::Range => Assignor::Range,
+        }
+    }
+}
+
+async fn create(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
+    let created = client
+        .create_with(&args.topic, args.partitions, args.key_hash.into())
+        .await?;
+    if created {
+        println!(
+            "created topic {} with {} partitions",
+            args.topic, args.partitions
+        );
+    } else {
+        println!("topic {} already exists (left unchanged)", args.topic);
+    }
+    Ok(())
+}
+
+async fn publish(client: &Client, args: PublishArgs) -> anyhow::Result<()> {
+    let payloads: Box<dyn Iterator<Item = io::Result<String>>> = if args.payloads.is_empty() {
+        Box::new(io::stdin().lines())
+    } else {
+        Box::new(args.payloads.into_iter().map(Ok))
+    };
+    let topic = args.topic.as_str();
+    let key = args.key.as_deref().map(str::as_bytes);
+    let partition = args.partition;
+    let mut results = stream::iter(payloads)
+        .map(|payload| async move {
+            let payload = payload.context("cannot read standard input")?;
+            anyhow::Ok(match partition {
+                Some(partition) => (partition, client.publish(topic, partition, payload).await?),
+                None => client.publish_keyed(topic, key, payload).await?,
+            })
+        })
+        .buffered(PUBLISH_PIPELINE);
+    let (mut stored, mut refused) = (0u64, 0u64);
+    let mut stdout = io::stdout().lock();
+    while let Some((partition, offset)) = results.try_next().await? {
+        if offset < 0 {
+            refused += 1;
+            eprintln!("partition {partition} of {topic} is full: record not stored");
+            continue;
+        }
+        stored += 1;
+        if args.json {
+            writeln!(
+                stdout,
+                "{}",
+                serde_json::json!({"topic": topic, "partition": partition, "offset": offset})
+            )?;
+        } else {
+            writeln!(
+                stdout,
+                "published to {topic} partition {partition} offset {offset}"
+            )?;
+        }
+    }
+    if refused > 0 {
+        bail!(
+            "{refused} of {} records were not stored because their partition was full \
+             (a partition holds at most the server's --capacity records until every group \
+             has consumed them)",
+            stored + refused
+        );
+    }
+    Ok(())
+}
+
+async fn join(client: &Client, args: JoinArgs) -> anyhow::Result<()> {
+    let MemberArgs {
+        topic,
+        group,
+        member,
+    } = &args.member;
+    let partitions = match args.assignor {
+        Some(assignor) => {
+            client
+                .join_with(topic, group, member, assignor.into())
+                .await?
+        }
+        None => client.join(topic, group, member).await?,
+    };
+    println!("{member} joined group {group} on {topic}: partitions {partitions:?}");
+    Ok(())
+}
+
+async fn leave(client: &Client, args: MemberArgs) -> anyhow::Result<()> {
+    let MemberArgs {
+        topic,
+        group,
+        member,
+    } = &args;
+    if client.leave(topic, group, member).await? {
+        println!("{member} left group {group} on {topic}");
+    } else {
+        println!("{member} is not a member of group {group} on {topic} (nothing changed)");
+    }
+    Ok(())
+}
+
+async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
+    let MemberArgs {
+        topic,
+        group,
+        member,
+    } = &args.member;
+    let partitions = match args.assignor {
+        Some(assignor) => {
+            client
+                .join_with(topic, group, member, assignor.into())
+                .await?
+        }
+        None => client.join(topic, group, member).await?,
+    };
+    eprintln!("{member} joined group {group} on {topic}: partitions {partitions:?}");
+    let consumed = tokio::select! {
+        result = consume_loop(client, &args) => result?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("interrupted");
+            None
+        }
+    };
+    if args.mode == ConsumeMode::Fetch {
+        // Commit what was printed, so the group resumes after it.
+        client.commit(topic, group, member, None).await?;
+    }
+    if !args.stay {
+        client.leave(topic, group, member).await?;
+    }
+    if let Some(consumed) = consumed {
+        eprintln!("consumed {consumed} records");
+    }
+    Ok(())
+}
+
+/// Consumes until nothing is left (or `--count` is reached; with `--follow`, until
+/// interrupted). Returns how many records were printed.
+async fn consume_loop(client: &Client, args: &ConsumeArgs) -> anyhow::Result<Option<u64>> {
+    let MemberArgs {
+        topic,
+        group,
+        member,
+    } = &args.member;
+    let wait = if args.follow {
+        FOLLOW_WAIT
+    } else {
+        Duration::ZERO
+    };
+    let mut consumed = 0u64;
+    loop {
+        let remaining = args.count.map_or(u64::MAX, |count| count - consumed);
+        if remaining == 0 {
+            break;
+        }
+        let max = i64::from(args.batch).min(remaining as i64) as i32;
+        let records = match args.mode {
+            ConsumeMode::Ack => client.poll_wait(topic, group, member, max, wait).await?,
+            ConsumeMode::Fetch => client.fetch_wait(topic, group, member, max, wait).await?,
+        };
+        if records.is_empty() && !args.follow {
+            break;
+        }
+        print_records(&records, args.json)?;
+        consumed += records.len() as u64;
+        match args.mode {
+            ConsumeMode::Ack => acknowledge(client, &args.member, &records).await?,
+            ConsumeMode::Fetch => client.commit(topic, group, member, None).await?,
+        }
+    }
+    Ok(Some(consumed))
+}
+
+fn print_records(records: &[BrokerRecord], json: bool) -> anyhow::Result<()> {
+    let mut stdout = io::stdout().lock();
+    for record in records {
+        if json {
+            writeln!(stdout, "{}", output::record_json(record))?;
+        } else {
+            writeln!(stdout, "{}", output::record_line(record))?;
+        }
+    }
+    stdout.flush()?;
+    Ok(())
+}
+
+async fn acknowledge(
+    client: &Client,
+    member: &MemberArgs,
+    records: &[BrokerRecord],
+) -> anyhow::Result<()> {
+    let acks = records.iter().map(|record| {
+        client.ack(
+            &member.topic,
+            &member.group,
+            &member.member,
+            record.partition,
+            record.offset,
+        )
+    });
+    for (record, acked) in records
+        .iter()
+        .zip(futures::future::try_join_all(acks).await?)
+    {
+        if !acked {
+            // The partition moved to another member in a rebalance: it will deliver it again.
+            eprintln!(
+                "partition {} moved to another member before offset {} was acknowledged",
+                record.partition, record.offset
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()> {
+    let description = match &args.topic {
+        Some(topic) => broker_client::BrokerDescription {
+            capacity_per_partition: client.describe().await?.capacity_per_partition,
+            topics: vec![client.describe_topic(topic).await?],
+        },
+        None => client.describe().await?,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&description)?);
+    } else {
+        print!("{}", output::description_text(&description));
+    }
+    Ok(())
+}
+
+async fn lag(client: &Client, args: LagArgs) -> anyhow::Result<()> {
+    let lag = client.lag(&args.topic, &args.group).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&lag)?);
+    } else {
+        print!("{}", output::lag_text(&args.topic, &args.group, &lag));
+    }
+    Ok(())
+}
+
+fn size_command(args: &SizeArgs) -> anyhow::Result<()> {
+    let sizing = size::size(size::SizingInput {
+        message_bytes: args.message_bytes,
+        messages_per_second: args.rate,
+        retention: args.retention,
+        replication: args.replication,
+        headroom_percent: args.headroom,
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&sizing)?);
+        return Ok(());
+    }
+    let line = |label: &str, bytes: u64| {
+        println!(
+            "{label:<28} {:>26} bytes  {}",
+            size::with_thousands(bytes),
+            size::human(bytes)
+        );
+    };
+    line("written per second:", sizing.bytes_per_second);
+    line(
+        &format!("one copy, {}:", humantime::format_duration(args.retention)),
+        sizing.one_copy_bytes,
+    );
+    line(
+        &format!("x {} replicas:", args.replication),
+        sizing.replicated_bytes,
+    );
+    line(
+        &format!("with {}% headroom:", args.headroom),
+        sizing.with_headroom_bytes,
+    );
+    Ok(())
+}

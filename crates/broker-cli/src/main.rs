@@ -1,0 +1,24 @@
+//! `broker`: the broker's command-line tool. Parses the command line and reports errors as one
+//! line; the subcommands live in their own modules.
+
+mod bench;
+mod cli;
+mod commands;
+mod output;
+mod size;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match commands::run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
