@@ -152,7 +152,7 @@ impl Connection {
 
     /// Whether the connection died.
     pub(crate) fn is_closed(&self) -> bool {
-        self.pending.closed_reason().is_some()
+        self.pending.is_closed()
     }
 
     /// The server's name and version from its welcome.

@@ -108,6 +108,11 @@ impl Pending {
         }
     }
 
+    /// Whether the connection closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed.is_some()
+    }
+
     /// Why the connection closed, if it has.
     pub(crate) fn closed_reason(&self) -> Option<String> {
         self.lock().closed.clone()

@@ -9,7 +9,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use broker_client::{Assignor, BrokerError, BrokerRecord, Error, KeyHash, PartitionLag};
+use broker_client::{
+    Assignor, BrokerError, BrokerRecord, Error, ErrorReply, KeyHash, PartitionLag,
+};
 use broker_server::Config;
 use bytes::Bytes;
 use common::TestServer;
@@ -309,4 +311,23 @@ async fn a_waiting_poll_by_a_non_member_and_zero_wait_answer_at_once() {
         .is_empty());
     assert!(client.fetch("t", "g", "m", 1).await.unwrap().is_empty());
     assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn a_payload_over_the_servers_limit_is_a_server_error_and_the_connection_goes_on() {
+    let server = TestServer::start(Config {
+        capacity: 10,
+        max_payload_bytes: 16,
+        max_frame_bytes: 16 + 2 * 1024 * 1024,
+        ..Config::default()
+    })
+    .await;
+    let client = server.client().await;
+    assert_eq!(client.server_limits().max_payload_bytes, 16);
+    client.create("t", 1).await.unwrap();
+    assert!(matches!(
+        client.publish("t", 0, vec![0u8; 17]).await,
+        Err(Error::Server(ErrorReply::TooLarge { .. }))
+    ));
+    assert_eq!(client.publish("t", 0, vec![0u8; 16]).await.unwrap(), 0);
 }
