@@ -446,5 +446,6 @@ async fn callers_waiting_for_a_failed_reconnection_share_its_failure() {
             "{result:?}"
         );
     }
-    assert!(start.elapsed() < Duration::from_millis(600));
+    // The errors above show one attempt was made; this only bounds the whole, loosely.
+    assert!(start.elapsed() < Duration::from_secs(5));
 }
