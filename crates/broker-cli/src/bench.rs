@@ -586,8 +586,8 @@ fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "workload {:?} on topic {}: {} producers x depth {}, {} consumers per group, {} partitions, {}-byte records",
-        report.workload,
+        "workload {} on topic {}: {} producers x depth {}, {} consumers per group, {} partitions, {}-byte records",
+        format!("{:?}", report.workload).to_lowercase(),
         report.topic,
         report.producers,
         report.depth,

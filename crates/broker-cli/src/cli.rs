@@ -170,7 +170,7 @@ pub struct ConsumeArgs {
     #[arg(long, short = 'n')]
     pub count: Option<u64>,
     /// Records per request (ack mode: 1 to 64; fetch mode: 1 to 10000).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(i32).range(1..=10_000))]
     pub batch: i32,
     /// Print one JSON object per record instead of text.
     #[arg(long)]

@@ -173,22 +173,28 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
     };
     eprintln!("{member} joined group {group} on {topic}: partitions {partitions:?}");
     let consumed = tokio::select! {
-        result = consume_loop(client, &args) => result?,
+        result = consume_loop(client, &args) => result,
         _ = tokio::signal::ctrl_c() => {
             eprintln!("interrupted");
-            None
+            Ok(None)
         }
     };
-    if args.mode == ConsumeMode::Fetch {
-        // Commit what was printed, so the group resumes after it.
-        client.commit(topic, group, member, None).await?;
-    }
-    if !args.stay {
-        client.leave(topic, group, member).await?;
-    }
-    if let Some(consumed) = consumed {
+    // Whatever happened, hand the partitions back: in fetch mode commit what was printed so
+    // the group resumes after it, then leave so the others take over at once.
+    let committed = match args.mode {
+        ConsumeMode::Fetch => client.commit(topic, group, member, None).await,
+        ConsumeMode::Ack => Ok(()),
+    };
+    let left = if args.stay {
+        Ok(false)
+    } else {
+        client.leave(topic, group, member).await
+    };
+    if let Some(consumed) = consumed? {
         eprintln!("consumed {consumed} records");
     }
+    committed?;
+    left?;
     Ok(())
 }
 
@@ -211,7 +217,8 @@ async fn consume_loop(client: &Client, args: &ConsumeArgs) -> anyhow::Result<Opt
         if remaining == 0 {
             break;
         }
-        let max = i64::from(args.batch).min(remaining as i64) as i32;
+        // `batch` is validated by the server; clamping below 1 would hide a bad --batch.
+        let max = i32::try_from(remaining).map_or(args.batch, |left| args.batch.min(left));
         let records = match args.mode {
             ConsumeMode::Ack => client.poll_wait(topic, group, member, max, wait).await?,
             ConsumeMode::Fetch => client.fetch_wait(topic, group, member, max, wait).await?,
