@@ -657,3 +657,12 @@ fn returned_records_are_value_snapshots() {
         vec![record("t", 0, 0, "a")]
     );
 }
+
+#[test]
+fn event_broker_is_shared_by_threads_and_errors_are_std_errors() {
+    fn shared<T: Send + Sync + 'static>() {}
+    fn error<T: std::error::Error + Send + Sync + 'static>() {}
+    shared::<EventBroker>();
+    shared::<std::sync::Arc<EventBroker>>();
+    error::<BrokerError>();
+}
