@@ -55,3 +55,8 @@ pub use builder::{
 };
 pub use client::Client;
 pub use error::Error;
+
+/// The README's code blocks, compiled as doc tests so the README cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
