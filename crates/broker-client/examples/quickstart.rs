@@ -14,7 +14,9 @@ use broker_client::{BrokerError, Client, Error};
 async fn main() -> Result<(), Error> {
     let client = Client::connect("127.0.0.1:9092").await?;
     client.create("orders", 3).await?;
-    let (partition, offset) = client.publish_keyed("orders", Some(b"alice"), "hello").await?;
+    let (partition, offset) = client
+        .publish_keyed("orders", Some(b"alice"), "hello")
+        .await?;
     println!("stored at {partition}@{offset}");
 
     // Ack mode: one in-flight record per partition, acknowledged when done.
@@ -23,9 +25,18 @@ async fn main() -> Result<(), Error> {
         .poll_wait("orders", "billing", "billing-1", 64, Duration::from_secs(5))
         .await?;
     for record in &records {
-        println!("{}@{}: {:?}", record.partition, record.offset, record.payload);
+        println!(
+            "{}@{}: {:?}",
+            record.partition, record.offset, record.payload
+        );
         client
-            .ack("orders", "billing", "billing-1", record.partition, record.offset)
+            .ack(
+                "orders",
+                "billing",
+                "billing-1",
+                record.partition,
+                record.offset,
+            )
             .await?;
     }
 
