@@ -206,7 +206,10 @@ fn end_offset(id: u64, topic: &str, partition: i32) -> Body {
 }
 
 fn member_call(id: u64, command: u32, topic: &str, group: &str, member: &str) -> Body {
-    request(id, command).string(topic).string(group).string(member)
+    request(id, command)
+        .string(topic)
+        .string(group)
+        .string(member)
 }
 
 fn read_offset(conn: &mut Conn, topic: &str) -> i64 {
@@ -253,11 +256,17 @@ fn seed_000_worked_example_in_hand_written_bytes() {
     let poll = || member_call(5, 5, "orders", "billing", "m1").i32(2).u8(0);
     let body = conn.call(5, poll());
     assert_eq!(records(ok(&body, 5), "orders"), vec![(0, 0, b"a".to_vec())]);
-    let body = conn.call(6, member_call(6, 7, "orders", "billing", "m1").i32(0).i64(0));
+    let body = conn.call(
+        6,
+        member_call(6, 7, "orders", "billing", "m1").i32(0).i64(0),
+    );
     assert_eq!(ok(&body, 7).u8(), 1, "retried");
     let body = conn.call(5, poll());
     assert_eq!(records(ok(&body, 5), "orders"), vec![(0, 0, b"a".to_vec())]);
-    let body = conn.call(7, member_call(7, 6, "orders", "billing", "m1").i32(0).i64(0));
+    let body = conn.call(
+        7,
+        member_call(7, 6, "orders", "billing", "m1").i32(0).i64(0),
+    );
     assert_eq!(ok(&body, 6).u8(), 1, "acked");
     let body = conn.call(5, poll());
     assert_eq!(records(ok(&body, 5), "orders"), vec![(0, 1, b"b".to_vec())]);
@@ -280,11 +289,7 @@ fn broker_errors_arrive_as_numbered_codes() {
     let body = conn.call(2, publish(2, "t", 2, b"x"));
     err(&body, 0);
     // Commit with offsets {0: 1} by a non-member: NotAssigned { partition: 0 }.
-    let commit = member_call(3, 9, "t", "g", "m")
-        .u8(1)
-        .u64(1)
-        .i32(0)
-        .i64(1);
+    let commit = member_call(3, 9, "t", "g", "m").u8(1).u64(1).i32(0).i64(1);
     let body = conn.call(3, commit);
     let mut r = err(&body, 1);
     assert_eq!(r.i32(), 0);

@@ -48,7 +48,9 @@ fn create_request_encodes_to_the_bytes_proto_md_documents() {
 #[test]
 fn a_partial_frame_waits_for_more_bytes() {
     let mut whole = BytesMut::new();
-    ClientCodec::new(1024).encode(request(), &mut whole).unwrap();
+    ClientCodec::new(1024)
+        .encode(request(), &mut whole)
+        .unwrap();
     let mut codec = ServerCodec::new(1024);
     for cut in 0..whole.len() {
         let mut part = BytesMut::from(&whole[..cut]);
@@ -59,7 +61,9 @@ fn a_partial_frame_waits_for_more_bytes() {
 #[test]
 fn eof_inside_a_frame_is_an_error_and_eof_between_frames_is_clean() {
     let mut whole = BytesMut::new();
-    ClientCodec::new(1024).encode(request(), &mut whole).unwrap();
+    ClientCodec::new(1024)
+        .encode(request(), &mut whole)
+        .unwrap();
     let mut codec = ServerCodec::new(1024);
     let mut part = BytesMut::from(&whole[..whole.len() - 1]);
     assert!(matches!(
@@ -103,7 +107,9 @@ fn an_unknown_command_is_malformed_but_keeps_its_correlation_id_and_the_stream()
 #[test]
 fn trailing_bytes_after_a_message_are_malformed() {
     let mut encoded = BytesMut::new();
-    ClientCodec::new(1024).encode(request(), &mut encoded).unwrap();
+    ClientCodec::new(1024)
+        .encode(request(), &mut encoded)
+        .unwrap();
     let mut body = encoded.split_off(4).to_vec();
     body.push(0);
     let mut buf = BytesMut::new();
@@ -154,7 +160,10 @@ fn broker_errors_map_to_codes_zero_and_one_and_back() {
         broker_core::BrokerError::InvalidArgument("x".into()),
         broker_core::BrokerError::NotAssigned { partition: 3 },
     ] {
-        assert_eq!(ErrorReply::from(error.clone()).to_broker_error(), Some(error));
+        assert_eq!(
+            ErrorReply::from(error.clone()).to_broker_error(),
+            Some(error)
+        );
     }
     assert_eq!(ErrorReply::ShuttingDown.to_broker_error(), None);
 }
