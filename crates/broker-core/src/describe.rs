@@ -78,6 +78,6 @@ pub struct GroupPartitionDescription {
     pub position: i64,
     /// The offset delivered by `poll` and not yet acknowledged or retried.
     pub in_flight: Option<i64>,
-    /// `end_offset - committed`.
+    /// `end_offset - committed`, never negative.
     pub lag: i64,
 }

@@ -292,7 +292,10 @@ impl EventBroker {
     /// Stores the group's committed offsets: the member's fetch positions on all its partitions
     /// (`None`; a non-member stores nothing), or exactly `offsets`. All or nothing. Committed
     /// offsets belong to the group and free records for shared retention like acknowledgements.
-    /// An explicit commit does not move the member's fetch positions.
+    /// An explicit commit does not move the member's fetch positions. A commit that changes a
+    /// partition's committed offset cancels that partition's in-flight `poll` delivery (it was
+    /// delivered from the old offset); records below every group's committed offset, including
+    /// ones published later, leave memory at once.
     ///
     /// # Errors
     /// `InvalidArgument` for a malformed identifier, an unknown topic, a partition the topic
@@ -339,7 +342,8 @@ impl EventBroker {
         self.lock().end_offset(topic, partition)
     }
 
-    /// `end_offset - committed` for every partition of the topic, ascending.
+    /// `end_offset - committed` for every partition of the topic, ascending (0 where the group
+    /// committed past the end).
     ///
     /// # Errors
     /// `InvalidArgument` for a malformed identifier or an unknown topic.

@@ -128,6 +128,23 @@ impl Topic {
         }
     }
 
+    /// Appends to a bounded partition log: the new offset, or `-1` when the log is at capacity.
+    /// A record that every group has already committed past (a group may commit offsets beyond
+    /// the end) is consumed as soon as it exists, so it is released at once.
+    fn append(&mut self, partition: usize, capacity: usize, record: StoredRecord) -> i64 {
+        let log = &mut self.partitions[partition];
+        if log.records.len() >= capacity {
+            return -1;
+        }
+        log.retained_bytes += record.size();
+        log.records.push_back(record);
+        let offset = log.end() - 1;
+        if !self.groups.is_empty() {
+            self.release(partition);
+        }
+        offset
+    }
+
     /// Shared retention: drops the records of `partition` that every group has consumed. With no
     /// groups nothing is consumed, so nothing leaves.
     fn release(&mut self, partition: usize) {
@@ -478,11 +495,7 @@ impl BrokerState {
         let capacity = self.capacity;
         let topic = self.topic_mut(topic)?;
         let partition = topic.partition(partition)?;
-        Ok(append(
-            &mut topic.partitions[partition],
-            capacity,
-            StoredRecord { key: None, payload },
-        ))
+        Ok(topic.append(partition, capacity, StoredRecord { key: None, payload }))
     }
 
     /// Appends `payload` to the partition its key hashes to (the topic's [`KeyHash`]), or to the
@@ -508,11 +521,7 @@ impl BrokerState {
                 partition
             }
         };
-        let offset = append(
-            &mut topic.partitions[partition],
-            capacity,
-            StoredRecord { key, payload },
-        );
+        let offset = topic.append(partition, capacity, StoredRecord { key, payload });
         Ok((partition as i32, offset))
     }
 
@@ -688,25 +697,30 @@ impl BrokerState {
             // Only `offsets: None` gets here: a non-member has no positions to store.
             return Ok(());
         };
-        let changed: Vec<usize> = match offsets {
+        let changed: Vec<(usize, i64)> = match offsets {
             Some(offsets) => offsets
                 .iter()
-                .map(|(&partition, &offset)| {
-                    group.partitions[partition as usize].committed = offset;
-                    partition as usize
-                })
+                .map(|(&partition, &offset)| (partition as usize, offset))
                 .collect(),
             None => group.members[member]
                 .partitions
                 .iter()
                 .map(|&partition| {
-                    let state = &mut group.partitions[partition as usize];
-                    state.committed = state.position;
-                    partition as usize
+                    let partition = partition as usize;
+                    (partition, group.partitions[partition].position)
                 })
                 .collect(),
         };
-        for partition in changed {
+        for &(partition, offset) in &changed {
+            let state = &mut group.partitions[partition];
+            if state.committed != offset {
+                // A poll delivered the record at the old committed offset; progress now
+                // restarts elsewhere, so that delivery can no longer be acknowledged.
+                state.in_flight = None;
+                state.committed = offset;
+            }
+        }
+        for (partition, _) in changed {
             topic.release(partition);
         }
         Ok(())
@@ -766,7 +780,7 @@ impl BrokerState {
                     partition: partition as i32,
                     committed,
                     end_offset,
-                    lag: end_offset - committed,
+                    lag: (end_offset - committed).max(0),
                 }
             })
             .collect())
@@ -826,16 +840,6 @@ fn matching_delivery<'a>(
     (state.owner == Some(member) && state.in_flight == Some(offset)).then_some(state)
 }
 
-/// Appends to a bounded log: the new offset, or `-1` when the log is at capacity.
-fn append(log: &mut PartitionLog, capacity: usize, record: StoredRecord) -> i64 {
-    if log.records.len() >= capacity {
-        return -1;
-    }
-    log.retained_bytes += record.size();
-    log.records.push_back(record);
-    log.end() - 1
-}
-
 fn committed_offset(topic: &Topic, group: &str, partition: usize) -> i64 {
     topic
         .groups
@@ -868,7 +872,7 @@ impl Budget {
             return false;
         }
         if let Some(bytes_left) = &mut self.bytes_left {
-            if size > *bytes_left && self.taken > 0 {
+            if self.taken > 0 && (*bytes_left == 0 || size > *bytes_left) {
                 return false;
             }
             *bytes_left = bytes_left.saturating_sub(size);
@@ -916,7 +920,7 @@ fn describe_topic(name: &str, topic: &Topic) -> TopicDescription {
                     committed: state.committed,
                     position: state.position,
                     in_flight: state.in_flight,
-                    lag: topic.partitions[partition].end() - state.committed,
+                    lag: (topic.partitions[partition].end() - state.committed).max(0),
                 })
                 .collect(),
         })

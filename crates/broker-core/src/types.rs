@@ -57,6 +57,7 @@ pub struct PartitionLag {
     pub committed: i64,
     /// The offset the next record published to the partition will get.
     pub end_offset: i64,
-    /// `end_offset - committed`: how many records the group has yet to consume.
+    /// `end_offset - committed`: how many records the group has yet to consume (0, never
+    /// negative, when the group committed past the end).
     pub lag: i64,
 }

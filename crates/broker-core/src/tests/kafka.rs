@@ -669,32 +669,28 @@ fn describe_shows_retained_bytes_per_partition_and_topic_which_drop_on_release()
     assert!(topic.partitions.iter().all(|p| p.records == 0));
 }
 
-/// Open question (reported): SPEC.md does not say whether an explicit commit may name an offset
-/// past the partition's end. If it may, records published below every group's committed offset
-/// are consumed by every group the moment they arrive, so they must not fill the partition;
-/// if it may not, the commit must be refused. The core does neither: the partition fills with
-/// records no group will ever be served, and every later publish returns -1.
+/// A commit may name an offset past the partition's end (SPEC.md refuses only negative ones).
+/// Records published below every group's committed offset are consumed by every group the
+/// moment they arrive, so they leave at once and never fill the partition; lag is then 0.
 #[test]
-#[ignore = "open question of the contract, reported: commit past the end offset"]
 fn records_below_every_groups_committed_offset_never_fill_the_partition() {
     let b = broker(2);
     b.create("t", 1).unwrap();
     b.join("t", "g", "m").unwrap();
-    match b.commit("t", "g", "m", Some(BTreeMap::from([(0, 10)]))) {
-        Err(BrokerError::InvalidArgument(_)) => return,
-        result => result.unwrap(),
+    b.commit("t", "g", "m", Some(BTreeMap::from([(0, 10)])))
+        .unwrap();
+    for offset in 0..5 {
+        assert_eq!(b.publish("t", 0, "x").unwrap(), offset);
     }
-    for _ in 0..5 {
-        assert_ne!(b.publish("t", 0, "x").unwrap(), -1);
-    }
-    assert!(b.lag("t", "g").unwrap()[0].lag >= 0);
+    assert_eq!(b.lag("t", "g").unwrap()[0].lag, 0, "lag is never negative");
+    let partition = b.describe().topics[0].partitions[0];
+    assert_eq!((partition.earliest_offset, partition.records), (5, 0));
 }
 
-/// Open question (reported): an explicit commit past a delivery that `poll` has in flight,
-/// then the ack of that delivery. "Acknowledgement advances committed progress by one" and
-/// committed offsets only move by a commit: the ack must not move the committed offset back.
+/// An explicit commit that moves a partition's committed offset cancels the delivery that a
+/// poll made from the old offset: its ack is a mismatch (false) and cannot move the committed
+/// offset back; the next poll delivers from the new committed offset.
 #[test]
-#[ignore = "open question of the contract, reported: ack after a commit past the delivery"]
 fn ack_after_a_commit_past_the_delivery_does_not_move_committed_back() {
     let b = filled(1, 5);
     b.join("t", "other", "m").unwrap();
@@ -702,6 +698,10 @@ fn ack_after_a_commit_past_the_delivery_does_not_move_committed_back() {
     assert_eq!(positions(&b.poll("t", "g", "m", 1).unwrap()), vec![(0, 0)]);
     b.commit("t", "g", "m", Some(BTreeMap::from([(0, 3)])))
         .unwrap();
-    b.ack("t", "g", "m", 0, 0).unwrap();
-    assert!(b.committed("t", "g", 0).unwrap() >= 3);
+    assert!(
+        !b.ack("t", "g", "m", 0, 0).unwrap(),
+        "the commit cancelled the delivery"
+    );
+    assert_eq!(b.committed("t", "g", 0).unwrap(), 3);
+    assert_eq!(positions(&b.poll("t", "g", "m", 1).unwrap()), vec![(0, 3)]);
 }
