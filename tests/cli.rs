@@ -1,0 +1,801 @@
+//! The real `broker` command line against the real `broker-server`: every subcommand as a user
+//! types it (with `--addr`), what it prints, and its exit status (0 success, 1 refused or
+//! unreachable with one `error: ...` line, 2 bad arguments).
+//!
+//! The server binary is the one `cargo test --workspace` (or `cargo build -p broker-server`)
+//! builds beside this test. Every command runs under a time limit; nothing sleeps to wait.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::ServerProcess;
+
+/// The longest any one `broker` command may take.
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// What one run of `broker` did.
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Asserts success and returns standard output.
+    #[track_caller]
+    fn ok(&self) -> &str {
+        assert_eq!(self.code, Some(0), "{self:#?}");
+        &self.stdout
+    }
+
+    /// Standard output's lines.
+    fn lines(&self) -> Vec<&str> {
+        self.stdout.lines().collect()
+    }
+
+    /// Asserts exit status 1 with exactly one line on standard error, `error: ...`, and
+    /// returns it.
+    #[track_caller]
+    fn one_error_line(&self) -> &str {
+        assert_eq!(self.code, Some(1), "{self:#?}");
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{self:#?}");
+        assert!(lines[0].starts_with("error: "), "{self:#?}");
+        assert!(!lines[0].contains("Error {"), "a debug dump: {self:#?}");
+        lines[0]
+    }
+}
+
+fn broker_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_broker"));
+    command.env_remove("BROKER_ADDR").env_remove("RUST_LOG");
+    command
+}
+
+/// Runs `command` with `input` on standard input, within `LIMIT`.
+fn run_command(mut command: Command, input: &str) -> Run {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start broker");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_owned();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    let reader = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            pipe.read_to_string(&mut text).expect("read broker output");
+            text
+        })
+    };
+    let stdout = reader(Box::new(child.stdout.take().unwrap()));
+    let stderr = reader(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("broker {command:?} took longer than {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    writer.join().unwrap();
+    Run {
+        code: status.code(),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
+/// `broker --addr ADDR args...` with nothing on standard input.
+fn broker(server: &ServerProcess, args: &[&str]) -> Run {
+    broker_with_input(server, args, "")
+}
+
+/// `broker --addr ADDR args...` with `input` on standard input.
+fn broker_with_input(server: &ServerProcess, args: &[&str], input: &str) -> Run {
+    let mut command = broker_command();
+    command.args(["--addr", &server.addr_string()]).args(args);
+    run_command(command, input)
+}
+
+/// `broker args...` without an address.
+fn broker_alone(args: &[&str]) -> Run {
+    let mut command = broker_command();
+    command.args(args);
+    run_command(command, "")
+}
+
+/// `broker describe TOPIC --json`, parsed.
+fn describe_json(server: &ServerProcess, topic: &str) -> Value {
+    let run = broker(server, &["describe", topic, "--json"]);
+    serde_json::from_str(run.ok()).expect("describe --json prints JSON")
+}
+
+/// End offsets of every partition of `topic`, from `describe --json`.
+fn end_offsets(server: &ServerProcess, topic: &str) -> Vec<i64> {
+    describe_json(server, topic)["topics"][0]["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["end_offset"].as_i64().unwrap())
+        .collect()
+}
+
+#[test]
+fn create_makes_a_topic_and_says_when_it_already_exists() {
+    let server = ServerProcess::start(&[]);
+    let run = broker(&server, &["create", "orders", "--partitions", "3"]);
+    assert_eq!(run.ok(), "created topic orders with 3 partitions\n");
+    let again = broker(&server, &["create", "orders", "--partitions", "5"]);
+    assert!(again.ok().contains("already exists"), "{again:#?}");
+    assert_eq!(
+        end_offsets(&server, "orders"),
+        [0, 0, 0],
+        "kept its 3 partitions"
+    );
+    // BROKER_ADDR instead of --addr.
+    let mut command = broker_command();
+    command
+        .env("BROKER_ADDR", server.addr_string())
+        .args(["create", "other"]);
+    let run = run_command(command, "");
+    assert_eq!(run.ok(), "created topic other with 1 partitions\n");
+}
+
+#[test]
+fn publish_takes_payloads_from_arguments_or_one_record_per_line_of_stdin() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t", "--partitions", "2"]).ok();
+    let run = broker(
+        &server,
+        &["publish", "t", "a", "b", "c", "--partition", "1"],
+    );
+    assert_eq!(
+        run.lines(),
+        [
+            "published to t partition 1 offset 0",
+            "published to t partition 1 offset 1",
+            "published to t partition 1 offset 2",
+        ]
+    );
+    run.ok();
+    assert_eq!(end_offsets(&server, "t"), [0, 3]);
+
+    // No payload arguments: each line of standard input is a record, round-robin.
+    let run = broker_with_input(
+        &server,
+        &["publish", "t", "--json"],
+        "one\ntwo\nthree\nfour\n",
+    );
+    run.ok();
+    let published: Vec<Value> = run
+        .lines()
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(published.len(), 4);
+    assert!(published.iter().all(|p| p["topic"] == "t"));
+    assert_eq!(end_offsets(&server, "t"), [2, 5]);
+
+    // Keyless records go to consecutive partitions.
+    let partitions: Vec<i64> = published
+        .iter()
+        .map(|p| p["partition"].as_i64().unwrap())
+        .collect();
+    assert_ne!(partitions[0], partitions[1], "{partitions:?}");
+    assert_eq!(partitions[0], partitions[2], "{partitions:?}");
+    assert_eq!(partitions[1], partitions[3], "{partitions:?}");
+
+    // What was stored is what was sent, in order: each stdin line is one record.
+    let consumed = broker(
+        &server,
+        &["consume", "t", "-g", "g", "-m", "m", "--mode", "fetch"],
+    );
+    consumed.ok();
+    // Fetch mode prints ascending partitions, each in offset order.
+    let lines = consumed.lines();
+    let (first, second) = if partitions[0] == 0 {
+        ("one", "two")
+    } else {
+        ("two", "one")
+    };
+    let (third, fourth) = if partitions[0] == 0 {
+        ("three", "four")
+    } else {
+        ("four", "three")
+    };
+    assert_eq!(
+        lines,
+        [
+            format!("[0@0] {first}"),
+            format!("[0@1] {third}"),
+            "[1@0] a".to_owned(),
+            "[1@1] b".to_owned(),
+            "[1@2] c".to_owned(),
+            format!("[1@3] {second}"),
+            format!("[1@4] {fourth}"),
+        ]
+    );
+}
+
+#[test]
+fn a_key_routes_records_where_kafkas_partitioner_would() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "keyed", "--partitions", "7"]).ok();
+    // Kafka: murmur2("21") = -973932308, & 0x7fffffff = 1173551340, % 7 = 3.
+    let run = broker(&server, &["publish", "keyed", "x", "y", "--key", "21"]);
+    assert_eq!(
+        run.lines(),
+        [
+            "published to keyed partition 3 offset 0",
+            "published to keyed partition 3 offset 1"
+        ]
+    );
+    // murmur2("foobar") = -790332482 -> partition 0 of 7.
+    let run = broker(&server, &["publish", "keyed", "z", "--key", "foobar"]);
+    assert_eq!(run.lines(), ["published to keyed partition 0 offset 0"]);
+    // Records print with their key.
+    let consumed = broker(&server, &["consume", "keyed", "-g", "g", "-m", "m"]);
+    assert_eq!(
+        consumed.lines(),
+        ["[0@0 foobar] z", "[3@0 21] x", "[3@1 21] y"]
+    );
+}
+
+#[test]
+fn consume_in_ack_mode_prints_each_record_acknowledges_it_and_stops_when_none_is_left() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t", "--partitions", "2"]).ok();
+    broker(&server, &["publish", "t", "a0", "a1", "--partition", "0"]).ok();
+    broker(&server, &["publish", "t", "b0", "--partition", "1"]).ok();
+    let run = broker(&server, &["consume", "t", "--group", "g", "--member", "m"]);
+    // One record in flight per partition: each round takes the next of every partition.
+    assert_eq!(run.lines(), ["[0@0] a0", "[1@0] b0", "[0@1] a1"]);
+    assert!(run.stderr.contains("joined"), "{run:#?}");
+    run.ok();
+    // Everything was acknowledged: a second run prints nothing, and the lag is 0.
+    let again = broker(&server, &["consume", "t", "--group", "g", "--member", "m"]);
+    assert_eq!(again.ok(), "");
+    let lag: Value =
+        serde_json::from_str(broker(&server, &["lag", "t", "-g", "g", "--json"]).ok()).unwrap();
+    assert_eq!(lag[0]["committed"], 2);
+    assert_eq!(lag[1]["committed"], 1);
+    assert!(lag.as_array().unwrap().iter().all(|l| l["lag"] == 0));
+    // The consumer left its group at the end.
+    let group = &describe_json(&server, "t")["topics"][0]["groups"][0];
+    assert_eq!(group["name"], "g");
+    assert_eq!(group["members"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn consume_in_fetch_mode_prints_json_lines_and_commits() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t", "--partitions", "2"]).ok();
+    broker(&server, &["publish", "t", "k-record", "--key", "21"]).ok();
+    broker(&server, &["publish", "t", "p0", "--partition", "0"]).ok();
+    broker(&server, &["publish", "t", "p1", "--partition", "1"]).ok();
+    let args = [
+        "consume",
+        "t",
+        "-g",
+        "analytics",
+        "-m",
+        "a1",
+        "--mode",
+        "fetch",
+        "--json",
+    ];
+    let run = broker(&server, &args);
+    run.ok();
+    let records: Vec<Value> = run
+        .lines()
+        .iter()
+        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect();
+    // murmur2("21") % 2 = 0: the keyed record is partition 0's first.
+    assert_eq!(records.len(), 3);
+    assert_eq!(records[0]["topic"], "t");
+    assert_eq!(records[0]["partition"], 0);
+    assert_eq!(records[0]["offset"], 0);
+    assert_eq!(records[0]["key"], "21");
+    assert_eq!(records[0]["payload"], "k-record");
+    assert_eq!(records[1]["payload"], "p0");
+    assert_eq!(records[1]["key"], Value::Null);
+    assert_eq!(records[2]["partition"], 1);
+    assert_eq!(records[2]["payload"], "p1");
+    // Committed: the group resumes after what was printed.
+    let again = broker(&server, &args);
+    assert_eq!(again.ok(), "");
+    broker(&server, &["publish", "t", "later", "--partition", "1"]).ok();
+    let third = broker(&server, &args);
+    let later: Value = serde_json::from_str(third.ok().trim()).unwrap();
+    assert_eq!(later["payload"], "later");
+    assert_eq!(later["offset"], 1);
+}
+
+#[test]
+fn two_groups_consume_the_same_records_independently() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t", "--partitions", "3"]).ok();
+    // Records stay until every group of the topic has consumed them, so the groups exist
+    // before anyone consumes (a group outlives its last member).
+    for group in ["billing", "analytics", "audit"] {
+        broker(&server, &["join", "t", "-g", group, "-m", "x"]).ok();
+        broker(&server, &["leave", "t", "-g", group, "-m", "x"]).ok();
+    }
+    broker_with_input(&server, &["publish", "t"], "1\n2\n3\n4\n5\n6\n").ok();
+    let billing = broker(&server, &["consume", "t", "-g", "billing", "-m", "b1"]);
+    let analytics = broker(
+        &server,
+        &[
+            "consume",
+            "t",
+            "-g",
+            "analytics",
+            "-m",
+            "a1",
+            "--mode",
+            "fetch",
+        ],
+    );
+    let sorted = |run: &Run| {
+        let mut payloads: Vec<String> = run
+            .ok()
+            .lines()
+            .map(|l| l.split_once("] ").unwrap().1.to_owned())
+            .collect();
+        payloads.sort_unstable();
+        payloads
+    };
+    assert_eq!(sorted(&billing), ["1", "2", "3", "4", "5", "6"]);
+    assert_eq!(sorted(&analytics), ["1", "2", "3", "4", "5", "6"]);
+    // Both consuming did not take anything from a third group either; once it has consumed
+    // them too, the records leave.
+    let third = broker(&server, &["consume", "t", "-g", "audit", "-m", "x"]);
+    assert_eq!(sorted(&third).len(), 6);
+    let json = describe_json(&server, "t");
+    assert_eq!(json["topics"][0]["retained_bytes"], 0, "{json:#}");
+}
+
+#[test]
+fn consume_count_stops_after_that_many_records_and_the_rest_stay_for_the_next_run() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t"]).ok();
+    for group in ["g-ack", "g-fetch"] {
+        broker(&server, &["join", "t", "-g", group, "-m", "m"]).ok();
+        broker(&server, &["leave", "t", "-g", group, "-m", "m"]).ok();
+    }
+    broker_with_input(&server, &["publish", "t"], "r0\nr1\nr2\nr3\nr4\n").ok();
+    for mode in ["ack", "fetch"] {
+        let group = format!("g-{mode}");
+        let args = ["consume", "t", "-g", &group, "-m", "m", "--mode", mode];
+        let first = broker(&server, &[&args[..], &["--count", "2"]].concat());
+        assert_eq!(first.lines(), ["[0@0] r0", "[0@1] r1"], "{mode}");
+        let second = broker(&server, &[&args[..], &["-n", "2"]].concat());
+        assert_eq!(second.lines(), ["[0@2] r2", "[0@3] r3"], "{mode}");
+        let rest = broker(&server, &args);
+        assert_eq!(rest.lines(), ["[0@4] r4"], "{mode}");
+    }
+}
+
+#[test]
+fn describe_prints_tables_and_json() {
+    let server = ServerProcess::start(&["--capacity", "10"]);
+    assert!(broker(&server, &["describe"]).ok().contains("no topics"));
+    broker(&server, &["create", "orders", "--partitions", "2"]).ok();
+    broker(
+        &server,
+        &["publish", "orders", "abc", "defg", "--partition", "0"],
+    )
+    .ok();
+    broker(&server, &["join", "orders", "-g", "billing", "-m", "m1"]).ok();
+    broker(&server, &["join", "orders", "-g", "billing", "-m", "m2"]).ok();
+    broker(
+        &server,
+        &[
+            "consume", "orders", "-g", "billing", "-m", "m1", "-n", "1", "--stay",
+        ],
+    )
+    .ok();
+
+    // billing is the topic's only group: the record it acknowledged ("abc") has left.
+    let text = broker(&server, &["describe"]);
+    let text = text.ok();
+    assert!(
+        text.contains("topic orders: 2 partitions, key hash murmur2, 4 bytes retained"),
+        "{text}"
+    );
+    assert!(
+        text.contains("group billing (round-robin): m1 [0], m2 [1]"),
+        "{text}"
+    );
+    let header = |words: &[&str]| {
+        text.lines()
+            .any(|line| line.split_whitespace().eq(words.iter().copied()))
+    };
+    assert!(
+        header(&["PARTITION", "EARLIEST", "END", "RECORDS", "BYTES"]),
+        "{text}"
+    );
+    assert!(
+        header(&[
+            "PARTITION",
+            "OWNER",
+            "COMMITTED",
+            "POSITION",
+            "IN-FLIGHT",
+            "LAG"
+        ]),
+        "{text}"
+    );
+    // Partition 0: earliest 1, end 2, 1 record, 4 bytes; billing committed 1 of it.
+    assert!(header(&["0", "1", "2", "1", "4"]), "{text}");
+    assert!(header(&["0", "m1", "1", "1", "-", "1"]), "{text}");
+    assert!(header(&["1", "m2", "0", "0", "-", "0"]), "{text}");
+
+    let json = describe_json(&server, "orders");
+    assert_eq!(json["capacity_per_partition"], 10);
+    let topic = &json["topics"][0];
+    assert_eq!(topic["name"], "orders");
+    assert_eq!(topic["retained_bytes"], 4);
+    assert_eq!(topic["partitions"][0]["earliest_offset"], 1);
+    assert_eq!(topic["partitions"][0]["end_offset"], 2);
+    assert_eq!(topic["partitions"][0]["records"], 1);
+    assert_eq!(topic["partitions"][1]["end_offset"], 0);
+    let group = &topic["groups"][0];
+    assert_eq!(group["name"], "billing");
+    assert_eq!(group["assignor"], "RoundRobin");
+    assert_eq!(group["members"][0]["member"], "m1");
+    assert_eq!(group["members"][0]["partitions"], serde_json::json!([0]));
+    assert_eq!(group["partitions"][0]["committed"], 1);
+    assert_eq!(group["partitions"][0]["lag"], 1);
+    assert_eq!(group["partitions"][0]["owner"], "m1");
+    // The whole broker as JSON has the same topic.
+    let all: Value = serde_json::from_str(broker(&server, &["describe", "--json"]).ok()).unwrap();
+    assert_eq!(all["topics"][0], *topic);
+    // An unknown topic is refused.
+    broker(&server, &["describe", "nope"]).one_error_line();
+}
+
+#[test]
+fn lag_shows_end_minus_committed_per_partition() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t", "--partitions", "2"]).ok();
+    broker(
+        &server,
+        &["publish", "t", "a", "b", "c", "--partition", "0"],
+    )
+    .ok();
+    broker(&server, &["publish", "t", "d", "--partition", "1"]).ok();
+    broker(
+        &server,
+        &[
+            "consume", "t", "-g", "g", "-m", "m", "--mode", "fetch", "-n", "2",
+        ],
+    )
+    .ok();
+    let run = broker(&server, &["lag", "t", "-g", "g"]);
+    let text = run.ok();
+    assert!(
+        text.starts_with("group g on topic t: total lag 2\n"),
+        "{text}"
+    );
+    let row = |words: &[&str]| {
+        text.lines()
+            .any(|line| line.split_whitespace().eq(words.iter().copied()))
+    };
+    assert!(row(&["PARTITION", "COMMITTED", "END", "LAG"]), "{text}");
+    assert!(row(&["0", "2", "3", "1"]), "{text}");
+    assert!(row(&["1", "0", "1", "1"]), "{text}");
+    let json: Value =
+        serde_json::from_str(broker(&server, &["lag", "t", "-g", "g", "--json"]).ok()).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!([
+            {"partition": 0, "committed": 2, "end_offset": 3, "lag": 1},
+            {"partition": 1, "committed": 0, "end_offset": 1, "lag": 1},
+        ])
+    );
+    // A group that does not exist lags by the whole retained log: g was the only group, so
+    // the two records it committed have left.
+    let none = broker(&server, &["lag", "t", "-g", "nobody"]);
+    assert!(
+        none.ok()
+            .starts_with("group nobody on topic t: total lag 2"),
+        "{none:#?}"
+    );
+}
+
+#[test]
+fn join_and_leave_print_the_assignment_and_rebalance() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t", "--partitions", "3"]).ok();
+    let a = broker(&server, &["join", "t", "-g", "g", "-m", "a"]);
+    assert_eq!(a.ok(), "a joined group g on t: partitions [0, 1, 2]\n");
+    let b = broker(&server, &["join", "t", "--group", "g", "--member", "b"]);
+    assert_eq!(b.ok(), "b joined group g on t: partitions [1]\n");
+    let left = broker(&server, &["leave", "t", "-g", "g", "-m", "a"]);
+    assert_eq!(left.ok(), "a left group g on t\n");
+    let members = &describe_json(&server, "t")["topics"][0]["groups"][0]["members"];
+    assert_eq!(members[0]["member"], "b");
+    assert_eq!(members[0]["partitions"], serde_json::json!([0, 1, 2]));
+    let again = broker(&server, &["leave", "t", "-g", "g", "-m", "a"]);
+    assert!(again.ok().contains("not a member"), "{again:#?}");
+    // The group's assignor is fixed: naming another is refused.
+    let refused = broker(
+        &server,
+        &["join", "t", "-g", "g", "-m", "c", "--assignor", "range"],
+    );
+    assert!(
+        refused.one_error_line().contains("invalid argument"),
+        "{refused:#?}"
+    );
+    let range = broker(
+        &server,
+        &["join", "t", "-g", "r", "-m", "c", "--assignor", "range"],
+    );
+    assert_eq!(range.ok(), "c joined group r on t: partitions [0, 1, 2]\n");
+}
+
+#[test]
+fn size_prints_seed_004s_worked_example() {
+    let run = broker_alone(&[
+        "size",
+        "--message-bytes",
+        "1500",
+        "--rate",
+        "2000",
+        "--retention",
+        "3d",
+        "--replication",
+        "3",
+        "--headroom",
+        "30",
+    ]);
+    let text = run.ok();
+    let line = |label: &str| {
+        text.lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("{text}"))
+    };
+    assert!(
+        line("written per second:").contains(" 3,000,000 bytes"),
+        "{text}"
+    );
+    assert!(
+        line("one copy").contains(" 777,600,000,000 bytes"),
+        "{text}"
+    );
+    assert!(
+        line("x 3 replicas:").contains(" 2,332,800,000,000 bytes"),
+        "{text}"
+    );
+    assert!(
+        line("with 30% headroom:").contains(" 3,032,640,000,000 bytes"),
+        "{text}"
+    );
+    let json: Value = serde_json::from_str(
+        broker_alone(&[
+            "size",
+            "--message-bytes",
+            "1500",
+            "--rate",
+            "2000",
+            "--retention",
+            "72h",
+            "--replication",
+            "3",
+            "--json",
+        ])
+        .ok(),
+    )
+    .unwrap();
+    assert_eq!(json["replicated_bytes"], 2_332_800_000_000_u64);
+    assert_eq!(json["with_headroom_bytes"], 2_332_800_000_000_u64);
+    // Past 64 bits: one error line, not a wrapped number.
+    let overflow = broker_alone(&[
+        "size",
+        "--message-bytes",
+        "18446744073709551615",
+        "--rate",
+        "2",
+        "--retention",
+        "1s",
+    ]);
+    overflow.one_error_line();
+}
+
+#[test]
+fn exit_codes_are_1_for_refusals_and_unreachable_servers_and_2_for_bad_arguments() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t"]).ok();
+    // Refused by the broker: one line, exit 1, nothing on stdout.
+    for args in [
+        &["create", "bad name"][..],
+        &["create", "x", "--partitions", "65"],
+        &["publish", "nope", "x"],
+        &["publish", "t", "x", "--partition", "5"],
+        &["consume", "bad/topic", "-g", "g", "-m", "m"],
+        &["lag", "nope", "-g", "g"],
+    ] {
+        let run = broker(&server, args);
+        let line = run.one_error_line();
+        assert!(line.contains("invalid argument"), "{args:?}: {run:#?}");
+        assert_eq!(run.stdout, "", "{args:?}");
+    }
+    // Nobody listens on a port that was just freed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let run = broker_alone(&["--addr", &addr, "describe"]);
+    let line = run.one_error_line();
+    assert!(line.contains("cannot reach broker-server"), "{run:#?}");
+    assert!(line.contains(&addr), "{run:#?}");
+    // Bad command lines never reach the server.
+    for args in [
+        &["publish", "t", "--bogus"][..],
+        &["create"],
+        &["create", "t", "--partitions", "many"],
+        &["consume", "t", "-g", "g"],
+        &["consume", "t", "-g", "g", "-m", "m", "--mode", "sideways"],
+        &["consume", "t", "-g", "g", "-m", "m", "--batch", "0"],
+        &["publish", "t", "x", "--key", "k", "--partition", "0"],
+        &["nonsense"],
+        &[],
+    ] {
+        let run = broker(&server, args);
+        assert_eq!(run.code, Some(2), "{args:?}: {run:#?}");
+    }
+    let help = broker_alone(&["--help"]);
+    assert!(help.ok().contains("Examples:"), "{help:#?}");
+}
+
+#[test]
+fn a_batch_the_server_refuses_exits_1_and_leaves_the_group_it_joined() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t"]).ok();
+    // Ack mode reserves at most 64 records per poll; the server says so.
+    let run = broker(
+        &server,
+        &["consume", "t", "-g", "g", "-m", "m", "--batch", "65"],
+    );
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    assert_eq!(run.stdout, "");
+    let last = run.stderr.lines().last().unwrap();
+    assert!(last.starts_with("error: invalid argument"), "{run:#?}");
+    let group = &describe_json(&server, "t")["topics"][0]["groups"][0];
+    assert_eq!(group["members"], serde_json::json!([]), "{group:#}");
+}
+
+#[test]
+fn publishing_into_a_full_partition_exits_1_and_says_the_partition_is_full() {
+    let server = ServerProcess::start(&["--capacity", "2"]);
+    broker(&server, &["create", "t"]).ok();
+    let run = broker(&server, &["publish", "t", "a", "b", "c"]);
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    assert_eq!(
+        run.lines(),
+        [
+            "published to t partition 0 offset 0",
+            "published to t partition 0 offset 1"
+        ]
+    );
+    assert!(run.stderr.contains("partition 0 of t is full"), "{run:#?}");
+    let last = run.stderr.lines().last().unwrap();
+    assert!(
+        last.starts_with("error: ") && last.contains("full"),
+        "{run:#?}"
+    );
+    assert_eq!(end_offsets(&server, "t"), [2]);
+    // Once a group has consumed them, there is room again.
+    broker(&server, &["consume", "t", "-g", "g", "-m", "m"]).ok();
+    assert!(broker(&server, &["publish", "t", "c"])
+        .ok()
+        .contains("offset 2"));
+}
+
+#[test]
+fn consume_follow_prints_a_record_published_after_it_started() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "live"]).ok();
+    let mut follower = broker_command()
+        .args(["--addr", &server.addr_string()])
+        .args(["consume", "live", "-g", "g", "-m", "m", "--follow"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start broker consume --follow");
+    // Lines of both pipes arrive on one channel, read by threads, so waits are bounded.
+    let (tx, rx) = mpsc::channel::<(&str, String)>();
+    let forward = |name: &'static str, pipe: Box<dyn Read + Send>, tx: mpsc::Sender<_>| {
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                if tx.send((name, line)).is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    forward(
+        "stdout",
+        Box::new(follower.stdout.take().unwrap()),
+        tx.clone(),
+    );
+    forward("stderr", Box::new(follower.stderr.take().unwrap()), tx);
+    let next_line = |want: &str| -> (String, Vec<String>) {
+        let deadline = Instant::now() + LIMIT;
+        let mut skipped = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((name, line)) if name == want => return (line, skipped),
+                Ok((name, line)) => skipped.push(format!("{name}: {line}")),
+                Err(err) => panic!("no {want} line ({err}); saw {skipped:?}"),
+            }
+        }
+    };
+    let (joined, before) = next_line("stderr");
+    assert!(
+        joined.contains("joined group g on live"),
+        "{joined:?} after {before:?}"
+    );
+    assert!(before.is_empty(), "printed before joining: {before:?}");
+
+    broker(&server, &["publish", "live", "hello"]).ok();
+    let (line, skipped) = next_line("stdout");
+    assert_eq!(line, "[0@0] hello", "skipped {skipped:?}");
+    assert!(
+        follower.try_wait().unwrap().is_none(),
+        "--follow stopped by itself"
+    );
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+}
+
+#[test]
+fn bench_ack_consumes_every_record_exactly_once_in_order() {
+    let server = ServerProcess::start(&[]);
+    let run = broker(
+        &server,
+        &[
+            "bench",
+            "ack",
+            "--records",
+            "2000",
+            "--producers",
+            "2",
+            "--consumers",
+            "2",
+            "--json",
+        ],
+    );
+    let report: Value = serde_json::from_str(run.ok()).expect("bench --json prints JSON");
+    assert_eq!(report["check_passed"], true, "{report:#}");
+    assert_eq!(report["published"], 2000, "{report:#}");
+    let group = &report["groups"][0];
+    assert_eq!(group["consumed"], 2000, "{report:#}");
+    assert_eq!(group["duplicates"], 0);
+    assert_eq!(group["missing"], 0);
+    assert_eq!(group["out_of_order"], 0);
+}
