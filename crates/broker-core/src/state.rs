@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 
 use crate::describe::{
     BrokerDescription, GroupDescription, GroupPartitionDescription, MemberDescription,
@@ -19,13 +20,13 @@ use crate::validate::{
 use crate::{hash, Assignor, BrokerError, BrokerRecord, Command, KeyHash, Outcome, PartitionLag};
 
 /// The whole broker: its topics, their partition logs and their consumer groups.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BrokerState {
     capacity: usize,
     topics: HashMap<String, Topic>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Topic {
     key_hash: KeyHash,
     /// Where the next keyless publish goes; advances on every keyless publish, full or not.
@@ -35,14 +36,14 @@ struct Topic {
 }
 
 /// A bounded partition log holding offsets `base..base + records.len()`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct PartitionLog {
     base: i64,
     records: VecDeque<StoredRecord>,
     retained_bytes: u64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct StoredRecord {
     key: Option<Bytes>,
     payload: Bytes,
@@ -54,7 +55,7 @@ impl StoredRecord {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Group {
     assignor: Assignor,
     /// Sorted by id, so an index into this vector is stable between membership changes.
@@ -63,14 +64,14 @@ struct Group {
     partitions: Vec<GroupPartition>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Member {
     id: String,
     /// Ascending.
     partitions: Vec<i32>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct GroupPartition {
     /// Index into [`Group::members`] of the owner; `None` when the group has no member for it.
     owner: Option<usize>,
@@ -650,13 +651,16 @@ impl BrokerState {
             let state = &mut group.partitions[partition];
             let log = &partitions[partition];
             // Records below the log's base were released by every group: skip to what remains.
-            state.position = state.position.max(log.base);
-            while state.position < log.end() {
-                if !budget.take(log.record(state.position).size()) {
+            // The position moves only when a record is taken, so a fetch that returns nothing
+            // changes nothing (a write-ahead log need not record it).
+            let mut position = state.position.max(log.base);
+            while position < log.end() {
+                if !budget.take(log.record(position).size()) {
                     break 'partitions;
                 }
-                records.push(log.deliver(topic_name, partition, state.position));
-                state.position += 1;
+                records.push(log.deliver(topic_name, partition, position));
+                position += 1;
+                state.position = position;
             }
         }
         Ok(records)

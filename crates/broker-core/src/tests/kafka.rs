@@ -705,3 +705,37 @@ fn ack_after_a_commit_past_the_delivery_does_not_move_committed_back() {
     assert_eq!(b.committed("t", "g", 0).unwrap(), 3);
     assert_eq!(positions(&b.poll("t", "g", "m", 1).unwrap()), vec![(0, 3)]);
 }
+
+#[test]
+fn a_fetch_that_returns_nothing_changes_nothing() {
+    // A position below the earliest retained offset: the group committed 3, then committed 0
+    // explicitly (records below 3 are gone), and a rebalance reset the position to 0.
+    let b = filled(1, 3);
+    b.join("t", "g", "m").unwrap();
+    b.commit("t", "g", "m", Some(BTreeMap::from([(0, 3)])))
+        .unwrap();
+    b.commit("t", "g", "m", Some(BTreeMap::from([(0, 0)])))
+        .unwrap();
+    b.join("t", "g", "n").unwrap();
+    b.leave("t", "g", "n").unwrap();
+    assert_eq!(position(&b, "t", "g", 0), 0);
+    assert_no_change(&b, Vec::new(), |b| b.fetch("t", "g", "m", 10));
+    // A fetch that does return records still skips to what remains.
+    assert_eq!(b.publish("t", 0, "x").unwrap(), 3);
+    assert_eq!(
+        positions(&b.fetch("t", "g", "m", 10).unwrap()),
+        vec![(0, 3)]
+    );
+    assert_eq!(position(&b, "t", "g", 0), 4);
+}
+
+#[test]
+fn a_state_survives_a_serde_round_trip() {
+    let b = filled(2, 2);
+    b.join("t", "g", "m").unwrap();
+    b.poll("t", "g", "m", 1).unwrap();
+    let state = b.with_state(|state| state.clone());
+    let json = serde_json::to_string(&state).unwrap();
+    let back: crate::BrokerState = serde_json::from_str(&json).unwrap();
+    assert_eq!(EventBroker::from_state(back).describe(), b.describe());
+}
