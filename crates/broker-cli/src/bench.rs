@@ -36,6 +36,7 @@ const FULL_BACKOFF: Duration = Duration::from_micros(200);
   broker bench ack --producers 4 --consumers 4            publish + poll/ack over 64 partitions
   broker bench fetch --batch 1000                         publish + fetch/commit in batches
   broker bench mixed --duration 10s --json                both kinds of group at once
+  broker bench ping --records 20000                       raw loopback round trips, no broker
 
 Every run uses a new topic (bench-<time>), so runs do not disturb each other. Partitions are
 bounded by the server's --capacity: a `publish` run stops being stored once every partition is
@@ -86,6 +87,9 @@ pub enum Workload {
     Fetch,
     /// Producers, an ack-mode group and a fetch-mode group on the same topic.
     Mixed,
+    /// No broker at all: 64-byte round trips over a loopback TCP connection to an echo thread
+    /// in this process, one at a time. The floor any single-request latency is measured against.
+    Ping,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,6 +155,8 @@ struct BenchReport {
     published: u64,
     publish_refused_full: u64,
     elapsed_secs: f64,
+    /// Publish requests answered per second, stored or refused as full.
+    requests_per_sec: f64,
     records_per_sec: f64,
     megabytes_per_sec: f64,
     publish_latency: Percentiles,
@@ -267,6 +273,12 @@ pub async fn run(addr: &str, args: BenchArgs) -> anyhow::Result<()> {
     if args.size < HEADER_BYTES {
         bail!("--size must be at least {HEADER_BYTES} bytes (producer, sequence and send time)");
     }
+    if args.workload == Workload::Ping {
+        let latency = tokio::task::spawn_blocking(move || ping(args.records))
+            .await
+            .context("the ping task failed")??;
+        return print_ping(&latency, args.json);
+    }
     let admin = connect(addr).await?;
     let topic = format!(
         "bench-{}",
@@ -279,7 +291,7 @@ pub async fn run(addr: &str, args: BenchArgs) -> anyhow::Result<()> {
         .await
         .context("cannot create the benchmark topic")?;
     let modes: &[GroupMode] = match args.workload {
-        Workload::Publish => &[],
+        Workload::Publish | Workload::Ping => &[],
         Workload::Ack => &[GroupMode::Ack],
         Workload::Fetch => &[GroupMode::Fetch],
         Workload::Mixed => &[GroupMode::Ack, GroupMode::Fetch],
@@ -399,6 +411,7 @@ pub async fn run(addr: &str, args: BenchArgs) -> anyhow::Result<()> {
         published,
         publish_refused_full: shared.refused.load(Ordering::SeqCst),
         elapsed_secs: seconds,
+        requests_per_sec: (published + shared.refused.load(Ordering::SeqCst)) as f64 / seconds,
         records_per_sec: published as f64 / seconds,
         megabytes_per_sec: (published as f64 * args.size as f64) / seconds / 1e6,
         publish_latency: Percentiles::of(&publish_latency),
@@ -580,6 +593,65 @@ async fn consume(client: Client, consumer: Consumer) -> anyhow::Result<()> {
     }
 }
 
+/// Bytes of one ping and of its echo.
+const PING_BYTES: usize = 64;
+
+/// `round_trips` 64-byte round trips over loopback TCP to an echo thread, one at a time (with
+/// TCP_NODELAY, as the broker's connections): the latency floor of one request.
+fn ping(round_trips: u64) -> anyhow::Result<Histogram<u64>> {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    let listener = TcpListener::bind("127.0.0.1:0").context("cannot bind the echo socket")?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut stream, _) = listener.accept()?;
+        stream.set_nodelay(true)?;
+        let mut buf = [0u8; PING_BYTES];
+        loop {
+            match stream.read_exact(&mut buf) {
+                Ok(()) => stream.write_all(&buf)?,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    let mut stream = TcpStream::connect(addr).context("cannot connect to the echo socket")?;
+    stream.set_nodelay(true)?;
+    let mut latency = new_histogram();
+    let mut buf = [7u8; PING_BYTES];
+    for _ in 0..round_trips {
+        let sent = Instant::now();
+        stream.write_all(&buf)?;
+        stream.read_exact(&mut buf)?;
+        let nanos = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let _ = latency.record(nanos.max(1));
+    }
+    drop(stream);
+    echo.join()
+        .map_err(|_| anyhow::anyhow!("the echo thread panicked"))?
+        .context("the echo thread failed")?;
+    Ok(latency)
+}
+
+fn print_ping(latency: &Histogram<u64>, json: bool) -> anyhow::Result<()> {
+    let percentiles = Percentiles::of(latency);
+    if json {
+        let report = serde_json::json!({
+            "workload": Workload::Ping,
+            "message_bytes": PING_BYTES,
+            "round_trip": percentiles,
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "loopback TCP ping-pong, {PING_BYTES} B, one at a time: {}",
+            percentiles.text()
+        );
+    }
+    Ok(())
+}
+
 fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(report)?);
@@ -608,8 +680,9 @@ fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
         }
     );
     println!(
-        "publish answered -1 (partition full) {} times",
-        with_thousands(report.publish_refused_full)
+        "publish answered -1 (partition full) {} times; {} publish requests/s answered",
+        with_thousands(report.publish_refused_full),
+        with_thousands(report.requests_per_sec as u64)
     );
     println!("publish latency: {}", report.publish_latency.text());
     for group in &report.groups {
