@@ -1,0 +1,130 @@
+//! Why the storage refused: each variant says what went wrong and where.
+
+use std::io;
+use std::path::PathBuf;
+
+/// A storage failure. Start-up errors name the file and offset at fault, so an operator can
+/// decide what to do with the data directory; the storage never repairs anything but a torn
+/// last entry by itself.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// A file operation failed.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// What was being done, such as `write` or `fsync`.
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// Another process holds the data directory's lock.
+    #[error(
+        "data directory {} is in use by another broker-server{} (lock file {} is held)",
+        dir.display(),
+        holder.as_deref().map(|pid| format!(" (pid {pid})")).unwrap_or_default(),
+        dir.join("LOCK").display()
+    )]
+    Locked {
+        /// The data directory.
+        dir: PathBuf,
+        /// The pid written in the lock file by its holder, if readable.
+        holder: Option<String>,
+    },
+    /// A file is damaged in a way that is not a torn last write.
+    #[error("corrupt data in {} at byte {offset}: {reason}", path.display())]
+    Corrupt {
+        /// The damaged file.
+        path: PathBuf,
+        /// Where the damage starts.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A file was written in a format version this build does not read.
+    #[error(
+        "{} has format version {found}; this broker-server reads version {supported} only",
+        path.display()
+    )]
+    Incompatible {
+        /// The file.
+        path: PathBuf,
+        /// The version in the file.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// The data directory was written by a broker with another per-partition capacity; replaying
+    /// it with a different one would change what the log's commands did.
+    #[error(
+        "{} was written with capacity {stored}, but the configured capacity is {configured}: \
+         start with --capacity {stored}",
+        path.display()
+    )]
+    CapacityMismatch {
+        /// The file that says so.
+        path: PathBuf,
+        /// The capacity in the file.
+        stored: i32,
+        /// The capacity configured now.
+        configured: i32,
+    },
+    /// Log entries the state needs are missing (a deleted or lost segment).
+    #[error(
+        "log entries {from} to {} are missing from {} (next file: {})",
+        to - 1,
+        dir.display(),
+        next.display()
+    )]
+    MissingEntries {
+        /// The data directory.
+        dir: PathBuf,
+        /// The first missing sequence number.
+        from: u64,
+        /// The first sequence number present again.
+        to: u64,
+        /// The file that starts at `to`.
+        next: PathBuf,
+    },
+    /// The core refused a logged command on replay: the log does not match this build's rules.
+    #[error("replaying entry {seq} of {} failed: {reason}", path.display())]
+    Replay {
+        /// The segment holding the entry.
+        path: PathBuf,
+        /// The entry's sequence number.
+        seq: u64,
+        /// The core's error.
+        reason: String,
+    },
+    /// A value could not be encoded (too large for an entry, or a bug).
+    #[error("cannot encode: {0}")]
+    Encode(String),
+}
+
+impl StorageError {
+    /// A [`StorageError::Io`] for `action` on `path`.
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(io::Error) -> Self {
+        let path = path.into();
+        move |source| StorageError::Io {
+            action,
+            path,
+            source,
+        }
+    }
+
+    /// A [`StorageError::Corrupt`].
+    pub(crate) fn corrupt(
+        path: impl Into<PathBuf>,
+        offset: u64,
+        reason: impl Into<String>,
+    ) -> Self {
+        StorageError::Corrupt {
+            path: path.into(),
+            offset,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! The on-disk encodings: file names, headers, entries and the bincode configuration.
+
+use std::path::Path;
+
+use bincode::config::{Configuration, Fixint, LittleEndian, NoLimit};
+use broker_core::{Command, Outcome};
+
+use crate::StorageError;
+
+/// The format version this build writes and reads, in every segment and snapshot header.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The largest entry body: a command is at most one request frame.
+pub const MAX_ENTRY_BYTES: usize = 64 * 1024 * 1024;
+
+/// The bincode configuration of entry and snapshot bodies.
+pub type StorageConfig = Configuration<LittleEndian, Fixint, NoLimit>;
+
+/// The bincode 2.0.1 configuration of entry and snapshot bodies: little-endian, fixed-width
+/// integers (enum variants `u32`, lengths `u64`). Bodies are decoded only after their checksum
+/// and their length (at most [`MAX_ENTRY_BYTES`] for an entry) are checked.
+pub fn config() -> StorageConfig {
+    bincode::config::standard()
+        .with_little_endian()
+        .with_fixed_int_encoding()
+}
+
+pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"BROKRWAL";
+pub(crate) const SNAPSHOT_MAGIC: [u8; 8] = *b"BROKSNAP";
+pub(crate) const SEGMENT_HEADER: usize = 32;
+pub(crate) const SNAPSHOT_HEADER: usize = 40;
+pub(crate) const ENTRY_HEADER: usize = 8;
+
+/// Whether a successful command must be logged: everything but read-only commands and polls or
+/// fetches that returned nothing (those change nothing; waiting requests retry them often).
+pub fn is_logged(command_is_read_only: bool, outcome: &Outcome) -> bool {
+    !command_is_read_only && !matches!(outcome, Outcome::Records(records) if records.is_empty())
+}
+
+/// Appends the log entry of `command` (length, checksum, body) to `out`.
+///
+/// # Errors
+/// [`StorageError::Encode`] if the command cannot be encoded or is larger than
+/// [`MAX_ENTRY_BYTES`]; `out` is then unchanged.
+pub fn encode_entry(command: &Command, out: &mut Vec<u8>) -> Result<(), StorageError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; ENTRY_HEADER]);
+    if let Err(error) = bincode::serde::encode_into_std_write(command, out, config()) {
+        out.truncate(start);
+        return Err(StorageError::Encode(error.to_string()));
+    }
+    let length = out.len() - start - ENTRY_HEADER;
+    if length > MAX_ENTRY_BYTES {
+        out.truncate(start);
+        return Err(StorageError::Encode(format!(
+            "an entry of {length} bytes exceeds the limit of {MAX_ENTRY_BYTES}"
+        )));
+    }
+    // `length <= MAX_ENTRY_BYTES < u32::MAX`, so the cast is lossless.
+    let length = (length as u32).to_le_bytes();
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&length);
+    crc.update(&out[start + ENTRY_HEADER..]);
+    out[start..start + 4].copy_from_slice(&length);
+    out[start + 4..start + 8].copy_from_slice(&crc.finalize().to_le_bytes());
+    Ok(())
+}
+
+/// The checksum of an entry whose 4 length bytes are `length` and whose body is `body`.
+pub(crate) fn entry_crc(length: [u8; 4], body: &[u8]) -> u32 {
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&length);
+    crc.update(body);
+    crc.finalize()
+}
+
+/// The 32-byte header of a segment whose first entry is `first_seq`.
+pub(crate) fn segment_header(capacity: i32, first_seq: u64) -> [u8; SEGMENT_HEADER] {
+    let mut header = [0; SEGMENT_HEADER];
+    header[..8].copy_from_slice(&SEGMENT_MAGIC);
+    header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header[12..16].copy_from_slice(&(capacity as u32).to_le_bytes());
+    header[16..24].copy_from_slice(&first_seq.to_le_bytes());
+    let crc = crc32fast::hash(&header[..24]);
+    header[24..28].copy_from_slice(&crc.to_le_bytes());
+    header
+}
+
+/// A segment header read back: the capacity and the first sequence number.
+pub(crate) struct SegmentHeader {
+    pub(crate) capacity: i32,
+    pub(crate) first_seq: u64,
+}
+
+/// Checks and decodes a segment header (`bytes` holds at least [`SEGMENT_HEADER`] bytes).
+pub(crate) fn read_segment_header(
+    path: &Path,
+    bytes: &[u8],
+) -> Result<SegmentHeader, StorageError> {
+    if bytes[..8] != SEGMENT_MAGIC {
+        return Err(StorageError::corrupt(
+            path,
+            0,
+            "not a log segment (bad magic)",
+        ));
+    }
+    let version = u32_at(bytes, 8);
+    if version != FORMAT_VERSION {
+        return Err(StorageError::Incompatible {
+            path: path.to_owned(),
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    if crc32fast::hash(&bytes[..24]) != u32_at(bytes, 24) {
+        return Err(StorageError::corrupt(
+            path,
+            0,
+            "segment header checksum mismatch",
+        ));
+    }
+    Ok(SegmentHeader {
+        capacity: u32_at(bytes, 12) as i32,
+        first_seq: u64_at(bytes, 16),
+    })
+}
+
+/// The little-endian `u32` at `at` (the caller checked the length).
+pub(crate) fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    let mut buf = [0; 4];
+    buf.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(buf)
+}
+
+/// The little-endian `u64` at `at` (the caller checked the length).
+pub(crate) fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    let mut buf = [0; 8];
+    buf.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(buf)
+}
+
+/// `wal-<first_seq>.log`.
+pub(crate) fn segment_name(first_seq: u64) -> String {
+    format!("wal-{first_seq:020}.log")
+}
+
+/// `snap-<seq>.snap`.
+pub(crate) fn snapshot_name(seq: u64) -> String {
+    format!("snap-{seq:020}.snap")
+}
+
+/// The sequence number in a file name `<prefix><20 digits><suffix>`.
+pub(crate) fn parse_name(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
+    let digits = name.strip_prefix(prefix)?.strip_suffix(suffix)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}

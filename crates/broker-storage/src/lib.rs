@@ -1,0 +1,60 @@
+//! The broker's durability, synchronous and free of async: a write-ahead log of
+//! [`broker_core::Command`]s, snapshots of [`broker_core::BrokerState`], a lock that keeps a
+//! second server off a data directory, and recovery that replays the log through
+//! [`broker_core::BrokerState::apply`], the same code that serves live requests.
+//!
+//! # The data directory
+//!
+//! ```text
+//! LOCK                          held (flock) by the server using the directory; holds its pid
+//! wal-<first seq, 20 digits>.log  a log segment: a header, then entries
+//! snap-<seq, 20 digits>.snap      a snapshot: the state after every entry below <seq>
+//! snap.tmp                      a snapshot being written (removed on start)
+//! ```
+//!
+//! Every log entry has a sequence number: the segment's first sequence number plus its index in
+//! the segment. Sequence numbers count every entry ever logged, across segments and restarts.
+//!
+//! # Formats (all integers little-endian)
+//!
+//! Segment header, 32 bytes: magic `BROKRWAL`, format version `u32` ([`FORMAT_VERSION`]), the
+//! broker's per-partition capacity `u32`, the first sequence number `u64`, a CRC-32 of the 24
+//! bytes before it `u32`, 4 zero bytes.
+//!
+//! Entry: body length `u32`, CRC-32 of the length's 4 bytes followed by the body `u32`, body: the
+//! command in bincode 2.0.1 serde encoding with [`config()`] (fixed-width integers, enum variants
+//! as `u32`, lengths as `u64`, `Option` as a `u8` tag), the same layout as the wire protocol's.
+//!
+//! Snapshot, 40-byte header then body: magic `BROKSNAP`, format version `u32`, capacity `u32`,
+//! sequence number `u64` (the snapshot holds the effect of every entry below it), body length
+//! `u64`, CRC-32 of the body `u32`, 4 zero bytes; body: the [`broker_core::BrokerState`] in the
+//! same bincode encoding.
+//!
+//! CRC-32 is the IEEE polynomial (`crc32fast`).
+//!
+//! # What recovery accepts
+//!
+//! The last segment may end inside an entry, or with a last entry whose checksum fails: the
+//! process died in the middle of a write. That entry is cut off with a warning (it was never
+//! acknowledged as durable). Anything else refuses to start with a [`StorageError`] naming the
+//! file and the offset: a bad entry with entries after it, a damaged segment other than the last,
+//! a snapshot whose checksum fails, a gap in sequence numbers, a format version this build does
+//! not read, an entry that the core refuses on replay, or a capacity other than the configured
+//! one.
+
+mod error;
+mod format;
+mod lock;
+mod recovery;
+mod segment;
+mod snapshot;
+
+pub use error::StorageError;
+pub use format::{config, encode_entry, is_logged, StorageConfig, FORMAT_VERSION, MAX_ENTRY_BYTES};
+pub use lock::DataDir;
+pub use recovery::{Recovery, TornTail};
+pub use segment::LogWriter;
+pub use snapshot::{remove_covered, write_snapshot};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,234 @@
+//! Snapshots: the whole state in one checksummed file, written atomically, and the removal of
+//! the log segments and older snapshots a new snapshot makes unnecessary.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use broker_core::BrokerState;
+use tracing::warn;
+
+use crate::format::{
+    config, parse_name, segment_name, snapshot_name, u32_at, u64_at, FORMAT_VERSION,
+    SNAPSHOT_HEADER, SNAPSHOT_MAGIC,
+};
+use crate::segment::sync_dir;
+use crate::StorageError;
+
+/// The temporary name a snapshot is written under before it is renamed into place.
+pub(crate) const SNAPSHOT_TMP: &str = "snap.tmp";
+
+/// Writes a snapshot of `state`, which must hold the effect of exactly the log entries below
+/// `seq`, into `dir` atomically: to a temporary file, fsync, rename to `snap-<seq>.snap`, fsync
+/// the directory. A crash at any point leaves either the previous snapshot or this one.
+///
+/// # Errors
+/// [`StorageError::Io`] or [`StorageError::Encode`]; the temporary file may remain (recovery
+/// removes it).
+pub fn write_snapshot(dir: &Path, seq: u64, state: &BrokerState) -> Result<PathBuf, StorageError> {
+    let tmp = dir.join(SNAPSHOT_TMP);
+    let file = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(StorageError::io("create", &tmp))?;
+    let mut out = Checksummed {
+        inner: BufWriter::new(file),
+        crc: crc32fast::Hasher::new(),
+        len: 0,
+    };
+    out.inner
+        .write_all(&[0; SNAPSHOT_HEADER])
+        .map_err(StorageError::io("write", &tmp))?;
+    bincode::serde::encode_into_std_write(state, &mut out, config())
+        .map_err(|error| StorageError::Encode(format!("snapshot {}: {error}", tmp.display())))?;
+    let Checksummed { inner, crc, len } = out;
+    let mut file = inner.into_inner().map_err(|error| StorageError::Io {
+        action: "write",
+        path: tmp.clone(),
+        source: error.into_error(),
+    })?;
+    let mut header = [0; SNAPSHOT_HEADER];
+    header[..8].copy_from_slice(&SNAPSHOT_MAGIC);
+    header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header[12..16].copy_from_slice(&(state.capacity_per_partition() as u32).to_le_bytes());
+    header[16..24].copy_from_slice(&seq.to_le_bytes());
+    header[24..32].copy_from_slice(&len.to_le_bytes());
+    header[32..36].copy_from_slice(&crc.finalize().to_le_bytes());
+    file.seek(SeekFrom::Start(0))
+        .and_then(|_| file.write_all(&header))
+        .map_err(StorageError::io("write", &tmp))?;
+    file.sync_all().map_err(StorageError::io("fsync", &tmp))?;
+    drop(file);
+    let path = dir.join(snapshot_name(seq));
+    fs::rename(&tmp, &path).map_err(StorageError::io("rename into place", &path))?;
+    sync_dir(dir)?;
+    Ok(path)
+}
+
+/// Removes what the snapshot at `seq` makes unnecessary: older snapshots, and every log segment
+/// whose entries are all below `seq` (a segment followed by one starting at or below `seq`).
+/// The last segment is never removed. Returns how many files were removed.
+///
+/// # Errors
+/// [`StorageError::Io`] if the directory cannot be listed or a file cannot be removed.
+pub fn remove_covered(dir: &Path, seq: u64) -> Result<usize, StorageError> {
+    let mut segments = Vec::new();
+    let mut snapshots = Vec::new();
+    for entry in fs::read_dir(dir).map_err(StorageError::io("list", dir))? {
+        let entry = entry.map_err(StorageError::io("list", dir))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(first) = parse_name(name, "wal-", ".log") {
+            segments.push(first);
+        } else if let Some(at) = parse_name(name, "snap-", ".snap") {
+            snapshots.push(at);
+        }
+    }
+    segments.sort_unstable();
+    let mut doomed: Vec<PathBuf> = segments
+        .windows(2)
+        .filter(|pair| pair[1] <= seq)
+        .map(|pair| dir.join(segment_name(pair[0])))
+        .collect();
+    doomed.extend(
+        snapshots
+            .into_iter()
+            .filter(|&at| at < seq)
+            .map(|at| dir.join(snapshot_name(at))),
+    );
+    for path in &doomed {
+        fs::remove_file(path).map_err(StorageError::io("remove", path))?;
+    }
+    if !doomed.is_empty() {
+        sync_dir(dir)?;
+    }
+    Ok(doomed.len())
+}
+
+/// A snapshot read back: the state and the sequence number it covers.
+pub(crate) struct LoadedSnapshot {
+    pub(crate) state: BrokerState,
+    pub(crate) seq: u64,
+}
+
+/// Reads the latest snapshot in `dir` (the highest sequence number), if there is one; removes a
+/// leftover temporary snapshot.
+pub(crate) fn load_latest(
+    dir: &Path,
+    capacity: i32,
+) -> Result<Option<LoadedSnapshot>, StorageError> {
+    let tmp = dir.join(SNAPSHOT_TMP);
+    match fs::remove_file(&tmp) {
+        Ok(()) => warn!(file = %tmp.display(), "removed an unfinished snapshot"),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(StorageError::Io {
+                action: "remove",
+                path: tmp,
+                source,
+            })
+        }
+    }
+    let mut latest = None;
+    for entry in fs::read_dir(dir).map_err(StorageError::io("list", dir))? {
+        let entry = entry.map_err(StorageError::io("list", dir))?;
+        let name = entry.file_name();
+        if let Some(seq) = name.to_str().and_then(|n| parse_name(n, "snap-", ".snap")) {
+            latest = latest.max(Some(seq));
+        }
+    }
+    let Some(seq) = latest else {
+        return Ok(None);
+    };
+    let path = dir.join(snapshot_name(seq));
+    let bytes = fs::read(&path).map_err(StorageError::io("read", &path))?;
+    if bytes.len() < SNAPSHOT_HEADER || bytes[..8] != SNAPSHOT_MAGIC {
+        return Err(StorageError::corrupt(
+            &path,
+            0,
+            "not a snapshot (bad magic or too short)",
+        ));
+    }
+    let version = u32_at(&bytes, 8);
+    if version != FORMAT_VERSION {
+        return Err(StorageError::Incompatible {
+            path,
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let stored = u32_at(&bytes, 12) as i32;
+    if u64_at(&bytes, 16) != seq {
+        return Err(StorageError::corrupt(
+            &path,
+            16,
+            "sequence number does not match the name",
+        ));
+    }
+    let body = &bytes[SNAPSHOT_HEADER..];
+    if u64_at(&bytes, 24) != body.len() as u64 {
+        return Err(StorageError::corrupt(
+            &path,
+            24,
+            format!(
+                "the header announces {} body bytes, the file has {}",
+                u64_at(&bytes, 24),
+                body.len()
+            ),
+        ));
+    }
+    if crc32fast::hash(body) != u32_at(&bytes, 32) {
+        return Err(StorageError::corrupt(
+            &path,
+            SNAPSHOT_HEADER as u64,
+            "snapshot checksum mismatch",
+        ));
+    }
+    if stored != capacity {
+        return Err(StorageError::CapacityMismatch {
+            path,
+            stored,
+            configured: capacity,
+        });
+    }
+    let state: BrokerState = match bincode::serde::decode_from_slice(body, config()) {
+        Ok((state, used)) if used == body.len() => state,
+        Ok(_) => {
+            return Err(StorageError::corrupt(
+                &path,
+                SNAPSHOT_HEADER as u64,
+                "trailing bytes after the state",
+            ))
+        }
+        Err(error) => {
+            return Err(StorageError::corrupt(
+                &path,
+                SNAPSHOT_HEADER as u64,
+                format!("the state does not decode: {error}"),
+            ))
+        }
+    };
+    Ok(Some(LoadedSnapshot { state, seq }))
+}
+
+/// A writer that counts and checksums what passes through it.
+struct Checksummed<W> {
+    inner: W,
+    crc: crc32fast::Hasher,
+    len: u64,
+}
+
+impl<W: Write> Write for Checksummed<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let written = self.inner.write(buf)?;
+        self.crc.update(&buf[..written]);
+        self.len += written as u64;
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}

@@ -1,0 +1,515 @@
+//! Unit tests of the log, snapshots, the lock and recovery: one rule, one test.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use broker_core::{Assignor, BrokerState, Command, EventBroker, KeyHash};
+use bytes::Bytes;
+
+use crate::format::{segment_name, SEGMENT_HEADER};
+use crate::{encode_entry, is_logged, remove_covered, DataDir, LogWriter, StorageError};
+
+const CAPACITY: i32 = 5;
+
+/// A live broker that logs what it applies, as the server does.
+struct Live {
+    dir: DataDir,
+    state: BrokerState,
+    writer: LogWriter,
+    /// Where each entry of the active segment ends, for the torn-tail test.
+    ends: Vec<u64>,
+}
+
+impl Live {
+    fn new(path: &Path) -> Live {
+        Live::with_segments(path, 1 << 20)
+    }
+
+    fn with_segments(path: &Path, segment_bytes: u64) -> Live {
+        let dir = DataDir::open(path).unwrap();
+        let recovery = dir.recover(CAPACITY).unwrap();
+        let writer = dir
+            .log_writer(CAPACITY, recovery.next_seq, segment_bytes)
+            .unwrap();
+        Live {
+            dir,
+            state: recovery.state,
+            writer,
+            ends: Vec::new(),
+        }
+    }
+
+    /// Applies `command` and logs it if it changed the state; each entry is written on its own.
+    fn run(&mut self, command: Command) {
+        let mut entry = Vec::new();
+        encode_entry(&command, &mut entry).unwrap();
+        let read_only = command.is_read_only();
+        if let Ok(outcome) = self.state.apply(command) {
+            if is_logged(read_only, &outcome) {
+                // Unsynced: the tests never lose the page cache (the server's tests do).
+                self.writer.append(&entry, 1).unwrap();
+                let last = self.ends.last().copied().unwrap_or(SEGMENT_HEADER as u64);
+                self.ends.push(last + entry.len() as u64);
+            }
+        }
+    }
+
+    fn describe(&self) -> broker_core::BrokerDescription {
+        self.state.describe_all()
+    }
+}
+
+fn recover(path: &Path) -> Result<crate::Recovery, StorageError> {
+    DataDir::open(path)?.recover(CAPACITY)
+}
+
+fn publish(topic: &str, partition: i32, payload: &str) -> Command {
+    Command::Publish {
+        topic: topic.into(),
+        partition,
+        payload: Bytes::from(payload.to_owned()),
+    }
+}
+
+fn member_command(kind: u8, member: &str, partition: i32, offset: i64) -> Command {
+    let (topic, group, member) = ("t".to_owned(), "g".to_owned(), member.to_owned());
+    match kind {
+        0 => Command::Join {
+            topic,
+            group,
+            member,
+            assignor: None,
+        },
+        1 => Command::Leave {
+            topic,
+            group,
+            member,
+        },
+        2 => Command::Poll {
+            topic,
+            group,
+            member,
+            max_records: 2,
+            max_bytes: None,
+        },
+        3 => Command::Ack {
+            topic,
+            group,
+            member,
+            partition,
+            offset,
+        },
+        4 => Command::Retry {
+            topic,
+            group,
+            member,
+            partition,
+            offset,
+        },
+        5 => Command::Fetch {
+            topic,
+            group,
+            member,
+            max_records: 3,
+            max_bytes: None,
+        },
+        6 => Command::Commit {
+            topic,
+            group,
+            member,
+            offsets: None,
+        },
+        _ => Command::Commit {
+            topic,
+            group,
+            member,
+            offsets: Some(BTreeMap::from([(partition, offset)])),
+        },
+    }
+}
+
+/// A small deterministic generator (xorshift), so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
+}
+
+/// A live broker with a topic and a varied history: publishes, keyed publishes, a range group,
+/// polls, acks, fetches and commits.
+fn scripted(path: &Path) -> Live {
+    let mut live = Live::new(path);
+    live.run(Command::Create {
+        topic: "t".into(),
+        partition_count: 3,
+        key_hash: KeyHash::Fnv1a,
+    });
+    live.run(Command::Join {
+        topic: "t".into(),
+        group: "r".into(),
+        member: "a".into(),
+        assignor: Some(Assignor::Range),
+    });
+    for i in 0..4 {
+        live.run(publish("t", i % 3, &format!("p{i}")));
+    }
+    live.run(Command::PublishKeyed {
+        topic: "t".into(),
+        key: Some(Bytes::from_static(b"k")),
+        payload: Bytes::from_static(b"keyed"),
+    });
+    live.run(member_command(0, "m1", 0, 0));
+    live.run(member_command(2, "m1", 0, 0));
+    live.run(member_command(3, "m1", 0, 0));
+    live.run(member_command(5, "m1", 0, 0));
+    live.run(member_command(6, "m1", 0, 0));
+    live.writer.sync().unwrap();
+    live
+}
+
+#[test]
+fn recovery_replays_the_log_to_the_same_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = scripted(tmp.path());
+    let expected = live.describe();
+    let next = live.writer.next_seq();
+    drop(live);
+    let recovery = recover(tmp.path()).unwrap();
+    assert_eq!(recovery.state.describe_all(), expected);
+    assert_eq!(recovery.next_seq, next);
+    assert_eq!(recovery.replayed, next);
+    assert_eq!(recovery.torn, None);
+}
+
+#[test]
+fn random_histories_recover_to_the_same_description() {
+    for seed in 1..=20u64 {
+        let tmp = tempfile::tempdir().unwrap();
+        // Small segments and a snapshot halfway exercise rolling and the snapshot path too.
+        let mut live = Live::with_segments(tmp.path(), 300);
+        live.run(Command::Create {
+            topic: "t".into(),
+            partition_count: 3,
+            key_hash: KeyHash::Murmur2,
+        });
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        for step in 0..300 {
+            let member = ["a", "b", "c"][rng.next(3) as usize];
+            let partition = rng.next(3) as i32;
+            let offset = rng.next(8) as i64;
+            let command = match rng.next(10) {
+                0..=2 => publish("t", partition, &format!("x{step}")),
+                kind => member_command((kind - 2) as u8, member, partition, offset),
+            };
+            live.run(command);
+            if step == 150 {
+                let seq = live.writer.next_seq();
+                live.dir.write_snapshot(seq, &live.state).unwrap();
+                remove_covered(tmp.path(), seq).unwrap();
+            }
+        }
+        let expected = live.describe();
+        drop(live);
+        let recovered = recover(tmp.path()).unwrap();
+        assert_eq!(recovered.state.describe_all(), expected, "seed {seed}");
+        // And the recovered broker behaves the same from here on.
+        let broker = EventBroker::from_state(recovered.state);
+        assert_eq!(broker.describe(), expected);
+    }
+}
+
+#[test]
+fn a_torn_last_entry_is_cut_off_at_every_byte_position() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = scripted(tmp.path());
+    let segment = live.writer_path();
+    let ends = live.ends.clone();
+    let full = fs::read(&segment).unwrap();
+    drop(live);
+    let last_start = ends[ends.len() - 2];
+    let last_end = ends[ends.len() - 1];
+    assert_eq!(last_end, full.len() as u64);
+    // The state without the last entry: replay every entry but the last.
+    fs::write(&segment, &full[..last_start as usize]).unwrap();
+    let before_last = recover(tmp.path()).unwrap();
+    assert_eq!(before_last.torn, None);
+    let expected = before_last.state.describe_all();
+    for cut in last_start + 1..last_end {
+        fs::write(&segment, &full[..cut as usize]).unwrap();
+        let recovery = recover(tmp.path()).unwrap();
+        assert_eq!(recovery.state.describe_all(), expected, "cut at {cut}");
+        assert_eq!(recovery.next_seq, before_last.next_seq, "cut at {cut}");
+        assert_eq!(
+            recovery.torn.as_ref().map(|torn| (torn.offset, torn.cut)),
+            Some((last_start, cut - last_start)),
+            "cut at {cut}"
+        );
+        assert_eq!(
+            fs::metadata(&segment).unwrap().len(),
+            last_start,
+            "cut at {cut}"
+        );
+    }
+}
+
+#[test]
+fn a_last_entry_with_a_bad_checksum_counts_as_torn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = scripted(tmp.path());
+    let segment = live.writer_path();
+    let last_start = live.ends[live.ends.len() - 2];
+    drop(live);
+    flip_byte(&segment, last_start + 10);
+    let recovery = recover(tmp.path()).unwrap();
+    assert_eq!(recovery.torn.unwrap().offset, last_start);
+}
+
+#[test]
+fn a_corrupt_entry_in_the_middle_refuses_to_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = scripted(tmp.path());
+    let segment = live.writer_path();
+    let third_start = live.ends[1];
+    drop(live);
+    let before = fs::read(&segment).unwrap();
+    flip_byte(&segment, third_start + 9);
+    match recover(tmp.path()) {
+        Err(StorageError::Corrupt {
+            path,
+            offset,
+            reason,
+        }) => {
+            assert_eq!(path, segment);
+            assert_eq!(offset, third_start);
+            assert!(reason.contains("checksum"), "{reason}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // Nothing was repaired or cut.
+    assert_eq!(fs::read(&segment).unwrap().len(), before.len());
+    // A length field damaged in the middle is corruption too, not a torn tail.
+    fs::write(&segment, &before).unwrap();
+    flip_byte(&segment, third_start);
+    assert!(matches!(
+        recover(tmp.path()),
+        Err(StorageError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn a_snapshot_with_a_bad_checksum_refuses_to_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = scripted(tmp.path());
+    let seq = live.writer.next_seq();
+    let path = live.dir.write_snapshot(seq, &live.state).unwrap();
+    drop(live);
+    assert!(recover(tmp.path()).is_ok());
+    let len = fs::metadata(&path).unwrap().len();
+    flip_byte(&path, len - 1);
+    match recover(tmp.path()) {
+        Err(StorageError::Corrupt {
+            path: at, reason, ..
+        }) => {
+            assert_eq!(at, path);
+            assert!(reason.contains("checksum"), "{reason}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_incompatible_format_version_refuses_to_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = scripted(tmp.path());
+    let segment = live.writer_path();
+    drop(live);
+    // The version is the u32 after the 8-byte magic.
+    let mut bytes = fs::read(&segment).unwrap();
+    bytes[8] = 9;
+    fs::write(&segment, &bytes).unwrap();
+    let error = recover(tmp.path()).unwrap_err();
+    assert!(
+        matches!(&error, StorageError::Incompatible { found: 9, supported: 1, path } if *path == segment),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("format version 9"), "{error}");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let live = scripted(tmp.path());
+    let path = live.dir.write_snapshot(3, &live.state).unwrap();
+    drop(live);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[8] = 2;
+    fs::write(&path, &bytes).unwrap();
+    assert!(matches!(
+        recover(tmp.path()),
+        Err(StorageError::Incompatible { found: 2, .. })
+    ));
+}
+
+#[test]
+fn a_second_open_of_the_same_directory_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = DataDir::open(tmp.path()).unwrap();
+    let error = DataDir::open(tmp.path()).unwrap_err();
+    assert!(matches!(error, StorageError::Locked { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("in use by another broker-server"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&std::process::id().to_string()),
+        "{message}"
+    );
+    drop(first);
+    assert!(DataDir::open(tmp.path()).is_ok());
+}
+
+#[test]
+fn another_capacity_refuses_to_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    drop(scripted(tmp.path()));
+    let error = DataDir::open(tmp.path())
+        .unwrap()
+        .recover(CAPACITY + 1)
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            StorageError::CapacityMismatch {
+                stored: CAPACITY,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn a_missing_segment_refuses_to_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut live = Live::with_segments(tmp.path(), 100);
+    live.run(Command::Create {
+        topic: "t".into(),
+        partition_count: 1,
+        key_hash: KeyHash::Murmur2,
+    });
+    for i in 0..20 {
+        live.run(publish("t", 0, &format!("payload number {i}")));
+    }
+    drop(live);
+    let mut segments = segment_files(tmp.path());
+    assert!(segments.len() >= 3, "{segments:?}");
+    fs::remove_file(segments.remove(1)).unwrap();
+    assert!(matches!(
+        recover(tmp.path()),
+        Err(StorageError::MissingEntries { .. })
+    ));
+}
+
+#[test]
+fn a_snapshot_makes_covered_segments_removable_and_recovery_continues_after_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut live = Live::with_segments(tmp.path(), 100);
+    live.run(Command::Create {
+        topic: "t".into(),
+        partition_count: 2,
+        key_hash: KeyHash::Murmur2,
+    });
+    for i in 0..10 {
+        live.run(publish("t", i % 2, &format!("payload {i}")));
+    }
+    let seq = live.writer.next_seq();
+    live.dir.write_snapshot(seq, &live.state).unwrap();
+    let before = segment_files(tmp.path()).len();
+    assert!(remove_covered(tmp.path(), seq).unwrap() > 0);
+    assert!(segment_files(tmp.path()).len() < before);
+    for i in 0..3 {
+        live.run(publish("t", 1, &format!("after {i}")));
+    }
+    let expected = live.describe();
+    drop(live);
+    let recovery = recover(tmp.path()).unwrap();
+    assert_eq!(recovery.snapshot_seq, Some(seq));
+    assert_eq!(recovery.replayed, 3);
+    assert_eq!(recovery.state.describe_all(), expected);
+}
+
+#[test]
+fn a_restart_continues_the_sequence_in_a_new_segment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = scripted(tmp.path());
+    let next = live.writer.next_seq();
+    drop(live);
+    let mut live = Live::new(tmp.path());
+    assert_eq!(live.writer.next_seq(), next);
+    live.run(publish("t", 0, "after restart"));
+    let expected = live.describe();
+    drop(live);
+    assert_eq!(segment_files(tmp.path()).len(), 2);
+    let recovery = recover(tmp.path()).unwrap();
+    assert_eq!(recovery.state.describe_all(), expected);
+    assert_eq!(recovery.next_seq, next + 1);
+}
+
+#[test]
+fn empty_polls_and_read_only_commands_are_not_logged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut live = scripted(tmp.path());
+    let next = live.writer.next_seq();
+    live.run(member_command(0, "idle", 0, 0));
+    let after_join = live.writer.next_seq();
+    assert_eq!(after_join, next + 1);
+    live.run(Command::Describe { topic: None });
+    live.run(Command::Lag {
+        topic: "t".into(),
+        group: "g".into(),
+    });
+    // Drain, then poll and fetch with nothing left: nothing is logged.
+    for _ in 0..10 {
+        live.run(member_command(5, "idle", 0, 0));
+    }
+    let drained = live.writer.next_seq();
+    live.run(member_command(5, "idle", 0, 0));
+    live.run(Command::Poll {
+        topic: "t".into(),
+        group: "other".into(),
+        member: "nobody".into(),
+        max_records: 1,
+        max_bytes: None,
+    });
+    assert_eq!(live.writer.next_seq(), drained);
+}
+
+impl Live {
+    fn writer_path(&self) -> PathBuf {
+        self.dir.path().join(segment_name(
+            self.writer.next_seq() - self.ends.len() as u64,
+        ))
+    }
+}
+
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn flip_byte(path: &Path, at: u64) {
+    let mut bytes = fs::read(path).unwrap();
+    bytes[at as usize] ^= 0x5a;
+    fs::write(path, &bytes).unwrap();
+}
