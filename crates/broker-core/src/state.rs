@@ -24,6 +24,25 @@ use crate::{hash, Assignor, BrokerError, BrokerRecord, Command, KeyHash, Outcome
 pub struct BrokerState {
     capacity: usize,
     topics: HashMap<String, Topic>,
+    memory: Memory,
+}
+
+/// Payload and key bytes retained across the broker, and the optional budget they must stay
+/// within.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+struct Memory {
+    /// Past this many retained bytes, publishes answer "full" (`-1`); `None` for no budget.
+    budget: Option<u64>,
+    /// The sum of every partition's `retained_bytes`.
+    retained: u64,
+}
+
+impl Memory {
+    /// Whether a record of `size` bytes may be retained without exceeding the budget.
+    fn fits(&self, size: u64) -> bool {
+        self.budget
+            .is_none_or(|budget| self.retained.saturating_add(size) <= budget)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -105,15 +124,19 @@ impl PartitionLog {
         }
     }
 
-    /// Drops every record below `offset` (bounded by the end of the log).
-    fn trim_below(&mut self, offset: i64) {
+    /// Drops every record below `offset` (bounded by the end of the log); returns the bytes
+    /// freed.
+    fn trim_below(&mut self, offset: i64) -> u64 {
+        let mut freed = 0;
         while self.base < offset {
             let Some(record) = self.records.pop_front() else {
                 break;
             };
             self.retained_bytes -= record.size();
+            freed += record.size();
             self.base += 1;
         }
+        freed
     }
 }
 
@@ -129,34 +152,40 @@ impl Topic {
         }
     }
 
-    /// Appends to a bounded partition log: the new offset, or `-1` when the log is at capacity.
+    /// Appends to a bounded partition log: the new offset, or `-1` when the log is at capacity
+    /// or the record would take `memory` past its budget.
     /// A record that every group has already committed past (a group may commit offsets beyond
     /// the end) is consumed as soon as it exists, so it is released at once.
-    fn append(&mut self, partition: usize, capacity: usize, record: StoredRecord) -> i64 {
+    fn append(
+        &mut self,
+        partition: usize,
+        capacity: usize,
+        memory: &mut Memory,
+        record: StoredRecord,
+    ) -> i64 {
         let log = &mut self.partitions[partition];
-        if log.records.len() >= capacity {
+        if log.records.len() >= capacity || !memory.fits(record.size()) {
             return -1;
         }
+        memory.retained += record.size();
         log.retained_bytes += record.size();
         log.records.push_back(record);
         let offset = log.end() - 1;
         if !self.groups.is_empty() {
-            self.release(partition);
+            memory.retained -= self.release(partition);
         }
         offset
     }
 
-    /// Shared retention: drops the records of `partition` that every group has consumed. With no
-    /// groups nothing is consumed, so nothing leaves.
-    fn release(&mut self, partition: usize) {
+    /// Shared retention: drops the records of `partition` that every group has consumed, and
+    /// returns the bytes freed. With no groups nothing is consumed, so nothing leaves.
+    fn release(&mut self, partition: usize) -> u64 {
         let consumed_by_all = self
             .groups
             .values()
             .map(|group| group.partitions[partition].committed)
             .min();
-        if let Some(offset) = consumed_by_all {
-            self.partitions[partition].trim_below(offset);
-        }
+        consumed_by_all.map_or(0, |offset| self.partitions[partition].trim_below(offset))
     }
 }
 
@@ -245,7 +274,35 @@ impl BrokerState {
         Ok(BrokerState {
             capacity: capacity_per_partition as usize,
             topics: HashMap::new(),
+            memory: Memory::default(),
         })
+    }
+
+    /// This state with a memory budget: once the payload and key bytes retained across the
+    /// whole broker would exceed `budget`, a publish answers `-1` (full), consuming no offset,
+    /// as for a partition at capacity. `None` removes the budget.
+    #[must_use]
+    pub fn with_memory_budget(mut self, budget: Option<u64>) -> Self {
+        self.set_memory_budget(budget);
+        self
+    }
+
+    /// Sets or removes the memory budget (see [`BrokerState::with_memory_budget`]). Records
+    /// already retained stay, even past a lowered budget; publishes are refused until enough
+    /// of them are consumed.
+    pub fn set_memory_budget(&mut self, budget: Option<u64>) {
+        self.memory.budget = budget;
+    }
+
+    /// The memory budget in bytes, if there is one.
+    pub fn memory_budget(&self) -> Option<u64> {
+        self.memory.budget
+    }
+
+    /// Payload and key bytes retained across every partition of every topic: what the memory
+    /// budget bounds.
+    pub fn retained_bytes(&self) -> u64 {
+        self.memory.retained
     }
 
     /// The per-partition capacity this broker was created with.
@@ -369,10 +426,7 @@ impl BrokerState {
     }
 
     fn topic_mut(&mut self, topic: &str) -> Result<&mut Topic, BrokerError> {
-        check_identifier("topic", topic)?;
-        self.topics
-            .get_mut(topic)
-            .ok_or_else(|| BrokerError::invalid(format!("unknown topic {topic:?}")))
+        topic_in(&mut self.topics, topic)
     }
 
     /// Validates topic, group and member identifiers and looks up the topic.
@@ -493,10 +547,14 @@ impl BrokerState {
         partition: i32,
         payload: Bytes,
     ) -> Result<i64, BrokerError> {
-        let capacity = self.capacity;
-        let topic = self.topic_mut(topic)?;
+        let topic = topic_in(&mut self.topics, topic)?;
         let partition = topic.partition(partition)?;
-        Ok(topic.append(partition, capacity, StoredRecord { key: None, payload }))
+        Ok(topic.append(
+            partition,
+            self.capacity,
+            &mut self.memory,
+            StoredRecord { key: None, payload },
+        ))
     }
 
     /// Appends `payload` to the partition its key hashes to (the topic's [`KeyHash`]), or to the
@@ -511,8 +569,7 @@ impl BrokerState {
         key: Option<Bytes>,
         payload: Bytes,
     ) -> Result<(i32, i64), BrokerError> {
-        let capacity = self.capacity;
-        let topic = self.topic_mut(topic)?;
+        let topic = topic_in(&mut self.topics, topic)?;
         let count = topic.partitions.len();
         let partition = match &key {
             Some(key) => hash::partition_for(topic.key_hash, key, count),
@@ -522,7 +579,12 @@ impl BrokerState {
                 partition
             }
         };
-        let offset = topic.append(partition, capacity, StoredRecord { key, payload });
+        let offset = topic.append(
+            partition,
+            self.capacity,
+            &mut self.memory,
+            StoredRecord { key, payload },
+        );
         Ok((partition as i32, offset))
     }
 
@@ -593,7 +655,7 @@ impl BrokerState {
         state.in_flight = None;
         state.committed = offset + 1;
         state.position = state.position.max(offset + 1);
-        topic.release(partition);
+        self.memory.retained -= topic.release(partition);
         Ok(true)
     }
 
@@ -724,9 +786,11 @@ impl BrokerState {
                 state.committed = offset;
             }
         }
-        for (partition, _) in changed {
-            topic.release(partition);
-        }
+        let freed: u64 = changed
+            .into_iter()
+            .map(|(partition, _)| topic.release(partition))
+            .sum();
+        self.memory.retained -= freed;
         Ok(())
     }
 
@@ -817,6 +881,17 @@ impl BrokerState {
             topics,
         }
     }
+}
+
+/// The topic named `topic`, validated.
+fn topic_in<'a>(
+    topics: &'a mut HashMap<String, Topic>,
+    topic: &str,
+) -> Result<&'a mut Topic, BrokerError> {
+    check_identifier("topic", topic)?;
+    topics
+        .get_mut(topic)
+        .ok_or_else(|| BrokerError::invalid(format!("unknown topic {topic:?}")))
 }
 
 /// The group and the member's index in it, when both exist.

@@ -1,0 +1,615 @@
+//! Fuzz target `sequence`: arbitrary command sequences applied to the core.
+//!
+//! The first bytes pick the per-partition capacity (1 to 5) and an optional memory budget (up
+//! to 127 bytes); every following group of bytes is one [`Command`] over small pools of names
+//! (including invalid ones) and small numbers, so that the fuzzer reaches full partitions,
+//! rebalances, deliveries and commits quickly. After every command:
+//!
+//! - a clone of the state given the same command returns the same result and ends in the same
+//!   state (the core is deterministic);
+//! - a command that fails, a read-only command, and an ack or retry answering `false` change
+//!   nothing;
+//! - a publish gets the partition's end offset (offsets are consecutive), or `-1` only when the
+//!   partition is at capacity or the record would pass the memory budget; a keyed publish lands
+//!   on the partition its key hashes to;
+//! - polled records are one per partition in ascending order, each at the group's committed
+//!   offset (or the earliest retained one) and now in flight; fetched records are ascending and
+//!   consecutive within a partition; every delivered record carries the key and payload
+//!   published at its offset;
+//! - every partition retains `end - earliest` records, at most the capacity, with exactly the
+//!   bytes published at those offsets; nothing leaves a topic without groups; the broker's
+//!   retained bytes are the sum of its partitions' and within the budget;
+//! - every group's members are sorted and distinct; with members, each partition has exactly one
+//!   owner, the one its assignor names, and each member lists exactly the partitions it owns;
+//!   without members, none has an owner; a delivery in flight has an owner and lies within the
+//!   retained log; lag is `max(end - committed, 0)`.
+
+use std::collections::HashMap;
+
+use broker_core::{
+    hash, Assignor, BrokerDescription, BrokerRecord, BrokerState, Command, GroupDescription,
+    KeyHash, Outcome, PartitionDescription,
+};
+use bytes::Bytes;
+
+use crate::input::Input;
+
+/// Topic names: three valid ones and an invalid one.
+const TOPICS: [&str; 4] = ["t0", "t1", "t2", "bad topic"];
+/// Group names: two valid ones and an invalid one.
+const GROUPS: [&str; 3] = ["g0", "g1", ""];
+/// Member names: three valid ones and an invalid one.
+const MEMBERS: [&str; 4] = ["m0", "m1", "m2", "m\u{e9}"];
+/// Most commands one input applies, so that a run stays fast.
+const MAX_COMMANDS: usize = 2_000;
+
+/// Applies the commands `data` describes to a fresh [`BrokerState`]; panics if an invariant in
+/// the module documentation fails.
+pub fn apply_sequence(data: &[u8]) {
+    let mut input = Input::new(data);
+    let capacity = 1 + i32::from(input.byte() % 5);
+    let budget = match input.byte() {
+        low @ 0..=127 if low.is_multiple_of(2) => None,
+        byte => Some(u64::from(byte / 2)),
+    };
+    let state = match BrokerState::new(capacity) {
+        Ok(state) => state.with_memory_budget(budget),
+        Err(error) => panic!("capacity {capacity} refused: {error}"),
+    };
+    let mut checker = Checker {
+        state,
+        capacity: capacity as u64,
+        budget,
+        published: HashMap::new(),
+        step: 0,
+    };
+    while !input.is_empty() && checker.step < MAX_COMMANDS {
+        let before = checker.state.describe_all();
+        let command = next_command(&mut input, &before, checker.step);
+        checker.apply(command, &before);
+        checker.step += 1;
+    }
+}
+
+/// Reads one command. Acks, retries and commits often name the offset in flight (or the
+/// committed offset) of the state `now`, so that they reach the paths that change state.
+fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> Command {
+    let topic = input.pick(&TOPICS).to_owned();
+    let group = input.pick(&GROUPS).to_owned();
+    let member = input.pick(&MEMBERS).to_owned();
+    match input.byte() % 15 {
+        0 => Command::Create {
+            topic,
+            partition_count: input.pick(&[1, 2, 3, 4, 0, 65]),
+            key_hash: input.pick(&[KeyHash::Murmur2, KeyHash::Fnv1a]),
+        },
+        1 => Command::Join {
+            topic,
+            group,
+            member,
+            assignor: input.pick(&[None, Some(Assignor::RoundRobin), Some(Assignor::Range)]),
+        },
+        2 => Command::Leave {
+            topic,
+            group,
+            member,
+        },
+        3 => Command::Publish {
+            topic,
+            partition: input.below(5) as i32 - 1,
+            payload: payload(input, step),
+        },
+        4 => {
+            let key = match input.byte() % 3 {
+                0 => None,
+                _ => Some(Bytes::from(vec![
+                    input.byte();
+                    usize::from(input.byte() % 4)
+                ])),
+            };
+            Command::PublishKeyed {
+                topic,
+                key,
+                payload: payload(input, step),
+            }
+        }
+        5 => Command::Poll {
+            topic,
+            group,
+            member,
+            max_records: input.pick(&[1, 2, 3, 64, 0, 65]),
+            max_bytes: input.pick(&[None, Some(0), Some(3), Some(10)]),
+        },
+        6 | 7 => {
+            let partition = input.below(5) as i32 - 1;
+            let offset = match input.byte() {
+                byte @ 0..=127 => i64::from(byte % 8) - 1,
+                _ => in_flight(now, &topic, &group, partition).unwrap_or(0),
+            };
+            if step.is_multiple_of(2) {
+                Command::Ack {
+                    topic,
+                    group,
+                    member,
+                    partition,
+                    offset,
+                }
+            } else {
+                Command::Retry {
+                    topic,
+                    group,
+                    member,
+                    partition,
+                    offset,
+                }
+            }
+        }
+        8 => Command::Fetch {
+            topic,
+            group,
+            member,
+            max_records: input.pick(&[1, 2, 5, 10_000, 0]),
+            max_bytes: input.pick(&[None, Some(0), Some(4)]),
+        },
+        9 => {
+            let offsets = match input.byte() % 3 {
+                0 => None,
+                entries => Some(
+                    (0..entries)
+                        .map(|_| (input.below(5) as i32 - 1, input.below(10) - 1))
+                        .collect(),
+                ),
+            };
+            Command::Commit {
+                topic,
+                group,
+                member,
+                offsets,
+            }
+        }
+        10 => Command::Assignment {
+            topic,
+            group,
+            member,
+        },
+        11 => Command::Committed {
+            topic,
+            group,
+            partition: input.below(5) as i32 - 1,
+        },
+        12 => Command::EndOffset {
+            topic,
+            partition: input.below(5) as i32 - 1,
+        },
+        13 => Command::Lag { topic, group },
+        _ => Command::Describe {
+            topic: input.byte().is_multiple_of(2).then_some(topic),
+        },
+    }
+}
+
+/// A payload of 0 to 7 bytes that differs from step to step.
+fn payload(input: &mut Input<'_>, step: usize) -> Bytes {
+    Bytes::from(vec![step as u8; usize::from(input.byte() % 8)])
+}
+
+/// The offset in flight for `group` on `partition` of `topic`, if any.
+fn in_flight(now: &BrokerDescription, topic: &str, group: &str, partition: i32) -> Option<i64> {
+    let topic = now.topics.iter().find(|t| t.name == topic)?;
+    let group = topic.groups.iter().find(|g| g.name == group)?;
+    group
+        .partitions
+        .get(usize::try_from(partition).ok()?)?
+        .in_flight
+}
+
+/// The state under test and what the checks need to remember.
+struct Checker {
+    state: BrokerState,
+    capacity: u64,
+    budget: Option<u64>,
+    /// The key and payload of every record published, by topic, partition and offset.
+    published: HashMap<(String, i32, i64), (Option<Bytes>, Bytes)>,
+    step: usize,
+}
+
+impl Checker {
+    fn apply(&mut self, command: Command, before: &BrokerDescription) {
+        let retained_before = self.state.retained_bytes();
+        let mut twin = self.state.clone();
+        let result = self.state.apply(command.clone());
+        let twin_result = twin.apply(command.clone());
+        let after = self.state.describe_all();
+        let context = || format!("step {}: {command:?} -> {result:?}", self.step);
+        assert_eq!(twin_result, result, "not deterministic: {}", context());
+        assert_eq!(
+            twin.describe_all(),
+            after,
+            "not deterministic: {}",
+            context()
+        );
+        let unchanged = match &result {
+            Err(_) => true,
+            Ok(Outcome::Acked(false) | Outcome::Retried(false)) => true,
+            Ok(_) => command.is_read_only(),
+        };
+        if unchanged {
+            assert_eq!(&after, before, "changed the state: {}", context());
+            assert_eq!(
+                self.state.retained_bytes(),
+                retained_before,
+                "{}",
+                context()
+            );
+        }
+        if let Ok(outcome) = &result {
+            self.check_outcome(&command, outcome, before, &after, retained_before);
+        }
+        self.check_state(&after);
+    }
+
+    fn check_outcome(
+        &mut self,
+        command: &Command,
+        outcome: &Outcome,
+        before: &BrokerDescription,
+        after: &BrokerDescription,
+        retained_before: u64,
+    ) {
+        let step = self.step;
+        match (command, outcome) {
+            (
+                Command::Publish {
+                    topic,
+                    partition,
+                    payload,
+                },
+                Outcome::Published(offset),
+            ) => {
+                self.check_publish(
+                    before,
+                    after,
+                    retained_before,
+                    topic,
+                    *partition,
+                    None,
+                    payload,
+                    *offset,
+                );
+            }
+            (
+                Command::PublishKeyed {
+                    topic,
+                    key,
+                    payload,
+                },
+                Outcome::PublishedKeyed { partition, offset },
+            ) => {
+                if let Some(key) = key {
+                    let topic_now = find_topic(before, topic);
+                    let expected =
+                        hash::partition_for(topic_now.key_hash, key, topic_now.partitions.len());
+                    assert_eq!(
+                        *partition as usize, expected,
+                        "step {step}: key {key:?} misplaced"
+                    );
+                }
+                self.check_publish(
+                    before,
+                    after,
+                    retained_before,
+                    topic,
+                    *partition,
+                    key.as_ref(),
+                    payload,
+                    *offset,
+                );
+            }
+            (
+                Command::Poll {
+                    topic,
+                    group,
+                    max_records,
+                    ..
+                },
+                Outcome::Records(records),
+            ) => {
+                assert!(
+                    records.len() <= *max_records as usize,
+                    "step {step}: poll too long"
+                );
+                let mut last = None;
+                for record in records {
+                    self.check_delivered(topic, record);
+                    assert!(
+                        last < Some(record.partition),
+                        "step {step}: poll not one per partition, ascending"
+                    );
+                    last = Some(record.partition);
+                    let partition = record.partition as usize;
+                    let log = find_topic(before, topic).partitions[partition];
+                    let state = &find_group(before, topic, group).partitions[partition];
+                    assert_eq!(
+                        state.in_flight, None,
+                        "step {step}: poll delivered past a delivery in flight"
+                    );
+                    assert_eq!(
+                        record.offset,
+                        state.committed.max(log.earliest_offset),
+                        "step {step}: poll skipped"
+                    );
+                    let now = &find_group(after, topic, group).partitions[partition];
+                    assert_eq!(
+                        now.in_flight,
+                        Some(record.offset),
+                        "step {step}: polled record not in flight"
+                    );
+                }
+            }
+            (
+                Command::Fetch {
+                    topic, max_records, ..
+                },
+                Outcome::Records(records),
+            ) => {
+                assert!(
+                    records.len() <= *max_records as usize,
+                    "step {step}: fetch too long"
+                );
+                for pair in records.windows(2) {
+                    let (a, b) = (&pair[0], &pair[1]);
+                    assert!(
+                        a.partition < b.partition
+                            || (a.partition == b.partition && a.offset + 1 == b.offset),
+                        "step {step}: fetch out of order: {a:?} then {b:?}"
+                    );
+                }
+                for record in records {
+                    self.check_delivered(topic, record);
+                }
+            }
+            (
+                Command::Ack {
+                    topic,
+                    group,
+                    partition,
+                    offset,
+                    ..
+                },
+                Outcome::Acked(true),
+            ) => {
+                let now = &find_group(after, topic, group).partitions[*partition as usize];
+                assert_eq!(
+                    (now.committed, now.in_flight),
+                    (offset + 1, None),
+                    "step {step}: ack"
+                );
+            }
+            (
+                Command::Retry {
+                    topic,
+                    group,
+                    partition,
+                    ..
+                },
+                Outcome::Retried(true),
+            ) => {
+                let now = &find_group(after, topic, group).partitions[*partition as usize];
+                assert_eq!(
+                    now.in_flight, None,
+                    "step {step}: retry left the delivery in flight"
+                );
+            }
+            _ => {}
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check_publish(
+        &mut self,
+        before: &BrokerDescription,
+        after: &BrokerDescription,
+        retained_before: u64,
+        topic: &str,
+        partition: i32,
+        key: Option<&Bytes>,
+        payload: &Bytes,
+        offset: i64,
+    ) {
+        let step = self.step;
+        let log = find_topic(before, topic).partitions[partition as usize];
+        let end_after = find_topic(after, topic).partitions[partition as usize].end_offset;
+        let size = (payload.len() + key.map_or(0, Bytes::len)) as u64;
+        if offset == -1 {
+            let over_budget = self
+                .budget
+                .is_some_and(|budget| retained_before + size > budget);
+            assert!(
+                log.records >= self.capacity || over_budget,
+                "step {step}: publish refused with room ({log:?}, {retained_before} bytes retained)"
+            );
+            assert_eq!(
+                end_after, log.end_offset,
+                "step {step}: a refused publish took an offset"
+            );
+        } else {
+            assert_eq!(
+                offset, log.end_offset,
+                "step {step}: offsets not consecutive"
+            );
+            assert_eq!(
+                end_after,
+                offset + 1,
+                "step {step}: the end did not advance"
+            );
+            self.published.insert(
+                (topic.to_owned(), partition, offset),
+                (key.cloned(), payload.clone()),
+            );
+        }
+    }
+
+    fn check_delivered(&self, topic: &str, record: &BrokerRecord) {
+        assert_eq!(record.topic, topic);
+        let published = self
+            .published
+            .get(&(topic.to_owned(), record.partition, record.offset));
+        assert_eq!(
+            published,
+            Some(&(record.key.clone(), record.payload.clone())),
+            "step {}: delivered {record:?}, not what was published there",
+            self.step
+        );
+    }
+
+    fn check_state(&self, now: &BrokerDescription) {
+        let step = self.step;
+        let mut total = 0;
+        for topic in &now.topics {
+            let mut topic_bytes = 0;
+            for (index, log) in topic.partitions.iter().enumerate() {
+                assert_eq!(log.partition as usize, index);
+                assert_eq!(
+                    log.records as i64,
+                    log.end_offset - log.earliest_offset,
+                    "step {step}: {log:?}"
+                );
+                assert!(
+                    log.records <= self.capacity,
+                    "step {step}: over capacity: {log:?}"
+                );
+                assert!(log.earliest_offset >= 0);
+                if topic.groups.is_empty() {
+                    assert_eq!(
+                        log.earliest_offset, 0,
+                        "step {step}: released without groups"
+                    );
+                }
+                let bytes: u64 = (log.earliest_offset..log.end_offset)
+                    .map(|offset| {
+                        match self
+                            .published
+                            .get(&(topic.name.clone(), log.partition, offset))
+                        {
+                            Some((key, payload)) => {
+                                (key.as_ref().map_or(0, Bytes::len) + payload.len()) as u64
+                            }
+                            None => panic!(
+                                "step {step}: {}/{} retains offset {offset} never published",
+                                topic.name, log.partition
+                            ),
+                        }
+                    })
+                    .sum();
+                assert_eq!(
+                    log.retained_bytes, bytes,
+                    "step {step}: retained bytes of {log:?}"
+                );
+                topic_bytes += bytes;
+            }
+            assert_eq!(
+                topic.retained_bytes, topic_bytes,
+                "step {step}: topic bytes"
+            );
+            total += topic_bytes;
+            for group in &topic.groups {
+                check_group(step, &topic.partitions, group);
+            }
+        }
+        assert_eq!(
+            self.state.retained_bytes(),
+            total,
+            "step {step}: broker retained bytes"
+        );
+        if let Some(budget) = self.budget {
+            assert!(
+                total <= budget,
+                "step {step}: {total} bytes retained, budget {budget}"
+            );
+        }
+    }
+}
+
+fn check_group(step: usize, logs: &[PartitionDescription], group: &GroupDescription) {
+    let members: Vec<&str> = group.members.iter().map(|m| m.member.as_str()).collect();
+    assert!(
+        members.windows(2).all(|w| w[0] < w[1]),
+        "step {step}: members not sorted: {members:?}"
+    );
+    assert_eq!(group.partitions.len(), logs.len());
+    let count = logs.len();
+    for (index, state) in group.partitions.iter().enumerate() {
+        let expected = match (members.len(), group.assignor) {
+            (0, _) => None,
+            (n, Assignor::RoundRobin) => Some(members[index % n]),
+            (n, Assignor::Range) => {
+                let (share, extra) = (count / n, count % n);
+                let owner = if index < extra * (share + 1) {
+                    index / (share + 1)
+                } else {
+                    extra + (index - extra * (share + 1)) / share.max(1)
+                };
+                Some(members[owner])
+            }
+        };
+        assert_eq!(
+            state.owner.as_deref(),
+            expected,
+            "step {step}: owner of partition {index} in {group:?}"
+        );
+        let log = &logs[index];
+        if let Some(offset) = state.in_flight {
+            assert!(
+                state.owner.is_some(),
+                "step {step}: in flight without an owner"
+            );
+            assert!(
+                log.earliest_offset <= offset && offset < log.end_offset,
+                "step {step}: in-flight offset {offset} outside the log {log:?}"
+            );
+        }
+        assert_eq!(
+            state.lag,
+            (log.end_offset - state.committed).max(0),
+            "step {step}: lag"
+        );
+    }
+    for member in &group.members {
+        let owned: Vec<i32> = group
+            .partitions
+            .iter()
+            .filter(|state| state.owner.as_deref() == Some(member.member.as_str()))
+            .map(|state| state.partition)
+            .collect();
+        assert_eq!(
+            member.partitions, owned,
+            "step {step}: {} lists other partitions",
+            member.member
+        );
+    }
+}
+
+fn find_topic<'a>(
+    description: &'a BrokerDescription,
+    topic: &str,
+) -> &'a broker_core::TopicDescription {
+    match description.topics.iter().find(|t| t.name == topic) {
+        Some(found) => found,
+        None => panic!("a successful call named topic {topic:?}, which does not exist"),
+    }
+}
+
+fn find_group<'a>(
+    description: &'a BrokerDescription,
+    topic: &str,
+    group: &str,
+) -> &'a GroupDescription {
+    match find_topic(description, topic)
+        .groups
+        .iter()
+        .find(|g| g.name == group)
+    {
+        Some(found) => found,
+        None => panic!("a successful delivery named group {group:?}, which does not exist"),
+    }
+}
