@@ -762,9 +762,13 @@ fn consume_follow_prints_a_record_published_after_it_started() {
     );
     assert!(before.is_empty(), "printed before joining: {before:?}");
 
+    let published = Instant::now();
     broker(&server, &["publish", "live", "hello"]).ok();
     let (line, skipped) = next_line("stdout");
     assert_eq!(line, "[0@0] hello", "skipped {skipped:?}");
+    // Woken by the publish, not by the end of its 5-second wait and a new poll.
+    let took = published.elapsed();
+    assert!(took < Duration::from_secs(4), "the record took {took:?}");
     assert!(
         follower.try_wait().unwrap().is_none(),
         "--follow stopped by itself"
