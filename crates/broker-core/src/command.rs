@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::{Assignor, BrokerDescription, BrokerRecord, KeyHash, PartitionLag};
+use crate::{Assignor, BrokerDescription, BrokerRecord, KeyHash, PartitionLag, PublishRecord};
 
 /// One broker call with its arguments. Each variant mirrors the [`crate::EventBroker`] method of
 /// the same name, which documents its rules.
@@ -164,6 +164,13 @@ pub enum Command {
         /// Describe only this topic; `None` describes every topic.
         topic: Option<String>,
     },
+    /// [`crate::EventBroker::publish_batch`].
+    PublishBatch {
+        /// Topic identifier.
+        topic: String,
+        /// The records, published in this order.
+        records: Vec<PublishRecord>,
+    },
 }
 
 impl Command {
@@ -196,7 +203,8 @@ impl Command {
             | Command::Assignment { topic, .. }
             | Command::Committed { topic, .. }
             | Command::EndOffset { topic, .. }
-            | Command::Lag { topic, .. } => Some(topic),
+            | Command::Lag { topic, .. }
+            | Command::PublishBatch { topic, .. } => Some(topic),
             Command::Describe { topic } => topic.as_deref(),
         }
     }
@@ -234,4 +242,6 @@ pub enum Outcome {
     Lag(Vec<PartitionLag>),
     /// `describe`: the topics and their groups.
     Description(BrokerDescription),
+    /// `publish_batch`: each record's partition and offset (`-1` where full), in batch order.
+    PublishedBatch(Vec<(i32, i64)>),
 }

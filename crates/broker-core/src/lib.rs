@@ -39,9 +39,10 @@ pub use describe::{
 };
 pub use error::BrokerError;
 pub use state::BrokerState;
-pub use types::{Assignor, BrokerRecord, KeyHash, PartitionLag};
+pub use types::{Assignor, BrokerRecord, KeyHash, PartitionLag, PublishRecord};
 pub use validate::{
-    MAX_CAPACITY, MAX_FETCH_RECORDS, MAX_IDENTIFIER_LEN, MAX_PARTITIONS, MAX_POLL_RECORDS,
+    MAX_BATCH_RECORDS, MAX_CAPACITY, MAX_FETCH_RECORDS, MAX_IDENTIFIER_LEN, MAX_PARTITIONS,
+    MAX_POLL_RECORDS,
 };
 
 /// A bounded in-memory broker shared by many threads.
@@ -182,6 +183,21 @@ impl EventBroker {
         let key = key.map(Bytes::copy_from_slice);
         let payload = payload.into();
         self.lock().publish_keyed(topic, key, payload)
+    }
+
+    /// Publishes many records in one atomic call, each as [`EventBroker::publish`] (explicit
+    /// partition) or [`EventBroker::publish_keyed`] (key or round-robin) would, in order.
+    /// Returns each record's partition and offset, `-1` where the partition was full.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic, more than [`MAX_BATCH_RECORDS`]
+    /// records, or an explicit partition the topic does not have; nothing is published then.
+    pub fn publish_batch(
+        &self,
+        topic: &str,
+        records: Vec<PublishRecord>,
+    ) -> Result<Vec<(i32, i64)>, BrokerError> {
+        self.lock().publish_batch(topic, records)
     }
 
     /// Reserves, from each of the member's partitions with nothing in flight, the record after

@@ -14,10 +14,13 @@ use crate::describe::{
     PartitionDescription, TopicDescription,
 };
 use crate::validate::{
-    check_capacity, check_fetch_max_records, check_identifier, check_offset, check_partition_count,
-    check_poll_max_records,
+    check_batch_len, check_capacity, check_fetch_max_records, check_identifier, check_offset,
+    check_partition_count, check_poll_max_records,
 };
-use crate::{hash, Assignor, BrokerError, BrokerRecord, Command, KeyHash, Outcome, PartitionLag};
+use crate::{
+    hash, Assignor, BrokerError, BrokerRecord, Command, KeyHash, Outcome, PartitionLag,
+    PublishRecord,
+};
 
 /// The whole broker: its topics, their partition logs and their consumer groups.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -175,6 +178,20 @@ impl Topic {
             memory.retained -= self.release(partition);
         }
         offset
+    }
+
+    /// The partition a keyed publish goes to: the key's hash, or without a key the next
+    /// partition in round-robin order (which this advances).
+    fn partition_for_key(&mut self, key: Option<&Bytes>) -> usize {
+        let count = self.partitions.len();
+        match key {
+            Some(key) => hash::partition_for(self.key_hash, key, count),
+            None => {
+                let partition = self.next_keyless % count;
+                self.next_keyless = (partition + 1) % count;
+                partition
+            }
+        }
     }
 
     /// Shared retention: drops the records of `partition` that every group has consumed, and
@@ -350,6 +367,9 @@ impl BrokerState {
             } => self
                 .publish_keyed(&topic, key, payload)
                 .map(|(partition, offset)| Outcome::PublishedKeyed { partition, offset }),
+            Command::PublishBatch { topic, records } => self
+                .publish_batch(&topic, records)
+                .map(Outcome::PublishedBatch),
             Command::Poll {
                 topic,
                 group,
@@ -570,15 +590,7 @@ impl BrokerState {
         payload: Bytes,
     ) -> Result<(i32, i64), BrokerError> {
         let topic = topic_in(&mut self.topics, topic)?;
-        let count = topic.partitions.len();
-        let partition = match &key {
-            Some(key) => hash::partition_for(topic.key_hash, key, count),
-            None => {
-                let partition = topic.next_keyless % count;
-                topic.next_keyless = (partition + 1) % count;
-                partition
-            }
-        };
+        let partition = topic.partition_for_key(key.as_ref());
         let offset = topic.append(
             partition,
             self.capacity,
@@ -586,6 +598,50 @@ impl BrokerState {
             StoredRecord { key, payload },
         );
         Ok((partition as i32, offset))
+    }
+
+    /// Publishes many records to one topic in one call: each goes to its explicit partition, or
+    /// else where its key hashes, or else round-robin, exactly as the same publishes one by one
+    /// would. Returns each record's partition and offset (`-1` where its partition was full).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic, more than
+    /// [`crate::MAX_BATCH_RECORDS`] records, or an explicit partition the topic does not have;
+    /// nothing is published then.
+    pub fn publish_batch(
+        &mut self,
+        topic: &str,
+        records: Vec<PublishRecord>,
+    ) -> Result<Vec<(i32, i64)>, BrokerError> {
+        check_batch_len(records.len())?;
+        let topic = topic_in(&mut self.topics, topic)?;
+        for record in &records {
+            if let Some(partition) = record.partition {
+                topic.partition(partition)?;
+            }
+        }
+        Ok(records
+            .into_iter()
+            .map(
+                |PublishRecord {
+                     partition,
+                     key,
+                     payload,
+                 }| {
+                    let partition = match partition {
+                        Some(partition) => partition as usize,
+                        None => topic.partition_for_key(key.as_ref()),
+                    };
+                    let offset = topic.append(
+                        partition,
+                        self.capacity,
+                        &mut self.memory,
+                        StoredRecord { key, payload },
+                    );
+                    (partition as i32, offset)
+                },
+            )
+            .collect())
     }
 
     /// Reserves the next record of each of the member's partitions that has none in flight, in

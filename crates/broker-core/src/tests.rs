@@ -2,11 +2,12 @@
 //!
 //! `seed000` holds seed 000's rules and worked examples, `validation` every validation rule
 //! (each also checking that the invalid call changed nothing), and `kafka` the Kafka-style
-//! consumption of seeds 001 and 004 with SPEC.md's decided edge cases, and `memory` the
-//! memory budget.
+//! consumption of seeds 001 and 004 with SPEC.md's decided edge cases, `memory` the memory
+//! budget, and `batch` batch publishing.
 
 #![allow(clippy::unwrap_used)]
 
+mod batch;
 mod kafka;
 mod memory;
 mod seed000;

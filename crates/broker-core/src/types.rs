@@ -22,6 +22,42 @@ pub struct BrokerRecord {
     pub payload: Bytes,
 }
 
+/// One record of a batch publish ([`crate::EventBroker::publish_batch`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PublishRecord {
+    /// The partition to append to; `None` lets the key (or round-robin, without a key) choose.
+    pub partition: Option<i32>,
+    /// The record's key, stored with it; it picks the partition only when `partition` is `None`.
+    pub key: Option<Bytes>,
+    /// The record's bytes.
+    pub payload: Bytes,
+}
+
+impl PublishRecord {
+    /// A record for an explicit partition, without a key.
+    pub fn to_partition(partition: i32, payload: impl Into<Bytes>) -> Self {
+        PublishRecord {
+            partition: Some(partition),
+            key: None,
+            payload: payload.into(),
+        }
+    }
+
+    /// A record placed by its key (round-robin when `key` is `None`).
+    pub fn keyed(key: Option<&[u8]>, payload: impl Into<Bytes>) -> Self {
+        PublishRecord {
+            partition: None,
+            key: key.map(Bytes::copy_from_slice),
+            payload: payload.into(),
+        }
+    }
+
+    /// Payload plus key bytes: what a record takes against size limits and budgets.
+    pub fn size(&self) -> usize {
+        self.payload.len() + self.key.as_ref().map_or(0, Bytes::len)
+    }
+}
+
 /// How a consumer group divides its topic's partitions among its members.
 ///
 /// Both assignors sort members by id (bytewise, which is ASCII order for valid identifiers), so

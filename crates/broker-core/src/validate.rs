@@ -12,6 +12,8 @@ pub const MAX_PARTITIONS: i32 = 64;
 pub const MAX_POLL_RECORDS: i32 = 64;
 /// Most records one `fetch` can return.
 pub const MAX_FETCH_RECORDS: i32 = 10_000;
+/// Most records one `publish_batch` can carry.
+pub const MAX_BATCH_RECORDS: usize = 10_000;
 
 /// Identifiers are 1 to 64 ASCII letters, digits, `_` or `-`, case-sensitive and untrimmed.
 pub(crate) fn check_identifier(kind: &str, value: &str) -> Result<(), BrokerError> {
@@ -52,6 +54,16 @@ pub(crate) fn check_poll_max_records(max_records: i32) -> Result<(), BrokerError
 
 pub(crate) fn check_fetch_max_records(max_records: i32) -> Result<(), BrokerError> {
     check_range("fetch max_records", max_records, MAX_FETCH_RECORDS)
+}
+
+pub(crate) fn check_batch_len(len: usize) -> Result<(), BrokerError> {
+    if len <= MAX_BATCH_RECORDS {
+        Ok(())
+    } else {
+        Err(BrokerError::invalid(format!(
+            "a batch holds at most {MAX_BATCH_RECORDS} records, got {len}"
+        )))
+    }
 }
 
 pub(crate) fn check_offset(offset: i64) -> Result<(), BrokerError> {

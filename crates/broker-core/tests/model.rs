@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use broker_core::{
     hash, Assignor, BrokerDescription, BrokerError, BrokerRecord, Command, EventBroker,
     GroupDescription, GroupPartitionDescription, KeyHash, MemberDescription, Outcome,
-    PartitionDescription, PartitionLag, TopicDescription,
+    PartitionDescription, PartitionLag, PublishRecord, TopicDescription,
 };
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -330,6 +330,43 @@ impl Model {
                     offset,
                 })
             }
+            Command::PublishBatch { topic, records } => {
+                let t = self.topic(topic)?;
+                for record in records {
+                    if let Some(p) = record.partition {
+                        partition_of(t, p)?;
+                    }
+                }
+                let mut placed = Vec::new();
+                for record in records {
+                    let Some(p) = record.partition else {
+                        let keyed = Command::PublishKeyed {
+                            topic: topic.clone(),
+                            key: record.key.clone(),
+                            payload: record.payload.clone(),
+                        };
+                        if let Ok(Outcome::PublishedKeyed { partition, offset }) =
+                            self.answer(&keyed)
+                        {
+                            placed.push((partition, offset));
+                        }
+                        // Each record is consumed at once by groups already past it.
+                        self.retain();
+                        continue;
+                    };
+                    let log = &mut self.topic(topic)?.logs[p as usize];
+                    let offset = if log.records.len() >= capacity {
+                        -1
+                    } else {
+                        log.records
+                            .push((record.key.clone(), record.payload.clone()));
+                        log.end() - 1
+                    };
+                    self.retain();
+                    placed.push((p, offset));
+                }
+                Ok(Outcome::PublishedBatch(placed))
+            }
             Command::Poll {
                 topic,
                 group,
@@ -435,17 +472,19 @@ impl Model {
                 'partitions: for p in g.assignment(member) {
                     let p = p as usize;
                     let log = &t.logs[p];
-                    g.position[p] = g.position[p].max(log.base);
-                    while g.position[p] < log.end() {
-                        let record = log.get(g.position[p]);
+                    // Released records are skipped; the position moves only past records taken.
+                    let mut next = g.position[p].max(log.base);
+                    while next < log.end() {
+                        let record = log.get(next);
                         if out.len() == *max_records as usize
                             || !fits(out.len(), bytes_taken, size(record), *max_bytes)
                         {
                             break 'partitions;
                         }
                         bytes_taken += size(record);
-                        out.push(to_record(topic, p, g.position[p], record));
-                        g.position[p] += 1;
+                        out.push(to_record(topic, p, next, record));
+                        next += 1;
+                        g.position[p] = next;
                     }
                 }
                 Ok(Outcome::Records(out))
@@ -695,6 +734,9 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         } => broker
             .publish_keyed(&topic, key.as_deref(), payload)
             .map(|(partition, offset)| Outcome::PublishedKeyed { partition, offset }),
+        Command::PublishBatch { topic, records } => broker
+            .publish_batch(&topic, records)
+            .map(Outcome::PublishedBatch),
         Command::Poll {
             topic,
             group,
@@ -867,6 +909,20 @@ fn command() -> impl Strategy<Value = Command> {
         4 => (topic_id(), proptest::option::of(bytes(2)), bytes(3)).prop_map(
             |(topic, key, payload)| Command::PublishKeyed { topic, key, payload }
         ),
+        3 => (
+            topic_id(),
+            proptest::collection::vec(
+                (proptest::option::of(partition()), proptest::option::of(bytes(2)), bytes(3)),
+                0..4,
+            ),
+        )
+            .prop_map(|(topic, records)| Command::PublishBatch {
+                topic,
+                records: records
+                    .into_iter()
+                    .map(|(partition, key, payload)| PublishRecord { partition, key, payload })
+                    .collect(),
+            }),
         8 => (who(), max_records(), max_bytes()).prop_map(
             |((topic, group, member), max_records, max_bytes)| Command::Poll {
                 topic,

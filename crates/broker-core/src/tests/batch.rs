@@ -1,0 +1,91 @@
+//! `publish_batch`: the same placement as one publish per record, validated as a whole.
+
+use super::*;
+use crate::{KeyHash, PublishRecord, MAX_BATCH_RECORDS};
+
+#[test]
+fn a_batch_places_each_record_as_the_single_publishes_would() {
+    let one_by_one = broker(10);
+    let batched = broker(10);
+    for b in [&one_by_one, &batched] {
+        b.create_with("t", 3, KeyHash::Murmur2).unwrap();
+    }
+    let expected = vec![
+        (2, one_by_one.publish("t", 2, "explicit").unwrap()),
+        one_by_one.publish_keyed("t", Some(b"21"), "keyed").unwrap(),
+        one_by_one
+            .publish_keyed("t", None, "round-robin 1")
+            .unwrap(),
+        one_by_one
+            .publish_keyed("t", None, "round-robin 2")
+            .unwrap(),
+    ];
+    let placed = batched
+        .publish_batch(
+            "t",
+            vec![
+                PublishRecord::to_partition(2, "explicit"),
+                PublishRecord::keyed(Some(b"21"), "keyed"),
+                PublishRecord::keyed(None, "round-robin 1"),
+                PublishRecord::keyed(None, "round-robin 2"),
+            ],
+        )
+        .unwrap();
+    assert_eq!(placed, expected);
+    assert_eq!(batched.describe(), one_by_one.describe());
+}
+
+#[test]
+fn a_full_partition_answers_minus_one_for_that_record_only() {
+    let b = broker(1);
+    b.create("t", 2).unwrap();
+    let placed = b
+        .publish_batch(
+            "t",
+            vec![
+                PublishRecord::to_partition(0, "a"),
+                PublishRecord::to_partition(0, "b"),
+                PublishRecord::to_partition(1, "c"),
+            ],
+        )
+        .unwrap();
+    assert_eq!(placed, vec![(0, 0), (0, -1), (1, 0)]);
+    assert_eq!(b.end_offset("t", 0).unwrap(), 1, "no offset consumed");
+}
+
+#[test]
+fn an_invalid_record_refuses_the_whole_batch_without_side_effects() {
+    let b = broker(10);
+    b.create("t", 2).unwrap();
+    assert_invalid(&b, |b| {
+        b.publish_batch(
+            "t",
+            vec![
+                PublishRecord::keyed(None, "would advance round-robin"),
+                PublishRecord::to_partition(2, "no such partition"),
+            ],
+        )
+    });
+    assert_invalid(&b, |b| {
+        b.publish_batch("t", vec![PublishRecord::to_partition(-1, "x")])
+    });
+    assert_invalid(&b, |b| b.publish_batch("nope", Vec::new()));
+    assert_invalid(&b, |b| {
+        b.publish_batch(
+            "t",
+            vec![PublishRecord::to_partition(0, ""); MAX_BATCH_RECORDS + 1],
+        )
+    });
+    assert_eq!(
+        b.publish_keyed("t", None, "x").unwrap().0,
+        0,
+        "round-robin untouched"
+    );
+}
+
+#[test]
+fn an_empty_batch_publishes_nothing() {
+    let b = broker(10);
+    b.create("t", 1).unwrap();
+    assert_eq!(b.publish_batch("t", Vec::new()).unwrap(), Vec::new());
+}
