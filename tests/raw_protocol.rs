@@ -383,3 +383,32 @@ fn bad_input_on_one_connection_changes_nothing_and_others_are_still_served() {
     let body = good.call(3, publish(3, "t", 0, b"still served"));
     assert_eq!(ok(&body, 3).i64(), 1);
 }
+
+#[test]
+fn a_batch_publish_in_hand_written_bytes_places_each_record() {
+    let server = ServerProcess::start(&[]);
+    let mut conn = Conn::open(&server);
+    conn.call(1, create("t", 7));
+    // PublishBatch [15]: topic, then Vec<PublishRecord { partition, key, payload }>.
+    let batch = request(2, 15)
+        .string("t")
+        .u64(3)
+        .u8(1)
+        .i32(6)
+        .u8(0)
+        .bytes(b"explicit")
+        .u8(0)
+        .u8(1)
+        .bytes(b"21")
+        .bytes(b"keyed")
+        .u8(0)
+        .u8(0)
+        .bytes(b"round-robin");
+    let body = conn.call(2, batch);
+    let mut r = ok(&body, 12);
+    assert_eq!(r.u64(), 3);
+    // murmur2("21") & 0x7fffffff = 1173551340, and 1173551340 % 7 = 3; round-robin starts at 0.
+    let placed: Vec<(i32, i64)> = (0..3).map(|_| (r.i32(), r.i64())).collect();
+    r.done();
+    assert_eq!(placed, vec![(6, 0), (3, 0), (0, 0)]);
+}
