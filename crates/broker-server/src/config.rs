@@ -1,12 +1,13 @@
 //! The server's limits and timeouts, with safe defaults and one validation.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use broker_core::MAX_CAPACITY;
 use broker_proto::{ServerLimits, MAX_FRAME_CEILING};
 use tokio::sync::Semaphore;
 
-use crate::ServerError;
+use crate::{Fsync, ServerError};
 
 /// The name and version the server announces in its welcome, `broker-server/<version>`.
 pub const SERVER_NAME: &str = concat!("broker-server/", env!("CARGO_PKG_VERSION"));
@@ -39,6 +40,15 @@ pub struct Config {
     pub leave_on_disconnect: bool,
     /// How long a graceful shutdown may take before unfinished connections are abandoned.
     pub shutdown_grace: Duration,
+    /// Where the write-ahead log and snapshots live; `None` keeps the broker purely in memory.
+    pub data_dir: Option<PathBuf>,
+    /// When a state change counts as durable (and its response may be sent).
+    pub fsync: Fsync,
+    /// With [`Fsync::Batch`], the longest written entries wait for an fsync.
+    pub fsync_interval: Duration,
+    /// Log bytes written since the last snapshot that trigger the next one; bounds recovery
+    /// time.
+    pub snapshot_log_bytes: u64,
 }
 
 impl Default for Config {
@@ -53,6 +63,10 @@ impl Default for Config {
             session_timeout: Duration::from_secs(30),
             leave_on_disconnect: false,
             shutdown_grace: Duration::from_secs(5),
+            data_dir: None,
+            fsync: Fsync::Always,
+            fsync_interval: Duration::from_millis(50),
+            snapshot_log_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -95,6 +109,7 @@ impl Config {
         for (name, value) in [
             ("max wait", self.max_wait),
             ("session timeout", self.session_timeout),
+            ("fsync interval", self.fsync_interval),
         ] {
             if value.is_zero() || value.as_millis() > u128::from(u32::MAX) {
                 return invalid(format!(
@@ -103,6 +118,9 @@ impl Config {
                     value.as_millis()
                 ));
             }
+        }
+        if self.snapshot_log_bytes == 0 {
+            return invalid("snapshot log bytes must be at least 1".into());
         }
         Ok(())
     }

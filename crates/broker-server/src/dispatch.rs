@@ -8,6 +8,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Duration, Instant};
 use tracing::debug;
 
+use crate::durability::{apply_logged, Journal};
 use crate::server::Shared;
 use crate::session::{MemberKey, Sessions};
 use crate::Config;
@@ -42,6 +43,10 @@ pub(crate) struct Applied {
     pub(crate) parked: Vec<Parked>,
     /// Topics whose waiters should retry: something there may have become eligible.
     pub(crate) wake: Vec<String>,
+    /// Indexes into `responses` of the requests whose changes were logged.
+    pub(crate) logged: Vec<usize>,
+    /// The last log entry of the batch: its responses wait until it is durable.
+    pub(crate) last_entry: Option<u64>,
 }
 
 /// Applies a batch of decoded frames, each with its in-flight permit, under one lock of the
@@ -91,7 +96,18 @@ pub(crate) fn apply_batch(
             let wait = Duration::from_millis(max_wait_ms.into()).min(shared.config.max_wait);
             let retry =
                 (may_wait && !wait.is_zero() && is_wait_capable(&command)).then(|| command.clone());
-            let (result, wake) = execute(state, &mut sessions, connection, command, now);
+            let (result, wake, logged) = execute(
+                state,
+                &mut sessions,
+                shared.journal.as_ref(),
+                connection,
+                command,
+                now,
+            );
+            if logged.is_some() {
+                applied.last_entry = logged;
+                applied.logged.push(applied.responses.len());
+            }
             if let Some(topic) = wake {
                 if !applied.wake.contains(&topic) {
                     applied.wake.push(topic);
@@ -118,20 +134,25 @@ pub(crate) fn apply_batch(
                 }
             }
         }
+        if let Some(journal) = &shared.journal {
+            journal.maybe_snapshot(state);
+        }
     });
     applied
 }
 
 /// Applies one command with the broker locked (`state`) and the sessions locked: refreshes the
-/// member it names, records joins and leaves. Returns the result and, when the command may have
-/// made a record eligible for a waiter, its topic.
+/// member it names, records joins and leaves, logs the change to `journal`. Returns the result,
+/// the topic when the command may have made a record eligible for a waiter, and the sequence
+/// number of its log entry when it was logged.
 pub(crate) fn execute(
     state: &mut BrokerState,
     sessions: &mut Sessions,
+    journal: Option<&Journal>,
     connection: u64,
     command: Command,
     now: Instant,
-) -> (Result<Outcome, ErrorReply>, Option<String>) {
+) -> (Result<Outcome, ErrorReply>, Option<String>, Option<u64>) {
     let member = MemberKey::of(&command);
     let wakes = matches!(
         command,
@@ -146,7 +167,7 @@ pub(crate) fn execute(
     let topic = wakes.then(|| command.topic().map(str::to_owned)).flatten();
     let is_join = matches!(command, Command::Join { .. });
     let is_leave = matches!(command, Command::Leave { .. });
-    let result = state.apply(command).map_err(ErrorReply::from);
+    let (result, logged) = apply_logged(state, journal, command);
     if let Some(key) = member {
         match &result {
             Ok(_) if is_join => sessions.joined(key, connection, now),
@@ -155,7 +176,7 @@ pub(crate) fn execute(
         }
     }
     let topic = topic.filter(|_| result.is_ok());
-    (result, topic)
+    (result, topic, logged)
 }
 
 /// Refuses payloads over the limit and gives polls and fetches a byte budget whose response

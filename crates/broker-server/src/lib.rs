@@ -29,6 +29,7 @@
 mod config;
 mod connection;
 mod dispatch;
+mod durability;
 mod listen;
 mod server;
 mod session;
@@ -39,6 +40,7 @@ use std::future::Future;
 use tokio::net::TcpListener;
 
 pub use config::{Config, SERVER_NAME};
+pub use durability::{Fsync, Storage};
 pub use listen::{normalize_listen_addr, resolve_listen_addr};
 
 /// Why the server could not start or serve.
@@ -58,6 +60,10 @@ pub enum ServerError {
     /// A socket operation failed (binding, reading the local address).
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    /// The data directory is locked by another server, damaged, or cannot be read or
+    /// written.
+    #[error("storage: {0}")]
+    Storage(#[from] broker_storage::StorageError),
 }
 
 /// Serves the broker on `listener` until `shutdown` completes, then shuts down gracefully: stops
@@ -74,6 +80,27 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
+    run_with_storage(listener, config, None, shutdown).await
+}
+
+/// [`run`] with a data directory already opened and recovered by [`Storage::open`] (so that a
+/// refusal comes before the address is announced). With `storage` `None`, opens
+/// `config.data_dir` itself when it is set; without a data directory the broker is purely in
+/// memory.
+///
+/// # Errors
+/// As [`run`], and [`ServerError::Storage`] if the data directory cannot be opened, recovered
+/// or written.
+pub async fn run_with_storage(
+    listener: TcpListener,
+    config: Config,
+    storage: Option<Storage>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
     config.validate()?;
-    server::serve(listener, config, shutdown).await
+    let storage = match storage {
+        Some(storage) => Some(storage),
+        None => Storage::open(&config)?,
+    };
+    server::serve(listener, config, storage, shutdown).await
 }

@@ -2,11 +2,13 @@
 //! serves until SIGINT or SIGTERM. Everything else lives in the library.
 
 use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use broker_server::{normalize_listen_addr, resolve_listen_addr, Config};
+use broker_server::{Fsync, Storage};
 use clap::Parser;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -57,6 +59,24 @@ struct Args {
     /// Log filter, such as info, debug or broker_server=trace; RUST_LOG overrides it.
     #[arg(long, env = "BROKER_LOG_LEVEL", default_value = "info")]
     log_level: String,
+    /// Directory for the write-ahead log and snapshots: every change is logged before it is
+    /// answered and the broker is rebuilt from it on start. Without it the broker is purely in
+    /// memory. One server per directory.
+    #[arg(long, env = "BROKER_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// With --data-dir: always = a response is sent only after its change is fsynced (group
+    /// commit; survives power loss); batch = written before the response, fsynced every
+    /// --fsync-interval-ms (survives kill -9, a power loss loses at most that interval); never
+    /// = written before the response, the OS decides when to sync (survives kill -9 only).
+    #[arg(long, env = "BROKER_FSYNC", value_enum, default_value_t = Fsync::Always)]
+    fsync: Fsync,
+    /// With --fsync batch, the longest a written change waits for its fsync, in milliseconds.
+    #[arg(long, env = "BROKER_FSYNC_INTERVAL_MS", default_value_t = 50)]
+    fsync_interval_ms: u64,
+    /// With --data-dir, a snapshot is written (in the background) after this many bytes of log,
+    /// and the log it covers removed; bounds recovery time.
+    #[arg(long, env = "BROKER_SNAPSHOT_LOG_BYTES", default_value_t = 64 * 1024 * 1024)]
+    snapshot_log_bytes: u64,
 }
 
 impl Args {
@@ -70,6 +90,10 @@ impl Args {
             max_wait: Duration::from_millis(self.max_wait_ms),
             session_timeout: Duration::from_millis(self.session_timeout_ms),
             leave_on_disconnect: self.leave_on_disconnect,
+            data_dir: self.data_dir.clone(),
+            fsync: self.fsync,
+            fsync_interval: Duration::from_millis(self.fsync_interval_ms),
+            snapshot_log_bytes: self.snapshot_log_bytes,
             ..Config::default()
         }
     }
@@ -109,6 +133,8 @@ fn main() -> ExitCode {
 
 #[tokio::main]
 async fn serve(listen: &str, config: Config) -> anyhow::Result<()> {
+    // Recover before announcing the address: a locked or damaged data directory stops here.
+    let storage = Storage::open(&config)?;
     let addresses = resolve_listen_addr(listen).await?;
     let listener = TcpListener::bind(addresses.as_slice())
         .await
@@ -124,6 +150,6 @@ async fn serve(listen: &str, config: Config) -> anyhow::Result<()> {
             _ = interrupt.recv() => tracing::info!("SIGINT received"),
         }
     };
-    broker_server::run(listener, config, shutdown).await?;
+    broker_server::run_with_storage(listener, config, storage, shutdown).await?;
     Ok(())
 }

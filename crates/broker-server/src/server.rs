@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use broker_core::EventBroker;
+use broker_core::{BrokerState, EventBroker};
 use broker_proto::{
     ErrorReply, Hello, HelloReply, ProtocolError, ResponseFrame, ServerCodec, ServerHandshakeCodec,
     MAGIC, PROTOCOL_VERSION,
@@ -24,8 +24,10 @@ use tracing::{debug, error, info, warn};
 
 use crate::connection::{write_responses, Connection, Outgoing};
 use crate::dispatch::apply_batch;
+use crate::durability::{self, Journal};
 use crate::session::{self, Sessions};
 use crate::waiter::{self, ReplyTo, Signals};
+use crate::Storage;
 use crate::{Config, ServerError, SERVER_NAME};
 
 /// How long a new connection may take to send its hello.
@@ -47,6 +49,8 @@ const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 pub(crate) struct Shared {
     /// The core.
     pub(crate) broker: EventBroker,
+    /// The write-ahead log, with a data directory; appended to only with the broker locked.
+    pub(crate) journal: Option<Journal>,
     /// The limits in force.
     pub(crate) config: Config,
     /// Members joined over connections, for session timeouts.
@@ -71,20 +75,37 @@ impl Shared {
 pub(crate) async fn serve(
     listener: TcpListener,
     config: Config,
+    storage: Option<Storage>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    let broker = EventBroker::new(config.capacity)
-        .map_err(|error| ServerError::InvalidConfig(error.to_string()))?;
+    let (state, journal, restored) = match storage {
+        Some(storage) => {
+            let restored = storage.describe();
+            let (state, journal) = storage.start(&config)?;
+            (state, Some(journal), Some(restored))
+        }
+        None => (
+            BrokerState::new(config.capacity)
+                .map_err(|error| ServerError::InvalidConfig(error.to_string()))?,
+            None,
+            None,
+        ),
+    };
+    let broker = EventBroker::from_state(state);
     let connections = Arc::new(Semaphore::new(config.max_connections));
     let grace = config.shutdown_grace;
     let shared = Arc::new(Shared {
         broker,
+        journal,
         config,
         sessions: Mutex::default(),
         signals: Signals::default(),
         shutdown: CancellationToken::new(),
         tracker: TaskTracker::new(),
     });
+    if let Some(restored) = &restored {
+        session::restore(&shared, restored);
+    }
     shared.tracker.spawn(session::reap(Arc::clone(&shared)));
     let next_id = AtomicU64::new(1);
     tokio::pin!(shutdown);
@@ -115,6 +136,16 @@ pub(crate) async fn serve(
             remaining = shared.tracker.len(),
             "shutdown grace expired; abandoning unfinished connections"
         );
+    }
+    // Write and sync what the log still holds before exiting.
+    let flushing = Arc::clone(&shared);
+    let flushed = tokio::task::spawn_blocking(move || {
+        if let Some(journal) = &flushing.journal {
+            journal.finish();
+        }
+    });
+    if flushed.await.is_err() {
+        error!("flushing the log failed");
     }
     Ok(())
 }
@@ -334,8 +365,9 @@ async fn read_requests(
             }
         }
         let may_wait = !reply_to.closing.is_cancelled();
-        let applied = apply_batch(shared, reply_to.connection, frames, may_wait);
+        let mut applied = apply_batch(shared, reply_to.connection, frames, may_wait);
         shared.signals.wake(&applied.wake);
+        durability::settle(shared, &mut applied).await;
         for parked in applied.parked {
             shared
                 .tracker

@@ -8,10 +8,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use broker_core::{BrokerState, Command};
+use broker_core::{BrokerDescription, BrokerState, Command};
 use tokio::time::{self, Instant, MissedTickBehavior};
 use tracing::{info, warn};
 
+use crate::durability::{apply_logged, Journal};
 use crate::server::Shared;
 
 /// Identifies a member: the topic, the group and the member id.
@@ -192,16 +193,31 @@ pub(crate) fn disconnect(shared: &Shared, connection: u64) {
 /// of their topics: a rebalance can make records eligible for the remaining members.
 fn remove(shared: &Shared, why: &str, select: impl FnOnce(&mut Sessions) -> Vec<MemberKey>) {
     let topics = shared.broker.with_state(|state| {
+        let journal = shared.journal.as_ref();
+        if journal.is_some_and(|journal| journal.check_writable().is_err()) {
+            // A leave that cannot be logged must not happen: try again at the next tick.
+            return Vec::new();
+        }
         let gone = select(&mut shared.lock_sessions());
-        leave_all(state, &gone, why)
+        leave_all(state, journal, &gone, why)
     });
     shared.signals.wake(&topics);
 }
 
-fn leave_all(state: &mut BrokerState, gone: &[MemberKey], why: &str) -> Vec<String> {
+fn leave_all(
+    state: &mut BrokerState,
+    journal: Option<&Journal>,
+    gone: &[MemberKey],
+    why: &str,
+) -> Vec<String> {
     let mut topics: Vec<String> = Vec::new();
     for key in gone {
-        match state.leave(&key.topic, &key.group, &key.member) {
+        let leave = Command::Leave {
+            topic: key.topic.clone(),
+            group: key.group.clone(),
+            member: key.member.clone(),
+        };
+        match apply_logged(state, journal, leave).0 {
             Ok(_) => info!(
                 topic = %key.topic,
                 group = %key.group,
@@ -222,4 +238,26 @@ fn leave_all(state: &mut BrokerState, gone: &[MemberKey], why: &str) -> Vec<Stri
         }
     }
     topics
+}
+
+/// Gives every member of a recovered broker a fresh session, as if it had just joined (through
+/// no connection): a member whose consumer is gone is removed a session timeout after the start.
+pub(crate) fn restore(shared: &Shared, description: &BrokerDescription) {
+    shared.broker.with_state(|_| {
+        let mut sessions = shared.lock_sessions();
+        let now = Instant::now();
+        for topic in &description.topics {
+            for group in &topic.groups {
+                for member in &group.members {
+                    let key = MemberKey {
+                        topic: topic.name.clone(),
+                        group: group.name.clone(),
+                        member: member.member.clone(),
+                    };
+                    // Connection ids start at 1, so no connection's close removes these.
+                    sessions.joined(key, 0, now);
+                }
+            }
+        }
+    });
 }

@@ -86,12 +86,13 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
             return;
         }
         let last_try = answer_now;
-        let result = shared.broker.with_state(|state| {
+        let (result, logged) = shared.broker.with_state(|state| {
             let mut sessions = shared.lock_sessions();
             let now = Instant::now();
-            let (result, _) = execute(
+            let (result, _, logged) = execute(
                 state,
                 &mut sessions,
+                shared.journal.as_ref(),
                 reply_to.connection,
                 command.clone(),
                 now,
@@ -101,10 +102,16 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
                     sessions.unpark(key, now);
                 }
             }
-            result
+            (result, logged)
         });
         if last_try || !is_empty_records(&result) {
-            break result;
+            break match (logged, &shared.journal) {
+                (Some(entry), Some(journal)) => match journal.durable(entry).await {
+                    Ok(()) => result,
+                    Err(refusal) => Err(refusal),
+                },
+                _ => result,
+            };
         }
         answer_now = tokio::select! {
             _ = reply_to.closing.cancelled() => true,

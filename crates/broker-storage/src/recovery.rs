@@ -24,6 +24,8 @@ pub struct Recovery {
     pub snapshot_seq: Option<u64>,
     /// How many log entries were replayed after the snapshot.
     pub replayed: u64,
+    /// How many bytes those entries take in the log.
+    pub replayed_bytes: u64,
     /// The torn last entry that was cut off, if any.
     pub torn: Option<TornTail>,
 }
@@ -64,6 +66,7 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
     segments.sort_unstable();
     let mut next = snapshot_seq.unwrap_or(0);
     let mut replayed = 0;
+    let mut replayed_bytes = 0;
     let mut torn = None;
     let count = segments.len();
     for (index, first) in segments.into_iter().enumerate() {
@@ -161,6 +164,7 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
                 })?;
                 next = seq + 1;
                 replayed += 1;
+                replayed_bytes += (entry.end - offset) as u64;
             }
             seq += 1;
             offset = entry.end;
@@ -171,6 +175,7 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
         next_seq: next,
         snapshot_seq,
         replayed,
+        replayed_bytes,
         torn,
     })
 }

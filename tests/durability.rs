@@ -1,0 +1,404 @@
+//! Durability against the real `broker-server` with `--data-dir`: crash rounds with `kill -9` in
+//! the middle of a concurrent workload (every acknowledged publish, ack and commit must be there
+//! after the restart, and offsets continue without reuse), recovery equivalence (`describe()`
+//! before a restart equals `describe()` after it, graceful or `kill -9`), and the lock that keeps
+//! a second server off a data directory.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use broker_client::Client;
+use support::{server_binary, ServerProcess};
+use tokio::sync::watch;
+
+const TOPIC: &str = "t";
+const PARTITIONS: i32 = 4;
+/// How long a test waits for something that should happen quickly before it fails.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn start(dir: &Path, fsync: &str) -> ServerProcess {
+    start_with(dir, fsync, "16384")
+}
+
+/// A server on `dir` writing a snapshot after every `snapshot_bytes` bytes of log.
+fn start_with(dir: &Path, fsync: &str, snapshot_bytes: &str) -> ServerProcess {
+    ServerProcess::start(&[
+        "--data-dir",
+        dir.to_str().unwrap(),
+        "--fsync",
+        fsync,
+        "--capacity",
+        "1000",
+        // Small, so that snapshots are written during the tests.
+        "--snapshot-log-bytes",
+        snapshot_bytes,
+    ])
+}
+
+async fn connect(server: &ServerProcess) -> Client {
+    Client::connect(server.addr_string())
+        .await
+        .expect("connect to broker-server")
+}
+
+/// What the workload was told: acknowledged operations only.
+#[derive(Debug, Default)]
+struct Model {
+    /// `(partition, offset)` to payload of every acknowledged publish.
+    published: HashMap<(i32, i64), String>,
+    /// Per partition, the highest offset an acknowledged `ack` of group "acks" committed past.
+    acked: BTreeMap<i32, i64>,
+    /// Per partition, the highest offset an acknowledged `commit` of group "fetches" stored.
+    committed: BTreeMap<i32, i64>,
+    /// Per partition, the highest offset ever acknowledged to a publisher.
+    max_offset: BTreeMap<i32, i64>,
+}
+
+impl Model {
+    /// The offsets of the model, without the payloads, to check without holding its lock.
+    fn copy_of_progress(&self) -> Model {
+        Model {
+            published: HashMap::new(),
+            acked: self.acked.clone(),
+            committed: self.committed.clone(),
+            max_offset: self.max_offset.clone(),
+        }
+    }
+}
+
+type Shared = Arc<Mutex<Model>>;
+
+async fn publisher(client: Client, model: Shared, progress: watch::Sender<u64>, id: String) {
+    for i in 0u64.. {
+        let partition = (i % PARTITIONS as u64) as i32;
+        let payload = format!("{id}-{i}");
+        let Ok(offset) = client.publish(TOPIC, partition, payload.clone()).await else {
+            return;
+        };
+        if offset >= 0 {
+            let mut model = model.lock().unwrap();
+            assert!(
+                model
+                    .published
+                    .insert((partition, offset), payload)
+                    .is_none(),
+                "offset {offset} of partition {partition} acknowledged twice"
+            );
+            let max = model.max_offset.entry(partition).or_insert(-1);
+            *max = (*max).max(offset);
+        }
+        progress.send_modify(|n| *n += 1);
+    }
+}
+
+/// Checks a delivered record against the model: an acknowledged offset keeps its payload.
+fn check_record(model: &Shared, record: &broker_client::BrokerRecord) {
+    let model = model.lock().unwrap();
+    if let Some(payload) = model.published.get(&(record.partition, record.offset)) {
+        assert_eq!(
+            record.payload,
+            payload.as_bytes(),
+            "partition {} offset {} changed its payload",
+            record.partition,
+            record.offset
+        );
+    }
+}
+
+async fn acker(client: Client, model: Shared) {
+    // Leaving first cancels the deliveries left in flight by the crash (restored with the
+    // state), as a restarting consumer that lost them must.
+    if client.leave(TOPIC, "acks", "a").await.is_err()
+        || client.join(TOPIC, "acks", "a").await.is_err()
+    {
+        return;
+    }
+    loop {
+        let Ok(records) = client.poll(TOPIC, "acks", "a", 4).await else {
+            return;
+        };
+        for record in records {
+            check_record(&model, &record);
+            match client
+                .ack(TOPIC, "acks", "a", record.partition, record.offset)
+                .await
+            {
+                Ok(true) => {
+                    let mut model = model.lock().unwrap();
+                    let acked = model.acked.entry(record.partition).or_insert(-1);
+                    *acked = (*acked).max(record.offset);
+                }
+                Ok(false) => panic!("ack of an in-flight delivery refused: {record:?}"),
+                Err(_) => return,
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+async fn fetcher(client: Client, model: Shared) {
+    if client.join(TOPIC, "fetches", "f").await.is_err() {
+        return;
+    }
+    loop {
+        let Ok(records) = client.fetch(TOPIC, "fetches", "f", 20).await else {
+            return;
+        };
+        let mut reached = BTreeMap::new();
+        for record in &records {
+            check_record(&model, record);
+            reached.insert(record.partition, record.offset + 1);
+        }
+        if client.commit(TOPIC, "fetches", "f", None).await.is_err() {
+            return;
+        }
+        {
+            let mut model = model.lock().unwrap();
+            for (partition, offset) in reached {
+                let committed = model.committed.entry(partition).or_insert(0);
+                *committed = (*committed).max(offset);
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Checks the restarted broker against everything acknowledged before the crash.
+async fn check_after_restart(client: &Client, model: &Shared) {
+    let model = model.lock().unwrap().copy_of_progress();
+    for partition in 0..PARTITIONS {
+        let end = client.end_offset(TOPIC, partition).await.unwrap();
+        let max = model.max_offset.get(&partition).copied().unwrap_or(-1);
+        assert!(
+            end > max,
+            "partition {partition}: end offset {end}, but {max} was acknowledged"
+        );
+        if let Some(&acked) = model.acked.get(&partition) {
+            let committed = client.committed(TOPIC, "acks", partition).await.unwrap();
+            assert!(
+                committed > acked,
+                "partition {partition}: group acks committed {committed}, but {acked} was acked"
+            );
+        }
+        if let Some(&stored) = model.committed.get(&partition) {
+            let committed = client.committed(TOPIC, "fetches", partition).await.unwrap();
+            assert!(
+                committed >= stored,
+                "partition {partition}: group fetches committed {committed}, but {stored} was \
+                 acknowledged"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_operations_survive_kill_9_at_varied_moments() {
+    let dir = tempfile::tempdir().unwrap();
+    let model: Shared = Arc::default();
+    let started = Instant::now();
+    // Kill after this many more acknowledged publishes in each round, and with this policy.
+    let rounds = [
+        (40, "always"),
+        (300, "batch"),
+        (7, "never"),
+        (150, "always"),
+        (600, "never"),
+        (1, "batch"),
+        (90, "always"),
+    ];
+    for (round, (publishes, fsync)) in rounds.into_iter().enumerate() {
+        let mut server = start(dir.path(), fsync);
+        let client = connect(&server).await;
+        if round == 0 {
+            assert!(client.create(TOPIC, PARTITIONS).await.unwrap());
+        } else {
+            check_after_restart(&client, &model).await;
+        }
+        let (progress, mut published) = watch::channel(0u64);
+        let mut tasks = Vec::new();
+        for p in 0..3 {
+            let client = connect(&server).await;
+            tasks.push(tokio::spawn(publisher(
+                client,
+                Arc::clone(&model),
+                progress.clone(),
+                format!("r{round}p{p}"),
+            )));
+        }
+        tasks.push(tokio::spawn(acker(
+            connect(&server).await,
+            Arc::clone(&model),
+        )));
+        tasks.push(tokio::spawn(fetcher(
+            connect(&server).await,
+            Arc::clone(&model),
+        )));
+        drop(progress);
+        tokio::time::timeout(PATIENCE, published.wait_for(|&n| n >= publishes))
+            .await
+            .expect("the workload made no progress")
+            .expect("every publisher stopped");
+        // In the middle of the workload: publishes, polls, acks, fetches and commits in flight.
+        server.kill();
+        for task in tasks {
+            tokio::time::timeout(PATIENCE, task)
+                .await
+                .expect("a worker did not notice the crash")
+                .expect("a worker panicked");
+        }
+    }
+    let server = start(dir.path(), "always");
+    let client = connect(&server).await;
+    check_after_restart(&client, &model).await;
+    // Offsets continue without reuse: a new publish lands after every acknowledged one.
+    let published = model.lock().unwrap().published.len();
+    let model = model.lock().unwrap().copy_of_progress();
+    for partition in 0..PARTITIONS {
+        let offset = client.publish(TOPIC, partition, "after").await.unwrap();
+        let max = model.max_offset.get(&partition).copied().unwrap_or(-1);
+        assert!(
+            offset > max,
+            "partition {partition}: offset {offset} reused (max {max})"
+        );
+    }
+    assert!(published > 500, "only {published} publishes acknowledged");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A small deterministic generator (xorshift), so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Random calls of every kind, errors included (they must change nothing).
+async fn random_operations(client: &Client, seed: u64, count: usize) {
+    let mut rng = Rng(seed);
+    client
+        .create_with(TOPIC, 3, broker_client::KeyHash::Fnv1a)
+        .await
+        .unwrap();
+    for i in 0..count {
+        let member = ["m1", "m2", "m3"][rng.below(3) as usize];
+        let group = ["g1", "g2"][rng.below(2) as usize];
+        let partition = rng.below(4) as i32 - 1;
+        let offset = rng.below(12) as i64;
+        let _ = match rng.below(12) {
+            0..=2 => client
+                .publish(TOPIC, partition, format!("x{i}"))
+                .await
+                .map(drop),
+            3 => client
+                .publish_keyed(TOPIC, Some(format!("k{}", i % 7).as_bytes()), "keyed")
+                .await
+                .map(drop),
+            4 => client.join(TOPIC, group, member).await.map(drop),
+            5 => client.leave(TOPIC, group, member).await.map(drop),
+            6 => client.poll(TOPIC, group, member, 2).await.map(drop),
+            7 => client
+                .ack(TOPIC, group, member, partition, offset)
+                .await
+                .map(drop),
+            8 => client
+                .retry(TOPIC, group, member, partition, offset)
+                .await
+                .map(drop),
+            9 => client.fetch(TOPIC, group, member, 3).await.map(drop),
+            10 => client.commit(TOPIC, group, member, None).await,
+            _ => {
+                client
+                    .commit(
+                        TOPIC,
+                        group,
+                        member,
+                        Some(BTreeMap::from([(partition, offset)])),
+                    )
+                    .await
+            }
+        };
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_is_the_same_after_a_graceful_restart_and_after_kill_9() {
+    let cases = [
+        (7u64, true, "1000000"),
+        (99, false, "1000000"),
+        (12345, true, "2000"),
+        (4242, false, "3000"),
+    ];
+    for (seed, graceful, snapshot_bytes) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = start_with(dir.path(), "always", snapshot_bytes);
+        let client = connect(&server).await;
+        random_operations(&client, seed, 400).await;
+        let before = client.describe().await.unwrap();
+        drop(client);
+        if graceful {
+            assert!(server.terminate(PATIENCE).success());
+        } else {
+            server.kill();
+        }
+        let server = start(dir.path(), "never");
+        let after = connect(&server).await.describe().await.unwrap();
+        assert_eq!(after, before, "seed {seed}, graceful {graceful}");
+    }
+}
+
+#[test]
+fn a_second_server_on_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let _first = start(dir.path(), "always");
+    let mut child = Command::new(server_binary())
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--capacity",
+            "1000",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run a second broker-server");
+    let deadline = Instant::now() + PATIENCE;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the second server did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let second = child.wait_with_output().unwrap();
+    assert!(!second.status.success(), "the second server started");
+    assert!(
+        second.stdout.is_empty(),
+        "it announced an address: {:?}",
+        String::from_utf8_lossy(&second.stdout)
+    );
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains("is in use by another broker-server"),
+        "unexpected message: {stderr}"
+    );
+}
