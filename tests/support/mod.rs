@@ -40,13 +40,20 @@ impl ServerProcess {
     /// Starts the server with `--listen 127.0.0.1:0` and `extra` flags, and waits until it has
     /// printed its address.
     pub fn start(extra: &[&str]) -> ServerProcess {
+        ServerProcess::start_with(extra, &[], Stdio::inherit())
+    }
+
+    /// [`ServerProcess::start`] with the environment variables `env` set and standard error
+    /// (the logs) sent to `stderr`, such as a file the test reads afterwards.
+    pub fn start_with(extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> ServerProcess {
         let mut child = Command::new(server_binary())
             .args(["--listen", "127.0.0.1:0"])
             .args(extra)
             .env_remove("RUST_LOG")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start broker-server");
         let stdout = child.stdout.take().expect("piped stdout");

@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::commands::connect;
+use crate::commands::Server;
 use crate::size::with_thousands;
 
 /// Bytes at the start of every payload: producer (u32), sequence (u64), send time (u64 ns).
@@ -265,8 +265,9 @@ fn elapsed_nanos(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Runs a benchmark against the server at `addr` and prints its report.
-pub async fn run(addr: &str, args: BenchArgs) -> anyhow::Result<()> {
+/// Runs a benchmark against `server` (every connection with its token and TLS settings) and
+/// prints its report.
+pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
     if args.producers == 0 || args.depth == 0 || args.consumers == 0 {
         bail!("--producers, --consumers and --depth must be at least 1");
     }
@@ -279,7 +280,7 @@ pub async fn run(addr: &str, args: BenchArgs) -> anyhow::Result<()> {
             .context("the ping task failed")??;
         return print_ping(&latency, args.json);
     }
-    let admin = connect(addr).await?;
+    let admin = server.connect().await?;
     let topic = format!(
         "bench-{}",
         std::time::SystemTime::now()
@@ -319,7 +320,7 @@ pub async fn run(addr: &str, args: BenchArgs) -> anyhow::Result<()> {
         )));
         checks.push((group, mode, Arc::clone(&check)));
         for index in 0..args.consumers {
-            let client = connect(addr).await?;
+            let client = server.connect().await?;
             let member = format!("consumer-{index:03}");
             client.join(&topic, group, &member).await?;
             consumers.push(tokio::spawn(consume(
@@ -342,7 +343,7 @@ pub async fn run(addr: &str, args: BenchArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let mut producers = Vec::new();
     for (index, &share) in shares.iter().enumerate() {
-        let client = connect(addr).await?;
+        let client = server.connect().await?;
         producers.push(tokio::spawn(produce(
             client,
             Producer {

@@ -1,5 +1,6 @@
 //! The command line: every subcommand, flag and environment variable of `broker`.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -20,6 +21,30 @@ pub struct Cli {
     )]
     pub addr: String,
 
+    /// File holding the server's auth token (trailing line breaks are ignored). Or set
+    /// BROKER_AUTH_TOKEN to the token itself; there is no flag for the token, so that it never
+    /// shows in the process list.
+    #[arg(
+        long,
+        global = true,
+        env = "BROKER_AUTH_TOKEN_FILE",
+        value_name = "PATH"
+    )]
+    pub auth_token_file: Option<PathBuf>,
+
+    /// Connect with TLS, trusting only the CA certificates in this PEM file.
+    #[arg(long, global = true, env = "BROKER_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// The name the server's TLS certificate must carry; by default the host part of --addr.
+    #[arg(
+        long,
+        global = true,
+        env = "BROKER_TLS_SERVER_NAME",
+        value_name = "NAME"
+    )]
+    pub tls_server_name: Option<String>,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -36,6 +61,7 @@ Examples:
   broker lag orders --group billing
   broker size --message-bytes 1500 --rate 2000 --retention 3d --replication 3 --headroom 30
   broker bench mixed --connections 16 --records 1000000
+  BROKER_AUTH_TOKEN=s3cret broker --addr broker.internal:9092 --tls-ca ca.pem describe
 
 Exit status: 0 on success, 1 when the broker refuses a call or cannot be reached, 2 for bad
 command-line arguments.";

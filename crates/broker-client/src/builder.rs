@@ -1,11 +1,14 @@
 //! Options for a [`Client`], set before connecting.
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::ToSocketAddrs;
+use tokio_rustls::rustls::ClientConfig;
 
 use crate::connection::Identity;
-use crate::{Client, Error};
+use crate::tls::TlsTrust;
+use crate::{Client, Error, ServerAddress};
 
 /// The default request timeout: 30 seconds.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -39,6 +42,8 @@ pub struct ClientBuilder {
     pub(crate) connect_timeout: Duration,
     pub(crate) max_in_flight: usize,
     pub(crate) identity: Identity,
+    pub(crate) tls: Option<TlsTrust>,
+    pub(crate) tls_server_name: Option<String>,
 }
 
 impl Default for ClientBuilder {
@@ -51,6 +56,8 @@ impl Default for ClientBuilder {
                 name: concat!("broker-client/", env!("CARGO_PKG_VERSION")).to_owned(),
                 auth_token: None,
             },
+            tls: None,
+            tls_server_name: None,
         }
     }
 }
@@ -97,15 +104,44 @@ impl ClientBuilder {
         self
     }
 
+    /// Connects with TLS, trusting the CA certificates in the PEM file at `path` (read when
+    /// connecting) and no others; the server's certificate must also carry the server name
+    /// (see [`ClientBuilder::tls_server_name`]). Without this or [`ClientBuilder::tls`] the
+    /// client speaks plain TCP.
+    #[must_use]
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls = Some(TlsTrust::CaFile(path.into()));
+        self
+    }
+
+    /// Connects with TLS using a complete rustls configuration (other roots, client
+    /// certificates, ...); the server name is verified as with [`ClientBuilder::tls_ca_file`].
+    #[must_use]
+    pub fn tls(mut self, config: Arc<ClientConfig>) -> Self {
+        self.tls = Some(TlsTrust::Config(config));
+        self
+    }
+
+    /// The name (DNS name or IP address) the server's TLS certificate must carry; by default
+    /// the host part of the address given to [`ClientBuilder::connect`]. Ignored without TLS.
+    #[must_use]
+    pub fn tls_server_name(mut self, name: impl Into<String>) -> Self {
+        self.tls_server_name = Some(name.into());
+        self
+    }
+
     /// Resolves `addr` and opens the client's connection to the first address that accepts.
-    /// Later reconnections use the same resolved addresses.
+    /// Later reconnections use the same resolved addresses (and the same TLS settings).
     ///
     /// # Errors
     ///
     /// [`Error::Io`] if the address does not resolve, no address accepts, or the hello exchange
-    /// fails or outlasts the connect timeout; [`Error::Refused`] if the server refuses the
-    /// hello; [`Error::Protocol`] if its answer makes no sense.
-    pub async fn connect(self, addr: impl ToSocketAddrs) -> Result<Client, Error> {
+    /// fails or outlasts the connect timeout; [`Error::Tls`] if the TLS settings are unusable
+    /// or the TLS handshake fails (an untrusted certificate, a wrong server name, a server
+    /// without TLS); [`Error::Refused`] if the server refuses the hello (such as
+    /// `ErrorReply::Unauthenticated` for a missing or wrong auth token); [`Error::Protocol`] if
+    /// its answer makes no sense.
+    pub async fn connect(self, addr: impl ServerAddress) -> Result<Client, Error> {
         Client::open(self, addr).await
     }
 }

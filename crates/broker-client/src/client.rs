@@ -12,11 +12,11 @@ use broker_core::{
 };
 use broker_proto::ServerLimits;
 use bytes::Bytes;
-use tokio::net::ToSocketAddrs;
 use tokio::sync::Semaphore;
 
 use crate::connection::{Connection, Identity};
-use crate::{ClientBuilder, Error};
+use crate::tls::Tls;
+use crate::{ClientBuilder, Error, ServerAddress};
 
 /// A connection to a broker server, shared by every clone.
 ///
@@ -63,6 +63,7 @@ pub struct Client {
 struct Inner {
     addrs: Vec<SocketAddr>,
     identity: Identity,
+    tls: Option<Tls>,
     request_timeout: Duration,
     connect_timeout: Duration,
     in_flight: Semaphore,
@@ -95,7 +96,7 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn connect(addr: impl ToSocketAddrs) -> Result<Client, Error> {
+    pub async fn connect(addr: impl ServerAddress) -> Result<Client, Error> {
         ClientBuilder::default().connect(addr).await
     }
 
@@ -106,18 +107,40 @@ impl Client {
 
     pub(crate) async fn open(
         options: ClientBuilder,
-        addr: impl ToSocketAddrs,
+        addr: impl ServerAddress,
     ) -> Result<Client, Error> {
+        let tls = match &options.tls {
+            None => None,
+            Some(trust) => {
+                let server_name = options
+                    .tls_server_name
+                    .clone()
+                    .or_else(|| addr.host())
+                    .ok_or_else(|| {
+                        Error::Tls(
+                            "the address has no host part to verify; set a TLS server name"
+                                .to_owned(),
+                        )
+                    })?;
+                Some(Tls::new(trust, &server_name)?)
+            }
+        };
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host(addr)
             .await
             .map_err(Error::Io)?
             .collect();
-        let connection =
-            Connection::open(&addrs, &options.identity, options.connect_timeout).await?;
+        let connection = Connection::open(
+            &addrs,
+            &options.identity,
+            tls.as_ref(),
+            options.connect_timeout,
+        )
+        .await?;
         Ok(Client {
             inner: Arc::new(Inner {
                 addrs,
                 identity: options.identity,
+                tls,
                 request_timeout: options.request_timeout,
                 connect_timeout: options.connect_timeout,
                 in_flight: Semaphore::new(options.max_in_flight),
@@ -660,7 +683,14 @@ impl Inner {
             }
         }
         tracing::debug!(addrs = ?self.addrs, "reconnecting");
-        match Connection::open(&self.addrs, &self.identity, self.connect_timeout).await {
+        let opened = Connection::open(
+            &self.addrs,
+            &self.identity,
+            self.tls.as_ref(),
+            self.connect_timeout,
+        )
+        .await;
+        match opened {
             Ok(fresh) => {
                 let fresh = Arc::new(fresh);
                 *self.lock_current() = Arc::clone(&fresh);

@@ -1,5 +1,6 @@
-//! One TCP connection to a server: the hello exchange, a writer task that batches queued
-//! requests into one write, and a reader task that hands each response to its caller.
+//! One connection to a server, plain TCP or TLS: the hello exchange, a writer task that batches
+//! queued requests into one write, and a reader task that hands each response to its caller.
+//! Everything after the TLS handshake is generic over the stream's halves.
 //!
 //! The connection is dead once either task stops (end of stream, I/O error, protocol error):
 //! both stop, and every outstanding call fails with [`Error::ConnectionLost`]. A dead connection
@@ -16,14 +17,14 @@ use broker_proto::{
     RequestFrame, ServerLimits, PROTOCOL_VERSION,
 };
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::sync::CancellationToken;
 
 use crate::pending::{Pending, Registration};
+use crate::tls::Tls;
 use crate::Error;
 
 /// The largest hello reply the client reads: a welcome is a few dozen bytes.
@@ -61,14 +62,15 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Connects to the first of `addrs` that accepts and exchanges hellos, all within
-    /// `timeout`.
+    /// Connects to the first of `addrs` that accepts, runs the TLS handshake when `tls` is
+    /// given, and exchanges hellos, all within `timeout`.
     pub(crate) async fn open(
         addrs: &[SocketAddr],
         identity: &Identity,
+        tls: Option<&Tls>,
         timeout: Duration,
     ) -> Result<Connection, Error> {
-        match tokio::time::timeout(timeout, Self::handshake(addrs, identity)).await {
+        match tokio::time::timeout(timeout, Self::handshake(addrs, identity, tls)).await {
             Ok(connection) => connection,
             Err(_) => Err(Error::Io(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -77,24 +79,57 @@ impl Connection {
         }
     }
 
-    async fn handshake(addrs: &[SocketAddr], identity: &Identity) -> Result<Connection, Error> {
-        let (mut stream, peer) = connect_any(addrs).await?;
+    async fn handshake(
+        addrs: &[SocketAddr],
+        identity: &Identity,
+        tls: Option<&Tls>,
+    ) -> Result<Connection, Error> {
+        let (stream, peer) = connect_any(addrs).await?;
         stream.set_nodelay(true).map_err(Error::Io)?;
+        match tls {
+            None => {
+                let (read, write) = stream.into_split();
+                Self::start(read, write, peer, identity).await
+            }
+            Some(tls) => {
+                let stream = tls.connect(stream).await?;
+                let (read, write) = tokio::io::split(stream);
+                Self::start(read, write, peer, identity).await
+            }
+        }
+    }
 
+    /// Exchanges hellos over `read` and `write`, then starts the reader and writer tasks.
+    async fn start<R, W>(
+        mut read: R,
+        mut write: W,
+        peer: SocketAddr,
+        identity: &Identity,
+    ) -> Result<Connection, Error>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let mut codec = ClientHandshakeCodec::new(MAX_HANDSHAKE_FRAME);
         let mut buffer = BytesMut::new();
         let hello = Hello::new(identity.name.clone(), identity.auth_token.clone());
         codec
             .encode(&hello, &mut buffer)
             .map_err(|error| Error::Protocol(error.to_string()))?;
-        stream.write_all(&buffer).await.map_err(Error::Io)?;
+        write.write_all(&buffer).await.map_err(Error::Io)?;
+        write.flush().await.map_err(Error::Io)?;
 
         buffer.clear();
         let reply = loop {
+            if speaks_tls(&buffer) {
+                return Err(Error::Tls(
+                    "the server answered with TLS; connect with TLS (give a CA file)".to_owned(),
+                ));
+            }
             if let Some(decoded) = codec.decode(&mut buffer).map_err(handshake_error)? {
                 break decoded;
             }
-            if stream.read_buf(&mut buffer).await.map_err(Error::Io)? == 0 {
+            if read.read_buf(&mut buffer).await.map_err(Error::Io)? == 0 {
                 return Err(Error::Io(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "the server closed the connection before answering the hello",
@@ -121,7 +156,6 @@ impl Connection {
         };
         tracing::debug!(%peer, %server, "connected");
 
-        let (read, write) = stream.into_split();
         let (requests, queue) = mpsc::channel(REQUEST_QUEUE);
         let pending = Arc::new(Pending::default());
         let stop = CancellationToken::new();
@@ -223,6 +257,12 @@ async fn connect_any(addrs: &[SocketAddr]) -> Result<(TcpStream, SocketAddr), Er
     Err(Error::Io(last))
 }
 
+/// Whether the first bytes of an answer are a TLS record (an alert or a handshake, version
+/// 3.x) rather than a frame: no frame can be that long, so this is a TLS server.
+fn speaks_tls(answer: &[u8]) -> bool {
+    matches!(answer, [0x15 | 0x16, 0x03, ..])
+}
+
 fn handshake_error(error: ProtocolError) -> Error {
     match error {
         ProtocolError::Io(error) => Error::Io(error),
@@ -231,9 +271,9 @@ fn handshake_error(error: ProtocolError) -> Error {
 }
 
 /// Takes requests from the queue and writes every request already queued with one write.
-async fn write_requests(
+async fn write_requests<W: AsyncWrite + Unpin>(
     mut queue: mpsc::Receiver<RequestFrame>,
-    mut write: OwnedWriteHalf,
+    mut write: W,
     mut codec: ClientCodec,
     pending: Arc<Pending>,
     stop: CancellationToken,
@@ -260,7 +300,8 @@ async fn write_requests(
         }
         let written = tokio::select! {
             () = stop.cancelled() => break,
-            written = write.write_all(&batch) => written,
+            // The flush matters for TLS, which may keep records back until flushed.
+            written = async { write.write_all(&batch).await?; write.flush().await } => written,
         };
         if let Err(error) = written {
             pending.close(&format!("write failed: {error}"));
@@ -293,8 +334,8 @@ fn encode(codec: &mut ClientCodec, frame: RequestFrame, batch: &mut BytesMut, pe
 }
 
 /// Reads responses and hands each to its caller until the connection ends.
-async fn read_responses(
-    mut read: OwnedReadHalf,
+async fn read_responses<R: AsyncRead + Unpin>(
+    mut read: R,
     mut buffer: BytesMut,
     mut codec: ClientCodec,
     pending: Arc<Pending>,

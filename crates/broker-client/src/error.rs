@@ -44,6 +44,11 @@ pub enum Error {
     /// The server refused the hello: wrong protocol version, wrong auth token.
     #[error("the server refused the connection: {0}")]
     Refused(ErrorReply),
+    /// TLS could not be set up or its handshake failed: an unreadable CA file, an invalid
+    /// server name, a server certificate that is not trusted or does not carry the server name,
+    /// a server that speaks TLS to a plain client or the other way round.
+    #[error("tls error: {0}")]
+    Tls(String),
     /// The server answered something this client cannot understand: an undecodable response, an
     /// outcome of the wrong kind for the call, an unknown protocol version.
     #[error("protocol error: {0}")]
@@ -105,6 +110,7 @@ mod tests {
             Error::Timeout,
             Error::Refused(ErrorReply::Unauthenticated("no token".into())),
             Error::Protocol("bad".into()),
+            Error::Tls("bad certificate".into()),
         ];
         for error in errors {
             let message = error.to_string();

@@ -38,12 +38,15 @@
 //! fails with [`Error::ConnectionLost`] and the next call reconnects; see [`Client`] for what
 //! that means for consumer groups.
 
+mod address;
 mod builder;
 mod client;
 mod connection;
 mod error;
 mod pending;
+mod tls;
 
+pub use address::ServerAddress;
 pub use broker_core::{
     Assignor, BrokerDescription, BrokerError, BrokerRecord, Command, GroupDescription,
     GroupPartitionDescription, KeyHash, MemberDescription, Outcome, PartitionDescription,
@@ -55,6 +58,8 @@ pub use builder::{
 };
 pub use client::Client;
 pub use error::Error;
+/// The rustls version [`ClientBuilder::tls`] takes its configuration from.
+pub use tokio_rustls::rustls;
 
 /// The README's code blocks, compiled as doc tests so the README cannot drift from the API.
 #[cfg(doctest)]

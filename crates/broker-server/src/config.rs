@@ -7,6 +7,7 @@ use broker_core::MAX_CAPACITY;
 use broker_proto::{ServerLimits, MAX_FRAME_CEILING};
 use tokio::sync::Semaphore;
 
+use crate::security::{AuthToken, ServerTls};
 use crate::{Fsync, ServerError};
 
 /// The name and version the server announces in its welcome, `broker-server/<version>`.
@@ -49,6 +50,10 @@ pub struct Config {
     /// Log bytes written since the last snapshot that trigger the next one; bounds recovery
     /// time.
     pub snapshot_log_bytes: u64,
+    /// The shared secret every hello must carry; `None` lets any client in.
+    pub auth_token: Option<AuthToken>,
+    /// The TLS identity connections are served with; `None` serves plain TCP.
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for Config {
@@ -67,6 +72,8 @@ impl Default for Config {
             fsync: Fsync::Always,
             fsync_interval: Duration::from_millis(50),
             snapshot_log_bytes: 64 * 1024 * 1024,
+            auth_token: None,
+            tls: None,
         }
     }
 }

@@ -1,13 +1,13 @@
-//! Framing on one TCP connection: a [`Connection`] reads frames from the socket's read half,
-//! and [`write_responses`] owns the write half, encoding queued responses and writing each
-//! group of them with one flush.
+//! Framing on one connection: a [`Connection`] reads frames from the stream's read half, and
+//! [`write_responses`] owns the write half, encoding queued responses and writing each group of
+//! them with one flush. Both are generic over the stream, so plain TCP and TLS share this code.
 
+use std::io;
 use std::net::SocketAddr;
 
 use broker_proto::{ErrorReply, ProtocolError, ResponseFrame, ServerCodec};
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::sync::CancellationToken;
@@ -19,16 +19,16 @@ const READ_CHUNK: usize = 64 * 1024;
 /// Encoded responses are written out whenever this many bytes are waiting.
 const WRITE_CHUNK: usize = 256 * 1024;
 
-/// The read side of a connection: the socket and the bytes read but not yet decoded.
+/// The read side of a connection: the stream and the bytes read but not yet decoded.
 #[derive(Debug)]
-pub(crate) struct Connection {
-    stream: OwnedReadHalf,
+pub(crate) struct Connection<R> {
+    stream: R,
     buffer: BytesMut,
 }
 
-impl Connection {
+impl<R: AsyncRead + Unpin> Connection<R> {
     /// A connection reading from `stream`.
-    pub(crate) fn new(stream: OwnedReadHalf) -> Self {
+    pub(crate) fn new(stream: R) -> Self {
         Connection {
             stream,
             buffer: BytesMut::with_capacity(READ_CHUNK),
@@ -53,7 +53,13 @@ impl Connection {
             if self.buffer.capacity() - self.buffer.len() < READ_CHUNK / 4 {
                 self.buffer.reserve(READ_CHUNK);
             }
-            if self.stream.read_buf(&mut self.buffer).await? == 0 {
+            let read = match self.stream.read_buf(&mut self.buffer).await {
+                // A TLS peer that closes without a close_notify alert: the frames say where
+                // messages end, so this is a clean end between frames and an error inside one.
+                Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => 0,
+                read => read?,
+            };
+            if read == 0 {
                 return codec.decode_eof(&mut self.buffer);
             }
         }
@@ -87,8 +93,8 @@ pub(crate) struct Outgoing {
 /// flushed once; the encoding buffer is written out whenever it passes [`WRITE_CHUNK`], so it
 /// stays small however large the group. On a write error, cancels `closing` so the rest of the
 /// connection stops too.
-pub(crate) async fn write_responses(
-    mut stream: OwnedWriteHalf,
+pub(crate) async fn write_responses<W: AsyncWrite + Unpin>(
+    mut stream: W,
     mut outgoing: mpsc::Receiver<Outgoing>,
     mut codec: ServerCodec,
     closing: CancellationToken,

@@ -31,6 +31,7 @@ mod connection;
 mod dispatch;
 mod durability;
 mod listen;
+mod security;
 mod server;
 mod session;
 mod waiter;
@@ -42,6 +43,7 @@ use tokio::net::TcpListener;
 pub use config::{Config, SERVER_NAME};
 pub use durability::{Fsync, Storage};
 pub use listen::{normalize_listen_addr, resolve_listen_addr};
+pub use security::{AuthToken, ServerTls};
 
 /// Why the server could not start or serve.
 #[derive(Debug, thiserror::Error)]
@@ -102,5 +104,16 @@ pub async fn run_with_storage(
         Some(storage) => Some(storage),
         None => Storage::open(&config)?,
     };
+    if config.auth_token.is_none() {
+        if let Ok(local) = listener.local_addr() {
+            if !local.ip().is_loopback() {
+                tracing::warn!(
+                    address = %local,
+                    "no auth token is configured and the server listens beyond loopback: \
+                     anyone who can reach it may read and delete every record"
+                );
+            }
+        }
+    }
     server::serve(listener, config, storage, shutdown).await
 }

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use broker_server::{normalize_listen_addr, resolve_listen_addr, Config};
+use broker_server::{
+    normalize_listen_addr, resolve_listen_addr, AuthToken, Config, ServerError, ServerTls,
+};
 use broker_server::{Fsync, Storage};
 use clap::Parser;
 use tokio::net::TcpListener;
@@ -19,7 +21,17 @@ Examples:
   broker-server --capacity 100 --listen :9092     every interface, port 9092
   broker-server --listen 127.0.0.1:0              an ephemeral port, printed when ready
   BROKER_LISTEN=[::1]:9092 broker-server          the same flags as environment variables
-  RUST_LOG=broker_server=debug broker-server      one log line per connection";
+  RUST_LOG=broker_server=debug broker-server      one log line per connection
+  BROKER_AUTH_TOKEN=s3cret broker-server --listen :9092
+                                                  clients must present the token
+  broker-server --tls-cert cert.pem --tls-key key.pem
+                                                  serve TLS only
+
+The auth token comes from --auth-token-file or the BROKER_AUTH_TOKEN environment variable,
+never from a command-line value (which any user could read in the process list).";
+
+/// The environment variable holding the auth token itself.
+const AUTH_TOKEN_ENV: &str = "BROKER_AUTH_TOKEN";
 
 /// A message broker: partitioned topics, consumer groups, acks and Kafka-style fetch and commit,
 /// served over TCP.
@@ -77,11 +89,33 @@ struct Args {
     /// and the log it covers removed; bounds recovery time.
     #[arg(long, env = "BROKER_SNAPSHOT_LOG_BYTES", default_value_t = 64 * 1024 * 1024)]
     snapshot_log_bytes: u64,
+    /// File holding the shared secret every client must present in its hello (trailing line
+    /// breaks are ignored). Or set BROKER_AUTH_TOKEN to the secret itself. Without either,
+    /// anyone who reaches the port gets in.
+    #[arg(long, env = "BROKER_AUTH_TOKEN_FILE", value_name = "PATH")]
+    auth_token_file: Option<PathBuf>,
+    /// PEM certificate chain (server certificate first): serve TLS only. Needs --tls-key.
+    #[arg(
+        long,
+        env = "BROKER_TLS_CERT",
+        value_name = "PEM",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(
+        long,
+        env = "BROKER_TLS_KEY",
+        value_name = "PEM",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<PathBuf>,
 }
 
 impl Args {
-    fn config(&self) -> Config {
-        Config {
+    /// The configuration, with the auth token and the TLS identity loaded.
+    fn config(&self) -> Result<Config, ServerError> {
+        Ok(Config {
             capacity: self.capacity,
             max_frame_bytes: self.max_frame_bytes,
             max_payload_bytes: self.max_payload_bytes,
@@ -94,21 +128,50 @@ impl Args {
             fsync: self.fsync,
             fsync_interval: Duration::from_millis(self.fsync_interval_ms),
             snapshot_log_bytes: self.snapshot_log_bytes,
+            auth_token: self.auth_token()?,
+            tls: match (&self.tls_cert, &self.tls_key) {
+                (Some(cert), Some(key)) => Some(ServerTls::from_pem_files(cert, key)?),
+                _ => None,
+            },
             ..Config::default()
+        })
+    }
+
+    /// The token from `--auth-token-file` or `BROKER_AUTH_TOKEN`; both at once is an error.
+    fn auth_token(&self) -> Result<Option<AuthToken>, ServerError> {
+        let from_env = std::env::var_os(AUTH_TOKEN_ENV);
+        match (&self.auth_token_file, from_env) {
+            (Some(_), Some(_)) => Err(ServerError::InvalidConfig(format!(
+                "give the auth token through --auth-token-file or {AUTH_TOKEN_ENV}, not both"
+            ))),
+            (Some(path), None) => AuthToken::from_file(path).map(Some),
+            (None, Some(token)) => {
+                let token = token.into_string().map_err(|_| {
+                    ServerError::InvalidConfig(format!("{AUTH_TOKEN_ENV} is not valid UTF-8"))
+                })?;
+                AuthToken::new(token)
+                    .map(Some)
+                    .map_err(|_| ServerError::InvalidConfig(format!("{AUTH_TOKEN_ENV} is empty")))
+            }
+            (None, None) => Ok(None),
         }
     }
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let config = args.config();
-    let checked = config
-        .validate()
-        .and_then(|()| normalize_listen_addr(&args.listen).map(drop));
-    if let Err(error) = checked {
-        eprintln!("error: {error}");
-        return ExitCode::from(2);
-    }
+    let config = args.config().and_then(|config| {
+        config.validate()?;
+        normalize_listen_addr(&args.listen)?;
+        Ok(config)
+    });
+    let config = match config {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(&args.log_level));
     let filter = match filter {
         Ok(filter) => filter,

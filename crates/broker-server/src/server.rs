@@ -1,5 +1,5 @@
-//! The accept loop and the life of one connection: handshake, then batches of pipelined
-//! requests, then a graceful close.
+//! The accept loop and the life of one connection: TLS handshake (when configured), hello and
+//! authentication, then batches of pipelined requests, then a graceful close.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -12,11 +12,11 @@ use broker_proto::{
     MAGIC, PROTOCOL_VERSION,
 };
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{self, Duration};
+use tokio_rustls::server::TlsStream;
 use tokio_util::codec::Encoder;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -28,10 +28,13 @@ use crate::durability::{self, Journal};
 use crate::session::{self, Sessions};
 use crate::waiter::{self, ReplyTo, Signals};
 use crate::Storage;
-use crate::{Config, ServerError, SERVER_NAME};
+use crate::{AuthToken, Config, ServerError, ServerTls, SERVER_NAME};
 
 /// How long a new connection may take to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a new connection may take to complete its TLS handshake, when TLS is on.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Largest hello frame accepted: a hello is a few dozen bytes, so a peer that has not yet
 /// identified itself cannot make the server buffer a whole request-sized frame.
@@ -166,7 +169,7 @@ async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
     }
 }
 
-/// Serves one connection from hello to close. `_permit` is its connection slot.
+/// Serves one connection from its first byte to close. `_permit` is its connection slot.
 async fn handle(
     shared: Arc<Shared>,
     id: u64,
@@ -178,31 +181,76 @@ async fn handle(
     if let Err(cause) = stream.set_nodelay(true) {
         debug!(peer = %peer, cause = %cause, "cannot set TCP_NODELAY");
     }
-    let (read, mut write) = stream.into_split();
-    let mut connection = Connection::new(read);
-    let mut handshake = ServerHandshakeCodec::new(MAX_HELLO_FRAME);
-    if handshake_ok(&shared, &mut connection, &mut handshake, &mut write, peer).await {
-        let codec = ServerCodec::new(shared.config.max_frame_bytes);
-        serve_requests(&shared, id, connection, codec, write, peer).await;
-        if shared.config.leave_on_disconnect {
-            session::disconnect(&shared, id);
+    match &shared.config.tls {
+        None => {
+            let (read, write) = stream.into_split();
+            serve_stream(&shared, id, read, write, peer).await;
+        }
+        Some(tls) => {
+            if let Some(stream) = accept_tls(&shared, tls, stream, peer).await {
+                let (read, write) = tokio::io::split(stream);
+                serve_stream(&shared, id, read, write, peer).await;
+            }
         }
     }
     debug!(peer = %peer, connection = id, "connection closed");
 }
 
-/// Reads the hello and answers it; `true` if the connection may go on to requests.
-async fn handshake_ok(
+/// Runs the server side of the TLS handshake; `None` (logged) if it fails, outlasts
+/// [`TLS_HANDSHAKE_TIMEOUT`] or the server shuts down first.
+async fn accept_tls(
     shared: &Shared,
-    connection: &mut Connection,
+    tls: &ServerTls,
+    stream: TcpStream,
+    peer: SocketAddr,
+) -> Option<TlsStream<TcpStream>> {
+    let accepted = tokio::select! {
+        () = shared.shutdown.cancelled() => return None,
+        accepted = time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(stream)) => accepted,
+    };
+    match accepted {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(cause)) => {
+            warn!(peer = %peer, cause = %cause, "TLS handshake failed; closing connection");
+            None
+        }
+        Err(_) => {
+            warn!(peer = %peer, cause = "no TLS handshake in time", "closing connection");
+            None
+        }
+    }
+}
+
+/// The hello, then requests until the connection ends, over either kind of stream.
+async fn serve_stream<R, W>(shared: &Arc<Shared>, id: u64, read: R, mut write: W, peer: SocketAddr)
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let mut connection = Connection::new(read);
+    let mut handshake = ServerHandshakeCodec::new(MAX_HELLO_FRAME);
+    if handshake_ok(shared, &mut connection, &mut handshake, &mut write, peer).await {
+        let codec = ServerCodec::new(shared.config.max_frame_bytes);
+        serve_requests(shared, id, connection, codec, write, peer).await;
+        if shared.config.leave_on_disconnect {
+            session::disconnect(shared, id);
+        }
+    }
+}
+
+/// Reads the hello and answers it; `true` if the connection may go on to requests.
+async fn handshake_ok<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    shared: &Shared,
+    connection: &mut Connection<R>,
     codec: &mut ServerHandshakeCodec,
-    write: &mut OwnedWriteHalf,
+    write: &mut W,
     peer: SocketAddr,
 ) -> bool {
     let read = tokio::select! {
         () = shared.shutdown.cancelled() => return false,
         read = time::timeout(HELLO_TIMEOUT, connection.read_frame(codec)) => read,
     };
+    let token = shared.config.auth_token.as_ref();
     let reply = match read {
         Err(_) => {
             warn!(peer = %peer, cause = "no hello in time", "closing connection");
@@ -224,7 +272,7 @@ async fn handshake_ok(
         Ok(Ok(Some(broker_proto::Decoded::Malformed { reason, .. }))) => HelloReply::Refused(
             ErrorReply::UnsupportedProtocol(format!("malformed hello: {reason}")),
         ),
-        Ok(Ok(Some(broker_proto::Decoded::Message(hello)))) => match check_hello(&hello) {
+        Ok(Ok(Some(broker_proto::Decoded::Message(hello)))) => match check_hello(&hello, token) {
             Ok(()) => {
                 debug!(peer = %peer, client = %hello.client, "hello");
                 HelloReply::Welcome {
@@ -245,7 +293,12 @@ async fn handshake_ok(
         error!(peer = %peer, cause = %cause, "cannot encode the hello reply");
         return false;
     }
-    if let Err(cause) = write.write_all(&buffer).await {
+    // The flush matters for TLS, which may keep records back until flushed.
+    let written = async {
+        write.write_all(&buffer).await?;
+        write.flush().await
+    };
+    if let Err(cause) = written.await {
         warn!(peer = %peer, cause = %cause, "writing the hello reply failed");
         return false;
     }
@@ -256,9 +309,9 @@ async fn handshake_ok(
     welcomed
 }
 
-/// Whether the server accepts a hello. Checks the magic and the version; an authentication
-/// check of `hello.auth_token` belongs here too.
-fn check_hello(hello: &Hello) -> Result<(), ErrorReply> {
+/// Whether the server accepts a hello: the magic, the version, then, when the server has a
+/// token, the hello's token (compared in constant time; the refusal never repeats it).
+fn check_hello(hello: &Hello, token: Option<&AuthToken>) -> Result<(), ErrorReply> {
     if hello.magic != MAGIC {
         return Err(ErrorReply::UnsupportedProtocol(format!(
             "bad magic {:?}, expected {:?}",
@@ -271,19 +324,31 @@ fn check_hello(hello: &Hello) -> Result<(), ErrorReply> {
             hello.version
         )));
     }
+    if let Some(token) = token {
+        if !token.matches(hello.auth_token.as_deref()) {
+            let why = match hello.auth_token {
+                None => "this server requires an auth token and the hello has none",
+                Some(_) => "wrong auth token",
+            };
+            return Err(ErrorReply::Unauthenticated(why.into()));
+        }
+    }
     Ok(())
 }
 
 /// Reads, applies and answers requests until the peer closes, a protocol error, a write error
 /// or shutdown; then answers parked requests at once, flushes and closes.
-async fn serve_requests(
+async fn serve_requests<R, W>(
     shared: &Arc<Shared>,
     id: u64,
-    mut connection: Connection,
+    mut connection: Connection<R>,
     mut codec: ServerCodec,
-    write: OwnedWriteHalf,
+    write: W,
     peer: SocketAddr,
-) {
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let max_in_flight = shared.config.max_in_flight;
     let (outgoing, responses) = mpsc::channel(max_in_flight);
     let closing = shared.shutdown.child_token();
@@ -329,10 +394,10 @@ async fn serve_requests(
 /// The read loop: waits for an in-flight permit, reads one frame, drains every frame already
 /// buffered (one permit each), applies them all under one lock and hands the responses to the
 /// writer. Returns `Ok` when the peer closes or the connection is closing.
-async fn read_requests(
+async fn read_requests<R: AsyncRead + Unpin>(
     shared: &Arc<Shared>,
     reply_to: &ReplyTo,
-    connection: &mut Connection,
+    connection: &mut Connection<R>,
     codec: &mut ServerCodec,
     in_flight: &Arc<Semaphore>,
 ) -> Result<(), ProtocolError> {
