@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use broker_client::{BrokerRecord, Client};
+use broker_client::{BrokerRecord, Client, PublishRecord};
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::{Args, ValueEnum};
 use futures::stream::{self, StreamExt, TryStreamExt};
@@ -34,7 +34,7 @@ const FULL_BACKOFF: Duration = Duration::from_micros(200);
   broker bench publish --producers 1 --depth 1            single-request latency
   broker bench publish --producers 8 --depth 64           pipelined publish
   broker bench ack --producers 4 --consumers 4            publish + poll/ack over 64 partitions
-  broker bench fetch --batch 1000                         publish + fetch/commit in batches
+  broker bench fetch --batch 1000 --publish-batch 100     batches both ways
   broker bench mixed --duration 10s --json                both kinds of group at once
   broker bench ping --records 20000                       raw loopback round trips, no broker
 
@@ -64,6 +64,10 @@ pub struct BenchArgs {
     /// Requests each producer keeps in flight on its connection (1 = no pipelining).
     #[arg(long, default_value_t = 64)]
     pub depth: usize,
+    /// Records per publish request: 1 publishes one record per request (`publish`); more sends
+    /// `publish_batch` requests of this many records.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub publish_batch: u64,
     /// Partitions of the benchmark topic.
     #[arg(long, default_value_t = 64)]
     pub partitions: i32,
@@ -353,6 +357,8 @@ pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
                 partitions: args.partitions,
                 size: args.size,
                 depth: args.depth,
+                // At most 10,000 (checked by clap).
+                batch: args.publish_batch as usize,
                 retry_full: args.workload != Workload::Publish,
                 deadline,
                 shared: Arc::clone(&shared),
@@ -484,6 +490,7 @@ struct Producer {
     partitions: i32,
     size: usize,
     depth: usize,
+    batch: usize,
     retry_full: bool,
     deadline: Option<Instant>,
     shared: Arc<Shared>,
@@ -496,28 +503,31 @@ async fn produce(client: Client, producer: Producer) -> anyhow::Result<Histogram
     let p = &producer;
     let client = &client;
     let latency_ref = &latency;
-    stream::iter(0..p.share)
+    let batches = (0..p.share)
+        .step_by(p.batch)
+        .map(|first| first..(first + p.batch as u64).min(p.share));
+    stream::iter(batches)
         .take_while(|_| std::future::ready(p.deadline.is_none_or(|d| Instant::now() < d)))
-        .map(|sequence| async move {
-            let partition = ((u64::from(p.index) + sequence) % p.partitions as u64) as i32;
+        .map(|sequences| async move {
+            let mut unstored: Vec<u64> = sequences.collect();
             loop {
-                let payload =
-                    encode_payload(p.size, p.index, sequence, elapsed_nanos(p.shared.start));
                 let sent = Instant::now();
-                let offset = client.publish(&p.topic, partition, payload).await?;
+                let refused = publish_once(client, p, &unstored).await?;
                 let nanos = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
                 let _ = latency_ref
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .record(nanos.max(1));
-                if offset >= 0 {
-                    p.shared.published.fetch_add(1, Ordering::Relaxed);
+                p.shared
+                    .published
+                    .fetch_add((unstored.len() - refused.len()) as u64, Ordering::Relaxed);
+                p.shared
+                    .refused
+                    .fetch_add(refused.len() as u64, Ordering::Relaxed);
+                if refused.is_empty() || !p.retry_full {
                     return anyhow::Ok(());
                 }
-                p.shared.refused.fetch_add(1, Ordering::Relaxed);
-                if !p.retry_full {
-                    return Ok(());
-                }
+                unstored = refused;
                 tokio::time::sleep(FULL_BACKOFF).await;
             }
         })
@@ -525,6 +535,40 @@ async fn produce(client: Client, producer: Producer) -> anyhow::Result<Histogram
         .try_collect::<()>()
         .await?;
     Ok(latency.into_inner().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// Publishes the records `sequences` in one request (a single publish, or a batch) and
+/// returns the sequences whose partition was full.
+async fn publish_once(
+    client: &Client,
+    p: &Producer,
+    sequences: &[u64],
+) -> anyhow::Result<Vec<u64>> {
+    let partition_of =
+        |sequence: u64| ((u64::from(p.index) + sequence) % p.partitions as u64) as i32;
+    let payload_of =
+        |sequence: u64| encode_payload(p.size, p.index, sequence, elapsed_nanos(p.shared.start));
+    if let [sequence] = sequences {
+        let offset = client
+            .publish(&p.topic, partition_of(*sequence), payload_of(*sequence))
+            .await?;
+        return Ok(if offset < 0 {
+            vec![*sequence]
+        } else {
+            Vec::new()
+        });
+    }
+    let records = sequences
+        .iter()
+        .map(|&sequence| PublishRecord::to_partition(partition_of(sequence), payload_of(sequence)))
+        .collect();
+    let placed = client.publish_batch(&p.topic, records).await?;
+    Ok(sequences
+        .iter()
+        .zip(placed)
+        .filter(|(_, (_, offset))| *offset < 0)
+        .map(|(&sequence, _)| sequence)
+        .collect())
 }
 
 struct Consumer {
@@ -548,50 +592,72 @@ async fn consume(client: Client, consumer: Consumer) -> anyhow::Result<()> {
         check,
         shared,
     } = consumer;
+    // The deliveries of the previous round, acknowledged (ack mode) or committed (fetch mode)
+    // in the same round trip as the next poll or fetch, which the server applies after them.
+    let mut unsettled: Vec<(i32, i64)> = Vec::new();
     loop {
-        let records = match mode {
-            GroupMode::Ack => {
-                client
-                    .poll_wait(&topic, group, &member, batch.min(64), CONSUMER_WAIT)
-                    .await?
-            }
-            GroupMode::Fetch => {
-                client
-                    .fetch_wait(&topic, group, &member, batch, CONSUMER_WAIT)
-                    .await?
-            }
-        };
-        if !records.is_empty() {
-            {
-                let now = elapsed_nanos(shared.start);
-                let mut check = check.lock().unwrap_or_else(PoisonError::into_inner);
-                for record in &records {
-                    check.observe(record, now);
-                }
-            }
-            match mode {
-                GroupMode::Ack => {
-                    let acks = records
-                        .iter()
-                        .map(|r| client.ack(&topic, group, &member, r.partition, r.offset));
-                    let acked = futures::future::try_join_all(acks).await?;
-                    if acked.iter().any(|ok| !ok) {
-                        bail!("the broker refused an acknowledgement of a record it delivered");
-                    }
-                }
-                GroupMode::Fetch => client.commit(&topic, group, &member, None).await?,
-            }
-        }
         let done = shared.producers_done.load(Ordering::SeqCst)
             && check
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .consumed
                 >= shared.published.load(Ordering::SeqCst);
+        let settle = settle(&client, &topic, group, &member, mode, &unsettled);
         if done {
-            return Ok(());
+            return settle.await;
+        }
+        let next = async {
+            match mode {
+                GroupMode::Ack => {
+                    client
+                        .poll_wait(&topic, group, &member, batch.min(64), CONSUMER_WAIT)
+                        .await
+                }
+                GroupMode::Fetch => {
+                    client
+                        .fetch_wait(&topic, group, &member, batch, CONSUMER_WAIT)
+                        .await
+                }
+            }
+        };
+        let (settled, records) = tokio::join!(settle, next);
+        settled?;
+        let records = records?;
+        unsettled.clear();
+        let now = elapsed_nanos(shared.start);
+        let mut observed = check.lock().unwrap_or_else(PoisonError::into_inner);
+        for record in &records {
+            observed.observe(record, now);
+            unsettled.push((record.partition, record.offset));
         }
     }
+}
+
+/// Acknowledges (ack mode) or commits (fetch mode) what a consumer took in its last round.
+async fn settle(
+    client: &Client,
+    topic: &str,
+    group: &str,
+    member: &str,
+    mode: GroupMode,
+    taken: &[(i32, i64)],
+) -> anyhow::Result<()> {
+    if taken.is_empty() {
+        return Ok(());
+    }
+    match mode {
+        GroupMode::Ack => {
+            let acks = taken
+                .iter()
+                .map(|&(partition, offset)| client.ack(topic, group, member, partition, offset));
+            let acked = futures::future::try_join_all(acks).await?;
+            if acked.iter().any(|ok| !ok) {
+                bail!("the broker refused an acknowledgement of a record it delivered");
+            }
+        }
+        GroupMode::Fetch => client.commit(topic, group, member, None).await?,
+    }
+    Ok(())
 }
 
 /// Bytes of one ping and of its echo.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use broker_core::{
     Assignor, BrokerDescription, BrokerRecord, Command, KeyHash, Outcome, PartitionLag,
-    TopicDescription,
+    PublishRecord, TopicDescription,
 };
 use broker_proto::ServerLimits;
 use bytes::Bytes;
@@ -348,6 +348,33 @@ impl Client {
         match self.send(command, Duration::ZERO).await? {
             Outcome::PublishedKeyed { partition, offset } => Ok((partition, offset)),
             other => Err(unexpected("publish_keyed", &other)),
+        }
+    }
+
+    /// Publishes many records in one request, applied atomically: each goes to its explicit
+    /// partition, or where its key hashes, or round-robin, as single publishes would. Returns
+    /// each record's partition and offset (`-1` where its partition was full). One request per
+    /// batch instead of one per record is the fast way to publish a stream.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a malformed or unknown topic, more than
+    /// [`broker_core::MAX_BATCH_RECORDS`] records or an explicit partition the topic does not
+    /// have (nothing is published then); [`Error::Server`] with `TooLarge` when a record
+    /// exceeds the payload limit or the batch exceeds the frame limit; otherwise as
+    /// [`Client::send`].
+    pub async fn publish_batch(
+        &self,
+        topic: &str,
+        records: Vec<PublishRecord>,
+    ) -> Result<Vec<(i32, i64)>, Error> {
+        let command = Command::PublishBatch {
+            topic: topic.to_owned(),
+            records,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::PublishedBatch(placed) => Ok(placed),
+            other => Err(unexpected("publish_batch", &other)),
         }
     }
 
@@ -733,6 +760,7 @@ fn unexpected(call: &str, outcome: &Outcome) -> Error {
         Outcome::Offset(_) => "Offset",
         Outcome::Lag(_) => "Lag",
         Outcome::Description(_) => "Description",
+        Outcome::PublishedBatch(_) => "PublishedBatch",
     };
     Error::Protocol(format!("unexpected {kind} outcome for {call}"))
 }

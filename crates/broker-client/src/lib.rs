@@ -50,7 +50,7 @@ pub use address::ServerAddress;
 pub use broker_core::{
     Assignor, BrokerDescription, BrokerError, BrokerRecord, Command, GroupDescription,
     GroupPartitionDescription, KeyHash, MemberDescription, Outcome, PartitionDescription,
-    PartitionLag, TopicDescription,
+    PartitionLag, PublishRecord, TopicDescription,
 };
 pub use broker_proto::{ErrorReply, ServerLimits};
 pub use builder::{

@@ -2,7 +2,7 @@
 //! broker, responses come out, and poll or fetch requests that found nothing and asked to wait
 //! come out as parked requests for the waiter.
 
-use broker_core::{BrokerState, Command, Outcome};
+use broker_core::{BrokerState, Command, Outcome, PublishRecord};
 use broker_proto::{Decoded, ErrorReply, RequestFrame, ResponseFrame};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Duration, Instant};
@@ -158,6 +158,7 @@ pub(crate) fn execute(
         command,
         Command::Publish { .. }
             | Command::PublishKeyed { .. }
+            | Command::PublishBatch { .. }
             | Command::Ack { .. }
             | Command::Retry { .. }
             | Command::Join { .. }
@@ -182,11 +183,13 @@ pub(crate) fn execute(
 /// Refuses payloads over the limit and gives polls and fetches a byte budget whose response
 /// fits in a frame.
 fn prepare(config: &Config, mut command: Command) -> Result<Command, ErrorReply> {
+    // The largest record of the request: every record must fit the payload limit.
     let payload_size = match &command {
         Command::Publish { payload, .. } => Some(payload.len()),
         Command::PublishKeyed { key, payload, .. } => {
             Some(payload.len() + key.as_ref().map_or(0, |key| key.len()))
         }
+        Command::PublishBatch { records, .. } => records.iter().map(PublishRecord::size).max(),
         _ => None,
     };
     if let Some(size) = payload_size.filter(|&size| size > config.max_payload_bytes) {
