@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use broker_client::{
-    Assignor, BrokerDescription, BrokerError, BrokerRecord, Client, Error, KeyHash, PartitionLag,
+    Assignor, BrokerDescription, BrokerError, BrokerRecord, Client, Error, ErrorReply, KeyHash,
+    PartitionLag, PublishRecord,
 };
 use bytes::Bytes;
 use support::ServerProcess;
@@ -989,4 +990,52 @@ async fn sigterm_answers_a_parked_poll_and_exits_0_quickly() {
         start.elapsed()
     );
     drop(server);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batch publish
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_publish_places_records_like_single_publishes_and_refuses_oversized_ones() {
+    let server = ServerProcess::start(&["--capacity", "2", "--max-payload-bytes", "8"]);
+    let client = connect(&server).await;
+    client.create("t", 7).await.unwrap();
+    let placed = client
+        .publish_batch(
+            "t",
+            vec![
+                PublishRecord::to_partition(6, "a"),
+                PublishRecord::to_partition(6, "b"),
+                PublishRecord::to_partition(6, "full"),
+                PublishRecord::keyed(Some(b"21"), "keyed"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(placed, [(6, 0), (6, 1), (6, -1), (3, 0)]);
+    let before = client.describe().await.unwrap();
+    let oversized = client
+        .publish_batch(
+            "t",
+            vec![
+                PublishRecord::to_partition(0, "ok"),
+                PublishRecord::to_partition(0, "nine byte"),
+            ],
+        )
+        .await;
+    assert!(
+        matches!(oversized, Err(Error::Server(ErrorReply::TooLarge { .. }))),
+        "{oversized:?}"
+    );
+    assert!(matches!(
+        client
+            .publish_batch("t", vec![PublishRecord::to_partition(7, "x")])
+            .await,
+        Err(Error::Broker(BrokerError::InvalidArgument(_)))
+    ));
+    assert_eq!(
+        client.describe().await.unwrap(),
+        before,
+        "nothing was stored"
+    );
 }
