@@ -670,20 +670,22 @@ fn exit_codes_are_1_for_refusals_and_unreachable_servers_and_2_for_bad_arguments
 }
 
 #[test]
-fn a_batch_the_server_refuses_exits_1_and_leaves_the_group_it_joined() {
+fn a_batch_too_large_for_ack_mode_exits_1_before_joining() {
     let server = ServerProcess::start(&[]);
     broker(&server, &["create", "t"]).ok();
-    // Ack mode reserves at most 64 records per poll; the server says so.
+    // Ack mode reserves at most 64 records per poll: refused before the member joins.
     let run = broker(
         &server,
         &["consume", "t", "-g", "g", "-m", "m", "--batch", "65"],
     );
     assert_eq!(run.code, Some(1), "{run:#?}");
     assert_eq!(run.stdout, "");
-    let last = run.stderr.lines().last().unwrap();
-    assert!(last.starts_with("error: invalid argument"), "{run:#?}");
-    let group = &describe_json(&server, "t")["topics"][0]["groups"][0];
-    assert_eq!(group["members"], serde_json::json!([]), "{group:#}");
+    assert_eq!(
+        run.stderr.trim(),
+        "error: --batch in ack mode is at most 64 (a poll takes one record per partition)"
+    );
+    let groups = &describe_json(&server, "t")["topics"][0]["groups"];
+    assert_eq!(groups, &serde_json::json!([]), "{groups:#}");
 }
 
 #[test]

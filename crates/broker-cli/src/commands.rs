@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
-use broker_client::{Assignor, BrokerRecord, Client, Error, ErrorReply, KeyHash};
+use broker_client::{Assignor, BrokerRecord, Client, Error, ErrorReply, KeyHash, MAX_POLL_RECORDS};
 use futures::stream::{self, StreamExt, TryStreamExt};
 
 use crate::cli::{
@@ -235,6 +235,9 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
         group,
         member,
     } = &args.member;
+    if args.mode == ConsumeMode::Ack && args.batch > MAX_POLL_RECORDS {
+        bail!("--batch in ack mode is at most {MAX_POLL_RECORDS} (a poll takes one record per partition)");
+    }
     let partitions = match args.assignor {
         Some(assignor) => {
             client

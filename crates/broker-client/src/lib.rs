@@ -50,7 +50,8 @@ pub use address::ServerAddress;
 pub use broker_core::{
     Assignor, BrokerDescription, BrokerError, BrokerRecord, Command, GroupDescription,
     GroupPartitionDescription, KeyHash, MemberDescription, Outcome, PartitionDescription,
-    PartitionLag, PublishRecord, TopicDescription,
+    PartitionLag, PublishRecord, TopicDescription, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
+    MAX_POLL_RECORDS,
 };
 pub use broker_proto::{ErrorReply, ServerLimits};
 pub use builder::{
