@@ -155,14 +155,19 @@ async fn tls_with_a_token_end_to_end_through_the_cli_and_the_client() {
         pki.key_file.to_str().unwrap(),
         pki.ca_file.to_str().unwrap(),
     );
-    let server = ServerProcess::start(&[
-        "--tls-cert",
-        cert,
-        "--tls-key",
-        key,
-        "--auth-token-file",
-        token_file.to_str().unwrap(),
-    ]);
+    let log = pki.path("server.log");
+    let mut server = ServerProcess::start_with(
+        &[
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--auth-token-file",
+            token_file.to_str().unwrap(),
+        ],
+        &[],
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
     // The certificate names localhost; so does the address here.
     let addr = format!("localhost:{}", server.addr.port());
     let secure = [("BROKER_AUTH_TOKEN", TOKEN)];
@@ -246,6 +251,22 @@ async fn tls_with_a_token_end_to_end_through_the_cli_and_the_client() {
             + client.end_offset("orders", 1).await.unwrap(),
         2
     );
+
+    // Each failed handshake was logged with the peer and the cause.
+    server.terminate(Duration::from_secs(10));
+    let log = std::fs::read_to_string(&log).unwrap();
+    let failures: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("TLS handshake failed"))
+        .collect();
+    assert_eq!(failures.len(), 3, "{log}");
+    for line in failures {
+        assert!(
+            line.contains("peer=127.0.0.1:") && line.contains("cause="),
+            "{line}"
+        );
+    }
+    assert!(!log.contains(TOKEN), "the token leaked into the log: {log}");
 }
 
 /// Starts the server on every interface with `env`, makes one call (so start-up is over) and

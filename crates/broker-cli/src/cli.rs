@@ -36,7 +36,8 @@ pub struct Cli {
     #[arg(long, global = true, env = "BROKER_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
 
-    /// The name the server's TLS certificate must carry; by default the host part of --addr.
+    /// With --tls-ca: the name the server's TLS certificate must carry; by default the host
+    /// part of --addr.
     #[arg(
         long,
         global = true,

@@ -25,6 +25,9 @@
 //! pipelined requests is applied under one lock of the core (`dispatch`); poll and fetch
 //! requests that ask to wait are parked on per-topic signals (`waiter`); members joined over a
 //! connection are tracked and expire after a session timeout (`session`).
+//!
+//! Who may come in is settled before any request (`security`): the TLS handshake when a
+//! [`ServerTls`] is configured, then the hello's token checked against the [`AuthToken`].
 
 mod config;
 mod connection;
