@@ -29,6 +29,15 @@
 //! # }
 //! ```
 //!
+//! # Security
+//!
+//! A server that requires a token refuses a client without it (or with a wrong one) with
+//! `Error::Refused(ErrorReply::Unauthenticated(_))` ([`Error::Refused`]); give it with
+//! [`ClientBuilder::auth_token`]. A TLS server needs [`ClientBuilder::tls_ca_file`] (or
+//! [`ClientBuilder::tls`]): the client then verifies the server's certificate against that CA
+//! and against the host part of the address (or [`ClientBuilder::tls_server_name`]), and any
+//! failure is an [`Error::Tls`] saying why. Reconnections use the same settings.
+//!
 //! # Design
 //!
 //! A writer task takes requests from a bounded queue and writes every request already queued
