@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Side by side: broker-server and Redis Streams on loopback, the same workloads one after the
+# other in one run (same record size, connections, pipeline depth and record count), then one
+# table: workload, ours, Redis, ratio. Installs redis-server, redis-tools and the `redis` Python
+# package if missing. Loopback only; stops by itself and stops what it started.
+#
+#   bench/compare.sh                 # RECORDS=200000 SIZE=100 by default
+#   RECORDS=500000 bench/compare.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RECORDS="${RECORDS:-200000}"
+SIZE="${SIZE:-100}"
+LATENCY_REQUESTS="${LATENCY_REQUESTS:-20000}"
+
+if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
+  echo "installing redis-server and redis-tools..." >&2
+  apt-get update -qq && apt-get install -y -qq redis-server redis-tools >/dev/null
+fi
+python3 -c 'import redis' 2>/dev/null || pip install -q redis >/dev/null
+
+echo "building release binaries..." >&2
+cargo build --release --locked -q -p broker-server -p broker-cli
+broker=target/release/broker
+
+workdir="$(mktemp -d)"
+server_pid=""
+redis_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+cleanup() {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
+  redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
+  rm -rf "$workdir"
+}
+trap cleanup EXIT
+
+target/release/broker-server --listen 127.0.0.1:0 --capacity 1000 --log-level warn \
+  >"$workdir/server.out" 2>"$workdir/server.err" &
+server_pid=$!
+for _ in $(seq 1 100); do grep -q '^listening on ' "$workdir/server.out" && break; sleep 0.05; done
+export BROKER_ADDR="$(sed -n 's/^listening on //p' "$workdir/server.out")"
+redis-server --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no \
+  --daemonize yes --logfile "$workdir/redis.log" --dir "$workdir"
+for _ in $(seq 1 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+value="$(head -c "$SIZE" /dev/zero | tr '\0' x)"
+# redis-benchmark's "latency summary" line: avg min p50 p95 p99 max (msec).
+redis_xadd() { # clients pipeline requests -> "rps p50_us p99_us"
+  redis-benchmark -p "$redis_port" -n "$3" -c "$1" -P "$2" XADD "bench-$1-$2" '*' f "$value" 2>/dev/null \
+    | tr '\r' '\n' | awk '
+      /requests per second/ && /throughput summary/ { rps=$3 }
+      /throughput summary/ { rps=$3 }
+      /avg *min *p50/ { getline; p50=$3*1000; p99=$5*1000 }
+      END { printf "%s %s %s\n", rps, p50, p99 }'
+}
+
+rows=()
+row() { rows+=("$(printf '%-52s %14s %14s %8s' "$1" "$2" "$3" "$4")"); }
+ratio() { python3 -c "print(f'{$1/$2:.2f}x')"; }
+
+echo "measuring..." >&2
+# Memory per retained record: RSS growth while one topic fills 64 partitions x 1000 records.
+rss() { awk '/^VmRSS/ { print $2 * 1024 }' "/proc/$server_pid/status"; }
+before="$(rss)"
+$broker bench publish --producers 1 --depth 64 --records 64000 --size "$SIZE" --json >/dev/null
+after="$(rss)"
+overhead="$(python3 -c "print(round(($after - $before) / 64000 - $SIZE))")"
+
+
+ping_p50="$($broker bench ping --records "$LATENCY_REQUESTS" --json | json 'd["round_trip"]["p50_us"]')"
+
+ours="$($broker bench publish --producers 1 --depth 1 --records "$LATENCY_REQUESTS" --size "$SIZE" --json)"
+ours_p50="$(echo "$ours" | json 'd["publish_latency"]["p50_us"]')"
+ours_p99="$(echo "$ours" | json 'd["publish_latency"]["p99_us"]')"
+read -r redis_rps redis_p50 redis_p99 <<<"$(redis_xadd 1 1 "$LATENCY_REQUESTS")"
+row "single publish, 1 conn, no pipelining: p50 (µs)" "$ours_p50" "$redis_p50" "$(ratio "$ours_p50" "$redis_p50")"
+row "single publish, 1 conn, no pipelining: p99 (µs)" "$ours_p99" "$redis_p99" "$(ratio "$ours_p99" "$redis_p99")"
+row "raw loopback ping-pong p50 (µs), ours / raw" "$ours_p50" "$ping_p50 (raw)" "$(ratio "$ours_p50" "$ping_p50")"
+
+for conns in 1 8; do
+  ours="$($broker bench publish --producers "$conns" --depth 64 --records "$RECORDS" --size "$SIZE" --json)"
+  ours_rps="$(echo "$ours" | json 'int(d["requests_per_sec"])')"
+  refused="$(echo "$ours" | json 'd["publish_refused_full"]')"
+  read -r redis_rps _ _ <<<"$(redis_xadd "$conns" 64 "$RECORDS")"
+  row "publish, $conns conn x depth 64: requests/s ($refused full)" "$ours_rps" "${redis_rps%.*}" "$(ratio "$ours_rps" "$redis_rps")"
+done
+
+ours="$($broker bench ack --producers 2 --consumers 2 --partitions 64 --records "$RECORDS" --size "$SIZE" --json)"
+ours_rps="$(echo "$ours" | json 'int(d["records_per_sec"])')"
+redis="$(python3 bench/redis_e2e.py --port "$redis_port" --records "$RECORDS" --size "$SIZE" --producers 2 --consumers 2 --batch 100)"
+redis_rps="$(echo "$redis" | json 'int(d["records_per_sec"])')"
+row "end to end, ack mode, 64 partitions: records/s" "$ours_rps" "$redis_rps" "$(ratio "$ours_rps" "$redis_rps")"
+
+ours="$($broker bench fetch --producers 2 --consumers 1 --batch 1000 --records "$RECORDS" --size "$SIZE" --json)"
+ours_rps="$(echo "$ours" | json 'int(d["records_per_sec"])')"
+redis="$(python3 bench/redis_e2e.py --port "$redis_port" --records "$RECORDS" --size "$SIZE" --producers 2 --consumers 1 --batch 1000)"
+redis_rps="$(echo "$redis" | json 'int(d["records_per_sec"])')"
+row "end to end, fetch/commit (batches of 1000): records/s" "$ours_rps" "$redis_rps" "$(ratio "$ours_rps" "$redis_rps")"
+ours="$($broker bench fetch --producers 2 --consumers 1 --batch 1000 --publish-batch 100 --records "$RECORDS" --size "$SIZE" --json)"
+ours_rps="$(echo "$ours" | json 'int(d["records_per_sec"])')"
+row "  ... ours publishing batches of 100 (Redis: pipeline 64)" "$ours_rps" "$redis_rps" "$(ratio "$ours_rps" "$redis_rps")"
+
+printf '\n%-52s %14s %14s %8s\n' "workload ($SIZE-byte records, $RECORDS records)" "ours" "Redis 7" "ratio"
+printf '%s\n' "${rows[@]}"
+echo
+echo "server memory per retained record beyond its $SIZE-byte payload: about $overhead bytes (RSS growth / 64,000 records)"
+echo "(latency rows: lower is better; throughput rows: higher is better. Redis end-to-end clients are Python (redis-py) processes, as in the reference figures; ours are broker bench tasks.)"
