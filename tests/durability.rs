@@ -402,3 +402,141 @@ fn a_second_server_on_the_same_directory_is_refused() {
         "unexpected message: {stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restored_members_get_a_fresh_session_and_expire_without_their_consumer() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = |dir: &Path| {
+        vec![
+            "--data-dir".to_owned(),
+            dir.to_str().unwrap().to_owned(),
+            "--session-timeout-ms".to_owned(),
+            "1500".to_owned(),
+        ]
+    };
+    let args = flags(dir.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut server = ServerProcess::start(&args);
+    let client = connect(&server).await;
+    client.create(TOPIC, 2).await.unwrap();
+    assert_eq!(client.join(TOPIC, "g", "m1").await.unwrap(), vec![0, 1]);
+    server.kill();
+
+    let server = ServerProcess::start(&args);
+    let client = connect(&server).await;
+    let members = |description: broker_client::BrokerDescription| {
+        description.topics[0].groups[0].members.len()
+    };
+    let started = Instant::now();
+    assert_eq!(members(client.describe().await.unwrap()), 1);
+    // Nobody speaks for m1: its restored session expires and the removal is logged.
+    while members(client.describe().await.unwrap()) == 1 {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "the restored member never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "the restored member expired after {:?}, before a fresh session timeout",
+        started.elapsed()
+    );
+    drop(client);
+    drop(server);
+    let server = ServerProcess::start(&args);
+    let description = connect(&server).await.describe().await.unwrap();
+    assert_eq!(members(description), 0, "the expiry was not logged");
+}
+
+/// A small filesystem (tmpfs) mounted for the full-disk test, unmounted on drop.
+struct SmallDisk {
+    path: std::path::PathBuf,
+}
+
+impl SmallDisk {
+    /// `None` when this process may not mount (the test then has nothing to check).
+    fn mount(parent: &Path, size: &str) -> Option<SmallDisk> {
+        let path = parent.join("small");
+        std::fs::create_dir_all(&path).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&path)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        mounted.then_some(SmallDisk { path })
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.path).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_changes_with_a_storage_error_and_recovers_when_space_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(disk) = SmallDisk::mount(dir.path(), "512k") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let data = disk.path.join("data");
+    let data_arg = data.to_str().unwrap().to_owned();
+    let mut server = ServerProcess::start(&["--data-dir", &data_arg, "--capacity", "1000"]);
+    let client = connect(&server).await;
+    client.create(TOPIC, 1).await.unwrap();
+    // Leave about 64 KiB free.
+    let filler = disk.path.join("filler");
+    std::fs::write(&filler, vec![0u8; 448 * 1024]).unwrap();
+    let payload = "x".repeat(1000);
+    let mut acknowledged = 0i64;
+    let mut attempts = 0;
+    let refusal = loop {
+        attempts += 1;
+        assert!(attempts < 200, "the disk never filled up");
+        // The publish whose write fails first waits for the retry: give up on it after a while.
+        let publish = client.publish(TOPIC, 0, payload.clone());
+        match tokio::time::timeout(Duration::from_millis(500), publish).await {
+            Ok(Ok(offset)) => {
+                assert_eq!(offset, acknowledged);
+                acknowledged += 1;
+            }
+            Ok(Err(error)) => break error,
+            Err(_) => {} // applied, waiting for its entry to be written
+        }
+    };
+    match &refusal {
+        broker_client::Error::Server(broker_client::ErrorReply::Storage(message)) => {
+            assert!(message.contains("No space left"), "{message}");
+        }
+        other => panic!("expected a storage error, got {other:?}"),
+    }
+    // Reads go on.
+    let end_while_full = client.end_offset(TOPIC, 0).await.unwrap();
+    assert!(end_while_full >= acknowledged);
+    std::fs::remove_file(&filler).unwrap();
+    let started = Instant::now();
+    let after = loop {
+        match client.publish(TOPIC, 0, "after").await {
+            Ok(offset) => break offset,
+            Err(_) => {
+                assert!(started.elapsed() < PATIENCE, "changes still refused");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    // No offset was consumed by a refused publish.
+    assert_eq!(after, end_while_full);
+    server.kill();
+    let server = ServerProcess::start(&["--data-dir", &data_arg, "--capacity", "1000"]);
+    let end = connect(&server).await.end_offset(TOPIC, 0).await.unwrap();
+    assert_eq!(
+        end,
+        after + 1,
+        "acknowledged publishes lost or refused ones kept"
+    );
+    drop(server);
+    drop(disk);
+}

@@ -21,24 +21,30 @@
 //! copies no payload) and written by a background thread, after which the log segments it
 //! covers are removed.
 
+use std::future::Future;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use broker_core::{BrokerDescription, BrokerState, Command, Outcome};
-use broker_proto::ErrorReply;
+use broker_proto::{ErrorReply, ResponseFrame};
 use broker_storage::{
     encode_entry, is_logged, remove_covered, DataDir, LogWriter, Recovery, StorageError,
 };
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+use crate::connection::Outgoing;
 use crate::dispatch::Applied;
 use crate::server::Shared;
+use crate::waiter::ReplyTo;
 use crate::{Config, ServerError};
 
 /// How often a failed log write is retried.
 const WRITE_RETRY: Duration = Duration::from_millis(200);
+
+/// How often a log write that keeps failing is reported again.
+const FAILURE_REPORT: Duration = Duration::from_secs(10);
 
 /// When the log's entries count as durable, and so when a state-changing request is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -127,6 +133,8 @@ struct Progress {
     synced: u64,
     /// Set when the journal stopped for good (a failed fsync).
     failed: Option<Arc<str>>,
+    /// Whether log writes are failing now (and being retried).
+    stalled: bool,
 }
 
 /// Entries appended under the broker's lock and not yet taken by the flusher.
@@ -193,6 +201,7 @@ impl Journal {
             written: next_seq,
             synced: next_seq,
             failed: None,
+            stalled: false,
         });
         let flusher_inner = Arc::clone(&inner);
         let flusher = std::thread::Builder::new()
@@ -233,6 +242,16 @@ impl Journal {
     /// # Errors
     /// The `ErrorReply::Storage` to answer with when the journal stopped before that.
     pub(crate) async fn durable(&self, seq: u64) -> Result<(), ErrorReply> {
+        self.wait(seq, false).await.unwrap_or(Ok(()))
+    }
+
+    /// [`Journal::durable`], or `None` as soon as log writes are failing (stalled) with `seq`
+    /// not yet durable.
+    async fn durable_unless_stalled(&self, seq: u64) -> Option<Result<(), ErrorReply>> {
+        self.wait(seq, true).await
+    }
+
+    async fn wait(&self, seq: u64, until_stalled: bool) -> Option<Result<(), ErrorReply>> {
         let fsync = self.inner.fsync;
         let done = |progress: &Progress| match fsync {
             Fsync::Always => progress.synced > seq,
@@ -240,17 +259,20 @@ impl Journal {
         };
         let mut progress = self.progress.clone();
         let outcome = progress
-            .wait_for(|progress| done(progress) || progress.failed.is_some())
+            .wait_for(|progress| {
+                done(progress) || progress.failed.is_some() || (until_stalled && progress.stalled)
+            })
             .await;
         match outcome {
-            Ok(progress) if done(&progress) => Ok(()),
-            Ok(progress) => Err(ErrorReply::Storage(format!(
-                "the change was applied but may not be on disk: {}",
-                progress.failed.as_deref().unwrap_or("the log stopped")
-            ))),
-            Err(_) => Err(ErrorReply::Storage(
+            Ok(progress) if done(&progress) => Some(Ok(())),
+            Ok(progress) => progress.failed.as_deref().map(|failed| {
+                Err(ErrorReply::Storage(format!(
+                    "the change was applied but may not be on disk: {failed}"
+                )))
+            }),
+            Err(_) => Some(Err(ErrorReply::Storage(
                 "the log writer stopped before the change reached the disk".into(),
-            )),
+            ))),
         }
     }
 
@@ -329,6 +351,8 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
     let mut last_sync = Instant::now();
     let mut unsynced = false;
     let mut failed_write: Option<(Vec<u8>, u64)> = None;
+    let mut failing_since: Option<Instant> = None;
+    let mut last_report = Instant::now();
     loop {
         let (mut buffer, mut entries, stopping) = {
             let mut pending = inner.lock();
@@ -361,8 +385,25 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
         if !buffer.is_empty() {
             if let Err(cause) = writer.append(&buffer, entries) {
                 let reason = format!("cannot write the log: {cause}");
-                error!(cause = %cause, "log write failed; refusing changes until it succeeds");
+                match failing_since {
+                    None => {
+                        error!(cause = %cause, "log write failed; refusing changes until it succeeds");
+                        failing_since = Some(Instant::now());
+                        last_report = Instant::now();
+                    }
+                    Some(since) if last_report.elapsed() >= FAILURE_REPORT => {
+                        warn!(
+                            cause = %cause,
+                            failing_for_s = since.elapsed().as_secs(),
+                            "the log still cannot be written; still refusing changes"
+                        );
+                        last_report = Instant::now();
+                    }
+                    Some(_) => {}
+                }
                 inner.lock().refusing = Some(reason);
+                progress
+                    .send_if_modified(|progress| !std::mem::replace(&mut progress.stalled, true));
                 if stopping {
                     error!(
                         lost_entries = entries,
@@ -378,10 +419,18 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
             {
                 let mut pending = inner.lock();
                 if pending.refusing.take().is_some() {
-                    info!("the log is writable again; accepting changes");
+                    info!(
+                        failed_for_ms =
+                            failing_since.map_or(0, |since| since.elapsed().as_millis() as u64),
+                        "the log is writable again; accepting changes"
+                    );
                 }
+                failing_since = None;
             }
-            progress.send_modify(|progress| progress.written = writer.next_seq());
+            progress.send_modify(|progress| {
+                progress.written = writer.next_seq();
+                progress.stalled = false;
+            });
         }
         let sync_now = unsynced
             && (stopping
@@ -447,16 +496,48 @@ pub(crate) fn apply_logged(
 }
 
 /// Holds a batch's responses until its last log entry is durable; if the journal stopped
-/// first, the responses of the logged requests become `ErrorReply::Storage`.
-pub(crate) async fn settle(shared: &Shared, applied: &mut Applied) {
-    let (Some(journal), Some(entry)) = (&shared.journal, applied.last_entry.take()) else {
-        return;
-    };
-    if let Err(refusal) = journal.durable(entry).await {
-        for &index in &applied.logged {
-            if let Some(response) = applied.responses.get_mut(index) {
-                response.result = Err(refusal.clone());
+/// first, the responses of the logged requests become `ErrorReply::Storage`. Waits inline
+/// (the read loop's fast path), but once log writes are failing, takes the responses and
+/// permits out of `applied` and returns a task that sends them when the entry is durable: the
+/// read loop spawns it and goes on reading, so later requests of the connection are read and
+/// refused at once instead of queueing behind the stuck one (the permits the task holds still
+/// bound what a connection can have outstanding).
+pub(crate) async fn settle(
+    shared: &Arc<Shared>,
+    reply_to: &ReplyTo,
+    applied: &mut Applied,
+) -> Option<impl Future<Output = ()> + Send + 'static> {
+    let journal = shared.journal.as_ref()?;
+    let entry = applied.last_entry.take()?;
+    match journal.durable_unless_stalled(entry).await {
+        Some(Ok(())) => return None,
+        Some(Err(refusal)) => {
+            refuse_logged(&mut applied.responses, &applied.logged, &refusal);
+            return None;
+        }
+        None => {}
+    }
+    let shared = Arc::clone(shared);
+    let outgoing = reply_to.outgoing.clone();
+    let mut responses = std::mem::take(&mut applied.responses);
+    let permits = std::mem::take(&mut applied.permits);
+    let logged = std::mem::take(&mut applied.logged);
+    Some(async move {
+        if let Some(journal) = &shared.journal {
+            if let Err(refusal) = journal.durable(entry).await {
+                refuse_logged(&mut responses, &logged, &refusal);
             }
+        }
+        // A closed writer means the peer is gone; the answers have nowhere to go.
+        let _ = outgoing.send(Outgoing { responses, permits }).await;
+    })
+}
+
+/// Replaces the responses of the logged requests with `refusal`.
+fn refuse_logged(responses: &mut [ResponseFrame], logged: &[usize], refusal: &ErrorReply) {
+    for &index in logged {
+        if let Some(response) = responses.get_mut(index) {
+            response.result = Err(refusal.clone());
         }
     }
 }

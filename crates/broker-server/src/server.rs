@@ -432,7 +432,9 @@ async fn read_requests<R: AsyncRead + Unpin>(
         let may_wait = !reply_to.closing.is_cancelled();
         let mut applied = apply_batch(shared, reply_to.connection, frames, may_wait);
         shared.signals.wake(&applied.wake);
-        durability::settle(shared, &mut applied).await;
+        if let Some(answer) = durability::settle(shared, reply_to, &mut applied).await {
+            shared.tracker.spawn(answer);
+        }
         for parked in applied.parked {
             shared
                 .tracker
