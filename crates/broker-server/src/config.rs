@@ -32,6 +32,19 @@ pub struct Config {
     /// Most requests of one connection being worked on at once (waiting ones included); the
     /// server stops reading a connection that has this many outstanding.
     pub max_in_flight: usize,
+    /// Payload and key bytes the broker retains at most, across every partition; past it a
+    /// publish answers "full" (`-1`), as for a partition at capacity.
+    pub max_memory: u64,
+    /// A connection that sends nothing for this long while it has no request outstanding is
+    /// closed.
+    pub idle_timeout: Duration,
+    /// A frame whose first bytes have arrived must be complete within this long (one to two
+    /// times it, see `Connection::read_request`), or the connection is closed: a client sending
+    /// a byte now and then cannot hold a connection forever.
+    pub read_timeout: Duration,
+    /// A connection whose peer takes none of its response bytes for this long (it does not
+    /// read) is closed.
+    pub write_timeout: Duration,
     /// Longest a waiting poll or fetch may wait, whatever it asks for.
     pub max_wait: Duration,
     /// A member joined over a connection is removed (a normal leave) after this long without a
@@ -64,6 +77,10 @@ impl Default for Config {
             max_payload_bytes: 1024 * 1024,
             max_connections: 1024,
             max_in_flight: 1024,
+            max_memory: 1024 * 1024 * 1024,
+            idle_timeout: Duration::from_secs(600),
+            read_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
             max_wait: Duration::from_secs(60),
             session_timeout: Duration::from_secs(30),
             leave_on_disconnect: false,
@@ -94,6 +111,12 @@ impl Config {
         if self.max_payload_bytes == 0 {
             return invalid("max payload bytes must be at least 1".into());
         }
+        if self.max_memory < self.max_payload_bytes as u64 {
+            return invalid(format!(
+                "max memory must be at least max payload bytes ({}), got {}",
+                self.max_payload_bytes, self.max_memory
+            ));
+        }
         let min_frame = self.max_payload_bytes.saturating_add(FRAME_HEADROOM);
         if self.max_frame_bytes < min_frame || self.max_frame_bytes > MAX_FRAME_CEILING {
             return invalid(format!(
@@ -116,6 +139,9 @@ impl Config {
         for (name, value) in [
             ("max wait", self.max_wait),
             ("session timeout", self.session_timeout),
+            ("idle timeout", self.idle_timeout),
+            ("read timeout", self.read_timeout),
+            ("write timeout", self.write_timeout),
             ("fsync interval", self.fsync_interval),
         ] {
             if value.is_zero() || value.as_millis() > u128::from(u32::MAX) {

@@ -9,6 +9,7 @@ use broker_proto::{ErrorReply, ProtocolError, ResponseFrame, ServerCodec};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::time::{self, Duration, Instant};
 use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::sync::CancellationToken;
 use tracing::error;
@@ -65,6 +66,54 @@ impl<R: AsyncRead + Unpin> Connection<R> {
         }
     }
 
+    /// Reads the next request frame, [`Connection::read_frame`] within two timeouts:
+    ///
+    /// - `idle`: the peer sends nothing while `busy()` is false (it has no request outstanding)
+    ///   for this long;
+    /// - `frame`: a frame whose first bytes have arrived is not complete within this long (a
+    ///   slowloris sending a byte now and then). A frame that starts while the connection is
+    ///   waiting is noticed within `frame`, so it is refused one to two `frame`s after its
+    ///   first byte.
+    ///
+    /// Either is an [`io::ErrorKind::TimedOut`] error, after which the connection closes.
+    /// Cancel safe, as `read_frame`.
+    pub(crate) async fn read_request<D>(
+        &mut self,
+        codec: &mut D,
+        idle: Duration,
+        frame: Duration,
+        busy: impl Fn() -> bool,
+    ) -> Result<Option<D::Item>, ProtocolError>
+    where
+        D: Decoder<Error = ProtocolError>,
+    {
+        let mut idle_since = Instant::now();
+        let mut partial_since = None;
+        loop {
+            let now = Instant::now();
+            if !self.buffer.is_empty() && partial_since.is_none() {
+                partial_since = Some(now);
+            }
+            let deadline = match partial_since {
+                Some(since) => since + frame,
+                None => (idle_since + idle).min(now + frame),
+            };
+            let Ok(read) = time::timeout_at(deadline, self.read_frame(codec)).await else {
+                let now = Instant::now();
+                if partial_since.is_some() {
+                    return Err(timed_out("a frame did not arrive completely in time"));
+                }
+                if busy() {
+                    idle_since = now;
+                } else if now >= idle_since + idle {
+                    return Err(timed_out("the connection was idle for too long"));
+                }
+                continue;
+            };
+            return read;
+        }
+    }
+
     /// The next frame already buffered, without reading from the socket.
     pub(crate) fn buffered_frame<D>(
         &mut self,
@@ -75,6 +124,10 @@ impl<R: AsyncRead + Unpin> Connection<R> {
     {
         codec.decode(&mut self.buffer)
     }
+}
+
+fn timed_out(why: &str) -> ProtocolError {
+    ProtocolError::Io(io::Error::new(io::ErrorKind::TimedOut, why))
 }
 
 /// Responses on their way to the peer, with the in-flight permits of the requests they answer:
@@ -91,7 +144,8 @@ pub(crate) struct Outgoing {
 /// Writes everything sent on `outgoing` to `stream` until every sender is gone, then shuts the
 /// write half down. All responses queued at a time are encoded and written together and then
 /// flushed once; the encoding buffer is written out whenever it passes [`WRITE_CHUNK`], so it
-/// stays small however large the group. On a write error, cancels `closing` so the rest of the
+/// stays small however large the group. On a write error, or when the peer takes no bytes for
+/// `write_timeout` (it does not read its responses), cancels `closing` so the rest of the
 /// connection stops too.
 pub(crate) async fn write_responses<W: AsyncWrite + Unpin>(
     mut stream: W,
@@ -99,6 +153,7 @@ pub(crate) async fn write_responses<W: AsyncWrite + Unpin>(
     mut codec: ServerCodec,
     closing: CancellationToken,
     peer: SocketAddr,
+    write_timeout: Duration,
 ) {
     let mut buffer = BytesMut::new();
     let mut written = Vec::new();
@@ -109,16 +164,18 @@ pub(crate) async fn write_responses<W: AsyncWrite + Unpin>(
                 for response in batch.responses {
                     encode_response(&mut codec, response, &mut buffer, peer);
                     if buffer.len() >= WRITE_CHUNK {
-                        stream.write_all(&buffer).await?;
+                        write_within(&mut stream, &buffer, write_timeout).await?;
                         buffer.clear();
                     }
                 }
                 written.push(batch.permits);
                 next = outgoing.try_recv().ok();
             }
-            stream.write_all(&buffer).await?;
+            write_within(&mut stream, &buffer, write_timeout).await?;
             buffer.clear();
-            stream.flush().await
+            time::timeout(write_timeout, stream.flush())
+                .await
+                .unwrap_or_else(|_| Err(write_timed_out()))
         }
         .await;
         if let Err(cause) = result {
@@ -130,7 +187,32 @@ pub(crate) async fn write_responses<W: AsyncWrite + Unpin>(
         written.clear();
     }
     // The peer may already be gone; there is nothing left to tell it either way.
-    let _ = stream.shutdown().await;
+    let _ = time::timeout(write_timeout, stream.shutdown()).await;
+}
+
+/// Writes all of `bytes`; a `TimedOut` error when the peer takes none of them for `limit`.
+async fn write_within<W: AsyncWrite + Unpin>(
+    stream: &mut W,
+    mut bytes: &[u8],
+    limit: Duration,
+) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let written = time::timeout(limit, stream.write(bytes))
+            .await
+            .unwrap_or_else(|_| Err(write_timed_out()))?;
+        if written == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        bytes = &bytes[written..];
+    }
+    Ok(())
+}
+
+fn write_timed_out() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "the peer took no response bytes within the write timeout",
+    )
 }
 
 /// Encodes one response; one too large for a frame is replaced by an `ErrorReply::TooLarge`.

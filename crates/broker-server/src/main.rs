@@ -58,6 +58,23 @@ struct Args {
     /// stops reading a connection that has this many outstanding.
     #[arg(long, env = "BROKER_MAX_IN_FLIGHT", default_value_t = 1024)]
     max_in_flight: usize,
+    /// Payload and key bytes the broker retains at most, across every topic; past it publish
+    /// answers -1 (full), as for a partition at capacity. At least max payload bytes.
+    #[arg(long, env = "BROKER_MAX_MEMORY", default_value_t = 1024 * 1024 * 1024)]
+    max_memory: u64,
+    /// A connection that sends nothing for this many milliseconds while it has no request
+    /// outstanding is closed.
+    #[arg(long, env = "BROKER_IDLE_TIMEOUT_MS", default_value_t = 600_000)]
+    idle_timeout_ms: u64,
+    /// A frame that has started arriving must be complete within this many milliseconds (a
+    /// frame that starts while the connection waits: within twice that), or the connection is
+    /// closed.
+    #[arg(long, env = "BROKER_READ_TIMEOUT_MS", default_value_t = 30_000)]
+    read_timeout_ms: u64,
+    /// A connection whose client takes none of its responses for this many milliseconds (it
+    /// does not read) is closed.
+    #[arg(long, env = "BROKER_WRITE_TIMEOUT_MS", default_value_t = 30_000)]
+    write_timeout_ms: u64,
     /// Longest a waiting poll or fetch may wait, in milliseconds.
     #[arg(long, env = "BROKER_MAX_WAIT_MS", default_value_t = 60_000)]
     max_wait_ms: u64,
@@ -121,6 +138,10 @@ impl Args {
             max_payload_bytes: self.max_payload_bytes,
             max_connections: self.max_connections,
             max_in_flight: self.max_in_flight,
+            max_memory: self.max_memory,
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            read_timeout: Duration::from_millis(self.read_timeout_ms),
+            write_timeout: Duration::from_millis(self.write_timeout_ms),
             max_wait: Duration::from_millis(self.max_wait_ms),
             session_timeout: Duration::from_millis(self.session_timeout_ms),
             leave_on_disconnect: self.leave_on_disconnect,

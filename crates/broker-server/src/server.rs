@@ -94,7 +94,7 @@ pub(crate) async fn serve(
             None,
         ),
     };
-    let broker = EventBroker::from_state(state);
+    let broker = EventBroker::from_state(state.with_memory_budget(Some(config.max_memory)));
     let connections = Arc::new(Semaphore::new(config.max_connections));
     let grace = config.shutdown_grace;
     let shared = Arc::new(Shared {
@@ -358,6 +358,7 @@ async fn serve_requests<R, W>(
         codec.retype(),
         closing.clone(),
         peer,
+        shared.config.write_timeout,
     ));
     let reply_to = ReplyTo {
         connection: id,
@@ -410,9 +411,13 @@ async fn read_requests<R: AsyncRead + Unpin>(
                 Err(_) => return Ok(()),
             },
         };
+        // Besides the permit just taken, any taken is a request still outstanding: waiting
+        // for it is not idleness.
+        let outstanding = || in_flight.available_permits() + 1 < shared.config.max_in_flight;
+        let (idle, frame) = (shared.config.idle_timeout, shared.config.read_timeout);
         let first = tokio::select! {
             () = reply_to.closing.cancelled() => return Ok(()),
-            frame = connection.read_frame(codec) => frame,
+            frame = connection.read_request(codec, idle, frame, outstanding) => frame,
         };
         let Some(first) = first? else {
             return Ok(());
