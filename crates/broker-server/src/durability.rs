@@ -427,9 +427,13 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
                 }
                 failing_since = None;
             }
-            progress.send_modify(|progress| {
+            // Waiters of `always` wait for the fsync: waking them now would only put them back
+            // to sleep.
+            let wake = inner.fsync != Fsync::Always;
+            progress.send_if_modified(|progress| {
                 progress.written = writer.next_seq();
-                progress.stalled = false;
+                let was_stalled = std::mem::replace(&mut progress.stalled, false);
+                wake || was_stalled
             });
         }
         let sync_now = unsynced
@@ -446,7 +450,12 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
             }
             last_sync = Instant::now();
             unsynced = false;
-            progress.send_modify(|progress| progress.synced = writer.next_seq());
+            // Only waiters of `always` wait for the fsync.
+            let wake = inner.fsync == Fsync::Always;
+            progress.send_if_modified(|progress| {
+                progress.synced = writer.next_seq();
+                wake
+            });
         }
         if stopping && inner.lock().buffer.is_empty() {
             return;
