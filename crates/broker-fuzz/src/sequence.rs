@@ -9,9 +9,9 @@
 //!   state (the core is deterministic);
 //! - a command that fails, a read-only command, and an ack or retry answering `false` change
 //!   nothing;
-//! - a publish gets the partition's end offset (offsets are consecutive), or `-1` only when the
-//!   partition is at capacity or the record would pass the memory budget; a keyed publish lands
-//!   on the partition its key hashes to;
+//! - a publish gets the partition's end offset (offsets are consecutive, within a batch too),
+//!   or `-1` only when the partition is at capacity or the record would pass the memory budget;
+//!   a keyed publish lands on the partition its key hashes to;
 //! - polled records are one per partition in ascending order, each at the group's committed
 //!   offset (or the earliest retained one) and now in flight; fetched records are ascending and
 //!   consecutive within a partition; every delivered record carries the key and payload
@@ -28,7 +28,7 @@ use std::collections::HashMap;
 
 use broker_core::{
     hash, Assignor, BrokerDescription, BrokerRecord, BrokerState, Command, GroupDescription,
-    KeyHash, Outcome, PartitionDescription,
+    KeyHash, Outcome, PartitionDescription, PublishRecord,
 };
 use bytes::Bytes;
 
@@ -77,7 +77,7 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
     let topic = input.pick(&TOPICS).to_owned();
     let group = input.pick(&GROUPS).to_owned();
     let member = input.pick(&MEMBERS).to_owned();
-    match input.byte() % 15 {
+    match input.byte() % 16 {
         0 => Command::Create {
             topic,
             partition_count: input.pick(&[1, 2, 3, 4, 0, 65]),
@@ -182,6 +182,16 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
             partition: input.below(5) as i32 - 1,
         },
         13 => Command::Lag { topic, group },
+        14 => Command::PublishBatch {
+            topic,
+            records: (0..input.byte() % 5)
+                .map(|_| PublishRecord {
+                    partition: input.pick(&[None, Some(0), Some(1), Some(3)]),
+                    key: (input.byte() % 2 == 1).then(|| Bytes::from(vec![input.byte(); 2])),
+                    payload: payload(input, step),
+                })
+                .collect(),
+        },
         _ => Command::Describe {
             topic: input.byte().is_multiple_of(2).then_some(topic),
         },
@@ -304,6 +314,26 @@ impl Checker {
                     payload,
                     *offset,
                 );
+            }
+            (Command::PublishBatch { topic, records }, Outcome::PublishedBatch(placed)) => {
+                assert_eq!(
+                    placed.len(),
+                    records.len(),
+                    "step {step}: a placement per record"
+                );
+                let mut ends: HashMap<i32, i64> = HashMap::new();
+                for (record, &(partition, offset)) in records.iter().zip(placed) {
+                    let log = find_topic(before, topic).partitions[partition as usize];
+                    let end = ends.entry(partition).or_insert(log.end_offset);
+                    if offset >= 0 {
+                        assert_eq!(offset, *end, "step {step}: batch offsets not consecutive");
+                        *end += 1;
+                        self.published.insert(
+                            (topic.clone(), partition, offset),
+                            (record.key.clone(), record.payload.clone()),
+                        );
+                    }
+                }
             }
             (
                 Command::Poll {

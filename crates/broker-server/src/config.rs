@@ -210,6 +210,36 @@ mod tests {
     }
 
     #[test]
+    fn timeouts_and_the_memory_budget_are_checked() {
+        let refused = [
+            Config {
+                idle_timeout: Duration::ZERO,
+                ..Config::default()
+            },
+            Config {
+                read_timeout: Duration::ZERO,
+                ..Config::default()
+            },
+            Config {
+                write_timeout: Duration::from_millis(u64::from(u32::MAX) + 1),
+                ..Config::default()
+            },
+            Config {
+                max_memory: 1024 * 1024 - 1,
+                ..Config::default()
+            },
+        ];
+        for config in refused {
+            assert!(config.validate().is_err(), "{config:?}");
+        }
+        let smallest = Config {
+            max_memory: 1024 * 1024,
+            ..Config::default()
+        };
+        assert!(smallest.validate().is_ok());
+    }
+
+    #[test]
     fn zero_limits_are_refused() {
         let zeroed = [
             Config {
