@@ -155,7 +155,7 @@ fn create_makes_a_topic_and_says_when_it_already_exists() {
         .env("BROKER_ADDR", server.addr_string())
         .args(["create", "other"]);
     let run = run_command(command, "");
-    assert_eq!(run.ok(), "created topic other with 1 partitions\n");
+    assert_eq!(run.ok(), "created topic other with 1 partition\n");
 }
 
 #[test]

@@ -61,7 +61,7 @@ Examples:
   broker describe orders
   broker lag orders --group billing
   broker size --message-bytes 1500 --rate 2000 --retention 3d --replication 3 --headroom 30
-  broker bench mixed --connections 16 --records 1000000
+  broker bench mixed --producers 4 --consumers 4 --records 1000000
   BROKER_AUTH_TOKEN=s3cret broker --addr broker.internal:9092 --tls-ca ca.pem describe
 
 Exit status: 0 on success, 1 when the broker refuses a call or cannot be reached, 2 for bad

@@ -1,5 +1,6 @@
 //! The subcommands that talk to a broker-server (and `size`, which does not).
 
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -7,6 +8,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use broker_client::{Assignor, BrokerRecord, Client, Error, ErrorReply, KeyHash, MAX_POLL_RECORDS};
 use futures::stream::{self, StreamExt, TryStreamExt};
+use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::{
     AssignorArg, Cli, Command, ConsumeArgs, ConsumeMode, CreateArgs, DescribeArgs, JoinArgs,
@@ -137,8 +139,10 @@ async fn create(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
         .await?;
     if created {
         println!(
-            "created topic {} with {} partitions",
-            args.topic, args.partitions
+            "created topic {} with {} partition{}",
+            args.topic,
+            args.partitions,
+            if args.partitions == 1 { "" } else { "s" }
         );
     } else {
         println!("topic {} already exists (left unchanged)", args.topic);
@@ -247,19 +251,21 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
         None => client.join(topic, group, member).await?,
     };
     eprintln!("{member} joined group {group} on {topic}: partitions {partitions:?}");
+    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let consumed = tokio::select! {
         result = consume_loop(client, &args) => result,
         _ = tokio::signal::ctrl_c() => {
             eprintln!("interrupted");
             Ok(None)
         }
+        _ = terminate.recv() => {
+            eprintln!("terminated");
+            Ok(None)
+        }
     };
-    // Whatever happened, hand the partitions back: in fetch mode commit what was printed so
-    // the group resumes after it, then leave so the others take over at once.
-    let committed = match args.mode {
-        ConsumeMode::Fetch => client.commit(topic, group, member, None).await,
-        ConsumeMode::Ack => Ok(()),
-    };
+    // Whatever happened, hand the partitions back so the others take over at once. Each batch
+    // was committed (fetch mode) or acknowledged (ack mode) right after it was printed, so
+    // what an interruption cut short is delivered again: at least once, never lost.
     let left = if args.stay {
         Ok(false)
     } else {
@@ -268,7 +274,6 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
     if let Some(consumed) = consumed? {
         eprintln!("consumed {consumed} records");
     }
-    committed?;
     left?;
     Ok(())
 }
@@ -301,27 +306,50 @@ async fn consume_loop(client: &Client, args: &ConsumeArgs) -> anyhow::Result<Opt
         if records.is_empty() && !args.follow {
             break;
         }
-        print_records(&records, args.json)?;
-        consumed += records.len() as u64;
+        let printed = print_records(&records, args.json)?;
+        consumed += printed as u64;
         match args.mode {
-            ConsumeMode::Ack => acknowledge(client, &args.member, &records).await?,
+            ConsumeMode::Ack => acknowledge(client, &args.member, &records[..printed]).await?,
+            // Commit just past what was printed: the group gets the rest again.
+            ConsumeMode::Fetch if printed < records.len() => {
+                let mut offsets = BTreeMap::new();
+                for record in &records[..printed] {
+                    offsets.insert(record.partition, record.offset + 1);
+                }
+                if let Some(first_unprinted) = records.get(printed) {
+                    offsets
+                        .entry(first_unprinted.partition)
+                        .or_insert(first_unprinted.offset);
+                }
+                client.commit(topic, group, member, Some(offsets)).await?;
+            }
             ConsumeMode::Fetch => client.commit(topic, group, member, None).await?,
+        }
+        if printed < records.len() {
+            // Standard output was closed (`broker consume ... | head`): done, not an error.
+            break;
         }
     }
     Ok(Some(consumed))
 }
 
-fn print_records(records: &[BrokerRecord], json: bool) -> anyhow::Result<()> {
+/// Prints records, one line each; returns how many were printed before standard output was
+/// closed by its reader (all of them unless a pipe like `| head` closed early).
+fn print_records(records: &[BrokerRecord], json: bool) -> io::Result<usize> {
     let mut stdout = io::stdout().lock();
-    for record in records {
-        if json {
-            writeln!(stdout, "{}", output::record_json(record))?;
+    for (printed, record) in records.iter().enumerate() {
+        let line = if json {
+            output::record_json(record).to_string()
         } else {
-            writeln!(stdout, "{}", output::record_line(record))?;
+            output::record_line(record)
+        };
+        match writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::BrokenPipe => return Ok(printed),
+            Err(error) => return Err(error),
         }
     }
-    stdout.flush()?;
-    Ok(())
+    Ok(records.len())
 }
 
 async fn acknowledge(
@@ -371,6 +399,14 @@ async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()> {
 
 async fn lag(client: &Client, args: LagArgs) -> anyhow::Result<()> {
     let lag = client.lag(&args.topic, &args.group).await?;
+    let known = client.describe_topic(&args.topic).await?.groups;
+    if !known.iter().any(|group| group.name == args.group) {
+        eprintln!(
+            "note: group {} does not exist on {}: the lag shown is the whole retained log, \
+             where a new group would start",
+            args.group, args.topic
+        );
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&lag)?);
     } else {

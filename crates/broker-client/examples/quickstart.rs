@@ -1,5 +1,5 @@
 //! The README's client example: create a topic, publish by key, consume in ack mode, and see a
-//! typed broker error. Run it with a server listening on 127.0.0.1:9092:
+//! typed broker error. Run it with a server listening on 127.0.0.1:9092 (or at `BROKER_ADDR`):
 //!
 //! ```sh
 //! cargo run --release --bin broker-server -- --listen 127.0.0.1:9092 &
@@ -12,35 +12,44 @@ use broker_client::{BrokerError, Client, Error};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let client = Client::connect("127.0.0.1:9092").await?;
-    client.create("orders", 3).await?;
+    let addr = std::env::var("BROKER_ADDR").unwrap_or_else(|_| "127.0.0.1:9092".to_owned());
+    let client = Client::connect(addr.as_str()).await?;
+    client.create("quickstart", 3).await?;
+    // Join before publishing: records stay until every existing group has consumed them.
+    client.join("quickstart", "billing", "billing-1").await?;
+
     let (partition, offset) = client
-        .publish_keyed("orders", Some(b"alice"), "hello")
+        .publish_keyed("quickstart", Some(b"alice"), "hello")
         .await?;
-    println!("stored at {partition}@{offset}");
+    if offset < 0 {
+        println!("partition {partition} is full: nothing stored (consume first)");
+    } else {
+        println!("stored at {partition}@{offset}");
+    }
 
     // Ack mode: one in-flight record per partition, acknowledged when done.
-    client.join("orders", "billing", "billing-1").await?;
     let records = client
-        .poll_wait("orders", "billing", "billing-1", 64, Duration::from_secs(5))
+        .poll_wait(
+            "quickstart",
+            "billing",
+            "billing-1",
+            64,
+            Duration::from_secs(5),
+        )
         .await?;
     for record in &records {
         println!(
             "{}@{}: {:?}",
             record.partition, record.offset, record.payload
         );
+        let (partition, offset) = (record.partition, record.offset);
         client
-            .ack(
-                "orders",
-                "billing",
-                "billing-1",
-                record.partition,
-                record.offset,
-            )
+            .ack("quickstart", "billing", "billing-1", partition, offset)
             .await?;
     }
+    client.leave("quickstart", "billing", "billing-1").await?;
 
-    // Broker errors are typed: the network form of the seed's invalid-argument exception.
+    // Broker errors are typed: InvalidArgument for any bad input, and nothing changed.
     match client.create("not a valid name!", 1).await {
         Err(Error::Broker(BrokerError::InvalidArgument(why))) => println!("refused: {why}"),
         other => println!("unexpected: {other:?}"),
