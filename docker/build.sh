@@ -7,13 +7,17 @@ cd "$(dirname "$0")/.."
 tag="${1:-broker-server:latest}"
 target="$(rustc -vV | sed -n 's/^host: //p')"
 
+target_dir="${CARGO_TARGET_DIR:-target}"
+
 echo "building static binaries for $target..." >&2
+# Stripped (no debug info or symbols): the image holds nothing but the two binaries.
 RUSTFLAGS="-C target-feature=+crt-static" \
+  CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols \
   cargo build --release --locked --target "$target" -p broker-server -p broker-cli >&2
 
 context="$(mktemp -d)"
 trap 'rm -rf "$context"' EXIT
-cp "target/$target/release/broker-server" "target/$target/release/broker" "$context/"
+cp "$target_dir/$target/release/broker-server" "$target_dir/$target/release/broker" "$context/"
 cp docker/Dockerfile "$context/"
 docker build --quiet -t "$tag" "$context" >&2
 echo "$tag"

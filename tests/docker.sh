@@ -14,7 +14,7 @@ tag="broker-server:test-$$"
 name="broker-test-$$"
 docker/build.sh "$tag" >/dev/null
 target="$(rustc -vV | sed -n 's/^host: //p')"
-broker="target/$target/release/broker"
+broker="${CARGO_TARGET_DIR:-target}/$target/release/broker"
 
 cleanup() {
   docker rm -f "$name" "$name-token" >/dev/null 2>&1 || true

@@ -67,7 +67,7 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
     /// The data directory is locked by another server, damaged, or cannot be read or
     /// written.
-    #[error("storage: {0}")]
+    #[error(transparent)]
     Storage(#[from] broker_storage::StorageError),
 }
 

@@ -82,8 +82,13 @@ struct Args {
     /// milliseconds without a request naming it.
     #[arg(long, env = "BROKER_SESSION_TIMEOUT_MS", default_value_t = 30_000)]
     session_timeout_ms: u64,
-    /// Also remove members as soon as the connection they joined through closes.
-    #[arg(long, env = "BROKER_LEAVE_ON_DISCONNECT")]
+    /// Also remove members as soon as the connection they joined through closes (the
+    /// environment variable takes true/false, 1/0, yes/no, on/off).
+    #[arg(
+        long,
+        env = "BROKER_LEAVE_ON_DISCONNECT",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     leave_on_disconnect: bool,
     /// Log filter, such as info, debug or broker_server=trace; RUST_LOG overrides it.
     #[arg(long, env = "BROKER_LOG_LEVEL", default_value = "info")]
@@ -97,7 +102,13 @@ struct Args {
     /// commit; survives power loss); batch = written before the response, fsynced every
     /// --fsync-interval-ms (survives kill -9, a power loss loses at most that interval); never
     /// = written before the response, the OS decides when to sync (survives kill -9 only).
-    #[arg(long, env = "BROKER_FSYNC", value_enum, default_value_t = Fsync::Always)]
+    #[arg(
+        long,
+        env = "BROKER_FSYNC",
+        value_enum,
+        default_value_t = Fsync::Always,
+        requires = "data_dir"
+    )]
     fsync: Fsync,
     /// With --fsync batch, the longest a written change waits for its fsync, in milliseconds.
     #[arg(long, env = "BROKER_FSYNC_INTERVAL_MS", default_value_t = 50)]

@@ -9,14 +9,15 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     /// A file operation failed.
-    #[error("cannot {action} {}: {source}", path.display())]
+    #[error("cannot {action} {}: {cause}", path.display())]
     Io {
         /// What was being done, such as `write` or `fsync`.
         action: &'static str,
         /// The file or directory.
         path: PathBuf,
-        /// The operating system's error.
-        source: io::Error,
+        /// The operating system's error (in the message, so it is not also a `source`, which
+        /// would print it twice in an error chain).
+        cause: io::Error,
     },
     /// Another process holds the data directory's lock.
     #[error(
@@ -108,10 +109,10 @@ impl StorageError {
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(io::Error) -> Self {
         let path = path.into();
-        move |source| StorageError::Io {
+        move |cause| StorageError::Io {
             action,
             path,
-            source,
+            cause,
         }
     }
 

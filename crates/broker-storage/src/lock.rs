@@ -52,7 +52,7 @@ impl DataDir {
                 return Err(StorageError::Io {
                     action: "lock",
                     path: lock_path,
-                    source,
+                    cause: source,
                 })
             }
         }

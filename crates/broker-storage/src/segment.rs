@@ -78,7 +78,7 @@ impl LogWriter {
             return Err(StorageError::Io {
                 action: "write",
                 path: self.path.clone(),
-                source,
+                cause: source,
             });
         }
         self.len += entries.len() as u64;

@@ -47,7 +47,7 @@ pub fn write_snapshot(dir: &Path, seq: u64, state: &BrokerState) -> Result<PathB
     let mut file = inner.into_inner().map_err(|error| StorageError::Io {
         action: "write",
         path: tmp.clone(),
-        source: error.into_error(),
+        cause: error.into_error(),
     })?;
     let mut header = [0; SNAPSHOT_HEADER];
     header[..8].copy_from_slice(&SNAPSHOT_MAGIC);
@@ -127,7 +127,7 @@ pub(crate) fn load_latest(
             return Err(StorageError::Io {
                 action: "remove",
                 path: tmp,
-                source,
+                cause: source,
             })
         }
     }
