@@ -604,7 +604,10 @@ async fn consume(client: Client, consumer: Consumer) -> anyhow::Result<()> {
                 >= shared.published.load(Ordering::SeqCst);
         let settle = settle(&client, &topic, group, &member, mode, &unsettled);
         if done {
-            return settle.await;
+            settle.await?;
+            // Leave, so the benchmark topic keeps no member that will never call again.
+            client.leave(&topic, group, &member).await?;
+            return Ok(());
         }
         let next = async {
             match mode {
