@@ -19,5 +19,6 @@ context="$(mktemp -d)"
 trap 'rm -rf "$context"' EXIT
 cp "$target_dir/$target/release/broker-server" "$target_dir/$target/release/broker" "$context/"
 cp docker/Dockerfile "$context/"
+mkdir "$context/data"
 docker build --quiet -t "$tag" "$context" >&2
 echo "$tag"
