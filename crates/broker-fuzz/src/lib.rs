@@ -16,4 +16,3 @@ mod sequence;
 
 pub use frames::decode_frames;
 pub use sequence::apply_sequence;
-

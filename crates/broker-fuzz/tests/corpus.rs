@@ -38,4 +38,3 @@ fn frames_corpus_replays() {
 fn sequence_corpus_replays() {
     replay("sequence", broker_fuzz::apply_sequence);
 }
-
