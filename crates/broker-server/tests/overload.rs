@@ -201,3 +201,20 @@ async fn a_connection_waiting_for_an_answer_is_not_idle() {
     );
     server.stop().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_client_closed_for_idleness_reconnects_on_its_next_call() {
+    let config = Config {
+        idle_timeout: Duration::from_secs(10),
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await;
+    let client = broker_client::Client::connect(server.addr.to_string().as_str())
+        .await
+        .unwrap();
+    assert!(client.create("t", 1).await.unwrap());
+    // Past the idle timeout: the server has closed the connection.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(client.publish("t", 0, "a").await.unwrap(), 0);
+    server.stop().await.unwrap();
+}
