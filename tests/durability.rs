@@ -540,3 +540,47 @@ async fn a_full_disk_refuses_changes_with_a_storage_error_and_recovers_when_spac
     drop(server);
     drop(disk);
 }
+
+/// A server on `dir` with a memory budget of `max_memory` bytes (and payloads up to 100 bytes).
+fn start_with_budget(dir: &Path, max_memory: &str) -> ServerProcess {
+    ServerProcess::start(&[
+        "--data-dir",
+        dir.to_str().unwrap(),
+        "--max-payload-bytes",
+        "100",
+        "--max-memory",
+        max_memory,
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_refused_by_the_memory_budget_stay_refused_after_a_restart_with_another_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let payload = vec![b'x'; 100];
+    let mut server = start_with_budget(dir.path(), "300");
+    let client = connect(&server).await;
+    client.create(TOPIC, 1).await.unwrap();
+    let offsets = [
+        client.publish(TOPIC, 0, payload.clone()).await.unwrap(),
+        client.publish(TOPIC, 0, payload.clone()).await.unwrap(),
+        client.publish(TOPIC, 0, payload.clone()).await.unwrap(),
+        client.publish(TOPIC, 0, payload.clone()).await.unwrap(),
+    ];
+    assert_eq!(offsets, [0, 1, 2, -1], "the fourth is over the budget");
+    let before = client.describe().await.unwrap();
+    server.kill();
+
+    // A larger budget now must not turn the refused publish into a stored one on replay.
+    let mut server = start_with_budget(dir.path(), "100000");
+    let client = connect(&server).await;
+    assert_eq!(client.describe().await.unwrap(), before);
+    assert_eq!(client.publish(TOPIC, 0, payload.clone()).await.unwrap(), 3);
+    let after = client.describe().await.unwrap();
+    server.kill();
+
+    // And the publish the larger budget accepted stays accepted under a smaller one.
+    let server = start_with_budget(dir.path(), "300");
+    let client = connect(&server).await;
+    assert_eq!(client.describe().await.unwrap(), after);
+    assert_eq!(client.publish(TOPIC, 0, payload).await.unwrap(), -1);
+}

@@ -110,18 +110,29 @@ impl Storage {
     /// journal.
     pub(crate) fn start(self, config: &Config) -> Result<(BrokerState, Journal), ServerError> {
         let Storage { dir, recovery } = self;
+        let mut state = recovery.state;
+        // The memory budget decides which publishes are refused, so log entries must be
+        // replayed under the budget they were decided under. The budget is part of the
+        // snapshotted state: unless nothing changed since the last snapshot, every start
+        // writes one, with the configured budget, before it logs anything, so the entries
+        // that follow are always replayed on top of the budget they were written with.
+        let budget = Some(config.max_memory);
+        let unchanged = recovery.replayed == 0
+            && recovery.snapshot_seq.is_some()
+            && state.memory_budget() == budget;
+        state.set_memory_budget(budget);
+        let mut since_snapshot = recovery.replayed_bytes;
+        if !unchanged {
+            dir.write_snapshot(recovery.next_seq, &state)?;
+            remove_covered(dir.path(), recovery.next_seq)?;
+            since_snapshot = 0;
+        }
         let segment_bytes = (config.snapshot_log_bytes / 4).clamp(64 * 1024, 64 * 1024 * 1024);
         let writer = dir.log_writer(config.capacity, recovery.next_seq, segment_bytes)?;
-        // The replayed tail counts towards the next snapshot, so frequent restarts cannot let
-        // the log (and recovery time) grow without bound.
-        let journal = Journal::start(
-            config,
-            dir,
-            writer,
-            recovery.next_seq,
-            recovery.replayed_bytes,
-        )?;
-        Ok((recovery.state, journal))
+        // A replayed tail (none after the start-up snapshot) counts towards the next snapshot,
+        // so frequent restarts cannot let the log (and recovery time) grow without bound.
+        let journal = Journal::start(config, dir, writer, recovery.next_seq, since_snapshot)?;
+        Ok((state, journal))
     }
 }
 
