@@ -19,21 +19,6 @@ use tokio_util::codec::Framed;
 
 const MIB: u64 = 1024 * 1024;
 
-/// A field of `/proc/<pid>/status` in bytes, such as `VmHWM` (peak resident memory).
-fn proc_status_bytes(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find(|line| line.starts_with(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|value| value.parse().ok())
-        .unwrap();
-    kib * 1024
-}
-
 type Client = Framed<TcpStream, ClientCodec>;
 
 async fn connect(server: &ServerProcess) -> Client {
@@ -92,7 +77,7 @@ async fn maximum_frames_again_and_again_do_not_grow_memory() {
     )
     .await;
     assert_eq!(created, Ok(Outcome::Created(true)));
-    let baseline = proc_status_bytes(server.pid(), "VmRSS");
+    let baseline = server.status_bytes("VmRSS");
 
     // 100 frames just under the frame limit (300 MiB in all), each a publish whose payload is
     // over the payload limit: refused, nothing kept.
@@ -116,7 +101,7 @@ async fn maximum_frames_again_and_again_do_not_grow_memory() {
     assert_eq!(offsets[..5], [0, 1, 2, 3, -1]);
     assert!(offsets[4..].iter().all(|&offset| offset == -1));
 
-    let peak = proc_status_bytes(server.pid(), "VmHWM");
+    let peak = server.status_bytes("VmHWM");
     eprintln!(
         "baseline RSS {} KiB, peak {} KiB",
         baseline / 1024,

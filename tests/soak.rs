@@ -67,20 +67,6 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn proc_status_bytes(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find(|line| line.starts_with(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|value| value.parse().ok())
-        .unwrap();
-    kib * 1024
-}
-
 /// What one connection did.
 #[derive(Debug, Default)]
 struct Tally {
@@ -279,7 +265,7 @@ async fn many_connections_mixing_every_call_stay_within_the_memory_budget() {
     let elapsed = start.elapsed();
     let described = admin.describe().await.unwrap();
     let retained: u64 = described.topics.iter().map(|t| t.retained_bytes).sum();
-    let peak = proc_status_bytes(server.pid(), "VmHWM");
+    let peak = server.status_bytes("VmHWM");
     let calls: u64 = total.calls.iter().sum();
     println!(
         "soak: {connections} connections for {:.1} s: {calls} calls, {:.0} calls/s, {} errors, \

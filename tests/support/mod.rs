@@ -80,6 +80,22 @@ impl ServerProcess {
         self.child.id()
     }
 
+    /// A memory field of the process's `/proc/<pid>/status` in bytes, such as `VmRSS` or
+    /// `VmHWM` (peak resident memory).
+    pub fn status_bytes(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let line = status
+            .lines()
+            .find(|line| line.starts_with(&format!("{field}:")))
+            .unwrap_or_else(|| panic!("no {field} in /proc/{}/status", self.pid()));
+        let kib: u64 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|value| value.parse().ok())
+            .unwrap();
+        kib * 1024
+    }
+
     /// Sends SIGTERM (what `docker stop` sends) and waits up to `limit` for the process to exit.
     pub fn terminate(&mut self, limit: Duration) -> ExitStatus {
         let status = Command::new("kill")

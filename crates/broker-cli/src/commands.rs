@@ -207,16 +207,30 @@ async fn join(client: &Client, args: JoinArgs) -> anyhow::Result<()> {
         group,
         member,
     } = &args.member;
-    let partitions = match args.assignor {
+    let partitions = join_member(client, &args.member, args.assignor).await?;
+    println!("{member} joined group {group} on {topic}: partitions {partitions:?}");
+    Ok(())
+}
+
+/// Joins the member to its group, with the assignor if one was named.
+async fn join_member(
+    client: &Client,
+    member: &MemberArgs,
+    assignor: Option<AssignorArg>,
+) -> Result<Vec<i32>, Error> {
+    let MemberArgs {
+        topic,
+        group,
+        member,
+    } = member;
+    match assignor {
         Some(assignor) => {
             client
                 .join_with(topic, group, member, assignor.into())
-                .await?
+                .await
         }
-        None => client.join(topic, group, member).await?,
-    };
-    println!("{member} joined group {group} on {topic}: partitions {partitions:?}");
-    Ok(())
+        None => client.join(topic, group, member).await,
+    }
 }
 
 async fn leave(client: &Client, args: MemberArgs) -> anyhow::Result<()> {
@@ -242,14 +256,7 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
     if args.mode == ConsumeMode::Ack && args.batch > MAX_POLL_RECORDS {
         bail!("--batch in ack mode is at most {MAX_POLL_RECORDS} (a poll takes one record per partition)");
     }
-    let partitions = match args.assignor {
-        Some(assignor) => {
-            client
-                .join_with(topic, group, member, assignor.into())
-                .await?
-        }
-        None => client.join(topic, group, member).await?,
-    };
+    let partitions = join_member(client, &args.member, args.assignor).await?;
     eprintln!("{member} joined group {group} on {topic}: partitions {partitions:?}");
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let consumed = tokio::select! {
