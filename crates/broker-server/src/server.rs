@@ -368,7 +368,13 @@ async fn serve_requests<R, W>(
     let in_flight = Arc::new(Semaphore::new(max_in_flight));
     let ended = read_requests(shared, &reply_to, &mut connection, &mut codec, &in_flight).await;
     if let Err(cause) = ended {
-        warn!(peer = %peer, cause = %cause, "closing connection after a protocol error");
+        match &cause {
+            // An idle connection, or a frame that never finished: routine, not a fault.
+            ProtocolError::Io(error) if error.kind() == std::io::ErrorKind::TimedOut => {
+                info!(peer = %peer, cause = %cause, "closing a connection that timed out");
+            }
+            _ => warn!(peer = %peer, cause = %cause, "closing connection after a protocol error"),
+        }
         if let ProtocolError::FrameTooLarge { size, limit } = cause {
             let refusal = ResponseFrame {
                 correlation_id: 0,
