@@ -12,12 +12,14 @@ use crate::bench::BenchArgs;
 #[derive(Debug, Parser)]
 #[command(name = "broker", version, after_help = EXAMPLES)]
 pub struct Cli {
-    /// Address of the broker-server, HOST:PORT.
+    /// Address of the broker-server: HOST:PORT, [IPv6]:PORT, :PORT for this machine (as the
+    /// server's --listen :PORT), or a HOST alone for port 9092.
     #[arg(
         long,
         global = true,
         env = "BROKER_ADDR",
-        default_value = "127.0.0.1:9092"
+        default_value = "127.0.0.1:9092",
+        value_parser = server_address
     )]
     pub addr: String,
 
@@ -259,6 +261,36 @@ pub struct SizeArgs {
     pub json: bool,
 }
 
+/// The port a server address without one gets: the server's default.
+const DEFAULT_PORT: u16 = 9092;
+
+/// Completes a server address the way the server's `--listen` spells them: `:PORT` is this
+/// machine, a host without a port gets the default port.
+fn server_address(addr: &str) -> Result<String, String> {
+    let addr = addr.trim();
+    if addr.is_empty() {
+        return Err("an address is HOST:PORT, [IPv6]:PORT or :PORT".to_owned());
+    }
+    if let Some(port) = addr
+        .strip_prefix(':')
+        .filter(|port| port.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Ok(format!("127.0.0.1:{port}"));
+    }
+    let has_port = match addr.strip_prefix('[') {
+        Some(bracketed) => bracketed.contains("]:"),
+        // A bare IPv6 address has several colons and no port to find.
+        None => addr.matches(':').count() == 1,
+    };
+    Ok(if has_port {
+        addr.to_owned()
+    } else if addr.contains(':') && !addr.starts_with('[') {
+        format!("[{addr}]:{DEFAULT_PORT}")
+    } else {
+        format!("{addr}:{DEFAULT_PORT}")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,5 +299,21 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn server_addresses_are_completed_like_the_servers_listen_addresses() {
+        for (given, meant) in [
+            ("127.0.0.1:9092", "127.0.0.1:9092"),
+            (":9093", "127.0.0.1:9093"),
+            ("localhost", "localhost:9092"),
+            ("broker.internal:1234", "broker.internal:1234"),
+            ("[::1]:9094", "[::1]:9094"),
+            ("[::1]", "[::1]:9092"),
+            ("::1", "[::1]:9092"),
+        ] {
+            assert_eq!(server_address(given).unwrap(), meant, "{given}");
+        }
+        assert!(server_address("").is_err());
     }
 }
