@@ -66,9 +66,10 @@ pub fn description_text(description: &BrokerDescription) -> String {
 
 fn topic_text(topic: &TopicDescription) -> String {
     let mut out = format!(
-        "topic {}: {} partitions, key hash {}, {} bytes retained\n",
+        "topic {}: {} partition{}, key hash {}, {} bytes retained\n",
         topic.name,
         topic.partitions.len(),
+        if topic.partitions.len() == 1 { "" } else { "s" },
         key_hash_name(topic.key_hash),
         topic.retained_bytes
     );
