@@ -12,7 +12,8 @@ use broker_core::{
 };
 use broker_proto::ServerLimits;
 use bytes::Bytes;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, TryAcquireError};
+use tokio::time::Instant;
 
 use crate::connection::{Connection, Identity};
 use crate::tls::Tls;
@@ -199,9 +200,8 @@ impl Client {
             .inner
             .request_timeout
             .saturating_add(Duration::from_millis(u64::from(max_wait_ms)));
-        tokio::time::timeout(limit, self.inner.call(command, max_wait_ms))
-            .await
-            .unwrap_or(Err(Error::Timeout))
+        let deadline = Instant::now() + limit;
+        self.inner.call(command, max_wait_ms, deadline).await
     }
 
     /// Creates `topic` with `partition_count` partitions and the default key hash; `false` if
@@ -733,15 +733,37 @@ impl Inner {
     }
 
     /// One call: an in-flight slot, a live connection, a correlation id, the answer.
-    async fn call(&self, command: Command, max_wait_ms: u32) -> Result<Outcome, Error> {
-        let _slot = self
-            .in_flight
-            .acquire()
-            .await
-            .map_err(|_| Error::ConnectionLost("the client is closed".to_owned()))?;
-        let connection = self.connection().await?;
+    ///
+    /// The deadline covers the whole call. The common path (a free slot, a live connection)
+    /// sets no timer: the connection's reader answers `Timeout` to calls past their deadline;
+    /// only waiting for a slot or reconnecting is bounded by a timer of its own.
+    async fn call(
+        &self,
+        command: Command,
+        max_wait_ms: u32,
+        deadline: Instant,
+    ) -> Result<Outcome, Error> {
+        let closed = || Error::ConnectionLost("the client is closed".to_owned());
+        let _slot = match self.in_flight.try_acquire() {
+            Ok(slot) => slot,
+            Err(TryAcquireError::Closed) => return Err(closed()),
+            Err(TryAcquireError::NoPermits) => {
+                tokio::time::timeout_at(deadline, self.in_flight.acquire())
+                    .await
+                    .map_err(|_| Error::Timeout)?
+                    .map_err(|_| closed())?
+            }
+        };
+        let current = self.current();
+        let connection = if current.is_closed() {
+            tokio::time::timeout_at(deadline, self.connection())
+                .await
+                .map_err(|_| Error::Timeout)??
+        } else {
+            current
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        connection.call(id, command, max_wait_ms).await
+        connection.call(id, command, max_wait_ms, deadline).await
     }
 }
 

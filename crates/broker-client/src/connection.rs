@@ -20,6 +20,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::sync::CancellationToken;
 
@@ -32,6 +33,10 @@ const MAX_HANDSHAKE_FRAME: usize = 64 * 1024;
 
 /// Requests queued for the writer beyond this wait in their callers (the queue is bounded).
 const REQUEST_QUEUE: usize = 1024;
+
+/// How often the reader answers `Timeout` to calls past their deadline: a call fails at most
+/// this long after its timeout.
+const TIMEOUT_SWEEP: Duration = Duration::from_millis(20);
 
 /// The writer stops adding queued requests to a batch once it holds this many bytes.
 const BATCH_BYTES: usize = 256 * 1024;
@@ -205,10 +210,11 @@ impl Connection {
         correlation_id: u64,
         command: Command,
         max_wait_ms: u32,
+        deadline: Instant,
     ) -> Result<Outcome, Error> {
         let reply = self
             .pending
-            .register(correlation_id)
+            .register(correlation_id, deadline)
             .map_err(Error::ConnectionLost)?;
         let registration = Registration::new(&self.pending, correlation_id);
         let frame = RequestFrame {
@@ -216,8 +222,18 @@ impl Connection {
             max_wait_ms,
             command,
         };
-        if self.requests.send(frame).await.is_err() {
-            return Err(self.lost());
+        // Queue the request; only a full queue (a writer stuck on a server that does not read)
+        // needs a timer of its own.
+        match self.requests.try_send(frame) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(self.lost()),
+            Err(mpsc::error::TrySendError::Full(frame)) => {
+                match tokio::time::timeout_at(deadline, self.requests.send(frame)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return Err(self.lost()),
+                    Err(_) => return Err(Error::Timeout),
+                }
+            }
         }
         let outcome = reply.await.map_err(|_| self.lost())?;
         registration.disarm();
@@ -342,6 +358,9 @@ async fn read_responses<R: AsyncRead + Unpin>(
     stop: CancellationToken,
     peer: SocketAddr,
 ) {
+    // Calls past their deadline are answered `Timeout` here, by one timer per connection.
+    let mut sweep = tokio::time::interval(TIMEOUT_SWEEP);
+    sweep.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let reason = loop {
         match codec.decode(&mut buffer) {
             Ok(Some(decoded)) => {
@@ -362,6 +381,10 @@ async fn read_responses<R: AsyncRead + Unpin>(
         let read = tokio::select! {
             () = stop.cancelled() => break "the connection was closed".to_owned(),
             read = read.read_buf(&mut buffer) => read,
+            _ = sweep.tick() => {
+                pending.expire(Instant::now());
+                continue;
+            }
         };
         match read {
             Ok(0) if buffer.is_empty() => break "the server closed the connection".to_owned(),

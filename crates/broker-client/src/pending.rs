@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use broker_core::Outcome;
 use broker_proto::ResponseFrame;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::Error;
 
@@ -27,8 +28,15 @@ pub(crate) struct Pending {
 
 #[derive(Debug, Default)]
 struct State {
-    waiting: HashMap<u64, oneshot::Sender<Reply>>,
+    waiting: HashMap<u64, Waiter>,
     closed: Option<String>,
+}
+
+/// A caller waiting for a response, and when it stops waiting.
+#[derive(Debug)]
+struct Waiter {
+    sender: oneshot::Sender<Reply>,
+    deadline: Instant,
 }
 
 impl Pending {
@@ -38,26 +46,45 @@ impl Pending {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Registers a caller waiting for the response to `id`.
+    /// Registers a caller waiting for the response to `id` until `deadline`, after which
+    /// [`Pending::expire`] answers it [`Error::Timeout`].
     ///
     /// Returns the reason the connection closed if it has.
-    pub(crate) fn register(&self, id: u64) -> Result<oneshot::Receiver<Reply>, String> {
+    pub(crate) fn register(
+        &self,
+        id: u64,
+        deadline: Instant,
+    ) -> Result<oneshot::Receiver<Reply>, String> {
         let mut state = self.lock();
         if let Some(reason) = &state.closed {
             return Err(reason.clone());
         }
         let (sender, receiver) = oneshot::channel();
-        state.waiting.insert(id, sender);
+        state.waiting.insert(id, Waiter { sender, deadline });
         Ok(receiver)
+    }
+
+    /// Answers [`Error::Timeout`] to every caller whose deadline is at or before `now`: one
+    /// sweep per connection, instead of a timer per call.
+    pub(crate) fn expire(&self, now: Instant) {
+        let expired: Vec<Waiter> = self
+            .lock()
+            .waiting
+            .extract_if(|_, waiter| waiter.deadline <= now)
+            .map(|(_, waiter)| waiter)
+            .collect();
+        for waiter in expired {
+            let _ = waiter.sender.send(Err(Error::Timeout));
+        }
     }
 
     /// Hands `reply` to the caller waiting for `id`; `false` if none is (it gave up).
     pub(crate) fn complete(&self, id: u64, reply: Reply) -> bool {
-        let sender = self.lock().waiting.remove(&id);
-        match sender {
+        let waiter = self.lock().waiting.remove(&id);
+        match waiter {
             // A caller that gave up after this removal simply drops the reply.
-            Some(sender) => {
-                let _ = sender.send(reply);
+            Some(waiter) => {
+                let _ = waiter.sender.send(reply);
                 true
             }
             None => false,
@@ -103,8 +130,10 @@ impl Pending {
             state.closed = Some(reason.to_owned());
             std::mem::take(&mut state.waiting)
         };
-        for (_, sender) in waiting {
-            let _ = sender.send(Err(Error::ConnectionLost(reason.to_owned())));
+        for (_, waiter) in waiting {
+            let _ = waiter
+                .sender
+                .send(Err(Error::ConnectionLost(reason.to_owned())));
         }
     }
 
@@ -172,12 +201,33 @@ mod tests {
         }
     }
 
+    /// A deadline no test reaches.
+    fn later() -> Instant {
+        Instant::now() + std::time::Duration::from_secs(3600)
+    }
+
+    #[test]
+    fn expire_times_out_exactly_the_calls_past_their_deadline() {
+        let pending = Pending::default();
+        let now = Instant::now();
+        let mut due = pending.register(1, now).unwrap();
+        let mut not_due = pending
+            .register(2, now + std::time::Duration::from_millis(1))
+            .unwrap();
+        pending.expire(now);
+        assert!(matches!(due.try_recv(), Ok(Err(Error::Timeout))));
+        assert!(not_due.try_recv().is_err(), "still waiting");
+        assert_eq!(pending.len(), 1);
+        assert!(pending.complete(2, Ok(Outcome::Committed)));
+        assert!(matches!(not_due.try_recv(), Ok(Ok(Outcome::Committed))));
+    }
+
     #[tokio::test]
     async fn responses_reach_their_callers_in_any_order() {
         let pending = Pending::default();
-        let one = pending.register(1).unwrap();
-        let two = pending.register(2).unwrap();
-        let three = pending.register(3).unwrap();
+        let one = pending.register(1, later()).unwrap();
+        let two = pending.register(2, later()).unwrap();
+        let three = pending.register(3, later()).unwrap();
         pending
             .dispatch(response(3, Ok(Outcome::Offset(30))))
             .unwrap();
@@ -196,7 +246,7 @@ mod tests {
     #[tokio::test]
     async fn an_error_reply_reaches_its_caller_as_a_typed_error() {
         let pending = Pending::default();
-        let call = pending.register(5).unwrap();
+        let call = pending.register(5, later()).unwrap();
         pending
             .dispatch(response(5, Err(ErrorReply::NotAssigned { partition: 2 })))
             .unwrap();
@@ -209,7 +259,7 @@ mod tests {
     #[test]
     fn a_response_to_a_forgotten_call_is_dropped() {
         let pending = Pending::default();
-        let call = pending.register(9).unwrap();
+        let call = pending.register(9, later()).unwrap();
         drop(call);
         pending.forget(9);
         assert_eq!(pending.len(), 0);
@@ -222,7 +272,7 @@ mod tests {
     #[test]
     fn a_response_to_an_unknown_id_changes_nothing() {
         let pending = Pending::default();
-        let _call = pending.register(1).unwrap();
+        let _call = pending.register(1, later()).unwrap();
         pending
             .dispatch(response(77, Ok(Outcome::Committed)))
             .unwrap();
@@ -244,7 +294,7 @@ mod tests {
     #[tokio::test]
     async fn closing_fails_every_waiting_call_and_refuses_new_ones() {
         let pending = Pending::default();
-        let calls: Vec<_> = (1..=3).map(|id| pending.register(id).unwrap()).collect();
+        let calls: Vec<_> = (1..=3).map(|id| pending.register(id, later()).unwrap()).collect();
         pending.close("end of stream");
         pending.close("a later reason is ignored");
         for call in calls {
@@ -253,7 +303,7 @@ mod tests {
                 Err(Error::ConnectionLost(reason)) if reason == "end of stream"
             ));
         }
-        assert_eq!(pending.register(4).unwrap_err(), "end of stream");
+        assert_eq!(pending.register(4, later()).unwrap_err(), "end of stream");
         assert_eq!(pending.closed_reason().as_deref(), Some("end of stream"));
         assert_eq!(pending.len(), 0);
     }
@@ -261,11 +311,11 @@ mod tests {
     #[test]
     fn a_dropped_registration_forgets_its_call_and_a_disarmed_one_does_not_need_to() {
         let pending = Pending::default();
-        let _receiver = pending.register(1).unwrap();
+        let _receiver = pending.register(1, later()).unwrap();
         drop(Registration::new(&pending, 1));
         assert_eq!(pending.len(), 0);
 
-        let _receiver = pending.register(2).unwrap();
+        let _receiver = pending.register(2, later()).unwrap();
         Registration::new(&pending, 2).disarm();
         assert_eq!(pending.len(), 1);
     }
