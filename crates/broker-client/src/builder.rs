@@ -66,7 +66,9 @@ impl ClientBuilder {
     /// How long each call may take, from the moment it is made (waiting for an in-flight slot
     /// and reconnecting included) to its answer; [`DEFAULT_REQUEST_TIMEOUT`] by default. A
     /// waiting call ([`Client::poll_wait`], [`Client::fetch_wait`]) gets its maximum wait on
-    /// top. A call that runs out of time fails with [`Error::Timeout`].
+    /// top. A call that runs out of time fails with [`Error::Timeout`], at most 20 ms after its
+    /// deadline (the connection checks deadlines every 20 ms instead of setting a timer per
+    /// call).
     #[must_use]
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
