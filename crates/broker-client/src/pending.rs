@@ -294,7 +294,9 @@ mod tests {
     #[tokio::test]
     async fn closing_fails_every_waiting_call_and_refuses_new_ones() {
         let pending = Pending::default();
-        let calls: Vec<_> = (1..=3).map(|id| pending.register(id, later()).unwrap()).collect();
+        let calls: Vec<_> = (1..=3)
+            .map(|id| pending.register(id, later()).unwrap())
+            .collect();
         pending.close("end of stream");
         pending.close("a later reason is ignored");
         for call in calls {
