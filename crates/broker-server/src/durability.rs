@@ -110,17 +110,21 @@ impl Storage {
     /// journal.
     pub(crate) fn start(self, config: &Config) -> Result<(BrokerState, Journal), ServerError> {
         let Storage { dir, recovery } = self;
-        let mut state = recovery.state;
-        // The memory budget decides which publishes are refused, so log entries must be
-        // replayed under the budget they were decided under. The budget is part of the
-        // snapshotted state: unless nothing changed since the last snapshot, every start
-        // writes one, with the configured budget, before it logs anything, so the entries
-        // that follow are always replayed on top of the budget they were written with.
+        // The memory budget and the topic, group and member limits decide which calls are
+        // refused, so log entries must be replayed under the settings they were decided under.
+        // The settings are part of the snapshotted state: unless nothing changed since the
+        // last snapshot, every start writes one with the configured settings before it logs
+        // anything, so the entries that follow are always replayed on top of the settings they
+        // were written with.
         let budget = Some(config.max_memory);
         let unchanged = recovery.replayed == 0
             && recovery.snapshot_seq.is_some()
-            && state.memory_budget() == budget;
-        state.set_memory_budget(budget);
+            && recovery.state.memory_budget() == budget
+            && recovery.state.limits() == config.limits;
+        let state = recovery
+            .state
+            .with_memory_budget(budget)
+            .with_limits(config.limits);
         let mut since_snapshot = recovery.replayed_bytes;
         if !unchanged {
             dir.write_snapshot(recovery.next_seq, &state)?;
@@ -395,6 +399,11 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
         }
         if !buffer.is_empty() {
             if let Err(cause) = writer.append(&buffer, entries) {
+                if cause.is_failed_sync() {
+                    // Rolling to a new segment syncs the old one: that failure is final.
+                    fail_stop(inner, progress, &cause);
+                    return;
+                }
                 let reason = format!("cannot write the log: {cause}");
                 match failing_since {
                     None => {

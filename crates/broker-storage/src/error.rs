@@ -129,3 +129,19 @@ impl StorageError {
         }
     }
 }
+
+impl StorageError {
+    /// Whether this is a failed fsync (also one inside [`crate::LogWriter::append`] when it
+    /// rolls to a new segment): the kernel may have dropped pages already written, so the
+    /// caller must stop the log (fail-stop) instead of retrying, since a retried fsync can
+    /// succeed without bringing them back.
+    pub fn is_failed_sync(&self) -> bool {
+        matches!(
+            self,
+            StorageError::Io {
+                action: "fsync",
+                ..
+            }
+        )
+    }
+}

@@ -31,10 +31,24 @@ pub(crate) const SEGMENT_HEADER: usize = 32;
 pub(crate) const SNAPSHOT_HEADER: usize = 40;
 pub(crate) const ENTRY_HEADER: usize = 8;
 
-/// Whether a successful command must be logged: everything but read-only commands and polls or
-/// fetches that returned nothing (those change nothing; waiting requests retry them often).
+/// Whether a successful command must be logged: everything but read-only commands and the
+/// outcomes that the core guarantees changed nothing: polls or fetches that returned nothing
+/// (waiting requests retry them often), a create of an existing topic, a leave by a non-member,
+/// and an ack or retry that did not match. (A publish answered `-1` is logged: a keyless one
+/// still advances the topic's round-robin.)
 pub fn is_logged(command_is_read_only: bool, outcome: &Outcome) -> bool {
-    !command_is_read_only && !matches!(outcome, Outcome::Records(records) if records.is_empty())
+    !command_is_read_only
+        && !matches!(
+            outcome,
+            Outcome::Records(records) if records.is_empty()
+        )
+        && !matches!(
+            outcome,
+            Outcome::Created(false)
+                | Outcome::Left(false)
+                | Outcome::Acked(false)
+                | Outcome::Retried(false)
+        )
 }
 
 /// Appends the log entry of `command` (length, checksum, body) to `out`.
@@ -58,11 +72,9 @@ pub fn encode_entry(command: &Command, out: &mut Vec<u8>) -> Result<(), StorageE
     }
     // `length <= MAX_ENTRY_BYTES < u32::MAX`, so the cast is lossless.
     let length = (length as u32).to_le_bytes();
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&length);
-    crc.update(&out[start + ENTRY_HEADER..]);
+    let crc = entry_crc(length, &out[start + ENTRY_HEADER..]);
     out[start..start + 4].copy_from_slice(&length);
-    out[start + 4..start + 8].copy_from_slice(&crc.finalize().to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     Ok(())
 }
 

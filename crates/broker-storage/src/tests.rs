@@ -513,3 +513,14 @@ fn flip_byte(path: &Path, at: u64) {
     bytes[at as usize] ^= 0x5a;
     fs::write(path, &bytes).unwrap();
 }
+
+#[test]
+fn a_failed_fsync_is_told_apart_from_other_io_errors() {
+    let failed = |action| StorageError::Io {
+        action,
+        path: PathBuf::from("wal"),
+        cause: std::io::Error::other("disk"),
+    };
+    assert!(failed("fsync").is_failed_sync());
+    assert!(!failed("write").is_failed_sync());
+}
