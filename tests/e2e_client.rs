@@ -1039,3 +1039,30 @@ async fn a_batch_publish_places_records_like_single_publishes_and_refuses_oversi
         "nothing was stored"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_topic_group_and_member_limits_refuse_more_and_change_nothing() {
+    let server = ServerProcess::start(&[
+        "--max-topics",
+        "1",
+        "--max-groups-per-topic",
+        "1",
+        "--max-members-per-group",
+        "1",
+    ]);
+    let client = connect(&server).await;
+    assert!(client.create("t", 1).await.unwrap());
+    client.join("t", "g", "m").await.unwrap();
+    let before = client.describe().await.unwrap();
+    for refused in [
+        client.create("u", 1).await.map(drop),
+        client.join("t", "h", "m").await.map(drop),
+        client.join("t", "g", "n").await.map(drop),
+    ] {
+        assert!(
+            matches!(refused, Err(Error::Broker(BrokerError::InvalidArgument(_)))),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(client.describe().await.unwrap(), before);
+}

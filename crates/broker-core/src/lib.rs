@@ -38,7 +38,7 @@ pub use describe::{
     PartitionDescription, TopicDescription,
 };
 pub use error::BrokerError;
-pub use state::BrokerState;
+pub use state::{BrokerState, Limits};
 pub use types::{Assignor, BrokerRecord, KeyHash, PartitionLag, PublishRecord};
 pub use validate::{
     MAX_BATCH_RECORDS, MAX_CAPACITY, MAX_FETCH_RECORDS, MAX_IDENTIFIER_LEN, MAX_PARTITIONS,

@@ -28,6 +28,33 @@ pub struct BrokerState {
     capacity: usize,
     topics: HashMap<String, Topic>,
     memory: Memory,
+    #[serde(default)]
+    limits: Limits,
+}
+
+/// How many topics, groups and members the broker holds at most, so that no client can grow
+/// its metadata (which the memory budget does not count) without bound. A call that would pass
+/// a limit is refused with `InvalidArgument` and changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Topics in the broker.
+    pub max_topics: usize,
+    /// Consumer groups of one topic.
+    pub max_groups_per_topic: usize,
+    /// Members of one group.
+    pub max_members_per_group: usize,
+}
+
+impl Default for Limits {
+    /// 10,000 topics, 1,000 groups per topic, 1,000 members per group: far above seed 000's
+    /// test sizes (32, 128, 64).
+    fn default() -> Self {
+        Limits {
+            max_topics: 10_000,
+            max_groups_per_topic: 1_000,
+            max_members_per_group: 1_000,
+        }
+    }
 }
 
 /// Payload and key bytes retained across the broker, and the optional budget they must stay
@@ -292,7 +319,21 @@ impl BrokerState {
             capacity: capacity_per_partition as usize,
             topics: HashMap::new(),
             memory: Memory::default(),
+            limits: Limits::default(),
         })
+    }
+
+    /// This state with other [`Limits`]. Topics, groups and members already present stay, even
+    /// past lowered limits; only new ones are refused.
+    #[must_use]
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     /// This state with a memory budget: once the payload and key bytes retained across the
@@ -477,6 +518,12 @@ impl BrokerState {
         if self.topics.contains_key(topic) {
             return Ok(false);
         }
+        if self.topics.len() >= self.limits.max_topics {
+            return Err(BrokerError::invalid(format!(
+                "the broker already holds its maximum of {} topics",
+                self.limits.max_topics
+            )));
+        }
         self.topics.insert(
             topic.to_owned(),
             Topic {
@@ -504,14 +551,32 @@ impl BrokerState {
     ) -> Result<Vec<i32>, BrokerError> {
         check_identifier("group", group)?;
         check_identifier("member", member)?;
+        let limits = self.limits;
         let topic = self.topic_mut(topic)?;
-        if let (Some(existing), Some(wanted)) = (topic.groups.get(group), assignor) {
-            if existing.assignor != wanted {
+        match topic.groups.get(group) {
+            Some(existing) => {
+                if let Some(wanted) = assignor.filter(|wanted| *wanted != existing.assignor) {
+                    return Err(BrokerError::invalid(format!(
+                        "group {group:?} uses the {:?} assignor, not {wanted:?}",
+                        existing.assignor
+                    )));
+                }
+                if existing.member_index(member).is_none()
+                    && existing.members.len() >= limits.max_members_per_group
+                {
+                    return Err(BrokerError::invalid(format!(
+                        "group {group:?} already has its maximum of {} members",
+                        limits.max_members_per_group
+                    )));
+                }
+            }
+            None if topic.groups.len() >= limits.max_groups_per_topic => {
                 return Err(BrokerError::invalid(format!(
-                    "group {group:?} uses the {:?} assignor, not {wanted:?}",
-                    existing.assignor
+                    "the topic already has its maximum of {} groups",
+                    limits.max_groups_per_topic
                 )));
             }
+            None => {}
         }
         let partitions = &topic.partitions;
         let group = topic

@@ -3,12 +3,13 @@
 //! `seed000` holds seed 000's rules and worked examples, `validation` every validation rule
 //! (each also checking that the invalid call changed nothing), and `kafka` the Kafka-style
 //! consumption of seeds 001 and 004 with SPEC.md's decided edge cases, `memory` the memory
-//! budget, and `batch` batch publishing.
+//! budget, `batch` batch publishing, and `limits` the topic, group and member limits.
 
 #![allow(clippy::unwrap_used)]
 
 mod batch;
 mod kafka;
+mod limits;
 mod memory;
 mod seed000;
 mod validation;

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use broker_core::MAX_CAPACITY;
+use broker_core::{Limits, MAX_CAPACITY};
 use broker_proto::{ServerLimits, MAX_FRAME_CEILING};
 use tokio::sync::Semaphore;
 
@@ -35,6 +35,9 @@ pub struct Config {
     /// Payload and key bytes the broker retains at most, across every partition; past it a
     /// publish answers "full" (`-1`), as for a partition at capacity.
     pub max_memory: u64,
+    /// Most topics, groups per topic and members per group: metadata the memory budget does not
+    /// count, bounded so that no client can grow it without end.
+    pub limits: Limits,
     /// A connection that sends nothing for this long while it has no request outstanding is
     /// closed.
     pub idle_timeout: Duration,
@@ -78,6 +81,7 @@ impl Default for Config {
             max_connections: 1024,
             max_in_flight: 1024,
             max_memory: 1024 * 1024 * 1024,
+            limits: Limits::default(),
             idle_timeout: Duration::from_secs(600),
             read_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(30),
@@ -110,6 +114,16 @@ impl Config {
         }
         if self.max_payload_bytes == 0 {
             return invalid("max payload bytes must be at least 1".into());
+        }
+        let Limits {
+            max_topics,
+            max_groups_per_topic,
+            max_members_per_group,
+        } = self.limits;
+        if max_topics == 0 || max_groups_per_topic == 0 || max_members_per_group == 0 {
+            return invalid(
+                "max topics, groups per topic and members per group must be at least 1".into(),
+            );
         }
         if self.max_memory < self.max_payload_bytes as u64 {
             return invalid(format!(

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use broker_core::Limits;
 use broker_server::{
     normalize_listen_addr, resolve_listen_addr, AuthToken, Config, ServerError, ServerTls,
 };
@@ -62,6 +63,23 @@ struct Args {
     /// answers -1 (full), as for a partition at capacity. At least max payload bytes.
     #[arg(long, env = "BROKER_MAX_MEMORY", default_value_t = 1024 * 1024 * 1024)]
     max_memory: u64,
+    /// Most topics the broker holds; creating one more is refused.
+    #[arg(long, env = "BROKER_MAX_TOPICS", default_value_t = Limits::default().max_topics)]
+    max_topics: usize,
+    /// Most consumer groups of one topic; joining a new group past it is refused.
+    #[arg(
+        long,
+        env = "BROKER_MAX_GROUPS_PER_TOPIC",
+        default_value_t = Limits::default().max_groups_per_topic
+    )]
+    max_groups_per_topic: usize,
+    /// Most members of one group; a new member past it is refused.
+    #[arg(
+        long,
+        env = "BROKER_MAX_MEMBERS_PER_GROUP",
+        default_value_t = Limits::default().max_members_per_group
+    )]
+    max_members_per_group: usize,
     /// A connection that sends nothing for this many milliseconds while it has no request
     /// outstanding is closed.
     #[arg(long, env = "BROKER_IDLE_TIMEOUT_MS", default_value_t = 600_000)]
@@ -150,6 +168,11 @@ impl Args {
             max_connections: self.max_connections,
             max_in_flight: self.max_in_flight,
             max_memory: self.max_memory,
+            limits: Limits {
+                max_topics: self.max_topics,
+                max_groups_per_topic: self.max_groups_per_topic,
+                max_members_per_group: self.max_members_per_group,
+            },
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
             read_timeout: Duration::from_millis(self.read_timeout_ms),
             write_timeout: Duration::from_millis(self.write_timeout_ms),

@@ -94,7 +94,11 @@ pub(crate) async fn serve(
             None,
         ),
     };
-    let broker = EventBroker::from_state(state.with_memory_budget(Some(config.max_memory)));
+    let broker = EventBroker::from_state(
+        state
+            .with_memory_budget(Some(config.max_memory))
+            .with_limits(config.limits),
+    );
     let connections = Arc::new(Semaphore::new(config.max_connections));
     let grace = config.shutdown_grace;
     let shared = Arc::new(Shared {
