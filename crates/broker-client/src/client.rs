@@ -200,7 +200,12 @@ impl Client {
             .inner
             .request_timeout
             .saturating_add(Duration::from_millis(u64::from(max_wait_ms)));
-        let deadline = Instant::now() + limit;
+        // A timeout too large for the clock (such as `Duration::MAX`, meaning "never") is a
+        // deadline a century away.
+        let now = Instant::now();
+        let deadline = now
+            .checked_add(limit)
+            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
         self.inner.call(command, max_wait_ms, deadline).await
     }
 

@@ -17,6 +17,10 @@ use tracing::error;
 /// Bytes requested from the socket per read when the buffer is short of room.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// A read or write buffer that grew past this for one large frame is released once empty, so an
+/// idle connection does not keep a maximum-size frame's worth of memory.
+const KEEP_BUFFER_BYTES: usize = 1024 * 1024;
+
 /// Encoded responses are written out whenever this many bytes are waiting.
 const WRITE_CHUNK: usize = 256 * 1024;
 
@@ -50,6 +54,9 @@ impl<R: AsyncRead + Unpin> Connection<R> {
         loop {
             if let Some(frame) = codec.decode(&mut self.buffer)? {
                 return Ok(Some(frame));
+            }
+            if self.buffer.is_empty() && self.buffer.capacity() > KEEP_BUFFER_BYTES {
+                self.buffer = BytesMut::with_capacity(READ_CHUNK);
             }
             if self.buffer.capacity() - self.buffer.len() < READ_CHUNK / 4 {
                 self.buffer.reserve(READ_CHUNK);
@@ -185,6 +192,9 @@ pub(crate) async fn write_responses<W: AsyncWrite + Unpin>(
         }
         // The requests are answered: their in-flight permits go back to the reader.
         written.clear();
+        if buffer.capacity() > KEEP_BUFFER_BYTES {
+            buffer = BytesMut::new();
+        }
     }
     // The peer may already be gone; there is nothing left to tell it either way.
     let _ = time::timeout(write_timeout, stream.shutdown()).await;
