@@ -969,7 +969,7 @@ impl BrokerState {
                     partition: partition as i32,
                     committed,
                     end_offset,
-                    lag: (end_offset - committed).max(0),
+                    lag: lag(end_offset, committed),
                 }
             })
             .collect())
@@ -1038,6 +1038,11 @@ fn matching_delivery<'a>(
     let (group, member) = member_of(groups, group, member)?;
     let state = &mut group.partitions[partition];
     (state.owner == Some(member) && state.in_flight == Some(offset)).then_some(state)
+}
+
+/// Records a group has yet to consume: never negative, 0 when it committed past the end.
+fn lag(end_offset: i64, committed: i64) -> i64 {
+    (end_offset - committed).max(0)
 }
 
 fn committed_offset(topic: &Topic, group: &str, partition: usize) -> i64 {
@@ -1120,7 +1125,7 @@ fn describe_topic(name: &str, topic: &Topic) -> TopicDescription {
                     committed: state.committed,
                     position: state.position,
                     in_flight: state.in_flight,
-                    lag: (topic.partitions[partition].end() - state.committed).max(0),
+                    lag: lag(topic.partitions[partition].end(), state.committed),
                 })
                 .collect(),
         })
