@@ -300,7 +300,7 @@ async fn random_operations(client: &Client, seed: u64, count: usize) {
         let group = ["g1", "g2"][rng.below(2) as usize];
         let partition = rng.below(4) as i32 - 1;
         let offset = rng.below(12) as i64;
-        let _ = match rng.below(12) {
+        let _ = match rng.below(13) {
             0..=2 => client
                 .publish(TOPIC, partition, format!("x{i}"))
                 .await
@@ -322,6 +322,10 @@ async fn random_operations(client: &Client, seed: u64, count: usize) {
                 .map(drop),
             9 => client.fetch(TOPIC, group, member, 3).await.map(drop),
             10 => client.commit(TOPIC, group, member, None).await,
+            11 => client
+                .ack_and_poll(TOPIC, group, member, &[(partition, offset), (0, offset)], 2)
+                .await
+                .map(drop),
             _ => {
                 client
                     .commit(

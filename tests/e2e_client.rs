@@ -883,6 +883,76 @@ async fn a_parked_poll_wakes_when_the_in_flight_record_is_acknowledged() {
 }
 
 #[tokio::test]
+async fn ack_and_poll_settles_a_round_and_takes_the_next_in_one_request() {
+    let server = ServerProcess::start(&[]);
+    let client = connect(&server).await;
+    client.create("rounds", 2).await.unwrap();
+    for (partition, payload) in [(0, "a0"), (0, "a1"), (1, "b0")] {
+        client.publish("rounds", partition, payload).await.unwrap();
+    }
+    client.join("rounds", "g", "m").await.unwrap();
+    let (acked, first) = client
+        .ack_and_poll("rounds", "g", "m", &[], 64)
+        .await
+        .unwrap();
+    assert!(acked.is_empty());
+    assert_eq!(
+        first,
+        [record("rounds", 0, 0, "a0"), record("rounds", 1, 0, "b0")]
+    );
+    // One bad ack refuses the whole request: the good one beside it is not applied either.
+    assert_invalid(
+        "an ack of a partition the topic lacks",
+        client
+            .ack_and_poll("rounds", "g", "m", &[(0, 0), (9, 0)], 64)
+            .await,
+    );
+    assert_eq!(client.committed("rounds", "g", 0).await.unwrap(), 0);
+    let (acked, second) = client
+        .ack_and_poll("rounds", "g", "m", &[(0, 0), (1, 0), (1, 7)], 64)
+        .await
+        .unwrap();
+    assert_eq!(acked, [true, true, false]);
+    assert_eq!(second, [record("rounds", 0, 1, "a1")]);
+    assert_eq!(client.committed("rounds", "g", 0).await.unwrap(), 1);
+    assert_eq!(client.committed("rounds", "g", 1).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_waiting_ack_and_poll_acknowledges_at_once_and_answers_with_the_next_record() {
+    let server = ServerProcess::start(&[]);
+    let client = connect(&server).await;
+    let other = connect(&server).await;
+    client.create("live", 1).await.unwrap();
+    client.publish("live", 0, "first").await.unwrap();
+    client.join("live", "g", "m").await.unwrap();
+    assert_eq!(
+        client.poll("live", "g", "m", 1).await.unwrap(),
+        [record("live", 0, 0, "first")]
+    );
+    let mut call = std::pin::pin!(client.ack_and_poll_wait(
+        "live",
+        "g",
+        "m",
+        &[(0, 0)],
+        1,
+        Duration::from_secs(30)
+    ));
+    assert!(futures::poll!(call.as_mut()).is_pending());
+    // Answered in order after the ack-and-poll was applied: it is parked, its ack applied.
+    client.end_offset("live", 0).await.unwrap();
+    assert!(futures::poll!(call.as_mut()).is_pending());
+    assert_eq!(other.committed("live", "g", 0).await.unwrap(), 1);
+    assert_eq!(other.publish("live", 0, "second").await.unwrap(), 1);
+    let (acked, records) = tokio::time::timeout(PATIENCE, call)
+        .await
+        .expect("the ack-and-poll was not woken")
+        .unwrap();
+    assert_eq!(acked, [true]);
+    assert_eq!(records, [record("live", 0, 1, "second")]);
+}
+
+#[tokio::test]
 async fn a_waiting_poll_with_nothing_to_take_times_out_empty_at_the_servers_limit() {
     let server = ServerProcess::start(&["--max-wait-ms", "200"]);
     let client = connect(&server).await;

@@ -412,3 +412,40 @@ fn a_batch_publish_in_hand_written_bytes_places_each_record() {
     r.done();
     assert_eq!(placed, vec![(6, 0), (3, 0), (0, 0)]);
 }
+
+#[test]
+fn an_ack_and_poll_in_hand_written_bytes_acknowledges_then_polls() {
+    let server = ServerProcess::start(&[]);
+    let mut conn = Conn::open(&server);
+    conn.call(1, create("t", 1));
+    for (id, payload) in [(2, b"one"), (3, b"two")] {
+        conn.call(id, publish(id, "t", 0, payload));
+    }
+    // Join [1] with assignor None.
+    conn.call(4, member_call(4, 1, "t", "g", "m").u8(0));
+    // AckAndPoll [16]: topic, group, member, acks Vec<(i32, i64)>, max_records, max_bytes.
+    let ack_and_poll = |id, acks: &[(i32, i64)]| {
+        let mut body = member_call(id, 16, "t", "g", "m").u64(acks.len() as u64);
+        for &(partition, offset) in acks {
+            body = body.i32(partition).i64(offset);
+        }
+        body.i32(8).u8(0)
+    };
+    let expect_record = |r: &mut Reader<'_>, offset: i64, payload: &[u8]| {
+        assert_eq!(r.string(), "t");
+        assert_eq!((r.i32(), r.i64(), r.u8()), (0, offset, 0));
+        assert_eq!(r.bytes(), payload);
+    };
+    let body = conn.call(5, ack_and_poll(5, &[]));
+    // AckedAndPolled [13]: acked Vec<bool>, then records Vec<BrokerRecord>.
+    let mut r = ok(&body, 13);
+    assert_eq!((r.u64(), r.u64()), (0, 1));
+    expect_record(&mut r, 0, b"one");
+    r.done();
+    let body = conn.call(6, ack_and_poll(6, &[(0, 0), (0, 0)]));
+    let mut r = ok(&body, 13);
+    assert_eq!((r.u64(), r.u8(), r.u8()), (2, 1, 0));
+    assert_eq!(r.u64(), 1);
+    expect_record(&mut r, 1, b"two");
+    r.done();
+}

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use broker_client::{BrokerRecord, Client, PublishRecord};
+use broker_client::{BrokerRecord, Client, PublishRecord, MAX_POLL_RECORDS};
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::{Args, ValueEnum};
 use futures::stream::{self, StreamExt, TryStreamExt};
@@ -25,8 +25,11 @@ use crate::size::with_thousands;
 const HEADER_BYTES: usize = 20;
 /// How long an idle consumer waits on the server for a record before asking again.
 const CONSUMER_WAIT: Duration = Duration::from_millis(100);
-/// How long a producer backs off when its partition is full before publishing again.
+/// How long a producer backs off when its partition is full before publishing again; doubled
+/// on each refusal in a row, up to [`MAX_FULL_BACKOFF`], so that producers faster than the
+/// consumers do not spend the server on refusals.
 const FULL_BACKOFF: Duration = Duration::from_micros(200);
+const MAX_FULL_BACKOFF: Duration = Duration::from_millis(20);
 
 /// `broker bench` options.
 #[derive(Debug, Args)]
@@ -41,7 +44,8 @@ const FULL_BACKOFF: Duration = Duration::from_micros(200);
 Every run uses a new topic (bench-<time>), so runs do not disturb each other. Partitions are
 bounded by the server's --capacity: a `publish` run stops being stored once every partition is
 full and reports how often publish answered -1; the end-to-end workloads (ack, fetch, mixed)
-retry a refused record after a short back-off and are the honest throughput measure.")]
+retry a refused record after a back-off that doubles while it stays refused (0.2 ms up to
+20 ms), and are the honest throughput measure.")]
 pub struct BenchArgs {
     /// What to run.
     #[arg(value_enum)]
@@ -510,6 +514,7 @@ async fn produce(client: Client, producer: Producer) -> anyhow::Result<Histogram
         .take_while(|_| std::future::ready(p.deadline.is_none_or(|d| Instant::now() < d)))
         .map(|sequences| async move {
             let mut unstored: Vec<u64> = sequences.collect();
+            let mut backoff = FULL_BACKOFF;
             loop {
                 let sent = Instant::now();
                 let refused = publish_once(client, p, &unstored).await?;
@@ -528,7 +533,8 @@ async fn produce(client: Client, producer: Producer) -> anyhow::Result<Histogram
                     return anyhow::Ok(());
                 }
                 unstored = refused;
-                tokio::time::sleep(FULL_BACKOFF).await;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_FULL_BACKOFF);
             }
         })
         .buffer_unordered(p.depth)
@@ -592,8 +598,9 @@ async fn consume(client: Client, consumer: Consumer) -> anyhow::Result<()> {
         check,
         shared,
     } = consumer;
-    // The deliveries of the previous round, acknowledged (ack mode) or committed (fetch mode)
-    // in the same round trip as the next poll or fetch, which the server applies after them.
+    // The deliveries of the previous round, acknowledged (ack mode: in the same request as the
+    // next poll) or committed (fetch mode: in the same write as the next fetch, which the
+    // server applies after the commit).
     let mut unsettled: Vec<(i32, i64)> = Vec::new();
     loop {
         let done = shared.producers_done.load(Ordering::SeqCst)
@@ -602,30 +609,35 @@ async fn consume(client: Client, consumer: Consumer) -> anyhow::Result<()> {
                 .unwrap_or_else(PoisonError::into_inner)
                 .consumed
                 >= shared.published.load(Ordering::SeqCst);
-        let settle = settle(&client, &topic, group, &member, mode, &unsettled);
         if done {
-            settle.await?;
+            settle(&client, &topic, group, &member, mode, &unsettled).await?;
             // Leave, so the benchmark topic keeps no member that will never call again.
             client.leave(&topic, group, &member).await?;
             return Ok(());
         }
-        let next = async {
-            match mode {
-                GroupMode::Ack => {
-                    client
-                        .poll_wait(&topic, group, &member, batch.min(64), CONSUMER_WAIT)
-                        .await
-                }
-                GroupMode::Fetch => {
-                    client
-                        .fetch_wait(&topic, group, &member, batch, CONSUMER_WAIT)
-                        .await
-                }
+        let records = match mode {
+            GroupMode::Ack => {
+                let (acked, records) = client
+                    .ack_and_poll_wait(
+                        &topic,
+                        group,
+                        &member,
+                        &unsettled,
+                        batch.min(MAX_POLL_RECORDS),
+                        CONSUMER_WAIT,
+                    )
+                    .await?;
+                check_acked(&acked)?;
+                records
+            }
+            GroupMode::Fetch => {
+                let commit = settle(&client, &topic, group, &member, mode, &unsettled);
+                let fetch = client.fetch_wait(&topic, group, &member, batch, CONSUMER_WAIT);
+                let (committed, records) = tokio::join!(commit, fetch);
+                committed?;
+                records?
             }
         };
-        let (settled, records) = tokio::join!(settle, next);
-        settled?;
-        let records = records?;
         unsettled.clear();
         let now = elapsed_nanos(shared.start);
         let mut observed = check.lock().unwrap_or_else(PoisonError::into_inner);
@@ -634,6 +646,14 @@ async fn consume(client: Client, consumer: Consumer) -> anyhow::Result<()> {
             unsettled.push((record.partition, record.offset));
         }
     }
+}
+
+/// Fails unless every acknowledgement matched its delivery.
+fn check_acked(acked: &[bool]) -> anyhow::Result<()> {
+    if acked.contains(&false) {
+        bail!("the broker refused an acknowledgement of a record it delivered");
+    }
+    Ok(())
 }
 
 /// Acknowledges (ack mode) or commits (fetch mode) what a consumer took in its last round.
@@ -653,10 +673,7 @@ async fn settle(
             let acks = taken
                 .iter()
                 .map(|&(partition, offset)| client.ack(topic, group, member, partition, offset));
-            let acked = futures::future::try_join_all(acks).await?;
-            if acked.iter().any(|ok| !ok) {
-                bail!("the broker refused an acknowledgement of a record it delivered");
-            }
+            check_acked(&futures::future::try_join_all(acks).await?)?;
         }
         GroupMode::Fetch => client.commit(topic, group, member, None).await?,
     }

@@ -445,6 +445,74 @@ impl Client {
         }
     }
 
+    /// Acknowledges `acks` (partition, offset) in order, then polls, in one request and one
+    /// atomic step on the server: a consumer settles its last round and takes the next in one
+    /// round trip instead of one per acknowledgement. Returns whether each acknowledgement
+    /// matched (as [`Client::ack`]), in `acks` order, and the records (as [`Client::poll`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::ack`] for any of `acks` and [`Client::poll`], or more than
+    /// [`broker_core::MAX_ACKS`] acknowledgements; nothing is acknowledged then.
+    pub async fn ack_and_poll(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        acks: &[(i32, i64)],
+        max_records: i32,
+    ) -> Result<(Vec<bool>, Vec<BrokerRecord>), Error> {
+        self.ack_and_poll_wait(topic, group, member, acks, max_records, Duration::ZERO)
+            .await
+    }
+
+    /// [`Client::ack_and_poll`] whose poll, when nothing is eligible, waits up to `max_wait`
+    /// (capped by the server's limit) as [`Client::poll_wait`]. The acknowledgements take
+    /// effect at once, before the wait.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::ack_and_poll`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let mut done: Vec<(i32, i64)> = Vec::new();
+    /// loop {
+    ///     let (_, records) = client
+    ///         .ack_and_poll_wait("orders", "billing", "m1", &done, 64, Duration::from_secs(5))
+    ///         .await?;
+    ///     done = records.iter().map(|r| (r.partition, r.offset)).collect();
+    ///     // ... handle `records` before the next round acknowledges them ...
+    /// }
+    /// # }
+    /// ```
+    pub async fn ack_and_poll_wait(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        acks: &[(i32, i64)],
+        max_records: i32,
+        max_wait: Duration,
+    ) -> Result<(Vec<bool>, Vec<BrokerRecord>), Error> {
+        let command = Command::AckAndPoll {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            member: member.to_owned(),
+            acks: acks.to_vec(),
+            max_records,
+            max_bytes: None,
+        };
+        match self.send(command, max_wait).await? {
+            Outcome::AckedAndPolled { acked, records } => Ok((acked, records)),
+            other => Err(unexpected("ack_and_poll", &other)),
+        }
+    }
+
     /// Acknowledges the exact delivery in flight, advancing the group's committed offset;
     /// `false`, changing nothing, on any mismatch.
     ///
@@ -788,6 +856,7 @@ fn unexpected(call: &str, outcome: &Outcome) -> Error {
         Outcome::Lag(_) => "Lag",
         Outcome::Description(_) => "Description",
         Outcome::PublishedBatch(_) => "PublishedBatch",
+        Outcome::AckedAndPolled { .. } => "AckedAndPolled",
     };
     Error::Protocol(format!("unexpected {kind} outcome for {call}"))
 }

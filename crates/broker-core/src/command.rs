@@ -171,6 +171,21 @@ pub enum Command {
         /// The records, published in this order.
         records: Vec<PublishRecord>,
     },
+    /// [`crate::EventBroker::ack_and_poll`] (with a byte budget, as [`Command::Poll`]).
+    AckAndPoll {
+        /// Topic identifier.
+        topic: String,
+        /// Group identifier.
+        group: String,
+        /// Member identifier.
+        member: String,
+        /// Deliveries to acknowledge first, as (partition, offset), at most [`crate::MAX_ACKS`].
+        acks: Vec<(i32, i64)>,
+        /// Most records to reserve afterwards, 1 to 64.
+        max_records: i32,
+        /// Byte budget, as for [`Command::Poll`].
+        max_bytes: Option<u64>,
+    },
 }
 
 impl Command {
@@ -204,7 +219,8 @@ impl Command {
             | Command::Committed { topic, .. }
             | Command::EndOffset { topic, .. }
             | Command::Lag { topic, .. }
-            | Command::PublishBatch { topic, .. } => Some(topic),
+            | Command::PublishBatch { topic, .. }
+            | Command::AckAndPoll { topic, .. } => Some(topic),
             Command::Describe { topic } => topic.as_deref(),
         }
     }
@@ -244,4 +260,12 @@ pub enum Outcome {
     Description(BrokerDescription),
     /// `publish_batch`: each record's partition and offset (`-1` where full), in batch order.
     PublishedBatch(Vec<(i32, i64)>),
+    /// `ack_and_poll`: whether each acknowledgement matched, in request order, then the records
+    /// polled, as [`Outcome::Records`].
+    AckedAndPolled {
+        /// One entry per acknowledgement asked for: `true` if it matched its delivery.
+        acked: Vec<bool>,
+        /// The records reserved by the poll that followed.
+        records: Vec<BrokerRecord>,
+    },
 }

@@ -41,8 +41,8 @@ pub use error::BrokerError;
 pub use state::{BrokerState, Limits};
 pub use types::{Assignor, BrokerRecord, KeyHash, PartitionLag, PublishRecord};
 pub use validate::{
-    MAX_BATCH_RECORDS, MAX_CAPACITY, MAX_FETCH_RECORDS, MAX_IDENTIFIER_LEN, MAX_PARTITIONS,
-    MAX_POLL_RECORDS,
+    MAX_ACKS, MAX_BATCH_RECORDS, MAX_CAPACITY, MAX_FETCH_RECORDS, MAX_IDENTIFIER_LEN,
+    MAX_PARTITIONS, MAX_POLL_RECORDS,
 };
 
 /// A bounded in-memory broker shared by many threads.
@@ -252,6 +252,26 @@ impl EventBroker {
         offset: i64,
     ) -> Result<bool, BrokerError> {
         self.lock().ack(topic, group, member, partition, offset)
+    }
+
+    /// Acknowledges `acks` (partition, offset) in order, as [`EventBroker::ack`] each, then
+    /// polls as [`EventBroker::poll`], all in one atomic step: the records a consumer took in its
+    /// last round are settled and the next round taken in one call (one round trip over the
+    /// network). Returns whether each acknowledgement matched, in `acks` order, and the records.
+    ///
+    /// # Errors
+    /// Anything [`EventBroker::ack`] refuses for one of `acks` or [`EventBroker::poll`] refuses,
+    /// or more than [`MAX_ACKS`] acknowledgements; nothing is acknowledged then.
+    pub fn ack_and_poll(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        acks: &[(i32, i64)],
+        max_records: i32,
+    ) -> Result<(Vec<bool>, Vec<BrokerRecord>), BrokerError> {
+        self.lock()
+            .ack_and_poll(topic, group, member, acks, max_records, None)
     }
 
     /// Clears the exact in-flight delivery without committing it, so the next poll delivers the

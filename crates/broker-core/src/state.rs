@@ -14,8 +14,8 @@ use crate::describe::{
     PartitionDescription, TopicDescription,
 };
 use crate::validate::{
-    check_batch_len, check_capacity, check_fetch_max_records, check_identifier, check_offset,
-    check_partition_count, check_poll_max_records,
+    check_acks_len, check_batch_len, check_capacity, check_fetch_max_records, check_identifier,
+    check_offset, check_partition_count, check_poll_max_records,
 };
 use crate::{
     hash, Assignor, BrokerError, BrokerRecord, Command, KeyHash, Outcome, PartitionLag,
@@ -429,6 +429,16 @@ impl BrokerState {
             } => self
                 .ack(&topic, &group, &member, partition, offset)
                 .map(Outcome::Acked),
+            Command::AckAndPoll {
+                topic,
+                group,
+                member,
+                acks,
+                max_records,
+                max_bytes,
+            } => self
+                .ack_and_poll(&topic, &group, &member, &acks, max_records, max_bytes)
+                .map(|(acked, records)| Outcome::AckedAndPolled { acked, records }),
             Command::Retry {
                 topic,
                 group,
@@ -778,6 +788,36 @@ impl BrokerState {
         state.position = state.position.max(offset + 1);
         self.memory.retained -= topic.release(partition);
         Ok(true)
+    }
+
+    /// Acknowledges each of `acks` as [`BrokerState::ack`], in order, then polls as
+    /// [`BrokerState::poll`]. Every argument is checked before anything changes.
+    ///
+    /// # Errors
+    /// As [`BrokerState::ack`] for any of `acks` and [`BrokerState::poll`], or more than
+    /// [`crate::MAX_ACKS`] acknowledgements; nothing is acknowledged then.
+    pub fn ack_and_poll(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        acks: &[(i32, i64)],
+        max_records: i32,
+        max_bytes: Option<u64>,
+    ) -> Result<(Vec<bool>, Vec<BrokerRecord>), BrokerError> {
+        check_acks_len(acks.len())?;
+        check_poll_max_records(max_records)?;
+        let checked = self.topic_for_member(topic, group, member)?;
+        for &(partition, offset) in acks {
+            check_offset(offset)?;
+            checked.partition(partition)?;
+        }
+        let acked = acks
+            .iter()
+            .map(|&(partition, offset)| self.ack(topic, group, member, partition, offset))
+            .collect::<Result<Vec<_>, _>>()?;
+        let records = self.poll(topic, group, member, max_records, max_bytes)?;
+        Ok((acked, records))
     }
 
     /// Releases the exact in-flight delivery (`partition`, `offset`) of `member` without

@@ -3,10 +3,12 @@
 //! `seed000` holds seed 000's rules and worked examples, `validation` every validation rule
 //! (each also checking that the invalid call changed nothing), and `kafka` the Kafka-style
 //! consumption of seeds 001 and 004 with SPEC.md's decided edge cases, `memory` the memory
-//! budget, `batch` batch publishing, and `limits` the topic, group and member limits.
+//! budget, `batch` batch publishing, `ack_and_poll` the combined call, and `limits` the topic,
+//! group and member limits.
 
 #![allow(clippy::unwrap_used)]
 
+mod ack_and_poll;
 mod batch;
 mod kafka;
 mod limits;

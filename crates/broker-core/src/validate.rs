@@ -14,6 +14,9 @@ pub const MAX_POLL_RECORDS: i32 = 64;
 pub const MAX_FETCH_RECORDS: i32 = 10_000;
 /// Most records one `publish_batch` can carry.
 pub const MAX_BATCH_RECORDS: usize = 10_000;
+/// Most acknowledgements one `ack_and_poll` can carry: a member has at most one delivery in
+/// flight per partition, and a topic at most [`MAX_PARTITIONS`] partitions.
+pub const MAX_ACKS: usize = MAX_PARTITIONS as usize;
 
 /// Identifiers are 1 to 64 ASCII letters, digits, `_` or `-`, case-sensitive and untrimmed.
 pub(crate) fn check_identifier(kind: &str, value: &str) -> Result<(), BrokerError> {
@@ -62,6 +65,16 @@ pub(crate) fn check_batch_len(len: usize) -> Result<(), BrokerError> {
     } else {
         Err(BrokerError::invalid(format!(
             "a batch holds at most {MAX_BATCH_RECORDS} records, got {len}"
+        )))
+    }
+}
+
+pub(crate) fn check_acks_len(len: usize) -> Result<(), BrokerError> {
+    if len <= MAX_ACKS {
+        Ok(())
+    } else {
+        Err(BrokerError::invalid(format!(
+            "one call acknowledges at most {MAX_ACKS} deliveries, got {len}"
         )))
     }
 }

@@ -407,6 +407,48 @@ impl Model {
                 }
                 Ok(Outcome::Records(out))
             }
+            Command::AckAndPoll {
+                topic,
+                group,
+                member,
+                acks,
+                max_records,
+                max_bytes,
+            } => {
+                if acks.len() > 64 || !(1..=64).contains(max_records) {
+                    return Err(Answer::Invalid);
+                }
+                ids(&[group, member])?;
+                let t = self.topic(topic)?;
+                for &(partition, offset) in acks {
+                    partition_of(t, partition)?;
+                    if offset < 0 {
+                        return Err(Answer::Invalid);
+                    }
+                }
+                let mut acked = Vec::new();
+                for &(partition, offset) in acks {
+                    let ack = Command::Ack {
+                        topic: topic.clone(),
+                        group: group.clone(),
+                        member: member.clone(),
+                        partition,
+                        offset,
+                    };
+                    acked.push(matches!(self.answer(&ack)?, Outcome::Acked(true)));
+                }
+                let poll = Command::Poll {
+                    topic: topic.clone(),
+                    group: group.clone(),
+                    member: member.clone(),
+                    max_records: *max_records,
+                    max_bytes: *max_bytes,
+                };
+                let Outcome::Records(records) = self.answer(&poll)? else {
+                    unreachable!("a poll answers records");
+                };
+                Ok(Outcome::AckedAndPolled { acked, records })
+            }
             Command::Ack {
                 topic,
                 group,
@@ -737,6 +779,17 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         Command::PublishBatch { topic, records } => broker
             .publish_batch(&topic, records)
             .map(Outcome::PublishedBatch),
+        Command::AckAndPoll {
+            topic,
+            group,
+            member,
+            acks,
+            max_records,
+            max_bytes: None,
+        } => broker
+            .ack_and_poll(&topic, &group, &member, &acks, max_records)
+            .map(|(acked, records)| Outcome::AckedAndPolled { acked, records }),
+        Command::AckAndPoll { .. } => broker.apply(command.clone()),
         Command::Poll {
             topic,
             group,
@@ -941,6 +994,15 @@ fn command() -> impl Strategy<Value = Command> {
                 offset,
             }
         ),
+        2 => (
+            who(),
+            proptest::collection::vec((partition(), offset()), 0..3),
+            max_records(),
+            max_bytes(),
+        )
+            .prop_map(|((topic, group, member), acks, max_records, max_bytes)| {
+                Command::AckAndPoll { topic, group, member, acks, max_records, max_bytes }
+            }),
         1 => (who(), partition(), offset()).prop_map(
             |((topic, group, member), partition, offset)| Command::Retry {
                 topic,
@@ -989,7 +1051,8 @@ enum Step {
         pick: usize,
         ack: bool,
     },
-    /// `action` (0 poll, 1 fetch, 2 commit positions, 3 leave) by an existing member.
+    /// `action` (0 poll, 1 fetch, 2 commit positions, 3 leave, 4 ack everything the member has
+    /// in flight and poll) by an existing member.
     Member {
         pick: usize,
         action: u8,
@@ -1002,7 +1065,7 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         5 => command().prop_map(Step::Raw),
         2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, ack)| Step::Settle { pick, ack }),
-        2 => (any::<usize>(), 0..4_u8, max_records(), max_bytes()).prop_map(
+        2 => (any::<usize>(), 0..5_u8, max_records(), max_bytes()).prop_map(
             |(pick, action, max_records, max_bytes)| Step::Member {
                 pick,
                 action,
@@ -1100,12 +1163,38 @@ fn member_action(
             member,
             offsets: None,
         },
-        _ => Command::Leave {
+        3 => Command::Leave {
             topic,
             group,
             member,
         },
+        _ => {
+            let acks = in_flight_of(model, &topic, &group, &member);
+            Command::AckAndPoll {
+                topic,
+                group,
+                member,
+                acks,
+                max_records,
+                max_bytes,
+            }
+        }
     }
+}
+
+/// The deliveries `member` has in flight, as (partition, offset).
+fn in_flight_of(model: &Model, topic: &str, group: &str, member: &str) -> Vec<(i32, i64)> {
+    let Some(group) = model.topics.get(topic).and_then(|t| t.groups.get(group)) else {
+        return Vec::new();
+    };
+    let owners = group.owners();
+    group
+        .in_flight
+        .iter()
+        .enumerate()
+        .filter(|(p, _)| owners[*p].as_deref() == Some(member))
+        .filter_map(|(p, in_flight)| in_flight.map(|offset| (p as i32, offset)))
+        .collect()
 }
 
 /// Two topics created up front, so that most generated calls reach real state.
@@ -1231,6 +1320,11 @@ fn generated_sequences_reach_every_interesting_case() {
                 (_, Answer::NotAssigned(_)) => "not assigned",
                 (Command::Ack { .. }, Answer::Ok(Outcome::Acked(true))) => "ack",
                 (Command::Retry { .. }, Answer::Ok(Outcome::Retried(true))) => "retry",
+                (Command::AckAndPoll { .. }, Answer::Ok(Outcome::AckedAndPolled { acked, .. }))
+                    if acked.contains(&true) =>
+                {
+                    "ack and poll"
+                }
                 (_, Answer::Ok(Outcome::Published(-1))) => "full",
                 (Command::Poll { .. }, Answer::Ok(Outcome::Records(r))) if !r.is_empty() => "poll",
                 (Command::Fetch { .. }, Answer::Ok(Outcome::Records(r))) if !r.is_empty() => {
@@ -1261,6 +1355,7 @@ fn generated_sequences_reach_every_interesting_case() {
         "not assigned",
         "ack",
         "retry",
+        "ack and poll",
         "full",
         "poll",
         "fetch",

@@ -77,7 +77,7 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
     let topic = input.pick(&TOPICS).to_owned();
     let group = input.pick(&GROUPS).to_owned();
     let member = input.pick(&MEMBERS).to_owned();
-    match input.byte() % 16 {
+    match input.byte() % 17 {
         0 => Command::Create {
             topic,
             partition_count: input.pick(&[1, 2, 3, 4, 0, 65]),
@@ -192,6 +192,26 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
                 })
                 .collect(),
         },
+        15 => {
+            let acks = (0..input.byte() % 4)
+                .map(|_| {
+                    let partition = input.below(5) as i32 - 1;
+                    let offset = match input.byte() {
+                        byte @ 0..=63 => i64::from(byte % 8) - 1,
+                        _ => in_flight(now, &topic, &group, partition).unwrap_or(0),
+                    };
+                    (partition, offset)
+                })
+                .collect();
+            Command::AckAndPoll {
+                topic,
+                group,
+                member,
+                acks,
+                max_records: input.pick(&[1, 2, 64, 0]),
+                max_bytes: input.pick(&[None, Some(0), Some(3)]),
+            }
+        }
         _ => Command::Describe {
             topic: input.byte().is_multiple_of(2).then_some(topic),
         },
@@ -369,6 +389,42 @@ impl Checker {
                         "step {step}: poll skipped"
                     );
                     let now = &find_group(after, topic, group).partitions[partition];
+                    assert_eq!(
+                        now.in_flight,
+                        Some(record.offset),
+                        "step {step}: polled record not in flight"
+                    );
+                }
+            }
+            (
+                Command::AckAndPoll {
+                    topic,
+                    group,
+                    acks,
+                    max_records,
+                    ..
+                },
+                Outcome::AckedAndPolled { acked, records },
+            ) => {
+                assert_eq!(acked.len(), acks.len(), "step {step}: an answer per ack");
+                assert!(
+                    records.len() <= *max_records as usize,
+                    "step {step}: ack-and-poll too long"
+                );
+                for (&(partition, offset), &hit) in acks.iter().zip(acked) {
+                    if hit {
+                        let now = &find_group(after, topic, group).partitions[partition as usize];
+                        assert!(
+                            now.committed > offset,
+                            "step {step}: acknowledged {offset} but committed {}",
+                            now.committed
+                        );
+                    }
+                }
+                for record in records {
+                    self.check_delivered(topic, record);
+                    let now =
+                        &find_group(after, topic, group).partitions[record.partition as usize];
                     assert_eq!(
                         now.in_flight,
                         Some(record.offset),

@@ -26,6 +26,11 @@ pub(crate) struct Parked {
     pub(crate) correlation_id: u64,
     /// The poll or fetch, retried on every signal of its topic.
     pub(crate) command: Command,
+    /// For an ack-and-poll, the outcome of its acknowledgements (applied before it parked):
+    /// the answer carries them with the records.
+    pub(crate) acked: Option<Vec<bool>>,
+    /// The log entry of those acknowledgements: the answer waits until it is durable.
+    pub(crate) logged: Option<u64>,
     /// How long it may wait at most (already bounded by the server's maximum).
     pub(crate) wait: Duration,
     /// The in-flight permit of the request, released once it is answered.
@@ -94,8 +99,9 @@ pub(crate) fn apply_batch(
                 }
             };
             let wait = Duration::from_millis(max_wait_ms.into()).min(shared.config.max_wait);
-            let retry =
-                (may_wait && !wait.is_zero() && is_wait_capable(&command)).then(|| command.clone());
+            let retry = (may_wait && !wait.is_zero())
+                .then(|| retry_of(&command))
+                .flatten();
             let (result, wake, logged) = execute(
                 state,
                 &mut sessions,
@@ -106,7 +112,6 @@ pub(crate) fn apply_batch(
             );
             if logged.is_some() {
                 applied.last_entry = logged;
-                applied.logged.push(applied.responses.len());
             }
             if let Some(topic) = wake {
                 if !applied.wake.contains(&topic) {
@@ -118,14 +123,23 @@ pub(crate) fn apply_batch(
                     if let Some(key) = MemberKey::of(&command) {
                         sessions.park(&key);
                     }
+                    let acked = match result {
+                        Ok(Outcome::AckedAndPolled { acked, .. }) => Some(acked),
+                        _ => None,
+                    };
                     applied.parked.push(Parked {
                         correlation_id,
                         command,
+                        acked,
+                        logged,
                         wait,
                         permit,
                     });
                 }
                 _ => {
+                    if logged.is_some() {
+                        applied.logged.push(applied.responses.len());
+                    }
                     applied.responses.push(ResponseFrame {
                         correlation_id,
                         result,
@@ -160,6 +174,7 @@ pub(crate) fn execute(
             | Command::PublishKeyed { .. }
             | Command::PublishBatch { .. }
             | Command::Ack { .. }
+            | Command::AckAndPoll { .. }
             | Command::Retry { .. }
             | Command::Join { .. }
             | Command::Leave { .. }
@@ -210,6 +225,12 @@ fn prepare(config: &Config, mut command: Command) -> Result<Command, ErrorReply>
         max_records,
         max_bytes,
         ..
+    }
+    | Command::AckAndPoll {
+        topic,
+        max_records,
+        max_bytes,
+        ..
     } = &mut command
     {
         let records = usize::try_from(*max_records).unwrap_or(0);
@@ -223,13 +244,37 @@ fn prepare(config: &Config, mut command: Command) -> Result<Command, ErrorReply>
     Ok(command)
 }
 
-fn is_wait_capable(command: &Command) -> bool {
-    matches!(command, Command::Poll { .. } | Command::Fetch { .. })
+/// The command a request retries while it waits, if it is a kind that waits: a poll or fetch
+/// itself, and for an ack-and-poll its poll alone (its acknowledgements were applied once).
+fn retry_of(command: &Command) -> Option<Command> {
+    match command {
+        Command::Poll { .. } | Command::Fetch { .. } => Some(command.clone()),
+        Command::AckAndPoll {
+            topic,
+            group,
+            member,
+            max_records,
+            max_bytes,
+            ..
+        } => Some(Command::Poll {
+            topic: topic.clone(),
+            group: group.clone(),
+            member: member.clone(),
+            max_records: *max_records,
+            max_bytes: *max_bytes,
+        }),
+        _ => None,
+    }
 }
 
-/// Whether a result is a successful, empty poll or fetch: the kind that waits.
+/// Whether a result is a successful poll, fetch or ack-and-poll that took no record: the kind
+/// that waits.
 pub(crate) fn is_empty_records(result: &Result<Outcome, ErrorReply>) -> bool {
-    matches!(result, Ok(Outcome::Records(records)) if records.is_empty())
+    matches!(
+        result,
+        Ok(Outcome::Records(records) | Outcome::AckedAndPolled { records, .. })
+            if records.is_empty()
+    )
 }
 
 #[cfg(test)]

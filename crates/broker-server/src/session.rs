@@ -50,6 +50,12 @@ impl MemberKey {
                 member,
                 ..
             }
+            | Command::AckAndPoll {
+                topic,
+                group,
+                member,
+                ..
+            }
             | Command::Retry {
                 topic,
                 group,

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use broker_core::Outcome;
 use broker_proto::ResponseFrame;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::{self, Instant};
@@ -66,6 +67,8 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
     let Parked {
         correlation_id,
         command,
+        acked,
+        logged: acks_logged,
         wait,
         permit,
     } = parked;
@@ -105,7 +108,8 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
             (result, logged)
         });
         if last_try || !is_empty_records(&result) {
-            break match (logged, &shared.journal) {
+            // Entries become durable in order: the later of the two covers both.
+            break match (logged.max(acks_logged), &shared.journal) {
                 (Some(entry), Some(journal)) => match journal.durable(entry).await {
                     Ok(()) => result,
                     Err(refusal) => Err(refusal),
@@ -118,6 +122,12 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
             _ = &mut deadline => true,
             _ = &mut notified => false,
         };
+    };
+    let result = match (result, acked) {
+        (Ok(Outcome::Records(records)), Some(acked)) => {
+            Ok(Outcome::AckedAndPolled { acked, records })
+        }
+        (result, _) => result,
     };
     let answer = Outgoing {
         responses: vec![ResponseFrame {

@@ -34,13 +34,19 @@ pub(crate) const ENTRY_HEADER: usize = 8;
 /// Whether a successful command must be logged: everything but read-only commands and the
 /// outcomes that the core guarantees changed nothing: polls or fetches that returned nothing
 /// (waiting requests retry them often), a create of an existing topic, a leave by a non-member,
-/// and an ack or retry that did not match. (A publish answered `-1` is logged: a keyless one
-/// still advances the topic's round-robin.)
+/// an ack or retry that did not match, and an ack-and-poll that matched nothing and polled
+/// nothing. (A publish answered `-1` is logged: a keyless one still advances the topic's
+/// round-robin.)
 pub fn is_logged(command_is_read_only: bool, outcome: &Outcome) -> bool {
     !command_is_read_only
         && !matches!(
             outcome,
             Outcome::Records(records) if records.is_empty()
+        )
+        && !matches!(
+            outcome,
+            Outcome::AckedAndPolled { acked, records }
+                if records.is_empty() && !acked.contains(&true)
         )
         && !matches!(
             outcome,
