@@ -11,6 +11,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// The allocator: jemalloc, faster than the system's under this workload (BENCHMARKS.md).
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = cli::Cli::parse();

@@ -821,7 +821,7 @@ impl Inner {
             Ok(slot) => slot,
             Err(TryAcquireError::Closed) => return Err(closed()),
             Err(TryAcquireError::NoPermits) => {
-                tokio::time::timeout_at(deadline, self.in_flight.acquire())
+                tokio::time::timeout_at(deadline, Box::pin(self.in_flight.acquire()))
                     .await
                     .map_err(|_| Error::Timeout)?
                     .map_err(|_| closed())?
@@ -829,7 +829,10 @@ impl Inner {
         };
         let current = self.current();
         let connection = if current.is_closed() {
-            tokio::time::timeout_at(deadline, self.connection())
+            // Boxed, as waiting for a slot above: kept inline, the rare paths' futures would
+            // make every call's future as large (reconnecting includes a TLS handshake), to be
+            // moved on every call.
+            tokio::time::timeout_at(deadline, Box::pin(self.connection()))
                 .await
                 .map_err(|_| Error::Timeout)??
         } else {

@@ -228,7 +228,9 @@ impl Connection {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Closed(_)) => return Err(self.lost()),
             Err(mpsc::error::TrySendError::Full(frame)) => {
-                match tokio::time::timeout_at(deadline, self.requests.send(frame)).await {
+                // Boxed: this rare path's future would otherwise enlarge every call's.
+                let send = Box::pin(self.requests.send(frame));
+                match tokio::time::timeout_at(deadline, send).await {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => return Err(self.lost()),
                     Err(_) => return Err(Error::Timeout),

@@ -52,6 +52,7 @@ pub enum Command {
         /// Target partition.
         partition: i32,
         /// Record bytes.
+        #[serde(deserialize_with = "crate::byte_fields::bytes")]
         payload: Bytes,
     },
     /// [`crate::EventBroker::publish_keyed`].
@@ -59,8 +60,10 @@ pub enum Command {
         /// Topic identifier.
         topic: String,
         /// Partitioning key; `None` publishes round-robin.
+        #[serde(deserialize_with = "crate::byte_fields::optional_bytes")]
         key: Option<Bytes>,
         /// Record bytes.
+        #[serde(deserialize_with = "crate::byte_fields::bytes")]
         payload: Bytes,
     },
     /// [`crate::EventBroker::poll_limited`].

@@ -19,6 +19,7 @@
 //! # Ok::<(), broker_core::BrokerError>(())
 //! ```
 
+mod byte_fields;
 mod command;
 mod describe;
 mod error;

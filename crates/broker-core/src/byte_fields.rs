@@ -1,0 +1,116 @@
+//! Deserialization of the `Bytes` fields of commands, records and snapshots: one allocation
+//! and one copy per field.
+//!
+//! `Bytes`'s own `Deserialize` asks for an owned buffer, which bincode fills by allocating a
+//! zeroed `Vec` and copying into it, and then converts. Asking for borrowed bytes instead lets
+//! a decoder that reads from a slice (every decoder here does) hand over the bytes in place, to
+//! be copied once into their own allocation. Retained payloads are never views into a larger
+//! frame, so a stored record keeps only its own bytes alive. The encoding is unchanged.
+
+use std::fmt;
+
+use bytes::Bytes;
+use serde::de::{Deserializer, SeqAccess, Visitor};
+
+/// For `#[serde(deserialize_with = "...")]` on a `Bytes` field.
+pub(crate) fn bytes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Bytes, D::Error> {
+    deserializer.deserialize_bytes(BytesVisitor)
+}
+
+/// For `#[serde(deserialize_with = "...")]` on an `Option<Bytes>` field.
+pub(crate) fn optional_bytes<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Bytes>, D::Error> {
+    deserializer.deserialize_option(OptionalBytesVisitor)
+}
+
+struct BytesVisitor;
+
+impl<'de> Visitor<'de> for BytesVisitor {
+    type Value = Bytes;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a byte string")
+    }
+
+    fn visit_bytes<E>(self, bytes: &[u8]) -> Result<Bytes, E> {
+        Ok(Bytes::copy_from_slice(bytes))
+    }
+
+    fn visit_byte_buf<E>(self, bytes: Vec<u8>) -> Result<Bytes, E> {
+        Ok(Bytes::from(bytes))
+    }
+
+    fn visit_str<E>(self, text: &str) -> Result<Bytes, E> {
+        Ok(Bytes::copy_from_slice(text.as_bytes()))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Bytes, A::Error> {
+        let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(byte) = seq.next_element::<u8>()? {
+            bytes.push(byte);
+        }
+        Ok(Bytes::from(bytes))
+    }
+}
+
+struct OptionalBytesVisitor;
+
+impl<'de> Visitor<'de> for OptionalBytesVisitor {
+    type Value = Option<Bytes>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("an optional byte string")
+    }
+
+    fn visit_none<E>(self) -> Result<Option<Bytes>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Option<Bytes>, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<Bytes>, D::Error> {
+        bytes(deserializer).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::{Deserialize, Serialize};
+
+    use super::*;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Fields {
+        #[serde(deserialize_with = "bytes")]
+        payload: Bytes,
+        #[serde(deserialize_with = "optional_bytes")]
+        key: Option<Bytes>,
+    }
+
+    #[test]
+    fn the_encoding_is_bytes_own_and_decodes_back() {
+        let config = bincode::config::standard()
+            .with_little_endian()
+            .with_fixed_int_encoding();
+        for key in [None, Some(Bytes::from_static(b"k")), Some(Bytes::new())] {
+            let fields = Fields {
+                payload: Bytes::from_static(b"payload"),
+                key,
+            };
+            let encoded = bincode::serde::encode_to_vec(&fields, config).unwrap();
+            let plain = bincode::serde::encode_to_vec((&fields.payload, &fields.key), config);
+            assert_eq!(encoded, plain.unwrap());
+            let (decoded, _): (Fields, usize) =
+                bincode::serde::decode_from_slice(&encoded, config).unwrap();
+            assert_eq!(decoded, fields);
+            let owned: Fields =
+                bincode::serde::decode_from_std_read(&mut encoded.as_slice(), config).unwrap();
+            assert_eq!(owned, fields);
+            let json = serde_json::to_string(&fields).unwrap();
+            assert_eq!(serde_json::from_str::<Fields>(&json).unwrap(), fields);
+        }
+    }
+}
