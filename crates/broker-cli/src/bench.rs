@@ -552,8 +552,9 @@ async fn publish_once(
 ) -> anyhow::Result<Vec<u64>> {
     let partition_of =
         |sequence: u64| ((u64::from(p.index) + sequence) % p.partitions as u64) as i32;
-    let payload_of =
-        |sequence: u64| encode_payload(p.size, p.index, sequence, elapsed_nanos(p.shared.start));
+    // The records of one request are sent at the same moment: one clock reading for them all.
+    let sent = elapsed_nanos(p.shared.start);
+    let payload_of = |sequence: u64| encode_payload(p.size, p.index, sequence, sent);
     if let [sequence] = sequences {
         let offset = client
             .publish(&p.topic, partition_of(*sequence), payload_of(*sequence))

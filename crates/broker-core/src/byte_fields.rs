@@ -1,8 +1,8 @@
-//! Deserialization of the `Bytes` fields of commands, records and snapshots: one allocation
-//! and one copy per field.
+//! Deserialization of the `Bytes` fields of commands, records and snapshots, and of a delivered
+//! record's topic: one allocation and one copy per field.
 //!
-//! `Bytes`'s own `Deserialize` asks for an owned buffer, which bincode fills by allocating a
-//! zeroed `Vec` and copying into it, and then converts. Asking for borrowed bytes instead lets
+//! `Bytes`'s and `String`'s own `Deserialize` ask for an owned buffer, which bincode fills by
+//! allocating a zeroed `Vec` and copying into it. Asking for borrowed bytes instead lets
 //! a decoder that reads from a slice (every decoder here does) hand over the bytes in place, to
 //! be copied once into their own allocation. Retained payloads are never views into a larger
 //! frame, so a stored record keeps only its own bytes alive. The encoding is unchanged.
@@ -22,6 +22,29 @@ pub(crate) fn optional_bytes<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<Bytes>, D::Error> {
     deserializer.deserialize_option(OptionalBytesVisitor)
+}
+
+/// For `#[serde(deserialize_with = "...")]` on a `String` field decoded once per record.
+pub(crate) fn string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    deserializer.deserialize_str(StringVisitor)
+}
+
+struct StringVisitor;
+
+impl Visitor<'_> for StringVisitor {
+    type Value = String;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a string")
+    }
+
+    fn visit_str<E>(self, text: &str) -> Result<String, E> {
+        Ok(text.to_owned())
+    }
+
+    fn visit_string<E>(self, text: String) -> Result<String, E> {
+        Ok(text)
+    }
 }
 
 struct BytesVisitor;
@@ -84,6 +107,8 @@ mod tests {
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     struct Fields {
+        #[serde(deserialize_with = "string")]
+        name: String,
         #[serde(deserialize_with = "bytes")]
         payload: Bytes,
         #[serde(deserialize_with = "optional_bytes")]
@@ -97,11 +122,13 @@ mod tests {
             .with_fixed_int_encoding();
         for key in [None, Some(Bytes::from_static(b"k")), Some(Bytes::new())] {
             let fields = Fields {
+                name: "topic".to_owned(),
                 payload: Bytes::from_static(b"payload"),
                 key,
             };
             let encoded = bincode::serde::encode_to_vec(&fields, config).unwrap();
-            let plain = bincode::serde::encode_to_vec((&fields.payload, &fields.key), config);
+            let plain = (&fields.name, &fields.payload, &fields.key);
+            let plain = bincode::serde::encode_to_vec(plain, config);
             assert_eq!(encoded, plain.unwrap());
             let (decoded, _): (Fields, usize) =
                 bincode::serde::decode_from_slice(&encoded, config).unwrap();

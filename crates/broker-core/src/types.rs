@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct BrokerRecord {
     /// The topic the record was published to.
+    #[serde(deserialize_with = "crate::byte_fields::string")]
     pub topic: String,
     /// The partition of that topic that holds the record.
     pub partition: i32,
