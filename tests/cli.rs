@@ -805,3 +805,32 @@ fn bench_ack_consumes_every_record_exactly_once_in_order() {
     assert_eq!(group["missing"], 0);
     assert_eq!(group["out_of_order"], 0);
 }
+
+#[test]
+fn bench_fetch_with_batches_on_one_thread_consumes_every_record_and_counts_its_requests() {
+    let server = ServerProcess::start(&[]);
+    let run = broker(
+        &server,
+        &[
+            "bench",
+            "fetch",
+            "--records",
+            "5000",
+            "--publish-batch",
+            "100",
+            "--batch",
+            "1000",
+            "--consumers",
+            "2",
+            "--threads",
+            "1",
+            "--json",
+        ],
+    );
+    let report: Value = serde_json::from_str(run.ok()).expect("bench --json prints JSON");
+    assert_eq!(report["check_passed"], true, "{report:#}");
+    let group = &report["groups"][0];
+    assert_eq!(group["consumed"], 5000, "{report:#}");
+    let requests = group["consume_requests"].as_u64().unwrap();
+    assert!((5..=5000).contains(&requests), "{report:#}");
+}

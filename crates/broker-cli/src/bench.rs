@@ -5,6 +5,7 @@
 //! so consumers can check exactly-once delivery per group and in-order offsets per partition,
 //! and measure end-to-end latency.
 
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -78,6 +79,11 @@ pub struct BenchArgs {
     /// Most records per fetch (fetch and mixed workloads; polls take at most 64).
     #[arg(long, default_value_t = 1_000)]
     pub batch: i32,
+    /// Threads of this load generator (its runtime's workers); by default one per CPU core.
+    /// With the server on the same small machine, one thread each wakes the other least
+    /// (bench/compare.sh gives both one, as Redis and redis-benchmark have).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<NonZeroUsize>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -144,6 +150,9 @@ struct GroupReport {
     group: String,
     mode: &'static str,
     consumed: u64,
+    /// Poll or fetch requests the group's consumers made: `consumed / consume_requests`
+    /// records came per round trip.
+    consume_requests: u64,
     duplicates: u64,
     out_of_order: u64,
     missing: u64,
@@ -185,6 +194,8 @@ struct GroupCheck {
     next_offset: Vec<i64>,
     seen: Vec<Vec<bool>>,
     consumed: u64,
+    /// Poll or fetch requests answered.
+    rounds: u64,
     duplicates: u64,
     out_of_order: u64,
     latency: Histogram<u64>,
@@ -196,6 +207,7 @@ impl GroupCheck {
             next_offset: vec![0; partitions],
             seen: shares.iter().map(|&n| vec![false; n as usize]).collect(),
             consumed: 0,
+            rounds: 0,
             duplicates: 0,
             out_of_order: 0,
             latency: new_histogram(),
@@ -400,6 +412,7 @@ pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
                     GroupMode::Fetch => "fetch+commit",
                 },
                 consumed: check.consumed,
+                consume_requests: check.rounds,
                 duplicates: check.duplicates,
                 out_of_order: check.out_of_order,
                 missing: check.missing() - unpublished,
@@ -642,6 +655,7 @@ async fn consume(client: Client, consumer: Consumer) -> anyhow::Result<()> {
         unsettled.clear();
         let now = elapsed_nanos(shared.start);
         let mut observed = check.lock().unwrap_or_else(PoisonError::into_inner);
+        observed.rounds += 1;
         for record in &records {
             observed.observe(record, now);
             unsettled.push((record.partition, record.offset));
@@ -775,10 +789,11 @@ fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
     println!("publish latency: {}", report.publish_latency.text());
     for group in &report.groups {
         println!(
-            "group {} ({}): consumed {}, duplicates {}, out of order {}, missing {}",
+            "group {} ({}): consumed {} in {} requests, duplicates {}, out of order {}, missing {}",
             group.group,
             group.mode,
             with_thousands(group.consumed),
+            with_thousands(group.consume_requests),
             group.duplicates,
             group.out_of_order,
             group.missing

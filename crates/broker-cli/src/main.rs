@@ -16,10 +16,22 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    match commands::run(cli).await {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let cli::Command::Bench(bench::BenchArgs {
+        threads: Some(threads),
+        ..
+    }) = &cli.command
+    {
+        runtime.worker_threads(threads.get());
+    }
+    let ran = runtime
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| runtime.block_on(commands::run(cli)));
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");

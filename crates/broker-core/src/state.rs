@@ -134,6 +134,15 @@ struct GroupPartition {
     in_flight: Option<i64>,
 }
 
+impl GroupPartition {
+    /// Settles the delivery in flight, `offset`, as acknowledged: the group has consumed it.
+    fn commit_delivery(&mut self, offset: i64) {
+        self.in_flight = None;
+        self.committed = offset + 1;
+        self.position = self.position.max(offset + 1);
+    }
+}
+
 impl PartitionLog {
     fn end(&self) -> i64 {
         self.base + self.records.len() as i64
@@ -785,9 +794,7 @@ impl BrokerState {
         else {
             return Ok(false);
         };
-        state.in_flight = None;
-        state.committed = offset + 1;
-        state.position = state.position.max(offset + 1);
+        state.commit_delivery(offset);
         self.memory.retained -= topic.release(partition);
         Ok(true)
     }
@@ -809,15 +816,29 @@ impl BrokerState {
     ) -> Result<(Vec<bool>, Vec<BrokerRecord>), BrokerError> {
         check_acks_len(acks.len())?;
         check_poll_max_records(max_records)?;
-        let checked = self.topic_for_member(topic, group, member)?;
+        check_identifier("group", group)?;
+        check_identifier("member", member)?;
+        let checked = topic_in(&mut self.topics, topic)?;
         for &(partition, offset) in acks {
             check_offset(offset)?;
             checked.partition(partition)?;
         }
-        let acked = acks
-            .iter()
-            .map(|&(partition, offset)| self.ack(topic, group, member, partition, offset))
-            .collect::<Result<Vec<_>, _>>()?;
+        // What `ack` does for each, with the topic, group and member looked up once.
+        let mut acked = vec![false; acks.len()];
+        if let Some((group_state, member_index)) = member_of(&mut checked.groups, group, member) {
+            for (hit, &(partition, offset)) in acked.iter_mut().zip(acks) {
+                let state = &mut group_state.partitions[partition as usize];
+                *hit = state.owner == Some(member_index) && state.in_flight == Some(offset);
+                if *hit {
+                    state.commit_delivery(offset);
+                }
+            }
+        }
+        for (&hit, &(partition, _)) in acked.iter().zip(acks) {
+            if hit {
+                self.memory.retained -= checked.release(partition as usize);
+            }
+        }
         let records = self.poll(topic, group, member, max_records, max_bytes)?;
         Ok((acked, records))
     }

@@ -2,6 +2,7 @@
 //! serves until SIGINT or SIGTERM. Everything else lives in the library.
 
 use std::io::{IsTerminal, Write};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -108,6 +109,11 @@ struct Args {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     leave_on_disconnect: bool,
+    /// Threads serving connections (the runtime's workers); by default one per CPU core. On a
+    /// host shared with busy clients, fewer threads mean fewer wake-ups between them: one
+    /// thread served the most requests in BENCHMARKS.md's runs on two cores.
+    #[arg(long, env = "BROKER_WORKER_THREADS", value_name = "N")]
+    worker_threads: Option<NonZeroUsize>,
     /// Log filter, such as info, debug or broker_server=trace; RUST_LOG overrides it.
     #[arg(long, env = "BROKER_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -240,7 +246,16 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    match serve(&args.listen, config) {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.worker_threads {
+        runtime.worker_threads(threads.get());
+    }
+    let served = runtime
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")
+        .and_then(|runtime| runtime.block_on(serve(&args.listen, config)));
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
@@ -254,7 +269,6 @@ fn main() -> ExitCode {
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[tokio::main]
 async fn serve(listen: &str, config: Config) -> anyhow::Result<()> {
     // Recover before announcing the address: a locked or damaged data directory stops here.
     let storage = Storage::open(&config)?;

@@ -16,7 +16,14 @@ const BINARY: &str = env!("CARGO_BIN_EXE_broker-server");
 #[tokio::test]
 async fn the_binary_serves_and_exits_cleanly_on_sigterm() {
     let mut child = Process::new(BINARY)
-        .args(["--listen", "127.0.0.1:0", "--capacity", "10"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--capacity",
+            "10",
+            "--worker-threads",
+            "1",
+        ])
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -61,6 +68,7 @@ fn bad_flags_exit_with_code_2() {
         vec!["--capacity", "0"],
         vec!["--listen", "nonsense"],
         vec!["--max-in-flight", "0"],
+        vec!["--worker-threads", "0"],
         vec!["--no-such-flag"],
     ] {
         let output = Process::new(BINARY)
@@ -93,6 +101,8 @@ fn help_documents_every_flag_and_its_environment_variable() {
         "--leave-on-disconnect",
         "--log-level",
         "BROKER_LOG_LEVEL",
+        "--worker-threads",
+        "BROKER_WORKER_THREADS",
         "Examples:",
     ] {
         assert!(help.contains(needle), "--help lacks {needle}:\n{help}");
