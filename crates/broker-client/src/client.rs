@@ -206,7 +206,10 @@ impl Client {
         let deadline = now
             .checked_add(limit)
             .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
-        self.inner.call(command, max_wait_ms, deadline).await
+        // Boxed: the call's state is large, and the futures of the typed calls that wrap this
+        // one (and of their callers) stay small, so moving them, as pipelining callers do into
+        // their `FuturesUnordered`, copies a pointer instead of the whole state.
+        Box::pin(self.inner.call(command, max_wait_ms, deadline)).await
     }
 
     /// Creates `topic` with `partition_count` partitions and the default key hash; `false` if
