@@ -102,21 +102,17 @@ pub(crate) fn apply_batch(
             let retry = (may_wait && !wait.is_zero())
                 .then(|| retry_of(&command))
                 .flatten();
-            let (result, wake, logged) = execute(
+            let (result, logged) = execute(
                 state,
                 &mut sessions,
                 shared.journal.as_ref(),
                 connection,
                 command,
                 now,
+                &mut applied.wake,
             );
             if logged.is_some() {
                 applied.last_entry = logged;
-            }
-            if let Some(topic) = wake {
-                if !applied.wake.contains(&topic) {
-                    applied.wake.push(topic);
-                }
             }
             match retry {
                 Some(command) if is_empty_records(&result) => {
@@ -156,9 +152,9 @@ pub(crate) fn apply_batch(
 }
 
 /// Applies one command with the broker locked (`state`) and the sessions locked: refreshes the
-/// member it names, records joins and leaves, logs the change to `journal`. Returns the result,
-/// the topic when the command may have made a record eligible for a waiter, and the sequence
-/// number of its log entry when it was logged.
+/// member it names, records joins and leaves, logs the change to `journal`, and adds its topic
+/// to `wake` (once) when it succeeded and may have made a record eligible for a waiter. Returns
+/// the result and the sequence number of its log entry when it was logged.
 pub(crate) fn execute(
     state: &mut BrokerState,
     sessions: &mut Sessions,
@@ -166,7 +162,8 @@ pub(crate) fn execute(
     connection: u64,
     command: Command,
     now: Instant,
-) -> (Result<Outcome, ErrorReply>, Option<String>, Option<u64>) {
+    wake: &mut Vec<String>,
+) -> (Result<Outcome, ErrorReply>, Option<u64>) {
     let member = MemberKey::of(&command);
     let wakes = matches!(
         command,
@@ -180,7 +177,15 @@ pub(crate) fn execute(
             | Command::Leave { .. }
             | Command::Commit { .. }
     );
-    let topic = wakes.then(|| command.topic().map(str::to_owned)).flatten();
+    // The topic is copied only the first time a batch wakes it (before the command is moved
+    // into the core), and taken back if the command fails.
+    let added_wake = match command.topic().filter(|_| wakes) {
+        Some(topic) if !wake.iter().any(|woken| woken == topic) => {
+            wake.push(topic.to_owned());
+            true
+        }
+        _ => false,
+    };
     let is_join = matches!(command, Command::Join { .. });
     let is_leave = matches!(command, Command::Leave { .. });
     let (result, logged) = apply_logged(state, journal, command);
@@ -191,8 +196,10 @@ pub(crate) fn execute(
             _ => sessions.touch(&key, now),
         }
     }
-    let topic = topic.filter(|_| result.is_ok());
-    (result, topic, logged)
+    if added_wake && result.is_err() {
+        wake.pop();
+    }
+    (result, logged)
 }
 
 /// Refuses payloads over the limit and gives polls and fetches a byte budget whose response

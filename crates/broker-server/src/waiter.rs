@@ -92,13 +92,15 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         let (result, logged) = shared.broker.with_state(|state| {
             let mut sessions = shared.lock_sessions();
             let now = Instant::now();
-            let (result, _, logged) = execute(
+            // A retried poll wakes nobody.
+            let (result, logged) = execute(
                 state,
                 &mut sessions,
                 shared.journal.as_ref(),
                 reply_to.connection,
                 command.clone(),
                 now,
+                &mut Vec::new(),
             );
             if last_try || !is_empty_records(&result) {
                 if let Some(key) = &member {
