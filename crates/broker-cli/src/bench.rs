@@ -525,30 +525,34 @@ async fn produce(client: Client, producer: Producer) -> anyhow::Result<Histogram
         .map(|first| first..(first + p.batch as u64).min(p.share));
     stream::iter(batches)
         .take_while(|_| std::future::ready(p.deadline.is_none_or(|d| Instant::now() < d)))
-        .map(|sequences| async move {
-            let mut unstored: Vec<u64> = sequences.collect();
-            let mut backoff = FULL_BACKOFF;
-            loop {
-                let sent = Instant::now();
-                let refused = publish_once(client, p, &unstored).await?;
-                let nanos = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                let _ = latency_ref
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .record(nanos.max(1));
-                p.shared
-                    .published
-                    .fetch_add((unstored.len() - refused.len()) as u64, Ordering::Relaxed);
-                p.shared
-                    .refused
-                    .fetch_add(refused.len() as u64, Ordering::Relaxed);
-                if refused.is_empty() || !p.retry_full {
-                    return anyhow::Ok(());
+        // Boxed: a request's future (with its back-off timer) is large, and `buffer_unordered`
+        // moves each one into place.
+        .map(|sequences| {
+            Box::pin(async move {
+                let mut unstored: Vec<u64> = sequences.collect();
+                let mut backoff = FULL_BACKOFF;
+                loop {
+                    let sent = Instant::now();
+                    let refused = publish_once(client, p, &unstored, sent).await?;
+                    let nanos = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    let _ = latency_ref
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .record(nanos.max(1));
+                    p.shared
+                        .published
+                        .fetch_add((unstored.len() - refused.len()) as u64, Ordering::Relaxed);
+                    p.shared
+                        .refused
+                        .fetch_add(refused.len() as u64, Ordering::Relaxed);
+                    if refused.is_empty() || !p.retry_full {
+                        return anyhow::Ok(());
+                    }
+                    unstored = refused;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_FULL_BACKOFF);
                 }
-                unstored = refused;
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_FULL_BACKOFF);
-            }
+            })
         })
         .buffer_unordered(p.depth)
         .try_collect::<()>()
@@ -556,17 +560,19 @@ async fn produce(client: Client, producer: Producer) -> anyhow::Result<Histogram
     Ok(latency.into_inner().unwrap_or_else(PoisonError::into_inner))
 }
 
-/// Publishes the records `sequences` in one request (a single publish, or a batch) and
-/// returns the sequences whose partition was full.
+/// Publishes the records `sequences`, stamped as sent at `sent`, in one request (a single
+/// publish, or a batch) and returns the sequences whose partition was full.
 async fn publish_once(
     client: &Client,
     p: &Producer,
     sequences: &[u64],
+    sent: Instant,
 ) -> anyhow::Result<Vec<u64>> {
     let partition_of =
         |sequence: u64| ((u64::from(p.index) + sequence) % p.partitions as u64) as i32;
     // The records of one request are sent at the same moment: one clock reading for them all.
-    let sent = elapsed_nanos(p.shared.start);
+    let sent = u64::try_from(sent.saturating_duration_since(p.shared.start).as_nanos())
+        .unwrap_or(u64::MAX);
     let payload_of = |sequence: u64| encode_payload(p.size, p.index, sequence, sent);
     if let [sequence] = sequences {
         let offset = client
