@@ -61,6 +61,47 @@ fn poll_ack(c: &mut Criterion) {
                 .expect("valid ack"));
         })
     });
+    // A consumer's round over 64 partitions: settle the 64 deliveries of the last round and
+    // take the next 64, as 64 acks and a poll, or as one ack_and_poll.
+    group.throughput(Throughput::Elements(64));
+    let round = |settle: fn(&EventBroker, &[(i32, i64)]) -> Vec<(i32, i64)>| {
+        let payload = payload.clone();
+        move |b: &mut criterion::Bencher<'_>| {
+            let broker = broker_with_group(1_000);
+            let mut taken = Vec::new();
+            b.iter(|| {
+                for partition in 0..64 {
+                    broker
+                        .publish("t", partition, payload.clone())
+                        .expect("known topic");
+                }
+                taken = settle(&broker, &taken);
+                assert_eq!(taken.len(), 64);
+            })
+        }
+    };
+    group.bench_function(
+        "64 partitions: 64 publishes + 64 acks + poll(64)",
+        round(|broker, taken| {
+            for &(partition, offset) in taken {
+                assert!(broker
+                    .ack("t", "g", "m", partition, offset)
+                    .expect("valid ack"));
+            }
+            let records = broker.poll("t", "g", "m", 64).expect("valid poll");
+            records.iter().map(|r| (r.partition, r.offset)).collect()
+        }),
+    );
+    group.bench_function(
+        "64 partitions: 64 publishes + ack_and_poll(64 acks, 64)",
+        round(|broker, taken| {
+            let (acked, records) = broker
+                .ack_and_poll("t", "g", "m", taken, 64)
+                .expect("valid ack_and_poll");
+            assert!(!acked.contains(&false));
+            records.iter().map(|r| (r.partition, r.offset)).collect()
+        }),
+    );
     group.finish();
 }
 
