@@ -64,7 +64,9 @@ fn poll_ack(c: &mut Criterion) {
     // A consumer's round over 64 partitions: settle the 64 deliveries of the last round and
     // take the next 64, as 64 acks and a poll, or as one ack_and_poll.
     group.throughput(Throughput::Elements(64));
-    let round = |settle: fn(&EventBroker, &[(i32, i64)]) -> Vec<(i32, i64)>| {
+    // Settles the deliveries taken in the last round and takes the next: (partition, offset)s.
+    type Settle = fn(&EventBroker, &[(i32, i64)]) -> Vec<(i32, i64)>;
+    let round = |settle: Settle| {
         let payload = payload.clone();
         move |b: &mut criterion::Bencher<'_>| {
             let broker = broker_with_group(1_000);
