@@ -10,7 +10,7 @@ use tracing::debug;
 
 use crate::durability::{apply_logged, Journal};
 use crate::server::Shared;
-use crate::session::{MemberKey, Sessions};
+use crate::session::{MemberRef, Sessions};
 use crate::Config;
 
 /// Wire bytes a record may take in a response beyond its payload, key and topic name.
@@ -116,8 +116,8 @@ pub(crate) fn apply_batch(
             }
             match retry {
                 Some(command) if is_empty_records(&result) => {
-                    if let Some(key) = MemberKey::of(&command) {
-                        sessions.park(&key);
+                    if let Some(key) = MemberRef::of(&command) {
+                        sessions.park(key);
                     }
                     let acked = match result {
                         Ok(Outcome::AckedAndPolled { acked, .. }) => Some(acked),
@@ -164,7 +164,15 @@ pub(crate) fn execute(
     now: Instant,
     wake: &mut Vec<String>,
 ) -> (Result<Outcome, ErrorReply>, Option<u64>) {
-    let member = MemberKey::of(&command);
+    // The session is refreshed before the command is moved into the core, so its names are
+    // borrowed, not copied; only a join or a leave (rare) needs a key of its own.
+    let named = MemberRef::of(&command);
+    if let Some(member) = named {
+        sessions.touch(member, now);
+    }
+    let is_join = matches!(command, Command::Join { .. });
+    let is_leave = matches!(command, Command::Leave { .. });
+    let membership = named.filter(|_| is_join || is_leave).map(MemberRef::to_key);
     let wakes = matches!(
         command,
         Command::Publish { .. }
@@ -186,14 +194,12 @@ pub(crate) fn execute(
         }
         _ => false,
     };
-    let is_join = matches!(command, Command::Join { .. });
-    let is_leave = matches!(command, Command::Leave { .. });
     let (result, logged) = apply_logged(state, journal, command);
-    if let Some(key) = member {
-        match &result {
-            Ok(_) if is_join => sessions.joined(key, connection, now),
-            Ok(_) if is_leave => sessions.left(&key),
-            _ => sessions.touch(&key, now),
+    if let (Some(key), Ok(_)) = (membership, &result) {
+        if is_join {
+            sessions.joined(key, connection, now);
+        } else {
+            sessions.left(key.as_ref());
         }
     }
     if added_wake && result.is_err() {

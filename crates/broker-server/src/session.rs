@@ -5,10 +5,11 @@
 //! Lock order: the sessions mutex is only ever taken inside the broker's lock
 //! (`EventBroker::with_state`), so a session and the membership it mirrors change together.
 
-use std::collections::HashMap;
+use std::hash::RandomState;
 use std::sync::Arc;
 
 use broker_core::{BrokerDescription, BrokerState, Command};
+use hashbrown::{Equivalent, HashMap};
 use tokio::time::{self, Instant, MissedTickBehavior};
 use tracing::{info, warn};
 
@@ -16,6 +17,9 @@ use crate::durability::{apply_logged, Journal};
 use crate::server::Shared;
 
 /// Identifies a member: the topic, the group and the member id.
+///
+/// Its hash is [`MemberRef`]'s (both derive `Hash` over the same three strings, in order), so
+/// a session is found by a `MemberRef` borrowed from a request, without copying the names.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct MemberKey {
     topic: String,
@@ -26,6 +30,30 @@ pub(crate) struct MemberKey {
 impl MemberKey {
     /// The member a command names, if it names one.
     pub(crate) fn of(command: &Command) -> Option<MemberKey> {
+        MemberRef::of(command).map(MemberRef::to_key)
+    }
+
+    /// The key, borrowed.
+    pub(crate) fn as_ref(&self) -> MemberRef<'_> {
+        MemberRef {
+            topic: &self.topic,
+            group: &self.group,
+            member: &self.member,
+        }
+    }
+}
+
+/// A member as a request names it, borrowed from the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct MemberRef<'a> {
+    topic: &'a str,
+    group: &'a str,
+    member: &'a str,
+}
+
+impl<'a> MemberRef<'a> {
+    /// The member a command names, if it names one.
+    pub(crate) fn of(command: &'a Command) -> Option<MemberRef<'a>> {
         let (topic, group, member) = match command {
             Command::Join {
                 topic,
@@ -81,11 +109,26 @@ impl MemberKey {
             } => (topic, group, member),
             _ => return None,
         };
-        Some(MemberKey {
-            topic: topic.clone(),
-            group: group.clone(),
-            member: member.clone(),
+        Some(MemberRef {
+            topic,
+            group,
+            member,
         })
+    }
+
+    /// An owned key for the same member.
+    pub(crate) fn to_key(self) -> MemberKey {
+        MemberKey {
+            topic: self.topic.to_owned(),
+            group: self.group.to_owned(),
+            member: self.member.to_owned(),
+        }
+    }
+}
+
+impl Equivalent<MemberKey> for MemberRef<'_> {
+    fn equivalent(&self, key: &MemberKey) -> bool {
+        *self == key.as_ref()
     }
 }
 
@@ -102,7 +145,9 @@ struct Session {
 /// Every member joined over a connection and not yet gone.
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
-    members: HashMap<MemberKey, Session>,
+    // hashbrown's map for lookups by `MemberRef`; std's `RandomState` (SipHash with random
+    // keys), as std's map, because clients choose the names.
+    members: HashMap<MemberKey, Session, RandomState>,
 }
 
 impl Sessions {
@@ -118,27 +163,27 @@ impl Sessions {
     }
 
     /// `key` left by itself.
-    pub(crate) fn left(&mut self, key: &MemberKey) {
-        self.members.remove(key);
+    pub(crate) fn left(&mut self, key: MemberRef<'_>) {
+        self.members.remove(&key);
     }
 
     /// A request named `key`.
-    pub(crate) fn touch(&mut self, key: &MemberKey, now: Instant) {
-        if let Some(session) = self.members.get_mut(key) {
+    pub(crate) fn touch(&mut self, key: MemberRef<'_>, now: Instant) {
+        if let Some(session) = self.members.get_mut(&key) {
             session.last_seen = now;
         }
     }
 
     /// A waiting request of `key` was parked.
-    pub(crate) fn park(&mut self, key: &MemberKey) {
-        if let Some(session) = self.members.get_mut(key) {
+    pub(crate) fn park(&mut self, key: MemberRef<'_>) {
+        if let Some(session) = self.members.get_mut(&key) {
             session.parked += 1;
         }
     }
 
     /// A waiting request of `key` finished waiting.
-    pub(crate) fn unpark(&mut self, key: &MemberKey, now: Instant) {
-        if let Some(session) = self.members.get_mut(key) {
+    pub(crate) fn unpark(&mut self, key: MemberRef<'_>, now: Instant) {
+        if let Some(session) = self.members.get_mut(&key) {
             session.parked = session.parked.saturating_sub(1);
             session.last_seen = now;
         }
@@ -266,4 +311,51 @@ pub(crate) fn restore(shared: &Shared, description: &BrokerDescription) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn poll(topic: &str, group: &str, member: &str) -> Command {
+        Command::Poll {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            member: member.to_owned(),
+            max_records: 1,
+            max_bytes: None,
+        }
+    }
+
+    #[test]
+    fn a_session_is_found_by_the_names_a_request_borrows() {
+        let start = Instant::now();
+        let mut sessions = Sessions::default();
+        let joined = poll("t", "g", "m");
+        sessions.joined(MemberKey::of(&joined).unwrap(), 7, start);
+        let later = start + Duration::from_secs(5);
+        let request = poll("t", "g", "m");
+        let named = MemberRef::of(&request).unwrap();
+        sessions.park(named);
+        // Parked: never expired, however long it is silent.
+        assert!(sessions.expire(later, Duration::from_secs(1)).is_empty());
+        sessions.unpark(named, later);
+        sessions.touch(named, later);
+        assert!(sessions.expire(later, Duration::from_secs(1)).is_empty());
+        // Names that differ anywhere are another member.
+        for other in [
+            poll("t", "g", "m2"),
+            poll("t", "g2", "m"),
+            poll("t2", "g", "m"),
+        ] {
+            sessions.left(MemberRef::of(&other).unwrap());
+        }
+        assert_eq!(
+            sessions.disconnect(7),
+            vec![MemberKey::of(&joined).unwrap()]
+        );
+        assert!(MemberRef::of(&Command::Describe { topic: None }).is_none());
+    }
 }

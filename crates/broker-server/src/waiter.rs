@@ -104,7 +104,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
             );
             if last_try || !is_empty_records(&result) {
                 if let Some(key) = &member {
-                    sessions.unpark(key, now);
+                    sessions.unpark(key.as_ref(), now);
                 }
             }
             (result, logged)
@@ -146,7 +146,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
 fn finish(shared: &Shared, member: Option<&MemberKey>) {
     if let Some(key) = member {
         shared.broker.with_state(|_| {
-            shared.lock_sessions().unpark(key, Instant::now());
+            shared.lock_sessions().unpark(key.as_ref(), Instant::now());
         });
     }
 }
