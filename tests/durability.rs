@@ -341,6 +341,38 @@ async fn random_operations(client: &Client, seed: u64, count: usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_ack_and_poll_answers_its_acks_once_durable_and_they_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = start(dir.path(), "always");
+    let client = connect(&server).await;
+    client.create(TOPIC, 2).await.unwrap();
+    client.publish(TOPIC, 0, "a").await.unwrap();
+    client.join(TOPIC, "g", "m").await.unwrap();
+    assert_eq!(client.poll(TOPIC, "g", "m", 1).await.unwrap().len(), 1);
+    // The ack matches and is logged; the poll finds nothing and waits until it times out.
+    let (acked, records) = client
+        .ack_and_poll_wait(
+            TOPIC,
+            "g",
+            "m",
+            &[(0, 0), (1, 3)],
+            4,
+            Duration::from_millis(300),
+        )
+        .await
+        .unwrap();
+    assert_eq!(acked, [true, false]);
+    assert!(records.is_empty());
+    let before = client.describe().await.unwrap();
+    drop(client);
+    server.kill();
+    let server = start(dir.path(), "always");
+    let client = connect(&server).await;
+    assert_eq!(client.describe().await.unwrap(), before);
+    assert_eq!(client.committed(TOPIC, "g", 0).await.unwrap(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn describe_is_the_same_after_a_graceful_restart_and_after_kill_9() {
     let cases = [
         (7u64, true, "1000000"),

@@ -150,22 +150,29 @@ fn random_command(rng: &mut Rng, delivered: &[(String, String, String, i32, i64)
         8 | 9 if !delivered.is_empty() => {
             let (topic, group, member, partition, offset) =
                 delivered[rng.below(delivered.len() as u64) as usize].clone();
-            if rng.below(3) == 0 {
-                Command::Retry {
+            match rng.below(3) {
+                0 => Command::Retry {
                     topic,
                     group,
                     member,
                     partition,
                     offset,
-                }
-            } else {
-                Command::Ack {
+                },
+                1 => Command::AckAndPoll {
+                    topic,
+                    group,
+                    member,
+                    acks: vec![(partition, offset)],
+                    max_records: rng.pick(&[1, 64]),
+                    max_bytes: None,
+                },
+                _ => Command::Ack {
                     topic,
                     group,
                     member,
                     partition,
                     offset,
-                }
+                },
             }
         }
         8 | 9 => Command::Ack {
@@ -239,7 +246,9 @@ async fn client(
         }
         let command = random_command(&mut rng, &delivered);
         let poller = match &command {
-            Command::Poll { group, member, .. } => Some((group.clone(), member.clone())),
+            Command::Poll { group, member, .. } | Command::AckAndPoll { group, member, .. } => {
+                Some((group.clone(), member.clone()))
+            }
             _ => None,
         };
         tester
@@ -260,7 +269,11 @@ async fn client(
             other => panic!("undecodable response {other:?}"),
         };
         assert_eq!(response.correlation_id, call as u64);
-        if let (Some((group, member)), Ok(Outcome::Records(records))) = (poller, &response.result) {
+        if let (
+            Some((group, member)),
+            Ok(Outcome::Records(records) | Outcome::AckedAndPolled { records, .. }),
+        ) = (poller, &response.result)
+        {
             // Remember deliveries, with the member that polled, for later acks and retries.
             delivered.extend(records.iter().map(|r| {
                 (

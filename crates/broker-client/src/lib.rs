@@ -59,7 +59,7 @@ pub use address::ServerAddress;
 pub use broker_core::{
     Assignor, BrokerDescription, BrokerError, BrokerRecord, Command, GroupDescription,
     GroupPartitionDescription, KeyHash, MemberDescription, Outcome, PartitionDescription,
-    PartitionLag, PublishRecord, TopicDescription, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
+    PartitionLag, PublishRecord, TopicDescription, MAX_ACKS, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
     MAX_POLL_RECORDS,
 };
 pub use broker_proto::{ErrorReply, ServerLimits};

@@ -17,7 +17,8 @@ pub(crate) fn bytes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Bytes,
     deserializer.deserialize_bytes(BytesVisitor)
 }
 
-/// For `#[serde(deserialize_with = "...")]` on an `Option<Bytes>` field.
+/// For `#[serde(default, deserialize_with = "...")]` on an `Option<Bytes>` field (`default`
+/// keeps a missing field `None`, as serde's own `Option` handling does).
 pub(crate) fn optional_bytes<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<Bytes>, D::Error> {
@@ -111,7 +112,7 @@ mod tests {
         name: String,
         #[serde(deserialize_with = "bytes")]
         payload: Bytes,
-        #[serde(deserialize_with = "optional_bytes")]
+        #[serde(default, deserialize_with = "optional_bytes")]
         key: Option<Bytes>,
     }
 
@@ -139,5 +140,7 @@ mod tests {
             let json = serde_json::to_string(&fields).unwrap();
             assert_eq!(serde_json::from_str::<Fields>(&json).unwrap(), fields);
         }
+        let without_key: Fields = serde_json::from_str(r#"{"name":"t","payload":[1]}"#).unwrap();
+        assert_eq!(without_key.key, None);
     }
 }

@@ -60,7 +60,7 @@ pub enum Command {
         /// Topic identifier.
         topic: String,
         /// Partitioning key; `None` publishes round-robin.
-        #[serde(deserialize_with = "crate::byte_fields::optional_bytes")]
+        #[serde(default, deserialize_with = "crate::byte_fields::optional_bytes")]
         key: Option<Bytes>,
         /// Record bytes.
         #[serde(deserialize_with = "crate::byte_fields::bytes")]

@@ -94,7 +94,7 @@ struct PartitionLog {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct StoredRecord {
-    #[serde(deserialize_with = "crate::byte_fields::optional_bytes")]
+    #[serde(default, deserialize_with = "crate::byte_fields::optional_bytes")]
     key: Option<Bytes>,
     #[serde(deserialize_with = "crate::byte_fields::bytes")]
     payload: Bytes,

@@ -18,7 +18,7 @@ pub struct BrokerRecord {
     /// there, counting up by one.
     pub offset: i64,
     /// The key the record was published with, if any (keyed publishes only).
-    #[serde(deserialize_with = "crate::byte_fields::optional_bytes")]
+    #[serde(default, deserialize_with = "crate::byte_fields::optional_bytes")]
     pub key: Option<Bytes>,
     /// The record's bytes. Empty payloads are valid.
     #[serde(deserialize_with = "crate::byte_fields::bytes")]
@@ -31,7 +31,7 @@ pub struct PublishRecord {
     /// The partition to append to; `None` lets the key (or round-robin, without a key) choose.
     pub partition: Option<i32>,
     /// The record's key, stored with it; it picks the partition only when `partition` is `None`.
-    #[serde(deserialize_with = "crate::byte_fields::optional_bytes")]
+    #[serde(default, deserialize_with = "crate::byte_fields::optional_bytes")]
     pub key: Option<Bytes>,
     /// The record's bytes.
     #[serde(deserialize_with = "crate::byte_fields::bytes")]

@@ -411,13 +411,26 @@ impl Checker {
                     records.len() <= *max_records as usize,
                     "step {step}: ack-and-poll too long"
                 );
+                let hit_partitions: Vec<i32> = acks
+                    .iter()
+                    .zip(acked)
+                    .filter(|(_, &hit)| hit)
+                    .map(|(&(partition, _), _)| partition)
+                    .collect();
+                let committed = |description: &BrokerDescription, partition: i32| {
+                    group_in(description, topic, group)
+                        .map(|g| g.partitions[partition as usize].committed)
+                };
                 for (&(partition, offset), &hit) in acks.iter().zip(acked) {
                     if hit {
-                        let now = &find_group(after, topic, group).partitions[partition as usize];
-                        assert!(
-                            now.committed > offset,
-                            "step {step}: acknowledged {offset} but committed {}",
-                            now.committed
+                        // At most one delivery is in flight per partition, so at most one ack
+                        // of a partition matches.
+                        assert_eq!(committed(after, partition), Some(offset + 1), "step {step}");
+                    } else if !hit_partitions.contains(&partition) {
+                        assert_eq!(
+                            committed(after, partition),
+                            committed(before, partition),
+                            "step {step}: an unmatched ack moved the committed offset"
                         );
                     }
                 }
@@ -690,12 +703,20 @@ fn find_group<'a>(
     topic: &str,
     group: &str,
 ) -> &'a GroupDescription {
-    match find_topic(description, topic)
-        .groups
-        .iter()
-        .find(|g| g.name == group)
-    {
+    match group_in(description, topic, group) {
         Some(found) => found,
         None => panic!("a successful delivery named group {group:?}, which does not exist"),
     }
+}
+
+/// `group` of `topic` (which must exist), if it exists.
+fn group_in<'a>(
+    description: &'a BrokerDescription,
+    topic: &str,
+    group: &str,
+) -> Option<&'a GroupDescription> {
+    find_topic(description, topic)
+        .groups
+        .iter()
+        .find(|g| g.name == group)
 }

@@ -48,7 +48,7 @@ pub struct Config {
     /// A connection whose peer takes none of its response bytes for this long (it does not
     /// read) is closed.
     pub write_timeout: Duration,
-    /// Longest a waiting poll or fetch may wait, whatever it asks for.
+    /// Longest a waiting poll, fetch or ack-and-poll may wait, whatever it asks for.
     pub max_wait: Duration,
     /// A member joined over a connection is removed (a normal leave) after this long without a
     /// request naming it.

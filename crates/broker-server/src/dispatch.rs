@@ -1,6 +1,6 @@
 //! Applying requests to the core: a batch of pipelined requests goes in under one lock of the
-//! broker, responses come out, and poll or fetch requests that found nothing and asked to wait
-//! come out as parked requests for the waiter.
+//! broker, responses come out, and poll, fetch or ack-and-poll requests that found nothing and
+//! asked to wait come out as parked requests for the waiter.
 
 use broker_core::{BrokerState, Command, Outcome, PublishRecord};
 use broker_proto::{Decoded, ErrorReply, RequestFrame, ResponseFrame};
@@ -19,7 +19,8 @@ const RECORD_OVERHEAD: usize = 120;
 /// Wire bytes a records response may take besides its records.
 const RESPONSE_OVERHEAD: usize = 1024;
 
-/// A poll or fetch that found nothing and will wait for a record.
+/// A poll or fetch (or the poll of an ack-and-poll) that found nothing and will wait for a
+/// record.
 #[derive(Debug)]
 pub(crate) struct Parked {
     /// The request's correlation id.

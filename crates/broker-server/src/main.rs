@@ -94,7 +94,7 @@ struct Args {
     /// does not read) is closed.
     #[arg(long, env = "BROKER_WRITE_TIMEOUT_MS", default_value_t = 30_000)]
     write_timeout_ms: u64,
-    /// Longest a waiting poll or fetch may wait, in milliseconds.
+    /// Longest a waiting poll, fetch or ack-and-poll may wait, in milliseconds.
     #[arg(long, env = "BROKER_MAX_WAIT_MS", default_value_t = 60_000)]
     max_wait_ms: u64,
     /// A consumer-group member is removed (and its partitions rebalanced) after this many

@@ -122,11 +122,19 @@ fn member_command(kind: u8, member: &str, partition: i32, offset: i64) -> Comman
             member,
             offsets: None,
         },
-        _ => Command::Commit {
+        7 => Command::Commit {
             topic,
             group,
             member,
             offsets: Some(BTreeMap::from([(partition, offset)])),
+        },
+        _ => Command::AckAndPoll {
+            topic,
+            group,
+            member,
+            acks: vec![(partition, offset), (0, offset)],
+            max_records: 2,
+            max_bytes: None,
         },
     }
 }
@@ -205,7 +213,7 @@ fn random_histories_recover_to_the_same_description() {
             let member = ["a", "b", "c"][rng.next(3) as usize];
             let partition = rng.next(3) as i32;
             let offset = rng.next(8) as i64;
-            let command = match rng.next(10) {
+            let command = match rng.next(11) {
                 0..=2 => publish("t", partition, &format!("x{step}")),
                 kind => member_command((kind - 2) as u8, member, partition, offset),
             };
