@@ -59,24 +59,23 @@ pub(crate) fn check_fetch_max_records(max_records: i32) -> Result<(), BrokerErro
     check_range("fetch max_records", max_records, MAX_FETCH_RECORDS)
 }
 
-pub(crate) fn check_batch_len(len: usize) -> Result<(), BrokerError> {
-    if len <= MAX_BATCH_RECORDS {
+/// `len` items where at most `max` are allowed; `what` says where, as "{what} {max} {items}".
+fn check_len(len: usize, max: usize, what: &str, items: &str) -> Result<(), BrokerError> {
+    if len <= max {
         Ok(())
     } else {
         Err(BrokerError::invalid(format!(
-            "a batch holds at most {MAX_BATCH_RECORDS} records, got {len}"
+            "{what} {max} {items}, got {len}"
         )))
     }
 }
 
+pub(crate) fn check_batch_len(len: usize) -> Result<(), BrokerError> {
+    check_len(len, MAX_BATCH_RECORDS, "a batch holds at most", "records")
+}
+
 pub(crate) fn check_acks_len(len: usize) -> Result<(), BrokerError> {
-    if len <= MAX_ACKS {
-        Ok(())
-    } else {
-        Err(BrokerError::invalid(format!(
-            "one call acknowledges at most {MAX_ACKS} deliveries, got {len}"
-        )))
-    }
+    check_len(len, MAX_ACKS, "one call acknowledges at most", "deliveries")
 }
 
 pub(crate) fn check_offset(offset: i64) -> Result<(), BrokerError> {
