@@ -89,6 +89,10 @@ for conns in 1 8; do
   refused="$(echo "$ours" | json 'd["publish_refused_full"]')"
   read -r redis_rps _ _ <<<"$(redis_xadd "$conns" 64 "$RECORDS")"
   row "publish, $conns conn x depth 64: requests/s ($refused full)" "$ours_rps" "${redis_rps%.*}" "$(ratio "$ours_rps" "$redis_rps")"
+  # The server alone: frames written straight to the socket, as redis-benchmark loads Redis.
+  ours="$(bench publish --wire --producers "$conns" --depth 64 --records "$RECORDS")"
+  ours_rps="$(echo "$ours" | json 'int(d["requests_per_sec"])')"
+  row "  ... server alone (broker bench --wire)" "$ours_rps" "${redis_rps%.*}" "$(ratio "$ours_rps" "$redis_rps")"
 done
 
 # End to end: records/s counts records published AND acknowledged or committed. Redis's

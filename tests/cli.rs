@@ -834,3 +834,31 @@ fn bench_fetch_with_batches_on_one_thread_consumes_every_record_and_counts_its_r
     let requests = group["consume_requests"].as_u64().unwrap();
     assert!((5..=5000).contains(&requests), "{report:#}");
 }
+
+#[test]
+fn bench_publish_over_raw_frames_answers_every_request_and_refuses_other_workloads() {
+    let server = ServerProcess::start(&["--capacity", "10"]);
+    let run = broker(
+        &server,
+        &[
+            "bench",
+            "publish",
+            "--wire",
+            "--records",
+            "3000",
+            "--producers",
+            "2",
+            "--depth",
+            "16",
+            "--partitions",
+            "4",
+            "--json",
+        ],
+    );
+    let report: Value = serde_json::from_str(run.ok()).expect("bench --json prints JSON");
+    // 4 partitions of capacity 10 hold 40 records; every other publish is answered -1.
+    assert_eq!(report["published"], 40, "{report:#}");
+    assert_eq!(report["publish_refused_full"], 2960, "{report:#}");
+    let refused = broker(&server, &["bench", "ack", "--wire", "--records", "10"]);
+    assert!(refused.one_error_line().contains("--wire"), "{refused:#?}");
+}

@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use crate::commands::Server;
 use crate::size::with_thousands;
+use crate::wire;
 
 /// Bytes at the start of every payload: producer (u32), sequence (u64), send time (u64 ns).
 const HEADER_BYTES: usize = 20;
@@ -84,6 +85,11 @@ pub struct BenchArgs {
     /// (bench/compare.sh gives both one, as Redis and redis-benchmark have).
     #[arg(long, value_name = "N")]
     pub threads: Option<NonZeroUsize>,
+    /// Publish workload only: write publish requests to the socket as frames, with no typed
+    /// client in between, to measure the server alone (as redis-benchmark measures Redis).
+    /// Plain TCP only.
+    #[arg(long)]
+    pub wire: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -182,10 +188,10 @@ struct BenchReport {
 }
 
 /// Counters shared by every task of a run.
-struct Shared {
-    start: Instant,
-    published: AtomicU64,
-    refused: AtomicU64,
+pub(crate) struct Shared {
+    pub(crate) start: Instant,
+    pub(crate) published: AtomicU64,
+    pub(crate) refused: AtomicU64,
     producers_done: AtomicBool,
 }
 
@@ -246,13 +252,13 @@ impl GroupCheck {
     }
 }
 
-fn new_histogram() -> Histogram<u64> {
+pub(crate) fn new_histogram() -> Histogram<u64> {
     // 1 ns to 100 s with 3 significant digits: every latency a run can see.
     Histogram::new_with_bounds(1, 100_000_000_000, 3)
         .unwrap_or_else(|_| unreachable!("the bounds are constant and valid"))
 }
 
-fn encode_payload(size: usize, producer: u32, sequence: u64, sent_nanos: u64) -> Bytes {
+pub(crate) fn encode_payload(size: usize, producer: u32, sequence: u64, sent_nanos: u64) -> Bytes {
     let mut payload = BytesMut::with_capacity(size);
     payload.put_u32_le(producer);
     payload.put_u64_le(sequence);
@@ -293,6 +299,14 @@ pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
     }
     if args.size < HEADER_BYTES {
         bail!("--size must be at least {HEADER_BYTES} bytes (producer, sequence and send time)");
+    }
+    if args.wire {
+        if args.workload != Workload::Publish || args.publish_batch != 1 {
+            bail!("--wire measures the publish workload, one record per request");
+        }
+        if server.tls_ca.is_some() {
+            bail!("--wire speaks plain TCP only; measure a TLS server without it");
+        }
     }
     if args.workload == Workload::Ping {
         let latency = tokio::task::spawn_blocking(move || ping(args.records))
@@ -363,23 +377,25 @@ pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let mut producers = Vec::new();
     for (index, &share) in shares.iter().enumerate() {
-        let client = server.connect().await?;
-        producers.push(tokio::spawn(produce(
-            client,
-            Producer {
-                topic: topic.clone(),
-                index: index as u32,
-                share,
-                partitions: args.partitions,
-                size: args.size,
-                depth: args.depth,
-                // At most 10,000 (checked by clap).
-                batch: args.publish_batch as usize,
-                retry_full: args.workload != Workload::Publish,
-                deadline,
-                shared: Arc::clone(&shared),
-            },
-        )));
+        let producer = Producer {
+            topic: topic.clone(),
+            index: index as u32,
+            share,
+            partitions: args.partitions,
+            size: args.size,
+            depth: args.depth,
+            // At most 10,000 (checked by clap).
+            batch: args.publish_batch as usize,
+            retry_full: args.workload != Workload::Publish,
+            deadline,
+            shared: Arc::clone(&shared),
+        };
+        producers.push(if args.wire {
+            let (addr, token) = (server.addr.clone(), server.auth_token.clone());
+            tokio::spawn(async move { wire::produce(&addr, token, producer).await })
+        } else {
+            tokio::spawn(produce(server.connect().await?, producer))
+        });
     }
     let ticker = spawn_ticker(progress.clone(), Arc::clone(&shared), checks_for(&checks));
 
@@ -500,17 +516,17 @@ fn spawn_ticker(
     })
 }
 
-struct Producer {
-    topic: String,
-    index: u32,
-    share: u64,
-    partitions: i32,
-    size: usize,
-    depth: usize,
-    batch: usize,
-    retry_full: bool,
-    deadline: Option<Instant>,
-    shared: Arc<Shared>,
+pub(crate) struct Producer {
+    pub(crate) topic: String,
+    pub(crate) index: u32,
+    pub(crate) share: u64,
+    pub(crate) partitions: i32,
+    pub(crate) size: usize,
+    pub(crate) depth: usize,
+    pub(crate) batch: usize,
+    pub(crate) retry_full: bool,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 /// Publishes the producer's share with `depth` requests in flight; returns the latency of every

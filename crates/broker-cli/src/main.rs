@@ -6,6 +6,7 @@ mod cli;
 mod commands;
 mod output;
 mod size;
+mod wire;
 
 use std::process::ExitCode;
 
