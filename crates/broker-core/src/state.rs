@@ -134,6 +134,44 @@ struct GroupPartition {
     in_flight: Option<i64>,
 }
 
+impl Group {
+    /// [`BrokerState::check_consistency`] for one group of `topic`.
+    fn check_consistency(&self, topic: &Topic) -> Result<(), String> {
+        if self.partitions.len() != topic.partitions.len() {
+            return Err("a state per partition expected".to_owned());
+        }
+        if !self.members.windows(2).all(|pair| pair[0].id < pair[1].id) {
+            return Err("members not sorted by id".to_owned());
+        }
+        for (index, member) in self.members.iter().enumerate() {
+            let owned = member.partitions.iter().all(|&partition| {
+                usize::try_from(partition)
+                    .ok()
+                    .and_then(|partition| self.partitions.get(partition))
+                    .is_some_and(|state| state.owner == Some(index))
+            });
+            if !owned || !member.partitions.windows(2).all(|pair| pair[0] < pair[1]) {
+                return Err(format!("member {:?}: bad partitions", member.id));
+            }
+        }
+        for (partition, state) in self.partitions.iter().enumerate() {
+            let log = &topic.partitions[partition];
+            let owner_ok = state.owner.is_none_or(|owner| {
+                self.members
+                    .get(owner)
+                    .is_some_and(|member| member.partitions.contains(&(partition as i32)))
+            });
+            let in_flight_ok = state
+                .in_flight
+                .is_none_or(|offset| (log.base..log.end()).contains(&offset));
+            if !owner_ok || !in_flight_ok {
+                return Err(format!("partition {partition}: bad owner or delivery"));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl GroupPartition {
     /// Settles the delivery in flight, `offset`, as acknowledged: the group has consumed it.
     fn commit_delivery(&mut self, offset: i64) {
@@ -377,6 +415,47 @@ impl BrokerState {
     /// The per-partition capacity this broker was created with.
     pub fn capacity_per_partition(&self) -> i32 {
         self.capacity as i32
+    }
+
+    /// Checks the invariants every method relies on (the lengths and indexes that tie logs,
+    /// groups and members together, and the byte accounting), for a state that did not come
+    /// from this build's methods: one decoded from a snapshot. A state built by the methods
+    /// always passes.
+    ///
+    /// # Errors
+    /// A description of the first invariant broken.
+    pub fn check_consistency(&self) -> Result<(), String> {
+        if !(1..=crate::MAX_CAPACITY as usize).contains(&self.capacity) {
+            return Err(format!("capacity {} out of range", self.capacity));
+        }
+        let mut retained = 0;
+        for (name, topic) in &self.topics {
+            check_identifier("topic", name).map_err(|error| error.to_string())?;
+            let count = topic.partitions.len();
+            if !(1..=crate::MAX_PARTITIONS as usize).contains(&count) {
+                return Err(format!("topic {name:?} has {count} partitions"));
+            }
+            for (partition, log) in topic.partitions.iter().enumerate() {
+                let bytes: u64 = log.records.iter().map(StoredRecord::size).sum();
+                if log.base < 0 || log.records.len() > self.capacity || bytes != log.retained_bytes
+                {
+                    return Err(format!("topic {name:?} partition {partition}: bad log"));
+                }
+                retained += bytes;
+            }
+            for (group_name, group) in &topic.groups {
+                group
+                    .check_consistency(topic)
+                    .map_err(|why| format!("topic {name:?} group {group_name:?}: {why}"))?;
+            }
+        }
+        if retained != self.memory.retained {
+            return Err(format!(
+                "{} retained bytes counted, {retained} held",
+                self.memory.retained
+            ));
+        }
+        Ok(())
     }
 
     /// Applies one command: the single entry point the server and a log replay use.

@@ -1236,6 +1236,9 @@ proptest! {
                 prop_assert_eq!(&broker.describe(), &before, "step {}: an error or a read changed state", index);
             }
             prop_assert_eq!(broker.describe(), model.describe(), "step {}: {:?}", index, command);
+            // What a snapshot's loader checks holds after every call.
+            let consistent = broker.with_state(|state| state.check_consistency());
+            prop_assert_eq!(consistent, Ok(()), "step {}: {:?}", index, command);
         }
     }
 }

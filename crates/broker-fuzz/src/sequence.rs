@@ -252,6 +252,9 @@ impl Checker {
         let after = self.state.describe_all();
         let context = || format!("step {}: {command:?} -> {result:?}", self.step);
         assert_eq!(twin_result, result, "not deterministic: {}", context());
+        if let Err(why) = self.state.check_consistency() {
+            panic!("inconsistent state ({why}): {}", context());
+        }
         assert_eq!(
             twin.describe_all(),
             after,

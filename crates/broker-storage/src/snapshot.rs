@@ -210,6 +210,15 @@ pub(crate) fn load_latest(
             ))
         }
     };
+    // A valid checksum over a state this build would never make (a hand-edited file, or a
+    // buggy build) is refused here rather than panicking on first use.
+    if let Err(why) = state.check_consistency() {
+        return Err(StorageError::corrupt(
+            &path,
+            SNAPSHOT_HEADER as u64,
+            format!("the state is inconsistent: {why}"),
+        ));
+    }
     Ok(Some(LoadedSnapshot { state, seq }))
 }
 

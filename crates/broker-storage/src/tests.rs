@@ -334,6 +334,44 @@ fn a_snapshot_with_a_bad_checksum_refuses_to_start() {
 }
 
 #[test]
+fn a_snapshot_with_a_valid_checksum_over_an_inconsistent_state_refuses_to_start() {
+    // A state no build would make, as a hand-edited file would hold, written with a valid
+    // checksum: each is refused at load instead of panicking when first used.
+    // What the error names, and how the state (as JSON) is broken.
+    type Breakage = (&'static str, fn(&mut serde_json::Value));
+    let breakages: [Breakage; 2] = [
+        ("retained bytes", |state| {
+            let retained = state["memory"]["retained"].as_u64().unwrap();
+            state["memory"]["retained"] = (retained + 1).into();
+        }),
+        ("group \"g\"", |state| {
+            let group = &mut state["topics"]["t"]["groups"]["g"];
+            group["partitions"][0]["owner"] = 7.into();
+        }),
+    ];
+    for (expected, breakage) in breakages {
+        let tmp = tempfile::tempdir().unwrap();
+        let live = scripted(tmp.path());
+        let mut json = serde_json::to_value(&live.state).unwrap();
+        breakage(&mut json);
+        let broken: BrokerState = serde_json::from_value(json).unwrap();
+        assert!(broken.check_consistency().is_err());
+        let seq = live.writer.next_seq();
+        let path = live.dir.write_snapshot(seq, &broken).unwrap();
+        drop(live);
+        match recover(tmp.path()) {
+            Err(StorageError::Corrupt {
+                path: at, reason, ..
+            }) => {
+                assert_eq!(at, path);
+                assert!(reason.contains(expected), "{reason}");
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn an_incompatible_format_version_refuses_to_start() {
     let tmp = tempfile::tempdir().unwrap();
     let live = scripted(tmp.path());
