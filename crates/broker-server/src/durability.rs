@@ -238,18 +238,36 @@ impl Journal {
         }
     }
 
-    /// Appends one encoded entry; returns its sequence number. Call with the broker locked, in
-    /// apply order.
-    pub(crate) fn push(&self, entry: &[u8]) -> u64 {
+    /// Applies `command` to `state` and logs it if it changed anything: its entry is encoded
+    /// straight into the buffer the flusher takes (one copy of its payloads), before the
+    /// command is moved into the core, and taken back if the outcome needs no entry. Returns
+    /// the result and the entry's sequence number. Call with the broker locked, in apply order;
+    /// the flusher waits for the buffer meanwhile.
+    fn apply_and_log(
+        &self,
+        state: &mut BrokerState,
+        command: Command,
+    ) -> (Result<Outcome, ErrorReply>, Option<u64>) {
         let mut pending = self.inner.lock();
-        pending.buffer.extend_from_slice(entry);
+        if let Some(reason) = &pending.refusing {
+            return (Err(ErrorReply::Storage(reason.clone())), None);
+        }
+        let start = pending.buffer.len();
+        if let Err(cause) = encode_entry(&command, &mut pending.buffer) {
+            return (Err(ErrorReply::Storage(cause.to_string())), None);
+        }
+        let result = state.apply(command).map_err(ErrorReply::from);
+        if !matches!(&result, Ok(outcome) if is_logged(false, outcome)) {
+            pending.buffer.truncate(start);
+            return (result, None);
+        }
         pending.entries += 1;
-        pending.since_snapshot += entry.len() as u64;
+        pending.since_snapshot += (pending.buffer.len() - start) as u64;
         let seq = pending.next_seq;
         pending.next_seq += 1;
         drop(pending);
         self.inner.wake.notify_one();
-        seq
+        (result, Some(seq))
     }
 
     /// Waits until the entry `seq` is durable in the sense of the fsync policy.
@@ -503,25 +521,10 @@ pub(crate) fn apply_logged(
     journal: Option<&Journal>,
     command: Command,
 ) -> (Result<Outcome, ErrorReply>, Option<u64>) {
-    let Some(journal) = journal else {
-        return (state.apply(command).map_err(ErrorReply::from), None);
-    };
-    let read_only = command.is_read_only();
-    let mut entry = Vec::new();
-    if !read_only {
-        if let Err(refusal) = journal.check_writable() {
-            return (Err(refusal), None);
-        }
-        if let Err(cause) = encode_entry(&command, &mut entry) {
-            return (Err(ErrorReply::Storage(cause.to_string())), None);
-        }
+    match journal {
+        Some(journal) if !command.is_read_only() => journal.apply_and_log(state, command),
+        _ => (state.apply(command).map_err(ErrorReply::from), None),
     }
-    let result = state.apply(command).map_err(ErrorReply::from);
-    let logged = match &result {
-        Ok(outcome) if is_logged(read_only, outcome) => Some(journal.push(&entry)),
-        _ => None,
-    };
-    (result, logged)
 }
 
 /// Holds a batch's responses until its last log entry is durable; if the journal stopped
