@@ -833,6 +833,9 @@ fn bench_fetch_with_batches_on_one_thread_consumes_every_record_and_counts_its_r
     assert_eq!(group["consumed"], 5000, "{report:#}");
     let requests = group["consume_requests"].as_u64().unwrap();
     assert!((5..=5000).contains(&requests), "{report:#}");
+    // A batch is one publish request: 50 of 100 records, more only for retries of full ones.
+    let publishes = report["publish_requests"].as_u64().unwrap();
+    assert!((50..1000).contains(&publishes), "{report:#}");
 }
 
 #[test]
@@ -859,6 +862,19 @@ fn bench_publish_over_raw_frames_answers_every_request_and_refuses_other_workloa
     // 4 partitions of capacity 10 hold 40 records; every other publish is answered -1.
     assert_eq!(report["published"], 40, "{report:#}");
     assert_eq!(report["publish_refused_full"], 2960, "{report:#}");
-    let refused = broker(&server, &["bench", "ack", "--wire", "--records", "10"]);
-    assert!(refused.one_error_line().contains("--wire"), "{refused:#?}");
+    // Contradicting or too-small arguments are bad arguments: exit 2, nothing run.
+    for args in [
+        &["bench", "ack", "--wire"][..],
+        &["bench", "publish", "--wire", "--publish-batch", "64"],
+        &["bench", "publish", "--depth", "0"],
+        &["bench", "publish", "--size", "10"],
+        &["bench", "publish", "--threads", "0"],
+    ] {
+        let refused = broker(&server, args);
+        assert_eq!(refused.code, Some(2), "{args:?}: {refused:#?}");
+        assert!(
+            refused.stderr.starts_with("error: "),
+            "{args:?}: {refused:#?}"
+        );
+    }
 }

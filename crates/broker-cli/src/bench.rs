@@ -5,7 +5,6 @@
 //! so consumers can check exactly-once delivery per group and in-order offsets per partition,
 //! and measure end-to-end latency.
 
-use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -80,11 +79,12 @@ pub struct BenchArgs {
     /// Most records per fetch (fetch and mixed workloads; polls take at most 64).
     #[arg(long, default_value_t = 1_000)]
     pub batch: i32,
-    /// Threads of this load generator (its runtime's workers); by default one per CPU core.
+    /// Threads of this load generator (its runtime's workers), 1 to 1024; by default one per
+    /// CPU core.
     /// With the server on the same small machine, one thread each wakes the other least
     /// (bench/compare.sh gives both one, as Redis and redis-benchmark have).
-    #[arg(long, value_name = "N")]
-    pub threads: Option<NonZeroUsize>,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub threads: Option<u64>,
     /// Publish workload only: write publish requests to the socket as frames, with no typed
     /// client in between, to measure the server alone (as redis-benchmark measures Redis).
     /// Plain TCP only.
@@ -95,13 +95,39 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
+impl BenchArgs {
+    /// Checks what clap's types cannot: the arguments that contradict each other or are too
+    /// small. `broker` exits 2 with the message, as for any bad argument.
+    ///
+    /// # Errors
+    /// What is wrong, in one line.
+    pub fn check(&self) -> Result<(), String> {
+        if self.producers == 0 || self.depth == 0 || self.consumers == 0 {
+            return Err("--producers, --consumers and --depth must be at least 1".to_owned());
+        }
+        if self.size < HEADER_BYTES {
+            return Err(format!(
+                "--size must be at least {HEADER_BYTES} bytes (producer, sequence and send time)"
+            ));
+        }
+        if self.wire && self.workload != Workload::Publish {
+            return Err("--wire measures the publish workload only".to_owned());
+        }
+        if self.wire && self.publish_batch != 1 {
+            return Err("--wire cannot be combined with --publish-batch".to_owned());
+        }
+        Ok(())
+    }
+}
+
 /// The workloads `broker bench` can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
     /// Producers only; each publish is timed; full partitions are counted, not retried.
     Publish,
-    /// Producers, and a group consuming with poll + ack (seed 000).
+    /// Producers, and a group consuming with poll + ack, one record in flight per partition
+    /// (`ack_and_poll` rounds).
     Ack,
     /// Producers, and a group consuming with fetch + commit in batches (Kafka style).
     Fetch,
@@ -177,8 +203,10 @@ struct BenchReport {
     depth: usize,
     published: u64,
     publish_refused_full: u64,
+    /// Publish requests answered, stored or refused as full (a batch is one request).
+    publish_requests: u64,
     elapsed_secs: f64,
-    /// Publish requests answered per second, stored or refused as full.
+    /// Publish requests answered per second.
     requests_per_sec: f64,
     records_per_sec: f64,
     megabytes_per_sec: f64,
@@ -192,6 +220,8 @@ pub(crate) struct Shared {
     pub(crate) start: Instant,
     pub(crate) published: AtomicU64,
     pub(crate) refused: AtomicU64,
+    /// Publish requests answered (a batch is one).
+    pub(crate) requests: AtomicU64,
     producers_done: AtomicBool,
 }
 
@@ -294,19 +324,9 @@ fn elapsed_nanos(start: Instant) -> u64 {
 /// Runs a benchmark against `server` (every connection with its token and TLS settings) and
 /// prints its report.
 pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
-    if args.producers == 0 || args.depth == 0 || args.consumers == 0 {
-        bail!("--producers, --consumers and --depth must be at least 1");
-    }
-    if args.size < HEADER_BYTES {
-        bail!("--size must be at least {HEADER_BYTES} bytes (producer, sequence and send time)");
-    }
-    if args.wire {
-        if args.workload != Workload::Publish || args.publish_batch != 1 {
-            bail!("--wire measures the publish workload, one record per request");
-        }
-        if server.tls_ca.is_some() {
-            bail!("--wire speaks plain TCP only; measure a TLS server without it");
-        }
+    args.check().map_err(anyhow::Error::msg)?;
+    if args.wire && server.tls_ca.is_some() {
+        bail!("--wire speaks plain TCP only; measure a TLS server without it");
     }
     if args.workload == Workload::Ping {
         let latency = tokio::task::spawn_blocking(move || ping(args.records))
@@ -336,6 +356,7 @@ pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
         start: Instant::now(),
         published: AtomicU64::new(0),
         refused: AtomicU64::new(0),
+        requests: AtomicU64::new(0),
         producers_done: AtomicBool::new(false),
     });
 
@@ -451,7 +472,8 @@ pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
         published,
         publish_refused_full: shared.refused.load(Ordering::SeqCst),
         elapsed_secs: seconds,
-        requests_per_sec: (published + shared.refused.load(Ordering::SeqCst)) as f64 / seconds,
+        publish_requests: shared.requests.load(Ordering::SeqCst),
+        requests_per_sec: shared.requests.load(Ordering::SeqCst) as f64 / seconds,
         records_per_sec: published as f64 / seconds,
         megabytes_per_sec: (published as f64 * args.size as f64) / seconds / 1e6,
         publish_latency: Percentiles::of(&publish_latency),
@@ -561,6 +583,7 @@ async fn produce(client: Client, producer: Producer) -> anyhow::Result<Histogram
                     p.shared
                         .refused
                         .fetch_add(refused.len() as u64, Ordering::Relaxed);
+                    p.shared.requests.fetch_add(1, Ordering::Relaxed);
                     if refused.is_empty() || !p.retry_full {
                         return anyhow::Ok(());
                     }

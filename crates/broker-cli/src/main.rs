@@ -10,7 +10,7 @@ mod wire;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 /// The allocator: jemalloc, faster than the system's under this workload (BENCHMARKS.md).
 #[cfg(not(target_env = "msvc"))]
@@ -20,12 +20,16 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let cli::Command::Bench(bench::BenchArgs {
-        threads: Some(threads),
-        ..
-    }) = &cli.command
-    {
-        runtime.worker_threads(threads.get());
+    if let cli::Command::Bench(args) = &cli.command {
+        if let Err(problem) = args.check() {
+            cli::Cli::command()
+                .error(clap::error::ErrorKind::ValueValidation, problem)
+                .exit();
+        }
+        if let Some(threads) = args.threads {
+            // At most 1,024 (checked by clap).
+            runtime.worker_threads(threads as usize);
+        }
     }
     let ran = runtime
         .enable_all()

@@ -109,6 +109,7 @@ fn account(
         Err(refusal) => bail!("the server refused a publish: {refusal}"),
     };
     counter.fetch_add(1, Ordering::Relaxed);
+    p.shared.requests.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 

@@ -2,7 +2,6 @@
 //! serves until SIGINT or SIGTERM. Everything else lives in the library.
 
 use std::io::{IsTerminal, Write};
-use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -109,11 +108,17 @@ struct Args {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     leave_on_disconnect: bool,
-    /// Threads serving connections (the runtime's workers); by default one per CPU core. On a
+    /// Threads serving connections (the runtime's workers), 1 to 1024; by default one per CPU
+    /// core. On a
     /// host shared with busy clients, fewer threads mean fewer wake-ups between them: one
     /// thread served the most requests in BENCHMARKS.md's runs on two cores.
-    #[arg(long, env = "BROKER_WORKER_THREADS", value_name = "N")]
-    worker_threads: Option<NonZeroUsize>,
+    #[arg(
+        long,
+        env = "BROKER_WORKER_THREADS",
+        value_name = "N",
+        value_parser = clap::value_parser!(u64).range(1..=1024)
+    )]
+    worker_threads: Option<u64>,
     /// Log filter, such as info, debug or broker_server=trace; RUST_LOG overrides it.
     #[arg(long, env = "BROKER_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -248,7 +253,8 @@ fn main() -> ExitCode {
         .init();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.worker_threads {
-        runtime.worker_threads(threads.get());
+        // At most 1,024 (checked by clap).
+        runtime.worker_threads(threads as usize);
     }
     let served = runtime
         .enable_all()

@@ -69,6 +69,7 @@ fn bad_flags_exit_with_code_2() {
         vec!["--listen", "nonsense"],
         vec!["--max-in-flight", "0"],
         vec!["--worker-threads", "0"],
+        vec!["--worker-threads", "5000"],
         vec!["--no-such-flag"],
     ] {
         let output = Process::new(BINARY)
