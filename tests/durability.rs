@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use broker_client::Client;
-use support::{server_binary, ServerProcess};
+use support::{server_binary, Rng, ServerProcess};
 use tokio::sync::watch;
 
 const TOPIC: &str = "t";
@@ -274,18 +274,6 @@ async fn acknowledged_operations_survive_kill_9_at_varied_moments() {
         "{:?}",
         started.elapsed()
     );
-}
-
-/// A small deterministic generator (xorshift), so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// Random calls of every kind, errors included (they must change nothing).

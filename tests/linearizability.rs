@@ -35,7 +35,7 @@ use broker_proto::{
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use stateright::semantics::{ConsistencyTester, LinearizabilityTester, SequentialSpec};
-use support::ServerProcess;
+use support::{env_or, Rng, ServerProcess};
 use tokio::net::TcpStream;
 use tokio::sync::Barrier;
 use tokio_util::codec::Framed;
@@ -76,26 +76,6 @@ fn fresh_spec() -> Broker {
 }
 
 type Tester = LinearizabilityTester<usize, Broker>;
-
-/// A small deterministic generator (xorshift64*), so that a seed replays a run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn pick<T: Clone>(&mut self, choices: &[T]) -> T {
-        choices[self.below(choices.len() as u64) as usize].clone()
-    }
-}
 
 /// A random call; acks and retries usually name a record this client was delivered.
 fn random_command(rng: &mut Rng, delivered: &[(String, String, String, i32, i64)]) -> Command {
@@ -291,17 +271,6 @@ async fn client(
             .on_return(id, response.result)
             .unwrap();
     }
-}
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .map(|value| {
-            value
-                .parse()
-                .unwrap_or_else(|_| panic!("{name} must be a number"))
-        })
-        .unwrap_or(default)
 }
 
 /// One round: a fresh server, `clients` concurrent clients of `calls` calls, one check.

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use broker_client::{Client, PublishRecord};
 use bytes::Bytes;
-use support::ServerProcess;
+use support::{env_or, Rng, ServerProcess};
 
 const MIB: u64 = 1024 * 1024;
 const TOPICS: [&str; 4] = ["soak-a", "soak-b", "soak-c", "soak-d"];
@@ -56,17 +56,6 @@ fn allowed_overhead(connections: u64) -> u64 {
     64 * MIB + connections * 512 * 1024
 }
 
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .map(|value| {
-            value
-                .parse()
-                .unwrap_or_else(|_| panic!("{name} must be a number"))
-        })
-        .unwrap_or(default)
-}
-
 /// What one connection did.
 #[derive(Debug, Default)]
 struct Tally {
@@ -88,18 +77,6 @@ impl Tally {
                 None
             }
         }
-    }
-}
-
-/// A small xorshift generator: each connection its own, seeded by its index.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
     }
 }
 
