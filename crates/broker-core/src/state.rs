@@ -164,8 +164,12 @@ impl Group {
             let in_flight_ok = state
                 .in_flight
                 .is_none_or(|offset| (log.base..log.end()).contains(&offset));
-            if !owner_ok || !in_flight_ok {
-                return Err(format!("partition {partition}: bad owner or delivery"));
+            // Offsets are never negative: lag and positions subtract them from log ends.
+            let offsets_ok = state.committed >= 0 && state.position >= 0;
+            if !owner_ok || !in_flight_ok || !offsets_ok {
+                return Err(format!(
+                    "partition {partition}: bad owner, delivery or offsets"
+                ));
             }
         }
         Ok(())
@@ -437,7 +441,12 @@ impl BrokerState {
             }
             for (partition, log) in topic.partitions.iter().enumerate() {
                 let bytes: u64 = log.records.iter().map(StoredRecord::size).sum();
-                if log.base < 0 || log.records.len() > self.capacity || bytes != log.retained_bytes
+                // `end()` must not overflow: offsets are added to, never wrapped.
+                let ends = log.base.checked_add(log.records.len() as i64).is_some();
+                if log.base < 0
+                    || !ends
+                    || log.records.len() > self.capacity
+                    || bytes != log.retained_bytes
                 {
                     return Err(format!("topic {name:?} partition {partition}: bad log"));
                 }

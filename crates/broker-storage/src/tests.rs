@@ -339,7 +339,7 @@ fn a_snapshot_with_a_valid_checksum_over_an_inconsistent_state_refuses_to_start(
     // checksum: each is refused at load instead of panicking when first used.
     // What the error names, and how the state (as JSON) is broken.
     type Breakage = (&'static str, fn(&mut serde_json::Value));
-    let breakages: [Breakage; 2] = [
+    let breakages: [Breakage; 4] = [
         ("retained bytes", |state| {
             let retained = state["memory"]["retained"].as_u64().unwrap();
             state["memory"]["retained"] = (retained + 1).into();
@@ -347,6 +347,12 @@ fn a_snapshot_with_a_valid_checksum_over_an_inconsistent_state_refuses_to_start(
         ("group \"g\"", |state| {
             let group = &mut state["topics"]["t"]["groups"]["g"];
             group["partitions"][0]["owner"] = 7.into();
+        }),
+        ("offsets", |state| {
+            state["topics"]["t"]["groups"]["g"]["partitions"][1]["committed"] = (-5).into();
+        }),
+        ("bad log", |state| {
+            state["topics"]["t"]["partitions"][0]["base"] = i64::MAX.into();
         }),
     ];
     for (expected, breakage) in breakages {
