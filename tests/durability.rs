@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use broker_client::Client;
-use support::{server_binary, Rng, ServerProcess};
+use support::{refused_start, Rng, ServerProcess};
 use tokio::sync::watch;
 
 const TOPIC: &str = "t";
@@ -390,41 +390,55 @@ async fn describe_is_the_same_after_a_graceful_restart_and_after_kill_9() {
 fn a_second_server_on_the_same_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let _first = start(dir.path(), "always");
-    let mut child = Command::new(server_binary())
-        .args([
-            "--listen",
-            "127.0.0.1:0",
+    let second = refused_start(
+        &[
             "--capacity",
             "1000",
             "--data-dir",
-        ])
-        .arg(dir.path())
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run a second broker-server");
-    let deadline = Instant::now() + PATIENCE;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("the second server did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let second = child.wait_with_output().unwrap();
+            dir.path().to_str().unwrap(),
+        ],
+        PATIENCE,
+    );
     assert!(!second.status.success(), "the second server started");
     assert!(
         second.stdout.is_empty(),
         "it announced an address: {:?}",
-        String::from_utf8_lossy(&second.stdout)
+        second.stdout
     );
-    let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(
-        stderr.contains("is in use by another broker-server"),
-        "unexpected message: {stderr}"
+        second.stderr.contains("is in use by another broker-server"),
+        "unexpected message: {}",
+        second.stderr
     );
+}
+
+/// Records are delivered whole: a restart whose payload limit is below a retained record would
+/// let a poll reserve a record no answer can carry, so it is refused with the size needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_limit_below_a_retained_record_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let mut server = ServerProcess::start(&["--data-dir", data]);
+    let client = connect(&server).await;
+    client.create(TOPIC, 1).await.unwrap();
+    client.publish(TOPIC, 0, vec![7u8; 2_000]).await.unwrap();
+    server.terminate(PATIENCE);
+    let refusal = refused_start(
+        &["--data-dir", data, "--max-payload-bytes", "1000"],
+        PATIENCE,
+    );
+    assert!(!refusal.status.success(), "{}", refusal.stderr);
+    assert!(
+        refusal.stderr.contains("--max-payload-bytes 2000"),
+        "{}",
+        refusal.stderr
+    );
+    // With room for it, the record is there and is delivered.
+    let server = ServerProcess::start(&["--data-dir", data, "--max-payload-bytes", "2000"]);
+    let client = connect(&server).await;
+    client.join(TOPIC, "g", "m").await.unwrap();
+    let records = client.poll(TOPIC, "g", "m", 1).await.unwrap();
+    assert_eq!(records[0].payload.len(), 2_000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -509,7 +523,7 @@ async fn a_full_disk_refuses_changes_with_a_storage_error_and_recovers_when_spac
     let data = disk.path.join("data");
     let data_arg = data.to_str().unwrap().to_owned();
     let mut server = ServerProcess::start(&["--data-dir", &data_arg, "--capacity", "1000"]);
-    let client = connect(&server).await;
+    let mut client = connect(&server).await;
     client.create(TOPIC, 1).await.unwrap();
     // Leave about 64 KiB free.
     let filler = disk.path.join("filler");
@@ -528,7 +542,9 @@ async fn a_full_disk_refuses_changes_with_a_storage_error_and_recovers_when_spac
                 acknowledged += 1;
             }
             Ok(Err(error)) => break error,
-            Err(_) => {} // applied, waiting for its entry to be written
+            // Applied, waiting for its entry to be written. Answers keep request order, so
+            // the connection's later answers wait behind it: go on over a new connection.
+            Err(_) => client = connect(&server).await,
         }
     };
     match &refusal {

@@ -29,6 +29,45 @@ pub fn server_binary() -> PathBuf {
     path
 }
 
+/// What a server that refused to start left behind.
+pub struct Refusal {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// What it printed on standard output (nothing, if it never announced an address).
+    pub stdout: String,
+    /// What it printed on standard error: why it refused.
+    pub stderr: String,
+}
+
+/// Runs `broker-server --listen 127.0.0.1:0 <extra>` expecting it to refuse to start: waits up
+/// to `limit` for it to exit. Panics (after killing it) if it is still running then.
+pub fn refused_start(extra: &[&str], limit: Duration) -> Refusal {
+    let mut child = Command::new(server_binary())
+        .args(["--listen", "127.0.0.1:0"])
+        .args(extra)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start broker-server");
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("poll the child").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("broker-server started, or did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let output = child.wait_with_output().expect("collect the output");
+    Refusal {
+        status: output.status,
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
 /// A running `broker-server` process.
 pub struct ServerProcess {
     child: Child,

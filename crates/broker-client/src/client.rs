@@ -32,8 +32,14 @@ use crate::{ClientBuilder, Error, ServerAddress};
 /// When the connection dies (the server closes it, an I/O error, a response the client cannot
 /// frame), every call in flight fails at once with [`Error::ConnectionLost`], and the next call
 /// opens a new connection to the same address. Group membership is **not** restored: members
-/// belong to the server, which removes them after its session timeout; a consumer that sees
-/// `ConnectionLost` should `join` again (a repeated join is harmless) and carry on from the
+/// belong to the server, which removes them after its session timeout.
+///
+/// A poll (or ack-and-poll) that failed with `ConnectionLost` or [`Error::Timeout`] may have
+/// reserved records whose answer never arrived: they stay in flight to the member, and a later
+/// `poll` never hands an in-flight record to its own member again. After such a failure an
+/// ack-mode consumer should `join` again (harmless if it is still a member) and call
+/// [`Client::redeliver`] instead of `poll`: it releases the member's deliveries in flight and
+/// polls again, so those records come back first. A fetch-mode consumer carries on from the
 /// group's committed offsets.
 ///
 /// # Examples
@@ -513,6 +519,55 @@ impl Client {
         match self.send(command, max_wait).await? {
             Outcome::AckedAndPolled { acked, records } => Ok((acked, records)),
             other => Err(unexpected("ack_and_poll", &other)),
+        }
+    }
+
+    /// Releases every delivery in flight to `member` and polls again, in one atomic step: the
+    /// records a poll whose answer was lost (a lost connection, a timeout) had reserved come
+    /// back first, each delivered anew, then the member's other partitions are polled as
+    /// [`Client::poll`] would. Never waits: `[]` when nothing is in flight or eligible.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::poll`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use broker_client::{Client, Error};
+    ///
+    /// # async fn run(client: Client) -> Result<(), Error> {
+    /// let records = match client.poll_wait("orders", "billing", "m1", 16, Duration::from_secs(5)).await {
+    ///     Ok(records) => records,
+    ///     // The answer may have been lost after the server reserved records: get them back.
+    ///     Err(Error::ConnectionLost(_) | Error::Timeout) => {
+    ///         client.join("orders", "billing", "m1").await?;
+    ///         client.redeliver("orders", "billing", "m1", 16).await?
+    ///     }
+    ///     Err(other) => return Err(other),
+    /// };
+    /// # let _ = records;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn redeliver(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+    ) -> Result<Vec<BrokerRecord>, Error> {
+        let command = Command::Redeliver {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            member: member.to_owned(),
+            max_records,
+            max_bytes: None,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Records(records) => Ok(records),
+            other => Err(unexpected("redeliver", &other)),
         }
     }
 

@@ -189,6 +189,19 @@ pub enum Command {
         /// Byte budget, as for [`Command::Poll`].
         max_bytes: Option<u64>,
     },
+    /// [`crate::EventBroker::redeliver`] (with a byte budget, as [`Command::Poll`]).
+    Redeliver {
+        /// Topic identifier.
+        topic: String,
+        /// Group identifier.
+        group: String,
+        /// Member identifier.
+        member: String,
+        /// Most records to reserve, 1 to 64.
+        max_records: i32,
+        /// Byte budget, as for [`Command::Poll`].
+        max_bytes: Option<u64>,
+    },
 }
 
 impl Command {
@@ -223,7 +236,8 @@ impl Command {
             | Command::EndOffset { topic, .. }
             | Command::Lag { topic, .. }
             | Command::PublishBatch { topic, .. }
-            | Command::AckAndPoll { topic, .. } => Some(topic),
+            | Command::AckAndPoll { topic, .. }
+            | Command::Redeliver { topic, .. } => Some(topic),
             Command::Describe { topic } => topic.as_deref(),
         }
     }
@@ -247,7 +261,7 @@ pub enum Outcome {
         /// The record's offset, or `-1` when that partition is full.
         offset: i64,
     },
-    /// `poll` and `fetch`: the records, by ascending partition then offset.
+    /// `poll`, `fetch` and `redeliver`: the records, by ascending partition then offset.
     Records(Vec<BrokerRecord>),
     /// `ack`: `true` if the exact delivery was acknowledged.
     Acked(bool),

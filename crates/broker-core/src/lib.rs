@@ -291,6 +291,25 @@ impl EventBroker {
         self.lock().retry(topic, group, member, partition, offset)
     }
 
+    /// Releases every delivery in flight to `member` and polls again, atomically: the way to get
+    /// back records whose poll answer was lost (a connection reset, a client timeout). The
+    /// released records are the next records of their partitions, so they come first, each
+    /// delivered anew; other partitions are polled as [`EventBroker::poll`] would. `[]` for an
+    /// absent group or member, or when nothing is in flight or eligible.
+    ///
+    /// # Errors
+    /// As [`EventBroker::poll`].
+    pub fn redeliver(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+    ) -> Result<Vec<BrokerRecord>, BrokerError> {
+        self.lock()
+            .redeliver(topic, group, member, max_records, None)
+    }
+
     /// Returns up to `max_records` records from the member's partitions, ascending by partition
     /// then offset, starting at the member's fetch positions and advancing them. Commits
     /// nothing. Positions start at the group's committed offsets and are reset to them on every

@@ -416,6 +416,18 @@ impl BrokerState {
         self.memory.retained
     }
 
+    /// The payload and key bytes of the largest record retained anywhere (0 with none): a
+    /// server must be able to deliver it, so its payload limit may not be below this.
+    pub fn largest_retained_record(&self) -> u64 {
+        self.topics
+            .values()
+            .flat_map(|topic| &topic.partitions)
+            .flat_map(|log| &log.records)
+            .map(StoredRecord::size)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The per-partition capacity this broker was created with.
     pub fn capacity_per_partition(&self) -> i32 {
         self.capacity as i32
@@ -547,6 +559,15 @@ impl BrokerState {
             } => self
                 .retry(&topic, &group, &member, partition, offset)
                 .map(Outcome::Retried),
+            Command::Redeliver {
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+            } => self
+                .redeliver(&topic, &group, &member, max_records, max_bytes)
+                .map(Outcome::Records),
             Command::Fetch {
                 topic,
                 group,
@@ -953,6 +974,32 @@ impl BrokerState {
         };
         state.in_flight = None;
         Ok(true)
+    }
+
+    /// Releases every delivery in flight to `member` and polls again, in one step: the records
+    /// that a poll whose answer never arrived had reserved come back first (each is the next
+    /// record of its partition), delivered anew. `[]` for an absent group or member.
+    ///
+    /// # Errors
+    /// As [`BrokerState::poll`].
+    pub fn redeliver(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+        max_bytes: Option<u64>,
+    ) -> Result<Vec<BrokerRecord>, BrokerError> {
+        check_poll_max_records(max_records)?;
+        let checked = self.topic_for_member(topic, group, member)?;
+        if let Some((group_state, member_index)) = member_of(&mut checked.groups, group, member) {
+            for &partition in &group_state.members[member_index].partitions {
+                group_state.partitions[partition as usize].in_flight = None;
+            }
+        }
+        // Every released record is eligible again and the first is always taken, so a result
+        // of `[]` means nothing was in flight and nothing changed.
+        self.poll(topic, group, member, max_records, max_bytes)
     }
 
     /// Returns up to `max_records` records from the member's partitions, ascending by partition

@@ -13,6 +13,7 @@ mod batch;
 mod kafka;
 mod limits;
 mod memory;
+mod redeliver;
 mod seed000;
 mod validation;
 

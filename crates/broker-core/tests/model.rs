@@ -407,6 +407,35 @@ impl Model {
                 }
                 Ok(Outcome::Records(out))
             }
+            Command::Redeliver {
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+            } => {
+                if !(1..=64).contains(max_records) {
+                    return Err(Answer::Invalid);
+                }
+                ids(&[group, member])?;
+                let t = self.topic(topic)?;
+                if let Some(g) = t
+                    .groups
+                    .get_mut(group)
+                    .filter(|g| g.members.contains(member))
+                {
+                    for p in g.assignment(member) {
+                        g.in_flight[p as usize] = None;
+                    }
+                }
+                self.answer(&Command::Poll {
+                    topic: topic.clone(),
+                    group: group.clone(),
+                    member: member.clone(),
+                    max_records: *max_records,
+                    max_bytes: *max_bytes,
+                })
+            }
             Command::AckAndPoll {
                 topic,
                 group,
@@ -790,6 +819,16 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
             .ack_and_poll(&topic, &group, &member, &acks, max_records)
             .map(|(acked, records)| Outcome::AckedAndPolled { acked, records }),
         Command::AckAndPoll { .. } => broker.apply(command.clone()),
+        Command::Redeliver {
+            topic,
+            group,
+            member,
+            max_records,
+            max_bytes: None,
+        } => broker
+            .redeliver(&topic, &group, &member, max_records)
+            .map(Outcome::Records),
+        Command::Redeliver { .. } => broker.apply(command.clone()),
         Command::Poll {
             topic,
             group,
@@ -1003,6 +1042,15 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|((topic, group, member), acks, max_records, max_bytes)| {
                 Command::AckAndPoll { topic, group, member, acks, max_records, max_bytes }
             }),
+        1 => (who(), max_records(), max_bytes()).prop_map(
+            |((topic, group, member), max_records, max_bytes)| Command::Redeliver {
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+            }
+        ),
         1 => (who(), partition(), offset()).prop_map(
             |((topic, group, member), partition, offset)| Command::Retry {
                 topic,
@@ -1065,7 +1113,7 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         5 => command().prop_map(Step::Raw),
         2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, ack)| Step::Settle { pick, ack }),
-        2 => (any::<usize>(), 0..5_u8, max_records(), max_bytes()).prop_map(
+        2 => (any::<usize>(), 0..6_u8, max_records(), max_bytes()).prop_map(
             |(pick, action, max_records, max_bytes)| Step::Member {
                 pick,
                 action,
@@ -1167,6 +1215,13 @@ fn member_action(
             topic,
             group,
             member,
+        },
+        4 => Command::Redeliver {
+            topic,
+            group,
+            member,
+            max_records,
+            max_bytes,
         },
         _ => {
             let acks = in_flight_of(model, &topic, &group, &member);
@@ -1330,6 +1385,9 @@ fn generated_sequences_reach_every_interesting_case() {
                 }
                 (_, Answer::Ok(Outcome::Published(-1))) => "full",
                 (Command::Poll { .. }, Answer::Ok(Outcome::Records(r))) if !r.is_empty() => "poll",
+                (Command::Redeliver { .. }, Answer::Ok(Outcome::Records(r))) if !r.is_empty() => {
+                    "redeliver"
+                }
                 (Command::Fetch { .. }, Answer::Ok(Outcome::Records(r))) if !r.is_empty() => {
                     "fetch"
                 }
@@ -1361,6 +1419,7 @@ fn generated_sequences_reach_every_interesting_case() {
         "ack and poll",
         "full",
         "poll",
+        "redeliver",
         "fetch",
         "commit",
         "leave",

@@ -77,7 +77,7 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
     let topic = input.pick(&TOPICS).to_owned();
     let group = input.pick(&GROUPS).to_owned();
     let member = input.pick(&MEMBERS).to_owned();
-    match input.byte() % 17 {
+    match input.byte() % 18 {
         0 => Command::Create {
             topic,
             partition_count: input.pick(&[1, 2, 3, 4, 0, 65]),
@@ -212,6 +212,13 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
                 max_bytes: input.pick(&[None, Some(0), Some(3)]),
             }
         }
+        16 => Command::Redeliver {
+            topic,
+            group,
+            member,
+            max_records: input.pick(&[1, 2, 64, 0]),
+            max_bytes: input.pick(&[None, Some(0), Some(3)]),
+        },
         _ => Command::Describe {
             topic: input.byte().is_multiple_of(2).then_some(topic),
         },
@@ -445,6 +452,43 @@ impl Checker {
                         now.in_flight,
                         Some(record.offset),
                         "step {step}: polled record not in flight"
+                    );
+                }
+            }
+            (
+                Command::Redeliver {
+                    topic,
+                    group,
+                    max_records,
+                    ..
+                },
+                Outcome::Records(records),
+            ) => {
+                assert!(
+                    records.len() <= *max_records as usize,
+                    "step {step}: redelivery too long"
+                );
+                let mut last = None;
+                for record in records {
+                    self.check_delivered(topic, record);
+                    assert!(
+                        last < Some(record.partition),
+                        "step {step}: redelivery not one per partition, ascending"
+                    );
+                    last = Some(record.partition);
+                    let partition = record.partition as usize;
+                    let log = find_topic(before, topic).partitions[partition];
+                    let state = &find_group(before, topic, group).partitions[partition];
+                    assert_eq!(
+                        record.offset,
+                        state.committed.max(log.earliest_offset),
+                        "step {step}: redelivery skipped"
+                    );
+                    let now = &find_group(after, topic, group).partitions[partition];
+                    assert_eq!(
+                        now.in_flight,
+                        Some(record.offset),
+                        "step {step}: redelivered record not in flight"
                     );
                 }
             }

@@ -2,8 +2,10 @@
 //! [`write_responses`] owns the write half, encoding queued responses and writing each group of
 //! them with one flush. Both are generic over the stream, so plain TCP and TLS share this code.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 
 use broker_proto::{ErrorReply, ProtocolError, ResponseFrame, ServerCodec};
 use bytes::BytesMut;
@@ -141,18 +143,48 @@ fn timed_out(why: &str) -> ProtocolError {
 /// the permits are released once the responses are written, so a peer that does not read
 /// stops being read from.
 #[derive(Debug)]
-pub(crate) struct Outgoing {
+pub(crate) struct Answers {
     /// The responses, in the order they are to be written.
     pub(crate) responses: Vec<ResponseFrame>,
     /// One permit per request answered here.
     pub(crate) permits: Vec<OwnedSemaphorePermit>,
 }
 
-/// Writes everything sent on `outgoing` to `stream` until every sender is gone, then shuts the
-/// write half down. All responses queued at a time are encoded and written together and then
-/// flushed once; the encoding buffer is written out whenever it passes [`WRITE_CHUNK`], so it
-/// stays small however large the group. On a write error, or when the peer takes no bytes for
-/// `write_timeout` (it does not read its responses), cancels `closing` so the rest of the
+/// Answers that can be written only once something else has happened (their log entries are
+/// durable).
+pub(crate) type Deferred = Pin<Box<dyn Future<Output = Answers> + Send>>;
+
+/// What the writer is handed, in the order the connection's answers must go out.
+pub(crate) enum Outgoing {
+    /// Answers to write now.
+    Ready(Answers),
+    /// Answers to write once the future resolves; everything queued after them waits too, so
+    /// answers to non-waiting requests keep their request order.
+    Deferred(Deferred),
+}
+
+impl Outgoing {
+    /// Answers to write now.
+    pub(crate) fn ready(responses: Vec<ResponseFrame>, permits: Vec<OwnedSemaphorePermit>) -> Self {
+        Outgoing::Ready(Answers { responses, permits })
+    }
+}
+
+impl std::fmt::Debug for Outgoing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outgoing::Ready(answers) => f.debug_tuple("Ready").field(answers).finish(),
+            Outgoing::Deferred(_) => f.write_str("Deferred"),
+        }
+    }
+}
+
+/// Writes everything sent on `outgoing` to `stream`, in order, until every sender is gone, then
+/// shuts the write half down. All answers queued at a time are encoded and written together and
+/// then flushed once; the encoding buffer is written out whenever it passes [`WRITE_CHUNK`], so
+/// it stays small however large the group. Deferred answers are awaited in their place (after
+/// what is buffered before them is written). On a write error, or when the peer takes no bytes
+/// for `write_timeout` (it does not read its responses), cancels `closing` so the rest of the
 /// connection stops too.
 pub(crate) async fn write_responses<W: AsyncWrite + Unpin>(
     mut stream: W,
@@ -167,22 +199,31 @@ pub(crate) async fn write_responses<W: AsyncWrite + Unpin>(
     while let Some(first) = outgoing.recv().await {
         let result = async {
             let mut next = Some(first);
-            while let Some(batch) = next.take() {
-                for response in batch.responses {
+            while let Some(item) = next.take() {
+                let answers = match item {
+                    Outgoing::Ready(answers) => answers,
+                    Outgoing::Deferred(deferred) => {
+                        // What came before goes out before the wait.
+                        write_within(&mut stream, &buffer, write_timeout).await?;
+                        buffer.clear();
+                        flush_within(&mut stream, write_timeout).await?;
+                        written.clear();
+                        deferred.await
+                    }
+                };
+                for response in answers.responses {
                     encode_response(&mut codec, response, &mut buffer, peer);
                     if buffer.len() >= WRITE_CHUNK {
                         write_within(&mut stream, &buffer, write_timeout).await?;
                         buffer.clear();
                     }
                 }
-                written.push(batch.permits);
+                written.push(answers.permits);
                 next = outgoing.try_recv().ok();
             }
             write_within(&mut stream, &buffer, write_timeout).await?;
             buffer.clear();
-            time::timeout(write_timeout, stream.flush())
-                .await
-                .unwrap_or_else(|_| Err(write_timed_out()))
+            flush_within(&mut stream, write_timeout).await
         }
         .await;
         if let Err(cause) = result {
@@ -198,6 +239,13 @@ pub(crate) async fn write_responses<W: AsyncWrite + Unpin>(
     }
     // The peer may already be gone; there is nothing left to tell it either way.
     let _ = time::timeout(write_timeout, stream.shutdown()).await;
+}
+
+/// Flushes `stream`; a `TimedOut` error when the peer takes nothing for `limit`.
+async fn flush_within<W: AsyncWrite + Unpin>(stream: &mut W, limit: Duration) -> io::Result<()> {
+    time::timeout(limit, stream.flush())
+        .await
+        .unwrap_or_else(|_| Err(write_timed_out()))
 }
 
 /// Writes all of `bytes`; a `TimedOut` error when the peer takes none of them for `limit`.

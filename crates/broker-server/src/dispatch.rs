@@ -10,7 +10,7 @@ use tracing::debug;
 
 use crate::durability::{apply_logged, Journal};
 use crate::server::Shared;
-use crate::session::{MemberRef, Sessions};
+use crate::session::{MemberRef, ParkedIn, Sessions};
 use crate::Config;
 
 /// Wire bytes a record may take in a response beyond its payload, key and topic name.
@@ -27,6 +27,8 @@ pub(crate) struct Parked {
     pub(crate) correlation_id: u64,
     /// The poll or fetch, retried on every signal of its topic.
     pub(crate) command: Command,
+    /// The session of the member it names, which it keeps from expiring while it waits.
+    pub(crate) session: Option<ParkedIn>,
     /// For an ack-and-poll, the outcome of its acknowledgements (applied before it parked):
     /// the answer carries them with the records.
     pub(crate) acked: Option<Vec<bool>>,
@@ -117,9 +119,7 @@ pub(crate) fn apply_batch(
             }
             match retry {
                 Some(command) if is_empty_records(&result) => {
-                    if let Some(key) = MemberRef::of(&command) {
-                        sessions.park(key);
-                    }
+                    let session = MemberRef::of(&command).and_then(|key| sessions.park(key));
                     let acked = match result {
                         Ok(Outcome::AckedAndPolled { acked, .. }) => Some(acked),
                         _ => None,
@@ -127,6 +127,7 @@ pub(crate) fn apply_batch(
                     applied.parked.push(Parked {
                         correlation_id,
                         command,
+                        session,
                         acked,
                         logged,
                         wait,
@@ -181,6 +182,7 @@ pub(crate) fn execute(
             | Command::PublishBatch { .. }
             | Command::Ack { .. }
             | Command::AckAndPoll { .. }
+            | Command::Redeliver { .. }
             | Command::Retry { .. }
             | Command::Join { .. }
             | Command::Leave { .. }
@@ -245,6 +247,12 @@ fn prepare(config: &Config, mut command: Command) -> Result<Command, ErrorReply>
         max_records,
         max_bytes,
         ..
+    }
+    | Command::Redeliver {
+        topic,
+        max_records,
+        max_bytes,
+        ..
     } = &mut command
     {
         let records = usize::try_from(*max_records).unwrap_or(0);
@@ -259,7 +267,8 @@ fn prepare(config: &Config, mut command: Command) -> Result<Command, ErrorReply>
 }
 
 /// The command a request retries while it waits, if it is a kind that waits: a poll or fetch
-/// itself, and for an ack-and-poll its poll alone (its acknowledgements were applied once).
+/// itself, and for an ack-and-poll or a redelivery its poll alone (its acknowledgements or
+/// releases were applied once).
 fn retry_of(command: &Command) -> Option<Command> {
     match command {
         Command::Poll { .. } | Command::Fetch { .. } => Some(command.clone()),
@@ -270,6 +279,13 @@ fn retry_of(command: &Command) -> Option<Command> {
             max_records,
             max_bytes,
             ..
+        }
+        | Command::Redeliver {
+            topic,
+            group,
+            member,
+            max_records,
+            max_bytes,
         } => Some(Command::Poll {
             topic: topic.clone(),
             group: group.clone(),

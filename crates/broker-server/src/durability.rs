@@ -21,7 +21,6 @@
 //! copies no payload) and written by a background thread, after which the log segments it
 //! covers are removed.
 
-use std::future::Future;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -34,10 +33,9 @@ use broker_storage::{
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::connection::Outgoing;
+use crate::connection::{Answers, Deferred};
 use crate::dispatch::Applied;
 use crate::server::Shared;
-use crate::waiter::ReplyTo;
 use crate::{Config, ServerError};
 
 /// How often a failed log write is retried.
@@ -87,6 +85,18 @@ impl Storage {
         let started = Instant::now();
         let dir = DataDir::open(path)?;
         let recovery = dir.recover(config.capacity)?;
+        // Every retained record must fit an answer, or a poll could reserve one that can never
+        // be delivered; so a smaller limit than the data needs is refused here.
+        let largest = recovery.state.largest_retained_record();
+        if largest > config.max_payload_bytes as u64 {
+            return Err(ServerError::InvalidConfig(format!(
+                "{} holds a record of {largest} bytes (payload and key), more than the \
+                 configured max payload bytes ({}); records are delivered whole, so start with \
+                 --max-payload-bytes {largest} or more",
+                path.display(),
+                config.max_payload_bytes
+            )));
+        }
         info!(
             data_dir = %path.display(),
             snapshot = ?recovery.snapshot_seq,
@@ -528,17 +538,14 @@ pub(crate) fn apply_logged(
 }
 
 /// Holds a batch's responses until its last log entry is durable; if the journal stopped
-/// first, the responses of the logged requests become `ErrorReply::Storage`. Waits inline
-/// (the read loop's fast path), but once log writes are failing, takes the responses and
-/// permits out of `applied` and returns a task that sends them when the entry is durable: the
-/// read loop spawns it and goes on reading, so later requests of the connection are read and
-/// refused at once instead of queueing behind the stuck one (the permits the task holds still
-/// bound what a connection can have outstanding).
-pub(crate) async fn settle(
-    shared: &Arc<Shared>,
-    reply_to: &ReplyTo,
-    applied: &mut Applied,
-) -> Option<impl Future<Output = ()> + Send + 'static> {
+/// first, the responses of the logged requests become `ErrorReply::Storage`. Waits inline (the
+/// read loop's fast path), but once log writes are failing, takes the responses and permits out
+/// of `applied` and returns them as a deferred answer for the connection's writer, which writes
+/// them in their place once the entry is durable: the read loop goes on reading, so later
+/// requests of the connection are read and answered (refused, while the log refuses changes)
+/// at once, and their answers queue behind the deferred ones, in request order. (The permits
+/// the deferred answer holds still bound what a connection can have outstanding.)
+pub(crate) async fn settle(shared: &Arc<Shared>, applied: &mut Applied) -> Option<Deferred> {
     let journal = shared.journal.as_ref()?;
     let entry = applied.last_entry.take()?;
     match journal.durable_unless_stalled(entry).await {
@@ -550,19 +557,17 @@ pub(crate) async fn settle(
         None => {}
     }
     let shared = Arc::clone(shared);
-    let outgoing = reply_to.outgoing.clone();
     let mut responses = std::mem::take(&mut applied.responses);
     let permits = std::mem::take(&mut applied.permits);
     let logged = std::mem::take(&mut applied.logged);
-    Some(async move {
+    Some(Box::pin(async move {
         if let Some(journal) = &shared.journal {
             if let Err(refusal) = journal.durable(entry).await {
                 refuse_logged(&mut responses, &logged, &refusal);
             }
         }
-        // A closed writer means the peer is gone; the answers have nowhere to go.
-        let _ = outgoing.send(Outgoing { responses, permits }).await;
-    })
+        Answers { responses, permits }
+    }))
 }
 
 /// Replaces the responses of the logged requests with `refusal`.

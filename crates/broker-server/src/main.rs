@@ -234,7 +234,7 @@ fn main() -> ExitCode {
     let config = match config {
         Ok(config) => config,
         Err(error) => {
-            eprintln!("error: {error}");
+            report(&format!("error: {error}"));
             return ExitCode::from(2);
         }
     };
@@ -242,7 +242,10 @@ fn main() -> ExitCode {
     let filter = match filter {
         Ok(filter) => filter,
         Err(error) => {
-            eprintln!("error: invalid log level {:?}: {error}", args.log_level);
+            report(&format!(
+                "error: invalid log level {:?}: {error}",
+                args.log_level
+            ));
             return ExitCode::from(2);
         }
     };
@@ -250,6 +253,10 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        // A log line that cannot be written (standard error on a full disk) is dropped: by
+        // default the subscriber reports that on standard error itself, and a failing report
+        // panics the thread that logged, such as the log writer's.
+        .log_internal_errors(false)
         .init();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.worker_threads {
@@ -264,7 +271,7 @@ fn main() -> ExitCode {
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            report(&format!("error: {error:#}"));
             ExitCode::FAILURE
         }
     }
@@ -275,7 +282,18 @@ fn main() -> ExitCode {
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// Writes `message` to standard error, ignoring failure: there is nowhere else to say it.
+fn report(message: &str) {
+    let _ = writeln!(std::io::stderr(), "{message}");
+}
+
 async fn serve(listen: &str, config: Config) -> anyhow::Result<()> {
+    // A file-size limit (`ulimit -f`) would kill the process with SIGXFSZ on the first write
+    // past it; with the signal handled, that write fails with EFBIG instead, and the log treats
+    // it as a full disk: changes are refused until writes succeed again. (The handler stays
+    // installed for the life of the process; the signals themselves need no action.)
+    let _file_size_limit =
+        signal(SignalKind::from_raw(libc::SIGXFSZ)).context("cannot handle SIGXFSZ")?;
     // Recover before announcing the address: a locked or damaged data directory stops here.
     let storage = Storage::open(&config)?;
     let addresses = resolve_listen_addr(listen).await?;

@@ -67,6 +67,19 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// What a server with `broker`, `journal` and `config` shares, with no session yet.
+    pub(crate) fn new(broker: EventBroker, journal: Option<Journal>, config: Config) -> Shared {
+        Shared {
+            broker,
+            journal,
+            config,
+            sessions: Mutex::default(),
+            signals: Signals::default(),
+            shutdown: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+        }
+    }
+
     /// The sessions; take them only inside `broker.with_state`.
     pub(crate) fn lock_sessions(&self) -> MutexGuard<'_, Sessions> {
         // Session updates cannot panic halfway, so a poisoned lock still guards a consistent map.
@@ -101,15 +114,7 @@ pub(crate) async fn serve(
     );
     let connections = Arc::new(Semaphore::new(config.max_connections));
     let grace = config.shutdown_grace;
-    let shared = Arc::new(Shared {
-        broker,
-        journal,
-        config,
-        sessions: Mutex::default(),
-        signals: Signals::default(),
-        shutdown: CancellationToken::new(),
-        tracker: TaskTracker::new(),
-    });
+    let shared = Arc::new(Shared::new(broker, journal, config));
     if let Some(restored) = &restored {
         session::restore(&shared, restored);
     }
@@ -389,10 +394,9 @@ async fn serve_requests<R, W>(
                 }),
             };
             // Best effort: if the writer's queue is full the peer is not reading anyway.
-            let _ = reply_to.outgoing.try_send(Outgoing {
-                responses: vec![refusal],
-                permits: Vec::new(),
-            });
+            let _ = reply_to
+                .outgoing
+                .try_send(Outgoing::ready(vec![refusal], Vec::new()));
         }
     }
     reply_to.closing.cancel();
@@ -447,19 +451,20 @@ async fn read_requests<R: AsyncRead + Unpin>(
         let may_wait = !reply_to.closing.is_cancelled();
         let mut applied = apply_batch(shared, reply_to.connection, frames, may_wait);
         shared.signals.wake(&applied.wake);
-        if let Some(answer) = durability::settle(shared, reply_to, &mut applied).await {
-            shared.tracker.spawn(answer);
-        }
+        let answers = match durability::settle(shared, &mut applied).await {
+            Some(deferred) => Some(Outgoing::Deferred(deferred)),
+            None if applied.responses.is_empty() => None,
+            None => Some(Outgoing::ready(
+                std::mem::take(&mut applied.responses),
+                std::mem::take(&mut applied.permits),
+            )),
+        };
         for parked in applied.parked {
             shared
                 .tracker
                 .spawn(waiter::wait(Arc::clone(shared), reply_to.clone(), parked));
         }
-        if !applied.responses.is_empty() {
-            let answers = Outgoing {
-                responses: applied.responses,
-                permits: applied.permits,
-            };
+        if let Some(answers) = answers {
             if reply_to.outgoing.send(answers).await.is_err() {
                 // The writer is gone (write error); it has logged why.
                 return Ok(());

@@ -8,12 +8,13 @@
 use std::hash::RandomState;
 use std::sync::Arc;
 
-use broker_core::{BrokerDescription, BrokerState, Command};
+use broker_core::{BrokerDescription, Command};
+use hashbrown::hash_map::Entry;
 use hashbrown::{Equivalent, HashMap};
 use tokio::time::{self, Instant, MissedTickBehavior};
 use tracing::{info, warn};
 
-use crate::durability::{apply_logged, Journal};
+use crate::durability::apply_logged;
 use crate::server::Shared;
 
 /// Identifies a member: the topic, the group and the member id.
@@ -28,11 +29,6 @@ pub(crate) struct MemberKey {
 }
 
 impl MemberKey {
-    /// The member a command names, if it names one.
-    pub(crate) fn of(command: &Command) -> Option<MemberKey> {
-        MemberRef::of(command).map(MemberRef::to_key)
-    }
-
     /// The key, borrowed.
     pub(crate) fn as_ref(&self) -> MemberRef<'_> {
         MemberRef {
@@ -79,6 +75,12 @@ impl<'a> MemberRef<'a> {
                 ..
             }
             | Command::AckAndPoll {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::Redeliver {
                 topic,
                 group,
                 member,
@@ -134,12 +136,26 @@ impl Equivalent<MemberKey> for MemberRef<'_> {
 
 #[derive(Debug)]
 struct Session {
+    /// Tells this session apart from an earlier or later one of the same member (which left
+    /// and joined again): a parked request only ever counts for the session that parked it.
+    generation: u64,
     /// The connection the member last joined through.
     connection: u64,
     /// When a request last named the member.
     last_seen: Instant,
-    /// Waiting requests of the member now parked; a member with one is never expired.
+    /// Waiting requests of this session now parked; a member with one is never expired.
     parked: usize,
+    /// Its connection closed with `--leave-on-disconnect`, but the leave could not be applied
+    /// yet (the log refused it): the reaper removes it at its next tick, timeout or not.
+    disconnected: bool,
+}
+
+/// A parked request's claim on the session of the member it names: released exactly once, and
+/// only on that session.
+#[derive(Debug)]
+pub(crate) struct ParkedIn {
+    key: MemberKey,
+    generation: u64,
 }
 
 /// Every member joined over a connection and not yet gone.
@@ -148,18 +164,29 @@ pub(crate) struct Sessions {
     // hashbrown's map for lookups by `MemberRef`; std's `RandomState` (SipHash with random
     // keys), as std's map, because clients choose the names.
     members: HashMap<MemberKey, Session, RandomState>,
+    /// The generation of the newest session.
+    next_generation: u64,
 }
 
 impl Sessions {
     /// `key` joined (or joined again) through `connection`.
     pub(crate) fn joined(&mut self, key: MemberKey, connection: u64, now: Instant) {
-        let session = self.members.entry(key).or_insert(Session {
-            connection,
-            last_seen: now,
-            parked: 0,
-        });
+        let session = match self.members.entry(key) {
+            Entry::Occupied(existing) => existing.into_mut(),
+            Entry::Vacant(vacant) => {
+                self.next_generation += 1;
+                vacant.insert(Session {
+                    generation: self.next_generation,
+                    connection,
+                    last_seen: now,
+                    parked: 0,
+                    disconnected: false,
+                })
+            }
+        };
         session.connection = connection;
         session.last_seen = now;
+        session.disconnected = false;
     }
 
     /// `key` left by itself.
@@ -174,44 +201,61 @@ impl Sessions {
         }
     }
 
-    /// A waiting request of `key` was parked.
-    pub(crate) fn park(&mut self, key: MemberRef<'_>) {
-        if let Some(session) = self.members.get_mut(&key) {
-            session.parked += 1;
-        }
-    }
-
-    /// A waiting request of `key` finished waiting.
-    pub(crate) fn unpark(&mut self, key: MemberRef<'_>, now: Instant) {
-        if let Some(session) = self.members.get_mut(&key) {
-            session.parked = session.parked.saturating_sub(1);
-            session.last_seen = now;
-        }
-    }
-
-    /// Removes and returns the members silent for `timeout` with nothing parked.
-    fn expire(&mut self, now: Instant, timeout: time::Duration) -> Vec<MemberKey> {
-        self.remove_where(|session| {
-            session.parked == 0 && now.duration_since(session.last_seen) >= timeout
+    /// A waiting request of `key` was parked: while it waits, the member is never expired.
+    /// `None` when `key` has no session (the request protects nothing).
+    pub(crate) fn park(&mut self, key: MemberRef<'_>) -> Option<ParkedIn> {
+        let session = self.members.get_mut(&key)?;
+        session.parked += 1;
+        Some(ParkedIn {
+            key: key.to_key(),
+            generation: session.generation,
         })
     }
 
-    /// Removes and returns the members last joined through `connection`.
-    fn disconnect(&mut self, connection: u64) -> Vec<MemberKey> {
-        self.remove_where(|session| session.connection == connection)
+    /// The waiting request that `parked` was taken for finished waiting. Counts only if the
+    /// session is still the one it parked in: a member that left and joined again while it
+    /// waited has a new session, which that request never protected.
+    pub(crate) fn unpark(&mut self, parked: ParkedIn, now: Instant) {
+        if let Some(session) = self.members.get_mut(&parked.key.as_ref()) {
+            if session.generation == parked.generation {
+                session.parked = session.parked.saturating_sub(1);
+                session.last_seen = now;
+            }
+        }
     }
 
-    fn remove_where(&mut self, mut gone: impl FnMut(&Session) -> bool) -> Vec<MemberKey> {
-        let keys: Vec<MemberKey> = self
-            .members
+    /// The members silent for `timeout` with nothing parked, and those whose connection closed
+    /// with `--leave-on-disconnect` before their leave could be applied.
+    fn expired(&self, now: Instant, timeout: time::Duration) -> Vec<MemberKey> {
+        self.keys_where(|session| {
+            session.disconnected
+                || (session.parked == 0 && now.duration_since(session.last_seen) >= timeout)
+        })
+    }
+
+    /// The members last joined through `connection`.
+    fn joined_through(&self, connection: u64) -> Vec<MemberKey> {
+        self.keys_where(|session| session.connection == connection)
+    }
+
+    fn keys_where(&self, mut gone: impl FnMut(&Session) -> bool) -> Vec<MemberKey> {
+        self.members
             .iter()
             .filter(|(_, session)| gone(session))
             .map(|(key, _)| key.clone())
-            .collect();
-        for key in &keys {
-            self.members.remove(key);
+            .collect()
+    }
+
+    /// Forgets `key`'s session: its leave was applied.
+    fn forget(&mut self, key: &MemberKey) {
+        self.members.remove(key);
+    }
+
+    /// `key`'s connection closed but its leave could not be applied: the reaper tries again.
+    fn mark_disconnected(&mut self, key: &MemberKey) {
+        if let Some(session) = self.members.get_mut(key) {
+            session.disconnected = true;
         }
-        keys
     }
 }
 
@@ -227,68 +271,85 @@ pub(crate) async fn reap(shared: Arc<Shared>) {
         }
         let now = Instant::now();
         let timeout = shared.config.session_timeout;
-        remove(&shared, "session timed out", |sessions| {
-            sessions.expire(now, timeout)
+        remove(&shared, Removal::Expired, |sessions| {
+            sessions.expired(now, timeout)
         });
     }
 }
 
 /// Removes the members joined through `connection` (with `leave_on_disconnect`).
 pub(crate) fn disconnect(shared: &Shared, connection: u64) {
-    remove(shared, "connection closed", |sessions| {
-        sessions.disconnect(connection)
+    remove(shared, Removal::Disconnected, |sessions| {
+        sessions.joined_through(connection)
     });
 }
 
-/// Leaves, in the core, every member `select` removes from the sessions, then wakes the waiters
-/// of their topics: a rebalance can make records eligible for the remaining members.
-fn remove(shared: &Shared, why: &str, select: impl FnOnce(&mut Sessions) -> Vec<MemberKey>) {
+/// Why members are being removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    /// Their session timed out (or an earlier disconnect's leave failed).
+    Expired,
+    /// Their connection closed, with `--leave-on-disconnect`.
+    Disconnected,
+}
+
+/// Leaves, in the core, every member `select` names, then wakes the waiters of their topics: a
+/// rebalance can make records eligible for the remaining members. A session is forgotten only
+/// once its leave was applied: a leave the log refuses (a full disk) keeps the session, with
+/// its last-seen time, so that the next tick tries again.
+fn remove(shared: &Shared, why: Removal, select: impl FnOnce(&Sessions) -> Vec<MemberKey>) {
     let topics = shared.broker.with_state(|state| {
         let journal = shared.journal.as_ref();
-        if journal.is_some_and(|journal| journal.check_writable().is_err()) {
-            // A leave that cannot be logged must not happen: try again at the next tick.
-            return Vec::new();
+        let mut sessions = shared.lock_sessions();
+        let gone = select(&sessions);
+        let mut topics: Vec<String> = Vec::new();
+        let mut removed = 0;
+        // While the log refuses entries every leave would fail: skip straight to retrying.
+        if journal.is_none_or(|journal| journal.check_writable().is_ok()) {
+            for key in &gone {
+                let leave = Command::Leave {
+                    topic: key.topic.clone(),
+                    group: key.group.clone(),
+                    member: key.member.clone(),
+                };
+                if let Err(cause) = apply_logged(state, journal, leave).0 {
+                    // The log stopped taking entries, and then refuses every one.
+                    warn!(
+                        topic = %key.topic,
+                        group = %key.group,
+                        member = %key.member,
+                        cause = %cause,
+                        "removing a member failed; trying again at the next session check"
+                    );
+                    break;
+                }
+                info!(
+                    topic = %key.topic,
+                    group = %key.group,
+                    member = %key.member,
+                    reason = match why {
+                        Removal::Expired => "session timed out",
+                        Removal::Disconnected => "connection closed",
+                    },
+                    "member removed"
+                );
+                sessions.forget(key);
+                removed += 1;
+                if !topics.contains(&key.topic) {
+                    topics.push(key.topic.clone());
+                }
+            }
         }
-        let gone = select(&mut shared.lock_sessions());
-        leave_all(state, journal, &gone, why)
+        // The members not removed keep their sessions, so the next tick tries again; those of
+        // a closed connection are tried again at the next tick, timed out or not.
+        if why == Removal::Disconnected {
+            for key in &gone[removed..] {
+                sessions.mark_disconnected(key);
+            }
+        }
+        topics
     });
     shared.signals.wake(&topics);
-}
-
-fn leave_all(
-    state: &mut BrokerState,
-    journal: Option<&Journal>,
-    gone: &[MemberKey],
-    why: &str,
-) -> Vec<String> {
-    let mut topics: Vec<String> = Vec::new();
-    for key in gone {
-        let leave = Command::Leave {
-            topic: key.topic.clone(),
-            group: key.group.clone(),
-            member: key.member.clone(),
-        };
-        match apply_logged(state, journal, leave).0 {
-            Ok(_) => info!(
-                topic = %key.topic,
-                group = %key.group,
-                member = %key.member,
-                reason = why,
-                "member removed"
-            ),
-            Err(cause) => warn!(
-                topic = %key.topic,
-                group = %key.group,
-                member = %key.member,
-                cause = %cause,
-                "removing a member failed"
-            ),
-        }
-        if !topics.contains(&key.topic) {
-            topics.push(key.topic.clone());
-        }
-    }
-    topics
 }
 
 /// Gives every member of a recovered broker a fresh session, as if it had just joined (through
@@ -319,6 +380,10 @@ mod tests {
 
     use super::*;
 
+    fn key_of(command: &Command) -> Option<MemberKey> {
+        MemberRef::of(command).map(MemberRef::to_key)
+    }
+
     fn poll(topic: &str, group: &str, member: &str) -> Command {
         Command::Poll {
             topic: topic.to_owned(),
@@ -334,16 +399,16 @@ mod tests {
         let start = Instant::now();
         let mut sessions = Sessions::default();
         let joined = poll("t", "g", "m");
-        sessions.joined(MemberKey::of(&joined).unwrap(), 7, start);
+        sessions.joined(key_of(&joined).unwrap(), 7, start);
         let later = start + Duration::from_secs(5);
         let request = poll("t", "g", "m");
         let named = MemberRef::of(&request).unwrap();
-        sessions.park(named);
+        let parked = sessions.park(named).unwrap();
         // Parked: never expired, however long it is silent.
-        assert!(sessions.expire(later, Duration::from_secs(1)).is_empty());
-        sessions.unpark(named, later);
+        assert!(sessions.expired(later, Duration::from_secs(1)).is_empty());
+        sessions.unpark(parked, later);
         sessions.touch(named, later);
-        assert!(sessions.expire(later, Duration::from_secs(1)).is_empty());
+        assert!(sessions.expired(later, Duration::from_secs(1)).is_empty());
         // Names that differ anywhere are another member.
         for other in [
             poll("t", "g", "m2"),
@@ -352,10 +417,70 @@ mod tests {
         ] {
             sessions.left(MemberRef::of(&other).unwrap());
         }
-        assert_eq!(
-            sessions.disconnect(7),
-            vec![MemberKey::of(&joined).unwrap()]
-        );
+        assert_eq!(sessions.joined_through(7), vec![key_of(&joined).unwrap()]);
         assert!(MemberRef::of(&Command::Describe { topic: None }).is_none());
+    }
+
+    #[test]
+    fn a_request_parked_before_a_rejoin_does_not_count_for_the_new_session() {
+        let start = Instant::now();
+        let timeout = Duration::from_secs(2);
+        let mut sessions = Sessions::default();
+        let request = poll("t", "g", "m");
+        let key = key_of(&request).unwrap();
+        sessions.joined(key.clone(), 1, start);
+        let first = sessions.park(key.as_ref()).unwrap();
+        // The member leaves and joins again while its first poll is still parked.
+        sessions.left(key.as_ref());
+        sessions.joined(key.clone(), 1, start);
+        let _second = sessions.park(key.as_ref()).unwrap();
+        // The first poll finishes: the second is still parked and still protects the member.
+        sessions.unpark(first, start);
+        let much_later = start + 10 * timeout;
+        assert!(sessions.expired(much_later, timeout).is_empty());
+    }
+
+    #[test]
+    fn a_repeated_join_keeps_the_session_and_its_parked_requests() {
+        let start = Instant::now();
+        let timeout = Duration::from_secs(2);
+        let mut sessions = Sessions::default();
+        let key = key_of(&poll("t", "g", "m")).unwrap();
+        sessions.joined(key.clone(), 1, start);
+        let parked = sessions.park(key.as_ref()).unwrap();
+        sessions.joined(key.clone(), 2, start);
+        assert!(sessions.expired(start + 10 * timeout, timeout).is_empty());
+        sessions.unpark(parked, start);
+        assert_eq!(sessions.expired(start + 10 * timeout, timeout), vec![key]);
+    }
+
+    #[test]
+    fn expiry_selects_without_forgetting() {
+        let start = Instant::now();
+        let timeout = Duration::from_secs(1);
+        let mut sessions = Sessions::default();
+        let key = key_of(&poll("t", "g", "m")).unwrap();
+        sessions.joined(key.clone(), 3, start);
+        let later = start + timeout;
+        // Until its leave is applied the session stays, and is selected again next time.
+        assert_eq!(sessions.expired(later, timeout), vec![key.clone()]);
+        assert_eq!(sessions.expired(later, timeout), vec![key.clone()]);
+        sessions.forget(&key);
+        assert!(sessions.expired(later, timeout).is_empty());
+    }
+
+    #[test]
+    fn a_disconnected_member_whose_leave_failed_is_removed_at_the_next_tick() {
+        let start = Instant::now();
+        let timeout = Duration::from_secs(30);
+        let mut sessions = Sessions::default();
+        let key = key_of(&poll("t", "g", "m")).unwrap();
+        sessions.joined(key.clone(), 3, start);
+        assert!(sessions.expired(start, timeout).is_empty());
+        sessions.mark_disconnected(&key);
+        assert_eq!(sessions.expired(start, timeout), vec![key.clone()]);
+        // Joining again (through a live connection) makes it an ordinary session again.
+        sessions.joined(key.clone(), 4, start);
+        assert!(sessions.expired(start, timeout).is_empty());
     }
 }

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::connection::Outgoing;
 use crate::dispatch::{execute, is_empty_records, Parked};
 use crate::server::Shared;
-use crate::session::MemberKey;
+use crate::session::ParkedIn;
 
 /// One [`Notify`] per topic that has ever had a waiter (topics are never deleted, so this grows
 /// no larger than the set of topics).
@@ -63,32 +63,38 @@ pub(crate) struct ReplyTo {
 }
 
 /// Waits for `parked` to get records (or time out, or be told to answer) and sends its answer.
+///
+/// Once its connection is closing (the peer went away, a write failed, or the server is
+/// shutting down) it answers at once with nothing, without trying again: records reserved then
+/// could be for a peer that is gone, and would stay in flight to a member that never saw them.
 pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked) {
     let Parked {
         correlation_id,
         command,
+        mut session,
         acked,
         logged: acks_logged,
         wait,
         permit,
     } = parked;
-    let member = MemberKey::of(&command);
     let signal = shared.signals.topic(command.topic().unwrap_or_default());
     let deadline = time::sleep_until(Instant::now() + wait);
     tokio::pin!(deadline);
-    let mut answer_now = false;
-    let result = loop {
+    let nothing = || (Ok(Outcome::Records(Vec::new())), None);
+    let (result, logged) = loop {
         // Register interest before retrying, so a signal between the retry and the wait is
         // not lost.
         let notified = signal.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
         if reply_to.outgoing.is_closed() {
-            // Nobody to answer: do not reserve records for a connection that is gone.
-            finish(&shared, member.as_ref());
+            // Nobody to answer.
+            release(&shared, session);
             return;
         }
-        let last_try = answer_now;
+        if reply_to.closing.is_cancelled() {
+            break nothing();
+        }
         let (result, logged) = shared.broker.with_state(|state| {
             let mut sessions = shared.lock_sessions();
             let now = Instant::now();
@@ -102,28 +108,32 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
                 now,
                 &mut Vec::new(),
             );
-            if last_try || !is_empty_records(&result) {
-                if let Some(key) = &member {
-                    sessions.unpark(key.as_ref(), now);
+            if !is_empty_records(&result) {
+                if let Some(parked) = session.take() {
+                    sessions.unpark(parked, now);
                 }
             }
             (result, logged)
         });
-        if last_try || !is_empty_records(&result) {
-            // Entries become durable in order: the later of the two covers both.
-            break match (logged.max(acks_logged), &shared.journal) {
-                (Some(entry), Some(journal)) => match journal.durable(entry).await {
-                    Ok(()) => result,
-                    Err(refusal) => Err(refusal),
-                },
-                _ => result,
-            };
+        if !is_empty_records(&result) {
+            break (result, logged);
         }
-        answer_now = tokio::select! {
-            _ = reply_to.closing.cancelled() => true,
-            _ = &mut deadline => true,
-            _ = &mut notified => false,
-        };
+        tokio::select! {
+            _ = reply_to.closing.cancelled() => break nothing(),
+            _ = &mut deadline => break nothing(),
+            _ = &mut notified => {}
+        }
+    };
+    release(&shared, session);
+    // The answer waits until what it reports is durable: the poll that ended the wait and the
+    // acknowledgements of an ack-and-poll (applied before it parked). Entries become durable in
+    // order, so the later of the two covers both.
+    let result = match (logged.max(acks_logged), &shared.journal) {
+        (Some(entry), Some(journal)) => match journal.durable(entry).await {
+            Ok(()) => result,
+            Err(refusal) => Err(refusal),
+        },
+        _ => result,
     };
     let result = match (result, acked) {
         (Ok(Outcome::Records(records)), Some(acked)) => {
@@ -131,22 +141,91 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         }
         (result, _) => result,
     };
-    let answer = Outgoing {
-        responses: vec![ResponseFrame {
+    let answer = Outgoing::ready(
+        vec![ResponseFrame {
             correlation_id,
             result,
         }],
-        permits: vec![permit],
-    };
+        vec![permit],
+    );
     // A closed writer means the peer is gone; its answer has nowhere to go.
     let _ = reply_to.outgoing.send(answer).await;
 }
 
-/// Marks a parked request of `member` as no longer waiting.
-fn finish(shared: &Shared, member: Option<&MemberKey>) {
-    if let Some(key) = member {
+/// Ends a parked request's claim on its member's session, if it still holds one.
+fn release(shared: &Shared, session: Option<ParkedIn>) {
+    if let Some(parked) = session {
         shared.broker.with_state(|_| {
-            shared.lock_sessions().unpark(key.as_ref(), Instant::now());
+            shared.lock_sessions().unpark(parked, Instant::now());
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use broker_core::{Command, EventBroker};
+    use tokio::sync::Semaphore;
+
+    use super::*;
+    use crate::dispatch::Parked;
+    use crate::Config;
+
+    fn poll() -> Command {
+        Command::Poll {
+            topic: "t".into(),
+            group: "g".into(),
+            member: "m".into(),
+            max_records: 8,
+            max_bytes: None,
+        }
+    }
+
+    /// A request parked on a connection that is closing answers at once with nothing and
+    /// reserves nothing, even with a record waiting: its peer may be gone, and a record
+    /// reserved for it would stay in flight to a member that never saw it.
+    #[tokio::test]
+    async fn a_closing_connection_reserves_nothing() {
+        let broker = EventBroker::new(10).unwrap();
+        broker.create("t", 1).unwrap();
+        broker.join("t", "g", "m").unwrap();
+        let shared = Arc::new(Shared::new(broker, None, Config::default()));
+        let (outgoing, mut answers) = mpsc::channel(4);
+        let closing = CancellationToken::new();
+        let reply_to = ReplyTo {
+            connection: 1,
+            outgoing,
+            closing: closing.clone(),
+        };
+        // The record arrives as the connection closes: the waiter sees both at once.
+        shared.broker.publish("t", 0, "late").unwrap();
+        closing.cancel();
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+        let parked = Parked {
+            correlation_id: 9,
+            command: poll(),
+            session: None,
+            acked: None,
+            logged: None,
+            wait: std::time::Duration::from_secs(30),
+            permit,
+        };
+        wait(Arc::clone(&shared), reply_to, parked).await;
+        match answers.recv().await.unwrap() {
+            Outgoing::Ready(answers) => {
+                assert_eq!(answers.responses[0].correlation_id, 9);
+                assert_eq!(
+                    answers.responses[0].result,
+                    Ok(Outcome::Records(Vec::new()))
+                );
+            }
+            Outgoing::Deferred(_) => panic!("a waiting answer is never deferred"),
+        }
+        let group = &shared.broker.describe().topics[0].groups[0];
+        assert_eq!(
+            group.partitions[0].in_flight, None,
+            "reserved for a closed peer"
+        );
     }
 }

@@ -857,3 +857,89 @@ async fn an_oversized_hello_is_refused() {
     assert!(framed.next().await.is_none());
     server.stop().await.unwrap();
 }
+
+/// A poll whose answer is lost (the connection is reset before it is read) leaves its record in
+/// flight to the member: polling again never hands it back, and a repeated join changes nothing.
+/// `redeliver` gets it back, and the partition moves on.
+#[tokio::test]
+async fn a_member_gets_back_the_records_of_a_lost_poll_answer() {
+    let server = TestServer::start(Config::default()).await;
+    let mut client = connect(server.addr).await;
+    assert_eq!(
+        call(&mut client, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    for payload in ["a", "b", "c"] {
+        assert!(call(&mut client, publish("t", 0, payload)).await.is_ok());
+    }
+    assert!(call(&mut client, join("t", "g", "m1")).await.is_ok());
+    let mut lost = connect(server.addr).await;
+    send(&mut lost, 1, 0, poll("t", "g", "m1", 8)).await;
+    // Once the server has reserved the record, the connection dies before the answer is read.
+    while in_flight(&mut client, "g").await.is_none() {
+        tokio::task::yield_now().await;
+    }
+    let stream = lost.into_inner();
+    stream.set_zero_linger().unwrap();
+    drop(stream);
+    assert!(call(&mut client, join("t", "g", "m1")).await.is_ok());
+    assert_eq!(
+        records(call(&mut client, poll("t", "g", "m1", 8)).await),
+        vec![]
+    );
+    assert_eq!(
+        records(call(&mut client, redeliver("t", "g", "m1", 8)).await),
+        vec![(0, 0, Bytes::from_static(b"a"))]
+    );
+    assert_eq!(
+        call(&mut client, ack("t", "g", "m1", 0, 0)).await,
+        Ok(Outcome::Acked(true))
+    );
+    assert_eq!(
+        records(call(&mut client, poll("t", "g", "m1", 8)).await),
+        vec![(0, 1, Bytes::from_static(b"b"))]
+    );
+    server.stop().await.unwrap();
+}
+
+/// A poll parked before its member left and joined again does not count for the new session:
+/// when it ends (its connection is reset) the member's new parked poll still protects it.
+/// (Real time, with a short session timeout: the paused clock would jump over the parked polls'
+/// waits while the test waits for the server's answers.)
+#[tokio::test]
+async fn a_poll_parked_by_an_earlier_session_does_not_unprotect_the_member() {
+    let timeout = Duration::from_millis(300);
+    let config = Config {
+        session_timeout: timeout,
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await;
+    let mut first = connect(server.addr).await;
+    let mut second = connect(server.addr).await;
+    assert_eq!(
+        call(&mut first, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    assert!(call(&mut first, join("t", "g", "m")).await.is_ok());
+    send(&mut first, 1, 60_000, poll("t", "g", "m", 1)).await;
+    // Answered in order after the parked poll's arrival: it is parked now.
+    assert!(call(&mut first, describe()).await.is_ok());
+    assert_eq!(
+        call(&mut second, leave("t", "g", "m")).await,
+        Ok(Outcome::Left(true))
+    );
+    assert!(call(&mut second, join("t", "g", "m")).await.is_ok());
+    send(&mut second, 1, 60_000, poll("t", "g", "m", 1)).await;
+    assert!(call(&mut second, describe()).await.is_ok());
+    let stream = first.into_inner();
+    stream.set_zero_linger().unwrap();
+    drop(stream);
+    // Well past the session timeout: the member is still there, kept by its parked poll.
+    tokio::time::sleep(5 * timeout).await;
+    let mut observer = connect(server.addr).await;
+    assert_eq!(
+        call(&mut observer, assignment("t", "g", "m")).await,
+        Ok(Outcome::Partitions(vec![0]))
+    );
+    server.stop().await.unwrap();
+}

@@ -122,6 +122,36 @@ pub fn poll(topic: &str, group: &str, member: &str, max_records: i32) -> Command
     }
 }
 
+pub fn redeliver(topic: &str, group: &str, member: &str, max_records: i32) -> Command {
+    Command::Redeliver {
+        topic: topic.into(),
+        group: group.into(),
+        member: member.into(),
+        max_records,
+        max_bytes: None,
+    }
+}
+
+pub fn leave(topic: &str, group: &str, member: &str) -> Command {
+    Command::Leave {
+        topic: topic.into(),
+        group: group.into(),
+        member: member.into(),
+    }
+}
+
+/// The offset in flight for `group` on partition 0 of the only topic, read through `client`.
+pub async fn in_flight(client: &mut Client, group: &str) -> Option<i64> {
+    match call(client, describe()).await {
+        Ok(Outcome::Description(description)) => description.topics[0]
+            .groups
+            .iter()
+            .find(|g| g.name == group)
+            .and_then(|g| g.partitions[0].in_flight),
+        other => panic!("expected a description, got {other:?}"),
+    }
+}
+
 pub fn ack(topic: &str, group: &str, member: &str, partition: i32, offset: i64) -> Command {
     Command::Ack {
         topic: topic.into(),
