@@ -624,3 +624,62 @@ async fn publishes_refused_by_the_memory_budget_stay_refused_after_a_restart_wit
     assert_eq!(client.describe().await.unwrap(), after);
     assert_eq!(client.publish(TOPIC, 0, payload).await.unwrap(), -1);
 }
+
+/// A data directory written by the first releases (format version 1: `tests/fixtures/data-v1`,
+/// made by `tests/fixtures/make-data-v1.sh`) opens with the same topics, groups, offsets,
+/// deliveries in flight and records as the server that wrote it described.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_of_format_version_1_opens_unchanged() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let dir = tempfile::tempdir().unwrap();
+    for file in std::fs::read_dir(fixtures.join("data-v1")).unwrap() {
+        let file = file.unwrap();
+        std::fs::copy(file.path(), dir.path().join(file.file_name())).unwrap();
+    }
+    let expected: broker_client::BrokerDescription =
+        serde_json::from_str(&std::fs::read_to_string(fixtures.join("expected-v1.json")).unwrap())
+            .unwrap();
+    let server = ServerProcess::start(&[
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--capacity",
+        "50",
+    ]);
+    let client = connect(&server).await;
+    assert_eq!(client.describe().await.unwrap(), expected);
+    // The records, read by a new group from the earliest retained offset.
+    let mut read = Vec::new();
+    for topic in ["events", "orders"] {
+        client.join(topic, "fixture-check", "reader").await.unwrap();
+        loop {
+            let records = client
+                .fetch(topic, "fixture-check", "reader", 1000)
+                .await
+                .unwrap();
+            if records.is_empty() {
+                break;
+            }
+            read.extend(records);
+        }
+    }
+    let expected: Vec<serde_json::Value> =
+        std::fs::read_to_string(fixtures.join("expected-records-v1.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+    let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).unwrap();
+    let read: Vec<serde_json::Value> = read
+        .iter()
+        .map(|record| {
+            serde_json::json!({
+                "topic": record.topic,
+                "partition": record.partition,
+                "offset": record.offset,
+                "key": record.key.as_deref().map(text),
+                "payload": text(&record.payload),
+            })
+        })
+        .collect();
+    assert_eq!(read, expected);
+}

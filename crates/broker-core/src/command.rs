@@ -3,17 +3,28 @@
 //! [`crate::BrokerState::apply`] applies one [`Command`] and returns its [`Outcome`]. The server
 //! decodes commands from the wire and applies them; a write-ahead log can store the same values
 //! and replay them through the same function, so the rules have one implementation.
+//!
+//! Everything a server or a log needs to know about a command (is it read-only, must its
+//! outcome be logged, whose waiting polls may it wake, which member does it name, may it wait)
+//! is decided here, each in one `match` without a wildcard arm: a new command does not compile
+//! until every property is decided for it.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use strum::{EnumCount, EnumDiscriminants, EnumIter, IntoStaticStr};
 
 use crate::{Assignor, BrokerDescription, BrokerRecord, KeyHash, PartitionLag, PublishRecord};
 
 /// One broker call with its arguments. Each variant mirrors the [`crate::EventBroker`] method of
 /// the same name, which documents its rules.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// [`CommandKind`] names the variants without their arguments, with
+/// [`CommandKind::iter`](strum::IntoEnumIterator::iter) over all of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, EnumDiscriminants)]
+#[strum_discriminants(name(CommandKind), derive(Hash, EnumIter, EnumCount, IntoStaticStr))]
+#[strum_discriminants(doc = "A [`Command`] without its arguments: what kind of call it is.")]
 pub enum Command {
     /// [`crate::EventBroker::create_with`].
     Create {
@@ -204,18 +215,120 @@ pub enum Command {
     },
 }
 
+/// A consumer-group member as a command names it, borrowed from the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MemberName<'a> {
+    /// Topic identifier.
+    pub topic: &'a str,
+    /// Group identifier.
+    pub group: &'a str,
+    /// Member identifier.
+    pub member: &'a str,
+}
+
+impl CommandKind {
+    /// Whether a command of this kind never changes the state: it is never logged, and is served
+    /// even while the log cannot take entries. (`Poll` and `Fetch` change deliveries and
+    /// positions, so they are not read-only.)
+    pub fn is_read_only(self) -> bool {
+        match self {
+            CommandKind::Assignment
+            | CommandKind::Committed
+            | CommandKind::EndOffset
+            | CommandKind::Lag
+            | CommandKind::Describe => true,
+            CommandKind::Create
+            | CommandKind::Join
+            | CommandKind::Leave
+            | CommandKind::Publish
+            | CommandKind::PublishKeyed
+            | CommandKind::PublishBatch
+            | CommandKind::Poll
+            | CommandKind::Ack
+            | CommandKind::AckAndPoll
+            | CommandKind::Retry
+            | CommandKind::Redeliver
+            | CommandKind::Fetch
+            | CommandKind::Commit => false,
+        }
+    }
+
+    /// Whether a command of this kind that succeeded with `outcome` changed the state, so that a
+    /// write-ahead log must record it. Outcomes that the rules guarantee changed nothing need
+    /// no entry: a poll, fetch or redelivery that returned nothing (waiting requests retry them
+    /// often), a create of an existing topic, a leave by a non-member, an ack or retry that did
+    /// not match, an ack-and-poll that matched nothing and polled nothing. (A publish answered
+    /// `-1` is logged: a keyless one still advances the topic's round-robin.)
+    pub fn changed_state(self, outcome: &Outcome) -> bool {
+        let took_records = || match outcome {
+            Outcome::Records(records) => !records.is_empty(),
+            // Not the outcome of these kinds: log it rather than guess.
+            _ => true,
+        };
+        match self {
+            CommandKind::Assignment
+            | CommandKind::Committed
+            | CommandKind::EndOffset
+            | CommandKind::Lag
+            | CommandKind::Describe => false,
+            CommandKind::Join
+            | CommandKind::Publish
+            | CommandKind::PublishKeyed
+            | CommandKind::PublishBatch
+            | CommandKind::Commit => true,
+            CommandKind::Create => !matches!(outcome, Outcome::Created(false)),
+            CommandKind::Leave => !matches!(outcome, Outcome::Left(false)),
+            CommandKind::Ack => !matches!(outcome, Outcome::Acked(false)),
+            CommandKind::Retry => !matches!(outcome, Outcome::Retried(false)),
+            CommandKind::Poll | CommandKind::Fetch | CommandKind::Redeliver => took_records(),
+            CommandKind::AckAndPoll => !matches!(
+                outcome,
+                Outcome::AckedAndPolled { acked, records }
+                    if records.is_empty() && !acked.contains(&true)
+            ),
+        }
+    }
+
+    /// Whether a request of this kind may wait for records when it finds none (its request
+    /// names a maximum wait).
+    pub fn may_wait(self) -> bool {
+        match self {
+            CommandKind::Poll
+            | CommandKind::Fetch
+            | CommandKind::AckAndPoll
+            | CommandKind::Redeliver => true,
+            CommandKind::Create
+            | CommandKind::Join
+            | CommandKind::Leave
+            | CommandKind::Publish
+            | CommandKind::PublishKeyed
+            | CommandKind::PublishBatch
+            | CommandKind::Ack
+            | CommandKind::Retry
+            | CommandKind::Commit
+            | CommandKind::Assignment
+            | CommandKind::Committed
+            | CommandKind::EndOffset
+            | CommandKind::Lag
+            | CommandKind::Describe => false,
+        }
+    }
+
+    /// The kind's name, as in [`Command`] (`"PublishBatch"`).
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+}
+
 impl Command {
-    /// Whether applying the command can never change broker state, so a write-ahead log need not
-    /// record it. `Poll` and `Fetch` do change state (deliveries and positions).
+    /// What kind of call this is.
+    pub fn kind(&self) -> CommandKind {
+        self.into()
+    }
+
+    /// Whether the command never changes the state; see [`CommandKind::is_read_only`].
     pub fn is_read_only(&self) -> bool {
-        matches!(
-            self,
-            Command::Assignment { .. }
-                | Command::Committed { .. }
-                | Command::EndOffset { .. }
-                | Command::Lag { .. }
-                | Command::Describe { .. }
-        )
+        self.kind().is_read_only()
     }
 
     /// The topic the command names, if it names one.
@@ -241,10 +354,245 @@ impl Command {
             Command::Describe { topic } => topic.as_deref(),
         }
     }
+
+    /// The topic whose waiting polls and fetches may find records once this command succeeded:
+    /// it published records, settled or released deliveries, moved committed offsets, or
+    /// changed an assignment. `None` for commands that can make nothing eligible.
+    pub fn wakes(&self) -> Option<&str> {
+        match self {
+            Command::Join { topic, .. }
+            | Command::Leave { topic, .. }
+            | Command::Publish { topic, .. }
+            | Command::PublishKeyed { topic, .. }
+            | Command::PublishBatch { topic, .. }
+            | Command::Ack { topic, .. }
+            | Command::AckAndPoll { topic, .. }
+            | Command::Retry { topic, .. }
+            | Command::Redeliver { topic, .. }
+            | Command::Commit { topic, .. } => Some(topic),
+            Command::Create { .. }
+            | Command::Poll { .. }
+            | Command::Fetch { .. }
+            | Command::Assignment { .. }
+            | Command::Committed { .. }
+            | Command::EndOffset { .. }
+            | Command::Lag { .. }
+            | Command::Describe { .. } => None,
+        }
+    }
+
+    /// The group member the command is made by or for (its session is kept alive by it), if
+    /// it names one.
+    pub fn member(&self) -> Option<MemberName<'_>> {
+        match self {
+            Command::Join {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::Leave {
+                topic,
+                group,
+                member,
+            }
+            | Command::Poll {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::Ack {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::AckAndPoll {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::Redeliver {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::Retry {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::Fetch {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::Commit {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::Assignment {
+                topic,
+                group,
+                member,
+            } => Some(MemberName {
+                topic,
+                group,
+                member,
+            }),
+            Command::Create { .. }
+            | Command::Publish { .. }
+            | Command::PublishKeyed { .. }
+            | Command::PublishBatch { .. }
+            | Command::Committed { .. }
+            | Command::EndOffset { .. }
+            | Command::Lag { .. }
+            | Command::Describe { .. } => None,
+        }
+    }
+
+    /// For a command that [may wait](CommandKind::may_wait): the command to retry while it
+    /// waits. A poll or fetch retries itself; an ack-and-poll or a redelivery retries its poll
+    /// alone (its acknowledgements or releases take effect once, before the wait).
+    pub fn waiting_retry(&self) -> Option<Command> {
+        match self {
+            Command::Poll { .. } | Command::Fetch { .. } => Some(self.clone()),
+            Command::AckAndPoll {
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+                ..
+            }
+            | Command::Redeliver {
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+            } => Some(Command::Poll {
+                topic: topic.clone(),
+                group: group.clone(),
+                member: member.clone(),
+                max_records: *max_records,
+                max_bytes: *max_bytes,
+            }),
+            Command::Create { .. }
+            | Command::Join { .. }
+            | Command::Leave { .. }
+            | Command::Publish { .. }
+            | Command::PublishKeyed { .. }
+            | Command::PublishBatch { .. }
+            | Command::Ack { .. }
+            | Command::Retry { .. }
+            | Command::Commit { .. }
+            | Command::Assignment { .. }
+            | Command::Committed { .. }
+            | Command::EndOffset { .. }
+            | Command::Lag { .. }
+            | Command::Describe { .. } => None,
+        }
+    }
+
+    /// The payload plus key bytes of the largest record the command publishes, if it publishes
+    /// any: what a server holds against its payload limit.
+    pub fn largest_record(&self) -> Option<usize> {
+        match self {
+            Command::Publish { payload, .. } => Some(payload.len()),
+            Command::PublishKeyed { key, payload, .. } => {
+                Some(payload.len() + key.as_ref().map_or(0, Bytes::len))
+            }
+            Command::PublishBatch { records, .. } => records.iter().map(PublishRecord::size).max(),
+            Command::Create { .. }
+            | Command::Join { .. }
+            | Command::Leave { .. }
+            | Command::Poll { .. }
+            | Command::Ack { .. }
+            | Command::AckAndPoll { .. }
+            | Command::Retry { .. }
+            | Command::Redeliver { .. }
+            | Command::Fetch { .. }
+            | Command::Commit { .. }
+            | Command::Assignment { .. }
+            | Command::Committed { .. }
+            | Command::EndOffset { .. }
+            | Command::Lag { .. }
+            | Command::Describe { .. } => None,
+        }
+    }
+
+    /// For a command whose answer carries records: the most records it asks for, its topic's
+    /// name (each record carries it) and its byte budget, which a server lowers so that the
+    /// answer fits in one frame.
+    pub fn answer_budget(&mut self) -> Option<AnswerBudget<'_>> {
+        match self {
+            Command::Poll {
+                topic,
+                max_records,
+                max_bytes,
+                ..
+            }
+            | Command::Fetch {
+                topic,
+                max_records,
+                max_bytes,
+                ..
+            }
+            | Command::AckAndPoll {
+                topic,
+                max_records,
+                max_bytes,
+                ..
+            }
+            | Command::Redeliver {
+                topic,
+                max_records,
+                max_bytes,
+                ..
+            } => Some(AnswerBudget {
+                topic,
+                max_records: *max_records,
+                max_bytes,
+            }),
+            Command::Create { .. }
+            | Command::Join { .. }
+            | Command::Leave { .. }
+            | Command::Publish { .. }
+            | Command::PublishKeyed { .. }
+            | Command::PublishBatch { .. }
+            | Command::Ack { .. }
+            | Command::Retry { .. }
+            | Command::Commit { .. }
+            | Command::Assignment { .. }
+            | Command::Committed { .. }
+            | Command::EndOffset { .. }
+            | Command::Lag { .. }
+            | Command::Describe { .. } => None,
+        }
+    }
+}
+
+/// What bounds the records of one answer; see [`Command::answer_budget`].
+#[derive(Debug)]
+pub struct AnswerBudget<'a> {
+    /// The topic the records come from.
+    pub topic: &'a str,
+    /// The most records asked for (as the request gave it, not yet validated).
+    pub max_records: i32,
+    /// The byte budget of payloads and keys, to lower as needed.
+    pub max_bytes: &'a mut Option<u64>,
 }
 
 /// What a successfully applied [`Command`] returned, one variant per kind of result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr)]
 pub enum Outcome {
     /// `create`: `true` if the topic was created, `false` if it already existed.
     Created(bool),
@@ -285,4 +633,11 @@ pub enum Outcome {
         /// The records reserved by the poll that followed.
         records: Vec<BrokerRecord>,
     },
+}
+
+impl Outcome {
+    /// The outcome's name, as in [`Outcome`] (`"Records"`).
+    pub fn name(&self) -> &'static str {
+        self.into()
+    }
 }

@@ -24,6 +24,7 @@ mod command;
 mod describe;
 mod error;
 pub mod hash;
+pub mod image;
 mod state;
 mod types;
 mod validate;
@@ -33,13 +34,15 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 
-pub use command::{Command, Outcome};
+pub use command::{AnswerBudget, Command, CommandKind, MemberName, Outcome};
 pub use describe::{
     BrokerDescription, GroupDescription, GroupPartitionDescription, MemberDescription,
     PartitionDescription, TopicDescription,
 };
 pub use error::BrokerError;
 pub use state::{BrokerState, Limits};
+/// Iterating over every [`CommandKind`] (`CommandKind::iter()`).
+pub use strum::IntoEnumIterator;
 pub use types::{Assignor, BrokerRecord, KeyHash, PartitionLag, PublishRecord};
 pub use validate::{
     MAX_ACKS, MAX_BATCH_RECORDS, MAX_CAPACITY, MAX_FETCH_RECORDS, MAX_IDENTIFIER_LEN,

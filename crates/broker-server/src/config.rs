@@ -8,6 +8,8 @@ use broker_proto::{ServerLimits, MAX_FRAME_CEILING};
 use tokio::sync::Semaphore;
 
 use crate::security::{AuthToken, ServerTls};
+use broker_storage::JournalSettings;
+
 use crate::{Fsync, ServerError};
 
 /// The name and version the server announces in its welcome, `broker-server/<version>`.
@@ -170,6 +172,15 @@ impl Config {
             return invalid("snapshot log bytes must be at least 1".into());
         }
         Ok(())
+    }
+
+    /// How the journal writes, with a data directory.
+    pub fn journal(&self) -> JournalSettings {
+        JournalSettings {
+            fsync: self.fsync,
+            fsync_interval: self.fsync_interval,
+            snapshot_log_bytes: self.snapshot_log_bytes,
+        }
     }
 
     /// The limits announced to clients in the welcome.

@@ -1,16 +1,19 @@
-//! Applying requests to the core: a batch of pipelined requests goes in under one lock of the
-//! broker, responses come out, and poll, fetch or ack-and-poll requests that found nothing and
-//! asked to wait come out as parked requests for the waiter.
+//! Applying requests to the broker: a batch of pipelined requests goes in under one lock of the
+//! broker, responses come out (held back until their log entries are durable), and requests
+//! that found no record and asked to wait come out as parked requests for the waiter.
 
-use broker_core::{BrokerState, Command, Outcome, PublishRecord};
+use std::sync::Arc;
+
+use broker_core::{Command, Outcome};
 use broker_proto::{Decoded, ErrorReply, RequestFrame, ResponseFrame};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Duration, Instant};
 use tracing::debug;
 
-use crate::durability::{apply_logged, Journal};
-use crate::server::Shared;
-use crate::session::{MemberRef, ParkedIn, Sessions};
+use crate::broker::{storage_reply, BrokerGuard, Executed};
+use crate::connection::{Answers, Deferred};
+use crate::sessions::ParkedIn;
+use crate::shared::Shared;
 use crate::Config;
 
 /// Wire bytes a record may take in a response beyond its payload, key and topic name.
@@ -19,20 +22,20 @@ const RECORD_OVERHEAD: usize = 120;
 /// Wire bytes a records response may take besides its records.
 const RESPONSE_OVERHEAD: usize = 1024;
 
-/// A poll or fetch (or the poll of an ack-and-poll) that found nothing and will wait for a
-/// record.
+/// A request that found no record and will wait for one.
 #[derive(Debug)]
 pub(crate) struct Parked {
     /// The request's correlation id.
     pub(crate) correlation_id: u64,
     /// The poll or fetch, retried on every signal of its topic.
-    pub(crate) command: Command,
+    pub(crate) retry: Command,
     /// The session of the member it names, which it keeps from expiring while it waits.
     pub(crate) session: Option<ParkedIn>,
     /// For an ack-and-poll, the outcome of its acknowledgements (applied before it parked):
     /// the answer carries them with the records.
     pub(crate) acked: Option<Vec<bool>>,
-    /// The log entry of those acknowledgements: the answer waits until it is durable.
+    /// The log entry of what it changed before it parked: the answer waits until it is
+    /// durable.
     pub(crate) logged: Option<u64>,
     /// How long it may wait at most (already bounded by the server's maximum).
     pub(crate) wait: Duration,
@@ -43,7 +46,7 @@ pub(crate) struct Parked {
 /// What applying one batch produced.
 #[derive(Debug, Default)]
 pub(crate) struct Applied {
-    /// Responses to write now, in request order.
+    /// Responses to write, in request order.
     pub(crate) responses: Vec<ResponseFrame>,
     /// The permits of the requests answered in `responses`.
     pub(crate) permits: Vec<OwnedSemaphorePermit>,
@@ -52,13 +55,29 @@ pub(crate) struct Applied {
     /// Topics whose waiters should retry: something there may have become eligible.
     pub(crate) wake: Vec<String>,
     /// Indexes into `responses` of the requests whose changes were logged.
-    pub(crate) logged: Vec<usize>,
+    logged: Vec<usize>,
     /// The last log entry of the batch: its responses wait until it is durable.
-    pub(crate) last_entry: Option<u64>,
+    last_entry: Option<u64>,
+}
+
+impl Applied {
+    fn answer(
+        &mut self,
+        correlation_id: u64,
+        result: Result<Outcome, ErrorReply>,
+        permit: OwnedSemaphorePermit,
+    ) {
+        self.responses.push(ResponseFrame {
+            correlation_id,
+            result,
+        });
+        self.permits.push(permit);
+    }
 }
 
 /// Applies a batch of decoded frames, each with its in-flight permit, under one lock of the
-/// broker. With `may_wait` false (the connection is closing) nothing is parked.
+/// broker, for `connection`. With `may_wait` false (the connection is closing) nothing is
+/// parked.
 pub(crate) fn apply_batch(
     shared: &Shared,
     connection: u64,
@@ -67,244 +86,176 @@ pub(crate) fn apply_batch(
 ) -> Applied {
     let now = Instant::now();
     let mut applied = Applied::default();
-    shared.broker.with_state(|state| {
-        let mut sessions = shared.lock_sessions();
-        for (frame, permit) in frames {
-            let request = match frame {
-                Decoded::Message(request) => request,
-                Decoded::Malformed {
-                    leading_u64,
-                    reason,
-                } => {
-                    debug!(connection, cause = %reason, "malformed request");
-                    applied.responses.push(ResponseFrame {
-                        correlation_id: leading_u64.unwrap_or(0),
-                        result: Err(ErrorReply::MalformedRequest(reason)),
-                    });
-                    applied.permits.push(permit);
-                    continue;
-                }
-            };
-            let RequestFrame {
-                correlation_id,
-                max_wait_ms,
-                command,
-            } = request;
-            let command = match prepare(&shared.config, command) {
-                Ok(command) => command,
-                Err(refusal) => {
-                    applied.responses.push(ResponseFrame {
-                        correlation_id,
-                        result: Err(refusal),
-                    });
-                    applied.permits.push(permit);
-                    continue;
-                }
-            };
-            let wait = Duration::from_millis(max_wait_ms.into()).min(shared.config.max_wait);
-            let retry = (may_wait && !wait.is_zero())
-                .then(|| retry_of(&command))
-                .flatten();
-            let (result, logged) = execute(
-                state,
-                &mut sessions,
-                shared.journal.as_ref(),
-                connection,
-                command,
-                now,
-                &mut applied.wake,
-            );
-            if logged.is_some() {
-                applied.last_entry = logged;
+    let mut broker = shared.broker.lock();
+    for (frame, permit) in frames {
+        let request = match frame {
+            Decoded::Message(request) => request,
+            Decoded::Malformed {
+                leading_u64,
+                reason,
+            } => {
+                debug!(connection, cause = %reason, "malformed request");
+                let refusal = Err(ErrorReply::MalformedRequest(reason));
+                applied.answer(leading_u64.unwrap_or(0), refusal, permit);
+                continue;
             }
-            match retry {
-                Some(command) if is_empty_records(&result) => {
-                    let session = MemberRef::of(&command).and_then(|key| sessions.park(key));
-                    let acked = match result {
-                        Ok(Outcome::AckedAndPolled { acked, .. }) => Some(acked),
-                        _ => None,
-                    };
-                    applied.parked.push(Parked {
-                        correlation_id,
-                        command,
-                        session,
-                        acked,
-                        logged,
-                        wait,
-                        permit,
-                    });
+        };
+        let RequestFrame {
+            correlation_id,
+            max_wait_ms,
+            command,
+        } = request;
+        let command = match prepare(&shared.config, command) {
+            Ok(command) => command,
+            Err(refusal) => {
+                applied.answer(correlation_id, Err(refusal), permit);
+                continue;
+            }
+        };
+        let wait = Duration::from_millis(max_wait_ms.into()).min(shared.config.max_wait);
+        let retry = (may_wait && !wait.is_zero())
+            .then(|| command.waiting_retry())
+            .flatten();
+        let Executed { result, entry } =
+            execute(&mut broker, command, connection, now, &mut applied.wake);
+        if entry.is_some() {
+            applied.last_entry = entry;
+        }
+        match retry {
+            Some(retry) if is_empty_records(&result) => {
+                let session = retry
+                    .member()
+                    .and_then(|member| broker.sessions().park(member));
+                let acked = match result {
+                    Ok(Outcome::AckedAndPolled { acked, .. }) => Some(acked),
+                    _ => None,
+                };
+                applied.parked.push(Parked {
+                    correlation_id,
+                    retry,
+                    session,
+                    acked,
+                    logged: entry,
+                    wait,
+                    permit,
+                });
+            }
+            _ => {
+                if entry.is_some() {
+                    applied.logged.push(applied.responses.len());
                 }
-                _ => {
-                    if logged.is_some() {
-                        applied.logged.push(applied.responses.len());
-                    }
-                    applied.responses.push(ResponseFrame {
-                        correlation_id,
-                        result,
-                    });
-                    applied.permits.push(permit);
-                }
+                applied.answer(correlation_id, result, permit);
             }
         }
-        if let Some(journal) = &shared.journal {
-            journal.maybe_snapshot(state);
-        }
-    });
+    }
+    broker.maybe_snapshot();
     applied
 }
 
-/// Applies one command with the broker locked (`state`) and the sessions locked: refreshes the
-/// member it names, records joins and leaves, logs the change to `journal`, and adds its topic
-/// to `wake` (once) when it succeeded and may have made a record eligible for a waiter. Returns
-/// the result and the sequence number of its log entry when it was logged.
+/// Applies one command with the broker locked, and adds its topic to `wake` (once) when it
+/// succeeded and may have made a record eligible for a waiter.
 pub(crate) fn execute(
-    state: &mut BrokerState,
-    sessions: &mut Sessions,
-    journal: Option<&Journal>,
-    connection: u64,
+    broker: &mut BrokerGuard<'_>,
     command: Command,
+    connection: u64,
     now: Instant,
     wake: &mut Vec<String>,
-) -> (Result<Outcome, ErrorReply>, Option<u64>) {
-    // The session is refreshed before the command is moved into the core, so its names are
-    // borrowed, not copied; only a join or a leave (rare) needs a key of its own.
-    let named = MemberRef::of(&command);
-    if let Some(member) = named {
-        sessions.touch(member, now);
-    }
-    let is_join = matches!(command, Command::Join { .. });
-    let is_leave = matches!(command, Command::Leave { .. });
-    let membership = named.filter(|_| is_join || is_leave).map(MemberRef::to_key);
-    let wakes = matches!(
-        command,
-        Command::Publish { .. }
-            | Command::PublishKeyed { .. }
-            | Command::PublishBatch { .. }
-            | Command::Ack { .. }
-            | Command::AckAndPoll { .. }
-            | Command::Redeliver { .. }
-            | Command::Retry { .. }
-            | Command::Join { .. }
-            | Command::Leave { .. }
-            | Command::Commit { .. }
-    );
+) -> Executed {
     // The topic is copied only the first time a batch wakes it (before the command is moved
     // into the core), and taken back if the command fails.
-    let added_wake = match command.topic().filter(|_| wakes) {
+    let added_wake = match command.wakes() {
         Some(topic) if !wake.iter().any(|woken| woken == topic) => {
             wake.push(topic.to_owned());
             true
         }
         _ => false,
     };
-    let (result, logged) = apply_logged(state, journal, command);
-    if let (Some(key), Ok(_)) = (membership, &result) {
-        if is_join {
-            sessions.joined(key, connection, now);
-        } else {
-            sessions.left(key.as_ref());
-        }
-    }
-    if added_wake && result.is_err() {
+    let executed = broker.execute(command, connection, now);
+    if added_wake && executed.result.is_err() {
         wake.pop();
     }
-    (result, logged)
+    executed
 }
 
-/// Refuses payloads over the limit and gives polls and fetches a byte budget whose response
-/// fits in a frame.
+/// Refuses payloads over the limit and gives commands whose answer carries records a byte
+/// budget with which the answer fits in a frame.
 fn prepare(config: &Config, mut command: Command) -> Result<Command, ErrorReply> {
-    // The largest record of the request: every record must fit the payload limit.
-    let payload_size = match &command {
-        Command::Publish { payload, .. } => Some(payload.len()),
-        Command::PublishKeyed { key, payload, .. } => {
-            Some(payload.len() + key.as_ref().map_or(0, |key| key.len()))
-        }
-        Command::PublishBatch { records, .. } => records.iter().map(PublishRecord::size).max(),
-        _ => None,
-    };
-    if let Some(size) = payload_size.filter(|&size| size > config.max_payload_bytes) {
+    if let Some(size) = command
+        .largest_record()
+        .filter(|&size| size > config.max_payload_bytes)
+    {
         return Err(ErrorReply::TooLarge {
             what: "payload".into(),
             size: size as u64,
             limit: config.max_payload_bytes as u64,
         });
     }
-    if let Command::Poll {
-        topic,
-        max_records,
-        max_bytes,
-        ..
-    }
-    | Command::Fetch {
-        topic,
-        max_records,
-        max_bytes,
-        ..
-    }
-    | Command::AckAndPoll {
-        topic,
-        max_records,
-        max_bytes,
-        ..
-    }
-    | Command::Redeliver {
-        topic,
-        max_records,
-        max_bytes,
-        ..
-    } = &mut command
-    {
-        let records = usize::try_from(*max_records).unwrap_or(0);
-        let per_record = RECORD_OVERHEAD + topic.len();
-        let budget = config
+    if let Some(budget) = command.answer_budget() {
+        let records = usize::try_from(budget.max_records).unwrap_or(0);
+        let per_record = RECORD_OVERHEAD + budget.topic.len();
+        let fits = config
             .max_frame_bytes
             .saturating_sub(RESPONSE_OVERHEAD)
             .saturating_sub(records.saturating_mul(per_record)) as u64;
-        *max_bytes = Some(max_bytes.map_or(budget, |asked| asked.min(budget)));
+        *budget.max_bytes = Some(budget.max_bytes.map_or(fits, |asked| asked.min(fits)));
     }
     Ok(command)
 }
 
-/// The command a request retries while it waits, if it is a kind that waits: a poll or fetch
-/// itself, and for an ack-and-poll or a redelivery its poll alone (its acknowledgements or
-/// releases were applied once).
-fn retry_of(command: &Command) -> Option<Command> {
-    match command {
-        Command::Poll { .. } | Command::Fetch { .. } => Some(command.clone()),
-        Command::AckAndPoll {
-            topic,
-            group,
-            member,
-            max_records,
-            max_bytes,
-            ..
-        }
-        | Command::Redeliver {
-            topic,
-            group,
-            member,
-            max_records,
-            max_bytes,
-        } => Some(Command::Poll {
-            topic: topic.clone(),
-            group: group.clone(),
-            member: member.clone(),
-            max_records: *max_records,
-            max_bytes: *max_bytes,
-        }),
-        _ => None,
-    }
-}
-
-/// Whether a result is a successful poll, fetch or ack-and-poll that took no record: the kind
-/// that waits.
+/// Whether a result is a successful poll, fetch, ack-and-poll or redelivery that took no
+/// record: the kind that waits.
 pub(crate) fn is_empty_records(result: &Result<Outcome, ErrorReply>) -> bool {
     matches!(
         result,
         Ok(Outcome::Records(records) | Outcome::AckedAndPolled { records, .. })
             if records.is_empty()
     )
+}
+
+/// Holds a batch's responses until its last log entry is durable; if the journal stopped
+/// first, the responses of the logged requests become `ErrorReply::Storage`. Waits inline (the
+/// read loop's fast path), but once log writes are failing, takes the responses and permits out
+/// of `applied` and returns them as a deferred answer for the connection's writer, which writes
+/// them in their place once the entry is durable: the read loop goes on reading, so later
+/// requests of the connection are read and answered (refused, while the log refuses changes)
+/// at once, and their answers queue behind the deferred ones, in request order. (The permits
+/// the deferred answer holds still bound what a connection can have outstanding.)
+pub(crate) async fn settle(shared: &Arc<Shared>, applied: &mut Applied) -> Option<Deferred> {
+    let journal = shared.broker.journal()?;
+    let entry = applied.last_entry.take()?;
+    match journal.durable_unless_stalled(entry).await {
+        Some(Ok(())) => return None,
+        Some(Err(error)) => {
+            refuse_logged(
+                &mut applied.responses,
+                &applied.logged,
+                &storage_reply(error),
+            );
+            return None;
+        }
+        None => {}
+    }
+    let shared = Arc::clone(shared);
+    let mut responses = std::mem::take(&mut applied.responses);
+    let permits = std::mem::take(&mut applied.permits);
+    let logged = std::mem::take(&mut applied.logged);
+    Some(Box::pin(async move {
+        if let Some(journal) = shared.broker.journal() {
+            if let Err(error) = journal.durable(entry).await {
+                refuse_logged(&mut responses, &logged, &storage_reply(error));
+            }
+        }
+        Answers { responses, permits }
+    }))
+}
+
+/// Replaces the responses of the logged requests with `refusal`.
+fn refuse_logged(responses: &mut [ResponseFrame], logged: &[usize], refusal: &ErrorReply) {
+    for &index in logged {
+        if let Some(response) = responses.get_mut(index) {
+            response.result = Err(refusal.clone());
+        }
+    }
 }
 
 #[cfg(test)]

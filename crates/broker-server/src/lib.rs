@@ -20,31 +20,39 @@
 //! # }
 //! ```
 //!
-//! Inside: an accept loop (`server`) takes a connection permit before each `accept` and spawns
-//! one task per connection; a `Connection` owns the framing (`connection`); each batch of
-//! pipelined requests is applied under one lock of the core (`dispatch`); poll and fetch
-//! requests that ask to wait are parked on per-topic signals (`waiter`); members joined over a
-//! connection are tracked and expire after a session timeout (`session`).
+//! Inside, in layers that depend on each other in one direction:
+//!
+//! - `server`: the accept loop (a connection permit before each `accept`), and per connection
+//!   the TLS handshake, the hello, then batches of pipelined requests;
+//! - `connection`: framing on one connection, and the writer that sends its answers in order;
+//! - `dispatch`: a batch of requests applied under one lock of the broker; `waiter` beside it
+//!   parks poll and fetch requests that asked to wait, on per-topic `signals`;
+//! - `reaper`: members whose session timed out (or whose connection closed) leave;
+//! - `broker`: the core's state and the member `sessions` behind one lock, with the journal
+//!   (`broker_storage`) that makes changes durable.
 //!
 //! Who may come in is settled before any request (`security`): the TLS handshake when a
 //! [`ServerTls`] is configured, then the hello's token checked against the [`AuthToken`].
 
+mod broker;
 mod config;
 mod connection;
 mod dispatch;
-mod durability;
 mod listen;
+mod reaper;
 mod security;
 mod server;
-mod session;
+mod sessions;
+mod shared;
+mod signals;
 mod waiter;
 
 use std::future::Future;
 
 use tokio::net::TcpListener;
 
+pub use broker_storage::{Fsync, Storage};
 pub use config::{Config, SERVER_NAME};
-pub use durability::{Fsync, Storage};
 pub use listen::{normalize_listen_addr, resolve_listen_addr};
 pub use security::{AuthToken, ServerTls};
 
@@ -88,14 +96,13 @@ pub async fn run(
     run_with_storage(listener, config, None, shutdown).await
 }
 
-/// [`run`] with a data directory already opened and recovered by [`Storage::open`] (so that a
+/// [`run`] with a data directory already opened and recovered by [`open_storage`] (so that a
 /// refusal comes before the address is announced). With `storage` `None`, opens
 /// `config.data_dir` itself when it is set; without a data directory the broker is purely in
 /// memory.
 ///
 /// # Errors
-/// As [`run`], and [`ServerError::Storage`] if the data directory cannot be opened, recovered
-/// or written.
+/// As [`run`], and as [`open_storage`].
 pub async fn run_with_storage(
     listener: TcpListener,
     config: Config,
@@ -105,7 +112,7 @@ pub async fn run_with_storage(
     config.validate()?;
     let storage = match storage {
         Some(storage) => Some(storage),
-        None => Storage::open(&config)?,
+        None => open_storage(&config)?,
     };
     if config.auth_token.is_none() {
         if let Ok(local) = listener.local_addr() {
@@ -119,4 +126,40 @@ pub async fn run_with_storage(
         }
     }
     server::serve(listener, config, storage, shutdown).await
+}
+
+/// Locks `config.data_dir` and rebuilds the broker from it (the latest snapshot, then the log
+/// through the core's `apply`); `None` without a data directory.
+///
+/// # Errors
+/// [`ServerError::Storage`] if the directory is locked by another server, damaged, written by
+/// an incompatible version or with another capacity, or cannot be read;
+/// [`ServerError::InvalidConfig`] if it retains a record larger than `config.max_payload_bytes`
+/// (records are delivered whole, so a poll could reserve one that no answer can carry).
+pub fn open_storage(config: &Config) -> Result<Option<Storage>, ServerError> {
+    let Some(path) = &config.data_dir else {
+        return Ok(None);
+    };
+    let started = std::time::Instant::now();
+    let storage = Storage::open(path, config.capacity)?;
+    let recovery = storage.recovery();
+    tracing::info!(
+        data_dir = %path.display(),
+        snapshot = ?recovery.snapshot_seq,
+        replayed = recovery.replayed,
+        next_entry = recovery.next_seq,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "recovered the broker from its data directory"
+    );
+    let largest = recovery.state.largest_retained_record();
+    if largest > config.max_payload_bytes as u64 {
+        return Err(ServerError::InvalidConfig(format!(
+            "{} holds a record of {largest} bytes (payload and key), more than the configured \
+             max payload bytes ({}); records are delivered whole, so start with \
+             --max-payload-bytes {largest} or more",
+            path.display(),
+            config.max_payload_bytes
+        )));
+    }
+    Ok(Some(storage))
 }

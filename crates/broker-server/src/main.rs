@@ -11,7 +11,7 @@ use broker_core::Limits;
 use broker_server::{
     normalize_listen_addr, resolve_listen_addr, AuthToken, Config, ServerError, ServerTls,
 };
-use broker_server::{Fsync, Storage};
+use broker_server::{open_storage, Fsync};
 use clap::Parser;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -135,10 +135,10 @@ struct Args {
         long,
         env = "BROKER_FSYNC",
         value_enum,
-        default_value_t = Fsync::Always,
+        default_value_t = FsyncArg::Always,
         requires = "data_dir"
     )]
-    fsync: Fsync,
+    fsync: FsyncArg,
     /// With --fsync batch, the longest a written change waits for its fsync, in milliseconds.
     #[arg(long, env = "BROKER_FSYNC_INTERVAL_MS", default_value_t = 50)]
     fsync_interval_ms: u64,
@@ -169,6 +169,27 @@ struct Args {
     tls_key: Option<PathBuf>,
 }
 
+/// `--fsync`: when a change counts as durable (see `Fsync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum FsyncArg {
+    /// A response is sent only after its change is fsynced.
+    Always,
+    /// Written before the response, fsynced every --fsync-interval-ms.
+    Batch,
+    /// Written before the response; the operating system decides when to sync.
+    Never,
+}
+
+impl From<FsyncArg> for Fsync {
+    fn from(arg: FsyncArg) -> Fsync {
+        match arg {
+            FsyncArg::Always => Fsync::Always,
+            FsyncArg::Batch => Fsync::Batch,
+            FsyncArg::Never => Fsync::Never,
+        }
+    }
+}
+
 impl Args {
     /// The configuration, with the auth token and the TLS identity loaded.
     fn config(&self) -> Result<Config, ServerError> {
@@ -191,7 +212,7 @@ impl Args {
             session_timeout: Duration::from_millis(self.session_timeout_ms),
             leave_on_disconnect: self.leave_on_disconnect,
             data_dir: self.data_dir.clone(),
-            fsync: self.fsync,
+            fsync: self.fsync.into(),
             fsync_interval: Duration::from_millis(self.fsync_interval_ms),
             snapshot_log_bytes: self.snapshot_log_bytes,
             auth_token: self.auth_token()?,
@@ -295,7 +316,7 @@ async fn serve(listen: &str, config: Config) -> anyhow::Result<()> {
     let _file_size_limit =
         signal(SignalKind::from_raw(libc::SIGXFSZ)).context("cannot handle SIGXFSZ")?;
     // Recover before announcing the address: a locked or damaged data directory stops here.
-    let storage = Storage::open(&config)?;
+    let storage = open_storage(&config)?;
     let addresses = resolve_listen_addr(listen).await?;
     let listener = TcpListener::bind(addresses.as_slice())
         .await

@@ -4,13 +4,14 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
-use broker_core::{BrokerState, EventBroker};
+use broker_core::BrokerState;
 use broker_proto::{
     ErrorReply, Hello, HelloReply, ProtocolError, ResponseFrame, ServerCodec, ServerHandshakeCodec,
     MAGIC, PROTOCOL_VERSION,
 };
+use broker_storage::Storage;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -18,16 +19,13 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{self, Duration};
 use tokio_rustls::server::TlsStream;
 use tokio_util::codec::Encoder;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
 use crate::connection::{write_responses, Connection, Outgoing};
-use crate::dispatch::apply_batch;
-use crate::durability::{self, Journal};
-use crate::session::{self, Sessions};
-use crate::waiter::{self, ReplyTo, Signals};
-use crate::Storage;
+use crate::dispatch::{apply_batch, settle};
+use crate::reaper;
+use crate::shared::Shared;
+use crate::waiter::{self, ReplyTo};
 use crate::{AuthToken, Config, ServerError, ServerTls, SERVER_NAME};
 
 /// How long a new connection may take to send its hello.
@@ -43,50 +41,6 @@ const MAX_HELLO_FRAME: usize = 64 * 1024;
 /// The longest pause between retries of a failing `accept`.
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
-/// What every connection task shares.
-///
-/// The broker sits behind a `std::sync::Mutex` (inside [`EventBroker`]), not an async one: each
-/// critical section is a short, synchronous batch of core calls and never spans an `.await`.
-/// The sessions mutex is only taken inside the broker's lock.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    /// The core.
-    pub(crate) broker: EventBroker,
-    /// The write-ahead log, with a data directory; appended to only with the broker locked.
-    pub(crate) journal: Option<Journal>,
-    /// The limits in force.
-    pub(crate) config: Config,
-    /// Members joined over connections, for session timeouts.
-    sessions: Mutex<Sessions>,
-    /// Per-topic signals for waiting requests.
-    pub(crate) signals: Signals,
-    /// Cancelled when the server shuts down.
-    pub(crate) shutdown: CancellationToken,
-    /// Every task of the server, so shutdown can wait for them.
-    pub(crate) tracker: TaskTracker,
-}
-
-impl Shared {
-    /// What a server with `broker`, `journal` and `config` shares, with no session yet.
-    pub(crate) fn new(broker: EventBroker, journal: Option<Journal>, config: Config) -> Shared {
-        Shared {
-            broker,
-            journal,
-            config,
-            sessions: Mutex::default(),
-            signals: Signals::default(),
-            shutdown: CancellationToken::new(),
-            tracker: TaskTracker::new(),
-        }
-    }
-
-    /// The sessions; take them only inside `broker.with_state`.
-    pub(crate) fn lock_sessions(&self) -> MutexGuard<'_, Sessions> {
-        // Session updates cannot panic halfway, so a poisoned lock still guards a consistent map.
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
 /// Runs the accept loop until `shutdown` completes, then shuts down gracefully.
 pub(crate) async fn serve(
     listener: TcpListener,
@@ -94,31 +48,32 @@ pub(crate) async fn serve(
     storage: Option<Storage>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    let (state, journal, restored) = match storage {
+    let restored = storage.is_some();
+    let configure = |state: BrokerState| {
+        state
+            .with_memory_budget(Some(config.max_memory))
+            .with_limits(config.limits)
+    };
+    let (state, journal) = match storage {
         Some(storage) => {
-            let restored = storage.describe();
-            let (state, journal) = storage.start(&config)?;
-            (state, Some(journal), Some(restored))
+            let (state, journal) = storage.start(config.journal(), configure)?;
+            (state, Some(journal))
         }
         None => (
-            BrokerState::new(config.capacity)
-                .map_err(|error| ServerError::InvalidConfig(error.to_string()))?,
-            None,
+            configure(
+                BrokerState::new(config.capacity)
+                    .map_err(|error| ServerError::InvalidConfig(error.to_string()))?,
+            ),
             None,
         ),
     };
-    let broker = EventBroker::from_state(
-        state
-            .with_memory_budget(Some(config.max_memory))
-            .with_limits(config.limits),
-    );
     let connections = Arc::new(Semaphore::new(config.max_connections));
     let grace = config.shutdown_grace;
-    let shared = Arc::new(Shared::new(broker, journal, config));
-    if let Some(restored) = &restored {
-        session::restore(&shared, restored);
+    let shared = Arc::new(Shared::new(state, journal, config));
+    if restored {
+        reaper::restore(&shared);
     }
-    shared.tracker.spawn(session::reap(Arc::clone(&shared)));
+    shared.tracker.spawn(reaper::reap(Arc::clone(&shared)));
     let next_id = AtomicU64::new(1);
     tokio::pin!(shutdown);
     loop {
@@ -152,7 +107,7 @@ pub(crate) async fn serve(
     // Write and sync what the log still holds before exiting.
     let flushing = Arc::clone(&shared);
     let flushed = tokio::task::spawn_blocking(move || {
-        if let Some(journal) = &flushing.journal {
+        if let Some(journal) = flushing.broker.journal() {
             journal.finish();
         }
     });
@@ -242,7 +197,7 @@ where
         let codec = ServerCodec::new(shared.config.max_frame_bytes);
         serve_requests(shared, id, connection, codec, write, peer).await;
         if shared.config.leave_on_disconnect {
-            session::disconnect(shared, id);
+            reaper::disconnect(shared, id);
         }
     }
 }
@@ -451,7 +406,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
         let may_wait = !reply_to.closing.is_cancelled();
         let mut applied = apply_batch(shared, reply_to.connection, frames, may_wait);
         shared.signals.wake(&applied.wake);
-        let answers = match durability::settle(shared, &mut applied).await {
+        let answers = match settle(shared, &mut applied).await {
             Some(deferred) => Some(Outgoing::Deferred(deferred)),
             None if applied.responses.is_empty() => None,
             None => Some(Outgoing::ready(

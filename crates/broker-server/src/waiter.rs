@@ -1,55 +1,22 @@
-//! Waiting polls and fetches (seed 002, real-time consumption): a request that found nothing is
-//! parked as a task waiting on its topic's [`Notify`], which every batch that may have made a
+//! Waiting polls and fetches (real-time consumption): a request that found nothing is parked as
+//! a task waiting on its topic's signal (`signals`), which every batch that may have made a
 //! record eligible there signals. On a signal it retries under the broker's lock; it answers as
 //! soon as it gets records, when its wait expires, or at once when its connection closes or the
 //! server shuts down. No thread, no busy loop.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use broker_core::Outcome;
 use broker_proto::ResponseFrame;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tokio::time::{self, Instant};
 use tokio_util::sync::CancellationToken;
 
+use crate::broker::{storage_reply, Executed};
 use crate::connection::Outgoing;
 use crate::dispatch::{execute, is_empty_records, Parked};
-use crate::server::Shared;
-use crate::session::ParkedIn;
-
-/// One [`Notify`] per topic that has ever had a waiter (topics are never deleted, so this grows
-/// no larger than the set of topics).
-#[derive(Debug, Default)]
-pub(crate) struct Signals {
-    topics: Mutex<HashMap<String, Arc<Notify>>>,
-}
-
-impl Signals {
-    /// The signal of `topic`.
-    fn topic(&self, topic: &str) -> Arc<Notify> {
-        let mut topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(signal) = topics.get(topic) {
-            return Arc::clone(signal);
-        }
-        let signal = Arc::new(Notify::new());
-        topics.insert(topic.to_owned(), Arc::clone(&signal));
-        signal
-    }
-
-    /// Wakes every request waiting on one of `topics`.
-    pub(crate) fn wake(&self, topics: &[String]) {
-        if topics.is_empty() {
-            return;
-        }
-        let signals = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
-        for topic in topics {
-            if let Some(signal) = signals.get(topic) {
-                signal.notify_waiters();
-            }
-        }
-    }
-}
+use crate::sessions::ParkedIn;
+use crate::shared::Shared;
 
 /// The parts of a connection a parked request answers through.
 #[derive(Debug, Clone)]
@@ -70,14 +37,14 @@ pub(crate) struct ReplyTo {
 pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked) {
     let Parked {
         correlation_id,
-        command,
+        retry,
         mut session,
         acked,
         logged: acks_logged,
         wait,
         permit,
     } = parked;
-    let signal = shared.signals.topic(command.topic().unwrap_or_default());
+    let signal = shared.signals.topic(retry.topic().unwrap_or_default());
     let deadline = time::sleep_until(Instant::now() + wait);
     tokio::pin!(deadline);
     let nothing = || (Ok(Outcome::Records(Vec::new())), None);
@@ -95,28 +62,26 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         if reply_to.closing.is_cancelled() {
             break nothing();
         }
-        let (result, logged) = shared.broker.with_state(|state| {
-            let mut sessions = shared.lock_sessions();
+        let Executed { result, entry } = {
+            let mut broker = shared.broker.lock();
             let now = Instant::now();
             // A retried poll wakes nobody.
-            let (result, logged) = execute(
-                state,
-                &mut sessions,
-                shared.journal.as_ref(),
+            let executed = execute(
+                &mut broker,
+                retry.clone(),
                 reply_to.connection,
-                command.clone(),
                 now,
                 &mut Vec::new(),
             );
-            if !is_empty_records(&result) {
+            if !is_empty_records(&executed.result) {
                 if let Some(parked) = session.take() {
-                    sessions.unpark(parked, now);
+                    broker.sessions().unpark(parked, now);
                 }
             }
-            (result, logged)
-        });
+            executed
+        };
         if !is_empty_records(&result) {
-            break (result, logged);
+            break (result, entry);
         }
         tokio::select! {
             _ = reply_to.closing.cancelled() => break nothing(),
@@ -128,10 +93,10 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
     // The answer waits until what it reports is durable: the poll that ended the wait and the
     // acknowledgements of an ack-and-poll (applied before it parked). Entries become durable in
     // order, so the later of the two covers both.
-    let result = match (logged.max(acks_logged), &shared.journal) {
+    let result = match (logged.max(acks_logged), shared.broker.journal()) {
         (Some(entry), Some(journal)) => match journal.durable(entry).await {
             Ok(()) => result,
-            Err(refusal) => Err(refusal),
+            Err(error) => Err(storage_reply(error)),
         },
         _ => result,
     };
@@ -155,9 +120,11 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
 /// Ends a parked request's claim on its member's session, if it still holds one.
 fn release(shared: &Shared, session: Option<ParkedIn>) {
     if let Some(parked) = session {
-        shared.broker.with_state(|_| {
-            shared.lock_sessions().unpark(parked, Instant::now());
-        });
+        shared
+            .broker
+            .lock()
+            .sessions()
+            .unpark(parked, Instant::now());
     }
 }
 
@@ -165,7 +132,7 @@ fn release(shared: &Shared, session: Option<ParkedIn>) {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use broker_core::{Command, EventBroker};
+    use broker_core::{BrokerState, Command, KeyHash};
     use tokio::sync::Semaphore;
 
     use super::*;
@@ -187,10 +154,12 @@ mod tests {
     /// reserved for it would stay in flight to a member that never saw it.
     #[tokio::test]
     async fn a_closing_connection_reserves_nothing() {
-        let broker = EventBroker::new(10).unwrap();
-        broker.create("t", 1).unwrap();
-        broker.join("t", "g", "m").unwrap();
-        let shared = Arc::new(Shared::new(broker, None, Config::default()));
+        let mut state = BrokerState::new(10).unwrap();
+        state.create("t", 1, KeyHash::default()).unwrap();
+        state.join("t", "g", "m", None).unwrap();
+        // The record arrives as the connection closes: the waiter sees both at once.
+        state.publish("t", 0, "late".into()).unwrap();
+        let shared = Arc::new(Shared::new(state, None, Config::default()));
         let (outgoing, mut answers) = mpsc::channel(4);
         let closing = CancellationToken::new();
         let reply_to = ReplyTo {
@@ -198,13 +167,11 @@ mod tests {
             outgoing,
             closing: closing.clone(),
         };
-        // The record arrives as the connection closes: the waiter sees both at once.
-        shared.broker.publish("t", 0, "late").unwrap();
         closing.cancel();
         let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
         let parked = Parked {
             correlation_id: 9,
-            command: poll(),
+            retry: poll(),
             session: None,
             acked: None,
             logged: None,
@@ -222,7 +189,7 @@ mod tests {
             }
             Outgoing::Deferred(_) => panic!("a waiting answer is never deferred"),
         }
-        let group = &shared.broker.describe().topics[0].groups[0];
+        let group = &shared.broker.lock().describe().topics[0].groups[0].clone();
         assert_eq!(
             group.partitions[0].in_flight, None,
             "reserved for a closed peer"

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use bincode::config::{Configuration, Fixint, LittleEndian, NoLimit};
-use broker_core::{Command, Outcome};
+use broker_core::Command;
 
 use crate::StorageError;
 
@@ -30,32 +30,6 @@ pub(crate) const SNAPSHOT_MAGIC: [u8; 8] = *b"BROKSNAP";
 pub(crate) const SEGMENT_HEADER: usize = 32;
 pub(crate) const SNAPSHOT_HEADER: usize = 40;
 pub(crate) const ENTRY_HEADER: usize = 8;
-
-/// Whether a successful command must be logged: everything but read-only commands and the
-/// outcomes that the core guarantees changed nothing: polls or fetches that returned nothing
-/// (waiting requests retry them often), a create of an existing topic, a leave by a non-member,
-/// an ack or retry that did not match, and an ack-and-poll that matched nothing and polled
-/// nothing. (A publish answered `-1` is logged: a keyless one still advances the topic's
-/// round-robin.)
-pub fn is_logged(command_is_read_only: bool, outcome: &Outcome) -> bool {
-    !command_is_read_only
-        && !matches!(
-            outcome,
-            Outcome::Records(records) if records.is_empty()
-        )
-        && !matches!(
-            outcome,
-            Outcome::AckedAndPolled { acked, records }
-                if records.is_empty() && !acked.contains(&true)
-        )
-        && !matches!(
-            outcome,
-            Outcome::Created(false)
-                | Outcome::Left(false)
-                | Outcome::Acked(false)
-                | Outcome::Retried(false)
-        )
-}
 
 /// Appends the log entry of `command` (length, checksum, body) to `out`.
 ///

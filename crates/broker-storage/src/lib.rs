@@ -1,7 +1,8 @@
-//! The broker's durability, synchronous and free of async: a write-ahead log of
-//! [`broker_core::Command`]s, snapshots of [`broker_core::BrokerState`], a lock that keeps a
-//! second server off a data directory, and recovery that replays the log through
-//! [`broker_core::BrokerState::apply`], the same code that serves live requests.
+//! The broker's durability, with no async runtime: a write-ahead log of
+//! [`broker_core::Command`]s with its [`Journal`] (the flusher thread, the fsync policy, group
+//! commit, background snapshots), snapshots of the state's [`broker_core::image::StateImage`],
+//! a lock that keeps a second server off a data directory, and recovery that replays the log
+//! through [`broker_core::BrokerState::apply`], the same code that serves live requests.
 //!
 //! # The data directory
 //!
@@ -27,8 +28,9 @@
 //!
 //! Snapshot, 40-byte header then body: magic `BROKSNAP`, format version `u32`, capacity `u32`,
 //! sequence number `u64` (the snapshot holds the effect of every entry below it), body length
-//! `u64`, CRC-32 of the body `u32`, 4 zero bytes; body: the [`broker_core::BrokerState`] in the
-//! same bincode encoding.
+//! `u64`, CRC-32 of the body `u32`, 4 zero bytes; body: the state's
+//! [`broker_core::image::StateImage`] (whose documentation gives its layout) in the same bincode
+//! encoding.
 //!
 //! CRC-32 is the IEEE polynomial (`crc32fast`).
 //!
@@ -44,13 +46,15 @@
 
 mod error;
 mod format;
+mod journal;
 mod lock;
 mod recovery;
 mod segment;
 mod snapshot;
 
 pub use error::StorageError;
-pub use format::{config, encode_entry, is_logged, StorageConfig, FORMAT_VERSION, MAX_ENTRY_BYTES};
+pub use format::{config, encode_entry, StorageConfig, FORMAT_VERSION, MAX_ENTRY_BYTES};
+pub use journal::{Applied, Fsync, Journal, JournalError, JournalSettings, Storage, WRITE_RETRY};
 pub use lock::DataDir;
 pub use recovery::{Recovery, TornTail};
 pub use segment::LogWriter;

@@ -4,7 +4,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use broker_core::BrokerState;
+use broker_core::image::StateImage;
 
 use crate::recovery::{recover, Recovery};
 use crate::segment::LogWriter;
@@ -96,12 +96,12 @@ impl DataDir {
         LogWriter::create(&self.path, capacity, next_seq, segment_bytes)
     }
 
-    /// Writes a snapshot of `state` covering every entry below `seq`; see
+    /// Writes a snapshot of the state `image` describes, covering every entry below `seq`; see
     /// [`crate::write_snapshot`].
     ///
     /// # Errors
     /// As [`crate::write_snapshot`].
-    pub fn write_snapshot(&self, seq: u64, state: &BrokerState) -> Result<PathBuf, StorageError> {
-        crate::write_snapshot(&self.path, seq, state)
+    pub fn write_snapshot(&self, seq: u64, image: &StateImage) -> Result<PathBuf, StorageError> {
+        crate::write_snapshot(&self.path, seq, image)
     }
 }

@@ -5,6 +5,7 @@ use std::fs::{self, OpenOptions};
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use broker_core::image::StateImage;
 use broker_core::BrokerState;
 use tracing::warn;
 
@@ -18,14 +19,15 @@ use crate::StorageError;
 /// The temporary name a snapshot is written under before it is renamed into place.
 pub(crate) const SNAPSHOT_TMP: &str = "snap.tmp";
 
-/// Writes a snapshot of `state`, which must hold the effect of exactly the log entries below
-/// `seq`, into `dir` atomically: to a temporary file, fsync, rename to `snap-<seq>.snap`, fsync
-/// the directory. A crash at any point leaves either the previous snapshot or this one.
+/// Writes a snapshot of the state `image` describes, which must hold the effect of exactly the
+/// log entries below `seq`, into `dir` atomically: to a temporary file, fsync, rename to
+/// `snap-<seq>.snap`, fsync the directory. A crash at any point leaves either the previous
+/// snapshot or this one.
 ///
 /// # Errors
 /// [`StorageError::Io`] or [`StorageError::Encode`]; the temporary file may remain (recovery
 /// removes it).
-pub fn write_snapshot(dir: &Path, seq: u64, state: &BrokerState) -> Result<PathBuf, StorageError> {
+pub fn write_snapshot(dir: &Path, seq: u64, image: &StateImage) -> Result<PathBuf, StorageError> {
     let tmp = dir.join(SNAPSHOT_TMP);
     let file = OpenOptions::new()
         .create(true)
@@ -41,7 +43,7 @@ pub fn write_snapshot(dir: &Path, seq: u64, state: &BrokerState) -> Result<PathB
     out.inner
         .write_all(&[0; SNAPSHOT_HEADER])
         .map_err(StorageError::io("write", &tmp))?;
-    bincode::serde::encode_into_std_write(state, &mut out, config())
+    bincode::serde::encode_into_std_write(image, &mut out, config())
         .map_err(|error| StorageError::Encode(format!("snapshot {}: {error}", tmp.display())))?;
     let Checksummed { inner, crc, len } = out;
     let mut file = inner.into_inner().map_err(|error| StorageError::Io {
@@ -52,7 +54,8 @@ pub fn write_snapshot(dir: &Path, seq: u64, state: &BrokerState) -> Result<PathB
     let mut header = [0; SNAPSHOT_HEADER];
     header[..8].copy_from_slice(&SNAPSHOT_MAGIC);
     header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    header[12..16].copy_from_slice(&(state.capacity_per_partition() as u32).to_le_bytes());
+    // The capacity is at most 1,000 in every image a state makes.
+    header[12..16].copy_from_slice(&(image.capacity as u32).to_le_bytes());
     header[16..24].copy_from_slice(&seq.to_le_bytes());
     header[24..32].copy_from_slice(&len.to_le_bytes());
     header[32..36].copy_from_slice(&crc.finalize().to_le_bytes());
@@ -193,8 +196,8 @@ pub(crate) fn load_latest(
             configured: capacity,
         });
     }
-    let state: BrokerState = match bincode::serde::decode_from_slice(body, config()) {
-        Ok((state, used)) if used == body.len() => state,
+    let image: StateImage = match bincode::serde::decode_from_slice(body, config()) {
+        Ok((image, used)) if used == body.len() => image,
         Ok(_) => {
             return Err(StorageError::corrupt(
                 &path,
@@ -212,13 +215,13 @@ pub(crate) fn load_latest(
     };
     // A valid checksum over a state this build would never make (a hand-edited file, or a
     // buggy build) is refused here rather than panicking on first use.
-    if let Err(why) = state.check_consistency() {
-        return Err(StorageError::corrupt(
+    let state = BrokerState::from_image(image).map_err(|why| {
+        StorageError::corrupt(
             &path,
             SNAPSHOT_HEADER as u64,
             format!("the state is inconsistent: {why}"),
-        ));
-    }
+        )
+    })?;
     Ok(Some(LoadedSnapshot { state, seq }))
 }
 

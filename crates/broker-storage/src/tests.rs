@@ -6,11 +6,12 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use broker_core::image::StateImage;
 use broker_core::{Assignor, BrokerState, Command, EventBroker, KeyHash};
 use bytes::Bytes;
 
 use crate::format::{segment_name, SEGMENT_HEADER};
-use crate::{encode_entry, is_logged, remove_covered, DataDir, LogWriter, StorageError};
+use crate::{encode_entry, remove_covered, DataDir, LogWriter, StorageError};
 
 const CAPACITY: i32 = 5;
 
@@ -46,9 +47,9 @@ impl Live {
     fn run(&mut self, command: Command) {
         let mut entry = Vec::new();
         encode_entry(&command, &mut entry).unwrap();
-        let read_only = command.is_read_only();
+        let kind = command.kind();
         if let Ok(outcome) = self.state.apply(command) {
-            if is_logged(read_only, &outcome) {
+            if kind.changed_state(&outcome) {
                 // Unsynced: the tests never lose the page cache (the server's tests do).
                 self.writer.append(&entry, 1).unwrap();
                 let last = self.ends.last().copied().unwrap_or(SEGMENT_HEADER as u64);
@@ -220,7 +221,9 @@ fn random_histories_recover_to_the_same_description() {
             live.run(command);
             if step == 150 {
                 let seq = live.writer.next_seq();
-                live.dir.write_snapshot(seq, &live.state).unwrap();
+                live.dir
+                    .write_snapshot(seq, &live.state.to_image())
+                    .unwrap();
                 remove_covered(tmp.path(), seq).unwrap();
             }
         }
@@ -317,7 +320,10 @@ fn a_snapshot_with_a_bad_checksum_refuses_to_start() {
     let tmp = tempfile::tempdir().unwrap();
     let live = scripted(tmp.path());
     let seq = live.writer.next_seq();
-    let path = live.dir.write_snapshot(seq, &live.state).unwrap();
+    let path = live
+        .dir
+        .write_snapshot(seq, &live.state.to_image())
+        .unwrap();
     drop(live);
     assert!(recover(tmp.path()).is_ok());
     let len = fs::metadata(&path).unwrap().len();
@@ -337,31 +343,28 @@ fn a_snapshot_with_a_bad_checksum_refuses_to_start() {
 fn a_snapshot_with_a_valid_checksum_over_an_inconsistent_state_refuses_to_start() {
     // A state no build would make, as a hand-edited file would hold, written with a valid
     // checksum: each is refused at load instead of panicking when first used.
-    // What the error names, and how the state (as JSON) is broken.
-    type Breakage = (&'static str, fn(&mut serde_json::Value));
+    // What the error names, and how the state's image is broken.
+    type Breakage = (&'static str, fn(&mut StateImage));
     let breakages: [Breakage; 4] = [
-        ("retained bytes", |state| {
-            let retained = state["memory"]["retained"].as_u64().unwrap();
-            state["memory"]["retained"] = (retained + 1).into();
+        ("retained bytes", |image| image.retained_bytes += 1),
+        ("group \"g\"", |image| {
+            image.topics[0].1.groups[0].1.partitions[0].owner = Some(7);
         }),
-        ("group \"g\"", |state| {
-            let group = &mut state["topics"]["t"]["groups"]["g"];
-            group["partitions"][0]["owner"] = 7.into();
+        ("offsets", |image| {
+            image.topics[0].1.groups[0].1.partitions[1].committed = -5;
         }),
-        ("offsets", |state| {
-            state["topics"]["t"]["groups"]["g"]["partitions"][1]["committed"] = (-5).into();
-        }),
-        ("bad log", |state| {
-            state["topics"]["t"]["partitions"][0]["base"] = i64::MAX.into();
+        ("bad log", |image| {
+            image.topics[0].1.partitions[0].base = i64::MAX;
         }),
     ];
     for (expected, breakage) in breakages {
         let tmp = tempfile::tempdir().unwrap();
         let live = scripted(tmp.path());
-        let mut json = serde_json::to_value(&live.state).unwrap();
-        breakage(&mut json);
-        let broken: BrokerState = serde_json::from_value(json).unwrap();
-        assert!(broken.check_consistency().is_err());
+        let mut broken = live.state.to_image();
+        assert_eq!(broken.topics[0].0, "t");
+        assert_eq!(broken.topics[0].1.groups[0].0, "g");
+        breakage(&mut broken);
+        assert!(BrokerState::from_image(broken.clone()).is_err());
         let seq = live.writer.next_seq();
         let path = live.dir.write_snapshot(seq, &broken).unwrap();
         drop(live);
@@ -396,7 +399,7 @@ fn an_incompatible_format_version_refuses_to_start() {
 
     let tmp = tempfile::tempdir().unwrap();
     let live = scripted(tmp.path());
-    let path = live.dir.write_snapshot(3, &live.state).unwrap();
+    let path = live.dir.write_snapshot(3, &live.state.to_image()).unwrap();
     drop(live);
     let mut bytes = fs::read(&path).unwrap();
     bytes[8] = 2;
@@ -481,7 +484,9 @@ fn a_snapshot_makes_covered_segments_removable_and_recovery_continues_after_it()
         live.run(publish("t", i % 2, &format!("payload {i}")));
     }
     let seq = live.writer.next_seq();
-    live.dir.write_snapshot(seq, &live.state).unwrap();
+    live.dir
+        .write_snapshot(seq, &live.state.to_image())
+        .unwrap();
     let before = segment_files(tmp.path()).len();
     assert!(remove_covered(tmp.path(), seq).unwrap() > 0);
     assert!(segment_files(tmp.path()).len() < before);

@@ -1,0 +1,137 @@
+//! One command in, one outcome out: the single entry point through which a server applies
+//! requests and a log replays them, so every call has one implementation.
+
+use super::BrokerState;
+use crate::{BrokerError, Command, Outcome};
+
+impl BrokerState {
+    /// Applies one command: the single entry point the server and a log replay use.
+    ///
+    /// # Errors
+    /// As the method that `command` names.
+    pub fn apply(&mut self, command: Command) -> Result<Outcome, BrokerError> {
+        match command {
+            Command::Create {
+                topic,
+                partition_count,
+                key_hash,
+            } => self
+                .create(&topic, partition_count, key_hash)
+                .map(Outcome::Created),
+            Command::Join {
+                topic,
+                group,
+                member,
+                assignor,
+            } => self
+                .join(&topic, &group, &member, assignor)
+                .map(Outcome::Partitions),
+            Command::Leave {
+                topic,
+                group,
+                member,
+            } => self.leave(&topic, &group, &member).map(Outcome::Left),
+            Command::Publish {
+                topic,
+                partition,
+                payload,
+            } => self
+                .publish(&topic, partition, payload)
+                .map(Outcome::Published),
+            Command::PublishKeyed {
+                topic,
+                key,
+                payload,
+            } => self
+                .publish_keyed(&topic, key, payload)
+                .map(|(partition, offset)| Outcome::PublishedKeyed { partition, offset }),
+            Command::PublishBatch { topic, records } => self
+                .publish_batch(&topic, records)
+                .map(Outcome::PublishedBatch),
+            Command::Poll {
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+            } => self
+                .poll(&topic, &group, &member, max_records, max_bytes)
+                .map(Outcome::Records),
+            Command::Ack {
+                topic,
+                group,
+                member,
+                partition,
+                offset,
+            } => self
+                .ack(&topic, &group, &member, partition, offset)
+                .map(Outcome::Acked),
+            Command::AckAndPoll {
+                topic,
+                group,
+                member,
+                acks,
+                max_records,
+                max_bytes,
+            } => self
+                .ack_and_poll(&topic, &group, &member, &acks, max_records, max_bytes)
+                .map(|(acked, records)| Outcome::AckedAndPolled { acked, records }),
+            Command::Retry {
+                topic,
+                group,
+                member,
+                partition,
+                offset,
+            } => self
+                .retry(&topic, &group, &member, partition, offset)
+                .map(Outcome::Retried),
+            Command::Redeliver {
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+            } => self
+                .redeliver(&topic, &group, &member, max_records, max_bytes)
+                .map(Outcome::Records),
+            Command::Fetch {
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+            } => self
+                .fetch(&topic, &group, &member, max_records, max_bytes)
+                .map(Outcome::Records),
+            Command::Commit {
+                topic,
+                group,
+                member,
+                offsets,
+            } => self
+                .commit(&topic, &group, &member, offsets.as_ref())
+                .map(|()| Outcome::Committed),
+            Command::Assignment {
+                topic,
+                group,
+                member,
+            } => self
+                .assignment(&topic, &group, &member)
+                .map(Outcome::Partitions),
+            Command::Committed {
+                topic,
+                group,
+                partition,
+            } => self
+                .committed(&topic, &group, partition)
+                .map(Outcome::Offset),
+            Command::EndOffset { topic, partition } => {
+                self.end_offset(&topic, partition).map(Outcome::Offset)
+            }
+            Command::Lag { topic, group } => self.lag(&topic, &group).map(Outcome::Lag),
+            Command::Describe { topic } => {
+                self.describe(topic.as_deref()).map(Outcome::Description)
+            }
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The invariants that tie logs, groups and members together, checked for a state that did not
+//! come from this crate's methods (one read back from a snapshot); a state built by the methods
+//! always passes.
+
+use super::group::Group;
+use super::log::StoredRecord;
+use super::topic::Topic;
+use super::BrokerState;
+use crate::validate::check_identifier;
+
+impl BrokerState {
+    /// Checks the invariants every method relies on (the lengths and indexes that tie logs,
+    /// groups and members together, and the byte accounting), for a state that did not come
+    /// from this build's methods: one decoded from a snapshot. A state built by the methods
+    /// always passes.
+    ///
+    /// # Errors
+    /// A description of the first invariant broken.
+    pub fn check_consistency(&self) -> Result<(), String> {
+        if !(1..=crate::MAX_CAPACITY as usize).contains(&self.capacity) {
+            return Err(format!("capacity {} out of range", self.capacity));
+        }
+        let mut retained = 0;
+        for (name, topic) in &self.topics {
+            check_identifier("topic", name).map_err(|error| error.to_string())?;
+            let count = topic.partitions.len();
+            if !(1..=crate::MAX_PARTITIONS as usize).contains(&count) {
+                return Err(format!("topic {name:?} has {count} partitions"));
+            }
+            for (partition, log) in topic.partitions.iter().enumerate() {
+                let bytes: u64 = log.records.iter().map(StoredRecord::size).sum();
+                // `end()` must not overflow: offsets are added to, never wrapped.
+                let ends = log.base.checked_add(log.records.len() as i64).is_some();
+                if log.base < 0
+                    || !ends
+                    || log.records.len() > self.capacity
+                    || bytes != log.retained_bytes
+                {
+                    return Err(format!("topic {name:?} partition {partition}: bad log"));
+                }
+                retained += bytes;
+            }
+            for (group_name, group) in &topic.groups {
+                group
+                    .check_consistency(topic)
+                    .map_err(|why| format!("topic {name:?} group {group_name:?}: {why}"))?;
+            }
+        }
+        if retained != self.memory.retained {
+            return Err(format!(
+                "{} retained bytes counted, {retained} held",
+                self.memory.retained
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Group {
+    /// [`BrokerState::check_consistency`] for one group of `topic`.
+    fn check_consistency(&self, topic: &Topic) -> Result<(), String> {
+        if self.partitions.len() != topic.partitions.len() {
+            return Err("a state per partition expected".to_owned());
+        }
+        if !self.members.windows(2).all(|pair| pair[0].id < pair[1].id) {
+            return Err("members not sorted by id".to_owned());
+        }
+        for (index, member) in self.members.iter().enumerate() {
+            let owned = member.partitions.iter().all(|&partition| {
+                usize::try_from(partition)
+                    .ok()
+                    .and_then(|partition| self.partitions.get(partition))
+                    .is_some_and(|state| state.owner == Some(index))
+            });
+            if !owned || !member.partitions.windows(2).all(|pair| pair[0] < pair[1]) {
+                return Err(format!("member {:?}: bad partitions", member.id));
+            }
+        }
+        for (partition, state) in self.partitions.iter().enumerate() {
+            let log = &topic.partitions[partition];
+            let owner_ok = state.owner.is_none_or(|owner| {
+                self.members
+                    .get(owner)
+                    .is_some_and(|member| member.partitions.contains(&(partition as i32)))
+            });
+            let in_flight_ok = state
+                .in_flight
+                .is_none_or(|offset| (log.base..log.end()).contains(&offset));
+            // Offsets are never negative: lag and positions subtract them from log ends.
+            let offsets_ok = state.committed >= 0 && state.position >= 0;
+            if !owner_ok || !in_flight_ok || !offsets_ok {
+                return Err(format!(
+                    "partition {partition}: bad owner, delivery or offsets"
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,322 @@
+//! Consuming: ack mode, where `poll` reserves one record per partition and `ack` or `retry`
+//! settles it, and fetch mode, where `fetch` reads from the member's positions and `commit`
+//! stores offsets for the group. Both modes move the same committed offsets, which is what
+//! shared retention follows.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::group::{Group, GroupPartition};
+use super::topic::Topic;
+use super::{member_of, topic_in, BrokerState};
+use crate::validate::{
+    check_acks_len, check_fetch_max_records, check_identifier, check_offset, check_poll_max_records,
+};
+use crate::{BrokerError, BrokerRecord};
+
+impl BrokerState {
+    /// See [`crate::EventBroker::poll_limited`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::poll`].
+    pub fn poll(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+        max_bytes: Option<u64>,
+    ) -> Result<Vec<BrokerRecord>, BrokerError> {
+        check_poll_max_records(max_records)?;
+        let topic_name = topic;
+        let Topic {
+            partitions, groups, ..
+        } = self.topic_for_member(topic, group, member)?;
+        let Some((group, member)) = member_of(groups, group, member) else {
+            return Ok(Vec::new());
+        };
+        let mut budget = Budget::new(max_records, max_bytes);
+        let mut delivered = Vec::new();
+        for &partition in &group.members[member].partitions {
+            let partition = partition as usize;
+            let state = &mut group.partitions[partition];
+            let log = &partitions[partition];
+            let offset = state.committed.max(log.base);
+            if state.in_flight.is_some() || offset >= log.end() {
+                continue;
+            }
+            if !budget.take(log.record(offset).size()) {
+                break;
+            }
+            state.in_flight = Some(offset);
+            delivered.push(log.deliver(topic_name, partition, offset));
+        }
+        Ok(delivered)
+    }
+
+    /// See [`crate::EventBroker::ack`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::ack`].
+    pub fn ack(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<bool, BrokerError> {
+        check_offset(offset)?;
+        let topic = self.topic_for_member(topic, group, member)?;
+        let partition = topic.partition(partition)?;
+        let Some(state) = matching_delivery(&mut topic.groups, group, member, partition, offset)
+        else {
+            return Ok(false);
+        };
+        state.commit_delivery(offset);
+        self.memory.retained -= topic.release(partition);
+        Ok(true)
+    }
+
+    /// See [`crate::EventBroker::ack_and_poll`]; `max_bytes` bounds the poll as
+    /// [`crate::EventBroker::poll_limited`]'s does.
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::ack_and_poll`].
+    pub fn ack_and_poll(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        acks: &[(i32, i64)],
+        max_records: i32,
+        max_bytes: Option<u64>,
+    ) -> Result<(Vec<bool>, Vec<BrokerRecord>), BrokerError> {
+        check_acks_len(acks.len())?;
+        check_poll_max_records(max_records)?;
+        check_identifier("group", group)?;
+        check_identifier("member", member)?;
+        let checked = topic_in(&mut self.topics, topic)?;
+        for &(partition, offset) in acks {
+            check_offset(offset)?;
+            checked.partition(partition)?;
+        }
+        // What `ack` does for each, with the topic, group and member looked up once.
+        let mut acked = vec![false; acks.len()];
+        if let Some((group_state, member_index)) = member_of(&mut checked.groups, group, member) {
+            for (hit, &(partition, offset)) in acked.iter_mut().zip(acks) {
+                let state = &mut group_state.partitions[partition as usize];
+                *hit = state.owner == Some(member_index) && state.in_flight == Some(offset);
+                if *hit {
+                    state.commit_delivery(offset);
+                }
+            }
+        }
+        for (&hit, &(partition, _)) in acked.iter().zip(acks) {
+            if hit {
+                self.memory.retained -= checked.release(partition as usize);
+            }
+        }
+        let records = self.poll(topic, group, member, max_records, max_bytes)?;
+        Ok((acked, records))
+    }
+
+    /// See [`crate::EventBroker::retry`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::retry`].
+    pub fn retry(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<bool, BrokerError> {
+        check_offset(offset)?;
+        let topic = self.topic_for_member(topic, group, member)?;
+        let partition = topic.partition(partition)?;
+        let Some(state) = matching_delivery(&mut topic.groups, group, member, partition, offset)
+        else {
+            return Ok(false);
+        };
+        state.in_flight = None;
+        Ok(true)
+    }
+
+    /// See [`crate::EventBroker::redeliver`]; `max_bytes` bounds the poll as
+    /// [`crate::EventBroker::poll_limited`]'s does.
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::redeliver`].
+    pub fn redeliver(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+        max_bytes: Option<u64>,
+    ) -> Result<Vec<BrokerRecord>, BrokerError> {
+        check_poll_max_records(max_records)?;
+        let checked = self.topic_for_member(topic, group, member)?;
+        if let Some((group_state, member_index)) = member_of(&mut checked.groups, group, member) {
+            for &partition in &group_state.members[member_index].partitions {
+                group_state.partitions[partition as usize].in_flight = None;
+            }
+        }
+        // Every released record is eligible again and the first is always taken, so a result
+        // of `[]` means nothing was in flight and nothing changed.
+        self.poll(topic, group, member, max_records, max_bytes)
+    }
+
+    /// See [`crate::EventBroker::fetch_limited`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::fetch`].
+    pub fn fetch(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        max_records: i32,
+        max_bytes: Option<u64>,
+    ) -> Result<Vec<BrokerRecord>, BrokerError> {
+        check_fetch_max_records(max_records)?;
+        let topic_name = topic;
+        let Topic {
+            partitions, groups, ..
+        } = self.topic_for_member(topic, group, member)?;
+        let Some((group, member)) = member_of(groups, group, member) else {
+            return Ok(Vec::new());
+        };
+        let mut budget = Budget::new(max_records, max_bytes);
+        let mut records = Vec::new();
+        'partitions: for &partition in &group.members[member].partitions {
+            let partition = partition as usize;
+            let state = &mut group.partitions[partition];
+            let log = &partitions[partition];
+            // Records below the log's base were released by every group: skip to what remains.
+            // The position moves only when a record is taken, so a fetch that returns nothing
+            // changes nothing (a write-ahead log need not record it).
+            let mut position = state.position.max(log.base);
+            while position < log.end() {
+                if !budget.take(log.record(position).size()) {
+                    break 'partitions;
+                }
+                records.push(log.deliver(topic_name, partition, position));
+                position += 1;
+                state.position = position;
+            }
+        }
+        Ok(records)
+    }
+
+    /// See [`crate::EventBroker::commit`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::commit`].
+    pub fn commit(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        offsets: Option<&BTreeMap<i32, i64>>,
+    ) -> Result<(), BrokerError> {
+        let topic = self.topic_for_member(topic, group, member)?;
+        if let Some(offsets) = offsets {
+            for (&partition, &offset) in offsets {
+                topic.partition(partition)?;
+                check_offset(offset)?;
+            }
+            let owner = topic
+                .groups
+                .get(group)
+                .and_then(|g| Some((g, g.member_index(member)?)));
+            if let Some(&partition) = offsets.keys().find(|&&partition| {
+                !owner.is_some_and(|(g, member)| g.owns(member, partition as usize))
+            }) {
+                return Err(BrokerError::NotAssigned { partition });
+            }
+        }
+        let Some((group, member)) = member_of(&mut topic.groups, group, member) else {
+            // Only `offsets: None` gets here: a non-member has no positions to store.
+            return Ok(());
+        };
+        let changed: Vec<(usize, i64)> = match offsets {
+            Some(offsets) => offsets
+                .iter()
+                .map(|(&partition, &offset)| (partition as usize, offset))
+                .collect(),
+            None => group.members[member]
+                .partitions
+                .iter()
+                .map(|&partition| {
+                    let partition = partition as usize;
+                    (partition, group.partitions[partition].position)
+                })
+                .collect(),
+        };
+        for &(partition, offset) in &changed {
+            let state = &mut group.partitions[partition];
+            if state.committed != offset {
+                // A poll delivered the record at the old committed offset; progress now
+                // restarts elsewhere, so that delivery can no longer be acknowledged.
+                state.in_flight = None;
+                state.committed = offset;
+            }
+        }
+        let freed: u64 = changed
+            .into_iter()
+            .map(|(partition, _)| topic.release(partition))
+            .sum();
+        self.memory.retained -= freed;
+        Ok(())
+    }
+}
+
+/// The group's state on `partition` when `member` owns it and `offset` is the delivery in
+/// flight there: the only case in which an ack or a retry takes effect.
+fn matching_delivery<'a>(
+    groups: &'a mut HashMap<String, Group>,
+    group: &str,
+    member: &str,
+    partition: usize,
+    offset: i64,
+) -> Option<&'a mut GroupPartition> {
+    let (group, member) = member_of(groups, group, member)?;
+    let state = &mut group.partitions[partition];
+    (state.owner == Some(member) && state.in_flight == Some(offset)).then_some(state)
+}
+
+/// The record and byte limits of one poll or fetch. The first record always fits, so a record
+/// larger than the byte budget can still be consumed.
+struct Budget {
+    records_left: usize,
+    bytes_left: Option<u64>,
+    taken: usize,
+}
+
+impl Budget {
+    fn new(max_records: i32, max_bytes: Option<u64>) -> Self {
+        Budget {
+            records_left: max_records as usize,
+            bytes_left: max_bytes,
+            taken: 0,
+        }
+    }
+
+    /// Takes one record of `size` bytes if it fits; `false` when the budget is spent.
+    fn take(&mut self, size: u64) -> bool {
+        if self.records_left == 0 {
+            return false;
+        }
+        if let Some(bytes_left) = &mut self.bytes_left {
+            if self.taken > 0 && (*bytes_left == 0 || size > *bytes_left) {
+                return false;
+            }
+            *bytes_left = bytes_left.saturating_sub(size);
+        }
+        self.records_left -= 1;
+        self.taken += 1;
+        true
+    }
+}

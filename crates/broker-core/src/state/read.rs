@@ -1,0 +1,150 @@
+//! The read-only calls: a group's committed offsets and lag, a partition's end offset, and
+//! the description of topics and groups that admin tools show. None of them changes anything.
+
+use super::topic::Topic;
+use super::BrokerState;
+use crate::describe::{
+    BrokerDescription, GroupDescription, GroupPartitionDescription, MemberDescription,
+    PartitionDescription, TopicDescription,
+};
+use crate::validate::check_identifier;
+use crate::{BrokerError, PartitionLag};
+
+impl BrokerState {
+    /// See [`crate::EventBroker::committed`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::committed`].
+    pub fn committed(&self, topic: &str, group: &str, partition: i32) -> Result<i64, BrokerError> {
+        check_identifier("group", group)?;
+        let topic = self.topic(topic)?;
+        let partition = topic.partition(partition)?;
+        Ok(committed_offset(topic, group, partition))
+    }
+
+    /// See [`crate::EventBroker::end_offset`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::end_offset`].
+    pub fn end_offset(&self, topic: &str, partition: i32) -> Result<i64, BrokerError> {
+        let topic = self.topic(topic)?;
+        let partition = topic.partition(partition)?;
+        Ok(topic.partitions[partition].end())
+    }
+
+    /// See [`crate::EventBroker::lag`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::lag`].
+    pub fn lag(&self, topic: &str, group: &str) -> Result<Vec<PartitionLag>, BrokerError> {
+        check_identifier("group", group)?;
+        let topic = self.topic(topic)?;
+        Ok((0..topic.partitions.len())
+            .map(|partition| {
+                let committed = committed_offset(topic, group, partition);
+                let end_offset = topic.partitions[partition].end();
+                PartitionLag {
+                    partition: partition as i32,
+                    committed,
+                    end_offset,
+                    lag: lag(end_offset, committed),
+                }
+            })
+            .collect())
+    }
+
+    /// A description of one topic (`Some`) or of every topic (`None`), sorted by name; see
+    /// [`crate::EventBroker::describe`].
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic.
+    pub fn describe(&self, topic: Option<&str>) -> Result<BrokerDescription, BrokerError> {
+        match topic {
+            Some(name) => Ok(BrokerDescription {
+                capacity_per_partition: self.capacity_per_partition(),
+                topics: vec![describe_topic(name, self.topic(name)?)],
+            }),
+            None => Ok(self.describe_all()),
+        }
+    }
+
+    /// See [`crate::EventBroker::describe`].
+    pub fn describe_all(&self) -> BrokerDescription {
+        let mut topics: Vec<TopicDescription> = self
+            .topics
+            .iter()
+            .map(|(name, topic)| describe_topic(name, topic))
+            .collect();
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        BrokerDescription {
+            capacity_per_partition: self.capacity_per_partition(),
+            topics,
+        }
+    }
+}
+
+/// Records a group has yet to consume: never negative, 0 when it committed past the end.
+fn lag(end_offset: i64, committed: i64) -> i64 {
+    (end_offset - committed).max(0)
+}
+
+fn committed_offset(topic: &Topic, group: &str, partition: usize) -> i64 {
+    topic
+        .groups
+        .get(group)
+        .map_or(topic.partitions[partition].base, |g| {
+            g.partitions[partition].committed
+        })
+}
+
+fn describe_topic(name: &str, topic: &Topic) -> TopicDescription {
+    let partitions: Vec<PartitionDescription> = topic
+        .partitions
+        .iter()
+        .enumerate()
+        .map(|(partition, log)| PartitionDescription {
+            partition: partition as i32,
+            earliest_offset: log.base,
+            end_offset: log.end(),
+            records: log.records.len() as u64,
+            retained_bytes: log.retained_bytes,
+        })
+        .collect();
+    let mut groups: Vec<GroupDescription> = topic
+        .groups
+        .iter()
+        .map(|(group_name, group)| GroupDescription {
+            name: group_name.clone(),
+            assignor: group.assignor,
+            members: group
+                .members
+                .iter()
+                .map(|m| MemberDescription {
+                    member: m.id.clone(),
+                    partitions: m.partitions.clone(),
+                })
+                .collect(),
+            partitions: group
+                .partitions
+                .iter()
+                .enumerate()
+                .map(|(partition, state)| GroupPartitionDescription {
+                    partition: partition as i32,
+                    owner: state.owner.map(|index| group.members[index].id.clone()),
+                    committed: state.committed,
+                    position: state.position,
+                    in_flight: state.in_flight,
+                    lag: lag(topic.partitions[partition].end(), state.committed),
+                })
+                .collect(),
+        })
+        .collect();
+    groups.sort_by(|a, b| a.name.cmp(&b.name));
+    TopicDescription {
+        name: name.to_owned(),
+        key_hash: topic.key_hash,
+        retained_bytes: partitions.iter().map(|p| p.retained_bytes).sum(),
+        partitions,
+        groups,
+    }
+}

@@ -1,0 +1,159 @@
+//! The broker's state and its member sessions behind one lock, and the journal that makes
+//! changes durable.
+//!
+//! One `std::sync::Mutex` guards both the core's [`BrokerState`] and the [`Sessions`], so a
+//! session and the membership it mirrors always change together and there is no lock order to
+//! get wrong: the only way to either is a [`BrokerGuard`]. A std mutex (not an async one) is
+//! right here because each critical section is a short, synchronous batch of core calls and
+//! never spans an `.await`. The journal's own lock is taken inside this one, never the other way
+//! round (see `broker_storage::Journal`).
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use broker_core::{BrokerDescription, BrokerState, Command, CommandKind, Outcome};
+use broker_proto::ErrorReply;
+use broker_storage::{Journal, JournalError};
+use tokio::time::Instant;
+
+use crate::sessions::{MemberKey, Sessions};
+
+/// The state and sessions under one lock, with the journal when there is a data directory.
+#[derive(Debug)]
+pub(crate) struct Broker {
+    locked: Mutex<Locked>,
+    journal: Option<Journal>,
+}
+
+/// What the lock guards.
+#[derive(Debug)]
+struct Locked {
+    state: BrokerState,
+    sessions: Sessions,
+}
+
+/// The broker, locked: every change to the state and the sessions goes through here.
+pub(crate) struct BrokerGuard<'a> {
+    locked: MutexGuard<'a, Locked>,
+    journal: Option<&'a Journal>,
+}
+
+/// A command applied: its result and, if it was logged, its log entry.
+#[derive(Debug)]
+pub(crate) struct Executed {
+    /// What to answer.
+    pub(crate) result: Result<Outcome, ErrorReply>,
+    /// The log entry the answer must wait for (see [`Journal::durable`]).
+    pub(crate) entry: Option<u64>,
+}
+
+impl Broker {
+    /// A broker serving `state`, logging to `journal` if there is one.
+    pub(crate) fn new(state: BrokerState, journal: Option<Journal>) -> Broker {
+        Broker {
+            locked: Mutex::new(Locked {
+                state,
+                sessions: Sessions::default(),
+            }),
+            journal,
+        }
+    }
+
+    /// Locks the state and the sessions.
+    pub(crate) fn lock(&self) -> BrokerGuard<'_> {
+        BrokerGuard {
+            // The state's methods validate before they mutate and never panic on any input, and
+            // session updates cannot stop halfway, so a lock poisoned by a panic elsewhere in
+            // the panicking thread still guards consistent data.
+            locked: self.locked.lock().unwrap_or_else(PoisonError::into_inner),
+            journal: self.journal.as_ref(),
+        }
+    }
+
+    /// The journal, with a data directory.
+    pub(crate) fn journal(&self) -> Option<&Journal> {
+        self.journal.as_ref()
+    }
+}
+
+impl BrokerGuard<'_> {
+    /// Applies one command for `connection` at `now`: refreshes the session of the member it
+    /// names, records joins and leaves as sessions, and logs the change with a journal (a
+    /// state-changing command is refused, unapplied, while the log cannot take entries).
+    pub(crate) fn execute(&mut self, command: Command, connection: u64, now: Instant) -> Executed {
+        let Locked { state, sessions } = &mut *self.locked;
+        // The session is refreshed before the command is moved into the core, so its names are
+        // borrowed, not copied; only a join or a leave (rare) needs a key of its own.
+        let named = command.member();
+        if let Some(member) = named {
+            sessions.touch(member, now);
+        }
+        let kind = command.kind();
+        let membership = named
+            .filter(|_| matches!(kind, CommandKind::Join | CommandKind::Leave))
+            .map(MemberKey::of);
+        let executed = apply(state, self.journal, command);
+        if let (Some(key), Ok(_)) = (membership, &executed.result) {
+            if kind == CommandKind::Join {
+                sessions.joined(key, connection, now);
+            } else {
+                sessions.left(key.as_name());
+            }
+        }
+        executed
+    }
+
+    /// Applies `command` without any session bookkeeping: for the server's own changes, such as
+    /// removing a member whose session expired.
+    pub(crate) fn apply(&mut self, command: Command) -> Executed {
+        apply(&mut self.locked.state, self.journal, command)
+    }
+
+    /// The sessions.
+    pub(crate) fn sessions(&mut self) -> &mut Sessions {
+        &mut self.locked.sessions
+    }
+
+    /// Whether the log (if any) takes entries now: while it does not, every change is refused.
+    pub(crate) fn is_writable(&self) -> bool {
+        self.journal
+            .is_none_or(|journal| journal.refusing().is_none())
+    }
+
+    /// Starts a background snapshot if enough was logged since the last one: call between
+    /// commands.
+    pub(crate) fn maybe_snapshot(&self) {
+        if let Some(journal) = self.journal {
+            journal.maybe_snapshot(&self.locked.state);
+        }
+    }
+
+    /// A description of every topic and group.
+    pub(crate) fn describe(&self) -> BrokerDescription {
+        self.locked.state.describe_all()
+    }
+}
+
+/// [`BrokerGuard::apply`] over the borrowed parts.
+fn apply(state: &mut BrokerState, journal: Option<&Journal>, command: Command) -> Executed {
+    match journal {
+        Some(journal) => {
+            let applied = journal.apply(state, command);
+            Executed {
+                result: applied.result.map_err(storage_reply),
+                entry: applied.entry,
+            }
+        }
+        None => Executed {
+            result: state.apply(command).map_err(ErrorReply::from),
+            entry: None,
+        },
+    }
+}
+
+/// The error reply for a journal error.
+pub(crate) fn storage_reply(error: JournalError) -> ErrorReply {
+    match error {
+        JournalError::Broker(error) => ErrorReply::from(error),
+        JournalError::Refused(why) | JournalError::NotDurable(why) => ErrorReply::Storage(why),
+    }
+}

@@ -1,0 +1,126 @@
+//! Removing members whose consumer is gone: those silent for the session timeout, and (with
+//! `--leave-on-disconnect`) those whose connection closed. A removal is a normal core `leave`,
+//! logged like any other, so the member's partitions rebalance to the others and the waiters of
+//! the topic are woken.
+
+use std::sync::Arc;
+
+use broker_core::{BrokerDescription, Command};
+use tokio::time::{self, Instant, MissedTickBehavior};
+use tracing::{info, warn};
+
+use crate::sessions::{MemberKey, Sessions};
+use crate::shared::Shared;
+
+/// Removes members silent for the session timeout, every quarter of it, until shutdown.
+pub(crate) async fn reap(shared: Arc<Shared>) {
+    let period = (shared.config.session_timeout / 4).max(time::Duration::from_millis(1));
+    let mut ticks = time::interval(period);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let now = Instant::now();
+        let timeout = shared.config.session_timeout;
+        remove(&shared, Removal::Expired, |sessions| {
+            sessions.expired(now, timeout)
+        });
+    }
+}
+
+/// Removes the members joined through `connection` (with `--leave-on-disconnect`).
+pub(crate) fn disconnect(shared: &Shared, connection: u64) {
+    remove(shared, Removal::Disconnected, |sessions| {
+        sessions.joined_through(connection)
+    });
+}
+
+/// Why members are being removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    /// Their session timed out (or an earlier disconnect's leave failed).
+    Expired,
+    /// Their connection closed, with `--leave-on-disconnect`.
+    Disconnected,
+}
+
+/// Leaves, in the core, every member `select` names, then wakes the waiters of their topics: a
+/// rebalance can make records eligible for the remaining members. A session is forgotten only
+/// once its leave was applied: a leave the log refuses (a full disk) keeps the session, with
+/// its last-seen time, so that the next tick tries again.
+fn remove(shared: &Shared, why: Removal, select: impl FnOnce(&Sessions) -> Vec<MemberKey>) {
+    let topics = {
+        let mut broker = shared.broker.lock();
+        let gone = select(broker.sessions());
+        let mut topics: Vec<String> = Vec::new();
+        let mut removed = 0;
+        // While the log refuses entries every leave would fail: skip straight to retrying.
+        if broker.is_writable() {
+            for key in &gone {
+                let leave = Command::Leave {
+                    topic: key.topic.clone(),
+                    group: key.group.clone(),
+                    member: key.member.clone(),
+                };
+                if let Err(cause) = broker.apply(leave).result {
+                    // The log stopped taking entries, and then refuses every one.
+                    warn!(
+                        topic = %key.topic,
+                        group = %key.group,
+                        member = %key.member,
+                        cause = %cause,
+                        "removing a member failed; trying again at the next session check"
+                    );
+                    break;
+                }
+                info!(
+                    topic = %key.topic,
+                    group = %key.group,
+                    member = %key.member,
+                    reason = match why {
+                        Removal::Expired => "session timed out",
+                        Removal::Disconnected => "connection closed",
+                    },
+                    "member removed"
+                );
+                broker.sessions().forget(key);
+                removed += 1;
+                if !topics.contains(&key.topic) {
+                    topics.push(key.topic.clone());
+                }
+            }
+        }
+        // The members not removed keep their sessions, so the next tick tries again; those of
+        // a closed connection are tried again at the next tick, timed out or not.
+        if why == Removal::Disconnected {
+            for key in &gone[removed..] {
+                broker.sessions().mark_disconnected(key);
+            }
+        }
+        topics
+    };
+    shared.signals.wake(&topics);
+}
+
+/// Gives every member of a recovered broker a fresh session, as if it had just joined (through
+/// no connection): a member whose consumer is gone is removed a session timeout after the start.
+pub(crate) fn restore(shared: &Shared) {
+    let mut broker = shared.broker.lock();
+    let description: BrokerDescription = broker.describe();
+    let now = Instant::now();
+    for topic in &description.topics {
+        for group in &topic.groups {
+            for member in &group.members {
+                let key = MemberKey {
+                    topic: topic.name.clone(),
+                    group: group.name.clone(),
+                    member: member.member.clone(),
+                };
+                // Connection ids start at 1, so no connection's close removes these.
+                broker.sessions().joined(key, 0, now);
+            }
+        }
+    }
+}

@@ -1,0 +1,548 @@
+//! The journal: between the broker's lock and the disk.
+//!
+//! Commands are applied under the caller's lock on the state, and the log entry of every state
+//! change is appended, in that same critical section, to an in-memory buffer, so entries are in
+//! apply order. A dedicated thread (the flusher) takes the whole buffer, writes it with one
+//! `write`, fsyncs according to the [`Fsync`] policy, and publishes how far the log is written
+//! and synced. Callers answer a state-changing request only once its entry is durable
+//! ([`Journal::durable`]): written (every policy: a `kill -9` loses nothing acknowledged) or
+//! synced (`always`). Group commit comes for free: one write and one fsync cover everything
+//! that arrived while the previous ones ran.
+//!
+//! Failures: a failed write (a full disk, an I/O error) is retried every [`WRITE_RETRY`];
+//! meanwhile every new state-changing command is refused before it is applied, and the ones
+//! already applied wait for the retry. A failed fsync is not retried (the kernel may have
+//! dropped the pages): the journal stops for good (fail-stop), waiting callers get an error,
+//! and every later state-changing command is refused until the process restarts and recovers
+//! from the log.
+//!
+//! Snapshots: once [`JournalSettings::snapshot_log_bytes`] of entries were logged since the
+//! last snapshot, the state's image is taken under the lock (records are reference-counted
+//! `Bytes`, so this copies no payload) and written by a background thread, after which the log
+//! segments it covers are removed.
+//!
+//! Locks: the journal's own mutex (the pending buffer) is taken inside the caller's lock on the
+//! state by [`Journal::apply`], and alone by the flusher and the snapshot thread, never the
+//! other way round.
+//!
+//! The journal needs no async runtime: waits for durability are futures over a
+//! `tokio::sync::watch` channel, which any executor can poll.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use broker_core::image::StateImage;
+use broker_core::{BrokerError, BrokerState, Command, Outcome};
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use crate::{encode_entry, remove_covered, DataDir, LogWriter, Recovery, StorageError};
+
+/// How often a failed log write is retried.
+pub const WRITE_RETRY: Duration = Duration::from_millis(200);
+
+/// How often a log write that keeps failing is reported again.
+const FAILURE_REPORT: Duration = Duration::from_secs(10);
+
+/// When the log's entries count as durable, and so when a state-changing request may be
+/// answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fsync {
+    /// An entry is durable once fsynced (one fsync covers every entry appended while the
+    /// previous one ran): nothing acknowledged is lost, even on power loss.
+    #[default]
+    Always,
+    /// An entry is durable once written to the operating system, and entries are fsynced at
+    /// least every [`JournalSettings::fsync_interval`]: a `kill -9` loses nothing acknowledged,
+    /// a power loss at most that interval.
+    Batch,
+    /// An entry is durable once written to the operating system, which decides when it reaches
+    /// the disk: a `kill -9` loses nothing acknowledged, a power loss may lose anything not yet
+    /// flushed.
+    Never,
+}
+
+/// How the journal writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalSettings {
+    /// When an entry counts as durable.
+    pub fsync: Fsync,
+    /// With [`Fsync::Batch`], the longest a written entry waits for its fsync.
+    pub fsync_interval: Duration,
+    /// Log bytes written since the last snapshot that trigger the next one; bounds recovery
+    /// time.
+    pub snapshot_log_bytes: u64,
+}
+
+/// A data directory opened and recovered, ready to be journaled to.
+#[derive(Debug)]
+pub struct Storage {
+    dir: Arc<DataDir>,
+    recovery: Recovery,
+}
+
+impl Storage {
+    /// Locks the directory at `path` (creating it if needed) and rebuilds the state from it:
+    /// the latest snapshot, then the log through the core's `apply`.
+    ///
+    /// # Errors
+    /// As [`DataDir::open`] and [`DataDir::recover`]: the directory is locked by another
+    /// process, damaged, written by an incompatible version or with another capacity, or cannot
+    /// be read.
+    pub fn open(path: &std::path::Path, capacity: i32) -> Result<Storage, StorageError> {
+        let dir = DataDir::open(path)?;
+        let recovery = dir.recover(capacity)?;
+        Ok(Storage {
+            dir: Arc::new(dir),
+            recovery,
+        })
+    }
+
+    /// What recovery found.
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    /// Starts the journal on a fresh log segment: `configure` receives the recovered state and
+    /// returns it with the settings this process runs with (memory budget, limits), which is
+    /// the state returned. Settings decide which commands are refused, so log entries must be
+    /// replayed under the settings they were decided under: they are part of the snapshotted
+    /// state, and unless nothing changed since the last snapshot, a snapshot with the new
+    /// settings is written before anything is logged.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if the snapshot or the segment cannot be written or the flusher
+    /// thread cannot start.
+    pub fn start(
+        self,
+        settings: JournalSettings,
+        configure: impl FnOnce(BrokerState) -> BrokerState,
+    ) -> Result<(BrokerState, Journal), StorageError> {
+        let Storage { dir, recovery } = self;
+        let capacity = recovery.state.capacity_per_partition();
+        let recovered_image = (recovery.replayed == 0 && recovery.snapshot_seq.is_some())
+            .then(|| recovery.state.to_image());
+        let state = configure(recovery.state);
+        let mut since_snapshot = recovery.replayed_bytes;
+        if recovered_image.as_ref() != Some(&state.to_image()) {
+            dir.write_snapshot(recovery.next_seq, &state.to_image())?;
+            remove_covered(dir.path(), recovery.next_seq)?;
+            since_snapshot = 0;
+        }
+        let segment_bytes = (settings.snapshot_log_bytes / 4).clamp(64 * 1024, 64 * 1024 * 1024);
+        let writer = dir.log_writer(capacity, recovery.next_seq, segment_bytes)?;
+        // A replayed tail (none after a start-up snapshot) counts towards the next snapshot,
+        // so frequent restarts cannot let the log (and recovery time) grow without bound.
+        let journal = Journal::start(settings, dir, writer, recovery.next_seq, since_snapshot)?;
+        Ok((state, journal))
+    }
+}
+
+/// Why a command was not applied, or a change is not known to be on disk.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JournalError {
+    /// The broker refused the command; nothing changed.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    /// The log cannot take entries now (a full disk, an I/O error, or it stopped after a failed
+    /// fsync); the command was not applied.
+    #[error("{0}")]
+    Refused(String),
+    /// The change was applied, but the log stopped before it was durable.
+    #[error("{0}")]
+    NotDurable(String),
+}
+
+/// A command applied through the journal: its result and, when it changed the state, the
+/// sequence number of its log entry (see [`Journal::durable`]).
+#[derive(Debug)]
+pub struct Applied {
+    /// What the command returned.
+    pub result: Result<Outcome, JournalError>,
+    /// Its log entry, if it was logged.
+    pub entry: Option<u64>,
+}
+
+/// How far the log is on disk. Entries below `written` were handed to the operating system,
+/// entries below `synced` were fsynced.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    written: u64,
+    synced: u64,
+    /// Set when the journal stopped for good (a failed fsync).
+    failed: Option<Arc<str>>,
+    /// Whether log writes are failing now (and being retried).
+    stalled: bool,
+}
+
+/// Entries appended under the caller's lock and not yet taken by the flusher.
+#[derive(Debug, Default)]
+struct Pending {
+    buffer: Vec<u8>,
+    entries: u64,
+    /// The sequence number the next appended entry gets.
+    next_seq: u64,
+    /// Why state-changing commands are refused now (a failing write or a failed fsync).
+    refusing: Option<String>,
+    /// Entry bytes appended since the last snapshot started.
+    since_snapshot: u64,
+    snapshot_running: bool,
+    stopping: bool,
+}
+
+/// The write-ahead log of a running broker: appending, durability waits, snapshots, shutdown.
+#[derive(Debug)]
+pub struct Journal {
+    inner: Arc<Inner>,
+    progress: watch::Receiver<Progress>,
+    flusher: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+    settings: JournalSettings,
+    dir: Arc<DataDir>,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // Nothing panics while holding it; a poisoned lock still guards a consistent buffer.
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Journal {
+    fn start(
+        settings: JournalSettings,
+        dir: Arc<DataDir>,
+        writer: LogWriter,
+        next_seq: u64,
+        since_snapshot: u64,
+    ) -> Result<Journal, StorageError> {
+        let inner = Arc::new(Inner {
+            pending: Mutex::new(Pending {
+                next_seq,
+                since_snapshot,
+                ..Pending::default()
+            }),
+            wake: Condvar::new(),
+            settings,
+            dir,
+        });
+        let (progress_tx, progress) = watch::channel(Progress {
+            written: next_seq,
+            synced: next_seq,
+            failed: None,
+            stalled: false,
+        });
+        let flusher_inner = Arc::clone(&inner);
+        let flusher = std::thread::Builder::new()
+            .name("broker-log".into())
+            .spawn(move || flush(&flusher_inner, writer, &progress_tx))
+            .map_err(StorageError::io(
+                "start the log writer thread",
+                inner.dir.path(),
+            ))?;
+        Ok(Journal {
+            inner,
+            progress,
+            flusher: Mutex::new(Some(flusher)),
+        })
+    }
+
+    /// Why state-changing commands are refused now, if they are (the log cannot take entries).
+    pub fn refusing(&self) -> Option<String> {
+        self.inner.lock().refusing.clone()
+    }
+
+    /// Applies `command` to `state` and logs it if it changed anything (see
+    /// [`broker_core::CommandKind::changed_state`]); a state-changing command is refused before
+    /// it is applied while the log cannot take entries, and read-only commands are applied
+    /// without the log. The entry is encoded straight into the buffer the flusher takes (one
+    /// copy of its payloads), before the command is moved into the core, and taken back if the
+    /// outcome needs no entry. Call with `state` locked, in apply order.
+    pub fn apply(&self, state: &mut BrokerState, command: Command) -> Applied {
+        let kind = command.kind();
+        if kind.is_read_only() {
+            return Applied {
+                result: state.apply(command).map_err(JournalError::from),
+                entry: None,
+            };
+        }
+        let mut pending = self.inner.lock();
+        if let Some(reason) = &pending.refusing {
+            return Applied {
+                result: Err(JournalError::Refused(reason.clone())),
+                entry: None,
+            };
+        }
+        let start = pending.buffer.len();
+        if let Err(cause) = encode_entry(&command, &mut pending.buffer) {
+            return Applied {
+                result: Err(JournalError::Refused(cause.to_string())),
+                entry: None,
+            };
+        }
+        let result = state.apply(command).map_err(JournalError::from);
+        if !matches!(&result, Ok(outcome) if kind.changed_state(outcome)) {
+            pending.buffer.truncate(start);
+            return Applied {
+                result,
+                entry: None,
+            };
+        }
+        pending.entries += 1;
+        pending.since_snapshot += (pending.buffer.len() - start) as u64;
+        let seq = pending.next_seq;
+        pending.next_seq += 1;
+        drop(pending);
+        self.inner.wake.notify_one();
+        Applied {
+            result,
+            entry: Some(seq),
+        }
+    }
+
+    /// Waits until the entry `seq` is durable in the sense of the fsync policy.
+    ///
+    /// # Errors
+    /// [`JournalError::NotDurable`] when the journal stopped before that.
+    pub async fn durable(&self, seq: u64) -> Result<(), JournalError> {
+        self.wait(seq, false).await.unwrap_or(Ok(()))
+    }
+
+    /// [`Journal::durable`], or `None` as soon as log writes are failing (stalled) with `seq`
+    /// not yet durable: for a caller that would rather go on and wait in the background.
+    pub async fn durable_unless_stalled(&self, seq: u64) -> Option<Result<(), JournalError>> {
+        self.wait(seq, true).await
+    }
+
+    async fn wait(&self, seq: u64, until_stalled: bool) -> Option<Result<(), JournalError>> {
+        let fsync = self.inner.settings.fsync;
+        let done = |progress: &Progress| match fsync {
+            Fsync::Always => progress.synced > seq,
+            Fsync::Batch | Fsync::Never => progress.written > seq,
+        };
+        let mut progress = self.progress.clone();
+        let outcome = progress
+            .wait_for(|progress| {
+                done(progress) || progress.failed.is_some() || (until_stalled && progress.stalled)
+            })
+            .await;
+        match outcome {
+            Ok(progress) if done(&progress) => Some(Ok(())),
+            Ok(progress) => progress.failed.as_deref().map(|failed| {
+                Err(JournalError::NotDurable(format!(
+                    "the change was applied but may not be on disk: {failed}"
+                )))
+            }),
+            Err(_) => Some(Err(JournalError::NotDurable(
+                "the log writer stopped before the change reached the disk".into(),
+            ))),
+        }
+    }
+
+    /// Starts a background snapshot of `state` if enough was logged since the last one. Call
+    /// with `state` locked, between commands.
+    pub fn maybe_snapshot(&self, state: &BrokerState) {
+        let mut pending = self.inner.lock();
+        if pending.snapshot_running
+            || pending.refusing.is_some()
+            || pending.since_snapshot < self.inner.settings.snapshot_log_bytes
+        {
+            return;
+        }
+        pending.snapshot_running = true;
+        pending.since_snapshot = 0;
+        let seq = pending.next_seq;
+        drop(pending);
+        let image = state.to_image();
+        let inner = Arc::clone(&self.inner);
+        let spawned = std::thread::Builder::new()
+            .name("broker-snapshot".into())
+            .spawn(move || {
+                snapshot(&inner, seq, &image);
+                inner.lock().snapshot_running = false;
+            });
+        if let Err(cause) = spawned {
+            warn!(cause = %cause, "cannot start the snapshot thread");
+            self.inner.lock().snapshot_running = false;
+        }
+    }
+
+    /// Writes and syncs everything appended, then stops the flusher. For shutdown: call once
+    /// nothing is applied any more; blocks until the flusher is done.
+    pub fn finish(&self) {
+        self.inner.lock().stopping = true;
+        self.inner.wake.notify_one();
+        let flusher = self
+            .flusher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(flusher) = flusher {
+            if flusher.join().is_err() {
+                error!("the log flusher panicked");
+            }
+        }
+    }
+}
+
+/// Writes a snapshot covering the entries below `seq` and removes what it covers.
+fn snapshot(inner: &Inner, seq: u64, image: &StateImage) {
+    let started = Instant::now();
+    match inner.dir.write_snapshot(seq, image) {
+        Ok(path) => {
+            let removed = remove_covered(inner.dir.path(), seq);
+            info!(
+                file = %path.display(),
+                covers_entries = seq,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                removed_files = ?removed.as_ref().ok(),
+                "snapshot written"
+            );
+            if let Err(cause) = removed {
+                warn!(cause = %cause, "cannot remove the files the snapshot covers");
+            }
+        }
+        Err(cause) => {
+            warn!(cause = %cause, "writing a snapshot failed; the log keeps growing until one succeeds");
+        }
+    }
+}
+
+/// The flusher thread: takes what was appended, writes it, fsyncs it as the policy says, and
+/// publishes the progress, until shutdown or a failed fsync.
+fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress>) {
+    let settings = inner.settings;
+    let mut last_sync = Instant::now();
+    let mut unsynced = false;
+    let mut failed_write: Option<(Vec<u8>, u64)> = None;
+    let mut failing_since: Option<Instant> = None;
+    let mut last_report = Instant::now();
+    loop {
+        let (mut buffer, mut entries, stopping) = {
+            let mut pending = inner.lock();
+            while pending.buffer.is_empty() && failed_write.is_none() && !pending.stopping {
+                let timeout = match (unsynced, settings.fsync) {
+                    (true, Fsync::Batch) => {
+                        settings.fsync_interval.saturating_sub(last_sync.elapsed())
+                    }
+                    _ => Duration::from_secs(3600),
+                };
+                if unsynced && timeout.is_zero() {
+                    break;
+                }
+                pending = inner
+                    .wake
+                    .wait_timeout(pending, timeout)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+            let buffer = std::mem::take(&mut pending.buffer);
+            let entries = std::mem::take(&mut pending.entries);
+            (buffer, entries, pending.stopping)
+        };
+        if let Some((mut failed, failed_entries)) = failed_write.take() {
+            // Entries that failed to write come first: they were applied first.
+            failed.extend_from_slice(&buffer);
+            buffer = failed;
+            entries += failed_entries;
+        }
+        if !buffer.is_empty() {
+            if let Err(cause) = writer.append(&buffer, entries) {
+                if cause.is_failed_sync() {
+                    // Rolling to a new segment syncs the old one: that failure is final.
+                    fail_stop(inner, progress, &cause);
+                    return;
+                }
+                // Refuse new changes first: reporting the failure (below) may fail too.
+                inner.lock().refusing = Some(format!("cannot write the log: {cause}"));
+                progress
+                    .send_if_modified(|progress| !std::mem::replace(&mut progress.stalled, true));
+                match failing_since {
+                    None => {
+                        error!(cause = %cause, "log write failed; refusing changes until it succeeds");
+                        failing_since = Some(Instant::now());
+                        last_report = Instant::now();
+                    }
+                    Some(since) if last_report.elapsed() >= FAILURE_REPORT => {
+                        warn!(
+                            cause = %cause,
+                            failing_for_s = since.elapsed().as_secs(),
+                            "the log still cannot be written; still refusing changes"
+                        );
+                        last_report = Instant::now();
+                    }
+                    Some(_) => {}
+                }
+                if stopping {
+                    error!(
+                        lost_entries = entries,
+                        "shutting down with log entries not written"
+                    );
+                    return;
+                }
+                failed_write = Some((buffer, entries));
+                std::thread::sleep(WRITE_RETRY);
+                continue;
+            }
+            unsynced = true;
+            if inner.lock().refusing.take().is_some() {
+                info!(
+                    failed_for_ms =
+                        failing_since.map_or(0, |since| since.elapsed().as_millis() as u64),
+                    "the log is writable again; accepting changes"
+                );
+            }
+            failing_since = None;
+            // Waiters of `always` wait for the fsync: waking them now would only put them back
+            // to sleep.
+            let wake = settings.fsync != Fsync::Always;
+            progress.send_if_modified(|progress| {
+                progress.written = writer.next_seq();
+                let was_stalled = std::mem::replace(&mut progress.stalled, false);
+                wake || was_stalled
+            });
+        }
+        let sync_now = unsynced
+            && (stopping
+                || match settings.fsync {
+                    Fsync::Always => true,
+                    Fsync::Batch => last_sync.elapsed() >= settings.fsync_interval,
+                    Fsync::Never => false,
+                });
+        if sync_now {
+            if let Err(cause) = writer.sync() {
+                fail_stop(inner, progress, &cause);
+                return;
+            }
+            last_sync = Instant::now();
+            unsynced = false;
+            // Only waiters of `always` wait for the fsync.
+            let wake = settings.fsync == Fsync::Always;
+            progress.send_if_modified(|progress| {
+                progress.synced = writer.next_seq();
+                wake
+            });
+        }
+        if stopping && inner.lock().buffer.is_empty() {
+            return;
+        }
+    }
+}
+
+/// A failed fsync: stop writing for good and say so loudly.
+fn fail_stop(inner: &Inner, progress: &watch::Sender<Progress>, cause: &StorageError) {
+    let reason = format!("the log is stopped after a failed fsync ({cause}); restart the server");
+    inner.lock().refusing = Some(reason.clone());
+    progress.send_modify(|progress| progress.failed = Some(reason.into()));
+    error!(
+        cause = %cause,
+        "FSYNC FAILED: the log may have lost entries; refusing every change until the server is \
+         restarted and recovers from its data directory"
+    );
+}
