@@ -449,3 +449,53 @@ fn an_ack_and_poll_in_hand_written_bytes_acknowledges_then_polls() {
     expect_record(&mut r, 1, b"two");
     r.done();
 }
+
+#[test]
+fn an_oversized_hello_is_refused_with_a_hello_reply_as_proto_md_shows() {
+    let server = ServerProcess::start(&[]);
+    let mut conn = Conn::raw(&server);
+    // Before the hello the server takes frames of at most 64 KiB: this one announces 100,000.
+    conn.send(&100_000u32.to_be_bytes());
+    let body = conn.read_frame().expect("a refusal");
+    let expected: &[u8] = &[
+        0x01, 0x00, 0x00, 0x00, // HelloReply [1] Refused
+        0x04, 0x00, 0x00, 0x00, // ErrorReply code 4, TooLarge
+        0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, b'f', b'r', b'a', b'm', b'e', // what
+        0xa0, 0x86, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, // size 100,000
+        0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, // limit 65,536
+    ];
+    assert_eq!(body, expected);
+    conn.assert_closed();
+}
+
+#[test]
+fn a_commit_map_whose_partitions_do_not_strictly_ascend_is_malformed() {
+    let server = ServerProcess::start(&[]);
+    let mut conn = Conn::open(&server);
+    conn.call(1, create("t", 3));
+    // Join [1]: topic, group, member, assignor None.
+    let join = request(2, 1).string("t").string("g").string("m").u8(0);
+    conn.call(2, join);
+    // Commit [9]: topic, group, member, offsets Some(map of 2 entries).
+    let commit = |id, entries: &[(i32, i64)]| {
+        let mut body = request(id, 9)
+            .string("t")
+            .string("g")
+            .string("m")
+            .u8(1)
+            .u64(entries.len() as u64);
+        for &(partition, offset) in entries {
+            body = body.i32(partition).i64(offset);
+        }
+        body
+    };
+    // Out of order, and a partition repeated: both malformed, nothing stored.
+    err(&conn.call(3, commit(3, &[(2, 1), (0, 5)])), 2);
+    err(&conn.call(4, commit(4, &[(1, 1), (1, 2)])), 2);
+    // Strictly ascending: stored.
+    let body = conn.call(5, commit(5, &[(0, 5), (2, 1)]));
+    ok(&body, 8).done();
+    // Committed [11] of partition 0 is 5.
+    let body = conn.call(6, request(6, 11).string("t").string("g").i32(0));
+    assert_eq!(ok(&body, 9).i64(), 5);
+}

@@ -1,5 +1,6 @@
-//! Deserialization of the `Bytes` fields of commands, records and snapshots, and of a delivered
-//! record's topic: one allocation and one copy per field.
+//! Deserialization of the fields that need more than their type's own: the `Bytes` fields of
+//! commands, records and snapshots, and a delivered record's topic, with one allocation and one
+//! copy per field; and a commit's offsets, whose partitions must strictly ascend.
 //!
 //! `Bytes`'s and `String`'s own `Deserialize` ask for an owned buffer, which bincode fills by
 //! allocating a zeroed `Vec` and copying into it. Asking for borrowed bytes instead lets
@@ -7,10 +8,11 @@
 //! be copied once into their own allocation. Retained payloads are never views into a larger
 //! frame, so a stored record keeps only its own bytes alive. The encoding is unchanged.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use bytes::Bytes;
-use serde::de::{Deserializer, SeqAccess, Visitor};
+use serde::de::{Deserializer, Error, MapAccess, SeqAccess, Visitor};
 
 /// For `#[serde(deserialize_with = "...")]` on a `Bytes` field.
 pub(crate) fn bytes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Bytes, D::Error> {
@@ -28,6 +30,64 @@ pub(crate) fn optional_bytes<'de, D: Deserializer<'de>>(
 /// For `#[serde(deserialize_with = "...")]` on a `String` field decoded once per record.
 pub(crate) fn string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     deserializer.deserialize_str(StringVisitor)
+}
+
+/// For `#[serde(default, deserialize_with = "...")]` on a commit's `Option<BTreeMap<i32, i64>>`:
+/// the partitions must strictly ascend, as every map encoder writes them. Keys out of order or
+/// repeated (which a map would silently resolve, the last value winning) make the value
+/// malformed instead of ambiguous.
+pub(crate) fn optional_ascending_offsets<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<BTreeMap<i32, i64>>, D::Error> {
+    deserializer.deserialize_option(OptionalOffsetsVisitor)
+}
+
+struct OptionalOffsetsVisitor;
+
+impl<'de> Visitor<'de> for OptionalOffsetsVisitor {
+    type Value = Option<BTreeMap<i32, i64>>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("an optional map of partitions to offsets")
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(OffsetsVisitor).map(Some)
+    }
+}
+
+struct OffsetsVisitor;
+
+impl<'de> Visitor<'de> for OffsetsVisitor {
+    type Value = BTreeMap<i32, i64>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a map of partitions to offsets, partitions strictly ascending")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut offsets = BTreeMap::new();
+        let mut last = None;
+        while let Some((partition, offset)) = map.next_entry::<i32, i64>()? {
+            if last.is_some_and(|last| partition <= last) {
+                return Err(A::Error::custom(format!(
+                    "commit partitions must strictly ascend: {partition} follows {}",
+                    last.unwrap_or_default()
+                )));
+            }
+            last = Some(partition);
+            offsets.insert(partition, offset);
+        }
+        Ok(offsets)
+    }
 }
 
 struct StringVisitor;
@@ -114,6 +174,46 @@ mod tests {
         payload: Bytes,
         #[serde(default, deserialize_with = "optional_bytes")]
         key: Option<Bytes>,
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Commit {
+        #[serde(default, deserialize_with = "optional_ascending_offsets")]
+        offsets: Option<BTreeMap<i32, i64>>,
+    }
+
+    #[test]
+    fn commit_partitions_must_strictly_ascend() {
+        let config = bincode::config::standard()
+            .with_little_endian()
+            .with_fixed_int_encoding();
+        let decode = |entries: &[(i32, i64)]| {
+            let encoded = bincode::serde::encode_to_vec((1u8, entries), config).unwrap();
+            bincode::serde::decode_from_slice::<Commit, _>(&encoded, config).map(|(c, _)| c)
+        };
+        let ascending = decode(&[(0, 5), (2, 1)]).unwrap();
+        assert_eq!(ascending.offsets, Some(BTreeMap::from([(0, 5), (2, 1)])));
+        assert_eq!(decode(&[]).unwrap().offsets, Some(BTreeMap::new()));
+        for bad in [&[(2, 1), (0, 5)][..], &[(1, 1), (1, 2)][..]] {
+            let error = decode(bad).unwrap_err().to_string();
+            assert!(error.contains("strictly ascend"), "{error}");
+        }
+        let none = bincode::serde::encode_to_vec(0u8, config).unwrap();
+        let (decoded, _): (Commit, usize) =
+            bincode::serde::decode_from_slice(&none, config).unwrap();
+        assert_eq!(decoded.offsets, None);
+        // A map encodes exactly as (length, entries): what `decode` wrote above.
+        let map = Commit {
+            offsets: Some(BTreeMap::from([(0, 5), (2, 1)])),
+        };
+        let encoded = bincode::serde::encode_to_vec(&map, config).unwrap();
+        let entries: &[(i32, i64)] = &[(0, 5), (2, 1)];
+        assert_eq!(
+            encoded,
+            bincode::serde::encode_to_vec((1u8, entries), config).unwrap()
+        );
+        let json = serde_json::to_string(&map).unwrap();
+        assert_eq!(serde_json::from_str::<Commit>(&json).unwrap(), map);
     }
 
     #[test]

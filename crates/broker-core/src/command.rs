@@ -138,7 +138,12 @@ pub enum Command {
         group: String,
         /// Member identifier.
         member: String,
-        /// Offsets to store; `None` stores the member's current fetch positions.
+        /// Offsets to store by partition; `None` stores the member's current fetch positions.
+        /// Partitions strictly ascend in the encoding (a map encoded otherwise does not decode).
+        #[serde(
+            default,
+            deserialize_with = "crate::byte_fields::optional_ascending_offsets"
+        )]
         offsets: Option<BTreeMap<i32, i64>>,
     },
     /// [`crate::EventBroker::assignment`].
@@ -592,7 +597,9 @@ pub struct AnswerBudget<'a> {
 }
 
 /// What a successfully applied [`Command`] returned, one variant per kind of result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, EnumDiscriminants)]
+#[strum_discriminants(name(OutcomeKind), derive(Hash, EnumIter, IntoStaticStr))]
+#[strum_discriminants(doc = "An [`Outcome`] without its values: what kind of result it is.")]
 pub enum Outcome {
     /// `create`: `true` if the topic was created, `false` if it already existed.
     Created(bool),

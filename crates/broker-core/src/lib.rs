@@ -34,7 +34,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 
-pub use command::{AnswerBudget, Command, CommandKind, MemberName, Outcome};
+pub use command::{AnswerBudget, Command, CommandKind, MemberName, Outcome, OutcomeKind};
 pub use describe::{
     BrokerDescription, GroupDescription, GroupPartitionDescription, MemberDescription,
     PartitionDescription, TopicDescription,

@@ -7,8 +7,9 @@
 //!
 //! - a clone of the state given the same command returns the same result and ends in the same
 //!   state (the core is deterministic);
-//! - a command that fails, a read-only command, and an ack or retry answering `false` change
-//!   nothing;
+//! - a command that fails, and one whose outcome its kind says a log need not record (a
+//!   read-only command, an ack or retry answering `false`, a poll that took nothing, ...),
+//!   change nothing;
 //! - a publish gets the partition's end offset (offsets are consecutive, within a batch too),
 //!   or `-1` only when the partition is at capacity or the record would pass the memory budget;
 //!   a keyed publish lands on the partition its key hashes to;
@@ -27,8 +28,8 @@
 use std::collections::HashMap;
 
 use broker_core::{
-    hash, Assignor, BrokerDescription, BrokerRecord, BrokerState, Command, GroupDescription,
-    KeyHash, Outcome, PartitionDescription, PublishRecord,
+    hash, Assignor, BrokerDescription, BrokerRecord, BrokerState, Command, CommandKind,
+    GroupDescription, IntoEnumIterator, KeyHash, Outcome, PartitionDescription, PublishRecord,
 };
 use bytes::Bytes;
 
@@ -71,35 +72,42 @@ pub fn apply_sequence(data: &[u8]) {
     }
 }
 
-/// Reads one command. Acks, retries and commits often name the offset in flight (or the
-/// committed offset) of the state `now`, so that they reach the paths that change state.
+/// Reads one command: its kind first (one of every [`CommandKind`], so a new kind is drawn as
+/// soon as it exists), then its arguments. Acks, retries and commits often name the offset in
+/// flight (or the committed offset) of the state `now`, so that they reach the paths that change
+/// state.
 fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> Command {
+    let kinds = CommandKind::iter();
+    let count = kinds.len();
+    let kind = CommandKind::iter()
+        .nth(usize::from(input.byte()) % count)
+        .unwrap_or(CommandKind::Describe);
     let topic = input.pick(&TOPICS).to_owned();
     let group = input.pick(&GROUPS).to_owned();
     let member = input.pick(&MEMBERS).to_owned();
-    match input.byte() % 18 {
-        0 => Command::Create {
+    match kind {
+        CommandKind::Create => Command::Create {
             topic,
             partition_count: input.pick(&[1, 2, 3, 4, 0, 65]),
             key_hash: input.pick(&[KeyHash::Murmur2, KeyHash::Fnv1a]),
         },
-        1 => Command::Join {
+        CommandKind::Join => Command::Join {
             topic,
             group,
             member,
             assignor: input.pick(&[None, Some(Assignor::RoundRobin), Some(Assignor::Range)]),
         },
-        2 => Command::Leave {
+        CommandKind::Leave => Command::Leave {
             topic,
             group,
             member,
         },
-        3 => Command::Publish {
+        CommandKind::Publish => Command::Publish {
             topic,
             partition: input.below(5) as i32 - 1,
             payload: payload(input, step),
         },
-        4 => {
+        CommandKind::PublishKeyed => {
             let key = match input.byte() % 3 {
                 0 => None,
                 _ => Some(Bytes::from(vec![
@@ -113,45 +121,41 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
                 payload: payload(input, step),
             }
         }
-        5 => Command::Poll {
+        CommandKind::Poll => Command::Poll {
             topic,
             group,
             member,
             max_records: input.pick(&[1, 2, 3, 64, 0, 65]),
             max_bytes: input.pick(&[None, Some(0), Some(3), Some(10)]),
         },
-        6 | 7 => {
-            let partition = input.below(5) as i32 - 1;
-            let offset = match input.byte() {
-                byte @ 0..=127 => i64::from(byte % 8) - 1,
-                _ => in_flight(now, &topic, &group, partition).unwrap_or(0),
-            };
-            if step.is_multiple_of(2) {
-                Command::Ack {
-                    topic,
-                    group,
-                    member,
-                    partition,
-                    offset,
-                }
-            } else {
-                Command::Retry {
-                    topic,
-                    group,
-                    member,
-                    partition,
-                    offset,
-                }
+        CommandKind::Ack => {
+            let (partition, offset) = delivery(input, now, &topic, &group);
+            Command::Ack {
+                topic,
+                group,
+                member,
+                partition,
+                offset,
             }
         }
-        8 => Command::Fetch {
+        CommandKind::Retry => {
+            let (partition, offset) = delivery(input, now, &topic, &group);
+            Command::Retry {
+                topic,
+                group,
+                member,
+                partition,
+                offset,
+            }
+        }
+        CommandKind::Fetch => Command::Fetch {
             topic,
             group,
             member,
             max_records: input.pick(&[1, 2, 5, 10_000, 0]),
             max_bytes: input.pick(&[None, Some(0), Some(4)]),
         },
-        9 => {
+        CommandKind::Commit => {
             let offsets = match input.byte() % 3 {
                 0 => None,
                 entries => Some(
@@ -167,22 +171,22 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
                 offsets,
             }
         }
-        10 => Command::Assignment {
+        CommandKind::Assignment => Command::Assignment {
             topic,
             group,
             member,
         },
-        11 => Command::Committed {
+        CommandKind::Committed => Command::Committed {
             topic,
             group,
             partition: input.below(5) as i32 - 1,
         },
-        12 => Command::EndOffset {
+        CommandKind::EndOffset => Command::EndOffset {
             topic,
             partition: input.below(5) as i32 - 1,
         },
-        13 => Command::Lag { topic, group },
-        14 => Command::PublishBatch {
+        CommandKind::Lag => Command::Lag { topic, group },
+        CommandKind::PublishBatch => Command::PublishBatch {
             topic,
             records: (0..input.byte() % 5)
                 .map(|_| PublishRecord {
@@ -192,16 +196,9 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
                 })
                 .collect(),
         },
-        15 => {
+        CommandKind::AckAndPoll => {
             let acks = (0..input.byte() % 4)
-                .map(|_| {
-                    let partition = input.below(5) as i32 - 1;
-                    let offset = match input.byte() {
-                        byte @ 0..=63 => i64::from(byte % 8) - 1,
-                        _ => in_flight(now, &topic, &group, partition).unwrap_or(0),
-                    };
-                    (partition, offset)
-                })
+                .map(|_| delivery(input, now, &topic, &group))
                 .collect();
             Command::AckAndPoll {
                 topic,
@@ -212,17 +209,33 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
                 max_bytes: input.pick(&[None, Some(0), Some(3)]),
             }
         }
-        16 => Command::Redeliver {
+        CommandKind::Redeliver => Command::Redeliver {
             topic,
             group,
             member,
             max_records: input.pick(&[1, 2, 64, 0]),
             max_bytes: input.pick(&[None, Some(0), Some(3)]),
         },
-        _ => Command::Describe {
+        CommandKind::Describe => Command::Describe {
             topic: input.byte().is_multiple_of(2).then_some(topic),
         },
     }
+}
+
+/// A (partition, offset) to acknowledge or retry: half the time the delivery in flight there
+/// (so the call takes effect), otherwise small numbers, some of them invalid.
+fn delivery(
+    input: &mut Input<'_>,
+    now: &BrokerDescription,
+    topic: &str,
+    group: &str,
+) -> (i32, i64) {
+    let partition = input.below(5) as i32 - 1;
+    let offset = match input.byte() {
+        byte @ 0..=127 => i64::from(byte % 8) - 1,
+        _ => in_flight(now, topic, group, partition).unwrap_or(0),
+    };
+    (partition, offset)
 }
 
 /// A payload of 0 to 7 bytes that differs from step to step.
@@ -268,10 +281,12 @@ impl Checker {
             "not deterministic: {}",
             context()
         );
+        // A failed command, and a successful one whose outcome a log would not record (its
+        // kind says it changed nothing), must have changed nothing: a replayed log would lose
+        // the change otherwise.
         let unchanged = match &result {
             Err(_) => true,
-            Ok(Outcome::Acked(false) | Outcome::Retried(false)) => true,
-            Ok(_) => command.is_read_only(),
+            Ok(outcome) => !command.kind().changed_state(outcome),
         };
         if unchanged {
             assert_eq!(&after, before, "changed the state: {}", context());

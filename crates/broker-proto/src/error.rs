@@ -1,14 +1,21 @@
-//! The errors that travel in responses, each with a number that is never reused.
+//! The errors that travel in responses, each with a code that is never reused.
+
+use std::fmt;
 
 use broker_core::BrokerError;
-use serde::{Deserialize, Serialize};
+use serde::de::{self, EnumAccess, VariantAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use strum::{EnumDiscriminants, EnumIter};
 
 /// Why a request (or a hello) was refused.
 ///
-/// On the wire the variant index is the error code; variants are only ever appended, so a code
-/// keeps its meaning forever. Codes 0 and 1 are the broker's own errors; the rest are the
-/// server's.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+/// On the wire an error is its code (a `u32`, [`ErrorReply::code`]) followed by its fields.
+/// Codes are numbered explicitly, never by the order of the variants: a code keeps its meaning
+/// forever and new ones are only added. Codes 0 and 1 are the broker's own errors; the rest are
+/// the server's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, EnumDiscriminants)]
+#[strum_discriminants(name(ErrorKind), derive(EnumIter))]
+#[strum_discriminants(doc = "An [`ErrorReply`] without its fields.")]
 pub enum ErrorReply {
     /// Code 0: [`BrokerError::InvalidArgument`].
     #[error("invalid argument: {0}")]
@@ -27,10 +34,10 @@ pub enum ErrorReply {
     /// closed.
     #[error("unsupported protocol: {0}")]
     UnsupportedProtocol(String),
-    /// Code 4: a frame or a payload exceeds the server's limit.
+    /// Code 4: a frame, a payload or a response exceeds the server's limit.
     #[error("too large: {what} is {size} bytes, the limit is {limit}")]
     TooLarge {
-        /// What was too large: `frame` or `payload`.
+        /// What was too large: `frame`, `payload` or `response`.
         what: String,
         /// Its size in bytes.
         size: u64,
@@ -43,9 +50,54 @@ pub enum ErrorReply {
     /// Code 6: the hello carried no token, or the wrong one.
     #[error("unauthenticated: {0}")]
     Unauthenticated(String),
-    /// Code 7: the server could not store the change durably; it was not applied.
+    /// Code 7: the server could not store the change durably: the log cannot take entries and
+    /// the change was not applied, or it was applied but may not be on disk (after a failed
+    /// fsync).
     #[error("storage error: {0}")]
     Storage(String),
+}
+
+impl ErrorReply {
+    /// The error's code on the wire.
+    pub fn code(&self) -> u32 {
+        match self {
+            ErrorReply::InvalidArgument(_) => 0,
+            ErrorReply::NotAssigned { .. } => 1,
+            ErrorReply::MalformedRequest(_) => 2,
+            ErrorReply::UnsupportedProtocol(_) => 3,
+            ErrorReply::TooLarge { .. } => 4,
+            ErrorReply::ShuttingDown => 5,
+            ErrorReply::Unauthenticated(_) => 6,
+            ErrorReply::Storage(_) => 7,
+        }
+    }
+
+    /// The error's name, as in [`ErrorReply`] (`"TooLarge"`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            ErrorReply::InvalidArgument(_) => "InvalidArgument",
+            ErrorReply::NotAssigned { .. } => "NotAssigned",
+            ErrorReply::MalformedRequest(_) => "MalformedRequest",
+            ErrorReply::UnsupportedProtocol(_) => "UnsupportedProtocol",
+            ErrorReply::TooLarge { .. } => "TooLarge",
+            ErrorReply::ShuttingDown => "ShuttingDown",
+            ErrorReply::Unauthenticated(_) => "Unauthenticated",
+            ErrorReply::Storage(_) => "Storage",
+        }
+    }
+
+    /// The broker error this reply carries, if it is one of the broker's own (codes 0 and 1).
+    pub fn to_broker_error(&self) -> Option<BrokerError> {
+        match self {
+            ErrorReply::InvalidArgument(message) => {
+                Some(BrokerError::InvalidArgument(message.clone()))
+            }
+            ErrorReply::NotAssigned { partition } => Some(BrokerError::NotAssigned {
+                partition: *partition,
+            }),
+            _ => None,
+        }
+    }
 }
 
 impl From<BrokerError> for ErrorReply {
@@ -59,17 +111,139 @@ impl From<BrokerError> for ErrorReply {
     }
 }
 
-impl ErrorReply {
-    /// The broker error this reply carries, if it is one of the broker's own (codes 0 and 1).
-    pub fn to_broker_error(&self) -> Option<BrokerError> {
+/// The fields of [`ErrorReply::NotAssigned`], as encoded.
+#[derive(Serialize, Deserialize)]
+struct NotAssignedFields {
+    partition: i32,
+}
+
+/// The fields of [`ErrorReply::TooLarge`], as encoded.
+#[derive(Serialize, Deserialize)]
+struct TooLargeFields {
+    what: String,
+    size: u64,
+    limit: u64,
+}
+
+const NAME: &str = "ErrorReply";
+
+/// Every variant's name, by code.
+const VARIANTS: &[&str] = &[
+    "InvalidArgument",
+    "NotAssigned",
+    "MalformedRequest",
+    "UnsupportedProtocol",
+    "TooLarge",
+    "ShuttingDown",
+    "Unauthenticated",
+    "Storage",
+];
+
+impl Serialize for ErrorReply {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let (code, name) = (self.code(), self.name());
         match self {
-            ErrorReply::InvalidArgument(message) => {
-                Some(BrokerError::InvalidArgument(message.clone()))
+            ErrorReply::InvalidArgument(message)
+            | ErrorReply::MalformedRequest(message)
+            | ErrorReply::UnsupportedProtocol(message)
+            | ErrorReply::Unauthenticated(message)
+            | ErrorReply::Storage(message) => {
+                serializer.serialize_newtype_variant(NAME, code, name, message)
             }
-            ErrorReply::NotAssigned { partition } => Some(BrokerError::NotAssigned {
-                partition: *partition,
-            }),
-            _ => None,
+            ErrorReply::NotAssigned { partition } => serializer.serialize_newtype_variant(
+                NAME,
+                code,
+                name,
+                &NotAssignedFields {
+                    partition: *partition,
+                },
+            ),
+            ErrorReply::TooLarge { what, size, limit } => serializer.serialize_newtype_variant(
+                NAME,
+                code,
+                name,
+                &TooLargeFields {
+                    what: what.clone(),
+                    size: *size,
+                    limit: *limit,
+                },
+            ),
+            ErrorReply::ShuttingDown => serializer.serialize_unit_variant(NAME, code, name),
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for ErrorReply {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_enum(NAME, VARIANTS, ErrorVisitor)
+    }
+}
+
+/// A variant identified by its code (compact encodings) or its name (self-describing ones).
+struct Code(u32);
+
+impl<'de> Deserialize<'de> for Code {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_identifier(CodeVisitor)
+    }
+}
+
+struct CodeVisitor;
+
+impl Visitor<'_> for CodeVisitor {
+    type Value = Code;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("an error code")
+    }
+
+    fn visit_u64<E: de::Error>(self, code: u64) -> Result<Code, E> {
+        u32::try_from(code)
+            .map(Code)
+            .map_err(|_| E::custom(format!("error code {code} out of range")))
+    }
+
+    fn visit_str<E: de::Error>(self, name: &str) -> Result<Code, E> {
+        VARIANTS
+            .iter()
+            .position(|variant| *variant == name)
+            .map(|index| Code(index as u32))
+            .ok_or_else(|| E::unknown_variant(name, VARIANTS))
+    }
+}
+
+struct ErrorVisitor;
+
+impl<'de> Visitor<'de> for ErrorVisitor {
+    type Value = ErrorReply;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("an error reply")
+    }
+
+    fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<ErrorReply, A::Error> {
+        let (Code(code), variant) = data.variant::<Code>()?;
+        Ok(match code {
+            0 => ErrorReply::InvalidArgument(variant.newtype_variant()?),
+            1 => {
+                let NotAssignedFields { partition } = variant.newtype_variant()?;
+                ErrorReply::NotAssigned { partition }
+            }
+            2 => ErrorReply::MalformedRequest(variant.newtype_variant()?),
+            3 => ErrorReply::UnsupportedProtocol(variant.newtype_variant()?),
+            4 => {
+                let TooLargeFields { what, size, limit } = variant.newtype_variant()?;
+                ErrorReply::TooLarge { what, size, limit }
+            }
+            5 => {
+                variant.unit_variant()?;
+                ErrorReply::ShuttingDown
+            }
+            6 => ErrorReply::Unauthenticated(variant.newtype_variant()?),
+            7 => ErrorReply::Storage(variant.newtype_variant()?),
+            other => {
+                return Err(de::Error::custom(format!("unknown error code {other}")));
+            }
+        })
     }
 }

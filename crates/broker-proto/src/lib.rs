@@ -28,7 +28,7 @@ mod error;
 mod message;
 
 pub use codec::{config, Codec, Decoded, ProtocolError, WireConfig, MAX_FRAME_CEILING};
-pub use error::ErrorReply;
+pub use error::{ErrorKind, ErrorReply};
 pub use message::{
     Hello, HelloReply, RequestFrame, ResponseFrame, ServerLimits, MAGIC, PROTOCOL_VERSION,
 };

@@ -1,0 +1,269 @@
+//! The wire identity of every tag is pinned to proto.md: each command, outcome and error code
+//! encodes with exactly the index the page gives it, and the page lists exactly the variants the
+//! code has. Moving a variant, adding one without documenting it, or documenting one that does
+//! not exist fails here.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use broker_core::{
+    Assignor, BrokerDescription, BrokerRecord, Command, CommandKind, IntoEnumIterator, KeyHash,
+    Outcome, OutcomeKind, PartitionLag, PublishRecord,
+};
+use broker_proto::{config, ErrorKind, ErrorReply};
+use bytes::Bytes;
+
+const PROTO_MD: &str = include_str!("../../../proto.md");
+
+/// The `(index, name)` rows of the table in the section whose heading starts with `heading`:
+/// rows such as ``| `[3]` | `Publish` | ...`` or ``| 3 | `NotLeader` | ...``.
+fn documented(heading: &str) -> BTreeMap<String, u32> {
+    let section = PROTO_MD
+        .split("\n## ")
+        .find(|section| section.starts_with(heading))
+        .unwrap_or_else(|| panic!("proto.md has no section {heading:?}"));
+    let mut rows = BTreeMap::new();
+    for line in section.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 4 {
+            continue;
+        }
+        let index = cells[1].trim_matches(|c| c == '`' || c == '[' || c == ']');
+        let Ok(index) = index.parse::<u32>() else {
+            continue;
+        };
+        let name = cells[2].trim_matches('`').to_owned();
+        assert!(
+            rows.insert(name.clone(), index).is_none(),
+            "{name} twice in {heading:?}"
+        );
+    }
+    assert!(!rows.is_empty(), "no rows in {heading:?}");
+    rows
+}
+
+/// The `u32` an encoded enum starts with: its variant index on the wire.
+fn wire_index<T: serde::Serialize>(value: &T) -> u32 {
+    let bytes = bincode::serde::encode_to_vec(value, config()).unwrap();
+    u32::from_le_bytes(bytes[..4].try_into().unwrap())
+}
+
+fn text() -> String {
+    "t".to_owned()
+}
+
+/// One command of each kind.
+fn command(kind: CommandKind) -> Command {
+    let (topic, group, member) = (text(), text(), text());
+    match kind {
+        CommandKind::Create => Command::Create {
+            topic,
+            partition_count: 1,
+            key_hash: KeyHash::Murmur2,
+        },
+        CommandKind::Join => Command::Join {
+            topic,
+            group,
+            member,
+            assignor: Some(Assignor::Range),
+        },
+        CommandKind::Leave => Command::Leave {
+            topic,
+            group,
+            member,
+        },
+        CommandKind::Publish => Command::Publish {
+            topic,
+            partition: 0,
+            payload: Bytes::new(),
+        },
+        CommandKind::PublishKeyed => Command::PublishKeyed {
+            topic,
+            key: None,
+            payload: Bytes::new(),
+        },
+        CommandKind::Poll => Command::Poll {
+            topic,
+            group,
+            member,
+            max_records: 1,
+            max_bytes: None,
+        },
+        CommandKind::Ack => Command::Ack {
+            topic,
+            group,
+            member,
+            partition: 0,
+            offset: 0,
+        },
+        CommandKind::Retry => Command::Retry {
+            topic,
+            group,
+            member,
+            partition: 0,
+            offset: 0,
+        },
+        CommandKind::Fetch => Command::Fetch {
+            topic,
+            group,
+            member,
+            max_records: 1,
+            max_bytes: None,
+        },
+        CommandKind::Commit => Command::Commit {
+            topic,
+            group,
+            member,
+            offsets: None,
+        },
+        CommandKind::Assignment => Command::Assignment {
+            topic,
+            group,
+            member,
+        },
+        CommandKind::Committed => Command::Committed {
+            topic,
+            group,
+            partition: 0,
+        },
+        CommandKind::EndOffset => Command::EndOffset {
+            topic,
+            partition: 0,
+        },
+        CommandKind::Lag => Command::Lag { topic, group },
+        CommandKind::Describe => Command::Describe { topic: None },
+        CommandKind::PublishBatch => Command::PublishBatch {
+            topic,
+            records: vec![PublishRecord::to_partition(0, "x")],
+        },
+        CommandKind::AckAndPoll => Command::AckAndPoll {
+            topic,
+            group,
+            member,
+            acks: vec![(0, 0)],
+            max_records: 1,
+            max_bytes: None,
+        },
+        CommandKind::Redeliver => Command::Redeliver {
+            topic,
+            group,
+            member,
+            max_records: 1,
+            max_bytes: None,
+        },
+    }
+}
+
+/// One outcome of each kind.
+fn outcome(kind: OutcomeKind) -> Outcome {
+    let record = BrokerRecord {
+        topic: text(),
+        partition: 0,
+        offset: 0,
+        key: None,
+        payload: Bytes::new(),
+    };
+    match kind {
+        OutcomeKind::Created => Outcome::Created(true),
+        OutcomeKind::Partitions => Outcome::Partitions(vec![0]),
+        OutcomeKind::Left => Outcome::Left(true),
+        OutcomeKind::Published => Outcome::Published(0),
+        OutcomeKind::PublishedKeyed => Outcome::PublishedKeyed {
+            partition: 0,
+            offset: 0,
+        },
+        OutcomeKind::Records => Outcome::Records(vec![record]),
+        OutcomeKind::Acked => Outcome::Acked(true),
+        OutcomeKind::Retried => Outcome::Retried(true),
+        OutcomeKind::Committed => Outcome::Committed,
+        OutcomeKind::Offset => Outcome::Offset(0),
+        OutcomeKind::Lag => Outcome::Lag(vec![PartitionLag {
+            partition: 0,
+            committed: 0,
+            end_offset: 0,
+            lag: 0,
+        }]),
+        OutcomeKind::Description => Outcome::Description(BrokerDescription::default()),
+        OutcomeKind::PublishedBatch => Outcome::PublishedBatch(vec![(0, 0)]),
+        OutcomeKind::AckedAndPolled => Outcome::AckedAndPolled {
+            acked: vec![true],
+            records: vec![record],
+        },
+    }
+}
+
+/// One error of each kind.
+fn error(kind: ErrorKind) -> ErrorReply {
+    match kind {
+        ErrorKind::InvalidArgument => ErrorReply::InvalidArgument(text()),
+        ErrorKind::NotAssigned => ErrorReply::NotAssigned { partition: 3 },
+        ErrorKind::MalformedRequest => ErrorReply::MalformedRequest(text()),
+        ErrorKind::UnsupportedProtocol => ErrorReply::UnsupportedProtocol(text()),
+        ErrorKind::TooLarge => ErrorReply::TooLarge {
+            what: text(),
+            size: 2,
+            limit: 1,
+        },
+        ErrorKind::ShuttingDown => ErrorReply::ShuttingDown,
+        ErrorKind::Unauthenticated => ErrorReply::Unauthenticated(text()),
+        ErrorKind::Storage => ErrorReply::Storage(text()),
+    }
+}
+
+/// Checks that the code's `(name, index)` pairs are exactly the page's.
+fn same_as_the_page(heading: &str, code: BTreeMap<String, u32>) {
+    let page = documented(heading);
+    let names: BTreeSet<&String> = code.keys().chain(page.keys()).collect();
+    for name in names {
+        assert_eq!(
+            code.get(name),
+            page.get(name),
+            "{name}: index in the code vs in proto.md section {heading:?}"
+        );
+    }
+}
+
+#[test]
+fn every_command_has_the_index_proto_md_gives_it() {
+    let code = CommandKind::iter()
+        .map(|kind| (kind.name().to_owned(), wire_index(&command(kind))))
+        .collect();
+    same_as_the_page("4. Commands", code);
+}
+
+#[test]
+fn every_outcome_has_the_index_proto_md_gives_it() {
+    let code = OutcomeKind::iter()
+        .map(|kind| {
+            let outcome = outcome(kind);
+            (outcome.name().to_owned(), wire_index(&outcome))
+        })
+        .collect();
+    same_as_the_page("5. Outcomes", code);
+}
+
+#[test]
+fn every_error_code_is_the_one_proto_md_gives_it_and_decodes_back() {
+    let mut code = BTreeMap::new();
+    for kind in ErrorKind::iter() {
+        let error = error(kind);
+        assert_eq!(wire_index(&error), error.code(), "{error:?}");
+        let bytes = bincode::serde::encode_to_vec(&error, config()).unwrap();
+        let (back, used): (ErrorReply, usize) =
+            bincode::serde::decode_from_slice(&bytes, config()).unwrap();
+        assert_eq!((back, used), (error.clone(), bytes.len()));
+        let json = serde_json::to_string(&error).unwrap();
+        assert_eq!(serde_json::from_str::<ErrorReply>(&json).unwrap(), error);
+        code.insert(error.name().to_owned(), error.code());
+    }
+    same_as_the_page("6. Error codes", code);
+}
+
+#[test]
+fn an_unknown_error_code_does_not_decode() {
+    let mut bytes = bincode::serde::encode_to_vec(ErrorReply::ShuttingDown, config()).unwrap();
+    bytes[..4].copy_from_slice(&999u32.to_le_bytes());
+    let decoded = bincode::serde::decode_from_slice::<ErrorReply, _>(&bytes, config());
+    assert!(decoded.is_err(), "{decoded:?}");
+}
