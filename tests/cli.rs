@@ -7,15 +7,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use broker_testkit::process::ServerProcess;
 use serde_json::Value;
-use support::ServerProcess;
 
 /// The longest any one `broker` command may take.
 const LIMIT: Duration = Duration::from_secs(20);

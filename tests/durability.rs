@@ -6,8 +6,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -15,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use broker_client::Client;
-use support::{refused_start, Rng, ServerProcess};
+use broker_testkit::{process::refused_start, process::ServerProcess, rng::Rng};
 use tokio::sync::watch;
 
 const TOPIC: &str = "t";

@@ -10,8 +10,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,8 +18,8 @@ use broker_client::{
     Assignor, BrokerDescription, BrokerError, BrokerRecord, Client, Error, ErrorReply, KeyHash,
     PartitionLag, PublishRecord,
 };
+use broker_testkit::process::ServerProcess;
 use bytes::Bytes;
-use support::ServerProcess;
 
 /// How long a test waits for something that should happen at once before it fails.
 const PATIENCE: Duration = Duration::from_secs(5);

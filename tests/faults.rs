@@ -7,8 +7,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,8 +15,8 @@ use broker_client::{Client, Error, ErrorReply};
 use broker_proto::{
     ClientCodec, ClientHandshakeCodec, Decoded, Hello, HelloReply, RequestFrame, ResponseFrame,
 };
+use broker_testkit::process::ServerProcess;
 use futures::{SinkExt, StreamExt};
-use support::ServerProcess;
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 

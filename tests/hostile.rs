@@ -4,16 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use broker_core::{Command, KeyHash, Outcome};
 use broker_proto::{
     ClientCodec, ClientHandshakeCodec, Decoded, ErrorReply, Hello, HelloReply, RequestFrame,
     ResponseFrame,
 };
+use broker_testkit::process::ServerProcess;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use support::ServerProcess;
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 

@@ -22,8 +22,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,10 +30,10 @@ use broker_core::{Assignor, BrokerState, Command, KeyHash, Outcome};
 use broker_proto::{
     ClientCodec, ClientHandshakeCodec, Decoded, ErrorReply, Hello, HelloReply, RequestFrame,
 };
+use broker_testkit::{process::ServerProcess, rng::env_or, rng::Rng};
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use stateright::semantics::{ConsistencyTester, LinearizabilityTester, SequentialSpec};
-use support::{env_or, Rng, ServerProcess};
 use tokio::net::TcpStream;
 use tokio::sync::Barrier;
 use tokio_util::codec::Framed;

@@ -5,13 +5,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use support::ServerProcess;
+use broker_testkit::process::ServerProcess;
 
 /// Little-endian body builder, following proto.md section 2.
 #[derive(Default)]

@@ -5,17 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/certs.rs"]
-mod certs;
-mod support;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use broker_client::{Client, Error, ErrorReply};
-use certs::TestPki;
-use support::{server_binary, ServerProcess};
+use broker_testkit::certs::TestPki;
+use broker_testkit::{process::server_binary, process::ServerProcess};
 
 const TOKEN: &str = "correct-horse-battery-staple";
 const WRONG: &str = "incorrect-donkey-guess";

@@ -16,14 +16,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use broker_client::{Client, PublishRecord};
+use broker_testkit::{process::ServerProcess, rng::env_or, rng::Rng};
 use bytes::Bytes;
-use support::{env_or, Rng, ServerProcess};
 
 const MIB: u64 = 1024 * 1024;
 const TOPICS: [&str; 4] = ["soak-a", "soak-b", "soak-c", "soak-d"];

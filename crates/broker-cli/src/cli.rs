@@ -19,7 +19,7 @@ pub struct Cli {
         global = true,
         env = "BROKER_ADDR",
         default_value = "127.0.0.1:9092",
-        value_parser = server_address
+        value_parser = broker_net::connect_address
     )]
     pub addr: String,
 
@@ -261,36 +261,6 @@ pub struct SizeArgs {
     pub json: bool,
 }
 
-/// The port a server address without one gets: the server's default.
-const DEFAULT_PORT: u16 = 9092;
-
-/// Completes a server address the way the server's `--listen` spells them: `:PORT` is this
-/// machine, a host without a port gets the default port.
-fn server_address(addr: &str) -> Result<String, String> {
-    let addr = addr.trim();
-    if addr.is_empty() {
-        return Err("an address is HOST:PORT, [IPv6]:PORT or :PORT".to_owned());
-    }
-    if let Some(port) = addr
-        .strip_prefix(':')
-        .filter(|port| port.bytes().all(|b| b.is_ascii_digit()))
-    {
-        return Ok(format!("127.0.0.1:{port}"));
-    }
-    let has_port = match addr.strip_prefix('[') {
-        Some(bracketed) => bracketed.contains("]:"),
-        // A bare IPv6 address has several colons and no port to find.
-        None => addr.matches(':').count() == 1,
-    };
-    Ok(if has_port {
-        addr.to_owned()
-    } else if addr.contains(':') && !addr.starts_with('[') {
-        format!("[{addr}]:{DEFAULT_PORT}")
-    } else {
-        format!("{addr}:{DEFAULT_PORT}")
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,8 +282,9 @@ mod tests {
             ("[::1]", "[::1]:9092"),
             ("::1", "[::1]:9092"),
         ] {
-            assert_eq!(server_address(given).unwrap(), meant, "{given}");
+            let cli = Cli::try_parse_from(["broker", "--addr", given, "describe"]).unwrap();
+            assert_eq!(cli.addr, meant, "{given}");
         }
-        assert!(server_address("").is_err());
+        assert!(Cli::try_parse_from(["broker", "--addr", "", "describe"]).is_err());
     }
 }

@@ -2,11 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
-use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context};
-use broker_client::{Assignor, BrokerRecord, Client, Error, ErrorReply, KeyHash, MAX_POLL_RECORDS};
+use anyhow::{bail, Context};
+use broker_client::{Assignor, BrokerRecord, Client, Error, KeyHash, MAX_POLL_RECORDS};
+
+use crate::connect::Server;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -21,9 +22,6 @@ const PUBLISH_PIPELINE: usize = 256;
 /// How long one waiting poll or fetch of `consume --follow` waits before asking again.
 const FOLLOW_WAIT: Duration = Duration::from_secs(5);
 
-/// The environment variable holding the auth token itself.
-const AUTH_TOKEN_ENV: &str = "BROKER_AUTH_TOKEN";
-
 /// Runs one parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let command = cli.command;
@@ -32,7 +30,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let server = Server {
         addr: cli.addr,
-        auth_token: auth_token(cli.auth_token_file)?,
+        auth_token: broker_net::auth_token(cli.auth_token_file.as_deref())?,
         tls_ca: cli.tls_ca,
         tls_server_name: cli.tls_server_name,
     };
@@ -46,72 +44,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Leave(args) => leave(&server.connect().await?, args).await,
         Command::Describe(args) => describe(&server.connect().await?, args).await,
         Command::Lag(args) => lag(&server.connect().await?, args).await,
-    }
-}
-
-/// The token from `--auth-token-file` (or `BROKER_AUTH_TOKEN_FILE`) or `BROKER_AUTH_TOKEN`.
-fn auth_token(file: Option<PathBuf>) -> anyhow::Result<Option<String>> {
-    let from_env = std::env::var_os(AUTH_TOKEN_ENV);
-    match (file, from_env) {
-        (Some(_), Some(_)) => {
-            bail!("give the auth token through --auth-token-file or {AUTH_TOKEN_ENV}, not both")
-        }
-        (Some(path), None) => {
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("cannot read the auth token file {}", path.display()))?;
-            Ok(Some(text.trim_end_matches(['\r', '\n']).to_owned()))
-        }
-        (None, Some(token)) => token
-            .into_string()
-            .map(Some)
-            .map_err(|_| anyhow!("{AUTH_TOKEN_ENV} is not valid UTF-8")),
-        (None, None) => Ok(None),
-    }
-}
-
-/// Where the broker-server is and how to get in: its address, the auth token, TLS.
-#[derive(Debug, Clone)]
-pub struct Server {
-    /// `HOST:PORT`, from `--addr`.
-    pub addr: String,
-    /// The shared secret sent in the hello, if any.
-    pub auth_token: Option<String>,
-    /// The CA file to trust: TLS when set.
-    pub tls_ca: Option<PathBuf>,
-    /// The name the server's certificate must carry instead of the host of `addr`.
-    pub tls_server_name: Option<String>,
-}
-
-impl Server {
-    /// Connects, saying in one line what went wrong and how to fix it when it fails.
-    pub async fn connect(&self) -> anyhow::Result<Client> {
-        let mut builder = Client::builder();
-        if let Some(token) = &self.auth_token {
-            builder = builder.auth_token(token.clone());
-        }
-        if let Some(ca) = &self.tls_ca {
-            builder = builder.tls_ca_file(ca);
-        }
-        if let Some(name) = &self.tls_server_name {
-            builder = builder.tls_server_name(name.clone());
-        }
-        let addr = &self.addr;
-        builder
-            .connect(addr.as_str())
-            .await
-            .map_err(|error| match error {
-                Error::Refused(ErrorReply::Unauthenticated(why)) => anyhow!(
-                    "broker-server at {addr} refused the connection: {why} (set \
-                 --auth-token-file, BROKER_AUTH_TOKEN_FILE or BROKER_AUTH_TOKEN)"
-                ),
-                Error::Tls(why) => anyhow!(
-                    "cannot reach broker-server at {addr} over TLS: {why} (check --tls-ca and \
-                 --tls-server-name, or leave out --tls-ca for a server without TLS)"
-                ),
-                other => anyhow!(other).context(format!(
-                "cannot reach broker-server at {addr} (is it running? set --addr or BROKER_ADDR)"
-            )),
-            })
     }
 }
 

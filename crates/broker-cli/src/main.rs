@@ -4,9 +4,9 @@
 mod bench;
 mod cli;
 mod commands;
+mod connect;
 mod output;
 mod size;
-mod wire;
 
 use std::process::ExitCode;
 

@@ -5,23 +5,31 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 
 use tokio::net::ToSocketAddrs;
 
-/// Anything [`ToSocketAddrs`] accepts (`"host:port"`, `SocketAddr`, `(host, port)`, ...), plus
-/// the host part it names: the server name TLS verifies unless
-/// [`crate::ClientBuilder::tls_server_name`] says otherwise.
+/// Anything [`ToSocketAddrs`] accepts (`SocketAddr`, `(host, port)`, ...), and text in every form
+/// the `broker` command takes: `"host:port"`, `"[::1]:9092"`, `":9092"` (this machine) and a
+/// host alone (`"broker"`, port 9092). It also names the host part: the server name TLS
+/// verifies unless [`crate::ClientBuilder::tls_server_name`] says otherwise.
 pub trait ServerAddress: ToSocketAddrs {
     /// The host part: `"broker.example"` for `"broker.example:9092"`, `"::1"` for
-    /// `"[::1]:9092"`, the IP address of a socket address; `None` when there is none.
+    /// `"[::1]:9092"`, `"127.0.0.1"` for `":9092"`, the IP address of a socket address; `None`
+    /// when there is none.
     fn host(&self) -> Option<String>;
+
+    /// The address as text, when it is text: the client completes it (`":9092"`, a host alone)
+    /// before resolving it. `None` for addresses that are not text.
+    fn as_text(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl ServerAddress for str {
     fn host(&self) -> Option<String> {
-        let (host, _port) = self.rsplit_once(':')?;
-        let host = host
-            .strip_prefix('[')
-            .and_then(|host| host.strip_suffix(']'))
-            .unwrap_or(host);
-        (!host.is_empty()).then(|| host.to_owned())
+        let address = broker_net::connect_address(self).ok()?;
+        broker_net::host_of(&address).map(str::to_owned)
+    }
+
+    fn as_text(&self) -> Option<&str> {
+        Some(self)
     }
 }
 
@@ -29,11 +37,19 @@ impl ServerAddress for String {
     fn host(&self) -> Option<String> {
         self.as_str().host()
     }
+
+    fn as_text(&self) -> Option<&str> {
+        Some(self)
+    }
 }
 
 impl<T: ServerAddress + ?Sized> ServerAddress for &T {
     fn host(&self) -> Option<String> {
         (**self).host()
+    }
+
+    fn as_text(&self) -> Option<&str> {
+        (**self).as_text()
     }
 }
 
@@ -92,8 +108,10 @@ mod tests {
             String::from("localhost:1").host().as_deref(),
             Some("localhost")
         );
-        assert_eq!("no-port".host(), None);
-        assert_eq!(":9092".host(), None);
+        // The forms the command line takes: a host alone, and `:PORT` for this machine.
+        assert_eq!("no-port".host().as_deref(), Some("no-port"));
+        assert_eq!(":9092".host().as_deref(), Some("127.0.0.1"));
+        assert_eq!("".host(), None);
     }
 
     #[test]

@@ -132,10 +132,16 @@ impl Client {
                 Some(Tls::new(trust, &server_name)?)
             }
         };
-        let addrs: Vec<SocketAddr> = tokio::net::lookup_host(addr)
-            .await
-            .map_err(Error::Io)?
-            .collect();
+        let found = match addr.as_text() {
+            Some(text) => {
+                let text = broker_net::connect_address(text).map_err(|error| {
+                    Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, error))
+                })?;
+                tokio::net::lookup_host(text).await.map(Iterator::collect)
+            }
+            None => tokio::net::lookup_host(addr).await.map(Iterator::collect),
+        };
+        let addrs: Vec<SocketAddr> = found.map_err(Error::Io)?;
         let connection = Connection::open(
             &addrs,
             &options.identity,

@@ -41,12 +41,6 @@ const TIMEOUT_SWEEP: Duration = Duration::from_millis(20);
 /// The writer stops adding queued requests to a batch once it holds this many bytes.
 const BATCH_BYTES: usize = 256 * 1024;
 
-/// The reader makes room for at least this many bytes before each read.
-const READ_CHUNK: usize = 64 * 1024;
-
-/// A buffer that grew past this (for one large frame) is released after use.
-const KEEP_BUFFER_BYTES: usize = 1024 * 1024;
-
 /// What the client says in its hello.
 #[derive(Debug, Clone)]
 pub(crate) struct Identity {
@@ -325,11 +319,8 @@ async fn write_requests<W: AsyncWrite + Unpin>(
             pending.close(&format!("write failed: {error}"));
             break;
         }
-        if batch.capacity() > KEEP_BUFFER_BYTES {
-            batch = BytesMut::new();
-        } else {
-            batch.clear();
-        }
+        batch.clear();
+        broker_net::release_if_grown(&mut batch);
     }
     pending.close("the client closed the connection");
     stop.cancel();
@@ -374,12 +365,7 @@ async fn read_responses<R: AsyncRead + Unpin>(
             Ok(None) => {}
             Err(error) => break error.to_string(),
         }
-        if buffer.capacity() > KEEP_BUFFER_BYTES && buffer.is_empty() {
-            buffer = BytesMut::new();
-        }
-        if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
-            buffer.reserve(READ_CHUNK);
-        }
+        broker_net::make_room(&mut buffer);
         let read = tokio::select! {
             () = stop.cancelled() => break "the connection was closed".to_owned(),
             read = read.read_buf(&mut buffer) => read,

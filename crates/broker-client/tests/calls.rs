@@ -4,8 +4,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -13,8 +11,8 @@ use broker_client::{
     Assignor, BrokerError, BrokerRecord, Error, ErrorReply, KeyHash, PartitionLag,
 };
 use broker_server::Config;
+use broker_testkit::in_process::TestServer;
 use bytes::Bytes;
-use common::TestServer;
 
 fn record(topic: &str, partition: i32, offset: i64, payload: &'static str) -> BrokerRecord {
     BrokerRecord {

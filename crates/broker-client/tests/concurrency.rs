@@ -3,12 +3,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::{BTreeSet, HashMap};
 
 use broker_client::Client;
-use common::TestServer;
+use broker_testkit::in_process::TestServer;
 use tokio::task::JoinSet;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

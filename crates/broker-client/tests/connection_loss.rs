@@ -4,13 +4,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use broker_client::{Client, Error};
 use broker_server::Config;
-use common::{Proxy, TestServer};
+use broker_testkit::in_process::TestServer;
+use broker_testkit::proxy::Proxy;
 
 #[tokio::test]
 async fn a_cut_connection_fails_outstanding_calls_at_once_and_the_next_call_reconnects() {
@@ -59,12 +58,13 @@ async fn server_shutdown_fails_the_calls_it_never_read_with_connection_lost() {
     let client = server.client().await;
     client.create("t", 1).await.unwrap();
     client.join("t", "g", "m").await.unwrap();
-    let (parked, unread_one, unread_two, ()) = tokio::join!(
+    let (parked, unread_one, unread_two, stopped) = tokio::join!(
         client.poll_wait("t", "g", "m", 1, Duration::from_secs(60)),
         client.end_offset("t", 0),
         client.publish("t", 0, "never read"),
         server.stop()
     );
+    stopped.unwrap();
     // Shutdown answers a parked poll at once with what it has, or closes before reading it.
     assert!(
         matches!(parked, Ok(ref records) if records.is_empty())
@@ -92,7 +92,7 @@ async fn the_next_call_after_a_restart_reaches_the_new_server() {
     let proxy = Proxy::start(first.addr).await;
     let client = Client::connect(proxy.addr).await.unwrap();
     assert!(client.create("t", 1).await.unwrap());
-    first.stop().await;
+    first.stop().await.unwrap();
 
     // The old server is gone: a call fails (the dead connection, or a failed reconnection).
     let result = client.end_offset("t", 0).await;
@@ -108,7 +108,7 @@ async fn the_next_call_after_a_restart_reaches_the_new_server() {
     assert!(client.create("t", 1).await.unwrap());
     assert_eq!(client.publish("t", 0, "x").await.unwrap(), 0);
     assert!(proxy.accepted() >= 2);
-    second.stop().await;
+    second.stop().await.unwrap();
 }
 
 #[tokio::test]

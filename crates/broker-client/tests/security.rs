@@ -4,18 +4,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../../tests/support/certs.rs"]
-mod certs;
-mod common;
-
 use std::time::Duration;
 
 use broker_client::{Client, Error, ErrorReply};
 use broker_proto::{ClientHandshakeCodec, Decoded, Hello, HelloReply};
 use broker_server::{AuthToken, Config, ServerTls};
+use broker_testkit::certs::TestPki;
+use broker_testkit::in_process::TestServer;
+use broker_testkit::proxy::Proxy;
 use bytes::BytesMut;
-use certs::TestPki;
-use common::{Proxy, TestServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::codec::{Decoder, Encoder};

@@ -16,13 +16,6 @@ use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::sync::CancellationToken;
 use tracing::error;
 
-/// Bytes requested from the socket per read when the buffer is short of room.
-const READ_CHUNK: usize = 64 * 1024;
-
-/// A read or write buffer that grew past this for one large frame is released once empty, so an
-/// idle connection does not keep a maximum-size frame's worth of memory.
-const KEEP_BUFFER_BYTES: usize = 1024 * 1024;
-
 /// Encoded responses are written out whenever this many bytes are waiting.
 const WRITE_CHUNK: usize = 256 * 1024;
 
@@ -38,7 +31,7 @@ impl<R: AsyncRead + Unpin> Connection<R> {
     pub(crate) fn new(stream: R) -> Self {
         Connection {
             stream,
-            buffer: BytesMut::with_capacity(READ_CHUNK),
+            buffer: BytesMut::with_capacity(broker_net::READ_CHUNK),
         }
     }
 
@@ -57,12 +50,7 @@ impl<R: AsyncRead + Unpin> Connection<R> {
             if let Some(frame) = codec.decode(&mut self.buffer)? {
                 return Ok(Some(frame));
             }
-            if self.buffer.is_empty() && self.buffer.capacity() > KEEP_BUFFER_BYTES {
-                self.buffer = BytesMut::with_capacity(READ_CHUNK);
-            }
-            if self.buffer.capacity() - self.buffer.len() < READ_CHUNK / 4 {
-                self.buffer.reserve(READ_CHUNK);
-            }
+            broker_net::make_room(&mut self.buffer);
             let read = match self.stream.read_buf(&mut self.buffer).await {
                 // A TLS peer that closes without a close_notify alert: the frames say where
                 // messages end, so this is a clean end between frames and an error inside one.
@@ -233,9 +221,7 @@ pub(crate) async fn write_responses<W: AsyncWrite + Unpin>(
         }
         // The requests are answered: their in-flight permits go back to the reader.
         written.clear();
-        if buffer.capacity() > KEEP_BUFFER_BYTES {
-            buffer = BytesMut::new();
-        }
+        broker_net::release_if_grown(&mut buffer);
     }
     // The peer may already be gone; there is nothing left to tell it either way.
     let _ = time::timeout(write_timeout, stream.shutdown()).await;

@@ -53,7 +53,7 @@ use tokio::net::TcpListener;
 
 pub use broker_storage::{Fsync, Storage};
 pub use config::{Config, SERVER_NAME};
-pub use listen::{normalize_listen_addr, resolve_listen_addr};
+pub use listen::resolve_listen_addr;
 pub use security::{AuthToken, ServerTls};
 
 /// Why the server could not start or serve.
@@ -73,6 +73,9 @@ pub enum ServerError {
     /// A socket operation failed (binding, reading the local address).
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    /// The auth token could not be loaded.
+    #[error(transparent)]
+    Token(#[from] broker_net::TokenError),
     /// The data directory is locked by another server, damaged, or cannot be read or
     /// written.
     #[error(transparent)]
@@ -162,4 +165,13 @@ pub fn open_storage(config: &Config) -> Result<Option<Storage>, ServerError> {
         )));
     }
     Ok(Some(storage))
+}
+
+impl From<broker_net::AddressError> for ServerError {
+    fn from(error: broker_net::AddressError) -> Self {
+        ServerError::InvalidAddress {
+            address: error.address,
+            reason: error.reason,
+        }
+    }
 }

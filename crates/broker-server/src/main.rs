@@ -8,10 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use broker_core::Limits;
-use broker_server::{
-    normalize_listen_addr, resolve_listen_addr, AuthToken, Config, ServerError, ServerTls,
-};
 use broker_server::{open_storage, Fsync};
+use broker_server::{resolve_listen_addr, AuthToken, Config, ServerError, ServerTls};
 use clap::Parser;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -30,9 +28,6 @@ Examples:
 
 The auth token comes from --auth-token-file or the BROKER_AUTH_TOKEN environment variable,
 never from a command-line value (which any user could read in the process list).";
-
-/// The environment variable holding the auth token itself.
-const AUTH_TOKEN_ENV: &str = "BROKER_AUTH_TOKEN";
 
 /// A message broker: partitioned topics, consumer groups, acks and Kafka-style fetch and commit,
 /// served over TCP.
@@ -215,7 +210,7 @@ impl Args {
             fsync: self.fsync.into(),
             fsync_interval: Duration::from_millis(self.fsync_interval_ms),
             snapshot_log_bytes: self.snapshot_log_bytes,
-            auth_token: self.auth_token()?,
+            auth_token: AuthToken::load(self.auth_token_file.as_deref())?,
             tls: match (&self.tls_cert, &self.tls_key) {
                 (Some(cert), Some(key)) => Some(ServerTls::from_pem_files(cert, key)?),
                 _ => None,
@@ -223,33 +218,13 @@ impl Args {
             ..Config::default()
         })
     }
-
-    /// The token from `--auth-token-file` or `BROKER_AUTH_TOKEN`; both at once is an error.
-    fn auth_token(&self) -> Result<Option<AuthToken>, ServerError> {
-        let from_env = std::env::var_os(AUTH_TOKEN_ENV);
-        match (&self.auth_token_file, from_env) {
-            (Some(_), Some(_)) => Err(ServerError::InvalidConfig(format!(
-                "give the auth token through --auth-token-file or {AUTH_TOKEN_ENV}, not both"
-            ))),
-            (Some(path), None) => AuthToken::from_file(path).map(Some),
-            (None, Some(token)) => {
-                let token = token.into_string().map_err(|_| {
-                    ServerError::InvalidConfig(format!("{AUTH_TOKEN_ENV} is not valid UTF-8"))
-                })?;
-                AuthToken::new(token)
-                    .map(Some)
-                    .map_err(|_| ServerError::InvalidConfig(format!("{AUTH_TOKEN_ENV} is empty")))
-            }
-            (None, None) => Ok(None),
-        }
-    }
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     let config = args.config().and_then(|config| {
         config.validate()?;
-        normalize_listen_addr(&args.listen)?;
+        broker_net::listen_address(&args.listen)?;
         Ok(config)
     });
     let config = match config {

@@ -32,22 +32,13 @@ impl AuthToken {
         Ok(AuthToken(token))
     }
 
-    /// Reads a token from a file: its content without trailing line breaks (so a file written
-    /// by `echo` works).
+    /// The token from `file` (when given) or from the `BROKER_AUTH_TOKEN` environment variable
+    /// (see `broker_net::auth_token`); `None` when neither is set.
     ///
     /// # Errors
-    /// [`ServerError::InvalidConfig`] if the file cannot be read, is not UTF-8 or holds no
-    /// token.
-    pub fn from_file(path: &Path) -> Result<AuthToken, ServerError> {
-        let text = std::fs::read_to_string(path).map_err(|error| {
-            ServerError::InvalidConfig(format!(
-                "cannot read the auth token file {}: {error}",
-                path.display()
-            ))
-        })?;
-        AuthToken::new(text.trim_end_matches(['\r', '\n'])).map_err(|_| {
-            ServerError::InvalidConfig(format!("the auth token file {} is empty", path.display()))
-        })
+    /// [`ServerError::Token`] when both are set, the file cannot be read, or the token is empty.
+    pub fn load(file: Option<&Path>) -> Result<Option<AuthToken>, ServerError> {
+        Ok(broker_net::auth_token(file)?.map(AuthToken))
     }
 
     /// Whether `presented` is this token, compared in constant time.
@@ -186,9 +177,9 @@ mod tests {
     fn token_file_loses_its_trailing_newline() {
         let path = std::env::temp_dir().join(format!("broker-token-{}", std::process::id()));
         std::fs::write(&path, "s3cret\n").unwrap();
-        let token = AuthToken::from_file(&path).unwrap();
+        let token = AuthToken::load(Some(&path)).unwrap().unwrap();
         std::fs::write(&path, "\n").unwrap();
-        let empty = AuthToken::from_file(&path);
+        let empty = AuthToken::load(Some(&path));
         std::fs::remove_file(&path).unwrap();
         assert!(token.matches(Some("s3cret")));
         assert!(empty.is_err());

@@ -2,14 +2,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command as Process, Stdio};
 
 use broker_core::Outcome;
-use common::{call, connect, create};
+use broker_testkit::raw::{call, connect, create};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_broker-server");
 

@@ -6,15 +6,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::Duration;
 
 use broker_core::Outcome;
 use broker_proto::{ClientHandshakeCodec, HelloReply, RequestFrame, ServerCodec};
 use broker_server::Config;
+use broker_testkit::in_process::TestServer;
+use broker_testkit::raw::*;
 use bytes::BytesMut;
-use common::*;
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

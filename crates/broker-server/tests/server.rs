@@ -2,8 +2,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::Duration;
 
 use broker_core::{Command, Outcome};
@@ -12,8 +10,9 @@ use broker_proto::{
     PROTOCOL_VERSION,
 };
 use broker_server::Config;
+use broker_testkit::in_process::TestServer;
+use broker_testkit::raw::*;
 use bytes::{BufMut, Bytes, BytesMut};
-use common::*;
 use futures::{SinkExt, StreamExt};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -752,7 +751,7 @@ async fn requests_in_the_same_write_as_the_hello_are_served() {
         framed.next().await.unwrap().unwrap(),
         broker_proto::Decoded::Message(HelloReply::Welcome { .. })
     ));
-    let mut client: Client = framed.map_codec(|codec| codec.retype());
+    let mut client: RawClient = framed.map_codec(|codec| codec.retype());
     let response = recv(&mut client).await;
     assert_eq!(response.correlation_id, 5);
     assert_eq!(response.result, Ok(Outcome::Created(true)));

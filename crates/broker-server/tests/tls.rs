@@ -3,15 +3,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../../tests/support/certs.rs"]
-mod certs;
-mod common;
-
 use std::time::Duration;
 
 use broker_server::{Config, ServerTls};
-use certs::TestPki;
-use common::TestServer;
+use broker_testkit::certs::TestPki;
+use broker_testkit::in_process::TestServer;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;

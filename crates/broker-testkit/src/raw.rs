@@ -1,6 +1,6 @@
-//! Test helpers: an in-process server on 127.0.0.1:0 and a minimal client over `Framed`.
-
-#![allow(clippy::unwrap_used, dead_code)]
+//! A minimal client over the protocol's codec: hello, then requests and responses one frame
+//! at a time, for tests of the wire itself (ordering, bad input, limits). Also builders for the
+//! commands such tests send most.
 
 use std::net::SocketAddr;
 
@@ -8,42 +8,16 @@ use broker_core::{Command, KeyHash, Outcome};
 use broker_proto::{
     ClientCodec, ClientHandshakeCodec, ErrorReply, Hello, HelloReply, RequestFrame, ResponseFrame,
 };
-use broker_server::{Config, ServerError};
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 
-/// A server running in this process.
-pub struct TestServer {
-    pub addr: SocketAddr,
-    stop: oneshot::Sender<()>,
-    handle: JoinHandle<Result<(), ServerError>>,
-}
-
-impl TestServer {
-    pub async fn start(config: Config) -> TestServer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let handle = tokio::spawn(broker_server::run(listener, config, async move {
-            let _ = stopped.await;
-        }));
-        TestServer { addr, stop, handle }
-    }
-
-    pub async fn stop(self) -> Result<(), ServerError> {
-        self.stop.send(()).unwrap();
-        self.handle.await.unwrap()
-    }
-}
-
-pub type Client = Framed<TcpStream, ClientCodec>;
+/// A connection speaking the protocol through its codec, with nothing in between.
+pub type RawClient = Framed<TcpStream, ClientCodec>;
 
 /// Connects, says hello and checks the welcome.
-pub async fn connect(addr: SocketAddr) -> Client {
+pub async fn connect(addr: SocketAddr) -> RawClient {
     let stream = TcpStream::connect(addr).await.unwrap();
     let mut framed = Framed::new(stream, ClientHandshakeCodec::new(64 * 1024 * 1024));
     framed.send(Hello::new("test", None)).await.unwrap();
@@ -55,7 +29,7 @@ pub async fn connect(addr: SocketAddr) -> Client {
 }
 
 /// Sends one request without waiting for its response.
-pub async fn send(client: &mut Client, correlation_id: u64, max_wait_ms: u32, command: Command) {
+pub async fn send(client: &mut RawClient, correlation_id: u64, max_wait_ms: u32, command: Command) {
     client
         .send(RequestFrame {
             correlation_id,
@@ -67,7 +41,7 @@ pub async fn send(client: &mut Client, correlation_id: u64, max_wait_ms: u32, co
 }
 
 /// Reads the next response.
-pub async fn recv(client: &mut Client) -> ResponseFrame {
+pub async fn recv(client: &mut RawClient) -> ResponseFrame {
     match client.next().await.unwrap().unwrap() {
         broker_proto::Decoded::Message(response) => response,
         other => panic!("undecodable response {other:?}"),
@@ -75,18 +49,19 @@ pub async fn recv(client: &mut Client) -> ResponseFrame {
 }
 
 /// Whether the server closed the connection (clean end of stream, or a reset).
-pub async fn is_closed(client: &mut Client) -> bool {
+pub async fn is_closed(client: &mut RawClient) -> bool {
     !matches!(client.next().await, Some(Ok(_)))
 }
 
 /// One request, one response, checked to carry the request's id.
-pub async fn call(client: &mut Client, command: Command) -> Result<Outcome, ErrorReply> {
+pub async fn call(client: &mut RawClient, command: Command) -> Result<Outcome, ErrorReply> {
     send(client, 7, 0, command).await;
     let response = recv(client).await;
     assert_eq!(response.correlation_id, 7);
     response.result
 }
 
+/// `Create` of `topic` with `partition_count` partitions and the default key hash.
 pub fn create(topic: &str, partition_count: i32) -> Command {
     Command::Create {
         topic: topic.into(),
@@ -95,6 +70,7 @@ pub fn create(topic: &str, partition_count: i32) -> Command {
     }
 }
 
+/// `Publish` of `payload` to `partition` of `topic`.
 pub fn publish(topic: &str, partition: i32, payload: &'static str) -> Command {
     Command::Publish {
         topic: topic.into(),
@@ -103,6 +79,7 @@ pub fn publish(topic: &str, partition: i32, payload: &'static str) -> Command {
     }
 }
 
+/// `Join` of `member` to `group` on `topic`, with the group's own assignor.
 pub fn join(topic: &str, group: &str, member: &str) -> Command {
     Command::Join {
         topic: topic.into(),
@@ -112,6 +89,7 @@ pub fn join(topic: &str, group: &str, member: &str) -> Command {
     }
 }
 
+/// `Poll` of up to `max_records` records, without a byte budget.
 pub fn poll(topic: &str, group: &str, member: &str, max_records: i32) -> Command {
     Command::Poll {
         topic: topic.into(),
@@ -122,6 +100,7 @@ pub fn poll(topic: &str, group: &str, member: &str, max_records: i32) -> Command
     }
 }
 
+/// `Redeliver` of up to `max_records` records, without a byte budget.
 pub fn redeliver(topic: &str, group: &str, member: &str, max_records: i32) -> Command {
     Command::Redeliver {
         topic: topic.into(),
@@ -132,6 +111,7 @@ pub fn redeliver(topic: &str, group: &str, member: &str, max_records: i32) -> Co
     }
 }
 
+/// `Leave` of `member` from `group` on `topic`.
 pub fn leave(topic: &str, group: &str, member: &str) -> Command {
     Command::Leave {
         topic: topic.into(),
@@ -141,7 +121,7 @@ pub fn leave(topic: &str, group: &str, member: &str) -> Command {
 }
 
 /// The offset in flight for `group` on partition 0 of the only topic, read through `client`.
-pub async fn in_flight(client: &mut Client, group: &str) -> Option<i64> {
+pub async fn in_flight(client: &mut RawClient, group: &str) -> Option<i64> {
     match call(client, describe()).await {
         Ok(Outcome::Description(description)) => description.topics[0]
             .groups
@@ -152,6 +132,7 @@ pub async fn in_flight(client: &mut Client, group: &str) -> Option<i64> {
     }
 }
 
+/// `Ack` of the delivery at `partition`, `offset`.
 pub fn ack(topic: &str, group: &str, member: &str, partition: i32, offset: i64) -> Command {
     Command::Ack {
         topic: topic.into(),
@@ -162,6 +143,7 @@ pub fn ack(topic: &str, group: &str, member: &str, partition: i32, offset: i64) 
     }
 }
 
+/// `Retry` of the delivery at `partition`, `offset`.
 pub fn retry(topic: &str, group: &str, member: &str, partition: i32, offset: i64) -> Command {
     Command::Retry {
         topic: topic.into(),
@@ -172,6 +154,7 @@ pub fn retry(topic: &str, group: &str, member: &str, partition: i32, offset: i64
     }
 }
 
+/// `Assignment` of `member`.
 pub fn assignment(topic: &str, group: &str, member: &str) -> Command {
     Command::Assignment {
         topic: topic.into(),
@@ -180,6 +163,7 @@ pub fn assignment(topic: &str, group: &str, member: &str) -> Command {
     }
 }
 
+/// `Describe` of every topic.
 pub fn describe() -> Command {
     Command::Describe { topic: None }
 }

@@ -1,8 +1,6 @@
 //! Certificates made at test time with rcgen: a certificate authority and a server
 //! certificate it signed, as PEM text and as files in a temporary directory (removed on drop).
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -20,7 +20,7 @@ use hdrhistogram::Histogram;
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 
-use crate::bench::{encode_payload, new_histogram, Producer};
+use super::load::{encode_payload, new_histogram, Producer};
 
 /// The largest frame this load generator reads: responses to publishes are a few bytes.
 const MAX_FRAME: usize = 1 << 20;

@@ -1,9 +1,8 @@
 //! Starting and stopping the real `broker-server` binary for end-to-end tests.
 //!
 //! The server listens on `127.0.0.1:0`; the harness reads the `listening on <address>` line it
-//! prints when ready (no sleeps, no fixed ports) and kills the process when dropped.
-
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! prints when ready (no sleeps, no fixed ports) and kills the process (by its pid) when
+//! dropped.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -11,19 +10,21 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// The `broker-server` binary: Cargo's path when this test belongs to the server's package,
-/// otherwise the one beside this test's own target directory (built by `cargo test --workspace`).
+/// The `broker-server` binary in the running test's target directory (Cargo builds it for the
+/// server's own tests and for `cargo test --workspace`).
 pub fn server_binary() -> PathBuf {
-    if let Some(path) = option_env!("CARGO_BIN_EXE_broker-server") {
-        return PathBuf::from(path);
-    }
+    binary("broker-server")
+}
+
+/// The binary `name` (`broker-server`, `broker`) in the running test's target directory.
+pub fn binary(name: &str) -> PathBuf {
     let mut dir = std::env::current_exe().expect("test executable path");
     dir.pop(); // deps/
     dir.pop(); // debug/ or release/
-    let path = dir.join(format!("broker-server{}", std::env::consts::EXE_SUFFIX));
+    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     assert!(
         path.exists(),
-        "{} does not exist: run `cargo test --workspace` (or `cargo build -p broker-server`)",
+        "{} does not exist: run `cargo test --workspace` (or `cargo build --bins`)",
         path.display()
     );
     path
@@ -171,41 +172,4 @@ impl Drop for ServerProcess {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// A small deterministic generator (xorshift64*): the same seed gives the same calls, so a
-/// failing run reproduces.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        // Xorshift never leaves zero: a zero seed is made odd.
-        self.0 |= u64::from(self.0 == 0);
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// A number below `n` (which must not be 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    /// One of `choices` (which must not be empty).
-    pub fn pick<T: Clone>(&mut self, choices: &[T]) -> T {
-        choices[self.below(choices.len() as u64) as usize].clone()
-    }
-}
-
-/// The number in the environment variable `name`, or `default` when it is not set.
-pub fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .map(|value| {
-            value
-                .parse()
-                .unwrap_or_else(|_| panic!("{name} must be a number"))
-        })
-        .unwrap_or(default)
 }

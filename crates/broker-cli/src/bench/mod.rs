@@ -11,19 +11,20 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use broker_client::{BrokerRecord, Client, PublishRecord, MAX_POLL_RECORDS};
-use bytes::{BufMut, Bytes, BytesMut};
 use clap::{Args, ValueEnum};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::commands::Server;
+use crate::connect::Server;
 use crate::size::with_thousands;
-use crate::wire;
 
-/// Bytes at the start of every payload: producer (u32), sequence (u64), send time (u64 ns).
-const HEADER_BYTES: usize = 20;
+mod load;
+mod wire;
+
+use load::{decode_header, encode_payload, new_histogram, Producer, Shared, HEADER_BYTES};
+
 /// How long an idle consumer waits on the server for a record before asking again.
 const CONSUMER_WAIT: Duration = Duration::from_millis(100);
 /// How long a producer backs off when its partition is full before publishing again; doubled
@@ -215,16 +216,6 @@ struct BenchReport {
     check_passed: bool,
 }
 
-/// Counters shared by every task of a run.
-pub(crate) struct Shared {
-    pub(crate) start: Instant,
-    pub(crate) published: AtomicU64,
-    pub(crate) refused: AtomicU64,
-    /// Publish requests answered (a batch is one).
-    pub(crate) requests: AtomicU64,
-    producers_done: AtomicBool,
-}
-
 /// Exactly-once and ordering checks for one group.
 struct GroupCheck {
     next_offset: Vec<i64>,
@@ -280,33 +271,6 @@ impl GroupCheck {
     fn missing(&self) -> u64 {
         self.seen.iter().flatten().filter(|seen| !**seen).count() as u64
     }
-}
-
-pub(crate) fn new_histogram() -> Histogram<u64> {
-    // 1 ns to 100 s with 3 significant digits: every latency a run can see.
-    Histogram::new_with_bounds(1, 100_000_000_000, 3)
-        .unwrap_or_else(|_| unreachable!("the bounds are constant and valid"))
-}
-
-pub(crate) fn encode_payload(size: usize, producer: u32, sequence: u64, sent_nanos: u64) -> Bytes {
-    let mut payload = BytesMut::with_capacity(size);
-    payload.put_u32_le(producer);
-    payload.put_u64_le(sequence);
-    payload.put_u64_le(sent_nanos);
-    payload.resize(size, b'x');
-    payload.freeze()
-}
-
-fn decode_header(payload: &[u8]) -> Option<(u32, u64, u64)> {
-    let header = payload.get(..HEADER_BYTES)?;
-    let u64_at = |at: usize| {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(&header[at..at + 8]);
-        u64::from_le_bytes(bytes)
-    };
-    let mut producer = [0u8; 4];
-    producer.copy_from_slice(&header[..4]);
-    Some((u32::from_le_bytes(producer), u64_at(4), u64_at(12)))
 }
 
 /// How many records each producer publishes: `records` split as evenly as possible.
@@ -536,19 +500,6 @@ fn spawn_ticker(
             ));
         }
     })
-}
-
-pub(crate) struct Producer {
-    pub(crate) topic: String,
-    pub(crate) index: u32,
-    pub(crate) share: u64,
-    pub(crate) partitions: i32,
-    pub(crate) size: usize,
-    pub(crate) depth: usize,
-    pub(crate) batch: usize,
-    pub(crate) retry_full: bool,
-    pub(crate) deadline: Option<Instant>,
-    pub(crate) shared: Arc<Shared>,
 }
 
 /// Publishes the producer's share with `depth` requests in flight; returns the latency of every

@@ -1,0 +1,21 @@
+//! The broker's test harness, shared by every test family of the workspace (the server's, the
+//! client's, the command line's and the end-to-end tests of the real binaries). Not published:
+//! it exists for the broker's own tests.
+//!
+//! - [`process`]: the real `broker-server` binary on `127.0.0.1:0`, started and stopped by pid.
+//! - [`in_process`]: the server in this process on `127.0.0.1:0`, with a oneshot as shutdown.
+//! - [`raw`]: a minimal client over the protocol's codec, for tests of the wire itself.
+//! - [`proxy`]: a TCP proxy that can cut every connection through it and change its backend.
+//! - [`certs`]: a certificate authority and a server certificate, made at test time.
+//! - [`rng`]: a deterministic generator, and numbers from the environment for longer runs.
+//!
+//! Tests panic on failure, so the harness does too: its `unwrap`s are assertions.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
+
+pub mod certs;
+pub mod in_process;
+pub mod process;
+pub mod proxy;
+pub mod raw;
+pub mod rng;
