@@ -458,7 +458,8 @@ fn describe_prints_tables_and_json() {
     assert_eq!(topic["partitions"][1]["end_offset"], 0);
     let group = &topic["groups"][0];
     assert_eq!(group["name"], "billing");
-    assert_eq!(group["assignor"], "RoundRobin");
+    // Named as in the text output and the --assignor flag.
+    assert_eq!(group["assignor"], "round-robin");
     assert_eq!(group["members"][0]["member"], "m1");
     assert_eq!(group["members"][0]["partitions"], serde_json::json!([0]));
     assert_eq!(group["partitions"][0]["committed"], 1);
@@ -552,7 +553,7 @@ fn join_and_leave_print_the_assignment_and_rebalance() {
 }
 
 #[test]
-fn size_prints_seed_004s_worked_example() {
+fn size_prints_the_sizing_example() {
     let run = broker_alone(&[
         "size",
         "--message-bytes",

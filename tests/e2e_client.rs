@@ -1,6 +1,6 @@
 //! The whole contract through `broker_client::Client` against the real `broker-server` binary:
-//! seed 000's worked examples and validation rules, the Kafka-style scenarios of seeds 001 and
-//! 004, concurrency (tasks sharing a client, many clients, thousands of pipelined requests),
+//! the contract's worked examples and validation rules, the Kafka-style scenarios,
+//! concurrency (tasks sharing a client, many clients, thousands of pipelined requests),
 //! long-poll wake-ups, consumer liveness (session timeout, leave on disconnect) and graceful
 //! shutdown on SIGTERM.
 //!
@@ -45,7 +45,7 @@ async fn connect(server: &ServerProcess) -> Client {
         .expect("connect to broker-server")
 }
 
-/// Asserts that `result` is the network form of seed 000's invalid-argument exception.
+/// Asserts that `result` is the network form of the core's invalid-argument error.
 #[track_caller]
 fn assert_invalid<T: std::fmt::Debug>(what: &str, result: Result<T, Error>) {
     match result {
@@ -78,16 +78,16 @@ async fn wait_for_assignment(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Seed 000
+// The core contract
 
 #[tokio::test]
-async fn seed_000_capacity_2_worked_example() {
+async fn capacity_2_worked_example() {
     let server = ServerProcess::start(&["--capacity", "2"]);
     let client = connect(&server).await;
     assert!(client.create("orders", 1).await.unwrap());
     assert_eq!(client.publish("orders", 0, "a").await.unwrap(), 0);
     assert_eq!(client.publish("orders", 0, "b").await.unwrap(), 1);
-    // Not in the seed's table: the partition is now full, and a refused publish uses no offset.
+    // Not in the worked example: the partition is now full, and a refused publish uses no offset.
     assert_eq!(client.publish("orders", 0, "c").await.unwrap(), -1);
     assert_eq!(client.end_offset("orders", 0).await.unwrap(), 2);
     assert_eq!(client.join("orders", "billing", "m1").await.unwrap(), [0]);
@@ -126,7 +126,7 @@ async fn seed_000_capacity_2_worked_example() {
 }
 
 #[tokio::test]
-async fn seed_000_three_partition_rebalance_example() {
+async fn three_partition_rebalance_example() {
     let server = ServerProcess::start(&["--capacity", "10"]);
     let client = connect(&server).await;
     client.create("t", 3).await.unwrap();
@@ -301,7 +301,7 @@ async fn invalid_arguments_are_refused_and_change_nothing() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Kafka style (seeds 001 and 004)
+// Kafka style
 
 #[tokio::test]
 async fn range_assignor_gives_6_partitions_over_a_b_c_two_each_and_idles_extra_members() {
@@ -539,7 +539,7 @@ const KAFKA_MURMUR2: [(&str, i32); 6] = [
     ("abc", 479_470_107),
 ];
 
-/// 32-bit FNV-1a as SPEC.md defines it.
+/// 32-bit FNV-1a, as the broker defines it.
 fn fnv1a(bytes: &[u8]) -> u32 {
     bytes.iter().fold(0x811c_9dc5_u32, |hash, &b| {
         (hash ^ u32::from(b)).wrapping_mul(0x0100_0193)

@@ -235,7 +235,7 @@ fn records(mut r: Reader<'_>, topic: &str) -> Vec<(i32, i64, Vec<u8>)> {
 }
 
 #[test]
-fn seed_000_worked_example_in_hand_written_bytes() {
+fn worked_example_in_hand_written_bytes() {
     let server = ServerProcess::start(&["--capacity", "2"]);
     let mut conn = Conn::open(&server);
 

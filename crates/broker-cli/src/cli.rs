@@ -140,7 +140,7 @@ pub struct PublishArgs {
 /// Which consumption protocol `broker consume` uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ConsumeMode {
-    /// Seed 000: poll reserves one record per partition, each is acknowledged after printing.
+    /// Ack mode: poll reserves one record per partition, each is acknowledged after printing.
     Ack,
     /// Kafka style: fetch batches from the member's position, commit after printing them.
     Fetch,
@@ -236,7 +236,7 @@ pub struct LagArgs {
 /// `broker size`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Example (seed 004): 1,500-byte messages at 2,000/s kept 3 days with 3 \
+    after_help = "Example: 1,500-byte messages at 2,000/s kept 3 days with 3 \
 replicas need 2,332,800,000,000 bytes before headroom:\n  broker size --message-bytes 1500 \
 --rate 2000 --retention 3d --replication 3"
 )]

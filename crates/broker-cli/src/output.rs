@@ -37,20 +37,6 @@ fn table(header: &[&str]) -> Table {
     table
 }
 
-fn assignor_name(assignor: Assignor) -> &'static str {
-    match assignor {
-        Assignor::RoundRobin => "round-robin",
-        Assignor::Range => "range",
-    }
-}
-
-fn key_hash_name(key_hash: KeyHash) -> &'static str {
-    match key_hash {
-        KeyHash::Murmur2 => "murmur2",
-        KeyHash::Fnv1a => "fnv1a",
-    }
-}
-
 /// The description as tables: per topic its partitions, then each group's state.
 pub fn description_text(description: &BrokerDescription) -> String {
     if description.topics.is_empty() {
@@ -70,7 +56,7 @@ fn topic_text(topic: &TopicDescription) -> String {
         topic.name,
         topic.partitions.len(),
         if topic.partitions.len() == 1 { "" } else { "s" },
-        key_hash_name(topic.key_hash),
+        KeyHash::name(topic.key_hash),
         topic.retained_bytes
     );
     let mut partitions = table(&["PARTITION", "EARLIEST", "END", "RECORDS", "BYTES"]);
@@ -101,7 +87,7 @@ fn topic_text(topic: &TopicDescription) -> String {
         out.push_str(&format!(
             "\n  group {} ({}): {members}\n",
             group.name,
-            assignor_name(group.assignor)
+            Assignor::name(group.assignor)
         ));
         let mut rows = table(&[
             "PARTITION",

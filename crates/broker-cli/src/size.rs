@@ -1,4 +1,4 @@
-//! Disk sizing (seed 004): message size × rate × retention × replication, plus headroom, in
+//! Disk sizing: message size × rate × retention × replication, plus headroom, in
 //! overflow-checked 64-bit arithmetic.
 
 use std::fmt;
@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-/// What to size: the inputs of seed 004's capacity-planning product.
+/// What to size: the inputs of the sizing example's capacity plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SizingInput {
     /// Average message size in bytes (payload plus key and overhead, as the user counts it).
@@ -122,7 +122,7 @@ pub fn human(bytes: u64) -> String {
 mod tests {
     use super::*;
 
-    fn seed_example(headroom_percent: u64) -> SizingInput {
+    fn sizing_example(headroom_percent: u64) -> SizingInput {
         SizingInput {
             message_bytes: 1_500,
             messages_per_second: 2_000,
@@ -133,8 +133,8 @@ mod tests {
     }
 
     #[test]
-    fn seed_004_worked_example_gives_2_332_800_000_000_bytes_before_headroom() {
-        let sizing = size(seed_example(0)).unwrap();
+    fn the_sizing_example_gives_2_332_800_000_000_bytes_before_headroom() {
+        let sizing = size(sizing_example(0)).unwrap();
         assert_eq!(sizing.bytes_per_second, 3_000_000);
         assert_eq!(sizing.one_copy_bytes, 777_600_000_000);
         assert_eq!(sizing.replicated_bytes, 2_332_800_000_000);
@@ -145,7 +145,7 @@ mod tests {
     #[test]
     fn headroom_is_added_on_top_and_rounded_up() {
         assert_eq!(
-            size(seed_example(30)).unwrap().with_headroom_bytes,
+            size(sizing_example(30)).unwrap().with_headroom_bytes,
             3_032_640_000_000
         );
         let odd = SizingInput {
@@ -189,7 +189,7 @@ mod tests {
     #[test]
     fn thirty_two_bit_overflowing_inputs_are_exact() {
         // 1500 × 2000 × 259200 overflows 32 bits at the second step.
-        assert!(size(seed_example(0)).unwrap().one_copy_bytes > u64::from(u32::MAX));
+        assert!(size(sizing_example(0)).unwrap().one_copy_bytes > u64::from(u32::MAX));
     }
 
     #[test]

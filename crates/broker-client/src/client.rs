@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+#[cfg(doc)]
+use broker_core::EventBroker;
 use broker_core::{
     Assignor, BrokerDescription, BrokerRecord, Command, KeyHash, Outcome, PartitionLag,
     PublishRecord, TopicDescription,
@@ -224,19 +226,20 @@ impl Client {
         Box::pin(self.inner.call(command, max_wait_ms, deadline)).await
     }
 
-    /// Creates `topic` with `partition_count` partitions and the default key hash; `false` if
-    /// it already exists (it is kept as it is).
+    /// [`EventBroker::create`] over the network: creates `topic` with `partition_count`
+    /// partitions and the default key hash; `false` if it already exists.
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] with `InvalidArgument` for a malformed name or a partition count
-    /// outside 1 to 64; otherwise as [`Client::send`].
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::create`] says;
+    /// otherwise as [`Client::send`].
     pub async fn create(&self, topic: &str, partition_count: i32) -> Result<bool, Error> {
         self.create_with(topic, partition_count, KeyHash::default())
             .await
     }
 
-    /// [`Client::create`] with the hash keyed publishes use to pick a partition.
+    /// [`EventBroker::create_with`] over the network: [`Client::create`] with the hash keyed
+    /// publishes use to pick a partition.
     ///
     /// # Errors
     ///
@@ -258,19 +261,17 @@ impl Client {
         }
     }
 
-    /// Adds `member` to `group` (created round-robin if absent) and returns its partitions,
-    /// ascending.
+    /// [`EventBroker::join`] over the network: joins `group` and returns the member's partitions.
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier or an unknown topic;
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::join`] says;
     /// otherwise as [`Client::send`].
     pub async fn join(&self, topic: &str, group: &str, member: &str) -> Result<Vec<i32>, Error> {
         self.join_command(topic, group, member, None).await
     }
 
-    /// [`Client::join`] naming the group's assignor: a new group uses it, an existing group must
-    /// already use it.
+    /// [`EventBroker::join_with`] over the network: [`Client::join`] naming the group's assignor.
     ///
     /// # Errors
     ///
@@ -305,11 +306,11 @@ impl Client {
         }
     }
 
-    /// Removes `member` from `group` and rebalances; `false` if it was not a member.
+    /// [`EventBroker::leave`] over the network: leaves `group`; `false` if not a member.
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier or an unknown topic;
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::leave`] says;
     /// otherwise as [`Client::send`].
     pub async fn leave(&self, topic: &str, group: &str, member: &str) -> Result<bool, Error> {
         let command = Command::Leave {
@@ -323,12 +324,12 @@ impl Client {
         }
     }
 
-    /// Appends `payload` to `partition` and returns its offset, or `-1` when the partition is
-    /// full.
+    /// [`EventBroker::publish`] over the network: the record's offset, or `-1` when the partition
+    /// is full.
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic or partition;
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::publish`] says;
     /// [`Error::Server`] with `TooLarge` for a payload over the server's limit; otherwise as
     /// [`Client::send`].
     pub async fn publish(
@@ -348,8 +349,8 @@ impl Client {
         }
     }
 
-    /// Publishes by key (the partition Kafka's Java client would pick, or the topic's FNV-1a),
-    /// or round-robin without one; returns the partition and the offset (`-1` when full).
+    /// [`EventBroker::publish_keyed`] over the network: the partition and offset (`-1` when
+    /// full).
     ///
     /// # Errors
     ///
@@ -371,18 +372,15 @@ impl Client {
         }
     }
 
-    /// Publishes many records in one request, applied atomically: each goes to its explicit
-    /// partition, or where its key hashes, or round-robin, as single publishes would. Returns
-    /// each record's partition and offset (`-1` where its partition was full). One request per
-    /// batch instead of one per record is the fast way to publish a stream.
+    /// [`EventBroker::publish_batch`] over the network: many records in one request, applied
+    /// atomically; each record's partition and offset (`-1` where full). One request per batch
+    /// instead of one per record is the fast way to publish a stream.
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] with `InvalidArgument` for a malformed or unknown topic, more than
-    /// [`broker_core::MAX_BATCH_RECORDS`] records or an explicit partition the topic does not
-    /// have (nothing is published then); [`Error::Server`] with `TooLarge` when a record
-    /// exceeds the payload limit or the batch exceeds the frame limit; otherwise as
-    /// [`Client::send`].
+    /// [`Error::Broker`] when the broker refuses the batch, as [`EventBroker::publish_batch`]
+    /// says (nothing is published then); [`Error::Server`] with `TooLarge` when a record exceeds the
+    /// payload limit or the batch the frame limit; otherwise as [`Client::send`].
     pub async fn publish_batch(
         &self,
         topic: &str,
@@ -398,13 +396,12 @@ impl Client {
         }
     }
 
-    /// Reserves up to `max_records` records, at most one per partition of the member, each in
-    /// flight until acknowledged or retried. Never waits: `[]` when nothing is eligible.
+    /// [`EventBroker::poll`] over the network. Never waits: `[]` when nothing is eligible.
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier, an unknown topic or
-    /// `max_records` outside 1 to 64; otherwise as [`Client::send`].
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::poll`] says;
+    /// otherwise as [`Client::send`].
     pub async fn poll(
         &self,
         topic: &str,
@@ -460,15 +457,13 @@ impl Client {
         }
     }
 
-    /// Acknowledges `acks` (partition, offset) in order, then polls, in one request and one
-    /// atomic step on the server: a consumer settles its last round and takes the next in one
-    /// round trip instead of one per acknowledgement. Returns whether each acknowledgement
-    /// matched (as [`Client::ack`]), in `acks` order, and the records (as [`Client::poll`]).
+    /// [`EventBroker::ack_and_poll`] over the network: the last round's acknowledgements and the
+    /// next poll in one request and one round trip.
     ///
     /// # Errors
     ///
-    /// As [`Client::ack`] for any of `acks` and [`Client::poll`], or more than
-    /// [`broker_core::MAX_ACKS`] acknowledgements; nothing is acknowledged then.
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::ack_and_poll`] says;
+    /// otherwise as [`Client::send`].
     pub async fn ack_and_poll(
         &self,
         topic: &str,
@@ -482,8 +477,8 @@ impl Client {
     }
 
     /// [`Client::ack_and_poll`] whose poll, when nothing is eligible, waits up to `max_wait`
-    /// (capped by the server's limit) as [`Client::poll_wait`]. The acknowledgements take
-    /// effect at once, before the wait.
+    /// (capped by the server's limit) as [`Client::poll_wait`]. The acknowledgements take effect at
+    /// once, before the wait.
     ///
     /// # Errors
     ///
@@ -528,14 +523,13 @@ impl Client {
         }
     }
 
-    /// Releases every delivery in flight to `member` and polls again, in one atomic step: the
-    /// records a poll whose answer was lost (a lost connection, a timeout) had reserved come
-    /// back first, each delivered anew, then the member's other partitions are polled as
-    /// [`Client::poll`] would. Never waits: `[]` when nothing is in flight or eligible.
+    /// [`EventBroker::redeliver`] over the network: releases the member's deliveries in flight
+    /// and polls again, so the records a lost poll answer had reserved come back first. Never waits.
     ///
     /// # Errors
     ///
-    /// As [`Client::poll`].
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::redeliver`] says;
+    /// otherwise as [`Client::send`].
     ///
     /// # Examples
     ///
@@ -577,13 +571,12 @@ impl Client {
         }
     }
 
-    /// Acknowledges the exact delivery in flight, advancing the group's committed offset;
-    /// `false`, changing nothing, on any mismatch.
+    /// [`EventBroker::ack`] over the network: `false`, changing nothing, on any mismatch.
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier, an unknown topic or
-    /// partition, or a negative offset; otherwise as [`Client::send`].
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::ack`] says;
+    /// otherwise as [`Client::send`].
     pub async fn ack(
         &self,
         topic: &str,
@@ -605,12 +598,12 @@ impl Client {
         }
     }
 
-    /// Releases the exact delivery in flight for redelivery, committing nothing; `false`,
-    /// changing nothing, on any mismatch.
+    /// [`EventBroker::retry`] over the network: `false`, changing nothing, on any mismatch.
     ///
     /// # Errors
     ///
-    /// As [`Client::ack`].
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::retry`] says;
+    /// otherwise as [`Client::send`].
     pub async fn retry(
         &self,
         topic: &str,
@@ -632,13 +625,12 @@ impl Client {
         }
     }
 
-    /// Returns up to `max_records` records from the member's fetch positions, advancing them
-    /// and committing nothing. Never waits: `[]` when there is nothing new.
+    /// [`EventBroker::fetch`] over the network. Never waits: `[]` when there is nothing new.
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier, an unknown topic or
-    /// `max_records` out of range; otherwise as [`Client::send`].
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::fetch`] says;
+    /// otherwise as [`Client::send`].
     pub async fn fetch(
         &self,
         topic: &str,
@@ -677,14 +669,13 @@ impl Client {
         }
     }
 
-    /// Stores the group's committed offsets: the member's fetch positions (`None`) or exactly
-    /// `offsets`, all or nothing.
+    /// [`EventBroker::commit`] over the network: stores the member's fetch positions (`None`) or
+    /// exactly `offsets`, all or nothing.
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] with `NotAssigned` naming the first partition in `offsets` the member
-    /// does not own, or `InvalidArgument` for a malformed identifier, an unknown topic or
-    /// partition, or a negative offset; otherwise as [`Client::send`].
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::commit`] says;
+    /// otherwise as [`Client::send`].
     pub async fn commit(
         &self,
         topic: &str,
@@ -704,11 +695,11 @@ impl Client {
         }
     }
 
-    /// The member's partitions, ascending; `[]` for an unknown group or member.
+    /// [`EventBroker::assignment`] over the network: the member's partitions, ascending.
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier or an unknown topic;
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::assignment`] says;
     /// otherwise as [`Client::send`].
     pub async fn assignment(
         &self,
@@ -727,13 +718,12 @@ impl Client {
         }
     }
 
-    /// The group's committed offset on `partition` (the earliest retained offset for a group
-    /// that never committed).
+    /// [`EventBroker::committed`] over the network: the group's committed offset on `partition`.
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier, an unknown topic or
-    /// partition; otherwise as [`Client::send`].
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::committed`] says;
+    /// otherwise as [`Client::send`].
     pub async fn committed(&self, topic: &str, group: &str, partition: i32) -> Result<i64, Error> {
         let command = Command::Committed {
             topic: topic.to_owned(),
@@ -746,12 +736,12 @@ impl Client {
         }
     }
 
-    /// The offset the next record published to `partition` will get.
+    /// [`EventBroker::end_offset`] over the network: the offset the next record gets.
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic or partition; otherwise as
-    /// [`Client::send`].
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::end_offset`] says;
+    /// otherwise as [`Client::send`].
     pub async fn end_offset(&self, topic: &str, partition: i32) -> Result<i64, Error> {
         let command = Command::EndOffset {
             topic: topic.to_owned(),
@@ -763,11 +753,11 @@ impl Client {
         }
     }
 
-    /// `end_offset - committed` for every partition of the topic, ascending.
+    /// [`EventBroker::lag`] over the network: `end_offset - committed` for every partition.
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier or an unknown topic;
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::lag`] says;
     /// otherwise as [`Client::send`].
     pub async fn lag(&self, topic: &str, group: &str) -> Result<Vec<PartitionLag>, Error> {
         let command = Command::Lag {
@@ -780,7 +770,7 @@ impl Client {
         }
     }
 
-    /// A snapshot of every topic and its groups.
+    /// [`EventBroker::describe`] over the network: every topic and its groups.
     ///
     /// # Errors
     ///
@@ -795,7 +785,7 @@ impl Client {
         }
     }
 
-    /// A snapshot of one topic and its groups.
+    /// [`EventBroker::describe`] over the network, for one topic and its groups.
     ///
     /// # Errors
     ///
@@ -909,23 +899,7 @@ impl Inner {
 
 /// The error for an outcome of the wrong kind for `call`.
 fn unexpected(call: &str, outcome: &Outcome) -> Error {
-    let kind = match outcome {
-        Outcome::Created(_) => "Created",
-        Outcome::Partitions(_) => "Partitions",
-        Outcome::Left(_) => "Left",
-        Outcome::Published(_) => "Published",
-        Outcome::PublishedKeyed { .. } => "PublishedKeyed",
-        Outcome::Records(_) => "Records",
-        Outcome::Acked(_) => "Acked",
-        Outcome::Retried(_) => "Retried",
-        Outcome::Committed => "Committed",
-        Outcome::Offset(_) => "Offset",
-        Outcome::Lag(_) => "Lag",
-        Outcome::Description(_) => "Description",
-        Outcome::PublishedBatch(_) => "PublishedBatch",
-        Outcome::AckedAndPolled { .. } => "AckedAndPolled",
-    };
-    Error::Protocol(format!("unexpected {kind} outcome for {call}"))
+    Error::Protocol(format!("unexpected {} outcome for {call}", outcome.name()))
 }
 
 #[cfg(test)]

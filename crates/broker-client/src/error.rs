@@ -18,7 +18,7 @@ use broker_proto::ErrorReply;
 pub enum Error {
     /// The broker refused the call (wire error codes 0 and 1), exactly as
     /// `broker_core::EventBroker` would have: the call changed nothing.
-    /// `Error::Broker(BrokerError::InvalidArgument(_))` is the network form of seed 000's
+    /// `Error::Broker(BrokerError::InvalidArgument(_))` is the network form of the core's
     /// invalid-argument exception.
     #[error(transparent)]
     Broker(BrokerError),

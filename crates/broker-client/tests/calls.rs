@@ -1,4 +1,4 @@
-//! Every typed call through the client against an in-process `broker-server`: seed 000's worked
+//! Every typed call through the client against an in-process `broker-server`: the contract's worked
 //! examples, validation errors as `Error::Broker`, keyed publishing, fetch/commit/lag, describe,
 //! and the waiting variants of poll and fetch.
 
@@ -25,7 +25,7 @@ fn record(topic: &str, partition: i32, offset: i64, payload: &'static str) -> Br
 }
 
 #[tokio::test]
-async fn seed_000_capacity_2_worked_example() {
+async fn capacity_2_worked_example() {
     let server = TestServer::with_capacity(2).await;
     let client = server.client().await;
     assert!(client.create("orders", 1).await.unwrap());
@@ -50,7 +50,7 @@ async fn seed_000_capacity_2_worked_example() {
 }
 
 #[tokio::test]
-async fn seed_000_rebalance_example() {
+async fn rebalance_worked_example() {
     let server = TestServer::with_capacity(10).await;
     let client = server.client().await;
     client.create("t", 3).await.unwrap();
@@ -328,4 +328,27 @@ async fn a_payload_over_the_servers_limit_is_a_server_error_and_the_connection_g
         Err(Error::Server(ErrorReply::TooLarge { .. }))
     ));
     assert_eq!(client.publish("t", 0, vec![0u8; 16]).await.unwrap(), 0);
+}
+
+/// The client takes every address form the `broker` command takes: `:PORT` for this machine,
+/// `HOST:PORT`, `[IPv6]:PORT`; a malformed one is refused before any connection.
+#[tokio::test]
+async fn every_address_form_of_the_command_line_connects() {
+    let server = TestServer::with_capacity(10).await;
+    let port = server.addr.port();
+    for address in [
+        format!(":{port}"),
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+    ] {
+        let client = broker_client::Client::connect(address.as_str())
+            .await
+            .unwrap();
+        assert!(client.create("t", 1).await.is_ok(), "{address}");
+    }
+    let refused = broker_client::Client::connect("localhost:notaport").await;
+    assert!(
+        matches!(&refused, Err(Error::Io(error)) if error.to_string().contains("port")),
+        "{refused:?}"
+    );
 }

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 /// Why a broker call was refused.
 ///
 /// Every variant means the call changed nothing: the broker validates a call completely before
-/// it touches any state. Mismatches that seed 000 defines as ordinary outcomes (acknowledging a
+/// it touches any state. Mismatches that the contract defines as ordinary outcomes (acknowledging a
 /// delivery that is not in flight, leaving as an absent member) are not errors: those calls
 /// return `false`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

@@ -1,8 +1,8 @@
 //! Unit tests of the core: one rule, one test, named after the rule.
 //!
-//! `seed000` holds seed 000's rules and worked examples, `validation` every validation rule
+//! `contract` holds the core contract's rules and worked examples, `validation` every validation rule
 //! (each also checking that the invalid call changed nothing), and `kafka` the Kafka-style
-//! consumption of seeds 001 and 004 with SPEC.md's decided edge cases, `memory` the memory
+//! consumption with its decided edge cases, `memory` the memory
 //! budget, `batch` batch publishing, `ack_and_poll` the combined call, and `limits` the topic,
 //! group and member limits.
 
@@ -10,11 +10,11 @@
 
 mod ack_and_poll;
 mod batch;
+mod contract;
 mod kafka;
 mod limits;
 mod memory;
 mod redeliver;
-mod seed000;
 mod validation;
 
 use std::fmt::Debug;

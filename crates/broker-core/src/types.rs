@@ -1,5 +1,7 @@
 //! The values the broker hands out and the options it takes.
 
+use std::fmt;
+
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
@@ -66,27 +68,67 @@ impl PublishRecord {
 /// How a consumer group divides its topic's partitions among its members.
 ///
 /// Both assignors sort members by id (bytewise, which is ASCII order for valid identifiers), so
-/// the assignment depends only on membership, never on join order.
+/// the assignment depends only on membership, never on join order. Named `round-robin` and
+/// `range` in text and in JSON alike ([`Assignor::name`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Assignor {
-    /// Seed 000: partition `p` goes to member `p mod n`. The default.
+    /// Partition `p` goes to member `p mod n`. The default.
     #[default]
+    #[serde(alias = "RoundRobin")]
     RoundRobin,
     /// Kafka's range assignor: each member gets `partitions / members` consecutive partitions and
     /// the first `partitions % members` members one more; members past the partition count get
     /// none.
+    #[serde(alias = "Range")]
     Range,
 }
 
-/// How a topic maps a record's key to a partition.
+impl Assignor {
+    /// The assignor's name: `round-robin` or `range`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Assignor::RoundRobin => "round-robin",
+            Assignor::Range => "range",
+        }
+    }
+}
+
+impl fmt::Display for Assignor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a topic maps a record's key to a partition. Named `murmur2` and `fnv1a` in text and in
+/// JSON alike ([`KeyHash::name`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum KeyHash {
     /// Kafka's default partitioner: `(murmur2(key) & 0x7fffffff) % partitions`, so a key lands on
     /// the same partition as with Kafka's Java client. The default.
     #[default]
+    #[serde(alias = "Murmur2")]
     Murmur2,
     /// 32-bit FNV-1a (offset basis `0x811c9dc5`, prime `0x01000193`): `fnv1a(key) % partitions`.
+    #[serde(alias = "Fnv1a")]
     Fnv1a,
+}
+
+impl KeyHash {
+    /// The hash's name: `murmur2` or `fnv1a`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyHash::Murmur2 => "murmur2",
+            KeyHash::Fnv1a => "fnv1a",
+        }
+    }
+}
+
+impl fmt::Display for KeyHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// A consumer group's progress on one partition, as [`crate::EventBroker::lag`] reports it.
@@ -101,4 +143,30 @@ pub struct PartitionLag {
     /// `end_offset - committed`: how many records the group has yet to consume (0, never
     /// negative, when the group committed past the end).
     pub lag: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn enum_names_are_the_same_in_text_and_json_and_old_names_still_read() {
+        for (assignor, old) in [
+            (Assignor::RoundRobin, "RoundRobin"),
+            (Assignor::Range, "Range"),
+        ] {
+            let json = serde_json::to_string(&assignor).unwrap();
+            assert_eq!(json, format!("\"{assignor}\""));
+            let back: Assignor = serde_json::from_str(&format!("\"{old}\"")).unwrap();
+            assert_eq!(back, assignor);
+        }
+        for (key_hash, old) in [(KeyHash::Murmur2, "Murmur2"), (KeyHash::Fnv1a, "Fnv1a")] {
+            let json = serde_json::to_string(&key_hash).unwrap();
+            assert_eq!(json, format!("\"{key_hash}\""));
+            let back: KeyHash = serde_json::from_str(&format!("\"{old}\"")).unwrap();
+            assert_eq!(back, key_hash);
+        }
+    }
 }

@@ -73,7 +73,7 @@ impl DataDir {
     }
 
     /// Rebuilds the state: the latest snapshot, then every later log entry through
-    /// [`BrokerState::apply`]. Cuts off a torn last entry (with a warning) and removes a
+    /// [`broker_core::BrokerState::apply`]. Cuts off a torn last entry (with a warning) and removes a
     /// leftover temporary snapshot; changes nothing else.
     ///
     /// # Errors

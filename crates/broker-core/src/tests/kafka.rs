@@ -1,4 +1,4 @@
-//! Kafka-style consumption (seeds 001 and 004, SPEC.md section 2): the range assignor, keyed
+//! Kafka-style consumption: the range assignor, keyed
 //! publishes, fetch and commit, committed offsets and lag, and the decided edge cases.
 
 use std::collections::BTreeMap;
@@ -115,7 +115,7 @@ fn join_with_naming_a_different_assignor_than_the_groups_is_invalid_argument() {
 
 #[test]
 fn second_member_resumes_from_the_groups_committed_offsets() {
-    // Seed 004: 4 partitions, one member owns all four and polls; a second member joins, the
+    // The rebalance example: 4 partitions, one member owns all four and polls; a second member joins, the
     // assignment becomes 0,1 and 2,3, and the second member starts at the committed offsets of
     // partitions 2 and 3 as the first member left them.
     let b = filled(4, 5);
@@ -669,7 +669,7 @@ fn describe_shows_retained_bytes_per_partition_and_topic_which_drop_on_release()
     assert!(topic.partitions.iter().all(|p| p.records == 0));
 }
 
-/// A commit may name an offset past the partition's end (SPEC.md refuses only negative ones).
+/// A commit may name an offset past the partition's end (the contract refuses only negative ones).
 /// Records published below every group's committed offset are consumed by every group the
 /// moment they arrive, so they leave at once and never fill the partition; lag is then 0.
 #[test]

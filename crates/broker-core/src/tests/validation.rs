@@ -1,4 +1,4 @@
-//! Seed 000's validation rules, one test each; every invalid call must also leave `describe()`
+//! The validation rules, one test each; every invalid call must also leave `describe()`
 //! unchanged.
 
 use std::collections::BTreeMap;

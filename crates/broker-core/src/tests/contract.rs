@@ -1,4 +1,4 @@
-//! Seed 000's rules, one test each, and its two worked examples step by step.
+//! The core contract's rules, one test each, and its two worked examples step by step.
 
 use bytes::Bytes;
 
