@@ -12,13 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use broker_client::{Client, Error, ErrorReply};
-use broker_proto::{
-    ClientCodec, ClientHandshakeCodec, Decoded, Hello, HelloReply, RequestFrame, ResponseFrame,
-};
 use broker_testkit::process::ServerProcess;
-use futures::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
-use tokio_util::codec::Framed;
+use broker_testkit::raw::{connect as raw, publish, recv, send};
 
 /// How long a test waits for something that should happen quickly before it fails.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -181,36 +176,6 @@ async fn members_expiring_while_the_log_fails_are_removed_once_it_recovers() {
     }
 }
 
-type Raw = Framed<TcpStream, ClientCodec>;
-
-async fn raw(server: &ServerProcess) -> Raw {
-    let stream = TcpStream::connect(server.addr).await.unwrap();
-    let mut framed = Framed::new(stream, ClientHandshakeCodec::new(1 << 20));
-    framed.send(Hello::new("faults", None)).await.unwrap();
-    match framed.next().await.unwrap().unwrap() {
-        Decoded::Message(HelloReply::Welcome { .. }) => {}
-        other => panic!("unexpected hello reply {other:?}"),
-    }
-    framed.map_codec(|codec| codec.retype())
-}
-
-async fn request(conn: &mut Raw, correlation_id: u64, command: broker_client::Command) {
-    conn.send(RequestFrame {
-        correlation_id,
-        max_wait_ms: 0,
-        command,
-    })
-    .await
-    .unwrap();
-}
-
-async fn response(conn: &mut Raw) -> ResponseFrame {
-    match conn.next().await.unwrap().unwrap() {
-        Decoded::Message(response) => response,
-        other => panic!("undecodable response {other:?}"),
-    }
-}
-
 /// Answers to non-waiting requests come back in request order, also while a change waits for
 /// a log that cannot be written: a later read is answered after the change, not before it.
 #[tokio::test]
@@ -219,37 +184,24 @@ async fn answers_keep_request_order_while_log_writes_fail() {
     let server = start(dir.path(), &[], Stdio::null());
     let client = connect(&server).await;
     client.create("t", 1).await.unwrap();
-    let mut conn = raw(&server).await;
+    let mut conn = raw(server.addr).await;
     limit_file_size(server.pid(), Some(1));
-    request(
-        &mut conn,
-        1,
-        broker_client::Command::Publish {
-            topic: "t".into(),
-            partition: 0,
-            payload: "first".into(),
-        },
-    )
-    .await;
+    send(&mut conn, 1, 0, publish("t", 0, "first")).await;
     // The publish is applied and waits for its entry; the log write fails meanwhile.
     until_refused(&client).await;
-    request(
-        &mut conn,
-        2,
-        broker_client::Command::EndOffset {
-            topic: "t".into(),
-            partition: 0,
-        },
-    )
-    .await;
-    let early = tokio::time::timeout(Duration::from_millis(500), response(&mut conn)).await;
+    let end_offset = broker_client::Command::EndOffset {
+        topic: "t".into(),
+        partition: 0,
+    };
+    send(&mut conn, 2, 0, end_offset).await;
+    let early = tokio::time::timeout(Duration::from_millis(500), recv(&mut conn)).await;
     assert!(
         early.is_err(),
         "answered before the publish ahead of it: {early:?}"
     );
     limit_file_size(server.pid(), None);
-    let first = response(&mut conn).await;
-    let second = response(&mut conn).await;
+    let first = recv(&mut conn).await;
+    let second = recv(&mut conn).await;
     assert_eq!(
         (first.correlation_id, second.correlation_id),
         (1, 2),
