@@ -43,6 +43,7 @@ pub(super) struct GroupPartition {
 
 impl GroupPartition {
     /// Settles the delivery in flight, `offset`, as acknowledged: the group has consumed it.
+    #[inline]
     pub(super) fn commit_delivery(&mut self, offset: i64) {
         self.in_flight = None;
         self.committed = offset + 1;
@@ -69,6 +70,7 @@ impl Group {
     }
 
     /// The index of `member` in [`Group::members`].
+    #[inline]
     pub(super) fn member_index(&self, member: &str) -> Option<usize> {
         self.members
             .binary_search_by(|m| m.id.as_str().cmp(member))
@@ -76,6 +78,7 @@ impl Group {
     }
 
     /// Whether the member at `member` owns `partition`.
+    #[inline]
     pub(super) fn owns(&self, member: usize, partition: usize) -> bool {
         self.partitions[partition].owner == Some(member)
     }

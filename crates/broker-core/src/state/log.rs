@@ -25,6 +25,7 @@ pub(super) struct StoredRecord {
 
 impl StoredRecord {
     /// Payload plus key bytes: what the record counts against budgets and limits.
+    #[inline]
     pub(super) fn size(&self) -> u64 {
         (self.payload.len() + self.key.as_ref().map_or(0, Bytes::len)) as u64
     }
@@ -32,16 +33,19 @@ impl StoredRecord {
 
 impl PartitionLog {
     /// The offset the next record appended gets.
+    #[inline]
     pub(super) fn end(&self) -> i64 {
         self.base + self.records.len() as i64
     }
 
     /// The record at `offset`, which must be within `base..end()`.
+    #[inline]
     pub(super) fn record(&self, offset: i64) -> &StoredRecord {
         &self.records[(offset - self.base) as usize]
     }
 
     /// The record at `offset` (within `base..end()`) as delivered to a consumer of `topic`.
+    #[inline]
     pub(super) fn deliver(&self, topic: &str, partition: usize, offset: i64) -> BrokerRecord {
         let stored = self.record(offset);
         BrokerRecord {
@@ -53,9 +57,10 @@ impl PartitionLog {
         }
     }
 
-    /// Appends `record`; returns its offset.
-    pub(super) fn push(&mut self, record: StoredRecord) -> i64 {
-        self.retained_bytes += record.size();
+    /// Appends `record`, whose size is `size`; returns its offset.
+    #[inline]
+    pub(super) fn push(&mut self, record: StoredRecord, size: u64) -> i64 {
+        self.retained_bytes += size;
         self.records.push_back(record);
         self.end() - 1
     }

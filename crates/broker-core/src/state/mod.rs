@@ -111,17 +111,20 @@ impl BrokerState {
     }
 
     /// The topic named `topic`, validated.
+    #[inline]
     fn topic(&self, topic: &str) -> Result<&Topic, BrokerError> {
         check_identifier("topic", topic)?;
         self.topics.get(topic).ok_or_else(|| unknown_topic(topic))
     }
 
     /// [`BrokerState::topic`], mutable.
+    #[inline]
     fn topic_mut(&mut self, topic: &str) -> Result<&mut Topic, BrokerError> {
         topic_in(&mut self.topics, topic)
     }
 
     /// Validates topic, group and member identifiers and looks up the topic.
+    #[inline]
     fn topic_for_member(
         &mut self,
         topic: &str,
@@ -136,6 +139,7 @@ impl BrokerState {
 
 /// The topic named `topic` in `topics`, validated: for methods that also borrow another field
 /// of the state.
+#[inline]
 fn topic_in<'a>(
     topics: &'a mut HashMap<String, Topic>,
     topic: &str,
@@ -144,11 +148,13 @@ fn topic_in<'a>(
     topics.get_mut(topic).ok_or_else(|| unknown_topic(topic))
 }
 
+#[cold]
 fn unknown_topic(topic: &str) -> BrokerError {
     BrokerError::invalid(format!("unknown topic {topic:?}"))
 }
 
 /// The group and the member's index in it, when both exist.
+#[inline]
 fn member_of<'a>(
     groups: &'a mut HashMap<String, Group>,
     group: &str,

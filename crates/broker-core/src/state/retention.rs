@@ -19,6 +19,7 @@ pub(super) struct Memory {
 
 impl Memory {
     /// Whether a record of `size` bytes may be retained without exceeding the budget.
+    #[inline]
     pub(super) fn fits(&self, size: u64) -> bool {
         self.budget
             .is_none_or(|budget| self.retained.saturating_add(size) <= budget)

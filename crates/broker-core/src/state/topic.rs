@@ -24,6 +24,7 @@ pub(super) struct Topic {
 
 impl Topic {
     /// `partition` as an index, if the topic has it.
+    #[inline]
     pub(super) fn partition(&self, partition: i32) -> Result<usize, BrokerError> {
         if partition >= 0 && (partition as usize) < self.partitions.len() {
             Ok(partition as usize)
@@ -50,8 +51,9 @@ impl Topic {
         if log.records.len() >= capacity || !memory.fits(record.size()) {
             return -1;
         }
-        memory.retained += record.size();
-        let offset = log.push(record);
+        let size = record.size();
+        memory.retained += size;
+        let offset = log.push(record, size);
         if !self.groups.is_empty() {
             memory.retained -= self.release(partition);
         }
