@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
 """Fails when the top-level modules of a crate import each other in a cycle.
 
-For each crate under crates/, reads every `crate::<module>` path in the source of each top-level
-module (a file `src/<module>.rs`, or everything under `src/<module>/`) and checks that the graph
-of top-level modules has no cycle: each crate's modules can be read in one direction, from the
-layers at the top to those at the bottom. Names the crate root re-exports (`crate::Config`) are
-not edges; paths into a module (`crate::dispatch::apply_batch`) are.
+For each crate under crates/, reads every `crate::` path in the source of each top-level module
+(a file `src/<module>.rs`, or everything under `src/<module>/`) and checks that the graph of
+top-level modules has no cycle: each crate's modules can be read in one direction, from the
+layers at the top to those at the bottom. A path into a module (`crate::dispatch::apply_batch`)
+is an edge to it; a name the crate root re-exports (`crate::Config`, from `pub use
+config::Config`) is an edge to the module that defines it.
 """
 import pathlib
 import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PATH = re.compile(r"\bcrate::(?:\{([^}]*)\}|([a-z_][a-z0-9_]*)::)")
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def modules(src):
@@ -26,20 +27,66 @@ def modules(src):
     return found
 
 
-def edges(text, names):
-    """The top-level modules a source text names through `crate::`."""
-    used = set()
-    # `use crate::{a::x, b}` groups, and `crate::a::...` paths.
-    for group, single in PATH.findall(text):
-        parts = [single] if single else [p.strip().split("::")[0] for p in group.split(",")]
-        used.update(part for part in parts if part in names)
-    return used
+def paths_after(text, prefix):
+    """Every path that follows `prefix` in `text`, with `{a, b::{c, d}}` groups expanded:
+    `crate::{x::y, z}` gives ["x::y", "z"]."""
+    found = []
+    for match in re.finditer(re.escape(prefix), text):
+        found.extend(expand(text, match.end()))
+    return found
+
+
+def expand(text, at):
+    """The paths of the use-tree starting at `text[at]`."""
+    if text[at:at + 1] == "{":
+        depth, end = 0, at
+        while end < len(text):
+            depth += {"{": 1, "}": -1}.get(text[end], 0)
+            if depth == 0:
+                break
+            end += 1
+        inner, items, depth, start = text[at + 1:end], [], 0, 0
+        for i, char in enumerate(inner):
+            depth += {"{": 1, "}": -1}.get(char, 0)
+            if char == "," and depth == 0:
+                items.append(inner[start:i])
+                start = i + 1
+        items.append(inner[start:])
+        paths = []
+        for item in (item.strip() for item in items):
+            if item:
+                paths.extend(expand(item, 0))
+        return paths
+    match = IDENT.match(text, at)
+    if not match:
+        return []
+    head = match.group(0)
+    rest = text[match.end():]
+    if rest.startswith("::"):
+        return [head + "::" + path for path in expand(text, match.end() + 2)]
+    return [head]
+
+
+def code(text):
+    """`text` without its comments (doc links name items without depending on them)."""
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def reexports(root_file, names):
+    """Names the crate root re-exports -> the module they come from."""
+    origin = {}
+    text = code(root_file.read_text())
+    for statement in re.findall(r"pub use\s+([^;]*);", text):
+        for path in expand(statement.strip(), 0):
+            parts = path.split("::")
+            if parts[0] in names and len(parts) > 1:
+                origin[parts[-1]] = parts[0]
+    return origin
 
 
 def cycle(graph):
     """One cycle of `graph` as a list of nodes, or None."""
-    state = {}
-    stack = []
+    state, stack = {}, []
 
     def visit(node):
         state[node] = "open"
@@ -67,10 +114,18 @@ def main():
     failed = False
     for src in sorted(ROOT.glob("crates/*/src")):
         mods = modules(src)
+        roots = [f for f in (src / "lib.rs", src / "main.rs") if f.exists()]
+        origin = {}
+        for root in roots:
+            origin.update(reexports(root, mods))
         graph = {name: set() for name in mods}
         for name, files in mods.items():
             for file in files:
-                graph[name] |= edges(file.read_text(), mods) - {name}
+                for path in paths_after(code(file.read_text()), "crate::"):
+                    head = path.split("::")[0]
+                    target = head if head in mods else origin.get(head)
+                    if target and target != name:
+                        graph[name].add(target)
         found = cycle(graph)
         crate = src.parent.name
         if found:

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use tokio_rustls::rustls::ClientConfig;
 
+use crate::client::Settings;
 use crate::connection::Identity;
-use crate::tls::TlsTrust;
+use crate::tls::{Tls, TlsTrust};
 use crate::{Client, Error, ServerAddress};
 
 /// The default request timeout: 30 seconds.
@@ -144,6 +145,65 @@ impl ClientBuilder {
     /// `ErrorReply::Unauthenticated` for a missing or wrong auth token); [`Error::Protocol`] if
     /// its answer makes no sense.
     pub async fn connect(self, addr: impl ServerAddress) -> Result<Client, Error> {
-        Client::open(self, addr).await
+        let tls = match &self.tls {
+            None => None,
+            Some(trust) => {
+                let server_name = self
+                    .tls_server_name
+                    .clone()
+                    .or_else(|| addr.host())
+                    .ok_or_else(|| {
+                        Error::Tls(
+                            "the address has no host part to verify; set a TLS server name"
+                                .to_owned(),
+                        )
+                    })?;
+                Some(Tls::new(trust, &server_name)?)
+            }
+        };
+        let found = match addr.as_text() {
+            Some(text) => {
+                let text = broker_net::connect_address(text).map_err(|error| {
+                    Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, error))
+                })?;
+                tokio::net::lookup_host(text).await.map(Iterator::collect)
+            }
+            None => tokio::net::lookup_host(addr).await.map(Iterator::collect),
+        };
+        Client::start(Settings {
+            addrs: found.map_err(Error::Io)?,
+            identity: self.identity,
+            tls,
+            request_timeout: self.request_timeout,
+            connect_timeout: self.connect_timeout,
+            max_in_flight: self.max_in_flight,
+        })
+        .await
+    }
+}
+
+impl Client {
+    /// Connects with the default options (see [`ClientBuilder`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientBuilder::connect`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// let client = broker_client::Client::connect("127.0.0.1:9092").await?;
+    /// println!("connected to {}", client.server_name());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(addr: impl ServerAddress) -> Result<Client, Error> {
+        ClientBuilder::default().connect(addr).await
+    }
+
+    /// A builder for a client with options.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
     }
 }

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::connection::{Connection, Identity};
 use crate::tls::Tls;
-use crate::{ClientBuilder, Error, ServerAddress};
+use crate::Error;
 
 /// A connection to a broker server, shared by every clone.
 ///
@@ -89,76 +89,44 @@ struct Inner {
     failed_reconnects: AtomicU64,
 }
 
+/// How a client reaches its server, resolved by its builder: what [`Client::start`] opens the
+/// first connection with, and every reconnection after it.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    /// The server's socket addresses, tried in order.
+    pub(crate) addrs: Vec<SocketAddr>,
+    /// What the client says in its hello.
+    pub(crate) identity: Identity,
+    /// TLS, when the server speaks it.
+    pub(crate) tls: Option<Tls>,
+    /// How long a call may take beyond its wait.
+    pub(crate) request_timeout: Duration,
+    /// How long opening a connection may take.
+    pub(crate) connect_timeout: Duration,
+    /// Calls in flight at most.
+    pub(crate) max_in_flight: usize,
+}
+
 impl Client {
-    /// Connects with the default options (see [`ClientBuilder`]).
-    ///
-    /// # Errors
-    ///
-    /// As [`ClientBuilder::connect`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), broker_client::Error> {
-    /// let client = broker_client::Client::connect("127.0.0.1:9092").await?;
-    /// println!("connected to {}", client.server_name());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn connect(addr: impl ServerAddress) -> Result<Client, Error> {
-        ClientBuilder::default().connect(addr).await
-    }
-
-    /// A builder for a client with options.
-    pub fn builder() -> ClientBuilder {
-        ClientBuilder::default()
-    }
-
-    pub(crate) async fn open(
-        options: ClientBuilder,
-        addr: impl ServerAddress,
-    ) -> Result<Client, Error> {
-        let tls = match &options.tls {
-            None => None,
-            Some(trust) => {
-                let server_name = options
-                    .tls_server_name
-                    .clone()
-                    .or_else(|| addr.host())
-                    .ok_or_else(|| {
-                        Error::Tls(
-                            "the address has no host part to verify; set a TLS server name"
-                                .to_owned(),
-                        )
-                    })?;
-                Some(Tls::new(trust, &server_name)?)
-            }
-        };
-        let found = match addr.as_text() {
-            Some(text) => {
-                let text = broker_net::connect_address(text).map_err(|error| {
-                    Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, error))
-                })?;
-                tokio::net::lookup_host(text).await.map(Iterator::collect)
-            }
-            None => tokio::net::lookup_host(addr).await.map(Iterator::collect),
-        };
-        let addrs: Vec<SocketAddr> = found.map_err(Error::Io)?;
-        let connection = Connection::open(
-            &addrs,
-            &options.identity,
-            tls.as_ref(),
-            options.connect_timeout,
-        )
-        .await?;
+    /// Opens the first connection with `settings`.
+    pub(crate) async fn start(settings: Settings) -> Result<Client, Error> {
+        let Settings {
+            addrs,
+            identity,
+            tls,
+            request_timeout,
+            connect_timeout,
+            max_in_flight,
+        } = settings;
+        let connection = Connection::open(&addrs, &identity, tls.as_ref(), connect_timeout).await?;
         Ok(Client {
             inner: Arc::new(Inner {
                 addrs,
-                identity: options.identity,
+                identity,
                 tls,
-                request_timeout: options.request_timeout,
-                connect_timeout: options.connect_timeout,
-                in_flight: Semaphore::new(options.max_in_flight),
+                request_timeout,
+                connect_timeout,
+                in_flight: Semaphore::new(max_in_flight),
                 next_id: AtomicU64::new(1),
                 current: Mutex::new(Arc::new(connection)),
                 reconnecting: tokio::sync::Mutex::new(None),

@@ -14,7 +14,7 @@ use std::time::Duration;
 use broker_core::{Command, Outcome};
 use broker_proto::{
     ClientCodec, ClientHandshakeCodec, Decoded, ErrorReply, Hello, HelloReply, ProtocolError,
-    RequestFrame, ServerLimits, PROTOCOL_VERSION,
+    RequestFrame, ServerLimits, MAX_HELLO_FRAME, PROTOCOL_VERSION,
 };
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -27,9 +27,6 @@ use tokio_util::sync::CancellationToken;
 use crate::pending::{Pending, Registration};
 use crate::tls::Tls;
 use crate::Error;
-
-/// The largest hello reply the client reads: a welcome is a few dozen bytes.
-const MAX_HANDSHAKE_FRAME: usize = 64 * 1024;
 
 /// Requests queued for the writer beyond this wait in their callers (the queue is bounded).
 const REQUEST_QUEUE: usize = 1024;
@@ -109,7 +106,7 @@ impl Connection {
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let mut codec = ClientHandshakeCodec::new(MAX_HANDSHAKE_FRAME);
+        let mut codec = ClientHandshakeCodec::new(MAX_HELLO_FRAME);
         let mut buffer = BytesMut::new();
         let hello = Hello::new(identity.name.clone(), identity.auth_token.clone());
         codec

@@ -220,6 +220,17 @@ pub enum Command {
     },
 }
 
+/// How a command changes the membership of the group it names ([`CommandKind::membership`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Membership {
+    /// The member it names joined (or was already a member).
+    Joins,
+    /// The member it names left (or was not a member).
+    Leaves,
+    /// Membership is as it was.
+    Unchanged,
+}
+
 /// A consumer-group member as a command names it, borrowed from the command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MemberName<'a> {
@@ -265,11 +276,8 @@ impl CommandKind {
     /// not match, an ack-and-poll that matched nothing and polled nothing. (A publish answered
     /// `-1` is logged: a keyless one still advances the topic's round-robin.)
     pub fn changed_state(self, outcome: &Outcome) -> bool {
-        let took_records = || match outcome {
-            Outcome::Records(records) => !records.is_empty(),
-            // Not the outcome of these kinds: log it rather than guess.
-            _ => true,
-        };
+        // Not the outcome of these kinds (`None`): log it rather than guess.
+        let took_records = || outcome.records().is_none_or(|records| !records.is_empty());
         match self {
             CommandKind::Assignment
             | CommandKind::Committed
@@ -294,28 +302,28 @@ impl CommandKind {
         }
     }
 
-    /// Whether a request of this kind may wait for records when it finds none (its request
-    /// names a maximum wait).
-    pub fn may_wait(self) -> bool {
+    /// How a successful command of this kind changes group membership, which a server mirrors
+    /// in its member sessions.
+    pub fn membership(self) -> Membership {
         match self {
-            CommandKind::Poll
-            | CommandKind::Fetch
-            | CommandKind::AckAndPoll
-            | CommandKind::Redeliver => true,
+            CommandKind::Join => Membership::Joins,
+            CommandKind::Leave => Membership::Leaves,
             CommandKind::Create
-            | CommandKind::Join
-            | CommandKind::Leave
             | CommandKind::Publish
             | CommandKind::PublishKeyed
             | CommandKind::PublishBatch
+            | CommandKind::Poll
             | CommandKind::Ack
+            | CommandKind::AckAndPoll
             | CommandKind::Retry
+            | CommandKind::Redeliver
+            | CommandKind::Fetch
             | CommandKind::Commit
             | CommandKind::Assignment
             | CommandKind::Committed
             | CommandKind::EndOffset
             | CommandKind::Lag
-            | CommandKind::Describe => false,
+            | CommandKind::Describe => Membership::Unchanged,
         }
     }
 
@@ -463,9 +471,10 @@ impl Command {
         }
     }
 
-    /// For a command that [may wait](CommandKind::may_wait): the command to retry while it
-    /// waits. A poll or fetch retries itself; an ack-and-poll or a redelivery retries its poll
-    /// alone (its acknowledgements or releases take effect once, before the wait).
+    /// The command to retry while a request of this command waits for records it did not find
+    /// at first, or `None` for a command that never waits. A poll or fetch retries itself; an
+    /// ack-and-poll or a redelivery retries its poll alone (its acknowledgements or releases
+    /// take effect once, before the wait).
     pub fn waiting_retry(&self) -> Option<Command> {
         match self {
             Command::Poll { .. } | Command::Fetch { .. } => Some(self.clone()),
@@ -646,5 +655,53 @@ impl Outcome {
     /// The outcome's name, as in [`Outcome`] (`"Records"`).
     pub fn name(&self) -> &'static str {
         self.into()
+    }
+
+    /// The records the outcome delivers, for the outcomes that deliver records (an empty slice
+    /// when it delivered none); `None` for the others.
+    pub fn records(&self) -> Option<&[BrokerRecord]> {
+        match self {
+            Outcome::Records(records) | Outcome::AckedAndPolled { records, .. } => Some(records),
+            Outcome::Created(_)
+            | Outcome::Partitions(_)
+            | Outcome::Left(_)
+            | Outcome::Published(_)
+            | Outcome::PublishedKeyed { .. }
+            | Outcome::Acked(_)
+            | Outcome::Retried(_)
+            | Outcome::Committed
+            | Outcome::Offset(_)
+            | Outcome::Lag(_)
+            | Outcome::Description(_)
+            | Outcome::PublishedBatch(_) => None,
+        }
+    }
+
+    /// Whether the outcome delivers records and delivered none: the answer of a request that
+    /// may wait for records instead.
+    pub fn found_no_records(&self) -> bool {
+        self.records().is_some_and(<[BrokerRecord]>::is_empty)
+    }
+
+    /// This outcome with `records` in place of the records it delivers: the answer of a
+    /// request that waited, from the outcome it had before it waited and what its retried poll
+    /// found. Outcomes that deliver no records are returned as they are.
+    pub fn with_records(self, records: Vec<BrokerRecord>) -> Outcome {
+        match self {
+            Outcome::Records(_) => Outcome::Records(records),
+            Outcome::AckedAndPolled { acked, .. } => Outcome::AckedAndPolled { acked, records },
+            unchanged @ (Outcome::Created(_)
+            | Outcome::Partitions(_)
+            | Outcome::Left(_)
+            | Outcome::Published(_)
+            | Outcome::PublishedKeyed { .. }
+            | Outcome::Acked(_)
+            | Outcome::Retried(_)
+            | Outcome::Committed
+            | Outcome::Offset(_)
+            | Outcome::Lag(_)
+            | Outcome::Description(_)
+            | Outcome::PublishedBatch(_)) => unchanged,
+        }
     }
 }

@@ -34,7 +34,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 
-pub use command::{AnswerBudget, Command, CommandKind, MemberName, Outcome, OutcomeKind};
+pub use command::{
+    AnswerBudget, Command, CommandKind, MemberName, Membership, Outcome, OutcomeKind,
+};
 pub use describe::{
     BrokerDescription, GroupDescription, GroupPartitionDescription, MemberDescription,
     PartitionDescription, TopicDescription,

@@ -4,6 +4,7 @@ use std::fmt;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use strum::EnumIter;
 
 /// A record as delivered to a consumer: a snapshot of the stored record.
 ///
@@ -70,7 +71,7 @@ impl PublishRecord {
 /// Both assignors sort members by id (bytewise, which is ASCII order for valid identifiers), so
 /// the assignment depends only on membership, never on join order. Named `round-robin` and
 /// `range` in text and in JSON alike ([`Assignor::name`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, EnumIter)]
 #[serde(rename_all = "kebab-case")]
 pub enum Assignor {
     /// Partition `p` goes to member `p mod n`. The default.
@@ -102,7 +103,7 @@ impl fmt::Display for Assignor {
 
 /// How a topic maps a record's key to a partition. Named `murmur2` and `fnv1a` in text and in
 /// JSON alike ([`KeyHash::name`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, EnumIter)]
 #[serde(rename_all = "kebab-case")]
 pub enum KeyHash {
     /// Kafka's default partitioner: `(murmur2(key) & 0x7fffffff) % partitions`, so a key lands on

@@ -77,11 +77,8 @@ pub fn apply_sequence(data: &[u8]) {
 /// flight (or the committed offset) of the state `now`, so that they reach the paths that change
 /// state.
 fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> Command {
-    let kinds = CommandKind::iter();
-    let count = kinds.len();
-    let kind = CommandKind::iter()
-        .nth(usize::from(input.byte()) % count)
-        .unwrap_or(CommandKind::Describe);
+    let kinds: Vec<CommandKind> = CommandKind::iter().collect();
+    let kind = input.pick(&kinds);
     let topic = input.pick(&TOPICS).to_owned();
     let group = input.pick(&GROUPS).to_owned();
     let member = input.pick(&MEMBERS).to_owned();

@@ -5,7 +5,7 @@ use std::fmt;
 use broker_core::BrokerError;
 use serde::de::{self, EnumAccess, VariantAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use strum::{EnumDiscriminants, EnumIter};
+use strum::{EnumDiscriminants, EnumIter, IntoEnumIterator, IntoStaticStr};
 
 /// Why a request (or a hello) was refused.
 ///
@@ -14,7 +14,7 @@ use strum::{EnumDiscriminants, EnumIter};
 /// forever and new ones are only added. Codes 0 and 1 are the broker's own errors; the rest are
 /// the server's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, EnumDiscriminants)]
-#[strum_discriminants(name(ErrorKind), derive(EnumIter))]
+#[strum_discriminants(name(ErrorKind), derive(EnumIter, IntoStaticStr))]
 #[strum_discriminants(doc = "An [`ErrorReply`] without its fields.")]
 pub enum ErrorReply {
     /// Code 0: [`BrokerError::InvalidArgument`].
@@ -57,33 +57,41 @@ pub enum ErrorReply {
     Storage(String),
 }
 
-impl ErrorReply {
-    /// The error's code on the wire.
-    pub fn code(&self) -> u32 {
+impl ErrorKind {
+    /// The code of this kind of error on the wire: fixed forever, never reused.
+    pub fn code(self) -> u32 {
         match self {
-            ErrorReply::InvalidArgument(_) => 0,
-            ErrorReply::NotAssigned { .. } => 1,
-            ErrorReply::MalformedRequest(_) => 2,
-            ErrorReply::UnsupportedProtocol(_) => 3,
-            ErrorReply::TooLarge { .. } => 4,
-            ErrorReply::ShuttingDown => 5,
-            ErrorReply::Unauthenticated(_) => 6,
-            ErrorReply::Storage(_) => 7,
+            ErrorKind::InvalidArgument => 0,
+            ErrorKind::NotAssigned => 1,
+            ErrorKind::MalformedRequest => 2,
+            ErrorKind::UnsupportedProtocol => 3,
+            ErrorKind::TooLarge => 4,
+            ErrorKind::ShuttingDown => 5,
+            ErrorKind::Unauthenticated => 6,
+            ErrorKind::Storage => 7,
         }
+    }
+
+    /// The kind's name, as in [`ErrorReply`] (`"TooLarge"`).
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+
+    /// The kind whose code is `code`, if any.
+    pub fn of_code(code: u32) -> Option<ErrorKind> {
+        ErrorKind::iter().find(|kind| kind.code() == code)
+    }
+}
+
+impl ErrorReply {
+    /// The error's code on the wire ([`ErrorKind::code`]).
+    pub fn code(&self) -> u32 {
+        ErrorKind::from(self).code()
     }
 
     /// The error's name, as in [`ErrorReply`] (`"TooLarge"`).
     pub fn name(&self) -> &'static str {
-        match self {
-            ErrorReply::InvalidArgument(_) => "InvalidArgument",
-            ErrorReply::NotAssigned { .. } => "NotAssigned",
-            ErrorReply::MalformedRequest(_) => "MalformedRequest",
-            ErrorReply::UnsupportedProtocol(_) => "UnsupportedProtocol",
-            ErrorReply::TooLarge { .. } => "TooLarge",
-            ErrorReply::ShuttingDown => "ShuttingDown",
-            ErrorReply::Unauthenticated(_) => "Unauthenticated",
-            ErrorReply::Storage(_) => "Storage",
-        }
+        ErrorKind::from(self).name()
     }
 
     /// The broker error this reply carries, if it is one of the broker's own (codes 0 and 1).
@@ -127,7 +135,7 @@ struct TooLargeFields {
 
 const NAME: &str = "ErrorReply";
 
-/// Every variant's name, by code.
+/// Every variant's name (for decoders that report what they expected).
 const VARIANTS: &[&str] = &[
     "InvalidArgument",
     "NotAssigned",
@@ -204,10 +212,9 @@ impl Visitor<'_> for CodeVisitor {
     }
 
     fn visit_str<E: de::Error>(self, name: &str) -> Result<Code, E> {
-        VARIANTS
-            .iter()
-            .position(|variant| *variant == name)
-            .map(|index| Code(index as u32))
+        ErrorKind::iter()
+            .find(|kind| kind.name() == name)
+            .map(|kind| Code(kind.code()))
             .ok_or_else(|| E::unknown_variant(name, VARIANTS))
     }
 }
@@ -223,27 +230,29 @@ impl<'de> Visitor<'de> for ErrorVisitor {
 
     fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<ErrorReply, A::Error> {
         let (Code(code), variant) = data.variant::<Code>()?;
-        Ok(match code {
-            0 => ErrorReply::InvalidArgument(variant.newtype_variant()?),
-            1 => {
+        let Some(kind) = ErrorKind::of_code(code) else {
+            return Err(de::Error::custom(format!("unknown error code {code}")));
+        };
+        Ok(match kind {
+            ErrorKind::InvalidArgument => ErrorReply::InvalidArgument(variant.newtype_variant()?),
+            ErrorKind::NotAssigned => {
                 let NotAssignedFields { partition } = variant.newtype_variant()?;
                 ErrorReply::NotAssigned { partition }
             }
-            2 => ErrorReply::MalformedRequest(variant.newtype_variant()?),
-            3 => ErrorReply::UnsupportedProtocol(variant.newtype_variant()?),
-            4 => {
+            ErrorKind::MalformedRequest => ErrorReply::MalformedRequest(variant.newtype_variant()?),
+            ErrorKind::UnsupportedProtocol => {
+                ErrorReply::UnsupportedProtocol(variant.newtype_variant()?)
+            }
+            ErrorKind::TooLarge => {
                 let TooLargeFields { what, size, limit } = variant.newtype_variant()?;
                 ErrorReply::TooLarge { what, size, limit }
             }
-            5 => {
+            ErrorKind::ShuttingDown => {
                 variant.unit_variant()?;
                 ErrorReply::ShuttingDown
             }
-            6 => ErrorReply::Unauthenticated(variant.newtype_variant()?),
-            7 => ErrorReply::Storage(variant.newtype_variant()?),
-            other => {
-                return Err(de::Error::custom(format!("unknown error code {other}")));
-            }
+            ErrorKind::Unauthenticated => ErrorReply::Unauthenticated(variant.newtype_variant()?),
+            ErrorKind::Storage => ErrorReply::Storage(variant.newtype_variant()?),
         })
     }
 }

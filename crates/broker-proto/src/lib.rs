@@ -30,7 +30,8 @@ mod message;
 pub use codec::{config, Codec, Decoded, ProtocolError, WireConfig, MAX_FRAME_CEILING};
 pub use error::{ErrorKind, ErrorReply};
 pub use message::{
-    Hello, HelloReply, RequestFrame, ResponseFrame, ServerLimits, MAGIC, PROTOCOL_VERSION,
+    Hello, HelloReply, RequestFrame, ResponseFrame, ServerLimits, MAGIC, MAX_HELLO_FRAME,
+    PROTOCOL_VERSION,
 };
 
 /// The codec a client uses after the handshake: it sends requests and reads responses.

@@ -8,6 +8,12 @@ use crate::ErrorReply;
 /// The four bytes every [`Hello`] starts with: ASCII `BRKR`.
 pub const MAGIC: [u8; 4] = *b"BRKR";
 
+/// The largest hello and hello reply either side takes, in bytes of body (64 KiB): a hello is a
+/// few dozen bytes, so a peer that has not yet identified itself cannot make the other buffer a
+/// request-sized frame. A server answers a bigger first frame with
+/// `HelloReply::Refused(TooLarge)` and closes.
+pub const MAX_HELLO_FRAME: usize = 64 * 1024;
+
 /// The protocol version this crate speaks. A server refuses a hello with any other version.
 pub const PROTOCOL_VERSION: u16 = 1;
 

@@ -267,3 +267,31 @@ fn an_unknown_error_code_does_not_decode() {
     let decoded = bincode::serde::decode_from_slice::<ErrorReply, _>(&bytes, config());
     assert!(decoded.is_err(), "{decoded:?}");
 }
+
+/// The `[n] Name` pairs proto.md lists after `` `name`: `` (the enums of section 4).
+fn documented_enum(name: &str) -> BTreeMap<String, u32> {
+    let marker = format!("`{name}`:");
+    let start = PROTO_MD
+        .find(&marker)
+        .unwrap_or_else(|| panic!("proto.md does not list {name}"));
+    let line = PROTO_MD[start + marker.len()..].split('.').next().unwrap();
+    let mut pairs = BTreeMap::new();
+    for item in line.split("`[").skip(1) {
+        let (index, rest) = item.split_once("] ").unwrap();
+        let name = rest.split('`').next().unwrap().to_owned();
+        pairs.insert(name, index.parse().unwrap());
+    }
+    pairs
+}
+
+#[test]
+fn key_hashes_and_assignors_have_the_indexes_proto_md_gives_them() {
+    let key_hashes: BTreeMap<String, u32> = KeyHash::iter()
+        .map(|hash| (format!("{hash:?}"), wire_index(&hash)))
+        .collect();
+    assert_eq!(key_hashes, documented_enum("KeyHash"));
+    let assignors: BTreeMap<String, u32> = Assignor::iter()
+        .map(|assignor| (format!("{assignor:?}"), wire_index(&assignor)))
+        .collect();
+    assert_eq!(assignors, documented_enum("Assignor"));
+}

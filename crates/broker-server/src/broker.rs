@@ -10,7 +10,7 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use broker_core::{BrokerDescription, BrokerState, Command, CommandKind, Outcome};
+use broker_core::{BrokerDescription, BrokerState, Command, Membership, Outcome};
 use broker_proto::ErrorReply;
 use broker_storage::{Journal, JournalError};
 use tokio::time::Instant;
@@ -77,9 +77,17 @@ impl Broker {
 
 impl BrokerGuard<'_> {
     /// Applies one command for `connection` at `now`: refreshes the session of the member it
-    /// names, records joins and leaves as sessions, and logs the change with a journal (a
-    /// state-changing command is refused, unapplied, while the log cannot take entries).
-    pub(crate) fn execute(&mut self, command: Command, connection: u64, now: Instant) -> Executed {
+    /// names, mirrors joins and leaves in the sessions, and logs the change with a journal (a
+    /// state-changing command is refused, unapplied, while the log cannot take entries). When
+    /// it succeeds and may have made records eligible for waiting requests, its topic is added
+    /// to `wake` (once).
+    pub(crate) fn execute(
+        &mut self,
+        command: Command,
+        connection: u64,
+        now: Instant,
+        wake: &mut Vec<String>,
+    ) -> Executed {
         let Locked { state, sessions } = &mut *self.locked;
         // The session is refreshed before the command is moved into the core, so its names are
         // borrowed, not copied; only a join or a leave (rare) needs a key of its own.
@@ -87,16 +95,31 @@ impl BrokerGuard<'_> {
         if let Some(member) = named {
             sessions.touch(member, now);
         }
-        let kind = command.kind();
-        let membership = named
-            .filter(|_| matches!(kind, CommandKind::Join | CommandKind::Leave))
+        let membership = command.kind().membership();
+        let key = named
+            .filter(|_| membership != Membership::Unchanged)
             .map(MemberKey::of);
+        // The topic is copied only the first time a batch wakes it (before the command is moved
+        // into the core), and taken back if the command fails.
+        let added_wake = match command.wakes() {
+            Some(topic) if !wake.iter().any(|woken| woken == topic) => {
+                wake.push(topic.to_owned());
+                true
+            }
+            _ => false,
+        };
         let executed = apply(state, self.journal, command);
-        if let (Some(key), Ok(_)) = (membership, &executed.result) {
-            if kind == CommandKind::Join {
-                sessions.joined(key, connection, now);
-            } else {
-                sessions.left(key.as_name());
+        match (&executed.result, key) {
+            (Ok(_), Some(key)) => match membership {
+                Membership::Joins => sessions.joined(key, connection, now),
+                Membership::Leaves => sessions.left(key.as_name()),
+                Membership::Unchanged => {}
+            },
+            (Ok(_), None) => {}
+            (Err(_), _) => {
+                if added_wake {
+                    wake.pop();
+                }
             }
         }
         executed

@@ -2,19 +2,19 @@
 //! [`write_responses`] owns the write half, encoding queued responses and writing each group of
 //! them with one flush. Both are generic over the stream, so plain TCP and TLS share this code.
 
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 
 use broker_proto::{ErrorReply, ProtocolError, ResponseFrame, ServerCodec};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::mpsc;
 use tokio::time::{self, Duration, Instant};
 use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::sync::CancellationToken;
 use tracing::error;
+
+use crate::reply::Outgoing;
 
 /// Encoded responses are written out whenever this many bytes are waiting.
 const WRITE_CHUNK: usize = 256 * 1024;
@@ -125,46 +125,6 @@ impl<R: AsyncRead + Unpin> Connection<R> {
 
 fn timed_out(why: &str) -> ProtocolError {
     ProtocolError::Io(io::Error::new(io::ErrorKind::TimedOut, why))
-}
-
-/// Responses on their way to the peer, with the in-flight permits of the requests they answer:
-/// the permits are released once the responses are written, so a peer that does not read
-/// stops being read from.
-#[derive(Debug)]
-pub(crate) struct Answers {
-    /// The responses, in the order they are to be written.
-    pub(crate) responses: Vec<ResponseFrame>,
-    /// One permit per request answered here.
-    pub(crate) permits: Vec<OwnedSemaphorePermit>,
-}
-
-/// Answers that can be written only once something else has happened (their log entries are
-/// durable).
-pub(crate) type Deferred = Pin<Box<dyn Future<Output = Answers> + Send>>;
-
-/// What the writer is handed, in the order the connection's answers must go out.
-pub(crate) enum Outgoing {
-    /// Answers to write now.
-    Ready(Answers),
-    /// Answers to write once the future resolves; everything queued after them waits too, so
-    /// answers to non-waiting requests keep their request order.
-    Deferred(Deferred),
-}
-
-impl Outgoing {
-    /// Answers to write now.
-    pub(crate) fn ready(responses: Vec<ResponseFrame>, permits: Vec<OwnedSemaphorePermit>) -> Self {
-        Outgoing::Ready(Answers { responses, permits })
-    }
-}
-
-impl std::fmt::Debug for Outgoing {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Outgoing::Ready(answers) => f.debug_tuple("Ready").field(answers).finish(),
-            Outgoing::Deferred(_) => f.write_str("Deferred"),
-        }
-    }
 }
 
 /// Writes everything sent on `outgoing` to `stream`, in order, until every sender is gone, then

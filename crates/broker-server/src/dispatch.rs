@@ -10,9 +10,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Duration, Instant};
 use tracing::debug;
 
-use crate::broker::{storage_reply, BrokerGuard, Executed};
-use crate::connection::{Answers, Deferred};
-use crate::sessions::ParkedIn;
+use crate::broker::{storage_reply, Executed};
+use crate::reply::{Answers, Deferred, Parked};
 use crate::shared::Shared;
 use crate::Config;
 
@@ -21,27 +20,6 @@ const RECORD_OVERHEAD: usize = 120;
 
 /// Wire bytes a records response may take besides its records.
 const RESPONSE_OVERHEAD: usize = 1024;
-
-/// A request that found no record and will wait for one.
-#[derive(Debug)]
-pub(crate) struct Parked {
-    /// The request's correlation id.
-    pub(crate) correlation_id: u64,
-    /// The poll or fetch, retried on every signal of its topic.
-    pub(crate) retry: Command,
-    /// The session of the member it names, which it keeps from expiring while it waits.
-    pub(crate) session: Option<ParkedIn>,
-    /// For an ack-and-poll, the outcome of its acknowledgements (applied before it parked):
-    /// the answer carries them with the records.
-    pub(crate) acked: Option<Vec<bool>>,
-    /// The log entry of what it changed before it parked: the answer waits until it is
-    /// durable.
-    pub(crate) logged: Option<u64>,
-    /// How long it may wait at most (already bounded by the server's maximum).
-    pub(crate) wait: Duration,
-    /// The in-flight permit of the request, released once it is answered.
-    pub(crate) permit: OwnedSemaphorePermit,
-}
 
 /// What applying one batch produced.
 #[derive(Debug, Default)]
@@ -117,30 +95,26 @@ pub(crate) fn apply_batch(
             .then(|| command.waiting_retry())
             .flatten();
         let Executed { result, entry } =
-            execute(&mut broker, command, connection, now, &mut applied.wake);
+            broker.execute(command, connection, now, &mut applied.wake);
         if entry.is_some() {
             applied.last_entry = entry;
         }
-        match retry {
-            Some(retry) if is_empty_records(&result) => {
+        match (retry, result) {
+            (Some(retry), Ok(found)) if found.found_no_records() => {
                 let session = retry
                     .member()
                     .and_then(|member| broker.sessions().park(member));
-                let acked = match result {
-                    Ok(Outcome::AckedAndPolled { acked, .. }) => Some(acked),
-                    _ => None,
-                };
                 applied.parked.push(Parked {
                     correlation_id,
                     retry,
+                    found,
                     session,
-                    acked,
                     logged: entry,
                     wait,
                     permit,
                 });
             }
-            _ => {
+            (_, result) => {
                 if entry.is_some() {
                     applied.logged.push(applied.responses.len());
                 }
@@ -150,31 +124,6 @@ pub(crate) fn apply_batch(
     }
     broker.maybe_snapshot();
     applied
-}
-
-/// Applies one command with the broker locked, and adds its topic to `wake` (once) when it
-/// succeeded and may have made a record eligible for a waiter.
-pub(crate) fn execute(
-    broker: &mut BrokerGuard<'_>,
-    command: Command,
-    connection: u64,
-    now: Instant,
-    wake: &mut Vec<String>,
-) -> Executed {
-    // The topic is copied only the first time a batch wakes it (before the command is moved
-    // into the core), and taken back if the command fails.
-    let added_wake = match command.wakes() {
-        Some(topic) if !wake.iter().any(|woken| woken == topic) => {
-            wake.push(topic.to_owned());
-            true
-        }
-        _ => false,
-    };
-    let executed = broker.execute(command, connection, now);
-    if added_wake && executed.result.is_err() {
-        wake.pop();
-    }
-    executed
 }
 
 /// Refuses payloads over the limit and gives commands whose answer carries records a byte
@@ -200,16 +149,6 @@ fn prepare(config: &Config, mut command: Command) -> Result<Command, ErrorReply>
         *budget.max_bytes = Some(budget.max_bytes.map_or(fits, |asked| asked.min(fits)));
     }
     Ok(command)
-}
-
-/// Whether a result is a successful poll, fetch, ack-and-poll or redelivery that took no
-/// record: the kind that waits.
-pub(crate) fn is_empty_records(result: &Result<Outcome, ErrorReply>) -> bool {
-    matches!(
-        result,
-        Ok(Outcome::Records(records) | Outcome::AckedAndPolled { records, .. })
-            if records.is_empty()
-    )
 }
 
 /// Holds a batch's responses until its last log entry is durable; if the journal stopped

@@ -25,9 +25,11 @@
 //! - `server`: the accept loop (a connection permit before each `accept`), and per connection
 //!   the TLS handshake, the hello, then batches of pipelined requests;
 //! - `connection`: framing on one connection, and the writer that sends its answers in order;
-//! - `dispatch`: a batch of requests applied under one lock of the broker; `waiter` beside it
-//!   parks poll and fetch requests that asked to wait, on per-topic `signals`;
-//! - `reaper`: members whose session timed out (or whose connection closed) leave;
+//! - `dispatch`: a batch of requests applied under one lock of the broker; beside it `waiter`
+//!   answers requests parked to wait for records (woken by per-topic `signals`), and `reaper`
+//!   removes members whose session timed out or whose connection closed;
+//! - `reply`: what requests turn into on their way back (answers now or deferred, parked
+//!   waits), shared by the layers above without their depending on each other;
 //! - `broker`: the core's state and the member `sessions` behind one lock, with the journal
 //!   (`broker_storage`) that makes changes durable.
 //!
@@ -40,6 +42,7 @@ mod connection;
 mod dispatch;
 mod listen;
 mod reaper;
+mod reply;
 mod security;
 mod server;
 mod sessions;

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use broker_core::{BrokerDescription, Command};
+use broker_proto::ErrorReply;
 use tokio::time::{self, Instant, MissedTickBehavior};
 use tracing::{info, warn};
 
@@ -64,27 +65,38 @@ fn remove(shared: &Shared, why: Removal, select: impl FnOnce(&Sessions) -> Vec<M
                     group: key.group.clone(),
                     member: key.member.clone(),
                 };
-                if let Err(cause) = broker.apply(leave).result {
-                    // The log stopped taking entries, and then refuses every one.
-                    warn!(
+                match broker.apply(leave).result {
+                    Ok(_) => info!(
+                        topic = %key.topic,
+                        group = %key.group,
+                        member = %key.member,
+                        reason = match why {
+                            Removal::Expired => "session timed out",
+                            Removal::Disconnected => "connection closed",
+                        },
+                        "member removed"
+                    ),
+                    Err(ErrorReply::Storage(cause)) => {
+                        // The log stopped taking entries, and then refuses every one.
+                        warn!(
+                            topic = %key.topic,
+                            group = %key.group,
+                            member = %key.member,
+                            cause = %cause,
+                            "removing a member failed; trying again at the next session check"
+                        );
+                        break;
+                    }
+                    // The broker refused the leave itself (its topic is gone, say): the member
+                    // is gone with it, so its session goes too.
+                    Err(cause) => warn!(
                         topic = %key.topic,
                         group = %key.group,
                         member = %key.member,
                         cause = %cause,
-                        "removing a member failed; trying again at the next session check"
-                    );
-                    break;
+                        "the broker refused to remove a member; forgetting its session"
+                    ),
                 }
-                info!(
-                    topic = %key.topic,
-                    group = %key.group,
-                    member = %key.member,
-                    reason = match why {
-                        Removal::Expired => "session timed out",
-                        Removal::Disconnected => "connection closed",
-                    },
-                    "member removed"
-                );
                 broker.sessions().forget(key);
                 removed += 1;
                 if !topics.contains(&key.topic) {

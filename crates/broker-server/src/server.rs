@@ -9,7 +9,7 @@ use std::sync::Arc;
 use broker_core::BrokerState;
 use broker_proto::{
     ErrorReply, Hello, HelloReply, ProtocolError, ResponseFrame, ServerCodec, ServerHandshakeCodec,
-    MAGIC, PROTOCOL_VERSION,
+    MAGIC, MAX_HELLO_FRAME, PROTOCOL_VERSION,
 };
 use broker_storage::Storage;
 use bytes::BytesMut;
@@ -21,11 +21,12 @@ use tokio_rustls::server::TlsStream;
 use tokio_util::codec::Encoder;
 use tracing::{debug, error, info, warn};
 
-use crate::connection::{write_responses, Connection, Outgoing};
+use crate::connection::{write_responses, Connection};
 use crate::dispatch::{apply_batch, settle};
 use crate::reaper;
+use crate::reply::{Outgoing, ReplyTo};
 use crate::shared::Shared;
-use crate::waiter::{self, ReplyTo};
+use crate::waiter;
 use crate::{AuthToken, Config, ServerError, ServerTls, SERVER_NAME};
 
 /// How long a new connection may take to send its hello.
@@ -33,10 +34,6 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a new connection may take to complete its TLS handshake, when TLS is on.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Largest hello frame accepted: a hello is a few dozen bytes, so a peer that has not yet
-/// identified itself cannot make the server buffer a whole request-sized frame.
-const MAX_HELLO_FRAME: usize = 64 * 1024;
 
 /// The longest pause between retries of a failing `accept`.
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);

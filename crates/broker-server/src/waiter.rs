@@ -6,28 +6,13 @@
 
 use std::sync::Arc;
 
-use broker_core::Outcome;
 use broker_proto::ResponseFrame;
-use tokio::sync::mpsc;
 use tokio::time::{self, Instant};
-use tokio_util::sync::CancellationToken;
 
 use crate::broker::{storage_reply, Executed};
-use crate::connection::Outgoing;
-use crate::dispatch::{execute, is_empty_records, Parked};
+use crate::reply::{Outgoing, Parked, ReplyTo};
 use crate::sessions::ParkedIn;
 use crate::shared::Shared;
-
-/// The parts of a connection a parked request answers through.
-#[derive(Debug, Clone)]
-pub(crate) struct ReplyTo {
-    /// The connection's id, for sessions.
-    pub(crate) connection: u64,
-    /// The connection's writer.
-    pub(crate) outgoing: mpsc::Sender<Outgoing>,
-    /// Cancelled when the connection closes or the server shuts down: answer at once.
-    pub(crate) closing: CancellationToken,
-}
 
 /// Waits for `parked` to get records (or time out, or be told to answer) and sends its answer.
 ///
@@ -38,16 +23,15 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
     let Parked {
         correlation_id,
         retry,
+        found,
         mut session,
-        acked,
-        logged: acks_logged,
+        logged: before_logged,
         wait,
         permit,
     } = parked;
     let signal = shared.signals.topic(retry.topic().unwrap_or_default());
     let deadline = time::sleep_until(Instant::now() + wait);
     tokio::pin!(deadline);
-    let nothing = || (Ok(Outcome::Records(Vec::new())), None);
     let (result, logged) = loop {
         // Register interest before retrying, so a signal between the retry and the wait is
         // not lost.
@@ -60,51 +44,46 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
             return;
         }
         if reply_to.closing.is_cancelled() {
-            break nothing();
+            break (Ok(found), None);
         }
         let Executed { result, entry } = {
             let mut broker = shared.broker.lock();
             let now = Instant::now();
             // A retried poll wakes nobody.
-            let executed = execute(
-                &mut broker,
-                retry.clone(),
-                reply_to.connection,
-                now,
-                &mut Vec::new(),
-            );
-            if !is_empty_records(&executed.result) {
+            let executed = broker.execute(retry.clone(), reply_to.connection, now, &mut Vec::new());
+            let still_waiting =
+                matches!(&executed.result, Ok(outcome) if outcome.found_no_records());
+            if !still_waiting {
                 if let Some(parked) = session.take() {
                     broker.sessions().unpark(parked, now);
                 }
             }
             executed
         };
-        if !is_empty_records(&result) {
-            break (result, entry);
+        match result {
+            Ok(outcome) if outcome.found_no_records() => {}
+            Ok(outcome) => {
+                let records = outcome.records().map(<[_]>::to_vec).unwrap_or_default();
+                break (Ok(found.with_records(records)), entry);
+            }
+            Err(refusal) => break (Err(refusal), entry),
         }
         tokio::select! {
-            _ = reply_to.closing.cancelled() => break nothing(),
-            _ = &mut deadline => break nothing(),
+            _ = reply_to.closing.cancelled() => break (Ok(found), None),
+            _ = &mut deadline => break (Ok(found), None),
             _ = &mut notified => {}
         }
     };
     release(&shared, session);
-    // The answer waits until what it reports is durable: the poll that ended the wait and the
-    // acknowledgements of an ack-and-poll (applied before it parked). Entries become durable in
-    // order, so the later of the two covers both.
-    let result = match (logged.max(acks_logged), shared.broker.journal()) {
+    // The answer waits until what it reports is durable: the poll that ended the wait and what
+    // the request changed before it parked (an ack-and-poll's acknowledgements). Entries become
+    // durable in order, so the later of the two covers both.
+    let result = match (logged.max(before_logged), shared.broker.journal()) {
         (Some(entry), Some(journal)) => match journal.durable(entry).await {
             Ok(()) => result,
             Err(error) => Err(storage_reply(error)),
         },
         _ => result,
-    };
-    let result = match (result, acked) {
-        (Ok(Outcome::Records(records)), Some(acked)) => {
-            Ok(Outcome::AckedAndPolled { acked, records })
-        }
-        (result, _) => result,
     };
     let answer = Outgoing::ready(
         vec![ResponseFrame {
@@ -132,11 +111,11 @@ fn release(shared: &Shared, session: Option<ParkedIn>) {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use broker_core::{BrokerState, Command, KeyHash};
-    use tokio::sync::Semaphore;
+    use broker_core::{BrokerState, Command, KeyHash, Outcome};
+    use tokio::sync::{mpsc, Semaphore};
+    use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::dispatch::Parked;
     use crate::Config;
 
     fn poll() -> Command {
@@ -172,8 +151,8 @@ mod tests {
         let parked = Parked {
             correlation_id: 9,
             retry: poll(),
+            found: Outcome::Records(Vec::new()),
             session: None,
-            acked: None,
             logged: None,
             wait: std::time::Duration::from_secs(30),
             permit,

@@ -581,3 +581,27 @@ fn a_failed_fsync_is_told_apart_from_other_io_errors() {
     assert!(failed("fsync").is_failed_sync());
     assert!(!failed("write").is_failed_sync());
 }
+
+/// The snapshot of the format version 1 fixture (written by the first releases, from the
+/// state's own serde encoding) decodes as a `StateImage` that encodes back to exactly the same
+/// bytes: the image type is that format, field for field.
+#[test]
+fn a_version_1_snapshot_is_a_state_image_byte_for_byte() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/data-v1");
+    let snapshot = fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "snap"))
+        .unwrap();
+    let bytes = fs::read(&snapshot).unwrap();
+    let body = &bytes[crate::format::SNAPSHOT_HEADER..];
+    let (image, used): (StateImage, usize) =
+        bincode::serde::decode_from_slice(body, crate::config()).unwrap();
+    assert_eq!(used, body.len());
+    let encoded = bincode::serde::encode_to_vec(&image, crate::config()).unwrap();
+    assert_eq!(
+        encoded, body,
+        "the image does not re-encode to the snapshot's bytes"
+    );
+    assert!(BrokerState::from_image(image).is_ok());
+}

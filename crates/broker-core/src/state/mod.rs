@@ -11,10 +11,10 @@
 //! |--------|------|
 //! | `log` | one partition's records: offsets, appends, trimming |
 //! | `topic` | topics and publishing: creation, placement by key, appends within limits |
-//! | `group` | consumer groups: membership, assignment, rebalancing |
+//! | `group` | consumer groups: membership, assignment (and the `assignment` call), rebalancing |
 //! | `consume` | ack mode (poll, ack, retry, redeliver) and fetch mode (fetch, commit) |
 //! | `retention` | what leaves a partition, and the memory budget |
-//! | `read` | read-only calls: assignment, committed, end offset, lag, describe |
+//! | `read` | read-only calls: committed, end offset, lag, and `describe` (whose types are in the crate's `describe` module) |
 //! | `check` | the invariants, checked for a state that did not come from these methods |
 //! | `apply` | one command in, one outcome out |
 //! | `image` | the state as a [`crate::image::StateImage`] and back |

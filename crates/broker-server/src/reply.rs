@@ -1,0 +1,88 @@
+//! What a request turns into on its way back to the peer: answers to write now, answers to
+//! write once their log entries are durable, or a request parked to wait for records; and the
+//! parts of a connection an answer goes back through. The reader (`server`), the writer
+//! (`connection`), `dispatch` and `waiter` all speak these types, and none of them depends on
+//! another for it.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use broker_core::{Command, Outcome};
+use broker_proto::ResponseFrame;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+use crate::sessions::ParkedIn;
+
+/// Responses on their way to the peer, with the in-flight permits of the requests they answer:
+/// the permits are released once the responses are written, so a peer that does not read
+/// stops being read from.
+#[derive(Debug)]
+pub(crate) struct Answers {
+    /// The responses, in the order they are to be written.
+    pub(crate) responses: Vec<ResponseFrame>,
+    /// One permit per request answered here.
+    pub(crate) permits: Vec<OwnedSemaphorePermit>,
+}
+
+/// Answers that can be written only once something else has happened (their log entries are
+/// durable).
+pub(crate) type Deferred = Pin<Box<dyn Future<Output = Answers> + Send>>;
+
+/// What the writer is handed, in the order the connection's answers must go out.
+pub(crate) enum Outgoing {
+    /// Answers to write now.
+    Ready(Answers),
+    /// Answers to write once the future resolves; everything queued after them waits too, so
+    /// answers to non-waiting requests keep their request order.
+    Deferred(Deferred),
+}
+
+impl Outgoing {
+    /// Answers to write now.
+    pub(crate) fn ready(responses: Vec<ResponseFrame>, permits: Vec<OwnedSemaphorePermit>) -> Self {
+        Outgoing::Ready(Answers { responses, permits })
+    }
+}
+
+impl std::fmt::Debug for Outgoing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outgoing::Ready(answers) => f.debug_tuple("Ready").field(answers).finish(),
+            Outgoing::Deferred(_) => f.write_str("Deferred"),
+        }
+    }
+}
+
+/// The parts of a connection a parked request answers through.
+#[derive(Debug, Clone)]
+pub(crate) struct ReplyTo {
+    /// The connection's id, for sessions.
+    pub(crate) connection: u64,
+    /// The connection's writer.
+    pub(crate) outgoing: mpsc::Sender<Outgoing>,
+    /// Cancelled when the connection closes or the server shuts down: answer at once.
+    pub(crate) closing: CancellationToken,
+}
+
+/// A request that found no record and waits for one.
+#[derive(Debug)]
+pub(crate) struct Parked {
+    /// The request's correlation id.
+    pub(crate) correlation_id: u64,
+    /// The poll or fetch retried on every signal of its topic.
+    pub(crate) retry: Command,
+    /// What the request answered before it waited (records empty): the answer is this with
+    /// the records the wait found (an ack-and-poll keeps its acknowledgements' results).
+    pub(crate) found: Outcome,
+    /// The session of the member it names, which it keeps from expiring while it waits.
+    pub(crate) session: Option<ParkedIn>,
+    /// The log entry of what it changed before it parked: the answer waits until it is
+    /// durable.
+    pub(crate) logged: Option<u64>,
+    /// How long it may wait at most (already bounded by the server's maximum).
+    pub(crate) wait: Duration,
+    /// The in-flight permit of the request, released once it is answered.
+    pub(crate) permit: OwnedSemaphorePermit,
+}
