@@ -507,8 +507,8 @@ fn lag_shows_end_minus_committed_per_partition() {
     assert_eq!(
         json,
         serde_json::json!([
-            {"partition": 0, "committed": 2, "end_offset": 3, "lag": 1},
-            {"partition": 1, "committed": 0, "end_offset": 1, "lag": 1},
+            {"partition": 0, "committed": 2, "end_offset": 3, "lag": 1, "skipped": 0},
+            {"partition": 1, "committed": 0, "end_offset": 1, "lag": 1, "skipped": 0},
         ])
     );
     // A group that does not exist lags by the whole retained log: g was the only group, so
@@ -876,4 +876,309 @@ fn bench_publish_over_raw_frames_answers_every_request_and_refuses_other_workloa
             "{args:?}: {refused:#?}"
         );
     }
+}
+
+#[test]
+fn create_sets_retention_and_adds_partitions_only_when_asked() {
+    let server = ServerProcess::start(&[]);
+    let run = broker(
+        &server,
+        &[
+            "create",
+            "clicks",
+            "-p",
+            "2",
+            "--retention",
+            "limits",
+            "--max-records",
+            "3",
+            "--max-bytes",
+            "1KiB",
+            "--max-age",
+            "1h",
+        ],
+    );
+    assert_eq!(
+        run.ok(),
+        "created topic clicks with 2 partitions: limits retention, max 3 records, max 1024 \
+         bytes, max age 1h\n"
+    );
+    let described = describe_json(&server, "clicks");
+    assert_eq!(
+        described["topics"][0]["settings"],
+        serde_json::json!([{"retention": "limits"}, {"max-records": 3}, {"max-bytes": 1024}, {"max-age-ms": 3_600_000}])
+    );
+    // Limits retention keeps the newest 3 records of a partition, consumed or not.
+    broker_with_input(
+        &server,
+        &["publish", "clicks", "--partition", "0"],
+        "a\nb\nc\nd\ne\n",
+    )
+    .ok();
+    let partition = &describe_json(&server, "clicks")["topics"][0]["partitions"][0];
+    assert_eq!(
+        (&partition["earliest_offset"], &partition["end_offset"]),
+        (&Value::from(2), &Value::from(5))
+    );
+    // Interest retention cannot discard old records: refused with the reason.
+    let refused = broker(&server, &["create", "bad", "--discard", "old"]);
+    assert!(
+        refused.one_error_line().contains("limits retention"),
+        "{refused:#?}"
+    );
+    // A larger --partitions changes nothing without --add-partitions, and grows with it.
+    broker(&server, &["create", "clicks", "-p", "4"]).ok();
+    assert_eq!(end_offsets(&server, "clicks").len(), 2);
+    let grown = broker(
+        &server,
+        &["create", "clicks", "-p", "4", "--add-partitions"],
+    );
+    assert_eq!(grown.ok(), "topic clicks now has 4 partitions (it had 2)\n");
+    assert!(
+        grown.stderr.contains("keys now map to other partitions"),
+        "{grown:#?}"
+    );
+    assert_eq!(end_offsets(&server, "clicks"), [5, 0, 0, 0]);
+    let fewer = broker(
+        &server,
+        &["create", "clicks", "-p", "3", "--add-partitions"],
+    );
+    assert!(
+        fewer.one_error_line().contains("never removed"),
+        "{fewer:#?}"
+    );
+    // The server's partition limit (64 by default) bounds a new topic and a grown one alike.
+    broker(
+        &server,
+        &["create", "clicks", "-p", "65", "--add-partitions"],
+    )
+    .one_error_line();
+}
+
+#[test]
+fn delete_removes_a_topic_and_purge_removes_records_below_an_offset() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t", "-p", "2"]).ok();
+    broker_with_input(
+        &server,
+        &["publish", "t", "--partition", "0"],
+        "1\n2\n3\n4\n",
+    )
+    .ok();
+    broker_with_input(&server, &["publish", "t", "--partition", "1"], "x\n").ok();
+    let purged = broker(
+        &server,
+        &["purge", "t", "--partition", "0", "--before", "3"],
+    );
+    assert_eq!(purged.ok(), "t partition 0: records below 3 removed\n");
+    let json: Value =
+        serde_json::from_str(broker(&server, &["purge", "t", "--before", "10", "--json"]).ok())
+            .unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!([
+            {"partition": 0, "earliest_offset": 4},
+            {"partition": 1, "earliest_offset": 1},
+        ])
+    );
+    assert_eq!(broker(&server, &["delete", "t"]).ok(), "deleted topic t\n");
+    assert_eq!(
+        broker(&server, &["delete", "t"]).ok(),
+        "topic t does not exist (nothing changed)\n"
+    );
+    assert!(broker(&server, &["describe", "t"])
+        .one_error_line()
+        .contains("unknown topic"));
+}
+
+#[test]
+fn group_reset_replays_and_skips_and_group_delete_frees_the_records() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t"]).ok();
+    // A second group that consumes nothing keeps every record (interest retention), so g can
+    // go back over them.
+    broker(&server, &["join", "t", "-g", "keeper", "-m", "k"]).ok();
+    broker(&server, &["leave", "t", "-g", "keeper", "-m", "k"]).ok();
+    broker_with_input(&server, &["publish", "t"], "a\nb\nc\nd\n").ok();
+    let consumed = broker(
+        &server,
+        &[
+            "consume", "t", "-g", "g", "-m", "m", "--mode", "fetch", "--stay",
+        ],
+    );
+    assert_eq!(consumed.lines().len(), 4, "{consumed:#?}");
+    // Nothing left: lag 0.
+    let lag: Value =
+        serde_json::from_str(broker(&server, &["lag", "t", "-g", "g", "--json"]).ok()).unwrap();
+    assert_eq!(lag[0]["lag"], 0);
+    // Back two records.
+    let reset = broker(
+        &server,
+        &["group", "reset", "t", "-g", "g", "--shift-by", "-2"],
+    );
+    assert!(reset.ok().contains("total lag 2"), "{reset:#?}");
+    let again = broker(
+        &server,
+        &[
+            "consume", "t", "-g", "g", "-m", "m", "--mode", "fetch", "--stay",
+        ],
+    );
+    assert_eq!(again.lines(), ["[0@2] c", "[0@3] d"]);
+    // To the start, as JSON.
+    let json: Value = serde_json::from_str(
+        broker(
+            &server,
+            &["group", "reset", "t", "-g", "g", "--to-earliest", "--json"],
+        )
+        .ok(),
+    )
+    .unwrap();
+    assert_eq!(json[0]["committed"], 0);
+    // Exactly one target.
+    let both = broker(
+        &server,
+        &[
+            "group",
+            "reset",
+            "t",
+            "-g",
+            "g",
+            "--to-earliest",
+            "--to-latest",
+        ],
+    );
+    assert_eq!(both.code, Some(2), "{both:#?}");
+    // g consumes everything again; the keeper still holds every record until it is deleted.
+    let records = |server: &ServerProcess| {
+        describe_json(server, "t")["topics"][0]["partitions"][0]["records"].clone()
+    };
+    broker(
+        &server,
+        &[
+            "consume", "t", "-g", "g", "-m", "m", "--mode", "fetch", "--stay",
+        ],
+    )
+    .ok();
+    assert_eq!(records(&server), 4);
+    broker(&server, &["group", "delete", "t", "-g", "keeper"]).ok();
+    assert_eq!(records(&server), 0);
+    // A group with a member cannot be deleted; once it left, it can.
+    assert!(broker(&server, &["group", "delete", "t", "-g", "g"])
+        .one_error_line()
+        .contains("still has 1 members"));
+    broker(&server, &["leave", "t", "-g", "g", "-m", "m"]).ok();
+    assert_eq!(
+        broker(&server, &["group", "delete", "t", "-g", "g"]).ok(),
+        "deleted group g of t\n"
+    );
+    assert!(
+        broker(&server, &["group", "reset", "t", "-g", "g", "--to-latest"])
+            .one_error_line()
+            .contains("unknown group")
+    );
+}
+
+#[test]
+fn consume_can_start_at_the_end_replay_from_the_beginning_and_show_headers_and_times() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t"]).ok();
+    // A group that keeps the record: a group that starts at the end has consumed it, and it
+    // would leave with no other group.
+    broker(&server, &["join", "t", "-g", "keeper", "-m", "k"]).ok();
+    broker(
+        &server,
+        &[
+            "publish",
+            "t",
+            "old",
+            "--header",
+            "trace=t-1",
+            "--header",
+            "flag",
+        ],
+    )
+    .ok();
+    // A group that starts at the end sees nothing already there.
+    let latest = broker(
+        &server,
+        &[
+            "consume",
+            "t",
+            "-g",
+            "new",
+            "-m",
+            "m",
+            "--start-at",
+            "latest",
+        ],
+    );
+    assert_eq!(latest.ok(), "");
+    // Replaying from the beginning shows the record, with its headers and time in JSON.
+    let replay = broker(
+        &server,
+        &[
+            "consume",
+            "t",
+            "-g",
+            "new",
+            "-m",
+            "m",
+            "--from-beginning",
+            "--json",
+        ],
+    );
+    let record: Value = serde_json::from_str(replay.lines()[0]).unwrap();
+    assert_eq!(record["payload"], "old");
+    assert_eq!(
+        record["headers"],
+        serde_json::json!([{"name": "trace", "value": "t-1"}, {"name": "flag", "value": null}])
+    );
+    assert_eq!(record["delivery_count"], 1);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let time = record["timestamp_ms"].as_i64().unwrap();
+    assert!(time <= now_ms && time > now_ms - 60_000, "{record}");
+    // Offsets by time: now is past every record, an hour ago before all of them.
+    let offsets: Value =
+        serde_json::from_str(broker(&server, &["offsets", "t", "--ago", "1h", "--json"]).ok())
+            .unwrap();
+    assert_eq!(offsets[0]["offset"], 0);
+    let future: Value = serde_json::from_str(
+        broker(
+            &server,
+            &["offsets", "t", "--at", "2999-01-01T00:00:00Z", "--json"],
+        )
+        .ok(),
+    )
+    .unwrap();
+    assert_eq!(future[0]["offset"], 1);
+    assert!(broker(&server, &["publish", "t", "x", "--header", "=v"])
+        .one_error_line()
+        .contains("no name"));
+}
+
+#[test]
+fn bench_deletes_its_topic_unless_told_to_keep_it() {
+    let server = ServerProcess::start(&[]);
+    let args = [
+        "bench",
+        "ack",
+        "--records",
+        "200",
+        "--partitions",
+        "2",
+        "--json",
+    ];
+    let topics = || -> Value {
+        serde_json::from_str::<Value>(broker(&server, &["describe", "--json"]).ok()).unwrap()
+            ["topics"]
+            .clone()
+    };
+    broker(&server, &args).ok();
+    assert_eq!(topics(), serde_json::json!([]));
+    let kept = [&args[..], &["--keep-topic"]].concat();
+    broker(&server, &kept).ok();
+    assert_eq!(topics().as_array().unwrap().len(), 1);
 }

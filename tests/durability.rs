@@ -579,23 +579,26 @@ async fn a_full_disk_refuses_changes_with_a_storage_error_and_recovers_when_spac
     drop(disk);
 }
 
-/// A server on `dir` with a memory budget of `max_memory` bytes (and payloads up to 100 bytes).
-fn start_with_budget(dir: &Path, max_memory: &str) -> ServerProcess {
+/// A server on `dir` with a capacity of `capacity` records per partition and a memory budget
+/// of 300 bytes (payloads up to 100 bytes).
+fn start_with_capacity(dir: &Path, capacity: &str) -> ServerProcess {
     ServerProcess::start(&[
         "--data-dir",
         dir.to_str().unwrap(),
         "--max-payload-bytes",
         "100",
         "--max-memory",
-        max_memory,
+        "300",
+        "--capacity",
+        capacity,
     ])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn publishes_refused_by_the_memory_budget_stay_refused_after_a_restart_with_another_budget() {
+async fn publishes_refused_at_capacity_stay_refused_after_a_restart_with_another_capacity() {
     let dir = tempfile::tempdir().unwrap();
     let payload = vec![b'x'; 100];
-    let mut server = start_with_budget(dir.path(), "300");
+    let mut server = start_with_capacity(dir.path(), "3");
     let client = connect(&server).await;
     client.create(TOPIC, 1).await.unwrap();
     let offsets = [
@@ -604,22 +607,25 @@ async fn publishes_refused_by_the_memory_budget_stay_refused_after_a_restart_wit
         client.publish(TOPIC, 0, payload.clone()).await.unwrap(),
         client.publish(TOPIC, 0, payload.clone()).await.unwrap(),
     ];
-    assert_eq!(offsets, [0, 1, 2, -1], "the fourth is over the budget");
+    assert_eq!(offsets, [0, 1, 2, -1], "the fourth is over the capacity");
     let before = client.describe().await.unwrap();
     server.kill();
 
-    // A larger budget now must not turn the refused publish into a stored one on replay.
-    let mut server = start_with_budget(dir.path(), "100000");
+    // A larger capacity now must not turn the refused publish into a stored one on replay; the
+    // memory budget (300 bytes, three records) does not apply with a data directory.
+    let mut server = start_with_capacity(dir.path(), "100");
     let client = connect(&server).await;
-    assert_eq!(client.describe().await.unwrap(), before);
+    let reopened = client.describe().await.unwrap();
+    assert_eq!(reopened.topics, before.topics);
+    assert_eq!(reopened.capacity_per_partition, 100);
     assert_eq!(client.publish(TOPIC, 0, payload.clone()).await.unwrap(), 3);
     let after = client.describe().await.unwrap();
     server.kill();
 
-    // And the publish the larger budget accepted stays accepted under a smaller one.
-    let server = start_with_budget(dir.path(), "300");
+    // And the publish the larger capacity accepted stays accepted under a smaller one.
+    let server = start_with_capacity(dir.path(), "3");
     let client = connect(&server).await;
-    assert_eq!(client.describe().await.unwrap(), after);
+    assert_eq!(client.describe().await.unwrap().topics, after.topics);
     assert_eq!(client.publish(TOPIC, 0, payload).await.unwrap(), -1);
 }
 
@@ -634,7 +640,8 @@ async fn a_data_directory_of_format_version_1_opens_unchanged() {
         let file = file.unwrap();
         std::fs::copy(file.path(), dir.path().join(file.file_name())).unwrap();
     }
-    let expected: broker_client::BrokerDescription =
+    // What the first release described, in the shapes of protocol version 1.
+    let expected: broker_core::v1::BrokerDescription =
         serde_json::from_str(&std::fs::read_to_string(fixtures.join("expected-v1.json")).unwrap())
             .unwrap();
     let server = ServerProcess::start(&[
@@ -644,7 +651,25 @@ async fn a_data_directory_of_format_version_1_opens_unchanged() {
         "50",
     ]);
     let client = connect(&server).await;
-    assert_eq!(client.describe().await.unwrap(), expected);
+    let described = client.describe().await.unwrap();
+    // Everything version 1 had is unchanged; what version 2 added is what a record and a topic
+    // of the first release mean: time 0, interest retention.
+    for topic in &described.topics {
+        assert_eq!(
+            topic.settings,
+            [broker_core::TopicSetting::Retention(
+                broker_core::Retention::Interest
+            )]
+        );
+        for partition in &topic.partitions {
+            assert_eq!(
+                partition.earliest_timestamp_ms,
+                (partition.records > 0).then_some(0)
+            );
+        }
+    }
+    let as_v1 = broker_core::v1::Outcome::try_from(broker_core::Outcome::Description(described));
+    assert_eq!(as_v1, Ok(broker_core::v1::Outcome::Description(expected)));
     // The records, read by a new group from the earliest retained offset.
     let mut read = Vec::new();
     for topic in ["events", "orders"] {

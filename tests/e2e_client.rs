@@ -19,20 +19,11 @@ use broker_client::{
     PartitionLag, PublishRecord,
 };
 use broker_testkit::process::ServerProcess;
+use broker_testkit::records::record;
 use bytes::Bytes;
 
 /// How long a test waits for something that should happen at once before it fails.
 const PATIENCE: Duration = Duration::from_secs(5);
-
-fn record(topic: &str, partition: i32, offset: i64, payload: &str) -> BrokerRecord {
-    BrokerRecord {
-        topic: topic.into(),
-        partition,
-        offset,
-        key: None,
-        payload: Bytes::copy_from_slice(payload.as_bytes()),
-    }
-}
 
 /// The `(partition, offset)` of each record, in the order given.
 fn positions(records: &[BrokerRecord]) -> Vec<(i32, i64)> {
@@ -390,25 +381,29 @@ async fn four_partition_rebalance_resumes_every_partition_from_the_committed_off
                 partition: 0,
                 committed: 3,
                 end_offset: 3,
-                lag: 0
+                lag: 0,
+                skipped: 0
             },
             PartitionLag {
                 partition: 1,
                 committed: 2,
                 end_offset: 3,
-                lag: 1
+                lag: 1,
+                skipped: 0
             },
             PartitionLag {
                 partition: 2,
                 committed: 0,
                 end_offset: 3,
-                lag: 3
+                lag: 3,
+                skipped: 0
             },
             PartitionLag {
                 partition: 3,
                 committed: 0,
                 end_offset: 3,
-                lag: 3
+                lag: 3,
+                skipped: 0
             },
         ]
     );

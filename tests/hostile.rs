@@ -71,6 +71,7 @@ async fn maximum_frames_again_and_again_do_not_grow_memory() {
             topic: "t".into(),
             partition_count: 1,
             key_hash: KeyHash::default(),
+            settings: Vec::new(),
         },
     )
     .await;

@@ -327,7 +327,7 @@ fn an_unknown_command_is_answered_and_the_connection_goes_on() {
 fn a_wrong_version_or_magic_is_refused_and_closed() {
     let server = ServerProcess::start(&[]);
     let mut conn = Conn::raw(&server);
-    conn.send(&hello(999));
+    conn.send(&hello(0));
     let body = conn.read_frame().expect("a refusal");
     let mut r = Reader(&body);
     assert_eq!(r.u32(), 1, "Refused");
@@ -471,6 +471,11 @@ fn a_commit_map_whose_partitions_do_not_strictly_ascend_is_malformed() {
     let server = ServerProcess::start(&[]);
     let mut conn = Conn::open(&server);
     conn.call(1, create("t", 3));
+    // Commits name offsets the partitions have: at most their end.
+    for offset in 0..5 {
+        assert_eq!(ok(&conn.call(1, publish(1, "t", 0, b"r")), 3).i64(), offset);
+    }
+    assert_eq!(ok(&conn.call(1, publish(1, "t", 2, b"r")), 3).i64(), 0);
     // Join [1]: topic, group, member, assignor None.
     let join = request(2, 1).string("t").string("g").string("m").u8(0);
     conn.call(2, join);

@@ -7,8 +7,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::bench::BenchArgs;
 
-/// Talk to a broker-server from a shell: create topics, publish, consume as a group member,
-/// inspect groups and lag, size disks, and benchmark.
+/// Talk to a broker-server from a shell: create and delete topics, publish, consume as a group
+/// member, replay and reset groups, inspect groups and lag, size disks, and benchmark.
 #[derive(Debug, Parser)]
 #[command(name = "broker", version, after_help = EXAMPLES)]
 pub struct Cli {
@@ -56,12 +56,17 @@ pub struct Cli {
 const EXAMPLES: &str = "\
 Examples:
   broker create orders --partitions 3
+  broker create clicks --partitions 8 --retention limits --max-age 3d --max-bytes 10GiB
+  broker create orders --partitions 6 --add-partitions
   broker publish orders 'first order' 'second order' --key customer-42
   seq 1 100 | broker publish orders --partition 0
   broker consume orders --group billing --member billing-1
   broker consume orders --group analytics --member a1 --mode fetch --follow --json
+  broker consume orders --group audit --member a1 --from-datetime 2026-12-01T09:00:00Z
+  broker group reset orders --group billing --to-earliest
   broker describe orders
   broker lag orders --group billing
+  broker delete orders
   broker size --message-bytes 1500 --rate 2000 --retention 3d --replication 3 --headroom 30
   broker bench mixed --producers 4 --consumers 4 --records 1000000
   BROKER_AUTH_TOKEN=s3cret broker --addr broker.internal:9092 --tls-ca ca.pem describe
@@ -72,8 +77,14 @@ command-line arguments.";
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create a topic (succeeds, saying so, if it already exists).
+    /// Create a topic with its retention (succeeds, saying so, if it already exists), or give an
+    /// existing topic more partitions.
     Create(CreateArgs),
+    /// Delete a topic with its records and groups; consumers waiting on it are answered at once.
+    Delete(DeleteArgs),
+    /// Remove the records of a topic's partitions below an offset, consumed or not (Kafka's
+    /// delete-records); groups that had not consumed them skip them.
+    Purge(PurgeArgs),
     /// Publish records: each PAYLOAD argument is one record; with none, each line of standard
     /// input is one record.
     Publish(PublishArgs),
@@ -90,6 +101,12 @@ pub enum Command {
     Describe(DescribeArgs),
     /// Show a group's lag on each partition of a topic.
     Lag(LagArgs),
+    /// Reset or delete a consumer group.
+    #[command(subcommand)]
+    Group(GroupCommand),
+    /// Show, per partition, the first offset at or after a time: where a replay from then
+    /// starts.
+    Offsets(OffsetsArgs),
     /// Disk sizing: message size × rate × retention × replication, plus headroom.
     Size(SizeArgs),
     /// Measure a broker-server: throughput and latency percentiles under a chosen workload.
@@ -98,15 +115,205 @@ pub enum Command {
 
 /// `broker create`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Retention: with `interest` (the default) a record stays until every group of the topic has
+consumed it, and a full partition (--max-records, else the server's --capacity) refuses
+publishes. With `limits` records stay up to --max-records, --max-bytes and --max-age per
+partition, consumed or not, and the oldest are discarded to make room (--discard new refuses
+new records instead). --max-age works with either: older records leave.
+
+--add-partitions gives an existing topic more partitions (never fewer). Keys then map to other
+partitions, as in Kafka: order per key holds only among records published after the change.")]
 pub struct CreateArgs {
     /// Topic name: 1 to 64 ASCII letters, digits, '_' or '-'.
     pub topic: String,
-    /// Number of partitions, 1 to 64.
+    /// Number of partitions, 1 to the server's --max-partitions (64 by default); with
+    /// --add-partitions, the count an existing topic grows to.
     #[arg(long, short, default_value_t = 1)]
     pub partitions: i32,
+    /// If the topic exists with fewer partitions, add partitions up to --partitions.
+    #[arg(long)]
+    pub add_partitions: bool,
     /// How keyed publishes choose a partition.
     #[arg(long, value_enum, default_value_t = KeyHashArg::Murmur2)]
     pub key_hash: KeyHashArg,
+    /// What keeps a record: every group's interest in it, or limits alone.
+    #[arg(long, value_enum, default_value_t = RetentionArg::Interest)]
+    pub retention: RetentionArg,
+    /// Records a partition keeps at most, 1 to 2147483647.
+    #[arg(long, value_name = "N")]
+    pub max_records: Option<u64>,
+    /// Payload, key and header bytes a partition keeps at most: 500MB, 10GiB, 1048576.
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub max_bytes: Option<u64>,
+    /// How long a record is kept at most: 3d, 12h, 90s, 500ms.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub max_age: Option<Duration>,
+    /// At a limit of limits retention: discard the oldest records (old, the default) or refuse
+    /// the new one (new).
+    #[arg(long, value_enum)]
+    pub discard: Option<DiscardArg>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--retention`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RetentionArg {
+    /// A record stays until every group of the topic has consumed it.
+    Interest,
+    /// Records stay up to the topic's limits, consumed or not.
+    Limits,
+}
+
+/// `--discard`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DiscardArg {
+    /// Refuse a new record at a limit.
+    New,
+    /// Discard the oldest records to make room.
+    Old,
+}
+
+/// A byte count with an optional unit: `1048576`, `500MB`, `10GiB`, `64 KiB`.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a byte count (such as 1048576, 500MB or 10GiB)"))?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?}: use B, kB, MB, GB, TB, KiB, MiB, GiB or TiB"
+            ))
+        }
+    };
+    number
+        .checked_mul(scale)
+        .ok_or_else(|| format!("{text:?} does not fit in 64 bits"))
+}
+
+/// `broker delete`.
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// Topic to delete.
+    pub topic: String,
+}
+
+/// `broker purge`.
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    /// Topic.
+    pub topic: String,
+    /// Purge this partition (repeat for several); every partition without it.
+    #[arg(long, short)]
+    pub partition: Vec<i32>,
+    /// Remove the records below this offset (up to each partition's end).
+    #[arg(long, value_name = "OFFSET")]
+    pub before: i64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `broker group`.
+#[derive(Debug, Subcommand)]
+pub enum GroupCommand {
+    /// Move a group's committed offsets, on every partition or the ones named, all at once:
+    /// its members' positions follow and their deliveries in flight there are cancelled.
+    Reset(ResetArgs),
+    /// Delete a group that has no members, with its committed offsets; with interest retention
+    /// the records only it held back leave.
+    Delete(GroupArgs),
+}
+
+/// A topic and one of its groups.
+#[derive(Debug, Args)]
+pub struct GroupArgs {
+    /// Topic of the group.
+    pub topic: String,
+    /// Consumer group.
+    #[arg(long, short)]
+    pub group: String,
+}
+
+/// `broker group reset`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).multiple(false)))]
+pub struct ResetArgs {
+    /// The topic and group.
+    #[command(flatten)]
+    pub group: GroupArgs,
+    /// To the oldest record retained.
+    #[arg(long, group = "target")]
+    pub to_earliest: bool,
+    /// To the end: the group skips everything retained.
+    #[arg(long, group = "target")]
+    pub to_latest: bool,
+    /// To this offset (clamped to the records retained).
+    #[arg(long, group = "target", value_name = "OFFSET")]
+    pub to_offset: Option<i64>,
+    /// To the first record at or after this time: 2026-12-01T09:00:00Z.
+    #[arg(long, group = "target", value_name = "RFC3339", value_parser = parse_datetime)]
+    pub to_datetime: Option<i64>,
+    /// To the first record at or after this long ago: 1h, 30m, 2d.
+    #[arg(long, group = "target", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub by_duration: Option<Duration>,
+    /// By this many records from the committed offset (negative: back).
+    #[arg(
+        long,
+        group = "target",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub shift_by: Option<i64>,
+    /// Reset only this partition (repeat for several); every partition without it.
+    #[arg(long, short)]
+    pub partition: Vec<i32>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A time in RFC 3339 (`2026-12-01T09:00:00Z`, or without the zone for UTC) as milliseconds
+/// since the Unix epoch.
+pub fn parse_datetime(text: &str) -> Result<i64, String> {
+    let time = humantime::parse_rfc3339_weak(text.trim())
+        .map_err(|error| format!("{text:?} is not a time such as 2026-12-01T09:00:00Z: {error}"))?;
+    let since = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| format!("{text:?} is before 1970"))?;
+    i64::try_from(since.as_millis()).map_err(|_| format!("{text:?} is too far away"))
+}
+
+/// `broker offsets`.
+#[derive(Debug, Args)]
+pub struct OffsetsArgs {
+    /// Topic.
+    pub topic: String,
+    /// The time: 2026-12-01T09:00:00Z.
+    #[arg(long, value_name = "RFC3339", value_parser = parse_datetime, conflicts_with = "ago")]
+    pub at: Option<i64>,
+    /// The time this long ago: 1h, 30m, 2d.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub ago: Option<Duration>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The key hash of a new topic.
@@ -132,6 +339,10 @@ pub struct PublishArgs {
     /// --partition, records go round-robin over the partitions.
     #[arg(long)]
     pub key: Option<String>,
+    /// A header of every record: NAME=VALUE, or NAME alone for one without a value. Repeat for
+    /// several.
+    #[arg(long = "header", value_name = "NAME=VALUE")]
+    pub headers: Vec<String>,
     /// Print one JSON object per record instead of text.
     #[arg(long)]
     pub json: bool,
@@ -170,6 +381,15 @@ pub struct JoinArgs {
     pub assignor: Option<AssignorArg>,
 }
 
+/// `--start-at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StartAtArg {
+    /// At the earliest record retained.
+    Earliest,
+    /// At the end: only records published after the group was created.
+    Latest,
+}
+
 /// How a group divides partitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AssignorArg {
@@ -191,6 +411,26 @@ pub struct ConsumeArgs {
     /// Assignor if this creates the group.
     #[arg(long, value_enum)]
     pub assignor: Option<AssignorArg>,
+    /// Where a group this creates starts: at the earliest record retained (everything kept),
+    /// or at the end (only what is published from now on).
+    #[arg(long, value_enum)]
+    pub start_at: Option<StartAtArg>,
+    /// Ack mode, for a group this creates: a record not acknowledged within this long is
+    /// released for redelivery (10s, 500ms); without it a delivery stays until acked or
+    /// retried.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub ack_timeout: Option<Duration>,
+    /// Before consuming, reset the group to the earliest record retained: replay everything
+    /// kept. The reset applies to the whole group.
+    #[arg(long, conflicts_with_all = ["from_latest", "from_datetime"])]
+    pub from_beginning: bool,
+    /// Before consuming, reset the group to the end: skip everything retained.
+    #[arg(long, conflicts_with = "from_datetime")]
+    pub from_latest: bool,
+    /// Before consuming, reset the group to the first record at or after this time:
+    /// 2026-12-01T09:00:00Z.
+    #[arg(long, value_name = "RFC3339", value_parser = parse_datetime)]
+    pub from_datetime: Option<i64>,
     /// Keep waiting for new records until interrupted (Ctrl-C), instead of stopping when none
     /// is left.
     #[arg(long, short)]
@@ -241,7 +481,8 @@ replicas need 2,332,800,000,000 bytes before headroom:\n  broker size --message-
 --rate 2000 --retention 3d --replication 3"
 )]
 pub struct SizeArgs {
-    /// Average message size in bytes.
+    /// Average message size in bytes: payload plus key. The last lines add what the broker's
+    /// segment files store per record besides.
     #[arg(long)]
     pub message_bytes: u64,
     /// Messages per second.
@@ -269,6 +510,28 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn byte_counts_take_decimal_and_binary_units() {
+        assert_eq!(parse_bytes("1048576"), Ok(1_048_576));
+        assert_eq!(parse_bytes("500MB"), Ok(500_000_000));
+        assert_eq!(parse_bytes("10 GiB"), Ok(10 << 30));
+        assert_eq!(parse_bytes("64kib"), Ok(64 << 10));
+        assert!(parse_bytes("ten").is_err());
+        assert!(parse_bytes("5 apples").is_err());
+        assert!(parse_bytes("99999999999TiB").is_err());
+    }
+
+    #[test]
+    fn times_are_rfc3339_in_milliseconds_since_the_epoch() {
+        assert_eq!(parse_datetime("1970-01-01T00:00:01Z"), Ok(1_000));
+        assert_eq!(
+            parse_datetime("2026-12-01T09:00:00Z"),
+            Ok(1_796_115_600_000)
+        );
+        assert_eq!(parse_datetime("2026-12-01 09:00:00"), Ok(1_796_115_600_000));
+        assert!(parse_datetime("yesterday").is_err());
     }
 
     #[test]

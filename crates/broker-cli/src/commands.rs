@@ -5,15 +5,20 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use broker_client::{Assignor, BrokerRecord, Client, Error, KeyHash, MAX_POLL_RECORDS};
+use broker_client::{
+    Assignor, BrokerRecord, Client, Discard, Error, GroupSetting, Header, KeyHash, PublishRecord,
+    ResetTo, Retention, StartAt, TopicSetting, MAX_POLL_RECORDS,
+};
+use bytes::Bytes;
 
 use crate::connect::Server;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::{
-    AssignorArg, Cli, Command, ConsumeArgs, ConsumeMode, CreateArgs, DescribeArgs, JoinArgs,
-    KeyHashArg, LagArgs, MemberArgs, PublishArgs, SizeArgs,
+    AssignorArg, Cli, Command, ConsumeArgs, ConsumeMode, CreateArgs, DeleteArgs, DescribeArgs,
+    DiscardArg, GroupArgs, GroupCommand, JoinArgs, KeyHashArg, LagArgs, MemberArgs, OffsetsArgs,
+    PublishArgs, PurgeArgs, ResetArgs, RetentionArg, SizeArgs, StartAtArg,
 };
 use crate::{bench, output, size};
 
@@ -38,6 +43,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Size(args) => size_command(&args),
         Command::Bench(args) => bench::run(&server, args).await,
         Command::Create(args) => create(&server.connect().await?, args).await,
+        Command::Delete(args) => delete(&server.connect().await?, args).await,
+        Command::Purge(args) => purge(&server.connect().await?, args).await,
+        Command::Group(GroupCommand::Reset(args)) => reset(&server.connect().await?, args).await,
+        Command::Group(GroupCommand::Delete(args)) => {
+            delete_group(&server.connect().await?, args).await
+        }
+        Command::Offsets(args) => offsets(&server.connect().await?, args).await,
         Command::Publish(args) => publish(&server.connect().await?, args).await,
         Command::Consume(args) => consume(&server.connect().await?, args).await,
         Command::Join(args) => join(&server.connect().await?, args).await,
@@ -65,19 +77,240 @@ impl From<AssignorArg> for Assignor {
     }
 }
 
+impl From<RetentionArg> for Retention {
+    fn from(arg: RetentionArg) -> Self {
+        match arg {
+            RetentionArg::Interest => Retention::Interest,
+            RetentionArg::Limits => Retention::Limits,
+        }
+    }
+}
+
+impl From<DiscardArg> for Discard {
+    fn from(arg: DiscardArg) -> Self {
+        match arg {
+            DiscardArg::New => Discard::New,
+            DiscardArg::Old => Discard::Old,
+        }
+    }
+}
+
+impl From<StartAtArg> for StartAt {
+    fn from(arg: StartAtArg) -> Self {
+        match arg {
+            StartAtArg::Earliest => StartAt::Earliest,
+            StartAtArg::Latest => StartAt::Latest,
+        }
+    }
+}
+
+/// Milliseconds of a duration, saturated at `u64::MAX`.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The retention settings `broker create` was given.
+fn topic_settings(args: &CreateArgs) -> Vec<TopicSetting> {
+    let mut settings = Vec::new();
+    if args.retention != RetentionArg::Interest {
+        settings.push(TopicSetting::Retention(args.retention.into()));
+    }
+    if let Some(max) = args.max_records {
+        settings.push(TopicSetting::MaxRecords(max));
+    }
+    if let Some(max) = args.max_bytes {
+        settings.push(TopicSetting::MaxBytes(max));
+    }
+    if let Some(age) = args.max_age {
+        settings.push(TopicSetting::MaxAgeMs(millis(age)));
+    }
+    if let Some(discard) = args.discard {
+        settings.push(TopicSetting::Discard(discard.into()));
+    }
+    settings
+}
+
 async fn create(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
+    let settings = topic_settings(&args);
     let created = client
-        .create_with(&args.topic, args.partitions, args.key_hash.into())
-        .await?;
-    if created {
-        println!(
-            "created topic {} with {} partition{}",
-            args.topic,
+        .create_topic(
+            &args.topic,
             args.partitions,
-            if args.partitions == 1 { "" } else { "s" }
+            args.key_hash.into(),
+            &settings,
+        )
+        .await?;
+    let topic = client.describe_topic(&args.topic).await?;
+    let had = topic.partitions.len() as i32;
+    let (result, count) = if created {
+        ("created", args.partitions)
+    } else if args.add_partitions && args.partitions > had {
+        let count = client.add_partitions(&args.topic, args.partitions).await?;
+        eprintln!(
+            "note: keys now map to other partitions: order per key holds only among records \
+             published from now on"
+        );
+        ("grown", count)
+    } else if args.add_partitions && args.partitions < had {
+        bail!(
+            "topic {} has {had} partitions; partitions are never removed",
+            args.topic
         );
     } else {
-        println!("topic {} already exists (left unchanged)", args.topic);
+        ("exists", had)
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "topic": args.topic,
+                "result": result,
+                "partitions": count,
+                "settings": topic.settings,
+            })
+        );
+        return Ok(());
+    }
+    let plural = |count: i32| if count == 1 { "" } else { "s" };
+    match result {
+        "created" if settings.is_empty() => println!(
+            "created topic {} with {count} partition{}",
+            args.topic,
+            plural(count)
+        ),
+        "created" => println!(
+            "created topic {} with {count} partition{}: {}",
+            args.topic,
+            plural(count),
+            output::settings_text(&topic.settings)
+        ),
+        "grown" => println!(
+            "topic {} now has {count} partition{} (it had {had})",
+            args.topic,
+            plural(count)
+        ),
+        _ => println!(
+            "topic {} already exists (left unchanged): {had} partition{}, {}",
+            args.topic,
+            plural(had),
+            output::settings_text(&topic.settings)
+        ),
+    }
+    Ok(())
+}
+
+async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
+    if client.delete_topic(&args.topic).await? {
+        println!("deleted topic {}", args.topic);
+    } else {
+        println!("topic {} does not exist (nothing changed)", args.topic);
+    }
+    Ok(())
+}
+
+async fn purge(client: &Client, args: PurgeArgs) -> anyhow::Result<()> {
+    let partitions = match args.partition.is_empty() {
+        true => (0..client.describe_topic(&args.topic).await?.partitions.len() as i32).collect(),
+        false => args.partition.clone(),
+    };
+    let mut rows = Vec::new();
+    for partition in partitions {
+        let earliest = client.purge(&args.topic, partition, args.before).await?;
+        rows.push((partition, earliest));
+    }
+    if args.json {
+        let rows: Vec<_> = rows
+            .iter()
+            .map(|(partition, earliest)| {
+                serde_json::json!({"partition": partition, "earliest_offset": earliest})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        for (partition, earliest) in rows {
+            println!(
+                "{} partition {partition}: records below {earliest} removed",
+                args.topic
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The wall clock in milliseconds since the Unix epoch.
+fn now_ms() -> anyhow::Result<i64> {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .context("the system clock is before 1970")?;
+    Ok(i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+}
+
+async fn reset(client: &Client, args: ResetArgs) -> anyhow::Result<()> {
+    let to = if args.to_earliest {
+        ResetTo::Earliest
+    } else if args.to_latest {
+        ResetTo::Latest
+    } else if let Some(offset) = args.to_offset {
+        ResetTo::Offset(offset)
+    } else if let Some(time) = args.to_datetime {
+        ResetTo::Timestamp(time)
+    } else if let Some(ago) = args.by_duration {
+        ResetTo::Timestamp(
+            now_ms()?.saturating_sub(i64::try_from(ago.as_millis()).unwrap_or(i64::MAX)),
+        )
+    } else if let Some(shift) = args.shift_by {
+        ResetTo::ShiftBy(shift)
+    } else {
+        // clap requires one of them.
+        bail!("say where to: --to-earliest, --to-latest, --to-offset, --to-datetime, --by-duration or --shift-by");
+    };
+    let GroupArgs { topic, group } = &args.group;
+    let partitions = (!args.partition.is_empty()).then_some(args.partition.as_slice());
+    let rows = client.reset_group(topic, group, partitions, to).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", output::lag_text(topic, group, &rows));
+    }
+    Ok(())
+}
+
+async fn delete_group(client: &Client, args: GroupArgs) -> anyhow::Result<()> {
+    if client.delete_group(&args.topic, &args.group).await? {
+        println!("deleted group {} of {}", args.group, args.topic);
+    } else {
+        println!(
+            "group {} of {} does not exist (nothing changed)",
+            args.group, args.topic
+        );
+    }
+    Ok(())
+}
+
+async fn offsets(client: &Client, args: OffsetsArgs) -> anyhow::Result<()> {
+    let at = match (args.at, args.ago) {
+        (Some(at), _) => at,
+        (None, Some(ago)) => {
+            now_ms()?.saturating_sub(i64::try_from(ago.as_millis()).unwrap_or(i64::MAX))
+        }
+        (None, None) => bail!("say when: --at 2026-12-01T09:00:00Z or --ago 1h"),
+    };
+    let topic = client.describe_topic(&args.topic).await?;
+    let mut rows = Vec::new();
+    for partition in &topic.partitions {
+        let offset = client
+            .offset_for_time(&args.topic, partition.partition, at)
+            .await?;
+        rows.push(serde_json::json!({
+            "partition": partition.partition,
+            "offset": offset,
+            "end_offset": partition.end_offset,
+        }));
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", output::offsets_text(&args.topic, at, &rows));
     }
     Ok(())
 }
@@ -91,9 +324,25 @@ async fn publish(client: &Client, args: PublishArgs) -> anyhow::Result<()> {
     let topic = args.topic.as_str();
     let key = args.key.as_deref().map(str::as_bytes);
     let partition = args.partition;
+    let headers = parse_headers(&args.headers)?;
+    let headers = &headers;
     let mut results = stream::iter(payloads)
         .map(|payload| async move {
             let payload = payload.context("cannot read standard input")?;
+            if !headers.is_empty() {
+                // Headers travel only in a batch record.
+                let record = match partition {
+                    Some(partition) => PublishRecord::to_partition(partition, payload),
+                    None => PublishRecord::keyed(key, payload),
+                };
+                let placed = client
+                    .publish_batch(topic, vec![record.with_headers(headers.clone())])
+                    .await?;
+                return placed
+                    .first()
+                    .copied()
+                    .context("the server placed no record");
+            }
             anyhow::Ok(match partition {
                 Some(partition) => (partition, client.publish(topic, partition, payload).await?),
                 None => client.publish_keyed(topic, key, payload).await?,
@@ -133,36 +382,49 @@ async fn publish(client: &Client, args: PublishArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--header NAME=VALUE` (or `NAME` alone, for a header without a value) as headers.
+fn parse_headers(given: &[String]) -> anyhow::Result<Vec<Header>> {
+    given
+        .iter()
+        .map(|header| match header.split_once('=') {
+            Some(("", _)) => bail!("--header {header:?} has no name before '='"),
+            Some((name, value)) => Ok(Header::new(name, Bytes::copy_from_slice(value.as_bytes()))),
+            None if header.is_empty() => bail!("--header needs NAME=VALUE"),
+            None => Ok(Header {
+                name: header.clone(),
+                value: None,
+            }),
+        })
+        .collect()
+}
+
 async fn join(client: &Client, args: JoinArgs) -> anyhow::Result<()> {
     let MemberArgs {
         topic,
         group,
         member,
     } = &args.member;
-    let partitions = join_member(client, &args.member, args.assignor).await?;
+    let partitions = join_member(client, &args.member, args.assignor, &[]).await?;
     println!("{member} joined group {group} on {topic}: partitions {partitions:?}");
     Ok(())
 }
 
-/// Joins the member to its group, with the assignor if one was named.
+/// Joins the member to its group, with the assignor and the settings of a new group if any
+/// were named.
 async fn join_member(
     client: &Client,
     member: &MemberArgs,
     assignor: Option<AssignorArg>,
+    settings: &[GroupSetting],
 ) -> Result<Vec<i32>, Error> {
     let MemberArgs {
         topic,
         group,
         member,
     } = member;
-    match assignor {
-        Some(assignor) => {
-            client
-                .join_with(topic, group, member, assignor.into())
-                .await
-        }
-        None => client.join(topic, group, member).await,
-    }
+    client
+        .join_group(topic, group, member, assignor.map(Assignor::from), settings)
+        .await
 }
 
 async fn leave(client: &Client, args: MemberArgs) -> anyhow::Result<()> {
@@ -188,8 +450,30 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
     if args.mode == ConsumeMode::Ack && args.batch > MAX_POLL_RECORDS {
         bail!("--batch in ack mode is at most {MAX_POLL_RECORDS} (a poll takes one record per partition)");
     }
-    let partitions = join_member(client, &args.member, args.assignor).await?;
+    let mut settings = Vec::new();
+    if let Some(start_at) = args.start_at {
+        settings.push(GroupSetting::StartAt(start_at.into()));
+    }
+    if let Some(timeout) = args.ack_timeout {
+        settings.push(GroupSetting::AckTimeoutMs(millis(timeout)));
+    }
+    let partitions = join_member(client, &args.member, args.assignor, &settings).await?;
     eprintln!("{member} joined group {group} on {topic}: partitions {partitions:?}");
+    let replay = if args.from_beginning {
+        Some(ResetTo::Earliest)
+    } else if args.from_latest {
+        Some(ResetTo::Latest)
+    } else {
+        args.from_datetime.map(ResetTo::Timestamp)
+    };
+    if let Some(to) = replay {
+        let rows = client.reset_group(topic, group, None, to).await?;
+        let from: Vec<String> = rows
+            .iter()
+            .map(|row| format!("{}@{}", row.partition, row.committed))
+            .collect();
+        eprintln!("group {group} reset to {}", from.join(" "));
+    }
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let consumed = tokio::select! {
         result = consume_loop(client, &args) => result,
@@ -385,6 +669,20 @@ fn size_command(args: &SizeArgs) -> anyhow::Result<()> {
     line(
         &format!("with {}% headroom:", args.headroom),
         sizing.with_headroom_bytes,
+    );
+    println!(
+        "\non this broker's disk: {} records of {} bytes + {} bytes of segment and index each",
+        size::with_thousands(sizing.records),
+        args.message_bytes,
+        sizing.overhead_bytes_per_record
+    );
+    line("one copy on disk:", sizing.on_disk_bytes);
+    line(
+        &format!(
+            "x {} replicas + {}% headroom:",
+            args.replication, args.headroom
+        ),
+        sizing.on_disk_with_headroom_bytes,
     );
     Ok(())
 }

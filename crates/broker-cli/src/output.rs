@@ -1,7 +1,8 @@
 //! How records, descriptions and lag are printed: readable tables or JSON.
 
 use broker_client::{
-    Assignor, BrokerDescription, BrokerRecord, KeyHash, PartitionLag, TopicDescription,
+    Assignor, BrokerDescription, BrokerRecord, GroupSetting, KeyHash, PartitionLag, Retention,
+    StartAt, TopicDescription, TopicSetting,
 };
 use comfy_table::{presets::NOTHING, Table};
 use serde_json::json;
@@ -20,15 +21,85 @@ pub fn record_line(record: &BrokerRecord) -> String {
     }
 }
 
-/// A record as one JSON object (key and payload as UTF-8, invalid sequences replaced).
+/// A record as one JSON object (key, payload and header values as UTF-8, invalid sequences
+/// replaced; the time in milliseconds since the Unix epoch).
 pub fn record_json(record: &BrokerRecord) -> serde_json::Value {
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     json!({
         "topic": record.topic,
         "partition": record.partition,
         "offset": record.offset,
-        "key": record.key.as_ref().map(|key| String::from_utf8_lossy(key).into_owned()),
-        "payload": String::from_utf8_lossy(&record.payload),
+        "key": record.key.as_deref().map(text),
+        "payload": text(&record.payload),
+        "timestamp_ms": record.timestamp_ms,
+        "headers": record
+            .headers
+            .iter()
+            .map(|header| json!({"name": header.name, "value": header.value.as_deref().map(text)}))
+            .collect::<Vec<_>>(),
+        "delivery_count": record.delivery_count,
     })
+}
+
+/// A duration in milliseconds as text: `3d`, `90s`, `1h 30m`.
+fn duration_text(ms: u64) -> String {
+    humantime::format_duration(std::time::Duration::from_millis(ms)).to_string()
+}
+
+/// A topic's retention settings in words: `interest retention, max 10 records, max age 1h`.
+pub fn settings_text(settings: &[TopicSetting]) -> String {
+    let words: Vec<String> = settings
+        .iter()
+        .map(|setting| match setting {
+            TopicSetting::Retention(Retention::Interest) => "interest retention".to_owned(),
+            TopicSetting::Retention(Retention::Limits) => "limits retention".to_owned(),
+            TopicSetting::MaxRecords(max) => format!("max {max} records"),
+            TopicSetting::MaxBytes(max) => format!("max {max} bytes"),
+            TopicSetting::MaxAgeMs(age) => format!("max age {}", duration_text(*age)),
+            TopicSetting::Discard(discard) => format!("discard {}", discard.name()),
+        })
+        .collect();
+    words.join(", ")
+}
+
+/// A group's settings in words, or an empty string for the defaults.
+fn group_settings_text(settings: &[GroupSetting]) -> String {
+    settings
+        .iter()
+        .map(|setting| match setting {
+            GroupSetting::StartAt(StartAt::Earliest) => "; started at the earliest".to_owned(),
+            GroupSetting::StartAt(StartAt::Latest) => "; started at the end".to_owned(),
+            GroupSetting::AckTimeoutMs(ms) => format!("; ack timeout {}", duration_text(*ms)),
+        })
+        .collect()
+}
+
+/// A time in milliseconds since the Unix epoch as RFC 3339 (`2026-12-01T09:00:00.000Z`).
+pub fn time_text(ms: i64) -> String {
+    let time = u64::try_from(ms)
+        .ok()
+        .and_then(|ms| std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_millis(ms)));
+    match time {
+        Some(time) => humantime::format_rfc3339_millis(time).to_string(),
+        None => format!("{ms} ms"),
+    }
+}
+
+/// Per partition, the first offset at or after a time (rows of `partition`, `offset`,
+/// `end_offset`).
+pub fn offsets_text(topic: &str, at: i64, rows: &[serde_json::Value]) -> String {
+    let mut table = table(&["PARTITION", "OFFSET", "END"]);
+    for row in rows {
+        table.add_row(vec![
+            row["partition"].to_string(),
+            row["offset"].to_string(),
+            row["end_offset"].to_string(),
+        ]);
+    }
+    format!(
+        "{topic}: first records at or after {}\n{table}\n",
+        time_text(at)
+    )
 }
 
 fn table(header: &[&str]) -> Table {
@@ -51,23 +122,46 @@ pub fn description_text(description: &BrokerDescription) -> String {
 }
 
 fn topic_text(topic: &TopicDescription) -> String {
+    // Interest retention with the server's capacity and no age needs no words.
+    let plain = topic.settings == [TopicSetting::Retention(Retention::Interest)];
+    let retention = if plain {
+        String::new()
+    } else {
+        format!(", {}", settings_text(&topic.settings))
+    };
     let mut out = format!(
-        "topic {}: {} partition{}, key hash {}, {} bytes retained\n",
+        "topic {}: {} partition{}, key hash {}{retention}, {} bytes retained\n",
         topic.name,
         topic.partitions.len(),
         if topic.partitions.len() == 1 { "" } else { "s" },
         KeyHash::name(topic.key_hash),
         topic.retained_bytes
     );
-    let mut partitions = table(&["PARTITION", "EARLIEST", "END", "RECORDS", "BYTES"]);
+    // The time of the oldest record matters where records leave by age.
+    let aged = topic
+        .settings
+        .iter()
+        .any(|setting| matches!(setting, TopicSetting::MaxAgeMs(_)));
+    let mut header = vec!["PARTITION", "EARLIEST", "END", "RECORDS", "BYTES"];
+    if aged {
+        header.push("OLDEST RECORD");
+    }
+    let mut partitions = table(&header);
     for p in &topic.partitions {
-        partitions.add_row(vec![
+        let mut cells = vec![
             p.partition.to_string(),
             p.earliest_offset.to_string(),
             p.end_offset.to_string(),
             p.records.to_string(),
             p.retained_bytes.to_string(),
-        ]);
+        ];
+        if aged {
+            cells.push(
+                p.earliest_timestamp_ms
+                    .map_or_else(|| "-".to_owned(), time_text),
+            );
+        }
+        partitions.add_row(cells);
     }
     out.push_str(&format!("{partitions}\n"));
     if topic.groups.is_empty() {
@@ -85,20 +179,27 @@ fn topic_text(topic: &TopicDescription) -> String {
                 .join(", ")
         };
         out.push_str(&format!(
-            "\n  group {} ({}): {members}\n",
+            "\n  group {} ({}{}): {members}\n",
             group.name,
-            Assignor::name(group.assignor)
+            Assignor::name(group.assignor),
+            group_settings_text(&group.settings)
         ));
-        let mut rows = table(&[
+        // Redeliveries and skipped records get columns once there are any.
+        let redelivered = group.partitions.iter().any(|p| p.deliveries > 1);
+        let skipped = group.partitions.iter().any(|p| p.skipped > 0);
+        let mut header = vec![
             "PARTITION",
             "OWNER",
             "COMMITTED",
             "POSITION",
             "IN-FLIGHT",
             "LAG",
-        ]);
+        ];
+        header.extend(redelivered.then_some("DELIVERIES"));
+        header.extend(skipped.then_some("SKIPPED"));
+        let mut rows = table(&header);
         for p in &group.partitions {
-            rows.add_row(vec![
+            let mut cells = vec![
                 p.partition.to_string(),
                 p.owner.clone().unwrap_or_else(|| "-".to_owned()),
                 p.committed.to_string(),
@@ -106,7 +207,10 @@ fn topic_text(topic: &TopicDescription) -> String {
                 p.in_flight
                     .map_or_else(|| "-".to_owned(), |o| o.to_string()),
                 p.lag.to_string(),
-            ]);
+            ];
+            cells.extend(redelivered.then(|| p.deliveries.to_string()));
+            cells.extend(skipped.then(|| p.skipped.to_string()));
+            rows.add_row(cells);
         }
         out.push_str(&format!("{rows}\n"));
     }
@@ -115,14 +219,23 @@ fn topic_text(topic: &TopicDescription) -> String {
 
 /// A group's lag as a table with a total line.
 pub fn lag_text(topic: &str, group: &str, lag: &[PartitionLag]) -> String {
-    let mut rows = table(&["PARTITION", "COMMITTED", "END", "LAG"]);
+    let skipped = lag.iter().any(|row| row.skipped > 0);
+    let mut header = vec!["PARTITION", "COMMITTED", "END", "LAG"];
+    if skipped {
+        header.push("SKIPPED");
+    }
+    let mut rows = table(&header);
     for row in lag {
-        rows.add_row(vec![
+        let mut cells = vec![
             row.partition.to_string(),
             row.committed.to_string(),
             row.end_offset.to_string(),
             row.lag.to_string(),
-        ]);
+        ];
+        if skipped {
+            cells.push(row.skipped.to_string());
+        }
+        rows.add_row(cells);
     }
     let total: i64 = lag.iter().map(|row| row.lag).sum();
     format!("group {group} on topic {topic}: total lag {total}\n{rows}\n")
@@ -141,6 +254,9 @@ mod tests {
             offset: 7,
             key: key.map(|k| Bytes::from_static(k.as_bytes())),
             payload: Bytes::from_static(b"hello"),
+            timestamp_ms: 1_700_000_000_000,
+            headers: Vec::new(),
+            delivery_count: 0,
         }
     }
 
@@ -163,12 +279,14 @@ mod tests {
                 committed: 1,
                 end_offset: 4,
                 lag: 3,
+                skipped: 0,
             },
             PartitionLag {
                 partition: 1,
                 committed: 0,
                 end_offset: 2,
                 lag: 2,
+                skipped: 0,
             },
         ];
         let text = lag_text("orders", "billing", &lag);

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use broker_storage::RECORD_OVERHEAD_BYTES;
 use serde::Serialize;
 
 /// What to size: the inputs of the sizing example's capacity plan.
@@ -21,7 +22,7 @@ pub struct SizingInput {
     pub headroom_percent: u64,
 }
 
-/// The sizing result, every figure in bytes.
+/// The sizing result, every figure in bytes (but `records`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Sizing {
     /// Bytes written per second, one copy.
@@ -32,6 +33,16 @@ pub struct Sizing {
     pub replicated_bytes: u64,
     /// `replicated_bytes` plus the headroom, rounded up: what to provision.
     pub with_headroom_bytes: u64,
+    /// Messages kept for the whole retention period (records of one copy).
+    pub records: u64,
+    /// What the broker's record segments add to each record on disk (its segment entry and its
+    /// index entry), taking the message size as payload plus key.
+    pub overhead_bytes_per_record: u64,
+    /// One copy on the broker's disk: `records × (message + overhead)`.
+    pub on_disk_bytes: u64,
+    /// `on_disk_bytes × replication` plus the headroom, rounded up: what to provision for the
+    /// broker's own files.
+    pub on_disk_with_headroom_bytes: u64,
 }
 
 /// A product that does not fit in 64 bits.
@@ -66,14 +77,36 @@ pub fn size(input: SizingInput) -> Result<Sizing, SizingOverflow> {
     let replicated_bytes = one_copy_bytes
         .checked_mul(input.replication)
         .ok_or(overflow("replicated size"))?;
-    let scaled = u128::from(replicated_bytes) * u128::from(100 + input.headroom_percent);
-    let with_headroom_bytes =
-        u64::try_from(scaled.div_ceil(100)).map_err(|_| overflow("size with headroom"))?;
+    let with_headroom = |bytes: u64, step| {
+        let scaled = u128::from(bytes) * u128::from(100 + input.headroom_percent);
+        u64::try_from(scaled.div_ceil(100)).map_err(|_| overflow(step))
+    };
+    let with_headroom_bytes = with_headroom(replicated_bytes, "size with headroom")?;
+    let records = input
+        .messages_per_second
+        .checked_mul(input.retention.as_secs())
+        .ok_or(overflow("number of records"))?;
+    let overhead_bytes_per_record = RECORD_OVERHEAD_BYTES;
+    let on_disk_bytes = input
+        .message_bytes
+        .checked_add(overhead_bytes_per_record)
+        .and_then(|stored| stored.checked_mul(records))
+        .ok_or(overflow("size on disk"))?;
+    let on_disk_with_headroom_bytes = with_headroom(
+        on_disk_bytes
+            .checked_mul(input.replication)
+            .ok_or(overflow("replicated size on disk"))?,
+        "size on disk with headroom",
+    )?;
     Ok(Sizing {
         bytes_per_second,
         one_copy_bytes,
         replicated_bytes,
         with_headroom_bytes,
+        records,
+        overhead_bytes_per_record,
+        on_disk_bytes,
+        on_disk_with_headroom_bytes,
     })
 }
 
@@ -140,6 +173,12 @@ mod tests {
         assert_eq!(sizing.replicated_bytes, 2_332_800_000_000);
         assert_eq!(sizing.with_headroom_bytes, 2_332_800_000_000);
         assert_eq!(with_thousands(sizing.replicated_bytes), "2,332,800,000,000");
+        // 518.4 million records, each with the segment format's overhead on disk.
+        assert_eq!(sizing.records, 518_400_000);
+        assert_eq!(
+            sizing.on_disk_bytes,
+            518_400_000 * (1_500 + RECORD_OVERHEAD_BYTES)
+        );
     }
 
     #[test]

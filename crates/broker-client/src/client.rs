@@ -9,8 +9,8 @@ use std::time::Duration;
 #[cfg(doc)]
 use broker_core::EventBroker;
 use broker_core::{
-    Assignor, BrokerDescription, BrokerRecord, Command, KeyHash, Outcome, PartitionLag,
-    PublishRecord, TopicDescription,
+    Assignor, BrokerDescription, BrokerRecord, Command, GroupSetting, KeyHash, Outcome,
+    PartitionLag, PublishRecord, ResetTo, TopicDescription, TopicSetting,
 };
 use broker_proto::ServerLimits;
 use bytes::Bytes;
@@ -218,14 +218,156 @@ impl Client {
         partition_count: i32,
         key_hash: KeyHash,
     ) -> Result<bool, Error> {
+        self.create_topic(topic, partition_count, key_hash, &[])
+            .await
+    }
+
+    /// [`EventBroker::create_topic`] over the network: [`Client::create_with`] with the topic's
+    /// retention settings (interest or limits, maximum records, bytes and age, what a full
+    /// partition discards).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::create`], and `InvalidArgument` for settings that make no sense.
+    pub async fn create_topic(
+        &self,
+        topic: &str,
+        partition_count: i32,
+        key_hash: KeyHash,
+        settings: &[TopicSetting],
+    ) -> Result<bool, Error> {
         let command = Command::Create {
             topic: topic.to_owned(),
             partition_count,
             key_hash,
+            settings: settings.to_vec(),
         };
         match self.send(command, Duration::ZERO).await? {
             Outcome::Created(created) => Ok(created),
             other => Err(unexpected("create", &other)),
+        }
+    }
+
+    /// [`EventBroker::add_partitions`] over the network: gives `topic` `partition_count`
+    /// partitions in all (never fewer); returns the count. Keys may move to other partitions.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::add_partitions`]
+    /// says; otherwise as [`Client::send`].
+    pub async fn add_partitions(&self, topic: &str, partition_count: i32) -> Result<i32, Error> {
+        let command = Command::AddPartitions {
+            topic: topic.to_owned(),
+            partition_count,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::PartitionCount(count) => Ok(count),
+            other => Err(unexpected("add_partitions", &other)),
+        }
+    }
+
+    /// [`EventBroker::delete_topic`] over the network: deletes `topic` with its records and
+    /// groups; `false` if there was none. Its waiting consumers are answered at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::delete_topic`]
+    /// says; otherwise as [`Client::send`].
+    pub async fn delete_topic(&self, topic: &str) -> Result<bool, Error> {
+        let command = Command::DeleteTopic {
+            topic: topic.to_owned(),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Deleted(deleted) => Ok(deleted),
+            other => Err(unexpected("delete_topic", &other)),
+        }
+    }
+
+    /// [`EventBroker::delete_group`] over the network: deletes a group without members and its
+    /// committed offsets; `false` if there was none.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::delete_group`]
+    /// says (a group with members is refused); otherwise as [`Client::send`].
+    pub async fn delete_group(&self, topic: &str, group: &str) -> Result<bool, Error> {
+        let command = Command::DeleteGroup {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Deleted(deleted) => Ok(deleted),
+            other => Err(unexpected("delete_group", &other)),
+        }
+    }
+
+    /// [`EventBroker::purge`] over the network: removes the records of `partition` below
+    /// `before`; returns the partition's earliest retained offset now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::purge`] says;
+    /// otherwise as [`Client::send`].
+    pub async fn purge(&self, topic: &str, partition: i32, before: i64) -> Result<i64, Error> {
+        let command = Command::Purge {
+            topic: topic.to_owned(),
+            partition,
+            before,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Offset(offset) => Ok(offset),
+            other => Err(unexpected("purge", &other)),
+        }
+    }
+
+    /// [`EventBroker::reset_group`] over the network: moves `group`'s committed offsets on
+    /// `partitions` (all with `None`) to `to`, atomically; returns the group's progress on each
+    /// partition reset.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::reset_group`]
+    /// says; otherwise as [`Client::send`].
+    pub async fn reset_group(
+        &self,
+        topic: &str,
+        group: &str,
+        partitions: Option<&[i32]>,
+        to: ResetTo,
+    ) -> Result<Vec<PartitionLag>, Error> {
+        let command = Command::ResetGroup {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            partitions: partitions.map(<[i32]>::to_vec),
+            to,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Lag(rows) => Ok(rows),
+            other => Err(unexpected("reset_group", &other)),
+        }
+    }
+
+    /// [`EventBroker::offset_for_time`] over the network: the first offset of `partition` whose
+    /// record's time is at or after `timestamp_ms` (the end offset if none is).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as
+    /// [`EventBroker::offset_for_time`] says; otherwise as [`Client::send`].
+    pub async fn offset_for_time(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp_ms: i64,
+    ) -> Result<i64, Error> {
+        let command = Command::OffsetForTime {
+            topic: topic.to_owned(),
+            partition,
+            timestamp_ms,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Offset(offset) => Ok(offset),
+            other => Err(unexpected("offset_for_time", &other)),
         }
     }
 
@@ -236,7 +378,7 @@ impl Client {
     /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::join`] says;
     /// otherwise as [`Client::send`].
     pub async fn join(&self, topic: &str, group: &str, member: &str) -> Result<Vec<i32>, Error> {
-        self.join_command(topic, group, member, None).await
+        self.join_group(topic, group, member, None, &[]).await
     }
 
     /// [`EventBroker::join_with`] over the network: [`Client::join`] naming the group's assignor.
@@ -251,22 +393,32 @@ impl Client {
         member: &str,
         assignor: Assignor,
     ) -> Result<Vec<i32>, Error> {
-        self.join_command(topic, group, member, Some(assignor))
+        self.join_group(topic, group, member, Some(assignor), &[])
             .await
     }
 
-    async fn join_command(
+    /// [`EventBroker::join_group`] over the network: [`Client::join_with`] (or
+    /// [`Client::join`], with no assignor) with the settings a new group gets: where it starts
+    /// (earliest or latest) and its acknowledgement timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::join_with`], and `InvalidArgument` for settings other than the existing
+    /// group's.
+    pub async fn join_group(
         &self,
         topic: &str,
         group: &str,
         member: &str,
         assignor: Option<Assignor>,
+        settings: &[GroupSetting],
     ) -> Result<Vec<i32>, Error> {
         let command = Command::Join {
             topic: topic.to_owned(),
             group: group.to_owned(),
             member: member.to_owned(),
             assignor,
+            settings: settings.to_vec(),
         };
         match self.send(command, Duration::ZERO).await? {
             Outcome::Partitions(partitions) => Ok(partitions),

@@ -7,22 +7,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use broker_client::{
-    Assignor, BrokerError, BrokerRecord, Error, ErrorReply, KeyHash, PartitionLag,
-};
+use broker_client::{Assignor, BrokerError, Error, ErrorReply, KeyHash, PartitionLag};
 use broker_server::Config;
 use broker_testkit::in_process::TestServer;
-use bytes::Bytes;
-
-fn record(topic: &str, partition: i32, offset: i64, payload: &'static str) -> BrokerRecord {
-    BrokerRecord {
-        topic: topic.into(),
-        partition,
-        offset,
-        key: None,
-        payload: Bytes::from_static(payload.as_bytes()),
-    }
-}
+use broker_testkit::records::record;
 
 #[tokio::test]
 async fn capacity_2_worked_example() {
@@ -193,13 +181,15 @@ async fn fetch_commit_committed_and_lag() {
                 partition: 0,
                 committed: 2,
                 end_offset: 3,
-                lag: 1
+                lag: 1,
+                skipped: 0,
             },
             PartitionLag {
                 partition: 1,
                 committed: 0,
                 end_offset: 1,
-                lag: 1
+                lag: 1,
+                skipped: 0,
             },
         ]
     );

@@ -75,7 +75,11 @@ impl Peer {
     }
 
     async fn request(&mut self) -> RequestFrame {
-        match self.read(&mut ServerCodec::new(1024 * 1024)).await.unwrap() {
+        match self
+            .read(&mut ServerCodec::new(1024 * 1024, PROTOCOL_VERSION))
+            .await
+            .unwrap()
+        {
             Decoded::Message(request) => request,
             Decoded::Malformed { reason, .. } => panic!("bad request: {reason}"),
         }
@@ -83,7 +87,7 @@ impl Peer {
 
     async fn respond(&mut self, correlation_id: u64, result: Result<Outcome, ErrorReply>) {
         let mut out = BytesMut::new();
-        ServerCodec::new(1024 * 1024)
+        ServerCodec::new(1024 * 1024, PROTOCOL_VERSION)
             .encode(
                 ResponseFrame {
                     correlation_id,
@@ -137,7 +141,9 @@ async fn responses_in_reverse_order_reach_their_callers() {
                 .await;
         }
         // Keep the connection open until the client goes.
-        let _ = peer.read(&mut ServerCodec::new(1024)).await;
+        let _ = peer
+            .read(&mut ServerCodec::new(1024, PROTOCOL_VERSION))
+            .await;
     })
     .await;
     let client = Client::builder()
@@ -196,7 +202,9 @@ async fn the_auth_token_travels_in_the_hello() {
         let request = peer.request().await;
         peer.respond(request.correlation_id, Ok(Outcome::Offset(1)))
             .await;
-        let _ = peer.read(&mut ServerCodec::new(1024)).await;
+        let _ = peer
+            .read(&mut ServerCodec::new(1024, PROTOCOL_VERSION))
+            .await;
     })
     .await;
     let client = Client::builder()
@@ -244,7 +252,9 @@ async fn an_unanswered_call_times_out_and_its_late_answer_is_ignored() {
         let third = peer.request().await;
         peer.respond(third.correlation_id, Ok(Outcome::Offset(3)))
             .await;
-        let _ = peer.read(&mut ServerCodec::new(1024)).await;
+        let _ = peer
+            .read(&mut ServerCodec::new(1024, PROTOCOL_VERSION))
+            .await;
     })
     .await;
     let client = Client::builder()
@@ -267,7 +277,9 @@ async fn a_waiting_call_gets_its_max_wait_on_top_of_the_request_timeout() {
         let request = peer.request().await;
         assert_eq!(request.max_wait_ms, 300);
         // Never answer: the call must give up after 50 + 300 ms, not after 50.
-        let _ = peer.read(&mut ServerCodec::new(1024)).await;
+        let _ = peer
+            .read(&mut ServerCodec::new(1024, PROTOCOL_VERSION))
+            .await;
     })
     .await;
     let client = Client::builder()
@@ -296,7 +308,9 @@ async fn an_undecodable_response_fails_only_its_call() {
         let second = peer.request().await;
         peer.respond(second.correlation_id, Ok(Outcome::Offset(5)))
             .await;
-        let _ = peer.read(&mut ServerCodec::new(1024)).await;
+        let _ = peer
+            .read(&mut ServerCodec::new(1024, PROTOCOL_VERSION))
+            .await;
     })
     .await;
     let client = Client::connect(addr).await.unwrap();
@@ -314,7 +328,9 @@ async fn an_outcome_of_the_wrong_kind_is_a_protocol_error() {
         let request = peer.request().await;
         peer.respond(request.correlation_id, Ok(Outcome::Acked(true)))
             .await;
-        let _ = peer.read(&mut ServerCodec::new(1024)).await;
+        let _ = peer
+            .read(&mut ServerCodec::new(1024, PROTOCOL_VERSION))
+            .await;
     })
     .await;
     let client = Client::connect(addr).await.unwrap();
@@ -336,7 +352,9 @@ async fn a_request_over_the_announced_frame_limit_fails_without_being_sent() {
         assert!(matches!(request.command, Command::EndOffset { .. }));
         peer.respond(request.correlation_id, Ok(Outcome::Offset(0)))
             .await;
-        let _ = peer.read(&mut ServerCodec::new(1024)).await;
+        let _ = peer
+            .read(&mut ServerCodec::new(1024, PROTOCOL_VERSION))
+            .await;
     })
     .await;
     let client = Client::connect(addr).await.unwrap();
@@ -359,7 +377,9 @@ async fn a_closed_connection_fails_outstanding_calls_and_the_next_call_reconnect
         second
             .respond(request.correlation_id, Ok(Outcome::Offset(42)))
             .await;
-        let _ = second.read(&mut ServerCodec::new(1024)).await;
+        let _ = second
+            .read(&mut ServerCodec::new(1024, PROTOCOL_VERSION))
+            .await;
     })
     .await;
     let client = Client::connect(addr).await.unwrap();
@@ -376,7 +396,9 @@ async fn a_response_with_correlation_id_zero_ends_the_connection() {
         peer.request().await;
         peer.respond(0, Err(ErrorReply::MalformedRequest("garbage".into())))
             .await;
-        let _ = peer.read(&mut ServerCodec::new(1024)).await;
+        let _ = peer
+            .read(&mut ServerCodec::new(1024, PROTOCOL_VERSION))
+            .await;
     })
     .await;
     let client = Client::connect(addr).await.unwrap();
@@ -395,7 +417,9 @@ async fn raw_send_returns_the_outcome_and_sends_the_max_wait() {
         assert_eq!(request.command, end_offset(4));
         peer.respond(request.correlation_id, Ok(Outcome::Offset(9)))
             .await;
-        let _ = peer.read(&mut ServerCodec::new(1024)).await;
+        let _ = peer
+            .read(&mut ServerCodec::new(1024, PROTOCOL_VERSION))
+            .await;
     })
     .await;
     let client = Client::connect(addr).await.unwrap();

@@ -15,7 +15,10 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use strum::{EnumCount, EnumDiscriminants, EnumIter, IntoStaticStr};
 
-use crate::{Assignor, BrokerDescription, BrokerRecord, KeyHash, PartitionLag, PublishRecord};
+use crate::{
+    Assignor, BrokerDescription, BrokerRecord, GroupSetting, KeyHash, PartitionLag, PublishRecord,
+    ResetTo, TopicSetting,
+};
 
 /// One broker call with its arguments. Each variant mirrors the [`crate::EventBroker`] method of
 /// the same name, which documents its rules.
@@ -26,14 +29,17 @@ use crate::{Assignor, BrokerDescription, BrokerRecord, KeyHash, PartitionLag, Pu
 #[strum_discriminants(name(CommandKind), derive(Hash, EnumIter, EnumCount, IntoStaticStr))]
 #[strum_discriminants(doc = "A [`Command`] without its arguments: what kind of call it is.")]
 pub enum Command {
-    /// [`crate::EventBroker::create_with`].
+    /// [`crate::EventBroker::create_topic`].
     Create {
         /// Topic identifier.
         topic: String,
-        /// Number of partitions, 1 to 64.
+        /// Number of partitions, 1 to the broker's limit (64 by default).
         partition_count: i32,
         /// How keyed publishes pick a partition.
         key_hash: KeyHash,
+        /// How its partitions retain records ([`crate::TopicSettings`]); empty for the
+        /// defaults (interest retention, the broker's capacity).
+        settings: Vec<TopicSetting>,
     },
     /// [`crate::EventBroker::join_with`], or [`crate::EventBroker::join`] when `assignor` is
     /// `None`.
@@ -46,6 +52,9 @@ pub enum Command {
         member: String,
         /// The assignor the group must use; `None` accepts the group's own.
         assignor: Option<Assignor>,
+        /// The settings a new group gets ([`crate::GroupSettings`]); an existing group must
+        /// already have them. Empty accepts the group's own.
+        settings: Vec<GroupSetting>,
     },
     /// [`crate::EventBroker::leave`].
     Leave {
@@ -218,6 +227,54 @@ pub enum Command {
         /// Byte budget, as for [`Command::Poll`].
         max_bytes: Option<u64>,
     },
+    /// [`crate::EventBroker::add_partitions`].
+    AddPartitions {
+        /// Topic identifier.
+        topic: String,
+        /// The number of partitions the topic is to have (never fewer than it has).
+        partition_count: i32,
+    },
+    /// [`crate::EventBroker::delete_topic`].
+    DeleteTopic {
+        /// Topic identifier.
+        topic: String,
+    },
+    /// [`crate::EventBroker::delete_group`].
+    DeleteGroup {
+        /// Topic identifier.
+        topic: String,
+        /// Group identifier.
+        group: String,
+    },
+    /// [`crate::EventBroker::purge`].
+    Purge {
+        /// Topic identifier.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// Records below this offset leave.
+        before: i64,
+    },
+    /// [`crate::EventBroker::reset_group`].
+    ResetGroup {
+        /// Topic identifier.
+        topic: String,
+        /// Group identifier.
+        group: String,
+        /// The partitions to reset; `None` resets every partition.
+        partitions: Option<Vec<i32>>,
+        /// Where to.
+        to: ResetTo,
+    },
+    /// [`crate::EventBroker::offset_for_time`].
+    OffsetForTime {
+        /// Topic identifier.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// Milliseconds since the Unix epoch.
+        timestamp_ms: i64,
+    },
 }
 
 /// How a command changes the membership of the group it names ([`CommandKind::membership`]).
@@ -252,8 +309,14 @@ impl CommandKind {
             | CommandKind::Committed
             | CommandKind::EndOffset
             | CommandKind::Lag
-            | CommandKind::Describe => true,
-            CommandKind::Create
+            | CommandKind::Describe
+            | CommandKind::OffsetForTime => true,
+            CommandKind::AddPartitions
+            | CommandKind::DeleteTopic
+            | CommandKind::DeleteGroup
+            | CommandKind::Purge
+            | CommandKind::ResetGroup
+            | CommandKind::Create
             | CommandKind::Join
             | CommandKind::Leave
             | CommandKind::Publish
@@ -283,8 +346,15 @@ impl CommandKind {
             | CommandKind::Committed
             | CommandKind::EndOffset
             | CommandKind::Lag
-            | CommandKind::Describe => false,
-            CommandKind::Join
+            | CommandKind::Describe
+            | CommandKind::OffsetForTime => false,
+            CommandKind::DeleteTopic | CommandKind::DeleteGroup => {
+                !matches!(outcome, Outcome::Deleted(false))
+            }
+            CommandKind::AddPartitions
+            | CommandKind::Purge
+            | CommandKind::ResetGroup
+            | CommandKind::Join
             | CommandKind::Publish
             | CommandKind::PublishKeyed
             | CommandKind::PublishBatch
@@ -323,7 +393,13 @@ impl CommandKind {
             | CommandKind::Committed
             | CommandKind::EndOffset
             | CommandKind::Lag
-            | CommandKind::Describe => Membership::Unchanged,
+            | CommandKind::Describe
+            | CommandKind::AddPartitions
+            | CommandKind::DeleteTopic
+            | CommandKind::DeleteGroup
+            | CommandKind::Purge
+            | CommandKind::ResetGroup
+            | CommandKind::OffsetForTime => Membership::Unchanged,
         }
     }
 
@@ -363,7 +439,13 @@ impl Command {
             | Command::Lag { topic, .. }
             | Command::PublishBatch { topic, .. }
             | Command::AckAndPoll { topic, .. }
-            | Command::Redeliver { topic, .. } => Some(topic),
+            | Command::Redeliver { topic, .. }
+            | Command::AddPartitions { topic, .. }
+            | Command::DeleteTopic { topic }
+            | Command::DeleteGroup { topic, .. }
+            | Command::Purge { topic, .. }
+            | Command::ResetGroup { topic, .. }
+            | Command::OffsetForTime { topic, .. } => Some(topic),
             Command::Describe { topic } => topic.as_deref(),
         }
     }
@@ -382,7 +464,11 @@ impl Command {
             | Command::AckAndPoll { topic, .. }
             | Command::Retry { topic, .. }
             | Command::Redeliver { topic, .. }
-            | Command::Commit { topic, .. } => Some(topic),
+            | Command::Commit { topic, .. }
+            | Command::AddPartitions { topic, .. }
+            | Command::DeleteTopic { topic }
+            | Command::Purge { topic, .. }
+            | Command::ResetGroup { topic, .. } => Some(topic),
             Command::Create { .. }
             | Command::Poll { .. }
             | Command::Fetch { .. }
@@ -390,7 +476,9 @@ impl Command {
             | Command::Committed { .. }
             | Command::EndOffset { .. }
             | Command::Lag { .. }
-            | Command::Describe { .. } => None,
+            | Command::Describe { .. }
+            | Command::DeleteGroup { .. }
+            | Command::OffsetForTime { .. } => None,
         }
     }
 
@@ -467,7 +555,13 @@ impl Command {
             | Command::Committed { .. }
             | Command::EndOffset { .. }
             | Command::Lag { .. }
-            | Command::Describe { .. } => None,
+            | Command::Describe { .. }
+            | Command::AddPartitions { .. }
+            | Command::DeleteTopic { .. }
+            | Command::DeleteGroup { .. }
+            | Command::Purge { .. }
+            | Command::ResetGroup { .. }
+            | Command::OffsetForTime { .. } => None,
         }
     }
 
@@ -512,7 +606,13 @@ impl Command {
             | Command::Committed { .. }
             | Command::EndOffset { .. }
             | Command::Lag { .. }
-            | Command::Describe { .. } => None,
+            | Command::Describe { .. }
+            | Command::AddPartitions { .. }
+            | Command::DeleteTopic { .. }
+            | Command::DeleteGroup { .. }
+            | Command::Purge { .. }
+            | Command::ResetGroup { .. }
+            | Command::OffsetForTime { .. } => None,
         }
     }
 
@@ -539,7 +639,13 @@ impl Command {
             | Command::Committed { .. }
             | Command::EndOffset { .. }
             | Command::Lag { .. }
-            | Command::Describe { .. } => None,
+            | Command::Describe { .. }
+            | Command::AddPartitions { .. }
+            | Command::DeleteTopic { .. }
+            | Command::DeleteGroup { .. }
+            | Command::Purge { .. }
+            | Command::ResetGroup { .. }
+            | Command::OffsetForTime { .. } => None,
         }
     }
 
@@ -589,7 +695,13 @@ impl Command {
             | Command::Committed { .. }
             | Command::EndOffset { .. }
             | Command::Lag { .. }
-            | Command::Describe { .. } => None,
+            | Command::Describe { .. }
+            | Command::AddPartitions { .. }
+            | Command::DeleteTopic { .. }
+            | Command::DeleteGroup { .. }
+            | Command::Purge { .. }
+            | Command::ResetGroup { .. }
+            | Command::OffsetForTime { .. } => None,
         }
     }
 }
@@ -633,9 +745,9 @@ pub enum Outcome {
     Retried(bool),
     /// `commit`: the offsets were stored.
     Committed,
-    /// `committed` and `end_offset`: an offset.
+    /// `committed`, `end_offset`, `offset_for_time` and `purge`: an offset.
     Offset(i64),
-    /// `lag`: one row per partition, ascending.
+    /// `lag` and `reset_group`: one row per partition, ascending.
     Lag(Vec<PartitionLag>),
     /// `describe`: the topics and their groups.
     Description(BrokerDescription),
@@ -649,6 +761,10 @@ pub enum Outcome {
         /// The records reserved by the poll that followed.
         records: Vec<BrokerRecord>,
     },
+    /// `delete_topic` and `delete_group`: `true` if it existed and is gone.
+    Deleted(bool),
+    /// `add_partitions`: the topic's partition count now.
+    PartitionCount(i32),
 }
 
 impl Outcome {
@@ -673,7 +789,9 @@ impl Outcome {
             | Outcome::Offset(_)
             | Outcome::Lag(_)
             | Outcome::Description(_)
-            | Outcome::PublishedBatch(_) => None,
+            | Outcome::PublishedBatch(_)
+            | Outcome::Deleted(_)
+            | Outcome::PartitionCount(_) => None,
         }
     }
 
@@ -701,7 +819,9 @@ impl Outcome {
             | Outcome::Offset(_)
             | Outcome::Lag(_)
             | Outcome::Description(_)
-            | Outcome::PublishedBatch(_)) => unchanged,
+            | Outcome::PublishedBatch(_)
+            | Outcome::Deleted(_)
+            | Outcome::PartitionCount(_)) => unchanged,
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Assignor, KeyHash};
+use crate::{Assignor, GroupSetting, KeyHash, TopicSetting};
 
 /// Every described topic, sorted by name.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -20,7 +20,10 @@ pub struct TopicDescription {
     pub name: String,
     /// How keyed publishes pick a partition.
     pub key_hash: KeyHash,
-    /// Payload and key bytes retained across all partitions.
+    /// How its partitions retain records: the retention and every limit set.
+    #[serde(default)]
+    pub settings: Vec<TopicSetting>,
+    /// Payload, key and header bytes retained across all partitions.
     pub retained_bytes: u64,
     /// One entry per partition, ascending.
     pub partitions: Vec<PartitionDescription>,
@@ -39,8 +42,11 @@ pub struct PartitionDescription {
     pub end_offset: i64,
     /// Retained records: `end_offset - earliest_offset`.
     pub records: u64,
-    /// Payload and key bytes retained.
+    /// Payload, key and header bytes retained.
     pub retained_bytes: u64,
+    /// The time of the oldest retained record, if any.
+    #[serde(default)]
+    pub earliest_timestamp_ms: Option<i64>,
 }
 
 /// One consumer group of a topic.
@@ -50,6 +56,9 @@ pub struct GroupDescription {
     pub name: String,
     /// The group's assignor, fixed when the group was created.
     pub assignor: Assignor,
+    /// The settings the group was created with, where they differ from the defaults.
+    #[serde(default)]
+    pub settings: Vec<GroupSetting>,
     /// Members sorted by id, each with its partitions.
     pub members: Vec<MemberDescription>,
     /// The group's state on each partition, ascending.
@@ -80,4 +89,11 @@ pub struct GroupPartitionDescription {
     pub in_flight: Option<i64>,
     /// `end_offset - committed`, never negative.
     pub lag: i64,
+    /// In ack mode, how many times the record at `committed` has been delivered (0 before its
+    /// first delivery).
+    #[serde(default)]
+    pub deliveries: u32,
+    /// Records the group never consumed because they left the partition first.
+    #[serde(default)]
+    pub skipped: u64,
 }

@@ -4,8 +4,8 @@ use serde::{Deserialize, Serialize};
 
 /// Why a broker call was refused.
 ///
-/// Every variant means the call changed nothing: the broker validates a call completely before
-/// it touches any state. Mismatches that the contract defines as ordinary outcomes (acknowledging a
+/// Every variant but [`BrokerError::Storage`] means the call changed nothing: the broker
+/// validates a call completely before it touches any state. Mismatches that the contract defines as ordinary outcomes (acknowledging a
 /// delivery that is not in flight, leaving as an absent member) are not errors: those calls
 /// return `false`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -22,6 +22,11 @@ pub enum BrokerError {
         /// The first partition of the commit, in ascending order, that the member does not own.
         partition: i32,
     },
+    /// Records held on disk could not be read (a file is missing, damaged or unreadable). A
+    /// call that changes state and fails this way may have been applied in part, so the broker
+    /// then refuses every call with this error until it is restarted and rebuilt from its log.
+    #[error("storage failure: {0}")]
+    Storage(String),
 }
 
 impl BrokerError {

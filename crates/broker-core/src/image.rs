@@ -7,46 +7,58 @@
 //! reorganising the state's internals can never change what it writes or reads, only the
 //! conversion here.
 //!
-//! # Layout, version 1
+//! Every shape an image ever had stays readable: [`v1`] is the first (snapshots of data
+//! directory format 1), this module's types are the current one (format 2). A change to the
+//! shape is a new version with types of their own.
+//!
+//! # Layout, version 2
 //!
 //! Encoded with serde in field order, as bincode 2.0.1 with fixed-width little-endian integers
 //! encodes it (`u64` lengths before every sequence and string, a `u8` tag before an `Option`):
 //!
 //! ```text
-//! StateImage     capacity u64, topics Vec<(name String, TopicImage)>, memory_budget Option<u64>,
-//!                retained_bytes u64, max_topics u64, max_groups_per_topic u64,
-//!                max_members_per_group u64
-//! TopicImage     key_hash u32 (0 murmur2, 1 fnv1a), next_keyless u64,
-//!                partitions Vec<PartitionImage>, groups Vec<(name String, GroupImage)>
-//! PartitionImage base i64, records Vec<RecordImage>, retained_bytes u64
-//! RecordImage    key Option<bytes>, payload bytes
-//! GroupImage     assignor u32 (0 round-robin, 1 range), members Vec<MemberImage>,
+//! StateImage     capacity u64, clock_ms i64, next_topic_id u64,
+//!                topics Vec<(name String, TopicImage)>, memory_budget Option<u64>,
+//!                retained_bytes u64, max_topics u64, max_partitions u64,
+//!                max_groups_per_topic u64, max_members_per_group u64
+//! TopicImage     id u64, key_hash u32 (0 murmur2, 1 fnv1a), retention u32 (0 interest, 1 limits),
+//!                max_records Option<u64>, max_bytes Option<u64>, max_age_ms Option<u64>,
+//!                discard u32 (0 new, 1 old), next_keyless u64, partitions Vec<PartitionImage>,
+//!                groups Vec<(name String, GroupImage)>
+//! PartitionImage base i64, cold_end i64, cold_bytes u64, first_timestamp_ms i64,
+//!                last_timestamp_ms i64, records Vec<RecordImage>, retained_bytes u64
+//! RecordImage    key Option<bytes>, payload bytes, headers Vec<HeaderImage>, timestamp_ms i64
+//! HeaderImage    name String, value Option<bytes>
+//! GroupImage     assignor u32 (0 round-robin, 1 range), start_at u32 (0 earliest, 1 latest),
+//!                ack_timeout_ms Option<u64>, members Vec<MemberImage>,
 //!                partitions Vec<GroupPartitionImage>
 //! MemberImage    id String, partitions Vec<i32>
 //! GroupPartitionImage  owner Option<u64> (index into members), committed i64, position i64,
-//!                      in_flight Option<i64>
+//!                      in_flight Option<i64>, delivered_at_ms i64, deliveries u32, skipped u64
 //! ```
-//!
-//! These are exactly the bytes snapshots of format version 1 hold (written before this type
-//! existed, from the state's own serde encoding), so those snapshots read back unchanged. A
-//! change to the shape is a new version with a type of its own, and the old one stays readable.
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-/// The whole broker state, version 1: see the module documentation for the layout.
+/// The whole broker state, version 2: see the module documentation for the layout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateImage {
-    /// Records each partition retains at most, 1 to 1,000.
+    /// Records each partition of an interest-retention topic keeps at most by default.
     pub capacity: u64,
+    /// The broker's clock, in milliseconds since the Unix epoch.
+    pub clock_ms: i64,
+    /// The id the next topic created gets (ids are never reused).
+    pub next_topic_id: u64,
     /// Every topic with its name (written sorted by name).
     pub topics: Vec<(String, TopicImage)>,
-    /// The memory budget in payload and key bytes, if any.
+    /// The memory budget in retained bytes, if any.
     pub memory_budget: Option<u64>,
-    /// Payload and key bytes retained across every partition (their sum, checked on load).
+    /// Bytes retained across every partition (their sum, checked on load).
     pub retained_bytes: u64,
     /// Most topics.
     pub max_topics: u64,
+    /// Most partitions per topic.
+    pub max_partitions: u64,
     /// Most groups per topic.
     pub max_groups_per_topic: u64,
     /// Most members per group.
@@ -56,8 +68,21 @@ pub struct StateImage {
 /// One topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicImage {
+    /// The topic's id, unique among every topic the broker ever had: what names its logs in a
+    /// cold store.
+    pub id: u64,
     /// The key hash code: 0 is murmur2, 1 is FNV-1a.
     pub key_hash: u32,
+    /// The retention code: 0 is interest, 1 is limits.
+    pub retention: u32,
+    /// Records a partition keeps at most, if the topic says.
+    pub max_records: Option<u64>,
+    /// Bytes a partition keeps at most, if the topic says.
+    pub max_bytes: Option<u64>,
+    /// The longest a record is kept, in milliseconds, if the topic says.
+    pub max_age_ms: Option<u64>,
+    /// The discard code: 0 refuses new records at a limit, 1 discards old ones.
+    pub discard: u32,
     /// The partition the next keyless publish goes to.
     pub next_keyless: u64,
     /// The partitions' logs, by partition number.
@@ -66,14 +91,23 @@ pub struct TopicImage {
     pub groups: Vec<(String, GroupImage)>,
 }
 
-/// One partition's retained records.
+/// One partition's retained records: offsets `base..cold_end` held by a cold store (see
+/// [`crate::cold`]), then `records` in memory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionImage {
-    /// The offset of the first record of `records`.
+    /// The offset of the oldest retained record.
     pub base: i64,
-    /// The records at offsets `base`, `base + 1`, ...
+    /// The offset of the first record of `records`; `base` when none is in a cold store.
+    pub cold_end: i64,
+    /// The payload, key and header bytes of the records in a cold store.
+    pub cold_bytes: u64,
+    /// The time of the record at `base` (0 when none is retained).
+    pub first_timestamp_ms: i64,
+    /// The time of the last record ever appended.
+    pub last_timestamp_ms: i64,
+    /// The records at offsets `cold_end`, `cold_end + 1`, ...
     pub records: Vec<RecordImage>,
-    /// Their payload and key bytes (checked on load).
+    /// The payload, key and header bytes of every retained record (checked on load).
     pub retained_bytes: u64,
 }
 
@@ -86,6 +120,32 @@ pub struct RecordImage {
     /// The payload.
     #[serde(deserialize_with = "crate::byte_fields::bytes")]
     pub payload: Bytes,
+    /// The headers, in order.
+    pub headers: Vec<HeaderImage>,
+    /// The record's time.
+    pub timestamp_ms: i64,
+}
+
+impl RecordImage {
+    /// Payload, key and header bytes: what the record counts against budgets and limits.
+    pub fn size(&self) -> u64 {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|header| header.name.len() + header.value.as_ref().map_or(0, Bytes::len))
+            .sum();
+        (self.payload.len() + self.key.as_ref().map_or(0, Bytes::len) + headers) as u64
+    }
+}
+
+/// One header of a record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeaderImage {
+    /// The header's name.
+    pub name: String,
+    /// Its value, if it has one.
+    #[serde(default, deserialize_with = "crate::byte_fields::optional_bytes")]
+    pub value: Option<Bytes>,
 }
 
 /// One consumer group.
@@ -93,19 +153,14 @@ pub struct RecordImage {
 pub struct GroupImage {
     /// The assignor code: 0 is round-robin, 1 is range.
     pub assignor: u32,
+    /// Where the group started: 0 is the earliest record, 1 the end.
+    pub start_at: u32,
+    /// The acknowledgement timeout in milliseconds, if any.
+    pub ack_timeout_ms: Option<u64>,
     /// The members, sorted by id.
-    pub members: Vec<MemberImage>,
+    pub members: Vec<v1::MemberImage>,
     /// The group's progress on each partition, by partition number.
     pub partitions: Vec<GroupPartitionImage>,
-}
-
-/// One member of a group.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemberImage {
-    /// The member id.
-    pub id: String,
-    /// The partitions it owns, ascending.
-    pub partitions: Vec<i32>,
 }
 
 /// A group's progress on one partition.
@@ -119,4 +174,124 @@ pub struct GroupPartitionImage {
     pub position: i64,
     /// The offset delivered by a poll and not yet acknowledged or retried.
     pub in_flight: Option<i64>,
+    /// When the delivery in flight was made.
+    pub delivered_at_ms: i64,
+    /// How many times the record at `committed` was delivered.
+    pub deliveries: u32,
+    /// Records the group skipped because they left before it consumed them.
+    pub skipped: u64,
+}
+
+pub mod v1 {
+    //! The state image of version 1, frozen: the snapshots of data directory format 1.
+    //!
+    //! # Layout, version 1
+    //!
+    //! ```text
+    //! StateImage     capacity u64, topics Vec<(name String, TopicImage)>,
+    //!                memory_budget Option<u64>, retained_bytes u64, max_topics u64,
+    //!                max_groups_per_topic u64, max_members_per_group u64
+    //! TopicImage     key_hash u32 (0 murmur2, 1 fnv1a), next_keyless u64,
+    //!                partitions Vec<PartitionImage>, groups Vec<(name String, GroupImage)>
+    //! PartitionImage base i64, records Vec<RecordImage>, retained_bytes u64
+    //! RecordImage    key Option<bytes>, payload bytes
+    //! GroupImage     assignor u32 (0 round-robin, 1 range), members Vec<MemberImage>,
+    //!                partitions Vec<GroupPartitionImage>
+    //! MemberImage    id String, partitions Vec<i32>
+    //! GroupPartitionImage  owner Option<u64> (index into members), committed i64, position i64,
+    //!                      in_flight Option<i64>
+    //! ```
+    //!
+    //! These are exactly the bytes snapshots of format version 1 hold (written by the first
+    //! releases, from the state's own serde encoding), so those snapshots read back unchanged.
+
+    use bytes::Bytes;
+    use serde::{Deserialize, Serialize};
+
+    /// The whole broker state, version 1.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct StateImage {
+        /// Records each partition retains at most, 1 to 1,000.
+        pub capacity: u64,
+        /// Every topic with its name (written sorted by name).
+        pub topics: Vec<(String, TopicImage)>,
+        /// The memory budget in payload and key bytes, if any.
+        pub memory_budget: Option<u64>,
+        /// Payload and key bytes retained across every partition (their sum, checked on load).
+        pub retained_bytes: u64,
+        /// Most topics.
+        pub max_topics: u64,
+        /// Most groups per topic.
+        pub max_groups_per_topic: u64,
+        /// Most members per group.
+        pub max_members_per_group: u64,
+    }
+
+    /// One topic.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct TopicImage {
+        /// The key hash code: 0 is murmur2, 1 is FNV-1a.
+        pub key_hash: u32,
+        /// The partition the next keyless publish goes to.
+        pub next_keyless: u64,
+        /// The partitions' logs, by partition number.
+        pub partitions: Vec<PartitionImage>,
+        /// The consumer groups with their names (written sorted by name).
+        pub groups: Vec<(String, GroupImage)>,
+    }
+
+    /// One partition's retained records.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct PartitionImage {
+        /// The offset of the first record of `records`.
+        pub base: i64,
+        /// The records at offsets `base`, `base + 1`, ...
+        pub records: Vec<RecordImage>,
+        /// Their payload and key bytes (checked on load).
+        pub retained_bytes: u64,
+    }
+
+    /// One retained record.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct RecordImage {
+        /// The key, if it was published with one.
+        #[serde(default, deserialize_with = "crate::byte_fields::optional_bytes")]
+        pub key: Option<Bytes>,
+        /// The payload.
+        #[serde(deserialize_with = "crate::byte_fields::bytes")]
+        pub payload: Bytes,
+    }
+
+    /// One consumer group.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct GroupImage {
+        /// The assignor code: 0 is round-robin, 1 is range.
+        pub assignor: u32,
+        /// The members, sorted by id.
+        pub members: Vec<MemberImage>,
+        /// The group's progress on each partition, by partition number.
+        pub partitions: Vec<GroupPartitionImage>,
+    }
+
+    /// One member of a group.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct MemberImage {
+        /// The member id.
+        pub id: String,
+        /// The partitions it owns, ascending.
+        pub partitions: Vec<i32>,
+    }
+
+    /// A group's progress on one partition.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct GroupPartitionImage {
+        /// The owner, as an index into the group's members.
+        pub owner: Option<u64>,
+        /// The next offset the group has yet to consume.
+        pub committed: i64,
+        /// Where the owner's next fetch starts.
+        pub position: i64,
+        /// The offset delivered by a poll and not yet acknowledged or retried.
+        pub in_flight: Option<i64>,
+    }
 }

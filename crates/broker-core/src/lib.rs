@@ -20,13 +20,16 @@
 //! ```
 
 mod byte_fields;
+pub mod cold;
 mod command;
 mod describe;
 mod error;
 pub mod hash;
 pub mod image;
+mod settings;
 mod state;
 mod types;
+pub mod v1;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -42,13 +45,17 @@ pub use describe::{
     PartitionDescription, TopicDescription,
 };
 pub use error::BrokerError;
+pub use settings::{
+    Discard, GroupSetting, GroupSettings, Retention, StartAt, TopicSetting, TopicSettings,
+};
 pub use state::{BrokerState, Limits};
 /// Iterating over every [`CommandKind`] (`CommandKind::iter()`).
 pub use strum::IntoEnumIterator;
-pub use types::{Assignor, BrokerRecord, KeyHash, PartitionLag, PublishRecord};
+pub use types::{Assignor, BrokerRecord, Header, KeyHash, PartitionLag, PublishRecord, ResetTo};
 pub use validate::{
-    MAX_ACKS, MAX_BATCH_RECORDS, MAX_CAPACITY, MAX_FETCH_RECORDS, MAX_IDENTIFIER_LEN,
-    MAX_PARTITIONS, MAX_POLL_RECORDS,
+    MAX_ACKS, MAX_BATCH_RECORDS, MAX_CAPACITY, MAX_FETCH_RECORDS, MAX_HEADERS, MAX_HEADER_NAME_LEN,
+    MAX_IDENTIFIER_LEN, MAX_PARTITIONS, MAX_PARTITIONS_LIMIT, MAX_POLL_RECORDS,
+    MAX_PRODUCT_CAPACITY,
 };
 
 /// A bounded in-memory broker shared by many threads.
@@ -71,7 +78,9 @@ impl EventBroker {
     /// # Errors
     /// `InvalidArgument` unless the capacity is 1 to 1,000.
     pub fn new(capacity_per_partition: i32) -> Result<EventBroker, BrokerError> {
-        Ok(Self::from_state(BrokerState::new(capacity_per_partition)?))
+        Ok(Self::from_state(BrokerState::with_contract_capacity(
+            capacity_per_partition,
+        )?))
     }
 
     /// A broker serving an existing state (for example one rebuilt from a log).
@@ -121,7 +130,115 @@ impl EventBroker {
         partition_count: i32,
         key_hash: KeyHash,
     ) -> Result<bool, BrokerError> {
-        self.lock().create(topic, partition_count, key_hash)
+        self.lock().create(topic, partition_count, key_hash, &[])
+    }
+
+    /// [`EventBroker::create_with`] with how the topic's partitions retain records:
+    /// [`TopicSettings`] as a list ([`TopicSettings::to_list`]). Interest retention (the
+    /// default) keeps a record until every group consumed it, up to the broker's capacity per
+    /// partition (or the topic's `max_records`), refusing records past it; limits retention keeps
+    /// records up to the topic's limits, consumed or not, discarding the oldest (or refusing new
+    /// ones) at a limit. Either may have a maximum age. A duplicate keeps the existing topic and
+    /// its settings.
+    ///
+    /// # Errors
+    /// As [`EventBroker::create`], and `InvalidArgument` for settings that make no sense
+    /// ([`TopicSettings::check`]) or a setting given twice.
+    pub fn create_topic(
+        &self,
+        topic: &str,
+        partition_count: i32,
+        key_hash: KeyHash,
+        settings: &[TopicSetting],
+    ) -> Result<bool, BrokerError> {
+        self.lock()
+            .create(topic, partition_count, key_hash, settings)
+    }
+
+    /// Gives `topic` `partition_count` partitions in all, adding empty ones (never fewer: a
+    /// partition is never removed), and rebalances its groups; returns the count. Keys move: a
+    /// key that hashed to one partition may hash to another now, as in Kafka, so order per key
+    /// holds only among records published after the change.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic, or a count below the topic's or
+    /// above the broker's limit.
+    pub fn add_partitions(&self, topic: &str, partition_count: i32) -> Result<i32, BrokerError> {
+        self.lock().add_partitions(topic, partition_count)
+    }
+
+    /// Deletes `topic`, its records and its groups; `false` if there was no such topic.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier.
+    pub fn delete_topic(&self, topic: &str) -> Result<bool, BrokerError> {
+        self.lock().delete_topic(topic)
+    }
+
+    /// Deletes `group` of `topic` and its committed offsets; `false` if there was no such group.
+    /// With interest retention, the records it alone had not consumed leave.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic, or a group that still has
+    /// members (they leave first, or their sessions time out).
+    pub fn delete_group(&self, topic: &str, group: &str) -> Result<bool, BrokerError> {
+        self.lock().delete_group(topic, group)
+    }
+
+    /// Removes the records of `partition` below `before` (up to the end), consumed or not, as
+    /// Kafka's delete-records does; groups that had not consumed them skip them. Returns the
+    /// partition's earliest retained offset now.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic, a partition it does not have, or a
+    /// negative offset.
+    pub fn purge(&self, topic: &str, partition: i32, before: i64) -> Result<i64, BrokerError> {
+        self.lock().purge(topic, partition, before)
+    }
+
+    /// Moves `group`'s committed offsets on `partitions` (every partition with `None`) to
+    /// `to`, all at once: its members' fetch positions follow and its deliveries in flight
+    /// there are cancelled; members stay. A target outside the retained records is moved to
+    /// the nearest end of them. Returns the group's new progress on each partition reset.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic or group, a partition the
+    /// topic does not have or named twice, or a negative offset.
+    pub fn reset_group(
+        &self,
+        topic: &str,
+        group: &str,
+        partitions: Option<&[i32]>,
+        to: ResetTo,
+    ) -> Result<Vec<PartitionLag>, BrokerError> {
+        self.lock().reset_group(topic, group, partitions, to)
+    }
+
+    /// The first offset of `partition` whose record's time is at or after `timestamp_ms`
+    /// (milliseconds since the Unix epoch): where a consumer replaying from that time starts.
+    /// The end offset when every retained record is older.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic or a partition it does not have.
+    pub fn offset_for_time(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp_ms: i64,
+    ) -> Result<i64, BrokerError> {
+        self.lock().offset_for_time(topic, partition, timestamp_ms)
+    }
+
+    /// Moves the broker's clock to `now_ms` (milliseconds since the Unix epoch) if that is later
+    /// than it, and applies what the passing of time does: records older than their topic's
+    /// maximum age leave, and deliveries older than their group's acknowledgement timeout are
+    /// released. The broker reads no clock itself; records are stamped with this clock (0 until
+    /// it is set). Returns the topics where something changed.
+    ///
+    /// # Errors
+    /// `Storage` if records held on disk cannot be read (never for a broker in memory).
+    pub fn advance_clock(&self, now_ms: i64) -> Result<Vec<String>, BrokerError> {
+        self.lock().advance_clock(now_ms)
     }
 
     /// Adds `member` to `group` (creating the group, round-robin, if absent), rebalances if the
@@ -131,7 +248,7 @@ impl EventBroker {
     /// # Errors
     /// `InvalidArgument` for a malformed identifier or an unknown topic.
     pub fn join(&self, topic: &str, group: &str, member: &str) -> Result<Vec<i32>, BrokerError> {
-        self.lock().join(topic, group, member, None)
+        self.lock().join(topic, group, member, None, &[])
     }
 
     /// [`EventBroker::join`] naming the group's assignor: a new group uses it, an existing
@@ -146,7 +263,26 @@ impl EventBroker {
         member: &str,
         assignor: Assignor,
     ) -> Result<Vec<i32>, BrokerError> {
-        self.lock().join(topic, group, member, Some(assignor))
+        self.lock().join(topic, group, member, Some(assignor), &[])
+    }
+
+    /// [`EventBroker::join_with`] (or [`EventBroker::join`], with no assignor) with the settings
+    /// a new group gets ([`GroupSettings`] as a list): where it starts and how long a delivery
+    /// may stay unacknowledged. An existing group must already have these settings; an empty
+    /// list accepts the group's own.
+    ///
+    /// # Errors
+    /// As [`EventBroker::join_with`], and `InvalidArgument` for settings given twice, an
+    /// acknowledgement timeout of 0, or settings other than the existing group's.
+    pub fn join_group(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        assignor: Option<Assignor>,
+        settings: &[GroupSetting],
+    ) -> Result<Vec<i32>, BrokerError> {
+        self.lock().join(topic, group, member, assignor, settings)
     }
 
     /// Removes `member` and rebalances; `false` when the group or member is absent. Partitions

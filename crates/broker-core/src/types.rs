@@ -8,8 +8,8 @@ use strum::EnumIter;
 
 /// A record as delivered to a consumer: a snapshot of the stored record.
 ///
-/// Changing a returned record never changes the broker: `payload` and `key` share the stored
-/// bytes through reference counting, and [`Bytes`] is immutable.
+/// Changing a returned record never changes the broker: `payload`, `key` and header values
+/// share the stored bytes through reference counting, and [`Bytes`] is immutable.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct BrokerRecord {
     /// The topic the record was published to.
@@ -26,6 +26,45 @@ pub struct BrokerRecord {
     /// The record's bytes. Empty payloads are valid.
     #[serde(deserialize_with = "crate::byte_fields::bytes")]
     pub payload: Bytes,
+    /// The record's time, in milliseconds since the Unix epoch: the time its producer gave
+    /// it, or else the broker's time when it was appended; never earlier than the record
+    /// before it in its partition. 0 for a broker whose clock was never set (see
+    /// [`crate::EventBroker::advance_clock`]) and for records stored before records had times.
+    #[serde(default)]
+    pub timestamp_ms: i64,
+    /// The headers the record was published with, in order.
+    #[serde(default)]
+    pub headers: Vec<Header>,
+    /// In ack mode, how many times the record has been delivered to the group, this delivery
+    /// included (1 on the first); 0 in fetch mode, which does not count deliveries.
+    #[serde(default)]
+    pub delivery_count: u32,
+}
+
+/// A record header: a name and an optional value, as Kafka's record headers are.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Header {
+    /// The header's name (any UTF-8; names may repeat).
+    #[serde(deserialize_with = "crate::byte_fields::string")]
+    pub name: String,
+    /// The header's value; `None` differs from an empty value.
+    #[serde(default, deserialize_with = "crate::byte_fields::optional_bytes")]
+    pub value: Option<Bytes>,
+}
+
+impl Header {
+    /// A header `name` with `value`.
+    pub fn new(name: impl Into<String>, value: impl Into<Bytes>) -> Header {
+        Header {
+            name: name.into(),
+            value: Some(value.into()),
+        }
+    }
+
+    /// The name and value bytes: what a header counts against size limits and budgets.
+    pub fn size(&self) -> usize {
+        self.name.len() + self.value.as_ref().map_or(0, Bytes::len)
+    }
 }
 
 /// One record of a batch publish ([`crate::EventBroker::publish_batch`]).
@@ -39,6 +78,14 @@ pub struct PublishRecord {
     /// The record's bytes.
     #[serde(deserialize_with = "crate::byte_fields::bytes")]
     pub payload: Bytes,
+    /// Headers stored with the record.
+    #[serde(default)]
+    pub headers: Vec<Header>,
+    /// The record's time as its producer gives it, in milliseconds since the Unix epoch; `None`
+    /// stamps it with the broker's time. A time earlier than the partition's last record's is
+    /// raised to it, so that times never decrease within a partition.
+    #[serde(default)]
+    pub timestamp_ms: Option<i64>,
 }
 
 impl PublishRecord {
@@ -48,6 +95,8 @@ impl PublishRecord {
             partition: Some(partition),
             key: None,
             payload: payload.into(),
+            headers: Vec::new(),
+            timestamp_ms: None,
         }
     }
 
@@ -57,12 +106,30 @@ impl PublishRecord {
             partition: None,
             key: key.map(Bytes::copy_from_slice),
             payload: payload.into(),
+            headers: Vec::new(),
+            timestamp_ms: None,
         }
     }
 
-    /// Payload plus key bytes: what a record takes against size limits and budgets.
+    /// This record with `headers`.
+    #[must_use]
+    pub fn with_headers(mut self, headers: Vec<Header>) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// This record with the time its producer gives it.
+    #[must_use]
+    pub fn with_timestamp(mut self, timestamp_ms: i64) -> Self {
+        self.timestamp_ms = Some(timestamp_ms);
+        self
+    }
+
+    /// Payload, key and header bytes: what a record takes against size limits and budgets.
     pub fn size(&self) -> usize {
-        self.payload.len() + self.key.as_ref().map_or(0, Bytes::len)
+        self.payload.len()
+            + self.key.as_ref().map_or(0, Bytes::len)
+            + self.headers.iter().map(Header::size).sum::<usize>()
     }
 }
 
@@ -132,6 +199,25 @@ impl fmt::Display for KeyHash {
     }
 }
 
+/// Where [`crate::EventBroker::reset_group`] moves a group's committed offsets, on each
+/// partition it resets. A target outside the partition's retained records is moved to the
+/// nearest end of them (the earliest retained offset, or the end offset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ResetTo {
+    /// The earliest record retained: the group consumes everything kept again.
+    Earliest,
+    /// The end: the group consumes only records published from now on.
+    Latest,
+    /// This offset (not negative).
+    Offset(i64),
+    /// The first record at or after this time (milliseconds since the Unix epoch), or the end
+    /// when every record is older.
+    Timestamp(i64),
+    /// The committed offset moved by this many records (negative goes back).
+    ShiftBy(i64),
+}
+
 /// A consumer group's progress on one partition, as [`crate::EventBroker::lag`] reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PartitionLag {
@@ -142,8 +228,12 @@ pub struct PartitionLag {
     /// The offset the next record published to the partition will get.
     pub end_offset: i64,
     /// `end_offset - committed`: how many records the group has yet to consume (0, never
-    /// negative, when the group committed past the end).
+    /// negative).
     pub lag: i64,
+    /// Records the group never consumed because the partition discarded them first (its
+    /// retention limits, or a purge) and its committed offset moved past them.
+    #[serde(default)]
+    pub skipped: u64,
 }
 
 #[cfg(test)]

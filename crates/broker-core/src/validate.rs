@@ -1,21 +1,29 @@
 //! Argument validation shared by every call, with one message per kind of bad input.
 
-use crate::BrokerError;
+use crate::{BrokerError, Header};
 
 /// Longest valid identifier, in bytes.
 pub const MAX_IDENTIFIER_LEN: usize = 64;
-/// Largest `capacity_per_partition`.
+/// Largest `capacity_per_partition` of [`crate::EventBroker::new`].
 pub const MAX_CAPACITY: i32 = 1_000;
-/// Most partitions a topic can have.
+/// Largest capacity a [`crate::BrokerState`] (a server) or a topic's `max_records` may have.
+pub const MAX_PRODUCT_CAPACITY: i32 = i32::MAX;
+/// Most partitions a topic can have by default (the [`crate::Limits`] a broker starts with).
 pub const MAX_PARTITIONS: i32 = 64;
+/// Most partitions a broker's [`crate::Limits`] may allow a topic.
+pub const MAX_PARTITIONS_LIMIT: i32 = 65_536;
 /// Most records one `poll` can reserve.
 pub const MAX_POLL_RECORDS: i32 = 64;
 /// Most records one `fetch` can return.
 pub const MAX_FETCH_RECORDS: i32 = 10_000;
 /// Most records one `publish_batch` can carry.
 pub const MAX_BATCH_RECORDS: usize = 10_000;
+/// Most headers one record may carry.
+pub const MAX_HEADERS: usize = 64;
+/// Longest header name, in bytes (of UTF-8; a name is at least 1 byte).
+pub const MAX_HEADER_NAME_LEN: usize = 255;
 /// Most acknowledgements one `ack_and_poll` can carry: a member has at most one delivery in
-/// flight per partition, and a topic at most [`MAX_PARTITIONS`] partitions.
+/// flight per partition, and a topic has at most [`MAX_PARTITIONS`] partitions by default.
 pub const MAX_ACKS: usize = MAX_PARTITIONS as usize;
 
 /// Identifiers are 1 to 64 ASCII letters, digits, `_` or `-`, case-sensitive and untrimmed.
@@ -47,8 +55,14 @@ pub(crate) fn check_capacity(capacity: i32) -> Result<(), BrokerError> {
     check_range("capacity per partition", capacity, MAX_CAPACITY)
 }
 
-pub(crate) fn check_partition_count(count: i32) -> Result<(), BrokerError> {
-    check_range("partition count", count, MAX_PARTITIONS)
+pub(crate) fn check_product_capacity(capacity: i32) -> Result<(), BrokerError> {
+    check_range("capacity per partition", capacity, MAX_PRODUCT_CAPACITY)
+}
+
+/// A topic's partition count, at most `max` (the broker's limit).
+pub(crate) fn check_partition_count(count: i32, max: usize) -> Result<(), BrokerError> {
+    let max = i32::try_from(max).unwrap_or(MAX_PARTITIONS_LIMIT);
+    check_range("partition count", count, max)
 }
 
 pub(crate) fn check_poll_max_records(max_records: i32) -> Result<(), BrokerError> {
@@ -68,6 +82,26 @@ fn check_len(len: usize, max: usize, what: &str, items: &str) -> Result<(), Brok
             "{what} {max} {items}, got {len}"
         )))
     }
+}
+
+/// A record carries at most [`MAX_HEADERS`] headers, each named by 1 to
+/// [`MAX_HEADER_NAME_LEN`] bytes.
+pub(crate) fn check_headers(headers: &[Header]) -> Result<(), BrokerError> {
+    check_len(
+        headers.len(),
+        MAX_HEADERS,
+        "a record carries at most",
+        "headers",
+    )?;
+    for header in headers {
+        if header.name.is_empty() || header.name.len() > MAX_HEADER_NAME_LEN {
+            return Err(BrokerError::invalid(format!(
+                "a header name is 1 to {MAX_HEADER_NAME_LEN} bytes, got {}",
+                header.name.len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn check_batch_len(len: usize) -> Result<(), BrokerError> {

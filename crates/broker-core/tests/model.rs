@@ -1,19 +1,26 @@
-//! Property tests: random sequences of every broker call, applied both to [`EventBroker`] and
-//! to a small model written to be obviously correct (plain maps and vectors, assignments
-//! recomputed from scratch on every call, retention recomputed from the committed offsets after
-//! every call). Every return value and, after every step, the whole `describe()` snapshot must
-//! agree. Identifier alphabets are tiny so that collisions happen, and invalid inputs (bad
-//! identifiers, unknown topics, bad partitions, negative offsets, out-of-range counts) are in the
-//! mix; an invalid call must leave `describe()` unchanged.
+//! Property tests: random sequences of every broker call, at times that move forward, applied
+//! both to [`EventBroker`] and to a small model written to be obviously correct (plain maps and
+//! vectors, assignments recomputed from scratch on every call, interest retention recomputed
+//! from the committed offsets after every call, ages and acknowledgement deadlines checked
+//! against the clock at every step). Every return value and, after every step, the whole
+//! `describe()` snapshot must agree. Identifier alphabets are tiny so that collisions happen,
+//! and invalid inputs (bad identifiers, unknown topics, bad partitions, negative offsets,
+//! out-of-range counts, settings that make no sense) are in the mix; an invalid call must leave
+//! `describe()` unchanged.
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
 
+use broker_core::cold::{ColdError, ColdStore, LogId};
+use broker_core::image::RecordImage;
 use broker_core::{
-    hash, Assignor, BrokerDescription, BrokerError, BrokerRecord, Command, EventBroker,
-    GroupDescription, GroupPartitionDescription, KeyHash, MemberDescription, Outcome,
-    PartitionDescription, PartitionLag, PublishRecord, TopicDescription,
+    hash, Assignor, BrokerDescription, BrokerError, BrokerRecord, BrokerState, Command, Discard,
+    EventBroker, GroupDescription, GroupPartitionDescription, GroupSetting, GroupSettings, Header,
+    KeyHash, MemberDescription, Outcome, PartitionDescription, PartitionLag, PublishRecord,
+    ResetTo, Retention, StartAt, TopicDescription, TopicSetting, TopicSettings,
 };
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -40,15 +47,20 @@ impl From<Result<Outcome, BrokerError>> for Answer {
     }
 }
 
+/// The most partitions a topic may have (the default limits).
+const MAX_PARTITIONS: i32 = 64;
+
 #[derive(Debug, Clone)]
 struct Model {
-    capacity: usize,
+    capacity: u64,
+    clock: i64,
     topics: BTreeMap<String, ModelTopic>,
 }
 
 #[derive(Debug, Clone)]
 struct ModelTopic {
     key_hash: KeyHash,
+    settings: TopicSettings,
     /// How many keyless publishes the topic has seen: the next one goes to this modulo n.
     keyless_publishes: usize,
     logs: Vec<ModelLog>,
@@ -59,16 +71,42 @@ struct ModelTopic {
 struct ModelLog {
     /// Offset of `records[0]`.
     base: i64,
-    records: Vec<(Option<Bytes>, Bytes)>,
+    records: Vec<ModelRecord>,
+    /// The time of the last record ever appended.
+    last_time: i64,
+}
+
+#[derive(Debug, Clone)]
+struct ModelRecord {
+    key: Option<Bytes>,
+    payload: Bytes,
+    headers: Vec<Header>,
+    time: i64,
+}
+
+impl ModelRecord {
+    fn size(&self) -> u64 {
+        (self.key.as_ref().map_or(0, Bytes::len)
+            + self.payload.len()
+            + self
+                .headers
+                .iter()
+                .map(|h| h.name.len() + h.value.as_ref().map_or(0, Bytes::len))
+                .sum::<usize>()) as u64
+    }
 }
 
 #[derive(Debug, Clone)]
 struct ModelGroup {
     assignor: Assignor,
+    settings: GroupSettings,
     members: BTreeSet<String>,
     committed: Vec<i64>,
     position: Vec<i64>,
     in_flight: Vec<Option<i64>>,
+    delivered_at: Vec<i64>,
+    deliveries: Vec<u32>,
+    skipped: Vec<u64>,
 }
 
 fn valid_id(id: &str) -> bool {
@@ -78,17 +116,35 @@ fn valid_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-fn size(record: &(Option<Bytes>, Bytes)) -> u64 {
-    (record.0.as_ref().map_or(0, Bytes::len) + record.1.len()) as u64
-}
-
 impl ModelLog {
     fn end(&self) -> i64 {
         self.base + self.records.len() as i64
     }
 
-    fn get(&self, offset: i64) -> &(Option<Bytes>, Bytes) {
+    fn get(&self, offset: i64) -> &ModelRecord {
         &self.records[(offset - self.base) as usize]
+    }
+
+    fn bytes(&self) -> u64 {
+        self.records.iter().map(ModelRecord::size).sum()
+    }
+
+    /// Removes the records below `offset`.
+    fn trim(&mut self, offset: i64) {
+        while self.base < offset && !self.records.is_empty() {
+            self.records.remove(0);
+            self.base += 1;
+        }
+    }
+
+    /// The first offset whose time is at or after `time`, by a plain scan.
+    fn first_at_or_after(&self, time: i64) -> i64 {
+        for (index, record) in self.records.iter().enumerate() {
+            if record.time >= time {
+                return self.base + index as i64;
+            }
+        }
+        self.end()
     }
 }
 
@@ -121,6 +177,28 @@ fn owners(
 }
 
 impl ModelGroup {
+    fn new(assignor: Assignor, settings: GroupSettings, logs: &[ModelLog]) -> Self {
+        let start: Vec<i64> = logs
+            .iter()
+            .map(|log| match settings.start_at {
+                StartAt::Earliest => log.base,
+                StartAt::Latest => log.end(),
+            })
+            .collect();
+        let n = logs.len();
+        ModelGroup {
+            assignor,
+            settings,
+            members: BTreeSet::new(),
+            committed: start.clone(),
+            position: start,
+            in_flight: vec![None; n],
+            delivered_at: vec![0; n],
+            deliveries: vec![0; n],
+            skipped: vec![0; n],
+        }
+    }
+
     fn owners(&self) -> Vec<Option<String>> {
         owners(self.assignor, &self.members, self.committed.len())
     }
@@ -138,18 +216,103 @@ impl ModelGroup {
         self.owners()[partition].as_deref() == Some(member)
     }
 
-    /// Applies a membership change: moved partitions lose their delivery, every position
-    /// restarts at the committed offset.
-    fn change_members(&mut self, change: impl FnOnce(&mut BTreeSet<String>)) {
-        let before = self.owners();
-        change(&mut self.members);
+    /// Applies a membership change (or, with the same members, a change of partition count
+    /// made before): moved partitions lose their delivery, every position restarts at the
+    /// committed offset.
+    fn change_members(&mut self, before: Vec<Option<String>>, change: impl FnOnce(&mut Self)) {
+        change(self);
         let after = self.owners();
-        for p in 0..before.len() {
-            if before[p] != after[p] {
+        for (p, owner) in after.iter().enumerate() {
+            if before.get(p).cloned().flatten() != *owner {
                 self.in_flight[p] = None;
             }
         }
         self.position = self.committed.clone();
+    }
+
+    /// Moves the committed offset of `p` to `offset` (a commit or a reset).
+    fn move_committed(&mut self, p: usize, offset: i64) {
+        if self.committed[p] != offset {
+            self.in_flight[p] = None;
+            self.deliveries[p] = 0;
+            self.committed[p] = offset;
+        }
+    }
+
+    /// The records of `p` below `base` left without the group: it skips what it had not
+    /// consumed.
+    fn skip_to(&mut self, p: usize, base: i64) {
+        if self.committed[p] < base {
+            self.skipped[p] += (base - self.committed[p]) as u64;
+            self.in_flight[p] = None;
+            self.deliveries[p] = 0;
+            self.committed[p] = base;
+        }
+        self.position[p] = self.position[p].max(base);
+    }
+
+    fn overdue(&self, p: usize, now: i64) -> bool {
+        self.settings
+            .ack_timeout_ms
+            .is_some_and(|timeout| (now - self.delivered_at[p]) as u128 >= u128::from(timeout))
+    }
+}
+
+impl ModelTopic {
+    /// Removes the records of `p` below `offset` whatever the groups consumed.
+    fn discard_below(&mut self, p: usize, offset: i64) {
+        self.logs[p].trim(offset);
+        let base = self.logs[p].base;
+        for group in self.groups.values_mut() {
+            group.skip_to(p, base);
+        }
+    }
+
+    /// The records of `p` too old at `now`.
+    fn expire(&mut self, p: usize, now: i64) {
+        if let Some(max_age) = self.settings.max_age_ms {
+            let oldest_kept = now - max_age as i64;
+            let keep_from = self.logs[p].first_at_or_after(oldest_kept);
+            self.discard_below(p, keep_from);
+        }
+    }
+
+    /// Appends a record within the topic's retention: its offset, or -1.
+    fn append(&mut self, p: usize, capacity: u64, now: i64, mut record: ModelRecord) -> i64 {
+        let settings = self.settings;
+        let cap = match settings.retention {
+            Retention::Interest => Some(settings.max_records.unwrap_or(capacity)),
+            Retention::Limits => settings.max_records,
+        };
+        self.expire(p, now);
+        let size = record.size();
+        if settings.max_bytes.is_some_and(|max| size > max) {
+            return -1;
+        }
+        let full = |log: &ModelLog| {
+            cap.is_some_and(|cap| log.records.len() as u64 >= cap)
+                || settings
+                    .max_bytes
+                    .is_some_and(|max| log.bytes() + size > max)
+        };
+        if full(&self.logs[p]) {
+            if settings.discard == Discard::New {
+                return -1;
+            }
+            while full(&self.logs[p]) && !self.logs[p].records.is_empty() {
+                let base = self.logs[p].base;
+                self.logs[p].trim(base + 1);
+            }
+            let base = self.logs[p].base;
+            for group in self.groups.values_mut() {
+                group.skip_to(p, base);
+            }
+        }
+        let log = &mut self.logs[p];
+        record.time = record.time.min(now).max(log.last_time);
+        log.last_time = record.time;
+        log.records.push(record);
+        log.end() - 1
     }
 }
 
@@ -163,9 +326,10 @@ fn fits(taken: usize, bytes_taken: u64, size: u64, max_bytes: Option<u64>) -> bo
 }
 
 impl Model {
-    fn new(capacity: usize) -> Self {
+    fn new(capacity: u64) -> Self {
         Model {
             capacity,
+            clock: 0,
             topics: BTreeMap::new(),
         }
     }
@@ -177,17 +341,45 @@ impl Model {
         self.topics.get_mut(topic).ok_or(Answer::Invalid)
     }
 
-    /// Shared retention, from scratch: a record stays while some group has not consumed it.
+    /// The clock moves to `now` (if later): old records leave, overdue deliveries are
+    /// released. The topics where something changed.
+    fn advance(&mut self, now: i64) -> Vec<String> {
+        self.clock = self.clock.max(now);
+        let now = self.clock;
+        let mut changed = Vec::new();
+        for (name, topic) in &mut self.topics {
+            let mut touched = false;
+            for p in 0..topic.logs.len() {
+                let base = topic.logs[p].base;
+                topic.expire(p, now);
+                touched |= topic.logs[p].base != base;
+            }
+            for group in topic.groups.values_mut() {
+                for p in 0..group.in_flight.len() {
+                    if group.in_flight[p].is_some() && group.overdue(p, now) {
+                        group.in_flight[p] = None;
+                        touched = true;
+                    }
+                }
+            }
+            if touched {
+                changed.push(name.clone());
+            }
+        }
+        changed
+    }
+
+    /// Interest retention, from scratch: a record stays while some group has not consumed it.
     fn retain(&mut self) {
         for topic in self.topics.values_mut() {
+            if topic.settings.retention != Retention::Interest {
+                continue;
+            }
             for (p, log) in topic.logs.iter_mut().enumerate() {
                 let Some(consumed) = topic.groups.values().map(|g| g.committed[p]).min() else {
                     continue;
                 };
-                while log.base < consumed && !log.records.is_empty() {
-                    log.records.remove(0);
-                    log.base += 1;
-                }
+                log.trim(consumed);
             }
         }
     }
@@ -201,6 +393,7 @@ impl Model {
         answer
     }
 
+    #[allow(clippy::too_many_lines)]
     fn answer(&mut self, command: &Command) -> Result<Outcome, Answer> {
         let ids = |ids: &[&str]| {
             if ids.iter().all(|id| valid_id(id)) {
@@ -217,16 +410,19 @@ impl Model {
             }
         };
         let capacity = self.capacity;
+        let now = self.clock;
         match command {
             Command::Create {
                 topic,
                 partition_count,
                 key_hash,
+                settings,
             } => {
                 ids(&[topic])?;
-                if !(1..=64).contains(partition_count) {
+                if !(1..=MAX_PARTITIONS).contains(partition_count) {
                     return Err(Answer::Invalid);
                 }
+                let settings = TopicSettings::from_list(settings).map_err(|_| Answer::Invalid)?;
                 if self.topics.contains_key(topic) {
                     return Ok(Outcome::Created(false));
                 }
@@ -234,6 +430,7 @@ impl Model {
                     topic.clone(),
                     ModelTopic {
                         key_hash: *key_hash,
+                        settings,
                         keyless_publishes: 0,
                         logs: vec![ModelLog::default(); *partition_count as usize],
                         groups: BTreeMap::new(),
@@ -246,25 +443,27 @@ impl Model {
                 group,
                 member,
                 assignor,
+                settings,
             } => {
+                let wanted = GroupSettings::from_list(settings).map_err(|_| Answer::Invalid)?;
                 ids(&[group, member])?;
                 let t = self.topic(topic)?;
-                if let (Some(existing), Some(wanted)) = (t.groups.get(group), assignor) {
-                    if existing.assignor != *wanted {
+                if let Some(existing) = t.groups.get(group) {
+                    if assignor.is_some_and(|wanted| wanted != existing.assignor) {
+                        return Err(Answer::Invalid);
+                    }
+                    if !settings.is_empty() && wanted != existing.settings {
                         return Err(Answer::Invalid);
                     }
                 }
-                let bases: Vec<i64> = t.logs.iter().map(|l| l.base).collect();
-                let g = t.groups.entry(group.clone()).or_insert_with(|| ModelGroup {
-                    assignor: assignor.unwrap_or(Assignor::RoundRobin),
-                    members: BTreeSet::new(),
-                    committed: bases.clone(),
-                    position: bases.clone(),
-                    in_flight: vec![None; bases.len()],
+                let logs = t.logs.clone();
+                let g = t.groups.entry(group.clone()).or_insert_with(|| {
+                    ModelGroup::new(assignor.unwrap_or(Assignor::RoundRobin), wanted, &logs)
                 });
                 if !g.members.contains(member) {
-                    g.change_members(|members| {
-                        members.insert(member.clone());
+                    let before = g.owners();
+                    g.change_members(before, |g| {
+                        g.members.insert(member.clone());
                     });
                 }
                 Ok(Outcome::Partitions(g.assignment(member)))
@@ -282,8 +481,9 @@ impl Model {
                 if !g.members.contains(member) {
                     return Ok(Outcome::Left(false));
                 }
-                g.change_members(|members| {
-                    members.remove(member);
+                let before = g.owners();
+                g.change_members(before, |g| {
+                    g.members.remove(member);
                 });
                 Ok(Outcome::Left(true))
             }
@@ -294,12 +494,13 @@ impl Model {
             } => {
                 let t = self.topic(topic)?;
                 let p = partition_of(t, *partition)?;
-                let log = &mut t.logs[p];
-                if log.records.len() >= capacity {
-                    return Ok(Outcome::Published(-1));
-                }
-                log.records.push((None, payload.clone()));
-                Ok(Outcome::Published(log.end() - 1))
+                let record = ModelRecord {
+                    key: None,
+                    payload: payload.clone(),
+                    headers: Vec::new(),
+                    time: now,
+                };
+                Ok(Outcome::Published(t.append(p, capacity, now, record)))
             }
             Command::PublishKeyed {
                 topic,
@@ -307,63 +508,49 @@ impl Model {
                 payload,
             } => {
                 let t = self.topic(topic)?;
-                let n = t.logs.len();
-                let p = match key {
-                    Some(key) => match t.key_hash {
-                        KeyHash::Murmur2 => (hash::murmur2(key) & 0x7fff_ffff) as usize % n,
-                        KeyHash::Fnv1a => hash::fnv1a(key) as usize % n,
-                    },
-                    None => {
-                        t.keyless_publishes += 1;
-                        (t.keyless_publishes - 1) % n
-                    }
+                let p = place(t, key.as_ref());
+                let record = ModelRecord {
+                    key: key.clone(),
+                    payload: payload.clone(),
+                    headers: Vec::new(),
+                    time: now,
                 };
-                let log = &mut t.logs[p];
-                let offset = if log.records.len() >= capacity {
-                    -1
-                } else {
-                    log.records.push((key.clone(), payload.clone()));
-                    log.end() - 1
-                };
+                let offset = t.append(p, capacity, now, record);
                 Ok(Outcome::PublishedKeyed {
                     partition: p as i32,
                     offset,
                 })
             }
             Command::PublishBatch { topic, records } => {
+                if records.len() > broker_core::MAX_BATCH_RECORDS {
+                    return Err(Answer::Invalid);
+                }
                 let t = self.topic(topic)?;
                 for record in records {
                     if let Some(p) = record.partition {
                         partition_of(t, p)?;
                     }
+                    let names_ok = record
+                        .headers
+                        .iter()
+                        .all(|h| (1..=broker_core::MAX_HEADER_NAME_LEN).contains(&h.name.len()));
+                    if record.headers.len() > broker_core::MAX_HEADERS || !names_ok {
+                        return Err(Answer::Invalid);
+                    }
                 }
                 let mut placed = Vec::new();
                 for record in records {
-                    let Some(p) = record.partition else {
-                        let keyed = Command::PublishKeyed {
-                            topic: topic.clone(),
-                            key: record.key.clone(),
-                            payload: record.payload.clone(),
-                        };
-                        if let Ok(Outcome::PublishedKeyed { partition, offset }) =
-                            self.answer(&keyed)
-                        {
-                            placed.push((partition, offset));
-                        }
-                        // Each record is consumed at once by groups already past it.
-                        self.retain();
-                        continue;
+                    let p = match record.partition {
+                        Some(p) => p as usize,
+                        None => place(t, record.key.as_ref()),
                     };
-                    let log = &mut self.topic(topic)?.logs[p as usize];
-                    let offset = if log.records.len() >= capacity {
-                        -1
-                    } else {
-                        log.records
-                            .push((record.key.clone(), record.payload.clone()));
-                        log.end() - 1
+                    let stored = ModelRecord {
+                        key: record.key.clone(),
+                        payload: record.payload.clone(),
+                        headers: record.headers.clone(),
+                        time: record.timestamp_ms.unwrap_or(now),
                     };
-                    self.retain();
-                    placed.push((p, offset));
+                    placed.push((p as i32, t.append(p, capacity, now, stored)));
                 }
                 Ok(Outcome::PublishedBatch(placed))
             }
@@ -379,33 +566,15 @@ impl Model {
                 }
                 ids(&[group, member])?;
                 let t = self.topic(topic)?;
-                let Some(g) = t
-                    .groups
-                    .get_mut(group)
-                    .filter(|g| g.members.contains(member))
-                else {
-                    return Ok(Outcome::Records(Vec::new()));
-                };
-                let mut out = Vec::new();
-                let mut bytes_taken = 0;
-                for p in g.assignment(member) {
-                    let p = p as usize;
-                    let log = &t.logs[p];
-                    let next = g.committed[p].max(log.base);
-                    if g.in_flight[p].is_some() || next >= log.end() {
-                        continue;
-                    }
-                    let record = log.get(next);
-                    if out.len() == *max_records as usize
-                        || !fits(out.len(), bytes_taken, size(record), *max_bytes)
-                    {
-                        break;
-                    }
-                    bytes_taken += size(record);
-                    g.in_flight[p] = Some(next);
-                    out.push(to_record(topic, p, next, record));
-                }
-                Ok(Outcome::Records(out))
+                Ok(Outcome::Records(poll(
+                    t,
+                    topic,
+                    group,
+                    member,
+                    *max_records,
+                    *max_bytes,
+                    now,
+                )))
             }
             Command::Redeliver {
                 topic,
@@ -428,13 +597,15 @@ impl Model {
                         g.in_flight[p as usize] = None;
                     }
                 }
-                self.answer(&Command::Poll {
-                    topic: topic.clone(),
-                    group: group.clone(),
-                    member: member.clone(),
-                    max_records: *max_records,
-                    max_bytes: *max_bytes,
-                })
+                Ok(Outcome::Records(poll(
+                    t,
+                    topic,
+                    group,
+                    member,
+                    *max_records,
+                    *max_bytes,
+                    now,
+                )))
             }
             Command::AckAndPoll {
                 topic,
@@ -466,16 +637,9 @@ impl Model {
                     };
                     acked.push(matches!(self.answer(&ack)?, Outcome::Acked(true)));
                 }
-                let poll = Command::Poll {
-                    topic: topic.clone(),
-                    group: group.clone(),
-                    member: member.clone(),
-                    max_records: *max_records,
-                    max_bytes: *max_bytes,
-                };
-                let Outcome::Records(records) = self.answer(&poll)? else {
-                    unreachable!("a poll answers records");
-                };
+                self.retain();
+                let t = self.topic(topic)?;
+                let records = poll(t, topic, group, member, *max_records, *max_bytes, now);
                 Ok(Outcome::AckedAndPolled { acked, records })
             }
             Command::Ack {
@@ -514,6 +678,7 @@ impl Model {
                 }
                 g.in_flight[p] = None;
                 if is_ack {
+                    g.deliveries[p] = 0;
                     g.committed[p] = offset + 1;
                     g.position[p] = g.position[p].max(offset + 1);
                 }
@@ -548,12 +713,12 @@ impl Model {
                     while next < log.end() {
                         let record = log.get(next);
                         if out.len() == *max_records as usize
-                            || !fits(out.len(), bytes_taken, size(record), *max_bytes)
+                            || !fits(out.len(), bytes_taken, record.size(), *max_bytes)
                         {
                             break 'partitions;
                         }
-                        bytes_taken += size(record);
-                        out.push(to_record(topic, p, next, record));
+                        bytes_taken += record.size();
+                        out.push(to_record(topic, p, next, record, 0));
                         next += 1;
                         g.position[p] = next;
                     }
@@ -584,6 +749,11 @@ impl Model {
                             return Err(Answer::NotAssigned(p));
                         }
                     }
+                    for (&p, &o) in offsets {
+                        if o > t.logs[p as usize].end() {
+                            return Err(Answer::Invalid);
+                        }
+                    }
                 }
                 let Some(g) = t
                     .groups
@@ -601,10 +771,7 @@ impl Model {
                         .collect(),
                 };
                 for (p, o) in stores {
-                    if g.committed[p] != o {
-                        g.in_flight[p] = None;
-                        g.committed[p] = o;
-                    }
+                    g.move_committed(p, o);
                 }
                 Ok(Outcome::Committed)
             }
@@ -641,18 +808,7 @@ impl Model {
                 ids(&[group])?;
                 let t = self.topic(topic)?;
                 Ok(Outcome::Lag(
-                    (0..t.logs.len())
-                        .map(|p| {
-                            let committed = committed(t, group, p);
-                            let end_offset = t.logs[p].end();
-                            PartitionLag {
-                                partition: p as i32,
-                                committed,
-                                end_offset,
-                                lag: (end_offset - committed).max(0),
-                            }
-                        })
-                        .collect(),
+                    (0..t.logs.len()).map(|p| lag_row(t, group, p)).collect(),
                 ))
             }
             Command::Describe { topic } => {
@@ -662,6 +818,122 @@ impl Model {
                     description.topics.retain(|t| &t.name == topic);
                 }
                 Ok(Outcome::Description(description))
+            }
+            Command::AddPartitions {
+                topic,
+                partition_count,
+            } => {
+                let t = self.topic(topic)?;
+                if !(1..=MAX_PARTITIONS).contains(partition_count) {
+                    return Err(Answer::Invalid);
+                }
+                let wanted = *partition_count as usize;
+                let current = t.logs.len();
+                if wanted < current {
+                    return Err(Answer::Invalid);
+                }
+                if wanted > current {
+                    t.logs.resize(wanted, ModelLog::default());
+                    for g in t.groups.values_mut() {
+                        let before = g.owners();
+                        g.change_members(before, |g| {
+                            g.committed.resize(wanted, 0);
+                            g.position.resize(wanted, 0);
+                            g.in_flight.resize(wanted, None);
+                            g.delivered_at.resize(wanted, 0);
+                            g.deliveries.resize(wanted, 0);
+                            g.skipped.resize(wanted, 0);
+                        });
+                    }
+                }
+                Ok(Outcome::PartitionCount(*partition_count))
+            }
+            Command::DeleteTopic { topic } => {
+                ids(&[topic])?;
+                Ok(Outcome::Deleted(self.topics.remove(topic).is_some()))
+            }
+            Command::DeleteGroup { topic, group } => {
+                ids(&[group])?;
+                let t = self.topic(topic)?;
+                match t.groups.get(group) {
+                    None => Ok(Outcome::Deleted(false)),
+                    Some(g) if !g.members.is_empty() => Err(Answer::Invalid),
+                    Some(_) => {
+                        t.groups.remove(group);
+                        Ok(Outcome::Deleted(true))
+                    }
+                }
+            }
+            Command::Purge {
+                topic,
+                partition,
+                before,
+            } => {
+                if *before < 0 {
+                    return Err(Answer::Invalid);
+                }
+                let t = self.topic(topic)?;
+                let p = partition_of(t, *partition)?;
+                let end = t.logs[p].end();
+                t.discard_below(p, (*before).min(end));
+                Ok(Outcome::Offset(t.logs[p].base))
+            }
+            Command::ResetGroup {
+                topic,
+                group,
+                partitions,
+                to,
+            } => {
+                ids(&[group])?;
+                let t = self.topic(topic)?;
+                if matches!(to, ResetTo::Offset(offset) if *offset < 0) {
+                    return Err(Answer::Invalid);
+                }
+                let selected: Vec<usize> = match partitions {
+                    Some(partitions) => {
+                        let mut selected = Vec::new();
+                        for &p in partitions {
+                            let p = partition_of(t, p)?;
+                            if selected.contains(&p) {
+                                return Err(Answer::Invalid);
+                            }
+                            selected.push(p);
+                        }
+                        selected.sort_unstable();
+                        selected
+                    }
+                    None => (0..t.logs.len()).collect(),
+                };
+                let logs = t.logs.clone();
+                let Some(g) = t.groups.get_mut(group) else {
+                    return Err(Answer::Invalid);
+                };
+                for &p in &selected {
+                    let log = &logs[p];
+                    let target = match to {
+                        ResetTo::Earliest => log.base,
+                        ResetTo::Latest => log.end(),
+                        ResetTo::Offset(offset) => *offset,
+                        ResetTo::Timestamp(time) => log.first_at_or_after(*time),
+                        ResetTo::ShiftBy(shift) => g.committed[p].saturating_add(*shift),
+                    };
+                    g.move_committed(p, target.clamp(log.base, log.end()));
+                    g.position[p] = g.committed[p];
+                }
+                self.retain();
+                let t = self.topic(topic)?;
+                Ok(Outcome::Lag(
+                    selected.iter().map(|&p| lag_row(t, group, p)).collect(),
+                ))
+            }
+            Command::OffsetForTime {
+                topic,
+                partition,
+                timestamp_ms,
+            } => {
+                let t = self.topic(topic)?;
+                let p = partition_of(t, *partition)?;
+                Ok(Outcome::Offset(t.logs[p].first_at_or_after(*timestamp_ms)))
             }
         }
     }
@@ -682,12 +954,14 @@ impl Model {
                             earliest_offset: log.base,
                             end_offset: log.end(),
                             records: log.records.len() as u64,
-                            retained_bytes: log.records.iter().map(size).sum(),
+                            retained_bytes: log.bytes(),
+                            earliest_timestamp_ms: log.records.first().map(|r| r.time),
                         })
                         .collect();
                     TopicDescription {
                         name: name.clone(),
                         key_hash: t.key_hash,
+                        settings: t.settings.to_list(),
                         retained_bytes: partitions.iter().map(|p| p.retained_bytes).sum(),
                         partitions,
                         groups: t
@@ -702,6 +976,64 @@ impl Model {
     }
 }
 
+/// The partition a keyed publish goes to (advancing round-robin without a key).
+fn place(t: &mut ModelTopic, key: Option<&Bytes>) -> usize {
+    let n = t.logs.len();
+    match key {
+        Some(key) => match t.key_hash {
+            KeyHash::Murmur2 => (hash::murmur2(key) & 0x7fff_ffff) as usize % n,
+            KeyHash::Fnv1a => hash::fnv1a(key) as usize % n,
+        },
+        None => {
+            t.keyless_publishes += 1;
+            (t.keyless_publishes - 1) % n
+        }
+    }
+}
+
+/// A poll of `member`: the next record of each of its partitions with nothing in flight (or an
+/// overdue delivery), one per partition, ascending.
+fn poll(
+    t: &mut ModelTopic,
+    topic: &str,
+    group: &str,
+    member: &str,
+    max_records: i32,
+    max_bytes: Option<u64>,
+    now: i64,
+) -> Vec<BrokerRecord> {
+    let Some(g) = t
+        .groups
+        .get_mut(group)
+        .filter(|g| g.members.contains(member))
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut bytes_taken = 0;
+    for p in g.assignment(member) {
+        let p = p as usize;
+        let log = &t.logs[p];
+        let next = g.committed[p].max(log.base);
+        let busy = g.in_flight[p].is_some() && !g.overdue(p, now);
+        if busy || next >= log.end() {
+            continue;
+        }
+        let record = log.get(next);
+        if out.len() == max_records as usize
+            || !fits(out.len(), bytes_taken, record.size(), max_bytes)
+        {
+            break;
+        }
+        bytes_taken += record.size();
+        g.in_flight[p] = Some(next);
+        g.delivered_at[p] = now;
+        g.deliveries[p] += 1;
+        out.push(to_record(topic, p, next, record, g.deliveries[p]));
+    }
+    out
+}
+
 fn committed(topic: &ModelTopic, group: &str, partition: usize) -> i64 {
     topic
         .groups
@@ -709,18 +1041,34 @@ fn committed(topic: &ModelTopic, group: &str, partition: usize) -> i64 {
         .map_or(topic.logs[partition].base, |g| g.committed[partition])
 }
 
+fn lag_row(t: &ModelTopic, group: &str, p: usize) -> PartitionLag {
+    let committed = committed(t, group, p);
+    let end_offset = t.logs[p].end();
+    PartitionLag {
+        partition: p as i32,
+        committed,
+        end_offset,
+        lag: (end_offset - committed).max(0),
+        skipped: t.groups.get(group).map_or(0, |g| g.skipped[p]),
+    }
+}
+
 fn to_record(
     topic: &str,
     partition: usize,
     offset: i64,
-    record: &(Option<Bytes>, Bytes),
+    record: &ModelRecord,
+    delivery_count: u32,
 ) -> BrokerRecord {
     BrokerRecord {
         topic: topic.to_owned(),
         partition: partition as i32,
         offset,
-        key: record.0.clone(),
-        payload: record.1.clone(),
+        key: record.key.clone(),
+        payload: record.payload.clone(),
+        timestamp_ms: record.time,
+        headers: record.headers.clone(),
+        delivery_count,
     }
 }
 
@@ -729,6 +1077,7 @@ fn describe_group(topic: &ModelTopic, name: &str, g: &ModelGroup) -> GroupDescri
     GroupDescription {
         name: name.to_owned(),
         assignor: g.assignor,
+        settings: g.settings.to_list(),
         members: g
             .members
             .iter()
@@ -745,6 +1094,8 @@ fn describe_group(topic: &ModelTopic, name: &str, g: &ModelGroup) -> GroupDescri
                 position: g.position[p],
                 in_flight: g.in_flight[p],
                 lag: (topic.logs[p].end() - g.committed[p]).max(0),
+                deliveries: g.deliveries[p],
+                skipped: g.skipped[p],
             })
             .collect(),
     }
@@ -762,20 +1113,31 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
             topic,
             partition_count,
             key_hash: KeyHash::Murmur2,
-        } => broker.create(&topic, partition_count).map(Outcome::Created),
+            settings,
+        } if settings.is_empty() => broker.create(&topic, partition_count).map(Outcome::Created),
         Command::Create {
             topic,
             partition_count,
             key_hash,
-        } => broker
+            settings,
+        } if settings.is_empty() => broker
             .create_with(&topic, partition_count, key_hash)
+            .map(Outcome::Created),
+        Command::Create {
+            topic,
+            partition_count,
+            key_hash,
+            settings,
+        } => broker
+            .create_topic(&topic, partition_count, key_hash, &settings)
             .map(Outcome::Created),
         Command::Join {
             topic,
             group,
             member,
             assignor: None,
-        } => broker
+            settings,
+        } if settings.is_empty() => broker
             .join(&topic, &group, &member)
             .map(Outcome::Partitions),
         Command::Join {
@@ -783,8 +1145,18 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
             group,
             member,
             assignor: Some(assignor),
-        } => broker
+            settings,
+        } if settings.is_empty() => broker
             .join_with(&topic, &group, &member, assignor)
+            .map(Outcome::Partitions),
+        Command::Join {
+            topic,
+            group,
+            member,
+            assignor,
+            settings,
+        } => broker
+            .join_group(&topic, &group, &member, assignor, &settings)
             .map(Outcome::Partitions),
         Command::Leave {
             topic,
@@ -911,6 +1283,36 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         Command::Lag { topic, group } => broker.lag(&topic, &group).map(Outcome::Lag),
         Command::Describe { topic: None } => Ok(Outcome::Description(broker.describe())),
         describe @ Command::Describe { .. } => broker.apply(describe),
+        Command::AddPartitions {
+            topic,
+            partition_count,
+        } => broker
+            .add_partitions(&topic, partition_count)
+            .map(Outcome::PartitionCount),
+        Command::DeleteTopic { topic } => broker.delete_topic(&topic).map(Outcome::Deleted),
+        Command::DeleteGroup { topic, group } => {
+            broker.delete_group(&topic, &group).map(Outcome::Deleted)
+        }
+        Command::Purge {
+            topic,
+            partition,
+            before,
+        } => broker.purge(&topic, partition, before).map(Outcome::Offset),
+        Command::ResetGroup {
+            topic,
+            group,
+            partitions,
+            to,
+        } => broker
+            .reset_group(&topic, &group, partitions.as_deref(), to)
+            .map(Outcome::Lag),
+        Command::OffsetForTime {
+            topic,
+            partition,
+            timestamp_ms,
+        } => broker
+            .offset_for_time(&topic, partition, timestamp_ms)
+            .map(Outcome::Offset),
     }
 }
 
@@ -921,6 +1323,7 @@ fn topic_id() -> impl Strategy<Value = String> {
     prop_oneof![
         20 => Just("t0".to_owned()),
         20 => Just("t1".to_owned()),
+        5 => Just("t2".to_owned()),
         1 => Just(String::new()),
         1 => Just("t 1".to_owned()),
     ]
@@ -975,6 +1378,72 @@ fn assignor() -> impl Strategy<Value = Option<Assignor>> {
     ]
 }
 
+/// A topic's settings: mostly none, often limits with small limits, sometimes an age, now and
+/// then something that makes no sense.
+fn topic_settings() -> impl Strategy<Value = Vec<TopicSetting>> {
+    prop_oneof![
+        4 => Just(Vec::new()),
+        3 => (
+            proptest::option::of(1..4_u64),
+            proptest::option::of(2..12_u64),
+            proptest::option::of(1..6_u64),
+            any::<bool>(),
+        )
+            .prop_map(|(records, bytes, age, refuse)| {
+                let mut list = vec![TopicSetting::Retention(Retention::Limits)];
+                list.extend(records.map(TopicSetting::MaxRecords));
+                list.extend(bytes.map(TopicSetting::MaxBytes));
+                list.extend(age.map(TopicSetting::MaxAgeMs));
+                if refuse {
+                    list.push(TopicSetting::Discard(Discard::New));
+                }
+                list
+            }),
+        2 => (1..6_u64, proptest::option::of(1..4_u64)).prop_map(|(age, records)| {
+            let mut list = vec![TopicSetting::MaxAgeMs(age)];
+            list.extend(records.map(TopicSetting::MaxRecords));
+            list
+        }),
+        1 => prop_oneof![
+            Just(vec![TopicSetting::Discard(Discard::Old)]),
+            Just(vec![TopicSetting::MaxRecords(0)]),
+            Just(vec![TopicSetting::MaxBytes(1), TopicSetting::MaxBytes(2)]),
+        ],
+    ]
+}
+
+/// A group's settings: mostly none.
+fn group_settings() -> impl Strategy<Value = Vec<GroupSetting>> {
+    prop_oneof![
+        6 => Just(Vec::new()),
+        1 => Just(vec![GroupSetting::StartAt(StartAt::Latest)]),
+        2 => (1..5_u64).prop_map(|timeout| vec![GroupSetting::AckTimeoutMs(timeout)]),
+        1 => Just(vec![GroupSetting::AckTimeoutMs(0)]),
+    ]
+}
+
+fn headers() -> impl Strategy<Value = Vec<Header>> {
+    proptest::collection::vec(
+        (
+            // An empty name is refused.
+            prop_oneof![4 => Just("h".to_owned()), 4 => Just("trace".to_owned()), 1 => Just(String::new())],
+            proptest::option::of(bytes(2)),
+        )
+            .prop_map(|(name, value)| Header { name, value }),
+        0..2,
+    )
+}
+
+fn reset_to() -> impl Strategy<Value = ResetTo> {
+    prop_oneof![
+        Just(ResetTo::Earliest),
+        Just(ResetTo::Latest),
+        (-1..8_i64).prop_map(ResetTo::Offset),
+        (0..40_i64).prop_map(ResetTo::Timestamp),
+        (-4..4_i64).prop_map(ResetTo::ShiftBy),
+    ]
+}
+
 fn command() -> impl Strategy<Value = Command> {
     let who = || (topic_id(), group_id(), member_id());
     prop_oneof![
@@ -982,18 +1451,23 @@ fn command() -> impl Strategy<Value = Command> {
             topic_id(),
             prop_oneof![8 => 1..5_i32, 1 => Just(0), 1 => Just(65)],
             prop_oneof![Just(KeyHash::Murmur2), Just(KeyHash::Fnv1a)],
+            topic_settings(),
         )
-            .prop_map(|(topic, partition_count, key_hash)| Command::Create {
+            .prop_map(|(topic, partition_count, key_hash, settings)| Command::Create {
                 topic,
                 partition_count,
                 key_hash,
+                settings,
             }),
-        5 => (who(), assignor()).prop_map(|((topic, group, member), assignor)| Command::Join {
-            topic,
-            group,
-            member,
-            assignor,
-        }),
+        5 => (who(), assignor(), group_settings()).prop_map(
+            |((topic, group, member), assignor, settings)| Command::Join {
+                topic,
+                group,
+                member,
+                assignor,
+                settings,
+            }
+        ),
         2 => who().prop_map(|(topic, group, member)| Command::Leave { topic, group, member }),
         12 => (topic_id(), partition(), bytes(3)).prop_map(|(topic, partition, payload)| {
             Command::Publish { topic, partition, payload }
@@ -1004,7 +1478,13 @@ fn command() -> impl Strategy<Value = Command> {
         3 => (
             topic_id(),
             proptest::collection::vec(
-                (proptest::option::of(partition()), proptest::option::of(bytes(2)), bytes(3)),
+                (
+                    proptest::option::of(partition()),
+                    proptest::option::of(bytes(2)),
+                    bytes(3),
+                    headers(),
+                    proptest::option::of(0..40_i64),
+                ),
                 0..4,
             ),
         )
@@ -1012,7 +1492,13 @@ fn command() -> impl Strategy<Value = Command> {
                 topic,
                 records: records
                     .into_iter()
-                    .map(|(partition, key, payload)| PublishRecord { partition, key, payload })
+                    .map(|(partition, key, payload, headers, timestamp_ms)| PublishRecord {
+                        partition,
+                        key,
+                        payload,
+                        headers,
+                        timestamp_ms,
+                    })
                     .collect(),
             }),
         8 => (who(), max_records(), max_bytes()).prop_map(
@@ -1087,6 +1573,30 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|(topic, partition)| Command::EndOffset { topic, partition }),
         1 => (topic_id(), group_id()).prop_map(|(topic, group)| Command::Lag { topic, group }),
         1 => proptest::option::of(topic_id()).prop_map(|topic| Command::Describe { topic }),
+        1 => (topic_id(), prop_oneof![4 => 1..6_i32, 1 => Just(0), 1 => Just(65)]).prop_map(
+            |(topic, partition_count)| Command::AddPartitions { topic, partition_count }
+        ),
+        1 => topic_id().prop_map(|topic| Command::DeleteTopic { topic }),
+        1 => (topic_id(), group_id())
+            .prop_map(|(topic, group)| Command::DeleteGroup { topic, group }),
+        2 => (topic_id(), partition(), offset()).prop_map(|(topic, partition, before)| {
+            Command::Purge { topic, partition, before }
+        }),
+        2 => (
+            topic_id(),
+            group_id(),
+            proptest::option::of(proptest::collection::vec(partition(), 0..3)),
+            reset_to(),
+        )
+            .prop_map(|(topic, group, partitions, to)| Command::ResetGroup {
+                topic,
+                group,
+                partitions,
+                to,
+            }),
+        1 => (topic_id(), partition(), 0..40_i64).prop_map(|(topic, partition, timestamp_ms)| {
+            Command::OffsetForTime { topic, partition, timestamp_ms }
+        }),
     ]
 }
 
@@ -1099,8 +1609,9 @@ enum Step {
         pick: usize,
         ack: bool,
     },
-    /// `action` (0 poll, 1 fetch, 2 commit positions, 3 leave, 4 ack everything the member has
-    /// in flight and poll) by an existing member.
+    /// `action` (0 poll, 1 fetch, 2 commit positions, 3 leave, 4 redeliver, 5 ack everything
+    /// the member has in flight and poll) by an existing member, or 6: delete a group whose
+    /// members all left.
     Member {
         pick: usize,
         action: u8,
@@ -1113,7 +1624,7 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         5 => command().prop_map(Step::Raw),
         2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, ack)| Step::Settle { pick, ack }),
-        2 => (any::<usize>(), 0..6_u8, max_records(), max_bytes()).prop_map(
+        2 => (any::<usize>(), 0..7_u8, max_records(), max_bytes()).prop_map(
             |(pick, action, max_records, max_bytes)| Step::Member {
                 pick,
                 action,
@@ -1122,6 +1633,12 @@ fn step() -> impl Strategy<Value = Step> {
             }
         ),
     ]
+}
+
+/// How far the clock moves before a step, in milliseconds: mostly not at all or a little, so
+/// that ages and deadlines are reached now and then.
+fn advance() -> impl Strategy<Value = i64> {
+    prop_oneof![6 => Just(0_i64), 4 => 1..3_i64, 1 => Just(8_i64)]
 }
 
 /// The command a step stands for in the model's current state.
@@ -1185,6 +1702,25 @@ fn member_action(
                 members.push((topic_name.clone(), group_name.clone(), member.clone()));
             }
         }
+    }
+    if action == 6 {
+        // Groups whose members all left: the ones a deletion succeeds on.
+        let mut empty: Vec<(String, String)> = model
+            .topics
+            .iter()
+            .flat_map(|(topic_name, topic)| {
+                topic
+                    .groups
+                    .iter()
+                    .filter(|(_, group)| group.members.is_empty())
+                    .map(move |(group_name, _)| (topic_name.clone(), group_name.clone()))
+            })
+            .collect();
+        let (topic, group) = match empty.len() {
+            0 => ("t0".to_owned(), "g0".to_owned()),
+            n => empty.swap_remove(pick % n),
+        };
+        return Command::DeleteGroup { topic, group };
     }
     let (topic, group, member) = match members.len() {
         0 => ("t0".to_owned(), "g0".to_owned(), "m0".to_owned()),
@@ -1252,43 +1788,185 @@ fn in_flight_of(model: &Model, topic: &str, group: &str, member: &str) -> Vec<(i
         .collect()
 }
 
-/// Two topics created up front, so that most generated calls reach real state.
+/// Three topics created up front, so that most generated calls reach real state: one with the
+/// default interest retention, one of FNV-1a keys, one with limits retention and an age.
 fn setup() -> Vec<Command> {
     vec![
         Command::Create {
             topic: "t0".to_owned(),
             partition_count: 3,
             key_hash: KeyHash::Murmur2,
+            settings: Vec::new(),
         },
         Command::Create {
             topic: "t1".to_owned(),
             partition_count: 2,
             key_hash: KeyHash::Fnv1a,
+            settings: Vec::new(),
+        },
+        Command::Create {
+            topic: "t2".to_owned(),
+            partition_count: 2,
+            key_hash: KeyHash::Murmur2,
+            settings: vec![
+                TopicSetting::Retention(Retention::Limits),
+                TopicSetting::MaxRecords(3),
+                TopicSetting::MaxAgeMs(6),
+            ],
         },
     ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Records evicted from memory.
+
+/// A cold store in memory: what a storage layer's segment files are to the broker. Records are
+/// copied in from the state's image before the state evicts them.
+#[derive(Debug, Default)]
+struct MemoryColdStore {
+    logs: Mutex<HashMap<LogId, BTreeMap<i64, RecordImage>>>,
+}
+
+impl MemoryColdStore {
+    /// The records of `range` in `log`; every one must be there.
+    fn records(&self, log: LogId, range: Range<i64>) -> Vec<RecordImage> {
+        let logs = self.logs.lock().unwrap();
+        let records: Vec<RecordImage> = logs[&log]
+            .range(range.clone())
+            .map(|(_, r)| r.clone())
+            .collect();
+        assert_eq!(
+            records.len() as i64,
+            range.end - range.start,
+            "{log:?} {range:?}"
+        );
+        records
+    }
+
+    /// Copies the records `broker` holds in memory into the store, then has the broker evict
+    /// `share` of each partition's (0 none, 1 half, 2 all).
+    fn evict_from(&self, broker: &EventBroker, share: u8) {
+        broker.with_state(|state| {
+            let image = state.to_image();
+            let mut evicted = Vec::new();
+            let mut logs = self.logs.lock().unwrap();
+            for (_, topic) in &image.topics {
+                for (number, log) in topic.partitions.iter().enumerate() {
+                    let id = LogId {
+                        topic: topic.id,
+                        partition: number as u32,
+                    };
+                    let stored = logs.entry(id).or_default();
+                    for (index, record) in log.records.iter().enumerate() {
+                        stored.insert(log.cold_end + index as i64, record.clone());
+                    }
+                    let count = match share {
+                        0 => 0,
+                        1 => log.records.len() / 2,
+                        _ => log.records.len(),
+                    };
+                    evicted.push((id, log.cold_end + count as i64));
+                }
+            }
+            drop(logs);
+            state.evict(&evicted);
+        });
+    }
+}
+
+impl ColdStore for MemoryColdStore {
+    fn read(&self, log: LogId, range: Range<i64>) -> Result<Vec<RecordImage>, ColdError> {
+        Ok(self.records(log, range))
+    }
+
+    fn bytes(&self, log: LogId, range: Range<i64>) -> Result<u64, ColdError> {
+        Ok(self.records(log, range).iter().map(RecordImage::size).sum())
+    }
+
+    fn timestamp(&self, log: LogId, offset: i64) -> Result<i64, ColdError> {
+        Ok(self.records(log, offset..offset + 1)[0].timestamp_ms)
+    }
+
+    fn first_at_or_after(
+        &self,
+        log: LogId,
+        range: Range<i64>,
+        timestamp_ms: i64,
+    ) -> Result<i64, ColdError> {
+        let records = self.records(log, range.clone());
+        Ok(range.start + records.partition_point(|r| r.timestamp_ms < timestamp_ms) as i64)
+    }
+
+    fn first_within_bytes(
+        &self,
+        log: LogId,
+        range: Range<i64>,
+        bytes: u64,
+    ) -> Result<i64, ColdError> {
+        let records = self.records(log, range.clone());
+        let mut kept = 0;
+        let mut start = range.end;
+        for record in records.iter().rev() {
+            kept += record.size();
+            if kept > bytes {
+                break;
+            }
+            start -= 1;
+        }
+        Ok(start)
+    }
+
+    fn largest(&self, log: LogId, range: Range<i64>) -> Result<u64, ColdError> {
+        Ok(self
+            .records(log, range)
+            .iter()
+            .map(RecordImage::size)
+            .max()
+            .unwrap_or(0))
+    }
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
+    /// With `cold`, the broker evicts records to a cold store now and then (`evictions` says
+    /// how much before each step): which records are in memory must never change an answer.
     #[test]
     fn broker_agrees_with_the_model_on_every_call(
         capacity in 1..=5_i32,
         pre_create in any::<bool>(),
-        steps in proptest::collection::vec((step(), any::<bool>()), 1..80),
+        cold in any::<bool>(),
+        steps in proptest::collection::vec((step(), any::<bool>(), advance(), 0..4_u8), 1..80),
     ) {
-        let broker = EventBroker::new(capacity).unwrap();
-        let mut model = Model::new(capacity as usize);
+        let store = Arc::new(MemoryColdStore::default());
+        let broker = if cold {
+            let state = BrokerState::new(capacity).unwrap().with_cold_store(store.clone());
+            EventBroker::from_state(state)
+        } else {
+            EventBroker::new(capacity).unwrap()
+        };
+        let mut model = Model::new(capacity as u64);
         let setup = if pre_create { setup() } else { Vec::new() };
-        let steps = setup.into_iter().map(|c| (Step::Raw(c), false)).chain(steps);
-        for (index, (step, via_apply)) in steps.enumerate() {
+        let steps = setup.into_iter().map(|c| (Step::Raw(c), false, 0, 0)).chain(steps);
+        let mut now = 0;
+        for (index, (step, via_apply, advance, eviction)) in steps.enumerate() {
+            if cold && eviction > 0 {
+                store.evict_from(&broker, eviction - 1);
+            }
+            now += advance;
+            let woken = broker.advance_clock(now).unwrap();
+            prop_assert_eq!(woken, model.advance(now), "step {}: the clock at {}", index, now);
             let command = resolve(&model, step);
             let before = broker.describe();
             let expected = model.apply(&command);
             let actual = Answer::from(call(&broker, &command, via_apply));
             prop_assert_eq!(&actual, &expected, "step {}: {:?}", index, command);
-            if !matches!(actual, Answer::Ok(_)) || command.is_read_only() {
-                prop_assert_eq!(&broker.describe(), &before, "step {}: an error or a read changed state", index);
+            let changed_nothing = match &actual {
+                Answer::Ok(outcome) => !command.kind().changed_state(outcome),
+                Answer::Invalid | Answer::NotAssigned(_) => true,
+            };
+            if changed_nothing {
+                prop_assert_eq!(&broker.describe(), &before, "step {}: an error, a read or an outcome a log skips changed state", index);
             }
             prop_assert_eq!(broker.describe(), model.describe(), "step {}: {:?}", index, command);
             // What a snapshot's loader checks holds after every call.
@@ -1316,6 +1994,7 @@ fn the_model_rejects_what_the_contract_rejects() {
         group: "g".to_owned(),
         member: "b".to_owned(),
         assignor: Some(Assignor::Range),
+        settings: Vec::new(),
     };
     assert_eq!(
         model.apply(&join),
@@ -1326,6 +2005,7 @@ fn the_model_rejects_what_the_contract_rejects() {
         group: "g".to_owned(),
         member: "a".to_owned(),
         assignor: None,
+        settings: Vec::new(),
     };
     assert_eq!(
         model.apply(&join),
@@ -1338,41 +2018,55 @@ fn the_model_rejects_what_the_contract_rejects() {
         offsets: Some(BTreeMap::from([(0, 0), (2, 0)])),
     };
     assert_eq!(model.apply(&commit), Answer::NotAssigned(2));
+    // Limits retention discards the oldest record of a full partition; the group skips it.
+    for payload in ["a", "b", "c", "d"] {
+        let publish = Command::Publish {
+            topic: "t2".to_owned(),
+            partition: 0,
+            payload: Bytes::from(payload),
+        };
+        model.apply(&publish);
+    }
+    let log = &model.topics["t2"].logs[0];
+    assert_eq!((log.base, log.records.len()), (1, 3));
 }
 
 /// The generated sequences reach the interesting cases often enough: successful acks and
-/// retries, canceled deliveries, full partitions, released records, `NotAssigned`, invalid calls.
-/// Without this, agreement with the model could hide behind sequences that never do anything.
+/// retries, canceled deliveries, full partitions, released records, `NotAssigned`, invalid
+/// calls, records discarded by limits and age, groups that skipped them, redeliveries, expired
+/// deliveries, resets, purges and deletions. Without this, agreement with the model could hide
+/// behind sequences that never do anything.
 #[test]
 fn generated_sequences_reach_every_interesting_case() {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
 
     let mut runner = TestRunner::deterministic();
-    let strategy = proptest::collection::vec(step(), 60);
+    let strategy = proptest::collection::vec((step(), advance()), 60);
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
-    for _ in 0..100 {
+    for _ in 0..300 {
         let steps = strategy.new_tree(&mut runner).unwrap().current();
         let mut model = Model::new(3);
         for command in setup() {
             model.apply(&command);
         }
-        for step in steps {
+        let mut now = 0;
+        for (step, advance) in steps {
+            now += advance;
+            let in_flight_before_clock = in_flight_count(&model);
+            let expired_before: i64 = bases(&model);
+            model.advance(now);
+            if bases(&model) > expired_before {
+                *seen.entry("expired").or_default() += 1;
+            }
+            if in_flight_count(&model) < in_flight_before_clock {
+                *seen.entry("delivery timed out").or_default() += 1;
+            }
             let command = resolve(&model, step);
-            let released_before: i64 = model
-                .topics
-                .values()
-                .flat_map(|t| &t.logs)
-                .map(|l| l.base)
-                .sum();
+            let released_before = bases(&model);
+            let skipped_before = skipped(&model);
             let in_flight_before: usize = in_flight_count(&model);
             let answer = model.apply(&command);
-            let released_after: i64 = model
-                .topics
-                .values()
-                .flat_map(|t| &t.logs)
-                .map(|l| l.base)
-                .sum();
             let kind = match (&command, &answer) {
                 (_, Answer::Invalid) => "invalid",
                 (_, Answer::NotAssigned(_)) => "not assigned",
@@ -1384,6 +2078,14 @@ fn generated_sequences_reach_every_interesting_case() {
                     "ack and poll"
                 }
                 (_, Answer::Ok(Outcome::Published(-1))) => "full",
+                (
+                    Command::Poll { .. } | Command::Redeliver { .. },
+                    Answer::Ok(Outcome::Records(r)),
+                )
+                | (
+                    Command::AckAndPoll { .. },
+                    Answer::Ok(Outcome::AckedAndPolled { records: r, .. }),
+                ) if r.iter().any(|r| r.delivery_count > 1) => "delivered again",
                 (Command::Poll { .. }, Answer::Ok(Outcome::Records(r))) if !r.is_empty() => "poll",
                 (Command::Redeliver { .. }, Answer::Ok(Outcome::Records(r))) if !r.is_empty() => {
                     "redeliver"
@@ -1398,11 +2100,23 @@ fn generated_sequences_reach_every_interesting_case() {
                     Answer::Ok(_),
                 ) => "commit",
                 (Command::Leave { .. }, Answer::Ok(Outcome::Left(true))) => "leave",
+                (Command::ResetGroup { .. }, Answer::Ok(_)) => "reset",
+                (Command::Purge { .. }, Answer::Ok(_)) => "purge",
+                (Command::DeleteTopic { .. }, Answer::Ok(Outcome::Deleted(true))) => {
+                    "topic deleted"
+                }
+                (Command::DeleteGroup { .. }, Answer::Ok(Outcome::Deleted(true))) => {
+                    "group deleted"
+                }
+                (Command::AddPartitions { .. }, Answer::Ok(_)) => "partitions added",
                 _ => "other",
             };
             *seen.entry(kind).or_default() += 1;
-            if released_after > released_before {
+            if bases(&model) > released_before {
                 *seen.entry("released").or_default() += 1;
+            }
+            if skipped(&model) > skipped_before {
+                *seen.entry("skipped").or_default() += 1;
             }
             if matches!(command, Command::Join { .. } | Command::Leave { .. })
                 && in_flight_count(&model) < in_flight_before
@@ -1411,23 +2125,32 @@ fn generated_sequences_reach_every_interesting_case() {
             }
         }
     }
-    for kind in [
-        "invalid",
-        "not assigned",
-        "ack",
-        "retry",
-        "ack and poll",
-        "full",
-        "poll",
-        "redeliver",
-        "fetch",
-        "commit",
-        "leave",
-        "released",
-        "canceled by rebalance",
+    for (kind, at_least) in [
+        ("invalid", 10),
+        ("not assigned", 10),
+        ("ack", 10),
+        ("retry", 10),
+        ("ack and poll", 10),
+        ("full", 10),
+        ("poll", 10),
+        ("delivered again", 10),
+        ("redeliver", 10),
+        ("fetch", 10),
+        ("commit", 10),
+        ("leave", 10),
+        ("released", 10),
+        ("canceled by rebalance", 10),
+        ("expired", 10),
+        ("skipped", 10),
+        ("delivery timed out", 5),
+        ("reset", 10),
+        ("purge", 10),
+        ("topic deleted", 5),
+        ("group deleted", 5),
+        ("partitions added", 5),
     ] {
         assert!(
-            seen.get(kind).copied().unwrap_or(0) >= 10,
+            seen.get(kind).copied().unwrap_or(0) >= at_least,
             "{kind} too rare: {seen:?}"
         );
     }
@@ -1441,4 +2164,24 @@ fn in_flight_count(model: &Model) -> usize {
         .flat_map(|g| &g.in_flight)
         .filter(|f| f.is_some())
         .count()
+}
+
+/// The sum of every partition's earliest retained offset: it grows when records leave.
+fn bases(model: &Model) -> i64 {
+    model
+        .topics
+        .values()
+        .flat_map(|t| &t.logs)
+        .map(|l| l.base)
+        .sum()
+}
+
+/// Records skipped by every group.
+fn skipped(model: &Model) -> u64 {
+    model
+        .topics
+        .values()
+        .flat_map(|t| t.groups.values())
+        .flat_map(|g| &g.skipped)
+        .sum()
 }

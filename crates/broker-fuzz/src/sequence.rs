@@ -2,8 +2,9 @@
 //!
 //! The first bytes pick the per-partition capacity (1 to 5) and an optional memory budget (up
 //! to 127 bytes); every following group of bytes is one [`Command`] over small pools of names
-//! (including invalid ones) and small numbers, so that the fuzzer reaches full partitions,
-//! rebalances, deliveries and commits quickly. After every command:
+//! (including invalid ones), settings and small numbers, applied at a time that moves forward
+//! by 0 to 3 milliseconds, so that the fuzzer reaches full partitions, rebalances, deliveries,
+//! commits, ages and deadlines quickly. After every command:
 //!
 //! - a clone of the state given the same command returns the same result and ends in the same
 //!   state (the core is deterministic);
@@ -17,19 +18,22 @@
 //!   offset (or the earliest retained one) and now in flight; fetched records are ascending and
 //!   consecutive within a partition; every delivered record carries the key and payload
 //!   published at its offset;
-//! - every partition retains `end - earliest` records, at most the capacity, with exactly the
-//!   bytes published at those offsets; nothing leaves a topic without groups; the broker's
-//!   retained bytes are the sum of its partitions' and within the budget;
+//! - every partition retains `end - earliest` records, at most its topic's limit, with exactly
+//!   the bytes published at those offsets; nothing leaves an interest-retention topic without
+//!   groups, a maximum age or a purge; the broker's retained bytes are the sum of its
+//!   partitions' and within the budget;
 //! - every group's members are sorted and distinct; with members, each partition has exactly one
 //!   owner, the one its assignor names, and each member lists exactly the partitions it owns;
 //!   without members, none has an owner; a delivery in flight has an owner and lies within the
 //!   retained log; lag is `max(end - committed, 0)`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use broker_core::{
     hash, Assignor, BrokerDescription, BrokerRecord, BrokerState, Command, CommandKind,
-    GroupDescription, IntoEnumIterator, KeyHash, Outcome, PartitionDescription, PublishRecord,
+    GroupDescription, GroupSetting, Header, IntoEnumIterator, KeyHash, Outcome,
+    PartitionDescription, PublishRecord, ResetTo, Retention, StartAt, TopicDescription,
+    TopicSetting,
 };
 use bytes::Bytes;
 
@@ -62,10 +66,13 @@ pub fn apply_sequence(data: &[u8]) {
         capacity: capacity as u64,
         budget,
         published: HashMap::new(),
+        trimmed: HashSet::new(),
+        now: 0,
         step: 0,
     };
     while !input.is_empty() && checker.step < MAX_COMMANDS {
         let before = checker.state.describe_all();
+        checker.now += i64::from(input.byte() % 4);
         let command = next_command(&mut input, &before, checker.step);
         checker.apply(command, &before);
         checker.step += 1;
@@ -87,12 +94,30 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
             topic,
             partition_count: input.pick(&[1, 2, 3, 4, 0, 65]),
             key_hash: input.pick(&[KeyHash::Murmur2, KeyHash::Fnv1a]),
+            settings: match input.byte() % 6 {
+                0 => vec![
+                    TopicSetting::Retention(Retention::Limits),
+                    TopicSetting::MaxRecords(2),
+                ],
+                1 => vec![TopicSetting::MaxAgeMs(5)],
+                2 => vec![
+                    TopicSetting::Retention(Retention::Limits),
+                    TopicSetting::MaxBytes(6),
+                ],
+                3 => vec![TopicSetting::MaxRecords(0)],
+                _ => Vec::new(),
+            },
         },
         CommandKind::Join => Command::Join {
             topic,
             group,
             member,
             assignor: input.pick(&[None, Some(Assignor::RoundRobin), Some(Assignor::Range)]),
+            settings: match input.byte() % 5 {
+                0 => vec![GroupSetting::StartAt(StartAt::Latest)],
+                1 => vec![GroupSetting::AckTimeoutMs(3)],
+                _ => Vec::new(),
+            },
         },
         CommandKind::Leave => Command::Leave {
             topic,
@@ -190,6 +215,14 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
                     partition: input.pick(&[None, Some(0), Some(1), Some(3)]),
                     key: (input.byte() % 2 == 1).then(|| Bytes::from(vec![input.byte(); 2])),
                     payload: payload(input, step),
+                    headers: match input.byte() % 3 {
+                        0 => vec![Header {
+                            name: "h".to_owned(),
+                            value: Some(Bytes::from_static(b"v")),
+                        }],
+                        _ => Vec::new(),
+                    },
+                    timestamp_ms: input.pick(&[None, Some(0), Some(i64::MAX)]),
                 })
                 .collect(),
         },
@@ -215,6 +248,37 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
         },
         CommandKind::Describe => Command::Describe {
             topic: input.byte().is_multiple_of(2).then_some(topic),
+        },
+        CommandKind::AddPartitions => Command::AddPartitions {
+            topic,
+            partition_count: input.pick(&[1, 2, 3, 5, 0, 65]),
+        },
+        CommandKind::DeleteTopic => Command::DeleteTopic { topic },
+        CommandKind::DeleteGroup => Command::DeleteGroup { topic, group },
+        CommandKind::Purge => Command::Purge {
+            topic,
+            partition: input.below(5) as i32 - 1,
+            before: input.below(10) - 1,
+        },
+        CommandKind::ResetGroup => Command::ResetGroup {
+            topic,
+            group,
+            partitions: match input.byte() % 3 {
+                0 => None,
+                count => Some((0..count).map(|_| input.below(4) as i32 - 1).collect()),
+            },
+            to: match input.byte() % 5 {
+                0 => ResetTo::Earliest,
+                1 => ResetTo::Latest,
+                2 => ResetTo::Offset(input.below(10) - 1),
+                3 => ResetTo::Timestamp(input.below(20)),
+                _ => ResetTo::ShiftBy(input.below(7) - 3),
+            },
+        },
+        CommandKind::OffsetForTime => Command::OffsetForTime {
+            topic,
+            partition: input.below(5) as i32 - 1,
+            timestamp_ms: input.below(20),
         },
     }
 }
@@ -255,8 +319,14 @@ struct Checker {
     state: BrokerState,
     capacity: u64,
     budget: Option<u64>,
-    /// The key and payload of every record published, by topic, partition and offset.
-    published: HashMap<(String, i32, i64), (Option<Bytes>, Bytes)>,
+    /// The key, payload and headers of every record published, by topic, partition and
+    /// offset.
+    published: HashMap<(String, i32, i64), Published>,
+    /// Topics (by name, since their creation) that were purged or expired records: records may
+    /// have left them without groups.
+    trimmed: HashSet<String>,
+    /// The time commands are applied at.
+    now: i64,
     step: usize,
 }
 
@@ -264,8 +334,8 @@ impl Checker {
     fn apply(&mut self, command: Command, before: &BrokerDescription) {
         let retained_before = self.state.retained_bytes();
         let mut twin = self.state.clone();
-        let result = self.state.apply(command.clone());
-        let twin_result = twin.apply(command.clone());
+        let result = self.state.apply_at(self.now, command.clone());
+        let twin_result = twin.apply_at(self.now, command.clone());
         let after = self.state.describe_all();
         let context = || format!("step {}: {command:?} -> {result:?}", self.step);
         assert_eq!(twin_result, result, "not deterministic: {}", context());
@@ -324,8 +394,11 @@ impl Checker {
                     retained_before,
                     topic,
                     *partition,
-                    None,
-                    payload,
+                    Published {
+                        key: None,
+                        payload: payload.clone(),
+                        headers: Vec::new(),
+                    },
                     *offset,
                 );
             }
@@ -352,8 +425,11 @@ impl Checker {
                     retained_before,
                     topic,
                     *partition,
-                    key.as_ref(),
-                    payload,
+                    Published {
+                        key: key.clone(),
+                        payload: payload.clone(),
+                        headers: Vec::new(),
+                    },
                     *offset,
                 );
             }
@@ -372,7 +448,11 @@ impl Checker {
                         *end += 1;
                         self.published.insert(
                             (topic.clone(), partition, offset),
-                            (record.key.clone(), record.payload.clone()),
+                            Published {
+                                key: record.key.clone(),
+                                payload: record.payload.clone(),
+                                headers: record.headers.clone(),
+                            },
                         );
                     }
                 }
@@ -530,7 +610,29 @@ impl Checker {
                     "step {step}: retry left the delivery in flight"
                 );
             }
+            (Command::DeleteTopic { topic }, Outcome::Deleted(true)) => {
+                // A topic created again under this name starts from offset 0.
+                self.published.retain(|(name, _, _), _| name != topic);
+                self.trimmed.remove(topic);
+                assert!(
+                    after.topics.iter().all(|t| &t.name != topic),
+                    "step {step}: a deleted topic is still there"
+                );
+            }
+            (Command::Purge { topic, .. }, Outcome::Offset(_)) => {
+                self.trimmed.insert(topic.clone());
+            }
             _ => {}
+        }
+        // Records may leave a topic with a maximum age whenever time passes.
+        for topic in &after.topics {
+            if topic
+                .settings
+                .iter()
+                .any(|s| matches!(s, TopicSetting::MaxAgeMs(_)))
+            {
+                self.trimmed.insert(topic.name.clone());
+            }
         }
     }
 
@@ -542,20 +644,27 @@ impl Checker {
         retained_before: u64,
         topic: &str,
         partition: i32,
-        key: Option<&Bytes>,
-        payload: &Bytes,
+        published: Published,
         offset: i64,
     ) {
         let step = self.step;
-        let log = find_topic(before, topic).partitions[partition as usize];
+        let described = find_topic(before, topic);
+        let log = described.partitions[partition as usize];
         let end_after = find_topic(after, topic).partitions[partition as usize].end_offset;
-        let size = (payload.len() + key.map_or(0, Bytes::len)) as u64;
+        let size = published.size();
         if offset == -1 {
             let over_budget = self
                 .budget
                 .is_some_and(|budget| retained_before + size > budget);
+            let full = match limits(described, self.capacity) {
+                // Interest retention refuses at its record limit.
+                (Retention::Interest, Some(max_records), _) => log.records >= max_records,
+                // Limits retention discards old records; only a record larger than the byte
+                // limit is refused.
+                (_, _, max_bytes) => max_bytes.is_some_and(|max| size > max),
+            };
             assert!(
-                log.records >= self.capacity || over_budget,
+                full || over_budget,
                 "step {step}: publish refused with room ({log:?}, {retained_before} bytes retained)"
             );
             assert_eq!(
@@ -572,10 +681,8 @@ impl Checker {
                 offset + 1,
                 "step {step}: the end did not advance"
             );
-            self.published.insert(
-                (topic.to_owned(), partition, offset),
-                (key.cloned(), payload.clone()),
-            );
+            self.published
+                .insert((topic.to_owned(), partition, offset), published);
         }
     }
 
@@ -584,9 +691,14 @@ impl Checker {
         let published = self
             .published
             .get(&(topic.to_owned(), record.partition, record.offset));
+        let delivered = Published {
+            key: record.key.clone(),
+            payload: record.payload.clone(),
+            headers: record.headers.clone(),
+        };
         assert_eq!(
             published,
-            Some(&(record.key.clone(), record.payload.clone())),
+            Some(&delivered),
             "step {}: delivered {record:?}, not what was published there",
             self.step
         );
@@ -604,12 +716,20 @@ impl Checker {
                     log.end_offset - log.earliest_offset,
                     "step {step}: {log:?}"
                 );
+                let (retention, max_records, max_bytes) = limits(topic, self.capacity);
                 assert!(
-                    log.records <= self.capacity,
-                    "step {step}: over capacity: {log:?}"
+                    max_records.is_none_or(|max| log.records <= max),
+                    "step {step}: over the record limit: {log:?}"
+                );
+                assert!(
+                    max_bytes.is_none_or(|max| log.retained_bytes <= max),
+                    "step {step}: over the byte limit: {log:?}"
                 );
                 assert!(log.earliest_offset >= 0);
-                if topic.groups.is_empty() {
+                if topic.groups.is_empty()
+                    && retention == Retention::Interest
+                    && !self.trimmed.contains(&topic.name)
+                {
                     assert_eq!(
                         log.earliest_offset, 0,
                         "step {step}: released without groups"
@@ -621,9 +741,7 @@ impl Checker {
                             .published
                             .get(&(topic.name.clone(), log.partition, offset))
                         {
-                            Some((key, payload)) => {
-                                (key.as_ref().map_or(0, Bytes::len) + payload.len()) as u64
-                            }
+                            Some(published) => published.size(),
                             None => panic!(
                                 "step {step}: {}/{} retains offset {offset} never published",
                                 topic.name, log.partition
@@ -658,6 +776,37 @@ impl Checker {
             );
         }
     }
+}
+
+/// A record as published: what a delivery of it must carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Published {
+    key: Option<Bytes>,
+    payload: Bytes,
+    headers: Vec<Header>,
+}
+
+impl Published {
+    /// Payload, key and header bytes.
+    fn size(&self) -> u64 {
+        (self.payload.len()
+            + self.key.as_ref().map_or(0, Bytes::len)
+            + self.headers.iter().map(Header::size).sum::<usize>()) as u64
+    }
+}
+
+/// A topic's retention, record limit (the broker's capacity for interest retention without
+/// one of its own) and byte limit, as its description says.
+fn limits(topic: &TopicDescription, capacity: u64) -> (Retention, Option<u64>, Option<u64>) {
+    let settings = match broker_core::TopicSettings::from_list(&topic.settings) {
+        Ok(settings) => settings,
+        Err(error) => panic!("a topic describes settings it refuses: {error}"),
+    };
+    let max_records = match settings.retention {
+        Retention::Interest => Some(settings.max_records.unwrap_or(capacity)),
+        Retention::Limits => settings.max_records,
+    };
+    (settings.retention, max_records, settings.max_bytes)
 }
 
 fn check_group(step: usize, logs: &[PartitionDescription], group: &GroupDescription) {

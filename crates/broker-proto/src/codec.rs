@@ -9,6 +9,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::codec::{Decoder, Encoder};
 
+use crate::{RequestFrame, ResponseFrame};
+
 /// No frame may ever be larger than this (64 MiB), whatever a server is configured with. It is
 /// also bincode's decode limit, so no length field inside a frame can make the decoder allocate
 /// more than this.
@@ -186,6 +188,94 @@ impl<In, Out: Serialize> Encoder<&Out> for Codec<In, Out> {
         // `length <= max_frame <= MAX_FRAME_CEILING < u32::MAX`, so the cast is lossless.
         dst[start..start + LENGTH_PREFIX].copy_from_slice(&(length as u32).to_be_bytes());
         Ok(())
+    }
+}
+
+impl<T> Decoded<T> {
+    /// The message turned into another type; a malformed frame stays malformed.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Decoded<U> {
+        match self {
+            Decoded::Message(message) => Decoded::Message(f(message)),
+            Decoded::Malformed {
+                leading_u64,
+                reason,
+            } => Decoded::Malformed {
+                leading_u64,
+                reason,
+            },
+        }
+    }
+}
+
+/// The codec a server uses after the handshake, in the protocol version agreed there: it decodes
+/// requests into the current shapes ([`RequestFrame`]) and encodes responses in the version's
+/// own, so everything past the codec speaks one version.
+#[derive(Debug)]
+pub struct ServerCodec {
+    framing: Codec<RequestFrame, ResponseFrame>,
+    version: u16,
+}
+
+impl ServerCodec {
+    /// A codec for protocol `version` (one the server welcomed) that refuses frames larger than
+    /// `max_frame` bytes (capped at [`MAX_FRAME_CEILING`]).
+    pub fn new(max_frame: usize, version: u16) -> Self {
+        ServerCodec {
+            framing: Codec::new(max_frame),
+            version,
+        }
+    }
+
+    /// The protocol version of the connection.
+    pub fn version(&self) -> u16 {
+        self.version
+    }
+
+    /// The largest frame body this codec reads or writes.
+    pub fn max_frame(&self) -> usize {
+        self.framing.max_frame()
+    }
+
+    /// The same codec (version and limit): one for the reading half, one for the writing half.
+    pub fn twin(&self) -> ServerCodec {
+        ServerCodec::new(self.max_frame(), self.version)
+    }
+}
+
+impl Decoder for ServerCodec {
+    type Item = Decoded<RequestFrame>;
+    type Error = ProtocolError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
+        if self.version == 1 {
+            let mut framing = self.framing.retype::<crate::v1::RequestFrame, ()>();
+            return Ok(framing
+                .decode(src)?
+                .map(|decoded| decoded.map(RequestFrame::from)));
+        }
+        self.framing.decode(src)
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
+        if self.version == 1 {
+            let mut framing = self.framing.retype::<crate::v1::RequestFrame, ()>();
+            return Ok(framing
+                .decode_eof(src)?
+                .map(|decoded| decoded.map(RequestFrame::from)));
+        }
+        self.framing.decode_eof(src)
+    }
+}
+
+impl Encoder<ResponseFrame> for ServerCodec {
+    type Error = ProtocolError;
+
+    fn encode(&mut self, item: ResponseFrame, dst: &mut BytesMut) -> Result<(), Self::Error> {
+        if self.version == 1 {
+            let mut framing = self.framing.retype::<(), crate::v1::ResponseFrame>();
+            return framing.encode(crate::v1::ResponseFrame::from(item), dst);
+        }
+        self.framing.encode(item, dst)
     }
 }
 

@@ -113,6 +113,7 @@ impl From<BrokerError> for ErrorReply {
         match error {
             BrokerError::InvalidArgument(message) => ErrorReply::InvalidArgument(message),
             BrokerError::NotAssigned { partition } => ErrorReply::NotAssigned { partition },
+            BrokerError::Storage(message) => ErrorReply::Storage(message),
             // BrokerError is non-exhaustive; a variant added later must get a code of its own.
             other => ErrorReply::InvalidArgument(other.to_string()),
         }

@@ -17,8 +17,10 @@
 //!
 //! # Conversation
 //!
-//! 1. The client sends a [`Hello`]; the server answers a [`HelloReply`]. A refused hello (wrong
-//!    magic, unsupported version) is answered and the connection closed.
+//! 1. The client sends a [`Hello`] naming the newest protocol version it speaks; the server
+//!    answers a [`HelloReply`] welcoming it in that version (any of [`OLDEST_PROTOCOL_VERSION`]
+//!    to [`PROTOCOL_VERSION`]). A refused hello (wrong magic, unsupported version) is answered
+//!    and the connection closed.
 //! 2. The client then sends [`RequestFrame`]s, as many as it likes before reading (pipelining);
 //!    the server answers each with a [`ResponseFrame`] carrying the same correlation id.
 //!    Responses to waiting requests may come back out of order.
@@ -27,17 +29,18 @@ mod codec;
 mod error;
 mod message;
 
-pub use codec::{config, Codec, Decoded, ProtocolError, WireConfig, MAX_FRAME_CEILING};
+pub use codec::{
+    config, Codec, Decoded, ProtocolError, ServerCodec, WireConfig, MAX_FRAME_CEILING,
+};
 pub use error::{ErrorKind, ErrorReply};
 pub use message::{
-    Hello, HelloReply, RequestFrame, ResponseFrame, ServerLimits, MAGIC, MAX_HELLO_FRAME,
-    PROTOCOL_VERSION,
+    v1, Hello, HelloReply, RequestFrame, ResponseFrame, ServerLimits, MAGIC, MAX_HELLO_FRAME,
+    OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
-/// The codec a client uses after the handshake: it sends requests and reads responses.
+/// The codec a client uses after the handshake: it sends requests and reads responses, in the
+/// newest version ([`PROTOCOL_VERSION`]).
 pub type ClientCodec = Codec<ResponseFrame, RequestFrame>;
-/// The codec a server uses after the handshake: it reads requests and sends responses.
-pub type ServerCodec = Codec<RequestFrame, ResponseFrame>;
 /// The codec a client uses for the handshake.
 pub type ClientHandshakeCodec = Codec<HelloReply, Hello>;
 /// The codec a server uses for the handshake.

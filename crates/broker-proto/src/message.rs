@@ -14,15 +14,23 @@ pub const MAGIC: [u8; 4] = *b"BRKR";
 /// `HelloReply::Refused(TooLarge)` and closes.
 pub const MAX_HELLO_FRAME: usize = 64 * 1024;
 
-/// The protocol version this crate speaks. A server refuses a hello with any other version.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The newest protocol version this crate speaks, the one its clients ask for. Version 2 adds
+/// record times and headers, topic and group settings, delivery counts and skipped records, and
+/// the commands that delete, purge, reset and look up by time.
+pub const PROTOCOL_VERSION: u16 = 2;
+
+/// The oldest protocol version a server still speaks: a client asking for any version from
+/// this one to [`PROTOCOL_VERSION`] is answered in the version it asked for, byte for byte as
+/// that version's documentation says.
+pub const OLDEST_PROTOCOL_VERSION: u16 = 1;
 
 /// The first frame of every connection, from the client.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
     /// Must be [`MAGIC`].
     pub magic: [u8; 4],
-    /// The protocol version the client speaks; must be [`PROTOCOL_VERSION`].
+    /// The newest protocol version the client speaks; a server speaks the same one back if it
+    /// can ([`OLDEST_PROTOCOL_VERSION`] to [`PROTOCOL_VERSION`]).
     pub version: u16,
     /// A free-form client name for the server's logs, such as `broker-client/0.1.0`.
     pub client: String,
@@ -31,7 +39,7 @@ pub struct Hello {
 }
 
 impl Hello {
-    /// A hello for this protocol version.
+    /// A hello for the newest protocol version ([`PROTOCOL_VERSION`]).
     pub fn new(client: impl Into<String>, auth_token: Option<String>) -> Self {
         Hello {
             magic: MAGIC,
@@ -47,7 +55,8 @@ impl Hello {
 pub enum HelloReply {
     /// The connection is open for requests.
     Welcome {
-        /// The protocol version the server speaks (equal to the client's).
+        /// The protocol version of the rest of the connection: the client's, or the server's
+        /// newest if the client's is newer still (a client that does not speak it closes).
         version: u16,
         /// The server's name and version, such as `broker-server/0.1.0`.
         server: String,
@@ -95,4 +104,58 @@ pub struct ResponseFrame {
     pub correlation_id: u64,
     /// The command's outcome, or why it was refused.
     pub result: Result<Outcome, ErrorReply>,
+}
+
+/// The request and response frames of protocol version 1, whose commands and outcomes are the
+/// frozen shapes of [`broker_core::v1`]. A server decodes a version 1 client's requests with
+/// these and answers with them ([`crate::ServerCodec`] does both).
+pub mod v1 {
+    use broker_core::v1::{Command, Outcome};
+    use serde::{Deserialize, Serialize};
+
+    use crate::ErrorReply;
+
+    /// One request of version 1.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct RequestFrame {
+        /// As in [`crate::RequestFrame`].
+        pub correlation_id: u64,
+        /// As in [`crate::RequestFrame`].
+        pub max_wait_ms: u32,
+        /// The call.
+        pub command: Command,
+    }
+
+    /// The answer to one [`RequestFrame`] of version 1.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ResponseFrame {
+        /// As in [`crate::ResponseFrame`].
+        pub correlation_id: u64,
+        /// The command's outcome, or why it was refused.
+        pub result: Result<Outcome, ErrorReply>,
+    }
+
+    impl From<RequestFrame> for crate::RequestFrame {
+        fn from(frame: RequestFrame) -> crate::RequestFrame {
+            crate::RequestFrame {
+                correlation_id: frame.correlation_id,
+                max_wait_ms: frame.max_wait_ms,
+                command: frame.command.into(),
+            }
+        }
+    }
+
+    impl From<crate::ResponseFrame> for ResponseFrame {
+        /// The answer in version 1's shape; an outcome version 1 has no shape for (it answers
+        /// only commands version 1 does not have) becomes an `InvalidArgument` refusal.
+        fn from(frame: crate::ResponseFrame) -> ResponseFrame {
+            ResponseFrame {
+                correlation_id: frame.correlation_id,
+                result: frame.result.and_then(|outcome| {
+                    Outcome::try_from(outcome)
+                        .map_err(|error| ErrorReply::InvalidArgument(error.to_string()))
+                }),
+            }
+        }
+    }
 }

@@ -1,15 +1,16 @@
 //! The wire identity of every tag is pinned to proto.md: each command, outcome and error code
 //! encodes with exactly the index the page gives it, and the page lists exactly the variants the
-//! code has. Moving a variant, adding one without documenting it, or documenting one that does
-//! not exist fails here.
+//! code has, for the current version and for version 1 alike. Moving a variant, adding one
+//! without documenting it, or documenting one that does not exist fails here.
 
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use broker_core::{
-    Assignor, BrokerDescription, BrokerRecord, Command, CommandKind, IntoEnumIterator, KeyHash,
-    Outcome, OutcomeKind, PartitionLag, PublishRecord,
+    v1, Assignor, BrokerDescription, BrokerRecord, Command, CommandKind, Discard, GroupSetting,
+    IntoEnumIterator, KeyHash, Outcome, OutcomeKind, PartitionLag, PublishRecord, ResetTo,
+    Retention, StartAt, TopicSetting,
 };
 use broker_proto::{config, ErrorKind, ErrorReply};
 use bytes::Bytes;
@@ -61,12 +62,14 @@ fn command(kind: CommandKind) -> Command {
             topic,
             partition_count: 1,
             key_hash: KeyHash::Murmur2,
+            settings: Vec::new(),
         },
         CommandKind::Join => Command::Join {
             topic,
             group,
             member,
             assignor: Some(Assignor::Range),
+            settings: Vec::new(),
         },
         CommandKind::Leave => Command::Leave {
             topic,
@@ -152,6 +155,28 @@ fn command(kind: CommandKind) -> Command {
             max_records: 1,
             max_bytes: None,
         },
+        CommandKind::AddPartitions => Command::AddPartitions {
+            topic,
+            partition_count: 2,
+        },
+        CommandKind::DeleteTopic => Command::DeleteTopic { topic },
+        CommandKind::DeleteGroup => Command::DeleteGroup { topic, group },
+        CommandKind::Purge => Command::Purge {
+            topic,
+            partition: 0,
+            before: 1,
+        },
+        CommandKind::ResetGroup => Command::ResetGroup {
+            topic,
+            group,
+            partitions: None,
+            to: ResetTo::Earliest,
+        },
+        CommandKind::OffsetForTime => Command::OffsetForTime {
+            topic,
+            partition: 0,
+            timestamp_ms: 0,
+        },
     }
 }
 
@@ -163,6 +188,9 @@ fn outcome(kind: OutcomeKind) -> Outcome {
         offset: 0,
         key: None,
         payload: Bytes::new(),
+        timestamp_ms: 0,
+        headers: Vec::new(),
+        delivery_count: 0,
     };
     match kind {
         OutcomeKind::Created => Outcome::Created(true),
@@ -183,6 +211,7 @@ fn outcome(kind: OutcomeKind) -> Outcome {
             committed: 0,
             end_offset: 0,
             lag: 0,
+            skipped: 0,
         }]),
         OutcomeKind::Description => Outcome::Description(BrokerDescription::default()),
         OutcomeKind::PublishedBatch => Outcome::PublishedBatch(vec![(0, 0)]),
@@ -190,6 +219,8 @@ fn outcome(kind: OutcomeKind) -> Outcome {
             acked: vec![true],
             records: vec![record],
         },
+        OutcomeKind::Deleted => Outcome::Deleted(true),
+        OutcomeKind::PartitionCount => Outcome::PartitionCount(2),
     }
 }
 
@@ -294,4 +325,139 @@ fn key_hashes_and_assignors_have_the_indexes_proto_md_gives_them() {
         .map(|assignor| (format!("{assignor:?}"), wire_index(&assignor)))
         .collect();
     assert_eq!(assignors, documented_enum("Assignor"));
+}
+
+/// One command of each kind of version 1: what a client written for version 1 sends.
+fn commands_v1() -> Vec<v1::Command> {
+    let mut commands: Vec<v1::Command> = vec![
+        v1::Command::Create {
+            topic: text(),
+            partition_count: 1,
+            key_hash: KeyHash::Murmur2,
+        },
+        v1::Command::Join {
+            topic: text(),
+            group: text(),
+            member: text(),
+            assignor: None,
+        },
+        v1::Command::PublishBatch {
+            topic: text(),
+            records: vec![v1::PublishRecord {
+                partition: Some(0),
+                key: None,
+                payload: Bytes::new(),
+            }],
+        },
+    ];
+    // The other commands of version 1 encode as their current namesakes do: decode those.
+    for kind in CommandKind::iter() {
+        let bytes = bincode::serde::encode_to_vec(command(kind), config()).unwrap();
+        if let Ok((command, used)) =
+            bincode::serde::decode_from_slice::<v1::Command, _>(&bytes, config())
+        {
+            if used == bytes.len() && !commands.iter().any(|c| c.name() == command.name()) {
+                commands.push(command);
+            }
+        }
+    }
+    commands
+}
+
+#[test]
+fn every_command_of_version_1_has_the_index_proto_md_gives_it() {
+    let code = commands_v1()
+        .iter()
+        .map(|command| (command.name().to_owned(), wire_index(command)))
+        .collect();
+    same_as_the_page("10. Version 1", code);
+}
+
+#[test]
+fn every_outcome_of_version_1_has_the_index_proto_md_gives_it() {
+    let mut code = BTreeMap::new();
+    for kind in OutcomeKind::iter() {
+        if let Ok(outcome) = v1::Outcome::try_from(outcome(kind)) {
+            code.insert(outcome.name().to_owned(), wire_index(&outcome));
+        }
+    }
+    same_as_the_page("11. Outcomes of version 1", code);
+}
+
+#[test]
+fn settings_and_reset_targets_have_the_indexes_proto_md_gives_them() {
+    let topic_settings = [
+        TopicSetting::Retention(Retention::Interest),
+        TopicSetting::MaxRecords(1),
+        TopicSetting::MaxBytes(1),
+        TopicSetting::MaxAgeMs(1),
+        TopicSetting::Discard(Discard::New),
+    ];
+    let indexes = |values: Vec<(String, u32)>| values.into_iter().collect::<BTreeMap<_, _>>();
+    let variant = |debug: String| debug.split('(').next().unwrap().to_owned();
+    assert_eq!(
+        indexes(
+            topic_settings
+                .iter()
+                .map(|s| (variant(format!("{s:?}")), wire_index(s)))
+                .collect()
+        ),
+        documented_enum("TopicSetting")
+    );
+    let group_settings = [
+        GroupSetting::StartAt(StartAt::Earliest),
+        GroupSetting::AckTimeoutMs(1),
+    ];
+    assert_eq!(
+        indexes(
+            group_settings
+                .iter()
+                .map(|s| (variant(format!("{s:?}")), wire_index(s)))
+                .collect()
+        ),
+        documented_enum("GroupSetting")
+    );
+    let targets = [
+        ResetTo::Earliest,
+        ResetTo::Latest,
+        ResetTo::Offset(0),
+        ResetTo::Timestamp(0),
+        ResetTo::ShiftBy(0),
+    ];
+    assert_eq!(
+        indexes(
+            targets
+                .iter()
+                .map(|t| (variant(format!("{t:?}")), wire_index(t)))
+                .collect()
+        ),
+        documented_enum("ResetTo")
+    );
+    for (name, values) in [
+        (
+            "Retention",
+            vec![
+                ("Interest", wire_index(&Retention::Interest)),
+                ("Limits", wire_index(&Retention::Limits)),
+            ],
+        ),
+        (
+            "Discard",
+            vec![
+                ("New", wire_index(&Discard::New)),
+                ("Old", wire_index(&Discard::Old)),
+            ],
+        ),
+        (
+            "StartAt",
+            vec![
+                ("Earliest", wire_index(&StartAt::Earliest)),
+                ("Latest", wire_index(&StartAt::Latest)),
+            ],
+        ),
+    ] {
+        let code: BTreeMap<String, u32> =
+            values.into_iter().map(|(n, i)| (n.to_owned(), i)).collect();
+        assert_eq!(code, documented_enum(name), "{name}");
+    }
 }

@@ -9,6 +9,7 @@
 //! round (see `broker_storage::Journal`).
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use broker_core::{BrokerDescription, BrokerState, Command, Membership, Outcome};
 use broker_proto::ErrorReply;
@@ -35,6 +36,9 @@ struct Locked {
 pub(crate) struct BrokerGuard<'a> {
     locked: MutexGuard<'a, Locked>,
     journal: Option<&'a Journal>,
+    /// The wall clock when the lock was taken, in milliseconds since the Unix epoch: the time
+    /// of every command applied under it.
+    now_ms: i64,
 }
 
 /// A command applied: its result and, if it was logged, its log entry.
@@ -66,6 +70,7 @@ impl Broker {
             // the panicking thread still guards consistent data.
             locked: self.locked.lock().unwrap_or_else(PoisonError::into_inner),
             journal: self.journal.as_ref(),
+            now_ms: wall_clock_ms(),
         }
     }
 
@@ -108,7 +113,7 @@ impl BrokerGuard<'_> {
             }
             _ => false,
         };
-        let executed = apply(state, self.journal, command);
+        let executed = apply(state, self.journal, self.now_ms, command);
         match (&executed.result, key) {
             (Ok(_), Some(key)) => match membership {
                 Membership::Joins => sessions.joined(key, connection, now),
@@ -128,7 +133,25 @@ impl BrokerGuard<'_> {
     /// Applies `command` without any session bookkeeping: for the server's own changes, such as
     /// removing a member whose session expired.
     pub(crate) fn apply(&mut self, command: Command) -> Executed {
-        apply(&mut self.locked.state, self.journal, command)
+        apply(&mut self.locked.state, self.journal, self.now_ms, command)
+    }
+
+    /// Lets time pass in the state: records past their topic's age leave, deliveries past
+    /// their group's acknowledgement timeout are released (logged, with a journal, when that
+    /// changes anything). Returns the topics where something changed, whose waiters may now
+    /// find records.
+    pub(crate) fn tick(&mut self) -> Result<Vec<String>, ErrorReply> {
+        let state = &mut self.locked.state;
+        match self.journal {
+            Some(journal) => journal
+                .tick(state, self.now_ms)
+                .result
+                .map_err(storage_reply),
+            None if state.is_due(self.now_ms) => {
+                state.advance_clock(self.now_ms).map_err(ErrorReply::from)
+            }
+            None => Ok(Vec::new()),
+        }
     }
 
     /// The sessions.
@@ -142,11 +165,11 @@ impl BrokerGuard<'_> {
             .is_none_or(|journal| journal.refusing().is_none())
     }
 
-    /// Starts a background snapshot if enough was logged since the last one: call between
-    /// commands.
-    pub(crate) fn maybe_snapshot(&self) {
+    /// Evicts the records the last checkpoint wrote to disk from memory, and starts a
+    /// background checkpoint if enough was logged since the last one: call between commands.
+    pub(crate) fn maybe_checkpoint(&mut self) {
         if let Some(journal) = self.journal {
-            journal.maybe_snapshot(&self.locked.state);
+            journal.maybe_checkpoint(&mut self.locked.state);
         }
     }
 
@@ -156,18 +179,32 @@ impl BrokerGuard<'_> {
     }
 }
 
+/// The wall clock in milliseconds since the Unix epoch (0 before it, which no clock shows).
+fn wall_clock_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        })
+}
+
 /// [`BrokerGuard::apply`] over the borrowed parts.
-fn apply(state: &mut BrokerState, journal: Option<&Journal>, command: Command) -> Executed {
+fn apply(
+    state: &mut BrokerState,
+    journal: Option<&Journal>,
+    now_ms: i64,
+    command: Command,
+) -> Executed {
     match journal {
         Some(journal) => {
-            let applied = journal.apply(state, command);
+            let applied = journal.apply(state, now_ms, command);
             Executed {
                 result: applied.result.map_err(storage_reply),
                 entry: applied.entry,
             }
         }
         None => Executed {
-            result: state.apply(command).map_err(ErrorReply::from),
+            result: state.apply_at(now_ms, command).map_err(ErrorReply::from),
             entry: None,
         },
     }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use broker_core::{Limits, MAX_CAPACITY};
+use broker_core::{Limits, MAX_PARTITIONS_LIMIT, MAX_PRODUCT_CAPACITY};
 use broker_proto::{ServerLimits, MAX_FRAME_CEILING};
 use tokio::sync::Semaphore;
 
@@ -22,7 +22,8 @@ const FRAME_HEADROOM: usize = 2 * 1024 * 1024;
 /// Everything [`crate::run`] can be told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Records each partition retains at most, 1 to 1,000 (the core's capacity).
+    /// Records each partition of an interest-retention topic retains at most (unless the topic
+    /// sets its own), 1 to 2,147,483,647.
     pub capacity: i32,
     /// Largest frame body read or written, in bytes. At least `max_payload_bytes` plus 2 MiB, at
     /// most [`MAX_FRAME_CEILING`].
@@ -34,11 +35,12 @@ pub struct Config {
     /// Most requests of one connection being worked on at once (waiting ones included); the
     /// server stops reading a connection that has this many outstanding.
     pub max_in_flight: usize,
-    /// Payload and key bytes the broker retains at most, across every partition; past it a
-    /// publish answers "full" (`-1`), as for a partition at capacity.
+    /// Without a data directory: payload, key and header bytes the broker retains at most,
+    /// across every partition; past it a publish answers "full" (`-1`), as for a partition at
+    /// capacity. With one, records live on disk and this does not apply.
     pub max_memory: u64,
-    /// Most topics, groups per topic and members per group: metadata the memory budget does not
-    /// count, bounded so that no client can grow it without end.
+    /// Most topics, partitions per topic, groups per topic and members per group: metadata the
+    /// memory budget does not count, bounded so that no client can grow it without end.
     pub limits: Limits,
     /// A connection that sends nothing for this long while it has no request outstanding is
     /// closed.
@@ -59,15 +61,18 @@ pub struct Config {
     pub leave_on_disconnect: bool,
     /// How long a graceful shutdown may take before unfinished connections are abandoned.
     pub shutdown_grace: Duration,
-    /// Where the write-ahead log and snapshots live; `None` keeps the broker purely in memory.
+    /// Where the write-ahead log, snapshots and record segments live; `None` keeps the broker
+    /// purely in memory.
     pub data_dir: Option<PathBuf>,
     /// When a state change counts as durable (and its response may be sent).
     pub fsync: Fsync,
     /// With [`Fsync::Batch`], the longest written entries wait for an fsync.
     pub fsync_interval: Duration,
-    /// Log bytes written since the last snapshot that trigger the next one; bounds recovery
-    /// time.
+    /// Log bytes written since the last checkpoint that trigger the next one; bounds recovery
+    /// time and the records held in memory between checkpoints.
     pub snapshot_log_bytes: u64,
+    /// Bytes after which a partition's record segment is closed and a new one started.
+    pub segment_bytes: u64,
     /// The shared secret every hello must carry; `None` lets any client in.
     pub auth_token: Option<AuthToken>,
     /// The TLS identity connections are served with; `None` serves plain TCP.
@@ -95,6 +100,7 @@ impl Default for Config {
             fsync: Fsync::Always,
             fsync_interval: Duration::from_millis(50),
             snapshot_log_bytes: 64 * 1024 * 1024,
+            segment_bytes: 64 * 1024 * 1024,
             auth_token: None,
             tls: None,
         }
@@ -108,9 +114,9 @@ impl Config {
     /// [`ServerError::InvalidConfig`] naming the first value out of range.
     pub fn validate(&self) -> Result<(), ServerError> {
         let invalid = |message: String| Err(ServerError::InvalidConfig(message));
-        if !(1..=MAX_CAPACITY).contains(&self.capacity) {
+        if !(1..=MAX_PRODUCT_CAPACITY).contains(&self.capacity) {
             return invalid(format!(
-                "capacity must be 1 to {MAX_CAPACITY}, got {}",
+                "capacity must be 1 to {MAX_PRODUCT_CAPACITY}, got {}",
                 self.capacity
             ));
         }
@@ -119,6 +125,7 @@ impl Config {
         }
         let Limits {
             max_topics,
+            max_partitions,
             max_groups_per_topic,
             max_members_per_group,
         } = self.limits;
@@ -126,6 +133,11 @@ impl Config {
             return invalid(
                 "max topics, groups per topic and members per group must be at least 1".into(),
             );
+        }
+        if !(1..=MAX_PARTITIONS_LIMIT as usize).contains(&max_partitions) {
+            return invalid(format!(
+                "max partitions must be 1 to {MAX_PARTITIONS_LIMIT}, got {max_partitions}"
+            ));
         }
         if self.max_memory < self.max_payload_bytes as u64 {
             return invalid(format!(
@@ -171,6 +183,12 @@ impl Config {
         if self.snapshot_log_bytes == 0 {
             return invalid("snapshot log bytes must be at least 1".into());
         }
+        if self.segment_bytes < 4096 {
+            return invalid(format!(
+                "segment bytes must be at least 4096, got {}",
+                self.segment_bytes
+            ));
+        }
         Ok(())
     }
 
@@ -180,6 +198,7 @@ impl Config {
             fsync: self.fsync,
             fsync_interval: self.fsync_interval,
             snapshot_log_bytes: self.snapshot_log_bytes,
+            segment_bytes: self.segment_bytes,
         }
     }
 
@@ -207,7 +226,7 @@ mod tests {
 
     #[test]
     fn capacity_out_of_range_is_refused() {
-        for capacity in [0, 1001, -1] {
+        for capacity in [0, -1, i32::MIN] {
             let config = Config {
                 capacity,
                 ..Config::default()
@@ -216,6 +235,32 @@ mod tests {
                 config.validate(),
                 Err(ServerError::InvalidConfig(_))
             ));
+        }
+    }
+
+    #[test]
+    fn capacity_and_partitions_reach_the_product_limits() {
+        let config = Config {
+            capacity: i32::MAX,
+            limits: Limits {
+                max_partitions: MAX_PARTITIONS_LIMIT as usize,
+                ..Limits::default()
+            },
+            ..Config::default()
+        };
+        assert!(config.validate().is_ok());
+        for max_partitions in [0, MAX_PARTITIONS_LIMIT as usize + 1] {
+            let config = Config {
+                limits: Limits {
+                    max_partitions,
+                    ..Limits::default()
+                },
+                ..Config::default()
+            };
+            assert!(
+                matches!(config.validate(), Err(ServerError::InvalidConfig(_))),
+                "{max_partitions}"
+            );
         }
     }
 

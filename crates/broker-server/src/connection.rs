@@ -227,7 +227,7 @@ fn encode_response(
     peer: SocketAddr,
 ) {
     let correlation_id = response.correlation_id;
-    let refusal = match codec.encode(&response, buffer) {
+    let refusal = match codec.encode(response, buffer) {
         Ok(()) => return,
         Err(ProtocolError::FrameTooLarge { size, limit }) => ErrorReply::TooLarge {
             what: "response".into(),
@@ -243,7 +243,7 @@ fn encode_response(
         correlation_id,
         result: Err(refusal),
     };
-    if let Err(cause) = codec.encode(&refusal, buffer) {
+    if let Err(cause) = codec.encode(refusal, buffer) {
         error!(peer = %peer, cause = %cause, correlation_id, "cannot encode a refusal");
     }
 }

@@ -122,7 +122,7 @@ pub(crate) fn apply_batch(
             }
         }
     }
-    broker.maybe_snapshot();
+    broker.maybe_checkpoint();
     applied
 }
 

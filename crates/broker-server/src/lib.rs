@@ -26,8 +26,9 @@
 //!   the TLS handshake, the hello, then batches of pipelined requests;
 //! - `connection`: framing on one connection, and the writer that sends its answers in order;
 //! - `dispatch`: a batch of requests applied under one lock of the broker; beside it `waiter`
-//!   answers requests parked to wait for records (woken by per-topic `signals`), and `reaper`
-//!   removes members whose session timed out or whose connection closed;
+//!   answers requests parked to wait for records (woken by per-topic `signals`), `reaper`
+//!   removes members whose session timed out or whose connection closed, and `clock` lets time
+//!   pass (age retention, acknowledgement timeouts);
 //! - `reply`: what requests turn into on their way back (answers now or deferred, parked
 //!   waits), shared by the layers above without their depending on each other;
 //! - `broker`: the core's state and the member `sessions` behind one lock, with the journal
@@ -37,6 +38,7 @@
 //! [`ServerTls`] is configured, then the hello's token checked against the [`AuthToken`].
 
 mod broker;
+mod clock;
 mod config;
 mod connection;
 mod dispatch;
@@ -157,7 +159,10 @@ pub fn open_storage(config: &Config) -> Result<Option<Storage>, ServerError> {
         elapsed_ms = started.elapsed().as_millis() as u64,
         "recovered the broker from its data directory"
     );
-    let largest = recovery.state.largest_retained_record();
+    let largest = recovery
+        .state
+        .largest_retained_record()
+        .map_err(|error| ServerError::InvalidConfig(format!("{}: {error}", path.display())))?;
     if largest > config.max_payload_bytes as u64 {
         return Err(ServerError::InvalidConfig(format!(
             "{} holds a record of {largest} bytes (payload and key), more than the configured \

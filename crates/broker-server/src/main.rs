@@ -34,7 +34,9 @@ never from a command-line value (which any user could read in the process list).
 #[derive(Debug, Parser)]
 #[command(version, about, after_help = EXAMPLES)]
 struct Args {
-    /// Records each partition retains at most, 1 to 1000.
+    /// Records each partition retains at most, 1 to 2147483647, unless its topic sets its own
+    /// limits (see `broker create --help`). With interest retention (the default) a full
+    /// partition refuses publishes until every group consumed its oldest record.
     #[arg(long, env = "BROKER_CAPACITY", default_value_t = 100)]
     capacity: i32,
     /// Address to listen on: HOST:PORT, [IPv6]:PORT, or :PORT for every interface; port 0 picks
@@ -54,13 +56,22 @@ struct Args {
     /// stops reading a connection that has this many outstanding.
     #[arg(long, env = "BROKER_MAX_IN_FLIGHT", default_value_t = 1024)]
     max_in_flight: usize,
-    /// Payload and key bytes the broker retains at most, across every topic; past it publish
-    /// answers -1 (full), as for a partition at capacity. At least max payload bytes.
+    /// Without --data-dir: payload, key and header bytes the broker retains at most, across
+    /// every topic; past it publish answers -1 (full), as for a partition at capacity. At least
+    /// max payload bytes. With --data-dir records live on disk and this does not apply.
     #[arg(long, env = "BROKER_MAX_MEMORY", default_value_t = 1024 * 1024 * 1024)]
     max_memory: u64,
     /// Most topics the broker holds; creating one more is refused.
     #[arg(long, env = "BROKER_MAX_TOPICS", default_value_t = Limits::default().max_topics)]
     max_topics: usize,
+    /// Most partitions of one topic, 1 to 65536; creating or growing a topic past it is
+    /// refused.
+    #[arg(
+        long,
+        env = "BROKER_MAX_PARTITIONS",
+        default_value_t = Limits::default().max_partitions
+    )]
+    max_partitions: usize,
     /// Most consumer groups of one topic; joining a new group past it is refused.
     #[arg(
         long,
@@ -117,9 +128,10 @@ struct Args {
     /// Log filter, such as info, debug or broker_server=trace; RUST_LOG overrides it.
     #[arg(long, env = "BROKER_LOG_LEVEL", default_value = "info")]
     log_level: String,
-    /// Directory for the write-ahead log and snapshots: every change is logged before it is
-    /// answered and the broker is rebuilt from it on start. Without it the broker is purely in
-    /// memory. One server per directory.
+    /// Directory for the write-ahead log, snapshots and records: every change is logged before
+    /// it is answered, records move to per-partition segment files at each checkpoint (memory
+    /// holds the records since the last one), and the broker is rebuilt from it on start.
+    /// Without it the broker is purely in memory. One server per directory.
     #[arg(long, env = "BROKER_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// With --data-dir: always = a response is sent only after its change is fsynced (group
@@ -137,10 +149,15 @@ struct Args {
     /// With --fsync batch, the longest a written change waits for its fsync, in milliseconds.
     #[arg(long, env = "BROKER_FSYNC_INTERVAL_MS", default_value_t = 50)]
     fsync_interval_ms: u64,
-    /// With --data-dir, a snapshot is written (in the background) after this many bytes of log,
-    /// and the log it covers removed; bounds recovery time.
+    /// With --data-dir, a checkpoint is taken (in the background) after this many bytes of
+    /// log: records in memory move to their segment files, a snapshot is written and the log it
+    /// covers removed. Bounds recovery time and the records held in memory.
     #[arg(long, env = "BROKER_SNAPSHOT_LOG_BYTES", default_value_t = 64 * 1024 * 1024)]
     snapshot_log_bytes: u64,
+    /// With --data-dir, a partition's segment file is closed and a new one started after this
+    /// many bytes (at least 4096); records leave the disk a whole segment at a time.
+    #[arg(long, env = "BROKER_SEGMENT_BYTES", default_value_t = 64 * 1024 * 1024)]
+    segment_bytes: u64,
     /// File holding the shared secret every client must present in its hello (trailing line
     /// breaks are ignored). Or set BROKER_AUTH_TOKEN to the secret itself. Without either,
     /// anyone who reaches the port gets in.
@@ -197,6 +214,7 @@ impl Args {
             max_memory: self.max_memory,
             limits: Limits {
                 max_topics: self.max_topics,
+                max_partitions: self.max_partitions,
                 max_groups_per_topic: self.max_groups_per_topic,
                 max_members_per_group: self.max_members_per_group,
             },
@@ -210,6 +228,7 @@ impl Args {
             fsync: self.fsync.into(),
             fsync_interval: Duration::from_millis(self.fsync_interval_ms),
             snapshot_log_bytes: self.snapshot_log_bytes,
+            segment_bytes: self.segment_bytes,
             auth_token: AuthToken::load(self.auth_token_file.as_deref())?,
             tls: match (&self.tls_cert, &self.tls_key) {
                 (Some(cert), Some(key)) => Some(ServerTls::from_pem_files(cert, key)?),

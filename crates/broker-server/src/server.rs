@@ -9,7 +9,7 @@ use std::sync::Arc;
 use broker_core::BrokerState;
 use broker_proto::{
     ErrorReply, Hello, HelloReply, ProtocolError, ResponseFrame, ServerCodec, ServerHandshakeCodec,
-    MAGIC, MAX_HELLO_FRAME, PROTOCOL_VERSION,
+    MAGIC, MAX_HELLO_FRAME, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use broker_storage::Storage;
 use bytes::BytesMut;
@@ -27,7 +27,7 @@ use crate::reaper;
 use crate::reply::{Outgoing, ReplyTo};
 use crate::shared::Shared;
 use crate::waiter;
-use crate::{AuthToken, Config, ServerError, ServerTls, SERVER_NAME};
+use crate::{clock, AuthToken, Config, ServerError, ServerTls, SERVER_NAME};
 
 /// How long a new connection may take to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -46,9 +46,12 @@ pub(crate) async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     let restored = storage.is_some();
+    // With a data directory, records live on disk: the memory budget is for a broker in memory.
+    let memory_budget = storage.is_none().then_some(config.max_memory);
     let configure = |state: BrokerState| {
         state
-            .with_memory_budget(Some(config.max_memory))
+            .with_capacity(config.capacity)
+            .with_memory_budget(memory_budget)
             .with_limits(config.limits)
     };
     let (state, journal) = match storage {
@@ -71,6 +74,7 @@ pub(crate) async fn serve(
         reaper::restore(&shared);
     }
     shared.tracker.spawn(reaper::reap(Arc::clone(&shared)));
+    shared.tracker.spawn(clock::run(Arc::clone(&shared)));
     let next_id = AtomicU64::new(1);
     tokio::pin!(shutdown);
     loop {
@@ -189,9 +193,11 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let mut connection = Connection::new(read);
-    let mut handshake = ServerHandshakeCodec::new(MAX_HELLO_FRAME);
-    if handshake_ok(shared, &mut connection, &mut handshake, &mut write, peer).await {
-        let codec = ServerCodec::new(shared.config.max_frame_bytes);
+    let mut hello_codec = ServerHandshakeCodec::new(MAX_HELLO_FRAME);
+    if let Some(version) =
+        handshake(shared, &mut connection, &mut hello_codec, &mut write, peer).await
+    {
+        let codec = ServerCodec::new(shared.config.max_frame_bytes, version);
         serve_requests(shared, id, connection, codec, write, peer).await;
         if shared.config.leave_on_disconnect {
             reaper::disconnect(shared, id);
@@ -199,25 +205,26 @@ where
     }
 }
 
-/// Reads the hello and answers it; `true` if the connection may go on to requests.
-async fn handshake_ok<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+/// Reads the hello and answers it; the protocol version of the connection if it may go on to
+/// requests.
+async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     shared: &Shared,
     connection: &mut Connection<R>,
     codec: &mut ServerHandshakeCodec,
     write: &mut W,
     peer: SocketAddr,
-) -> bool {
+) -> Option<u16> {
     let read = tokio::select! {
-        () = shared.shutdown.cancelled() => return false,
+        () = shared.shutdown.cancelled() => return None,
         read = time::timeout(HELLO_TIMEOUT, connection.read_frame(codec)) => read,
     };
     let token = shared.config.auth_token.as_ref();
     let reply = match read {
         Err(_) => {
             warn!(peer = %peer, cause = "no hello in time", "closing connection");
-            return false;
+            return None;
         }
-        Ok(Ok(None)) => return false,
+        Ok(Ok(None)) => return None,
         Ok(Err(ProtocolError::FrameTooLarge { size, limit })) => {
             warn!(peer = %peer, cause = "hello frame too large", size, "refusing connection");
             HelloReply::Refused(ErrorReply::TooLarge {
@@ -228,16 +235,18 @@ async fn handshake_ok<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         }
         Ok(Err(cause)) => {
             warn!(peer = %peer, cause = %cause, "reading the hello failed");
-            return false;
+            return None;
         }
         Ok(Ok(Some(broker_proto::Decoded::Malformed { reason, .. }))) => HelloReply::Refused(
             ErrorReply::UnsupportedProtocol(format!("malformed hello: {reason}")),
         ),
         Ok(Ok(Some(broker_proto::Decoded::Message(hello)))) => match check_hello(&hello, token) {
             Ok(()) => {
-                debug!(peer = %peer, client = %hello.client, "hello");
+                debug!(peer = %peer, client = %hello.client, version = hello.version, "hello");
                 HelloReply::Welcome {
-                    version: PROTOCOL_VERSION,
+                    // A newer client gets this server's newest version, and may speak it or
+                    // close.
+                    version: hello.version.min(PROTOCOL_VERSION),
                     server: SERVER_NAME.into(),
                     limits: shared.config.limits(),
                 }
@@ -245,14 +254,17 @@ async fn handshake_ok<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             Err(refusal) => HelloReply::Refused(refusal),
         },
     };
-    let welcomed = matches!(reply, HelloReply::Welcome { .. });
+    let welcomed = match &reply {
+        HelloReply::Welcome { version, .. } => Some(*version),
+        HelloReply::Refused(_) => None,
+    };
     if let HelloReply::Refused(refusal) = &reply {
         warn!(peer = %peer, cause = %refusal, "refusing connection");
     }
     let mut buffer = BytesMut::new();
     if let Err(cause) = codec.encode(&reply, &mut buffer) {
         error!(peer = %peer, cause = %cause, "cannot encode the hello reply");
-        return false;
+        return None;
     }
     // The flush matters for TLS, which may keep records back until flushed.
     let written = async {
@@ -261,17 +273,19 @@ async fn handshake_ok<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     };
     if let Err(cause) = written.await {
         warn!(peer = %peer, cause = %cause, "writing the hello reply failed");
-        return false;
+        return None;
     }
-    if !welcomed {
+    if welcomed.is_none() {
         // Closing anyway; the peer may already be gone.
         let _ = write.shutdown().await;
     }
     welcomed
 }
 
-/// Whether the server accepts a hello: the magic, the version, then, when the server has a
-/// token, the hello's token (compared in constant time; the refusal never repeats it).
+/// Whether the server accepts a hello: the magic, a version it speaks (any from
+/// [`OLDEST_PROTOCOL_VERSION`] on: a newer client is welcomed in this server's newest), then,
+/// when the server has a token, the hello's token (compared in constant time; the refusal
+/// never repeats it).
 fn check_hello(hello: &Hello, token: Option<&AuthToken>) -> Result<(), ErrorReply> {
     if hello.magic != MAGIC {
         return Err(ErrorReply::UnsupportedProtocol(format!(
@@ -279,9 +293,10 @@ fn check_hello(hello: &Hello, token: Option<&AuthToken>) -> Result<(), ErrorRepl
             hello.magic, MAGIC
         )));
     }
-    if hello.version != PROTOCOL_VERSION {
+    if hello.version < OLDEST_PROTOCOL_VERSION {
         return Err(ErrorReply::UnsupportedProtocol(format!(
-            "protocol version {} is not supported; this server speaks version {PROTOCOL_VERSION}",
+            "protocol version {} is not supported; this server speaks versions \
+             {OLDEST_PROTOCOL_VERSION} to {PROTOCOL_VERSION}",
             hello.version
         )));
     }
@@ -316,7 +331,7 @@ async fn serve_requests<R, W>(
     let writer = shared.tracker.spawn(write_responses(
         write,
         responses,
-        codec.retype(),
+        codec.twin(),
         closing.clone(),
         peer,
         shared.config.write_timeout,

@@ -134,8 +134,8 @@ mod tests {
     #[tokio::test]
     async fn a_closing_connection_reserves_nothing() {
         let mut state = BrokerState::new(10).unwrap();
-        state.create("t", 1, KeyHash::default()).unwrap();
-        state.join("t", "g", "m", None).unwrap();
+        state.create("t", 1, KeyHash::default(), &[]).unwrap();
+        state.join("t", "g", "m", None, &[]).unwrap();
         // The record arrives as the connection closes: the waiter sees both at once.
         state.publish("t", 0, "late".into()).unwrap();
         let shared = Arc::new(Shared::new(state, None, Config::default()));

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use broker_core::Outcome;
-use broker_proto::{ClientHandshakeCodec, HelloReply, RequestFrame, ServerCodec};
+use broker_proto::{ClientCodec, ClientHandshakeCodec, HelloReply, RequestFrame};
 use broker_server::Config;
 use broker_testkit::in_process::TestServer;
 use broker_testkit::raw::*;
@@ -23,7 +23,7 @@ use tokio_util::codec::{Encoder, Framed};
 
 /// The bytes of one request frame.
 fn frame(correlation_id: u64, command: broker_core::Command) -> Vec<u8> {
-    let mut codec = ServerCodec::new(1 << 20).retype::<(), RequestFrame>();
+    let mut codec = ClientCodec::new(1 << 20);
     let mut bytes = BytesMut::new();
     codec
         .encode(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use broker_core::{Command, Outcome};
 use broker_proto::{
     ClientCodec, ClientHandshakeCodec, ErrorReply, Hello, HelloReply, RequestFrame, MAGIC,
-    PROTOCOL_VERSION,
+    OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use broker_server::Config;
 use broker_testkit::in_process::TestServer;
@@ -19,6 +19,8 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::codec::{Encoder, Framed};
 
+/// The server's reply to `hello`, and whether it closed the connection then (only asked of a
+/// refusal: a welcomed connection stays open).
 async fn hello_reply(server: &TestServer, hello: Hello) -> (HelloReply, bool) {
     let stream = TcpStream::connect(server.addr).await.unwrap();
     let mut framed = Framed::new(stream, ClientHandshakeCodec::new(1 << 20));
@@ -27,7 +29,10 @@ async fn hello_reply(server: &TestServer, hello: Hello) -> (HelloReply, bool) {
         broker_proto::Decoded::Message(reply) => reply,
         other => panic!("unexpected {other:?}"),
     };
-    let closed = framed.next().await.is_none();
+    let closed = match reply {
+        HelloReply::Refused(_) => framed.next().await.is_none(),
+        HelloReply::Welcome { .. } => false,
+    };
     (reply, closed)
 }
 
@@ -63,7 +68,7 @@ async fn handshake_refuses_bad_magic_and_version_and_closes() {
         ..Hello::new("test", None)
     };
     let bad_version = Hello {
-        version: PROTOCOL_VERSION + 1,
+        version: 0,
         ..Hello::new("test", None)
     };
     for hello in [bad_magic, bad_version] {
@@ -78,6 +83,136 @@ async fn handshake_refuses_bad_magic_and_version_and_closes() {
         assert!(closed);
     }
     assert_eq!(MAGIC, *b"BRKR");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn each_client_is_welcomed_in_its_version_and_a_newer_one_in_the_servers_newest() {
+    let server = TestServer::start(Config::default()).await;
+    for (asked, welcomed) in [
+        (OLDEST_PROTOCOL_VERSION, OLDEST_PROTOCOL_VERSION),
+        (PROTOCOL_VERSION, PROTOCOL_VERSION),
+        (PROTOCOL_VERSION + 1, PROTOCOL_VERSION),
+    ] {
+        let hello = Hello {
+            version: asked,
+            ..Hello::new("test", None)
+        };
+        let (reply, _) = hello_reply(&server, hello).await;
+        match reply {
+            HelloReply::Welcome { version, .. } => assert_eq!(version, welcomed, "{asked}"),
+            other => panic!("{asked}: {other:?}"),
+        }
+    }
+    server.stop().await.unwrap();
+}
+
+/// A version 1 client and a version 2 client share one broker: each speaks its own version,
+/// the version 1 client's records come without the fields version 2 added, and a command
+/// version 1 does not have is malformed on its connection, which stays usable.
+#[tokio::test]
+async fn version_1_and_version_2_clients_share_a_broker() {
+    let server = TestServer::start(Config::default()).await;
+    let mut new = connect(server.addr).await;
+    let mut old = connect_v1(server.addr).await;
+    assert_eq!(
+        call(&mut new, create("mixed", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    let with_header = broker_core::PublishRecord {
+        headers: vec![broker_core::Header {
+            name: "trace".into(),
+            value: Some(bytes::Bytes::from_static(b"t-1")),
+        }],
+        ..broker_core::PublishRecord::to_partition(0, "from v2")
+    };
+    let published = call(
+        &mut new,
+        broker_core::Command::PublishBatch {
+            topic: "mixed".into(),
+            records: vec![with_header],
+        },
+    )
+    .await;
+    assert_eq!(published, Ok(Outcome::PublishedBatch(vec![(0, 0)])));
+    old.send(broker_proto::v1::RequestFrame {
+        correlation_id: 3,
+        max_wait_ms: 0,
+        command: broker_core::v1::Command::Join {
+            topic: "mixed".into(),
+            group: "g".into(),
+            member: "m".into(),
+            assignor: None,
+        },
+    })
+    .await
+    .unwrap();
+    old.send(broker_proto::v1::RequestFrame {
+        correlation_id: 4,
+        max_wait_ms: 0,
+        command: broker_core::v1::Command::Poll {
+            topic: "mixed".into(),
+            group: "g".into(),
+            member: "m".into(),
+            max_records: 1,
+            max_bytes: None,
+        },
+    })
+    .await
+    .unwrap();
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        match old.next().await.unwrap().unwrap() {
+            broker_proto::Decoded::Message(response) => answers.push(response),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        answers[1].result,
+        Ok(broker_core::v1::Outcome::Records(vec![
+            broker_core::v1::BrokerRecord {
+                topic: "mixed".into(),
+                partition: 0,
+                offset: 0,
+                key: None,
+                payload: bytes::Bytes::from_static(b"from v2"),
+            }
+        ]))
+    );
+    // DeleteTopic is command 19, which version 1 does not have.
+    let mut frame = bytes::BytesMut::new();
+    frame.extend_from_slice(&5u64.to_le_bytes());
+    frame.extend_from_slice(&0u32.to_le_bytes());
+    frame.extend_from_slice(&19u32.to_le_bytes());
+    frame.extend_from_slice(&5u64.to_le_bytes());
+    frame.extend_from_slice(b"mixed");
+    let stream = old.get_mut();
+    stream
+        .write_all(&(frame.len() as u32).to_be_bytes())
+        .await
+        .unwrap();
+    stream.write_all(&frame).await.unwrap();
+    match old.next().await.unwrap().unwrap() {
+        broker_proto::Decoded::Message(response) => {
+            assert_eq!(response.correlation_id, 5);
+            assert!(
+                matches!(response.result, Err(ErrorReply::MalformedRequest(_))),
+                "{response:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The topic is still there, and version 2 can delete it.
+    assert_eq!(
+        call(
+            &mut new,
+            broker_core::Command::DeleteTopic {
+                topic: "mixed".into()
+            }
+        )
+        .await,
+        Ok(Outcome::Deleted(true))
+    );
     server.stop().await.unwrap();
 }
 

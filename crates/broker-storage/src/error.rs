@@ -44,7 +44,8 @@ pub enum StorageError {
     },
     /// A file was written in a format version this build does not read.
     #[error(
-        "{} has format version {found}; this broker-server reads version {supported} only",
+        "{} has format version {found}; this broker-server reads versions 1 to {supported} \
+         (a newer broker-server wrote it)",
         path.display()
     )]
     Incompatible {
@@ -52,23 +53,8 @@ pub enum StorageError {
         path: PathBuf,
         /// The version in the file.
         found: u32,
-        /// The version this build reads.
+        /// The newest version this build reads.
         supported: u32,
-    },
-    /// The data directory was written by a broker with another per-partition capacity; replaying
-    /// it with a different one would change what the log's commands did.
-    #[error(
-        "{} was written with capacity {stored}, but the configured capacity is {configured}: \
-         start with --capacity {stored}",
-        path.display()
-    )]
-    CapacityMismatch {
-        /// The file that says so.
-        path: PathBuf,
-        /// The capacity in the file.
-        stored: i32,
-        /// The capacity configured now.
-        configured: i32,
     },
     /// Log entries the state needs are missing (a deleted or lost segment).
     #[error(

@@ -4,11 +4,17 @@ use std::path::Path;
 
 use bincode::config::{Configuration, Fixint, LittleEndian, NoLimit};
 use broker_core::Command;
+use serde::{Deserialize, Serialize};
 
 use crate::StorageError;
 
-/// The format version this build writes and reads, in every segment and snapshot header.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes, in every log segment and snapshot header. It also
+/// reads every earlier one (see [`OLDEST_FORMAT_VERSION`]): a data directory of format 1 is
+/// migrated to format 2 when a server opens it.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest format version this build reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 
 /// The largest entry body: a command is at most one request frame.
 pub const MAX_ENTRY_BYTES: usize = 64 * 1024 * 1024;
@@ -31,15 +37,41 @@ pub(crate) const SEGMENT_HEADER: usize = 32;
 pub(crate) const SNAPSHOT_HEADER: usize = 40;
 pub(crate) const ENTRY_HEADER: usize = 8;
 
-/// Appends the log entry of `command` (length, checksum, body) to `out`.
+/// What a log entry of format 2 says happened, as it is encoded: a command applied at a time,
+/// or time passing (see [`broker_core::BrokerState::advance_clock`]). Format 1 entries are a
+/// bare [`broker_core::v1::Command`], applied with no time.
+#[derive(Debug, Serialize)]
+pub enum EntryRef<'a> {
+    /// [`broker_core::BrokerState::apply_at`] of `command` at `at_ms`.
+    Apply {
+        /// Milliseconds since the Unix epoch.
+        at_ms: i64,
+        /// The command.
+        command: &'a Command,
+    },
+    /// [`broker_core::BrokerState::advance_clock`] to `at_ms`.
+    Tick {
+        /// Milliseconds since the Unix epoch.
+        at_ms: i64,
+    },
+}
+
+/// A log entry of format 2 read back: [`EntryRef`], owned.
+#[derive(Debug, Deserialize)]
+pub(crate) enum Entry {
+    Apply { at_ms: i64, command: Command },
+    Tick { at_ms: i64 },
+}
+
+/// Appends the log entry of `entry` (length, checksum, body) to `out`.
 ///
 /// # Errors
-/// [`StorageError::Encode`] if the command cannot be encoded or is larger than
+/// [`StorageError::Encode`] if the entry cannot be encoded or is larger than
 /// [`MAX_ENTRY_BYTES`]; `out` is then unchanged.
-pub fn encode_entry(command: &Command, out: &mut Vec<u8>) -> Result<(), StorageError> {
+pub fn encode_entry(entry: &EntryRef<'_>, out: &mut Vec<u8>) -> Result<(), StorageError> {
     let start = out.len();
     out.extend_from_slice(&[0; ENTRY_HEADER]);
-    if let Err(error) = bincode::serde::encode_into_std_write(command, out, config()) {
+    if let Err(error) = bincode::serde::encode_into_std_write(entry, out, config()) {
         out.truncate(start);
         return Err(StorageError::Encode(error.to_string()));
     }
@@ -78,10 +110,25 @@ pub(crate) fn segment_header(capacity: i32, first_seq: u64) -> [u8; SEGMENT_HEAD
     header
 }
 
-/// A segment header read back: the capacity and the first sequence number.
+/// A segment header read back: the format version, the capacity and the first sequence
+/// number.
 pub(crate) struct SegmentHeader {
+    pub(crate) version: u32,
     pub(crate) capacity: i32,
     pub(crate) first_seq: u64,
+}
+
+/// Refuses a format version this build does not read.
+pub(crate) fn check_version(path: &Path, version: u32) -> Result<(), StorageError> {
+    if (OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
+        Ok(())
+    } else {
+        Err(StorageError::Incompatible {
+            path: path.to_owned(),
+            found: version,
+            supported: FORMAT_VERSION,
+        })
+    }
 }
 
 /// Checks and decodes a segment header (`bytes` holds at least [`SEGMENT_HEADER`] bytes).
@@ -97,13 +144,7 @@ pub(crate) fn read_segment_header(
         ));
     }
     let version = u32_at(bytes, 8);
-    if version != FORMAT_VERSION {
-        return Err(StorageError::Incompatible {
-            path: path.to_owned(),
-            found: version,
-            supported: FORMAT_VERSION,
-        });
-    }
+    check_version(path, version)?;
     if crc32fast::hash(&bytes[..24]) != u32_at(bytes, 24) {
         return Err(StorageError::corrupt(
             path,
@@ -112,6 +153,7 @@ pub(crate) fn read_segment_header(
         ));
     }
     Ok(SegmentHeader {
+        version,
         capacity: u32_at(bytes, 12) as i32,
         first_seq: u64_at(bytes, 16),
     })

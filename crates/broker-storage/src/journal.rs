@@ -16,10 +16,14 @@
 //! and every later state-changing command is refused until the process restarts and recovers
 //! from the log.
 //!
-//! Snapshots: once [`JournalSettings::snapshot_log_bytes`] of entries were logged since the
-//! last snapshot, the state's image is taken under the lock (records are reference-counted
-//! `Bytes`, so this copies no payload) and written by a background thread, after which the log
-//! segments it covers are removed.
+//! Checkpoints: once [`JournalSettings::snapshot_log_bytes`] of entries were logged since the
+//! last one, the state's image is taken under the lock (records are reference-counted `Bytes`,
+//! so this copies no payload) and a background thread appends the records it holds in memory
+//! to their partitions' record segments, writes a snapshot of the state without them (and the
+//! segment catalog), then removes the log segments, the older snapshots and the record segments
+//! it makes unnecessary. At the next call between commands the state evicts the records now on
+//! disk from memory: memory holds the records logged since the last checkpoint, not every
+//! retained one, and recovery replays only the log since it.
 //!
 //! Locks: the journal's own mutex (the pending buffer) is taken inside the caller's lock on the
 //! state by [`Journal::apply`], and alone by the flusher and the snapshot thread, never the
@@ -32,11 +36,18 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use broker_core::cold::LogId;
 use broker_core::image::StateImage;
 use broker_core::{BrokerError, BrokerState, Command, Outcome};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+use crate::format::EntryRef;
+use crate::records::RecordStore;
+use crate::snapshot::Checkpoint;
 use crate::{encode_entry, remove_covered, DataDir, LogWriter, Recovery, StorageError};
 
 /// How often a failed log write is retried.
@@ -70,9 +81,12 @@ pub struct JournalSettings {
     pub fsync: Fsync,
     /// With [`Fsync::Batch`], the longest a written entry waits for its fsync.
     pub fsync_interval: Duration,
-    /// Log bytes written since the last snapshot that trigger the next one; bounds recovery
-    /// time.
+    /// Log bytes written since the last checkpoint that trigger the next one; bounds recovery
+    /// time and the records held in memory.
     pub snapshot_log_bytes: u64,
+    /// A partition's record segment is closed (and a new one started) once it holds this many
+    /// bytes; the oldest records leave the disk a whole segment at a time.
+    pub segment_bytes: u64,
 }
 
 /// A data directory opened and recovered, ready to be journaled to.
@@ -105,14 +119,16 @@ impl Storage {
     }
 
     /// Starts the journal on a fresh log segment: `configure` receives the recovered state and
-    /// returns it with the settings this process runs with (memory budget, limits), which is
-    /// the state returned. Settings decide which commands are refused, so log entries must be
-    /// replayed under the settings they were decided under: they are part of the snapshotted
-    /// state, and unless nothing changed since the last snapshot, a snapshot with the new
-    /// settings is written before anything is logged.
+    /// returns it with the settings this process runs with (capacity, memory budget, limits),
+    /// which is the state returned. Settings decide which commands are refused, so log entries
+    /// must be replayed under the settings they were decided under: they are part of the
+    /// checkpointed state, and unless nothing changed since the last checkpoint, a checkpoint
+    /// with the new settings is written before anything is logged. A directory of an older
+    /// format is migrated the same way: the checkpoint is written in the current format and
+    /// the older files it covers are removed.
     ///
     /// # Errors
-    /// [`StorageError::Io`] if the snapshot or the segment cannot be written or the flusher
+    /// [`StorageError::Io`] if the checkpoint or the segment cannot be written or the flusher
     /// thread cannot start.
     pub fn start(
         self,
@@ -120,21 +136,46 @@ impl Storage {
         configure: impl FnOnce(BrokerState) -> BrokerState,
     ) -> Result<(BrokerState, Journal), StorageError> {
         let Storage { dir, recovery } = self;
-        let capacity = recovery.state.capacity_per_partition();
-        let recovered_image = (recovery.replayed == 0 && recovery.snapshot_seq.is_some())
-            .then(|| recovery.state.to_image());
-        let state = configure(recovery.state);
+        let recovered_image = (recovery.replayed == 0
+            && recovery.snapshot_seq.is_some()
+            && recovery.migrated_from.is_none())
+        .then(|| recovery.state.to_image());
+        let records = recovery.records;
+        let mut state = configure(recovery.state);
         let mut since_snapshot = recovery.replayed_bytes;
         if recovered_image.as_ref() != Some(&state.to_image()) {
-            dir.write_snapshot(recovery.next_seq, &state.to_image())?;
-            remove_covered(dir.path(), recovery.next_seq)?;
+            let started = Instant::now();
+            let written = checkpoint(
+                &dir,
+                &records,
+                recovery.next_seq,
+                state.to_image(),
+                settings.segment_bytes,
+            )?;
+            state.evict(&written.evicted);
+            info!(
+                file = %written.path.display(),
+                covers_entries = recovery.next_seq,
+                migrated_from_format = recovery.migrated_from,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "checkpoint written at start"
+            );
             since_snapshot = 0;
         }
-        let segment_bytes = (settings.snapshot_log_bytes / 4).clamp(64 * 1024, 64 * 1024 * 1024);
-        let writer = dir.log_writer(capacity, recovery.next_seq, segment_bytes)?;
-        // A replayed tail (none after a start-up snapshot) counts towards the next snapshot,
-        // so frequent restarts cannot let the log (and recovery time) grow without bound.
-        let journal = Journal::start(settings, dir, writer, recovery.next_seq, since_snapshot)?;
+        let capacity = state.capacity_per_partition();
+        let segment_log_bytes =
+            (settings.snapshot_log_bytes / 4).clamp(64 * 1024, 64 * 1024 * 1024);
+        let writer = dir.log_writer(capacity, recovery.next_seq, segment_log_bytes)?;
+        // A replayed tail (none after a start-up checkpoint) counts towards the next one, so
+        // frequent restarts cannot let the log (and recovery time) grow without bound.
+        let journal = Journal::start(
+            settings,
+            dir,
+            records,
+            writer,
+            recovery.next_seq,
+            since_snapshot,
+        )?;
         Ok((state, journal))
     }
 }
@@ -154,14 +195,41 @@ pub enum JournalError {
     NotDurable(String),
 }
 
-/// A command applied through the journal: its result and, when it changed the state, the
-/// sequence number of its log entry (see [`Journal::durable`]).
+/// A command (or the passing of time) applied through the journal: its result and, when it
+/// changed the state, the sequence number of its log entry (see [`Journal::durable`]).
 #[derive(Debug)]
-pub struct Applied {
+pub struct Applied<T = Outcome> {
     /// What the command returned.
-    pub result: Result<Outcome, JournalError>,
+    pub result: Result<T, JournalError>,
     /// Its log entry, if it was logged.
     pub entry: Option<u64>,
+}
+
+/// An entry encoded into the flusher's buffer, with the buffer held, until the change it
+/// describes says whether it is kept.
+struct Slot<'a> {
+    pending: MutexGuard<'a, Pending>,
+    start: usize,
+    inner: &'a Inner,
+}
+
+impl Slot<'_> {
+    /// Keeps the entry (returning its sequence number) or takes it back.
+    fn finish(mut self, keep: bool) -> Option<u64> {
+        if !keep {
+            let start = self.start;
+            self.pending.buffer.truncate(start);
+            return None;
+        }
+        let pending = &mut *self.pending;
+        pending.entries += 1;
+        pending.since_snapshot += (pending.buffer.len() - self.start) as u64;
+        let seq = pending.next_seq;
+        pending.next_seq += 1;
+        drop(self.pending);
+        self.inner.wake.notify_one();
+        Some(seq)
+    }
 }
 
 /// How far the log is on disk. Entries below `written` were handed to the operating system,
@@ -185,9 +253,11 @@ struct Pending {
     next_seq: u64,
     /// Why state-changing commands are refused now (a failing write or a failed fsync).
     refusing: Option<String>,
-    /// Entry bytes appended since the last snapshot started.
+    /// Entry bytes appended since the last checkpoint started.
     since_snapshot: u64,
     snapshot_running: bool,
+    /// What the last finished checkpoint wrote to record segments, for the state to evict.
+    evicted: Option<Vec<(LogId, i64)>>,
     stopping: bool,
 }
 
@@ -205,6 +275,7 @@ struct Inner {
     wake: Condvar,
     settings: JournalSettings,
     dir: Arc<DataDir>,
+    records: Arc<RecordStore>,
 }
 
 impl Inner {
@@ -218,6 +289,7 @@ impl Journal {
     fn start(
         settings: JournalSettings,
         dir: Arc<DataDir>,
+        records: Arc<RecordStore>,
         writer: LogWriter,
         next_seq: u64,
         since_snapshot: u64,
@@ -231,6 +303,7 @@ impl Journal {
             wake: Condvar::new(),
             settings,
             dir,
+            records,
         });
         let (progress_tx, progress) = watch::channel(Progress {
             written: next_seq,
@@ -258,52 +331,84 @@ impl Journal {
         self.inner.lock().refusing.clone()
     }
 
-    /// Applies `command` to `state` and logs it if it changed anything (see
-    /// [`broker_core::CommandKind::changed_state`]); a state-changing command is refused before
-    /// it is applied while the log cannot take entries, and read-only commands are applied
-    /// without the log. The entry is encoded straight into the buffer the flusher takes (one
-    /// copy of its payloads), before the command is moved into the core, and taken back if the
-    /// outcome needs no entry. Call with `state` locked, in apply order.
-    pub fn apply(&self, state: &mut BrokerState, command: Command) -> Applied {
+    /// Applies `command` to `state` at `now_ms` (see [`BrokerState::apply_at`]) and logs it,
+    /// with the time, if it changed anything (see [`broker_core::CommandKind::changed_state`]);
+    /// a state-changing command is refused before it is applied while the log cannot take
+    /// entries, and read-only commands are applied without the log. The entry is encoded
+    /// straight into the buffer the flusher takes (one copy of its payloads), before the
+    /// command is moved into the core, and taken back if the outcome needs no entry. Call with
+    /// `state` locked, in apply order.
+    pub fn apply(&self, state: &mut BrokerState, now_ms: i64, command: Command) -> Applied {
         let kind = command.kind();
         if kind.is_read_only() {
             return Applied {
-                result: state.apply(command).map_err(JournalError::from),
+                result: state.apply_at(now_ms, command).map_err(JournalError::from),
                 entry: None,
             };
         }
+        let slot = match self.begin(&EntryRef::Apply {
+            at_ms: now_ms,
+            command: &command,
+        }) {
+            Ok(slot) => slot,
+            Err(refused) => {
+                return Applied {
+                    result: Err(refused),
+                    entry: None,
+                }
+            }
+        };
+        let result = state.apply_at(now_ms, command);
+        let entry = slot.finish(matches!(&result, Ok(outcome) if kind.changed_state(outcome)));
+        Applied {
+            result: result.map_err(JournalError::from),
+            entry,
+        }
+    }
+
+    /// Moves `state`'s clock to `now_ms` and logs it, when that changes anything besides the
+    /// clock (see [`BrokerState::is_due`]): records past their topic's age leave, overdue
+    /// deliveries are released. The result lists the topics where something changed. Call with
+    /// `state` locked, between commands.
+    pub fn tick(&self, state: &mut BrokerState, now_ms: i64) -> Applied<Vec<String>> {
+        if !state.is_due(now_ms) {
+            return Applied {
+                result: Ok(Vec::new()),
+                entry: None,
+            };
+        }
+        let slot = match self.begin(&EntryRef::Tick { at_ms: now_ms }) {
+            Ok(slot) => slot,
+            Err(refused) => {
+                return Applied {
+                    result: Err(refused),
+                    entry: None,
+                }
+            }
+        };
+        let result = state.advance_clock(now_ms);
+        let entry = slot.finish(result.is_ok());
+        Applied {
+            result: result.map_err(JournalError::from),
+            entry,
+        }
+    }
+
+    /// Encodes `entry` at the end of the buffer the flusher takes, holding the buffer until
+    /// [`Slot::finish`] says whether to keep it.
+    fn begin(&self, entry: &EntryRef<'_>) -> Result<Slot<'_>, JournalError> {
         let mut pending = self.inner.lock();
         if let Some(reason) = &pending.refusing {
-            return Applied {
-                result: Err(JournalError::Refused(reason.clone())),
-                entry: None,
-            };
+            return Err(JournalError::Refused(reason.clone()));
         }
         let start = pending.buffer.len();
-        if let Err(cause) = encode_entry(&command, &mut pending.buffer) {
-            return Applied {
-                result: Err(JournalError::Refused(cause.to_string())),
-                entry: None,
-            };
-        }
-        let result = state.apply(command).map_err(JournalError::from);
-        if !matches!(&result, Ok(outcome) if kind.changed_state(outcome)) {
-            pending.buffer.truncate(start);
-            return Applied {
-                result,
-                entry: None,
-            };
-        }
-        pending.entries += 1;
-        pending.since_snapshot += (pending.buffer.len() - start) as u64;
-        let seq = pending.next_seq;
-        pending.next_seq += 1;
-        drop(pending);
-        self.inner.wake.notify_one();
-        Applied {
-            result,
-            entry: Some(seq),
-        }
+        encode_entry(entry, &mut pending.buffer)
+            .map_err(|cause| JournalError::Refused(cause.to_string()))?;
+        Ok(Slot {
+            pending,
+            start,
+            inner: &self.inner,
+        })
     }
 
     /// Waits until the entry `seq` is durable in the sense of the fsync policy.
@@ -345,10 +450,14 @@ impl Journal {
         }
     }
 
-    /// Starts a background snapshot of `state` if enough was logged since the last one. Call
-    /// with `state` locked, between commands.
-    pub fn maybe_snapshot(&self, state: &BrokerState) {
+    /// Between commands, with `state` locked: evicts from memory the records the last
+    /// checkpoint put in record segments, and starts a background checkpoint of `state` if
+    /// enough was logged since the last one.
+    pub fn maybe_checkpoint(&self, state: &mut BrokerState) {
         let mut pending = self.inner.lock();
+        if let Some(evicted) = pending.evicted.take() {
+            state.evict(&evicted);
+        }
         if pending.snapshot_running
             || pending.refusing.is_some()
             || pending.since_snapshot < self.inner.settings.snapshot_log_bytes
@@ -362,13 +471,15 @@ impl Journal {
         let image = state.to_image();
         let inner = Arc::clone(&self.inner);
         let spawned = std::thread::Builder::new()
-            .name("broker-snapshot".into())
+            .name("broker-checkpoint".into())
             .spawn(move || {
-                snapshot(&inner, seq, &image);
-                inner.lock().snapshot_running = false;
+                let evicted = run_checkpoint(&inner, seq, image);
+                let mut pending = inner.lock();
+                pending.snapshot_running = false;
+                pending.evicted = evicted;
             });
         if let Err(cause) = spawned {
-            warn!(cause = %cause, "cannot start the snapshot thread");
+            warn!(cause = %cause, "cannot start the checkpoint thread");
             self.inner.lock().snapshot_running = false;
         }
     }
@@ -391,25 +502,82 @@ impl Journal {
     }
 }
 
-/// Writes a snapshot covering the entries below `seq` and removes what it covers.
-fn snapshot(inner: &Inner, seq: u64, image: &StateImage) {
-    let started = Instant::now();
-    match inner.dir.write_snapshot(seq, image) {
-        Ok(path) => {
-            let removed = remove_covered(inner.dir.path(), seq);
-            info!(
-                file = %path.display(),
-                covers_entries = seq,
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                removed_files = ?removed.as_ref().ok(),
-                "snapshot written"
-            );
-            if let Err(cause) = removed {
-                warn!(cause = %cause, "cannot remove the files the snapshot covers");
+/// A checkpoint on disk: its snapshot file, and the records it moved to record segments.
+#[derive(Debug)]
+pub(crate) struct Written {
+    pub(crate) path: PathBuf,
+    /// For each partition whose records it wrote, the offset they now reach on disk.
+    pub(crate) evicted: Vec<(LogId, i64)>,
+}
+
+/// Writes a checkpoint of `image`, the state after exactly the log entries below `seq`: appends
+/// the records it holds in memory to their partitions' record segments (fsynced), writes the
+/// snapshot of the state without them and of the segment catalog, then removes the log
+/// segments and snapshots it covers and the record segments no partition needs any more.
+pub(crate) fn checkpoint(
+    dir: &DataDir,
+    records: &RecordStore,
+    seq: u64,
+    mut image: StateImage,
+    segment_bytes: u64,
+) -> Result<Written, StorageError> {
+    let mut evicted = Vec::new();
+    let mut bases = HashMap::new();
+    for (_, topic) in &mut image.topics {
+        for (number, partition) in topic.partitions.iter_mut().enumerate() {
+            let log = LogId {
+                topic: topic.id,
+                // At most 65,536 partitions: the image was checked when the state was built.
+                partition: number as u32,
+            };
+            bases.insert(log, partition.base);
+            if partition.records.is_empty() {
+                continue;
             }
+            records.append(log, partition.cold_end, &partition.records, segment_bytes)?;
+            let moved = std::mem::take(&mut partition.records);
+            partition.cold_bytes += moved.iter().map(|record| record.size()).sum::<u64>();
+            partition.cold_end += moved.len() as i64;
+            evicted.push((log, partition.cold_end));
+        }
+    }
+    let retired = records.retire(&bases);
+    let path = dir.write_snapshot(
+        seq,
+        &Checkpoint {
+            image,
+            segments: records.catalog(),
+        },
+    )?;
+    remove_covered(dir.path(), seq)?;
+    records.remove(&retired)?;
+    Ok(Written { path, evicted })
+}
+
+/// [`checkpoint`] in the background: logs what happened; returns what to evict, or `None` if
+/// it failed.
+fn run_checkpoint(inner: &Inner, seq: u64, image: StateImage) -> Option<Vec<(LogId, i64)>> {
+    let started = Instant::now();
+    match checkpoint(
+        &inner.dir,
+        &inner.records,
+        seq,
+        image,
+        inner.settings.segment_bytes,
+    ) {
+        Ok(written) => {
+            info!(
+                file = %written.path.display(),
+                covers_entries = seq,
+                partitions_written = written.evicted.len(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "checkpoint written"
+            );
+            Some(written.evicted)
         }
         Err(cause) => {
-            warn!(cause = %cause, "writing a snapshot failed; the log keeps growing until one succeeds");
+            warn!(cause = %cause, "writing a checkpoint failed; the log keeps growing until one succeeds");
+            None
         }
     }
 }

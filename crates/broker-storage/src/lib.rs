@@ -1,8 +1,10 @@
 //! The broker's durability, with no async runtime: a write-ahead log of
-//! [`broker_core::Command`]s with its [`Journal`] (the flusher thread, the fsync policy, group
-//! commit, background snapshots), snapshots of the state's [`broker_core::image::StateImage`],
-//! a lock that keeps a second server off a data directory, and recovery that replays the log
-//! through [`broker_core::BrokerState::apply`], the same code that serves live requests.
+//! [`broker_core::Command`]s and their times with its [`Journal`] (the flusher thread, the fsync
+//! policy, group commit, background checkpoints), per-partition record segments that hold the
+//! records checkpoints moved out of memory ([`RecordStore`], the state's cold store), snapshots
+//! of the state's [`broker_core::image::StateImage`], a lock that keeps a second server off a
+//! data directory, and recovery that replays the log through [`broker_core::BrokerState::apply_at`],
+//! the same code that serves live requests.
 //!
 //! # The data directory
 //!
@@ -11,6 +13,7 @@
 //! wal-<first seq, 20 digits>.log  a log segment: a header, then entries
 //! snap-<seq, 20 digits>.snap      a snapshot: the state after every entry below <seq>
 //! snap.tmp                      a snapshot being written (removed on start)
+//! records/<topic>-<partition>/  record segments of one partition (see the records module)
 //! ```
 //!
 //! Every log entry has a sequence number: the segment's first sequence number plus its index in
@@ -19,46 +22,56 @@
 //! # Formats (all integers little-endian)
 //!
 //! Segment header, 32 bytes: magic `BROKRWAL`, format version `u32` ([`FORMAT_VERSION`]), the
-//! broker's per-partition capacity `u32`, the first sequence number `u64`, a CRC-32 of the 24
-//! bytes before it `u32`, 4 zero bytes.
+//! broker's per-partition capacity the entries were logged under `u32`, the first sequence
+//! number `u64`, a CRC-32 of the 24 bytes before it `u32`, 4 zero bytes.
 //!
-//! Entry: body length `u32`, CRC-32 of the length's 4 bytes followed by the body `u32`, body: the
-//! command in bincode 2.0.1 serde encoding with [`config()`] (fixed-width integers, enum variants
-//! as `u32`, lengths as `u64`, `Option` as a `u8` tag), the same layout as the wire protocol's.
+//! Entry: body length `u32`, CRC-32 of the length's 4 bytes followed by the body `u32`, body in
+//! bincode 2.0.1 serde encoding with [`config()`] (fixed-width integers, enum variants as `u32`,
+//! lengths as `u64`, `Option` as a `u8` tag), the same layout as the wire protocol's. Format 2:
+//! the body is an [`EntryRef`]: `0` then the time `i64` and the command, or `1` then the time
+//! (the clock advanced). Format 1: the body is a [`broker_core::v1::Command`].
 //!
 //! Snapshot, 40-byte header then body: magic `BROKSNAP`, format version `u32`, capacity `u32`,
 //! sequence number `u64` (the snapshot holds the effect of every entry below it), body length
-//! `u64`, CRC-32 of the body `u32`, 4 zero bytes; body: the state's
-//! [`broker_core::image::StateImage`] (whose documentation gives its layout) in the same bincode
-//! encoding.
+//! `u64`, CRC-32 of the body `u32`, 4 zero bytes; body, format 2: a [`Checkpoint`] (the state's
+//! [`broker_core::image::StateImage`], whose documentation gives its layout, then the record
+//! segment catalog); format 1: a [`broker_core::image::v1::StateImage`].
 //!
 //! CRC-32 is the IEEE polynomial (`crc32fast`).
 //!
+//! A directory of format 1 (written by the first releases) is read as it is and rewritten in
+//! format 2 when the journal starts (see [`Storage::start`]).
+//!
 //! # What recovery accepts
 //!
-//! The last segment may end inside an entry, or with a last entry whose checksum fails: the
-//! process died in the middle of a write. That entry is cut off with a warning (it was never
-//! acknowledged as durable). Anything else refuses to start with a [`StorageError`] naming the
-//! file and the offset: a bad entry with entries after it, a damaged segment other than the last,
-//! a snapshot whose checksum fails, a gap in sequence numbers, a format version this build does
-//! not read, an entry that the core refuses on replay, or a capacity other than the configured
-//! one.
+//! The last segment may end inside an entry, with a last entry whose checksum fails, or with
+//! zero bytes after its last entry: the process (or the machine) died in the middle of a
+//! write. That tail is cut off with a warning (it was never acknowledged as durable). Anything
+//! else refuses to start with a [`StorageError`] naming the file and the offset: a bad entry
+//! with entries after it, a damaged segment other than the last, a snapshot whose checksum
+//! fails, a record segment shorter than the snapshot says, a gap in sequence numbers, a format
+//! version this build does not read, or an entry that the core refuses on replay.
 
 mod error;
 mod format;
 mod journal;
 mod lock;
+mod records;
 mod recovery;
 mod segment;
 mod snapshot;
 
 pub use error::StorageError;
-pub use format::{config, encode_entry, StorageConfig, FORMAT_VERSION, MAX_ENTRY_BYTES};
+pub use format::{
+    config, encode_entry, EntryRef, StorageConfig, FORMAT_VERSION, MAX_ENTRY_BYTES,
+    OLDEST_FORMAT_VERSION,
+};
 pub use journal::{Applied, Fsync, Journal, JournalError, JournalSettings, Storage, WRITE_RETRY};
 pub use lock::DataDir;
+pub use records::{RecordStore, SegmentImage, RECORD_FORMAT_VERSION, RECORD_OVERHEAD_BYTES};
 pub use recovery::{Recovery, TornTail};
 pub use segment::LogWriter;
-pub use snapshot::{remove_covered, write_snapshot};
+pub use snapshot::{remove_covered, write_snapshot, Checkpoint};
 
 #[cfg(test)]
 mod tests;

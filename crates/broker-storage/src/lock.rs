@@ -4,10 +4,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use broker_core::image::StateImage;
-
 use crate::recovery::{recover, Recovery};
 use crate::segment::LogWriter;
+use crate::snapshot::Checkpoint;
 use crate::StorageError;
 
 /// A data directory this process holds the lock of. The lock (an advisory `flock` on `LOCK`)
@@ -72,9 +71,11 @@ impl DataDir {
         &self.path
     }
 
-    /// Rebuilds the state: the latest snapshot, then every later log entry through
-    /// [`broker_core::BrokerState::apply`]. Cuts off a torn last entry (with a warning) and removes a
-    /// leftover temporary snapshot; changes nothing else.
+    /// Rebuilds the state: the latest snapshot with its record segments, then every later log
+    /// entry through [`broker_core::BrokerState::apply_at`]. Cuts off a torn last entry (with a
+    /// warning), record segment tails an unfinished checkpoint wrote, files no checkpoint names
+    /// and a leftover temporary snapshot; changes nothing else. `capacity` is the broker's
+    /// capacity when the directory is new.
     ///
     /// # Errors
     /// As the crate documentation's "What recovery accepts" says.
@@ -96,12 +97,16 @@ impl DataDir {
         LogWriter::create(&self.path, capacity, next_seq, segment_bytes)
     }
 
-    /// Writes a snapshot of the state `image` describes, covering every entry below `seq`; see
+    /// Writes a snapshot of `checkpoint`, covering every entry below `seq`; see
     /// [`crate::write_snapshot`].
     ///
     /// # Errors
     /// As [`crate::write_snapshot`].
-    pub fn write_snapshot(&self, seq: u64, image: &StateImage) -> Result<PathBuf, StorageError> {
-        crate::write_snapshot(&self.path, seq, image)
+    pub fn write_snapshot(
+        &self,
+        seq: u64,
+        checkpoint: &Checkpoint,
+    ) -> Result<PathBuf, StorageError> {
+        crate::write_snapshot(&self.path, seq, checkpoint)
     }
 }

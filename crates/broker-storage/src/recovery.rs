@@ -1,23 +1,30 @@
-//! Recovery: the latest snapshot, then the log tail replayed through the core's `apply`.
+//! Recovery: the latest snapshot with its record segments, then the log tail replayed through
+//! the core's `apply_at` (format 1 entries through `apply`).
 
 use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use broker_core::{BrokerState, Command};
+use broker_core::cold::ColdStore;
+use broker_core::{v1, BrokerState};
+use serde::de::DeserializeOwned;
 use tracing::warn;
 
 use crate::format::{
-    config, entry_crc, parse_name, read_segment_header, segment_name, u32_at, ENTRY_HEADER,
-    MAX_ENTRY_BYTES, SEGMENT_HEADER,
+    config, entry_crc, parse_name, read_segment_header, segment_name, u32_at, Entry, ENTRY_HEADER,
+    FORMAT_VERSION, MAX_ENTRY_BYTES, SEGMENT_HEADER, SNAPSHOT_HEADER,
 };
-use crate::snapshot::load_latest;
+use crate::records::RecordStore;
+use crate::snapshot::{load_latest, LoadedSnapshot, Snapshot};
 use crate::StorageError;
 
 /// The state rebuilt from a data directory.
 #[derive(Debug)]
 pub struct Recovery {
-    /// The state after the snapshot and every log entry.
+    /// The state after the snapshot and every log entry, reading evicted records from `records`.
     pub state: BrokerState,
+    /// The record segments of the directory.
+    pub records: Arc<RecordStore>,
     /// The sequence number the next log entry must get.
     pub next_seq: u64,
     /// The sequence number of the snapshot loaded, if any.
@@ -28,6 +35,9 @@ pub struct Recovery {
     pub replayed_bytes: u64,
     /// The torn last entry that was cut off, if any.
     pub torn: Option<TornTail>,
+    /// The oldest format version among the files read, when older than [`FORMAT_VERSION`]: the
+    /// directory is migrated (rewritten in the current format) when the journal starts.
+    pub migrated_from: Option<u32>,
 }
 
 /// A last entry cut off because the process died while writing it.
@@ -41,29 +51,54 @@ pub struct TornTail {
     pub cut: u64,
 }
 
-/// See [`crate::DataDir::recover`].
+/// See [`crate::DataDir::recover`]: `capacity` is the state's capacity when the directory holds
+/// nothing that says otherwise.
 pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageError> {
-    let snapshot = load_latest(dir, capacity)?;
-    let (mut state, snapshot_seq) = match snapshot {
-        Some(snapshot) => (snapshot.state, Some(snapshot.seq)),
-        None => (
-            BrokerState::new(capacity).map_err(|error| StorageError::Replay {
-                path: dir.to_owned(),
-                seq: 0,
-                reason: error.to_string(),
-            })?,
-            None,
-        ),
-    };
-    let mut segments = Vec::new();
-    for entry in fs::read_dir(dir).map_err(StorageError::io("list", dir))? {
-        let entry = entry.map_err(StorageError::io("list", dir))?;
-        let name = entry.file_name();
-        if let Some(first) = name.to_str().and_then(|n| parse_name(n, "wal-", ".log")) {
-            segments.push(first);
+    let segments = list_segments(dir)?;
+    let snapshot = load_latest(dir)?;
+    let mut migrated_from = None;
+    let (records, mut state, snapshot_seq) = match snapshot {
+        Some(LoadedSnapshot {
+            snapshot: Snapshot::V1(image),
+            seq,
+            path,
+        }) => {
+            migrated_from = Some(1);
+            let records = Arc::new(RecordStore::open(dir, Vec::new())?);
+            let state = BrokerState::from_image_v1(image)
+                .map_err(|why| inconsistent(&path, &why))?
+                .with_cold_store(records.clone());
+            (records, state, Some(seq))
         }
-    }
-    segments.sort_unstable();
+        Some(LoadedSnapshot {
+            snapshot: Snapshot::V2(checkpoint),
+            seq,
+            path,
+        }) => {
+            let records = Arc::new(RecordStore::open(dir, checkpoint.segments)?);
+            let cold: Arc<dyn ColdStore> = records.clone();
+            let state = BrokerState::from_image(checkpoint.image, Some(cold))
+                .map_err(|why| inconsistent(&path, &why))?;
+            (records, state, Some(seq))
+        }
+        None => {
+            // With no snapshot, the log starts from an empty broker of the capacity its first
+            // segment was logged under.
+            let logged = match segments.first() {
+                Some(&first) => first_capacity(&dir.join(segment_name(first)))?,
+                None => None,
+            };
+            let records = Arc::new(RecordStore::open(dir, Vec::new())?);
+            let state = BrokerState::new(logged.unwrap_or(capacity))
+                .map_err(|error| StorageError::Replay {
+                    path: dir.to_owned(),
+                    seq: 0,
+                    reason: error.to_string(),
+                })?
+                .with_cold_store(records.clone());
+            (records, state, None)
+        }
+    };
     let mut next = snapshot_seq.unwrap_or(0);
     let mut replayed = 0;
     let mut replayed_bytes = 0;
@@ -105,12 +140,8 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
                 ),
             ));
         }
-        if header.capacity != capacity {
-            return Err(StorageError::CapacityMismatch {
-                path,
-                stored: header.capacity,
-                configured: capacity,
-            });
+        if header.version < FORMAT_VERSION {
+            migrated_from = Some(migrated_from.unwrap_or(header.version).min(header.version));
         }
         let mut offset = SEGMENT_HEADER;
         let mut seq = first;
@@ -139,29 +170,40 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
                 }
             };
             if seq >= next {
-                let command: Command = match bincode::serde::decode_from_slice(entry.body, config())
-                {
-                    Ok((command, used)) if used == entry.body.len() => command,
-                    Ok(_) => {
-                        return Err(StorageError::corrupt(
-                            &path,
-                            offset as u64,
-                            "trailing bytes after the command",
-                        ))
-                    }
-                    Err(error) => {
-                        return Err(StorageError::corrupt(
-                            &path,
-                            offset as u64,
-                            format!("the command does not decode: {error}"),
-                        ))
-                    }
-                };
-                state.apply(command).map_err(|error| StorageError::Replay {
+                if header.capacity != state.capacity_per_partition() {
+                    return Err(StorageError::corrupt(
+                        &path,
+                        12,
+                        format!(
+                            "entries logged under capacity {} follow a state of capacity {}",
+                            header.capacity,
+                            state.capacity_per_partition()
+                        ),
+                    ));
+                }
+                let replay = |error: String| StorageError::Replay {
                     path: path.clone(),
                     seq,
-                    reason: error.to_string(),
-                })?;
+                    reason: error,
+                };
+                let undecodable = |why: String| StorageError::corrupt(&path, offset as u64, why);
+                if header.version == 1 {
+                    let command: v1::Command = decode(entry.body).map_err(undecodable)?;
+                    state
+                        .apply(command.into())
+                        .map_err(|error| replay(error.to_string()))?;
+                } else {
+                    match decode(entry.body).map_err(undecodable)? {
+                        Entry::Apply { at_ms, command } => state
+                            .apply_at(at_ms, command)
+                            .map(drop)
+                            .map_err(|error| replay(error.to_string()))?,
+                        Entry::Tick { at_ms } => state
+                            .advance_clock(at_ms)
+                            .map(drop)
+                            .map_err(|error| replay(error.to_string()))?,
+                    }
+                }
                 next = seq + 1;
                 replayed += 1;
                 replayed_bytes += (entry.end - offset) as u64;
@@ -172,16 +214,60 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
     }
     Ok(Recovery {
         state,
+        records,
         next_seq: next,
         snapshot_seq,
         replayed,
         replayed_bytes,
         torn,
+        migrated_from,
     })
 }
 
+/// The first sequence number of every log segment in `dir`, ascending.
+fn list_segments(dir: &Path) -> Result<Vec<u64>, StorageError> {
+    let mut segments = Vec::new();
+    for entry in fs::read_dir(dir).map_err(StorageError::io("list", dir))? {
+        let entry = entry.map_err(StorageError::io("list", dir))?;
+        let name = entry.file_name();
+        if let Some(first) = name.to_str().and_then(|n| parse_name(n, "wal-", ".log")) {
+            segments.push(first);
+        }
+    }
+    segments.sort_unstable();
+    Ok(segments)
+}
+
+/// The capacity a segment was logged under, if its header is complete.
+fn first_capacity(path: &Path) -> Result<Option<i32>, StorageError> {
+    let bytes = fs::read(path).map_err(StorageError::io("read", path))?;
+    if bytes.len() < SEGMENT_HEADER {
+        return Ok(None);
+    }
+    Ok(Some(read_segment_header(path, &bytes)?.capacity))
+}
+
+/// A snapshot whose checksum is valid but whose state breaks the core's invariants (a
+/// hand-edited file, or a buggy build): refused here rather than panicking on first use.
+fn inconsistent(path: &Path, why: &str) -> StorageError {
+    StorageError::corrupt(
+        path,
+        SNAPSHOT_HEADER as u64,
+        format!("the state is inconsistent: {why}"),
+    )
+}
+
+/// Decodes an entry body, which must be consumed exactly.
+fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    match bincode::serde::decode_from_slice(body, config()) {
+        Ok((value, used)) if used == body.len() => Ok(value),
+        Ok(_) => Err("trailing bytes after the entry".to_owned()),
+        Err(error) => Err(format!("the entry does not decode: {error}")),
+    }
+}
+
 /// One entry read from a segment.
-struct Entry<'a> {
+struct LogEntry<'a> {
     body: &'a [u8],
     /// Where the next entry starts.
     end: usize,
@@ -194,7 +280,15 @@ struct Damage {
     may_be_torn: bool,
 }
 
-fn read_entry(bytes: &[u8], offset: usize) -> Result<Entry<'_>, Damage> {
+fn read_entry(bytes: &[u8], offset: usize) -> Result<LogEntry<'_>, Damage> {
+    if bytes[offset..].iter().all(|&byte| byte == 0) {
+        // What some filesystems leave after a power loss: the file grew, its data did not
+        // arrive. Nothing after it can be valid, so it is a torn tail like any other.
+        return Err(Damage {
+            reason: format!("{} zero bytes after the last entry", bytes.len() - offset),
+            may_be_torn: true,
+        });
+    }
     let remaining = bytes.len() - offset;
     if remaining < ENTRY_HEADER {
         return Err(Damage {
@@ -228,7 +322,7 @@ fn read_entry(bytes: &[u8], offset: usize) -> Result<Entry<'_>, Damage> {
             may_be_torn: end == bytes.len(),
         });
     }
-    Ok(Entry { body, end })
+    Ok(LogEntry { body, end })
 }
 
 /// Cuts `path` to `len` bytes and makes that durable.

@@ -1,33 +1,56 @@
-//! Snapshots: the whole state in one checksummed file, written atomically, and the removal of
-//! the log segments and older snapshots a new snapshot makes unnecessary.
+//! Snapshots (checkpoints): the state in one checksummed file, written atomically, and the
+//! removal of the log segments and older snapshots a new snapshot makes unnecessary.
+//!
+//! A snapshot of format 2 holds a [`Checkpoint`]: the state's image, whose records are in
+//! record segments (see [`crate::records`]) except those logged after the checkpoint started,
+//! and the catalog of those segments. A snapshot of format 1 holds a
+//! [`broker_core::image::v1::StateImage`] with every record in it.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use broker_core::image::StateImage;
-use broker_core::BrokerState;
+use broker_core::image::{v1, StateImage};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use tracing::warn;
 
 use crate::format::{
-    config, parse_name, segment_name, snapshot_name, u32_at, u64_at, FORMAT_VERSION,
+    check_version, config, parse_name, segment_name, snapshot_name, u32_at, u64_at, FORMAT_VERSION,
     SNAPSHOT_HEADER, SNAPSHOT_MAGIC,
 };
+use crate::records::SegmentImage;
 use crate::segment::sync_dir;
 use crate::StorageError;
 
 /// The temporary name a snapshot is written under before it is renamed into place.
 pub(crate) const SNAPSHOT_TMP: &str = "snap.tmp";
 
-/// Writes a snapshot of the state `image` describes, which must hold the effect of exactly the
-/// log entries below `seq`, into `dir` atomically: to a temporary file, fsync, rename to
+/// What a snapshot of format 2 holds: the state and the record segments its evicted records
+/// are in. Encoded as `image` then `segments` (a `u64` count, then each segment's fields in
+/// order), in the data directory's bincode encoding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The state after every log entry below the snapshot's sequence number.
+    pub image: StateImage,
+    /// Every record segment the state reads evicted records from.
+    pub segments: Vec<SegmentImage>,
+}
+
+/// Writes a snapshot of `checkpoint`, whose state must hold the effect of exactly the log
+/// entries below `seq`, into `dir` atomically: to a temporary file, fsync, rename to
 /// `snap-<seq>.snap`, fsync the directory. A crash at any point leaves either the previous
 /// snapshot or this one.
 ///
 /// # Errors
 /// [`StorageError::Io`] or [`StorageError::Encode`]; the temporary file may remain (recovery
 /// removes it).
-pub fn write_snapshot(dir: &Path, seq: u64, image: &StateImage) -> Result<PathBuf, StorageError> {
+pub fn write_snapshot(
+    dir: &Path,
+    seq: u64,
+    checkpoint: &Checkpoint,
+) -> Result<PathBuf, StorageError> {
+    let image = &checkpoint.image;
     let tmp = dir.join(SNAPSHOT_TMP);
     let file = OpenOptions::new()
         .create(true)
@@ -43,7 +66,7 @@ pub fn write_snapshot(dir: &Path, seq: u64, image: &StateImage) -> Result<PathBu
     out.inner
         .write_all(&[0; SNAPSHOT_HEADER])
         .map_err(StorageError::io("write", &tmp))?;
-    bincode::serde::encode_into_std_write(image, &mut out, config())
+    bincode::serde::encode_into_std_write(checkpoint, &mut out, config())
         .map_err(|error| StorageError::Encode(format!("snapshot {}: {error}", tmp.display())))?;
     let Checksummed { inner, crc, len } = out;
     let mut file = inner.into_inner().map_err(|error| StorageError::Io {
@@ -54,7 +77,7 @@ pub fn write_snapshot(dir: &Path, seq: u64, image: &StateImage) -> Result<PathBu
     let mut header = [0; SNAPSHOT_HEADER];
     header[..8].copy_from_slice(&SNAPSHOT_MAGIC);
     header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    // The capacity is at most 1,000 in every image a state makes.
+    // The capacity is at most 2,147,483,647 in every image a state makes.
     header[12..16].copy_from_slice(&(image.capacity as u32).to_le_bytes());
     header[16..24].copy_from_slice(&seq.to_le_bytes());
     header[24..32].copy_from_slice(&len.to_le_bytes());
@@ -110,18 +133,24 @@ pub fn remove_covered(dir: &Path, seq: u64) -> Result<usize, StorageError> {
     Ok(doomed.len())
 }
 
-/// A snapshot read back: the state and the sequence number it covers.
+/// What a snapshot holds, by format.
+pub(crate) enum Snapshot {
+    /// Format 1: the whole state, every record in it.
+    V1(v1::StateImage),
+    /// Format 2.
+    V2(Checkpoint),
+}
+
+/// A snapshot read back: what it holds, the sequence number it covers and its file.
 pub(crate) struct LoadedSnapshot {
-    pub(crate) state: BrokerState,
+    pub(crate) snapshot: Snapshot,
     pub(crate) seq: u64,
+    pub(crate) path: PathBuf,
 }
 
 /// Reads the latest snapshot in `dir` (the highest sequence number), if there is one; removes a
 /// leftover temporary snapshot.
-pub(crate) fn load_latest(
-    dir: &Path,
-    capacity: i32,
-) -> Result<Option<LoadedSnapshot>, StorageError> {
+pub(crate) fn load_latest(dir: &Path) -> Result<Option<LoadedSnapshot>, StorageError> {
     let tmp = dir.join(SNAPSHOT_TMP);
     match fs::remove_file(&tmp) {
         Ok(()) => warn!(file = %tmp.display(), "removed an unfinished snapshot"),
@@ -155,14 +184,7 @@ pub(crate) fn load_latest(
         ));
     }
     let version = u32_at(&bytes, 8);
-    if version != FORMAT_VERSION {
-        return Err(StorageError::Incompatible {
-            path,
-            found: version,
-            supported: FORMAT_VERSION,
-        });
-    }
-    let stored = u32_at(&bytes, 12) as i32;
+    check_version(&path, version)?;
     if u64_at(&bytes, 16) != seq {
         return Err(StorageError::corrupt(
             &path,
@@ -189,40 +211,33 @@ pub(crate) fn load_latest(
             "snapshot checksum mismatch",
         ));
     }
-    if stored != capacity {
-        return Err(StorageError::CapacityMismatch {
-            path,
-            stored,
-            configured: capacity,
-        });
-    }
-    let image: StateImage = match bincode::serde::decode_from_slice(body, config()) {
-        Ok((image, used)) if used == body.len() => image,
-        Ok(_) => {
-            return Err(StorageError::corrupt(
-                &path,
-                SNAPSHOT_HEADER as u64,
-                "trailing bytes after the state",
-            ))
-        }
-        Err(error) => {
-            return Err(StorageError::corrupt(
-                &path,
-                SNAPSHOT_HEADER as u64,
-                format!("the state does not decode: {error}"),
-            ))
-        }
+    let snapshot = if version == 1 {
+        Snapshot::V1(decode_body(&path, body)?)
+    } else {
+        Snapshot::V2(decode_body(&path, body)?)
     };
-    // A valid checksum over a state this build would never make (a hand-edited file, or a
-    // buggy build) is refused here rather than panicking on first use.
-    let state = BrokerState::from_image(image).map_err(|why| {
-        StorageError::corrupt(
-            &path,
+    Ok(Some(LoadedSnapshot {
+        snapshot,
+        seq,
+        path,
+    }))
+}
+
+/// Decodes a snapshot's body, which must be consumed exactly.
+fn decode_body<T: DeserializeOwned>(path: &Path, body: &[u8]) -> Result<T, StorageError> {
+    match bincode::serde::decode_from_slice(body, config()) {
+        Ok((value, used)) if used == body.len() => Ok(value),
+        Ok(_) => Err(StorageError::corrupt(
+            path,
             SNAPSHOT_HEADER as u64,
-            format!("the state is inconsistent: {why}"),
-        )
-    })?;
-    Ok(Some(LoadedSnapshot { state, seq }))
+            "trailing bytes after the state",
+        )),
+        Err(error) => Err(StorageError::corrupt(
+            path,
+            SNAPSHOT_HEADER as u64,
+            format!("the state does not decode: {error}"),
+        )),
+    }
 }
 
 /// A writer that counts and checksums what passes through it.

@@ -1,17 +1,23 @@
-//! Unit tests of the log, snapshots, the lock and recovery: one rule, one test.
+//! Unit tests of the log, checkpoints, record segments, the lock and recovery: one rule, one
+//! test.
 
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use broker_core::image::StateImage;
+use broker_core::image::{v1, StateImage};
 use broker_core::{Assignor, BrokerState, Command, EventBroker, KeyHash};
 use bytes::Bytes;
 
 use crate::format::{segment_name, SEGMENT_HEADER};
-use crate::{encode_entry, remove_covered, DataDir, LogWriter, StorageError};
+use crate::journal::checkpoint;
+use crate::{
+    encode_entry, remove_covered, Checkpoint, DataDir, EntryRef, LogWriter, RecordStore,
+    StorageError,
+};
 
 const CAPACITY: i32 = 5;
 
@@ -19,9 +25,12 @@ const CAPACITY: i32 = 5;
 struct Live {
     dir: DataDir,
     state: BrokerState,
+    records: Arc<RecordStore>,
     writer: LogWriter,
     /// Where each entry of the active segment ends, for the torn-tail test.
     ends: Vec<u64>,
+    /// The time of the next command: one millisecond later each time.
+    now: i64,
 }
 
 impl Live {
@@ -37,29 +46,62 @@ impl Live {
             .unwrap();
         Live {
             dir,
+            now: recovery.state.clock_ms() + 1,
             state: recovery.state,
+            records: recovery.records,
             writer,
             ends: Vec::new(),
         }
     }
 
-    /// Applies `command` and logs it if it changed the state; each entry is written on its own.
+    /// [`Live::call`] for a command whose answer (which may be a refusal) does not matter.
     fn run(&mut self, command: Command) {
+        // Histories include calls the broker refuses, which are simply not logged.
+        let _answer = self.call(command);
+    }
+
+    /// Applies `command` and logs it if it changed the state; each entry is written on its own.
+    fn call(&mut self, command: Command) -> Result<broker_core::Outcome, broker_core::BrokerError> {
         let mut entry = Vec::new();
-        encode_entry(&command, &mut entry).unwrap();
+        let at_ms = self.now;
+        self.now += 1;
+        encode_entry(
+            &EntryRef::Apply {
+                at_ms,
+                command: &command,
+            },
+            &mut entry,
+        )
+        .unwrap();
         let kind = command.kind();
-        if let Ok(outcome) = self.state.apply(command) {
-            if kind.changed_state(&outcome) {
-                // Unsynced: the tests never lose the page cache (the server's tests do).
-                self.writer.append(&entry, 1).unwrap();
-                let last = self.ends.last().copied().unwrap_or(SEGMENT_HEADER as u64);
-                self.ends.push(last + entry.len() as u64);
-            }
+        let result = self.state.apply_at(at_ms, command);
+        if matches!(&result, Ok(outcome) if kind.changed_state(outcome)) {
+            // Unsynced: the tests never lose the page cache (the server's tests do).
+            self.writer.append(&entry, 1).unwrap();
+            let last = self.ends.last().copied().unwrap_or(SEGMENT_HEADER as u64);
+            self.ends.push(last + entry.len() as u64);
         }
+        result
     }
 
     fn describe(&self) -> broker_core::BrokerDescription {
         self.state.describe_all()
+    }
+
+    /// Takes a checkpoint as the journal does (records to their segments, the snapshot, the
+    /// removals) and evicts what it wrote; returns the snapshot's path.
+    fn checkpoint(&mut self, segment_bytes: u64) -> PathBuf {
+        let seq = self.writer.next_seq();
+        let written = checkpoint(
+            &self.dir,
+            &self.records,
+            seq,
+            self.state.to_image(),
+            segment_bytes,
+        )
+        .unwrap();
+        self.state.evict(&written.evicted);
+        written.path
     }
 }
 
@@ -83,6 +125,7 @@ fn member_command(kind: u8, member: &str, partition: i32, offset: i64) -> Comman
             group,
             member,
             assignor: None,
+            settings: Vec::new(),
         },
         1 => Command::Leave {
             topic,
@@ -160,12 +203,14 @@ fn scripted(path: &Path) -> Live {
         topic: "t".into(),
         partition_count: 3,
         key_hash: KeyHash::Fnv1a,
+        settings: Vec::new(),
     });
     live.run(Command::Join {
         topic: "t".into(),
         group: "r".into(),
         member: "a".into(),
         assignor: Some(Assignor::Range),
+        settings: Vec::new(),
     });
     for i in 0..4 {
         live.run(publish("t", i % 3, &format!("p{i}")));
@@ -208,6 +253,7 @@ fn random_histories_recover_to_the_same_description() {
             topic: "t".into(),
             partition_count: 3,
             key_hash: KeyHash::Murmur2,
+            settings: Vec::new(),
         });
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         for step in 0..300 {
@@ -220,11 +266,7 @@ fn random_histories_recover_to_the_same_description() {
             };
             live.run(command);
             if step == 150 {
-                let seq = live.writer.next_seq();
-                live.dir
-                    .write_snapshot(seq, &live.state.to_image())
-                    .unwrap();
-                remove_covered(tmp.path(), seq).unwrap();
+                live.checkpoint(64);
             }
         }
         let expected = live.describe();
@@ -318,12 +360,8 @@ fn a_corrupt_entry_in_the_middle_refuses_to_start() {
 #[test]
 fn a_snapshot_with_a_bad_checksum_refuses_to_start() {
     let tmp = tempfile::tempdir().unwrap();
-    let live = scripted(tmp.path());
-    let seq = live.writer.next_seq();
-    let path = live
-        .dir
-        .write_snapshot(seq, &live.state.to_image())
-        .unwrap();
+    let mut live = scripted(tmp.path());
+    let path = live.checkpoint(1 << 20);
     drop(live);
     assert!(recover(tmp.path()).is_ok());
     let len = fs::metadata(&path).unwrap().len();
@@ -353,7 +391,7 @@ fn a_snapshot_with_a_valid_checksum_over_an_inconsistent_state_refuses_to_start(
         ("offsets", |image| {
             image.topics[0].1.groups[0].1.partitions[1].committed = -5;
         }),
-        ("bad log", |image| {
+        ("partition 0", |image| {
             image.topics[0].1.partitions[0].base = i64::MAX;
         }),
     ];
@@ -364,9 +402,13 @@ fn a_snapshot_with_a_valid_checksum_over_an_inconsistent_state_refuses_to_start(
         assert_eq!(broken.topics[0].0, "t");
         assert_eq!(broken.topics[0].1.groups[0].0, "g");
         breakage(&mut broken);
-        assert!(BrokerState::from_image(broken.clone()).is_err());
+        assert!(BrokerState::from_image(broken.clone(), None).is_err());
         let seq = live.writer.next_seq();
-        let path = live.dir.write_snapshot(seq, &broken).unwrap();
+        let checkpoint = Checkpoint {
+            image: broken,
+            segments: Vec::new(),
+        };
+        let path = live.dir.write_snapshot(seq, &checkpoint).unwrap();
         drop(live);
         match recover(tmp.path()) {
             Err(StorageError::Corrupt {
@@ -392,21 +434,21 @@ fn an_incompatible_format_version_refuses_to_start() {
     fs::write(&segment, &bytes).unwrap();
     let error = recover(tmp.path()).unwrap_err();
     assert!(
-        matches!(&error, StorageError::Incompatible { found: 9, supported: 1, path } if *path == segment),
+        matches!(&error, StorageError::Incompatible { found: 9, supported: 2, path } if *path == segment),
         "{error:?}"
     );
     assert!(error.to_string().contains("format version 9"), "{error}");
 
     let tmp = tempfile::tempdir().unwrap();
-    let live = scripted(tmp.path());
-    let path = live.dir.write_snapshot(3, &live.state.to_image()).unwrap();
+    let mut live = scripted(tmp.path());
+    let path = live.checkpoint(1 << 20);
     drop(live);
     let mut bytes = fs::read(&path).unwrap();
-    bytes[8] = 2;
+    bytes[8] = 3;
     fs::write(&path, &bytes).unwrap();
     assert!(matches!(
         recover(tmp.path()),
-        Err(StorageError::Incompatible { found: 2, .. })
+        Err(StorageError::Incompatible { found: 3, .. })
     ));
 }
 
@@ -430,23 +472,15 @@ fn a_second_open_of_the_same_directory_is_refused() {
 }
 
 #[test]
-fn another_capacity_refuses_to_start() {
+fn the_log_replays_under_the_capacity_it_was_written_with_whatever_is_configured() {
     let tmp = tempfile::tempdir().unwrap();
-    drop(scripted(tmp.path()));
-    let error = DataDir::open(tmp.path())
+    let expected = scripted(tmp.path()).describe();
+    let recovery = DataDir::open(tmp.path())
         .unwrap()
         .recover(CAPACITY + 1)
-        .unwrap_err();
-    assert!(
-        matches!(
-            error,
-            StorageError::CapacityMismatch {
-                stored: CAPACITY,
-                ..
-            }
-        ),
-        "{error:?}"
-    );
+        .unwrap();
+    assert_eq!(recovery.state.capacity_per_partition(), CAPACITY);
+    assert_eq!(recovery.state.describe_all(), expected);
 }
 
 #[test]
@@ -457,6 +491,7 @@ fn a_missing_segment_refuses_to_start() {
         topic: "t".into(),
         partition_count: 1,
         key_hash: KeyHash::Murmur2,
+        settings: Vec::new(),
     });
     for i in 0..20 {
         live.run(publish("t", 0, &format!("payload number {i}")));
@@ -479,17 +514,16 @@ fn a_snapshot_makes_covered_segments_removable_and_recovery_continues_after_it()
         topic: "t".into(),
         partition_count: 2,
         key_hash: KeyHash::Murmur2,
+        settings: Vec::new(),
     });
     for i in 0..10 {
         live.run(publish("t", i % 2, &format!("payload {i}")));
     }
     let seq = live.writer.next_seq();
-    live.dir
-        .write_snapshot(seq, &live.state.to_image())
-        .unwrap();
     let before = segment_files(tmp.path()).len();
-    assert!(remove_covered(tmp.path(), seq).unwrap() > 0);
+    live.checkpoint(1 << 20);
     assert!(segment_files(tmp.path()).len() < before);
+    assert_eq!(remove_covered(tmp.path(), seq).unwrap(), 0);
     for i in 0..3 {
         live.run(publish("t", 1, &format!("after {i}")));
     }
@@ -583,8 +617,8 @@ fn a_failed_fsync_is_told_apart_from_other_io_errors() {
 }
 
 /// The snapshot of the format version 1 fixture (written by the first releases, from the
-/// state's own serde encoding) decodes as a `StateImage` that encodes back to exactly the same
-/// bytes: the image type is that format, field for field.
+/// state's own serde encoding) decodes as a version 1 `StateImage` that encodes back to exactly
+/// the same bytes: the image type is that format, field for field.
 #[test]
 fn a_version_1_snapshot_is_a_state_image_byte_for_byte() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/data-v1");
@@ -595,7 +629,7 @@ fn a_version_1_snapshot_is_a_state_image_byte_for_byte() {
         .unwrap();
     let bytes = fs::read(&snapshot).unwrap();
     let body = &bytes[crate::format::SNAPSHOT_HEADER..];
-    let (image, used): (StateImage, usize) =
+    let (image, used): (v1::StateImage, usize) =
         bincode::serde::decode_from_slice(body, crate::config()).unwrap();
     assert_eq!(used, body.len());
     let encoded = bincode::serde::encode_to_vec(&image, crate::config()).unwrap();
@@ -603,5 +637,385 @@ fn a_version_1_snapshot_is_a_state_image_byte_for_byte() {
         encoded, body,
         "the image does not re-encode to the snapshot's bytes"
     );
-    assert!(BrokerState::from_image(image).is_ok());
+    assert!(BrokerState::from_image_v1(image).is_ok());
+}
+
+/// A command of a random history that reaches records on disk: publishes (some with headers),
+/// consumption in both modes, resets, purges, and deletions.
+fn disk_command(rng: &mut Rng, step: u64) -> Command {
+    let topic = ["t", "limits", "aged"][rng.next(3) as usize].to_owned();
+    let partition = rng.next(2) as i32;
+    match rng.next(14) {
+        0..=4 => Command::PublishBatch {
+            topic,
+            records: (0..1 + rng.next(3))
+                .map(|i| broker_core::PublishRecord {
+                    partition: Some(partition),
+                    key: (i % 2 == 0).then(|| Bytes::from(format!("k{step}"))),
+                    payload: Bytes::from(
+                        format!("payload {step}.{i}").repeat(rng.next(4) as usize),
+                    ),
+                    headers: vec![broker_core::Header {
+                        name: "n".into(),
+                        value: Some(Bytes::from(vec![b'h'; rng.next(3) as usize])),
+                    }],
+                    timestamp_ms: None,
+                })
+                .collect(),
+        },
+        5 | 6 => Command::Fetch {
+            topic,
+            group: "g".into(),
+            member: "m".into(),
+            max_records: 1 + rng.next(5) as i32,
+            max_bytes: Some(rng.next(60)),
+        },
+        7 => Command::Commit {
+            topic,
+            group: "g".into(),
+            member: "m".into(),
+            offsets: None,
+        },
+        8 => Command::Poll {
+            topic,
+            group: "a".into(),
+            member: "m".into(),
+            max_records: 2,
+            max_bytes: None,
+        },
+        9 => Command::Redeliver {
+            topic,
+            group: "a".into(),
+            member: "m".into(),
+            max_records: 2,
+            max_bytes: None,
+        },
+        10 => Command::ResetGroup {
+            topic,
+            group: "g".into(),
+            partitions: None,
+            to: match rng.next(3) {
+                0 => broker_core::ResetTo::Earliest,
+                1 => broker_core::ResetTo::Timestamp(step as i64 - rng.next(40) as i64),
+                _ => broker_core::ResetTo::ShiftBy(-(rng.next(5) as i64)),
+            },
+        },
+        11 => Command::Purge {
+            topic,
+            partition,
+            before: rng.next(30) as i64,
+        },
+        12 => Command::OffsetForTime {
+            topic,
+            partition,
+            timestamp_ms: step as i64 - rng.next(50) as i64,
+        },
+        _ => Command::Describe { topic: None },
+    }
+}
+
+/// The topics of [`disk_command`] and their groups: interest retention, limits retention by
+/// count and bytes, and interest retention with an age.
+fn disk_setup() -> Vec<Command> {
+    let mut setup = Vec::new();
+    for (topic, settings) in [
+        ("t", Vec::new()),
+        (
+            "limits",
+            vec![
+                broker_core::TopicSetting::Retention(broker_core::Retention::Limits),
+                broker_core::TopicSetting::MaxRecords(12),
+                broker_core::TopicSetting::MaxBytes(300),
+            ],
+        ),
+        ("aged", vec![broker_core::TopicSetting::MaxAgeMs(40)]),
+    ] {
+        setup.push(Command::Create {
+            topic: topic.into(),
+            partition_count: 2,
+            key_hash: KeyHash::Murmur2,
+            settings,
+        });
+        for group in ["g", "a"] {
+            setup.push(Command::Join {
+                topic: topic.into(),
+                group: group.into(),
+                member: "m".into(),
+                assignor: None,
+                settings: Vec::new(),
+            });
+        }
+    }
+    setup
+}
+
+/// Records moved to record segments by checkpoints (small segments, so that they roll and
+/// leave a segment at a time) answer every command exactly as records in memory do: the same
+/// history applied to a broker in memory gives the same answers, step by step, and recovery
+/// from the directory gives the same state.
+#[test]
+fn records_on_disk_answer_exactly_as_records_in_memory() {
+    for seed in 1..=12u64 {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut live = Live::new(tmp.path());
+        // Large enough for every topic limit: the interest topic refuses past it.
+        let mut memory = BrokerState::new(CAPACITY).unwrap();
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let setup = disk_setup();
+        for (step, command) in setup
+            .into_iter()
+            .map(|command| (0, command))
+            .chain((1..400).map(|step| (step, disk_command(&mut rng, step))))
+        {
+            let at = live.now;
+            let expected = memory.apply_at(at, command.clone());
+            assert_eq!(
+                live.call(command.clone()),
+                expected,
+                "seed {seed} step {step}: {command:?}"
+            );
+            assert_eq!(
+                live.describe(),
+                memory.describe_all(),
+                "seed {seed} step {step}: {command:?}"
+            );
+            if step % 37 == 0 {
+                live.checkpoint(256);
+            }
+            if step % 50 == 0 {
+                assert_eq!(live.state.advance_clock(at), memory.advance_clock(at));
+            }
+        }
+        // Consuming everything from the start reads every retained record back, from disk.
+        for topic in ["t", "limits", "aged"] {
+            let reset = Command::ResetGroup {
+                topic: topic.into(),
+                group: "g".into(),
+                partitions: None,
+                to: broker_core::ResetTo::Earliest,
+            };
+            let fetch = Command::Fetch {
+                topic: topic.into(),
+                group: "g".into(),
+                member: "m".into(),
+                max_records: 10_000,
+                max_bytes: None,
+            };
+            for command in [reset, fetch] {
+                let at = live.now;
+                assert_eq!(
+                    live.call(command.clone()),
+                    memory.apply_at(at, command),
+                    "seed {seed}"
+                );
+            }
+        }
+        let expected = live.describe();
+        drop(live);
+        let recovery = recover(tmp.path()).unwrap();
+        assert_eq!(recovery.state.describe_all(), expected, "seed {seed}");
+        assert!(
+            recovery.state.check_consistency().is_ok(),
+            "seed {seed}: {:?}",
+            recovery.state.check_consistency()
+        );
+    }
+}
+
+#[test]
+fn a_tail_of_zero_bytes_after_the_last_entry_is_cut_like_a_torn_entry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = scripted(tmp.path());
+    let segment = live.writer_path();
+    let expected = live.describe();
+    let len = fs::metadata(&segment).unwrap().len();
+    drop(live);
+    let mut bytes = fs::read(&segment).unwrap();
+    bytes.extend_from_slice(&[0; 16]);
+    fs::write(&segment, &bytes).unwrap();
+    let recovery = recover(tmp.path()).unwrap();
+    assert_eq!(recovery.state.describe_all(), expected);
+    assert_eq!(
+        recovery.torn.as_ref().map(|torn| (torn.offset, torn.cut)),
+        Some((len, 16))
+    );
+    assert_eq!(fs::metadata(&segment).unwrap().len(), len);
+    // Zero bytes in the middle of the log, with entries after them, are corruption.
+    let mut damaged = fs::read(&segment).unwrap();
+    // The first entry's time (its body starts with the variant, 0, then the time).
+    let middle = SEGMENT_HEADER + 8 + 4;
+    damaged[middle..middle + 8].fill(0);
+    fs::write(&segment, &damaged).unwrap();
+    let result = recover(tmp.path());
+    assert!(
+        matches!(result, Err(StorageError::Corrupt { .. })),
+        "{:?}",
+        result.map(|r| r.torn)
+    );
+}
+
+/// The record files of the directory at `dir`, sorted.
+fn record_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for log in fs::read_dir(dir.join("records")).unwrap() {
+        for file in fs::read_dir(log.unwrap().path()).unwrap() {
+            files.push(file.unwrap().path());
+        }
+    }
+    files.sort();
+    files
+}
+
+/// A live broker with one topic of two partitions, `records` records published to partition 0
+/// and a checkpoint that moved them to disk.
+fn on_disk(path: &Path, records: usize) -> Live {
+    let mut live = Live::new(path);
+    live.run(Command::Create {
+        topic: "d".into(),
+        partition_count: 2,
+        key_hash: KeyHash::Murmur2,
+        settings: vec![broker_core::TopicSetting::MaxRecords(1000)],
+    });
+    for i in 0..records {
+        live.run(publish("d", 0, &format!("record {i}")));
+    }
+    live.checkpoint(128);
+    live
+}
+
+#[test]
+fn a_damaged_record_is_refused_with_its_file_named_and_the_broker_stops_changing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut live = on_disk(tmp.path(), 6);
+    let data = record_files(tmp.path())
+        .into_iter()
+        .find(|path| path.extension().is_some_and(|ext| ext == "rec"))
+        .unwrap();
+    // The first record's payload, past the 32-byte header and the 8-byte record header.
+    flip_byte(&data, 32 + 8 + 20);
+    live.run(Command::Join {
+        topic: "d".into(),
+        group: "g".into(),
+        member: "m".into(),
+        assignor: None,
+        settings: Vec::new(),
+    });
+    let poll = Command::Poll {
+        topic: "d".into(),
+        group: "g".into(),
+        member: "m".into(),
+        max_records: 1,
+        max_bytes: None,
+    };
+    match live.state.apply_at(live.now, poll.clone()) {
+        Err(broker_core::BrokerError::Storage(why)) => {
+            assert!(why.contains(&data.display().to_string()), "{why}");
+            assert!(why.contains("checksum"), "{why}");
+        }
+        other => panic!("expected a storage error, got {other:?}"),
+    }
+    assert!(live.state.failure().is_some());
+    assert!(matches!(
+        live.state.apply_at(live.now, publish("d", 1, "more")),
+        Err(broker_core::BrokerError::Storage(_))
+    ));
+}
+
+#[test]
+fn recovery_cuts_what_an_unfinished_checkpoint_wrote_and_removes_files_no_checkpoint_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut live = on_disk(tmp.path(), 5);
+    let expected = live.describe();
+    let files = record_files(tmp.path());
+    let lengths: Vec<u64> = files
+        .iter()
+        .map(|path| fs::metadata(path).unwrap().len())
+        .collect();
+    // A checkpoint that appended records and a new segment, then died before its snapshot.
+    for i in 0..40 {
+        live.run(publish("d", 0, &format!("later {i}")));
+    }
+    let image = live.state.to_image();
+    let records = &image.topics[0].1.partitions[0];
+    live.records
+        .append(
+            broker_core::cold::LogId {
+                topic: image.topics[0].1.id,
+                partition: 0,
+            },
+            records.cold_end,
+            &records.records,
+            128,
+        )
+        .unwrap();
+    live.records
+        .append(
+            broker_core::cold::LogId {
+                topic: 99,
+                partition: 0,
+            },
+            0,
+            &records.records,
+            128,
+        )
+        .unwrap();
+    assert!(record_files(tmp.path()).len() > files.len());
+    // The log entries of the later publishes are lost with the page cache, say.
+    let segment = live.writer_path();
+    drop(live);
+    let entries = fs::read(&segment).unwrap();
+    fs::write(&segment, &entries[..SEGMENT_HEADER]).unwrap();
+    let recovery = recover(tmp.path()).unwrap();
+    assert_eq!(recovery.state.describe_all(), expected);
+    assert_eq!(record_files(tmp.path()), files);
+    let after: Vec<u64> = files
+        .iter()
+        .map(|path| fs::metadata(path).unwrap().len())
+        .collect();
+    assert_eq!(after, lengths);
+}
+
+#[test]
+fn segments_whose_records_all_left_are_removed_at_the_next_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut live = on_disk(tmp.path(), 30);
+    let before = record_files(tmp.path()).len();
+    assert!(before >= 6, "small segments roll: {before} files");
+    live.run(Command::Purge {
+        topic: "d".into(),
+        partition: 0,
+        before: 25,
+    });
+    live.checkpoint(128);
+    let after = record_files(tmp.path()).len();
+    assert!(after < before, "{after} files of {before} remain");
+    live.call(Command::Join {
+        topic: "d".into(),
+        group: "g".into(),
+        member: "m".into(),
+        assignor: None,
+        settings: Vec::new(),
+    })
+    .unwrap();
+    let fetched = live.call(Command::Fetch {
+        topic: "d".into(),
+        group: "g".into(),
+        member: "m".into(),
+        max_records: 100,
+        max_bytes: None,
+    });
+    let expected = live.describe();
+    let Ok(broker_core::Outcome::Records(records)) = fetched else {
+        panic!("{fetched:?}")
+    };
+    let offsets: Vec<i64> = records.iter().map(|record| record.offset).collect();
+    assert_eq!(offsets, (25..30).collect::<Vec<_>>());
+    drop(live);
+    // Deleting the topic removes its directory at the next checkpoint.
+    let mut live = Live::new(tmp.path());
+    assert_eq!(live.describe(), expected);
+    live.call(Command::DeleteTopic { topic: "d".into() })
+        .unwrap();
+    live.checkpoint(128);
+    assert!(record_files(tmp.path()).is_empty());
 }

@@ -6,6 +6,7 @@
 //! - [`in_process`]: the server in this process on `127.0.0.1:0`, with a oneshot as shutdown.
 //! - [`raw`]: a minimal client over the protocol's codec, for tests of the wire itself.
 //! - [`proxy`]: a TCP proxy that can cut every connection through it and change its backend.
+//! - [`records`]: delivered records compared by place and content, not time.
 //! - [`certs`]: a certificate authority and a server certificate, made at test time.
 //! - [`rng`]: a deterministic generator, and numbers from the environment for longer runs.
 //!
@@ -18,4 +19,5 @@ pub mod in_process;
 pub mod process;
 pub mod proxy;
 pub mod raw;
+pub mod records;
 pub mod rng;

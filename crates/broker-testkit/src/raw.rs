@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 
 use broker_core::{Command, KeyHash, Outcome};
 use broker_proto::{
-    ClientCodec, ClientHandshakeCodec, ErrorReply, Hello, HelloReply, RequestFrame, ResponseFrame,
+    v1, ClientCodec, ClientHandshakeCodec, Codec, ErrorReply, Hello, HelloReply, RequestFrame,
+    ResponseFrame, PROTOCOL_VERSION,
 };
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -16,13 +17,34 @@ use tokio_util::codec::Framed;
 /// A connection speaking the protocol through its codec, with nothing in between.
 pub type RawClient = Framed<TcpStream, ClientCodec>;
 
+/// A connection speaking protocol version 1, as a client written for it does.
+pub type RawClientV1 = Framed<TcpStream, Codec<v1::ResponseFrame, v1::RequestFrame>>;
+
 /// Connects, says hello and checks the welcome.
 pub async fn connect(addr: SocketAddr) -> RawClient {
+    hello(addr, PROTOCOL_VERSION).await
+}
+
+/// Connects with a hello of protocol version 1 and checks the welcome is in version 1.
+pub async fn connect_v1(addr: SocketAddr) -> RawClientV1 {
+    hello(addr, 1).await
+}
+
+/// Connects, says hello in `version` and checks the server welcomes that version.
+async fn hello<In, Out>(addr: SocketAddr, version: u16) -> Framed<TcpStream, Codec<In, Out>> {
     let stream = TcpStream::connect(addr).await.unwrap();
     let mut framed = Framed::new(stream, ClientHandshakeCodec::new(64 * 1024 * 1024));
-    framed.send(Hello::new("test", None)).await.unwrap();
+    let hello = Hello {
+        version,
+        ..Hello::new("test", None)
+    };
+    framed.send(hello).await.unwrap();
     match framed.next().await.unwrap().unwrap() {
-        broker_proto::Decoded::Message(HelloReply::Welcome { .. }) => {}
+        broker_proto::Decoded::Message(HelloReply::Welcome {
+            version: welcomed, ..
+        }) => {
+            assert_eq!(welcomed, version, "welcomed in another version");
+        }
         other => panic!("unexpected hello reply {other:?}"),
     }
     framed.map_codec(|codec| codec.retype())
@@ -67,6 +89,7 @@ pub fn create(topic: &str, partition_count: i32) -> Command {
         topic: topic.into(),
         partition_count,
         key_hash: KeyHash::default(),
+        settings: Vec::new(),
     }
 }
 
@@ -86,6 +109,7 @@ pub fn join(topic: &str, group: &str, member: &str) -> Command {
         group: group.into(),
         member: member.into(),
         assignor: None,
+        settings: Vec::new(),
     }
 }
 

@@ -43,7 +43,8 @@ const MAX_FULL_BACKOFF: Duration = Duration::from_millis(20);
   broker bench mixed --duration 10s --json                both kinds of group at once
   broker bench ping --records 20000                       raw loopback round trips, no broker
 
-Every run uses a new topic (bench-<time>), so runs do not disturb each other. Partitions are
+Every run uses a new topic (bench-<time>), deleted at the end (--keep-topic keeps it), so runs
+do not disturb each other. Partitions are
 bounded by the server's --capacity: a `publish` run stops being stored once every partition is
 full and reports how often publish answered -1; the end-to-end workloads (ack, fetch, mixed)
 retry a refused record after a back-off that doubles while it stays refused (0.2 ms up to
@@ -91,6 +92,9 @@ pub struct BenchArgs {
     /// Plain TCP only.
     #[arg(long)]
     pub wire: bool,
+    /// Keep the benchmark topic when done (it is deleted by default, also after a failure).
+    #[arg(long)]
+    pub keep_topic: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -309,6 +313,24 @@ pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
         .create(&topic, args.partitions)
         .await
         .context("cannot create the benchmark topic")?;
+    let measured = measure(server, &args, &topic).await;
+    if !args.keep_topic {
+        // Whatever happened, leave no benchmark topic behind.
+        if let Err(error) = admin.delete_topic(&topic).await {
+            eprintln!("warning: the benchmark topic {topic} was not deleted: {error}");
+        }
+    }
+    let report = measured?;
+    print_report(&report, args.json)?;
+    if !report.check_passed {
+        bail!("the consumed records do not match the published ones (see the report above)");
+    }
+    Ok(())
+}
+
+/// Runs the workload on `topic` (created, empty) and reports what it measured.
+async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Result<BenchReport> {
+    let topic = topic.to_owned();
     let modes: &[GroupMode] = match args.workload {
         Workload::Publish | Workload::Ping => &[],
         Workload::Ack => &[GroupMode::Ack],
@@ -357,7 +379,7 @@ pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
         }
     }
 
-    let progress = progress_bar(&args);
+    let progress = progress_bar(args);
     let deadline = args.duration.map(|d| Instant::now() + d);
     let start = Instant::now();
     let mut producers = Vec::new();
@@ -444,11 +466,7 @@ pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
         groups,
         check_passed,
     };
-    print_report(&report, args.json)?;
-    if !report.check_passed {
-        bail!("the consumed records do not match the published ones (see the report above)");
-    }
-    Ok(())
+    Ok(report)
 }
 
 fn checks_for(
@@ -838,6 +856,9 @@ mod tests {
             offset,
             key: None,
             payload: encode_payload(20, producer, sequence, 0),
+            timestamp_ms: 0,
+            headers: Vec::new(),
+            delivery_count: 0,
         }
     }
 

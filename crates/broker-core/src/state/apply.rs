@@ -10,21 +10,39 @@ impl BrokerState {
     /// # Errors
     /// As the method that `command` names.
     pub fn apply(&mut self, command: Command) -> Result<Outcome, BrokerError> {
+        if let Some(failure) = &self.failure {
+            return Err(BrokerError::Storage(failure.clone()));
+        }
+        let read_only = command.kind().is_read_only();
+        let result = self.apply_unchecked(command);
+        if let Err(BrokerError::Storage(why)) = &result {
+            if !read_only {
+                // The change may be half applied: nothing more is, until a rebuild from the log.
+                self.failure = Some(why.clone());
+            }
+        }
+        result
+    }
+
+    /// [`BrokerState::apply`] without the failure bookkeeping.
+    fn apply_unchecked(&mut self, command: Command) -> Result<Outcome, BrokerError> {
         match command {
             Command::Create {
                 topic,
                 partition_count,
                 key_hash,
+                settings,
             } => self
-                .create(&topic, partition_count, key_hash)
+                .create(&topic, partition_count, key_hash, &settings)
                 .map(Outcome::Created),
             Command::Join {
                 topic,
                 group,
                 member,
                 assignor,
+                settings,
             } => self
-                .join(&topic, &group, &member, assignor)
+                .join(&topic, &group, &member, assignor, &settings)
                 .map(Outcome::Partitions),
             Command::Leave {
                 topic,
@@ -132,6 +150,36 @@ impl BrokerState {
             Command::Describe { topic } => {
                 self.describe(topic.as_deref()).map(Outcome::Description)
             }
+            Command::AddPartitions {
+                topic,
+                partition_count,
+            } => self
+                .add_partitions(&topic, partition_count)
+                .map(Outcome::PartitionCount),
+            Command::DeleteTopic { topic } => self.delete_topic(&topic).map(Outcome::Deleted),
+            Command::DeleteGroup { topic, group } => {
+                self.delete_group(&topic, &group).map(Outcome::Deleted)
+            }
+            Command::Purge {
+                topic,
+                partition,
+                before,
+            } => self.purge(&topic, partition, before).map(Outcome::Offset),
+            Command::ResetGroup {
+                topic,
+                group,
+                partitions,
+                to,
+            } => self
+                .reset_group(&topic, &group, partitions.as_deref(), to)
+                .map(Outcome::Lag),
+            Command::OffsetForTime {
+                topic,
+                partition,
+                timestamp_ms,
+            } => self
+                .offset_for_time(&topic, partition, timestamp_ms)
+                .map(Outcome::Offset),
         }
     }
 }

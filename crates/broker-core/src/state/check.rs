@@ -17,28 +17,41 @@ impl BrokerState {
     /// # Errors
     /// A description of the first invariant broken.
     pub fn check_consistency(&self) -> Result<(), String> {
-        if !(1..=crate::MAX_CAPACITY as usize).contains(&self.capacity) {
+        if !(1..=crate::MAX_PRODUCT_CAPACITY as u64).contains(&self.capacity) {
             return Err(format!("capacity {} out of range", self.capacity));
         }
         let mut retained = 0;
         for (name, topic) in &self.topics {
             check_identifier("topic", name).map_err(|error| error.to_string())?;
             let count = topic.partitions.len();
-            if !(1..=crate::MAX_PARTITIONS as usize).contains(&count) {
+            if !(1..=crate::MAX_PARTITIONS_LIMIT as usize).contains(&count) {
                 return Err(format!("topic {name:?} has {count} partitions"));
             }
+            topic
+                .settings
+                .check()
+                .map_err(|why| format!("topic {name:?}: {why}"))?;
             for (partition, log) in topic.partitions.iter().enumerate() {
                 let bytes: u64 = log.records.iter().map(StoredRecord::size).sum();
                 // `end()` must not overflow: offsets are added to, never wrapped.
-                let ends = log.base.checked_add(log.records.len() as i64).is_some();
-                if log.base < 0
-                    || !ends
-                    || log.records.len() > self.capacity
-                    || bytes != log.retained_bytes
-                {
+                let ends = log
+                    .cold_end()
+                    .checked_add(log.records.len() as i64)
+                    .is_some();
+                // Evicted records, when there are any, are the oldest retained ones.
+                let cold_ok = log.cold.as_ref().is_none_or(|cold| cold.end > log.base);
+                // Times never decrease, up to the last one appended (time lookups search them).
+                let times_ok = log
+                    .earliest_timestamp()
+                    .into_iter()
+                    .chain(log.records.iter().map(|record| record.timestamp_ms))
+                    .chain(std::iter::once(log.last_timestamp_ms))
+                    .try_fold(i64::MIN, |last, time| (time >= last).then_some(time))
+                    .is_some();
+                if log.base < 0 || !ends || !cold_ok || !times_ok || bytes != log.memory_bytes {
                     return Err(format!("topic {name:?} partition {partition}: bad log"));
                 }
-                retained += bytes;
+                retained += log.retained_bytes();
             }
             for (group_name, group) in &topic.groups {
                 group

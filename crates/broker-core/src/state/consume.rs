@@ -1,17 +1,18 @@
 //! Consuming: ack mode, where `poll` reserves one record per partition and `ack` or `retry`
 //! settles it, and fetch mode, where `fetch` reads from the member's positions and `commit`
 //! stores offsets for the group. Both modes move the same committed offsets, which is what
-//! shared retention follows.
+//! interest retention follows; a reset moves them for the whole group at once.
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::group::{Group, GroupPartition};
+use super::group::{is_overdue, Group, GroupPartition};
+use super::log::StoredRecord;
 use super::topic::Topic;
 use super::{member_of, topic_in, BrokerState};
 use crate::validate::{
     check_acks_len, check_fetch_max_records, check_identifier, check_offset, check_poll_max_records,
 };
-use crate::{BrokerError, BrokerRecord};
+use crate::{BrokerError, BrokerRecord, PartitionLag, ResetTo};
 
 impl BrokerState {
     /// See [`crate::EventBroker::poll_limited`].
@@ -27,6 +28,7 @@ impl BrokerState {
         max_bytes: Option<u64>,
     ) -> Result<Vec<BrokerRecord>, BrokerError> {
         check_poll_max_records(max_records)?;
+        let now = self.clock_ms;
         let topic_name = topic;
         let Topic {
             partitions, groups, ..
@@ -34,6 +36,7 @@ impl BrokerState {
         let Some((group, member)) = member_of(groups, group, member) else {
             return Ok(Vec::new());
         };
+        let ack_timeout = group.settings.ack_timeout_ms;
         let mut budget = Budget::new(max_records, max_bytes);
         let mut delivered = Vec::new();
         for &partition in &group.members[member].partitions {
@@ -41,14 +44,28 @@ impl BrokerState {
             let state = &mut group.partitions[partition];
             let log = &partitions[partition];
             let offset = state.committed.max(log.base);
-            if state.in_flight.is_some() || offset >= log.end() {
+            // A delivery unacknowledged past the group's timeout is released, and taken again.
+            let overdue =
+                ack_timeout.is_some_and(|timeout| is_overdue(state.delivered_at_ms, timeout, now));
+            if (state.in_flight.is_some() && !overdue) || offset >= log.end() {
                 continue;
             }
-            if !budget.take(log.record(offset).size()) {
+            let Some(record) = log.run(offset, 1)?.next() else {
+                continue;
+            };
+            if !budget.take(record.size()) {
                 break;
             }
             state.in_flight = Some(offset);
-            delivered.push(log.deliver(topic_name, partition, offset));
+            state.delivered_at_ms = now;
+            state.deliveries = state.deliveries.saturating_add(1);
+            delivered.push(StoredRecord::delivered(
+                record,
+                topic_name,
+                partition,
+                offset,
+                state.deliveries,
+            ));
         }
         Ok(delivered)
     }
@@ -73,7 +90,7 @@ impl BrokerState {
             return Ok(false);
         };
         state.commit_delivery(offset);
-        self.memory.retained -= topic.release(partition);
+        self.memory.retained -= topic.release(partition)?;
         Ok(true)
     }
 
@@ -113,7 +130,7 @@ impl BrokerState {
         }
         for (&hit, &(partition, _)) in acked.iter().zip(acks) {
             if hit {
-                self.memory.retained -= checked.release(partition as usize);
+                self.memory.retained -= checked.release(partition as usize)?;
             }
         }
         let records = self.poll(topic, group, member, max_records, max_bytes)?;
@@ -198,11 +215,13 @@ impl BrokerState {
             // The position moves only when a record is taken, so a fetch that returns nothing
             // changes nothing (a write-ahead log need not record it).
             let mut position = state.position.max(log.base);
-            while position < log.end() {
-                if !budget.take(log.record(position).size()) {
+            for record in log.run(position, budget.records_left)? {
+                if !budget.take(record.size()) {
                     break 'partitions;
                 }
-                records.push(log.deliver(topic_name, partition, position));
+                records.push(StoredRecord::delivered(
+                    record, topic_name, partition, position, 0,
+                ));
                 position += 1;
                 state.position = position;
             }
@@ -236,6 +255,15 @@ impl BrokerState {
             }) {
                 return Err(BrokerError::NotAssigned { partition });
             }
+            for (&partition, &offset) in offsets {
+                let end = topic.partitions[partition as usize].end();
+                if offset > end {
+                    return Err(BrokerError::invalid(format!(
+                        "offset {offset} is past the end of partition {partition} ({end}): a \
+                         group commits at most the offset the next record will get"
+                    )));
+                }
+            }
         }
         let Some((group, member)) = member_of(&mut topic.groups, group, member) else {
             // Only `offsets: None` gets here: a non-member has no positions to store.
@@ -256,20 +284,90 @@ impl BrokerState {
                 .collect(),
         };
         for &(partition, offset) in &changed {
-            let state = &mut group.partitions[partition];
-            if state.committed != offset {
-                // A poll delivered the record at the old committed offset; progress now
-                // restarts elsewhere, so that delivery can no longer be acknowledged.
-                state.in_flight = None;
-                state.committed = offset;
-            }
+            // A poll delivered the record at the old committed offset; progress now restarts
+            // elsewhere, so that delivery can no longer be acknowledged.
+            group.partitions[partition].move_committed(offset);
         }
-        let freed: u64 = changed
-            .into_iter()
-            .map(|(partition, _)| topic.release(partition))
-            .sum();
+        let mut freed = 0;
+        for (partition, _) in changed {
+            freed += topic.release(partition)?;
+        }
         self.memory.retained -= freed;
         Ok(())
+    }
+}
+
+impl BrokerState {
+    /// See [`crate::EventBroker::reset_group`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::reset_group`].
+    pub fn reset_group(
+        &mut self,
+        topic: &str,
+        group: &str,
+        partitions: Option<&[i32]>,
+        to: ResetTo,
+    ) -> Result<Vec<PartitionLag>, BrokerError> {
+        check_identifier("group", group)?;
+        let checked = topic_in(&mut self.topics, topic)?;
+        if let ResetTo::Offset(offset) = to {
+            check_offset(offset)?;
+        }
+        let selected: Vec<usize> = match partitions {
+            Some(partitions) => {
+                let mut selected = Vec::with_capacity(partitions.len());
+                for &partition in partitions {
+                    let index = checked.partition(partition)?;
+                    if selected.contains(&index) {
+                        return Err(BrokerError::invalid(format!(
+                            "partition {partition} is named twice"
+                        )));
+                    }
+                    selected.push(index);
+                }
+                selected.sort_unstable();
+                selected
+            }
+            None => (0..checked.partitions.len()).collect(),
+        };
+        let Some(state) = checked.groups.get_mut(group) else {
+            return Err(BrokerError::invalid(format!(
+                "unknown group {group:?}: a group exists once a member joined it"
+            )));
+        };
+        for &partition in &selected {
+            let log = &checked.partitions[partition];
+            let progress = &mut state.partitions[partition];
+            let target = match to {
+                ResetTo::Earliest => log.base,
+                ResetTo::Latest => log.end(),
+                ResetTo::Offset(offset) => offset,
+                ResetTo::Timestamp(timestamp_ms) => log.first_at_or_after(timestamp_ms)?,
+                ResetTo::ShiftBy(shift) => progress.committed.saturating_add(shift),
+            };
+            progress.move_committed(target.clamp(log.base, log.end()));
+            progress.position = progress.committed;
+        }
+        for &partition in &selected {
+            self.memory.retained -= checked.release(partition)?;
+        }
+        let progress = &checked.groups[group].partitions;
+        let rows = selected
+            .iter()
+            .map(|&partition| {
+                let end_offset = checked.partitions[partition].end();
+                let state = &progress[partition];
+                PartitionLag {
+                    partition: partition as i32,
+                    committed: state.committed,
+                    end_offset,
+                    lag: (end_offset - state.committed).max(0),
+                    skipped: state.skipped,
+                }
+            })
+            .collect();
+        Ok(rows)
     }
 }
 

@@ -6,14 +6,17 @@
 //! its committed offset, and every fetch position restarts at the committed offset.
 
 use super::log::PartitionLog;
-use super::{member_of, BrokerState};
-use crate::{Assignor, BrokerError};
+use super::{member_of, topic_in, BrokerState};
+use crate::validate::check_identifier;
+use crate::{Assignor, BrokerError, GroupSetting, GroupSettings, StartAt};
 
 /// A consumer group of one topic.
 #[derive(Debug, Clone)]
 pub(super) struct Group {
     /// Fixed by the join that creates the group.
     pub(super) assignor: Assignor,
+    /// Fixed by the join that creates the group.
+    pub(super) settings: GroupSettings,
     /// Sorted by id, so an index into this vector is stable between membership changes.
     pub(super) members: Vec<Member>,
     /// Indexed by partition number.
@@ -39,34 +42,108 @@ pub(super) struct GroupPartition {
     pub(super) position: i64,
     /// The offset `poll` delivered and that awaits `ack` or `retry`.
     pub(super) in_flight: Option<i64>,
+    /// When the delivery in flight was made (the broker's clock then).
+    pub(super) delivered_at_ms: i64,
+    /// How many times the record at `committed` has been delivered (ack mode).
+    pub(super) deliveries: u32,
+    /// Records the group never consumed because they left the partition first.
+    pub(super) skipped: u64,
 }
 
 impl GroupPartition {
+    /// A partition a group starts consuming at `offset`.
+    pub(super) fn starting_at(offset: i64) -> GroupPartition {
+        GroupPartition {
+            owner: None,
+            committed: offset,
+            position: offset,
+            in_flight: None,
+            delivered_at_ms: 0,
+            deliveries: 0,
+            skipped: 0,
+        }
+    }
+
     /// Settles the delivery in flight, `offset`, as acknowledged: the group has consumed it.
     #[inline]
     pub(super) fn commit_delivery(&mut self, offset: i64) {
         self.in_flight = None;
+        self.deliveries = 0;
         self.committed = offset + 1;
         self.position = self.position.max(offset + 1);
+    }
+
+    /// Moves the committed offset to `offset` (a commit or a reset): a delivery in flight from
+    /// the old offset can no longer be acknowledged, and the record now next has not been
+    /// delivered.
+    pub(super) fn move_committed(&mut self, offset: i64) {
+        if self.committed != offset {
+            self.in_flight = None;
+            self.deliveries = 0;
+            self.committed = offset;
+        }
+    }
+
+    /// The partition's records below `base` have left: if the group had not consumed them, it
+    /// skips them (counted) and its delivery in flight of one of them is gone.
+    pub(super) fn skip_to(&mut self, base: i64) {
+        if self.committed < base {
+            self.skipped += (base - self.committed) as u64;
+            self.in_flight = None;
+            self.deliveries = 0;
+            self.committed = base;
+        }
+        self.position = self.position.max(base);
     }
 }
 
 impl Group {
-    /// A new group with no member, starting at each partition's earliest retained record.
-    pub(super) fn new(assignor: Assignor, partitions: &[PartitionLog]) -> Self {
+    /// A new group with no member, starting on each partition where `settings` says.
+    pub(super) fn new(
+        assignor: Assignor,
+        settings: GroupSettings,
+        partitions: &[PartitionLog],
+    ) -> Self {
         Group {
             assignor,
+            settings,
             members: Vec::new(),
             partitions: partitions
                 .iter()
-                .map(|log| GroupPartition {
-                    owner: None,
-                    committed: log.base,
-                    position: log.base,
-                    in_flight: None,
+                .map(|log| {
+                    GroupPartition::starting_at(match settings.start_at {
+                        StartAt::Earliest => log.base,
+                        StartAt::Latest => log.end(),
+                    })
                 })
                 .collect(),
         }
+    }
+
+    /// Releases the deliveries in flight longer than the group's acknowledgement timeout at
+    /// `now_ms`, as a retry would; whether any was.
+    pub(super) fn release_overdue(&mut self, now_ms: i64) -> bool {
+        let Some(timeout) = self.settings.ack_timeout_ms else {
+            return false;
+        };
+        let mut released = false;
+        for state in &mut self.partitions {
+            if state.in_flight.is_some() && is_overdue(state.delivered_at_ms, timeout, now_ms) {
+                state.in_flight = None;
+                released = true;
+            }
+        }
+        released
+    }
+
+    /// Whether a delivery is in flight longer than the group's acknowledgement timeout at
+    /// `now_ms` ([`Group::release_overdue`] would release it).
+    pub(super) fn has_overdue(&self, now_ms: i64) -> bool {
+        self.settings.ack_timeout_ms.is_some_and(|timeout| {
+            self.partitions.iter().any(|state| {
+                state.in_flight.is_some() && is_overdue(state.delivered_at_ms, timeout, now_ms)
+            })
+        })
     }
 
     /// The index of `member` in [`Group::members`].
@@ -86,7 +163,7 @@ impl Group {
     /// Replaces the complete assignment after a membership change. `previous_owners` names each
     /// partition's owner before the change: a partition that changes hands loses its in-flight
     /// delivery. Every position restarts at the committed offset (an eager rebalance).
-    fn rebalance(&mut self, previous_owners: &[Option<String>]) {
+    pub(super) fn rebalance(&mut self, previous_owners: &[Option<String>]) {
         let partition_count = self.partitions.len();
         let member_count = self.members.len();
         for member in &mut self.members {
@@ -111,12 +188,17 @@ impl Group {
     }
 
     /// Each partition's owner by id.
-    fn owner_ids(&self) -> Vec<Option<String>> {
+    pub(super) fn owner_ids(&self) -> Vec<Option<String>> {
         self.partitions
             .iter()
             .map(|state| state.owner.map(|index| self.members[index].id.clone()))
             .collect()
     }
+}
+
+/// Whether a delivery made at `delivered_at_ms` is older than `timeout_ms` at `now_ms`.
+pub(super) fn is_overdue(delivered_at_ms: i64, timeout_ms: u64, now_ms: i64) -> bool {
+    now_ms.saturating_sub(delivered_at_ms) as u128 >= u128::from(timeout_ms)
 }
 
 /// Kafka's range assignor for one topic: the first `partitions % members` members take
@@ -134,10 +216,11 @@ fn range_owner(partition: usize, partition_count: usize, member_count: usize) ->
 
 impl BrokerState {
     /// See [`crate::EventBroker::join_with`] (with `Some(assignor)`) and
-    /// [`crate::EventBroker::join`] (with `None`).
+    /// [`crate::EventBroker::join`] (with `None`), and [`crate::EventBroker::join_group`] (with
+    /// settings).
     ///
     /// # Errors
-    /// As [`crate::EventBroker::join_with`], and `InvalidArgument` past the group and member
+    /// As [`crate::EventBroker::join_group`], and `InvalidArgument` past the group and member
     /// [`super::Limits`].
     pub fn join(
         &mut self,
@@ -145,15 +228,26 @@ impl BrokerState {
         group: &str,
         member: &str,
         assignor: Option<Assignor>,
+        settings: &[GroupSetting],
     ) -> Result<Vec<i32>, BrokerError> {
         let limits = self.limits;
-        let topic = self.topic_for_member(topic, group, member)?;
+        let wanted = GroupSettings::from_list(settings)?;
+        check_identifier("group", group)?;
+        check_identifier("member", member)?;
+        let topic = topic_in(&mut self.topics, topic)?;
         match topic.groups.get(group) {
             Some(existing) => {
                 if let Some(wanted) = assignor.filter(|wanted| *wanted != existing.assignor) {
                     return Err(BrokerError::invalid(format!(
-                        "group {group:?} uses the {:?} assignor, not {wanted:?}",
+                        "group {group:?} uses the {} assignor, not {wanted}",
                         existing.assignor
+                    )));
+                }
+                if !settings.is_empty() && wanted != existing.settings {
+                    return Err(BrokerError::invalid(format!(
+                        "group {group:?} was created with other settings ({:?}); join it without \
+                         settings, or name its own",
+                        existing.settings.to_list()
                     )));
                 }
                 if existing.member_index(member).is_none()
@@ -173,11 +267,12 @@ impl BrokerState {
             }
             None => {}
         }
+        let created = !topic.groups.contains_key(group);
         let partitions = &topic.partitions;
         let group = topic
             .groups
             .entry(group.to_owned())
-            .or_insert_with(|| Group::new(assignor.unwrap_or_default(), partitions));
+            .or_insert_with(|| Group::new(assignor.unwrap_or_default(), wanted, partitions));
         let index = match group.member_index(member) {
             Some(index) => index,
             None => {
@@ -194,7 +289,13 @@ impl BrokerState {
                 index
             }
         };
-        Ok(group.members[index].partitions.clone())
+        let assigned = group.members[index].partitions.clone();
+        if created && wanted.start_at == StartAt::Latest {
+            // A group that starts past every record has consumed them: if it is the topic's
+            // only group, they leave now.
+            self.memory.retained -= topic.release_all()?;
+        }
+        Ok(assigned)
     }
 
     /// See [`crate::EventBroker::leave`].
@@ -212,6 +313,34 @@ impl BrokerState {
         let previous = group.owner_ids();
         group.members.remove(index);
         group.rebalance(&previous);
+        Ok(true)
+    }
+
+    /// See [`crate::EventBroker::delete_group`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::delete_group`].
+    pub fn delete_group(&mut self, topic: &str, group: &str) -> Result<bool, BrokerError> {
+        check_identifier("group", group)?;
+        let topic = topic_in(&mut self.topics, topic)?;
+        let Some(existing) = topic.groups.get(group) else {
+            return Ok(false);
+        };
+        if !existing.members.is_empty() {
+            return Err(BrokerError::invalid(format!(
+                "group {group:?} still has {} members ({}); a group is deleted once they left",
+                existing.members.len(),
+                existing
+                    .members
+                    .iter()
+                    .map(|member| member.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        topic.groups.remove(group);
+        // The records it alone held back can go now.
+        self.memory.retained -= topic.release_all()?;
         Ok(true)
     }
 

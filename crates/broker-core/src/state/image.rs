@@ -1,17 +1,19 @@
-//! The state as a [`StateImage`] and back.
+//! The state as a [`StateImage`] and back, and the state of a version 1 image.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use super::group::{Group, GroupPartition, Member};
-use super::log::{PartitionLog, StoredRecord};
+use super::log::{Cold, PartitionLog, StoredRecord};
 use super::retention::Memory;
 use super::topic::Topic;
 use super::{BrokerState, Limits};
+use crate::cold::{ColdStore, LogId};
 use crate::image::{
-    GroupImage, GroupPartitionImage, MemberImage, PartitionImage, RecordImage, StateImage,
+    v1, GroupImage, GroupPartitionImage, HeaderImage, PartitionImage, RecordImage, StateImage,
     TopicImage,
 };
-use crate::{Assignor, KeyHash};
+use crate::{Assignor, Discard, GroupSettings, Header, KeyHash, Retention, StartAt, TopicSettings};
 
 impl BrokerState {
     /// The whole state as plain data, topics and groups sorted by name (so equal states give
@@ -24,11 +26,14 @@ impl BrokerState {
             .collect();
         topics.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         StateImage {
-            capacity: self.capacity as u64,
+            capacity: self.capacity,
+            clock_ms: self.clock_ms,
+            next_topic_id: self.next_topic_id,
             topics,
             memory_budget: self.memory.budget,
             retained_bytes: self.memory.retained,
             max_topics: self.limits.max_topics as u64,
+            max_partitions: self.limits.max_partitions as u64,
             max_groups_per_topic: self.limits.max_groups_per_topic as u64,
             max_members_per_group: self.limits.max_members_per_group as u64,
         }
@@ -36,36 +41,135 @@ impl BrokerState {
 
     /// The state an image describes, once every invariant the methods rely on is checked (see
     /// [`BrokerState::check_consistency`]): an image from a damaged or hand-edited file is
-    /// refused here instead of failing later.
+    /// refused here instead of failing later. Records the image places in a cold store are read
+    /// from `cold`, which must hold them (an image with such records and no store is refused).
     ///
     /// # Errors
     /// A description of the first thing wrong.
-    pub fn from_image(image: StateImage) -> Result<BrokerState, String> {
-        let usize_of = |value: u64, what: &str| {
-            usize::try_from(value).map_err(|_| format!("{what} {value} out of range"))
-        };
+    pub fn from_image(
+        image: StateImage,
+        cold: Option<Arc<dyn ColdStore>>,
+    ) -> Result<BrokerState, String> {
         let mut topics = HashMap::with_capacity(image.topics.len());
         for (name, topic) in image.topics {
-            let topic = topic_from(topic).map_err(|why| format!("topic {name:?}: {why}"))?;
+            let topic =
+                topic_from(topic, cold.as_ref()).map_err(|why| format!("topic {name:?}: {why}"))?;
+            if topic.id >= image.next_topic_id {
+                return Err(format!(
+                    "topic {name:?} has id {}, not below the next id {}",
+                    topic.id, image.next_topic_id
+                ));
+            }
             if topics.insert(name.clone(), topic).is_some() {
                 return Err(format!("topic {name:?} appears twice"));
             }
         }
-        let state = BrokerState {
-            capacity: usize_of(image.capacity, "capacity")?,
-            topics,
-            memory: Memory {
-                budget: image.memory_budget,
-                retained: image.retained_bytes,
+        finish(
+            BrokerState {
+                capacity: image.capacity,
+                clock_ms: image.clock_ms,
+                next_topic_id: image.next_topic_id,
+                cold,
+                failure: None,
+                topics,
+                memory: Memory {
+                    budget: image.memory_budget,
+                    retained: image.retained_bytes,
+                },
+                limits: Limits::default(),
             },
-            limits: Limits {
-                max_topics: usize_of(image.max_topics, "max topics")?,
-                max_groups_per_topic: usize_of(image.max_groups_per_topic, "max groups")?,
-                max_members_per_group: usize_of(image.max_members_per_group, "max members")?,
+            [
+                image.max_topics,
+                image.max_partitions,
+                image.max_groups_per_topic,
+                image.max_members_per_group,
+            ],
+        )
+    }
+
+    /// The state a version 1 image (a snapshot of data directory format 1) describes: its
+    /// records get time 0 and no headers, its topics interest retention with the broker's
+    /// capacity, its groups the default settings; checked as [`BrokerState::from_image`].
+    ///
+    /// # Errors
+    /// A description of the first thing wrong.
+    pub fn from_image_v1(image: v1::StateImage) -> Result<BrokerState, String> {
+        let mut topics = HashMap::with_capacity(image.topics.len());
+        // Ids in name order: the image lists topics sorted by name.
+        let mut next_topic_id = 0;
+        for (name, topic) in image.topics {
+            let topic = topic_from_v1(topic, next_topic_id)
+                .map_err(|why| format!("topic {name:?}: {why}"))?;
+            next_topic_id += 1;
+            if topics.insert(name.clone(), topic).is_some() {
+                return Err(format!("topic {name:?} appears twice"));
+            }
+        }
+        finish(
+            BrokerState {
+                capacity: image.capacity,
+                clock_ms: 0,
+                next_topic_id,
+                cold: None,
+                failure: None,
+                topics,
+                memory: Memory {
+                    budget: image.memory_budget,
+                    retained: image.retained_bytes,
+                },
+                limits: Limits::default(),
             },
-        };
-        state.check_consistency()?;
-        Ok(state)
+            [
+                image.max_topics,
+                Limits::default().max_partitions as u64,
+                image.max_groups_per_topic,
+                image.max_members_per_group,
+            ],
+        )
+    }
+}
+
+/// Sets the limits (topics, partitions, groups, members) and checks the state.
+fn finish(mut state: BrokerState, limits: [u64; 4]) -> Result<BrokerState, String> {
+    let [max_topics, max_partitions, max_groups_per_topic, max_members_per_group] =
+        limits.map(|limit| usize::try_from(limit).unwrap_or(usize::MAX));
+    state.limits = Limits {
+        max_topics,
+        max_partitions,
+        max_groups_per_topic,
+        max_members_per_group,
+    };
+    state.check_consistency()?;
+    Ok(state)
+}
+
+fn key_hash_code(key_hash: KeyHash) -> u32 {
+    match key_hash {
+        KeyHash::Murmur2 => 0,
+        KeyHash::Fnv1a => 1,
+    }
+}
+
+fn key_hash_of(code: u32) -> Result<KeyHash, String> {
+    match code {
+        0 => Ok(KeyHash::Murmur2),
+        1 => Ok(KeyHash::Fnv1a),
+        code => Err(format!("unknown key hash code {code}")),
+    }
+}
+
+fn assignor_code(assignor: Assignor) -> u32 {
+    match assignor {
+        Assignor::RoundRobin => 0,
+        Assignor::Range => 1,
+    }
+}
+
+fn assignor_of(code: u32) -> Result<Assignor, String> {
+    match code {
+        0 => Ok(Assignor::RoundRobin),
+        1 => Ok(Assignor::Range),
+        code => Err(format!("unknown assignor code {code}")),
     }
 }
 
@@ -76,10 +180,20 @@ fn topic_image(topic: &Topic) -> TopicImage {
         .map(|(name, group)| (name.clone(), group_image(group)))
         .collect();
     groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let settings = topic.settings;
     TopicImage {
-        key_hash: match topic.key_hash {
-            KeyHash::Murmur2 => 0,
-            KeyHash::Fnv1a => 1,
+        id: topic.id,
+        key_hash: key_hash_code(topic.key_hash),
+        retention: match settings.retention {
+            Retention::Interest => 0,
+            Retention::Limits => 1,
+        },
+        max_records: settings.max_records,
+        max_bytes: settings.max_bytes,
+        max_age_ms: settings.max_age_ms,
+        discard: match settings.discard {
+            Discard::New => 0,
+            Discard::Old => 1,
         },
         next_keyless: topic.next_keyless as u64,
         partitions: topic
@@ -87,15 +201,12 @@ fn topic_image(topic: &Topic) -> TopicImage {
             .iter()
             .map(|log| PartitionImage {
                 base: log.base,
-                records: log
-                    .records
-                    .iter()
-                    .map(|record| RecordImage {
-                        key: record.key.clone(),
-                        payload: record.payload.clone(),
-                    })
-                    .collect(),
-                retained_bytes: log.retained_bytes,
+                cold_end: log.cold_end(),
+                cold_bytes: log.cold.as_ref().map_or(0, |cold| cold.bytes),
+                first_timestamp_ms: log.earliest_timestamp().unwrap_or(0),
+                last_timestamp_ms: log.last_timestamp_ms,
+                records: log.records.iter().map(RecordImage::from).collect(),
+                retained_bytes: log.retained_bytes(),
             })
             .collect(),
         groups,
@@ -104,14 +215,16 @@ fn topic_image(topic: &Topic) -> TopicImage {
 
 fn group_image(group: &Group) -> GroupImage {
     GroupImage {
-        assignor: match group.assignor {
-            Assignor::RoundRobin => 0,
-            Assignor::Range => 1,
+        assignor: assignor_code(group.assignor),
+        start_at: match group.settings.start_at {
+            StartAt::Earliest => 0,
+            StartAt::Latest => 1,
         },
+        ack_timeout_ms: group.settings.ack_timeout_ms,
         members: group
             .members
             .iter()
-            .map(|member| MemberImage {
+            .map(|member| v1::MemberImage {
                 id: member.id.clone(),
                 partitions: member.partitions.clone(),
             })
@@ -124,16 +237,29 @@ fn group_image(group: &Group) -> GroupImage {
                 committed: state.committed,
                 position: state.position,
                 in_flight: state.in_flight,
+                delivered_at_ms: state.delivered_at_ms,
+                deliveries: state.deliveries,
+                skipped: state.skipped,
             })
             .collect(),
     }
 }
 
-fn topic_from(image: TopicImage) -> Result<Topic, String> {
-    let key_hash = match image.key_hash {
-        0 => KeyHash::Murmur2,
-        1 => KeyHash::Fnv1a,
-        code => return Err(format!("unknown key hash code {code}")),
+fn topic_from(image: TopicImage, store: Option<&Arc<dyn ColdStore>>) -> Result<Topic, String> {
+    let settings = TopicSettings {
+        retention: match image.retention {
+            0 => Retention::Interest,
+            1 => Retention::Limits,
+            code => return Err(format!("unknown retention code {code}")),
+        },
+        max_records: image.max_records,
+        max_bytes: image.max_bytes,
+        max_age_ms: image.max_age_ms,
+        discard: match image.discard {
+            0 => Discard::New,
+            1 => Discard::Old,
+            code => return Err(format!("unknown discard code {code}")),
+        },
     };
     let mut groups = HashMap::with_capacity(image.groups.len());
     for (name, group) in image.groups {
@@ -142,58 +268,202 @@ fn topic_from(image: TopicImage) -> Result<Topic, String> {
             return Err(format!("group {name:?} appears twice"));
         }
     }
+    let mut partitions = Vec::with_capacity(image.partitions.len());
+    for (number, log) in image.partitions.into_iter().enumerate() {
+        partitions.push(
+            log_from(log, image.id, number, store)
+                .map_err(|why| format!("partition {number}: {why}"))?,
+        );
+    }
     Ok(Topic {
-        key_hash,
+        id: image.id,
+        key_hash: key_hash_of(image.key_hash)?,
+        settings,
         next_keyless: usize::try_from(image.next_keyless)
             .map_err(|_| "next keyless partition out of range".to_owned())?,
-        partitions: image
-            .partitions
-            .into_iter()
-            .map(|log| PartitionLog {
-                base: log.base,
-                records: log
-                    .records
-                    .into_iter()
-                    .map(|record| StoredRecord {
-                        key: record.key,
-                        payload: record.payload,
-                    })
-                    .collect::<VecDeque<_>>(),
-                retained_bytes: log.retained_bytes,
-            })
-            .collect(),
+        partitions,
         groups,
     })
 }
 
+/// One partition's log from its image; its evicted records, if any, are in `store`.
+fn log_from(
+    image: PartitionImage,
+    topic_id: u64,
+    partition: usize,
+    store: Option<&Arc<dyn ColdStore>>,
+) -> Result<PartitionLog, String> {
+    if image.cold_end < image.base {
+        return Err(format!(
+            "records in memory from {}, below the oldest retained {}",
+            image.cold_end, image.base
+        ));
+    }
+    let cold = if image.cold_end > image.base {
+        let store = store.ok_or("records are in segment files and no store reads them")?;
+        Some(Cold {
+            store: Arc::clone(store),
+            id: LogId {
+                topic: topic_id,
+                partition: u32::try_from(partition).map_err(|_| "partition out of range")?,
+            },
+            end: image.cold_end,
+            bytes: image.cold_bytes,
+            first_timestamp_ms: image.first_timestamp_ms,
+        })
+    } else if image.cold_bytes != 0 {
+        return Err("bytes counted for records held nowhere".to_owned());
+    } else {
+        None
+    };
+    let records: VecDeque<StoredRecord> =
+        image.records.into_iter().map(StoredRecord::from).collect();
+    let memory_bytes = records.iter().map(StoredRecord::size).sum();
+    if memory_bytes + image.cold_bytes != image.retained_bytes {
+        return Err(format!(
+            "{} retained bytes counted, {} held",
+            image.retained_bytes,
+            memory_bytes + image.cold_bytes
+        ));
+    }
+    Ok(PartitionLog {
+        base: image.base,
+        cold,
+        records,
+        memory_bytes,
+        last_timestamp_ms: image.last_timestamp_ms,
+    })
+}
+
 fn group_from(image: GroupImage) -> Result<Group, String> {
-    let assignor = match image.assignor {
-        0 => Assignor::RoundRobin,
-        1 => Assignor::Range,
-        code => return Err(format!("unknown assignor code {code}")),
+    let settings = GroupSettings {
+        start_at: match image.start_at {
+            0 => StartAt::Earliest,
+            1 => StartAt::Latest,
+            code => return Err(format!("unknown start code {code}")),
+        },
+        ack_timeout_ms: image.ack_timeout_ms,
     };
     let mut partitions = Vec::with_capacity(image.partitions.len());
     for state in image.partitions {
         partitions.push(GroupPartition {
-            owner: state
-                .owner
-                .map(|owner| usize::try_from(owner).map_err(|_| "owner out of range".to_owned()))
-                .transpose()?,
+            owner: owner_of(state.owner)?,
             committed: state.committed,
             position: state.position,
             in_flight: state.in_flight,
+            delivered_at_ms: state.delivered_at_ms,
+            deliveries: state.deliveries,
+            skipped: state.skipped,
         });
     }
     Ok(Group {
-        assignor,
-        members: image
-            .members
-            .into_iter()
-            .map(|member| Member {
-                id: member.id,
-                partitions: member.partitions,
-            })
-            .collect(),
+        assignor: assignor_of(image.assignor)?,
+        settings,
+        members: members_from(image.members),
         partitions,
     })
+}
+
+fn owner_of(owner: Option<u64>) -> Result<Option<usize>, String> {
+    owner
+        .map(|owner| usize::try_from(owner).map_err(|_| "owner out of range".to_owned()))
+        .transpose()
+}
+
+fn members_from(members: Vec<v1::MemberImage>) -> Vec<Member> {
+    members
+        .into_iter()
+        .map(|member| Member {
+            id: member.id,
+            partitions: member.partitions,
+        })
+        .collect()
+}
+
+fn topic_from_v1(image: v1::TopicImage, id: u64) -> Result<Topic, String> {
+    let mut groups = HashMap::with_capacity(image.groups.len());
+    for (name, group) in image.groups {
+        let mut partitions = Vec::with_capacity(group.partitions.len());
+        for state in group.partitions {
+            partitions.push(GroupPartition {
+                owner: owner_of(state.owner)?,
+                committed: state.committed,
+                position: state.position,
+                in_flight: state.in_flight,
+                delivered_at_ms: 0,
+                deliveries: 0,
+                skipped: 0,
+            });
+        }
+        let group = Group {
+            assignor: assignor_of(group.assignor)
+                .map_err(|why| format!("group {name:?}: {why}"))?,
+            settings: GroupSettings::default(),
+            members: members_from(group.members),
+            partitions,
+        };
+        if groups.insert(name.clone(), group).is_some() {
+            return Err(format!("group {name:?} appears twice"));
+        }
+    }
+    let mut partitions = Vec::with_capacity(image.partitions.len());
+    for (number, log) in image.partitions.into_iter().enumerate() {
+        let records: VecDeque<StoredRecord> = log
+            .records
+            .into_iter()
+            .map(|record| StoredRecord::new(record.key, record.payload, Vec::new(), 0))
+            .collect();
+        let memory_bytes = records.iter().map(StoredRecord::size).sum();
+        if memory_bytes != log.retained_bytes {
+            return Err(format!(
+                "partition {number}: {} retained bytes counted, {memory_bytes} held",
+                log.retained_bytes
+            ));
+        }
+        partitions.push(PartitionLog {
+            base: log.base,
+            cold: None,
+            records,
+            memory_bytes,
+            last_timestamp_ms: 0,
+        });
+    }
+    Ok(Topic {
+        id,
+        key_hash: key_hash_of(image.key_hash)?,
+        settings: TopicSettings::default(),
+        next_keyless: usize::try_from(image.next_keyless)
+            .map_err(|_| "next keyless partition out of range".to_owned())?,
+        partitions,
+        groups,
+    })
+}
+
+impl From<&StoredRecord> for RecordImage {
+    fn from(record: &StoredRecord) -> RecordImage {
+        RecordImage {
+            key: record.key.clone(),
+            payload: record.payload.clone(),
+            headers: record.headers.iter().map(HeaderImage::from).collect(),
+            timestamp_ms: record.timestamp_ms,
+        }
+    }
+}
+
+impl From<&Header> for HeaderImage {
+    fn from(header: &Header) -> HeaderImage {
+        HeaderImage {
+            name: header.name.clone(),
+            value: header.value.clone(),
+        }
+    }
+}
+
+impl From<HeaderImage> for Header {
+    fn from(image: HeaderImage) -> Header {
+        Header {
+            name: image.name,
+            value: image.value,
+        }
+    }
 }

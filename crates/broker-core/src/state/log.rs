@@ -1,19 +1,46 @@
-//! One partition's log: the records it retains, at consecutive offsets from `base`.
+//! One partition's log: the records it retains, at consecutive offsets from `base`, with their
+//! times (never decreasing within the partition). The oldest may be evicted to a
+//! [`ColdStore`]; every question about a record is answered the same wherever it is held.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::BrokerRecord;
+use crate::cold::{ColdError, ColdStore, LogId};
+use crate::image::RecordImage;
+use crate::{BrokerError, BrokerRecord, Header};
 
-/// A partition log holding offsets `base..end()`; the records below `base` have left it.
+/// A partition log holding offsets `base..end()`; the records below `base` have left it. Those
+/// of `base..cold_end()` are held by a cold store, the rest in memory.
 #[derive(Debug, Clone, Default)]
 pub(super) struct PartitionLog {
     /// The offset of the oldest retained record (the end, when none is).
     pub(super) base: i64,
+    /// The evicted records, when there are any.
+    pub(super) cold: Option<Cold>,
+    /// The records in memory: offsets `cold_end()..end()`.
     pub(super) records: VecDeque<StoredRecord>,
-    /// The payload and key bytes of `records`.
-    pub(super) retained_bytes: u64,
+    /// The payload, key and header bytes of `records`.
+    pub(super) memory_bytes: u64,
+    /// The time of the last record ever appended (0 before the first): the next one's time is
+    /// never earlier.
+    pub(super) last_timestamp_ms: i64,
+}
+
+/// The records of a log held by a cold store: offsets `base..end` of the log.
+#[derive(Debug, Clone)]
+pub(super) struct Cold {
+    pub(super) store: Arc<dyn ColdStore>,
+    pub(super) id: LogId,
+    /// The first offset held in memory again.
+    pub(super) end: i64,
+    /// The payload, key and header bytes of the records the store holds for the log (from
+    /// `base`).
+    pub(super) bytes: u64,
+    /// The time of the record at `base`.
+    pub(super) first_timestamp_ms: i64,
 }
 
 /// A record as the log keeps it.
@@ -21,62 +48,310 @@ pub(super) struct PartitionLog {
 pub(super) struct StoredRecord {
     pub(super) key: Option<Bytes>,
     pub(super) payload: Bytes,
+    pub(super) headers: Vec<Header>,
+    pub(super) timestamp_ms: i64,
 }
 
 impl StoredRecord {
-    /// Payload plus key bytes: what the record counts against budgets and limits.
+    /// A record to append, stamped `timestamp_ms` (bounded by the partition's last time and the
+    /// clock when it is appended).
+    pub(super) fn new(
+        key: Option<Bytes>,
+        payload: Bytes,
+        headers: Vec<Header>,
+        timestamp_ms: i64,
+    ) -> StoredRecord {
+        StoredRecord {
+            key,
+            payload,
+            headers,
+            timestamp_ms,
+        }
+    }
+
+    /// Payload, key and header bytes: what the record counts against budgets and limits.
     #[inline]
     pub(super) fn size(&self) -> u64 {
-        (self.payload.len() + self.key.as_ref().map_or(0, Bytes::len)) as u64
+        (self.payload.len()
+            + self.key.as_ref().map_or(0, Bytes::len)
+            + self.headers.iter().map(Header::size).sum::<usize>()) as u64
     }
+
+    /// The record as delivered to a consumer of `topic`.
+    #[inline]
+    pub(super) fn delivered(
+        record: Cow<'_, StoredRecord>,
+        topic: &str,
+        partition: usize,
+        offset: i64,
+        delivery_count: u32,
+    ) -> BrokerRecord {
+        let StoredRecord {
+            key,
+            payload,
+            headers,
+            timestamp_ms,
+        } = record.into_owned();
+        BrokerRecord {
+            topic: topic.to_owned(),
+            partition: partition as i32,
+            offset,
+            key,
+            payload,
+            timestamp_ms,
+            headers,
+            delivery_count,
+        }
+    }
+}
+
+impl From<RecordImage> for StoredRecord {
+    fn from(image: RecordImage) -> StoredRecord {
+        StoredRecord {
+            key: image.key,
+            payload: image.payload,
+            headers: image.headers.into_iter().map(Header::from).collect(),
+            timestamp_ms: image.timestamp_ms,
+        }
+    }
+}
+
+/// A store failure as the broker reports it.
+#[cold]
+fn storage_error(error: ColdError) -> BrokerError {
+    BrokerError::Storage(error.0)
 }
 
 impl PartitionLog {
     /// The offset the next record appended gets.
     #[inline]
     pub(super) fn end(&self) -> i64 {
-        self.base + self.records.len() as i64
+        self.cold_end() + self.records.len() as i64
     }
 
-    /// The record at `offset`, which must be within `base..end()`.
+    /// The first offset held in memory: records below it (from `base`) are in the cold store.
     #[inline]
-    pub(super) fn record(&self, offset: i64) -> &StoredRecord {
-        &self.records[(offset - self.base) as usize]
+    pub(super) fn cold_end(&self) -> i64 {
+        self.cold.as_ref().map_or(self.base, |cold| cold.end)
     }
 
-    /// The record at `offset` (within `base..end()`) as delivered to a consumer of `topic`.
+    /// How many records the log retains.
     #[inline]
-    pub(super) fn deliver(&self, topic: &str, partition: usize, offset: i64) -> BrokerRecord {
-        let stored = self.record(offset);
-        BrokerRecord {
-            topic: topic.to_owned(),
-            partition: partition as i32,
-            offset,
-            key: stored.key.clone(),
-            payload: stored.payload.clone(),
+    pub(super) fn len(&self) -> u64 {
+        (self.end() - self.base) as u64
+    }
+
+    /// Whether the log retains no record.
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        self.end() == self.base
+    }
+
+    /// The payload, key and header bytes of every retained record.
+    #[inline]
+    pub(super) fn retained_bytes(&self) -> u64 {
+        self.memory_bytes + self.cold.as_ref().map_or(0, |cold| cold.bytes)
+    }
+
+    /// Up to `count` records from `from` (within `base..end()`), in order: borrowed from memory,
+    /// read from the cold store for evicted ones.
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] if evicted records cannot be read.
+    pub(super) fn run(
+        &self,
+        from: i64,
+        count: usize,
+    ) -> Result<impl Iterator<Item = Cow<'_, StoredRecord>>, BrokerError> {
+        let to = from.saturating_add(count as i64).min(self.end());
+        let cold_records = match &self.cold {
+            Some(cold) if from < cold.end => cold
+                .store
+                .read(cold.id, from..to.min(cold.end))
+                .map_err(storage_error)?,
+            _ => Vec::new(),
+        };
+        let memory_from = (from.max(self.cold_end()) - self.cold_end()) as usize;
+        let memory_to = (to.max(self.cold_end()) - self.cold_end()) as usize;
+        Ok(cold_records
+            .into_iter()
+            .map(|record| Cow::Owned(StoredRecord::from(record)))
+            .chain(
+                self.records
+                    .range(memory_from..memory_to)
+                    .map(Cow::Borrowed),
+            ))
+    }
+
+    /// The time of the oldest retained record, if there is one.
+    pub(super) fn earliest_timestamp(&self) -> Option<i64> {
+        match &self.cold {
+            Some(cold) => Some(cold.first_timestamp_ms),
+            None => self.records.front().map(|record| record.timestamp_ms),
         }
+    }
+
+    /// The time a record appended at `now_ms` gets: `wanted`, but never later than `now_ms`
+    /// and never earlier than the last record's time.
+    #[inline]
+    pub(super) fn next_timestamp(&self, wanted: i64, now_ms: i64) -> i64 {
+        wanted.min(now_ms).max(self.last_timestamp_ms)
     }
 
     /// Appends `record`, whose size is `size`; returns its offset.
     #[inline]
     pub(super) fn push(&mut self, record: StoredRecord, size: u64) -> i64 {
-        self.retained_bytes += size;
+        self.memory_bytes += size;
+        self.last_timestamp_ms = record.timestamp_ms;
         self.records.push_back(record);
         self.end() - 1
     }
 
     /// Drops every record below `offset` (bounded by the end of the log); returns the bytes
     /// freed.
-    pub(super) fn trim_below(&mut self, offset: i64) -> u64 {
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] if the sizes of evicted records cannot be read; nothing changed.
+    pub(super) fn trim_below(&mut self, offset: i64) -> Result<u64, BrokerError> {
+        let offset = offset.min(self.end());
+        if offset <= self.base {
+            return Ok(0);
+        }
         let mut freed = 0;
+        if let Some(cold) = &mut self.cold {
+            if offset < cold.end {
+                let kept = cold
+                    .store
+                    .bytes(cold.id, offset..cold.end)
+                    .map_err(storage_error)?;
+                let first_timestamp_ms = cold
+                    .store
+                    .timestamp(cold.id, offset)
+                    .map_err(storage_error)?;
+                freed = cold.bytes - kept;
+                cold.bytes = kept;
+                cold.first_timestamp_ms = first_timestamp_ms;
+                self.base = offset;
+                return Ok(freed);
+            }
+            // Every evicted record goes: the log is in memory only again.
+            freed = cold.bytes;
+            self.base = cold.end;
+            self.cold = None;
+        }
         while self.base < offset {
             let Some(record) = self.records.pop_front() else {
                 break;
             };
-            self.retained_bytes -= record.size();
+            self.memory_bytes -= record.size();
             freed += record.size();
             self.base += 1;
         }
-        freed
+        Ok(freed)
+    }
+
+    /// The first offset such that the records from it on take at most `bytes` (the end when
+    /// even the last record alone takes more).
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] if the sizes of evicted records cannot be read.
+    pub(super) fn first_within_bytes(&self, bytes: u64) -> Result<i64, BrokerError> {
+        if self.memory_bytes > bytes {
+            // Within the records in memory: the newest that fit, counted from the end.
+            let mut kept = 0;
+            let mut start = self.end();
+            for record in self.records.iter().rev() {
+                kept += record.size();
+                if kept > bytes {
+                    break;
+                }
+                start -= 1;
+            }
+            return Ok(start);
+        }
+        match &self.cold {
+            Some(cold) if cold.bytes + self.memory_bytes > bytes => cold
+                .store
+                .first_within_bytes(cold.id, self.base..cold.end, bytes - self.memory_bytes)
+                .map_err(storage_error),
+            _ => Ok(self.base),
+        }
+    }
+
+    /// The first offset whose record's time is at or after `timestamp_ms`; the end when every
+    /// retained record is older. (Times never decrease, so this is a binary search.)
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] if the times of evicted records cannot be read.
+    pub(super) fn first_at_or_after(&self, timestamp_ms: i64) -> Result<i64, BrokerError> {
+        let in_memory = self
+            .records
+            .front()
+            .is_none_or(|first| first.timestamp_ms >= timestamp_ms);
+        match &self.cold {
+            Some(cold) if in_memory => cold
+                .store
+                .first_at_or_after(cold.id, self.base..cold.end, timestamp_ms)
+                .map_err(storage_error),
+            _ => {
+                let index = self
+                    .records
+                    .partition_point(|record| record.timestamp_ms < timestamp_ms);
+                Ok(self.cold_end() + index as i64)
+            }
+        }
+    }
+
+    /// The size of the largest retained record (0 with none).
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] if the sizes of evicted records cannot be read.
+    pub(super) fn largest_record(&self) -> Result<u64, BrokerError> {
+        let in_memory = self.records.iter().map(StoredRecord::size).max();
+        let cold = match &self.cold {
+            Some(cold) => cold
+                .store
+                .largest(cold.id, self.base..cold.end)
+                .map_err(storage_error)?,
+            None => 0,
+        };
+        Ok(in_memory.unwrap_or(0).max(cold))
+    }
+
+    /// The records below `offset` are held by `store` from now on (it has them all, from
+    /// `base`): they leave memory. Offsets the log no longer retains, or holds in the store
+    /// already, are ignored.
+    pub(super) fn evict(&mut self, store: &Arc<dyn ColdStore>, id: LogId, offset: i64) {
+        let offset = offset.min(self.end());
+        if offset <= self.cold_end() {
+            return;
+        }
+        let moved = ((offset - self.cold_end()) as usize).min(self.records.len());
+        let Some(first_timestamp_ms) = self.records.front().map(|record| record.timestamp_ms)
+        else {
+            return;
+        };
+        let bytes: u64 = self
+            .records
+            .drain(..moved)
+            .map(|record| record.size())
+            .sum();
+        self.memory_bytes -= bytes;
+        let end = self.cold_end() + moved as i64;
+        match &mut self.cold {
+            Some(cold) => {
+                cold.end = end;
+                cold.bytes += bytes;
+            }
+            None => {
+                self.cold = Some(Cold {
+                    store: Arc::clone(store),
+                    id,
+                    end,
+                    bytes,
+                    first_timestamp_ms,
+                });
+            }
+        }
     }
 }

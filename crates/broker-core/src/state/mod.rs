@@ -9,11 +9,12 @@
 //!
 //! | module | what |
 //! |--------|------|
-//! | `log` | one partition's records: offsets, appends, trimming |
-//! | `topic` | topics and publishing: creation, placement by key, appends within limits |
+//! | `log` | one partition's records: offsets, times, appends, trimming, eviction to a cold store |
+//! | `topic` | topics: creation, more partitions, deletion, purges; publishing: placement by key, appends within the topic's limits |
 //! | `group` | consumer groups: membership, assignment (and the `assignment` call), rebalancing |
-//! | `consume` | ack mode (poll, ack, retry, redeliver) and fetch mode (fetch, commit) |
-//! | `retention` | what leaves a partition, and the memory budget |
+//! | `consume` | ack mode (poll, ack, retry, redeliver) and fetch mode (fetch, commit), and resetting a group's offsets |
+//! | `retention` | what leaves a partition (consumed by every group, past a limit, too old), the groups that skip what left, and the memory budget |
+//! | `time` | the broker's clock, and what happens as it advances (age, acknowledgement deadlines) |
 //! | `read` | read-only calls: committed, end offset, lag, and `describe` (whose types are in the crate's `describe` module) |
 //! | `check` | the invariants, checked for a state that did not come from these methods |
 //! | `apply` | one command in, one outcome out |
@@ -27,11 +28,16 @@ mod image;
 mod log;
 mod read;
 mod retention;
+mod time;
 mod topic;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use crate::validate::{check_capacity, check_identifier};
+use crate::cold::{ColdStore, LogId};
+use crate::validate::{
+    check_capacity, check_identifier, check_product_capacity, MAX_PARTITIONS, MAX_PARTITIONS_LIMIT,
+};
 use crate::BrokerError;
 
 use group::Group;
@@ -42,22 +48,39 @@ use topic::Topic;
 ///
 /// Every method documents the rule it applies by linking to the [`crate::EventBroker`] method of
 /// the same name; methods that take more (a byte budget) say what the extra argument does.
+///
+/// The state reads no clock: time enters through [`BrokerState::apply_at`] and
+/// [`BrokerState::advance_clock`], so that the same commands at the same times always give the
+/// same state (a log replays them, replicas apply them).
 #[derive(Debug, Clone)]
 pub struct BrokerState {
-    /// Records each partition retains at most.
-    capacity: usize,
+    /// Records each partition of an interest-retention topic retains at most, unless the topic
+    /// says otherwise.
+    capacity: u64,
+    /// The broker's time, in milliseconds since the Unix epoch: the latest time it was given.
+    clock_ms: i64,
+    /// The id the next topic created gets: ids are never reused, so a cold store never mixes
+    /// the records of a deleted topic with those of a new one of the same name.
+    next_topic_id: u64,
+    /// Where evicted records are read from, once a storage layer set one.
+    cold: Option<Arc<dyn ColdStore>>,
+    /// Why every command is refused: the cold store failed while a change was being applied,
+    /// which may have applied it in part.
+    failure: Option<String>,
     topics: HashMap<String, Topic>,
     memory: Memory,
     limits: Limits,
 }
 
-/// How many topics, groups and members the broker holds at most, so that no client can grow
-/// its metadata (which the memory budget does not count) without bound. A call that would pass
-/// a limit is refused with `InvalidArgument` and changes nothing.
+/// How many topics, partitions, groups and members the broker holds at most, so that no client
+/// can grow its metadata (which the memory budget does not count) without bound. A call that
+/// would pass a limit is refused with `InvalidArgument` and changes nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Topics in the broker.
     pub max_topics: usize,
+    /// Partitions of one topic (at least 1, at most [`MAX_PARTITIONS_LIMIT`]).
+    pub max_partitions: usize,
     /// Consumer groups of one topic.
     pub max_groups_per_topic: usize,
     /// Members of one group.
@@ -65,11 +88,13 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 10,000 topics, 1,000 groups per topic, 1,000 members per group: room for thousands of
-    /// services, while bounding what a misbehaving client can make the broker hold.
+    /// 10,000 topics of up to 64 partitions, 1,000 groups per topic, 1,000 members per group:
+    /// room for thousands of services, while bounding what a misbehaving client can make the
+    /// broker hold.
     fn default() -> Self {
         Limits {
             max_topics: 10_000,
+            max_partitions: MAX_PARTITIONS as usize,
             max_groups_per_topic: 1_000,
             max_members_per_group: 1_000,
         }
@@ -77,25 +102,43 @@ impl Default for Limits {
 }
 
 impl BrokerState {
-    /// An empty broker; see [`crate::EventBroker::new`].
+    /// An empty broker whose interest-retention partitions each keep at most
+    /// `capacity_per_partition` records, 1 to 2,147,483,647 ([`crate::EventBroker::new`] keeps
+    /// the contract's 1 to 1,000).
     ///
     /// # Errors
-    /// [`BrokerError::InvalidArgument`] unless the capacity is 1 to 1,000.
+    /// [`BrokerError::InvalidArgument`] for a capacity out of that range.
     pub fn new(capacity_per_partition: i32) -> Result<Self, BrokerError> {
-        check_capacity(capacity_per_partition)?;
+        check_product_capacity(capacity_per_partition)?;
         Ok(BrokerState {
-            capacity: capacity_per_partition as usize,
+            capacity: capacity_per_partition as u64,
+            clock_ms: 0,
+            next_topic_id: 0,
+            cold: None,
+            failure: None,
             topics: HashMap::new(),
             memory: Memory::default(),
             limits: Limits::default(),
         })
     }
 
-    /// This state with other [`Limits`]. Topics, groups and members already present stay, even
-    /// past lowered limits; only new ones are refused.
+    /// [`BrokerState::new`] with the contract's capacity range, 1 to 1,000.
+    pub(crate) fn with_contract_capacity(capacity_per_partition: i32) -> Result<Self, BrokerError> {
+        check_capacity(capacity_per_partition)?;
+        BrokerState::new(capacity_per_partition)
+    }
+
+    /// This state with other [`Limits`]. Topics, partitions, groups and members already present
+    /// stay, even past lowered limits; only new ones are refused. A partition limit above
+    /// [`MAX_PARTITIONS_LIMIT`] (or 0) is taken as that limit (or 1).
     #[must_use]
     pub fn with_limits(mut self, limits: Limits) -> Self {
-        self.limits = limits;
+        self.limits = Limits {
+            max_partitions: limits
+                .max_partitions
+                .clamp(1, MAX_PARTITIONS_LIMIT as usize),
+            ..limits
+        };
         self
     }
 
@@ -104,10 +147,66 @@ impl BrokerState {
         self.limits
     }
 
-    /// The per-partition capacity this broker was created with.
+    /// The broker's default capacity per partition (interest retention).
     pub fn capacity_per_partition(&self) -> i32 {
-        // At most 1,000 (checked by `new` and by `from_image`).
+        // At most 2,147,483,647 (checked by `new` and by `from_image`).
         self.capacity as i32
+    }
+
+    /// This state with another default capacity per partition: topics that set no capacity of
+    /// their own keep this many records at most from now on (partitions holding more keep them,
+    /// and refuse publishes until they are consumed below it). A capacity below 1 is taken as
+    /// 1.
+    #[must_use]
+    pub fn with_capacity(mut self, capacity_per_partition: i32) -> Self {
+        self.capacity = capacity_per_partition.max(1) as u64;
+        self
+    }
+
+    /// This state reading evicted records from `store`: the records [`BrokerState::evict`]
+    /// names leave memory and are read from it from then on. Replaces the store records already
+    /// evicted are read from.
+    #[must_use]
+    pub fn with_cold_store(mut self, store: Arc<dyn ColdStore>) -> Self {
+        for topic in self.topics.values_mut() {
+            for log in &mut topic.partitions {
+                if let Some(cold) = &mut log.cold {
+                    cold.store = Arc::clone(&store);
+                }
+            }
+        }
+        self.cold = Some(store);
+        self
+    }
+
+    /// For each `(log, offset)` of `evicted`: the records of `log` below `offset` are in the cold
+    /// store now (which holds every retained record of `log` below it), so they leave memory.
+    /// Changes where records are read from, never what any command does. Without a cold store,
+    /// or for logs or offsets the state no longer retains, nothing happens.
+    pub fn evict(&mut self, evicted: &[(LogId, i64)]) {
+        let Some(store) = &self.cold else {
+            return;
+        };
+        let mut by_id: HashMap<u64, &mut Topic> = self
+            .topics
+            .values_mut()
+            .map(|topic| (topic.id, topic))
+            .collect();
+        for &(log, offset) in evicted {
+            let partition = by_id
+                .get_mut(&log.topic)
+                .and_then(|topic| topic.partitions.get_mut(log.partition as usize));
+            if let Some(partition) = partition {
+                partition.evict(store, log, offset);
+            }
+        }
+    }
+
+    /// Why the state refuses every command, if it does: its cold store failed while a change
+    /// was being applied, so the state may hold half of that change. The state must be rebuilt
+    /// from its log.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
     }
 
     /// The topic named `topic`, validated.

@@ -1,5 +1,6 @@
-//! The read-only calls: a group's committed offsets and lag, a partition's end offset, and
-//! the description of topics and groups that admin tools show. None of them changes anything.
+//! The read-only calls: a group's committed offsets and lag, a partition's end offset and the
+//! offset of a time, and the description of topics and groups that admin tools show. None of
+//! them changes anything.
 
 use super::topic::Topic;
 use super::BrokerState;
@@ -48,9 +49,28 @@ impl BrokerState {
                     committed,
                     end_offset,
                     lag: lag(end_offset, committed),
+                    skipped: topic
+                        .groups
+                        .get(group)
+                        .map_or(0, |g| g.partitions[partition].skipped),
                 }
             })
             .collect())
+    }
+
+    /// See [`crate::EventBroker::offset_for_time`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::offset_for_time`].
+    pub fn offset_for_time(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp_ms: i64,
+    ) -> Result<i64, BrokerError> {
+        let topic = self.topic(topic)?;
+        let partition = topic.partition(partition)?;
+        topic.partitions[partition].first_at_or_after(timestamp_ms)
     }
 
     /// A description of one topic (`Some`) or of every topic (`None`), sorted by name; see
@@ -83,7 +103,8 @@ impl BrokerState {
     }
 }
 
-/// Records a group has yet to consume: never negative, 0 when it committed past the end.
+/// Records a group has yet to consume: never negative (0 for a group that committed past the
+/// end, as brokers before commits were bounded allowed).
 fn lag(end_offset: i64, committed: i64) -> i64 {
     (end_offset - committed).max(0)
 }
@@ -106,8 +127,9 @@ fn describe_topic(name: &str, topic: &Topic) -> TopicDescription {
             partition: partition as i32,
             earliest_offset: log.base,
             end_offset: log.end(),
-            records: log.records.len() as u64,
-            retained_bytes: log.retained_bytes,
+            records: log.len(),
+            retained_bytes: log.retained_bytes(),
+            earliest_timestamp_ms: log.earliest_timestamp(),
         })
         .collect();
     let mut groups: Vec<GroupDescription> = topic
@@ -116,6 +138,7 @@ fn describe_topic(name: &str, topic: &Topic) -> TopicDescription {
         .map(|(group_name, group)| GroupDescription {
             name: group_name.clone(),
             assignor: group.assignor,
+            settings: group.settings.to_list(),
             members: group
                 .members
                 .iter()
@@ -135,6 +158,8 @@ fn describe_topic(name: &str, topic: &Topic) -> TopicDescription {
                     position: state.position,
                     in_flight: state.in_flight,
                     lag: lag(topic.partitions[partition].end(), state.committed),
+                    deliveries: state.deliveries,
+                    skipped: state.skipped,
                 })
                 .collect(),
         })
@@ -143,6 +168,7 @@ fn describe_topic(name: &str, topic: &Topic) -> TopicDescription {
     TopicDescription {
         name: name.to_owned(),
         key_hash: topic.key_hash,
+        settings: topic.settings.to_list(),
         retained_bytes: partitions.iter().map(|p| p.retained_bytes).sum(),
         partitions,
         groups,

@@ -1,21 +1,30 @@
-//! Topics and publishing: creating a topic, placing a record on a partition (explicitly, by
-//! key or round-robin) and appending it within the partition's capacity and the memory budget.
+//! Topics and publishing: creating a topic (with its retention), giving it more partitions,
+//! deleting it, purging a partition; placing a record on a partition (explicitly, by key or
+//! round-robin) and appending it within the topic's limits and the memory budget.
 
 use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use super::group::Group;
+use super::group::{Group, GroupPartition};
 use super::log::{PartitionLog, StoredRecord};
 use super::retention::Memory;
 use super::{topic_in, BrokerState};
-use crate::validate::{check_batch_len, check_identifier, check_partition_count};
-use crate::{hash, BrokerError, KeyHash, PublishRecord};
+use crate::validate::{
+    check_batch_len, check_headers, check_identifier, check_offset, check_partition_count,
+};
+use crate::{
+    hash, BrokerError, Discard, KeyHash, PublishRecord, Retention, TopicSetting, TopicSettings,
+};
 
 /// A topic: its partitions' logs and its consumer groups.
 #[derive(Debug, Clone)]
 pub(super) struct Topic {
+    /// Unique among every topic the broker ever had: names its logs in a cold store.
+    pub(super) id: u64,
     pub(super) key_hash: KeyHash,
+    /// How its partitions retain records.
+    pub(super) settings: TopicSettings,
     /// Where the next keyless publish goes; advances on every keyless publish, full or not.
     pub(super) next_keyless: usize,
     pub(super) partitions: Vec<PartitionLog>,
@@ -36,28 +45,62 @@ impl Topic {
         }
     }
 
-    /// Appends to a bounded partition log: the new offset, or `-1` when the log is at capacity
-    /// or the record would take `memory` past its budget.
-    /// A record that every group has already committed past (a group may commit offsets beyond
-    /// the end) is consumed as soon as it exists, so it is released at once.
+    /// Appends `record` to `partition` within the topic's retention at `now_ms` (its time is
+    /// the producer's or `now_ms`, never later than `now_ms` nor earlier than the last
+    /// record's): the new offset, or `-1` when the record cannot be kept (the partition is full
+    /// and refuses new records, the record is larger than the partition's byte limit, or it
+    /// would take `memory` past its budget). Records too old for the topic leave first; with
+    /// limits retention the oldest leave to make room. A record that every group has already
+    /// committed past (a group may commit up to the end) is consumed as soon as it exists, so it
+    /// is released at once.
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] if evicted records had to be read and could not be.
     fn append(
         &mut self,
         partition: usize,
-        capacity: usize,
+        default_capacity: u64,
         memory: &mut Memory,
-        record: StoredRecord,
-    ) -> i64 {
-        let log = &mut self.partitions[partition];
-        if log.records.len() >= capacity || !memory.fits(record.size()) {
-            return -1;
-        }
+        now_ms: i64,
+        mut record: StoredRecord,
+    ) -> Result<i64, BrokerError> {
+        memory.retained -= self.expire(partition, now_ms)?;
+        let settings = self.settings;
+        let capacity = match settings.retention {
+            Retention::Interest => Some(settings.max_records.unwrap_or(default_capacity)),
+            Retention::Limits => settings.max_records,
+        };
         let size = record.size();
+        if settings.max_bytes.is_some_and(|max| size > max) || !memory.fits(size) {
+            return Ok(-1);
+        }
+        let log = &self.partitions[partition];
+        let over_count = capacity.is_some_and(|capacity| log.len() >= capacity);
+        let over_bytes = settings
+            .max_bytes
+            .is_some_and(|max| log.retained_bytes() + size > max);
+        if over_count || over_bytes {
+            if settings.discard == Discard::New {
+                return Ok(-1);
+            }
+            // The oldest records leave: as many as the count and the bytes need.
+            let mut keep_from = log.base;
+            if let Some(capacity) = capacity {
+                keep_from = keep_from.max(log.end().saturating_sub(capacity as i64 - 1));
+            }
+            if let Some(max) = settings.max_bytes {
+                keep_from = keep_from.max(log.first_within_bytes(max - size)?);
+            }
+            memory.retained -= self.discard_below(partition, keep_from)?;
+        }
+        let log = &mut self.partitions[partition];
+        record.timestamp_ms = log.next_timestamp(record.timestamp_ms, now_ms);
         memory.retained += size;
         let offset = log.push(record, size);
         if !self.groups.is_empty() {
-            memory.retained -= self.release(partition);
+            memory.retained -= self.release(partition)?;
         }
-        offset
+        Ok(offset)
     }
 
     /// The partition a keyed publish goes to: the key's hash, or without a key the next
@@ -76,18 +119,21 @@ impl Topic {
 }
 
 impl BrokerState {
-    /// See [`crate::EventBroker::create_with`].
+    /// See [`crate::EventBroker::create_topic`].
     ///
     /// # Errors
-    /// As [`crate::EventBroker::create`].
+    /// As [`crate::EventBroker::create_topic`], with the broker's own partition limit
+    /// ([`super::Limits::max_partitions`]).
     pub fn create(
         &mut self,
         topic: &str,
         partition_count: i32,
         key_hash: KeyHash,
+        settings: &[TopicSetting],
     ) -> Result<bool, BrokerError> {
         check_identifier("topic", topic)?;
-        check_partition_count(partition_count)?;
+        check_partition_count(partition_count, self.limits.max_partitions)?;
+        let settings = TopicSettings::from_list(settings)?;
         if self.topics.contains_key(topic) {
             return Ok(false);
         }
@@ -100,13 +146,83 @@ impl BrokerState {
         self.topics.insert(
             topic.to_owned(),
             Topic {
+                id: self.next_topic_id,
                 key_hash,
+                settings,
                 next_keyless: 0,
                 partitions: vec![PartitionLog::default(); partition_count as usize],
                 groups: HashMap::new(),
             },
         );
+        self.next_topic_id += 1;
         Ok(true)
+    }
+
+    /// See [`crate::EventBroker::add_partitions`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::add_partitions`].
+    pub fn add_partitions(
+        &mut self,
+        topic: &str,
+        partition_count: i32,
+    ) -> Result<i32, BrokerError> {
+        let max = self.limits.max_partitions;
+        let topic = topic_in(&mut self.topics, topic)?;
+        check_partition_count(partition_count, max)?;
+        let current = topic.partitions.len();
+        let wanted = partition_count as usize;
+        if wanted < current {
+            return Err(BrokerError::invalid(format!(
+                "the topic has {current} partitions; partitions are never removed"
+            )));
+        }
+        if wanted == current {
+            return Ok(partition_count);
+        }
+        topic.partitions.resize_with(wanted, PartitionLog::default);
+        for group in topic.groups.values_mut() {
+            let previous = group.owner_ids();
+            group
+                .partitions
+                .resize_with(wanted, || GroupPartition::starting_at(0));
+            let mut previous = previous;
+            previous.resize(wanted, None);
+            group.rebalance(&previous);
+        }
+        Ok(partition_count)
+    }
+
+    /// See [`crate::EventBroker::delete_topic`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::delete_topic`].
+    pub fn delete_topic(&mut self, topic: &str) -> Result<bool, BrokerError> {
+        check_identifier("topic", topic)?;
+        let Some(removed) = self.topics.remove(topic) else {
+            return Ok(false);
+        };
+        let freed: u64 = removed
+            .partitions
+            .iter()
+            .map(PartitionLog::retained_bytes)
+            .sum();
+        self.memory.retained -= freed;
+        Ok(true)
+    }
+
+    /// See [`crate::EventBroker::purge`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::purge`].
+    pub fn purge(&mut self, topic: &str, partition: i32, before: i64) -> Result<i64, BrokerError> {
+        check_offset(before)?;
+        let topic = topic_in(&mut self.topics, topic)?;
+        let partition = topic.partition(partition)?;
+        let end = topic.partitions[partition].end();
+        let freed = topic.discard_below(partition, before.min(end))?;
+        self.memory.retained -= freed;
+        Ok(topic.partitions[partition].base)
     }
 
     /// See [`crate::EventBroker::publish`].
@@ -119,14 +235,16 @@ impl BrokerState {
         partition: i32,
         payload: Bytes,
     ) -> Result<i64, BrokerError> {
+        let now = self.clock_ms;
         let topic = topic_in(&mut self.topics, topic)?;
         let partition = topic.partition(partition)?;
-        Ok(topic.append(
+        topic.append(
             partition,
             self.capacity,
             &mut self.memory,
-            StoredRecord { key: None, payload },
-        ))
+            now,
+            StoredRecord::new(None, payload, Vec::new(), now),
+        )
     }
 
     /// See [`crate::EventBroker::publish_keyed`].
@@ -139,14 +257,16 @@ impl BrokerState {
         key: Option<Bytes>,
         payload: Bytes,
     ) -> Result<(i32, i64), BrokerError> {
+        let now = self.clock_ms;
         let topic = topic_in(&mut self.topics, topic)?;
         let partition = topic.partition_for_key(key.as_ref());
         let offset = topic.append(
             partition,
             self.capacity,
             &mut self.memory,
-            StoredRecord { key, payload },
-        );
+            now,
+            StoredRecord::new(key, payload, Vec::new(), now),
+        )?;
         Ok((partition as i32, offset))
     }
 
@@ -160,33 +280,35 @@ impl BrokerState {
         records: Vec<PublishRecord>,
     ) -> Result<Vec<(i32, i64)>, BrokerError> {
         check_batch_len(records.len())?;
+        let now = self.clock_ms;
         let topic = topic_in(&mut self.topics, topic)?;
         for record in &records {
             if let Some(partition) = record.partition {
                 topic.partition(partition)?;
             }
+            check_headers(&record.headers)?;
         }
-        Ok(records
+        records
             .into_iter()
             .map(
                 |PublishRecord {
                      partition,
                      key,
                      payload,
+                     headers,
+                     timestamp_ms,
                  }| {
                     let partition = match partition {
                         Some(partition) => partition as usize,
                         None => topic.partition_for_key(key.as_ref()),
                     };
-                    let offset = topic.append(
-                        partition,
-                        self.capacity,
-                        &mut self.memory,
-                        StoredRecord { key, payload },
-                    );
-                    (partition as i32, offset)
+                    let stored =
+                        StoredRecord::new(key, payload, headers, timestamp_ms.unwrap_or(now));
+                    let offset =
+                        topic.append(partition, self.capacity, &mut self.memory, now, stored)?;
+                    Ok((partition as i32, offset))
                 },
             )
-            .collect())
+            .collect()
     }
 }

@@ -5,6 +5,7 @@ use bytes::Bytes;
 use super::{assert_no_change, broker, positions};
 use crate::{BrokerError, BrokerRecord, EventBroker};
 
+/// A record as a first poll delivers it.
 fn record(topic: &str, partition: i32, offset: i64, payload: &'static str) -> BrokerRecord {
     BrokerRecord {
         topic: topic.to_owned(),
@@ -12,6 +13,17 @@ fn record(topic: &str, partition: i32, offset: i64, payload: &'static str) -> Br
         offset,
         key: None,
         payload: Bytes::from_static(payload.as_bytes()),
+        timestamp_ms: 0,
+        headers: Vec::new(),
+        delivery_count: 1,
+    }
+}
+
+/// `record` delivered for the `count`th time.
+fn redelivered(record: BrokerRecord, count: u32) -> BrokerRecord {
+    BrokerRecord {
+        delivery_count: count,
+        ..record
     }
 }
 
@@ -45,10 +57,17 @@ fn worked_example_with_capacity_2() {
     assert_eq!(b.publish("orders", 0, "a").unwrap(), 0);
     assert_eq!(b.publish("orders", 0, "b").unwrap(), 1);
     assert_eq!(b.join("orders", "billing", "m1").unwrap(), vec![0]);
-    let a = vec![record("orders", 0, 0, "a")];
-    assert_eq!(b.poll("orders", "billing", "m1", 2).unwrap(), a);
+    let a = record("orders", 0, 0, "a");
+    assert_eq!(
+        b.poll("orders", "billing", "m1", 2).unwrap(),
+        vec![a.clone()]
+    );
     assert!(b.retry("orders", "billing", "m1", 0, 0).unwrap());
-    assert_eq!(b.poll("orders", "billing", "m1", 2).unwrap(), a);
+    // The same record again, counted as its second delivery.
+    assert_eq!(
+        b.poll("orders", "billing", "m1", 2).unwrap(),
+        vec![redelivered(a, 2)]
+    );
     assert!(b.ack("orders", "billing", "m1", 0, 0).unwrap());
     assert_eq!(
         b.poll("orders", "billing", "m1", 2).unwrap(),
@@ -654,7 +673,7 @@ fn returned_records_are_value_snapshots() {
     assert!(b.retry("t", "g", "m", 0, 0).unwrap());
     assert_eq!(
         b.poll("t", "g", "m", 1).unwrap(),
-        vec![record("t", 0, 0, "a")]
+        vec![redelivered(record("t", 0, 0, "a"), 2)]
     );
 }
 

@@ -6,6 +6,7 @@ use crate::{BrokerState, Limits};
 fn limited() -> EventBroker {
     let state = BrokerState::new(10).unwrap().with_limits(Limits {
         max_topics: 2,
+        max_partitions: 64,
         max_groups_per_topic: 2,
         max_members_per_group: 2,
     });

@@ -77,8 +77,8 @@ fn committing_frees_room_for_new_publishes() {
     b.commit("t", "g", "m", None).unwrap();
     assert_eq!(retained(&b), 0);
     assert_eq!(b.publish("t", 0, "abcd").unwrap(), 1);
-    // An explicit commit past the end frees what it covers too.
-    b.commit("t", "g", "m", Some(BTreeMap::from([(0, 5)])))
+    // An explicit commit to the end frees what it covers too.
+    b.commit("t", "g", "m", Some(BTreeMap::from([(0, 2)])))
         .unwrap();
     assert_eq!(retained(&b), 0);
 }
@@ -97,7 +97,7 @@ fn the_budget_is_shared_by_every_topic() {
 fn without_a_budget_only_capacity_limits_and_retained_bytes_are_counted() {
     let mut state = BrokerState::new(2).unwrap();
     assert_eq!(state.memory_budget(), None);
-    state.create("t", 1, KeyHash::default()).unwrap();
+    state.create("t", 1, KeyHash::default(), &[]).unwrap();
     let big = Bytes::from(vec![0u8; 1 << 20]);
     assert_eq!(state.publish("t", 0, big.clone()).unwrap(), 0);
     assert_eq!(state.publish("t", 0, big.clone()).unwrap(), 1);
@@ -110,6 +110,6 @@ fn without_a_budget_only_capacity_limits_and_retained_bytes_are_counted() {
     // A budget set later below what is retained refuses publishes until records are consumed.
     state.set_memory_budget(Some(1));
     assert_eq!(state.memory_budget(), Some(1));
-    state.join("t", "g", "m", None).unwrap();
+    state.join("t", "g", "m", None, &[]).unwrap();
     assert_eq!(state.publish("t", 0, Bytes::new()).unwrap(), -1);
 }

@@ -4,7 +4,9 @@ use broker_core::{Command, KeyHash, Outcome};
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
-use crate::{ClientCodec, ErrorReply, RequestFrame, ResponseFrame, ServerCodec};
+use crate::{
+    v1, ClientCodec, Codec, ErrorReply, RequestFrame, ResponseFrame, ServerCodec, PROTOCOL_VERSION,
+};
 
 fn request() -> RequestFrame {
     RequestFrame {
@@ -14,6 +16,7 @@ fn request() -> RequestFrame {
             topic: "t".into(),
             partition_count: 2,
             key_hash: KeyHash::Murmur2,
+            settings: Vec::new(),
         },
     }
 }
@@ -22,17 +25,18 @@ fn request() -> RequestFrame {
 fn a_request_round_trips_through_client_and_server_codecs() {
     let mut buf = BytesMut::new();
     ClientCodec::new(1024).encode(request(), &mut buf).unwrap();
-    match ServerCodec::new(1024).decode(&mut buf).unwrap() {
+    match ServerCodec::new(1024, PROTOCOL_VERSION)
+        .decode(&mut buf)
+        .unwrap()
+    {
         Some(crate::Decoded::Message(frame)) => assert_eq!(frame, request()),
         other => panic!("unexpected {other:?}"),
     }
     assert!(buf.is_empty());
 }
 
-#[test]
-fn create_request_encodes_to_the_bytes_proto_md_documents() {
-    let mut buf = BytesMut::new();
-    ClientCodec::new(1024).encode(request(), &mut buf).unwrap();
+/// The frame proto.md's example of version 1 shows: `Create` of "t" with 2 partitions.
+fn create_v1_bytes() -> Vec<u8> {
     let mut expected = Vec::new();
     expected.extend_from_slice(&33u32.to_be_bytes()); // frame length
     expected.extend_from_slice(&7u64.to_le_bytes()); // correlation_id
@@ -42,7 +46,111 @@ fn create_request_encodes_to_the_bytes_proto_md_documents() {
     expected.extend_from_slice(b"t");
     expected.extend_from_slice(&2i32.to_le_bytes()); // partition_count
     expected.extend_from_slice(&0u32.to_le_bytes()); // KeyHash::Murmur2
+    expected
+}
+
+#[test]
+fn create_request_encodes_to_the_bytes_proto_md_documents() {
+    let mut buf = BytesMut::new();
+    ClientCodec::new(1024).encode(request(), &mut buf).unwrap();
+    let mut expected = create_v1_bytes();
+    expected[..4].copy_from_slice(&41u32.to_be_bytes()); // frame length
+    expected.extend_from_slice(&0u64.to_le_bytes()); // settings: none
     assert_eq!(&buf[..], &expected[..]);
+}
+
+#[test]
+fn a_version_1_create_decodes_as_the_same_call_with_no_settings() {
+    let mut buf = BytesMut::from(&create_v1_bytes()[..]);
+    match ServerCodec::new(1024, 1).decode(&mut buf).unwrap() {
+        Some(crate::Decoded::Message(frame)) => assert_eq!(frame, request()),
+        other => panic!("unexpected {other:?}"),
+    }
+    // A version 1 client's encoder writes exactly those bytes.
+    let mut written = BytesMut::new();
+    Codec::<v1::ResponseFrame, v1::RequestFrame>::new(1024)
+        .encode(
+            v1::RequestFrame {
+                correlation_id: 7,
+                max_wait_ms: 0,
+                command: broker_core::v1::Command::Create {
+                    topic: "t".into(),
+                    partition_count: 2,
+                    key_hash: KeyHash::Murmur2,
+                },
+            },
+            &mut written,
+        )
+        .unwrap();
+    assert_eq!(&written[..], &create_v1_bytes()[..]);
+}
+
+#[test]
+fn a_version_1_connection_gets_records_without_the_fields_version_2_added() {
+    let record = broker_core::BrokerRecord {
+        topic: "t".into(),
+        partition: 1,
+        offset: 2,
+        key: None,
+        payload: Bytes::from_static(b"p"),
+        timestamp_ms: 99,
+        headers: vec![broker_core::Header {
+            name: "h".into(),
+            value: None,
+        }],
+        delivery_count: 1,
+    };
+    let mut buf = BytesMut::new();
+    ServerCodec::new(1024, 1)
+        .encode(
+            ResponseFrame {
+                correlation_id: 7,
+                result: Ok(Outcome::Records(vec![record])),
+            },
+            &mut buf,
+        )
+        .unwrap();
+    let mut expected = Vec::new();
+    expected.extend_from_slice(&7u64.to_le_bytes()); // correlation_id
+    expected.extend_from_slice(&0u32.to_le_bytes()); // Ok
+    expected.extend_from_slice(&5u32.to_le_bytes()); // Outcome::Records
+    expected.extend_from_slice(&1u64.to_le_bytes()); // one record
+    expected.extend_from_slice(&1u64.to_le_bytes()); // topic length
+    expected.extend_from_slice(b"t");
+    expected.extend_from_slice(&1i32.to_le_bytes()); // partition
+    expected.extend_from_slice(&2i64.to_le_bytes()); // offset
+    expected.push(0); // key: None
+    expected.extend_from_slice(&1u64.to_le_bytes()); // payload length
+    expected.extend_from_slice(b"p");
+    assert_eq!(&buf[4..], &expected[..]);
+    assert_eq!(&buf[..4], &(expected.len() as u32).to_be_bytes());
+}
+
+#[test]
+fn a_command_version_1_does_not_have_is_malformed_on_a_version_1_connection() {
+    let mut body = Vec::new();
+    body.extend_from_slice(&7u64.to_le_bytes());
+    body.extend_from_slice(&0u32.to_le_bytes());
+    body.extend_from_slice(&19u32.to_le_bytes()); // DeleteTopic, version 2 only
+    body.extend_from_slice(&1u64.to_le_bytes());
+    body.extend_from_slice(b"t");
+    let mut buf = BytesMut::new();
+    buf.put_u32(body.len() as u32);
+    buf.extend_from_slice(&body);
+    assert!(matches!(
+        ServerCodec::new(1024, 1).decode(&mut buf.clone()).unwrap(),
+        Some(crate::Decoded::Malformed {
+            leading_u64: Some(7),
+            ..
+        })
+    ));
+    assert!(matches!(
+        ServerCodec::new(1024, 2).decode(&mut buf).unwrap(),
+        Some(crate::Decoded::Message(RequestFrame {
+            command: Command::DeleteTopic { .. },
+            ..
+        }))
+    ));
 }
 
 #[test]
@@ -51,7 +159,7 @@ fn a_partial_frame_waits_for_more_bytes() {
     ClientCodec::new(1024)
         .encode(request(), &mut whole)
         .unwrap();
-    let mut codec = ServerCodec::new(1024);
+    let mut codec = ServerCodec::new(1024, PROTOCOL_VERSION);
     for cut in 0..whole.len() {
         let mut part = BytesMut::from(&whole[..cut]);
         assert!(codec.decode(&mut part).unwrap().is_none(), "cut at {cut}");
@@ -64,7 +172,7 @@ fn eof_inside_a_frame_is_an_error_and_eof_between_frames_is_clean() {
     ClientCodec::new(1024)
         .encode(request(), &mut whole)
         .unwrap();
-    let mut codec = ServerCodec::new(1024);
+    let mut codec = ServerCodec::new(1024, PROTOCOL_VERSION);
     let mut part = BytesMut::from(&whole[..whole.len() - 1]);
     assert!(matches!(
         codec.decode_eof(&mut part),
@@ -78,7 +186,7 @@ fn an_oversized_length_prefix_is_refused_before_any_allocation() {
     let mut buf = BytesMut::new();
     buf.put_u32(u32::MAX);
     assert!(matches!(
-        ServerCodec::new(1024).decode(&mut buf),
+        ServerCodec::new(1024, PROTOCOL_VERSION).decode(&mut buf),
         Err(crate::ProtocolError::FrameTooLarge { size, limit: 1024 }) if size == u64::from(u32::MAX)
     ));
 }
@@ -93,7 +201,7 @@ fn an_unknown_command_is_malformed_but_keeps_its_correlation_id_and_the_stream()
     buf.put_u32(body.len() as u32);
     buf.extend_from_slice(&body);
     ClientCodec::new(1024).encode(request(), &mut buf).unwrap();
-    let mut codec = ServerCodec::new(1024);
+    let mut codec = ServerCodec::new(1024, PROTOCOL_VERSION);
     match codec.decode(&mut buf).unwrap() {
         Some(crate::Decoded::Malformed { leading_u64, .. }) => assert_eq!(leading_u64, Some(42)),
         other => panic!("unexpected {other:?}"),
@@ -116,7 +224,9 @@ fn trailing_bytes_after_a_message_are_malformed() {
     buf.put_u32(body.len() as u32);
     buf.extend_from_slice(&body);
     assert!(matches!(
-        ServerCodec::new(1024).decode(&mut buf).unwrap(),
+        ServerCodec::new(1024, PROTOCOL_VERSION)
+            .decode(&mut buf)
+            .unwrap(),
         Some(crate::Decoded::Malformed { .. })
     ));
 }
@@ -132,7 +242,9 @@ fn a_huge_string_length_inside_a_small_frame_fails_without_allocating_it() {
     buf.put_u32(body.len() as u32);
     buf.extend_from_slice(&body);
     assert!(matches!(
-        ServerCodec::new(1024).decode(&mut buf).unwrap(),
+        ServerCodec::new(1024, PROTOCOL_VERSION)
+            .decode(&mut buf)
+            .unwrap(),
         Some(crate::Decoded::Malformed { .. })
     ));
 }
@@ -147,10 +259,15 @@ fn an_encoded_response_larger_than_the_limit_is_refused_and_leaves_the_buffer_un
             offset: 0,
             key: None,
             payload: Bytes::from(vec![0u8; 2048]),
+            timestamp_ms: 0,
+            headers: Vec::new(),
+            delivery_count: 0,
         }])),
     };
     let mut buf = BytesMut::from(&b"keep"[..]);
-    assert!(ServerCodec::new(1024).encode(response, &mut buf).is_err());
+    assert!(ServerCodec::new(1024, PROTOCOL_VERSION)
+        .encode(response, &mut buf)
+        .is_err());
     assert_eq!(&buf[..], b"keep");
 }
 
@@ -175,7 +292,9 @@ fn created_response_encodes_to_the_bytes_proto_md_documents() {
         correlation_id: 7,
         result: Ok(Outcome::Created(true)),
     };
-    ServerCodec::new(1024).encode(response, &mut buf).unwrap();
+    ServerCodec::new(1024, PROTOCOL_VERSION)
+        .encode(response, &mut buf)
+        .unwrap();
     let mut expected = vec![0, 0, 0, 17];
     expected.extend_from_slice(&7u64.to_le_bytes());
     expected.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 1]);
@@ -190,7 +309,7 @@ fn hello_encodes_magic_version_name_and_optional_token_as_documented() {
         .unwrap();
     let mut expected = vec![0, 0, 0, 25];
     expected.extend_from_slice(b"BRKR");
-    expected.extend_from_slice(&1u16.to_le_bytes());
+    expected.extend_from_slice(&2u16.to_le_bytes());
     expected.extend_from_slice(&1u64.to_le_bytes());
     expected.extend_from_slice(b"c");
     expected.push(1);

@@ -1,0 +1,358 @@
+//! What a topic and a group are created with, beyond their names: how a topic's partitions
+//! retain records, and where a new group starts and how long a delivery may stay unacknowledged.
+//!
+//! Each is a struct ([`TopicSettings`], [`GroupSettings`]) for programs, and a list of settings
+//! ([`TopicSetting`], [`GroupSetting`]) for the wire: a setting a later version adds is one more
+//! variant of the list, so the encoding of the others never changes.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::validate::MAX_PRODUCT_CAPACITY;
+use crate::BrokerError;
+
+/// How a topic's partitions decide which records to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Retention {
+    /// A record leaves once every group of the topic has consumed it; a full partition refuses
+    /// new records (`-1`). With no groups nothing leaves. The default.
+    #[default]
+    Interest,
+    /// Records are kept up to the topic's limits (count, bytes, age), consumed or not; at a
+    /// limit the oldest leave, or new ones are refused ([`Discard`]).
+    Limits,
+}
+
+/// What a partition at one of its limits does with a new record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Discard {
+    /// Refuse it (`-1`), keeping what is there. Interest retention always does this.
+    #[default]
+    New,
+    /// Discard the oldest records to make room (limits retention only).
+    Old,
+}
+
+impl Retention {
+    /// `interest` or `limits`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Retention::Interest => "interest",
+            Retention::Limits => "limits",
+        }
+    }
+}
+
+impl fmt::Display for Retention {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Discard {
+    /// `new` or `old`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Discard::New => "new",
+            Discard::Old => "old",
+        }
+    }
+}
+
+impl fmt::Display for Discard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a topic's partitions retain records. The default is interest retention with the broker's
+/// capacity per partition: exactly the broker's behaviour without settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct TopicSettings {
+    /// Interest or limits retention.
+    pub retention: Retention,
+    /// Records a partition keeps at most, 1 to 2,147,483,647. Without it, interest retention
+    /// keeps the broker's capacity and limits retention has no count limit.
+    pub max_records: Option<u64>,
+    /// Payload, key and header bytes a partition keeps at most.
+    pub max_bytes: Option<u64>,
+    /// The longest a record is kept, in milliseconds, by its time; older records leave, in
+    /// either retention, consumed or not.
+    pub max_age_ms: Option<u64>,
+    /// What a partition at its count or byte limit does with a new record: interest retention
+    /// refuses it ([`Discard::New`]); limits retention discards the oldest unless told to refuse.
+    pub discard: Discard,
+}
+
+impl TopicSettings {
+    /// Limits retention that discards the oldest records, with no limit set yet.
+    pub fn limits() -> TopicSettings {
+        TopicSettings {
+            retention: Retention::Limits,
+            discard: Discard::Old,
+            ..TopicSettings::default()
+        }
+    }
+
+    /// Checks the settings make sense together.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a limit of 0 or past its maximum, or interest retention told to
+    /// discard old records (it never discards an unconsumed record except by age).
+    pub fn check(&self) -> Result<(), BrokerError> {
+        if let Some(max) = self.max_records {
+            if !(1..=MAX_PRODUCT_CAPACITY as u64).contains(&max) {
+                return Err(BrokerError::invalid(format!(
+                    "max records must be 1 to {MAX_PRODUCT_CAPACITY}, got {max}"
+                )));
+            }
+        }
+        for (name, value) in [("max bytes", self.max_bytes), ("max age", self.max_age_ms)] {
+            if value == Some(0) {
+                return Err(BrokerError::invalid(format!("{name} must be at least 1")));
+            }
+        }
+        if self.retention == Retention::Interest && self.discard == Discard::Old {
+            return Err(BrokerError::invalid(
+                "interest retention keeps every record until all groups consumed it: \
+                 discarding old records needs limits retention",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The settings a list names, starting from the defaults of its retention (limits
+    /// retention discards old records unless the list says otherwise).
+    ///
+    /// # Errors
+    /// `InvalidArgument` when a setting appears twice or the result fails
+    /// [`TopicSettings::check`].
+    pub fn from_list(list: &[TopicSetting]) -> Result<TopicSettings, BrokerError> {
+        check_distinct(list.iter().map(TopicSetting::name))?;
+        let limits = list.contains(&TopicSetting::Retention(Retention::Limits));
+        let mut settings = if limits {
+            TopicSettings::limits()
+        } else {
+            TopicSettings::default()
+        };
+        for setting in list {
+            match *setting {
+                TopicSetting::Retention(retention) => settings.retention = retention,
+                TopicSetting::MaxRecords(max) => settings.max_records = Some(max),
+                TopicSetting::MaxBytes(max) => settings.max_bytes = Some(max),
+                TopicSetting::MaxAgeMs(max) => settings.max_age_ms = Some(max),
+                TopicSetting::Discard(discard) => settings.discard = discard,
+            }
+        }
+        settings.check()?;
+        Ok(settings)
+    }
+
+    /// The settings as a list: the retention and every limit set, and the discard policy when
+    /// it is not the retention's default. [`TopicSettings::from_list`] of it gives them back.
+    pub fn to_list(&self) -> Vec<TopicSetting> {
+        let default_discard = match self.retention {
+            Retention::Interest => Discard::New,
+            Retention::Limits => Discard::Old,
+        };
+        let mut list = vec![TopicSetting::Retention(self.retention)];
+        list.extend(self.max_records.map(TopicSetting::MaxRecords));
+        list.extend(self.max_bytes.map(TopicSetting::MaxBytes));
+        list.extend(self.max_age_ms.map(TopicSetting::MaxAgeMs));
+        if self.discard != default_discard {
+            list.push(TopicSetting::Discard(self.discard));
+        }
+        list
+    }
+}
+
+/// One setting of a topic, as the wire carries it ([`TopicSettings`] says what each means).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TopicSetting {
+    /// [`TopicSettings::retention`].
+    Retention(Retention),
+    /// [`TopicSettings::max_records`].
+    MaxRecords(u64),
+    /// [`TopicSettings::max_bytes`].
+    MaxBytes(u64),
+    /// [`TopicSettings::max_age_ms`].
+    MaxAgeMs(u64),
+    /// [`TopicSettings::discard`].
+    Discard(Discard),
+}
+
+impl TopicSetting {
+    /// The setting's name, which a list may hold once.
+    pub fn name(&self) -> &'static str {
+        match self {
+            TopicSetting::Retention(_) => "retention",
+            TopicSetting::MaxRecords(_) => "max records",
+            TopicSetting::MaxBytes(_) => "max bytes",
+            TopicSetting::MaxAgeMs(_) => "max age",
+            TopicSetting::Discard(_) => "discard",
+        }
+    }
+}
+
+/// Where a new group starts on each partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StartAt {
+    /// At the earliest record retained: it consumes everything kept. The default.
+    #[default]
+    Earliest,
+    /// At the end: it consumes only what is published after it was created.
+    Latest,
+}
+
+impl StartAt {
+    /// `earliest` or `latest`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StartAt::Earliest => "earliest",
+            StartAt::Latest => "latest",
+        }
+    }
+}
+
+/// What a group is created with. The default starts at the earliest record and keeps a
+/// delivery in flight until it is acknowledged or retried: exactly the broker's behaviour
+/// without settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct GroupSettings {
+    /// Where the group starts on each partition when it is created.
+    pub start_at: StartAt,
+    /// In ack mode, how long a delivery may stay unacknowledged, in milliseconds: once it is
+    /// older, it is released for redelivery (as a retry would), so a consumer that took a
+    /// record and vanished (or lost the answer) does not stall its partition. `None` keeps it
+    /// in flight until it is acknowledged or retried, or its partition changes owner.
+    pub ack_timeout_ms: Option<u64>,
+}
+
+impl GroupSettings {
+    /// The settings a list names, starting from the defaults.
+    ///
+    /// # Errors
+    /// `InvalidArgument` when a setting appears twice or an acknowledgement timeout is 0.
+    pub fn from_list(list: &[GroupSetting]) -> Result<GroupSettings, BrokerError> {
+        check_distinct(list.iter().map(GroupSetting::name))?;
+        let mut settings = GroupSettings::default();
+        for setting in list {
+            match *setting {
+                GroupSetting::StartAt(start_at) => settings.start_at = start_at,
+                GroupSetting::AckTimeoutMs(0) => {
+                    return Err(BrokerError::invalid(
+                        "the acknowledgement timeout must be at least 1 ms",
+                    ))
+                }
+                GroupSetting::AckTimeoutMs(timeout) => settings.ack_timeout_ms = Some(timeout),
+            }
+        }
+        Ok(settings)
+    }
+
+    /// The settings that differ from the defaults, as a list.
+    pub fn to_list(&self) -> Vec<GroupSetting> {
+        let mut list = Vec::new();
+        if self.start_at != StartAt::default() {
+            list.push(GroupSetting::StartAt(self.start_at));
+        }
+        list.extend(self.ack_timeout_ms.map(GroupSetting::AckTimeoutMs));
+        list
+    }
+}
+
+/// One setting of a group, as the wire carries it ([`GroupSettings`] says what each means).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupSetting {
+    /// [`GroupSettings::start_at`].
+    StartAt(StartAt),
+    /// [`GroupSettings::ack_timeout_ms`].
+    AckTimeoutMs(u64),
+}
+
+impl GroupSetting {
+    /// The setting's name, which a list may hold once.
+    pub fn name(&self) -> &'static str {
+        match self {
+            GroupSetting::StartAt(_) => "start at",
+            GroupSetting::AckTimeoutMs(_) => "ack timeout",
+        }
+    }
+}
+
+/// Refuses a list that names a setting twice.
+fn check_distinct(names: impl Iterator<Item = &'static str>) -> Result<(), BrokerError> {
+    let mut seen: Vec<&str> = Vec::new();
+    for name in names {
+        if seen.contains(&name) {
+            return Err(BrokerError::invalid(format!(
+                "the setting {name} is given twice"
+            )));
+        }
+        seen.push(name);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_list_gives_back_the_settings_it_came_from() {
+        let settings = TopicSettings {
+            retention: Retention::Limits,
+            max_records: Some(10),
+            max_bytes: Some(1 << 20),
+            max_age_ms: Some(60_000),
+            discard: Discard::New,
+        };
+        assert_eq!(
+            TopicSettings::from_list(&settings.to_list()).unwrap(),
+            settings
+        );
+        assert_eq!(
+            TopicSettings::from_list(&[]).unwrap(),
+            TopicSettings::default()
+        );
+        let limits = TopicSettings::from_list(&[TopicSetting::Retention(Retention::Limits)]);
+        assert_eq!(limits.unwrap().discard, Discard::Old);
+        let group = GroupSettings {
+            start_at: StartAt::Latest,
+            ack_timeout_ms: Some(500),
+        };
+        assert_eq!(GroupSettings::from_list(&group.to_list()).unwrap(), group);
+        assert!(GroupSettings::default().to_list().is_empty());
+    }
+
+    #[test]
+    fn settings_that_make_no_sense_are_refused() {
+        for list in [
+            vec![TopicSetting::MaxRecords(0)],
+            vec![TopicSetting::MaxRecords(MAX_PRODUCT_CAPACITY as u64 + 1)],
+            vec![TopicSetting::MaxBytes(0)],
+            vec![TopicSetting::MaxAgeMs(0)],
+            vec![TopicSetting::Discard(Discard::Old)],
+            vec![TopicSetting::MaxBytes(1), TopicSetting::MaxBytes(2)],
+        ] {
+            assert!(TopicSettings::from_list(&list).is_err(), "{list:?}");
+        }
+        for list in [
+            vec![GroupSetting::AckTimeoutMs(0)],
+            vec![
+                GroupSetting::StartAt(StartAt::Latest),
+                GroupSetting::StartAt(StartAt::Earliest),
+            ],
+        ] {
+            assert!(GroupSettings::from_list(&list).is_err(), "{list:?}");
+        }
+    }
+}

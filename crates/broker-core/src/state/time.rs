@@ -1,0 +1,90 @@
+//! The broker's clock and what happens as it advances: records older than their topic's
+//! maximum age leave, and deliveries unacknowledged past their group's acknowledgement timeout
+//! are released for redelivery.
+//!
+//! The state reads no clock. Time is an argument: [`BrokerState::apply_at`] applies a command
+//! at a time, [`BrokerState::advance_clock`] applies the passing of time alone. The clock never
+//! goes back, so a replayed or replicated sequence of commands and times gives the same state.
+
+use super::BrokerState;
+use crate::{BrokerError, Command, Outcome};
+
+impl BrokerState {
+    /// The broker's time: the latest it was given, in milliseconds since the Unix epoch (0 if
+    /// never).
+    pub fn clock_ms(&self) -> i64 {
+        self.clock_ms
+    }
+
+    /// Applies `command` at `now_ms` (milliseconds since the Unix epoch): the clock first moves
+    /// to `now_ms` if that is later, then the command is applied, the records it appends
+    /// stamped with the clock. Only the partitions the command touches see the passing of time
+    /// (a publish first drops its partition's records past the topic's maximum age, a poll
+    /// releases its member's overdue delivery); [`BrokerState::advance_clock`] applies it
+    /// everywhere, and is what a server calls periodically.
+    ///
+    /// # Errors
+    /// As the method that `command` names.
+    pub fn apply_at(&mut self, now_ms: i64, command: Command) -> Result<Outcome, BrokerError> {
+        self.clock_ms = self.clock_ms.max(now_ms);
+        self.apply(command)
+    }
+
+    /// Whether [`BrokerState::advance_clock`] to `now_ms` would change anything besides the
+    /// clock: a record older than its topic's maximum age, or a delivery older than its
+    /// group's acknowledgement timeout. A server advances the clock (and logs it) only then, so
+    /// an idle broker writes nothing. Reads no evicted record.
+    pub fn is_due(&self, now_ms: i64) -> bool {
+        let now = self.clock_ms.max(now_ms);
+        self.topics.values().any(|topic| {
+            let aged = topic.settings.max_age_ms.is_some_and(|max_age| {
+                let oldest_kept = now.saturating_sub(i64::try_from(max_age).unwrap_or(i64::MAX));
+                topic.partitions.iter().any(|log| {
+                    log.earliest_timestamp()
+                        .is_some_and(|earliest| earliest < oldest_kept)
+                })
+            });
+            aged || topic.groups.values().any(|group| group.has_overdue(now))
+        })
+    }
+
+    /// Moves the clock to `now_ms` if that is later than it, and applies what the passing of
+    /// time does: in every topic with a maximum age the records older than it leave (groups
+    /// skip them), and in every group with an acknowledgement timeout the deliveries older than
+    /// it are released for redelivery. Returns the topics where something changed, whose
+    /// waiting consumers may now find records, sorted by name; empty when nothing did.
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] if the times of evicted records cannot be read; the state then
+    /// refuses every command (see [`BrokerState::failure`]).
+    pub fn advance_clock(&mut self, now_ms: i64) -> Result<Vec<String>, BrokerError> {
+        if let Some(failure) = &self.failure {
+            return Err(BrokerError::Storage(failure.clone()));
+        }
+        self.clock_ms = self.clock_ms.max(now_ms);
+        let now = self.clock_ms;
+        let mut changed = Vec::new();
+        for (name, topic) in &mut self.topics {
+            let mut touched = false;
+            for partition in 0..topic.partitions.len() {
+                let base = topic.partitions[partition].base;
+                match topic.expire(partition, now) {
+                    Ok(freed) => self.memory.retained -= freed,
+                    Err(error) => {
+                        self.failure = Some(error.to_string());
+                        return Err(error);
+                    }
+                }
+                touched |= topic.partitions[partition].base != base;
+            }
+            for group in topic.groups.values_mut() {
+                touched |= group.release_overdue(now);
+            }
+            if touched {
+                changed.push(name.clone());
+            }
+        }
+        changed.sort_unstable();
+        Ok(changed)
+    }
+}

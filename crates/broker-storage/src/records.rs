@@ -1,0 +1,834 @@
+//! Record segments: the records a checkpoint moved out of memory, per partition, in append-only
+//! files with a dense offset and time index. The [`RecordStore`] is the broker's
+//! [`ColdStore`]: the state reads evicted records, their sizes and their times through it.
+//!
+//! # Files
+//!
+//! ```text
+//! records/<topic id, 20 digits>-<partition, 10 digits>/<base offset, 20 digits>.rec
+//! records/<topic id, 20 digits>-<partition, 10 digits>/<base offset, 20 digits>.idx
+//! ```
+//!
+//! Both files of a segment start with the same 32-byte header: magic (`BROKRREC` or
+//! `BROKRIDX`), format version `u32` ([`RECORD_FORMAT_VERSION`]), the partition `u32`, the topic
+//! id `u64`, the base offset `i64` (all little-endian).
+//!
+//! `.rec` then holds the records at offsets `base`, `base + 1`, ... each as: body length `u32`,
+//! CRC-32 of the body `u32`, body: the [`RecordImage`] in the data directory's bincode encoding
+//! (key `Option<bytes>`, payload `bytes`, headers `Vec<(name String, value Option<bytes>)>`,
+//! time `i64`).
+//!
+//! `.idx` holds one 24-byte entry per record, in offset order: where the record starts in
+//! `.rec` (`u64`), its time (`i64`), and the size (payload, key and header bytes) of the
+//! segment's records before it (`u64`). Offsets index it directly; times never decrease, so a
+//! time is found by binary search.
+//!
+//! Which segments exist and how far each is valid is written in every checkpoint (the
+//! catalog, [`SegmentImage`]); recovery trusts the catalog, cuts what a crashed checkpoint
+//! appended after it, and removes files it does not name. A record is checked against its CRC
+//! whenever it is read.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use broker_core::cold::{ColdError, ColdStore, LogId};
+use broker_core::image::RecordImage;
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+use crate::format::config;
+use crate::segment::sync_dir;
+use crate::StorageError;
+
+/// The directory under the data directory that holds record segments.
+pub(crate) const RECORDS_DIR: &str = "records";
+
+/// The format version of record segments and their indexes this build writes and reads.
+pub const RECORD_FORMAT_VERSION: u32 = 1;
+
+const DATA_MAGIC: [u8; 8] = *b"BROKRREC";
+const INDEX_MAGIC: [u8; 8] = *b"BROKRIDX";
+const HEADER: u64 = 32;
+const INDEX_ENTRY: u64 = 24;
+const RECORD_HEADER: usize = 8;
+
+/// The bytes a record takes on disk beyond its payload and key, in a segment and its index:
+/// entry header, the encoding's length prefixes and tags, its time and its index entry. A
+/// record's headers add their name and value bytes plus 17 bytes each.
+pub const RECORD_OVERHEAD_BYTES: u64 = RECORD_HEADER as u64 + 1 + 8 + 8 + 8 + INDEX_ENTRY;
+
+/// Most segment files kept open for reading at once; older ones are closed and reopened when
+/// read again.
+const OPEN_FILES: usize = 256;
+
+/// One record segment as the catalog describes it: what a checkpoint wrote, and what recovery
+/// trusts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentImage {
+    /// The topic's id.
+    pub topic: u64,
+    /// The partition.
+    pub partition: u32,
+    /// The offset of the segment's first record.
+    pub base: i64,
+    /// How many records it holds (offsets `base..base + count`).
+    pub count: u64,
+    /// The size of its records (payload, key and header bytes).
+    pub bytes: u64,
+    /// The valid length of its `.rec` file.
+    pub data_len: u64,
+    /// The time of its first record.
+    pub first_timestamp_ms: i64,
+    /// The time of its last record.
+    pub last_timestamp_ms: i64,
+    /// The size of its largest record.
+    pub largest: u64,
+}
+
+impl SegmentImage {
+    fn log(&self) -> LogId {
+        LogId {
+            topic: self.topic,
+            partition: self.partition,
+        }
+    }
+
+    /// One past its last offset.
+    fn end(&self) -> i64 {
+        self.base + self.count as i64
+    }
+}
+
+/// The record segments of a data directory: written by checkpoints, read by the state.
+#[derive(Debug)]
+pub struct RecordStore {
+    root: PathBuf,
+    catalog: Mutex<HashMap<LogId, Vec<SegmentImage>>>,
+    open: Mutex<OpenFiles>,
+}
+
+/// Segments and logs dropped from the catalog, whose files are to be removed.
+#[derive(Debug, Default)]
+pub struct Retired {
+    segments: Vec<(LogId, i64)>,
+    logs: Vec<LogId>,
+}
+
+/// Segment files open for reading, least recently used first.
+#[derive(Debug, Default)]
+struct OpenFiles {
+    files: HashMap<(LogId, i64), Arc<SegmentFiles>>,
+    order: VecDeque<(LogId, i64)>,
+}
+
+#[derive(Debug)]
+struct SegmentFiles {
+    data: File,
+    data_path: PathBuf,
+    index: File,
+    index_path: PathBuf,
+}
+
+/// One index entry.
+#[derive(Debug, Clone, Copy)]
+struct IndexEntry {
+    position: u64,
+    timestamp_ms: i64,
+    bytes_before: u64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while holding these; the data is consistent after a panic elsewhere.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn log_dir_name(log: LogId) -> String {
+    format!("{:020}-{:010}", log.topic, log.partition)
+}
+
+fn parse_log_dir(name: &str) -> Option<LogId> {
+    let (topic, partition) = name.split_once('-')?;
+    if topic.len() != 20 || partition.len() != 10 {
+        return None;
+    }
+    Some(LogId {
+        topic: topic.parse().ok()?,
+        partition: partition.parse().ok()?,
+    })
+}
+
+fn header(magic: [u8; 8], log: LogId, base: i64) -> [u8; HEADER as usize] {
+    let mut header = [0; HEADER as usize];
+    header[..8].copy_from_slice(&magic);
+    header[8..12].copy_from_slice(&RECORD_FORMAT_VERSION.to_le_bytes());
+    header[12..16].copy_from_slice(&log.partition.to_le_bytes());
+    header[16..24].copy_from_slice(&log.topic.to_le_bytes());
+    header[24..32].copy_from_slice(&base.to_le_bytes());
+    header
+}
+
+impl RecordStore {
+    /// Opens the record segments under `dir` that `catalog` (from the latest checkpoint) names:
+    /// each must exist with a valid header and at least the length the catalog gives; what a
+    /// later, unfinished checkpoint appended is cut, and files and directories the catalog does
+    /// not name are removed.
+    ///
+    /// # Errors
+    /// [`StorageError::Corrupt`] naming a segment that is missing, short or not what the
+    /// catalog says; [`StorageError::Io`] if the directory cannot be read or cleaned.
+    pub fn open(dir: &Path, catalog: Vec<SegmentImage>) -> Result<RecordStore, StorageError> {
+        let root = dir.join(RECORDS_DIR);
+        fs::create_dir_all(&root).map_err(StorageError::io("create directory", &root))?;
+        let mut logs: HashMap<LogId, Vec<SegmentImage>> = HashMap::new();
+        for segment in catalog {
+            logs.entry(segment.log()).or_default().push(segment);
+        }
+        for segments in logs.values_mut() {
+            segments.sort_unstable_by_key(|segment| segment.base);
+        }
+        let store = RecordStore {
+            root,
+            catalog: Mutex::new(HashMap::new()),
+            open: Mutex::new(OpenFiles::default()),
+        };
+        store.remove_unnamed(&logs)?;
+        for segments in logs.values() {
+            for segment in segments {
+                store.check_and_cut(segment)?;
+            }
+        }
+        *lock(&store.catalog) = logs;
+        Ok(store)
+    }
+
+    fn log_dir(&self, log: LogId) -> PathBuf {
+        self.root.join(log_dir_name(log))
+    }
+
+    fn paths(&self, log: LogId, base: i64) -> (PathBuf, PathBuf) {
+        let dir = self.log_dir(log);
+        (
+            dir.join(format!("{base:020}.rec")),
+            dir.join(format!("{base:020}.idx")),
+        )
+    }
+
+    /// Removes the directories and segment files `logs` does not name.
+    fn remove_unnamed(&self, logs: &HashMap<LogId, Vec<SegmentImage>>) -> Result<(), StorageError> {
+        let entries = fs::read_dir(&self.root).map_err(StorageError::io("list", &self.root))?;
+        for entry in entries {
+            let entry = entry.map_err(StorageError::io("list", &self.root))?;
+            let path = entry.path();
+            let named = entry
+                .file_name()
+                .to_str()
+                .and_then(parse_log_dir)
+                .and_then(|log| logs.get(&log));
+            let Some(segments) = named else {
+                warn!(path = %path.display(), "removing record files no checkpoint names");
+                remove_path(&path)?;
+                continue;
+            };
+            let files = fs::read_dir(&path).map_err(StorageError::io("list", &path))?;
+            for file in files {
+                let file = file.map_err(StorageError::io("list", &path))?;
+                let name = file.file_name();
+                let base = name
+                    .to_str()
+                    .and_then(|name| name.get(..20))
+                    .and_then(|digits| digits.parse::<i64>().ok());
+                if !base.is_some_and(|base| segments.iter().any(|s| s.base == base)) {
+                    let doomed = file.path();
+                    warn!(path = %doomed.display(), "removing a record file no checkpoint names");
+                    remove_path(&doomed)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that a cataloged segment's files hold at least what the catalog says, and cuts
+    /// anything after it.
+    fn check_and_cut(&self, segment: &SegmentImage) -> Result<(), StorageError> {
+        let log = segment.log();
+        let (data_path, index_path) = self.paths(log, segment.base);
+        let index_len = HEADER + segment.count * INDEX_ENTRY;
+        for (path, magic, len) in [
+            (&data_path, DATA_MAGIC, segment.data_len),
+            (&index_path, INDEX_MAGIC, index_len),
+        ] {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)
+                .map_err(|cause| {
+                    StorageError::corrupt(
+                        path,
+                        0,
+                        format!(
+                            "a record segment the last checkpoint names cannot be opened: {cause}"
+                        ),
+                    )
+                })?;
+            let actual = file
+                .metadata()
+                .map_err(StorageError::io("read the length of", path))?
+                .len();
+            if actual < len {
+                return Err(StorageError::corrupt(
+                    path,
+                    actual,
+                    format!("the file ends at byte {actual}; the last checkpoint says {len}"),
+                ));
+            }
+            let mut found = [0; HEADER as usize];
+            file.read_exact_at(&mut found, 0)
+                .map_err(StorageError::io("read", path))?;
+            if found != header(magic, log, segment.base) {
+                return Err(StorageError::corrupt(
+                    path,
+                    0,
+                    "the header is not the one of the segment the file name and the last \
+                     checkpoint give",
+                ));
+            }
+            if actual > len {
+                warn!(
+                    path = %path.display(),
+                    cut_bytes = actual - len,
+                    "cutting records a checkpoint wrote but did not finish"
+                );
+                file.set_len(len)
+                    .and_then(|()| file.sync_all())
+                    .map_err(StorageError::io("truncate", path))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The segments of every log, for the next checkpoint's catalog, sorted by log and base.
+    pub fn catalog(&self) -> Vec<SegmentImage> {
+        let catalog = lock(&self.catalog);
+        let mut segments: Vec<SegmentImage> = catalog.values().flatten().cloned().collect();
+        segments.sort_unstable_by_key(|segment| (segment.log(), segment.base));
+        segments
+    }
+
+    /// The offset after the last record stored for `log` (`None` if none is).
+    pub fn end(&self, log: LogId) -> Option<i64> {
+        lock(&self.catalog)
+            .get(&log)
+            .and_then(|segments| segments.last())
+            .map(SegmentImage::end)
+    }
+
+    /// Appends `records`, the records of `log` from offset `first`, to its last segment (or a
+    /// new one if the offsets do not follow on), rolling to a new segment whenever one holds
+    /// `segment_bytes`; writes and fsyncs them. Records already stored (below the log's end,
+    /// written by a checkpoint that did not finish) are skipped. The catalog names them only
+    /// once they are durable.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if a file cannot be written or synced; the catalog names what was
+    /// durable before, and the files may hold a partial tail, which the next append (or
+    /// recovery) cuts.
+    pub fn append(
+        &self,
+        log: LogId,
+        first: i64,
+        records: &[RecordImage],
+        segment_bytes: u64,
+    ) -> Result<(), StorageError> {
+        let end = self.end(log);
+        let skip = end.map_or(0, |end| {
+            (end - first).clamp(0, records.len() as i64) as usize
+        });
+        let mut records = &records[skip..];
+        let mut next = first + skip as i64;
+        while !records.is_empty() {
+            let last = lock(&self.catalog)
+                .get(&log)
+                .and_then(|segments| segments.last().cloned());
+            let segment = match last {
+                Some(last) if last.end() == next && last.data_len < segment_bytes => last,
+                _ => {
+                    self.create_segment(log, next)?;
+                    SegmentImage {
+                        topic: log.topic,
+                        partition: log.partition,
+                        base: next,
+                        count: 0,
+                        bytes: 0,
+                        data_len: HEADER,
+                        first_timestamp_ms: records[0].timestamp_ms,
+                        last_timestamp_ms: records[0].timestamp_ms,
+                        largest: 0,
+                    }
+                }
+            };
+            let segment = self.fill(segment, &mut records, segment_bytes)?;
+            next = segment.end();
+            let mut catalog = lock(&self.catalog);
+            let segments = catalog.entry(log).or_default();
+            match segments.last_mut() {
+                Some(last) if last.base == segment.base => *last = segment,
+                _ => segments.push(segment),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the first of `records` to `segment` until it holds `segment_bytes` (at least
+    /// one), fsyncs them, and returns the segment as it is now; `records` keeps the rest.
+    fn fill(
+        &self,
+        mut segment: SegmentImage,
+        records: &mut &[RecordImage],
+        segment_bytes: u64,
+    ) -> Result<SegmentImage, StorageError> {
+        let (data_path, index_path) = self.paths(segment.log(), segment.base);
+        let data = open_for_append(&data_path, segment.data_len)?;
+        let index = open_for_append(&index_path, HEADER + segment.count * INDEX_ENTRY)?;
+        let mut data_out = BufWriter::new(&data);
+        let mut index_out = BufWriter::new(&index);
+        let mut body = Vec::new();
+        let mut written = 0;
+        for record in records.iter() {
+            if written > 0 && segment.data_len >= segment_bytes {
+                break;
+            }
+            body.clear();
+            bincode::serde::encode_into_std_write(record, &mut body, config())
+                .map_err(|error| StorageError::Encode(format!("a record: {error}")))?;
+            let length = u32::try_from(body.len())
+                .map_err(|_| StorageError::Encode(format!("a record of {} bytes", body.len())))?;
+            let mut entry = [0; INDEX_ENTRY as usize];
+            entry[..8].copy_from_slice(&segment.data_len.to_le_bytes());
+            entry[8..16].copy_from_slice(&record.timestamp_ms.to_le_bytes());
+            entry[16..24].copy_from_slice(&segment.bytes.to_le_bytes());
+            data_out
+                .write_all(&length.to_le_bytes())
+                .and_then(|()| data_out.write_all(&crc32fast::hash(&body).to_le_bytes()))
+                .and_then(|()| data_out.write_all(&body))
+                .map_err(StorageError::io("write", &data_path))?;
+            index_out
+                .write_all(&entry)
+                .map_err(StorageError::io("write", &index_path))?;
+            let size = record.size();
+            segment.count += 1;
+            segment.bytes += size;
+            segment.data_len += (RECORD_HEADER + body.len()) as u64;
+            segment.last_timestamp_ms = record.timestamp_ms;
+            segment.largest = segment.largest.max(size);
+            written += 1;
+        }
+        *records = &records[written..];
+        data_out
+            .flush()
+            .map_err(StorageError::io("write", &data_path))?;
+        index_out
+            .flush()
+            .map_err(StorageError::io("write", &index_path))?;
+        drop((data_out, index_out));
+        data.sync_data()
+            .map_err(StorageError::io("fsync", &data_path))?;
+        index
+            .sync_data()
+            .map_err(StorageError::io("fsync", &index_path))?;
+        Ok(segment)
+    }
+
+    /// Creates the two files of a new segment of `log` at `base`, durable with their directory.
+    fn create_segment(&self, log: LogId, base: i64) -> Result<(), StorageError> {
+        let dir = self.log_dir(log);
+        let created = !dir.exists();
+        fs::create_dir_all(&dir).map_err(StorageError::io("create directory", &dir))?;
+        let (data_path, index_path) = self.paths(log, base);
+        for (path, magic) in [(&data_path, DATA_MAGIC), (&index_path, INDEX_MAGIC)] {
+            let mut file = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(path)
+                .map_err(StorageError::io("create", path))?;
+            file.write_all(&header(magic, log, base))
+                .map_err(StorageError::io("write", path))?;
+            file.sync_all().map_err(StorageError::io("fsync", path))?;
+        }
+        sync_dir(&dir)?;
+        if created {
+            sync_dir(&self.root)?;
+        }
+        Ok(())
+    }
+
+    /// Drops from the catalog the segments no longer needed: those of logs `bases` does not
+    /// name (deleted topics), and those whose records are all below their log's oldest retained
+    /// offset in `bases`. Returns what to pass to [`RecordStore::remove`] once a checkpoint
+    /// with the catalog without them is durable (until then, the previous checkpoint still
+    /// names them).
+    pub fn retire(&self, bases: &HashMap<LogId, i64>) -> Retired {
+        let mut retired = Retired::default();
+        let mut catalog = lock(&self.catalog);
+        catalog.retain(|log, segments| match bases.get(log) {
+            None => {
+                retired.logs.push(*log);
+                false
+            }
+            Some(&base) => {
+                segments.retain(|segment| {
+                    let keep = segment.end() > base;
+                    if !keep {
+                        retired.segments.push((*log, segment.base));
+                    }
+                    keep
+                });
+                true
+            }
+        });
+        retired
+    }
+
+    /// Removes the files of segments [`RecordStore::retire`] dropped; returns how many
+    /// segments and logs went.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if a file or directory cannot be removed.
+    pub fn remove(&self, retired: &Retired) -> Result<usize, StorageError> {
+        {
+            let mut open = lock(&self.open);
+            let OpenFiles { files, order } = &mut *open;
+            files.retain(|(log, base), _| {
+                !retired.logs.contains(log) && !retired.segments.contains(&(*log, *base))
+            });
+            order.retain(|key| files.contains_key(key));
+        }
+        for &(log, base) in &retired.segments {
+            let (data_path, index_path) = self.paths(log, base);
+            remove_path(&data_path)?;
+            remove_path(&index_path)?;
+        }
+        for &log in &retired.logs {
+            remove_path(&self.log_dir(log))?;
+        }
+        if !retired.logs.is_empty() {
+            sync_dir(&self.root)?;
+        }
+        Ok(retired.segments.len() + retired.logs.len())
+    }
+
+    /// The segments of `log` that hold offsets of `range`, in order, or why not every offset of
+    /// the range is stored.
+    fn covering(&self, log: LogId, range: &Range<i64>) -> Result<Vec<SegmentImage>, ColdError> {
+        let catalog = lock(&self.catalog);
+        let segments = catalog.get(&log).map(Vec::as_slice).unwrap_or_default();
+        let mut covering = Vec::new();
+        let mut next = range.start;
+        for segment in segments {
+            if segment.end() <= next || next >= range.end {
+                continue;
+            }
+            if segment.base > next {
+                break;
+            }
+            covering.push(segment.clone());
+            next = segment.end();
+        }
+        if next < range.end {
+            return Err(ColdError(format!(
+                "offset {next} of topic id {} partition {} is in no record segment under {}",
+                log.topic,
+                log.partition,
+                self.root.display()
+            )));
+        }
+        Ok(covering)
+    }
+
+    /// The open files of a segment.
+    fn files(&self, segment: &SegmentImage) -> Result<Arc<SegmentFiles>, ColdError> {
+        let key = (segment.log(), segment.base);
+        let mut open = lock(&self.open);
+        if let Some(files) = open.files.get(&key) {
+            let files = Arc::clone(files);
+            open.order.retain(|k| *k != key);
+            open.order.push_back(key);
+            return Ok(files);
+        }
+        let (data_path, index_path) = self.paths(key.0, key.1);
+        let open_file = |path: &Path| {
+            File::open(path)
+                .map_err(|cause| ColdError(format!("cannot open {}: {cause}", path.display())))
+        };
+        let files = Arc::new(SegmentFiles {
+            data: open_file(&data_path)?,
+            data_path,
+            index: open_file(&index_path)?,
+            index_path,
+        });
+        if open.order.len() >= OPEN_FILES {
+            if let Some(oldest) = open.order.pop_front() {
+                open.files.remove(&oldest);
+            }
+        }
+        open.files.insert(key, Arc::clone(&files));
+        open.order.push_back(key);
+        Ok(files)
+    }
+
+    /// The index entries of `segment` for its records `from..to` (indexes within it).
+    fn index_entries(
+        &self,
+        segment: &SegmentImage,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<IndexEntry>, ColdError> {
+        let files = self.files(segment)?;
+        let mut bytes = vec![0; ((to - from) * INDEX_ENTRY) as usize];
+        files
+            .index
+            .read_exact_at(&mut bytes, HEADER + from * INDEX_ENTRY)
+            .map_err(|cause| {
+                ColdError(format!(
+                    "cannot read {}: {cause}",
+                    files.index_path.display()
+                ))
+            })?;
+        Ok(bytes
+            .chunks_exact(INDEX_ENTRY as usize)
+            .map(|entry| IndexEntry {
+                position: u64_of(&entry[..8]),
+                timestamp_ms: u64_of(&entry[8..16]) as i64,
+                bytes_before: u64_of(&entry[16..24]),
+            })
+            .collect())
+    }
+
+    /// The index entry of the record at `offset` of `segment`.
+    fn index_entry(&self, segment: &SegmentImage, offset: i64) -> Result<IndexEntry, ColdError> {
+        let at = (offset - segment.base) as u64;
+        let entries = self.index_entries(segment, at, at + 1)?;
+        entries
+            .into_iter()
+            .next()
+            .ok_or_else(|| ColdError("an index read returned nothing".to_owned()))
+    }
+
+    /// The size of `log`'s records from the start of `segments[0]` up to `offset` (within or at
+    /// the end of `segments`).
+    fn bytes_before(&self, segments: &[SegmentImage], offset: i64) -> Result<u64, ColdError> {
+        let mut total = 0;
+        for segment in segments {
+            if offset >= segment.end() {
+                total += segment.bytes;
+            } else {
+                if offset > segment.base {
+                    total += self.index_entry(segment, offset)?.bytes_before;
+                }
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// The sizes of the records `from..to` of `segment`.
+    fn sizes(&self, segment: &SegmentImage, from: i64, to: i64) -> Result<Vec<u64>, ColdError> {
+        let first = (from - segment.base) as u64;
+        let last = (to - segment.base) as u64;
+        let with_next = (last + 1).min(segment.count);
+        let entries = self.index_entries(segment, first, with_next)?;
+        Ok((0..(last - first) as usize)
+            .map(|i| {
+                let after = entries
+                    .get(i + 1)
+                    .map_or(segment.bytes, |next| next.bytes_before);
+                after - entries[i].bytes_before
+            })
+            .collect())
+    }
+}
+
+impl ColdStore for RecordStore {
+    fn read(&self, log: LogId, range: Range<i64>) -> Result<Vec<RecordImage>, ColdError> {
+        let mut records = Vec::with_capacity((range.end - range.start).max(0) as usize);
+        for segment in self.covering(log, &range)? {
+            let from = range.start.max(segment.base);
+            let to = range.end.min(segment.end());
+            let first = (from - segment.base) as u64;
+            let last = (to - segment.base) as u64;
+            let entries = self.index_entries(&segment, first, (last + 1).min(segment.count))?;
+            let start = entries[0].position;
+            let end = entries
+                .get((last - first) as usize)
+                .map_or(segment.data_len, |entry| entry.position);
+            let files = self.files(&segment)?;
+            let damaged = |at: u64, why: &str| {
+                ColdError(format!(
+                    "corrupt record segment {} at byte {at}: {why}",
+                    files.data_path.display()
+                ))
+            };
+            let mut bytes = vec![0; (end - start) as usize];
+            files
+                .data
+                .read_exact_at(&mut bytes, start)
+                .map_err(|cause| {
+                    ColdError(format!(
+                        "cannot read {}: {cause}",
+                        files.data_path.display()
+                    ))
+                })?;
+            for entry in &entries[..(last - first) as usize] {
+                let at = (entry.position - start) as usize;
+                let Some(head) = bytes.get(at..at + RECORD_HEADER) else {
+                    return Err(damaged(entry.position, "the index points past the records"));
+                };
+                let length = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+                let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+                let Some(body) = bytes.get(at + RECORD_HEADER..at + RECORD_HEADER + length) else {
+                    return Err(damaged(entry.position, "a record runs past the segment"));
+                };
+                if crc32fast::hash(body) != crc {
+                    return Err(damaged(entry.position, "record checksum mismatch"));
+                }
+                match bincode::serde::decode_from_slice::<RecordImage, _>(body, config()) {
+                    Ok((record, used)) if used == body.len() => records.push(record),
+                    _ => return Err(damaged(entry.position, "the record does not decode")),
+                }
+            }
+        }
+        Ok(records)
+    }
+
+    fn bytes(&self, log: LogId, range: Range<i64>) -> Result<u64, ColdError> {
+        if range.is_empty() {
+            return Ok(0);
+        }
+        let segments = self.covering(log, &range)?;
+        let before_start = self.bytes_before(&segments, range.start)?;
+        let before_end = self.bytes_before(&segments, range.end)?;
+        Ok(before_end - before_start)
+    }
+
+    fn timestamp(&self, log: LogId, offset: i64) -> Result<i64, ColdError> {
+        let segments = self.covering(log, &(offset..offset + 1))?;
+        let segment = segments
+            .first()
+            .ok_or_else(|| ColdError(format!("offset {offset} is in no record segment")))?;
+        Ok(self.index_entry(segment, offset)?.timestamp_ms)
+    }
+
+    fn first_at_or_after(
+        &self,
+        log: LogId,
+        range: Range<i64>,
+        timestamp_ms: i64,
+    ) -> Result<i64, ColdError> {
+        if range.is_empty() {
+            return Ok(range.end);
+        }
+        for segment in self.covering(log, &range)? {
+            if segment.last_timestamp_ms < timestamp_ms {
+                continue;
+            }
+            let (mut low, mut high) = (range.start.max(segment.base), range.end.min(segment.end()));
+            while low < high {
+                let middle = low + (high - low) / 2;
+                if self.index_entry(&segment, middle)?.timestamp_ms < timestamp_ms {
+                    low = middle + 1;
+                } else {
+                    high = middle;
+                }
+            }
+            return Ok(low);
+        }
+        Ok(range.end)
+    }
+
+    fn first_within_bytes(
+        &self,
+        log: LogId,
+        range: Range<i64>,
+        bytes: u64,
+    ) -> Result<i64, ColdError> {
+        if range.is_empty() {
+            return Ok(range.end);
+        }
+        let segments = self.covering(log, &range)?;
+        let total = self.bytes_before(&segments, range.end)?;
+        let (mut low, mut high) = (range.start, range.end);
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if total - self.bytes_before(&segments, middle)? > bytes {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        Ok(low)
+    }
+
+    fn largest(&self, log: LogId, range: Range<i64>) -> Result<u64, ColdError> {
+        if range.is_empty() {
+            return Ok(0);
+        }
+        let mut largest = 0;
+        for segment in self.covering(log, &range)? {
+            let from = range.start.max(segment.base);
+            let to = range.end.min(segment.end());
+            largest = largest.max(if from == segment.base && to == segment.end() {
+                segment.largest
+            } else {
+                self.sizes(&segment, from, to)?
+                    .into_iter()
+                    .max()
+                    .unwrap_or(0)
+            });
+        }
+        Ok(largest)
+    }
+}
+
+fn u64_of(bytes: &[u8]) -> u64 {
+    let mut buf = [0; 8];
+    buf.copy_from_slice(bytes);
+    u64::from_le_bytes(buf)
+}
+
+/// Opens `path` for writing at `len`, cutting anything after it (a partial tail of a failed
+/// append).
+fn open_for_append(path: &Path, len: u64) -> Result<File, StorageError> {
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(StorageError::io("open", path))?;
+    file.set_len(len)
+        .map_err(StorageError::io("truncate", path))?;
+    let mut file = file;
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(len))
+        .map_err(StorageError::io("seek", path))?;
+    Ok(file)
+}
+
+/// Removes a file or a directory with everything in it; one already gone is fine.
+fn remove_path(path: &Path) -> Result<(), StorageError> {
+    let removed = if path.is_dir() {
+        fs::remove_dir_all(path)
+    } else {
+        fs::remove_file(path)
+    };
+    match removed {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(cause) => Err(StorageError::Io {
+            action: "remove",
+            path: path.to_owned(),
+            cause,
+        }),
+    }
+}
