@@ -1,8 +1,10 @@
 //! Durability against the real `broker-server` with `--data-dir`: crash rounds with `kill -9` in
 //! the middle of a concurrent workload (every acknowledged publish, ack and commit must be there
-//! after the restart, and offsets continue without reuse), recovery equivalence (`describe()`
-//! before a restart equals `describe()` after it, graceful or `kill -9`), and the lock that keeps
-//! a second server off a data directory.
+//! after the restart, and offsets continue without reuse), the same while records move to
+//! segment files, roll and leave by retention, groups are reset, partitions purged and topics
+//! deleted, recovery equivalence (`describe()` before a restart equals `describe()` after it,
+//! graceful or `kill -9`), the formats of earlier releases, and the lock that keeps a second
+//! server off a data directory.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -34,9 +36,12 @@ fn start_with(dir: &Path, fsync: &str, snapshot_bytes: &str) -> ServerProcess {
         fsync,
         "--capacity",
         "1000",
-        // Small, so that snapshots are written during the tests.
+        // Small, so that checkpoints move records to segment files during the tests, and the
+        // segments roll.
         "--snapshot-log-bytes",
         snapshot_bytes,
+        "--segment-bytes",
+        "4096",
     ])
 }
 
@@ -705,4 +710,249 @@ async fn a_data_directory_of_format_version_1_opens_unchanged() {
         })
         .collect();
     assert_eq!(read, expected);
+}
+
+/// What the retention workload was told: acknowledged operations only.
+#[derive(Debug, Default)]
+struct Acknowledged {
+    /// Payload of every acknowledged publish to the limits topic, by offset (one partition).
+    published: HashMap<i64, String>,
+    /// The highest offset acknowledged to the publisher.
+    max_offset: i64,
+    /// The highest offset an acknowledged reset of group "replay" moved it to, or past.
+    reset_to: i64,
+    /// The earliest offset an acknowledged purge left.
+    purged_to: i64,
+    /// Topics whose creation was acknowledged and whose deletion was never asked for.
+    created: Vec<String>,
+    /// Topics whose deletion was acknowledged.
+    deleted: Vec<String>,
+}
+
+const LIMITED: &str = "limited";
+/// What the limits topic keeps at most per partition.
+const KEPT: u64 = 300;
+
+/// Publishes to the limits topic until the server goes away.
+async fn limits_publisher(
+    client: Client,
+    model: Arc<Mutex<Acknowledged>>,
+    progress: watch::Sender<u64>,
+) {
+    for i in 0u64.. {
+        let payload = format!("record {i} {}", "x".repeat((i % 40) as usize));
+        let Ok(offset) = client.publish(LIMITED, 0, payload.clone()).await else {
+            return;
+        };
+        assert!(
+            offset >= 0,
+            "limits retention discards old records instead of refusing"
+        );
+        let mut model = model.lock().unwrap();
+        model.published.insert(offset, payload);
+        model.max_offset = model.max_offset.max(offset);
+        drop(model);
+        progress.send_modify(|n| *n += 1);
+    }
+}
+
+/// Resets group "replay" forward (to ever larger offsets), purges below ever larger offsets,
+/// and creates and deletes topics, until the server goes away.
+async fn rewinder(client: Client, model: Arc<Mutex<Acknowledged>>, round: usize) {
+    if client.join(LIMITED, "replay", "r").await.is_err() {
+        return;
+    }
+    for i in 0u64.. {
+        let target = model.lock().unwrap().max_offset.max(0);
+        let reset = client
+            .reset_group(
+                LIMITED,
+                "replay",
+                None,
+                broker_client::ResetTo::Offset(target),
+            )
+            .await;
+        let Ok(rows) = reset else { return };
+        {
+            let mut model = model.lock().unwrap();
+            model.reset_to = model.reset_to.max(rows[0].committed);
+        }
+        let before = target.saturating_sub(KEPT as i64 / 2);
+        let Ok(earliest) = client.purge(LIMITED, 0, before).await else {
+            return;
+        };
+        {
+            let mut model = model.lock().unwrap();
+            model.purged_to = model.purged_to.max(earliest);
+        }
+        let name = format!("temp-{round}-{i}");
+        let Ok(created) = client.create(&name, 1).await else {
+            return;
+        };
+        assert!(created);
+        if client.publish(&name, 0, "temporary").await.is_err() {
+            model.lock().unwrap().created.push(name);
+            return;
+        }
+        if i % 3 == 0 {
+            // Kept: it must be there after the crash.
+            model.lock().unwrap().created.push(name);
+            continue;
+        }
+        match client.delete_topic(&name).await {
+            Ok(deleted) => {
+                assert!(deleted);
+                model.lock().unwrap().deleted.push(name);
+            }
+            Err(_) => return,
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Checks the restarted broker against what the retention workload was told.
+async fn check_retention_after_restart(client: &Client, model: &Arc<Mutex<Acknowledged>>) {
+    let (published, max_offset, reset_to, purged_to, created, deleted) = {
+        let model = model.lock().unwrap();
+        (
+            model.published.clone(),
+            model.max_offset,
+            model.reset_to,
+            model.purged_to,
+            model.created.clone(),
+            model.deleted.clone(),
+        )
+    };
+    let topic = client.describe_topic(LIMITED).await.unwrap();
+    let partition = topic.partitions[0];
+    assert!(
+        partition.end_offset > max_offset,
+        "{partition:?}, {max_offset} acknowledged"
+    );
+    assert!(partition.records <= KEPT, "{partition:?}");
+    assert!(
+        partition.earliest_offset >= purged_to,
+        "{partition:?}, purged to {purged_to}"
+    );
+    let replay = topic
+        .groups
+        .iter()
+        .find(|group| group.name == "replay")
+        .unwrap();
+    assert!(
+        replay.partitions[0].committed >= reset_to,
+        "{replay:?}, reset to {reset_to}"
+    );
+    // Every record still retained reads back as it was published, from the segment files or
+    // the log: a group that joins now starts at the earliest one.
+    client.join(LIMITED, "reader", "x").await.unwrap();
+    client
+        .reset_group(LIMITED, "reader", None, broker_client::ResetTo::Earliest)
+        .await
+        .unwrap();
+    let mut next = partition.earliest_offset;
+    loop {
+        let records = client.fetch(LIMITED, "reader", "x", 1000).await.unwrap();
+        if records.is_empty() {
+            break;
+        }
+        for record in records {
+            assert_eq!(record.offset, next, "records read back out of order");
+            if let Some(payload) = published.get(&record.offset) {
+                assert_eq!(
+                    record.payload,
+                    payload.as_bytes(),
+                    "offset {}",
+                    record.offset
+                );
+            }
+            next += 1;
+        }
+    }
+    assert_eq!(next, partition.end_offset);
+    client.leave(LIMITED, "reader", "x").await.unwrap();
+    let names: Vec<String> = client
+        .describe()
+        .await
+        .unwrap()
+        .topics
+        .into_iter()
+        .map(|topic| topic.name)
+        .collect();
+    for name in &deleted {
+        assert!(!names.contains(name), "{name} was deleted, and is back");
+    }
+    for name in &created {
+        assert!(names.contains(name), "{name} was created, and is gone");
+    }
+}
+
+/// `kill -9` while records move to segment files and segments roll (small checkpoints and
+/// segments), while limits retention discards records and removes whole segments, and while a
+/// group is reset, a partition purged and topics created and deleted: after every restart,
+/// everything acknowledged holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_resets_purges_and_deletes_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let model: Arc<Mutex<Acknowledged>> = Arc::default();
+    for (round, (publishes, fsync)) in [
+        (300, "always"),
+        (700, "batch"),
+        (50, "never"),
+        (400, "always"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut server = ServerProcess::start(&[
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--fsync",
+            fsync,
+            "--snapshot-log-bytes",
+            "8192",
+            "--segment-bytes",
+            "4096",
+        ]);
+        let client = connect(&server).await;
+        if round == 0 {
+            let settings = [
+                broker_client::TopicSetting::Retention(broker_client::Retention::Limits),
+                broker_client::TopicSetting::MaxRecords(KEPT),
+            ];
+            client
+                .create_topic(LIMITED, 1, broker_client::KeyHash::Murmur2, &settings)
+                .await
+                .unwrap();
+        } else {
+            check_retention_after_restart(&client, &model).await;
+        }
+        let (progress, mut published) = watch::channel(0u64);
+        let tasks = vec![
+            tokio::spawn(limits_publisher(
+                connect(&server).await,
+                Arc::clone(&model),
+                progress,
+            )),
+            tokio::spawn(rewinder(connect(&server).await, Arc::clone(&model), round)),
+        ];
+        tokio::time::timeout(PATIENCE, published.wait_for(|&n| n >= publishes))
+            .await
+            .expect("the workload made no progress")
+            .expect("the publisher stopped");
+        server.kill();
+        for task in tasks {
+            tokio::time::timeout(PATIENCE, task)
+                .await
+                .expect("a worker did not notice the crash")
+                .expect("a worker panicked");
+        }
+    }
+    let server = ServerProcess::start(&["--data-dir", dir.path().to_str().unwrap()]);
+    let client = connect(&server).await;
+    check_retention_after_restart(&client, &model).await;
+    assert!(
+        model.lock().unwrap().deleted.len() > 10,
+        "too few deletions to mean anything"
+    );
 }

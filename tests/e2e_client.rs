@@ -1129,3 +1129,145 @@ async fn the_servers_topic_group_and_member_limits_refuse_more_and_change_nothin
     }
     assert_eq!(client.describe().await.unwrap(), before);
 }
+
+/// A group with an acknowledgement timeout: a record polled and never acknowledged comes back
+/// by itself, counted as a second delivery, to a poll that waits for it. Without a timeout
+/// (the default) it would stay in flight for as long as the member lives.
+#[tokio::test]
+async fn an_unacknowledged_delivery_comes_back_after_the_groups_ack_timeout() {
+    use broker_client::GroupSetting;
+    let server = ServerProcess::start(&[]);
+    let client = connect(&server).await;
+    client.create("slow", 1).await.unwrap();
+    client.publish("slow", 0, "work").await.unwrap();
+    let settings = [GroupSetting::AckTimeoutMs(300)];
+    client
+        .join_group("slow", "g", "m", None, &settings)
+        .await
+        .unwrap();
+    let first = client.poll("slow", "g", "m", 1).await.unwrap();
+    assert_eq!(first, [record("slow", 0, 0, "work")]);
+    assert_eq!(first[0].delivery_count, 1);
+    // Not acknowledged: the next poll waits, and gets it again once the timeout passed.
+    let again = tokio::time::timeout(
+        PATIENCE,
+        client.poll_wait("slow", "g", "m", 1, Duration::from_secs(15)),
+    )
+    .await
+    .expect("the delivery was not released")
+    .unwrap();
+    assert_eq!(again, [record("slow", 0, 0, "work")]);
+    assert_eq!(again[0].delivery_count, 2);
+    let described = client.describe_topic("slow").await.unwrap();
+    assert_eq!(described.groups[0].settings, settings);
+    assert_eq!(described.groups[0].partitions[0].deliveries, 2);
+    // Joining with other settings is refused; without settings, the group's own apply.
+    let other = [GroupSetting::AckTimeoutMs(5)];
+    assert_invalid(
+        "other settings",
+        client.join_group("slow", "g", "n", None, &other).await,
+    );
+    client.join("slow", "g", "m").await.unwrap();
+}
+
+/// Deleting a topic answers the requests waiting on it at once (with the error a call on a
+/// topic that does not exist gets), and its name can be used again, from offset 0.
+#[tokio::test]
+async fn deleting_a_topic_answers_its_waiting_consumers_and_frees_its_name() {
+    let server = ServerProcess::start(&[]);
+    let client = connect(&server).await;
+    let admin = connect(&server).await;
+    client.create("gone", 1).await.unwrap();
+    client.publish("gone", 0, "old").await.unwrap();
+    client.join("gone", "g", "m").await.unwrap();
+    client.poll("gone", "g", "m", 1).await.unwrap();
+    let started = Instant::now();
+    let (waiting, ()) = tokio::time::timeout(PATIENCE, async {
+        tokio::join!(
+            client.poll_wait("gone", "g", "m", 1, Duration::from_secs(30)),
+            async {
+                admin.end_offset("gone", 0).await.unwrap();
+                assert!(admin.delete_topic("gone").await.unwrap());
+            }
+        )
+    })
+    .await
+    .expect("the waiting poll was not answered");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_invalid("a deleted topic", waiting);
+    assert!(!admin.delete_topic("gone").await.unwrap());
+    assert!(admin.create("gone", 2).await.unwrap());
+    assert_eq!(admin.publish("gone", 1, "new").await.unwrap(), 0);
+    assert!(admin
+        .describe_topic("gone")
+        .await
+        .unwrap()
+        .groups
+        .is_empty());
+}
+
+/// Limits retention with a maximum age, over the network: records leave when they are too old,
+/// whether consumed or not, and a group that had not read them skips them, counted; a reset by
+/// time replays from a time.
+#[tokio::test]
+async fn records_older_than_the_topics_age_leave_and_groups_count_what_they_skipped() {
+    use broker_client::{Retention, TopicSetting};
+    let server = ServerProcess::start(&[]);
+    let client = connect(&server).await;
+    let settings = [
+        TopicSetting::Retention(Retention::Limits),
+        TopicSetting::MaxAgeMs(400),
+    ];
+    client
+        .create_topic("aged", 1, KeyHash::Murmur2, &settings)
+        .await
+        .unwrap();
+    client.join("aged", "slow", "m").await.unwrap();
+    let before = client.offset_for_time("aged", 0, 0).await.unwrap();
+    assert_eq!(before, 0);
+    for payload in ["a", "b", "c"] {
+        client.publish("aged", 0, payload).await.unwrap();
+    }
+    let deadline = Instant::now() + PATIENCE;
+    let lag = loop {
+        let lag = client.lag("aged", "slow").await.unwrap();
+        if lag[0].skipped == 3 || Instant::now() > deadline {
+            break lag;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        lag,
+        [PartitionLag {
+            partition: 0,
+            committed: 3,
+            end_offset: 3,
+            lag: 0,
+            skipped: 3,
+        }]
+    );
+    let partition = client.describe_topic("aged").await.unwrap().partitions[0];
+    assert_eq!(
+        (partition.records, partition.earliest_timestamp_ms),
+        (0, None)
+    );
+    // A new record, then a reset to an hour ago starts at the oldest one kept.
+    client.publish("aged", 0, "d").await.unwrap();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let rows = client
+        .reset_group(
+            "aged",
+            "slow",
+            None,
+            broker_client::ResetTo::Timestamp(now_ms - 3_600_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!((rows[0].committed, rows[0].lag), (3, 1));
+    let replayed = client.fetch("aged", "slow", "m", 10).await.unwrap();
+    assert_eq!(replayed, [record("aged", 0, 3, "d")]);
+    assert!(replayed[0].timestamp_ms > now_ms - 60_000);
+}
