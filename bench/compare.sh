@@ -69,7 +69,7 @@ echo "measuring..." >&2
 # Memory per retained record: RSS growth while one topic fills 64 partitions x 1000 records.
 rss() { awk '/^VmRSS/ { print $2 * 1024 }' "/proc/$server_pid/status"; }
 before="$(rss)"
-bench publish --producers 1 --depth 64 --records 64000 >/dev/null
+bench publish --producers 1 --depth 64 --records 64000 --keep-topic >/dev/null
 after="$(rss)"
 overhead="$(python3 -c "print(round(($after - $before) / 64000 - $SIZE))")"
 

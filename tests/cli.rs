@@ -1182,3 +1182,21 @@ fn bench_deletes_its_topic_unless_told_to_keep_it() {
     broker(&server, &kept).ok();
     assert_eq!(topics().as_array().unwrap().len(), 1);
 }
+
+/// A reader that goes away (`broker ... | head`) ends the command quietly with success, without
+/// a panic message.
+#[test]
+fn a_closed_standard_output_ends_the_command_quietly() {
+    let mut child = broker_command()
+        .args(["bench", "ping", "--records", "5000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start broker");
+    // Close the reading end before the report is written.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("wait for broker");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{output:?}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

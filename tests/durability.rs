@@ -634,21 +634,74 @@ async fn publishes_refused_at_capacity_stay_refused_after_a_restart_with_another
     assert_eq!(client.publish(TOPIC, 0, payload).await.unwrap(), -1);
 }
 
+/// Copies the fixture directory `name` (with its subdirectories) into a new temporary directory.
+fn fixture_copy(name: &str) -> tempfile::TempDir {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    copy(&fixtures().join(name), dir.path());
+    dir
+}
+
+fn fixtures() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+/// Every record of `topics`, read by a new group from the earliest retained offset, as
+/// `broker consume --json` prints them, next to the lines the fixture's release printed.
+async fn records_and_expected(
+    client: &Client,
+    topics: &[&str],
+    expected: &str,
+    fields: fn(&broker_client::BrokerRecord) -> serde_json::Value,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let mut read = Vec::new();
+    for topic in topics {
+        client.join(topic, "fixture-check", "reader").await.unwrap();
+        loop {
+            let records = client
+                .fetch(topic, "fixture-check", "reader", 1000)
+                .await
+                .unwrap();
+            if records.is_empty() {
+                break;
+            }
+            read.extend(records.iter().map(fields));
+        }
+    }
+    let expected: Vec<serde_json::Value> = std::fs::read_to_string(fixtures().join(expected))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    (read, expected)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
 /// A data directory written by the first releases (format version 1: `tests/fixtures/data-v1`,
 /// made by `tests/fixtures/make-data-v1.sh`) opens with the same topics, groups, offsets,
 /// deliveries in flight and records as the server that wrote it described.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_data_directory_of_format_version_1_opens_unchanged() {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
-    let dir = tempfile::tempdir().unwrap();
-    for file in std::fs::read_dir(fixtures.join("data-v1")).unwrap() {
-        let file = file.unwrap();
-        std::fs::copy(file.path(), dir.path().join(file.file_name())).unwrap();
-    }
+    let dir = fixture_copy("data-v1");
     // What the first release described, in the shapes of protocol version 1.
-    let expected: broker_core::v1::BrokerDescription =
-        serde_json::from_str(&std::fs::read_to_string(fixtures.join("expected-v1.json")).unwrap())
-            .unwrap();
+    let expected: broker_core::v1::BrokerDescription = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("expected-v1.json")).unwrap(),
+    )
+    .unwrap();
     let server = ServerProcess::start(&[
         "--data-dir",
         dir.path().to_str().unwrap(),
@@ -675,31 +728,11 @@ async fn a_data_directory_of_format_version_1_opens_unchanged() {
     }
     let as_v1 = broker_core::v1::Outcome::try_from(broker_core::Outcome::Description(described));
     assert_eq!(as_v1, Ok(broker_core::v1::Outcome::Description(expected)));
-    // The records, read by a new group from the earliest retained offset.
-    let mut read = Vec::new();
-    for topic in ["events", "orders"] {
-        client.join(topic, "fixture-check", "reader").await.unwrap();
-        loop {
-            let records = client
-                .fetch(topic, "fixture-check", "reader", 1000)
-                .await
-                .unwrap();
-            if records.is_empty() {
-                break;
-            }
-            read.extend(records);
-        }
-    }
-    let expected: Vec<serde_json::Value> =
-        std::fs::read_to_string(fixtures.join("expected-records-v1.jsonl"))
-            .unwrap()
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect();
-    let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).unwrap();
-    let read: Vec<serde_json::Value> = read
-        .iter()
-        .map(|record| {
+    let (read, expected) = records_and_expected(
+        &client,
+        &["events", "orders"],
+        "expected-records-v1.jsonl",
+        |record| {
             serde_json::json!({
                 "topic": record.topic,
                 "partition": record.partition,
@@ -707,8 +740,53 @@ async fn a_data_directory_of_format_version_1_opens_unchanged() {
                 "key": record.key.as_deref().map(text),
                 "payload": text(&record.payload),
             })
-        })
-        .collect();
+        },
+    )
+    .await;
+    assert_eq!(read, expected);
+}
+
+/// A data directory of format version 2 (`tests/fixtures/data-v2`, made by
+/// `tests/fixtures/make-data-v2.sh`: records in segment files and in the log, limits retention,
+/// headers, a deleted topic, a reset group, a purged partition) opens with the same description
+/// and the same records, times and headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_of_format_version_2_opens_unchanged() {
+    let dir = fixture_copy("data-v2");
+    let expected: broker_client::BrokerDescription = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("expected-v2.json")).unwrap(),
+    )
+    .unwrap();
+    let server = ServerProcess::start(&[
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--capacity",
+        "50",
+    ]);
+    let client = connect(&server).await;
+    assert_eq!(client.describe().await.unwrap(), expected);
+    let (read, expected) = records_and_expected(
+        &client,
+        &["events", "orders"],
+        "expected-records-v2.jsonl",
+        |record| {
+            serde_json::json!({
+                "topic": record.topic,
+                "partition": record.partition,
+                "offset": record.offset,
+                "key": record.key.as_deref().map(text),
+                "payload": text(&record.payload),
+                "timestamp_ms": record.timestamp_ms,
+                "headers": record
+                    .headers
+                    .iter()
+                    .map(|h| serde_json::json!({"name": h.name, "value": h.value.as_deref().map(text)}))
+                    .collect::<Vec<_>>(),
+                "delivery_count": record.delivery_count,
+            })
+        },
+    )
+    .await;
     assert_eq!(read, expected);
 }
 

@@ -160,7 +160,7 @@ async fn create(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
         ("exists", had)
     };
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "topic": args.topic,
@@ -168,42 +168,42 @@ async fn create(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
                 "partitions": count,
                 "settings": topic.settings,
             })
-        );
+        )?;
         return Ok(());
     }
     let plural = |count: i32| if count == 1 { "" } else { "s" };
     match result {
-        "created" if settings.is_empty() => println!(
+        "created" if settings.is_empty() => outln!(
             "created topic {} with {count} partition{}",
             args.topic,
             plural(count)
-        ),
-        "created" => println!(
+        )?,
+        "created" => outln!(
             "created topic {} with {count} partition{}: {}",
             args.topic,
             plural(count),
             output::settings_text(&topic.settings)
-        ),
-        "grown" => println!(
+        )?,
+        "grown" => outln!(
             "topic {} now has {count} partition{} (it had {had})",
             args.topic,
             plural(count)
-        ),
-        _ => println!(
+        )?,
+        _ => outln!(
             "topic {} already exists (left unchanged): {had} partition{}, {}",
             args.topic,
             plural(had),
             output::settings_text(&topic.settings)
-        ),
+        )?,
     }
     Ok(())
 }
 
 async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
     if client.delete_topic(&args.topic).await? {
-        println!("deleted topic {}", args.topic);
+        outln!("deleted topic {}", args.topic)?;
     } else {
-        println!("topic {} does not exist (nothing changed)", args.topic);
+        outln!("topic {} does not exist (nothing changed)", args.topic)?;
     }
     Ok(())
 }
@@ -225,13 +225,13 @@ async fn purge(client: &Client, args: PurgeArgs) -> anyhow::Result<()> {
                 serde_json::json!({"partition": partition, "earliest_offset": earliest})
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
     } else {
         for (partition, earliest) in rows {
-            println!(
+            outln!(
                 "{} partition {partition}: records below {earliest} removed",
                 args.topic
-            );
+            )?;
         }
     }
     Ok(())
@@ -268,7 +268,7 @@ async fn reset(client: &Client, args: ResetArgs) -> anyhow::Result<()> {
     let partitions = (!args.partition.is_empty()).then_some(args.partition.as_slice());
     let rows = client.reset_group(topic, group, partitions, to).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
     } else {
         print!("{}", output::lag_text(topic, group, &rows));
     }
@@ -277,12 +277,12 @@ async fn reset(client: &Client, args: ResetArgs) -> anyhow::Result<()> {
 
 async fn delete_group(client: &Client, args: GroupArgs) -> anyhow::Result<()> {
     if client.delete_group(&args.topic, &args.group).await? {
-        println!("deleted group {} of {}", args.group, args.topic);
+        outln!("deleted group {} of {}", args.group, args.topic)?;
     } else {
-        println!(
+        outln!(
             "group {} of {} does not exist (nothing changed)",
             args.group, args.topic
-        );
+        )?;
     }
     Ok(())
 }
@@ -308,7 +308,7 @@ async fn offsets(client: &Client, args: OffsetsArgs) -> anyhow::Result<()> {
         }));
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
     } else {
         print!("{}", output::offsets_text(&args.topic, at, &rows));
     }
@@ -405,7 +405,7 @@ async fn join(client: &Client, args: JoinArgs) -> anyhow::Result<()> {
         member,
     } = &args.member;
     let partitions = join_member(client, &args.member, args.assignor, &[]).await?;
-    println!("{member} joined group {group} on {topic}: partitions {partitions:?}");
+    outln!("{member} joined group {group} on {topic}: partitions {partitions:?}")?;
     Ok(())
 }
 
@@ -434,9 +434,9 @@ async fn leave(client: &Client, args: MemberArgs) -> anyhow::Result<()> {
         member,
     } = &args;
     if client.leave(topic, group, member).await? {
-        println!("{member} left group {group} on {topic}");
+        outln!("{member} left group {group} on {topic}")?;
     } else {
-        println!("{member} is not a member of group {group} on {topic} (nothing changed)");
+        outln!("{member} is not a member of group {group} on {topic} (nothing changed)")?;
     }
     Ok(())
 }
@@ -613,7 +613,7 @@ async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()> {
         None => client.describe().await?,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&description)?);
+        outln!("{}", serde_json::to_string_pretty(&description)?)?;
     } else {
         print!("{}", output::description_text(&description));
     }
@@ -631,7 +631,7 @@ async fn lag(client: &Client, args: LagArgs) -> anyhow::Result<()> {
         );
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&lag)?);
+        outln!("{}", serde_json::to_string_pretty(&lag)?)?;
     } else {
         print!("{}", output::lag_text(&args.topic, &args.group, &lag));
     }
@@ -647,42 +647,42 @@ fn size_command(args: &SizeArgs) -> anyhow::Result<()> {
         headroom_percent: args.headroom,
     })?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&sizing)?);
+        outln!("{}", serde_json::to_string_pretty(&sizing)?)?;
         return Ok(());
     }
     let line = |label: &str, bytes: u64| {
-        println!(
+        outln!(
             "{label:<28} {:>26} bytes  {}",
             size::with_thousands(bytes),
             size::human(bytes)
-        );
+        )
     };
-    line("written per second:", sizing.bytes_per_second);
+    line("written per second:", sizing.bytes_per_second)?;
     line(
         &format!("one copy, {}:", humantime::format_duration(args.retention)),
         sizing.one_copy_bytes,
-    );
+    )?;
     line(
         &format!("x {} replicas:", args.replication),
         sizing.replicated_bytes,
-    );
+    )?;
     line(
         &format!("with {}% headroom:", args.headroom),
         sizing.with_headroom_bytes,
-    );
-    println!(
+    )?;
+    outln!(
         "\non this broker's disk: {} records of {} bytes + {} bytes of segment and index each",
         size::with_thousands(sizing.records),
         args.message_bytes,
         sizing.overhead_bytes_per_record
-    );
-    line("one copy on disk:", sizing.on_disk_bytes);
+    )?;
+    line("one copy on disk:", sizing.on_disk_bytes)?;
     line(
         &format!(
             "x {} replicas + {}% headroom:",
             args.replication, args.headroom
         ),
         sizing.on_disk_with_headroom_bytes,
-    );
+    )?;
     Ok(())
 }

@@ -1,6 +1,15 @@
 //! `broker`: the broker's command-line tool. Parses the command line and reports errors as one
 //! line; the subcommands live in their own modules.
 
+/// `println!` that returns the error instead of panicking when standard output is closed by its
+/// reader (`broker describe | head -1`); `main` ends quietly on that error.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*)
+    }};
+}
+
 mod bench;
 mod cli;
 mod commands;
@@ -38,9 +47,20 @@ fn main() -> ExitCode {
         .and_then(|runtime| runtime.block_on(commands::run(cli)));
     match ran {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of standard output went away (`| head`): nothing more to say.
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `error` is standard output closed by its reader.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

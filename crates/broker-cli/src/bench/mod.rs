@@ -758,22 +758,22 @@ fn print_ping(latency: &Histogram<u64>, json: bool) -> anyhow::Result<()> {
             "message_bytes": PING_BYTES,
             "round_trip": percentiles,
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        println!(
+        outln!(
             "loopback TCP ping-pong, {PING_BYTES} B, one at a time: {}",
             percentiles.text()
-        );
+        )?;
     }
     Ok(())
 }
 
 fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(report)?);
+        outln!("{}", serde_json::to_string_pretty(report)?)?;
         return Ok(());
     }
-    println!(
+    outln!(
         "workload {} on topic {}: {} producers x depth {}, {} consumers per group, {} partitions, {}-byte records",
         format!("{:?}", report.workload).to_lowercase(),
         report.topic,
@@ -782,8 +782,8 @@ fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
         report.consumers_per_group,
         report.partitions,
         report.record_bytes
-    );
-    println!(
+    )?;
+    outln!(
         "published {} records in {:.3} s: {} records/s, {:.1} MB/s{}",
         with_thousands(report.published),
         report.elapsed_secs,
@@ -794,15 +794,15 @@ fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
         } else {
             " (published and consumed by every group)"
         }
-    );
-    println!(
+    )?;
+    outln!(
         "publish answered -1 (partition full) {} times; {} publish requests/s answered",
         with_thousands(report.publish_refused_full),
         with_thousands(report.requests_per_sec as u64)
-    );
-    println!("publish latency: {}", report.publish_latency.text());
+    )?;
+    outln!("publish latency: {}", report.publish_latency.text())?;
     for group in &report.groups {
-        println!(
+        outln!(
             "group {} ({}): consumed {} in {} requests, duplicates {}, out of order {}, missing {}",
             group.group,
             group.mode,
@@ -811,20 +811,20 @@ fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
             group.duplicates,
             group.out_of_order,
             group.missing
-        );
+        )?;
         if let Some(latency) = &group.end_to_end_latency {
-            println!("  end-to-end latency: {}", latency.text());
+            outln!("  end-to-end latency: {}", latency.text())?;
         }
     }
     if !report.groups.is_empty() {
-        println!(
+        outln!(
             "check: {}",
             if report.check_passed {
                 "every record consumed exactly once per group, in offset order per partition"
             } else {
                 "FAILED"
             }
-        );
+        )?;
     }
     Ok(())
 }
