@@ -281,7 +281,8 @@ async fn delete_group(client: &Client, args: GroupArgs) -> anyhow::Result<()> {
     } else {
         outln!(
             "group {} of {} does not exist (nothing changed)",
-            args.group, args.topic
+            args.group,
+            args.topic
         )?;
     }
     Ok(())
