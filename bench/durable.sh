@@ -50,7 +50,7 @@ drain() { # drain TOPIC -> records/s of a new group fetching everything from the
   local began; began="$(date +%s.%N)"
   $broker consume "$1" --group "drain-$RANDOM" --member m --mode fetch --batch 10000 --stay \
     >/dev/null 2>"$workdir/consume.err"
-  local consumed; consumed="$(sed -n 's/^consumed \([0-9]*\) records$/\1/p' "$workdir/consume.err")"
+  local consumed; consumed="$(sed -n 's/^consumed \([0-9]*\) records\?$/\1/p' "$workdir/consume.err")"
   [ "$consumed" = "$RECORDS" ] || { echo "consumed $consumed of $RECORDS" >&2; exit 1; }
   python3 -c "print(round($consumed / ($(date +%s.%N) - $began)))"
 }

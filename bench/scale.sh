@@ -72,7 +72,7 @@ began="$(date +%s.%N)"
 $broker consume "$topic" --group scale --member m --mode fetch --batch 10000 --stay \
   >/dev/null 2>"$workdir/consume.err"
 consume_secs="$(python3 -c "print($(date +%s.%N) - $began)")"
-consumed="$(sed -n 's/^consumed \([0-9]*\) records$/\1/p' "$workdir/consume.err")"
+consumed="$(sed -n 's/^consumed \([0-9]*\) records\?$/\1/p' "$workdir/consume.err")"
 rss_consumed="$(rss)"
 
 printf '%-44s %s\n' \

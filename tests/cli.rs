@@ -926,6 +926,16 @@ fn create_sets_retention_and_adds_partitions_only_when_asked() {
         refused.one_error_line().contains("limits retention"),
         "{refused:#?}"
     );
+    // Other settings for an existing topic change nothing, and say so.
+    let other = broker(
+        &server,
+        &["create", "clicks", "-p", "2", "--max-records", "9"],
+    );
+    assert!(
+        other.ok().contains("already exists (left unchanged)"),
+        "{other:#?}"
+    );
+    assert!(other.stderr.contains("do not change"), "{other:#?}");
     // A larger --partitions changes nothing without --add-partitions, and grows with it.
     broker(&server, &["create", "clicks", "-p", "4"]).ok();
     assert_eq!(end_offsets(&server, "clicks").len(), 2);
@@ -970,7 +980,7 @@ fn delete_removes_a_topic_and_purge_removes_records_below_an_offset() {
         &server,
         &["purge", "t", "--partition", "0", "--before", "3"],
     );
-    assert_eq!(purged.ok(), "t partition 0: records below 3 removed\n");
+    assert_eq!(purged.ok(), "t partition 0: earliest offset now 3\n");
     let json: Value =
         serde_json::from_str(broker(&server, &["purge", "t", "--before", "10", "--json"]).ok())
             .unwrap();
@@ -1065,7 +1075,7 @@ fn group_reset_replays_and_skips_and_group_delete_frees_the_records() {
     // A group with a member cannot be deleted; once it left, it can.
     assert!(broker(&server, &["group", "delete", "t", "-g", "g"])
         .one_error_line()
-        .contains("still has 1 members"));
+        .contains("still has members (m)"));
     broker(&server, &["leave", "t", "-g", "g", "-m", "m"]).ok();
     assert_eq!(
         broker(&server, &["group", "delete", "t", "-g", "g"]).ok(),
@@ -1154,9 +1164,28 @@ fn consume_can_start_at_the_end_replay_from_the_beginning_and_show_headers_and_t
     )
     .unwrap();
     assert_eq!(future[0]["offset"], 1);
-    assert!(broker(&server, &["publish", "t", "x", "--header", "=v"])
-        .one_error_line()
-        .contains("no name"));
+    // Bad arguments exit 2, before anything is sent.
+    let nameless = broker(&server, &["publish", "t", "x", "--header", "=v"]);
+    assert_eq!(nameless.code, Some(2), "{nameless:#?}");
+    assert!(nameless.stderr.contains("no name"), "{nameless:#?}");
+    let whenless = broker(&server, &["offsets", "t"]);
+    assert_eq!(whenless.code, Some(2), "{whenless:#?}");
+    // A time with a zone offset is that instant.
+    let zoned: Value = serde_json::from_str(
+        broker(
+            &server,
+            &[
+                "offsets",
+                "t",
+                "--at",
+                "2999-01-01T01:00:00+01:00",
+                "--json",
+            ],
+        )
+        .ok(),
+    )
+    .unwrap();
+    assert_eq!(zoned[0]["offset"], 1);
 }
 
 #[test]

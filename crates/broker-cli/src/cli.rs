@@ -183,6 +183,11 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
+    if unit.starts_with('.') {
+        return Err(format!(
+            "{text:?}: give whole numbers, in a smaller unit if need be (1500MB, not 1.5GB)"
+        ));
+    }
     let number: u64 = digits
         .parse()
         .map_err(|_| format!("{text:?} is not a byte count (such as 1048576, 500MB or 10GiB)"))?;
@@ -267,7 +272,8 @@ pub struct ResetArgs {
     /// To this offset (clamped to the records retained).
     #[arg(long, group = "target", value_name = "OFFSET")]
     pub to_offset: Option<i64>,
-    /// To the first record at or after this time: 2026-12-01T09:00:00Z.
+    /// To the first record at or after this time: 2026-12-01T09:00:00Z (RFC 3339; without a
+    /// zone, UTC).
     #[arg(long, group = "target", value_name = "RFC3339", value_parser = parse_datetime)]
     pub to_datetime: Option<i64>,
     /// To the first record at or after this long ago: 1h, 30m, 2d.
@@ -289,27 +295,77 @@ pub struct ResetArgs {
     pub json: bool,
 }
 
-/// A time in RFC 3339 (`2026-12-01T09:00:00Z`, or without the zone for UTC) as milliseconds
-/// since the Unix epoch.
+/// A time in RFC 3339 (`2026-12-01T09:00:00Z`, `2026-12-01T10:00:00+01:00`, or without a zone
+/// for UTC) as milliseconds since the Unix epoch.
 pub fn parse_datetime(text: &str) -> Result<i64, String> {
-    let time = humantime::parse_rfc3339_weak(text.trim())
-        .map_err(|error| format!("{text:?} is not a time such as 2026-12-01T09:00:00Z: {error}"))?;
+    let trimmed = text.trim();
+    // humantime reads UTC times only: a numeric offset (`+01:00`) is taken off first.
+    let split = trimmed
+        .len()
+        .checked_sub(6)
+        .filter(|&at| trimmed.is_char_boundary(at))
+        .map(|at| trimmed.split_at(at));
+    let (local, offset_minutes) = match split
+        .and_then(|(local, zone)| Some((local, parse_offset(zone)?)))
+    {
+        Some((local, minutes)) if local.contains('T') || local.contains(' ') => (local, minutes),
+        _ => (trimmed, 0),
+    };
+    let time = humantime::parse_rfc3339_weak(local).map_err(|error| {
+        format!(
+            "{text:?} is not a time such as 2026-12-01T09:00:00Z or 2026-12-01T10:00:00+01:00: \
+             {error}"
+        )
+    })?;
     let since = time
         .duration_since(std::time::UNIX_EPOCH)
         .map_err(|_| format!("{text:?} is before 1970"))?;
-    i64::try_from(since.as_millis()).map_err(|_| format!("{text:?} is too far away"))
+    let ms = i64::try_from(since.as_millis()).map_err(|_| format!("{text:?} is too far away"))?;
+    Ok(ms - offset_minutes * 60_000)
+}
+
+/// A numeric zone offset, `+HH:MM` or `-HH:MM`, in minutes east of UTC.
+fn parse_offset(zone: &str) -> Option<i64> {
+    let sign = match zone.as_bytes().first()? {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    let (hours, minutes) = zone[1..].split_once(':')?;
+    if hours.len() != 2 || minutes.len() != 2 {
+        return None;
+    }
+    let (hours, minutes): (i64, i64) = (hours.parse().ok()?, minutes.parse().ok()?);
+    (hours < 24 && minutes < 60).then_some(sign * (hours * 60 + minutes))
+}
+
+/// `--header NAME=VALUE` (or `NAME` alone, for a header without a value).
+pub fn parse_header(text: &str) -> Result<broker_client::Header, String> {
+    match text.split_once('=') {
+        Some(("", _)) => Err(format!("{text:?} has no name before '='")),
+        Some((name, value)) => Ok(broker_client::Header::new(
+            name,
+            bytes::Bytes::copy_from_slice(value.as_bytes()),
+        )),
+        None if text.is_empty() => Err("a header needs a name: NAME=VALUE or NAME".to_owned()),
+        None => Ok(broker_client::Header {
+            name: text.to_owned(),
+            value: None,
+        }),
+    }
 }
 
 /// `broker offsets`.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("when").required(true).multiple(false)))]
 pub struct OffsetsArgs {
     /// Topic.
     pub topic: String,
     /// The time: 2026-12-01T09:00:00Z.
-    #[arg(long, value_name = "RFC3339", value_parser = parse_datetime, conflicts_with = "ago")]
+    #[arg(long, group = "when", value_name = "RFC3339", value_parser = parse_datetime)]
     pub at: Option<i64>,
     /// The time this long ago: 1h, 30m, 2d.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, group = "when", value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub ago: Option<Duration>,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -341,8 +397,8 @@ pub struct PublishArgs {
     pub key: Option<String>,
     /// A header of every record: NAME=VALUE, or NAME alone for one without a value. Repeat for
     /// several.
-    #[arg(long = "header", value_name = "NAME=VALUE")]
-    pub headers: Vec<String>,
+    #[arg(long = "header", value_name = "NAME=VALUE", value_parser = parse_header)]
+    pub headers: Vec<broker_client::Header>,
     /// Print one JSON object per record instead of text.
     #[arg(long)]
     pub json: bool,
@@ -428,7 +484,7 @@ pub struct ConsumeArgs {
     #[arg(long, conflicts_with = "from_datetime")]
     pub from_latest: bool,
     /// Before consuming, reset the group to the first record at or after this time:
-    /// 2026-12-01T09:00:00Z.
+    /// 2026-12-01T09:00:00Z (RFC 3339; without a zone, UTC).
     #[arg(long, value_name = "RFC3339", value_parser = parse_datetime)]
     pub from_datetime: Option<i64>,
     /// Keep waiting for new records until interrupted (Ctrl-C), instead of stopping when none
@@ -526,6 +582,16 @@ mod tests {
     #[test]
     fn times_are_rfc3339_in_milliseconds_since_the_epoch() {
         assert_eq!(parse_datetime("1970-01-01T00:00:01Z"), Ok(1_000));
+        assert_eq!(
+            parse_datetime("2026-12-01T10:30:00+01:30"),
+            Ok(1_796_115_600_000)
+        );
+        assert_eq!(
+            parse_datetime("2026-12-01T05:00:00-04:00"),
+            Ok(1_796_115_600_000)
+        );
+        assert!(parse_datetime("2026-12-01T05:00:00-25:00").is_err());
+        assert!(parse_bytes("1.5GB").unwrap_err().contains("whole numbers"));
         assert_eq!(
             parse_datetime("2026-12-01T09:00:00Z"),
             Ok(1_796_115_600_000)

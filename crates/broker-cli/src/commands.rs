@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use broker_client::{
-    Assignor, BrokerRecord, Client, Discard, Error, GroupSetting, Header, KeyHash, PublishRecord,
-    ResetTo, Retention, StartAt, TopicSetting, MAX_POLL_RECORDS,
+    Assignor, BrokerRecord, Client, Discard, Error, GroupSetting, KeyHash, PublishRecord, ResetTo,
+    Retention, StartAt, TopicSetting, MAX_POLL_RECORDS,
 };
-use bytes::Bytes;
 
 use crate::connect::Server;
 use futures::stream::{self, StreamExt, TryStreamExt};
@@ -159,6 +158,17 @@ async fn create(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
     } else {
         ("exists", had)
     };
+    if !created && !settings.is_empty() {
+        let given = broker_client::TopicSettings::from_list(&settings)?;
+        let existing = broker_client::TopicSettings::from_list(&topic.settings)?;
+        if given != existing {
+            eprintln!(
+                "note: the settings of an existing topic do not change; {} keeps: {}",
+                args.topic,
+                output::settings_text(&topic.settings)
+            );
+        }
+    }
     if args.json {
         outln!(
             "{}",
@@ -229,7 +239,7 @@ async fn purge(client: &Client, args: PurgeArgs) -> anyhow::Result<()> {
     } else {
         for (partition, earliest) in rows {
             outln!(
-                "{} partition {partition}: records below {earliest} removed",
+                "{} partition {partition}: earliest offset now {earliest}",
                 args.topic
             )?;
         }
@@ -325,8 +335,7 @@ async fn publish(client: &Client, args: PublishArgs) -> anyhow::Result<()> {
     let topic = args.topic.as_str();
     let key = args.key.as_deref().map(str::as_bytes);
     let partition = args.partition;
-    let headers = parse_headers(&args.headers)?;
-    let headers = &headers;
+    let headers = &args.headers;
     let mut results = stream::iter(payloads)
         .map(|payload| async move {
             let payload = payload.context("cannot read standard input")?;
@@ -374,29 +383,14 @@ async fn publish(client: &Client, args: PublishArgs) -> anyhow::Result<()> {
     }
     if refused > 0 {
         bail!(
-            "{refused} of {} records were not stored because their partition was full \
-             (a partition holds at most the server's --capacity records until every group \
-             has consumed them)",
+            "{refused} of {} records were not stored because their partition was full: it holds \
+             the most the topic allows (its --max-records or --max-bytes, or the server's \
+             --capacity); see `broker describe {topic}` (with interest retention, records leave \
+             once every group has consumed them)",
             stored + refused
         );
     }
     Ok(())
-}
-
-/// `--header NAME=VALUE` (or `NAME` alone, for a header without a value) as headers.
-fn parse_headers(given: &[String]) -> anyhow::Result<Vec<Header>> {
-    given
-        .iter()
-        .map(|header| match header.split_once('=') {
-            Some(("", _)) => bail!("--header {header:?} has no name before '='"),
-            Some((name, value)) => Ok(Header::new(name, Bytes::copy_from_slice(value.as_bytes()))),
-            None if header.is_empty() => bail!("--header needs NAME=VALUE"),
-            None => Ok(Header {
-                name: header.clone(),
-                value: None,
-            }),
-        })
-        .collect()
 }
 
 async fn join(client: &Client, args: JoinArgs) -> anyhow::Result<()> {
@@ -496,7 +490,10 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
         client.leave(topic, group, member).await
     };
     if let Some(consumed) = consumed? {
-        eprintln!("consumed {consumed} records");
+        eprintln!(
+            "consumed {consumed} record{}",
+            if consumed == 1 { "" } else { "s" }
+        );
     }
     left?;
     Ok(())

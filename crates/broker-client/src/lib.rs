@@ -60,7 +60,7 @@ pub use broker_core::{
     Assignor, BrokerDescription, BrokerError, BrokerRecord, Command, Discard, GroupDescription,
     GroupPartitionDescription, GroupSetting, Header, KeyHash, MemberDescription, Outcome,
     PartitionDescription, PartitionLag, PublishRecord, ResetTo, Retention, StartAt,
-    TopicDescription, TopicSetting, MAX_ACKS, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
+    TopicDescription, TopicSetting, TopicSettings, MAX_ACKS, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
     MAX_POLL_RECORDS,
 };
 pub use broker_proto::{ErrorReply, ServerLimits};

@@ -39,12 +39,18 @@ pub struct ColdError(pub String);
 /// they are all there; the size of a record is its payload, key and header bytes
 /// ([`RecordImage::size`]).
 pub trait ColdStore: Send + Sync + Debug {
-    /// The records at offsets `range`, in order (the whole range: the state asks for no more
-    /// than it takes).
+    /// The records at offsets `range`, in order, but stopping before the first record (after
+    /// the first one) that would take their total size past `max_bytes`: the state asks for no
+    /// more than an answer can take.
     ///
     /// # Errors
     /// [`ColdError`] if they cannot be read.
-    fn read(&self, log: LogId, range: Range<i64>) -> Result<Vec<RecordImage>, ColdError>;
+    fn read(
+        &self,
+        log: LogId,
+        range: Range<i64>,
+        max_bytes: Option<u64>,
+    ) -> Result<Vec<RecordImage>, ColdError>;
 
     /// The total size of the records at offsets `range`.
     ///

@@ -110,10 +110,13 @@ impl TopicSettings {
                 )));
             }
         }
-        for (name, value) in [("max bytes", self.max_bytes), ("max age", self.max_age_ms)] {
-            if value == Some(0) {
-                return Err(BrokerError::invalid(format!("{name} must be at least 1")));
-            }
+        if self.max_bytes == Some(0) {
+            return Err(BrokerError::invalid("max bytes must be at least 1 byte"));
+        }
+        if self.max_age_ms == Some(0) {
+            return Err(BrokerError::invalid(
+                "max age must be at least 1 millisecond",
+            ));
         }
         if self.retention == Retention::Interest && self.discard == Discard::Old {
             return Err(BrokerError::invalid(
@@ -298,6 +301,18 @@ fn check_distinct(names: impl Iterator<Item = &'static str>) -> Result<(), Broke
         seen.push(name);
     }
     Ok(())
+}
+
+impl std::fmt::Display for GroupSettings {
+    /// `start at earliest, no acknowledgement timeout` or `start at latest, acknowledgement
+    /// timeout 5000 ms`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "start at {}, ", self.start_at.name())?;
+        match self.ack_timeout_ms {
+            Some(ms) => write!(f, "acknowledgement timeout {ms} ms"),
+            None => write!(f, "no acknowledgement timeout"),
+        }
+    }
 }
 
 #[cfg(test)]

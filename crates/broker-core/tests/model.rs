@@ -1875,8 +1875,23 @@ impl MemoryColdStore {
 }
 
 impl ColdStore for MemoryColdStore {
-    fn read(&self, log: LogId, range: Range<i64>) -> Result<Vec<RecordImage>, ColdError> {
-        Ok(self.records(log, range))
+    fn read(
+        &self,
+        log: LogId,
+        range: Range<i64>,
+        max_bytes: Option<u64>,
+    ) -> Result<Vec<RecordImage>, ColdError> {
+        let mut taken = 0;
+        Ok(self
+            .records(log, range)
+            .into_iter()
+            .enumerate()
+            .take_while(|(index, record)| {
+                taken += record.size();
+                *index == 0 || max_bytes.is_none_or(|max| taken <= max)
+            })
+            .map(|(_, record)| record)
+            .collect())
     }
 
     fn bytes(&self, log: LogId, range: Range<i64>) -> Result<u64, ColdError> {

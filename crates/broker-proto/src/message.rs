@@ -72,7 +72,7 @@ pub enum HelloReply {
 pub struct ServerLimits {
     /// Largest frame body the server accepts or sends, in bytes.
     pub max_frame_bytes: u32,
-    /// Largest payload (plus key) a publish may carry, in bytes.
+    /// Largest payload, key and headers of one published record, in bytes.
     pub max_payload_bytes: u32,
     /// Most requests of one connection the server works on at once; more wait unread.
     pub max_in_flight: u32,

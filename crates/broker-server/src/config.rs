@@ -28,7 +28,7 @@ pub struct Config {
     /// Largest frame body read or written, in bytes. At least `max_payload_bytes` plus 2 MiB, at
     /// most [`MAX_FRAME_CEILING`].
     pub max_frame_bytes: usize,
-    /// Largest payload plus key a publish may carry, in bytes.
+    /// Largest payload, key and headers of one published record, in bytes.
     pub max_payload_bytes: usize,
     /// Most connections served at once; more wait in the listen backlog.
     pub max_connections: usize,

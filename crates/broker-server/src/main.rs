@@ -34,9 +34,10 @@ never from a command-line value (which any user could read in the process list).
 #[derive(Debug, Parser)]
 #[command(version, about, after_help = EXAMPLES)]
 struct Args {
-    /// Records each partition retains at most, 1 to 2147483647, unless its topic sets its own
-    /// limits (see `broker create --help`). With interest retention (the default) a full
-    /// partition refuses publishes until every group consumed its oldest record.
+    /// Records each partition of an interest-retention topic (the default) retains at most,
+    /// 1 to 2147483647, unless the topic sets its own --max-records (see `broker create
+    /// --help`); a full partition refuses publishes until every group consumed its oldest
+    /// record. Limits-retention topics keep what their own limits say.
     #[arg(long, env = "BROKER_CAPACITY", default_value_t = 100)]
     capacity: i32,
     /// Address to listen on: HOST:PORT, [IPv6]:PORT, or :PORT for every interface; port 0 picks
@@ -46,7 +47,7 @@ struct Args {
     /// Largest frame accepted or sent, in bytes; at least max payload + 2 MiB, at most 64 MiB.
     #[arg(long, env = "BROKER_MAX_FRAME_BYTES", default_value_t = 8 * 1024 * 1024)]
     max_frame_bytes: usize,
-    /// Largest payload plus key a publish may carry, in bytes.
+    /// Largest payload, key and headers of one published record, in bytes.
     #[arg(long, env = "BROKER_MAX_PAYLOAD_BYTES", default_value_t = 1024 * 1024)]
     max_payload_bytes: usize,
     /// Most client connections served at once; more wait to be accepted.

@@ -206,16 +206,19 @@ pub struct Applied<T = Outcome> {
 }
 
 /// An entry encoded into the flusher's buffer, with the buffer held, until the change it
-/// describes says whether it is kept.
+/// describes says whether it is kept. Dropped without [`Slot::finish`] (a panic while the
+/// change was applied), it takes the entry back.
 struct Slot<'a> {
     pending: MutexGuard<'a, Pending>,
     start: usize,
     inner: &'a Inner,
+    finished: bool,
 }
 
 impl Slot<'_> {
     /// Keeps the entry (returning its sequence number) or takes it back.
     fn finish(mut self, keep: bool) -> Option<u64> {
+        self.finished = true;
         if !keep {
             let start = self.start;
             self.pending.buffer.truncate(start);
@@ -226,9 +229,17 @@ impl Slot<'_> {
         pending.since_snapshot += (pending.buffer.len() - self.start) as u64;
         let seq = pending.next_seq;
         pending.next_seq += 1;
-        drop(self.pending);
         self.inner.wake.notify_one();
         Some(seq)
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let start = self.start;
+            self.pending.buffer.truncate(start);
+        }
     }
 }
 
@@ -346,6 +357,9 @@ impl Journal {
                 entry: None,
             };
         }
+        // The clock the command is applied at (it never goes back), so that a replay gives
+        // records the same times even if the wall clock stepped back.
+        let now_ms = state.clock_ms().max(now_ms);
         let slot = match self.begin(&EntryRef::Apply {
             at_ms: now_ms,
             command: &command,
@@ -377,6 +391,7 @@ impl Journal {
                 entry: None,
             };
         }
+        let now_ms = state.clock_ms().max(now_ms);
         let slot = match self.begin(&EntryRef::Tick { at_ms: now_ms }) {
             Ok(slot) => slot,
             Err(refused) => {
@@ -408,6 +423,7 @@ impl Journal {
             pending,
             start,
             inner: &self.inner,
+            finished: false,
         })
     }
 
@@ -458,8 +474,11 @@ impl Journal {
         if let Some(evicted) = pending.evicted.take() {
             state.evict(&evicted);
         }
+        // A state that failed may hold half a change that no log entry explains: it is never
+        // checkpointed; a restart rebuilds it from the log.
         if pending.snapshot_running
             || pending.refusing.is_some()
+            || state.failure().is_some()
             || pending.since_snapshot < self.inner.settings.snapshot_log_bytes
         {
             return;
@@ -541,14 +560,16 @@ pub(crate) fn checkpoint(
             evicted.push((log, partition.cold_end));
         }
     }
-    let retired = records.retire(&bases);
+    // The snapshot names only the segments still needed; the others go once it is durable
+    // (until then the previous snapshot names them).
     let path = dir.write_snapshot(
         seq,
         &Checkpoint {
             image,
-            segments: records.catalog(),
+            segments: records.catalog_without_retired(&bases),
         },
     )?;
+    let retired = records.retire(&bases);
     remove_covered(dir.path(), seq)?;
     records.remove(&retired)?;
     Ok(Written { path, evicted })

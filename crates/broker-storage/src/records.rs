@@ -446,7 +446,6 @@ impl RecordStore {
     /// Creates the two files of a new segment of `log` at `base`, durable with their directory.
     fn create_segment(&self, log: LogId, base: i64) -> Result<(), StorageError> {
         let dir = self.log_dir(log);
-        let created = !dir.exists();
         fs::create_dir_all(&dir).map_err(StorageError::io("create directory", &dir))?;
         let (data_path, index_path) = self.paths(log, base);
         for (path, magic) in [(&data_path, DATA_MAGIC), (&index_path, INDEX_MAGIC)] {
@@ -461,10 +460,22 @@ impl RecordStore {
             file.sync_all().map_err(StorageError::io("fsync", path))?;
         }
         sync_dir(&dir)?;
-        if created {
-            sync_dir(&self.root)?;
-        }
+        // Also when the directory was made by an earlier attempt that failed before this.
+        sync_dir(&self.root)?;
         Ok(())
+    }
+
+    /// The catalog as it will be once [`RecordStore::retire`] of `bases` has run: what a
+    /// checkpoint with those bases records.
+    pub fn catalog_without_retired(&self, bases: &HashMap<LogId, i64>) -> Vec<SegmentImage> {
+        self.catalog()
+            .into_iter()
+            .filter(|segment| {
+                bases
+                    .get(&segment.log())
+                    .is_some_and(|&base| segment.end() > base)
+            })
+            .collect()
     }
 
     /// Drops from the catalog the segments no longer needed: those of logs `bases` does not
@@ -488,7 +499,11 @@ impl RecordStore {
                     }
                     keep
                 });
-                true
+                // A log with no segment left keeps no directory either.
+                if segments.is_empty() {
+                    retired.logs.push(*log);
+                }
+                !segments.is_empty()
             }
         });
         retired
@@ -599,14 +614,33 @@ impl RecordStore {
                     files.index_path.display()
                 ))
             })?;
-        Ok(bytes
+        let entries: Vec<IndexEntry> = bytes
             .chunks_exact(INDEX_ENTRY as usize)
             .map(|entry| IndexEntry {
                 position: u64_of(&entry[..8]),
                 timestamp_ms: u64_of(&entry[8..16]) as i64,
                 bytes_before: u64_of(&entry[16..24]),
             })
-            .collect())
+            .collect();
+        // An index is not checksummed: what arithmetic relies on is checked instead. Positions
+        // ascend within the records, running totals do not descend past the segment's bytes,
+        // times do not descend.
+        let in_order = entries.windows(2).all(|pair| {
+            pair[0].position < pair[1].position
+                && pair[0].bytes_before <= pair[1].bytes_before
+                && pair[0].timestamp_ms <= pair[1].timestamp_ms
+        });
+        let in_bounds = entries.iter().all(|entry| {
+            (HEADER..segment.data_len).contains(&entry.position)
+                && entry.bytes_before <= segment.bytes
+        });
+        if !in_order || !in_bounds {
+            return Err(ColdError(format!(
+                "corrupt index {}: entries {from} to {to} are out of order or out of bounds",
+                files.index_path.display()
+            )));
+        }
+        Ok(entries)
     }
 
     /// The index entry of the record at `offset` of `segment`.
@@ -654,17 +688,41 @@ impl RecordStore {
 }
 
 impl ColdStore for RecordStore {
-    fn read(&self, log: LogId, range: Range<i64>) -> Result<Vec<RecordImage>, ColdError> {
-        let mut records = Vec::with_capacity((range.end - range.start).max(0) as usize);
+    fn read(
+        &self,
+        log: LogId,
+        range: Range<i64>,
+        max_bytes: Option<u64>,
+    ) -> Result<Vec<RecordImage>, ColdError> {
+        let mut records = Vec::new();
+        // What the records read so far take; past `max_bytes` (after the first) reading stops.
+        let mut taken = 0u64;
         for segment in self.covering(log, &range)? {
             let from = range.start.max(segment.base);
             let to = range.end.min(segment.end());
             let first = (from - segment.base) as u64;
             let last = (to - segment.base) as u64;
             let entries = self.index_entries(&segment, first, (last + 1).min(segment.count))?;
+            // How many of this segment's records fit: their sizes are the differences of the
+            // index's running totals.
+            let mut count = 0;
+            while count < (last - first) as usize {
+                let after = entries
+                    .get(count + 1)
+                    .map_or(segment.bytes, |next| next.bytes_before);
+                taken += after - entries[count].bytes_before;
+                let first_of_all = records.is_empty() && count == 0;
+                if !first_of_all && max_bytes.is_some_and(|max| taken > max) {
+                    break;
+                }
+                count += 1;
+            }
+            if count == 0 {
+                break;
+            }
             let start = entries[0].position;
             let end = entries
-                .get((last - first) as usize)
+                .get(count)
                 .map_or(segment.data_len, |entry| entry.position);
             let files = self.files(&segment)?;
             let damaged = |at: u64, why: &str| {
@@ -683,7 +741,7 @@ impl ColdStore for RecordStore {
                         files.data_path.display()
                     ))
                 })?;
-            for entry in &entries[..(last - first) as usize] {
+            for entry in &entries[..count] {
                 let at = (entry.position - start) as usize;
                 let Some(head) = bytes.get(at..at + RECORD_HEADER) else {
                     return Err(damaged(entry.position, "the index points past the records"));
@@ -700,6 +758,9 @@ impl ColdStore for RecordStore {
                     Ok((record, used)) if used == body.len() => records.push(record),
                     _ => return Err(damaged(entry.position, "the record does not decode")),
                 }
+            }
+            if count < (last - first) as usize {
+                break;
             }
         }
         Ok(records)

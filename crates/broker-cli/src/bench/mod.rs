@@ -43,9 +43,9 @@ const MAX_FULL_BACKOFF: Duration = Duration::from_millis(20);
   broker bench mixed --duration 10s --json                both kinds of group at once
   broker bench ping --records 20000                       raw loopback round trips, no broker
 
-Every run uses a new topic (bench-<time>), deleted at the end (--keep-topic keeps it), so runs
-do not disturb each other. Partitions are
-bounded by the server's --capacity: a `publish` run stops being stored once every partition is
+Every run uses a new topic (bench-<time>), deleted at the end, also after a failure or an
+interruption (--keep-topic keeps it), so runs do not disturb each other. Partitions are bounded
+by the server's --capacity: a `publish` run stops being stored once every partition is
 full and reports how often publish answered -1; the end-to-end workloads (ack, fetch, mixed)
 retry a refused record after a back-off that doubles while it stays refused (0.2 ms up to
 20 ms), and are the honest throughput measure.")]
@@ -313,7 +313,14 @@ pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
         .create(&topic, args.partitions)
         .await
         .context("cannot create the benchmark topic")?;
-    let measured = measure(server, &args, &topic).await;
+    // Interrupted (Ctrl-C, SIGTERM), the run stops and the topic is deleted all the same.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot handle SIGTERM")?;
+    let measured = tokio::select! {
+        measured = measure(server, &args, &topic) => measured,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        _ = terminate.recv() => Err(anyhow::anyhow!("terminated")),
+    };
     if !args.keep_topic {
         // Whatever happened, leave no benchmark topic behind.
         if let Err(error) = admin.delete_topic(&topic).await {

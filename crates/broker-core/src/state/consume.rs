@@ -50,7 +50,7 @@ impl BrokerState {
             if (state.in_flight.is_some() && !overdue) || offset >= log.end() {
                 continue;
             }
-            let Some(record) = log.run(offset, 1)?.next() else {
+            let Some(record) = log.run(offset, 1, None)?.next() else {
                 continue;
             };
             if !budget.take(record.size()) {
@@ -215,7 +215,7 @@ impl BrokerState {
             // The position moves only when a record is taken, so a fetch that returns nothing
             // changes nothing (a write-ahead log need not record it).
             let mut position = state.position.max(log.base);
-            for record in log.run(position, budget.records_left)? {
+            for record in log.run(position, budget.records_left, budget.bytes_left)? {
                 if !budget.take(record.size()) {
                     break 'partitions;
                 }
@@ -224,6 +224,11 @@ impl BrokerState {
                 ));
                 position += 1;
                 state.position = position;
+            }
+            if position < log.end() {
+                // The run ended before the partition did: the budget is spent (a record read
+                // from disk would not have fitted, or no record count is left).
+                break;
             }
         }
         Ok(records)

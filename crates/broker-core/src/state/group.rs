@@ -245,9 +245,9 @@ impl BrokerState {
                 }
                 if !settings.is_empty() && wanted != existing.settings {
                     return Err(BrokerError::invalid(format!(
-                        "group {group:?} was created with other settings ({:?}); join it without \
+                        "group {group:?} was created with other settings ({}); join it without \
                          settings, or name its own",
-                        existing.settings.to_list()
+                        existing.settings
                     )));
                 }
                 if existing.member_index(member).is_none()
@@ -328,8 +328,8 @@ impl BrokerState {
         };
         if !existing.members.is_empty() {
             return Err(BrokerError::invalid(format!(
-                "group {group:?} still has {} members ({}); a group is deleted once they left",
-                existing.members.len(),
+                "group {group:?} still has members ({}); a group is deleted once they have \
+                 all left",
                 existing
                     .members
                     .iter()

@@ -154,7 +154,8 @@ impl PartitionLog {
     }
 
     /// Up to `count` records from `from` (within `base..end()`), in order: borrowed from memory,
-    /// read from the cold store for evicted ones.
+    /// read from the cold store for evicted ones, of which no more are read than `max_bytes`
+    /// can take (the first always).
     ///
     /// # Errors
     /// [`BrokerError::Storage`] if evicted records cannot be read.
@@ -162,13 +163,22 @@ impl PartitionLog {
         &self,
         from: i64,
         count: usize,
+        max_bytes: Option<u64>,
     ) -> Result<impl Iterator<Item = Cow<'_, StoredRecord>>, BrokerError> {
-        let to = from.saturating_add(count as i64).min(self.end());
+        let mut to = from.saturating_add(count as i64).min(self.end());
         let cold_records = match &self.cold {
-            Some(cold) if from < cold.end => cold
-                .store
-                .read(cold.id, from..to.min(cold.end))
-                .map_err(storage_error)?,
+            Some(cold) if from < cold.end => {
+                let read = cold
+                    .store
+                    .read(cold.id, from..to.min(cold.end), max_bytes)
+                    .map_err(storage_error)?;
+                // The store stopped at the byte budget: the run ends there too, so that its
+                // records stay consecutive.
+                if (read.len() as i64) < to.min(cold.end) - from {
+                    to = from + read.len() as i64;
+                }
+                read
+            }
             _ => Vec::new(),
         };
         let memory_from = (from.max(self.cold_end()) - self.cold_end()) as usize;
@@ -228,7 +238,13 @@ impl PartitionLog {
                     .store
                     .timestamp(cold.id, offset)
                     .map_err(storage_error)?;
-                freed = cold.bytes - kept;
+                freed = cold.bytes.checked_sub(kept).ok_or_else(|| {
+                    BrokerError::Storage(format!(
+                        "the record store counts {kept} bytes from offset {offset}, more than the \
+                         {} it holds",
+                        cold.bytes
+                    ))
+                })?;
                 cold.bytes = kept;
                 cold.first_timestamp_ms = first_timestamp_ms;
                 self.base = offset;

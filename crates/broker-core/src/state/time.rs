@@ -33,8 +33,12 @@ impl BrokerState {
     /// Whether [`BrokerState::advance_clock`] to `now_ms` would change anything besides the
     /// clock: a record older than its topic's maximum age, or a delivery older than its
     /// group's acknowledgement timeout. A server advances the clock (and logs it) only then, so
-    /// an idle broker writes nothing. Reads no evicted record.
+    /// an idle broker writes nothing. Reads no evicted record. `false` once the state failed.
     pub fn is_due(&self, now_ms: i64) -> bool {
+        if self.failure.is_some() {
+            // Nothing moves any more (see `failure`).
+            return false;
+        }
         let now = self.clock_ms.max(now_ms);
         self.topics.values().any(|topic| {
             let aged = topic.settings.max_age_ms.is_some_and(|max_age| {
@@ -71,7 +75,9 @@ impl BrokerState {
                 match topic.expire(partition, now) {
                     Ok(freed) => self.memory.retained -= freed,
                     Err(error) => {
-                        self.failure = Some(error.to_string());
+                        if let BrokerError::Storage(why) = &error {
+                            self.failure = Some(why.clone());
+                        }
                         return Err(error);
                     }
                 }
