@@ -657,16 +657,33 @@ fn fixtures() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
 }
 
-/// Every record of `topics`, read by a new group from the earliest retained offset, as
-/// `broker consume --json` prints them, next to the lines the fixture's release printed.
-async fn records_and_expected(
-    client: &Client,
-    topics: &[&str],
-    expected: &str,
-    fields: fn(&broker_client::BrokerRecord) -> serde_json::Value,
-) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+/// A server on a copy of the fixture directory `name` (with the capacity it was written with),
+/// a client of it, and the directory.
+async fn open_fixture(name: &str) -> (tempfile::TempDir, ServerProcess, Client) {
+    let dir = fixture_copy(name);
+    let server = ServerProcess::start(&[
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--capacity",
+        "50",
+    ]);
+    let client = connect(&server).await;
+    (dir, server, client)
+}
+
+/// The JSON fixture file `name`, parsed.
+fn fixture_json<T: serde::de::DeserializeOwned>(name: &str) -> T {
+    serde_json::from_str(&std::fs::read_to_string(fixtures().join(name)).unwrap()).unwrap()
+}
+
+/// Every record of the fixture's topics `events` and `orders`, read by a new group from the
+/// earliest retained offset, as `broker consume --json` printed them: with the fields of
+/// protocol version 2 (time, headers, delivery count) when `v2`. Compared with the lines the
+/// fixture's release printed, `expected`.
+async fn check_fixture_records(client: &Client, expected: &str, v2: bool) {
+    let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).unwrap();
     let mut read = Vec::new();
-    for topic in topics {
+    for topic in ["events", "orders"] {
         client.join(topic, "fixture-check", "reader").await.unwrap();
         loop {
             let records = client
@@ -676,7 +693,25 @@ async fn records_and_expected(
             if records.is_empty() {
                 break;
             }
-            read.extend(records.iter().map(fields));
+            for record in records {
+                let mut json = serde_json::json!({
+                    "topic": record.topic,
+                    "partition": record.partition,
+                    "offset": record.offset,
+                    "key": record.key.as_deref().map(text),
+                    "payload": text(&record.payload),
+                });
+                if v2 {
+                    json["timestamp_ms"] = record.timestamp_ms.into();
+                    json["headers"] = record
+                        .headers
+                        .iter()
+                        .map(|h| serde_json::json!({"name": h.name, "value": h.value.as_deref().map(text)}))
+                        .collect();
+                    json["delivery_count"] = record.delivery_count.into();
+                }
+                read.push(json);
+            }
         }
     }
     let expected: Vec<serde_json::Value> = std::fs::read_to_string(fixtures().join(expected))
@@ -684,11 +719,7 @@ async fn records_and_expected(
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
-    (read, expected)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8(bytes.to_vec()).unwrap()
+    assert_eq!(read, expected);
 }
 
 /// A data directory written by the first releases (format version 1: `tests/fixtures/data-v1`,
@@ -696,19 +727,9 @@ fn text(bytes: &[u8]) -> String {
 /// deliveries in flight and records as the server that wrote it described.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_data_directory_of_format_version_1_opens_unchanged() {
-    let dir = fixture_copy("data-v1");
+    let (_dir, _server, client) = open_fixture("data-v1").await;
     // What the first release described, in the shapes of protocol version 1.
-    let expected: broker_core::v1::BrokerDescription = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join("expected-v1.json")).unwrap(),
-    )
-    .unwrap();
-    let server = ServerProcess::start(&[
-        "--data-dir",
-        dir.path().to_str().unwrap(),
-        "--capacity",
-        "50",
-    ]);
-    let client = connect(&server).await;
+    let expected: broker_core::v1::BrokerDescription = fixture_json("expected-v1.json");
     let described = client.describe().await.unwrap();
     // Everything version 1 had is unchanged; what version 2 added is what a record and a topic
     // of the first release mean: time 0, interest retention.
@@ -728,22 +749,7 @@ async fn a_data_directory_of_format_version_1_opens_unchanged() {
     }
     let as_v1 = broker_core::v1::Outcome::try_from(broker_core::Outcome::Description(described));
     assert_eq!(as_v1, Ok(broker_core::v1::Outcome::Description(expected)));
-    let (read, expected) = records_and_expected(
-        &client,
-        &["events", "orders"],
-        "expected-records-v1.jsonl",
-        |record| {
-            serde_json::json!({
-                "topic": record.topic,
-                "partition": record.partition,
-                "offset": record.offset,
-                "key": record.key.as_deref().map(text),
-                "payload": text(&record.payload),
-            })
-        },
-    )
-    .await;
-    assert_eq!(read, expected);
+    check_fixture_records(&client, "expected-records-v1.jsonl", false).await;
 }
 
 /// A data directory of format version 2 (`tests/fixtures/data-v2`, made by
@@ -752,42 +758,10 @@ async fn a_data_directory_of_format_version_1_opens_unchanged() {
 /// and the same records, times and headers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_data_directory_of_format_version_2_opens_unchanged() {
-    let dir = fixture_copy("data-v2");
-    let expected: broker_client::BrokerDescription = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join("expected-v2.json")).unwrap(),
-    )
-    .unwrap();
-    let server = ServerProcess::start(&[
-        "--data-dir",
-        dir.path().to_str().unwrap(),
-        "--capacity",
-        "50",
-    ]);
-    let client = connect(&server).await;
+    let (_dir, _server, client) = open_fixture("data-v2").await;
+    let expected: broker_client::BrokerDescription = fixture_json("expected-v2.json");
     assert_eq!(client.describe().await.unwrap(), expected);
-    let (read, expected) = records_and_expected(
-        &client,
-        &["events", "orders"],
-        "expected-records-v2.jsonl",
-        |record| {
-            serde_json::json!({
-                "topic": record.topic,
-                "partition": record.partition,
-                "offset": record.offset,
-                "key": record.key.as_deref().map(text),
-                "payload": text(&record.payload),
-                "timestamp_ms": record.timestamp_ms,
-                "headers": record
-                    .headers
-                    .iter()
-                    .map(|h| serde_json::json!({"name": h.name, "value": h.value.as_deref().map(text)}))
-                    .collect::<Vec<_>>(),
-                "delivery_count": record.delivery_count,
-            })
-        },
-    )
-    .await;
-    assert_eq!(read, expected);
+    check_fixture_records(&client, "expected-records-v2.jsonl", true).await;
 }
 
 /// What the retention workload was told: acknowledged operations only.
