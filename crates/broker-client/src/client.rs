@@ -516,6 +516,35 @@ impl Client {
         }
     }
 
+    /// [`EventBroker::publish_idempotent`] over the network: `records` to `partition`, numbered
+    /// from `sequence` for `producer`, each stored at most once however often it is sent.
+    /// [`crate::Producer`] does the numbering, batching and retrying.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as
+    /// [`EventBroker::publish_idempotent`] says; otherwise as [`Client::publish`].
+    pub async fn publish_idempotent(
+        &self,
+        topic: &str,
+        producer: u64,
+        partition: i32,
+        sequence: u64,
+        records: Vec<PublishRecord>,
+    ) -> Result<Vec<(i32, i64)>, Error> {
+        let command = Command::PublishIdempotent {
+            topic: topic.to_owned(),
+            producer,
+            partition,
+            sequence,
+            records,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::PublishedBatch(placed) => Ok(placed),
+            other => Err(unexpected("publish_idempotent", &other)),
+        }
+    }
+
     /// [`EventBroker::poll`] over the network. Never waits: `[]` when nothing is eligible.
     ///
     /// # Errors

@@ -31,6 +31,11 @@ use crate::Error;
 /// Requests queued for the writer beyond this wait in their callers (the queue is bounded).
 const REQUEST_QUEUE: usize = 1024;
 
+/// The protocol versions whose welcome this client accepts. Their frames are the same bytes for
+/// every call they share (version 3 only added `PublishIdempotent`), so the client speaks the
+/// newest and a server of version 2 answers a call it lacks with `MalformedRequest`.
+const SPOKEN_VERSIONS: std::ops::RangeInclusive<u16> = 2..=PROTOCOL_VERSION;
+
 /// How often the reader answers `Timeout` to calls past their deadline: a call fails at most
 /// this long after its timeout.
 const TIMEOUT_SWEEP: Duration = Duration::from_millis(20);
@@ -137,10 +142,12 @@ impl Connection {
                 version,
                 server,
                 limits,
-            }) if version == PROTOCOL_VERSION => (server, limits),
+            }) if SPOKEN_VERSIONS.contains(&version) => (server, limits),
             Decoded::Message(HelloReply::Welcome { version, .. }) => {
                 return Err(Error::Protocol(format!(
-                    "the server speaks protocol version {version}, not {PROTOCOL_VERSION}"
+                    "the server speaks protocol version {version}; this client speaks versions {} to {}",
+                    SPOKEN_VERSIONS.start(),
+                    SPOKEN_VERSIONS.end()
                 )))
             }
             Decoded::Message(HelloReply::Refused(reply)) => return Err(Error::Refused(reply)),

@@ -66,6 +66,28 @@ impl Error {
     }
 }
 
+impl Error {
+    /// Whether the call may have been applied although it failed: its answer was lost or late
+    /// ([`Error::ConnectionLost`], [`Error::Timeout`]).
+    pub fn may_have_been_applied(&self) -> bool {
+        matches!(self, Error::ConnectionLost(_) | Error::Timeout)
+    }
+
+    /// The same error again, for each of many waiters on one failed call.
+    pub(crate) fn copy(&self) -> Error {
+        match self {
+            Error::Broker(error) => Error::Broker(error.clone()),
+            Error::Server(reply) => Error::Server(reply.clone()),
+            Error::Io(error) => Error::Io(std::io::Error::new(error.kind(), error.to_string())),
+            Error::ConnectionLost(why) => Error::ConnectionLost(why.clone()),
+            Error::Timeout => Error::Timeout,
+            Error::Refused(reply) => Error::Refused(reply.clone()),
+            Error::Tls(why) => Error::Tls(why.clone()),
+            Error::Protocol(why) => Error::Protocol(why.clone()),
+        }
+    }
+}
+
 impl From<BrokerError> for Error {
     fn from(error: BrokerError) -> Self {
         Error::Broker(error)

@@ -53,6 +53,7 @@ mod client;
 mod connection;
 mod error;
 mod pending;
+mod producer;
 mod tls;
 
 pub use address::ServerAddress;
@@ -69,6 +70,7 @@ pub use builder::{
 };
 pub use client::Client;
 pub use error::Error;
+pub use producer::{Producer, ProducerBuilder, ProducerError, Stored};
 /// The rustls version [`ClientBuilder::tls`] takes its configuration from.
 pub use tokio_rustls::rustls;
 

@@ -195,6 +195,42 @@ async fn a_welcome_for_another_protocol_version_is_a_protocol_error() {
 }
 
 #[tokio::test]
+async fn a_server_of_version_2_serves_every_call_but_the_version_3_ones() {
+    let addr = fake(|listener| async move {
+        let reply = HelloReply::Welcome {
+            version: 2,
+            server: "older".into(),
+            limits: LIMITS,
+        };
+        let (mut peer, hello) = Peer::accept(&listener, reply).await;
+        assert_eq!(hello.version, PROTOCOL_VERSION);
+        let mut codec = ServerCodec::new(1024 * 1024, 2);
+        for _ in 0..2 {
+            match peer.read(&mut codec).await.unwrap() {
+                Decoded::Message(request) => {
+                    let outcome = Outcome::Offset(7);
+                    peer.respond(request.correlation_id, Ok(outcome)).await;
+                }
+                Decoded::Malformed {
+                    leading_u64,
+                    reason,
+                } => {
+                    let reply = ErrorReply::MalformedRequest(reason);
+                    peer.respond(leading_u64.unwrap(), Err(reply)).await;
+                }
+            }
+        }
+    })
+    .await;
+    let client = Client::connect(addr).await.unwrap();
+    assert_eq!(client.end_offset("t", 0).await.unwrap(), 7);
+    match client.publish_idempotent("t", 1, 0, 0, vec![]).await {
+        Err(Error::Server(ErrorReply::MalformedRequest(_))) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
 async fn the_auth_token_travels_in_the_hello() {
     let addr = fake(|listener| async move {
         let (mut peer, hello) = Peer::accept(&listener, welcome(LIMITS)).await;

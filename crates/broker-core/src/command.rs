@@ -275,6 +275,20 @@ pub enum Command {
         /// Milliseconds since the Unix epoch.
         timestamp_ms: i64,
     },
+    /// [`crate::EventBroker::publish_idempotent`].
+    PublishIdempotent {
+        /// Topic identifier.
+        topic: String,
+        /// The producer's id: chosen at random by the producer, kept for its life.
+        producer: u64,
+        /// The partition every record goes to.
+        partition: i32,
+        /// The producer's sequence number of the first record on this partition; each next
+        /// record has the next number.
+        sequence: u64,
+        /// The records, in order; their own `partition` must be `None` or `partition`.
+        records: Vec<PublishRecord>,
+    },
 }
 
 /// How a command changes the membership of the group it names ([`CommandKind::membership`]).
@@ -311,7 +325,8 @@ impl CommandKind {
             | CommandKind::Lag
             | CommandKind::Describe
             | CommandKind::OffsetForTime => true,
-            CommandKind::AddPartitions
+            CommandKind::PublishIdempotent
+            | CommandKind::AddPartitions
             | CommandKind::DeleteTopic
             | CommandKind::DeleteGroup
             | CommandKind::Purge
@@ -351,7 +366,8 @@ impl CommandKind {
             CommandKind::DeleteTopic | CommandKind::DeleteGroup => {
                 !matches!(outcome, Outcome::Deleted(false))
             }
-            CommandKind::AddPartitions
+            CommandKind::PublishIdempotent
+            | CommandKind::AddPartitions
             | CommandKind::Purge
             | CommandKind::ResetGroup
             | CommandKind::Join
@@ -399,7 +415,40 @@ impl CommandKind {
             | CommandKind::DeleteGroup
             | CommandKind::Purge
             | CommandKind::ResetGroup
-            | CommandKind::OffsetForTime => Membership::Unchanged,
+            | CommandKind::OffsetForTime
+            | CommandKind::PublishIdempotent => Membership::Unchanged,
+        }
+    }
+
+    /// The protocol version that added this kind of command: a connection of an older version
+    /// cannot send it (it is a malformed request there).
+    pub fn since_version(self) -> u16 {
+        match self {
+            CommandKind::Create
+            | CommandKind::Join
+            | CommandKind::Leave
+            | CommandKind::Publish
+            | CommandKind::PublishKeyed
+            | CommandKind::Poll
+            | CommandKind::Ack
+            | CommandKind::Retry
+            | CommandKind::Fetch
+            | CommandKind::Commit
+            | CommandKind::Assignment
+            | CommandKind::Committed
+            | CommandKind::EndOffset
+            | CommandKind::Lag
+            | CommandKind::Describe
+            | CommandKind::PublishBatch
+            | CommandKind::AckAndPoll
+            | CommandKind::Redeliver => 1,
+            CommandKind::AddPartitions
+            | CommandKind::DeleteTopic
+            | CommandKind::DeleteGroup
+            | CommandKind::Purge
+            | CommandKind::ResetGroup
+            | CommandKind::OffsetForTime => 2,
+            CommandKind::PublishIdempotent => 3,
         }
     }
 
@@ -445,7 +494,8 @@ impl Command {
             | Command::DeleteGroup { topic, .. }
             | Command::Purge { topic, .. }
             | Command::ResetGroup { topic, .. }
-            | Command::OffsetForTime { topic, .. } => Some(topic),
+            | Command::OffsetForTime { topic, .. }
+            | Command::PublishIdempotent { topic, .. } => Some(topic),
             Command::Describe { topic } => topic.as_deref(),
         }
     }
@@ -468,7 +518,8 @@ impl Command {
             | Command::AddPartitions { topic, .. }
             | Command::DeleteTopic { topic }
             | Command::Purge { topic, .. }
-            | Command::ResetGroup { topic, .. } => Some(topic),
+            | Command::ResetGroup { topic, .. }
+            | Command::PublishIdempotent { topic, .. } => Some(topic),
             Command::Create { .. }
             | Command::Poll { .. }
             | Command::Fetch { .. }
@@ -561,7 +612,8 @@ impl Command {
             | Command::DeleteGroup { .. }
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
-            | Command::OffsetForTime { .. } => None,
+            | Command::OffsetForTime { .. }
+            | Command::PublishIdempotent { .. } => None,
         }
     }
 
@@ -612,7 +664,8 @@ impl Command {
             | Command::DeleteGroup { .. }
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
-            | Command::OffsetForTime { .. } => None,
+            | Command::OffsetForTime { .. }
+            | Command::PublishIdempotent { .. } => None,
         }
     }
 
@@ -624,7 +677,9 @@ impl Command {
             Command::PublishKeyed { key, payload, .. } => {
                 Some(payload.len() + key.as_ref().map_or(0, Bytes::len))
             }
-            Command::PublishBatch { records, .. } => records.iter().map(PublishRecord::size).max(),
+            Command::PublishBatch { records, .. } | Command::PublishIdempotent { records, .. } => {
+                records.iter().map(PublishRecord::size).max()
+            }
             Command::Create { .. }
             | Command::Join { .. }
             | Command::Leave { .. }
@@ -701,7 +756,8 @@ impl Command {
             | Command::DeleteGroup { .. }
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
-            | Command::OffsetForTime { .. } => None,
+            | Command::OffsetForTime { .. }
+            | Command::PublishIdempotent { .. } => None,
         }
     }
 }

@@ -8,10 +8,10 @@
 //! conversion here.
 //!
 //! Every shape an image ever had stays readable: [`v1`] is the first (snapshots of data
-//! directory format 1), this module's types are the current one (format 2). A change to the
-//! shape is a new version with types of their own.
+//! directory format 1), [`v2`] the second (format 2), this module's types are the current one
+//! (format 3). A change to the shape is a new version with types of their own.
 //!
-//! # Layout, version 2
+//! # Layout, version 3
 //!
 //! Encoded with serde in field order, as bincode 2.0.1 with fixed-width little-endian integers
 //! encodes it (`u64` lengths before every sequence and string, a `u8` tag before an `Option`):
@@ -24,7 +24,9 @@
 //! TopicImage     id u64, key_hash u32 (0 murmur2, 1 fnv1a), retention u32 (0 interest, 1 limits),
 //!                max_records Option<u64>, max_bytes Option<u64>, max_age_ms Option<u64>,
 //!                discard u32 (0 new, 1 old), next_keyless u64, partitions Vec<PartitionImage>,
-//!                groups Vec<(name String, GroupImage)>
+//!                groups Vec<(name String, GroupImage)>, producers Vec<ProducerImage>
+//! ProducerImage  id u64, last_seen_ms i64, partitions Vec<SequencesImage>
+//! SequencesImage partition u64, next u64, recent Vec<(first u64, offsets Vec<i64>)>
 //! PartitionImage base i64, cold_end i64, cold_bytes u64, first_timestamp_ms i64,
 //!                last_timestamp_ms i64, records Vec<RecordImage>, retained_bytes u64
 //! RecordImage    key Option<bytes>, payload bytes, headers Vec<HeaderImage>, timestamp_ms i64
@@ -40,7 +42,7 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-/// The whole broker state, version 2: see the module documentation for the layout.
+/// The whole broker state, version 3: see the module documentation for the layout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateImage {
     /// Records each partition of an interest-retention topic keeps at most by default.
@@ -89,6 +91,30 @@ pub struct TopicImage {
     pub partitions: Vec<PartitionImage>,
     /// The consumer groups with their names (written sorted by name).
     pub groups: Vec<(String, GroupImage)>,
+    /// The idempotent producers it remembers (written sorted by id).
+    pub producers: Vec<ProducerImage>,
+}
+
+/// What a topic remembers of one idempotent producer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerImage {
+    /// The producer's id.
+    pub id: u64,
+    /// The broker's clock when it last published.
+    pub last_seen_ms: i64,
+    /// Its progress on each partition it published to (sorted by partition).
+    pub partitions: Vec<SequencesImage>,
+}
+
+/// An idempotent producer's progress on one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SequencesImage {
+    /// The partition.
+    pub partition: u64,
+    /// The sequence number its next new record must have.
+    pub next: u64,
+    /// Its last batches, oldest first: the first sequence number and the offsets stored.
+    pub recent: Vec<(u64, Vec<i64>)>,
 }
 
 /// One partition's retained records: offsets `base..cold_end` held by a cold store (see
@@ -180,6 +206,106 @@ pub struct GroupPartitionImage {
     pub deliveries: u32,
     /// Records the group skipped because they left before it consumed them.
     pub skipped: u64,
+}
+
+pub mod v2 {
+    //! The state image of version 2, frozen: the snapshots of data directory format 2. Its
+    //! topics had no idempotent producers; everything else is the current shape.
+    //!
+    //! # Layout, version 2
+    //!
+    //! As version 3, except that `TopicImage` ends with `groups` (no `producers`).
+
+    use serde::{Deserialize, Serialize};
+
+    use super::{GroupImage, PartitionImage};
+
+    /// The whole broker state, version 2.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct StateImage {
+        /// As in the current [`super::StateImage`].
+        pub capacity: u64,
+        /// As in the current [`super::StateImage`].
+        pub clock_ms: i64,
+        /// As in the current [`super::StateImage`].
+        pub next_topic_id: u64,
+        /// As in the current [`super::StateImage`].
+        pub topics: Vec<(String, TopicImage)>,
+        /// As in the current [`super::StateImage`].
+        pub memory_budget: Option<u64>,
+        /// As in the current [`super::StateImage`].
+        pub retained_bytes: u64,
+        /// As in the current [`super::StateImage`].
+        pub max_topics: u64,
+        /// As in the current [`super::StateImage`].
+        pub max_partitions: u64,
+        /// As in the current [`super::StateImage`].
+        pub max_groups_per_topic: u64,
+        /// As in the current [`super::StateImage`].
+        pub max_members_per_group: u64,
+    }
+
+    /// One topic, version 2.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct TopicImage {
+        /// As in the current [`super::TopicImage`].
+        pub id: u64,
+        /// As in the current [`super::TopicImage`].
+        pub key_hash: u32,
+        /// As in the current [`super::TopicImage`].
+        pub retention: u32,
+        /// As in the current [`super::TopicImage`].
+        pub max_records: Option<u64>,
+        /// As in the current [`super::TopicImage`].
+        pub max_bytes: Option<u64>,
+        /// As in the current [`super::TopicImage`].
+        pub max_age_ms: Option<u64>,
+        /// As in the current [`super::TopicImage`].
+        pub discard: u32,
+        /// As in the current [`super::TopicImage`].
+        pub next_keyless: u64,
+        /// As in the current [`super::TopicImage`].
+        pub partitions: Vec<PartitionImage>,
+        /// As in the current [`super::TopicImage`].
+        pub groups: Vec<(String, GroupImage)>,
+    }
+
+    impl From<StateImage> for super::StateImage {
+        /// The same state in the current shape: its topics remember no producer.
+        fn from(image: StateImage) -> super::StateImage {
+            super::StateImage {
+                capacity: image.capacity,
+                clock_ms: image.clock_ms,
+                next_topic_id: image.next_topic_id,
+                topics: image
+                    .topics
+                    .into_iter()
+                    .map(|(name, topic)| {
+                        let topic = super::TopicImage {
+                            id: topic.id,
+                            key_hash: topic.key_hash,
+                            retention: topic.retention,
+                            max_records: topic.max_records,
+                            max_bytes: topic.max_bytes,
+                            max_age_ms: topic.max_age_ms,
+                            discard: topic.discard,
+                            next_keyless: topic.next_keyless,
+                            partitions: topic.partitions,
+                            groups: topic.groups,
+                            producers: Vec::new(),
+                        };
+                        (name, topic)
+                    })
+                    .collect(),
+                memory_budget: image.memory_budget,
+                retained_bytes: image.retained_bytes,
+                max_topics: image.max_topics,
+                max_partitions: image.max_partitions,
+                max_groups_per_topic: image.max_groups_per_topic,
+                max_members_per_group: image.max_members_per_group,
+            }
+        }
+    }
 }
 
 pub mod v1 {

@@ -65,7 +65,12 @@ struct ModelTopic {
     keyless_publishes: usize,
     logs: Vec<ModelLog>,
     groups: BTreeMap<String, ModelGroup>,
+    /// Every batch of records an idempotent producer stored, by producer and partition.
+    batches: BTreeMap<(u64, usize), Vec<StoredBatch>>,
 }
+
+/// The sequence number and offset of each record of a batch an idempotent producer stored.
+type StoredBatch = Vec<(u64, i64)>;
 
 #[derive(Debug, Clone, Default)]
 struct ModelLog {
@@ -434,6 +439,7 @@ impl Model {
                         keyless_publishes: 0,
                         logs: vec![ModelLog::default(); *partition_count as usize],
                         groups: BTreeMap::new(),
+                        batches: BTreeMap::new(),
                     },
                 );
                 Ok(Outcome::Created(true))
@@ -935,6 +941,77 @@ impl Model {
                 let p = partition_of(t, *partition)?;
                 Ok(Outcome::Offset(t.logs[p].first_at_or_after(*timestamp_ms)))
             }
+            Command::PublishIdempotent {
+                topic,
+                producer,
+                partition,
+                sequence,
+                records,
+            } => {
+                if records.len() > broker_core::MAX_BATCH_RECORDS {
+                    return Err(Answer::Invalid);
+                }
+                let t = self.topic(topic)?;
+                let p = partition_of(t, *partition)?;
+                for record in records {
+                    let names_ok = record
+                        .headers
+                        .iter()
+                        .all(|h| (1..=broker_core::MAX_HEADER_NAME_LEN).contains(&h.name.len()));
+                    if record.partition.is_some_and(|own| own != *partition)
+                        || record.headers.len() > broker_core::MAX_HEADERS
+                        || !names_ok
+                    {
+                        return Err(Answer::Invalid);
+                    }
+                }
+                let batches = t.batches.get(&(*producer, p)).cloned().unwrap_or_default();
+                let next = batches.iter().map(Vec::len).sum::<usize>() as u64;
+                if *sequence > next {
+                    return Err(Answer::Invalid);
+                }
+                let recent = &batches[batches.len().saturating_sub(broker_core::RECENT_BATCHES)..];
+                let mut placed = Vec::new();
+                let mut sequence = *sequence;
+                let mut records = records.iter();
+                while sequence < next {
+                    let Some(_) = records.next() else { break };
+                    let offset = recent
+                        .iter()
+                        .flatten()
+                        .find(|(s, _)| *s == sequence)
+                        .map(|(_, offset)| *offset)
+                        .ok_or(Answer::Invalid)?;
+                    placed.push((*partition, offset));
+                    sequence += 1;
+                }
+                let mut stored = Vec::new();
+                for record in records {
+                    if placed.last().is_some_and(|(_, offset)| *offset < 0) {
+                        placed.push((*partition, -1));
+                        continue;
+                    }
+                    let offset = t.append(
+                        p,
+                        capacity,
+                        now,
+                        ModelRecord {
+                            key: record.key.clone(),
+                            payload: record.payload.clone(),
+                            headers: record.headers.clone(),
+                            time: record.timestamp_ms.unwrap_or(now),
+                        },
+                    );
+                    if offset >= 0 {
+                        stored.push((next + stored.len() as u64, offset));
+                    }
+                    placed.push((*partition, offset));
+                }
+                if !stored.is_empty() {
+                    t.batches.entry((*producer, p)).or_default().push(stored);
+                }
+                Ok(Outcome::PublishedBatch(placed))
+            }
         }
     }
 
@@ -1313,6 +1390,15 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         } => broker
             .offset_for_time(&topic, partition, timestamp_ms)
             .map(Outcome::Offset),
+        Command::PublishIdempotent {
+            topic,
+            producer,
+            partition,
+            sequence,
+            records,
+        } => broker
+            .publish_idempotent(&topic, producer, partition, sequence, records)
+            .map(Outcome::PublishedBatch),
     }
 }
 
@@ -1618,11 +1704,40 @@ enum Step {
         max_records: i32,
         max_bytes: Option<u64>,
     },
+    /// An idempotent batch of `producer` to `partition` of `topic`, numbered from its next
+    /// sequence number less `back` (a repeat, or a sequence past the next when `back` is
+    /// negative).
+    Produce {
+        topic: String,
+        producer: u64,
+        partition: i32,
+        back: i64,
+        records: Vec<PublishRecord>,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         5 => command().prop_map(Step::Raw),
+        2 => (
+            topic_id(),
+            1..4_u64,
+            partition(),
+            prop_oneof![4 => Just(0_i64), 2 => 1..4_i64, 1 => Just(-1_i64), 1 => Just(7_i64)],
+            proptest::collection::vec(
+                (bytes(3), headers()).prop_map(|(payload, headers)| {
+                    PublishRecord::keyed(None, payload).with_headers(headers)
+                }),
+                0..4,
+            ),
+        )
+            .prop_map(|(topic, producer, partition, back, records)| Step::Produce {
+                topic,
+                producer,
+                partition,
+                back,
+                records,
+            }),
         2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, ack)| Step::Settle { pick, ack }),
         2 => (any::<usize>(), 0..7_u8, max_records(), max_bytes()).prop_map(
             |(pick, action, max_records, max_bytes)| Step::Member {
@@ -1645,6 +1760,27 @@ fn advance() -> impl Strategy<Value = i64> {
 fn resolve(model: &Model, step: Step) -> Command {
     let (pick, ack) = match step {
         Step::Raw(command) => return command,
+        Step::Produce {
+            topic,
+            producer,
+            partition,
+            back,
+            records,
+        } => {
+            let next = usize::try_from(partition)
+                .ok()
+                .and_then(|p| model.topics.get(&topic)?.batches.get(&(producer, p)))
+                .map_or(0, |batches| {
+                    batches.iter().map(Vec::len).sum::<usize>() as i64
+                });
+            return Command::PublishIdempotent {
+                topic,
+                producer,
+                partition,
+                sequence: (next - back).max(0) as u64,
+                records,
+            };
+        }
         Step::Settle { pick, ack } => (pick, ack),
         Step::Member {
             pick,
@@ -2078,6 +2214,7 @@ fn generated_sequences_reach_every_interesting_case() {
                 *seen.entry("delivery timed out").or_default() += 1;
             }
             let command = resolve(&model, step);
+            let ends_before = ends(&model);
             let released_before = bases(&model);
             let skipped_before = skipped(&model);
             let in_flight_before: usize = in_flight_count(&model);
@@ -2124,6 +2261,14 @@ fn generated_sequences_reach_every_interesting_case() {
                     "group deleted"
                 }
                 (Command::AddPartitions { .. }, Answer::Ok(_)) => "partitions added",
+                (
+                    Command::PublishIdempotent { .. },
+                    Answer::Ok(Outcome::PublishedBatch(placed)),
+                ) if !placed.is_empty() && ends(&model) == ends_before => "produced again",
+                (
+                    Command::PublishIdempotent { .. },
+                    Answer::Ok(Outcome::PublishedBatch(placed)),
+                ) if !placed.is_empty() => "produced",
                 _ => "other",
             };
             *seen.entry(kind).or_default() += 1;
@@ -2163,12 +2308,24 @@ fn generated_sequences_reach_every_interesting_case() {
         ("topic deleted", 5),
         ("group deleted", 5),
         ("partitions added", 5),
+        ("produced", 10),
+        ("produced again", 10),
     ] {
         assert!(
             seen.get(kind).copied().unwrap_or(0) >= at_least,
             "{kind} too rare: {seen:?}"
         );
     }
+}
+
+/// The sum of every partition's end offset.
+fn ends(model: &Model) -> i64 {
+    model
+        .topics
+        .values()
+        .flat_map(|t| &t.logs)
+        .map(ModelLog::end)
+        .sum()
 }
 
 fn in_flight_count(model: &Model) -> usize {

@@ -280,6 +280,15 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
             partition: input.below(5) as i32 - 1,
             timestamp_ms: input.below(20),
         },
+        CommandKind::PublishIdempotent => Command::PublishIdempotent {
+            topic,
+            producer: input.pick(&[1, 2, u64::MAX]),
+            partition: input.below(4) as i32 - 1,
+            sequence: input.below(8) as u64,
+            records: (0..input.byte() % 4)
+                .map(|_| PublishRecord::keyed(None, payload(input, step)))
+                .collect(),
+        },
     }
 }
 
@@ -608,6 +617,47 @@ impl Checker {
                 assert_eq!(
                     now.in_flight, None,
                     "step {step}: retry left the delivery in flight"
+                );
+            }
+            (
+                Command::PublishIdempotent {
+                    topic,
+                    partition,
+                    records,
+                    ..
+                },
+                Outcome::PublishedBatch(placed),
+            ) => {
+                assert_eq!(
+                    placed.len(),
+                    records.len(),
+                    "step {step}: a placement per record"
+                );
+                let end = find_topic(before, topic).partitions[*partition as usize].end_offset;
+                let mut next = end;
+                for (record, &(at, offset)) in records.iter().zip(placed) {
+                    assert_eq!(at, *partition, "step {step}: placed on another partition");
+                    if offset >= end {
+                        // A new record: stored at the next offset.
+                        assert_eq!(
+                            offset, next,
+                            "step {step}: idempotent offsets not consecutive"
+                        );
+                        next += 1;
+                        self.published.insert(
+                            (topic.clone(), *partition, offset),
+                            Published {
+                                key: record.key.clone(),
+                                payload: record.payload.clone(),
+                                headers: record.headers.clone(),
+                            },
+                        );
+                    }
+                }
+                let end_after = find_topic(after, topic).partitions[*partition as usize].end_offset;
+                assert_eq!(
+                    end_after, next,
+                    "step {step}: records stored but not answered"
                 );
             }
             (Command::DeleteTopic { topic }, Outcome::Deleted(true)) => {

@@ -242,6 +242,28 @@ impl ServerCodec {
     }
 }
 
+impl ServerCodec {
+    /// A request of the connection's version: version 1's shapes are converted to the
+    /// current ones, and a command a later version added is malformed.
+    fn of_version(&self, decoded: Option<Decoded<RequestFrame>>) -> Option<Decoded<RequestFrame>> {
+        match decoded? {
+            Decoded::Message(frame) if frame.command.kind().since_version() > self.version => {
+                let kind = frame.command.kind();
+                Some(Decoded::Malformed {
+                    leading_u64: Some(frame.correlation_id),
+                    reason: format!(
+                        "{} needs protocol version {}; this connection speaks version {}",
+                        kind.name(),
+                        kind.since_version(),
+                        self.version
+                    ),
+                })
+            }
+            decoded => Some(decoded),
+        }
+    }
+}
+
 impl Decoder for ServerCodec {
     type Item = Decoded<RequestFrame>;
     type Error = ProtocolError;
@@ -253,7 +275,8 @@ impl Decoder for ServerCodec {
                 .decode(src)?
                 .map(|decoded| decoded.map(RequestFrame::from)));
         }
-        self.framing.decode(src)
+        let decoded = self.framing.decode(src)?;
+        Ok(self.of_version(decoded))
     }
 
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
@@ -263,7 +286,8 @@ impl Decoder for ServerCodec {
                 .decode_eof(src)?
                 .map(|decoded| decoded.map(RequestFrame::from)));
         }
-        self.framing.decode_eof(src)
+        let decoded = self.framing.decode_eof(src)?;
+        Ok(self.of_version(decoded))
     }
 }
 

@@ -177,6 +177,13 @@ fn command(kind: CommandKind) -> Command {
             partition: 0,
             timestamp_ms: 0,
         },
+        CommandKind::PublishIdempotent => Command::PublishIdempotent {
+            topic,
+            producer: 1,
+            partition: 0,
+            sequence: 0,
+            records: vec![PublishRecord::to_partition(0, "x")],
+        },
     }
 }
 
@@ -459,5 +466,28 @@ fn settings_and_reset_targets_have_the_indexes_proto_md_gives_them() {
         let code: BTreeMap<String, u32> =
             values.into_iter().map(|(n, i)| (n.to_owned(), i)).collect();
         assert_eq!(code, documented_enum(name), "{name}");
+    }
+}
+
+/// The version table of proto.md (section 9) lists, for each version, the commands it added:
+/// each command's `since_version`.
+#[test]
+fn every_command_belongs_to_the_version_proto_md_says_added_it() {
+    let section = PROTO_MD
+        .split("\n## ")
+        .find(|section| section.starts_with("9. Versioning"))
+        .unwrap();
+    for kind in CommandKind::iter() {
+        let version = kind.since_version();
+        let row = section
+            .lines()
+            .find(|line| line.starts_with(&format!("| {version} |")))
+            .unwrap_or_else(|| panic!("no row for version {version}"));
+        let listed = version == 1 || row.contains(&format!("`{}`", kind.name()));
+        assert!(
+            listed,
+            "{} is not in the row of version {version}",
+            kind.name()
+        );
     }
 }

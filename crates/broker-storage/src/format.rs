@@ -9,9 +9,10 @@ use serde::{Deserialize, Serialize};
 use crate::StorageError;
 
 /// The format version this build writes, in every log segment and snapshot header. It also
-/// reads every earlier one (see [`OLDEST_FORMAT_VERSION`]): a data directory of format 1 is
-/// migrated to format 2 when a server opens it.
-pub const FORMAT_VERSION: u32 = 2;
+/// reads every earlier one (see [`OLDEST_FORMAT_VERSION`]): a data directory of an earlier
+/// format is migrated to this one when a server opens it. Format 3 added idempotent producers
+/// to snapshots (its log entries are those of format 2, with one more command).
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;

@@ -15,7 +15,7 @@ use crate::format::{
     FORMAT_VERSION, MAX_ENTRY_BYTES, SEGMENT_HEADER, SNAPSHOT_HEADER,
 };
 use crate::records::RecordStore;
-use crate::snapshot::{load_latest, LoadedSnapshot, Snapshot};
+use crate::snapshot::{load_latest, Checkpoint, LoadedSnapshot, Snapshot};
 use crate::StorageError;
 
 /// The state rebuilt from a data directory.
@@ -75,10 +75,16 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
             seq,
             path,
         }) => {
-            let records = Arc::new(RecordStore::open(dir, checkpoint.segments)?);
-            let cold: Arc<dyn ColdStore> = records.clone();
-            let state = BrokerState::from_image(checkpoint.image, Some(cold))
-                .map_err(|why| inconsistent(&path, &why))?;
+            migrated_from = Some(2);
+            let (records, state) = open_checkpoint(dir, checkpoint.into(), &path)?;
+            (records, state, Some(seq))
+        }
+        Some(LoadedSnapshot {
+            snapshot: Snapshot::Current(checkpoint),
+            seq,
+            path,
+        }) => {
+            let (records, state) = open_checkpoint(dir, checkpoint, &path)?;
             (records, state, Some(seq))
         }
         None => {
@@ -222,6 +228,19 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
         torn,
         migrated_from,
     })
+}
+
+/// The record segments a checkpoint (read from `path`) names, and its state reading from them.
+fn open_checkpoint(
+    dir: &Path,
+    checkpoint: Checkpoint,
+    path: &Path,
+) -> Result<(Arc<RecordStore>, BrokerState), StorageError> {
+    let records = Arc::new(RecordStore::open(dir, checkpoint.segments)?);
+    let cold: Arc<dyn ColdStore> = records.clone();
+    let state = BrokerState::from_image(checkpoint.image, Some(cold))
+        .map_err(|why| inconsistent(path, &why))?;
+    Ok((records, state))
 }
 
 /// The first sequence number of every log segment in `dir`, ascending.

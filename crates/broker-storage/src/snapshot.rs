@@ -1,10 +1,11 @@
 //! Snapshots (checkpoints): the state in one checksummed file, written atomically, and the
 //! removal of the log segments and older snapshots a new snapshot makes unnecessary.
 //!
-//! A snapshot of format 2 holds a [`Checkpoint`]: the state's image, whose records are in
+//! A snapshot of format 3 holds a [`Checkpoint`]: the state's image, whose records are in
 //! record segments (see [`crate::records`]) except those logged after the checkpoint started,
-//! and the catalog of those segments. A snapshot of format 1 holds a
-//! [`broker_core::image::v1::StateImage`] with every record in it.
+//! and the catalog of those segments. Format 2 holds the same in the state image of version 2
+//! ([`v2::Checkpoint`]); format 1 a [`broker_core::image::v1::StateImage`] with every record
+//! in it.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
@@ -26,7 +27,34 @@ use crate::StorageError;
 /// The temporary name a snapshot is written under before it is renamed into place.
 pub(crate) const SNAPSHOT_TMP: &str = "snap.tmp";
 
-/// What a snapshot of format 2 holds: the state and the record segments its evicted records
+/// The checkpoint of data directory format 2, frozen.
+pub mod v2 {
+    use broker_core::image::v2::StateImage;
+    use serde::{Deserialize, Serialize};
+
+    use crate::records::SegmentImage;
+
+    /// What a snapshot of format 2 holds: as a [`super::Checkpoint`], with the state image of
+    /// version 2.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct Checkpoint {
+        /// The state.
+        pub image: StateImage,
+        /// The record segments.
+        pub segments: Vec<SegmentImage>,
+    }
+
+    impl From<Checkpoint> for super::Checkpoint {
+        fn from(checkpoint: Checkpoint) -> super::Checkpoint {
+            super::Checkpoint {
+                image: checkpoint.image.into(),
+                segments: checkpoint.segments,
+            }
+        }
+    }
+}
+
+/// What a snapshot of format 3 holds: the state and the record segments its evicted records
 /// are in. Encoded as `image` then `segments` (a `u64` count, then each segment's fields in
 /// order), in the data directory's bincode encoding.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,8 +165,10 @@ pub fn remove_covered(dir: &Path, seq: u64) -> Result<usize, StorageError> {
 pub(crate) enum Snapshot {
     /// Format 1: the whole state, every record in it.
     V1(v1::StateImage),
-    /// Format 2.
-    V2(Checkpoint),
+    /// Format 2: as format 3, in the state image of version 2 (no idempotent producers).
+    V2(v2::Checkpoint),
+    /// Format 3.
+    Current(Checkpoint),
 }
 
 /// A snapshot read back: what it holds, the sequence number it covers and its file.
@@ -211,10 +241,10 @@ pub(crate) fn load_latest(dir: &Path) -> Result<Option<LoadedSnapshot>, StorageE
             "snapshot checksum mismatch",
         ));
     }
-    let snapshot = if version == 1 {
-        Snapshot::V1(decode_body(&path, body)?)
-    } else {
-        Snapshot::V2(decode_body(&path, body)?)
+    let snapshot = match version {
+        1 => Snapshot::V1(decode_body(&path, body)?),
+        2 => Snapshot::V2(decode_body(&path, body)?),
+        _ => Snapshot::Current(decode_body(&path, body)?),
     };
     Ok(Some(LoadedSnapshot {
         snapshot,

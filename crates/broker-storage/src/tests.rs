@@ -434,7 +434,7 @@ fn an_incompatible_format_version_refuses_to_start() {
     fs::write(&segment, &bytes).unwrap();
     let error = recover(tmp.path()).unwrap_err();
     assert!(
-        matches!(&error, StorageError::Incompatible { found: 9, supported: 2, path } if *path == segment),
+        matches!(&error, StorageError::Incompatible { found: 9, supported: 3, path } if *path == segment),
         "{error:?}"
     );
     assert!(error.to_string().contains("format version 9"), "{error}");
@@ -444,11 +444,11 @@ fn an_incompatible_format_version_refuses_to_start() {
     let path = live.checkpoint(1 << 20);
     drop(live);
     let mut bytes = fs::read(&path).unwrap();
-    bytes[8] = 3;
+    bytes[8] = 4;
     fs::write(&path, &bytes).unwrap();
     assert!(matches!(
         recover(tmp.path()),
-        Err(StorageError::Incompatible { found: 3, .. })
+        Err(StorageError::Incompatible { found: 4, .. })
     ));
 }
 
@@ -1018,4 +1018,42 @@ fn segments_whose_records_all_left_are_removed_at_the_next_checkpoint() {
         .unwrap();
     live.checkpoint(128);
     assert!(record_files(tmp.path()).is_empty());
+}
+
+/// What an idempotent producer stored survives a checkpoint, the log replayed after it and a
+/// restart: a batch sent again is answered with its first offsets, and the producer goes on
+/// from its next sequence number.
+#[test]
+fn idempotent_producers_are_remembered_across_checkpoints_and_restarts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut live = Live::new(tmp.path());
+    live.run(Command::Create {
+        topic: "p".into(),
+        partition_count: 2,
+        key_hash: KeyHash::Murmur2,
+        settings: vec![broker_core::TopicSetting::MaxRecords(1000)],
+    });
+    let batch = |sequence: u64, payloads: &[&str]| Command::PublishIdempotent {
+        topic: "p".into(),
+        producer: 0xfeed,
+        partition: 1,
+        sequence,
+        records: payloads
+            .iter()
+            .map(|payload| broker_core::PublishRecord::keyed(None, payload.to_string()))
+            .collect(),
+    };
+    let first = live.call(batch(0, &["a", "b"])).unwrap();
+    live.checkpoint(1 << 20);
+    let second = live.call(batch(2, &["c"])).unwrap();
+    drop(live);
+    let mut live = Live::new(tmp.path());
+    assert_eq!(live.call(batch(0, &["a", "b"])).unwrap(), first);
+    assert_eq!(live.call(batch(2, &["c"])).unwrap(), second);
+    assert_eq!(
+        live.call(batch(3, &["d"])).unwrap(),
+        broker_core::Outcome::PublishedBatch(vec![(1, 3)])
+    );
+    // Nothing was stored twice.
+    assert_eq!(live.describe().topics[0].partitions[1].end_offset, 4);
 }

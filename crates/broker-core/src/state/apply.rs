@@ -180,6 +180,15 @@ impl BrokerState {
             } => self
                 .offset_for_time(&topic, partition, timestamp_ms)
                 .map(Outcome::Offset),
+            Command::PublishIdempotent {
+                topic,
+                producer,
+                partition,
+                sequence,
+                records,
+            } => self
+                .publish_idempotent(&topic, producer, partition, sequence, records)
+                .map(Outcome::PublishedBatch),
         }
     }
 }

@@ -4,14 +4,15 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::group::{Group, GroupPartition, Member};
+use super::idempotence::{Producer, Sequences, RECENT_BATCHES};
 use super::log::{Cold, PartitionLog, StoredRecord};
 use super::retention::Memory;
 use super::topic::Topic;
 use super::{BrokerState, Limits};
 use crate::cold::{ColdStore, LogId};
 use crate::image::{
-    v1, GroupImage, GroupPartitionImage, HeaderImage, PartitionImage, RecordImage, StateImage,
-    TopicImage,
+    v1, GroupImage, GroupPartitionImage, HeaderImage, PartitionImage, ProducerImage, RecordImage,
+    SequencesImage, StateImage, TopicImage,
 };
 use crate::{Assignor, Discard, GroupSettings, Header, KeyHash, Retention, StartAt, TopicSettings};
 
@@ -210,7 +211,79 @@ fn topic_image(topic: &Topic) -> TopicImage {
             })
             .collect(),
         groups,
+        producers: producers_image(&topic.producers),
     }
+}
+
+/// A topic's producers, sorted by id and partition.
+fn producers_image(producers: &HashMap<u64, Producer>) -> Vec<ProducerImage> {
+    let mut images: Vec<ProducerImage> = producers
+        .iter()
+        .map(|(&id, producer)| {
+            let mut partitions: Vec<SequencesImage> = producer
+                .partitions
+                .iter()
+                .map(|(&partition, sequences)| SequencesImage {
+                    partition: partition as u64,
+                    next: sequences.next,
+                    recent: sequences.recent.iter().cloned().collect(),
+                })
+                .collect();
+            partitions.sort_unstable_by_key(|sequences| sequences.partition);
+            ProducerImage {
+                id,
+                last_seen_ms: producer.last_seen_ms,
+                partitions,
+            }
+        })
+        .collect();
+    images.sort_unstable_by_key(|producer| producer.id);
+    images
+}
+
+/// A topic's producers from their images, checked against its `partition_count`.
+fn producers_from(
+    images: Vec<ProducerImage>,
+    partition_count: usize,
+) -> Result<HashMap<u64, Producer>, String> {
+    let mut producers = HashMap::with_capacity(images.len());
+    for image in images {
+        let mut partitions = HashMap::with_capacity(image.partitions.len());
+        for sequences in image.partitions {
+            let partition = usize::try_from(sequences.partition)
+                .ok()
+                .filter(|&partition| partition < partition_count)
+                .ok_or_else(|| {
+                    format!(
+                        "producer {:016x} names partition {}",
+                        image.id, sequences.partition
+                    )
+                })?;
+            let stored: u64 = sequences
+                .recent
+                .iter()
+                .map(|(_, offsets)| offsets.len() as u64)
+                .sum();
+            if sequences.recent.len() > RECENT_BATCHES || stored > sequences.next {
+                return Err(format!("producer {:016x}: bad sequences", image.id));
+            }
+            partitions.insert(
+                partition,
+                Sequences {
+                    next: sequences.next,
+                    recent: sequences.recent.into_iter().collect(),
+                },
+            );
+        }
+        let producer = Producer {
+            last_seen_ms: image.last_seen_ms,
+            partitions,
+        };
+        if producers.insert(image.id, producer).is_some() {
+            return Err(format!("producer {:016x} appears twice", image.id));
+        }
+    }
+    Ok(producers)
 }
 
 fn group_image(group: &Group) -> GroupImage {
@@ -275,6 +348,7 @@ fn topic_from(image: TopicImage, store: Option<&Arc<dyn ColdStore>>) -> Result<T
                 .map_err(|why| format!("partition {number}: {why}"))?,
         );
     }
+    let producers = producers_from(image.producers, partitions.len())?;
     Ok(Topic {
         id: image.id,
         key_hash: key_hash_of(image.key_hash)?,
@@ -283,6 +357,7 @@ fn topic_from(image: TopicImage, store: Option<&Arc<dyn ColdStore>>) -> Result<T
             .map_err(|_| "next keyless partition out of range".to_owned())?,
         partitions,
         groups,
+        producers,
     })
 }
 
@@ -436,6 +511,7 @@ fn topic_from_v1(image: v1::TopicImage, id: u64) -> Result<Topic, String> {
             .map_err(|_| "next keyless partition out of range".to_owned())?,
         partitions,
         groups,
+        producers: HashMap::new(),
     })
 }
 

@@ -14,6 +14,7 @@
 //! | `group` | consumer groups: membership, assignment (and the `assignment` call), rebalancing |
 //! | `consume` | ack mode (poll, ack, retry, redeliver) and fetch mode (fetch, commit), and resetting a group's offsets |
 //! | `retention` | what leaves a partition (consumed by every group, past a limit, too old), the groups that skip what left, and the memory budget |
+//! | `idempotence` | publishes numbered by their producer, stored once however often they are sent |
 //! | `time` | the broker's clock, and what happens as it advances (age, acknowledgement deadlines) |
 //! | `read` | read-only calls: committed, end offset, lag, and `describe` (whose types are in the crate's `describe` module) |
 //! | `check` | the invariants, checked for a state that did not come from these methods |
@@ -24,6 +25,7 @@ mod apply;
 mod check;
 mod consume;
 mod group;
+mod idempotence;
 mod image;
 mod log;
 mod read;
@@ -41,6 +43,7 @@ use crate::validate::{
 use crate::BrokerError;
 
 use group::Group;
+pub use idempotence::{MAX_PRODUCERS, RECENT_BATCHES};
 use retention::Memory;
 use topic::Topic;
 

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use super::group::{Group, GroupPartition};
+use super::idempotence::Producer;
 use super::log::{PartitionLog, StoredRecord};
 use super::retention::Memory;
 use super::{topic_in, BrokerState};
@@ -29,6 +30,8 @@ pub(super) struct Topic {
     pub(super) next_keyless: usize,
     pub(super) partitions: Vec<PartitionLog>,
     pub(super) groups: HashMap<String, Group>,
+    /// The idempotent producers that published to it, by id.
+    pub(super) producers: HashMap<u64, Producer>,
 }
 
 impl Topic {
@@ -56,7 +59,7 @@ impl Topic {
     ///
     /// # Errors
     /// [`BrokerError::Storage`] if evicted records had to be read and could not be.
-    fn append(
+    pub(super) fn append(
         &mut self,
         partition: usize,
         default_capacity: u64,
@@ -152,6 +155,7 @@ impl BrokerState {
                 next_keyless: 0,
                 partitions: vec![PartitionLog::default(); partition_count as usize],
                 groups: HashMap::new(),
+                producers: HashMap::new(),
             },
         );
         self.next_topic_id += 1;

@@ -309,7 +309,7 @@ fn hello_encodes_magic_version_name_and_optional_token_as_documented() {
         .unwrap();
     let mut expected = vec![0, 0, 0, 25];
     expected.extend_from_slice(b"BRKR");
-    expected.extend_from_slice(&2u16.to_le_bytes());
+    expected.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
     expected.extend_from_slice(&1u64.to_le_bytes());
     expected.extend_from_slice(b"c");
     expected.push(1);
@@ -329,5 +329,36 @@ fn a_bool_other_than_zero_or_one_is_malformed() {
     assert!(matches!(
         ClientCodec::new(1024).decode(&mut buf).unwrap(),
         Some(crate::Decoded::Malformed { .. })
+    ));
+}
+
+#[test]
+fn a_command_a_later_version_added_is_malformed_on_an_older_connection() {
+    let frame = RequestFrame {
+        correlation_id: 9,
+        max_wait_ms: 0,
+        command: Command::PublishIdempotent {
+            topic: "t".into(),
+            producer: 1,
+            partition: 0,
+            sequence: 0,
+            records: Vec::new(),
+        },
+    };
+    let mut bytes = BytesMut::new();
+    ClientCodec::new(1024).encode(frame, &mut bytes).unwrap();
+    match ServerCodec::new(1024, 2)
+        .decode(&mut bytes.clone())
+        .unwrap()
+    {
+        Some(crate::Decoded::Malformed {
+            leading_u64: Some(9),
+            reason,
+        }) => assert!(reason.contains("protocol version 3"), "{reason}"),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(matches!(
+        ServerCodec::new(1024, 3).decode(&mut bytes).unwrap(),
+        Some(crate::Decoded::Message(_))
     ));
 }

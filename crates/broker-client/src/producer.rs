@@ -1,0 +1,534 @@
+//! [`Producer`]: records sent from any number of tasks, gathered into batches per partition,
+//! stored exactly once, retried while their partition is full, each answered when it is stored.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use broker_core::{hash, BrokerError, KeyHash, PublishRecord};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::time::Instant;
+
+use crate::{Client, Error};
+
+/// Where a record was stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Stored {
+    /// The partition.
+    pub partition: i32,
+    /// The record's offset there.
+    pub offset: i64,
+}
+
+/// Why a record sent through a [`Producer`] was not stored.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProducerError {
+    /// Its partition stayed full (at its record or byte limit, with interest retention until
+    /// every group consumed enough) for the whole delivery timeout.
+    #[error("partition {partition} of {topic} stayed full for the delivery timeout")]
+    Full {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+    },
+    /// The server could not be reached, or did not answer, for the whole delivery timeout;
+    /// `last` says what the last attempt met.
+    #[error("not stored within the delivery timeout: {last}")]
+    Timeout {
+        /// The last attempt's error.
+        last: Error,
+    },
+    /// The broker or the server refused the record for good (an unknown topic, a record larger
+    /// than the server's payload limit, ...).
+    #[error(transparent)]
+    Refused(Error),
+    /// The producer was dropped before the record was stored.
+    #[error("the producer was dropped before the record was stored")]
+    Closed,
+}
+
+/// How a [`Producer`] batches and retries; see [`Producer::builder`].
+#[derive(Debug, Clone)]
+pub struct ProducerBuilder {
+    linger: Duration,
+    batch_records: usize,
+    batch_bytes: usize,
+    delivery_timeout: Duration,
+}
+
+impl Default for ProducerBuilder {
+    fn default() -> Self {
+        ProducerBuilder {
+            linger: Duration::from_millis(1),
+            batch_records: 1_000,
+            batch_bytes: 1024 * 1024,
+            delivery_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+impl ProducerBuilder {
+    /// How long a partition's batch waits for more records once it has one (Kafka's
+    /// `linger.ms`): longer gathers bigger batches under a light load, at that much latency.
+    /// 1 ms by default; zero sends what is there at once.
+    #[must_use]
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
+    }
+
+    /// Most records in one request, 1 to 10,000 (1,000 by default).
+    #[must_use]
+    pub fn batch_records(mut self, records: usize) -> Self {
+        self.batch_records = records.clamp(1, broker_core::MAX_BATCH_RECORDS);
+        self
+    }
+
+    /// Most payload, key and header bytes in one request, past the first record (1 MiB by
+    /// default); keep it below the server's frame limit.
+    #[must_use]
+    pub fn batch_bytes(mut self, bytes: usize) -> Self {
+        self.batch_bytes = bytes.max(1);
+        self
+    }
+
+    /// How long a record may take to be stored, retries included (Kafka's
+    /// `delivery.timeout.ms`): past it, a record still refused because its partition is full
+    /// fails with [`ProducerError::Full`], one that could not be sent with
+    /// [`ProducerError::Timeout`]. 2 minutes by default.
+    #[must_use]
+    pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
+        self.delivery_timeout = timeout;
+        self
+    }
+
+    /// A producer sending through `client` (which it shares: clones of one client share one
+    /// connection).
+    pub fn build(self, client: Client) -> Producer {
+        Producer {
+            inner: Arc::new(Inner {
+                client,
+                id: random_id(),
+                settings: self,
+                topics: Mutex::new(HashMap::new()),
+                unsettled: AtomicUsize::new(0),
+                settled: Notify::new(),
+            }),
+        }
+    }
+}
+
+/// Sends records to a broker the way a service wants to: from any number of tasks at once,
+/// gathered into one request per partition (per its linger time and batch size), each stored
+/// exactly once, the records of one partition in the order they were sent, a full partition
+/// retried with back-off, and each record answered with where it was stored.
+///
+/// Exactly once: the producer has a random id and numbers the records of each partition; the
+/// broker stores a record it already has (a batch sent again after a timeout or a lost
+/// connection) only once, and answers with its first offset. The connection is re-opened as
+/// [`Client`] does. Placement is as [`Client::publish_keyed`]: a key picks the partition with
+/// the topic's key hash, no key goes round-robin, [`PublishRecord::partition`] names one. A
+/// producer learns a topic's partitions when it first sends to it; after partitions are added
+/// to a topic, a new producer sees them.
+///
+/// ```no_run
+/// use broker_client::{Client, Producer, PublishRecord};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let producer = Producer::builder().build(Client::connect("127.0.0.1:9092").await?);
+/// let stored = producer
+///     .send("orders", PublishRecord::keyed(Some(b"alice"), "order 1"))
+///     .await?;
+/// println!("partition {} offset {}", stored.partition, stored.offset);
+/// // Many at once: each send is gathered into batches as soon as it is called.
+/// let sends: Vec<_> = (0..100)
+///     .map(|i| producer.send("orders", PublishRecord::keyed(None, format!("order {i}"))))
+///     .collect();
+/// for sent in futures::future::join_all(sends).await {
+///     sent?;
+/// }
+/// producer.flush().await;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: Client,
+    /// The id the broker knows this producer by.
+    id: u64,
+    settings: ProducerBuilder,
+    topics: Mutex<HashMap<String, Topic>>,
+    /// Records sent and not yet answered, for `flush`.
+    unsettled: AtomicUsize,
+    settled: Notify,
+}
+
+/// A topic a producer sends to.
+#[derive(Debug)]
+enum Topic {
+    /// Being looked up; the records sent meanwhile wait here, in the order they were sent.
+    LookingUp(Vec<Queued>),
+    /// Known: records go straight to their partition's queue.
+    Known(TopicSender),
+}
+
+/// The partitions of one topic, each with the queue its sending task takes batches from.
+#[derive(Debug)]
+struct TopicSender {
+    key_hash: KeyHash,
+    partitions: Vec<mpsc::UnboundedSender<Queued>>,
+    next_keyless: AtomicUsize,
+}
+
+/// A record waiting to be stored, and who waits for the answer.
+#[derive(Debug)]
+struct Queued {
+    record: PublishRecord,
+    size: usize,
+    deadline: Instant,
+    answer: oneshot::Sender<Result<Stored, ProducerError>>,
+}
+
+/// A random producer id: the process's random hashing keys over the time, the process id and
+/// a counter.
+fn random_id() -> u64 {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNT.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u32(std::process::id());
+    if let Ok(since) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        hasher.write_u128(since.as_nanos());
+    }
+    hasher.finish()
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while holding it.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Producer {
+    /// The settings of a new producer; [`ProducerBuilder::build`] makes it.
+    pub fn builder() -> ProducerBuilder {
+        ProducerBuilder::default()
+    }
+
+    /// The id the broker knows this producer by (random, chosen when it was built).
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// Sends `record` to `topic`: the returned future resolves once it is stored (with where)
+    /// or has definitely failed. The record is queued when `send` is called, so that records
+    /// sent one after another from one task are batched and keep their order per partition;
+    /// dropping the future does not withdraw it.
+    ///
+    /// # Errors
+    /// [`ProducerError::Full`] or [`ProducerError::Timeout`] after the delivery timeout,
+    /// [`ProducerError::Refused`] at once for a record the broker refuses (an unknown topic or
+    /// partition, a record over the payload limit), [`ProducerError::Closed`] if the producer
+    /// is dropped first.
+    pub fn send(
+        &self,
+        topic: &str,
+        record: PublishRecord,
+    ) -> impl Future<Output = Result<Stored, ProducerError>> + Send + 'static {
+        let inner = Arc::clone(&self.inner);
+        inner.unsettled.fetch_add(1, Ordering::AcqRel);
+        let (answer, receiver) = oneshot::channel();
+        let queued = Queued {
+            size: record.size(),
+            record,
+            deadline: Instant::now() + inner.settings.delivery_timeout,
+            answer,
+        };
+        inner.queue(topic, queued);
+        async move {
+            let result = receiver.await.unwrap_or(Err(ProducerError::Closed));
+            if inner.unsettled.fetch_sub(1, Ordering::AcqRel) == 1 {
+                inner.settled.notify_waiters();
+            }
+            result
+        }
+    }
+
+    /// Waits until every record sent so far is stored or has failed.
+    pub async fn flush(&self) {
+        loop {
+            let settled = self.inner.settled.notified();
+            if self.inner.unsettled.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            settled.await;
+        }
+    }
+}
+
+impl Inner {
+    /// Queues `queued` for `topic`: on its partition when the topic is known, otherwise behind
+    /// the records waiting for the topic to be looked up (the first of them starts the lookup).
+    fn queue(self: &Arc<Self>, topic: &str, queued: Queued) {
+        let mut topics = lock(&self.topics);
+        match topics.get_mut(topic) {
+            Some(Topic::Known(sender)) => sender.queue(queued),
+            Some(Topic::LookingUp(waiting)) => waiting.push(queued),
+            None => {
+                topics.insert(topic.to_owned(), Topic::LookingUp(vec![queued]));
+                tokio::spawn(Arc::clone(self).look_up(topic.to_owned()));
+            }
+        }
+    }
+
+    /// Looks `topic` up (again while the server cannot be reached, until the first waiting
+    /// record's delivery timeout), starts a sending task per partition and queues the records
+    /// that waited, in the order they were sent; or fails them all.
+    async fn look_up(self: Arc<Self>, topic: String) {
+        let mut attempt = 0;
+        let description = loop {
+            let error = match self.client.describe_topic(&topic).await {
+                Ok(description) => break Ok(description),
+                Err(error) => error,
+            };
+            let give_up = !(error.may_have_been_applied() || is_transient(&error))
+                || match lock(&self.topics).get(&topic) {
+                    Some(Topic::LookingUp(waiting)) => waiting
+                        .first()
+                        .is_none_or(|queued| queued.deadline <= Instant::now()),
+                    _ => true,
+                };
+            if give_up {
+                break Err(error);
+            }
+            tokio::time::sleep(backoff(attempt)).await;
+            attempt += 1;
+        };
+        let mut topics = lock(&self.topics);
+        let Some(Topic::LookingUp(waiting)) = topics.remove(&topic) else {
+            return;
+        };
+        match description {
+            Ok(description) => {
+                let sender = TopicSender {
+                    key_hash: description.key_hash,
+                    partitions: (0..description.partitions.len())
+                        .map(|partition| self.start_partition(&topic, partition as i32))
+                        .collect(),
+                    next_keyless: AtomicUsize::new(0),
+                };
+                for queued in waiting {
+                    sender.queue(queued);
+                }
+                topics.insert(topic, Topic::Known(sender));
+            }
+            Err(error) => {
+                let transient = error.may_have_been_applied() || is_transient(&error);
+                for queued in waiting {
+                    let last = error.copy();
+                    let failure = if transient {
+                        ProducerError::Timeout { last }
+                    } else {
+                        ProducerError::Refused(last)
+                    };
+                    let _ = queued.answer.send(Err(failure));
+                }
+            }
+        }
+    }
+
+    /// Starts the sending task of one partition; the returned queue feeds it.
+    fn start_partition(&self, topic: &str, partition: i32) -> mpsc::UnboundedSender<Queued> {
+        let (queue, batches) = mpsc::unbounded_channel();
+        tokio::spawn(send_partition(
+            self.client.clone(),
+            self.id,
+            topic.to_owned(),
+            partition,
+            self.settings.clone(),
+            batches,
+        ));
+        queue
+    }
+}
+
+impl TopicSender {
+    /// Queues a record on its partition, or answers it at once when it names a partition the
+    /// topic does not have.
+    fn queue(&self, mut queued: Queued) {
+        let count = self.partitions.len();
+        let partition = match (queued.record.partition, &queued.record.key) {
+            (Some(partition), _) => {
+                match usize::try_from(partition)
+                    .ok()
+                    .filter(|&partition| partition < count)
+                {
+                    Some(partition) => partition,
+                    None => {
+                        let refused = Error::Broker(BrokerError::InvalidArgument(format!(
+                            "partition {partition} does not exist: the topic has partitions 0 to {}",
+                            count - 1
+                        )));
+                        let _ = queued.answer.send(Err(ProducerError::Refused(refused)));
+                        return;
+                    }
+                }
+            }
+            (None, Some(key)) => hash::partition_for(self.key_hash, key, count),
+            (None, None) => self.next_keyless.fetch_add(1, Ordering::Relaxed) % count,
+        };
+        queued.record.partition = None;
+        if let Err(mpsc::error::SendError(queued)) = self.partitions[partition].send(queued) {
+            let _ = queued.answer.send(Err(ProducerError::Closed));
+        }
+    }
+}
+
+/// The back-off between attempts of a batch: doubling from 1 ms to 1 s.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(1 << attempt.min(10))
+}
+
+/// One partition's sending task: gathers the queued records into batches, sends each batch
+/// (numbered) until every record of it is stored or failed, then the next. Ends when the
+/// producer is dropped and the queue is empty.
+async fn send_partition(
+    client: Client,
+    producer: u64,
+    topic: String,
+    partition: i32,
+    settings: ProducerBuilder,
+    mut queue: mpsc::UnboundedReceiver<Queued>,
+) {
+    let mut numbering = Numbering { producer, next: 0 };
+    while let Some(first) = queue.recv().await {
+        let mut batch = vec![first];
+        let mut bytes = batch[0].size;
+        let linger = Instant::now() + settings.linger;
+        while batch.len() < settings.batch_records && bytes < settings.batch_bytes {
+            let more = match queue.try_recv() {
+                Ok(more) => Some(more),
+                Err(_) if settings.linger.is_zero() => None,
+                Err(_) => tokio::select! {
+                    more = queue.recv() => more,
+                    () = tokio::time::sleep_until(linger) => None,
+                },
+            };
+            let Some(more) = more else { break };
+            bytes += more.size;
+            batch.push(more);
+        }
+        store(&client, &topic, partition, &mut numbering, batch).await;
+    }
+}
+
+/// How the records of one partition are numbered: under which producer id, from which number.
+#[derive(Debug)]
+struct Numbering {
+    producer: u64,
+    /// The number of the next record stored.
+    next: u64,
+}
+
+/// Sends `batch` (numbered from `numbering.next`) until each record is stored or has failed,
+/// answering each. A batch whose fate is unknown (the connection was lost, the answer did not
+/// come) is sent again, unchanged, until it is answered or its first record's delivery timeout
+/// passes; it then fails whole, and the partition goes on under a new producer id, so that no
+/// later record can be taken for one of it.
+async fn store(
+    client: &Client,
+    topic: &str,
+    partition: i32,
+    numbering: &mut Numbering,
+    mut batch: Vec<Queued>,
+) {
+    let mut attempt = 0;
+    while !batch.is_empty() {
+        let records: Vec<PublishRecord> =
+            batch.iter().map(|queued| queued.record.clone()).collect();
+        let sent = client
+            .publish_idempotent(
+                topic,
+                numbering.producer,
+                partition,
+                numbering.next,
+                records,
+            )
+            .await;
+        match sent {
+            Ok(placed) => {
+                let stored = placed.iter().take_while(|(_, offset)| *offset >= 0).count();
+                for (queued, &(partition, offset)) in batch.drain(..stored).zip(&placed) {
+                    let _ = queued.answer.send(Ok(Stored { partition, offset }));
+                }
+                numbering.next += stored as u64;
+                if stored > 0 {
+                    attempt = 0;
+                }
+                // The rest was refused (a full partition), so certainly not stored: those past
+                // their deadline fail, the others are tried again.
+                let now = Instant::now();
+                let (expired, waiting): (Vec<Queued>, Vec<Queued>) =
+                    batch.into_iter().partition(|queued| queued.deadline <= now);
+                for queued in expired {
+                    let _ = queued.answer.send(Err(ProducerError::Full {
+                        topic: topic.to_owned(),
+                        partition,
+                    }));
+                }
+                batch = waiting;
+            }
+            Err(error) if error.may_have_been_applied() || is_transient(&error) => {
+                if batch
+                    .first()
+                    .is_some_and(|queued| queued.deadline <= Instant::now())
+                {
+                    for queued in batch.drain(..) {
+                        let _ = queued
+                            .answer
+                            .send(Err(ProducerError::Timeout { last: error.copy() }));
+                    }
+                    // Maybe stored, maybe not: these numbers can never be used again.
+                    *numbering = Numbering {
+                        producer: random_id(),
+                        next: 0,
+                    };
+                    return;
+                }
+            }
+            Err(error) => {
+                for queued in batch.drain(..) {
+                    let _ = queued
+                        .answer
+                        .send(Err(ProducerError::Refused(error.copy())));
+                }
+                return;
+            }
+        }
+        if !batch.is_empty() {
+            tokio::time::sleep(backoff(attempt)).await;
+            attempt += 1;
+        }
+    }
+}
+
+/// Whether `error` says the batch was not applied this time and may be sent again: the server
+/// could not be reached (restarting, say), or refused for a passing reason (its log cannot
+/// take entries now, it is shutting down).
+fn is_transient(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Io(_)
+            | Error::Server(
+                broker_proto::ErrorReply::Storage(_) | broker_proto::ErrorReply::ShuttingDown
+            )
+    )
+}

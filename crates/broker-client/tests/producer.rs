@@ -1,0 +1,241 @@
+//! The `Producer` against a real server: records sent from many tasks at once are stored once
+//! each, in order per partition, through connections cut under them and across a server
+//! restart; a full partition is retried until the delivery timeout; a refusal comes at once.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use broker_client::{Client, Producer, ProducerError, PublishRecord, Stored};
+use broker_testkit::in_process::TestServer;
+use broker_testkit::process::ServerProcess;
+use broker_testkit::proxy::Proxy;
+use futures::future::join_all;
+
+/// Every record of `topic`, by partition, in offset order, as `(offset, payload)`.
+async fn read_all(client: &Client, topic: &str) -> BTreeMap<i32, Vec<(i64, String)>> {
+    client.join(topic, "reader", "r").await.unwrap();
+    let mut read: BTreeMap<i32, Vec<(i64, String)>> = BTreeMap::new();
+    loop {
+        let records = client.fetch(topic, "reader", "r", 10_000).await.unwrap();
+        if records.is_empty() {
+            return read;
+        }
+        for record in records {
+            let payload = String::from_utf8(record.payload.to_vec()).unwrap();
+            read.entry(record.partition)
+                .or_default()
+                .push((record.offset, payload));
+        }
+    }
+}
+
+/// Checks that each `(payload, stored)` answered is stored exactly there, that nothing else
+/// was stored, and that the records of each sender (`"<sender>-<i>"`) are in order on their
+/// partition.
+fn check_stored_once_in_order(
+    answered: &[(String, Stored)],
+    read: &BTreeMap<i32, Vec<(i64, String)>>,
+) {
+    let mut at: HashMap<(i32, i64), &str> = HashMap::new();
+    for (partition, records) in read {
+        for (offset, payload) in records {
+            at.insert((*partition, *offset), payload);
+        }
+    }
+    assert_eq!(at.len(), answered.len(), "records stored twice or lost");
+    let mut last: HashMap<&str, (i32, i64, u64)> = HashMap::new();
+    for (payload, stored) in answered {
+        assert_eq!(
+            at.get(&(stored.partition, stored.offset)).copied(),
+            Some(payload.as_str()),
+            "{stored:?}"
+        );
+    }
+    for (partition, records) in read {
+        for (offset, payload) in records {
+            let (sender, index) = payload.split_once('-').unwrap();
+            let index: u64 = index.parse().unwrap();
+            if let Some((earlier_partition, _, earlier)) =
+                last.insert(sender, (*partition, *offset, index))
+            {
+                assert_eq!(earlier_partition, *partition, "one key, one partition");
+                assert!(earlier < index, "{sender}: {earlier} stored before {index}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_from_many_tasks_are_stored_once_in_order_through_cut_connections() {
+    let server = TestServer::with_capacity(100_000).await;
+    let proxy = Proxy::start(server.addr).await;
+    let client = Client::connect(proxy.addr).await.unwrap();
+    client.create("t", 4).await.unwrap();
+    let producer = Producer::builder()
+        .linger(Duration::from_millis(2))
+        .batch_records(50)
+        .build(client.clone());
+    let senders = (0..8).map(|sender| {
+        let producer = producer.clone();
+        tokio::spawn(async move {
+            let key = format!("key-{sender}");
+            let sends: Vec<_> = (0..400)
+                .map(|i| {
+                    let payload = format!("s{sender}-{i}");
+                    let sent = producer.send(
+                        "t",
+                        PublishRecord::keyed(Some(key.as_bytes()), payload.clone()),
+                    );
+                    async move { (payload, sent.await) }
+                })
+                .collect();
+            join_all(sends).await
+        })
+    });
+    let cutter = tokio::spawn({
+        async move {
+            for _ in 0..10 {
+                tokio::time::sleep(Duration::from_millis(15)).await;
+                proxy.cut();
+            }
+            proxy
+        }
+    });
+    let mut answered = Vec::new();
+    for sender in join_all(senders).await {
+        for (payload, stored) in sender.unwrap() {
+            answered.push((payload, stored.unwrap()));
+        }
+    }
+    let _proxy = cutter.await.unwrap();
+    producer.flush().await;
+    let read = read_all(&server.client().await, "t").await;
+    check_stored_once_in_order(&answered, &read);
+    assert_eq!(answered.len(), 3_200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_are_stored_once_across_a_server_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--capacity",
+        "100000",
+    ];
+    let mut first = ServerProcess::start(&args);
+    let proxy = Proxy::start(first.addr).await;
+    let client = Client::connect(proxy.addr).await.unwrap();
+    client.create("t", 3).await.unwrap();
+    let producer = Producer::builder()
+        .delivery_timeout(Duration::from_secs(30))
+        .build(client.clone());
+    let sending = {
+        let producer = producer.clone();
+        tokio::spawn(async move {
+            let mut answered = Vec::new();
+            for round in 0..40 {
+                let sends: Vec<_> = (0..25)
+                    .map(|i| {
+                        let payload = format!("p{}-{}", i % 5, round * 25 + i);
+                        let key = format!("{}", i % 5);
+                        let sent = producer.send(
+                            "t",
+                            PublishRecord::keyed(Some(key.as_bytes()), payload.clone()),
+                        );
+                        async move { (payload, sent.await.unwrap()) }
+                    })
+                    .collect();
+                answered.extend(join_all(sends).await);
+            }
+            answered
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.kill();
+    let second = ServerProcess::start(&args);
+    proxy.set_backend(second.addr);
+    proxy.cut();
+    let answered = sending.await.unwrap();
+    let read = read_all(&Client::connect(second.addr).await.unwrap(), "t").await;
+    check_stored_once_in_order(&answered, &read);
+    assert_eq!(answered.len(), 1_000);
+}
+
+#[tokio::test]
+async fn a_full_partition_is_retried_until_the_delivery_timeout_then_reported() {
+    let server = TestServer::with_capacity(2).await;
+    let client = server.client().await;
+    client.create("full", 1).await.unwrap();
+    let producer = Producer::builder()
+        .delivery_timeout(Duration::from_millis(300))
+        .build(client.clone());
+    for payload in ["a", "b"] {
+        producer
+            .send("full", PublishRecord::keyed(None, payload))
+            .await
+            .unwrap();
+    }
+    match producer.send("full", PublishRecord::keyed(None, "c")).await {
+        Err(ProducerError::Full { topic, partition }) => {
+            assert_eq!((topic.as_str(), partition), ("full", 0))
+        }
+        other => panic!("{other:?}"),
+    }
+    // Room made while it is retried: it is stored.
+    client.join("full", "g", "m").await.unwrap();
+    let patient = Producer::builder()
+        .delivery_timeout(Duration::from_secs(20))
+        .build(client.clone());
+    let (stored, ()) = tokio::join!(
+        patient.send("full", PublishRecord::keyed(None, "d")),
+        async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let records = client.poll("full", "g", "m", 1).await.unwrap();
+            assert!(client
+                .ack("full", "g", "m", 0, records[0].offset)
+                .await
+                .unwrap());
+        }
+    );
+    assert_eq!(
+        stored.unwrap(),
+        Stored {
+            partition: 0,
+            offset: 2
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_refused_record_fails_at_once() {
+    let server = TestServer::with_capacity(10).await;
+    let client = server.client().await;
+    let producer = Producer::builder().build(client.clone());
+    let unknown = producer.send("nope", PublishRecord::keyed(None, "x")).await;
+    assert!(
+        matches!(unknown, Err(ProducerError::Refused(_))),
+        "{unknown:?}"
+    );
+    client.create("t", 2).await.unwrap();
+    let no_partition = producer
+        .send("t", PublishRecord::to_partition(5, "x"))
+        .await;
+    assert!(
+        matches!(no_partition, Err(ProducerError::Refused(_))),
+        "{no_partition:?}"
+    );
+    let stored = producer
+        .send("t", PublishRecord::to_partition(1, "x"))
+        .await
+        .unwrap();
+    assert_eq!(
+        stored,
+        Stored {
+            partition: 1,
+            offset: 0
+        }
+    );
+}

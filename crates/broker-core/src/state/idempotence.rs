@@ -1,0 +1,153 @@
+//! Idempotent publishing: a producer numbers its records per partition, and a record it sends
+//! again (after a timeout or a lost connection) is answered with the offset it got the first
+//! time instead of being stored twice, as Kafka's idempotent producer and NATS's message ids
+//! de-duplicate.
+//!
+//! Per topic and producer, per partition, the state keeps the next sequence number it expects
+//! and the offsets of the producer's last [`RECENT_BATCHES`] batches there, which answer a
+//! repeated batch. A producer sends its batches of one partition in order, at most that many at
+//! once. The topic keeps at most [`MAX_PRODUCERS`] producers: past it, the one that published
+//! least recently is forgotten (its next batch starts afresh, as a new producer's would).
+
+use std::collections::{HashMap, VecDeque};
+
+use super::log::StoredRecord;
+use super::{topic_in, BrokerState};
+use crate::validate::{check_batch_len, check_headers};
+use crate::{BrokerError, PublishRecord};
+
+/// How many of a producer's batches per partition can be answered again.
+pub const RECENT_BATCHES: usize = 5;
+
+/// How many producers a topic remembers.
+pub const MAX_PRODUCERS: usize = 10_000;
+
+/// What a topic remembers of one producer.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Producer {
+    /// The broker's clock when it last published.
+    pub(super) last_seen_ms: i64,
+    /// By partition index.
+    pub(super) partitions: HashMap<usize, Sequences>,
+}
+
+/// A producer's progress on one partition.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Sequences {
+    /// The sequence number its next new record must have.
+    pub(super) next: u64,
+    /// Its last batches, oldest first: the sequence number of their first record and the
+    /// offsets their records were stored at.
+    pub(super) recent: VecDeque<(u64, Vec<i64>)>,
+}
+
+impl Sequences {
+    /// The offset the record of sequence number `sequence` was stored at, if it is one of the
+    /// recent batches'.
+    fn offset_of(&self, sequence: u64) -> Option<i64> {
+        self.recent.iter().find_map(|(first, offsets)| {
+            let index = usize::try_from(sequence.checked_sub(*first)?).ok()?;
+            offsets.get(index).copied()
+        })
+    }
+}
+
+impl BrokerState {
+    /// See [`crate::EventBroker::publish_idempotent`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::publish_idempotent`].
+    pub fn publish_idempotent(
+        &mut self,
+        topic: &str,
+        producer: u64,
+        partition: i32,
+        sequence: u64,
+        records: Vec<PublishRecord>,
+    ) -> Result<Vec<(i32, i64)>, BrokerError> {
+        check_batch_len(records.len())?;
+        let now = self.clock_ms;
+        let capacity = self.capacity;
+        let topic = topic_in(&mut self.topics, topic)?;
+        let index = topic.partition(partition)?;
+        for record in &records {
+            if record.partition.is_some_and(|own| own != partition) {
+                return Err(BrokerError::invalid(format!(
+                    "a record of an idempotent batch for partition {partition} names partition {}",
+                    record.partition.unwrap_or(partition)
+                )));
+            }
+            check_headers(&record.headers)?;
+        }
+        let known = topic
+            .producers
+            .get(&producer)
+            .and_then(|state| state.partitions.get(&index));
+        let next = known.map_or(0, |sequences| sequences.next);
+        if sequence > next {
+            return Err(BrokerError::invalid(format!(
+                "producer {producer:016x} sent sequence {sequence} on partition {partition}, but \
+                 expects {next}: the records between were never stored"
+            )));
+        }
+        // Records already stored are answered with their offsets; the rest are new.
+        let stored_before = (next - sequence).min(records.len() as u64) as usize;
+        let mut placed = Vec::with_capacity(records.len());
+        for repeated in sequence..sequence + stored_before as u64 {
+            let offset = known.and_then(|sequences| sequences.offset_of(repeated));
+            let Some(offset) = offset else {
+                return Err(BrokerError::invalid(format!(
+                    "producer {producer:016x} sent sequence {repeated} on partition {partition} \
+                     again, longer ago than the last {RECENT_BATCHES} batches it sent: its \
+                     offset is no longer known"
+                )));
+            };
+            placed.push((partition, offset));
+        }
+        if !topic.producers.contains_key(&producer) && topic.producers.len() >= MAX_PRODUCERS {
+            // Forget the producer that published least recently (ties: the smallest id).
+            let oldest = topic
+                .producers
+                .iter()
+                .min_by_key(|(id, state)| (state.last_seen_ms, **id))
+                .map(|(id, _)| *id);
+            if let Some(oldest) = oldest {
+                topic.producers.remove(&oldest);
+            }
+        }
+        let mut offsets = Vec::new();
+        let mut refused = false;
+        for record in records.into_iter().skip(stored_before) {
+            if refused {
+                // Sequence numbers stay consecutive: after a refused record, none is stored.
+                placed.push((partition, -1));
+                continue;
+            }
+            let PublishRecord {
+                key,
+                payload,
+                headers,
+                timestamp_ms,
+                ..
+            } = record;
+            let stored = StoredRecord::new(key, payload, headers, timestamp_ms.unwrap_or(now));
+            let offset = topic.append(index, capacity, &mut self.memory, now, stored)?;
+            refused = offset < 0;
+            if !refused {
+                offsets.push(offset);
+            }
+            placed.push((partition, offset));
+        }
+        let state = topic.producers.entry(producer).or_default();
+        state.last_seen_ms = now;
+        let sequences = state.partitions.entry(index).or_default();
+        if !offsets.is_empty() {
+            sequences.recent.push_back((sequences.next, offsets));
+            sequences.next += sequences.recent.back().map_or(0, |(_, o)| o.len() as u64);
+            while sequences.recent.len() > RECENT_BATCHES {
+                sequences.recent.pop_front();
+            }
+        }
+        Ok(placed)
+    }
+}
