@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use broker_testkit::process::ServerProcess;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// The longest any one `broker` command may take.
 const LIMIT: Duration = Duration::from_secs(20);
@@ -461,7 +461,7 @@ fn describe_prints_tables_and_json() {
     // Named as in the text output and the --assignor flag.
     assert_eq!(group["assignor"], "round-robin");
     assert_eq!(group["members"][0]["member"], "m1");
-    assert_eq!(group["members"][0]["partitions"], serde_json::json!([0]));
+    assert_eq!(group["members"][0]["partitions"], json!([0]));
     assert_eq!(group["partitions"][0]["committed"], 1);
     assert_eq!(group["partitions"][0]["lag"], 1);
     assert_eq!(group["partitions"][0]["owner"], "m1");
@@ -506,7 +506,7 @@ fn lag_shows_end_minus_committed_per_partition() {
         serde_json::from_str(broker(&server, &["lag", "t", "-g", "g", "--json"]).ok()).unwrap();
     assert_eq!(
         json,
-        serde_json::json!([
+        json!([
             {"partition": 0, "committed": 2, "end_offset": 3, "lag": 1, "skipped": 0},
             {"partition": 1, "committed": 0, "end_offset": 1, "lag": 1, "skipped": 0},
         ])
@@ -533,7 +533,7 @@ fn join_and_leave_print_the_assignment_and_rebalance() {
     assert_eq!(left.ok(), "a left group g on t\n");
     let members = &describe_json(&server, "t")["topics"][0]["groups"][0]["members"];
     assert_eq!(members[0]["member"], "b");
-    assert_eq!(members[0]["partitions"], serde_json::json!([0, 1, 2]));
+    assert_eq!(members[0]["partitions"], json!([0, 1, 2]));
     let again = broker(&server, &["leave", "t", "-g", "g", "-m", "a"]);
     assert!(again.ok().contains("not a member"), "{again:#?}");
     // The group's assignor is fixed: naming another is refused.
@@ -684,7 +684,7 @@ fn a_batch_too_large_for_ack_mode_exits_1_before_joining() {
         "error: --batch in ack mode is at most 64 (a poll takes one record per partition)"
     );
     let groups = &describe_json(&server, "t")["topics"][0]["groups"];
-    assert_eq!(groups, &serde_json::json!([]), "{groups:#}");
+    assert_eq!(groups, &json!([]), "{groups:#}");
 }
 
 #[test]
@@ -715,8 +715,10 @@ fn publishing_into_a_full_partition_exits_1_and_says_the_partition_is_full() {
 }
 
 #[test]
-fn consume_follow_prints_a_record_published_after_it_started() {
-    let server = ServerProcess::start(&[]);
+fn consume_follow_survives_a_server_restart_and_ctrl_c_exits_130_with_the_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--data-dir", dir.path().to_str().unwrap()];
+    let mut server = ServerProcess::start(&args);
     broker(&server, &["create", "live"]).ok();
     let mut follower = broker_command()
         .args(["--addr", &server.addr_string()])
@@ -770,12 +772,37 @@ fn consume_follow_prints_a_record_published_after_it_started() {
     // Woken by the publish, not by the end of its 5-second wait and a new poll.
     let took = published.elapsed();
     assert!(took < Duration::from_secs(4), "the record took {took:?}");
+
+    // The server restarts (on the same address and data) under the follower, which carries on.
+    let addr = server.addr;
+    server.kill();
+    let (lost, _) = next_line("stderr");
+    assert!(lost.contains("reconnecting"), "{lost:?}");
+    let server = ServerProcess::start_on(addr, &args);
+    let (found, _) = next_line("stderr");
+    assert_eq!(found, "reconnected");
+    broker(&server, &["publish", "live", "again"]).ok();
+    let (line, skipped) = next_line("stdout");
+    assert_eq!(line, "[0@1] again", "skipped {skipped:?}");
     assert!(
         follower.try_wait().unwrap().is_none(),
         "--follow stopped by itself"
     );
-    follower.kill().unwrap();
-    follower.wait().unwrap();
+
+    // Ctrl-C: it says how many records it consumed, leaves the group and exits with 130.
+    let status = Command::new("kill")
+        .args(["-INT", &follower.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (interrupted, _) = next_line("stderr");
+    assert_eq!(interrupted, "interrupted");
+    let (count, _) = next_line("stderr");
+    assert_eq!(count, "consumed 2 records");
+    let exit = follower.wait().unwrap();
+    assert_eq!(exit.code(), Some(130));
+    let group = &describe_json(&server, "live")["topics"][0]["groups"][0];
+    assert_eq!(group["members"], json!([]), "{group}");
 }
 
 #[test]
@@ -906,7 +933,7 @@ fn create_sets_retention_and_adds_partitions_only_when_asked() {
     let described = describe_json(&server, "clicks");
     assert_eq!(
         described["topics"][0]["settings"],
-        serde_json::json!([{"retention": "limits"}, {"max-records": 3}, {"max-bytes": 1024}, {"max-age-ms": 3_600_000}])
+        json!([{"retention": "limits"}, {"max-records": 3}, {"max-bytes": 1024}, {"max-age-ms": 3_600_000}])
     );
     // Limits retention keeps the newest 3 records of a partition, consumed or not.
     broker_with_input(
@@ -986,7 +1013,7 @@ fn delete_removes_a_topic_and_purge_removes_records_below_an_offset() {
             .unwrap();
     assert_eq!(
         json,
-        serde_json::json!([
+        json!([
             {"partition": 0, "earliest_offset": 4},
             {"partition": 1, "earliest_offset": 1},
         ])
@@ -1141,7 +1168,7 @@ fn consume_can_start_at_the_end_replay_from_the_beginning_and_show_headers_and_t
     assert_eq!(record["payload"], "old");
     assert_eq!(
         record["headers"],
-        serde_json::json!([{"name": "trace", "value": "t-1"}, {"name": "flag", "value": null}])
+        json!([{"name": "trace", "value": "t-1"}, {"name": "flag", "value": null}])
     );
     assert_eq!(record["delivery_count"], 1);
     let now_ms = std::time::SystemTime::now()
@@ -1206,7 +1233,7 @@ fn bench_deletes_its_topic_unless_told_to_keep_it() {
             .clone()
     };
     broker(&server, &args).ok();
-    assert_eq!(topics(), serde_json::json!([]));
+    assert_eq!(topics(), json!([]));
     let kept = [&args[..], &["--keep-topic"]].concat();
     broker(&server, &kept).ok();
     assert_eq!(topics().as_array().unwrap().len(), 1);

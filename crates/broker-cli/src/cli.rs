@@ -487,8 +487,9 @@ pub struct ConsumeArgs {
     /// 2026-12-01T09:00:00Z (RFC 3339; without a zone, UTC).
     #[arg(long, value_name = "RFC3339", value_parser = parse_datetime)]
     pub from_datetime: Option<i64>,
-    /// Keep waiting for new records until interrupted (Ctrl-C), instead of stopping when none
-    /// is left.
+    /// Keep waiting for new records until interrupted (Ctrl-C exits with 130 after saying how
+    /// many records were consumed), instead of stopping when none is left. A lost server is
+    /// waited for: the consumer reconnects, joins again and goes on.
     #[arg(long, short)]
     pub follow: bool,
     /// Stop after this many records.

@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use broker_client::{
-    Assignor, BrokerRecord, Client, Discard, Error, GroupSetting, KeyHash, PublishRecord, ResetTo,
-    Retention, StartAt, TopicSetting, MAX_POLL_RECORDS,
+    Assignor, Client, Consumer, ConsumerStatus, Delivery, Discard, Error, GroupSetting, KeyHash,
+    PublishRecord, ResetTo, Retention, StartAt, TopicSetting, MAX_POLL_RECORDS,
 };
 
 use crate::connect::Server;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
 
 use crate::cli::{
     AssignorArg, Cli, Command, ConsumeArgs, ConsumeMode, CreateArgs, DeleteArgs, DescribeArgs,
@@ -452,7 +453,29 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
     if let Some(timeout) = args.ack_timeout {
         settings.push(GroupSetting::AckTimeoutMs(millis(timeout)));
     }
-    let partitions = join_member(client, &args.member, args.assignor, &settings).await?;
+    let mut builder = Consumer::builder(topic.as_str(), group.as_str())
+        .member(member.as_str())
+        .mode(match args.mode {
+            ConsumeMode::Ack => broker_client::ConsumeMode::Ack,
+            ConsumeMode::Fetch => broker_client::ConsumeMode::Fetch,
+        })
+        .max_records(args.count.map_or(args.batch, |count| {
+            i32::try_from(count).map_or(args.batch, |count| args.batch.min(count.max(1)))
+        }))
+        .max_wait(if args.follow {
+            FOLLOW_WAIT
+        } else {
+            Duration::ZERO
+        })
+        // Each batch is committed once printed.
+        .auto_commit(None)
+        .group_settings(settings);
+    if let Some(assignor) = args.assignor {
+        builder = builder.assignor(assignor.into());
+    }
+    let mut consumer = builder.start(client.clone()).await?;
+    let mut status = consumer.status();
+    let partitions = status.borrow_and_update().assignment.clone();
     eprintln!("{member} joined group {group} on {topic}: partitions {partitions:?}");
     let replay = if args.from_beginning {
         Some(ResetTo::Earliest)
@@ -469,94 +492,125 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
             .collect();
         eprintln!("group {group} reset to {}", from.join(" "));
     }
+    let reporter = tokio::spawn(report_status(status));
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let consumed = tokio::select! {
-        result = consume_loop(client, &args) => result,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("interrupted");
-            Ok(None)
-        }
-        _ = terminate.recv() => {
-            eprintln!("terminated");
-            Ok(None)
-        }
+    let mut consumed = 0u64;
+    let stopped = tokio::select! {
+        result = consume_loop(&mut consumer, &args, &mut consumed) => result.map(|()| None),
+        _ = tokio::signal::ctrl_c() => Ok(Some(Interrupted::SIGINT)),
+        _ = terminate.recv() => Ok(Some(Interrupted::SIGTERM)),
     };
+    reporter.abort();
     // Whatever happened, hand the partitions back so the others take over at once. Each batch
     // was committed (fetch mode) or acknowledged (ack mode) right after it was printed, so
     // what an interruption cut short is delivered again: at least once, never lost.
-    let left = if args.stay {
-        Ok(false)
+    let closed = if args.stay {
+        consumer.close_and_stay().await
     } else {
-        client.leave(topic, group, member).await
+        consumer.close().await
     };
-    if let Some(consumed) = consumed? {
-        eprintln!(
-            "consumed {consumed} record{}",
-            if consumed == 1 { "" } else { "s" }
-        );
+    let stopped = stopped?;
+    if let Some(signal) = stopped {
+        eprintln!("{}", signal.what);
     }
-    left?;
-    Ok(())
+    eprintln!(
+        "consumed {consumed} record{}",
+        if consumed == 1 { "" } else { "s" }
+    );
+    closed?;
+    match stopped {
+        Some(signal) => Err(signal.into()),
+        None => Ok(()),
+    }
+}
+
+/// `broker consume` was stopped by a signal: it exits with 128 plus the signal's number, as a
+/// shell reports a process the signal ended.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("{what}")]
+pub struct Interrupted {
+    what: &'static str,
+    /// The exit code.
+    pub code: u8,
+}
+
+impl Interrupted {
+    const SIGINT: Interrupted = Interrupted {
+        what: "interrupted",
+        code: 130,
+    };
+    const SIGTERM: Interrupted = Interrupted {
+        what: "terminated",
+        code: 143,
+    };
+}
+
+/// Tells on standard error when the consumer's partitions change and when it loses and finds
+/// the server again.
+async fn report_status(mut status: watch::Receiver<ConsumerStatus>) {
+    let mut shown = status.borrow_and_update().clone();
+    while status.changed().await.is_ok() {
+        let now = status.borrow_and_update().clone();
+        match (&shown.reconnecting, &now.reconnecting) {
+            (None, Some(why)) => eprintln!("lost the server ({why}); reconnecting"),
+            (Some(_), None) => eprintln!("reconnected"),
+            _ => {}
+        }
+        if now.reconnecting.is_none() && now.assignment != shown.assignment {
+            eprintln!("partitions now {:?}", now.assignment);
+        }
+        shown = now;
+    }
 }
 
 /// Consumes until nothing is left (or `--count` is reached; with `--follow`, until
-/// interrupted). Returns how many records were printed.
-async fn consume_loop(client: &Client, args: &ConsumeArgs) -> anyhow::Result<Option<u64>> {
-    let MemberArgs {
-        topic,
-        group,
-        member,
-    } = &args.member;
-    let wait = if args.follow {
-        FOLLOW_WAIT
-    } else {
-        Duration::ZERO
-    };
-    let mut consumed = 0u64;
+/// interrupted), counting the records printed in `consumed`.
+async fn consume_loop(
+    consumer: &mut Consumer,
+    args: &ConsumeArgs,
+    consumed: &mut u64,
+) -> anyhow::Result<()> {
     loop {
-        let remaining = args.count.map_or(u64::MAX, |count| count - consumed);
+        let remaining = args.count.map_or(u64::MAX, |count| count - *consumed);
         if remaining == 0 {
-            break;
+            return Ok(());
         }
-        // `batch` is validated by the server; clamping below 1 would hide a bad --batch.
-        let max = i32::try_from(remaining).map_or(args.batch, |left| args.batch.min(left));
-        let records = match args.mode {
-            ConsumeMode::Ack => client.poll_wait(topic, group, member, max, wait).await?,
-            ConsumeMode::Fetch => client.fetch_wait(topic, group, member, max, wait).await?,
-        };
-        if records.is_empty() && !args.follow {
-            break;
+        let mut deliveries = consumer.next_batch().await?;
+        if deliveries.is_empty() && !args.follow {
+            return Ok(());
         }
-        let printed = print_records(&records, args.json)?;
-        consumed += printed as u64;
+        // A batch may hold more than --count still allows: the rest is not printed, and comes
+        // again (ack mode: never acknowledged; fetch mode: committed only up to it).
+        deliveries.truncate(usize::try_from(remaining).unwrap_or(usize::MAX));
+        let printed = print_records(&deliveries, args.json)?;
+        *consumed += printed as u64;
         match args.mode {
-            ConsumeMode::Ack => acknowledge(client, &args.member, &records[..printed]).await?,
-            // Commit just past what was printed: the group gets the rest again.
-            ConsumeMode::Fetch if printed < records.len() => {
+            ConsumeMode::Ack => acknowledge(&deliveries[..printed]).await?,
+            ConsumeMode::Fetch => {
                 let mut offsets = BTreeMap::new();
-                for record in &records[..printed] {
-                    offsets.insert(record.partition, record.offset + 1);
+                for delivery in &deliveries[..printed] {
+                    offsets.insert(delivery.partition, delivery.offset + 1);
                 }
-                if let Some(first_unprinted) = records.get(printed) {
+                if let Some(first_unprinted) = deliveries.get(printed) {
                     offsets
                         .entry(first_unprinted.partition)
                         .or_insert(first_unprinted.offset);
                 }
-                client.commit(topic, group, member, Some(offsets)).await?;
+                if !offsets.is_empty() {
+                    consumer.commit_offsets(offsets).await?;
+                }
             }
-            ConsumeMode::Fetch => client.commit(topic, group, member, None).await?,
         }
-        if printed < records.len() {
+        if printed < deliveries.len() {
             // Standard output was closed (`broker consume ... | head`): done, not an error.
-            break;
+            return Ok(());
         }
     }
-    Ok(Some(consumed))
 }
 
 /// Prints records, one line each; returns how many were printed before standard output was
 /// closed by its reader (all of them unless a pipe like `| head` closed early).
-fn print_records(records: &[BrokerRecord], json: bool) -> io::Result<usize> {
+fn print_records(records: &[Delivery], json: bool) -> io::Result<usize> {
     let mut stdout = io::stdout().lock();
     for (printed, record) in records.iter().enumerate() {
         let line = if json {
@@ -573,29 +627,19 @@ fn print_records(records: &[BrokerRecord], json: bool) -> io::Result<usize> {
     Ok(records.len())
 }
 
-async fn acknowledge(
-    client: &Client,
-    member: &MemberArgs,
-    records: &[BrokerRecord],
-) -> anyhow::Result<()> {
-    let acks = records.iter().map(|record| {
-        client.ack(
-            &member.topic,
-            &member.group,
-            &member.member,
-            record.partition,
-            record.offset,
-        )
-    });
-    for (record, acked) in records
+async fn acknowledge(deliveries: &[Delivery]) -> anyhow::Result<()> {
+    let acks = deliveries.iter().map(Delivery::ack);
+    for (delivery, acked) in deliveries
         .iter()
         .zip(futures::future::try_join_all(acks).await?)
     {
         if !acked {
-            // The partition moved to another member in a rebalance: it will deliver it again.
+            // The partition moved to another member in a rebalance, or the server was lost:
+            // the record will be delivered again.
             eprintln!(
-                "partition {} moved to another member before offset {} was acknowledged",
-                record.partition, record.offset
+                "partition {} offset {} was not acknowledged (the partition moved, or the \
+                 server was lost): it will be delivered again",
+                delivery.partition, delivery.offset
             );
         }
     }

@@ -49,6 +49,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of standard output went away (`| head`): nothing more to say.
         Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
+        // Said already: how many records it consumed before the signal.
+        Err(error) if error.is::<commands::Interrupted>() => ExitCode::from(
+            error
+                .downcast_ref::<commands::Interrupted>()
+                .map_or(1, |i| i.code),
+        ),
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE

@@ -73,6 +73,22 @@ impl Error {
         matches!(self, Error::ConnectionLost(_) | Error::Timeout)
     }
 
+    /// Whether the same call may succeed if made again later, unchanged: the server could not
+    /// be reached or the connection was lost ([`Error::Io`], [`Error::ConnectionLost`]), the
+    /// answer was late ([`Error::Timeout`]), or the server refused for a passing reason (it is
+    /// shutting down, or its storage fails until it is restarted). [`crate::Producer`] and
+    /// [`crate::Consumer`] retry these by themselves.
+    pub fn is_retriable(&self) -> bool {
+        matches!(
+            self,
+            Error::Io(_)
+                | Error::ConnectionLost(_)
+                | Error::Timeout
+                | Error::Broker(BrokerError::Storage(_))
+                | Error::Server(ErrorReply::Storage(_) | ErrorReply::ShuttingDown)
+        )
+    }
+
     /// The same error again, for each of many waiters on one failed call.
     pub(crate) fn copy(&self) -> Error {
         match self {
@@ -120,6 +136,19 @@ mod tests {
             Error::from_reply(ErrorReply::MalformedRequest("bad".into())),
             Error::Server(ErrorReply::MalformedRequest(_))
         ));
+    }
+
+    #[test]
+    fn passing_failures_are_retriable_and_refusals_are_not() {
+        assert!(Error::ConnectionLost("reset".into()).is_retriable());
+        assert!(Error::Timeout.is_retriable());
+        assert!(Error::Io(std::io::Error::other("refused")).is_retriable());
+        assert!(Error::Server(ErrorReply::ShuttingDown).is_retriable());
+        assert!(
+            !Error::Broker(BrokerError::InvalidArgument("unknown topic".into())).is_retriable()
+        );
+        assert!(!Error::Refused(ErrorReply::Unauthenticated("no token".into())).is_retriable());
+        assert!(!Error::Protocol("bad".into()).is_retriable());
     }
 
     #[test]

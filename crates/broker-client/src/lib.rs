@@ -51,6 +51,7 @@ mod address;
 mod builder;
 mod client;
 mod connection;
+mod consumer;
 mod error;
 mod pending;
 mod producer;
@@ -69,6 +70,7 @@ pub use builder::{
     ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IN_FLIGHT, DEFAULT_REQUEST_TIMEOUT,
 };
 pub use client::Client;
+pub use consumer::{ConsumeMode, Consumer, ConsumerBuilder, ConsumerStatus, Delivery};
 pub use error::Error;
 pub use producer::{Producer, ProducerBuilder, ProducerError, Stored};
 /// The rustls version [`ClientBuilder::tls`] takes its configuration from.

@@ -201,7 +201,7 @@ struct Queued {
 
 /// A random producer id: the process's random hashing keys over the time, the process id and
 /// a counter.
-fn random_id() -> u64 {
+pub(crate) fn random_id() -> u64 {
     static COUNT: AtomicU64 = AtomicU64::new(0);
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(COUNT.fetch_add(1, Ordering::Relaxed));
@@ -299,7 +299,7 @@ impl Inner {
                 Ok(description) => break Ok(description),
                 Err(error) => error,
             };
-            let give_up = !(error.may_have_been_applied() || is_transient(&error))
+            let give_up = !error.is_retriable()
                 || match lock(&self.topics).get(&topic) {
                     Some(Topic::LookingUp(waiting)) => waiting
                         .first()
@@ -331,10 +331,9 @@ impl Inner {
                 topics.insert(topic, Topic::Known(sender));
             }
             Err(error) => {
-                let transient = error.may_have_been_applied() || is_transient(&error);
                 for queued in waiting {
                     let last = error.copy();
-                    let failure = if transient {
+                    let failure = if error.is_retriable() {
                         ProducerError::Timeout { last }
                     } else {
                         ProducerError::Refused(last)
@@ -486,7 +485,7 @@ async fn store(
                 }
                 batch = waiting;
             }
-            Err(error) if error.may_have_been_applied() || is_transient(&error) => {
+            Err(error) if error.is_retriable() => {
                 if batch
                     .first()
                     .is_some_and(|queued| queued.deadline <= Instant::now())
@@ -518,17 +517,4 @@ async fn store(
             attempt += 1;
         }
     }
-}
-
-/// Whether `error` says the batch was not applied this time and may be sent again: the server
-/// could not be reached (restarting, say), or refused for a passing reason (its log cannot
-/// take entries now, it is shutting down).
-fn is_transient(error: &Error) -> bool {
-    matches!(
-        error,
-        Error::Io(_)
-            | Error::Server(
-                broker_proto::ErrorReply::Storage(_) | broker_proto::ErrorReply::ShuttingDown
-            )
-    )
 }

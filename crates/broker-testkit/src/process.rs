@@ -86,8 +86,18 @@ impl ServerProcess {
     /// [`ServerProcess::start`] with the environment variables `env` set and standard error
     /// (the logs) sent to `stderr`, such as a file the test reads afterwards.
     pub fn start_with(extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> ServerProcess {
+        ServerProcess::spawn("127.0.0.1:0", extra, env, stderr)
+    }
+
+    /// [`ServerProcess::start`] listening on `addr`: the address of a server this one replaces
+    /// (killed or stopped), so that clients find it where they left the old one.
+    pub fn start_on(addr: SocketAddr, extra: &[&str]) -> ServerProcess {
+        ServerProcess::spawn(&addr.to_string(), extra, &[], Stdio::inherit())
+    }
+
+    fn spawn(listen: &str, extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> ServerProcess {
         let mut child = Command::new(server_binary())
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .args(extra)
             .env_remove("RUST_LOG")
             .envs(env.iter().copied())

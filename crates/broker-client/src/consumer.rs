@@ -1,0 +1,632 @@
+//! [`Consumer`]: a member of a consumer group that stays one, through lost connections and server
+//! restarts, and hands its records to the service as a stream or in batches.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use broker_core::{
+    Assignor, BrokerError, BrokerRecord, GroupSetting, ResetTo, MAX_FETCH_RECORDS, MAX_POLL_RECORDS,
+};
+use futures::stream::{BoxStream, StreamExt};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::producer::random_id;
+use crate::{Client, Error};
+
+/// How a [`Consumer`] takes its records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConsumeMode {
+    /// Each record is acknowledged (or retried) through its [`Delivery`]; a partition has one
+    /// record in flight at a time, and an unacknowledged one comes back.
+    #[default]
+    Ack,
+    /// Records are read in order, many per partition at once, and the group's offsets are
+    /// committed on an interval ([`ConsumerBuilder::auto_commit`]), on request
+    /// ([`Consumer::commit`]) and on close (see [`ConsumerBuilder::auto_commit`]).
+    Fetch,
+}
+
+/// Where a [`Consumer`] stands, as [`Consumer::status`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerStatus {
+    /// The partitions the group gives this member now, ascending; `[]` while it has none (more
+    /// members than partitions) or is re-joining.
+    pub assignment: Vec<i32>,
+    /// Why the consumer is re-connecting, while it is: the error its last call met.
+    pub reconnecting: Option<String>,
+    /// How many times the consumer has re-joined after losing the server.
+    pub rejoins: u64,
+}
+
+/// The settings of a [`Consumer`]; [`Consumer::builder`] makes one.
+#[derive(Debug, Clone)]
+pub struct ConsumerBuilder {
+    topic: String,
+    group: String,
+    member: Option<String>,
+    mode: ConsumeMode,
+    max_records: i32,
+    max_wait: Duration,
+    auto_commit: Option<Duration>,
+    assignor: Option<Assignor>,
+    settings: Vec<GroupSetting>,
+}
+
+impl ConsumerBuilder {
+    /// The member id (letters, digits, `.`, `_`, `-`); a random `consumer-…` id by default.
+    /// Give a stable one to find the member in `broker describe` and to take its place again
+    /// after a crash.
+    #[must_use]
+    pub fn member(mut self, member: impl Into<String>) -> Self {
+        self.member = Some(member.into());
+        self
+    }
+
+    /// Ack mode (the default) or fetch mode.
+    #[must_use]
+    pub fn mode(mut self, mode: ConsumeMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Most records one request takes: ack mode 1 to 64, fetch mode 1 to 10,000 (64 by
+    /// default); [`ConsumerBuilder::start`] refuses other values.
+    #[must_use]
+    pub fn max_records(mut self, records: i32) -> Self {
+        self.max_records = records;
+        self
+    }
+
+    /// How long one request waits on the server for records to arrive (1 s by default, capped
+    /// by the server's limit; zero answers at once). The consumer also checks its assignment
+    /// this often, and at most once a second.
+    #[must_use]
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.max_wait = wait;
+        self
+    }
+
+    /// Fetch mode: how often the records handed out are committed, at the next batch asked for
+    /// once this long has passed since the last commit, and on close (5 s by default). `None`
+    /// commits only on [`Consumer::commit`] and [`Consumer::commit_offsets`], never by itself,
+    /// as Kafka's consumer without `enable.auto.commit`.
+    #[must_use]
+    pub fn auto_commit(mut self, interval: Option<Duration>) -> Self {
+        self.auto_commit = interval;
+        self
+    }
+
+    /// The assignor of the group if this creates it; an existing group must use it.
+    #[must_use]
+    pub fn assignor(mut self, assignor: Assignor) -> Self {
+        self.assignor = Some(assignor);
+        self
+    }
+
+    /// The settings of the group if this creates it (where it starts, its acknowledgement
+    /// timeout); an existing group must have them.
+    #[must_use]
+    pub fn group_settings(mut self, settings: Vec<GroupSetting>) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Joins the group through `client` and returns the consumer.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a number of records out of range; whatever the join meets: the server cannot be reached, the topic does not exist, the
+    /// group has other settings or its maximum of members, a malformed name.
+    pub async fn start(self, client: Client) -> Result<Consumer, Error> {
+        let most = match self.mode {
+            ConsumeMode::Ack => MAX_POLL_RECORDS,
+            ConsumeMode::Fetch => MAX_FETCH_RECORDS,
+        };
+        if !(1..=most).contains(&self.max_records) {
+            return Err(Error::Broker(BrokerError::InvalidArgument(format!(
+                "a consumer in {:?} mode takes 1 to {most} records per request, not {}",
+                self.mode, self.max_records
+            ))));
+        }
+        let member = self
+            .member
+            .clone()
+            .unwrap_or_else(|| format!("consumer-{:016x}", random_id()));
+        let membership = Arc::new(Membership {
+            client,
+            mode: self.mode,
+            topic: self.topic.clone(),
+            group: self.group.clone(),
+            member,
+        });
+        let (status, _) = watch::channel(ConsumerStatus {
+            assignment: Vec::new(),
+            reconnecting: None,
+            rejoins: 0,
+        });
+        let mut consumer = Consumer {
+            membership,
+            settings: self,
+            status,
+            joined: false,
+            recover: true,
+            checked: Instant::now(),
+            committed: Instant::now(),
+            closed: false,
+        };
+        consumer.join().await?;
+        Ok(consumer)
+    }
+}
+
+/// Who a consumer is: what each [`Delivery`] needs to acknowledge itself.
+#[derive(Debug)]
+struct Membership {
+    client: Client,
+    mode: ConsumeMode,
+    topic: String,
+    group: String,
+    member: String,
+}
+
+/// A record handed out by a [`Consumer`]; it dereferences to its [`BrokerRecord`].
+pub struct Delivery {
+    record: BrokerRecord,
+    membership: Arc<Membership>,
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.record.fmt(f)
+    }
+}
+
+impl Deref for Delivery {
+    type Target = BrokerRecord;
+
+    fn deref(&self) -> &BrokerRecord {
+        &self.record
+    }
+}
+
+impl Delivery {
+    /// The record.
+    pub fn record(&self) -> &BrokerRecord {
+        &self.record
+    }
+
+    /// The record, without the handle.
+    pub fn into_record(self) -> BrokerRecord {
+        self.record
+    }
+
+    /// Ack mode: the record is done with; the group's committed offset moves past it and its
+    /// partition's next record can be delivered. `false` when this call did not acknowledge it,
+    /// and it will be delivered again: its partition moved to another member, the consumer
+    /// re-joined after losing the server, or the server could not be reached (an
+    /// acknowledgement whose answer was lost is tried again, and then answers `false` if the
+    /// first attempt had made it). In fetch mode records are not acknowledged one by one, and
+    /// this is always `false`.
+    ///
+    /// # Errors
+    /// What a retry cannot mend, as [`Client::ack`] says (the topic was deleted, say).
+    pub async fn ack(&self) -> Result<bool, Error> {
+        self.settle(Settle::Ack).await
+    }
+
+    /// Ack mode: the record failed; it is delivered again (to this member or, after a
+    /// rebalance, another) before anything later in its partition. `false` as
+    /// [`Delivery::ack`].
+    ///
+    /// # Errors
+    /// As [`Delivery::ack`].
+    pub async fn retry(&self) -> Result<bool, Error> {
+        self.settle(Settle::Retry).await
+    }
+
+    async fn settle(&self, how: Settle) -> Result<bool, Error> {
+        let Membership {
+            client,
+            mode,
+            topic,
+            group,
+            member,
+        } = &*self.membership;
+        if *mode == ConsumeMode::Fetch {
+            return Ok(false);
+        }
+        let (partition, offset) = (self.record.partition, self.record.offset);
+        for attempt in 0..SETTLE_ATTEMPTS {
+            let settled = match how {
+                Settle::Ack => client.ack(topic, group, member, partition, offset).await,
+                Settle::Retry => client.retry(topic, group, member, partition, offset).await,
+            };
+            match settled {
+                Err(error) if error.is_retriable() => {
+                    tracing::debug!(%error, attempt, "settling a delivery failed");
+                    tokio::time::sleep(backoff(attempt)).await;
+                }
+                settled => return settled,
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// How a [`Delivery`] is settled.
+#[derive(Debug, Clone, Copy)]
+enum Settle {
+    Ack,
+    Retry,
+}
+
+/// The shortest time between two checks of a consumer's assignment.
+const MIN_ASSIGNMENT_CHECK: Duration = Duration::from_secs(1);
+
+/// How many times [`Delivery::ack`] and [`Delivery::retry`] try to reach the server.
+const SETTLE_ATTEMPTS: u32 = 3;
+
+/// A member of a consumer group that behaves as a service wants: it joins when it starts,
+/// keeps its session alive while it waits for records (long polls), and leaves on
+/// [`Consumer::close`] or when dropped. When it loses the server (a cut connection, a server
+/// restart, a server that is shutting down), it reconnects with back-off, joins again and
+/// resumes from the group's committed offsets, without the service doing anything; the status
+/// ([`Consumer::status`]) says while it does.
+///
+/// Delivery is at least once: records handed out and not yet acknowledged (ack mode) or
+/// committed (fetch mode) when the server is lost, or when the group rebalances, are delivered
+/// again. In ack mode, a record acknowledged too late answers `false` to
+/// [`Delivery::ack`].
+///
+/// ```no_run
+/// use broker_client::{Client, Consumer};
+/// use futures::StreamExt;
+///
+/// # async fn run() -> Result<(), broker_client::Error> {
+/// let client = Client::connect("127.0.0.1:9092").await?;
+/// let mut consumer = Consumer::builder("orders", "billing").start(client).await?;
+/// let mut assignment = consumer.status();
+/// tokio::spawn(async move {
+///     while assignment.changed().await.is_ok() {
+///         println!("partitions now {:?}", assignment.borrow().assignment);
+///     }
+/// });
+/// let mut records = consumer.stream();
+/// while let Some(delivery) = records.next().await {
+///     let delivery = delivery?;
+///     println!("{}@{}: {:?}", delivery.partition, delivery.offset, delivery.payload);
+///     delivery.ack().await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Consumer {
+    membership: Arc<Membership>,
+    settings: ConsumerBuilder,
+    status: watch::Sender<ConsumerStatus>,
+    /// Whether the member is known to be in the group on the current connection.
+    joined: bool,
+    /// Whether the next take first gets back what this member may hold without knowing: the
+    /// records a lost answer carried (after losing the server), or those an earlier consumer
+    /// with the same member id left in flight (at start).
+    recover: bool,
+    /// When the assignment was last checked.
+    checked: Instant,
+    /// When the fetch positions were last committed.
+    committed: Instant,
+    closed: bool,
+}
+
+/// The back-off between attempts to reach the server again: doubling from 50 ms to 3.2 s.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(50 << attempt.min(6))
+}
+
+impl Consumer {
+    /// The settings of a consumer of `topic` in `group`; [`ConsumerBuilder::start`] starts it.
+    pub fn builder(topic: impl Into<String>, group: impl Into<String>) -> ConsumerBuilder {
+        ConsumerBuilder {
+            topic: topic.into(),
+            group: group.into(),
+            member: None,
+            mode: ConsumeMode::Ack,
+            max_records: 64,
+            max_wait: Duration::from_secs(1),
+            auto_commit: Some(Duration::from_secs(5)),
+            assignor: None,
+            settings: Vec::new(),
+        }
+    }
+
+    /// The member id this consumer joined as.
+    pub fn member(&self) -> &str {
+        &self.membership.member
+    }
+
+    /// A watch of where the consumer stands: its current partitions (updated when the group
+    /// rebalances, checked once per [`ConsumerBuilder::max_wait`] while it takes records, but
+    /// not more than once a second),
+    /// and whether it is reconnecting.
+    pub fn status(&self) -> watch::Receiver<ConsumerStatus> {
+        self.status.subscribe()
+    }
+
+    /// The next records: waits up to the consumer's maximum wait for some to arrive and
+    /// returns them (`[]` if none came). Commits first in fetch mode when the auto-commit
+    /// interval has passed. Losing the server is not an error: the consumer reconnects and
+    /// re-joins (which may take longer than the wait).
+    ///
+    /// # Errors
+    /// What a retry cannot mend: the topic or group was deleted, the group refuses the member
+    /// (other settings, its maximum of members), the server refuses the client (wrong token).
+    pub async fn next_batch(&mut self) -> Result<Vec<Delivery>, Error> {
+        let mut attempt = 0;
+        loop {
+            match self.take().await {
+                Ok(records) => {
+                    self.status
+                        .send_if_modified(|status| status.reconnecting.take().is_some());
+                    let membership = &self.membership;
+                    return Ok(records
+                        .into_iter()
+                        .map(|record| Delivery {
+                            record,
+                            membership: Arc::clone(membership),
+                        })
+                        .collect());
+                }
+                Err(error) if error.is_retriable() => {
+                    tracing::debug!(%error, attempt, "consumer lost the server; reconnecting");
+                    self.joined = false;
+                    self.recover = true;
+                    self.status.send_modify(|status| {
+                        status.assignment.clear();
+                        status.reconnecting = Some(error.to_string());
+                    });
+                    tokio::time::sleep(backoff(attempt)).await;
+                    attempt += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// The records one at a time, for as long as the consumer lives: each batch of
+    /// [`Consumer::next_batch`] in order, waiting as long as it takes for the next record. An
+    /// error is given once and the stream goes on.
+    pub fn stream(&mut self) -> BoxStream<'_, Result<Delivery, Error>> {
+        futures::stream::unfold(
+            (self, VecDeque::new()),
+            |(consumer, mut ready)| async move {
+                loop {
+                    if let Some(delivery) = ready.pop_front() {
+                        return Some((Ok(delivery), (consumer, ready)));
+                    }
+                    match consumer.next_batch().await {
+                        Ok(batch) => ready.extend(batch),
+                        Err(error) => return Some((Err(error), (consumer, ready))),
+                    }
+                }
+            },
+        )
+        .boxed()
+    }
+
+    /// Fetch mode: commits the group's offsets just past every record handed out so far.
+    /// Nothing to do in ack mode, where each acknowledgement commits.
+    ///
+    /// # Errors
+    /// As [`Client::commit`].
+    pub async fn commit(&mut self) -> Result<(), Error> {
+        if self.settings.mode != ConsumeMode::Fetch || !self.joined {
+            return Ok(());
+        }
+        let Membership {
+            client,
+            topic,
+            group,
+            member,
+            ..
+        } = &*self.membership;
+        client.commit(topic, group, member, None).await?;
+        self.committed = Instant::now();
+        Ok(())
+    }
+
+    /// Fetch mode: commits exactly `offsets` (partition to the next offset to consume), as
+    /// [`Client::commit`] with offsets does: for a service that finished only some of the
+    /// records handed out. The next automatic commit moves past every record handed out again.
+    ///
+    /// # Errors
+    /// As [`Client::commit`]; `NotAssigned` for a partition this member does not own.
+    pub async fn commit_offsets(&mut self, offsets: BTreeMap<i32, i64>) -> Result<(), Error> {
+        let Membership {
+            client,
+            topic,
+            group,
+            member,
+            ..
+        } = &*self.membership;
+        client.commit(topic, group, member, Some(offsets)).await?;
+        self.committed = Instant::now();
+        Ok(())
+    }
+
+    /// Commits (fetch mode with automatic commits) and leaves the group, so that the others take
+    /// its partitions over at once.
+    ///
+    /// # Errors
+    /// As [`Client::commit`] and [`Client::leave`]; the member leaves even when the commit
+    /// fails, and the error is the commit's.
+    pub async fn close(mut self) -> Result<(), Error> {
+        self.closed = true;
+        let committed = self.auto_commit().await;
+        let Membership {
+            client,
+            topic,
+            group,
+            member,
+            ..
+        } = &*self.membership;
+        let left = client.leave(topic, group, member).await;
+        committed.and(left.map(drop))
+    }
+
+    /// Commits (fetch mode with automatic commits) and goes without leaving the group: the member keeps its
+    /// partitions until the server removes it after its session timeout (or another consumer
+    /// with its member id takes its place).
+    ///
+    /// # Errors
+    /// As [`Client::commit`].
+    pub async fn close_and_stay(mut self) -> Result<(), Error> {
+        self.closed = true;
+        self.auto_commit().await
+    }
+
+    /// [`Consumer::commit`] if the consumer commits by itself.
+    async fn auto_commit(&mut self) -> Result<(), Error> {
+        if self.settings.auto_commit.is_none() {
+            return Ok(());
+        }
+        self.commit().await
+    }
+
+    /// One round: joins if needed, checks the assignment when due, commits when due, then
+    /// takes records.
+    async fn take(&mut self) -> Result<Vec<BrokerRecord>, Error> {
+        if !self.joined {
+            self.join().await?;
+        } else if self.checked.elapsed() >= self.settings.max_wait.max(MIN_ASSIGNMENT_CHECK) {
+            self.check_assignment().await?;
+        }
+        if self.settings.mode == ConsumeMode::Fetch
+            && self
+                .settings
+                .auto_commit
+                .is_some_and(|interval| self.committed.elapsed() >= interval)
+        {
+            self.commit().await?;
+        }
+        let Membership {
+            client,
+            topic,
+            group,
+            member,
+            ..
+        } = &*self.membership;
+        let (max, wait) = (self.settings.max_records, self.settings.max_wait);
+        let records = match (self.settings.mode, self.recover) {
+            // Records reserved to this member by a lost answer (or by an earlier consumer of
+            // the same member id) would never come back to it by a poll: get them back.
+            (ConsumeMode::Ack, true) => client.redeliver(topic, group, member, max).await?,
+            (ConsumeMode::Ack, false) => client.poll_wait(topic, group, member, max, wait).await?,
+            (ConsumeMode::Fetch, _) => client.fetch_wait(topic, group, member, max, wait).await?,
+        };
+        self.recover = false;
+        Ok(records)
+    }
+
+    /// Joins the group (again). In fetch mode, at start and after losing the server, it moves
+    /// the member's positions back to the group's committed offsets: a fetch answer that was
+    /// lost (or an earlier consumer of the same member id) had moved them past records this
+    /// consumer never got.
+    async fn join(&mut self) -> Result<(), Error> {
+        let Membership {
+            client,
+            topic,
+            group,
+            member,
+            ..
+        } = &*self.membership;
+        let partitions = client
+            .join_group(
+                topic,
+                group,
+                member,
+                self.settings.assignor,
+                &self.settings.settings,
+            )
+            .await?;
+        if self.settings.mode == ConsumeMode::Fetch && self.recover {
+            for &partition in &partitions {
+                let committed = client.committed(topic, group, partition).await?;
+                client
+                    .reset_group(topic, group, Some(&[partition]), ResetTo::Offset(committed))
+                    .await?;
+            }
+        }
+        let rejoin = self.status.borrow().reconnecting.is_some();
+        self.joined = true;
+        self.checked = Instant::now();
+        self.status.send_if_modified(|status| {
+            let changed = status.assignment != partitions || rejoin;
+            status.assignment = partitions;
+            if rejoin {
+                status.rejoins += 1;
+            }
+            changed
+        });
+        Ok(())
+    }
+
+    /// Asks for the member's partitions; none means it may have been removed (its session
+    /// expired), and it joins again, which changes nothing if it was still there.
+    async fn check_assignment(&mut self) -> Result<(), Error> {
+        let Membership {
+            client,
+            topic,
+            group,
+            member,
+            ..
+        } = &*self.membership;
+        let partitions = client.assignment(topic, group, member).await?;
+        if partitions.is_empty() {
+            return self.join().await;
+        }
+        self.checked = Instant::now();
+        self.status.send_if_modified(|status| {
+            let changed = status.assignment != partitions;
+            status.assignment = partitions;
+            changed
+        });
+        Ok(())
+    }
+}
+
+impl Drop for Consumer {
+    /// Leaves the group (after committing, in fetch mode) from a task of the current runtime,
+    /// unless [`Consumer::close`] did.
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let membership = Arc::clone(&self.membership);
+        let commit = self.settings.mode == ConsumeMode::Fetch
+            && self.settings.auto_commit.is_some()
+            && self.joined;
+        runtime.spawn(async move {
+            let Membership {
+                client,
+                topic,
+                group,
+                member,
+                ..
+            } = &*membership;
+            if commit {
+                if let Err(error) = client.commit(topic, group, member, None).await {
+                    tracing::debug!(%error, "a dropped consumer could not commit");
+                }
+            }
+            if let Err(error) = client.leave(topic, group, member).await {
+                tracing::debug!(%error, "a dropped consumer could not leave its group");
+            }
+        });
+    }
+}

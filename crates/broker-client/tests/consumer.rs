@@ -1,0 +1,278 @@
+//! The `Consumer` against a real server: it consumes every record through connections cut under
+//! it and across a server restart (at least once, nothing lost), reports its assignment as the
+//! group rebalances, commits in fetch mode on close, and leaves its group when dropped.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use broker_client::{Client, ConsumeMode, Consumer, PublishRecord};
+use broker_testkit::in_process::TestServer;
+use broker_testkit::process::ServerProcess;
+use broker_testkit::proxy::Proxy;
+use futures::StreamExt;
+
+/// Publishes `count` records to `topic` (payloads `"0"`, `"1"`, ...), round-robin.
+async fn publish(client: &Client, topic: &str, count: usize) {
+    let records: Vec<PublishRecord> = (0..count)
+        .map(|i| PublishRecord::keyed(None, i.to_string()))
+        .collect();
+    for chunk in records.chunks(1_000) {
+        let placed = client.publish_batch(topic, chunk.to_vec()).await.unwrap();
+        assert!(placed.iter().all(|(_, offset)| *offset >= 0));
+    }
+}
+
+/// Takes records from `consumer` (acknowledging each in ack mode) until every payload below
+/// `count` was seen, failing after `limit`.
+async fn consume_all(consumer: &mut Consumer, count: usize, limit: Duration) -> BTreeSet<usize> {
+    let mut seen = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    while seen.len() < count {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} of {count} records consumed",
+            seen.len()
+        );
+        for delivery in consumer.next_batch().await.unwrap() {
+            seen.insert(
+                std::str::from_utf8(&delivery.payload)
+                    .unwrap()
+                    .parse()
+                    .unwrap(),
+            );
+            delivery.ack().await.unwrap();
+        }
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_mode_consumes_everything_through_cut_connections() {
+    let server = TestServer::with_capacity(10_000).await;
+    let proxy = Proxy::start(server.addr).await;
+    let admin = server.client().await;
+    admin.create("t", 4).await.unwrap();
+    let mut consumer = Consumer::builder("t", "g")
+        .max_wait(Duration::from_millis(100))
+        .start(Client::connect(proxy.addr).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(consumer.status().borrow().assignment, vec![0, 1, 2, 3]);
+    publish(&admin, "t", 2_000).await;
+    let cutter = tokio::spawn(async move {
+        for _ in 0..8 {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            proxy.cut();
+        }
+        proxy
+    });
+    let seen = consume_all(&mut consumer, 2_000, Duration::from_secs(60)).await;
+    assert_eq!(seen.len(), 2_000);
+    let proxy = cutter.await.unwrap();
+    assert!(proxy.accepted() >= 2, "the connection was cut");
+    // Whatever was delivered twice, every record is acknowledged in the end.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let lag = admin.lag("t", "g").await.unwrap();
+        if lag.iter().all(|row| row.lag == 0) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{lag:?}");
+        for delivery in consumer.next_batch().await.unwrap() {
+            delivery.ack().await.unwrap();
+        }
+    }
+    consumer.close().await.unwrap();
+    let group = &admin.describe_topic("t").await.unwrap().groups[0];
+    assert!(group.members.is_empty(), "{group:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_resumes_after_a_server_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--capacity",
+        "10000",
+    ];
+    let mut first = ServerProcess::start(&args);
+    let proxy = Proxy::start(first.addr).await;
+    let admin = Client::connect(first.addr).await.unwrap();
+    admin.create("t", 2).await.unwrap();
+    publish(&admin, "t", 300).await;
+    let mut consumer = Consumer::builder("t", "g")
+        .member("m1")
+        .max_wait(Duration::from_millis(200))
+        .start(Client::connect(proxy.addr).await.unwrap())
+        .await
+        .unwrap();
+    let mut seen = consume_all(&mut consumer, 100, Duration::from_secs(30)).await;
+    first.kill();
+    // While there is no server, the consumer says it is reconnecting.
+    let mut status = consumer.status();
+    let reconnecting = tokio::time::timeout(Duration::from_secs(10), async {
+        while status.borrow_and_update().reconnecting.is_none() {
+            status.changed().await.unwrap();
+        }
+    });
+    tokio::select! {
+        taken = consumer.next_batch() => panic!("records without a server: {taken:?}"),
+        waited = reconnecting => waited.unwrap(),
+    }
+    let second = ServerProcess::start(&args);
+    proxy.set_backend(second.addr);
+    let admin = Client::connect(second.addr).await.unwrap();
+    publish(&admin, "t", 300).await;
+    // Payloads 0..300 were published twice (before and after the restart): 600 records.
+    let mut records = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while admin
+        .lag("t", "g")
+        .await
+        .unwrap()
+        .iter()
+        .any(|row| row.lag > 0)
+    {
+        assert!(tokio::time::Instant::now() < deadline);
+        for delivery in consumer.next_batch().await.unwrap() {
+            seen.insert(
+                std::str::from_utf8(&delivery.payload)
+                    .unwrap()
+                    .parse()
+                    .unwrap(),
+            );
+            records += 1;
+            delivery.ack().await.unwrap();
+        }
+    }
+    assert_eq!(seen.len(), 300);
+    assert!(records >= 500, "{records}");
+    assert!(
+        proxy.accepted() >= 2,
+        "the consumer connected to the new server"
+    );
+    let status = consumer.status().borrow().clone();
+    assert_eq!((status.rejoins, status.reconnecting), (1, None));
+    let group = &admin.describe_topic("t").await.unwrap().groups[0];
+    assert_eq!(group.members.len(), 1, "{group:?}");
+}
+
+#[tokio::test]
+async fn the_assignment_is_watched_as_the_group_rebalances() {
+    let server = TestServer::with_capacity(100).await;
+    let admin = server.client().await;
+    admin.create("t", 4).await.unwrap();
+    let builder = Consumer::builder("t", "g").max_wait(Duration::from_millis(50));
+    let mut first = builder
+        .clone()
+        .member("a")
+        .start(server.client().await)
+        .await
+        .unwrap();
+    let mut status = first.status();
+    assert_eq!(status.borrow_and_update().assignment, vec![0, 1, 2, 3]);
+    let second = builder
+        .member("b")
+        .start(server.client().await)
+        .await
+        .unwrap();
+    assert_eq!(second.status().borrow().assignment, vec![1, 3]);
+    // The first member sees its share shrink while it waits for records.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while status.borrow().assignment != vec![0, 2] {
+        assert!(tokio::time::Instant::now() < deadline);
+        assert!(first.next_batch().await.unwrap().is_empty());
+    }
+    assert!(status.has_changed().unwrap());
+    // Dropped, the second member leaves: the first gets everything back.
+    drop(second);
+    while status.borrow().assignment != vec![0, 1, 2, 3] {
+        assert!(tokio::time::Instant::now() < deadline);
+        assert!(first.next_batch().await.unwrap().is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_mode_commits_on_close_and_refetches_after_a_cut() {
+    let server = TestServer::with_capacity(10_000).await;
+    let proxy = Proxy::start(server.addr).await;
+    let admin = server.client().await;
+    admin.create("t", 3).await.unwrap();
+    publish(&admin, "t", 3_000).await;
+    let builder = Consumer::builder("t", "g")
+        .mode(ConsumeMode::Fetch)
+        .max_records(100)
+        .max_wait(Duration::from_millis(100))
+        .auto_commit(Some(Duration::from_millis(20)));
+    let mut consumer = builder
+        .clone()
+        .start(Client::connect(proxy.addr).await.unwrap())
+        .await
+        .unwrap();
+    let cutter = tokio::spawn(async move {
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            proxy.cut();
+        }
+        proxy
+    });
+    let mut seen = BTreeSet::new();
+    let mut stream = consumer.stream();
+    while seen.len() < 3_000 {
+        let delivery = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(!delivery.ack().await.unwrap(), "fetch mode acks nothing");
+        seen.insert(std::str::from_utf8(&delivery.payload).unwrap().to_owned());
+    }
+    drop(stream);
+    let _proxy = cutter.await.unwrap();
+    consumer.close().await.unwrap();
+    let lag = admin.lag("t", "g").await.unwrap();
+    assert!(lag.iter().all(|row| row.lag == 0), "{lag:?}");
+    // Committed on close: a new member of the group gets nothing again.
+    let mut again = builder.start(admin.clone()).await.unwrap();
+    assert!(again.next_batch().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_consumer_refused_for_good_says_why() {
+    let server = TestServer::with_capacity(100).await;
+    let error = Consumer::builder("nope", "g")
+        .start(server.client().await)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("nope"), "{error}");
+    let client = server.client().await;
+    client.create("t", 1).await.unwrap();
+    let error = Consumer::builder("t", "g")
+        .max_records(65)
+        .start(client.clone())
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("1 to 64"), "{error}");
+}
+
+#[tokio::test]
+async fn a_consumer_taking_over_a_member_id_gets_the_records_it_left_in_flight() {
+    let server = TestServer::with_capacity(100).await;
+    let admin = server.client().await;
+    admin.create("t", 2).await.unwrap();
+    admin.join("t", "g", "m").await.unwrap();
+    publish(&admin, "t", 4).await;
+    // An earlier process of member m took two records and died without acknowledging them.
+    let taken = admin.poll("t", "g", "m", 2).await.unwrap();
+    assert_eq!(taken.len(), 2);
+    let mut consumer = Consumer::builder("t", "g")
+        .member("m")
+        .start(server.client().await)
+        .await
+        .unwrap();
+    let seen = consume_all(&mut consumer, 4, Duration::from_secs(10)).await;
+    assert_eq!(seen, (0..4).collect());
+}
