@@ -164,6 +164,42 @@ async fn records_are_stored_once_across_a_server_restart() {
     assert_eq!(answered.len(), 1_000);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_sent_again_after_a_timeout_is_stored_once() {
+    let server = TestServer::with_capacity(100).await;
+    let proxy = Proxy::start(server.addr).await;
+    let client = Client::builder()
+        .request_timeout(Duration::from_millis(100))
+        .connect(proxy.addr)
+        .await
+        .unwrap();
+    client.create("t", 1).await.unwrap();
+    let producer = Producer::builder().build(client.clone());
+    let before = proxy.bytes_to_server();
+    let first = producer.send("t", PublishRecord::keyed(None, "warm"));
+    assert_eq!(first.await.unwrap().offset, 0);
+    let one_batch = proxy.bytes_to_server() - before;
+    // The server's answers are held: the batch times out and is sent again, three times over.
+    proxy.hold_replies();
+    let start = proxy.bytes_to_server();
+    let sent = tokio::spawn(producer.send("t", PublishRecord::keyed(None, "once")));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while proxy.bytes_to_server() < start + 3 * one_batch {
+        assert!(tokio::time::Instant::now() < deadline, "no resends");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    proxy.release_replies();
+    let stored = sent.await.unwrap().unwrap();
+    assert_eq!(
+        stored,
+        Stored {
+            partition: 0,
+            offset: 1
+        }
+    );
+    assert_eq!(server.client().await.end_offset("t", 0).await.unwrap(), 2);
+}
+
 #[tokio::test]
 async fn a_full_partition_is_retried_until_the_delivery_timeout_then_reported() {
     let server = TestServer::with_capacity(2).await;
