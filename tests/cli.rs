@@ -833,6 +833,53 @@ fn bench_ack_consumes_every_record_exactly_once_in_order() {
 }
 
 #[test]
+fn bench_through_the_producer_and_consumer_handles_consumes_every_record_exactly_once() {
+    let server = ServerProcess::start(&[]);
+    for workload in ["ack", "fetch", "mixed"] {
+        let run = broker(
+            &server,
+            &[
+                "bench",
+                workload,
+                "--handles",
+                "--records",
+                "3000",
+                "--producers",
+                "2",
+                "--consumers",
+                "2",
+                "--json",
+            ],
+        );
+        let report: Value = serde_json::from_str(run.ok()).expect("bench --json prints JSON");
+        assert_eq!(report["check_passed"], true, "{report:#}");
+        assert_eq!(report["published"], 3000, "{report:#}");
+        for group in report["groups"].as_array().unwrap() {
+            assert_eq!(group["consumed"], 3000, "{report:#}");
+        }
+    }
+    // Publishing alone into limits retention: every send is stored, none refused.
+    let run = broker(
+        &server,
+        &[
+            "bench",
+            "publish",
+            "--handles",
+            "--records",
+            "5000",
+            "--retention",
+            "limits",
+            "--json",
+        ],
+    );
+    let report: Value = serde_json::from_str(run.ok()).expect("bench --json prints JSON");
+    assert_eq!(report["published"], 5000, "{report:#}");
+    assert_eq!(report["publish_refused_full"], 0, "{report:#}");
+    let refused = broker(&server, &["bench", "publish", "--handles", "--wire"]);
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+}
+
+#[test]
 fn bench_fetch_with_batches_on_one_thread_consumes_every_record_and_counts_its_requests() {
     let server = ServerProcess::start(&[]);
     let run = broker(

@@ -26,7 +26,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .create_topic("orders", 3, KeyHash::default(), &limits)
         .await?;
     let producer = Producer::builder()
-        .linger(Duration::from_millis(1))
         .delivery_timeout(Duration::from_secs(30))
         .build(client);
 

@@ -4,11 +4,12 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use broker_core::{
-    Assignor, BrokerError, BrokerRecord, GroupSetting, ResetTo, MAX_FETCH_RECORDS, MAX_POLL_RECORDS,
+    Assignor, BrokerError, BrokerRecord, GroupSetting, ResetTo, MAX_ACKS, MAX_FETCH_RECORDS,
+    MAX_POLL_RECORDS,
 };
 use futures::stream::{BoxStream, StreamExt};
 use tokio::sync::watch;
@@ -138,6 +139,7 @@ impl ConsumerBuilder {
         let membership = Arc::new(Membership {
             client,
             mode: self.mode,
+            later: Mutex::new(Vec::new()),
             topic: self.topic.clone(),
             group: self.group.clone(),
             member,
@@ -167,9 +169,37 @@ impl ConsumerBuilder {
 struct Membership {
     client: Client,
     mode: ConsumeMode,
+    /// Acknowledgements queued by [`Delivery::ack_later`], sent with the next poll.
+    later: Mutex<Vec<(i32, i64)>>,
     topic: String,
     group: String,
     member: String,
+}
+
+impl Membership {
+    /// The acknowledgements [`Delivery::ack_later`] queued, at most [`MAX_ACKS`] (the rest
+    /// wait for the next request).
+    fn take_later(&self) -> Vec<(i32, i64)> {
+        let mut later = self.later.lock().unwrap_or_else(PoisonError::into_inner);
+        let first = later.len().min(MAX_ACKS);
+        let rest = later.split_off(first);
+        std::mem::replace(&mut *later, rest)
+    }
+
+    /// Sends the queued acknowledgements on their own (on close).
+    async fn flush_later(&self) -> Result<(), Error> {
+        loop {
+            let acks = self.take_later();
+            if acks.is_empty() {
+                return Ok(());
+            }
+            let sent = acks.iter().map(|&(partition, offset)| {
+                self.client
+                    .ack(&self.topic, &self.group, &self.member, partition, offset)
+            });
+            futures::future::try_join_all(sent).await?;
+        }
+    }
 }
 
 /// A record handed out by a [`Consumer`]; it dereferences to its [`BrokerRecord`].
@@ -217,6 +247,22 @@ impl Delivery {
         self.settle(Settle::Ack).await
     }
 
+    /// Ack mode: acknowledges the record with the consumer's next request for records (or when
+    /// it closes), in the same round trip: the fast way to acknowledge many records, with no
+    /// answer for each. An acknowledgement that does not match (the partition moved, the
+    /// server was lost before it went) leaves the record to be delivered again, as
+    /// [`Delivery::ack`] answering `false` would. Nothing in fetch mode.
+    pub fn ack_later(&self) {
+        if self.membership.mode == ConsumeMode::Ack {
+            let mut later = self
+                .membership
+                .later
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            later.push((self.record.partition, self.record.offset));
+        }
+    }
+
     /// Ack mode: the record failed; it is delivered again (to this member or, after a
     /// rebalance, another) before anything later in its partition. `false` as
     /// [`Delivery::ack`].
@@ -234,6 +280,7 @@ impl Delivery {
             topic,
             group,
             member,
+            ..
         } = &*self.membership;
         if *mode == ConsumeMode::Fetch {
             return Ok(false);
@@ -456,15 +503,16 @@ impl Consumer {
         Ok(())
     }
 
-    /// Commits (fetch mode with automatic commits) and leaves the group, so that the others take
-    /// its partitions over at once.
+    /// Sends the acknowledgements [`Delivery::ack_later`] queued (ack mode) or commits (fetch
+    /// mode with automatic commits), and leaves the group, so that the others take its
+    /// partitions over at once.
     ///
     /// # Errors
     /// As [`Client::commit`] and [`Client::leave`]; the member leaves even when the commit
     /// fails, and the error is the commit's.
     pub async fn close(mut self) -> Result<(), Error> {
         self.closed = true;
-        let committed = self.auto_commit().await;
+        let committed = self.settle().await;
         let Membership {
             client,
             topic,
@@ -476,19 +524,20 @@ impl Consumer {
         committed.and(left.map(drop))
     }
 
-    /// Commits (fetch mode with automatic commits) and goes without leaving the group: the member keeps its
-    /// partitions until the server removes it after its session timeout (or another consumer
-    /// with its member id takes its place).
+    /// As [`Consumer::close`], without leaving the group: the member keeps its partitions until
+    /// the server removes it after its session timeout (or another consumer with its member id
+    /// takes its place).
     ///
     /// # Errors
     /// As [`Client::commit`].
     pub async fn close_and_stay(mut self) -> Result<(), Error> {
         self.closed = true;
-        self.auto_commit().await
+        self.settle().await
     }
 
-    /// [`Consumer::commit`] if the consumer commits by itself.
-    async fn auto_commit(&mut self) -> Result<(), Error> {
+    /// Sends the queued acknowledgements, and commits if the consumer commits by itself.
+    async fn settle(&mut self) -> Result<(), Error> {
+        self.membership.flush_later().await?;
         if self.settings.auto_commit.is_none() {
             return Ok(());
         }
@@ -503,14 +552,11 @@ impl Consumer {
         } else if self.checked.elapsed() >= self.settings.max_wait.max(MIN_ASSIGNMENT_CHECK) {
             self.check_assignment().await?;
         }
-        if self.settings.mode == ConsumeMode::Fetch
+        let commit = self.settings.mode == ConsumeMode::Fetch
             && self
                 .settings
                 .auto_commit
-                .is_some_and(|interval| self.committed.elapsed() >= interval)
-        {
-            self.commit().await?;
-        }
+                .is_some_and(|interval| self.committed.elapsed() >= interval);
         let Membership {
             client,
             topic,
@@ -521,19 +567,40 @@ impl Consumer {
         let (max, wait) = (self.settings.max_records, self.settings.max_wait);
         let records = match (self.settings.mode, self.recover) {
             // Records reserved to this member by a lost answer (or by an earlier consumer of
-            // the same member id) would never come back to it by a poll: get them back.
-            (ConsumeMode::Ack, true) => client.redeliver(topic, group, member, max).await?,
-            (ConsumeMode::Ack, false) => client.poll_wait(topic, group, member, max, wait).await?,
+            // the same member id) would never come back to it by a poll: get them back. Queued
+            // acknowledgements are of deliveries this releases: they would not match.
+            (ConsumeMode::Ack, true) => {
+                self.membership.take_later();
+                client.redeliver(topic, group, member, max).await?
+            }
+            (ConsumeMode::Ack, false) => {
+                let acks = self.membership.take_later();
+                let (_, records) = client
+                    .ack_and_poll_wait(topic, group, member, &acks, max, wait)
+                    .await?;
+                records
+            }
+            (ConsumeMode::Fetch, _) if commit => {
+                // One write: the server commits, then fetches.
+                let (committed, records) = tokio::join!(
+                    client.commit(topic, group, member, None),
+                    client.fetch_wait(topic, group, member, max, wait)
+                );
+                committed?;
+                self.committed = Instant::now();
+                records?
+            }
             (ConsumeMode::Fetch, _) => client.fetch_wait(topic, group, member, max, wait).await?,
         };
         self.recover = false;
         Ok(records)
     }
 
-    /// Joins the group (again). In fetch mode, at start and after losing the server, it moves
-    /// the member's positions back to the group's committed offsets: a fetch answer that was
-    /// lost (or an earlier consumer of the same member id) had moved them past records this
-    /// consumer never got.
+    /// Joins the group (again). In fetch mode, at start and after losing the server, a member
+    /// that is still in the group first has its positions moved back to the group's committed
+    /// offsets: a fetch answer that was lost (or an earlier consumer of the same member id) had
+    /// moved them past records this consumer never got. (A member that joins anew needs
+    /// nothing: joining rebalances, and a rebalance moves positions to the committed offsets.)
     async fn join(&mut self) -> Result<(), Error> {
         let Membership {
             client,
@@ -542,6 +609,16 @@ impl Consumer {
             member,
             ..
         } = &*self.membership;
+        if self.settings.mode == ConsumeMode::Fetch && self.recover {
+            let held = client.assignment(topic, group, member).await?;
+            if !held.is_empty() {
+                // Shifting by nothing moves positions to the committed offsets and never moves
+                // a committed offset, even if a partition changed hands meanwhile.
+                client
+                    .reset_group(topic, group, Some(&held), ResetTo::ShiftBy(0))
+                    .await?;
+            }
+        }
         let partitions = client
             .join_group(
                 topic,
@@ -551,14 +628,6 @@ impl Consumer {
                 &self.settings.settings,
             )
             .await?;
-        if self.settings.mode == ConsumeMode::Fetch && self.recover {
-            for &partition in &partitions {
-                let committed = client.committed(topic, group, partition).await?;
-                client
-                    .reset_group(topic, group, Some(&[partition]), ResetTo::Offset(committed))
-                    .await?;
-            }
-        }
         let rejoin = self.status.borrow().reconnecting.is_some();
         self.joined = true;
         self.checked = Instant::now();
@@ -619,6 +688,9 @@ impl Drop for Consumer {
                 member,
                 ..
             } = &*membership;
+            if let Err(error) = membership.flush_later().await {
+                tracing::debug!(%error, "a dropped consumer could not acknowledge");
+            }
             if commit {
                 if let Err(error) = client.commit(topic, group, member, None).await {
                     tracing::debug!(%error, "a dropped consumer could not commit");

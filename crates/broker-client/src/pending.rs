@@ -148,7 +148,6 @@ impl Pending {
     }
 
     /// How many callers are waiting.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.lock().waiting.len()
     }

@@ -64,7 +64,7 @@ pub struct ProducerBuilder {
 impl Default for ProducerBuilder {
     fn default() -> Self {
         ProducerBuilder {
-            linger: Duration::from_millis(1),
+            linger: Duration::ZERO,
             batch_records: 1_000,
             batch_bytes: 1024 * 1024,
             delivery_timeout: Duration::from_secs(120),
@@ -74,8 +74,9 @@ impl Default for ProducerBuilder {
 
 impl ProducerBuilder {
     /// How long a partition's batch waits for more records once it has one (Kafka's
-    /// `linger.ms`): longer gathers bigger batches under a light load, at that much latency.
-    /// 1 ms by default; zero sends what is there at once.
+    /// `linger.ms`). Zero by default: a batch goes as soon as the partition's previous one is
+    /// answered, with every record sent meanwhile, so batches grow with the load by
+    /// themselves; a linger gathers bigger ones under a light load, at that much latency.
     #[must_use]
     pub fn linger(mut self, linger: Duration) -> Self {
         self.linger = linger;

@@ -276,3 +276,55 @@ async fn a_consumer_taking_over_a_member_id_gets_the_records_it_left_in_flight()
     let seen = consume_all(&mut consumer, 4, Duration::from_secs(10)).await;
     assert_eq!(seen, (0..4).collect());
 }
+
+#[tokio::test]
+async fn acknowledgements_queued_with_ack_later_ride_on_the_next_poll_and_on_close() {
+    let server = TestServer::with_capacity(1_000).await;
+    let admin = server.client().await;
+    admin.create("t", 2).await.unwrap();
+    let mut consumer = Consumer::builder("t", "g")
+        .start(server.client().await)
+        .await
+        .unwrap();
+    publish(&admin, "t", 200).await;
+    let mut seen = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while seen.len() < 200 {
+        assert!(tokio::time::Instant::now() < deadline, "{}", seen.len());
+        // One record in flight per partition: the next poll delivers more only if it carried
+        // the acknowledgements of this batch.
+        for delivery in consumer.next_batch().await.unwrap() {
+            assert!(seen.insert(delivery.offset * 2 + i64::from(delivery.partition)));
+            delivery.ack_later();
+        }
+    }
+    // The last batch's acknowledgements go on close.
+    consumer.close().await.unwrap();
+    let lag = admin.lag("t", "g").await.unwrap();
+    assert!(lag.iter().all(|row| row.lag == 0), "{lag:?}");
+}
+
+#[tokio::test]
+async fn a_fetch_consumer_taking_over_a_member_id_starts_from_the_committed_offsets() {
+    let server = TestServer::with_capacity(100).await;
+    let admin = server.client().await;
+    admin.create("t", 1).await.unwrap();
+    admin.join("t", "g", "m").await.unwrap();
+    publish(&admin, "t", 4).await;
+    // An earlier process of member m fetched two records and died before committing them.
+    assert_eq!(admin.fetch("t", "g", "m", 2).await.unwrap().len(), 2);
+    let mut consumer = Consumer::builder("t", "g")
+        .member("m")
+        .mode(ConsumeMode::Fetch)
+        .start(server.client().await)
+        .await
+        .unwrap();
+    let offsets: Vec<i64> = consumer
+        .next_batch()
+        .await
+        .unwrap()
+        .iter()
+        .map(|delivery| delivery.offset)
+        .collect();
+    assert_eq!(offsets, [0, 1, 2, 3]);
+}

@@ -10,13 +10,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use broker_client::{BrokerRecord, Client, PublishRecord, MAX_POLL_RECORDS};
+use broker_client::{
+    BrokerRecord, Client, ConsumeMode, KeyHash, ProducerError, PublishRecord, TopicSetting,
+    MAX_POLL_RECORDS,
+};
 use clap::{Args, ValueEnum};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+use crate::cli::RetentionArg;
 use crate::connect::Server;
 use crate::size::with_thousands;
 
@@ -92,6 +96,18 @@ pub struct BenchArgs {
     /// Plain TCP only.
     #[arg(long)]
     pub wire: bool,
+    /// Publish through the `Producer` handle and consume through the `Consumer` handle, as a
+    /// service does, instead of the low-level calls: each producer is one `Producer` (its own
+    /// connection) with --depth sends in flight, batching by itself; consumers acknowledge with
+    /// their next poll (ack mode) or commit each round (fetch mode). A "request" is then one
+    /// send.
+    #[arg(long)]
+    pub handles: bool,
+    /// Retention of the benchmark topic: interest (the default; with no group, partitions fill
+    /// up to the server's --capacity and publishes are refused) or limits (the oldest records
+    /// leave, so every publish is stored, as Redis's XADD stores every entry).
+    #[arg(long, value_enum, default_value_t = RetentionArg::Interest)]
+    pub retention: RetentionArg,
     /// Keep the benchmark topic when done (it is deleted by default, also after a failure).
     #[arg(long)]
     pub keep_topic: bool,
@@ -120,6 +136,12 @@ impl BenchArgs {
         }
         if self.wire && self.publish_batch != 1 {
             return Err("--wire cannot be combined with --publish-batch".to_owned());
+        }
+        if self.handles && (self.wire || self.publish_batch != 1) {
+            return Err(
+                "--handles batches by itself: it cannot be combined with --wire or --publish-batch"
+                    .to_owned(),
+            );
         }
         Ok(())
     }
@@ -309,8 +331,9 @@ pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros())
     );
+    let retention = [TopicSetting::Retention(args.retention.into())];
     admin
-        .create(&topic, args.partitions)
+        .create_topic(&topic, args.partitions, KeyHash::default(), &retention)
         .await
         .context("cannot create the benchmark topic")?;
     // Interrupted (Ctrl-C, SIGTERM), the run stops and the topic is deleted all the same.
@@ -371,18 +394,20 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
             let client = server.connect().await?;
             let member = format!("consumer-{index:03}");
             client.join(&topic, group, &member).await?;
-            consumers.push(tokio::spawn(consume(
-                client,
-                Consumer {
-                    topic: topic.clone(),
-                    group,
-                    member,
-                    mode,
-                    batch: args.batch,
-                    check: Arc::clone(&check),
-                    shared: Arc::clone(&shared),
-                },
-            )));
+            let consumer = Consumer {
+                topic: topic.clone(),
+                group,
+                member,
+                mode,
+                batch: args.batch,
+                check: Arc::clone(&check),
+                shared: Arc::clone(&shared),
+            };
+            consumers.push(if args.handles {
+                tokio::spawn(consume_with_handle(client, consumer))
+            } else {
+                tokio::spawn(consume(client, consumer))
+            });
         }
     }
 
@@ -407,6 +432,8 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
         producers.push(if args.wire {
             let (addr, token) = (server.addr.clone(), server.auth_token.clone());
             tokio::spawn(async move { wire::produce(&addr, token, producer).await })
+        } else if args.handles {
+            tokio::spawn(produce_with_handle(server.connect().await?, producer))
         } else {
             tokio::spawn(produce(server.connect().await?, producer))
         });
@@ -575,6 +602,54 @@ async fn produce(client: Client, producer: Producer) -> anyhow::Result<Histogram
     Ok(latency.into_inner().unwrap_or_else(PoisonError::into_inner))
 }
 
+/// Publishes the producer's share through one `Producer` handle, `depth` sends in flight;
+/// returns the latency of every send, from the call to its answer.
+async fn produce_with_handle(client: Client, p: Producer) -> anyhow::Result<Histogram<u64>> {
+    let handle = broker_client::Producer::builder()
+        // Without retrying, a full partition fails the send at once, counted as refused.
+        .delivery_timeout(if p.retry_full {
+            Duration::from_secs(120)
+        } else {
+            Duration::ZERO
+        })
+        .build(client);
+    let latency = Mutex::new(new_histogram());
+    let (p, handle, latency_ref) = (&p, &handle, &latency);
+    stream::iter(0..p.share)
+        .take_while(|_| std::future::ready(p.deadline.is_none_or(|d| Instant::now() < d)))
+        .map(|sequence| {
+            let sent = Instant::now();
+            let stamp = u64::try_from(sent.saturating_duration_since(p.shared.start).as_nanos())
+                .unwrap_or(u64::MAX);
+            let partition = ((u64::from(p.index) + sequence) % p.partitions as u64) as i32;
+            let record = PublishRecord::to_partition(
+                partition,
+                encode_payload(p.size, p.index, sequence, stamp),
+            );
+            let send = handle.send(&p.topic, record);
+            async move {
+                let outcome = send.await;
+                let nanos = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                let _ = latency_ref
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .record(nanos.max(1));
+                p.shared.requests.fetch_add(1, Ordering::Relaxed);
+                let counter = match outcome {
+                    Ok(_) => &p.shared.published,
+                    Err(ProducerError::Full { .. }) => &p.shared.refused,
+                    Err(error) => return Err(anyhow::Error::from(error)),
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+        })
+        .buffer_unordered(p.depth)
+        .try_collect::<()>()
+        .await?;
+    Ok(latency.into_inner().unwrap_or_else(PoisonError::into_inner))
+}
+
 /// Publishes the records `sequences`, stamped as sent at `sent`, in one request (a single
 /// publish, or a batch) and returns the sequences whose partition was full.
 async fn publish_once(
@@ -680,6 +755,53 @@ async fn consume(client: Client, consumer: Consumer) -> anyhow::Result<()> {
         for record in &records {
             observed.observe(record, now);
             unsettled.push((record.partition, record.offset));
+        }
+    }
+}
+
+/// Consumes through a `Consumer` handle until the group has consumed everything the producers
+/// published: ack mode acknowledges each record with the next poll, fetch mode commits every
+/// round (in the same write as the next fetch).
+async fn consume_with_handle(client: Client, consumer: Consumer) -> anyhow::Result<()> {
+    let Consumer {
+        topic,
+        group,
+        member,
+        mode,
+        batch,
+        check,
+        shared,
+    } = consumer;
+    let (mode, batch) = match mode {
+        GroupMode::Ack => (ConsumeMode::Ack, batch.min(MAX_POLL_RECORDS)),
+        GroupMode::Fetch => (ConsumeMode::Fetch, batch),
+    };
+    let mut handle = broker_client::Consumer::builder(topic, group)
+        .member(member)
+        .mode(mode)
+        .max_records(batch)
+        .max_wait(CONSUMER_WAIT)
+        .auto_commit(Some(Duration::ZERO))
+        .start(client)
+        .await?;
+    loop {
+        let done = shared.producers_done.load(Ordering::SeqCst)
+            && check
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .consumed
+                >= shared.published.load(Ordering::SeqCst);
+        if done {
+            handle.close().await?;
+            return Ok(());
+        }
+        let deliveries = handle.next_batch().await?;
+        let now = elapsed_nanos(shared.start);
+        let mut observed = check.lock().unwrap_or_else(PoisonError::into_inner);
+        observed.rounds += 1;
+        for delivery in &deliveries {
+            observed.observe(delivery, now);
+            delivery.ack_later();
         }
     }
 }
