@@ -1,7 +1,7 @@
 //! [`Producer`]: records sent from any number of tasks, gathered into batches per partition,
 //! stored exactly once, retried while their partition is full, each answered when it is stored.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use broker_core::{hash, BrokerError, KeyHash, PublishRecord};
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
@@ -183,11 +184,13 @@ enum Topic {
     Known(TopicSender),
 }
 
-/// The partitions of one topic, each with the queue its sending task takes batches from.
+/// A topic's placement of records, and the queue of its sending task.
 #[derive(Debug)]
 struct TopicSender {
     key_hash: KeyHash,
-    partitions: Vec<mpsc::UnboundedSender<Queued>>,
+    partitions: usize,
+    /// Records with the index of their partition.
+    queue: mpsc::UnboundedSender<(usize, Queued)>,
     next_keyless: AtomicUsize,
 }
 
@@ -195,6 +198,8 @@ struct TopicSender {
 #[derive(Debug)]
 struct Queued {
     record: PublishRecord,
+    /// When it was sent.
+    queued: Instant,
     size: usize,
     deadline: Instant,
     answer: oneshot::Sender<Result<Stored, ProducerError>>,
@@ -247,10 +252,12 @@ impl Producer {
         let inner = Arc::clone(&self.inner);
         inner.unsettled.fetch_add(1, Ordering::AcqRel);
         let (answer, receiver) = oneshot::channel();
+        let now = Instant::now();
         let queued = Queued {
             size: record.size(),
             record,
-            deadline: Instant::now() + inner.settings.delivery_timeout,
+            queued: now,
+            deadline: now + inner.settings.delivery_timeout,
             answer,
         };
         inner.queue(topic, queued);
@@ -319,11 +326,20 @@ impl Inner {
         };
         match description {
             Ok(description) => {
+                let partitions = description.partitions.len();
+                let (queue, queued) = mpsc::unbounded_channel();
+                tokio::spawn(send_topic(
+                    self.client.clone(),
+                    self.id,
+                    topic.clone(),
+                    partitions,
+                    self.settings.clone(),
+                    queued,
+                ));
                 let sender = TopicSender {
                     key_hash: description.key_hash,
-                    partitions: (0..description.partitions.len())
-                        .map(|partition| self.start_partition(&topic, partition as i32))
-                        .collect(),
+                    partitions,
+                    queue,
                     next_keyless: AtomicUsize::new(0),
                 };
                 for queued in waiting {
@@ -344,27 +360,13 @@ impl Inner {
             }
         }
     }
-
-    /// Starts the sending task of one partition; the returned queue feeds it.
-    fn start_partition(&self, topic: &str, partition: i32) -> mpsc::UnboundedSender<Queued> {
-        let (queue, batches) = mpsc::unbounded_channel();
-        tokio::spawn(send_partition(
-            self.client.clone(),
-            self.id,
-            topic.to_owned(),
-            partition,
-            self.settings.clone(),
-            batches,
-        ));
-        queue
-    }
 }
 
 impl TopicSender {
     /// Queues a record on its partition, or answers it at once when it names a partition the
     /// topic does not have.
     fn queue(&self, mut queued: Queued) {
-        let count = self.partitions.len();
+        let count = self.partitions;
         let partition = match (queued.record.partition, &queued.record.key) {
             (Some(partition), _) => {
                 match usize::try_from(partition)
@@ -386,7 +388,7 @@ impl TopicSender {
             (None, None) => self.next_keyless.fetch_add(1, Ordering::Relaxed) % count,
         };
         queued.record.partition = None;
-        if let Err(mpsc::error::SendError(queued)) = self.partitions[partition].send(queued) {
+        if let Err(mpsc::error::SendError((_, queued))) = self.queue.send((partition, queued)) {
             let _ = queued.answer.send(Err(ProducerError::Closed));
         }
     }
@@ -397,36 +399,114 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(1 << attempt.min(10))
 }
 
-/// One partition's sending task: gathers the queued records into batches, sends each batch
-/// (numbered) until every record of it is stored or failed, then the next. Ends when the
-/// producer is dropped and the queue is empty.
-async fn send_partition(
+/// A topic's sending task: keeps the queued records of each partition, and sends a batch of
+/// a partition as soon as the partition has no batch on its way (and, with a linger, once the
+/// batch's first record waited that long or the batch is full), all batches of the topic from
+/// this one task, so that what is ready goes out in one write. Each batch is sent (numbered)
+/// until every record of it is stored or failed. Ends when the producer is dropped and every
+/// record is answered.
+async fn send_topic(
     client: Client,
     producer: u64,
     topic: String,
-    partition: i32,
+    partitions: usize,
     settings: ProducerBuilder,
-    mut queue: mpsc::UnboundedReceiver<Queued>,
+    mut queue: mpsc::UnboundedReceiver<(usize, Queued)>,
 ) {
-    let mut numbering = Numbering { producer, next: 0 };
-    while let Some(first) = queue.recv().await {
-        let mut batch = vec![first];
-        let mut bytes = batch[0].size;
-        let linger = Instant::now() + settings.linger;
-        while batch.len() < settings.batch_records && bytes < settings.batch_bytes {
-            let more = match queue.try_recv() {
-                Ok(more) => Some(more),
-                Err(_) if settings.linger.is_zero() => None,
-                Err(_) => tokio::select! {
-                    more = queue.recv() => more,
-                    () = tokio::time::sleep_until(linger) => None,
-                },
-            };
-            let Some(more) = more else { break };
-            bytes += more.size;
-            batch.push(more);
+    let mut waiting: Vec<VecDeque<Queued>> = (0..partitions).map(|_| VecDeque::new()).collect();
+    // A partition's numbering is here while it has no batch on its way.
+    let mut idle: Vec<Option<Numbering>> = (0..partitions)
+        .map(|_| Some(Numbering { producer, next: 0 }))
+        .collect();
+    // Partitions that may have a batch to send: they received records or an answer.
+    let mut touched: Vec<usize> = Vec::new();
+    let mut lingering: Vec<usize> = Vec::new();
+    let mut on_their_way = FuturesUnordered::new();
+    let mut open = true;
+    loop {
+        let now = Instant::now();
+        for partition in touched.drain(..).chain(std::mem::take(&mut lingering)) {
+            let records = &mut waiting[partition];
+            let Some(front) = records.front() else { continue };
+            if idle[partition].is_none() {
+                continue;
+            }
+            if open && front.queued + settings.linger > now && !settings.is_full(records) {
+                lingering.push(partition);
+                continue;
+            }
+            let batch = settings.take_batch(records);
+            let Some(numbering) = idle[partition].take() else { continue };
+            let (client, topic) = (&client, topic.as_str());
+            on_their_way.push(async move {
+                let numbering = store(client, topic, partition as i32, numbering, batch).await;
+                (partition, numbering)
+            });
         }
-        store(&client, &topic, partition, &mut numbering, batch).await;
+        lingering.sort_unstable();
+        lingering.dedup();
+        if !open && on_their_way.is_empty() && waiting.iter().all(VecDeque::is_empty) {
+            return;
+        }
+        let linger_ends = lingering
+            .iter()
+            .filter_map(|&partition| waiting[partition].front())
+            .map(|front| front.queued + settings.linger)
+            .min();
+        tokio::select! {
+            Some((partition, numbering)) = on_their_way.next(), if !on_their_way.is_empty() => {
+                idle[partition] = Some(numbering);
+                touched.push(partition);
+            }
+            received = queue.recv(), if open => match received {
+                Some((partition, queued)) => {
+                    waiting[partition].push_back(queued);
+                    touched.push(partition);
+                    while let Ok((partition, queued)) = queue.try_recv() {
+                        waiting[partition].push_back(queued);
+                        touched.push(partition);
+                    }
+                }
+                // The producer is gone: what is queued still goes, without lingering.
+                None => {
+                    open = false;
+                    touched.extend(0..partitions);
+                }
+            },
+            () = sleep_until_some(linger_ends) => {}
+        }
+        touched.sort_unstable();
+        touched.dedup();
+    }
+}
+
+/// Sleeps until `deadline`, or for ever without one.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl ProducerBuilder {
+    /// Whether `records` fill a batch.
+    fn is_full(&self, records: &VecDeque<Queued>) -> bool {
+        records.len() >= self.batch_records
+            || records.iter().map(|queued| queued.size).sum::<usize>() >= self.batch_bytes
+    }
+
+    /// The first records of `records` that fit in one batch (always at least one).
+    fn take_batch(&self, records: &mut VecDeque<Queued>) -> Vec<Queued> {
+        let mut bytes = 0;
+        let mut taken = 0;
+        for queued in records.iter() {
+            if taken == self.batch_records || (taken > 0 && bytes >= self.batch_bytes) {
+                break;
+            }
+            bytes += queued.size;
+            taken += 1;
+        }
+        records.drain(..taken).collect()
     }
 }
 
@@ -447,9 +527,9 @@ async fn store(
     client: &Client,
     topic: &str,
     partition: i32,
-    numbering: &mut Numbering,
+    mut numbering: Numbering,
     mut batch: Vec<Queued>,
-) {
+) -> Numbering {
     let mut attempt = 0;
     while !batch.is_empty() {
         let records: Vec<PublishRecord> =
@@ -497,11 +577,10 @@ async fn store(
                             .send(Err(ProducerError::Timeout { last: error.copy() }));
                     }
                     // Maybe stored, maybe not: these numbers can never be used again.
-                    *numbering = Numbering {
+                    return Numbering {
                         producer: random_id(),
                         next: 0,
                     };
-                    return;
                 }
             }
             Err(error) => {
@@ -510,7 +589,7 @@ async fn store(
                         .answer
                         .send(Err(ProducerError::Refused(error.copy())));
                 }
-                return;
+                return numbering;
             }
         }
         if !batch.is_empty() {
@@ -518,4 +597,5 @@ async fn store(
             attempt += 1;
         }
     }
+    numbering
 }
