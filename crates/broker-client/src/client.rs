@@ -10,7 +10,7 @@ use std::time::Duration;
 use broker_core::EventBroker;
 use broker_core::{
     Assignor, BrokerDescription, BrokerRecord, Command, GroupSetting, KeyHash, Outcome,
-    PartitionLag, PublishRecord, ResetTo, TopicDescription, TopicSetting,
+    PartitionBatch, PartitionLag, PublishRecord, ResetTo, TopicDescription, TopicSetting,
 };
 use broker_proto::ServerLimits;
 use bytes::Bytes;
@@ -516,9 +516,9 @@ impl Client {
         }
     }
 
-    /// [`EventBroker::publish_idempotent`] over the network: `records` to `partition`, numbered
-    /// from `sequence` for `producer`, each stored at most once however often it is sent.
-    /// [`crate::Producer`] does the numbering, batching and retrying.
+    /// [`EventBroker::publish_idempotent`] over the network: each batch to its partition, its
+    /// records numbered from its sequence for `producer`, each stored at most once however
+    /// often it is sent. [`crate::Producer`] does the numbering, batching and retrying.
     ///
     /// # Errors
     ///
@@ -528,16 +528,12 @@ impl Client {
         &self,
         topic: &str,
         producer: u64,
-        partition: i32,
-        sequence: u64,
-        records: Vec<PublishRecord>,
+        batches: Vec<PartitionBatch>,
     ) -> Result<Vec<(i32, i64)>, Error> {
         let command = Command::PublishIdempotent {
             topic: topic.to_owned(),
             producer,
-            partition,
-            sequence,
-            records,
+            batches,
         };
         match self.send(command, Duration::ZERO).await? {
             Outcome::PublishedBatch(placed) => Ok(placed),

@@ -61,7 +61,7 @@ pub use address::ServerAddress;
 pub use broker_core::{
     Assignor, BrokerDescription, BrokerError, BrokerRecord, Command, Discard, GroupDescription,
     GroupPartitionDescription, GroupSetting, Header, KeyHash, MemberDescription, Outcome,
-    PartitionDescription, PartitionLag, PublishRecord, ResetTo, Retention, StartAt,
+    PartitionBatch, PartitionDescription, PartitionLag, PublishRecord, ResetTo, Retention, StartAt,
     TopicDescription, TopicSetting, TopicSettings, MAX_ACKS, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
     MAX_POLL_RECORDS,
 };

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use broker_core::{hash, BrokerError, KeyHash, PublishRecord};
+use broker_core::{hash, BrokerError, KeyHash, PartitionBatch, PublishRecord};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
@@ -399,12 +399,11 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(1 << attempt.min(10))
 }
 
-/// A topic's sending task: keeps the queued records of each partition, and sends a batch of
-/// a partition as soon as the partition has no batch on its way (and, with a linger, once the
-/// batch's first record waited that long or the batch is full), all batches of the topic from
-/// this one task, so that what is ready goes out in one write. Each batch is sent (numbered)
-/// until every record of it is stored or failed. Ends when the producer is dropped and every
-/// record is answered.
+/// A topic's sending task: keeps the queued records of each partition, and sends the batches
+/// of every partition that is ready in one request. A partition is ready when it has records,
+/// no request of it is on its way (so its records are stored in the order they were sent), its
+/// back-off after being full has passed and, with a linger, its first record waited that long
+/// or its batch is full. Ends when the producer is dropped and every record is answered.
 async fn send_topic(
     client: Client,
     producer: u64,
@@ -414,49 +413,87 @@ async fn send_topic(
     mut queue: mpsc::UnboundedReceiver<(usize, Queued)>,
 ) {
     let mut waiting: Vec<VecDeque<Queued>> = (0..partitions).map(|_| VecDeque::new()).collect();
-    // A partition's numbering is here while it has no batch on its way.
+    // A partition's numbering is here while no request of it is on its way.
     let mut idle: Vec<Option<Numbering>> = (0..partitions)
         .map(|_| Some(Numbering { producer, next: 0 }))
         .collect();
-    // Partitions that may have a batch to send: they received records or an answer.
+    // After a partition was full: when it may be tried again, and how many times it was.
+    let mut not_before: Vec<Option<Instant>> = vec![None; partitions];
+    let mut full_attempts: Vec<u32> = vec![0; partitions];
+    // Partitions that may be ready: they received records or an answer, or were waiting.
     let mut touched: Vec<usize> = Vec::new();
-    let mut lingering: Vec<usize> = Vec::new();
+    let mut later: Vec<usize> = Vec::new();
     let mut on_their_way = FuturesUnordered::new();
     let mut open = true;
     loop {
         let now = Instant::now();
-        for partition in touched.drain(..).chain(std::mem::take(&mut lingering)) {
+        let mut parts: Vec<Part> = Vec::new();
+        for partition in touched.drain(..).chain(std::mem::take(&mut later)) {
             let records = &mut waiting[partition];
-            let Some(front) = records.front() else { continue };
+            let Some(front) = records.front() else {
+                continue;
+            };
             if idle[partition].is_none() {
                 continue;
             }
-            if open && front.queued + settings.linger > now && !settings.is_full(records) {
-                lingering.push(partition);
+            let mut ready_at = not_before[partition];
+            if open && !settings.is_full(records) {
+                ready_at = ready_at.max(Some(front.queued + settings.linger));
+            }
+            if ready_at.is_some_and(|at| at > now) {
+                later.push(partition);
                 continue;
             }
-            let batch = settings.take_batch(records);
-            let Some(numbering) = idle[partition].take() else { continue };
-            let (client, topic) = (&client, topic.as_str());
-            on_their_way.push(async move {
-                let numbering = store(client, topic, partition as i32, numbering, batch).await;
-                (partition, numbering)
+            let Some(numbering) = idle[partition].take() else {
+                continue;
+            };
+            parts.push(Part {
+                partition,
+                numbering,
+                batch: settings.take_batch(records),
             });
         }
-        lingering.sort_unstable();
-        lingering.dedup();
+        // One request per producer id (they differ only after a request timed out).
+        while !parts.is_empty() {
+            let id = parts[0].numbering.producer;
+            let (request, rest): (Vec<Part>, Vec<Part>) = parts
+                .into_iter()
+                .partition(|part| part.numbering.producer == id);
+            parts = rest;
+            on_their_way.push(store(&client, &topic, request));
+        }
+        later.sort_unstable();
+        later.dedup();
         if !open && on_their_way.is_empty() && waiting.iter().all(VecDeque::is_empty) {
             return;
         }
-        let linger_ends = lingering
+        let wake_at = later
             .iter()
-            .filter_map(|&partition| waiting[partition].front())
-            .map(|front| front.queued + settings.linger)
+            .filter_map(|&partition| {
+                let front = waiting[partition].front()?;
+                let lingered = (open && !settings.is_full(&waiting[partition]))
+                    .then(|| front.queued + settings.linger);
+                not_before[partition].max(lingered)
+            })
             .min();
         tokio::select! {
-            Some((partition, numbering)) = on_their_way.next(), if !on_their_way.is_empty() => {
-                idle[partition] = Some(numbering);
-                touched.push(partition);
+            Some(settled) = on_their_way.next(), if !on_their_way.is_empty() => {
+                let now = Instant::now();
+                for Settled { partition, numbering, full, stored } in settled {
+                    idle[partition] = Some(numbering);
+                    if stored || full.is_empty() {
+                        full_attempts[partition] = 0;
+                        not_before[partition] = None;
+                    }
+                    if !full.is_empty() {
+                        not_before[partition] = Some(now + backoff(full_attempts[partition]));
+                        full_attempts[partition] += 1;
+                        for queued in full.into_iter().rev() {
+                            waiting[partition].push_front(queued);
+                        }
+                    }
+                    touched.push(partition);
+                }
             }
             received = queue.recv(), if open => match received {
                 Some((partition, queued)) => {
@@ -473,7 +510,7 @@ async fn send_topic(
                     touched.extend(0..partitions);
                 }
             },
-            () = sleep_until_some(linger_ends) => {}
+            () = sleep_until_some(wake_at) => {}
         }
         touched.sort_unstable();
         touched.dedup();
@@ -518,84 +555,134 @@ struct Numbering {
     next: u64,
 }
 
-/// Sends `batch` (numbered from `numbering.next`) until each record is stored or has failed,
-/// answering each. A batch whose fate is unknown (the connection was lost, the answer did not
-/// come) is sent again, unchanged, until it is answered or its first record's delivery timeout
-/// passes; it then fails whole, and the partition goes on under a new producer id, so that no
-/// later record can be taken for one of it.
-async fn store(
-    client: &Client,
-    topic: &str,
-    partition: i32,
-    mut numbering: Numbering,
-    mut batch: Vec<Queued>,
-) -> Numbering {
+/// One partition's batch in a request.
+struct Part {
+    partition: usize,
+    numbering: Numbering,
+    batch: Vec<Queued>,
+}
+
+/// What became of a partition's batch: its numbering (past what was stored), whether anything
+/// was stored, and the records refused because the partition was full, still within their
+/// delivery timeout, to be sent again after a back-off.
+struct Settled {
+    partition: usize,
+    numbering: Numbering,
+    stored: bool,
+    full: Vec<Queued>,
+}
+
+/// Sends the batches of `parts` (all numbered under one producer id) in one request until it
+/// is answered, answering each record stored, refused for good, or full past its delivery
+/// timeout. A request whose fate is unknown (the connection was lost, the answer did not come)
+/// is sent again, unchanged, until it is answered or the delivery timeout of one of its first
+/// records passes; it then fails whole, and its partitions go on under a new producer id, so
+/// that no later record can be taken for one of it.
+async fn store(client: &Client, topic: &str, parts: Vec<Part>) -> Vec<Settled> {
+    let producer = parts.first().map_or(0, |part| part.numbering.producer);
     let mut attempt = 0;
-    while !batch.is_empty() {
-        let records: Vec<PublishRecord> =
-            batch.iter().map(|queued| queued.record.clone()).collect();
-        let sent = client
-            .publish_idempotent(
-                topic,
-                numbering.producer,
-                partition,
-                numbering.next,
-                records,
-            )
-            .await;
-        match sent {
-            Ok(placed) => {
-                let stored = placed.iter().take_while(|(_, offset)| *offset >= 0).count();
-                for (queued, &(partition, offset)) in batch.drain(..stored).zip(&placed) {
-                    let _ = queued.answer.send(Ok(Stored { partition, offset }));
-                }
-                numbering.next += stored as u64;
-                if stored > 0 {
-                    attempt = 0;
-                }
-                // The rest was refused (a full partition), so certainly not stored: those past
-                // their deadline fail, the others are tried again.
-                let now = Instant::now();
-                let (expired, waiting): (Vec<Queued>, Vec<Queued>) =
-                    batch.into_iter().partition(|queued| queued.deadline <= now);
-                for queued in expired {
-                    let _ = queued.answer.send(Err(ProducerError::Full {
-                        topic: topic.to_owned(),
-                        partition,
-                    }));
-                }
-                batch = waiting;
-            }
-            Err(error) if error.is_retriable() => {
-                if batch
-                    .first()
-                    .is_some_and(|queued| queued.deadline <= Instant::now())
-                {
-                    for queued in batch.drain(..) {
-                        let _ = queued
-                            .answer
-                            .send(Err(ProducerError::Timeout { last: error.copy() }));
-                    }
-                    // Maybe stored, maybe not: these numbers can never be used again.
-                    return Numbering {
-                        producer: random_id(),
-                        next: 0,
-                    };
-                }
-            }
+    loop {
+        let batches = parts
+            .iter()
+            .map(|part| PartitionBatch {
+                partition: part.partition as i32,
+                sequence: part.numbering.next,
+                records: part
+                    .batch
+                    .iter()
+                    .map(|queued| queued.record.clone())
+                    .collect(),
+            })
+            .collect();
+        let error = match client.publish_idempotent(topic, producer, batches).await {
+            Ok(placed) => return settle(topic, parts, placed),
+            Err(error) if error.is_retriable() => error,
             Err(error) => {
-                for queued in batch.drain(..) {
-                    let _ = queued
-                        .answer
-                        .send(Err(ProducerError::Refused(error.copy())));
-                }
-                return numbering;
+                return parts
+                    .into_iter()
+                    .map(|part| {
+                        for queued in part.batch {
+                            let refused = ProducerError::Refused(error.copy());
+                            let _ = queued.answer.send(Err(refused));
+                        }
+                        Settled {
+                            partition: part.partition,
+                            numbering: part.numbering,
+                            stored: false,
+                            full: Vec::new(),
+                        }
+                    })
+                    .collect();
             }
+        };
+        let now = Instant::now();
+        let expired = parts.iter().any(|part| {
+            part.batch
+                .first()
+                .is_some_and(|queued| queued.deadline <= now)
+        });
+        if expired {
+            // Maybe stored, maybe not: these numbers can never be used again.
+            let renamed = random_id();
+            return parts
+                .into_iter()
+                .map(|part| {
+                    for queued in part.batch {
+                        let timeout = ProducerError::Timeout { last: error.copy() };
+                        let _ = queued.answer.send(Err(timeout));
+                    }
+                    Settled {
+                        partition: part.partition,
+                        numbering: Numbering {
+                            producer: renamed,
+                            next: 0,
+                        },
+                        stored: false,
+                        full: Vec::new(),
+                    }
+                })
+                .collect();
         }
-        if !batch.is_empty() {
-            tokio::time::sleep(backoff(attempt)).await;
-            attempt += 1;
-        }
+        tokio::time::sleep(backoff(attempt)).await;
+        attempt += 1;
     }
-    numbering
+}
+
+/// Answers the records of `parts` from the request's answer `placed` (each record's partition
+/// and offset, batch after batch; `-1` for a record refused because its partition is full).
+fn settle(topic: &str, parts: Vec<Part>, placed: Vec<(i32, i64)>) -> Vec<Settled> {
+    let mut placed = placed.into_iter();
+    let now = Instant::now();
+    parts
+        .into_iter()
+        .map(|mut part| {
+            let answers: Vec<(i32, i64)> = placed.by_ref().take(part.batch.len()).collect();
+            let stored = answers
+                .iter()
+                .take_while(|(_, offset)| *offset >= 0)
+                .count();
+            for (queued, (partition, offset)) in part.batch.drain(..stored).zip(answers) {
+                let _ = queued.answer.send(Ok(Stored { partition, offset }));
+            }
+            part.numbering.next += stored as u64;
+            // The rest was refused because the partition is full, so certainly not stored:
+            // those past their delivery timeout fail, the others are tried again.
+            let (expired, full): (Vec<Queued>, Vec<Queued>) = part
+                .batch
+                .into_iter()
+                .partition(|queued| queued.deadline <= now);
+            for queued in expired {
+                let _ = queued.answer.send(Err(ProducerError::Full {
+                    topic: topic.to_owned(),
+                    partition: part.partition as i32,
+                }));
+            }
+            Settled {
+                partition: part.partition,
+                numbering: part.numbering,
+                stored: stored > 0,
+                full,
+            }
+        })
+        .collect()
 }

@@ -224,7 +224,7 @@ async fn a_server_of_version_2_serves_every_call_but_the_version_3_ones() {
     .await;
     let client = Client::connect(addr).await.unwrap();
     assert_eq!(client.end_offset("t", 0).await.unwrap(), 7);
-    match client.publish_idempotent("t", 1, 0, 0, vec![]).await {
+    match client.publish_idempotent("t", 1, vec![]).await {
         Err(Error::Server(ErrorReply::MalformedRequest(_))) => {}
         other => panic!("{other:?}"),
     }

@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use strum::{EnumCount, EnumDiscriminants, EnumIter, IntoStaticStr};
 
 use crate::{
-    Assignor, BrokerDescription, BrokerRecord, GroupSetting, KeyHash, PartitionLag, PublishRecord,
-    ResetTo, TopicSetting,
+    Assignor, BrokerDescription, BrokerRecord, GroupSetting, KeyHash, PartitionBatch, PartitionLag,
+    PublishRecord, ResetTo, TopicSetting,
 };
 
 /// One broker call with its arguments. Each variant mirrors the [`crate::EventBroker`] method of
@@ -281,13 +281,8 @@ pub enum Command {
         topic: String,
         /// The producer's id: chosen at random by the producer, kept for its life.
         producer: u64,
-        /// The partition every record goes to.
-        partition: i32,
-        /// The producer's sequence number of the first record on this partition; each next
-        /// record has the next number.
-        sequence: u64,
-        /// The records, in order; their own `partition` must be `None` or `partition`.
-        records: Vec<PublishRecord>,
+        /// One batch per partition, each partition named once.
+        batches: Vec<PartitionBatch>,
     },
 }
 
@@ -677,9 +672,12 @@ impl Command {
             Command::PublishKeyed { key, payload, .. } => {
                 Some(payload.len() + key.as_ref().map_or(0, Bytes::len))
             }
-            Command::PublishBatch { records, .. } | Command::PublishIdempotent { records, .. } => {
-                records.iter().map(PublishRecord::size).max()
-            }
+            Command::PublishBatch { records, .. } => records.iter().map(PublishRecord::size).max(),
+            Command::PublishIdempotent { batches, .. } => batches
+                .iter()
+                .flat_map(|batch| &batch.records)
+                .map(PublishRecord::size)
+                .max(),
             Command::Create { .. }
             | Command::Join { .. }
             | Command::Leave { .. }

@@ -51,7 +51,9 @@ pub use settings::{
 pub use state::{BrokerState, Limits, MAX_PRODUCERS, RECENT_BATCHES};
 /// Iterating over every [`CommandKind`] (`CommandKind::iter()`).
 pub use strum::IntoEnumIterator;
-pub use types::{Assignor, BrokerRecord, Header, KeyHash, PartitionLag, PublishRecord, ResetTo};
+pub use types::{
+    Assignor, BrokerRecord, Header, KeyHash, PartitionBatch, PartitionLag, PublishRecord, ResetTo,
+};
 pub use validate::{
     MAX_ACKS, MAX_BATCH_RECORDS, MAX_CAPACITY, MAX_FETCH_RECORDS, MAX_HEADERS, MAX_HEADER_NAME_LEN,
     MAX_IDENTIFIER_LEN, MAX_PARTITIONS, MAX_PARTITIONS_LIMIT, MAX_POLL_RECORDS,
@@ -229,32 +231,31 @@ impl EventBroker {
         self.lock().offset_for_time(topic, partition, timestamp_ms)
     }
 
-    /// Publishes `records` to `partition` for `producer`, numbered from `sequence`, storing each
-    /// at most once however often it is sent: records whose numbers were already stored are
-    /// answered with the offsets they got then (from the producer's last
-    /// [`RECENT_BATCHES`] batches on the partition), the others are appended in order
-    /// as [`EventBroker::publish_batch`] would, and after one is refused (`-1`, a full
-    /// partition) the rest are refused too, so that the numbers stay consecutive. Returns
-    /// each record's partition and offset, in order. A producer chooses a random `producer`
-    /// id, numbers each partition's records from 0, and sends a partition's batches in order
-    /// (retrying a batch whole, or its refused rest with the numbers they had). A topic
-    /// remembers at most [`MAX_PRODUCERS`] producers, forgetting the one that published
-    /// least recently.
+    /// Publishes each of `batches` to its partition for `producer`, in one atomic call,
+    /// storing each record at most once however often it is sent. A batch's records are
+    /// numbered from its `sequence`: those whose numbers were already stored are answered with
+    /// the offsets they got then (from the producer's last [`RECENT_BATCHES`] batches on the
+    /// partition), the others are appended in order as [`EventBroker::publish_batch`] would,
+    /// and after one is refused (`-1`, a full partition) the rest of its batch are refused too,
+    /// so that the numbers stay consecutive. Returns each record's partition and offset, batch
+    /// after batch, in order. A producer chooses a random `producer` id, numbers each
+    /// partition's records from 0, and sends a partition's batches in order (retrying a batch
+    /// whole, or its refused rest with the numbers they had). A topic remembers at most
+    /// [`MAX_PRODUCERS`] producers, forgetting the one that published least recently.
     ///
     /// # Errors
-    /// As [`EventBroker::publish_batch`], and `InvalidArgument` for a record naming another
-    /// partition, a `sequence` past the producer's next one (records before it were never
-    /// stored), or one repeated from longer ago than its last batches.
+    /// As [`EventBroker::publish_batch`] (for all the records together), and
+    /// `InvalidArgument` for a partition named twice, a record naming another partition than
+    /// its batch's, a `sequence` past the producer's next one on its partition (records
+    /// before it were never stored), or one repeated from longer ago than its last batches;
+    /// nothing is published then.
     pub fn publish_idempotent(
         &self,
         topic: &str,
         producer: u64,
-        partition: i32,
-        sequence: u64,
-        records: Vec<PublishRecord>,
+        batches: Vec<PartitionBatch>,
     ) -> Result<Vec<(i32, i64)>, BrokerError> {
-        self.lock()
-            .publish_idempotent(topic, producer, partition, sequence, records)
+        self.lock().publish_idempotent(topic, producer, batches)
     }
 
     /// Moves the broker's clock to `now_ms` (milliseconds since the Unix epoch) if that is later

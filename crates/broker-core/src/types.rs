@@ -67,6 +67,19 @@ impl Header {
     }
 }
 
+/// The records one idempotent publish sends to one partition
+/// ([`crate::EventBroker::publish_idempotent`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PartitionBatch {
+    /// The partition every record goes to.
+    pub partition: i32,
+    /// The producer's sequence number of the first record on this partition; each next record
+    /// has the next number.
+    pub sequence: u64,
+    /// The records, in order; their own `partition` must be `None` or `partition`.
+    pub records: Vec<PublishRecord>,
+}
+
 /// One record of a batch publish ([`crate::EventBroker::publish_batch`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PublishRecord {

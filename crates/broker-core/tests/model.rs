@@ -19,8 +19,8 @@ use broker_core::image::RecordImage;
 use broker_core::{
     hash, Assignor, BrokerDescription, BrokerError, BrokerRecord, BrokerState, Command, Discard,
     EventBroker, GroupDescription, GroupPartitionDescription, GroupSetting, GroupSettings, Header,
-    KeyHash, MemberDescription, Outcome, PartitionDescription, PartitionLag, PublishRecord,
-    ResetTo, Retention, StartAt, TopicDescription, TopicSetting, TopicSettings,
+    KeyHash, MemberDescription, Outcome, PartitionBatch, PartitionDescription, PartitionLag,
+    PublishRecord, ResetTo, Retention, StartAt, TopicDescription, TopicSetting, TopicSettings,
 };
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -944,71 +944,86 @@ impl Model {
             Command::PublishIdempotent {
                 topic,
                 producer,
-                partition,
-                sequence,
-                records,
+                batches,
             } => {
-                if records.len() > broker_core::MAX_BATCH_RECORDS {
+                let total: usize = batches.iter().map(|batch| batch.records.len()).sum();
+                if total > broker_core::MAX_BATCH_RECORDS {
                     return Err(Answer::Invalid);
                 }
                 let t = self.topic(topic)?;
-                let p = partition_of(t, *partition)?;
-                for record in records {
-                    let names_ok = record
-                        .headers
-                        .iter()
-                        .all(|h| (1..=broker_core::MAX_HEADER_NAME_LEN).contains(&h.name.len()));
-                    if record.partition.is_some_and(|own| own != *partition)
-                        || record.headers.len() > broker_core::MAX_HEADERS
-                        || !names_ok
-                    {
+                // All or nothing: every batch is checked first.
+                let mut checked: Vec<(usize, Vec<(i32, i64)>)> = Vec::new();
+                for batch in batches {
+                    let p = partition_of(t, batch.partition)?;
+                    if checked.iter().any(|(earlier, _)| *earlier == p) {
                         return Err(Answer::Invalid);
                     }
+                    for record in &batch.records {
+                        let names_ok = record.headers.iter().all(|h| {
+                            (1..=broker_core::MAX_HEADER_NAME_LEN).contains(&h.name.len())
+                        });
+                        if record.partition.is_some_and(|own| own != batch.partition)
+                            || record.headers.len() > broker_core::MAX_HEADERS
+                            || !names_ok
+                        {
+                            return Err(Answer::Invalid);
+                        }
+                    }
+                    let stored = t.batches.get(&(*producer, p)).cloned().unwrap_or_default();
+                    let next = stored.iter().map(Vec::len).sum::<usize>() as u64;
+                    if batch.sequence > next {
+                        return Err(Answer::Invalid);
+                    }
+                    let recent =
+                        &stored[stored.len().saturating_sub(broker_core::RECENT_BATCHES)..];
+                    let mut repeated = Vec::new();
+                    for sequence in batch.sequence..next {
+                        if repeated.len() == batch.records.len() {
+                            break;
+                        }
+                        let offset = recent
+                            .iter()
+                            .flatten()
+                            .find(|(s, _)| *s == sequence)
+                            .map(|(_, offset)| *offset)
+                            .ok_or(Answer::Invalid)?;
+                        repeated.push((batch.partition, offset));
+                    }
+                    checked.push((p, repeated));
                 }
-                let batches = t.batches.get(&(*producer, p)).cloned().unwrap_or_default();
-                let next = batches.iter().map(Vec::len).sum::<usize>() as u64;
-                if *sequence > next {
-                    return Err(Answer::Invalid);
-                }
-                let recent = &batches[batches.len().saturating_sub(broker_core::RECENT_BATCHES)..];
                 let mut placed = Vec::new();
-                let mut sequence = *sequence;
-                let mut records = records.iter();
-                while sequence < next {
-                    let Some(_) = records.next() else { break };
-                    let offset = recent
-                        .iter()
-                        .flatten()
-                        .find(|(s, _)| *s == sequence)
-                        .map(|(_, offset)| *offset)
-                        .ok_or(Answer::Invalid)?;
-                    placed.push((*partition, offset));
-                    sequence += 1;
-                }
-                let mut stored = Vec::new();
-                for record in records {
-                    if placed.last().is_some_and(|(_, offset)| *offset < 0) {
-                        placed.push((*partition, -1));
-                        continue;
+                for (batch, (p, repeated)) in batches.iter().zip(checked) {
+                    let next = t.batches.get(&(*producer, p)).map_or(0, |stored| {
+                        stored.iter().map(Vec::len).sum::<usize>() as u64
+                    });
+                    let mut stored = Vec::new();
+                    let mut refused = false;
+                    placed.extend(repeated.iter().copied());
+                    for record in batch.records.iter().skip(repeated.len()) {
+                        if refused {
+                            placed.push((batch.partition, -1));
+                            continue;
+                        }
+                        let offset = t.append(
+                            p,
+                            capacity,
+                            now,
+                            ModelRecord {
+                                key: record.key.clone(),
+                                payload: record.payload.clone(),
+                                headers: record.headers.clone(),
+                                time: record.timestamp_ms.unwrap_or(now),
+                            },
+                        );
+                        refused = offset < 0;
+                        if !refused {
+                            stored.push((next + stored.len() as u64, offset));
+                        }
+                        placed.push((batch.partition, offset));
                     }
-                    let offset = t.append(
-                        p,
-                        capacity,
-                        now,
-                        ModelRecord {
-                            key: record.key.clone(),
-                            payload: record.payload.clone(),
-                            headers: record.headers.clone(),
-                            time: record.timestamp_ms.unwrap_or(now),
-                        },
-                    );
-                    if offset >= 0 {
-                        stored.push((next + stored.len() as u64, offset));
+                    if !stored.is_empty() {
+                        t.batches.entry((*producer, p)).or_default().push(stored);
                     }
-                    placed.push((*partition, offset));
-                }
-                if !stored.is_empty() {
-                    t.batches.entry((*producer, p)).or_default().push(stored);
                 }
                 Ok(Outcome::PublishedBatch(placed))
             }
@@ -1393,11 +1408,9 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         Command::PublishIdempotent {
             topic,
             producer,
-            partition,
-            sequence,
-            records,
+            batches,
         } => broker
-            .publish_idempotent(&topic, producer, partition, sequence, records)
+            .publish_idempotent(&topic, producer, batches)
             .map(Outcome::PublishedBatch),
     }
 }
@@ -1704,15 +1717,13 @@ enum Step {
         max_records: i32,
         max_bytes: Option<u64>,
     },
-    /// An idempotent batch of `producer` to `partition` of `topic`, numbered from its next
-    /// sequence number less `back` (a repeat, or a sequence past the next when `back` is
-    /// negative).
+    /// An idempotent publish of `producer` to `topic`: per `(partition, back, records)`, a
+    /// batch numbered from the producer's next sequence number there less `back` (a repeat,
+    /// or a sequence past the next when `back` is negative). A partition may come twice.
     Produce {
         topic: String,
         producer: u64,
-        partition: i32,
-        back: i64,
-        records: Vec<PublishRecord>,
+        batches: Vec<(i32, i64, Vec<PublishRecord>)>,
     },
 }
 
@@ -1722,21 +1733,29 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (
             topic_id(),
             1..4_u64,
-            partition(),
-            prop_oneof![4 => Just(0_i64), 2 => 1..4_i64, 1 => Just(-1_i64), 1 => Just(7_i64)],
             proptest::collection::vec(
-                (bytes(3), headers()).prop_map(|(payload, headers)| {
-                    PublishRecord::keyed(None, payload).with_headers(headers)
-                }),
-                0..4,
+                (
+                    partition(),
+                    prop_oneof![
+                        4 => Just(0_i64),
+                        2 => 1..4_i64,
+                        1 => Just(-1_i64),
+                        1 => Just(7_i64)
+                    ],
+                    proptest::collection::vec(
+                        (bytes(3), headers()).prop_map(|(payload, headers)| {
+                            PublishRecord::keyed(None, payload).with_headers(headers)
+                        }),
+                        0..4,
+                    ),
+                ),
+                1..4,
             ),
         )
-            .prop_map(|(topic, producer, partition, back, records)| Step::Produce {
+            .prop_map(|(topic, producer, batches)| Step::Produce {
                 topic,
                 producer,
-                partition,
-                back,
-                records,
+                batches,
             }),
         2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, ack)| Step::Settle { pick, ack }),
         2 => (any::<usize>(), 0..7_u8, max_records(), max_bytes()).prop_map(
@@ -1763,22 +1782,28 @@ fn resolve(model: &Model, step: Step) -> Command {
         Step::Produce {
             topic,
             producer,
-            partition,
-            back,
-            records,
+            batches,
         } => {
-            let next = usize::try_from(partition)
-                .ok()
-                .and_then(|p| model.topics.get(&topic)?.batches.get(&(producer, p)))
-                .map_or(0, |batches| {
-                    batches.iter().map(Vec::len).sum::<usize>() as i64
-                });
+            let batches = batches
+                .into_iter()
+                .map(|(partition, back, records)| {
+                    let next = usize::try_from(partition)
+                        .ok()
+                        .and_then(|p| model.topics.get(&topic)?.batches.get(&(producer, p)))
+                        .map_or(0, |batches| {
+                            batches.iter().map(Vec::len).sum::<usize>() as i64
+                        });
+                    PartitionBatch {
+                        partition,
+                        sequence: (next - back).max(0) as u64,
+                        records,
+                    }
+                })
+                .collect();
             return Command::PublishIdempotent {
                 topic,
                 producer,
-                partition,
-                sequence: (next - back).max(0) as u64,
-                records,
+                batches,
             };
         }
         Step::Settle { pick, ack } => (pick, ack),

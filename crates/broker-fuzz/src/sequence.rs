@@ -31,7 +31,7 @@ use std::collections::{HashMap, HashSet};
 
 use broker_core::{
     hash, Assignor, BrokerDescription, BrokerRecord, BrokerState, Command, CommandKind,
-    GroupDescription, GroupSetting, Header, IntoEnumIterator, KeyHash, Outcome,
+    GroupDescription, GroupSetting, Header, IntoEnumIterator, KeyHash, Outcome, PartitionBatch,
     PartitionDescription, PublishRecord, ResetTo, Retention, StartAt, TopicDescription,
     TopicSetting,
 };
@@ -283,10 +283,14 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
         CommandKind::PublishIdempotent => Command::PublishIdempotent {
             topic,
             producer: input.pick(&[1, 2, u64::MAX]),
-            partition: input.below(4) as i32 - 1,
-            sequence: input.below(8) as u64,
-            records: (0..input.byte() % 4)
-                .map(|_| PublishRecord::keyed(None, payload(input, step)))
+            batches: (0..1 + input.byte() % 3)
+                .map(|_| PartitionBatch {
+                    partition: input.below(4) as i32 - 1,
+                    sequence: input.below(8) as u64,
+                    records: (0..input.byte() % 4)
+                        .map(|_| PublishRecord::keyed(None, payload(input, step)))
+                        .collect(),
+                })
                 .collect(),
         },
     }
@@ -620,45 +624,50 @@ impl Checker {
                 );
             }
             (
-                Command::PublishIdempotent {
-                    topic,
-                    partition,
-                    records,
-                    ..
-                },
+                Command::PublishIdempotent { topic, batches, .. },
                 Outcome::PublishedBatch(placed),
             ) => {
                 assert_eq!(
                     placed.len(),
-                    records.len(),
+                    batches
+                        .iter()
+                        .map(|batch| batch.records.len())
+                        .sum::<usize>(),
                     "step {step}: a placement per record"
                 );
-                let end = find_topic(before, topic).partitions[*partition as usize].end_offset;
-                let mut next = end;
-                for (record, &(at, offset)) in records.iter().zip(placed) {
-                    assert_eq!(at, *partition, "step {step}: placed on another partition");
-                    if offset >= end {
-                        // A new record: stored at the next offset.
-                        assert_eq!(
-                            offset, next,
-                            "step {step}: idempotent offsets not consecutive"
-                        );
-                        next += 1;
-                        self.published.insert(
-                            (topic.clone(), *partition, offset),
-                            Published {
-                                key: record.key.clone(),
-                                payload: record.payload.clone(),
-                                headers: record.headers.clone(),
-                            },
-                        );
+                let mut placed = placed.iter();
+                for PartitionBatch {
+                    partition, records, ..
+                } in batches
+                {
+                    let end = find_topic(before, topic).partitions[*partition as usize].end_offset;
+                    let mut next = end;
+                    for (record, &(at, offset)) in records.iter().zip(placed.by_ref()) {
+                        assert_eq!(at, *partition, "step {step}: placed on another partition");
+                        if offset >= end {
+                            // A new record: stored at the next offset.
+                            assert_eq!(
+                                offset, next,
+                                "step {step}: idempotent offsets not consecutive"
+                            );
+                            next += 1;
+                            self.published.insert(
+                                (topic.clone(), *partition, offset),
+                                Published {
+                                    key: record.key.clone(),
+                                    payload: record.payload.clone(),
+                                    headers: record.headers.clone(),
+                                },
+                            );
+                        }
                     }
+                    let end_after =
+                        find_topic(after, topic).partitions[*partition as usize].end_offset;
+                    assert_eq!(
+                        end_after, next,
+                        "step {step}: records stored but not answered"
+                    );
                 }
-                let end_after = find_topic(after, topic).partitions[*partition as usize].end_offset;
-                assert_eq!(
-                    end_after, next,
-                    "step {step}: records stored but not answered"
-                );
             }
             (Command::DeleteTopic { topic }, Outcome::Deleted(true)) => {
                 // A topic created again under this name starts from offset 0.

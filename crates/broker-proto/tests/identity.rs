@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use broker_core::{
     v1, Assignor, BrokerDescription, BrokerRecord, Command, CommandKind, Discard, GroupSetting,
-    IntoEnumIterator, KeyHash, Outcome, OutcomeKind, PartitionLag, PublishRecord, ResetTo,
-    Retention, StartAt, TopicSetting,
+    IntoEnumIterator, KeyHash, Outcome, OutcomeKind, PartitionBatch, PartitionLag, PublishRecord,
+    ResetTo, Retention, StartAt, TopicSetting,
 };
 use broker_proto::{config, ErrorKind, ErrorReply};
 use bytes::Bytes;
@@ -180,9 +180,11 @@ fn command(kind: CommandKind) -> Command {
         CommandKind::PublishIdempotent => Command::PublishIdempotent {
             topic,
             producer: 1,
-            partition: 0,
-            sequence: 0,
-            records: vec![PublishRecord::to_partition(0, "x")],
+            batches: vec![PartitionBatch {
+                partition: 0,
+                sequence: 0,
+                records: vec![PublishRecord::to_partition(0, "x")],
+            }],
         },
     }
 }

@@ -1036,12 +1036,14 @@ fn idempotent_producers_are_remembered_across_checkpoints_and_restarts() {
     let batch = |sequence: u64, payloads: &[&str]| Command::PublishIdempotent {
         topic: "p".into(),
         producer: 0xfeed,
-        partition: 1,
-        sequence,
-        records: payloads
-            .iter()
-            .map(|payload| broker_core::PublishRecord::keyed(None, payload.to_string()))
-            .collect(),
+        batches: vec![broker_core::PartitionBatch {
+            partition: 1,
+            sequence,
+            records: payloads
+                .iter()
+                .map(|payload| broker_core::PublishRecord::keyed(None, payload.to_string()))
+                .collect(),
+        }],
     };
     let first = live.call(batch(0, &["a", "b"])).unwrap();
     live.checkpoint(1 << 20);

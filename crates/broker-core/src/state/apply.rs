@@ -183,11 +183,9 @@ impl BrokerState {
             Command::PublishIdempotent {
                 topic,
                 producer,
-                partition,
-                sequence,
-                records,
+                batches,
             } => self
-                .publish_idempotent(&topic, producer, partition, sequence, records)
+                .publish_idempotent(&topic, producer, batches)
                 .map(Outcome::PublishedBatch),
         }
     }

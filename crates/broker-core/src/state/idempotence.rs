@@ -14,7 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use super::log::StoredRecord;
 use super::{topic_in, BrokerState};
 use crate::validate::{check_batch_len, check_headers};
-use crate::{BrokerError, PublishRecord};
+use crate::{BrokerError, PartitionBatch, PublishRecord};
 
 /// How many of a producer's batches per partition can be answered again.
 pub const RECENT_BATCHES: usize = 5;
@@ -52,6 +52,13 @@ impl Sequences {
     }
 }
 
+/// What checking one batch of an idempotent publish found: its partition's index, and the
+/// offsets of its records that were stored before.
+struct Checked {
+    index: usize,
+    repeated: Vec<(i32, i64)>,
+}
+
 impl BrokerState {
     /// See [`crate::EventBroker::publish_idempotent`].
     ///
@@ -61,48 +68,26 @@ impl BrokerState {
         &mut self,
         topic: &str,
         producer: u64,
-        partition: i32,
-        sequence: u64,
-        records: Vec<PublishRecord>,
+        batches: Vec<PartitionBatch>,
     ) -> Result<Vec<(i32, i64)>, BrokerError> {
-        check_batch_len(records.len())?;
+        check_batch_len(batches.iter().map(|batch| batch.records.len()).sum())?;
         let now = self.clock_ms;
         let capacity = self.capacity;
         let topic = topic_in(&mut self.topics, topic)?;
-        let index = topic.partition(partition)?;
-        for record in &records {
-            if record.partition.is_some_and(|own| own != partition) {
+        // Every batch is checked before anything is published: all or nothing.
+        let mut checked: Vec<Checked> = Vec::with_capacity(batches.len());
+        for batch in &batches {
+            let index = topic.partition(batch.partition)?;
+            if checked.iter().any(|earlier| earlier.index == index) {
                 return Err(BrokerError::invalid(format!(
-                    "a record of an idempotent batch for partition {partition} names partition {}",
-                    record.partition.unwrap_or(partition)
+                    "partition {} is named twice",
+                    batch.partition
                 )));
             }
-            check_headers(&record.headers)?;
-        }
-        let known = topic
-            .producers
-            .get(&producer)
-            .and_then(|state| state.partitions.get(&index));
-        let next = known.map_or(0, |sequences| sequences.next);
-        if sequence > next {
-            return Err(BrokerError::invalid(format!(
-                "producer {producer:016x} sent sequence {sequence} on partition {partition}, but \
-                 expects {next}: the records between were never stored"
-            )));
-        }
-        // Records already stored are answered with their offsets; the rest are new.
-        let stored_before = (next - sequence).min(records.len() as u64) as usize;
-        let mut placed = Vec::with_capacity(records.len());
-        for repeated in sequence..sequence + stored_before as u64 {
-            let offset = known.and_then(|sequences| sequences.offset_of(repeated));
-            let Some(offset) = offset else {
-                return Err(BrokerError::invalid(format!(
-                    "producer {producer:016x} sent sequence {repeated} on partition {partition} \
-                     again, longer ago than the last {RECENT_BATCHES} batches it sent: its \
-                     offset is no longer known"
-                )));
-            };
-            placed.push((partition, offset));
+            checked.push(Checked {
+                index,
+                repeated: check_batch(topic.producers.get(&producer), producer, index, batch)?,
+            });
         }
         if !topic.producers.contains_key(&producer) && topic.producers.len() >= MAX_PRODUCERS {
             // Forget the producer that published least recently (ties: the smallest id).
@@ -115,39 +100,92 @@ impl BrokerState {
                 topic.producers.remove(&oldest);
             }
         }
-        let mut offsets = Vec::new();
-        let mut refused = false;
-        for record in records.into_iter().skip(stored_before) {
-            if refused {
-                // Sequence numbers stay consecutive: after a refused record, none is stored.
-                placed.push((partition, -1));
-                continue;
+        let mut placed = Vec::with_capacity(batches.iter().map(|batch| batch.records.len()).sum());
+        for (batch, Checked { index, repeated }) in batches.into_iter().zip(checked) {
+            let partition = batch.partition;
+            let stored_before = repeated.len();
+            placed.extend(repeated);
+            let mut offsets = Vec::new();
+            let mut refused = false;
+            for record in batch.records.into_iter().skip(stored_before) {
+                if refused {
+                    // Sequence numbers stay consecutive: after a refused record, none is stored.
+                    placed.push((partition, -1));
+                    continue;
+                }
+                let PublishRecord {
+                    key,
+                    payload,
+                    headers,
+                    timestamp_ms,
+                    ..
+                } = record;
+                let stored = StoredRecord::new(key, payload, headers, timestamp_ms.unwrap_or(now));
+                let offset = topic.append(index, capacity, &mut self.memory, now, stored)?;
+                refused = offset < 0;
+                if !refused {
+                    offsets.push(offset);
+                }
+                placed.push((partition, offset));
             }
-            let PublishRecord {
-                key,
-                payload,
-                headers,
-                timestamp_ms,
-                ..
-            } = record;
-            let stored = StoredRecord::new(key, payload, headers, timestamp_ms.unwrap_or(now));
-            let offset = topic.append(index, capacity, &mut self.memory, now, stored)?;
-            refused = offset < 0;
-            if !refused {
-                offsets.push(offset);
-            }
-            placed.push((partition, offset));
-        }
-        let state = topic.producers.entry(producer).or_default();
-        state.last_seen_ms = now;
-        let sequences = state.partitions.entry(index).or_default();
-        if !offsets.is_empty() {
-            sequences.recent.push_back((sequences.next, offsets));
-            sequences.next += sequences.recent.back().map_or(0, |(_, o)| o.len() as u64);
-            while sequences.recent.len() > RECENT_BATCHES {
-                sequences.recent.pop_front();
+            let state = topic.producers.entry(producer).or_default();
+            state.last_seen_ms = now;
+            let sequences = state.partitions.entry(index).or_default();
+            if !offsets.is_empty() {
+                let first = sequences.next;
+                sequences.next += offsets.len() as u64;
+                sequences.recent.push_back((first, offsets));
+                while sequences.recent.len() > RECENT_BATCHES {
+                    sequences.recent.pop_front();
+                }
             }
         }
         Ok(placed)
     }
+}
+
+/// Checks one batch of an idempotent publish against what `known` (the producer, if the topic
+/// remembers it) stored on the partition `index`, and returns the offsets of its records that
+/// were stored before.
+fn check_batch(
+    known: Option<&Producer>,
+    producer: u64,
+    index: usize,
+    batch: &PartitionBatch,
+) -> Result<Vec<(i32, i64)>, BrokerError> {
+    let PartitionBatch {
+        partition,
+        sequence,
+        ref records,
+    } = *batch;
+    for record in records {
+        if let Some(own) = record.partition.filter(|&own| own != partition) {
+            return Err(BrokerError::invalid(format!(
+                "a record of an idempotent batch for partition {partition} names partition {own}"
+            )));
+        }
+        check_headers(&record.headers)?;
+    }
+    let known = known.and_then(|state| state.partitions.get(&index));
+    let next = known.map_or(0, |sequences| sequences.next);
+    if sequence > next {
+        return Err(BrokerError::invalid(format!(
+            "producer {producer:016x} sent sequence {sequence} on partition {partition}, but \
+             expects {next}: the records between were never stored"
+        )));
+    }
+    // Records already stored are answered with their offsets; the rest are new.
+    let stored_before = (next - sequence).min(records.len() as u64);
+    (sequence..sequence + stored_before)
+        .map(
+            |repeated| match known.and_then(|sequences| sequences.offset_of(repeated)) {
+                Some(offset) => Ok((partition, offset)),
+                None => Err(BrokerError::invalid(format!(
+                    "producer {producer:016x} sent sequence {repeated} on partition {partition} \
+                     again, longer ago than the last {RECENT_BATCHES} batches it sent: its \
+                     offset is no longer known"
+                ))),
+            },
+        )
+        .collect()
 }

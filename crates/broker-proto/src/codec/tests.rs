@@ -340,9 +340,7 @@ fn a_command_a_later_version_added_is_malformed_on_an_older_connection() {
         command: Command::PublishIdempotent {
             topic: "t".into(),
             producer: 1,
-            partition: 0,
-            sequence: 0,
-            records: Vec::new(),
+            batches: Vec::new(),
         },
     };
     let mut bytes = BytesMut::new();
