@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Side by side: broker-server and Redis Streams on loopback, the same workloads one after the
-# other in one run (same record size, connections, pipeline depth and record count), then one
-# table: workload, ours, Redis, ratio. Installs redis-server, redis-tools and the `redis` Python
-# package if missing. Loopback only; stops by itself and stops what it started.
+# Side by side: broker-server, Redis Streams and NATS JetStream on loopback, the same workloads
+# one after the other in one run (same record size, connections, pipeline depth and record
+# count), then one table: workload, ours, Redis, ratio, NATS, ratio. Installs redis-server,
+# redis-tools and nats-server if missing, and builds bench/peers (the compiled Redis and NATS
+# clients of the end-to-end rows). Loopback only; stops by itself and stops what it started.
 #
 # Redis serves from one thread and redis-benchmark loads it from one, so our server runs with
-# --worker-threads 1 and `broker bench` with --threads 1: the comparison is thread for thread
-# (THREADS=2 gives both of ours two).
+# --worker-threads 1, `broker bench` with --threads 1, NATS with GOMAXPROCS=1 and bench/peers on
+# one thread: the comparison is thread for thread (THREADS=2 gives ours and NATS two).
 #
 #   bench/compare.sh                 # RECORDS=1000000 SIZE=100 THREADS=1 by default
 #   RECORDS=200000 bench/compare.sh
@@ -22,17 +23,25 @@ if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/nu
   echo "installing redis-server and redis-tools..." >&2
   apt-get update -qq && apt-get install -y -qq redis-server redis-tools >/dev/null
 fi
-python3 -c 'import redis' 2>/dev/null || pip install -q redis >/dev/null
+if ! command -v nats-server >/dev/null; then
+  echo "installing nats-server..." >&2
+  apt-get update -qq && apt-get install -y -qq nats-server >/dev/null
+fi
 
 echo "building release binaries..." >&2
 cargo build --release --locked -q -p broker-server -p broker-cli
+cargo build --release --locked -q --manifest-path bench/peers/Cargo.toml
 broker=target/release/broker
+peers=bench/peers/target/release/peers
 
 workdir="$(mktemp -d)"
 server_pid=""
 redis_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+nats_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+nats_pid=""
 cleanup() {
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
+  [ -n "$nats_pid" ] && kill "$nats_pid" 2>/dev/null || true
   redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
   rm -rf "$workdir"
 }
@@ -48,6 +57,11 @@ bench() { $broker bench "$@" --threads "$THREADS" --size "$SIZE" --json; }
 redis-server --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no \
   --daemonize yes --logfile "$workdir/redis.log" --dir "$workdir"
 for _ in $(seq 1 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+# NATS JetStream, in memory, on one thread (GOMAXPROCS=1) like the others.
+GOMAXPROCS="$THREADS" nats-server -js -a 127.0.0.1 -p "$nats_port" -sd "$workdir/nats" \
+  >"$workdir/nats.log" 2>&1 &
+nats_pid=$!
+for _ in $(seq 1 100); do grep -q 'Server is ready' "$workdir/nats.log" && break; sleep 0.05; done
 
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 value="$(head -c "$SIZE" /dev/zero | tr '\0' x)"
@@ -62,8 +76,21 @@ redis_xadd() { # clients pipeline requests -> "rps p50_us p99_us"
 }
 
 rows=()
-row() { rows+=("$(printf '%-52s %14s %14s %8s' "$1" "$2" "$3" "$4")"); }
+# label ours redis ratio [nats nats-ratio]
+row() { rows+=("$(printf '%-60s %12s %12s %8s %12s %8s' "$1" "$2" "$3" "$4" "${5:-}" "${6:-}")"); }
 ratio() { python3 -c "print(f'{$1/$2:.2f}x')"; }
+
+# End to end: records/s counts records published AND acknowledged or committed. Redis and
+# NATS are driven by compiled clients on one thread (bench/peers): Redis's producers pipeline
+# 64 XADDs (or 1000, beside our batches of 1000), its consumers XREADGROUP a batch and XACK it
+# with the next read; NATS's producers keep 64 async publishes in flight, its durable pull
+# consumers fetch a batch and ack each message.
+peer_e2e() { # server port records producers consumers batch depth
+  "$peers" "$1" --port "$2" --records "$3" --size "$SIZE" --producers "$4" --consumers "$5" \
+    --batch "$6" --depth "$7" | json 'int(d["records_per_sec"])'
+}
+redis_e2e() { peer_e2e redis "$redis_port" "$@"; }
+nats_e2e() { peer_e2e nats "$nats_port" "$@"; }
 
 echo "measuring..." >&2
 # Memory per retained record: RSS growth while one topic fills 64 partitions x 1000 records.
@@ -103,43 +130,43 @@ for conns in 1 8; do
   handle_rps="$(echo "$handle" | json 'int(d["records_per_sec"])')"
   row "  ... Producer handle, $conns task(s) x 64 sends: records/s" "$handle_rps" "${redis_rps%.*}" "$(ratio "$handle_rps" "$redis_rps")"
   row "  ... Producer handle / server alone" "$handle_rps" "$wire_rps (wire)" "$(ratio "$handle_rps" "$wire_rps")"
+  nats_rps="$(nats_e2e "$RECORDS" "$conns" 0 1 64)"
+  row "  ... beside NATS JetStream async publish, $conns conn(s) x 64 acks" "$handle_rps" "" "" "$nats_rps" "$(ratio "$handle_rps" "$nats_rps")"
 done
 
-# End to end: records/s counts records published AND acknowledged or committed. Redis's
-# producers pipeline 64 XADDs (or 1000, beside our batches of 1000).
-redis_e2e() { # records producers consumers batch depth
-  python3 bench/redis_e2e.py --port "$redis_port" --records "$1" --size "$SIZE" \
-    --producers "$2" --consumers "$3" --batch "$4" --depth "$5" | json 'int(d["records_per_sec"])'
-}
-e2e_row() { # label records redis_rps bench-args...
-  local label="$1" records="$2" redis_rps="$3"; shift 3
+# End to end: records/s counts records published AND acknowledged or committed.
+e2e_row() { # label records redis_rps nats_rps bench-args...
+  local label="$1" records="$2" redis_rps="$3" nats_rps="$4"; shift 4
   local ours ours_rps refused
   ours="$(bench "$@" --records "$records")"
   ours_rps="$(echo "$ours" | json 'int(d["records_per_sec"])')"
   refused="$(echo "$ours" | json 'd["publish_refused_full"]')"
-  row "$label ($refused full)" "$ours_rps" "$redis_rps" "$(ratio "$ours_rps" "$redis_rps")"
+  row "$label ($refused full)" "$ours_rps" "$redis_rps" "$(ratio "$ours_rps" "$redis_rps")" \
+    "$nats_rps" "$([ -n "$nats_rps" ] && ratio "$ours_rps" "$nats_rps")"
 }
 redis_rps="$(redis_e2e "$RECORDS" 2 2 100 64)"
-e2e_row "ack mode, 64 partitions, 2+2 conns: records/s" "$RECORDS" "$redis_rps" \
+nats_rps="$(nats_e2e "$RECORDS" 2 2 100 64)"
+e2e_row "ack mode, 64 partitions, 2+2 conns: records/s" "$RECORDS" "$redis_rps" "$nats_rps" \
   ack --producers 2 --consumers 2 --depth 64
-e2e_row "  ... ours publishing batches of 64" "$RECORDS" "$redis_rps" \
+e2e_row "  ... ours publishing batches of 64" "$RECORDS" "$redis_rps" "$nats_rps" \
   ack --producers 1 --consumers 2 --depth 1 --publish-batch 64
-e2e_row "  ... through the Producer and Consumer handles" "$RECORDS" "$redis_rps" \
+e2e_row "  ... through the Producer and Consumer handles" "$RECORDS" "$redis_rps" "$nats_rps" \
   ack --handles --producers 2 --consumers 2 --depth 64
 redis_rps="$(redis_e2e "$RECORDS" 2 1 1000 64)"
-e2e_row "fetch/commit (batches of 1000), 2+1 conns: records/s" "$RECORDS" "$redis_rps" \
+nats_rps="$(nats_e2e "$RECORDS" 2 1 1000 64)"
+e2e_row "fetch/commit (batches of 1000), 2+1 conns: records/s" "$RECORDS" "$redis_rps" "$nats_rps" \
   fetch --producers 2 --consumers 1 --depth 64 --batch 1000
-e2e_row "  ... through the Producer and Consumer handles" "$RECORDS" "$redis_rps" \
+e2e_row "  ... through the Producer and Consumer handles" "$RECORDS" "$redis_rps" "$nats_rps" \
   fetch --handles --producers 2 --consumers 1 --depth 64 --batch 1000
 # Four times the records, on both sides: at 3 M records/s a million take a third of a second,
 # mostly starting and draining.
 redis_rps="$(redis_e2e $((RECORDS * 4)) 1 2 1000 1000)"
-e2e_row "  ... batches of 1000 both ways, 1+2 conns, 4x records" $((RECORDS * 4)) "$redis_rps" \
+e2e_row "  ... batches of 1000 both ways, 1+2 conns, 4x records" $((RECORDS * 4)) "$redis_rps" "" \
   fetch --producers 1 --consumers 2 --depth 2 --publish-batch 1000 --batch 1000
 
-printf '\n%-52s %14s %14s %8s\n' "workload ($SIZE-byte records, $RECORDS records, $THREADS thread)" "ours" "Redis 7" "ratio"
+printf '\n%-60s %12s %12s %8s %12s %8s\n' "workload ($SIZE-byte records, $RECORDS records, $THREADS thread)" "ours" "Redis 7" "ratio" "NATS JS" "ratio"
 printf '%s\n' "${rows[@]}"
 echo
 echo "server memory per retained record beyond its $SIZE-byte payload: about $overhead bytes (RSS growth / 64,000 records)"
-echo "(latency rows: lower is better; throughput rows: higher is better. Redis end-to-end clients are Python (redis-py) processes, as in the reference figures; ours are broker bench tasks.)"
+echo "(latency rows: lower is better; throughput rows: higher is better. Redis and NATS end-to-end clients are compiled Rust (bench/peers: the redis and async-nats crates) on one thread; ours are broker bench tasks.)"
 echo "(\"full\": publishes answered -1 because a partition was at capacity; end-to-end producers retry them after a back-off. Publish rows use limits retention, so every record is stored. Handle rows count records, which the Producer batches into requests by itself.)"
