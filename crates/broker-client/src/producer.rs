@@ -118,8 +118,7 @@ impl ProducerBuilder {
                 id: random_id(),
                 settings: self,
                 topics: Mutex::new(HashMap::new()),
-                unsettled: AtomicUsize::new(0),
-                settled: Notify::new(),
+                unsettled: Arc::new(Unsettled::default()),
             }),
         }
     }
@@ -171,8 +170,7 @@ struct Inner {
     settings: ProducerBuilder,
     topics: Mutex<HashMap<String, Topic>>,
     /// Records sent and not yet answered, for `flush`.
-    unsettled: AtomicUsize,
-    settled: Notify,
+    unsettled: Arc<Unsettled>,
 }
 
 /// A topic a producer sends to.
@@ -202,7 +200,52 @@ struct Queued {
     queued: Instant,
     size: usize,
     deadline: Instant,
-    answer: oneshot::Sender<Result<Stored, ProducerError>>,
+    answer: Answer,
+}
+
+/// How many records are sent and not yet answered, and a notification when that becomes zero.
+#[derive(Debug, Default)]
+struct Unsettled {
+    count: AtomicUsize,
+    settled: Notify,
+}
+
+/// Where a record's answer goes. The record counts as unsettled until it is answered (or its
+/// answer is dropped), whether or not anyone still awaits its `send`.
+#[derive(Debug)]
+struct Answer {
+    reply: Option<oneshot::Sender<Result<Stored, ProducerError>>>,
+    unsettled: Arc<Unsettled>,
+}
+
+impl Answer {
+    fn new(
+        unsettled: &Arc<Unsettled>,
+    ) -> (Answer, oneshot::Receiver<Result<Stored, ProducerError>>) {
+        unsettled.count.fetch_add(1, Ordering::AcqRel);
+        let (reply, receiver) = oneshot::channel();
+        let answer = Answer {
+            reply: Some(reply),
+            unsettled: Arc::clone(unsettled),
+        };
+        (answer, receiver)
+    }
+
+    /// Answers the sender, if it still waits.
+    fn send(mut self, result: Result<Stored, ProducerError>) {
+        if let Some(reply) = self.reply.take() {
+            // The sender may have dropped its future: the record is answered all the same.
+            let _ = reply.send(result);
+        }
+    }
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        if self.unsettled.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.unsettled.settled.notify_waiters();
+        }
+    }
 }
 
 /// A random producer id: the process's random hashing keys over the time, the process id and
@@ -249,32 +292,25 @@ impl Producer {
         topic: &str,
         record: PublishRecord,
     ) -> impl Future<Output = Result<Stored, ProducerError>> + Send + 'static {
-        let inner = Arc::clone(&self.inner);
-        inner.unsettled.fetch_add(1, Ordering::AcqRel);
-        let (answer, receiver) = oneshot::channel();
+        let (answer, receiver) = Answer::new(&self.inner.unsettled);
         let now = Instant::now();
         let queued = Queued {
             size: record.size(),
             record,
             queued: now,
-            deadline: now + inner.settings.delivery_timeout,
+            deadline: now + self.inner.settings.delivery_timeout,
             answer,
         };
-        inner.queue(topic, queued);
-        async move {
-            let result = receiver.await.unwrap_or(Err(ProducerError::Closed));
-            if inner.unsettled.fetch_sub(1, Ordering::AcqRel) == 1 {
-                inner.settled.notify_waiters();
-            }
-            result
-        }
+        self.inner.queue(topic, queued);
+        async move { receiver.await.unwrap_or(Err(ProducerError::Closed)) }
     }
 
-    /// Waits until every record sent so far is stored or has failed.
+    /// Waits until every record sent so far is stored or has failed, whether or not its `send`
+    /// is still awaited.
     pub async fn flush(&self) {
         loop {
-            let settled = self.inner.settled.notified();
-            if self.inner.unsettled.load(Ordering::Acquire) == 0 {
+            let settled = self.inner.unsettled.settled.notified();
+            if self.inner.unsettled.count.load(Ordering::Acquire) == 0 {
                 return;
             }
             settled.await;
@@ -355,7 +391,7 @@ impl Inner {
                     } else {
                         ProducerError::Refused(last)
                     };
-                    let _ = queued.answer.send(Err(failure));
+                    queued.answer.send(Err(failure));
                 }
             }
         }
@@ -379,7 +415,7 @@ impl TopicSender {
                             "partition {partition} does not exist: the topic has partitions 0 to {}",
                             count - 1
                         )));
-                        let _ = queued.answer.send(Err(ProducerError::Refused(refused)));
+                        queued.answer.send(Err(ProducerError::Refused(refused)));
                         return;
                     }
                 }
@@ -389,7 +425,7 @@ impl TopicSender {
         };
         queued.record.partition = None;
         if let Err(mpsc::error::SendError((_, queued))) = self.queue.send((partition, queued)) {
-            let _ = queued.answer.send(Err(ProducerError::Closed));
+            queued.answer.send(Err(ProducerError::Closed));
         }
     }
 }
@@ -603,7 +639,7 @@ async fn store(client: &Client, topic: &str, parts: Vec<Part>) -> Vec<Settled> {
                     .map(|part| {
                         for queued in part.batch {
                             let refused = ProducerError::Refused(error.copy());
-                            let _ = queued.answer.send(Err(refused));
+                            queued.answer.send(Err(refused));
                         }
                         Settled {
                             partition: part.partition,
@@ -629,7 +665,7 @@ async fn store(client: &Client, topic: &str, parts: Vec<Part>) -> Vec<Settled> {
                 .map(|part| {
                     for queued in part.batch {
                         let timeout = ProducerError::Timeout { last: error.copy() };
-                        let _ = queued.answer.send(Err(timeout));
+                        queued.answer.send(Err(timeout));
                     }
                     Settled {
                         partition: part.partition,
@@ -662,7 +698,7 @@ fn settle(topic: &str, parts: Vec<Part>, placed: Vec<(i32, i64)>) -> Vec<Settled
                 .take_while(|(_, offset)| *offset >= 0)
                 .count();
             for (queued, (partition, offset)) in part.batch.drain(..stored).zip(answers) {
-                let _ = queued.answer.send(Ok(Stored { partition, offset }));
+                queued.answer.send(Ok(Stored { partition, offset }));
             }
             part.numbering.next += stored as u64;
             // The rest was refused because the partition is full, so certainly not stored:
@@ -672,7 +708,7 @@ fn settle(topic: &str, parts: Vec<Part>, placed: Vec<(i32, i64)>) -> Vec<Settled
                 .into_iter()
                 .partition(|queued| queued.deadline <= now);
             for queued in expired {
-                let _ = queued.answer.send(Err(ProducerError::Full {
+                queued.answer.send(Err(ProducerError::Full {
                     topic: topic.to_owned(),
                     partition: part.partition as i32,
                 }));

@@ -275,3 +275,23 @@ async fn a_refused_record_fails_at_once() {
         }
     );
 }
+
+#[tokio::test]
+async fn flush_waits_for_records_whose_send_was_dropped() {
+    let server = TestServer::with_capacity(1_000).await;
+    let client = server.client().await;
+    client.create("t", 3).await.unwrap();
+    let producer = Producer::builder().build(client.clone());
+    for i in 0..300 {
+        // Sent, never awaited: still stored, and still waited for by flush.
+        drop(producer.send("t", PublishRecord::keyed(None, format!("r{i}"))));
+    }
+    tokio::time::timeout(Duration::from_secs(30), producer.flush())
+        .await
+        .expect("flush returned");
+    let mut stored = 0;
+    for partition in 0..3 {
+        stored += client.end_offset("t", partition).await.unwrap();
+    }
+    assert_eq!(stored, 300);
+}
