@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::bench::BenchArgs;
+use crate::retention::RetentionArg;
 
 /// Talk to a broker-server from a shell: create and delete topics, publish, consume as a group
 /// member, replay and reset groups, inspect groups and lag, size disks, and benchmark.
@@ -156,15 +157,6 @@ pub struct CreateArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-/// `--retention`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RetentionArg {
-    /// A record stays until every group of the topic has consumed it.
-    Interest,
-    /// Records stay up to the topic's limits, consumed or not.
-    Limits,
 }
 
 /// `--discard`.

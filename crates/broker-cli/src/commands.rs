@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use broker_client::{
     Assignor, Client, Consumer, ConsumerStatus, Delivery, Discard, Error, GroupSetting, KeyHash,
-    PublishRecord, ResetTo, Retention, StartAt, TopicSetting, MAX_POLL_RECORDS,
+    PublishRecord, ResetTo, StartAt, TopicSetting, MAX_POLL_RECORDS,
 };
 
 use crate::connect::Server;
@@ -18,8 +18,9 @@ use tokio::sync::watch;
 use crate::cli::{
     AssignorArg, Cli, Command, ConsumeArgs, ConsumeMode, CreateArgs, DeleteArgs, DescribeArgs,
     DiscardArg, GroupArgs, GroupCommand, JoinArgs, KeyHashArg, LagArgs, MemberArgs, OffsetsArgs,
-    PublishArgs, PurgeArgs, ResetArgs, RetentionArg, SizeArgs, StartAtArg,
+    PublishArgs, PurgeArgs, ResetArgs, SizeArgs, StartAtArg,
 };
+use crate::retention::RetentionArg;
 use crate::{bench, output, size};
 
 /// How many publishes `broker publish` keeps in flight on its connection.
@@ -73,15 +74,6 @@ impl From<AssignorArg> for Assignor {
         match arg {
             AssignorArg::RoundRobin => Assignor::RoundRobin,
             AssignorArg::Range => Assignor::Range,
-        }
-    }
-}
-
-impl From<RetentionArg> for Retention {
-    fn from(arg: RetentionArg) -> Self {
-        match arg {
-            RetentionArg::Interest => Retention::Interest,
-            RetentionArg::Limits => Retention::Limits,
         }
     }
 }

@@ -15,6 +15,7 @@ mod cli;
 mod commands;
 mod connect;
 mod output;
+mod retention;
 mod size;
 
 use std::process::ExitCode;

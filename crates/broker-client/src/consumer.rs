@@ -177,6 +177,11 @@ struct Membership {
 }
 
 impl Membership {
+    /// The client, and the topic, group and member every call names.
+    fn names(&self) -> (&Client, &str, &str, &str) {
+        (&self.client, &self.topic, &self.group, &self.member)
+    }
+
     /// The acknowledgements [`Delivery::ack_later`] queued, at most [`MAX_ACKS`] (the rest
     /// wait for the next request).
     fn take_later(&self) -> Vec<(i32, i64)> {
@@ -274,17 +279,10 @@ impl Delivery {
     }
 
     async fn settle(&self, how: Settle) -> Result<bool, Error> {
-        let Membership {
-            client,
-            mode,
-            topic,
-            group,
-            member,
-            ..
-        } = &*self.membership;
-        if *mode == ConsumeMode::Fetch {
+        if self.membership.mode == ConsumeMode::Fetch {
             return Ok(false);
         }
+        let (client, topic, group, member) = self.membership.names();
         let (partition, offset) = (self.record.partition, self.record.offset);
         for attempt in 0..SETTLE_ATTEMPTS {
             let settled = match how {
@@ -472,13 +470,7 @@ impl Consumer {
         if self.settings.mode != ConsumeMode::Fetch || !self.joined {
             return Ok(());
         }
-        let Membership {
-            client,
-            topic,
-            group,
-            member,
-            ..
-        } = &*self.membership;
+        let (client, topic, group, member) = self.membership.names();
         client.commit(topic, group, member, None).await?;
         self.committed = Instant::now();
         Ok(())
@@ -491,13 +483,7 @@ impl Consumer {
     /// # Errors
     /// As [`Client::commit`]; `NotAssigned` for a partition this member does not own.
     pub async fn commit_offsets(&mut self, offsets: BTreeMap<i32, i64>) -> Result<(), Error> {
-        let Membership {
-            client,
-            topic,
-            group,
-            member,
-            ..
-        } = &*self.membership;
+        let (client, topic, group, member) = self.membership.names();
         client.commit(topic, group, member, Some(offsets)).await?;
         self.committed = Instant::now();
         Ok(())
@@ -513,13 +499,7 @@ impl Consumer {
     pub async fn close(mut self) -> Result<(), Error> {
         self.closed = true;
         let committed = self.settle().await;
-        let Membership {
-            client,
-            topic,
-            group,
-            member,
-            ..
-        } = &*self.membership;
+        let (client, topic, group, member) = self.membership.names();
         let left = client.leave(topic, group, member).await;
         committed.and(left.map(drop))
     }
@@ -557,13 +537,7 @@ impl Consumer {
                 .settings
                 .auto_commit
                 .is_some_and(|interval| self.committed.elapsed() >= interval);
-        let Membership {
-            client,
-            topic,
-            group,
-            member,
-            ..
-        } = &*self.membership;
+        let (client, topic, group, member) = self.membership.names();
         let (max, wait) = (self.settings.max_records, self.settings.max_wait);
         let records = match (self.settings.mode, self.recover) {
             // Records reserved to this member by a lost answer (or by an earlier consumer of
@@ -602,13 +576,7 @@ impl Consumer {
     /// moved them past records this consumer never got. (A member that joins anew needs
     /// nothing: joining rebalances, and a rebalance moves positions to the committed offsets.)
     async fn join(&mut self) -> Result<(), Error> {
-        let Membership {
-            client,
-            topic,
-            group,
-            member,
-            ..
-        } = &*self.membership;
+        let (client, topic, group, member) = self.membership.names();
         if self.settings.mode == ConsumeMode::Fetch && self.recover {
             let held = client.assignment(topic, group, member).await?;
             if !held.is_empty() {
@@ -645,13 +613,7 @@ impl Consumer {
     /// Asks for the member's partitions; none means it may have been removed (its session
     /// expired), and it joins again, which changes nothing if it was still there.
     async fn check_assignment(&mut self) -> Result<(), Error> {
-        let Membership {
-            client,
-            topic,
-            group,
-            member,
-            ..
-        } = &*self.membership;
+        let (client, topic, group, member) = self.membership.names();
         let partitions = client.assignment(topic, group, member).await?;
         if partitions.is_empty() {
             return self.join().await;
@@ -681,13 +643,7 @@ impl Drop for Consumer {
             && self.settings.auto_commit.is_some()
             && self.joined;
         runtime.spawn(async move {
-            let Membership {
-                client,
-                topic,
-                group,
-                member,
-                ..
-            } = &*membership;
+            let (client, topic, group, member) = membership.names();
             if let Err(error) = membership.flush_later().await {
                 tracing::debug!(%error, "a dropped consumer could not acknowledge");
             }

@@ -20,8 +20,8 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::cli::RetentionArg;
 use crate::connect::Server;
+use crate::retention::RetentionArg;
 use crate::size::with_thousands;
 
 mod load;
@@ -713,13 +713,7 @@ async fn consume(client: Client, consumer: Consumer) -> anyhow::Result<()> {
     // server applies after the commit).
     let mut unsettled: Vec<(i32, i64)> = Vec::new();
     loop {
-        let done = shared.producers_done.load(Ordering::SeqCst)
-            && check
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .consumed
-                >= shared.published.load(Ordering::SeqCst);
-        if done {
+        if consumed_everything(&shared, &check) {
             settle(&client, &topic, group, &member, mode, &unsettled).await?;
             // Leave, so the benchmark topic keeps no member that will never call again.
             client.leave(&topic, group, &member).await?;
@@ -785,13 +779,7 @@ async fn consume_with_handle(client: Client, consumer: Consumer) -> anyhow::Resu
         .start(client)
         .await?;
     loop {
-        let done = shared.producers_done.load(Ordering::SeqCst)
-            && check
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .consumed
-                >= shared.published.load(Ordering::SeqCst);
-        if done {
+        if consumed_everything(&shared, &check) {
             handle.close().await?;
             return Ok(());
         }
@@ -804,6 +792,16 @@ async fn consume_with_handle(client: Client, consumer: Consumer) -> anyhow::Resu
             delivery.ack_later();
         }
     }
+}
+
+/// Whether the producers are done and the group consumed everything they published.
+fn consumed_everything(shared: &Shared, check: &Mutex<GroupCheck>) -> bool {
+    shared.producers_done.load(Ordering::SeqCst)
+        && check
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .consumed
+            >= shared.published.load(Ordering::SeqCst)
 }
 
 /// Fails unless every acknowledgement matched its delivery.
