@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use broker_client::Client;
+use broker_client::{Client, PartitionBatch, PublishRecord};
 use broker_testkit::{process::refused_start, process::ServerProcess, rng::Rng};
 use tokio::sync::watch;
 
@@ -676,14 +676,14 @@ fn fixture_json<T: serde::de::DeserializeOwned>(name: &str) -> T {
     serde_json::from_str(&std::fs::read_to_string(fixtures().join(name)).unwrap()).unwrap()
 }
 
-/// Every record of the fixture's topics `events` and `orders`, read by a new group from the
-/// earliest retained offset, as `broker consume --json` printed them: with the fields of
-/// protocol version 2 (time, headers, delivery count) when `v2`. Compared with the lines the
-/// fixture's release printed, `expected`.
-async fn check_fixture_records(client: &Client, expected: &str, v2: bool) {
+/// Every record of the fixture's `topics`, read by a new group from the earliest retained
+/// offset, as `broker consume --json` printed them: with the fields of protocol version 2 (time,
+/// headers, delivery count) when `v2`. Compared with the lines the fixture's release printed,
+/// `expected`.
+async fn check_fixture_records(client: &Client, topics: &[&str], expected: &str, v2: bool) {
     let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).unwrap();
     let mut read = Vec::new();
-    for topic in ["events", "orders"] {
+    for &topic in topics {
         client.join(topic, "fixture-check", "reader").await.unwrap();
         loop {
             let records = client
@@ -749,7 +749,13 @@ async fn a_data_directory_of_format_version_1_opens_unchanged() {
     }
     let as_v1 = broker_core::v1::Outcome::try_from(broker_core::Outcome::Description(described));
     assert_eq!(as_v1, Ok(broker_core::v1::Outcome::Description(expected)));
-    check_fixture_records(&client, "expected-records-v1.jsonl", false).await;
+    check_fixture_records(
+        &client,
+        &["events", "orders"],
+        "expected-records-v1.jsonl",
+        false,
+    )
+    .await;
 }
 
 /// A data directory of format version 2 (`tests/fixtures/data-v2`, made by
@@ -761,7 +767,71 @@ async fn a_data_directory_of_format_version_2_opens_unchanged() {
     let (_dir, _server, client) = open_fixture("data-v2").await;
     let expected: broker_client::BrokerDescription = fixture_json("expected-v2.json");
     assert_eq!(client.describe().await.unwrap(), expected);
-    check_fixture_records(&client, "expected-records-v2.jsonl", true).await;
+    check_fixture_records(
+        &client,
+        &["events", "orders"],
+        "expected-records-v2.jsonl",
+        true,
+    )
+    .await;
+}
+
+/// A data directory of format version 3 (`tests/fixtures/data-v3`, made by
+/// `tests/fixtures/make-data-v3.sh`: format 2's contents, plus two topics written by idempotent
+/// producers, one before the last checkpoint and one after) opens with the same description and
+/// records, and with each producer's sequences: a batch repeating a producer's last record on
+/// each partition is answered with that record's offset, and only the new record after it is
+/// stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_of_format_version_3_opens_unchanged() {
+    let (_dir, _server, client) = open_fixture("data-v3").await;
+    let expected: broker_client::BrokerDescription = fixture_json("expected-v3.json");
+    assert_eq!(client.describe().await.unwrap(), expected);
+    check_fixture_records(
+        &client,
+        &["events", "orders", "receipts", "refunds"],
+        "expected-records-v3.jsonl",
+        true,
+    )
+    .await;
+    let producers: HashMap<String, String> = fixture_json("producers-v3.json");
+    assert_eq!(producers.len(), 2);
+    for (topic, producer) in producers {
+        let producer = u64::from_str_radix(&producer, 16).unwrap();
+        let described = expected.topics.iter().find(|t| t.name == topic).unwrap();
+        // Only this producer wrote the topic, from sequence 0 at offset 0 of each partition
+        // (its records are keyed: some partitions may have none).
+        let written: Vec<_> = described
+            .partitions
+            .iter()
+            .filter(|partition| partition.end_offset > 0)
+            .collect();
+        assert!(!written.is_empty(), "nothing in {topic}");
+        for partition in written {
+            let stored = partition.end_offset;
+            let batch = PartitionBatch {
+                partition: partition.partition,
+                sequence: u64::try_from(stored - 1).unwrap(),
+                records: vec![
+                    PublishRecord::to_partition(partition.partition, "repeated"),
+                    PublishRecord::to_partition(partition.partition, "new"),
+                ],
+            };
+            let placed = client
+                .publish_idempotent(&topic, producer, vec![batch])
+                .await
+                .unwrap();
+            assert_eq!(
+                placed,
+                [
+                    (partition.partition, stored - 1),
+                    (partition.partition, stored)
+                ],
+                "{topic} partition {}",
+                partition.partition
+            );
+        }
+    }
 }
 
 /// What the retention workload was told: acknowledged operations only.

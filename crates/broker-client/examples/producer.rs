@@ -1,10 +1,11 @@
 //! A producer: four tasks send keyed orders through one `Producer`, which batches them per
 //! partition, stores each exactly once and answers each with where it was stored. Run it with a
-//! server listening on 127.0.0.1:9092 (or at `BROKER_ADDR`):
+//! server listening on 127.0.0.1:9092 (or at `BROKER_ADDR`), with how many records to send
+//! (10,000 by default) and the topic (`orders` by default):
 //!
 //! ```sh
 //! cargo run --release --bin broker-server -- --listen 127.0.0.1:9092 &
-//! cargo run --example producer -p broker-client -- 100000
+//! cargo run --example producer -p broker-client -- 100000 orders
 //! ```
 
 use std::time::{Duration, Instant};
@@ -18,12 +19,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(count) => count.parse()?,
         None => 10_000,
     };
+    let topic = std::env::args()
+        .nth(2)
+        .unwrap_or_else(|| "orders".to_owned());
     let client = Client::connect(addr.as_str()).await?;
     // Limits retention keeps the newest records whether or not anyone consumed them, so the
     // example never fills a partition; `broker create` offers the same settings.
     let limits = [TopicSetting::Retention(Retention::Limits)];
     client
-        .create_topic("orders", 3, KeyHash::default(), &limits)
+        .create_topic(&topic, 3, KeyHash::default(), &limits)
         .await?;
     let producer = Producer::builder()
         .delivery_timeout(Duration::from_secs(30))
@@ -33,6 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tasks: Vec<_> = (0..4)
         .map(|task| {
             let producer = producer.clone();
+            let topic = topic.clone();
             tokio::spawn(async move {
                 // Queue every send at once: they are batched as soon as they are called, and
                 // the records of one customer keep their order.
@@ -41,7 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         let customer = format!("customer-{}", i % 100);
                         let order = format!("order {task}-{i}");
                         producer.send(
-                            "orders",
+                            &topic,
                             PublishRecord::keyed(Some(customer.as_bytes()), order),
                         )
                     })
@@ -57,7 +62,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     producer.flush().await;
     let elapsed = started.elapsed();
     println!(
-        "stored {stored} records in {elapsed:.2?} ({:.0} records/s)",
+        "producer {:016x} stored {stored} records in {elapsed:.2?} ({:.0} records/s)",
+        producer.id(),
         stored as f64 / elapsed.as_secs_f64()
     );
     Ok(())
