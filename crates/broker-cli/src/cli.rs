@@ -78,8 +78,8 @@ command-line arguments.";
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create a topic with its retention (succeeds, saying so, if it already exists), or give an
-    /// existing topic more partitions.
+    /// Create a topic with its retention (succeeds, saying so, if it already exists as asked;
+    /// fails if it exists otherwise), or give an existing topic more partitions.
     Create(CreateArgs),
     /// Delete a topic with its records and groups; consumers waiting on it are answered at once.
     Delete(DeleteArgs),
@@ -123,24 +123,30 @@ publishes. With `limits` records stay up to --max-records, --max-bytes and --max
 partition, consumed or not, and the oldest are discarded to make room (--discard new refuses
 new records instead). --max-age works with either: older records leave.
 
---add-partitions gives an existing topic more partitions (never fewer). Keys then map to other
-partitions, as in Kafka: order per key holds only among records published after the change.")]
+If the topic exists, `create` succeeds (exit status 0) when it has what the command names: the
+--partitions, --key-hash and retention settings given (retention settings are compared as a
+whole). Otherwise it fails (exit status 1) and says what the topic has: a topic's settings and
+key hash never change, and --add-partitions gives an existing topic more partitions (never
+fewer). Keys then map to other partitions, as in Kafka: order per key holds only among records
+published after the change.")]
 pub struct CreateArgs {
     /// Topic name: 1 to 64 ASCII letters, digits, '_' or '-'.
     pub topic: String,
     /// Number of partitions, 1 to the server's --max-partitions (64 by default); with
-    /// --add-partitions, the count an existing topic grows to.
-    #[arg(long, short, default_value_t = 1)]
-    pub partitions: i32,
+    /// --add-partitions, the count an existing topic grows to. 1 for a new topic when not given.
+    #[arg(long, short)]
+    pub partitions: Option<i32>,
     /// If the topic exists with fewer partitions, add partitions up to --partitions.
     #[arg(long)]
     pub add_partitions: bool,
-    /// How keyed publishes choose a partition.
-    #[arg(long, value_enum, default_value_t = KeyHashArg::Murmur2)]
-    pub key_hash: KeyHashArg,
-    /// What keeps a record: every group's interest in it, or limits alone.
-    #[arg(long, value_enum, default_value_t = RetentionArg::Interest)]
-    pub retention: RetentionArg,
+    /// How keyed publishes choose a partition: murmur2 (Kafka's, the default for a new topic) or
+    /// fnv1a.
+    #[arg(long, value_enum)]
+    pub key_hash: Option<KeyHashArg>,
+    /// What keeps a record: every group's interest in it (the default for a new topic), or
+    /// limits alone.
+    #[arg(long, value_enum)]
+    pub retention: Option<RetentionArg>,
     /// Records a partition keeps at most, 1 to 2147483647.
     #[arg(long, value_name = "N")]
     pub max_records: Option<u64>,
@@ -514,7 +520,7 @@ pub struct DescribeArgs {
 pub struct LagArgs {
     /// Topic.
     pub topic: String,
-    /// Consumer group (a group that does not exist shows the full retained log as lag).
+    /// Consumer group (one that does not exist on the topic is an error: exit status 1).
     #[arg(long, short)]
     pub group: String,
     /// Print JSON instead of a table.

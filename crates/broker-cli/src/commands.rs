@@ -104,8 +104,8 @@ fn millis(duration: Duration) -> u64 {
 /// The retention settings `broker create` was given.
 fn topic_settings(args: &CreateArgs) -> Vec<TopicSetting> {
     let mut settings = Vec::new();
-    if args.retention != RetentionArg::Interest {
-        settings.push(TopicSetting::Retention(args.retention.into()));
+    if let Some(retention) = args.retention.filter(|&r| r != RetentionArg::Interest) {
+        settings.push(TopicSetting::Retention(retention.into()));
     }
     if let Some(max) = args.max_records {
         settings.push(TopicSetting::MaxRecords(max));
@@ -124,44 +124,49 @@ fn topic_settings(args: &CreateArgs) -> Vec<TopicSetting> {
 
 async fn create(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
     let settings = topic_settings(&args);
+    let asked = args.partitions.unwrap_or(1);
+    let key_hash = args.key_hash.map_or(KeyHash::default(), KeyHash::from);
     let created = client
-        .create_topic(
-            &args.topic,
-            args.partitions,
-            args.key_hash.into(),
-            &settings,
-        )
+        .create_topic(&args.topic, asked, key_hash, &settings)
         .await?;
     let topic = client.describe_topic(&args.topic).await?;
     let had = topic.partitions.len() as i32;
     let (result, count) = if created {
-        ("created", args.partitions)
-    } else if args.add_partitions && args.partitions > had {
-        let count = client.add_partitions(&args.topic, args.partitions).await?;
-        eprintln!(
-            "note: keys now map to other partitions: order per key holds only among records \
-             published from now on"
-        );
-        ("grown", count)
-    } else if args.add_partitions && args.partitions < had {
-        bail!(
-            "topic {} has {had} partitions; partitions are never removed",
-            args.topic
-        );
+        ("created", asked)
     } else {
-        ("exists", had)
-    };
-    if !created && !settings.is_empty() {
-        let given = broker_client::TopicSettings::from_list(&settings)?;
-        let existing = broker_client::TopicSettings::from_list(&topic.settings)?;
-        if given != existing {
-            eprintln!(
-                "note: the settings of an existing topic do not change; {} keeps: {}",
+        let (has, not): (Vec<String>, Vec<String>) =
+            differences(&args, &settings, &topic)?.into_iter().unzip();
+        if !has.is_empty() {
+            bail!(
+                "topic {} already exists with {}, not {}: a topic's key hash and retention \
+                 settings never change (delete it and create it again to change them)",
                 args.topic,
-                output::settings_text(&topic.settings)
+                has.join(", "),
+                not.join(", ")
             );
         }
-    }
+        match args.partitions {
+            Some(asked) if args.add_partitions && asked > had => {
+                let count = client.add_partitions(&args.topic, asked).await?;
+                eprintln!(
+                    "note: keys now map to other partitions: order per key holds only among \
+                     records published from now on"
+                );
+                ("grown", count)
+            }
+            Some(asked) if asked < had || (asked > had && !args.add_partitions) => bail!(
+                "topic {} already exists with {had} partition{}, not {asked}: {}",
+                args.topic,
+                plural(had),
+                if asked < had {
+                    "partitions are never removed"
+                } else {
+                    "add --add-partitions to grow it"
+                }
+            ),
+            _ => ("exists", had),
+        }
+    };
     if args.json {
         outln!(
             "{}",
@@ -174,7 +179,6 @@ async fn create(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
         )?;
         return Ok(());
     }
-    let plural = |count: i32| if count == 1 { "" } else { "s" };
     match result {
         "created" if settings.is_empty() => outln!(
             "created topic {} with {count} partition{}",
@@ -193,13 +197,52 @@ async fn create(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
             plural(count)
         )?,
         _ => outln!(
-            "topic {} already exists (left unchanged): {had} partition{}, {}",
+            "topic {} already exists as asked: {had} partition{}, {}",
             args.topic,
             plural(had),
             output::settings_text(&topic.settings)
         )?,
     }
     Ok(())
+}
+
+/// "s" for a count other than one.
+fn plural(count: i32) -> &'static str {
+    if count == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// What an existing topic has that `broker create` named otherwise, besides its partition
+/// count: (what it has, what was asked), in words.
+fn differences(
+    args: &CreateArgs,
+    settings: &[TopicSetting],
+    topic: &broker_client::TopicDescription,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let mut differences = Vec::new();
+    if let Some(asked) = args.key_hash.map(KeyHash::from) {
+        if asked != topic.key_hash {
+            differences.push((
+                format!("key hash {}", topic.key_hash.name()),
+                format!("key hash {}", asked.name()),
+            ));
+        }
+    }
+    let named_retention = !settings.is_empty() || args.retention.is_some();
+    if named_retention
+        && broker_client::TopicSettings::from_list(settings)?
+            != broker_client::TopicSettings::from_list(&topic.settings)?
+    {
+        let words = |settings: &[TopicSetting]| match output::settings_text(settings) {
+            text if text.is_empty() => "interest retention".to_owned(),
+            text => text,
+        };
+        differences.push((words(&topic.settings), words(settings)));
+    }
+    Ok(differences)
 }
 
 async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
@@ -655,15 +698,20 @@ async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()> {
 }
 
 async fn lag(client: &Client, args: LagArgs) -> anyhow::Result<()> {
-    let lag = client.lag(&args.topic, &args.group).await?;
     let known = client.describe_topic(&args.topic).await?.groups;
     if !known.iter().any(|group| group.name == args.group) {
-        eprintln!(
-            "note: group {} does not exist on {}: the lag shown is the whole retained log, \
-             where a new group would start",
-            args.group, args.topic
+        let names: Vec<&str> = known.iter().map(|group| group.name.as_str()).collect();
+        bail!(
+            "group {} does not exist on topic {} ({})",
+            args.group,
+            args.topic,
+            match names.is_empty() {
+                true => "it has no groups".to_owned(),
+                false => format!("its groups: {}", names.join(", ")),
+            }
         );
     }
+    let lag = client.lag(&args.topic, &args.group).await?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&lag)?)?;
     } else {
