@@ -59,7 +59,7 @@ fn broker_command() -> Command {
 }
 
 /// Runs `command` with `input` on standard input, within `LIMIT`.
-fn run_command(mut command: Command, input: &str) -> Run {
+fn run_command(mut command: Command, input: impl AsRef<[u8]>) -> Run {
     let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -67,9 +67,9 @@ fn run_command(mut command: Command, input: &str) -> Run {
         .spawn()
         .expect("start broker");
     let mut stdin = child.stdin.take().unwrap();
-    let input = input.to_owned();
+    let input = input.as_ref().to_vec();
     let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(input.as_bytes());
+        let _ = stdin.write_all(&input);
     });
     let reader = |mut pipe: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
@@ -106,7 +106,7 @@ fn broker(server: &ServerProcess, args: &[&str]) -> Run {
 }
 
 /// `broker --addr ADDR args...` with `input` on standard input.
-fn broker_with_input(server: &ServerProcess, args: &[&str], input: &str) -> Run {
+fn broker_with_input(server: &ServerProcess, args: &[&str], input: impl AsRef<[u8]>) -> Run {
     let mut command = broker_command();
     command.args(["--addr", &server.addr_string()]).args(args);
     run_command(command, input)
@@ -700,6 +700,100 @@ fn a_batch_too_large_for_ack_mode_exits_1_before_joining() {
     );
     let groups = &describe_json(&server, "t")["topics"][0]["groups"];
     assert_eq!(groups, &json!([]), "{groups:#}");
+}
+
+/// The payloads of every record of partition 0 of `topic`, read exactly as stored.
+fn payloads(server: &ServerProcess, topic: &str) -> Vec<Vec<u8>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = broker_client::Client::connect(server.addr).await.unwrap();
+        client.join(topic, "payload-check", "reader").await.unwrap();
+        let records = client
+            .fetch(topic, "payload-check", "reader", 1000)
+            .await
+            .unwrap();
+        records
+            .into_iter()
+            .map(|record| record.payload.to_vec())
+            .collect()
+    })
+}
+
+#[test]
+fn publish_reads_standard_input_as_bytes_split_at_the_delimiter() {
+    let server = ServerProcess::start(&[]);
+    for topic in ["lines", "nul", "whole"] {
+        broker(&server, &["create", topic]).ok();
+    }
+    // Lines: not UTF-8, empty, ending in \r\n, and a last one without a line break.
+    let run = broker_with_input(&server, &["publish", "lines"], b"a\n\xff\xfe\n\nb\r\nc");
+    assert_eq!(run.lines().len(), 5, "{run:#?}");
+    run.ok();
+    assert_eq!(
+        payloads(&server, "lines"),
+        [&b"a"[..], b"\xff\xfe", b"", b"b", b"c"]
+    );
+    // NUL-terminated, nothing else removed.
+    broker_with_input(
+        &server,
+        &["publish", "nul", "--delimiter", "\\0"],
+        b"x\r\n\0y\0",
+    )
+    .ok();
+    assert_eq!(payloads(&server, "nul"), [&b"x\r\n"[..], b"y"]);
+    // All of standard input as one record.
+    broker_with_input(&server, &["publish", "whole", "--binary"], b"1\n2\n\0").ok();
+    assert_eq!(payloads(&server, "whole"), [&b"1\n2\n\0"[..]]);
+    // A delimiter is one character; neither option goes with payload arguments.
+    for args in [
+        &["publish", "nul", "--delimiter", "ab"][..],
+        &["publish", "nul", "--delimiter", ",", "x"],
+        &["publish", "nul", "--binary", "x"],
+    ] {
+        let run = broker(&server, args);
+        assert_eq!(run.code, Some(2), "{run:#?}");
+    }
+}
+
+#[test]
+fn publish_json_prints_every_record_refused_ones_too_and_goes_on() {
+    let server = ServerProcess::start(&["--capacity", "2", "--max-payload-bytes", "10"]);
+    broker(&server, &["create", "t"]).ok();
+    let run = broker(
+        &server,
+        &["publish", "t", "a", "0123456789abc", "b", "c", "--json"],
+    );
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    let printed: Vec<Value> = run
+        .lines()
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        printed,
+        [
+            json!({"record": 1, "topic": "t", "partition": 0, "offset": 0}),
+            json!({"record": 2, "topic": "t", "partition": null, "offset": null,
+                   "error": "too large: payload is 13 bytes, the limit is 10"}),
+            json!({"record": 3, "topic": "t", "partition": 0, "offset": 1}),
+            json!({"record": 4, "topic": "t", "partition": 0, "offset": null,
+                   "error": "partition 0 of t is full"}),
+        ]
+    );
+    assert!(
+        run.stderr
+            .contains("record 4 not stored: partition 0 of t is full"),
+        "{run:#?}"
+    );
+    assert!(
+        run.stderr.lines().last().unwrap().starts_with(
+            "error: 2 of 4 records were not stored: 1 because their partition was full"
+        ),
+        "{run:#?}"
+    );
 }
 
 #[test]

@@ -87,7 +87,7 @@ pub enum Command {
     /// delete-records); groups that had not consumed them skip them.
     Purge(PurgeArgs),
     /// Publish records: each PAYLOAD argument is one record; with none, each line of standard
-    /// input is one record.
+    /// input is one record (or each part ending in --delimiter, or all of it with --binary).
     Publish(PublishArgs),
     /// Consume records as a member of a consumer group, print them, and acknowledge or commit
     /// them.
@@ -172,6 +172,22 @@ pub enum DiscardArg {
     New,
     /// Discard the oldest records to make room.
     Old,
+}
+
+/// `--delimiter`: one ASCII character, or an escape for a line break, a tab or NUL.
+pub fn parse_delimiter(text: &str) -> Result<u8, String> {
+    match text {
+        "\\n" => Ok(b'\n'),
+        "\\t" => Ok(b'\t'),
+        "\\r" => Ok(b'\r'),
+        "\\0" => Ok(0),
+        _ => match text.as_bytes() {
+            &[byte] if byte.is_ascii() => Ok(byte),
+            _ => Err(format!(
+                "expected one ASCII character or \\n, \\t, \\r, \\0, not {text:?}"
+            )),
+        },
+    }
 }
 
 /// A byte count with an optional unit: `1048576`, `500MB`, `10GiB`, `64 KiB`.
@@ -381,11 +397,29 @@ pub enum KeyHashArg {
 
 /// `broker publish`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Standard input is read as bytes, not text: any payload, UTF-8 or not, is published as it is.
+Each line is one record, without its line break (\\n, or \\r\\n); an empty line is a record with
+an empty payload, and a last line without a line break is a record too. --delimiter splits at
+another byte instead (\\0 for `find -print0`), with nothing removed but that byte; --binary
+publishes all of standard input as one record.
+
+Records are published in the order given; each is printed with where it was stored, or, with
+--json, as one object per record: {\"record\": N, \"topic\", \"partition\", \"offset\"}, with
+\"offset\": null and an \"error\" for one that was refused (N counts the records given, from 1).
+A refused record does not stop the others; the exit status is then 1.")]
 pub struct PublishArgs {
     /// Topic to publish to.
     pub topic: String,
-    /// Records to publish; read from standard input, one per line, when none is given.
+    /// Records to publish; read from standard input when none is given.
     pub payloads: Vec<String>,
+    /// The byte that ends each record read from standard input: a single ASCII character, or
+    /// \n, \t, \r or \0 (newline by default).
+    #[arg(long, value_name = "CHAR", value_parser = parse_delimiter, conflicts_with_all = ["binary", "payloads"])]
+    pub delimiter: Option<u8>,
+    /// Publish all of standard input as one record.
+    #[arg(long, conflicts_with = "payloads")]
+    pub binary: bool,
     /// Publish to this partition.
     #[arg(long, conflicts_with = "key")]
     pub partition: Option<i32>,

@@ -362,12 +362,50 @@ async fn offsets(client: &Client, args: OffsetsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn publish(client: &Client, args: PublishArgs) -> anyhow::Result<()> {
-    let payloads: Box<dyn Iterator<Item = io::Result<String>>> = if args.payloads.is_empty() {
-        Box::new(io::stdin().lines())
-    } else {
-        Box::new(args.payloads.into_iter().map(Ok))
-    };
+/// The records `broker publish` was given: its arguments, or standard input split as asked.
+fn payloads(args: &mut PublishArgs) -> Box<dyn Iterator<Item = io::Result<Vec<u8>>>> {
+    if !args.payloads.is_empty() {
+        return Box::new(
+            std::mem::take(&mut args.payloads)
+                .into_iter()
+                .map(|payload| Ok(payload.into_bytes())),
+        );
+    }
+    let stdin = io::stdin().lock();
+    if args.binary {
+        let mut all = Vec::new();
+        return Box::new(std::iter::once(
+            io::Read::read_to_end(&mut { stdin }, &mut all).map(|_| all),
+        ));
+    }
+    let delimiter = args.delimiter.unwrap_or(b'\n');
+    Box::new(io::BufRead::split(stdin, delimiter).map(move |part| {
+        let mut part = part?;
+        // A line of a file written on Windows ends in \r\n.
+        if delimiter == b'\n' && part.last() == Some(&b'\r') {
+            part.pop();
+        }
+        Ok(part)
+    }))
+}
+
+/// One record of `broker publish`: where it was stored (an offset of -1 when its partition was
+/// full), or the partition it was meant for (if known) and why the broker refused it alone.
+type Placed = Result<(i32, i64), (Option<i32>, String)>;
+
+/// A failed publish of one record: its refusal when the broker refused that record alone (too
+/// large) and the others may go on, or the error that ends the command.
+fn refused_or_fatal(partition: Option<i32>, error: Error) -> anyhow::Result<Placed> {
+    match error {
+        Error::Server(too_large @ broker_client::ErrorReply::TooLarge { .. }) => {
+            Ok(Err((partition, too_large.to_string())))
+        }
+        other => Err(other.into()),
+    }
+}
+
+async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
+    let payloads = payloads(&mut args);
     let topic = args.topic.as_str();
     let key = args.key.as_deref().map(str::as_bytes);
     let partition = args.partition;
@@ -381,49 +419,89 @@ async fn publish(client: &Client, args: PublishArgs) -> anyhow::Result<()> {
                     Some(partition) => PublishRecord::to_partition(partition, payload),
                     None => PublishRecord::keyed(key, payload),
                 };
-                let placed = client
+                return match client
                     .publish_batch(topic, vec![record.with_headers(headers.clone())])
-                    .await?;
-                return placed
-                    .first()
-                    .copied()
-                    .context("the server placed no record");
+                    .await
+                {
+                    Ok(placed) => placed
+                        .first()
+                        .copied()
+                        .map(Ok)
+                        .context("the server placed no record"),
+                    Err(error) => refused_or_fatal(partition, error),
+                };
             }
-            anyhow::Ok(match partition {
-                Some(partition) => (partition, client.publish(topic, partition, payload).await?),
-                None => client.publish_keyed(topic, key, payload).await?,
-            })
+            let stored = match partition {
+                Some(partition) => client
+                    .publish(topic, partition, payload)
+                    .await
+                    .map(|offset| (partition, offset)),
+                None => client.publish_keyed(topic, key, payload).await,
+            };
+            match stored {
+                Ok(placed) => Ok(Ok(placed)),
+                Err(error) => refused_or_fatal(partition, error),
+            }
         })
         .buffered(PUBLISH_PIPELINE);
-    let (mut stored, mut refused) = (0u64, 0u64);
+    let (mut full, mut other) = (0u64, 0u64);
     let mut stdout = io::stdout().lock();
-    while let Some((partition, offset)) = results.try_next().await? {
-        if offset < 0 {
-            refused += 1;
-            eprintln!("partition {partition} of {topic} is full: record not stored");
-            continue;
-        }
-        stored += 1;
+    let mut record = 0u64;
+    while let Some(result) = results.try_next().await? {
+        record += 1;
+        let (partition, refused) = match result {
+            Ok((partition, offset)) if offset >= 0 => {
+                if args.json {
+                    let json = serde_json::json!({
+                        "record": record, "topic": topic, "partition": partition, "offset": offset,
+                    });
+                    writeln!(stdout, "{json}")?;
+                } else {
+                    writeln!(
+                        stdout,
+                        "published to {topic} partition {partition} offset {offset}"
+                    )?;
+                }
+                continue;
+            }
+            Ok((partition, _)) => {
+                full += 1;
+                (
+                    Some(partition),
+                    format!("partition {partition} of {topic} is full"),
+                )
+            }
+            Err((partition, why)) => {
+                other += 1;
+                (partition, why)
+            }
+        };
+        eprintln!("record {record} not stored: {refused}");
         if args.json {
-            writeln!(
-                stdout,
-                "{}",
-                serde_json::json!({"topic": topic, "partition": partition, "offset": offset})
-            )?;
-        } else {
-            writeln!(
-                stdout,
-                "published to {topic} partition {partition} offset {offset}"
-            )?;
+            let json = serde_json::json!({
+                "record": record, "topic": topic, "partition": partition, "offset": null,
+                "error": refused,
+            });
+            writeln!(stdout, "{json}")?;
         }
     }
-    if refused > 0 {
+    if full + other > 0 {
+        let mut why = Vec::new();
+        if full > 0 {
+            why.push(format!(
+                "{full} because their partition was full: it holds the most the topic allows \
+                 (its --max-records or --max-bytes, or the server's --capacity); see `broker \
+                 describe {topic}` (with interest retention, records leave once every group has \
+                 consumed them)"
+            ));
+        }
+        if other > 0 {
+            why.push(format!("{other} because they were too large"));
+        }
         bail!(
-            "{refused} of {} records were not stored because their partition was full: it holds \
-             the most the topic allows (its --max-records or --max-bytes, or the server's \
-             --capacity); see `broker describe {topic}` (with interest retention, records leave \
-             once every group has consumed them)",
-            stored + refused
+            "{} of {record} records were not stored: {}",
+            full + other,
+            why.join("; ")
         );
     }
     Ok(())
