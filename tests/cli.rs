@@ -1426,3 +1426,45 @@ fn a_closed_standard_output_ends_the_command_quietly() {
     assert!(output.status.success(), "{output:?}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn connection_options_go_before_or_after_the_command_and_only_where_they_are_used() {
+    let server = ServerProcess::start(&[]);
+    let addr = server.addr_string();
+    broker(&server, &["create", "t"]).ok();
+    // After the command as well as before it; the one nearer the command wins.
+    broker_alone(&["describe", "t", "--addr", &addr]).ok();
+    broker_alone(&["--addr", "127.0.0.1:1", "describe", "t", "--addr", &addr]).ok();
+    let help = broker_alone(&["lag", "--help"]);
+    assert!(help.ok().contains("Connection options:"), "{help:#?}");
+    // `broker size` talks to nobody: connection options are bad arguments there.
+    let run = broker_alone(&["size", "--rate", "1000/s", "--addr", &addr]);
+    assert_eq!(run.code, Some(2), "{run:#?}");
+    assert!(!broker_alone(&["size", "--help"]).ok().contains("--addr"));
+    // A bad bench setting names the bench command in its usage line.
+    let run = broker(&server, &["bench", "--size", "10"]);
+    assert_eq!(run.code, Some(2), "{run:#?}");
+    assert!(run.stderr.contains("Usage: broker bench"), "{run:#?}");
+}
+
+#[test]
+fn ping_answers_with_the_server_version_and_its_limits() {
+    let server = ServerProcess::start(&["--max-payload-bytes", "1000"]);
+    let run = broker(&server, &["ping"]);
+    let line = run.ok();
+    assert!(line.starts_with("broker-server/"), "{run:#?}");
+    assert!(line.contains(&server.addr_string()), "{run:#?}");
+    assert!(line.contains("payloads up to 1000 bytes"), "{run:#?}");
+    let run = broker(&server, &["ping", "--json"]);
+    let json: Value = serde_json::from_str(run.ok()).unwrap();
+    assert_eq!(json["addr"], json!(server.addr_string()), "{json:#}");
+    assert_eq!(json["limits"]["max_payload_bytes"], json!(1000), "{json:#}");
+    assert!(json["elapsed_ms"].as_f64().unwrap() >= 0.0, "{json:#}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let run = broker_alone(&["ping", "--addr", &format!("127.0.0.1:{port}")]);
+    assert!(run.one_error_line().contains("cannot reach"), "{run:#?}");
+}

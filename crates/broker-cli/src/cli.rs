@@ -13,11 +13,25 @@ use crate::retention::RetentionArg;
 #[derive(Debug, Parser)]
 #[command(name = "broker", version, after_help = EXAMPLES)]
 pub struct Cli {
+    /// Where the broker-server is: given here, before the command, it counts for the command
+    /// (which may also take them itself).
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How to reach the broker-server: its address, the auth token and TLS. Every command that
+/// talks to a server takes them, after its name or before it (`broker --addr HOST describe`).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Connection options")]
+pub struct ConnectArgs {
     /// Address of the broker-server: HOST:PORT, [IPv6]:PORT, :PORT for this machine (as the
     /// server's --listen :PORT), or a HOST alone for port 9092.
     #[arg(
         long,
-        global = true,
         env = "BROKER_ADDR",
         default_value = "127.0.0.1:9092",
         value_parser = broker_net::connect_address
@@ -27,31 +41,59 @@ pub struct Cli {
     /// File holding the server's auth token (trailing line breaks are ignored). Or set
     /// BROKER_AUTH_TOKEN to the token itself; there is no flag for the token, so that it never
     /// shows in the process list.
-    #[arg(
-        long,
-        global = true,
-        env = "BROKER_AUTH_TOKEN_FILE",
-        value_name = "PATH"
-    )]
+    #[arg(long, env = "BROKER_AUTH_TOKEN_FILE", value_name = "PATH")]
     pub auth_token_file: Option<PathBuf>,
 
     /// Connect with TLS, trusting only the CA certificates in this PEM file.
-    #[arg(long, global = true, env = "BROKER_TLS_CA", value_name = "FILE")]
+    #[arg(long, env = "BROKER_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
 
     /// With --tls-ca: the name the server's TLS certificate must carry; by default the host
     /// part of --addr.
-    #[arg(
-        long,
-        global = true,
-        env = "BROKER_TLS_SERVER_NAME",
-        value_name = "NAME"
-    )]
+    #[arg(long, env = "BROKER_TLS_SERVER_NAME", value_name = "NAME")]
     pub tls_server_name: Option<String>,
+}
 
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Command,
+impl ConnectArgs {
+    /// The ids of its arguments, as clap knows them.
+    const IDS: [&'static str; 4] = ["addr", "auth_token_file", "tls_ca", "tls_server_name"];
+
+    /// The options a command runs with: each one given after the command's name, else each
+    /// one given before it, else the environment variable or default the command saw.
+    /// `before_wins(id)` tells whether the argument `id` was given before the command's name and
+    /// not after it.
+    pub fn merge(
+        before: ConnectArgs,
+        after: ConnectArgs,
+        before_wins: impl Fn(&str) -> bool,
+    ) -> ConnectArgs {
+        let [addr, token, ca, name] = Self::IDS.map(before_wins);
+        ConnectArgs {
+            addr: if addr { before.addr } else { after.addr },
+            auth_token_file: if token {
+                before.auth_token_file
+            } else {
+                after.auth_token_file
+            },
+            tls_ca: if ca { before.tls_ca } else { after.tls_ca },
+            tls_server_name: if name {
+                before.tls_server_name
+            } else {
+                after.tls_server_name
+            },
+        }
+    }
+}
+
+/// A command's own arguments and the connection options it takes after its name.
+#[derive(Debug, Args)]
+pub struct Connected<T: Args> {
+    /// The command's own arguments.
+    #[command(flatten)]
+    pub args: T,
+    /// How to reach the server.
+    #[command(flatten)]
+    pub connect: ConnectArgs,
 }
 
 const EXAMPLES: &str = "\
@@ -80,38 +122,75 @@ command-line arguments.";
 pub enum Command {
     /// Create a topic with its retention (succeeds, saying so, if it already exists as asked;
     /// fails if it exists otherwise), or give an existing topic more partitions.
-    Create(CreateArgs),
+    Create(Connected<CreateArgs>),
     /// Delete a topic with its records and groups; consumers waiting on it are answered at once.
-    Delete(DeleteArgs),
+    Delete(Connected<DeleteArgs>),
     /// Remove the records of a topic's partitions below an offset, consumed or not (Kafka's
     /// delete-records); groups that had not consumed them skip them.
-    Purge(PurgeArgs),
+    Purge(Connected<PurgeArgs>),
     /// Publish records: each PAYLOAD argument is one record; with none, each line of standard
     /// input is one record (or each part ending in --delimiter, or all of it with --binary).
-    Publish(PublishArgs),
+    Publish(Connected<PublishArgs>),
     /// Consume records as a member of a consumer group, print them, and acknowledge or commit
     /// them.
-    Consume(ConsumeArgs),
+    Consume(Connected<ConsumeArgs>),
     /// Join a consumer group and print the member's partitions. The server removes the member
     /// after its session timeout unless it keeps making calls.
-    Join(JoinArgs),
+    Join(Connected<JoinArgs>),
     /// Leave a consumer group; its partitions go to the remaining members.
-    Leave(MemberArgs),
+    Leave(Connected<MemberArgs>),
     /// Show topics (partitions, earliest and end offsets, retained bytes) and their groups
     /// (assignor, members, partitions, committed, in flight, lag).
-    Describe(DescribeArgs),
+    Describe(Connected<DescribeArgs>),
     /// Show a group's lag on each partition of a topic.
-    Lag(LagArgs),
+    Lag(Connected<LagArgs>),
     /// Reset or delete a consumer group.
     #[command(subcommand)]
     Group(GroupCommand),
     /// Show, per partition, the first offset at or after a time: where a replay from then
     /// starts.
-    Offsets(OffsetsArgs),
-    /// Disk sizing: message size × rate × retention × replication, plus headroom.
+    Offsets(Connected<OffsetsArgs>),
+    /// Disk sizing: message size × rate × retention × replication, plus headroom. Talks to no
+    /// server.
     Size(SizeArgs),
+    /// Check that the broker-server answers: connect (with the auth token and TLS, if set),
+    /// exchange the hello, and print the protocol version and the server's limits. Cheap
+    /// enough for a health check.
+    Ping(Connected<PingArgs>),
     /// Measure a broker-server: throughput and latency percentiles under a chosen workload.
-    Bench(BenchArgs),
+    Bench(Connected<BenchArgs>),
+}
+
+impl Command {
+    /// The connection options given after the command's name; `None` for a command that talks
+    /// to no server.
+    pub fn connect_args(&self) -> Option<&ConnectArgs> {
+        match self {
+            Command::Size(_) => None,
+            Command::Create(c) => Some(&c.connect),
+            Command::Delete(c) => Some(&c.connect),
+            Command::Purge(c) => Some(&c.connect),
+            Command::Publish(c) => Some(&c.connect),
+            Command::Consume(c) => Some(&c.connect),
+            Command::Join(c) => Some(&c.connect),
+            Command::Leave(c) => Some(&c.connect),
+            Command::Describe(c) => Some(&c.connect),
+            Command::Lag(c) => Some(&c.connect),
+            Command::Group(GroupCommand::Reset(c)) => Some(&c.connect),
+            Command::Group(GroupCommand::Delete(c)) => Some(&c.connect),
+            Command::Offsets(c) => Some(&c.connect),
+            Command::Ping(c) => Some(&c.connect),
+            Command::Bench(c) => Some(&c.connect),
+        }
+    }
+}
+
+/// `broker ping`.
+#[derive(Debug, Args)]
+pub struct PingArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `broker create`.
@@ -254,10 +333,10 @@ pub struct PurgeArgs {
 pub enum GroupCommand {
     /// Move a group's committed offsets, on every partition or the ones named, all at once:
     /// its members' positions follow and their deliveries in flight there are cancelled.
-    Reset(ResetArgs),
+    Reset(Connected<ResetArgs>),
     /// Delete a group that has no members, with its committed offsets; with interest retention
     /// the records only it held back leave.
-    Delete(GroupArgs),
+    Delete(Connected<GroupArgs>),
 }
 
 /// A topic and one of its groups.
@@ -645,7 +724,7 @@ mod tests {
             ("::1", "[::1]:9092"),
         ] {
             let cli = Cli::try_parse_from(["broker", "--addr", given, "describe"]).unwrap();
-            assert_eq!(cli.addr, meant, "{given}");
+            assert_eq!(cli.connect.addr, meant, "{given}");
         }
         assert!(Cli::try_parse_from(["broker", "--addr", "", "describe"]).is_err());
     }

@@ -16,9 +16,9 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::cli::{
-    AssignorArg, Cli, Command, ConsumeArgs, ConsumeMode, CreateArgs, DeleteArgs, DescribeArgs,
-    DiscardArg, GroupArgs, GroupCommand, JoinArgs, KeyHashArg, LagArgs, MemberArgs, OffsetsArgs,
-    PublishArgs, PurgeArgs, ResetArgs, SizeArgs, StartAtArg,
+    AssignorArg, Command, ConnectArgs, ConsumeArgs, ConsumeMode, CreateArgs, DeleteArgs,
+    DescribeArgs, DiscardArg, GroupArgs, GroupCommand, JoinArgs, KeyHashArg, LagArgs, MemberArgs,
+    OffsetsArgs, PingArgs, PublishArgs, PurgeArgs, ResetArgs, SizeArgs, StartAtArg,
 };
 use crate::retention::RetentionArg;
 use crate::{bench, output, size};
@@ -28,36 +28,69 @@ const PUBLISH_PIPELINE: usize = 256;
 /// How long one waiting poll or fetch of `consume --follow` waits before asking again.
 const FOLLOW_WAIT: Duration = Duration::from_secs(5);
 
-/// Runs one parsed command line.
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    let command = cli.command;
-    if let Command::Size(args) = command {
-        return size_command(&args);
-    }
-    let server = Server {
-        addr: cli.addr,
-        auth_token: broker_net::auth_token(cli.auth_token_file.as_deref())?,
-        tls_ca: cli.tls_ca,
-        tls_server_name: cli.tls_server_name,
+/// Runs one parsed command with the connection options it was given (`None` only for a
+/// command that talks to no server).
+pub async fn run(connect: Option<ConnectArgs>, command: Command) -> anyhow::Result<()> {
+    let server = match connect {
+        Some(connect) => Server {
+            addr: connect.addr,
+            auth_token: broker_net::auth_token(connect.auth_token_file.as_deref())?,
+            tls_ca: connect.tls_ca,
+            tls_server_name: connect.tls_server_name,
+        },
+        None => {
+            let Command::Size(args) = command else {
+                bail!("no connection options for a command that connects");
+            };
+            return size_command(&args);
+        }
     };
     match command {
         Command::Size(args) => size_command(&args),
-        Command::Bench(args) => bench::run(&server, args).await,
-        Command::Create(args) => create(&server.connect().await?, args).await,
-        Command::Delete(args) => delete(&server.connect().await?, args).await,
-        Command::Purge(args) => purge(&server.connect().await?, args).await,
-        Command::Group(GroupCommand::Reset(args)) => reset(&server.connect().await?, args).await,
-        Command::Group(GroupCommand::Delete(args)) => {
-            delete_group(&server.connect().await?, args).await
+        Command::Ping(c) => ping(&server, c.args).await,
+        Command::Bench(c) => bench::run(&server, c.args).await,
+        Command::Create(c) => create(&server.connect().await?, c.args).await,
+        Command::Delete(c) => delete(&server.connect().await?, c.args).await,
+        Command::Purge(c) => purge(&server.connect().await?, c.args).await,
+        Command::Group(GroupCommand::Reset(c)) => reset(&server.connect().await?, c.args).await,
+        Command::Group(GroupCommand::Delete(c)) => {
+            delete_group(&server.connect().await?, c.args).await
         }
-        Command::Offsets(args) => offsets(&server.connect().await?, args).await,
-        Command::Publish(args) => publish(&server.connect().await?, args).await,
-        Command::Consume(args) => consume(&server.connect().await?, args).await,
-        Command::Join(args) => join(&server.connect().await?, args).await,
-        Command::Leave(args) => leave(&server.connect().await?, args).await,
-        Command::Describe(args) => describe(&server.connect().await?, args).await,
-        Command::Lag(args) => lag(&server.connect().await?, args).await,
+        Command::Offsets(c) => offsets(&server.connect().await?, c.args).await,
+        Command::Publish(c) => publish(&server.connect().await?, c.args).await,
+        Command::Consume(c) => consume(&server.connect().await?, c.args).await,
+        Command::Join(c) => join(&server.connect().await?, c.args).await,
+        Command::Leave(c) => leave(&server.connect().await?, c.args).await,
+        Command::Describe(c) => describe(&server.connect().await?, c.args).await,
+        Command::Lag(c) => lag(&server.connect().await?, c.args).await,
     }
+}
+
+async fn ping(server: &Server, args: PingArgs) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let client = server.connect().await?;
+    let elapsed = started.elapsed();
+    let limits = client.server_limits();
+    if args.json {
+        let json = serde_json::json!({
+            "addr": server.addr,
+            "server": client.server_name(),
+            "elapsed_ms": elapsed.as_secs_f64() * 1000.0,
+            "limits": limits,
+        });
+        outln!("{json}")?;
+    } else {
+        outln!(
+            "{} at {} answered in {:.1} ms (connection and hello); it accepts payloads up to {} \
+             bytes and frames up to {} bytes",
+            client.server_name(),
+            server.addr,
+            elapsed.as_secs_f64() * 1000.0,
+            limits.max_payload_bytes,
+            limits.max_frame_bytes
+        )?;
+    }
+    Ok(())
 }
 
 impl From<KeyHashArg> for KeyHash {

@@ -20,7 +20,7 @@ mod size;
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser};
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
 /// The allocator: jemalloc, faster than the system's under this workload (BENCHMARKS.md).
 #[cfg(not(target_env = "msvc"))]
@@ -28,24 +28,30 @@ use clap::{CommandFactory, Parser};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let matches = cli::Cli::command().get_matches();
+    let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let cli::Command::Bench(args) = &cli.command {
-        if let Err(problem) = args.check() {
-            cli::Cli::command()
-                .error(clap::error::ErrorKind::ValueValidation, problem)
-                .exit();
+    if let cli::Command::Bench(bench) = &cli.command {
+        if let Err(problem) = bench.args.check() {
+            let mut command = cli::Cli::command();
+            command.build();
+            if let Some(bench) = command.find_subcommand_mut("bench") {
+                bench
+                    .error(clap::error::ErrorKind::ValueValidation, problem)
+                    .exit();
+            }
         }
-        if let Some(threads) = args.threads {
+        if let Some(threads) = bench.args.threads {
             // At most 1,024 (checked by clap).
             runtime.worker_threads(threads as usize);
         }
     }
+    let connect = connect_args(&cli, &matches);
     let ran = runtime
         .enable_all()
         .build()
         .map_err(anyhow::Error::from)
-        .and_then(|runtime| runtime.block_on(commands::run(cli)));
+        .and_then(|runtime| runtime.block_on(commands::run(connect, cli.command)));
     match ran {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of standard output went away (`| head`): nothing more to say.
@@ -61,6 +67,24 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The connection options of the command: those given after its name, else those given
+/// before it (`broker --addr HOST describe`), else its environment variables and defaults.
+fn connect_args(cli: &cli::Cli, matches: &ArgMatches) -> Option<cli::ConnectArgs> {
+    let after = cli.command.connect_args()?;
+    let mut leaf = matches;
+    while let Some((_, sub)) = leaf.subcommand() {
+        leaf = sub;
+    }
+    let given = |matches: &ArgMatches, id: &str| {
+        matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+    };
+    Some(cli::ConnectArgs::merge(
+        cli.connect.clone(),
+        after.clone(),
+        |id| given(matches, id) && !given(leaf, id),
+    ))
 }
 
 /// Whether `error` is standard output closed by its reader.
