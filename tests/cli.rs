@@ -829,45 +829,11 @@ fn consume_follow_survives_a_server_restart_and_ctrl_c_exits_130_with_the_count(
     let args = ["--data-dir", dir.path().to_str().unwrap()];
     let mut server = ServerProcess::start(&args);
     broker(&server, &["create", "live"]).ok();
-    let mut follower = broker_command()
-        .args(["--addr", &server.addr_string()])
-        .args(["consume", "live", "-g", "g", "-m", "m", "--follow"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start broker consume --follow");
-    // Lines of both pipes arrive on one channel, read by threads, so waits are bounded.
-    let (tx, rx) = mpsc::channel::<(&str, String)>();
-    let forward = |name: &'static str, pipe: Box<dyn Read + Send>, tx: mpsc::Sender<_>| {
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { break };
-                if tx.send((name, line)).is_err() {
-                    break;
-                }
-            }
-        })
-    };
-    forward(
-        "stdout",
-        Box::new(follower.stdout.take().unwrap()),
-        tx.clone(),
+    let mut follower = Running::start(
+        &server,
+        &["consume", "live", "-g", "g", "-m", "m", "--follow"],
     );
-    forward("stderr", Box::new(follower.stderr.take().unwrap()), tx);
-    let next_line = |want: &str| -> (String, Vec<String>) {
-        let deadline = Instant::now() + LIMIT;
-        let mut skipped = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok((name, line)) if name == want => return (line, skipped),
-                Ok((name, line)) => skipped.push(format!("{name}: {line}")),
-                Err(err) => panic!("no {want} line ({err}); saw {skipped:?}"),
-            }
-        }
-    };
-    let (joined, before) = next_line("stderr");
+    let (joined, before) = follower.next_line("stderr");
     assert!(
         joined.contains("joined group g on live"),
         "{joined:?} after {before:?}"
@@ -876,7 +842,7 @@ fn consume_follow_survives_a_server_restart_and_ctrl_c_exits_130_with_the_count(
 
     let published = Instant::now();
     broker(&server, &["publish", "live", "hello"]).ok();
-    let (line, skipped) = next_line("stdout");
+    let (line, skipped) = follower.next_line("stdout");
     assert_eq!(line, "[0@0] hello", "skipped {skipped:?}");
     // Woken by the publish, not by the end of its 5-second wait and a new poll.
     let took = published.elapsed();
@@ -885,33 +851,112 @@ fn consume_follow_survives_a_server_restart_and_ctrl_c_exits_130_with_the_count(
     // The server restarts (on the same address and data) under the follower, which carries on.
     let addr = server.addr;
     server.kill();
-    let (lost, _) = next_line("stderr");
+    let (lost, _) = follower.next_line("stderr");
     assert!(lost.contains("reconnecting"), "{lost:?}");
     let server = ServerProcess::start_on(addr, &args);
-    let (found, _) = next_line("stderr");
+    let (found, _) = follower.next_line("stderr");
     assert_eq!(found, "reconnected");
     broker(&server, &["publish", "live", "again"]).ok();
-    let (line, skipped) = next_line("stdout");
+    let (line, skipped) = follower.next_line("stdout");
     assert_eq!(line, "[0@1] again", "skipped {skipped:?}");
     assert!(
-        follower.try_wait().unwrap().is_none(),
+        follower.child.try_wait().unwrap().is_none(),
         "--follow stopped by itself"
     );
 
     // Ctrl-C: it says how many records it consumed, leaves the group and exits with 130.
     let status = Command::new("kill")
-        .args(["-INT", &follower.id().to_string()])
+        .args(["-INT", &follower.child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    let (interrupted, _) = next_line("stderr");
+    let (interrupted, _) = follower.next_line("stderr");
     assert_eq!(interrupted, "interrupted");
-    let (count, _) = next_line("stderr");
+    let (count, _) = follower.next_line("stderr");
     assert_eq!(count, "consumed 2 records");
-    let exit = follower.wait().unwrap();
+    let exit = follower.child.wait().unwrap();
     assert_eq!(exit.code(), Some(130));
     let group = &describe_json(&server, "live")["topics"][0]["groups"][0];
     assert_eq!(group["members"], json!([]), "{group}");
+}
+
+/// A `broker` command left running, its output lines read by threads onto one channel so that
+/// every wait for a line is bounded. Killed when dropped, if still running.
+struct Running {
+    child: std::process::Child,
+    lines: mpsc::Receiver<(&'static str, String)>,
+}
+
+impl Running {
+    /// Starts `broker --addr ADDR args...`.
+    fn start(server: &ServerProcess, args: &[&str]) -> Running {
+        let mut child = broker_command()
+            .args(["--addr", &server.addr_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start broker");
+        let (tx, lines) = mpsc::channel();
+        let forward = |name: &'static str, pipe: Box<dyn Read + Send>, tx: mpsc::Sender<_>| {
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send((name, line)).is_err() {
+                        break;
+                    }
+                }
+            })
+        };
+        forward("stdout", Box::new(child.stdout.take().unwrap()), tx.clone());
+        forward("stderr", Box::new(child.stderr.take().unwrap()), tx);
+        Running { child, lines }
+    }
+
+    /// The next line it prints on `want` (`"stdout"` or `"stderr"`), within `LIMIT`, and
+    /// the lines of the other stream it printed before it.
+    fn next_line(&self, want: &str) -> (String, Vec<String>) {
+        let deadline = Instant::now() + LIMIT;
+        let mut skipped = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok((name, line)) if name == want => return (line, skipped),
+                Ok((name, line)) => skipped.push(format!("{name}: {line}")),
+                Err(err) => panic!("no {want} line ({err}); saw {skipped:?}"),
+            }
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[test]
+fn consume_follow_says_when_the_group_rebalances_while_it_waits() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t", "--partitions", "4"]).ok();
+    let first = Running::start(&server, &["consume", "t", "-g", "g", "-m", "a", "--follow"]);
+    let (joined, _) = first.next_line("stderr");
+    assert_eq!(joined, "a joined group g on t: partitions [0, 1, 2, 3]");
+    // A second member takes half the partitions while the first waits for records, and gives
+    // them back when it leaves.
+    let second = Running::start(&server, &["consume", "t", "-g", "g", "-m", "b", "--follow"]);
+    let (joined, _) = second.next_line("stderr");
+    assert_eq!(joined, "b joined group g on t: partitions [1, 3]");
+    let (line, _) = first.next_line("stderr");
+    assert_eq!(line, "partitions now [0, 2]");
+    drop(second);
+    broker(&server, &["leave", "t", "-g", "g", "-m", "b"]).ok();
+    let (line, _) = first.next_line("stderr");
+    assert_eq!(line, "partitions now [0, 1, 2, 3]");
 }
 
 #[test]

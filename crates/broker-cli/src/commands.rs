@@ -852,7 +852,10 @@ fn size_command(args: &SizeArgs) -> anyhow::Result<()> {
     };
     line("written per second:", sizing.bytes_per_second)?;
     line(
-        &format!("one copy, {}:", humantime::format_duration(args.retention)),
+        &format!(
+            "one copy, {}:",
+            output::duration_text(u64::try_from(args.retention.as_millis()).unwrap_or(u64::MAX))
+        ),
         sizing.one_copy_bytes,
     )?;
     line(

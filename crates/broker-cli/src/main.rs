@@ -28,7 +28,7 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    let matches = cli::Cli::command().get_matches();
+    let matches = broker_args::get_matches(cli::Cli::command());
     let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let cli::Command::Bench(bench) = &cli.command {

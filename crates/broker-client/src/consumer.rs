@@ -83,8 +83,9 @@ impl ConsumerBuilder {
     }
 
     /// How long one request waits on the server for records to arrive (1 s by default, capped
-    /// by the server's limit; zero answers at once). The consumer also checks its assignment
-    /// this often, and at most once a second.
+    /// by the server's limit; zero answers at once). The consumer checks its assignment
+    /// between requests this often (at most once a second), and once a second while a longer
+    /// request waits, so that [`Consumer::status`] shows a rebalance within about a second.
     #[must_use]
     pub fn max_wait(mut self, wait: Duration) -> Self {
         self.max_wait = wait;
@@ -525,7 +526,9 @@ impl Consumer {
     }
 
     /// One round: joins if needed, checks the assignment when due, commits when due, then
-    /// takes records.
+    /// takes records. While a request waits longer than [`MIN_ASSIGNMENT_CHECK`] for records,
+    /// the assignment is checked beside it once a second, so that a rebalance shows in the
+    /// status while the consumer waits.
     async fn take(&mut self) -> Result<Vec<BrokerRecord>, Error> {
         if !self.joined {
             self.join().await?;
@@ -539,35 +542,68 @@ impl Consumer {
                 .is_some_and(|interval| self.committed.elapsed() >= interval);
         let (client, topic, group, member) = self.membership.names();
         let (max, wait) = (self.settings.max_records, self.settings.max_wait);
-        let records = match (self.settings.mode, self.recover) {
-            // Records reserved to this member by a lost answer (or by an earlier consumer of
-            // the same member id) would never come back to it by a poll: get them back. Queued
-            // acknowledgements are of deliveries this releases: they would not match.
-            (ConsumeMode::Ack, true) => {
-                self.membership.take_later();
-                client.redeliver(topic, group, member, max).await?
+        let take = async {
+            match (self.settings.mode, self.recover) {
+                // Records reserved to this member by a lost answer (or by an earlier consumer
+                // of the same member id) would never come back to it by a poll: get them back.
+                // Queued acknowledgements are of deliveries this releases: they would not
+                // match.
+                (ConsumeMode::Ack, true) => {
+                    self.membership.take_later();
+                    client.redeliver(topic, group, member, max).await
+                }
+                (ConsumeMode::Ack, false) => {
+                    let acks = self.membership.take_later();
+                    client
+                        .ack_and_poll_wait(topic, group, member, &acks, max, wait)
+                        .await
+                        .map(|(_, records)| records)
+                }
+                (ConsumeMode::Fetch, _) if commit => {
+                    // One write: the server commits, then fetches.
+                    let (committed, records) = tokio::join!(
+                        client.commit(topic, group, member, None),
+                        client.fetch_wait(topic, group, member, max, wait)
+                    );
+                    committed.and(records)
+                }
+                (ConsumeMode::Fetch, _) => client.fetch_wait(topic, group, member, max, wait).await,
             }
-            (ConsumeMode::Ack, false) => {
-                let acks = self.membership.take_later();
-                let (_, records) = client
-                    .ack_and_poll_wait(topic, group, member, &acks, max, wait)
-                    .await?;
-                records
-            }
-            (ConsumeMode::Fetch, _) if commit => {
-                // One write: the server commits, then fetches.
-                let (committed, records) = tokio::join!(
-                    client.commit(topic, group, member, None),
-                    client.fetch_wait(topic, group, member, max, wait)
-                );
-                committed?;
-                self.committed = Instant::now();
-                records?
-            }
-            (ConsumeMode::Fetch, _) => client.fetch_wait(topic, group, member, max, wait).await?,
         };
+        let records = if wait > MIN_ASSIGNMENT_CHECK {
+            tokio::select! {
+                records = take => records,
+                never = self.watch_assignment() => match never {},
+            }
+        } else {
+            take.await
+        }?;
+        if commit {
+            self.committed = Instant::now();
+        }
         self.recover = false;
         Ok(records)
+    }
+
+    /// Checks the member's partitions once a second and publishes a change in the status, for
+    /// as long as it is polled. A failed check or an empty assignment is left to the round,
+    /// which re-joins when needed.
+    async fn watch_assignment(&self) -> std::convert::Infallible {
+        let (client, topic, group, member) = self.membership.names();
+        loop {
+            tokio::time::sleep(MIN_ASSIGNMENT_CHECK).await;
+            let Ok(partitions) = client.assignment(topic, group, member).await else {
+                continue;
+            };
+            if partitions.is_empty() {
+                continue;
+            }
+            self.status.send_if_modified(|status| {
+                let changed = status.assignment != partitions;
+                status.assignment = partitions;
+                changed
+            });
+        }
     }
 
     /// Joins the group (again). In fetch mode, at start and after losing the server, a member

@@ -383,6 +383,39 @@ impl CommandKind {
         }
     }
 
+    /// Whether a change of this kind is one an operator reconstructs the broker's history
+    /// from: topics created, grown, purged and deleted; members joining and leaving; groups
+    /// reset and deleted. A server logs each one that changed the state at info level.
+    pub fn is_administrative(self) -> bool {
+        match self {
+            CommandKind::Create
+            | CommandKind::AddPartitions
+            | CommandKind::DeleteTopic
+            | CommandKind::Purge
+            | CommandKind::Join
+            | CommandKind::Leave
+            | CommandKind::ResetGroup
+            | CommandKind::DeleteGroup => true,
+            CommandKind::Publish
+            | CommandKind::PublishKeyed
+            | CommandKind::PublishBatch
+            | CommandKind::PublishIdempotent
+            | CommandKind::Poll
+            | CommandKind::Ack
+            | CommandKind::AckAndPoll
+            | CommandKind::Retry
+            | CommandKind::Redeliver
+            | CommandKind::Fetch
+            | CommandKind::Commit
+            | CommandKind::Assignment
+            | CommandKind::Committed
+            | CommandKind::EndOffset
+            | CommandKind::Lag
+            | CommandKind::Describe
+            | CommandKind::OffsetForTime => false,
+        }
+    }
+
     /// How a successful command of this kind changes group membership, which a server mirrors
     /// in its member sessions.
     pub fn membership(self) -> Membership {

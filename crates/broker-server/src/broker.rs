@@ -195,6 +195,24 @@ fn apply(
     now_ms: i64,
     command: Command,
 ) -> Executed {
+    // Administrative changes are rare: copying one to log it costs nothing that matters.
+    let audited = command.kind().is_administrative().then(|| command.clone());
+    let executed = apply_unaudited(state, journal, now_ms, command);
+    if let (Some(command), Ok(outcome)) = (audited, &executed.result) {
+        if command.kind().changed_state(outcome) {
+            crate::audit::log_change(state, &command, outcome);
+        }
+    }
+    executed
+}
+
+/// [`apply`] without the audit log.
+fn apply_unaudited(
+    state: &mut BrokerState,
+    journal: Option<&Journal>,
+    now_ms: i64,
+    command: Command,
+) -> Executed {
     match journal {
         Some(journal) => {
             let applied = journal.apply(state, now_ms, command);

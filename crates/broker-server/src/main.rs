@@ -1,7 +1,8 @@
 //! `broker-server`: parses flags, sets up logging, binds, prints `listening on <address>` and
 //! serves until SIGINT or SIGTERM. Everything else lives in the library.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -10,10 +11,13 @@ use anyhow::Context;
 use broker_core::Limits;
 use broker_server::{open_storage, Fsync};
 use broker_server::{resolve_listen_addr, AuthToken, Config, ServerError, ServerTls};
-use clap::Parser;
+use broker_storage::StorageError;
+use clap::{CommandFactory, FromArgMatches, Parser};
+use logging::LogFormat;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
-use tracing_subscriber::EnvFilter;
+
+mod logging;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -126,9 +130,21 @@ struct Args {
         value_parser = clap::value_parser!(u64).range(1..=1024)
     )]
     worker_threads: Option<u64>,
-    /// Log filter, such as info, debug or broker_server=trace; RUST_LOG overrides it.
-    #[arg(long, env = "BROKER_LOG_LEVEL", default_value = "info")]
+    /// Log filter: a level (off, error, warn, info, debug, trace) or TARGET=LEVEL directives
+    /// separated by commas, such as info,broker_server=debug; RUST_LOG, when set, replaces it
+    /// (checked as strictly). Info shows topics created and deleted, members joining and
+    /// leaving with each group's new assignment, expired sessions and storage events; debug
+    /// adds one line per connection that sent requests.
+    #[arg(
+        long,
+        env = "BROKER_LOG_LEVEL",
+        default_value = "info",
+        value_parser = logging::check_filter
+    )]
     log_level: String,
+    /// How log lines are written on standard error: text, or one JSON object per line.
+    #[arg(long, env = "BROKER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     /// Directory for the write-ahead log, snapshots and records: every change is logged before
     /// it is answered, records move to per-partition segment files at each checkpoint (memory
     /// holds the records since the last one), and the broker is rebuilt from it on start.
@@ -241,7 +257,8 @@ impl Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let matches = broker_args::get_matches(Args::command());
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
     let config = args.config().and_then(|config| {
         config.validate()?;
         broker_net::listen_address(&args.listen)?;
@@ -254,26 +271,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(&args.log_level));
-    let filter = match filter {
-        Ok(filter) => filter,
+    match logging::filter(&args.log_level) {
+        Ok(filter) => logging::init(filter, args.log_format),
         Err(error) => {
-            report(&format!(
-                "error: invalid log level {:?}: {error}",
-                args.log_level
-            ));
+            report(&format!("error: {error}"));
             return ExitCode::from(2);
         }
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        // A log line that cannot be written (standard error on a full disk) is dropped: by
-        // default the subscriber reports that on standard error itself, and a failing report
-        // panics the thread that logged, such as the log writer's.
-        .log_internal_errors(false)
-        .init();
+    }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.worker_threads {
         // At most 1,024 (checked by clap).
@@ -298,6 +302,34 @@ fn main() -> ExitCode {
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// Adds what to do when the data directory is not writable by this process: the usual cause is
+/// a directory bind-mounted into the container, which runs as nobody (65534).
+fn with_ownership_hint(error: ServerError, config: &Config) -> anyhow::Error {
+    let denied = matches!(
+        &error,
+        ServerError::Storage(StorageError::Io { cause, .. })
+            if cause.kind() == std::io::ErrorKind::PermissionDenied
+    );
+    let Some(dir) = config.data_dir.as_ref().filter(|_| denied) else {
+        return error.into();
+    };
+    // Linux shows a process's effective user and group as the owner of /proc/self.
+    let owner =
+        std::fs::metadata("/proc/self").map(|meta| format!("{}:{}", meta.uid(), meta.gid()));
+    match owner {
+        Ok(owner) => anyhow::anyhow!(
+            "{error}; the data directory must be writable by this server's user ({owner}): \
+             `chown -R {owner} {}` where it lives (on the host, for a bind-mounted directory), \
+             or run the server as the directory's owner",
+            dir.display()
+        ),
+        Err(_) => anyhow::anyhow!(
+            "{error}; the data directory must be writable by this server's user: change its \
+             owner, or run the server as the directory's owner"
+        ),
+    }
+}
+
 /// Writes `message` to standard error, ignoring failure: there is nowhere else to say it.
 fn report(message: &str) {
     let _ = writeln!(std::io::stderr(), "{message}");
@@ -311,7 +343,7 @@ async fn serve(listen: &str, config: Config) -> anyhow::Result<()> {
     let _file_size_limit =
         signal(SignalKind::from_raw(libc::SIGXFSZ)).context("cannot handle SIGXFSZ")?;
     // Recover before announcing the address: a locked or damaged data directory stops here.
-    let storage = open_storage(&config)?;
+    let storage = open_storage(&config).map_err(|error| with_ownership_hint(error, &config))?;
     let addresses = resolve_listen_addr(listen).await?;
     let listener = TcpListener::bind(addresses.as_slice())
         .await

@@ -74,7 +74,7 @@ fn remove(shared: &Shared, why: Removal, select: impl FnOnce(&Sessions) -> Vec<M
                             Removal::Expired => "session timed out",
                             Removal::Disconnected => "connection closed",
                         },
-                        "member removed"
+                        "member removed by the server"
                     ),
                     Err(ErrorReply::Storage(cause)) => {
                         // The log stopped taking entries, and then refuses every one.

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{self, Duration};
 use tokio_rustls::server::TlsStream;
 use tokio_util::codec::Encoder;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info, trace, warn};
 
 use crate::connection::{write_responses, Connection};
 use crate::dispatch::{apply_batch, settle};
@@ -142,7 +142,9 @@ async fn handle(
     peer: SocketAddr,
     _permit: OwnedSemaphorePermit,
 ) {
-    debug!(peer = %peer, connection = id, "connection opened");
+    // Per-connection lines are debug at most, and a connection that only says hello (a ping or
+    // a health check every few seconds) logs at trace, so they do not flood a debug log.
+    trace!(peer = %peer, connection = id, "connection opened");
     if let Err(cause) = stream.set_nodelay(true) {
         debug!(peer = %peer, cause = %cause, "cannot set TCP_NODELAY");
     }
@@ -158,7 +160,6 @@ async fn handle(
             }
         }
     }
-    debug!(peer = %peer, connection = id, "connection closed");
 }
 
 /// Runs the server side of the TLS handshake; `None` (logged) if it fails, outlasts
@@ -194,31 +195,46 @@ where
 {
     let mut connection = Connection::new(read);
     let mut hello_codec = ServerHandshakeCodec::new(MAX_HELLO_FRAME);
-    if let Some(version) =
+    if let Some(welcomed) =
         handshake(shared, &mut connection, &mut hello_codec, &mut write, peer).await
     {
-        let codec = ServerCodec::new(shared.config.max_frame_bytes, version);
-        serve_requests(shared, id, connection, codec, write, peer).await;
+        let codec = ServerCodec::new(shared.config.max_frame_bytes, welcomed.version);
+        let requests = serve_requests(shared, id, connection, codec, write, peer).await;
         if shared.config.leave_on_disconnect {
             reaper::disconnect(shared, id);
+        }
+        let client = welcomed.client;
+        if requests == 0 {
+            trace!(peer = %peer, connection = id, client, "connection closed after its hello");
+        } else {
+            debug!(peer = %peer, connection = id, client, requests, "connection closed");
         }
     }
 }
 
-/// Reads the hello and answers it; the protocol version of the connection if it may go on to
-/// requests.
+/// A client the hello welcomed.
+struct Welcomed {
+    /// The protocol version the connection speaks.
+    version: u16,
+    /// The name the client gave in its hello.
+    client: String,
+}
+
+/// Reads the hello and answers it; the client and the connection's protocol version if it may go
+/// on to requests.
 async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     shared: &Shared,
     connection: &mut Connection<R>,
     codec: &mut ServerHandshakeCodec,
     write: &mut W,
     peer: SocketAddr,
-) -> Option<u16> {
+) -> Option<Welcomed> {
     let read = tokio::select! {
         () = shared.shutdown.cancelled() => return None,
         read = time::timeout(HELLO_TIMEOUT, connection.read_frame(codec)) => read,
     };
     let token = shared.config.auth_token.as_ref();
+    let mut client = String::new();
     let reply = match read {
         Err(_) => {
             warn!(peer = %peer, cause = "no hello in time", "closing connection");
@@ -242,7 +258,8 @@ async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         ),
         Ok(Ok(Some(broker_proto::Decoded::Message(hello)))) => match check_hello(&hello, token) {
             Ok(()) => {
-                debug!(peer = %peer, client = %hello.client, version = hello.version, "hello");
+                trace!(peer = %peer, client = %hello.client, version = hello.version, "hello");
+                client = hello.client;
                 HelloReply::Welcome {
                     // A newer client gets this server's newest version, and may speak it or
                     // close.
@@ -255,7 +272,10 @@ async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         },
     };
     let welcomed = match &reply {
-        HelloReply::Welcome { version, .. } => Some(*version),
+        HelloReply::Welcome { version, .. } => Some(Welcomed {
+            version: *version,
+            client,
+        }),
         HelloReply::Refused(_) => None,
     };
     if let HelloReply::Refused(refusal) = &reply {
@@ -313,7 +333,8 @@ fn check_hello(hello: &Hello, token: Option<&AuthToken>) -> Result<(), ErrorRepl
 }
 
 /// Reads, applies and answers requests until the peer closes, a protocol error, a write error
-/// or shutdown; then answers parked requests at once, flushes and closes.
+/// or shutdown; then answers parked requests at once, flushes and closes. Returns how many
+/// requests it read.
 async fn serve_requests<R, W>(
     shared: &Arc<Shared>,
     id: u64,
@@ -321,7 +342,8 @@ async fn serve_requests<R, W>(
     mut codec: ServerCodec,
     write: W,
     peer: SocketAddr,
-) where
+) -> u64
+where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -342,7 +364,16 @@ async fn serve_requests<R, W>(
         closing,
     };
     let in_flight = Arc::new(Semaphore::new(max_in_flight));
-    let ended = read_requests(shared, &reply_to, &mut connection, &mut codec, &in_flight).await;
+    let mut requests = 0;
+    let ended = read_requests(
+        shared,
+        &reply_to,
+        &mut connection,
+        &mut codec,
+        &in_flight,
+        &mut requests,
+    )
+    .await;
     if let Err(cause) = ended {
         match &cause {
             // An idle connection, or a frame that never finished: routine, not a fault.
@@ -371,17 +402,20 @@ async fn serve_requests<R, W>(
     if writer.await.is_err() {
         error!(peer = %peer, "the writer task failed");
     }
+    requests
 }
 
 /// The read loop: waits for an in-flight permit, reads one frame, drains every frame already
 /// buffered (one permit each), applies them all under one lock and hands the responses to the
-/// writer. Returns `Ok` when the peer closes or the connection is closing.
+/// writer, counting them in `requests`. Returns `Ok` when the peer closes or the connection is
+/// closing.
 async fn read_requests<R: AsyncRead + Unpin>(
     shared: &Arc<Shared>,
     reply_to: &ReplyTo,
     connection: &mut Connection<R>,
     codec: &mut ServerCodec,
     in_flight: &Arc<Semaphore>,
+    requests: &mut u64,
 ) -> Result<(), ProtocolError> {
     loop {
         let permit = tokio::select! {
@@ -415,6 +449,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
                 }
             }
         }
+        *requests += frames.len() as u64;
         let may_wait = !reply_to.closing.is_cancelled();
         let mut applied = apply_batch(shared, reply_to.connection, frames, may_wait);
         shared.signals.wake(&applied.wake);

@@ -157,6 +157,7 @@ impl Storage {
                 file = %written.path.display(),
                 covers_entries = recovery.next_seq,
                 migrated_from_format = recovery.migrated_from,
+                segments_removed = written.removed,
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "checkpoint written at start"
             );
@@ -527,6 +528,9 @@ pub(crate) struct Written {
     pub(crate) path: PathBuf,
     /// For each partition whose records it wrote, the offset they now reach on disk.
     pub(crate) evicted: Vec<(LogId, i64)>,
+    /// Record segments (and partition directories) removed because retention or a deletion
+    /// left nothing in them that is still needed.
+    pub(crate) removed: usize,
 }
 
 /// Writes a checkpoint of `image`, the state after exactly the log entries below `seq`: appends
@@ -571,8 +575,12 @@ pub(crate) fn checkpoint(
     )?;
     let retired = records.retire(&bases);
     remove_covered(dir.path(), seq)?;
-    records.remove(&retired)?;
-    Ok(Written { path, evicted })
+    let removed = records.remove(&retired)?;
+    Ok(Written {
+        path,
+        evicted,
+        removed,
+    })
 }
 
 /// [`checkpoint`] in the background: logs what happened; returns what to evict, or `None` if
@@ -591,6 +599,7 @@ fn run_checkpoint(inner: &Inner, seq: u64, image: StateImage) -> Option<Vec<(Log
                 file = %written.path.display(),
                 covers_entries = seq,
                 partitions_written = written.evicted.len(),
+                segments_removed = written.removed,
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "checkpoint written"
             );

@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use broker_core::cold::{ColdError, ColdStore, LogId};
 use broker_core::image::RecordImage;
 use serde::{Deserialize, Serialize};
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::format::config;
 use crate::segment::sync_dir;
@@ -462,6 +462,7 @@ impl RecordStore {
         sync_dir(&dir)?;
         // Also when the directory was made by an earlier attempt that failed before this.
         sync_dir(&self.root)?;
+        info!(file = %data_path.display(), first_offset = base, "record segment started");
         Ok(())
     }
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::format::{segment_header, segment_name, SEGMENT_HEADER};
 use crate::StorageError;
+use tracing::info;
 
 /// Appends entries to the log's active segment. Not thread-safe by itself: one flusher owns it.
 ///
@@ -102,6 +103,11 @@ impl LogWriter {
     fn roll(&mut self) -> Result<(), StorageError> {
         self.sync()?;
         let (file, path) = new_segment(&self.dir, self.capacity, self.next_seq)?;
+        info!(
+            closed = %self.path.display(),
+            started = %path.display(),
+            "log segment rolled"
+        );
         self.file = file;
         self.path = path;
         self.len = SEGMENT_HEADER as u64;

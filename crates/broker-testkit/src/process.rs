@@ -31,6 +31,7 @@ pub fn binary(name: &str) -> PathBuf {
 }
 
 /// What a server that refused to start left behind.
+#[derive(Debug)]
 pub struct Refusal {
     /// Its exit status.
     pub status: ExitStatus,
@@ -43,10 +44,17 @@ pub struct Refusal {
 /// Runs `broker-server --listen 127.0.0.1:0 <extra>` expecting it to refuse to start: waits up
 /// to `limit` for it to exit. Panics (after killing it) if it is still running then.
 pub fn refused_start(extra: &[&str], limit: Duration) -> Refusal {
+    refused_start_with(extra, &[], limit)
+}
+
+/// [`refused_start`] with the environment variables `env` set (`RUST_LOG` among them, if
+/// given; otherwise it is removed).
+pub fn refused_start_with(extra: &[&str], env: &[(&str, &str)], limit: Duration) -> Refusal {
     let mut child = Command::new(server_binary())
         .args(["--listen", "127.0.0.1:0"])
         .args(extra)
         .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -17,7 +17,7 @@ use broker_client::{
 use clap::{Args, ValueEnum};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use serde::Serialize;
 
 use crate::connect::Server;
@@ -519,9 +519,16 @@ fn progress_bar(args: &BenchArgs) -> ProgressBar {
     let bar = ProgressBar::new(args.records);
     bar.set_style(
         ProgressStyle::with_template(
-            "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} records {per_sec} {msg}",
+            "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} records {rate} {msg}",
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar())
+        // Whole records per second with separators (`58,262/s`), not indicatif's `58261.8055/s`.
+        .with_key(
+            "rate",
+            |state: &ProgressState, out: &mut dyn std::fmt::Write| {
+                let _ = write!(out, "{}/s", with_thousands(state.per_sec().round() as u64));
+            },
+        )
         .progress_chars("=> "),
     );
     bar

@@ -1,0 +1,107 @@
+//! Info-level log lines for the changes an operator reconstructs the broker's history from
+//! (see `CommandKind::is_administrative`): topics created, grown, purged and deleted, members
+//! joining and leaving with the group's new assignment, groups reset and deleted.
+
+use broker_core::{BrokerState, Command, Outcome};
+use tracing::info;
+
+/// Logs `command`, which changed `state` (already applied) with `outcome`.
+pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outcome) {
+    match command {
+        Command::Create {
+            topic,
+            partition_count,
+            key_hash,
+            settings,
+        } => info!(
+            topic,
+            partitions = partition_count,
+            key_hash = ?key_hash,
+            settings = ?settings,
+            "topic created"
+        ),
+        Command::AddPartitions {
+            topic,
+            partition_count,
+        } => info!(topic, partitions = partition_count, "partitions added"),
+        Command::DeleteTopic { topic } => info!(topic, "topic deleted"),
+        Command::Purge {
+            topic,
+            partition,
+            before,
+        } => info!(
+            topic,
+            partition,
+            before,
+            earliest_offset = ?outcome,
+            "records purged"
+        ),
+        Command::Join {
+            topic,
+            group,
+            member,
+            ..
+        } => info!(
+            topic,
+            group,
+            member,
+            assignment = %assignment(state, topic, group),
+            "member joined; group rebalanced"
+        ),
+        Command::Leave {
+            topic,
+            group,
+            member,
+        } => info!(
+            topic,
+            group,
+            member,
+            assignment = %assignment(state, topic, group),
+            "member left; group rebalanced"
+        ),
+        Command::ResetGroup {
+            topic,
+            group,
+            partitions,
+            to,
+        } => info!(topic, group, partitions = ?partitions, to = ?to, "group offsets reset"),
+        Command::DeleteGroup { topic, group } => info!(topic, group, "group deleted"),
+        Command::Publish { .. }
+        | Command::PublishKeyed { .. }
+        | Command::PublishBatch { .. }
+        | Command::PublishIdempotent { .. }
+        | Command::Poll { .. }
+        | Command::Ack { .. }
+        | Command::AckAndPoll { .. }
+        | Command::Retry { .. }
+        | Command::Redeliver { .. }
+        | Command::Fetch { .. }
+        | Command::Commit { .. }
+        | Command::Assignment { .. }
+        | Command::Committed { .. }
+        | Command::EndOffset { .. }
+        | Command::Lag { .. }
+        | Command::Describe { .. }
+        | Command::OffsetForTime { .. } => {}
+    }
+}
+
+/// The group's members and their partitions, as `m1=[0, 2] m2=[1]` (`no members` when none is
+/// left).
+fn assignment(state: &BrokerState, topic: &str, group: &str) -> String {
+    let members = state
+        .describe(Some(topic))
+        .ok()
+        .and_then(|description| description.topics.into_iter().next())
+        .and_then(|topic| topic.groups.into_iter().find(|g| g.name == group))
+        .map(|group| group.members)
+        .unwrap_or_default();
+    if members.is_empty() {
+        return "no members".to_owned();
+    }
+    members
+        .iter()
+        .map(|member| format!("{}={:?}", member.member, member.partitions))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
