@@ -44,8 +44,9 @@ struct Args {
     /// record. Limits-retention topics keep what their own limits say.
     #[arg(long, env = "BROKER_CAPACITY", default_value_t = 100)]
     capacity: i32,
-    /// Address to listen on: HOST:PORT, [IPv6]:PORT, or :PORT for every interface; port 0 picks
-    /// a free port.
+    /// Address to listen on: HOST:PORT, [IPv6]:PORT, or :PORT for every IPv4 interface; [::]:PORT
+    /// listens on every IPv6 interface and, where the system maps IPv4 onto IPv6 (Linux's
+    /// default), every IPv4 one too. Port 0 picks a free port.
     #[arg(long, env = "BROKER_LISTEN", default_value = "127.0.0.1:9092")]
     listen: String,
     /// Largest frame accepted or sent, in bytes; at least max payload + 2 MiB, at most 64 MiB.
