@@ -1,9 +1,11 @@
-//! What an operator sees of a running broker: its log lines (their events, their format, the
-//! checks on the log filter) and its start-up errors, through the real binary.
+//! What an operator sees of a running broker: its metrics endpoint (scraped over HTTP and
+//! checked with `promtool`), its log lines (their events, their format, the checks on the log
+//! filter) and its start-up errors, through the real binary.
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -146,4 +148,176 @@ fn a_bad_value_in_an_environment_variable_names_the_variable() {
         refusal.stderr.contains("'abc' for '--capacity"),
         "{refusal:?}"
     );
+}
+
+/// `GET path` over HTTP/1.1 with `accept` as the Accept header (none if empty): the status
+/// line, the headers and the body.
+fn http_get(addr: SocketAddr, path: &str, accept: &str) -> (String, String, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let accept = if accept.is_empty() {
+        String::new()
+    } else {
+        format!("Accept: {accept}\r\n")
+    };
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: broker\r\nConnection: close\r\n{accept}\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
+    (status.to_owned(), headers.to_lowercase(), body.to_owned())
+}
+
+/// The value of the sample `series` (name and labels exactly as written) in `text`.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no sample {series} in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+/// Checks `text` with `promtool check metrics`. Without promtool (Debian's `prometheus`
+/// package) on the PATH, fails if `BROKER_REQUIRE_PROMTOOL` is set (as CI sets it) and
+/// otherwise says it skipped the check.
+fn promtool_check(text: &str) {
+    let spawned = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(error) if std::env::var_os("BROKER_REQUIRE_PROMTOOL").is_none() => {
+            eprintln!("promtool not run ({error}): install Debian's prometheus package");
+            return;
+        }
+        Err(error) => panic!("promtool is required (BROKER_REQUIRE_PROMTOOL): {error}"),
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[tokio::test]
+async fn metrics_are_served_over_http_follow_the_broker_and_pass_promtool() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = ServerProcess::start(&[
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--fsync",
+        "always",
+    ]);
+    let metrics = server.metrics_addr.unwrap();
+    let client = Client::connect(server.addr).await.unwrap();
+    client.create("orders", 2).await.unwrap();
+    client.join("orders", "billing", "a").await.unwrap();
+    for payload in ["x", "y", "z"] {
+        client.publish("orders", 0, payload).await.unwrap();
+    }
+    let records = client.poll("orders", "billing", "a", 1).await.unwrap();
+    assert_eq!(records.len(), 1);
+    assert!(client.ack("orders", "billing", "a", 0, 0).await.unwrap());
+    assert!(client.publish("nosuch", 0, "x").await.is_err());
+
+    let (status, headers, text) = http_get(metrics, "/metrics", "");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(
+        headers.contains("content-type: text/plain; version=0.0.4"),
+        "{headers}"
+    );
+    promtool_check(&text);
+    for (series, value) in [
+        ("broker_records_published_total", 3.0),
+        ("broker_records_delivered_total", 1.0),
+        ("broker_records_acknowledged_total", 1.0),
+        ("broker_requests_total{command=\"publish\"}", 4.0),
+        ("broker_requests_total{command=\"ack\"}", 1.0),
+        (
+            "broker_request_errors_total{command=\"publish\",error=\"invalid_argument\"}",
+            1.0,
+        ),
+        (
+            "broker_request_duration_seconds_count{command=\"publish\"}",
+            4.0,
+        ),
+        ("broker_connections_open", 1.0),
+        (
+            "broker_partition_end_offset{topic=\"orders\",partition=\"0\"}",
+            3.0,
+        ),
+        // The acknowledged record left: its only group consumed it.
+        (
+            "broker_partition_records{topic=\"orders\",partition=\"0\"}",
+            2.0,
+        ),
+        (
+            "broker_partition_earliest_offset{topic=\"orders\",partition=\"0\"}",
+            1.0,
+        ),
+        (
+            "broker_group_committed_offset{topic=\"orders\",group=\"billing\",partition=\"0\"}",
+            1.0,
+        ),
+        (
+            "broker_group_lag{topic=\"orders\",group=\"billing\",partition=\"0\"}",
+            2.0,
+        ),
+        (
+            "broker_group_in_flight{topic=\"orders\",group=\"billing\",partition=\"0\"}",
+            0.0,
+        ),
+    ] {
+        assert_eq!(sample(&text, series), value, "{series}");
+    }
+    assert!(sample(&text, "broker_received_bytes_total") > 0.0);
+    assert!(sample(&text, "broker_sent_bytes_total") > 0.0);
+    // Every change was fsynced before it was answered.
+    assert!(
+        sample(&text, "broker_fsync_duration_seconds_count") >= 5.0,
+        "{text}"
+    );
+
+    // Prometheus asks for OpenMetrics first, and gets it.
+    let (_, headers, text) = http_get(
+        metrics,
+        "/metrics",
+        "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
+    );
+    assert!(
+        headers.contains("content-type: application/openmetrics-text"),
+        "{headers}"
+    );
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    assert!(text.contains("# TYPE broker_requests counter"), "{text}");
+
+    // A deleted topic leaves no series behind; other paths are not found.
+    client.leave("orders", "billing", "a").await.unwrap();
+    client.delete_group("orders", "billing").await.unwrap();
+    client.delete_topic("orders").await.unwrap();
+    let (_, _, text) = http_get(metrics, "/metrics", "");
+    assert!(!text.contains("topic=\"orders\""), "{text}");
+    let (status, _, _) = http_get(metrics, "/", "");
+    assert_eq!(status, "HTTP/1.1 404 Not Found");
+    drop(client);
+    assert!(server.terminate(Duration::from_secs(20)).success());
 }

@@ -854,7 +854,62 @@ pub enum Outcome {
     PartitionCount(i32),
 }
 
+/// How many records an [`Outcome`] stored, handed out, acknowledged or released: what a server
+/// counts for its metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RecordCounts {
+    /// Records stored by a publish (a refused `-1` is not counted).
+    pub published: u64,
+    /// Records handed to a consumer by a poll, fetch or redelivery.
+    pub delivered: u64,
+    /// Deliveries acknowledged.
+    pub acknowledged: u64,
+    /// Deliveries released for redelivery by a retry.
+    pub retried: u64,
+}
+
 impl Outcome {
+    /// How many records this outcome stored, handed out, acknowledged or released.
+    pub fn record_counts(&self) -> RecordCounts {
+        let stored = |offset: i64| u64::from(offset >= 0);
+        match self {
+            Outcome::Published(offset) | Outcome::PublishedKeyed { offset, .. } => RecordCounts {
+                published: stored(*offset),
+                ..RecordCounts::default()
+            },
+            Outcome::PublishedBatch(placed) => RecordCounts {
+                published: placed.iter().map(|&(_, offset)| stored(offset)).sum(),
+                ..RecordCounts::default()
+            },
+            Outcome::Records(records) => RecordCounts {
+                delivered: records.len() as u64,
+                ..RecordCounts::default()
+            },
+            Outcome::AckedAndPolled { acked, records } => RecordCounts {
+                delivered: records.len() as u64,
+                acknowledged: acked.iter().filter(|&&matched| matched).count() as u64,
+                ..RecordCounts::default()
+            },
+            Outcome::Acked(matched) => RecordCounts {
+                acknowledged: u64::from(*matched),
+                ..RecordCounts::default()
+            },
+            Outcome::Retried(matched) => RecordCounts {
+                retried: u64::from(*matched),
+                ..RecordCounts::default()
+            },
+            Outcome::Created(_)
+            | Outcome::Partitions(_)
+            | Outcome::Left(_)
+            | Outcome::Committed
+            | Outcome::Offset(_)
+            | Outcome::Lag(_)
+            | Outcome::Description(_)
+            | Outcome::Deleted(_)
+            | Outcome::PartitionCount(_) => RecordCounts::default(),
+        }
+    }
+
     /// The outcome's name, as in [`Outcome`] (`"Records"`).
     pub fn name(&self) -> &'static str {
         self.into()

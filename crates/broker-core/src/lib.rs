@@ -38,7 +38,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use bytes::Bytes;
 
 pub use command::{
-    AnswerBudget, Command, CommandKind, MemberName, Membership, Outcome, OutcomeKind,
+    AnswerBudget, Command, CommandKind, MemberName, Membership, Outcome, OutcomeKind, RecordCounts,
 };
 pub use describe::{
     BrokerDescription, GroupDescription, GroupPartitionDescription, MemberDescription,

@@ -177,6 +177,12 @@ impl BrokerGuard<'_> {
     pub(crate) fn describe(&self) -> BrokerDescription {
         self.locked.state.describe_all()
     }
+
+    /// The memory budget, if there is one, and the payload and key bytes it bounds now.
+    pub(crate) fn memory(&self) -> (Option<u64>, u64) {
+        let state = &self.locked.state;
+        (state.memory_budget(), state.retained_bytes())
+    }
 }
 
 /// The wall clock in milliseconds since the Unix epoch (0 before it, which no clock shows).

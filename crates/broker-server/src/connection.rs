@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 
 use broker_proto::{ErrorReply, ProtocolError, ResponseFrame, ServerCodec};
 use bytes::BytesMut;
+use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::time::{self, Duration, Instant};
@@ -24,14 +25,17 @@ const WRITE_CHUNK: usize = 256 * 1024;
 pub(crate) struct Connection<R> {
     stream: R,
     buffer: BytesMut,
+    /// Counts the bytes read, when metrics are on.
+    received: Option<Counter>,
 }
 
 impl<R: AsyncRead + Unpin> Connection<R> {
     /// A connection reading from `stream`.
-    pub(crate) fn new(stream: R) -> Self {
+    pub(crate) fn new(stream: R, received: Option<Counter>) -> Self {
         Connection {
             stream,
             buffer: BytesMut::with_capacity(broker_net::READ_CHUNK),
+            received,
         }
     }
 
@@ -59,6 +63,9 @@ impl<R: AsyncRead + Unpin> Connection<R> {
             };
             if read == 0 {
                 return codec.decode_eof(&mut self.buffer);
+            }
+            if let Some(received) = &self.received {
+                received.inc_by(read as u64);
             }
         }
     }
@@ -133,7 +140,7 @@ fn timed_out(why: &str) -> ProtocolError {
 /// it stays small however large the group. Deferred answers are awaited in their place (after
 /// what is buffered before them is written). On a write error, or when the peer takes no bytes
 /// for `write_timeout` (it does not read its responses), cancels `closing` so the rest of the
-/// connection stops too.
+/// connection stops too. Counts the bytes written in `sent`, when given.
 pub(crate) async fn write_responses<W: AsyncWrite + Unpin>(
     mut stream: W,
     mut outgoing: mpsc::Receiver<Outgoing>,
@@ -141,6 +148,7 @@ pub(crate) async fn write_responses<W: AsyncWrite + Unpin>(
     closing: CancellationToken,
     peer: SocketAddr,
     write_timeout: Duration,
+    sent: Option<Counter>,
 ) {
     let mut buffer = BytesMut::new();
     let mut written = Vec::new();
@@ -152,7 +160,7 @@ pub(crate) async fn write_responses<W: AsyncWrite + Unpin>(
                     Outgoing::Ready(answers) => answers,
                     Outgoing::Deferred(deferred) => {
                         // What came before goes out before the wait.
-                        write_within(&mut stream, &buffer, write_timeout).await?;
+                        write_within(&mut stream, &buffer, write_timeout, sent.as_ref()).await?;
                         buffer.clear();
                         flush_within(&mut stream, write_timeout).await?;
                         written.clear();
@@ -162,14 +170,14 @@ pub(crate) async fn write_responses<W: AsyncWrite + Unpin>(
                 for response in answers.responses {
                     encode_response(&mut codec, response, &mut buffer, peer);
                     if buffer.len() >= WRITE_CHUNK {
-                        write_within(&mut stream, &buffer, write_timeout).await?;
+                        write_within(&mut stream, &buffer, write_timeout, sent.as_ref()).await?;
                         buffer.clear();
                     }
                 }
                 written.push(answers.permits);
                 next = outgoing.try_recv().ok();
             }
-            write_within(&mut stream, &buffer, write_timeout).await?;
+            write_within(&mut stream, &buffer, write_timeout, sent.as_ref()).await?;
             buffer.clear();
             flush_within(&mut stream, write_timeout).await
         }
@@ -199,6 +207,7 @@ async fn write_within<W: AsyncWrite + Unpin>(
     stream: &mut W,
     mut bytes: &[u8],
     limit: Duration,
+    sent: Option<&Counter>,
 ) -> io::Result<()> {
     while !bytes.is_empty() {
         let written = time::timeout(limit, stream.write(bytes))
@@ -206,6 +215,9 @@ async fn write_within<W: AsyncWrite + Unpin>(
             .unwrap_or_else(|_| Err(write_timed_out()))?;
         if written == 0 {
             return Err(io::ErrorKind::WriteZero.into());
+        }
+        if let Some(sent) = sent {
+            sent.inc_by(written as u64);
         }
         bytes = &bytes[written..];
     }

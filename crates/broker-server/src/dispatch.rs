@@ -4,13 +4,14 @@
 
 use std::sync::Arc;
 
-use broker_core::{Command, Outcome};
+use broker_core::{Command, CommandKind, Outcome};
 use broker_proto::{Decoded, ErrorReply, RequestFrame, ResponseFrame};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Duration, Instant};
 use tracing::debug;
 
 use crate::broker::{storage_reply, Executed};
+use crate::metrics::Metrics;
 use crate::reply::{Answers, Deferred, Parked};
 use crate::shared::Shared;
 use crate::Config;
@@ -36,11 +37,17 @@ pub(crate) struct Applied {
     logged: Vec<usize>,
     /// The last log entry of the batch: its responses wait until it is durable.
     last_entry: Option<u64>,
+    /// The kind of each request answered in `responses`, in the same order (`None` for one
+    /// that did not decode): for the metrics.
+    pub(crate) kinds: Vec<Option<CommandKind>>,
+    /// When the batch arrived.
+    pub(crate) received: Option<Instant>,
 }
 
 impl Applied {
     fn answer(
         &mut self,
+        kind: Option<CommandKind>,
         correlation_id: u64,
         result: Result<Outcome, ErrorReply>,
         permit: OwnedSemaphorePermit,
@@ -50,6 +57,18 @@ impl Applied {
             result,
         });
         self.permits.push(permit);
+        self.kinds.push(kind);
+    }
+
+    /// Counts the answers in `responses` in `metrics`, as answered now.
+    pub(crate) fn count(&self, metrics: &Metrics) {
+        let elapsed = self.received.map(|at| at.elapsed()).unwrap_or_default();
+        for (kind, response) in self.kinds.iter().zip(&self.responses) {
+            match kind {
+                Some(kind) => metrics.answered(*kind, &response.result, elapsed),
+                None => metrics.malformed(),
+            }
+        }
     }
 }
 
@@ -63,7 +82,10 @@ pub(crate) fn apply_batch(
     may_wait: bool,
 ) -> Applied {
     let now = Instant::now();
-    let mut applied = Applied::default();
+    let mut applied = Applied {
+        received: Some(now),
+        ..Applied::default()
+    };
     let mut broker = shared.broker.lock();
     for (frame, permit) in frames {
         let request = match frame {
@@ -74,7 +96,7 @@ pub(crate) fn apply_batch(
             } => {
                 debug!(connection, cause = %reason, "malformed request");
                 let refusal = Err(ErrorReply::MalformedRequest(reason));
-                applied.answer(leading_u64.unwrap_or(0), refusal, permit);
+                applied.answer(None, leading_u64.unwrap_or(0), refusal, permit);
                 continue;
             }
         };
@@ -83,10 +105,11 @@ pub(crate) fn apply_batch(
             max_wait_ms,
             command,
         } = request;
+        let kind = command.kind();
         let command = match prepare(&shared.config, command) {
             Ok(command) => command,
             Err(refusal) => {
-                applied.answer(correlation_id, Err(refusal), permit);
+                applied.answer(Some(kind), correlation_id, Err(refusal), permit);
                 continue;
             }
         };
@@ -112,13 +135,14 @@ pub(crate) fn apply_batch(
                     logged: entry,
                     wait,
                     permit,
+                    asked: (kind, now),
                 });
             }
             (_, result) => {
                 if entry.is_some() {
                     applied.logged.push(applied.responses.len());
                 }
-                applied.answer(correlation_id, result, permit);
+                applied.answer(Some(kind), correlation_id, result, permit);
             }
         }
     }

@@ -32,7 +32,11 @@
 //! - `reply`: what requests turn into on their way back (answers now or deferred, parked
 //!   waits), shared by the layers above without their depending on each other;
 //! - `broker`: the core's state and the member `sessions` behind one lock, with the journal
-//!   (`broker_storage`) that makes changes durable.
+//!   (`broker_storage`) that makes changes durable; `audit` logs the administrative changes it
+//!   applies (topics, groups, membership) at info level.
+//!
+//! Beside them, with `--metrics-listen`, `metrics` holds the counters the layers above update
+//! and `exporter` serves them, with what the broker holds, at `/metrics`.
 //!
 //! Who may come in is settled before any request (`security`): the TLS handshake when a
 //! [`ServerTls`] is configured, then the hello's token checked against the [`AuthToken`].
@@ -43,7 +47,9 @@ mod clock;
 mod config;
 mod connection;
 mod dispatch;
+mod exporter;
 mod listen;
+mod metrics;
 mod reaper;
 mod reply;
 mod security;
@@ -118,6 +124,24 @@ pub async fn run_with_storage(
     storage: Option<Storage>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
+    run_with_metrics(listener, None, config, storage, shutdown).await
+}
+
+/// [`run_with_storage`] that also serves metrics in Prometheus's text format at `/metrics` over
+/// HTTP on `metrics_listener`, when given: requests, errors and latency by command,
+/// connections, bytes, records published, delivered, acknowledged and retried, expired
+/// sessions, fsync latency, and per partition and group what the broker holds. Without it
+/// nothing is counted.
+///
+/// # Errors
+/// As [`run_with_storage`].
+pub async fn run_with_metrics(
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    config: Config,
+    storage: Option<Storage>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
     config.validate()?;
     let storage = match storage {
         Some(storage) => Some(storage),
@@ -134,7 +158,7 @@ pub async fn run_with_storage(
             }
         }
     }
-    server::serve(listener, config, storage, shutdown).await
+    server::serve(listener, metrics_listener, config, storage, shutdown).await
 }
 
 /// Locks `config.data_dir` and rebuilds the broker from it (the latest snapshot, then the log

@@ -16,10 +16,10 @@ pub(crate) enum LogFormat {
     Json,
 }
 
-/// Checks a log filter strictly, as `--log-level`'s value parser: every comma-separated
-/// directive must be a level (`info`) or name one (`broker_server=debug`). A word that is
-/// neither, such as a misspelt level, is refused rather than taken as the name of a module to
-/// log everything from.
+/// Checks a log filter strictly, as `--log-level`'s value parser, and returns it without
+/// spaces around its directives: every comma-separated directive must be a level (`info`) or
+/// name one (`broker_server=debug`). A word that is neither, such as a misspelt level, is
+/// refused rather than taken as the name of a module to log everything from.
 pub(crate) fn check_filter(directives: &str) -> Result<String, String> {
     const HINT: &str = "use a level (off, error, warn, info, debug, trace) or \
                         TARGET=LEVEL directives separated by commas, such as \
@@ -27,18 +27,21 @@ pub(crate) fn check_filter(directives: &str) -> Result<String, String> {
     if directives.trim().is_empty() {
         return Err(format!("the log filter is empty; {HINT}"));
     }
-    for directive in directives.split(',').map(str::trim) {
+    let directives: Vec<&str> = directives.split(',').map(str::trim).collect();
+    for directive in &directives {
         let level = directive
             .rsplit_once('=')
-            .map_or(directive, |(_, level)| level);
+            .map_or(*directive, |(_, level)| level);
         if directive.is_empty() || LevelFilter::from_str(level).is_err() {
             return Err(format!(
                 "{directive:?} is not a log level or directive; {HINT}"
             ));
         }
     }
-    EnvFilter::try_new(directives).map_err(|error| format!("{error}; {HINT}"))?;
-    Ok(directives.to_owned())
+    // Spaces around directives are ignored here, but not by the filter's own parser.
+    let directives = directives.join(",");
+    EnvFilter::try_new(&directives).map_err(|error| format!("{error}; {HINT}"))?;
+    Ok(directives)
 }
 
 /// The filter: `RUST_LOG` when set (checked as strictly as `--log-level`), else `level`

@@ -49,6 +49,12 @@ struct Args {
     /// default), every IPv4 one too. Port 0 picks a free port.
     #[arg(long, env = "BROKER_LISTEN", default_value = "127.0.0.1:9092")]
     listen: String,
+    /// Serve metrics in Prometheus's text format at http://ADDR/metrics (HOST:PORT, [IPv6]:PORT
+    /// or :PORT, as --listen; port 0 picks a free port, printed as `metrics on ...` after
+    /// `listening on ...`). Off by default: without it nothing is counted. The endpoint has no
+    /// authentication: bind it where only the monitoring system reaches it.
+    #[arg(long, env = "BROKER_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<String>,
     /// Largest frame accepted or sent, in bytes; at least max payload + 2 MiB, at most 64 MiB.
     #[arg(long, env = "BROKER_MAX_FRAME_BYTES", default_value_t = 8 * 1024 * 1024)]
     max_frame_bytes: usize,
@@ -263,6 +269,9 @@ fn main() -> ExitCode {
     let config = args.config().and_then(|config| {
         config.validate()?;
         broker_net::listen_address(&args.listen)?;
+        if let Some(metrics) = &args.metrics_listen {
+            broker_net::listen_address(metrics)?;
+        }
         Ok(config)
     });
     let config = match config {
@@ -288,7 +297,9 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .context("cannot start the runtime")
-        .and_then(|runtime| runtime.block_on(serve(&args.listen, config)));
+        .and_then(|runtime| {
+            runtime.block_on(serve(&args.listen, args.metrics_listen.as_deref(), config))
+        });
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -336,7 +347,9 @@ fn report(message: &str) {
     let _ = writeln!(std::io::stderr(), "{message}");
 }
 
-async fn serve(listen: &str, config: Config) -> anyhow::Result<()> {
+/// Binds `listen` (and `metrics`, if given), prints the addresses and serves until SIGINT or
+/// SIGTERM.
+async fn serve(listen: &str, metrics: Option<&str>, config: Config) -> anyhow::Result<()> {
     // A file-size limit (`ulimit -f`) would kill the process with SIGXFSZ on the first write
     // past it; with the signal handled, that write fails with EFBIG instead, and the log treats
     // it as a full disk: changes are refused until writes succeed again. (The handler stays
@@ -345,12 +358,20 @@ async fn serve(listen: &str, config: Config) -> anyhow::Result<()> {
         signal(SignalKind::from_raw(libc::SIGXFSZ)).context("cannot handle SIGXFSZ")?;
     // Recover before announcing the address: a locked or damaged data directory stops here.
     let storage = open_storage(&config).map_err(|error| with_ownership_hint(error, &config))?;
-    let addresses = resolve_listen_addr(listen).await?;
-    let listener = TcpListener::bind(addresses.as_slice())
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
+    let listener = bind(listen).await?;
+    let metrics_listener = match metrics {
+        Some(metrics) => Some(bind(metrics).await?),
+        None => None,
+    };
     let mut stdout = std::io::stdout();
     writeln!(stdout, "listening on {}", listener.local_addr()?)?;
+    if let Some(metrics) = &metrics_listener {
+        writeln!(
+            stdout,
+            "metrics on http://{}/metrics",
+            metrics.local_addr()?
+        )?;
+    }
     stdout.flush()?;
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
@@ -360,6 +381,14 @@ async fn serve(listen: &str, config: Config) -> anyhow::Result<()> {
             _ = interrupt.recv() => tracing::info!("SIGINT received"),
         }
     };
-    broker_server::run_with_storage(listener, config, storage, shutdown).await?;
+    broker_server::run_with_metrics(listener, metrics_listener, config, storage, shutdown).await?;
     Ok(())
+}
+
+/// A listener on `address` (any form `--listen` takes).
+async fn bind(address: &str) -> anyhow::Result<TcpListener> {
+    let addresses = resolve_listen_addr(address).await?;
+    TcpListener::bind(addresses.as_slice())
+        .await
+        .with_context(|| format!("cannot listen on {address}"))
 }

@@ -66,16 +66,21 @@ fn remove(shared: &Shared, why: Removal, select: impl FnOnce(&Sessions) -> Vec<M
                     member: key.member.clone(),
                 };
                 match broker.apply(leave).result {
-                    Ok(_) => info!(
-                        topic = %key.topic,
-                        group = %key.group,
-                        member = %key.member,
-                        reason = match why {
-                            Removal::Expired => "session timed out",
-                            Removal::Disconnected => "connection closed",
-                        },
-                        "member removed by the server"
-                    ),
+                    Ok(_) => {
+                        info!(
+                            topic = %key.topic,
+                            group = %key.group,
+                            member = %key.member,
+                            reason = match why {
+                                Removal::Expired => "session timed out",
+                                Removal::Disconnected => "connection closed",
+                            },
+                            "member removed by the server"
+                        );
+                        if let (Removal::Expired, Some(metrics)) = (why, &shared.metrics) {
+                            metrics.sessions_expired(1);
+                        }
+                    }
                     Err(ErrorReply::Storage(cause)) => {
                         // The log stopped taking entries, and then refuses every one.
                         warn!(

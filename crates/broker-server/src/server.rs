@@ -23,6 +23,7 @@ use tracing::{debug, error, info, trace, warn};
 
 use crate::connection::{write_responses, Connection};
 use crate::dispatch::{apply_batch, settle};
+use crate::metrics::Metrics;
 use crate::reaper;
 use crate::reply::{Outgoing, ReplyTo};
 use crate::shared::Shared;
@@ -41,6 +42,7 @@ const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 /// Runs the accept loop until `shutdown` completes, then shuts down gracefully.
 pub(crate) async fn serve(
     listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
     config: Config,
     storage: Option<Storage>,
     shutdown: impl Future<Output = ()>,
@@ -69,7 +71,21 @@ pub(crate) async fn serve(
     };
     let connections = Arc::new(Semaphore::new(config.max_connections));
     let grace = config.shutdown_grace;
-    let shared = Arc::new(Shared::new(state, journal, config));
+    let metrics = metrics_listener
+        .as_ref()
+        .map(|_| Arc::new(Metrics::default()));
+    if let (Some(metrics), Some(journal)) = (&metrics, &journal) {
+        let metrics = Arc::clone(metrics);
+        journal.observe_fsyncs(move |took| metrics.fsynced(took));
+    }
+    let shared = Arc::new(Shared::new(state, journal, config, metrics.clone()));
+    if let (Some(listener), Some(metrics)) = (metrics_listener, metrics) {
+        shared.tracker.spawn(crate::exporter::serve(
+            listener,
+            Arc::clone(&shared),
+            metrics,
+        ));
+    }
     if restored {
         reaper::restore(&shared);
     }
@@ -145,6 +161,7 @@ async fn handle(
     // Per-connection lines are debug at most, and a connection that only says hello (a ping or
     // a health check every few seconds) logs at trace, so they do not flood a debug log.
     trace!(peer = %peer, connection = id, "connection opened");
+    let _open = shared.metrics.as_ref().map(Metrics::connection_opened);
     if let Err(cause) = stream.set_nodelay(true) {
         debug!(peer = %peer, cause = %cause, "cannot set TCP_NODELAY");
     }
@@ -178,10 +195,12 @@ async fn accept_tls(
         Ok(Ok(stream)) => Some(stream),
         Ok(Err(cause)) => {
             warn!(peer = %peer, cause = %cause, "TLS handshake failed; closing connection");
+            refused(shared, "tls_handshake");
             None
         }
         Err(_) => {
             warn!(peer = %peer, cause = "no TLS handshake in time", "closing connection");
+            refused(shared, "tls_handshake");
             None
         }
     }
@@ -193,7 +212,11 @@ where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let mut connection = Connection::new(read);
+    let received = shared
+        .metrics
+        .as_ref()
+        .map(|metrics| metrics.byte_counters().0);
+    let mut connection = Connection::new(read, received);
     let mut hello_codec = ServerHandshakeCodec::new(MAX_HELLO_FRAME);
     if let Some(welcomed) =
         handshake(shared, &mut connection, &mut hello_codec, &mut write, peer).await
@@ -209,6 +232,13 @@ where
         } else {
             debug!(peer = %peer, connection = id, client, requests, "connection closed");
         }
+    }
+}
+
+/// Counts a connection refused before its first request, when metrics are on.
+fn refused(shared: &Shared, reason: &'static str) {
+    if let Some(metrics) = &shared.metrics {
+        metrics.connection_refused(reason);
     }
 }
 
@@ -238,6 +268,7 @@ async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     let reply = match read {
         Err(_) => {
             warn!(peer = %peer, cause = "no hello in time", "closing connection");
+            refused(shared, "no_hello");
             return None;
         }
         Ok(Ok(None)) => return None,
@@ -280,6 +311,14 @@ async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     };
     if let HelloReply::Refused(refusal) = &reply {
         warn!(peer = %peer, cause = %refusal, "refusing connection");
+        refused(
+            shared,
+            match refusal {
+                ErrorReply::Unauthenticated(_) => "unauthenticated",
+                ErrorReply::TooLarge { .. } => "hello_too_large",
+                _ => "unsupported_protocol",
+            },
+        );
     }
     let mut buffer = BytesMut::new();
     if let Err(cause) = codec.encode(&reply, &mut buffer) {
@@ -357,6 +396,10 @@ where
         closing.clone(),
         peer,
         shared.config.write_timeout,
+        shared
+            .metrics
+            .as_ref()
+            .map(|metrics| metrics.byte_counters().1),
     ));
     let reply_to = ReplyTo {
         connection: id,
@@ -453,7 +496,12 @@ async fn read_requests<R: AsyncRead + Unpin>(
         let may_wait = !reply_to.closing.is_cancelled();
         let mut applied = apply_batch(shared, reply_to.connection, frames, may_wait);
         shared.signals.wake(&applied.wake);
-        let answers = match settle(shared, &mut applied).await {
+        let deferred = settle(shared, &mut applied).await;
+        if let Some(metrics) = &shared.metrics {
+            // Deferred answers (the log is failing) are not counted.
+            applied.count(metrics);
+        }
+        let answers = match deferred {
             Some(deferred) => Some(Outgoing::Deferred(deferred)),
             None if applied.responses.is_empty() => None,
             None => Some(Outgoing::ready(

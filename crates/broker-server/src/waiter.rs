@@ -28,6 +28,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         logged: before_logged,
         wait,
         permit,
+        asked: (kind, received),
     } = parked;
     let signal = shared.signals.topic(retry.topic().unwrap_or_default());
     let deadline = time::sleep_until(Instant::now() + wait);
@@ -85,6 +86,9 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         },
         _ => result,
     };
+    if let Some(metrics) = &shared.metrics {
+        metrics.answered(kind, &result, received.elapsed());
+    }
     let answer = Outgoing::ready(
         vec![ResponseFrame {
             correlation_id,
@@ -111,7 +115,7 @@ fn release(shared: &Shared, session: Option<ParkedIn>) {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use broker_core::{BrokerState, Command, KeyHash, Outcome};
+    use broker_core::{BrokerState, Command, CommandKind, KeyHash, Outcome};
     use tokio::sync::{mpsc, Semaphore};
     use tokio_util::sync::CancellationToken;
 
@@ -138,7 +142,7 @@ mod tests {
         state.join("t", "g", "m", None, &[]).unwrap();
         // The record arrives as the connection closes: the waiter sees both at once.
         state.publish("t", 0, "late".into()).unwrap();
-        let shared = Arc::new(Shared::new(state, None, Config::default()));
+        let shared = Arc::new(Shared::new(state, None, Config::default(), None));
         let (outgoing, mut answers) = mpsc::channel(4);
         let closing = CancellationToken::new();
         let reply_to = ReplyTo {
@@ -156,6 +160,7 @@ mod tests {
             logged: None,
             wait: std::time::Duration::from_secs(30),
             permit,
+            asked: (CommandKind::Poll, Instant::now()),
         };
         wait(Arc::clone(&shared), reply_to, parked).await;
         match answers.recv().await.unwrap() {

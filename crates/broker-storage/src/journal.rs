@@ -32,7 +32,7 @@
 //! The journal needs no async runtime: waits for durability are futures over a
 //! `tokio::sync::watch` channel, which any executor can poll.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -288,6 +288,17 @@ struct Inner {
     settings: JournalSettings,
     dir: Arc<DataDir>,
     records: Arc<RecordStore>,
+    /// Told how long each fsync of the log took (see [`Journal::observe_fsyncs`]).
+    fsync_observer: OnceLock<FsyncObserver>,
+}
+
+/// A function told how long each fsync of the log took.
+struct FsyncObserver(Box<dyn Fn(Duration) + Send + Sync>);
+
+impl std::fmt::Debug for FsyncObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FsyncObserver")
+    }
 }
 
 impl Inner {
@@ -316,6 +327,7 @@ impl Journal {
             settings,
             dir,
             records,
+            fsync_observer: OnceLock::new(),
         });
         let (progress_tx, progress) = watch::channel(Progress {
             written: next_seq,
@@ -434,6 +446,15 @@ impl Journal {
     /// [`JournalError::NotDurable`] when the journal stopped before that.
     pub async fn durable(&self, seq: u64) -> Result<(), JournalError> {
         self.wait(seq, false).await.unwrap_or(Ok(()))
+    }
+
+    /// Has `observer` told how long each fsync of the log takes from now on (for metrics). Only
+    /// the first observer set is kept; a later one is ignored.
+    pub fn observe_fsyncs(&self, observer: impl Fn(Duration) + Send + Sync + 'static) {
+        let _ = self
+            .inner
+            .fsync_observer
+            .set(FsyncObserver(Box::new(observer)));
     }
 
     /// [`Journal::durable`], or `None` as soon as log writes are failing (stalled) with `seq`
@@ -714,9 +735,13 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
                     Fsync::Never => false,
                 });
         if sync_now {
+            let started = Instant::now();
             if let Err(cause) = writer.sync() {
                 fail_stop(inner, progress, &cause);
                 return;
+            }
+            if let Some(observer) = inner.fsync_observer.get() {
+                (observer.0)(started.elapsed());
             }
             last_sync = Instant::now();
             unsynced = false;

@@ -82,6 +82,8 @@ pub struct ServerProcess {
     child: Child,
     /// The address it listens on.
     pub addr: SocketAddr,
+    /// The address of its metrics endpoint, when started with `--metrics-listen`.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl ServerProcess {
@@ -115,8 +117,9 @@ impl ServerProcess {
             .spawn()
             .expect("start broker-server");
         let stdout = child.stdout.take().expect("piped stdout");
+        let mut stdout = BufReader::new(stdout);
         let mut line = String::new();
-        BufReader::new(stdout)
+        stdout
             .read_line(&mut line)
             .expect("read the first line of broker-server");
         let addr = line
@@ -125,7 +128,23 @@ impl ServerProcess {
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .parse()
             .expect("a socket address");
-        ServerProcess { child, addr }
+        let metrics_addr = extra.contains(&"--metrics-listen").then(|| {
+            line.clear();
+            stdout
+                .read_line(&mut line)
+                .expect("read the second line of broker-server");
+            line.trim()
+                .strip_prefix("metrics on http://")
+                .and_then(|rest| rest.strip_suffix("/metrics"))
+                .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
+                .parse()
+                .expect("a socket address")
+        });
+        ServerProcess {
+            child,
+            addr,
+            metrics_addr,
+        }
     }
 
     /// The address as `"127.0.0.1:PORT"`.

@@ -1,0 +1,346 @@
+//! The metrics endpoint (`--metrics-listen`): [`Metrics`] and what the broker holds, in
+//! Prometheus's text format at `/metrics` over HTTP/1.1.
+//!
+//! What the broker holds (per partition: offsets, records and bytes retained; per group and
+//! partition: committed offset, lag, deliveries in flight; the memory budget) is read from the
+//! state at each scrape, so a deleted topic or group leaves no stale series behind. Labels are
+//! commands, error kinds, topics, partitions and groups: bounded by the broker's limits on
+//! topics, partitions and groups.
+//!
+//! The registry encodes OpenMetrics, which Prometheus asks for first; a scraper that does not
+//! (`curl`, `promtool check metrics`, older collectors) gets the classic text format 0.0.4,
+//! whose counters are named with their `_total` suffix in `# HELP` and `# TYPE` as well.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use broker_core::{GroupDescription, TopicDescription};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use tokio::net::TcpListener;
+use tracing::{debug, warn};
+
+use crate::metrics::Metrics;
+use crate::shared::Shared;
+
+/// The content type of the OpenMetrics text format, which Prometheus asks for first.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The content type of Prometheus's classic text format.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Reads what the broker holds at each scrape: per partition, per group and partition, and the
+/// memory budget.
+#[derive(Debug)]
+struct StateCollector {
+    /// The server; gone once it shut down (then nothing is reported).
+    shared: Weak<Shared>,
+}
+
+/// One gauge family written by [`StateCollector`]: its name, help and samples.
+struct GaugeFamily<L> {
+    name: &'static str,
+    help: &'static str,
+    unit: Option<Unit>,
+    samples: Vec<(L, i64)>,
+}
+
+impl<L: prometheus_client::encoding::EncodeLabelSet> GaugeFamily<L> {
+    fn new(name: &'static str, help: &'static str, unit: Option<Unit>) -> Self {
+        GaugeFamily {
+            name,
+            help,
+            unit,
+            samples: Vec::new(),
+        }
+    }
+
+    fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(
+            self.name,
+            self.help,
+            self.unit.as_ref(),
+            MetricType::Gauge,
+        )?;
+        for (labels, value) in &self.samples {
+            ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Labels of a partition's series.
+type PartitionLabels = [(&'static str, String); 2];
+
+/// Labels of a group's partition's series.
+type GroupLabels = [(&'static str, String); 3];
+
+/// A count as a gauge value (saturating: no count reaches `i64::MAX`).
+fn gauge(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+impl Collector for StateCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(shared) = self.shared.upgrade() else {
+            return Ok(());
+        };
+        let (description, budget, used) = {
+            let broker = shared.broker.lock();
+            let (budget, used) = broker.memory();
+            (broker.describe(), budget, used)
+        };
+        let mut end = GaugeFamily::new(
+            "partition_end_offset",
+            "Offset the next record published to the partition gets.",
+            None,
+        );
+        let mut earliest = GaugeFamily::new(
+            "partition_earliest_offset",
+            "Offset of the oldest record the partition retains.",
+            None,
+        );
+        let mut records =
+            GaugeFamily::new("partition_records", "Records the partition retains.", None);
+        let mut bytes = GaugeFamily::new(
+            "partition_retained",
+            "Payload and key bytes the partition retains.",
+            Some(Unit::Bytes),
+        );
+        let mut committed = GaugeFamily::new(
+            "group_committed_offset",
+            "The group's committed offset on the partition.",
+            None,
+        );
+        let mut lag = GaugeFamily::new(
+            "group_lag",
+            "Records of the partition the group has yet to consume.",
+            None,
+        );
+        let mut in_flight = GaugeFamily::new("group_in_flight", "Records of the partition delivered to the group and not yet acknowledged (ack mode: 0 or 1).", None);
+        for topic in &description.topics {
+            for partition in &topic.partitions {
+                let labels: PartitionLabels = [
+                    ("topic", topic.name.clone()),
+                    ("partition", partition.partition.to_string()),
+                ];
+                end.samples.push((labels.clone(), partition.end_offset));
+                earliest
+                    .samples
+                    .push((labels.clone(), partition.earliest_offset));
+                records
+                    .samples
+                    .push((labels.clone(), gauge(partition.records)));
+                bytes
+                    .samples
+                    .push((labels, gauge(partition.retained_bytes)));
+            }
+            for group in &topic.groups {
+                for row in &group.partitions {
+                    let labels = group_labels(topic, group, row.partition);
+                    committed.samples.push((labels.clone(), row.committed));
+                    lag.samples.push((labels.clone(), row.lag));
+                    in_flight
+                        .samples
+                        .push((labels, i64::from(row.in_flight.is_some())));
+                }
+            }
+        }
+        for family in [&end, &earliest, &records, &bytes] {
+            family.encode(&mut encoder)?;
+        }
+        for family in [&committed, &lag, &in_flight] {
+            family.encode(&mut encoder)?;
+        }
+        single_gauge(
+            &mut encoder,
+            "memory_used",
+            "Payload and key bytes retained in memory (without a data directory).",
+            gauge(used),
+        )?;
+        if let Some(budget) = budget {
+            single_gauge(
+                &mut encoder,
+                "memory_budget",
+                "The most payload and key bytes retained in memory (--max-memory).",
+                gauge(budget),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes one gauge in bytes without labels.
+fn single_gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: i64,
+) -> Result<(), std::fmt::Error> {
+    let family = encoder.encode_descriptor(name, help, Some(&Unit::Bytes), MetricType::Gauge)?;
+    ConstGauge::new(value).encode(family)
+}
+
+/// The labels of `group`'s series for `partition` of `topic`.
+fn group_labels(topic: &TopicDescription, group: &GroupDescription, partition: i32) -> GroupLabels {
+    [
+        ("topic", topic.name.clone()),
+        ("group", group.name.clone()),
+        ("partition", partition.to_string()),
+    ]
+}
+
+/// Serves `/metrics` on `listener` until the server shuts down: one task per scrape
+/// connection (HTTP/1.1), each rendering the registry anew.
+pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, metrics: Arc<Metrics>) {
+    let mut registry = metrics.registry();
+    registry.register_collector(Box::new(StateCollector {
+        shared: Arc::downgrade(&shared),
+    }));
+    let registry = Arc::new(registry);
+    loop {
+        let accepted = tokio::select! {
+            () = shared.shutdown.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(cause) => {
+                warn!(cause = %cause, "accepting a metrics connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let registry = Arc::clone(&registry);
+        let shutdown = shared.shutdown.clone();
+        shared.tracker.spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let registry = Arc::clone(&registry);
+                async move { Ok::<_, Infallible>(answer(&registry, &request)) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                served = connection.as_mut() => {
+                    if let Err(cause) = served {
+                        debug!(peer = %peer, cause = %cause, "metrics connection failed");
+                    }
+                }
+                () = shutdown.cancelled() => connection.as_mut().graceful_shutdown(),
+            }
+        });
+    }
+}
+
+/// The answer to one HTTP request: the metrics for `GET /metrics`, 404 or 405 otherwise.
+fn answer(registry: &Registry, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let plain = |status: StatusCode, text: &str| {
+        let mut response = Response::new(Full::new(Bytes::from(text.to_owned())));
+        *response.status_mut() = status;
+        response
+    };
+    if request.uri().path() != "/metrics" {
+        return plain(
+            StatusCode::NOT_FOUND,
+            "not found: the metrics are at /metrics\n",
+        );
+    }
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        return plain(StatusCode::METHOD_NOT_ALLOWED, "only GET /metrics\n");
+    }
+    let mut text = String::new();
+    if prometheus_client::encoding::text::encode(&mut text, registry).is_err() {
+        return plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "cannot encode the metrics\n",
+        );
+    }
+    let openmetrics = request
+        .headers()
+        .get_all(hyper::header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|accept| accept.contains("application/openmetrics-text"));
+    let (body, content_type) = if openmetrics {
+        (text, OPENMETRICS)
+    } else {
+        (classic_text(&text), PROMETHEUS_TEXT)
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+/// OpenMetrics text as Prometheus's classic text format: a counter's `# HELP` and `# TYPE`
+/// name its samples' name (with `_total`), and there are no `# UNIT` lines and no `# EOF`.
+/// Everything else (samples, gauges, histograms, escaping) is the same in both.
+fn classic_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut classic = String::with_capacity(openmetrics.len() + 16 * counters.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let described = ["# HELP ", "# TYPE "].into_iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match described {
+            Some(renamed) => classic.push_str(&renamed),
+            None => classic.push_str(line),
+        }
+        classic.push('\n');
+    }
+    classic
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classic_text_names_counters_with_their_suffix_and_drops_what_it_lacks() {
+        let openmetrics = "# HELP broker_requests Requests.\n\
+                           # TYPE broker_requests counter\n\
+                           broker_requests_total{command=\"ack\"} 3\n\
+                           # HELP broker_sent_bytes Bytes.\n\
+                           # TYPE broker_sent_bytes counter\n\
+                           # UNIT broker_sent_bytes bytes\n\
+                           broker_sent_bytes_total 10\n\
+                           # HELP broker_group_lag Lag.\n\
+                           # TYPE broker_group_lag gauge\n\
+                           broker_group_lag{topic=\"t\"} 2\n\
+                           # EOF\n";
+        assert_eq!(
+            classic_text(openmetrics),
+            "# HELP broker_requests_total Requests.\n\
+             # TYPE broker_requests_total counter\n\
+             broker_requests_total{command=\"ack\"} 3\n\
+             # HELP broker_sent_bytes_total Bytes.\n\
+             # TYPE broker_sent_bytes_total counter\n\
+             broker_sent_bytes_total 10\n\
+             # HELP broker_group_lag Lag.\n\
+             # TYPE broker_group_lag gauge\n\
+             broker_group_lag{topic=\"t\"} 2\n"
+        );
+    }
+}
