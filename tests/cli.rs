@@ -1513,3 +1513,40 @@ fn ping_answers_with_the_server_version_and_its_limits() {
     let run = broker_alone(&["ping", "--addr", &format!("127.0.0.1:{port}")]);
     assert!(run.one_error_line().contains("cannot reach"), "{run:#?}");
 }
+
+#[test]
+fn top_shows_topics_groups_and_with_metrics_the_connections() {
+    let server = ServerProcess::start(&["--metrics-listen", "127.0.0.1:0"]);
+    let metrics = server.metrics_addr.unwrap().to_string();
+    broker(&server, &["create", "t", "--partitions", "2"]).ok();
+    broker(&server, &["join", "t", "-g", "g", "-m", "a"]).ok();
+    broker_with_input(&server, &["publish", "t"], "1\n2\n3\n").ok();
+    let run = broker(
+        &server,
+        &[
+            "top",
+            "--json",
+            "--interval",
+            "100ms",
+            "--metrics",
+            &metrics,
+        ],
+    );
+    let view: Value = serde_json::from_str(run.ok()).unwrap();
+    assert_eq!(view["topics"][0]["topic"], json!("t"), "{view:#}");
+    assert_eq!(view["topics"][0]["records"], json!(3), "{view:#}");
+    assert_eq!(view["groups"][0]["lag"], json!(3), "{view:#}");
+    assert_eq!(view["groups"][0]["members"], json!(1), "{view:#}");
+    // Its own connection, at least.
+    assert!(
+        view["server"]["connections"].as_f64().unwrap() >= 1.0,
+        "{view:#}"
+    );
+    // Without --metrics, no server line; --count bounds the views.
+    let run = broker(&server, &["top", "--count", "2", "--interval", "100ms"]);
+    let text = run.ok();
+    assert_eq!(text.matches("PUBLISHED").count(), 2, "{text}");
+    assert!(text.contains("--metrics-listen"), "{text}");
+    let run = broker(&server, &["top", "--interval", "0s"]);
+    assert!(run.one_error_line().contains("--interval"), "{run:#?}");
+}

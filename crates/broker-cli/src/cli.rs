@@ -157,6 +157,10 @@ pub enum Command {
     /// exchange the hello, and print the protocol version and the server's limits. Cheap
     /// enough for a health check.
     Ping(Connected<PingArgs>),
+    /// A live view of the broker, refreshed every second: records published per second per
+    /// topic, each group's consumption rate, lag and deliveries in flight, and (with
+    /// --metrics) connections and requests per second. Ctrl-C leaves.
+    Top(Connected<TopArgs>),
     /// Measure a broker-server: throughput and latency percentiles under a chosen workload.
     Bench(Connected<BenchArgs>),
 }
@@ -180,6 +184,7 @@ impl Command {
             Command::Group(GroupCommand::Delete(c)) => Some(&c.connect),
             Command::Offsets(c) => Some(&c.connect),
             Command::Ping(c) => Some(&c.connect),
+            Command::Top(c) => Some(&c.connect),
             Command::Bench(c) => Some(&c.connect),
         }
     }
@@ -191,6 +196,30 @@ pub struct PingArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `broker top`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  broker top                                   every topic and group, refreshed every second
+  broker top --metrics 127.0.0.1:9100          also connections and requests (the server runs
+                                               with --metrics-listen 127.0.0.1:9100)
+  broker top --json                            one view as JSON, one interval after the start")]
+pub struct TopArgs {
+    /// Time between two views; rates are measured over it.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub interval: Duration,
+    /// Stop after this many views.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+    /// Print one view as JSON (rates over one interval) and exit.
+    #[arg(long)]
+    pub json: bool,
+    /// The address of the server's metrics endpoint (its --metrics-listen), for connections,
+    /// requests and bytes per second.
+    #[arg(long, env = "BROKER_METRICS_ADDR", value_name = "HOST:PORT")]
+    pub metrics: Option<String>,
 }
 
 /// `broker create`.

@@ -48,6 +48,7 @@ pub async fn run(connect: Option<ConnectArgs>, command: Command) -> anyhow::Resu
     match command {
         Command::Size(args) => size_command(&args),
         Command::Ping(c) => ping(&server, c.args).await,
+        Command::Top(c) => crate::top::run(&server.connect().await?, c.args).await,
         Command::Bench(c) => bench::run(&server, c.args).await,
         Command::Create(c) => create(&server.connect().await?, c.args).await,
         Command::Delete(c) => delete(&server.connect().await?, c.args).await,

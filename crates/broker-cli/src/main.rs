@@ -17,6 +17,7 @@ mod connect;
 mod output;
 mod retention;
 mod size;
+mod top;
 
 use std::process::ExitCode;
 
