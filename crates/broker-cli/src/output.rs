@@ -90,6 +90,8 @@ fn group_settings_text(settings: &[GroupSetting]) -> String {
             GroupSetting::StartAt(StartAt::Earliest) => "; started at the earliest".to_owned(),
             GroupSetting::StartAt(StartAt::Latest) => "; started at the end".to_owned(),
             GroupSetting::AckTimeoutMs(ms) => format!("; ack timeout {}", duration_text(*ms)),
+            GroupSetting::MaxDeliveries(max) => format!("; at most {max} deliveries"),
+            GroupSetting::DeadLetter(topic) => format!(", then to dead-letter topic {topic}"),
         })
         .collect()
 }

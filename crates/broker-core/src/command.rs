@@ -284,6 +284,22 @@ pub enum Command {
         /// One batch per partition, each partition named once.
         batches: Vec<PartitionBatch>,
     },
+    /// [`crate::BrokerState::retry_after`]: a retry whose record is delivered again no earlier
+    /// than `delay_ms` from now (protocol version 4).
+    RetryAfter {
+        /// Topic identifier.
+        topic: String,
+        /// Group identifier.
+        group: String,
+        /// Member identifier.
+        member: String,
+        /// Partition of the delivery.
+        partition: i32,
+        /// Offset of the delivery.
+        offset: i64,
+        /// How long the record is held back, in milliseconds.
+        delay_ms: u64,
+    },
 }
 
 /// How a command changes the membership of the group it names ([`CommandKind::membership`]).
@@ -336,6 +352,7 @@ impl CommandKind {
             | CommandKind::Ack
             | CommandKind::AckAndPoll
             | CommandKind::Retry
+            | CommandKind::RetryAfter
             | CommandKind::Redeliver
             | CommandKind::Fetch
             | CommandKind::Commit => false,
@@ -373,7 +390,9 @@ impl CommandKind {
             CommandKind::Create => !matches!(outcome, Outcome::Created(false)),
             CommandKind::Leave => !matches!(outcome, Outcome::Left(false)),
             CommandKind::Ack => !matches!(outcome, Outcome::Acked(false)),
-            CommandKind::Retry => !matches!(outcome, Outcome::Retried(false)),
+            CommandKind::Retry | CommandKind::RetryAfter => {
+                !matches!(outcome, Outcome::Retried(false))
+            }
             CommandKind::Poll | CommandKind::Fetch | CommandKind::Redeliver => took_records(),
             CommandKind::AckAndPoll => !matches!(
                 outcome,
@@ -404,6 +423,7 @@ impl CommandKind {
             | CommandKind::Ack
             | CommandKind::AckAndPoll
             | CommandKind::Retry
+            | CommandKind::RetryAfter
             | CommandKind::Redeliver
             | CommandKind::Fetch
             | CommandKind::Commit
@@ -430,6 +450,7 @@ impl CommandKind {
             | CommandKind::Ack
             | CommandKind::AckAndPoll
             | CommandKind::Retry
+            | CommandKind::RetryAfter
             | CommandKind::Redeliver
             | CommandKind::Fetch
             | CommandKind::Commit
@@ -477,6 +498,7 @@ impl CommandKind {
             | CommandKind::ResetGroup
             | CommandKind::OffsetForTime => 2,
             CommandKind::PublishIdempotent => 3,
+            CommandKind::RetryAfter => 4,
         }
     }
 
@@ -490,6 +512,21 @@ impl Command {
     /// What kind of call this is.
     pub fn kind(&self) -> CommandKind {
         self.into()
+    }
+
+    /// The protocol version a connection must speak to send this command: its kind's
+    /// ([`CommandKind::since_version`]), or a later one if it carries a group setting a later
+    /// version added.
+    pub fn since_version(&self) -> u16 {
+        let settings = match self {
+            Command::Join { settings, .. } => settings
+                .iter()
+                .map(crate::GroupSetting::since_version)
+                .max()
+                .unwrap_or(0),
+            _ => 0,
+        };
+        self.kind().since_version().max(settings)
     }
 
     /// Whether the command never changes the state; see [`CommandKind::is_read_only`].
@@ -508,6 +545,7 @@ impl Command {
             | Command::Poll { topic, .. }
             | Command::Ack { topic, .. }
             | Command::Retry { topic, .. }
+            | Command::RetryAfter { topic, .. }
             | Command::Fetch { topic, .. }
             | Command::Commit { topic, .. }
             | Command::Assignment { topic, .. }
@@ -541,6 +579,7 @@ impl Command {
             | Command::Ack { topic, .. }
             | Command::AckAndPoll { topic, .. }
             | Command::Retry { topic, .. }
+            | Command::RetryAfter { topic, .. }
             | Command::Redeliver { topic, .. }
             | Command::Commit { topic, .. }
             | Command::AddPartitions { topic, .. }
@@ -601,6 +640,12 @@ impl Command {
                 ..
             }
             | Command::Retry {
+                topic,
+                group,
+                member,
+                ..
+            }
+            | Command::RetryAfter {
                 topic,
                 group,
                 member,
@@ -681,6 +726,7 @@ impl Command {
             | Command::PublishBatch { .. }
             | Command::Ack { .. }
             | Command::Retry { .. }
+            | Command::RetryAfter { .. }
             | Command::Commit { .. }
             | Command::Assignment { .. }
             | Command::Committed { .. }
@@ -718,6 +764,7 @@ impl Command {
             | Command::Ack { .. }
             | Command::AckAndPoll { .. }
             | Command::Retry { .. }
+            | Command::RetryAfter { .. }
             | Command::Redeliver { .. }
             | Command::Fetch { .. }
             | Command::Commit { .. }
@@ -776,6 +823,7 @@ impl Command {
             | Command::PublishBatch { .. }
             | Command::Ack { .. }
             | Command::Retry { .. }
+            | Command::RetryAfter { .. }
             | Command::Commit { .. }
             | Command::Assignment { .. }
             | Command::Committed { .. }

@@ -8,10 +8,11 @@
 //! conversion here.
 //!
 //! Every shape an image ever had stays readable: [`v1`] is the first (snapshots of data
-//! directory format 1), [`v2`] the second (format 2), this module's types are the current one
-//! (format 3). A change to the shape is a new version with types of their own.
+//! directory format 1), [`v2`] the second (format 2), [`v3`] the third (format 3), this
+//! module's types are the current one (format 4). A change to the shape is a new version with
+//! types of their own.
 //!
-//! # Layout, version 3
+//! # Layout, version 4
 //!
 //! Encoded with serde in field order, as bincode 2.0.1 with fixed-width little-endian integers
 //! encodes it (`u64` lengths before every sequence and string, a `u8` tag before an `Option`):
@@ -32,7 +33,8 @@
 //! RecordImage    key Option<bytes>, payload bytes, headers Vec<HeaderImage>, timestamp_ms i64
 //! HeaderImage    name String, value Option<bytes>
 //! GroupImage     assignor u32 (0 round-robin, 1 range), start_at u32 (0 earliest, 1 latest),
-//!                ack_timeout_ms Option<u64>, members Vec<MemberImage>,
+//!                ack_timeout_ms Option<u64>, max_deliveries Option<u32>,
+//!                dead_letter Option<String>, members Vec<MemberImage>,
 //!                partitions Vec<GroupPartitionImage>
 //! MemberImage    id String, partitions Vec<i32>
 //! GroupPartitionImage  owner Option<u64> (index into members), committed i64, position i64,
@@ -42,7 +44,7 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-/// The whole broker state, version 3: see the module documentation for the layout.
+/// The whole broker state, version 4: see the module documentation for the layout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateImage {
     /// Records each partition of an interest-retention topic keeps at most by default.
@@ -183,6 +185,10 @@ pub struct GroupImage {
     pub start_at: u32,
     /// The acknowledgement timeout in milliseconds, if any.
     pub ack_timeout_ms: Option<u64>,
+    /// The most deliveries of a record before it goes to the dead-letter topic, if any.
+    pub max_deliveries: Option<u32>,
+    /// The dead-letter topic, with `max_deliveries`.
+    pub dead_letter: Option<String>,
     /// The members, sorted by id.
     pub members: Vec<v1::MemberImage>,
     /// The group's progress on each partition, by partition number.
@@ -208,6 +214,142 @@ pub struct GroupPartitionImage {
     pub skipped: u64,
 }
 
+pub mod v3 {
+    //! The state image of version 3, frozen: the snapshots of data directory format 3. Its
+    //! groups had no maximum of deliveries and no dead-letter topic; everything else is the
+    //! current shape.
+    //!
+    //! # Layout, version 3
+    //!
+    //! As version 4, except that `GroupImage` has no `max_deliveries` and no `dead_letter`.
+
+    use serde::{Deserialize, Serialize};
+
+    use super::{v1, GroupPartitionImage, PartitionImage, ProducerImage};
+
+    /// The whole broker state, version 3.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct StateImage {
+        /// As in the current [`super::StateImage`].
+        pub capacity: u64,
+        /// As in the current [`super::StateImage`].
+        pub clock_ms: i64,
+        /// As in the current [`super::StateImage`].
+        pub next_topic_id: u64,
+        /// As in the current [`super::StateImage`].
+        pub topics: Vec<(String, TopicImage)>,
+        /// As in the current [`super::StateImage`].
+        pub memory_budget: Option<u64>,
+        /// As in the current [`super::StateImage`].
+        pub retained_bytes: u64,
+        /// As in the current [`super::StateImage`].
+        pub max_topics: u64,
+        /// As in the current [`super::StateImage`].
+        pub max_partitions: u64,
+        /// As in the current [`super::StateImage`].
+        pub max_groups_per_topic: u64,
+        /// As in the current [`super::StateImage`].
+        pub max_members_per_group: u64,
+    }
+
+    /// One topic, version 3.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct TopicImage {
+        /// As in the current [`super::TopicImage`].
+        pub id: u64,
+        /// As in the current [`super::TopicImage`].
+        pub key_hash: u32,
+        /// As in the current [`super::TopicImage`].
+        pub retention: u32,
+        /// As in the current [`super::TopicImage`].
+        pub max_records: Option<u64>,
+        /// As in the current [`super::TopicImage`].
+        pub max_bytes: Option<u64>,
+        /// As in the current [`super::TopicImage`].
+        pub max_age_ms: Option<u64>,
+        /// As in the current [`super::TopicImage`].
+        pub discard: u32,
+        /// As in the current [`super::TopicImage`].
+        pub next_keyless: u64,
+        /// As in the current [`super::TopicImage`].
+        pub partitions: Vec<PartitionImage>,
+        /// As in the current [`super::TopicImage`].
+        pub groups: Vec<(String, GroupImage)>,
+        /// As in the current [`super::TopicImage`].
+        pub producers: Vec<ProducerImage>,
+    }
+
+    /// One consumer group, version 3.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct GroupImage {
+        /// As in the current [`super::GroupImage`].
+        pub assignor: u32,
+        /// As in the current [`super::GroupImage`].
+        pub start_at: u32,
+        /// As in the current [`super::GroupImage`].
+        pub ack_timeout_ms: Option<u64>,
+        /// As in the current [`super::GroupImage`].
+        pub members: Vec<v1::MemberImage>,
+        /// As in the current [`super::GroupImage`].
+        pub partitions: Vec<GroupPartitionImage>,
+    }
+
+    impl From<StateImage> for super::StateImage {
+        /// The same state in the current shape: its groups have no maximum of deliveries.
+        fn from(image: StateImage) -> super::StateImage {
+            super::StateImage {
+                capacity: image.capacity,
+                clock_ms: image.clock_ms,
+                next_topic_id: image.next_topic_id,
+                topics: image
+                    .topics
+                    .into_iter()
+                    .map(|(name, topic)| (name, topic.into()))
+                    .collect(),
+                memory_budget: image.memory_budget,
+                retained_bytes: image.retained_bytes,
+                max_topics: image.max_topics,
+                max_partitions: image.max_partitions,
+                max_groups_per_topic: image.max_groups_per_topic,
+                max_members_per_group: image.max_members_per_group,
+            }
+        }
+    }
+
+    impl From<TopicImage> for super::TopicImage {
+        fn from(topic: TopicImage) -> super::TopicImage {
+            super::TopicImage {
+                id: topic.id,
+                key_hash: topic.key_hash,
+                retention: topic.retention,
+                max_records: topic.max_records,
+                max_bytes: topic.max_bytes,
+                max_age_ms: topic.max_age_ms,
+                discard: topic.discard,
+                next_keyless: topic.next_keyless,
+                partitions: topic.partitions,
+                groups: topic
+                    .groups
+                    .into_iter()
+                    .map(|(name, group)| {
+                        let group = super::GroupImage {
+                            assignor: group.assignor,
+                            start_at: group.start_at,
+                            ack_timeout_ms: group.ack_timeout_ms,
+                            max_deliveries: None,
+                            dead_letter: None,
+                            members: group.members,
+                            partitions: group.partitions,
+                        };
+                        (name, group)
+                    })
+                    .collect(),
+                producers: topic.producers,
+            }
+        }
+    }
+}
+
 pub mod v2 {
     //! The state image of version 2, frozen: the snapshots of data directory format 2. Its
     //! topics had no idempotent producers; everything else is the current shape.
@@ -218,7 +360,8 @@ pub mod v2 {
 
     use serde::{Deserialize, Serialize};
 
-    use super::{GroupImage, PartitionImage};
+    use super::v3::GroupImage;
+    use super::PartitionImage;
 
     /// The whole broker state, version 2.
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -270,10 +413,10 @@ pub mod v2 {
         pub groups: Vec<(String, GroupImage)>,
     }
 
-    impl From<StateImage> for super::StateImage {
-        /// The same state in the current shape: its topics remember no producer.
-        fn from(image: StateImage) -> super::StateImage {
-            super::StateImage {
+    impl From<StateImage> for super::v3::StateImage {
+        /// The same state in the shape of version 3: its topics remember no producer.
+        fn from(image: StateImage) -> super::v3::StateImage {
+            super::v3::StateImage {
                 capacity: image.capacity,
                 clock_ms: image.clock_ms,
                 next_topic_id: image.next_topic_id,
@@ -281,7 +424,7 @@ pub mod v2 {
                     .topics
                     .into_iter()
                     .map(|(name, topic)| {
-                        let topic = super::TopicImage {
+                        let topic = super::v3::TopicImage {
                             id: topic.id,
                             key_hash: topic.key_hash,
                             retention: topic.retention,

@@ -46,9 +46,11 @@ pub use describe::{
 };
 pub use error::BrokerError;
 pub use settings::{
-    Discard, GroupSetting, GroupSettings, Retention, StartAt, TopicSetting, TopicSettings,
+    Discard, GroupSetting, GroupSettings, Retention, StartAt, TopicName, TopicSetting, TopicSettings,
 };
-pub use state::{BrokerState, Limits, MAX_PRODUCERS, RECENT_BATCHES};
+pub use state::{
+    BrokerState, DeadLetterReason, DeadLettered, Limits, MAX_PRODUCERS, RECENT_BATCHES,
+};
 /// Iterating over every [`CommandKind`] (`CommandKind::iter()`).
 pub use strum::IntoEnumIterator;
 pub use types::{

@@ -1,5 +1,6 @@
 //! What a topic and a group are created with, beyond their names: how a topic's partitions
-//! retain records, and where a new group starts and how long a delivery may stay unacknowledged.
+//! retain records, and where a new group starts, how long a delivery may stay unacknowledged
+//! and how many times a record may be delivered before it goes to a dead-letter topic.
 //!
 //! Each is a struct ([`TopicSettings`], [`GroupSettings`]) for programs, and a list of settings
 //! ([`TopicSetting`], [`GroupSetting`]) for the wire: a setting a later version adds is one more
@@ -9,8 +10,64 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::validate::MAX_PRODUCT_CAPACITY;
+use crate::validate::{check_identifier, MAX_IDENTIFIER_LEN, MAX_PRODUCT_CAPACITY};
 use crate::BrokerError;
+
+/// A valid topic name held inline (at most [`MAX_IDENTIFIER_LEN`] ASCII letters, digits, `_`
+/// or `-`), so that settings naming a topic stay `Copy`. Encoded as a string.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TopicName {
+    len: u8,
+    bytes: [u8; MAX_IDENTIFIER_LEN],
+}
+
+impl TopicName {
+    /// `name` if it is a valid identifier.
+    ///
+    /// # Errors
+    /// `InvalidArgument` naming what is wrong with it.
+    pub fn new(name: &str) -> Result<TopicName, BrokerError> {
+        check_identifier("topic", name)?;
+        let mut bytes = [0; MAX_IDENTIFIER_LEN];
+        bytes[..name.len()].copy_from_slice(name.as_bytes());
+        Ok(TopicName {
+            // At most MAX_IDENTIFIER_LEN (64), checked above.
+            len: name.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII is ever stored (checked by `new`).
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl fmt::Debug for TopicName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for TopicName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for TopicName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for TopicName {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        TopicName::new(&name).map_err(serde::de::Error::custom)
+    }
+}
 
 /// How a topic's partitions decide which records to keep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -234,13 +291,25 @@ pub struct GroupSettings {
     /// record and vanished (or lost the answer) does not stall its partition. `None` keeps it
     /// in flight until it is acknowledged or retried, or its partition changes owner.
     pub ack_timeout_ms: Option<u64>,
+    /// In ack mode, how many times a record may be delivered: once it was delivered this many
+    /// times and is released again unacknowledged (retried, timed out, or its partition
+    /// changed owner), it moves to [`GroupSettings::dead_letter`] and the partition moves on.
+    /// `None` delivers it again for ever. Set together with `dead_letter`.
+    pub max_deliveries: Option<u32>,
+    /// The topic records past [`GroupSettings::max_deliveries`] go to, created on demand (one
+    /// partition, limits retention) if it does not exist. Each keeps its key, payload and
+    /// headers, with headers added that say where it came from (`dead-letter.topic`,
+    /// `.partition`, `.offset`, `.group`, `.deliveries`, `.reason`).
+    pub dead_letter: Option<TopicName>,
 }
 
 impl GroupSettings {
     /// The settings a list names, starting from the defaults.
     ///
     /// # Errors
-    /// `InvalidArgument` when a setting appears twice or an acknowledgement timeout is 0.
+    /// `InvalidArgument` when a setting appears twice, an acknowledgement timeout or a maximum
+    /// of deliveries is 0, or only one of a maximum of deliveries and a dead-letter topic is
+    /// given.
     pub fn from_list(list: &[GroupSetting]) -> Result<GroupSettings, BrokerError> {
         check_distinct(list.iter().map(GroupSetting::name))?;
         let mut settings = GroupSettings::default();
@@ -253,7 +322,20 @@ impl GroupSettings {
                     ))
                 }
                 GroupSetting::AckTimeoutMs(timeout) => settings.ack_timeout_ms = Some(timeout),
+                GroupSetting::MaxDeliveries(0) => {
+                    return Err(BrokerError::invalid(
+                        "the maximum of deliveries must be at least 1",
+                    ))
+                }
+                GroupSetting::MaxDeliveries(max) => settings.max_deliveries = Some(max),
+                GroupSetting::DeadLetter(topic) => settings.dead_letter = Some(topic),
             }
+        }
+        if settings.max_deliveries.is_some() != settings.dead_letter.is_some() {
+            return Err(BrokerError::invalid(
+                "a maximum of deliveries and a dead-letter topic go together: give both or \
+                 neither",
+            ));
         }
         Ok(settings)
     }
@@ -265,6 +347,8 @@ impl GroupSettings {
             list.push(GroupSetting::StartAt(self.start_at));
         }
         list.extend(self.ack_timeout_ms.map(GroupSetting::AckTimeoutMs));
+        list.extend(self.max_deliveries.map(GroupSetting::MaxDeliveries));
+        list.extend(self.dead_letter.map(GroupSetting::DeadLetter));
         list
     }
 }
@@ -277,6 +361,10 @@ pub enum GroupSetting {
     StartAt(StartAt),
     /// [`GroupSettings::ack_timeout_ms`].
     AckTimeoutMs(u64),
+    /// [`GroupSettings::max_deliveries`] (protocol version 4).
+    MaxDeliveries(u32),
+    /// [`GroupSettings::dead_letter`] (protocol version 4).
+    DeadLetter(TopicName),
 }
 
 impl GroupSetting {
@@ -285,6 +373,17 @@ impl GroupSetting {
         match self {
             GroupSetting::StartAt(_) => "start at",
             GroupSetting::AckTimeoutMs(_) => "ack timeout",
+            GroupSetting::MaxDeliveries(_) => "max deliveries",
+            GroupSetting::DeadLetter(_) => "dead letter",
+        }
+    }
+
+    /// The protocol version that added this setting: a connection of an older version never
+    /// sees it (descriptions leave it out) and cannot send it.
+    pub fn since_version(&self) -> u16 {
+        match self {
+            GroupSetting::StartAt(_) | GroupSetting::AckTimeoutMs(_) => 2,
+            GroupSetting::MaxDeliveries(_) | GroupSetting::DeadLetter(_) => 4,
         }
     }
 }
@@ -309,8 +408,14 @@ impl std::fmt::Display for GroupSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "start at {}, ", self.start_at.name())?;
         match self.ack_timeout_ms {
-            Some(ms) => write!(f, "acknowledgement timeout {ms} ms"),
-            None => write!(f, "no acknowledgement timeout"),
+            Some(ms) => write!(f, "acknowledgement timeout {ms} ms")?,
+            None => write!(f, "no acknowledgement timeout")?,
+        }
+        match (self.max_deliveries, self.dead_letter) {
+            (Some(max), Some(topic)) => {
+                write!(f, ", at most {max} deliveries, then to dead-letter topic {topic}")
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -343,6 +448,8 @@ mod tests {
         let group = GroupSettings {
             start_at: StartAt::Latest,
             ack_timeout_ms: Some(500),
+            max_deliveries: Some(3),
+            dead_letter: Some(TopicName::new("orders-dlq").unwrap()),
         };
         assert_eq!(GroupSettings::from_list(&group.to_list()).unwrap(), group);
         assert!(GroupSettings::default().to_list().is_empty());
@@ -360,8 +467,12 @@ mod tests {
         ] {
             assert!(TopicSettings::from_list(&list).is_err(), "{list:?}");
         }
+        let dlq = TopicName::new("dlq").unwrap();
         for list in [
             vec![GroupSetting::AckTimeoutMs(0)],
+            vec![GroupSetting::MaxDeliveries(0), GroupSetting::DeadLetter(dlq)],
+            vec![GroupSetting::MaxDeliveries(3)],
+            vec![GroupSetting::DeadLetter(dlq)],
             vec![
                 GroupSetting::StartAt(StartAt::Latest),
                 GroupSetting::StartAt(StartAt::Earliest),

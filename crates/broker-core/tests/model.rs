@@ -112,6 +112,8 @@ struct ModelGroup {
     delivered_at: Vec<i64>,
     deliveries: Vec<u32>,
     skipped: Vec<u64>,
+    /// A delayed retry: the offset it holds back and until when.
+    held: Vec<Option<(i64, i64)>>,
 }
 
 fn valid_id(id: &str) -> bool {
@@ -201,7 +203,13 @@ impl ModelGroup {
             delivered_at: vec![0; n],
             deliveries: vec![0; n],
             skipped: vec![0; n],
+            held: vec![None; n],
         }
+    }
+
+    /// Whether a delayed retry holds back the record at `next` of `p` at `now`.
+    fn is_held(&self, p: usize, next: i64, now: i64) -> bool {
+        self.held[p].is_some_and(|(offset, until)| offset == next && until > now)
     }
 
     fn owners(&self) -> Vec<Option<String>> {
@@ -349,6 +357,7 @@ impl Model {
     /// The clock moves to `now` (if later): old records leave, overdue deliveries are
     /// released. The topics where something changed.
     fn advance(&mut self, now: i64) -> Vec<String> {
+        let before = self.clock;
         self.clock = self.clock.max(now);
         let now = self.clock;
         let mut changed = Vec::new();
@@ -363,6 +372,14 @@ impl Model {
                 for p in 0..group.in_flight.len() {
                     if group.in_flight[p].is_some() && group.overdue(p, now) {
                         group.in_flight[p] = None;
+                        touched = true;
+                    }
+                    // A delayed retry that ends wakes the topic's waiting consumers.
+                    let next = group.committed[p];
+                    if group.in_flight[p].is_none()
+                        && group.is_held(p, next, before)
+                        && !group.is_held(p, next, now)
+                    {
                         touched = true;
                     }
                 }
@@ -661,8 +678,20 @@ impl Model {
                 member,
                 partition,
                 offset,
+            }
+            | Command::RetryAfter {
+                topic,
+                group,
+                member,
+                partition,
+                offset,
+                ..
             } => {
                 let is_ack = matches!(command, Command::Ack { .. });
+                let delay = match command {
+                    Command::RetryAfter { delay_ms, .. } => Some(*delay_ms),
+                    _ => None,
+                };
                 let done = |hit| {
                     if is_ack {
                         Outcome::Acked(hit)
@@ -687,6 +716,10 @@ impl Model {
                     g.deliveries[p] = 0;
                     g.committed[p] = offset + 1;
                     g.position[p] = g.position[p].max(offset + 1);
+                }
+                if let Some(delay) = delay {
+                    let until = now.saturating_add(i64::try_from(delay).unwrap_or(i64::MAX));
+                    g.held[p] = Some((*offset, until));
                 }
                 Ok(done(true))
             }
@@ -849,6 +882,7 @@ impl Model {
                             g.delivered_at.resize(wanted, 0);
                             g.deliveries.resize(wanted, 0);
                             g.skipped.resize(wanted, 0);
+                            g.held.resize(wanted, None);
                         });
                     }
                 }
@@ -1108,7 +1142,8 @@ fn poll(
         let log = &t.logs[p];
         let next = g.committed[p].max(log.base);
         let busy = g.in_flight[p].is_some() && !g.overdue(p, now);
-        if busy || next >= log.end() {
+        let held = g.in_flight[p].is_none() && g.is_held(p, next, now);
+        if busy || held || next >= log.end() {
             continue;
         }
         let record = log.get(next);
@@ -1329,6 +1364,8 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         } => broker
             .retry(&topic, &group, &member, partition, offset)
             .map(Outcome::Retried),
+        // No method of the trait: only through `apply`.
+        retry_after @ Command::RetryAfter { .. } => broker.apply(retry_after),
         Command::Fetch {
             topic,
             group,
@@ -1704,9 +1741,11 @@ fn command() -> impl Strategy<Value = Command> {
 #[derive(Debug, Clone)]
 enum Step {
     Raw(Command),
+    /// Settles the delivery `pick`: an ack, or a retry (delayed by `delay` ms, if given).
     Settle {
         pick: usize,
         ack: bool,
+        delay: Option<u64>,
     },
     /// `action` (0 poll, 1 fetch, 2 commit positions, 3 leave, 4 redeliver, 5 ack everything
     /// the member has in flight and poll) by an existing member, or 6: delete a group whose
@@ -1757,7 +1796,12 @@ fn step() -> impl Strategy<Value = Step> {
                 producer,
                 batches,
             }),
-        2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, ack)| Step::Settle { pick, ack }),
+        2 => (
+            any::<usize>(),
+            any::<bool>(),
+            prop_oneof![2 => Just(None), 1 => (0..6_u64).prop_map(Some)]
+        )
+            .prop_map(|(pick, ack, delay)| Step::Settle { pick, ack, delay }),
         2 => (any::<usize>(), 0..7_u8, max_records(), max_bytes()).prop_map(
             |(pick, action, max_records, max_bytes)| Step::Member {
                 pick,
@@ -1777,7 +1821,7 @@ fn advance() -> impl Strategy<Value = i64> {
 
 /// The command a step stands for in the model's current state.
 fn resolve(model: &Model, step: Step) -> Command {
-    let (pick, ack) = match step {
+    let (pick, ack, delay) = match step {
         Step::Raw(command) => return command,
         Step::Produce {
             topic,
@@ -1806,7 +1850,7 @@ fn resolve(model: &Model, step: Step) -> Command {
                 batches,
             };
         }
-        Step::Settle { pick, ack } => (pick, ack),
+        Step::Settle { pick, ack, delay } => (pick, ack, delay),
         Step::Member {
             pick,
             action,
@@ -1830,22 +1874,29 @@ fn resolve(model: &Model, step: Step) -> Command {
         n => deliveries.swap_remove(pick % n),
     };
     let (topic, group) = (topic.clone(), group.clone());
-    if ack {
-        Command::Ack {
+    match (ack, delay) {
+        (true, _) => Command::Ack {
             topic,
             group,
             member,
             partition,
             offset,
-        }
-    } else {
-        Command::Retry {
+        },
+        (false, None) => Command::Retry {
             topic,
             group,
             member,
             partition,
             offset,
-        }
+        },
+        (false, Some(delay_ms)) => Command::RetryAfter {
+            topic,
+            group,
+            member,
+            partition,
+            offset,
+            delay_ms,
+        },
     }
 }
 
@@ -2249,6 +2300,11 @@ fn generated_sequences_reach_every_interesting_case() {
                 (_, Answer::NotAssigned(_)) => "not assigned",
                 (Command::Ack { .. }, Answer::Ok(Outcome::Acked(true))) => "ack",
                 (Command::Retry { .. }, Answer::Ok(Outcome::Retried(true))) => "retry",
+                (Command::RetryAfter { delay_ms, .. }, Answer::Ok(Outcome::Retried(true)))
+                    if *delay_ms > 0 =>
+                {
+                    "retry after a delay"
+                }
                 (Command::AckAndPoll { .. }, Answer::Ok(Outcome::AckedAndPolled { acked, .. }))
                     if acked.contains(&true) =>
                 {
@@ -2315,6 +2371,7 @@ fn generated_sequences_reach_every_interesting_case() {
         ("not assigned", 10),
         ("ack", 10),
         ("retry", 10),
+        ("retry after a delay", 10),
         ("ack and poll", 10),
         ("full", 10),
         ("poll", 10),

@@ -33,7 +33,7 @@ use broker_core::{
     hash, Assignor, BrokerDescription, BrokerRecord, BrokerState, Command, CommandKind,
     GroupDescription, GroupSetting, Header, IntoEnumIterator, KeyHash, Outcome, PartitionBatch,
     PartitionDescription, PublishRecord, ResetTo, Retention, StartAt, TopicDescription,
-    TopicSetting,
+    TopicName, TopicSetting,
 };
 use bytes::Bytes;
 
@@ -79,6 +79,14 @@ pub fn apply_sequence(data: &[u8]) {
     }
 }
 
+/// The dead-letter topic of the groups that have one.
+fn dead_letter_topic() -> TopicName {
+    match TopicName::new("dlq") {
+        Ok(name) => name,
+        Err(error) => panic!("\"dlq\" is a valid topic name: {error}"),
+    }
+}
+
 /// Reads one command: its kind first (one of every [`CommandKind`], so a new kind is drawn as
 /// soon as it exists), then its arguments. Acks, retries and commits often name the offset in
 /// flight (or the committed offset) of the state `now`, so that they reach the paths that change
@@ -113,9 +121,20 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
             group,
             member,
             assignor: input.pick(&[None, Some(Assignor::RoundRobin), Some(Assignor::Range)]),
-            settings: match input.byte() % 5 {
+            settings: match input.byte() % 7 {
                 0 => vec![GroupSetting::StartAt(StartAt::Latest)],
                 1 => vec![GroupSetting::AckTimeoutMs(3)],
+                // Dead letters go to a topic no command names, whose records are not checked
+                // against what was published.
+                2 => vec![
+                    GroupSetting::MaxDeliveries(2),
+                    GroupSetting::DeadLetter(dead_letter_topic()),
+                ],
+                3 => vec![
+                    GroupSetting::AckTimeoutMs(3),
+                    GroupSetting::MaxDeliveries(1),
+                    GroupSetting::DeadLetter(dead_letter_topic()),
+                ],
                 _ => Vec::new(),
             },
         },
@@ -168,6 +187,17 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
                 member,
                 partition,
                 offset,
+            }
+        }
+        CommandKind::RetryAfter => {
+            let (partition, offset) = delivery(input, now, &topic, &group);
+            Command::RetryAfter {
+                topic,
+                group,
+                member,
+                partition,
+                offset,
+                delay_ms: input.pick(&[0, 1, 5, u64::MAX]),
             }
         }
         CommandKind::Fetch => Command::Fetch {

@@ -10,6 +10,7 @@ use serde::Serialize;
 use tokio_util::codec::{Decoder, Encoder};
 
 use crate::{RequestFrame, ResponseFrame};
+use broker_core::Outcome;
 
 /// No frame may ever be larger than this (64 MiB), whatever a server is configured with. It is
 /// also bincode's decode limit, so no length field inside a frame can make the decoder allocate
@@ -247,14 +248,13 @@ impl ServerCodec {
     /// current ones, and a command a later version added is malformed.
     fn of_version(&self, decoded: Option<Decoded<RequestFrame>>) -> Option<Decoded<RequestFrame>> {
         match decoded? {
-            Decoded::Message(frame) if frame.command.kind().since_version() > self.version => {
-                let kind = frame.command.kind();
+            Decoded::Message(frame) if frame.command.since_version() > self.version => {
                 Some(Decoded::Malformed {
                     leading_u64: Some(frame.correlation_id),
                     reason: format!(
                         "{} needs protocol version {}; this connection speaks version {}",
-                        kind.name(),
-                        kind.since_version(),
+                        frame.command.kind().name(),
+                        frame.command.since_version(),
                         self.version
                     ),
                 })
@@ -294,10 +294,18 @@ impl Decoder for ServerCodec {
 impl Encoder<ResponseFrame> for ServerCodec {
     type Error = ProtocolError;
 
-    fn encode(&mut self, item: ResponseFrame, dst: &mut BytesMut) -> Result<(), Self::Error> {
+    fn encode(&mut self, mut item: ResponseFrame, dst: &mut BytesMut) -> Result<(), Self::Error> {
         if self.version == 1 {
             let mut framing = self.framing.retype::<(), crate::v1::ResponseFrame>();
             return framing.encode(crate::v1::ResponseFrame::from(item), dst);
+        }
+        if let Ok(Outcome::Description(description)) = &mut item.result {
+            // Settings a later version added are not part of this version's descriptions.
+            for group in description.topics.iter_mut().flat_map(|t| t.groups.iter_mut()) {
+                group
+                    .settings
+                    .retain(|setting| setting.since_version() <= self.version);
+            }
         }
         self.framing.encode(item, dst)
     }

@@ -17,9 +17,9 @@ pub const MAX_HELLO_FRAME: usize = 64 * 1024;
 /// The newest protocol version this crate speaks, the one its clients ask for. Version 2 adds
 /// record times and headers, topic and group settings, delivery counts and skipped records, and
 /// the commands that delete, purge, reset and look up by time; version 3 adds idempotent
-/// publishing. A command belongs to the version that added it
-/// ([`broker_core::CommandKind::since_version`]).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// publishing; version 4 delayed retries and the group settings of dead letters. A command
+/// belongs to the version that added it ([`broker_core::Command::since_version`]).
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// The oldest protocol version a server still speaks: a client asking for any version from
 /// this one to [`PROTOCOL_VERSION`] is answered in the version it asked for, byte for byte as

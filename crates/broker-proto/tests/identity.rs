@@ -107,6 +107,14 @@ fn command(kind: CommandKind) -> Command {
             partition: 0,
             offset: 0,
         },
+        CommandKind::RetryAfter => Command::RetryAfter {
+            topic,
+            group,
+            member,
+            partition: 0,
+            offset: 0,
+            delay_ms: 1000,
+        },
         CommandKind::Fetch => Command::Fetch {
             topic,
             group,
@@ -416,6 +424,8 @@ fn settings_and_reset_targets_have_the_indexes_proto_md_gives_them() {
     let group_settings = [
         GroupSetting::StartAt(StartAt::Earliest),
         GroupSetting::AckTimeoutMs(1),
+        GroupSetting::MaxDeliveries(1),
+        GroupSetting::DeadLetter(broker_core::TopicName::new("dlq").unwrap()),
     ];
     assert_eq!(
         indexes(

@@ -74,6 +74,7 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
         | Command::Ack { .. }
         | Command::AckAndPoll { .. }
         | Command::Retry { .. }
+        | Command::RetryAfter { .. }
         | Command::Redeliver { .. }
         | Command::Fetch { .. }
         | Command::Commit { .. }

@@ -11,8 +11,10 @@ use crate::StorageError;
 /// The format version this build writes, in every log segment and snapshot header. It also
 /// reads every earlier one (see [`OLDEST_FORMAT_VERSION`]): a data directory of an earlier
 /// format is migrated to this one when a server opens it. Format 3 added idempotent producers
-/// to snapshots (its log entries are those of format 2, with one more command).
-pub const FORMAT_VERSION: u32 = 3;
+/// to snapshots (its log entries are those of format 2, with one more command); format 4 a
+/// group's maximum of deliveries and dead-letter topic (and, in the log, delayed retries and
+/// the group settings that name them).
+pub const FORMAT_VERSION: u32 = 4;
 
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;

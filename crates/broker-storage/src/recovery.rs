@@ -80,6 +80,15 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
             (records, state, Some(seq))
         }
         Some(LoadedSnapshot {
+            snapshot: Snapshot::V3(checkpoint),
+            seq,
+            path,
+        }) => {
+            migrated_from = Some(3);
+            let (records, state) = open_checkpoint(dir, checkpoint.into(), &path)?;
+            (records, state, Some(seq))
+        }
+        Some(LoadedSnapshot {
             snapshot: Snapshot::Current(checkpoint),
             seq,
             path,

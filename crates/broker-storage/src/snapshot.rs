@@ -1,11 +1,11 @@
 //! Snapshots (checkpoints): the state in one checksummed file, written atomically, and the
 //! removal of the log segments and older snapshots a new snapshot makes unnecessary.
 //!
-//! A snapshot of format 3 holds a [`Checkpoint`]: the state's image, whose records are in
+//! A snapshot of format 4 holds a [`Checkpoint`]: the state's image, whose records are in
 //! record segments (see [`crate::records`]) except those logged after the checkpoint started,
-//! and the catalog of those segments. Format 2 holds the same in the state image of version 2
-//! ([`v2::Checkpoint`]); format 1 a [`broker_core::image::v1::StateImage`] with every record
-//! in it.
+//! and the catalog of those segments. Formats 3 and 2 hold the same in the state images of
+//! versions 3 and 2 ([`v3::Checkpoint`], [`v2::Checkpoint`]); format 1 a
+//! [`broker_core::image::v1::StateImage`] with every record in it.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
@@ -46,6 +46,34 @@ pub mod v2 {
 
     impl From<Checkpoint> for super::Checkpoint {
         fn from(checkpoint: Checkpoint) -> super::Checkpoint {
+            let image = broker_core::image::v3::StateImage::from(checkpoint.image);
+            super::Checkpoint {
+                image: image.into(),
+                segments: checkpoint.segments,
+            }
+        }
+    }
+}
+
+/// The checkpoint of data directory format 3, frozen.
+pub mod v3 {
+    use broker_core::image::v3::StateImage;
+    use serde::{Deserialize, Serialize};
+
+    use crate::records::SegmentImage;
+
+    /// What a snapshot of format 3 holds: as a [`super::Checkpoint`], with the state image of
+    /// version 3.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct Checkpoint {
+        /// The state.
+        pub image: StateImage,
+        /// The record segments.
+        pub segments: Vec<SegmentImage>,
+    }
+
+    impl From<Checkpoint> for super::Checkpoint {
+        fn from(checkpoint: Checkpoint) -> super::Checkpoint {
             super::Checkpoint {
                 image: checkpoint.image.into(),
                 segments: checkpoint.segments,
@@ -54,7 +82,7 @@ pub mod v2 {
     }
 }
 
-/// What a snapshot of format 3 holds: the state and the record segments its evicted records
+/// What a snapshot of format 4 holds: the state and the record segments its evicted records
 /// are in. Encoded as `image` then `segments` (a `u64` count, then each segment's fields in
 /// order), in the data directory's bincode encoding.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,7 +195,9 @@ pub(crate) enum Snapshot {
     V1(v1::StateImage),
     /// Format 2: as format 3, in the state image of version 2 (no idempotent producers).
     V2(v2::Checkpoint),
-    /// Format 3.
+    /// Format 3: as format 4, in the state image of version 3 (no maximum of deliveries).
+    V3(v3::Checkpoint),
+    /// Format 4.
     Current(Checkpoint),
 }
 
@@ -244,6 +274,7 @@ pub(crate) fn load_latest(dir: &Path) -> Result<Option<LoadedSnapshot>, StorageE
     let snapshot = match version {
         1 => Snapshot::V1(decode_body(&path, body)?),
         2 => Snapshot::V2(decode_body(&path, body)?),
+        3 => Snapshot::V3(decode_body(&path, body)?),
         _ => Snapshot::Current(decode_body(&path, body)?),
     };
     Ok(Some(LoadedSnapshot {

@@ -103,6 +103,16 @@ impl BrokerState {
             } => self
                 .retry(&topic, &group, &member, partition, offset)
                 .map(Outcome::Retried),
+            Command::RetryAfter {
+                topic,
+                group,
+                member,
+                partition,
+                offset,
+                delay_ms,
+            } => self
+                .retry_after(&topic, &group, &member, partition, offset, delay_ms)
+                .map(Outcome::Retried),
             Command::Redeliver {
                 topic,
                 group,

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::group::{is_overdue, Group, GroupPartition};
 use super::log::StoredRecord;
 use super::topic::Topic;
-use super::{member_of, topic_in, BrokerState};
+use super::{member_of, topic_in, BrokerState, DeadLetterReason};
 use crate::validate::{
     check_acks_len, check_fetch_max_records, check_identifier, check_offset, check_poll_max_records,
 };
@@ -47,7 +47,8 @@ impl BrokerState {
             // A delivery unacknowledged past the group's timeout is released, and taken again.
             let overdue =
                 ack_timeout.is_some_and(|timeout| is_overdue(state.delivered_at_ms, timeout, now));
-            if (state.in_flight.is_some() && !overdue) || offset >= log.end() {
+            if (state.in_flight.is_some() && !overdue) || offset >= log.end() || state.is_held(now)
+            {
                 continue;
             }
             let Some(record) = log.run(offset, 1, None)?.next() else {
@@ -150,13 +151,14 @@ impl BrokerState {
         offset: i64,
     ) -> Result<bool, BrokerError> {
         check_offset(offset)?;
-        let topic = self.topic_for_member(topic, group, member)?;
-        let partition = topic.partition(partition)?;
-        let Some(state) = matching_delivery(&mut topic.groups, group, member, partition, offset)
+        let checked = self.topic_for_member(topic, group, member)?;
+        let partition = checked.partition(partition)?;
+        let Some(state) = matching_delivery(&mut checked.groups, group, member, partition, offset)
         else {
             return Ok(false);
         };
         state.in_flight = None;
+        self.dead_letter_if_exhausted(topic, group, partition, DeadLetterReason::Retried)?;
         Ok(true)
     }
 

@@ -42,7 +42,9 @@ pub(super) struct GroupPartition {
     pub(super) position: i64,
     /// The offset `poll` delivered and that awaits `ack` or `retry`.
     pub(super) in_flight: Option<i64>,
-    /// When the delivery in flight was made (the broker's clock then).
+    /// When the delivery in flight was made (the broker's clock then). With nothing in flight,
+    /// a time after the broker's clock holds the record at `committed` back until then (a
+    /// delayed retry).
     pub(super) delivered_at_ms: i64,
     /// How many times the record at `committed` has been delivered (ack mode).
     pub(super) deliveries: u32,
@@ -69,6 +71,7 @@ impl GroupPartition {
     pub(super) fn commit_delivery(&mut self, offset: i64) {
         self.in_flight = None;
         self.deliveries = 0;
+        self.delivered_at_ms = 0;
         self.committed = offset + 1;
         self.position = self.position.max(offset + 1);
     }
@@ -80,8 +83,15 @@ impl GroupPartition {
         if self.committed != offset {
             self.in_flight = None;
             self.deliveries = 0;
+            self.delivered_at_ms = 0;
             self.committed = offset;
         }
+    }
+
+    /// Whether a delayed retry holds the record at `committed` back at `now_ms`.
+    #[inline]
+    pub(super) fn is_held(&self, now_ms: i64) -> bool {
+        self.in_flight.is_none() && self.delivered_at_ms > now_ms
     }
 
     /// The partition's records below `base` have left: if the group had not consumed them, it
@@ -91,6 +101,7 @@ impl GroupPartition {
             self.skipped += (base - self.committed) as u64;
             self.in_flight = None;
             self.deliveries = 0;
+            self.delivered_at_ms = 0;
             self.committed = base;
         }
         self.position = self.position.max(base);
@@ -121,19 +132,26 @@ impl Group {
     }
 
     /// Releases the deliveries in flight longer than the group's acknowledgement timeout at
-    /// `now_ms`, as a retry would; whether any was.
-    pub(super) fn release_overdue(&mut self, now_ms: i64) -> bool {
+    /// `now_ms`, as a retry would; the partitions where it did.
+    pub(super) fn release_overdue(&mut self, now_ms: i64) -> Vec<usize> {
         let Some(timeout) = self.settings.ack_timeout_ms else {
-            return false;
+            return Vec::new();
         };
-        let mut released = false;
-        for state in &mut self.partitions {
+        let mut released = Vec::new();
+        for (partition, state) in self.partitions.iter_mut().enumerate() {
             if state.in_flight.is_some() && is_overdue(state.delivered_at_ms, timeout, now_ms) {
                 state.in_flight = None;
-                released = true;
+                released.push(partition);
             }
         }
         released
+    }
+
+    /// Whether a delayed retry that held a record back at `from_ms` no longer does at `to_ms`.
+    pub(super) fn has_hold_ending(&self, from_ms: i64, to_ms: i64) -> bool {
+        self.partitions
+            .iter()
+            .any(|state| state.is_held(from_ms) && !state.is_held(to_ms))
     }
 
     /// Whether a delivery is in flight longer than the group's acknowledgement timeout at
@@ -231,9 +249,15 @@ impl BrokerState {
         settings: &[GroupSetting],
     ) -> Result<Vec<i32>, BrokerError> {
         let limits = self.limits;
+        let (topic_name, group_name) = (topic, group);
         let wanted = GroupSettings::from_list(settings)?;
         check_identifier("group", group)?;
         check_identifier("member", member)?;
+        if wanted.dead_letter.is_some_and(|dead_letter| dead_letter.as_str() == topic) {
+            return Err(BrokerError::invalid(format!(
+                "topic {topic:?} cannot be its own groups' dead-letter topic"
+            )));
+        }
         let topic = topic_in(&mut self.topics, topic)?;
         match topic.groups.get(group) {
             Some(existing) => {
@@ -295,6 +319,9 @@ impl BrokerState {
             // only group, they leave now.
             self.memory.retained -= topic.release_all()?;
         }
+        // A partition that changed owner released its delivery: one that had its last chance
+        // goes to the dead-letter topic.
+        self.dead_letter_group(topic_name, group_name)?;
         Ok(assigned)
     }
 
@@ -303,16 +330,17 @@ impl BrokerState {
     /// # Errors
     /// As [`crate::EventBroker::leave`].
     pub fn leave(&mut self, topic: &str, group: &str, member: &str) -> Result<bool, BrokerError> {
-        let topic = self.topic_for_member(topic, group, member)?;
-        let Some(group) = topic.groups.get_mut(group) else {
+        let checked = self.topic_for_member(topic, group, member)?;
+        let Some(group_state) = checked.groups.get_mut(group) else {
             return Ok(false);
         };
-        let Some(index) = group.member_index(member) else {
+        let Some(index) = group_state.member_index(member) else {
             return Ok(false);
         };
-        let previous = group.owner_ids();
-        group.members.remove(index);
-        group.rebalance(&previous);
+        let previous = group_state.owner_ids();
+        group_state.members.remove(index);
+        group_state.rebalance(&previous);
+        self.dead_letter_group(topic, group)?;
         Ok(true)
     }
 

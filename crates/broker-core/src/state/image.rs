@@ -14,7 +14,10 @@ use crate::image::{
     v1, GroupImage, GroupPartitionImage, HeaderImage, PartitionImage, ProducerImage, RecordImage,
     SequencesImage, StateImage, TopicImage,
 };
-use crate::{Assignor, Discard, GroupSettings, Header, KeyHash, Retention, StartAt, TopicSettings};
+use crate::{
+    Assignor, Discard, GroupSettings, Header, KeyHash, Retention, StartAt, TopicName,
+    TopicSettings,
+};
 
 impl BrokerState {
     /// The whole state as plain data, topics and groups sorted by name (so equal states give
@@ -78,6 +81,7 @@ impl BrokerState {
                     retained: image.retained_bytes,
                 },
                 limits: Limits::default(),
+                dead_letters: Vec::new(),
             },
             [
                 image.max_topics,
@@ -119,6 +123,7 @@ impl BrokerState {
                     retained: image.retained_bytes,
                 },
                 limits: Limits::default(),
+                dead_letters: Vec::new(),
             },
             [
                 image.max_topics,
@@ -294,6 +299,11 @@ fn group_image(group: &Group) -> GroupImage {
             StartAt::Latest => 1,
         },
         ack_timeout_ms: group.settings.ack_timeout_ms,
+        max_deliveries: group.settings.max_deliveries,
+        dead_letter: group
+            .settings
+            .dead_letter
+            .map(|topic| topic.as_str().to_owned()),
         members: group
             .members
             .iter()
@@ -418,7 +428,17 @@ fn group_from(image: GroupImage) -> Result<Group, String> {
             code => return Err(format!("unknown start code {code}")),
         },
         ack_timeout_ms: image.ack_timeout_ms,
+        max_deliveries: image.max_deliveries,
+        dead_letter: image
+            .dead_letter
+            .as_deref()
+            .map(TopicName::new)
+            .transpose()
+            .map_err(|error| format!("dead-letter topic: {error}"))?,
     };
+    if settings.max_deliveries.is_some() != settings.dead_letter.is_some() {
+        return Err("a maximum of deliveries without a dead-letter topic, or the reverse".into());
+    }
     let mut partitions = Vec::with_capacity(image.partitions.len());
     for state in image.partitions {
         partitions.push(GroupPartition {

@@ -24,6 +24,7 @@
 mod apply;
 mod check;
 mod consume;
+mod dead_letter;
 mod group;
 mod idempotence;
 mod image;
@@ -42,6 +43,7 @@ use crate::validate::{
 };
 use crate::BrokerError;
 
+pub use dead_letter::{DeadLetterReason, DeadLettered};
 use group::Group;
 pub use idempotence::{MAX_PRODUCERS, RECENT_BATCHES};
 use retention::Memory;
@@ -73,6 +75,8 @@ pub struct BrokerState {
     topics: HashMap<String, Topic>,
     memory: Memory,
     limits: Limits,
+    /// Records moved to dead-letter topics and not yet taken ([`BrokerState::take_dead_letters`]).
+    dead_letters: Vec<DeadLettered>,
 }
 
 /// How many topics, partitions, groups and members the broker holds at most, so that no client
@@ -122,6 +126,7 @@ impl BrokerState {
             topics: HashMap::new(),
             memory: Memory::default(),
             limits: Limits::default(),
+            dead_letters: Vec::new(),
         })
     }
 

@@ -6,7 +6,7 @@
 //! at a time, [`BrokerState::advance_clock`] applies the passing of time alone. The clock never
 //! goes back, so a replayed or replicated sequence of commands and times gives the same state.
 
-use super::BrokerState;
+use super::{BrokerState, DeadLetterReason};
 use crate::{BrokerError, Command, Outcome};
 
 impl BrokerState {
@@ -31,8 +31,8 @@ impl BrokerState {
     }
 
     /// Whether [`BrokerState::advance_clock`] to `now_ms` would change anything besides the
-    /// clock: a record older than its topic's maximum age, or a delivery older than its
-    /// group's acknowledgement timeout. A server advances the clock (and logs it) only then, so
+    /// clock: a record older than its topic's maximum age, a delivery older than its group's
+    /// acknowledgement timeout, or a delayed retry that ends. A server advances the clock (and logs it) only then, so
     /// an idle broker writes nothing. Reads no evicted record. `false` once the state failed.
     pub fn is_due(&self, now_ms: i64) -> bool {
         if self.failure.is_some() {
@@ -48,15 +48,19 @@ impl BrokerState {
                         .is_some_and(|earliest| earliest < oldest_kept)
                 })
             });
-            aged || topic.groups.values().any(|group| group.has_overdue(now))
+            aged || topic.groups.values().any(|group| {
+                group.has_overdue(now) || group.has_hold_ending(self.clock_ms, now)
+            })
         })
     }
 
     /// Moves the clock to `now_ms` if that is later than it, and applies what the passing of
     /// time does: in every topic with a maximum age the records older than it leave (groups
-    /// skip them), and in every group with an acknowledgement timeout the deliveries older than
-    /// it are released for redelivery. Returns the topics where something changed, whose
-    /// waiting consumers may now find records, sorted by name; empty when nothing did.
+    /// skip them), in every group with an acknowledgement timeout the deliveries older than it
+    /// are released for redelivery (or, past the group's maximum of deliveries, moved to its
+    /// dead-letter topic), and delayed retries that end let their records be delivered again.
+    /// Returns the topics where something changed, whose waiting consumers may now find
+    /// records, sorted by name; empty when nothing did.
     ///
     /// # Errors
     /// [`BrokerError::Storage`] if the times of evicted records cannot be read; the state then
@@ -65,9 +69,11 @@ impl BrokerState {
         if let Some(failure) = &self.failure {
             return Err(BrokerError::Storage(failure.clone()));
         }
+        let before = self.clock_ms;
         self.clock_ms = self.clock_ms.max(now_ms);
         let now = self.clock_ms;
         let mut changed = Vec::new();
+        let mut timed_out = Vec::new();
         for (name, topic) in &mut self.topics {
             let mut touched = false;
             for partition in 0..topic.partitions.len() {
@@ -83,14 +89,38 @@ impl BrokerState {
                 }
                 touched |= topic.partitions[partition].base != base;
             }
-            for group in topic.groups.values_mut() {
-                touched |= group.release_overdue(now);
+            for (group_name, group) in &mut topic.groups {
+                let released = group.release_overdue(now);
+                touched |= !released.is_empty() || group.has_hold_ending(before, now);
+                if group.settings.max_deliveries.is_some() {
+                    timed_out.extend(
+                        released
+                            .into_iter()
+                            .map(|partition| (name.clone(), group_name.clone(), partition)),
+                    );
+                }
             }
             if touched {
                 changed.push(name.clone());
             }
         }
+        // Deliveries released by their timeout that had their group's last chance go to its
+        // dead-letter topic, whose consumers may then find records.
+        for (topic, group, partition) in timed_out {
+            let moved =
+                self.dead_letter_if_exhausted(&topic, &group, partition, DeadLetterReason::AckTimeout);
+            if let Err(BrokerError::Storage(why)) = &moved {
+                self.failure = Some(why.clone());
+            }
+            moved?;
+        }
+        changed.extend(
+            self.dead_letters
+                .iter()
+                .map(|moved| moved.dead_letter.clone()),
+        );
         changed.sort_unstable();
+        changed.dedup();
         Ok(changed)
     }
 }

@@ -154,6 +154,71 @@ fn a_command_version_1_does_not_have_is_malformed_on_a_version_1_connection() {
 }
 
 #[test]
+fn dead_letter_settings_are_version_4_in_both_directions() {
+    let dead_letter = broker_core::TopicName::new("dlq").unwrap();
+    let settings = vec![
+        broker_core::GroupSetting::AckTimeoutMs(5),
+        broker_core::GroupSetting::MaxDeliveries(3),
+        broker_core::GroupSetting::DeadLetter(dead_letter),
+    ];
+    // A join that carries them is malformed on a connection of version 3.
+    let join = RequestFrame {
+        correlation_id: 7,
+        max_wait_ms: 0,
+        command: Command::Join {
+            topic: "t".into(),
+            group: "g".into(),
+            member: "m".into(),
+            assignor: None,
+            settings: settings.clone(),
+        },
+    };
+    let mut bytes = BytesMut::new();
+    ClientCodec::new(1024).encode(join.clone(), &mut bytes).unwrap();
+    assert!(matches!(
+        ServerCodec::new(1024, 3).decode(&mut bytes.clone()).unwrap(),
+        Some(crate::Decoded::Malformed { leading_u64: Some(7), .. })
+    ));
+    match ServerCodec::new(1024, 4).decode(&mut bytes).unwrap() {
+        Some(crate::Decoded::Message(decoded)) => assert_eq!(decoded, join),
+        other => panic!("unexpected {other:?}"),
+    }
+    // A description leaves them out for version 3 and keeps them for version 4.
+    let description = |settings: Vec<broker_core::GroupSetting>| ResponseFrame {
+        correlation_id: 8,
+        result: Ok(Outcome::Description(broker_core::BrokerDescription {
+            capacity_per_partition: 10,
+            topics: vec![broker_core::TopicDescription {
+                name: "t".into(),
+                key_hash: KeyHash::Murmur2,
+                settings: Vec::new(),
+                retained_bytes: 0,
+                partitions: Vec::new(),
+                groups: vec![broker_core::GroupDescription {
+                    name: "g".into(),
+                    assignor: broker_core::Assignor::RoundRobin,
+                    settings,
+                    members: Vec::new(),
+                    partitions: Vec::new(),
+                }],
+            }],
+        })),
+    };
+    for (version, expected) in [(3, settings[..1].to_vec()), (4, settings.clone())] {
+        let mut bytes = BytesMut::new();
+        ServerCodec::new(1024, version)
+            .encode(description(settings.clone()), &mut bytes)
+            .unwrap();
+        match ClientCodec::new(1024).decode(&mut bytes).unwrap() {
+            Some(crate::Decoded::Message(decoded)) => {
+                assert_eq!(decoded, description(expected), "version {version}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn a_partial_frame_waits_for_more_bytes() {
     let mut whole = BytesMut::new();
     ClientCodec::new(1024)
