@@ -1550,3 +1550,67 @@ fn top_shows_topics_groups_and_with_metrics_the_connections() {
     let run = broker(&server, &["top", "--interval", "0s"]);
     assert!(run.one_error_line().contains("--interval"), "{run:#?}");
 }
+
+#[test]
+fn consume_can_create_a_group_with_a_dead_letter_topic_and_describe_shows_it() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "jobs"]).ok();
+    let run = broker(
+        &server,
+        &[
+            "consume",
+            "jobs",
+            "-g",
+            "g",
+            "-m",
+            "m",
+            "--max-deliveries",
+            "3",
+        ],
+    );
+    assert_eq!(run.code, Some(2), "{run:#?}");
+    let run = broker(
+        &server,
+        &[
+            "consume",
+            "jobs",
+            "-g",
+            "g",
+            "-m",
+            "m",
+            "--max-deliveries",
+            "3",
+            "--dead-letter",
+            "jobs",
+        ],
+    );
+    assert!(run.one_error_line().contains("dead-letter"), "{run:#?}");
+    broker(
+        &server,
+        &[
+            "consume",
+            "jobs",
+            "-g",
+            "g",
+            "-m",
+            "m",
+            "--max-deliveries",
+            "3",
+            "--dead-letter",
+            "jobs-dlq",
+        ],
+    )
+    .ok();
+    let text = broker(&server, &["describe", "jobs"]);
+    assert!(
+        text.ok()
+            .contains("at most 3 deliveries, then to dead-letter topic jobs-dlq"),
+        "{text:#?}"
+    );
+    let json = describe_json(&server, "jobs");
+    assert_eq!(
+        json["topics"][0]["groups"][0]["settings"],
+        json!([{"max-deliveries": 3}, {"dead-letter": "jobs-dlq"}]),
+        "{json:#}"
+    );
+}

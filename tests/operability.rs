@@ -321,3 +321,88 @@ async fn metrics_are_served_over_http_follow_the_broker_and_pass_promtool() {
     drop(client);
     assert!(server.terminate(Duration::from_secs(20)).success());
 }
+
+#[tokio::test]
+async fn a_poison_record_goes_to_the_dead_letter_topic_and_a_delayed_retry_waits_its_turn() {
+    use broker_client::{GroupSetting, TopicName};
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let mut server = ServerProcess::start_with(
+        &["--metrics-listen", "127.0.0.1:0"],
+        &[],
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    let client = Client::connect(server.addr).await.unwrap();
+    client.create("jobs", 1).await.unwrap();
+    let settings = [
+        GroupSetting::MaxDeliveries(2),
+        GroupSetting::DeadLetter(TopicName::new("jobs-dlq").unwrap()),
+    ];
+    client
+        .join_group("jobs", "workers", "w", None, &settings)
+        .await
+        .unwrap();
+    for payload in ["poison", "fine"] {
+        client.publish("jobs", 0, payload).await.unwrap();
+    }
+    // Two deliveries, each retried: the second retry moves it on.
+    for count in 1..=2 {
+        let records = client.poll("jobs", "workers", "w", 1).await.unwrap();
+        assert_eq!(records[0].payload, "poison");
+        assert_eq!(records[0].delivery_count, count);
+        assert!(client.retry("jobs", "workers", "w", 0, 0).await.unwrap());
+    }
+    let records = client.poll("jobs", "workers", "w", 1).await.unwrap();
+    assert_eq!(records[0].payload, "fine");
+    assert!(client.ack("jobs", "workers", "w", 0, 1).await.unwrap());
+    client.join("jobs-dlq", "audit", "a").await.unwrap();
+    let dead = client.fetch("jobs-dlq", "audit", "a", 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].payload, "poison");
+    let reason = dead[0]
+        .headers
+        .iter()
+        .find(|header| header.name == "dead-letter.reason")
+        .and_then(|header| header.value.clone());
+    assert_eq!(reason, Some("retried".into()));
+    let description = client.describe_topic("jobs").await.unwrap();
+    assert_eq!(description.groups[0].settings, settings);
+
+    // A delayed retry: nothing until the delay ends, then a waiting poll gets it again.
+    client.publish("jobs", 0, "later").await.unwrap();
+    let records = client.poll("jobs", "workers", "w", 1).await.unwrap();
+    assert_eq!(records[0].payload, "later");
+    let delay = Duration::from_millis(300);
+    assert!(client
+        .retry_after("jobs", "workers", "w", 0, 2, delay)
+        .await
+        .unwrap());
+    assert!(client
+        .poll("jobs", "workers", "w", 1)
+        .await
+        .unwrap()
+        .is_empty());
+    let records = client
+        .poll_wait("jobs", "workers", "w", 1, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(records[0].payload, "later");
+    assert_eq!(records[0].delivery_count, 2);
+
+    let (_, _, text) = http_get(server.metrics_addr.unwrap(), "/metrics", "");
+    assert_eq!(
+        sample(&text, "broker_records_dead_lettered_total"),
+        1.0,
+        "{text}"
+    );
+    promtool_check(&text);
+    drop(client);
+    assert!(server.terminate(Duration::from_secs(20)).success());
+    let log = std::fs::read_to_string(&log).unwrap();
+    let line = log
+        .lines()
+        .find(|line| line.contains("record dead-lettered"))
+        .unwrap_or_else(|| panic!("no dead letter logged:\n{log}"));
+    assert!(line.contains("dead_letter=\"jobs-dlq\""), "{line}");
+    assert!(line.contains("reason=\"retried\""), "{line}");
+}

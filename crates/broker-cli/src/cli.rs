@@ -616,6 +616,20 @@ pub struct ConsumeArgs {
     /// retried.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub ack_timeout: Option<Duration>,
+    /// Ack mode, for a group this creates: a record delivered this many times and released
+    /// again unacknowledged (retried, timed out, or its partition changed owner) goes to
+    /// --dead-letter, and its partition moves on. Needs --dead-letter.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "dead_letter",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_deliveries: Option<u32>,
+    /// The topic records past --max-deliveries go to (created with one partition and limits
+    /// retention if it does not exist), with headers saying where each came from.
+    #[arg(long, value_name = "TOPIC", requires = "max_deliveries")]
+    pub dead_letter: Option<String>,
     /// Before consuming, reset the group to the earliest record retained: replay everything
     /// kept. The reset applies to the whole group.
     #[arg(long, conflicts_with_all = ["from_latest", "from_datetime"])]

@@ -600,6 +600,13 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
     if let Some(timeout) = args.ack_timeout {
         settings.push(GroupSetting::AckTimeoutMs(millis(timeout)));
     }
+    if let (Some(max), Some(topic)) = (args.max_deliveries, &args.dead_letter) {
+        settings.push(GroupSetting::MaxDeliveries(max));
+        settings.push(GroupSetting::DeadLetter(
+            broker_client::TopicName::new(topic)
+                .map_err(|error| anyhow::anyhow!("--dead-letter {topic:?}: {error}"))?,
+        ));
+    }
     let mut builder = Consumer::builder(topic.as_str(), group.as_str())
         .member(member.as_str())
         .mode(match args.mode {

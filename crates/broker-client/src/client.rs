@@ -770,6 +770,49 @@ impl Client {
         }
     }
 
+    /// [`Client::retry`], after which the record is delivered again no earlier than `delay`
+    /// from now (the server's clock, in milliseconds): its partition delivers nothing else to
+    /// the group meanwhile, so order is kept, as NATS's negative acknowledgement with a delay.
+    /// A record that has had its group's maximum of deliveries goes to the group's dead-letter
+    /// topic instead. Needs a server of protocol version 4.
+    ///
+    /// ```no_run
+    /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// use std::time::Duration;
+    /// let released = client
+    ///     .retry_after("orders", "billing", "billing-1", 0, 41, Duration::from_secs(30))
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::retry`]; [`Error::Refused`] with `MalformedRequest` from a server older
+    /// than protocol version 4.
+    pub async fn retry_after(
+        &self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        partition: i32,
+        offset: i64,
+        delay: Duration,
+    ) -> Result<bool, Error> {
+        let command = Command::RetryAfter {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            member: member.to_owned(),
+            partition,
+            offset,
+            delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Retried(retried) => Ok(retried),
+            other => Err(unexpected("retry_after", &other)),
+        }
+    }
+
     /// [`EventBroker::fetch`] over the network. Never waits: `[]` when there is nothing new.
     ///
     /// # Errors

@@ -32,8 +32,9 @@ use crate::Error;
 const REQUEST_QUEUE: usize = 1024;
 
 /// The protocol versions whose welcome this client accepts. Their frames are the same bytes for
-/// every call they share (version 3 only added `PublishIdempotent`), so the client speaks the
-/// newest and a server of version 2 answers a call it lacks with `MalformedRequest`.
+/// every call they share (version 3 only added `PublishIdempotent`, version 4 `RetryAfter` and
+/// the dead-letter group settings), so the client speaks the newest and an older server answers
+/// a call it lacks with `MalformedRequest`.
 const SPOKEN_VERSIONS: std::ops::RangeInclusive<u16> = 2..=PROTOCOL_VERSION;
 
 /// How often the reader answers `Timeout` to calls past their deadline: a call fails at most

@@ -279,6 +279,15 @@ impl Delivery {
         self.settle(Settle::Retry).await
     }
 
+    /// [`Delivery::retry`], delivered again no earlier than `delay` from now (see
+    /// [`Client::retry_after`]): its partition waits for it, nothing later comes first.
+    ///
+    /// # Errors
+    /// As [`Delivery::ack`].
+    pub async fn retry_after(&self, delay: Duration) -> Result<bool, Error> {
+        self.settle(Settle::RetryAfter(delay)).await
+    }
+
     async fn settle(&self, how: Settle) -> Result<bool, Error> {
         if self.membership.mode == ConsumeMode::Fetch {
             return Ok(false);
@@ -289,6 +298,11 @@ impl Delivery {
             let settled = match how {
                 Settle::Ack => client.ack(topic, group, member, partition, offset).await,
                 Settle::Retry => client.retry(topic, group, member, partition, offset).await,
+                Settle::RetryAfter(delay) => {
+                    client
+                        .retry_after(topic, group, member, partition, offset, delay)
+                        .await
+                }
             };
             match settled {
                 Err(error) if error.is_retriable() => {
@@ -307,6 +321,7 @@ impl Delivery {
 enum Settle {
     Ack,
     Retry,
+    RetryAfter(Duration),
 }
 
 /// The shortest time between two checks of a consumer's assignment.

@@ -62,8 +62,8 @@ pub use broker_core::{
     Assignor, BrokerDescription, BrokerError, BrokerRecord, Command, Discard, GroupDescription,
     GroupPartitionDescription, GroupSetting, Header, KeyHash, MemberDescription, Outcome,
     PartitionBatch, PartitionDescription, PartitionLag, PublishRecord, ResetTo, Retention, StartAt,
-    TopicDescription, TopicSetting, TopicSettings, MAX_ACKS, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
-    MAX_POLL_RECORDS,
+    TopicDescription, TopicName, TopicSetting, TopicSettings, MAX_ACKS, MAX_BATCH_RECORDS,
+    MAX_FETCH_RECORDS, MAX_POLL_RECORDS,
 };
 pub use broker_proto::{ErrorReply, ServerLimits};
 pub use builder::{

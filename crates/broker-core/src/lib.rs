@@ -46,7 +46,8 @@ pub use describe::{
 };
 pub use error::BrokerError;
 pub use settings::{
-    Discard, GroupSetting, GroupSettings, Retention, StartAt, TopicName, TopicSetting, TopicSettings,
+    Discard, GroupSetting, GroupSettings, Retention, StartAt, TopicName, TopicSetting,
+    TopicSettings,
 };
 pub use state::{
     BrokerState, DeadLetterReason, DeadLettered, Limits, MAX_PRODUCERS, RECENT_BATCHES,

@@ -413,7 +413,10 @@ impl std::fmt::Display for GroupSettings {
         }
         match (self.max_deliveries, self.dead_letter) {
             (Some(max), Some(topic)) => {
-                write!(f, ", at most {max} deliveries, then to dead-letter topic {topic}")
+                write!(
+                    f,
+                    ", at most {max} deliveries, then to dead-letter topic {topic}"
+                )
             }
             _ => Ok(()),
         }
@@ -470,7 +473,10 @@ mod tests {
         let dlq = TopicName::new("dlq").unwrap();
         for list in [
             vec![GroupSetting::AckTimeoutMs(0)],
-            vec![GroupSetting::MaxDeliveries(0), GroupSetting::DeadLetter(dlq)],
+            vec![
+                GroupSetting::MaxDeliveries(0),
+                GroupSetting::DeadLetter(dlq),
+            ],
             vec![GroupSetting::MaxDeliveries(3)],
             vec![GroupSetting::DeadLetter(dlq)],
             vec![

@@ -32,8 +32,8 @@ use std::collections::{HashMap, HashSet};
 use broker_core::{
     hash, Assignor, BrokerDescription, BrokerRecord, BrokerState, Command, CommandKind,
     GroupDescription, GroupSetting, Header, IntoEnumIterator, KeyHash, Outcome, PartitionBatch,
-    PartitionDescription, PublishRecord, ResetTo, Retention, StartAt, TopicDescription,
-    TopicName, TopicSetting,
+    PartitionDescription, PublishRecord, ResetTo, Retention, StartAt, TopicDescription, TopicName,
+    TopicSetting,
 };
 use bytes::Bytes;
 

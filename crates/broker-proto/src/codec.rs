@@ -301,7 +301,11 @@ impl Encoder<ResponseFrame> for ServerCodec {
         }
         if let Ok(Outcome::Description(description)) = &mut item.result {
             // Settings a later version added are not part of this version's descriptions.
-            for group in description.topics.iter_mut().flat_map(|t| t.groups.iter_mut()) {
+            for group in description
+                .topics
+                .iter_mut()
+                .flat_map(|t| t.groups.iter_mut())
+            {
                 group
                     .settings
                     .retain(|setting| setting.since_version() <= self.version);

@@ -2,7 +2,7 @@
 //! (see `CommandKind::is_administrative`): topics created, grown, purged and deleted, members
 //! joining and leaving with the group's new assignment, groups reset and deleted.
 
-use broker_core::{BrokerState, Command, Outcome};
+use broker_core::{BrokerState, Command, DeadLettered, Outcome};
 use tracing::info;
 
 /// Logs `command`, which changed `state` (already applied) with `outcome`.
@@ -85,6 +85,22 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
         | Command::Describe { .. }
         | Command::OffsetForTime { .. } => {}
     }
+}
+
+/// Logs a record moved to its group's dead-letter topic.
+pub(crate) fn log_dead_letter(moved: &DeadLettered) {
+    info!(
+        topic = moved.topic,
+        partition = moved.partition,
+        offset = moved.offset,
+        group = moved.group,
+        deliveries = moved.deliveries,
+        reason = moved.reason.name(),
+        dead_letter = moved.dead_letter,
+        dead_letter_partition = moved.stored_at.0,
+        dead_letter_offset = moved.stored_at.1,
+        "record dead-lettered"
+    );
 }
 
 /// The group's members and their partitions, as `m1=[0, 2] m2=[1]` (`no members` when none is

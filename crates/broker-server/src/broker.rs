@@ -30,6 +30,8 @@ pub(crate) struct Broker {
 struct Locked {
     state: BrokerState,
     sessions: Sessions,
+    /// Records moved to dead-letter topics since the server started.
+    dead_lettered: u64,
 }
 
 /// The broker, locked: every change to the state and the sessions goes through here.
@@ -57,6 +59,7 @@ impl Broker {
             locked: Mutex::new(Locked {
                 state,
                 sessions: Sessions::default(),
+                dead_lettered: 0,
             }),
             journal,
         }
@@ -93,7 +96,9 @@ impl BrokerGuard<'_> {
         now: Instant,
         wake: &mut Vec<String>,
     ) -> Executed {
-        let Locked { state, sessions } = &mut *self.locked;
+        let Locked {
+            state, sessions, ..
+        } = &mut *self.locked;
         // The session is refreshed before the command is moved into the core, so its names are
         // borrowed, not copied; only a join or a leave (rare) needs a key of its own.
         let named = command.member();
@@ -114,6 +119,13 @@ impl BrokerGuard<'_> {
             _ => false,
         };
         let executed = apply(state, self.journal, self.now_ms, command);
+        // Consumers of a dead-letter topic that just took a record may find it now.
+        for topic in self.take_dead_letters() {
+            if !wake.contains(&topic) {
+                wake.push(topic);
+            }
+        }
+        let Locked { sessions, .. } = &mut *self.locked;
         match (&executed.result, key) {
             (Ok(_), Some(key)) => match membership {
                 Membership::Joins => sessions.joined(key, connection, now),
@@ -133,7 +145,28 @@ impl BrokerGuard<'_> {
     /// Applies `command` without any session bookkeeping: for the server's own changes, such as
     /// removing a member whose session expired.
     pub(crate) fn apply(&mut self, command: Command) -> Executed {
-        apply(&mut self.locked.state, self.journal, self.now_ms, command)
+        let executed = apply(&mut self.locked.state, self.journal, self.now_ms, command);
+        self.take_dead_letters();
+        executed
+    }
+
+    /// Logs and counts the records the last change moved to dead-letter topics; returns those
+    /// topics.
+    fn take_dead_letters(&mut self) -> Vec<String> {
+        let moved = self.locked.state.take_dead_letters();
+        self.locked.dead_lettered += moved.len() as u64;
+        moved
+            .into_iter()
+            .map(|moved| {
+                crate::audit::log_dead_letter(&moved);
+                moved.dead_letter
+            })
+            .collect()
+    }
+
+    /// Records moved to dead-letter topics since the server started.
+    pub(crate) fn dead_lettered(&self) -> u64 {
+        self.locked.dead_lettered
     }
 
     /// Lets time pass in the state: records past their topic's age leave, deliveries past
@@ -142,7 +175,7 @@ impl BrokerGuard<'_> {
     /// find records.
     pub(crate) fn tick(&mut self) -> Result<Vec<String>, ErrorReply> {
         let state = &mut self.locked.state;
-        match self.journal {
+        let changed = match self.journal {
             Some(journal) => journal
                 .tick(state, self.now_ms)
                 .result
@@ -151,7 +184,10 @@ impl BrokerGuard<'_> {
                 state.advance_clock(self.now_ms).map_err(ErrorReply::from)
             }
             None => Ok(Vec::new()),
-        }
+        };
+        // Their topics are among those that changed.
+        self.take_dead_letters();
+        changed
     }
 
     /// The sessions.

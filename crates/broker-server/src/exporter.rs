@@ -23,6 +23,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
@@ -94,11 +95,18 @@ impl Collector for StateCollector {
         let Some(shared) = self.shared.upgrade() else {
             return Ok(());
         };
-        let (description, budget, used) = {
+        let (description, budget, used, dead_lettered) = {
             let broker = shared.broker.lock();
             let (budget, used) = broker.memory();
-            (broker.describe(), budget, used)
+            (broker.describe(), budget, used, broker.dead_lettered())
         };
+        let counter = encoder.encode_descriptor(
+            "records_dead_lettered",
+            "Records moved to a group's dead-letter topic after their last delivery.",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(dead_lettered).encode(counter)?;
         let mut end = GaugeFamily::new(
             "partition_end_offset",
             "Offset the next record published to the partition gets.",

@@ -179,7 +179,13 @@ impl BrokerState {
         };
         let target_partition = partition % target.partitions.len().max(1);
         let stored = StoredRecord::new(key, payload, headers, now);
-        let stored_at = target.append(target_partition, self.capacity, &mut self.memory, now, stored)?;
+        let stored_at = target.append(
+            target_partition,
+            self.capacity,
+            &mut self.memory,
+            now,
+            stored,
+        )?;
         if stored_at < 0 {
             return Ok(false);
         }
@@ -209,7 +215,11 @@ impl BrokerState {
 
     /// Moves every exhausted record of `group` to its dead-letter topic: after a rebalance,
     /// which releases the deliveries of partitions that change owner.
-    pub(super) fn dead_letter_group(&mut self, topic: &str, group: &str) -> Result<(), BrokerError> {
+    pub(super) fn dead_letter_group(
+        &mut self,
+        topic: &str,
+        group: &str,
+    ) -> Result<(), BrokerError> {
         let partitions = match self.topics.get(topic).and_then(|t| t.groups.get(group)) {
             Some(group_state) if group_state.settings.max_deliveries.is_some() => {
                 group_state.partitions.len()

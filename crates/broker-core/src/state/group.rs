@@ -253,7 +253,10 @@ impl BrokerState {
         let wanted = GroupSettings::from_list(settings)?;
         check_identifier("group", group)?;
         check_identifier("member", member)?;
-        if wanted.dead_letter.is_some_and(|dead_letter| dead_letter.as_str() == topic) {
+        if wanted
+            .dead_letter
+            .is_some_and(|dead_letter| dead_letter.as_str() == topic)
+        {
             return Err(BrokerError::invalid(format!(
                 "topic {topic:?} cannot be its own groups' dead-letter topic"
             )));

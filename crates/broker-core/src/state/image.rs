@@ -15,8 +15,7 @@ use crate::image::{
     SequencesImage, StateImage, TopicImage,
 };
 use crate::{
-    Assignor, Discard, GroupSettings, Header, KeyHash, Retention, StartAt, TopicName,
-    TopicSettings,
+    Assignor, Discard, GroupSettings, Header, KeyHash, Retention, StartAt, TopicName, TopicSettings,
 };
 
 impl BrokerState {

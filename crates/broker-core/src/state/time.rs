@@ -48,9 +48,10 @@ impl BrokerState {
                         .is_some_and(|earliest| earliest < oldest_kept)
                 })
             });
-            aged || topic.groups.values().any(|group| {
-                group.has_overdue(now) || group.has_hold_ending(self.clock_ms, now)
-            })
+            aged || topic
+                .groups
+                .values()
+                .any(|group| group.has_overdue(now) || group.has_hold_ending(self.clock_ms, now))
         })
     }
 
@@ -107,8 +108,12 @@ impl BrokerState {
         // Deliveries released by their timeout that had their group's last chance go to its
         // dead-letter topic, whose consumers may then find records.
         for (topic, group, partition) in timed_out {
-            let moved =
-                self.dead_letter_if_exhausted(&topic, &group, partition, DeadLetterReason::AckTimeout);
+            let moved = self.dead_letter_if_exhausted(
+                &topic,
+                &group,
+                partition,
+                DeadLetterReason::AckTimeout,
+            );
             if let Err(BrokerError::Storage(why)) = &moved {
                 self.failure = Some(why.clone());
             }

@@ -174,10 +174,17 @@ fn dead_letter_settings_are_version_4_in_both_directions() {
         },
     };
     let mut bytes = BytesMut::new();
-    ClientCodec::new(1024).encode(join.clone(), &mut bytes).unwrap();
+    ClientCodec::new(1024)
+        .encode(join.clone(), &mut bytes)
+        .unwrap();
     assert!(matches!(
-        ServerCodec::new(1024, 3).decode(&mut bytes.clone()).unwrap(),
-        Some(crate::Decoded::Malformed { leading_u64: Some(7), .. })
+        ServerCodec::new(1024, 3)
+            .decode(&mut bytes.clone())
+            .unwrap(),
+        Some(crate::Decoded::Malformed {
+            leading_u64: Some(7),
+            ..
+        })
     ));
     match ServerCodec::new(1024, 4).decode(&mut bytes).unwrap() {
         Some(crate::Decoded::Message(decoded)) => assert_eq!(decoded, join),
