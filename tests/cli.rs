@@ -1539,7 +1539,7 @@ fn top_shows_topics_groups_and_with_metrics_the_connections() {
     assert_eq!(view["groups"][0]["members"], json!(1), "{view:#}");
     // Its own connection, at least.
     assert!(
-        view["server"]["connections"].as_f64().unwrap() >= 1.0,
+        view["server"]["connections"].as_u64().unwrap() >= 1,
         "{view:#}"
     );
     // Without --metrics, no server line; --count bounds the views.
@@ -1547,8 +1547,28 @@ fn top_shows_topics_groups_and_with_metrics_the_connections() {
     let text = run.ok();
     assert_eq!(text.matches("PUBLISHED").count(), 2, "{text}");
     assert!(text.contains("--metrics-listen"), "{text}");
-    let run = broker(&server, &["top", "--interval", "0s"]);
-    assert!(run.one_error_line().contains("--interval"), "{run:#?}");
+    for args in [
+        &["top", "--interval", "0s"][..],
+        &["top", "--json", "--count", "2"],
+    ] {
+        let run = broker(&server, args);
+        assert_eq!(run.code, Some(2), "{args:?}: {run:#?}");
+    }
+    // Connection options before a command that talks to no server are refused too.
+    let addr = server.addr_string();
+    let run = broker_alone(&[
+        "--addr",
+        &addr,
+        "size",
+        "--message-bytes",
+        "1",
+        "--rate",
+        "1",
+        "--retention",
+        "1d",
+    ]);
+    assert_eq!(run.code, Some(2), "{run:#?}");
+    assert!(run.stderr.contains("talks to no server"), "{run:#?}");
 }
 
 #[test]

@@ -261,6 +261,15 @@ async fn metrics_are_served_over_http_follow_the_broker_and_pass_promtool() {
             4.0,
         ),
         ("broker_connections_open", 1.0),
+        ("broker_records_refused_total", 0.0),
+        (
+            "broker_group_members{topic=\"orders\",group=\"billing\"}",
+            1.0,
+        ),
+        (
+            "broker_connections_refused_total{reason=\"unauthenticated\"}",
+            0.0,
+        ),
         (
             "broker_partition_end_offset{topic=\"orders\",partition=\"0\"}",
             3.0,

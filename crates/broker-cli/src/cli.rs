@@ -56,7 +56,7 @@ pub struct ConnectArgs {
 
 impl ConnectArgs {
     /// The ids of its arguments, as clap knows them.
-    const IDS: [&'static str; 4] = ["addr", "auth_token_file", "tls_ca", "tls_server_name"];
+    pub const IDS: [&'static str; 4] = ["addr", "auth_token_file", "tls_ca", "tls_server_name"];
 
     /// The options a command runs with: each one given after the command's name, else each
     /// one given before it, else the environment variable or default the command saw.
@@ -198,6 +198,15 @@ pub struct PingArgs {
     pub json: bool,
 }
 
+/// A duration of more than zero, as `--interval` takes it.
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(interval) if interval.is_zero() => Err("the interval must be more than zero".into()),
+        Ok(interval) => Ok(interval),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
 /// `broker top`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -208,13 +217,13 @@ Examples:
   broker top --json                            one view as JSON, one interval after the start")]
 pub struct TopArgs {
     /// Time between two views; rates are measured over it.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
-    /// Stop after this many views.
+    /// Stop after this many views (at least 1).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
     /// Print one view as JSON (rates over one interval) and exit.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "count")]
     pub json: bool,
     /// The address of the server's metrics endpoint (its --metrics-listen), for connections,
     /// requests and bytes per second.

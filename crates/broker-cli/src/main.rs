@@ -47,6 +47,25 @@ fn main() -> ExitCode {
             runtime.worker_threads(threads as usize);
         }
     }
+    if cli.command.connect_args().is_none() {
+        // `broker --addr HOST size`: options for a server given to a command that talks to none.
+        let given = cli::ConnectArgs::IDS
+            .iter()
+            .find(|id| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine));
+        if let Some(id) = given {
+            let mut command = cli::Cli::command();
+            command.build();
+            command
+                .error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    format!(
+                        "--{} is a connection option, and this command talks to no server",
+                        id.replace('_', "-")
+                    ),
+                )
+                .exit();
+        }
+    }
     let connect = connect_args(&cli, &matches);
     let ran = runtime
         .enable_all()

@@ -57,7 +57,7 @@ struct GroupRow {
 /// What the server's metrics say, per second where it is a rate.
 #[derive(Debug, Serialize)]
 struct ServerRow {
-    connections: f64,
+    connections: u64,
     requests_per_s: f64,
     received_bytes_per_s: f64,
     sent_bytes_per_s: f64,
@@ -75,9 +75,6 @@ struct View {
 /// Runs `broker top` against `client` until interrupted, `--count` views were shown, or (with
 /// `--json`) one view was printed.
 pub async fn run(client: &Client, args: TopArgs) -> anyhow::Result<()> {
-    if args.interval.is_zero() {
-        bail!("--interval must be more than zero");
-    }
     let mut before = sample(client, args.metrics.as_deref()).await?;
     let terminal = std::io::stdout().is_terminal() && !args.json;
     let mut shown = 0u64;
@@ -215,7 +212,8 @@ fn view(before: &Sample, after: &Sample) -> View {
                 |sums: &HashMap<String, f64>, name: &str| sums.get(name).copied().unwrap_or(0.0);
             let rate = |name: &str| (value(now, name) - value(then, name)).max(0.0) / seconds;
             Some(ServerRow {
-                connections: value(now, "broker_connections_open"),
+                // A gauge of whole connections, whatever the text's number format.
+                connections: value(now, "broker_connections_open").max(0.0) as u64,
                 requests_per_s: rate("broker_requests_total"),
                 received_bytes_per_s: rate("broker_received_bytes_total"),
                 sent_bytes_per_s: rate("broker_sent_bytes_total"),
@@ -249,9 +247,9 @@ fn bytes_text(bytes: u64) -> String {
 fn view_text(view: &View, server_name: &str) -> String {
     let mut out = match &view.server {
         Some(server) => format!(
-            "{server_name}: {} connection{}, {} requests, {} in, {} out\n",
+            "{server_name}: {} connection{} (this one included), {} requests, {} in, {} out\n",
             server.connections,
-            if server.connections == 1.0 { "" } else { "s" },
+            if server.connections == 1 { "" } else { "s" },
             rate_text(server.requests_per_s),
             bytes_text(server.received_bytes_per_s.round() as u64) + "/s",
             bytes_text(server.sent_bytes_per_s.round() as u64) + "/s",

@@ -908,6 +908,8 @@ pub enum Outcome {
 pub struct RecordCounts {
     /// Records stored by a publish (a refused `-1` is not counted).
     pub published: u64,
+    /// Records a publish refused (`-1`: a full partition, the memory budget, a byte limit).
+    pub refused: u64,
     /// Records handed to a consumer by a poll, fetch or redelivery.
     pub delivered: u64,
     /// Deliveries acknowledged.
@@ -923,12 +925,17 @@ impl Outcome {
         match self {
             Outcome::Published(offset) | Outcome::PublishedKeyed { offset, .. } => RecordCounts {
                 published: stored(*offset),
+                refused: 1 - stored(*offset),
                 ..RecordCounts::default()
             },
-            Outcome::PublishedBatch(placed) => RecordCounts {
-                published: placed.iter().map(|&(_, offset)| stored(offset)).sum(),
-                ..RecordCounts::default()
-            },
+            Outcome::PublishedBatch(placed) => {
+                let published = placed.iter().map(|&(_, offset)| stored(offset)).sum();
+                RecordCounts {
+                    published,
+                    refused: placed.len() as u64 - published,
+                    ..RecordCounts::default()
+                }
+            }
             Outcome::Records(records) => RecordCounts {
                 delivered: records.len() as u64,
                 ..RecordCounts::default()

@@ -65,7 +65,7 @@ impl Applied {
         let elapsed = self.received.map(|at| at.elapsed()).unwrap_or_default();
         for (kind, response) in self.kinds.iter().zip(&self.responses) {
             match kind {
-                Some(kind) => metrics.answered(*kind, &response.result, elapsed),
+                Some(kind) => metrics.answered(*kind, &response.result, Some(elapsed)),
                 None => metrics.malformed(),
             }
         }
@@ -135,7 +135,7 @@ pub(crate) fn apply_batch(
                     logged: entry,
                     wait,
                     permit,
-                    asked: (kind, now),
+                    kind,
                 });
             }
             (_, result) => {

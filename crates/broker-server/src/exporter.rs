@@ -121,7 +121,7 @@ impl Collector for StateCollector {
             GaugeFamily::new("partition_records", "Records the partition retains.", None);
         let mut bytes = GaugeFamily::new(
             "partition_retained",
-            "Payload and key bytes the partition retains.",
+            "Payload, key and header bytes the partition retains.",
             Some(Unit::Bytes),
         );
         let mut committed = GaugeFamily::new(
@@ -134,7 +134,13 @@ impl Collector for StateCollector {
             "Records of the partition the group has yet to consume.",
             None,
         );
-        let mut in_flight = GaugeFamily::new("group_in_flight", "Records of the partition delivered to the group and not yet acknowledged (ack mode: 0 or 1).", None);
+        let mut in_flight = GaugeFamily::new(
+            "group_in_flight",
+            "Records of the partition delivered to the group and not yet acknowledged (ack \
+             mode: 0 or 1).",
+            None,
+        );
+        let mut members = GaugeFamily::new("group_members", "Members of the group.", None);
         for topic in &description.topics {
             for partition in &topic.partitions {
                 let labels: PartitionLabels = [
@@ -153,6 +159,11 @@ impl Collector for StateCollector {
                     .push((labels, gauge(partition.retained_bytes)));
             }
             for group in &topic.groups {
+                let labels: [(&'static str, String); 2] =
+                    [("topic", topic.name.clone()), ("group", group.name.clone())];
+                members
+                    .samples
+                    .push((labels, gauge(group.members.len() as u64)));
                 for row in &group.partitions {
                     let labels = group_labels(topic, group, row.partition);
                     committed.samples.push((labels.clone(), row.committed));
@@ -169,17 +180,19 @@ impl Collector for StateCollector {
         for family in [&committed, &lag, &in_flight] {
             family.encode(&mut encoder)?;
         }
-        single_gauge(
-            &mut encoder,
-            "memory_used",
-            "Payload and key bytes retained in memory (without a data directory).",
-            gauge(used),
-        )?;
+        members.encode(&mut encoder)?;
+        // Only a broker without a data directory keeps every record in memory, under a budget.
         if let Some(budget) = budget {
             single_gauge(
                 &mut encoder,
+                "memory_used",
+                "Payload, key and header bytes retained in memory.",
+                gauge(used),
+            )?;
+            single_gauge(
+                &mut encoder,
                 "memory_budget",
-                "The most payload and key bytes retained in memory (--max-memory).",
+                "The most payload, key and header bytes retained in memory (--max-memory).",
                 gauge(budget),
             )?;
         }

@@ -270,7 +270,9 @@ fn main() -> ExitCode {
         config.validate()?;
         broker_net::listen_address(&args.listen)?;
         if let Some(metrics) = &args.metrics_listen {
-            broker_net::listen_address(metrics)?;
+            broker_net::listen_address(metrics).map_err(|error| {
+                ServerError::InvalidConfig(format!("--metrics-listen: {error}"))
+            })?;
         }
         Ok(config)
     });
@@ -358,11 +360,26 @@ async fn serve(listen: &str, metrics: Option<&str>, config: Config) -> anyhow::R
         signal(SignalKind::from_raw(libc::SIGXFSZ)).context("cannot handle SIGXFSZ")?;
     // Recover before announcing the address: a locked or damaged data directory stops here.
     let storage = open_storage(&config).map_err(|error| with_ownership_hint(error, &config))?;
-    let listener = bind(listen).await?;
+    let listener = bind(listen, "--listen").await?;
     let metrics_listener = match metrics {
-        Some(metrics) => Some(bind(metrics).await?),
+        Some(metrics) => Some(bind(metrics, "--metrics-listen").await?),
         None => None,
     };
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        listen = %listener.local_addr()?,
+        metrics = metrics_listener
+            .as_ref()
+            .and_then(|metrics| metrics.local_addr().ok())
+            .map(|addr| addr.to_string())
+            .unwrap_or_else(|| "off".to_owned()),
+        data_dir = config
+            .data_dir
+            .as_ref()
+            .map(|dir| dir.display().to_string())
+            .unwrap_or_else(|| "none (in memory)".to_owned()),
+        "broker-server started"
+    );
     let mut stdout = std::io::stdout();
     writeln!(stdout, "listening on {}", listener.local_addr()?)?;
     if let Some(metrics) = &metrics_listener {
@@ -382,13 +399,16 @@ async fn serve(listen: &str, metrics: Option<&str>, config: Config) -> anyhow::R
         }
     };
     broker_server::run_with_metrics(listener, metrics_listener, config, storage, shutdown).await?;
+    tracing::info!("broker-server stopped");
     Ok(())
 }
 
-/// A listener on `address` (any form `--listen` takes).
-async fn bind(address: &str) -> anyhow::Result<TcpListener> {
-    let addresses = resolve_listen_addr(address).await?;
+/// A listener on `address` (any form `--listen` takes), given as `flag`.
+async fn bind(address: &str, flag: &str) -> anyhow::Result<TcpListener> {
+    let addresses = resolve_listen_addr(address)
+        .await
+        .with_context(|| format!("{flag} {address}"))?;
     TcpListener::bind(addresses.as_slice())
         .await
-        .with_context(|| format!("cannot listen on {address}"))
+        .with_context(|| format!("cannot listen on {address} ({flag})"))
 }

@@ -24,6 +24,15 @@ type ErrorLabels = [(&'static str, String); 2];
 /// Labels of a refused connection: why.
 type ReasonLabels = [(&'static str, &'static str); 1];
 
+/// Why a connection may be refused before its first request: the `reason` label's values.
+pub(crate) const REFUSAL_REASONS: [&str; 5] = [
+    "unauthenticated",
+    "unsupported_protocol",
+    "hello_too_large",
+    "no_hello",
+    "tls_handshake",
+];
+
 /// The server's counters and histograms: cheap to update (an atomic add, or a short lock for a
 /// histogram), shared by every task.
 #[derive(Debug)]
@@ -54,6 +63,8 @@ pub(crate) struct Metrics {
     bytes_out: Counter,
     /// Records stored by publishes.
     published: Counter,
+    /// Records publishes refused (`-1`).
+    refused: Counter,
     /// Records handed to consumers.
     delivered: Counter,
     /// Deliveries acknowledged.
@@ -121,10 +132,18 @@ impl Default for Metrics {
             malformed: Counter::default(),
             connections_open: Gauge::default(),
             connections: Counter::default(),
-            connections_refused: Family::default(),
+            connections_refused: {
+                let reasons = Family::<ReasonLabels, Counter>::default();
+                // Every reason's series exists from the start, at zero, for alerts.
+                for reason in REFUSAL_REASONS {
+                    drop(reasons.get_or_create(&[("reason", reason)]));
+                }
+                reasons
+            },
             bytes_in: Counter::default(),
             bytes_out: Counter::default(),
             published: Counter::default(),
+            refused: Counter::default(),
             delivered: Counter::default(),
             acknowledged: Counter::default(),
             retried: Counter::default(),
@@ -135,18 +154,20 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A request of `kind` was answered with `result`, `elapsed` after it arrived.
+    /// A request of `kind` was answered with `result`, `elapsed` after it arrived; `None` for
+    /// one that waited for records (its time is mostly the wait the client asked for, so it is
+    /// left out of the latency histogram).
     pub(crate) fn answered(
         &self,
         kind: CommandKind,
         result: &Result<Outcome, ErrorReply>,
-        elapsed: Duration,
+        elapsed: Option<Duration>,
     ) {
         let index = kind as usize;
         if let Some(requests) = self.requests.get(index) {
             requests.inc();
         }
-        if let Some(latency) = self.latency.get(index) {
+        if let (Some(latency), Some(elapsed)) = (self.latency.get(index), elapsed) {
             latency.observe(elapsed.as_secs_f64());
         }
         match result {
@@ -154,6 +175,7 @@ impl Metrics {
                 let counts = outcome.record_counts();
                 for (counter, count) in [
                     (&self.published, counts.published),
+                    (&self.refused, counts.refused),
                     (&self.delivered, counts.delivered),
                     (&self.acknowledged, counts.acknowledged),
                     (&self.retried, counts.retried),
@@ -216,8 +238,8 @@ impl Metrics {
         );
         registry.register_with_unit(
             "request_duration",
-            "Time from a request's arrival to its answer (including an fsync it waits for and \
-             a waiting poll's wait), by command",
+            "Time from a request's arrival to its answer, including an fsync it waits for, by \
+             command (requests that waited for records are not included)",
             Unit::Seconds,
             self.latency_family.clone(),
         );
@@ -263,6 +285,12 @@ impl Metrics {
                 "records_published",
                 "Records stored by publishes",
                 &self.published,
+            ),
+            (
+                "records_refused",
+                "Records publishes refused (answered -1: a full partition that refuses new \
+                 records, the memory budget, a topic's byte limit)",
+                &self.refused,
             ),
             (
                 "records_delivered",

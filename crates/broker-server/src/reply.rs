@@ -10,7 +10,7 @@ use std::pin::Pin;
 use broker_core::{Command, CommandKind, Outcome};
 use broker_proto::ResponseFrame;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
-use tokio::time::{Duration, Instant};
+use tokio::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::sessions::ParkedIn;
@@ -85,7 +85,7 @@ pub(crate) struct Parked {
     pub(crate) wait: Duration,
     /// The in-flight permit of the request, released once it is answered.
     pub(crate) permit: OwnedSemaphorePermit,
-    /// The kind of the request as it came (an ack-and-poll retries as a poll), and when it
-    /// arrived: for the metrics.
-    pub(crate) asked: (CommandKind, Instant),
+    /// The kind of the request as it came (an ack-and-poll retries as a poll): for the
+    /// metrics.
+    pub(crate) kind: CommandKind,
 }

@@ -28,7 +28,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         logged: before_logged,
         wait,
         permit,
-        asked: (kind, received),
+        kind,
     } = parked;
     let signal = shared.signals.topic(retry.topic().unwrap_or_default());
     let deadline = time::sleep_until(Instant::now() + wait);
@@ -87,7 +87,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         _ => result,
     };
     if let Some(metrics) = &shared.metrics {
-        metrics.answered(kind, &result, received.elapsed());
+        metrics.answered(kind, &result, None);
     }
     let answer = Outgoing::ready(
         vec![ResponseFrame {
@@ -160,7 +160,7 @@ mod tests {
             logged: None,
             wait: std::time::Duration::from_secs(30),
             permit,
-            asked: (CommandKind::Poll, Instant::now()),
+            kind: CommandKind::Poll,
         };
         wait(Arc::clone(&shared), reply_to, parked).await;
         match answers.recv().await.unwrap() {

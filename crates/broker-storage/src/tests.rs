@@ -16,7 +16,7 @@ use crate::format::{segment_name, SEGMENT_HEADER};
 use crate::journal::checkpoint;
 use crate::{
     encode_entry, remove_covered, Checkpoint, DataDir, EntryRef, LogWriter, RecordStore,
-    StorageError,
+    StorageError, FORMAT_VERSION,
 };
 
 const CAPACITY: i32 = 5;
@@ -434,7 +434,7 @@ fn an_incompatible_format_version_refuses_to_start() {
     fs::write(&segment, &bytes).unwrap();
     let error = recover(tmp.path()).unwrap_err();
     assert!(
-        matches!(&error, StorageError::Incompatible { found: 9, supported: 3, path } if *path == segment),
+        matches!(&error, StorageError::Incompatible { found: 9, supported: FORMAT_VERSION, path } if *path == segment),
         "{error:?}"
     );
     assert!(error.to_string().contains("format version 9"), "{error}");
@@ -443,12 +443,14 @@ fn an_incompatible_format_version_refuses_to_start() {
     let mut live = scripted(tmp.path());
     let path = live.checkpoint(1 << 20);
     drop(live);
+    // A snapshot of the next format, from a newer release.
+    let newer = FORMAT_VERSION + 1;
     let mut bytes = fs::read(&path).unwrap();
-    bytes[8] = 4;
+    bytes[8..12].copy_from_slice(&newer.to_le_bytes());
     fs::write(&path, &bytes).unwrap();
     assert!(matches!(
         recover(tmp.path()),
-        Err(StorageError::Incompatible { found: 4, .. })
+        Err(StorageError::Incompatible { found, .. }) if found == newer
     ));
 }
 
