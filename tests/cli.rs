@@ -1633,4 +1633,45 @@ fn consume_can_create_a_group_with_a_dead_letter_topic_and_describe_shows_it() {
         json!([{"max-deliveries": 3}, {"dead-letter": "jobs-dlq"}]),
         "{json:#}"
     );
+    // Settings change later: those named, the others as they were.
+    let run = broker(
+        &server,
+        &[
+            "group",
+            "configure",
+            "jobs",
+            "-g",
+            "g",
+            "--ack-timeout",
+            "5s",
+        ],
+    );
+    assert!(run
+        .ok()
+        .contains("acknowledgement timeout 5000 ms, at most 3 deliveries"));
+    let run = broker(
+        &server,
+        &[
+            "group",
+            "configure",
+            "jobs",
+            "-g",
+            "g",
+            "--no-dead-letter",
+            "--json",
+        ],
+    );
+    assert_eq!(run.ok().trim(), r#"[{"ack-timeout-ms":5000}]"#);
+    let run = broker(
+        &server,
+        &[
+            "group",
+            "configure",
+            "jobs",
+            "-g",
+            "nosuch",
+            "--no-ack-timeout",
+        ],
+    );
+    assert!(run.one_error_line().contains("does not exist"), "{run:#?}");
 }

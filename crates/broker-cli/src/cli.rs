@@ -182,6 +182,7 @@ impl Command {
             Command::Lag(c) => Some(&c.connect),
             Command::Group(GroupCommand::Reset(c)) => Some(&c.connect),
             Command::Group(GroupCommand::Delete(c)) => Some(&c.connect),
+            Command::Group(GroupCommand::Configure(c)) => Some(&c.connect),
             Command::Offsets(c) => Some(&c.connect),
             Command::Ping(c) => Some(&c.connect),
             Command::Top(c) => Some(&c.connect),
@@ -375,6 +376,50 @@ pub enum GroupCommand {
     /// Delete a group that has no members, with its committed offsets; with interest retention
     /// the records only it held back leave.
     Delete(Connected<GroupArgs>),
+    /// Change an existing group's acknowledgement timeout, maximum of deliveries and
+    /// dead-letter topic; settings not named stay as they are.
+    Configure(Connected<ConfigureArgs>),
+}
+
+/// `broker group configure`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  broker group configure orders -g billing --max-deliveries 5 --dead-letter orders-dlq
+  broker group configure orders -g billing --ack-timeout 30s
+  broker group configure orders -g billing --no-dead-letter --no-ack-timeout")]
+pub struct ConfigureArgs {
+    /// The topic and group.
+    #[command(flatten)]
+    pub group: GroupArgs,
+    /// Release a record not acknowledged within this long for redelivery.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, conflicts_with = "no_ack_timeout")]
+    pub ack_timeout: Option<Duration>,
+    /// Keep a delivery until it is acknowledged or retried.
+    #[arg(long)]
+    pub no_ack_timeout: bool,
+    /// Give each record this many deliveries, then move it to --dead-letter.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "dead_letter",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_deliveries: Option<u32>,
+    /// The topic records past --max-deliveries go to.
+    #[arg(
+        long,
+        value_name = "TOPIC",
+        requires = "max_deliveries",
+        conflicts_with = "no_dead_letter"
+    )]
+    pub dead_letter: Option<String>,
+    /// Deliver records again for ever, with no dead-letter topic.
+    #[arg(long)]
+    pub no_dead_letter: bool,
+    /// Print the group's settings as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// A topic and one of its groups.

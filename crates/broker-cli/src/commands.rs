@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use broker_client::{
-    Assignor, Client, Consumer, ConsumerStatus, Delivery, Discard, Error, GroupSetting, KeyHash,
-    PublishRecord, ResetTo, StartAt, TopicSetting, MAX_POLL_RECORDS,
+    Assignor, Client, Consumer, ConsumerStatus, Delivery, Discard, Error, GroupSetting,
+    GroupSettings, KeyHash, PublishRecord, ResetTo, StartAt, TopicName, TopicSetting,
+    MAX_POLL_RECORDS,
 };
 
 use crate::connect::Server;
@@ -16,9 +17,9 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::cli::{
-    AssignorArg, Command, ConnectArgs, ConsumeArgs, ConsumeMode, CreateArgs, DeleteArgs,
-    DescribeArgs, DiscardArg, GroupArgs, GroupCommand, JoinArgs, KeyHashArg, LagArgs, MemberArgs,
-    OffsetsArgs, PingArgs, PublishArgs, PurgeArgs, ResetArgs, SizeArgs, StartAtArg,
+    AssignorArg, Command, ConfigureArgs, ConnectArgs, ConsumeArgs, ConsumeMode, CreateArgs,
+    DeleteArgs, DescribeArgs, DiscardArg, GroupArgs, GroupCommand, JoinArgs, KeyHashArg, LagArgs,
+    MemberArgs, OffsetsArgs, PingArgs, PublishArgs, PurgeArgs, ResetArgs, SizeArgs, StartAtArg,
 };
 use crate::retention::RetentionArg;
 use crate::{bench, output, size};
@@ -57,6 +58,9 @@ pub async fn run(connect: Option<ConnectArgs>, command: Command) -> anyhow::Resu
         Command::Group(GroupCommand::Delete(c)) => {
             delete_group(&server.connect().await?, c.args).await
         }
+        Command::Group(GroupCommand::Configure(c)) => {
+            configure_group(&server.connect().await?, c.args).await
+        }
         Command::Offsets(c) => offsets(&server.connect().await?, c.args).await,
         Command::Publish(c) => publish(&server.connect().await?, c.args).await,
         Command::Consume(c) => consume(&server.connect().await?, c.args).await,
@@ -65,6 +69,49 @@ pub async fn run(connect: Option<ConnectArgs>, command: Command) -> anyhow::Resu
         Command::Describe(c) => describe(&server.connect().await?, c.args).await,
         Command::Lag(c) => lag(&server.connect().await?, c.args).await,
     }
+}
+
+/// `broker group configure`: the group's settings with the ones named changed.
+async fn configure_group(client: &Client, args: ConfigureArgs) -> anyhow::Result<()> {
+    let GroupArgs { topic, group } = &args.group;
+    let current = client
+        .describe_topic(topic)
+        .await?
+        .groups
+        .into_iter()
+        .find(|described| described.name == *group)
+        .with_context(|| format!("group {group} does not exist on topic {topic}"))?
+        .settings;
+    let mut settings = GroupSettings::from_list(&current)?;
+    if let Some(timeout) = args.ack_timeout {
+        settings.ack_timeout_ms = Some(millis(timeout));
+    }
+    if args.no_ack_timeout {
+        settings.ack_timeout_ms = None;
+    }
+    if let (Some(max), Some(dead_letter)) = (args.max_deliveries, &args.dead_letter) {
+        settings.max_deliveries = Some(max);
+        settings.dead_letter = Some(
+            TopicName::new(dead_letter)
+                .map_err(|error| anyhow::anyhow!("--dead-letter {dead_letter:?}: {error}"))?,
+        );
+    }
+    if args.no_dead_letter {
+        settings.max_deliveries = None;
+        settings.dead_letter = None;
+    }
+    let now = client
+        .configure_group(topic, group, &settings.to_list())
+        .await?;
+    if args.json {
+        outln!("{}", serde_json::to_string(&now)?)?;
+    } else {
+        outln!(
+            "group {group} on {topic}: {}",
+            GroupSettings::from_list(&now)?
+        )?;
+    }
+    Ok(())
 }
 
 async fn ping(server: &Server, args: PingArgs) -> anyhow::Result<()> {

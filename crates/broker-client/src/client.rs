@@ -770,6 +770,47 @@ impl Client {
         }
     }
 
+    /// Replaces the settings of an existing group (an empty list: the defaults): its
+    /// acknowledgement timeout, maximum of deliveries and dead-letter topic, as if it had been
+    /// created with them; where it starts cannot change. Returns its settings now. Needs a
+    /// server of protocol version 4.
+    ///
+    /// ```no_run
+    /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// use broker_client::{GroupSetting, TopicName};
+    /// let dead_letter = TopicName::new("orders-dlq").map_err(broker_client::Error::Broker)?;
+    /// client
+    ///     .configure_group(
+    ///         "orders",
+    ///         "billing",
+    ///         &[GroupSetting::MaxDeliveries(5), GroupSetting::DeadLetter(dead_letter)],
+    ///     )
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic or group, settings a join
+    /// would refuse, or another start; otherwise as [`Client::send`].
+    pub async fn configure_group(
+        &self,
+        topic: &str,
+        group: &str,
+        settings: &[GroupSetting],
+    ) -> Result<Vec<GroupSetting>, Error> {
+        let command = Command::ConfigureGroup {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            settings: settings.to_vec(),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::GroupSettings(settings) => Ok(settings),
+            other => Err(unexpected("configure_group", &other)),
+        }
+    }
+
     /// [`Client::retry`], after which the record is delivered again no earlier than `delay`
     /// from now (the server's clock, in milliseconds): its partition delivers nothing else to
     /// the group meanwhile, so order is kept, as NATS's negative acknowledgement with a delay.

@@ -300,6 +300,16 @@ pub enum Command {
         /// How long the record is held back, in milliseconds.
         delay_ms: u64,
     },
+    /// [`crate::BrokerState::configure_group`]: replaces a group's settings (protocol version
+    /// 4).
+    ConfigureGroup {
+        /// Topic identifier.
+        topic: String,
+        /// Group identifier.
+        group: String,
+        /// The group's settings from now on; where it starts cannot change.
+        settings: Vec<GroupSetting>,
+    },
 }
 
 /// How a command changes the membership of the group it names ([`CommandKind::membership`]).
@@ -340,6 +350,7 @@ impl CommandKind {
             | CommandKind::AddPartitions
             | CommandKind::DeleteTopic
             | CommandKind::DeleteGroup
+            | CommandKind::ConfigureGroup
             | CommandKind::Purge
             | CommandKind::ResetGroup
             | CommandKind::Create
@@ -386,6 +397,7 @@ impl CommandKind {
             | CommandKind::Publish
             | CommandKind::PublishKeyed
             | CommandKind::PublishBatch
+            | CommandKind::ConfigureGroup
             | CommandKind::Commit => true,
             CommandKind::Create => !matches!(outcome, Outcome::Created(false)),
             CommandKind::Leave => !matches!(outcome, Outcome::Left(false)),
@@ -414,7 +426,8 @@ impl CommandKind {
             | CommandKind::Join
             | CommandKind::Leave
             | CommandKind::ResetGroup
-            | CommandKind::DeleteGroup => true,
+            | CommandKind::DeleteGroup
+            | CommandKind::ConfigureGroup => true,
             CommandKind::Publish
             | CommandKind::PublishKeyed
             | CommandKind::PublishBatch
@@ -462,6 +475,7 @@ impl CommandKind {
             | CommandKind::AddPartitions
             | CommandKind::DeleteTopic
             | CommandKind::DeleteGroup
+            | CommandKind::ConfigureGroup
             | CommandKind::Purge
             | CommandKind::ResetGroup
             | CommandKind::OffsetForTime
@@ -498,7 +512,7 @@ impl CommandKind {
             | CommandKind::ResetGroup
             | CommandKind::OffsetForTime => 2,
             CommandKind::PublishIdempotent => 3,
-            CommandKind::RetryAfter => 4,
+            CommandKind::RetryAfter | CommandKind::ConfigureGroup => 4,
         }
     }
 
@@ -558,6 +572,7 @@ impl Command {
             | Command::AddPartitions { topic, .. }
             | Command::DeleteTopic { topic }
             | Command::DeleteGroup { topic, .. }
+            | Command::ConfigureGroup { topic, .. }
             | Command::Purge { topic, .. }
             | Command::ResetGroup { topic, .. }
             | Command::OffsetForTime { topic, .. }
@@ -586,6 +601,7 @@ impl Command {
             | Command::DeleteTopic { topic }
             | Command::Purge { topic, .. }
             | Command::ResetGroup { topic, .. }
+            | Command::ConfigureGroup { topic, .. }
             | Command::PublishIdempotent { topic, .. } => Some(topic),
             Command::Create { .. }
             | Command::Poll { .. }
@@ -683,6 +699,7 @@ impl Command {
             | Command::AddPartitions { .. }
             | Command::DeleteTopic { .. }
             | Command::DeleteGroup { .. }
+            | Command::ConfigureGroup { .. }
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. }
@@ -736,6 +753,7 @@ impl Command {
             | Command::AddPartitions { .. }
             | Command::DeleteTopic { .. }
             | Command::DeleteGroup { .. }
+            | Command::ConfigureGroup { .. }
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. }
@@ -776,6 +794,7 @@ impl Command {
             | Command::AddPartitions { .. }
             | Command::DeleteTopic { .. }
             | Command::DeleteGroup { .. }
+            | Command::ConfigureGroup { .. }
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. } => None,
@@ -833,6 +852,7 @@ impl Command {
             | Command::AddPartitions { .. }
             | Command::DeleteTopic { .. }
             | Command::DeleteGroup { .. }
+            | Command::ConfigureGroup { .. }
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. }
@@ -900,6 +920,8 @@ pub enum Outcome {
     Deleted(bool),
     /// `add_partitions`: the topic's partition count now.
     PartitionCount(i32),
+    /// `configure_group`: the group's settings now.
+    GroupSettings(Vec<GroupSetting>),
 }
 
 /// How many records an [`Outcome`] stored, handed out, acknowledged or released: what a server
@@ -961,7 +983,8 @@ impl Outcome {
             | Outcome::Lag(_)
             | Outcome::Description(_)
             | Outcome::Deleted(_)
-            | Outcome::PartitionCount(_) => RecordCounts::default(),
+            | Outcome::PartitionCount(_)
+            | Outcome::GroupSettings(_) => RecordCounts::default(),
         }
     }
 
@@ -988,7 +1011,8 @@ impl Outcome {
             | Outcome::Description(_)
             | Outcome::PublishedBatch(_)
             | Outcome::Deleted(_)
-            | Outcome::PartitionCount(_) => None,
+            | Outcome::PartitionCount(_)
+            | Outcome::GroupSettings(_) => None,
         }
     }
 
@@ -1018,7 +1042,8 @@ impl Outcome {
             | Outcome::Description(_)
             | Outcome::PublishedBatch(_)
             | Outcome::Deleted(_)
-            | Outcome::PartitionCount(_)) => unchanged,
+            | Outcome::PartitionCount(_)
+            | Outcome::GroupSettings(_)) => unchanged,
         }
     }
 }

@@ -611,7 +611,9 @@ impl TryFrom<crate::Outcome> for Outcome {
                 acked,
                 records: records_v1(records),
             },
-            Current::Deleted(_) | Current::PartitionCount(_) => return Err(NotInVersion1(name)),
+            Current::Deleted(_) | Current::PartitionCount(_) | Current::GroupSettings(_) => {
+                return Err(NotInVersion1(name))
+            }
         })
     }
 }

@@ -892,6 +892,31 @@ impl Model {
                 ids(&[topic])?;
                 Ok(Outcome::Deleted(self.topics.remove(topic).is_some()))
             }
+            Command::ConfigureGroup {
+                topic,
+                group,
+                settings,
+            } => {
+                ids(&[group])?;
+                let mut wanted = GroupSettings::from_list(settings).map_err(|_| Answer::Invalid)?;
+                if wanted
+                    .dead_letter
+                    .is_some_and(|dead_letter| dead_letter.as_str() == topic)
+                {
+                    return Err(Answer::Invalid);
+                }
+                let t = self.topic(topic)?;
+                let g = t.groups.get_mut(group).ok_or(Answer::Invalid)?;
+                let names_start = settings
+                    .iter()
+                    .any(|setting| matches!(setting, GroupSetting::StartAt(_)));
+                if names_start && wanted.start_at != g.settings.start_at {
+                    return Err(Answer::Invalid);
+                }
+                wanted.start_at = g.settings.start_at;
+                g.settings = wanted;
+                Ok(Outcome::GroupSettings(g.settings.to_list()))
+            }
             Command::DeleteGroup { topic, group } => {
                 ids(&[group])?;
                 let t = self.topic(topic)?;
@@ -1422,6 +1447,8 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         Command::DeleteGroup { topic, group } => {
             broker.delete_group(&topic, &group).map(Outcome::Deleted)
         }
+        // No method of the trait: only through `apply`.
+        configure @ Command::ConfigureGroup { .. } => broker.apply(configure),
         Command::Purge {
             topic,
             partition,
@@ -1715,6 +1742,9 @@ fn command() -> impl Strategy<Value = Command> {
         1 => topic_id().prop_map(|topic| Command::DeleteTopic { topic }),
         1 => (topic_id(), group_id())
             .prop_map(|(topic, group)| Command::DeleteGroup { topic, group }),
+        1 => (topic_id(), group_id(), group_settings()).prop_map(|(topic, group, settings)| {
+            Command::ConfigureGroup { topic, group, settings }
+        }),
         2 => (topic_id(), partition(), offset()).prop_map(|(topic, partition, before)| {
             Command::Purge { topic, partition, before }
         }),

@@ -189,6 +189,20 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
                 offset,
             }
         }
+        CommandKind::ConfigureGroup => Command::ConfigureGroup {
+            topic,
+            group,
+            settings: match input.byte() % 5 {
+                0 => vec![GroupSetting::AckTimeoutMs(2)],
+                1 => vec![
+                    GroupSetting::MaxDeliveries(1),
+                    GroupSetting::DeadLetter(dead_letter_topic()),
+                ],
+                2 => vec![GroupSetting::StartAt(StartAt::Latest)],
+                3 => vec![GroupSetting::MaxDeliveries(2)],
+                _ => Vec::new(),
+            },
+        },
         CommandKind::RetryAfter => {
             let (partition, offset) = delivery(input, now, &topic, &group);
             Command::RetryAfter {

@@ -107,6 +107,11 @@ fn command(kind: CommandKind) -> Command {
             partition: 0,
             offset: 0,
         },
+        CommandKind::ConfigureGroup => Command::ConfigureGroup {
+            topic,
+            group,
+            settings: Vec::new(),
+        },
         CommandKind::RetryAfter => Command::RetryAfter {
             topic,
             group,
@@ -238,6 +243,7 @@ fn outcome(kind: OutcomeKind) -> Outcome {
         },
         OutcomeKind::Deleted => Outcome::Deleted(true),
         OutcomeKind::PartitionCount => Outcome::PartitionCount(2),
+        OutcomeKind::GroupSettings => Outcome::GroupSettings(Vec::new()),
     }
 }
 

@@ -2,7 +2,7 @@
 //! (see `CommandKind::is_administrative`): topics created, grown, purged and deleted, members
 //! joining and leaving with the group's new assignment, groups reset and deleted.
 
-use broker_core::{BrokerState, Command, DeadLettered, Outcome};
+use broker_core::{BrokerState, Command, DeadLettered, GroupSettings, Outcome};
 use tracing::info;
 
 /// Logs `command`, which changed `state` (already applied) with `outcome`.
@@ -66,6 +66,12 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
             to,
         } => info!(topic, group, partitions = ?partitions, to = ?to, "group offsets reset"),
         Command::DeleteGroup { topic, group } => info!(topic, group, "group deleted"),
+        Command::ConfigureGroup { topic, group, .. } => info!(
+            topic,
+            group,
+            settings = %settings_text(outcome),
+            "group settings changed"
+        ),
         Command::Publish { .. }
         | Command::PublishKeyed { .. }
         | Command::PublishBatch { .. }
@@ -84,6 +90,16 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
         | Command::Lag { .. }
         | Command::Describe { .. }
         | Command::OffsetForTime { .. } => {}
+    }
+}
+
+/// A group's settings as `GroupSettings::fmt` words (`start at earliest, ...`).
+fn settings_text(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::GroupSettings(list) => GroupSettings::from_list(list)
+            .map(|settings| settings.to_string())
+            .unwrap_or_else(|_| format!("{list:?}")),
+        other => other.name().to_owned(),
     }
 }
 

@@ -103,6 +103,13 @@ impl BrokerState {
             } => self
                 .retry(&topic, &group, &member, partition, offset)
                 .map(Outcome::Retried),
+            Command::ConfigureGroup {
+                topic,
+                group,
+                settings,
+            } => self
+                .configure_group(&topic, &group, &settings)
+                .map(Outcome::GroupSettings),
             Command::RetryAfter {
                 topic,
                 group,

@@ -385,6 +385,26 @@ mod tests {
     }
 
     #[test]
+    fn a_maximum_set_later_dead_letters_a_record_past_it_at_once() {
+        let mut state = broker(Vec::new());
+        assert_eq!(poll(&mut state, 0), [("a".into(), 1)]);
+        assert!(state.retry("t", "g", "m", 0, 0).unwrap());
+        assert_eq!(poll(&mut state, 1), [("a".into(), 2)]);
+        assert!(state.retry("t", "g", "m", 0, 0).unwrap());
+        let now = state
+            .configure_group("t", "g", &dead_letter_settings(2))
+            .unwrap();
+        assert_eq!(now, dead_letter_settings(2));
+        assert_eq!(state.take_dead_letters().len(), 1);
+        assert_eq!(poll(&mut state, 2), [("b".into(), 1)]);
+        // Where a group starts cannot change; an unknown group is refused.
+        let latest = [GroupSetting::StartAt(crate::StartAt::Latest)];
+        assert!(state.configure_group("t", "g", &latest).is_err());
+        assert!(state.configure_group("t", "nosuch", &[]).is_err());
+        assert_eq!(state.configure_group("t", "g", &[]).unwrap(), []);
+    }
+
+    #[test]
     fn settings_that_cannot_work_are_refused_at_join() {
         let mut state = broker(Vec::new());
         let own = vec![

@@ -328,6 +328,54 @@ impl BrokerState {
         Ok(assigned)
     }
 
+    /// Replaces the settings of `group` on `topic` with `settings` (an empty list: the
+    /// defaults), as a group created with them would have them: its acknowledgement timeout,
+    /// maximum of deliveries and dead-letter topic. Where it starts matters only when it is
+    /// created and cannot change: a list that names another start is refused. A maximum lowered
+    /// below a record's deliveries moves that record to the dead-letter topic now, if it is not
+    /// in flight. Returns the group's settings now.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for an unknown topic or group, settings [`GroupSettings::from_list`]
+    /// refuses, another start, or the topic as its own dead-letter topic.
+    pub fn configure_group(
+        &mut self,
+        topic: &str,
+        group: &str,
+        settings: &[GroupSetting],
+    ) -> Result<Vec<GroupSetting>, BrokerError> {
+        check_identifier("group", group)?;
+        let mut wanted = GroupSettings::from_list(settings)?;
+        if wanted
+            .dead_letter
+            .is_some_and(|dead_letter| dead_letter.as_str() == topic)
+        {
+            return Err(BrokerError::invalid(format!(
+                "topic {topic:?} cannot be its own groups' dead-letter topic"
+            )));
+        }
+        let checked = topic_in(&mut self.topics, topic)?;
+        let Some(existing) = checked.groups.get_mut(group) else {
+            return Err(BrokerError::invalid(format!(
+                "group {group:?} does not exist on topic {topic:?}"
+            )));
+        };
+        let names_start = settings
+            .iter()
+            .any(|setting| matches!(setting, GroupSetting::StartAt(_)));
+        if names_start && wanted.start_at != existing.settings.start_at {
+            return Err(BrokerError::invalid(format!(
+                "group {group:?} started at the {}; where a group starts cannot change",
+                existing.settings.start_at.name()
+            )));
+        }
+        wanted.start_at = existing.settings.start_at;
+        existing.settings = wanted;
+        let now = existing.settings.to_list();
+        self.dead_letter_group(topic, group)?;
+        Ok(now)
+    }
+
     /// See [`crate::EventBroker::leave`].
     ///
     /// # Errors
