@@ -402,6 +402,24 @@ fn check_distinct(names: impl Iterator<Item = &'static str>) -> Result<(), Broke
     Ok(())
 }
 
+impl std::fmt::Display for TopicSettings {
+    /// `interest retention, discard new` or `limits retention, max 100 records, max 1048576
+    /// bytes, max age 60000 ms, discard old`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} retention", self.retention)?;
+        if let Some(max) = self.max_records {
+            write!(f, ", max {max} records")?;
+        }
+        if let Some(max) = self.max_bytes {
+            write!(f, ", max {max} bytes")?;
+        }
+        if let Some(ms) = self.max_age_ms {
+            write!(f, ", max age {ms} ms")?;
+        }
+        write!(f, ", discard {}", self.discard)
+    }
+}
+
 impl std::fmt::Display for GroupSettings {
     /// `start at earliest, no acknowledgement timeout` or `start at latest, acknowledgement
     /// timeout 5000 ms`.

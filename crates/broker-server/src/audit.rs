@@ -2,7 +2,7 @@
 //! (see `CommandKind::is_administrative`): topics created, grown, purged and deleted, members
 //! joining and leaving with the group's new assignment, groups reset and deleted.
 
-use broker_core::{BrokerState, Command, DeadLettered, GroupSettings, Outcome};
+use broker_core::{BrokerState, Command, DeadLettered, GroupSettings, Outcome, TopicSettings};
 use tracing::info;
 
 /// Logs `command`, which changed `state` (already applied) with `outcome`.
@@ -16,8 +16,10 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
         } => info!(
             topic,
             partitions = partition_count,
-            key_hash = ?key_hash,
-            settings = ?settings,
+            key_hash = %key_hash,
+            settings = %TopicSettings::from_list(settings)
+                .map(|settings| settings.to_string())
+                .unwrap_or_else(|_| format!("{settings:?}")),
             "topic created"
         ),
         Command::AddPartitions {
@@ -33,7 +35,10 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
             topic,
             partition,
             before,
-            earliest_offset = ?outcome,
+            earliest_offset = match outcome {
+                Outcome::Offset(offset) => *offset,
+                _ => -1,
+            },
             "records purged"
         ),
         Command::Join {
@@ -64,7 +69,15 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
             group,
             partitions,
             to,
-        } => info!(topic, group, partitions = ?partitions, to = ?to, "group offsets reset"),
+        } => info!(
+            topic,
+            group,
+            partitions = partitions
+                .as_ref()
+                .map_or_else(|| "all".to_owned(), |partitions| format!("{partitions:?}")),
+            to = ?to,
+            "group offsets reset"
+        ),
         Command::DeleteGroup { topic, group } => info!(topic, group, "group deleted"),
         Command::ConfigureGroup { topic, group, .. } => info!(
             topic,
