@@ -62,13 +62,13 @@ impl Applied {
 
     /// Counts the answers in `responses` in `metrics`, as answered now.
     pub(crate) fn count(&self, metrics: &Metrics) {
-        let elapsed = self.received.map(|at| at.elapsed()).unwrap_or_default();
-        for (kind, response) in self.kinds.iter().zip(&self.responses) {
-            match kind {
-                Some(kind) => metrics.answered(*kind, &response.result, Some(elapsed)),
-                None => metrics.malformed(),
-            }
-        }
+        let elapsed = self.received.map(|at| at.elapsed());
+        let answered = self
+            .kinds
+            .iter()
+            .zip(&self.responses)
+            .map(|(kind, response)| (*kind, &response.result));
+        metrics.answered(answered, elapsed);
     }
 }
 

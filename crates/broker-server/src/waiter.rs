@@ -87,7 +87,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         _ => result,
     };
     if let Some(metrics) = &shared.metrics {
-        metrics.answered(kind, &result, None);
+        metrics.answered([(Some(kind), &result)], None);
     }
     let answer = Outgoing::ready(
         vec![ResponseFrame {
