@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use broker_client::TopicName;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::bench::BenchArgs;
@@ -381,6 +382,37 @@ pub enum GroupCommand {
     Configure(Connected<ConfigureArgs>),
 }
 
+/// A group's maximum of deliveries and dead-letter topic, given together.
+#[derive(Debug, Args)]
+pub struct DeadLetterArgs {
+    /// Ack mode: a record delivered this many times and released again unacknowledged
+    /// (retried, timed out, or its partition changed owner) goes to --dead-letter, and its
+    /// partition moves on.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "dead_letter",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_deliveries: Option<u32>,
+    /// The topic records past --max-deliveries go to (created with one partition and limits
+    /// retention if it does not exist), with headers saying where each came from.
+    #[arg(long, value_name = "TOPIC", requires = "max_deliveries", value_parser = parse_topic_name)]
+    pub dead_letter: Option<TopicName>,
+}
+
+impl DeadLetterArgs {
+    /// The maximum and the topic, when given (clap makes sure they come together).
+    pub fn given(&self) -> Option<(u32, TopicName)> {
+        self.max_deliveries.zip(self.dead_letter)
+    }
+}
+
+/// A topic name, checked as the broker checks it.
+fn parse_topic_name(text: &str) -> Result<TopicName, String> {
+    TopicName::new(text).map_err(|error| error.to_string())
+}
+
 /// `broker group configure`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -398,24 +430,11 @@ pub struct ConfigureArgs {
     /// Keep a delivery until it is acknowledged or retried.
     #[arg(long)]
     pub no_ack_timeout: bool,
-    /// Give each record this many deliveries, then move it to --dead-letter.
-    #[arg(
-        long,
-        value_name = "N",
-        requires = "dead_letter",
-        value_parser = clap::value_parser!(u32).range(1..)
-    )]
-    pub max_deliveries: Option<u32>,
-    /// The topic records past --max-deliveries go to.
-    #[arg(
-        long,
-        value_name = "TOPIC",
-        requires = "max_deliveries",
-        conflicts_with = "no_dead_letter"
-    )]
-    pub dead_letter: Option<String>,
+    /// Where records that keep failing go.
+    #[command(flatten)]
+    pub dead_letters: DeadLetterArgs,
     /// Deliver records again for ever, with no dead-letter topic.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["max_deliveries", "dead_letter"])]
     pub no_dead_letter: bool,
     /// Print the group's settings as JSON.
     #[arg(long)]
@@ -670,20 +689,9 @@ pub struct ConsumeArgs {
     /// retried.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub ack_timeout: Option<Duration>,
-    /// Ack mode, for a group this creates: a record delivered this many times and released
-    /// again unacknowledged (retried, timed out, or its partition changed owner) goes to
-    /// --dead-letter, and its partition moves on. Needs --dead-letter.
-    #[arg(
-        long,
-        value_name = "N",
-        requires = "dead_letter",
-        value_parser = clap::value_parser!(u32).range(1..)
-    )]
-    pub max_deliveries: Option<u32>,
-    /// The topic records past --max-deliveries go to (created with one partition and limits
-    /// retention if it does not exist), with headers saying where each came from.
-    #[arg(long, value_name = "TOPIC", requires = "max_deliveries")]
-    pub dead_letter: Option<String>,
+    /// Ack mode, for a group this creates: where records that keep failing go.
+    #[command(flatten)]
+    pub dead_letters: DeadLetterArgs,
     /// Before consuming, reset the group to the earliest record retained: replay everything
     /// kept. The reset applies to the whole group.
     #[arg(long, conflicts_with_all = ["from_latest", "from_datetime"])]

@@ -7,8 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use broker_client::{
     Assignor, Client, Consumer, ConsumerStatus, Delivery, Discard, Error, GroupSetting,
-    GroupSettings, KeyHash, PublishRecord, ResetTo, StartAt, TopicName, TopicSetting,
-    MAX_POLL_RECORDS,
+    GroupSettings, KeyHash, PublishRecord, ResetTo, StartAt, TopicSetting, MAX_POLL_RECORDS,
 };
 
 use crate::connect::Server;
@@ -89,12 +88,9 @@ async fn configure_group(client: &Client, args: ConfigureArgs) -> anyhow::Result
     if args.no_ack_timeout {
         settings.ack_timeout_ms = None;
     }
-    if let (Some(max), Some(dead_letter)) = (args.max_deliveries, &args.dead_letter) {
+    if let Some((max, dead_letter)) = args.dead_letters.given() {
         settings.max_deliveries = Some(max);
-        settings.dead_letter = Some(
-            TopicName::new(dead_letter)
-                .map_err(|error| anyhow::anyhow!("--dead-letter {dead_letter:?}: {error}"))?,
-        );
+        settings.dead_letter = Some(dead_letter);
     }
     if args.no_dead_letter {
         settings.max_deliveries = None;
@@ -647,12 +643,9 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
     if let Some(timeout) = args.ack_timeout {
         settings.push(GroupSetting::AckTimeoutMs(millis(timeout)));
     }
-    if let (Some(max), Some(topic)) = (args.max_deliveries, &args.dead_letter) {
+    if let Some((max, topic)) = args.dead_letters.given() {
         settings.push(GroupSetting::MaxDeliveries(max));
-        settings.push(GroupSetting::DeadLetter(
-            broker_client::TopicName::new(topic)
-                .map_err(|error| anyhow::anyhow!("--dead-letter {topic:?}: {error}"))?,
-        ));
+        settings.push(GroupSetting::DeadLetter(topic));
     }
     let mut builder = Consumer::builder(topic.as_str(), group.as_str())
         .member(member.as_str())

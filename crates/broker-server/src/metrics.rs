@@ -439,8 +439,15 @@ mod tests {
             .iter()
             .map(|bucket| bucket.load(Ordering::Relaxed))
             .collect();
-        assert_eq!(counts[1], 3, "30 µs is in the bucket up to 40 µs: {counts:?}");
-        assert_eq!(counts[LATENCY_BOUNDS.len()], 1, "past the last bound: {counts:?}");
+        assert_eq!(
+            counts[1], 3,
+            "30 µs is in the bucket up to 40 µs: {counts:?}"
+        );
+        assert_eq!(
+            counts[LATENCY_BOUNDS.len()],
+            1,
+            "past the last bound: {counts:?}"
+        );
         assert_eq!(counts.iter().sum::<u64>(), 4);
         let sum = histogram.inner.sum_nanos.load(Ordering::Relaxed);
         assert_eq!(sum, 90_000 + 10_000_000_000);

@@ -150,6 +150,20 @@ impl BrokerState {
         partition: i32,
         offset: i64,
     ) -> Result<bool, BrokerError> {
+        self.retry_until(topic, group, member, partition, offset, None)
+    }
+
+    /// [`BrokerState::retry`], holding the record back until `until_ms` (by the broker's
+    /// clock) when given: a delayed retry.
+    pub(super) fn retry_until(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+        partition: i32,
+        offset: i64,
+        until_ms: Option<i64>,
+    ) -> Result<bool, BrokerError> {
         check_offset(offset)?;
         let checked = self.topic_for_member(topic, group, member)?;
         let partition = checked.partition(partition)?;
@@ -158,6 +172,9 @@ impl BrokerState {
             return Ok(false);
         };
         state.in_flight = None;
+        if let Some(until) = until_ms {
+            state.delivered_at_ms = until;
+        }
         self.dead_letter_if_exhausted(topic, group, partition, DeadLetterReason::Retried)?;
         Ok(true)
     }

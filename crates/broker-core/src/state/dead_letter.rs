@@ -12,8 +12,8 @@
 use bytes::Bytes;
 
 use super::log::StoredRecord;
-use super::{member_of, BrokerState};
-use crate::validate::{check_offset, MAX_HEADERS};
+use super::BrokerState;
+use crate::validate::MAX_HEADERS;
 use crate::{BrokerError, Header, KeyHash, Retention, TopicSetting};
 
 /// Why a record went to its dead-letter topic: how it was released the last time.
@@ -77,23 +77,9 @@ impl BrokerState {
         offset: i64,
         delay_ms: u64,
     ) -> Result<bool, BrokerError> {
-        check_offset(offset)?;
-        let now = self.clock_ms;
-        let checked = self.topic_for_member(topic, group, member)?;
-        let index = checked.partition(partition)?;
-        let Some((group_state, member_index)) = member_of(&mut checked.groups, group, member)
-        else {
-            return Ok(false);
-        };
-        let state = &mut group_state.partitions[index];
-        if state.owner != Some(member_index) || state.in_flight != Some(offset) {
-            return Ok(false);
-        }
-        state.in_flight = None;
         let delay = i64::try_from(delay_ms).unwrap_or(i64::MAX);
-        state.delivered_at_ms = now.saturating_add(delay);
-        self.dead_letter_if_exhausted(topic, group, index, DeadLetterReason::Retried)?;
-        Ok(true)
+        let until = self.clock_ms.saturating_add(delay);
+        self.retry_until(topic, group, member, partition, offset, Some(until))
     }
 
     /// The records moved to dead-letter topics since the last call, oldest first. They are not
