@@ -415,3 +415,19 @@ async fn a_poison_record_goes_to_the_dead_letter_topic_and_a_delayed_retry_waits
     assert!(line.contains("dead_letter=\"jobs-dlq\""), "{line}");
     assert!(line.contains("reason=\"retried\""), "{line}");
 }
+
+#[tokio::test]
+async fn http_at_the_broker_port_and_the_broker_protocol_at_the_metrics_port_say_so() {
+    let server = ServerProcess::start(&["--metrics-listen", "127.0.0.1:0"]);
+    let (status, _, body) = http_get(server.addr, "/metrics", "");
+    assert_eq!(status, "HTTP/1.1 400 Bad Request");
+    assert!(body.contains("--metrics-listen"), "{body}");
+    let refused = Client::connect(server.metrics_addr.unwrap()).await;
+    match refused {
+        Err(broker_client::Error::Protocol(why)) => assert!(why.contains("metrics"), "{why}"),
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
+    // The broker still serves its own clients.
+    let client = Client::connect(server.addr).await.unwrap();
+    assert!(client.create("t", 1).await.unwrap());
+}

@@ -128,6 +128,13 @@ impl Connection {
                     "the server answered with TLS; connect with TLS (give a CA file)".to_owned(),
                 ));
             }
+            if broker_net::looks_like_http(&buffer) {
+                return Err(Error::Protocol(
+                    "the server answered in HTTP: is this a broker's metrics endpoint \
+                     (--metrics-listen) rather than its port?"
+                        .to_owned(),
+                ));
+            }
             if let Some(decoded) = codec.decode(&mut buffer).map_err(handshake_error)? {
                 break decoded;
             }

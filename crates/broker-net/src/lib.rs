@@ -1,12 +1,15 @@
 //! What the broker's server, client and command line share about reaching a broker, so that
 //! each rule has one implementation: the forms an address takes ([`listen_address`],
 //! [`connect_address`]), where the auth token comes from ([`auth_token`]), and how a connection
-//! sizes its buffers ([`make_room`], [`release_if_grown`]).
+//! sizes its buffers ([`make_room`], [`release_if_grown`]), and how HTTP met where the broker's
+//! protocol was expected is recognised ([`looks_like_http`]).
 
 mod address;
 mod buffer;
+mod http;
 mod token;
 
 pub use address::{connect_address, host_of, listen_address, AddressError, DEFAULT_PORT};
 pub use buffer::{make_room, release_if_grown, KEEP_BUFFER_BYTES, READ_CHUNK};
+pub use http::{length_is_http, looks_like_http};
 pub use token::{auth_token, read_token_file, TokenError, AUTH_TOKEN_ENV};

@@ -235,6 +235,11 @@ where
     }
 }
 
+/// What an HTTP client at the broker's port is told, so that `curl` says something useful.
+const HTTP_REFUSAL: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
+Connection: close\r\nContent-Length: 94\r\n\r\n\
+This port speaks the broker's own protocol, not HTTP; metrics are served on --metrics-listen.\n";
+
 /// Counts a connection refused before its first request, when metrics are on.
 fn refused(shared: &Shared, reason: &'static str) {
     if let Some(metrics) = &shared.metrics {
@@ -272,6 +277,17 @@ async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             return None;
         }
         Ok(Ok(None)) => return None,
+        Ok(Err(ProtocolError::FrameTooLarge { size, .. })) if broker_net::length_is_http(size) => {
+            warn!(
+                peer = %peer,
+                "refusing an HTTP request: this is the broker's own protocol (metrics are served \
+                 over HTTP on --metrics-listen)"
+            );
+            refused(shared, "unsupported_protocol");
+            let _ = write.write_all(HTTP_REFUSAL).await;
+            let _ = write.shutdown().await;
+            return None;
+        }
         Ok(Err(ProtocolError::FrameTooLarge { size, limit })) => {
             warn!(peer = %peer, cause = "hello frame too large", size, "refusing connection");
             HelloReply::Refused(ErrorReply::TooLarge {
