@@ -1512,6 +1512,13 @@ fn ping_answers_with_the_server_version_and_its_limits() {
         .port();
     let run = broker_alone(&["ping", "--addr", &format!("127.0.0.1:{port}")]);
     assert!(run.one_error_line().contains("cannot reach"), "{run:#?}");
+    let run = broker_alone(&["ping", "--json", "--addr", &format!("127.0.0.1:{port}")]);
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    let json: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert!(
+        json["error"].as_str().unwrap().contains("cannot reach"),
+        "{json:#}"
+    );
 }
 
 #[test]

@@ -195,7 +195,8 @@ impl Command {
 /// `broker ping`.
 #[derive(Debug, Args)]
 pub struct PingArgs {
-    /// Print JSON instead of text.
+    /// Print JSON instead of text: `addr`, `server`, `elapsed_ms` and `limits`, or `addr` and
+    /// `error` when the server cannot be reached (exit status 1 either way then).
     #[arg(long)]
     pub json: bool,
 }

@@ -112,7 +112,17 @@ async fn configure_group(client: &Client, args: ConfigureArgs) -> anyhow::Result
 
 async fn ping(server: &Server, args: PingArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
-    let client = server.connect().await?;
+    let client = match server.connect().await {
+        Ok(client) => client,
+        Err(error) => {
+            if args.json {
+                // A script reading standard output learns why too.
+                let json = serde_json::json!({"addr": server.addr, "error": format!("{error:#}")});
+                outln!("{json}")?;
+            }
+            return Err(error);
+        }
+    };
     let elapsed = started.elapsed();
     let limits = client.server_limits();
     if args.json {

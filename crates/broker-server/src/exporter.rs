@@ -286,12 +286,13 @@ fn answer(registry: &Registry, request: &Request<Incoming>) -> Response<Full<Byt
             "cannot encode the metrics\n",
         );
     }
-    let openmetrics = request
+    let accept: Vec<&str> = request
         .headers()
         .get_all(hyper::header::ACCEPT)
         .iter()
         .filter_map(|value| value.to_str().ok())
-        .any(|accept| accept.contains("application/openmetrics-text"));
+        .collect();
+    let openmetrics = prefers_openmetrics(&accept.join(","));
     let (body, content_type) = if openmetrics {
         (text, OPENMETRICS)
     } else {
@@ -303,6 +304,27 @@ fn answer(registry: &Registry, request: &Request<Incoming>) -> Response<Full<Byt
         hyper::header::HeaderValue::from_static(content_type),
     );
     response
+}
+
+/// Whether an `Accept` header asks for OpenMetrics: it names `application/openmetrics-text` with
+/// a quality above zero and at least that of any `text/plain` (or `*/*`) it names.
+fn prefers_openmetrics(accept: &str) -> bool {
+    let mut openmetrics = 0.0_f64;
+    let mut text = 0.0_f64;
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+        let quality = parts
+            .filter_map(|parameter| parameter.strip_prefix("q="))
+            .find_map(|q| q.parse::<f64>().ok())
+            .unwrap_or(1.0);
+        match media.as_str() {
+            "application/openmetrics-text" => openmetrics = openmetrics.max(quality),
+            "text/plain" | "*/*" => text = text.max(quality),
+            _ => {}
+        }
+    }
+    openmetrics > 0.0 && openmetrics >= text
 }
 
 /// OpenMetrics text as Prometheus's classic text format: a counter's `# HELP` and `# TYPE`
@@ -337,6 +359,21 @@ fn classic_text(openmetrics: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn openmetrics_is_served_when_it_is_preferred() {
+        // What Prometheus sends.
+        assert!(prefers_openmetrics(
+            "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
+        ));
+        assert!(prefers_openmetrics("application/openmetrics-text"));
+        assert!(!prefers_openmetrics(""));
+        assert!(!prefers_openmetrics("*/*"));
+        assert!(!prefers_openmetrics("application/openmetrics-text;q=0"));
+        assert!(!prefers_openmetrics(
+            "text/plain;q=1,application/openmetrics-text;q=0.1"
+        ));
+    }
 
     #[test]
     fn classic_text_names_counters_with_their_suffix_and_drops_what_it_lacks() {
