@@ -794,6 +794,17 @@ fn publish_json_prints_every_record_refused_ones_too_and_goes_on() {
         ),
         "{run:#?}"
     );
+    // --quiet: one line at the end, or only the error that counts what was not stored.
+    broker(&server, &["create", "fresh"]).ok();
+    let run = broker_with_input(&server, &["publish", "fresh", "--quiet"], "a\nb\n");
+    assert_eq!(run.ok(), "published 2 records to fresh\n", "{run:#?}");
+    let run = broker(&server, &["publish", "t", "x", "--quiet"]);
+    assert!(
+        run.one_error_line()
+            .starts_with("error: 1 of 1 records were not stored"),
+        "{run:#?}"
+    );
+    assert_eq!(run.stdout, "");
 }
 
 #[test]

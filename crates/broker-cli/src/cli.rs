@@ -616,6 +616,10 @@ pub struct PublishArgs {
     /// Print one JSON object per record instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Print one line at the end, how many records were stored, instead of a line per record
+    /// (records not stored are counted in the final error).
+    #[arg(long, short, conflicts_with = "json")]
+    pub quiet: bool,
 }
 
 /// Which consumption protocol `broker consume` uses.

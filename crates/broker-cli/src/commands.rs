@@ -538,6 +538,9 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
         record += 1;
         let (partition, refused) = match result {
             Ok((partition, offset)) if offset >= 0 => {
+                if args.quiet {
+                    continue;
+                }
                 if args.json {
                     let json = serde_json::json!({
                         "record": record, "topic": topic, "partition": partition, "offset": offset,
@@ -563,7 +566,9 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
                 (partition, why)
             }
         };
-        eprintln!("record {record} not stored: {refused}");
+        if !args.quiet {
+            eprintln!("record {record} not stored: {refused}");
+        }
         if args.json {
             let json = serde_json::json!({
                 "record": record, "topic": topic, "partition": partition, "offset": null,
@@ -590,6 +595,13 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
             full + other,
             why.join("; ")
         );
+    }
+    if args.quiet {
+        writeln!(
+            stdout,
+            "published {record} record{} to {topic}",
+            if record == 1 { "" } else { "s" }
+        )?;
     }
     Ok(())
 }
