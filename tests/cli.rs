@@ -1664,9 +1664,28 @@ fn consume_can_create_a_group_with_a_dead_letter_topic_and_describe_shows_it() {
             "5s",
         ],
     );
-    assert!(run
-        .ok()
-        .contains("acknowledgement timeout 5000 ms, at most 3 deliveries"));
+    assert_eq!(
+        run.ok(),
+        "group g on jobs: ack timeout 5s; at most 3 deliveries, then to dead-letter topic \
+         jobs-dlq\n"
+    );
+    // One of the pair alone changes it when the group has a dead-letter topic.
+    let run = broker(
+        &server,
+        &[
+            "group",
+            "configure",
+            "jobs",
+            "-g",
+            "g",
+            "--max-deliveries",
+            "1",
+        ],
+    );
+    assert!(run.ok().contains("at most 1 delivery, then"), "{run:#?}");
+    // Nothing to change is a bad command line.
+    let run = broker(&server, &["group", "configure", "jobs", "-g", "g"]);
+    assert_eq!(run.code, Some(2), "{run:#?}");
     let run = broker(
         &server,
         &[
@@ -1680,6 +1699,19 @@ fn consume_can_create_a_group_with_a_dead_letter_topic_and_describe_shows_it() {
         ],
     );
     assert_eq!(run.ok().trim(), r#"[{"ack-timeout-ms":5000}]"#);
+    let run = broker(
+        &server,
+        &[
+            "group",
+            "configure",
+            "jobs",
+            "-g",
+            "g",
+            "--max-deliveries",
+            "2",
+        ],
+    );
+    assert!(run.one_error_line().contains("together"), "{run:#?}");
     let run = broker(
         &server,
         &[

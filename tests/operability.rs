@@ -431,3 +431,88 @@ async fn http_at_the_broker_port_and_the_broker_protocol_at_the_metrics_port_say
     let client = Client::connect(server.addr).await.unwrap();
     assert!(client.create("t", 1).await.unwrap());
 }
+
+#[tokio::test]
+async fn a_restart_does_not_report_dead_letters_again_and_a_refused_one_is_a_warning() {
+    use broker_client::{GroupSetting, TopicName};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let args = ["--metrics-listen", "127.0.0.1:0", "--data-dir", data];
+    let first_log = dir.path().join("first.log");
+    let mut server = ServerProcess::start_with(
+        &args,
+        &[],
+        Stdio::from(std::fs::File::create(&first_log).unwrap()),
+    );
+    let client = Client::connect(server.addr).await.unwrap();
+    client.create("jobs", 1).await.unwrap();
+    // A dead-letter topic that takes one record and refuses the next.
+    let full = [
+        broker_client::TopicSetting::Retention(broker_client::Retention::Limits),
+        broker_client::TopicSetting::MaxRecords(1),
+        broker_client::TopicSetting::Discard(broker_client::Discard::New),
+    ];
+    client
+        .create_topic("dlq", 1, broker_client::KeyHash::Murmur2, &full)
+        .await
+        .unwrap();
+    let settings = [
+        GroupSetting::MaxDeliveries(1),
+        GroupSetting::DeadLetter(TopicName::new("dlq").unwrap()),
+    ];
+    client
+        .join_group("jobs", "g", "w", None, &settings)
+        .await
+        .unwrap();
+    for (offset, payload) in ["first", "second"].into_iter().enumerate() {
+        client.publish("jobs", 0, payload).await.unwrap();
+        let records = client.poll("jobs", "g", "w", 1).await.unwrap();
+        assert_eq!(records[0].payload, payload);
+        assert!(client
+            .retry("jobs", "g", "w", 0, offset as i64)
+            .await
+            .unwrap());
+    }
+    let (_, _, text) = http_get(server.metrics_addr.unwrap(), "/metrics", "");
+    assert_eq!(
+        sample(&text, "broker_records_dead_lettered_total"),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "broker_records_dead_letter_refused_total"),
+        1.0,
+        "{text}"
+    );
+    drop(client);
+    assert!(server.terminate(Duration::from_secs(20)).success());
+    let first = std::fs::read_to_string(&first_log).unwrap();
+    assert!(first.contains("record dead-lettered"), "{first}");
+    assert!(
+        first.contains("cannot take a record past its last delivery"),
+        "{first}"
+    );
+
+    // The restart replays the log: what it moved is not news.
+    let second_log = dir.path().join("second.log");
+    let mut server = ServerProcess::start_with(
+        &args,
+        &[],
+        Stdio::from(std::fs::File::create(&second_log).unwrap()),
+    );
+    let (_, _, text) = http_get(server.metrics_addr.unwrap(), "/metrics", "");
+    assert_eq!(
+        sample(&text, "broker_records_dead_lettered_total"),
+        0.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "broker_records_dead_letter_refused_total"),
+        0.0,
+        "{text}"
+    );
+    assert!(server.terminate(Duration::from_secs(20)).success());
+    let second = std::fs::read_to_string(&second_log).unwrap();
+    assert!(!second.contains("dead-letter"), "{second}");
+}

@@ -145,7 +145,7 @@ pub enum Command {
     Describe(Connected<DescribeArgs>),
     /// Show a group's lag on each partition of a topic.
     Lag(Connected<LagArgs>),
-    /// Reset or delete a consumer group.
+    /// Reset, configure or delete a consumer group.
     #[command(subcommand)]
     Group(GroupCommand),
     /// Show, per partition, the first offset at or after a time: where a replay from then
@@ -392,13 +392,12 @@ pub struct DeadLetterArgs {
     #[arg(
         long,
         value_name = "N",
-        requires = "dead_letter",
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub max_deliveries: Option<u32>,
     /// The topic records past --max-deliveries go to (created with one partition and limits
     /// retention if it does not exist), with headers saying where each came from.
-    #[arg(long, value_name = "TOPIC", requires = "max_deliveries", value_parser = parse_topic_name)]
+    #[arg(long, value_name = "TOPIC", value_parser = parse_topic_name)]
     pub dead_letter: Option<TopicName>,
 }
 
@@ -416,11 +415,24 @@ fn parse_topic_name(text: &str) -> Result<TopicName, String> {
 
 /// `broker group configure`.
 #[derive(Debug, Args)]
-#[command(after_help = "\
+#[command(
+    group(
+        clap::ArgGroup::new("change")
+            .required(true)
+            .multiple(true)
+            .args(["ack_timeout", "no_ack_timeout", "max_deliveries", "dead_letter", "no_dead_letter"])
+    ),
+    after_help = "\
+Settings not named stay as they are. A group without a dead-letter topic needs --max-deliveries
+and --dead-letter together; one that has one can change either alone. `broker describe TOPIC`
+shows a group's settings.
+
 Examples:
   broker group configure orders -g billing --max-deliveries 5 --dead-letter orders-dlq
+  broker group configure orders -g billing --max-deliveries 10
   broker group configure orders -g billing --ack-timeout 30s
-  broker group configure orders -g billing --no-dead-letter --no-ack-timeout")]
+  broker group configure orders -g billing --no-dead-letter --no-ack-timeout"
+)]
 pub struct ConfigureArgs {
     /// The topic and group.
     #[command(flatten)]
@@ -675,6 +687,10 @@ pub enum AssignorArg {
 
 /// `broker consume`.
 #[derive(Debug, Args)]
+#[command(
+    mut_arg("max_deliveries", |arg| arg.requires("dead_letter")),
+    mut_arg("dead_letter", |arg| arg.requires("max_deliveries"))
+)]
 pub struct ConsumeArgs {
     /// Who consumes, and from where.
     #[command(flatten)]

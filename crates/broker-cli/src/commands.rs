@@ -88,13 +88,21 @@ async fn configure_group(client: &Client, args: ConfigureArgs) -> anyhow::Result
     if args.no_ack_timeout {
         settings.ack_timeout_ms = None;
     }
-    if let Some((max, dead_letter)) = args.dead_letters.given() {
+    if let Some(max) = args.dead_letters.max_deliveries {
         settings.max_deliveries = Some(max);
+    }
+    if let Some(dead_letter) = args.dead_letters.dead_letter {
         settings.dead_letter = Some(dead_letter);
     }
     if args.no_dead_letter {
         settings.max_deliveries = None;
         settings.dead_letter = None;
+    }
+    if settings.max_deliveries.is_some() != settings.dead_letter.is_some() {
+        bail!(
+            "group {group} on {topic} has no dead-letter topic yet: give --max-deliveries and \
+             --dead-letter together"
+        );
     }
     let now = client
         .configure_group(topic, group, &settings.to_list())
@@ -104,7 +112,7 @@ async fn configure_group(client: &Client, args: ConfigureArgs) -> anyhow::Result
     } else {
         outln!(
             "group {group} on {topic}: {}",
-            GroupSettings::from_list(&now)?
+            output::group_settings_words(&now)
         )?;
     }
     Ok(())

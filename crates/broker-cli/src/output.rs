@@ -90,10 +90,22 @@ fn group_settings_text(settings: &[GroupSetting]) -> String {
             GroupSetting::StartAt(StartAt::Earliest) => "; started at the earliest".to_owned(),
             GroupSetting::StartAt(StartAt::Latest) => "; started at the end".to_owned(),
             GroupSetting::AckTimeoutMs(ms) => format!("; ack timeout {}", duration_text(*ms)),
+            GroupSetting::MaxDeliveries(1) => "; at most 1 delivery".to_owned(),
             GroupSetting::MaxDeliveries(max) => format!("; at most {max} deliveries"),
             GroupSetting::DeadLetter(topic) => format!(", then to dead-letter topic {topic}"),
         })
         .collect()
+}
+
+/// A group's settings in words, as `broker describe` shows them (`ack timeout 30s; at most 5
+/// deliveries, then to dead-letter topic orders-dlq`), or `the defaults`.
+pub fn group_settings_words(settings: &[GroupSetting]) -> String {
+    let text = group_settings_text(settings);
+    match text.strip_prefix("; ") {
+        Some(words) => words.to_owned(),
+        None if text.is_empty() => "the defaults".to_owned(),
+        None => text,
+    }
 }
 
 /// A time in milliseconds since the Unix epoch as RFC 3339 (`2026-12-01T09:00:00.000Z`).

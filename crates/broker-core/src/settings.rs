@@ -431,9 +431,10 @@ impl std::fmt::Display for GroupSettings {
         }
         match (self.max_deliveries, self.dead_letter) {
             (Some(max), Some(topic)) => {
+                let deliveries = if max == 1 { "delivery" } else { "deliveries" };
                 write!(
                     f,
-                    ", at most {max} deliveries, then to dead-letter topic {topic}"
+                    ", at most {max} {deliveries}, then to dead-letter topic {topic}"
                 )
             }
             _ => Ok(()),

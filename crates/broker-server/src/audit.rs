@@ -3,7 +3,7 @@
 //! joining and leaving with the group's new assignment, groups reset and deleted.
 
 use broker_core::{BrokerState, Command, DeadLettered, GroupSettings, Outcome, TopicSettings};
-use tracing::info;
+use tracing::{info, warn};
 
 /// Logs `command`, which changed `state` (already applied) with `outcome`.
 pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outcome) {
@@ -116,20 +116,33 @@ fn settings_text(outcome: &Outcome) -> String {
     }
 }
 
-/// Logs a record moved to its group's dead-letter topic.
+/// Logs a record moved to its group's dead-letter topic, or (a warning) one that topic could not
+/// take.
 pub(crate) fn log_dead_letter(moved: &DeadLettered) {
-    info!(
-        topic = moved.topic,
-        partition = moved.partition,
-        offset = moved.offset,
-        group = moved.group,
-        deliveries = moved.deliveries,
-        reason = moved.reason.name(),
-        dead_letter = moved.dead_letter,
-        dead_letter_partition = moved.stored_at.0,
-        dead_letter_offset = moved.stored_at.1,
-        "record dead-lettered"
-    );
+    match moved.stored_at {
+        Some((dead_letter_partition, dead_letter_offset)) => info!(
+            topic = moved.topic,
+            partition = moved.partition,
+            offset = moved.offset,
+            group = moved.group,
+            deliveries = moved.deliveries,
+            reason = moved.reason.name(),
+            dead_letter = moved.dead_letter,
+            dead_letter_partition,
+            dead_letter_offset,
+            "record dead-lettered"
+        ),
+        None => warn!(
+            topic = moved.topic,
+            partition = moved.partition,
+            offset = moved.offset,
+            group = moved.group,
+            deliveries = moved.deliveries,
+            dead_letter = moved.dead_letter,
+            "the dead-letter topic cannot take a record past its last delivery (full, the memory \
+             budget, or the maximum of topics); delivering it again"
+        ),
+    }
 }
 
 /// The group's members and their partitions, as `m1=[0, 2] m2=[1]` (`no members` when none is

@@ -32,6 +32,8 @@ struct Locked {
     sessions: Sessions,
     /// Records moved to dead-letter topics since the server started.
     dead_lettered: u64,
+    /// Records past their last delivery that their dead-letter topic could not take.
+    dead_letters_refused: u64,
 }
 
 /// The broker, locked: every change to the state and the sessions goes through here.
@@ -54,12 +56,16 @@ pub(crate) struct Executed {
 
 impl Broker {
     /// A broker serving `state`, logging to `journal` if there is one.
-    pub(crate) fn new(state: BrokerState, journal: Option<Journal>) -> Broker {
+    pub(crate) fn new(mut state: BrokerState, journal: Option<Journal>) -> Broker {
+        // Records a log replay moved to dead-letter topics were moved, logged and counted by the
+        // server that logged the moves: not news.
+        drop(state.take_dead_letters());
         Broker {
             locked: Mutex::new(Locked {
                 state,
                 sessions: Sessions::default(),
                 dead_lettered: 0,
+                dead_letters_refused: 0,
             }),
             journal,
         }
@@ -150,23 +156,32 @@ impl BrokerGuard<'_> {
         executed
     }
 
-    /// Logs and counts the records the last change moved to dead-letter topics; returns those
-    /// topics.
+    /// Logs and counts the records the last change moved to dead-letter topics (or could not);
+    /// returns the topics that took records.
     fn take_dead_letters(&mut self) -> Vec<String> {
         let moved = self.locked.state.take_dead_letters();
-        self.locked.dead_lettered += moved.len() as u64;
         moved
             .into_iter()
-            .map(|moved| {
+            .filter_map(|moved| {
                 crate::audit::log_dead_letter(&moved);
-                moved.dead_letter
+                match moved.stored_at {
+                    Some(_) => {
+                        self.locked.dead_lettered += 1;
+                        Some(moved.dead_letter)
+                    }
+                    None => {
+                        self.locked.dead_letters_refused += 1;
+                        None
+                    }
+                }
             })
             .collect()
     }
 
-    /// Records moved to dead-letter topics since the server started.
-    pub(crate) fn dead_lettered(&self) -> u64 {
-        self.locked.dead_lettered
+    /// Records moved to dead-letter topics since the server started, and records their
+    /// dead-letter topic could not take.
+    pub(crate) fn dead_lettered(&self) -> (u64, u64) {
+        (self.locked.dead_lettered, self.locked.dead_letters_refused)
     }
 
     /// Lets time pass in the state: records past their topic's age leave, deliveries past

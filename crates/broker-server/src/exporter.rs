@@ -100,13 +100,23 @@ impl Collector for StateCollector {
             let (budget, used) = broker.memory();
             (broker.describe(), budget, used, broker.dead_lettered())
         };
-        let counter = encoder.encode_descriptor(
-            "records_dead_lettered",
-            "Records moved to a group's dead-letter topic after their last delivery.",
-            None,
-            MetricType::Counter,
-        )?;
-        ConstCounter::new(dead_lettered).encode(counter)?;
+        let (moved, refused) = dead_lettered;
+        for (name, help, count) in [
+            (
+                "records_dead_lettered",
+                "Records moved to a group's dead-letter topic after their last delivery.",
+                moved,
+            ),
+            (
+                "records_dead_letter_refused",
+                "Records past their last delivery that their dead-letter topic could not take \
+                 (delivered again instead).",
+                refused,
+            ),
+        ] {
+            let counter = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(count).encode(counter)?;
+        }
         let mut end = GaugeFamily::new(
             "partition_end_offset",
             "Offset the next record published to the partition gets.",

@@ -39,7 +39,8 @@ impl DeadLetterReason {
     }
 }
 
-/// A record moved to a dead-letter topic, as [`BrokerState::take_dead_letters`] reports it.
+/// A record past its group's last delivery, moved to the dead-letter topic or, if that topic
+/// could not take it, left where it was; as [`BrokerState::take_dead_letters`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLettered {
     /// Where it was.
@@ -56,8 +57,10 @@ pub struct DeadLettered {
     pub reason: DeadLetterReason,
     /// The dead-letter topic.
     pub dead_letter: String,
-    /// Its partition and offset in the dead-letter topic.
-    pub stored_at: (i32, i64),
+    /// Its partition and offset in the dead-letter topic; `None` when that topic could not
+    /// take it (it refuses new records when full, the memory budget, the broker's maximum of
+    /// topics): the record then stayed where it was and is delivered again.
+    pub stored_at: Option<(i32, i64)>,
 }
 
 impl BrokerState {
@@ -82,7 +85,8 @@ impl BrokerState {
         self.retry_until(topic, group, member, partition, offset, Some(until))
     }
 
-    /// The records moved to dead-letter topics since the last call, oldest first. They are not
+    /// The records past their last delivery since the last call, oldest first: moved to their
+    /// dead-letter topic, or (`stored_at` `None`) refused by it. They are not
     /// part of the state (a log replay finds them again); a server drains them after each
     /// command to log and count them.
     pub fn take_dead_letters(&mut self) -> Vec<DeadLettered> {
@@ -151,12 +155,23 @@ impl BrokerState {
             value: Some(Bytes::from(value)),
         }));
         let dead_letter = dead_letter.as_str();
+        let mut event = DeadLettered {
+            topic: topic.to_owned(),
+            partition: partition as i32,
+            offset,
+            group: group.to_owned(),
+            deliveries,
+            reason,
+            dead_letter: dead_letter.to_owned(),
+            stored_at: None,
+        };
         if !self.topics.contains_key(dead_letter) {
             let limits = [TopicSetting::Retention(Retention::Limits)];
             if self
                 .create(dead_letter, 1, KeyHash::default(), &limits)
                 .is_err()
             {
+                self.dead_letters.push(event);
                 return Ok(false);
             }
         }
@@ -173,6 +188,7 @@ impl BrokerState {
             stored,
         )?;
         if stored_at < 0 {
+            self.dead_letters.push(event);
             return Ok(false);
         }
         let Some(source) = self.topics.get_mut(topic) else {
@@ -186,16 +202,8 @@ impl BrokerState {
             state.commit_delivery(offset);
         }
         self.memory.retained -= source.release(partition)?;
-        self.dead_letters.push(DeadLettered {
-            topic: topic.to_owned(),
-            partition: partition as i32,
-            offset,
-            group: group.to_owned(),
-            deliveries,
-            reason,
-            dead_letter: dead_letter.to_owned(),
-            stored_at: (target_partition as i32, stored_at),
-        });
+        event.stored_at = Some((target_partition as i32, stored_at));
+        self.dead_letters.push(event);
         Ok(true)
     }
 
@@ -279,7 +287,7 @@ mod tests {
         assert_eq!(moved.len(), 1);
         assert_eq!(moved[0].reason, DeadLetterReason::Retried);
         assert_eq!((moved[0].offset, moved[0].deliveries), (0, 2));
-        assert_eq!(moved[0].stored_at, (0, 0));
+        assert_eq!(moved[0].stored_at, Some((0, 0)));
         // The partition moved on, and the group counts the record as consumed.
         assert_eq!(poll(&mut state, 3), [("b".into(), 1)]);
         assert_eq!(state.committed("t", "g", 0).unwrap(), 1);
@@ -341,7 +349,9 @@ mod tests {
         state.publish("dlq", 0, "taken".into()).unwrap();
         assert_eq!(poll(&mut state, 0), [("a".into(), 1)]);
         assert!(state.retry("t", "g", "m", 0, 0).unwrap());
-        assert!(state.take_dead_letters().is_empty());
+        let refused = state.take_dead_letters();
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].stored_at, None);
         // Nothing is lost: it is delivered again, as without a maximum.
         assert_eq!(poll(&mut state, 1), [("a".into(), 2)]);
     }

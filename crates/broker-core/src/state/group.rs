@@ -273,7 +273,8 @@ impl BrokerState {
                 if !settings.is_empty() && wanted != existing.settings {
                     return Err(BrokerError::invalid(format!(
                         "group {group:?} was created with other settings ({}); join it without \
-                         settings, or name its own",
+                         settings or with its own, or change them first (`broker group \
+                         configure`)",
                         existing.settings
                     )));
                 }
