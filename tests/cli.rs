@@ -1724,4 +1724,46 @@ fn consume_can_create_a_group_with_a_dead_letter_topic_and_describe_shows_it() {
         ],
     );
     assert!(run.one_error_line().contains("does not exist"), "{run:#?}");
+    // --retry-after retries instead of acknowledging: two deliveries, then the dead letter.
+    broker(&server, &["create", "work"]).ok();
+    broker(&server, &["publish", "work", "poison"]).ok();
+    let run = broker(
+        &server,
+        &[
+            "consume",
+            "work",
+            "-g",
+            "w",
+            "-m",
+            "w1",
+            "--max-deliveries",
+            "2",
+            "--dead-letter",
+            "work-dlq",
+            "--retry-after",
+            "0s",
+            "--count",
+            "2",
+        ],
+    );
+    assert_eq!(run.ok(), "[0@0] poison\n[0@0] poison\n", "{run:#?}");
+    let run = broker(&server, &["consume", "work-dlq", "-g", "audit", "-m", "a"]);
+    assert_eq!(run.ok(), "[0@0] poison\n", "{run:#?}");
+    let run = broker(
+        &server,
+        &[
+            "consume",
+            "work",
+            "-g",
+            "w",
+            "-m",
+            "w1",
+            "--retry-after",
+            "1s",
+        ],
+    );
+    assert!(
+        run.one_error_line().contains("--count or --follow"),
+        "{run:#?}"
+    );
 }

@@ -713,6 +713,11 @@ pub struct ConsumeArgs {
     /// Ack mode, for a group this creates: where records that keep failing go.
     #[command(flatten)]
     pub dead_letters: DeadLetterArgs,
+    /// Ack mode: retry each record printed instead of acknowledging it, to be delivered again
+    /// no earlier than this (0s: at once); shows --max-deliveries and dead letters at work.
+    /// Needs --count or --follow, since retried records come back.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub retry_after: Option<Duration>,
     /// Before consuming, reset the group to the earliest record retained: replay everything
     /// kept. The reset applies to the whole group.
     #[arg(long, conflicts_with_all = ["from_latest", "from_datetime"])]

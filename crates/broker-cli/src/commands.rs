@@ -663,6 +663,12 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
         group,
         member,
     } = &args.member;
+    if args.retry_after.is_some() && args.mode != ConsumeMode::Ack {
+        bail!("--retry-after is for ack mode: fetch mode has no deliveries to retry");
+    }
+    if args.retry_after.is_some() && args.count.is_none() && !args.follow {
+        bail!("--retry-after needs --count or --follow: retried records come back");
+    }
     if args.mode == ConsumeMode::Ack && args.batch > MAX_POLL_RECORDS {
         bail!("--batch in ack mode is at most {MAX_POLL_RECORDS} (a poll takes one record per partition)");
     }
@@ -809,7 +815,10 @@ async fn consume_loop(
         let printed = print_records(&deliveries, args.json)?;
         *consumed += printed as u64;
         match args.mode {
-            ConsumeMode::Ack => acknowledge(&deliveries[..printed]).await?,
+            ConsumeMode::Ack => match args.retry_after {
+                Some(delay) => retry(&deliveries[..printed], delay).await?,
+                None => acknowledge(&deliveries[..printed]).await?,
+            },
             ConsumeMode::Fetch => {
                 let mut offsets = BTreeMap::new();
                 for delivery in &deliveries[..printed] {
@@ -849,6 +858,19 @@ fn print_records(records: &[Delivery], json: bool) -> io::Result<usize> {
         }
     }
     Ok(records.len())
+}
+
+/// Retries each of `deliveries`, to be delivered again no earlier than `delay`.
+async fn retry(deliveries: &[Delivery], delay: Duration) -> anyhow::Result<()> {
+    let retries = deliveries.iter().map(|delivery| async move {
+        if delay.is_zero() {
+            delivery.retry().await
+        } else {
+            delivery.retry_after(delay).await
+        }
+    });
+    futures::future::try_join_all(retries).await?;
+    Ok(())
 }
 
 async fn acknowledge(deliveries: &[Delivery]) -> anyhow::Result<()> {
