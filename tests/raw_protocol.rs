@@ -361,10 +361,16 @@ fn bad_input_on_one_connection_changes_nothing_and_others_are_still_served() {
     assert_eq!(r.string(), "frame");
     conn.assert_closed();
 
-    // Garbage instead of a hello (an HTTP request).
+    // An HTTP request instead of a hello: an HTTP answer that says where HTTP is served.
     let mut conn = Conn::raw(&server);
     conn.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-    while conn.read_frame().is_some() {}
+    let mut answer = String::new();
+    conn.0.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+        "{answer}"
+    );
+    assert!(answer.contains("--metrics-listen"), "{answer}");
 
     // A truncated frame, then a disconnect in the middle of it.
     let mut conn = Conn::open(&server);

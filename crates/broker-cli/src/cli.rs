@@ -408,6 +408,15 @@ impl DeadLetterArgs {
     }
 }
 
+/// An acknowledgement timeout: whole milliseconds, at least one, as the broker takes it.
+fn parse_ack_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = humantime::parse_duration(text).map_err(|error| error.to_string())?;
+    if timeout < Duration::from_millis(1) {
+        return Err("the acknowledgement timeout must be at least 1ms".into());
+    }
+    Ok(timeout)
+}
+
 /// A topic name, checked as the broker checks it.
 fn parse_topic_name(text: &str) -> Result<TopicName, String> {
     TopicName::new(text).map_err(|error| error.to_string())
@@ -438,7 +447,7 @@ pub struct ConfigureArgs {
     #[command(flatten)]
     pub group: GroupArgs,
     /// Release a record not acknowledged within this long for redelivery.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, conflicts_with = "no_ack_timeout")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_ack_timeout, conflicts_with = "no_ack_timeout")]
     pub ack_timeout: Option<Duration>,
     /// Keep a delivery until it is acknowledged or retried.
     #[arg(long)]
@@ -708,7 +717,7 @@ pub struct ConsumeArgs {
     /// Ack mode, for a group this creates: a record not acknowledged within this long is
     /// released for redelivery (10s, 500ms); without it a delivery stays until acked or
     /// retried.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_ack_timeout)]
     pub ack_timeout: Option<Duration>,
     /// Ack mode, for a group this creates: where records that keep failing go.
     #[command(flatten)]
