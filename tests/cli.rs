@@ -1606,52 +1606,15 @@ fn top_shows_topics_groups_and_with_metrics_the_connections() {
 fn consume_can_create_a_group_with_a_dead_letter_topic_and_describe_shows_it() {
     let server = ServerProcess::start(&[]);
     broker(&server, &["create", "jobs"]).ok();
-    let run = broker(
-        &server,
-        &[
-            "consume",
-            "jobs",
-            "-g",
-            "g",
-            "-m",
-            "m",
-            "--max-deliveries",
-            "3",
-        ],
-    );
+    let consume = |settings: &[&str]| {
+        let args = [&["consume", "jobs", "-g", "g", "-m", "m"][..], settings].concat();
+        broker(&server, &args)
+    };
+    let run = consume(&["--max-deliveries", "3"]);
     assert_eq!(run.code, Some(2), "{run:#?}");
-    let run = broker(
-        &server,
-        &[
-            "consume",
-            "jobs",
-            "-g",
-            "g",
-            "-m",
-            "m",
-            "--max-deliveries",
-            "3",
-            "--dead-letter",
-            "jobs",
-        ],
-    );
+    let run = consume(&["--max-deliveries", "3", "--dead-letter", "jobs"]);
     assert!(run.one_error_line().contains("dead-letter"), "{run:#?}");
-    broker(
-        &server,
-        &[
-            "consume",
-            "jobs",
-            "-g",
-            "g",
-            "-m",
-            "m",
-            "--max-deliveries",
-            "3",
-            "--dead-letter",
-            "jobs-dlq",
-        ],
-    )
-    .ok();
+    consume(&["--max-deliveries", "3", "--dead-letter", "jobs-dlq"]).ok();
     let text = broker(&server, &["describe", "jobs"]);
     assert!(
         text.ok()
@@ -1665,65 +1628,23 @@ fn consume_can_create_a_group_with_a_dead_letter_topic_and_describe_shows_it() {
         "{json:#}"
     );
     // Settings change later: those named, the others as they were.
-    let run = broker(
-        &server,
-        &[
-            "group",
-            "configure",
-            "jobs",
-            "-g",
-            "g",
-            "--ack-timeout",
-            "5s",
-        ],
-    );
+    let configure = |change: &[&str]| {
+        let args = [&["group", "configure", "jobs", "-g", "g"][..], change].concat();
+        broker(&server, &args)
+    };
     assert_eq!(
-        run.ok(),
+        configure(&["--ack-timeout", "5s"]).ok(),
         "group g on jobs: ack timeout 5s; at most 3 deliveries, then to dead-letter topic \
          jobs-dlq\n"
     );
     // One of the pair alone changes it when the group has a dead-letter topic.
-    let run = broker(
-        &server,
-        &[
-            "group",
-            "configure",
-            "jobs",
-            "-g",
-            "g",
-            "--max-deliveries",
-            "1",
-        ],
-    );
+    let run = configure(&["--max-deliveries", "1"]);
     assert!(run.ok().contains("at most 1 delivery, then"), "{run:#?}");
     // Nothing to change is a bad command line.
-    let run = broker(&server, &["group", "configure", "jobs", "-g", "g"]);
-    assert_eq!(run.code, Some(2), "{run:#?}");
-    let run = broker(
-        &server,
-        &[
-            "group",
-            "configure",
-            "jobs",
-            "-g",
-            "g",
-            "--no-dead-letter",
-            "--json",
-        ],
-    );
+    assert_eq!(configure(&[]).code, Some(2));
+    let run = configure(&["--no-dead-letter", "--json"]);
     assert_eq!(run.ok().trim(), r#"[{"ack-timeout-ms":5000}]"#);
-    let run = broker(
-        &server,
-        &[
-            "group",
-            "configure",
-            "jobs",
-            "-g",
-            "g",
-            "--max-deliveries",
-            "2",
-        ],
-    );
+    let run = configure(&["--max-deliveries", "2"]);
     assert!(run.one_error_line().contains("together"), "{run:#?}");
     let run = broker(
         &server,
