@@ -475,6 +475,39 @@ async fn a_payload_limit_below_a_retained_record_is_refused_at_start() {
     assert_eq!(records[0].payload.len(), 2_000);
 }
 
+/// A record at the payload limit that goes to a dead-letter topic gains headers that say where it
+/// came from, and so passes the limit: the server still starts on its data directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_lettered_record_at_the_payload_limit_does_not_stop_a_restart() {
+    use broker_client::{GroupSetting, TopicName};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let args = ["--data-dir", data, "--max-payload-bytes", "1000"];
+    let mut server = ServerProcess::start(&args);
+    let client = connect(&server).await;
+    client.create(TOPIC, 1).await.unwrap();
+    let settings = [
+        GroupSetting::MaxDeliveries(1),
+        GroupSetting::DeadLetter(TopicName::new("dlq").unwrap()),
+    ];
+    client
+        .join_group(TOPIC, "g", "m", None, &settings)
+        .await
+        .unwrap();
+    client.publish(TOPIC, 0, vec![7u8; 1_000]).await.unwrap();
+    assert_eq!(client.poll(TOPIC, "g", "m", 1).await.unwrap().len(), 1);
+    assert!(client.retry(TOPIC, "g", "m", 0, 0).await.unwrap());
+    drop(client);
+    server.terminate(PATIENCE);
+    let server = ServerProcess::start(&args);
+    let client = connect(&server).await;
+    client.join("dlq", "audit", "a").await.unwrap();
+    let dead = client.fetch("dlq", "audit", "a", 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].payload.len(), 1_000);
+    assert!(dead[0].headers.len() >= 6, "{:?}", dead[0].headers);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restored_members_get_a_fresh_session_and_expire_without_their_consumer() {
     let dir = tempfile::tempdir().unwrap();

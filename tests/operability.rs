@@ -419,6 +419,13 @@ async fn a_poison_record_goes_to_the_dead_letter_topic_and_a_delayed_retry_waits
 #[tokio::test]
 async fn http_at_the_broker_port_and_the_broker_protocol_at_the_metrics_port_say_so() {
     let server = ServerProcess::start(&["--metrics-listen", "127.0.0.1:0"]);
+    // Connections that never send a request do not keep a scrape out.
+    let idle: Vec<TcpStream> = (0..8)
+        .map(|_| TcpStream::connect(server.metrics_addr.unwrap()).unwrap())
+        .collect();
+    let (status, _, _) = http_get(server.metrics_addr.unwrap(), "/metrics", "");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    drop(idle);
     let (status, _, body) = http_get(server.addr, "/metrics", "");
     assert_eq!(status, "HTTP/1.1 400 Bad Request");
     assert!(body.contains("--metrics-listen"), "{body}");

@@ -37,11 +37,12 @@ pub(crate) struct Applied {
     logged: Vec<usize>,
     /// The last log entry of the batch: its responses wait until it is durable.
     last_entry: Option<u64>,
-    /// The kind of each request answered in `responses`, in the same order (`None` for one
-    /// that did not decode): for the metrics.
-    pub(crate) kinds: Vec<Option<CommandKind>>,
-    /// When the batch arrived.
-    pub(crate) received: Option<Instant>,
+    /// With metrics on, the kind of each request answered in `responses`, in the same order
+    /// (`None` for one that did not decode); empty otherwise, so that a server without metrics
+    /// spends nothing on them.
+    kinds: Vec<Option<CommandKind>>,
+    /// With metrics on, when the batch arrived.
+    received: Option<Instant>,
 }
 
 impl Applied {
@@ -57,7 +58,9 @@ impl Applied {
             result,
         });
         self.permits.push(permit);
-        self.kinds.push(kind);
+        if self.received.is_some() {
+            self.kinds.push(kind);
+        }
     }
 
     /// Counts the answers in `responses` in `metrics`, as answered now.
@@ -83,7 +86,7 @@ pub(crate) fn apply_batch(
 ) -> Applied {
     let now = Instant::now();
     let mut applied = Applied {
-        received: Some(now),
+        received: shared.metrics.is_some().then_some(now),
         ..Applied::default()
     };
     let mut broker = shared.broker.lock();

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -28,10 +28,20 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
 use crate::shared::Shared;
+
+/// Most scrape connections open at once.
+const MAX_SCRAPE_CONNECTIONS: usize = 64;
+
+/// How long a scrape connection may take to send a request's headers.
+const SCRAPE_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a scrape connection is kept at most.
+const SCRAPE_CONNECTION_LIFE: Duration = Duration::from_secs(120);
 
 /// The content type of the OpenMetrics text format, which Prometheus asks for first.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -238,7 +248,17 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, metrics: A
         shared: Arc::downgrade(&shared),
     }));
     let registry = Arc::new(registry);
+    let slots = Arc::new(Semaphore::new(MAX_SCRAPE_CONNECTIONS));
     loop {
+        // A connection slot before each accept: past the cap, scrapers wait in the backlog.
+        let permit = tokio::select! {
+            () = shared.shutdown.cancelled() => return,
+            permit = Arc::clone(&slots).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                // The semaphore is never closed.
+                Err(_) => return,
+            },
+        };
         let accepted = tokio::select! {
             () = shared.shutdown.cancelled() => return,
             accepted = listener.accept() => accepted,
@@ -254,20 +274,27 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, metrics: A
         let registry = Arc::clone(&registry);
         let shutdown = shared.shutdown.clone();
         shared.tracker.spawn(async move {
+            let _permit = permit;
             let service = hyper::service::service_fn(move |request| {
                 let registry = Arc::clone(&registry);
                 async move { Ok::<_, Infallible>(answer(&registry, &request)) }
             });
             let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(SCRAPE_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service);
             tokio::pin!(connection);
-            tokio::select! {
-                served = connection.as_mut() => {
-                    if let Err(cause) = served {
-                        debug!(peer = %peer, cause = %cause, "metrics connection failed");
-                    }
+            // A scraper reconnects as it needs: no connection is kept for longer than this, so
+            // one that stays idle (or never finishes a request) cannot hold its slot.
+            let served = tokio::select! {
+                served = tokio::time::timeout(SCRAPE_CONNECTION_LIFE, connection.as_mut()) => served,
+                () = shutdown.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    tokio::time::timeout(SCRAPE_READ_TIMEOUT, connection.as_mut()).await
                 }
-                () = shutdown.cancelled() => connection.as_mut().graceful_shutdown(),
+            };
+            if let Ok(Err(cause)) = served {
+                debug!(peer = %peer, cause = %cause, "metrics connection failed");
             }
         });
     }

@@ -4,6 +4,7 @@
 use std::io::IsTerminal;
 use std::str::FromStr;
 
+use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::EnvFilter;
 
@@ -57,11 +58,15 @@ pub(crate) fn filter(level: &str) -> Result<EnvFilter, String> {
     EnvFilter::try_new(&directives).map_err(|error| format!("invalid log filter: {error}"))
 }
 
-/// Installs the subscriber writing `format` lines to standard error.
-pub(crate) fn init(filter: EnvFilter, format: LogFormat) {
+/// Installs the subscriber writing `format` lines to standard error. The lines are written by a
+/// thread of their own (a thread that logs, possibly holding the broker's lock, only queues its
+/// line; past 128,000 lines waiting, new ones are dropped rather than slow the broker down);
+/// keep the guard until the end: dropping it writes what is still queued.
+pub(crate) fn init(filter: EnvFilter, format: LogFormat) -> WorkerGuard {
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         // A log line that cannot be written (standard error on a full disk) is dropped: by
         // default the subscriber reports that on standard error itself, and a failing report
         // panics the thread that logged, such as the log writer's.
@@ -70,6 +75,7 @@ pub(crate) fn init(filter: EnvFilter, format: LogFormat) {
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
         LogFormat::Json => builder.json().flatten_event(true).with_ansi(false).init(),
     }
+    guard
 }
 
 #[cfg(test)]

@@ -283,13 +283,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match logging::filter(&args.log_level) {
+    // Kept to the end of `main`: dropping it writes the log lines still queued.
+    let _log_writer = match logging::filter(&args.log_level) {
         Ok(filter) => logging::init(filter, args.log_format),
         Err(error) => {
             report(&format!("error: {error}"));
             return ExitCode::from(2);
         }
-    }
+    };
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.worker_threads {
         // At most 1,024 (checked by clap).

@@ -13,8 +13,36 @@ use bytes::Bytes;
 
 use super::log::StoredRecord;
 use super::BrokerState;
-use crate::validate::MAX_HEADERS;
+use crate::validate::{MAX_HEADERS, MAX_IDENTIFIER_LEN};
 use crate::{BrokerError, Header, KeyHash, Retention, TopicSetting};
+
+/// The names of the headers a dead-lettered record gains, in order.
+const PROVENANCE: [&str; 6] = [
+    "dead-letter.topic",
+    "dead-letter.partition",
+    "dead-letter.offset",
+    "dead-letter.group",
+    "dead-letter.deliveries",
+    "dead-letter.reason",
+];
+
+/// The most bytes the provenance headers add to a dead-lettered record: their names, two
+/// identifiers, three numbers of at most 20 digits and the longest reason. A record in a
+/// dead-letter topic may be this much larger than any record published, so a server's payload
+/// limit must allow for it in what a data directory retains.
+pub const DEAD_LETTER_HEADER_BYTES: u64 = {
+    let mut names = 0;
+    let mut index = 0;
+    while index < PROVENANCE.len() {
+        names += PROVENANCE[index].len();
+        index += 1;
+    }
+    (names + 2 * MAX_IDENTIFIER_LEN + 3 * 20 + "ack timeout".len()) as u64
+};
+
+/// The most dead-letter events kept for [`BrokerState::take_dead_letters`]: a server takes
+/// them after every command; a program that never does keeps only the latest.
+const MAX_PENDING_EVENTS: usize = 1024;
 
 /// Why a record went to its dead-letter topic: how it was released the last time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,9 +114,9 @@ impl BrokerState {
     }
 
     /// The records past their last delivery since the last call, oldest first: moved to their
-    /// dead-letter topic, or (`stored_at` `None`) refused by it. They are not
-    /// part of the state (a log replay finds them again); a server drains them after each
-    /// command to log and count them.
+    /// dead-letter topic, or (`stored_at` `None`) refused by it; at most the latest 1,024. They
+    /// are not part of the state (a log replay finds them again); a server drains them after
+    /// each command to log and count them.
     pub fn take_dead_letters(&mut self) -> Vec<DeadLettered> {
         std::mem::take(&mut self.dead_letters)
     }
@@ -137,18 +165,19 @@ impl BrokerState {
             mut headers,
             ..
         } = record.into_owned();
-        let provenance = [
-            ("dead-letter.topic", topic.to_owned()),
-            ("dead-letter.partition", partition.to_string()),
-            ("dead-letter.offset", offset.to_string()),
-            ("dead-letter.group", group.to_owned()),
-            ("dead-letter.deliveries", deliveries.to_string()),
-            ("dead-letter.reason", reason.name().to_owned()),
+        let values = [
+            topic.to_owned(),
+            partition.to_string(),
+            offset.to_string(),
+            group.to_owned(),
+            deliveries.to_string(),
+            reason.name().to_owned(),
         ];
-        if headers.len() + provenance.len() > MAX_HEADERS {
+        let provenance = PROVENANCE.into_iter().zip(values);
+        if headers.len() + PROVENANCE.len() > MAX_HEADERS {
             // Its own headers leave no room for where it came from: keep as many of them as
             // fit, the provenance matters more to whoever reads dead letters.
-            headers.truncate(MAX_HEADERS - provenance.len());
+            headers.truncate(MAX_HEADERS - PROVENANCE.len());
         }
         headers.extend(provenance.map(|(name, value)| Header {
             name: name.to_owned(),
@@ -171,7 +200,7 @@ impl BrokerState {
                 .create(dead_letter, 1, KeyHash::default(), &limits)
                 .is_err()
             {
-                self.dead_letters.push(event);
+                self.report(event);
                 return Ok(false);
             }
         }
@@ -188,7 +217,7 @@ impl BrokerState {
             stored,
         )?;
         if stored_at < 0 {
-            self.dead_letters.push(event);
+            self.report(event);
             return Ok(false);
         }
         let Some(source) = self.topics.get_mut(topic) else {
@@ -203,8 +232,17 @@ impl BrokerState {
         }
         self.memory.retained -= source.release(partition)?;
         event.stored_at = Some((target_partition as i32, stored_at));
-        self.dead_letters.push(event);
+        self.report(event);
         Ok(true)
+    }
+
+    /// Keeps `event` for [`BrokerState::take_dead_letters`], forgetting the oldest past
+    /// [`MAX_PENDING_EVENTS`].
+    fn report(&mut self, event: DeadLettered) {
+        if self.dead_letters.len() >= MAX_PENDING_EVENTS {
+            self.dead_letters.remove(0);
+        }
+        self.dead_letters.push(event);
     }
 
     /// Moves every exhausted record of `group` to its dead-letter topic: after a rebalance,
@@ -398,6 +436,30 @@ mod tests {
         assert!(state.configure_group("t", "g", &latest).is_err());
         assert!(state.configure_group("t", "nosuch", &[]).is_err());
         assert_eq!(state.configure_group("t", "g", &[]).unwrap(), []);
+    }
+
+    #[test]
+    fn the_provenance_headers_stay_within_their_bound() {
+        let mut state = BrokerState::new(10).unwrap();
+        let long = "t".repeat(MAX_IDENTIFIER_LEN);
+        let group = "g".repeat(MAX_IDENTIFIER_LEN);
+        state.create(&long, 1, KeyHash::default(), &[]).unwrap();
+        let mut settings = dead_letter_settings(1);
+        settings.push(GroupSetting::AckTimeoutMs(1));
+        state.join(&long, &group, "m", None, &settings).unwrap();
+        state.publish(&long, 0, Bytes::new()).unwrap();
+        let poll = Command::Poll {
+            topic: long.clone(),
+            group: group.clone(),
+            member: "m".into(),
+            max_records: 1,
+            max_bytes: None,
+        };
+        state.apply_at(0, poll).unwrap();
+        state.advance_clock(10).unwrap();
+        let dead = dead_letter_records(&mut state);
+        let added: usize = dead[0].headers.iter().map(Header::size).sum();
+        assert!(added as u64 <= DEAD_LETTER_HEADER_BYTES, "{added}");
     }
 
     #[test]

@@ -43,7 +43,7 @@ use crate::validate::{
 };
 use crate::BrokerError;
 
-pub use dead_letter::{DeadLetterReason, DeadLettered};
+pub use dead_letter::{DeadLetterReason, DeadLettered, DEAD_LETTER_HEADER_BYTES};
 use group::Group;
 pub use idempotence::{MAX_PRODUCERS, RECENT_BATCHES};
 use retention::Memory;
