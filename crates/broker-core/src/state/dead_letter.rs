@@ -440,6 +440,8 @@ mod tests {
 
     #[test]
     fn the_provenance_headers_stay_within_their_bound() {
+        // proto.md gives the bound.
+        assert_eq!(DEAD_LETTER_HEADER_BYTES, 312);
         let mut state = BrokerState::new(10).unwrap();
         let long = "t".repeat(MAX_IDENTIFIER_LEN);
         let group = "g".repeat(MAX_IDENTIFIER_LEN);
