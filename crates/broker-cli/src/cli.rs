@@ -155,8 +155,8 @@ pub enum Command {
     /// server.
     Size(SizeArgs),
     /// Check that the broker-server answers: connect (with the auth token and TLS, if set),
-    /// exchange the hello, and print the protocol version and the server's limits. Cheap
-    /// enough for a health check.
+    /// exchange the hello, and print the server's name and version, the round trip and its
+    /// limits. Cheap enough for a health check.
     Ping(Connected<PingArgs>),
     /// A live view of the broker, refreshed every second: records published per second per
     /// topic, each group's consumption rate, lag and deliveries in flight, and (with
@@ -724,7 +724,8 @@ pub struct ConsumeArgs {
     pub dead_letters: DeadLetterArgs,
     /// Ack mode: retry each record printed instead of acknowledging it, to be delivered again
     /// no earlier than this (0s: at once); shows --max-deliveries and dead letters at work.
-    /// Needs --count or --follow, since retried records come back.
+    /// Needs --count or --follow, since retried records come back; with a delay, only --follow
+    /// waits for them (without it, consuming stops when nothing is deliverable).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub retry_after: Option<Duration>,
     /// Before consuming, reset the group to the earliest record retained: replay everything

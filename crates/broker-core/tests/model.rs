@@ -357,7 +357,6 @@ impl Model {
     /// The clock moves to `now` (if later): old records leave, overdue deliveries are
     /// released. The topics where something changed.
     fn advance(&mut self, now: i64) -> Vec<String> {
-        let before = self.clock;
         self.clock = self.clock.max(now);
         let now = self.clock;
         let mut changed = Vec::new();
@@ -374,13 +373,13 @@ impl Model {
                         group.in_flight[p] = None;
                         touched = true;
                     }
-                    // A delayed retry that ends wakes the topic's waiting consumers.
-                    let next = group.committed[p];
-                    if group.in_flight[p].is_none()
-                        && group.is_held(p, next, before)
-                        && !group.is_held(p, next, now)
-                    {
-                        touched = true;
+                    // A delayed retry that has ended wakes the topic's waiting consumers, at the
+                    // first tick after its end (whatever commands moved the clock meanwhile).
+                    if let Some((offset, until)) = group.held[p] {
+                        if until <= now {
+                            group.held[p] = None;
+                            touched |= group.in_flight[p].is_none() && offset == group.committed[p];
+                        }
                     }
                 }
             }
@@ -1178,6 +1177,8 @@ fn poll(
             break;
         }
         bytes_taken += record.size();
+        // Delivered: a delayed retry of it is over.
+        g.held[p] = None;
         g.in_flight[p] = Some(next);
         g.delivered_at[p] = now;
         g.deliveries[p] += 1;

@@ -171,7 +171,7 @@ impl BrokerState {
         else {
             return Ok(false);
         };
-        state.in_flight = None;
+        state.release();
         if let Some(until) = until_ms {
             state.delivered_at_ms = until;
         }
@@ -196,7 +196,7 @@ impl BrokerState {
         let checked = self.topic_for_member(topic, group, member)?;
         if let Some((group_state, member_index)) = member_of(&mut checked.groups, group, member) {
             for &partition in &group_state.members[member_index].partitions {
-                group_state.partitions[partition as usize].in_flight = None;
+                group_state.partitions[partition as usize].release();
             }
         }
         // Every released record is eligible again and the first is always taken, so a result

@@ -465,6 +465,29 @@ mod tests {
     }
 
     #[test]
+    fn the_end_of_a_delay_is_reported_by_the_next_tick_whatever_moved_the_clock() {
+        let mut state = broker(Vec::new());
+        assert_eq!(poll(&mut state, 0), [("a".into(), 1)]);
+        let retry = Command::RetryAfter {
+            topic: "t".into(),
+            group: "g".into(),
+            member: "m".into(),
+            partition: 0,
+            offset: 0,
+            delay_ms: 100,
+        };
+        state.apply_at(10, retry).unwrap();
+        // A request after the delay ended moves the clock past it before any tick.
+        state
+            .apply_at(150, Command::Describe { topic: None })
+            .unwrap();
+        assert!(state.is_due(160));
+        assert_eq!(state.advance_clock(160).unwrap(), ["t"]);
+        assert!(!state.is_due(170), "reported once");
+        assert_eq!(poll(&mut state, 170), [("a".into(), 2)]);
+    }
+
+    #[test]
     fn settings_that_cannot_work_are_refused_at_join() {
         let mut state = broker(Vec::new());
         let own = vec![

@@ -43,8 +43,8 @@ pub(super) struct GroupPartition {
     /// The offset `poll` delivered and that awaits `ack` or `retry`.
     pub(super) in_flight: Option<i64>,
     /// When the delivery in flight was made (the broker's clock then). With nothing in flight,
-    /// a time after the broker's clock holds the record at `committed` back until then (a
-    /// delayed retry).
+    /// a delayed retry: the record at `committed` is held back until then, and once that time
+    /// has passed the clock's next tick sets it back to 0 (waking waiting polls); 0 otherwise.
     pub(super) delivered_at_ms: i64,
     /// How many times the record at `committed` has been delivered (ack mode).
     pub(super) deliveries: u32,
@@ -94,6 +94,18 @@ impl GroupPartition {
         self.in_flight.is_none() && self.delivered_at_ms > now_ms
     }
 
+    /// Whether a delayed retry has ended at `now_ms` and the clock has not yet said so.
+    fn hold_ended(&self, now_ms: i64) -> bool {
+        self.in_flight.is_none() && self.delivered_at_ms != 0 && self.delivered_at_ms <= now_ms
+    }
+
+    /// Releases the delivery in flight, if any, for redelivery at once.
+    pub(super) fn release(&mut self) {
+        if self.in_flight.take().is_some() {
+            self.delivered_at_ms = 0;
+        }
+    }
+
     /// The partition's records below `base` have left: if the group had not consumed them, it
     /// skips them (counted) and its delivery in flight of one of them is gone.
     pub(super) fn skip_to(&mut self, base: i64) {
@@ -140,18 +152,32 @@ impl Group {
         let mut released = Vec::new();
         for (partition, state) in self.partitions.iter_mut().enumerate() {
             if state.in_flight.is_some() && is_overdue(state.delivered_at_ms, timeout, now_ms) {
-                state.in_flight = None;
+                state.release();
                 released.push(partition);
             }
         }
         released
     }
 
-    /// Whether a delayed retry that held a record back at `from_ms` no longer does at `to_ms`.
-    pub(super) fn has_hold_ending(&self, from_ms: i64, to_ms: i64) -> bool {
-        self.partitions
-            .iter()
-            .any(|state| state.is_held(from_ms) && !state.is_held(to_ms))
+    /// Whether a delayed retry has ended at `now_ms` that [`Group::end_holds`] has not yet
+    /// seen.
+    pub(super) fn has_ended_hold(&self, now_ms: i64) -> bool {
+        self.partitions.iter().any(|state| state.hold_ended(now_ms))
+    }
+
+    /// Forgets the delayed retries that have ended at `now_ms`; whether there were any. Their
+    /// records may be delivered now: the clock reports their topic, so that waiting polls
+    /// retry. (A hold is not ended by the commands that move the clock, only by a tick, so that
+    /// no request between its end and the tick can hide it from the waiters.)
+    pub(super) fn end_holds(&mut self, now_ms: i64) -> bool {
+        let mut ended = false;
+        for state in &mut self.partitions {
+            if state.hold_ended(now_ms) {
+                state.delivered_at_ms = 0;
+                ended = true;
+            }
+        }
+        ended
     }
 
     /// Whether a delivery is in flight longer than the group's acknowledgement timeout at
@@ -195,7 +221,8 @@ impl Group {
             };
             let owner_id = owner.map(|index| self.members[index].id.as_str());
             if owner_id != previous_owners[partition].as_deref() {
-                state.in_flight = None;
+                // A delayed retry stays: the new owner gets the record when it ends.
+                state.release();
             }
             state.owner = owner;
             state.position = state.committed;

@@ -51,7 +51,7 @@ impl BrokerState {
             aged || topic
                 .groups
                 .values()
-                .any(|group| group.has_overdue(now) || group.has_hold_ending(self.clock_ms, now))
+                .any(|group| group.has_overdue(now) || group.has_ended_hold(now))
         })
     }
 
@@ -70,7 +70,6 @@ impl BrokerState {
         if let Some(failure) = &self.failure {
             return Err(BrokerError::Storage(failure.clone()));
         }
-        let before = self.clock_ms;
         self.clock_ms = self.clock_ms.max(now_ms);
         let now = self.clock_ms;
         let mut changed = Vec::new();
@@ -92,7 +91,8 @@ impl BrokerState {
             }
             for (group_name, group) in &mut topic.groups {
                 let released = group.release_overdue(now);
-                touched |= !released.is_empty() || group.has_hold_ending(before, now);
+                touched |= !released.is_empty();
+                touched |= group.end_holds(now);
                 if group.settings.max_deliveries.is_some() {
                     timed_out.extend(
                         released
