@@ -30,12 +30,13 @@ pub struct Cli {
 #[command(next_help_heading = "Connection options")]
 pub struct ConnectArgs {
     /// Address of the broker-server: HOST:PORT, [IPv6]:PORT, :PORT for this machine (as the
-    /// server's --listen :PORT), or a HOST alone for port 9092.
+    /// server's --listen :PORT), or a HOST alone for port 9092. For a cluster, the nodes'
+    /// addresses separated by commas: the leader is found and followed.
     #[arg(
         long,
         env = "BROKER_ADDR",
         default_value = "127.0.0.1:9092",
-        value_parser = broker_net::connect_address
+        value_parser = broker_net::connect_addresses
     )]
     pub addr: String,
 

@@ -24,7 +24,9 @@ pub trait ServerAddress: ToSocketAddrs {
 
 impl ServerAddress for str {
     fn host(&self) -> Option<String> {
-        let address = broker_net::connect_address(self).ok()?;
+        // A list (the nodes of a cluster) is named by its first address.
+        let first = self.split(',').next().unwrap_or(self);
+        let address = broker_net::connect_address(first).ok()?;
         broker_net::host_of(&address).map(str::to_owned)
     }
 

@@ -136,6 +136,15 @@ impl ClientBuilder {
     /// Resolves `addr` and opens the client's connection to the first address that accepts.
     /// Later reconnections use the same resolved addresses (and the same TLS settings).
     ///
+    /// Text may list several addresses separated by commas: the nodes of a cluster
+    /// (`"10.0.0.1:9092,10.0.0.2:9092,10.0.0.3:9092"`). The client then finds the leader by
+    /// itself: a call that reaches a node which does not lead is sent again to the leader it
+    /// names (or, during an election, to the next node), so callers see no difference. With a
+    /// single address, a call a follower refuses fails with `ErrorReply::NotLeader` and the
+    /// client moves to the leader for the calls after it. With TLS, every node's certificate
+    /// must carry the server name (the host of the first address unless
+    /// [`ClientBuilder::tls_server_name`] sets it).
+    ///
     /// # Errors
     ///
     /// [`Error::Io`] if the address does not resolve, no address accepts, or the hello exchange
@@ -161,17 +170,24 @@ impl ClientBuilder {
                 Some(Tls::new(trust, &server_name)?)
             }
         };
+        let mut nodes = 1;
         let found = match addr.as_text() {
             Some(text) => {
-                let text = broker_net::connect_address(text).map_err(|error| {
+                let list = broker_net::connect_addresses(text).map_err(|error| {
                     Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, error))
                 })?;
-                tokio::net::lookup_host(text).await.map(Iterator::collect)
+                let mut found = Vec::new();
+                for address in list.split(',') {
+                    found.extend(tokio::net::lookup_host(address).await.map_err(Error::Io)?);
+                }
+                nodes = list.split(',').count();
+                Ok(found)
             }
             None => tokio::net::lookup_host(addr).await.map(Iterator::collect),
         };
         Client::start(Settings {
             addrs: found.map_err(Error::Io)?,
+            cluster: nodes > 1,
             identity: self.identity,
             tls,
             request_timeout: self.request_timeout,

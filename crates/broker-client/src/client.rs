@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use broker_core::{
     Assignor, BrokerDescription, BrokerRecord, Command, GroupSetting, KeyHash, Outcome,
     PartitionBatch, PartitionLag, PublishRecord, ResetTo, TopicDescription, TopicSetting,
 };
-use broker_proto::ServerLimits;
+use broker_proto::{ErrorReply, ServerLimits};
 use bytes::Bytes;
 use tokio::sync::{Semaphore, TryAcquireError};
 use tokio::time::Instant;
@@ -87,6 +87,9 @@ struct Inner {
     // failure instead of trying again at once, so a dead server costs one connect timeout, not
     // one per waiting caller.
     failed_reconnects: AtomicU64,
+    // Whether the server is a cluster (several addresses were given): calls a follower refuses
+    // are sent again to the leader, which costs a copy of each command.
+    cluster: AtomicBool,
 }
 
 /// How a client reaches its server, resolved by its builder: what [`Client::start`] opens the
@@ -95,6 +98,8 @@ struct Inner {
 pub(crate) struct Settings {
     /// The server's socket addresses, tried in order.
     pub(crate) addrs: Vec<SocketAddr>,
+    /// Whether they are the nodes of a cluster.
+    pub(crate) cluster: bool,
     /// What the client says in its hello.
     pub(crate) identity: Identity,
     /// TLS, when the server speaks it.
@@ -112,6 +117,7 @@ impl Client {
     pub(crate) async fn start(settings: Settings) -> Result<Client, Error> {
         let Settings {
             addrs,
+            cluster,
             identity,
             tls,
             request_timeout,
@@ -131,6 +137,7 @@ impl Client {
                 current: Mutex::new(Arc::new(connection)),
                 reconnecting: tokio::sync::Mutex::new(None),
                 failed_reconnects: AtomicU64::new(0),
+                cluster: AtomicBool::new(cluster),
             }),
         })
     }
@@ -1110,21 +1117,111 @@ impl Inner {
                     .map_err(|_| closed())?
             }
         };
-        let current = self.current();
-        let connection = if current.is_closed() {
-            // Boxed, as waiting for a slot above: kept inline, the rare paths' futures would
-            // make every call's future as large (reconnecting includes a TLS handshake), to be
-            // moved on every call.
-            tokio::time::timeout_at(deadline, Box::pin(self.connection()))
+        let mut command = command;
+        let mut redirects = 0;
+        loop {
+            let current = self.current();
+            let connection = if current.is_closed() {
+                // Boxed, as waiting for a slot above: kept inline, the rare paths' futures would
+                // make every call's future as large (reconnecting includes a TLS handshake), to
+                // be moved on every call.
+                tokio::time::timeout_at(deadline, Box::pin(self.connection()))
+                    .await
+                    .map_err(|_| Error::Timeout)??
+            } else {
+                current
+            };
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let again = self
+                .cluster
+                .load(Ordering::Relaxed)
+                .then(|| command.clone());
+            let leader = match connection.call(id, command, max_wait_ms, deadline).await {
+                Err(Error::Server(ErrorReply::NotLeader { leader })) => leader,
+                answered => return answered,
+            };
+            // A follower applied nothing: move to the leader, then send the call again. Nodes
+            // that disagree on the leader (an election is under way) are asked again after a
+            // pause, not in a tight loop.
+            self.cluster.store(true, Ordering::Relaxed);
+            if redirects > 0 {
+                tokio::time::sleep_until(deadline.min(Instant::now() + ELECTION_PAUSE)).await;
+            }
+            let moved = Box::pin(self.follow_leader(&connection, leader.as_deref()));
+            tokio::time::timeout_at(deadline, moved)
                 .await
-                .map_err(|_| Error::Timeout)??
-        } else {
-            current
-        };
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        connection.call(id, command, max_wait_ms, deadline).await
+                .map_err(|_| Error::Timeout)??;
+            match again {
+                Some(again) if redirects < MAX_REDIRECTS => {
+                    command = again;
+                    redirects += 1;
+                }
+                _ => return Err(Error::Server(ErrorReply::NotLeader { leader })),
+            }
+        }
+    }
+
+    /// Replaces `stale`, a connection to a node that does not lead, with one to the leader it
+    /// named (its client address), or, when it knows none (an election is under way), with one
+    /// to the next node after a pause. Callers that find another caller already moved share
+    /// its move.
+    async fn follow_leader(
+        &self,
+        stale: &Arc<Connection>,
+        leader: Option<&str>,
+    ) -> Result<(), Error> {
+        let _turn = self.reconnecting.lock().await;
+        let current = self.current();
+        if !Arc::ptr_eq(&current, stale) && !current.is_closed() {
+            return Ok(());
+        }
+        tracing::debug!(?leader, "moving to the cluster's leader");
+        if let Some(Ok(leader)) = leader.map(broker_net::connect_address) {
+            if let Ok(found) = tokio::net::lookup_host(leader).await {
+                let found: Vec<SocketAddr> = found.collect();
+                let opened = Connection::open(
+                    &found,
+                    &self.identity,
+                    self.tls.as_ref(),
+                    self.connect_timeout,
+                )
+                .await;
+                if let Ok(fresh) = opened {
+                    *self.lock_current() = Arc::new(fresh);
+                    return Ok(());
+                }
+            }
+        }
+        // No leader known, or the one named is gone (its followers have not noticed yet): an
+        // election is under way. Ask the nodes again after a pause, the one that did not lead
+        // last.
+        tokio::time::sleep(ELECTION_PAUSE).await;
+        let mut nodes: Vec<SocketAddr> = self
+            .addrs
+            .iter()
+            .copied()
+            .filter(|addr| *addr != stale.peer())
+            .collect();
+        nodes.push(stale.peer());
+        let fresh = Connection::open(
+            &nodes,
+            &self.identity,
+            self.tls.as_ref(),
+            self.connect_timeout,
+        )
+        .await?;
+        *self.lock_current() = Arc::new(fresh);
+        Ok(())
     }
 }
+
+/// How many times one call follows a node's answer that it does not lead (bounded by the call's
+/// deadline too): with a pause between them, several seconds, enough for an election or two.
+const MAX_REDIRECTS: u32 = 40;
+
+/// How long a client waits before asking the next node when a node knows no leader (an
+/// election is under way; with the default timeouts one takes about a second).
+const ELECTION_PAUSE: Duration = Duration::from_millis(150);
 
 /// The error for an outcome of the wrong kind for `call`.
 fn unexpected(call: &str, outcome: &Outcome) -> Error {

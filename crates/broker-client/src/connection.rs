@@ -56,6 +56,8 @@ pub(crate) struct Identity {
 /// An open connection, shared by every call that uses it.
 #[derive(Debug)]
 pub(crate) struct Connection {
+    /// The address it is connected to.
+    peer: SocketAddr,
     requests: mpsc::Sender<RequestFrame>,
     pending: Arc<Pending>,
     stop: CancellationToken,
@@ -187,12 +189,18 @@ impl Connection {
             peer,
         ));
         Ok(Connection {
+            peer,
             requests,
             pending,
             stop,
             server,
             limits,
         })
+    }
+
+    /// The address the connection is connected to.
+    pub(crate) fn peer(&self) -> SocketAddr {
+        self.peer
     }
 
     /// Whether the connection died.

@@ -62,6 +62,27 @@ pub fn connect_address(address: &str) -> Result<String, AddressError> {
     }
 }
 
+/// A list of addresses separated by commas (the nodes of a cluster: `a:9092,b:9092`), each
+/// completed as [`connect_address`] does; a single address is a list of one.
+///
+/// # Errors
+/// The first address that [`connect_address`] refuses, or an empty list.
+pub fn connect_addresses(list: &str) -> Result<String, AddressError> {
+    let addresses = list
+        .split(',')
+        .map(str::trim)
+        .filter(|address| !address.is_empty())
+        .map(connect_address)
+        .collect::<Result<Vec<_>, _>>()?;
+    if addresses.is_empty() {
+        return Err(refuse(
+            list,
+            "an address is HOST:PORT, [IPv6]:PORT, :PORT or HOST (several separated by commas)",
+        ));
+    }
+    Ok(addresses.join(","))
+}
+
 /// The host part of a `HOST:PORT` or `[IPv6]:PORT` address (`"::1"` for `"[::1]:9092"`), or
 /// `None` when there is none: the name TLS verifies the server's certificate against.
 pub fn host_of(address: &str) -> Option<&str> {
@@ -105,6 +126,17 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn lists_of_addresses_complete_each_one() {
+        assert_eq!(connect_addresses("a:1").unwrap(), "a:1");
+        assert_eq!(
+            connect_addresses(" a:1, :2 ,b").unwrap(),
+            "a:1,127.0.0.1:2,b:9092"
+        );
+        assert!(connect_addresses(" , ").is_err());
+        assert!(connect_addresses("a:1,b:x").is_err());
+    }
 
     #[test]
     fn a_bare_port_listens_on_every_interface() {

@@ -9,7 +9,9 @@ mod buffer;
 mod http;
 mod token;
 
-pub use address::{connect_address, host_of, listen_address, AddressError, DEFAULT_PORT};
+pub use address::{
+    connect_address, connect_addresses, host_of, listen_address, AddressError, DEFAULT_PORT,
+};
 pub use buffer::{make_room, release_if_grown, KEEP_BUFFER_BYTES, READ_CHUNK};
 pub use http::{length_is_http, looks_like_http};
 pub use token::{auth_token, read_token_file, TokenError, AUTH_TOKEN_ENV};

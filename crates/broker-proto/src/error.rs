@@ -55,6 +55,21 @@ pub enum ErrorReply {
     /// fsync).
     #[error("storage error: {0}")]
     Storage(String),
+    /// Code 8: the node is a follower (or a candidate) of a cluster and did not apply the
+    /// request; `leader` is the client address of the leader when the node knows it. The client
+    /// sends the request again to the leader.
+    #[error("this node is not the cluster's leader{}", leader_hint(.leader))]
+    NotLeader {
+        /// The leader's client address, if known.
+        leader: Option<String>,
+    },
+}
+
+fn leader_hint(leader: &Option<String>) -> String {
+    match leader {
+        Some(address) => format!("; the leader is at {address}"),
+        None => "; no leader is known now (an election is under way)".to_owned(),
+    }
 }
 
 impl ErrorKind {
@@ -69,6 +84,7 @@ impl ErrorKind {
             ErrorKind::ShuttingDown => 5,
             ErrorKind::Unauthenticated => 6,
             ErrorKind::Storage => 7,
+            ErrorKind::NotLeader => 8,
         }
     }
 
@@ -126,6 +142,12 @@ struct NotAssignedFields {
     partition: i32,
 }
 
+/// The fields of [`ErrorReply::NotLeader`], as encoded.
+#[derive(Serialize, Deserialize)]
+struct NotLeaderFields {
+    leader: Option<String>,
+}
+
 /// The fields of [`ErrorReply::TooLarge`], as encoded.
 #[derive(Serialize, Deserialize)]
 struct TooLargeFields {
@@ -146,6 +168,7 @@ const VARIANTS: &[&str] = &[
     "ShuttingDown",
     "Unauthenticated",
     "Storage",
+    "NotLeader",
 ];
 
 impl Serialize for ErrorReply {
@@ -178,6 +201,14 @@ impl Serialize for ErrorReply {
                 },
             ),
             ErrorReply::ShuttingDown => serializer.serialize_unit_variant(NAME, code, name),
+            ErrorReply::NotLeader { leader } => serializer.serialize_newtype_variant(
+                NAME,
+                code,
+                name,
+                &NotLeaderFields {
+                    leader: leader.clone(),
+                },
+            ),
         }
     }
 }
@@ -254,6 +285,10 @@ impl<'de> Visitor<'de> for ErrorVisitor {
             }
             ErrorKind::Unauthenticated => ErrorReply::Unauthenticated(variant.newtype_variant()?),
             ErrorKind::Storage => ErrorReply::Storage(variant.newtype_variant()?),
+            ErrorKind::NotLeader => {
+                let NotLeaderFields { leader } = variant.newtype_variant()?;
+                ErrorReply::NotLeader { leader }
+            }
         })
     }
 }

@@ -262,6 +262,9 @@ fn error(kind: ErrorKind) -> ErrorReply {
         ErrorKind::ShuttingDown => ErrorReply::ShuttingDown,
         ErrorKind::Unauthenticated => ErrorReply::Unauthenticated(text()),
         ErrorKind::Storage => ErrorReply::Storage(text()),
+        ErrorKind::NotLeader => ErrorReply::NotLeader {
+            leader: Some(text()),
+        },
     }
 }
 

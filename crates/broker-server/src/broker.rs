@@ -11,7 +11,8 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use broker_core::{BrokerDescription, BrokerState, Command, Membership, Outcome};
+use broker_core::image::StateImage;
+use broker_core::{BrokerDescription, BrokerError, BrokerState, Command, Membership, Outcome};
 use broker_proto::ErrorReply;
 use broker_storage::{Journal, JournalError};
 use tokio::time::Instant;
@@ -205,6 +206,80 @@ impl BrokerGuard<'_> {
         changed
     }
 
+    /// Applies one command of the cluster's log at `now_ms`, the leader's clock when it was
+    /// proposed: as [`BrokerGuard::apply`] (audited, dead letters taken), with no journal (the
+    /// cluster's log is the journal). Topics whose waiters should retry are added to `wake`.
+    pub(crate) fn apply_committed(
+        &mut self,
+        now_ms: i64,
+        command: Command,
+        wake: &mut Vec<String>,
+    ) -> Result<Outcome, BrokerError> {
+        let woken = command.wakes().map(str::to_owned);
+        let audited = command.kind().is_administrative().then(|| command.clone());
+        let state = &mut self.locked.state;
+        let result = state.apply_at(now_ms, command);
+        audit(state, audited, result.as_ref().ok());
+        if let (Ok(_), Some(topic)) = (&result, woken) {
+            wake.push(topic);
+        }
+        wake.extend(self.take_dead_letters());
+        result
+    }
+
+    /// Lets time pass to `now_ms` as the cluster's log says: returns the topics where something
+    /// changed.
+    pub(crate) fn tick_committed(&mut self, now_ms: i64) -> Vec<String> {
+        let changed = match self.locked.state.advance_clock(now_ms) {
+            Ok(changed) => changed,
+            Err(cause) => {
+                tracing::warn!(cause = %cause, "letting time pass failed");
+                Vec::new()
+            }
+        };
+        self.take_dead_letters();
+        changed
+    }
+
+    /// Whether letting time pass to `now_ms` would change anything.
+    pub(crate) fn is_due(&self, now_ms: i64) -> bool {
+        self.locked.state.is_due(now_ms)
+    }
+
+    /// The whole state, for a snapshot of the cluster's log.
+    pub(crate) fn image(&self) -> StateImage {
+        self.locked.state.to_image()
+    }
+
+    /// Replaces the state (with a snapshot's, in a cluster).
+    pub(crate) fn replace_state(&mut self, mut state: BrokerState) {
+        drop(state.take_dead_letters());
+        self.locked.state = state;
+    }
+
+    /// The session bookkeeping of a command the cluster applied for `connection`: refreshes the
+    /// session of the member it names, and mirrors a join or a leave that succeeded.
+    pub(crate) fn track_session(
+        &mut self,
+        command: &Command,
+        succeeded: bool,
+        connection: u64,
+        now: Instant,
+    ) {
+        let Some(member) = command.member() else {
+            return;
+        };
+        let sessions = &mut self.locked.sessions;
+        sessions.touch(member, now);
+        if succeeded {
+            match command.kind().membership() {
+                Membership::Joins => sessions.joined(MemberKey::of(member), connection, now),
+                Membership::Leaves => sessions.left(member),
+                Membership::Unchanged => {}
+            }
+        }
+    }
+
     /// The sessions.
     pub(crate) fn sessions(&mut self) -> &mut Sessions {
         &mut self.locked.sessions
@@ -237,7 +312,7 @@ impl BrokerGuard<'_> {
 }
 
 /// The wall clock in milliseconds since the Unix epoch (0 before it, which no clock shows).
-fn wall_clock_ms() -> i64 {
+pub(crate) fn wall_clock_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| {
@@ -255,12 +330,18 @@ fn apply(
     // Administrative changes are rare: copying one to log it costs nothing that matters.
     let audited = command.kind().is_administrative().then(|| command.clone());
     let executed = apply_unaudited(state, journal, now_ms, command);
-    if let (Some(command), Ok(outcome)) = (audited, &executed.result) {
+    audit(state, audited, executed.result.as_ref().ok());
+    executed
+}
+
+/// Logs an administrative change (`audited`, a copy of the command) that succeeded with
+/// `outcome` and changed the state.
+fn audit(state: &BrokerState, audited: Option<Command>, outcome: Option<&Outcome>) {
+    if let (Some(command), Some(outcome)) = (audited, outcome) {
         if command.kind().changed_state(outcome) {
             crate::audit::log_change(state, &command, outcome);
         }
     }
-    executed
 }
 
 /// [`apply`] without the audit log.

@@ -24,6 +24,10 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             () = shared.shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
+        if let Some(cluster) = shared.cluster() {
+            crate::replicated::tick(&shared, cluster).await;
+            continue;
+        }
         let changed = shared.broker.lock().tick();
         match changed {
             Ok(topics) => {

@@ -1,8 +1,10 @@
 //! The server's limits and timeouts, with safe defaults and one validation.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use broker_cluster::{ClusterNode, NodeId};
 use broker_core::{Limits, MAX_PARTITIONS_LIMIT, MAX_PRODUCT_CAPACITY};
 use broker_proto::{ServerLimits, MAX_FRAME_CEILING};
 use tokio::sync::Semaphore;
@@ -77,6 +79,28 @@ pub struct Config {
     pub auth_token: Option<AuthToken>,
     /// The TLS identity connections are served with; `None` serves plain TCP.
     pub tls: Option<ServerTls>,
+    /// With a cluster: this node's place in it. `None` runs a single broker.
+    pub cluster: Option<ClusterSettings>,
+}
+
+/// How a server takes part in a replicated cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// This node's id, unique in the cluster and never reused.
+    pub node_id: NodeId,
+    /// Every member of the cluster with the addresses peers and clients reach it on, this node
+    /// included. Used when the cluster is first formed; after that the membership is in the
+    /// replicated log.
+    pub members: BTreeMap<NodeId, ClusterNode>,
+    /// The address to listen on for peers; by default this node's peer address in `members`.
+    pub listen: Option<String>,
+}
+
+impl ClusterSettings {
+    /// This node's entry in `members`.
+    pub fn this_node(&self) -> Option<&ClusterNode> {
+        self.members.get(&self.node_id)
+    }
 }
 
 impl Default for Config {
@@ -103,6 +127,7 @@ impl Default for Config {
             segment_bytes: 64 * 1024 * 1024,
             auth_token: None,
             tls: None,
+            cluster: None,
         }
     }
 }
@@ -182,6 +207,26 @@ impl Config {
         }
         if self.snapshot_log_bytes == 0 {
             return invalid("snapshot log bytes must be at least 1".into());
+        }
+        if let Some(cluster) = &self.cluster {
+            if self.data_dir.is_none() {
+                return invalid(
+                    "a cluster node needs a data directory (--data-dir) for its replicated log"
+                        .into(),
+                );
+            }
+            if cluster.this_node().is_none() {
+                return invalid(format!(
+                    "node id {} is not among the cluster members ({})",
+                    cluster.node_id,
+                    cluster
+                        .members
+                        .keys()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
         }
         if self.segment_bytes < 4096 {
             return invalid(format!(

@@ -4,14 +4,16 @@
 
 use std::sync::Arc;
 
+use broker_cluster::Cluster;
 use broker_core::{Command, CommandKind, Outcome};
 use broker_proto::{Decoded, ErrorReply, RequestFrame, ResponseFrame};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Duration, Instant};
 use tracing::debug;
 
-use crate::broker::{storage_reply, Executed};
+use crate::broker::{storage_reply, BrokerGuard, Executed};
 use crate::metrics::Metrics;
+use crate::replicated;
 use crate::reply::{Answers, Deferred, Parked};
 use crate::shared::Shared;
 use crate::Config;
@@ -63,6 +65,48 @@ impl Applied {
         }
     }
 
+    /// Parks `request` when it found no record and may wait (protecting its member's session
+    /// while it waits), or answers it with `result`. `entry` is the log entry of its change, if
+    /// it was logged.
+    fn park_or_answer(
+        &mut self,
+        broker: &mut BrokerGuard<'_>,
+        request: Answerable,
+        result: Result<Outcome, ErrorReply>,
+        entry: Option<u64>,
+    ) {
+        let Answerable {
+            correlation_id,
+            kind,
+            wait,
+            retry,
+            permit,
+        } = request;
+        match (retry, result) {
+            (Some(retry), Ok(found)) if found.found_no_records() => {
+                let session = retry
+                    .member()
+                    .and_then(|member| broker.sessions().park(member));
+                self.parked.push(Parked {
+                    correlation_id,
+                    retry,
+                    found,
+                    session,
+                    logged: entry,
+                    wait,
+                    permit,
+                    kind,
+                });
+            }
+            (_, result) => {
+                if entry.is_some() {
+                    self.logged.push(self.responses.len());
+                }
+                self.answer(Some(kind), correlation_id, result, permit);
+            }
+        }
+    }
+
     /// Counts the answers in `responses` in `metrics`, as answered now.
     pub(crate) fn count(&self, metrics: &Metrics) {
         let elapsed = self.received.map(|at| at.elapsed());
@@ -91,66 +135,195 @@ pub(crate) fn apply_batch(
     };
     let mut broker = shared.broker.lock();
     for (frame, permit) in frames {
-        let request = match frame {
-            Decoded::Message(request) => request,
-            Decoded::Malformed {
-                leading_u64,
-                reason,
-            } => {
-                debug!(connection, cause = %reason, "malformed request");
-                let refusal = Err(ErrorReply::MalformedRequest(reason));
-                applied.answer(None, leading_u64.unwrap_or(0), refusal, permit);
-                continue;
-            }
-        };
-        let RequestFrame {
+        let Admitted {
             correlation_id,
-            max_wait_ms,
+            kind,
+            wait,
+            retry,
             command,
-        } = request;
-        let kind = command.kind();
-        let command = match prepare(&shared.config, command) {
-            Ok(command) => command,
-            Err(refusal) => {
-                applied.answer(Some(kind), correlation_id, Err(refusal), permit);
+        } = match admit(&shared.config, connection, frame, may_wait) {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                applied.answer(
+                    refused.kind,
+                    refused.correlation_id,
+                    Err(refused.refusal),
+                    permit,
+                );
                 continue;
             }
         };
-        let wait = Duration::from_millis(max_wait_ms.into()).min(shared.config.max_wait);
-        let retry = (may_wait && !wait.is_zero())
-            .then(|| command.waiting_retry())
-            .flatten();
         let Executed { result, entry } =
             broker.execute(command, connection, now, &mut applied.wake);
         if entry.is_some() {
             applied.last_entry = entry;
         }
-        match (retry, result) {
-            (Some(retry), Ok(found)) if found.found_no_records() => {
-                let session = retry
-                    .member()
-                    .and_then(|member| broker.sessions().park(member));
-                applied.parked.push(Parked {
-                    correlation_id,
-                    retry,
-                    found,
-                    session,
-                    logged: entry,
-                    wait,
-                    permit,
-                    kind,
-                });
-            }
-            (_, result) => {
-                if entry.is_some() {
-                    applied.logged.push(applied.responses.len());
-                }
-                applied.answer(Some(kind), correlation_id, result, permit);
-            }
-        }
+        let request = Answerable {
+            correlation_id,
+            kind,
+            wait,
+            retry,
+            permit,
+        };
+        applied.park_or_answer(&mut broker, request, result, entry);
     }
     broker.maybe_checkpoint();
     applied
+}
+
+/// Applies a batch as [`apply_batch`] does, through the cluster: the batch's commands are
+/// proposed together as one entry of the replicated log and answered once a majority has it and
+/// it is applied here. On a node that is not the leader nothing is applied and every request is
+/// answered `NotLeader`. Nothing is logged by this server's journal (the cluster's log is the
+/// journal), so nothing waits to be durable after this.
+pub(crate) async fn apply_batch_replicated(
+    shared: &Shared,
+    cluster: &Cluster,
+    connection: u64,
+    frames: Vec<(Decoded<RequestFrame>, OwnedSemaphorePermit)>,
+    may_wait: bool,
+) -> Applied {
+    let now = Instant::now();
+    let mut applied = Applied {
+        received: shared.metrics.is_some().then_some(now),
+        ..Applied::default()
+    };
+    // Each request in order: refused before the proposal, or proposed (with a copy of its
+    // command when it names a member, for the session books).
+    let mut requests = Vec::with_capacity(frames.len());
+    let mut commands = Vec::with_capacity(frames.len());
+    for (frame, permit) in frames {
+        match admit(&shared.config, connection, frame, may_wait) {
+            Ok(admitted) => {
+                let tracked = admitted
+                    .command
+                    .member()
+                    .is_some()
+                    .then(|| admitted.command.clone());
+                commands.push(admitted.command);
+                let request = Answerable {
+                    correlation_id: admitted.correlation_id,
+                    kind: admitted.kind,
+                    wait: admitted.wait,
+                    retry: admitted.retry,
+                    permit,
+                };
+                requests.push(Ok((request, tracked)));
+            }
+            Err(refused) => requests.push(Err((refused, permit))),
+        }
+    }
+    let mut results = match commands.is_empty() {
+        true => Ok(Vec::new().into_iter()),
+        false => replicated::execute(cluster, commands)
+            .await
+            .map(Vec::into_iter),
+    };
+    let mut broker = shared.broker.lock();
+    for request in requests {
+        match request {
+            Ok((request, tracked)) => {
+                let result = match &mut results {
+                    Ok(results) => results.next().unwrap_or_else(|| {
+                        Err(ErrorReply::Storage(
+                            "the change was not answered".to_owned(),
+                        ))
+                    }),
+                    Err(refusal) => Err(refusal.clone()),
+                };
+                if let Some(command) = &tracked {
+                    broker.track_session(command, result.is_ok(), connection, now);
+                }
+                applied.park_or_answer(&mut broker, request, result, None);
+            }
+            Err((refused, permit)) => {
+                applied.answer(
+                    refused.kind,
+                    refused.correlation_id,
+                    Err(refused.refusal),
+                    permit,
+                );
+            }
+        }
+    }
+    applied
+}
+
+/// A request that decoded and may be applied.
+struct Admitted {
+    correlation_id: u64,
+    kind: CommandKind,
+    /// How long it may wait for records (bounded by the server's maximum).
+    wait: Duration,
+    /// What to retry while it waits, when it may wait.
+    retry: Option<Command>,
+    /// The command, prepared (see [`prepare`]).
+    command: Command,
+}
+
+/// A request refused before it was applied.
+struct Refused {
+    /// Its kind, when it decoded.
+    kind: Option<CommandKind>,
+    /// Its id (0 when it could not be read).
+    correlation_id: u64,
+    refusal: ErrorReply,
+}
+
+/// A request applied and to be answered (or parked).
+struct Answerable {
+    correlation_id: u64,
+    kind: CommandKind,
+    wait: Duration,
+    retry: Option<Command>,
+    permit: OwnedSemaphorePermit,
+}
+
+/// Decodes and prepares one request for `connection`; its refusal when it did not decode or is
+/// refused before it is applied (a payload over the limit). With `may_wait` false nothing
+/// waits.
+fn admit(
+    config: &Config,
+    connection: u64,
+    frame: Decoded<RequestFrame>,
+    may_wait: bool,
+) -> Result<Admitted, Refused> {
+    let request = match frame {
+        Decoded::Message(request) => request,
+        Decoded::Malformed {
+            leading_u64,
+            reason,
+        } => {
+            debug!(connection, cause = %reason, "malformed request");
+            return Err(Refused {
+                kind: None,
+                correlation_id: leading_u64.unwrap_or(0),
+                refusal: ErrorReply::MalformedRequest(reason),
+            });
+        }
+    };
+    let RequestFrame {
+        correlation_id,
+        max_wait_ms,
+        command,
+    } = request;
+    let kind = command.kind();
+    let command = prepare(config, command).map_err(|refusal| Refused {
+        kind: Some(kind),
+        correlation_id,
+        refusal,
+    })?;
+    let wait = Duration::from_millis(max_wait_ms.into()).min(config.max_wait);
+    let retry = (may_wait && !wait.is_zero())
+        .then(|| command.waiting_retry())
+        .flatten();
+    Ok(Admitted {
+        correlation_id,
+        kind,
+        wait,
+        retry,
+        command,
+    })
 }
 
 /// Refuses payloads over the limit and gives commands whose answer carries records a byte

@@ -51,6 +51,7 @@ mod exporter;
 mod listen;
 mod metrics;
 mod reaper;
+mod replicated;
 mod reply;
 mod security;
 mod server;
@@ -63,8 +64,9 @@ use std::future::Future;
 
 use tokio::net::TcpListener;
 
+pub use broker_cluster::{parse_members, ClusterNode, NodeId};
 pub use broker_storage::{Fsync, Storage};
-pub use config::{Config, SERVER_NAME};
+pub use config::{ClusterSettings, Config, SERVER_NAME};
 pub use listen::resolve_listen_addr;
 pub use security::{AuthToken, ServerTls};
 
@@ -173,6 +175,17 @@ pub fn open_storage(config: &Config) -> Result<Option<Storage>, ServerError> {
     let Some(path) = &config.data_dir else {
         return Ok(None);
     };
+    // A cluster node keeps its state in its replicated log (see `replicated`).
+    if config.cluster.is_some() {
+        return Ok(None);
+    }
+    if path.join(replicated::CLUSTER_DIR).exists() {
+        return Err(ServerError::InvalidConfig(format!(
+            "{} holds the data of a cluster node ({}/): start it with its cluster settings              (--node-id, --cluster-members), or give a single broker a directory of its own",
+            path.display(),
+            replicated::CLUSTER_DIR
+        )));
+    }
     let started = std::time::Instant::now();
     let storage = Storage::open(path, config.capacity)?;
     let recovery = storage.recovery();

@@ -55,7 +55,19 @@ pub(crate) fn filter(level: &str) -> Result<EnvFilter, String> {
             return Err("invalid RUST_LOG: it is not valid UTF-8".to_owned())
         }
     };
-    EnvFilter::try_new(&directives).map_err(|error| format!("invalid log filter: {error}"))
+    EnvFilter::try_new(with_quiet_consensus(&directives))
+        .map_err(|error| format!("invalid log filter: {error}"))
+}
+
+/// `directives` with the consensus engine's own lines (target `openraft`) kept to errors unless
+/// they name it: at info and warn it reports every vote and message of an election, routine in
+/// a cluster, while the server says what matters in its own lines.
+fn with_quiet_consensus(directives: &str) -> String {
+    if directives.contains("openraft") {
+        directives.to_owned()
+    } else {
+        format!("{directives},openraft=error")
+    }
 }
 
 /// Installs the subscriber writing `format` lines to standard error. The lines are written by a

@@ -10,7 +10,9 @@ use std::time::Duration;
 use anyhow::Context;
 use broker_core::Limits;
 use broker_server::{open_storage, Fsync};
-use broker_server::{resolve_listen_addr, AuthToken, Config, ServerError, ServerTls};
+use broker_server::{
+    parse_members, resolve_listen_addr, AuthToken, ClusterSettings, Config, ServerError, ServerTls,
+};
 use broker_storage::StorageError;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use logging::LogFormat;
@@ -29,6 +31,11 @@ Examples:
                                                   clients must present the token
   broker-server --tls-cert cert.pem --tls-key key.pem
                                                   serve TLS only
+
+A cluster of three on one host (start each with its own --node-id, port and directory):
+  broker-server --node-id 1 --listen 127.0.0.1:9101 --data-dir /var/lib/broker-1 \
+    --cluster-members 1=127.0.0.1:9201/127.0.0.1:9101,2=127.0.0.1:9202/127.0.0.1:9102,3=127.0.0.1:9203/127.0.0.1:9103
+  BROKER_ADDR=127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103 broker publish t hello
 
 The auth token comes from --auth-token-file or the BROKER_AUTH_TOKEN environment variable,
 never from a command-line value (which any user could read in the process list).";
@@ -141,7 +148,8 @@ struct Args {
     /// separated by commas, such as info,broker_server=debug; RUST_LOG, when set, replaces it
     /// (checked as strictly). Info shows topics created and deleted, members joining and
     /// leaving with each group's new assignment, expired sessions and storage events; debug
-    /// adds one line per connection that sent requests.
+    /// adds one line per connection that sent requests. In a cluster, the consensus engine's
+    /// own lines (target openraft) show at error only unless named (info,openraft=info).
     #[arg(
         long,
         env = "BROKER_LOG_LEVEL",
@@ -195,6 +203,38 @@ struct Args {
         requires = "tls_key"
     )]
     tls_cert: Option<PathBuf>,
+    /// Run as node ID of a replicated cluster (a whole number, unique in the cluster, never
+    /// reused): every change is answered only once a majority of the nodes has it. Needs
+    /// --cluster-members and --data-dir. Without it the server is a single broker.
+    #[arg(
+        long,
+        env = "BROKER_NODE_ID",
+        value_name = "ID",
+        requires_all = ["cluster_members", "data_dir"]
+    )]
+    node_id: Option<u64>,
+    /// Every node of the cluster, this one included: ID=PEER_ADDR/CLIENT_ADDR, separated by
+    /// commas, where PEER_ADDR is the address the other nodes reach the node's peer port at and
+    /// CLIENT_ADDR the address clients reach its broker port at (a client that asks a node
+    /// which does not lead is told the leader's). Every node gets the same list. Read when the
+    /// cluster is first formed; after that the membership lives in the replicated log.
+    #[arg(
+        long,
+        env = "BROKER_CLUSTER_MEMBERS",
+        value_name = "LIST",
+        requires = "node_id"
+    )]
+    cluster_members: Option<String>,
+    /// Where to listen for the other nodes (HOST:PORT, [IPv6]:PORT or :PORT); by default this
+    /// node's PEER_ADDR in --cluster-members. With an auth token, the nodes present it to each
+    /// other.
+    #[arg(
+        long,
+        env = "BROKER_CLUSTER_LISTEN",
+        value_name = "ADDR",
+        requires = "node_id"
+    )]
+    cluster_listen: Option<String>,
     /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
     #[arg(
         long,
@@ -256,6 +296,16 @@ impl Args {
             auth_token: AuthToken::load(self.auth_token_file.as_deref())?,
             tls: match (&self.tls_cert, &self.tls_key) {
                 (Some(cert), Some(key)) => Some(ServerTls::from_pem_files(cert, key)?),
+                _ => None,
+            },
+            cluster: match (self.node_id, &self.cluster_members) {
+                (Some(node_id), Some(members)) => Some(ClusterSettings {
+                    node_id,
+                    members: parse_members(members).map_err(|why| {
+                        ServerError::InvalidConfig(format!("--cluster-members: {why}"))
+                    })?,
+                    listen: self.cluster_listen.clone(),
+                }),
                 _ => None,
             },
             ..Config::default()
@@ -374,6 +424,11 @@ async fn serve(listen: &str, metrics: Option<&str>, config: Config) -> anyhow::R
             .and_then(|metrics| metrics.local_addr().ok())
             .map(|addr| addr.to_string())
             .unwrap_or_else(|| "off".to_owned()),
+        cluster_node = config
+            .cluster
+            .as_ref()
+            .map(|cluster| cluster.node_id.to_string())
+            .unwrap_or_else(|| "none (a single broker)".to_owned()),
         data_dir = config
             .data_dir
             .as_ref()

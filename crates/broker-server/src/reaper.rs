@@ -5,11 +5,12 @@
 
 use std::sync::Arc;
 
-use broker_core::{BrokerDescription, Command};
+use broker_core::BrokerDescription;
 use broker_proto::ErrorReply;
 use tokio::time::{self, Instant, MissedTickBehavior};
 use tracing::{info, warn};
 
+use crate::replicated;
 use crate::sessions::{MemberKey, Sessions};
 use crate::shared::Shared;
 
@@ -25,14 +26,29 @@ pub(crate) async fn reap(shared: Arc<Shared>) {
         }
         let now = Instant::now();
         let timeout = shared.config.session_timeout;
-        remove(&shared, Removal::Expired, |sessions| {
-            sessions.expired(now, timeout)
-        });
+        match shared.cluster() {
+            Some(cluster) => {
+                let gone = shared.broker.lock().sessions().expired(now, timeout);
+                replicated::remove(&shared, cluster, gone, Removal::Expired).await;
+            }
+            None => remove(&shared, Removal::Expired, |sessions| {
+                sessions.expired(now, timeout)
+            }),
+        }
     }
 }
 
-/// Removes the members joined through `connection` (with `--leave-on-disconnect`).
+/// Removes the members joined through `connection` (with `--leave-on-disconnect`). In a
+/// cluster their leaves are proposed by the next session check (within a quarter of the
+/// session timeout).
 pub(crate) fn disconnect(shared: &Shared, connection: u64) {
+    if shared.cluster().is_some() {
+        let mut broker = shared.broker.lock();
+        for key in broker.sessions().joined_through(connection) {
+            broker.sessions().mark_disconnected(&key);
+        }
+        return;
+    }
     remove(shared, Removal::Disconnected, |sessions| {
         sessions.joined_through(connection)
     });
@@ -40,7 +56,7 @@ pub(crate) fn disconnect(shared: &Shared, connection: u64) {
 
 /// Why members are being removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Removal {
+pub(crate) enum Removal {
     /// Their session timed out (or an earlier disconnect's leave failed).
     Expired,
     /// Their connection closed, with `--leave-on-disconnect`.
@@ -60,27 +76,7 @@ fn remove(shared: &Shared, why: Removal, select: impl FnOnce(&Sessions) -> Vec<M
         // While the log refuses entries every leave would fail: skip straight to retrying.
         if broker.is_writable() {
             for key in &gone {
-                let leave = Command::Leave {
-                    topic: key.topic.clone(),
-                    group: key.group.clone(),
-                    member: key.member.clone(),
-                };
-                match broker.apply(leave).result {
-                    Ok(_) => {
-                        info!(
-                            topic = %key.topic,
-                            group = %key.group,
-                            member = %key.member,
-                            reason = match why {
-                                Removal::Expired => "session timed out",
-                                Removal::Disconnected => "connection closed",
-                            },
-                            "member removed by the server"
-                        );
-                        if let (Removal::Expired, Some(metrics)) = (why, &shared.metrics) {
-                            metrics.sessions_expired(1);
-                        }
-                    }
+                match broker.apply(key.leave()).result {
                     Err(ErrorReply::Storage(cause)) => {
                         // The log stopped taking entries, and then refuses every one.
                         warn!(
@@ -92,15 +88,7 @@ fn remove(shared: &Shared, why: Removal, select: impl FnOnce(&Sessions) -> Vec<M
                         );
                         break;
                     }
-                    // The broker refused the leave itself (its topic is gone, say): the member
-                    // is gone with it, so its session goes too.
-                    Err(cause) => warn!(
-                        topic = %key.topic,
-                        group = %key.group,
-                        member = %key.member,
-                        cause = %cause,
-                        "the broker refused to remove a member; forgetting its session"
-                    ),
+                    result => report_removal(shared, key, why, result.err()),
                 }
                 broker.sessions().forget(key);
                 removed += 1;
@@ -123,6 +111,40 @@ fn remove(shared: &Shared, why: Removal, select: impl FnOnce(&Sessions) -> Vec<M
 
 /// Gives every member of a recovered broker a fresh session, as if it had just joined (through
 /// no connection): a member whose consumer is gone is removed a session timeout after the start.
+/// Logs the removal of `key` (and counts an expiry), or, with `refusal`, that the broker
+/// refused it (its topic is gone, say): the member is gone with it, so its session goes too.
+pub(crate) fn report_removal(
+    shared: &Shared,
+    key: &MemberKey,
+    why: Removal,
+    refusal: Option<ErrorReply>,
+) {
+    match refusal {
+        None => {
+            info!(
+                topic = %key.topic,
+                group = %key.group,
+                member = %key.member,
+                reason = match why {
+                    Removal::Expired => "session timed out",
+                    Removal::Disconnected => "connection closed",
+                },
+                "member removed by the server"
+            );
+            if let (Removal::Expired, Some(metrics)) = (why, &shared.metrics) {
+                metrics.sessions_expired(1);
+            }
+        }
+        Some(cause) => warn!(
+            topic = %key.topic,
+            group = %key.group,
+            member = %key.member,
+            cause = %cause,
+            "the broker refused to remove a member; forgetting its session"
+        ),
+    }
+}
+
 pub(crate) fn restore(shared: &Shared) {
     let mut broker = shared.broker.lock();
     let description: BrokerDescription = broker.describe();

@@ -41,7 +41,12 @@ impl AuthToken {
         Ok(broker_net::auth_token(file)?.map(AuthToken))
     }
 
-    /// Whether `presented` is this token, compared in constant time.
+    /// The secret itself, for the links between the nodes of a cluster.
+    pub(crate) fn secret(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `presented` is the token, compared in constant time.
     pub fn matches(&self, presented: Option<&str>) -> bool {
         presented.is_some_and(|presented| bool::from(self.0.as_bytes().ct_eq(presented.as_bytes())))
     }

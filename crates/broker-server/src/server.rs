@@ -22,13 +22,13 @@ use tokio_util::codec::Encoder;
 use tracing::{debug, error, info, trace, warn};
 
 use crate::connection::{write_responses, Connection};
-use crate::dispatch::{apply_batch, settle};
+use crate::dispatch::{apply_batch, apply_batch_replicated, settle};
 use crate::metrics::Metrics;
-use crate::reaper;
 use crate::reply::{Outgoing, ReplyTo};
 use crate::shared::Shared;
 use crate::waiter;
 use crate::{clock, AuthToken, Config, ServerError, ServerTls, SERVER_NAME};
+use crate::{reaper, replicated};
 
 /// How long a new connection may take to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -78,7 +78,13 @@ pub(crate) async fn serve(
         let metrics = Arc::clone(metrics);
         journal.observe_fsyncs(move |took| metrics.fsynced(took));
     }
+    let cluster = config.cluster.clone();
     let shared = Arc::new(Shared::new(state, journal, config, metrics.clone()));
+    // In a cluster the node's directory stays locked while the server runs.
+    let _cluster_dir = match (&cluster, &shared.config.data_dir) {
+        (Some(settings), Some(dir)) => Some(replicated::start(&shared, settings, dir).await?),
+        _ => None,
+    };
     if let (Some(listener), Some(metrics)) = (metrics_listener, metrics) {
         shared.tracker.spawn(crate::exporter::serve(
             listener,
@@ -86,7 +92,8 @@ pub(crate) async fn serve(
             metrics,
         ));
     }
-    if restored {
+    // In a cluster the leader takes over the sessions when it is elected.
+    if restored && shared.cluster().is_none() {
         reaper::restore(&shared);
     }
     shared.tracker.spawn(reaper::reap(Arc::clone(&shared)));
@@ -115,6 +122,11 @@ pub(crate) async fn serve(
     drop(listener);
     shared.shutdown.cancel();
     shared.tracker.close();
+    // The cluster node stops before the tasks are waited for: its leadership task ends with the
+    // shutdown, and waiting requests are answered by their connections' closing.
+    if let Some(cluster) = shared.cluster() {
+        cluster.shutdown().await;
+    }
     if time::timeout(grace, shared.tracker.wait()).await.is_err() {
         warn!(
             remaining = shared.tracker.len(),
@@ -510,7 +522,12 @@ async fn read_requests<R: AsyncRead + Unpin>(
         }
         *requests += frames.len() as u64;
         let may_wait = !reply_to.closing.is_cancelled();
-        let mut applied = apply_batch(shared, reply_to.connection, frames, may_wait);
+        let mut applied = match shared.cluster() {
+            Some(cluster) => {
+                apply_batch_replicated(shared, cluster, reply_to.connection, frames, may_wait).await
+            }
+            None => apply_batch(shared, reply_to.connection, frames, may_wait),
+        };
         shared.signals.wake(&applied.wake);
         let deferred = settle(shared, &mut applied).await;
         if let Some(metrics) = &shared.metrics {

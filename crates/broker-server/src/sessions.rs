@@ -8,7 +8,7 @@
 
 use std::hash::RandomState;
 
-use broker_core::MemberName;
+use broker_core::{Command, MemberName};
 use hashbrown::hash_map::Entry;
 use hashbrown::{Equivalent, HashMap};
 use tokio::time::{self, Instant};
@@ -31,6 +31,15 @@ impl MemberKey {
             topic: name.topic.to_owned(),
             group: name.group.to_owned(),
             member: name.member.to_owned(),
+        }
+    }
+
+    /// The command that removes the member.
+    pub(crate) fn leave(&self) -> Command {
+        Command::Leave {
+            topic: self.topic.clone(),
+            group: self.group.clone(),
+            member: self.member.clone(),
         }
     }
 

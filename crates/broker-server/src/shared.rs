@@ -1,8 +1,9 @@
 //! What every task of the server shares: the broker, the limits in force, the waiters' signals,
 //! and the shutdown token and task tracker.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use broker_cluster::Cluster;
 use broker_core::BrokerState;
 use broker_storage::Journal;
 use tokio_util::sync::CancellationToken;
@@ -16,18 +17,20 @@ use crate::Config;
 /// The server's shared context, one per server, behind an `Arc`.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    /// The state, sessions and journal.
-    pub(crate) broker: Broker,
+    /// The state, sessions and journal (shared with the cluster's state machine in a cluster).
+    pub(crate) broker: Arc<Broker>,
     /// The limits in force.
     pub(crate) config: Config,
     /// Per-topic signals for waiting requests.
-    pub(crate) signals: Signals,
+    pub(crate) signals: Arc<Signals>,
     /// Cancelled when the server shuts down.
     pub(crate) shutdown: CancellationToken,
     /// Every task of the server, so shutdown can wait for them.
     pub(crate) tracker: TaskTracker,
     /// The counters of the metrics endpoint, when it is on.
     pub(crate) metrics: Option<Arc<Metrics>>,
+    /// In a cluster, this node (set once it has started): every change goes through it.
+    pub(crate) cluster: OnceLock<Cluster>,
 }
 
 impl Shared {
@@ -40,12 +43,18 @@ impl Shared {
         metrics: Option<Arc<Metrics>>,
     ) -> Shared {
         Shared {
-            broker: Broker::new(state, journal),
+            broker: Arc::new(Broker::new(state, journal)),
             config,
-            signals: Signals::default(),
+            signals: Arc::new(Signals::default()),
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
             metrics,
+            cluster: OnceLock::new(),
         }
+    }
+
+    /// This node of the cluster, when the server runs in one.
+    pub(crate) fn cluster(&self) -> Option<&Cluster> {
+        self.cluster.get()
     }
 }

@@ -25,6 +25,14 @@ impl Signals {
         signal
     }
 
+    /// Wakes every waiting request, whatever its topic.
+    pub(crate) fn wake_all(&self) {
+        let signals = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
+        for signal in signals.values() {
+            signal.notify_waiters();
+        }
+    }
+
     /// Wakes every request waiting on one of `topics`.
     pub(crate) fn wake(&self, topics: &[String]) {
         if topics.is_empty() {

@@ -6,10 +6,12 @@
 
 use std::sync::Arc;
 
-use broker_proto::ResponseFrame;
+use broker_core::Outcome;
+use broker_proto::{ErrorReply, ResponseFrame};
 use tokio::time::{self, Instant};
 
-use crate::broker::{storage_reply, Executed};
+use crate::broker::{storage_reply, BrokerGuard, Executed};
+use crate::replicated;
 use crate::reply::{Outgoing, Parked, ReplyTo};
 use crate::sessions::ParkedIn;
 use crate::shared::Shared;
@@ -47,19 +49,32 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         if reply_to.closing.is_cancelled() {
             break (Ok(found), None);
         }
-        let Executed { result, entry } = {
-            let mut broker = shared.broker.lock();
-            let now = Instant::now();
-            // A retried poll wakes nobody.
-            let executed = broker.execute(retry.clone(), reply_to.connection, now, &mut Vec::new());
-            let still_waiting =
-                matches!(&executed.result, Ok(outcome) if outcome.found_no_records());
-            if !still_waiting {
-                if let Some(parked) = session.take() {
-                    broker.sessions().unpark(parked, now);
+        let Executed { result, entry } = match shared.cluster() {
+            None => {
+                let mut broker = shared.broker.lock();
+                let now = Instant::now();
+                // A retried poll wakes nobody.
+                let executed =
+                    broker.execute(retry.clone(), reply_to.connection, now, &mut Vec::new());
+                stop_protecting(&mut broker, &executed.result, &mut session, now);
+                executed
+            }
+            Some(cluster) => {
+                let result = match replicated::execute(cluster, vec![retry.clone()]).await {
+                    Ok(results) => results.into_iter().next().unwrap_or_else(|| {
+                        Err(ErrorReply::Storage("the retry was not answered".to_owned()))
+                    }),
+                    Err(refusal) => Err(refusal),
+                };
+                let mut broker = shared.broker.lock();
+                let now = Instant::now();
+                broker.track_session(&retry, result.is_ok(), reply_to.connection, now);
+                stop_protecting(&mut broker, &result, &mut session, now);
+                Executed {
+                    result,
+                    entry: None,
                 }
             }
-            executed
         };
         match result {
             Ok(outcome) if outcome.found_no_records() => {}
@@ -98,6 +113,21 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
     );
     // A closed writer means the peer is gone; its answer has nowhere to go.
     let _ = reply_to.outgoing.send(answer).await;
+}
+
+/// Ends the parked request's claim on its member's session once `result` ends the wait.
+fn stop_protecting(
+    broker: &mut BrokerGuard<'_>,
+    result: &Result<Outcome, ErrorReply>,
+    session: &mut Option<ParkedIn>,
+    now: Instant,
+) {
+    let still_waiting = matches!(result, Ok(outcome) if outcome.found_no_records());
+    if !still_waiting {
+        if let Some(parked) = session.take() {
+            broker.sessions().unpark(parked, now);
+        }
+    }
 }
 
 /// Ends a parked request's claim on its member's session, if it still holds one.

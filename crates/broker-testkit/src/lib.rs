@@ -16,6 +16,7 @@
 
 pub mod certs;
 pub mod in_process;
+pub mod peer_links;
 pub mod process;
 pub mod proxy;
 pub mod raw;

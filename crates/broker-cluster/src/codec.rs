@@ -1,0 +1,33 @@
+//! The byte encoding of everything the cluster writes to disk or sends to a peer: bincode
+//! 2.0.1's serde encoding with fixed-width little-endian integers, the same layout as the
+//! broker's wire protocol and data directory.
+
+use bincode::config::{Configuration, Fixint, LittleEndian, NoLimit};
+use bincode::error::{DecodeError, EncodeError};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+type Config = Configuration<LittleEndian, Fixint, NoLimit>;
+
+fn config() -> Config {
+    bincode::config::standard()
+        .with_little_endian()
+        .with_fixed_int_encoding()
+}
+
+/// `value`'s bytes.
+pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, EncodeError> {
+    bincode::serde::encode_to_vec(value, config())
+}
+
+/// The value `bytes` encode, which must be all of them.
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
+    let (value, read) = bincode::serde::decode_from_slice(bytes, config())?;
+    if read != bytes.len() {
+        return Err(DecodeError::OtherString(format!(
+            "{} bytes after the value",
+            bytes.len() - read
+        )));
+    }
+    Ok(value)
+}

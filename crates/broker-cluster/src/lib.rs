@@ -1,0 +1,360 @@
+//! The broker's replicated cluster: every change to the broker goes through a Raft log
+//! ([openraft](https://docs.rs/openraft), its 0.9 line) before it is applied, so every node
+//! holds the same state and a change a majority has is never lost.
+//!
+//! - [`types`]: what the log carries ([`Proposal`]: a batch of commands with its time, or a
+//!   tick of the clock) and what applying it gives ([`Applied`]);
+//! - [`LogStore`]: the log and the vote on disk;
+//! - [`StateMachine`]: applies committed entries to the broker (a [`Replica`]) and keeps its
+//!   snapshots, images of the broker's state;
+//! - [`Network`]: the links between nodes;
+//! - [`Cluster`]: one node, started from a [`ClusterConfig`]; [`Cluster::propose`] answers once
+//!   a majority has the change and it is applied here.
+//!
+//! The broker's core stays as it is: deterministic, no clock, no I/O. Time enters the log as
+//! the leader's clock, in the entries it proposes.
+
+mod codec;
+mod log_store;
+mod network;
+mod state_machine;
+pub mod types;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{Raft, RaftMetrics, SnapshotPolicy};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use log_store::LogStore;
+pub use network::{Network, PeerLink, MAX_PEER_FRAME};
+pub use openraft::ServerState;
+pub use state_machine::{Replica, SnapshotBuilder, StateMachine};
+pub use types::{parse_members, Applied, ClusterNode, NodeId, Proposal, TypeConfig};
+
+/// How one node of a cluster runs.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// This node's id.
+    pub node_id: NodeId,
+    /// Every voting member of a new cluster, this node included. Used only the first time a
+    /// node starts (with an empty directory); after that the membership is in the log.
+    pub members: BTreeMap<NodeId, ClusterNode>,
+    /// Where the log, the vote and the snapshots live.
+    pub dir: PathBuf,
+    /// Whether appends to the log are fsynced before they count as stored.
+    pub fsync: bool,
+    /// The secret peers present to each other, if any.
+    pub token: Option<String>,
+    /// How often the leader tells followers it is alive.
+    pub heartbeat: Duration,
+    /// A follower that hears nothing from a leader for a random time between this and twice
+    /// this starts an election.
+    pub election_timeout: Duration,
+    /// A snapshot is taken after this many entries since the last one, and the log before it
+    /// removed.
+    pub snapshot_every: u64,
+}
+
+impl ClusterConfig {
+    /// The default timing (heartbeats every 150 ms, elections after 750 to 1,500 ms of
+    /// silence, a snapshot every 20,000 entries) for `node_id` of a cluster of `members`,
+    /// keeping its files in `dir`.
+    pub fn new(node_id: NodeId, members: BTreeMap<NodeId, ClusterNode>, dir: PathBuf) -> Self {
+        ClusterConfig {
+            node_id,
+            members,
+            dir,
+            fsync: true,
+            token: None,
+            heartbeat: Duration::from_millis(150),
+            election_timeout: Duration::from_millis(750),
+            snapshot_every: 20_000,
+        }
+    }
+}
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The settings are inconsistent.
+    #[error("invalid cluster settings: {0}")]
+    Config(String),
+    /// The node's files cannot be read or written, or are damaged.
+    #[error("the cluster's files: {0}")]
+    Storage(#[from] io::Error),
+    /// The consensus engine refused to start.
+    #[error("the consensus engine: {0}")]
+    Raft(String),
+}
+
+/// Why a proposal was not applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    /// This node is not the leader; the leader is given when this node knows it.
+    #[error("this node is not the leader{}", leader_hint(.leader))]
+    NotLeader {
+        /// The leader's id and addresses, if known.
+        leader: Option<(NodeId, ClusterNode)>,
+    },
+    /// The node cannot take changes now (it is shutting down, or its storage failed).
+    #[error("the cluster cannot take changes: {0}")]
+    Unavailable(String),
+}
+
+fn leader_hint(leader: &Option<(NodeId, ClusterNode)>) -> String {
+    match leader {
+        Some((id, node)) => format!("; node {id} is, at {}", node.client_addr),
+        None => String::new(),
+    }
+}
+
+/// What a node knows of the cluster now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterStatus {
+    /// This node's id.
+    pub node_id: NodeId,
+    /// Leader, follower, candidate or learner.
+    pub role: ServerState,
+    /// The current term.
+    pub term: u64,
+    /// The leader this node knows of.
+    pub leader: Option<NodeId>,
+    /// The index of the last entry in this node's log.
+    pub last_log_index: Option<u64>,
+    /// The index of the last entry applied here.
+    pub applied_index: Option<u64>,
+    /// Every member, with its addresses and whether it votes.
+    pub members: Vec<(NodeId, ClusterNode, bool)>,
+    /// On the leader: the index each follower is known to have.
+    pub replication: BTreeMap<NodeId, Option<u64>>,
+}
+
+/// One running node.
+pub struct Cluster {
+    node_id: NodeId,
+    /// A leader that has heard from no majority for this long acts as a follower that knows no
+    /// leader (see [`Cluster::is_leader`]).
+    lease: Duration,
+    raft: Raft<TypeConfig>,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("node_id", &self.node_id)
+            .finish()
+    }
+}
+
+impl Cluster {
+    /// Starts this node: opens its files (restoring `replica` from the last snapshot), serves
+    /// peers on `listener`, and on the very first start of a new cluster proposes its initial
+    /// membership (every node may do so with the same members).
+    ///
+    /// # Errors
+    /// The settings are inconsistent, or the files cannot be used.
+    pub async fn start<R: Replica>(
+        config: ClusterConfig,
+        listener: TcpListener,
+        replica: Arc<R>,
+    ) -> Result<Cluster, ClusterError> {
+        if !config.members.contains_key(&config.node_id) {
+            return Err(ClusterError::Config(format!(
+                "node {} is not among the members {:?}",
+                config.node_id,
+                config.members.keys().collect::<Vec<_>>()
+            )));
+        }
+        let heartbeat = millis(config.heartbeat);
+        let election = millis(config.election_timeout);
+        let raft_config = openraft::Config {
+            cluster_name: "broker".to_owned(),
+            heartbeat_interval: heartbeat,
+            election_timeout_min: election,
+            election_timeout_max: election * 2,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+            // Followers that fall behind by less than this catch up from the log, not a
+            // snapshot.
+            max_in_snapshot_log_to_keep: config.snapshot_every / 2,
+            ..openraft::Config::default()
+        }
+        .validate()
+        .map_err(|error| ClusterError::Config(error.to_string()))?;
+        let dir = config.dir.clone();
+        let (log, machine) = tokio::task::spawn_blocking(move || {
+            Ok::<_, io::Error>((
+                LogStore::open(&dir, config.fsync)?,
+                StateMachine::open(&dir, replica)?,
+            ))
+        })
+        .await
+        .map_err(|error| ClusterError::Raft(error.to_string()))??;
+        // A node with nothing yet proposes the initial membership; one with a log or a
+        // snapshot already belongs to a cluster.
+        let fresh = log.last_index().is_none() && !machine.has_snapshot();
+        let raft = Raft::new(
+            config.node_id,
+            Arc::new(raft_config),
+            Network::new(config.node_id, config.token.clone()),
+            log,
+            machine,
+        )
+        .await
+        .map_err(|error| ClusterError::Raft(error.to_string()))?;
+        let stop = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        tracker.spawn(network::serve_peers(
+            listener,
+            raft.clone(),
+            config.token,
+            stop.clone(),
+            tracker.clone(),
+        ));
+        if fresh {
+            match raft.initialize(config.members).await {
+                // Another node's proposal of the same membership got here first.
+                Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                Err(error) => return Err(ClusterError::Raft(error.to_string())),
+            }
+        }
+        Ok(Cluster {
+            node_id: config.node_id,
+            lease: config.election_timeout * 2,
+            raft,
+            stop,
+            tracker,
+        })
+    }
+
+    /// Appends `proposal` to the log and answers what applying it gave, once a majority has it
+    /// and it is applied on this node (the leader).
+    ///
+    /// # Errors
+    /// [`ProposeError::NotLeader`] on a node that is not the leader (nothing was proposed);
+    /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
+    pub async fn propose(&self, proposal: Proposal) -> Result<Applied, ProposeError> {
+        if self.is_cut_off() {
+            return Err(ProposeError::NotLeader { leader: None });
+        }
+        match self.raft.client_write(proposal).await {
+            Ok(written) => Ok(written.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                let leader = forward.leader_id.zip(forward.leader_node);
+                Err(ProposeError::NotLeader {
+                    // The vote may not name the leader yet where the metrics already do.
+                    leader: leader.or_else(|| self.leader()),
+                })
+            }
+            Err(error) => Err(ProposeError::Unavailable(error.to_string())),
+        }
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    /// The leader this node knows of, with its addresses.
+    pub fn leader(&self) -> Option<(NodeId, ClusterNode)> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let leader = metrics.current_leader?;
+        let node = metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)?
+            .clone();
+        Some((leader, node))
+    }
+
+    /// Whether this node is the leader now, and has heard from a majority of the nodes within
+    /// its lease (twice the election timeout): a leader cut off from the others cannot commit
+    /// anything, and they elect another one meanwhile, so it answers as a follower that knows
+    /// no leader, and its clients look for the new one.
+    pub fn is_leader(&self) -> bool {
+        self.leads(&self.raft.metrics().borrow())
+    }
+
+    /// [`Cluster::is_leader`] as `metrics` tell.
+    pub fn leads(&self, metrics: &RaftMetrics<NodeId, ClusterNode>) -> bool {
+        metrics.state == ServerState::Leader && !self.lease_expired(metrics)
+    }
+
+    fn lease_expired(&self, metrics: &RaftMetrics<NodeId, ClusterNode>) -> bool {
+        metrics
+            .millis_since_quorum_ack
+            .is_some_and(|since| u128::from(since) > self.lease.as_millis())
+    }
+
+    /// Whether this node leads but has heard from no majority within its lease.
+    fn is_cut_off(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        metrics.state == ServerState::Leader && self.lease_expired(&metrics)
+    }
+
+    /// A watch that changes whenever this node's view of the cluster does (role, term, leader,
+    /// indexes).
+    pub fn watch(&self) -> watch::Receiver<RaftMetrics<NodeId, ClusterNode>> {
+        self.raft.metrics()
+    }
+
+    /// What this node knows of the cluster now.
+    pub fn status(&self) -> ClusterStatus {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        ClusterStatus {
+            node_id: self.node_id,
+            role: metrics.state,
+            term: metrics.current_term,
+            leader: metrics.current_leader,
+            last_log_index: metrics.last_log_index,
+            applied_index: metrics.last_applied.map(|id| id.index),
+            members: membership
+                .nodes()
+                .map(|(id, node)| (*id, node.clone(), voters.contains(id)))
+                .collect(),
+            replication: metrics
+                .replication
+                .as_ref()
+                .map(|replication| {
+                    replication
+                        .iter()
+                        .map(|(id, matched)| (*id, matched.map(|log_id| log_id.index)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Stops the node: its Raft core, then the peer links.
+    pub async fn shutdown(&self) {
+        if let Err(error) = self.raft.shutdown().await {
+            tracing::warn!(%error, "stopping the consensus engine");
+        }
+        self.stop.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+#[cfg(test)]
+mod tests;

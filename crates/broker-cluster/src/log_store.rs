@@ -1,0 +1,504 @@
+//! The Raft log and vote of one node, on disk.
+//!
+//! # Files (in the node's `raft/` directory; integers little-endian)
+//!
+//! ```text
+//! raft-log    the entries not yet purged, in index order
+//! raft-meta   the vote and the id of the last purged entry, replaced atomically
+//! ```
+//!
+//! `raft-log` is a header, 12 bytes (magic `BRKRAFTL`, format version `u32`), then records: body
+//! length `u32`, CRC-32 (IEEE) of the body `u32`, body: one [`Entry`] in bincode 2.0.1's serde
+//! encoding with fixed-width integers (see [`crate::codec`]). Appends go to the end and are
+//! fsynced before openraft is told they are durable (unless the node runs with `--fsync never`);
+//! a truncation cuts the file at the first removed record; a purge rewrites the file with what
+//! remains (to a temporary file, fsynced, then renamed over the old one).
+//!
+//! `raft-meta` is magic `BRKRAFTM`, format version `u32`, body length `u32`, CRC-32 of the body
+//! `u32`, body: a [`Meta`]. It is written to `raft-meta.tmp`, fsynced and renamed, so a crash
+//! leaves the old or the new one.
+//!
+//! On open, a log that ends inside a record or with a record whose checksum fails is cut back to
+//! its last whole record (the write that died was never reported durable); anything else wrong
+//! refuses to open, naming the file and the offset.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{LogState, RaftLogId, RaftLogReader, StorageIOError, Vote};
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{decode, encode};
+use crate::types::{Entry, LogId, NodeId, StorageError, TypeConfig};
+
+const LOG_FILE: &str = "raft-log";
+const META_FILE: &str = "raft-meta";
+const LOG_MAGIC: &[u8; 8] = b"BRKRAFTL";
+const META_MAGIC: &[u8; 8] = b"BRKRAFTM";
+/// The format of both files.
+const FORMAT_VERSION: u32 = 1;
+const LOG_HEADER: usize = 12;
+const RECORD_HEADER: usize = 8;
+/// No entry is larger: a length above it is damage, not an entry.
+const MAX_RECORD: u32 = 1 << 30;
+
+/// What `raft-meta` holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Meta {
+    /// The last vote this node cast or saw.
+    vote: Option<Vote<NodeId>>,
+    /// The last entry removed from the log (covered by a snapshot).
+    last_purged: Option<LogId>,
+}
+
+/// The node's log on disk, shared by the storage handle openraft writes through and the readers
+/// it replicates from.
+#[derive(Debug, Clone)]
+pub struct LogStore {
+    files: Arc<Mutex<LogFiles>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct LogFiles {
+    dir: PathBuf,
+    /// `raft-log`, opened for appending.
+    log: File,
+    /// The byte length of `raft-log`.
+    end: u64,
+    /// The entries not purged, by index.
+    pub(crate) entries: BTreeMap<u64, Entry>,
+    /// Where each entry's record starts in `raft-log`.
+    offsets: BTreeMap<u64, u64>,
+    meta: Meta,
+    /// Whether appends are fsynced.
+    sync: bool,
+}
+
+impl LogStore {
+    /// Opens (or creates) the log in `dir`, fsyncing appends when `sync` is true.
+    ///
+    /// # Errors
+    /// The directory cannot be read or written, or a file in it is damaged.
+    pub fn open(dir: &Path, sync: bool) -> io::Result<LogStore> {
+        fs::create_dir_all(dir)?;
+        let meta = read_meta(&dir.join(META_FILE))?;
+        let path = dir.join(LOG_FILE);
+        let (entries, offsets, end) = if path.exists() {
+            read_log(&path, meta.last_purged.map(|id| id.index))?
+        } else {
+            write_log(&path, std::iter::empty())?;
+            (BTreeMap::new(), BTreeMap::new(), LOG_HEADER as u64)
+        };
+        let log = OpenOptions::new().append(true).open(&path)?;
+        if log.metadata()?.len() != end {
+            // A torn tail: cut it off so that appends continue after the last whole record.
+            log.set_len(end)?;
+            log.sync_all()?;
+        }
+        Ok(LogStore {
+            files: Arc::new(Mutex::new(LogFiles {
+                dir: dir.to_owned(),
+                log,
+                end,
+                entries,
+                offsets,
+                meta,
+                sync,
+            })),
+        })
+    }
+
+    pub(crate) fn files(&self) -> MutexGuard<'_, LogFiles> {
+        // Every change below either completes or returns an error before touching the maps,
+        // so a lock poisoned by a panic elsewhere still guards consistent data.
+        self.files.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The index of the last entry in the log, if any.
+    pub fn last_index(&self) -> Option<u64> {
+        let files = self.files();
+        files
+            .entries
+            .keys()
+            .next_back()
+            .copied()
+            .or(files.meta.last_purged.map(|id| id.index))
+    }
+}
+
+impl LogFiles {
+    fn write_meta(&mut self, meta: Meta) -> io::Result<()> {
+        let body = encode(&meta).map_err(io::Error::other)?;
+        let mut bytes = Vec::with_capacity(20 + body.len());
+        bytes.extend_from_slice(META_MAGIC);
+        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        bytes.extend_from_slice(&body);
+        replace_file(&self.dir.join(META_FILE), &bytes)?;
+        self.meta = meta;
+        Ok(())
+    }
+
+    fn append(&mut self, entries: impl IntoIterator<Item = Entry>) -> io::Result<()> {
+        let mut bytes = Vec::new();
+        let mut added = Vec::new();
+        for entry in entries {
+            let at = self.end + bytes.len() as u64;
+            push_record(&mut bytes, &entry)?;
+            added.push((at, entry));
+        }
+        self.log.write_all(&bytes)?;
+        if self.sync {
+            self.log.sync_data()?;
+        }
+        self.end += bytes.len() as u64;
+        for (at, entry) in added {
+            let index = entry.get_log_id().index;
+            self.offsets.insert(index, at);
+            self.entries.insert(index, entry);
+        }
+        Ok(())
+    }
+
+    /// Removes the entries from `index` on.
+    fn truncate(&mut self, index: u64) -> io::Result<()> {
+        let Some(&at) = self.offsets.range(index..).next().map(|(_, at)| at) else {
+            return Ok(());
+        };
+        self.log.set_len(at)?;
+        self.log.sync_all()?;
+        self.end = at;
+        self.entries.split_off(&index);
+        self.offsets.split_off(&index);
+        Ok(())
+    }
+
+    /// Removes the entries up to and including `upto`.
+    fn purge(&mut self, upto: LogId) -> io::Result<()> {
+        // The meta first: a crash between the two leaves entries that open() skips.
+        let meta = Meta {
+            last_purged: Some(upto),
+            ..self.meta.clone()
+        };
+        self.write_meta(meta)?;
+        let kept = self.entries.split_off(&(upto.index + 1));
+        self.entries = kept;
+        let path = self.dir.join(LOG_FILE);
+        let (offsets, end) = write_log(&path, self.entries.values())?;
+        self.log = OpenOptions::new().append(true).open(&path)?;
+        self.offsets = offsets;
+        self.end = end;
+        Ok(())
+    }
+}
+
+/// Appends one record (length, checksum, body) for `entry` to `out`.
+fn push_record(out: &mut Vec<u8>, entry: &Entry) -> io::Result<()> {
+    let body = encode(entry).map_err(io::Error::other)?;
+    let length = u32::try_from(body.len())
+        .ok()
+        .filter(|&length| length <= MAX_RECORD)
+        .ok_or_else(|| io::Error::other(format!("a log entry of {} bytes", body.len())))?;
+    out.extend_from_slice(&length.to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    out.extend_from_slice(&body);
+    Ok(())
+}
+
+/// Writes a whole log file of `entries` to `path` (through a temporary file, fsynced and
+/// renamed); returns where each record starts and the file's length.
+fn write_log<'a>(
+    path: &Path,
+    entries: impl Iterator<Item = &'a Entry>,
+) -> io::Result<(BTreeMap<u64, u64>, u64)> {
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(LOG_MAGIC);
+    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    let mut offsets = BTreeMap::new();
+    for entry in entries {
+        offsets.insert(entry.get_log_id().index, bytes.len() as u64);
+        push_record(&mut bytes, entry)?;
+    }
+    replace_file(path, &bytes)?;
+    Ok((offsets, bytes.len() as u64))
+}
+
+/// Replaces `path` with `bytes` atomically and durably.
+fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let temporary = path.with_extension("tmp");
+    let mut file = File::create(&temporary)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&temporary, path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+fn damaged(path: &Path, at: u64, what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{}: {what} at byte {at}", path.display()),
+    )
+}
+
+fn read_meta(path: &Path) -> io::Result<Meta> {
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Meta::default()),
+        Err(error) => return Err(error),
+    };
+    if bytes.len() < 20 || &bytes[..8] != META_MAGIC {
+        return Err(damaged(path, 0, "not a Raft meta file"));
+    }
+    let version = u32_at(&bytes, 8);
+    if version != FORMAT_VERSION {
+        return Err(damaged(path, 8, &format!("format version {version}")));
+    }
+    let length = u32_at(&bytes, 12) as usize;
+    let body = bytes
+        .get(20..20 + length)
+        .filter(|body| crc32fast::hash(body) == u32_at(&bytes, 16))
+        .ok_or_else(|| damaged(path, 20, "a damaged body"))?;
+    decode(body).map_err(|why| damaged(path, 20, &why.to_string()))
+}
+
+type LoadedLog = (BTreeMap<u64, Entry>, BTreeMap<u64, u64>, u64);
+
+/// Reads `raft-log`, skipping entries up to `purged`; returns the entries, their offsets and
+/// the length of the whole records (a torn tail is left out).
+fn read_log(path: &Path, purged: Option<u64>) -> io::Result<LoadedLog> {
+    let mut bytes = Vec::new();
+    File::open(path)?.read_to_end(&mut bytes)?;
+    if bytes.len() < LOG_HEADER || &bytes[..8] != LOG_MAGIC {
+        return Err(damaged(path, 0, "not a Raft log file"));
+    }
+    let version = u32_at(&bytes, 8);
+    if version != FORMAT_VERSION {
+        return Err(damaged(path, 8, &format!("format version {version}")));
+    }
+    let mut entries = BTreeMap::new();
+    let mut offsets = BTreeMap::new();
+    let mut at = LOG_HEADER;
+    let mut previous: Option<u64> = None;
+    while at < bytes.len() {
+        let Some(header) = bytes.get(at..at + RECORD_HEADER) else {
+            tracing::warn!(file = %path.display(), at, "cutting a torn record off the Raft log");
+            break;
+        };
+        let length = u32_at(header, 0);
+        let next = at + RECORD_HEADER + length as usize;
+        let body = bytes.get(at + RECORD_HEADER..next);
+        let Some(body) = body.filter(|body| crc32fast::hash(body) == u32_at(header, 4)) else {
+            // Only the last write can be torn: a bad record with whole records after it is
+            // damage (zeroes after the end are a file grown by a write that did not finish).
+            if next < bytes.len() && bytes[at..].iter().any(|&byte| byte != 0) {
+                return Err(damaged(path, at as u64, "a damaged record before the end"));
+            }
+            tracing::warn!(file = %path.display(), at, "cutting a torn record off the Raft log");
+            break;
+        };
+        let entry: Entry =
+            decode(body).map_err(|why| damaged(path, at as u64, &why.to_string()))?;
+        let index = entry.get_log_id().index;
+        if previous.is_some_and(|previous| index != previous + 1) {
+            return Err(damaged(path, at as u64, "a gap in entry indexes"));
+        }
+        previous = Some(index);
+        if purged.is_none_or(|purged| index > purged) {
+            offsets.insert(index, at as u64);
+            entries.insert(index, entry);
+        }
+        at += RECORD_HEADER + length as usize;
+    }
+    Ok((entries, offsets, at.min(bytes.len()) as u64))
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    let mut word = [0; 4];
+    word.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(word)
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        Ok(self
+            .files()
+            .entries
+            .range(range)
+            .map(|(_, entry)| entry.clone())
+            .collect())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let files = self.files();
+        let last_purged_log_id = files.meta.last_purged;
+        let last_log_id = files
+            .entries
+            .values()
+            .next_back()
+            .map(|entry| *entry.get_log_id())
+            .or(last_purged_log_id);
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
+        let mut files = self.files();
+        let meta = Meta {
+            vote: Some(*vote),
+            ..files.meta.clone()
+        };
+        files
+            .write_meta(meta)
+            .map_err(|error| StorageIOError::write_vote(&error).into())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
+        Ok(self.files().meta.vote)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let appended = self.files().append(entries);
+        match appended {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(error) => {
+                let reported = io::Error::new(error.kind(), error.to_string());
+                callback.log_io_completed(Err(reported));
+                Err(StorageIOError::write_logs(&error).into())
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.files()
+            .truncate(log_id.index)
+            .map_err(|error| StorageIOError::write_logs(&error).into())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.files()
+            .purge(log_id)
+            .map_err(|error| StorageIOError::write_logs(&error).into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::*;
+    use crate::types::Proposal;
+
+    fn entry(index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(Proposal::Tick {
+                now_ms: index as i64,
+            }),
+        }
+    }
+
+    fn indexes(store: &LogStore) -> Vec<u64> {
+        store.files().entries.keys().copied().collect()
+    }
+
+    #[test]
+    fn entries_vote_truncation_and_purge_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = LogStore::open(dir.path(), true).unwrap();
+            let mut files = store.files();
+            files.append((1..=10).map(entry)).unwrap();
+            files.truncate(8).unwrap();
+            files
+                .purge(LogId::new(CommittedLeaderId::new(1, 1), 3))
+                .unwrap();
+            let meta = Meta {
+                vote: Some(Vote::new(2, 7)),
+                ..files.meta.clone()
+            };
+            files.write_meta(meta).unwrap();
+            files.append([entry(8)]).unwrap();
+        }
+        let store = LogStore::open(dir.path(), true).unwrap();
+        assert_eq!(indexes(&store), vec![4, 5, 6, 7, 8]);
+        assert_eq!(store.files().meta.vote, Some(Vote::new(2, 7)));
+        assert_eq!(store.last_index(), Some(8));
+        assert_eq!(store.files().entries[&8], entry(8));
+    }
+
+    #[test]
+    fn a_torn_tail_is_cut_and_appends_go_on_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = LogStore::open(dir.path(), false).unwrap();
+            store.files().append((1..=3).map(entry)).unwrap();
+        }
+        let path = dir.path().join(LOG_FILE);
+        let length = fs::metadata(&path).unwrap().len();
+        // The last record loses its last byte, as if the machine died inside the write.
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(length - 1)
+            .unwrap();
+        let store = LogStore::open(dir.path(), false).unwrap();
+        assert_eq!(indexes(&store), vec![1, 2]);
+        store.files().append([entry(3)]).unwrap();
+        drop(store);
+        let store = LogStore::open(dir.path(), false).unwrap();
+        assert_eq!(indexes(&store), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn damage_before_the_end_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = LogStore::open(dir.path(), false).unwrap();
+            store.files().append((1..=3).map(entry)).unwrap();
+        }
+        let path = dir.path().join(LOG_FILE);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[0] = b'X';
+        fs::write(&path, &bytes).unwrap();
+        let error = LogStore::open(dir.path(), false).unwrap_err();
+        assert!(error.to_string().contains("not a Raft log file"), "{error}");
+    }
+}

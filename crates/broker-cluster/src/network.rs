@@ -1,0 +1,352 @@
+//! The links between nodes: each node listens on its cluster port for its peers' Raft messages
+//! (append entries, votes, snapshot chunks), and opens one connection to each peer it sends to.
+//!
+//! # The peer protocol
+//!
+//! Frames are a length (`u32`, big-endian, at most [`MAX_PEER_FRAME`]) then a body in the
+//! encoding of [`crate::codec`]. The connecting node sends a [`PeerHello`] first (its node id,
+//! the protocol's name and the cluster's token, when the broker has one) and gets `Ok(())` or the reason it is
+//! refused; then it sends [`PeerRequest`]s, one at a time, each answered by one
+//! [`PeerResponse`].
+
+use std::io;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::Raft;
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::codec::{decode, encode};
+use crate::types::{ClusterNode, NodeId, TypeConfig};
+
+/// The largest frame between peers: a batch of entries, or a snapshot chunk.
+pub const MAX_PEER_FRAME: usize = 512 * 1024 * 1024;
+
+/// What a hello names, so that a node never takes another program's bytes for Raft messages.
+const PROTOCOL: &str = "broker-raft/1";
+
+/// How long a new peer connection may take to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The first frame on a peer connection.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct PeerHello {
+    /// The id of the node that connects (first, so that a tool in the middle can tell links
+    /// apart by their first 12 bytes: the frame's length, then this `u64`).
+    from: NodeId,
+    /// [`PROTOCOL`].
+    protocol: String,
+    /// The cluster's shared secret (the broker's auth token), if it has one.
+    token: Option<String>,
+}
+
+/// A Raft message from a peer.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum PeerRequest {
+    /// Entries to append (or a heartbeat).
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    /// A candidate asks for a vote.
+    Vote(VoteRequest<NodeId>),
+    /// A chunk of a snapshot.
+    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+}
+
+/// The answer to a [`PeerRequest`].
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum PeerResponse {
+    /// Answers [`PeerRequest::AppendEntries`].
+    AppendEntries(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    /// Answers [`PeerRequest::Vote`].
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    /// Answers [`PeerRequest::InstallSnapshot`].
+    InstallSnapshot(
+        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+    ),
+}
+
+type PeerFramed = Framed<TcpStream, LengthDelimitedCodec>;
+
+fn framed(stream: TcpStream) -> PeerFramed {
+    Framed::new(
+        stream,
+        LengthDelimitedCodec::builder()
+            .max_frame_length(MAX_PEER_FRAME)
+            .new_codec(),
+    )
+}
+
+async fn send<T: Serialize>(framed: &mut PeerFramed, message: &T) -> io::Result<()> {
+    let bytes = encode(message).map_err(io::Error::other)?;
+    framed.send(bytes::Bytes::from(bytes)).await
+}
+
+async fn receive<T: serde::de::DeserializeOwned>(framed: &mut PeerFramed) -> io::Result<T> {
+    let frame = framed.next().await.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the peer closed the connection",
+        )
+    })??;
+    decode(&frame).map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))
+}
+
+/// Opens links to peers: openraft asks it for one per peer it replicates to or asks for votes.
+#[derive(Debug, Clone)]
+pub struct Network {
+    from: NodeId,
+    token: Option<String>,
+}
+
+impl Network {
+    /// Links of node `from` that present `token` to their peers.
+    pub fn new(from: NodeId, token: Option<String>) -> Network {
+        Network { from, token }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerLink;
+
+    async fn new_client(&mut self, target: NodeId, node: &ClusterNode) -> PeerLink {
+        PeerLink {
+            from: self.from,
+            target,
+            addr: node.raft_addr.clone(),
+            token: self.token.clone(),
+            connection: None,
+        }
+    }
+}
+
+/// One node's link to one peer: a connection opened on first use and again after any failure.
+#[derive(Debug)]
+pub struct PeerLink {
+    from: NodeId,
+    target: NodeId,
+    addr: String,
+    token: Option<String>,
+    connection: Option<PeerFramed>,
+}
+
+impl PeerLink {
+    /// Sends `request` and waits for its answer, within `timeout`; on any failure the
+    /// connection is dropped, so the next call opens a new one.
+    async fn call(&mut self, request: PeerRequest, timeout: Duration) -> io::Result<PeerResponse> {
+        let called = tokio::time::timeout(timeout, self.exchange(request)).await;
+        let result = called.unwrap_or_else(|_| {
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "node {} at {} did not answer in {timeout:?}",
+                    self.target, self.addr
+                ),
+            ))
+        });
+        if result.is_err() {
+            self.connection = None;
+        }
+        result
+    }
+
+    async fn exchange(&mut self, request: PeerRequest) -> io::Result<PeerResponse> {
+        let connection = match &mut self.connection {
+            Some(connection) => connection,
+            None => self.connection.insert(self.connect().await?),
+        };
+        send(connection, &request).await?;
+        receive(connection).await
+    }
+
+    async fn connect(&self) -> io::Result<PeerFramed> {
+        let stream = TcpStream::connect(&self.addr).await?;
+        stream.set_nodelay(true)?;
+        let mut connection = framed(stream);
+        let hello = PeerHello {
+            from: self.from,
+            protocol: PROTOCOL.to_owned(),
+            token: self.token.clone(),
+        };
+        send(&mut connection, &hello).await?;
+        let welcome: Result<(), String> = receive(&mut connection).await?;
+        welcome.map_err(|why| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "node {} at {} refused this node: {why}",
+                    self.target, self.addr
+                ),
+            )
+        })?;
+        Ok(connection)
+    }
+}
+
+type RpcError<E = openraft::error::Infallible> =
+    RPCError<NodeId, ClusterNode, RaftError<NodeId, E>>;
+
+fn unreachable<E: std::error::Error>(error: &io::Error) -> RPCError<NodeId, ClusterNode, E> {
+    match error.kind() {
+        io::ErrorKind::InvalidData | io::ErrorKind::PermissionDenied => {
+            RPCError::Network(NetworkError::new(error))
+        }
+        _ => RPCError::Unreachable(Unreachable::new(error)),
+    }
+}
+
+fn mismatched<E: std::error::Error>() -> RPCError<NodeId, ClusterNode, E> {
+    let error = io::Error::new(io::ErrorKind::InvalidData, "an answer to another request");
+    RPCError::Network(NetworkError::new(&error))
+}
+
+impl RaftNetwork<TypeConfig> for PeerLink {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RpcError> {
+        match self
+            .call(PeerRequest::AppendEntries(rpc), option.hard_ttl())
+            .await
+        {
+            Ok(PeerResponse::AppendEntries(answer)) => {
+                answer.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
+            }
+            Ok(_) => Err(mismatched()),
+            Err(error) => Err(unreachable(&error)),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RpcError<InstallSnapshotError>> {
+        match self
+            .call(PeerRequest::InstallSnapshot(rpc), option.hard_ttl())
+            .await
+        {
+            Ok(PeerResponse::InstallSnapshot(answer)) => {
+                answer.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
+            }
+            Ok(_) => Err(mismatched()),
+            Err(error) => Err(unreachable(&error)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RpcError> {
+        match self.call(PeerRequest::Vote(rpc), option.hard_ttl()).await {
+            Ok(PeerResponse::Vote(answer)) => {
+                answer.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
+            }
+            Ok(_) => Err(mismatched()),
+            Err(error) => Err(unreachable(&error)),
+        }
+    }
+}
+
+/// Serves peers on `listener` until `stop` is cancelled: every connection's requests go to
+/// `raft`. Connections whose hello does not carry `token` (when there is one) are refused.
+pub(crate) async fn serve_peers(
+    listener: TcpListener,
+    raft: Raft<TypeConfig>,
+    token: Option<String>,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+) {
+    loop {
+        let accepted = tokio::select! {
+            () = stop.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let (raft, token, stop) = (raft.clone(), token.clone(), stop.clone());
+                tracker.spawn(async move {
+                    tokio::select! {
+                        () = stop.cancelled() => {}
+                        ended = serve_peer(stream, &raft, token.as_deref()) => {
+                            if let Err(cause) = ended {
+                                tracing::debug!(%peer, %cause, "peer connection closed");
+                            }
+                        }
+                    }
+                });
+            }
+            Err(cause) => {
+                tracing::warn!(%cause, "accepting a peer connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn serve_peer(
+    stream: TcpStream,
+    raft: &Raft<TypeConfig>,
+    token: Option<&str>,
+) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    let peer = stream.peer_addr()?;
+    let mut connection = framed(stream);
+    let hello: PeerHello = tokio::time::timeout(HELLO_TIMEOUT, receive(&mut connection))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no hello in time"))??;
+    let verdict = check_hello(&hello, token);
+    send(&mut connection, &verdict).await?;
+    if let Err(why) = verdict {
+        tracing::warn!(%peer, cause = %why, "refusing a peer connection");
+        return Ok(());
+    }
+    loop {
+        let request: PeerRequest = match receive(&mut connection).await {
+            Ok(request) => request,
+            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(error) => return Err(error),
+        };
+        let response = match request {
+            PeerRequest::AppendEntries(rpc) => {
+                PeerResponse::AppendEntries(raft.append_entries(rpc).await)
+            }
+            PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
+            PeerRequest::InstallSnapshot(rpc) => {
+                PeerResponse::InstallSnapshot(raft.install_snapshot(rpc).await)
+            }
+        };
+        send(&mut connection, &response).await?;
+    }
+}
+
+fn check_hello(hello: &PeerHello, token: Option<&str>) -> Result<(), String> {
+    if hello.protocol != PROTOCOL {
+        return Err(format!(
+            "this node speaks {PROTOCOL}, not {:?}",
+            hello.protocol
+        ));
+    }
+    match (token, hello.token.as_deref()) {
+        (None, _) => Ok(()),
+        (Some(expected), Some(given))
+            if bool::from(expected.as_bytes().ct_eq(given.as_bytes())) =>
+        {
+            Ok(())
+        }
+        (Some(_), _) => Err("wrong or missing cluster token (the nodes' --auth-token)".to_owned()),
+    }
+}

@@ -1,0 +1,168 @@
+//! What the Raft log carries and what applying it gives back, the nodes of a cluster, and the
+//! openraft type configuration that ties them together.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Cursor;
+
+use broker_core::{BrokerError, Command, Outcome};
+use serde::{Deserialize, Serialize};
+
+/// The id of a node in the cluster: unique, chosen by the operator, never reused for another
+/// node.
+pub type NodeId = u64;
+
+/// One change to the replicated broker: what one entry of the Raft log carries. Every node
+/// applies the same entries in the same order with the same times, so every node's state is the
+/// same after each entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Proposal {
+    /// Commands applied in order at `now_ms`, the leader's wall clock when it proposed them (in
+    /// milliseconds since the Unix epoch): the requests one connection sent together.
+    Commands {
+        /// The time of every command of the entry.
+        now_ms: i64,
+        /// The commands, in request order.
+        commands: Vec<Command>,
+    },
+    /// Time passes: records past their topic's age leave, deliveries past their group's
+    /// acknowledgement timeout are released. Proposed by the leader, so that every node lets
+    /// the same time pass at the same point of the log.
+    Tick {
+        /// The leader's wall clock, in milliseconds since the Unix epoch.
+        now_ms: i64,
+    },
+}
+
+impl Proposal {
+    /// How many answers applying this gives: one per command (none for a tick).
+    pub fn len(&self) -> usize {
+        match self {
+            Proposal::Commands { commands, .. } => commands.len(),
+            Proposal::Tick { .. } => 0,
+        }
+    }
+
+    /// Whether applying this answers nothing (a tick, or no command).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What applying one [`Proposal`] gave.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    /// One result per command of the proposal, in order (empty for a tick).
+    pub results: Vec<Result<Outcome, BrokerError>>,
+    /// Topics where records may have become eligible for waiting requests.
+    pub changed: Vec<String>,
+}
+
+/// How a node is reached: by its peers (the Raft port) and by clients (the broker port).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterNode {
+    /// The address the node's peers connect to (`--cluster-listen`, or the address it
+    /// advertises there).
+    pub raft_addr: String,
+    /// The address clients connect to, given to a client that asked a node which is not the
+    /// leader.
+    pub client_addr: String,
+}
+
+impl fmt::Display for ClusterNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (clients: {})", self.raft_addr, self.client_addr)
+    }
+}
+
+/// Parses a list of members, `ID=PEER_ADDR/CLIENT_ADDR` separated by commas (for example
+/// `1=10.0.0.1:9093/10.0.0.1:9092,2=10.0.0.2:9093/10.0.0.2:9092`): each node's id, the address
+/// its peers reach it on and the address clients reach it on.
+///
+/// # Errors
+/// A description of the first entry that is not of that form, or of an id given twice.
+pub fn parse_members(text: &str) -> Result<BTreeMap<NodeId, ClusterNode>, String> {
+    let mut members = BTreeMap::new();
+    for entry in text
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+    {
+        let expected = || {
+            format!("{entry:?} is not ID=PEER_ADDR/CLIENT_ADDR (for example 1=10.0.0.1:9093/10.0.0.1:9092)")
+        };
+        let (id, addresses) = entry.split_once('=').ok_or_else(expected)?;
+        let id: NodeId = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("{entry:?}: the node id must be a whole number"))?;
+        let (raft_addr, client_addr) = addresses.split_once('/').ok_or_else(expected)?;
+        for address in [raft_addr, client_addr] {
+            let port = address
+                .rsplit_once(':')
+                .map(|(_, port)| port.parse::<u16>());
+            if !matches!(port, Some(Ok(port)) if port != 0) {
+                return Err(format!(
+                    "{entry:?}: {address:?} is not HOST:PORT with a port from 1 to 65535"
+                ));
+            }
+        }
+        let node = ClusterNode {
+            raft_addr: raft_addr.trim().to_owned(),
+            client_addr: client_addr.trim().to_owned(),
+        };
+        if members.insert(id, node).is_some() {
+            return Err(format!("node id {id} is given twice"));
+        }
+    }
+    if members.is_empty() {
+        return Err("no members given".to_owned());
+    }
+    Ok(members)
+}
+
+openraft::declare_raft_types!(
+    /// The broker's Raft types: entries carry [`Proposal`]s, applying one gives [`Applied`],
+    /// nodes are [`ClusterNode`]s and snapshots are bytes in memory.
+    pub TypeConfig:
+        D = Proposal,
+        R = Applied,
+        NodeId = NodeId,
+        Node = ClusterNode,
+        SnapshotData = Cursor<Vec<u8>>,
+);
+
+/// A Raft log entry of the broker.
+pub type Entry = openraft::Entry<TypeConfig>;
+
+/// The id of a Raft log entry: its term, its leader and its index.
+pub type LogId = openraft::LogId<NodeId>;
+
+/// A storage failure as openraft reports it.
+pub type StorageError = openraft::StorageError<NodeId>;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn members_parse_and_bad_lists_are_explained() {
+        let members = parse_members("1=a:1/b:2, 2=[::1]:3/[::1]:4").unwrap();
+        assert_eq!(members.len(), 2);
+        assert_eq!(members[&2].raft_addr, "[::1]:3");
+        assert_eq!(members[&2].client_addr, "[::1]:4");
+        for (bad, why) in [
+            ("", "no members"),
+            ("1=a:1", "not ID=PEER_ADDR/CLIENT_ADDR"),
+            ("x=a:1/b:2", "whole number"),
+            ("1=a:1/b", "HOST:PORT"),
+            ("1=a:0/b:2", "HOST:PORT"),
+            ("1=a:1/b:2,1=c:1/d:2", "twice"),
+        ] {
+            let error = parse_members(bad).unwrap_err();
+            assert!(error.contains(why), "{bad:?}: {error}");
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! Cluster mode: the broker as the state machine of the cluster's replicated log, and what only
+//! the leader does. Every change a client asks for is proposed to the cluster and answered once
+//! a majority has it and it is applied; the server's own changes (time passing, the removal of
+//! members whose session expired) are proposed by the leader alone, so every node applies the
+//! same entries with the same times.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use broker_cluster::{Applied, Cluster, ClusterConfig, Proposal, ProposeError, Replica};
+use broker_core::image::StateImage;
+use broker_core::{BrokerState, Command, Outcome};
+use broker_proto::ErrorReply;
+use broker_storage::DataDir;
+use tokio::net::TcpListener;
+use tracing::{debug, info};
+
+use crate::broker::{wall_clock_ms, Broker};
+use crate::config::ClusterSettings;
+use crate::reaper::{self, Removal};
+use crate::sessions::MemberKey;
+use crate::shared::Shared;
+use crate::signals::Signals;
+use crate::ServerError;
+
+/// Where a node keeps its replicated log and snapshots, inside its data directory.
+pub(crate) const CLUSTER_DIR: &str = "raft";
+
+/// The broker as the cluster's state machine sees it: the same state and signals the server
+/// serves from.
+pub(crate) struct BrokerReplica {
+    broker: Arc<Broker>,
+    signals: Arc<Signals>,
+}
+
+impl Replica for BrokerReplica {
+    fn apply(&self, proposal: Proposal) -> Applied {
+        let mut changed = Vec::new();
+        let results = {
+            let mut broker = self.broker.lock();
+            match proposal {
+                Proposal::Commands { now_ms, commands } => commands
+                    .into_iter()
+                    .map(|command| broker.apply_committed(now_ms, command, &mut changed))
+                    .collect(),
+                Proposal::Tick { now_ms } => {
+                    changed = broker.tick_committed(now_ms);
+                    Vec::new()
+                }
+            }
+        };
+        // Waiting requests live on the leader, but a follower wakes its own too (none wait
+        // there): every node applies alike.
+        self.signals.wake(&changed);
+        Applied { results, changed }
+    }
+
+    fn image(&self) -> StateImage {
+        self.broker.lock().image()
+    }
+
+    fn restore(&self, image: StateImage) -> Result<(), String> {
+        let state = BrokerState::from_image(image, None)?;
+        self.broker.lock().replace_state(state);
+        self.signals.wake_all();
+        Ok(())
+    }
+}
+
+/// Starts this server's node of the cluster in `data_dir` (locked for the life of the server,
+/// and refused if it holds a single broker's data): binds the peer port, starts the node and
+/// the task that follows its role.
+///
+/// # Errors
+/// The directory is locked, holds a single broker's data or damaged files, or the peer port
+/// cannot be bound.
+pub(crate) async fn start(
+    shared: &Arc<Shared>,
+    settings: &ClusterSettings,
+    data_dir: &Path,
+) -> Result<DataDir, ServerError> {
+    let locked = DataDir::open(data_dir)?;
+    if holds_single_broker_data(data_dir)? {
+        return Err(ServerError::InvalidConfig(format!(
+            "{} holds the data of a single broker (wal-*.log, snap-*.snap): a cluster node \
+             needs a directory of its own",
+            data_dir.display()
+        )));
+    }
+    let this_node = settings.this_node().ok_or_else(|| {
+        ServerError::InvalidConfig(format!("node {} is not a member", settings.node_id))
+    })?;
+    let listen = settings.listen.as_deref().unwrap_or(&this_node.raft_addr);
+    let addresses = crate::resolve_listen_addr(listen).await?;
+    let listener = TcpListener::bind(addresses.as_slice())
+        .await
+        .map_err(|error| {
+            ServerError::InvalidConfig(format!("cannot listen for peers on {listen}: {error}"))
+        })?;
+    let mut config = ClusterConfig::new(
+        settings.node_id,
+        settings.members.clone(),
+        data_dir.join(CLUSTER_DIR),
+    );
+    config.fsync = shared.config.fsync != crate::Fsync::Never;
+    config.token = shared
+        .config
+        .auth_token
+        .as_ref()
+        .map(|token| token.secret().to_owned());
+    let replica = Arc::new(BrokerReplica {
+        broker: Arc::clone(&shared.broker),
+        signals: Arc::clone(&shared.signals),
+    });
+    let cluster = Cluster::start(config, listener, replica)
+        .await
+        .map_err(|error| ServerError::InvalidConfig(error.to_string()))?;
+    info!(
+        node_id = settings.node_id,
+        peers = %listen,
+        members = settings.members.len(),
+        "cluster node started"
+    );
+    // Set once, before any connection is accepted.
+    let _ = shared.cluster.set(cluster);
+    shared.tracker.spawn(follow_leadership(Arc::clone(shared)));
+    Ok(locked)
+}
+
+/// Whether `dir` holds a single broker's log or snapshots.
+fn holds_single_broker_data(dir: &Path) -> Result<bool, ServerError> {
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy();
+        if (name.starts_with("wal-") && name.ends_with(".log"))
+            || (name.starts_with("snap-") && name.ends_with(".snap"))
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Proposes `commands` (applied in order at the leader's clock) and answers each one's result
+/// once a majority has them and they are applied here.
+///
+/// # Errors
+/// The refusal every command gets when nothing was applied: this node is not the leader, or
+/// the cluster cannot take changes.
+pub(crate) async fn execute(
+    cluster: &Cluster,
+    commands: Vec<Command>,
+) -> Result<Vec<Result<Outcome, ErrorReply>>, ErrorReply> {
+    let count = commands.len();
+    let proposal = Proposal::Commands {
+        now_ms: wall_clock_ms(),
+        commands,
+    };
+    let applied = cluster.propose(proposal).await.map_err(refusal)?;
+    let mut results: Vec<_> = applied
+        .results
+        .into_iter()
+        .map(|result| result.map_err(ErrorReply::from))
+        .collect();
+    // Every node applies every command of an entry; an answer short of them is a fault of the
+    // node, reported as such rather than as another command's answer.
+    results.resize_with(count, || {
+        Err(ErrorReply::Storage(
+            "the cluster applied the change but gave no answer for it".to_owned(),
+        ))
+    });
+    Ok(results)
+}
+
+/// What a client is told when its change was not applied.
+pub(crate) fn refusal(error: ProposeError) -> ErrorReply {
+    match error {
+        ProposeError::NotLeader { leader } => ErrorReply::NotLeader {
+            leader: leader.map(|(_, node)| node.client_addr),
+        },
+        ProposeError::Unavailable(why) => ErrorReply::Storage(why),
+    }
+}
+
+/// On the leader, lets time pass when that changes something (see `clock`).
+pub(crate) async fn tick(shared: &Shared, cluster: &Cluster) {
+    if !cluster.is_leader() {
+        return;
+    }
+    let now_ms = wall_clock_ms();
+    if !shared.broker.lock().is_due(now_ms) {
+        return;
+    }
+    if let Err(error) = cluster.propose(Proposal::Tick { now_ms }).await {
+        debug!(%error, "letting time pass was not replicated; trying again at the next tick");
+    }
+}
+
+/// On the leader, removes the members in `gone` (their session expired, or their connection
+/// closed with `--leave-on-disconnect`): one proposal of their leaves. Their sessions are
+/// forgotten once their leaves are applied (or refused by the broker); when nothing was
+/// applied they stay, and the next check tries again.
+pub(crate) async fn remove(shared: &Shared, cluster: &Cluster, gone: Vec<MemberKey>, why: Removal) {
+    if gone.is_empty() || !cluster.is_leader() {
+        return;
+    }
+    let leaves = gone.iter().map(MemberKey::leave).collect();
+    match execute(cluster, leaves).await {
+        Ok(results) => {
+            let mut broker = shared.broker.lock();
+            for (key, result) in gone.iter().zip(results) {
+                reaper::report_removal(shared, key, why, result.err());
+                broker.sessions().forget(key);
+            }
+        }
+        Err(refusal) => {
+            debug!(%refusal, "removing members was not replicated; trying again at the next check");
+        }
+    }
+}
+
+/// Follows this node's role. When it becomes the leader it takes over the sessions of every
+/// member the state holds (as a restarted server does: each gets a full session timeout to
+/// show up), once everything the old leader committed is applied here. When it stops being the
+/// leader, every waiting request is woken: its retry is refused with `NotLeader`, so its client
+/// moves to the new leader at once.
+async fn follow_leadership(shared: Arc<Shared>) {
+    let Some(cluster) = shared.cluster() else {
+        return;
+    };
+    let mut watch = cluster.watch();
+    let mut leading = false;
+    loop {
+        tokio::select! {
+            () = shared.shutdown.cancelled() => return,
+            changed = watch.changed() => if changed.is_err() { return },
+        }
+        // One borrow at a time: a second one of the same channel while this is held could wait
+        // behind the engine's next update, which waits for this one.
+        let (now_leading, term) = {
+            let metrics = watch.borrow_and_update();
+            (cluster.leads(&metrics), metrics.current_term)
+        };
+        if now_leading == leading {
+            continue;
+        }
+        leading = now_leading;
+        if leading {
+            // An entry of this term, applied, means every entry before it is applied too.
+            match cluster
+                .propose(Proposal::Tick {
+                    now_ms: wall_clock_ms(),
+                })
+                .await
+            {
+                Ok(_) => {
+                    reaper::restore(&shared);
+                    info!(term, "this node leads the cluster");
+                }
+                Err(error) => info!(%error, term, "leadership ended before it was taken up"),
+            }
+        } else {
+            info!(term, "this node no longer leads the cluster");
+            shared.signals.wake_all();
+        }
+    }
+}

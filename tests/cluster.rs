@@ -1,0 +1,421 @@
+//! A replicated cluster of three real `broker-server` processes on loopback ports, through the
+//! real client given every node's address: changes are replicated, a follower redirects to the
+//! leader, the leader's `kill -9` loses nothing acknowledged and clients go on by themselves, a
+//! restarted node catches up, and the settings a cluster needs are checked at start.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use broker_client::{Client, Error, ErrorReply, Producer, PublishRecord};
+use broker_testkit::peer_links::PeerLinks;
+use broker_testkit::process::{refused_start, ServerProcess};
+
+/// How long a test waits for something that should happen quickly before it fails.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A free port on 127.0.0.1 (free when asked: the node binds it right after).
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// Three nodes' addresses and directories, and the processes running now.
+struct Nodes {
+    _dir: tempfile::TempDir,
+    dirs: Vec<PathBuf>,
+    client_addrs: Vec<SocketAddr>,
+    /// Where each node listens for its peers when that is not its advertised peer address
+    /// (behind a relay).
+    peer_listens: Vec<Option<SocketAddr>>,
+    members: String,
+    running: Vec<Option<ServerProcess>>,
+}
+
+impl Nodes {
+    fn start(count: usize) -> Nodes {
+        Nodes::start_through(count, None)
+    }
+
+    /// `count` nodes whose peer links go through `links`, when given.
+    fn start_through(count: usize, links: Option<&PeerLinks>) -> Nodes {
+        let dir = tempfile::tempdir().unwrap();
+        let client_addrs: Vec<SocketAddr> = (0..count).map(|_| free_addr()).collect();
+        let id = |index: usize| index as u64 + 1;
+        let members = client_addrs
+            .iter()
+            .enumerate()
+            .map(|(index, client)| {
+                let peer = links.map_or_else(free_addr, |links| links.advertised(id(index)));
+                format!("{}={peer}/{client}", id(index))
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        let peer_listens = (0..count)
+            .map(|index| links.map(|links| links.listen(id(index))))
+            .collect();
+        let dirs = (1..=count)
+            .map(|id| dir.path().join(format!("node-{id}")))
+            .collect();
+        let mut nodes = Nodes {
+            _dir: dir,
+            dirs,
+            client_addrs,
+            peer_listens,
+            members,
+            running: (0..count).map(|_| None).collect(),
+        };
+        for index in 0..count {
+            nodes.restart(index);
+        }
+        nodes
+    }
+
+    /// Starts node `index` (again) on its addresses and directory.
+    fn restart(&mut self, index: usize) {
+        let id = (index + 1).to_string();
+        let dir = self.dirs[index].to_str().unwrap().to_owned();
+        let mut flags = vec![
+            "--node-id".to_owned(),
+            id,
+            "--cluster-members".to_owned(),
+            self.members.clone(),
+            "--data-dir".to_owned(),
+            dir,
+            "--log-level".to_owned(),
+            "warn".to_owned(),
+        ];
+        if let Some(listen) = self.peer_listens[index] {
+            flags.extend(["--cluster-listen".to_owned(), listen.to_string()]);
+        }
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let node = ServerProcess::start_on(self.client_addrs[index], &flags);
+        self.running[index] = Some(node);
+    }
+
+    fn kill(&mut self, index: usize) {
+        self.running[index].take().unwrap().kill();
+    }
+
+    /// Every node's client address, as a client is given them.
+    fn addresses(&self) -> String {
+        self.client_addrs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    async fn client(&self) -> Client {
+        Client::builder()
+            .request_timeout(Duration::from_secs(5))
+            .connect(self.addresses().as_str())
+            .await
+            .expect("connect to the cluster")
+    }
+
+    /// The running node that leads now: the one that answers a read itself.
+    async fn leader(&self) -> usize {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            for (index, node) in self.running.iter().enumerate() {
+                let Some(node) = node else { continue };
+                let Ok(client) = Client::connect(node.addr_string().as_str()).await else {
+                    continue;
+                };
+                if client.describe().await.is_ok() {
+                    return index;
+                }
+            }
+            assert!(Instant::now() < deadline, "no node leads");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for node in self.running.iter_mut().flatten() {
+            node.kill();
+        }
+    }
+}
+
+/// Publishes `count` records `{prefix}-{i}` one call each, over the 4 partitions in turn;
+/// every one must be stored.
+async fn publish(client: &Client, prefix: &str, count: usize) {
+    eprintln!("publishing {count} records {prefix}-*");
+    for index in 0..count {
+        let payload = format!("{prefix}-{index}");
+        let offset = client
+            .publish("t", (index % 4) as i32, payload.into_bytes())
+            .await
+            .expect("publish");
+        assert!(offset >= 0, "refused as full");
+    }
+}
+
+/// Runs `call` until it answers: a call that finds its connection gone (the node it was
+/// connected to died) is asked again. Only for calls that change nothing when asked twice.
+async fn read<T, F: std::future::Future<Output = Result<T, Error>>>(call: impl Fn() -> F) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match call().await {
+            Ok(answer) => return answer,
+            Err(Error::ConnectionLost(_)) if Instant::now() < deadline => {}
+            Err(error) => panic!("{error:?}"),
+        }
+    }
+}
+
+/// Consumes the group `g` in fetch mode until nothing is left, committing after each fetch;
+/// returns the payloads in the order read.
+async fn drain(client: &Client) -> Vec<String> {
+    let mut payloads = Vec::new();
+    loop {
+        let records = read(|| client.fetch("t", "g", "m", 1_000)).await;
+        if records.is_empty() {
+            return payloads;
+        }
+        client.commit("t", "g", "m", None).await.expect("commit");
+        payloads.extend(
+            records
+                .iter()
+                .map(|record| String::from_utf8(record.payload.to_vec()).unwrap()),
+        );
+    }
+}
+
+async fn stored(client: &Client) -> i64 {
+    let topic = read(|| client.describe_topic("t")).await;
+    topic
+        .partitions
+        .iter()
+        .map(|partition| partition.end_offset)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_replicates_and_loses_nothing_when_its_leader_dies() {
+    let mut nodes = Nodes::start(3);
+    let client = nodes.client().await;
+    assert!(client.create("t", 4).await.unwrap());
+    client.join("t", "g", "m").await.unwrap();
+    publish(&client, "before", 100).await;
+    let first = drain(&client).await;
+    assert_eq!(first.len(), 100);
+
+    // A client given only a follower is told where the leader is, and moves there. (On a busy
+    // machine an election may be under way, or may just have made that node the leader: then
+    // ask again.)
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        assert!(Instant::now() < deadline, "no follower named the leader");
+        let leader = nodes.leader().await;
+        let follower = (leader + 1) % 3;
+        let direct = Client::connect(nodes.client_addrs[follower].to_string().as_str())
+            .await
+            .unwrap();
+        match direct.describe().await {
+            Err(Error::Server(ErrorReply::NotLeader { leader: Some(at) })) => {
+                let at: SocketAddr = at.parse().unwrap();
+                assert!(nodes.client_addrs.contains(&at), "{at}");
+                assert_eq!(stored(&direct).await, 100, "the client moved to the leader");
+                break;
+            }
+            Err(Error::Server(ErrorReply::NotLeader { leader: None })) | Ok(_) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(other) => panic!("a follower answered {other:?}"),
+        }
+    }
+    let leader = nodes.leader().await;
+    let follower = (leader + 1) % 3;
+
+    // The leader dies: a producer of the client given every node goes on once the others
+    // elect a new one, nothing acknowledged is lost and nothing retried is stored twice.
+    nodes.kill(leader);
+    let killed = Instant::now();
+    let producer = Producer::builder().build(client.clone());
+    let first = producer
+        .send("t", PublishRecord::to_partition(0, "after-0"))
+        .await
+        .expect("a send across the failover");
+    eprintln!(
+        "first send stored {:?} after the leader's kill -9",
+        killed.elapsed()
+    );
+    let sends: Vec<_> = (1..100)
+        .map(|index| {
+            let payload = format!("after-{index}");
+            producer.send("t", PublishRecord::to_partition(index % 4, payload))
+        })
+        .collect();
+    for send in sends {
+        send.await.expect("a send after the failover");
+    }
+    assert_eq!(first.partition, 0);
+    assert_eq!(stored(&client).await, 200);
+    let second = drain(&client).await;
+    assert_eq!(
+        second.len(),
+        100,
+        "committed offsets survived: nothing read twice"
+    );
+    assert!(second.iter().all(|payload| payload.starts_with("after")));
+
+    // The old leader comes back from its directory and catches up: with another node down,
+    // it is half of the majority that must hold everything.
+    nodes.restart(leader);
+    let other = (leader + 2) % 3;
+    let new_leader = nodes.leader().await;
+    publish(&client, "with-three", 1).await;
+    // Down with whichever of the other two is not the restarted node, preferring a follower.
+    let stopped = if new_leader == other { follower } else { other };
+    let stopped = if stopped == leader { follower } else { stopped };
+    nodes.kill(stopped);
+    publish(&client, "with-two", 1).await;
+    assert_eq!(stored(&client).await, 202);
+    let third = drain(&client).await;
+    assert_eq!(
+        third,
+        vec!["with-three-0".to_owned(), "with-two-0".to_owned()]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_its_followers_acknowledges_nothing_and_is_replaced() {
+    let links = PeerLinks::start(3).await;
+    let nodes = Nodes::start_through(3, Some(&links));
+    let client = nodes.client().await;
+    assert!(client.create("t", 4).await.unwrap());
+    client.join("t", "g", "m").await.unwrap();
+    publish(&client, "before", 20).await;
+    let old = nodes.leader().await;
+    let stale = Client::builder()
+        .request_timeout(Duration::from_secs(3))
+        .connect(nodes.client_addrs[old].to_string().as_str())
+        .await
+        .unwrap();
+
+    links.isolate(old as u64 + 1);
+    // The old leader cannot get a change acknowledged: it never answers one as stored.
+    match stale.publish("t", 0, "never-acknowledged").await {
+        Err(Error::Timeout | Error::Server(ErrorReply::NotLeader { .. })) => {}
+        other => panic!("a leader cut off from its followers answered {other:?}"),
+    }
+    // The other two elect a leader; a producer given every node goes on there.
+    let producer = Producer::builder().build(client.clone());
+    let sends: Vec<_> = (0..20)
+        .map(|index| {
+            let payload = format!("during-{index}");
+            producer.send("t", PublishRecord::to_partition(index % 4, payload))
+        })
+        .collect();
+    for send in sends {
+        send.await.expect("a send while the old leader is cut off");
+    }
+    let new = nodes.leader().await;
+    assert_ne!(new, old, "the cut-off node still leads");
+
+    // Healed, the old leader follows, and what it took but could not commit is gone.
+    links.heal();
+    publish(&client, "after", 4).await;
+    let payloads = drain(&client).await;
+    assert_eq!(payloads.len(), 44, "{payloads:?}");
+    assert!(!payloads
+        .iter()
+        .any(|payload| payload == "never-acknowledged"));
+    let distinct: std::collections::BTreeSet<&String> = payloads.iter().collect();
+    assert_eq!(distinct.len(), 44, "a record stored twice: {payloads:?}");
+    // Every node holds the same: with any one of the other two down, the rest still has all.
+    assert_eq!(stored(&client).await, 44);
+}
+
+/// The flags of a cluster node, for refusals.
+fn node_flags<'a>(id: &'a str, members: &'a str, dir: Option<&'a Path>) -> Vec<&'a str> {
+    let mut flags = vec!["--node-id", id, "--cluster-members", members];
+    if let Some(dir) = dir {
+        flags.extend(["--data-dir", dir.to_str().unwrap()]);
+    }
+    flags
+}
+
+#[test]
+fn cluster_settings_are_checked_at_start() {
+    let limit = Duration::from_secs(20);
+    let members = "1=127.0.0.1:1/127.0.0.1:2";
+    let refused = refused_start(&node_flags("1", members, None), limit);
+    assert_eq!(refused.status.code(), Some(2), "{}", refused.stderr);
+    assert!(refused.stderr.contains("--data-dir"), "{}", refused.stderr);
+
+    let dir = tempfile::tempdir().unwrap();
+    let refused = refused_start(&node_flags("7", members, Some(dir.path())), limit);
+    assert_eq!(refused.status.code(), Some(2), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("node id 7 is not among the cluster members (1)"),
+        "{}",
+        refused.stderr
+    );
+
+    let refused = refused_start(&node_flags("1", "1=a", Some(dir.path())), limit);
+    assert_eq!(refused.status.code(), Some(2), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("--cluster-members: \"1=a\" is not ID=PEER_ADDR/CLIENT_ADDR"),
+        "{}",
+        refused.stderr
+    );
+}
+
+#[tokio::test]
+async fn a_directory_serves_a_single_broker_or_a_cluster_node_never_both() {
+    let limit = Duration::from_secs(20);
+    let dir = tempfile::tempdir().unwrap();
+    let single = dir.path().join("single");
+    let path = single.to_str().unwrap();
+    let mut server = ServerProcess::start(&["--data-dir", path]);
+    let client = Client::connect(server.addr_string().as_str())
+        .await
+        .unwrap();
+    client.create("t", 1).await.unwrap();
+    server.terminate(limit);
+    let members = format!("1=127.0.0.1:{}/127.0.0.1:1", free_addr().port());
+    let refused = refused_start(&node_flags("1", &members, Some(&single)), limit);
+    assert!(
+        refused.stderr.contains("holds the data of a single broker"),
+        "{}",
+        refused.stderr
+    );
+
+    let node = dir.path().join("node");
+    let mut cluster: BTreeMap<&str, ServerProcess> = BTreeMap::new();
+    cluster.insert(
+        "node",
+        ServerProcess::start(&node_flags("1", &members, Some(&node))),
+    );
+    let client = Client::connect(cluster["node"].addr_string().as_str())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    // A cluster of one elects itself.
+    while client.create("t", 1).await.is_err() {
+        assert!(Instant::now() < deadline, "a cluster of one never led");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.get_mut("node").unwrap().terminate(limit);
+    let refused = refused_start(&["--data-dir", node.to_str().unwrap()], limit);
+    assert!(
+        refused.stderr.contains("holds the data of a cluster node"),
+        "{}",
+        refused.stderr
+    );
+}
