@@ -1217,11 +1217,11 @@ impl Inner {
 
 /// How many times one call follows a node's answer that it does not lead (bounded by the call's
 /// deadline too): with a pause between them, several seconds, enough for an election or two.
-const MAX_REDIRECTS: u32 = 40;
+const MAX_REDIRECTS: u32 = 60;
 
 /// How long a client waits before asking the next node when a node knows no leader (an
-/// election is under way; with the default timeouts one takes about a second).
-const ELECTION_PAUSE: Duration = Duration::from_millis(150);
+/// election is under way; with the default timeouts one takes under a second).
+const ELECTION_PAUSE: Duration = Duration::from_millis(100);
 
 /// The error for an outcome of the wrong kind for `call`.
 fn unexpected(call: &str, outcome: &Outcome) -> Error {

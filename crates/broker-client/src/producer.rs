@@ -430,9 +430,10 @@ impl TopicSender {
     }
 }
 
-/// The back-off between attempts of a batch: doubling from 1 ms to 1 s.
+/// The back-off between attempts of a batch: doubling from 1 ms to 256 ms (so that a batch is
+/// tried again within a quarter of a second of its partition's room, or of a new leader).
 fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(1 << attempt.min(10))
+    Duration::from_millis(1 << attempt.min(8))
 }
 
 /// A topic's sending task: keeps the queued records of each partition, and sends the batches

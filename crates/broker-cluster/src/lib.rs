@@ -64,7 +64,7 @@ pub struct ClusterConfig {
 }
 
 impl ClusterConfig {
-    /// The default timing (heartbeats every 150 ms, elections after 750 to 1,500 ms of
+    /// The default timing (heartbeats every 150 ms, elections after 500 to 1,000 ms of
     /// silence, a snapshot every 20,000 entries) for `node_id` of a cluster of `members`,
     /// keeping its files in `dir`.
     pub fn new(node_id: NodeId, members: BTreeMap<NodeId, ClusterNode>, dir: PathBuf) -> Self {
@@ -75,7 +75,7 @@ impl ClusterConfig {
             fsync: true,
             token: None,
             heartbeat: Duration::from_millis(150),
-            election_timeout: Duration::from_millis(750),
+            election_timeout: Duration::from_millis(500),
             snapshot_every: 20_000,
         }
     }

@@ -280,6 +280,27 @@ impl BrokerGuard<'_> {
         }
     }
 
+    /// Gives every member the state holds a fresh session, as if it had just joined (through no
+    /// connection): after a restart, or when this node becomes a cluster's leader, a member
+    /// whose consumer is gone is removed a session timeout later.
+    pub(crate) fn restore_sessions(&mut self) {
+        let description = self.locked.state.describe_all();
+        let now = Instant::now();
+        for topic in &description.topics {
+            for group in &topic.groups {
+                for member in &group.members {
+                    let key = MemberKey {
+                        topic: topic.name.clone(),
+                        group: group.name.clone(),
+                        member: member.member.clone(),
+                    };
+                    // Connection ids start at 1, so no connection's close removes these.
+                    self.locked.sessions.joined(key, 0, now);
+                }
+            }
+        }
+    }
+
     /// The sessions.
     pub(crate) fn sessions(&mut self) -> &mut Sessions {
         &mut self.locked.sessions

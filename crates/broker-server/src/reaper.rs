@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use broker_core::BrokerDescription;
+use broker_cluster::Cluster;
 use broker_proto::ErrorReply;
 use tokio::time::{self, Instant, MissedTickBehavior};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::replicated;
 use crate::sessions::{MemberKey, Sessions};
@@ -29,7 +29,7 @@ pub(crate) async fn reap(shared: Arc<Shared>) {
         match shared.cluster() {
             Some(cluster) => {
                 let gone = shared.broker.lock().sessions().expired(now, timeout);
-                replicated::remove(&shared, cluster, gone, Removal::Expired).await;
+                remove_replicated(&shared, cluster, gone, Removal::Expired).await;
             }
             None => remove(&shared, Removal::Expired, |sessions| {
                 sessions.expired(now, timeout)
@@ -56,7 +56,7 @@ pub(crate) fn disconnect(shared: &Shared, connection: u64) {
 
 /// Why members are being removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Removal {
+enum Removal {
     /// Their session timed out (or an earlier disconnect's leave failed).
     Expired,
     /// Their connection closed, with `--leave-on-disconnect`.
@@ -109,16 +109,9 @@ fn remove(shared: &Shared, why: Removal, select: impl FnOnce(&Sessions) -> Vec<M
     shared.signals.wake(&topics);
 }
 
-/// Gives every member of a recovered broker a fresh session, as if it had just joined (through
-/// no connection): a member whose consumer is gone is removed a session timeout after the start.
 /// Logs the removal of `key` (and counts an expiry), or, with `refusal`, that the broker
 /// refused it (its topic is gone, say): the member is gone with it, so its session goes too.
-pub(crate) fn report_removal(
-    shared: &Shared,
-    key: &MemberKey,
-    why: Removal,
-    refusal: Option<ErrorReply>,
-) {
+fn report_removal(shared: &Shared, key: &MemberKey, why: Removal, refusal: Option<ErrorReply>) {
     match refusal {
         None => {
             info!(
@@ -145,21 +138,25 @@ pub(crate) fn report_removal(
     }
 }
 
-pub(crate) fn restore(shared: &Shared) {
-    let mut broker = shared.broker.lock();
-    let description: BrokerDescription = broker.describe();
-    let now = Instant::now();
-    for topic in &description.topics {
-        for group in &topic.groups {
-            for member in &group.members {
-                let key = MemberKey {
-                    topic: topic.name.clone(),
-                    group: group.name.clone(),
-                    member: member.member.clone(),
-                };
-                // Connection ids start at 1, so no connection's close removes these.
-                broker.sessions().joined(key, 0, now);
+/// In a cluster, on the leader: removes the members in `gone` (their session expired, or their
+/// connection closed with `--leave-on-disconnect`) with one proposal of their leaves. Their
+/// sessions are forgotten once their leaves are applied (or refused by the broker); when
+/// nothing was applied they stay, and the next check tries again.
+async fn remove_replicated(shared: &Shared, cluster: &Cluster, gone: Vec<MemberKey>, why: Removal) {
+    if gone.is_empty() || !cluster.is_leader() {
+        return;
+    }
+    let leaves = gone.iter().map(MemberKey::leave).collect();
+    match replicated::execute(cluster, leaves).await {
+        Ok(results) => {
+            let mut broker = shared.broker.lock();
+            for (key, result) in gone.iter().zip(results) {
+                report_removal(shared, key, why, result.err());
+                broker.sessions().forget(key);
             }
+        }
+        Err(refusal) => {
+            debug!(%refusal, "removing members was not replicated; trying again at the next check");
         }
     }
 }

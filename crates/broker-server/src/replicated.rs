@@ -17,8 +17,6 @@ use tracing::{debug, info};
 
 use crate::broker::{wall_clock_ms, Broker};
 use crate::config::ClusterSettings;
-use crate::reaper::{self, Removal};
-use crate::sessions::MemberKey;
 use crate::shared::Shared;
 use crate::signals::Signals;
 use crate::ServerError;
@@ -196,29 +194,6 @@ pub(crate) async fn tick(shared: &Shared, cluster: &Cluster) {
     }
 }
 
-/// On the leader, removes the members in `gone` (their session expired, or their connection
-/// closed with `--leave-on-disconnect`): one proposal of their leaves. Their sessions are
-/// forgotten once their leaves are applied (or refused by the broker); when nothing was
-/// applied they stay, and the next check tries again.
-pub(crate) async fn remove(shared: &Shared, cluster: &Cluster, gone: Vec<MemberKey>, why: Removal) {
-    if gone.is_empty() || !cluster.is_leader() {
-        return;
-    }
-    let leaves = gone.iter().map(MemberKey::leave).collect();
-    match execute(cluster, leaves).await {
-        Ok(results) => {
-            let mut broker = shared.broker.lock();
-            for (key, result) in gone.iter().zip(results) {
-                reaper::report_removal(shared, key, why, result.err());
-                broker.sessions().forget(key);
-            }
-        }
-        Err(refusal) => {
-            debug!(%refusal, "removing members was not replicated; trying again at the next check");
-        }
-    }
-}
-
 /// Follows this node's role. When it becomes the leader it takes over the sessions of every
 /// member the state holds (as a restarted server does: each gets a full session timeout to
 /// show up), once everything the old leader committed is applied here. When it stops being the
@@ -254,7 +229,7 @@ async fn follow_leadership(shared: Arc<Shared>) {
                 .await
             {
                 Ok(_) => {
-                    reaper::restore(&shared);
+                    shared.broker.lock().restore_sessions();
                     info!(term, "this node leads the cluster");
                 }
                 Err(error) => info!(%error, term, "leadership ended before it was taken up"),

@@ -94,7 +94,7 @@ pub(crate) async fn serve(
     }
     // In a cluster the leader takes over the sessions when it is elected.
     if restored && shared.cluster().is_none() {
-        reaper::restore(&shared);
+        shared.broker.lock().restore_sessions();
     }
     shared.tracker.spawn(reaper::reap(Arc::clone(&shared)));
     shared.tracker.spawn(clock::run(Arc::clone(&shared)));
