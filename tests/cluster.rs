@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use broker_client::{Client, Error, ErrorReply, Producer, PublishRecord};
+use broker_testkit::http::get as http_get;
 use broker_testkit::peer_links::PeerLinks;
 use broker_testkit::process::{refused_start, ServerProcess};
 
@@ -398,10 +399,9 @@ async fn a_directory_serves_a_single_broker_or_a_cluster_node_never_both() {
 
     let node = dir.path().join("node");
     let mut cluster: BTreeMap<&str, ServerProcess> = BTreeMap::new();
-    cluster.insert(
-        "node",
-        ServerProcess::start(&node_flags("1", &members, Some(&node))),
-    );
+    let mut flags = node_flags("1", &members, Some(&node));
+    flags.extend(["--metrics-listen", "127.0.0.1:0"]);
+    cluster.insert("node", ServerProcess::start(&flags));
     let client = Client::connect(cluster["node"].addr_string().as_str())
         .await
         .unwrap();
@@ -410,6 +410,16 @@ async fn a_directory_serves_a_single_broker_or_a_cluster_node_never_both() {
     while client.create("t", 1).await.is_err() {
         assert!(Instant::now() < deadline, "a cluster of one never led");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The metrics endpoint shows the node's view of the cluster.
+    let (status, _, text) = http_get(cluster["node"].metrics_addr.unwrap(), "/metrics", "");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    for line in [
+        "broker_cluster_leader 1",
+        "broker_cluster_leader_id 1",
+        "broker_cluster_replicated_index{node=\"1\"}",
+    ] {
+        assert!(text.contains(line), "{line} is not in {text}");
     }
     cluster.get_mut("node").unwrap().terminate(limit);
     let refused = refused_start(&["--data-dir", node.to_str().unwrap()], limit);

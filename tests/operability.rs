@@ -4,12 +4,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::process::Stdio;
 use std::time::Duration;
 
 use broker_client::Client;
+use broker_testkit::http::get as http_get;
 use broker_testkit::process::{refused_start_with, ServerProcess};
 use serde_json::Value;
 
@@ -148,30 +149,6 @@ fn a_bad_value_in_an_environment_variable_names_the_variable() {
         refusal.stderr.contains("'abc' for '--capacity"),
         "{refusal:?}"
     );
-}
-
-/// `GET path` over HTTP/1.1 with `accept` as the Accept header (none if empty): the status
-/// line, the headers and the body.
-fn http_get(addr: SocketAddr, path: &str, accept: &str) -> (String, String, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let accept = if accept.is_empty() {
-        String::new()
-    } else {
-        format!("Accept: {accept}\r\n")
-    };
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: broker\r\nConnection: close\r\n{accept}\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-    let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
-    (status.to_owned(), headers.to_lowercase(), body.to_owned())
 }
 
 /// The value of the sample `series` (name and labels exactly as written) in `text`.

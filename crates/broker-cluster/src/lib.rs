@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use log_store::LogStore;
+pub use log_store::{LogStore, LogSync};
 pub use network::{Network, PeerLink, MAX_PEER_FRAME};
 pub use openraft::ServerState;
 pub use state_machine::{Replica, SnapshotBuilder, StateMachine};
@@ -49,8 +49,8 @@ pub struct ClusterConfig {
     pub members: BTreeMap<NodeId, ClusterNode>,
     /// Where the log, the vote and the snapshots live.
     pub dir: PathBuf,
-    /// Whether appends to the log are fsynced before they count as stored.
-    pub fsync: bool,
+    /// When appends to the log reach the disk.
+    pub sync: LogSync,
     /// The secret peers present to each other, if any.
     pub token: Option<String>,
     /// How often the leader tells followers it is alive.
@@ -72,7 +72,7 @@ impl ClusterConfig {
             node_id,
             members,
             dir,
-            fsync: true,
+            sync: LogSync::EveryAppend,
             token: None,
             heartbeat: Duration::from_millis(150),
             election_timeout: Duration::from_millis(500),
@@ -193,7 +193,7 @@ impl Cluster {
         let dir = config.dir.clone();
         let (log, machine) = tokio::task::spawn_blocking(move || {
             Ok::<_, io::Error>((
-                LogStore::open(&dir, config.fsync)?,
+                LogStore::open(&dir, config.sync)?,
                 StateMachine::open(&dir, replica)?,
             ))
         })

@@ -10,7 +10,7 @@
 //! `raft-log` is a header, 12 bytes (magic `BRKRAFTL`, format version `u32`), then records: body
 //! length `u32`, CRC-32 (IEEE) of the body `u32`, body: one [`Entry`] in bincode 2.0.1's serde
 //! encoding with fixed-width integers (see [`crate::codec`]). Appends go to the end and are
-//! fsynced before openraft is told they are durable (unless the node runs with `--fsync never`);
+//! fsynced as [`LogSync`] says before openraft is told they are stored;
 //! a truncation cuts the file at the first removed record; a purge rewrites the file with what
 //! remains (to a temporary file, fsynced, then renamed over the old one).
 //!
@@ -28,7 +28,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogState, RaftLogId, RaftLogReader, StorageIOError, Vote};
@@ -47,6 +48,18 @@ const LOG_HEADER: usize = 12;
 const RECORD_HEADER: usize = 8;
 /// No entry is larger: a length above it is damage, not an entry.
 const MAX_RECORD: u32 = 1 << 30;
+
+/// When appends to the log reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogSync {
+    /// Every append is fsynced before it counts as stored (survives power loss).
+    EveryAppend,
+    /// Appends are written at once and fsynced by a thread of their own at this interval
+    /// (survives `kill -9`; a power loss of a majority loses at most the interval).
+    Every(Duration),
+    /// Appends are written; the operating system decides when they reach the disk.
+    Never,
+}
 
 /// What `raft-meta` holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,8 +80,10 @@ pub struct LogStore {
 #[derive(Debug)]
 pub(crate) struct LogFiles {
     dir: PathBuf,
-    /// `raft-log`, opened for appending.
-    log: File,
+    /// `raft-log`, opened for appending (shared with the thread that syncs it on an interval).
+    log: Arc<File>,
+    /// Whether appends were written since the last sync.
+    pub(crate) unsynced: bool,
     /// The byte length of `raft-log`.
     end: u64,
     /// The entries not purged, by index.
@@ -76,16 +91,16 @@ pub(crate) struct LogFiles {
     /// Where each entry's record starts in `raft-log`.
     offsets: BTreeMap<u64, u64>,
     meta: Meta,
-    /// Whether appends are fsynced.
-    sync: bool,
+    /// When appends are fsynced.
+    sync: LogSync,
 }
 
 impl LogStore {
-    /// Opens (or creates) the log in `dir`, fsyncing appends when `sync` is true.
+    /// Opens (or creates) the log in `dir`, syncing appends as `sync` says.
     ///
     /// # Errors
     /// The directory cannot be read or written, or a file in it is damaged.
-    pub fn open(dir: &Path, sync: bool) -> io::Result<LogStore> {
+    pub fn open(dir: &Path, sync: LogSync) -> io::Result<LogStore> {
         fs::create_dir_all(dir)?;
         let meta = read_meta(&dir.join(META_FILE))?;
         let path = dir.join(LOG_FILE);
@@ -101,17 +116,20 @@ impl LogStore {
             log.set_len(end)?;
             log.sync_all()?;
         }
-        Ok(LogStore {
-            files: Arc::new(Mutex::new(LogFiles {
-                dir: dir.to_owned(),
-                log,
-                end,
-                entries,
-                offsets,
-                meta,
-                sync,
-            })),
-        })
+        let files = Arc::new(Mutex::new(LogFiles {
+            dir: dir.to_owned(),
+            log: Arc::new(log),
+            unsynced: false,
+            end,
+            entries,
+            offsets,
+            meta,
+            sync,
+        }));
+        if let LogSync::Every(interval) = sync {
+            sync_every(Arc::downgrade(&files), interval)?;
+        }
+        Ok(LogStore { files })
     }
 
     pub(crate) fn files(&self) -> MutexGuard<'_, LogFiles> {
@@ -154,9 +172,11 @@ impl LogFiles {
             push_record(&mut bytes, &entry)?;
             added.push((at, entry));
         }
-        self.log.write_all(&bytes)?;
-        if self.sync {
-            self.log.sync_data()?;
+        (&*self.log).write_all(&bytes)?;
+        match self.sync {
+            LogSync::EveryAppend => self.log.sync_data()?,
+            LogSync::Every(_) => self.unsynced = true,
+            LogSync::Never => {}
         }
         self.end += bytes.len() as u64;
         for (at, entry) in added {
@@ -192,11 +212,37 @@ impl LogFiles {
         self.entries = kept;
         let path = self.dir.join(LOG_FILE);
         let (offsets, end) = write_log(&path, self.entries.values())?;
-        self.log = OpenOptions::new().append(true).open(&path)?;
+        self.log = Arc::new(OpenOptions::new().append(true).open(&path)?);
         self.offsets = offsets;
         self.end = end;
         Ok(())
     }
+}
+
+/// Starts the thread that fsyncs the log every `interval` while something was appended since
+/// the last sync, until the log is dropped. The sync runs outside the lock: appends go on
+/// meanwhile.
+fn sync_every(files: Weak<Mutex<LogFiles>>, interval: Duration) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("raft-log-sync".to_owned())
+        .spawn(move || loop {
+            std::thread::sleep(interval);
+            let Some(files) = files.upgrade() else {
+                return;
+            };
+            let log = {
+                let mut files = files.lock().unwrap_or_else(PoisonError::into_inner);
+                if !std::mem::take(&mut files.unsynced) {
+                    continue;
+                }
+                Arc::clone(&files.log)
+            };
+            drop(files);
+            if let Err(cause) = log.sync_data() {
+                tracing::error!(%cause, "syncing the Raft log failed; trying again");
+            }
+        })?;
+    Ok(())
 }
 
 /// Appends one record (length, checksum, body) for `entry` to `out`.
@@ -442,7 +488,7 @@ mod tests {
     fn entries_vote_truncation_and_purge_survive_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let store = LogStore::open(dir.path(), true).unwrap();
+            let store = LogStore::open(dir.path(), LogSync::EveryAppend).unwrap();
             let mut files = store.files();
             files.append((1..=10).map(entry)).unwrap();
             files.truncate(8).unwrap();
@@ -456,7 +502,7 @@ mod tests {
             files.write_meta(meta).unwrap();
             files.append([entry(8)]).unwrap();
         }
-        let store = LogStore::open(dir.path(), true).unwrap();
+        let store = LogStore::open(dir.path(), LogSync::EveryAppend).unwrap();
         assert_eq!(indexes(&store), vec![4, 5, 6, 7, 8]);
         assert_eq!(store.files().meta.vote, Some(Vote::new(2, 7)));
         assert_eq!(store.last_index(), Some(8));
@@ -464,10 +510,33 @@ mod tests {
     }
 
     #[test]
+    fn appends_are_synced_on_the_interval_and_the_thread_ends_with_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::open(dir.path(), LogSync::Every(Duration::from_millis(5))).unwrap();
+        store.files().append([entry(1)]).unwrap();
+        assert!(store.files().unsynced);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while store.files().unsynced {
+            assert!(std::time::Instant::now() < deadline, "never synced");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let files = Arc::downgrade(&store.files);
+        drop(store);
+        // The thread holds the log only while it syncs.
+        while files.upgrade().is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the log outlived its store"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
     fn a_torn_tail_is_cut_and_appends_go_on_after_it() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let store = LogStore::open(dir.path(), false).unwrap();
+            let store = LogStore::open(dir.path(), LogSync::Never).unwrap();
             store.files().append((1..=3).map(entry)).unwrap();
         }
         let path = dir.path().join(LOG_FILE);
@@ -479,11 +548,11 @@ mod tests {
             .unwrap()
             .set_len(length - 1)
             .unwrap();
-        let store = LogStore::open(dir.path(), false).unwrap();
+        let store = LogStore::open(dir.path(), LogSync::Never).unwrap();
         assert_eq!(indexes(&store), vec![1, 2]);
         store.files().append([entry(3)]).unwrap();
         drop(store);
-        let store = LogStore::open(dir.path(), false).unwrap();
+        let store = LogStore::open(dir.path(), LogSync::Never).unwrap();
         assert_eq!(indexes(&store), vec![1, 2, 3]);
     }
 
@@ -491,14 +560,14 @@ mod tests {
     fn damage_before_the_end_refuses_to_open() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let store = LogStore::open(dir.path(), false).unwrap();
+            let store = LogStore::open(dir.path(), LogSync::Never).unwrap();
             store.files().append((1..=3).map(entry)).unwrap();
         }
         let path = dir.path().join(LOG_FILE);
         let mut bytes = fs::read(&path).unwrap();
         bytes[0] = b'X';
         fs::write(&path, &bytes).unwrap();
-        let error = LogStore::open(dir.path(), false).unwrap_err();
+        let error = LogStore::open(dir.path(), LogSync::Never).unwrap_err();
         assert!(error.to_string().contains("not a Raft log file"), "{error}");
     }
 }

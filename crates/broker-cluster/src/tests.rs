@@ -93,7 +93,7 @@ fn config(id: NodeId, members: &BTreeMap<NodeId, ClusterNode>, dir: &Path) -> Cl
         heartbeat: Duration::from_millis(50),
         election_timeout: Duration::from_millis(250),
         snapshot_every: 50,
-        fsync: false,
+        sync: LogSync::Never,
         token: Some("secret".to_owned()),
         ..ClusterConfig::new(id, members.clone(), dir.join(format!("node-{id}")))
     }
@@ -252,7 +252,8 @@ async fn three_nodes_replicate_survive_a_leader_loss_and_catch_up() {
         node.cluster.shutdown().await;
     }
     // It caught up from a snapshot: its log starts after the entries it never saw.
-    let rejoined = LogStore::open(&dir.path().join(format!("node-{lost_id}")), false).unwrap();
+    let rejoined =
+        LogStore::open(&dir.path().join(format!("node-{lost_id}")), LogSync::Never).unwrap();
     let first_entry = rejoined.files().entries.keys().next().copied();
     assert!(first_entry > Some(2), "the log starts at {first_entry:?}");
 }

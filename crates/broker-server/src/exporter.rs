@@ -15,6 +15,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use broker_cluster::Cluster;
 use broker_core::{GroupDescription, TopicDescription};
 use bytes::Bytes;
 use http_body_util::Full;
@@ -207,27 +208,79 @@ impl Collector for StateCollector {
                 &mut encoder,
                 "memory_used",
                 "Payload, key and header bytes retained in memory.",
+                Some(Unit::Bytes),
                 gauge(used),
             )?;
             single_gauge(
                 &mut encoder,
                 "memory_budget",
                 "The most payload, key and header bytes retained in memory (--max-memory).",
+                Some(Unit::Bytes),
                 gauge(budget),
             )?;
+        }
+        if let Some(cluster) = shared.cluster() {
+            encode_cluster(&mut encoder, cluster)?;
         }
         Ok(())
     }
 }
 
-/// Writes one gauge in bytes without labels.
+/// The node's view of its cluster: its role, the term, the indexes of its log, and on the
+/// leader how far each node has the log.
+fn encode_cluster(
+    encoder: &mut DescriptorEncoder,
+    cluster: &Cluster,
+) -> Result<(), std::fmt::Error> {
+    let status = cluster.status();
+    let index = |index: Option<u64>| index.map_or(-1, gauge);
+    for (name, help, value) in [
+        (
+            "cluster_leader",
+            "1 on the node that leads the cluster now (and has heard from a majority), else 0.",
+            i64::from(cluster.is_leader()),
+        ),
+        (
+            "cluster_leader_id",
+            "The id of the node this node knows as the leader (0 when it knows none).",
+            gauge(status.leader.unwrap_or(0)),
+        ),
+        ("cluster_term", "The current term.", gauge(status.term)),
+        (
+            "cluster_last_log_index",
+            "The index of the last entry of this node's log (-1 when empty).",
+            index(status.last_log_index),
+        ),
+        (
+            "cluster_applied_index",
+            "The index of the last entry applied to this node's broker (-1 before any).",
+            index(status.applied_index),
+        ),
+    ] {
+        single_gauge(encoder, name, help, None, value)?;
+    }
+    let mut replicated = GaugeFamily::new(
+        "cluster_replicated_index",
+        "On the leader: the index of the last entry each node is known to have (-1 before any).",
+        None,
+    );
+    for (node, matched) in &status.replication {
+        replicated
+            .samples
+            .push(([("node", node.to_string())], index(*matched)));
+    }
+    replicated.encode(encoder)
+}
+
+/// Writes one gauge without labels.
 fn single_gauge(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
+    unit: Option<Unit>,
     value: i64,
 ) -> Result<(), std::fmt::Error> {
-    let family = encoder.encode_descriptor(name, help, Some(&Unit::Bytes), MetricType::Gauge)?;
+    let family = encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
     ConstGauge::new(value).encode(family)
 }
 

@@ -32,9 +32,12 @@ Examples:
   broker-server --tls-cert cert.pem --tls-key key.pem
                                                   serve TLS only
 
-A cluster of three on one host (start each with its own --node-id, port and directory):
-  broker-server --node-id 1 --listen 127.0.0.1:9101 --data-dir /var/lib/broker-1 \
-    --cluster-members 1=127.0.0.1:9201/127.0.0.1:9101,2=127.0.0.1:9202/127.0.0.1:9102,3=127.0.0.1:9203/127.0.0.1:9103
+A cluster of three on one host (each node with its own --node-id, ports and directory):
+  export BROKER_CLUSTER_MEMBERS=1=127.0.0.1:9201/127.0.0.1:9101,\\
+    2=127.0.0.1:9202/127.0.0.1:9102,3=127.0.0.1:9203/127.0.0.1:9103
+  broker-server --node-id 1 --listen 127.0.0.1:9101 --data-dir /var/lib/broker-1
+  broker-server --node-id 2 --listen 127.0.0.1:9102 --data-dir /var/lib/broker-2
+  broker-server --node-id 3 --listen 127.0.0.1:9103 --data-dir /var/lib/broker-3
   BROKER_ADDR=127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103 broker publish t hello
 
 The auth token comes from --auth-token-file or the BROKER_AUTH_TOKEN environment variable,

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use broker_cluster::{Applied, Cluster, ClusterConfig, Proposal, ProposeError, Replica};
+use broker_cluster::{Applied, Cluster, ClusterConfig, LogSync, Proposal, ProposeError, Replica};
 use broker_core::image::StateImage;
 use broker_core::{BrokerState, Command, Outcome};
 use broker_proto::ErrorReply;
@@ -100,7 +100,11 @@ pub(crate) async fn start(
         settings.members.clone(),
         data_dir.join(CLUSTER_DIR),
     );
-    config.fsync = shared.config.fsync != crate::Fsync::Never;
+    config.sync = match shared.config.fsync {
+        crate::Fsync::Always => LogSync::EveryAppend,
+        crate::Fsync::Batch => LogSync::Every(shared.config.fsync_interval),
+        crate::Fsync::Never => LogSync::Never,
+    };
     config.token = shared
         .config
         .auth_token

@@ -15,6 +15,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
 pub mod certs;
+pub mod http;
 pub mod in_process;
 pub mod peer_links;
 pub mod process;
