@@ -304,7 +304,33 @@ async fn a_leader_cut_off_from_its_followers_acknowledges_nothing_and_is_replace
         .await
         .unwrap();
 
+    // A poll waiting for records on the old leader...
+    assert!(client.create("w", 1).await.unwrap());
+    client.join("w", "g", "m").await.unwrap();
+    let waiting = {
+        let stale = stale.clone();
+        tokio::spawn(async move {
+            let asked = Instant::now();
+            let answer = stale
+                .poll_wait("w", "g", "m", 1, Duration::from_secs(30))
+                .await;
+            (answer, asked.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
     links.isolate(old as u64 + 1);
+    // ... is answered once the leader knows it no longer leads, long before its wait ends, so
+    // that its client can move to the new leader.
+    let (answer, waited) = waiting.await.unwrap();
+    assert!(
+        matches!(answer, Err(Error::Server(ErrorReply::NotLeader { .. }))),
+        "{answer:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(15),
+        "answered after {waited:?}"
+    );
     // The old leader cannot get a change acknowledged: it never answers one as stored.
     match stale.publish("t", 0, "never-acknowledged").await {
         Err(Error::Timeout | Error::Server(ErrorReply::NotLeader { .. })) => {}
@@ -336,6 +362,48 @@ async fn a_leader_cut_off_from_its_followers_acknowledges_nothing_and_is_replace
     assert_eq!(distinct.len(), 44, "a record stored twice: {payloads:?}");
     // Every node holds the same: with any one of the other two down, the rest still has all.
     assert_eq!(stored(&client).await, 44);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_over_a_slow_link_loses_nothing() {
+    let links = PeerLinks::start(3).await;
+    let mut nodes = Nodes::start_through(3, Some(&links));
+    // Node 3's links to and from node 1 are slow: it is often the one left behind.
+    links.delay(1, 3, Duration::from_millis(30));
+    links.delay(3, 1, Duration::from_millis(30));
+    let client = nodes.client().await;
+    assert!(client.create("t", 4).await.unwrap());
+    client.join("t", "g", "m").await.unwrap();
+    let producer = Producer::builder().build(client.clone());
+    // Records sent at a steady pace all through the restarts.
+    let sending = tokio::spawn(async move {
+        let mut sends = Vec::new();
+        for index in 0..300 {
+            let payload = format!("rolling-{index}");
+            sends.push(producer.send("t", PublishRecord::to_partition(index % 4, payload)));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for send in sends {
+            send.await.expect("a send during the rolling restart");
+        }
+    });
+    for index in 0..3 {
+        nodes.running[index]
+            .as_mut()
+            .unwrap()
+            .terminate(Duration::from_secs(20));
+        nodes.running[index] = None;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        nodes.restart(index);
+        // Back in the cluster before the next one goes.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    sending.await.unwrap();
+    let payloads = drain(&client).await;
+    let distinct: std::collections::BTreeSet<&String> = payloads.iter().collect();
+    assert_eq!(payloads.len(), 300, "{payloads:?}");
+    assert_eq!(distinct.len(), 300, "a record stored twice");
+    assert_eq!(stored(&client).await, 300);
 }
 
 /// The flags of a cluster node, for refusals.

@@ -35,6 +35,7 @@ use tokio_util::task::TaskTracker;
 
 pub use log_store::{LogStore, LogSync};
 pub use network::{Network, PeerLink, MAX_PEER_FRAME};
+pub use openraft::error::Fatal;
 pub use openraft::ServerState;
 pub use state_machine::{Replica, SnapshotBuilder, StateMachine};
 pub use types::{parse_members, Applied, ClusterNode, NodeId, Proposal, TypeConfig};

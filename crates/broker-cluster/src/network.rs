@@ -9,7 +9,9 @@
 //! refused; then it sends [`PeerRequest`]s, one at a time, each answered by one
 //! [`PeerResponse`].
 
+use std::collections::HashSet;
 use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -108,12 +110,44 @@ async fn receive<T: serde::de::DeserializeOwned>(framed: &mut PeerFramed) -> io:
 pub struct Network {
     from: NodeId,
     token: Option<String>,
+    reachability: Arc<Reachability>,
 }
 
 impl Network {
     /// Links of node `from` that present `token` to their peers.
     pub fn new(from: NodeId, token: Option<String>) -> Network {
-        Network { from, token }
+        Network {
+            from,
+            token,
+            reachability: Arc::default(),
+        }
+    }
+}
+
+/// Which peers the last exchange with failed, shared by every link of a node: a peer that goes
+/// down is logged once (and once more when it answers again), not at every retry.
+#[derive(Debug, Default)]
+struct Reachability {
+    unreachable: Mutex<HashSet<NodeId>>,
+}
+
+impl Reachability {
+    fn failed(&self, target: NodeId, addr: &str, cause: &io::Error) {
+        if self.lock().insert(target) {
+            tracing::warn!(node = target, %addr, %cause, "a peer is unreachable; retrying");
+        }
+    }
+
+    fn answered(&self, target: NodeId, addr: &str) {
+        if self.lock().remove(&target) {
+            tracing::info!(node = target, %addr, "a peer answers again");
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<NodeId>> {
+        self.unreachable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -123,6 +157,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: NodeId, node: &ClusterNode) -> PeerLink {
         PeerLink {
             from: self.from,
+            reachability: Arc::clone(&self.reachability),
             target,
             addr: node.raft_addr.clone(),
             token: self.token.clone(),
@@ -135,6 +170,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 #[derive(Debug)]
 pub struct PeerLink {
     from: NodeId,
+    reachability: Arc<Reachability>,
     target: NodeId,
     addr: String,
     token: Option<String>,
@@ -155,8 +191,12 @@ impl PeerLink {
                 ),
             ))
         });
-        if result.is_err() {
-            self.connection = None;
+        match &result {
+            Ok(_) => self.reachability.answered(self.target, &self.addr),
+            Err(cause) => {
+                self.reachability.failed(self.target, &self.addr, cause);
+                self.connection = None;
+            }
         }
         result
     }
@@ -211,22 +251,41 @@ fn mismatched<E: std::error::Error>() -> RPCError<NodeId, ClusterNode, E> {
     RPCError::Network(NetworkError::new(&error))
 }
 
+impl PeerLink {
+    /// Sends `request` and takes the answer `pick` finds in the response: a remote refusal, a
+    /// response of another kind (a protocol error) or a failed exchange become openraft's
+    /// errors.
+    async fn ask<T, E: std::error::Error>(
+        &mut self,
+        request: PeerRequest,
+        option: RPCOption,
+        pick: impl FnOnce(PeerResponse) -> Option<Result<T, RaftError<NodeId, E>>>,
+    ) -> Result<T, RpcError<E>> {
+        match self.call(request, option.hard_ttl()).await.map(pick) {
+            Ok(Some(answer)) => {
+                answer.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
+            }
+            Ok(None) => Err(mismatched()),
+            Err(error) => Err(unreachable(&error)),
+        }
+    }
+}
+
 impl RaftNetwork<TypeConfig> for PeerLink {
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcError> {
-        match self
-            .call(PeerRequest::AppendEntries(rpc), option.hard_ttl())
-            .await
-        {
-            Ok(PeerResponse::AppendEntries(answer)) => {
-                answer.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
-            }
-            Ok(_) => Err(mismatched()),
-            Err(error) => Err(unreachable(&error)),
-        }
+        self.ask(
+            PeerRequest::AppendEntries(rpc),
+            option,
+            |response| match response {
+                PeerResponse::AppendEntries(answer) => Some(answer),
+                _ => None,
+            },
+        )
+        .await
     }
 
     async fn install_snapshot(
@@ -234,16 +293,15 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<NodeId>, RpcError<InstallSnapshotError>> {
-        match self
-            .call(PeerRequest::InstallSnapshot(rpc), option.hard_ttl())
-            .await
-        {
-            Ok(PeerResponse::InstallSnapshot(answer)) => {
-                answer.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
-            }
-            Ok(_) => Err(mismatched()),
-            Err(error) => Err(unreachable(&error)),
-        }
+        self.ask(
+            PeerRequest::InstallSnapshot(rpc),
+            option,
+            |response| match response {
+                PeerResponse::InstallSnapshot(answer) => Some(answer),
+                _ => None,
+            },
+        )
+        .await
     }
 
     async fn vote(
@@ -251,13 +309,11 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RpcError> {
-        match self.call(PeerRequest::Vote(rpc), option.hard_ttl()).await {
-            Ok(PeerResponse::Vote(answer)) => {
-                answer.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
-            }
-            Ok(_) => Err(mismatched()),
-            Err(error) => Err(unreachable(&error)),
-        }
+        self.ask(PeerRequest::Vote(rpc), option, |response| match response {
+            PeerResponse::Vote(answer) => Some(answer),
+            _ => None,
+        })
+        .await
     }
 }
 

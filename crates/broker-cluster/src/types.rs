@@ -34,21 +34,6 @@ pub enum Proposal {
     },
 }
 
-impl Proposal {
-    /// How many answers applying this gives: one per command (none for a tick).
-    pub fn len(&self) -> usize {
-        match self {
-            Proposal::Commands { commands, .. } => commands.len(),
-            Proposal::Tick { .. } => 0,
-        }
-    }
-
-    /// Whether applying this answers nothing (a tick, or no command).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// What applying one [`Proposal`] gave.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied {

@@ -48,6 +48,14 @@ pub(crate) struct Applied {
 }
 
 impl Applied {
+    /// Nothing applied yet of a batch that arrived `now` (noted for the metrics, when on).
+    fn arrived(shared: &Shared, now: Instant) -> Applied {
+        Applied {
+            received: shared.metrics.is_some().then_some(now),
+            ..Applied::default()
+        }
+    }
+
     fn answer(
         &mut self,
         kind: Option<CommandKind>,
@@ -129,10 +137,7 @@ pub(crate) fn apply_batch(
     may_wait: bool,
 ) -> Applied {
     let now = Instant::now();
-    let mut applied = Applied {
-        received: shared.metrics.is_some().then_some(now),
-        ..Applied::default()
-    };
+    let mut applied = Applied::arrived(shared, now);
     let mut broker = shared.broker.lock();
     for (frame, permit) in frames {
         let Admitted {
@@ -184,10 +189,7 @@ pub(crate) async fn apply_batch_replicated(
     may_wait: bool,
 ) -> Applied {
     let now = Instant::now();
-    let mut applied = Applied {
-        received: shared.metrics.is_some().then_some(now),
-        ..Applied::default()
-    };
+    let mut applied = Applied::arrived(shared, now);
     // Each request in order: refused before the proposal, or proposed (with a copy of its
     // command when it names a member, for the session books).
     let mut requests = Vec::with_capacity(frames.len());

@@ -59,14 +59,15 @@ pub(crate) fn filter(level: &str) -> Result<EnvFilter, String> {
         .map_err(|error| format!("invalid log filter: {error}"))
 }
 
-/// `directives` with the consensus engine's own lines (target `openraft`) kept to errors unless
-/// they name it: at info and warn it reports every vote and message of an election, routine in
-/// a cluster, while the server says what matters in its own lines.
+/// `directives` with the consensus engine's own lines (target `openraft`) off unless they name
+/// it: it reports every vote and message of an election, and every retry to a node that is
+/// down (at error level), routine in a cluster, while the server says what matters in its own
+/// lines (a change of leader, a peer unreachable and back, a storage failure).
 fn with_quiet_consensus(directives: &str) -> String {
     if directives.contains("openraft") {
         directives.to_owned()
     } else {
-        format!("{directives},openraft=error")
+        format!("{directives},openraft=off")
     }
 }
 

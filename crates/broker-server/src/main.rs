@@ -152,7 +152,8 @@ struct Args {
     /// (checked as strictly). Info shows topics created and deleted, members joining and
     /// leaving with each group's new assignment, expired sessions and storage events; debug
     /// adds one line per connection that sent requests. In a cluster, the consensus engine's
-    /// own lines (target openraft) show at error only unless named (info,openraft=info).
+    /// own lines (target openraft) are off unless named (info,openraft=info); the server logs
+    /// each change of leader and each peer that becomes unreachable or answers again.
     #[arg(
         long,
         env = "BROKER_LOG_LEVEL",

@@ -7,13 +7,15 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use broker_cluster::{Applied, Cluster, ClusterConfig, LogSync, Proposal, ProposeError, Replica};
+use broker_cluster::{
+    Applied, Cluster, ClusterConfig, Fatal, LogSync, Proposal, ProposeError, Replica,
+};
 use broker_core::image::StateImage;
 use broker_core::{BrokerState, Command, Outcome};
 use broker_proto::ErrorReply;
 use broker_storage::DataDir;
 use tokio::net::TcpListener;
-use tracing::{debug, info};
+use tracing::{debug, error, info};
 
 use crate::broker::{wall_clock_ms, Broker};
 use crate::config::ClusterSettings;
@@ -211,15 +213,31 @@ async fn follow_leadership(shared: Arc<Shared>) {
     let mut leading = false;
     loop {
         tokio::select! {
+            biased;
             () = shared.shutdown.cancelled() => return,
             changed = watch.changed() => if changed.is_err() { return },
         }
         // One borrow at a time: a second one of the same channel while this is held could wait
         // behind the engine's next update, which waits for this one.
-        let (now_leading, term) = {
+        let (now_leading, term, stopped) = {
             let metrics = watch.borrow_and_update();
-            (cluster.leads(&metrics), metrics.current_term)
+            let stopped = match &metrics.running_state {
+                Ok(()) => None,
+                // Shut down with the server: nothing to report.
+                Err(Fatal::Stopped) => return,
+                Err(failure) => Some(failure.to_string()),
+            };
+            (cluster.leads(&metrics), metrics.current_term, stopped)
         };
+        if let Some(cause) = stopped {
+            error!(
+                %cause,
+                "the consensus engine failed; this node applies nothing more until it is \
+                 restarted"
+            );
+            shared.signals.wake_all();
+            return;
+        }
         if now_leading == leading {
             continue;
         }
