@@ -872,6 +872,19 @@ fn consume_follow_survives_a_server_restart_and_ctrl_c_exits_130_with_the_count(
     let took = published.elapsed();
     assert!(took < Duration::from_secs(4), "the record took {took:?}");
 
+    // The acknowledgement rides on the follower's next poll: once it is applied, nothing is
+    // in flight, so the restart below redelivers nothing.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while describe_json(&server, "live")["topics"][0]["groups"][0]["partitions"][0]["committed"]
+        != 1
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the record was never acknowledged"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
     // The server restarts (on the same address and data) under the follower, which carries on.
     let addr = server.addr;
     server.kill();
@@ -1055,6 +1068,15 @@ fn bench_through_the_producer_and_consumer_handles_consumes_every_record_exactly
     assert_eq!(report["publish_refused_full"], 0, "{report:#}");
     let refused = broker(&server, &["bench", "publish", "--handles", "--wire"]);
     assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    // --wire measures one server: a cluster's list of nodes is refused, saying so.
+    let list = format!("{},{}", server.addr_string(), server.addr_string());
+    let refused = broker_alone(&["bench", "publish", "--wire", "--addr", &list]);
+    assert_eq!(refused.code, Some(1), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("--wire talks to one server"),
+        "{}",
+        refused.stderr
+    );
 }
 
 #[test]

@@ -318,6 +318,13 @@ pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
     if args.wire && server.tls_ca.is_some() {
         bail!("--wire speaks plain TCP only; measure a TLS server without it");
     }
+    if args.wire && server.addr.contains(',') {
+        bail!(
+            "--wire talks to one server: give --addr a single address (a cluster's leader's), \
+             not the list {}",
+            server.addr
+        );
+    }
     if args.workload == Workload::Ping {
         let latency = tokio::task::spawn_blocking(move || ping(args.records))
             .await
