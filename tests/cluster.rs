@@ -227,6 +227,21 @@ async fn a_cluster_replicates_and_loses_nothing_when_its_leader_dies() {
                 let at: SocketAddr = at.parse().unwrap();
                 assert!(nodes.client_addrs.contains(&at), "{at}");
                 assert_eq!(stored(&direct).await, 100, "the client moved to the leader");
+                // Told to, a client given a follower sends the refused call again itself.
+                let following = Client::builder()
+                    .follow_leader(true)
+                    .connect(nodes.client_addrs[follower].to_string().as_str())
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    following
+                        .describe_topic("t")
+                        .await
+                        .unwrap()
+                        .partitions
+                        .len(),
+                    4
+                );
                 break;
             }
             Err(Error::Server(ErrorReply::NotLeader { leader: None })) | Ok(_) => {
@@ -492,7 +507,19 @@ async fn a_directory_serves_a_single_broker_or_a_cluster_node_never_both() {
     cluster.get_mut("node").unwrap().terminate(limit);
     let refused = refused_start(&["--data-dir", node.to_str().unwrap()], limit);
     assert!(
-        refused.stderr.contains("holds the data of a cluster node"),
+        refused
+            .stderr
+            .contains("holds the data of a cluster node (raft/): start it with its cluster settings (--node-id"),
+        "{}",
+        refused.stderr
+    );
+    // A node's directory serves no other node: its vote and log are that node's.
+    let two = format!("{members},2=127.0.0.1:{}/127.0.0.1:1", free_addr().port());
+    let refused = refused_start(&node_flags("2", &two, Some(&node)), limit);
+    assert!(
+        refused
+            .stderr
+            .contains("holds the log of node 1, not of node 2"),
         "{}",
         refused.stderr
     );

@@ -22,7 +22,8 @@ pub struct Server {
 impl Server {
     /// Connects, saying in one line what went wrong and how to fix it when it fails.
     pub async fn connect(&self) -> anyhow::Result<Client> {
-        let mut builder = Client::builder();
+        // A command makes its call once: one refused by a cluster's follower goes to the leader.
+        let mut builder = Client::builder().follow_leader(true);
         if let Some(token) = &self.auth_token {
             builder = builder.auth_token(token.clone());
         }

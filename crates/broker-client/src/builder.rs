@@ -45,6 +45,7 @@ pub struct ClientBuilder {
     pub(crate) identity: Identity,
     pub(crate) tls: Option<TlsTrust>,
     pub(crate) tls_server_name: Option<String>,
+    pub(crate) follow_leader: bool,
 }
 
 impl Default for ClientBuilder {
@@ -59,6 +60,7 @@ impl Default for ClientBuilder {
             },
             tls: None,
             tls_server_name: None,
+            follow_leader: false,
         }
     }
 }
@@ -133,6 +135,16 @@ impl ClientBuilder {
         self
     }
 
+    /// Sends a call that a cluster's follower refuses (`ErrorReply::NotLeader`) again to the
+    /// leader, even when the client was given a single address. The client keeps a copy of each
+    /// call to do so, which it otherwise does only when given several addresses. For tools that
+    /// make one call per connection, such as a command line.
+    #[must_use]
+    pub fn follow_leader(mut self, follow: bool) -> Self {
+        self.follow_leader = follow;
+        self
+    }
+
     /// Resolves `addr` and opens the client's connection to the first address that accepts.
     /// Later reconnections use the same resolved addresses (and the same TLS settings).
     ///
@@ -187,7 +199,7 @@ impl ClientBuilder {
         };
         Client::start(Settings {
             addrs: found.map_err(Error::Io)?,
-            cluster: nodes > 1,
+            cluster: nodes > 1 || self.follow_leader,
             identity: self.identity,
             tls,
             request_timeout: self.request_timeout,

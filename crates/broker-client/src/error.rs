@@ -76,7 +76,8 @@ impl Error {
     /// Whether the same call may succeed if made again later, unchanged: the server could not
     /// be reached or the connection was lost ([`Error::Io`], [`Error::ConnectionLost`]), the
     /// answer was late ([`Error::Timeout`]), or the server refused for a passing reason (it is
-    /// shutting down, or its storage fails until it is restarted). [`crate::Producer`] and
+    /// shutting down, its storage fails until it is restarted, or it is a node of a cluster
+    /// that has no leader now: nothing was applied). [`crate::Producer`] and
     /// [`crate::Consumer`] retry these by themselves.
     pub fn is_retriable(&self) -> bool {
         matches!(
@@ -85,7 +86,11 @@ impl Error {
                 | Error::ConnectionLost(_)
                 | Error::Timeout
                 | Error::Broker(BrokerError::Storage(_))
-                | Error::Server(ErrorReply::Storage(_) | ErrorReply::ShuttingDown)
+                | Error::Server(
+                    ErrorReply::Storage(_)
+                        | ErrorReply::ShuttingDown
+                        | ErrorReply::NotLeader { .. }
+                )
         )
     }
 
@@ -144,6 +149,7 @@ mod tests {
         assert!(Error::Timeout.is_retriable());
         assert!(Error::Io(std::io::Error::other("refused")).is_retriable());
         assert!(Error::Server(ErrorReply::ShuttingDown).is_retriable());
+        assert!(Error::Server(ErrorReply::NotLeader { leader: None }).is_retriable());
         assert!(
             !Error::Broker(BrokerError::InvalidArgument("unknown topic".into())).is_retriable()
         );

@@ -194,7 +194,7 @@ impl Cluster {
         let dir = config.dir.clone();
         let (log, machine) = tokio::task::spawn_blocking(move || {
             Ok::<_, io::Error>((
-                LogStore::open(&dir, config.sync)?,
+                LogStore::open(&dir, config.node_id, config.sync)?,
                 StateMachine::open(&dir, replica)?,
             ))
         })

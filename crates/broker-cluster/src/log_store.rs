@@ -64,6 +64,9 @@ pub enum LogSync {
 /// What `raft-meta` holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Meta {
+    /// The node the files belong to: a directory never serves another node (its vote and log
+    /// are that node's).
+    node_id: Option<NodeId>,
     /// The last vote this node cast or saw.
     vote: Option<Vote<NodeId>>,
     /// The last entry removed from the log (covered by a snapshot).
@@ -96,13 +99,27 @@ pub(crate) struct LogFiles {
 }
 
 impl LogStore {
-    /// Opens (or creates) the log in `dir`, syncing appends as `sync` says.
+    /// Opens (or creates) the log of node `node_id` in `dir`, syncing appends as `sync` says.
     ///
     /// # Errors
-    /// The directory cannot be read or written, or a file in it is damaged.
-    pub fn open(dir: &Path, sync: LogSync) -> io::Result<LogStore> {
+    /// The directory cannot be read or written, a file in it is damaged, or it holds another
+    /// node's log.
+    pub fn open(dir: &Path, node_id: NodeId, sync: LogSync) -> io::Result<LogStore> {
         fs::create_dir_all(dir)?;
         let meta = read_meta(&dir.join(META_FILE))?;
+        match meta.node_id {
+            Some(owner) if owner != node_id => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{} holds the log of node {owner}, not of node {node_id}: start node \
+                         {owner} with it, or give node {node_id} a directory of its own",
+                        dir.display()
+                    ),
+                ))
+            }
+            _ => {}
+        }
         let path = dir.join(LOG_FILE);
         let (entries, offsets, end) = if path.exists() {
             read_log(&path, meta.last_purged.map(|id| id.index))?
@@ -126,6 +143,16 @@ impl LogStore {
             meta,
             sync,
         }));
+        {
+            let mut files = files.lock().unwrap_or_else(PoisonError::into_inner);
+            if files.meta.node_id.is_none() {
+                let meta = Meta {
+                    node_id: Some(node_id),
+                    ..files.meta.clone()
+                };
+                files.write_meta(meta)?;
+            }
+        }
         if let LogSync::Every(interval) = sync {
             sync_every(Arc::downgrade(&files), interval)?;
         }
@@ -488,7 +515,7 @@ mod tests {
     fn entries_vote_truncation_and_purge_survive_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let store = LogStore::open(dir.path(), LogSync::EveryAppend).unwrap();
+            let store = LogStore::open(dir.path(), 1, LogSync::EveryAppend).unwrap();
             let mut files = store.files();
             files.append((1..=10).map(entry)).unwrap();
             files.truncate(8).unwrap();
@@ -502,7 +529,7 @@ mod tests {
             files.write_meta(meta).unwrap();
             files.append([entry(8)]).unwrap();
         }
-        let store = LogStore::open(dir.path(), LogSync::EveryAppend).unwrap();
+        let store = LogStore::open(dir.path(), 1, LogSync::EveryAppend).unwrap();
         assert_eq!(indexes(&store), vec![4, 5, 6, 7, 8]);
         assert_eq!(store.files().meta.vote, Some(Vote::new(2, 7)));
         assert_eq!(store.last_index(), Some(8));
@@ -512,7 +539,8 @@ mod tests {
     #[test]
     fn appends_are_synced_on_the_interval_and_the_thread_ends_with_the_log() {
         let dir = tempfile::tempdir().unwrap();
-        let store = LogStore::open(dir.path(), LogSync::Every(Duration::from_millis(5))).unwrap();
+        let store =
+            LogStore::open(dir.path(), 1, LogSync::Every(Duration::from_millis(5))).unwrap();
         store.files().append([entry(1)]).unwrap();
         assert!(store.files().unsynced);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -533,10 +561,24 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_serves_only_its_own_node() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(LogStore::open(dir.path(), 1, LogSync::Never).unwrap());
+        let error = LogStore::open(dir.path(), 2, LogSync::Never).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("holds the log of node 1, not of node 2"),
+            "{error}"
+        );
+        assert!(LogStore::open(dir.path(), 1, LogSync::Never).is_ok());
+    }
+
+    #[test]
     fn a_torn_tail_is_cut_and_appends_go_on_after_it() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let store = LogStore::open(dir.path(), LogSync::Never).unwrap();
+            let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
             store.files().append((1..=3).map(entry)).unwrap();
         }
         let path = dir.path().join(LOG_FILE);
@@ -548,11 +590,11 @@ mod tests {
             .unwrap()
             .set_len(length - 1)
             .unwrap();
-        let store = LogStore::open(dir.path(), LogSync::Never).unwrap();
+        let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
         assert_eq!(indexes(&store), vec![1, 2]);
         store.files().append([entry(3)]).unwrap();
         drop(store);
-        let store = LogStore::open(dir.path(), LogSync::Never).unwrap();
+        let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
         assert_eq!(indexes(&store), vec![1, 2, 3]);
     }
 
@@ -560,14 +602,14 @@ mod tests {
     fn damage_before_the_end_refuses_to_open() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let store = LogStore::open(dir.path(), LogSync::Never).unwrap();
+            let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
             store.files().append((1..=3).map(entry)).unwrap();
         }
         let path = dir.path().join(LOG_FILE);
         let mut bytes = fs::read(&path).unwrap();
         bytes[0] = b'X';
         fs::write(&path, &bytes).unwrap();
-        let error = LogStore::open(dir.path(), LogSync::Never).unwrap_err();
+        let error = LogStore::open(dir.path(), 1, LogSync::Never).unwrap_err();
         assert!(error.to_string().contains("not a Raft log file"), "{error}");
     }
 }

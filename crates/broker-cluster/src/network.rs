@@ -5,7 +5,8 @@
 //!
 //! Frames are a length (`u32`, big-endian, at most [`MAX_PEER_FRAME`]) then a body in the
 //! encoding of [`crate::codec`]. The connecting node sends a [`PeerHello`] first (its node id,
-//! the protocol's name and the cluster's token, when the broker has one) and gets `Ok(())` or the reason it is
+//! the protocol's name and the cluster's token, when the broker has one) and gets `Ok` with the
+//! other node's token (which it checks in turn: the two must hold the same) or the reason it is
 //! refused; then it sends [`PeerRequest`]s, one at a time, each answered by one
 //! [`PeerResponse`].
 
@@ -220,16 +221,20 @@ impl PeerLink {
             token: self.token.clone(),
         };
         send(&mut connection, &hello).await?;
-        let welcome: Result<(), String> = receive(&mut connection).await?;
-        welcome.map_err(|why| {
+        let welcome: Result<Option<String>, String> = receive(&mut connection).await?;
+        let refused = |why: String| {
             io::Error::new(
                 io::ErrorKind::PermissionDenied,
-                format!(
-                    "node {} at {} refused this node: {why}",
-                    self.target, self.addr
-                ),
+                format!("node {} at {}: {why}", self.target, self.addr),
             )
-        })?;
+        };
+        let their_token = welcome.map_err(|why| refused(format!("refused this node: {why}")))?;
+        // Both ways: a node without the cluster's token gets nothing from this one either.
+        if !same_token(self.token.as_deref(), their_token.as_deref()) {
+            return Err(refused(
+                "does not hold this cluster's token (the nodes' auth token)".to_owned(),
+            ));
+        }
         Ok(connection)
     }
 }
@@ -364,7 +369,8 @@ async fn serve_peer(
     let hello: PeerHello = tokio::time::timeout(HELLO_TIMEOUT, receive(&mut connection))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no hello in time"))??;
-    let verdict = check_hello(&hello, token);
+    // Welcomed with this node's token, so that the peer checks this node too.
+    let verdict = check_hello(&hello, token).map(|()| token.map(str::to_owned));
     send(&mut connection, &verdict).await?;
     if let Err(why) = verdict {
         tracing::warn!(%peer, cause = %why, "refusing a peer connection");
@@ -396,13 +402,22 @@ fn check_hello(hello: &PeerHello, token: Option<&str>) -> Result<(), String> {
             hello.protocol
         ));
     }
-    match (token, hello.token.as_deref()) {
-        (None, _) => Ok(()),
-        (Some(expected), Some(given))
-            if bool::from(expected.as_bytes().ct_eq(given.as_bytes())) =>
-        {
-            Ok(())
-        }
-        (Some(_), _) => Err("wrong or missing cluster token (the nodes' --auth-token)".to_owned()),
+    match token {
+        None => Ok(()),
+        Some(_) if same_token(token, hello.token.as_deref()) => Ok(()),
+        Some(_) => Err(
+            "wrong or missing cluster token (the nodes' auth token: --auth-token-file or \
+             BROKER_AUTH_TOKEN)"
+                .to_owned(),
+        ),
+    }
+}
+
+/// Whether two nodes hold the same token (or both none), compared in constant time.
+fn same_token(ours: Option<&str>, theirs: Option<&str>) -> bool {
+    match (ours, theirs) {
+        (None, None) => true,
+        (Some(ours), Some(theirs)) => bool::from(ours.as_bytes().ct_eq(theirs.as_bytes())),
+        _ => false,
     }
 }

@@ -252,8 +252,12 @@ async fn three_nodes_replicate_survive_a_leader_loss_and_catch_up() {
         node.cluster.shutdown().await;
     }
     // It caught up from a snapshot: its log starts after the entries it never saw.
-    let rejoined =
-        LogStore::open(&dir.path().join(format!("node-{lost_id}")), LogSync::Never).unwrap();
+    let rejoined = LogStore::open(
+        &dir.path().join(format!("node-{lost_id}")),
+        lost_id,
+        LogSync::Never,
+    )
+    .unwrap();
     let first_entry = rejoined.files().entries.keys().next().copied();
     assert!(first_entry > Some(2), "the log starts at {first_entry:?}");
 }
@@ -277,4 +281,31 @@ async fn a_peer_with_the_wrong_token_is_refused() {
         .unwrap_err();
     assert!(refused.to_string().contains("cluster token"), "{refused}");
     node.cluster.shutdown().await;
+
+    // A node without the token is refused by one that has it, the other way round too.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let others = crate::tests::members(std::slice::from_ref(&listener));
+    let open = ClusterConfig {
+        token: None,
+        ..config(1, &others, &dir.path().join("open"))
+    };
+    let open = Cluster::start(open, listener, Memory::new()).await.unwrap();
+    let mut link = Network::new(2, Some("secret".to_owned()))
+        .new_client(1, &others[&1])
+        .await;
+    let vote = openraft::raft::VoteRequest::new(openraft::Vote::new(9, 2), None);
+    let refused = link
+        .vote(
+            vote,
+            openraft::network::RPCOption::new(Duration::from_secs(2)),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("does not hold this cluster's token"),
+        "{refused}"
+    );
+    open.shutdown().await;
 }

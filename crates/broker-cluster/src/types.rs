@@ -83,12 +83,10 @@ pub fn parse_members(text: &str) -> Result<BTreeMap<NodeId, ClusterNode>, String
             .map_err(|_| format!("{entry:?}: the node id must be a whole number"))?;
         let (raft_addr, client_addr) = addresses.split_once('/').ok_or_else(expected)?;
         for address in [raft_addr, client_addr] {
-            let port = address
-                .rsplit_once(':')
-                .map(|(_, port)| port.parse::<u16>());
-            if !matches!(port, Some(Ok(port)) if port != 0) {
+            if !is_host_and_port(address.trim()) {
                 return Err(format!(
-                    "{entry:?}: {address:?} is not HOST:PORT with a port from 1 to 65535"
+                    "{entry:?}: {address:?} is not HOST:PORT (a name, an IPv4 address or an \
+                     [IPv6] address, and a port from 1 to 65535); entries are separated by commas"
                 ));
             }
         }
@@ -104,6 +102,27 @@ pub fn parse_members(text: &str) -> Result<BTreeMap<NodeId, ClusterNode>, String
         return Err("no members given".to_owned());
     }
     Ok(members)
+}
+
+/// Whether `address` is `HOST:PORT`: a host name or IPv4 address (letters, digits, `.`, `-`,
+/// `_`) or a bracketed IPv6 address, and a port from 1 to 65535.
+fn is_host_and_port(address: &str) -> bool {
+    let Some((host, port)) = address.rsplit_once(':') else {
+        return false;
+    };
+    let host_ok = match host
+        .strip_prefix('[')
+        .and_then(|host| host.strip_suffix(']'))
+    {
+        Some(ipv6) => ipv6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        }
+    };
+    host_ok && matches!(port.parse::<u16>(), Ok(port) if port != 0)
 }
 
 openraft::declare_raft_types!(
@@ -145,6 +164,10 @@ mod tests {
             ("1=a:1/b", "HOST:PORT"),
             ("1=a:0/b:2", "HOST:PORT"),
             ("1=a:1/b:2,1=c:1/d:2", "twice"),
+            // A separator other than a comma runs two entries into one.
+            ("1=a:1/b:2;2=c:1/d:2", "separated by commas"),
+            ("1=a:1/b:2 2=c:1/d:2", "separated by commas"),
+            ("1=[::1:1/b:2", "HOST:PORT"),
         ] {
             let error = parse_members(bad).unwrap_err();
             assert!(error.contains(why), "{bad:?}: {error}");

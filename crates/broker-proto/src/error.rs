@@ -68,7 +68,9 @@ pub enum ErrorReply {
 fn leader_hint(leader: &Option<String>) -> String {
     match leader {
         Some(address) => format!("; the leader is at {address}"),
-        None => "; no leader is known now (an election is under way)".to_owned(),
+        None => "; it knows no leader now: an election is under way, or a majority of the \
+                 nodes cannot be reached"
+            .to_owned(),
     }
 }
 

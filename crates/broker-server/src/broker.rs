@@ -8,6 +8,7 @@
 //! never spans an `.await`. The journal's own lock is taken inside this one, never the other way
 //! round (see `broker_storage::Journal`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -24,6 +25,10 @@ use crate::sessions::{MemberKey, Sessions};
 pub(crate) struct Broker {
     locked: Mutex<Locked>,
     journal: Option<Journal>,
+    /// Whether changes applied here are logged (administrative changes, dead letters): always
+    /// for a single broker; in a cluster only on the leader, so that each change is logged once
+    /// and a node catching up does not log its history again.
+    audited: AtomicBool,
 }
 
 /// What the lock guards.
@@ -44,6 +49,8 @@ pub(crate) struct BrokerGuard<'a> {
     /// The wall clock when the lock was taken, in milliseconds since the Unix epoch: the time
     /// of every command applied under it.
     now_ms: i64,
+    /// [`Broker::audited`] when the lock was taken.
+    audited: bool,
 }
 
 /// A command applied: its result and, if it was logged, its log entry.
@@ -69,7 +76,13 @@ impl Broker {
                 dead_letters_refused: 0,
             }),
             journal,
+            audited: AtomicBool::new(true),
         }
+    }
+
+    /// Logs the changes applied from now on, or not (see `audited`).
+    pub(crate) fn set_audited(&self, audited: bool) {
+        self.audited.store(audited, Ordering::Relaxed);
     }
 
     /// Locks the state and the sessions.
@@ -81,6 +94,7 @@ impl Broker {
             locked: self.locked.lock().unwrap_or_else(PoisonError::into_inner),
             journal: self.journal.as_ref(),
             now_ms: wall_clock_ms(),
+            audited: self.audited.load(Ordering::Relaxed),
         }
     }
 
@@ -164,7 +178,9 @@ impl BrokerGuard<'_> {
         moved
             .into_iter()
             .filter_map(|moved| {
-                crate::audit::log_dead_letter(&moved);
+                if self.audited {
+                    crate::audit::log_dead_letter(&moved);
+                }
                 match moved.stored_at {
                     Some(_) => {
                         self.locked.dead_lettered += 1;
@@ -216,7 +232,7 @@ impl BrokerGuard<'_> {
         wake: &mut Vec<String>,
     ) -> Result<Outcome, BrokerError> {
         let woken = command.wakes().map(str::to_owned);
-        let audited = command.kind().is_administrative().then(|| command.clone());
+        let audited = (self.audited && command.kind().is_administrative()).then(|| command.clone());
         let state = &mut self.locked.state;
         let result = state.apply_at(now_ms, command);
         audit(state, audited, result.as_ref().ok());

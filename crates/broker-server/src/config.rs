@@ -215,6 +215,9 @@ impl Config {
                         .into(),
                 );
             }
+            if cluster.members.contains_key(&0) {
+                return invalid("node ids start at 1 (0 stands for no node)".into());
+            }
             if cluster.this_node().is_none() {
                 return invalid(format!(
                     "node id {} is not among the cluster members ({})",

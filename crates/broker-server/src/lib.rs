@@ -181,7 +181,8 @@ pub fn open_storage(config: &Config) -> Result<Option<Storage>, ServerError> {
     }
     if path.join(replicated::CLUSTER_DIR).exists() {
         return Err(ServerError::InvalidConfig(format!(
-            "{} holds the data of a cluster node ({}/): start it with its cluster settings              (--node-id, --cluster-members), or give a single broker a directory of its own",
+            "{} holds the data of a cluster node ({}/): start it with its cluster settings \
+             (--node-id, --cluster-members), or give a single broker a directory of its own",
             path.display(),
             replicated::CLUSTER_DIR
         )));

@@ -112,6 +112,8 @@ pub(crate) async fn start(
         .auth_token
         .as_ref()
         .map(|token| token.secret().to_owned());
+    // Until it leads, the node logs none of the changes it applies (the leader does).
+    shared.broker.set_audited(false);
     let replica = Arc::new(BrokerReplica {
         broker: Arc::clone(&shared.broker),
         signals: Arc::clone(&shared.signals),
@@ -121,7 +123,7 @@ pub(crate) async fn start(
         .map_err(|error| ServerError::InvalidConfig(error.to_string()))?;
     info!(
         node_id = settings.node_id,
-        peers = %listen,
+        peer_listen = %listen,
         members = settings.members.len(),
         "cluster node started"
     );
@@ -211,6 +213,8 @@ async fn follow_leadership(shared: Arc<Shared>) {
     };
     let mut watch = cluster.watch();
     let mut leading = false;
+    // Whether this node said it leads (and so says when it no longer does).
+    let mut announced = false;
     loop {
         tokio::select! {
             biased;
@@ -252,12 +256,20 @@ async fn follow_leadership(shared: Arc<Shared>) {
             {
                 Ok(_) => {
                     shared.broker.lock().restore_sessions();
+                    shared.broker.set_audited(true);
+                    announced = true;
+                    let term = cluster.status().term;
                     info!(term, "this node leads the cluster");
                 }
-                Err(error) => info!(%error, term, "leadership ended before it was taken up"),
+                // A node restarting from its files may believe for a moment that it still
+                // leads: routine, not news.
+                Err(error) => debug!(%error, term, "leadership ended before it was taken up"),
             }
         } else {
-            info!(term, "this node no longer leads the cluster");
+            shared.broker.set_audited(false);
+            if std::mem::take(&mut announced) {
+                info!(term, "this node no longer leads the cluster");
+            }
             shared.signals.wake_all();
         }
     }
