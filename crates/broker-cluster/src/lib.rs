@@ -136,10 +136,14 @@ pub struct ClusterStatus {
     pub members: Vec<(NodeId, ClusterNode, bool)>,
     /// On the leader: the index each follower is known to have.
     pub replication: BTreeMap<NodeId, Option<u64>>,
+    /// The other members whose last exchange with this node failed.
+    pub unreachable: BTreeSet<NodeId>,
 }
 
 /// One running node.
 pub struct Cluster {
+    /// A handle on the links, for whether each peer answers.
+    network: Network,
     node_id: NodeId,
     /// A leader that has heard from no majority for this long acts as a follower that knows no
     /// leader (see [`Cluster::is_leader`]).
@@ -203,10 +207,11 @@ impl Cluster {
         // A node with nothing yet proposes the initial membership; one with a log or a
         // snapshot already belongs to a cluster.
         let fresh = log.last_index().is_none() && !machine.has_snapshot();
+        let network = Network::new(config.node_id, config.token.clone());
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
-            Network::new(config.node_id, config.token.clone()),
+            network.clone(),
             log,
             machine,
         )
@@ -229,6 +234,7 @@ impl Cluster {
             }
         }
         Ok(Cluster {
+            network,
             node_id: config.node_id,
             lease: config.election_timeout * 2,
             raft,
@@ -337,6 +343,7 @@ impl Cluster {
                         .collect()
                 })
                 .unwrap_or_default(),
+            unreachable: self.network.unreachable().into_iter().collect(),
         }
     }
 

@@ -123,6 +123,11 @@ impl Network {
             reachability: Arc::default(),
         }
     }
+
+    /// The peers whose last exchange with this node failed.
+    pub fn unreachable(&self) -> HashSet<NodeId> {
+        self.reachability.lock().clone()
+    }
 }
 
 /// Which peers the last exchange with failed, shared by every link of a node: a peer that goes

@@ -223,6 +223,12 @@ async fn three_nodes_replicate_survive_a_leader_loss_and_catch_up() {
     let second = leader(&rest).await;
     propose_publishes(rest[second], 120..150).await;
     converged(&rest, 150).await;
+    // The new leader knows the old one does not answer.
+    assert!(rest[second]
+        .cluster
+        .status()
+        .unreachable
+        .contains(&leader_id));
 
     // The old leader comes back from its files and catches up.
     let listener = TcpListener::bind(&members[&leader_id].raft_addr)

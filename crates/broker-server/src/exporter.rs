@@ -269,7 +269,24 @@ fn encode_cluster(
             .samples
             .push(([("node", node.to_string())], index(*matched)));
     }
-    replicated.encode(encoder)
+    replicated.encode(encoder)?;
+    let mut reachable = GaugeFamily::new(
+        "cluster_peer_reachable",
+        "1 for another member whose last exchange with this node succeeded (or that this node \
+         has not needed yet), 0 for one it cannot reach now.",
+        None,
+    );
+    for (node, _, _) in status
+        .members
+        .iter()
+        .filter(|(node, _, _)| *node != status.node_id)
+    {
+        let up = !status.unreachable.contains(node);
+        reachable
+            .samples
+            .push(([("node", node.to_string())], i64::from(up)));
+    }
+    reachable.encode(encoder)
 }
 
 /// Writes one gauge without labels.

@@ -4,18 +4,21 @@
 //! members whose session expired) are proposed by the leader alone, so every node applies the
 //! same entries with the same times.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
 use broker_cluster::{
-    Applied, Cluster, ClusterConfig, Fatal, LogSync, Proposal, ProposeError, Replica,
+    Applied, Cluster, ClusterConfig, ClusterNode, Fatal, LogSync, NodeId, Proposal, ProposeError,
+    Replica,
 };
 use broker_core::image::StateImage;
 use broker_core::{BrokerState, Command, Outcome};
 use broker_proto::ErrorReply;
 use broker_storage::DataDir;
 use tokio::net::TcpListener;
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
 use crate::broker::{wall_clock_ms, Broker};
 use crate::config::ClusterSettings;
@@ -69,7 +72,8 @@ impl Replica for BrokerReplica {
 
 /// Starts this server's node of the cluster in `data_dir` (locked for the life of the server,
 /// and refused if it holds a single broker's data): binds the peer port, starts the node and
-/// the task that follows its role.
+/// the task that follows its role. `listening` is the broker port's address, checked against
+/// the client address the members list gives this node.
 ///
 /// # Errors
 /// The directory is locked, holds a single broker's data or damaged files, or the peer port
@@ -78,6 +82,7 @@ pub(crate) async fn start(
     shared: &Arc<Shared>,
     settings: &ClusterSettings,
     data_dir: &Path,
+    listening: Option<SocketAddr>,
 ) -> Result<DataDir, ServerError> {
     let locked = DataDir::open(data_dir)?;
     if holds_single_broker_data(data_dir)? {
@@ -121,6 +126,7 @@ pub(crate) async fn start(
     let cluster = Cluster::start(config, listener, replica)
         .await
         .map_err(|error| ServerError::InvalidConfig(error.to_string()))?;
+    warn_about_settings(settings, listening);
     info!(
         node_id = settings.node_id,
         peer_listen = %listen,
@@ -131,6 +137,55 @@ pub(crate) async fn start(
     let _ = shared.cluster.set(cluster);
     shared.tracker.spawn(follow_leadership(Arc::clone(shared)));
     Ok(locked)
+}
+
+/// Warns when the client address the members list gives this node is on another port than the
+/// one it listens on: clients sent to it would go elsewhere, unless a port mapping forwards
+/// them.
+fn warn_about_settings(settings: &ClusterSettings, listening: Option<SocketAddr>) {
+    let advertised = settings.this_node().map(|node| node.client_addr.as_str());
+    let advertised_port = advertised
+        .and_then(|address| address.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse::<u16>().ok());
+    if let (Some(advertised), Some(port), Some(listening)) =
+        (advertised, advertised_port, listening)
+    {
+        if port != listening.port() {
+            warn!(
+                %listening,
+                %advertised,
+                "this node listens for clients on another port than the client address \
+                 --cluster-members gives for it: clients sent to it go to that address, so it \
+                 must reach this node (a port mapping, say)"
+            );
+        }
+    }
+}
+
+/// Warns when the members list given differs from the membership in force (the one in the
+/// node's log): the list counts only when a cluster first forms.
+fn check_membership(
+    given: &BTreeMap<NodeId, ClusterNode>,
+    in_force: &BTreeMap<NodeId, ClusterNode>,
+) {
+    if !in_force.is_empty() && in_force != given {
+        warn!(
+            in_force = %describe_members(in_force),
+            given = %describe_members(given),
+            "--cluster-members differs from the membership in this node's log, which is the one \
+             in force (the list counts only when a cluster first forms)"
+        );
+    }
+}
+
+fn describe_members(members: &BTreeMap<NodeId, ClusterNode>) -> String {
+    members
+        .iter()
+        .map(|(node, addresses)| {
+            format!("{node}={}/{}", addresses.raft_addr, addresses.client_addr)
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Whether `dir` holds a single broker's log or snapshots.
@@ -213,6 +268,12 @@ async fn follow_leadership(shared: Arc<Shared>) {
     };
     let mut watch = cluster.watch();
     let mut leading = false;
+    // The members list given, until it is compared with the membership in force.
+    let mut given = shared
+        .config
+        .cluster
+        .as_ref()
+        .map(|settings| settings.members.clone());
     // Whether this node said it leads (and so says when it no longer does).
     let mut announced = false;
     loop {
@@ -225,6 +286,17 @@ async fn follow_leadership(shared: Arc<Shared>) {
         // behind the engine's next update, which waits for this one.
         let (now_leading, term, stopped) = {
             let metrics = watch.borrow_and_update();
+            let in_force: BTreeMap<NodeId, ClusterNode> = metrics
+                .membership_config
+                .membership()
+                .nodes()
+                .map(|(node, addresses)| (*node, addresses.clone()))
+                .collect();
+            if !in_force.is_empty() {
+                if let Some(given) = given.take() {
+                    check_membership(&given, &in_force);
+                }
+            }
             let stopped = match &metrics.running_state {
                 Ok(()) => None,
                 // Shut down with the server: nothing to report.

@@ -82,7 +82,10 @@ pub(crate) async fn serve(
     let shared = Arc::new(Shared::new(state, journal, config, metrics.clone()));
     // In a cluster the node's directory stays locked while the server runs.
     let _cluster_dir = match (&cluster, &shared.config.data_dir) {
-        (Some(settings), Some(dir)) => Some(replicated::start(&shared, settings, dir).await?),
+        (Some(settings), Some(dir)) => {
+            let listening = listener.local_addr().ok();
+            Some(replicated::start(&shared, settings, dir, listening).await?)
+        }
         _ => None,
     };
     if let (Some(listener), Some(metrics)) = (metrics_listener, metrics) {
