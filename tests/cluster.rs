@@ -479,6 +479,11 @@ async fn a_directory_serves_a_single_broker_or_a_cluster_node_never_both() {
         "{}",
         refused.stderr
     );
+    assert!(
+        refused.stdout.is_empty(),
+        "announced before refusing: {}",
+        refused.stdout
+    );
 
     let node = dir.path().join("node");
     let mut cluster: BTreeMap<&str, ServerProcess> = BTreeMap::new();
@@ -522,5 +527,10 @@ async fn a_directory_serves_a_single_broker_or_a_cluster_node_never_both() {
             .contains("holds the log of node 1, not of node 2"),
         "{}",
         refused.stderr
+    );
+    assert!(
+        refused.stdout.is_empty(),
+        "announced before refusing: {}",
+        refused.stdout
     );
 }

@@ -107,19 +107,7 @@ impl LogStore {
     pub fn open(dir: &Path, node_id: NodeId, sync: LogSync) -> io::Result<LogStore> {
         fs::create_dir_all(dir)?;
         let meta = read_meta(&dir.join(META_FILE))?;
-        match meta.node_id {
-            Some(owner) if owner != node_id => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "{} holds the log of node {owner}, not of node {node_id}: start node \
-                         {owner} with it, or give node {node_id} a directory of its own",
-                        dir.display()
-                    ),
-                ))
-            }
-            _ => {}
-        }
+        check_owner(dir, &meta, node_id)?;
         let path = dir.join(LOG_FILE);
         let (entries, offsets, end) = if path.exists() {
             read_log(&path, meta.last_purged.map(|id| id.index))?
@@ -157,6 +145,14 @@ impl LogStore {
             sync_every(Arc::downgrade(&files), interval)?;
         }
         Ok(LogStore { files })
+    }
+
+    /// Checks, without opening it, that the log in `dir` (if any) is node `node_id`'s.
+    ///
+    /// # Errors
+    /// It is another node's, or its meta file cannot be read.
+    pub fn check_owner(dir: &Path, node_id: NodeId) -> io::Result<()> {
+        check_owner(dir, &read_meta(&dir.join(META_FILE))?, node_id)
     }
 
     pub(crate) fn files(&self) -> MutexGuard<'_, LogFiles> {
@@ -315,6 +311,21 @@ fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
         File::open(dir)?.sync_all()?;
     }
     Ok(())
+}
+
+/// Refuses a log that `meta` says belongs to a node other than `node_id`.
+fn check_owner(dir: &Path, meta: &Meta, node_id: NodeId) -> io::Result<()> {
+    match meta.node_id {
+        Some(owner) if owner != node_id => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} holds the log of node {owner}, not of node {node_id}: start node {owner} \
+                 with it, or give node {node_id} a directory of its own",
+                dir.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn damaged(path: &Path, at: u64, what: &str) -> io::Error {

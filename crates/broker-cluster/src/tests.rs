@@ -268,24 +268,24 @@ async fn three_nodes_replicate_survive_a_leader_loss_and_catch_up() {
     assert!(first_entry > Some(2), "the log starts at {first_entry:?}");
 }
 
+/// Why node 1 at `to` refuses a vote request from node 2 holding `token`.
+async fn vote_refusal(token: &str, to: &ClusterNode) -> String {
+    let mut link = Network::new(2, Some(token.to_owned()))
+        .new_client(1, to)
+        .await;
+    let vote = openraft::raft::VoteRequest::new(openraft::Vote::new(9, 2), None);
+    let option = openraft::network::RPCOption::new(Duration::from_secs(2));
+    link.vote(vote, option).await.unwrap_err().to_string()
+}
+
 #[tokio::test]
 async fn a_peer_with_the_wrong_token_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let members = members(std::slice::from_ref(&listener));
     let node = start(1, &members, dir.path(), listener).await;
-    let mut link = Network::new(2, Some("wrong".to_owned()))
-        .new_client(1, &members[&1])
-        .await;
-    let vote = openraft::raft::VoteRequest::new(openraft::Vote::new(9, 2), None);
-    let refused = link
-        .vote(
-            vote,
-            openraft::network::RPCOption::new(Duration::from_secs(2)),
-        )
-        .await
-        .unwrap_err();
-    assert!(refused.to_string().contains("cluster token"), "{refused}");
+    let refused = vote_refusal("wrong", &members[&1]).await;
+    assert!(refused.contains("cluster token"), "{refused}");
     node.cluster.shutdown().await;
 
     // A node without the token is refused by one that has it, the other way round too.
@@ -296,21 +296,9 @@ async fn a_peer_with_the_wrong_token_is_refused() {
         ..config(1, &others, &dir.path().join("open"))
     };
     let open = Cluster::start(open, listener, Memory::new()).await.unwrap();
-    let mut link = Network::new(2, Some("secret".to_owned()))
-        .new_client(1, &others[&1])
-        .await;
-    let vote = openraft::raft::VoteRequest::new(openraft::Vote::new(9, 2), None);
-    let refused = link
-        .vote(
-            vote,
-            openraft::network::RPCOption::new(Duration::from_secs(2)),
-        )
-        .await
-        .unwrap_err();
+    let refused = vote_refusal("secret", &others[&1]).await;
     assert!(
-        refused
-            .to_string()
-            .contains("does not hold this cluster's token"),
+        refused.contains("does not hold this cluster's token"),
         "{refused}"
     );
     open.shutdown().await;

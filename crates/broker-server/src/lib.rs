@@ -176,7 +176,8 @@ pub fn open_storage(config: &Config) -> Result<Option<Storage>, ServerError> {
         return Ok(None);
     };
     // A cluster node keeps its state in its replicated log (see `replicated`).
-    if config.cluster.is_some() {
+    if let Some(cluster) = &config.cluster {
+        replicated::check_directory(path, cluster.node_id)?;
         return Ok(None);
     }
     if path.join(replicated::CLUSTER_DIR).exists() {

@@ -85,13 +85,6 @@ pub(crate) async fn start(
     listening: Option<SocketAddr>,
 ) -> Result<DataDir, ServerError> {
     let locked = DataDir::open(data_dir)?;
-    if holds_single_broker_data(data_dir)? {
-        return Err(ServerError::InvalidConfig(format!(
-            "{} holds the data of a single broker (wal-*.log, snap-*.snap): a cluster node \
-             needs a directory of its own",
-            data_dir.display()
-        )));
-    }
     let this_node = settings.this_node().ok_or_else(|| {
         ServerError::InvalidConfig(format!("node {} is not a member", settings.node_id))
     })?;
@@ -186,6 +179,26 @@ fn describe_members(members: &BTreeMap<NodeId, ClusterNode>) -> String {
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// Checks that `dir` (if it exists) may serve node `node_id` of a cluster: it holds no single
+/// broker's data, and no other node's log. Runs before the server announces its address.
+///
+/// # Errors
+/// [`ServerError::InvalidConfig`] saying which, or an I/O error reading the directory.
+pub(crate) fn check_directory(dir: &Path, node_id: NodeId) -> Result<(), ServerError> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    if holds_single_broker_data(dir)? {
+        return Err(ServerError::InvalidConfig(format!(
+            "{} holds the data of a single broker (wal-*.log, snap-*.snap): a cluster node \
+             needs a directory of its own",
+            dir.display()
+        )));
+    }
+    broker_cluster::LogStore::check_owner(&dir.join(CLUSTER_DIR), node_id)
+        .map_err(|error| ServerError::InvalidConfig(error.to_string()))
 }
 
 /// Whether `dir` holds a single broker's log or snapshots.
