@@ -2,7 +2,7 @@
 //! 2.0.1's serde encoding with fixed-width little-endian integers, the same layout as the
 //! broker's wire protocol and data directory.
 
-use bincode::config::{Configuration, Fixint, LittleEndian, NoLimit};
+use bincode::config::{Config as AnyConfig, Configuration, Fixint, LittleEndian, NoLimit};
 use bincode::error::{DecodeError, EncodeError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -20,9 +20,25 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, EncodeError> {
     bincode::serde::encode_to_vec(value, config())
 }
 
-/// The value `bytes` encode, which must be all of them.
+/// The value `bytes` encode, which must be all of them: for what this node wrote itself (its
+/// files, checked by their checksums), however large.
 pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
-    let (value, read) = bincode::serde::decode_from_slice(bytes, config())?;
+    decode_with(bytes, config())
+}
+
+/// [`decode`] for what a peer sent, whose lengths are not to be trusted: a length that claims
+/// more than `LIMIT` bytes in all is refused instead of being allocated.
+pub(crate) fn decode_at_most<T: DeserializeOwned, const LIMIT: usize>(
+    bytes: &[u8],
+) -> Result<T, DecodeError> {
+    decode_with(bytes, config().with_limit::<LIMIT>())
+}
+
+fn decode_with<T: DeserializeOwned, C: AnyConfig>(
+    bytes: &[u8],
+    config: C,
+) -> Result<T, DecodeError> {
+    let (value, read) = bincode::serde::decode_from_slice(bytes, config)?;
     if read != bytes.len() {
         return Err(DecodeError::OtherString(format!(
             "{} bytes after the value",

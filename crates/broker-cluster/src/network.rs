@@ -32,7 +32,7 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::codec::{decode, encode};
+use crate::codec::{decode_at_most, encode};
 use crate::types::{ClusterNode, NodeId, TypeConfig};
 
 /// The largest frame between peers: a batch of entries, or a snapshot chunk.
@@ -82,13 +82,23 @@ pub(crate) enum PeerResponse {
 
 type PeerFramed = Framed<TcpStream, LengthDelimitedCodec>;
 
+/// The largest hello or welcome frame: until a peer is welcomed, nothing larger is read.
+const MAX_HELLO_FRAME: usize = 64 * 1024;
+
+/// A peer connection, reading frames of at most [`MAX_HELLO_FRAME`] until [`welcomed`] lifts
+/// that to [`MAX_PEER_FRAME`].
 fn framed(stream: TcpStream) -> PeerFramed {
     Framed::new(
         stream,
         LengthDelimitedCodec::builder()
-            .max_frame_length(MAX_PEER_FRAME)
+            .max_frame_length(MAX_HELLO_FRAME)
             .new_codec(),
     )
+}
+
+/// Lets `framed` read frames as large as Raft messages: its hellos were exchanged.
+fn welcomed(framed: &mut PeerFramed) {
+    framed.codec_mut().set_max_frame_length(MAX_PEER_FRAME);
 }
 
 async fn send<T: Serialize>(framed: &mut PeerFramed, message: &T) -> io::Result<()> {
@@ -96,14 +106,19 @@ async fn send<T: Serialize>(framed: &mut PeerFramed, message: &T) -> io::Result<
     framed.send(bytes::Bytes::from(bytes)).await
 }
 
-async fn receive<T: serde::de::DeserializeOwned>(framed: &mut PeerFramed) -> io::Result<T> {
+/// The next message, whose lengths may claim at most `LIMIT` bytes in all (a peer's lengths are
+/// not trusted: a forged one is refused, not allocated).
+async fn receive<T: serde::de::DeserializeOwned, const LIMIT: usize>(
+    framed: &mut PeerFramed,
+) -> io::Result<T> {
     let frame = framed.next().await.ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::UnexpectedEof,
             "the peer closed the connection",
         )
     })??;
-    decode(&frame).map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))
+    decode_at_most::<T, LIMIT>(&frame)
+        .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))
 }
 
 /// Opens links to peers: openraft asks it for one per peer it replicates to or asks for votes.
@@ -213,7 +228,7 @@ impl PeerLink {
             None => self.connection.insert(self.connect().await?),
         };
         send(connection, &request).await?;
-        receive(connection).await
+        receive::<_, MAX_PEER_FRAME>(connection).await
     }
 
     async fn connect(&self) -> io::Result<PeerFramed> {
@@ -226,7 +241,8 @@ impl PeerLink {
             token: self.token.clone(),
         };
         send(&mut connection, &hello).await?;
-        let welcome: Result<Option<String>, String> = receive(&mut connection).await?;
+        let welcome: Result<Option<String>, String> =
+            receive::<_, MAX_HELLO_FRAME>(&mut connection).await?;
         let refused = |why: String| {
             io::Error::new(
                 io::ErrorKind::PermissionDenied,
@@ -240,6 +256,7 @@ impl PeerLink {
                 "does not hold this cluster's token (the nodes' auth token)".to_owned(),
             ));
         }
+        welcomed(&mut connection);
         Ok(connection)
     }
 }
@@ -371,9 +388,12 @@ async fn serve_peer(
     stream.set_nodelay(true)?;
     let peer = stream.peer_addr()?;
     let mut connection = framed(stream);
-    let hello: PeerHello = tokio::time::timeout(HELLO_TIMEOUT, receive(&mut connection))
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no hello in time"))??;
+    let hello: PeerHello = tokio::time::timeout(
+        HELLO_TIMEOUT,
+        receive::<_, MAX_HELLO_FRAME>(&mut connection),
+    )
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no hello in time"))??;
     // Welcomed with this node's token, so that the peer checks this node too.
     let verdict = check_hello(&hello, token).map(|()| token.map(str::to_owned));
     send(&mut connection, &verdict).await?;
@@ -381,8 +401,9 @@ async fn serve_peer(
         tracing::warn!(%peer, cause = %why, "refusing a peer connection");
         return Ok(());
     }
+    welcomed(&mut connection);
     loop {
-        let request: PeerRequest = match receive(&mut connection).await {
+        let request: PeerRequest = match receive::<_, MAX_PEER_FRAME>(&mut connection).await {
             Ok(request) => request,
             Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(error) => return Err(error),

@@ -303,3 +303,41 @@ async fn a_peer_with_the_wrong_token_is_refused() {
     );
     open.shutdown().await;
 }
+
+/// Bytes that are not a peer's hello (a forged length, an oversized frame) close the connection
+/// and change nothing: the node goes on serving.
+#[tokio::test]
+async fn forged_hellos_are_refused_without_harm() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let members = members(std::slice::from_ref(&listener));
+    let node = start(1, &members, dir.path(), listener).await;
+    let mut forged_length = Vec::new();
+    forged_length.extend_from_slice(&2u64.to_le_bytes());
+    // The protocol's name claims 2^60 bytes.
+    forged_length.extend_from_slice(&(1u64 << 60).to_le_bytes());
+    let oversized = vec![0u8; 100 * 1024];
+    for body in [forged_length, oversized] {
+        let mut stream = tokio::net::TcpStream::connect(&members[&1].raft_addr)
+            .await
+            .unwrap();
+        let mut frame = u32::try_from(body.len()).unwrap().to_be_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        // The node may close the connection before it has read everything.
+        let _ = stream.write_all(&frame).await;
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+            .await
+            .expect("the connection was left open");
+        assert!(read.is_err() || answer.is_empty(), "answered {answer:?}");
+    }
+    let first = leader(&[&node]).await;
+    assert_eq!(first, 0);
+    node.cluster
+        .propose(Proposal::Tick { now_ms: 1 })
+        .await
+        .expect("the node still serves");
+    node.cluster.shutdown().await;
+}
