@@ -187,27 +187,27 @@ impl LogFiles {
         Ok(())
     }
 
-    fn append(&mut self, entries: impl IntoIterator<Item = Entry>) -> io::Result<()> {
-        let mut bytes = Vec::new();
-        let mut added = Vec::new();
-        for entry in entries {
-            let at = self.end + bytes.len() as u64;
-            push_record(&mut bytes, &entry)?;
-            added.push((at, entry));
-        }
-        (&*self.log).write_all(&bytes)?;
-        match self.sync {
-            LogSync::EveryAppend => self.log.sync_data()?,
-            LogSync::Every(_) => self.unsynced = true,
-            LogSync::Never => {}
-        }
-        self.end += bytes.len() as u64;
-        for (at, entry) in added {
+    /// Writes `records` (encoded by [`Records::of`]) at the end of the log and adds their
+    /// entries. Returns the file to fsync before the entries count as stored, with
+    /// [`LogSync::EveryAppend`]: the caller syncs it after letting go of the lock, so that
+    /// readers of the log are not held up by the disk.
+    fn append(&mut self, records: Records) -> io::Result<Option<Arc<File>>> {
+        (&*self.log).write_all(&records.bytes)?;
+        let start = self.end;
+        self.end += records.bytes.len() as u64;
+        for (at, entry) in records.entries {
             let index = entry.get_log_id().index;
-            self.offsets.insert(index, at);
+            self.offsets.insert(index, start + at);
             self.entries.insert(index, entry);
         }
-        Ok(())
+        Ok(match self.sync {
+            LogSync::EveryAppend => Some(Arc::clone(&self.log)),
+            LogSync::Every(_) => {
+                self.unsynced = true;
+                None
+            }
+            LogSync::Never => None,
+        })
     }
 
     /// Removes the entries from `index` on.
@@ -266,6 +266,29 @@ fn sync_every(files: Weak<Mutex<LogFiles>>, interval: Duration) -> io::Result<()
             }
         })?;
     Ok(())
+}
+
+/// Entries encoded as records, ready to append: the bytes, and each entry with where its
+/// record starts in them.
+struct Records {
+    bytes: Vec<u8>,
+    entries: Vec<(u64, Entry)>,
+}
+
+impl Records {
+    /// `entries` encoded (before taking the log's lock).
+    fn of(entries: impl IntoIterator<Item = Entry>) -> io::Result<Records> {
+        let mut records = Records {
+            bytes: Vec::new(),
+            entries: Vec::new(),
+        };
+        for entry in entries {
+            let at = records.bytes.len() as u64;
+            push_record(&mut records.bytes, &entry)?;
+            records.entries.push((at, entry));
+        }
+        Ok(records)
+    }
 }
 
 /// Appends one record (length, checksum, body) for `entry` to `out`.
@@ -473,7 +496,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let appended = self.files().append(entries);
+        let appended = Records::of(entries).and_then(|records| {
+            let to_sync = self.files().append(records)?;
+            // Outside the lock; openraft issues no other write to the log until this returns.
+            to_sync.map_or(Ok(()), |log| log.sync_data())
+        });
         match appended {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));
@@ -518,6 +545,13 @@ mod tests {
         }
     }
 
+    /// Appends `entries` and syncs them as the store's policy says.
+    fn append(files: &mut LogFiles, entries: impl IntoIterator<Item = Entry>) {
+        if let Some(log) = files.append(Records::of(entries).unwrap()).unwrap() {
+            log.sync_data().unwrap();
+        }
+    }
+
     fn indexes(store: &LogStore) -> Vec<u64> {
         store.files().entries.keys().copied().collect()
     }
@@ -528,7 +562,7 @@ mod tests {
         {
             let store = LogStore::open(dir.path(), 1, LogSync::EveryAppend).unwrap();
             let mut files = store.files();
-            files.append((1..=10).map(entry)).unwrap();
+            append(&mut files, (1..=10).map(entry));
             files.truncate(8).unwrap();
             files
                 .purge(LogId::new(CommittedLeaderId::new(1, 1), 3))
@@ -538,7 +572,7 @@ mod tests {
                 ..files.meta.clone()
             };
             files.write_meta(meta).unwrap();
-            files.append([entry(8)]).unwrap();
+            append(&mut files, [entry(8)]);
         }
         let store = LogStore::open(dir.path(), 1, LogSync::EveryAppend).unwrap();
         assert_eq!(indexes(&store), vec![4, 5, 6, 7, 8]);
@@ -552,7 +586,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store =
             LogStore::open(dir.path(), 1, LogSync::Every(Duration::from_millis(5))).unwrap();
-        store.files().append([entry(1)]).unwrap();
+        append(&mut store.files(), [entry(1)]);
         assert!(store.files().unsynced);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while store.files().unsynced {
@@ -590,7 +624,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
-            store.files().append((1..=3).map(entry)).unwrap();
+            append(&mut store.files(), (1..=3).map(entry));
         }
         let path = dir.path().join(LOG_FILE);
         let length = fs::metadata(&path).unwrap().len();
@@ -603,7 +637,7 @@ mod tests {
             .unwrap();
         let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
         assert_eq!(indexes(&store), vec![1, 2]);
-        store.files().append([entry(3)]).unwrap();
+        append(&mut store.files(), [entry(3)]);
         drop(store);
         let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
         assert_eq!(indexes(&store), vec![1, 2, 3]);
@@ -614,7 +648,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
-            store.files().append((1..=3).map(entry)).unwrap();
+            append(&mut store.files(), (1..=3).map(entry));
         }
         let path = dir.path().join(LOG_FILE);
         let mut bytes = fs::read(&path).unwrap();
