@@ -299,15 +299,19 @@ async fn follow_leadership(shared: Arc<Shared>) {
         // behind the engine's next update, which waits for this one.
         let (now_leading, term, stopped) = {
             let metrics = watch.borrow_and_update();
-            let in_force: BTreeMap<NodeId, ClusterNode> = metrics
-                .membership_config
-                .membership()
-                .nodes()
-                .map(|(node, addresses)| (*node, addresses.clone()))
-                .collect();
-            if !in_force.is_empty() {
-                if let Some(given) = given.take() {
-                    check_membership(&given, &in_force);
+            // Once, when the membership is known (the metrics change at every step of the
+            // engine: nothing is copied after that).
+            if given.is_some() {
+                let in_force: BTreeMap<NodeId, ClusterNode> = metrics
+                    .membership_config
+                    .membership()
+                    .nodes()
+                    .map(|(node, addresses)| (*node, addresses.clone()))
+                    .collect();
+                if !in_force.is_empty() {
+                    if let Some(given) = given.take() {
+                        check_membership(&given, &in_force);
+                    }
                 }
             }
             let stopped = match &metrics.running_state {
