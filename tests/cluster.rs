@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use broker_client::{Client, Error, ErrorReply, Producer, PublishRecord};
+use broker_client::{BrokerError, Client, Error, ErrorReply, Producer, PublishRecord};
 use broker_testkit::http::get as http_get;
 use broker_testkit::peer_links::PeerLinks;
 use broker_testkit::process::{refused_start, ServerProcess};
@@ -35,6 +35,9 @@ struct Nodes {
     /// (behind a relay).
     peer_listens: Vec<Option<SocketAddr>>,
     members: String,
+    /// The nodes started to join the running cluster (`--cluster-join`), with the members
+    /// list each was given.
+    joiners: BTreeMap<usize, String>,
     running: Vec<Option<ServerProcess>>,
 }
 
@@ -69,6 +72,7 @@ impl Nodes {
             client_addrs,
             peer_listens,
             members,
+            joiners: BTreeMap::new(),
             running: (0..count).map(|_| None).collect(),
         };
         for index in 0..count {
@@ -81,22 +85,43 @@ impl Nodes {
     fn restart(&mut self, index: usize) {
         let id = (index + 1).to_string();
         let dir = self.dirs[index].to_str().unwrap().to_owned();
+        let members = self.joiners.get(&index).unwrap_or(&self.members).clone();
         let mut flags = vec![
             "--node-id".to_owned(),
             id,
             "--cluster-members".to_owned(),
-            self.members.clone(),
+            members,
             "--data-dir".to_owned(),
             dir,
             "--log-level".to_owned(),
             "warn".to_owned(),
         ];
+        if self.joiners.contains_key(&index) {
+            flags.push("--cluster-join".to_owned());
+        }
         if let Some(listen) = self.peer_listens[index] {
             flags.extend(["--cluster-listen".to_owned(), listen.to_string()]);
         }
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         let node = ServerProcess::start_on(self.client_addrs[index], &flags);
         self.running[index] = Some(node);
+    }
+
+    /// Starts one more node, to join the running cluster; returns its index and what
+    /// `broker cluster add` takes for it (`ID=PEER_ADDR/CLIENT_ADDR`).
+    fn start_joiner(&mut self) -> (usize, String) {
+        let index = self.running.len();
+        let entry = format!("{}={}/{}", index + 1, free_addr(), free_addr());
+        let client: SocketAddr = entry.rsplit_once('/').unwrap().1.parse().unwrap();
+        self.client_addrs.push(client);
+        self.dirs
+            .push(self.dirs[0].with_file_name(format!("node-{}", index + 1)));
+        self.peer_listens.push(None);
+        self.joiners
+            .insert(index, format!("{},{entry}", self.members));
+        self.running.push(None);
+        self.restart(index);
+        (index, entry)
     }
 
     fn kill(&mut self, index: usize) {
@@ -533,4 +558,152 @@ async fn a_directory_serves_a_single_broker_or_a_cluster_node_never_both() {
         "announced before refusing: {}",
         refused.stdout
     );
+}
+
+/// Runs the `broker` command line against the cluster's nodes; returns its standard output, or
+/// fails the test with its standard error.
+fn broker_cli(nodes: &Nodes, args: &[&str]) -> String {
+    let output = std::process::Command::new(broker_testkit::process::binary("broker"))
+        .args(args)
+        .env("BROKER_ADDR", nodes.addresses())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "broker {args:?} failed: {}{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// `broker cluster status --json` as JSON.
+fn cluster_status(nodes: &Nodes) -> serde_json::Value {
+    serde_json::from_str(&broker_cli(nodes, &["cluster", "status", "--json"])).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_is_added_then_removed_while_the_cluster_serves() {
+    let mut nodes = Nodes::start(3);
+    let client = nodes.client().await;
+    assert!(client.create("t", 4).await.unwrap());
+    client.join("t", "g", "m").await.unwrap();
+    publish(&client, "before", 50).await;
+
+    // A fourth node, started to join, is added: it catches up, then votes.
+    let (joiner, entry) = nodes.start_joiner();
+    let added = broker_cli(&nodes, &["cluster", "add", &entry]);
+    assert!(added.contains("node 4 added"), "{added}");
+    assert!(added.contains("1, 2, 3, 4"), "{added}");
+    // Adding it again changes nothing.
+    broker_cli(&nodes, &["cluster", "add", &entry]);
+    let status = cluster_status(&nodes);
+    let rows = status["nodes"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{status:#}");
+    assert!(rows.iter().all(|row| row["voter"] == true), "{status:#}");
+    let roles: Vec<&str> = rows
+        .iter()
+        .map(|row| row["status"]["role"].as_str().unwrap_or("unreachable"))
+        .collect();
+    assert_eq!(
+        roles.iter().filter(|role| **role == "Leader").count(),
+        1,
+        "{status:#}"
+    );
+    let text = broker_cli(&nodes, &["cluster", "status"]);
+    assert!(text.contains("4 voters, 0 learners"), "{text}");
+
+    // The new node holds everything: with it and one other, a majority of four is three, so
+    // stop one node and the cluster goes on with the new node's vote.
+    publish(&client, "with-four", 10).await;
+    let leader = nodes.leader().await;
+    let stopped = (0..3).find(|index| *index != leader).unwrap();
+    nodes.kill(stopped);
+    publish(&client, "three-of-four", 10).await;
+    assert_eq!(stored(&client).await, 70);
+
+    // The stopped node is removed; the metadata names the three left and the leader.
+    let removed = broker_cli(&nodes, &["cluster", "remove", &(stopped + 1).to_string()]);
+    assert!(
+        removed.contains(&format!("node {} removed", stopped + 1)),
+        "{removed}"
+    );
+    let metadata = read(|| client.metadata(None)).await;
+    let ids: Vec<u64> = metadata.nodes.iter().map(|node| node.node_id).collect();
+    let expected: Vec<u64> = (1..=4).filter(|id| *id != stopped as u64 + 1).collect();
+    assert_eq!(ids, expected);
+    let leader = nodes.leader().await;
+    assert_eq!(metadata.topics.len(), 1);
+    assert_eq!(metadata.topics[0].topic, "t");
+    assert_eq!(metadata.topics[0].partition_count, 4);
+    assert_eq!(metadata.topics[0].leader, Some(leader as u64 + 1));
+
+    // Removing the node that leads: the others elect a new one and nothing is lost.
+    let removed = broker_cli(&nodes, &["cluster", "remove", &(leader + 1).to_string()]);
+    assert!(removed.contains("removed"), "{removed}");
+    nodes.kill(leader);
+    publish(&client, "after", 5).await;
+    assert_eq!(stored(&client).await, 75);
+    let everything = drain(&client).await;
+    assert_eq!(everything.len(), 75);
+    assert!(everything
+        .iter()
+        .any(|payload| payload == "three-of-four-9"));
+    // The joiner may or may not lead now; either way it is one of the two voters left.
+    let status = cluster_status(&nodes);
+    let voters: Vec<u64> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["node_id"].as_u64().unwrap())
+        .collect();
+    assert!(voters.contains(&(joiner as u64 + 1)), "{status:#}");
+    assert_eq!(voters.len(), 2, "{status:#}");
+}
+
+#[tokio::test]
+async fn membership_changes_are_checked() {
+    let nodes = Nodes::start(3);
+    let client = nodes.client().await;
+    let refused = |result: Result<Vec<broker_client::ClusterMember>, Error>| match result {
+        Err(Error::Broker(BrokerError::InvalidArgument(why))) => why,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    let why = refused(client.remove_node(9).await);
+    assert!(why.contains("node 9 is not a member"), "{why}");
+    let why = refused(client.add_node(2, "127.0.0.1:1", "127.0.0.1:2").await);
+    assert!(why.contains("already a member"), "{why}");
+    let why = refused(client.add_node(5, "nowhere", "127.0.0.1:2").await);
+    assert!(why.contains("not HOST:PORT"), "{why}");
+    // A node that does not run never catches up: it stays a learner, and can be removed. (The
+    // leader waits 20 s for it.)
+    let patient = Client::builder()
+        .request_timeout(Duration::from_secs(60))
+        .connect(nodes.addresses().as_str())
+        .await
+        .unwrap();
+    let why = refused(patient.add_node(5, "127.0.0.1:1", "127.0.0.1:2").await);
+    assert!(why.contains("has not caught up"), "{why}");
+    let members = client.remove_node(5).await.unwrap();
+    assert_eq!(members.len(), 3);
+
+    // A server that runs alone says it is not a cluster, and serves every topic itself.
+    let single = ServerProcess::start(&[]);
+    let alone = Client::connect(single.addr_string().as_str())
+        .await
+        .unwrap();
+    let why = match alone.cluster_status().await {
+        Err(Error::Broker(BrokerError::InvalidArgument(why))) => why,
+        other => panic!("{other:?}"),
+    };
+    assert!(why.contains("runs alone"), "{why}");
+    alone.create("solo", 2).await.unwrap();
+    let metadata = alone.metadata(None).await.unwrap();
+    assert!(metadata.nodes.is_empty());
+    assert_eq!(metadata.topics.len(), 1);
+    assert_eq!(metadata.topics[0].leader, None);
+    assert!(matches!(
+        alone.metadata(Some("nothing")).await,
+        Err(Error::Broker(BrokerError::InvalidArgument(_)))
+    ));
 }

@@ -115,6 +115,7 @@ Examples:
   broker size --message-bytes 1500 --rate 2000 --retention 3d --replication 3 --headroom 30
   broker bench mixed --producers 4 --consumers 4 --records 1000000
   BROKER_AUTH_TOKEN=s3cret broker --addr broker.internal:9092 --tls-ca ca.pem describe
+  BROKER_ADDR=10.0.0.1:9092,10.0.0.2:9092,10.0.0.3:9092 broker cluster status
 
 Exit status: 0 on success, 1 when the broker refuses a call or cannot be reached, 2 for bad
 command-line arguments.";
@@ -165,6 +166,9 @@ pub enum Command {
     Top(Connected<TopArgs>),
     /// Measure a broker-server: throughput and latency percentiles under a chosen workload.
     Bench(Connected<BenchArgs>),
+    /// Show the nodes of a cluster, add one or remove one.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
 }
 
 impl Command {
@@ -189,6 +193,9 @@ impl Command {
             Command::Ping(c) => Some(&c.connect),
             Command::Top(c) => Some(&c.connect),
             Command::Bench(c) => Some(&c.connect),
+            Command::Cluster(ClusterCommand::Status(c)) => Some(&c.connect),
+            Command::Cluster(ClusterCommand::Add(c)) => Some(&c.connect),
+            Command::Cluster(ClusterCommand::Remove(c)) => Some(&c.connect),
         }
     }
 }
@@ -382,6 +389,85 @@ pub enum GroupCommand {
     /// Change an existing group's acknowledgement timeout, maximum of deliveries and
     /// dead-letter topic; settings not named stay as they are.
     Configure(Connected<ConfigureArgs>),
+}
+
+/// `broker cluster`.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Show every node of the cluster: its role, term, last log entry and last applied entry,
+    /// and how many entries of the leader's log it lacks. Each node is asked about itself at
+    /// its client address, so every node must be reachable from here for a full picture.
+    Status(Connected<ClusterStatusArgs>),
+    /// Add a node that runs and was started with `broker-server --cluster-join`: it catches up
+    /// with the leader's log (a snapshot of the broker's state first), then votes.
+    #[command(after_help = "Example (the new node 4 runs, started to join):
+  broker cluster add 4=10.0.0.4:9093/10.0.0.4:9092
+
+If node 4 has not caught up within 20 seconds, the command fails saying so; the node stays a
+learner (it receives the log but does not vote) and keeps catching up: run the command again
+to make it a voter.")]
+    Add(Connected<AddNodeArgs>),
+    /// Remove a node from the cluster: it no longer votes nor receives the log. Stop its
+    /// process afterwards. Removing the leader makes the others elect a new one.
+    Remove(Connected<RemoveNodeArgs>),
+}
+
+/// `broker cluster status`.
+#[derive(Debug, Args)]
+pub struct ClusterStatusArgs {
+    /// Print JSON: `leader`, `term` and `nodes`, each with its addresses, `voter`, `behind`,
+    /// and its own `status` or the `error` that kept it from answering.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `broker cluster add`.
+#[derive(Debug, Args)]
+pub struct AddNodeArgs {
+    /// The node: ID=PEER_ADDR/CLIENT_ADDR, as in the servers' --cluster-members (its id, the
+    /// address the other nodes reach its peer port at, the address clients reach it at).
+    #[arg(value_name = "ID=PEER_ADDR/CLIENT_ADDR", value_parser = parse_new_node)]
+    pub node: NewNode,
+}
+
+/// A node to add, as `ID=PEER_ADDR/CLIENT_ADDR`.
+#[derive(Debug, Clone)]
+pub struct NewNode {
+    /// Its id.
+    pub node_id: u64,
+    /// The address the other nodes reach it on.
+    pub peer_addr: String,
+    /// The address clients reach it on.
+    pub client_addr: String,
+}
+
+/// Parses `ID=PEER_ADDR/CLIENT_ADDR` (the server checks the addresses).
+fn parse_new_node(text: &str) -> Result<NewNode, String> {
+    let expected = || {
+        format!(
+            "{text:?} is not ID=PEER_ADDR/CLIENT_ADDR (for example \
+             4=10.0.0.4:9093/10.0.0.4:9092)"
+        )
+    };
+    let (id, addresses) = text.split_once('=').ok_or_else(expected)?;
+    let (peer_addr, client_addr) = addresses.split_once('/').ok_or_else(expected)?;
+    let node_id = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("{id:?}: a node id is a whole number"))?;
+    Ok(NewNode {
+        node_id,
+        peer_addr: peer_addr.trim().to_owned(),
+        client_addr: client_addr.trim().to_owned(),
+    })
+}
+
+/// `broker cluster remove`.
+#[derive(Debug, Args)]
+pub struct RemoveNodeArgs {
+    /// The id of the node to remove.
+    #[arg(value_name = "ID")]
+    pub node_id: u64,
 }
 
 /// A group's maximum of deliveries and dead-letter topic, given together.

@@ -16,12 +16,13 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::cli::{
-    AssignorArg, Command, ConfigureArgs, ConnectArgs, ConsumeArgs, ConsumeMode, CreateArgs,
-    DeleteArgs, DescribeArgs, DiscardArg, GroupArgs, GroupCommand, JoinArgs, KeyHashArg, LagArgs,
-    MemberArgs, OffsetsArgs, PingArgs, PublishArgs, PurgeArgs, ResetArgs, SizeArgs, StartAtArg,
+    AssignorArg, ClusterCommand, Command, ConfigureArgs, ConnectArgs, ConsumeArgs, ConsumeMode,
+    CreateArgs, DeleteArgs, DescribeArgs, DiscardArg, GroupArgs, GroupCommand, JoinArgs,
+    KeyHashArg, LagArgs, MemberArgs, OffsetsArgs, PingArgs, PublishArgs, PurgeArgs, ResetArgs,
+    SizeArgs, StartAtArg,
 };
 use crate::retention::RetentionArg;
-use crate::{bench, output, size};
+use crate::{bench, cluster, output, size};
 
 /// How many publishes `broker publish` keeps in flight on its connection.
 const PUBLISH_PIPELINE: usize = 256;
@@ -67,6 +68,9 @@ pub async fn run(connect: Option<ConnectArgs>, command: Command) -> anyhow::Resu
         Command::Leave(c) => leave(&server.connect().await?, c.args).await,
         Command::Describe(c) => describe(&server.connect().await?, c.args).await,
         Command::Lag(c) => lag(&server.connect().await?, c.args).await,
+        Command::Cluster(ClusterCommand::Status(c)) => cluster::status(&server, c.args).await,
+        Command::Cluster(ClusterCommand::Add(c)) => cluster::add(&server, c.args).await,
+        Command::Cluster(ClusterCommand::Remove(c)) => cluster::remove(&server, c.args).await,
     }
 }
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::anyhow;
-use broker_client::{Client, Error, ErrorReply};
+use broker_client::{Client, ClientBuilder, Error, ErrorReply};
 
 /// Where the broker-server is and how to get in: its address, the auth token, TLS.
 #[derive(Debug, Clone)]
@@ -20,10 +20,9 @@ pub struct Server {
 }
 
 impl Server {
-    /// Connects, saying in one line what went wrong and how to fix it when it fails.
-    pub async fn connect(&self) -> anyhow::Result<Client> {
-        // A command makes its call once: one refused by a cluster's follower goes to the leader.
-        let mut builder = Client::builder().follow_leader(true);
+    /// A client builder with the auth token and TLS settings.
+    pub fn builder(&self) -> ClientBuilder {
+        let mut builder = Client::builder();
         if let Some(token) = &self.auth_token {
             builder = builder.auth_token(token.clone());
         }
@@ -33,8 +32,15 @@ impl Server {
         if let Some(name) = &self.tls_server_name {
             builder = builder.tls_server_name(name.clone());
         }
-        let addr = &self.addr;
         builder
+    }
+
+    /// Connects, saying in one line what went wrong and how to fix it when it fails.
+    pub async fn connect(&self) -> anyhow::Result<Client> {
+        let addr = &self.addr;
+        // A command makes its call once: one refused by a cluster's follower goes to the leader.
+        self.builder()
+            .follow_leader(true)
             .connect(addr.as_str())
             .await
             .map_err(|error| match error {

@@ -12,6 +12,7 @@ macro_rules! outln {
 
 mod bench;
 mod cli;
+mod cluster;
 mod commands;
 mod connect;
 mod output;

@@ -9,8 +9,9 @@ use std::time::Duration;
 #[cfg(doc)]
 use broker_core::EventBroker;
 use broker_core::{
-    Assignor, BrokerDescription, BrokerRecord, Command, GroupSetting, KeyHash, Outcome,
-    PartitionBatch, PartitionLag, PublishRecord, ResetTo, TopicDescription, TopicSetting,
+    Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterMember, ClusterStatus,
+    Command, GroupSetting, KeyHash, Outcome, PartitionBatch, PartitionLag, PublishRecord, ResetTo,
+    TopicDescription, TopicSetting,
 };
 use broker_proto::{ErrorReply, ServerLimits};
 use bytes::Bytes;
@@ -815,6 +816,123 @@ impl Client {
         match self.send(command, Duration::ZERO).await? {
             Outcome::GroupSettings(settings) => Ok(settings),
             other => Err(unexpected("configure_group", &other)),
+        }
+    }
+
+    /// What the node this client is connected to knows of its cluster: its role, term, log
+    /// and applied indexes, and every member (with, from the leader, how far each has the
+    /// log). Answered by whichever node is asked, never redirected: connect to each member in
+    /// turn to see them all. Needs a server of protocol version 5.
+    ///
+    /// ```no_run
+    /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let status = client.cluster_status().await?;
+    /// println!("node {} is {:?} in term {}", status.node_id, status.role, status.term);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` from a server that runs alone; otherwise as
+    /// [`Client::send`].
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, Error> {
+        match self.send(Command::ClusterStatus, Duration::ZERO).await? {
+            Outcome::ClusterStatus(status) => Ok(status),
+            other => Err(unexpected("cluster_status", &other)),
+        }
+    }
+
+    /// Adds node `node_id` to the cluster, reached by its peers at `peer_addr` and by clients
+    /// at `client_addr` (each `HOST:PORT`). The node must be running, started to join
+    /// (`broker-server --cluster-join`); it catches up with the log, then votes. Answers with
+    /// the members once it votes, which can take as long as copying the broker's state to it
+    /// (the server gives up after 20 seconds: the node keeps catching up, and adding it again
+    /// finishes the job). Needs a server of protocol version 5.
+    ///
+    /// ```no_run
+    /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let members = client.add_node(4, "10.0.0.4:9093", "10.0.0.4:9092").await?;
+    /// assert!(members.iter().any(|member| member.node_id == 4 && member.voter));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for an address that is not `HOST:PORT`, a node
+    /// id that is a member at other addresses, a node that did not catch up in time, or a
+    /// server that runs alone; otherwise as [`Client::send`].
+    pub async fn add_node(
+        &self,
+        node_id: u64,
+        peer_addr: &str,
+        client_addr: &str,
+    ) -> Result<Vec<ClusterMember>, Error> {
+        let command = Command::AddNode {
+            node_id,
+            peer_addr: peer_addr.to_owned(),
+            client_addr: client_addr.to_owned(),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Members(members) => Ok(members),
+            other => Err(unexpected("add_node", &other)),
+        }
+    }
+
+    /// Removes node `node_id` from the cluster: it no longer votes nor receives the log (stop
+    /// its process afterwards). Answers with the members once the change is committed. Needs
+    /// a server of protocol version 5.
+    ///
+    /// ```no_run
+    /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let members = client.remove_node(3).await?;
+    /// assert!(members.iter().all(|member| member.node_id != 3));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a node that is not a member or is the last
+    /// voter, a change a majority did not commit in time, or a server that runs alone;
+    /// otherwise as [`Client::send`].
+    pub async fn remove_node(&self, node_id: u64) -> Result<Vec<ClusterMember>, Error> {
+        match self
+            .send(Command::RemoveNode { node_id }, Duration::ZERO)
+            .await?
+        {
+            Outcome::Members(members) => Ok(members),
+            other => Err(unexpected("remove_node", &other)),
+        }
+    }
+
+    /// Where to find `topic` (or every topic, with `None`): the nodes of the cluster with
+    /// their client addresses, and the node serving each topic. A server that runs alone lists
+    /// no nodes and serves every topic itself (`leader` is `None`). Needs a server of protocol
+    /// version 5.
+    ///
+    /// ```no_run
+    /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let metadata = client.metadata(Some("orders")).await?;
+    /// for topic in &metadata.topics {
+    ///     println!("{} has {} partitions", topic.topic, topic.partition_count);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic; otherwise as
+    /// [`Client::send`].
+    pub async fn metadata(&self, topic: Option<&str>) -> Result<BrokerMetadata, Error> {
+        let command = Command::Metadata {
+            topic: topic.map(str::to_owned),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Metadata(metadata) => Ok(metadata),
+            other => Err(unexpected("metadata", &other)),
         }
     }
 

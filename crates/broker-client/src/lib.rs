@@ -59,11 +59,12 @@ mod tls;
 
 pub use address::ServerAddress;
 pub use broker_core::{
-    Assignor, BrokerDescription, BrokerError, BrokerRecord, Command, Discard, GroupDescription,
-    GroupPartitionDescription, GroupSetting, GroupSettings, Header, KeyHash, MemberDescription,
-    Outcome, PartitionBatch, PartitionDescription, PartitionLag, PublishRecord, ResetTo, Retention,
-    StartAt, TopicDescription, TopicName, TopicSetting, TopicSettings, MAX_ACKS, MAX_BATCH_RECORDS,
-    MAX_FETCH_RECORDS, MAX_POLL_RECORDS,
+    Assignor, BrokerDescription, BrokerError, BrokerMetadata, BrokerRecord, ClusterMember,
+    ClusterStatus, Command, Discard, GroupDescription, GroupPartitionDescription, GroupSetting,
+    GroupSettings, Header, KeyHash, MemberDescription, NodeAddress, NodeRole, Outcome,
+    PartitionBatch, PartitionDescription, PartitionLag, PublishRecord, ResetTo, Retention, StartAt,
+    TopicDescription, TopicName, TopicPlacement, TopicSetting, TopicSettings, MAX_ACKS,
+    MAX_BATCH_RECORDS, MAX_FETCH_RECORDS, MAX_POLL_RECORDS,
 };
 pub use broker_proto::{ErrorReply, ServerLimits};
 pub use builder::{

@@ -16,6 +16,7 @@
 
 mod codec;
 mod log_store;
+mod membership;
 mod network;
 mod state_machine;
 pub mod types;
@@ -26,7 +27,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::error::{CheckIsLeaderError, InitializeError, RaftError};
 use openraft::{Raft, RaftMetrics, SnapshotPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -62,6 +63,9 @@ pub struct ClusterConfig {
     /// A snapshot is taken after this many entries since the last one, and the log before it
     /// removed.
     pub snapshot_every: u64,
+    /// This node joins a cluster that already runs: it proposes no membership of its own and
+    /// waits until the leader adds it ([`Cluster::add_node`]).
+    pub join: bool,
 }
 
 impl ClusterConfig {
@@ -78,6 +82,7 @@ impl ClusterConfig {
             heartbeat: Duration::from_millis(150),
             election_timeout: Duration::from_millis(500),
             snapshot_every: 20_000,
+            join: false,
         }
     }
 }
@@ -108,6 +113,10 @@ pub enum ProposeError {
     /// The node cannot take changes now (it is shutting down, or its storage failed).
     #[error("the cluster cannot take changes: {0}")]
     Unavailable(String),
+    /// The change asked for cannot be made (a membership change that would leave no voter,
+    /// names an unknown node, or a node that has not caught up with the log).
+    #[error("{0}")]
+    Refused(String),
 }
 
 fn leader_hint(leader: &Option<(NodeId, ClusterNode)>) -> String {
@@ -164,7 +173,8 @@ impl std::fmt::Debug for Cluster {
 impl Cluster {
     /// Starts this node: opens its files (restoring `replica` from the last snapshot), serves
     /// peers on `listener`, and on the very first start of a new cluster proposes its initial
-    /// membership (every node may do so with the same members).
+    /// membership (every node may do so with the same members), unless it joins a running
+    /// cluster ([`ClusterConfig::join`]).
     ///
     /// # Errors
     /// The settings are inconsistent, or the files cannot be used.
@@ -226,7 +236,7 @@ impl Cluster {
             stop.clone(),
             tracker.clone(),
         ));
-        if fresh {
+        if fresh && !config.join {
             match raft.initialize(config.members).await {
                 // Another node's proposal of the same membership got here first.
                 Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
@@ -255,15 +265,49 @@ impl Cluster {
         }
         match self.raft.client_write(proposal).await {
             Ok(written) => Ok(written.data),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
-                let leader = forward.leader_id.zip(forward.leader_node);
+            Err(error) => Err(self.write_error(error)),
+        }
+    }
+
+    /// Answers once this node has confirmed with a majority that it still leads and has
+    /// applied everything committed before the call: a read of the state after it is
+    /// linearizable.
+    ///
+    /// # Errors
+    /// [`ProposeError::NotLeader`] on a node that is not the leader, or that no longer leads
+    /// or cannot reach a majority; [`ProposeError::Unavailable`] when the node is shutting
+    /// down or failed.
+    pub async fn read_barrier(&self) -> Result<(), ProposeError> {
+        self.ensure_leader()?;
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward))) => {
                 Err(ProposeError::NotLeader {
-                    // The vote may not name the leader yet where the metrics already do.
-                    leader: leader.or_else(|| self.leader()),
+                    leader: forward
+                        .leader_id
+                        .zip(forward.leader_node)
+                        .or_else(|| self.leader()),
                 })
             }
-            Err(error) => Err(ProposeError::Unavailable(error.to_string())),
+            // Cut off from a majority: the others may elect another leader meanwhile.
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => {
+                Err(ProposeError::NotLeader { leader: None })
+            }
+            Err(RaftError::Fatal(fatal)) => Err(ProposeError::Unavailable(fatal.to_string())),
         }
+    }
+
+    /// `Ok` on the leader; otherwise the refusal that names the leader when this node knows
+    /// it (none when this node leads but is cut off from a majority).
+    fn ensure_leader(&self) -> Result<(), ProposeError> {
+        if self.is_leader() {
+            return Ok(());
+        }
+        let leader = match self.is_cut_off() {
+            true => None,
+            false => self.leader().filter(|(id, _)| *id != self.node_id),
+        };
+        Err(ProposeError::NotLeader { leader })
     }
 
     /// This node's id.

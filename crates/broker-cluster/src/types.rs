@@ -54,6 +54,29 @@ pub struct ClusterNode {
     pub client_addr: String,
 }
 
+impl ClusterNode {
+    /// A node reached by its peers at `raft_addr` and by clients at `client_addr` (surrounding
+    /// spaces removed).
+    ///
+    /// # Errors
+    /// Which address is not `HOST:PORT` (a name, an IPv4 address or an `[IPv6]` address, and a
+    /// port from 1 to 65535).
+    pub fn new(raft_addr: &str, client_addr: &str) -> Result<ClusterNode, String> {
+        for address in [raft_addr, client_addr] {
+            if !is_host_and_port(address.trim()) {
+                return Err(format!(
+                    "{address:?} is not HOST:PORT (a name, an IPv4 address or an [IPv6] \
+                     address, and a port from 1 to 65535)"
+                ));
+            }
+        }
+        Ok(ClusterNode {
+            raft_addr: raft_addr.trim().to_owned(),
+            client_addr: client_addr.trim().to_owned(),
+        })
+    }
+}
+
 impl fmt::Display for ClusterNode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} (clients: {})", self.raft_addr, self.client_addr)
@@ -82,18 +105,8 @@ pub fn parse_members(text: &str) -> Result<BTreeMap<NodeId, ClusterNode>, String
             .parse()
             .map_err(|_| format!("{entry:?}: the node id must be a whole number"))?;
         let (raft_addr, client_addr) = addresses.split_once('/').ok_or_else(expected)?;
-        for address in [raft_addr, client_addr] {
-            if !is_host_and_port(address.trim()) {
-                return Err(format!(
-                    "{entry:?}: {address:?} is not HOST:PORT (a name, an IPv4 address or an \
-                     [IPv6] address, and a port from 1 to 65535); entries are separated by commas"
-                ));
-            }
-        }
-        let node = ClusterNode {
-            raft_addr: raft_addr.trim().to_owned(),
-            client_addr: client_addr.trim().to_owned(),
-        };
+        let node = ClusterNode::new(raft_addr, client_addr)
+            .map_err(|why| format!("{entry:?}: {why}; entries are separated by commas"))?;
         if members.insert(id, node).is_some() {
             return Err(format!("node id {id} is given twice"));
         }

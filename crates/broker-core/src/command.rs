@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use strum::{EnumCount, EnumDiscriminants, EnumIter, IntoStaticStr};
 
 use crate::{
-    Assignor, BrokerDescription, BrokerRecord, GroupSetting, KeyHash, PartitionBatch, PartitionLag,
-    PublishRecord, ResetTo, TopicSetting,
+    Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterMember, ClusterStatus,
+    GroupSetting, KeyHash, PartitionBatch, PartitionLag, PublishRecord, ResetTo, TopicSetting,
 };
 
 /// One broker call with its arguments. Each variant mirrors the [`crate::EventBroker`] method of
@@ -310,6 +310,41 @@ pub enum Command {
         /// The group's settings from now on; where it starts cannot change.
         settings: Vec<GroupSetting>,
     },
+    /// What the node asked knows of its cluster: its role, term and log, and every member
+    /// (protocol version 5). Answered by the server about itself, never by the broker's state
+    /// ([`Scope::Cluster`]).
+    ClusterStatus,
+    /// Adds a node to the cluster: it catches up with the leader's log, then votes (protocol
+    /// version 5). Answered by the leader once the node is a voter.
+    AddNode {
+        /// The new node's id (one no node of the cluster has, nor had).
+        node_id: u64,
+        /// The address the other members reach it on.
+        peer_addr: String,
+        /// The address clients reach it on.
+        client_addr: String,
+    },
+    /// Removes a node from the cluster (protocol version 5). Answered by the leader once the
+    /// cluster no longer counts it.
+    RemoveNode {
+        /// The node's id.
+        node_id: u64,
+    },
+    /// Where clients find the topics: the nodes of the cluster and the node serving each topic
+    /// (protocol version 5).
+    Metadata {
+        /// One topic, or `None` for every topic.
+        topic: Option<String>,
+    },
+}
+
+/// What answers a command ([`CommandKind::scope`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The broker's state: [`crate::BrokerState::apply`] applies it.
+    Broker,
+    /// The server, about the cluster it is a node of: the broker's state refuses it.
+    Cluster,
 }
 
 /// How a command changes the membership of the group it names ([`CommandKind::membership`]).
@@ -335,6 +370,44 @@ pub struct MemberName<'a> {
 }
 
 impl CommandKind {
+    /// What answers a command of this kind: the broker's state, or the server about its
+    /// cluster.
+    pub fn scope(self) -> Scope {
+        match self {
+            CommandKind::ClusterStatus
+            | CommandKind::AddNode
+            | CommandKind::RemoveNode
+            | CommandKind::Metadata => Scope::Cluster,
+            CommandKind::Create
+            | CommandKind::Join
+            | CommandKind::Leave
+            | CommandKind::Publish
+            | CommandKind::PublishKeyed
+            | CommandKind::PublishBatch
+            | CommandKind::PublishIdempotent
+            | CommandKind::Poll
+            | CommandKind::Ack
+            | CommandKind::AckAndPoll
+            | CommandKind::Retry
+            | CommandKind::RetryAfter
+            | CommandKind::Redeliver
+            | CommandKind::Fetch
+            | CommandKind::Commit
+            | CommandKind::Assignment
+            | CommandKind::Committed
+            | CommandKind::EndOffset
+            | CommandKind::Lag
+            | CommandKind::Describe
+            | CommandKind::OffsetForTime
+            | CommandKind::AddPartitions
+            | CommandKind::DeleteTopic
+            | CommandKind::DeleteGroup
+            | CommandKind::ConfigureGroup
+            | CommandKind::Purge
+            | CommandKind::ResetGroup => Scope::Broker,
+        }
+    }
+
     /// Whether a command of this kind never changes the state: it is never logged, and is served
     /// even while the log cannot take entries. (`Poll` and `Fetch` change deliveries and
     /// positions, so they are not read-only.)
@@ -345,7 +418,11 @@ impl CommandKind {
             | CommandKind::EndOffset
             | CommandKind::Lag
             | CommandKind::Describe
-            | CommandKind::OffsetForTime => true,
+            | CommandKind::OffsetForTime
+            | CommandKind::ClusterStatus
+            | CommandKind::AddNode
+            | CommandKind::RemoveNode
+            | CommandKind::Metadata => true,
             CommandKind::PublishIdempotent
             | CommandKind::AddPartitions
             | CommandKind::DeleteTopic
@@ -385,7 +462,11 @@ impl CommandKind {
             | CommandKind::EndOffset
             | CommandKind::Lag
             | CommandKind::Describe
-            | CommandKind::OffsetForTime => false,
+            | CommandKind::OffsetForTime
+            | CommandKind::ClusterStatus
+            | CommandKind::AddNode
+            | CommandKind::RemoveNode
+            | CommandKind::Metadata => false,
             CommandKind::DeleteTopic | CommandKind::DeleteGroup => {
                 !matches!(outcome, Outcome::Deleted(false))
             }
@@ -445,7 +526,11 @@ impl CommandKind {
             | CommandKind::EndOffset
             | CommandKind::Lag
             | CommandKind::Describe
-            | CommandKind::OffsetForTime => false,
+            | CommandKind::OffsetForTime
+            | CommandKind::ClusterStatus
+            | CommandKind::AddNode
+            | CommandKind::RemoveNode
+            | CommandKind::Metadata => false,
         }
     }
 
@@ -479,6 +564,10 @@ impl CommandKind {
             | CommandKind::Purge
             | CommandKind::ResetGroup
             | CommandKind::OffsetForTime
+            | CommandKind::ClusterStatus
+            | CommandKind::AddNode
+            | CommandKind::RemoveNode
+            | CommandKind::Metadata
             | CommandKind::PublishIdempotent => Membership::Unchanged,
         }
     }
@@ -513,6 +602,10 @@ impl CommandKind {
             | CommandKind::OffsetForTime => 2,
             CommandKind::PublishIdempotent => 3,
             CommandKind::RetryAfter | CommandKind::ConfigureGroup => 4,
+            CommandKind::ClusterStatus
+            | CommandKind::AddNode
+            | CommandKind::RemoveNode
+            | CommandKind::Metadata => 5,
         }
     }
 
@@ -577,7 +670,8 @@ impl Command {
             | Command::ResetGroup { topic, .. }
             | Command::OffsetForTime { topic, .. }
             | Command::PublishIdempotent { topic, .. } => Some(topic),
-            Command::Describe { topic } => topic.as_deref(),
+            Command::Describe { topic } | Command::Metadata { topic } => topic.as_deref(),
+            Command::ClusterStatus | Command::AddNode { .. } | Command::RemoveNode { .. } => None,
         }
     }
 
@@ -612,7 +706,11 @@ impl Command {
             | Command::Lag { .. }
             | Command::Describe { .. }
             | Command::DeleteGroup { .. }
-            | Command::OffsetForTime { .. } => None,
+            | Command::OffsetForTime { .. }
+            | Command::ClusterStatus
+            | Command::AddNode { .. }
+            | Command::RemoveNode { .. }
+            | Command::Metadata { .. } => None,
         }
     }
 
@@ -703,6 +801,10 @@ impl Command {
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. }
+            | Command::ClusterStatus
+            | Command::AddNode { .. }
+            | Command::RemoveNode { .. }
+            | Command::Metadata { .. }
             | Command::PublishIdempotent { .. } => None,
         }
     }
@@ -757,6 +859,10 @@ impl Command {
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. }
+            | Command::ClusterStatus
+            | Command::AddNode { .. }
+            | Command::RemoveNode { .. }
+            | Command::Metadata { .. }
             | Command::PublishIdempotent { .. } => None,
         }
     }
@@ -797,7 +903,11 @@ impl Command {
             | Command::ConfigureGroup { .. }
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
-            | Command::OffsetForTime { .. } => None,
+            | Command::OffsetForTime { .. }
+            | Command::ClusterStatus
+            | Command::AddNode { .. }
+            | Command::RemoveNode { .. }
+            | Command::Metadata { .. } => None,
         }
     }
 
@@ -856,6 +966,10 @@ impl Command {
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. }
+            | Command::ClusterStatus
+            | Command::AddNode { .. }
+            | Command::RemoveNode { .. }
+            | Command::Metadata { .. }
             | Command::PublishIdempotent { .. } => None,
         }
     }
@@ -922,6 +1036,12 @@ pub enum Outcome {
     PartitionCount(i32),
     /// `configure_group`: the group's settings now.
     GroupSettings(Vec<GroupSetting>),
+    /// [`Command::ClusterStatus`]: what the node asked knows of its cluster.
+    ClusterStatus(ClusterStatus),
+    /// [`Command::AddNode`] and [`Command::RemoveNode`]: the cluster's members now.
+    Members(Vec<ClusterMember>),
+    /// [`Command::Metadata`]: the nodes and the node serving each topic.
+    Metadata(BrokerMetadata),
 }
 
 /// How many records an [`Outcome`] stored, handed out, acknowledged or released: what a server
@@ -984,7 +1104,10 @@ impl Outcome {
             | Outcome::Description(_)
             | Outcome::Deleted(_)
             | Outcome::PartitionCount(_)
-            | Outcome::GroupSettings(_) => RecordCounts::default(),
+            | Outcome::GroupSettings(_)
+            | Outcome::ClusterStatus(_)
+            | Outcome::Members(_)
+            | Outcome::Metadata(_) => RecordCounts::default(),
         }
     }
 
@@ -1012,7 +1135,10 @@ impl Outcome {
             | Outcome::PublishedBatch(_)
             | Outcome::Deleted(_)
             | Outcome::PartitionCount(_)
-            | Outcome::GroupSettings(_) => None,
+            | Outcome::GroupSettings(_)
+            | Outcome::ClusterStatus(_)
+            | Outcome::Members(_)
+            | Outcome::Metadata(_) => None,
         }
     }
 
@@ -1043,7 +1169,10 @@ impl Outcome {
             | Outcome::PublishedBatch(_)
             | Outcome::Deleted(_)
             | Outcome::PartitionCount(_)
-            | Outcome::GroupSettings(_)) => unchanged,
+            | Outcome::GroupSettings(_)
+            | Outcome::ClusterStatus(_)
+            | Outcome::Members(_)
+            | Outcome::Metadata(_)) => unchanged,
         }
     }
 }

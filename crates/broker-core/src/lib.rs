@@ -20,6 +20,7 @@
 //! ```
 
 mod byte_fields;
+mod cluster;
 pub mod cold;
 mod command;
 mod describe;
@@ -37,8 +38,12 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 
+pub use cluster::{
+    BrokerMetadata, ClusterMember, ClusterStatus, NodeAddress, NodeRole, TopicPlacement,
+};
 pub use command::{
     AnswerBudget, Command, CommandKind, MemberName, Membership, Outcome, OutcomeKind, RecordCounts,
+    Scope,
 };
 pub use describe::{
     BrokerDescription, GroupDescription, GroupPartitionDescription, MemberDescription,

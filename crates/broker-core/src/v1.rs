@@ -611,9 +611,12 @@ impl TryFrom<crate::Outcome> for Outcome {
                 acked,
                 records: records_v1(records),
             },
-            Current::Deleted(_) | Current::PartitionCount(_) | Current::GroupSettings(_) => {
-                return Err(NotInVersion1(name))
-            }
+            Current::Deleted(_)
+            | Current::PartitionCount(_)
+            | Current::GroupSettings(_)
+            | Current::ClusterStatus(_)
+            | Current::Members(_)
+            | Current::Metadata(_) => return Err(NotInVersion1(name)),
         })
     }
 }

@@ -999,6 +999,11 @@ impl Model {
                 let p = partition_of(t, *partition)?;
                 Ok(Outcome::Offset(t.logs[p].first_at_or_after(*timestamp_ms)))
             }
+            // A server answers these about its cluster; the broker's state refuses them.
+            Command::ClusterStatus
+            | Command::AddNode { .. }
+            | Command::RemoveNode { .. }
+            | Command::Metadata { .. } => Err(Answer::Invalid),
             Command::PublishIdempotent {
                 topic,
                 producer,
@@ -1470,6 +1475,10 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         } => broker
             .offset_for_time(&topic, partition, timestamp_ms)
             .map(Outcome::Offset),
+        Command::ClusterStatus
+        | Command::AddNode { .. }
+        | Command::RemoveNode { .. }
+        | Command::Metadata { .. } => broker.apply(command.clone()),
         Command::PublishIdempotent {
             topic,
             producer,

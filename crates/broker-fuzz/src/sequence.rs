@@ -203,6 +203,20 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
                 _ => Vec::new(),
             },
         },
+        // The broker's state refuses these (a server answers them about its cluster), and must
+        // stay as it was.
+        CommandKind::ClusterStatus => Command::ClusterStatus,
+        CommandKind::AddNode => Command::AddNode {
+            node_id: u64::from(input.byte() % 5),
+            peer_addr: "127.0.0.1:1".to_owned(),
+            client_addr: "127.0.0.1:2".to_owned(),
+        },
+        CommandKind::RemoveNode => Command::RemoveNode {
+            node_id: u64::from(input.byte() % 5),
+        },
+        CommandKind::Metadata => Command::Metadata {
+            topic: input.byte().is_multiple_of(2).then_some(topic),
+        },
         CommandKind::RetryAfter => {
             let (partition, offset) = delivery(input, now, &topic, &group);
             Command::RetryAfter {

@@ -8,9 +8,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use broker_core::{
-    v1, Assignor, BrokerDescription, BrokerRecord, Command, CommandKind, Discard, GroupSetting,
-    IntoEnumIterator, KeyHash, Outcome, OutcomeKind, PartitionBatch, PartitionLag, PublishRecord,
-    ResetTo, Retention, StartAt, TopicSetting,
+    v1, Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterStatus, Command,
+    CommandKind, Discard, GroupSetting, IntoEnumIterator, KeyHash, NodeRole, Outcome, OutcomeKind,
+    PartitionBatch, PartitionLag, PublishRecord, ResetTo, Retention, StartAt, TopicSetting,
 };
 use broker_proto::{config, ErrorKind, ErrorReply};
 use bytes::Bytes;
@@ -58,6 +58,14 @@ fn text() -> String {
 fn command(kind: CommandKind) -> Command {
     let (topic, group, member) = (text(), text(), text());
     match kind {
+        CommandKind::ClusterStatus => Command::ClusterStatus,
+        CommandKind::AddNode => Command::AddNode {
+            node_id: 4,
+            peer_addr: text(),
+            client_addr: text(),
+        },
+        CommandKind::RemoveNode => Command::RemoveNode { node_id: 4 },
+        CommandKind::Metadata => Command::Metadata { topic: None },
         CommandKind::Create => Command::Create {
             topic,
             partition_count: 1,
@@ -244,6 +252,17 @@ fn outcome(kind: OutcomeKind) -> Outcome {
         OutcomeKind::Deleted => Outcome::Deleted(true),
         OutcomeKind::PartitionCount => Outcome::PartitionCount(2),
         OutcomeKind::GroupSettings => Outcome::GroupSettings(Vec::new()),
+        OutcomeKind::ClusterStatus => Outcome::ClusterStatus(ClusterStatus {
+            node_id: 1,
+            role: NodeRole::Leader,
+            term: 1,
+            leader: Some(1),
+            last_log_index: None,
+            applied_index: None,
+            members: Vec::new(),
+        }),
+        OutcomeKind::Members => Outcome::Members(Vec::new()),
+        OutcomeKind::Metadata => Outcome::Metadata(BrokerMetadata::default()),
     }
 }
 

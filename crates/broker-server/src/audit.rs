@@ -102,7 +102,12 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
         | Command::EndOffset { .. }
         | Command::Lag { .. }
         | Command::Describe { .. }
-        | Command::OffsetForTime { .. } => {}
+        | Command::OffsetForTime { .. }
+        // The server logs membership changes itself; none reaches the broker's state.
+        | Command::ClusterStatus
+        | Command::AddNode { .. }
+        | Command::RemoveNode { .. }
+        | Command::Metadata { .. } => {}
     }
 }
 

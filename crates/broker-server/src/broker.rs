@@ -341,6 +341,14 @@ impl BrokerGuard<'_> {
         self.locked.state.describe_all()
     }
 
+    /// A description of `topic` (an unknown one is refused), or of every topic when `None`.
+    pub(crate) fn describe_topics(
+        &self,
+        topic: Option<&str>,
+    ) -> Result<BrokerDescription, BrokerError> {
+        self.locked.state.describe(topic)
+    }
+
     /// The memory budget, if there is one, and the payload and key bytes it bounds now.
     pub(crate) fn memory(&self) -> (Option<u64>, u64) {
         let state = &self.locked.state;

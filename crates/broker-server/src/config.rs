@@ -94,6 +94,9 @@ pub struct ClusterSettings {
     pub members: BTreeMap<NodeId, ClusterNode>,
     /// The address to listen on for peers; by default this node's peer address in `members`.
     pub listen: Option<String>,
+    /// The node joins a cluster that already runs (it waits to be added) instead of forming
+    /// a new one with `members`.
+    pub join: bool,
 }
 
 impl ClusterSettings {

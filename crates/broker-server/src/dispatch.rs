@@ -12,6 +12,7 @@ use tokio::time::{Duration, Instant};
 use tracing::debug;
 
 use crate::broker::{storage_reply, BrokerGuard, Executed};
+use crate::cluster_admin::{is_about_the_cluster, ClusterRequest};
 use crate::metrics::Metrics;
 use crate::replicated;
 use crate::reply::{Answers, Deferred, Parked};
@@ -35,6 +36,8 @@ pub(crate) struct Applied {
     pub(crate) parked: Vec<Parked>,
     /// Topics whose waiters should retry: something there may have become eligible.
     pub(crate) wake: Vec<String>,
+    /// Requests the server answers about its cluster, once done.
+    pub(crate) cluster_requests: Vec<ClusterRequest>,
     /// Indexes into `responses` of the requests whose changes were logged.
     logged: Vec<usize>,
     /// The last log entry of the batch: its responses wait until it is durable.
@@ -147,6 +150,12 @@ pub(crate) fn apply_batch(
             retry,
             command,
         } = match admit(&shared.config, connection, frame, may_wait) {
+            Ok(admitted) if is_about_the_cluster(&admitted.command) => {
+                applied
+                    .cluster_requests
+                    .push(admitted.into_cluster_request(permit));
+                continue;
+            }
             Ok(admitted) => admitted,
             Err(refused) => {
                 applied.answer(
@@ -196,6 +205,11 @@ pub(crate) async fn apply_batch_replicated(
     let mut commands = Vec::with_capacity(frames.len());
     for (frame, permit) in frames {
         match admit(&shared.config, connection, frame, may_wait) {
+            Ok(admitted) if is_about_the_cluster(&admitted.command) => {
+                applied
+                    .cluster_requests
+                    .push(admitted.into_cluster_request(permit));
+            }
             Ok(admitted) => {
                 let tracked = admitted
                     .command
@@ -261,6 +275,16 @@ struct Admitted {
     retry: Option<Command>,
     /// The command, prepared (see [`prepare`]).
     command: Command,
+}
+
+impl Admitted {
+    fn into_cluster_request(self, permit: OwnedSemaphorePermit) -> ClusterRequest {
+        ClusterRequest {
+            correlation_id: self.correlation_id,
+            command: self.command,
+            permit,
+        }
+    }
 }
 
 /// A request refused before it was applied.

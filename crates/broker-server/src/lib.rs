@@ -44,6 +44,7 @@
 mod audit;
 mod broker;
 mod clock;
+mod cluster_admin;
 mod config;
 mod connection;
 mod dispatch;

@@ -39,6 +39,11 @@ A cluster of three on one host (each node with its own --node-id, ports and dire
   broker-server --node-id 2 --listen 127.0.0.1:9102 --data-dir /var/lib/broker-2
   broker-server --node-id 3 --listen 127.0.0.1:9103 --data-dir /var/lib/broker-3
   BROKER_ADDR=127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103 broker publish t hello
+Adding a fourth node to it, then removing node 3:
+  broker-server --node-id 4 --listen 127.0.0.1:9104 --data-dir /var/lib/broker-4 \\
+    --cluster-join --cluster-members \"$BROKER_CLUSTER_MEMBERS,4=127.0.0.1:9204/127.0.0.1:9104\"
+  broker cluster add 4=127.0.0.1:9204/127.0.0.1:9104
+  broker cluster remove 3
 
 The auth token comes from --auth-token-file or the BROKER_AUTH_TOKEN environment variable,
 never from a command-line value (which any user could read in the process list).";
@@ -239,6 +244,18 @@ struct Args {
         requires = "node_id"
     )]
     cluster_listen: Option<String>,
+    /// Join a cluster that already runs instead of forming a new one: the node starts empty
+    /// and waits until `broker cluster add ID=PEER_ADDR/CLIENT_ADDR` (sent to any node) adds
+    /// it; --cluster-members lists the running cluster's nodes and this one. Counts only at
+    /// the node's first start (afterwards its membership is in its log). The environment
+    /// variable takes true/false, 1/0, yes/no, on/off.
+    #[arg(
+        long,
+        env = "BROKER_CLUSTER_JOIN",
+        value_parser = clap::builder::BoolishValueParser::new(),
+        requires = "node_id"
+    )]
+    cluster_join: bool,
     /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
     #[arg(
         long,
@@ -309,6 +326,7 @@ impl Args {
                         ServerError::InvalidConfig(format!("--cluster-members: {why}"))
                     })?,
                     listen: self.cluster_listen.clone(),
+                    join: self.cluster_join,
                 }),
                 _ => None,
             },

@@ -110,6 +110,7 @@ pub(crate) async fn start(
         .auth_token
         .as_ref()
         .map(|token| token.secret().to_owned());
+    config.join = settings.join;
     // Until it leads, the node logs none of the changes it applies (the leader does).
     shared.broker.set_audited(false);
     let replica = Arc::new(BrokerReplica {
@@ -126,6 +127,13 @@ pub(crate) async fn start(
         members = settings.members.len(),
         "cluster node started"
     );
+    if settings.join && cluster.status().members.is_empty() {
+        info!(
+            node = %format!("{}={}/{}", settings.node_id, this_node.raft_addr, this_node.client_addr),
+            "waiting to be added to the running cluster: run `broker cluster add` with this \
+             node (ID=PEER_ADDR/CLIENT_ADDR) against any of its nodes"
+        );
+    }
     // Set once, before any connection is accepted.
     let _ = shared.cluster.set(cluster);
     shared.tracker.spawn(follow_leadership(Arc::clone(shared)));
@@ -253,6 +261,7 @@ pub(crate) fn refusal(error: ProposeError) -> ErrorReply {
             leader: leader.map(|(_, node)| node.client_addr),
         },
         ProposeError::Unavailable(why) => ErrorReply::Storage(why),
+        ProposeError::Refused(why) => ErrorReply::InvalidArgument(why),
     }
 }
 

@@ -28,7 +28,7 @@ use crate::reply::{Outgoing, ReplyTo};
 use crate::shared::Shared;
 use crate::waiter;
 use crate::{clock, AuthToken, Config, ServerError, ServerTls, SERVER_NAME};
-use crate::{reaper, replicated};
+use crate::{cluster_admin, reaper, replicated};
 
 /// How long a new connection may take to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -549,6 +549,13 @@ async fn read_requests<R: AsyncRead + Unpin>(
             shared
                 .tracker
                 .spawn(waiter::wait(Arc::clone(shared), reply_to.clone(), parked));
+        }
+        for request in applied.cluster_requests {
+            shared.tracker.spawn(cluster_admin::answer(
+                Arc::clone(shared),
+                reply_to.clone(),
+                request,
+            ));
         }
         if let Some(answers) = answers {
             if reply_to.outgoing.send(answers).await.is_err() {

@@ -110,6 +110,13 @@ impl BrokerState {
             } => self
                 .configure_group(&topic, &group, &settings)
                 .map(Outcome::GroupSettings),
+            Command::ClusterStatus
+            | Command::AddNode { .. }
+            | Command::RemoveNode { .. }
+            | Command::Metadata { .. } => Err(BrokerError::InvalidArgument(format!(
+                "{} is answered by a server about its cluster, not by the broker's state",
+                command.kind().name()
+            ))),
             Command::RetryAfter {
                 topic,
                 group,

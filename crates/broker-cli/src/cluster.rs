@@ -1,0 +1,228 @@
+//! `broker cluster`: what each node of a cluster knows of it, and adding and removing nodes.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+use broker_client::{ClusterMember, ClusterStatus, NodeRole};
+use futures::future::join_all;
+
+use crate::cli::{AddNodeArgs, ClusterStatusArgs, RemoveNodeArgs};
+use crate::connect::Server;
+
+/// How long `broker cluster status` waits for each node: one that is down must not hold up the
+/// others' rows for long.
+const NODE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// One member's row: the membership entry (as the leader, else the first node that answered,
+/// describes it) and what the member itself said, or why it did not.
+struct Row {
+    member: ClusterMember,
+    own: Result<ClusterStatus, String>,
+}
+
+/// `broker cluster status`: the first node of --addr that answers, and the leader it knows of,
+/// tell the members; each member is then asked about itself.
+pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<()> {
+    let mut failures = Vec::new();
+    let mut first = None;
+    for addr in server.addr.split(',').map(str::trim) {
+        match ask(server, addr).await {
+            Ok(status) => {
+                first = Some(status);
+                break;
+            }
+            Err(why) => failures.push(format!("{addr}: {why}")),
+        }
+    }
+    let Some(first) = first else {
+        bail!("no node of the cluster answered: {}", failures.join("; "));
+    };
+    // The leader's view says how far each member has the log.
+    let leader = match first.leader {
+        Some(leader) if leader == first.node_id => Some(first.clone()),
+        Some(leader) => match first.members.iter().find(|m| m.node_id == leader) {
+            Some(member) => ask(server, &member.client_addr).await.ok(),
+            None => None,
+        },
+        None => None,
+    };
+    let view = leader.as_ref().unwrap_or(&first);
+    let answers = join_all(view.members.iter().map(|member| async {
+        let known = [Some(&first), leader.as_ref()]
+            .into_iter()
+            .flatten()
+            .find(|status| status.node_id == member.node_id);
+        match known {
+            Some(status) => Ok(status.clone()),
+            None => ask(server, &member.client_addr).await,
+        }
+    }))
+    .await;
+    let rows: Vec<Row> = view
+        .members
+        .iter()
+        .cloned()
+        .zip(answers)
+        .map(|(member, own)| Row { member, own })
+        .collect();
+    let leader_last = leader.as_ref().and_then(|status| status.last_log_index);
+    if args.json {
+        let nodes: Vec<_> = rows
+            .iter()
+            .map(|row| {
+                serde_json::json!({
+                    "node_id": row.member.node_id,
+                    "peer_addr": row.member.peer_addr,
+                    "client_addr": row.member.client_addr,
+                    "voter": row.member.voter,
+                    "behind": behind(leader_last, &row.member),
+                    "status": row.own.as_ref().ok(),
+                    "error": row.own.as_ref().err(),
+                })
+            })
+            .collect();
+        let json = serde_json::json!({
+            "leader": leader.as_ref().map(|status| status.node_id),
+            "term": leader.as_ref().map(|status| status.term),
+            "nodes": nodes,
+        });
+        outln!("{}", serde_json::to_string_pretty(&json)?)?;
+        return Ok(());
+    }
+    match &leader {
+        Some(status) => outln!(
+            "leader: node {} in term {}; {} voters, {} learners",
+            status.node_id,
+            status.term,
+            rows.iter().filter(|row| row.member.voter).count(),
+            rows.iter().filter(|row| !row.member.voter).count()
+        )?,
+        None => outln!(
+            "no leader known to node {} (an election may be under way, or a majority is down)",
+            first.node_id
+        )?,
+    }
+    outln!(
+        "{:<6} {:<10} {:>6} {:>10} {:>10} {:>8}  {:<5}  {:<22} {}",
+        "node",
+        "role",
+        "term",
+        "last log",
+        "applied",
+        "behind",
+        "voter",
+        "peer address",
+        "client address"
+    )?;
+    for row in &rows {
+        let member = &row.member;
+        let voter = if member.voter { "yes" } else { "no" };
+        let behind = behind(leader_last, member).map_or_else(|| "?".to_owned(), |n| n.to_string());
+        match &row.own {
+            Ok(own) => outln!(
+                "{:<6} {:<10} {:>6} {:>10} {:>10} {:>8}  {:<5}  {:<22} {}",
+                member.node_id,
+                role_name(own.role),
+                own.term,
+                index(own.last_log_index),
+                index(own.applied_index),
+                behind,
+                voter,
+                member.peer_addr,
+                member.client_addr
+            )?,
+            Err(why) => outln!(
+                "{:<6} {:<10} {:>6} {:>10} {:>10} {:>8}  {:<5}  {:<22} {}  ({why})",
+                member.node_id,
+                "unreachable",
+                "-",
+                "-",
+                "-",
+                behind,
+                voter,
+                member.peer_addr,
+                member.client_addr
+            )?,
+        }
+    }
+    Ok(())
+}
+
+/// `broker cluster add`.
+pub async fn add(server: &Server, args: AddNodeArgs) -> anyhow::Result<()> {
+    let client = server.connect().await?;
+    let node = args.node;
+    eprintln!(
+        "adding node {}: it catches up with the leader's log, then votes (the leader waits up \
+         to 20 s for it)",
+        node.node_id
+    );
+    let members = client
+        .add_node(node.node_id, &node.peer_addr, &node.client_addr)
+        .await?;
+    outln!(
+        "node {} added; the cluster's voters: {}",
+        node.node_id,
+        voters(&members)
+    )?;
+    Ok(())
+}
+
+/// `broker cluster remove`.
+pub async fn remove(server: &Server, args: RemoveNodeArgs) -> anyhow::Result<()> {
+    let client = server.connect().await?;
+    let members = client.remove_node(args.node_id).await?;
+    outln!(
+        "node {} removed (stop its process now); the cluster's voters: {}",
+        args.node_id,
+        voters(&members)
+    )?;
+    Ok(())
+}
+
+/// What the node at `addr` knows of the cluster, or why it could not say.
+async fn ask(server: &Server, addr: &str) -> Result<ClusterStatus, String> {
+    let asked = async {
+        let client = server
+            .builder()
+            .connect_timeout(NODE_TIMEOUT)
+            .request_timeout(NODE_TIMEOUT)
+            .connect(addr)
+            .await?;
+        client.cluster_status().await
+    };
+    asked.await.map_err(|error| anyhow!(error).to_string())
+}
+
+/// How many entries of the leader's log `member` lacks, as the leader knows.
+fn behind(leader_last: Option<u64>, member: &ClusterMember) -> Option<u64> {
+    let last = leader_last?;
+    Some(match member.matched_index {
+        Some(matched) => last.saturating_sub(matched),
+        None => last + 1,
+    })
+}
+
+fn role_name(role: NodeRole) -> &'static str {
+    match role {
+        NodeRole::Leader => "leader",
+        NodeRole::Follower => "follower",
+        NodeRole::Candidate => "candidate",
+        NodeRole::Learner => "learner",
+        NodeRole::Stopped => "stopped",
+    }
+}
+
+fn index(index: Option<u64>) -> String {
+    index.map_or_else(|| "-".to_owned(), |index| index.to_string())
+}
+
+/// The voters' ids, `1, 2, 4`.
+fn voters(members: &[ClusterMember]) -> String {
+    members
+        .iter()
+        .filter(|member| member.voter)
+        .map(|member| member.node_id.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

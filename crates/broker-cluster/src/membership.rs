@@ -1,0 +1,174 @@
+//! Changing who belongs to the cluster: adding a node (it catches up with the log as a learner,
+//! then votes) and removing one. Only the leader changes the membership, one change at a time.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::ChangeMembers;
+
+use crate::{Cluster, ClusterNode, NodeId, ProposeError};
+
+impl Cluster {
+    /// Adds node `id`, reached at `node`: the leader replicates the log to it as a learner (a
+    /// snapshot first when the log it needs is gone), and once it has caught up, makes it a
+    /// voter. Answers once it votes; adding a voter again with the same addresses changes
+    /// nothing. The new node must have been started to join (`ClusterConfig::join`).
+    ///
+    /// # Errors
+    /// [`ProposeError::NotLeader`] on a node that is not the leader;
+    /// [`ProposeError::Refused`] when `id` is a member at other addresses, or the node has not
+    /// caught up within `wait` (it stays a learner and keeps catching up: adding it again
+    /// later makes it a voter), or the change was not committed within `wait`;
+    /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
+    pub async fn add_node(
+        &self,
+        id: NodeId,
+        node: ClusterNode,
+        wait: Duration,
+    ) -> Result<(), ProposeError> {
+        self.ensure_leader()?;
+        let (voters, nodes) = self.membership();
+        if let Some(existing) = nodes.iter().find(|(member, _)| *member == id) {
+            if existing.1 != node {
+                return Err(ProposeError::Refused(format!(
+                    "node {id} is already a member, at {}: remove it first to give it other \
+                     addresses",
+                    existing.1
+                )));
+            }
+            if voters.contains(&id) {
+                return Ok(());
+            }
+        }
+        let added = within(wait, self.raft.add_learner(id, node, false))
+            .await?
+            .map_err(|error| self.write_error(error))?;
+        let since = added.log_id.index;
+        let node_id = self.node_id;
+        // Caught up: it holds the entry that made it a learner. (Or this node stopped leading,
+        // checked below.)
+        let waited = self
+            .raft
+            .wait(Some(wait))
+            .metrics(
+                |metrics| {
+                    metrics.current_leader != Some(node_id)
+                        || metrics
+                            .replication
+                            .as_ref()
+                            .and_then(|replication| replication.get(&id))
+                            .copied()
+                            .flatten()
+                            .is_some_and(|matched| matched.index >= since)
+                },
+                "the new node catches up",
+            )
+            .await;
+        if waited.is_err() {
+            let status = self.status();
+            let matched = status.replication.get(&id).copied().flatten();
+            return Err(ProposeError::Refused(format!(
+                "node {id} has not caught up with the log within {} s (it holds {} of {} \
+                 entries): it stays a learner and keeps catching up; is it running, started \
+                 to join, and reachable at its peer address? Add it again to make it a voter \
+                 once it has caught up, or remove it",
+                wait.as_secs(),
+                matched.map_or_else(|| "none".to_owned(), |index| (index + 1).to_string()),
+                status.last_log_index.map_or(0, |index| index + 1),
+            )));
+        }
+        self.ensure_leader()?;
+        within(
+            wait,
+            self.raft
+                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false),
+        )
+        .await?
+        .map_err(|error| self.write_error(error))?;
+        tracing::info!(node = id, "node added to the cluster");
+        Ok(())
+    }
+
+    /// Removes node `id` from the cluster: it no longer votes, nor receives the log. Answers
+    /// once the cluster without it is committed. (A leader that removes itself stops leading
+    /// then.)
+    ///
+    /// # Errors
+    /// [`ProposeError::NotLeader`] on a node that is not the leader;
+    /// [`ProposeError::Refused`] when `id` is not a member or is the last voter, or the change
+    /// was not committed within `wait` (a majority is missing: it may still be);
+    /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
+    pub async fn remove_node(&self, id: NodeId, wait: Duration) -> Result<(), ProposeError> {
+        self.ensure_leader()?;
+        let (voters, nodes) = self.membership();
+        if !nodes.iter().any(|(member, _)| *member == id) {
+            return Err(ProposeError::Refused(format!(
+                "node {id} is not a member of the cluster (members: {:?})",
+                nodes.iter().map(|(member, _)| member).collect::<Vec<_>>()
+            )));
+        }
+        let change = if voters.contains(&id) {
+            if voters.len() == 1 {
+                return Err(ProposeError::Refused(format!(
+                    "node {id} is the cluster's last voter: a cluster cannot be left without one"
+                )));
+            }
+            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        };
+        within(wait, self.raft.change_membership(change, false))
+            .await?
+            .map_err(|error| self.write_error(error))?;
+        tracing::info!(node = id, "node removed from the cluster");
+        Ok(())
+    }
+
+    /// The voters and every member (voters and learners) with its addresses.
+    fn membership(&self) -> (BTreeSet<NodeId>, Vec<(NodeId, ClusterNode)>) {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        let nodes = membership
+            .nodes()
+            .map(|(id, node)| (*id, node.clone()))
+            .collect();
+        (membership.voter_ids().collect(), nodes)
+    }
+
+    /// What a client is told when a write through the consensus engine failed.
+    pub(crate) fn write_error(
+        &self,
+        error: RaftError<NodeId, ClientWriteError<NodeId, ClusterNode>>,
+    ) -> ProposeError {
+        match error {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
+                let leader = forward.leader_id.zip(forward.leader_node);
+                ProposeError::NotLeader {
+                    // The vote may not name the leader yet where the metrics already do.
+                    leader: leader.or_else(|| self.leader()),
+                }
+            }
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => {
+                ProposeError::Refused(error.to_string())
+            }
+            RaftError::Fatal(fatal) => ProposeError::Unavailable(fatal.to_string()),
+        }
+    }
+}
+
+/// `change` if it completes within `wait`.
+async fn within<T>(
+    wait: Duration,
+    change: impl std::future::Future<Output = T>,
+) -> Result<T, ProposeError> {
+    tokio::time::timeout(wait, change).await.map_err(|_| {
+        ProposeError::Refused(format!(
+            "the membership change was not committed within {} s: a majority of the cluster \
+             may be unreachable (the change may still be committed later; `broker cluster \
+             status` shows the members)",
+            wait.as_secs()
+        ))
+    })
+}

@@ -1,0 +1,185 @@
+//! The commands a server answers about the cluster it is a node of ([`Scope::Cluster`]): what
+//! a node knows of the cluster, adding and removing nodes, and where clients find each topic.
+//! They never reach the broker's state. Each is answered when done (adding a node waits for it
+//! to catch up with the log), possibly after answers to later requests of its connection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use broker_cluster::{Cluster, ClusterNode, ServerState};
+use broker_core::{
+    BrokerMetadata, ClusterMember, ClusterStatus, Command, NodeAddress, NodeRole, Outcome, Scope,
+    TopicPlacement,
+};
+use broker_proto::{ErrorReply, ResponseFrame};
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::replicated::refusal;
+use crate::reply::{Outgoing, ReplyTo};
+use crate::shared::Shared;
+
+/// How long a membership change may take (a new node catching up included) before its request
+/// is answered with an error: less than a client's default request timeout (30 s), so that the
+/// client hears why.
+const MEMBERSHIP_WAIT: Duration = Duration::from_secs(20);
+
+/// A request whose command the server answers about its cluster.
+#[derive(Debug)]
+pub(crate) struct ClusterRequest {
+    pub(crate) correlation_id: u64,
+    /// A command of [`Scope::Cluster`].
+    pub(crate) command: Command,
+    pub(crate) permit: OwnedSemaphorePermit,
+}
+
+/// Answers `request` on its connection once it is done.
+pub(crate) async fn answer(shared: Arc<Shared>, reply_to: ReplyTo, request: ClusterRequest) {
+    let ClusterRequest {
+        correlation_id,
+        command,
+        permit,
+    } = request;
+    let kind = command.kind();
+    let result = execute(&shared, command).await;
+    if let Some(metrics) = &shared.metrics {
+        metrics.answered([(Some(kind), &result)], None);
+    }
+    let answer = Outgoing::ready(
+        vec![ResponseFrame {
+            correlation_id,
+            result,
+        }],
+        vec![permit],
+    );
+    // A closed writer means the peer is gone; its answer has nowhere to go.
+    let _ = reply_to.outgoing.send(answer).await;
+}
+
+async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorReply> {
+    let cluster = shared.cluster();
+    match command {
+        Command::ClusterStatus => Ok(Outcome::ClusterStatus(status(in_cluster(cluster)?))),
+        Command::AddNode {
+            node_id,
+            peer_addr,
+            client_addr,
+        } => {
+            let cluster = in_cluster(cluster)?;
+            let node = ClusterNode::new(&peer_addr, &client_addr).map_err(|why| {
+                ErrorReply::InvalidArgument(format!("node {node_id}'s address: {why}"))
+            })?;
+            cluster
+                .add_node(node_id, node, MEMBERSHIP_WAIT)
+                .await
+                .map_err(refusal)?;
+            Ok(Outcome::Members(status(cluster).members))
+        }
+        Command::RemoveNode { node_id } => {
+            let cluster = in_cluster(cluster)?;
+            cluster
+                .remove_node(node_id, MEMBERSHIP_WAIT)
+                .await
+                .map_err(refusal)?;
+            Ok(Outcome::Members(status(cluster).members))
+        }
+        Command::Metadata { topic } => metadata(shared, cluster, topic.as_deref()).await,
+        // Admitted here only when its scope is the cluster's.
+        broker => Err(ErrorReply::InvalidArgument(format!(
+            "{} is not a command about the cluster",
+            broker.kind().name()
+        ))),
+    }
+}
+
+/// The cluster, or the refusal of a server that runs alone.
+fn in_cluster(cluster: Option<&Cluster>) -> Result<&Cluster, ErrorReply> {
+    cluster.ok_or_else(|| {
+        ErrorReply::InvalidArgument(
+            "this server runs alone, not as a node of a cluster (a cluster's nodes are \
+             started with --node-id and --cluster-members)"
+                .to_owned(),
+        )
+    })
+}
+
+/// What `cluster`'s node knows of it, as the protocol says it.
+fn status(cluster: &Cluster) -> ClusterStatus {
+    let status = cluster.status();
+    let role = match status.role {
+        ServerState::Leader => NodeRole::Leader,
+        ServerState::Follower => NodeRole::Follower,
+        ServerState::Candidate => NodeRole::Candidate,
+        ServerState::Learner => NodeRole::Learner,
+        ServerState::Shutdown => NodeRole::Stopped,
+    };
+    let members = status
+        .members
+        .iter()
+        .map(|(id, node, voter)| ClusterMember {
+            node_id: *id,
+            peer_addr: node.raft_addr.clone(),
+            client_addr: node.client_addr.clone(),
+            voter: *voter,
+            matched_index: match (*id == status.node_id, role) {
+                (true, NodeRole::Leader) => status.last_log_index,
+                _ => status.replication.get(id).copied().flatten(),
+            },
+            reachable: *id == status.node_id || !status.unreachable.contains(id),
+        })
+        .collect();
+    ClusterStatus {
+        node_id: status.node_id,
+        role,
+        term: status.term,
+        leader: status.leader,
+        last_log_index: status.last_log_index,
+        applied_index: status.applied_index,
+        members,
+    }
+}
+
+/// The nodes and the node that serves each topic (in a cluster, the leader serves every topic;
+/// asked of another node, the request is refused with the leader's address). The topics are
+/// read after the leader confirmed it still leads, so that the answer is not stale.
+async fn metadata(
+    shared: &Shared,
+    cluster: Option<&Cluster>,
+    topic: Option<&str>,
+) -> Result<Outcome, ErrorReply> {
+    let (nodes, leader) = match cluster {
+        Some(cluster) => {
+            cluster.read_barrier().await.map_err(refusal)?;
+            let nodes = cluster
+                .status()
+                .members
+                .into_iter()
+                .map(|(node_id, node, _)| NodeAddress {
+                    node_id,
+                    client_addr: node.client_addr,
+                })
+                .collect();
+            (nodes, Some(cluster.node_id()))
+        }
+        None => (Vec::new(), None),
+    };
+    let description = shared
+        .broker
+        .lock()
+        .describe_topics(topic)
+        .map_err(ErrorReply::from)?;
+    let topics = description
+        .topics
+        .into_iter()
+        .map(|topic| TopicPlacement {
+            partition_count: i32::try_from(topic.partitions.len()).unwrap_or(i32::MAX),
+            topic: topic.name,
+            leader,
+        })
+        .collect();
+    Ok(Outcome::Metadata(BrokerMetadata { nodes, topics }))
+}
+
+/// Whether `command` is one the server answers about its cluster.
+pub(crate) fn is_about_the_cluster(command: &Command) -> bool {
+    command.kind().scope() == Scope::Cluster
+}
