@@ -5,6 +5,8 @@
 //! - [`process`]: the real `broker-server` binary on `127.0.0.1:0`, started and stopped by pid.
 //! - [`in_process`]: the server in this process on `127.0.0.1:0`, with a oneshot as shutdown.
 //! - [`raw`]: a minimal client over the protocol's codec, for tests of the wire itself.
+//! - [`cluster`]: a cluster of real `broker-server` processes, its nodes started, killed and
+//!   added.
 //! - [`proxy`]: a TCP proxy that can cut every connection through it and change its backend.
 //! - [`records`]: delivered records compared by place and content, not time.
 //! - [`certs`]: a certificate authority and a server certificate, made at test time.
@@ -15,6 +17,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
 pub mod certs;
+pub mod cluster;
 pub mod http;
 pub mod in_process;
 pub mod peer_links;

@@ -1,0 +1,186 @@
+//! A cluster of real `broker-server` processes on loopback ports, for the tests of
+//! replication: start, kill and restart nodes, add one, and find the leader.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use broker_client::Client;
+
+use crate::peer_links::PeerLinks;
+use crate::process::ServerProcess;
+
+/// How long [`Nodes::leader`] waits for a leader before it fails.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A free port on 127.0.0.1 (free when asked: a node binds it right after).
+pub fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// A cluster's nodes as separate `broker-server` processes on loopback ports: their addresses
+/// and directories (in a temporary directory removed on drop), and the processes running now
+/// (killed on drop). Node `index` has id `index + 1`.
+pub struct Nodes {
+    _dir: tempfile::TempDir,
+    dirs: Vec<PathBuf>,
+    /// Each node's client address, by index (node id = index + 1).
+    pub client_addrs: Vec<SocketAddr>,
+    /// Where each node listens for its peers when that is not its advertised peer address
+    /// (behind a relay).
+    peer_listens: Vec<Option<SocketAddr>>,
+    members: String,
+    /// The nodes started to join the running cluster (`--cluster-join`), with the members
+    /// list each was given.
+    joiners: BTreeMap<usize, String>,
+    /// Flags every node is started with besides the cluster's.
+    extra_flags: Vec<String>,
+    /// Each node's process, while it runs.
+    pub running: Vec<Option<ServerProcess>>,
+}
+
+impl Nodes {
+    /// `count` nodes forming a new cluster, each started.
+    pub fn start(count: usize) -> Nodes {
+        Nodes::start_through(count, None)
+    }
+
+    /// `count` nodes whose peer links go through `links`, when given.
+    pub fn start_through(count: usize, links: Option<&PeerLinks>) -> Nodes {
+        Nodes::start_with(count, links, &[])
+    }
+
+    /// [`Nodes::start_through`], every node also given the flags `extra`.
+    pub fn start_with(count: usize, links: Option<&PeerLinks>, extra: &[&str]) -> Nodes {
+        let dir = tempfile::tempdir().unwrap();
+        let client_addrs: Vec<SocketAddr> = (0..count).map(|_| free_addr()).collect();
+        let id = |index: usize| index as u64 + 1;
+        let members = client_addrs
+            .iter()
+            .enumerate()
+            .map(|(index, client)| {
+                let peer = links.map_or_else(free_addr, |links| links.advertised(id(index)));
+                format!("{}={peer}/{client}", id(index))
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        let peer_listens = (0..count)
+            .map(|index| links.map(|links| links.listen(id(index))))
+            .collect();
+        let dirs = (1..=count)
+            .map(|id| dir.path().join(format!("node-{id}")))
+            .collect();
+        let mut nodes = Nodes {
+            _dir: dir,
+            dirs,
+            client_addrs,
+            peer_listens,
+            members,
+            joiners: BTreeMap::new(),
+            extra_flags: extra.iter().map(ToString::to_string).collect(),
+            running: (0..count).map(|_| None).collect(),
+        };
+        for index in 0..count {
+            nodes.restart(index);
+        }
+        nodes
+    }
+
+    /// Starts node `index` (again) on its addresses and directory.
+    pub fn restart(&mut self, index: usize) {
+        let id = (index + 1).to_string();
+        let dir = self.dirs[index].to_str().unwrap().to_owned();
+        let members = self.joiners.get(&index).unwrap_or(&self.members).clone();
+        let mut flags = vec![
+            "--node-id".to_owned(),
+            id,
+            "--cluster-members".to_owned(),
+            members,
+            "--data-dir".to_owned(),
+            dir,
+            "--log-level".to_owned(),
+            "warn".to_owned(),
+        ];
+        if self.joiners.contains_key(&index) {
+            flags.push("--cluster-join".to_owned());
+        }
+        flags.extend(self.extra_flags.iter().cloned());
+        if let Some(listen) = self.peer_listens[index] {
+            flags.extend(["--cluster-listen".to_owned(), listen.to_string()]);
+        }
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let node = ServerProcess::start_on(self.client_addrs[index], &flags);
+        self.running[index] = Some(node);
+    }
+
+    /// Starts one more node, to join the running cluster; returns its index and what
+    /// `broker cluster add` takes for it (`ID=PEER_ADDR/CLIENT_ADDR`).
+    pub fn start_joiner(&mut self) -> (usize, String) {
+        let index = self.running.len();
+        let entry = format!("{}={}/{}", index + 1, free_addr(), free_addr());
+        let client: SocketAddr = entry.rsplit_once('/').unwrap().1.parse().unwrap();
+        self.client_addrs.push(client);
+        self.dirs
+            .push(self.dirs[0].with_file_name(format!("node-{}", index + 1)));
+        self.peer_listens.push(None);
+        self.joiners
+            .insert(index, format!("{},{entry}", self.members));
+        self.running.push(None);
+        self.restart(index);
+        (index, entry)
+    }
+
+    /// Kills node `index` (`kill -9`).
+    pub fn kill(&mut self, index: usize) {
+        self.running[index].take().unwrap().kill();
+    }
+
+    /// Every node's client address, as a client is given them.
+    pub fn addresses(&self) -> String {
+        self.client_addrs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// A client given every node's address, with a request timeout of 5 s.
+    pub async fn client(&self) -> Client {
+        Client::builder()
+            .request_timeout(Duration::from_secs(5))
+            .connect(self.addresses().as_str())
+            .await
+            .expect("connect to the cluster")
+    }
+
+    /// The running node that leads now (the one that answers a read itself); fails after
+    /// [`PATIENCE`] without one.
+    pub async fn leader(&self) -> usize {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            for (index, node) in self.running.iter().enumerate() {
+                let Some(node) = node else { continue };
+                let Ok(client) = Client::connect(node.addr_string().as_str()).await else {
+                    continue;
+                };
+                if client.describe().await.is_ok() {
+                    return index;
+                }
+            }
+            assert!(Instant::now() < deadline, "no node leads");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for node in self.running.iter_mut().flatten() {
+            node.kill();
+        }
+    }
+}
