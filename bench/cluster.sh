@@ -6,12 +6,15 @@
 #    throughput and p50/p99 of one publish, and the cluster's ratio to the single broker;
 #  - then KILLS failovers: the leader is killed with kill -9 and the time until a publish
 #    through a client given every node's address is stored again is measured (then the killed
-#    node is started again from its directory and the next round waits until it is back).
+#    node is started again from its directory and the next round waits until it is back);
+#  - then the catch-up of a new node: a cluster (--fsync batch) holding CATCHUP_RECORDS records
+#    of SIZE bytes gets a fourth node, started with --cluster-join, through `broker cluster
+#    add`, which answers once the node holds the whole log and votes; its time is measured.
 # Every node runs on this machine, so the figures say what replication costs in CPU and in
 # loopback round trips, not what a network between hosts adds. Bounded work; stops what it
 # started. Directories under TMPDIR (a disk, not a tmpfs, for honest fsync figures).
 #
-#   bench/cluster.sh                       # RECORDS=200000 SIZE=100 PRODUCERS=4 DEPTH=64 KILLS=20
+#   bench/cluster.sh   # RECORDS=200000 SIZE=100 PRODUCERS=4 DEPTH=64 KILLS=20 CATCHUP_RECORDS=1000000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +23,7 @@ SIZE="${SIZE:-100}"
 PRODUCERS="${PRODUCERS:-4}"
 DEPTH="${DEPTH:-64}"
 KILLS="${KILLS:-20}"
+CATCHUP_RECORDS="${CATCHUP_RECORDS:-1000000}"
 
 echo "building release binaries..." >&2
 cargo build --release --locked -q -p broker-server -p broker-cli
@@ -57,10 +61,11 @@ single() { # fsync
 
 declare -a client_ports=()
 members=""
-start_node() { # id fsync
-  local id=$1
+start_node() { # id fsync [flags...]
+  local id=$1 fsync=$2
+  shift 2
   "$server" --node-id "$id" --listen "127.0.0.1:${client_ports[$id]}" --data-dir "$workdir/node-$id" \
-    --cluster-members "$members" --fsync "$2" "${common[@]}" \
+    --cluster-members "$members" --fsync "$fsync" "${common[@]}" "$@" \
     >"$workdir/node-$id.out" 2>>"$workdir/node-$id.err" &
   pids[node-$id]=$!
   wait_listening "$workdir/node-$id.out"
@@ -126,6 +131,26 @@ for round in $(seq 1 "$KILLS"); do
 done
 stop_all
 
+echo "adding a fourth node to a cluster holding $CATCHUP_RECORDS records..." >&2
+cluster batch
+"$broker" bench publish --producers "$PRODUCERS" --depth "$DEPTH" --records "$CATCHUP_RECORDS" \
+  --size "$SIZE" --retention limits --keep-topic --json >/dev/null
+retained=$("$broker" describe --json | python3 -c 'import json,sys; print(sum(t["retained_bytes"] for t in json.load(sys.stdin)["topics"]))')
+client_ports[4]=$(free_port)
+new_node="4=127.0.0.1:$(free_port)/127.0.0.1:${client_ports[4]}"
+members+=",$new_node"
+start_node 4 batch --cluster-join
+start=$(date +%s.%N)
+added=""
+# The leader gives up after 20 s when the node has not caught up yet; it goes on catching up,
+# and adding it again finishes once it has.
+for _ in $(seq 1 30); do
+  "$broker" cluster add "$new_node" >/dev/null 2>"$workdir/add.err" && { added=1; break; }
+done
+[ -n "$added" ] || { echo "node 4 was not added: $(cat "$workdir/add.err")" >&2; exit 1; }
+end=$(date +%s.%N)
+stop_all
+
 echo
 echo "publish: $PRODUCERS connections x depth $DEPTH, $RECORDS records of $SIZE bytes, one per request"
 printf '%-8s %14s %14s %8s   %10s %10s   %10s %10s\n' "--fsync" "single req/s" "cluster req/s" "ratio" "single p50" "cluster p50" "single p99" "cluster p99"
@@ -136,4 +161,12 @@ import statistics, sys
 ms = sorted(int(t) for t in sys.argv[1:])
 print(f"failover over {len(ms)} kill -9 of the leader: time until a publish is stored again, ms: "
       f"min {ms[0]}, median {statistics.median(ms):.0f}, max {ms[-1]}")
+EOF
+python3 - "$start" "$end" "$CATCHUP_RECORDS" "$retained" <<'EOF'
+import sys
+start, end, records, retained = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+seconds = end - start
+print(f"catch-up of a new node: {records} records ({retained / 1e6:.0f} MB of payload) in "
+      f"{seconds:.1f} s until it votes: {records / seconds:,.0f} records/s, "
+      f"{retained / 1e6 / seconds:.0f} MB/s")
 EOF

@@ -1,9 +1,12 @@
 //! Options for a [`Client`], set before connecting.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::net::lookup_host;
 use tokio_rustls::rustls::ClientConfig;
 
 use crate::client::Settings;
@@ -151,7 +154,10 @@ impl ClientBuilder {
     /// Text may list several addresses separated by commas: the nodes of a cluster
     /// (`"10.0.0.1:9092,10.0.0.2:9092,10.0.0.3:9092"`). The client then finds the leader by
     /// itself: a call that reaches a node which does not lead is sent again to the leader it
-    /// names (or, during an election, to the next node), so callers see no difference. With a
+    /// names (or, during an election, to the next node), so callers see no difference; a
+    /// reconnection tries the node it lost last, and gives each other node a second to accept.
+    /// The names are resolved at once, each within the connect timeout; one that does not
+    /// resolve (the name of a node that is down, in some setups) is left out. With a
     /// single address, a call a follower refuses fails with `ErrorReply::NotLeader` and the
     /// client moves to the leader for the calls after it. With TLS, every node's certificate
     /// must carry the server name (the host of the first address unless
@@ -159,7 +165,7 @@ impl ClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Io`] if the address does not resolve, no address accepts, or the hello exchange
+    /// [`Error::Io`] if no address resolves, no address accepts, or the hello exchange
     /// fails or outlasts the connect timeout; [`Error::Tls`] if the TLS settings are unusable
     /// or the TLS handshake fails (an untrusted certificate, a wrong server name, a server
     /// without TLS); [`Error::Refused`] if the server refuses the hello (such as
@@ -183,22 +189,33 @@ impl ClientBuilder {
             }
         };
         let mut nodes = 1;
+        let mut named: Vec<(String, Vec<SocketAddr>)> = Vec::new();
         let found = match addr.as_text() {
             Some(text) => {
                 let list = broker_net::connect_addresses(text).map_err(|error| {
                     Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, error))
                 })?;
-                let mut found = Vec::new();
-                for address in list.split(',') {
-                    found.extend(tokio::net::lookup_host(address).await.map_err(Error::Io)?);
+                let names: Vec<&str> = list.split(',').collect();
+                nodes = names.len();
+                let failure;
+                (named, failure) = resolve_nodes(&names, self.connect_timeout).await;
+                let found: Vec<SocketAddr> =
+                    named.iter().flat_map(|(_, found)| found.clone()).collect();
+                match found.is_empty() {
+                    true => Err(failure.unwrap_or_else(|| {
+                        std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("{list} did not resolve within the connect timeout"),
+                        )
+                    })),
+                    false => Ok(found),
                 }
-                nodes = list.split(',').count();
-                Ok(found)
             }
-            None => tokio::net::lookup_host(addr).await.map(Iterator::collect),
+            None => lookup_host(addr).await.map(Iterator::collect),
         };
         Client::start(Settings {
             addrs: found.map_err(Error::Io)?,
+            named,
             cluster: nodes > 1 || self.follow_leader,
             identity: self.identity,
             tls,
@@ -235,3 +252,42 @@ impl Client {
         ClientBuilder::default()
     }
 }
+
+/// Resolves a cluster's node names at once, each with the addresses it resolved to, in the
+/// order given. The name of a node that is down may take seconds to fail (a container's name,
+/// behind a resolver that cannot reach upstream): once one name has resolved, the others get
+/// [`LOOKUP_GRACE`] more, and those still unresolved are left out (a node the cluster names
+/// later as its leader is looked up then). Nothing waits past `timeout`. Also gives the first
+/// failure, if a name failed.
+async fn resolve_nodes(
+    names: &[&str],
+    timeout: Duration,
+) -> (Vec<(String, Vec<SocketAddr>)>, Option<std::io::Error>) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut lookups: FuturesUnordered<_> = names
+        .iter()
+        .enumerate()
+        .map(|(index, name)| async move { (index, lookup_host(*name).await) })
+        .collect();
+    let mut resolved: Vec<Option<Vec<SocketAddr>>> = vec![None; names.len()];
+    let mut until = deadline;
+    let mut failure = None;
+    while let Ok(Some((index, found))) = tokio::time::timeout_at(until, lookups.next()).await {
+        match found {
+            Ok(found) => {
+                resolved[index] = Some(found.collect());
+                until = until.min(tokio::time::Instant::now() + LOOKUP_GRACE);
+            }
+            Err(error) => failure = failure.or(Some(error)),
+        }
+    }
+    let named = names
+        .iter()
+        .zip(resolved)
+        .filter_map(|(name, found)| Some(((*name).to_owned(), found?)))
+        .collect();
+    (named, failure)
+}
+
+/// How long the other names of a cluster's nodes may take to resolve once one has.
+const LOOKUP_GRACE: Duration = Duration::from_millis(200);

@@ -72,6 +72,10 @@ pub struct Client {
 #[derive(Debug)]
 struct Inner {
     addrs: Vec<SocketAddr>,
+    // Each address given as text, with what it resolved to: a node named by the text a
+    // cluster gives for it is reached without asking the resolver again (a resolver may take
+    // seconds to give up on the name of a node that is down).
+    named: Vec<(String, Vec<SocketAddr>)>,
     identity: Identity,
     tls: Option<Tls>,
     request_timeout: Duration,
@@ -99,6 +103,8 @@ struct Inner {
 pub(crate) struct Settings {
     /// The server's socket addresses, tried in order.
     pub(crate) addrs: Vec<SocketAddr>,
+    /// The addresses given as text, each with what it resolved to.
+    pub(crate) named: Vec<(String, Vec<SocketAddr>)>,
     /// Whether they are the nodes of a cluster.
     pub(crate) cluster: bool,
     /// What the client says in its hello.
@@ -118,6 +124,7 @@ impl Client {
     pub(crate) async fn start(settings: Settings) -> Result<Client, Error> {
         let Settings {
             addrs,
+            named,
             cluster,
             identity,
             tls,
@@ -129,6 +136,7 @@ impl Client {
         Ok(Client {
             inner: Arc::new(Inner {
                 addrs,
+                named,
                 identity,
                 tls,
                 request_timeout,
@@ -1190,9 +1198,14 @@ impl Inner {
                 )));
             }
         }
-        tracing::debug!(addrs = ?self.addrs, "reconnecting");
+        // A cluster's node that went away is likely gone for a while: the others first.
+        let addrs = match self.cluster.load(Ordering::Relaxed) {
+            true => last_resort(&self.addrs, current.peer()),
+            false => self.addrs.clone(),
+        };
+        tracing::debug!(?addrs, "reconnecting");
         let opened = Connection::open(
-            &self.addrs,
+            &addrs,
             &self.identity,
             self.tls.as_ref(),
             self.connect_timeout,
@@ -1294,33 +1307,21 @@ impl Inner {
             return Ok(());
         }
         tracing::debug!(?leader, "moving to the cluster's leader");
-        if let Some(Ok(leader)) = leader.map(broker_net::connect_address) {
-            if let Ok(found) = tokio::net::lookup_host(leader).await {
-                let found: Vec<SocketAddr> = found.collect();
-                let opened = Connection::open(
-                    &found,
-                    &self.identity,
-                    self.tls.as_ref(),
-                    self.connect_timeout,
-                )
-                .await;
-                if let Ok(fresh) = opened {
-                    *self.lock_current() = Arc::new(fresh);
-                    return Ok(());
-                }
+        if let Some(found) = self.resolve_leader(leader).await {
+            // The leader named may be the node that just went away (the others have not
+            // noticed yet): not worth a full connect timeout.
+            let limit = self.connect_timeout.min(LEADER_CONNECT_TIMEOUT);
+            let opened = Connection::open(&found, &self.identity, self.tls.as_ref(), limit).await;
+            if let Ok(fresh) = opened {
+                *self.lock_current() = Arc::new(fresh);
+                return Ok(());
             }
         }
         // No leader known, or the one named is gone (its followers have not noticed yet): an
         // election is under way. Ask the nodes again after a pause, the one that did not lead
         // last.
         tokio::time::sleep(ELECTION_PAUSE).await;
-        let mut nodes: Vec<SocketAddr> = self
-            .addrs
-            .iter()
-            .copied()
-            .filter(|addr| *addr != stale.peer())
-            .collect();
-        nodes.push(stale.peer());
+        let nodes = last_resort(&self.addrs, stale.peer());
         let fresh = Connection::open(
             &nodes,
             &self.identity,
@@ -1332,6 +1333,39 @@ impl Inner {
         Ok(())
     }
 }
+
+impl Inner {
+    /// The socket addresses of `leader`, a node's client address as a node named it: those it
+    /// resolved to when the client was given the same text, else what the resolver answers
+    /// within [`LEADER_LOOKUP_TIMEOUT`]. `None` for no leader, or one that cannot be found.
+    async fn resolve_leader(&self, leader: Option<&str>) -> Option<Vec<SocketAddr>> {
+        let leader = broker_net::connect_address(leader?).ok()?;
+        if let Some((_, found)) = self.named.iter().find(|(name, _)| *name == leader) {
+            return Some(found.clone());
+        }
+        let found = tokio::time::timeout(LEADER_LOOKUP_TIMEOUT, tokio::net::lookup_host(leader))
+            .await
+            .ok()?
+            .ok()?;
+        Some(found.collect())
+    }
+}
+
+/// `addrs` with `last` moved to the end.
+fn last_resort(addrs: &[SocketAddr], last: SocketAddr) -> Vec<SocketAddr> {
+    let mut ordered: Vec<SocketAddr> = addrs.iter().copied().filter(|a| *a != last).collect();
+    if addrs.contains(&last) {
+        ordered.push(last);
+    }
+    ordered
+}
+
+/// How long a client asks the resolver for a leader's address that it was not given.
+const LEADER_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long a client tries to open a connection to the leader a node named, before it asks
+/// the other nodes.
+const LEADER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How many times one call follows a node's answer that it does not lead (bounded by the call's
 /// deadline too): with a pause between them, several seconds, enough for an election or two.

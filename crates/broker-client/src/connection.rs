@@ -278,16 +278,34 @@ fn codec_for(limits: &ServerLimits) -> ClientCodec {
     ClientCodec::new(usize::try_from(limits.max_frame_bytes).unwrap_or(usize::MAX))
 }
 
+/// Connects to the first of `addrs` that accepts. Each but the last gets at most
+/// [`NEXT_ADDRESS_AFTER`]: a host that is down may leave a connection attempt unanswered for
+/// seconds, while the next address (another node of a cluster) answers at once.
 async fn connect_any(addrs: &[SocketAddr]) -> Result<(TcpStream, SocketAddr), Error> {
     let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to");
-    for &addr in addrs {
-        match TcpStream::connect(addr).await {
+    for (index, &addr) in addrs.iter().enumerate() {
+        let attempt = TcpStream::connect(addr);
+        let connected = match index + 1 < addrs.len() {
+            true => tokio::time::timeout(NEXT_ADDRESS_AFTER, attempt)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("{addr} did not answer within {NEXT_ADDRESS_AFTER:?}"),
+                    ))
+                }),
+            false => attempt.await,
+        };
+        match connected {
             Ok(stream) => return Ok((stream, addr)),
             Err(error) => last = error,
         }
     }
     Err(Error::Io(last))
 }
+
+/// How long a connection attempt may take before the next address is tried.
+const NEXT_ADDRESS_AFTER: Duration = Duration::from_secs(1);
 
 /// Whether the first bytes of an answer are a TLS record (an alert or a handshake, version
 /// 3.x) rather than a frame: no frame can be that long, so this is a TLS server.

@@ -212,7 +212,12 @@ struct GroupReport {
     /// Poll or fetch requests the group's consumers made: `consumed / consume_requests`
     /// records came per round trip.
     consume_requests: u64,
+    /// Records stored twice (the same record at two offsets): a failure.
     duplicates: u64,
+    /// Deliveries of a record already delivered, at the same offset: the at-least-once
+    /// redelivery of records whose acknowledgement or commit was lost with a connection (a
+    /// server restart, a cluster's failover). Not a failure.
+    redelivered: u64,
     out_of_order: u64,
     missing: u64,
     end_to_end_latency: Option<Percentiles>,
@@ -245,11 +250,13 @@ struct BenchReport {
 /// Exactly-once and ordering checks for one group.
 struct GroupCheck {
     next_offset: Vec<i64>,
-    seen: Vec<Vec<bool>>,
+    /// Where each producer's records were first delivered from, by sequence.
+    seen: Vec<Vec<Option<(i32, i64)>>>,
     consumed: u64,
     /// Poll or fetch requests answered.
     rounds: u64,
     duplicates: u64,
+    redelivered: u64,
     out_of_order: u64,
     latency: Histogram<u64>,
 }
@@ -258,10 +265,11 @@ impl GroupCheck {
     fn new(partitions: usize, shares: &[u64]) -> Self {
         GroupCheck {
             next_offset: vec![0; partitions],
-            seen: shares.iter().map(|&n| vec![false; n as usize]).collect(),
+            seen: shares.iter().map(|&n| vec![None; n as usize]).collect(),
             consumed: 0,
             rounds: 0,
             duplicates: 0,
+            redelivered: 0,
             out_of_order: 0,
             latency: new_histogram(),
         }
@@ -269,33 +277,57 @@ impl GroupCheck {
 
     fn observe(&mut self, record: &BrokerRecord, now_nanos: u64) {
         self.consumed += 1;
-        let partition = record.partition as usize;
-        if self.next_offset.get(partition) != Some(&record.offset) {
-            self.out_of_order += 1;
-        }
-        if let Some(next) = self.next_offset.get_mut(partition) {
-            *next = record.offset + 1;
-        }
-        match decode_header(&record.payload) {
+        let place = (record.partition, record.offset);
+        let redelivery = match decode_header(&record.payload) {
             Some((producer, sequence, sent_nanos)) => {
                 let slot = self
                     .seen
                     .get_mut(producer as usize)
                     .and_then(|seen| seen.get_mut(sequence as usize));
-                match slot {
-                    Some(seen) if !*seen => *seen = true,
-                    _ => self.duplicates += 1,
-                }
+                let redelivery = match slot {
+                    Some(seen @ None) => {
+                        *seen = Some(place);
+                        false
+                    }
+                    Some(Some(first)) if *first == place => true,
+                    _ => {
+                        self.duplicates += 1;
+                        false
+                    }
+                };
                 let _ = self
                     .latency
                     .record(now_nanos.saturating_sub(sent_nanos).max(1));
+                redelivery
             }
-            None => self.duplicates += 1,
+            None => {
+                self.duplicates += 1;
+                false
+            }
+        };
+        // A redelivery goes back in its partition: order is checked from the next record on.
+        let partition = record.partition as usize;
+        if redelivery {
+            self.redelivered += 1;
+        } else if self.next_offset.get(partition) != Some(&record.offset) {
+            self.out_of_order += 1;
+        }
+        if let Some(next) = self.next_offset.get_mut(partition) {
+            *next = record.offset + 1;
         }
     }
 
     fn missing(&self) -> u64 {
-        self.seen.iter().flatten().filter(|seen| !**seen).count() as u64
+        self.seen
+            .iter()
+            .flatten()
+            .filter(|seen| seen.is_none())
+            .count() as u64
+    }
+
+    /// Records consumed, each counted once however often it was delivered.
+    fn unique(&self) -> u64 {
+        self.consumed - self.redelivered - self.duplicates
     }
 }
 
@@ -478,6 +510,7 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
                 consumed: check.consumed,
                 consume_requests: check.rounds,
                 duplicates: check.duplicates,
+                redelivered: check.redelivered,
                 out_of_order: check.out_of_order,
                 missing: check.missing() - unpublished,
                 end_to_end_latency: Some(Percentiles::of(&check.latency)),
@@ -814,7 +847,7 @@ fn consumed_everything(shared: &Shared, check: &Mutex<GroupCheck>) -> bool {
         && check
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .consumed
+            .unique()
             >= shared.published.load(Ordering::SeqCst)
 }
 
@@ -944,12 +977,14 @@ fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
     outln!("publish latency: {}", report.publish_latency.text())?;
     for group in &report.groups {
         outln!(
-            "group {} ({}): consumed {} in {} requests, duplicates {}, out of order {}, missing {}",
+            "group {} ({}): consumed {} in {} requests, duplicates {}, redelivered {}, out of \
+             order {}, missing {}",
             group.group,
             group.mode,
             with_thousands(group.consumed),
             with_thousands(group.consume_requests),
             group.duplicates,
+            group.redelivered,
             group.out_of_order,
             group.missing
         )?;
@@ -1014,5 +1049,27 @@ mod tests {
         );
         check.observe(&record(0, 2, 0, 0), 10); // skipped offset 1, and a duplicate
         assert_eq!((check.duplicates, check.out_of_order), (1, 1));
+    }
+
+    #[test]
+    fn a_redelivery_at_the_same_offset_is_no_duplicate() {
+        let mut check = GroupCheck::new(1, &[3]);
+        for sequence in 0..2 {
+            check.observe(&record(0, sequence as i64, 0, sequence), 10);
+        }
+        // Both delivered again (their acknowledgement was lost), then the next one.
+        for sequence in 0..3 {
+            check.observe(&record(0, sequence as i64, 0, sequence), 10);
+        }
+        assert_eq!(
+            (
+                check.duplicates,
+                check.redelivered,
+                check.out_of_order,
+                check.missing()
+            ),
+            (0, 2, 0, 0)
+        );
+        assert_eq!((check.consumed, check.unique()), (5, 3));
     }
 }
