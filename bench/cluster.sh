@@ -104,11 +104,9 @@ done
 echo "failing over $KILLS times..." >&2
 cluster always
 "$broker" create failover --partitions 1 >/dev/null
-leader_of() { # -> id of the node that answers a read itself
-  for id in 1 2 3; do
-    [ -n "${pids[node-$id]:-}" ] || continue
-    BROKER_ADDR="127.0.0.1:${client_ports[$id]}" "$broker" describe >/dev/null 2>&1 && { echo "$id"; return; }
-  done
+leader_of() { # -> id of the node that leads, as the nodes tell (empty during an election)
+  "$broker" cluster status --json 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["leader"] or "")' 2>/dev/null || true
 }
 times=()
 for round in $(seq 1 "$KILLS"); do

@@ -10,7 +10,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
 use broker_client::{BrokerError, Client, Error, ErrorReply, Producer, PublishRecord};
+use broker_testkit::certs::TestPki;
 use broker_testkit::cluster::{free_addr, Nodes, PATIENCE};
 use broker_testkit::http::get as http_get;
 use broker_testkit::peer_links::PeerLinks;
@@ -550,4 +553,64 @@ async fn membership_changes_are_checked() {
         alone.metadata(Some("nothing")).await,
         Err(Error::Broker(BrokerError::InvalidArgument(_)))
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peer_port_speaks_tls_when_asked() {
+    let pki = TestPki::new(&["127.0.0.1"]);
+    let (cert, key, ca) = (
+        pki.cert_file.to_str().unwrap(),
+        pki.key_file.to_str().unwrap(),
+        pki.ca_file.to_str().unwrap(),
+    );
+    let tls = ["--tls-cert", cert, "--tls-key", key, "--cluster-tls-ca", ca];
+    let nodes = Nodes::start_with(3, None, &tls);
+    let client = Client::builder()
+        .tls_ca_file(&pki.ca_file)
+        .request_timeout(Duration::from_secs(5))
+        .connect(nodes.addresses().as_str())
+        .await
+        .unwrap();
+    // The nodes elect a leader over TLS and replicate through it.
+    let deadline = Instant::now() + PATIENCE;
+    while client.create("t", 1).await.is_err() {
+        assert!(Instant::now() < deadline, "no leader over TLS");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    client.publish("t", 0, b"over tls".to_vec()).await.unwrap();
+    // The leader reaches both followers (a node that started first may have missed one that
+    // was not listening yet: until its next exchange with it).
+    loop {
+        let status = client.cluster_status().await.unwrap();
+        if status.members.iter().all(|member| member.reachable) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a peer is unreachable over TLS: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The peer port speaks nothing but TLS: a well-formed hello in clear text (node 9, the
+    // peer protocol's name, no token), which a plain peer port welcomes, gets at most a TLS
+    // alert before the connection closes.
+    let protocol = b"broker-raft/1";
+    let mut hello = 9u64.to_le_bytes().to_vec();
+    hello.extend((protocol.len() as u64).to_le_bytes());
+    hello.extend(protocol);
+    hello.push(0);
+    let mut frame = (hello.len() as u32).to_be_bytes().to_vec();
+    frame.extend(hello);
+    let mut plain = tokio::net::TcpStream::connect(nodes.peer_addr(0))
+        .await
+        .unwrap();
+    plain.write_all(&frame).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(PATIENCE, plain.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the peer port kept a plain connection open");
+    assert!(
+        answer.is_empty() || answer[0] == 0x15,
+        "the peer port answered a plain hello with something other than a TLS alert: {answer:?}"
+    );
 }

@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use log_store::{LogStore, LogSync};
-pub use network::{Network, PeerLink, MAX_PEER_FRAME};
+pub use network::{Network, PeerLink, PeerTls, MAX_PEER_FRAME};
 pub use openraft::error::Fatal;
 pub use openraft::ServerState;
 pub use state_machine::{Replica, SnapshotBuilder, StateMachine};
@@ -55,6 +55,8 @@ pub struct ClusterConfig {
     pub sync: LogSync,
     /// The secret peers present to each other, if any.
     pub token: Option<String>,
+    /// TLS on the peer port, if any (every node of a cluster must agree).
+    pub tls: Option<PeerTls>,
     /// How often the leader tells followers it is alive.
     pub heartbeat: Duration,
     /// A follower that hears nothing from a leader for a random time between this and twice
@@ -79,6 +81,7 @@ impl ClusterConfig {
             dir,
             sync: LogSync::EveryAppend,
             token: None,
+            tls: None,
             heartbeat: Duration::from_millis(150),
             election_timeout: Duration::from_millis(500),
             snapshot_every: 20_000,
@@ -217,7 +220,7 @@ impl Cluster {
         // A node with nothing yet proposes the initial membership; one with a log or a
         // snapshot already belongs to a cluster.
         let fresh = log.last_index().is_none() && !machine.has_snapshot();
-        let network = Network::new(config.node_id, config.token.clone());
+        let network = Network::new(config.node_id, config.token.clone(), config.tls.clone());
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
@@ -233,6 +236,7 @@ impl Cluster {
             listener,
             raft.clone(),
             config.token,
+            config.tls,
             stop.clone(),
             tracker.clone(),
         ));

@@ -8,7 +8,8 @@
 //! the protocol's name and the cluster's token, when the broker has one) and gets `Ok` with the
 //! other node's token (which it checks in turn: the two must hold the same) or the reason it is
 //! refused; then it sends [`PeerRequest`]s, one at a time, each answered by one
-//! [`PeerResponse`].
+//! [`PeerResponse`]. With [`PeerTls`], all of it travels inside TLS: the connecting node checks
+//! the other's certificate against its authorities and the host of the address it dialled.
 
 use std::collections::HashSet;
 use std::io;
@@ -27,7 +28,11 @@ use openraft::raft::{
 use openraft::Raft;
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::rustls::{ClientConfig, ServerConfig};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -80,14 +85,59 @@ pub(crate) enum PeerResponse {
     ),
 }
 
-type PeerFramed = Framed<TcpStream, LengthDelimitedCodec>;
+/// A peer connection's bytes: plain TCP, or TLS over it.
+trait PeerIo: AsyncRead + AsyncWrite + Unpin + Send + Sync {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> PeerIo for T {}
+
+type PeerFramed = Framed<Box<dyn PeerIo>, LengthDelimitedCodec>;
+
+/// TLS on the peer port: the certificate a node presents to the peers that connect to it, and
+/// the authorities it checks the certificates of the peers it connects to against (each must
+/// carry the host of the peer's address). Cheap to clone.
+#[derive(Clone)]
+pub struct PeerTls {
+    acceptor: TlsAcceptor,
+    connector: TlsConnector,
+}
+
+impl PeerTls {
+    /// TLS with `server` for the connections peers open to this node, and `client` for those
+    /// it opens to them.
+    pub fn new(server: Arc<ServerConfig>, client: Arc<ClientConfig>) -> PeerTls {
+        PeerTls {
+            acceptor: TlsAcceptor::from(server),
+            connector: TlsConnector::from(client),
+        }
+    }
+
+    /// Runs the client side of the handshake with the peer at `addr` (`HOST:PORT`).
+    async fn connect(&self, addr: &str, stream: TcpStream) -> io::Result<Box<dyn PeerIo>> {
+        let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let name = ServerName::try_from(host.to_owned()).map_err(|error| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{host:?} cannot be checked against a certificate: {error}"),
+            )
+        })?;
+        let stream = self.connector.connect(name, stream).await?;
+        Ok(Box::new(stream))
+    }
+}
+
+impl std::fmt::Debug for PeerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerTls").finish_non_exhaustive()
+    }
+}
 
 /// The largest hello or welcome frame: until a peer is welcomed, nothing larger is read.
 const MAX_HELLO_FRAME: usize = 64 * 1024;
 
 /// A peer connection, reading frames of at most [`MAX_HELLO_FRAME`] until [`welcomed`] lifts
 /// that to [`MAX_PEER_FRAME`].
-fn framed(stream: TcpStream) -> PeerFramed {
+fn framed(stream: Box<dyn PeerIo>) -> PeerFramed {
     Framed::new(
         stream,
         LengthDelimitedCodec::builder()
@@ -126,15 +176,17 @@ async fn receive<T: serde::de::DeserializeOwned, const LIMIT: usize>(
 pub struct Network {
     from: NodeId,
     token: Option<String>,
+    tls: Option<PeerTls>,
     reachability: Arc<Reachability>,
 }
 
 impl Network {
-    /// Links of node `from` that present `token` to their peers.
-    pub fn new(from: NodeId, token: Option<String>) -> Network {
+    /// Links of node `from` that present `token` to their peers, inside `tls` when given.
+    pub fn new(from: NodeId, token: Option<String>, tls: Option<PeerTls>) -> Network {
         Network {
             from,
             token,
+            tls,
             reachability: Arc::default(),
         }
     }
@@ -182,20 +234,33 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             addr: node.raft_addr.clone(),
             token: self.token.clone(),
+            tls: self.tls.clone(),
             connection: None,
         }
     }
 }
 
 /// One node's link to one peer: a connection opened on first use and again after any failure.
-#[derive(Debug)]
 pub struct PeerLink {
     from: NodeId,
     reachability: Arc<Reachability>,
     target: NodeId,
     addr: String,
     token: Option<String>,
+    tls: Option<PeerTls>,
     connection: Option<PeerFramed>,
+}
+
+impl std::fmt::Debug for PeerLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerLink")
+            .field("from", &self.from)
+            .field("target", &self.target)
+            .field("addr", &self.addr)
+            .field("tls", &self.tls.is_some())
+            .field("connected", &self.connection.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl PeerLink {
@@ -234,6 +299,10 @@ impl PeerLink {
     async fn connect(&self) -> io::Result<PeerFramed> {
         let stream = TcpStream::connect(&self.addr).await?;
         stream.set_nodelay(true)?;
+        let stream: Box<dyn PeerIo> = match &self.tls {
+            None => Box::new(stream),
+            Some(tls) => tls.connect(&self.addr, stream).await?,
+        };
         let mut connection = framed(stream);
         let hello = PeerHello {
             from: self.from,
@@ -344,12 +413,14 @@ impl RaftNetwork<TypeConfig> for PeerLink {
     }
 }
 
-/// Serves peers on `listener` until `stop` is cancelled: every connection's requests go to
-/// `raft`. Connections whose hello does not carry `token` (when there is one) are refused.
+/// Serves peers on `listener` (inside `tls` when given) until `stop` is cancelled: every
+/// connection's requests go to `raft`. Connections whose hello does not carry `token` (when
+/// there is one) are refused.
 pub(crate) async fn serve_peers(
     listener: TcpListener,
     raft: Raft<TypeConfig>,
     token: Option<String>,
+    tls: Option<PeerTls>,
     stop: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -361,10 +432,11 @@ pub(crate) async fn serve_peers(
         match accepted {
             Ok((stream, peer)) => {
                 let (raft, token, stop) = (raft.clone(), token.clone(), stop.clone());
+                let tls = tls.clone();
                 tracker.spawn(async move {
                     tokio::select! {
                         () = stop.cancelled() => {}
-                        ended = serve_peer(stream, &raft, token.as_deref()) => {
+                        ended = serve_peer(stream, &raft, token.as_deref(), tls.as_ref()) => {
                             if let Err(cause) = ended {
                                 tracing::debug!(%peer, %cause, "peer connection closed");
                             }
@@ -384,16 +456,33 @@ async fn serve_peer(
     stream: TcpStream,
     raft: &Raft<TypeConfig>,
     token: Option<&str>,
+    tls: Option<&PeerTls>,
 ) -> io::Result<()> {
     stream.set_nodelay(true)?;
     let peer = stream.peer_addr()?;
+    let no_hello = || io::Error::new(io::ErrorKind::TimedOut, "no hello in time");
+    let stream: Box<dyn PeerIo> = match tls {
+        None => Box::new(stream),
+        Some(tls) => {
+            let accepted = tokio::time::timeout(HELLO_TIMEOUT, tls.acceptor.accept(stream))
+                .await
+                .map_err(|_| no_hello())?;
+            match accepted {
+                Ok(stream) => Box::new(stream),
+                Err(cause) => {
+                    tracing::warn!(%peer, %cause, "refusing a peer connection: TLS handshake failed");
+                    return Ok(());
+                }
+            }
+        }
+    };
     let mut connection = framed(stream);
     let hello: PeerHello = tokio::time::timeout(
         HELLO_TIMEOUT,
         receive::<_, MAX_HELLO_FRAME>(&mut connection),
     )
     .await
-    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no hello in time"))??;
+    .map_err(|_| no_hello())??;
     // Welcomed with this node's token, so that the peer checks this node too.
     let verdict = check_hello(&hello, token).map(|()| token.map(str::to_owned));
     send(&mut connection, &verdict).await?;

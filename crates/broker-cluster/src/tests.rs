@@ -270,7 +270,7 @@ async fn three_nodes_replicate_survive_a_leader_loss_and_catch_up() {
 
 /// Why node 1 at `to` refuses a vote request from node 2 holding `token`.
 async fn vote_refusal(token: &str, to: &ClusterNode) -> String {
-    let mut link = Network::new(2, Some(token.to_owned()))
+    let mut link = Network::new(2, Some(token.to_owned()), None)
         .new_client(1, to)
         .await;
     let vote = openraft::raft::VoteRequest::new(openraft::Vote::new(9, 2), None);

@@ -97,6 +97,10 @@ pub struct ClusterSettings {
     /// The node joins a cluster that already runs (it waits to be added) instead of forming
     /// a new one with `members`.
     pub join: bool,
+    /// With the server's TLS identity ([`Config::tls`]): the peer port speaks TLS too, and the
+    /// certificates of the other nodes are checked against the CA certificates in this PEM
+    /// file.
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl ClusterSettings {

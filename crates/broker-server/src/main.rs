@@ -256,6 +256,17 @@ struct Args {
         requires = "node_id"
     )]
     cluster_join: bool,
+    /// Encrypt the peer port too: with --tls-cert and --tls-key, the node presents that
+    /// certificate to the other nodes and checks theirs against the CA certificates in this
+    /// PEM file (each node's certificate must carry the host of its PEER_ADDR). Every node of
+    /// a cluster must agree.
+    #[arg(
+        long,
+        env = "BROKER_CLUSTER_TLS_CA",
+        value_name = "PEM",
+        requires_all = ["node_id", "tls_cert"]
+    )]
+    cluster_tls_ca: Option<PathBuf>,
     /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
     #[arg(
         long,
@@ -327,6 +338,7 @@ impl Args {
                     })?,
                     listen: self.cluster_listen.clone(),
                     join: self.cluster_join,
+                    tls_ca: self.cluster_tls_ca.clone(),
                 }),
                 _ => None,
             },

@@ -10,8 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use broker_cluster::{
-    Applied, Cluster, ClusterConfig, ClusterNode, Fatal, LogSync, NodeId, Proposal, ProposeError,
-    Replica,
+    Applied, Cluster, ClusterConfig, ClusterNode, Fatal, LogSync, NodeId, PeerTls, Proposal,
+    ProposeError, Replica,
 };
 use broker_core::image::StateImage;
 use broker_core::{BrokerState, Command, Outcome};
@@ -22,6 +22,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::broker::{wall_clock_ms, Broker};
 use crate::config::ClusterSettings;
+use crate::security::peer_client_config;
 use crate::shared::Shared;
 use crate::signals::Signals;
 use crate::ServerError;
@@ -111,6 +112,24 @@ pub(crate) async fn start(
         .as_ref()
         .map(|token| token.secret().to_owned());
     config.join = settings.join;
+    config.tls = match (&settings.tls_ca, &shared.config.tls) {
+        (Some(ca), Some(tls)) => Some(PeerTls::new(tls.config(), peer_client_config(ca)?)),
+        (Some(_), None) => {
+            return Err(ServerError::InvalidConfig(
+                "--cluster-tls-ca needs --tls-cert and --tls-key (the certificate the node \
+                 presents to its peers)"
+                    .to_owned(),
+            ))
+        }
+        (None, Some(_)) => {
+            warn!(
+                "clients speak TLS but the peer port does not: the replicated log crosses the \
+                 network in clear text (give every node --cluster-tls-ca)"
+            );
+            None
+        }
+        (None, None) => None,
+    };
     // Until it leads, the node logs none of the changes it applies (the leader does).
     shared.broker.set_audited(false);
     let replica = Arc::new(BrokerReplica {

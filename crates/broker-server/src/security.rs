@@ -129,6 +129,40 @@ impl ServerTls {
     pub(crate) fn acceptor(&self) -> TlsAcceptor {
         TlsAcceptor::from(Arc::clone(&self.config))
     }
+
+    /// The rustls configuration, which a cluster node's peer port serves too.
+    pub(crate) fn config(&self) -> Arc<rustls::ServerConfig> {
+        Arc::clone(&self.config)
+    }
+}
+
+/// The client side of TLS between the nodes of a cluster: trusts the CA certificates in the
+/// PEM file `ca` (TLS 1.2 and 1.3, the `ring` provider).
+///
+/// # Errors
+/// [`ServerError::InvalidConfig`] if the file cannot be read or holds no usable certificate.
+pub(crate) fn peer_client_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>, ServerError> {
+    let invalid = |why: String| {
+        ServerError::InvalidConfig(format!("--cluster-tls-ca {}: {why}", ca.display()))
+    };
+    let pem = std::fs::read(ca).map_err(|error| invalid(error.to_string()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|error| invalid(format!("bad PEM: {error}")))?;
+        roots
+            .add(cert)
+            .map_err(|error| invalid(format!("unusable CA certificate: {error}")))?;
+    }
+    if roots.is_empty() {
+        return Err(invalid("no certificate in the file".to_owned()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| invalid(format!("TLS set-up failed: {error}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
 }
 
 impl fmt::Debug for ServerTls {

@@ -139,6 +139,13 @@ impl Nodes {
         self.running[index].take().unwrap().kill();
     }
 
+    /// The address node `index`'s peers reach it on.
+    pub fn peer_addr(&self, index: usize) -> String {
+        let entry = self.members.split(',').nth(index).unwrap();
+        let (_, addresses) = entry.split_once('=').unwrap();
+        addresses.split_once('/').unwrap().0.to_owned()
+    }
+
     /// Every node's client address, as a client is given them.
     pub fn addresses(&self) -> String {
         self.client_addrs
