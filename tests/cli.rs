@@ -1549,6 +1549,7 @@ fn ping_answers_with_the_server_version_and_its_limits() {
     let run = broker(&server, &["ping", "--json"]);
     let json: Value = serde_json::from_str(run.ok()).unwrap();
     assert_eq!(json["addr"], json!(server.addr_string()), "{json:#}");
+    assert_eq!(json["answered_by"], json!(server.addr_string()), "{json:#}");
     assert_eq!(json["limits"]["max_payload_bytes"], json!(1000), "{json:#}");
     assert!(json["elapsed_ms"].as_f64().unwrap() >= 0.0, "{json:#}");
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -157,8 +157,9 @@ pub enum Command {
     /// server.
     Size(SizeArgs),
     /// Check that the broker-server answers: connect (with the auth token and TLS, if set),
-    /// exchange the hello, and print the server's name and version, the round trip and its
-    /// limits. Cheap enough for a health check.
+    /// exchange the hello, and print the server's name and version, the address that
+    /// answered (of a cluster's nodes, the first that does), the round trip and its limits.
+    /// Cheap enough for a health check.
     Ping(Connected<PingArgs>),
     /// A live view of the broker, refreshed every second: records published per second per
     /// topic, each group's consumption rate, lag and deliveries in flight, and (with
@@ -203,8 +204,8 @@ impl Command {
 /// `broker ping`.
 #[derive(Debug, Args)]
 pub struct PingArgs {
-    /// Print JSON instead of text: `addr`, `server`, `elapsed_ms` and `limits`, or `addr` and
-    /// `error` when the server cannot be reached (exit status 1 either way then).
+    /// Print JSON instead of text: `addr` (as given), `answered_by`, `server`, `elapsed_ms` and
+    /// `limits`, or `addr` and `error` when the server cannot be reached (exit status 1 then).
     #[arg(long)]
     pub json: bool,
 }

@@ -140,6 +140,7 @@ async fn ping(server: &Server, args: PingArgs) -> anyhow::Result<()> {
     if args.json {
         let json = serde_json::json!({
             "addr": server.addr,
+            "answered_by": client.server_addr().to_string(),
             "server": client.server_name(),
             "elapsed_ms": elapsed.as_secs_f64() * 1000.0,
             "limits": limits,
@@ -150,7 +151,7 @@ async fn ping(server: &Server, args: PingArgs) -> anyhow::Result<()> {
             "{} at {} answered in {:.1} ms (connection and hello); it accepts payloads up to {} \
              bytes and frames up to {} bytes",
             client.server_name(),
-            server.addr,
+            client.server_addr(),
             elapsed.as_secs_f64() * 1000.0,
             limits.max_payload_bytes,
             limits.max_frame_bytes

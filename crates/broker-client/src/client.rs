@@ -161,6 +161,12 @@ impl Client {
         self.inner.current().server().to_owned()
     }
 
+    /// The address of the server the current connection is open to: of a cluster's nodes,
+    /// the one this client talks to now (the leader, once a call has found it).
+    pub fn server_addr(&self) -> SocketAddr {
+        self.inner.current().peer()
+    }
+
     /// Sends one command and returns the server's outcome; every typed method goes through
     /// here. `max_wait` matters only to `Poll` and `Fetch`: when nothing is available the
     /// server waits up to that long (at most its `max_wait_ms` limit, whole milliseconds) for a

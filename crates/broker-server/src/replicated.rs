@@ -208,6 +208,37 @@ fn describe_members(members: &BTreeMap<NodeId, ClusterNode>) -> String {
         .join(",")
 }
 
+/// Where a node stands in the membership in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// Not a member: waiting to be added, or removed.
+    Outside,
+    /// A member that receives the log but does not vote yet.
+    Learner,
+    /// A member that votes.
+    Voter,
+}
+
+/// Logs a change of this node's standing in the cluster.
+fn announce_standing(before: Standing, now: Standing) {
+    match (before, now) {
+        (Standing::Outside, Standing::Learner) => {
+            info!("this node was added to the cluster as a learner; it catches up with the log");
+        }
+        (Standing::Outside | Standing::Learner, Standing::Voter) => {
+            info!("this node votes in the cluster now");
+        }
+        (Standing::Learner | Standing::Voter, Standing::Outside) => warn!(
+            "this node was removed from the cluster: it takes no part in it any more and can \
+             be stopped"
+        ),
+        (Standing::Voter, Standing::Learner) => info!("this node no longer votes in the cluster"),
+        (Standing::Outside, Standing::Outside)
+        | (Standing::Learner, Standing::Learner)
+        | (Standing::Voter, Standing::Voter) => {}
+    }
+}
+
 /// Checks that `dir` (if it exists) may serve node `node_id` of a cluster: it holds no single
 /// broker's data, and no other node's log. Runs before the server announces its address.
 ///
@@ -310,13 +341,17 @@ async fn follow_leadership(shared: Arc<Shared>) {
     let mut watch = cluster.watch();
     let mut leading = false;
     // The members list given, until it is compared with the membership in force.
+    // (A node that joins a running cluster is given the members only for its own addresses.)
     let mut given = shared
         .config
         .cluster
         .as_ref()
+        .filter(|settings| !settings.join)
         .map(|settings| settings.members.clone());
     // Whether this node said it leads (and so says when it no longer does).
     let mut announced = false;
+    // Where this node stands in the membership in force, to say when that changes.
+    let mut standing = None;
     loop {
         tokio::select! {
             biased;
@@ -341,6 +376,17 @@ async fn follow_leadership(shared: Arc<Shared>) {
                         check_membership(&given, &in_force);
                     }
                 }
+            }
+            let membership = metrics.membership_config.membership();
+            let now = match membership.get_node(&cluster.node_id()) {
+                None => Standing::Outside,
+                Some(_) if membership.voter_ids().any(|id| id == cluster.node_id()) => {
+                    Standing::Voter
+                }
+                Some(_) => Standing::Learner,
+            };
+            if let Some(before) = standing.replace(now) {
+                announce_standing(before, now);
             }
             let stopped = match &metrics.running_state {
                 Ok(()) => None,
