@@ -496,11 +496,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let appended = Records::of(entries).and_then(|records| {
-            let to_sync = self.files().append(records)?;
-            // Outside the lock; openraft issues no other write to the log until this returns.
-            to_sync.map_or(Ok(()), |log| log.sync_data())
-        });
+        let appended = match Records::of(entries).and_then(|records| self.files().append(records)) {
+            // Outside the lock (openraft issues no other write to the log until this returns),
+            // and on a thread that may block: the runtime's workers go on serving meanwhile.
+            Ok(Some(log)) => tokio::task::spawn_blocking(move || log.sync_data())
+                .await
+                .unwrap_or_else(|stopped| Err(io::Error::other(stopped.to_string()))),
+            Ok(None) => Ok(()),
+            Err(error) => Err(error),
+        };
         match appended {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));
