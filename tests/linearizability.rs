@@ -206,12 +206,6 @@ fn random_command(rng: &mut Rng, delivered: &[(String, String, String, i32, i64)
 
 type Connection = Framed<TcpStream, ClientCodec>;
 
-async fn connect(server: &ServerProcess) -> Connection {
-    connect_to(server.addr)
-        .await
-        .expect("connect to the server")
-}
-
 /// A connection to the server at `addr`, past the hello; `None` when it cannot be made.
 async fn connect_to(addr: SocketAddr) -> Option<Connection> {
     let stream = TcpStream::connect(addr).await.ok()?;
@@ -225,51 +219,6 @@ async fn connect_to(addr: SocketAddr) -> Option<Connection> {
         other => panic!("unexpected hello reply {other:?}"),
     }
     Some(framed.map_codec(|codec| codec.retype()))
-}
-
-/// One client: `calls` random calls, one at a time, each recorded in `tester`, in bursts of
-/// [`BURST`] calls after which every client waits for the others (`barrier`).
-async fn client(
-    server: Arc<ServerProcess>,
-    id: usize,
-    seed: u64,
-    calls: usize,
-    tester: Arc<Mutex<Tester>>,
-    barrier: Arc<Barrier>,
-) {
-    let mut connection = connect(&server).await;
-    let mut rng = Rng(seed ^ (id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let mut delivered = Vec::new();
-    for call in 0..calls {
-        if call % BURST == 0 {
-            barrier.wait().await;
-        }
-        let command = random_command(&mut rng, &delivered);
-        tester
-            .lock()
-            .unwrap()
-            .on_invoke(id, command.clone())
-            .unwrap();
-        connection
-            .send(RequestFrame {
-                correlation_id: call as u64,
-                max_wait_ms: 0,
-                command: command.clone(),
-            })
-            .await
-            .unwrap();
-        let response = match connection.next().await.unwrap().unwrap() {
-            Decoded::Message(response) => response,
-            other => panic!("undecodable response {other:?}"),
-        };
-        assert_eq!(response.correlation_id, call as u64);
-        remember_deliveries(&command, &response.result, &mut delivered);
-        tester
-            .lock()
-            .unwrap()
-            .on_return(id, without_times(response.result))
-            .unwrap();
-    }
 }
 
 /// Remembers the records a poll delivered, with the member that polled, for later acks and
@@ -319,31 +268,18 @@ fn without_times(mut result: Result<Outcome, ErrorReply>) -> Result<Outcome, Err
 
 /// One round: a fresh server, `clients` concurrent clients of `calls` calls, one check.
 async fn round(seed: u64, clients: usize, calls: usize) {
-    let server = Arc::new(ServerProcess::start(&[
+    let server = ServerProcess::start(&[
         "--capacity",
         &CAPACITY.to_string(),
         // No member may expire during the run: a leave the history does not show.
         "--session-timeout-ms",
         &u32::MAX.to_string(),
-    ]));
-    let tester = Arc::new(Mutex::new(Tester::new(fresh_spec())));
-    let barrier = Arc::new(Barrier::new(clients));
-    let tasks: Vec<_> = (0..clients)
-        .map(|id| {
-            tokio::spawn(client(
-                Arc::clone(&server),
-                id,
-                seed,
-                calls,
-                Arc::clone(&tester),
-                Arc::clone(&barrier),
-            ))
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    check(&tester, seed, clients * calls);
+    ]);
+    let run = Run::start(&[server.addr], seed, clients, calls);
+    let run = run.finish().await;
+    // Nothing fails on a single server: every call was answered.
+    assert_eq!(run.unknown(), 0, "a call to the server got no answer");
+    check(&run.tester, seed, clients * calls);
 }
 
 /// Checks the history in `tester` (of `calls` calls) within `LINEARIZABILITY_CHECK_SECS`.
@@ -462,21 +398,80 @@ impl Route {
     }
 }
 
-/// One client of a cluster: as [`client`], through a [`Route`]. A call whose outcome is unknown
-/// stays in flight in the history (the checker may apply it at any point after it was sent, or
-/// never), and the client goes on as a new thread of the history, numbered from
-/// `next_thread`.
-#[allow(clippy::too_many_arguments)]
-async fn cluster_client(
-    addrs: Vec<SocketAddr>,
-    id: usize,
-    seed: u64,
-    calls: usize,
+/// What the clients of one round share: the history, the meeting point of every burst, the
+/// next thread number of the history, and how many calls were made.
+#[derive(Clone)]
+struct Shared {
     tester: Arc<Mutex<Tester>>,
     barrier: Arc<Barrier>,
     next_thread: Arc<AtomicUsize>,
     done: Arc<AtomicUsize>,
-) {
+    clients: usize,
+}
+
+/// The clients of one round, running.
+struct Run {
+    shared: Shared,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// The clients of one round, done.
+struct Finished {
+    tester: Arc<Mutex<Tester>>,
+    next_thread: usize,
+    clients: usize,
+}
+
+impl Run {
+    /// Starts `clients` clients of `calls` calls each against the server at `addrs`.
+    fn start(addrs: &[SocketAddr], seed: u64, clients: usize, calls: usize) -> Run {
+        let shared = Shared {
+            tester: Arc::new(Mutex::new(Tester::new(fresh_spec()))),
+            barrier: Arc::new(Barrier::new(clients)),
+            next_thread: Arc::new(AtomicUsize::new(clients)),
+            done: Arc::new(AtomicUsize::new(0)),
+            clients,
+        };
+        let tasks = (0..clients)
+            .map(|id| tokio::spawn(client(addrs.to_vec(), id, seed, calls, shared.clone())))
+            .collect();
+        Run { shared, tasks }
+    }
+
+    /// Waits for every client to make all its calls.
+    async fn finish(self) -> Finished {
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        Finished {
+            tester: self.shared.tester,
+            next_thread: self.shared.next_thread.load(Ordering::SeqCst),
+            clients: self.shared.clients,
+        }
+    }
+}
+
+impl Finished {
+    /// How many calls had an unknown outcome.
+    fn unknown(&self) -> usize {
+        self.next_thread - self.clients
+    }
+}
+
+/// One client of the server whose node or nodes are at `addrs`: `calls` random calls, one at a
+/// time, each recorded in `tester`, in bursts of [`BURST`] calls after which every client waits
+/// for the others (`barrier`); each call goes through a [`Route`]. A call whose outcome is
+/// unknown stays in flight in the history (the checker may apply it at any point after it was
+/// sent, or never), and the client goes on as a new thread of the history, numbered from
+/// `next_thread`. Counts the calls made in `done`.
+async fn client(addrs: Vec<SocketAddr>, id: usize, seed: u64, calls: usize, shared: Shared) {
+    let Shared {
+        tester,
+        barrier,
+        next_thread,
+        done,
+        ..
+    } = shared;
     let mut route = Route {
         target: id % addrs.len(),
         addrs,
@@ -530,25 +525,8 @@ async fn cluster_round(seed: u64, clients: usize, calls: usize, fault: Fault) {
         ],
     );
     nodes.leader().await;
-    let tester = Arc::new(Mutex::new(Tester::new(fresh_spec())));
-    let barrier = Arc::new(Barrier::new(clients));
-    let next_thread = Arc::new(AtomicUsize::new(clients));
-    let done = Arc::new(AtomicUsize::new(0));
-    let tasks: Vec<_> = (0..clients)
-        .map(|id| {
-            tokio::spawn(cluster_client(
-                nodes.client_addrs.clone(),
-                id,
-                seed,
-                calls,
-                Arc::clone(&tester),
-                Arc::clone(&barrier),
-                Arc::clone(&next_thread),
-                Arc::clone(&done),
-            ))
-        })
-        .collect();
-    while done.load(Ordering::SeqCst) < clients * calls / 3 {
+    let run = Run::start(&nodes.client_addrs, seed, clients, calls);
+    while run.shared.done.load(Ordering::SeqCst) < clients * calls / 3 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let leader = nodes.leader().await;
@@ -562,12 +540,9 @@ async fn cluster_round(seed: u64, clients: usize, calls: usize, fault: Fault) {
         }
         (Fault::IsolateLeader, None) => unreachable!("an isolating round has links"),
     }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let unknown = next_thread.load(Ordering::SeqCst) - clients;
-    eprintln!("{unknown} calls of unknown outcome");
-    check(&tester, seed, clients * calls);
+    let run = run.finish().await;
+    eprintln!("{} calls of unknown outcome", run.unknown());
+    check(&run.tester, seed, clients * calls);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -11,11 +11,11 @@ use broker_core::{
     BrokerMetadata, ClusterMember, ClusterStatus, Command, NodeAddress, NodeRole, Outcome, Scope,
     TopicPlacement,
 };
-use broker_proto::{ErrorReply, ResponseFrame};
+use broker_proto::ErrorReply;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::replicated::refusal;
-use crate::reply::{Outgoing, ReplyTo};
+use crate::reply::ReplyTo;
 use crate::shared::Shared;
 
 /// How long a membership change may take (a new node catching up included) before its request
@@ -41,18 +41,15 @@ pub(crate) async fn answer(shared: Arc<Shared>, reply_to: ReplyTo, request: Clus
     } = request;
     let kind = command.kind();
     let result = execute(&shared, command).await;
-    if let Some(metrics) = &shared.metrics {
-        metrics.answered([(Some(kind), &result)], None);
-    }
-    let answer = Outgoing::ready(
-        vec![ResponseFrame {
+    reply_to
+        .answer_one(
+            shared.metrics.as_deref(),
+            kind,
             correlation_id,
             result,
-        }],
-        vec![permit],
-    );
-    // A closed writer means the peer is gone; its answer has nowhere to go.
-    let _ = reply_to.outgoing.send(answer).await;
+            permit,
+        )
+        .await;
 }
 
 async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorReply> {

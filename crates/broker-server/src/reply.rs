@@ -8,11 +8,12 @@ use std::future::Future;
 use std::pin::Pin;
 
 use broker_core::{Command, CommandKind, Outcome};
-use broker_proto::ResponseFrame;
+use broker_proto::{ErrorReply, ResponseFrame};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::Metrics;
 use crate::sessions::ParkedIn;
 
 /// Responses on their way to the peer, with the in-flight permits of the requests they answer:
@@ -64,6 +65,33 @@ pub(crate) struct ReplyTo {
     pub(crate) outgoing: mpsc::Sender<Outgoing>,
     /// Cancelled when the connection closes or the server shuts down: answer at once.
     pub(crate) closing: CancellationToken,
+}
+
+impl ReplyTo {
+    /// Answers one request apart from its batch (a wait that ended, a command about the
+    /// cluster): counts it in `metrics`, when they are on, and hands it to the connection's
+    /// writer.
+    pub(crate) async fn answer_one(
+        &self,
+        metrics: Option<&Metrics>,
+        kind: CommandKind,
+        correlation_id: u64,
+        result: Result<Outcome, ErrorReply>,
+        permit: OwnedSemaphorePermit,
+    ) {
+        if let Some(metrics) = metrics {
+            metrics.answered([(Some(kind), &result)], None);
+        }
+        let answer = Outgoing::ready(
+            vec![ResponseFrame {
+                correlation_id,
+                result,
+            }],
+            vec![permit],
+        );
+        // A closed writer means the peer is gone; its answer has nowhere to go.
+        let _ = self.outgoing.send(answer).await;
+    }
 }
 
 /// A request that found no record and waits for one.

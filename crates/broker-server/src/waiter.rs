@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use broker_core::Outcome;
-use broker_proto::{ErrorReply, ResponseFrame};
+use broker_proto::ErrorReply;
 use tokio::time::{self, Instant};
 
 use crate::broker::{storage_reply, BrokerGuard, Executed};
 use crate::replicated;
-use crate::reply::{Outgoing, Parked, ReplyTo};
+use crate::reply::{Parked, ReplyTo};
 use crate::sessions::ParkedIn;
 use crate::shared::Shared;
 
@@ -101,18 +101,15 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         },
         _ => result,
     };
-    if let Some(metrics) = &shared.metrics {
-        metrics.answered([(Some(kind), &result)], None);
-    }
-    let answer = Outgoing::ready(
-        vec![ResponseFrame {
+    reply_to
+        .answer_one(
+            shared.metrics.as_deref(),
+            kind,
             correlation_id,
             result,
-        }],
-        vec![permit],
-    );
-    // A closed writer means the peer is gone; its answer has nowhere to go.
-    let _ = reply_to.outgoing.send(answer).await;
+            permit,
+        )
+        .await;
 }
 
 /// Ends the parked request's claim on its member's session once `result` ends the wait.
@@ -150,6 +147,7 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
+    use crate::reply::Outgoing;
     use crate::Config;
 
     fn poll() -> Command {
