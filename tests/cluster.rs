@@ -522,6 +522,15 @@ async fn membership_changes_are_checked() {
     assert!(why.contains("already a member"), "{why}");
     let why = refused(client.add_node(5, "nowhere", "127.0.0.1:2").await);
     assert!(why.contains("not HOST:PORT"), "{why}");
+    // One process cannot be two members: another node's address is refused, either one.
+    let taken = nodes.peer_addr(1);
+    let why = refused(client.add_node(6, &taken, "127.0.0.1:2").await);
+    assert!(why.contains("node 2 has one of these addresses"), "{why}");
+    let taken = nodes.client_addrs[2].to_string();
+    let why = refused(client.add_node(6, "127.0.0.1:1", &taken).await);
+    assert!(why.contains("node 3 has one of these addresses"), "{why}");
+    let why = refused(client.add_node(0, "127.0.0.1:1", "127.0.0.1:2").await);
+    assert!(why.contains("node ids start at 1"), "{why}");
     // A node that does not run never catches up: it stays a learner, and can be removed. (The
     // leader waits 20 s for it.)
     let patient = Client::builder()

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, bail};
-use broker_client::{ClusterMember, ClusterStatus, NodeRole};
+use broker_client::{BrokerError, ClusterMember, ClusterStatus, Error, NodeRole};
 use futures::future::join_all;
 
 use crate::cli::{AddNodeArgs, ClusterStatusArgs, RemoveNodeArgs};
@@ -20,23 +20,43 @@ struct Row {
     own: Result<ClusterStatus, String>,
 }
 
-/// `broker cluster status`: the first node of --addr that answers, and the leader it knows of,
-/// tell the members; each member is then asked about itself.
+/// `broker cluster status`: the first node of --addr that knows a leader (else the first that
+/// answers), and that leader, tell the members; each member is then asked about itself.
 pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<()> {
     let mut failures = Vec::new();
-    let mut first = None;
+    let mut first: Option<ClusterStatus> = None;
     for addr in server.addr.split(',').map(str::trim) {
         match ask(server, addr).await {
-            Ok(status) => {
+            // A node that knows no leader may be cut off, removed, or waiting to join: another
+            // node may know better.
+            Ok(status) if status.leader.is_some() && !status.members.is_empty() => {
                 first = Some(status);
                 break;
+            }
+            Ok(status) => {
+                first.get_or_insert(status);
             }
             Err(why) => failures.push(format!("{addr}: {why}")),
         }
     }
     let Some(first) = first else {
-        bail!("no node of the cluster answered: {}", failures.join("; "));
+        let why = format!("cannot show the cluster: {}", failures.join("; "));
+        if args.json {
+            outln!("{}", serde_json::json!({ "error": why }))?;
+        }
+        bail!(why);
     };
+    if first.members.is_empty() {
+        let why = format!(
+            "node {} is not a member of a cluster yet: it waits to be added (`broker cluster add` \
+             with its ID=PEER_ADDR/CLIENT_ADDR, against a node of the cluster)",
+            first.node_id
+        );
+        if args.json {
+            outln!("{}", serde_json::json!({ "error": why }))?;
+        }
+        bail!(why);
+    }
     // The leader's view says how far each member has the log.
     let leader = match first.leader {
         Some(leader) if leader == first.node_id => Some(first.clone()),
@@ -191,16 +211,17 @@ async fn ask(server: &Server, addr: &str) -> Result<ClusterStatus, String> {
             .await?;
         client.cluster_status().await
     };
-    asked.await.map_err(|error| anyhow!(error).to_string())
+    asked.await.map_err(|error| match error {
+        // It answered: say what, not that it could not be asked.
+        Error::Broker(BrokerError::InvalidArgument(why)) => why,
+        other => anyhow!(other).to_string(),
+    })
 }
 
-/// How many entries of the leader's log `member` lacks, as the leader knows.
+/// How many entries of the leader's log `member` lacks, as the leader knows (not known when
+/// the leader has not heard from it yet, as just after an election).
 fn behind(leader_last: Option<u64>, member: &ClusterMember) -> Option<u64> {
-    let last = leader_last?;
-    Some(match member.matched_index {
-        Some(matched) => last.saturating_sub(matched),
-        None => last + 1,
-    })
+    Some(leader_last?.saturating_sub(member.matched_index?))
 }
 
 fn role_name(role: NodeRole) -> &'static str {

@@ -161,6 +161,8 @@ pub struct Cluster {
     /// leader (see [`Cluster::is_leader`]).
     lease: Duration,
     raft: Raft<TypeConfig>,
+    /// Whether the node had neither log nor snapshot when it started.
+    started_empty: bool,
     stop: CancellationToken,
     tracker: TaskTracker,
 }
@@ -252,6 +254,7 @@ impl Cluster {
             node_id: config.node_id,
             lease: config.election_timeout * 2,
             raft,
+            started_empty: fresh,
             stop,
             tracker,
         })
@@ -317,6 +320,22 @@ impl Cluster {
     /// This node's id.
     pub fn node_id(&self) -> NodeId {
         self.node_id
+    }
+
+    /// Why the consensus engine stopped, when it failed (a storage error, a broken invariant);
+    /// `None` while it runs or after an orderly shutdown. A failed node applies nothing more
+    /// until it is restarted.
+    pub fn failure(&self) -> Option<String> {
+        match &self.raft.metrics().borrow().running_state {
+            Ok(()) | Err(Fatal::Stopped) => None,
+            Err(failure) => Some(failure.to_string()),
+        }
+    }
+
+    /// Whether the node had neither log nor snapshot when it started: a new node (one that
+    /// joins waits to be added).
+    pub fn started_empty(&self) -> bool {
+        self.started_empty
     }
 
     /// The leader this node knows of, with its addresses.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::ChangeMembers;
 
+use crate::types::shared_address;
 use crate::{Cluster, ClusterNode, NodeId, ProposeError};
 
 impl Cluster {
@@ -28,7 +29,20 @@ impl Cluster {
         wait: Duration,
     ) -> Result<(), ProposeError> {
         self.ensure_leader()?;
+        if id == 0 {
+            return Err(ProposeError::Refused(
+                "node ids start at 1 (0 stands for no node)".to_owned(),
+            ));
+        }
         let (voters, nodes) = self.membership();
+        let others = nodes.iter().filter(|(member, _)| *member != id);
+        if let Some((other, addresses)) = shared_address(others.map(|(id, node)| (id, node)), &node)
+        {
+            return Err(ProposeError::Refused(format!(
+                "node {other} has one of these addresses already ({addresses}): each node \
+                 needs addresses of its own"
+            )));
+        }
         if let Some(existing) = nodes.iter().find(|(member, _)| *member == id) {
             if existing.1 != node {
                 return Err(ProposeError::Refused(format!(

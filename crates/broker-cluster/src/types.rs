@@ -107,6 +107,12 @@ pub fn parse_members(text: &str) -> Result<BTreeMap<NodeId, ClusterNode>, String
         let (raft_addr, client_addr) = addresses.split_once('/').ok_or_else(expected)?;
         let node = ClusterNode::new(raft_addr, client_addr)
             .map_err(|why| format!("{entry:?}: {why}; entries are separated by commas"))?;
+        if let Some((other, _)) = shared_address(&members, &node) {
+            return Err(format!(
+                "{entry:?}: node {other} has one of these addresses already (each node needs \
+                 addresses of its own)"
+            ));
+        }
         if members.insert(id, node).is_some() {
             return Err(format!("node id {id} is given twice"));
         }
@@ -115,6 +121,19 @@ pub fn parse_members(text: &str) -> Result<BTreeMap<NodeId, ClusterNode>, String
         return Err("no members given".to_owned());
     }
     Ok(members)
+}
+
+/// The member of `members` that has one of `node`'s addresses (peer or client), if any.
+pub fn shared_address<'a>(
+    members: impl IntoIterator<Item = (&'a NodeId, &'a ClusterNode)>,
+    node: &ClusterNode,
+) -> Option<(NodeId, &'a ClusterNode)> {
+    members
+        .into_iter()
+        .find(|(_, member)| {
+            member.raft_addr == node.raft_addr || member.client_addr == node.client_addr
+        })
+        .map(|(id, member)| (*id, member))
 }
 
 /// Whether `address` is `HOST:PORT`: a host name or IPv4 address (letters, digits, `.`, `-`,
@@ -177,6 +196,8 @@ mod tests {
             ("1=a:1/b", "HOST:PORT"),
             ("1=a:0/b:2", "HOST:PORT"),
             ("1=a:1/b:2,1=c:1/d:2", "twice"),
+            ("1=a:1/b:2,2=a:1/d:2", "node 1 has one of these addresses"),
+            ("1=a:1/b:2,2=c:1/b:2", "node 1 has one of these addresses"),
             // A separator other than a comma runs two entries into one.
             ("1=a:1/b:2;2=c:1/d:2", "separated by commas"),
             ("1=a:1/b:2 2=c:1/d:2", "separated by commas"),

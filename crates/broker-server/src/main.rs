@@ -33,13 +33,17 @@ Examples:
                                                   serve TLS only
 
 A cluster of three on one host (each node with its own --node-id, ports and directory):
-  export BROKER_CLUSTER_MEMBERS=1=127.0.0.1:9201/127.0.0.1:9101,\\
-    2=127.0.0.1:9202/127.0.0.1:9102,3=127.0.0.1:9203/127.0.0.1:9103
+  N1=1=127.0.0.1:9201/127.0.0.1:9101 N2=2=127.0.0.1:9202/127.0.0.1:9102
+  N3=3=127.0.0.1:9203/127.0.0.1:9103
+  export BROKER_CLUSTER_MEMBERS=$N1,$N2,$N3
   broker-server --node-id 1 --listen 127.0.0.1:9101 --data-dir /var/lib/broker-1
   broker-server --node-id 2 --listen 127.0.0.1:9102 --data-dir /var/lib/broker-2
   broker-server --node-id 3 --listen 127.0.0.1:9103 --data-dir /var/lib/broker-3
-  BROKER_ADDR=127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103 broker publish t hello
-Adding a fourth node to it, then removing node 3:
+  export BROKER_ADDR=127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103
+  broker publish t hello
+  broker cluster status
+Adding a fourth node to it, then removing node 3 (stop its process afterwards; its directory
+serves no node again):
   broker-server --node-id 4 --listen 127.0.0.1:9104 --data-dir /var/lib/broker-4 \\
     --cluster-join --cluster-members \"$BROKER_CLUSTER_MEMBERS,4=127.0.0.1:9204/127.0.0.1:9104\"
   broker cluster add 4=127.0.0.1:9204/127.0.0.1:9104
@@ -83,9 +87,10 @@ struct Args {
     /// stops reading a connection that has this many outstanding.
     #[arg(long, env = "BROKER_MAX_IN_FLIGHT", default_value_t = 1024)]
     max_in_flight: usize,
-    /// Without --data-dir: payload, key and header bytes the broker retains at most, across
-    /// every topic; past it publish answers -1 (full), as for a partition at capacity. At least
-    /// max payload bytes. With --data-dir records live on disk and this does not apply.
+    /// Without --data-dir, and on a cluster node: payload, key and header bytes the broker
+    /// retains at most, across every topic; past it publish answers -1 (full), as for a
+    /// partition at capacity. At least max payload bytes. A single broker with --data-dir keeps
+    /// records on disk and this does not apply.
     #[arg(long, env = "BROKER_MAX_MEMORY", default_value_t = 1024 * 1024 * 1024)]
     max_memory: u64,
     /// Most topics the broker holds; creating one more is refused.
@@ -172,7 +177,8 @@ struct Args {
     /// Directory for the write-ahead log, snapshots and records: every change is logged before
     /// it is answered, records move to per-partition segment files at each checkpoint (memory
     /// holds the records since the last one), and the broker is rebuilt from it on start.
-    /// Without it the broker is purely in memory. One server per directory.
+    /// Without it the broker is purely in memory. One server per directory. A cluster node
+    /// keeps its replicated log and snapshots in DIR/raft/ instead, and its records in memory.
     #[arg(long, env = "BROKER_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// With --data-dir: always = a response is sent only after its change is fsynced (group

@@ -146,7 +146,7 @@ pub(crate) async fn start(
         members = settings.members.len(),
         "cluster node started"
     );
-    if settings.join && cluster.status().members.is_empty() {
+    if settings.join && cluster.started_empty() {
         info!(
             node = %format!("{}={}/{}", settings.node_id, this_node.raft_addr, this_node.client_addr),
             "waiting to be added to the running cluster: run `broker cluster add` with this \

@@ -318,20 +318,22 @@ async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         Ok(Ok(Some(broker_proto::Decoded::Malformed { reason, .. }))) => HelloReply::Refused(
             ErrorReply::UnsupportedProtocol(format!("malformed hello: {reason}")),
         ),
-        Ok(Ok(Some(broker_proto::Decoded::Message(hello)))) => match check_hello(&hello, token) {
-            Ok(()) => {
-                trace!(peer = %peer, client = %hello.client, version = hello.version, "hello");
-                client = hello.client;
-                HelloReply::Welcome {
-                    // A newer client gets this server's newest version, and may speak it or
-                    // close.
-                    version: hello.version.min(PROTOCOL_VERSION),
-                    server: SERVER_NAME.into(),
-                    limits: shared.config.limits(),
+        Ok(Ok(Some(broker_proto::Decoded::Message(hello)))) => {
+            match check_hello(&hello, token).and_then(|()| check_serving(shared)) {
+                Ok(()) => {
+                    trace!(peer = %peer, client = %hello.client, version = hello.version, "hello");
+                    client = hello.client;
+                    HelloReply::Welcome {
+                        // A newer client gets this server's newest version, and may speak it or
+                        // close.
+                        version: hello.version.min(PROTOCOL_VERSION),
+                        server: SERVER_NAME.into(),
+                        limits: shared.config.limits(),
+                    }
                 }
+                Err(refusal) => HelloReply::Refused(refusal),
             }
-            Err(refusal) => HelloReply::Refused(refusal),
-        },
+        }
     };
     let welcomed = match &reply {
         HelloReply::Welcome { version, .. } => Some(Welcomed {
@@ -400,6 +402,18 @@ fn check_hello(hello: &Hello, token: Option<&AuthToken>) -> Result<(), ErrorRepl
         }
     }
     Ok(())
+}
+
+/// Refuses every connection of a cluster node whose consensus engine failed: it serves
+/// nothing until it is restarted, and a health check (`broker ping`) must say so.
+fn check_serving(shared: &Shared) -> Result<(), ErrorReply> {
+    match shared.cluster().and_then(broker_cluster::Cluster::failure) {
+        None => Ok(()),
+        Some(cause) => Err(ErrorReply::Storage(format!(
+            "this node's consensus engine failed ({cause}); it serves nothing until it is \
+             restarted"
+        ))),
+    }
 }
 
 /// Reads, applies and answers requests until the peer closes, a protocol error, a write error
