@@ -391,7 +391,7 @@ async fn a_directory_serves_a_single_broker_or_a_cluster_node_never_both() {
         refused.stderr
     );
     // A node's directory serves no other node: its vote and log are that node's.
-    let two = format!("{members},2=127.0.0.1:{}/127.0.0.1:1", free_addr().port());
+    let two = format!("{members},2=127.0.0.1:{}/127.0.0.1:2", free_addr().port());
     let refused = refused_start(&node_flags("2", &two, Some(&node)), limit);
     assert!(
         refused
