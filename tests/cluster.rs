@@ -330,6 +330,18 @@ fn cluster_settings_are_checked_at_start() {
         "{}",
         refused.stderr
     );
+
+    // A peer port another process holds fails the start before the address is announced.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let members = format!("1={}/127.0.0.1:2", taken.local_addr().unwrap());
+    let refused = refused_start(&node_flags("1", &members, Some(dir.path())), limit);
+    assert_eq!(refused.status.code(), Some(1), "{}", refused.stderr);
+    assert!(refused.stdout.is_empty(), "announced: {}", refused.stdout);
+    assert!(
+        refused.stderr.contains("cannot listen for peers on"),
+        "{}",
+        refused.stderr
+    );
 }
 
 #[tokio::test]
@@ -443,7 +455,8 @@ async fn a_node_is_added_then_removed_while_the_cluster_serves() {
     assert!(added.contains("node 4 added"), "{added}");
     assert!(added.contains("1, 2, 3, 4"), "{added}");
     // Adding it again changes nothing.
-    broker_cli(&nodes, &["cluster", "add", &entry]);
+    let again = broker_cli(&nodes, &["cluster", "add", &entry]);
+    assert!(again.contains("a voter of the cluster already"), "{again}");
     let status = cluster_status(&nodes);
     let rows = status["nodes"].as_array().unwrap();
     assert_eq!(rows.len(), 4, "{status:#}");

@@ -452,10 +452,21 @@ fn parse_new_node(text: &str) -> Result<NewNode, String> {
     };
     let (id, addresses) = text.split_once('=').ok_or_else(expected)?;
     let (peer_addr, client_addr) = addresses.split_once('/').ok_or_else(expected)?;
-    let node_id = id
-        .trim()
-        .parse()
-        .map_err(|_| format!("{id:?}: a node id is a whole number"))?;
+    let node_id = match id.trim().parse() {
+        Ok(0) | Err(_) => return Err(format!("{id:?}: a node id is a whole number from 1")),
+        Ok(id) => id,
+    };
+    for address in [peer_addr.trim(), client_addr.trim()] {
+        let host_and_port = address.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|port| port != 0)
+        });
+        if !host_and_port {
+            return Err(format!(
+                "{address:?} is not HOST:PORT (an address the other nodes, or clients, reach \
+                 the node at)"
+            ));
+        }
+    }
     Ok(NewNode {
         node_id,
         peer_addr: peer_addr.trim().to_owned(),

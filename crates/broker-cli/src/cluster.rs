@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, bail};
-use broker_client::{BrokerError, ClusterMember, ClusterStatus, Error, NodeRole};
+use broker_client::{BrokerError, Client, ClusterMember, ClusterStatus, Error, NodeRole};
 use futures::future::join_all;
 
 use crate::cli::{AddNodeArgs, ClusterStatusArgs, RemoveNodeArgs};
@@ -172,6 +172,21 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
 pub async fn add(server: &Server, args: AddNodeArgs) -> anyhow::Result<()> {
     let client = server.connect().await?;
     let node = args.node;
+    let already = leader_view(server, &client).await.is_some_and(|status| {
+        status.members.iter().any(|member| {
+            member.node_id == node.node_id
+                && member.voter
+                && member.peer_addr == node.peer_addr
+                && member.client_addr == node.client_addr
+        })
+    });
+    if already {
+        outln!(
+            "node {} is a voter of the cluster already, at these addresses: nothing to do",
+            node.node_id
+        )?;
+        return Ok(());
+    }
     eprintln!(
         "adding node {}: it catches up with the leader's log, then votes (the leader waits up \
          to 20 s for it)",
@@ -198,6 +213,21 @@ pub async fn remove(server: &Server, args: RemoveNodeArgs) -> anyhow::Result<()>
         voters(&members)
     )?;
     Ok(())
+}
+
+/// What the leader knows of the cluster (a follower may not have applied the last membership
+/// change yet), asked through `client` or at the leader's address; `None` if it cannot say.
+async fn leader_view(server: &Server, client: &Client) -> Option<ClusterStatus> {
+    let status = client.cluster_status().await.ok()?;
+    let leader = status.leader?;
+    if leader == status.node_id {
+        return Some(status);
+    }
+    let member = status
+        .members
+        .iter()
+        .find(|member| member.node_id == leader)?;
+    ask(server, &member.client_addr).await.ok()
 }
 
 /// What the node at `addr` knows of the cluster, or why it could not say.

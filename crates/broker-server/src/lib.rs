@@ -69,6 +69,7 @@ pub use broker_cluster::{parse_members, ClusterNode, NodeId};
 pub use broker_storage::{Fsync, Storage};
 pub use config::{ClusterSettings, Config, SERVER_NAME};
 pub use listen::resolve_listen_addr;
+pub use replicated::bind_peer_port;
 pub use security::{AuthToken, ServerTls};
 
 /// Why the server could not start or serve.

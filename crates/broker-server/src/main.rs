@@ -452,6 +452,12 @@ async fn serve(listen: &str, metrics: Option<&str>, config: Config) -> anyhow::R
     // Recover before announcing the address: a locked or damaged data directory stops here.
     let storage = open_storage(&config).map_err(|error| with_ownership_hint(error, &config))?;
     let listener = bind(listen, "--listen").await?;
+    // A cluster node binds its peer port as it starts serving, after the address is announced:
+    // trying it first fails the start before that when the port is taken. (It is free again at
+    // once: nothing was accepted on it.)
+    if let Some(cluster) = &config.cluster {
+        drop(broker_server::bind_peer_port(cluster).await?);
+    }
     let metrics_listener = match metrics {
         Some(metrics) => Some(bind(metrics, "--metrics-listen").await?),
         None => None,

@@ -86,16 +86,8 @@ pub(crate) async fn start(
     listening: Option<SocketAddr>,
 ) -> Result<DataDir, ServerError> {
     let locked = DataDir::open(data_dir)?;
-    let this_node = settings.this_node().ok_or_else(|| {
-        ServerError::InvalidConfig(format!("node {} is not a member", settings.node_id))
-    })?;
-    let listen = settings.listen.as_deref().unwrap_or(&this_node.raft_addr);
-    let addresses = crate::resolve_listen_addr(listen).await?;
-    let listener = TcpListener::bind(addresses.as_slice())
-        .await
-        .map_err(|error| {
-            ServerError::InvalidConfig(format!("cannot listen for peers on {listen}: {error}"))
-        })?;
+    let this_node = this_node(settings)?;
+    let (listener, listen) = bind_peer_port(settings).await?;
     let mut config = ClusterConfig::new(
         settings.node_id,
         settings.members.clone(),
@@ -157,6 +149,38 @@ pub(crate) async fn start(
     let _ = shared.cluster.set(cluster);
     shared.tracker.spawn(follow_leadership(Arc::clone(shared)));
     Ok(locked)
+}
+
+/// `settings`' own entry in its members list.
+fn this_node(settings: &ClusterSettings) -> Result<&ClusterNode, ServerError> {
+    settings.this_node().ok_or_else(|| {
+        ServerError::InvalidConfig(format!("node {} is not a member", settings.node_id))
+    })
+}
+
+/// Binds the peer port of `settings`' node (`--cluster-listen`, else the node's peer address
+/// in its members list); returns it with the address as given.
+///
+/// # Errors
+/// The node is not in its members list, the address does not resolve, or it cannot be bound
+/// (another process listens there, it is not an address of this host).
+pub async fn bind_peer_port(
+    settings: &ClusterSettings,
+) -> Result<(TcpListener, String), ServerError> {
+    let listen = match &settings.listen {
+        Some(listen) => listen.clone(),
+        None => this_node(settings)?.raft_addr.clone(),
+    };
+    let addresses = crate::resolve_listen_addr(&listen).await?;
+    let listener = TcpListener::bind(addresses.as_slice())
+        .await
+        .map_err(|error| {
+            ServerError::Io(std::io::Error::new(
+                error.kind(),
+                format!("cannot listen for peers on {listen}: {error}"),
+            ))
+        })?;
+    Ok((listener, listen))
 }
 
 /// Warns when the client address the members list gives this node is on another port than the
