@@ -100,12 +100,36 @@ impl ServerProcess {
     }
 
     /// [`ServerProcess::start`] listening on `addr`: the address of a server this one replaces
-    /// (killed or stopped), so that clients find it where they left the old one.
+    /// (killed or stopped), so that clients find it where they left the old one. The port may
+    /// be taken for a moment (a client reconnecting to the stopped server may get it as its
+    /// own end of a connection to itself), so a start that fails is tried again for 5 seconds.
     pub fn start_on(addr: SocketAddr, extra: &[&str]) -> ServerProcess {
-        ServerProcess::spawn(&addr.to_string(), extra, &[], Stdio::inherit())
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let started = ServerProcess::try_spawn(&addr.to_string(), extra, &[], Stdio::inherit());
+            if let Some(server) = started {
+                return server;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "broker-server could not start on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn spawn(listen: &str, extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> ServerProcess {
+        ServerProcess::try_spawn(listen, extra, env, stderr)
+            .unwrap_or_else(|| panic!("broker-server exited before announcing its address"))
+    }
+
+    /// Starts the server; `None` if it exits before announcing its address.
+    fn try_spawn(
+        listen: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> Option<ServerProcess> {
         let mut child = Command::new(server_binary())
             .args(["--listen", listen])
             .args(extra)
@@ -122,6 +146,10 @@ impl ServerProcess {
         stdout
             .read_line(&mut line)
             .expect("read the first line of broker-server");
+        if line.is_empty() {
+            let _ = child.wait();
+            return None;
+        }
         let addr = line
             .trim()
             .strip_prefix("listening on ")
@@ -140,11 +168,11 @@ impl ServerProcess {
                 .parse()
                 .expect("a socket address")
         });
-        ServerProcess {
+        Some(ServerProcess {
             child,
             addr,
             metrics_addr,
-        }
+        })
     }
 
     /// The address as `"127.0.0.1:PORT"`.
