@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::ChangeMembers;
+use tokio::time::Instant;
 
 use crate::types::shared_address;
 use crate::{Cluster, ClusterNode, NodeId, ProposeError};
@@ -55,7 +56,9 @@ impl Cluster {
                 return Ok(());
             }
         }
-        let added = within(wait, self.raft.add_learner(id, node, false))
+        // One deadline for the whole change, so that the answer comes within `wait`.
+        let deadline = Instant::now() + wait;
+        let added = within(deadline, wait, self.raft.add_learner(id, node, false))
             .await?
             .map_err(|error| self.write_error(error))?;
         let since = added.log_id.index;
@@ -64,7 +67,7 @@ impl Cluster {
         // checked below.)
         let waited = self
             .raft
-            .wait(Some(wait))
+            .wait(Some(deadline.saturating_duration_since(Instant::now())))
             .metrics(
                 |metrics| {
                     metrics.current_leader != Some(node_id)
@@ -94,6 +97,7 @@ impl Cluster {
         }
         self.ensure_leader()?;
         within(
+            deadline,
             wait,
             self.raft
                 .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false),
@@ -132,9 +136,13 @@ impl Cluster {
         } else {
             ChangeMembers::RemoveNodes(BTreeSet::from([id]))
         };
-        within(wait, self.raft.change_membership(change, false))
-            .await?
-            .map_err(|error| self.write_error(error))?;
+        within(
+            Instant::now() + wait,
+            wait,
+            self.raft.change_membership(change, false),
+        )
+        .await?
+        .map_err(|error| self.write_error(error))?;
         tracing::info!(node = id, "node removed from the cluster");
         Ok(())
     }
@@ -172,17 +180,20 @@ impl Cluster {
     }
 }
 
-/// `change` if it completes within `wait`.
+/// `change` if it completes by `deadline`, the end of a change given `wait` in all.
 async fn within<T>(
+    deadline: Instant,
     wait: Duration,
     change: impl std::future::Future<Output = T>,
 ) -> Result<T, ProposeError> {
-    tokio::time::timeout(wait, change).await.map_err(|_| {
-        ProposeError::Refused(format!(
-            "the membership change was not committed within {} s: a majority of the cluster \
+    tokio::time::timeout_at(deadline, change)
+        .await
+        .map_err(|_| {
+            ProposeError::Refused(format!(
+                "the membership change was not committed within {} s: a majority of the cluster \
              may be unreachable (the change may still be committed later; `broker cluster \
              status` shows the members)",
-            wait.as_secs()
-        ))
-    })
+                wait.as_secs()
+            ))
+        })
 }

@@ -32,7 +32,8 @@ pub(crate) struct ClusterRequest {
     pub(crate) permit: OwnedSemaphorePermit,
 }
 
-/// Answers `request` on its connection once it is done.
+/// Answers `request` on its connection once it is done (nothing, if the connection closes
+/// first).
 pub(crate) async fn answer(shared: Arc<Shared>, reply_to: ReplyTo, request: ClusterRequest) {
     let ClusterRequest {
         correlation_id,
@@ -40,7 +41,13 @@ pub(crate) async fn answer(shared: Arc<Shared>, reply_to: ReplyTo, request: Clus
         permit,
     } = request;
     let kind = command.kind();
-    let result = execute(&shared, command).await;
+    // A membership change can take its whole wait: a connection that closes (the server shuts
+    // down) does not wait for it. Its client gets no answer, as for a request never read: the
+    // change may or may not complete.
+    let result = tokio::select! {
+        result = execute(&shared, command) => result,
+        () = reply_to.closing.cancelled() => return,
+    };
     reply_to
         .answer_one(
             shared.metrics.as_deref(),
