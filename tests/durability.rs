@@ -867,6 +867,37 @@ async fn a_data_directory_of_format_version_4_opens_unchanged() {
     .await;
 }
 
+/// A cluster node's directory whose snapshot is of format 1 (`tests/fixtures/cluster-v1`, made
+/// by `tests/fixtures/make-cluster-v1.sh` with a release whose snapshots held every record),
+/// followed by entries of the replicated log, opens with the same description and records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_directory_of_snapshot_format_1_opens_unchanged() {
+    let dir = fixture_copy("cluster-v1");
+    // The node's addresses in its membership are the fixture's; a one-node cluster needs only
+    // its own peer port, which it takes from this list (warning that it differs).
+    let members = format!("1={}/127.0.0.1:19191", broker_testkit::cluster::free_addr());
+    let server = ServerProcess::start(&[
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--capacity",
+        "50",
+        "--node-id",
+        "1",
+        "--cluster-members",
+        &members,
+    ]);
+    let client = connect(&server).await;
+    let expected: broker_client::BrokerDescription = fixture_json("expected-cluster-v1.json");
+    assert_eq!(client.describe().await.unwrap(), expected);
+    check_fixture_records(
+        &client,
+        &["events", "orders"],
+        "expected-records-cluster-v1.jsonl",
+        true,
+    )
+    .await;
+}
+
 /// A data directory of format version 3 (`tests/fixtures/data-v3`, made by
 /// `tests/fixtures/make-data-v3.sh`: format 2's contents, plus two topics written by idempotent
 /// producers, one before the last checkpoint and one after) opens with the same description and

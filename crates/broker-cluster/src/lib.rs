@@ -18,6 +18,7 @@ mod codec;
 mod log_store;
 mod membership;
 mod network;
+mod snapshot_stream;
 mod state_machine;
 pub mod types;
 
@@ -38,6 +39,7 @@ pub use log_store::{LogStore, LogSync};
 pub use network::{Network, PeerLink, PeerTls, MAX_PEER_FRAME};
 pub use openraft::error::Fatal;
 pub use openraft::ServerState;
+pub use snapshot_stream::SnapshotStream;
 pub use state_machine::{Replica, SnapshotBuilder, StateMachine};
 pub use types::{parse_members, Applied, ClusterNode, NodeId, Proposal, TypeConfig};
 
@@ -68,6 +70,8 @@ pub struct ClusterConfig {
     /// This node joins a cluster that already runs: it proposes no membership of its own and
     /// waits until the leader adds it ([`Cluster::add_node`]).
     pub join: bool,
+    /// A record segment file is closed and a new one started after this many bytes.
+    pub segment_bytes: u64,
 }
 
 impl ClusterConfig {
@@ -86,6 +90,7 @@ impl ClusterConfig {
             election_timeout: Duration::from_millis(500),
             snapshot_every: 20_000,
             join: false,
+            segment_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -214,7 +219,7 @@ impl Cluster {
         let (log, machine) = tokio::task::spawn_blocking(move || {
             Ok::<_, io::Error>((
                 LogStore::open(&dir, config.node_id, config.sync)?,
-                StateMachine::open(&dir, replica)?,
+                StateMachine::open(&dir, replica, config.segment_bytes)?,
             ))
         })
         .await

@@ -1,36 +1,74 @@
 //! The state machine: committed entries go into the broker (a [`Replica`]), and snapshots are
-//! images of the broker's state, kept on disk.
+//! checkpoints of it, as a single broker's data directory takes them: the records the broker
+//! holds in memory move to record segment files, and the snapshot holds the state without them
+//! and the catalog of the segments. Memory holds the records applied since the last snapshot.
 //!
-//! # The snapshot file (`raft/snapshot`, integers little-endian)
+//! # Files, in the node's cluster directory
+//!
+//! - `snapshot`: the current snapshot;
+//! - `store-<n>/records/`: the record segments it names, laid out as a data directory's (see
+//!   [`broker_storage::RecordStore`]); `n` changes when a snapshot from the leader replaces
+//!   them all;
+//! - `incoming-<k>` and `outgoing-<k>/`: a snapshot being received, and links to the segment
+//!   files of one being sent; removed when done, and at start.
+//!
+//! # The snapshot file (integers little-endian)
 //!
 //! Magic `BRKRAFTS`, format version `u32`, length of the meta `u32`, CRC-32 (IEEE) of everything
 //! after this header `u32`, then the meta (openraft's `SnapshotMeta`: the last entry the
-//! snapshot covers, the membership then, the snapshot's id) and the data: the broker's
-//! [`StateImage`], both in the encoding of [`crate::codec`]. Written to `snapshot.tmp`, fsynced and
-//! renamed.
+//! snapshot covers, the membership then, the snapshot's id) and, in the encoding of
+//! [`crate::codec`]:
+//! - format 2: the number `n` of the store directory (`u64`), then the [`Checkpoint`]: the
+//!   broker's [`StateImage`] without the records in segments, and the segment catalog;
+//! - format 1 (written by earlier versions, still read): the broker's [`StateImage`] holding
+//!   every retained record. The next snapshot moves them to segments.
+//!
+//! Written to `snapshot.tmp`, fsynced and renamed: the rename is what makes a snapshot (and,
+//! for one from the leader, its store directory) current.
+//!
+//! # A snapshot as sent to another node
+//!
+//! Magic `BRKRSNAP`, format version `u32` (1), CRC-32 of the checkpoint `u32`, length of the
+//! checkpoint `u64`, the checkpoint (encoded as in the snapshot file); then, for each segment
+//! of its catalog in order, the bytes of its `.rec` file and then of its `.idx` file that the
+//! catalog covers ([`segment_files`]). The sender reads the segments in place, chunk by chunk
+//! (through links, so that a later snapshot removing them does not cut a transfer short); the
+//! receiver writes the chunks to `incoming-<k>`, unpacks them into a new store directory,
+//! checks it as at start, and makes it current.
 
 use std::fs::{self, File};
-use std::io::{self, Cursor, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
+use broker_core::cold::{self, ColdStore};
 use broker_core::image::StateImage;
+use broker_storage::{segment_files, Checkpoint, RecordStore, SegmentImage};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, RaftSnapshotBuilder, SnapshotMeta, StorageIOError, StoredMembership};
+use tokio::sync::Mutex;
+use tracing::{info, warn};
 
 use crate::codec::{decode, encode};
+use crate::snapshot_stream::{Piece, RemovedOnDrop, SnapshotStream};
 use crate::types::{
     Applied, ClusterNode, Entry, LogId, NodeId, Proposal, StorageError, TypeConfig,
 };
 
 const SNAPSHOT_FILE: &str = "snapshot";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"BRKRAFTS";
-const FORMAT_VERSION: u32 = 1;
+/// Snapshot files of this format hold a store number and a checkpoint.
+const FORMAT_VERSION: u32 = 2;
+/// Snapshot files of this format hold an image with every record.
+const FORMAT_WHOLE_IMAGE: u32 = 1;
 const HEADER: usize = 20;
+const STREAM_MAGIC: &[u8; 8] = b"BRKRSNAP";
+const STREAM_VERSION: u32 = 1;
+const STREAM_HEADER: usize = 24;
 
-/// The broker as the cluster's state machine sees it: it applies committed proposals, and gives
-/// and takes its whole state as an image.
+/// The broker as the cluster's state machine sees it: it applies committed proposals, gives its
+/// state as an image, takes a whole new state, and lets records that are on disk leave memory.
 pub trait Replica: Send + Sync + 'static {
     /// Applies one committed proposal. Must give the same answers on every node for the same
     /// state and proposal (everything it depends on is in the state and the proposal).
@@ -40,43 +78,117 @@ pub trait Replica: Send + Sync + 'static {
     fn image(&self) -> StateImage;
 
     /// Replaces the whole state with an image's (a snapshot from the leader, or this node's own
-    /// at start).
+    /// at start), reading the records the image places in a cold store from `records`, which
+    /// also takes the records of later snapshots.
     ///
     /// # Errors
     /// The image is inconsistent; the state is left as it was.
-    fn restore(&self, image: StateImage) -> Result<(), String>;
+    fn restore(&self, image: StateImage, records: Arc<dyn ColdStore>) -> Result<(), String>;
+
+    /// For each `(log, offset)`: the records of `log` below `offset` are in the record store
+    /// now, so they may leave memory (see [`broker_core::BrokerState::evict`]).
+    fn evict(&self, written: &[(cold::LogId, i64)]);
+
+    /// Why the state refuses every command, if it does: a record could not be read from disk
+    /// while a change was applied (see [`broker_core::BrokerState::failure`]). The node then
+    /// stops applying: its state may differ from the others'.
+    fn failure(&self) -> Option<String>;
 }
 
-/// A snapshot as stored: its meta and its encoded image.
+/// The current snapshot.
 #[derive(Debug, Clone)]
-struct StoredSnapshot {
+struct Current {
     meta: SnapshotMeta<NodeId, ClusterNode>,
-    data: Vec<u8>,
+    /// The encoded [`Checkpoint`].
+    checkpoint: Vec<u8>,
+    /// The checkpoint's segment catalog.
+    segments: Vec<SegmentImage>,
 }
 
-/// Where snapshots are kept, shared by the state machine and its snapshot builders.
-#[derive(Debug)]
-struct Snapshots {
+/// The snapshot and the record segments of one node, shared by its state machine and its
+/// snapshot builders. Building, installing and starting to send a snapshot each hold it
+/// throughout.
+struct Store {
     dir: PathBuf,
-    current: Mutex<Option<StoredSnapshot>>,
-    /// Numbers the snapshots this process builds, so two at the same entry differ in id.
-    built: AtomicU64,
+    /// The number of the store directory in use.
+    number: u64,
+    records: Arc<RecordStore>,
+    current: Option<Current>,
+    segment_bytes: u64,
 }
 
-impl Snapshots {
-    fn current(&self) -> Option<StoredSnapshot> {
-        self.current
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+impl Store {
+    fn store_dir(&self, number: u64) -> PathBuf {
+        self.dir.join(format!("store-{number}"))
     }
 
-    /// Writes `snapshot` to disk and makes it the current one.
-    fn keep(&self, snapshot: StoredSnapshot) -> io::Result<()> {
-        write_snapshot(&self.dir, &snapshot)?;
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(snapshot);
+    /// Writes the snapshot file for `meta` and `checkpoint` (whose catalog is `segments`) and
+    /// makes it current.
+    fn keep(
+        &mut self,
+        meta: SnapshotMeta<NodeId, ClusterNode>,
+        checkpoint: Vec<u8>,
+        segments: Vec<SegmentImage>,
+    ) -> io::Result<()> {
+        write_snapshot(&self.dir, &meta, self.number, &checkpoint)?;
+        self.current = Some(Current {
+            meta,
+            checkpoint,
+            segments,
+        });
         Ok(())
     }
+
+    /// The current snapshot as a stream to send, its segment files linked into an
+    /// `outgoing-<id>` directory that goes with the stream.
+    fn outgoing(&self, id: u64) -> io::Result<Option<Snapshot<TypeConfig>>> {
+        let Some(current) = &self.current else {
+            return Ok(None);
+        };
+        let mut pieces = vec![Piece::Bytes(stream_header(&current.checkpoint))];
+        let mut links = None;
+        if !current.segments.is_empty() {
+            let dir = self.dir.join(format!("outgoing-{id}"));
+            fs::create_dir(&dir)?;
+            // Removed on drop from here on, also if linking fails half way.
+            let dir = links.insert(RemovedOnDrop(dir));
+            let store_dir = self.store_dir(self.number);
+            for (number, segment) in current.segments.iter().enumerate() {
+                for (kind, (path, length)) in ["rec", "idx"]
+                    .into_iter()
+                    .zip(segment_files(&store_dir, segment))
+                {
+                    let link = dir.0.join(format!("{number}.{kind}"));
+                    fs::hard_link(&path, &link)?;
+                    pieces.push(Piece::File { path: link, length });
+                }
+            }
+        }
+        Ok(Some(Snapshot {
+            meta: current.meta.clone(),
+            snapshot: Box::new(SnapshotStream::sending(pieces, links)),
+        }))
+    }
+}
+
+/// The header of a snapshot stream and its checkpoint.
+fn stream_header(checkpoint: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(STREAM_HEADER + checkpoint.len());
+    bytes.extend_from_slice(STREAM_MAGIC);
+    bytes.extend_from_slice(&STREAM_VERSION.to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(checkpoint).to_le_bytes());
+    bytes.extend_from_slice(&(checkpoint.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(checkpoint);
+    bytes
+}
+
+/// A storage error as an I/O error, for the consensus engine's error types.
+fn io_error(error: broker_storage::StorageError) -> io::Error {
+    io::Error::other(error)
+}
+
+fn lock_store(store: &Mutex<Store>) -> tokio::sync::MutexGuard<'_, Store> {
+    store.blocking_lock()
 }
 
 /// The state machine of one node.
@@ -84,93 +196,196 @@ pub struct StateMachine<R> {
     replica: Arc<R>,
     applied: Option<LogId>,
     membership: StoredMembership<NodeId, ClusterNode>,
-    snapshots: Arc<Snapshots>,
+    dir: PathBuf,
+    store: Arc<Mutex<Store>>,
+    had_snapshot: bool,
+    /// Numbers snapshots built and transfers, so that their ids and files differ.
+    counter: Arc<AtomicU64>,
 }
 
 impl<R: Replica> StateMachine<R> {
-    /// The state machine over `replica`, keeping snapshots in `dir`: if a snapshot is there,
-    /// the replica's state is restored from it.
+    /// The state machine over `replica`, keeping snapshots and record segments in `dir`, with
+    /// segment files of about `segment_bytes`: the replica's state is restored from the
+    /// snapshot there, if there is one, and reads its records on disk from the segments.
+    /// Leftovers of transfers and of snapshots that did not finish are removed. Blocks on file
+    /// I/O.
     ///
     /// # Errors
-    /// The snapshot cannot be read, is damaged, or its image is inconsistent.
-    pub fn open(dir: &Path, replica: Arc<R>) -> io::Result<StateMachine<R>> {
+    /// The snapshot or a segment it names cannot be read or is damaged, or the image is
+    /// inconsistent.
+    pub fn open(dir: &Path, replica: Arc<R>, segment_bytes: u64) -> io::Result<StateMachine<R>> {
         fs::create_dir_all(dir)?;
-        let snapshot = read_snapshot(&dir.join(SNAPSHOT_FILE))?;
-        let mut machine = StateMachine {
-            replica,
-            applied: None,
-            membership: StoredMembership::default(),
-            snapshots: Arc::new(Snapshots {
-                dir: dir.to_owned(),
-                current: Mutex::new(None),
-                built: AtomicU64::new(0),
-            }),
+        let stored = read_snapshot(&dir.join(SNAPSHOT_FILE))?;
+        let (number, image, current) = match stored {
+            None => (0, replica.image(), None),
+            Some(stored) => {
+                let image = stored.checkpoint.image.clone();
+                let current = Current {
+                    meta: stored.meta,
+                    checkpoint: encode(&stored.checkpoint).map_err(io::Error::other)?,
+                    segments: stored.checkpoint.segments,
+                };
+                (stored.number, image, Some(current))
+            }
         };
-        if let Some(snapshot) = snapshot {
-            machine.restore(&snapshot)?;
-            *machine
-                .snapshots
-                .current
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(snapshot);
-        }
-        Ok(machine)
-    }
-
-    /// Whether the node has a snapshot (it belongs to a cluster even if its log is empty).
-    pub fn has_snapshot(&self) -> bool {
-        self.snapshots.current().is_some()
-    }
-
-    fn restore(&mut self, snapshot: &StoredSnapshot) -> io::Result<()> {
-        let image: StateImage = decode(&snapshot.data).map_err(io::Error::other)?;
-        self.replica
-            .restore(image)
+        remove_leftovers(dir, number)?;
+        let store_dir = dir.join(format!("store-{number}"));
+        let segments = current
+            .as_ref()
+            .map(|current| current.segments.clone())
+            .unwrap_or_default();
+        let records = Arc::new(RecordStore::open(&store_dir, segments).map_err(io_error)?);
+        replica
+            .restore(image, Arc::clone(&records) as Arc<dyn ColdStore>)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
-        self.applied = snapshot.meta.last_log_id;
-        self.membership = snapshot.meta.last_membership.clone();
-        Ok(())
+        let (applied, membership) = current.as_ref().map_or_else(Default::default, |current| {
+            (
+                current.meta.last_log_id,
+                current.meta.last_membership.clone(),
+            )
+        });
+        Ok(StateMachine {
+            replica,
+            applied,
+            membership,
+            had_snapshot: current.is_some(),
+            dir: dir.to_owned(),
+            store: Arc::new(Mutex::new(Store {
+                dir: dir.to_owned(),
+                number,
+                records,
+                current,
+                segment_bytes,
+            })),
+            counter: Arc::new(AtomicU64::new(0)),
+        })
     }
+
+    /// Whether the node had a snapshot when it started (it belongs to a cluster even if its
+    /// log is empty).
+    pub fn has_snapshot(&self) -> bool {
+        self.had_snapshot
+    }
+}
+
+/// Removes, from a node's cluster directory whose store directory is `store-<number>`, the
+/// other store directories (of a snapshot from the leader that was not made current, or of
+/// the one it replaced) and the files of transfers.
+fn remove_leftovers(dir: &Path, number: u64) -> io::Result<()> {
+    let keep = format!("store-{number}");
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let leftover = (name.starts_with("store-") && name != keep)
+            || name.starts_with("incoming-")
+            || name.starts_with("outgoing-");
+        if !leftover {
+            continue;
+        }
+        warn!(path = %entry.path().display(), "removing what an unfinished snapshot left");
+        let path = entry.path();
+        if path.is_dir() {
+            fs::remove_dir_all(&path)?;
+        } else {
+            fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
 }
 
 /// Builds a snapshot of the state as it was when the builder was made.
-pub struct SnapshotBuilder {
-    image: StateImage,
+pub struct SnapshotBuilder<R> {
+    /// Taken by the build.
+    image: Option<StateImage>,
     applied: Option<LogId>,
     membership: StoredMembership<NodeId, ClusterNode>,
-    snapshots: Arc<Snapshots>,
+    /// The store directory the image's records are in.
+    number: u64,
+    store: Arc<Mutex<Store>>,
+    replica: Arc<R>,
+    counter: Arc<AtomicU64>,
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let data = encode(&self.image)
-            .map_err(|error| StorageIOError::write_snapshot(None, &io::Error::other(error)))?;
-        let number = self.snapshots.built.fetch_add(1, Ordering::Relaxed);
-        let snapshot_id = match self.applied {
-            Some(id) => format!("{}-{}-{number}", id.leader_id, id.index),
-            None => format!("empty-{number}"),
+impl<R: Replica> SnapshotBuilder<R> {
+    /// Moves the image's records to segments, writes the snapshot, lets the replica evict
+    /// them, and removes the segments nothing retains any more. Blocks on file I/O.
+    fn build(self) -> io::Result<Option<Snapshot<TypeConfig>>> {
+        let SnapshotBuilder {
+            image,
+            applied,
+            membership,
+            number,
+            store,
+            replica,
+            counter,
+        } = self;
+        let mut store = lock_store(&store);
+        let id = counter.fetch_add(1, Ordering::Relaxed);
+        if store.number != number {
+            // A snapshot from the leader replaced the state since the image was taken: it is
+            // newer than this one would be.
+            return store.outgoing(id);
+        }
+        let mut image = image.ok_or_else(|| io::Error::other("a snapshot builder used twice"))?;
+        let written = store
+            .records
+            .write_out(&mut image, store.segment_bytes)
+            .map_err(io_error)?;
+        let segments = store.records.catalog_without_retired(&written.bases);
+        let checkpoint = Checkpoint { image, segments };
+        let encoded = encode(&checkpoint).map_err(io::Error::other)?;
+        let snapshot_id = match applied {
+            Some(applied) => format!("{}-{}-{id}", applied.leader_id, applied.index),
+            None => format!("empty-{id}"),
         };
         let meta = SnapshotMeta {
-            last_log_id: self.applied,
-            last_membership: self.membership.clone(),
+            last_log_id: applied,
+            last_membership: membership,
             snapshot_id,
         };
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data,
+        store.keep(meta, encoded, checkpoint.segments)?;
+        let retired = store.records.retire(&written.bases);
+        replica.evict(&written.evicted);
+        if let Err(error) = store.records.remove(&retired) {
+            // They are named by no snapshot: the next start removes them.
+            warn!(%error, "cannot remove record segments nothing retains any more");
+        }
+        store.outgoing(id)
+    }
+}
+
+impl<R: Replica> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<R> {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let builder = SnapshotBuilder {
+            image: self.image.take(),
+            applied: self.applied,
+            membership: self.membership.clone(),
+            number: self.number,
+            store: Arc::clone(&self.store),
+            replica: Arc::clone(&self.replica),
+            counter: Arc::clone(&self.counter),
         };
-        self.snapshots
-            .keep(stored.clone())
-            .map_err(|error| StorageIOError::write_snapshot(Some(meta.signature()), &error))?;
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
-        })
+        let failed = |error: io::Error| StorageIOError::write_snapshot(None, &error);
+        let built = tokio::task::spawn_blocking(move || builder.build())
+            .await
+            .map_err(|error| failed(io::Error::other(error)))?
+            .map_err(failed)?;
+        let snapshot = built.ok_or_else(|| {
+            failed(io::Error::other(
+                "a snapshot from the leader replaced the state, but there is none",
+            ))
+        })?;
+        info!(
+            snapshot = %snapshot.meta.snapshot_id,
+            "snapshot written; records applied before it are on disk"
+        );
+        Ok(snapshot)
     }
 }
 
 impl<R: Replica> RaftStateMachine<TypeConfig> for StateMachine<R> {
-    type SnapshotBuilder = SnapshotBuilder;
+    type SnapshotBuilder = SnapshotBuilder<R>;
 
     async fn applied_state(
         &mut self,
@@ -188,7 +403,17 @@ impl<R: Replica> RaftStateMachine<TypeConfig> for StateMachine<R> {
             self.applied = Some(entry.log_id);
             let answer = match entry.payload {
                 EntryPayload::Blank => Applied::default(),
-                EntryPayload::Normal(proposal) => self.replica.apply(proposal),
+                EntryPayload::Normal(proposal) => {
+                    let applied = self.replica.apply(proposal);
+                    if let Some(failure) = self.replica.failure() {
+                        return Err(StorageIOError::apply(
+                            entry.log_id,
+                            &io::Error::other(failure),
+                        )
+                        .into());
+                    }
+                    applied
+                }
                 EntryPayload::Membership(membership) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), membership);
                     Applied::default()
@@ -201,49 +426,178 @@ impl<R: Replica> RaftStateMachine<TypeConfig> for StateMachine<R> {
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         SnapshotBuilder {
-            image: self.replica.image(),
+            image: Some(self.replica.image()),
             applied: self.applied,
             membership: self.membership.clone(),
-            snapshots: Arc::clone(&self.snapshots),
+            number: self.store.lock().await.number,
+            store: Arc::clone(&self.store),
+            replica: Arc::clone(&self.replica),
+            counter: Arc::clone(&self.counter),
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotStream>, StorageError> {
+        let id = self.counter.fetch_add(1, Ordering::Relaxed);
+        let path = self.dir.join(format!("incoming-{id}"));
+        let stream = SnapshotStream::receiving(path)
+            .map_err(|error| StorageIOError::write_snapshot(None, &error))?;
+        Ok(Box::new(stream))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, ClusterNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotStream>,
     ) -> Result<(), StorageError> {
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data: snapshot.into_inner(),
-        };
         let failed =
             |error: io::Error| StorageIOError::read_snapshot(Some(meta.signature()), &error);
-        self.restore(&stored).map_err(failed)?;
-        self.snapshots
-            .keep(stored)
-            .map_err(|error| StorageIOError::write_snapshot(Some(meta.signature()), &error))?;
+        let store = Arc::clone(&self.store);
+        let replica = Arc::clone(&self.replica);
+        let installing = meta.clone();
+        tokio::task::spawn_blocking(move || {
+            let path = snapshot.received().ok_or_else(|| {
+                io::Error::other("a snapshot to install must be one that was received")
+            })?;
+            install(&mut lock_store(&store), &*replica, installing, path)
+        })
+        .await
+        .map_err(|error| failed(io::Error::other(error)))?
+        .map_err(failed)?;
+        self.applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        info!(snapshot = %meta.snapshot_id, "installed a snapshot from the leader");
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        Ok(self.snapshots.current().map(|stored| Snapshot {
-            meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
-        }))
+        let store = Arc::clone(&self.store);
+        let id = self.counter.fetch_add(1, Ordering::Relaxed);
+        let failed = |error: io::Error| StorageIOError::read_snapshot(None, &error);
+        tokio::task::spawn_blocking(move || lock_store(&store).outgoing(id))
+            .await
+            .map_err(|error| failed(io::Error::other(error)))?
+            .map_err(|error| failed(error).into())
     }
 }
 
-fn write_snapshot(dir: &Path, snapshot: &StoredSnapshot) -> io::Result<()> {
-    let meta = encode(&snapshot.meta).map_err(io::Error::other)?;
+/// Installs the snapshot received in `path`: unpacks its segments into a new store directory,
+/// checks them, restores the replica from it, and makes it current; the old store directory
+/// goes.
+fn install<R: Replica>(
+    store: &mut Store,
+    replica: &R,
+    meta: SnapshotMeta<NodeId, ClusterNode>,
+    path: &Path,
+) -> io::Result<()> {
+    let damaged = |what: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the snapshot received from the leader: {what}"),
+        )
+    };
+    let mut received = BufReader::new(File::open(path)?);
+    let mut header = [0; STREAM_HEADER];
+    received
+        .read_exact(&mut header)
+        .map_err(|error| damaged(format!("its header: {error}")))?;
+    if &header[..8] != STREAM_MAGIC || u32_at(&header, 8) != STREAM_VERSION {
+        return Err(damaged("not a snapshot of this version".to_owned()));
+    }
+    let length = u64_at(&header, 16);
+    let mut checkpoint = Vec::new();
+    received
+        .by_ref()
+        .take(length)
+        .read_to_end(&mut checkpoint)?;
+    if checkpoint.len() as u64 != length || crc32fast::hash(&checkpoint) != u32_at(&header, 12) {
+        return Err(damaged("a checksum that does not match".to_owned()));
+    }
+    let decoded: Checkpoint = decode(&checkpoint).map_err(|error| damaged(error.to_string()))?;
+    let number = store.number + 1;
+    let store_dir = store.store_dir(number);
+    if store_dir.exists() {
+        fs::remove_dir_all(&store_dir)?;
+    }
+    for segment in &decoded.segments {
+        for (file, length) in segment_files(&store_dir, segment) {
+            if let Some(parent) = file.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            let mut out = File::create(&file)?;
+            let copied = io::copy(&mut received.by_ref().take(length), &mut out)?;
+            if copied != length {
+                return Err(damaged(format!(
+                    "it ends inside {} ({copied} of {length} bytes)",
+                    file.display()
+                )));
+            }
+            out.flush()?;
+            out.sync_all()?;
+        }
+    }
+    if received.read(&mut [0])? != 0 {
+        return Err(damaged("bytes after its last segment".to_owned()));
+    }
+    sync_tree(&store_dir)?;
+    let records =
+        Arc::new(RecordStore::open(&store_dir, decoded.segments.clone()).map_err(io_error)?);
+    replica
+        .restore(decoded.image, Arc::clone(&records) as Arc<dyn ColdStore>)
+        .map_err(damaged)?;
+    let old = store.store_dir(store.number);
+    store.number = number;
+    store.records = records;
+    store.keep(meta, checkpoint, decoded.segments)?;
+    if let Err(error) = fs::remove_dir_all(&old) {
+        if error.kind() != io::ErrorKind::NotFound {
+            // No snapshot names it: the next start removes it.
+            warn!(path = %old.display(), %error, "cannot remove the record segments a snapshot replaced");
+        }
+    }
+    Ok(())
+}
+
+/// Fsyncs every directory under `dir` and `dir` itself (after their files were).
+fn sync_tree(dir: &Path) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            sync_tree(&entry.path())?;
+        }
+    }
+    File::open(dir)?.sync_all()?;
+    if let Some(parent) = dir.parent() {
+        File::open(parent)?.sync_all()?;
+    }
+    Ok(())
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    let mut word = [0; 4];
+    word.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(word)
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
+}
+
+fn write_snapshot(
+    dir: &Path,
+    meta: &SnapshotMeta<NodeId, ClusterNode>,
+    number: u64,
+    checkpoint: &[u8],
+) -> io::Result<()> {
+    let meta = encode(meta).map_err(io::Error::other)?;
     let meta_length = u32::try_from(meta.len()).map_err(io::Error::other)?;
+    let number = number.to_le_bytes();
     let mut crc = crc32fast::Hasher::new();
     crc.update(&meta);
-    crc.update(&snapshot.data);
+    crc.update(&number);
+    crc.update(checkpoint);
     let mut header = Vec::with_capacity(HEADER);
     header.extend_from_slice(SNAPSHOT_MAGIC);
     header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -254,15 +608,23 @@ fn write_snapshot(dir: &Path, snapshot: &StoredSnapshot) -> io::Result<()> {
     let mut file = File::create(&temporary)?;
     file.write_all(&header)?;
     file.write_all(&meta)?;
-    file.write_all(&snapshot.data)?;
+    file.write_all(&number)?;
+    file.write_all(checkpoint)?;
     file.sync_all()?;
     drop(file);
     fs::rename(&temporary, &path)?;
     File::open(dir)?.sync_all()
 }
 
+/// A snapshot file as read.
+struct StoredSnapshot {
+    meta: SnapshotMeta<NodeId, ClusterNode>,
+    number: u64,
+    checkpoint: Checkpoint,
+}
+
 fn read_snapshot(path: &Path) -> io::Result<Option<StoredSnapshot>> {
-    let mut bytes = match fs::read(path) {
+    let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(error),
@@ -276,17 +638,33 @@ fn read_snapshot(path: &Path) -> io::Result<Option<StoredSnapshot>> {
     if bytes.len() < HEADER || &bytes[..8] != SNAPSHOT_MAGIC {
         return Err(damaged("not a snapshot file"));
     }
-    let word =
-        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-    if word(8) != FORMAT_VERSION {
-        return Err(damaged(&format!("format version {}", word(8))));
-    }
-    let meta_length = word(12) as usize;
-    if crc32fast::hash(&bytes[HEADER..]) != word(16) || bytes.len() < HEADER + meta_length {
+    let version = u32_at(&bytes, 8);
+    let meta_length = u32_at(&bytes, 12) as usize;
+    if crc32fast::hash(&bytes[HEADER..]) != u32_at(&bytes, 16) || bytes.len() < HEADER + meta_length
+    {
         return Err(damaged("a checksum that does not match"));
     }
     let meta =
         decode(&bytes[HEADER..HEADER + meta_length]).map_err(|why| damaged(&why.to_string()))?;
-    let data = bytes.split_off(HEADER + meta_length);
-    Ok(Some(StoredSnapshot { meta, data }))
+    let data = &bytes[HEADER + meta_length..];
+    let (number, checkpoint) = match version {
+        FORMAT_VERSION if data.len() >= 8 => (
+            u64_at(data, 0),
+            decode(&data[8..]).map_err(|why| damaged(&why.to_string()))?,
+        ),
+        FORMAT_WHOLE_IMAGE => (
+            0,
+            Checkpoint {
+                image: decode(data).map_err(|why| damaged(&why.to_string()))?,
+                segments: Vec::new(),
+            },
+        ),
+        FORMAT_VERSION => return Err(damaged("no store number")),
+        other => return Err(damaged(&format!("format version {other}"))),
+    };
+    Ok(Some(StoredSnapshot {
+        meta,
+        number,
+        checkpoint,
+    }))
 }

@@ -8,27 +8,65 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use broker_core::cold::{ColdStore, LogId};
 use broker_core::image::StateImage;
 use broker_core::{BrokerState, Command, KeyHash, Outcome};
 use openraft::network::{RaftNetwork, RaftNetworkFactory};
 use tokio::net::TcpListener;
 
 use super::*;
+use crate::types::{Entry, StorageError};
 
-/// A broker in memory, as the server's replica is without its sessions and signals.
+/// A broker, as the server's replica is without its sessions and signals.
 struct Memory {
     state: Mutex<BrokerState>,
+    records: Mutex<Option<Arc<dyn ColdStore>>>,
 }
 
 impl Memory {
     fn new() -> Arc<Memory> {
         Arc::new(Memory {
             state: Mutex::new(BrokerState::new(1_000).unwrap()),
+            records: Mutex::new(None),
         })
     }
 
     fn image(&self) -> StateImage {
         self.state.lock().unwrap().to_image()
+    }
+
+    /// The state's image with every record in memory, read back from the segments where the
+    /// node put them: equal on every node that applied the same entries, whenever each took
+    /// its snapshots.
+    fn contents(&self) -> StateImage {
+        let mut image = self.image();
+        let records = self.records.lock().unwrap().clone().unwrap();
+        for (_, topic) in &mut image.topics {
+            for (number, partition) in topic.partitions.iter_mut().enumerate() {
+                let log = LogId {
+                    topic: topic.id,
+                    partition: number as u32,
+                };
+                let mut all = records
+                    .read(log, partition.base..partition.cold_end, None)
+                    .unwrap();
+                all.append(&mut partition.records);
+                partition.records = all;
+                partition.cold_end = partition.base;
+                partition.cold_bytes = 0;
+            }
+        }
+        image
+    }
+
+    /// How many records of the state are on disk (in the record segments).
+    fn on_disk(&self) -> i64 {
+        self.image()
+            .topics
+            .iter()
+            .flat_map(|(_, topic)| &topic.partitions)
+            .map(|partition| partition.cold_end - partition.base)
+            .sum()
     }
 }
 
@@ -54,9 +92,18 @@ impl Replica for Memory {
         Memory::image(self)
     }
 
-    fn restore(&self, image: StateImage) -> Result<(), String> {
-        *self.state.lock().unwrap() = BrokerState::from_image(image, None)?;
+    fn restore(&self, image: StateImage, records: Arc<dyn ColdStore>) -> Result<(), String> {
+        *self.state.lock().unwrap() = BrokerState::from_image(image, Some(Arc::clone(&records)))?;
+        *self.records.lock().unwrap() = Some(records);
         Ok(())
+    }
+
+    fn evict(&self, written: &[(LogId, i64)]) {
+        self.state.lock().unwrap().evict(written);
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.state.lock().unwrap().failure().map(str::to_owned)
     }
 }
 
@@ -135,7 +182,7 @@ async fn leader(nodes: &[&Node]) -> usize {
 /// Waits until every node's state equals the first's and has `records` records in topic t.
 async fn converged(nodes: &[&Node], records: i64) {
     for _ in 0..200 {
-        let images: Vec<StateImage> = nodes.iter().map(|node| node.replica.image()).collect();
+        let images: Vec<StateImage> = nodes.iter().map(|node| node.replica.contents()).collect();
         let end = {
             let state = nodes[0].replica.state.lock().unwrap();
             state.end_offset("t", 0).unwrap_or(-1)
@@ -254,6 +301,11 @@ async fn three_nodes_replicate_survive_a_leader_loss_and_catch_up() {
     nodes[lost] = Some(start(lost_id, &members, dir.path(), listener).await);
     let all: Vec<&Node> = nodes.iter().flatten().collect();
     converged(&all, 260).await;
+    // Snapshots moved the records to segment files on every node; the rejoined node's came
+    // with the snapshot it was sent.
+    for node in &all {
+        assert!(node.replica.on_disk() > 0, "records on disk");
+    }
     for node in all {
         node.cluster.shutdown().await;
     }
@@ -340,4 +392,228 @@ async fn forged_hellos_are_refused_without_harm() {
         .await
         .expect("the node still serves");
     node.cluster.shutdown().await;
+}
+
+/// Applies `proposals` to `machine` as entries of term 1 from index `first`.
+async fn apply_all(
+    machine: &mut StateMachine<Memory>,
+    first: u64,
+    proposals: Vec<Proposal>,
+) -> Vec<Applied> {
+    use openraft::storage::RaftStateMachine;
+    let entries: Vec<Entry> = proposals
+        .into_iter()
+        .enumerate()
+        .map(|(at, proposal)| Entry {
+            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), first + at as u64),
+            payload: openraft::EntryPayload::Normal(proposal),
+        })
+        .collect();
+    machine.apply(entries).await.unwrap()
+}
+
+fn create_and_publish(range: std::ops::Range<usize>) -> Vec<Proposal> {
+    let create = Command::Create {
+        topic: "t".into(),
+        partition_count: 1,
+        key_hash: KeyHash::default(),
+        settings: Vec::new(),
+    };
+    std::iter::once(create)
+        .chain(range.map(publish))
+        .map(|command| Proposal::Commands {
+            now_ms: 1_000,
+            commands: vec![command],
+        })
+        .collect()
+}
+
+/// The bytes of `machine`'s current snapshot as it sends them.
+async fn sent_bytes(machine: &mut StateMachine<Memory>) -> (SnapshotMeta, Vec<u8>) {
+    use openraft::storage::RaftStateMachine;
+    use tokio::io::AsyncReadExt;
+    let mut snapshot = machine.get_current_snapshot().await.unwrap().unwrap();
+    let mut bytes = Vec::new();
+    snapshot.snapshot.read_to_end(&mut bytes).await.unwrap();
+    (snapshot.meta, bytes)
+}
+
+type SnapshotMeta = openraft::SnapshotMeta<NodeId, ClusterNode>;
+
+/// Receives `bytes` into `machine` in chunks, as the consensus engine does, and installs them.
+async fn receive(
+    machine: &mut StateMachine<Memory>,
+    meta: &SnapshotMeta,
+    bytes: &[u8],
+) -> Result<(), StorageError> {
+    use openraft::storage::RaftStateMachine;
+    use tokio::io::AsyncWriteExt;
+    let mut stream = machine.begin_receiving_snapshot().await.unwrap();
+    for chunk in bytes.chunks(1_000) {
+        stream.write_all(chunk).await.unwrap();
+    }
+    machine.install_snapshot(meta, stream).await
+}
+
+fn record_payloads(image: &StateImage) -> Vec<String> {
+    image.topics[0].1.partitions[0]
+        .records
+        .iter()
+        .map(|record| String::from_utf8(record.payload.to_vec()).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_put_records_on_disk_and_travel_with_their_segments() {
+    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    let dir = tempfile::tempdir().unwrap();
+    let leader_dir = dir.path().join("leader");
+    let replica = Memory::new();
+    // Small segments: the records span several files.
+    let mut machine = StateMachine::open(&leader_dir, Arc::clone(&replica), 4096).unwrap();
+    assert!(!machine.has_snapshot());
+    apply_all(&mut machine, 1, create_and_publish(0..300)).await;
+    let snapshot = machine
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    assert_eq!(snapshot.meta.last_log_id.map(|id| id.index), Some(301));
+    assert_eq!(replica.on_disk(), 300, "every record moved to segments");
+    let at_snapshot = replica.contents();
+    let segments = std::fs::read_dir(leader_dir.join("store-0/records"))
+        .unwrap()
+        .flat_map(|log| std::fs::read_dir(log.unwrap().path()).unwrap())
+        .count();
+    assert!(segments > 2, "{segments} segment files");
+    apply_all(
+        &mut machine,
+        302,
+        create_and_publish(300..310)[1..].to_vec(),
+    )
+    .await;
+    assert_eq!(replica.on_disk(), 300, "later records stay in memory");
+
+    // A restart reads the snapshot and its segments.
+    drop(machine);
+    let reopened = Memory::new();
+    let mut machine = StateMachine::open(&leader_dir, Arc::clone(&reopened), 4096).unwrap();
+    assert!(machine.has_snapshot());
+    assert_eq!(reopened.contents(), at_snapshot);
+    assert_eq!(
+        record_payloads(&at_snapshot)[299],
+        "record 299",
+        "the records themselves"
+    );
+
+    // Sent to another node in chunks, the snapshot brings the segments along.
+    let (meta, bytes) = sent_bytes(&mut machine).await;
+    let follower = Memory::new();
+    let follower_dir = dir.path().join("follower");
+    let mut other = StateMachine::open(&follower_dir, Arc::clone(&follower), 4096).unwrap();
+    receive(&mut other, &meta, &bytes).await.unwrap();
+    assert_eq!(follower.contents(), at_snapshot);
+    assert_eq!(follower.on_disk(), 300);
+    assert!(follower_dir.join("store-1/records").is_dir());
+    assert!(
+        !follower_dir.join("store-0").exists(),
+        "the replaced store went"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&follower_dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.starts_with("incoming") || name.starts_with("outgoing"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let (_, again) = sent_bytes(&mut other).await;
+    assert_eq!(again, bytes, "the follower sends what it received");
+    drop(other);
+    let restarted = Memory::new();
+    let other = StateMachine::open(&follower_dir, Arc::clone(&restarted), 4096).unwrap();
+    assert!(other.has_snapshot());
+    assert_eq!(restarted.contents(), at_snapshot);
+
+    // A damaged or cut transfer is refused and changes nothing.
+    for (what, damaged) in [
+        ("cut short", bytes[..bytes.len() - 10].to_vec()),
+        ("with more after it", [&bytes[..], b"extra"].concat()),
+        ("a flipped checkpoint byte", {
+            let mut flipped = bytes.clone();
+            flipped[30] ^= 1;
+            flipped
+        }),
+        ("not a snapshot", b"hello".to_vec()),
+    ] {
+        let untouched = Memory::new();
+        let untouched_dir = dir.path().join("untouched");
+        let mut machine = StateMachine::open(&untouched_dir, Arc::clone(&untouched), 4096).unwrap();
+        let before = untouched.image();
+        let refused = receive(&mut machine, &meta, &damaged).await;
+        assert!(refused.is_err(), "{what}");
+        assert_eq!(untouched.image(), before, "{what}");
+        drop(machine);
+        // What it left is cleaned up at the next start.
+        StateMachine::open(&untouched_dir, Memory::new(), 4096).unwrap();
+        let names: Vec<_> = std::fs::read_dir(&untouched_dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec!["store-0".to_owned()], "{what}");
+    }
+}
+
+/// The snapshot file of `tests/fixtures/cluster-v1` (made by `tests/fixtures/make-cluster-v1.sh`
+/// with a release whose snapshots held every record, format 1) opens with its records in
+/// memory; the next snapshot moves them to segment files, and the state reads the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_format_1_opens_and_the_next_moves_its_records_to_disk() {
+    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/cluster-v1/raft/snapshot");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&fixture, dir.path().join("snapshot")).unwrap();
+    let replica = Memory::new();
+    let mut machine = StateMachine::open(dir.path(), Arc::clone(&replica), 4096).unwrap();
+    assert!(machine.has_snapshot());
+    let (applied, membership) = machine.applied_state().await.unwrap();
+    assert!(applied.is_some_and(|id| id.index >= 19_000), "{applied:?}");
+    assert!(membership.membership().get_node(&1).is_some());
+    let opened = replica.contents();
+    let names: Vec<&str> = opened
+        .topics
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert!(
+        names.contains(&"orders") && names.contains(&"events"),
+        "{names:?}"
+    );
+    let retained: i64 = opened
+        .topics
+        .iter()
+        .flat_map(|(_, topic)| &topic.partitions)
+        .map(|partition| partition.records.len() as i64)
+        .sum();
+    assert!(retained > 50, "{retained} records");
+    assert_eq!(
+        replica.on_disk(),
+        0,
+        "format 1 holds its records in the snapshot"
+    );
+
+    machine
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    assert_eq!(replica.on_disk(), retained);
+    assert_eq!(replica.contents(), opened);
+    let written = std::fs::read(dir.path().join("snapshot")).unwrap();
+    assert_eq!(&written[8..12], &2u32.to_le_bytes(), "written in format 2");
+    drop(machine);
+    let reopened = Memory::new();
+    StateMachine::open(dir.path(), Arc::clone(&reopened), 4096).unwrap();
+    assert_eq!(reopened.contents(), opened);
 }

@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Cursor;
 
 use broker_core::{BrokerError, Command, Outcome};
 use serde::{Deserialize, Serialize};
+
+use crate::snapshot_stream::SnapshotStream;
 
 /// The id of a node in the cluster: unique, chosen by the operator, never reused for another
 /// node.
@@ -159,13 +160,13 @@ fn is_host_and_port(address: &str) -> bool {
 
 openraft::declare_raft_types!(
     /// The broker's Raft types: entries carry [`Proposal`]s, applying one gives [`Applied`],
-    /// nodes are [`ClusterNode`]s and snapshots are bytes in memory.
+    /// nodes are [`ClusterNode`]s and snapshots are [`SnapshotStream`]s.
     pub TypeConfig:
         D = Proposal,
         R = Applied,
         NodeId = NodeId,
         Node = ClusterNode,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = SnapshotStream,
 );
 
 /// A Raft log entry of the broker.

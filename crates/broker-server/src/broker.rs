@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use broker_core::cold::LogId;
 use broker_core::image::StateImage;
 use broker_core::{BrokerDescription, BrokerError, BrokerState, Command, Membership, Outcome};
 use broker_proto::ErrorReply;
@@ -265,6 +266,16 @@ impl BrokerGuard<'_> {
     /// The whole state, for a snapshot of the cluster's log.
     pub(crate) fn image(&self) -> StateImage {
         self.locked.state.to_image()
+    }
+
+    /// Lets records on disk leave memory (see [`BrokerState::evict`]).
+    pub(crate) fn evict(&mut self, written: &[(LogId, i64)]) {
+        self.locked.state.evict(written);
+    }
+
+    /// Why the state refuses every command, if it does (see [`BrokerState::failure`]).
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.locked.state.failure().map(str::to_owned)
     }
 
     /// Replaces the state (with a snapshot's, in a cluster).

@@ -101,6 +101,8 @@ pub struct ClusterSettings {
     /// certificates of the other nodes are checked against the CA certificates in this PEM
     /// file.
     pub tls_ca: Option<PathBuf>,
+    /// A snapshot is taken after this many entries of the replicated log since the last one.
+    pub snapshot_entries: u64,
 }
 
 impl ClusterSettings {

@@ -89,8 +89,9 @@ struct Args {
     max_in_flight: usize,
     /// Without --data-dir, and on a cluster node: payload, key and header bytes the broker
     /// retains at most, across every topic; past it publish answers -1 (full), as for a
-    /// partition at capacity. At least max payload bytes. A single broker with --data-dir keeps
-    /// records on disk and this does not apply.
+    /// partition at capacity. At least max payload bytes. A cluster node counts the records in
+    /// memory and in its segment files alike, and every node must have the same value. A
+    /// single broker with --data-dir keeps records on disk and this does not apply.
     #[arg(long, env = "BROKER_MAX_MEMORY", default_value_t = 1024 * 1024 * 1024)]
     max_memory: u64,
     /// Most topics the broker holds; creating one more is refused.
@@ -178,7 +179,8 @@ struct Args {
     /// it is answered, records move to per-partition segment files at each checkpoint (memory
     /// holds the records since the last one), and the broker is rebuilt from it on start.
     /// Without it the broker is purely in memory. One server per directory. A cluster node
-    /// keeps its replicated log and snapshots in DIR/raft/ instead, and its records in memory.
+    /// keeps its replicated log, snapshots and record segments in DIR/raft/ instead (see
+    /// --cluster-snapshot-entries).
     #[arg(long, env = "BROKER_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// With --data-dir: always = a response is sent only after its change is fsynced (group
@@ -198,11 +200,13 @@ struct Args {
     fsync_interval_ms: u64,
     /// With --data-dir, a checkpoint is taken (in the background) after this many bytes of
     /// log: records in memory move to their segment files, a snapshot is written and the log it
-    /// covers removed. Bounds recovery time and the records held in memory.
+    /// covers removed. Bounds recovery time and the records held in memory. (A cluster node
+    /// goes by --cluster-snapshot-entries instead.)
     #[arg(long, env = "BROKER_SNAPSHOT_LOG_BYTES", default_value_t = 64 * 1024 * 1024)]
     snapshot_log_bytes: u64,
-    /// With --data-dir, a partition's segment file is closed and a new one started after this
-    /// many bytes (at least 4096); records leave the disk a whole segment at a time.
+    /// With --data-dir (a single broker or a cluster node), a partition's segment file is
+    /// closed and a new one started after this many bytes (at least 4096); records leave the
+    /// disk a whole segment at a time.
     #[arg(long, env = "BROKER_SEGMENT_BYTES", default_value_t = 64 * 1024 * 1024)]
     segment_bytes: u64,
     /// File holding the shared secret every client must present in its hello (trailing line
@@ -262,6 +266,19 @@ struct Args {
         requires = "node_id"
     )]
     cluster_join: bool,
+    /// A cluster node takes a snapshot after this many entries of the replicated log since
+    /// the last one: the records applied since then move to their segment files, and the log
+    /// before it is removed (a node that falls further behind catches up from the snapshot,
+    /// segment files included). Bounds the records held in memory and a restart's replay.
+    #[arg(
+        long,
+        env = "BROKER_CLUSTER_SNAPSHOT_ENTRIES",
+        value_name = "N",
+        default_value_t = 20_000,
+        value_parser = clap::value_parser!(u64).range(10..),
+        requires = "node_id"
+    )]
+    cluster_snapshot_entries: u64,
     /// Encrypt the peer port too: with --tls-cert and --tls-key, the node presents that
     /// certificate to the other nodes and checks theirs against the CA certificates in this
     /// PEM file (each node's certificate must carry the host of its PEER_ADDR). Every node of
@@ -345,6 +362,7 @@ impl Args {
                     listen: self.cluster_listen.clone(),
                     join: self.cluster_join,
                     tls_ca: self.cluster_tls_ca.clone(),
+                    snapshot_entries: self.cluster_snapshot_entries,
                 }),
                 _ => None,
             },

@@ -13,6 +13,7 @@ use broker_cluster::{
     Applied, Cluster, ClusterConfig, ClusterNode, Fatal, LogSync, NodeId, PeerTls, Proposal,
     ProposeError, Replica,
 };
+use broker_core::cold::{ColdStore, LogId};
 use broker_core::image::StateImage;
 use broker_core::{BrokerState, Command, Outcome};
 use broker_proto::ErrorReply;
@@ -63,11 +64,19 @@ impl Replica for BrokerReplica {
         self.broker.lock().image()
     }
 
-    fn restore(&self, image: StateImage) -> Result<(), String> {
-        let state = BrokerState::from_image(image, None)?;
+    fn restore(&self, image: StateImage, records: Arc<dyn ColdStore>) -> Result<(), String> {
+        let state = BrokerState::from_image(image, Some(records))?;
         self.broker.lock().replace_state(state);
         self.signals.wake_all();
         Ok(())
+    }
+
+    fn evict(&self, written: &[(LogId, i64)]) {
+        self.broker.lock().evict(written);
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.broker.lock().failure()
     }
 }
 
@@ -104,6 +113,8 @@ pub(crate) async fn start(
         .as_ref()
         .map(|token| token.secret().to_owned());
     config.join = settings.join;
+    config.segment_bytes = shared.config.segment_bytes;
+    config.snapshot_every = settings.snapshot_entries;
     config.tls = match (&settings.tls_ca, &shared.config.tls) {
         (Some(ca), Some(tls)) => Some(PeerTls::new(tls.config(), peer_client_config(ca)?)),
         (Some(_), None) => {

@@ -36,7 +36,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 use broker_core::cold::LogId;
@@ -46,7 +45,7 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use crate::format::EntryRef;
-use crate::records::RecordStore;
+use crate::records::{RecordStore, WrittenOut};
 use crate::snapshot::Checkpoint;
 use crate::{encode_entry, remove_covered, DataDir, LogWriter, Recovery, StorageError};
 
@@ -565,26 +564,7 @@ pub(crate) fn checkpoint(
     mut image: StateImage,
     segment_bytes: u64,
 ) -> Result<Written, StorageError> {
-    let mut evicted = Vec::new();
-    let mut bases = HashMap::new();
-    for (_, topic) in &mut image.topics {
-        for (number, partition) in topic.partitions.iter_mut().enumerate() {
-            let log = LogId {
-                topic: topic.id,
-                // At most 65,536 partitions: the image was checked when the state was built.
-                partition: number as u32,
-            };
-            bases.insert(log, partition.base);
-            if partition.records.is_empty() {
-                continue;
-            }
-            records.append(log, partition.cold_end, &partition.records, segment_bytes)?;
-            let moved = std::mem::take(&mut partition.records);
-            partition.cold_bytes += moved.iter().map(|record| record.size()).sum::<u64>();
-            partition.cold_end += moved.len() as i64;
-            evicted.push((log, partition.cold_end));
-        }
-    }
+    let WrittenOut { evicted, bases } = records.write_out(&mut image, segment_bytes)?;
     // The snapshot names only the segments still needed; the others go once it is durable
     // (until then the previous snapshot names them).
     let path = dir.write_snapshot(

@@ -71,7 +71,10 @@ pub use format::{
 };
 pub use journal::{Applied, Fsync, Journal, JournalError, JournalSettings, Storage, WRITE_RETRY};
 pub use lock::DataDir;
-pub use records::{RecordStore, SegmentImage, RECORD_FORMAT_VERSION, RECORD_OVERHEAD_BYTES};
+pub use records::{
+    segment_files, RecordStore, SegmentImage, WrittenOut, RECORD_FORMAT_VERSION,
+    RECORD_OVERHEAD_BYTES,
+};
 pub use recovery::{Recovery, TornTail};
 pub use segment::LogWriter;
 pub use snapshot::{remove_covered, write_snapshot, Checkpoint};

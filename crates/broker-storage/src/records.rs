@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use broker_core::cold::{ColdError, ColdStore, LogId};
-use broker_core::image::RecordImage;
+use broker_core::image::{RecordImage, StateImage};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
@@ -112,6 +112,17 @@ pub struct RecordStore {
     open: Mutex<OpenFiles>,
 }
 
+/// What [`RecordStore::write_out`] moved from a state's image to record segments.
+#[derive(Debug, Default)]
+pub struct WrittenOut {
+    /// For each partition whose records it wrote, the offset they now reach on disk: what the
+    /// state may evict ([`broker_core::BrokerState::evict`]).
+    pub evicted: Vec<(LogId, i64)>,
+    /// Every partition of the image and its oldest retained offset: what
+    /// [`RecordStore::catalog_without_retired`] and [`RecordStore::retire`] go by.
+    pub bases: HashMap<LogId, i64>,
+}
+
 /// Segments and logs dropped from the catalog, whose files are to be removed.
 #[derive(Debug, Default)]
 pub struct Retired {
@@ -172,6 +183,23 @@ fn header(magic: [u8; 8], log: LogId, base: i64) -> [u8; HEADER as usize] {
     header
 }
 
+/// The two files of `segment` in the store opened on `dir` ([`RecordStore::open`]), each with
+/// the length the segment's records take in it: the records (`.rec`), then the index (`.idx`).
+/// A copy of a store is those bytes of every segment of its catalog.
+pub fn segment_files(dir: &Path, segment: &SegmentImage) -> [(PathBuf, u64); 2] {
+    let log_dir = dir.join(RECORDS_DIR).join(log_dir_name(segment.log()));
+    [
+        (
+            log_dir.join(format!("{:020}.rec", segment.base)),
+            segment.data_len,
+        ),
+        (
+            log_dir.join(format!("{:020}.idx", segment.base)),
+            HEADER + segment.count * INDEX_ENTRY,
+        ),
+    ]
+}
+
 impl RecordStore {
     /// Opens the record segments under `dir` that `catalog` (from the latest checkpoint) names:
     /// each must exist with a valid header and at least the length the catalog gives; what a
@@ -216,6 +244,43 @@ impl RecordStore {
             dir.join(format!("{base:020}.rec")),
             dir.join(format!("{base:020}.idx")),
         )
+    }
+
+    /// Appends the records `image` holds in memory to their partitions' segments ([`append`],
+    /// fsynced) and takes them out of the image, which then counts them as in a cold store:
+    /// the image is what a checkpoint of the state with those records evicted holds.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if a segment cannot be written (see [`RecordStore::append`]); the
+    /// image may then have lost some partitions' records and must not be used.
+    ///
+    /// [`append`]: RecordStore::append
+    pub fn write_out(
+        &self,
+        image: &mut StateImage,
+        segment_bytes: u64,
+    ) -> Result<WrittenOut, StorageError> {
+        let mut written = WrittenOut::default();
+        for (_, topic) in &mut image.topics {
+            for (number, partition) in topic.partitions.iter_mut().enumerate() {
+                let log = LogId {
+                    topic: topic.id,
+                    // At most 65,536 partitions: the image was checked when the state was
+                    // built.
+                    partition: number as u32,
+                };
+                written.bases.insert(log, partition.base);
+                if partition.records.is_empty() {
+                    continue;
+                }
+                self.append(log, partition.cold_end, &partition.records, segment_bytes)?;
+                let moved = std::mem::take(&mut partition.records);
+                partition.cold_bytes += moved.iter().map(RecordImage::size).sum::<u64>();
+                partition.cold_end += moved.len() as i64;
+                written.evicted.push((log, partition.cold_end));
+            }
+        }
+        Ok(written)
     }
 
     /// Removes the directories and segment files `logs` does not name.

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use broker_client::Client;
@@ -115,6 +115,11 @@ impl Nodes {
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         let node = ServerProcess::start_on(self.client_addrs[index], &flags);
         self.running[index] = Some(node);
+    }
+
+    /// Node `index`'s data directory.
+    pub fn dir(&self, index: usize) -> &Path {
+        &self.dirs[index]
     }
 
     /// Starts one more node, to join the running cluster; returns its index and what
