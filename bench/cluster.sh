@@ -7,14 +7,17 @@
 #  - then KILLS failovers: the leader is killed with kill -9 and the time until a publish
 #    through a client given every node's address is stored again is measured (then the killed
 #    node is started again from its directory and the next round waits until it is back);
-#  - then the catch-up of a new node: a cluster (--fsync batch) holding CATCHUP_RECORDS records
-#    of SIZE bytes gets a fourth node, started with --cluster-join, through `broker cluster
-#    add`, which answers once the node holds the whole log and votes; its time is measured.
+#  - then the catch-up of a new node: a cluster (--fsync batch, a snapshot every
+#    CATCHUP_SNAPSHOT_ENTRIES entries, so that the log before the last one is gone) holding
+#    CATCHUP_RECORDS records of SIZE bytes gets a fourth node, started with --cluster-join,
+#    through `broker cluster add`, which answers once the node holds the whole state (the
+#    leader's snapshot, its record segment files streamed along, then the log after it) and
+#    votes; its time is measured.
 # Every node runs on this machine, so the figures say what replication costs in CPU and in
 # loopback round trips, not what a network between hosts adds. Bounded work; stops what it
 # started. Directories under TMPDIR (a disk, not a tmpfs, for honest fsync figures).
 #
-#   bench/cluster.sh   # RECORDS=200000 SIZE=100 PRODUCERS=4 DEPTH=64 KILLS=20 CATCHUP_RECORDS=1000000
+#   bench/cluster.sh   # RECORDS=200000 SIZE=100 PRODUCERS=4 DEPTH=64 KILLS=20 CATCHUP_RECORDS=1000000 CATCHUP_SNAPSHOT_ENTRIES=1000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +27,7 @@ PRODUCERS="${PRODUCERS:-4}"
 DEPTH="${DEPTH:-64}"
 KILLS="${KILLS:-20}"
 CATCHUP_RECORDS="${CATCHUP_RECORDS:-1000000}"
+CATCHUP_SNAPSHOT_ENTRIES="${CATCHUP_SNAPSHOT_ENTRIES:-1000}"
 
 echo "building release binaries..." >&2
 cargo build --release --locked -q -p broker-server -p broker-cli
@@ -70,14 +74,16 @@ start_node() { # id fsync [flags...]
   pids[node-$id]=$!
   wait_listening "$workdir/node-$id.out"
 }
-cluster() { # fsync
+cluster() { # fsync [flags of every node...]
+  local fsync=$1
+  shift
   rm -rf "$workdir"/node-*
   members=""
   for id in 1 2 3; do
     client_ports[$id]=$(free_port)
     members+="${members:+,}$id=127.0.0.1:$(free_port)/127.0.0.1:${client_ports[$id]}"
   done
-  for id in 1 2 3; do start_node "$id" "$1"; done
+  for id in 1 2 3; do start_node "$id" "$fsync" "$@"; done
   BROKER_ADDR="127.0.0.1:${client_ports[1]},127.0.0.1:${client_ports[2]},127.0.0.1:${client_ports[3]}"
   export BROKER_ADDR
   # Until a leader answers.
@@ -130,14 +136,15 @@ done
 stop_all
 
 echo "adding a fourth node to a cluster holding $CATCHUP_RECORDS records..." >&2
-cluster batch
+snapshots=(--cluster-snapshot-entries "$CATCHUP_SNAPSHOT_ENTRIES")
+cluster batch "${snapshots[@]}"
 "$broker" bench publish --producers "$PRODUCERS" --depth "$DEPTH" --records "$CATCHUP_RECORDS" \
   --size "$SIZE" --retention limits --keep-topic --json >/dev/null
 retained=$("$broker" describe --json | python3 -c 'import json,sys; print(sum(t["retained_bytes"] for t in json.load(sys.stdin)["topics"]))')
 client_ports[4]=$(free_port)
 new_node="4=127.0.0.1:$(free_port)/127.0.0.1:${client_ports[4]}"
 members+=",$new_node"
-start_node 4 batch --cluster-join
+start_node 4 batch --cluster-join "${snapshots[@]}"
 start=$(date +%s.%N)
 added=""
 # The leader gives up after 20 s when the node has not caught up yet; it goes on catching up,
@@ -147,6 +154,8 @@ for _ in $(seq 1 30); do
 done
 [ -n "$added" ] || { echo "node 4 was not added: $(cat "$workdir/add.err")" >&2; exit 1; }
 end=$(date +%s.%N)
+# A snapshot from the leader is installed in store-1 (the node's own would be in store-0).
+segment_files=$(find "$workdir/node-4/raft/store-1" -type f 2>/dev/null | wc -l)
 stop_all
 
 echo
@@ -160,11 +169,14 @@ ms = sorted(int(t) for t in sys.argv[1:])
 print(f"failover over {len(ms)} kill -9 of the leader: time until a publish is stored again, ms: "
       f"min {ms[0]}, median {statistics.median(ms):.0f}, max {ms[-1]}")
 EOF
-python3 - "$start" "$end" "$CATCHUP_RECORDS" "$retained" <<'EOF'
+python3 - "$start" "$end" "$CATCHUP_RECORDS" "$retained" "$segment_files" <<'EOF'
 import sys
 start, end, records, retained = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+files = int(sys.argv[5])
 seconds = end - start
+how = (f"from the leader's snapshot with {files} segment files, then the log"
+       if files else "from the log alone (no snapshot was sent)")
 print(f"catch-up of a new node: {records} records ({retained / 1e6:.0f} MB of payload) in "
-      f"{seconds:.1f} s until it votes: {records / seconds:,.0f} records/s, "
+      f"{seconds:.1f} s until it votes, {how}: {records / seconds:,.0f} records/s, "
       f"{retained / 1e6 / seconds:.0f} MB/s")
 EOF

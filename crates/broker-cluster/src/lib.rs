@@ -4,9 +4,10 @@
 //!
 //! - [`types`]: what the log carries ([`Proposal`]: a batch of commands with its time, or a
 //!   tick of the clock) and what applying it gives ([`Applied`]);
-//! - [`LogStore`]: the log and the vote on disk;
-//! - [`StateMachine`]: applies committed entries to the broker (a [`Replica`]) and keeps its
-//!   snapshots, images of the broker's state;
+//! - [`LogStore`]: the log (in segment files) and the vote on disk;
+//! - [`StateMachine`]: applies committed entries to the broker (a [`Replica`]) and takes its
+//!   snapshots, checkpoints that move its records to record segment files;
+//! - [`SnapshotStream`]: a snapshot, segment files included, as it travels between nodes;
 //! - [`Network`]: the links between nodes;
 //! - [`Cluster`]: one node, started from a [`ClusterConfig`]; [`Cluster::propose`] answers once
 //!   a majority has the change and it is applied here.

@@ -3,24 +3,30 @@
 //! # Files (in the node's `raft/` directory; integers little-endian)
 //!
 //! ```text
-//! raft-log    the entries not yet purged, in index order
+//! raft-log, raft-log-0000000001, raft-log-0000000002, ...
+//!             the log's segments, in order: the entries in index order
 //! raft-meta   the vote and the id of the last purged entry, replaced atomically
 //! ```
 //!
-//! `raft-log` is a header, 12 bytes (magic `BRKRAFTL`, format version `u32`), then records: body
-//! length `u32`, CRC-32 (IEEE) of the body `u32`, body: one [`Entry`] in bincode 2.0.1's serde
-//! encoding with fixed-width integers (see [`crate::codec`]). Appends go to the end and are
-//! fsynced as [`LogSync`] says before openraft is told they are stored;
-//! a truncation cuts the file at the first removed record; a purge rewrites the file with what
-//! remains (to a temporary file, fsynced, then renamed over the old one).
+//! Each segment is a header, 12 bytes (magic `BRKRAFTL`, format version `u32`), then records:
+//! body length `u32`, CRC-32 (IEEE) of the body `u32`, body: one [`Entry`] in bincode 2.0.1's
+//! serde encoding with fixed-width integers (see [`crate::codec`]). Appends go to the end of the
+//! last segment and are fsynced as [`LogSync`] says before openraft is told they are stored;
+//! once the last segment holds [`SEGMENT_BYTES`], the next append starts a new one (the old one
+//! fsynced first). A truncation cuts the segment holding the first removed record there and
+//! removes the segments after it; a purge removes the segments whose entries are all purged,
+//! without rewriting anything (entries up to the last purged one that remain in a segment are
+//! skipped when it is read).
 //!
 //! `raft-meta` is magic `BRKRAFTM`, format version `u32`, body length `u32`, CRC-32 of the body
 //! `u32`, body: a [`Meta`]. It is written to `raft-meta.tmp`, fsynced and renamed, so a crash
-//! leaves the old or the new one.
+//! leaves the old or the new one. Format 2 says the log may be in several segments (format 1,
+//! written by earlier versions, had `raft-log` alone, and is read the same way); an earlier
+//! version refuses format 2 instead of reading the first segment only.
 //!
-//! On open, a log that ends inside a record or with a record whose checksum fails is cut back to
-//! its last whole record (the write that died was never reported durable); anything else wrong
-//! refuses to open, naming the file and the offset.
+//! On open, a log whose last segment ends inside a record or with a record whose checksum fails
+//! is cut back to its last whole record (the write that died was never reported durable);
+//! anything else wrong refuses to open, naming the file and the offset.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -42,8 +48,14 @@ const LOG_FILE: &str = "raft-log";
 const META_FILE: &str = "raft-meta";
 const LOG_MAGIC: &[u8; 8] = b"BRKRAFTL";
 const META_MAGIC: &[u8; 8] = b"BRKRAFTM";
-/// The format of both files.
-const FORMAT_VERSION: u32 = 1;
+/// The format of the log's segments.
+const LOG_FORMAT_VERSION: u32 = 1;
+/// The format of `raft-meta` this build writes: the log may be in several segments.
+const META_FORMAT_VERSION: u32 = 2;
+/// The format of `raft-meta` of a log in `raft-log` alone, which this build also reads.
+const META_SINGLE_FILE: u32 = 1;
+/// A new segment is started once the last one holds this many bytes.
+pub const SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
 const LOG_HEADER: usize = 12;
 const RECORD_HEADER: usize = 8;
 /// No entry is larger: a length above it is damage, not an entry.
@@ -83,19 +95,52 @@ pub struct LogStore {
 #[derive(Debug)]
 pub(crate) struct LogFiles {
     dir: PathBuf,
-    /// `raft-log`, opened for appending (shared with the thread that syncs it on an interval).
+    /// The numbers of the segments, in order; the last is appended to.
+    segments: Vec<u64>,
+    /// The last segment, opened for appending (shared with the thread that syncs it on an
+    /// interval).
     log: Arc<File>,
     /// Whether appends were written since the last sync.
     pub(crate) unsynced: bool,
-    /// The byte length of `raft-log`.
+    /// The byte length of the last segment.
     end: u64,
     /// The entries not purged, by index.
     pub(crate) entries: BTreeMap<u64, Entry>,
-    /// Where each entry's record starts in `raft-log`.
-    offsets: BTreeMap<u64, u64>,
+    /// Where each entry's record starts: its segment's number and the offset in it.
+    offsets: BTreeMap<u64, (u64, u64)>,
     meta: Meta,
     /// When appends are fsynced.
     sync: LogSync,
+    /// A new segment is started once the last one holds this many bytes.
+    segment_bytes: u64,
+}
+
+/// The file of segment `number` in `dir`.
+fn segment_path(dir: &Path, number: u64) -> PathBuf {
+    match number {
+        0 => dir.join(LOG_FILE),
+        _ => dir.join(format!("{LOG_FILE}-{number:010}")),
+    }
+}
+
+/// The numbers of the segments in `dir`, in order.
+fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
+    let mut numbers = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let number = match name.strip_prefix(LOG_FILE) {
+            Some("") => Some(0),
+            Some(rest) => rest
+                .strip_prefix('-')
+                .filter(|digits| digits.len() == 10)
+                .and_then(|digits| digits.parse::<u64>().ok()),
+            None => None,
+        };
+        numbers.extend(number);
+    }
+    numbers.sort_unstable();
+    Ok(numbers)
 }
 
 impl LogStore {
@@ -105,17 +150,51 @@ impl LogStore {
     /// The directory cannot be read or written, a file in it is damaged, or it holds another
     /// node's log.
     pub fn open(dir: &Path, node_id: NodeId, sync: LogSync) -> io::Result<LogStore> {
+        LogStore::open_with(dir, node_id, sync, SEGMENT_BYTES)
+    }
+
+    /// [`LogStore::open`], starting a new segment once the last one holds `segment_bytes`.
+    pub(crate) fn open_with(
+        dir: &Path,
+        node_id: NodeId,
+        sync: LogSync,
+        segment_bytes: u64,
+    ) -> io::Result<LogStore> {
         fs::create_dir_all(dir)?;
-        let meta = read_meta(&dir.join(META_FILE))?;
+        let (meta, meta_version) = read_meta(&dir.join(META_FILE))?;
         check_owner(dir, &meta, node_id)?;
-        let path = dir.join(LOG_FILE);
-        let (entries, offsets, end) = if path.exists() {
-            read_log(&path, meta.last_purged.map(|id| id.index))?
-        } else {
-            write_log(&path, std::iter::empty())?;
-            (BTreeMap::new(), BTreeMap::new(), LOG_HEADER as u64)
-        };
-        let log = OpenOptions::new().append(true).open(&path)?;
+        let mut segments = list_segments(dir)?;
+        if segments.is_empty() {
+            write_empty_segment(&segment_path(dir, 0))?;
+            segments.push(0);
+        }
+        let purged = meta.last_purged.map(|id| id.index);
+        let mut entries = BTreeMap::new();
+        let mut offsets = BTreeMap::new();
+        let mut last_read: Option<u64> = None;
+        let mut end = LOG_HEADER as u64;
+        for (position, &number) in segments.iter().enumerate() {
+            let path = segment_path(dir, number);
+            let read = read_log(&path, purged, last_read)?;
+            let is_last = position + 1 == segments.len();
+            if !is_last && read.end != fs::metadata(&path)?.len() {
+                return Err(damaged(
+                    path.as_path(),
+                    read.end,
+                    "a damaged record before the end",
+                ));
+            }
+            last_read = read.last_index.or(last_read);
+            for (index, (at, entry)) in read.entries {
+                offsets.insert(index, (number, at));
+                entries.insert(index, entry);
+            }
+            end = read.end;
+        }
+        let last = *segments.last().unwrap_or(&0);
+        let log = OpenOptions::new()
+            .append(true)
+            .open(segment_path(dir, last))?;
         if log.metadata()?.len() != end {
             // A torn tail: cut it off so that appends continue after the last whole record.
             log.set_len(end)?;
@@ -123,6 +202,7 @@ impl LogStore {
         }
         let files = Arc::new(Mutex::new(LogFiles {
             dir: dir.to_owned(),
+            segments,
             log: Arc::new(log),
             unsynced: false,
             end,
@@ -130,10 +210,12 @@ impl LogStore {
             offsets,
             meta,
             sync,
+            segment_bytes,
         }));
         {
             let mut files = files.lock().unwrap_or_else(PoisonError::into_inner);
-            if files.meta.node_id.is_none() {
+            // Also rewritten in this build's format, which an earlier version refuses.
+            if files.meta.node_id.is_none() || meta_version != META_FORMAT_VERSION {
                 let meta = Meta {
                     node_id: Some(node_id),
                     ..files.meta.clone()
@@ -152,7 +234,7 @@ impl LogStore {
     /// # Errors
     /// It is another node's, or its meta file cannot be read.
     pub fn check_owner(dir: &Path, node_id: NodeId) -> io::Result<()> {
-        check_owner(dir, &read_meta(&dir.join(META_FILE))?, node_id)
+        check_owner(dir, &read_meta(&dir.join(META_FILE))?.0, node_id)
     }
 
     pub(crate) fn files(&self) -> MutexGuard<'_, LogFiles> {
@@ -178,7 +260,7 @@ impl LogFiles {
         let body = encode(&meta).map_err(io::Error::other)?;
         let mut bytes = Vec::with_capacity(20 + body.len());
         bytes.extend_from_slice(META_MAGIC);
-        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&META_FORMAT_VERSION.to_le_bytes());
         bytes.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_le_bytes());
         bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
         bytes.extend_from_slice(&body);
@@ -192,12 +274,16 @@ impl LogFiles {
     /// [`LogSync::EveryAppend`]: the caller syncs it after letting go of the lock, so that
     /// readers of the log are not held up by the disk.
     fn append(&mut self, records: Records) -> io::Result<Option<Arc<File>>> {
+        if self.end >= self.segment_bytes {
+            self.start_segment()?;
+        }
         (&*self.log).write_all(&records.bytes)?;
         let start = self.end;
         self.end += records.bytes.len() as u64;
+        let segment = self.last_segment();
         for (at, entry) in records.entries {
             let index = entry.get_log_id().index;
-            self.offsets.insert(index, start + at);
+            self.offsets.insert(index, (segment, start + at));
             self.entries.insert(index, entry);
         }
         Ok(match self.sync {
@@ -210,13 +296,43 @@ impl LogFiles {
         })
     }
 
-    /// Removes the entries from `index` on.
+    fn last_segment(&self) -> u64 {
+        self.segments.last().copied().unwrap_or(0)
+    }
+
+    /// Starts a new last segment, once what the current one holds is synced (the thread that
+    /// syncs on an interval only syncs the last segment).
+    fn start_segment(&mut self) -> io::Result<()> {
+        if self.sync != LogSync::Never {
+            self.log.sync_data()?;
+        }
+        let number = self.last_segment() + 1;
+        let path = segment_path(&self.dir, number);
+        write_empty_segment(&path)?;
+        self.log = Arc::new(OpenOptions::new().append(true).open(&path)?);
+        self.segments.push(number);
+        self.end = LOG_HEADER as u64;
+        self.unsynced = false;
+        Ok(())
+    }
+
+    /// Removes the entries from `index` on: cuts the segment holding the first of them and
+    /// removes the segments after it.
     fn truncate(&mut self, index: u64) -> io::Result<()> {
-        let Some(&at) = self.offsets.range(index..).next().map(|(_, at)| at) else {
+        let Some(&(segment, at)) = self.offsets.range(index..).next().map(|(_, at)| at) else {
             return Ok(());
         };
-        self.log.set_len(at)?;
-        self.log.sync_all()?;
+        let path = segment_path(&self.dir, segment);
+        let log = OpenOptions::new().append(true).open(&path)?;
+        log.set_len(at)?;
+        log.sync_all()?;
+        while self.last_segment() > segment {
+            let removed = self.last_segment();
+            fs::remove_file(segment_path(&self.dir, removed))?;
+            self.segments.pop();
+        }
+        File::open(&self.dir)?.sync_all()?;
+        self.log = Arc::new(log);
         self.end = at;
         self.entries.split_off(&index);
         self.offsets.split_off(&index);
@@ -231,13 +347,27 @@ impl LogFiles {
             ..self.meta.clone()
         };
         self.write_meta(meta)?;
-        let kept = self.entries.split_off(&(upto.index + 1));
-        self.entries = kept;
-        let path = self.dir.join(LOG_FILE);
-        let (offsets, end) = write_log(&path, self.entries.values())?;
-        self.log = Arc::new(OpenOptions::new().append(true).open(&path)?);
-        self.offsets = offsets;
-        self.end = end;
+        self.entries = self.entries.split_off(&(upto.index + 1));
+        self.offsets = self.offsets.split_off(&(upto.index + 1));
+        if self.offsets.is_empty() && self.end > LOG_HEADER as u64 {
+            // Nothing is left (a snapshot from the leader covers the whole log): the next
+            // entries, which need not follow the purged ones, go to a new segment.
+            self.start_segment()?;
+        }
+        // Every segment before the one holding the first entry kept holds only purged ones;
+        // the last segment stays, for appends.
+        let first_kept = self
+            .offsets
+            .values()
+            .next()
+            .map_or(self.last_segment(), |&(segment, _)| segment);
+        let removed = self.segments.partition_point(|&number| number < first_kept);
+        for number in self.segments.drain(..removed) {
+            fs::remove_file(segment_path(&self.dir, number))?;
+        }
+        if removed > 0 {
+            File::open(&self.dir)?.sync_all()?;
+        }
         Ok(())
     }
 }
@@ -304,22 +434,13 @@ fn push_record(out: &mut Vec<u8>, entry: &Entry) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes a whole log file of `entries` to `path` (through a temporary file, fsynced and
-/// renamed); returns where each record starts and the file's length.
-fn write_log<'a>(
-    path: &Path,
-    entries: impl Iterator<Item = &'a Entry>,
-) -> io::Result<(BTreeMap<u64, u64>, u64)> {
-    let mut bytes = Vec::new();
+/// Writes a segment holding no entry yet at `path` (through a temporary file, fsynced and
+/// renamed).
+fn write_empty_segment(path: &Path) -> io::Result<()> {
+    let mut bytes = Vec::with_capacity(LOG_HEADER);
     bytes.extend_from_slice(LOG_MAGIC);
-    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    let mut offsets = BTreeMap::new();
-    for entry in entries {
-        offsets.insert(entry.get_log_id().index, bytes.len() as u64);
-        push_record(&mut bytes, entry)?;
-    }
-    replace_file(path, &bytes)?;
-    Ok((offsets, bytes.len() as u64))
+    bytes.extend_from_slice(&LOG_FORMAT_VERSION.to_le_bytes());
+    replace_file(path, &bytes)
 }
 
 /// Replaces `path` with `bytes` atomically and durably.
@@ -358,17 +479,18 @@ fn damaged(path: &Path, at: u64, what: &str) -> io::Error {
     )
 }
 
-fn read_meta(path: &Path) -> io::Result<Meta> {
+/// The meta file at `path` and its format version (0 for none).
+fn read_meta(path: &Path) -> io::Result<(Meta, u32)> {
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Meta::default()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok((Meta::default(), 0)),
         Err(error) => return Err(error),
     };
     if bytes.len() < 20 || &bytes[..8] != META_MAGIC {
         return Err(damaged(path, 0, "not a Raft meta file"));
     }
     let version = u32_at(&bytes, 8);
-    if version != FORMAT_VERSION {
+    if version != META_FORMAT_VERSION && version != META_SINGLE_FILE {
         return Err(damaged(path, 8, &format!("format version {version}")));
     }
     let length = u32_at(&bytes, 12) as usize;
@@ -376,27 +498,35 @@ fn read_meta(path: &Path) -> io::Result<Meta> {
         .get(20..20 + length)
         .filter(|body| crc32fast::hash(body) == u32_at(&bytes, 16))
         .ok_or_else(|| damaged(path, 20, "a damaged body"))?;
-    decode(body).map_err(|why| damaged(path, 20, &why.to_string()))
+    let meta = decode(body).map_err(|why| damaged(path, 20, &why.to_string()))?;
+    Ok((meta, version))
 }
 
-type LoadedLog = (BTreeMap<u64, Entry>, BTreeMap<u64, u64>, u64);
+/// What a segment holds.
+struct Segment {
+    /// The entries after the last purged one, each with where its record starts.
+    entries: BTreeMap<u64, (u64, Entry)>,
+    /// The index of its last entry, purged or not.
+    last_index: Option<u64>,
+    /// The length of its whole records (a torn tail is left out).
+    end: u64,
+}
 
-/// Reads `raft-log`, skipping entries up to `purged`; returns the entries, their offsets and
-/// the length of the whole records (a torn tail is left out).
-fn read_log(path: &Path, purged: Option<u64>) -> io::Result<LoadedLog> {
+/// Reads the segment at `path`, skipping entries up to `purged`; its first entry must follow
+/// `previous`, the last entry of the segment before it (if any).
+fn read_log(path: &Path, purged: Option<u64>, previous: Option<u64>) -> io::Result<Segment> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
     if bytes.len() < LOG_HEADER || &bytes[..8] != LOG_MAGIC {
         return Err(damaged(path, 0, "not a Raft log file"));
     }
     let version = u32_at(&bytes, 8);
-    if version != FORMAT_VERSION {
+    if version != LOG_FORMAT_VERSION {
         return Err(damaged(path, 8, &format!("format version {version}")));
     }
     let mut entries = BTreeMap::new();
-    let mut offsets = BTreeMap::new();
     let mut at = LOG_HEADER;
-    let mut previous: Option<u64> = None;
+    let mut previous = previous;
     while at < bytes.len() {
         let Some(header) = bytes.get(at..at + RECORD_HEADER) else {
             tracing::warn!(file = %path.display(), at, "cutting a torn record off the Raft log");
@@ -422,12 +552,15 @@ fn read_log(path: &Path, purged: Option<u64>) -> io::Result<LoadedLog> {
         }
         previous = Some(index);
         if purged.is_none_or(|purged| index > purged) {
-            offsets.insert(index, at as u64);
-            entries.insert(index, entry);
+            entries.insert(index, (at as u64, entry));
         }
         at += RECORD_HEADER + length as usize;
     }
-    Ok((entries, offsets, at.min(bytes.len()) as u64))
+    Ok(Segment {
+        entries,
+        last_index: previous,
+        end: at.min(bytes.len()) as u64,
+    })
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> u32 {
@@ -583,6 +716,94 @@ mod tests {
         assert_eq!(store.files().meta.vote, Some(Vote::new(2, 7)));
         assert_eq!(store.last_index(), Some(8));
         assert_eq!(store.files().entries[&8], entry(8));
+    }
+
+    #[test]
+    fn the_log_rolls_into_segments_that_purges_remove_and_truncations_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let segments = || list_segments(dir.path()).unwrap();
+        let open = || LogStore::open_with(dir.path(), 1, LogSync::EveryAppend, 100).unwrap();
+        {
+            let store = open();
+            let mut files = store.files();
+            // Each append lands in the last segment; a segment past 100 bytes is followed by
+            // a new one at the next append.
+            for index in 1..=12 {
+                append(&mut files, [entry(index)]);
+            }
+        }
+        let rolled = segments();
+        assert!(rolled.len() >= 4, "{rolled:?}");
+        let store = open();
+        assert_eq!(indexes(&store), (1..=12).collect::<Vec<_>>());
+        {
+            let mut files = store.files();
+            // A truncation inside an earlier segment removes the ones after it.
+            files.truncate(5).unwrap();
+            append(&mut files, (5..=9).map(entry));
+            // A purge removes the segments holding only purged entries, rewriting nothing.
+            files
+                .purge(LogId::new(CommittedLeaderId::new(1, 1), 6))
+                .unwrap();
+            assert_eq!(files.segments, segments());
+        }
+        drop(store);
+        let left = segments();
+        assert!(!left.contains(&0), "the first segment went: {left:?}");
+        let store = open();
+        assert_eq!(indexes(&store), vec![7, 8, 9]);
+        append(&mut store.files(), [entry(10)]);
+        drop(store);
+        assert_eq!(indexes(&open()), vec![7, 8, 9, 10]);
+
+        // A segment other than the last that ends inside a record is damage.
+        let first = segment_path(dir.path(), segments()[0]);
+        let length = fs::metadata(&first).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&first)
+            .unwrap()
+            .set_len(length - 1)
+            .unwrap();
+        let error = LogStore::open_with(dir.path(), 1, LogSync::Never, 100).unwrap_err();
+        assert!(error.to_string().contains("before the end"), "{error}");
+    }
+
+    #[test]
+    fn a_purge_past_the_last_entry_lets_the_log_go_on_after_a_gap() {
+        // A follower that installs a leader's snapshot beyond its log: everything is purged
+        // and the next entry follows the snapshot, not the purged entries.
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
+            let mut files = store.files();
+            append(&mut files, (1..=5).map(entry));
+            files
+                .purge(LogId::new(CommittedLeaderId::new(1, 1), 200))
+                .unwrap();
+            append(&mut files, [entry(201)]);
+        }
+        let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
+        assert_eq!(indexes(&store), vec![201]);
+        assert_eq!(list_segments(dir.path()).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_log_of_the_single_file_format_opens_and_its_meta_is_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
+            append(&mut store.files(), (1..=3).map(entry));
+        }
+        // As an earlier version left it: raft-log alone and a meta of format 1.
+        let path = dir.path().join(META_FILE);
+        let mut meta = fs::read(&path).unwrap();
+        meta[8..12].copy_from_slice(&META_SINGLE_FILE.to_le_bytes());
+        fs::write(&path, &meta).unwrap();
+        let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
+        assert_eq!(indexes(&store), vec![1, 2, 3]);
+        let meta = fs::read(&path).unwrap();
+        assert_eq!(&meta[8..12], &META_FORMAT_VERSION.to_le_bytes());
     }
 
     #[test]

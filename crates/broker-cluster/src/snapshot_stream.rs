@@ -123,8 +123,8 @@ impl SnapshotStream {
         }
     }
 
-    /// Reads into `into` from the current position; 0 at the end.
-    fn read_here(&mut self, into: &mut [u8]) -> io::Result<usize> {
+    /// Reads into `buf` from the current position, from one piece; nothing at the end.
+    fn read_here(&mut self, buf: &mut ReadBuf<'_>) -> io::Result<()> {
         let position = self.position;
         let Direction::Sending {
             pieces,
@@ -139,13 +139,14 @@ impl SnapshotStream {
                 "a snapshot being received is not read",
             ));
         };
-        if position >= *length || into.is_empty() {
-            return Ok(0);
+        if position >= *length || buf.remaining() == 0 {
+            return Ok(());
         }
         // The last piece starting at or before the position (empty pieces are skipped over).
         let index = starts.partition_point(|&start| start <= position) - 1;
         let within = position - starts[index];
-        let wanted = (pieces[index].length() - within).min(into.len() as u64) as usize;
+        let wanted = (pieces[index].length() - within).min(buf.remaining() as u64) as usize;
+        let into = buf.initialize_unfilled_to(wanted);
         let read = match &pieces[index] {
             Piece::Bytes(bytes) => {
                 let from = within as usize;
@@ -170,8 +171,9 @@ impl SnapshotStream {
                 read
             }
         };
+        buf.advance(read);
         self.position += read as u64;
-        Ok(read)
+        Ok(())
     }
 
     fn length(&self) -> io::Result<u64> {
@@ -190,10 +192,7 @@ impl AsyncRead for SnapshotStream {
         _: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let read = this.read_here(buf.initialize_unfilled())?;
-        buf.advance(read);
-        Poll::Ready(Ok(()))
+        Poll::Ready(self.get_mut().read_here(buf))
     }
 }
 
@@ -219,7 +218,13 @@ impl AsyncWrite for SnapshotStream {
         Poll::Ready(Ok(()))
     }
 
+    /// The end of a received snapshot: the file ends where the last chunk did (a transfer of
+    /// the same snapshot that began again from the start may have been longer).
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if let Direction::Receiving { file, .. } = &this.direction {
+            file.set_len(this.position)?;
+        }
         Poll::Ready(Ok(()))
     }
 }
@@ -303,6 +308,11 @@ mod tests {
         incoming.write_all(b"one,two").await.unwrap();
         assert_eq!(incoming.received(), Some(path.as_path()));
         assert_eq!(fs::read(&path).unwrap(), b"chunk one,two");
+        // A transfer that begins again and ends sooner leaves nothing of the longer one.
+        incoming.seek(SeekFrom::Start(0)).await.unwrap();
+        incoming.write_all(b"short").await.unwrap();
+        incoming.shutdown().await.unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"short");
         drop(incoming);
         assert!(!path.exists(), "the received file goes with the stream");
     }

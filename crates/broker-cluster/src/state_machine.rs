@@ -139,35 +139,59 @@ impl Store {
         Ok(())
     }
 
-    /// The current snapshot as a stream to send, its segment files linked into an
-    /// `outgoing-<id>` directory that goes with the stream.
-    fn outgoing(&self, id: u64) -> io::Result<Option<Snapshot<TypeConfig>>> {
+    /// The current snapshot as a stream to send: with `links`, its segment files are linked
+    /// (or, where the file system has no links, copied) into an `outgoing-<links>` directory
+    /// that goes with the stream, so that a later snapshot removing them cannot cut the
+    /// transfer short; without, they are read where they are (for a snapshot just built, of
+    /// which the consensus engine keeps only the meta).
+    fn stream(&self, links: Option<u64>) -> io::Result<Option<Snapshot<TypeConfig>>> {
         let Some(current) = &self.current else {
             return Ok(None);
         };
         let mut pieces = vec![Piece::Bytes(stream_header(&current.checkpoint))];
-        let mut links = None;
-        if !current.segments.is_empty() {
+        let store_dir = self.store_dir(self.number);
+        let mut linked = None;
+        if let Some(id) = links.filter(|_| !current.segments.is_empty()) {
             let dir = self.dir.join(format!("outgoing-{id}"));
             fs::create_dir(&dir)?;
             // Removed on drop from here on, also if linking fails half way.
-            let dir = links.insert(RemovedOnDrop(dir));
-            let store_dir = self.store_dir(self.number);
-            for (number, segment) in current.segments.iter().enumerate() {
-                for (kind, (path, length)) in ["rec", "idx"]
-                    .into_iter()
-                    .zip(segment_files(&store_dir, segment))
-                {
-                    let link = dir.0.join(format!("{number}.{kind}"));
-                    fs::hard_link(&path, &link)?;
-                    pieces.push(Piece::File { path: link, length });
-                }
+            linked = Some(RemovedOnDrop(dir));
+        }
+        for (number, segment) in current.segments.iter().enumerate() {
+            for (kind, (path, length)) in ["rec", "idx"]
+                .into_iter()
+                .zip(segment_files(&store_dir, segment))
+            {
+                let path = match &linked {
+                    Some(dir) => {
+                        let link = dir.0.join(format!("{number}.{kind}"));
+                        fs::hard_link(&path, &link)
+                            .or_else(|_| copy_start(&path, &link, length))?;
+                        link
+                    }
+                    None => path,
+                };
+                pieces.push(Piece::File { path, length });
             }
         }
+        let links = linked;
         Ok(Some(Snapshot {
             meta: current.meta.clone(),
             snapshot: Box::new(SnapshotStream::sending(pieces, links)),
         }))
+    }
+}
+
+/// Copies the first `length` bytes of `from` to a new file `to`.
+fn copy_start(from: &Path, to: &Path, length: u64) -> io::Result<()> {
+    let copied = io::copy(&mut File::open(from)?.take(length), &mut File::create(to)?)?;
+    if copied == length {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("{} is shorter than its snapshot says", from.display()),
+        ))
     }
 }
 
@@ -273,13 +297,18 @@ impl<R: Replica> StateMachine<R> {
 /// the one it replaced) and the files of transfers.
 fn remove_leftovers(dir: &Path, number: u64) -> io::Result<()> {
     let keep = format!("store-{number}");
+    // Only names this module gives: `<prefix><digits>`.
+    let numbered = |name: &str, prefix: &str| {
+        name.strip_prefix(prefix)
+            .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+    };
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        let leftover = (name.starts_with("store-") && name != keep)
-            || name.starts_with("incoming-")
-            || name.starts_with("outgoing-");
+        let leftover = (numbered(&name, "store-") && name != keep)
+            || numbered(&name, "incoming-")
+            || numbered(&name, "outgoing-");
         if !leftover {
             continue;
         }
@@ -320,18 +349,26 @@ impl<R: Replica> SnapshotBuilder<R> {
             replica,
             counter,
         } = self;
-        let mut store = lock_store(&store);
-        let id = counter.fetch_add(1, Ordering::Relaxed);
-        if store.number != number {
-            // A snapshot from the leader replaced the state since the image was taken: it is
-            // newer than this one would be.
-            return store.outgoing(id);
-        }
         let mut image = image.ok_or_else(|| io::Error::other("a snapshot builder used twice"))?;
-        let written = store
-            .records
-            .write_out(&mut image, store.segment_bytes)
-            .map_err(io_error)?;
+        let id = counter.fetch_add(1, Ordering::Relaxed);
+        let (records, segment_bytes) = {
+            let store = lock_store(&store);
+            if store.number != number {
+                // A snapshot from the leader replaced the state since the image was taken: it
+                // is newer than this one would be.
+                return store.stream(None);
+            }
+            (Arc::clone(&store.records), store.segment_bytes)
+        };
+        // The long part (writing and syncing the records) holds no lock: the current snapshot
+        // can be sent meanwhile.
+        let written = records.write_out(&mut image, segment_bytes);
+        let mut store = lock_store(&store);
+        if store.number != number {
+            // Replaced meanwhile: what was written went with the old store directory.
+            return store.stream(None);
+        }
+        let written = written.map_err(io_error)?;
         let segments = store.records.catalog_without_retired(&written.bases);
         let checkpoint = Checkpoint { image, segments };
         let encoded = encode(&checkpoint).map_err(io::Error::other)?;
@@ -351,7 +388,7 @@ impl<R: Replica> SnapshotBuilder<R> {
             // They are named by no snapshot: the next start removes them.
             warn!(%error, "cannot remove record segments nothing retains any more");
         }
-        store.outgoing(id)
+        store.stream(None)
     }
 }
 
@@ -473,7 +510,7 @@ impl<R: Replica> RaftStateMachine<TypeConfig> for StateMachine<R> {
         let store = Arc::clone(&self.store);
         let id = self.counter.fetch_add(1, Ordering::Relaxed);
         let failed = |error: io::Error| StorageIOError::read_snapshot(None, &error);
-        tokio::task::spawn_blocking(move || lock_store(&store).outgoing(id))
+        tokio::task::spawn_blocking(move || lock_store(&store).stream(Some(id)))
             .await
             .map_err(|error| failed(io::Error::other(error)))?
             .map_err(|error| failed(error).into())
@@ -489,44 +526,84 @@ fn install<R: Replica>(
     meta: SnapshotMeta<NodeId, ClusterNode>,
     path: &Path,
 ) -> io::Result<()> {
-    let damaged = |what: String| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("the snapshot received from the leader: {what}"),
-        )
-    };
-    let mut received = BufReader::new(File::open(path)?);
-    let mut header = [0; STREAM_HEADER];
-    received
-        .read_exact(&mut header)
-        .map_err(|error| damaged(format!("its header: {error}")))?;
-    if &header[..8] != STREAM_MAGIC || u32_at(&header, 8) != STREAM_VERSION {
-        return Err(damaged("not a snapshot of this version".to_owned()));
-    }
-    let length = u64_at(&header, 16);
-    let mut checkpoint = Vec::new();
-    received
-        .by_ref()
-        .take(length)
-        .read_to_end(&mut checkpoint)?;
-    if checkpoint.len() as u64 != length || crc32fast::hash(&checkpoint) != u32_at(&header, 12) {
-        return Err(damaged("a checksum that does not match".to_owned()));
-    }
-    let decoded: Checkpoint = decode(&checkpoint).map_err(|error| damaged(error.to_string()))?;
     let number = store.number + 1;
     let store_dir = store.store_dir(number);
     if store_dir.exists() {
         fs::remove_dir_all(&store_dir)?;
     }
-    for segment in &decoded.segments {
-        for (file, length) in segment_files(&store_dir, segment) {
+    fs::create_dir_all(&store_dir)?;
+    let (checkpoint, encoded) = unpack(path, &store_dir)?;
+    sync_tree(&store_dir)?;
+    let records =
+        Arc::new(RecordStore::open(&store_dir, checkpoint.segments.clone()).map_err(io_error)?);
+    replica
+        .restore(checkpoint.image, Arc::clone(&records) as Arc<dyn ColdStore>)
+        .map_err(|why| received_damaged(&why))?;
+    let old = store.store_dir(store.number);
+    store.number = number;
+    store.records = records;
+    store.keep(meta, encoded, checkpoint.segments)?;
+    if let Err(error) = fs::remove_dir_all(&old) {
+        if error.kind() != io::ErrorKind::NotFound {
+            // No snapshot names it: the next start removes it.
+            warn!(path = %old.display(), %error, "cannot remove the record segments a snapshot replaced");
+        }
+    }
+    Ok(())
+}
+
+fn received_damaged(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("the snapshot received from the leader: {what}"),
+    )
+}
+
+/// Reads the snapshot received in `path`, writing the segment files it carries under
+/// `store_dir`; returns its checkpoint, decoded and encoded. A leader of an earlier version
+/// sends its state's whole image (records included, no segments): that is read too.
+fn unpack(path: &Path, store_dir: &Path) -> io::Result<(Checkpoint, Vec<u8>)> {
+    let mut received = BufReader::new(File::open(path)?);
+    let mut header = [0; STREAM_HEADER];
+    let read = received.read(&mut header)?;
+    if read < STREAM_MAGIC.len() || header[..STREAM_MAGIC.len()] != STREAM_MAGIC[..] {
+        let mut whole = header[..read].to_vec();
+        received.read_to_end(&mut whole)?;
+        let image: StateImage =
+            decode(&whole).map_err(|error| received_damaged(&error.to_string()))?;
+        let checkpoint = Checkpoint {
+            image,
+            segments: Vec::new(),
+        };
+        let encoded = encode(&checkpoint).map_err(io::Error::other)?;
+        return Ok((checkpoint, encoded));
+    }
+    received
+        .read_exact(&mut header[read..])
+        .map_err(|error| received_damaged(&format!("its header: {error}")))?;
+    let version = u32_at(&header, 8);
+    if version != STREAM_VERSION {
+        return Err(received_damaged(&format!(
+            "format version {version}, which a later version of this node reads"
+        )));
+    }
+    let length = u64_at(&header, 16);
+    let mut encoded = Vec::new();
+    received.by_ref().take(length).read_to_end(&mut encoded)?;
+    if encoded.len() as u64 != length || crc32fast::hash(&encoded) != u32_at(&header, 12) {
+        return Err(received_damaged("a checksum that does not match"));
+    }
+    let checkpoint: Checkpoint =
+        decode(&encoded).map_err(|error| received_damaged(&error.to_string()))?;
+    for segment in &checkpoint.segments {
+        for (file, length) in segment_files(store_dir, segment) {
             if let Some(parent) = file.parent() {
                 fs::create_dir_all(parent)?;
             }
             let mut out = File::create(&file)?;
             let copied = io::copy(&mut received.by_ref().take(length), &mut out)?;
             if copied != length {
-                return Err(damaged(format!(
+                return Err(received_damaged(&format!(
                     "it ends inside {} ({copied} of {length} bytes)",
                     file.display()
                 )));
@@ -536,25 +613,9 @@ fn install<R: Replica>(
         }
     }
     if received.read(&mut [0])? != 0 {
-        return Err(damaged("bytes after its last segment".to_owned()));
+        return Err(received_damaged("bytes after its last segment"));
     }
-    sync_tree(&store_dir)?;
-    let records =
-        Arc::new(RecordStore::open(&store_dir, decoded.segments.clone()).map_err(io_error)?);
-    replica
-        .restore(decoded.image, Arc::clone(&records) as Arc<dyn ColdStore>)
-        .map_err(damaged)?;
-    let old = store.store_dir(store.number);
-    store.number = number;
-    store.records = records;
-    store.keep(meta, checkpoint, decoded.segments)?;
-    if let Err(error) = fs::remove_dir_all(&old) {
-        if error.kind() != io::ErrorKind::NotFound {
-            // No snapshot names it: the next start removes it.
-            warn!(path = %old.display(), %error, "cannot remove the record segments a snapshot replaced");
-        }
-    }
-    Ok(())
+    Ok((checkpoint, encoded))
 }
 
 /// Fsyncs every directory under `dir` and `dir` itself (after their files were).

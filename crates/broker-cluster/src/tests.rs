@@ -534,6 +534,20 @@ async fn snapshots_put_records_on_disk_and_travel_with_their_segments() {
     assert!(other.has_snapshot());
     assert_eq!(restarted.contents(), at_snapshot);
 
+    // A leader of an earlier version sends the whole image, records included: it installs.
+    let mut whole = reopened.contents();
+    whole.topics[0].1.partitions[0].records.truncate(7);
+    let partition = &mut whole.topics[0].1.partitions[0];
+    partition.retained_bytes = partition.records.iter().map(|record| record.size()).sum();
+    whole.retained_bytes = partition.retained_bytes;
+    let sent_whole = crate::codec::encode(&whole).unwrap();
+    let upgraded = Memory::new();
+    let mut machine =
+        StateMachine::open(&dir.path().join("upgraded"), Arc::clone(&upgraded), 4096).unwrap();
+    receive(&mut machine, &meta, &sent_whole).await.unwrap();
+    assert_eq!(upgraded.contents(), whole);
+    assert_eq!(upgraded.on_disk(), 0, "in memory until its next snapshot");
+
     // A damaged or cut transfer is refused and changes nothing.
     for (what, damaged) in [
         ("cut short", bytes[..bytes.len() - 10].to_vec()),

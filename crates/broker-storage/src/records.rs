@@ -212,6 +212,8 @@ impl RecordStore {
     pub fn open(dir: &Path, catalog: Vec<SegmentImage>) -> Result<RecordStore, StorageError> {
         let root = dir.join(RECORDS_DIR);
         fs::create_dir_all(&root).map_err(StorageError::io("create directory", &root))?;
+        // The directory's own entry too, for segments later created in it.
+        sync_dir(dir)?;
         let mut logs: HashMap<LogId, Vec<SegmentImage>> = HashMap::new();
         for segment in catalog {
             logs.entry(segment.log()).or_default().push(segment);
