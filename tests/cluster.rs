@@ -751,3 +751,61 @@ async fn producers_and_consumers_of_both_kinds_go_on_through_the_leaders_kill() 
         assert_eq!(seen.len(), RECORDS);
     }
 }
+
+/// A follower whose directory is lost cannot come back under its id (a voter that forgot its
+/// log and votes could help elect a leader missing committed changes): it refuses to start,
+/// saying what to do, and the cluster goes on. Removed, and replaced by a node with a new id,
+/// the replacement catches up from the leader's snapshot and counts in the majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_lost_its_directory_is_replaced_not_restarted() {
+    let mut nodes = Nodes::start_with(
+        3,
+        None,
+        &[
+            "--cluster-snapshot-entries",
+            "20",
+            "--segment-bytes",
+            "4096",
+        ],
+    );
+    let client = nodes.client().await;
+    assert!(client.create("t", 4).await.unwrap());
+    client.join("t", "g", "m").await.unwrap();
+    publish(&client, "before", 60).await;
+    let leader = nodes.leader().await;
+    let lost = (leader + 1) % 3;
+    let other = (leader + 2) % 3;
+    nodes.kill(lost);
+    std::fs::remove_dir_all(nodes.dir(lost)).unwrap();
+    publish(&client, "while-lost", 40).await;
+
+    let refused = nodes.refused_restart(lost);
+    assert!(!refused.status.success());
+    assert!(
+        refused.stderr.contains("directory is empty")
+            && refused
+                .stderr
+                .contains(&format!("broker cluster remove {}", lost + 1)),
+        "{}",
+        refused.stderr
+    );
+    publish(&client, "after-refusal", 10).await;
+
+    let removed = broker_cli(&nodes, &["cluster", "remove", &(lost + 1).to_string()]);
+    assert!(removed.contains("removed"), "{removed}");
+    let (joiner, entry) = nodes.start_joiner();
+    let added = broker_cli(&nodes, &["cluster", "add", &entry]);
+    assert!(added.contains("added"), "{added}");
+    assert!(
+        nodes.dir(joiner).join("raft/store-1/records").is_dir(),
+        "the new node installed the leader's snapshot"
+    );
+    // With the other follower down, nothing is stored without the new node's vote.
+    nodes.kill(other);
+    publish(&client, "after", 10).await;
+    assert_eq!(stored(&client).await, 120);
+    let everything = drain(&client).await;
+    assert_eq!(everything.len(), 120);
+    assert!(everything.iter().any(|payload| payload == "before-0"));
+    assert!(everything.iter().any(|payload| payload == "after-9"));
+}

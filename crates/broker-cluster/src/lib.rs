@@ -108,6 +108,59 @@ pub enum ClusterError {
     /// The consensus engine refused to start.
     #[error("the consensus engine: {0}")]
     Raft(String),
+    /// The node's directory is empty, but the leader knows it held entries: its log and
+    /// votes were lost, and a voter that forgot them could help elect a leader missing
+    /// committed changes.
+    #[error(
+        "node {node}'s directory is empty, but the leader (node {leader}) knows it held the log up \
+         to entry {matched}: its log and votes were lost. A node must not come back under its \
+         id without them (it could help elect a leader missing committed changes). Remove it \
+         (`broker cluster remove {node}`), then start it with a new id and --cluster-join and add \
+         it (`broker cluster add`)"
+    )]
+    LogLost {
+        /// This node.
+        node: NodeId,
+        /// The leader that knows.
+        leader: NodeId,
+        /// The last entry the leader knows this node held.
+        matched: u64,
+    },
+}
+
+/// How long a node that starts with an empty directory waits for each member's answer to
+/// whether it held a log before.
+const LOST_LOG_QUESTION: Duration = Duration::from_secs(1);
+
+/// Refuses to start node `node_id`, whose directory is empty, if a member that leads knows
+/// it held entries ([`ClusterError::LogLost`]). Members that do not answer in
+/// [`LOST_LOG_QUESTION`] (not started yet, as when a new cluster forms) are not waited for.
+async fn refuse_if_log_lost(
+    network: &Network,
+    node_id: NodeId,
+    members: &BTreeMap<NodeId, ClusterNode>,
+) -> Result<(), ClusterError> {
+    use openraft::network::RaftNetworkFactory;
+    let questions = members
+        .iter()
+        .filter(|(id, _)| **id != node_id)
+        .map(|(&id, node)| {
+            let mut network = network.clone();
+            async move {
+                let mut link = network.new_client(id, node).await;
+                (id, link.matched(LOST_LOG_QUESTION).await)
+            }
+        });
+    for (leader, answer) in futures::future::join_all(questions).await {
+        if let Ok(Some(matched)) = answer {
+            return Err(ClusterError::LogLost {
+                node: node_id,
+                leader,
+                matched,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Why a proposal was not applied.
@@ -229,6 +282,9 @@ impl Cluster {
         // snapshot already belongs to a cluster.
         let fresh = log.last_index().is_none() && !machine.has_snapshot();
         let network = Network::new(config.node_id, config.token.clone(), config.tls.clone());
+        if fresh {
+            refuse_if_log_lost(&network, config.node_id, &config.members).await?;
+        }
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),

@@ -70,6 +70,10 @@ pub(crate) enum PeerRequest {
     Vote(VoteRequest<NodeId>),
     /// A chunk of a snapshot.
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    /// How far the asking node's log reaches, as far as this node knows (a node starting with
+    /// an empty directory asks, to find out whether it lost its log). Added after the first
+    /// release: a node of that release closes the connection instead of answering.
+    Matched,
 }
 
 /// The answer to a [`PeerRequest`].
@@ -83,6 +87,9 @@ pub(crate) enum PeerResponse {
     InstallSnapshot(
         Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
     ),
+    /// Answers [`PeerRequest::Matched`]: if this node leads, the index of the last entry it
+    /// knows the asking node holds (`None` when it knows of none, or does not lead).
+    Matched(Option<u64>),
 }
 
 /// A peer connection's bytes: plain TCP, or TLS over it.
@@ -367,6 +374,23 @@ impl PeerLink {
     }
 }
 
+impl PeerLink {
+    /// Asks the peer how far it knows this node's log reaches ([`PeerRequest::Matched`]),
+    /// waiting at most `timeout`.
+    ///
+    /// # Errors
+    /// The peer cannot be reached, refuses this node, or does not know the question.
+    pub(crate) async fn matched(&mut self, timeout: Duration) -> io::Result<Option<u64>> {
+        match self.call(PeerRequest::Matched, timeout).await? {
+            PeerResponse::Matched(matched) => Ok(matched),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "an answer to another request",
+            )),
+        }
+    }
+}
+
 impl RaftNetwork<TypeConfig> for PeerLink {
     async fn append_entries(
         &mut self,
@@ -504,6 +528,14 @@ async fn serve_peer(
             PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
             PeerRequest::InstallSnapshot(rpc) => {
                 PeerResponse::InstallSnapshot(raft.install_snapshot(rpc).await)
+            }
+            PeerRequest::Matched => {
+                let metrics = raft.metrics().borrow().clone();
+                let matched = metrics
+                    .replication
+                    .and_then(|progress| progress.get(&hello.from).copied().flatten())
+                    .map(|log_id| log_id.index);
+                PeerResponse::Matched(matched)
             }
         };
         send(&mut connection, &response).await?;

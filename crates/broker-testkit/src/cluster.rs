@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use broker_client::Client;
 
 use crate::peer_links::PeerLinks;
-use crate::process::ServerProcess;
+use crate::process::{refused_start, Refusal, ServerProcess};
 
 /// How long [`Nodes::leader`] waits for a leader before it fails.
 pub const PATIENCE: Duration = Duration::from_secs(30);
@@ -92,6 +92,22 @@ impl Nodes {
 
     /// Starts node `index` (again) on its addresses and directory.
     pub fn restart(&mut self, index: usize) {
+        let flags = self.flags(index);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let node = ServerProcess::start_on(self.client_addrs[index], &flags);
+        self.running[index] = Some(node);
+    }
+
+    /// Starts node `index` again as [`Nodes::restart`] does, expecting it to refuse; returns
+    /// why.
+    pub fn refused_restart(&self, index: usize) -> Refusal {
+        let flags = self.flags(index);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        refused_start(&flags, PATIENCE)
+    }
+
+    /// The flags node `index` starts with, but its client address.
+    fn flags(&self, index: usize) -> Vec<String> {
         let id = (index + 1).to_string();
         let dir = self.dirs[index].to_str().unwrap().to_owned();
         let members = self.joiners.get(&index).unwrap_or(&self.members).clone();
@@ -112,9 +128,7 @@ impl Nodes {
         if let Some(listen) = self.peer_listens[index] {
             flags.extend(["--cluster-listen".to_owned(), listen.to_string()]);
         }
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        let node = ServerProcess::start_on(self.client_addrs[index], &flags);
-        self.running[index] = Some(node);
+        flags
     }
 
     /// Node `index`'s data directory.
