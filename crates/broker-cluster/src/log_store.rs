@@ -318,7 +318,7 @@ impl LogFiles {
 
     /// Removes the entries from `index` on: cuts the segment holding the first of them and
     /// removes the segments after it.
-    fn truncate(&mut self, index: u64) -> io::Result<()> {
+    pub(crate) fn truncate(&mut self, index: u64) -> io::Result<()> {
         let Some(&(segment, at)) = self.offsets.range(index..).next().map(|(_, at)| at) else {
             return Ok(());
         };

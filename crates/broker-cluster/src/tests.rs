@@ -285,8 +285,7 @@ async fn three_nodes_replicate_survive_a_leader_loss_and_catch_up() {
     let all: Vec<&Node> = nodes.iter().flatten().collect();
     converged(&all, 150).await;
 
-    // A node whose files are lost comes back empty and catches up from a snapshot (the log
-    // before the last snapshot is gone from the others).
+    // A node whose files are lost is refused when it comes back empty under its id.
     let lost = (leader(&all).await + 1) % 3;
     let lost_id = all[lost].cluster.node_id();
     let node = nodes[lost].take().unwrap();
@@ -298,11 +297,52 @@ async fn three_nodes_replicate_survive_a_leader_loss_and_catch_up() {
     let listener = TcpListener::bind(&members[&lost_id].raft_addr)
         .await
         .unwrap();
-    nodes[lost] = Some(start(lost_id, &members, dir.path(), listener).await);
+    let refused = Cluster::start(
+        config(lost_id, &members, dir.path()),
+        listener,
+        Memory::new(),
+    )
+    .await
+    .err();
+    assert!(
+        matches!(refused, Some(ClusterError::LogLost { node, .. }) if node == lost_id),
+        "{refused:?}"
+    );
+
+    // Removed, it is replaced by a new node, which catches up from a snapshot (the log before
+    // the last snapshot is gone from the others).
+    rest[third]
+        .cluster
+        .remove_node(lost_id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let new_node = ClusterNode {
+        raft_addr: addr.clone(),
+        client_addr: format!("client-of-{addr}"),
+    };
+    let mut with_new = members.clone();
+    with_new.insert(4, new_node.clone());
+    let replica = Memory::new();
+    let joining = ClusterConfig {
+        join: true,
+        ..config(4, &with_new, dir.path())
+    };
+    let cluster = Cluster::start(joining, listener, Arc::clone(&replica))
+        .await
+        .unwrap();
+    let leading = leader(&rest).await;
+    rest[leading]
+        .cluster
+        .add_node(4, new_node, Duration::from_secs(10))
+        .await
+        .unwrap();
+    nodes[lost] = Some(Node { cluster, replica });
     let all: Vec<&Node> = nodes.iter().flatten().collect();
     converged(&all, 260).await;
-    // Snapshots moved the records to segment files on every node; the rejoined node's came
-    // with the snapshot it was sent.
+    // Snapshots moved the records to segment files on every node; the new node's came with
+    // the snapshot it was sent.
     for node in &all {
         assert!(node.replica.on_disk() > 0, "records on disk");
     }
@@ -310,12 +350,7 @@ async fn three_nodes_replicate_survive_a_leader_loss_and_catch_up() {
         node.cluster.shutdown().await;
     }
     // It caught up from a snapshot: its log starts after the entries it never saw.
-    let rejoined = LogStore::open(
-        &dir.path().join(format!("node-{lost_id}")),
-        lost_id,
-        LogSync::Never,
-    )
-    .unwrap();
+    let rejoined = LogStore::open(&dir.path().join("node-4"), 4, LogSync::Never).unwrap();
     let first_entry = rejoined.files().entries.keys().next().copied();
     assert!(first_entry > Some(2), "the log starts at {first_entry:?}");
 }
@@ -630,4 +665,59 @@ async fn a_snapshot_of_format_1_opens_and_the_next_moves_its_records_to_disk() {
     let reopened = Memory::new();
     StateMachine::open(dir.path(), Arc::clone(&reopened), 4096).unwrap();
     assert_eq!(reopened.contents(), opened);
+}
+
+/// A follower whose log lost its last entries after it had answered for them (a power loss
+/// with `--fsync batch` or `never`) comes back with the shorter log: the leader sends those
+/// entries again instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_whose_log_went_back_is_sent_the_entries_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bound = listeners(3).await;
+    let members = members(&bound);
+    let mut nodes = Vec::new();
+    for (index, listener) in bound.drain(..).enumerate() {
+        nodes.push(Some(
+            start(index as NodeId + 1, &members, dir.path(), listener).await,
+        ));
+    }
+    let all: Vec<&Node> = nodes.iter().flatten().collect();
+    let first = leader(&all).await;
+    let create = Command::Create {
+        topic: "t".into(),
+        partition_count: 1,
+        key_hash: KeyHash::default(),
+        settings: Vec::new(),
+    };
+    all[first]
+        .cluster
+        .propose(Proposal::Commands {
+            now_ms: 1_000,
+            commands: vec![create],
+        })
+        .await
+        .unwrap();
+    propose_publishes(all[first], 0..30).await;
+    converged(&all, 30).await;
+
+    let follower = (first + 1) % 3;
+    let id = all[follower].cluster.node_id();
+    let node = nodes[follower].take().unwrap();
+    node.cluster.shutdown().await;
+    drop(node);
+    {
+        let log =
+            LogStore::open(&dir.path().join(format!("node-{id}")), id, LogSync::Never).unwrap();
+        let last = log.last_index().unwrap();
+        log.files().truncate(last - 4).unwrap();
+    }
+    let listener = TcpListener::bind(&members[&id].raft_addr).await.unwrap();
+    nodes[follower] = Some(start(id, &members, dir.path(), listener).await);
+    let all: Vec<&Node> = nodes.iter().flatten().collect();
+    let leading = leader(&all).await;
+    propose_publishes(all[leading], 30..40).await;
+    converged(&all, 40).await;
+    for node in all {
+        node.cluster.shutdown().await;
+    }
 }
