@@ -130,7 +130,7 @@ pub enum ClusterError {
 
 /// How long a node that starts with an empty directory waits for each member's answer to
 /// whether it held a log before.
-const LOST_LOG_QUESTION: Duration = Duration::from_secs(1);
+const LOST_LOG_QUESTION: Duration = Duration::from_secs(2);
 
 /// Refuses to start node `node_id`, whose directory is empty, if a member that leads knows
 /// it held entries ([`ClusterError::LogLost`]). Members that do not answer in
