@@ -807,6 +807,11 @@ async fn a_follower_that_lost_its_directory_is_replaced_not_restarted() {
             "{}",
             refused.stderr
         );
+        // Refused before anything was written: the directory can serve the replacement.
+        assert!(
+            !nodes.dir(lost).join("raft").exists(),
+            "the refused start left files behind"
+        );
     } else {
         eprintln!("the leader changed after the kill: the restart's refusal is not checked");
     }

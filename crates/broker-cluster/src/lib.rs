@@ -115,8 +115,9 @@ pub enum ClusterError {
         "node {node}'s directory is empty, but the leader (node {leader}) knows it held the log up \
          to entry {matched}: its log and votes were lost. A node must not come back under its \
          id without them (it could help elect a leader missing committed changes). Remove it \
-         (`broker cluster remove {node}`), then start it with a new id and --cluster-join and add \
-         it (`broker cluster add`)"
+         (`broker cluster remove {node}`), then start it with a new id, an empty directory and \
+         --cluster-join (its own addresses and the running nodes in --cluster-members), and add \
+         it (`broker cluster add ID=PEER_ADDR/CLIENT_ADDR`)"
     )]
     LogLost {
         /// This node.
@@ -269,6 +270,18 @@ impl Cluster {
         }
         .validate()
         .map_err(|error| ClusterError::Config(error.to_string()))?;
+        // Before anything is written to the directory: a refused start leaves it as it was.
+        let dir = config.dir.clone();
+        let empty = tokio::task::spawn_blocking(move || {
+            LogStore::holds_no_entries(&dir)
+                .map(|none| none && !state_machine::snapshot_exists(&dir))
+        })
+        .await
+        .map_err(|error| ClusterError::Raft(error.to_string()))??;
+        let network = Network::new(config.node_id, config.token.clone(), config.tls.clone());
+        if empty {
+            refuse_if_log_lost(&network, config.node_id, &config.members).await?;
+        }
         let dir = config.dir.clone();
         let (log, machine) = tokio::task::spawn_blocking(move || {
             Ok::<_, io::Error>((
@@ -281,10 +294,6 @@ impl Cluster {
         // A node with nothing yet proposes the initial membership; one with a log or a
         // snapshot already belongs to a cluster.
         let fresh = log.last_index().is_none() && !machine.has_snapshot();
-        let network = Network::new(config.node_id, config.token.clone(), config.tls.clone());
-        if fresh {
-            refuse_if_log_lost(&network, config.node_id, &config.members).await?;
-        }
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),

@@ -229,6 +229,22 @@ impl LogStore {
         Ok(LogStore { files })
     }
 
+    /// Whether the log in `dir` holds no entry (or there is none), checked without opening it.
+    ///
+    /// # Errors
+    /// The directory cannot be listed.
+    pub fn holds_no_entries(dir: &Path) -> io::Result<bool> {
+        if !dir.exists() {
+            return Ok(true);
+        }
+        for number in list_segments(dir)? {
+            if fs::metadata(segment_path(dir, number))?.len() > LOG_HEADER as u64 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Checks, without opening it, that the log in `dir` (if any) is node `node_id`'s.
     ///
     /// # Errors

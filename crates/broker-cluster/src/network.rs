@@ -381,7 +381,11 @@ impl PeerLink {
     /// # Errors
     /// The peer cannot be reached, refuses this node, or does not know the question.
     pub(crate) async fn matched(&mut self, timeout: Duration) -> io::Result<Option<u64>> {
-        match self.call(PeerRequest::Matched, timeout).await? {
+        // Not through `call`: a peer that does not answer this (one that is starting too) is
+        // not worth a warning.
+        let asked = tokio::time::timeout(timeout, self.exchange(PeerRequest::Matched)).await;
+        let answer = asked.map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no answer"))?;
+        match answer? {
             PeerResponse::Matched(matched) => Ok(matched),
             _ => Err(io::Error::new(
                 io::ErrorKind::InvalidData,

@@ -292,6 +292,11 @@ impl<R: Replica> StateMachine<R> {
     }
 }
 
+/// Whether the node's cluster directory `dir` holds a snapshot, checked without opening it.
+pub(crate) fn snapshot_exists(dir: &Path) -> bool {
+    dir.join(SNAPSHOT_FILE).exists()
+}
+
 /// Removes, from a node's cluster directory whose store directory is `store-<number>`, the
 /// other store directories (of a snapshot from the leader that was not made current, or of
 /// the one it replaced) and the files of transfers.

@@ -96,6 +96,10 @@ pub enum ServerError {
     /// written.
     #[error(transparent)]
     Storage(#[from] broker_storage::StorageError),
+    /// A cluster node could not start: its settings, its files, the consensus engine, or a
+    /// directory that lost the node's log.
+    #[error(transparent)]
+    Cluster(#[from] broker_cluster::ClusterError),
 }
 
 /// Serves the broker on `listener` until `shutdown` completes, then shuts down gracefully: stops

@@ -139,9 +139,7 @@ pub(crate) async fn start(
         broker: Arc::clone(&shared.broker),
         signals: Arc::clone(&shared.signals),
     });
-    let cluster = Cluster::start(config, listener, replica)
-        .await
-        .map_err(|error| ServerError::InvalidConfig(error.to_string()))?;
+    let cluster = Cluster::start(config, listener, replica).await?;
     warn_about_settings(settings, listening);
     info!(
         node_id = settings.node_id,
