@@ -467,11 +467,11 @@ fn cluster_status(nodes: &Nodes) -> serde_json::Value {
     serde_json::from_str(&broker_cli(nodes, &["cluster", "status", "--json"])).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_is_added_then_removed_while_the_cluster_serves() {
-    // Frequent snapshots: the log before the last one is gone when the new node comes, so it
-    // catches up from a snapshot, which brings the record segment files along.
-    let mut nodes = Nodes::start_with(
+/// Three nodes that take a snapshot every 20 entries (in small segment files), so that a node
+/// that comes later catches up from a snapshot; a client of them, with topic `t` of 4
+/// partitions and group `g`'s member `m` joined.
+async fn snapshotting_cluster() -> (Nodes, Client) {
+    let nodes = Nodes::start_with(
         3,
         None,
         &[
@@ -484,6 +484,14 @@ async fn a_node_is_added_then_removed_while_the_cluster_serves() {
     let client = nodes.client().await;
     assert!(client.create("t", 4).await.unwrap());
     client.join("t", "g", "m").await.unwrap();
+    (nodes, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_is_added_then_removed_while_the_cluster_serves() {
+    // Frequent snapshots: the log before the last one is gone when the new node comes, so it
+    // catches up from a snapshot, which brings the record segment files along.
+    let (mut nodes, client) = snapshotting_cluster().await;
     publish(&client, "before", 50).await;
 
     // A fourth node, started to join, is added: it catches up, then votes.
@@ -775,19 +783,7 @@ async fn producers_and_consumers_of_both_kinds_go_on_through_the_leaders_kill() 
 /// the replacement catches up from the leader's snapshot and counts in the majority.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_that_lost_its_directory_is_replaced_not_restarted() {
-    let mut nodes = Nodes::start_with(
-        3,
-        None,
-        &[
-            "--cluster-snapshot-entries",
-            "20",
-            "--segment-bytes",
-            "4096",
-        ],
-    );
-    let client = nodes.client().await;
-    assert!(client.create("t", 4).await.unwrap());
-    client.join("t", "g", "m").await.unwrap();
+    let (mut nodes, client) = snapshotting_cluster().await;
     publish(&client, "before", 60).await;
     let leader = nodes.leader().await;
     let lost = (leader + 1) % 3;

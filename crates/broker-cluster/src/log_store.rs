@@ -286,12 +286,15 @@ impl LogFiles {
     }
 
     /// Writes `records` (encoded by [`Records::of`]) at the end of the log and adds their
-    /// entries. Returns the file to fsync before the entries count as stored, with
-    /// [`LogSync::EveryAppend`]: the caller syncs it after letting go of the lock, so that
-    /// readers of the log are not held up by the disk.
-    fn append(&mut self, records: Records) -> io::Result<Option<Arc<File>>> {
+    /// entries. Returns the files to fsync before the entries count as stored: the last
+    /// segment with [`LogSync::EveryAppend`], and a segment this append closed with writes not
+    /// yet synced ([`LogSync::Every`], whose thread syncs only the last one). The caller syncs
+    /// them after letting go of the lock, so that readers of the log are not held up by the
+    /// disk.
+    fn append(&mut self, records: Records) -> io::Result<Vec<Arc<File>>> {
+        let mut to_sync = Vec::new();
         if self.end >= self.segment_bytes {
-            self.start_segment()?;
+            to_sync.extend(self.start_segment()?);
         }
         (&*self.log).write_all(&records.bytes)?;
         let start = self.end;
@@ -302,34 +305,31 @@ impl LogFiles {
             self.offsets.insert(index, (segment, start + at));
             self.entries.insert(index, entry);
         }
-        Ok(match self.sync {
-            LogSync::EveryAppend => Some(Arc::clone(&self.log)),
-            LogSync::Every(_) => {
-                self.unsynced = true;
-                None
-            }
-            LogSync::Never => None,
-        })
+        match self.sync {
+            LogSync::EveryAppend => to_sync.push(Arc::clone(&self.log)),
+            LogSync::Every(_) => self.unsynced = true,
+            LogSync::Never => {}
+        }
+        Ok(to_sync)
     }
 
     fn last_segment(&self) -> u64 {
         self.segments.last().copied().unwrap_or(0)
     }
 
-    /// Starts a new last segment, once what the current one holds is synced (the thread that
-    /// syncs on an interval only syncs the last segment).
-    fn start_segment(&mut self) -> io::Result<()> {
-        if self.sync != LogSync::Never {
-            self.log.sync_data()?;
-        }
+    /// Starts a new last segment; returns the one it closes if it holds writes not yet synced
+    /// (the thread that syncs on an interval syncs only the last segment).
+    fn start_segment(&mut self) -> io::Result<Option<Arc<File>>> {
         let number = self.last_segment() + 1;
         let path = segment_path(&self.dir, number);
         write_empty_segment(&path)?;
-        self.log = Arc::new(OpenOptions::new().append(true).open(&path)?);
+        let closed = std::mem::replace(
+            &mut self.log,
+            Arc::new(OpenOptions::new().append(true).open(&path)?),
+        );
         self.segments.push(number);
         self.end = LOG_HEADER as u64;
-        self.unsynced = false;
-        Ok(())
+        Ok(std::mem::take(&mut self.unsynced).then_some(closed))
     }
 
     /// Removes the entries from `index` on: cuts the segment holding the first of them and
@@ -367,7 +367,8 @@ impl LogFiles {
         self.offsets = self.offsets.split_off(&(upto.index + 1));
         if self.offsets.is_empty() && self.end > LOG_HEADER as u64 {
             // Nothing is left (a snapshot from the leader covers the whole log): the next
-            // entries, which need not follow the purged ones, go to a new segment.
+            // entries, which need not follow the purged ones, go to a new segment. (The one
+            // it closes goes below: nothing in it is needed.)
             self.start_segment()?;
         }
         // Every segment before the one holding the first entry kept holds only purged ones;
@@ -648,10 +649,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let appended = match Records::of(entries).and_then(|records| self.files().append(records)) {
             // Outside the lock (openraft issues no other write to the log until this returns),
             // and on a thread that may block: the runtime's workers go on serving meanwhile.
-            Ok(Some(log)) => tokio::task::spawn_blocking(move || log.sync_data())
-                .await
-                .unwrap_or_else(|stopped| Err(io::Error::other(stopped.to_string()))),
-            Ok(None) => Ok(()),
+            Ok(to_sync) if to_sync.is_empty() => Ok(()),
+            Ok(to_sync) => tokio::task::spawn_blocking(move || {
+                to_sync.iter().try_for_each(|log| log.sync_data())
+            })
+            .await
+            .unwrap_or_else(|stopped| Err(io::Error::other(stopped.to_string()))),
             Err(error) => Err(error),
         };
         match appended {
@@ -700,7 +703,7 @@ mod tests {
 
     /// Appends `entries` and syncs them as the store's policy says.
     fn append(files: &mut LogFiles, entries: impl IntoIterator<Item = Entry>) {
-        if let Some(log) = files.append(Records::of(entries).unwrap()).unwrap() {
+        for log in files.append(Records::of(entries).unwrap()).unwrap() {
             log.sync_data().unwrap();
         }
     }

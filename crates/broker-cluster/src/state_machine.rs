@@ -445,23 +445,18 @@ impl<R: Replica> RaftStateMachine<TypeConfig> for StateMachine<R> {
             self.applied = Some(entry.log_id);
             let answer = match entry.payload {
                 EntryPayload::Blank => Applied::default(),
-                EntryPayload::Normal(proposal) => {
-                    let applied = self.replica.apply(proposal);
-                    if let Some(failure) = self.replica.failure() {
-                        return Err(StorageIOError::apply(
-                            entry.log_id,
-                            &io::Error::other(failure),
-                        )
-                        .into());
-                    }
-                    applied
-                }
+                EntryPayload::Normal(proposal) => self.replica.apply(proposal),
                 EntryPayload::Membership(membership) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), membership);
                     Applied::default()
                 }
             };
             answers.push(answer);
+        }
+        // Once per batch: a failed state refuses every later command anyway, and the error
+        // stops the node before any of these answers is sent.
+        if let (Some(last), Some(failure)) = (self.applied, self.replica.failure()) {
+            return Err(StorageIOError::apply(last, &io::Error::other(failure)).into());
         }
         Ok(answers)
     }

@@ -217,25 +217,36 @@ async fn propose_publishes(node: &Node, range: std::ops::Range<usize>) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_nodes_replicate_survive_a_leader_loss_and_catch_up() {
-    let dir = tempfile::tempdir().unwrap();
+/// Three nodes of a new cluster in `dir`, started; with the members they form.
+async fn start_three(dir: &Path) -> (BTreeMap<NodeId, ClusterNode>, Vec<Option<Node>>) {
     let mut bound = listeners(3).await;
     let members = members(&bound);
     let mut nodes = Vec::new();
     for (index, listener) in bound.drain(..).enumerate() {
         nodes.push(Some(
-            start(index as NodeId + 1, &members, dir.path(), listener).await,
+            start(index as NodeId + 1, &members, dir, listener).await,
         ));
     }
-    let all: Vec<&Node> = nodes.iter().flatten().collect();
-    let first = leader(&all).await;
-    let create = Command::Create {
+    (members, nodes)
+}
+
+/// Creates the topic `t` of one partition the tests publish to.
+fn create_topic() -> Command {
+    Command::Create {
         topic: "t".into(),
         partition_count: 1,
         key_hash: KeyHash::default(),
         settings: Vec::new(),
-    };
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_replicate_survive_a_leader_loss_and_catch_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let (members, mut nodes) = start_three(dir.path()).await;
+    let all: Vec<&Node> = nodes.iter().flatten().collect();
+    let first = leader(&all).await;
+    let create = create_topic();
     let applied = all[first]
         .cluster
         .propose(Proposal::Commands {
@@ -452,13 +463,7 @@ async fn apply_all(
 }
 
 fn create_and_publish(range: std::ops::Range<usize>) -> Vec<Proposal> {
-    let create = Command::Create {
-        topic: "t".into(),
-        partition_count: 1,
-        key_hash: KeyHash::default(),
-        settings: Vec::new(),
-    };
-    std::iter::once(create)
+    std::iter::once(create_topic())
         .chain(range.map(publish))
         .map(|command| Proposal::Commands {
             now_ms: 1_000,
@@ -677,22 +682,10 @@ async fn a_snapshot_of_format_1_opens_and_the_next_moves_its_records_to_disk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_whose_log_went_back_is_sent_the_entries_again() {
     let dir = tempfile::tempdir().unwrap();
-    let mut bound = listeners(3).await;
-    let members = members(&bound);
-    let mut nodes = Vec::new();
-    for (index, listener) in bound.drain(..).enumerate() {
-        nodes.push(Some(
-            start(index as NodeId + 1, &members, dir.path(), listener).await,
-        ));
-    }
+    let (members, mut nodes) = start_three(dir.path()).await;
     let all: Vec<&Node> = nodes.iter().flatten().collect();
     let first = leader(&all).await;
-    let create = Command::Create {
-        topic: "t".into(),
-        partition_count: 1,
-        key_hash: KeyHash::default(),
-        settings: Vec::new(),
-    };
+    let create = create_topic();
     all[first]
         .cluster
         .propose(Proposal::Commands {

@@ -195,7 +195,12 @@ pub fn segment_files(dir: &Path, segment: &SegmentImage) -> [(PathBuf, u64); 2] 
         ),
         (
             log_dir.join(format!("{:020}.idx", segment.base)),
-            HEADER + segment.count * INDEX_ENTRY,
+            // Saturating: a catalog from another node is checked against the bytes it
+            // brings, which no huge count can match.
+            segment
+                .count
+                .saturating_mul(INDEX_ENTRY)
+                .saturating_add(HEADER),
         ),
     ]
 }
