@@ -1271,3 +1271,52 @@ async fn records_older_than_the_topics_age_leave_and_groups_count_what_they_skip
     assert_eq!(replayed, [record("aged", 0, 3, "d")]);
     assert!(replayed[0].timestamp_ms > now_ms - 60_000);
 }
+
+/// Reading a partition from an offset without a group: what is there, the partition's bounds,
+/// a wait at the end answered by the next publish, and an offset past the end refused.
+#[tokio::test]
+async fn read_replays_a_partition_from_an_offset_and_waits_at_its_end() {
+    let server = ServerProcess::start(&[]);
+    let client = Arc::new(connect(&server).await);
+    client.create("replay", 1).await.unwrap();
+    for payload in ["a", "b", "c"] {
+        client.publish("replay", 0, payload).await.unwrap();
+    }
+    let read = client
+        .read("replay", 0, 1, 10, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(positions(&read.records), vec![(0, 1), (0, 2)]);
+    assert_eq!(read.records[1].payload, "c");
+    assert_eq!((read.start_offset, read.end_offset), (0, 3));
+    // No group saw it: nothing to commit, no group created.
+    assert!(client
+        .describe_topic("replay")
+        .await
+        .unwrap()
+        .groups
+        .is_empty());
+    let waiting = tokio::spawn({
+        let client = Arc::clone(&client);
+        async move {
+            client
+                .read("replay", 0, 3, 10, Duration::from_secs(30))
+                .await
+        }
+    });
+    tokio::task::yield_now().await;
+    let started = Instant::now();
+    assert_eq!(client.publish("replay", 0, "d").await.unwrap(), 3);
+    let woken = tokio::time::timeout(PATIENCE, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(started.elapsed() < PATIENCE);
+    assert_eq!(positions(&woken.records), vec![(0, 3)]);
+    assert_eq!(woken.end_offset, 4);
+    assert_invalid(
+        "past the end",
+        client.read("replay", 0, 5, 10, Duration::ZERO).await,
+    );
+}

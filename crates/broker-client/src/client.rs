@@ -10,8 +10,8 @@ use std::time::Duration;
 use broker_core::EventBroker;
 use broker_core::{
     Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterMember, ClusterStatus,
-    Command, GroupSetting, KeyHash, Outcome, PartitionBatch, PartitionLag, PublishRecord, ResetTo,
-    TopicDescription, TopicSetting,
+    Command, GroupSetting, KeyHash, Outcome, PartitionBatch, PartitionLag, PartitionRead,
+    PublishRecord, ResetTo, TopicDescription, TopicSetting,
 };
 use broker_proto::{ErrorReply, ServerLimits};
 use bytes::Bytes;
@@ -390,6 +390,50 @@ impl Client {
         match self.send(command, Duration::ZERO).await? {
             Outcome::Offset(offset) => Ok(offset),
             other => Err(unexpected("offset_for_time", &other)),
+        }
+    }
+
+    /// [`EventBroker::read`] over the network: up to `max_records` records of `partition` from
+    /// `offset`, without a group, with the partition's start and end offsets. When there is
+    /// nothing at `offset` yet (it is the end offset), waits up to `max_wait` (capped by the
+    /// server's limit) for a record to arrive; `Duration::ZERO` never waits. Needs a server of
+    /// protocol version 6.
+    ///
+    /// ```no_run
+    /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let mut offset = 0;
+    /// loop {
+    ///     let read = client.read("orders", 0, offset, 100, std::time::Duration::from_secs(1)).await?;
+    ///     for record in &read.records {
+    ///         println!("{} {:?}", record.offset, record.payload);
+    ///     }
+    ///     offset = read.records.last().map_or(offset.max(read.start_offset), |r| r.offset + 1);
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::read`] says;
+    /// otherwise as [`Client::send`].
+    pub async fn read(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_records: i32,
+        max_wait: Duration,
+    ) -> Result<PartitionRead, Error> {
+        let command = Command::Read {
+            topic: topic.to_owned(),
+            partition,
+            offset,
+            max_records,
+            max_bytes: None,
+        };
+        match self.send(command, max_wait).await? {
+            Outcome::Read(read) => Ok(read),
+            other => Err(unexpected("read", &other)),
         }
     }
 

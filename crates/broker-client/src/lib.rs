@@ -62,9 +62,9 @@ pub use broker_core::{
     Assignor, BrokerDescription, BrokerError, BrokerMetadata, BrokerRecord, ClusterMember,
     ClusterStatus, Command, Discard, GroupDescription, GroupPartitionDescription, GroupSetting,
     GroupSettings, Header, KeyHash, MemberDescription, NodeAddress, NodeRole, Outcome,
-    PartitionBatch, PartitionDescription, PartitionLag, PublishRecord, ResetTo, Retention, StartAt,
-    TopicDescription, TopicName, TopicPlacement, TopicSetting, TopicSettings, MAX_ACKS,
-    MAX_BATCH_RECORDS, MAX_FETCH_RECORDS, MAX_POLL_RECORDS,
+    PartitionBatch, PartitionDescription, PartitionLag, PartitionRead, PublishRecord, ResetTo,
+    Retention, StartAt, TopicDescription, TopicName, TopicPlacement, TopicSetting, TopicSettings,
+    MAX_ACKS, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS, MAX_POLL_RECORDS,
 };
 pub use broker_proto::{ErrorReply, ServerLimits};
 pub use builder::{

@@ -17,7 +17,8 @@ use strum::{EnumCount, EnumDiscriminants, EnumIter, IntoStaticStr};
 
 use crate::{
     Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterMember, ClusterStatus,
-    GroupSetting, KeyHash, PartitionBatch, PartitionLag, PublishRecord, ResetTo, TopicSetting,
+    GroupSetting, KeyHash, PartitionBatch, PartitionLag, PartitionRead, PublishRecord, ResetTo,
+    TopicSetting,
 };
 
 /// One broker call with its arguments. Each variant mirrors the [`crate::EventBroker`] method of
@@ -336,6 +337,20 @@ pub enum Command {
         /// One topic, or `None` for every topic.
         topic: Option<String>,
     },
+    /// [`crate::EventBroker::read`]: records of one partition from an offset, without a group
+    /// (protocol version 6).
+    Read {
+        /// Topic identifier.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// The first offset wanted.
+        offset: i64,
+        /// Most records to return, 1 to [`crate::MAX_FETCH_RECORDS`].
+        max_records: i32,
+        /// Byte budget, as for [`Command::Poll`].
+        max_bytes: Option<u64>,
+    },
 }
 
 /// What answers a command ([`CommandKind::scope`]).
@@ -399,6 +414,7 @@ impl CommandKind {
             | CommandKind::Lag
             | CommandKind::Describe
             | CommandKind::OffsetForTime
+            | CommandKind::Read
             | CommandKind::AddPartitions
             | CommandKind::DeleteTopic
             | CommandKind::DeleteGroup
@@ -419,6 +435,7 @@ impl CommandKind {
             | CommandKind::Lag
             | CommandKind::Describe
             | CommandKind::OffsetForTime
+            | CommandKind::Read
             | CommandKind::ClusterStatus
             | CommandKind::AddNode
             | CommandKind::RemoveNode
@@ -463,6 +480,7 @@ impl CommandKind {
             | CommandKind::Lag
             | CommandKind::Describe
             | CommandKind::OffsetForTime
+            | CommandKind::Read
             | CommandKind::ClusterStatus
             | CommandKind::AddNode
             | CommandKind::RemoveNode
@@ -527,6 +545,7 @@ impl CommandKind {
             | CommandKind::Lag
             | CommandKind::Describe
             | CommandKind::OffsetForTime
+            | CommandKind::Read
             | CommandKind::ClusterStatus
             | CommandKind::AddNode
             | CommandKind::RemoveNode
@@ -568,6 +587,7 @@ impl CommandKind {
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::Metadata
+            | CommandKind::Read
             | CommandKind::PublishIdempotent => Membership::Unchanged,
         }
     }
@@ -606,6 +626,7 @@ impl CommandKind {
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::Metadata => 5,
+            CommandKind::Read => 6,
         }
     }
 
@@ -669,6 +690,7 @@ impl Command {
             | Command::Purge { topic, .. }
             | Command::ResetGroup { topic, .. }
             | Command::OffsetForTime { topic, .. }
+            | Command::Read { topic, .. }
             | Command::PublishIdempotent { topic, .. } => Some(topic),
             Command::Describe { topic } | Command::Metadata { topic } => topic.as_deref(),
             Command::ClusterStatus | Command::AddNode { .. } | Command::RemoveNode { .. } => None,
@@ -707,6 +729,7 @@ impl Command {
             | Command::Describe { .. }
             | Command::DeleteGroup { .. }
             | Command::OffsetForTime { .. }
+            | Command::Read { .. }
             | Command::ClusterStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
@@ -805,17 +828,20 @@ impl Command {
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::Metadata { .. }
+            | Command::Read { .. }
             | Command::PublishIdempotent { .. } => None,
         }
     }
 
     /// The command to retry while a request of this command waits for records it did not find
-    /// at first, or `None` for a command that never waits. A poll or fetch retries itself; an
+    /// at first, or `None` for a command that never waits. A poll, fetch or read retries itself; an
     /// ack-and-poll or a redelivery retries its poll alone (its acknowledgements or releases
     /// take effect once, before the wait).
     pub fn waiting_retry(&self) -> Option<Command> {
         match self {
-            Command::Poll { .. } | Command::Fetch { .. } => Some(self.clone()),
+            Command::Poll { .. } | Command::Fetch { .. } | Command::Read { .. } => {
+                Some(self.clone())
+            }
             Command::AckAndPoll {
                 topic,
                 group,
@@ -907,7 +933,8 @@ impl Command {
             | Command::ClusterStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
-            | Command::Metadata { .. } => None,
+            | Command::Metadata { .. }
+            | Command::Read { .. } => None,
         }
     }
 
@@ -935,6 +962,12 @@ impl Command {
                 ..
             }
             | Command::Redeliver {
+                topic,
+                max_records,
+                max_bytes,
+                ..
+            }
+            | Command::Read {
                 topic,
                 max_records,
                 max_bytes,
@@ -1042,6 +1075,8 @@ pub enum Outcome {
     Members(Vec<ClusterMember>),
     /// [`Command::Metadata`]: the nodes and the node serving each topic.
     Metadata(BrokerMetadata),
+    /// [`Command::Read`]: the records read and the partition's bounds.
+    Read(PartitionRead),
 }
 
 /// How many records an [`Outcome`] stored, handed out, acknowledged or released: what a server
@@ -1078,10 +1113,12 @@ impl Outcome {
                     ..RecordCounts::default()
                 }
             }
-            Outcome::Records(records) => RecordCounts {
-                delivered: records.len() as u64,
-                ..RecordCounts::default()
-            },
+            Outcome::Records(records) | Outcome::Read(PartitionRead { records, .. }) => {
+                RecordCounts {
+                    delivered: records.len() as u64,
+                    ..RecordCounts::default()
+                }
+            }
             Outcome::AckedAndPolled { acked, records } => RecordCounts {
                 delivered: records.len() as u64,
                 acknowledged: acked.iter().filter(|&&matched| matched).count() as u64,
@@ -1120,7 +1157,9 @@ impl Outcome {
     /// when it delivered none); `None` for the others.
     pub fn records(&self) -> Option<&[BrokerRecord]> {
         match self {
-            Outcome::Records(records) | Outcome::AckedAndPolled { records, .. } => Some(records),
+            Outcome::Records(records)
+            | Outcome::AckedAndPolled { records, .. }
+            | Outcome::Read(PartitionRead { records, .. }) => Some(records),
             Outcome::Created(_)
             | Outcome::Partitions(_)
             | Outcome::Left(_)
@@ -1148,10 +1187,15 @@ impl Outcome {
         self.records().is_some_and(<[BrokerRecord]>::is_empty)
     }
 
-    /// This outcome with `records` in place of the records it delivers: the answer of a
-    /// request that waited, from the outcome it had before it waited and what its retried poll
-    /// found. Outcomes that deliver no records are returned as they are.
-    pub fn with_records(self, records: Vec<BrokerRecord>) -> Outcome {
+    /// The answer of a request that waited: the outcome it had before it waited, with the
+    /// records its retry found (`retried`, the retry's outcome) in place of the records it
+    /// delivers. A read answers what its retry found, with the partition's bounds then.
+    /// Outcomes that deliver no records are returned as they are.
+    pub fn after_wait(self, retried: Outcome) -> Outcome {
+        if let Outcome::Read(_) = self {
+            return retried;
+        }
+        let records = retried.into_records().unwrap_or_default();
         match self {
             Outcome::Records(_) => Outcome::Records(records),
             Outcome::AckedAndPolled { acked, .. } => Outcome::AckedAndPolled { acked, records },
@@ -1172,7 +1216,19 @@ impl Outcome {
             | Outcome::GroupSettings(_)
             | Outcome::ClusterStatus(_)
             | Outcome::Members(_)
-            | Outcome::Metadata(_)) => unchanged,
+            | Outcome::Metadata(_)
+            | Outcome::Read(_)) => unchanged,
+        }
+    }
+
+    /// The records the outcome delivers, taken out of it; `None` for outcomes that deliver
+    /// none.
+    fn into_records(self) -> Option<Vec<BrokerRecord>> {
+        match self {
+            Outcome::Records(records)
+            | Outcome::AckedAndPolled { records, .. }
+            | Outcome::Read(PartitionRead { records, .. }) => Some(records),
+            _ => None,
         }
     }
 }

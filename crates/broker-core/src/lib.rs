@@ -61,7 +61,8 @@ pub use state::{
 /// Iterating over every [`CommandKind`] (`CommandKind::iter()`).
 pub use strum::IntoEnumIterator;
 pub use types::{
-    Assignor, BrokerRecord, Header, KeyHash, PartitionBatch, PartitionLag, PublishRecord, ResetTo,
+    Assignor, BrokerRecord, Header, KeyHash, PartitionBatch, PartitionLag, PartitionRead,
+    PublishRecord, ResetTo,
 };
 pub use validate::{
     MAX_ACKS, MAX_BATCH_RECORDS, MAX_CAPACITY, MAX_FETCH_RECORDS, MAX_HEADERS, MAX_HEADER_NAME_LEN,
@@ -238,6 +239,30 @@ impl EventBroker {
         timestamp_ms: i64,
     ) -> Result<i64, BrokerError> {
         self.lock().offset_for_time(topic, partition, timestamp_ms)
+    }
+
+    /// Up to `max_records` records of `partition` from `offset`, without a group: a replay
+    /// (what a Kafka consumer's fetch does) that changes nothing and is seen by no group.
+    /// Records below the partition's earliest retained offset have left, so a read below it
+    /// starts there; the answer gives the partition's start and end offsets, so the caller can
+    /// tell. Once `max_bytes` of payload, key and header bytes are taken no more records are
+    /// added (the first always is). An empty answer at the end offset means no record is there
+    /// yet.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic, a partition it does not have, a
+    /// negative offset or one past the partition's end, or `max_records` outside 1 to
+    /// [`MAX_FETCH_RECORDS`]; [`BrokerError::Storage`] if records on disk cannot be read.
+    pub fn read(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_records: i32,
+        max_bytes: Option<u64>,
+    ) -> Result<PartitionRead, BrokerError> {
+        self.lock()
+            .read(topic, partition, offset, max_records, max_bytes)
     }
 
     /// Publishes each of `batches` to its partition for `producer`, in one atomic call,

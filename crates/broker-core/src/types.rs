@@ -67,6 +67,19 @@ impl Header {
     }
 }
 
+/// What reading a partition from an offset found ([`crate::EventBroker::read`]), with the
+/// partition's bounds at that moment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRead {
+    /// The records, at consecutive offsets from the offset asked for (from `start_offset` when
+    /// that was below it); empty when none is there yet.
+    pub records: Vec<BrokerRecord>,
+    /// The partition's earliest retained offset: records below it have left.
+    pub start_offset: i64,
+    /// The offset the next record published to the partition gets.
+    pub end_offset: i64,
+}
+
 /// The records one idempotent publish sends to one partition
 /// ([`crate::EventBroker::publish_idempotent`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

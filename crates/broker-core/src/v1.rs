@@ -616,7 +616,8 @@ impl TryFrom<crate::Outcome> for Outcome {
             | Current::GroupSettings(_)
             | Current::ClusterStatus(_)
             | Current::Members(_)
-            | Current::Metadata(_) => return Err(NotInVersion1(name)),
+            | Current::Metadata(_)
+            | Current::Read(_) => return Err(NotInVersion1(name)),
         })
     }
 }

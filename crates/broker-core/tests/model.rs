@@ -20,7 +20,8 @@ use broker_core::{
     hash, Assignor, BrokerDescription, BrokerError, BrokerRecord, BrokerState, Command, Discard,
     EventBroker, GroupDescription, GroupPartitionDescription, GroupSetting, GroupSettings, Header,
     KeyHash, MemberDescription, Outcome, PartitionBatch, PartitionDescription, PartitionLag,
-    PublishRecord, ResetTo, Retention, StartAt, TopicDescription, TopicSetting, TopicSettings,
+    PartitionRead, PublishRecord, ResetTo, Retention, StartAt, TopicDescription, TopicSetting,
+    TopicSettings,
 };
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -999,6 +1000,41 @@ impl Model {
                 let p = partition_of(t, *partition)?;
                 Ok(Outcome::Offset(t.logs[p].first_at_or_after(*timestamp_ms)))
             }
+            Command::Read {
+                topic,
+                partition,
+                offset,
+                max_records,
+                max_bytes,
+            } => {
+                if *offset < 0 || !(1..=broker_core::MAX_FETCH_RECORDS).contains(max_records) {
+                    return Err(Answer::Invalid);
+                }
+                let t = self.topic(topic)?;
+                let p = partition_of(t, *partition)?;
+                let log = &t.logs[p];
+                if *offset > log.end() {
+                    return Err(Answer::Invalid);
+                }
+                // Records below the base have left: a read starts at the base at the earliest.
+                let mut records = Vec::new();
+                let mut bytes_taken = 0;
+                for next in (*offset).max(log.base)..log.end() {
+                    let record = log.get(next);
+                    if records.len() == *max_records as usize
+                        || !fits(records.len(), bytes_taken, record.size(), *max_bytes)
+                    {
+                        break;
+                    }
+                    bytes_taken += record.size();
+                    records.push(to_record(topic, p, next, record, 0));
+                }
+                Ok(Outcome::Read(PartitionRead {
+                    records,
+                    start_offset: log.base,
+                    end_offset: log.end(),
+                }))
+            }
             // A server answers these about its cluster; the broker's state refuses them.
             Command::ClusterStatus
             | Command::AddNode { .. }
@@ -1475,6 +1511,15 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         } => broker
             .offset_for_time(&topic, partition, timestamp_ms)
             .map(Outcome::Offset),
+        Command::Read {
+            topic,
+            partition,
+            offset,
+            max_records,
+            max_bytes,
+        } => broker
+            .read(&topic, partition, offset, max_records, max_bytes)
+            .map(Outcome::Read),
         Command::ClusterStatus
         | Command::AddNode { .. }
         | Command::RemoveNode { .. }
@@ -1773,6 +1818,15 @@ fn command() -> impl Strategy<Value = Command> {
         1 => (topic_id(), partition(), 0..40_i64).prop_map(|(topic, partition, timestamp_ms)| {
             Command::OffsetForTime { topic, partition, timestamp_ms }
         }),
+        2 => (topic_id(), partition(), offset(), max_records(), max_bytes()).prop_map(
+            |(topic, partition, offset, max_records, max_bytes)| Command::Read {
+                topic,
+                partition,
+                offset,
+                max_records,
+                max_bytes,
+            }
+        ),
     ]
 }
 

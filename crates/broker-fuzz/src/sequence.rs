@@ -338,6 +338,13 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
             partition: input.below(5) as i32 - 1,
             timestamp_ms: input.below(20),
         },
+        CommandKind::Read => Command::Read {
+            topic,
+            partition: input.below(5) as i32 - 1,
+            offset: input.below(12) - 1,
+            max_records: input.pick(&[1, 2, 64, 0]),
+            max_bytes: input.pick(&[None, Some(0), Some(3)]),
+        },
         CommandKind::PublishIdempotent => Command::PublishIdempotent {
             topic,
             producer: input.pick(&[1, 2, u64::MAX]),
@@ -738,6 +745,36 @@ impl Checker {
             }
             (Command::Purge { topic, .. }, Outcome::Offset(_)) => {
                 self.trimmed.insert(topic.clone());
+            }
+            (
+                Command::Read {
+                    topic,
+                    partition,
+                    offset,
+                    max_records,
+                    ..
+                },
+                Outcome::Read(read),
+            ) => {
+                let log = find_topic(before, topic).partitions[*partition as usize];
+                assert_eq!(
+                    (read.start_offset, read.end_offset),
+                    (log.earliest_offset, log.end_offset),
+                    "step {step}: a read gave other bounds than the partition's"
+                );
+                assert!(
+                    read.records.len() <= *max_records as usize,
+                    "step {step}: a read returned more records than asked"
+                );
+                let first = (*offset).max(log.earliest_offset);
+                for (record, expected) in read.records.iter().zip(first..) {
+                    assert_eq!(
+                        record.offset, expected,
+                        "step {step}: a read skipped a record"
+                    );
+                    self.check_delivered(topic, record);
+                }
+                assert_eq!(before, after, "step {step}: a read changed the state");
             }
             _ => {}
         }

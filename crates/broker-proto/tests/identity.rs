@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use broker_core::{
     v1, Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterStatus, Command,
     CommandKind, Discard, GroupSetting, IntoEnumIterator, KeyHash, NodeRole, Outcome, OutcomeKind,
-    PartitionBatch, PartitionLag, PublishRecord, ResetTo, Retention, StartAt, TopicSetting,
+    PartitionBatch, PartitionLag, PartitionRead, PublishRecord, ResetTo, Retention, StartAt,
+    TopicSetting,
 };
 use broker_proto::{config, ErrorKind, ErrorReply};
 use bytes::Bytes;
@@ -198,6 +199,13 @@ fn command(kind: CommandKind) -> Command {
             partition: 0,
             timestamp_ms: 0,
         },
+        CommandKind::Read => Command::Read {
+            topic,
+            partition: 0,
+            offset: 0,
+            max_records: 1,
+            max_bytes: None,
+        },
         CommandKind::PublishIdempotent => Command::PublishIdempotent {
             topic,
             producer: 1,
@@ -263,6 +271,11 @@ fn outcome(kind: OutcomeKind) -> Outcome {
         }),
         OutcomeKind::Members => Outcome::Members(Vec::new()),
         OutcomeKind::Metadata => Outcome::Metadata(BrokerMetadata::default()),
+        OutcomeKind::Read => Outcome::Read(PartitionRead {
+            records: Vec::new(),
+            start_offset: 0,
+            end_offset: 0,
+        }),
     }
 }
 

@@ -103,6 +103,7 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
         | Command::Lag { .. }
         | Command::Describe { .. }
         | Command::OffsetForTime { .. }
+        | Command::Read { .. }
         // The server logs membership changes itself; none reaches the broker's state.
         | Command::ClusterStatus
         | Command::AddNode { .. }

@@ -78,10 +78,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         };
         match result {
             Ok(outcome) if outcome.found_no_records() => {}
-            Ok(outcome) => {
-                let records = outcome.records().map(<[_]>::to_vec).unwrap_or_default();
-                break (Ok(found.with_records(records)), entry);
-            }
+            Ok(outcome) => break (Ok(found.after_wait(outcome)), entry),
             Err(refusal) => break (Err(refusal), entry),
         }
         tokio::select! {

@@ -204,6 +204,15 @@ impl BrokerState {
             } => self
                 .offset_for_time(&topic, partition, timestamp_ms)
                 .map(Outcome::Offset),
+            Command::Read {
+                topic,
+                partition,
+                offset,
+                max_records,
+                max_bytes,
+            } => self
+                .read(&topic, partition, offset, max_records, max_bytes)
+                .map(Outcome::Read),
             Command::PublishIdempotent {
                 topic,
                 producer,

@@ -411,14 +411,14 @@ fn matching_delivery<'a>(
 
 /// The record and byte limits of one poll or fetch. The first record always fits, so a record
 /// larger than the byte budget can still be consumed.
-struct Budget {
+pub(super) struct Budget {
     records_left: usize,
     bytes_left: Option<u64>,
     taken: usize,
 }
 
 impl Budget {
-    fn new(max_records: i32, max_bytes: Option<u64>) -> Self {
+    pub(super) fn new(max_records: i32, max_bytes: Option<u64>) -> Self {
         Budget {
             records_left: max_records as usize,
             bytes_left: max_bytes,
@@ -427,7 +427,7 @@ impl Budget {
     }
 
     /// Takes one record of `size` bytes if it fits; `false` when the budget is spent.
-    fn take(&mut self, size: u64) -> bool {
+    pub(super) fn take(&mut self, size: u64) -> bool {
         if self.records_left == 0 {
             return false;
         }

@@ -1,15 +1,17 @@
 //! The read-only calls: a group's committed offsets and lag, a partition's end offset and the
-//! offset of a time, and the description of topics and groups that admin tools show. None of
-//! them changes anything.
+//! offset of a time, reading a partition from an offset, and the description of topics and
+//! groups that admin tools show. None of them changes anything.
 
+use super::consume::Budget;
+use super::log::StoredRecord;
 use super::topic::Topic;
 use super::BrokerState;
 use crate::describe::{
     BrokerDescription, GroupDescription, GroupPartitionDescription, MemberDescription,
     PartitionDescription, TopicDescription,
 };
-use crate::validate::check_identifier;
-use crate::{BrokerError, PartitionLag};
+use crate::validate::{check_fetch_max_records, check_identifier, check_offset};
+use crate::{BrokerError, PartitionLag, PartitionRead};
 
 impl BrokerState {
     /// See [`crate::EventBroker::committed`].
@@ -31,6 +33,48 @@ impl BrokerState {
         let topic = self.topic(topic)?;
         let partition = topic.partition(partition)?;
         Ok(topic.partitions[partition].end())
+    }
+
+    /// See [`crate::EventBroker::read`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::read`].
+    pub fn read(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_records: i32,
+        max_bytes: Option<u64>,
+    ) -> Result<PartitionRead, BrokerError> {
+        check_offset(offset)?;
+        check_fetch_max_records(max_records)?;
+        let topic_name = topic;
+        let topic = self.topic(topic)?;
+        let index = topic.partition(partition)?;
+        let log = &topic.partitions[index];
+        if offset > log.end() {
+            return Err(BrokerError::invalid(format!(
+                "offset {offset} is past the end of partition {partition} of topic \
+                 {topic_name:?}: its next record gets offset {}",
+                log.end()
+            )));
+        }
+        let mut budget = Budget::new(max_records, max_bytes);
+        let mut records = Vec::new();
+        let mut next = offset.max(log.base);
+        for record in log.run(next, max_records as usize, max_bytes)? {
+            if !budget.take(record.size()) {
+                break;
+            }
+            records.push(StoredRecord::delivered(record, topic_name, index, next, 0));
+            next += 1;
+        }
+        Ok(PartitionRead {
+            records,
+            start_offset: log.base,
+            end_offset: log.end(),
+        })
     }
 
     /// See [`crate::EventBroker::lag`].

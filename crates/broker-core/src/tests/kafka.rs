@@ -746,3 +746,43 @@ fn a_state_survives_a_serde_round_trip_of_its_image() {
     let back = crate::BrokerState::from_image(serde_json::from_str(&json).unwrap(), None).unwrap();
     assert_eq!(EventBroker::from_state(back).describe(), b.describe());
 }
+
+#[test]
+fn read_returns_records_from_an_offset_without_a_group_and_changes_nothing() {
+    let b = filled(2, 5);
+    let read = b.read("t", 1, 2, 2, None).unwrap();
+    assert_no_change(&b, read.clone(), |b| b.read("t", 1, 2, 2, None));
+    assert_eq!(positions(&read.records), vec![(1, 2), (1, 3)]);
+    assert_eq!(read.records[0].payload, "p1-2");
+    assert_eq!(read.records[0].delivery_count, 0);
+    assert_eq!((read.start_offset, read.end_offset), (0, 5));
+    // At the end: nothing yet, with the bounds.
+    let at_end = b.read("t", 1, 5, 10, None).unwrap();
+    assert!(at_end.records.is_empty());
+    assert_eq!(at_end.end_offset, 5);
+    // A byte budget stops after the first record that fills it (the first always comes).
+    assert_eq!(b.read("t", 0, 0, 10, Some(1)).unwrap().records.len(), 1);
+    assert_eq!(b.read("t", 0, 0, 10, Some(8)).unwrap().records.len(), 2);
+}
+
+#[test]
+fn read_below_the_earliest_retained_offset_starts_there() {
+    let b = filled(1, 5);
+    assert_eq!(b.purge("t", 0, 3).unwrap(), 3);
+    let read = b.read("t", 0, 0, 10, None).unwrap();
+    assert_eq!(positions(&read.records), vec![(0, 3), (0, 4)]);
+    assert_eq!((read.start_offset, read.end_offset), (3, 5));
+}
+
+#[test]
+fn read_refuses_bad_arguments() {
+    let b = filled(1, 2);
+    assert_invalid(&b, |b| b.read("t", 0, 3, 1, None));
+    assert_invalid(&b, |b| b.read("t", 0, -1, 1, None));
+    assert_invalid(&b, |b| b.read("t", 1, 0, 1, None));
+    assert_invalid(&b, |b| b.read("u", 0, 0, 1, None));
+    assert_invalid(&b, |b| b.read("t", 0, 0, 0, None));
+    assert_invalid(&b, |b| {
+        b.read("t", 0, 0, crate::MAX_FETCH_RECORDS + 1, None)
+    });
+}
