@@ -62,13 +62,12 @@ impl BrokerState {
         }
         let mut budget = Budget::new(max_records, max_bytes);
         let mut records = Vec::new();
-        let mut next = offset.max(log.base);
-        for record in log.run(next, max_records as usize, max_bytes)? {
+        let first = offset.max(log.base);
+        for (at, record) in (first..).zip(log.run(first, max_records as usize, max_bytes)?) {
             if !budget.take(record.size()) {
                 break;
             }
-            records.push(StoredRecord::delivered(record, topic_name, index, next, 0));
-            next += 1;
+            records.push(StoredRecord::delivered(record, topic_name, index, at, 0));
         }
         Ok(PartitionRead {
             records,
