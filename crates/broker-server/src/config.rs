@@ -81,6 +81,9 @@ pub struct Config {
     pub tls: Option<ServerTls>,
     /// With a cluster: this node's place in it. `None` runs a single broker.
     pub cluster: Option<ClusterSettings>,
+    /// The host and port Kafka clients are told to reach the Kafka listener on (behind a port
+    /// mapping or a proxy); `None` tells each client the address its connection came in on.
+    pub kafka_advertise: Option<(String, u16)>,
 }
 
 /// How a server takes part in a replicated cluster.
@@ -137,11 +140,36 @@ impl Default for Config {
             auth_token: None,
             tls: None,
             cluster: None,
+            kafka_advertise: None,
         }
     }
 }
 
 impl Config {
+    /// Checks that a Kafka listener can serve with these settings: not in a cluster, nor with
+    /// an auth token or TLS, which it does not support yet (serving Kafka's clients without
+    /// them would let them past the broker's protection).
+    ///
+    /// # Errors
+    /// [`ServerError::InvalidConfig`] saying which setting is in the way.
+    pub fn check_kafka(&self) -> Result<(), ServerError> {
+        let refused = |what: &str| {
+            Err(ServerError::InvalidConfig(format!(
+                "the Kafka listener (--kafka-listen) cannot be used {what} yet"
+            )))
+        };
+        if self.cluster.is_some() {
+            return refused("in a cluster (it serves a single broker)");
+        }
+        if self.auth_token.is_some() {
+            return refused("with an auth token (it has no SASL authentication)");
+        }
+        if self.tls.is_some() {
+            return refused("with TLS (it speaks plain TCP only)");
+        }
+        Ok(())
+    }
+
     /// Checks every value is in range.
     ///
     /// # Errors

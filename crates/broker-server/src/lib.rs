@@ -49,6 +49,7 @@ mod config;
 mod connection;
 mod dispatch;
 mod exporter;
+mod kafka;
 mod listen;
 mod metrics;
 mod reaper;
@@ -150,13 +151,52 @@ pub async fn run_with_metrics(
     storage: Option<Storage>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
+    let listeners = Listeners {
+        broker: listener,
+        metrics: metrics_listener,
+        kafka: None,
+    };
+    run_with_listeners(listeners, config, storage, shutdown).await
+}
+
+/// The sockets a server accepts on: the broker's own protocol, and optionally metrics and
+/// Kafka's protocol.
+#[derive(Debug)]
+pub struct Listeners {
+    /// Clients of the broker's own protocol.
+    pub broker: TcpListener,
+    /// HTTP for `/metrics` (see [`run_with_metrics`]); `None` counts nothing.
+    pub metrics: Option<TcpListener>,
+    /// Kafka's clients, speaking Kafka's protocol to the same topics: produce, fetch, offsets,
+    /// metadata and topic administration (see README.md's "Using Kafka clients"); `None` for
+    /// none. Not available in a cluster, nor with an auth token or TLS (the listener has
+    /// neither SASL nor TLS yet).
+    pub kafka: Option<TcpListener>,
+}
+
+/// [`run_with_metrics`] on every listener of `listeners`.
+///
+/// # Errors
+/// As [`run_with_storage`]; [`ServerError::InvalidConfig`] for a Kafka listener in a cluster or
+/// with an auth token or TLS.
+pub async fn run_with_listeners(
+    listeners: Listeners,
+    config: Config,
+    storage: Option<Storage>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
     config.validate()?;
+    if listeners.kafka.is_some() {
+        config.check_kafka()?;
+    }
+    let listener = &listeners.broker;
     let storage = match storage {
         Some(storage) => Some(storage),
         None => open_storage(&config)?,
     };
     if config.auth_token.is_none() {
-        if let Ok(local) = listener.local_addr() {
+        let open = std::iter::once(listener).chain(listeners.kafka.as_ref());
+        for local in open.filter_map(|listener| listener.local_addr().ok()) {
             if !local.ip().is_loopback() {
                 tracing::warn!(
                     address = %local,
@@ -166,7 +206,7 @@ pub async fn run_with_metrics(
             }
         }
     }
-    server::serve(listener, metrics_listener, config, storage, shutdown).await
+    server::serve(listeners, config, storage, shutdown).await
 }
 
 /// Locks `config.data_dir` and rebuilds the broker from it (the latest snapshot, then the log

@@ -74,6 +74,22 @@ struct Args {
     /// authentication: bind it where only the monitoring system reaches it.
     #[arg(long, env = "BROKER_METRICS_LISTEN", value_name = "ADDR")]
     metrics_listen: Option<String>,
+    /// Also speak Kafka's wire protocol on ADDR (HOST:PORT, [IPv6]:PORT or :PORT, as --listen;
+    /// port 0 picks a free port, printed as `kafka on ...`), so that Kafka clients and tools
+    /// (librdkafka, kafka-python, the Java client, kcat) produce to and consume the same topics.
+    /// Off by default. Not yet with --auth-token-file, TLS or a cluster.
+    #[arg(long, env = "BROKER_KAFKA_LISTEN", value_name = "ADDR")]
+    kafka_listen: Option<String>,
+    /// The HOST:PORT Kafka clients are told to reach the Kafka listener on (its Metadata
+    /// answer): needed when they reach it through a port mapping (Docker) or a proxy. By
+    /// default each client is told the address its connection came in on.
+    #[arg(
+        long,
+        env = "BROKER_KAFKA_ADVERTISE",
+        value_name = "HOST:PORT",
+        requires = "kafka_listen"
+    )]
+    kafka_advertise: Option<String>,
     /// Largest frame accepted or sent, in bytes; at least max payload + 2 MiB, at most 64 MiB.
     #[arg(long, env = "BROKER_MAX_FRAME_BYTES", default_value_t = 8 * 1024 * 1024)]
     max_frame_bytes: usize,
@@ -366,9 +382,30 @@ impl Args {
                 }),
                 _ => None,
             },
+            kafka_advertise: self
+                .kafka_advertise
+                .as_deref()
+                .map(host_and_port)
+                .transpose()?,
             ..Config::default()
         })
     }
+}
+
+/// `HOST:PORT` (or `[IPv6]:PORT`) as a host and a port.
+fn host_and_port(address: &str) -> Result<(String, u16), ServerError> {
+    let invalid = || {
+        ServerError::InvalidConfig(format!(
+            "--kafka-advertise: expected HOST:PORT, got {address:?}"
+        ))
+    };
+    let (host, port) = address.rsplit_once(':').ok_or_else(invalid)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = port.parse::<u16>().map_err(|_| invalid())?;
+    if host.is_empty() || port == 0 {
+        return Err(invalid());
+    }
+    Ok((host.to_owned(), port))
 }
 
 fn main() -> ExitCode {
@@ -381,6 +418,11 @@ fn main() -> ExitCode {
             broker_net::listen_address(metrics).map_err(|error| {
                 ServerError::InvalidConfig(format!("--metrics-listen: {error}"))
             })?;
+        }
+        if let Some(kafka) = &args.kafka_listen {
+            broker_net::listen_address(kafka)
+                .map_err(|error| ServerError::InvalidConfig(format!("--kafka-listen: {error}")))?;
+            config.check_kafka()?;
         }
         Ok(config)
     });
@@ -408,9 +450,7 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .context("cannot start the runtime")
-        .and_then(|runtime| {
-            runtime.block_on(serve(&args.listen, args.metrics_listen.as_deref(), config))
-        });
+        .and_then(|runtime| runtime.block_on(serve(&args, config)));
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -458,9 +498,10 @@ fn report(message: &str) {
     let _ = writeln!(std::io::stderr(), "{message}");
 }
 
-/// Binds `listen` (and `metrics`, if given), prints the addresses and serves until SIGINT or
-/// SIGTERM.
-async fn serve(listen: &str, metrics: Option<&str>, config: Config) -> anyhow::Result<()> {
+/// Binds `--listen` (and `--metrics-listen` and `--kafka-listen`, if given), prints the
+/// addresses and serves until SIGINT or SIGTERM.
+async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
+    let (listen, metrics) = (args.listen.as_str(), args.metrics_listen.as_deref());
     // A file-size limit (`ulimit -f`) would kill the process with SIGXFSZ on the first write
     // past it; with the signal handled, that write fails with EFBIG instead, and the log treats
     // it as a full disk: changes are refused until writes succeed again. (The handler stays
@@ -480,12 +521,21 @@ async fn serve(listen: &str, metrics: Option<&str>, config: Config) -> anyhow::R
         Some(metrics) => Some(bind(metrics, "--metrics-listen").await?),
         None => None,
     };
+    let kafka_listener = match &args.kafka_listen {
+        Some(kafka) => Some(bind(kafka, "--kafka-listen").await?),
+        None => None,
+    };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         listen = %listener.local_addr()?,
         metrics = metrics_listener
             .as_ref()
             .and_then(|metrics| metrics.local_addr().ok())
+            .map(|addr| addr.to_string())
+            .unwrap_or_else(|| "off".to_owned()),
+        kafka = kafka_listener
+            .as_ref()
+            .and_then(|kafka| kafka.local_addr().ok())
             .map(|addr| addr.to_string())
             .unwrap_or_else(|| "off".to_owned()),
         cluster_node = config
@@ -509,6 +559,9 @@ async fn serve(listen: &str, metrics: Option<&str>, config: Config) -> anyhow::R
             metrics.local_addr()?
         )?;
     }
+    if let Some(kafka) = &kafka_listener {
+        writeln!(stdout, "kafka on {}", kafka.local_addr()?)?;
+    }
     stdout.flush()?;
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
@@ -518,7 +571,12 @@ async fn serve(listen: &str, metrics: Option<&str>, config: Config) -> anyhow::R
             _ = interrupt.recv() => tracing::info!("SIGINT received"),
         }
     };
-    broker_server::run_with_metrics(listener, metrics_listener, config, storage, shutdown).await?;
+    let listeners = broker_server::Listeners {
+        broker: listener,
+        metrics: metrics_listener,
+        kafka: kafka_listener,
+    };
+    broker_server::run_with_listeners(listeners, config, storage, shutdown).await?;
     tracing::info!("broker-server stopped");
     Ok(())
 }

@@ -3,13 +3,13 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use broker_core::BrokerState;
 use broker_proto::{
-    ErrorReply, Hello, HelloReply, ProtocolError, ResponseFrame, ServerCodec, ServerHandshakeCodec,
-    MAGIC, MAX_HELLO_FRAME, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    Decoded, ErrorReply, Hello, HelloReply, ProtocolError, RequestFrame, ResponseFrame,
+    ServerCodec, ServerHandshakeCodec, MAGIC, MAX_HELLO_FRAME, OLDEST_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
 };
 use broker_storage::Storage;
 use bytes::BytesMut;
@@ -27,7 +27,7 @@ use crate::metrics::Metrics;
 use crate::reply::{Outgoing, ReplyTo};
 use crate::shared::Shared;
 use crate::waiter;
-use crate::{clock, AuthToken, Config, ServerError, ServerTls, SERVER_NAME};
+use crate::{clock, AuthToken, Config, Listeners, ServerError, ServerTls, SERVER_NAME};
 use crate::{cluster_admin, reaper, replicated};
 
 /// How long a new connection may take to send its hello.
@@ -41,8 +41,11 @@ const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Runs the accept loop until `shutdown` completes, then shuts down gracefully.
 pub(crate) async fn serve(
-    listener: TcpListener,
-    metrics_listener: Option<TcpListener>,
+    Listeners {
+        broker: listener,
+        metrics: metrics_listener,
+        kafka: kafka_listener,
+    }: Listeners,
     config: Config,
     storage: Option<Storage>,
     shutdown: impl Future<Output = ()>,
@@ -101,7 +104,13 @@ pub(crate) async fn serve(
     }
     shared.tracker.spawn(reaper::reap(Arc::clone(&shared)));
     shared.tracker.spawn(clock::run(Arc::clone(&shared)));
-    let next_id = AtomicU64::new(1);
+    if let Some(kafka) = kafka_listener {
+        shared.tracker.spawn(crate::kafka::serve(
+            Arc::clone(&shared),
+            kafka,
+            Arc::clone(&connections),
+        ));
+    }
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -116,7 +125,7 @@ pub(crate) async fn serve(
             () = &mut shutdown => break,
             accepted = accept(&listener) => accepted,
         };
-        let id = next_id.fetch_add(1, Ordering::Relaxed);
+        let id = shared.new_connection_id();
         shared
             .tracker
             .spawn(handle(Arc::clone(&shared), id, stream, peer, permit));
@@ -151,7 +160,7 @@ pub(crate) async fn serve(
 
 /// Accepts one connection, backing off and retrying on errors (such as running out of file
 /// descriptors) instead of giving up.
-async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
+pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
     let mut backoff = Duration::from_millis(1);
     loop {
         match listener.accept().await {
@@ -538,47 +547,60 @@ async fn read_requests<R: AsyncRead + Unpin>(
             }
         }
         *requests += frames.len() as u64;
-        let may_wait = !reply_to.closing.is_cancelled();
-        let mut applied = match shared.cluster() {
-            Some(cluster) => {
-                apply_batch_replicated(shared, cluster, reply_to.connection, frames, may_wait).await
-            }
-            None => apply_batch(shared, reply_to.connection, frames, may_wait),
-        };
-        shared.signals.wake(&applied.wake);
-        let deferred = settle(shared, &mut applied).await;
-        if let Some(metrics) = &shared.metrics {
-            // Deferred answers (the log is failing) are not counted.
-            applied.count(metrics);
-        }
-        let answers = match deferred {
-            Some(deferred) => Some(Outgoing::Deferred(deferred)),
-            None if applied.responses.is_empty() => None,
-            None => Some(Outgoing::ready(
-                std::mem::take(&mut applied.responses),
-                std::mem::take(&mut applied.permits),
-            )),
-        };
-        for parked in applied.parked {
-            shared
-                .tracker
-                .spawn(waiter::wait(Arc::clone(shared), reply_to.clone(), parked));
-        }
-        for request in applied.cluster_requests {
-            shared.tracker.spawn(cluster_admin::answer(
-                Arc::clone(shared),
-                reply_to.clone(),
-                request,
-            ));
-        }
-        if let Some(answers) = answers {
-            if reply_to.outgoing.send(answers).await.is_err() {
-                // The writer is gone (write error); it has logged why.
-                return Ok(());
-            }
+        if !submit(shared, reply_to, frames).await {
+            // The writer is gone (write error); it has logged why.
+            return Ok(());
         }
         if let Some(cause) = fatal {
             return Err(cause);
         }
+    }
+}
+
+/// Applies a batch of requests of one connection (under one lock of the broker, or as one
+/// proposal to the cluster) and hands their answers to the connection's writer through
+/// `reply_to`: at once, once durable, or, for requests that wait or are about the cluster,
+/// from the tasks it spawns to answer them. Returns `false` when the writer is gone.
+pub(crate) async fn submit(
+    shared: &Arc<Shared>,
+    reply_to: &ReplyTo,
+    frames: Vec<(Decoded<RequestFrame>, OwnedSemaphorePermit)>,
+) -> bool {
+    let may_wait = !reply_to.closing.is_cancelled();
+    let mut applied = match shared.cluster() {
+        Some(cluster) => {
+            apply_batch_replicated(shared, cluster, reply_to.connection, frames, may_wait).await
+        }
+        None => apply_batch(shared, reply_to.connection, frames, may_wait),
+    };
+    shared.signals.wake(&applied.wake);
+    let deferred = settle(shared, &mut applied).await;
+    if let Some(metrics) = &shared.metrics {
+        // Deferred answers (the log is failing) are not counted.
+        applied.count(metrics);
+    }
+    let answers = match deferred {
+        Some(deferred) => Some(Outgoing::Deferred(deferred)),
+        None if applied.responses.is_empty() => None,
+        None => Some(Outgoing::ready(
+            std::mem::take(&mut applied.responses),
+            std::mem::take(&mut applied.permits),
+        )),
+    };
+    for parked in applied.parked {
+        shared
+            .tracker
+            .spawn(waiter::wait(Arc::clone(shared), reply_to.clone(), parked));
+    }
+    for request in applied.cluster_requests {
+        shared.tracker.spawn(cluster_admin::answer(
+            Arc::clone(shared),
+            reply_to.clone(),
+            request,
+        ));
+    }
+    match answers {
+        Some(answers) => reply_to.outgoing.send(answers).await.is_ok(),
+        None => true,
     }
 }

@@ -1,6 +1,7 @@
 //! What every task of the server shares: the broker, the limits in force, the waiters' signals,
 //! and the shutdown token and task tracker.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use broker_cluster::Cluster;
@@ -31,6 +32,8 @@ pub(crate) struct Shared {
     pub(crate) metrics: Option<Arc<Metrics>>,
     /// In a cluster, this node (set once it has started): every change goes through it.
     pub(crate) cluster: OnceLock<Cluster>,
+    /// The id the next connection gets (on either listener).
+    next_connection: AtomicU64,
 }
 
 impl Shared {
@@ -50,7 +53,13 @@ impl Shared {
             tracker: TaskTracker::new(),
             metrics,
             cluster: OnceLock::new(),
+            next_connection: AtomicU64::new(1),
         }
+    }
+
+    /// A new connection's id, never given before.
+    pub(crate) fn new_connection_id(&self) -> u64 {
+        self.next_connection.fetch_add(1, Ordering::Relaxed)
     }
 
     /// This node of the cluster, when the server runs in one.

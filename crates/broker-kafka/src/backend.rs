@@ -1,0 +1,19 @@
+//! What the listener runs the broker's commands through.
+
+use std::future::Future;
+use std::time::Duration;
+
+use broker_core::{Command, Outcome};
+use broker_proto::ErrorReply;
+
+/// Runs the broker's commands for one Kafka connection: the server implements it with the same
+/// path a native connection's requests take (validation, the log, waits, the cluster).
+pub trait Backend: Send + Sync {
+    /// Applies `command` and answers as the server answers a native request of it: a read
+    /// that finds no record waits up to `max_wait` (bounded by the server's limit) for one.
+    fn call(
+        &self,
+        command: Command,
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Outcome, ErrorReply>> + Send;
+}

@@ -1,0 +1,115 @@
+//! One Kafka client's connection: requests read one after the other and answered in order, as
+//! Kafka's brokers answer them.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tracing::debug;
+
+use crate::frame::{
+    encode_refusal, encode_response, encode_unsupported_api_versions, parse, Parsed,
+};
+use crate::handler::{handle, Endpoint};
+use crate::{Backend, KafkaError};
+
+/// How the listener serves its connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaSettings {
+    /// The broker id Metadata gives this server.
+    pub node_id: i32,
+    /// The cluster id Metadata answers.
+    pub cluster_id: String,
+    /// The host and port clients are told to reach the listener on (Metadata's brokers); `None`
+    /// tells each client the address its connection came in on.
+    pub advertise: Option<(String, u16)>,
+    /// Largest request accepted, in bytes; a larger one closes the connection.
+    pub max_frame_bytes: usize,
+    /// A connection that sends nothing for this long is closed.
+    pub idle_timeout: Duration,
+}
+
+/// Serves one connection whose socket's own address is `local`, until the client closes it,
+/// an error, the idle timeout or `closing` completes. Returns how many requests it answered.
+///
+/// # Errors
+/// [`KafkaError`] when the socket fails or a request is larger than the limit (the stream can
+/// no longer be read in frames).
+pub async fn serve_connection<S, B>(
+    stream: S,
+    local: SocketAddr,
+    backend: &B,
+    settings: &KafkaSettings,
+    closing: impl Future<Output = ()>,
+) -> Result<u64, KafkaError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    B: Backend,
+{
+    let endpoint = match &settings.advertise {
+        Some((host, port)) => Endpoint {
+            host: host.clone(),
+            port: i32::from(*port),
+        },
+        None => Endpoint {
+            host: local.ip().to_string(),
+            port: i32::from(local.port()),
+        },
+    };
+    let codec = LengthDelimitedCodec::builder()
+        .big_endian()
+        .length_field_length(4)
+        .max_frame_length(settings.max_frame_bytes)
+        .new_codec();
+    let mut framed = Framed::new(stream, codec);
+    tokio::pin!(closing);
+    let mut answered = 0;
+    loop {
+        let frame = tokio::select! {
+            () = &mut closing => return Ok(answered),
+            frame = tokio::time::timeout(settings.idle_timeout, framed.next()) => frame,
+        };
+        let frame = match frame {
+            Err(_) | Ok(None) => return Ok(answered),
+            Ok(Some(Err(error))) if error.kind() == std::io::ErrorKind::InvalidData => {
+                debug!(cause = %error, "an unreadable Kafka frame");
+                return Err(KafkaError::FrameTooLarge {
+                    limit: settings.max_frame_bytes,
+                });
+            }
+            Ok(Some(Err(error))) => return Err(error.into()),
+            Ok(Some(Ok(frame))) => frame.freeze(),
+        };
+        let answer = match parse(frame) {
+            Parsed::Request {
+                header,
+                api_key,
+                body,
+            } => {
+                let version = header.request_api_version;
+                match handle(backend, settings, &endpoint, version, *body).await {
+                    Some(response) => {
+                        encode_response(api_key, version, header.correlation_id, &response)?
+                    }
+                    None => continue,
+                }
+            }
+            Parsed::UnsupportedApiVersions { correlation_id } => {
+                encode_unsupported_api_versions(correlation_id)?
+            }
+            Parsed::Refused {
+                correlation_id,
+                error,
+                reason,
+            } => {
+                debug!(cause = %reason, "refusing a Kafka request");
+                encode_refusal(correlation_id, error)
+            }
+        };
+        framed.send(answer).await?;
+        answered += 1;
+    }
+}

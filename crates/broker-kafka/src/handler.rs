@@ -1,0 +1,705 @@
+//! What each Kafka request does: the broker's commands it runs through the [`Backend`], and the
+//! Kafka response built from their outcomes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use broker_core::{
+    Command, KeyHash, Outcome, PartitionRead, PublishRecord, Retention, TopicDescription,
+    TopicSetting, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
+};
+use broker_proto::ErrorReply;
+use bytes::Bytes;
+use futures::future::{join_all, select_all};
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
+    MetadataResponse, ProduceRequest, ProduceResponse, RequestKind, ResponseKind, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::apis::api_versions;
+use crate::errors::{code, kafka_error};
+use crate::records::{decode_produced, encode_fetched, RecordsError};
+use crate::{Backend, KafkaSettings};
+
+/// The `timestamp` of a ListOffsets partition that asks for the end offset.
+const LATEST: i64 = -1;
+/// The `timestamp` of a ListOffsets partition that asks for the earliest retained offset.
+const EARLIEST: i64 = -2;
+
+/// Kafka's default retention of a topic: seven days.
+const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// Where clients reach this listener: the host and port Metadata answers with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    /// Host name or address.
+    pub(crate) host: String,
+    /// Port.
+    pub(crate) port: i32,
+}
+
+/// Answers one request; `None` for a request answered by nothing (a produce with `acks=0`).
+pub(crate) async fn handle<B: Backend>(
+    backend: &B,
+    settings: &KafkaSettings,
+    endpoint: &Endpoint,
+    version: i16,
+    request: RequestKind,
+) -> Option<ResponseKind> {
+    let handler = Handler {
+        backend,
+        settings,
+        endpoint,
+    };
+    Some(match request {
+        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(0)),
+        RequestKind::Metadata(request) => {
+            ResponseKind::Metadata(handler.metadata(request, version).await)
+        }
+        RequestKind::Produce(request) => {
+            let acks = request.acks;
+            let response = handler.produce(request).await;
+            if acks == 0 {
+                return None;
+            }
+            ResponseKind::Produce(response)
+        }
+        RequestKind::Fetch(request) => ResponseKind::Fetch(handler.fetch(request).await),
+        RequestKind::ListOffsets(request) => {
+            ResponseKind::ListOffsets(handler.list_offsets(request).await)
+        }
+        RequestKind::CreateTopics(request) => {
+            ResponseKind::CreateTopics(handler.create_topics(request).await)
+        }
+        RequestKind::DeleteTopics(request) => {
+            ResponseKind::DeleteTopics(handler.delete_topics(request).await)
+        }
+        // `frame::parse` lets through only the APIs `apis::supported_apis` lists, each handled
+        // above; a request of another kind is a bug there, refused rather than left unanswered.
+        _ => return None,
+    })
+}
+
+struct Handler<'a, B> {
+    backend: &'a B,
+    settings: &'a KafkaSettings,
+    endpoint: &'a Endpoint,
+}
+
+/// A topic name as the broker sees it.
+fn topic_name(name: &TopicName) -> String {
+    name.as_str().to_owned()
+}
+
+fn kafka_topic(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_owned()))
+}
+
+fn message(text: String) -> Option<StrBytes> {
+    Some(StrBytes::from_string(text))
+}
+
+impl<B: Backend> Handler<'_, B> {
+    async fn call(&self, command: Command) -> Result<Outcome, ErrorReply> {
+        self.backend.call(command, Duration::ZERO).await
+    }
+
+    async fn describe(&self, topic: Option<String>) -> Result<Vec<TopicDescription>, ErrorReply> {
+        match self.call(Command::Describe { topic }).await? {
+            Outcome::Description(description) => Ok(description.topics),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn node_id(&self) -> BrokerId {
+        BrokerId(self.settings.node_id)
+    }
+
+    async fn metadata(&self, request: MetadataRequest, version: i16) -> MetadataResponse {
+        let wanted: Option<Vec<String>> = request.topics.map(|topics| {
+            topics
+                .iter()
+                .filter_map(|topic| topic.name.as_ref().map(topic_name))
+                .collect()
+        });
+        let node = self.node_id();
+        let mut response = MetadataResponse::default()
+            .with_brokers(vec![MetadataResponseBroker::default()
+                .with_node_id(node)
+                .with_host(StrBytes::from_string(self.endpoint.host.clone()))
+                .with_port(self.endpoint.port)])
+            .with_cluster_id(Some(StrBytes::from_string(
+                self.settings.cluster_id.clone(),
+            )))
+            .with_controller_id(node);
+        let described = match self.describe(None).await {
+            Ok(topics) => topics,
+            Err(refusal) => {
+                let error = kafka_error(&refusal);
+                response.topics = wanted
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|name| {
+                        MetadataResponseTopic::default()
+                            .with_name(Some(kafka_topic(name)))
+                            .with_error_code(error.code())
+                    })
+                    .collect();
+                return response;
+            }
+        };
+        let described: BTreeMap<&str, &TopicDescription> = described
+            .iter()
+            .map(|topic| (topic.name.as_str(), topic))
+            .collect();
+        let names: Vec<String> = match wanted {
+            // Version 0 asks for every topic with an empty list, later versions with none (an
+            // empty list there asks for no topic).
+            Some(names) if !(names.is_empty() && version == 0) => names,
+            _ => described.keys().map(|name| (*name).to_owned()).collect(),
+        };
+        response.topics = names
+            .iter()
+            .map(|name| match described.get(name.as_str()) {
+                Some(topic) => MetadataResponseTopic::default()
+                    .with_name(Some(kafka_topic(name)))
+                    .with_partitions(
+                        (0..topic.partitions.len() as i32)
+                            .map(|partition| {
+                                MetadataResponsePartition::default()
+                                    .with_partition_index(partition)
+                                    .with_leader_id(node)
+                                    .with_leader_epoch(0)
+                                    .with_replica_nodes(vec![node])
+                                    .with_isr_nodes(vec![node])
+                            })
+                            .collect(),
+                    ),
+                None => MetadataResponseTopic::default()
+                    .with_name(Some(kafka_topic(name)))
+                    .with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+            })
+            .collect();
+        response
+    }
+
+    async fn produce(&self, request: ProduceRequest) -> ProduceResponse {
+        let refusal = if request.transactional_id.is_some() {
+            Some((
+                ResponseError::TransactionalIdAuthorizationFailed,
+                "transactions are not supported by this broker".to_owned(),
+            ))
+        } else if !matches!(request.acks, -1..=1) {
+            Some((
+                ResponseError::InvalidRequiredAcks,
+                format!("acks must be -1, 0 or 1, got {}", request.acks),
+            ))
+        } else {
+            None
+        };
+        let refusal = &refusal;
+        let topics = request.topic_data.into_iter().map(|topic| async move {
+            let name = topic_name(&topic.name);
+            let partitions = match refusal {
+                Some((error, text)) => topic
+                    .partition_data
+                    .iter()
+                    .map(|data| refused_partition(data.index, *error, text.clone()))
+                    .collect(),
+                None => {
+                    let batches = topic
+                        .partition_data
+                        .into_iter()
+                        .map(|data| {
+                            let records = match data.records {
+                                Some(bytes) => decode_produced(data.index, bytes),
+                                None => Err(RecordsError::Corrupt("no records".to_owned())),
+                            };
+                            (data.index, records)
+                        })
+                        .collect();
+                    self.publish(&name, batches).await
+                }
+            };
+            TopicProduceResponse::default()
+                .with_name(topic.name)
+                .with_partition_responses(partitions)
+        });
+        ProduceResponse::default().with_responses(join_all(topics).await)
+    }
+
+    /// Publishes the records of each partition of one topic, in order, and answers each
+    /// partition: its first record's offset, or why it was refused.
+    async fn publish(
+        &self,
+        topic: &str,
+        batches: Vec<(i32, Result<Vec<PublishRecord>, RecordsError>)>,
+    ) -> Vec<PartitionProduceResponse> {
+        let mut records = Vec::new();
+        // Per partition: where its records are in `records`, or why it was refused.
+        let mut placed = Vec::with_capacity(batches.len());
+        for (partition, batch) in batches {
+            match batch {
+                Ok(batch) => {
+                    let start = records.len();
+                    records.extend(batch);
+                    placed.push((partition, Ok(start..records.len())));
+                }
+                Err(error) => placed.push((partition, Err(error))),
+            }
+        }
+        // Each record's offset (`-1` when full), or the refusal of its chunk.
+        let mut offsets: Vec<Result<i64, ErrorReply>> = Vec::with_capacity(records.len());
+        let chunks: Vec<Vec<PublishRecord>> = records
+            .chunks(MAX_BATCH_RECORDS)
+            .map(<[PublishRecord]>::to_vec)
+            .collect();
+        for chunk in chunks {
+            let size = chunk.len();
+            let command = Command::PublishBatch {
+                topic: topic.to_owned(),
+                records: chunk,
+            };
+            match self.call(command).await {
+                Ok(Outcome::PublishedBatch(stored)) => {
+                    offsets.extend(stored.into_iter().map(|(_, offset)| Ok(offset)));
+                }
+                Ok(other) => offsets.extend((0..size).map(|_| Err(unexpected(&other)))),
+                Err(refusal) => offsets.extend((0..size).map(|_| Err(refusal.clone()))),
+            }
+        }
+        placed
+            .into_iter()
+            .map(|(partition, range)| {
+                let range = match range {
+                    Ok(range) => range,
+                    Err(error) => {
+                        let kafka = match error {
+                            RecordsError::Corrupt(_) => ResponseError::CorruptMessage,
+                            RecordsError::Transactional => ResponseError::InvalidRecord,
+                        };
+                        return refused_partition(partition, kafka, error.to_string());
+                    }
+                };
+                let first = range.start;
+                for result in &offsets[range] {
+                    match result {
+                        Ok(-1) => {
+                            return refused_partition(
+                                partition,
+                                ResponseError::NotEnoughReplicas,
+                                format!(
+                                    "partition {partition} of topic {topic:?} is full (its \
+                                     retention keeps no more records until consumers catch \
+                                     up); retry later"
+                                ),
+                            )
+                        }
+                        Ok(_) => {}
+                        Err(refusal) => {
+                            return refused_partition(
+                                partition,
+                                kafka_error(refusal),
+                                refusal.to_string(),
+                            )
+                        }
+                    }
+                }
+                let base_offset = match offsets.get(first) {
+                    Some(Ok(offset)) => *offset,
+                    _ => -1,
+                };
+                PartitionProduceResponse::default()
+                    .with_index(partition)
+                    .with_base_offset(base_offset)
+            })
+            .collect()
+    }
+
+    async fn fetch(&self, request: FetchRequest) -> FetchResponse {
+        let wanted: Vec<(String, i32, i64, i32)> = request
+            .topics
+            .iter()
+            .flat_map(|topic| {
+                let name = topic_name(&topic.topic);
+                topic.partitions.iter().map(move |partition| {
+                    (
+                        name.clone(),
+                        partition.partition,
+                        partition.fetch_offset,
+                        partition.partition_max_bytes,
+                    )
+                })
+            })
+            .collect();
+        let read = |(topic, partition, offset, max_bytes): &(String, i32, i64, i32),
+                    wait: Duration| {
+            let command = Command::Read {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+                max_records: MAX_FETCH_RECORDS,
+                max_bytes: u64::try_from(*max_bytes).ok(),
+            };
+            self.backend.call(command, wait)
+        };
+        let mut results: Vec<Result<Outcome, ErrorReply>> = join_all(
+            wanted
+                .iter()
+                .map(|partition| read(partition, Duration::ZERO)),
+        )
+        .await;
+        let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
+        let found_nothing = results
+            .iter()
+            .all(|result| matches!(result, Ok(outcome) if outcome.found_no_records()));
+        if found_nothing && !wait.is_zero() && !wanted.is_empty() {
+            // Wait on every partition at once; the first to answer ends the fetch (the others'
+            // waits end by themselves, answering nobody).
+            let waits = wanted
+                .iter()
+                .map(|partition| Box::pin(read(partition, wait)));
+            let (answer, index, _) = select_all(waits).await;
+            results[index] = answer;
+        }
+        let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+        for (partition, result) in wanted.iter().zip(results) {
+            let data = self.partition_data(partition, result).await;
+            let name = &partition.0;
+            match topics.last_mut() {
+                Some(topic) if topic.topic.as_str() == name => topic.partitions.push(data),
+                _ => topics.push(
+                    FetchableTopicResponse::default()
+                        .with_topic(kafka_topic(name))
+                        .with_partitions(vec![data]),
+                ),
+            }
+        }
+        FetchResponse::default().with_responses(topics)
+    }
+
+    /// One partition of a fetch answer from what its read found.
+    async fn partition_data(
+        &self,
+        (topic, partition, offset, _): &(String, i32, i64, i32),
+        result: Result<Outcome, ErrorReply>,
+    ) -> PartitionData {
+        let data = PartitionData::default().with_partition_index(*partition);
+        let read = match result {
+            Ok(Outcome::Read(read)) => read,
+            Ok(other) => return data.with_error_code(kafka_error(&unexpected(&other)).code()),
+            Err(refusal @ ErrorReply::InvalidArgument(_)) => {
+                // Past the end (the records there were deleted and the topic made anew, or the
+                // client is confused): the client resets its offset as it is configured to.
+                let end = self
+                    .call(Command::EndOffset {
+                        topic: topic.clone(),
+                        partition: *partition,
+                    })
+                    .await;
+                let error = match end {
+                    Ok(Outcome::Offset(end)) if *offset > end => ResponseError::OffsetOutOfRange,
+                    _ => kafka_error(&refusal),
+                };
+                return data.with_error_code(error.code());
+            }
+            Err(refusal) => return data.with_error_code(kafka_error(&refusal).code()),
+        };
+        let PartitionRead {
+            records,
+            start_offset,
+            end_offset,
+        } = read;
+        let data = data
+            .with_high_watermark(end_offset)
+            .with_last_stable_offset(end_offset)
+            .with_log_start_offset(start_offset);
+        if *offset < start_offset {
+            return data.with_error_code(ResponseError::OffsetOutOfRange.code());
+        }
+        if records.is_empty() {
+            return data.with_records(Some(Bytes::new()));
+        }
+        match encode_fetched(&records) {
+            Ok(batch) => data.with_records(Some(batch)),
+            Err(error) => {
+                tracing::error!(topic, partition, cause = %error, "cannot encode fetched records");
+                data.with_error_code(ResponseError::UnknownServerError.code())
+            }
+        }
+    }
+
+    async fn list_offsets(&self, request: ListOffsetsRequest) -> ListOffsetsResponse {
+        let topics = request.topics.into_iter().map(|topic| async move {
+            let name = topic_name(&topic.name);
+            let described = self.describe(Some(name.clone())).await;
+            let mut partitions = Vec::with_capacity(topic.partitions.len());
+            for wanted in &topic.partitions {
+                let answer = ListOffsetsPartitionResponse::default()
+                    .with_partition_index(wanted.partition_index)
+                    .with_timestamp(-1)
+                    .with_offset(-1);
+                let bounds = match &described {
+                    Ok(described) => described.first().and_then(|topic| {
+                        usize::try_from(wanted.partition_index)
+                            .ok()
+                            .and_then(|index| topic.partitions.get(index))
+                    }),
+                    Err(_) => None,
+                };
+                let Some(bounds) = bounds else {
+                    let error = match &described {
+                        Err(refusal) => kafka_error(refusal),
+                        Ok(_) => ResponseError::UnknownTopicOrPartition,
+                    };
+                    partitions.push(answer.with_error_code(error.code()));
+                    continue;
+                };
+                let found = match wanted.timestamp {
+                    LATEST => Ok((bounds.end_offset, -1)),
+                    EARLIEST => Ok((bounds.earliest_offset, -1)),
+                    time if time >= 0 => {
+                        self.offset_for_time(&name, wanted.partition_index, time, bounds.end_offset)
+                            .await
+                    }
+                    _ => Err(ResponseError::InvalidRequest),
+                };
+                partitions.push(match found {
+                    Ok((offset, timestamp)) => answer.with_offset(offset).with_timestamp(timestamp),
+                    Err(error) => answer.with_error_code(error.code()),
+                });
+            }
+            ListOffsetsTopicResponse::default()
+                .with_name(topic.name)
+                .with_partitions(partitions)
+        });
+        ListOffsetsResponse::default().with_topics(join_all(topics).await)
+    }
+
+    /// The first offset at or after `time` and its record's time; `(-1, -1)` when every record
+    /// is older, as Kafka answers.
+    async fn offset_for_time(
+        &self,
+        topic: &str,
+        partition: i32,
+        time: i64,
+        end: i64,
+    ) -> Result<(i64, i64), ResponseError> {
+        let offset = match self
+            .call(Command::OffsetForTime {
+                topic: topic.to_owned(),
+                partition,
+                timestamp_ms: time,
+            })
+            .await
+        {
+            Ok(Outcome::Offset(offset)) => offset,
+            Ok(other) => return Err(kafka_error(&unexpected(&other))),
+            Err(refusal) => return Err(kafka_error(&refusal)),
+        };
+        if offset >= end {
+            return Ok((-1, -1));
+        }
+        let read = Command::Read {
+            topic: topic.to_owned(),
+            partition,
+            offset,
+            max_records: 1,
+            max_bytes: Some(0),
+        };
+        match self.call(read).await {
+            Ok(Outcome::Read(read)) => Ok(read
+                .records
+                .first()
+                .map_or((-1, -1), |record| (record.offset, record.timestamp_ms))),
+            Ok(other) => Err(kafka_error(&unexpected(&other))),
+            Err(refusal) => Err(kafka_error(&refusal)),
+        }
+    }
+
+    async fn create_topics(&self, request: CreateTopicsRequest) -> CreateTopicsResponse {
+        let validate_only = request.validate_only;
+        let topics = request.topics.into_iter().map(|topic| async move {
+            let name = topic_name(&topic.name);
+            let answer = CreatableTopicResult::default().with_name(topic.name.clone());
+            let refused = |error: ResponseError, text: String| {
+                answer
+                    .clone()
+                    .with_error_code(error.code())
+                    .with_error_message(message(text))
+            };
+            if let Err(error) = broker_core::TopicName::new(&name) {
+                return refused(ResponseError::InvalidTopicException, error.to_string());
+            }
+            let partition_count = match topic.num_partitions {
+                -1 => 1,
+                count if count >= 1 => count,
+                count => {
+                    return refused(
+                        ResponseError::InvalidPartitions,
+                        format!("a topic needs at least one partition, not {count}"),
+                    )
+                }
+            };
+            if !matches!(topic.replication_factor, -1 | 1) {
+                return refused(
+                    ResponseError::InvalidReplicationFactor,
+                    format!(
+                        "replication factor {} is not supported: every node of the broker \
+                         keeps every partition (use -1 or 1)",
+                        topic.replication_factor
+                    ),
+                );
+            }
+            if !topic.assignments.is_empty() {
+                return refused(
+                    ResponseError::InvalidReplicaAssignment,
+                    "replica assignments are not supported: every node keeps every partition"
+                        .to_owned(),
+                );
+            }
+            let settings = match topic_settings(&topic.configs) {
+                Ok(settings) => settings,
+                Err(text) => return refused(ResponseError::InvalidConfig, text),
+            };
+            if validate_only {
+                return answer
+                    .with_num_partitions(partition_count)
+                    .with_replication_factor(1);
+            }
+            let command = Command::Create {
+                topic: name,
+                partition_count,
+                key_hash: KeyHash::Murmur2,
+                settings,
+            };
+            match self.call(command).await {
+                Ok(Outcome::Created(true)) => answer
+                    .with_num_partitions(partition_count)
+                    .with_replication_factor(1),
+                Ok(Outcome::Created(false)) => refused(
+                    ResponseError::TopicAlreadyExists,
+                    format!("topic {:?} already exists", topic.name.as_str()),
+                ),
+                Ok(other) => {
+                    let refusal = unexpected(&other);
+                    refused(kafka_error(&refusal), refusal.to_string())
+                }
+                Err(ErrorReply::InvalidArgument(text)) => {
+                    refused(ResponseError::PolicyViolation, text)
+                }
+                Err(refusal) => refused(kafka_error(&refusal), refusal.to_string()),
+            }
+        });
+        CreateTopicsResponse::default().with_topics(join_all(topics).await)
+    }
+
+    async fn delete_topics(&self, request: DeleteTopicsRequest) -> DeleteTopicsResponse {
+        let topics = request.topic_names.into_iter().map(|name| async move {
+            let answer = DeletableTopicResult::default().with_name(Some(name.clone()));
+            let command = Command::DeleteTopic {
+                topic: topic_name(&name),
+            };
+            let error = match self.call(command).await {
+                Ok(Outcome::Deleted(true)) => None,
+                Ok(Outcome::Deleted(false)) | Err(ErrorReply::InvalidArgument(_)) => {
+                    Some(ResponseError::UnknownTopicOrPartition)
+                }
+                Ok(other) => Some(kafka_error(&unexpected(&other))),
+                Err(refusal) => Some(kafka_error(&refusal)),
+            };
+            answer.with_error_code(code(error))
+        });
+        DeleteTopicsResponse::default().with_responses(join_all(topics).await)
+    }
+}
+
+/// A produce answer refusing `partition` with `error`, saying why.
+fn refused_partition(
+    partition: i32,
+    error: ResponseError,
+    text: String,
+) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .with_index(partition)
+        .with_error_code(error.code())
+        .with_base_offset(-1)
+        .with_error_message(message(text))
+}
+
+/// The settings of a topic created through Kafka: limits retention, as Kafka's topics have,
+/// for seven days unless `retention.ms` says otherwise (`-1`: forever), and up to
+/// `retention.bytes` per partition when given. Other configs are refused, naming them.
+fn topic_settings(
+    configs: &[kafka_protocol::messages::create_topics_request::CreatableTopicConfig],
+) -> Result<Vec<TopicSetting>, String> {
+    let mut max_age_ms = Some(DEFAULT_RETENTION_MS);
+    let mut max_bytes = None;
+    for config in configs {
+        let value = config.value.as_ref().map(|value| value.as_str().to_owned());
+        let number = || {
+            value
+                .as_deref()
+                .and_then(|value| value.parse::<i64>().ok())
+                .ok_or_else(|| {
+                    format!(
+                        "{} must be a whole number, got {:?}",
+                        config.name.as_str(),
+                        value.as_deref().unwrap_or("null")
+                    )
+                })
+        };
+        match config.name.as_str() {
+            "retention.ms" => {
+                max_age_ms = match number()? {
+                    -1 => None,
+                    ms if ms > 0 => Some(ms as u64),
+                    ms => return Err(format!("retention.ms must be -1 or positive, got {ms}")),
+                }
+            }
+            "retention.bytes" => {
+                max_bytes = match number()? {
+                    -1 => None,
+                    bytes if bytes > 0 => Some(bytes as u64),
+                    bytes => {
+                        return Err(format!(
+                            "retention.bytes must be -1 or positive, got {bytes}"
+                        ))
+                    }
+                }
+            }
+            other => {
+                return Err(format!(
+                    "topic config {other} is not supported (supported: retention.ms, \
+                     retention.bytes)"
+                ))
+            }
+        }
+    }
+    let mut settings = vec![
+        TopicSetting::Retention(Retention::Limits),
+        TopicSetting::Discard(broker_core::Discard::Old),
+    ];
+    settings.extend(max_age_ms.map(TopicSetting::MaxAgeMs));
+    settings.extend(max_bytes.map(TopicSetting::MaxBytes));
+    Ok(settings)
+}
+
+/// An outcome no command of the listener can have had: a bug, answered as the server's error.
+#[cold]
+fn unexpected(outcome: &Outcome) -> ErrorReply {
+    ErrorReply::Storage(format!("unexpected outcome {}", outcome.name()))
+}

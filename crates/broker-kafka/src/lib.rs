@@ -1,0 +1,53 @@
+//! Kafka's wire protocol in front of the broker, so that Kafka clients and tools (librdkafka
+//! and everything built on it, kafka-python, the Java client, `kcat`) produce to and consume
+//! from the broker's topics, beside the broker's own clients.
+//!
+//! The listener speaks Kafka's protocol on its socket and the broker's commands behind it:
+//! each Kafka request becomes one or more [`broker_core::Command`]s, run by a [`Backend`] (the
+//! server, which applies them exactly as it applies a native client's: the same log, the same
+//! waits, the same cluster), and their outcomes become the Kafka response. So Kafka offsets are
+//! the broker's offsets, a record produced through Kafka is consumed natively with the same key,
+//! payload, headers and time, and the other way round.
+//!
+//! In layers that depend on each other in one direction:
+//!
+//! - `frame`: a request's header and body out of a frame, a response into one, and the answer
+//!   to a request that cannot be decoded;
+//! - `apis`: the API keys and versions the listener speaks, and the `ApiVersions` answer;
+//! - `records`: Kafka's record batches to the broker's records and back;
+//! - `errors`: the broker's refusals as Kafka error codes;
+//! - `handler`: what each request does, through the [`Backend`];
+//! - `connection`: one client's connection, request after request, answered in order.
+//!
+//! Messages are encoded and decoded by the `kafka-protocol` crate, generated from Kafka's own
+//! message schemas.
+
+mod apis;
+mod backend;
+mod connection;
+mod errors;
+mod frame;
+mod handler;
+mod records;
+
+pub use apis::{supported_apis, SupportedApi};
+pub use backend::Backend;
+pub use connection::{serve_connection, KafkaSettings};
+
+/// Why a Kafka connection ended before its client closed it.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    /// Reading or writing the socket failed.
+    #[error("connection error: {0}")]
+    Io(#[from] std::io::Error),
+    /// A frame announced more bytes than the listener accepts (or a negative length).
+    #[error("a request is larger than the limit of {limit} bytes")]
+    FrameTooLarge {
+        /// The largest frame accepted.
+        limit: usize,
+    },
+    /// A response could not be encoded (a bug: every response built is encodable in the
+    /// version it is built for).
+    #[error("cannot encode the response: {0}")]
+    Encode(String),
+}

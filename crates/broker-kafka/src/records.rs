@@ -1,0 +1,221 @@
+//! Kafka's record batches (format v2, as every current client sends them) to the broker's
+//! records and back. A record's key, value, headers and time are the broker record's key,
+//! payload, headers and time; a null value is stored as an empty payload.
+
+use broker_core::{BrokerRecord, Header, PublishRecord};
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+    TimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+};
+
+/// Why a produced batch is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum RecordsError {
+    /// The bytes are not record batches: a failed checksum, a truncated batch, an unknown
+    /// compression or format.
+    #[error("corrupt record batch: {0}")]
+    Corrupt(String),
+    /// A transactional batch: the broker has no transactions.
+    #[error("transactions are not supported by this broker")]
+    Transactional,
+}
+
+/// The records of one partition of a produce request, checked (each batch's CRC-32C),
+/// decompressed and ready to publish to `partition`. Control records (transaction markers)
+/// are refused with the batch that holds them.
+pub(crate) fn decode_produced(
+    partition: i32,
+    mut batches: Bytes,
+) -> Result<Vec<PublishRecord>, RecordsError> {
+    let sets = RecordBatchDecoder::decode_all(&mut batches)
+        .map_err(|error| RecordsError::Corrupt(format!("{error:#}")))?;
+    let mut records = Vec::new();
+    for record in sets.into_iter().flat_map(|set| set.records) {
+        if record.transactional || record.control {
+            return Err(RecordsError::Transactional);
+        }
+        records.push(PublishRecord {
+            partition: Some(partition),
+            key: record.key,
+            payload: record.value.unwrap_or_default(),
+            headers: record
+                .headers
+                .into_iter()
+                .map(|(name, value)| Header {
+                    name: name.as_str().to_owned(),
+                    value,
+                })
+                .collect(),
+            timestamp_ms: (record.timestamp >= 0).then_some(record.timestamp),
+        });
+    }
+    Ok(records)
+}
+
+/// `records` (consecutive offsets of one partition) as one uncompressed record batch.
+pub(crate) fn encode_fetched(records: &[BrokerRecord]) -> Result<Bytes, String> {
+    let first_offset = records.first().map_or(0, |record| record.offset);
+    let records: Vec<Record> = records
+        .iter()
+        .map(|record| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
+            producer_id: NO_PRODUCER_ID,
+            producer_epoch: NO_PRODUCER_EPOCH,
+            timestamp_type: TimestampType::Creation,
+            offset: record.offset,
+            // The encoder keeps records in one batch while offset minus sequence stays the
+            // same, and writes the first one's sequence as the batch's: -1, no producer's.
+            sequence: NO_SEQUENCE.wrapping_add((record.offset - first_offset) as i32),
+            timestamp: record.timestamp_ms,
+            key: record.key.clone(),
+            value: Some(record.payload.clone()),
+            headers: record
+                .headers
+                .iter()
+                .map(|header| {
+                    (
+                        StrBytes::from_string(header.name.clone()),
+                        header.value.clone(),
+                    )
+                })
+                .collect(),
+        })
+        .collect();
+    let mut buffer = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut buffer, &records, &options)
+        .map_err(|error| format!("{error:#}"))?;
+    Ok(buffer.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn fetched(offset: i64, key: Option<&'static [u8]>, payload: &'static [u8]) -> BrokerRecord {
+        BrokerRecord {
+            topic: "t".into(),
+            partition: 2,
+            offset,
+            key: key.map(Bytes::from_static),
+            payload: Bytes::from_static(payload),
+            timestamp_ms: 1_700_000_000_000 + offset,
+            headers: vec![
+                Header::new("trace", "abc"),
+                Header {
+                    name: "empty".into(),
+                    value: None,
+                },
+            ],
+            delivery_count: 0,
+        }
+    }
+
+    #[test]
+    fn fetched_records_decode_as_produced_with_their_fields() {
+        let records = vec![fetched(7, Some(b"k"), b"one"), fetched(8, None, b"")];
+        let batch = encode_fetched(&records).unwrap();
+        let back = decode_produced(2, batch.clone()).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back[0].key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(back[0].payload, "one");
+        assert_eq!(back[0].timestamp_ms, Some(1_700_000_000_007));
+        assert_eq!(back[0].headers, records[0].headers);
+        assert_eq!(back[1].key, None);
+        assert_eq!(back[1].partition, Some(2));
+        // The batch keeps the broker's offsets.
+        let mut bytes = batch;
+        let sets = RecordBatchDecoder::decode_all(&mut bytes).unwrap();
+        let offsets: Vec<i64> = sets[0].records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, vec![7, 8]);
+    }
+
+    #[test]
+    fn every_compression_codec_decodes() {
+        let records: Vec<Record> = (0..3)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: NO_PRODUCER_ID,
+                producer_epoch: NO_PRODUCER_EPOCH,
+                timestamp_type: TimestampType::Creation,
+                offset: i,
+                sequence: NO_SEQUENCE,
+                timestamp: 5,
+                key: None,
+                value: Some(Bytes::from(format!("value {i}").repeat(20))),
+                headers: Default::default(),
+            })
+            .collect();
+        for compression in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let mut buffer = BytesMut::new();
+            let options = RecordEncodeOptions {
+                version: 2,
+                compression,
+            };
+            RecordBatchEncoder::encode(&mut buffer, &records, &options).unwrap();
+            let back = decode_produced(0, buffer.freeze()).unwrap();
+            assert_eq!(back.len(), 3, "{compression:?}");
+            assert_eq!(back[2].payload, "value 2".repeat(20), "{compression:?}");
+        }
+    }
+
+    #[test]
+    fn a_damaged_batch_fails_its_checksum() {
+        let mut batch =
+            BytesMut::from(&encode_fetched(&[fetched(0, None, b"payload")]).unwrap()[..]);
+        let last = batch.len() - 1;
+        batch[last] ^= 0xff;
+        assert!(matches!(
+            decode_produced(0, batch.freeze()),
+            Err(RecordsError::Corrupt(message)) if message.contains("Cyclic redundancy check")
+        ));
+    }
+
+    #[test]
+    fn a_transactional_batch_is_refused() {
+        let record = Record {
+            transactional: true,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: 4,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: 0,
+            timestamp: 5,
+            key: None,
+            value: Some(Bytes::from_static(b"x")),
+            headers: Default::default(),
+        };
+        let mut buffer = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buffer, [&record], &options).unwrap();
+        assert_eq!(
+            decode_produced(0, buffer.freeze()),
+            Err(RecordsError::Transactional)
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! The Kafka listener (`--kafka-listen`): Kafka clients' connections, each served by
+//! `broker_kafka`, whose commands take the path a native connection's requests take
+//! (`server::submit`): the same validation, log, waits and metrics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use broker_core::{Command, Outcome};
+use broker_kafka::{Backend, KafkaSettings};
+use broker_proto::{Decoded, ErrorReply, RequestFrame};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, trace};
+
+use crate::reply::{Outgoing, ReplyTo};
+use crate::server::{accept, submit};
+use crate::shared::Shared;
+
+/// The broker id Metadata gives a server that runs alone.
+const SINGLE_NODE_ID: i32 = 0;
+
+/// What Metadata answers as the cluster id of a server that runs alone.
+const CLUSTER_ID: &str = "broker-server";
+
+/// The listener's settings from the server's configuration.
+fn settings(shared: &Shared) -> KafkaSettings {
+    KafkaSettings {
+        node_id: SINGLE_NODE_ID,
+        cluster_id: CLUSTER_ID.to_owned(),
+        advertise: shared.config.kafka_advertise.clone(),
+        max_frame_bytes: shared.config.max_frame_bytes,
+        idle_timeout: shared.config.idle_timeout,
+    }
+}
+
+/// Accepts Kafka connections until the server shuts down, each holding one of the server's
+/// connection slots (`connections`, shared with the broker's own listener).
+pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener, connections: Arc<Semaphore>) {
+    let settings = Arc::new(settings(&shared));
+    loop {
+        let permit = tokio::select! {
+            () = shared.shutdown.cancelled() => return,
+            permit = Arc::clone(&connections).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                // The semaphore is never closed.
+                Err(_) => return,
+            },
+        };
+        let (stream, _) = tokio::select! {
+            () = shared.shutdown.cancelled() => return,
+            accepted = accept(&listener) => accepted,
+        };
+        let id = shared.new_connection_id();
+        shared.tracker.spawn(handle(
+            Arc::clone(&shared),
+            Arc::clone(&settings),
+            id,
+            stream,
+            permit,
+        ));
+    }
+}
+
+/// Serves one Kafka connection to its end. `_permit` is its connection slot.
+async fn handle(
+    shared: Arc<Shared>,
+    settings: Arc<KafkaSettings>,
+    id: u64,
+    stream: TcpStream,
+    _permit: OwnedSemaphorePermit,
+) {
+    let (Ok(peer), Ok(local)) = (stream.peer_addr(), stream.local_addr()) else {
+        return;
+    };
+    trace!(peer = %peer, connection = id, "Kafka connection opened");
+    let _open = shared
+        .metrics
+        .as_ref()
+        .map(crate::metrics::Metrics::connection_opened);
+    if let Err(cause) = stream.set_nodelay(true) {
+        debug!(peer = %peer, cause = %cause, "cannot set TCP_NODELAY");
+    }
+    let backend = ServerBackend {
+        in_flight: Arc::new(Semaphore::new(shared.config.max_in_flight)),
+        closing: shared.shutdown.child_token(),
+        connection: id,
+        shared: Arc::clone(&shared),
+    };
+    let closing = backend.closing.clone();
+    let served =
+        broker_kafka::serve_connection(stream, local, &backend, &settings, closing.cancelled())
+            .await;
+    // Requests still waiting answer at once, to nobody.
+    closing.cancel();
+    match served {
+        Ok(requests) => debug!(peer = %peer, connection = id, requests, "Kafka connection closed"),
+        Err(cause) => {
+            debug!(peer = %peer, connection = id, cause = %cause, "Kafka connection closed")
+        }
+    }
+}
+
+/// The server behind one Kafka connection: each call is a request of a connection of its own
+/// id, submitted as a native connection's are.
+struct ServerBackend {
+    shared: Arc<Shared>,
+    connection: u64,
+    /// Bounds the calls outstanding at once (waiting reads included).
+    in_flight: Arc<Semaphore>,
+    /// Cancelled when the connection ends or the server shuts down.
+    closing: CancellationToken,
+}
+
+impl Backend for ServerBackend {
+    async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
+        let permit = Arc::clone(&self.in_flight)
+            .acquire_owned()
+            .await
+            .map_err(|_| ErrorReply::ShuttingDown)?;
+        // One answer comes back, from `submit` or from the task that answers a waiting read.
+        let (outgoing, mut answers) = mpsc::channel(1);
+        let reply_to = ReplyTo {
+            connection: self.connection,
+            outgoing,
+            closing: self.closing.clone(),
+        };
+        let frame = RequestFrame {
+            correlation_id: 0,
+            max_wait_ms: u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX),
+            command,
+        };
+        if !submit(
+            &self.shared,
+            &reply_to,
+            vec![(Decoded::Message(frame), permit)],
+        )
+        .await
+        {
+            return Err(ErrorReply::ShuttingDown);
+        }
+        drop(reply_to);
+        let answers = match answers.recv().await {
+            Some(Outgoing::Ready(answers)) => answers,
+            Some(Outgoing::Deferred(deferred)) => deferred.await,
+            None => return Err(ErrorReply::ShuttingDown),
+        };
+        answers
+            .responses
+            .into_iter()
+            .next()
+            .map_or(Err(ErrorReply::ShuttingDown), |response| response.result)
+    }
+}
