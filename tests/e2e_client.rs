@@ -312,7 +312,11 @@ async fn range_assignor_gives_6_partitions_over_a_b_c_two_each_and_idles_extra_m
     assert_eq!(client.assignment("six", "g", "A").await.unwrap(), [0, 1]);
     assert_eq!(client.assignment("six", "g", "B").await.unwrap(), [2, 3]);
     assert_eq!(client.assignment("six", "g", "C").await.unwrap(), [4, 5]);
-    assert!(client.assignment("six", "g", "nobody").await.unwrap().is_empty());
+    assert!(client
+        .assignment("six", "g", "nobody")
+        .await
+        .unwrap()
+        .is_empty());
     // 6 over 4: the first two get one extra.
     client.join("six", "g", "D").await.unwrap();
     let all: Vec<Vec<i32>> = futures::future::try_join_all(

@@ -33,6 +33,7 @@ pub fn supported_apis() -> &'static [SupportedApi] {
         api(ApiKey::ApiVersions, 0, 3),
         api(ApiKey::CreateTopics, 2, 7),
         api(ApiKey::DeleteTopics, 1, 5),
+        api(ApiKey::InitProducerId, 0, 4),
     ];
     SUPPORTED
 }

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use broker_core::{
-    Command, KeyHash, Outcome, PartitionRead, PublishRecord, Retention, TopicDescription,
-    TopicSetting, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
+    Command, KeyHash, Outcome, PartitionBatch, PartitionRead, PublishRecord, Retention,
+    TopicDescription, TopicSetting, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
 };
 use broker_proto::ErrorReply;
 use bytes::Bytes;
@@ -23,15 +23,16 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
     BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest,
-    MetadataResponse, ProduceRequest, ProduceResponse, RequestKind, ResponseKind, TopicName,
+    FetchRequest, FetchResponse, InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
+    ProducerId, RequestKind, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::apis::api_versions;
 use crate::errors::{code, kafka_error};
-use crate::records::{decode_produced, encode_fetched, RecordsError};
+use crate::records::{decode_produced, encode_fetched, Produced, RecordsError};
 use crate::{Backend, KafkaSettings};
 
 /// The `timestamp` of a ListOffsets partition that asks for the end offset.
@@ -86,6 +87,9 @@ pub(crate) async fn handle<B: Backend>(
         }
         RequestKind::DeleteTopics(request) => {
             ResponseKind::DeleteTopics(handler.delete_topics(request).await)
+        }
+        RequestKind::InitProducerId(request) => {
+            ResponseKind::InitProducerId(init_producer_id(&request))
         }
         // `frame::parse` lets through only the APIs `apis::supported_apis` lists, each handled
         // above; a request of another kind is a bug there, refused rather than left unanswered.
@@ -242,27 +246,67 @@ impl<B: Backend> Handler<'_, B> {
     }
 
     /// Publishes the records of each partition of one topic, in order, and answers each
-    /// partition: its first record's offset, or why it was refused.
+    /// partition, in the request's order: its first record's offset, or why it was refused.
     async fn publish(
         &self,
         topic: &str,
-        batches: Vec<(i32, Result<Vec<PublishRecord>, RecordsError>)>,
+        batches: Vec<(i32, Result<Produced, RecordsError>)>,
     ) -> Vec<PartitionProduceResponse> {
-        let mut records = Vec::new();
-        // Per partition: where its records are in `records`, or why it was refused.
-        let mut placed = Vec::with_capacity(batches.len());
-        for (partition, batch) in batches {
+        let mut answers: Vec<Option<PartitionProduceResponse>> =
+            (0..batches.len()).map(|_| None).collect();
+        let mut plain = Vec::new();
+        let mut idempotent = Vec::new();
+        for (slot, (partition, batch)) in batches.into_iter().enumerate() {
             match batch {
-                Ok(batch) => {
-                    let start = records.len();
-                    records.extend(batch);
-                    placed.push((partition, Ok(start..records.len())));
+                Err(error) => {
+                    let kafka = match error {
+                        RecordsError::Corrupt(_) => ResponseError::CorruptMessage,
+                        RecordsError::Transactional => ResponseError::InvalidRecord,
+                    };
+                    answers[slot] = Some(refused_partition(partition, kafka, error.to_string()));
                 }
-                Err(error) => placed.push((partition, Err(error))),
+                Ok(Produced {
+                    idempotent: Some((producer, sequence)),
+                    records,
+                }) => idempotent.push((slot, partition, producer, sequence, records)),
+                Ok(Produced {
+                    idempotent: None,
+                    records,
+                }) => plain.push((slot, partition, records)),
             }
         }
+        let idempotent = join_all(idempotent.into_iter().map(
+            |(slot, partition, producer, sequence, records)| async move {
+                let offsets = self
+                    .publish_idempotent(topic, partition, producer, sequence, records)
+                    .await;
+                (slot, partition_answer(topic, partition, &offsets))
+            },
+        ));
+        let (plain, idempotent) = futures::join!(self.publish_plain(topic, plain), idempotent);
+        for (slot, answer) in plain.into_iter().chain(idempotent) {
+            answers[slot] = Some(answer);
+        }
+        answers.into_iter().flatten().collect()
+    }
+
+    /// Publishes the records of the partitions of a producer without idempotence, all in one
+    /// batch publish (a few when there are very many records); each partition's answer with
+    /// its slot.
+    async fn publish_plain(
+        &self,
+        topic: &str,
+        partitions: Vec<(usize, i32, Vec<PublishRecord>)>,
+    ) -> Vec<(usize, PartitionProduceResponse)> {
+        let mut records = Vec::new();
+        let mut placed = Vec::with_capacity(partitions.len());
+        for (slot, partition, batch) in partitions {
+            let start = records.len();
+            records.extend(batch);
+            placed.push((slot, partition, start..records.len()));
+        }
         // Each record's offset (`-1` when full), or the refusal of its chunk.
-        let mut offsets: Vec<Result<i64, ErrorReply>> = Vec::with_capacity(records.len());
+        let mut offsets: Vec<Stored> = Vec::with_capacity(records.len());
         let chunks: Vec<Vec<PublishRecord>> = records
             .chunks(MAX_BATCH_RECORDS)
             .map(<[PublishRecord]>::to_vec)
@@ -273,60 +317,57 @@ impl<B: Backend> Handler<'_, B> {
                 topic: topic.to_owned(),
                 records: chunk,
             };
-            match self.call(command).await {
-                Ok(Outcome::PublishedBatch(stored)) => {
-                    offsets.extend(stored.into_iter().map(|(_, offset)| Ok(offset)));
-                }
-                Ok(other) => offsets.extend((0..size).map(|_| Err(unexpected(&other)))),
-                Err(refusal) => offsets.extend((0..size).map(|_| Err(refusal.clone()))),
-            }
+            let result = self
+                .call(command)
+                .await
+                .map_err(|refusal| refused(&refusal));
+            offsets.extend(placed_offsets(result, size));
         }
         placed
             .into_iter()
-            .map(|(partition, range)| {
-                let range = match range {
-                    Ok(range) => range,
-                    Err(error) => {
-                        let kafka = match error {
-                            RecordsError::Corrupt(_) => ResponseError::CorruptMessage,
-                            RecordsError::Transactional => ResponseError::InvalidRecord,
-                        };
-                        return refused_partition(partition, kafka, error.to_string());
-                    }
-                };
-                let first = range.start;
-                for result in &offsets[range] {
-                    match result {
-                        Ok(-1) => {
-                            return refused_partition(
-                                partition,
-                                ResponseError::NotEnoughReplicas,
-                                format!(
-                                    "partition {partition} of topic {topic:?} is full (its \
-                                     retention keeps no more records until consumers catch \
-                                     up); retry later"
-                                ),
-                            )
-                        }
-                        Ok(_) => {}
-                        Err(refusal) => {
-                            return refused_partition(
-                                partition,
-                                kafka_error(refusal),
-                                refusal.to_string(),
-                            )
-                        }
-                    }
-                }
-                let base_offset = match offsets.get(first) {
-                    Some(Ok(offset)) => *offset,
-                    _ => -1,
-                };
-                PartitionProduceResponse::default()
-                    .with_index(partition)
-                    .with_base_offset(base_offset)
+            .map(|(slot, partition, range)| {
+                (slot, partition_answer(topic, partition, &offsets[range]))
             })
             .collect()
+    }
+
+    /// Publishes the records of an idempotent producer to one partition, numbered from
+    /// `sequence`: a batch sent again is answered with the offsets it got the first time.
+    /// Each record's offset (`-1` when full), or why it was refused.
+    async fn publish_idempotent(
+        &self,
+        topic: &str,
+        partition: i32,
+        producer: i64,
+        sequence: i32,
+        records: Vec<PublishRecord>,
+    ) -> Vec<Stored> {
+        let mut offsets = Vec::with_capacity(records.len());
+        for (index, chunk) in records.chunks(MAX_BATCH_RECORDS).enumerate() {
+            let first = i64::from(sequence) + (index * MAX_BATCH_RECORDS) as i64;
+            let command = Command::PublishIdempotent {
+                topic: topic.to_owned(),
+                // Kafka's producer ids are never negative.
+                producer: producer.unsigned_abs(),
+                batches: vec![PartitionBatch {
+                    partition,
+                    sequence: first.unsigned_abs(),
+                    records: chunk.to_vec(),
+                }],
+            };
+            let result = self.call(command).await.map_err(|refusal| match refusal {
+                // The topic and partition exist (the producer found them in the metadata),
+                // so the broker refused the sequence numbers: ahead of what it expects, or
+                // of a batch too old to answer again. Kafka's clients then start their
+                // sequences afresh.
+                ErrorReply::InvalidArgument(text) if text.contains("sequence") => {
+                    (ResponseError::OutOfOrderSequenceNumber, text)
+                }
+                refusal => refused(&refusal),
+            });
+            offsets.extend(placed_offsets(result, chunk.len()));
+        }
+        offsets
     }
 
     async fn fetch(&self, request: FetchRequest) -> FetchResponse {
@@ -625,6 +666,83 @@ impl<B: Backend> Handler<'_, B> {
         });
         DeleteTopicsResponse::default().with_responses(join_all(topics).await)
     }
+}
+
+/// A new producer id for an idempotent producer (epoch 0), or a refusal for a transactional
+/// one. A producer that asks again with its id and epoch (after an error it cannot recover its
+/// sequences from) gets a new id, so that its sequences start afresh: the broker keeps
+/// sequences per producer id, not per epoch.
+fn init_producer_id(request: &InitProducerIdRequest) -> InitProducerIdResponse {
+    if request.transactional_id.is_some() {
+        return InitProducerIdResponse::default()
+            .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+    }
+    InitProducerIdResponse::default()
+        .with_producer_id(ProducerId(new_producer_id()))
+        .with_producer_epoch(0)
+}
+
+/// A producer id no other producer has, with overwhelming likelihood: 63 random bits (Kafka's
+/// producer ids are never negative). The broker remembers producers by id across restarts, so
+/// ids are drawn at random rather than counted from zero.
+fn new_producer_id() -> i64 {
+    use std::hash::{BuildHasher, Hasher};
+    static DRAWN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(DRAWN.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    (hasher.finish() >> 1) as i64
+}
+
+/// What became of one produced record: its offset (`-1` when its partition was full), or the
+/// Kafka error that refused it and why.
+type Stored = Result<i64, (ResponseError, String)>;
+
+/// A refusal of the broker as a Kafka error and its message.
+fn refused(refusal: &ErrorReply) -> (ResponseError, String) {
+    (kafka_error(refusal), refusal.to_string())
+}
+
+/// What became of each of the `size` records of one publish answered `result`.
+fn placed_offsets(result: Result<Outcome, (ResponseError, String)>, size: usize) -> Vec<Stored> {
+    match result {
+        Ok(Outcome::PublishedBatch(stored)) if stored.len() == size => {
+            stored.into_iter().map(|(_, offset)| Ok(offset)).collect()
+        }
+        Ok(other) => vec![Err(refused(&unexpected(&other))); size],
+        Err(refusal) => vec![Err(refusal); size],
+    }
+}
+
+/// The answer for `partition` of `topic` whose records became `stored`: the first record's
+/// offset, or the first refusal; a full partition is answered with a retriable error
+/// (`NOT_ENOUGH_REPLICAS`: nothing of the batch past the full point was stored, and Kafka's
+/// clients retry it after a back-off).
+fn partition_answer(topic: &str, partition: i32, stored: &[Stored]) -> PartitionProduceResponse {
+    for result in stored {
+        match result {
+            Ok(-1) => {
+                return refused_partition(
+                    partition,
+                    ResponseError::NotEnoughReplicas,
+                    format!(
+                        "partition {partition} of topic {topic:?} is full (its retention keeps \
+                         no more records until consumers catch up); retry later"
+                    ),
+                )
+            }
+            Ok(_) => {}
+            Err((error, text)) => return refused_partition(partition, *error, text.clone()),
+        }
+    }
+    let base_offset = match stored.first() {
+        Some(Ok(offset)) => *offset,
+        _ => -1,
+    };
+    PartitionProduceResponse::default()
+        .with_index(partition)
+        .with_base_offset(base_offset)
 }
 
 /// A produce answer refusing `partition` with `error`, saying why.

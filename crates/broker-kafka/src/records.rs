@@ -22,19 +22,46 @@ pub(crate) enum RecordsError {
     Transactional,
 }
 
+/// The records of one partition of a produce request, ready to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Produced {
+    /// For an idempotent producer's records: its producer id and the sequence number of the
+    /// first record (the next ones are numbered on from it).
+    pub(crate) idempotent: Option<(i64, i32)>,
+    /// The records, in order, each for the partition.
+    pub(crate) records: Vec<PublishRecord>,
+}
+
 /// The records of one partition of a produce request, checked (each batch's CRC-32C),
 /// decompressed and ready to publish to `partition`. Control records (transaction markers)
 /// are refused with the batch that holds them.
 pub(crate) fn decode_produced(
     partition: i32,
     mut batches: Bytes,
-) -> Result<Vec<PublishRecord>, RecordsError> {
+) -> Result<Produced, RecordsError> {
     let sets = RecordBatchDecoder::decode_all(&mut batches)
         .map_err(|error| RecordsError::Corrupt(format!("{error:#}")))?;
     let mut records = Vec::new();
+    let mut idempotent = None;
     for record in sets.into_iter().flat_map(|set| set.records) {
         if record.transactional || record.control {
             return Err(RecordsError::Transactional);
+        }
+        match idempotent {
+            None if records.is_empty() && record.producer_id >= 0 => {
+                idempotent = Some((record.producer_id, record.sequence));
+            }
+            Some((producer, first))
+                if producer != record.producer_id
+                    || record.sequence != first.wrapping_add(records.len() as i32) =>
+            {
+                return Err(RecordsError::Corrupt(
+                    "the batches of one partition must come from one producer with \
+                     consecutive sequence numbers"
+                        .to_owned(),
+                ));
+            }
+            _ => {}
         }
         records.push(PublishRecord {
             partition: Some(partition),
@@ -51,7 +78,10 @@ pub(crate) fn decode_produced(
             timestamp_ms: (record.timestamp >= 0).then_some(record.timestamp),
         });
     }
-    Ok(records)
+    Ok(Produced {
+        idempotent,
+        records,
+    })
 }
 
 /// `records` (consecutive offsets of one partition) as one uncompressed record batch.
@@ -125,7 +155,7 @@ mod tests {
     fn fetched_records_decode_as_produced_with_their_fields() {
         let records = vec![fetched(7, Some(b"k"), b"one"), fetched(8, None, b"")];
         let batch = encode_fetched(&records).unwrap();
-        let back = decode_produced(2, batch.clone()).unwrap();
+        let back = decode_produced(2, batch.clone()).unwrap().records;
         assert_eq!(back.len(), 2);
         assert_eq!(back[0].key.as_deref(), Some(&b"k"[..]));
         assert_eq!(back[0].payload, "one");
@@ -172,7 +202,7 @@ mod tests {
                 compression,
             };
             RecordBatchEncoder::encode(&mut buffer, &records, &options).unwrap();
-            let back = decode_produced(0, buffer.freeze()).unwrap();
+            let back = decode_produced(0, buffer.freeze()).unwrap().records;
             assert_eq!(back.len(), 3, "{compression:?}");
             assert_eq!(back[2].payload, "value 2".repeat(20), "{compression:?}");
         }

@@ -84,6 +84,8 @@ pub struct ServerProcess {
     pub addr: SocketAddr,
     /// The address of its metrics endpoint, when started with `--metrics-listen`.
     pub metrics_addr: Option<SocketAddr>,
+    /// The address of its Kafka listener, when started with `--kafka-listen`.
+    pub kafka_addr: Option<SocketAddr>,
 }
 
 impl ServerProcess {
@@ -156,22 +158,29 @@ impl ServerProcess {
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .parse()
             .expect("a socket address");
-        let metrics_addr = extra.contains(&"--metrics-listen").then(|| {
+        let mut announced = |prefix: &str, suffix: &str| {
             line.clear();
             stdout
                 .read_line(&mut line)
-                .expect("read the second line of broker-server");
+                .expect("read an address line of broker-server");
             line.trim()
-                .strip_prefix("metrics on http://")
-                .and_then(|rest| rest.strip_suffix("/metrics"))
-                .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
+                .strip_prefix(prefix)
+                .and_then(|rest| rest.strip_suffix(suffix))
+                .unwrap_or_else(|| panic!("expected {prefix}ADDRESS{suffix}, got {line:?}"))
                 .parse()
                 .expect("a socket address")
-        });
+        };
+        let metrics_addr = extra
+            .contains(&"--metrics-listen")
+            .then(|| announced("metrics on http://", "/metrics"));
+        let kafka_addr = extra
+            .contains(&"--kafka-listen")
+            .then(|| announced("kafka on ", ""));
         Some(ServerProcess {
             child,
             addr,
             metrics_addr,
+            kafka_addr,
         })
     }
 

@@ -1,0 +1,481 @@
+//! Kafka's clients against the real `broker-server` with `--kafka-listen`: `kcat` and
+//! librdkafka (through confluent-kafka) and kafka-python produce and consume, and what they
+//! store is read back through the broker's own client with the same keys, payloads, headers and
+//! times, and the other way round. Malformed Kafka frames are answered, never a crash.
+//!
+//! The clients come from the package registries (`.ci/run` installs them): without them these
+//! tests say so and pass, unless `BROKER_REQUIRE_KAFKA_CLIENTS` is set, as CI sets it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use broker_client::{BrokerRecord, Client, Header, KeyHash, PublishRecord};
+use broker_testkit::process::ServerProcess;
+use serde_json::Value;
+
+const CLIENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/kafka/clients.py");
+
+/// Whether the Kafka clients can run here: `python3` with confluent-kafka and kafka-python,
+/// and `kcat`. Without them the caller skips, unless `BROKER_REQUIRE_KAFKA_CLIENTS` is set.
+fn clients_installed() -> bool {
+    let python = Command::new("python3")
+        .args(["-c", "import confluent_kafka, kafka"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    let kcat = Command::new("kcat")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if python && kcat {
+        return true;
+    }
+    assert!(
+        std::env::var_os("BROKER_REQUIRE_KAFKA_CLIENTS").is_none(),
+        "the Kafka clients are required (BROKER_REQUIRE_KAFKA_CLIENTS): python3 with \
+         confluent-kafka and kafka-python: {python}, kcat: {kcat}"
+    );
+    eprintln!(
+        "skipped: install confluent-kafka and kafka-python (pip) and kcat (apt) to run the \
+         Kafka client tests"
+    );
+    false
+}
+
+/// A server with a Kafka listener, and a native client of it.
+async fn server() -> (ServerProcess, String, Client) {
+    let server = ServerProcess::start(&["--kafka-listen", "127.0.0.1:0"]);
+    let kafka = server.kafka_addr.expect("the kafka address").to_string();
+    let client = Client::connect(server.addr_string()).await.unwrap();
+    (server, kafka, client)
+}
+
+/// Runs a scenario of `tests/kafka/clients.py`; its JSON report.
+fn python(args: &[&str]) -> Value {
+    let output = Command::new("python3")
+        .arg(CLIENTS)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run python3");
+    assert!(
+        output.status.success(),
+        "clients.py {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        String::from_utf8_lossy(&output.stdout)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "clients.py {args:?} printed no JSON ({error}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// Runs `kcat` with `args` and `input` on its standard input; its standard output.
+fn kcat(args: &[&str], input: &str) -> String {
+    let mut child = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kcat");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "kcat {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Every record of `partition` of `topic`, read natively.
+async fn read_all(client: &Client, topic: &str, partition: i32) -> Vec<BrokerRecord> {
+    let mut records = Vec::new();
+    loop {
+        let offset = records.last().map_or(0, |r: &BrokerRecord| r.offset + 1);
+        let read = client
+            .read(topic, partition, offset, 1000, Duration::ZERO)
+            .await
+            .unwrap();
+        if read.records.is_empty() {
+            return records;
+        }
+        records.extend(read.records);
+    }
+}
+
+/// `record` for `partition`.
+fn on(partition: i32, record: PublishRecord) -> PublishRecord {
+    PublishRecord {
+        partition: Some(partition),
+        ..record
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn kcat_lists_metadata_and_round_trips_keyed_records_with_headers() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    client.create("orders", 2).await.unwrap();
+    let metadata = kcat(&["-b", &kafka, "-L"], "");
+    assert!(
+        metadata.contains("topic \"orders\" with 2 partitions"),
+        "{metadata}"
+    );
+    assert!(
+        metadata.contains(&format!("broker 0 at {kafka}")),
+        "{metadata}"
+    );
+    kcat(
+        &[
+            "-b",
+            &kafka,
+            "-P",
+            "-t",
+            "orders",
+            "-p",
+            "1",
+            "-K",
+            ":",
+            "-H",
+            "trace=abc",
+        ],
+        "k1:first\nk2:second\n",
+    );
+    // Read natively: the same key, payload and header, and a time of now.
+    let records = read_all(&client, "orders", 1).await;
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0].key.as_deref(), Some(&b"k1"[..]));
+    assert_eq!(records[1].payload, "second");
+    assert_eq!(records[0].headers, vec![Header::new("trace", "abc")]);
+    assert!(records[0].timestamp_ms > 1_700_000_000_000);
+    // And back through kcat, with a record published natively.
+    client
+        .publish_batch(
+            "orders",
+            vec![on(
+                1,
+                PublishRecord::keyed(Some(b"nk"), "native")
+                    .with_headers(vec![Header::new("from", "native")]),
+            )],
+        )
+        .await
+        .unwrap();
+    let consumed = kcat(
+        &[
+            "-b",
+            &kafka,
+            "-C",
+            "-t",
+            "orders",
+            "-p",
+            "1",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%k=%s @%o %h\n",
+        ],
+        "",
+    );
+    assert_eq!(
+        consumed,
+        "k1=first @0 trace=abc\nk2=second @1 trace=abc\nnk=native @2 from=native\n"
+    );
+}
+
+#[tokio::test]
+async fn confluent_kafka_records_are_read_natively_with_their_fields() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    client.create("events", 3).await.unwrap();
+    let report = python(&["produce", &kafka, "events", "150"]);
+    let first_timestamp = report["first_timestamp"].as_i64().unwrap();
+    let delivered = report["delivered"].as_array().unwrap();
+    assert_eq!(delivered.len(), 150);
+    let mut native = Vec::new();
+    for partition in 0..3 {
+        native.extend(read_all(&client, "events", partition).await);
+    }
+    assert_eq!(native.len(), 150, "every record stored once");
+    for record in &native {
+        let key = text(record.key.as_deref().unwrap());
+        let index: i64 = key.strip_prefix("key-").unwrap().parse().unwrap();
+        let reported = delivered.iter().find(|d| d["key"] == key.as_str()).unwrap();
+        assert_eq!(reported["partition"], record.partition);
+        assert_eq!(reported["offset"], record.offset);
+        assert_eq!(record.payload, format!("value-{index}"));
+        assert_eq!(record.timestamp_ms, first_timestamp + index);
+        assert_eq!(
+            record.headers,
+            vec![
+                Header::new("index", index.to_string()),
+                Header {
+                    name: "empty".into(),
+                    value: None
+                }
+            ]
+        );
+    }
+}
+
+#[tokio::test]
+async fn native_records_are_consumed_by_confluent_kafka_with_their_fields() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    client.create("native", 2).await.unwrap();
+    let records = (0..40)
+        .map(|i| {
+            on(
+                (i % 2) as i32,
+                PublishRecord::keyed(Some(format!("n{i}").as_bytes()), format!("payload {i}"))
+                    .with_headers(vec![Header::new("i", i.to_string())])
+                    .with_timestamp(1_700_000_000_000 + i),
+            )
+        })
+        .collect();
+    client.publish_batch("native", records).await.unwrap();
+    let report = python(&["consume", &kafka, "native", "2", "40"]);
+    let consumed = report["records"].as_array().unwrap();
+    assert_eq!(consumed.len(), 40);
+    for record in consumed {
+        let i: i64 = record["key"].as_str().unwrap()[1..].parse().unwrap();
+        assert_eq!(record["partition"], i % 2);
+        assert_eq!(record["offset"], i / 2);
+        assert_eq!(record["value"], format!("payload {i}"));
+        assert_eq!(record["headers"], serde_json::json!([["i", i.to_string()]]));
+        assert_eq!(record["timestamp"], 1_700_000_000_000 + i);
+    }
+}
+
+#[tokio::test]
+async fn kafka_python_produces_and_consumes() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    client.create("py", 2).await.unwrap();
+    let report = python(&["python-roundtrip", &kafka, "py", "20"]);
+    let records = report["records"].as_array().unwrap();
+    assert_eq!(records.len(), 20);
+    for partition in 0..2 {
+        let native = read_all(&client, "py", partition).await;
+        assert_eq!(native.len(), 10);
+        for record in native {
+            let key = text(record.key.as_deref().unwrap());
+            let i: i64 = key[1..].parse().unwrap();
+            assert_eq!(i % 2, i64::from(partition));
+            assert_eq!(record.payload, format!("v{i}"));
+            assert_eq!(record.headers, vec![Header::new("n", i.to_string())]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_compression_codec_is_stored_as_plain_records() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    for codec in ["gzip", "snappy", "lz4", "zstd"] {
+        client.create(codec, 1).await.unwrap();
+        python(&["produce", &kafka, codec, "30", "--compression", codec]);
+        let records = read_all(&client, codec, 0).await;
+        assert_eq!(records.len(), 30, "{codec}");
+        assert_eq!(records[29].payload, "value-29", "{codec}");
+    }
+}
+
+#[tokio::test]
+async fn keyed_records_land_where_the_native_publish_keyed_puts_them() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    // librdkafka's murmur2_random is the Java client's default partitioner.
+    client
+        .create_topic("keyed", 6, KeyHash::Murmur2, &[])
+        .await
+        .unwrap();
+    let report = python(&[
+        "produce",
+        &kafka,
+        "keyed",
+        "60",
+        "--partitioner",
+        "murmur2_random",
+    ]);
+    for delivered in report["delivered"].as_array().unwrap() {
+        let key = delivered["key"].as_str().unwrap();
+        let (partition, _) = client
+            .publish_keyed("keyed", Some(key.as_bytes()), "native")
+            .await
+            .unwrap();
+        assert_eq!(delivered["partition"], partition, "key {key}");
+    }
+}
+
+#[tokio::test]
+async fn offsets_reset_as_the_client_says_and_are_found_by_time() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    client.create("reset", 1).await.unwrap();
+    let records = (0..10)
+        .map(|i| {
+            on(
+                0,
+                PublishRecord::keyed(None, format!("r{i}")).with_timestamp(1_000 * (i + 1)),
+            )
+        })
+        .collect();
+    client.publish_batch("reset", records).await.unwrap();
+    client.purge("reset", 0, 4).await.unwrap();
+    // Offset 0 has left: the fetch answers OFFSET_OUT_OF_RANGE and the client resets.
+    let earliest = python(&[
+        "consume", &kafka, "reset", "1", "6", "--start", "stored", "--reset", "earliest",
+    ]);
+    assert_eq!(earliest["records"][0]["offset"], 4);
+    let latest = python(&[
+        "consume", &kafka, "reset", "1", "0", "--start", "stored", "--reset", "latest",
+    ]);
+    assert_eq!(latest["records"], serde_json::json!([]));
+    // ListOffsets: by time, and the watermarks.
+    let found = python(&["offsets-for-time", &kafka, "reset", "0", "7500"]);
+    assert_eq!(found["offset"], 7);
+    assert_eq!(
+        (found["low"].as_i64(), found["high"].as_i64()),
+        (Some(4), Some(10))
+    );
+    let past = python(&["offsets-for-time", &kafka, "reset", "0", "99000"]);
+    assert_eq!(past["offset"], -1, "no record at or after the time");
+}
+
+#[tokio::test]
+async fn the_admin_client_creates_topics_with_kafkas_retention() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    let created = python(&["create", &kafka, "made-by-kafka", "4"]);
+    assert_eq!(created["errors"], serde_json::json!({}));
+    assert_eq!(created["partitions"], 4);
+    assert_eq!(created["brokers"], serde_json::json!([kafka]));
+    let described = client.describe_topic("made-by-kafka").await.unwrap();
+    assert_eq!(described.partitions.len(), 4);
+    assert!(
+        described
+            .settings
+            .contains(&broker_client::TopicSetting::MaxAgeMs(7 * 24 * 3600 * 1000)),
+        "{:?}",
+        described.settings
+    );
+    let again = python(&["create", &kafka, "made-by-kafka", "4"]);
+    assert!(
+        again["errors"]["made-by-kafka"]
+            .as_str()
+            .unwrap()
+            .contains("TOPIC_ALREADY_EXISTS"),
+        "{again}"
+    );
+}
+
+/// Writes a request frame: length, API key, version, correlation id, no client id, `body`.
+fn write_request(stream: &mut TcpStream, key: i16, version: i16, correlation_id: i32, body: &[u8]) {
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&key.to_be_bytes());
+    frame.extend_from_slice(&version.to_be_bytes());
+    frame.extend_from_slice(&correlation_id.to_be_bytes());
+    frame.extend_from_slice(&(-1_i16).to_be_bytes());
+    frame.extend_from_slice(body);
+    stream
+        .write_all(&(frame.len() as u32).to_be_bytes())
+        .unwrap();
+    stream.write_all(&frame).unwrap();
+}
+
+/// Reads one response frame: its correlation id and the rest.
+fn read_response(stream: &mut TcpStream) -> (i32, Vec<u8>) {
+    let mut length = [0; 4];
+    stream.read_exact(&mut length).unwrap();
+    let mut body = vec![0; u32::from_be_bytes(length) as usize];
+    stream.read_exact(&mut body).unwrap();
+    let correlation_id = i32::from_be_bytes(body[..4].try_into().unwrap());
+    (correlation_id, body[4..].to_vec())
+}
+
+#[test]
+fn malformed_kafka_frames_are_answered_and_the_server_keeps_serving() {
+    let server = ServerProcess::start(&["--kafka-listen", "127.0.0.1:0"]);
+    let kafka = server.kafka_addr.unwrap();
+    let mut stream = TcpStream::connect(kafka).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // An unknown API key and an unsupported version: UNSUPPORTED_VERSION (35).
+    write_request(&mut stream, 999, 0, 1, &[]);
+    assert_eq!(
+        read_response(&mut stream),
+        (1, 35_i16.to_be_bytes().to_vec())
+    );
+    write_request(&mut stream, 0, 99, 2, &[]);
+    assert_eq!(
+        read_response(&mut stream),
+        (2, 35_i16.to_be_bytes().to_vec())
+    );
+    // A truncated body: INVALID_REQUEST (42).
+    write_request(&mut stream, 3, 1, 3, &[0, 0]);
+    assert_eq!(
+        read_response(&mut stream),
+        (3, 42_i16.to_be_bytes().to_vec())
+    );
+    // ApiVersions of a version it does not speak: version 0, UNSUPPORTED_VERSION, the ranges.
+    write_request(&mut stream, 18, 42, 4, &[]);
+    let (id, body) = read_response(&mut stream);
+    assert_eq!(id, 4);
+    assert_eq!(body[..2], 35_i16.to_be_bytes());
+    // A produce API entry among the ranges: key 0 from 3 to 9.
+    assert!(body.windows(6).any(|w| w == [0, 0, 0, 3, 0, 9]), "{body:?}");
+    // Still served: a good ApiVersions v0.
+    write_request(&mut stream, 18, 0, 5, &[]);
+    let (id, body) = read_response(&mut stream);
+    assert_eq!((id, &body[..2]), (5, &[0_u8, 0][..]));
+    // A length past the limit closes this connection, and only it.
+    stream.write_all(&u32::MAX.to_be_bytes()).unwrap();
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    let mut again = TcpStream::connect(kafka).unwrap();
+    again
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write_request(&mut again, 18, 0, 6, &[]);
+    assert_eq!(read_response(&mut again).0, 6);
+    assert!(Path::new(CLIENTS).exists());
+}

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Real Kafka clients against broker-server's Kafka listener, for tests/kafka.rs.
+
+Each subcommand runs one scenario with confluent-kafka (librdkafka) or kafka-python, checks what
+it can itself, and prints one JSON object with what it saw, for the Rust test to check against
+the broker's own client. Every wait is bounded; a failure exits non-zero saying why.
+
+    clients.py produce BOOTSTRAP TOPIC COUNT [--compression C] [--partitioner P]
+    clients.py consume BOOTSTRAP TOPIC PARTITIONS COUNT [--reset earliest|latest]
+    clients.py python-roundtrip BOOTSTRAP TOPIC COUNT
+    clients.py offsets-for-time BOOTSTRAP TOPIC PARTITION TIMESTAMP_MS
+    clients.py create BOOTSTRAP TOPIC PARTITIONS
+"""
+
+import argparse
+import json
+import sys
+import time
+
+PATIENCE_S = 20
+
+
+def fail(message):
+    print(message, file=sys.stderr)
+    sys.exit(1)
+
+
+def produce(args):
+    from confluent_kafka import Producer
+
+    config = {
+        "bootstrap.servers": args.bootstrap,
+        "linger.ms": 5,
+        "compression.type": args.compression,
+        "message.timeout.ms": PATIENCE_S * 1000,
+    }
+    if args.partitioner:
+        config["partitioner"] = args.partitioner
+    producer = Producer(config)
+    delivered = []
+    errors = []
+
+    def report(error, message):
+        if error is not None:
+            errors.append(str(error))
+        else:
+            delivered.append(
+                {
+                    "key": message.key().decode(),
+                    "partition": message.partition(),
+                    "offset": message.offset(),
+                }
+            )
+
+    # In the past: the broker caps a time ahead of its clock at its clock.
+    now = int(time.time() * 1000) - 60_000
+    for i in range(args.count):
+        producer.produce(
+            args.topic,
+            key=f"key-{i}",
+            value=f"value-{i}",
+            headers=[("index", str(i).encode()), ("empty", None)],
+            timestamp=now + i,
+            on_delivery=report,
+        )
+    if producer.flush(PATIENCE_S) != 0:
+        fail("records still waiting after the flush")
+    if errors:
+        fail(f"delivery errors: {errors[:3]}")
+    print(json.dumps({"delivered": delivered, "first_timestamp": now}))
+
+
+def consume(args):
+    from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING, OFFSET_END
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": "unused-by-assign",
+            "enable.auto.commit": False,
+            "auto.offset.reset": args.reset,
+        }
+    )
+    start = {"earliest": OFFSET_BEGINNING, "latest": OFFSET_END, "stored": None}[args.start]
+    if start is None:
+        # The position comes from auto.offset.reset: offset 0, which may have left.
+        consumer.assign([TopicPartition(args.topic, p, 0) for p in range(args.partitions)])
+    else:
+        consumer.assign([TopicPartition(args.topic, p, start) for p in range(args.partitions)])
+    records = []
+    deadline = time.time() + PATIENCE_S
+    while len(records) < args.count and time.time() < deadline:
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        if message.error():
+            fail(f"consume error: {message.error()}")
+        records.append(
+            {
+                "partition": message.partition(),
+                "offset": message.offset(),
+                "key": None if message.key() is None else message.key().decode(),
+                "value": message.value().decode(),
+                "headers": [
+                    [name, None if value is None else value.decode()]
+                    for name, value in (message.headers() or [])
+                ],
+                "timestamp": message.timestamp()[1],
+            }
+        )
+    # Nothing more arrives than asked for within a short wait.
+    extra = consumer.poll(1.0)
+    consumer.close()
+    if len(records) < args.count:
+        fail(f"consumed {len(records)} of {args.count} records in {PATIENCE_S}s")
+    if extra is not None and not extra.error():
+        fail(f"an unexpected record at {extra.partition()}/{extra.offset()}")
+    print(json.dumps({"records": records}))
+
+
+def python_roundtrip(args):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    producer = KafkaProducer(bootstrap_servers=args.bootstrap, linger_ms=5)
+    futures = [
+        producer.send(
+            args.topic,
+            key=f"k{i}".encode(),
+            value=f"v{i}".encode(),
+            headers=[("n", str(i).encode())],
+            partition=i % 2,
+        )
+        for i in range(args.count)
+    ]
+    producer.flush(PATIENCE_S)
+    sent = [future.get(timeout=PATIENCE_S) for future in futures]
+    producer.close()
+    consumer = KafkaConsumer(
+        bootstrap_servers=args.bootstrap,
+        enable_auto_commit=False,
+        consumer_timeout_ms=PATIENCE_S * 1000,
+    )
+    consumer.assign([TopicPartition(args.topic, 0), TopicPartition(args.topic, 1)])
+    consumer.seek_to_beginning()
+    got = []
+    for message in consumer:
+        got.append(
+            {
+                "partition": message.partition,
+                "offset": message.offset,
+                "key": message.key.decode(),
+                "value": message.value.decode(),
+                "headers": [[name, value.decode()] for name, value in message.headers],
+            }
+        )
+        if len(got) == args.count:
+            break
+    consumer.close()
+    if len(got) != args.count:
+        fail(f"kafka-python consumed {len(got)} of {args.count}")
+    print(
+        json.dumps(
+            {
+                "sent": [{"partition": s.partition, "offset": s.offset} for s in sent],
+                "records": got,
+            }
+        )
+    )
+
+
+def offsets_for_time(args):
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": "unused"})
+    found = consumer.offsets_for_times(
+        [TopicPartition(args.topic, args.partition, args.timestamp)], timeout=PATIENCE_S
+    )
+    low, high = consumer.get_watermark_offsets(
+        TopicPartition(args.topic, args.partition), timeout=PATIENCE_S
+    )
+    consumer.close()
+    print(json.dumps({"offset": found[0].offset, "low": low, "high": high}))
+
+
+def create(args):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(args.topic, num_partitions=args.partitions, replication_factor=1)],
+        operation_timeout=PATIENCE_S,
+    )
+    errors = {}
+    for topic, future in futures.items():
+        try:
+            future.result(PATIENCE_S)
+        except Exception as error:  # noqa: BLE001 - reported to the test
+            errors[topic] = str(error)
+    metadata = admin.list_topics(timeout=PATIENCE_S)
+    topic = metadata.topics.get(args.topic)
+    print(
+        json.dumps(
+            {
+                "errors": errors,
+                "partitions": None if topic is None else len(topic.partitions),
+                "brokers": [f"{b.host}:{b.port}" for b in metadata.brokers.values()],
+            }
+        )
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("produce")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("count", type=int)
+    p.add_argument("--compression", default="none")
+    p.add_argument("--partitioner")
+    p.set_defaults(run=produce)
+    p = commands.add_parser("consume")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("partitions", type=int)
+    p.add_argument("count", type=int)
+    p.add_argument("--start", choices=["earliest", "latest", "stored"], default="earliest")
+    p.add_argument("--reset", choices=["earliest", "latest"], default="earliest")
+    p.set_defaults(run=consume)
+    p = commands.add_parser("python-roundtrip")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("count", type=int)
+    p.set_defaults(run=python_roundtrip)
+    p = commands.add_parser("offsets-for-time")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("partition", type=int)
+    p.add_argument("timestamp", type=int)
+    p.set_defaults(run=offsets_for_time)
+    p = commands.add_parser("create")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("partitions", type=int)
+    p.set_defaults(run=create)
+    args = parser.parse_args()
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()
