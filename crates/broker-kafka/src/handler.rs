@@ -821,3 +821,253 @@ fn topic_settings(
 fn unexpected(outcome: &Outcome) -> ErrorReply {
     ErrorReply::Storage(format!("unexpected outcome {}", outcome.name()))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use broker_core::EventBroker;
+    use bytes::BytesMut;
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    use super::*;
+
+    /// The broker in memory, as a backend: what the server does, without the network.
+    struct Local(EventBroker);
+
+    impl Backend for Local {
+        async fn call(&self, command: Command, _max_wait: Duration) -> Result<Outcome, ErrorReply> {
+            self.0.apply(command).map_err(ErrorReply::from)
+        }
+    }
+
+    fn settings() -> KafkaSettings {
+        KafkaSettings {
+            node_id: 0,
+            cluster_id: "test".into(),
+            advertise: None,
+            max_frame_bytes: 1 << 20,
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+
+    fn endpoint() -> Endpoint {
+        Endpoint {
+            host: "127.0.0.1".into(),
+            port: 9093,
+        }
+    }
+
+    async fn ask(broker: &Local, version: i16, request: RequestKind) -> Option<ResponseKind> {
+        handle(broker, &settings(), &endpoint(), version, request).await
+    }
+
+    /// A record batch of `count` records, of `producer` from `sequence` when given.
+    fn batch(count: i64, producer: Option<(i64, i32)>) -> Bytes {
+        let records: Vec<Record> = (0..count)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: producer.map_or(-1, |(id, _)| id),
+                producer_epoch: producer.map_or(-1, |_| 0),
+                timestamp_type: TimestampType::Creation,
+                offset: i,
+                sequence: producer.map_or(-1, |(_, first)| first + i as i32),
+                timestamp: 1_000 + i,
+                key: None,
+                value: Some(Bytes::from(format!("r{i}"))),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buffer = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buffer, &records, &options).unwrap();
+        buffer.freeze()
+    }
+
+    fn produce(acks: i16, topic: &str, partition: i32, records: Bytes) -> RequestKind {
+        RequestKind::Produce(
+            ProduceRequest::default()
+                .with_acks(acks)
+                .with_topic_data(vec![TopicProduceData::default()
+                    .with_name(kafka_topic(topic))
+                    .with_partition_data(vec![PartitionProduceData::default()
+                        .with_index(partition)
+                        .with_records(Some(records))])]),
+        )
+    }
+
+    /// The one partition answer of a produce.
+    fn produced(response: Option<ResponseKind>) -> PartitionProduceResponse {
+        match response {
+            Some(ResponseKind::Produce(mut response)) => {
+                response.responses.remove(0).partition_responses.remove(0)
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    fn fetch(topic: &str, partition: i32, offset: i64) -> RequestKind {
+        RequestKind::Fetch(
+            FetchRequest::default().with_topics(vec![FetchTopic::default()
+                .with_topic(kafka_topic(topic))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(1 << 20)])]),
+        )
+    }
+
+    /// The one partition answer of a fetch.
+    fn fetched(response: Option<ResponseKind>) -> PartitionData {
+        match response {
+            Some(ResponseKind::Fetch(mut response)) => {
+                response.responses.remove(0).partitions.remove(0)
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    fn broker(capacity: i32) -> Local {
+        let broker = EventBroker::new(capacity).unwrap();
+        broker.create("t", 2).unwrap();
+        Local(broker)
+    }
+
+    #[tokio::test]
+    async fn an_idempotent_batch_sent_twice_is_stored_once() {
+        let broker = broker(100);
+        let first = produced(ask(&broker, 9, produce(-1, "t", 1, batch(3, Some((7, 0))))).await);
+        assert_eq!((first.error_code, first.base_offset), (0, 0));
+        let again = produced(ask(&broker, 9, produce(-1, "t", 1, batch(3, Some((7, 0))))).await);
+        assert_eq!((again.error_code, again.base_offset), (0, 0));
+        assert_eq!(broker.0.end_offset("t", 1).unwrap(), 3);
+        let next = produced(ask(&broker, 9, produce(-1, "t", 1, batch(2, Some((7, 3))))).await);
+        assert_eq!(next.base_offset, 3);
+        // A gap in the sequence numbers.
+        let ahead = produced(ask(&broker, 9, produce(-1, "t", 1, batch(1, Some((7, 9))))).await);
+        assert_eq!(
+            ahead.error_code,
+            ResponseError::OutOfOrderSequenceNumber.code()
+        );
+        assert_eq!(broker.0.end_offset("t", 1).unwrap(), 5);
+    }
+
+    #[tokio::test]
+    async fn acks_0_is_stored_and_answered_by_nothing() {
+        let broker = broker(100);
+        assert!(ask(&broker, 9, produce(0, "t", 0, batch(2, None)))
+            .await
+            .is_none());
+        assert_eq!(broker.0.end_offset("t", 0).unwrap(), 2);
+        let bad = produced(ask(&broker, 9, produce(5, "t", 0, batch(1, None))).await);
+        assert_eq!(bad.error_code, ResponseError::InvalidRequiredAcks.code());
+    }
+
+    #[tokio::test]
+    async fn a_full_partition_answers_a_retriable_error() {
+        let broker = broker(2);
+        let full = produced(ask(&broker, 9, produce(1, "t", 0, batch(3, None))).await);
+        assert_eq!(full.error_code, ResponseError::NotEnoughReplicas.code());
+        assert!(ResponseError::NotEnoughReplicas.is_retriable());
+        assert!(full.error_message.unwrap().contains("is full"));
+    }
+
+    #[tokio::test]
+    async fn unknown_topics_and_transactional_producers_are_refused() {
+        let broker = broker(100);
+        let unknown = produced(ask(&broker, 9, produce(1, "nope", 0, batch(1, None))).await);
+        assert_eq!(
+            unknown.error_code,
+            ResponseError::UnknownTopicOrPartition.code()
+        );
+        let transactional = RequestKind::Produce(match produce(1, "t", 0, batch(1, None)) {
+            RequestKind::Produce(request) => {
+                request.with_transactional_id(Some(StrBytes::from_static_str("tx").into()))
+            }
+            _ => unreachable!(),
+        });
+        let refused = produced(ask(&broker, 9, transactional).await);
+        assert_eq!(
+            refused.error_code,
+            ResponseError::TransactionalIdAuthorizationFailed.code()
+        );
+        assert_eq!(broker.0.end_offset("t", 0).unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn fetches_outside_the_retained_records_are_out_of_range() {
+        let broker = broker(100);
+        for i in 0..4 {
+            broker.0.publish("t", 0, format!("r{i}")).unwrap();
+        }
+        broker.0.purge("t", 0, 2).unwrap();
+        let below = fetched(ask(&broker, 12, fetch("t", 0, 1)).await);
+        assert_eq!(below.error_code, ResponseError::OffsetOutOfRange.code());
+        assert_eq!((below.log_start_offset, below.high_watermark), (2, 4));
+        let past = fetched(ask(&broker, 12, fetch("t", 0, 9)).await);
+        assert_eq!(past.error_code, ResponseError::OffsetOutOfRange.code());
+        let unknown = fetched(ask(&broker, 12, fetch("t", 5, 0)).await);
+        assert_eq!(
+            unknown.error_code,
+            ResponseError::UnknownTopicOrPartition.code()
+        );
+        let at = fetched(ask(&broker, 12, fetch("t", 0, 2)).await);
+        assert_eq!(at.error_code, 0);
+        let mut records = at.records.unwrap();
+        let sets = kafka_protocol::records::RecordBatchDecoder::decode_all(&mut records).unwrap();
+        let offsets: Vec<i64> = sets
+            .iter()
+            .flat_map(|s| &s.records)
+            .map(|r| r.offset)
+            .collect();
+        assert_eq!(offsets, vec![2, 3]);
+    }
+
+    #[tokio::test]
+    async fn metadata_lists_every_topic_or_those_asked() {
+        let broker = broker(100);
+        broker.0.create("u", 1).unwrap();
+        let names = |response: Option<ResponseKind>| match response {
+            Some(ResponseKind::Metadata(response)) => response
+                .topics
+                .iter()
+                .map(|t| (t.name.as_ref().unwrap().as_str().to_owned(), t.error_code))
+                .collect::<Vec<_>>(),
+            other => panic!("unexpected {other:?}"),
+        };
+        let asking = |topics: Option<Vec<&str>>| {
+            RequestKind::Metadata(MetadataRequest::default().with_topics(topics.map(|topics| {
+                topics
+                    .into_iter()
+                    .map(|name| MetadataRequestTopic::default().with_name(Some(kafka_topic(name))))
+                    .collect()
+            })))
+        };
+        let all = vec![("t".to_owned(), 0), ("u".to_owned(), 0)];
+        assert_eq!(names(ask(&broker, 12, asking(None)).await), all);
+        // Version 0 asks for every topic with an empty list; later versions for none.
+        assert_eq!(names(ask(&broker, 0, asking(Some(vec![]))).await), all);
+        assert!(names(ask(&broker, 1, asking(Some(vec![]))).await).is_empty());
+        assert_eq!(
+            names(ask(&broker, 12, asking(Some(vec!["u", "zz"]))).await),
+            vec![
+                ("u".to_owned(), 0),
+                (
+                    "zz".to_owned(),
+                    ResponseError::UnknownTopicOrPartition.code()
+                )
+            ]
+        );
+    }
+}
