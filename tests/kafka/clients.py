@@ -150,7 +150,10 @@ def python_roundtrip(args):
                 "offset": message.offset,
                 "key": message.key.decode(),
                 "value": message.value.decode(),
-                "headers": [[name, value.decode()] for name, value in message.headers],
+                "headers": [
+                    [name, None if value is None else value.decode()]
+                    for name, value in message.headers
+                ],
             }
         )
         if len(got) == args.count:

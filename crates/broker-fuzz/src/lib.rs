@@ -9,10 +9,14 @@
 //! - [`decode_frames`]: arbitrary bytes through the wire codec, fed in arbitrary chunks.
 //! - [`apply_sequence`]: arbitrary command sequences applied to the core, with its invariants
 //!   checked after every command.
+//! - [`serve_kafka_bytes`]: arbitrary bytes as a Kafka client's connection to the Kafka
+//!   listener.
 
 mod frames;
 mod input;
+mod kafka;
 mod sequence;
 
 pub use frames::decode_frames;
+pub use kafka::serve_kafka_bytes;
 pub use sequence::apply_sequence;

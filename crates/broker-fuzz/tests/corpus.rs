@@ -35,6 +35,11 @@ fn frames_corpus_replays() {
 }
 
 #[test]
+fn kafka_corpus_replays() {
+    replay("kafka", broker_fuzz::serve_kafka_bytes);
+}
+
+#[test]
 fn sequence_corpus_replays() {
     replay("sequence", broker_fuzz::apply_sequence);
 }
