@@ -393,6 +393,31 @@ impl Client {
         }
     }
 
+    /// [`EventBroker::commit_group`] over the network: stores `group`'s committed offsets on
+    /// the partitions of `offsets` (partition, offset) from outside its members, creating the
+    /// group (with no members) if needed. Needs a server of protocol version 6.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::commit_group`]
+    /// says; otherwise as [`Client::send`].
+    pub async fn commit_group(
+        &self,
+        topic: &str,
+        group: &str,
+        offsets: &[(i32, i64)],
+    ) -> Result<(), Error> {
+        let command = Command::CommitGroup {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            offsets: offsets.to_vec(),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Committed => Ok(()),
+            other => Err(unexpected("commit_group", &other)),
+        }
+    }
+
     /// [`EventBroker::read`] over the network: up to `max_records` records of `partition` from
     /// `offset`, without a group, with the partition's start and end offsets. When there is
     /// nothing at `offset` yet (it is the end offset), waits up to `max_wait` (capped by the

@@ -351,6 +351,16 @@ pub enum Command {
         /// Byte budget, as for [`Command::Poll`].
         max_bytes: Option<u64>,
     },
+    /// [`crate::EventBroker::commit_group`]: a group's committed offsets stored from outside
+    /// its members (protocol version 6).
+    CommitGroup {
+        /// Topic identifier.
+        topic: String,
+        /// Group identifier.
+        group: String,
+        /// The offsets to store, as (partition, offset), each partition once.
+        offsets: Vec<(i32, i64)>,
+    },
 }
 
 /// What answers a command ([`CommandKind::scope`]).
@@ -415,6 +425,7 @@ impl CommandKind {
             | CommandKind::Describe
             | CommandKind::OffsetForTime
             | CommandKind::Read
+            | CommandKind::CommitGroup
             | CommandKind::AddPartitions
             | CommandKind::DeleteTopic
             | CommandKind::DeleteGroup
@@ -441,6 +452,7 @@ impl CommandKind {
             | CommandKind::RemoveNode
             | CommandKind::Metadata => true,
             CommandKind::PublishIdempotent
+            | CommandKind::CommitGroup
             | CommandKind::AddPartitions
             | CommandKind::DeleteTopic
             | CommandKind::DeleteGroup
@@ -489,6 +501,7 @@ impl CommandKind {
                 !matches!(outcome, Outcome::Deleted(false))
             }
             CommandKind::PublishIdempotent
+            | CommandKind::CommitGroup
             | CommandKind::AddPartitions
             | CommandKind::Purge
             | CommandKind::ResetGroup
@@ -546,6 +559,7 @@ impl CommandKind {
             | CommandKind::Describe
             | CommandKind::OffsetForTime
             | CommandKind::Read
+            | CommandKind::CommitGroup
             | CommandKind::ClusterStatus
             | CommandKind::AddNode
             | CommandKind::RemoveNode
@@ -588,6 +602,7 @@ impl CommandKind {
             | CommandKind::RemoveNode
             | CommandKind::Metadata
             | CommandKind::Read
+            | CommandKind::CommitGroup
             | CommandKind::PublishIdempotent => Membership::Unchanged,
         }
     }
@@ -626,7 +641,7 @@ impl CommandKind {
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::Metadata => 5,
-            CommandKind::Read => 6,
+            CommandKind::Read | CommandKind::CommitGroup => 6,
         }
     }
 
@@ -691,6 +706,7 @@ impl Command {
             | Command::ResetGroup { topic, .. }
             | Command::OffsetForTime { topic, .. }
             | Command::Read { topic, .. }
+            | Command::CommitGroup { topic, .. }
             | Command::PublishIdempotent { topic, .. } => Some(topic),
             Command::Describe { topic } | Command::Metadata { topic } => topic.as_deref(),
             Command::ClusterStatus | Command::AddNode { .. } | Command::RemoveNode { .. } => None,
@@ -713,6 +729,7 @@ impl Command {
             | Command::RetryAfter { topic, .. }
             | Command::Redeliver { topic, .. }
             | Command::Commit { topic, .. }
+            | Command::CommitGroup { topic, .. }
             | Command::AddPartitions { topic, .. }
             | Command::DeleteTopic { topic }
             | Command::Purge { topic, .. }
@@ -829,6 +846,7 @@ impl Command {
             | Command::RemoveNode { .. }
             | Command::Metadata { .. }
             | Command::Read { .. }
+            | Command::CommitGroup { .. }
             | Command::PublishIdempotent { .. } => None,
         }
     }
@@ -889,6 +907,7 @@ impl Command {
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::Metadata { .. }
+            | Command::CommitGroup { .. }
             | Command::PublishIdempotent { .. } => None,
         }
     }
@@ -934,7 +953,8 @@ impl Command {
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::Metadata { .. }
-            | Command::Read { .. } => None,
+            | Command::Read { .. }
+            | Command::CommitGroup { .. } => None,
         }
     }
 
@@ -1003,6 +1023,7 @@ impl Command {
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::Metadata { .. }
+            | Command::CommitGroup { .. }
             | Command::PublishIdempotent { .. } => None,
         }
     }

@@ -241,6 +241,26 @@ impl EventBroker {
         self.lock().offset_for_time(topic, partition, timestamp_ms)
     }
 
+    /// Stores `group`'s committed offsets on the partitions of `offsets` (partition, offset),
+    /// from outside the group's members: for a group whose consumers keep their own assignment
+    /// and offsets, as Kafka's consumer groups do. A group that does not exist is created, with
+    /// no members (round-robin, from the earliest record), so that its offsets count for
+    /// interest retention and `lag` and `describe` show them. An offset outside the retained
+    /// records is moved to the nearest end of them; the group's fetch positions follow.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic, a partition it does not
+    /// have or named twice, a negative offset, a group that has members of its own (they
+    /// commit its offsets), or a new group past the topic's maximum of groups.
+    pub fn commit_group(
+        &self,
+        topic: &str,
+        group: &str,
+        offsets: &[(i32, i64)],
+    ) -> Result<(), BrokerError> {
+        self.lock().commit_group(topic, group, offsets)
+    }
+
     /// Up to `max_records` records of `partition` from `offset`, without a group: a replay
     /// (what a Kafka consumer's fetch does) that changes nothing and is seen by no group.
     /// Records below the partition's earliest retained offset have left, so a read below it

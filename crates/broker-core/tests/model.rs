@@ -991,6 +991,36 @@ impl Model {
                     selected.iter().map(|&p| lag_row(t, group, p)).collect(),
                 ))
             }
+            Command::CommitGroup {
+                topic,
+                group,
+                offsets,
+            } => {
+                ids(&[group])?;
+                let t = self.topic(topic)?;
+                let mut selected: Vec<(usize, i64)> = Vec::new();
+                for &(p, offset) in offsets {
+                    let p = partition_of(t, p)?;
+                    if offset < 0 || selected.iter().any(|&(named, _)| named == p) {
+                        return Err(Answer::Invalid);
+                    }
+                    selected.push((p, offset));
+                }
+                if t.groups.get(group).is_some_and(|g| !g.members.is_empty()) {
+                    return Err(Answer::Invalid);
+                }
+                let logs = t.logs.clone();
+                let g = t.groups.entry(group.clone()).or_insert_with(|| {
+                    ModelGroup::new(Assignor::RoundRobin, GroupSettings::default(), &logs)
+                });
+                for &(p, offset) in &selected {
+                    let log = &logs[p];
+                    g.move_committed(p, offset.clamp(log.base, log.end()));
+                    g.position[p] = g.committed[p];
+                }
+                self.retain();
+                Ok(Outcome::Committed)
+            }
             Command::OffsetForTime {
                 topic,
                 partition,
@@ -1511,6 +1541,13 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         } => broker
             .offset_for_time(&topic, partition, timestamp_ms)
             .map(Outcome::Offset),
+        Command::CommitGroup {
+            topic,
+            group,
+            offsets,
+        } => broker
+            .commit_group(&topic, &group, &offsets)
+            .map(|()| Outcome::Committed),
         Command::Read {
             topic,
             partition,
@@ -1818,6 +1855,12 @@ fn command() -> impl Strategy<Value = Command> {
         1 => (topic_id(), partition(), 0..40_i64).prop_map(|(topic, partition, timestamp_ms)| {
             Command::OffsetForTime { topic, partition, timestamp_ms }
         }),
+        2 => (
+            topic_id(),
+            group_id(),
+            proptest::collection::vec((partition(), offset()), 0..3)
+        )
+            .prop_map(|(topic, group, offsets)| Command::CommitGroup { topic, group, offsets }),
         2 => (topic_id(), partition(), offset(), max_records(), max_bytes()).prop_map(
             |(topic, partition, offset, max_records, max_bytes)| Command::Read {
                 topic,

@@ -91,7 +91,10 @@ fn serve(limit: usize, request_bytes: Vec<u8>) -> Vec<u8> {
             served
         })
         .await;
-        assert!(served.is_ok(), "the connection did not end once the client's bytes ended");
+        assert!(
+            served.is_ok(),
+            "the connection did not end once the client's bytes ended"
+        );
         written
     })
 }

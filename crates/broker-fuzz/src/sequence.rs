@@ -338,6 +338,13 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
             partition: input.below(5) as i32 - 1,
             timestamp_ms: input.below(20),
         },
+        CommandKind::CommitGroup => Command::CommitGroup {
+            topic,
+            group,
+            offsets: (0..input.byte() % 3)
+                .map(|_| (input.below(4) as i32 - 1, input.below(10) - 1))
+                .collect(),
+        },
         CommandKind::Read => Command::Read {
             topic,
             partition: input.below(5) as i32 - 1,

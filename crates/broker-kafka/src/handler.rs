@@ -896,15 +896,13 @@ mod tests {
     }
 
     fn produce(acks: i16, topic: &str, partition: i32, records: Bytes) -> RequestKind {
-        RequestKind::Produce(
-            ProduceRequest::default()
-                .with_acks(acks)
-                .with_topic_data(vec![TopicProduceData::default()
+        RequestKind::Produce(ProduceRequest::default().with_acks(acks).with_topic_data(
+            vec![TopicProduceData::default()
                     .with_name(kafka_topic(topic))
                     .with_partition_data(vec![PartitionProduceData::default()
                         .with_index(partition)
-                        .with_records(Some(records))])]),
-        )
+                        .with_records(Some(records))])],
+        ))
     }
 
     /// The one partition answer of a produce.

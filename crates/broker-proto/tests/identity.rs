@@ -199,6 +199,11 @@ fn command(kind: CommandKind) -> Command {
             partition: 0,
             timestamp_ms: 0,
         },
+        CommandKind::CommitGroup => Command::CommitGroup {
+            topic,
+            group,
+            offsets: vec![(0, 1)],
+        },
         CommandKind::Read => Command::Read {
             topic,
             partition: 0,

@@ -104,6 +104,7 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
         | Command::Describe { .. }
         | Command::OffsetForTime { .. }
         | Command::Read { .. }
+        | Command::CommitGroup { .. }
         // The server logs membership changes itself; none reaches the broker's state.
         | Command::ClusterStatus
         | Command::AddNode { .. }

@@ -204,6 +204,13 @@ impl BrokerState {
             } => self
                 .offset_for_time(&topic, partition, timestamp_ms)
                 .map(Outcome::Offset),
+            Command::CommitGroup {
+                topic,
+                group,
+                offsets,
+            } => self
+                .commit_group(&topic, &group, &offsets)
+                .map(|()| Outcome::Committed),
             Command::Read {
                 topic,
                 partition,

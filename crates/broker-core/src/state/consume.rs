@@ -12,7 +12,7 @@ use super::{member_of, topic_in, BrokerState, DeadLetterReason};
 use crate::validate::{
     check_acks_len, check_fetch_max_records, check_identifier, check_offset, check_poll_max_records,
 };
-use crate::{BrokerError, BrokerRecord, PartitionLag, ResetTo};
+use crate::{Assignor, BrokerError, BrokerRecord, GroupSettings, PartitionLag, ResetTo};
 
 impl BrokerState {
     /// See [`crate::EventBroker::poll_limited`].
@@ -251,6 +251,66 @@ impl BrokerState {
             }
         }
         Ok(records)
+    }
+
+    /// See [`crate::EventBroker::commit_group`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::commit_group`].
+    pub fn commit_group(
+        &mut self,
+        topic: &str,
+        group: &str,
+        offsets: &[(i32, i64)],
+    ) -> Result<(), BrokerError> {
+        check_identifier("group", group)?;
+        let max_groups = self.limits.max_groups_per_topic;
+        let checked = topic_in(&mut self.topics, topic)?;
+        let mut selected = Vec::with_capacity(offsets.len());
+        for &(partition, offset) in offsets {
+            let index = checked.partition(partition)?;
+            check_offset(offset)?;
+            if selected.iter().any(|&(named, _)| named == index) {
+                return Err(BrokerError::invalid(format!(
+                    "partition {partition} is named twice"
+                )));
+            }
+            selected.push((index, offset));
+        }
+        match checked.groups.get(group) {
+            Some(existing) if !existing.members.is_empty() => {
+                return Err(BrokerError::invalid(format!(
+                    "group {group:?} of topic {topic:?} has members of its own: they commit its \
+                     offsets"
+                )));
+            }
+            Some(_) => {}
+            None if checked.groups.len() >= max_groups => {
+                return Err(BrokerError::invalid(format!(
+                    "the topic already has its maximum of {max_groups} groups"
+                )));
+            }
+            None => {
+                let created = Group::new(
+                    Assignor::default(),
+                    GroupSettings::default(),
+                    &checked.partitions,
+                );
+                checked.groups.insert(group.to_owned(), created);
+            }
+        }
+        if let Some(state) = checked.groups.get_mut(group) {
+            for &(partition, offset) in &selected {
+                let log = &checked.partitions[partition];
+                let progress = &mut state.partitions[partition];
+                progress.move_committed(offset.clamp(log.base, log.end()));
+                progress.position = progress.committed;
+            }
+        }
+        for &(partition, _) in &selected {
+            self.memory.retained -= checked.release(partition)?;
+        }
+        Ok(())
     }
 
     /// See [`crate::EventBroker::commit`].

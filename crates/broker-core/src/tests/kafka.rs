@@ -786,3 +786,31 @@ fn read_refuses_bad_arguments() {
         b.read("t", 0, 0, crate::MAX_FETCH_RECORDS + 1, None)
     });
 }
+
+#[test]
+fn commit_group_creates_a_memberless_group_whose_offsets_hold_records() {
+    let b = filled(2, 3);
+    b.commit_group("t", "kafka", &[(0, 2), (1, 9)]).unwrap();
+    let group = group_description(&b, "t", "kafka");
+    assert!(group.members.is_empty());
+    // Past the end: moved to the end.
+    assert_eq!(
+        (group.partitions[0].committed, group.partitions[1].committed),
+        (2, 3)
+    );
+    let lag = b.lag("t", "kafka").unwrap();
+    assert_eq!((lag[0].lag, lag[1].lag), (1, 0));
+    // Interest retention: the group holds what it has not committed past, and nothing else.
+    let description = b.describe();
+    let partitions = &description.topics[0].partitions;
+    assert_eq!(
+        (partitions[0].earliest_offset, partitions[1].earliest_offset),
+        (2, 3)
+    );
+    // A group with members of its own is theirs to commit.
+    b.join("t", "native", "m").unwrap();
+    assert_invalid(&b, |b| b.commit_group("t", "native", &[(0, 1)]));
+    assert_invalid(&b, |b| b.commit_group("t", "kafka", &[(0, 1), (0, 2)]));
+    assert_invalid(&b, |b| b.commit_group("t", "kafka", &[(2, 1)]));
+    assert_invalid(&b, |b| b.commit_group("t", "kafka", &[(0, -1)]));
+}
