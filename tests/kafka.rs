@@ -479,3 +479,156 @@ fn malformed_kafka_frames_are_answered_and_the_server_keeps_serving() {
     assert_eq!(read_response(&mut again).0, 6);
     assert!(Path::new(CLIENTS).exists());
 }
+
+/// `python(["group", ...])`'s records as (consumer, partition, offset).
+fn group_records(report: &Value) -> Vec<(i64, i64, i64)> {
+    report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["consumer"].as_i64().unwrap(),
+                r["partition"].as_i64().unwrap(),
+                r["offset"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_consumer_group_of_two_rebalances_commits_and_resumes_after_a_restart() {
+    if !clients_installed() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let flags = ["--kafka-listen", "127.0.0.1:0", "--data-dir", data_dir];
+    let mut server = ServerProcess::start(&flags);
+    let client = Client::connect(server.addr_string()).await.unwrap();
+    client.create("grouped", 4).await.unwrap();
+    let batch = |from: i64| {
+        (from..from + 50)
+            .map(|i| PublishRecord::keyed(None, format!("r{i}")))
+            .collect::<Vec<_>>()
+    };
+    for from in [0, 50, 100, 150] {
+        client.publish_batch("grouped", batch(from)).await.unwrap();
+    }
+    let kafka = server.kafka_addr.unwrap().to_string();
+    let report = python(&["group", &kafka, "grouped", "workers", "200"]);
+    let records = group_records(&report);
+    let mut seen: Vec<(i64, i64)> = records.iter().map(|&(_, p, o)| (p, o)).collect();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), 200, "every record once");
+    // The second consumer's arrival split the partitions: after it, each consumer's are its own.
+    let events = report["events"].as_array().unwrap();
+    let assigned = |consumer: &str| -> Vec<Vec<i64>> {
+        events
+            .iter()
+            .filter(|e| e["consumer"] == consumer && e.get("assigned").is_some())
+            .map(|e| {
+                e["assigned"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p.as_i64().unwrap())
+                    .collect()
+            })
+            .collect()
+    };
+    let (first, second) = (assigned("c0"), assigned("c1"));
+    assert_eq!(first[0], vec![0, 1, 2, 3], "{events:?}");
+    let (first_last, second_last) = (first.last().unwrap(), second.last().unwrap());
+    assert_eq!(first_last.len() + second_last.len(), 4, "{events:?}");
+    assert!(
+        first_last.iter().all(|p| !second_last.contains(p)),
+        "{events:?}"
+    );
+    // The group is the broker's: committed to the end, its records released.
+    let lag = client.lag("grouped", "workers").await.unwrap();
+    assert!(
+        lag.iter().all(|row| row.lag == 0 && row.committed == 50),
+        "{lag:?}"
+    );
+    let described = client.describe_topic("grouped").await.unwrap();
+    assert!(described.partitions.iter().all(|p| p.records == 0));
+    // After a restart, a consumer of the group resumes from the committed offsets.
+    drop(client);
+    server.terminate(Duration::from_secs(10));
+    let server = ServerProcess::start_on(server.addr, &flags);
+    let client = Client::connect(server.addr_string()).await.unwrap();
+    client.publish_batch("grouped", batch(200)).await.unwrap();
+    let kafka = server.kafka_addr.unwrap().to_string();
+    let report = python(&[
+        "group",
+        &kafka,
+        "grouped",
+        "workers",
+        "50",
+        "--consumers",
+        "1",
+    ]);
+    let records = group_records(&report);
+    assert_eq!(records.len(), 50);
+    assert!(
+        records.iter().all(|&(_, _, offset)| offset >= 50),
+        "{records:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_group_name_is_used_by_one_protocol_at_a_time() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    client.create("shared", 1).await.unwrap();
+    client.join("shared", "native-group", "m").await.unwrap();
+    client.publish("shared", 0, "x").await.unwrap();
+    // A Kafka consumer cannot join a group with native members.
+    let output = Command::new("python3")
+        .arg(CLIENTS)
+        .args([
+            "group",
+            &kafka,
+            "shared",
+            "native-group",
+            "1",
+            "--consumers",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("INCONSISTENT_GROUP_PROTOCOL"), "{stderr}");
+    // Nor can a native member join a group whose members joined through Kafka.
+    let mut holder = Command::new("python3")
+        .arg(CLIENTS)
+        .args(["hold", &kafka, "shared", "kafka-group"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "assigned [0]");
+    let refused = client.join("shared", "kafka-group", "native").await;
+    assert!(
+        matches!(&refused, Err(broker_client::Error::Broker(broker_client::BrokerError::InvalidArgument(m))) if m.contains("Kafka")),
+        "{refused:?}"
+    );
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+    // Once they left, it may.
+    client
+        .join("shared", "kafka-group", "native")
+        .await
+        .unwrap();
+}

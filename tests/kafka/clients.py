@@ -10,6 +10,8 @@ the broker's own client. Every wait is bounded; a failure exits non-zero saying 
     clients.py python-roundtrip BOOTSTRAP TOPIC COUNT
     clients.py offsets-for-time BOOTSTRAP TOPIC PARTITION TIMESTAMP_MS
     clients.py create BOOTSTRAP TOPIC PARTITIONS
+    clients.py group BOOTSTRAP TOPIC GROUP COUNT [--consumers N]
+    clients.py hold BOOTSTRAP TOPIC GROUP
 """
 
 import argparse
@@ -18,6 +20,7 @@ import sys
 import time
 
 PATIENCE_S = 20
+START = time.time()
 
 
 def fail(message):
@@ -185,6 +188,93 @@ def offsets_for_time(args):
     print(json.dumps({"offset": found[0].offset, "low": low, "high": high}))
 
 
+def group(args):
+    """N consumers of one group subscribe to TOPIC, the second joining once the first has its
+    partitions, and together consume COUNT records, committing each one; then they leave."""
+    from confluent_kafka import Consumer
+
+    def consumer(name, events):
+        def assigned(_, partitions):
+            events.append({"consumer": name, "assigned": sorted(p.partition for p in partitions), "at": round(time.time() - START, 2)})
+
+        def revoked(_, partitions):
+            events.append({"consumer": name, "revoked": sorted(p.partition for p in partitions)})
+
+        c = Consumer(
+            {
+                "bootstrap.servers": args.bootstrap,
+                "group.id": args.group,
+                "client.id": name,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 500,
+                "partition.assignment.strategy": "range",
+            }
+        )
+        c.subscribe([args.topic], on_assign=assigned, on_revoke=revoked)
+        return c
+
+    events = []
+    consumers = [consumer("c0", events)]
+    records = []
+    deadline = time.time() + 60
+    while len(records) < args.count and time.time() < deadline:
+        for index, c in enumerate(consumers):
+            message = c.poll(0.2)
+            if message is None:
+                continue
+            if message.error():
+                fail(f"consume error: {message.error()}")
+            records.append(
+                {"consumer": index, "partition": message.partition(), "offset": message.offset()}
+            )
+            c.commit(message=message, asynchronous=False)
+        # The next consumer joins once the first has consumed some records.
+        if len(consumers) < args.consumers and len(records) >= args.count // 4:
+            consumers.append(consumer(f"c{len(consumers)}", events))
+    for c in consumers:
+        c.close()
+        events.append({"closed": round(time.time() - START, 2)})
+    if len(records) < args.count:
+        fail(f"consumed {len(records)} of {args.count} records in 60s: {events}")
+    print(json.dumps({"records": records, "events": events}))
+
+
+def hold(args):
+    """One consumer of GROUP subscribes to TOPIC, prints its partitions once assigned, and
+    stays until its standard input closes; then it leaves."""
+    import threading
+
+    from confluent_kafka import Consumer
+
+    closed = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True).start()
+    assigned = []
+    c = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": args.group,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+        }
+    )
+    c.subscribe(
+        [args.topic],
+        on_assign=lambda _, partitions: assigned.append(sorted(p.partition for p in partitions)),
+    )
+    deadline = time.time() + PATIENCE_S
+    while not assigned and time.time() < deadline:
+        c.poll(0.2)
+    if not assigned:
+        fail("no assignment in time")
+    print(f"assigned {assigned[0]}", flush=True)
+    deadline = time.time() + PATIENCE_S
+    while not closed.is_set() and time.time() < deadline:
+        c.poll(0.2)
+    c.close()
+
+
 def create(args):
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -241,6 +331,18 @@ def main():
     p.add_argument("partition", type=int)
     p.add_argument("timestamp", type=int)
     p.set_defaults(run=offsets_for_time)
+    p = commands.add_parser("group")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("group")
+    p.add_argument("count", type=int)
+    p.add_argument("--consumers", type=int, default=2)
+    p.set_defaults(run=group)
+    p = commands.add_parser("hold")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("group")
+    p.set_defaults(run=hold)
     p = commands.add_parser("create")
     p.add_argument("bootstrap")
     p.add_argument("topic")

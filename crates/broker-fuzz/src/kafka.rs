@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use broker_core::{Command, EventBroker, Outcome};
-use broker_kafka::{serve_connection, Backend, KafkaSettings};
+use broker_kafka::{serve_connection, Backend, Coordinator, KafkaSettings};
 use broker_proto::ErrorReply;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -52,8 +52,10 @@ pub fn serve_kafka_bytes(data: &[u8]) {
 /// What the listener writes to a client that sends `request_bytes` and closes, with frames of
 /// at most `limit` bytes.
 fn serve(limit: usize, request_bytes: Vec<u8>) -> Vec<u8> {
+    // Time is virtual: the waits of a rebalance end as soon as nothing else can happen.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_time()
+        .start_paused(true)
         .build()
     {
         Ok(runtime) => runtime,
@@ -76,6 +78,8 @@ fn serve(limit: usize, request_bytes: Vec<u8>) -> Vec<u8> {
             idle_timeout: Duration::from_secs(5),
         };
         let local = std::net::SocketAddr::from(([127, 0, 0, 1], 9093));
+        let peer = std::net::SocketAddr::from(([127, 0, 0, 1], 50000));
+        let coordinator = Coordinator::default();
         let (client, server) = tokio::io::duplex(64 * 1024);
         let (mut client_read, mut client_write) = tokio::io::split(client);
         let writing = async move {
@@ -85,8 +89,16 @@ fn serve(limit: usize, request_bytes: Vec<u8>) -> Vec<u8> {
         };
         let mut written = Vec::new();
         let reading = client_read.read_to_end(&mut written);
-        let serving = serve_connection(server, local, &backend, &settings, std::future::pending());
-        let served = tokio::time::timeout(Duration::from_secs(30), async {
+        let serving = serve_connection(
+            server,
+            (local, peer),
+            &backend,
+            &coordinator,
+            &settings,
+            std::future::pending(),
+        );
+        // Longer than any wait a request can ask for (a rebalance waits 30 minutes at most).
+        let served = tokio::time::timeout(Duration::from_secs(4 * 3600), async {
             let (_, served, _) = tokio::join!(writing, serving, reading);
             served
         })

@@ -34,6 +34,15 @@ pub fn supported_apis() -> &'static [SupportedApi] {
         api(ApiKey::CreateTopics, 2, 7),
         api(ApiKey::DeleteTopics, 1, 5),
         api(ApiKey::InitProducerId, 0, 4),
+        api(ApiKey::FindCoordinator, 0, 3),
+        api(ApiKey::JoinGroup, 0, 5),
+        api(ApiKey::SyncGroup, 0, 3),
+        api(ApiKey::Heartbeat, 0, 3),
+        api(ApiKey::LeaveGroup, 0, 3),
+        api(ApiKey::OffsetCommit, 2, 7),
+        api(ApiKey::OffsetFetch, 1, 7),
+        api(ApiKey::DescribeGroups, 0, 4),
+        api(ApiKey::ListGroups, 0, 3),
     ];
     SUPPORTED
 }

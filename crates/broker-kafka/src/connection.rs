@@ -13,8 +13,8 @@ use tracing::debug;
 use crate::frame::{
     encode_refusal, encode_response, encode_unsupported_api_versions, parse, Parsed,
 };
-use crate::handler::{handle, Endpoint};
-use crate::{Backend, KafkaError};
+use crate::handler::{Answer, Endpoint, Handler};
+use crate::{Backend, Coordinator, KafkaError};
 
 /// How the listener serves its connections.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,16 +32,18 @@ pub struct KafkaSettings {
     pub idle_timeout: Duration,
 }
 
-/// Serves one connection whose socket's own address is `local`, until the client closes it,
-/// an error, the idle timeout or `closing` completes. Returns how many requests it answered.
+/// Serves one connection from `peer` whose socket's own address is `local`, until the client
+/// closes it, an error, the idle timeout or `closing` completes; its consumer groups are
+/// `coordinator`'s. Returns how many requests it answered.
 ///
 /// # Errors
 /// [`KafkaError`] when the socket fails or a request is larger than the limit (the stream can
 /// no longer be read in frames).
 pub async fn serve_connection<S, B>(
     stream: S,
-    local: SocketAddr,
+    (local, peer): (SocketAddr, SocketAddr),
     backend: &B,
+    coordinator: &Coordinator,
     settings: &KafkaSettings,
     closing: impl Future<Output = ()>,
 ) -> Result<u64, KafkaError>
@@ -58,6 +60,13 @@ where
             host: local.ip().to_string(),
             port: i32::from(local.port()),
         },
+    };
+    let handler = Handler {
+        backend,
+        settings,
+        coordinator,
+        endpoint,
+        client_host: format!("/{}", peer.ip()),
     };
     let codec = LengthDelimitedCodec::builder()
         .big_endian()
@@ -90,11 +99,13 @@ where
                 body,
             } => {
                 let version = header.request_api_version;
-                match handle(backend, settings, &endpoint, version, *body).await {
-                    Some(response) => {
+                let client_id = header.client_id.as_ref().map_or("", |id| id.as_str());
+                match handler.handle(version, client_id, *body).await {
+                    Answer::Response(response) => {
                         encode_response(api_key, version, header.correlation_id, &response)?
                     }
-                    None => continue,
+                    Answer::Nothing => continue,
+                    Answer::Refused(error) => encode_refusal(header.correlation_id, error),
                 }
             }
             Parsed::UnsupportedApiVersions { correlation_id } => {

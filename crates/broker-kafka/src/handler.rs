@@ -13,25 +13,41 @@ use bytes::Bytes;
 use futures::future::{join_all, select_all};
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
     BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    FetchRequest, FetchResponse, InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest,
-    ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
-    ProducerId, RequestKind, ResponseKind, TopicName,
+    DescribeGroupsRequest, DescribeGroupsResponse, FetchRequest, FetchResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatResponse,
+    InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse, ListGroupsResponse, ListOffsetsRequest,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse,
+    ProducerId, RequestKind, ResponseKind, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::apis::api_versions;
 use crate::errors::{code, kafka_error};
+use crate::groups::{Coordinator, Join};
+use crate::ids::new_producer_id;
 use crate::records::{decode_produced, encode_fetched, Produced, RecordsError};
 use crate::{Backend, KafkaSettings};
 
@@ -39,6 +55,19 @@ use crate::{Backend, KafkaSettings};
 const LATEST: i64 = -1;
 /// The `timestamp` of a ListOffsets partition that asks for the earliest retained offset.
 const EARLIEST: i64 = -2;
+
+/// The `key_type` of FindCoordinator that asks for a group's coordinator (1 asks for a
+/// transaction's).
+const GROUP_KEY: i8 = 0;
+
+/// The session timeouts a member may ask for, in milliseconds: 1 s to 30 min (a rebalance
+/// waits at most as long).
+const SESSION_TIMEOUT_MS: std::ops::RangeInclusive<i32> = 1_000..=1_800_000;
+
+/// `ms` milliseconds (never negative).
+fn millis(ms: i32) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
 
 /// Kafka's default retention of a topic: seven days.
 const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
@@ -52,55 +81,101 @@ pub(crate) struct Endpoint {
     pub(crate) port: i32,
 }
 
-/// Answers one request; `None` for a request answered by nothing (a produce with `acks=0`).
-pub(crate) async fn handle<B: Backend>(
-    backend: &B,
-    settings: &KafkaSettings,
-    endpoint: &Endpoint,
-    version: i16,
-    request: RequestKind,
-) -> Option<ResponseKind> {
-    let handler = Handler {
-        backend,
-        settings,
-        endpoint,
-    };
-    Some(match request {
-        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(0)),
-        RequestKind::Metadata(request) => {
-            ResponseKind::Metadata(handler.metadata(request, version).await)
-        }
-        RequestKind::Produce(request) => {
-            let acks = request.acks;
-            let response = handler.produce(request).await;
-            if acks == 0 {
-                return None;
-            }
-            ResponseKind::Produce(response)
-        }
-        RequestKind::Fetch(request) => ResponseKind::Fetch(handler.fetch(request).await),
-        RequestKind::ListOffsets(request) => {
-            ResponseKind::ListOffsets(handler.list_offsets(request).await)
-        }
-        RequestKind::CreateTopics(request) => {
-            ResponseKind::CreateTopics(handler.create_topics(request).await)
-        }
-        RequestKind::DeleteTopics(request) => {
-            ResponseKind::DeleteTopics(handler.delete_topics(request).await)
-        }
-        RequestKind::InitProducerId(request) => {
-            ResponseKind::InitProducerId(init_producer_id(&request))
-        }
-        // `frame::parse` lets through only the APIs `apis::supported_apis` lists, each handled
-        // above; a request of another kind is a bug there, refused rather than left unanswered.
-        _ => return None,
-    })
+/// What a request is answered with.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// Its response (boxed: some responses are large).
+    Response(Box<ResponseKind>),
+    /// Nothing: a produce with `acks=0`.
+    Nothing,
+    /// Its correlation id and this error alone: a request of an API the listener does not
+    /// handle.
+    Refused(ResponseError),
 }
 
-struct Handler<'a, B> {
-    backend: &'a B,
-    settings: &'a KafkaSettings,
-    endpoint: &'a Endpoint,
+/// Answers the requests of one connection.
+pub(crate) struct Handler<'a, B> {
+    pub(crate) backend: &'a B,
+    pub(crate) settings: &'a KafkaSettings,
+    pub(crate) coordinator: &'a Coordinator,
+    /// Where the connection's client is told the listener is.
+    pub(crate) endpoint: Endpoint,
+    /// Where the connection comes from, as DescribeGroups shows a member's host.
+    pub(crate) client_host: String,
+}
+
+impl<B: Backend> Handler<'_, B> {
+    /// Answers one request of `version`, from the client that `client_id` names.
+    pub(crate) async fn handle(
+        &self,
+        version: i16,
+        client_id: &str,
+        request: RequestKind,
+    ) -> Answer {
+        Answer::Response(Box::new(match request {
+            RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(0)),
+            RequestKind::Metadata(request) => {
+                ResponseKind::Metadata(self.metadata(request, version).await)
+            }
+            RequestKind::Produce(request) => {
+                let acks = request.acks;
+                let response = self.produce(request).await;
+                if acks == 0 {
+                    return Answer::Nothing;
+                }
+                ResponseKind::Produce(response)
+            }
+            RequestKind::Fetch(request) => ResponseKind::Fetch(self.fetch(request).await),
+            RequestKind::ListOffsets(request) => {
+                ResponseKind::ListOffsets(self.list_offsets(request).await)
+            }
+            RequestKind::CreateTopics(request) => {
+                ResponseKind::CreateTopics(self.create_topics(request).await)
+            }
+            RequestKind::DeleteTopics(request) => {
+                ResponseKind::DeleteTopics(self.delete_topics(request).await)
+            }
+            RequestKind::InitProducerId(request) => {
+                ResponseKind::InitProducerId(init_producer_id(&request))
+            }
+            RequestKind::FindCoordinator(request) => {
+                ResponseKind::FindCoordinator(self.find_coordinator(&request))
+            }
+            RequestKind::JoinGroup(request) => {
+                ResponseKind::JoinGroup(self.join_group(request, client_id).await)
+            }
+            RequestKind::SyncGroup(request) => {
+                ResponseKind::SyncGroup(self.sync_group(request).await)
+            }
+            RequestKind::Heartbeat(request) => ResponseKind::Heartbeat(
+                HeartbeatResponse::default().with_error_code(code(
+                    self.coordinator
+                        .heartbeat(
+                            request.group_id.as_str(),
+                            request.member_id.as_str(),
+                            request.generation_id,
+                        )
+                        .err(),
+                )),
+            ),
+            RequestKind::LeaveGroup(request) => {
+                ResponseKind::LeaveGroup(self.leave_group(&request))
+            }
+            RequestKind::OffsetCommit(request) => {
+                ResponseKind::OffsetCommit(self.offset_commit(request).await)
+            }
+            RequestKind::OffsetFetch(request) => {
+                ResponseKind::OffsetFetch(self.offset_fetch(request).await)
+            }
+            RequestKind::DescribeGroups(request) => {
+                ResponseKind::DescribeGroups(self.describe_groups(&request))
+            }
+            RequestKind::ListGroups(_) => ResponseKind::ListGroups(self.list_groups()),
+            // `frame::parse` lets through only the APIs `apis::supported_apis` lists, each
+            // handled above.
+            _ => return Answer::Refused(ResponseError::UnsupportedVersion),
+        }))
+    }
 }
 
 /// A topic name as the broker sees it.
@@ -648,6 +723,315 @@ impl<B: Backend> Handler<'_, B> {
         CreateTopicsResponse::default().with_topics(join_all(topics).await)
     }
 
+    fn find_coordinator(&self, request: &FindCoordinatorRequest) -> FindCoordinatorResponse {
+        let response = FindCoordinatorResponse::default();
+        if request.key_type != GROUP_KEY {
+            return response
+                .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+                .with_node_id(BrokerId(-1))
+                .with_port(-1)
+                .with_error_message(message(
+                    "transactions are not supported by this broker".to_owned(),
+                ));
+        }
+        response
+            .with_node_id(self.node_id())
+            .with_host(StrBytes::from_string(self.endpoint.host.clone()))
+            .with_port(self.endpoint.port)
+    }
+
+    async fn join_group(&self, request: JoinGroupRequest, client_id: &str) -> JoinGroupResponse {
+        let group = request.group_id.as_str().to_owned();
+        let refused = |error: ResponseError| {
+            JoinGroupResponse::default()
+                .with_error_code(error.code())
+                .with_generation_id(-1)
+                .with_member_id(request.member_id.clone())
+        };
+        if group.is_empty() {
+            return refused(ResponseError::InvalidGroupId);
+        }
+        if !SESSION_TIMEOUT_MS.contains(&request.session_timeout_ms) {
+            return refused(ResponseError::InvalidSessionTimeout);
+        }
+        // A group name is used by one protocol at a time.
+        match self.has_native_members(&group).await {
+            Ok(false) => {}
+            Ok(true) => return refused(ResponseError::InconsistentGroupProtocol),
+            Err(refusal) => return refused(kafka_error(&refusal)),
+        }
+        let session_timeout = millis(request.session_timeout_ms);
+        // Version 0 has no rebalance timeout: it is the session timeout.
+        let rebalance_timeout = match request.rebalance_timeout_ms {
+            timeout if timeout > 0 => millis(timeout.min(*SESSION_TIMEOUT_MS.end())),
+            _ => session_timeout,
+        };
+        let join = Join {
+            member_id: request.member_id.as_str().to_owned(),
+            client_id: client_id.to_owned(),
+            client_host: self.client_host.clone(),
+            protocol_type: request.protocol_type.as_str().to_owned(),
+            protocols: request
+                .protocols
+                .iter()
+                .map(|protocol| (protocol.name.as_str().to_owned(), protocol.metadata.clone()))
+                .collect(),
+            session_timeout,
+            rebalance_timeout,
+        };
+        match self.coordinator.join(&group, join).await {
+            Ok((member_id, round)) => {
+                let leads = round.leader == member_id;
+                JoinGroupResponse::default()
+                    .with_generation_id(round.generation)
+                    .with_protocol_type(Some(request.protocol_type))
+                    .with_protocol_name(Some(StrBytes::from_string(round.protocol)))
+                    .with_leader(StrBytes::from_string(round.leader))
+                    .with_member_id(StrBytes::from_string(member_id))
+                    .with_members(if leads {
+                        round
+                            .members
+                            .into_iter()
+                            .map(|(id, metadata)| {
+                                JoinGroupResponseMember::default()
+                                    .with_member_id(StrBytes::from_string(id))
+                                    .with_metadata(metadata)
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    })
+            }
+            Err(error) => refused(error),
+        }
+    }
+
+    /// Whether a group of the broker named `group` has members that joined natively, on any
+    /// topic.
+    async fn has_native_members(&self, group: &str) -> Result<bool, ErrorReply> {
+        Ok(self.describe(None).await?.iter().any(|topic| {
+            topic
+                .groups
+                .iter()
+                .any(|described| described.name == group && !described.members.is_empty())
+        }))
+    }
+
+    async fn sync_group(&self, request: SyncGroupRequest) -> SyncGroupResponse {
+        let assignments = request
+            .assignments
+            .into_iter()
+            .map(|assignment| {
+                (
+                    assignment.member_id.as_str().to_owned(),
+                    assignment.assignment,
+                )
+            })
+            .collect();
+        let synced = self
+            .coordinator
+            .sync(
+                request.group_id.as_str(),
+                request.member_id.as_str(),
+                request.generation_id,
+                assignments,
+            )
+            .await;
+        match synced {
+            Ok(assignment) => SyncGroupResponse::default().with_assignment(assignment),
+            Err(error) => SyncGroupResponse::default().with_error_code(error.code()),
+        }
+    }
+
+    fn leave_group(&self, request: &LeaveGroupRequest) -> LeaveGroupResponse {
+        // Up to version 2 one member leaves; from version 3 a batch of them.
+        let leaving: Vec<String> = if request.members.is_empty() {
+            vec![request.member_id.as_str().to_owned()]
+        } else {
+            request
+                .members
+                .iter()
+                .map(|member| member.member_id.as_str().to_owned())
+                .collect()
+        };
+        let answers = self.coordinator.leave(request.group_id.as_str(), &leaving);
+        let first_error = answers.iter().find_map(|answer| answer.err());
+        LeaveGroupResponse::default()
+            .with_error_code(code(if request.members.is_empty() {
+                first_error
+            } else {
+                None
+            }))
+            .with_members(
+                request
+                    .members
+                    .iter()
+                    .zip(&answers)
+                    .map(|(member, answer)| {
+                        MemberResponse::default()
+                            .with_member_id(member.member_id.clone())
+                            .with_error_code(code(answer.err()))
+                    })
+                    .collect(),
+            )
+    }
+
+    async fn offset_commit(&self, request: OffsetCommitRequest) -> OffsetCommitResponse {
+        let group = request.group_id.as_str();
+        let allowed = self.coordinator.may_commit(
+            group,
+            request.member_id.as_str(),
+            request.generation_id_or_member_epoch,
+        );
+        let topics = request.topics.into_iter().map(|topic| {
+            async move {
+                let partitions: Vec<i32> =
+                    topic.partitions.iter().map(|p| p.partition_index).collect();
+                let error = match allowed {
+                    Err(error) => Some(error),
+                    Ok(()) => {
+                        let command = Command::CommitGroup {
+                            topic: topic_name(&topic.name),
+                            group: group.to_owned(),
+                            offsets: topic
+                                .partitions
+                                .iter()
+                                .map(|p| (p.partition_index, p.committed_offset.max(0)))
+                                .collect(),
+                        };
+                        match self.call(command).await {
+                            Ok(_) => None,
+                            // The broker's group has members of its own: a group name is used
+                            // by one protocol at a time.
+                            Err(ErrorReply::InvalidArgument(text))
+                                if text.contains("members of its own") =>
+                            {
+                                Some(ResponseError::InconsistentGroupProtocol)
+                            }
+                            Err(refusal) => Some(kafka_error(&refusal)),
+                        }
+                    }
+                };
+                OffsetCommitResponseTopic::default()
+                    .with_name(topic.name)
+                    .with_partitions(
+                        partitions
+                            .into_iter()
+                            .map(|partition| {
+                                OffsetCommitResponsePartition::default()
+                                    .with_partition_index(partition)
+                                    .with_error_code(code(error))
+                            })
+                            .collect(),
+                    )
+            }
+        });
+        OffsetCommitResponse::default().with_topics(join_all(topics).await)
+    }
+
+    async fn offset_fetch(&self, request: OffsetFetchRequest) -> OffsetFetchResponse {
+        let group = request.group_id.as_str();
+        let described = match self.describe(None).await {
+            Ok(topics) => topics,
+            Err(refusal) => {
+                return OffsetFetchResponse::default().with_error_code(kafka_error(&refusal).code())
+            }
+        };
+        // What the group committed on each partition of each topic it has a group of the
+        // broker on; -1 where it committed nothing (the client then applies its reset policy).
+        let committed = |topic: &str, partition: i32| -> i64 {
+            described
+                .iter()
+                .find(|described| described.name == topic)
+                .and_then(|described| described.groups.iter().find(|g| g.name == group))
+                .and_then(|g| {
+                    usize::try_from(partition)
+                        .ok()
+                        .and_then(|p| g.partitions.get(p))
+                })
+                .map_or(-1, |progress| progress.committed)
+        };
+        let wanted: Vec<(String, Vec<i32>)> = match request.topics {
+            Some(topics) => topics
+                .iter()
+                .map(|topic| (topic_name(&topic.name), topic.partition_indexes.clone()))
+                .collect(),
+            // Every topic the group committed on.
+            None => described
+                .iter()
+                .filter_map(|topic| {
+                    let g = topic.groups.iter().find(|g| g.name == group)?;
+                    Some((topic.name.clone(), (0..g.partitions.len() as i32).collect()))
+                })
+                .collect(),
+        };
+        OffsetFetchResponse::default().with_topics(
+            wanted
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    let answers = partitions
+                        .iter()
+                        .map(|&partition| {
+                            OffsetFetchResponsePartition::default()
+                                .with_partition_index(partition)
+                                .with_committed_offset(committed(&topic, partition))
+                                .with_metadata(Some(StrBytes::default()))
+                        })
+                        .collect();
+                    OffsetFetchResponseTopic::default()
+                        .with_name(kafka_topic(&topic))
+                        .with_partitions(answers)
+                })
+                .collect(),
+        )
+    }
+
+    fn describe_groups(&self, request: &DescribeGroupsRequest) -> DescribeGroupsResponse {
+        DescribeGroupsResponse::default().with_groups(
+            request
+                .groups
+                .iter()
+                .map(|group| {
+                    let described = self.coordinator.describe(group.as_str());
+                    DescribedGroup::default()
+                        .with_group_id(group.clone())
+                        .with_group_state(StrBytes::from_static_str(described.state))
+                        .with_protocol_type(StrBytes::from_string(described.protocol_type))
+                        .with_protocol_data(StrBytes::from_string(described.protocol))
+                        .with_members(
+                            described
+                                .members
+                                .into_iter()
+                                .map(|(id, client_id, host, metadata, assignment)| {
+                                    DescribedGroupMember::default()
+                                        .with_member_id(StrBytes::from_string(id))
+                                        .with_client_id(StrBytes::from_string(client_id))
+                                        .with_client_host(StrBytes::from_string(host))
+                                        .with_member_metadata(metadata)
+                                        .with_member_assignment(assignment)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+    }
+
+    fn list_groups(&self) -> ListGroupsResponse {
+        ListGroupsResponse::default().with_groups(
+            self.coordinator
+                .list()
+                .into_iter()
+                .map(|(group, protocol_type, state)| {
+                    ListedGroup::default()
+                        .with_group_id(GroupId(StrBytes::from_string(group)))
+                        .with_protocol_type(StrBytes::from_string(protocol_type))
+                        .with_group_state(StrBytes::from_static_str(state))
+                })
+                .collect(),
+        )
+    }
+
     async fn delete_topics(&self, request: DeleteTopicsRequest) -> DeleteTopicsResponse {
         let topics = request.topic_names.into_iter().map(|name| async move {
             let answer = DeletableTopicResult::default().with_name(Some(name.clone()));
@@ -682,17 +1066,6 @@ fn init_producer_id(request: &InitProducerIdRequest) -> InitProducerIdResponse {
     InitProducerIdResponse::default()
         .with_producer_id(ProducerId(new_producer_id()))
         .with_producer_epoch(0)
-}
-
-/// A producer id no other producer has, with overwhelming likelihood: 63 random bits (Kafka's
-/// producer ids are never negative). The broker remembers producers by id across restarts, so
-/// ids are drawn at random rather than counted from zero.
-fn new_producer_id() -> i64 {
-    use std::hash::{BuildHasher, Hasher};
-    static DRAWN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(DRAWN.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-    (hasher.finish() >> 1) as i64
 }
 
 /// What became of one produced record: its offset (`-1` when its partition was full), or the
@@ -864,7 +1237,20 @@ mod tests {
     }
 
     async fn ask(broker: &Local, version: i16, request: RequestKind) -> Option<ResponseKind> {
-        handle(broker, &settings(), &endpoint(), version, request).await
+        let settings = settings();
+        let coordinator = Coordinator::default();
+        let handler = Handler {
+            backend: broker,
+            settings: &settings,
+            coordinator: &coordinator,
+            endpoint: endpoint(),
+            client_host: "/127.0.0.1".into(),
+        };
+        match handler.handle(version, "test", request).await {
+            Answer::Response(response) => Some(*response),
+            Answer::Nothing => None,
+            Answer::Refused(error) => panic!("refused: {error:?}"),
+        }
     }
 
     /// A record batch of `count` records, of `producer` from `sequence` when given.

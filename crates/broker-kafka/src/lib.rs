@@ -27,12 +27,15 @@ mod backend;
 mod connection;
 mod errors;
 mod frame;
+mod groups;
 mod handler;
+mod ids;
 mod records;
 
 pub use apis::{supported_apis, SupportedApi};
 pub use backend::Backend;
 pub use connection::{serve_connection, KafkaSettings};
+pub use groups::Coordinator;
 
 /// Why a Kafka connection ended before its client closed it.
 #[derive(Debug, thiserror::Error)]

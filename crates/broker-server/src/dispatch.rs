@@ -149,7 +149,7 @@ pub(crate) fn apply_batch(
             wait,
             retry,
             command,
-        } = match admit(&shared.config, connection, frame, may_wait) {
+        } = match admit(shared, connection, frame, may_wait) {
             Ok(admitted) if is_about_the_cluster(&admitted.command) => {
                 applied
                     .cluster_requests
@@ -204,7 +204,7 @@ pub(crate) async fn apply_batch_replicated(
     let mut requests = Vec::with_capacity(frames.len());
     let mut commands = Vec::with_capacity(frames.len());
     for (frame, permit) in frames {
-        match admit(&shared.config, connection, frame, may_wait) {
+        match admit(shared, connection, frame, may_wait) {
             Ok(admitted) if is_about_the_cluster(&admitted.command) => {
                 applied
                     .cluster_requests
@@ -309,7 +309,7 @@ struct Answerable {
 /// refused before it is applied (a payload over the limit). With `may_wait` false nothing
 /// waits.
 fn admit(
-    config: &Config,
+    shared: &Shared,
     connection: u64,
     frame: Decoded<RequestFrame>,
     may_wait: bool,
@@ -334,11 +334,14 @@ fn admit(
         command,
     } = request;
     let kind = command.kind();
-    let command = prepare(config, command).map_err(|refusal| Refused {
-        kind: Some(kind),
-        correlation_id,
-        refusal,
-    })?;
+    let config = &shared.config;
+    let command = prepare(config, command)
+        .and_then(|command| kafka_owns_group(shared, command))
+        .map_err(|refusal| Refused {
+            kind: Some(kind),
+            correlation_id,
+            refusal,
+        })?;
     let wait = Duration::from_millis(max_wait_ms.into()).min(config.max_wait);
     let retry = (may_wait && !wait.is_zero())
         .then(|| command.waiting_retry())
@@ -350,6 +353,20 @@ fn admit(
         retry,
         command,
     })
+}
+
+/// Refuses a native join to a group whose members joined through the Kafka listener: a group
+/// name is used by one protocol at a time.
+fn kafka_owns_group(shared: &Shared, command: Command) -> Result<Command, ErrorReply> {
+    match &command {
+        Command::Join { group, .. } if shared.kafka_groups.has_members(group) => {
+            Err(ErrorReply::InvalidArgument(format!(
+                "group {group:?} has members that joined through the Kafka listener: a group \
+                 is used by one protocol at a time"
+            )))
+        }
+        _ => Ok(command),
+    }
 }
 
 /// Refuses payloads over the limit and gives commands whose answer carries records a byte

@@ -88,9 +88,15 @@ async fn handle(
         shared: Arc::clone(&shared),
     };
     let closing = backend.closing.clone();
-    let served =
-        broker_kafka::serve_connection(stream, local, &backend, &settings, closing.cancelled())
-            .await;
+    let served = broker_kafka::serve_connection(
+        stream,
+        (local, peer),
+        &backend,
+        &shared.kafka_groups,
+        &settings,
+        closing.cancelled(),
+    )
+    .await;
     // Requests still waiting answer at once, to nobody.
     closing.cancel();
     match served {

@@ -34,6 +34,9 @@ pub(crate) struct Shared {
     pub(crate) cluster: OnceLock<Cluster>,
     /// The id the next connection gets (on either listener).
     next_connection: AtomicU64,
+    /// The consumer groups of Kafka's clients (with `--kafka-listen`): their members and
+    /// generations.
+    pub(crate) kafka_groups: broker_kafka::Coordinator,
 }
 
 impl Shared {
@@ -54,6 +57,7 @@ impl Shared {
             metrics,
             cluster: OnceLock::new(),
             next_connection: AtomicU64::new(1),
+            kafka_groups: broker_kafka::Coordinator::default(),
         }
     }
 

@@ -1,0 +1,698 @@
+//! Kafka's classic consumer group protocol: the coordinator that keeps each group's members and
+//! generations, gathers the members at a rebalance (JoinGroup), relays the assignment the
+//! group's leader computed to every member (SyncGroup), and watches their heartbeats.
+//!
+//! Membership lives in the server's memory, as the state of Kafka's own coordinator is rebuilt
+//! by its clients: after a restart every client finds its member unknown and joins again. What
+//! must survive, the committed offsets, is the broker's (see the handler's OffsetCommit).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::ids::new_member_id;
+
+/// Where a group is in its cycle, named as Kafka's DescribeGroups names the states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No members.
+    Empty,
+    /// A rebalance gathers the members: each must join again before `deadline`.
+    Preparing { deadline: Instant },
+    /// Every member joined: the leader is to send the assignment.
+    Syncing,
+    /// The assignment is out; members heartbeat.
+    Stable,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Empty => "Empty",
+            Phase::Preparing { .. } => "PreparingRebalance",
+            Phase::Syncing => "CompletingRebalance",
+            Phase::Stable => "Stable",
+        }
+    }
+}
+
+/// One member of a group.
+#[derive(Debug, Clone)]
+struct Member {
+    client_id: String,
+    client_host: String,
+    session_timeout: Duration,
+    rebalance_timeout: Duration,
+    /// The protocols it speaks, by preference, with its metadata for each.
+    protocols: Vec<(String, Bytes)>,
+    /// Its part of the leader's assignment, in the current generation.
+    assignment: Bytes,
+    /// Whether it joined in the rebalance under way.
+    joined: bool,
+    /// When it was last heard from.
+    last_seen: Instant,
+}
+
+impl Member {
+    fn metadata(&self, protocol: &str) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|(name, _)| name == protocol)
+            .map(|(_, metadata)| metadata.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// The outcome of a completed rebalance, as JoinGroup answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Round {
+    /// The new generation.
+    pub(crate) generation: i32,
+    /// The protocol every member speaks, chosen for the group.
+    pub(crate) protocol: String,
+    /// The leader, which computes the assignment.
+    pub(crate) leader: String,
+    /// Every member with its metadata for the protocol (sent to the leader only).
+    pub(crate) members: Vec<(String, Bytes)>,
+}
+
+/// One group.
+#[derive(Debug)]
+struct Group {
+    phase: Phase,
+    generation: i32,
+    protocol_type: String,
+    members: BTreeMap<String, Member>,
+    /// The last completed rebalance.
+    round: Option<Round>,
+}
+
+impl Group {
+    fn new(protocol_type: &str) -> Group {
+        Group {
+            phase: Phase::Empty,
+            generation: 0,
+            protocol_type: protocol_type.to_owned(),
+            members: BTreeMap::new(),
+            round: None,
+        }
+    }
+
+    /// Removes the members not heard from within their session timeout; a rebalance starts if
+    /// any was removed and others remain.
+    fn expire(&mut self, now: Instant) {
+        let expired: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, member)| now.duration_since(member.last_seen) > member.session_timeout)
+            .map(|(id, _)| id.clone())
+            .collect();
+        if !expired.is_empty() {
+            for id in &expired {
+                self.members.remove(id);
+            }
+            tracing::info!(members = ?expired, "Kafka group members expired");
+            self.rebalance(now);
+        }
+    }
+
+    /// Starts a rebalance (unless one is under way): every member must join again.
+    fn rebalance(&mut self, now: Instant) {
+        if self.members.is_empty() {
+            self.phase = Phase::Empty;
+            return;
+        }
+        if let Phase::Preparing { .. } = self.phase {
+            return;
+        }
+        let timeout = self
+            .members
+            .values()
+            .map(|member| member.rebalance_timeout)
+            .max()
+            .unwrap_or_default();
+        for member in self.members.values_mut() {
+            member.joined = false;
+        }
+        self.phase = Phase::Preparing {
+            deadline: now + timeout,
+        };
+    }
+
+    /// Completes the rebalance under way once every member joined, or at its deadline
+    /// without those that did not.
+    fn try_complete(&mut self, now: Instant) {
+        let Phase::Preparing { deadline } = self.phase else {
+            return;
+        };
+        let waiting = self.members.values().any(|member| !member.joined);
+        if waiting && now < deadline {
+            return;
+        }
+        self.members.retain(|_, member| member.joined);
+        let Some(first) = self.members.keys().next().cloned() else {
+            self.phase = Phase::Empty;
+            return;
+        };
+        let leader = self
+            .round
+            .as_ref()
+            .map(|round| round.leader.clone())
+            .filter(|leader| self.members.contains_key(leader))
+            .unwrap_or(first);
+        let protocol = self.common_protocol(&leader).unwrap_or_default();
+        self.generation += 1;
+        for member in self.members.values_mut() {
+            member.assignment = Bytes::new();
+        }
+        self.round = Some(Round {
+            generation: self.generation,
+            members: self
+                .members
+                .iter()
+                .map(|(id, member)| (id.clone(), member.metadata(&protocol)))
+                .collect(),
+            protocol,
+            leader,
+        });
+        self.phase = Phase::Syncing;
+    }
+
+    /// The leader's most preferred protocol that every member speaks.
+    fn common_protocol(&self, leader: &str) -> Option<String> {
+        let preferred = &self.members.get(leader)?.protocols;
+        preferred
+            .iter()
+            .map(|(name, _)| name)
+            .find(|name| {
+                self.members
+                    .values()
+                    .all(|member| member.protocols.iter().any(|(other, _)| other == *name))
+            })
+            .cloned()
+    }
+
+    /// Whether a member speaking `protocols` can join: some protocol every member speaks.
+    fn accepts(&self, member_id: &str, protocols: &[(String, Bytes)]) -> bool {
+        protocols.iter().any(|(name, _)| {
+            self.members
+                .iter()
+                .filter(|(id, _)| id.as_str() != member_id)
+                .all(|(_, member)| member.protocols.iter().any(|(other, _)| other == name))
+        })
+    }
+
+    /// The refusal of a request of `member_id` in `generation`, if any: an unknown member, a
+    /// rebalance under way, or another generation.
+    fn check(&self, member_id: &str, generation: i32) -> Result<(), ResponseError> {
+        if !self.members.contains_key(member_id) {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        if let Phase::Preparing { .. } = self.phase {
+            return Err(ResponseError::RebalanceInProgress);
+        }
+        if generation != self.generation {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        Ok(())
+    }
+}
+
+/// What a client sends to join a group.
+#[derive(Debug, Clone)]
+pub(crate) struct Join {
+    /// Its member id, empty for a new member.
+    pub(crate) member_id: String,
+    /// Its client id, which a new member id is named after.
+    pub(crate) client_id: String,
+    /// Where it connects from.
+    pub(crate) client_host: String,
+    /// The group's protocol type (`consumer` for Kafka's consumers).
+    pub(crate) protocol_type: String,
+    /// The protocols it speaks, by preference, with its metadata for each.
+    pub(crate) protocols: Vec<(String, Bytes)>,
+    /// How long it may go unheard before it is removed.
+    pub(crate) session_timeout: Duration,
+    /// How long a rebalance waits for it.
+    pub(crate) rebalance_timeout: Duration,
+}
+
+/// What a group looks like, as DescribeGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Described {
+    /// The state's name (`Stable`, `PreparingRebalance`, ...; `Dead` for no such group).
+    pub(crate) state: &'static str,
+    /// The group's protocol type.
+    pub(crate) protocol_type: String,
+    /// The protocol chosen for the current generation.
+    pub(crate) protocol: String,
+    /// Each member: id, client id, host, metadata and assignment.
+    pub(crate) members: Vec<(String, String, String, Bytes, Bytes)>,
+}
+
+/// The coordinator of every Kafka consumer group of one server.
+#[derive(Debug, Default)]
+pub struct Coordinator {
+    groups: Mutex<HashMap<String, Group>>,
+    /// Notified on every change a waiting JoinGroup or SyncGroup may be waiting for.
+    changed: Notify,
+}
+
+impl Coordinator {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Group>> {
+        self.groups.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `group` has members that joined through Kafka's protocol (so that a native
+    /// client may not join it).
+    pub fn has_members(&self, group: &str) -> bool {
+        let now = Instant::now();
+        self.lock().get_mut(group).is_some_and(|state| {
+            state.expire(now);
+            !state.members.is_empty()
+        })
+    }
+
+    /// Joins `group`: waits until the rebalance it starts (or finds under way) completes, and
+    /// answers with the member's id and the round, or why it was refused (with the member id a
+    /// refused new member was given, if any).
+    pub(crate) async fn join(
+        &self,
+        group: &str,
+        join: Join,
+    ) -> Result<(String, Round), ResponseError> {
+        let member_id = {
+            let now = Instant::now();
+            let mut groups = self.lock();
+            let state = groups
+                .entry(group.to_owned())
+                .or_insert_with(|| Group::new(&join.protocol_type));
+            state.expire(now);
+            if state.members.is_empty() {
+                state.protocol_type.clone_from(&join.protocol_type);
+            }
+            if state.protocol_type != join.protocol_type
+                || join.protocols.is_empty()
+                || !state.accepts(&join.member_id, &join.protocols)
+            {
+                return Err(ResponseError::InconsistentGroupProtocol);
+            }
+            let member_id = match join.member_id.as_str() {
+                "" => new_member_id(&join.client_id),
+                known if state.members.contains_key(known) => known.to_owned(),
+                _ => return Err(ResponseError::UnknownMemberId),
+            };
+            let changed = state
+                .members
+                .get(&member_id)
+                .is_none_or(|member| member.protocols != join.protocols);
+            // A member that joins again while the group is stable with nothing changed (a
+            // lost answer) is answered the current round without a rebalance.
+            if !changed && state.phase == Phase::Stable {
+                if let Some(member) = state.members.get_mut(&member_id) {
+                    member.last_seen = now;
+                }
+                if let Some(round) = &state.round {
+                    return Ok((member_id, round.clone()));
+                }
+            }
+            state.members.insert(
+                member_id.clone(),
+                Member {
+                    client_id: join.client_id,
+                    client_host: join.client_host,
+                    session_timeout: join.session_timeout,
+                    rebalance_timeout: join.rebalance_timeout,
+                    protocols: join.protocols,
+                    assignment: Bytes::new(),
+                    joined: false,
+                    last_seen: now,
+                },
+            );
+            state.rebalance(now);
+            if let Some(member) = state.members.get_mut(&member_id) {
+                member.joined = true;
+            }
+            state.try_complete(now);
+            member_id
+        };
+        self.changed.notify_waiters();
+        let started = self.lock().get(group).map_or(0, |state| state.generation);
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let deadline = {
+                let now = Instant::now();
+                let mut groups = self.lock();
+                let Some(state) = groups.get_mut(group) else {
+                    return Err(ResponseError::UnknownMemberId);
+                };
+                state.try_complete(now);
+                if !state.members.contains_key(&member_id) {
+                    return Err(ResponseError::UnknownMemberId);
+                }
+                match (&state.round, state.phase) {
+                    (Some(round), Phase::Syncing | Phase::Stable)
+                        if round.generation >= started =>
+                    {
+                        let round = round.clone();
+                        drop(groups);
+                        self.changed.notify_waiters();
+                        return Ok((member_id, round));
+                    }
+                    (_, Phase::Preparing { deadline }) => deadline,
+                    _ => now + Duration::from_millis(100),
+                }
+            };
+            let _ = tokio::time::timeout_at(deadline, notified).await;
+        }
+    }
+
+    /// Takes the leader's assignment (when `member_id` leads) and answers the member's part
+    /// of it once the leader sent it, or why it cannot.
+    pub(crate) async fn sync(
+        &self,
+        group: &str,
+        member_id: &str,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+    ) -> Result<Bytes, ResponseError> {
+        let timeout = {
+            let now = Instant::now();
+            let mut groups = self.lock();
+            let state = groups
+                .get_mut(group)
+                .ok_or(ResponseError::UnknownMemberId)?;
+            state.expire(now);
+            state.check(member_id, generation)?;
+            let leads = state
+                .round
+                .as_ref()
+                .is_some_and(|round| round.leader == member_id);
+            if leads && state.phase == Phase::Syncing {
+                for (id, assignment) in assignments {
+                    if let Some(member) = state.members.get_mut(&id) {
+                        member.assignment = assignment;
+                    }
+                }
+                state.phase = Phase::Stable;
+            }
+            let member = state
+                .members
+                .get_mut(member_id)
+                .ok_or(ResponseError::UnknownMemberId)?;
+            member.last_seen = now;
+            member.rebalance_timeout
+        };
+        self.changed.notify_waiters();
+        let deadline = Instant::now() + timeout;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let groups = self.lock();
+                let state = groups.get(group).ok_or(ResponseError::UnknownMemberId)?;
+                state.check(member_id, generation)?;
+                if state.phase == Phase::Stable {
+                    return state
+                        .members
+                        .get(member_id)
+                        .map(|member| member.assignment.clone())
+                        .ok_or(ResponseError::UnknownMemberId);
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(ResponseError::RebalanceInProgress);
+            }
+        }
+    }
+
+    /// A member's heartbeat: fine, or why it must join again.
+    pub(crate) fn heartbeat(
+        &self,
+        group: &str,
+        member_id: &str,
+        generation: i32,
+    ) -> Result<(), ResponseError> {
+        let now = Instant::now();
+        let mut groups = self.lock();
+        let state = groups
+            .get_mut(group)
+            .ok_or(ResponseError::UnknownMemberId)?;
+        state.expire(now);
+        if let Some(member) = state.members.get_mut(member_id) {
+            member.last_seen = now;
+        }
+        let checked = state.check(member_id, generation);
+        drop(groups);
+        // An expiry may have started a rebalance that waiting members must see.
+        self.changed.notify_waiters();
+        checked
+    }
+
+    /// Whether a commit of `member_id` in `generation` may go on: a commit from outside the
+    /// group (no member id, generation -1) always may.
+    pub(crate) fn may_commit(
+        &self,
+        group: &str,
+        member_id: &str,
+        generation: i32,
+    ) -> Result<(), ResponseError> {
+        if member_id.is_empty() && generation < 0 {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let mut groups = self.lock();
+        let state = groups
+            .get_mut(group)
+            .ok_or(ResponseError::UnknownMemberId)?;
+        if let Some(member) = state.members.get_mut(member_id) {
+            member.last_seen = now;
+        }
+        // As Kafka's coordinator does, a member may commit while a rebalance gathers the
+        // members (what it consumed before it gives its partitions up), not while the new
+        // assignment is on its way.
+        if !state.members.contains_key(member_id) {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        if state.phase == Phase::Syncing {
+            return Err(ResponseError::RebalanceInProgress);
+        }
+        if generation != state.generation {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        Ok(())
+    }
+
+    /// Removes the members of `member_ids` from `group`; each one's answer (unknown or not).
+    pub(crate) fn leave(
+        &self,
+        group: &str,
+        member_ids: &[String],
+    ) -> Vec<Result<(), ResponseError>> {
+        let now = Instant::now();
+        let answers = {
+            let mut groups = self.lock();
+            let Some(state) = groups.get_mut(group) else {
+                return member_ids
+                    .iter()
+                    .map(|_| Err(ResponseError::UnknownMemberId))
+                    .collect();
+            };
+            let answers: Vec<Result<(), ResponseError>> = member_ids
+                .iter()
+                .map(|id| {
+                    state
+                        .members
+                        .remove(id)
+                        .map(|_| ())
+                        .ok_or(ResponseError::UnknownMemberId)
+                })
+                .collect();
+            if answers.iter().any(Result::is_ok) {
+                state.rebalance(now);
+            }
+            answers
+        };
+        self.changed.notify_waiters();
+        answers
+    }
+
+    /// `group` as DescribeGroups shows it.
+    pub(crate) fn describe(&self, group: &str) -> Described {
+        let groups = self.lock();
+        let Some(state) = groups.get(group) else {
+            return Described {
+                state: "Dead",
+                protocol_type: String::new(),
+                protocol: String::new(),
+                members: Vec::new(),
+            };
+        };
+        let protocol = state
+            .round
+            .as_ref()
+            .map(|round| round.protocol.clone())
+            .unwrap_or_default();
+        Described {
+            state: state.phase.name(),
+            protocol_type: state.protocol_type.clone(),
+            members: state
+                .members
+                .iter()
+                .map(|(id, member)| {
+                    (
+                        id.clone(),
+                        member.client_id.clone(),
+                        member.client_host.clone(),
+                        member.metadata(&protocol),
+                        member.assignment.clone(),
+                    )
+                })
+                .collect(),
+            protocol,
+        }
+    }
+
+    /// Every group with its protocol type and state, by name.
+    pub(crate) fn list(&self) -> Vec<(String, String, &'static str)> {
+        let groups = self.lock();
+        let mut listed: Vec<_> = groups
+            .iter()
+            .map(|(name, state)| {
+                (
+                    name.clone(),
+                    state.protocol_type.clone(),
+                    state.phase.name(),
+                )
+            })
+            .collect();
+        listed.sort();
+        listed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn join(member_id: &str) -> Join {
+        Join {
+            member_id: member_id.to_owned(),
+            client_id: "client".into(),
+            client_host: "/127.0.0.1".into(),
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"meta"))],
+            session_timeout: Duration::from_secs(10),
+            rebalance_timeout: Duration::from_secs(5),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_second_member_rebalances_the_group_and_both_get_the_leaders_assignment() {
+        let coordinator = Arc::new(Coordinator::default());
+        let (first, round) = coordinator.join("g", join("")).await.unwrap();
+        assert_eq!(
+            (round.generation, round.leader.as_str()),
+            (1, first.as_str())
+        );
+        coordinator
+            .sync(
+                "g",
+                &first,
+                1,
+                vec![(first.clone(), Bytes::from_static(b"all"))],
+            )
+            .await
+            .unwrap();
+        assert_eq!(coordinator.describe("g").state, "Stable");
+        // A second member joins: the first learns of the rebalance by its heartbeat.
+        let second = tokio::spawn({
+            let coordinator = Arc::clone(&coordinator);
+            async move { coordinator.join("g", join("")).await }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(
+            coordinator.heartbeat("g", &first, 1),
+            Err(ResponseError::RebalanceInProgress)
+        );
+        let (_, round) = coordinator.join("g", join(&first)).await.unwrap();
+        let (second_id, second_round) = second.await.unwrap().unwrap();
+        assert_eq!(round, second_round);
+        assert_eq!(round.generation, 2);
+        assert_eq!(round.leader, first, "the leader stays the leader");
+        assert_eq!(round.members.len(), 2);
+        let waiting = tokio::spawn({
+            let coordinator = Arc::clone(&coordinator);
+            let second_id = second_id.clone();
+            async move { coordinator.sync("g", &second_id, 2, Vec::new()).await }
+        });
+        tokio::task::yield_now().await;
+        let assignments = vec![
+            (first.clone(), Bytes::from_static(b"p0")),
+            (second_id.clone(), Bytes::from_static(b"p1")),
+        ];
+        assert_eq!(
+            coordinator.sync("g", &first, 2, assignments).await.unwrap(),
+            "p0"
+        );
+        assert_eq!(waiting.await.unwrap().unwrap(), "p1");
+        assert_eq!(coordinator.heartbeat("g", &second_id, 2), Ok(()));
+        assert_eq!(
+            coordinator.heartbeat("g", &second_id, 1),
+            Err(ResponseError::IllegalGeneration)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_that_stops_heartbeating_is_removed_and_a_leave_rebalances() {
+        let coordinator = Coordinator::default();
+        let (first, _) = coordinator.join("g", join("")).await.unwrap();
+        coordinator.sync("g", &first, 1, Vec::new()).await.unwrap();
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(!coordinator.has_members("g"));
+        assert_eq!(
+            coordinator.heartbeat("g", &first, 1),
+            Err(ResponseError::UnknownMemberId)
+        );
+        let (again, round) = coordinator.join("g", join("")).await.unwrap();
+        assert_eq!(round.generation, 2);
+        assert_eq!(
+            coordinator.leave("g", &[again.clone(), "nobody".into()]),
+            vec![Ok(()), Err(ResponseError::UnknownMemberId)]
+        );
+        assert_eq!(coordinator.describe("g").state, "Empty");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_that_does_not_join_again_is_left_out_at_the_deadline() {
+        let coordinator = Arc::new(Coordinator::default());
+        let (first, _) = coordinator.join("g", join("")).await.unwrap();
+        coordinator.sync("g", &first, 1, Vec::new()).await.unwrap();
+        // The first member never joins again: the second waits the rebalance timeout.
+        let (second, round) = coordinator.join("g", join("")).await.unwrap();
+        assert_eq!(round.members.len(), 1);
+        assert_eq!(round.leader, second);
+        assert_eq!(
+            coordinator.join("g", join("unknown")).await.map(|_| ()),
+            Err(ResponseError::UnknownMemberId)
+        );
+        let mut other = join("");
+        other.protocols = vec![("roundrobin".into(), Bytes::new())];
+        assert_eq!(
+            coordinator.join("g", other).await.map(|_| ()),
+            Err(ResponseError::InconsistentGroupProtocol)
+        );
+    }
+}
