@@ -342,7 +342,7 @@ async fn keyed_records_land_where_the_native_publish_keyed_puts_them() {
 }
 
 #[tokio::test]
-async fn offsets_reset_as_the_client_says_and_are_found_by_time() {
+async fn offsets_reset_as_the_client_says_are_found_by_time_and_records_are_deleted() {
     if !clients_installed() {
         return;
     }
@@ -376,6 +376,15 @@ async fn offsets_reset_as_the_client_says_and_are_found_by_time() {
     );
     let past = python(&["offsets-for-time", &kafka, "reset", "0", "99000"]);
     assert_eq!(past["offset"], -1, "no record at or after the time");
+    // DeleteRecords: the records below an offset leave.
+    let deleted = python(&["delete-records", &kafka, "reset", "0", "8"]);
+    assert_eq!(deleted["low_watermark"], 8);
+    let read = client
+        .read("reset", 0, 0, 10, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(read.start_offset, 8);
+    assert_eq!(read.records[0].payload, "r8");
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ the broker's own client. Every wait is bounded; a failure exits non-zero saying 
     clients.py create BOOTSTRAP TOPIC PARTITIONS
     clients.py group BOOTSTRAP TOPIC GROUP COUNT [--consumers N]
     clients.py hold BOOTSTRAP TOPIC GROUP
+    clients.py delete-records BOOTSTRAP TOPIC PARTITION OFFSET
 """
 
 import argparse
@@ -275,6 +276,18 @@ def hold(args):
     c.close()
 
 
+def delete_records(args):
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    futures = admin.delete_records(
+        [TopicPartition(args.topic, args.partition, args.offset)], request_timeout=PATIENCE_S
+    )
+    (future,) = futures.values()
+    print(json.dumps({"low_watermark": future.result(PATIENCE_S).low_watermark}))
+
+
 def create(args):
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -343,6 +356,12 @@ def main():
     p.add_argument("topic")
     p.add_argument("group")
     p.set_defaults(run=hold)
+    p = commands.add_parser("delete-records")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("partition", type=int)
+    p.add_argument("offset", type=int)
+    p.set_defaults(run=delete_records)
     p = commands.add_parser("create")
     p.add_argument("bootstrap")
     p.add_argument("topic")

@@ -43,6 +43,7 @@ pub fn supported_apis() -> &'static [SupportedApi] {
         api(ApiKey::OffsetFetch, 1, 7),
         api(ApiKey::DescribeGroups, 0, 4),
         api(ApiKey::ListGroups, 0, 3),
+        api(ApiKey::DeleteRecords, 0, 2),
     ];
     SUPPORTED
 }

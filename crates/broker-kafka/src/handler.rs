@@ -12,6 +12,9 @@ use broker_proto::ErrorReply;
 use bytes::Bytes;
 use futures::future::{join_all, select_all};
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
@@ -32,14 +35,15 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    DescribeGroupsRequest, DescribeGroupsResponse, FetchRequest, FetchResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatResponse,
-    InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, LeaveGroupResponse, ListGroupsResponse, ListOffsetsRequest,
-    ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse,
-    ProducerId, RequestKind, ResponseKind, SyncGroupRequest, SyncGroupResponse, TopicName,
+    BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteRecordsRequest,
+    DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, FetchRequest, FetchResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, HeartbeatResponse, InitProducerIdRequest,
+    InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, ListGroupsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse,
+    OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse, ProducerId,
+    RequestKind, ResponseKind, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -171,6 +175,9 @@ impl<B: Backend> Handler<'_, B> {
                 ResponseKind::DescribeGroups(self.describe_groups(&request))
             }
             RequestKind::ListGroups(_) => ResponseKind::ListGroups(self.list_groups()),
+            RequestKind::DeleteRecords(request) => {
+                ResponseKind::DeleteRecords(self.delete_records(request).await)
+            }
             // `frame::parse` lets through only the APIs `apis::supported_apis` lists, each
             // handled above.
             _ => return Answer::Refused(ResponseError::UnsupportedVersion),
@@ -1030,6 +1037,57 @@ impl<B: Backend> Handler<'_, B> {
                 })
                 .collect(),
         )
+    }
+
+    async fn delete_records(&self, request: DeleteRecordsRequest) -> DeleteRecordsResponse {
+        let topics = request.topics.into_iter().map(|topic| async move {
+            let name = topic_name(&topic.name);
+            let partitions = topic.partitions.iter().map(|wanted| {
+                let name = name.clone();
+                async move {
+                    let answer = DeleteRecordsPartitionResult::default()
+                        .with_partition_index(wanted.partition_index)
+                        .with_low_watermark(-1);
+                    // -1 deletes up to the end.
+                    let before = match wanted.offset {
+                        -1 => match self
+                            .call(Command::EndOffset {
+                                topic: name.clone(),
+                                partition: wanted.partition_index,
+                            })
+                            .await
+                        {
+                            Ok(Outcome::Offset(end)) => end,
+                            Ok(other) => {
+                                return answer
+                                    .with_error_code(kafka_error(&unexpected(&other)).code())
+                            }
+                            Err(refusal) => {
+                                return answer.with_error_code(kafka_error(&refusal).code())
+                            }
+                        },
+                        offset if offset >= 0 => offset,
+                        _ => return answer.with_error_code(ResponseError::OffsetOutOfRange.code()),
+                    };
+                    let command = Command::Purge {
+                        topic: name,
+                        partition: wanted.partition_index,
+                        before,
+                    };
+                    match self.call(command).await {
+                        Ok(Outcome::Offset(earliest)) => answer.with_low_watermark(earliest),
+                        Ok(other) => {
+                            answer.with_error_code(kafka_error(&unexpected(&other)).code())
+                        }
+                        Err(refusal) => answer.with_error_code(kafka_error(&refusal).code()),
+                    }
+                }
+            });
+            DeleteRecordsTopicResult::default()
+                .with_name(topic.name.clone())
+                .with_partitions(join_all(partitions).await)
+        });
+        DeleteRecordsResponse::default().with_topics(join_all(topics).await)
     }
 
     async fn delete_topics(&self, request: DeleteTopicsRequest) -> DeleteTopicsResponse {

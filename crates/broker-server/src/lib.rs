@@ -168,8 +168,8 @@ pub struct Listeners {
     /// HTTP for `/metrics` (see [`run_with_metrics`]); `None` counts nothing.
     pub metrics: Option<TcpListener>,
     /// Kafka's clients, speaking Kafka's protocol to the same topics: produce, fetch, offsets,
-    /// metadata and topic administration (see README.md's "Using Kafka clients"); `None` for
-    /// none. Not available in a cluster, nor with an auth token or TLS (the listener has
+    /// metadata, consumer groups and topic administration (see README.md's "Using Kafka
+    /// clients"); `None` for none. Not available in a cluster, nor with an auth token or TLS (the listener has
     /// neither SASL nor TLS yet).
     pub kafka: Option<TcpListener>,
 }
