@@ -641,3 +641,101 @@ async fn a_group_name_is_used_by_one_protocol_at_a_time() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn sasl_plain_takes_the_token_as_password_and_tls_uses_the_servers_certificate() {
+    if !clients_installed() {
+        return;
+    }
+    const TOKEN: &str = "kafka-listener-token";
+    let pki = broker_testkit::certs::TestPki::new(&["localhost"]);
+    let token_file = pki.path("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let ca = pki.ca_file.to_str().unwrap();
+    // A token alone: SASL/PLAIN over plain TCP.
+    let server = ServerProcess::start_with(
+        &[
+            "--kafka-listen",
+            "127.0.0.1:0",
+            "--auth-token-file",
+            token_file.to_str().unwrap(),
+        ],
+        &[],
+        Stdio::inherit(),
+    );
+    let kafka = server.kafka_addr.unwrap().to_string();
+    let client = Client::builder()
+        .auth_token(TOKEN)
+        .connect(server.addr_string())
+        .await
+        .unwrap();
+    client.create("secret", 1).await.unwrap();
+    let good = python(&[
+        "secure",
+        &kafka,
+        "secret",
+        "--protocol",
+        "SASL_PLAINTEXT",
+        "--password",
+        TOKEN,
+    ]);
+    assert_eq!(
+        good["values"],
+        serde_json::json!(["secret 0", "secret 1", "secret 2"])
+    );
+    let wrong = python(&[
+        "secure",
+        &kafka,
+        "secret",
+        "--protocol",
+        "SASL_PLAINTEXT",
+        "--password",
+        "wrong",
+    ]);
+    assert!(
+        wrong["errors"].to_string().contains("AUTHENTICATION"),
+        "{wrong}"
+    );
+    let none = python(&["secure", &kafka, "secret", "--protocol", "PLAINTEXT"]);
+    assert!(none.get("errors").is_some(), "{none}");
+    assert_eq!(
+        client.end_offset("secret", 0).await.unwrap(),
+        3,
+        "nothing stored unauthenticated"
+    );
+    drop(server);
+    // TLS with the token: SASL_SSL.
+    let server = ServerProcess::start(&[
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--auth-token-file",
+        token_file.to_str().unwrap(),
+        "--tls-cert",
+        pki.cert_file.to_str().unwrap(),
+        "--tls-key",
+        pki.key_file.to_str().unwrap(),
+    ]);
+    let kafka = server.kafka_addr.unwrap().to_string();
+    let client = Client::builder()
+        .auth_token(TOKEN)
+        .tls_ca_file(&pki.ca_file)
+        .connect(format!("localhost:{}", server.addr.port()))
+        .await
+        .unwrap();
+    client.create("secret", 1).await.unwrap();
+    let good = python(&[
+        "secure",
+        &kafka,
+        "secret",
+        "--protocol",
+        "SASL_SSL",
+        "--password",
+        TOKEN,
+        "--ca",
+        ca,
+    ]);
+    assert_eq!(
+        good["values"],
+        serde_json::json!(["secret 0", "secret 1", "secret 2"])
+    );
+}

@@ -13,6 +13,7 @@ the broker's own client. Every wait is bounded; a failure exits non-zero saying 
     clients.py group BOOTSTRAP TOPIC GROUP COUNT [--consumers N]
     clients.py hold BOOTSTRAP TOPIC GROUP
     clients.py delete-records BOOTSTRAP TOPIC PARTITION OFFSET
+    clients.py secure BOOTSTRAP TOPIC --protocol P [--password TOKEN] [--ca FILE]
 """
 
 import argparse
@@ -288,6 +289,47 @@ def delete_records(args):
     print(json.dumps({"low_watermark": future.result(PATIENCE_S).low_watermark}))
 
 
+def secure(args):
+    """Produces three records and reads them back over SASL/PLAIN and TLS as asked; reports
+    what came back, or the errors the clients reported (a wrong password)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    config = {"bootstrap.servers": args.bootstrap, "security.protocol": args.protocol}
+    if args.password is not None:
+        config.update(
+            {"sasl.mechanism": "PLAIN", "sasl.username": "any", "sasl.password": args.password}
+        )
+    if args.ca is not None:
+        # The chain is checked against the CA; the test certificate names localhost only.
+        config.update({"ssl.ca.location": args.ca, "ssl.endpoint.identification.algorithm": "none"})
+    errors = []
+    producer = Producer(
+        {**config, "message.timeout.ms": 5000, "error_cb": lambda e: errors.append(e.name())}
+    )
+    failed = []
+    for i in range(3):
+        producer.produce(
+            args.topic,
+            value=f"secret {i}",
+            partition=0,
+            on_delivery=lambda e, _: e is not None and failed.append(e.name()),
+        )
+    producer.flush(PATIENCE_S)
+    if failed or errors:
+        print(json.dumps({"errors": sorted(set(errors + failed))}))
+        return
+    consumer = Consumer({**config, "group.id": "unused"})
+    consumer.assign([TopicPartition(args.topic, 0, 0)])
+    values = []
+    deadline = time.time() + PATIENCE_S
+    while len(values) < 3 and time.time() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            values.append(message.value().decode())
+    consumer.close()
+    print(json.dumps({"values": values}))
+
+
 def create(args):
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -362,6 +404,13 @@ def main():
     p.add_argument("partition", type=int)
     p.add_argument("offset", type=int)
     p.set_defaults(run=delete_records)
+    p = commands.add_parser("secure")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("--protocol", required=True)
+    p.add_argument("--password")
+    p.add_argument("--ca")
+    p.set_defaults(run=secure)
     p = commands.add_parser("create")
     p.add_argument("bootstrap")
     p.add_argument("topic")

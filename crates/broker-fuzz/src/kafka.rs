@@ -28,6 +28,14 @@ impl Backend for InMemory {
     async fn call(&self, command: Command, _max_wait: Duration) -> Result<Outcome, ErrorReply> {
         self.0.apply(command).map_err(ErrorReply::from)
     }
+
+    fn requires_authentication(&self) -> bool {
+        false
+    }
+
+    fn authenticate(&self, _password: &str) -> bool {
+        true
+    }
 }
 
 /// Serves `data` as a Kafka client's bytes; panics if a property in the module documentation

@@ -16,4 +16,11 @@ pub trait Backend: Send + Sync {
         command: Command,
         max_wait: Duration,
     ) -> impl Future<Output = Result<Outcome, ErrorReply>> + Send;
+
+    /// Whether a connection must authenticate (SASL/PLAIN) before anything but the API
+    /// versions.
+    fn requires_authentication(&self) -> bool;
+
+    /// Whether `password` authenticates a connection (compared in constant time).
+    fn authenticate(&self, password: &str) -> bool;
 }

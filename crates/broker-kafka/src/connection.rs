@@ -14,6 +14,7 @@ use crate::frame::{
     encode_refusal, encode_response, encode_unsupported_api_versions, parse, Parsed,
 };
 use crate::handler::{Answer, Endpoint, Handler};
+use crate::sasl::{Gate, Sasl};
 use crate::{Backend, Coordinator, KafkaError};
 
 /// How the listener serves its connections.
@@ -74,6 +75,7 @@ where
         .max_frame_length(settings.max_frame_bytes)
         .new_codec();
     let mut framed = Framed::new(stream, codec);
+    let mut sasl = Sasl::start(backend);
     tokio::pin!(closing);
     let mut answered = 0;
     loop {
@@ -99,13 +101,30 @@ where
                 body,
             } => {
                 let version = header.request_api_version;
+                let correlation_id = header.correlation_id;
                 let client_id = header.client_id.as_ref().map_or("", |id| id.as_str());
-                match handler.handle(version, client_id, *body).await {
-                    Answer::Response(response) => {
-                        encode_response(api_key, version, header.correlation_id, &response)?
+                match sasl.gate(backend, api_key, *body) {
+                    Gate::Pass(request) => {
+                        match handler.handle(version, client_id, request).await {
+                            Answer::Response(response) => {
+                                encode_response(api_key, version, correlation_id, &response)?
+                            }
+                            Answer::Nothing => continue,
+                            Answer::Refused(error) => encode_refusal(correlation_id, error),
+                        }
                     }
-                    Answer::Nothing => continue,
-                    Answer::Refused(error) => encode_refusal(header.correlation_id, error),
+                    Gate::Answer(response) => {
+                        encode_response(api_key, version, correlation_id, &response)?
+                    }
+                    Gate::AnswerAndClose(response) => {
+                        let answer = encode_response(api_key, version, correlation_id, &response)?;
+                        framed.send(answer).await?;
+                        return Err(KafkaError::Unauthenticated);
+                    }
+                    Gate::Refuse(error) => {
+                        framed.send(encode_refusal(correlation_id, error)).await?;
+                        return Err(KafkaError::Unauthenticated);
+                    }
                 }
             }
             Parsed::UnsupportedApiVersions { correlation_id } => {

@@ -1275,6 +1275,14 @@ mod tests {
         async fn call(&self, command: Command, _max_wait: Duration) -> Result<Outcome, ErrorReply> {
             self.0.apply(command).map_err(ErrorReply::from)
         }
+
+        fn requires_authentication(&self) -> bool {
+            false
+        }
+
+        fn authenticate(&self, _password: &str) -> bool {
+            true
+        }
     }
 
     fn settings() -> KafkaSettings {

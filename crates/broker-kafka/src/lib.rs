@@ -31,6 +31,7 @@ mod groups;
 mod handler;
 mod ids;
 mod records;
+mod sasl;
 
 pub use apis::{supported_apis, SupportedApi};
 pub use backend::Backend;
@@ -49,6 +50,9 @@ pub enum KafkaError {
         /// The largest frame accepted.
         limit: usize,
     },
+    /// The client did not authenticate (a wrong token, or a request before SASL).
+    #[error("the client did not authenticate")]
+    Unauthenticated,
     /// A response could not be encoded (a bug: every response built is encodable in the
     /// version it is built for).
     #[error("cannot encode the response: {0}")]

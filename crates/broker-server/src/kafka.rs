@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, trace};
 
 use crate::reply::{Outgoing, ReplyTo};
-use crate::server::{accept, submit};
+use crate::server::{accept, accept_tls, submit};
 use crate::shared::Shared;
 
 /// The broker id Metadata gives a server that runs alone.
@@ -88,15 +88,34 @@ async fn handle(
         shared: Arc::clone(&shared),
     };
     let closing = backend.closing.clone();
-    let served = broker_kafka::serve_connection(
-        stream,
-        (local, peer),
-        &backend,
-        &shared.kafka_groups,
-        &settings,
-        closing.cancelled(),
-    )
-    .await;
+    let addresses = (local, peer);
+    let served = match &shared.config.tls {
+        None => {
+            broker_kafka::serve_connection(
+                stream,
+                addresses,
+                &backend,
+                &shared.kafka_groups,
+                &settings,
+                closing.cancelled(),
+            )
+            .await
+        }
+        Some(tls) => {
+            let Some(stream) = accept_tls(&shared, tls, stream, peer).await else {
+                return;
+            };
+            broker_kafka::serve_connection(
+                stream,
+                addresses,
+                &backend,
+                &shared.kafka_groups,
+                &settings,
+                closing.cancelled(),
+            )
+            .await
+        }
+    };
     // Requests still waiting answer at once, to nobody.
     closing.cancel();
     match served {
@@ -156,5 +175,17 @@ impl Backend for ServerBackend {
             .into_iter()
             .next()
             .map_or(Err(ErrorReply::ShuttingDown), |response| response.result)
+    }
+
+    fn requires_authentication(&self) -> bool {
+        self.shared.config.auth_token.is_some()
+    }
+
+    fn authenticate(&self, password: &str) -> bool {
+        self.shared
+            .config
+            .auth_token
+            .as_ref()
+            .is_none_or(|token| token.matches(Some(password)))
     }
 }

@@ -169,16 +169,16 @@ pub struct Listeners {
     pub metrics: Option<TcpListener>,
     /// Kafka's clients, speaking Kafka's protocol to the same topics: produce, fetch, offsets,
     /// metadata, consumer groups and topic administration (see README.md's "Using Kafka
-    /// clients"); `None` for none. Not available in a cluster, nor with an auth token or TLS (the listener has
-    /// neither SASL nor TLS yet).
+    /// clients"); `None` for none. With an auth token, Kafka's clients authenticate with
+    /// SASL/PLAIN, the token as the password; with TLS, they speak TLS with the same
+    /// certificate. Not available in a cluster yet.
     pub kafka: Option<TcpListener>,
 }
 
 /// [`run_with_metrics`] on every listener of `listeners`.
 ///
 /// # Errors
-/// As [`run_with_storage`]; [`ServerError::InvalidConfig`] for a Kafka listener in a cluster or
-/// with an auth token or TLS.
+/// As [`run_with_storage`]; [`ServerError::InvalidConfig`] for a Kafka listener in a cluster.
 pub async fn run_with_listeners(
     listeners: Listeners,
     config: Config,

@@ -77,7 +77,9 @@ struct Args {
     /// Also speak Kafka's wire protocol on ADDR (HOST:PORT, [IPv6]:PORT or :PORT, as --listen;
     /// port 0 picks a free port, printed as `kafka on ...`), so that Kafka clients and tools
     /// (librdkafka, kafka-python, the Java client, kcat) produce to and consume the same topics.
-    /// Off by default. Not yet with --auth-token-file, TLS or a cluster.
+    /// Off by default. With --auth-token-file, Kafka's clients authenticate with SASL/PLAIN, the
+    /// token as the password (any user name); with --tls-cert, they speak TLS (SSL, or
+    /// SASL_SSL with a token) with the same certificate. Not yet in a cluster.
     #[arg(long, env = "BROKER_KAFKA_LISTEN", value_name = "ADDR")]
     kafka_listen: Option<String>,
     /// The HOST:PORT Kafka clients are told to reach the Kafka listener on (its Metadata

@@ -205,7 +205,7 @@ async fn handle(
 
 /// Runs the server side of the TLS handshake; `None` (logged) if it fails, outlasts
 /// [`TLS_HANDSHAKE_TIMEOUT`] or the server shuts down first.
-async fn accept_tls(
+pub(crate) async fn accept_tls(
     shared: &Shared,
     tls: &ServerTls,
     stream: TcpStream,

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
 /// A CA and a server certificate signed by it, with their files.
 pub struct TestPki {
@@ -29,6 +29,10 @@ impl TestPki {
         let ca_key = KeyPair::generate().unwrap();
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        // OpenSSL (librdkafka, in the Kafka listener's tests) refuses a CA without a name.
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "broker test CA");
         let ca_cert = ca_params.self_signed(&ca_key).unwrap();
         let issuer = Issuer::new(ca_params, ca_key);
         let server_key = KeyPair::generate().unwrap();
