@@ -54,6 +54,11 @@ struct Member {
     assignment: Bytes,
     /// Whether it joined in the rebalance under way.
     joined: bool,
+    /// Whether a JoinGroup or SyncGroup of its own is waiting: it is alive, and a JoinGroup
+    /// waiting counts as joined in any rebalance that starts meanwhile.
+    waiting: bool,
+    /// The round it was counted in, for its waiting JoinGroup to answer with.
+    answer: Option<Round>,
     /// When it was last heard from.
     last_seen: Instant,
 }
@@ -103,22 +108,27 @@ impl Group {
         }
     }
 
-    /// Removes the members not heard from within their session timeout; a rebalance starts if
-    /// any was removed and others remain.
-    fn expire(&mut self, now: Instant) {
+    /// Removes the members not heard from within their session timeout (none is while a
+    /// request of its own waits); a rebalance starts if any was removed and others remain.
+    /// Whether any was.
+    fn expire(&mut self, now: Instant) -> bool {
         let expired: Vec<String> = self
             .members
             .iter()
-            .filter(|(_, member)| now.duration_since(member.last_seen) > member.session_timeout)
+            .filter(|(_, member)| {
+                !member.waiting && now.duration_since(member.last_seen) > member.session_timeout
+            })
             .map(|(id, _)| id.clone())
             .collect();
-        if !expired.is_empty() {
-            for id in &expired {
-                self.members.remove(id);
-            }
-            tracing::info!(members = ?expired, "Kafka group members expired");
-            self.rebalance(now);
+        if expired.is_empty() {
+            return false;
         }
+        for id in &expired {
+            self.members.remove(id);
+        }
+        tracing::info!(members = ?expired, "Kafka group members expired");
+        self.rebalance(now);
+        true
     }
 
     /// Starts a rebalance (unless one is under way): every member must join again.
@@ -137,7 +147,8 @@ impl Group {
             .max()
             .unwrap_or_default();
         for member in self.members.values_mut() {
-            member.joined = false;
+            // A member whose JoinGroup still waits has joined this rebalance too.
+            member.joined = member.waiting && member.answer.is_none();
         }
         self.phase = Phase::Preparing {
             deadline: now + timeout,
@@ -167,10 +178,7 @@ impl Group {
             .unwrap_or(first);
         let protocol = self.common_protocol(&leader).unwrap_or_default();
         self.generation += 1;
-        for member in self.members.values_mut() {
-            member.assignment = Bytes::new();
-        }
-        self.round = Some(Round {
+        let round = Round {
             generation: self.generation,
             members: self
                 .members
@@ -179,7 +187,12 @@ impl Group {
                 .collect(),
             protocol,
             leader,
-        });
+        };
+        for member in self.members.values_mut() {
+            member.assignment = Bytes::new();
+            member.answer = Some(round.clone());
+        }
+        self.round = Some(round);
         self.phase = Phase::Syncing;
     }
 
@@ -255,6 +268,29 @@ pub(crate) struct Described {
     pub(crate) members: Vec<(String, String, String, Bytes, Bytes)>,
 }
 
+/// Marks a member's JoinGroup or SyncGroup as waiting while it lives. When it ends, answered
+/// or dropped (the client's connection closed), the member was heard from now: it expires after
+/// its session timeout unless it is heard from again.
+struct Waiting<'a> {
+    coordinator: &'a Coordinator,
+    group: &'a str,
+    member_id: String,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        let mut groups = self.coordinator.lock();
+        let member = groups
+            .get_mut(self.group)
+            .and_then(|state| state.members.get_mut(&self.member_id));
+        if let Some(member) = member {
+            member.waiting = false;
+            member.last_seen = now;
+        }
+    }
+}
+
 /// The coordinator of every Kafka consumer group of one server.
 #[derive(Debug, Default)]
 pub struct Coordinator {
@@ -272,10 +308,15 @@ impl Coordinator {
     /// client may not join it).
     pub fn has_members(&self, group: &str) -> bool {
         let now = Instant::now();
-        self.lock().get_mut(group).is_some_and(|state| {
-            state.expire(now);
-            !state.members.is_empty()
-        })
+        let (expired, members) = match self.lock().get_mut(group) {
+            Some(state) => (state.expire(now), !state.members.is_empty()),
+            None => (false, false),
+        };
+        if expired {
+            // Members waiting in a rebalance must see the one this started.
+            self.changed.notify_waiters();
+        }
+        members
     }
 
     /// Joins `group`: waits until the rebalance it starts (or finds under way) completes, and
@@ -331,6 +372,8 @@ impl Coordinator {
                     protocols: join.protocols,
                     assignment: Bytes::new(),
                     joined: false,
+                    waiting: true,
+                    answer: None,
                     last_seen: now,
                 },
             );
@@ -341,8 +384,12 @@ impl Coordinator {
             state.try_complete(now);
             member_id
         };
+        let _waiting = Waiting {
+            coordinator: self,
+            group,
+            member_id: member_id.clone(),
+        };
         self.changed.notify_waiters();
-        let started = self.lock().get(group).map_or(0, |state| state.generation);
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -354,19 +401,18 @@ impl Coordinator {
                     return Err(ResponseError::UnknownMemberId);
                 };
                 state.try_complete(now);
-                if !state.members.contains_key(&member_id) {
+                let phase = state.phase;
+                let Some(member) = state.members.get_mut(&member_id) else {
                     return Err(ResponseError::UnknownMemberId);
+                };
+                // The round this member was counted in, even if another started since.
+                if let Some(round) = member.answer.take() {
+                    drop(groups);
+                    self.changed.notify_waiters();
+                    return Ok((member_id, round));
                 }
-                match (&state.round, state.phase) {
-                    (Some(round), Phase::Syncing | Phase::Stable)
-                        if round.generation >= started =>
-                    {
-                        let round = round.clone();
-                        drop(groups);
-                        self.changed.notify_waiters();
-                        return Ok((member_id, round));
-                    }
-                    (_, Phase::Preparing { deadline }) => deadline,
+                match phase {
+                    Phase::Preparing { deadline } => deadline,
                     _ => now + Duration::from_millis(100),
                 }
             };
@@ -408,7 +454,13 @@ impl Coordinator {
                 .get_mut(member_id)
                 .ok_or(ResponseError::UnknownMemberId)?;
             member.last_seen = now;
+            member.waiting = true;
             member.rebalance_timeout
+        };
+        let _waiting = Waiting {
+            coordinator: self,
+            group,
+            member_id: member_id.to_owned(),
         };
         self.changed.notify_waiters();
         let deadline = Instant::now() + timeout;
@@ -652,6 +704,43 @@ mod tests {
         assert_eq!(
             coordinator.heartbeat("g", &second_id, 1),
             Err(ResponseError::IllegalGeneration)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_gets_the_round_it_was_counted_in_even_if_another_starts_first() {
+        let coordinator = Arc::new(Coordinator::default());
+        let started = Instant::now();
+        let (a, _) = coordinator.join("g", join("")).await.unwrap();
+        coordinator.sync("g", &a, 1, Vec::new()).await.unwrap();
+        let b = tokio::spawn({
+            let coordinator = Arc::clone(&coordinator);
+            async move { coordinator.join("g", join("")).await }
+        });
+        tokio::task::yield_now().await;
+        // A joins again: the round of A and B completes, but before B's request hears of it a
+        // third member starts the next rebalance.
+        let (_, round) = coordinator.join("g", join(&a)).await.unwrap();
+        assert_eq!((round.generation, round.members.len()), (2, 2));
+        let c = tokio::spawn({
+            let coordinator = Arc::clone(&coordinator);
+            async move { coordinator.join("g", join("")).await }
+        });
+        tokio::task::yield_now().await;
+        let (b, b_round) = b.await.unwrap().unwrap();
+        assert_eq!(b_round, round, "B is answered the round it was counted in");
+        // A and B join again, and C's round completes with the three, before any deadline.
+        let again = tokio::spawn({
+            let coordinator = Arc::clone(&coordinator);
+            async move { coordinator.join("g", join(&b)).await }
+        });
+        let (_, last) = coordinator.join("g", join(&a)).await.unwrap();
+        assert_eq!(again.await.unwrap().unwrap().1, last);
+        assert_eq!(c.await.unwrap().unwrap().1, last);
+        assert_eq!((last.generation, last.members.len()), (3, 3));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "waited out a deadline"
         );
     }
 

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use broker_core::{
-    Command, KeyHash, Outcome, PartitionBatch, PartitionRead, PublishRecord, Retention,
-    TopicDescription, TopicSetting, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
+    BrokerRecord, Command, KeyHash, Outcome, PartitionBatch, PartitionRead, PublishRecord,
+    Retention, TopicDescription, TopicSetting, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
 };
 use broker_proto::ErrorReply;
 use bytes::Bytes;
@@ -68,10 +68,19 @@ const GROUP_KEY: i8 = 0;
 /// waits at most as long).
 const SESSION_TIMEOUT_MS: std::ops::RangeInclusive<i32> = 1_000..=1_800_000;
 
+/// Whether `group` names a group the broker can keep: 1 to 64 ASCII letters, digits, `_` and
+/// `-`, the rule of every identifier of the broker (topic names included).
+fn is_group_id(group: &str) -> bool {
+    broker_core::TopicName::new(group).is_ok()
+}
+
 /// `ms` milliseconds (never negative).
 fn millis(ms: i32) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
+
+/// How many times the largest frame a produced batch may decompress to.
+const INFLATE_FACTOR: usize = 4;
 
 /// Kafka's default retention of a topic: seven days.
 const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
@@ -210,6 +219,12 @@ impl<B: Backend> Handler<'_, B> {
         }
     }
 
+    /// The most bytes a produced batch may decompress to: four times the largest frame, room
+    /// for anything a client compresses in one request.
+    fn inflate_limit(&self) -> usize {
+        self.settings.max_frame_bytes.saturating_mul(INFLATE_FACTOR)
+    }
+
     fn node_id(&self) -> BrokerId {
         BrokerId(self.settings.node_id)
     }
@@ -311,7 +326,9 @@ impl<B: Backend> Handler<'_, B> {
                         .into_iter()
                         .map(|data| {
                             let records = match data.records {
-                                Some(bytes) => decode_produced(data.index, bytes),
+                                Some(bytes) => {
+                                    decode_produced(data.index, bytes, self.inflate_limit())
+                                }
                                 None => Err(RecordsError::Corrupt("no records".to_owned())),
                             };
                             (data.index, records)
@@ -498,9 +515,14 @@ impl<B: Backend> Handler<'_, B> {
             let (answer, index, _) = select_all(waits).await;
             results[index] = answer;
         }
+        // The whole answer's byte limit (version 3 on): once records of that many bytes are in
+        // it, later partitions answer none (the first records always come).
+        let mut room = u64::try_from(request.max_bytes)
+            .ok()
+            .filter(|&limit| limit > 0);
         let mut topics: Vec<FetchableTopicResponse> = Vec::new();
         for (partition, result) in wanted.iter().zip(results) {
-            let data = self.partition_data(partition, result).await;
+            let data = self.partition_data(partition, result, &mut room).await;
             let name = &partition.0;
             match topics.last_mut() {
                 Some(topic) if topic.topic.as_str() == name => topic.partitions.push(data),
@@ -514,11 +536,13 @@ impl<B: Backend> Handler<'_, B> {
         FetchResponse::default().with_responses(topics)
     }
 
-    /// One partition of a fetch answer from what its read found.
+    /// One partition of a fetch answer from what its read found, its records only while the
+    /// answer has `room` for them (taking theirs from it).
     async fn partition_data(
         &self,
         (topic, partition, offset, _): &(String, i32, i64, i32),
         result: Result<Outcome, ErrorReply>,
+        room: &mut Option<u64>,
     ) -> PartitionData {
         let data = PartitionData::default().with_partition_index(*partition);
         let read = match result {
@@ -553,8 +577,12 @@ impl<B: Backend> Handler<'_, B> {
         if *offset < start_offset {
             return data.with_error_code(ResponseError::OffsetOutOfRange.code());
         }
-        if records.is_empty() {
+        if records.is_empty() || *room == Some(0) {
             return data.with_records(Some(Bytes::new()));
+        }
+        if let Some(left) = room {
+            let size: u64 = records.iter().map(record_size).sum();
+            *left = left.saturating_sub(size);
         }
         match encode_fetched(&records) {
             Ok(batch) => data.with_records(Some(batch)),
@@ -755,7 +783,7 @@ impl<B: Backend> Handler<'_, B> {
                 .with_generation_id(-1)
                 .with_member_id(request.member_id.clone())
         };
-        if group.is_empty() {
+        if !is_group_id(&group) {
             return refused(ResponseError::InvalidGroupId);
         }
         if !SESSION_TIMEOUT_MS.contains(&request.session_timeout_ms) {
@@ -885,11 +913,15 @@ impl<B: Backend> Handler<'_, B> {
 
     async fn offset_commit(&self, request: OffsetCommitRequest) -> OffsetCommitResponse {
         let group = request.group_id.as_str();
-        let allowed = self.coordinator.may_commit(
-            group,
-            request.member_id.as_str(),
-            request.generation_id_or_member_epoch,
-        );
+        let allowed = if is_group_id(group) {
+            self.coordinator.may_commit(
+                group,
+                request.member_id.as_str(),
+                request.generation_id_or_member_epoch,
+            )
+        } else {
+            Err(ResponseError::InvalidGroupId)
+        };
         let topics = request.topics.into_iter().map(|topic| {
             async move {
                 let partitions: Vec<i32> =
@@ -938,6 +970,10 @@ impl<B: Backend> Handler<'_, B> {
 
     async fn offset_fetch(&self, request: OffsetFetchRequest) -> OffsetFetchResponse {
         let group = request.group_id.as_str();
+        if !is_group_id(group) {
+            return OffsetFetchResponse::default()
+                .with_error_code(ResponseError::InvalidGroupId.code());
+        }
         let described = match self.describe(None).await {
             Ok(topics) => topics,
             Err(refusal) => {
@@ -1149,7 +1185,9 @@ fn placed_offsets(result: Result<Outcome, (ResponseError, String)>, size: usize)
 /// The answer for `partition` of `topic` whose records became `stored`: the first record's
 /// offset, or the first refusal; a full partition is answered with a retriable error
 /// (`NOT_ENOUGH_REPLICAS`: nothing of the batch past the full point was stored, and Kafka's
-/// clients retry it after a back-off).
+/// clients retry it after a back-off). The records before the full point were stored: an
+/// idempotent producer's retry is answered with their offsets, but one without idempotence
+/// stores them again.
 fn partition_answer(topic: &str, partition: i32, stored: &[Stored]) -> PartitionProduceResponse {
     for result in stored {
         match result {
@@ -1174,6 +1212,12 @@ fn partition_answer(topic: &str, partition: i32, stored: &[Stored]) -> Partition
     PartitionProduceResponse::default()
         .with_index(partition)
         .with_base_offset(base_offset)
+}
+
+/// The payload, key and header bytes of `record`: what it takes of a fetch's byte limit.
+fn record_size(record: &BrokerRecord) -> u64 {
+    let headers: usize = record.headers.iter().map(broker_core::Header::size).sum();
+    (record.payload.len() + record.key.as_ref().map_or(0, Bytes::len) + headers) as u64
 }
 
 /// A produce answer refusing `partition` with `error`, saying why.
@@ -1265,6 +1309,8 @@ mod tests {
     use kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
+
+    use kafka_protocol::messages::ApiKey;
 
     use super::*;
 
@@ -1518,6 +1564,96 @@ mod tests {
                     ResponseError::UnknownTopicOrPartition.code()
                 )
             ]
+        );
+    }
+
+    /// A request of `key` with every field at its default.
+    fn default_request(key: ApiKey) -> RequestKind {
+        use kafka_protocol::messages::*;
+        match key {
+            ApiKey::Produce => RequestKind::Produce(ProduceRequest::default().with_acks(1)),
+            ApiKey::Fetch => RequestKind::Fetch(FetchRequest::default()),
+            ApiKey::ListOffsets => RequestKind::ListOffsets(ListOffsetsRequest::default()),
+            ApiKey::Metadata => RequestKind::Metadata(MetadataRequest::default()),
+            ApiKey::ApiVersions => RequestKind::ApiVersions(ApiVersionsRequest::default()),
+            ApiKey::CreateTopics => RequestKind::CreateTopics(CreateTopicsRequest::default()),
+            ApiKey::DeleteTopics => RequestKind::DeleteTopics(DeleteTopicsRequest::default()),
+            ApiKey::InitProducerId => RequestKind::InitProducerId(InitProducerIdRequest::default()),
+            ApiKey::FindCoordinator => {
+                RequestKind::FindCoordinator(FindCoordinatorRequest::default())
+            }
+            ApiKey::JoinGroup => RequestKind::JoinGroup(JoinGroupRequest::default()),
+            ApiKey::SyncGroup => RequestKind::SyncGroup(SyncGroupRequest::default()),
+            ApiKey::Heartbeat => RequestKind::Heartbeat(HeartbeatRequest::default()),
+            ApiKey::LeaveGroup => RequestKind::LeaveGroup(LeaveGroupRequest::default()),
+            ApiKey::OffsetCommit => RequestKind::OffsetCommit(OffsetCommitRequest::default()),
+            ApiKey::OffsetFetch => RequestKind::OffsetFetch(OffsetFetchRequest::default()),
+            ApiKey::DescribeGroups => RequestKind::DescribeGroups(DescribeGroupsRequest::default()),
+            ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
+            ApiKey::DeleteRecords => RequestKind::DeleteRecords(DeleteRecordsRequest::default()),
+            other => panic!("{other:?} is not supported: add it here"),
+        }
+    }
+
+    #[tokio::test]
+    async fn every_answer_encodes_in_every_advertised_version() {
+        let broker = broker(100);
+        for api in crate::supported_apis() {
+            if matches!(api.key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
+                continue; // answered by the authentication, tested there
+            }
+            for version in api.min_version..=api.max_version {
+                let Some(response) = ask(&broker, version, default_request(api.key)).await else {
+                    continue;
+                };
+                crate::frame::encode_response(api.key, version, 1, &response)
+                    .unwrap_or_else(|error| panic!("{:?} v{version}: {error}", api.key));
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fetch_stops_adding_partitions_at_its_byte_limit() {
+        let broker = broker(100);
+        for partition in 0..2 {
+            broker.0.publish("t", partition, "0123456789").unwrap();
+        }
+        let request = |max_bytes| {
+            RequestKind::Fetch(
+                FetchRequest::default()
+                    .with_max_bytes(max_bytes)
+                    .with_topics(vec![FetchTopic::default()
+                        .with_topic(kafka_topic("t"))
+                        .with_partitions(
+                            (0..2)
+                                .map(|partition| {
+                                    FetchPartition::default()
+                                        .with_partition(partition)
+                                        .with_partition_max_bytes(1 << 20)
+                                })
+                                .collect(),
+                        )]),
+            )
+        };
+        let with_records = |response: Option<ResponseKind>| match response {
+            Some(ResponseKind::Fetch(response)) => response.responses[0]
+                .partitions
+                .iter()
+                .map(|p| p.records.as_ref().is_some_and(|r| !r.is_empty()))
+                .collect::<Vec<_>>(),
+            other => panic!("unexpected {other:?}"),
+        };
+        assert_eq!(
+            with_records(ask(&broker, 12, request(5)).await),
+            vec![true, false]
+        );
+        assert_eq!(
+            with_records(ask(&broker, 12, request(0)).await),
+            vec![true, true]
+        );
+        assert_eq!(
+            with_records(ask(&broker, 12, request(100)).await),
+            vec![true, true]
         );
     }
 }

@@ -25,6 +25,7 @@
 mod apis;
 mod backend;
 mod connection;
+mod decompress;
 mod errors;
 mod frame;
 mod groups;

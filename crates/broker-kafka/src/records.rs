@@ -3,8 +3,10 @@
 //! payload, headers and time; a null value is stored as an empty payload.
 
 use broker_core::{BrokerRecord, Header, PublishRecord};
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::protocol::StrBytes;
+
+use crate::decompress::decompress;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
     TimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
@@ -33,14 +35,23 @@ pub(crate) struct Produced {
 }
 
 /// The records of one partition of a produce request, checked (each batch's CRC-32C),
-/// decompressed and ready to publish to `partition`. Control records (transaction markers)
-/// are refused with the batch that holds them.
+/// decompressed (each batch to at most `inflate_limit` bytes) and ready to publish to
+/// `partition`. Control records (transaction markers) are refused with the batch that holds
+/// them.
 pub(crate) fn decode_produced(
     partition: i32,
     mut batches: Bytes,
+    inflate_limit: usize,
 ) -> Result<Produced, RecordsError> {
-    let sets = RecordBatchDecoder::decode_all(&mut batches)
+    let mut sets = Vec::new();
+    while batches.has_remaining() {
+        let set = RecordBatchDecoder::decode_with_custom_compression(
+            &mut batches,
+            Some(|data: &mut Bytes, compression| decompress(data, compression, inflate_limit)),
+        )
         .map_err(|error| RecordsError::Corrupt(format!("{error:#}")))?;
+        sets.push(set);
+    }
     let mut records = Vec::new();
     let mut idempotent = None;
     for record in sets.into_iter().flat_map(|set| set.records) {
@@ -155,7 +166,7 @@ mod tests {
     fn fetched_records_decode_as_produced_with_their_fields() {
         let records = vec![fetched(7, Some(b"k"), b"one"), fetched(8, None, b"")];
         let batch = encode_fetched(&records).unwrap();
-        let back = decode_produced(2, batch.clone()).unwrap().records;
+        let back = decode_produced(2, batch.clone(), 1 << 20).unwrap().records;
         assert_eq!(back.len(), 2);
         assert_eq!(back[0].key.as_deref(), Some(&b"k"[..]));
         assert_eq!(back[0].payload, "one");
@@ -202,7 +213,9 @@ mod tests {
                 compression,
             };
             RecordBatchEncoder::encode(&mut buffer, &records, &options).unwrap();
-            let back = decode_produced(0, buffer.freeze()).unwrap().records;
+            let back = decode_produced(0, buffer.freeze(), 1 << 20)
+                .unwrap()
+                .records;
             assert_eq!(back.len(), 3, "{compression:?}");
             assert_eq!(back[2].payload, "value 2".repeat(20), "{compression:?}");
         }
@@ -215,7 +228,7 @@ mod tests {
         let last = batch.len() - 1;
         batch[last] ^= 0xff;
         assert!(matches!(
-            decode_produced(0, batch.freeze()),
+            decode_produced(0, batch.freeze(), 1 << 20),
             Err(RecordsError::Corrupt(message)) if message.contains("Cyclic redundancy check")
         ));
     }
@@ -244,7 +257,7 @@ mod tests {
         };
         RecordBatchEncoder::encode(&mut buffer, [&record], &options).unwrap();
         assert_eq!(
-            decode_produced(0, buffer.freeze()),
+            decode_produced(0, buffer.freeze(), 1 << 20),
             Err(RecordsError::Transactional)
         );
     }
