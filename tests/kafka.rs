@@ -739,3 +739,75 @@ async fn sasl_plain_takes_the_token_as_password_and_tls_uses_the_servers_certifi
         serde_json::json!(["secret 0", "secret 1", "secret 2"])
     );
 }
+
+#[tokio::test]
+async fn an_idempotent_producer_cut_off_mid_stream_stores_every_record_once() {
+    if !clients_installed() {
+        return;
+    }
+    // Kafka's clients reach the listener only through the proxy: it is what the metadata
+    // advertises.
+    let proxy = broker_testkit::proxy::Proxy::start("127.0.0.1:9".parse().unwrap()).await;
+    let advertised = proxy.addr.to_string();
+    let server = ServerProcess::start(&[
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--kafka-advertise",
+        &advertised,
+    ]);
+    proxy.set_backend(server.kafka_addr.unwrap());
+    let client = Client::connect(server.addr_string()).await.unwrap();
+    client
+        .create_topic(
+            "cut",
+            2,
+            KeyHash::Murmur2,
+            &[broker_client::TopicSetting::Retention(
+                broker_client::Retention::Limits,
+            )],
+        )
+        .await
+        .unwrap();
+    let producing = tokio::task::spawn_blocking({
+        let advertised = advertised.clone();
+        move || {
+            python(&[
+                "produce",
+                &advertised,
+                "cut",
+                "2000",
+                "--idempotent",
+                "--pace-ms",
+                "10",
+            ])
+        }
+    });
+    // While it produces: replies lost on the way back (held, then the connections cut), so
+    // that batches the broker stored are sent again.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        proxy.hold_replies();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        proxy.cut();
+        proxy.release_replies();
+    }
+    let report = producing.await.unwrap();
+    assert_eq!(report["delivered"].as_array().unwrap().len(), 2000);
+    let mut payloads = Vec::new();
+    for partition in 0..2 {
+        payloads.extend(
+            read_all(&client, "cut", partition)
+                .await
+                .into_iter()
+                .map(|record| text(&record.payload)),
+        );
+    }
+    assert_eq!(payloads.len(), 2000, "every record stored once");
+    payloads.sort();
+    payloads.dedup();
+    assert_eq!(payloads.len(), 2000, "no record stored twice");
+    assert!(
+        proxy.accepted() > 1,
+        "the connection was cut and opened again"
+    );
+}

@@ -6,6 +6,7 @@ it can itself, and prints one JSON object with what it saw, for the Rust test to
 the broker's own client. Every wait is bounded; a failure exits non-zero saying why.
 
     clients.py produce BOOTSTRAP TOPIC COUNT [--compression C] [--partitioner P]
+                       [--idempotent] [--pace-ms MS]
     clients.py consume BOOTSTRAP TOPIC PARTITIONS COUNT [--reset earliest|latest]
     clients.py python-roundtrip BOOTSTRAP TOPIC COUNT
     clients.py offsets-for-time BOOTSTRAP TOPIC PARTITION TIMESTAMP_MS
@@ -41,6 +42,8 @@ def produce(args):
     }
     if args.partitioner:
         config["partitioner"] = args.partitioner
+    if args.idempotent:
+        config.update({"enable.idempotence": True, "message.timeout.ms": 60_000})
     producer = Producer(config)
     delivered = []
     errors = []
@@ -60,6 +63,9 @@ def produce(args):
     # In the past: the broker caps a time ahead of its clock at its clock.
     now = int(time.time() * 1000) - 60_000
     for i in range(args.count):
+        if args.pace_ms and i % 10 == 0:
+            time.sleep(args.pace_ms / 1000)
+            producer.poll(0)
         producer.produce(
             args.topic,
             key=f"key-{i}",
@@ -68,7 +74,7 @@ def produce(args):
             timestamp=now + i,
             on_delivery=report,
         )
-    if producer.flush(PATIENCE_S) != 0:
+    if producer.flush(60 if args.idempotent else PATIENCE_S) != 0:
         fail("records still waiting after the flush")
     if errors:
         fail(f"delivery errors: {errors[:3]}")
@@ -366,6 +372,8 @@ def main():
     p.add_argument("count", type=int)
     p.add_argument("--compression", default="none")
     p.add_argument("--partitioner")
+    p.add_argument("--idempotent", action="store_true")
+    p.add_argument("--pace-ms", type=int, default=0, help="a pause before every 10 records")
     p.set_defaults(run=produce)
     p = commands.add_parser("consume")
     p.add_argument("bootstrap")
