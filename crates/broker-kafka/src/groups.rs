@@ -268,6 +268,17 @@ pub(crate) struct Described {
     pub(crate) members: Vec<(String, String, String, Bytes, Bytes)>,
 }
 
+/// Forgets `group` once it has no members: a group is kept only while it has some, so that
+/// clients naming ever new groups cannot grow the map without end.
+fn forget_if_empty(groups: &mut HashMap<String, Group>, group: &str) {
+    if groups
+        .get(group)
+        .is_some_and(|state| state.members.is_empty())
+    {
+        groups.remove(group);
+    }
+}
+
 /// Marks a member's JoinGroup or SyncGroup as waiting while it lives. When it ends, answered
 /// or dropped (the client's connection closed), the member was heard from now: it expires after
 /// its session timeout unless it is heard from again.
@@ -308,10 +319,13 @@ impl Coordinator {
     /// client may not join it).
     pub fn has_members(&self, group: &str) -> bool {
         let now = Instant::now();
-        let (expired, members) = match self.lock().get_mut(group) {
+        let mut groups = self.lock();
+        let (expired, members) = match groups.get_mut(group) {
             Some(state) => (state.expire(now), !state.members.is_empty()),
             None => (false, false),
         };
+        forget_if_empty(&mut groups, group);
+        drop(groups);
         if expired {
             // Members waiting in a rebalance must see the one this started.
             self.changed.notify_waiters();
@@ -337,16 +351,23 @@ impl Coordinator {
             if state.members.is_empty() {
                 state.protocol_type.clone_from(&join.protocol_type);
             }
-            if state.protocol_type != join.protocol_type
+            let refusal = if state.protocol_type != join.protocol_type
                 || join.protocols.is_empty()
                 || !state.accepts(&join.member_id, &join.protocols)
             {
-                return Err(ResponseError::InconsistentGroupProtocol);
+                Some(ResponseError::InconsistentGroupProtocol)
+            } else if !join.member_id.is_empty() && !state.members.contains_key(&join.member_id) {
+                Some(ResponseError::UnknownMemberId)
+            } else {
+                None
+            };
+            if let Some(refusal) = refusal {
+                forget_if_empty(&mut groups, group);
+                return Err(refusal);
             }
             let member_id = match join.member_id.as_str() {
                 "" => new_member_id(&join.client_id),
-                known if state.members.contains_key(known) => known.to_owned(),
-                _ => return Err(ResponseError::UnknownMemberId),
+                known => known.to_owned(),
             };
             let changed = state
                 .members
@@ -571,6 +592,7 @@ impl Coordinator {
             if answers.iter().any(Result::is_ok) {
                 state.rebalance(now);
             }
+            forget_if_empty(&mut groups, group);
             answers
         };
         self.changed.notify_waiters();
@@ -755,13 +777,16 @@ mod tests {
             coordinator.heartbeat("g", &first, 1),
             Err(ResponseError::UnknownMemberId)
         );
+        // A group without members is forgotten: it starts afresh.
+        assert_eq!(coordinator.describe("g").state, "Dead");
         let (again, round) = coordinator.join("g", join("")).await.unwrap();
-        assert_eq!(round.generation, 2);
+        assert_eq!(round.generation, 1);
         assert_eq!(
             coordinator.leave("g", &[again.clone(), "nobody".into()]),
             vec![Ok(()), Err(ResponseError::UnknownMemberId)]
         );
-        assert_eq!(coordinator.describe("g").state, "Empty");
+        assert_eq!(coordinator.describe("g").state, "Dead");
+        assert!(coordinator.list().is_empty());
     }
 
     #[tokio::test(start_paused = true)]
