@@ -11,32 +11,14 @@
 
 use std::time::Duration;
 
-use broker_core::{Command, EventBroker, Outcome};
-use broker_kafka::{serve_connection, Backend, Coordinator, KafkaSettings};
-use broker_proto::ErrorReply;
+use broker_core::EventBroker;
+use broker_kafka::{serve_connection, Coordinator, KafkaSettings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::input::Input;
 
 /// Frame limits the target picks from.
 const LIMITS: [usize; 3] = [64, 4096, 1 << 20];
-
-/// The broker in memory: each command applied at once (reads never wait).
-struct InMemory(EventBroker);
-
-impl Backend for InMemory {
-    async fn call(&self, command: Command, _max_wait: Duration) -> Result<Outcome, ErrorReply> {
-        self.0.apply(command).map_err(ErrorReply::from)
-    }
-
-    fn requires_authentication(&self) -> bool {
-        false
-    }
-
-    fn authenticate(&self, _password: &str) -> bool {
-        true
-    }
-}
 
 /// Serves `data` as a Kafka client's bytes; panics if a property in the module documentation
 /// fails.
@@ -77,7 +59,7 @@ fn serve(limit: usize, request_bytes: Vec<u8>) -> Vec<u8> {
         if let Err(error) = broker.create("t", 2) {
             panic!("creating t: {error}");
         }
-        let backend = InMemory(broker);
+        let backend = broker;
         let settings = KafkaSettings {
             node_id: 0,
             cluster_id: "fuzz".into(),

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use broker_core::{Command, Outcome};
+use broker_core::{Command, EventBroker, Outcome};
 use broker_proto::ErrorReply;
 
 /// Runs the broker's commands for one Kafka connection: the server implements it with the same
@@ -23,4 +23,21 @@ pub trait Backend: Send + Sync {
 
     /// Whether `password` authenticates a connection (compared in constant time).
     fn authenticate(&self, password: &str) -> bool;
+}
+
+/// The broker in memory, in this process, as a backend: each command applied at once (a read
+/// that finds nothing answers at once), with no authentication. For tests and tools that serve
+/// Kafka's clients without a server.
+impl Backend for EventBroker {
+    async fn call(&self, command: Command, _max_wait: Duration) -> Result<Outcome, ErrorReply> {
+        self.apply(command).map_err(ErrorReply::from)
+    }
+
+    fn requires_authentication(&self) -> bool {
+        false
+    }
+
+    fn authenticate(&self, _password: &str) -> bool {
+        true
+    }
 }

@@ -1315,21 +1315,7 @@ mod tests {
     use super::*;
 
     /// The broker in memory, as a backend: what the server does, without the network.
-    struct Local(EventBroker);
-
-    impl Backend for Local {
-        async fn call(&self, command: Command, _max_wait: Duration) -> Result<Outcome, ErrorReply> {
-            self.0.apply(command).map_err(ErrorReply::from)
-        }
-
-        fn requires_authentication(&self) -> bool {
-            false
-        }
-
-        fn authenticate(&self, _password: &str) -> bool {
-            true
-        }
-    }
+    type Local = EventBroker;
 
     fn settings() -> KafkaSettings {
         KafkaSettings {
@@ -1437,7 +1423,7 @@ mod tests {
     fn broker(capacity: i32) -> Local {
         let broker = EventBroker::new(capacity).unwrap();
         broker.create("t", 2).unwrap();
-        Local(broker)
+        broker
     }
 
     #[tokio::test]
@@ -1447,7 +1433,7 @@ mod tests {
         assert_eq!((first.error_code, first.base_offset), (0, 0));
         let again = produced(ask(&broker, 9, produce(-1, "t", 1, batch(3, Some((7, 0))))).await);
         assert_eq!((again.error_code, again.base_offset), (0, 0));
-        assert_eq!(broker.0.end_offset("t", 1).unwrap(), 3);
+        assert_eq!(broker.end_offset("t", 1).unwrap(), 3);
         let next = produced(ask(&broker, 9, produce(-1, "t", 1, batch(2, Some((7, 3))))).await);
         assert_eq!(next.base_offset, 3);
         // A gap in the sequence numbers.
@@ -1456,7 +1442,7 @@ mod tests {
             ahead.error_code,
             ResponseError::OutOfOrderSequenceNumber.code()
         );
-        assert_eq!(broker.0.end_offset("t", 1).unwrap(), 5);
+        assert_eq!(broker.end_offset("t", 1).unwrap(), 5);
     }
 
     #[tokio::test]
@@ -1465,7 +1451,7 @@ mod tests {
         assert!(ask(&broker, 9, produce(0, "t", 0, batch(2, None)))
             .await
             .is_none());
-        assert_eq!(broker.0.end_offset("t", 0).unwrap(), 2);
+        assert_eq!(broker.end_offset("t", 0).unwrap(), 2);
         let bad = produced(ask(&broker, 9, produce(5, "t", 0, batch(1, None))).await);
         assert_eq!(bad.error_code, ResponseError::InvalidRequiredAcks.code());
     }
@@ -1498,16 +1484,16 @@ mod tests {
             refused.error_code,
             ResponseError::TransactionalIdAuthorizationFailed.code()
         );
-        assert_eq!(broker.0.end_offset("t", 0).unwrap(), 0);
+        assert_eq!(broker.end_offset("t", 0).unwrap(), 0);
     }
 
     #[tokio::test]
     async fn fetches_outside_the_retained_records_are_out_of_range() {
         let broker = broker(100);
         for i in 0..4 {
-            broker.0.publish("t", 0, format!("r{i}")).unwrap();
+            broker.publish("t", 0, format!("r{i}")).unwrap();
         }
-        broker.0.purge("t", 0, 2).unwrap();
+        broker.purge("t", 0, 2).unwrap();
         let below = fetched(ask(&broker, 12, fetch("t", 0, 1)).await);
         assert_eq!(below.error_code, ResponseError::OffsetOutOfRange.code());
         assert_eq!((below.log_start_offset, below.high_watermark), (2, 4));
@@ -1533,7 +1519,7 @@ mod tests {
     #[tokio::test]
     async fn metadata_lists_every_topic_or_those_asked() {
         let broker = broker(100);
-        broker.0.create("u", 1).unwrap();
+        broker.create("u", 1).unwrap();
         let names = |response: Option<ResponseKind>| match response {
             Some(ResponseKind::Metadata(response)) => response
                 .topics
@@ -1616,7 +1602,7 @@ mod tests {
     async fn a_fetch_stops_adding_partitions_at_its_byte_limit() {
         let broker = broker(100);
         for partition in 0..2 {
-            broker.0.publish("t", partition, "0123456789").unwrap();
+            broker.publish("t", partition, "0123456789").unwrap();
         }
         let request = |max_bytes| {
             RequestKind::Fetch(
