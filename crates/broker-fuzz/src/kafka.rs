@@ -66,6 +66,7 @@ fn serve(limit: usize, request_bytes: Vec<u8>) -> Vec<u8> {
             advertise: Some(("127.0.0.1".into(), 9093)),
             max_frame_bytes: limit,
             idle_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(5),
         };
         let local = std::net::SocketAddr::from(([127, 0, 0, 1], 9093));
         let peer = std::net::SocketAddr::from(([127, 0, 0, 1], 50000));

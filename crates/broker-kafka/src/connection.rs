@@ -5,6 +5,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
@@ -31,6 +32,9 @@ pub struct KafkaSettings {
     pub max_frame_bytes: usize,
     /// A connection that sends nothing for this long is closed.
     pub idle_timeout: Duration,
+    /// A connection whose client takes none of an answer for this long (it does not read) is
+    /// closed.
+    pub write_timeout: Duration,
 }
 
 /// Serves one connection from `peer` whose socket's own address is `local`, until the client
@@ -94,52 +98,87 @@ where
             Ok(Some(Err(error))) => return Err(error.into()),
             Ok(Some(Ok(frame))) => frame.freeze(),
         };
-        let answer = match parse(frame) {
-            Parsed::Request {
-                header,
-                api_key,
-                body,
-            } => {
-                let version = header.request_api_version;
-                let correlation_id = header.correlation_id;
-                let client_id = header.client_id.as_ref().map_or("", |id| id.as_str());
-                match sasl.gate(backend, api_key, *body) {
-                    Gate::Pass(request) => {
-                        match handler.handle(version, client_id, request).await {
-                            Answer::Response(response) => {
-                                encode_response(api_key, version, correlation_id, &response)?
-                            }
-                            Answer::Nothing => continue,
-                            Answer::Refused(error) => encode_refusal(correlation_id, error),
-                        }
-                    }
-                    Gate::Answer(response) => {
-                        encode_response(api_key, version, correlation_id, &response)?
-                    }
-                    Gate::AnswerAndClose(response) => {
-                        let answer = encode_response(api_key, version, correlation_id, &response)?;
-                        framed.send(answer).await?;
-                        return Err(KafkaError::Unauthenticated);
-                    }
-                    Gate::Refuse(error) => {
-                        framed.send(encode_refusal(correlation_id, error)).await?;
-                        return Err(KafkaError::Unauthenticated);
-                    }
-                }
-            }
-            Parsed::UnsupportedApiVersions { correlation_id } => {
-                encode_unsupported_api_versions(correlation_id)?
-            }
-            Parsed::Refused {
-                correlation_id,
-                error,
-                reason,
-            } => {
-                debug!(cause = %reason, "refusing a Kafka request");
-                encode_refusal(correlation_id, error)
-            }
+        // A request that waits (a rebalance, a fetch) ends with the connection's closing.
+        let reply = tokio::select! {
+            () = &mut closing => return Ok(answered),
+            reply = reply(&handler, &mut sasl, frame) => reply?,
         };
-        framed.send(answer).await?;
+        let (answer, close) = match reply {
+            Reply::Send(answer) => (answer, false),
+            Reply::Nothing => continue,
+            Reply::SendAndClose(answer) => (answer, true),
+        };
+        tokio::time::timeout(settings.write_timeout, framed.send(answer))
+            .await
+            .map_err(|_| KafkaError::WriteTimeout)??;
+        if close {
+            return Err(KafkaError::Unauthenticated);
+        }
         answered += 1;
     }
+}
+
+/// What to write back for one request.
+enum Reply {
+    /// This answer.
+    Send(Bytes),
+    /// Nothing (a produce with `acks=0`).
+    Nothing,
+    /// This answer, then close the connection (a client that did not authenticate).
+    SendAndClose(Bytes),
+}
+
+/// The reply to the request in `frame`.
+async fn reply<B: Backend>(
+    handler: &Handler<'_, B>,
+    sasl: &mut Sasl,
+    frame: Bytes,
+) -> Result<Reply, KafkaError> {
+    Ok(match parse(frame) {
+        Parsed::Request {
+            header,
+            api_key,
+            body,
+        } => {
+            let version = header.request_api_version;
+            let correlation_id = header.correlation_id;
+            let client_id = header.client_id.as_ref().map_or("", |id| id.as_str());
+            match sasl.gate(handler.backend, api_key, *body) {
+                Gate::Pass(request) => match handler.handle(version, client_id, request).await {
+                    Answer::Response(response) => Reply::Send(encode_response(
+                        api_key,
+                        version,
+                        correlation_id,
+                        &response,
+                    )?),
+                    Answer::Nothing => Reply::Nothing,
+                    Answer::Refused(error) => Reply::Send(encode_refusal(correlation_id, error)),
+                },
+                Gate::Answer(response) => Reply::Send(encode_response(
+                    api_key,
+                    version,
+                    correlation_id,
+                    &response,
+                )?),
+                Gate::AnswerAndClose(response) => Reply::SendAndClose(encode_response(
+                    api_key,
+                    version,
+                    correlation_id,
+                    &response,
+                )?),
+                Gate::Refuse(error) => Reply::SendAndClose(encode_refusal(correlation_id, error)),
+            }
+        }
+        Parsed::UnsupportedApiVersions { correlation_id } => {
+            Reply::Send(encode_unsupported_api_versions(correlation_id)?)
+        }
+        Parsed::Refused {
+            correlation_id,
+            error,
+            reason,
+        } => {
+            debug!(cause = %reason, "refusing a Kafka request");
+            Reply::Send(encode_refusal(correlation_id, error))
+        }
+    })
 }

@@ -1324,6 +1324,7 @@ mod tests {
             advertise: None,
             max_frame_bytes: 1 << 20,
             idle_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(60),
         }
     }
 

@@ -51,6 +51,9 @@ pub enum KafkaError {
         /// The largest frame accepted.
         limit: usize,
     },
+    /// The client took none of an answer within the write timeout.
+    #[error("the client did not read its answer in time")]
+    WriteTimeout,
     /// The client did not authenticate (a wrong token, or a request before SASL).
     #[error("the client did not authenticate")]
     Unauthenticated,

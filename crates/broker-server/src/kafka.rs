@@ -31,6 +31,7 @@ fn settings(shared: &Shared) -> KafkaSettings {
         advertise: shared.config.kafka_advertise.clone(),
         max_frame_bytes: shared.config.max_frame_bytes,
         idle_timeout: shared.config.idle_timeout,
+        write_timeout: shared.config.write_timeout,
     }
 }
 
