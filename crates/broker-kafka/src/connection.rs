@@ -9,7 +9,7 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
-use tracing::debug;
+use tracing::{debug, trace};
 
 use crate::frame::{
     encode_refusal, encode_response, encode_unsupported_api_versions, parse, Parsed,
@@ -99,10 +99,12 @@ where
             Ok(Some(Ok(frame))) => frame.freeze(),
         };
         // A request that waits (a rebalance, a fetch) ends with the connection's closing.
+        let started = tokio::time::Instant::now();
         let reply = tokio::select! {
             () = &mut closing => return Ok(answered),
             reply = reply(&handler, &mut sasl, frame) => reply?,
         };
+        trace!(elapsed_us = started.elapsed().as_micros() as u64, "answered a Kafka request");
         let (answer, close) = match reply {
             Reply::Send(answer) => (answer, false),
             Reply::Nothing => continue,
@@ -140,6 +142,7 @@ async fn reply<B: Backend>(
             api_key,
             body,
         } => {
+            trace!(api = ?api_key, version = header.request_api_version, "Kafka request");
             let version = header.request_api_version;
             let correlation_id = header.correlation_id;
             let client_id = header.client_id.as_ref().map_or("", |id| id.as_str());
