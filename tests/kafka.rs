@@ -811,3 +811,35 @@ async fn an_idempotent_producer_cut_off_mid_stream_stores_every_record_once() {
         "the connection was cut and opened again"
     );
 }
+
+/// Found by the `kafka` fuzz target: requests whose arrays claim two billion items. The codec
+/// (kafka-protocol 0.18) reserves room for the claimed count before it reads one; the server's
+/// allocator reserves such room without using memory, and the request, which holds nothing of
+/// it, is refused.
+#[test]
+fn a_request_claiming_billions_of_items_is_refused_and_the_server_keeps_serving() {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/kafka-huge-array-count.bin"
+    );
+    // The fuzz input's first byte chose the frame limit; the rest is what the client sent.
+    let input = std::fs::read(fixture).unwrap();
+    let server = ServerProcess::start(&["--kafka-listen", "127.0.0.1:0"]);
+    let kafka = server.kafka_addr.unwrap();
+    let mut stream = TcpStream::connect(kafka).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(&input[1..]).unwrap();
+    stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut answers = Vec::new();
+    stream.read_to_end(&mut answers).unwrap();
+    // Its first request, a Metadata claiming 2^31 - 1 topics, is refused: INVALID_REQUEST.
+    assert_eq!(answers[4..10], [0, 0, 0, 1, 0, 42]);
+    let mut again = TcpStream::connect(kafka).unwrap();
+    again
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write_request(&mut again, 18, 0, 6, &[]);
+    assert_eq!(read_response(&mut again).0, 6);
+}
