@@ -843,3 +843,36 @@ fn a_request_claiming_billions_of_items_is_refused_and_the_server_keeps_serving(
     write_request(&mut again, 18, 0, 6, &[]);
     assert_eq!(read_response(&mut again).0, 6);
 }
+
+#[tokio::test]
+async fn a_fetch_of_more_than_a_frame_is_answered_in_frames_the_server_may_send() {
+    if !clients_installed() {
+        return;
+    }
+    // The smallest frame limit the server takes; eight partitions of 600 kB are more than one
+    // frame, which librdkafka asks for at once.
+    let server = ServerProcess::start(&[
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--max-frame-bytes",
+        "3145728",
+        "--capacity",
+        "10000",
+    ]);
+    let kafka = server.kafka_addr.unwrap().to_string();
+    let client = Client::connect(server.addr_string()).await.unwrap();
+    client.create("big", 8).await.unwrap();
+    for batch in 0..48 {
+        let records = (0..1000)
+            .map(|i| {
+                on(
+                    (batch * 1000 + i) % 8,
+                    PublishRecord::keyed(None, vec![b'x'; 100]),
+                )
+            })
+            .collect();
+        client.publish_batch("big", records).await.unwrap();
+    }
+    let report = python(&["consume", &kafka, "big", "8", "48000"]);
+    assert_eq!(report["records"].as_array().unwrap().len(), 48000);
+}

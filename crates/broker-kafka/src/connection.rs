@@ -104,7 +104,10 @@ where
             () = &mut closing => return Ok(answered),
             reply = reply(&handler, &mut sasl, frame) => reply?,
         };
-        trace!(elapsed_us = started.elapsed().as_micros() as u64, "answered a Kafka request");
+        trace!(
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "answered a Kafka request"
+        );
         let (answer, close) = match reply {
             Reply::Send(answer) => (answer, false),
             Reply::Nothing => continue,

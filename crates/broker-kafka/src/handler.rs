@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use broker_core::{
-    BrokerRecord, Command, KeyHash, Outcome, PartitionBatch, PartitionRead, PublishRecord,
-    Retention, TopicDescription, TopicSetting, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
+    Command, KeyHash, Outcome, PartitionBatch, PartitionRead, PublishRecord, Retention,
+    TopicDescription, TopicSetting, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
 };
 use broker_proto::ErrorReply;
 use bytes::Bytes;
@@ -78,6 +78,9 @@ fn is_group_id(group: &str) -> bool {
 fn millis(ms: i32) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
+
+/// Bytes of a fetch answer besides its record batches: headers, topics and partitions.
+const FETCH_ANSWER_OVERHEAD: usize = 256 * 1024;
 
 /// How many times the largest frame a produced batch may decompress to.
 const INFLATE_FACTOR: usize = 4;
@@ -223,6 +226,15 @@ impl<B: Backend> Handler<'_, B> {
     /// for anything a client compresses in one request.
     fn inflate_limit(&self) -> usize {
         self.settings.max_frame_bytes.saturating_mul(INFLATE_FACTOR)
+    }
+
+    /// The bytes of records a fetch answer may carry: the frame limit, less room for the rest
+    /// of the answer.
+    fn frame_room(&self) -> u64 {
+        (self
+            .settings
+            .max_frame_bytes
+            .saturating_sub(FETCH_ANSWER_OVERHEAD)) as u64
     }
 
     fn node_id(&self) -> BrokerId {
@@ -492,7 +504,13 @@ impl<B: Backend> Handler<'_, B> {
                 partition: *partition,
                 offset: *offset,
                 max_records: MAX_FETCH_RECORDS,
-                max_bytes: u64::try_from(*max_bytes).ok(),
+                // At most half a frame of records from one partition, so that its batch (with
+                // its per-record overhead) always fits the answer.
+                max_bytes: Some(
+                    u64::try_from(*max_bytes)
+                        .unwrap_or(0)
+                        .min(self.frame_room() / 2),
+                ),
             };
             self.backend.call(command, wait)
         };
@@ -515,11 +533,16 @@ impl<B: Backend> Handler<'_, B> {
             let (answer, index, _) = select_all(waits).await;
             results[index] = answer;
         }
-        // The whole answer's byte limit (version 3 on): once records of that many bytes are in
-        // it, later partitions answer none (the first records always come).
-        let mut room = u64::try_from(request.max_bytes)
-            .ok()
-            .filter(|&limit| limit > 0);
+        // The whole answer's byte limit: the client's (version 3 on) within the server's frame
+        // limit. Once the partitions' batches fill it, later partitions answer none (the first
+        // batch always comes).
+        let mut room = Room {
+            left: u64::try_from(request.max_bytes)
+                .ok()
+                .filter(|&limit| limit > 0)
+                .map_or(self.frame_room(), |limit| limit.min(self.frame_room())),
+            taken: false,
+        };
         let mut topics: Vec<FetchableTopicResponse> = Vec::new();
         for (partition, result) in wanted.iter().zip(results) {
             let data = self.partition_data(partition, result, &mut room).await;
@@ -542,7 +565,7 @@ impl<B: Backend> Handler<'_, B> {
         &self,
         (topic, partition, offset, _): &(String, i32, i64, i32),
         result: Result<Outcome, ErrorReply>,
-        room: &mut Option<u64>,
+        room: &mut Room,
     ) -> PartitionData {
         let data = PartitionData::default().with_partition_index(*partition);
         let read = match result {
@@ -577,15 +600,12 @@ impl<B: Backend> Handler<'_, B> {
         if *offset < start_offset {
             return data.with_error_code(ResponseError::OffsetOutOfRange.code());
         }
-        if records.is_empty() || *room == Some(0) {
+        if records.is_empty() {
             return data.with_records(Some(Bytes::new()));
         }
-        if let Some(left) = room {
-            let size: u64 = records.iter().map(record_size).sum();
-            *left = left.saturating_sub(size);
-        }
         match encode_fetched(&records) {
-            Ok(batch) => data.with_records(Some(batch)),
+            Ok(batch) if room.take(batch.len() as u64) => data.with_records(Some(batch)),
+            Ok(_) => data.with_records(Some(Bytes::new())),
             Err(error) => {
                 tracing::error!(topic, partition, cause = %error, "cannot encode fetched records");
                 data.with_error_code(ResponseError::UnknownServerError.code())
@@ -1214,10 +1234,24 @@ fn partition_answer(topic: &str, partition: i32, stored: &[Stored]) -> Partition
         .with_base_offset(base_offset)
 }
 
-/// The payload, key and header bytes of `record`: what it takes of a fetch's byte limit.
-fn record_size(record: &BrokerRecord) -> u64 {
-    let headers: usize = record.headers.iter().map(broker_core::Header::size).sum();
-    (record.payload.len() + record.key.as_ref().map_or(0, Bytes::len) + headers) as u64
+/// What is left of a fetch answer's byte limit.
+struct Room {
+    left: u64,
+    /// Whether a batch is in the answer already.
+    taken: bool,
+}
+
+impl Room {
+    /// Takes room for a batch of `size` bytes, if it fits; the first batch always does.
+    fn take(&mut self, size: u64) -> bool {
+        if self.taken && size > self.left {
+            self.left = 0;
+            return false;
+        }
+        self.left = self.left.saturating_sub(size);
+        self.taken = true;
+        true
+    }
 }
 
 /// A produce answer refusing `partition` with `error`, saying why.
@@ -1639,7 +1673,7 @@ mod tests {
             vec![true, true]
         );
         assert_eq!(
-            with_records(ask(&broker, 12, request(100)).await),
+            with_records(ask(&broker, 12, request(1000)).await),
             vec![true, true]
         );
     }
