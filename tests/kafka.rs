@@ -295,6 +295,15 @@ async fn kafka_python_produces_and_consumes() {
             assert_eq!(record.headers, vec![Header::new("n", i.to_string())]);
         }
     }
+    // Its group consumer too, alone in its group with the default settings; its commits
+    // release the records (interest retention).
+    let grouped = python(&["python-group", &kafka, "py", "py-group", "20"]);
+    assert_eq!(grouped["records"].as_array().unwrap().len(), 20);
+    let lag = client.lag("py", "py-group").await.unwrap();
+    assert!(
+        lag.iter().all(|row| row.lag == 0 && row.committed == 10),
+        "{lag:?}"
+    );
 }
 
 #[tokio::test]

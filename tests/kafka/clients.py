@@ -9,6 +9,7 @@ the broker's own client. Every wait is bounded; a failure exits non-zero saying 
                        [--idempotent] [--pace-ms MS]
     clients.py consume BOOTSTRAP TOPIC PARTITIONS COUNT [--reset earliest|latest]
     clients.py python-roundtrip BOOTSTRAP TOPIC COUNT
+    clients.py python-group BOOTSTRAP TOPIC GROUP COUNT
     clients.py offsets-for-time BOOTSTRAP TOPIC PARTITION TIMESTAMP_MS
     clients.py create BOOTSTRAP TOPIC PARTITIONS
     clients.py group BOOTSTRAP TOPIC GROUP COUNT [--consumers N]
@@ -180,6 +181,30 @@ def python_roundtrip(args):
             }
         )
     )
+
+
+def python_group(args):
+    """A kafka-python consumer of GROUP, alone in it, with the default settings, consumes
+    COUNT records of TOPIC and commits them."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        args.topic,
+        bootstrap_servers=args.bootstrap,
+        group_id=args.group,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=PATIENCE_S * 1000,
+    )
+    got = []
+    for message in consumer:
+        got.append({"partition": message.partition, "offset": message.offset})
+        if len(got) == args.count:
+            break
+    consumer.commit()
+    consumer.close()
+    if len(got) != args.count:
+        fail(f"kafka-python's group consumer got {len(got)} of {args.count}")
+    print(json.dumps({"records": got}))
 
 
 def offsets_for_time(args):
@@ -388,6 +413,12 @@ def main():
     p.add_argument("topic")
     p.add_argument("count", type=int)
     p.set_defaults(run=python_roundtrip)
+    p = commands.add_parser("python-group")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("group")
+    p.add_argument("count", type=int)
+    p.set_defaults(run=python_group)
     p = commands.add_parser("offsets-for-time")
     p.add_argument("bootstrap")
     p.add_argument("topic")

@@ -373,9 +373,15 @@ impl Coordinator {
                 .members
                 .get(&member_id)
                 .is_none_or(|member| member.protocols != join.protocols);
-            // A member that joins again while the group is stable with nothing changed (a
-            // lost answer) is answered the current round without a rebalance.
-            if !changed && state.phase == Phase::Stable {
+            // A follower that joins again while the group is stable with nothing changed (a
+            // lost answer) is answered the current round without a rebalance, as Kafka's
+            // coordinator does. The leader's joining again always rebalances: it does so to
+            // assign anew (its topics gained partitions, say).
+            let leads = state
+                .round
+                .as_ref()
+                .is_some_and(|round| round.leader == member_id);
+            if !changed && !leads && state.phase == Phase::Stable {
                 if let Some(member) = state.members.get_mut(&member_id) {
                     member.last_seen = now;
                 }
@@ -727,6 +733,35 @@ mod tests {
             coordinator.heartbeat("g", &second_id, 1),
             Err(ResponseError::IllegalGeneration)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_leader_joining_again_rebalances_and_its_new_assignment_is_taken() {
+        let coordinator = Coordinator::default();
+        let (leader, round) = coordinator.join("g", join("")).await.unwrap();
+        coordinator
+            .sync(
+                "g",
+                &leader,
+                round.generation,
+                vec![(leader.clone(), Bytes::from_static(b"old"))],
+            )
+            .await
+            .unwrap();
+        // Alone in the group, it joins again (its topic gained partitions): a new generation,
+        // and the assignment it sends then is the one it gets.
+        let (_, again) = coordinator.join("g", join(&leader)).await.unwrap();
+        assert_eq!(again.generation, round.generation + 1);
+        let assigned = coordinator
+            .sync(
+                "g",
+                &leader,
+                again.generation,
+                vec![(leader.clone(), Bytes::from_static(b"new"))],
+            )
+            .await
+            .unwrap();
+        assert_eq!(assigned, "new");
     }
 
     #[tokio::test(start_paused = true)]
