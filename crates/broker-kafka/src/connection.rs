@@ -172,7 +172,9 @@ async fn reply<B: Backend>(
                     correlation_id,
                     &response,
                 )?),
-                Gate::Refuse(error) => Reply::SendAndClose(encode_refusal(correlation_id, error)),
+                // As Kafka's brokers do: a request before authentication closes the connection
+                // unanswered (an answer in no request's format would only confuse the client).
+                Gate::Refuse => return Err(KafkaError::Unauthenticated),
             }
         }
         Parsed::UnsupportedApiVersions { correlation_id } => {

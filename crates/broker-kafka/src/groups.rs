@@ -89,6 +89,8 @@ pub(crate) struct Round {
 /// One group.
 #[derive(Debug)]
 struct Group {
+    /// The group's id, for the log.
+    name: String,
     phase: Phase,
     generation: i32,
     protocol_type: String,
@@ -98,8 +100,9 @@ struct Group {
 }
 
 impl Group {
-    fn new(protocol_type: &str) -> Group {
+    fn new(name: &str, protocol_type: &str) -> Group {
         Group {
+            name: name.to_owned(),
             phase: Phase::Empty,
             generation: 0,
             protocol_type: protocol_type.to_owned(),
@@ -126,7 +129,11 @@ impl Group {
         for id in &expired {
             self.members.remove(id);
         }
-        tracing::info!(members = ?expired, "Kafka group members expired");
+        tracing::info!(
+            group = self.name,
+            members = ?expired,
+            "Kafka group members expired (no heartbeat within their session timeout)"
+        );
         self.rebalance(now);
         true
     }
@@ -192,6 +199,12 @@ impl Group {
             member.assignment = Bytes::new();
             member.answer = Some(round.clone());
         }
+        tracing::info!(
+            group = self.name,
+            generation = self.generation,
+            members = ?self.members.keys().collect::<Vec<_>>(),
+            "Kafka group rebalanced"
+        );
         self.round = Some(round);
         self.phase = Phase::Syncing;
     }
@@ -346,7 +359,7 @@ impl Coordinator {
             let mut groups = self.lock();
             let state = groups
                 .entry(group.to_owned())
-                .or_insert_with(|| Group::new(&join.protocol_type));
+                .or_insert_with(|| Group::new(group, &join.protocol_type));
             state.expire(now);
             if state.members.is_empty() {
                 state.protocol_type.clone_from(&join.protocol_type);
@@ -596,6 +609,7 @@ impl Coordinator {
                 })
                 .collect();
             if answers.iter().any(Result::is_ok) {
+                tracing::info!(group, members = ?member_ids, "Kafka group members left");
                 state.rebalance(now);
             }
             forget_if_empty(&mut groups, group);

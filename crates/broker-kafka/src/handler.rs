@@ -1290,6 +1290,9 @@ fn topic_settings(
                 })
         };
         match config.name.as_str() {
+            // What every topic of the broker does anyway.
+            "cleanup.policy" if value.as_deref() == Some("delete") => {}
+            "min.insync.replicas" if value.as_deref() == Some("1") => {}
             "retention.ms" => {
                 max_age_ms = match number()? {
                     -1 => None,
@@ -1310,8 +1313,9 @@ fn topic_settings(
             }
             other => {
                 return Err(format!(
-                    "topic config {other} is not supported (supported: retention.ms, \
-                     retention.bytes)"
+                    "topic config {other}={} is not supported (supported: retention.ms, \
+                     retention.bytes, cleanup.policy=delete, min.insync.replicas=1)",
+                    value.as_deref().unwrap_or("null")
                 ))
             }
         }

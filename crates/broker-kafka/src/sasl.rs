@@ -34,9 +34,8 @@ pub(crate) enum Gate {
     Answer(ResponseKind),
     /// Answered here, then the connection closes (a failed authentication).
     AnswerAndClose(ResponseKind),
-    /// Refused with this error alone, then the connection closes: a request before
-    /// authentication.
-    Refuse(ResponseError),
+    /// The connection closes unanswered: a request before authentication, or out of turn.
+    Refuse,
 }
 
 impl Sasl {
@@ -91,12 +90,10 @@ impl Sasl {
                     ))
                 }
             }
-            (RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_), _) => {
-                Gate::Refuse(ResponseError::IllegalSaslState)
-            }
+            (RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_), _) => Gate::Refuse,
             (request, Sasl::Done) => Gate::Pass(request),
             (request, _) if api_key == ApiKey::ApiVersions => Gate::Pass(request),
-            (_, _) => Gate::Refuse(ResponseError::SaslAuthenticationFailed),
+            (_, _) => Gate::Refuse,
         }
     }
 }

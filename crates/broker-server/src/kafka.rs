@@ -11,7 +11,7 @@ use broker_proto::{Decoded, ErrorReply, RequestFrame};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, trace};
+use tracing::{debug, trace, warn};
 
 use crate::reply::{Outgoing, ReplyTo};
 use crate::server::{accept, accept_tls, submit};
@@ -121,6 +121,11 @@ async fn handle(
     closing.cancel();
     match served {
         Ok(requests) => debug!(peer = %peer, connection = id, requests, "Kafka connection closed"),
+        Err(broker_kafka::KafkaError::Unauthenticated) => warn!(
+            peer = %peer,
+            cause = "no SASL/PLAIN authentication with the auth token",
+            "refusing a Kafka connection"
+        ),
         Err(cause) => {
             debug!(peer = %peer, connection = id, cause = %cause, "Kafka connection closed")
         }

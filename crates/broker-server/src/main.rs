@@ -396,18 +396,24 @@ impl Args {
 
 /// `HOST:PORT` (or `[IPv6]:PORT`) as a host and a port.
 fn host_and_port(address: &str) -> Result<(String, u16), ServerError> {
-    let invalid = || {
+    let invalid = |why: &str| {
         ServerError::InvalidConfig(format!(
-            "--kafka-advertise: expected HOST:PORT, got {address:?}"
+            "--kafka-advertise: expected HOST:PORT (a host name or address Kafka's clients \
+             reach, and a port from 1 to 65535), got {address:?}: {why}"
         ))
     };
-    let (host, port) = address.rsplit_once(':').ok_or_else(invalid)?;
+    let (host, port) = address.rsplit_once(':').ok_or_else(|| invalid("no port"))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    let port = port.parse::<u16>().map_err(|_| invalid())?;
-    if host.is_empty() || port == 0 {
-        return Err(invalid());
+    if host.is_empty() {
+        return Err(invalid("no host"));
     }
-    Ok((host.to_owned(), port))
+    if host.contains(['/', ' ']) {
+        return Err(invalid("a host has no scheme, path or spaces"));
+    }
+    match port.parse::<u16>() {
+        Ok(0) | Err(_) => Err(invalid("the port must be 1 to 65535")),
+        Ok(port) => Ok((host.to_owned(), port)),
+    }
 }
 
 fn main() -> ExitCode {
@@ -540,6 +546,11 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
             .and_then(|kafka| kafka.local_addr().ok())
             .map(|addr| addr.to_string())
             .unwrap_or_else(|| "off".to_owned()),
+        kafka_advertised = config
+            .kafka_advertise
+            .as_ref()
+            .map(|(host, port)| format!("{host}:{port}"))
+            .unwrap_or_else(|| "the address each connection came in on".to_owned()),
         cluster_node = config
             .cluster
             .as_ref()
