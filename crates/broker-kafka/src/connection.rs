@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -16,26 +15,7 @@ use crate::frame::{
 };
 use crate::handler::{Answer, Endpoint, Handler};
 use crate::sasl::{Gate, Sasl};
-use crate::{Backend, Coordinator, KafkaError};
-
-/// How the listener serves its connections.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KafkaSettings {
-    /// The broker id Metadata gives this server.
-    pub node_id: i32,
-    /// The cluster id Metadata answers.
-    pub cluster_id: String,
-    /// The host and port clients are told to reach the listener on (Metadata's brokers); `None`
-    /// tells each client the address its connection came in on.
-    pub advertise: Option<(String, u16)>,
-    /// Largest request accepted, in bytes; a larger one closes the connection.
-    pub max_frame_bytes: usize,
-    /// A connection that sends nothing for this long is closed.
-    pub idle_timeout: Duration,
-    /// A connection whose client takes none of an answer for this long (it does not read) is
-    /// closed.
-    pub write_timeout: Duration,
-}
+use crate::{Backend, Coordinator, KafkaError, KafkaSettings};
 
 /// Serves one connection from `peer` whose socket's own address is `local`, until the client
 /// closes it, an error, the idle timeout or `closing` completes; its consumer groups are

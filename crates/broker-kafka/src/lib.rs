@@ -33,11 +33,13 @@ mod handler;
 mod ids;
 mod records;
 mod sasl;
+mod settings;
 
 pub use apis::{supported_apis, SupportedApi};
 pub use backend::Backend;
-pub use connection::{serve_connection, KafkaSettings};
+pub use connection::serve_connection;
 pub use groups::Coordinator;
+pub use settings::KafkaSettings;
 
 /// Why a Kafka connection ended before its client closed it.
 #[derive(Debug, thiserror::Error)]

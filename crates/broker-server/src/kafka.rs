@@ -13,8 +13,8 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, trace, warn};
 
+use crate::intake::{accept, accept_tls, submit};
 use crate::reply::{Outgoing, ReplyTo};
-use crate::server::{accept, accept_tls, submit};
 use crate::shared::Shared;
 
 /// The broker id Metadata gives a server that runs alone.

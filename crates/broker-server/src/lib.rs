@@ -49,6 +49,7 @@ mod config;
 mod connection;
 mod dispatch;
 mod exporter;
+mod intake;
 mod kafka;
 mod listen;
 mod metrics;

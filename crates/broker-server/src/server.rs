@@ -7,37 +7,28 @@ use std::sync::Arc;
 
 use broker_core::BrokerState;
 use broker_proto::{
-    Decoded, ErrorReply, Hello, HelloReply, ProtocolError, RequestFrame, ResponseFrame,
-    ServerCodec, ServerHandshakeCodec, MAGIC, MAX_HELLO_FRAME, OLDEST_PROTOCOL_VERSION,
-    PROTOCOL_VERSION,
+    ErrorReply, Hello, HelloReply, ProtocolError, ResponseFrame, ServerCodec, ServerHandshakeCodec,
+    MAGIC, MAX_HELLO_FRAME, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use broker_storage::Storage;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{self, Duration};
-use tokio_rustls::server::TlsStream;
 use tokio_util::codec::Encoder;
 use tracing::{debug, error, info, trace, warn};
 
 use crate::connection::{write_responses, Connection};
-use crate::dispatch::{apply_batch, apply_batch_replicated, settle};
+use crate::intake::{accept, accept_tls, refused, submit};
 use crate::metrics::Metrics;
 use crate::reply::{Outgoing, ReplyTo};
 use crate::shared::Shared;
-use crate::waiter;
-use crate::{clock, AuthToken, Config, Listeners, ServerError, ServerTls, SERVER_NAME};
-use crate::{cluster_admin, reaper, replicated};
+use crate::{clock, AuthToken, Config, Listeners, ServerError, SERVER_NAME};
+use crate::{reaper, replicated};
 
 /// How long a new connection may take to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a new connection may take to complete its TLS handshake, when TLS is on.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The longest pause between retries of a failing `accept`.
-const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Runs the accept loop until `shutdown` completes, then shuts down gracefully.
 pub(crate) async fn serve(
@@ -158,22 +149,6 @@ pub(crate) async fn serve(
     Ok(())
 }
 
-/// Accepts one connection, backing off and retrying on errors (such as running out of file
-/// descriptors) instead of giving up.
-pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
-    let mut backoff = Duration::from_millis(1);
-    loop {
-        match listener.accept().await {
-            Ok(accepted) => return accepted,
-            Err(cause) => {
-                error!(cause = %cause, backoff_ms = backoff.as_millis() as u64, "accept failed; retrying");
-                time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_ACCEPT_BACKOFF);
-            }
-        }
-    }
-}
-
 /// Serves one connection from its first byte to close. `_permit` is its connection slot.
 async fn handle(
     shared: Arc<Shared>,
@@ -199,33 +174,6 @@ async fn handle(
                 let (read, write) = tokio::io::split(stream);
                 serve_stream(&shared, id, read, write, peer).await;
             }
-        }
-    }
-}
-
-/// Runs the server side of the TLS handshake; `None` (logged) if it fails, outlasts
-/// [`TLS_HANDSHAKE_TIMEOUT`] or the server shuts down first.
-pub(crate) async fn accept_tls(
-    shared: &Shared,
-    tls: &ServerTls,
-    stream: TcpStream,
-    peer: SocketAddr,
-) -> Option<TlsStream<TcpStream>> {
-    let accepted = tokio::select! {
-        () = shared.shutdown.cancelled() => return None,
-        accepted = time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(stream)) => accepted,
-    };
-    match accepted {
-        Ok(Ok(stream)) => Some(stream),
-        Ok(Err(cause)) => {
-            warn!(peer = %peer, cause = %cause, "TLS handshake failed; closing connection");
-            refused(shared, "tls_handshake");
-            None
-        }
-        Err(_) => {
-            warn!(peer = %peer, cause = "no TLS handshake in time", "closing connection");
-            refused(shared, "tls_handshake");
-            None
         }
     }
 }
@@ -263,13 +211,6 @@ where
 const HTTP_REFUSAL: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
 Connection: close\r\nContent-Length: 94\r\n\r\n\
 This port speaks the broker's own protocol, not HTTP; metrics are served on --metrics-listen.\n";
-
-/// Counts a connection refused before its first request, when metrics are on.
-fn refused(shared: &Shared, reason: &'static str) {
-    if let Some(metrics) = &shared.metrics {
-        metrics.connection_refused(reason);
-    }
-}
 
 /// A client the hello welcomed.
 struct Welcomed {
@@ -554,53 +495,5 @@ async fn read_requests<R: AsyncRead + Unpin>(
         if let Some(cause) = fatal {
             return Err(cause);
         }
-    }
-}
-
-/// Applies a batch of requests of one connection (under one lock of the broker, or as one
-/// proposal to the cluster) and hands their answers to the connection's writer through
-/// `reply_to`: at once, once durable, or, for requests that wait or are about the cluster,
-/// from the tasks it spawns to answer them. Returns `false` when the writer is gone.
-pub(crate) async fn submit(
-    shared: &Arc<Shared>,
-    reply_to: &ReplyTo,
-    frames: Vec<(Decoded<RequestFrame>, OwnedSemaphorePermit)>,
-) -> bool {
-    let may_wait = !reply_to.closing.is_cancelled();
-    let mut applied = match shared.cluster() {
-        Some(cluster) => {
-            apply_batch_replicated(shared, cluster, reply_to.connection, frames, may_wait).await
-        }
-        None => apply_batch(shared, reply_to.connection, frames, may_wait),
-    };
-    shared.signals.wake(&applied.wake);
-    let deferred = settle(shared, &mut applied).await;
-    if let Some(metrics) = &shared.metrics {
-        // Deferred answers (the log is failing) are not counted.
-        applied.count(metrics);
-    }
-    let answers = match deferred {
-        Some(deferred) => Some(Outgoing::Deferred(deferred)),
-        None if applied.responses.is_empty() => None,
-        None => Some(Outgoing::ready(
-            std::mem::take(&mut applied.responses),
-            std::mem::take(&mut applied.permits),
-        )),
-    };
-    for parked in applied.parked {
-        shared
-            .tracker
-            .spawn(waiter::wait(Arc::clone(shared), reply_to.clone(), parked));
-    }
-    for request in applied.cluster_requests {
-        shared.tracker.spawn(cluster_admin::answer(
-            Arc::clone(shared),
-            reply_to.clone(),
-            request,
-        ));
-    }
-    match answers {
-        Some(answers) => reply_to.outgoing.send(answers).await.is_ok(),
-        None => true,
     }
 }

@@ -1,0 +1,22 @@
+//! How the listener serves its connections.
+
+use std::time::Duration;
+
+/// How the listener serves its connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaSettings {
+    /// The broker id Metadata gives this server.
+    pub node_id: i32,
+    /// The cluster id Metadata answers.
+    pub cluster_id: String,
+    /// The host and port clients are told to reach the listener on (Metadata's brokers); `None`
+    /// tells each client the address its connection came in on.
+    pub advertise: Option<(String, u16)>,
+    /// Largest request accepted, in bytes; a larger one closes the connection.
+    pub max_frame_bytes: usize,
+    /// A connection that sends nothing for this long is closed.
+    pub idle_timeout: Duration,
+    /// A connection whose client takes none of an answer for this long (it does not read) is
+    /// closed.
+    pub write_timeout: Duration,
+}
