@@ -23,7 +23,11 @@
 //! Inside, in layers that depend on each other in one direction:
 //!
 //! - `server`: the accept loop (a connection permit before each `accept`), and per connection
-//!   the TLS handshake, the hello, then batches of pipelined requests;
+//!   the TLS handshake, the hello, then batches of pipelined requests; beside it, with
+//!   `--kafka-listen`, `kafka` accepts Kafka's clients and serves each connection with
+//!   `broker_kafka`, its requests taking the same path as the broker's own;
+//! - `intake`: what both listeners share: accepting with back-off, the TLS handshake, and
+//!   submitting a batch of requests to the broker, its answers handed to the connection;
 //! - `connection`: framing on one connection, and the writer that sends its answers in order;
 //! - `dispatch`: a batch of requests applied under one lock of the broker; beside it `waiter`
 //!   answers requests parked to wait for records (woken by per-topic `signals`), `reaper`
