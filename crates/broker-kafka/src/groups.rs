@@ -17,6 +17,9 @@ use tokio::time::Instant;
 
 use crate::ids::new_member_id;
 
+/// The state DescribeGroups gives a group the coordinator does not know.
+pub(crate) const DEAD: &str = "Dead";
+
 /// Where a group is in its cycle, named as Kafka's DescribeGroups names the states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -624,7 +627,7 @@ impl Coordinator {
         let groups = self.lock();
         let Some(state) = groups.get(group) else {
             return Described {
-                state: "Dead",
+                state: DEAD,
                 protocol_type: String::new(),
                 protocol: String::new(),
                 members: Vec::new(),

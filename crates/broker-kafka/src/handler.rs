@@ -50,7 +50,7 @@ use kafka_protocol::ResponseError;
 
 use crate::apis::api_versions;
 use crate::errors::{code, kafka_error};
-use crate::groups::{Coordinator, Join};
+use crate::groups::{Coordinator, Join, DEAD};
 use crate::ids::new_producer_id;
 use crate::records::{decode_produced, encode_fetched, Produced, RecordsError};
 use crate::{Backend, KafkaSettings};
@@ -81,6 +81,12 @@ fn millis(ms: i32) -> Duration {
 
 /// Bytes of a fetch answer besides its record batches: headers, topics and partitions.
 const FETCH_ANSWER_OVERHEAD: usize = 256 * 1024;
+
+/// The state Kafka gives a group with committed offsets and no members.
+const EMPTY: &str = "Empty";
+
+/// The protocol type of Kafka's consumer groups.
+const CONSUMER: &str = "consumer";
 
 /// How many times the largest frame a produced batch may decompress to.
 const INFLATE_FACTOR: usize = 4;
@@ -184,9 +190,9 @@ impl<B: Backend> Handler<'_, B> {
                 ResponseKind::OffsetFetch(self.offset_fetch(request).await)
             }
             RequestKind::DescribeGroups(request) => {
-                ResponseKind::DescribeGroups(self.describe_groups(&request))
+                ResponseKind::DescribeGroups(self.describe_groups(&request).await)
             }
-            RequestKind::ListGroups(_) => ResponseKind::ListGroups(self.list_groups()),
+            RequestKind::ListGroups(_) => ResponseKind::ListGroups(self.list_groups().await),
             RequestKind::DeleteRecords(request) => {
                 ResponseKind::DeleteRecords(self.delete_records(request).await)
             }
@@ -1049,13 +1055,38 @@ impl<B: Backend> Handler<'_, B> {
         )
     }
 
-    fn describe_groups(&self, request: &DescribeGroupsRequest) -> DescribeGroupsResponse {
+    /// The names of the broker's groups that have no members of their own: groups Kafka's
+    /// clients committed offsets for (or native groups all of whose members left), which Kafka
+    /// shows as `Empty` groups.
+    async fn memberless_groups(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .describe(None)
+            .await
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|topic| &topic.groups)
+            .filter(|group| group.members.is_empty())
+            .map(|group| group.name.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    async fn describe_groups(&self, request: &DescribeGroupsRequest) -> DescribeGroupsResponse {
+        let memberless = self.memberless_groups().await;
         DescribeGroupsResponse::default().with_groups(
             request
                 .groups
                 .iter()
                 .map(|group| {
-                    let described = self.coordinator.describe(group.as_str());
+                    let mut described = self.coordinator.describe(group.as_str());
+                    if described.state == DEAD
+                        && memberless.iter().any(|name| name == group.as_str())
+                    {
+                        described.state = EMPTY;
+                        described.protocol_type = CONSUMER.to_owned();
+                    }
                     DescribedGroup::default()
                         .with_group_id(group.clone())
                         .with_group_state(StrBytes::from_static_str(described.state))
@@ -1080,10 +1111,16 @@ impl<B: Backend> Handler<'_, B> {
         )
     }
 
-    fn list_groups(&self) -> ListGroupsResponse {
+    async fn list_groups(&self) -> ListGroupsResponse {
+        let mut listed = self.coordinator.list();
+        for name in self.memberless_groups().await {
+            if !listed.iter().any(|(group, _, _)| *group == name) {
+                listed.push((name, CONSUMER.to_owned(), EMPTY));
+            }
+        }
+        listed.sort();
         ListGroupsResponse::default().with_groups(
-            self.coordinator
-                .list()
+            listed
                 .into_iter()
                 .map(|(group, protocol_type, state)| {
                     ListedGroup::default()
@@ -1680,5 +1717,24 @@ mod tests {
             with_records(ask(&broker, 12, request(1000)).await),
             vec![true, true]
         );
+    }
+
+    #[tokio::test]
+    async fn groups_with_committed_offsets_and_no_members_are_listed_as_empty() {
+        let broker = broker(100);
+        broker.commit_group("t", "kafka-app", &[(0, 0)]).unwrap();
+        let listed = match ask(&broker, 3, RequestKind::ListGroups(Default::default())).await {
+            Some(ResponseKind::ListGroups(response)) => response.groups,
+            other => panic!("unexpected {other:?}"),
+        };
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].group_id.as_str(), "kafka-app");
+        let request = DescribeGroupsRequest::default()
+            .with_groups(vec![GroupId(StrBytes::from_static_str("kafka-app"))]);
+        let described = match ask(&broker, 4, RequestKind::DescribeGroups(request)).await {
+            Some(ResponseKind::DescribeGroups(response)) => response.groups,
+            other => panic!("unexpected {other:?}"),
+        };
+        assert_eq!(described[0].group_state.as_str(), "Empty");
     }
 }
