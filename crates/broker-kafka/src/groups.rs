@@ -319,14 +319,37 @@ impl Drop for Waiting<'_> {
 }
 
 /// The coordinator of every Kafka consumer group of one server.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Coordinator {
     groups: Mutex<HashMap<String, Group>>,
     /// Notified on every change a waiting JoinGroup or SyncGroup may be waiting for.
     changed: Notify,
+    /// Most groups with members at once: a bound on what clients can make the server hold.
+    max_groups: usize,
+    /// Most members of one group.
+    max_members: usize,
+}
+
+impl Default for Coordinator {
+    /// The broker's default limits: 1,000 groups of at most 1,000 members.
+    fn default() -> Self {
+        let limits = broker_core::Limits::default();
+        Coordinator::new(limits.max_groups_per_topic, limits.max_members_per_group)
+    }
 }
 
 impl Coordinator {
+    /// A coordinator of at most `max_groups` groups with members at once, each of at most
+    /// `max_members` members; a JoinGroup past either is refused (`GROUP_MAX_SIZE_REACHED`).
+    pub fn new(max_groups: usize, max_members: usize) -> Coordinator {
+        Coordinator {
+            groups: Mutex::new(HashMap::new()),
+            changed: Notify::new(),
+            max_groups,
+            max_members,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Group>> {
         self.groups.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -360,6 +383,9 @@ impl Coordinator {
         let member_id = {
             let now = Instant::now();
             let mut groups = self.lock();
+            if !groups.contains_key(group) && groups.len() >= self.max_groups {
+                return Err(ResponseError::GroupMaxSizeReached);
+            }
             let state = groups
                 .entry(group.to_owned())
                 .or_insert_with(|| Group::new(group, &join.protocol_type));
@@ -374,6 +400,8 @@ impl Coordinator {
                 Some(ResponseError::InconsistentGroupProtocol)
             } else if !join.member_id.is_empty() && !state.members.contains_key(&join.member_id) {
                 Some(ResponseError::UnknownMemberId)
+            } else if join.member_id.is_empty() && state.members.len() >= self.max_members {
+                Some(ResponseError::GroupMaxSizeReached)
             } else {
                 None
             };
@@ -860,5 +888,23 @@ mod tests {
             coordinator.join("g", other).await.map(|_| ()),
             Err(ResponseError::InconsistentGroupProtocol)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn groups_and_members_past_the_limits_are_refused() {
+        let coordinator = Coordinator::new(1, 1);
+        let (first, _) = coordinator.join("g", join("")).await.unwrap();
+        assert_eq!(
+            coordinator.join("g", join("")).await.map(|_| ()),
+            Err(ResponseError::GroupMaxSizeReached)
+        );
+        assert_eq!(
+            coordinator.join("other", join("")).await.map(|_| ()),
+            Err(ResponseError::GroupMaxSizeReached)
+        );
+        // Its own member joins again; once it left, another group may form.
+        coordinator.join("g", join(&first)).await.unwrap();
+        coordinator.leave("g", &[first]);
+        coordinator.join("other", join("")).await.unwrap();
     }
 }

@@ -60,6 +60,11 @@ pub(crate) fn decode_produced(
         }
         match idempotent {
             None if records.is_empty() && record.producer_id >= 0 => {
+                if record.sequence < 0 {
+                    return Err(RecordsError::Corrupt(
+                        "an idempotent producer's batch without a sequence number".to_owned(),
+                    ));
+                }
                 idempotent = Some((record.producer_id, record.sequence));
             }
             Some((producer, first))

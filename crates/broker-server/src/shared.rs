@@ -48,6 +48,10 @@ impl Shared {
         config: Config,
         metrics: Option<Arc<Metrics>>,
     ) -> Shared {
+        let kafka_groups = broker_kafka::Coordinator::new(
+            config.limits.max_groups_per_topic,
+            config.limits.max_members_per_group,
+        );
         Shared {
             broker: Arc::new(Broker::new(state, journal)),
             config,
@@ -57,7 +61,7 @@ impl Shared {
             metrics,
             cluster: OnceLock::new(),
             next_connection: AtomicU64::new(1),
-            kafka_groups: broker_kafka::Coordinator::default(),
+            kafka_groups,
         }
     }
 
