@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use broker_client::Client;
 
 use crate::peer_links::PeerLinks;
-use crate::process::{refused_start, Refusal, ServerProcess};
+use crate::process::{try_refused_start, Refusal, ServerProcess};
 
 /// How long [`Nodes::leader`] waits for a leader before it fails.
 pub const PATIENCE: Duration = Duration::from_secs(30);
@@ -99,11 +99,11 @@ impl Nodes {
     }
 
     /// Starts node `index` again as [`Nodes::restart`] does, expecting it to refuse; returns
-    /// why.
-    pub fn refused_restart(&self, index: usize) -> Refusal {
+    /// why, or `None` (the node killed) if it started.
+    pub fn refused_restart(&self, index: usize) -> Option<Refusal> {
         let flags = self.flags(index);
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        refused_start(&flags, PATIENCE)
+        try_refused_start(&flags, &[], PATIENCE)
     }
 
     /// The flags node `index` starts with, but its client address.

@@ -50,6 +50,13 @@ pub fn refused_start(extra: &[&str], limit: Duration) -> Refusal {
 /// [`refused_start`] with the environment variables `env` set (`RUST_LOG` among them, if
 /// given; otherwise it is removed).
 pub fn refused_start_with(extra: &[&str], env: &[(&str, &str)], limit: Duration) -> Refusal {
+    try_refused_start(extra, env, limit)
+        .unwrap_or_else(|| panic!("broker-server started, or did not exit within {limit:?}"))
+}
+
+/// [`refused_start_with`] that, when the server is still running after `limit` (it started),
+/// kills it and returns `None`.
+pub fn try_refused_start(extra: &[&str], env: &[(&str, &str)], limit: Duration) -> Option<Refusal> {
     let mut child = Command::new(server_binary())
         .args(["--listen", "127.0.0.1:0"])
         .args(extra)
@@ -65,16 +72,16 @@ pub fn refused_start_with(extra: &[&str], env: &[(&str, &str)], limit: Duration)
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("broker-server started, or did not exit within {limit:?}");
+            return None;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     let output = child.wait_with_output().expect("collect the output");
-    Refusal {
+    Some(Refusal {
         status: output.status,
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+    })
 }
 
 /// A running `broker-server` process.
