@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use broker_client::{BrokerRecord, Client, Header, KeyHash, PublishRecord};
+use broker_testkit::cluster::Nodes;
 use broker_testkit::process::ServerProcess;
 use serde_json::Value;
 
@@ -884,4 +885,138 @@ async fn a_fetch_of_more_than_a_frame_is_answered_in_frames_the_server_may_send(
     }
     let report = python(&["consume", &kafka, "big", "8", "48000"]);
     assert_eq!(report["records"].as_array().unwrap().len(), 48000);
+}
+
+/// Every broker and each partition's leader, as `kcat -L -J` lists them from `bootstrap`.
+fn kcat_metadata(bootstrap: &str) -> Value {
+    serde_json::from_str(&kcat(&["-b", bootstrap, "-L", "-J"], "")).unwrap()
+}
+
+#[tokio::test]
+async fn a_cluster_sends_kafka_clients_to_its_leader_and_keeps_every_record_through_a_failover() {
+    if !clients_installed() {
+        return;
+    }
+    // Partitions that hold the second run (about 100 records each) while no group reads it.
+    let mut nodes = Nodes::start_with(
+        3,
+        None,
+        &["--kafka-listen", "127.0.0.1:0", "--capacity", "1000"],
+    );
+    let kafka_addr = |nodes: &Nodes, index: usize| {
+        nodes.running[index]
+            .as_ref()
+            .and_then(|node| node.kafka_addr)
+            .unwrap()
+            .to_string()
+    };
+    let leader = nodes.leader().await;
+    let follower = (leader + 1) % 3;
+    let client = nodes.client().await;
+    client.create("replicated", 3).await.unwrap();
+    // A follower lists every node (each learns the others' Kafka addresses within seconds) and
+    // the leader as every partition's leader.
+    let follower_kafka = kafka_addr(&nodes, follower);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let metadata = loop {
+        let metadata = kcat_metadata(&follower_kafka);
+        if metadata["brokers"].as_array().unwrap().len() == 3 {
+            break metadata;
+        }
+        assert!(std::time::Instant::now() < deadline, "{metadata}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let leader_id = leader as i64 + 1;
+    let brokers = metadata["brokers"].as_array().unwrap();
+    assert!(
+        brokers.iter().any(|broker| broker["id"] == leader_id
+            && broker["name"] == kafka_addr(&nodes, leader).as_str()),
+        "{metadata}"
+    );
+    let topic = metadata["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|topic| topic["topic"] == "replicated")
+        .unwrap();
+    for partition in topic["partitions"].as_array().unwrap() {
+        assert_eq!(partition["leader"], leader_id, "{metadata}");
+        assert_eq!(partition["replicas"].as_array().unwrap().len(), 3);
+    }
+    // Produced through the follower's address alone: the client is sent to the leader.
+    let report = python(&[
+        "produce",
+        &follower_kafka,
+        "replicated",
+        "100",
+        "--idempotent",
+    ]);
+    assert_eq!(report["delivered"].as_array().unwrap().len(), 100);
+    // A group consumes them and commits, through the group's coordinator on the leader.
+    let everyone = (0..3)
+        .map(|index| kafka_addr(&nodes, index))
+        .collect::<Vec<_>>()
+        .join(",");
+    let report = python(&[
+        "group",
+        &everyone,
+        "replicated",
+        "failover",
+        "100",
+        "--consumers",
+        "1",
+    ]);
+    assert_eq!(group_records(&report).len(), 100);
+    // The leader is killed while an idempotent producer sends: every record is stored once.
+    let producer = {
+        let everyone = everyone.clone();
+        std::thread::spawn(move || {
+            python(&[
+                "produce",
+                &everyone,
+                "replicated",
+                "300",
+                "--idempotent",
+                "--pace-ms",
+                "50",
+            ])
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    nodes.kill(leader);
+    let report = producer.join().unwrap();
+    assert_eq!(report["delivered"].as_array().unwrap().len(), 300);
+    let new_leader = nodes.leader().await;
+    assert_ne!(new_leader, leader);
+    let client = nodes.client().await;
+    // The first run's records, read by the only group, are no longer retained; the second
+    // run's, keyed from key-0 on, each are once.
+    let mut stored = std::collections::BTreeMap::new();
+    for partition in 0..3 {
+        for record in read_all(&client, "replicated", partition).await {
+            *stored.entry(text(&record.key.unwrap())).or_insert(0) += 1;
+        }
+    }
+    let expected: std::collections::BTreeMap<String, i32> =
+        (0..300).map(|i| (format!("key-{i}"), 1)).collect();
+    assert_eq!(stored, expected, "every record once");
+    // The group resumes on the new leader from what it committed on the old one.
+    let survivors = (0..3)
+        .filter(|index| *index != leader)
+        .map(|index| kafka_addr(&nodes, index))
+        .collect::<Vec<_>>()
+        .join(",");
+    let report = python(&[
+        "group",
+        &survivors,
+        "replicated",
+        "failover",
+        "300",
+        "--consumers",
+        "1",
+    ]);
+    let records = group_records(&report);
+    assert_eq!(records.len(), 300);
+    let lag = client.lag("replicated", "failover").await.unwrap();
+    assert!(lag.iter().all(|row| row.lag == 0), "{lag:?}");
 }

@@ -16,10 +16,14 @@ the broker's own client. Every wait is bounded; a failure exits non-zero saying 
     clients.py hold BOOTSTRAP TOPIC GROUP
     clients.py delete-records BOOTSTRAP TOPIC PARTITION OFFSET
     clients.py secure BOOTSTRAP TOPIC --protocol P [--password TOKEN] [--ca FILE]
+
+KDEBUG=eos,msg,protocol (librdkafka's debug contexts) makes `produce` log what its producer does
+to its standard error, which a failing test prints.
 """
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -43,6 +47,8 @@ def produce(args):
     }
     if args.partitioner:
         config["partitioner"] = args.partitioner
+    if os.environ.get("KDEBUG"):
+        config["debug"] = os.environ["KDEBUG"]
     if args.idempotent:
         config.update({"enable.idempotence": True, "message.timeout.ms": 60_000})
     producer = Producer(config)

@@ -19,6 +19,7 @@ mod codec;
 mod log_store;
 mod membership;
 mod network;
+mod peer_listeners;
 mod snapshot_stream;
 mod state_machine;
 pub mod types;
@@ -37,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use log_store::{LogStore, LogSync};
-pub use network::{Network, PeerLink, PeerTls, MAX_PEER_FRAME};
+pub use network::{Listeners, Network, PeerLink, PeerTls, MAX_PEER_FRAME};
 pub use openraft::error::Fatal;
 pub use openraft::ServerState;
 pub use snapshot_stream::SnapshotStream;
@@ -73,6 +74,9 @@ pub struct ClusterConfig {
     pub join: bool,
     /// A record segment file is closed and a new one started after this many bytes.
     pub segment_bytes: u64,
+    /// Where this node serves clients besides the broker port, as its peers are told (see
+    /// [`Cluster::kafka_addresses`]).
+    pub listeners: Listeners,
 }
 
 impl ClusterConfig {
@@ -92,6 +96,7 @@ impl ClusterConfig {
             snapshot_every: 20_000,
             join: false,
             segment_bytes: 64 * 1024 * 1024,
+            listeners: Listeners::default(),
         }
     }
 }
@@ -223,6 +228,7 @@ pub struct Cluster {
     raft: Raft<TypeConfig>,
     /// Whether the node had neither log nor snapshot when it started.
     started_empty: bool,
+    kafka_addresses: Arc<peer_listeners::KafkaAddresses>,
     stop: CancellationToken,
     tracker: TaskTracker,
 }
@@ -305,9 +311,18 @@ impl Cluster {
         .map_err(|error| ClusterError::Raft(error.to_string()))?;
         let stop = CancellationToken::new();
         let tracker = TaskTracker::new();
+        let kafka_addresses = Arc::new(peer_listeners::KafkaAddresses::default());
+        tracker.spawn(peer_listeners::learn(
+            Arc::clone(&kafka_addresses),
+            network.clone(),
+            raft.metrics(),
+            (config.node_id, config.listeners.clone()),
+            stop.clone(),
+        ));
         tracker.spawn(network::serve_peers(
             listener,
             raft.clone(),
+            config.listeners,
             config.token,
             config.tls,
             stop.clone(),
@@ -326,6 +341,7 @@ impl Cluster {
             lease: config.election_timeout * 2,
             raft,
             started_empty: fresh,
+            kafka_addresses,
             stop,
             tracker,
         })
@@ -401,6 +417,13 @@ impl Cluster {
             Ok(()) | Err(Fatal::Stopped) => None,
             Err(failure) => Some(failure.to_string()),
         }
+    }
+
+    /// Every member's Kafka address as last heard: this node's own (from
+    /// [`ClusterConfig::listeners`]) and each peer's answer to the question this node asks
+    /// every 2 seconds. A member without a Kafka listener, or not heard from yet, is absent.
+    pub fn kafka_addresses(&self) -> BTreeMap<NodeId, String> {
+        self.kafka_addresses.snapshot()
     }
 
     /// Whether the node had neither log nor snapshot when it started: a new node (one that

@@ -74,6 +74,10 @@ pub(crate) enum PeerRequest {
     /// an empty directory asks, to find out whether it lost its log). Added after the first
     /// release: a node of that release closes the connection instead of answering.
     Matched,
+    /// Where the node serves clients besides the broker port (its Kafka listener). Added with
+    /// the Kafka listener: a node of an earlier release closes the connection instead of
+    /// answering.
+    Listeners,
 }
 
 /// The answer to a [`PeerRequest`].
@@ -90,6 +94,16 @@ pub(crate) enum PeerResponse {
     /// Answers [`PeerRequest::Matched`]: if this node leads, the index of the last entry it
     /// knows the asking node holds (`None` when it knows of none, or does not lead).
     Matched(Option<u64>),
+    /// Answers [`PeerRequest::Listeners`].
+    Listeners(Listeners),
+}
+
+/// Where a node serves clients besides the broker port, as its peers are told.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listeners {
+    /// The `HOST:PORT` Kafka's clients are told to reach the node on, if it has a Kafka
+    /// listener.
+    pub kafka: Option<String>,
 }
 
 /// A peer connection's bytes: plain TCP, or TLS over it.
@@ -381,17 +395,48 @@ impl PeerLink {
     /// # Errors
     /// The peer cannot be reached, refuses this node, or does not know the question.
     pub(crate) async fn matched(&mut self, timeout: Duration) -> io::Result<Option<u64>> {
-        // Not through `call`: a peer that does not answer this (one that is starting too) is
-        // not worth a warning.
-        let asked = tokio::time::timeout(timeout, self.exchange(PeerRequest::Matched)).await;
-        let answer = asked.map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no answer"))?;
-        match answer? {
+        match self.question(PeerRequest::Matched, timeout).await? {
             PeerResponse::Matched(matched) => Ok(matched),
             _ => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "an answer to another request",
             )),
         }
+    }
+
+    /// Asks the peer where it serves clients besides the broker port
+    /// ([`PeerRequest::Listeners`]), waiting at most `timeout`.
+    ///
+    /// # Errors
+    /// The peer cannot be reached, refuses this node, or does not know the question (a node
+    /// of an earlier release).
+    pub(crate) async fn listeners(&mut self, timeout: Duration) -> io::Result<Listeners> {
+        match self.question(PeerRequest::Listeners, timeout).await? {
+            PeerResponse::Listeners(listeners) => Ok(listeners),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "an answer to another request",
+            )),
+        }
+    }
+
+    /// Sends a question that is not one of Raft's and waits at most `timeout` for its answer.
+    /// Not through `call`: a peer that does not answer one (it is starting too, or of an
+    /// earlier release) is not worth a warning, nor marked unreachable.
+    async fn question(
+        &mut self,
+        request: PeerRequest,
+        timeout: Duration,
+    ) -> io::Result<PeerResponse> {
+        let asked = tokio::time::timeout(timeout, self.exchange(request)).await;
+        let answer = asked
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no answer"))
+            .and_then(|answer| answer);
+        if answer.is_err() {
+            // Whatever was half sent or half read, the next question starts afresh.
+            self.connection = None;
+        }
+        answer
     }
 }
 
@@ -442,11 +487,13 @@ impl RaftNetwork<TypeConfig> for PeerLink {
 }
 
 /// Serves peers on `listener` (inside `tls` when given) until `stop` is cancelled: every
-/// connection's requests go to `raft`. Connections whose hello does not carry `token` (when
-/// there is one) are refused.
+/// connection's Raft requests go to `raft`, and a question about this node's listeners is
+/// answered with `listeners`. Connections whose hello does not carry `token` (when there is
+/// one) are refused.
 pub(crate) async fn serve_peers(
     listener: TcpListener,
     raft: Raft<TypeConfig>,
+    listeners: Listeners,
     token: Option<String>,
     tls: Option<PeerTls>,
     stop: CancellationToken,
@@ -460,11 +507,13 @@ pub(crate) async fn serve_peers(
         match accepted {
             Ok((stream, peer)) => {
                 let (raft, token, stop) = (raft.clone(), token.clone(), stop.clone());
-                let tls = tls.clone();
+                let (tls, listeners) = (tls.clone(), listeners.clone());
                 tracker.spawn(async move {
+                    let served =
+                        serve_peer(stream, &raft, &listeners, token.as_deref(), tls.as_ref());
                     tokio::select! {
                         () = stop.cancelled() => {}
-                        ended = serve_peer(stream, &raft, token.as_deref(), tls.as_ref()) => {
+                        ended = served => {
                             if let Err(cause) = ended {
                                 tracing::debug!(%peer, %cause, "peer connection closed");
                             }
@@ -483,6 +532,7 @@ pub(crate) async fn serve_peers(
 async fn serve_peer(
     stream: TcpStream,
     raft: &Raft<TypeConfig>,
+    listeners: &Listeners,
     token: Option<&str>,
     tls: Option<&PeerTls>,
 ) -> io::Result<()> {
@@ -541,6 +591,7 @@ async fn serve_peer(
                     .map(|log_id| log_id.index);
                 PeerResponse::Matched(matched)
             }
+            PeerRequest::Listeners => PeerResponse::Listeners(listeners.clone()),
         };
         send(&mut connection, &response).await?;
     }

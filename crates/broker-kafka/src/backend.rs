@@ -3,8 +3,22 @@
 use std::future::Future;
 use std::time::Duration;
 
-use broker_core::{Command, EventBroker, Outcome};
+use broker_core::{Command, EventBroker, Outcome, TopicDescription};
 use broker_proto::ErrorReply;
+
+/// Where a cluster serves the broker, as Metadata and FindCoordinator tell Kafka's clients:
+/// every partition and every group is served by the node that leads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterView {
+    /// Every node clients may be sent to: its broker id and the host and port of its Kafka
+    /// listener.
+    pub brokers: Vec<(i32, String, u16)>,
+    /// The node that leads now, if one is known: the leader of every partition and the
+    /// coordinator of every group.
+    pub leader: Option<i32>,
+    /// The nodes that hold a copy of every partition (the voting members).
+    pub replicas: Vec<i32>,
+}
 
 /// Runs the broker's commands for one Kafka connection: the server implements it with the same
 /// path a native connection's requests take (validation, the log, waits, the cluster).
@@ -16,6 +30,16 @@ pub trait Backend: Send + Sync {
         command: Command,
         max_wait: Duration,
     ) -> impl Future<Output = Result<Outcome, ErrorReply>> + Send;
+
+    /// The topics as this server knows them, for Metadata. A server that runs alone, or
+    /// leads its cluster, answers as a `Describe` command does; a follower answers from its
+    /// own copy, which may lag the leader's by the changes it has not applied yet (Kafka's
+    /// metadata is not up to date either: clients ask again when a partition refuses them).
+    fn topics(&self) -> impl Future<Output = Result<Vec<TopicDescription>, ErrorReply>> + Send;
+
+    /// Where the cluster this server is a node of serves the broker; `None` for a server that
+    /// runs alone.
+    fn cluster(&self) -> Option<ClusterView>;
 
     /// Whether a connection must authenticate (SASL/PLAIN) before anything but the API
     /// versions.
@@ -31,6 +55,14 @@ pub trait Backend: Send + Sync {
 impl Backend for EventBroker {
     async fn call(&self, command: Command, _max_wait: Duration) -> Result<Outcome, ErrorReply> {
         self.apply(command).map_err(ErrorReply::from)
+    }
+
+    async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
+        Ok(EventBroker::describe(self).topics)
+    }
+
+    fn cluster(&self) -> Option<ClusterView> {
+        None
     }
 
     fn requires_authentication(&self) -> bool {

@@ -354,6 +354,20 @@ impl Coordinator {
         self.groups.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Forgets every group and its members: this server no longer coordinates them (another
+    /// node of its cluster leads now). Requests waiting in a rebalance are answered
+    /// `UNKNOWN_MEMBER_ID`; the members join again where their groups are coordinated now.
+    pub fn forget_all(&self) {
+        let forgotten = std::mem::take(&mut *self.lock());
+        if !forgotten.is_empty() {
+            tracing::info!(
+                groups = forgotten.len(),
+                "Kafka groups forgotten: another node coordinates them now"
+            );
+        }
+        self.changed.notify_waiters();
+    }
+
     /// Whether `group` has members that joined through Kafka's protocol (so that a native
     /// client may not join it).
     pub fn has_members(&self, group: &str) -> bool {

@@ -49,6 +49,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::apis::api_versions;
+use crate::elsewhere::refuse_group_request;
 use crate::errors::{code, kafka_error};
 use crate::groups::{Coordinator, Join, DEAD};
 use crate::ids::new_producer_id;
@@ -103,6 +104,17 @@ pub(crate) struct Endpoint {
     pub(crate) port: i32,
 }
 
+/// Which nodes clients are sent to, as Metadata and FindCoordinator answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Placement {
+    /// Every node with its listener's address.
+    brokers: Vec<(BrokerId, Endpoint)>,
+    /// The node that serves every partition and coordinates every group, if one is known.
+    leader: Option<BrokerId>,
+    /// The nodes that hold a copy of every partition.
+    replicas: Vec<BrokerId>,
+}
+
 /// What a request is answered with.
 #[derive(Debug)]
 pub(crate) enum Answer {
@@ -134,6 +146,11 @@ impl<B: Backend> Handler<'_, B> {
         client_id: &str,
         request: RequestKind,
     ) -> Answer {
+        if let Some(error) = self.not_coordinator() {
+            if let Some(refused) = refuse_group_request(&request, error) {
+                return Answer::Response(Box::new(refused));
+            }
+        }
         Answer::Response(Box::new(match request {
             RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(0)),
             RequestKind::Metadata(request) => {
@@ -247,6 +264,40 @@ impl<B: Backend> Handler<'_, B> {
         BrokerId(self.settings.node_id)
     }
 
+    /// Where clients are sent: this listener alone for a server that runs alone (at the
+    /// address the connection came in on, or the advertised one), every node of a cluster with
+    /// the leader serving every partition and group.
+    fn placement(&self) -> Placement {
+        match self.backend.cluster() {
+            None => Placement {
+                brokers: vec![(self.node_id(), self.endpoint.clone())],
+                leader: Some(self.node_id()),
+                replicas: vec![self.node_id()],
+            },
+            Some(view) => Placement {
+                brokers: view
+                    .brokers
+                    .into_iter()
+                    .map(|(id, host, port)| {
+                        let port = i32::from(port);
+                        (BrokerId(id), Endpoint { host, port })
+                    })
+                    .collect(),
+                leader: view.leader.map(BrokerId),
+                replicas: view.replicas.into_iter().map(BrokerId).collect(),
+            },
+        }
+    }
+
+    /// Why this server does not coordinate groups now: it is a node of a cluster that does
+    /// not lead (the leader coordinates every group); `None` when it does.
+    fn not_coordinator(&self) -> Option<ResponseError> {
+        self.backend
+            .cluster()
+            .filter(|view| view.leader != Some(self.settings.node_id))
+            .map(|_| ResponseError::NotCoordinator)
+    }
+
     async fn metadata(&self, request: MetadataRequest, version: i16) -> MetadataResponse {
         let wanted: Option<Vec<String>> = request.topics.map(|topics| {
             topics
@@ -254,17 +305,25 @@ impl<B: Backend> Handler<'_, B> {
                 .filter_map(|topic| topic.name.as_ref().map(topic_name))
                 .collect()
         });
-        let node = self.node_id();
+        let placement = self.placement();
         let mut response = MetadataResponse::default()
-            .with_brokers(vec![MetadataResponseBroker::default()
-                .with_node_id(node)
-                .with_host(StrBytes::from_string(self.endpoint.host.clone()))
-                .with_port(self.endpoint.port)])
+            .with_brokers(
+                placement
+                    .brokers
+                    .iter()
+                    .map(|(id, endpoint)| {
+                        MetadataResponseBroker::default()
+                            .with_node_id(*id)
+                            .with_host(StrBytes::from_string(endpoint.host.clone()))
+                            .with_port(endpoint.port)
+                    })
+                    .collect(),
+            )
             .with_cluster_id(Some(StrBytes::from_string(
                 self.settings.cluster_id.clone(),
             )))
-            .with_controller_id(node);
-        let described = match self.describe(None).await {
+            .with_controller_id(placement.leader.unwrap_or(BrokerId(-1)));
+        let described = match self.backend.topics().await {
             Ok(topics) => topics,
             Err(refusal) => {
                 let error = kafka_error(&refusal);
@@ -300,10 +359,16 @@ impl<B: Backend> Handler<'_, B> {
                             .map(|partition| {
                                 MetadataResponsePartition::default()
                                     .with_partition_index(partition)
-                                    .with_leader_id(node)
+                                    .with_error_code(code(
+                                        placement
+                                            .leader
+                                            .is_none()
+                                            .then_some(ResponseError::LeaderNotAvailable),
+                                    ))
+                                    .with_leader_id(placement.leader.unwrap_or(BrokerId(-1)))
                                     .with_leader_epoch(0)
-                                    .with_replica_nodes(vec![node])
-                                    .with_isr_nodes(vec![node])
+                                    .with_replica_nodes(placement.replicas.clone())
+                                    .with_isr_nodes(placement.replicas.clone())
                             })
                             .collect(),
                     ),
@@ -455,7 +520,7 @@ impl<B: Backend> Handler<'_, B> {
         &self,
         topic: &str,
         partition: i32,
-        producer: i64,
+        producer: u64,
         sequence: i32,
         records: Vec<PublishRecord>,
     ) -> Vec<Stored> {
@@ -464,8 +529,7 @@ impl<B: Backend> Handler<'_, B> {
             let first = i64::from(sequence) + (index * MAX_BATCH_RECORDS) as i64;
             let command = Command::PublishIdempotent {
                 topic: topic.to_owned(),
-                // Kafka's producer ids are never negative.
-                producer: producer.unsigned_abs(),
+                producer,
                 batches: vec![PartitionBatch {
                     partition,
                     sequence: first.unsigned_abs(),
@@ -795,10 +859,22 @@ impl<B: Backend> Handler<'_, B> {
                     "transactions are not supported by this broker".to_owned(),
                 ));
         }
-        response
-            .with_node_id(self.node_id())
-            .with_host(StrBytes::from_string(self.endpoint.host.clone()))
-            .with_port(self.endpoint.port)
+        let placement = self.placement();
+        let coordinator = placement
+            .leader
+            .and_then(|leader| placement.brokers.into_iter().find(|(id, _)| *id == leader));
+        match coordinator {
+            Some((id, endpoint)) => response
+                .with_node_id(id)
+                .with_host(StrBytes::from_string(endpoint.host))
+                .with_port(endpoint.port),
+            // An election under way, or the leader's Kafka address not heard yet: the client
+            // asks again.
+            None => response
+                .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+                .with_node_id(BrokerId(-1))
+                .with_port(-1),
+        }
     }
 
     async fn join_group(&self, request: JoinGroupRequest, client_id: &str) -> JoinGroupResponse {
@@ -1205,8 +1281,8 @@ impl<B: Backend> Handler<'_, B> {
 
 /// A new producer id for an idempotent producer (epoch 0), or a refusal for a transactional
 /// one. A producer that asks again with its id and epoch (after an error it cannot recover its
-/// sequences from) gets a new id, so that its sequences start afresh: the broker keeps
-/// sequences per producer id, not per epoch.
+/// sequences from) gets a new id, so that its sequences start afresh; one that bumps its epoch
+/// itself is a new producer too (see `records::native_producer`).
 fn init_producer_id(request: &InitProducerIdRequest) -> InitProducerIdResponse {
     if request.transactional_id.is_some() {
         return InitProducerIdResponse::default()
@@ -1410,7 +1486,11 @@ mod tests {
         }
     }
 
-    async fn ask(broker: &Local, version: i16, request: RequestKind) -> Option<ResponseKind> {
+    async fn ask<B: Backend>(
+        broker: &B,
+        version: i16,
+        request: RequestKind,
+    ) -> Option<ResponseKind> {
         let settings = settings();
         let coordinator = Coordinator::default();
         let handler = Handler {
@@ -1592,6 +1672,119 @@ mod tests {
         assert_eq!(offsets, vec![2, 3]);
     }
 
+    /// Node 0 of a cluster of nodes 0 and 2, where `leader` leads: the broker in memory as
+    /// such a node sees it.
+    struct ClusterNode {
+        broker: Local,
+        leader: Option<i32>,
+    }
+
+    impl Backend for ClusterNode {
+        async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
+            self.broker.call(command, max_wait).await
+        }
+
+        async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
+            self.broker.topics().await
+        }
+
+        fn cluster(&self) -> Option<crate::ClusterView> {
+            Some(crate::ClusterView {
+                brokers: vec![(0, "node-0".into(), 9093), (2, "node-2".into(), 9093)],
+                leader: self.leader,
+                replicas: vec![0, 2],
+            })
+        }
+
+        fn requires_authentication(&self) -> bool {
+            false
+        }
+
+        fn authenticate(&self, _password: &str) -> bool {
+            true
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cluster_node_lists_every_node_and_sends_clients_to_the_leader() {
+        let node = ClusterNode {
+            broker: broker(100),
+            leader: Some(2),
+        };
+        let metadata = |response: Option<ResponseKind>| match response {
+            Some(ResponseKind::Metadata(response)) => response,
+            other => panic!("unexpected {other:?}"),
+        };
+        let listed = metadata(
+            ask(
+                &node,
+                12,
+                RequestKind::Metadata(MetadataRequest::default().with_topics(None)),
+            )
+            .await,
+        );
+        let brokers: Vec<(i32, &str)> = listed
+            .brokers
+            .iter()
+            .map(|broker| (broker.node_id.0, broker.host.as_str()))
+            .collect();
+        assert_eq!(brokers, vec![(0, "node-0"), (2, "node-2")]);
+        assert_eq!(listed.controller_id, BrokerId(2));
+        let partition = &listed.topics[0].partitions[0];
+        assert_eq!(
+            (partition.error_code, partition.leader_id),
+            (0, BrokerId(2))
+        );
+        assert_eq!(partition.replica_nodes, vec![BrokerId(0), BrokerId(2)]);
+        let find = RequestKind::FindCoordinator(
+            FindCoordinatorRequest::default().with_key(StrBytes::from_static_str("g")),
+        );
+        match ask(&node, 3, find.clone()).await {
+            Some(ResponseKind::FindCoordinator(found)) => {
+                assert_eq!((found.error_code, found.node_id), (0, BrokerId(2)));
+                assert_eq!(found.host.as_str(), "node-2");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // Group requests go to the leader; this node coordinates none.
+        let heartbeat = RequestKind::Heartbeat(
+            kafka_protocol::messages::HeartbeatRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("g"))),
+        );
+        match ask(&node, 3, heartbeat).await {
+            Some(ResponseKind::Heartbeat(answer)) => {
+                assert_eq!(answer.error_code, ResponseError::NotCoordinator.code());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // While no node leads, clients are told to ask again.
+        let electing = ClusterNode {
+            broker: broker(100),
+            leader: None,
+        };
+        let listed = metadata(
+            ask(
+                &electing,
+                12,
+                RequestKind::Metadata(MetadataRequest::default().with_topics(None)),
+            )
+            .await,
+        );
+        assert_eq!(listed.controller_id, BrokerId(-1));
+        let partition = &listed.topics[0].partitions[0];
+        assert_eq!(
+            partition.error_code,
+            ResponseError::LeaderNotAvailable.code()
+        );
+        match ask(&electing, 3, find).await {
+            Some(ResponseKind::FindCoordinator(found)) => assert_eq!(
+                found.error_code,
+                ResponseError::CoordinatorNotAvailable.code()
+            ),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn metadata_lists_every_topic_or_those_asked() {
         let broker = broker(100);
@@ -1636,7 +1829,7 @@ mod tests {
             ApiKey::Produce => RequestKind::Produce(ProduceRequest::default().with_acks(1)),
             ApiKey::Fetch => RequestKind::Fetch(FetchRequest::default()),
             ApiKey::ListOffsets => RequestKind::ListOffsets(ListOffsetsRequest::default()),
-            ApiKey::Metadata => RequestKind::Metadata(MetadataRequest::default()),
+            ApiKey::Metadata => RequestKind::Metadata(MetadataRequest::default().with_topics(None)),
             ApiKey::ApiVersions => RequestKind::ApiVersions(ApiVersionsRequest::default()),
             ApiKey::CreateTopics => RequestKind::CreateTopics(CreateTopicsRequest::default()),
             ApiKey::DeleteTopics => RequestKind::DeleteTopics(DeleteTopicsRequest::default()),

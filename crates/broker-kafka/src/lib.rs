@@ -16,6 +16,7 @@
 //! - `apis`: the API keys and versions the listener speaks, and the `ApiVersions` answer;
 //! - `records`: Kafka's record batches to the broker's records and back;
 //! - `errors`: the broker's refusals as Kafka error codes;
+//! - `elsewhere`: a cluster node's answers to group requests while another node leads;
 //! - `handler`: what each request does, through the [`Backend`];
 //! - `connection`: one client's connection, request after request, answered in order.
 //!
@@ -26,6 +27,7 @@ mod apis;
 mod backend;
 mod connection;
 mod decompress;
+mod elsewhere;
 mod errors;
 mod frame;
 mod groups;
@@ -36,7 +38,7 @@ mod sasl;
 mod settings;
 
 pub use apis::{supported_apis, SupportedApi};
-pub use backend::Backend;
+pub use backend::{Backend, ClusterView};
 pub use connection::serve_connection;
 pub use groups::Coordinator;
 pub use settings::KafkaSettings;

@@ -27,11 +27,21 @@ pub(crate) enum RecordsError {
 /// The records of one partition of a produce request, ready to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Produced {
-    /// For an idempotent producer's records: its producer id and the sequence number of the
-    /// first record (the next ones are numbered on from it).
-    pub(crate) idempotent: Option<(i64, i32)>,
+    /// For an idempotent producer's records: the broker's producer (see [`native_producer`])
+    /// and the sequence number of the first record (the next ones are numbered on from it).
+    pub(crate) idempotent: Option<(u64, i32)>,
     /// The records, in order, each for the partition.
     pub(crate) records: Vec<PublishRecord>,
+}
+
+/// The broker's producer for Kafka's producer `id` (never negative) at `epoch`: epoch 0 is the
+/// id itself, and each later epoch a producer of its own. Kafka's clients bump their epoch when
+/// they cannot tell what became of a batch (librdkafka after a failover, for one) and number
+/// their sequences from zero again, which the broker's de-duplication, kept per producer,
+/// accepts only from a producer it has not seen. The epoch goes into the id's top bits: ids are
+/// drawn at random, so no two producers share a key with any real likelihood.
+pub(crate) fn native_producer(id: i64, epoch: i16) -> u64 {
+    id.unsigned_abs() ^ (u64::from(epoch.unsigned_abs()) << 48)
 }
 
 /// The records of one partition of a produce request, checked (each batch's CRC-32C),
@@ -60,15 +70,19 @@ pub(crate) fn decode_produced(
         }
         match idempotent {
             None if records.is_empty() && record.producer_id >= 0 => {
-                if record.sequence < 0 {
+                if record.sequence < 0 || record.producer_epoch < 0 {
                     return Err(RecordsError::Corrupt(
-                        "an idempotent producer's batch without a sequence number".to_owned(),
+                        "an idempotent producer's batch without a sequence number or epoch"
+                            .to_owned(),
                     ));
                 }
-                idempotent = Some((record.producer_id, record.sequence));
+                idempotent = Some((
+                    native_producer(record.producer_id, record.producer_epoch),
+                    record.sequence,
+                ));
             }
             Some((producer, first))
-                if producer != record.producer_id
+                if producer != native_producer(record.producer_id, record.producer_epoch)
                     || record.sequence != first.wrapping_add(records.len() as i32) =>
             {
                 return Err(RecordsError::Corrupt(
@@ -238,15 +252,15 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn a_transactional_batch_is_refused() {
+    /// A batch of one record of producer 4 at `epoch`, sequence 0.
+    fn of_producer_4(epoch: i16, transactional: bool) -> Bytes {
         let record = Record {
-            transactional: true,
+            transactional,
             control: false,
             delete_horizon: false,
             partition_leader_epoch: 0,
             producer_id: 4,
-            producer_epoch: 0,
+            producer_epoch: epoch,
             timestamp_type: TimestampType::Creation,
             offset: 0,
             sequence: 0,
@@ -261,9 +275,31 @@ mod tests {
             compression: Compression::None,
         };
         RecordBatchEncoder::encode(&mut buffer, [&record], &options).unwrap();
+        buffer.freeze()
+    }
+
+    #[test]
+    fn a_transactional_batch_is_refused() {
         assert_eq!(
-            decode_produced(0, buffer.freeze(), 1 << 20),
+            decode_produced(0, of_producer_4(0, true), 1 << 20),
             Err(RecordsError::Transactional)
         );
+    }
+
+    #[test]
+    fn each_epoch_of_a_producer_numbers_its_sequences_as_a_producer_of_its_own() {
+        let producer = |epoch| {
+            decode_produced(0, of_producer_4(epoch, false), 1 << 20)
+                .unwrap()
+                .idempotent
+        };
+        assert_eq!(producer(0), Some((4, 0)));
+        let bumped = [1, 2, i16::MAX].map(|epoch| producer(epoch).unwrap().0);
+        assert!(bumped.iter().all(|key| *key != 4));
+        assert!(bumped[0] != bumped[1] && bumped[1] != bumped[2]);
+        assert!(matches!(
+            decode_produced(0, of_producer_4(-1, false), 1 << 20),
+            Err(RecordsError::Corrupt(_))
+        ));
     }
 }

@@ -146,20 +146,24 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Checks that a Kafka listener can serve with these settings: not in a cluster, which it
-    /// does not support yet.
+    /// Checks that a Kafka listener can serve with these settings: in a cluster, every node
+    /// id must be one Kafka's clients take as a broker id (0 to 2,147,483,647).
     ///
     /// # Errors
-    /// [`ServerError::InvalidConfig`] saying so.
+    /// [`ServerError::InvalidConfig`] naming the first node id out of range.
     pub fn check_kafka(&self) -> Result<(), ServerError> {
-        if self.cluster.is_some() {
-            return Err(ServerError::InvalidConfig(
-                "the Kafka listener (--kafka-listen) cannot be used in a cluster yet (it serves \
-                 a single broker)"
-                    .to_owned(),
-            ));
+        let Some(cluster) = &self.cluster else {
+            return Ok(());
+        };
+        let ids = std::iter::once(&cluster.node_id).chain(cluster.members.keys());
+        match ids.copied().find(|id| i32::try_from(*id).is_err()) {
+            None => Ok(()),
+            Some(id) => Err(ServerError::InvalidConfig(format!(
+                "node id {id} is too large for the Kafka listener (--kafka-listen): Kafka's \
+                 clients take node ids as broker ids, from 0 to {}",
+                i32::MAX
+            ))),
         }
-        Ok(())
     }
 
     /// Checks every value is in range.

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use broker_core::{Command, Outcome};
-use broker_kafka::{Backend, KafkaSettings};
+use broker_cluster::NodeId;
+use broker_core::{Command, Outcome, TopicDescription};
+use broker_kafka::{Backend, ClusterView, KafkaSettings};
 use broker_proto::{Decoded, ErrorReply, RequestFrame};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -20,13 +21,21 @@ use crate::shared::Shared;
 /// The broker id Metadata gives a server that runs alone.
 const SINGLE_NODE_ID: i32 = 0;
 
-/// What Metadata answers as the cluster id of a server that runs alone.
+/// What Metadata answers as the cluster id.
 const CLUSTER_ID: &str = "broker-server";
 
-/// The listener's settings from the server's configuration.
+/// The listener's settings from the server's configuration: in a cluster, the node's id is its
+/// broker id (`Config::check_kafka` made sure it is one).
 fn settings(shared: &Shared) -> KafkaSettings {
+    let node_id = shared
+        .config
+        .cluster
+        .as_ref()
+        .map_or(SINGLE_NODE_ID, |cluster| {
+            i32::try_from(cluster.node_id).unwrap_or(SINGLE_NODE_ID)
+        });
     KafkaSettings {
-        node_id: SINGLE_NODE_ID,
+        node_id,
         cluster_id: CLUSTER_ID.to_owned(),
         advertise: shared.config.kafka_advertise.clone(),
         max_frame_bytes: shared.config.max_frame_bytes,
@@ -181,6 +190,50 @@ impl Backend for ServerBackend {
             .into_iter()
             .next()
             .map_or(Err(ErrorReply::ShuttingDown), |response| response.result)
+    }
+
+    async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
+        if self.shared.cluster().is_some() {
+            // Any node answers Metadata, from its own copy (see `Backend::topics`).
+            return Ok(self.shared.broker.lock().describe().topics);
+        }
+        match self
+            .call(Command::Describe { topic: None }, Duration::ZERO)
+            .await?
+        {
+            Outcome::Description(description) => Ok(description.topics),
+            other => Err(ErrorReply::Storage(format!(
+                "a description was asked for and {other:?} answered"
+            ))),
+        }
+    }
+
+    fn cluster(&self) -> Option<ClusterView> {
+        let cluster = self.shared.cluster()?;
+        let status = cluster.status();
+        let broker_id = |id: NodeId| i32::try_from(id).ok();
+        let leader = match cluster.is_leader() {
+            true => Some(status.node_id),
+            // A node that thinks it leads but lost its lease leads nothing.
+            false => status.leader.filter(|leader| *leader != status.node_id),
+        };
+        Some(ClusterView {
+            brokers: cluster
+                .kafka_addresses()
+                .into_iter()
+                .filter_map(|(id, address)| {
+                    let (host, port) = address.rsplit_once(':')?;
+                    Some((broker_id(id)?, host.to_owned(), port.parse().ok()?))
+                })
+                .collect(),
+            leader: leader.and_then(broker_id),
+            replicas: status
+                .members
+                .iter()
+                .filter(|(_, _, voter)| *voter)
+                .filter_map(|(id, _, _)| broker_id(*id))
+                .collect(),
+        })
     }
 
     fn requires_authentication(&self) -> bool {

@@ -176,14 +176,16 @@ pub struct Listeners {
     /// metadata, consumer groups and topic administration (see README.md's "Using Kafka
     /// clients"); `None` for none. With an auth token, Kafka's clients authenticate with
     /// SASL/PLAIN, the token as the password; with TLS, they speak TLS with the same
-    /// certificate. Not available in a cluster yet.
+    /// certificate. In a cluster, each node's Kafka listener sends clients to the leader,
+    /// which serves every partition and group.
     pub kafka: Option<TcpListener>,
 }
 
 /// [`run_with_metrics`] on every listener of `listeners`.
 ///
 /// # Errors
-/// As [`run_with_storage`]; [`ServerError::InvalidConfig`] for a Kafka listener in a cluster.
+/// As [`run_with_storage`]; [`ServerError::InvalidConfig`] for a Kafka listener in a cluster
+/// whose node ids are not Kafka broker ids (see [`Config::check_kafka`]).
 pub async fn run_with_listeners(
     listeners: Listeners,
     config: Config,

@@ -79,12 +79,15 @@ struct Args {
     /// (librdkafka, kafka-python, the Java client, kcat) produce to and consume the same topics.
     /// Off by default. With --auth-token-file, Kafka's clients authenticate with SASL/PLAIN, the
     /// token as the password (any user name); with --tls-cert, they speak TLS (SSL, or
-    /// SASL_SSL with a token) with the same certificate. Not yet in a cluster.
+    /// SASL_SSL with a token) with the same certificate. In a cluster, give every node one:
+    /// each lists every node's Kafka address and sends clients to the leader.
     #[arg(long, env = "BROKER_KAFKA_LISTEN", value_name = "ADDR")]
     kafka_listen: Option<String>,
     /// The HOST:PORT Kafka clients are told to reach the Kafka listener on (its Metadata
     /// answer): needed when they reach it through a port mapping (Docker) or a proxy. By
-    /// default each client is told the address its connection came in on.
+    /// default each client is told the address its connection came in on; in a cluster, the
+    /// host of this node's client address (in --cluster-members) with the Kafka port, as the
+    /// other nodes tell their clients too.
     #[arg(
         long,
         env = "BROKER_KAFKA_ADVERTISE",

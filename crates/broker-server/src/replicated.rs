@@ -10,8 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use broker_cluster::{
-    Applied, Cluster, ClusterConfig, ClusterNode, Fatal, LogSync, NodeId, PeerTls, Proposal,
-    ProposeError, Replica,
+    Applied, Cluster, ClusterConfig, ClusterNode, Fatal, Listeners, LogSync, NodeId, PeerTls,
+    Proposal, ProposeError, Replica,
 };
 use broker_core::cold::{ColdStore, LogId};
 use broker_core::image::StateImage;
@@ -83,7 +83,8 @@ impl Replica for BrokerReplica {
 /// Starts this server's node of the cluster in `data_dir` (locked for the life of the server,
 /// and refused if it holds a single broker's data): binds the peer port, starts the node and
 /// the task that follows its role. `listening` is the broker port's address, checked against
-/// the client address the members list gives this node.
+/// the client address the members list gives this node; `kafka` the Kafka listener's, if the
+/// node has one (its peers are told where it is: see [`kafka_address`]).
 ///
 /// # Errors
 /// The directory is locked, holds a single broker's data or damaged files, or the peer port
@@ -93,6 +94,7 @@ pub(crate) async fn start(
     settings: &ClusterSettings,
     data_dir: &Path,
     listening: Option<SocketAddr>,
+    kafka: Option<SocketAddr>,
 ) -> Result<DataDir, ServerError> {
     let locked = DataDir::open(data_dir)?;
     let this_node = this_node(settings)?;
@@ -115,6 +117,9 @@ pub(crate) async fn start(
     config.join = settings.join;
     config.segment_bytes = shared.config.segment_bytes;
     config.snapshot_every = settings.snapshot_entries;
+    config.listeners = Listeners {
+        kafka: kafka.map(|kafka| kafka_address(&shared.config, this_node, kafka)),
+    };
     config.tls = match (&settings.tls_ca, &shared.config.tls) {
         (Some(ca), Some(tls)) => Some(PeerTls::new(tls.config(), peer_client_config(ca)?)),
         (Some(_), None) => {
@@ -158,6 +163,24 @@ pub(crate) async fn start(
     let _ = shared.cluster.set(cluster);
     shared.tracker.spawn(follow_leadership(Arc::clone(shared)));
     Ok(locked)
+}
+
+/// The `HOST:PORT` this node's Kafka listener is reached at, as its peers tell Kafka's
+/// clients: `--kafka-advertise` if given, else the host of this node's client address and the
+/// port the Kafka listener listens on (`listening`).
+fn kafka_address(config: &crate::Config, this_node: &ClusterNode, listening: SocketAddr) -> String {
+    match &config.kafka_advertise {
+        Some((host, port)) => format!("{host}:{port}"),
+        None => {
+            let host = this_node
+                .client_addr
+                .rsplit_once(':')
+                .map_or(this_node.client_addr.as_str(), |(host, _)| host);
+            // As `--kafka-advertise` is kept: an IPv6 address without its brackets.
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            format!("{host}:{}", listening.port())
+        }
+    }
 }
 
 /// `settings`' own entry in its members list.
@@ -466,6 +489,8 @@ async fn follow_leadership(shared: Arc<Shared>) {
             if std::mem::take(&mut announced) {
                 info!(term, "this node no longer leads the cluster");
             }
+            // The new leader coordinates Kafka's groups: their members join again there.
+            shared.kafka_groups.forget_all();
             shared.signals.wake_all();
         }
     }

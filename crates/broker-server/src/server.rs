@@ -78,7 +78,10 @@ pub(crate) async fn serve(
     let _cluster_dir = match (&cluster, &shared.config.data_dir) {
         (Some(settings), Some(dir)) => {
             let listening = listener.local_addr().ok();
-            Some(replicated::start(&shared, settings, dir, listening).await?)
+            let kafka = kafka_listener
+                .as_ref()
+                .and_then(|kafka| kafka.local_addr().ok());
+            Some(replicated::start(&shared, settings, dir, listening, kafka).await?)
         }
         _ => None,
     };
