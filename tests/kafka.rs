@@ -25,7 +25,7 @@ const CLIENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/kafka/cl
 /// and `kcat`. Without them the caller skips, unless `BROKER_REQUIRE_KAFKA_CLIENTS` is set.
 fn clients_installed() -> bool {
     let python = Command::new("python3")
-        .args(["-c", "import confluent_kafka, kafka"])
+        .args(["-c", "import confluent_kafka, kafka, aiokafka"])
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|status| status.success());
@@ -41,11 +41,11 @@ fn clients_installed() -> bool {
     assert!(
         std::env::var_os("BROKER_REQUIRE_KAFKA_CLIENTS").is_none(),
         "the Kafka clients are required (BROKER_REQUIRE_KAFKA_CLIENTS): python3 with \
-         confluent-kafka and kafka-python: {python}, kcat: {kcat}"
+         confluent-kafka, kafka-python and aiokafka: {python}, kcat: {kcat}"
     );
     eprintln!(
-        "skipped: install confluent-kafka and kafka-python (pip) and kcat (apt) to run the \
-         Kafka client tests"
+        "skipped: install tests/kafka/requirements.txt (pip) and kcat (apt) to run the Kafka \
+         client tests"
     );
     false
 }
@@ -301,6 +301,59 @@ async fn kafka_python_produces_and_consumes() {
     let grouped = python(&["python-group", &kafka, "py", "py-group", "20"]);
     assert_eq!(grouped["records"].as_array().unwrap().len(), 20);
     let lag = client.lag("py", "py-group").await.unwrap();
+    assert!(
+        lag.iter().all(|row| row.lag == 0 && row.committed == 10),
+        "{lag:?}"
+    );
+}
+
+#[tokio::test]
+async fn aiokafka_produces_idempotently_and_consumes_in_a_group() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    // A log, as Kafka's topics are: the records stay once the group committed them.
+    client
+        .create_topic(
+            "aio",
+            2,
+            KeyHash::Murmur2,
+            &[broker_client::TopicSetting::Retention(
+                broker_client::Retention::Limits,
+            )],
+        )
+        .await
+        .unwrap();
+    let report = python(&["aio-roundtrip", &kafka, "aio", "aio-group", "20"]);
+    let first_timestamp = report["first_timestamp"].as_i64().unwrap();
+    let sent = report["sent"].as_array().unwrap();
+    for (i, sent) in sent.iter().enumerate() {
+        assert_eq!(sent["partition"], i % 2);
+        assert_eq!(sent["offset"], i / 2);
+    }
+    // Stored as the native fields, each record once.
+    for partition in 0..2 {
+        let native = read_all(&client, "aio", partition).await;
+        assert_eq!(native.len(), 10);
+        for (index, record) in native.iter().enumerate() {
+            let i = 2 * index as i64 + i64::from(partition);
+            assert_eq!(record.key.as_deref(), Some(format!("k{i}").as_bytes()));
+            assert_eq!(record.payload, format!("v{i}"));
+            assert_eq!(record.headers, vec![Header::new("n", i.to_string())]);
+            assert_eq!(record.timestamp_ms, first_timestamp + i);
+        }
+    }
+    // Its group consumed them with their fields, and committed them.
+    let records = report["records"].as_array().unwrap();
+    assert_eq!(records.len(), 20);
+    for record in records {
+        let i: i64 = record["key"].as_str().unwrap()[1..].parse().unwrap();
+        assert_eq!(record["partition"], i % 2);
+        assert_eq!(record["timestamp"], first_timestamp + i);
+        assert_eq!(record["headers"], serde_json::json!([["n", i.to_string()]]));
+    }
+    let lag = client.lag("aio", "aio-group").await.unwrap();
     assert!(
         lag.iter().all(|row| row.lag == 0 && row.committed == 10),
         "{lag:?}"

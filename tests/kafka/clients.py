@@ -10,6 +10,7 @@ the broker's own client. Every wait is bounded; a failure exits non-zero saying 
     clients.py consume BOOTSTRAP TOPIC PARTITIONS COUNT [--reset earliest|latest]
     clients.py python-roundtrip BOOTSTRAP TOPIC COUNT
     clients.py python-group BOOTSTRAP TOPIC GROUP COUNT
+    clients.py aio-roundtrip BOOTSTRAP TOPIC GROUP COUNT
     clients.py offsets-for-time BOOTSTRAP TOPIC PARTITION TIMESTAMP_MS
     clients.py create BOOTSTRAP TOPIC PARTITIONS
     clients.py group BOOTSTRAP TOPIC GROUP COUNT [--consumers N]
@@ -211,6 +212,75 @@ def python_group(args):
     if len(got) != args.count:
         fail(f"kafka-python's group consumer got {len(got)} of {args.count}")
     print(json.dumps({"records": got}))
+
+
+def aio_roundtrip(args):
+    """aiokafka: an idempotent producer sends COUNT keyed records with a header and a time to
+    partitions 0 and 1 by turns; then a consumer of GROUP, alone in it, consumes them from the
+    earliest and commits."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    async def run():
+        producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap, enable_idempotence=True)
+        await producer.start()
+        try:
+            now = int(time.time() * 1000) - 60_000
+            sent = await asyncio.wait_for(
+                asyncio.gather(
+                    *[
+                        await producer.send(
+                            args.topic,
+                            key=f"k{i}".encode(),
+                            value=f"v{i}".encode(),
+                            headers=[("n", str(i).encode())],
+                            partition=i % 2,
+                            timestamp_ms=now + i,
+                        )
+                        for i in range(args.count)
+                    ]
+                ),
+                PATIENCE_S,
+            )
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(
+            args.topic,
+            bootstrap_servers=args.bootstrap,
+            group_id=args.group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
+        await consumer.start()
+        got = []
+        try:
+            deadline = time.time() + PATIENCE_S
+            while len(got) < args.count and time.time() < deadline:
+                batches = await consumer.getmany(timeout_ms=500)
+                for messages in batches.values():
+                    got.extend(
+                        {
+                            "partition": m.partition,
+                            "offset": m.offset,
+                            "key": m.key.decode(),
+                            "timestamp": m.timestamp,
+                            "headers": [[name, value.decode()] for name, value in m.headers],
+                        }
+                        for m in messages
+                    )
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+        if len(got) != args.count:
+            fail(f"aiokafka's group consumer got {len(got)} of {args.count}")
+        return {
+            "sent": [{"partition": s.partition, "offset": s.offset} for s in sent],
+            "records": got,
+            "first_timestamp": now,
+        }
+
+    print(json.dumps(asyncio.run(run())))
 
 
 def offsets_for_time(args):
@@ -425,6 +495,12 @@ def main():
     p.add_argument("group")
     p.add_argument("count", type=int)
     p.set_defaults(run=python_group)
+    p = commands.add_parser("aio-roundtrip")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("group")
+    p.add_argument("count", type=int)
+    p.set_defaults(run=aio_roundtrip)
     p = commands.add_parser("offsets-for-time")
     p.add_argument("bootstrap")
     p.add_argument("topic")
