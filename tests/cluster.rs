@@ -514,7 +514,7 @@ async fn a_node_is_added_then_removed_while_the_cluster_serves() {
         .map(|row| row["status"]["role"].as_str().unwrap_or("unreachable"))
         .collect();
     assert_eq!(
-        roles.iter().filter(|role| **role == "Leader").count(),
+        roles.iter().filter(|role| **role == "leader").count(),
         1,
         "{status:#}"
     );

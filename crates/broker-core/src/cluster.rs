@@ -4,8 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A node's role in its cluster.
+/// A node's role in its cluster. Its JSON form is the role's name in lowercase (`"leader"`),
+/// as `broker cluster status` prints it; the wire gives its index, as for every enum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum NodeRole {
     /// It takes every change and answers every broker call.
     Leader,

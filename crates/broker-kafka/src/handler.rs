@@ -275,6 +275,12 @@ impl<B: Backend> Handler<'_, B> {
                 replicas: vec![self.node_id()],
             },
             Some(view) => Placement {
+                // A leader whose address this node has not learned yet (it started a moment
+                // ago) is no leader to clients, who would not know where to go: they ask again.
+                leader: view
+                    .leader
+                    .filter(|leader| view.brokers.iter().any(|(id, _, _)| id == leader))
+                    .map(BrokerId),
                 brokers: view
                     .brokers
                     .into_iter()
@@ -283,7 +289,6 @@ impl<B: Backend> Handler<'_, B> {
                         (BrokerId(id), Endpoint { host, port })
                     })
                     .collect(),
-                leader: view.leader.map(BrokerId),
                 replicas: view.replicas.into_iter().map(BrokerId).collect(),
             },
         }
@@ -1757,31 +1762,34 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
-        // While no node leads, clients are told to ask again.
-        let electing = ClusterNode {
-            broker: broker(100),
-            leader: None,
-        };
-        let listed = metadata(
-            ask(
-                &electing,
-                12,
-                RequestKind::Metadata(MetadataRequest::default().with_topics(None)),
-            )
-            .await,
-        );
-        assert_eq!(listed.controller_id, BrokerId(-1));
-        let partition = &listed.topics[0].partitions[0];
-        assert_eq!(
-            partition.error_code,
-            ResponseError::LeaderNotAvailable.code()
-        );
-        match ask(&electing, 3, find).await {
-            Some(ResponseKind::FindCoordinator(found)) => assert_eq!(
-                found.error_code,
-                ResponseError::CoordinatorNotAvailable.code()
-            ),
-            other => panic!("unexpected {other:?}"),
+        // While no node leads, or while the leader's address is not known yet, clients are
+        // told to ask again.
+        for leader in [None, Some(1)] {
+            let electing = ClusterNode {
+                broker: broker(100),
+                leader,
+            };
+            let listed = metadata(
+                ask(
+                    &electing,
+                    12,
+                    RequestKind::Metadata(MetadataRequest::default().with_topics(None)),
+                )
+                .await,
+            );
+            assert_eq!(listed.controller_id, BrokerId(-1));
+            let partition = &listed.topics[0].partitions[0];
+            assert_eq!(
+                partition.error_code,
+                ResponseError::LeaderNotAvailable.code()
+            );
+            match ask(&electing, 3, find.clone()).await {
+                Some(ResponseKind::FindCoordinator(found)) => assert_eq!(
+                    found.error_code,
+                    ResponseError::CoordinatorNotAvailable.code()
+                ),
+                other => panic!("unexpected {other:?}"),
+            }
         }
     }
 

@@ -1,6 +1,7 @@
 //! The server's limits and timeouts, with safe defaults and one validation.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -146,6 +147,24 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The `HOST:PORT` Kafka's clients are told to reach this server's Kafka listener on, which
+    /// listens on `listening`: `--kafka-advertise` if given; in a cluster, else the host of this
+    /// node's client address with the listener's port (its peers tell clients that too); `None`
+    /// for a single server without `--kafka-advertise`, which answers each connection with the
+    /// address it came in on.
+    pub fn kafka_advertised(&self, listening: SocketAddr) -> Option<String> {
+        if let Some((host, port)) = &self.kafka_advertise {
+            return Some(format!("{host}:{port}"));
+        }
+        let client_addr = &self.cluster.as_ref()?.this_node()?.client_addr;
+        let host = client_addr
+            .rsplit_once(':')
+            .map_or(client_addr.as_str(), |(host, _)| host);
+        // As `--kafka-advertise` is kept: an IPv6 address without its brackets.
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        Some(format!("{host}:{}", listening.port()))
+    }
+
     /// Checks that a Kafka listener can serve with these settings: in a cluster, every node
     /// id must be one Kafka's clients take as a broker id (0 to 2,147,483,647).
     ///

@@ -549,11 +549,15 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
             .and_then(|kafka| kafka.local_addr().ok())
             .map(|addr| addr.to_string())
             .unwrap_or_else(|| "off".to_owned()),
-        kafka_advertised = config
-            .kafka_advertise
+        kafka_advertised = kafka_listener
             .as_ref()
-            .map(|(host, port)| format!("{host}:{port}"))
-            .unwrap_or_else(|| "the address each connection came in on".to_owned()),
+            .and_then(|kafka| kafka.local_addr().ok())
+            .map(|kafka| {
+                config
+                    .kafka_advertised(kafka)
+                    .unwrap_or_else(|| "the address each connection came in on".to_owned())
+            })
+            .unwrap_or_else(|| "off".to_owned()),
         cluster_node = config
             .cluster
             .as_ref()

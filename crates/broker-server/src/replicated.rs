@@ -84,7 +84,7 @@ impl Replica for BrokerReplica {
 /// and refused if it holds a single broker's data): binds the peer port, starts the node and
 /// the task that follows its role. `listening` is the broker port's address, checked against
 /// the client address the members list gives this node; `kafka` the Kafka listener's, if the
-/// node has one (its peers are told where it is: see [`kafka_address`]).
+/// node has one (its peers are told where it is: see [`crate::Config::kafka_advertised`]).
 ///
 /// # Errors
 /// The directory is locked, holds a single broker's data or damaged files, or the peer port
@@ -118,7 +118,7 @@ pub(crate) async fn start(
     config.segment_bytes = shared.config.segment_bytes;
     config.snapshot_every = settings.snapshot_entries;
     config.listeners = Listeners {
-        kafka: kafka.map(|kafka| kafka_address(&shared.config, this_node, kafka)),
+        kafka: kafka.and_then(|kafka| shared.config.kafka_advertised(kafka)),
     };
     config.tls = match (&settings.tls_ca, &shared.config.tls) {
         (Some(ca), Some(tls)) => Some(PeerTls::new(tls.config(), peer_client_config(ca)?)),
@@ -163,24 +163,6 @@ pub(crate) async fn start(
     let _ = shared.cluster.set(cluster);
     shared.tracker.spawn(follow_leadership(Arc::clone(shared)));
     Ok(locked)
-}
-
-/// The `HOST:PORT` this node's Kafka listener is reached at, as its peers tell Kafka's
-/// clients: `--kafka-advertise` if given, else the host of this node's client address and the
-/// port the Kafka listener listens on (`listening`).
-fn kafka_address(config: &crate::Config, this_node: &ClusterNode, listening: SocketAddr) -> String {
-    match &config.kafka_advertise {
-        Some((host, port)) => format!("{host}:{port}"),
-        None => {
-            let host = this_node
-                .client_addr
-                .rsplit_once(':')
-                .map_or(this_node.client_addr.as_str(), |(host, _)| host);
-            // As `--kafka-advertise` is kept: an IPv6 address without its brackets.
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            format!("{host}:{}", listening.port())
-        }
-    }
 }
 
 /// `settings`' own entry in its members list.
@@ -408,6 +390,8 @@ async fn follow_leadership(shared: Arc<Shared>) {
     let mut announced = false;
     // Where this node stands in the membership in force, to say when that changes.
     let mut standing = None;
+    // The other node this one last knew to lead, to say when another one does.
+    let mut known_leader = None;
     loop {
         tokio::select! {
             biased;
@@ -416,7 +400,7 @@ async fn follow_leadership(shared: Arc<Shared>) {
         }
         // One borrow at a time: a second one of the same channel while this is held could wait
         // behind the engine's next update, which waits for this one.
-        let (now_leading, term, stopped) = {
+        let (now_leading, term, leader, stopped) = {
             let metrics = watch.borrow_and_update();
             // Once, when the membership is known (the metrics change at every step of the
             // engine: nothing is copied after that).
@@ -450,7 +434,12 @@ async fn follow_leadership(shared: Arc<Shared>) {
                 Err(Fatal::Stopped) => return,
                 Err(failure) => Some(failure.to_string()),
             };
-            (cluster.leads(&metrics), metrics.current_term, stopped)
+            (
+                cluster.leads(&metrics),
+                metrics.current_term,
+                metrics.current_leader,
+                stopped,
+            )
         };
         if let Some(cause) = stopped {
             error!(
@@ -460,6 +449,13 @@ async fn follow_leadership(shared: Arc<Shared>) {
             );
             shared.signals.wake_all();
             return;
+        }
+        match leader {
+            Some(leader) if leader == cluster.node_id() => known_leader = None,
+            Some(leader) if known_leader.replace(leader) != Some(leader) => {
+                info!(leader, term, "node {leader} leads the cluster");
+            }
+            Some(_) | None => {}
         }
         if now_leading == leading {
             continue;
