@@ -243,6 +243,14 @@ struct Args {
         requires = "tls_key"
     )]
     tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(
+        long,
+        env = "BROKER_TLS_KEY",
+        value_name = "PEM",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<PathBuf>,
     /// Run as node ID of a replicated cluster (a whole number, unique in the cluster, never
     /// reused): every change is answered only once a majority of the nodes has it. Needs
     /// --cluster-members and --data-dir. Without it the server is a single broker.
@@ -311,14 +319,6 @@ struct Args {
         requires_all = ["node_id", "tls_cert"]
     )]
     cluster_tls_ca: Option<PathBuf>,
-    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
-    #[arg(
-        long,
-        env = "BROKER_TLS_KEY",
-        value_name = "PEM",
-        requires = "tls_cert"
-    )]
-    tls_key: Option<PathBuf>,
 }
 
 /// `--fsync`: when a change counts as durable (see `Fsync`).
