@@ -691,6 +691,35 @@ async fn a_group_name_is_used_by_one_protocol_at_a_time() {
     )
     .unwrap();
     assert_eq!(line.trim(), "assigned [0]");
+    // Kafka's admin clients list the groups Kafka's clients use (this one, and one with
+    // offsets and no members), by state too, and describe this one with its member's
+    // assignment. A group with native members is not listed: Kafka's clients cannot join it.
+    client
+        .commit_group("shared", "offsets-only", &[(0, 1)])
+        .await
+        .unwrap();
+    let groups = python(&["groups", &kafka, "kafka-group"]);
+    assert_eq!(
+        groups["listed"],
+        serde_json::json!([["kafka-group", "STABLE"], ["offsets-only", "EMPTY"]]),
+        "{groups}"
+    );
+    assert_eq!(
+        groups["stable"],
+        serde_json::json!([["kafka-group", "STABLE"]])
+    );
+    assert_eq!(groups["state"], "STABLE");
+    assert_eq!(groups["members"], serde_json::json!([[["shared", 0]]]));
+    assert_eq!(
+        groups["python_listed"],
+        serde_json::json!([["kafka-group", "Stable"], ["offsets-only", "Empty"]])
+    );
+    assert_eq!(groups["python_stable"], serde_json::json!(["kafka-group"]));
+    assert_eq!(groups["python_state"], "Stable");
+    assert_eq!(
+        groups["python_members"],
+        serde_json::json!([[["shared", [0]]]])
+    );
     let refused = client.join("shared", "kafka-group", "native").await;
     assert!(
         matches!(&refused, Err(broker_client::Error::Broker(broker_client::BrokerError::InvalidArgument(m))) if m.contains("Kafka")),

@@ -16,6 +16,7 @@ the broker's own client. Every wait is bounded; a failure exits non-zero saying 
     clients.py group BOOTSTRAP TOPIC GROUP COUNT [--consumers N]
     clients.py hold BOOTSTRAP TOPIC GROUP
     clients.py delete-records BOOTSTRAP TOPIC PARTITION OFFSET
+    clients.py groups BOOTSTRAP GROUP
     clients.py secure BOOTSTRAP TOPIC --protocol P [--password TOKEN] [--ca FILE]
 
 KDEBUG=eos,msg,protocol (librdkafka's debug contexts) makes `produce` log what its producer does
@@ -396,6 +397,53 @@ def delete_records(args):
     print(json.dumps({"low_watermark": future.result(PATIENCE_S).low_watermark}))
 
 
+def groups(args):
+    """Lists the groups (all of them, and those in state STABLE) and describes GROUP, through
+    confluent-kafka's AdminClient and kafka-python's KafkaAdminClient."""
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
+
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+
+    def listed(**options):
+        found = admin.list_consumer_groups(request_timeout=PATIENCE_S, **options).result()
+        if found.errors:
+            fail(f"list_consumer_groups: {found.errors}")
+        return sorted([g.group_id, g.state.name] for g in found.valid)
+
+    (described,) = admin.describe_consumer_groups([args.group]).values()
+    described = described.result(PATIENCE_S)
+    python_admin = KafkaAdminClient(bootstrap_servers=args.bootstrap)
+    python_described = python_admin.describe_groups([args.group])[args.group]
+    python_listed = python_admin.list_groups()
+    python_stable = python_admin.list_groups(states_filter=["Stable"])
+    python_admin.close()
+
+    print(
+        json.dumps(
+            {
+                "listed": listed(),
+                "stable": listed(states={ConsumerGroupState.STABLE}),
+                "state": described.state.name,
+                "members": [
+                    sorted([tp.topic, tp.partition] for tp in m.assignment.topic_partitions)
+                    for m in described.members
+                ],
+                "python_listed": sorted(
+                    [g["group_id"], g["group_state"]] for g in python_listed
+                ),
+                "python_stable": sorted(g["group_id"] for g in python_stable),
+                "python_state": python_described["group_state"],
+                "python_members": [
+                    [[p["topic"], p["partitions"]] for p in m["member_assignment"]["assigned_partitions"]]
+                    for m in python_described["members"]
+                ],
+            }
+        )
+    )
+
+
 def secure(args):
     """Produces three records and reads them back over SASL/PLAIN and TLS as asked; reports
     what came back, or the errors the clients reported (a wrong password)."""
@@ -525,6 +573,10 @@ def main():
     p.add_argument("partition", type=int)
     p.add_argument("offset", type=int)
     p.set_defaults(run=delete_records)
+    p = commands.add_parser("groups")
+    p.add_argument("bootstrap")
+    p.add_argument("group")
+    p.set_defaults(run=groups)
     p = commands.add_parser("secure")
     p.add_argument("bootstrap")
     p.add_argument("topic")

@@ -42,7 +42,7 @@ pub fn supported_apis() -> &'static [SupportedApi] {
         api(ApiKey::OffsetCommit, 2, 7),
         api(ApiKey::OffsetFetch, 1, 7),
         api(ApiKey::DescribeGroups, 0, 4),
-        api(ApiKey::ListGroups, 0, 3),
+        api(ApiKey::ListGroups, 0, 4),
         api(ApiKey::DeleteRecords, 0, 2),
         // Version 0 sends the mechanism's bytes outside Kafka's framing; version 1 sends them
         // in SaslAuthenticate.

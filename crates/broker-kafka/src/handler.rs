@@ -40,10 +40,10 @@ use kafka_protocol::messages::{
     DescribeGroupsResponse, FetchRequest, FetchResponse, FindCoordinatorRequest,
     FindCoordinatorResponse, GroupId, HeartbeatResponse, InitProducerIdRequest,
     InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
-    LeaveGroupResponse, ListGroupsResponse, ListOffsetsRequest, ListOffsetsResponse,
-    MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse,
-    OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse, ProducerId,
-    RequestKind, ResponseKind, SyncGroupRequest, SyncGroupResponse, TopicName,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, ListOffsetsRequest,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse,
+    ProducerId, RequestKind, ResponseKind, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -209,7 +209,9 @@ impl<B: Backend> Handler<'_, B> {
             RequestKind::DescribeGroups(request) => {
                 ResponseKind::DescribeGroups(self.describe_groups(&request).await)
             }
-            RequestKind::ListGroups(_) => ResponseKind::ListGroups(self.list_groups().await),
+            RequestKind::ListGroups(request) => {
+                ResponseKind::ListGroups(self.list_groups(&request).await)
+            }
             RequestKind::DeleteRecords(request) => {
                 ResponseKind::DeleteRecords(self.delete_records(request).await)
             }
@@ -1192,13 +1194,19 @@ impl<B: Backend> Handler<'_, B> {
         )
     }
 
-    async fn list_groups(&self) -> ListGroupsResponse {
+    /// Every group, with members or with committed offsets, in the states asked for (every
+    /// state when none is).
+    async fn list_groups(&self, request: &ListGroupsRequest) -> ListGroupsResponse {
         let mut listed = self.coordinator.list();
         for name in self.memberless_groups().await {
             if !listed.iter().any(|(group, _, _)| *group == name) {
                 listed.push((name, CONSUMER.to_owned(), EMPTY));
             }
         }
+        let wanted = &request.states_filter;
+        listed.retain(|(_, _, state)| {
+            wanted.is_empty() || wanted.iter().any(|asked| asked.eq_ignore_ascii_case(state))
+        });
         listed.sort();
         ListGroupsResponse::default().with_groups(
             listed
@@ -1924,12 +1932,28 @@ mod tests {
     async fn groups_with_committed_offsets_and_no_members_are_listed_as_empty() {
         let broker = broker(100);
         broker.commit_group("t", "kafka-app", &[(0, 0)]).unwrap();
-        let listed = match ask(&broker, 3, RequestKind::ListGroups(Default::default())).await {
-            Some(ResponseKind::ListGroups(response)) => response.groups,
-            other => panic!("unexpected {other:?}"),
+        let list = |states: &[&'static str]| {
+            let request = ListGroupsRequest::default().with_states_filter(
+                states
+                    .iter()
+                    .map(|state| StrBytes::from_static_str(state))
+                    .collect(),
+            );
+            let broker = &broker;
+            async move {
+                match ask(broker, 4, RequestKind::ListGroups(request)).await {
+                    Some(ResponseKind::ListGroups(response)) => response.groups,
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
         };
-        assert_eq!(listed.len(), 1);
-        assert_eq!(listed[0].group_id.as_str(), "kafka-app");
+        for states in [&[][..], &["Empty"], &["Stable", "empty"]] {
+            let listed = list(states).await;
+            assert_eq!(listed.len(), 1, "{states:?}");
+            assert_eq!(listed[0].group_id.as_str(), "kafka-app");
+            assert_eq!(listed[0].group_state.as_str(), "Empty");
+        }
+        assert!(list(&["Stable"]).await.is_empty());
         let request = DescribeGroupsRequest::default()
             .with_groups(vec![GroupId(StrBytes::from_static_str("kafka-app"))]);
         let described = match ask(&broker, 4, RequestKind::DescribeGroups(request)).await {
