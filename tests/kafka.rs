@@ -361,6 +361,38 @@ async fn aiokafka_produces_idempotently_and_consumes_in_a_group() {
 }
 
 #[tokio::test]
+async fn admin_clients_describe_a_topics_settings_as_configs() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    client
+        .create_topic(
+            "configured",
+            1,
+            KeyHash::Murmur2,
+            &[
+                broker_client::TopicSetting::Retention(broker_client::Retention::Limits),
+                broker_client::TopicSetting::MaxAgeMs(3_600_000),
+                broker_client::TopicSetting::MaxRecords(1000),
+            ],
+        )
+        .await
+        .unwrap();
+    let described = python(&["configs", &kafka, "configured"]);
+    let expected = serde_json::json!({
+        "cleanup.policy": "delete",
+        "retention.ms": "3600000",
+        "retention.bytes": "-1",
+        "broker.retention": "limits",
+        "broker.max.records": "1000",
+        "broker.discard": "old",
+    });
+    assert_eq!(described["confluent"], expected, "{described}");
+    assert_eq!(described["python"], expected, "{described}");
+}
+
+#[tokio::test]
 async fn every_compression_codec_is_stored_as_plain_records() {
     if !clients_installed() {
         return;

@@ -17,6 +17,7 @@ the broker's own client. Every wait is bounded; a failure exits non-zero saying 
     clients.py hold BOOTSTRAP TOPIC GROUP
     clients.py delete-records BOOTSTRAP TOPIC PARTITION OFFSET
     clients.py groups BOOTSTRAP GROUP
+    clients.py configs BOOTSTRAP TOPIC
     clients.py secure BOOTSTRAP TOPIC --protocol P [--password TOKEN] [--ca FILE]
 
 KDEBUG=eos,msg,protocol (librdkafka's debug contexts) makes `produce` log what its producer does
@@ -444,6 +445,34 @@ def groups(args):
     )
 
 
+def configs(args):
+    """TOPIC's configs as confluent-kafka's AdminClient and kafka-python's KafkaAdminClient
+    describe them: {name: value} from each."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+    from kafka.admin import ConfigResource as PythonResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    (future,) = admin.describe_configs(
+        [ConfigResource(ResourceType.TOPIC, args.topic)], request_timeout=PATIENCE_S
+    ).values()
+    confluent = {name: entry.value for name, entry in future.result(PATIENCE_S).items()}
+    python_admin = KafkaAdminClient(bootstrap_servers=args.bootstrap)
+    described = python_admin.describe_configs(
+        [PythonResource(ConfigResourceType.TOPIC, args.topic)], config_filter="All"
+    )
+    python_admin.close()
+    (python,) = [topics[args.topic] for topics in described.values()]
+    print(
+        json.dumps(
+            {
+                "confluent": confluent,
+                "python": {name: config["value"] for name, config in python.items()},
+            }
+        )
+    )
+
+
 def secure(args):
     """Produces three records and reads them back over SASL/PLAIN and TLS as asked; reports
     what came back, or the errors the clients reported (a wrong password)."""
@@ -577,6 +606,10 @@ def main():
     p.add_argument("bootstrap")
     p.add_argument("group")
     p.set_defaults(run=groups)
+    p = commands.add_parser("configs")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.set_defaults(run=configs)
     p = commands.add_parser("secure")
     p.add_argument("bootstrap")
     p.add_argument("topic")

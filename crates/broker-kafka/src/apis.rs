@@ -44,6 +44,7 @@ pub fn supported_apis() -> &'static [SupportedApi] {
         api(ApiKey::DescribeGroups, 0, 4),
         api(ApiKey::ListGroups, 0, 4),
         api(ApiKey::DeleteRecords, 0, 2),
+        api(ApiKey::DescribeConfigs, 1, 4),
         // Version 0 sends the mechanism's bytes outside Kafka's framing; version 1 sends them
         // in SaslAuthenticate.
         api(ApiKey::SaslHandshake, 1, 1),

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use broker_core::{
-    Command, KeyHash, Outcome, PartitionBatch, PartitionRead, PublishRecord, Retention,
-    TopicDescription, TopicSetting, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
+    Command, KeyHash, Outcome, PartitionBatch, PartitionRead, PublishRecord, TopicDescription,
+    MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
 };
 use broker_proto::ErrorReply;
 use bytes::Bytes;
@@ -49,6 +49,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::apis::api_versions;
+use crate::configs;
 use crate::elsewhere::refuse_group_request;
 use crate::errors::{code, kafka_error};
 use crate::groups::{Coordinator, Join, DEAD};
@@ -91,9 +92,6 @@ const CONSUMER: &str = "consumer";
 
 /// How many times the largest frame a produced batch may decompress to.
 const INFLATE_FACTOR: usize = 4;
-
-/// Kafka's default retention of a topic: seven days.
-const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
 /// Where clients reach this listener: the host and port Metadata answers with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,6 +212,14 @@ impl<B: Backend> Handler<'_, B> {
             }
             RequestKind::DeleteRecords(request) => {
                 ResponseKind::DeleteRecords(self.delete_records(request).await)
+            }
+            RequestKind::DescribeConfigs(request) => {
+                let topics = self
+                    .backend
+                    .topics()
+                    .await
+                    .map_err(|refusal| refused(&refusal));
+                ResponseKind::DescribeConfigs(configs::describe_configs(&request, &topics))
             }
             // `frame::parse` lets through only the APIs `apis::supported_apis` lists, each
             // handled above.
@@ -819,7 +825,7 @@ impl<B: Backend> Handler<'_, B> {
                         .to_owned(),
                 );
             }
-            let settings = match topic_settings(&topic.configs) {
+            let settings = match configs::topic_settings(&topic.configs) {
                 Ok(settings) => settings,
                 Err(text) => return refused(ResponseError::InvalidConfig, text),
             };
@@ -1393,68 +1399,6 @@ fn refused_partition(
         .with_error_message(message(text))
 }
 
-/// The settings of a topic created through Kafka: limits retention, as Kafka's topics have,
-/// for seven days unless `retention.ms` says otherwise (`-1`: forever), and up to
-/// `retention.bytes` per partition when given. Other configs are refused, naming them.
-fn topic_settings(
-    configs: &[kafka_protocol::messages::create_topics_request::CreatableTopicConfig],
-) -> Result<Vec<TopicSetting>, String> {
-    let mut max_age_ms = Some(DEFAULT_RETENTION_MS);
-    let mut max_bytes = None;
-    for config in configs {
-        let value = config.value.as_ref().map(|value| value.as_str().to_owned());
-        let number = || {
-            value
-                .as_deref()
-                .and_then(|value| value.parse::<i64>().ok())
-                .ok_or_else(|| {
-                    format!(
-                        "{} must be a whole number, got {:?}",
-                        config.name.as_str(),
-                        value.as_deref().unwrap_or("null")
-                    )
-                })
-        };
-        match config.name.as_str() {
-            // What every topic of the broker does anyway.
-            "cleanup.policy" if value.as_deref() == Some("delete") => {}
-            "min.insync.replicas" if value.as_deref() == Some("1") => {}
-            "retention.ms" => {
-                max_age_ms = match number()? {
-                    -1 => None,
-                    ms if ms > 0 => Some(ms as u64),
-                    ms => return Err(format!("retention.ms must be -1 or positive, got {ms}")),
-                }
-            }
-            "retention.bytes" => {
-                max_bytes = match number()? {
-                    -1 => None,
-                    bytes if bytes > 0 => Some(bytes as u64),
-                    bytes => {
-                        return Err(format!(
-                            "retention.bytes must be -1 or positive, got {bytes}"
-                        ))
-                    }
-                }
-            }
-            other => {
-                return Err(format!(
-                    "topic config {other}={} is not supported (supported: retention.ms, \
-                     retention.bytes, cleanup.policy=delete, min.insync.replicas=1)",
-                    value.as_deref().unwrap_or("null")
-                ))
-            }
-        }
-    }
-    let mut settings = vec![
-        TopicSetting::Retention(Retention::Limits),
-        TopicSetting::Discard(broker_core::Discard::Old),
-    ];
-    settings.extend(max_age_ms.map(TopicSetting::MaxAgeMs));
-    settings.extend(max_bytes.map(TopicSetting::MaxBytes));
-    Ok(settings)
-}
-
 /// An outcome no command of the listener can have had: a bug, answered as the server's error.
 #[cold]
 fn unexpected(outcome: &Outcome) -> ErrorReply {
@@ -1862,6 +1806,14 @@ mod tests {
             ApiKey::DescribeGroups => RequestKind::DescribeGroups(DescribeGroupsRequest::default()),
             ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
             ApiKey::DeleteRecords => RequestKind::DeleteRecords(DeleteRecordsRequest::default()),
+            // A topic's configs, so that the answer has some to encode.
+            ApiKey::DescribeConfigs => RequestKind::DescribeConfigs(
+                DescribeConfigsRequest::default().with_resources(vec![
+                    describe_configs_request::DescribeConfigsResource::default()
+                        .with_resource_type(2)
+                        .with_resource_name(StrBytes::from_static_str("t")),
+                ]),
+            ),
             other => panic!("{other:?} is not supported: add it here"),
         }
     }

@@ -16,6 +16,7 @@
 //! - `apis`: the API keys and versions the listener speaks, and the `ApiVersions` answer;
 //! - `records`: Kafka's record batches to the broker's records and back;
 //! - `errors`: the broker's refusals as Kafka error codes;
+//! - `configs`: Kafka's topic configs and the broker's topic settings;
 //! - `elsewhere`: a cluster node's answers to group requests while another node leads;
 //! - `handler`: what each request does, through the [`Backend`];
 //! - `connection`: one client's connection, request after request, answered in order.
@@ -25,6 +26,7 @@
 
 mod apis;
 mod backend;
+mod configs;
 mod connection;
 mod decompress;
 mod elsewhere;
