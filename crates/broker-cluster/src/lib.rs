@@ -421,7 +421,7 @@ impl Cluster {
 
     /// Every member's Kafka address as last heard: this node's own (from
     /// [`ClusterConfig::listeners`]) and each peer's answer to the question this node asks
-    /// every 2 seconds. A member without a Kafka listener, or not heard from yet, is absent.
+    /// every 2 seconds (more often just after it starts). A member without a Kafka listener, or not heard from yet, is absent.
     pub fn kafka_addresses(&self) -> BTreeMap<NodeId, String> {
         self.kafka_addresses.snapshot()
     }

@@ -21,6 +21,13 @@ const ASK_EVERY: Duration = Duration::from_secs(2);
 /// How long it waits for each peer's answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
+/// How often it asks in its first seconds while some peer has not answered yet (they may be
+/// starting too), so that a node that starts lists every node within a moment.
+const ASK_SOON: Duration = Duration::from_millis(200);
+
+/// How long after the start a node asks every [`ASK_SOON`] rather than every [`ASK_EVERY`].
+const STARTING: Duration = Duration::from_secs(10);
+
 /// The Kafka addresses of the members, as last heard from each.
 #[derive(Debug, Default)]
 pub(crate) struct KafkaAddresses {
@@ -54,6 +61,7 @@ pub(crate) async fn learn(
     stop: CancellationToken,
 ) {
     let (own_id, own_listeners) = own;
+    let started = tokio::time::Instant::now();
     let mut links: BTreeMap<NodeId, (String, PeerLink)> = BTreeMap::new();
     loop {
         let members: BTreeMap<NodeId, ClusterNode> = metrics
@@ -77,6 +85,9 @@ pub(crate) async fn learn(
                 .map(|(id, (_, link))| async { (*id, link.listeners(ANSWER_WITHIN).await) }),
         )
         .await;
+        // (No peers yet may be a membership not loaded yet.)
+        let everyone_answered =
+            !answers.is_empty() && answers.iter().all(|(_, answer)| answer.is_ok());
         let mut known = addresses.snapshot();
         known.retain(|id, _| members.contains_key(id));
         for (id, answer) in answers {
@@ -95,9 +106,13 @@ pub(crate) async fn learn(
             None => known.remove(&own_id),
         };
         addresses.replace(known);
+        let again = match everyone_answered || started.elapsed() > STARTING {
+            true => ASK_EVERY,
+            false => ASK_SOON,
+        };
         tokio::select! {
             () = stop.cancelled() => return,
-            () = tokio::time::sleep(ASK_EVERY) => {}
+            () = tokio::time::sleep(again) => {}
         }
     }
 }
