@@ -41,6 +41,11 @@ pub trait Backend: Send + Sync {
     /// runs alone.
     fn cluster(&self) -> Option<ClusterView>;
 
+    /// Whether this server coordinates Kafka's groups now: a server that runs alone does, a
+    /// node of a cluster while it leads (the leader coordinates every group). Asked before
+    /// every group request, so it must be cheap.
+    fn coordinates_groups(&self) -> bool;
+
     /// Whether a connection must authenticate (SASL/PLAIN) before anything but the API
     /// versions.
     fn requires_authentication(&self) -> bool;
@@ -63,6 +68,10 @@ impl Backend for EventBroker {
 
     fn cluster(&self) -> Option<ClusterView> {
         None
+    }
+
+    fn coordinates_groups(&self) -> bool {
+        true
     }
 
     fn requires_authentication(&self) -> bool {

@@ -91,6 +91,12 @@ where
         let (answer, close) = match reply {
             Reply::Send(answer) => (answer, false),
             Reply::Nothing => continue,
+            Reply::Close => {
+                debug!(
+                    "closing the connection of a producer without acks whose records were refused"
+                );
+                return Ok(answered);
+            }
             Reply::SendAndClose(answer) => (answer, true),
         };
         tokio::time::timeout(settings.write_timeout, framed.send(answer))
@@ -109,6 +115,8 @@ enum Reply {
     Send(Bytes),
     /// Nothing (a produce with `acks=0`).
     Nothing,
+    /// Nothing, then close the connection (a refused produce with `acks=0`).
+    Close,
     /// This answer, then close the connection (a client that did not authenticate).
     SendAndClose(Bytes),
 }
@@ -138,6 +146,7 @@ async fn reply<B: Backend>(
                         &response,
                     )?),
                     Answer::Nothing => Reply::Nothing,
+                    Answer::Close => Reply::Close,
                     Answer::Refused(error) => Reply::Send(encode_refusal(correlation_id, error)),
                 },
                 Gate::Answer(response) => Reply::Send(encode_response(

@@ -51,7 +51,7 @@ use kafka_protocol::ResponseError;
 use crate::apis::api_versions;
 use crate::configs;
 use crate::elsewhere::refuse_group_request;
-use crate::errors::{code, kafka_error};
+use crate::errors::{code, coordinator_error, kafka_error};
 use crate::groups::{Coordinator, Join, DEAD};
 use crate::ids::new_producer_id;
 use crate::records::{decode_produced, encode_fetched, Produced, RecordsError};
@@ -120,6 +120,10 @@ pub(crate) enum Answer {
     Response(Box<ResponseKind>),
     /// Nothing: a produce with `acks=0`.
     Nothing,
+    /// Nothing, and the connection closes: a produce with `acks=0` that was refused, as
+    /// Kafka's brokers do, since the closing is the client's only sign that it should ask for
+    /// metadata again (a partition's leader moved, say).
+    Close,
     /// Its correlation id and this error alone: a request of an API the listener does not
     /// handle.
     Refused(ResponseError),
@@ -144,8 +148,8 @@ impl<B: Backend> Handler<'_, B> {
         client_id: &str,
         request: RequestKind,
     ) -> Answer {
-        if let Some(error) = self.not_coordinator() {
-            if let Some(refused) = refuse_group_request(&request, error) {
+        if !self.backend.coordinates_groups() {
+            if let Some(refused) = refuse_group_request(&request, ResponseError::NotCoordinator) {
                 return Answer::Response(Box::new(refused));
             }
         }
@@ -158,7 +162,16 @@ impl<B: Backend> Handler<'_, B> {
                 let acks = request.acks;
                 let response = self.produce(request).await;
                 if acks == 0 {
-                    return Answer::Nothing;
+                    let refused = response
+                        .responses
+                        .iter()
+                        .flat_map(|topic| &topic.partition_responses)
+                        .any(|partition| partition.error_code != 0);
+                    return if refused {
+                        Answer::Close
+                    } else {
+                        Answer::Nothing
+                    };
                 }
                 ResponseKind::Produce(response)
             }
@@ -300,15 +313,6 @@ impl<B: Backend> Handler<'_, B> {
                 replicas: view.replicas.into_iter().map(BrokerId).collect(),
             },
         }
-    }
-
-    /// Why this server does not coordinate groups now: it is a node of a cluster that does
-    /// not lead (the leader coordinates every group); `None` when it does.
-    fn not_coordinator(&self) -> Option<ResponseError> {
-        self.backend
-            .cluster()
-            .filter(|view| view.leader != Some(self.settings.node_id))
-            .map(|_| ResponseError::NotCoordinator)
     }
 
     async fn metadata(&self, request: MetadataRequest, version: i16) -> MetadataResponse {
@@ -908,7 +912,7 @@ impl<B: Backend> Handler<'_, B> {
         match self.has_native_members(&group).await {
             Ok(false) => {}
             Ok(true) => return refused(ResponseError::InconsistentGroupProtocol),
-            Err(refusal) => return refused(kafka_error(&refusal)),
+            Err(refusal) => return refused(coordinator_error(&refusal)),
         }
         let session_timeout = millis(request.session_timeout_ms);
         // Version 0 has no rebalance timeout: it is the session timeout.
@@ -1062,7 +1066,7 @@ impl<B: Backend> Handler<'_, B> {
                             {
                                 Some(ResponseError::InconsistentGroupProtocol)
                             }
-                            Err(refusal) => Some(kafka_error(&refusal)),
+                            Err(refusal) => Some(coordinator_error(&refusal)),
                         }
                     }
                 };
@@ -1092,7 +1096,8 @@ impl<B: Backend> Handler<'_, B> {
         let described = match self.describe(None).await {
             Ok(topics) => topics,
             Err(refusal) => {
-                return OffsetFetchResponse::default().with_error_code(kafka_error(&refusal).code())
+                return OffsetFetchResponse::default()
+                    .with_error_code(coordinator_error(&refusal).code())
             }
         };
         // What the group committed on each partition of each topic it has a group of the
@@ -1448,6 +1453,14 @@ mod tests {
         version: i16,
         request: RequestKind,
     ) -> Option<ResponseKind> {
+        match answer(broker, version, request).await {
+            Answer::Response(response) => Some(*response),
+            Answer::Nothing | Answer::Close => None,
+            Answer::Refused(error) => panic!("refused: {error:?}"),
+        }
+    }
+
+    async fn answer<B: Backend>(broker: &B, version: i16, request: RequestKind) -> Answer {
         let settings = settings();
         let coordinator = Coordinator::default();
         let handler = Handler {
@@ -1457,11 +1470,7 @@ mod tests {
             endpoint: endpoint(),
             client_host: "/127.0.0.1".into(),
         };
-        match handler.handle(version, "test", request).await {
-            Answer::Response(response) => Some(*response),
-            Answer::Nothing => None,
-            Answer::Refused(error) => panic!("refused: {error:?}"),
-        }
+        handler.handle(version, "test", request).await
     }
 
     /// A record batch of `count` records, of `producer` from `sequence` when given.
@@ -1561,10 +1570,17 @@ mod tests {
     #[tokio::test]
     async fn acks_0_is_stored_and_answered_by_nothing() {
         let broker = broker(100);
-        assert!(ask(&broker, 9, produce(0, "t", 0, batch(2, None)))
-            .await
-            .is_none());
+        assert!(matches!(
+            answer(&broker, 9, produce(0, "t", 0, batch(2, None))).await,
+            Answer::Nothing
+        ));
         assert_eq!(broker.end_offset("t", 0).unwrap(), 2);
+        // Refused (a partition it does not have): the connection closes, so that the client
+        // asks for metadata again.
+        assert!(matches!(
+            answer(&broker, 9, produce(0, "t", 7, batch(2, None))).await,
+            Answer::Close
+        ));
         let bad = produced(ask(&broker, 9, produce(5, "t", 0, batch(1, None))).await);
         assert_eq!(bad.error_code, ResponseError::InvalidRequiredAcks.code());
     }
@@ -1651,6 +1667,11 @@ mod tests {
                 leader: self.leader,
                 replicas: vec![0, 2],
             })
+        }
+
+        /// The node asked is node 0 (the test settings' node id).
+        fn coordinates_groups(&self) -> bool {
+            self.leader == Some(0)
         }
 
         fn requires_authentication(&self) -> bool {

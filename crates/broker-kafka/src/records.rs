@@ -63,7 +63,8 @@ pub(crate) fn decode_produced(
         sets.push(set);
     }
     let mut records = Vec::new();
-    let mut idempotent = None;
+    // The producer's id, epoch and first sequence number, as the first record gives them.
+    let mut idempotent: Option<(i64, i16, i32)> = None;
     for record in sets.into_iter().flat_map(|set| set.records) {
         if record.transactional || record.control {
             return Err(RecordsError::Transactional);
@@ -76,13 +77,10 @@ pub(crate) fn decode_produced(
                             .to_owned(),
                     ));
                 }
-                idempotent = Some((
-                    native_producer(record.producer_id, record.producer_epoch),
-                    record.sequence,
-                ));
+                idempotent = Some((record.producer_id, record.producer_epoch, record.sequence));
             }
-            Some((producer, first))
-                if producer != native_producer(record.producer_id, record.producer_epoch)
+            Some((producer, epoch, first))
+                if (producer, epoch) != (record.producer_id, record.producer_epoch)
                     || record.sequence != first.wrapping_add(records.len() as i32) =>
             {
                 return Err(RecordsError::Corrupt(
@@ -109,7 +107,8 @@ pub(crate) fn decode_produced(
         });
     }
     Ok(Produced {
-        idempotent,
+        idempotent: idempotent
+            .map(|(producer, epoch, first)| (native_producer(producer, epoch), first)),
         records,
     })
 }

@@ -236,6 +236,12 @@ impl Backend for ServerBackend {
         })
     }
 
+    fn coordinates_groups(&self) -> bool {
+        self.shared
+            .cluster()
+            .is_none_or(|cluster| cluster.is_leader())
+    }
+
     fn requires_authentication(&self) -> bool {
         self.shared.config.auth_token.is_some()
     }
