@@ -1473,19 +1473,25 @@ mod tests {
         handler.handle(version, "test", request).await
     }
 
-    /// A record batch of `count` records, of `producer` from `sequence` when given.
+    /// A record batch of `count` records, of `producer` (at epoch 0) from `sequence` when
+    /// given.
     fn batch(count: i64, producer: Option<(i64, i32)>) -> Bytes {
+        batch_at_epoch(count, producer.map(|(id, first)| (id, 0, first)))
+    }
+
+    /// A record batch of `count` records, of `producer` at `epoch` from `sequence` when given.
+    fn batch_at_epoch(count: i64, producer: Option<(i64, i16, i32)>) -> Bytes {
         let records: Vec<Record> = (0..count)
             .map(|i| Record {
                 transactional: false,
                 control: false,
                 delete_horizon: false,
                 partition_leader_epoch: 0,
-                producer_id: producer.map_or(-1, |(id, _)| id),
-                producer_epoch: producer.map_or(-1, |_| 0),
+                producer_id: producer.map_or(-1, |(id, _, _)| id),
+                producer_epoch: producer.map_or(-1, |(_, epoch, _)| epoch),
                 timestamp_type: TimestampType::Creation,
                 offset: i,
-                sequence: producer.map_or(-1, |(_, first)| first + i as i32),
+                sequence: producer.map_or(-1, |(_, _, first)| first + i as i32),
                 timestamp: 1_000 + i,
                 key: None,
                 value: Some(Bytes::from(format!("r{i}"))),
@@ -1565,6 +1571,14 @@ mod tests {
             ResponseError::OutOfOrderSequenceNumber.code()
         );
         assert_eq!(broker.end_offset("t", 1).unwrap(), 5);
+        // The producer bumps its epoch (as librdkafka does when it cannot tell what became
+        // of a batch) and numbers its batches from zero again: stored, and de-duplicated.
+        let bumped = || produce(-1, "t", 1, batch_at_epoch(2, Some((7, 1, 0))));
+        let after_bump = produced(ask(&broker, 9, bumped()).await);
+        assert_eq!((after_bump.error_code, after_bump.base_offset), (0, 5));
+        let retried = produced(ask(&broker, 9, bumped()).await);
+        assert_eq!((retried.error_code, retried.base_offset), (0, 5));
+        assert_eq!(broker.end_offset("t", 1).unwrap(), 7);
     }
 
     #[tokio::test]
