@@ -246,6 +246,40 @@ fn describe_members(members: &BTreeMap<NodeId, ClusterNode>) -> String {
         .join(",")
 }
 
+/// How long a voter goes without knowing a leader before it says so.
+const LEADERLESS_WARNING: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether a voter has known no leader for long, to warn once each time it happens: it cannot
+/// reach a majority, or it was removed from the cluster without hearing of it (a follower
+/// removed while the leader could not tell it, which then campaigns on its own).
+#[derive(Debug, Default)]
+struct Leaderless {
+    since: Option<std::time::Instant>,
+    warned: bool,
+}
+
+impl Leaderless {
+    /// Takes the node's state at a change of its consensus engine: `settled` when it knows a
+    /// leader or is no voter (a node waiting to be added knows none and says so elsewhere).
+    fn observe(&mut self, settled: bool, term: u64) {
+        if settled {
+            *self = Leaderless::default();
+            return;
+        }
+        let since = *self.since.get_or_insert_with(std::time::Instant::now);
+        if !self.warned && since.elapsed() >= LEADERLESS_WARNING {
+            self.warned = true;
+            warn!(
+                term,
+                "this node has known no leader for {} s: it reaches no majority of the voters \
+                 (are they running, and can it reach their peer ports?), or it was removed \
+                 from the cluster while it could not hear of it (then stop it)",
+                LEADERLESS_WARNING.as_secs()
+            );
+        }
+    }
+}
+
 /// Where a node stands in the membership in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Standing {
@@ -392,6 +426,8 @@ async fn follow_leadership(shared: Arc<Shared>) {
     let mut standing = None;
     // The other node this one last knew to lead, to say when another one does.
     let mut known_leader = None;
+    // Since when this voter knows no leader, and whether it said so.
+    let mut leaderless = Leaderless::default();
     loop {
         tokio::select! {
             biased;
@@ -450,6 +486,7 @@ async fn follow_leadership(shared: Arc<Shared>) {
             shared.signals.wake_all();
             return;
         }
+        leaderless.observe(leader.is_some() || standing != Some(Standing::Voter), term);
         match leader {
             Some(leader) if leader == cluster.node_id() => known_leader = None,
             Some(leader) if known_leader.replace(leader) != Some(leader) => {
