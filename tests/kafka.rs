@@ -1029,12 +1029,15 @@ async fn a_cluster_sends_kafka_clients_to_its_leader_and_keeps_every_record_thro
     let client = nodes.client().await;
     client.create("replicated", 3).await.unwrap();
     // A follower lists every node (each learns the others' Kafka addresses within seconds) and
-    // the leader as every partition's leader.
+    // the leader as every partition's leader, once it has applied the topic's creation.
     let follower_kafka = kafka_addr(&nodes, follower);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let metadata = loop {
         let metadata = kcat_metadata(&follower_kafka);
-        if metadata["brokers"].as_array().unwrap().len() == 3 {
+        let listed = metadata["topics"]
+            .as_array()
+            .is_some_and(|topics| topics.iter().any(|topic| topic["topic"] == "replicated"));
+        if metadata["brokers"].as_array().unwrap().len() == 3 && listed {
             break metadata;
         }
         assert!(std::time::Instant::now() < deadline, "{metadata}");
