@@ -7,6 +7,8 @@
 #  - then KILLS failovers: the leader is killed with kill -9 and the time until a publish
 #    through a client given every node's address is stored again is measured (then the killed
 #    node is started again from its directory and the next round waits until it is back);
+#  - then TRANSFERS hand-overs: `broker cluster transfer` to the next node, and the time until
+#    it answered and a publish is stored through the new leader;
 #  - then the catch-up of a new node: a cluster (--fsync batch, a snapshot every
 #    CATCHUP_SNAPSHOT_ENTRIES entries, so that the log before the last one is gone) holding
 #    CATCHUP_RECORDS records of SIZE bytes gets a fourth node, started with --cluster-join,
@@ -17,7 +19,7 @@
 # loopback round trips, not what a network between hosts adds. Bounded work; stops what it
 # started. Directories under TMPDIR (a disk, not a tmpfs, for honest fsync figures).
 #
-#   bench/cluster.sh   # RECORDS=200000 SIZE=100 PRODUCERS=4 DEPTH=64 KILLS=20 CATCHUP_RECORDS=1000000 CATCHUP_SNAPSHOT_ENTRIES=1000
+#   bench/cluster.sh   # RECORDS=200000 SIZE=100 PRODUCERS=4 DEPTH=64 KILLS=20 TRANSFERS=20 CATCHUP_RECORDS=1000000 CATCHUP_SNAPSHOT_ENTRIES=1000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +28,7 @@ SIZE="${SIZE:-100}"
 PRODUCERS="${PRODUCERS:-4}"
 DEPTH="${DEPTH:-64}"
 KILLS="${KILLS:-20}"
+TRANSFERS="${TRANSFERS:-20}"
 CATCHUP_RECORDS="${CATCHUP_RECORDS:-1000000}"
 CATCHUP_SNAPSHOT_ENTRIES="${CATCHUP_SNAPSHOT_ENTRIES:-1000}"
 
@@ -133,6 +136,21 @@ for round in $(seq 1 "$KILLS"); do
   start_node "$leader" always
   sleep 1
 done
+
+echo "handing the leadership over $TRANSFERS times..." >&2
+handovers=()
+for round in $(seq 1 "$TRANSFERS"); do
+  leader=""
+  for _ in $(seq 1 300); do leader=$(leader_of); [ -n "$leader" ] && break; sleep 0.05; done
+  [ -n "$leader" ] || { echo "no leader before hand-over $round" >&2; exit 1; }
+  next=$((leader % 3 + 1))
+  start=$(date +%s.%N)
+  "$broker" cluster transfer "$next" >/dev/null 2>"$workdir/transfer.err" ||
+    { echo "hand-over $round to node $next failed: $(cat "$workdir/transfer.err")" >&2; exit 1; }
+  "$broker" publish failover "handover-$round" >/dev/null
+  end=$(date +%s.%N)
+  handovers+=("$(python3 -c "print(round(($end-$start)*1000))")")
+done
 stop_all
 
 echo "adding a fourth node to a cluster holding $CATCHUP_RECORDS records..." >&2
@@ -168,6 +186,13 @@ import statistics, sys
 ms = sorted(int(t) for t in sys.argv[1:])
 print(f"failover over {len(ms)} kill -9 of the leader: time until a publish is stored again, ms: "
       f"min {ms[0]}, median {statistics.median(ms):.0f}, max {ms[-1]}")
+EOF
+python3 - "${handovers[@]}" <<'EOF'
+import statistics, sys
+ms = sorted(int(t) for t in sys.argv[1:])
+print(f"hand-over over {len(ms)} `broker cluster transfer`: time until it answered and a publish "
+      f"is stored through the new leader, ms: min {ms[0]}, median {statistics.median(ms):.0f}, "
+      f"max {ms[-1]}")
 EOF
 python3 - "$start" "$end" "$CATCHUP_RECORDS" "$retained" "$segment_files" <<'EOF'
 import sys

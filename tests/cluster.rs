@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use broker_client::{
-    BrokerError, Client, ConsumeMode, Consumer, Error, ErrorReply, Producer, PublishRecord,
+    BrokerError, Client, ConsumeMode, Consumer, Error, ErrorReply, NodeRole, Producer,
+    PublishRecord,
 };
 use broker_testkit::certs::TestPki;
 use broker_testkit::cluster::{free_addr, Nodes, PATIENCE};
@@ -580,6 +581,136 @@ async fn a_node_is_added_then_removed_while_the_cluster_serves() {
     assert_eq!(voters.len(), 2, "{status:#}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_removed_while_it_runs_falls_silent() {
+    let nodes = Nodes::start(3);
+    let client = nodes.client().await;
+    assert!(client.create("t", 4).await.unwrap());
+    publish(&client, "before", 8).await;
+    settled(&nodes).await;
+    let leader = nodes.leader().await;
+    let removed = (0..3).find(|index| *index != leader).unwrap();
+    let id = removed as u64 + 1;
+    let answer = broker_cli(&nodes, &["cluster", "remove", &id.to_string()]);
+    assert!(answer.contains(&format!("node {id} removed")), "{answer}");
+
+    // Asked directly, the removed node never campaigns: it learned it no longer votes before it
+    // was removed, so its term stays the cluster's. (Removed outright, it could miss the entry
+    // that removes it and campaign on its own, its term climbing at every election timeout.)
+    let alone = Client::connect(nodes.client_addrs[removed].to_string().as_str())
+        .await
+        .unwrap();
+    let term = client.cluster_status().await.unwrap().term;
+    let watch_until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < watch_until {
+        let status = alone.cluster_status().await.unwrap();
+        assert_eq!(status.node_id, id);
+        assert_eq!(status.role, NodeRole::Learner, "{status:?}");
+        assert_eq!(status.term, term, "{status:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The two left go on, and elect among themselves.
+    publish(&client, "after", 8).await;
+    assert_eq!(stored(&client).await, 16);
+    let status = client.cluster_status().await.unwrap();
+    let members: Vec<u64> = status.members.iter().map(|member| member.node_id).collect();
+    assert_eq!(members.len(), 2, "{status:?}");
+    assert!(!members.contains(&id), "{status:?}");
+}
+
+/// Waits until every node names the same leader in the same term and the leader knows that
+/// every member holds its whole log. (A cluster that formed a moment ago may still hold an
+/// election: the node that started last can campaign once.)
+async fn settled(nodes: &Nodes) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let mut views = Vec::new();
+        for addr in &nodes.client_addrs {
+            if let Ok(client) = Client::connect(addr.to_string().as_str()).await {
+                if let Ok(status) = client.cluster_status().await {
+                    views.push(status);
+                }
+            }
+        }
+        let agreed = views.len() == nodes.client_addrs.len()
+            && views.iter().all(|view| {
+                view.leader.is_some()
+                    && (view.leader, view.term) == (views[0].leader, views[0].term)
+            });
+        let leader_view = views.iter().find(|view| Some(view.node_id) == view.leader);
+        let caught_up = leader_view.is_some_and(|view| {
+            view.members
+                .iter()
+                .all(|member| member.matched_index == view.last_log_index)
+        });
+        if agreed && caught_up {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster does not settle: {views:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_is_handed_over_to_a_chosen_voter_while_clients_publish() {
+    let nodes = Nodes::start(3);
+    let client = nodes.client().await;
+    assert!(client.create("t", 4).await.unwrap());
+    client.join("t", "g", "m").await.unwrap();
+    publish(&client, "before", 20).await;
+    settled(&nodes).await;
+    let old = nodes.leader().await;
+    let chosen = (0..3).rev().find(|index| *index != old).unwrap();
+    let id = chosen as u64 + 1;
+
+    // A producer goes on throughout, through a client of its own: its calls wait for the new
+    // leader and go on there.
+    let producer_client = nodes.client().await;
+    let producer = tokio::spawn(async move {
+        for index in 0..150 {
+            let payload = format!("during-{index}");
+            let offset = producer_client
+                .publish("t", index % 4, payload.into_bytes())
+                .await
+                .expect("publish during the hand-over");
+            assert!(offset >= 0, "refused as full");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let answer = broker_cli(&nodes, &["cluster", "transfer", &id.to_string()]);
+    assert!(
+        answer.contains(&format!("node {id} leads the cluster")),
+        "{answer}"
+    );
+    assert_eq!(nodes.leader().await, chosen);
+    producer.await.unwrap();
+
+    // Every record is stored once, the ones published during the hand-over included.
+    publish(&client, "after", 20).await;
+    let everything = drain(&client).await;
+    assert_eq!(everything.len(), 190);
+    let distinct: std::collections::BTreeSet<&String> = everything.iter().collect();
+    assert_eq!(distinct.len(), 190, "a record stored twice");
+
+    // Naming the leader changes nothing; a node that is not a voter is refused.
+    let status = client.transfer_leadership(id).await.unwrap();
+    assert_eq!(status.leader, Some(id));
+    let why = match client.transfer_leadership(9).await {
+        Err(Error::Broker(BrokerError::InvalidArgument(why))) => why,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert!(why.contains("node 9 is not a member"), "{why}");
+    // And back: the old leader takes over again.
+    let status = client.transfer_leadership(old as u64 + 1).await.unwrap();
+    assert_eq!(status.leader, Some(old as u64 + 1));
+    assert_eq!(nodes.leader().await, old);
+    assert_eq!(stored(&client).await, 190);
+}
+
 #[tokio::test]
 async fn membership_changes_are_checked() {
     let nodes = Nodes::start(3);
@@ -621,6 +752,11 @@ async fn membership_changes_are_checked() {
         .await
         .unwrap();
     let why = match alone.cluster_status().await {
+        Err(Error::Broker(BrokerError::InvalidArgument(why))) => why,
+        other => panic!("{other:?}"),
+    };
+    assert!(why.contains("runs alone"), "{why}");
+    let why = match alone.transfer_leadership(1).await {
         Err(Error::Broker(BrokerError::InvalidArgument(why))) => why,
         other => panic!("{other:?}"),
     };

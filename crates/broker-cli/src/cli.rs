@@ -197,6 +197,7 @@ impl Command {
             Command::Cluster(ClusterCommand::Status(c)) => Some(&c.connect),
             Command::Cluster(ClusterCommand::Add(c)) => Some(&c.connect),
             Command::Cluster(ClusterCommand::Remove(c)) => Some(&c.connect),
+            Command::Cluster(ClusterCommand::Transfer(c)) => Some(&c.connect),
         }
     }
 }
@@ -411,6 +412,23 @@ to make it a voter.")]
     /// Remove a node from the cluster: it no longer votes nor receives the log. Stop its
     /// process afterwards. Removing the leader makes the others elect a new one.
     Remove(Connected<RemoveNodeArgs>),
+    /// Make a voter the leader, before taking the leader's host down for maintenance, say.
+    #[command(after_help = "Example (node 2 is a voter):
+  broker cluster transfer 2
+
+The leader stops taking changes, waits until node 2 holds its whole log and the other voters
+may elect another leader (about twice the election timeout), then has node 2 elected. Calls
+made meanwhile wait for the new leader, as after a failover. If node 2 is not running or
+cannot catch up in time, the command fails saying so, and the old leader leads on.")]
+    Transfer(Connected<TransferArgs>),
+}
+
+/// `broker cluster transfer`.
+#[derive(Debug, Args)]
+pub struct TransferArgs {
+    /// The id of the voter that is to lead.
+    #[arg(value_name = "ID")]
+    pub node_id: u64,
 }
 
 /// `broker cluster status`.

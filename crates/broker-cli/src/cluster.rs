@@ -6,7 +6,7 @@ use anyhow::{anyhow, bail};
 use broker_client::{BrokerError, Client, ClusterMember, ClusterStatus, Error, NodeRole};
 use futures::future::join_all;
 
-use crate::cli::{AddNodeArgs, ClusterStatusArgs, RemoveNodeArgs};
+use crate::cli::{AddNodeArgs, ClusterStatusArgs, RemoveNodeArgs, TransferArgs};
 use crate::connect::Server;
 
 /// How long `broker cluster status` waits for each node: one that is down must not hold up the
@@ -212,6 +212,25 @@ pub async fn remove(server: &Server, args: RemoveNodeArgs) -> anyhow::Result<()>
         args.node_id,
         voters(&members)
     )?;
+    Ok(())
+}
+
+/// `broker cluster transfer`.
+pub async fn transfer(server: &Server, args: TransferArgs) -> anyhow::Result<()> {
+    let client = server.connect().await?;
+    eprintln!(
+        "handing the leadership over to node {}: the leader takes no change until it is elected",
+        args.node_id
+    );
+    let status = client.transfer_leadership(args.node_id).await?;
+    match status.leader {
+        Some(leader) => outln!("node {leader} leads the cluster (term {})", status.term)?,
+        None => outln!(
+            "the old leader follows now, and no new leader is known to it yet (term {}): \
+             `broker cluster status` shows it",
+            status.term
+        )?,
+    }
     Ok(())
 }
 

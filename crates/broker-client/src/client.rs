@@ -990,6 +990,36 @@ impl Client {
         }
     }
 
+    /// Makes voter `node_id` the cluster's leader. The leader stops taking changes, waits
+    /// until the node holds its whole log and the voters' promise to follow the old leader has
+    /// run out (about twice the election timeout: a second with the default timeouts), then has
+    /// it elected; calls made meanwhile wait for the new leader, as after a failover. Answers
+    /// with what the old leader knows of the cluster once it follows the new one. Naming the
+    /// leader itself changes nothing. Needs a server of protocol version 7.
+    ///
+    /// ```no_run
+    /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let status = client.transfer_leadership(2).await?;
+    /// assert_eq!(status.leader, Some(2));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a node that is not a voter, one that did
+    /// not catch up or win in time (the old leader then leads on), or a server that runs
+    /// alone; otherwise as [`Client::send`].
+    pub async fn transfer_leadership(&self, node_id: u64) -> Result<ClusterStatus, Error> {
+        match self
+            .send(Command::TransferLeadership { node_id }, Duration::ZERO)
+            .await?
+        {
+            Outcome::ClusterStatus(status) => Ok(status),
+            other => Err(unexpected("transfer_leadership", &other)),
+        }
+    }
+
     /// Where to find `topic` (or every topic, with `None`): the nodes of the cluster with
     /// their client addresses, and the node serving each topic. A server that runs alone lists
     /// no nodes and serves every topic itself (`leader` is `None`). Needs a server of protocol

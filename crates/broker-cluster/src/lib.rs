@@ -10,12 +10,15 @@
 //! - [`SnapshotStream`]: a snapshot, segment files included, as it travels between nodes;
 //! - [`Network`]: the links between nodes;
 //! - [`Cluster`]: one node, started from a [`ClusterConfig`]; [`Cluster::propose`] answers once
-//!   a majority has the change and it is applied here.
+//!   a majority has the change and it is applied here; [`Cluster::add_node`],
+//!   [`Cluster::remove_node`] and [`Cluster::transfer_leadership`] change who belongs and who
+//!   leads.
 //!
 //! The broker's core stays as it is: deterministic, no clock, no I/O. Time enters the log as
 //! the leader's clock, in the entries it proposes.
 
 mod codec;
+mod leadership;
 mod log_store;
 mod membership;
 mod network;
@@ -27,6 +30,7 @@ pub mod types;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -228,6 +232,9 @@ pub struct Cluster {
     raft: Raft<TypeConfig>,
     /// Whether the node had neither log nor snapshot when it started.
     started_empty: bool,
+    /// Whether this leader is handing its leadership over ([`Cluster::transfer_leadership`]):
+    /// meanwhile it takes no change.
+    handing_over: AtomicBool,
     kafka_addresses: Arc<peer_listeners::KafkaAddresses>,
     stop: CancellationToken,
     tracker: TaskTracker,
@@ -341,6 +348,7 @@ impl Cluster {
             lease: config.election_timeout * 2,
             raft,
             started_empty: fresh,
+            handing_over: AtomicBool::new(false),
             kafka_addresses,
             stop,
             tracker,
@@ -448,14 +456,17 @@ impl Cluster {
     /// Whether this node is the leader now, and has heard from a majority of the nodes within
     /// its lease (twice the election timeout): a leader cut off from the others cannot commit
     /// anything, and they elect another one meanwhile, so it answers as a follower that knows
-    /// no leader, and its clients look for the new one.
+    /// no leader, and its clients look for the new one. A leader handing its leadership over
+    /// answers so too.
     pub fn is_leader(&self) -> bool {
         self.leads(&self.raft.metrics().borrow())
     }
 
     /// [`Cluster::is_leader`] as `metrics` tell.
     pub fn leads(&self, metrics: &RaftMetrics<NodeId, ClusterNode>) -> bool {
-        metrics.state == ServerState::Leader && !self.lease_expired(metrics)
+        metrics.state == ServerState::Leader
+            && !self.lease_expired(metrics)
+            && !self.handing_over.load(Ordering::SeqCst)
     }
 
     fn lease_expired(&self, metrics: &RaftMetrics<NodeId, ClusterNode>) -> bool {
@@ -464,11 +475,13 @@ impl Cluster {
             .is_some_and(|since| u128::from(since) > self.lease.as_millis())
     }
 
-    /// Whether this node leads but has heard from no majority within its lease.
+    /// Whether this node leads but has heard from no majority within its lease, or is handing
+    /// its leadership over.
     fn is_cut_off(&self) -> bool {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
-        metrics.state == ServerState::Leader && self.lease_expired(&metrics)
+        metrics.state == ServerState::Leader
+            && (self.lease_expired(&metrics) || self.handing_over.load(Ordering::SeqCst))
     }
 
     /// A watch that changes whenever this node's view of the cluster does (role, term, leader,

@@ -11,6 +11,10 @@ use tokio::time::Instant;
 use crate::types::shared_address;
 use crate::{Cluster, ClusterNode, NodeId, ProposeError};
 
+/// How long the removal of a voter waits for it to hear that it is a learner now, before it is
+/// removed (see [`Cluster::remove_node`]).
+const LEARNER_HANDOVER: Duration = Duration::from_secs(5);
+
 impl Cluster {
     /// Adds node `id`, reached at `node`: the leader replicates the log to it as a learner (a
     /// snapshot first when the log it needs is gone), and once it has caught up, makes it a
@@ -61,28 +65,12 @@ impl Cluster {
         let added = within(deadline, wait, self.raft.add_learner(id, node, false))
             .await?
             .map_err(|error| self.write_error(error))?;
-        let since = added.log_id.index;
-        let node_id = self.node_id;
         // Caught up: it holds the entry that made it a learner. (Or this node stopped leading,
         // checked below.)
-        let waited = self
-            .raft
-            .wait(Some(deadline.saturating_duration_since(Instant::now())))
-            .metrics(
-                |metrics| {
-                    metrics.current_leader != Some(node_id)
-                        || metrics
-                            .replication
-                            .as_ref()
-                            .and_then(|replication| replication.get(&id))
-                            .copied()
-                            .flatten()
-                            .is_some_and(|matched| matched.index >= since)
-                },
-                "the new node catches up",
-            )
-            .await;
-        if waited.is_err() {
+        if !self
+            .wait_until_holds(id, added.log_id.index, deadline)
+            .await
+        {
             let status = self.status();
             let matched = status.replication.get(&id).copied().flatten();
             return Err(ProposeError::Refused(format!(
@@ -112,6 +100,12 @@ impl Cluster {
     /// once the cluster without it is committed. (A leader that removes itself stops leading
     /// then.)
     ///
+    /// Another voter is first made a learner, and given the entry that says so before it is
+    /// removed: a voter removed outright may miss the last entry (the leader stops sending to
+    /// it once the others have it) and, still a voter as far as it knows, would campaign on
+    /// its own for ever. A learner never campaigns. A voter that does not answer (it is
+    /// stopped, say) is waited for at most [`LEARNER_HANDOVER`].
+    ///
     /// # Errors
     /// [`ProposeError::NotLeader`] on a node that is not the leader;
     /// [`ProposeError::Refused`] when `id` is not a member or is the last voter, or the change
@@ -126,29 +120,76 @@ impl Cluster {
                 nodes.iter().map(|(member, _)| member).collect::<Vec<_>>()
             )));
         }
-        let change = if voters.contains(&id) {
+        let deadline = Instant::now() + wait;
+        let removed = BTreeSet::from([id]);
+        if voters.contains(&id) {
             if voters.len() == 1 {
                 return Err(ProposeError::Refused(format!(
                     "node {id} is the cluster's last voter: a cluster cannot be left without one"
                 )));
             }
-            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
-        } else {
-            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
-        };
-        within(
-            Instant::now() + wait,
-            wait,
-            self.raft.change_membership(change, false),
-        )
-        .await?
-        .map_err(|error| self.write_error(error))?;
+            if id == self.node_id {
+                // The leader holds every entry it writes, and stops leading once the cluster
+                // without it is committed: removed outright, it knows.
+                let change = ChangeMembers::RemoveVoters(removed);
+                within(deadline, wait, self.raft.change_membership(change, false))
+                    .await?
+                    .map_err(|error| self.write_error(error))?;
+                tracing::info!(node = id, "node removed from the cluster");
+                return Ok(());
+            }
+            let change = ChangeMembers::RemoveVoters(removed.clone());
+            let demoted = within(deadline, wait, self.raft.change_membership(change, true))
+                .await?
+                .map_err(|error| self.write_error(error))?;
+            let handover = deadline.min(Instant::now() + LEARNER_HANDOVER);
+            // One that does not hear of it in time is removed all the same: it is stopped, or cut
+            // off.
+            if !self
+                .wait_until_holds(id, demoted.log_id.index, handover)
+                .await
+            {
+                tracing::warn!(
+                    node = id,
+                    "node {id} did not hear in time that it no longer votes; it is removed all \
+                     the same: if it runs, stop it (it may campaign on its own)"
+                );
+            }
+            self.ensure_leader()?;
+        }
+        let change = ChangeMembers::RemoveNodes(removed);
+        within(deadline, wait, self.raft.change_membership(change, false))
+            .await?
+            .map_err(|error| self.write_error(error))?;
         tracing::info!(node = id, "node removed from the cluster");
         Ok(())
     }
 
+    /// Waits until node `id` holds the entry at `index`, or this node stops leading (`true`),
+    /// or `deadline` comes (`false`).
+    async fn wait_until_holds(&self, id: NodeId, index: u64, deadline: Instant) -> bool {
+        let node_id = self.node_id;
+        self.raft
+            .wait(Some(deadline.saturating_duration_since(Instant::now())))
+            .metrics(
+                |metrics| {
+                    metrics.current_leader != Some(node_id)
+                        || metrics
+                            .replication
+                            .as_ref()
+                            .and_then(|replication| replication.get(&id))
+                            .copied()
+                            .flatten()
+                            .is_some_and(|matched| matched.index >= index)
+                },
+                "the node holds the entry",
+            )
+            .await
+            .is_ok()
+    }
+
     /// The voters and every member (voters and learners) with its addresses.
-    fn membership(&self) -> (BTreeSet<NodeId>, Vec<(NodeId, ClusterNode)>) {
+    pub(crate) fn membership(&self) -> (BTreeSet<NodeId>, Vec<(NodeId, ClusterNode)>) {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
         let membership = metrics.membership_config.membership();

@@ -49,6 +49,13 @@ const PROTOCOL: &str = "broker-raft/1";
 /// How long a new peer connection may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a node asked to take the leadership over campaigns before it answers that it did
+/// not win.
+pub(crate) const CAMPAIGN_WITHIN: Duration = Duration::from_secs(3);
+
+/// How long a campaigning node waits for the outcome of one election before it starts another.
+const ELECTION_ROUND: Duration = Duration::from_millis(250);
+
 /// The first frame on a peer connection.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct PeerHello {
@@ -78,6 +85,10 @@ pub(crate) enum PeerRequest {
     /// the Kafka listener: a node of an earlier release closes the connection instead of
     /// answering.
     Listeners,
+    /// The leader hands its leadership over to the node asked: it campaigns until it leads, for
+    /// at most [`CAMPAIGN_WITHIN`]. Added with leadership transfer: a node of an earlier release
+    /// closes the connection instead of answering.
+    Campaign,
 }
 
 /// The answer to a [`PeerRequest`].
@@ -96,6 +107,8 @@ pub(crate) enum PeerResponse {
     Matched(Option<u64>),
     /// Answers [`PeerRequest::Listeners`].
     Listeners(Listeners),
+    /// Answers [`PeerRequest::Campaign`]: whether the node asked leads now.
+    Campaign(bool),
 }
 
 /// Where a node serves clients besides the broker port, as its peers are told.
@@ -420,6 +433,23 @@ impl PeerLink {
         }
     }
 
+    /// Asks the peer to campaign until it leads ([`PeerRequest::Campaign`]); answers whether
+    /// it leads, waiting at most [`CAMPAIGN_WITHIN`] and a second more.
+    ///
+    /// # Errors
+    /// The peer cannot be reached, refuses this node, or does not know the question (a node
+    /// of an earlier release).
+    pub(crate) async fn campaign(&mut self) -> io::Result<bool> {
+        let timeout = CAMPAIGN_WITHIN + Duration::from_secs(1);
+        match self.question(PeerRequest::Campaign, timeout).await? {
+            PeerResponse::Campaign(leads) => Ok(leads),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "an answer to another request",
+            )),
+        }
+    }
+
     /// Sends a question that is not one of Raft's and waits at most `timeout` for its answer.
     /// Not through `call`: a peer that does not answer one (it is starting too, or of an
     /// earlier release) is not worth a warning, nor marked unreachable.
@@ -592,8 +622,56 @@ async fn serve_peer(
                 PeerResponse::Matched(matched)
             }
             PeerRequest::Listeners => PeerResponse::Listeners(listeners.clone()),
+            PeerRequest::Campaign => PeerResponse::Campaign(campaign(raft, hello.from).await),
         };
         send(&mut connection, &response).await?;
+    }
+}
+
+/// Campaigns until this node leads, for at most [`CAMPAIGN_WITHIN`], at the request of the
+/// leader `asked_by` handing its leadership over; answers whether it leads. A node that is no
+/// voter does not campaign.
+async fn campaign(raft: &Raft<TypeConfig>, asked_by: NodeId) -> bool {
+    let id = raft.metrics().borrow().id;
+    tracing::info!(
+        leader = asked_by,
+        "node {asked_by} hands its leadership over to this node"
+    );
+    let until = tokio::time::Instant::now() + CAMPAIGN_WITHIN;
+    let mut metrics = raft.metrics();
+    loop {
+        {
+            let now = metrics.borrow_and_update();
+            if now.state == openraft::ServerState::Leader {
+                return true;
+            }
+            // Another node won, or this one is no voter.
+            if now
+                .current_leader
+                .is_some_and(|leader| leader != id && leader != asked_by)
+                || !now
+                    .membership_config
+                    .membership()
+                    .voter_ids()
+                    .any(|voter| voter == id)
+            {
+                return false;
+            }
+        }
+        if tokio::time::Instant::now() >= until || raft.trigger().elect().await.is_err() {
+            return false;
+        }
+        // The outcome, or the next round.
+        let round = until.min(tokio::time::Instant::now() + ELECTION_ROUND);
+        while tokio::time::timeout_at(round, metrics.changed())
+            .await
+            .is_ok_and(|changed| changed.is_ok())
+        {
+            let now = metrics.borrow_and_update();
+            if now.state == openraft::ServerState::Leader {
+                return true;
+            }
+        }
     }
 }
 

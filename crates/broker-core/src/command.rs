@@ -361,6 +361,12 @@ pub enum Command {
         /// The offsets to store, as (partition, offset), each partition once.
         offsets: Vec<(i32, i64)>,
     },
+    /// Hands the leadership of the cluster over to a voter (protocol version 7). Answered by
+    /// the old leader once it follows the new one, with what it knows of the cluster then.
+    TransferLeadership {
+        /// The voter that is to lead.
+        node_id: u64,
+    },
 }
 
 /// What answers a command ([`CommandKind::scope`]).
@@ -402,6 +408,7 @@ impl CommandKind {
             CommandKind::ClusterStatus
             | CommandKind::AddNode
             | CommandKind::RemoveNode
+            | CommandKind::TransferLeadership
             | CommandKind::Metadata => Scope::Cluster,
             CommandKind::Create
             | CommandKind::Join
@@ -450,6 +457,7 @@ impl CommandKind {
             | CommandKind::ClusterStatus
             | CommandKind::AddNode
             | CommandKind::RemoveNode
+            | CommandKind::TransferLeadership
             | CommandKind::Metadata => true,
             CommandKind::PublishIdempotent
             | CommandKind::CommitGroup
@@ -496,6 +504,7 @@ impl CommandKind {
             | CommandKind::ClusterStatus
             | CommandKind::AddNode
             | CommandKind::RemoveNode
+            | CommandKind::TransferLeadership
             | CommandKind::Metadata => false,
             CommandKind::DeleteTopic | CommandKind::DeleteGroup => {
                 !matches!(outcome, Outcome::Deleted(false))
@@ -563,6 +572,7 @@ impl CommandKind {
             | CommandKind::ClusterStatus
             | CommandKind::AddNode
             | CommandKind::RemoveNode
+            | CommandKind::TransferLeadership
             | CommandKind::Metadata => false,
         }
     }
@@ -600,6 +610,7 @@ impl CommandKind {
             | CommandKind::ClusterStatus
             | CommandKind::AddNode
             | CommandKind::RemoveNode
+            | CommandKind::TransferLeadership
             | CommandKind::Metadata
             | CommandKind::Read
             | CommandKind::CommitGroup
@@ -642,6 +653,7 @@ impl CommandKind {
             | CommandKind::RemoveNode
             | CommandKind::Metadata => 5,
             CommandKind::Read | CommandKind::CommitGroup => 6,
+            CommandKind::TransferLeadership => 7,
         }
     }
 
@@ -709,7 +721,10 @@ impl Command {
             | Command::CommitGroup { topic, .. }
             | Command::PublishIdempotent { topic, .. } => Some(topic),
             Command::Describe { topic } | Command::Metadata { topic } => topic.as_deref(),
-            Command::ClusterStatus | Command::AddNode { .. } | Command::RemoveNode { .. } => None,
+            Command::ClusterStatus
+            | Command::AddNode { .. }
+            | Command::RemoveNode { .. }
+            | Command::TransferLeadership { .. } => None,
         }
     }
 
@@ -750,6 +765,7 @@ impl Command {
             | Command::ClusterStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
+            | Command::TransferLeadership { .. }
             | Command::Metadata { .. } => None,
         }
     }
@@ -844,6 +860,7 @@ impl Command {
             | Command::ClusterStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
+            | Command::TransferLeadership { .. }
             | Command::Metadata { .. }
             | Command::Read { .. }
             | Command::CommitGroup { .. }
@@ -906,6 +923,7 @@ impl Command {
             | Command::ClusterStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
+            | Command::TransferLeadership { .. }
             | Command::Metadata { .. }
             | Command::CommitGroup { .. }
             | Command::PublishIdempotent { .. } => None,
@@ -952,6 +970,7 @@ impl Command {
             | Command::ClusterStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
+            | Command::TransferLeadership { .. }
             | Command::Metadata { .. }
             | Command::Read { .. }
             | Command::CommitGroup { .. } => None,
@@ -1022,6 +1041,7 @@ impl Command {
             | Command::ClusterStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
+            | Command::TransferLeadership { .. }
             | Command::Metadata { .. }
             | Command::CommitGroup { .. }
             | Command::PublishIdempotent { .. } => None,

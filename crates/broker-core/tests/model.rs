@@ -1069,6 +1069,7 @@ impl Model {
             Command::ClusterStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
+            | Command::TransferLeadership { .. }
             | Command::Metadata { .. } => Err(Answer::Invalid),
             Command::PublishIdempotent {
                 topic,
@@ -1560,6 +1561,7 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         Command::ClusterStatus
         | Command::AddNode { .. }
         | Command::RemoveNode { .. }
+        | Command::TransferLeadership { .. }
         | Command::Metadata { .. } => broker.apply(command.clone()),
         Command::PublishIdempotent {
             topic,

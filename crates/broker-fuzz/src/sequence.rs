@@ -214,6 +214,9 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
         CommandKind::RemoveNode => Command::RemoveNode {
             node_id: u64::from(input.byte() % 5),
         },
+        CommandKind::TransferLeadership => Command::TransferLeadership {
+            node_id: u64::from(input.byte() % 5),
+        },
         CommandKind::Metadata => Command::Metadata {
             topic: input.byte().is_multiple_of(2).then_some(topic),
         },

@@ -66,6 +66,7 @@ fn command(kind: CommandKind) -> Command {
             client_addr: text(),
         },
         CommandKind::RemoveNode => Command::RemoveNode { node_id: 4 },
+        CommandKind::TransferLeadership => Command::TransferLeadership { node_id: 2 },
         CommandKind::Metadata => Command::Metadata { topic: None },
         CommandKind::Create => Command::Create {
             topic,

@@ -105,10 +105,12 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
         | Command::OffsetForTime { .. }
         | Command::Read { .. }
         | Command::CommitGroup { .. }
-        // The server logs membership changes itself; none reaches the broker's state.
+        // The server logs membership and leadership changes itself; none reaches the broker's
+        // state.
         | Command::ClusterStatus
         | Command::AddNode { .. }
         | Command::RemoveNode { .. }
+        | Command::TransferLeadership { .. }
         | Command::Metadata { .. } => {}
     }
 }

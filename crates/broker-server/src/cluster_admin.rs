@@ -1,5 +1,6 @@
 //! The commands a server answers about the cluster it is a node of ([`Scope::Cluster`]): what
-//! a node knows of the cluster, adding and removing nodes, and where clients find each topic.
+//! a node knows of the cluster, adding and removing nodes, handing the leadership over, and
+//! where clients find each topic.
 //! They never reach the broker's state. Each is answered when done (adding a node waits for it
 //! to catch up with the log), possibly after answers to later requests of its connection.
 
@@ -85,6 +86,14 @@ async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorRepl
                 .await
                 .map_err(refusal)?;
             Ok(Outcome::Members(status(cluster).members))
+        }
+        Command::TransferLeadership { node_id } => {
+            let cluster = in_cluster(cluster)?;
+            cluster
+                .transfer_leadership(node_id, MEMBERSHIP_WAIT)
+                .await
+                .map_err(refusal)?;
+            Ok(Outcome::ClusterStatus(status(cluster)))
         }
         Command::Metadata { topic } => metadata(shared, cluster, topic.as_deref()).await,
         // Admitted here only when its scope is the cluster's.

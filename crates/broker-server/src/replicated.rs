@@ -304,7 +304,10 @@ fn announce_standing(before: Standing, now: Standing) {
             "this node was removed from the cluster: it takes no part in it any more and can \
              be stopped"
         ),
-        (Standing::Voter, Standing::Learner) => info!("this node no longer votes in the cluster"),
+        (Standing::Voter, Standing::Learner) => info!(
+            "this node no longer votes in the cluster (a step of its removal, when it is being \
+             removed: it can be stopped once the removal is done)"
+        ),
         (Standing::Outside, Standing::Outside)
         | (Standing::Learner, Standing::Learner)
         | (Standing::Voter, Standing::Voter) => {}

@@ -113,6 +113,7 @@ impl BrokerState {
             Command::ClusterStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
+            | Command::TransferLeadership { .. }
             | Command::Metadata { .. } => Err(BrokerError::InvalidArgument(format!(
                 "{} is answered by a server about its cluster, not by the broker's state",
                 command.kind().name()
