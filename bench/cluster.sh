@@ -173,7 +173,7 @@ done
 [ -n "$added" ] || { echo "node 4 was not added: $(cat "$workdir/add.err")" >&2; exit 1; }
 end=$(date +%s.%N)
 # A snapshot from the leader is installed in store-1 (the node's own would be in store-0).
-segment_files=$(find "$workdir/node-4/raft/store-1" -type f 2>/dev/null | wc -l)
+segment_files=$( (find "$workdir/node-4/raft/store-1" -type f 2>/dev/null || true) | wc -l)
 stop_all
 
 echo

@@ -656,14 +656,16 @@ async fn settled(nodes: &Nodes) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leadership_is_handed_over_to_a_chosen_voter_while_clients_publish() {
-    let nodes = Nodes::start(3);
+    // Five voters: the old leader's vote and the chosen node's are not a majority, so the
+    // chosen node wins only once the others' leases of the old leader have run out.
+    let mut nodes = Nodes::start(5);
     let client = nodes.client().await;
     assert!(client.create("t", 4).await.unwrap());
     client.join("t", "g", "m").await.unwrap();
     publish(&client, "before", 20).await;
     settled(&nodes).await;
     let old = nodes.leader().await;
-    let chosen = (0..3).rev().find(|index| *index != old).unwrap();
+    let chosen = (0..5).rev().find(|index| *index != old).unwrap();
     let id = chosen as u64 + 1;
 
     // A producer goes on throughout, through a client of its own: its calls wait for the new
@@ -709,6 +711,23 @@ async fn leadership_is_handed_over_to_a_chosen_voter_while_clients_publish() {
     assert_eq!(status.leader, Some(old as u64 + 1));
     assert_eq!(nodes.leader().await, old);
     assert_eq!(stored(&client).await, 190);
+
+    // A node that does not run cannot take over: refused before anything stops, and the
+    // leader leads on in the same term.
+    let stopped = (0..5).find(|index| *index != old).unwrap();
+    nodes.kill(stopped);
+    let term = client.cluster_status().await.unwrap().term;
+    let why = match client.transfer_leadership(stopped as u64 + 1).await {
+        Err(Error::Broker(BrokerError::InvalidArgument(why))) => why,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert!(why.contains("does not answer"), "{why}");
+    assert!(why.contains("this node leads on"), "{why}");
+    assert_eq!(nodes.leader().await, old);
+    let status = client.cluster_status().await.unwrap();
+    assert_eq!((status.leader, status.term), (Some(old as u64 + 1), term));
+    publish(&client, "last", 4).await;
+    assert_eq!(stored(&client).await, 194);
 }
 
 #[tokio::test]
@@ -921,6 +940,8 @@ async fn producers_and_consumers_of_both_kinds_go_on_through_the_leaders_kill() 
 async fn a_follower_that_lost_its_directory_is_replaced_not_restarted() {
     let (mut nodes, client) = snapshotting_cluster().await;
     publish(&client, "before", 60).await;
+    // The leader knows how far every node's log reaches.
+    settled(&nodes).await;
     let leader = nodes.leader().await;
     let lost = (leader + 1) % 3;
     let other = (leader + 2) % 3;
@@ -934,6 +955,11 @@ async fn a_follower_that_lost_its_directory_is_replaced_not_restarted() {
     };
     if let Some(refused) = refused {
         assert!(!refused.status.success());
+        assert!(
+            refused.stdout.is_empty(),
+            "announced before refusing: {}",
+            refused.stdout
+        );
         assert!(
             refused.stderr.contains("directory is empty")
                 && refused

@@ -416,10 +416,12 @@ to make it a voter.")]
     #[command(after_help = "Example (node 2 is a voter):
   broker cluster transfer 2
 
-The leader stops taking changes, waits until node 2 holds its whole log and the other voters
-may elect another leader (about twice the election timeout), then has node 2 elected. Calls
-made meanwhile wait for the new leader, as after a failover. If node 2 is not running or
-cannot catch up in time, the command fails saying so, and the old leader leads on.")]
+The leader checks that node 2 answers, stops taking changes, waits until node 2 holds its whole
+log and the other voters may elect another leader (about twice the election timeout: a second
+with the default timeouts), then has node 2 elected. Calls made meanwhile wait for the new
+leader, as after a failover. If node 2 does not answer, or does not catch up within 20
+seconds, the command fails saying so and the old leader leads on; if node 2 does not win, the
+command says which node leads.")]
     Transfer(Connected<TransferArgs>),
 }
 

@@ -1,42 +1,107 @@
-//! Handing leadership over to another voter: the leader stops taking changes and stops its
-//! heartbeats, waits until the chosen node holds its whole log and the others' promise to
-//! follow it (the leader lease each voter keeps) has run out, then asks that node to campaign.
-//! The chosen node wins the election before any other voter's election timer runs out (those
-//! wait a lease plus an election timeout). Nothing committed is at risk: the chosen node holds
-//! every entry, and the election is an ordinary Raft election.
+//! Handing leadership over to another voter: the leader stops taking changes, waits until the
+//! chosen node holds its whole log, then stops its heartbeats until the others' promise to
+//! follow it (the leader lease each voter keeps) has run out, and asks the chosen node to
+//! campaign. The chosen node wins the election before any other voter's election timer runs
+//! out (those wait a lease plus an election timeout). Nothing committed is at risk: the chosen
+//! node holds every entry, and the election is an ordinary Raft election.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use openraft::network::RaftNetworkFactory;
+use openraft::{RaftMetrics, ServerState};
 use tokio::time::Instant;
 
-use crate::{Cluster, NodeId, ProposeError};
+use crate::{Cluster, ClusterNode, NodeId, ProposeError};
 
 /// How long past the end of the voters' leases the leader waits before asking the chosen node
-/// to campaign: the last heartbeat may have reached them a moment after it was sent.
-const LEASE_MARGIN: Duration = Duration::from_millis(50);
+/// to campaign: the last message may have reached them a moment after it was sent.
+const LEASE_MARGIN: Duration = Duration::from_millis(100);
+
+/// How long the chosen node has to answer that it runs, before anything stops.
+const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
 impl Cluster {
-    /// Makes voter `to` the leader: answers once this node knows `to` leads. Transferring to
-    /// the leader itself changes nothing. Takes about the leader lease (twice the election
-    /// timeout); meanwhile this node takes no change and answers as a node that knows no
-    /// leader, so that clients wait and find the new one.
+    /// Makes voter `to` the leader: answers once this node follows it. Transferring to the
+    /// leader itself changes nothing. Takes about the leader lease (twice the election
+    /// timeout) once `to` holds the log; meanwhile this node takes no change and answers as a
+    /// node that knows no leader, so that clients wait and find the new one.
     ///
     /// # Errors
     /// [`ProposeError::NotLeader`] on a node that is not the leader;
-    /// [`ProposeError::Refused`] when `to` is not a voter, has not caught up with the log or
-    /// did not win within `wait` (this node then leads on as before);
-    /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
+    /// [`ProposeError::Refused`] when `to` is not a voter or does not answer (nothing changed),
+    /// a membership change or another hand-over is under way, `to` has not caught up with the
+    /// log within `wait` (this node leads on), or `to` did not win (the message says whether
+    /// this node leads on or an election is under way).
     pub async fn transfer_leadership(
         &self,
         to: NodeId,
         wait: Duration,
     ) -> Result<(), ProposeError> {
+        if self.handing_over.load(Ordering::SeqCst) {
+            return Err(under_way());
+        }
         self.ensure_leader()?;
         if to == self.node_id {
             return Ok(());
         }
+        let target = self.chosen_voter(to)?;
+        let _change = self.changing.try_lock().map_err(|_| under_way())?;
+        // A node that does not answer cannot take over: found out before anything stops.
+        let mut link = self.network.clone().new_client(to, &target).await;
+        if let Err(cause) = link.listeners(ANSWER_WITHIN).await {
+            return Err(ProposeError::Refused(format!(
+                "node {to} does not answer at its peer address {} ({cause}): this node leads on",
+                target.raft_addr
+            )));
+        }
+        let deadline = Instant::now() + wait;
+        let term = self.raft.metrics().borrow().current_term;
+        let handing_over = HandingOver::start(self).ok_or_else(under_way)?;
+        self.quiesce(to, term, &handing_over, (deadline, wait))
+            .await?;
+        let won = link.campaign().await;
+        let Ok(true) = won else {
+            let why = match won {
+                Ok(_) => "it did not win the election".to_owned(),
+                Err(cause) => format!("asking it to campaign failed ({cause})"),
+            };
+            drop(handing_over);
+            return Err(ProposeError::Refused(format!(
+                "node {to} did not take over: {why}; {}",
+                self.who_leads(term)
+            )));
+        };
+        // Answered once this node follows, so that its status names the new leader; or as soon
+        // as it is clear that another node leads, this one included (elected again).
+        let settled = self
+            .raft
+            .wait(Some(deadline.saturating_duration_since(Instant::now())))
+            .metrics(
+                |metrics| metrics.current_leader.is_some() && metrics.current_term > term,
+                "this node hears from the new leader",
+            )
+            .await;
+        drop(handing_over);
+        match settled.map(|metrics| metrics.current_leader) {
+            Ok(Some(leader)) if leader == to => {
+                tracing::info!(node = to, "leadership handed over to node {to}");
+                Ok(())
+            }
+            Ok(_) => Err(ProposeError::Refused(format!(
+                "node {to} won an election, but {}",
+                self.who_leads(term)
+            ))),
+            Err(_) => Err(ProposeError::Refused(format!(
+                "node {to} won an election, but this node has not heard from it within {} s: \
+                 `broker cluster status` shows the leader",
+                wait.as_secs()
+            ))),
+        }
+    }
+
+    /// Member `to`'s addresses, if it may lead: a voter, and no membership change under way.
+    fn chosen_voter(&self, to: NodeId) -> Result<ClusterNode, ProposeError> {
         let (voters, nodes) = self.membership();
         let Some((_, target)) = nodes.iter().find(|(id, _)| *id == to) else {
             return Err(ProposeError::Refused(format!(
@@ -50,93 +115,126 @@ impl Cluster {
                  up to make it a voter)"
             )));
         }
-        let deadline = Instant::now() + wait;
-        // (Another hand-over under way: this one waits for the new leader, as clients do.)
-        let _handing_over =
-            HandingOver::start(self).ok_or(ProposeError::NotLeader { leader: None })?;
-        let node_id = self.node_id;
-        // It holds everything this node appended (what was proposed before the hand-over
-        // started included).
-        let caught_up = self
+        let joint = self
             .raft
-            .wait(Some(wait))
-            .metrics(
-                |metrics| {
-                    metrics.current_leader != Some(node_id)
-                        || metrics
-                            .replication
-                            .as_ref()
-                            .and_then(|replication| replication.get(&to))
-                            .copied()
-                            .flatten()
-                            .map(|matched| matched.index)
-                            >= metrics.last_log_index
-                },
-                "the chosen node holds the whole log",
-            )
-            .await;
-        if caught_up.is_err() {
-            return Err(ProposeError::Refused(format!(
-                "node {to} has not caught up with the log within {} s: is it running and \
-                 reachable at its peer address? This node leads on",
-                wait.as_secs()
-            )));
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_joint_config()
+            .len()
+            > 1;
+        if joint {
+            return Err(under_way());
         }
-        self.still_leading()?;
-        // No heartbeat went out since the hand-over started, and no entry since `to` caught
-        // up: once a lease has passed, every voter grants a vote.
-        tokio::time::sleep(self.lease + LEASE_MARGIN).await;
-        self.still_leading()?;
-        let mut link = self.network.clone().new_client(to, target).await;
-        let won = link.campaign().await;
-        if !matches!(won, Ok(true)) {
-            let why = match won {
-                Ok(_) => "it did not win the election in time".to_owned(),
-                Err(cause) => format!("asking it to campaign failed: {cause}"),
-            };
-            return Err(ProposeError::Refused(format!(
-                "node {to} did not take over: {why}; this node leads on unless another was \
-                 elected (`broker cluster status` shows the leader)"
-            )));
-        }
-        // Answered once this node knows it follows, so that its status names the new leader.
-        // (The chosen node won either way: one that is slow to say so is no failure.)
-        let heard = self
-            .raft
-            .wait(Some(deadline.saturating_duration_since(Instant::now())))
-            .metrics(
-                |metrics| metrics.current_leader == Some(to),
-                "this node hears from the new leader",
-            )
-            .await;
-        if heard.is_err() {
-            tracing::debug!(
-                node = to,
-                "the new leader won but has not been heard from yet"
-            );
-        }
-        tracing::info!(node = to, "leadership handed over to node {to}");
-        Ok(())
+        Ok(target.clone())
     }
 
-    /// `Ok` while this node still leads in the engine's eyes (the hand-over keeps
+    /// Waits until `to` holds this node's whole log, then lets the voters' leases run out with
+    /// no message sent, until neither the term (`term`) nor the log moved meanwhile: then every
+    /// voter grants a vote to a candidate holding the log.
+    async fn quiesce(
+        &self,
+        to: NodeId,
+        term: u64,
+        handing_over: &HandingOver<'_>,
+        (deadline, wait): (Instant, Duration),
+    ) -> Result<(), ProposeError> {
+        loop {
+            let node_id = self.node_id;
+            // With heartbeats on, so that no other voter campaigns meanwhile.
+            let caught_up = self
+                .raft
+                .wait(Some(deadline.saturating_duration_since(Instant::now())))
+                .metrics(
+                    |metrics| {
+                        metrics.current_leader != Some(node_id)
+                            || matched(metrics, to) >= metrics.last_log_index
+                    },
+                    "the chosen node holds the whole log",
+                )
+                .await;
+            let Ok(before) = caught_up else {
+                return Err(ProposeError::Refused(format!(
+                    "node {to} has not caught up with the log within {} s: is it running and \
+                     reachable at its peer address? This node leads on",
+                    wait.as_secs()
+                )));
+            };
+            self.still_leading(term)?;
+            handing_over.silence();
+            tokio::time::sleep(self.lease + LEASE_MARGIN).await;
+            let after = self.raft.metrics().borrow().clone();
+            self.still_leading(term)?;
+            if (after.last_log_index, after.last_applied)
+                == (before.last_log_index, before.last_applied)
+            {
+                return Ok(());
+            }
+            // Entries went out meanwhile (changes proposed just before the hand-over started):
+            // they renewed the leases. Again.
+            handing_over.resume_heartbeats();
+            if Instant::now() >= deadline {
+                return Err(ProposeError::Refused(format!(
+                    "the log kept moving: node {to} could not be handed the leadership within \
+                     {} s; this node leads on",
+                    wait.as_secs()
+                )));
+            }
+        }
+    }
+
+    /// `Ok` while this node still leads in `term` in the engine's eyes (the hand-over keeps
     /// [`Cluster::is_leader`] false meanwhile).
-    fn still_leading(&self) -> Result<(), ProposeError> {
+    fn still_leading(&self, term: u64) -> Result<(), ProposeError> {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
-        if metrics.current_leader == Some(self.node_id) {
+        if metrics.state == ServerState::Leader && metrics.current_term == term {
             return Ok(());
         }
-        Err(ProposeError::Refused(
-            "this node stopped leading during the hand-over (another node campaigned): `broker \
-             cluster status` shows the leader"
-                .to_owned(),
-        ))
+        Err(ProposeError::Refused(format!(
+            "this node stopped leading during the hand-over (another node campaigned); {}",
+            describe_leader(&metrics, self.node_id, term)
+        )))
+    }
+
+    /// Who leads now, as a hand-over that failed tells it.
+    fn who_leads(&self, term: u64) -> String {
+        describe_leader(&self.raft.metrics().borrow(), self.node_id, term)
     }
 }
 
-/// While it lives, the leader takes no change and sends no heartbeat; dropped (the hand-over
-/// done, failed or abandoned), both resume.
+fn describe_leader(metrics: &RaftMetrics<NodeId, ClusterNode>, this: NodeId, term: u64) -> String {
+    match metrics.current_leader {
+        Some(leader) if leader == this && metrics.current_term == term => {
+            "this node leads on".to_owned()
+        }
+        Some(leader) if leader == this => "this node was elected again".to_owned(),
+        Some(leader) => format!("node {leader} leads now"),
+        None => "an election is under way: `broker cluster status` shows its outcome".to_owned(),
+    }
+}
+
+/// The index of the last entry the leader knows `node` holds.
+fn matched(metrics: &RaftMetrics<NodeId, ClusterNode>, node: NodeId) -> Option<u64> {
+    metrics
+        .replication
+        .as_ref()
+        .and_then(|replication| replication.get(&node))
+        .copied()
+        .flatten()
+        .map(|matched| matched.index)
+}
+
+fn under_way() -> ProposeError {
+    ProposeError::Refused(
+        "a membership change or another hand-over is under way: try again once it is done"
+            .to_owned(),
+    )
+}
+
+/// While it lives, the leader takes no change; [`HandingOver::silence`] stops its heartbeats
+/// too. Dropped (the hand-over done, failed or abandoned), both resume.
 struct HandingOver<'a> {
     cluster: &'a Cluster,
 }
@@ -148,14 +246,21 @@ impl<'a> HandingOver<'a> {
             .handing_over
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
             .ok()?;
-        cluster.raft.runtime_config().heartbeat(false);
         Some(HandingOver { cluster })
+    }
+
+    fn silence(&self) {
+        self.cluster.raft.runtime_config().heartbeat(false);
+    }
+
+    fn resume_heartbeats(&self) {
+        self.cluster.raft.runtime_config().heartbeat(true);
     }
 }
 
 impl Drop for HandingOver<'_> {
     fn drop(&mut self) {
-        self.cluster.raft.runtime_config().heartbeat(true);
+        self.resume_heartbeats();
         self.cluster.handing_over.store(false, Ordering::SeqCst);
     }
 }

@@ -235,6 +235,8 @@ pub struct Cluster {
     /// Whether this leader is handing its leadership over ([`Cluster::transfer_leadership`]):
     /// meanwhile it takes no change.
     handing_over: AtomicBool,
+    /// Held by a membership change or a hand-over: one at a time.
+    changing: tokio::sync::Mutex<()>,
     kafka_addresses: Arc<peer_listeners::KafkaAddresses>,
     stop: CancellationToken,
     tracker: TaskTracker,
@@ -349,6 +351,7 @@ impl Cluster {
             raft,
             started_empty: fresh,
             handing_over: AtomicBool::new(false),
+            changing: tokio::sync::Mutex::new(()),
             kafka_addresses,
             stop,
             tracker,

@@ -62,6 +62,8 @@ impl Cluster {
         }
         // One deadline for the whole change, so that the answer comes within `wait`.
         let deadline = Instant::now() + wait;
+        let _change = within(deadline, wait, self.changing.lock()).await?;
+        self.ensure_leader()?;
         let added = within(deadline, wait, self.raft.add_learner(id, node, false))
             .await?
             .map_err(|error| self.write_error(error))?;
@@ -121,6 +123,8 @@ impl Cluster {
             )));
         }
         let deadline = Instant::now() + wait;
+        let _change = within(deadline, wait, self.changing.lock()).await?;
+        self.ensure_leader()?;
         let removed = BTreeSet::from([id]);
         if voters.contains(&id) {
             if voters.len() == 1 {

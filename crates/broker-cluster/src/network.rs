@@ -53,9 +53,6 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// not win.
 pub(crate) const CAMPAIGN_WITHIN: Duration = Duration::from_secs(3);
 
-/// How long a campaigning node waits for the outcome of one election before it starts another.
-const ELECTION_ROUND: Duration = Duration::from_millis(250);
-
 /// The first frame on a peer connection.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct PeerHello {
@@ -630,13 +627,22 @@ async fn serve_peer(
 
 /// Campaigns until this node leads, for at most [`CAMPAIGN_WITHIN`], at the request of the
 /// leader `asked_by` handing its leadership over; answers whether it leads. A node that is no
-/// voter does not campaign.
+/// voter, or does not follow `asked_by`, does not campaign. Each election is given the
+/// shortest election timeout to succeed before the next starts.
 async fn campaign(raft: &Raft<TypeConfig>, asked_by: NodeId) -> bool {
     let id = raft.metrics().borrow().id;
+    if raft.metrics().borrow().current_leader != Some(asked_by) {
+        tracing::warn!(
+            node = asked_by,
+            "node {asked_by} asked this node to take the leadership over, but does not lead"
+        );
+        return false;
+    }
     tracing::info!(
         leader = asked_by,
         "node {asked_by} hands its leadership over to this node"
     );
+    let round_length = Duration::from_millis(raft.config().election_timeout_min);
     let until = tokio::time::Instant::now() + CAMPAIGN_WITHIN;
     let mut metrics = raft.metrics();
     loop {
@@ -662,7 +668,7 @@ async fn campaign(raft: &Raft<TypeConfig>, asked_by: NodeId) -> bool {
             return false;
         }
         // The outcome, or the next round.
-        let round = until.min(tokio::time::Instant::now() + ELECTION_ROUND);
+        let round = until.min(tokio::time::Instant::now() + round_length);
         while tokio::time::timeout_at(round, metrics.changed())
             .await
             .is_ok_and(|changed| changed.is_ok())

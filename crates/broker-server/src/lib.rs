@@ -192,6 +192,24 @@ pub async fn run_with_listeners(
     storage: Option<Storage>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
+    run_announced(listeners, config, storage, shutdown, || Ok(())).await
+}
+
+/// [`run_with_listeners`] that calls `started` once nothing can refuse the start any more (a
+/// cluster node has asked its peers whether it lost its log, and joined them), before the
+/// first connection is accepted: the moment to tell whoever waits for the server that it
+/// serves.
+///
+/// # Errors
+/// As [`run_with_listeners`], and [`ServerError::Io`] with the error `started` returns (the
+/// server then stops).
+pub async fn run_announced(
+    listeners: Listeners,
+    config: Config,
+    storage: Option<Storage>,
+    shutdown: impl Future<Output = ()>,
+    started: impl FnOnce() -> std::io::Result<()>,
+) -> Result<(), ServerError> {
     config.validate()?;
     if listeners.kafka.is_some() {
         config.check_kafka()?;
@@ -213,7 +231,7 @@ pub async fn run_with_listeners(
             }
         }
     }
-    server::serve(listeners, config, storage, shutdown).await
+    server::serve(listeners, config, storage, shutdown, started).await
 }
 
 /// Locks `config.data_dir` and rebuilds the broker from it (the latest snapshot, then the log

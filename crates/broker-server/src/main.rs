@@ -1,5 +1,5 @@
-//! `broker-server`: parses flags, sets up logging, binds, prints `listening on <address>` and
-//! serves until SIGINT or SIGTERM. Everything else lives in the library.
+//! `broker-server`: parses flags, sets up logging, binds, starts, prints `listening on <address>`
+//! once it serves, and serves until SIGINT or SIGTERM. Everything else lives in the library.
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
@@ -509,8 +509,8 @@ fn report(message: &str) {
     let _ = writeln!(std::io::stderr(), "{message}");
 }
 
-/// Binds `--listen` (and `--metrics-listen` and `--kafka-listen`, if given), prints the
-/// addresses and serves until SIGINT or SIGTERM.
+/// Binds `--listen` (and `--metrics-listen` and `--kafka-listen`, if given), starts, prints the
+/// addresses once it serves, and serves until SIGINT or SIGTERM.
 async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
     let (listen, metrics) = (args.listen.as_str(), args.metrics_listen.as_deref());
     // A file-size limit (`ulimit -f`) would kill the process with SIGXFSZ on the first write
@@ -570,19 +570,19 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
             .unwrap_or_else(|| "none (in memory)".to_owned()),
         "broker-server started"
     );
-    let mut stdout = std::io::stdout();
-    writeln!(stdout, "listening on {}", listener.local_addr()?)?;
+    // Printed once the server serves: a cluster node may still refuse to start before that.
+    let mut announcement = format!("listening on {}\n", listener.local_addr()?);
     if let Some(metrics) = &metrics_listener {
-        writeln!(
-            stdout,
-            "metrics on http://{}/metrics",
-            metrics.local_addr()?
-        )?;
+        announcement += &format!("metrics on http://{}/metrics\n", metrics.local_addr()?);
     }
     if let Some(kafka) = &kafka_listener {
-        writeln!(stdout, "kafka on {}", kafka.local_addr()?)?;
+        announcement += &format!("kafka on {}\n", kafka.local_addr()?);
     }
-    stdout.flush()?;
+    let announce = move || {
+        let mut stdout = std::io::stdout();
+        stdout.write_all(announcement.as_bytes())?;
+        stdout.flush()
+    };
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let shutdown = async move {
@@ -596,7 +596,7 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
         metrics: metrics_listener,
         kafka: kafka_listener,
     };
-    broker_server::run_with_listeners(listeners, config, storage, shutdown).await?;
+    broker_server::run_announced(listeners, config, storage, shutdown, announce).await?;
     tracing::info!("broker-server stopped");
     Ok(())
 }

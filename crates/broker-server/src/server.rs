@@ -40,6 +40,7 @@ pub(crate) async fn serve(
     config: Config,
     storage: Option<Storage>,
     shutdown: impl Future<Output = ()>,
+    started: impl FnOnce() -> std::io::Result<()>,
 ) -> Result<(), ServerError> {
     let restored = storage.is_some();
     // With a data directory, records live on disk: the memory budget is for a broker in memory.
@@ -105,6 +106,9 @@ pub(crate) async fn serve(
             Arc::clone(&connections),
         ));
     }
+    // Everything that can refuse the start is behind: a cluster node asked its peers whether it
+    // lost its log.
+    started()?;
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
