@@ -683,7 +683,28 @@ async fn leadership_is_handed_over_to_a_chosen_voter_while_clients_publish() {
         }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let answer = broker_cli(&nodes, &["cluster", "transfer", &id.to_string()]);
+    // On a loaded machine a voter that missed heartbeats may campaign during the hand-over and
+    // win an ordinary election: the command then says so, and running it again is the remedy.
+    let mut attempts = 0;
+    let answer = loop {
+        attempts += 1;
+        let output = std::process::Command::new(broker_testkit::process::binary("broker"))
+            .args(["cluster", "transfer", &id.to_string()])
+            .env("BROKER_ADDR", nodes.addresses())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        if output.status.success() {
+            break stdout;
+        }
+        assert!(
+            attempts < 3 && (stderr.contains("campaigned") || stderr.contains("did not take over")),
+            "attempt {attempts}: {stderr}"
+        );
+        eprintln!("hand-over attempt {attempts} met an election: {stderr}");
+        settled(&nodes).await;
+    };
     assert!(
         answer.contains(&format!("node {id} leads the cluster")),
         "{answer}"
@@ -701,14 +722,30 @@ async fn leadership_is_handed_over_to_a_chosen_voter_while_clients_publish() {
     // Naming the leader changes nothing; a node that is not a voter is refused.
     let status = client.transfer_leadership(id).await.unwrap();
     assert_eq!(status.leader, Some(id));
+    let answer = broker_cli(&nodes, &["cluster", "transfer", &id.to_string()]);
+    assert!(
+        answer.contains(&format!("node {id} leads the cluster already")),
+        "{answer}"
+    );
     let why = match client.transfer_leadership(9).await {
         Err(Error::Broker(BrokerError::InvalidArgument(why))) => why,
         other => panic!("expected a refusal, got {other:?}"),
     };
     assert!(why.contains("node 9 is not a member"), "{why}");
-    // And back: the old leader takes over again.
-    let status = client.transfer_leadership(old as u64 + 1).await.unwrap();
-    assert_eq!(status.leader, Some(old as u64 + 1));
+    // And back: the old leader takes over again (again, an election may intervene once).
+    let back = old as u64 + 1;
+    let status = match client.transfer_leadership(back).await {
+        Ok(status) => status,
+        Err(Error::Broker(BrokerError::InvalidArgument(why)))
+            if why.contains("campaigned") || why.contains("did not take over") =>
+        {
+            eprintln!("hand-over back met an election: {why}");
+            settled(&nodes).await;
+            client.transfer_leadership(back).await.unwrap()
+        }
+        Err(error) => panic!("{error:?}"),
+    };
+    assert_eq!(status.leader, Some(back));
     assert_eq!(nodes.leader().await, old);
     assert_eq!(stored(&client).await, 190);
 

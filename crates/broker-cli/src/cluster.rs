@@ -219,11 +219,17 @@ pub async fn remove(server: &Server, args: RemoveNodeArgs) -> anyhow::Result<()>
 pub async fn transfer(server: &Server, args: TransferArgs) -> anyhow::Result<()> {
     let client = server.connect().await?;
     eprintln!(
-        "handing the leadership over to node {}: the leader takes no change until it is elected",
+        "asking the leader to hand its leadership over to node {} (changes pause until it is \
+         elected)",
         args.node_id
     );
     let status = client.transfer_leadership(args.node_id).await?;
     match status.leader {
+        // Answered by the node named: it led already.
+        Some(leader) if leader == status.node_id => outln!(
+            "node {leader} leads the cluster already (term {})",
+            status.term
+        )?,
         Some(leader) => outln!("node {leader} leads the cluster (term {})", status.term)?,
         None => outln!(
             "the old leader follows now, and no new leader is known to it yet (term {}): \

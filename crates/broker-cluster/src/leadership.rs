@@ -15,8 +15,9 @@ use tokio::time::Instant;
 use crate::{Cluster, ClusterNode, NodeId, ProposeError};
 
 /// How long past the end of the voters' leases the leader waits before asking the chosen node
-/// to campaign: the last message may have reached them a moment after it was sent.
-const LEASE_MARGIN: Duration = Duration::from_millis(100);
+/// to campaign: the last message may have reached them a moment after it was sent (later on a
+/// loaded host).
+const LEASE_MARGIN: Duration = Duration::from_millis(200);
 
 /// How long the chosen node has to answer that it runs, before anything stops.
 const ANSWER_WITHIN: Duration = Duration::from_secs(1);

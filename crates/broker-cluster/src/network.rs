@@ -627,8 +627,9 @@ async fn serve_peer(
 
 /// Campaigns until this node leads, for at most [`CAMPAIGN_WITHIN`], at the request of the
 /// leader `asked_by` handing its leadership over; answers whether it leads. A node that is no
-/// voter, or does not follow `asked_by`, does not campaign. Each election is given the
-/// shortest election timeout to succeed before the next starts.
+/// voter, or does not follow `asked_by`, does not campaign. Each election is given a quarter of
+/// the shortest election timeout before the next starts: a voter whose lease had not quite run
+/// out refuses the first, and the others' election timers must not run out first.
 async fn campaign(raft: &Raft<TypeConfig>, asked_by: NodeId) -> bool {
     let id = raft.metrics().borrow().id;
     if raft.metrics().borrow().current_leader != Some(asked_by) {
@@ -642,7 +643,7 @@ async fn campaign(raft: &Raft<TypeConfig>, asked_by: NodeId) -> bool {
         leader = asked_by,
         "node {asked_by} hands its leadership over to this node"
     );
-    let round_length = Duration::from_millis(raft.config().election_timeout_min);
+    let round_length = Duration::from_millis(raft.config().election_timeout_min / 4);
     let until = tokio::time::Instant::now() + CAMPAIGN_WITHIN;
     let mut metrics = raft.metrics();
     loop {

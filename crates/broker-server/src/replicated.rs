@@ -305,8 +305,8 @@ fn announce_standing(before: Standing, now: Standing) {
              be stopped"
         ),
         (Standing::Voter, Standing::Learner) => info!(
-            "this node no longer votes in the cluster (a step of its removal, when it is being \
-             removed: it can be stopped once the removal is done)"
+            "this node no longer votes in the cluster; if it is being removed, stop it once \
+             `broker cluster remove` has answered"
         ),
         (Standing::Outside, Standing::Outside)
         | (Standing::Learner, Standing::Learner)
