@@ -424,14 +424,19 @@ async fn a_directory_serves_a_single_broker_or_a_cluster_node_never_both() {
     );
 }
 
-/// Runs the `broker` command line against the cluster's nodes; returns its standard output, or
-/// fails the test with its standard error.
-fn broker_cli(nodes: &Nodes, args: &[&str]) -> String {
-    let output = std::process::Command::new(broker_testkit::process::binary("broker"))
+/// Runs the `broker` command line against the cluster's nodes.
+fn run_broker_cli(nodes: &Nodes, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(broker_testkit::process::binary("broker"))
         .args(args)
         .env("BROKER_ADDR", nodes.addresses())
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs the `broker` command line against the cluster's nodes; returns its standard output, or
+/// fails the test with its standard error.
+fn broker_cli(nodes: &Nodes, args: &[&str]) -> String {
+    let output = run_broker_cli(nodes, args);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
@@ -688,11 +693,7 @@ async fn leadership_is_handed_over_to_a_chosen_voter_while_clients_publish() {
     let mut attempts = 0;
     let answer = loop {
         attempts += 1;
-        let output = std::process::Command::new(broker_testkit::process::binary("broker"))
-            .args(["cluster", "transfer", &id.to_string()])
-            .env("BROKER_ADDR", nodes.addresses())
-            .output()
-            .unwrap();
+        let output = run_broker_cli(&nodes, &["cluster", "transfer", &id.to_string()]);
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         if output.status.success() {
