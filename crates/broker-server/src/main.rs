@@ -536,51 +536,50 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
         Some(kafka) => Some(bind(kafka, "--kafka-listen").await?),
         None => None,
     };
-    tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
-        listen = %listener.local_addr()?,
-        metrics = metrics_listener
+    let address = |listener: &Option<TcpListener>| {
+        listener
             .as_ref()
-            .and_then(|metrics| metrics.local_addr().ok())
-            .map(|addr| addr.to_string())
-            .unwrap_or_else(|| "off".to_owned()),
-        kafka = kafka_listener
-            .as_ref()
-            .and_then(|kafka| kafka.local_addr().ok())
-            .map(|addr| addr.to_string())
-            .unwrap_or_else(|| "off".to_owned()),
-        kafka_advertised = kafka_listener
-            .as_ref()
-            .and_then(|kafka| kafka.local_addr().ok())
-            .map(|kafka| {
-                config
-                    .kafka_advertised(kafka)
-                    .unwrap_or_else(|| "the address each connection came in on".to_owned())
-            })
-            .unwrap_or_else(|| "off".to_owned()),
-        cluster_node = config
-            .cluster
-            .as_ref()
-            .map(|cluster| cluster.node_id.to_string())
-            .unwrap_or_else(|| "none (a single broker)".to_owned()),
-        data_dir = config
-            .data_dir
-            .as_ref()
-            .map(|dir| dir.display().to_string())
-            .unwrap_or_else(|| "none (in memory)".to_owned()),
-        "broker-server started"
-    );
-    // Printed once the server serves: a cluster node may still refuse to start before that.
-    let mut announcement = format!("listening on {}\n", listener.local_addr()?);
-    if let Some(metrics) = &metrics_listener {
-        announcement += &format!("metrics on http://{}/metrics\n", metrics.local_addr()?);
-    }
-    if let Some(kafka) = &kafka_listener {
-        announcement += &format!("kafka on {}\n", kafka.local_addr()?);
-    }
+            .and_then(|listener| listener.local_addr().ok())
+    };
+    let listen = listener.local_addr()?;
+    let metrics_addr = address(&metrics_listener);
+    let kafka_addr = address(&kafka_listener);
+    let off = || "off".to_owned();
+    let kafka_advertised = kafka_addr.map_or_else(off, |kafka| {
+        config
+            .kafka_advertised(kafka)
+            .unwrap_or_else(|| "the address each connection came in on".to_owned())
+    });
+    let cluster_node = config
+        .cluster
+        .as_ref()
+        .map(|cluster| cluster.node_id.to_string())
+        .unwrap_or_else(|| "none (a single broker)".to_owned());
+    let data_dir = config
+        .data_dir
+        .as_ref()
+        .map(|dir| dir.display().to_string())
+        .unwrap_or_else(|| "none (in memory)".to_owned());
+    // Said once the server serves: a cluster node may still refuse to start before that.
     let announce = move || {
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            %listen,
+            metrics = metrics_addr.map_or_else(off, |addr| addr.to_string()),
+            kafka = kafka_addr.map_or_else(off, |addr| addr.to_string()),
+            kafka_advertised,
+            cluster_node,
+            data_dir,
+            "broker-server started"
+        );
         let mut stdout = std::io::stdout();
-        stdout.write_all(announcement.as_bytes())?;
+        writeln!(stdout, "listening on {listen}")?;
+        if let Some(metrics) = metrics_addr {
+            writeln!(stdout, "metrics on http://{metrics}/metrics")?;
+        }
+        if let Some(kafka) = kafka_addr {
+            writeln!(stdout, "kafka on {kafka}")?;
+        }
         stdout.flush()
     };
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
