@@ -623,6 +623,45 @@ async fn a_follower_removed_while_it_runs_falls_silent() {
     assert!(!members.contains(&id), "{status:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voter_removed_while_it_was_down_stops_campaigning_once_it_asks() {
+    let mut nodes = Nodes::start(3);
+    let client = nodes.client().await;
+    assert!(client.create("t", 4).await.unwrap());
+    settled(&nodes).await;
+    let leader = nodes.leader().await;
+    let removed = (0..3).find(|index| *index != leader).unwrap();
+    let id = removed as u64 + 1;
+    nodes.kill(removed);
+    let answer = broker_cli(&nodes, &["cluster", "remove", &id.to_string()]);
+    assert!(answer.contains(&format!("node {id} removed")), "{answer}");
+
+    // Back with its directory, it still believes it votes, and campaigns: each election raises
+    // its term. After 5 s without a leader it asks the others, the leader tells it the
+    // membership it committed without it, and it campaigns no more: its term stands still.
+    nodes.restart(removed);
+    let alone = Client::connect(nodes.client_addrs[removed].to_string().as_str())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = alone.cluster_status().await.unwrap().term;
+    let mut still_since = Instant::now();
+    while still_since.elapsed() < Duration::from_secs(4) {
+        assert!(
+            Instant::now() < deadline,
+            "the removed node goes on campaigning (term {last})"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let term = alone.cluster_status().await.unwrap().term;
+        if term != last {
+            (last, still_since) = (term, Instant::now());
+        }
+    }
+    // The two left went on meanwhile.
+    publish(&client, "after", 4).await;
+    assert_eq!(stored(&client).await, 4);
+}
+
 /// Waits until every node names the same leader in the same term and the leader knows that
 /// every member holds its whole log. (A cluster that formed a moment ago may still hold an
 /// election: the node that started last can campaign once.)

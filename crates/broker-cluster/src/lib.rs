@@ -23,6 +23,7 @@ mod log_store;
 mod membership;
 mod network;
 mod peer_listeners;
+mod removal;
 mod snapshot_stream;
 mod state_machine;
 pub mod types;
@@ -328,6 +329,7 @@ impl Cluster {
             (config.node_id, config.listeners.clone()),
             stop.clone(),
         ));
+        tracker.spawn(removal::watch(raft.clone(), network.clone(), stop.clone()));
         tracker.spawn(network::serve_peers(
             listener,
             raft.clone(),

@@ -86,6 +86,10 @@ pub(crate) enum PeerRequest {
     /// at most [`CAMPAIGN_WITHIN`]. Added with leadership transfer: a node of an earlier release
     /// closes the connection instead of answering.
     Campaign,
+    /// Whether the asking node still belongs to the cluster, asked by a voter that has known
+    /// no leader for a while (see `removal`). Added with that check: a node of an earlier
+    /// release closes the connection instead of answering.
+    Belonging,
 }
 
 /// The answer to a [`PeerRequest`].
@@ -106,6 +110,8 @@ pub(crate) enum PeerResponse {
     Listeners(Listeners),
     /// Answers [`PeerRequest::Campaign`]: whether the node asked leads now.
     Campaign(bool),
+    /// Answers [`PeerRequest::Belonging`]: from a leader, its committed membership.
+    Belonging(Option<Belonging>),
 }
 
 /// Where a node serves clients besides the broker port, as its peers are told.
@@ -374,8 +380,7 @@ fn unreachable<E: std::error::Error>(error: &io::Error) -> RPCError<NodeId, Clus
 }
 
 fn mismatched<E: std::error::Error>() -> RPCError<NodeId, ClusterNode, E> {
-    let error = io::Error::new(io::ErrorKind::InvalidData, "an answer to another request");
-    RPCError::Network(NetworkError::new(&error))
+    RPCError::Network(NetworkError::new(&another_answer()))
 }
 
 impl PeerLink {
@@ -407,10 +412,7 @@ impl PeerLink {
     pub(crate) async fn matched(&mut self, timeout: Duration) -> io::Result<Option<u64>> {
         match self.question(PeerRequest::Matched, timeout).await? {
             PeerResponse::Matched(matched) => Ok(matched),
-            _ => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "an answer to another request",
-            )),
+            _ => Err(another_answer()),
         }
     }
 
@@ -423,10 +425,7 @@ impl PeerLink {
     pub(crate) async fn listeners(&mut self, timeout: Duration) -> io::Result<Listeners> {
         match self.question(PeerRequest::Listeners, timeout).await? {
             PeerResponse::Listeners(listeners) => Ok(listeners),
-            _ => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "an answer to another request",
-            )),
+            _ => Err(another_answer()),
         }
     }
 
@@ -440,10 +439,20 @@ impl PeerLink {
         let timeout = CAMPAIGN_WITHIN + Duration::from_secs(1);
         match self.question(PeerRequest::Campaign, timeout).await? {
             PeerResponse::Campaign(leads) => Ok(leads),
-            _ => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "an answer to another request",
-            )),
+            _ => Err(another_answer()),
+        }
+    }
+
+    /// Asks the peer whether this node belongs to the cluster ([`PeerRequest::Belonging`]),
+    /// waiting at most `timeout`: a leader answers with its committed membership.
+    ///
+    /// # Errors
+    /// The peer cannot be reached, refuses this node, or does not know the question (a node
+    /// of an earlier release).
+    pub(crate) async fn belonging(&mut self, timeout: Duration) -> io::Result<Option<Belonging>> {
+        match self.question(PeerRequest::Belonging, timeout).await? {
+            PeerResponse::Belonging(told) => Ok(told),
+            _ => Err(another_answer()),
         }
     }
 
@@ -465,6 +474,11 @@ impl PeerLink {
         }
         answer
     }
+}
+
+/// The error of a question answered with the answer to another question.
+fn another_answer() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, "an answer to another request")
 }
 
 impl RaftNetwork<TypeConfig> for PeerLink {
@@ -620,9 +634,42 @@ async fn serve_peer(
             }
             PeerRequest::Listeners => PeerResponse::Listeners(listeners.clone()),
             PeerRequest::Campaign => PeerResponse::Campaign(campaign(raft, hello.from).await),
+            PeerRequest::Belonging => {
+                PeerResponse::Belonging(belonging(&raft.metrics().borrow(), hello.from))
+            }
         };
         send(&mut connection, &response).await?;
     }
+}
+
+/// A leader's committed membership, as it tells a node that asks whether it belongs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Belonging {
+    /// The index of the log entry that set the membership.
+    pub(crate) index: u64,
+    /// Whether the node that asked is a member in it (a voter or a learner).
+    pub(crate) member: bool,
+}
+
+/// What a node that leads tells `asking` of its committed membership; `None` from a node that
+/// does not lead, or whose latest membership is not committed yet.
+fn belonging(
+    metrics: &openraft::RaftMetrics<NodeId, ClusterNode>,
+    asking: NodeId,
+) -> Option<Belonging> {
+    if metrics.state != openraft::ServerState::Leader {
+        return None;
+    }
+    let index = metrics.membership_config.log_id().as_ref()?.index;
+    let applied = metrics.last_applied.as_ref()?.index;
+    (index <= applied).then(|| Belonging {
+        index,
+        member: metrics
+            .membership_config
+            .membership()
+            .get_node(&asking)
+            .is_some(),
+    })
 }
 
 /// Campaigns until this node leads, for at most [`CAMPAIGN_WITHIN`], at the request of the
