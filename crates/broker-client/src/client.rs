@@ -1007,9 +1007,10 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::Broker`] with `InvalidArgument` for a node that is not a voter, one that did
-    /// not catch up or win in time (the old leader then leads on), or a server that runs
-    /// alone; otherwise as [`Client::send`].
+    /// [`Error::Broker`] with `InvalidArgument`, saying why: a node that is not a voter or does
+    /// not answer, a membership change or another hand-over under way, a node that did not
+    /// catch up in time (the old leader leads on), one that did not win (the message says
+    /// which node leads), or a server that runs alone; otherwise as [`Client::send`].
     pub async fn transfer_leadership(&self, node_id: u64) -> Result<ClusterStatus, Error> {
         match self
             .send(Command::TransferLeadership { node_id }, Duration::ZERO)

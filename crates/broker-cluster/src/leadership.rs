@@ -58,7 +58,7 @@ impl Cluster {
         }
         let deadline = Instant::now() + wait;
         let term = self.raft.metrics().borrow().current_term;
-        let handing_over = HandingOver::start(self).ok_or_else(under_way)?;
+        let handing_over = HandingOver::start(self);
         self.quiesce(to, term, &handing_over, (deadline, wait))
             .await?;
         let won = link.campaign().await;
@@ -74,10 +74,12 @@ impl Cluster {
             )));
         };
         // Answered once this node follows, so that its status names the new leader; or as soon
-        // as it is clear that another node leads, this one included (elected again).
+        // as it is clear that another node leads, this one included (elected again). At least
+        // a lease, even when catching up took the whole wait.
+        let hear_by = deadline.max(Instant::now() + self.lease);
         let settled = self
             .raft
-            .wait(Some(deadline.saturating_duration_since(Instant::now())))
+            .wait(Some(hear_by.saturating_duration_since(Instant::now())))
             .metrics(
                 |metrics| metrics.current_leader.is_some() && metrics.current_term > term,
                 "this node hears from the new leader",
@@ -94,9 +96,8 @@ impl Cluster {
                 self.who_leads(term)
             ))),
             Err(_) => Err(ProposeError::Refused(format!(
-                "node {to} won an election, but this node has not heard from it within {} s: \
-                 `broker cluster status` shows the leader",
-                wait.as_secs()
+                "node {to} won an election, but this node has not heard from it since: `broker \
+                 cluster status` shows the leader"
             ))),
         }
     }
@@ -150,7 +151,7 @@ impl Cluster {
                 .metrics(
                     |metrics| {
                         metrics.current_leader != Some(node_id)
-                            || matched(metrics, to) >= metrics.last_log_index
+                            || crate::membership::matched(metrics, to) >= metrics.last_log_index
                     },
                     "the chosen node holds the whole log",
                 )
@@ -216,17 +217,6 @@ fn describe_leader(metrics: &RaftMetrics<NodeId, ClusterNode>, this: NodeId, ter
     }
 }
 
-/// The index of the last entry the leader knows `node` holds.
-fn matched(metrics: &RaftMetrics<NodeId, ClusterNode>, node: NodeId) -> Option<u64> {
-    metrics
-        .replication
-        .as_ref()
-        .and_then(|replication| replication.get(&node))
-        .copied()
-        .flatten()
-        .map(|matched| matched.index)
-}
-
 fn under_way() -> ProposeError {
     ProposeError::Refused(
         "a membership change or another hand-over is under way: try again once it is done"
@@ -241,13 +231,10 @@ struct HandingOver<'a> {
 }
 
 impl<'a> HandingOver<'a> {
-    /// `None` when a hand-over is under way already.
-    fn start(cluster: &'a Cluster) -> Option<HandingOver<'a>> {
-        cluster
-            .handing_over
-            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-            .ok()?;
-        Some(HandingOver { cluster })
+    /// Starts a hand-over; the caller holds `Cluster::changing`, so it is the only one.
+    fn start(cluster: &'a Cluster) -> HandingOver<'a> {
+        cluster.handing_over.store(true, Ordering::SeqCst);
+        HandingOver { cluster }
     }
 
     fn silence(&self) {

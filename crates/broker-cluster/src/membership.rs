@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::ChangeMembers;
+use openraft::{ChangeMembers, RaftMetrics};
 use tokio::time::Instant;
 
 use crate::types::shared_address;
@@ -177,14 +177,7 @@ impl Cluster {
             .wait(Some(deadline.saturating_duration_since(Instant::now())))
             .metrics(
                 |metrics| {
-                    metrics.current_leader != Some(node_id)
-                        || metrics
-                            .replication
-                            .as_ref()
-                            .and_then(|replication| replication.get(&id))
-                            .copied()
-                            .flatten()
-                            .is_some_and(|matched| matched.index >= index)
+                    metrics.current_leader != Some(node_id) || matched(metrics, id) >= Some(index)
                 },
                 "the node holds the entry",
             )
@@ -223,6 +216,17 @@ impl Cluster {
             RaftError::Fatal(fatal) => ProposeError::Unavailable(fatal.to_string()),
         }
     }
+}
+
+/// On the leader, the index of the last entry it knows `node` holds.
+pub(crate) fn matched(metrics: &RaftMetrics<NodeId, ClusterNode>, node: NodeId) -> Option<u64> {
+    metrics
+        .replication
+        .as_ref()
+        .and_then(|replication| replication.get(&node))
+        .copied()
+        .flatten()
+        .map(|matched| matched.index)
 }
 
 /// `change` if it completes by `deadline`, the end of a change given `wait` in all.

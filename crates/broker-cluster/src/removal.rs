@@ -36,32 +36,38 @@ pub(crate) async fn watch(raft: Raft<TypeConfig>, mut network: Network, stop: Ca
             () = stop.cancelled() => return,
             () = tokio::time::sleep(LOOK_EVERY) => {}
         }
-        let now = metrics.borrow().clone();
-        let voter = now
-            .membership_config
-            .membership()
-            .voter_ids()
-            .any(|voter| voter == now.id);
-        if now.current_leader.is_some() || !voter {
-            leaderless_since = None;
+        // The membership this voter holds, when it has known no leader for long enough.
+        let asking = {
+            let now = metrics.borrow();
+            let membership = now.membership_config.membership();
+            let leaderless_voter =
+                now.current_leader.is_none() && membership.voter_ids().any(|id| id == now.id);
+            if !leaderless_voter {
+                leaderless_since = None;
+                None
+            } else if leaderless_since
+                .get_or_insert_with(tokio::time::Instant::now)
+                .elapsed()
+                < LEADERLESS
+            {
+                None
+            } else {
+                let held = now
+                    .membership_config
+                    .log_id()
+                    .as_ref()
+                    .map_or(0, |id| id.index);
+                let peers: BTreeMap<NodeId, ClusterNode> = membership
+                    .nodes()
+                    .filter(|(id, _)| **id != now.id)
+                    .map(|(id, node)| (*id, node.clone()))
+                    .collect();
+                Some((held, peers))
+            }
+        };
+        let Some((held, peers)) = asking else {
             continue;
-        }
-        let since = *leaderless_since.get_or_insert_with(tokio::time::Instant::now);
-        if since.elapsed() < LEADERLESS {
-            continue;
-        }
-        let held = now
-            .membership_config
-            .log_id()
-            .as_ref()
-            .map_or(0, |id| id.index);
-        let peers: BTreeMap<NodeId, ClusterNode> = now
-            .membership_config
-            .membership()
-            .nodes()
-            .filter(|(id, _)| **id != now.id)
-            .map(|(id, node)| (*id, node.clone()))
-            .collect();
+        };
         for (peer, node) in peers {
             let mut link = network.new_client(peer, &node).await;
             let Ok(Some(told)) = link.belonging(ANSWER_WITHIN).await else {
