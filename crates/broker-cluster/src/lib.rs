@@ -236,6 +236,9 @@ pub struct Cluster {
     /// Whether this leader is handing its leadership over ([`Cluster::transfer_leadership`]):
     /// meanwhile it takes no change.
     handing_over: AtomicBool,
+    /// Whether a leader told this voter, which had missed it, that it was removed (it
+    /// campaigns no more).
+    known_removed: Arc<AtomicBool>,
     /// Held by a membership change or a hand-over: one at a time.
     changing: tokio::sync::Mutex<()>,
     kafka_addresses: Arc<peer_listeners::KafkaAddresses>,
@@ -329,7 +332,13 @@ impl Cluster {
             (config.node_id, config.listeners.clone()),
             stop.clone(),
         ));
-        tracker.spawn(removal::watch(raft.clone(), network.clone(), stop.clone()));
+        let known_removed = Arc::new(AtomicBool::new(false));
+        tracker.spawn(removal::watch(
+            raft.clone(),
+            network.clone(),
+            Arc::clone(&known_removed),
+            stop.clone(),
+        ));
         tracker.spawn(network::serve_peers(
             listener,
             raft.clone(),
@@ -353,6 +362,7 @@ impl Cluster {
             raft,
             started_empty: fresh,
             handing_over: AtomicBool::new(false),
+            known_removed,
             changing: tokio::sync::Mutex::new(()),
             kafka_addresses,
             stop,
@@ -437,6 +447,12 @@ impl Cluster {
     /// every 2 seconds (more often just after it starts). A member without a Kafka listener, or not heard from yet, is absent.
     pub fn kafka_addresses(&self) -> BTreeMap<NodeId, String> {
         self.kafka_addresses.snapshot()
+    }
+
+    /// Whether a leader told this node, a voter that had missed it, that it was removed from
+    /// the cluster: it campaigns no more, and should be stopped.
+    pub fn knows_removed(&self) -> bool {
+        self.known_removed.load(Ordering::SeqCst)
     }
 
     /// Whether the node had neither log nor snapshot when it started: a new node (one that

@@ -7,6 +7,8 @@
 //! The node then stops campaigning and says so.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::network::RaftNetworkFactory;
@@ -27,8 +29,13 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
 /// Until `stop` is cancelled: whenever this voter (`raft`'s node) has known no leader for
 /// [`LEADERLESS`], asks the members it knows whether it still belongs; once a leader proves it
-/// was removed, stops its elections for good and says so.
-pub(crate) async fn watch(raft: Raft<TypeConfig>, mut network: Network, stop: CancellationToken) {
+/// was removed, stops its elections for good, says so, and sets `removed`.
+pub(crate) async fn watch(
+    raft: Raft<TypeConfig>,
+    mut network: Network,
+    removed: Arc<AtomicBool>,
+    stop: CancellationToken,
+) {
     let metrics = raft.metrics();
     let mut leaderless_since: Option<tokio::time::Instant> = None;
     loop {
@@ -75,6 +82,7 @@ pub(crate) async fn watch(raft: Raft<TypeConfig>, mut network: Network, stop: Ca
             };
             if !told.member && told.index > held {
                 raft.runtime_config().elect(false);
+                removed.store(true, Ordering::SeqCst);
                 tracing::warn!(
                     leader = peer,
                     "this node was removed from the cluster while it could not hear of it \

@@ -489,7 +489,11 @@ async fn follow_leadership(shared: Arc<Shared>) {
             shared.signals.wake_all();
             return;
         }
-        leaderless.observe(leader.is_some() || standing != Some(Standing::Voter), term);
+        // (A voter told it was removed said so already.)
+        leaderless.observe(
+            leader.is_some() || standing != Some(Standing::Voter) || cluster.knows_removed(),
+            term,
+        );
         match leader {
             Some(leader) if leader == cluster.node_id() => known_leader = None,
             Some(leader) if known_leader.replace(leader) != Some(leader) => {
