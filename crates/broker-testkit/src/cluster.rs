@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use broker_client::Client;
@@ -14,8 +15,38 @@ use crate::process::{try_refused_start, Refusal, ServerProcess};
 /// How long [`Nodes::leader`] waits for a leader before it fails.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
-/// A free port on 127.0.0.1 (free when asked: a node binds it right after).
+/// A free port on 127.0.0.1 for a node to bind later, each call in a process a different one.
+///
+/// It is taken below the kernel's range of ephemeral ports, when that leaves room: the local
+/// ends of outgoing connections come from that range, so none can take the port before the
+/// node binds it. (Not even a client retrying the node before it listens, whose connection
+/// to a port of that range can land on itself and hold the port.)
 pub fn free_addr() -> SocketAddr {
+    /// The lowest port handed out.
+    const LOWEST: u32 = 20_000;
+    /// The next candidate, as an offset from `LOWEST`; starts from the process id, so that two
+    /// test processes at once mostly try different ports.
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(0);
+    let span = ephemeral_start.saturating_sub(LOWEST);
+    if span >= 1_000 {
+        let _ = NEXT.compare_exchange(
+            u32::MAX,
+            std::process::id().wrapping_mul(7_919) % span,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        for _ in 0..span {
+            let offset = NEXT.fetch_add(1, Ordering::Relaxed) % span;
+            let port = u16::try_from(LOWEST + offset).expect("below the ephemeral range");
+            if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+                return listener.local_addr().unwrap();
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
