@@ -535,6 +535,24 @@ async fn a_node_is_added_then_removed_while_the_cluster_serves() {
     nodes.kill(stopped);
     publish(&client, "three-of-four", 10).await;
     assert_eq!(stored(&client).await, 70);
+    // The leader cannot reach it: how far behind it is is not known, however current it was.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let status = cluster_status(&nodes);
+        let row = status["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["node_id"] == stopped + 1)
+            .cloned()
+            .unwrap();
+        if row["behind"].is_null() {
+            assert!(row["error"].is_string(), "{row:#}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // The stopped node is removed; the metadata names the three left and the leader.
     let removed = broker_cli(&nodes, &["cluster", "remove", &(stopped + 1).to_string()]);

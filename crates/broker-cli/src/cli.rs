@@ -397,8 +397,9 @@ pub enum GroupCommand {
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// Show every node of the cluster: its role, term, last log entry and last applied entry,
-    /// and how many entries of the leader's log it lacks. Each node is asked about itself at
-    /// its client address, so every node must be reachable from here for a full picture.
+    /// and how many entries of the leader's log it lacks (`?` while the leader has not heard
+    /// from it or cannot reach it). Each node is asked about itself at its client address, so
+    /// every node must be reachable from here for a full picture.
     Status(Connected<ClusterStatusArgs>),
     /// Add a node that runs and was started with `broker-server --cluster-join`: it catches up
     /// with the leader's log (a snapshot of the broker's state first), then votes.
@@ -437,8 +438,9 @@ pub struct TransferArgs {
 /// `broker cluster status`.
 #[derive(Debug, Args)]
 pub struct ClusterStatusArgs {
-    /// Print JSON: `leader`, `term` and `nodes`, each with its addresses, `voter`, `behind`,
-    /// and its own `status` or the `error` that kept it from answering.
+    /// Print JSON: `leader`, `term` and `nodes`, each with its addresses, `voter`, `behind`
+    /// (`null` when not known), and its own `status` or the `error` that kept it from
+    /// answering.
     #[arg(long)]
     pub json: bool,
 }

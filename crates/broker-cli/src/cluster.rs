@@ -208,7 +208,7 @@ pub async fn remove(server: &Server, args: RemoveNodeArgs) -> anyhow::Result<()>
     let client = server.connect().await?;
     let members = client.remove_node(args.node_id).await?;
     outln!(
-        "node {} removed (stop its process now); the cluster's voters: {}",
+        "node {} removed (if its process still runs, stop it now); the cluster's voters: {}",
         args.node_id,
         voters(&members)
     )?;
@@ -273,9 +273,13 @@ async fn ask(server: &Server, addr: &str) -> Result<ClusterStatus, String> {
     })
 }
 
-/// How many entries of the leader's log `member` lacks, as the leader knows (not known when
-/// the leader has not heard from it yet, as just after an election).
+/// How many entries of the leader's log `member` lacks, as the leader knows. Not known when
+/// the leader has not heard from it yet (as just after an election), nor when the leader's
+/// last exchange with it failed: what it held then says nothing of what it lacks now.
 fn behind(leader_last: Option<u64>, member: &ClusterMember) -> Option<u64> {
+    if !member.reachable {
+        return None;
+    }
     Some(leader_last?.saturating_sub(member.matched_index?))
 }
 
