@@ -148,14 +148,17 @@ impl ClientBuilder {
         self
     }
 
-    /// Resolves `addr` and opens the client's connection to the first address that accepts.
-    /// Later reconnections use the same resolved addresses (and the same TLS settings).
+    /// Resolves `addr` and opens the client's connection to the first address that welcomes
+    /// it. Later reconnections use the same resolved addresses (and the same TLS settings).
     ///
     /// Text may list several addresses separated by commas: the nodes of a cluster
     /// (`"10.0.0.1:9092,10.0.0.2:9092,10.0.0.3:9092"`). The client then finds the leader by
     /// itself: a call that reaches a node which does not lead is sent again to the leader it
     /// names (or, during an election, to the next node), so callers see no difference; a
-    /// reconnection tries the node it lost last, and gives each other node a second to accept.
+    /// reconnection tries the node it lost last. The addresses are tried in order, each beside
+    /// those before it: the next one at once when an attempt fails, or after a quarter of a
+    /// second without a welcome, so a node that is down or frozen (it accepts the connection
+    /// but never answers) does not hold the client up.
     /// The names are resolved at once, each within the connect timeout; one that does not
     /// resolve (the name of a node that is down, in some setups) is left out. With a
     /// single address, a call a follower refuses fails with `ErrorReply::NotLeader` and the
@@ -165,8 +168,10 @@ impl ClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Io`] if no address resolves, no address accepts, or the hello exchange
-    /// fails or outlasts the connect timeout; [`Error::Tls`] if the TLS settings are unusable
+    /// When every address fails, the error is that of the most telling failure (a refusal,
+    /// a TLS or protocol error rather than an I/O error): [`Error::Io`] if no address
+    /// resolves, no address accepts, or the hello exchange fails or outlasts the connect
+    /// timeout; [`Error::Tls`] if the TLS settings are unusable
     /// or the TLS handshake fails (an untrusted certificate, a wrong server name, a server
     /// without TLS); [`Error::Refused`] if the server refuses the hello (such as
     /// `ErrorReply::Unauthenticated` for a missing or wrong auth token); [`Error::Protocol`] if

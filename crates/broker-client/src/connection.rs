@@ -17,6 +17,7 @@ use broker_proto::{
     RequestFrame, ServerLimits, MAX_HELLO_FRAME, PROTOCOL_VERSION,
 };
 use bytes::BytesMut;
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -66,15 +67,23 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Connects to the first of `addrs` that accepts, runs the TLS handshake when `tls` is
-    /// given, and exchanges hellos, all within `timeout`.
+    /// Opens a connection to the first of `addrs` that welcomes this client, all within
+    /// `timeout`: connects, runs the TLS handshake when `tls` is given, and exchanges hellos.
+    ///
+    /// The addresses are tried in order, each beside those before it: the next one as soon as
+    /// an attempt fails, or once the attempts under way have gone unanswered for
+    /// [`NEXT_ADDRESS_AFTER`]. So a node that is down, cut off, or frozen after accepting the
+    /// connection (a stopped process, whose kernel still accepts) costs a cluster's client that
+    /// long, not its whole connect timeout, while a node that is merely slow still gets the
+    /// whole timeout. When every address fails, the error says why the most telling one did
+    /// (a refusal or a TLS or protocol error rather than an I/O error).
     pub(crate) async fn open(
         addrs: &[SocketAddr],
         identity: &Identity,
         tls: Option<&Tls>,
         timeout: Duration,
     ) -> Result<Connection, Error> {
-        match tokio::time::timeout(timeout, Self::handshake(addrs, identity, tls)).await {
+        match tokio::time::timeout(timeout, Self::first_welcome(addrs, identity, tls)).await {
             Ok(connection) => connection,
             Err(_) => Err(Error::Io(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -83,22 +92,61 @@ impl Connection {
         }
     }
 
-    async fn handshake(
+    /// [`Connection::open`] without its time limit.
+    async fn first_welcome(
         addrs: &[SocketAddr],
         identity: &Identity,
         tls: Option<&Tls>,
     ) -> Result<Connection, Error> {
-        let (stream, peer) = connect_any(addrs).await?;
+        let mut untried = addrs.iter().copied();
+        let mut attempts = FuturesUnordered::new();
+        let mut failure = None;
+        loop {
+            if let Some(addr) = untried.next() {
+                attempts.push(Self::handshake(addr, identity, tls));
+            }
+            if attempts.is_empty() {
+                return Err(failure.unwrap_or_else(|| {
+                    Error::Io(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "no address to connect to",
+                    ))
+                }));
+            }
+            // An attempt ends, or the next address is due: either way the loop starts the next.
+            tokio::select! {
+                Some(attempt) = attempts.next() => match attempt {
+                    Ok(connection) => return Ok(connection),
+                    Err(error) => failure = Some(more_telling(failure, error)),
+                },
+                () = tokio::time::sleep(NEXT_ADDRESS_AFTER), if untried.len() > 0 => {}
+                else => {}
+            }
+        }
+    }
+
+    /// Connects to `addr` and runs the TLS handshake, if any, and the hello exchange.
+    async fn handshake(
+        addr: SocketAddr,
+        identity: &Identity,
+        tls: Option<&Tls>,
+    ) -> Result<Connection, Error> {
+        let stream = TcpStream::connect(addr).await.map_err(|error| {
+            Error::Io(io::Error::new(
+                error.kind(),
+                format!("connecting to {addr}: {error}"),
+            ))
+        })?;
         stream.set_nodelay(true).map_err(Error::Io)?;
         match tls {
             None => {
                 let (read, write) = stream.into_split();
-                Self::start(read, write, peer, identity).await
+                Self::start(read, write, addr, identity).await
             }
             Some(tls) => {
                 let stream = tls.connect(stream).await?;
                 let (read, write) = tokio::io::split(stream);
-                Self::start(read, write, peer, identity).await
+                Self::start(read, write, addr, identity).await
             }
         }
     }
@@ -278,34 +326,18 @@ fn codec_for(limits: &ServerLimits) -> ClientCodec {
     ClientCodec::new(usize::try_from(limits.max_frame_bytes).unwrap_or(usize::MAX))
 }
 
-/// Connects to the first of `addrs` that accepts. Each but the last gets at most
-/// [`NEXT_ADDRESS_AFTER`]: a host that is down may leave a connection attempt unanswered for
-/// seconds, while the next address (another node of a cluster) answers at once.
-async fn connect_any(addrs: &[SocketAddr]) -> Result<(TcpStream, SocketAddr), Error> {
-    let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to");
-    for (index, &addr) in addrs.iter().enumerate() {
-        let attempt = TcpStream::connect(addr);
-        let connected = match index + 1 < addrs.len() {
-            true => tokio::time::timeout(NEXT_ADDRESS_AFTER, attempt)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("{addr} did not answer within {NEXT_ADDRESS_AFTER:?}"),
-                    ))
-                }),
-            false => attempt.await,
-        };
-        match connected {
-            Ok(stream) => return Ok((stream, addr)),
-            Err(error) => last = error,
-        }
-    }
-    Err(Error::Io(last))
-}
+/// How long the attempts under way may go unanswered before the next address is tried beside
+/// them (as RFC 8305 staggers its attempts).
+const NEXT_ADDRESS_AFTER: Duration = Duration::from_millis(250);
 
-/// How long a connection attempt may take before the next address is tried.
-const NEXT_ADDRESS_AFTER: Duration = Duration::from_secs(1);
+/// The error to report of two failed attempts: an I/O error says least (a refusal, or a TLS
+/// or protocol error, says what to fix), and of two alike the later one is kept.
+fn more_telling(kept: Option<Error>, new: Error) -> Error {
+    match kept {
+        Some(kept) if matches!(new, Error::Io(_)) && !matches!(kept, Error::Io(_)) => kept,
+        _ => new,
+    }
+}
 
 /// Whether the first bytes of an answer are a TLS record (an alert or a handshake, version
 /// 3.x) rather than a frame: no frame can be that long, so this is a TLS server.

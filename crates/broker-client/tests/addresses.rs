@@ -1,0 +1,107 @@
+//! A client given several addresses, as a cluster's clients are: an address that fails, or
+//! that accepts connections but never answers (a frozen node), does not keep the client from
+//! the next; when every address fails, the error says why the most telling one did.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use broker_client::{Client, Error};
+use broker_testkit::in_process::TestServer;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// A listener that accepts connections and keeps them open without ever answering, as the
+/// kernel of a stopped (SIGSTOP) or hung node does; and the task holding them.
+async fn frozen_node() -> (SocketAddr, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let holding = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    (addr, holding)
+}
+
+/// An address nothing listens on: connecting is refused at once.
+fn closed_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+async fn connect(addrs: &[SocketAddr], timeout: Duration) -> Result<Client, Error> {
+    let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    Client::builder()
+        .connect_timeout(timeout)
+        .connect(list.join(",").as_str())
+        .await
+}
+
+#[tokio::test]
+async fn a_node_that_accepts_but_never_answers_does_not_keep_the_client_from_the_next() {
+    let server = TestServer::with_capacity(10).await;
+    let (frozen, holding) = frozen_node().await;
+    // The frozen node is first: its connection is accepted, its hello never answered. The
+    // client tries the next address beside it and is welcomed there, well within the timeout.
+    let client = connect(&[frozen, server.addr], Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(client.create("t", 1).await.unwrap());
+    assert_eq!(client.publish("t", 0, b"x".to_vec()).await.unwrap(), 0);
+    holding.abort();
+}
+
+#[tokio::test]
+async fn refused_addresses_are_passed_and_the_first_that_welcomes_is_used() {
+    let server = TestServer::with_capacity(10).await;
+    let client = connect(
+        &[closed_port(), closed_port(), server.addr],
+        Duration::from_secs(20),
+    )
+    .await
+    .unwrap();
+    assert!(client.create("t", 1).await.unwrap());
+}
+
+#[tokio::test]
+async fn when_every_address_fails_the_error_is_the_most_telling() {
+    // Something that answers in HTTP: a protocol error, which says more than a refused port
+    // tried after it.
+    let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http_addr = http.local_addr().unwrap();
+    let answering = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = http.accept().await {
+            let _ = stream
+                .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    let error = connect(&[http_addr, closed_port()], Duration::from_secs(20))
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(error, Error::Protocol(_)), "{error:?}");
+    // Only refused ports: the I/O error names the address.
+    let closed = closed_port();
+    let error = connect(&[closed], Duration::from_secs(20))
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(error, Error::Io(_)), "{error:?}");
+    assert!(error.to_string().contains(&closed.to_string()), "{error}");
+    // Only a frozen node: the connect timeout ends the wait.
+    let (frozen, holding) = frozen_node().await;
+    let error = connect(&[frozen], Duration::from_millis(600))
+        .await
+        .err()
+        .unwrap();
+    assert!(error.to_string().contains("connect timeout"), "{error}");
+    holding.abort();
+    answering.abort();
+}
