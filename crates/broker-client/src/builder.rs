@@ -156,9 +156,11 @@ impl ClientBuilder {
     /// itself: a call that reaches a node which does not lead is sent again to the leader it
     /// names (or, during an election, to the next node), so callers see no difference; a
     /// reconnection tries the node it lost last. The addresses are tried in order, each beside
-    /// those before it: the next one at once when an attempt fails, or after a quarter of a
-    /// second without a welcome, so a node that is down or frozen (it accepts the connection
-    /// but never answers) does not hold the client up.
+    /// those before it: the next one at once when an attempt fails, or when one is overdue (no
+    /// connection within a quarter of a second, or no welcome within four times as long as
+    /// connecting took, at least a quarter of a second), so a node that is down or frozen (it
+    /// accepts the connection but never answers) does not hold the client up; a slow one keeps
+    /// the whole connect timeout to answer.
     /// The names are resolved at once, each within the connect timeout; one that does not
     /// resolve (the name of a node that is down, in some setups) is left out. With a
     /// single address, a call a follower refuses fails with `ErrorReply::NotLeader` and the
@@ -168,8 +170,9 @@ impl ClientBuilder {
     ///
     /// # Errors
     ///
-    /// When every address fails, the error is that of the most telling failure (a refusal,
-    /// a TLS or protocol error rather than an I/O error): [`Error::Io`] if no address
+    /// When every address fails, or the connect timeout ends first, the error is that of the
+    /// most telling failure (a refusal, a TLS or protocol error rather than an I/O error),
+    /// naming the address when there are several: [`Error::Io`] if no address
     /// resolves, no address accepts, or the hello exchange fails or outlasts the connect
     /// timeout; [`Error::Tls`] if the TLS settings are unusable
     /// or the TLS handshake fails (an untrusted certificate, a wrong server name, a server

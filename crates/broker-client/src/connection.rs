@@ -8,6 +8,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,39 +72,39 @@ impl Connection {
     /// `timeout`: connects, runs the TLS handshake when `tls` is given, and exchanges hellos.
     ///
     /// The addresses are tried in order, each beside those before it: the next one as soon as
-    /// an attempt fails, or once the attempts under way have gone unanswered for
-    /// [`NEXT_ADDRESS_AFTER`]. So a node that is down, cut off, or frozen after accepting the
-    /// connection (a stopped process, whose kernel still accepts) costs a cluster's client that
-    /// long, not its whole connect timeout, while a node that is merely slow still gets the
-    /// whole timeout. When every address fails, the error says why the most telling one did
-    /// (a refusal or a TLS or protocol error rather than an I/O error).
+    /// an attempt fails, or when the attempts under way are overdue: no connection within
+    /// [`NEXT_ADDRESS_AFTER`], or no welcome within four times as long as the connection took
+    /// (at least that long). So a node that is down, cut off, or frozen after accepting the
+    /// connection (a stopped process, whose kernel still accepts) costs a cluster's client
+    /// about a quarter of a second, not its whole connect timeout, while a node that is merely
+    /// slow keeps the whole timeout to answer. When every address fails, or the timeout ends
+    /// first, the error is the most telling of the failures (a refusal or a TLS or protocol
+    /// error rather than an I/O error), naming the address when there are several.
     pub(crate) async fn open(
         addrs: &[SocketAddr],
         identity: &Identity,
         tls: Option<&Tls>,
         timeout: Duration,
     ) -> Result<Connection, Error> {
-        match tokio::time::timeout(timeout, Self::first_welcome(addrs, identity, tls)).await {
-            Ok(connection) => connection,
-            Err(_) => Err(Error::Io(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("no welcome within the connect timeout of {timeout:?}"),
-            ))),
-        }
-    }
-
-    /// [`Connection::open`] without its time limit.
-    async fn first_welcome(
-        addrs: &[SocketAddr],
-        identity: &Identity,
-        tls: Option<&Tls>,
-    ) -> Result<Connection, Error> {
+        let deadline = Instant::now() + timeout;
+        let several = addrs.len() > 1;
         let mut untried = addrs.iter().copied();
+        // Declared before the attempts, which borrow it.
+        let next_due = NextDue::new();
         let mut attempts = FuturesUnordered::new();
         let mut failure = None;
+        let mut start_next = true;
         loop {
-            if let Some(addr) = untried.next() {
-                attempts.push(Self::handshake(addr, identity, tls));
+            if start_next {
+                if let Some(addr) = untried.next() {
+                    next_due.set(Instant::now() + NEXT_ADDRESS_AFTER);
+                    let attempt = Self::handshake(addr, identity, tls, &next_due);
+                    attempts.push(async move {
+                        attempt
+                            .await
+                            .map_err(|error| if several { at(addr, error) } else { error })
+                    });
+                }
             }
             if attempts.is_empty() {
                 return Err(failure.unwrap_or_else(|| {
@@ -113,30 +114,40 @@ impl Connection {
                     ))
                 }));
             }
-            // An attempt ends, or the next address is due: either way the loop starts the next.
             tokio::select! {
                 Some(attempt) = attempts.next() => match attempt {
                     Ok(connection) => return Ok(connection),
-                    Err(error) => failure = Some(more_telling(failure, error)),
+                    Err(error) => {
+                        failure = Some(more_telling(failure, error));
+                        start_next = true;
+                    }
                 },
-                () = tokio::time::sleep(NEXT_ADDRESS_AFTER), if untried.len() > 0 => {}
-                else => {}
+                () = tokio::time::sleep_until(next_due.get()), if untried.len() > 0 => {
+                    // An attempt that connected meanwhile may have put the next one off.
+                    start_next = Instant::now() >= next_due.get();
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    let timed_out = Error::Io(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no welcome within the connect timeout of {timeout:?}"),
+                    ));
+                    return Err(more_telling(failure, timed_out));
+                }
             }
         }
     }
 
-    /// Connects to `addr` and runs the TLS handshake, if any, and the hello exchange.
+    /// Connects to `addr` and runs the TLS handshake, if any, and the hello exchange. Once
+    /// connected, puts the next address off to four times the time connecting took, if later.
     async fn handshake(
         addr: SocketAddr,
         identity: &Identity,
         tls: Option<&Tls>,
+        next_due: &NextDue,
     ) -> Result<Connection, Error> {
-        let stream = TcpStream::connect(addr).await.map_err(|error| {
-            Error::Io(io::Error::new(
-                error.kind(),
-                format!("connecting to {addr}: {error}"),
-            ))
-        })?;
+        let began = Instant::now();
+        let stream = TcpStream::connect(addr).await.map_err(Error::Io)?;
+        next_due.put_off(Instant::now() + began.elapsed() * 4);
         stream.set_nodelay(true).map_err(Error::Io)?;
         match tls {
             None => {
@@ -326,9 +337,55 @@ fn codec_for(limits: &ServerLimits) -> ClientCodec {
     ClientCodec::new(usize::try_from(limits.max_frame_bytes).unwrap_or(usize::MAX))
 }
 
-/// How long the attempts under way may go unanswered before the next address is tried beside
-/// them (as RFC 8305 staggers its attempts).
+/// How long an attempt may go without a connection before the next address is tried beside
+/// it (as RFC 8305 staggers its attempts), and the least it may then take to be welcomed.
 const NEXT_ADDRESS_AFTER: Duration = Duration::from_millis(250);
+
+/// When the next address is due, shared by the attempts under way (which put it off once they
+/// are connected) and the loop that starts them.
+#[derive(Debug)]
+struct NextDue {
+    base: Instant,
+    /// Microseconds after `base`.
+    micros: AtomicU64,
+}
+
+impl NextDue {
+    fn new() -> NextDue {
+        NextDue {
+            base: Instant::now(),
+            micros: AtomicU64::new(0),
+        }
+    }
+
+    fn get(&self) -> Instant {
+        self.base + Duration::from_micros(self.micros.load(Ordering::Relaxed))
+    }
+
+    fn set(&self, due: Instant) {
+        self.micros.store(self.micros_at(due), Ordering::Relaxed);
+    }
+
+    /// Makes it `due` if that is later.
+    fn put_off(&self, due: Instant) {
+        self.micros
+            .fetch_max(self.micros_at(due), Ordering::Relaxed);
+    }
+
+    fn micros_at(&self, due: Instant) -> u64 {
+        u64::try_from(due.saturating_duration_since(self.base).as_micros()).unwrap_or(u64::MAX)
+    }
+}
+
+/// `error`, saying that it came from `addr` (when a client has several addresses).
+fn at(addr: SocketAddr, error: Error) -> Error {
+    match error {
+        Error::Io(error) => Error::Io(io::Error::new(error.kind(), format!("{addr}: {error}"))),
+        Error::Tls(why) => Error::Tls(format!("{addr}: {why}")),
+        Error::Protocol(why) => Error::Protocol(format!("{addr}: {why}")),
+        other => other,
+    }
+}
 
 /// The error to report of two failed attempts: an I/O error says least (a refusal, or a TLS
 /// or protocol error, says what to fix), and of two alike the later one is kept.

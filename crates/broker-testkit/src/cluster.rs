@@ -15,7 +15,9 @@ use crate::process::{try_refused_start, Refusal, ServerProcess};
 /// How long [`Nodes::leader`] waits for a leader before it fails.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
-/// A free port on 127.0.0.1 for a node to bind later, each call in a process a different one.
+/// A free port on 127.0.0.1 for a node to bind later, each call in a process a different one
+/// (two test processes at once start from different ports, after their process ids, but are
+/// not kept apart otherwise).
 ///
 /// It is taken below the kernel's range of ephemeral ports, when that leaves room: the local
 /// ends of outgoing connections come from that range, so none can take the port before the
