@@ -159,12 +159,7 @@ impl BrokerState {
         let Some(record) = log.run(offset, 1, None)?.next() else {
             return Ok(false);
         };
-        let StoredRecord {
-            key,
-            payload,
-            mut headers,
-            ..
-        } = record.into_owned();
+        let (key, payload, mut headers, _) = record.into_owned().into_parts();
         let values = [
             topic.to_owned(),
             partition.to_string(),

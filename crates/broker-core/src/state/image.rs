@@ -537,9 +537,9 @@ fn topic_from_v1(image: v1::TopicImage, id: u64) -> Result<Topic, String> {
 impl From<&StoredRecord> for RecordImage {
     fn from(record: &StoredRecord) -> RecordImage {
         RecordImage {
-            key: record.key.clone(),
+            key: record.key().cloned(),
             payload: record.payload.clone(),
-            headers: record.headers.iter().map(HeaderImage::from).collect(),
+            headers: record.headers().iter().map(HeaderImage::from).collect(),
             timestamp_ms: record.timestamp_ms,
         }
     }

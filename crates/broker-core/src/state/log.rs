@@ -46,10 +46,18 @@ pub(super) struct Cold {
 /// A record as the log keeps it.
 #[derive(Debug, Clone)]
 pub(super) struct StoredRecord {
-    pub(super) key: Option<Bytes>,
     pub(super) payload: Bytes,
-    pub(super) headers: Vec<Header>,
     pub(super) timestamp_ms: i64,
+    /// The key and headers, when the record has either. Boxed: most records have neither, and
+    /// each record held in memory costs 48 bytes besides its payload instead of 96.
+    extras: Option<Box<Extras>>,
+}
+
+/// What a record has beyond its payload and time.
+#[derive(Debug, Clone)]
+struct Extras {
+    key: Option<Bytes>,
+    headers: Vec<Header>,
 }
 
 impl StoredRecord {
@@ -61,20 +69,42 @@ impl StoredRecord {
         headers: Vec<Header>,
         timestamp_ms: i64,
     ) -> StoredRecord {
+        let extras =
+            (key.is_some() || !headers.is_empty()).then(|| Box::new(Extras { key, headers }));
         StoredRecord {
-            key,
             payload,
-            headers,
             timestamp_ms,
+            extras,
         }
+    }
+
+    /// The record's key, if it has one.
+    #[inline]
+    pub(super) fn key(&self) -> Option<&Bytes> {
+        self.extras.as_ref()?.key.as_ref()
+    }
+
+    /// The record's headers.
+    #[inline]
+    pub(super) fn headers(&self) -> &[Header] {
+        self.extras.as_ref().map_or(&[], |extras| &extras.headers)
+    }
+
+    /// The key, the payload, the headers and the time.
+    pub(super) fn into_parts(self) -> (Option<Bytes>, Bytes, Vec<Header>, i64) {
+        let (key, headers) = match self.extras {
+            Some(extras) => (extras.key, extras.headers),
+            None => (None, Vec::new()),
+        };
+        (key, self.payload, headers, self.timestamp_ms)
     }
 
     /// Payload, key and header bytes: what the record counts against budgets and limits.
     #[inline]
     pub(super) fn size(&self) -> u64 {
         (self.payload.len()
-            + self.key.as_ref().map_or(0, Bytes::len)
-            + self.headers.iter().map(Header::size).sum::<usize>()) as u64
+            + self.key().map_or(0, Bytes::len)
+            + self.headers().iter().map(Header::size).sum::<usize>()) as u64
     }
 
     /// The record as delivered to a consumer of `topic`.
@@ -86,12 +116,7 @@ impl StoredRecord {
         offset: i64,
         delivery_count: u32,
     ) -> BrokerRecord {
-        let StoredRecord {
-            key,
-            payload,
-            headers,
-            timestamp_ms,
-        } = record.into_owned();
+        let (key, payload, headers, timestamp_ms) = record.into_owned().into_parts();
         BrokerRecord {
             topic: topic.to_owned(),
             partition: partition as i32,
@@ -107,12 +132,12 @@ impl StoredRecord {
 
 impl From<RecordImage> for StoredRecord {
     fn from(image: RecordImage) -> StoredRecord {
-        StoredRecord {
-            key: image.key,
-            payload: image.payload,
-            headers: image.headers.into_iter().map(Header::from).collect(),
-            timestamp_ms: image.timestamp_ms,
-        }
+        StoredRecord::new(
+            image.key,
+            image.payload,
+            image.headers.into_iter().map(Header::from).collect(),
+            image.timestamp_ms,
+        )
     }
 }
 
@@ -369,5 +394,53 @@ impl PartitionLog {
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_is_held_in_48_bytes_besides_its_payload_and_keeps_its_key_and_headers() {
+        assert_eq!(std::mem::size_of::<StoredRecord>(), 48);
+        let plain = StoredRecord::new(None, Bytes::from_static(b"payload"), Vec::new(), 7);
+        assert!(plain.extras.is_none());
+        assert_eq!(
+            (plain.key(), plain.headers(), plain.size()),
+            (None, &[][..], 7)
+        );
+
+        let header = Header {
+            name: "trace".to_owned(),
+            value: Some(Bytes::from_static(b"abc")),
+        };
+        let key = Bytes::from_static(b"key");
+        let full = StoredRecord::new(
+            Some(key.clone()),
+            Bytes::from_static(b"payload"),
+            vec![header.clone()],
+            7,
+        );
+        assert_eq!(full.key(), Some(&key));
+        assert_eq!(full.headers(), std::slice::from_ref(&header));
+        assert_eq!(full.size(), (7 + 3 + header.size()) as u64);
+        let parts = full.into_parts();
+        assert_eq!(
+            parts,
+            (
+                Some(key),
+                Bytes::from_static(b"payload"),
+                vec![header.clone()],
+                7
+            )
+        );
+
+        // Headers without a key are kept too.
+        let headers_only = StoredRecord::new(None, Bytes::new(), vec![header.clone()], 0);
+        assert_eq!(
+            (headers_only.key(), headers_only.headers()),
+            (None, &[header][..])
+        );
     }
 }
