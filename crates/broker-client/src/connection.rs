@@ -388,11 +388,16 @@ fn at(addr: SocketAddr, error: Error) -> Error {
 }
 
 /// The error to report of two failed attempts: an I/O error says least (a refusal, or a TLS
-/// or protocol error, says what to fix), and of two alike the later one is kept.
+/// or protocol error, says what to fix); two I/O errors are reported together (each names its
+/// address when there are several), with the later one's kind; of two others the later one is
+/// kept.
 fn more_telling(kept: Option<Error>, new: Error) -> Error {
-    match kept {
-        Some(kept) if matches!(new, Error::Io(_)) && !matches!(kept, Error::Io(_)) => kept,
-        _ => new,
+    match (kept, new) {
+        (Some(Error::Io(kept)), Error::Io(new)) => {
+            Error::Io(io::Error::new(new.kind(), format!("{kept}; {new}")))
+        }
+        (Some(kept), Error::Io(_)) => kept,
+        (_, new) => new,
     }
 }
 

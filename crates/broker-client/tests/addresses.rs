@@ -116,7 +116,7 @@ async fn when_every_address_fails_the_error_is_the_most_telling() {
         error.to_string().contains(&http_addr.to_string()),
         "{error}"
     );
-    // Only refused ports: the I/O error names the address (the last tried).
+    // Only refused ports: the I/O error names every address and why it failed.
     let (other, _held_other) = closed_port();
     let error = connect(&[closed, other], Duration::from_secs(20))
         .await
@@ -124,6 +124,7 @@ async fn when_every_address_fails_the_error_is_the_most_telling() {
         .unwrap();
     assert!(matches!(error, Error::Io(_)), "{error:?}");
     assert!(error.to_string().contains(&other.to_string()), "{error}");
+    assert!(error.to_string().contains(&closed.to_string()), "{error}");
     // Only a frozen node: the connect timeout ends the wait.
     let (frozen, holding) = frozen_node().await;
     let error = connect(&[frozen], Duration::from_millis(600))
