@@ -560,6 +560,13 @@ async fn a_node_is_added_then_removed_while_the_cluster_serves() {
         removed.contains(&format!("node {} removed", stopped + 1)),
         "{removed}"
     );
+    // Removing it again changes nothing.
+    let again = broker_cli(&nodes, &["cluster", "remove", &(stopped + 1).to_string()]);
+    assert!(
+        again.contains(&format!("node {} is not a member", stopped + 1))
+            && again.contains("nothing to do"),
+        "{again}"
+    );
     let metadata = read(|| client.metadata(None)).await;
     let ids: Vec<u64> = metadata.nodes.iter().map(|node| node.node_id).collect();
     let expected: Vec<u64> = (1..=4).filter(|id| *id != stopped as u64 + 1).collect();

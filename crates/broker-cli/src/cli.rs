@@ -167,7 +167,7 @@ pub enum Command {
     Top(Connected<TopArgs>),
     /// Measure a broker-server: throughput and latency percentiles under a chosen workload.
     Bench(Connected<BenchArgs>),
-    /// Show the nodes of a cluster, add one or remove one.
+    /// Show the nodes of a cluster, add or remove one, or hand the leadership to another.
     #[command(subcommand)]
     Cluster(ClusterCommand),
 }
@@ -399,7 +399,8 @@ pub enum ClusterCommand {
     /// Show every node of the cluster: its role, term, last log entry and last applied entry,
     /// and how many entries of the leader's log it lacks (`?` while the leader has not heard
     /// from it or cannot reach it). Each node is asked about itself at its client address, so
-    /// every node must be reachable from here for a full picture.
+    /// every node must be reachable from here for a full picture; all at once, each for at most
+    /// 3 seconds.
     Status(Connected<ClusterStatusArgs>),
     /// Add a node that runs and was started with `broker-server --cluster-join`: it catches up
     /// with the leader's log (a snapshot of the broker's state first), then votes.
@@ -411,7 +412,9 @@ learner (it receives the log but does not vote) and keeps catching up: run the c
 to make it a voter.")]
     Add(Connected<AddNodeArgs>),
     /// Remove a node from the cluster: it no longer votes nor receives the log. Stop its
-    /// process afterwards. Removing the leader makes the others elect a new one.
+    /// process afterwards. Removing the leader makes the others elect a new one. A voter that
+    /// is not the leader first stops voting: the leader waits up to 5 seconds for it to hear
+    /// so (the whole wait when it is down). Removing a node that is no member changes nothing.
     Remove(Connected<RemoveNodeArgs>),
     /// Make a voter the leader, before taking the leader's host down for maintenance, say.
     #[command(after_help = "Example (node 2 is a voter):

@@ -21,24 +21,40 @@ struct Row {
 }
 
 /// `broker cluster status`: the first node of --addr that knows a leader (else the first that
-/// answers), and that leader, tell the members; each member is then asked about itself.
+/// answers), and that leader, tell the members; each member is then asked about itself. Every
+/// node is asked at once and once at most, so a node that does not answer costs the command
+/// [`NODE_TIMEOUT`] in all.
 pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<()> {
+    let given: Vec<&str> = server.addr.split(',').map(str::trim).collect();
+    let asked: Vec<(String, Result<ClusterStatus, String>)> = join_all(
+        given
+            .iter()
+            .map(|addr| async move { (addr.to_string(), ask(server, addr).await) }),
+    )
+    .await;
     let mut failures = Vec::new();
     let mut first: Option<ClusterStatus> = None;
-    for addr in server.addr.split(',').map(str::trim) {
-        match ask(server, addr).await {
+    for (addr, answer) in &asked {
+        match answer {
             // A node that knows no leader may be cut off, removed, or waiting to join: another
             // node may know better.
             Ok(status) if status.leader.is_some() && !status.members.is_empty() => {
-                first = Some(status);
+                first = Some(status.clone());
                 break;
             }
             Ok(status) => {
-                first.get_or_insert(status);
+                first.get_or_insert_with(|| status.clone());
             }
             Err(why) => failures.push(format!("{addr}: {why}")),
         }
     }
+    // What a node already said (or why it did not), by its client address.
+    let answered = |addr: &str| {
+        asked
+            .iter()
+            .find(|(asked, _)| asked == addr)
+            .map(|(_, answer)| answer.clone())
+    };
     let Some(first) = first else {
         let why = format!("cannot show the cluster: {}", failures.join("; "));
         if args.json {
@@ -61,7 +77,10 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
     let leader = match first.leader {
         Some(leader) if leader == first.node_id => Some(first.clone()),
         Some(leader) => match first.members.iter().find(|m| m.node_id == leader) {
-            Some(member) => ask(server, &member.client_addr).await.ok(),
+            Some(member) => match answered(&member.client_addr) {
+                Some(answer) => answer.ok(),
+                None => ask(server, &member.client_addr).await.ok(),
+            },
             None => None,
         },
         None => None,
@@ -72,9 +91,10 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
             .into_iter()
             .flatten()
             .find(|status| status.node_id == member.node_id);
-        match known {
-            Some(status) => Ok(status.clone()),
-            None => ask(server, &member.client_addr).await,
+        match (known, answered(&member.client_addr)) {
+            (Some(status), _) => Ok(status.clone()),
+            (None, Some(answer)) => answer,
+            (None, None) => ask(server, &member.client_addr).await,
         }
     }))
     .await;
@@ -123,7 +143,7 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
         )?,
     }
     outln!(
-        "{:<6} {:<10} {:>6} {:>10} {:>10} {:>8}  {:<5}  {:<22} {}",
+        "{:<6} {:<11} {:>6} {:>10} {:>10} {:>8}  {:<5}  {:<22} {}",
         "node",
         "role",
         "term",
@@ -140,7 +160,7 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
         let behind = behind(leader_last, member).map_or_else(|| "?".to_owned(), |n| n.to_string());
         match &row.own {
             Ok(own) => outln!(
-                "{:<6} {:<10} {:>6} {:>10} {:>10} {:>8}  {:<5}  {:<22} {}",
+                "{:<6} {:<11} {:>6} {:>10} {:>10} {:>8}  {:<5}  {:<22} {}",
                 member.node_id,
                 role_name(own.role),
                 own.term,
@@ -152,7 +172,7 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
                 member.client_addr
             )?,
             Err(why) => outln!(
-                "{:<6} {:<10} {:>6} {:>10} {:>10} {:>8}  {:<5}  {:<22} {}  ({why})",
+                "{:<6} {:<11} {:>6} {:>10} {:>10} {:>8}  {:<5}  {:<22} {}  ({why})",
                 member.node_id,
                 "unreachable",
                 "-",
@@ -206,12 +226,34 @@ pub async fn add(server: &Server, args: AddNodeArgs) -> anyhow::Result<()> {
 /// `broker cluster remove`.
 pub async fn remove(server: &Server, args: RemoveNodeArgs) -> anyhow::Result<()> {
     let client = server.connect().await?;
-    let members = client.remove_node(args.node_id).await?;
+    let node = args.node_id;
+    let gone = leader_view(server, &client)
+        .await
+        .is_some_and(|status| status.members.iter().all(|member| member.node_id != node));
+    if gone {
+        outln!("node {node} is not a member of the cluster: nothing to do")?;
+        return Ok(());
+    }
+    eprintln!(
+        "removing node {node}: a voter that is not the leader first stops voting (the leader \
+         waits up to 5 s for it to hear so), then leaves the cluster"
+    );
+    let members = client.remove_node(node).await?;
     outln!(
-        "node {} removed (if its process still runs, stop it now); the cluster's voters: {}",
-        args.node_id,
+        "node {node} removed (if its process still runs, stop it now); the cluster's voters: {}",
         voters(&members)
     )?;
+    let few = match members.iter().filter(|member| member.voter).count() {
+        1 => Some(("1 voter", "it is")),
+        2 => Some(("2 voters", "either is")),
+        _ => None,
+    };
+    if let Some((voters, which)) = few {
+        eprintln!(
+            "note: with {voters} the cluster takes no change once {which} lost; 3 voters \
+             survive the loss of 1, 5 the loss of 2"
+        );
+    }
     Ok(())
 }
 
