@@ -48,16 +48,21 @@ pub(super) struct Cold {
 pub(super) struct StoredRecord {
     pub(super) payload: Bytes,
     pub(super) timestamp_ms: i64,
-    /// The key and headers, when the record has either. Boxed: most records have neither, and
-    /// each record held in memory costs 48 bytes besides its payload instead of 96.
-    extras: Option<Box<Extras>>,
+    /// The key and headers: a key alone is held inline (no allocation beyond its bytes),
+    /// headers (rare) in a box, so a record in memory costs 80 bytes besides its payload
+    /// instead of the 96 of key and headers side by side.
+    extras: Extras,
 }
 
 /// What a record has beyond its payload and time.
 #[derive(Debug, Clone)]
-struct Extras {
-    key: Option<Bytes>,
-    headers: Vec<Header>,
+enum Extras {
+    /// Neither key nor headers.
+    None,
+    /// A key, no headers.
+    Key(Bytes),
+    /// Headers, and the key if there is one.
+    Headers(Box<(Option<Bytes>, Vec<Header>)>),
 }
 
 impl StoredRecord {
@@ -69,8 +74,11 @@ impl StoredRecord {
         headers: Vec<Header>,
         timestamp_ms: i64,
     ) -> StoredRecord {
-        let extras =
-            (key.is_some() || !headers.is_empty()).then(|| Box::new(Extras { key, headers }));
+        let extras = match (key, headers.is_empty()) {
+            (None, true) => Extras::None,
+            (Some(key), true) => Extras::Key(key),
+            (key, false) => Extras::Headers(Box::new((key, headers))),
+        };
         StoredRecord {
             payload,
             timestamp_ms,
@@ -81,20 +89,28 @@ impl StoredRecord {
     /// The record's key, if it has one.
     #[inline]
     pub(super) fn key(&self) -> Option<&Bytes> {
-        self.extras.as_ref()?.key.as_ref()
+        match &self.extras {
+            Extras::None => None,
+            Extras::Key(key) => Some(key),
+            Extras::Headers(extras) => extras.0.as_ref(),
+        }
     }
 
     /// The record's headers.
     #[inline]
     pub(super) fn headers(&self) -> &[Header] {
-        self.extras.as_ref().map_or(&[], |extras| &extras.headers)
+        match &self.extras {
+            Extras::None | Extras::Key(_) => &[],
+            Extras::Headers(extras) => &extras.1,
+        }
     }
 
     /// The key, the payload, the headers and the time.
     pub(super) fn into_parts(self) -> (Option<Bytes>, Bytes, Vec<Header>, i64) {
         let (key, headers) = match self.extras {
-            Some(extras) => (extras.key, extras.headers),
-            None => (None, Vec::new()),
+            Extras::None => (None, Vec::new()),
+            Extras::Key(key) => (Some(key), Vec::new()),
+            Extras::Headers(extras) => *extras,
         };
         (key, self.payload, headers, self.timestamp_ms)
     }
@@ -402,10 +418,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_record_is_held_in_48_bytes_besides_its_payload_and_keeps_its_key_and_headers() {
-        assert_eq!(std::mem::size_of::<StoredRecord>(), 48);
+    fn a_record_is_held_in_80_bytes_besides_its_payload_and_keeps_its_key_and_headers() {
+        assert_eq!(std::mem::size_of::<StoredRecord>(), 80);
         let plain = StoredRecord::new(None, Bytes::from_static(b"payload"), Vec::new(), 7);
-        assert!(plain.extras.is_none());
+        assert!(matches!(plain.extras, Extras::None));
         assert_eq!(
             (plain.key(), plain.headers(), plain.size()),
             (None, &[][..], 7)
@@ -416,6 +432,18 @@ mod tests {
             value: Some(Bytes::from_static(b"abc")),
         };
         let key = Bytes::from_static(b"key");
+        // A key alone is held inline.
+        let keyed = StoredRecord::new(Some(key.clone()), Bytes::from_static(b"p"), Vec::new(), 7);
+        assert!(matches!(keyed.extras, Extras::Key(_)));
+        assert_eq!(
+            (keyed.key(), keyed.headers(), keyed.size()),
+            (Some(&key), &[][..], 4)
+        );
+        assert_eq!(
+            keyed.into_parts(),
+            (Some(key.clone()), Bytes::from_static(b"p"), Vec::new(), 7)
+        );
+
         let full = StoredRecord::new(
             Some(key.clone()),
             Bytes::from_static(b"payload"),
