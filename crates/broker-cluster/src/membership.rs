@@ -62,7 +62,7 @@ impl Cluster {
         }
         // One deadline for the whole change, so that the answer comes within `wait`.
         let deadline = Instant::now() + wait;
-        let _change = within(deadline, wait, self.changing.lock()).await?;
+        let _change = self.one_change_at_a_time(deadline, wait).await?;
         self.ensure_leader()?;
         let added = within(deadline, wait, self.raft.add_learner(id, node, false))
             .await?
@@ -123,7 +123,7 @@ impl Cluster {
             )));
         }
         let deadline = Instant::now() + wait;
-        let _change = within(deadline, wait, self.changing.lock()).await?;
+        let _change = self.one_change_at_a_time(deadline, wait).await?;
         self.ensure_leader()?;
         let removed = BTreeSet::from([id]);
         if voters.contains(&id) {
@@ -230,6 +230,26 @@ pub(crate) fn matched(metrics: &RaftMetrics<NodeId, ClusterNode>, node: NodeId) 
 }
 
 /// `change` if it completes by `deadline`, the end of a change given `wait` in all.
+impl Cluster {
+    /// Waits until no other membership change or hand-over runs (until `deadline`), and keeps
+    /// others out while the guard lives.
+    async fn one_change_at_a_time(
+        &self,
+        deadline: Instant,
+        wait: Duration,
+    ) -> Result<tokio::sync::MutexGuard<'_, ()>, ProposeError> {
+        tokio::time::timeout_at(deadline, self.changing.lock())
+            .await
+            .map_err(|_| {
+                ProposeError::Refused(format!(
+                    "another membership change or a hand-over of the leadership was still under \
+                     way after {} s: try again once it is done",
+                    wait.as_secs()
+                ))
+            })
+    }
+}
+
 async fn within<T>(
     deadline: Instant,
     wait: Duration,

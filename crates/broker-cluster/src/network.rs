@@ -674,12 +674,14 @@ fn belonging(
 
 /// Campaigns until this node leads, for at most [`CAMPAIGN_WITHIN`], at the request of the
 /// leader `asked_by` handing its leadership over; answers whether it leads. A node that is no
-/// voter, or does not follow `asked_by`, does not campaign. Each election is given a quarter of
+/// voter, or follows another leader, does not campaign (one that knows no leader, its election
+/// timer having just run out, does). Each election is given a quarter of
 /// the shortest election timeout before the next starts: a voter whose lease had not quite run
 /// out refuses the first, and the others' election timers must not run out first.
 async fn campaign(raft: &Raft<TypeConfig>, asked_by: NodeId) -> bool {
     let id = raft.metrics().borrow().id;
-    if raft.metrics().borrow().current_leader != Some(asked_by) {
+    let follows = raft.metrics().borrow().current_leader;
+    if follows.is_some_and(|leader| leader != asked_by) {
         tracing::warn!(
             node = asked_by,
             "node {asked_by} asked this node to take the leadership over, but does not lead"
