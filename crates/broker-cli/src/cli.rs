@@ -421,8 +421,8 @@ to make it a voter.")]
   broker cluster transfer 2
 
 The leader checks that node 2 answers, stops taking changes, waits until node 2 holds its whole
-log and the other voters may elect another leader (twice the election timeout: changes pause
-about 1.2 seconds with the default timeouts), then has node 2 elected. Calls made meanwhile wait
+log and the other voters may elect another leader (twice the election timeout, and a 200 ms
+margin: changes pause about 1.2 seconds with the default timeouts), then has node 2 elected. Calls made meanwhile wait
 for the new leader, as after a failover. Naming the node that leads changes nothing; a learner
 (a node still catching up after `broker cluster add`) cannot lead. If node 2 does not answer,
 or does not catch up within 20 seconds, the command fails saying so and the old leader leads

@@ -227,12 +227,15 @@ pub async fn add(server: &Server, args: AddNodeArgs) -> anyhow::Result<()> {
 pub async fn remove(server: &Server, args: RemoveNodeArgs) -> anyhow::Result<()> {
     let client = server.connect().await?;
     let node = args.node_id;
-    let gone = leader_view(server, &client)
-        .await
-        .is_some_and(|status| status.members.iter().all(|member| member.node_id != node));
-    if gone {
-        outln!("node {node} is not a member of the cluster: nothing to do")?;
-        return Ok(());
+    if let Some(status) = leader_view(server, &client).await {
+        if status.members.iter().all(|member| member.node_id != node) {
+            outln!(
+                "node {node} is not a member of the cluster: nothing to do; the cluster's \
+                 voters: {}",
+                voters(&status.members)
+            )?;
+            return Ok(());
+        }
     }
     eprintln!(
         "removing node {node}: a voter that is not the leader first stops voting (the leader \

@@ -992,7 +992,8 @@ impl Client {
 
     /// Makes voter `node_id` the cluster's leader. The leader stops taking changes, waits
     /// until the node holds its whole log and the voters' promise to follow the old leader has
-    /// run out (about twice the election timeout: 1.2 seconds with the default timeouts), then has
+    /// run out (twice the election timeout, and a 200 ms margin: 1.2 seconds with the default
+    /// timeouts), then has
     /// it elected; calls made meanwhile wait for the new leader, as after a failover. Answers
     /// with what the old leader knows of the cluster once it follows the new one. Naming the
     /// leader itself changes nothing. Needs a server of protocol version 7.
