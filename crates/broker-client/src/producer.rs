@@ -1,7 +1,7 @@
 //! [`Producer`]: records sent from any number of tasks, gathered into batches per partition,
 //! stored exactly once, retried while their partition is full, each answered when it is stored.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use broker_core::{hash, BrokerError, KeyHash, PartitionBatch, PublishRecord};
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::{Client, Error};
@@ -117,7 +117,7 @@ impl ProducerBuilder {
                 client,
                 id: random_id(),
                 settings: self,
-                topics: Mutex::new(HashMap::new()),
+                topics: Mutex::new(hashbrown::HashMap::new()),
                 unsettled: Arc::new(Unsettled::default()),
             }),
         }
@@ -168,7 +168,8 @@ struct Inner {
     /// The id the broker knows this producer by.
     id: u64,
     settings: ProducerBuilder,
-    topics: Mutex<HashMap<String, Topic>>,
+    /// Looked up on every send: hashed with foldhash, not SipHash.
+    topics: Mutex<hashbrown::HashMap<String, Topic>>,
     /// Records sent and not yet answered, for `flush`.
     unsettled: Arc<Unsettled>,
 }
@@ -182,14 +183,82 @@ enum Topic {
     Known(TopicSender),
 }
 
-/// A topic's placement of records, and the queue of its sending task.
+/// A topic's placement of records, and the inbox of its sending task.
 #[derive(Debug)]
 struct TopicSender {
     key_hash: KeyHash,
     partitions: usize,
-    /// Records with the index of their partition.
-    queue: mpsc::UnboundedSender<(usize, Queued)>,
+    inbox: Arc<Inbox>,
     next_keyless: AtomicUsize,
+}
+
+impl Drop for TopicSender {
+    fn drop(&mut self) {
+        // The producer is gone: the sending task sends what it has, then ends.
+        self.inbox.close();
+    }
+}
+
+/// Records on their way to a topic's sending task, with the index of their partition. The
+/// task takes them all at once, and is woken only by the first record after it took them: a
+/// lock and a push per record, where a channel would cost a wake-up per record.
+#[derive(Debug, Default)]
+struct Inbox {
+    state: Mutex<InboxState>,
+    ready: Notify,
+}
+
+#[derive(Debug, Default)]
+struct InboxState {
+    records: Vec<(usize, Queued)>,
+    /// No record comes any more.
+    closed: bool,
+}
+
+impl Inbox {
+    /// Adds a record for `partition`, or answers it [`ProducerError::Closed`] if the inbox is
+    /// closed.
+    fn push(&self, partition: usize, queued: Queued) {
+        let mut state = lock(&self.state);
+        if state.closed {
+            drop(state);
+            queued.answer.send(Err(ProducerError::Closed));
+            return;
+        }
+        let first = state.records.is_empty();
+        state.records.push((partition, queued));
+        drop(state);
+        if first {
+            self.ready.notify_one();
+        }
+    }
+
+    fn close(&self) {
+        lock(&self.state).closed = true;
+        self.ready.notify_one();
+    }
+
+    /// Closes the inbox for good when the sending task ends, or is dropped with its runtime: the
+    /// records left in it, and any sent later, are answered [`ProducerError::Closed`] instead of
+    /// waiting for ever.
+    fn shut(&self) {
+        let left = {
+            let mut state = lock(&self.state);
+            state.closed = true;
+            std::mem::take(&mut state.records)
+        };
+        for (_, queued) in left {
+            queued.answer.send(Err(ProducerError::Closed));
+        }
+    }
+
+    /// Swaps the records waiting with `into` (empty, its capacity kept for the next time);
+    /// whether the inbox is closed.
+    fn take(&self, into: &mut Vec<(usize, Queued)>) -> bool {
+        let mut state = lock(&self.state);
+        std::mem::swap(&mut state.records, into);
+        state.closed
+    }
 }
 
 /// A record waiting to be stored, and who waits for the answer.
@@ -363,19 +432,19 @@ impl Inner {
         match description {
             Ok(description) => {
                 let partitions = description.partitions.len();
-                let (queue, queued) = mpsc::unbounded_channel();
+                let inbox = Arc::new(Inbox::default());
                 tokio::spawn(send_topic(
                     self.client.clone(),
                     self.id,
                     topic.clone(),
                     partitions,
                     self.settings.clone(),
-                    queued,
+                    Arc::clone(&inbox),
                 ));
                 let sender = TopicSender {
                     key_hash: description.key_hash,
                     partitions,
-                    queue,
+                    inbox,
                     next_keyless: AtomicUsize::new(0),
                 };
                 for queued in waiting {
@@ -424,9 +493,7 @@ impl TopicSender {
             (None, None) => self.next_keyless.fetch_add(1, Ordering::Relaxed) % count,
         };
         queued.record.partition = None;
-        if let Err(mpsc::error::SendError((_, queued))) = self.queue.send((partition, queued)) {
-            queued.answer.send(Err(ProducerError::Closed));
-        }
+        self.inbox.push(partition, queued);
     }
 }
 
@@ -447,8 +514,9 @@ async fn send_topic(
     topic: String,
     partitions: usize,
     settings: ProducerBuilder,
-    mut queue: mpsc::UnboundedReceiver<(usize, Queued)>,
+    inbox: Arc<Inbox>,
 ) {
+    let inbox = ShutOnDrop(inbox);
     let mut waiting: Vec<VecDeque<Queued>> = (0..partitions).map(|_| VecDeque::new()).collect();
     // A partition's numbering is here while no request of it is on its way.
     let mut idle: Vec<Option<Numbering>> = (0..partitions)
@@ -461,6 +529,7 @@ async fn send_topic(
     let mut touched: Vec<usize> = Vec::new();
     let mut later: Vec<usize> = Vec::new();
     let mut on_their_way = FuturesUnordered::new();
+    let mut received = Vec::new();
     let mut open = true;
     loop {
         let now = Instant::now();
@@ -532,17 +601,14 @@ async fn send_topic(
                     touched.push(partition);
                 }
             }
-            received = queue.recv(), if open => match received {
-                Some((partition, queued)) => {
+            () = inbox.0.ready.notified(), if open => {
+                let closed = inbox.0.take(&mut received);
+                for (partition, queued) in received.drain(..) {
                     waiting[partition].push_back(queued);
                     touched.push(partition);
-                    while let Ok((partition, queued)) = queue.try_recv() {
-                        waiting[partition].push_back(queued);
-                        touched.push(partition);
-                    }
                 }
-                // The producer is gone: what is queued still goes, without lingering.
-                None => {
+                if closed {
+                    // The producer is gone: what is queued still goes, without lingering.
                     open = false;
                     touched.extend(0..partitions);
                 }
@@ -551,6 +617,15 @@ async fn send_topic(
         }
         touched.sort_unstable();
         touched.dedup();
+    }
+}
+
+/// Shuts a sending task's inbox when the task ends or is dropped.
+struct ShutOnDrop(Arc<Inbox>);
+
+impl Drop for ShutOnDrop {
+    fn drop(&mut self) {
+        self.0.shut();
     }
 }
 
@@ -693,19 +768,24 @@ fn settle(topic: &str, parts: Vec<Part>, placed: Vec<(i32, i64)>) -> Vec<Settled
     parts
         .into_iter()
         .map(|mut part| {
-            let answers: Vec<(i32, i64)> = placed.by_ref().take(part.batch.len()).collect();
-            let stored = answers
-                .iter()
-                .take_while(|(_, offset)| *offset >= 0)
-                .count();
-            for (queued, (partition, offset)) in part.batch.drain(..stored).zip(answers) {
-                queued.answer.send(Ok(Stored { partition, offset }));
+            // The records stored are a prefix: the first refused one was refused because the
+            // partition is full, and so was every one after it.
+            let mut records = std::mem::take(&mut part.batch).into_iter();
+            let mut stored = 0;
+            let mut unstored = Vec::new();
+            for (queued, (partition, offset)) in records.by_ref().zip(placed.by_ref()) {
+                if offset >= 0 && unstored.is_empty() {
+                    queued.answer.send(Ok(Stored { partition, offset }));
+                    stored += 1;
+                } else {
+                    unstored.push(queued);
+                }
             }
+            unstored.extend(records);
             part.numbering.next += stored as u64;
             // The rest was refused because the partition is full, so certainly not stored:
             // those past their delivery timeout fail, the others are tried again.
-            let (expired, full): (Vec<Queued>, Vec<Queued>) = part
-                .batch
+            let (expired, full): (Vec<Queued>, Vec<Queued>) = unstored
                 .into_iter()
                 .partition(|queued| queued.deadline <= now);
             for queued in expired {

@@ -295,3 +295,29 @@ async fn flush_waits_for_records_whose_send_was_dropped() {
     }
     assert_eq!(stored, 300);
 }
+
+#[tokio::test]
+async fn records_sent_before_the_producer_is_dropped_go_at_once() {
+    let server = TestServer::with_capacity(1_000).await;
+    let client = server.client().await;
+    client.create("t", 3).await.unwrap();
+    // A linger far past the test's patience: only the producer's end sends them early.
+    let producer = Producer::builder()
+        .linger(Duration::from_secs(600))
+        .build(client.clone());
+    let sends: Vec<_> = (0..300)
+        .map(|i| producer.send("t", PublishRecord::keyed(None, format!("r{i}"))))
+        .collect();
+    // Time to look the topic up and queue them on their partitions, where they linger.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(producer);
+    let answers = tokio::time::timeout(Duration::from_secs(30), join_all(sends))
+        .await
+        .expect("the records were sent when the producer was dropped");
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    let mut stored = 0;
+    for partition in 0..3 {
+        stored += client.end_offset("t", partition).await.unwrap();
+    }
+    assert_eq!(stored, 300);
+}
