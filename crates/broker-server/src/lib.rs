@@ -197,12 +197,13 @@ pub async fn run_with_listeners(
 
 /// [`run_with_listeners`] that calls `started` once nothing can refuse the start any more (a
 /// cluster node has asked its peers whether it lost its log, and joined them), before the
-/// first connection is accepted: the moment to tell whoever waits for the server that it
-/// serves.
+/// broker's listener accepts its first connection: the moment to tell whoever waits for the
+/// server that it serves. (The metrics and Kafka listeners may serve a moment earlier.)
 ///
 /// # Errors
-/// As [`run_with_listeners`], and [`ServerError::Io`] with the error `started` returns (the
-/// server then stops).
+/// As [`run_with_listeners`], and [`ServerError::Io`] with the error `started` returns: the
+/// server then stops what it started (the cluster node, the other listeners, the log) as on a
+/// shutdown, and returns.
 pub async fn run_announced(
     listeners: Listeners,
     config: Config,

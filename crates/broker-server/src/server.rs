@@ -13,7 +13,7 @@ use broker_proto::{
 use broker_storage::Storage;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{self, Duration};
 use tokio_util::codec::Encoder;
@@ -107,13 +107,32 @@ pub(crate) async fn serve(
         ));
     }
     // Everything that can refuse the start is behind: a cluster node asked its peers whether it
-    // lost its log.
-    started()?;
+    // lost its log. If the announcement fails (its output is closed, say), what started stops
+    // as on a shutdown, and the failure is returned.
+    let announced = started();
+    if announced.is_ok() {
+        accept_until(&shared, &listener, &connections, shutdown).await;
+    }
+    info!("shutting down");
+    drop(listener);
+    shared.shutdown.cancel();
+    stop(&shared, grace).await;
+    announced.map_err(ServerError::from)
+}
+
+/// Accepts connections on `listener`, each served by a task of its own within the connection
+/// limit, until `shutdown` completes.
+async fn accept_until(
+    shared: &Arc<Shared>,
+    listener: &TcpListener,
+    connections: &Arc<Semaphore>,
+    shutdown: impl Future<Output = ()>,
+) {
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
             () = &mut shutdown => break,
-            permit = Arc::clone(&connections).acquire_owned() => match permit {
+            permit = Arc::clone(connections).acquire_owned() => match permit {
                 Ok(permit) => permit,
                 // The semaphore is never closed.
                 Err(_) => break,
@@ -121,16 +140,18 @@ pub(crate) async fn serve(
         };
         let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
-            accepted = accept(&listener) => accepted,
+            accepted = accept(listener) => accepted,
         };
         let id = shared.new_connection_id();
         shared
             .tracker
-            .spawn(handle(Arc::clone(&shared), id, stream, peer, permit));
+            .spawn(handle(Arc::clone(shared), id, stream, peer, permit));
     }
-    info!("shutting down");
-    drop(listener);
-    shared.shutdown.cancel();
+}
+
+/// Stops what [`serve`] started: the cluster node, then the connections and tasks (waited
+/// for at most the shutdown grace), then the log, written and synced.
+async fn stop(shared: &Arc<Shared>, grace: Duration) {
     shared.tracker.close();
     // The cluster node stops before the tasks are waited for: its leadership task ends with the
     // shutdown, and waiting requests are answered by their connections' closing.
@@ -144,7 +165,7 @@ pub(crate) async fn serve(
         );
     }
     // Write and sync what the log still holds before exiting.
-    let flushing = Arc::clone(&shared);
+    let flushing = Arc::clone(shared);
     let flushed = tokio::task::spawn_blocking(move || {
         if let Some(journal) = flushing.broker.journal() {
             journal.finish();
@@ -153,7 +174,6 @@ pub(crate) async fn serve(
     if flushed.await.is_err() {
         error!("flushing the log failed");
     }
-    Ok(())
 }
 
 /// Serves one connection from its first byte to close. `_permit` is its connection slot.

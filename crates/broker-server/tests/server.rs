@@ -1077,3 +1077,35 @@ async fn a_poll_parked_by_an_earlier_session_does_not_unprotect_the_member() {
     );
     server.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_failed_announcement_stops_what_the_server_started() {
+    let broker = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let metrics_addr = metrics.local_addr().unwrap();
+    let listeners = broker_server::Listeners {
+        broker,
+        metrics: Some(metrics),
+        kafka: None,
+    };
+    // As when `listening on` cannot be printed: its output is closed.
+    let announce = || Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+    let run = broker_server::run_announced(
+        listeners,
+        Config::default(),
+        None,
+        std::future::pending(),
+        announce,
+    );
+    let outcome = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the server returned");
+    assert!(
+        matches!(outcome, Err(broker_server::ServerError::Io(_))),
+        "{outcome:?}"
+    );
+    // Nothing it started serves on: its metrics endpoint is closed.
+    TcpStream::connect(metrics_addr)
+        .await
+        .expect_err("the metrics listener is closed");
+}
