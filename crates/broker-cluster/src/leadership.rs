@@ -12,15 +12,13 @@ use openraft::network::RaftNetworkFactory;
 use openraft::{RaftMetrics, ServerState};
 use tokio::time::Instant;
 
+use crate::network::{matched, PEER_ANSWER_WITHIN};
 use crate::{Cluster, ClusterNode, NodeId, ProposeError};
 
 /// How long past the end of the voters' leases the leader waits before asking the chosen node
 /// to campaign: the last message may have reached them a moment after it was sent (later on a
 /// loaded host).
 const LEASE_MARGIN: Duration = Duration::from_millis(200);
-
-/// How long the chosen node has to answer that it runs, before anything stops.
-const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
 impl Cluster {
     /// Makes voter `to` the leader: answers once this node follows it. Transferring to the
@@ -50,7 +48,7 @@ impl Cluster {
         let _change = self.changing.try_lock().map_err(|_| under_way())?;
         // A node that does not answer cannot take over: found out before anything stops.
         let mut link = self.network.clone().new_client(to, &target).await;
-        if let Err(cause) = link.listeners(ANSWER_WITHIN).await {
+        if let Err(cause) = link.listeners(PEER_ANSWER_WITHIN).await {
             return Err(ProposeError::Refused(format!(
                 "node {to} does not answer at its peer address {} ({cause}): this node leads on",
                 target.raft_addr
@@ -151,7 +149,7 @@ impl Cluster {
                 .metrics(
                     |metrics| {
                         metrics.current_leader != Some(node_id)
-                            || crate::membership::matched(metrics, to) >= metrics.last_log_index
+                            || matched(metrics, to) >= metrics.last_log_index
                     },
                     "the chosen node holds the whole log",
                 )

@@ -5,9 +5,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{ChangeMembers, RaftMetrics};
+use openraft::ChangeMembers;
 use tokio::time::Instant;
 
+use crate::network::matched;
 use crate::types::shared_address;
 use crate::{Cluster, ClusterNode, NodeId, ProposeError};
 
@@ -39,31 +40,18 @@ impl Cluster {
                 "node ids start at 1 (0 stands for no node)".to_owned(),
             ));
         }
-        let (voters, nodes) = self.membership();
-        let others = nodes.iter().filter(|(member, _)| *member != id);
-        if let Some((other, addresses)) = shared_address(others.map(|(id, node)| (id, node)), &node)
-        {
-            return Err(ProposeError::Refused(format!(
-                "node {other} has one of these addresses already ({addresses}): each node \
-                 needs addresses of its own"
-            )));
-        }
-        if let Some(existing) = nodes.iter().find(|(member, _)| *member == id) {
-            if existing.1 != node {
-                return Err(ProposeError::Refused(format!(
-                    "node {id} is already a member, at {}: remove it first to give it other \
-                     addresses",
-                    existing.1
-                )));
-            }
-            if voters.contains(&id) {
-                return Ok(());
-            }
+        if self.votes_already(id, &node)? {
+            return Ok(());
         }
         // One deadline for the whole change, so that the answer comes within `wait`.
         let deadline = Instant::now() + wait;
         let _change = self.one_change_at_a_time(deadline, wait).await?;
         self.ensure_leader()?;
+        // A change that ran while this one waited may have added it, or given its addresses
+        // to another node.
+        if self.votes_already(id, &node)? {
+            return Ok(());
+        }
         let added = within(deadline, wait, self.raft.add_learner(id, node, false))
             .await?
             .map_err(|error| self.write_error(error))?;
@@ -115,23 +103,14 @@ impl Cluster {
     /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
     pub async fn remove_node(&self, id: NodeId, wait: Duration) -> Result<(), ProposeError> {
         self.ensure_leader()?;
-        let (voters, nodes) = self.membership();
-        if !nodes.iter().any(|(member, _)| *member == id) {
-            return Err(ProposeError::Refused(format!(
-                "node {id} is not a member of the cluster (members: {:?})",
-                nodes.iter().map(|(member, _)| member).collect::<Vec<_>>()
-            )));
-        }
+        self.removable(id)?;
         let deadline = Instant::now() + wait;
         let _change = self.one_change_at_a_time(deadline, wait).await?;
         self.ensure_leader()?;
+        // Read again: a change that ran while this one waited may have removed it already.
+        let voters = self.removable(id)?;
         let removed = BTreeSet::from([id]);
         if voters.contains(&id) {
-            if voters.len() == 1 {
-                return Err(ProposeError::Refused(format!(
-                    "node {id} is the cluster's last voter: a cluster cannot be left without one"
-                )));
-            }
             if id == self.node_id {
                 // The leader holds every entry it writes, and stops leading once the cluster
                 // without it is committed: removed outright, it knows.
@@ -167,6 +146,52 @@ impl Cluster {
             .map_err(|error| self.write_error(error))?;
         tracing::info!(node = id, "node removed from the cluster");
         Ok(())
+    }
+
+    /// Whether node `id` votes already at the addresses `node` (adding it again changes
+    /// nothing).
+    ///
+    /// # Errors
+    /// [`ProposeError::Refused`] when another node has one of its addresses, or `id` is a
+    /// member at other addresses.
+    fn votes_already(&self, id: NodeId, node: &ClusterNode) -> Result<bool, ProposeError> {
+        let (voters, nodes) = self.membership();
+        let others = nodes.iter().filter(|(member, _)| *member != id);
+        if let Some((other, addresses)) = shared_address(others.map(|(id, node)| (id, node)), node)
+        {
+            return Err(ProposeError::Refused(format!(
+                "node {other} has one of these addresses already ({addresses}): each node \
+                 needs addresses of its own"
+            )));
+        }
+        match nodes.iter().find(|(member, _)| *member == id) {
+            Some((_, existing)) if existing != node => Err(ProposeError::Refused(format!(
+                "node {id} is already a member, at {existing}: remove it first to give it \
+                 other addresses"
+            ))),
+            Some(_) => Ok(voters.contains(&id)),
+            None => Ok(false),
+        }
+    }
+
+    /// The voters, when node `id` can be removed.
+    ///
+    /// # Errors
+    /// [`ProposeError::Refused`] when `id` is not a member, or is the last voter.
+    fn removable(&self, id: NodeId) -> Result<BTreeSet<NodeId>, ProposeError> {
+        let (voters, nodes) = self.membership();
+        if !nodes.iter().any(|(member, _)| *member == id) {
+            return Err(ProposeError::Refused(format!(
+                "node {id} is not a member of the cluster (members: {:?})",
+                nodes.iter().map(|(member, _)| member).collect::<Vec<_>>()
+            )));
+        }
+        if voters.len() == 1 && voters.contains(&id) {
+            return Err(ProposeError::Refused(format!(
+                "node {id} is the cluster's last voter: a cluster cannot be left without one"
+            )));
+        }
+        Ok(voters)
     }
 
     /// Waits until node `id` holds the entry at `index`, or this node stops leading (`true`),
@@ -216,17 +241,6 @@ impl Cluster {
             RaftError::Fatal(fatal) => ProposeError::Unavailable(fatal.to_string()),
         }
     }
-}
-
-/// On the leader, the index of the last entry it knows `node` holds.
-pub(crate) fn matched(metrics: &RaftMetrics<NodeId, ClusterNode>, node: NodeId) -> Option<u64> {
-    metrics
-        .replication
-        .as_ref()
-        .and_then(|replication| replication.get(&node))
-        .copied()
-        .flatten()
-        .map(|matched| matched.index)
 }
 
 /// `change` if it completes by `deadline`, the end of a change given `wait` in all.

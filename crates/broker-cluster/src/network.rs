@@ -403,6 +403,25 @@ impl PeerLink {
     }
 }
 
+/// How long a node waits for a peer's answer to a question of its own (where the peer serves
+/// clients, whether this node still belongs, whether it runs before a hand-over).
+pub(crate) const PEER_ANSWER_WITHIN: Duration = Duration::from_secs(1);
+
+/// On the leader, the index of the last entry it knows `node` holds; `None` elsewhere, or for
+/// a node it has not heard from.
+pub(crate) fn matched(
+    metrics: &openraft::RaftMetrics<NodeId, ClusterNode>,
+    node: NodeId,
+) -> Option<u64> {
+    metrics
+        .replication
+        .as_ref()
+        .and_then(|replication| replication.get(&node))
+        .copied()
+        .flatten()
+        .map(|matched| matched.index)
+}
+
 impl PeerLink {
     /// Asks the peer how far it knows this node's log reaches ([`PeerRequest::Matched`]),
     /// waiting at most `timeout`.
@@ -625,12 +644,7 @@ async fn serve_peer(
                 PeerResponse::InstallSnapshot(raft.install_snapshot(rpc).await)
             }
             PeerRequest::Matched => {
-                let metrics = raft.metrics().borrow().clone();
-                let matched = metrics
-                    .replication
-                    .and_then(|progress| progress.get(&hello.from).copied().flatten())
-                    .map(|log_id| log_id.index);
-                PeerResponse::Matched(matched)
+                PeerResponse::Matched(matched(&raft.metrics().borrow(), hello.from))
             }
             PeerRequest::Listeners => PeerResponse::Listeners(listeners.clone()),
             PeerRequest::Campaign => PeerResponse::Campaign(campaign(raft, hello.from).await),

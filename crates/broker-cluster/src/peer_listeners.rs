@@ -12,14 +12,11 @@ use openraft::RaftMetrics;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::network::{Listeners, Network, PeerLink};
+use crate::network::{Listeners, Network, PeerLink, PEER_ANSWER_WITHIN};
 use crate::types::{ClusterNode, NodeId};
 
 /// How often a node asks its peers where they serve Kafka's clients.
 const ASK_EVERY: Duration = Duration::from_secs(2);
-
-/// How long it waits for each peer's answer.
-const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
 /// How often it asks in its first seconds while some peer has not answered yet (they may be
 /// starting too), so that a node that starts lists every node within a moment.
@@ -82,7 +79,7 @@ pub(crate) async fn learn(
         let answers = futures::future::join_all(
             links
                 .iter_mut()
-                .map(|(id, (_, link))| async { (*id, link.listeners(ANSWER_WITHIN).await) }),
+                .map(|(id, (_, link))| async { (*id, link.listeners(PEER_ANSWER_WITHIN).await) }),
         )
         .await;
         // (No peers yet may be a membership not loaded yet.)

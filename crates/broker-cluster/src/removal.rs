@@ -15,7 +15,7 @@ use openraft::network::RaftNetworkFactory;
 use openraft::Raft;
 use tokio_util::sync::CancellationToken;
 
-use crate::network::Network;
+use crate::network::{Network, PEER_ANSWER_WITHIN};
 use crate::types::{ClusterNode, NodeId, TypeConfig};
 
 /// How long a voter knows no leader before it asks whether it still belongs.
@@ -23,9 +23,6 @@ const LEADERLESS: Duration = Duration::from_secs(5);
 
 /// How often it looks.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
-
-/// How long it waits for each peer's answer.
-const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
 /// Until `stop` is cancelled: whenever this voter (`raft`'s node) has known no leader for
 /// [`LEADERLESS`], asks the members it knows whether it still belongs; once a leader proves it
@@ -77,7 +74,7 @@ pub(crate) async fn watch(
         };
         for (peer, node) in peers {
             let mut link = network.new_client(peer, &node).await;
-            let Ok(Some(told)) = link.belonging(ANSWER_WITHIN).await else {
+            let Ok(Some(told)) = link.belonging(PEER_ANSWER_WITHIN).await else {
                 continue;
             };
             if !told.member && told.index > held {
