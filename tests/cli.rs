@@ -1724,3 +1724,19 @@ fn consume_can_create_a_group_with_a_dead_letter_topic_and_describe_shows_it() {
         "{run:#?}"
     );
 }
+
+#[test]
+fn a_cluster_node_whose_name_does_not_resolve_is_left_out_with_a_warning() {
+    let server = ServerProcess::start(&[]);
+    let mut command = broker_command();
+    // `.invalid` never resolves (RFC 2606).
+    let addresses = format!("no-such-node.invalid:9092,{}", server.addr_string());
+    command.args(["--addr", &addresses, "ping"]);
+    let run = run_command(command, "");
+    assert_eq!(run.code, Some(0), "{run:#?}");
+    assert!(
+        run.stderr
+            .contains("leaving out cluster node no-such-node.invalid:9092"),
+        "{run:#?}"
+    );
+}

@@ -20,6 +20,7 @@ mod retention;
 mod size;
 mod top;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
@@ -32,6 +33,15 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn main() -> ExitCode {
     let matches = broker_args::get_matches(cli::Cli::command());
     let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    // The client library warns through `tracing` (a cluster node whose name does not resolve,
+    // left out): its warnings go to standard error, one line each.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .without_time()
+        .with_target(false)
+        .init();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let cli::Command::Bench(bench) = &cli.command {
         if let Err(problem) = bench.args.check() {

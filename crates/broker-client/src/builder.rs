@@ -162,7 +162,8 @@ impl ClientBuilder {
     /// accepts the connection but never answers) does not hold the client up; a slow one keeps
     /// the whole connect timeout to answer.
     /// The names are resolved at once, each within the connect timeout; one that does not
-    /// resolve (the name of a node that is down, in some setups) is left out. With a
+    /// resolve (the name of a node that is down, in some setups) is left out, with a warning
+    /// logged through `tracing` naming it (the `broker` command prints it). With a
     /// single address, a call a follower refuses fails with `ErrorReply::NotLeader` and the
     /// client moves to the leader for the calls after it. With TLS, every node's certificate
     /// must carry the server name (the host of the first address unless
@@ -265,7 +266,8 @@ impl Client {
 /// order given. The name of a node that is down may take seconds to fail (a container's name,
 /// behind a resolver that cannot reach upstream): once one name has resolved, the others get
 /// [`LOOKUP_GRACE`] more, and those still unresolved are left out (a node the cluster names
-/// later as its leader is looked up then). Nothing waits past `timeout`. Also gives the first
+/// later as its leader is looked up then, and each is named in a warning logged through
+/// `tracing`, so that a mistyped name shows). Nothing waits past `timeout`. Also gives the first
 /// failure, if a name failed.
 async fn resolve_nodes(
     names: &[&str],
@@ -278,6 +280,7 @@ async fn resolve_nodes(
         .map(|(index, name)| async move { (index, lookup_host(*name).await) })
         .collect();
     let mut resolved: Vec<Option<Vec<SocketAddr>>> = vec![None; names.len()];
+    let mut failed: Vec<Option<String>> = vec![None; names.len()];
     let mut until = deadline;
     let mut failure = None;
     while let Ok(Some((index, found))) = tokio::time::timeout_at(until, lookups.next()).await {
@@ -286,7 +289,21 @@ async fn resolve_nodes(
                 resolved[index] = Some(found.collect());
                 until = until.min(tokio::time::Instant::now() + LOOKUP_GRACE);
             }
-            Err(error) => failure = failure.or(Some(error)),
+            Err(error) => {
+                failed[index] = Some(error.to_string());
+                failure = failure.or(Some(error));
+            }
+        }
+    }
+    if resolved.iter().any(Option::is_some) {
+        for ((name, found), failed) in names.iter().zip(&resolved).zip(failed) {
+            if found.is_none() {
+                let why = failed.unwrap_or_else(|| "it did not resolve in time".to_owned());
+                tracing::warn!(
+                    "leaving out cluster node {name}, whose name does not resolve ({why}): the \
+                     client uses the other nodes"
+                );
+            }
         }
     }
     let named = names
