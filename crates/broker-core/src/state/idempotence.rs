@@ -9,7 +9,7 @@
 //! once. The topic keeps at most [`MAX_PRODUCERS`] producers: past it, the one that published
 //! least recently is forgotten (its next batch starts afresh, as a new producer's would).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use super::log::StoredRecord;
 use super::{topic_in, BrokerState};
@@ -27,8 +27,9 @@ pub const MAX_PRODUCERS: usize = 10_000;
 pub(super) struct Producer {
     /// The broker's clock when it last published.
     pub(super) last_seen_ms: i64,
-    /// By partition index.
-    pub(super) partitions: HashMap<usize, Sequences>,
+    /// By partition index. A B-tree: a publish looks up every partition it names, and
+    /// comparing a few integers costs less than hashing one.
+    pub(super) partitions: BTreeMap<usize, Sequences>,
 }
 
 /// A producer's progress on one partition.
@@ -76,9 +77,11 @@ impl BrokerState {
         let topic = topic_in(&mut self.topics, topic)?;
         // Every batch is checked before anything is published: all or nothing.
         let mut checked: Vec<Checked> = Vec::with_capacity(batches.len());
+        let mut named = vec![false; topic.partitions.len()];
+        let known = topic.producers.get(&producer);
         for batch in &batches {
             let index = topic.partition(batch.partition)?;
-            if checked.iter().any(|earlier| earlier.index == index) {
+            if std::mem::replace(&mut named[index], true) {
                 return Err(BrokerError::invalid(format!(
                     "partition {} is named twice",
                     batch.partition
@@ -86,7 +89,7 @@ impl BrokerState {
             }
             checked.push(Checked {
                 index,
-                repeated: check_batch(topic.producers.get(&producer), producer, index, batch)?,
+                repeated: check_batch(known, producer, index, batch)?,
             });
         }
         if !topic.producers.contains_key(&producer) && topic.producers.len() >= MAX_PRODUCERS {
@@ -101,46 +104,58 @@ impl BrokerState {
             }
         }
         let mut placed = Vec::with_capacity(batches.iter().map(|batch| batch.records.len()).sum());
-        for (batch, Checked { index, repeated }) in batches.into_iter().zip(checked) {
-            let partition = batch.partition;
-            let stored_before = repeated.len();
-            placed.extend(repeated);
-            let mut offsets = Vec::new();
-            let mut refused = false;
-            for record in batch.records.into_iter().skip(stored_before) {
-                if refused {
-                    // Sequence numbers stay consecutive: after a refused record, none is stored.
-                    placed.push((partition, -1));
-                    continue;
-                }
-                let PublishRecord {
-                    key,
-                    payload,
-                    headers,
-                    timestamp_ms,
-                    ..
-                } = record;
-                let stored = StoredRecord::new(key, payload, headers, timestamp_ms.unwrap_or(now));
-                let offset = topic.append(index, capacity, &mut self.memory, now, stored)?;
-                refused = offset < 0;
-                if !refused {
-                    offsets.push(offset);
-                }
-                placed.push((partition, offset));
-            }
-            let state = topic.producers.entry(producer).or_default();
-            state.last_seen_ms = now;
-            let sequences = state.partitions.entry(index).or_default();
-            if !offsets.is_empty() {
-                let first = sequences.next;
-                sequences.next += offsets.len() as u64;
-                sequences.recent.push_back((first, offsets));
-                while sequences.recent.len() > RECENT_BATCHES {
-                    sequences.recent.pop_front();
-                }
-            }
+        if batches.is_empty() {
+            return Ok(placed);
         }
-        Ok(placed)
+        // The producer's state is taken out of the topic while its batches are appended (one
+        // lookup per publish, not one per batch), and put back whatever happens.
+        let mut state = topic.producers.remove(&producer).unwrap_or_default();
+        state.last_seen_ms = now;
+        let append_all = || -> Result<(), BrokerError> {
+            for (batch, Checked { index, repeated }) in batches.into_iter().zip(checked) {
+                let partition = batch.partition;
+                let stored_before = repeated.len();
+                placed.extend(repeated);
+                let mut offsets = Vec::new();
+                let mut refused = false;
+                for record in batch.records.into_iter().skip(stored_before) {
+                    if refused {
+                        // Sequence numbers stay consecutive: after a refused record, none is
+                        // stored.
+                        placed.push((partition, -1));
+                        continue;
+                    }
+                    let PublishRecord {
+                        key,
+                        payload,
+                        headers,
+                        timestamp_ms,
+                        ..
+                    } = record;
+                    let stored =
+                        StoredRecord::new(key, payload, headers, timestamp_ms.unwrap_or(now));
+                    let offset = topic.append(index, capacity, &mut self.memory, now, stored)?;
+                    refused = offset < 0;
+                    if !refused {
+                        offsets.push(offset);
+                    }
+                    placed.push((partition, offset));
+                }
+                let sequences = state.partitions.entry(index).or_default();
+                if !offsets.is_empty() {
+                    let first = sequences.next;
+                    sequences.next += offsets.len() as u64;
+                    sequences.recent.push_back((first, offsets));
+                    while sequences.recent.len() > RECENT_BATCHES {
+                        sequences.recent.pop_front();
+                    }
+                }
+            }
+            Ok(())
+        };
+        let appended = append_all();
+        topic.producers.insert(producer, state);
+        appended.map(|()| placed)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The state as a [`StateImage`] and back, and the state of a version 1 image.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::group::{Group, GroupPartition, Member};
@@ -224,7 +224,8 @@ fn producers_image(producers: &HashMap<u64, Producer>) -> Vec<ProducerImage> {
     let mut images: Vec<ProducerImage> = producers
         .iter()
         .map(|(&id, producer)| {
-            let mut partitions: Vec<SequencesImage> = producer
+            // In partition order: the map is ordered.
+            let partitions: Vec<SequencesImage> = producer
                 .partitions
                 .iter()
                 .map(|(&partition, sequences)| SequencesImage {
@@ -233,7 +234,6 @@ fn producers_image(producers: &HashMap<u64, Producer>) -> Vec<ProducerImage> {
                     recent: sequences.recent.iter().cloned().collect(),
                 })
                 .collect();
-            partitions.sort_unstable_by_key(|sequences| sequences.partition);
             ProducerImage {
                 id,
                 last_seen_ms: producer.last_seen_ms,
@@ -252,7 +252,7 @@ fn producers_from(
 ) -> Result<HashMap<u64, Producer>, String> {
     let mut producers = HashMap::with_capacity(images.len());
     for image in images {
-        let mut partitions = HashMap::with_capacity(image.partitions.len());
+        let mut partitions = BTreeMap::new();
         for sequences in image.partitions {
             let partition = usize::try_from(sequences.partition)
                 .ok()
