@@ -116,7 +116,8 @@ impl BrokerState {
                 let partition = batch.partition;
                 let stored_before = repeated.len();
                 placed.extend(repeated);
-                let mut offsets = Vec::new();
+                let mut offsets =
+                    Vec::with_capacity(batch.records.len().saturating_sub(stored_before));
                 let mut refused = false;
                 for record in batch.records.into_iter().skip(stored_before) {
                     if refused {
