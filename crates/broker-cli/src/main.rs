@@ -35,13 +35,18 @@ fn main() -> ExitCode {
     let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
     // The client library warns through `tracing` (a cluster node whose name does not resolve,
     // left out): its warnings go to standard error, one line each.
-    tracing_subscriber::fmt()
+    // (A failed write to stderr is not reported on stderr, where it would panic; and only this
+    // library's `tracing` events come through, not the `log` records of its dependencies.)
+    let warnings = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
         .without_time()
         .with_target(false)
-        .init();
+        .log_internal_errors(false)
+        .finish();
+    // Only fails if a subscriber is set already, which nothing here does.
+    let _ = tracing::subscriber::set_global_default(warnings);
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let cli::Command::Bench(bench) = &cli.command {
         if let Err(problem) = bench.args.check() {

@@ -179,7 +179,7 @@ struct Inner {
 enum Topic {
     /// Being looked up; the records sent meanwhile wait here, in the order they were sent.
     LookingUp(Vec<Queued>),
-    /// Known: records go straight to their partition's queue.
+    /// Known: records go to the inbox of its sending task.
     Known(TopicSender),
 }
 
@@ -201,7 +201,8 @@ impl Drop for TopicSender {
 
 /// Records on their way to a topic's sending task, with the index of their partition. The
 /// task takes them all at once, and is woken only by the first record after it took them: a
-/// lock and a push per record, where a channel would cost a wake-up per record.
+/// lock and a push per record, where a channel costs a slot, a permit and a wake attempt per
+/// record.
 #[derive(Debug, Default)]
 struct Inbox {
     state: Mutex<InboxState>,
@@ -409,6 +410,12 @@ impl Inner {
         let mut attempt = 0;
         let description = loop {
             let error = match self.client.describe_topic(&topic).await {
+                // A topic has at least one partition: records could go nowhere.
+                Ok(description) if description.partitions.is_empty() => {
+                    break Err(Error::Protocol(format!(
+                        "the server described topic {topic:?} without partitions"
+                    )))
+                }
                 Ok(description) => break Ok(description),
                 Err(error) => error,
             };
@@ -439,7 +446,8 @@ impl Inner {
                     topic.clone(),
                     partitions,
                     self.settings.clone(),
-                    Arc::clone(&inbox),
+                    // Shut even if the task is dropped before it first runs.
+                    ShutOnDrop(Arc::clone(&inbox)),
                 ));
                 let sender = TopicSender {
                     key_hash: description.key_hash,
@@ -514,9 +522,8 @@ async fn send_topic(
     topic: String,
     partitions: usize,
     settings: ProducerBuilder,
-    inbox: Arc<Inbox>,
+    inbox: ShutOnDrop,
 ) {
-    let inbox = ShutOnDrop(inbox);
     let mut waiting: Vec<VecDeque<Queued>> = (0..partitions).map(|_| VecDeque::new()).collect();
     // A partition's numbering is here while no request of it is on its way.
     let mut idle: Vec<Option<Numbering>> = (0..partitions)
@@ -607,6 +614,8 @@ async fn send_topic(
                     waiting[partition].push_back(queued);
                     touched.push(partition);
                 }
+                // Swapped back into the inbox next time: not kept at the size of a burst.
+                received.shrink_to(INBOX_KEPT);
                 if closed {
                     // The producer is gone: what is queued still goes, without lingering.
                     open = false;
@@ -619,6 +628,9 @@ async fn send_topic(
         touched.dedup();
     }
 }
+
+/// How many entries the vectors a topic's records pass through keep room for between bursts.
+const INBOX_KEPT: usize = 4_096;
 
 /// Shuts a sending task's inbox when the task ends or is dropped.
 struct ShutOnDrop(Arc<Inbox>);
@@ -770,18 +782,19 @@ fn settle(topic: &str, parts: Vec<Part>, placed: Vec<(i32, i64)>) -> Vec<Settled
         .map(|mut part| {
             // The records stored are a prefix: the first refused one was refused because the
             // partition is full, and so was every one after it.
-            let mut records = std::mem::take(&mut part.batch).into_iter();
             let mut stored = 0;
             let mut unstored = Vec::new();
-            for (queued, (partition, offset)) in records.by_ref().zip(placed.by_ref()) {
-                if offset >= 0 && unstored.is_empty() {
-                    queued.answer.send(Ok(Stored { partition, offset }));
-                    stored += 1;
-                } else {
-                    unstored.push(queued);
+            for queued in std::mem::take(&mut part.batch) {
+                match placed.next() {
+                    Some((partition, offset)) if offset >= 0 && unstored.is_empty() => {
+                        queued.answer.send(Ok(Stored { partition, offset }));
+                        stored += 1;
+                    }
+                    // Refused, after a refused one, or (from a server that answers short)
+                    // not answered: certainly not stored.
+                    _ => unstored.push(queued),
                 }
             }
-            unstored.extend(records);
             part.numbering.next += stored as u64;
             // The rest was refused because the partition is full, so certainly not stored:
             // those past their delivery timeout fail, the others are tried again.

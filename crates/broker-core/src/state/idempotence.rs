@@ -92,6 +92,10 @@ impl BrokerState {
                 repeated: check_batch(known, producer, index, batch)?,
             });
         }
+        if batches.is_empty() {
+            // Nothing to store: nothing changes, and no other producer is forgotten for it.
+            return Ok(Vec::new());
+        }
         if !topic.producers.contains_key(&producer) && topic.producers.len() >= MAX_PRODUCERS {
             // Forget the producer that published least recently (ties: the smallest id).
             let oldest = topic
@@ -104,13 +108,11 @@ impl BrokerState {
             }
         }
         let mut placed = Vec::with_capacity(batches.iter().map(|batch| batch.records.len()).sum());
-        if batches.is_empty() {
-            return Ok(placed);
-        }
         // The producer's state is taken out of the topic while its batches are appended (one
-        // lookup per publish, not one per batch), and put back whatever happens.
+        // lookup per publish, not one per batch), and put back whatever happens once it holds
+        // anything.
+        let known_before = topic.producers.contains_key(&producer);
         let mut state = topic.producers.remove(&producer).unwrap_or_default();
-        state.last_seen_ms = now;
         let append_all = || -> Result<(), BrokerError> {
             for (batch, Checked { index, repeated }) in batches.into_iter().zip(checked) {
                 let partition = batch.partition;
@@ -135,28 +137,51 @@ impl BrokerState {
                     } = record;
                     let stored =
                         StoredRecord::new(key, payload, headers, timestamp_ms.unwrap_or(now));
-                    let offset = topic.append(index, capacity, &mut self.memory, now, stored)?;
+                    let offset = match topic.append(index, capacity, &mut self.memory, now, stored)
+                    {
+                        Ok(offset) => offset,
+                        Err(error) => {
+                            // What was stored stays stored: its sequence numbers are
+                            // remembered, so that a retry is answered, not stored again.
+                            state.remember(index, offsets, now);
+                            return Err(error);
+                        }
+                    };
                     refused = offset < 0;
                     if !refused {
                         offsets.push(offset);
                     }
                     placed.push((partition, offset));
                 }
-                let sequences = state.partitions.entry(index).or_default();
-                if !offsets.is_empty() {
-                    let first = sequences.next;
-                    sequences.next += offsets.len() as u64;
-                    sequences.recent.push_back((first, offsets));
-                    while sequences.recent.len() > RECENT_BATCHES {
-                        sequences.recent.pop_front();
-                    }
-                }
+                state.remember(index, offsets, now);
             }
             Ok(())
         };
         let appended = append_all();
-        topic.producers.insert(producer, state);
+        if known_before || !state.partitions.is_empty() {
+            topic.producers.insert(producer, state);
+        }
         appended.map(|()| placed)
+    }
+}
+
+impl Producer {
+    /// Remembers that a batch stored the records at `offsets` on the partition `index` (none:
+    /// the partition was full), at `now`.
+    fn remember(&mut self, index: usize, mut offsets: Vec<i64>, now: i64) {
+        self.last_seen_ms = now;
+        let sequences = self.partitions.entry(index).or_default();
+        if offsets.is_empty() {
+            return;
+        }
+        // Sized for the whole batch: kept for a while, so no larger than what was stored.
+        offsets.shrink_to_fit();
+        let first = sequences.next;
+        sequences.next += offsets.len() as u64;
+        sequences.recent.push_back((first, offsets));
+        while sequences.recent.len() > RECENT_BATCHES {
+            sequences.recent.pop_front();
+        }
     }
 }
 
