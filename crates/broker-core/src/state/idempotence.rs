@@ -109,9 +109,8 @@ impl BrokerState {
         }
         let mut placed = Vec::with_capacity(batches.iter().map(|batch| batch.records.len()).sum());
         // The producer's state is taken out of the topic while its batches are appended (one
-        // lookup per publish, not one per batch), and put back whatever happens once it holds
-        // anything.
-        let known_before = topic.producers.contains_key(&producer);
+        // lookup per publish, not one per batch), and put back whatever happens: every batch
+        // begun, even one whose append failed, is remembered in it.
         let mut state = topic.producers.remove(&producer).unwrap_or_default();
         let append_all = || -> Result<(), BrokerError> {
             for (batch, Checked { index, repeated }) in batches.into_iter().zip(checked) {
@@ -158,9 +157,7 @@ impl BrokerState {
             Ok(())
         };
         let appended = append_all();
-        if known_before || !state.partitions.is_empty() {
-            topic.producers.insert(producer, state);
-        }
+        topic.producers.insert(producer, state);
         appended.map(|()| placed)
     }
 }
