@@ -3,7 +3,7 @@
 //! `contract` holds the core contract's rules and worked examples, `validation` every validation rule
 //! (each also checking that the invalid call changed nothing), and `kafka` the Kafka-style
 //! consumption with its decided edge cases, `memory` the memory
-//! budget, `batch` batch publishing, `ack_and_poll` the combined call, and `limits` the topic,
+//! budget, `batch` batch publishing, `idempotence` what is remembered of idempotent producers, `ack_and_poll` the combined call, and `limits` the topic,
 //! group and member limits.
 
 #![allow(clippy::unwrap_used)]
@@ -11,6 +11,7 @@
 mod ack_and_poll;
 mod batch;
 mod contract;
+mod idempotence;
 mod kafka;
 mod limits;
 mod memory;

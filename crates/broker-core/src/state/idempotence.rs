@@ -4,8 +4,9 @@
 //! de-duplicate.
 //!
 //! Per topic and producer, per partition, the state keeps the next sequence number it expects
-//! and the offsets of the producer's last [`RECENT_BATCHES`] batches there, which answer a
-//! repeated batch. A producer sends its batches of one partition in order, at most that many at
+//! and where the producer's last [`RECENT_BATCHES`] batches there were stored, which answers a
+//! repeated batch: a batch's records are stored at consecutive offsets, so a batch is three
+//! numbers whatever its size. A producer sends its batches of one partition in order, at most that many at
 //! once. The topic keeps at most [`MAX_PRODUCERS`] producers: past it, the one that published
 //! least recently is forgotten (its next batch starts afresh, as a new producer's would).
 
@@ -37,19 +38,44 @@ pub(super) struct Producer {
 pub(super) struct Sequences {
     /// The sequence number its next new record must have.
     pub(super) next: u64,
-    /// Its last batches, oldest first: the sequence number of their first record and the
-    /// offsets their records were stored at.
-    pub(super) recent: VecDeque<(u64, Vec<i64>)>,
+    /// Its last batches that stored records, oldest first.
+    pub(super) recent: VecDeque<RecentBatch>,
+}
+
+/// Where one batch of a producer's records was stored on a partition: its records (numbered
+/// from `first_sequence`) at the `stored` consecutive offsets from `first_offset`. Records of a
+/// batch refused because the partition was full are not part of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct RecentBatch {
+    pub(super) first_sequence: u64,
+    pub(super) first_offset: i64,
+    pub(super) stored: u64,
+}
+
+impl RecentBatch {
+    /// The offset of the record numbered `sequence`, if it is one of this batch's.
+    fn offset_of(&self, sequence: u64) -> Option<i64> {
+        let index = sequence.checked_sub(self.first_sequence)?;
+        if index >= self.stored {
+            return None;
+        }
+        self.first_offset.checked_add(i64::try_from(index).ok()?)
+    }
+
+    /// The offset of each of its records, in order.
+    pub(super) fn offsets(self) -> impl Iterator<Item = i64> {
+        let stored = i64::try_from(self.stored).unwrap_or(i64::MAX);
+        (0..stored).map_while(move |index| self.first_offset.checked_add(index))
+    }
 }
 
 impl Sequences {
     /// The offset the record of sequence number `sequence` was stored at, if it is one of the
     /// recent batches'.
     fn offset_of(&self, sequence: u64) -> Option<i64> {
-        self.recent.iter().find_map(|(first, offsets)| {
-            let index = usize::try_from(sequence.checked_sub(*first)?).ok()?;
-            offsets.get(index).copied()
-        })
+        self.recent
+            .iter()
+            .find_map(|batch| batch.offset_of(sequence))
     }
 }
 
@@ -117,8 +143,9 @@ impl BrokerState {
                 let partition = batch.partition;
                 let stored_before = repeated.len();
                 placed.extend(repeated);
-                let mut offsets =
-                    Vec::with_capacity(batch.records.len().saturating_sub(stored_before));
+                // Where the new records went: consecutive offsets from the first one's.
+                let mut first_offset = None;
+                let mut appended = 0;
                 let mut refused = false;
                 for record in batch.records.into_iter().skip(stored_before) {
                     if refused {
@@ -142,17 +169,19 @@ impl BrokerState {
                         Err(error) => {
                             // What was stored stays stored: its sequence numbers are
                             // remembered, so that a retry is answered, not stored again.
-                            state.remember(index, offsets, now);
+                            state.remember(index, first_offset, appended, now);
                             return Err(error);
                         }
                     };
                     refused = offset < 0;
                     if !refused {
-                        offsets.push(offset);
+                        let first = *first_offset.get_or_insert(offset);
+                        debug_assert_eq!(offset, first + appended as i64, "consecutive offsets");
+                        appended += 1;
                     }
                     placed.push((partition, offset));
                 }
-                state.remember(index, offsets, now);
+                state.remember(index, first_offset, appended, now);
             }
             Ok(())
         };
@@ -163,19 +192,20 @@ impl BrokerState {
 }
 
 impl Producer {
-    /// Remembers that a batch stored the records at `offsets` on the partition `index` (none:
-    /// the partition was full), at `now`.
-    fn remember(&mut self, index: usize, mut offsets: Vec<i64>, now: i64) {
+    /// Remembers that a batch stored `stored` records on the partition `index`, at consecutive
+    /// offsets from `first_offset` (`None`: none, the partition was full), at `now`.
+    fn remember(&mut self, index: usize, first_offset: Option<i64>, stored: u64, now: i64) {
         self.last_seen_ms = now;
         let sequences = self.partitions.entry(index).or_default();
-        if offsets.is_empty() {
+        let Some(first_offset) = first_offset.filter(|_| stored > 0) else {
             return;
-        }
-        // Sized for the whole batch: kept for a while, so no larger than what was stored.
-        offsets.shrink_to_fit();
-        let first = sequences.next;
-        sequences.next += offsets.len() as u64;
-        sequences.recent.push_back((first, offsets));
+        };
+        sequences.recent.push_back(RecentBatch {
+            first_sequence: sequences.next,
+            first_offset,
+            stored,
+        });
+        sequences.next += stored;
         while sequences.recent.len() > RECENT_BATCHES {
             sequences.recent.pop_front();
         }

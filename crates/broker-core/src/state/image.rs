@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::group::{Group, GroupPartition, Member};
-use super::idempotence::{Producer, Sequences, RECENT_BATCHES};
+use super::idempotence::{Producer, RecentBatch, Sequences, RECENT_BATCHES};
 use super::log::{Cold, PartitionLog, StoredRecord};
 use super::retention::Memory;
 use super::topic::Topic;
@@ -231,7 +231,11 @@ fn producers_image(producers: &HashMap<u64, Producer>) -> Vec<ProducerImage> {
                 .map(|(&partition, sequences)| SequencesImage {
                     partition: partition as u64,
                     next: sequences.next,
-                    recent: sequences.recent.iter().cloned().collect(),
+                    recent: sequences
+                        .recent
+                        .iter()
+                        .map(|batch| (batch.first_sequence, batch.offsets().collect()))
+                        .collect(),
                 })
                 .collect();
             ProducerImage {
@@ -263,19 +267,35 @@ fn producers_from(
                         image.id, sequences.partition
                     )
                 })?;
-            let stored: u64 = sequences
+            let bad = || format!("producer {:016x}: bad sequences", image.id);
+            // A batch's records were stored at consecutive offsets: kept as the first and a
+            // count. A batch that stored nothing answers nothing and is left out.
+            let recent = sequences
                 .recent
-                .iter()
-                .map(|(_, offsets)| offsets.len() as u64)
-                .sum();
-            if sequences.recent.len() > RECENT_BATCHES || stored > sequences.next {
-                return Err(format!("producer {:016x}: bad sequences", image.id));
+                .into_iter()
+                .filter_map(|(first_sequence, offsets)| {
+                    let &first_offset = offsets.first()?;
+                    let consecutive = offsets
+                        .iter()
+                        .zip(first_offset..)
+                        .all(|(&offset, expected)| offset == expected);
+                    let batch = RecentBatch {
+                        first_sequence,
+                        first_offset,
+                        stored: offsets.len() as u64,
+                    };
+                    Some(consecutive.then_some(batch).ok_or_else(bad))
+                })
+                .collect::<Result<VecDeque<_>, _>>()?;
+            let stored: u64 = recent.iter().map(|batch| batch.stored).sum();
+            if recent.len() > RECENT_BATCHES || stored > sequences.next {
+                return Err(bad());
             }
             partitions.insert(
                 partition,
                 Sequences {
                     next: sequences.next,
-                    recent: sequences.recent.into_iter().collect(),
+                    recent,
                 },
             );
         }
