@@ -139,9 +139,9 @@ impl ClientBuilder {
     }
 
     /// Sends a call that a cluster's follower refuses (`ErrorReply::NotLeader`) again to the
-    /// leader, even when the client was given a single address. The client keeps a copy of each
-    /// call to do so, which it otherwise does only when given several addresses. For tools that
-    /// make one call per connection, such as a command line.
+    /// leader, even when the client was given a single address (it otherwise does so only when
+    /// given several addresses, or once a follower refused a call). For tools that make one
+    /// call per connection, such as a command line.
     #[must_use]
     pub fn follow_leader(mut self, follow: bool) -> Self {
         self.follow_leader = follow;

@@ -92,8 +92,8 @@ struct Inner {
     // failure instead of trying again at once, so a dead server costs one connect timeout, not
     // one per waiting caller.
     failed_reconnects: AtomicU64,
-    // Whether the server is a cluster (several addresses were given): calls a follower refuses
-    // are sent again to the leader, which costs a copy of each command.
+    // Whether the server is a cluster (several addresses were given, or a follower refused a
+    // call): calls a follower refuses are sent again to the leader.
     cluster: AtomicBool,
 }
 
@@ -199,6 +199,11 @@ impl Client {
     /// # }
     /// ```
     pub async fn send(&self, command: Command, max_wait: Duration) -> Result<Outcome, Error> {
+        self.send_kept(&command, max_wait).await
+    }
+
+    /// [`Client::send`] of a command the caller keeps: it is encoded from the reference.
+    async fn send_kept(&self, command: &Command, max_wait: Duration) -> Result<Outcome, Error> {
         let max_wait_ms = u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX);
         let limit = self
             .inner
@@ -626,7 +631,16 @@ impl Client {
             producer,
             batches,
         };
-        match self.send(command, Duration::ZERO).await? {
+        self.publish_idempotent_kept(&command).await
+    }
+
+    /// [`Client::publish_idempotent`] of a `PublishIdempotent` command the caller keeps, to send
+    /// it again unchanged if its fate is unknown.
+    pub(crate) async fn publish_idempotent_kept(
+        &self,
+        command: &Command,
+    ) -> Result<Vec<(i32, i64)>, Error> {
+        match self.send_kept(command, Duration::ZERO).await? {
             Outcome::PublishedBatch(placed) => Ok(placed),
             other => Err(unexpected("publish_idempotent", &other)),
         }
@@ -1340,7 +1354,7 @@ impl Inner {
     /// only waiting for a slot or reconnecting is bounded by a timer of its own.
     async fn call(
         &self,
-        command: Command,
+        command: &Command,
         max_wait_ms: u32,
         deadline: Instant,
     ) -> Result<Outcome, Error> {
@@ -1355,7 +1369,6 @@ impl Inner {
                     .map_err(|_| closed())?
             }
         };
-        let mut command = command;
         let mut redirects = 0;
         loop {
             let current = self.current();
@@ -1370,10 +1383,7 @@ impl Inner {
                 current
             };
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let again = self
-                .cluster
-                .load(Ordering::Relaxed)
-                .then(|| command.clone());
+            let follow = self.cluster.load(Ordering::Relaxed);
             let leader = match connection.call(id, command, max_wait_ms, deadline).await {
                 Err(Error::Server(ErrorReply::NotLeader { leader })) => leader,
                 answered => return answered,
@@ -1389,13 +1399,10 @@ impl Inner {
             tokio::time::timeout_at(deadline, moved)
                 .await
                 .map_err(|_| Error::Timeout)??;
-            match again {
-                Some(again) if redirects < MAX_REDIRECTS => {
-                    command = again;
-                    redirects += 1;
-                }
-                _ => return Err(Error::Server(ErrorReply::NotLeader { leader })),
+            if !follow || redirects == MAX_REDIRECTS {
+                return Err(Error::Server(ErrorReply::NotLeader { leader }));
             }
+            redirects += 1;
         }
     }
 

@@ -1,5 +1,6 @@
-//! One connection to a server, plain TCP or TLS: the hello exchange, a writer task that batches
-//! queued requests into one write, and a reader task that hands each response to its caller.
+//! One connection to a server, plain TCP or TLS: the hello exchange, an outbox each caller
+//! encodes its request into, a writer task that writes everything encoded since its last write
+//! at once, and a reader task that hands each response to its caller.
 //! Everything after the TLS handshake is generic over the stream's halves.
 //!
 //! The connection is dead once either task stops (end of stream, I/O error, protocol error):
@@ -9,19 +10,19 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use broker_core::{Command, Outcome};
 use broker_proto::{
     ClientCodec, ClientHandshakeCodec, Decoded, ErrorReply, Hello, HelloReply, ProtocolError,
-    RequestFrame, ServerLimits, MAX_HELLO_FRAME, PROTOCOL_VERSION,
+    RequestFrameRef, ServerLimits, MAX_HELLO_FRAME, PROTOCOL_VERSION,
 };
 use bytes::BytesMut;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::sync::CancellationToken;
@@ -30,8 +31,9 @@ use crate::pending::{Pending, Registration};
 use crate::tls::Tls;
 use crate::Error;
 
-/// Requests queued for the writer beyond this wait in their callers (the queue is bounded).
-const REQUEST_QUEUE: usize = 1024;
+/// Callers wait while this many bytes of requests are encoded and not yet taken by the writer
+/// (a writer stuck on a server that does not read): the outbox is bounded.
+const OUTBOX_BYTES: usize = 1024 * 1024;
 
 /// The protocol versions whose welcome this client accepts. Their frames are the same bytes for
 /// every call they share (version 3 only added `PublishIdempotent`, version 4 `RetryAfter` and
@@ -42,9 +44,6 @@ const SPOKEN_VERSIONS: std::ops::RangeInclusive<u16> = 2..=PROTOCOL_VERSION;
 /// How often the reader answers `Timeout` to calls past their deadline: a call fails at most
 /// this long after its timeout.
 const TIMEOUT_SWEEP: Duration = Duration::from_millis(20);
-
-/// The writer stops adding queued requests to a batch once it holds this many bytes.
-const BATCH_BYTES: usize = 256 * 1024;
 
 /// What the client says in its hello.
 #[derive(Debug, Clone)]
@@ -60,7 +59,7 @@ pub(crate) struct Identity {
 pub(crate) struct Connection {
     /// The address it is connected to.
     peer: SocketAddr,
-    requests: mpsc::Sender<RequestFrame>,
+    outbox: Arc<Outbox>,
     pending: Arc<Pending>,
     stop: CancellationToken,
     server: String,
@@ -228,13 +227,12 @@ impl Connection {
         };
         tracing::debug!(%peer, %server, "connected");
 
-        let (requests, queue) = mpsc::channel(REQUEST_QUEUE);
+        let outbox = Arc::new(Outbox::new(codec_for(&limits)));
         let pending = Arc::new(Pending::default());
         let stop = CancellationToken::new();
         tokio::spawn(write_requests(
-            queue,
+            Arc::clone(&outbox),
             write,
-            codec_for(&limits),
             Arc::clone(&pending),
             stop.clone(),
         ));
@@ -249,7 +247,7 @@ impl Connection {
         ));
         Ok(Connection {
             peer,
-            requests,
+            outbox,
             pending,
             stop,
             server,
@@ -278,10 +276,13 @@ impl Connection {
     }
 
     /// Sends one request and waits for its outcome. Dropping the future forgets the request.
+    /// The request is encoded here, from the borrowed command, into the outbox the writer
+    /// takes from; a request the codec refuses (larger than the server's frame limit) fails
+    /// alone.
     pub(crate) async fn call(
         &self,
         correlation_id: u64,
-        command: Command,
+        command: &Command,
         max_wait_ms: u32,
         deadline: Instant,
     ) -> Result<Outcome, Error> {
@@ -290,25 +291,21 @@ impl Connection {
             .register(correlation_id, deadline)
             .map_err(Error::ConnectionLost)?;
         let registration = Registration::new(&self.pending, correlation_id);
-        let frame = RequestFrame {
+        let frame = RequestFrameRef {
             correlation_id,
             max_wait_ms,
             command,
         };
-        // Queue the request; only a full queue (a writer stuck on a server that does not read)
-        // needs a timer of its own.
-        match self.requests.try_send(frame) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Closed(_)) => return Err(self.lost()),
-            Err(mpsc::error::TrySendError::Full(frame)) => {
-                // Boxed: this rare path's future would otherwise enlarge every call's.
-                let send = Box::pin(self.requests.send(frame));
-                match tokio::time::timeout_at(deadline, send).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => return Err(self.lost()),
-                    Err(_) => return Err(Error::Timeout),
-                }
-            }
+        match self.outbox.put(frame)? {
+            Put::Encoded => {}
+            Put::Closed => return Err(self.lost()),
+            // Only a full outbox (a writer stuck on a server that does not read) needs a timer
+            // of its own. Boxed: this rare path's future would otherwise enlarge every call's.
+            Put::Full => match Box::pin(self.outbox.put_when_room(frame, deadline)).await? {
+                Put::Encoded => {}
+                Put::Closed => return Err(self.lost()),
+                Put::Full => return Err(Error::Timeout),
+            },
         }
         let outcome = reply.await.map_err(|_| self.lost())?;
         registration.disarm();
@@ -414,32 +411,154 @@ fn handshake_error(error: ProtocolError) -> Error {
     }
 }
 
-/// Takes requests from the queue and writes every request already queued with one write.
+/// Requests encoded by their callers and not yet taken by the writer.
+#[derive(Debug)]
+struct Outbox {
+    state: Mutex<OutboxState>,
+    /// Wakes the writer when a request is encoded into an empty outbox.
+    ready: Notify,
+    /// Wakes the callers waiting for room when the writer takes what is encoded, or stops.
+    room: Notify,
+}
+
+#[derive(Debug)]
+struct OutboxState {
+    bytes: BytesMut,
+    codec: ClientCodec,
+    /// How many requests `bytes` holds.
+    requests: usize,
+    /// The writer stopped: nothing encoded any more would be written.
+    closed: bool,
+}
+
+/// What became of a request put into the outbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Put {
+    /// Encoded; the writer will write it.
+    Encoded,
+    /// Not encoded: the outbox holds [`OUTBOX_BYTES`] already (or, after waiting, still did at
+    /// the deadline).
+    Full,
+    /// Not encoded: the writer stopped.
+    Closed,
+}
+
+impl Outbox {
+    fn new(codec: ClientCodec) -> Outbox {
+        Outbox {
+            state: Mutex::new(OutboxState {
+                bytes: BytesMut::new(),
+                codec,
+                requests: 0,
+                closed: false,
+            }),
+            ready: Notify::new(),
+            room: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, OutboxState> {
+        // Nothing panics while holding it.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Encodes `frame` behind the requests already in the outbox, unless it is full or closed;
+    /// `Err` for a request the codec refuses (nothing is encoded then).
+    fn put(&self, frame: RequestFrameRef<'_>) -> Result<Put, Error> {
+        let mut state = self.lock();
+        if state.closed {
+            return Ok(Put::Closed);
+        }
+        if state.bytes.len() >= OUTBOX_BYTES {
+            return Ok(Put::Full);
+        }
+        let OutboxState { bytes, codec, .. } = &mut *state;
+        codec.encode(frame, bytes).map_err(encoding_failed)?;
+        state.requests += 1;
+        let first = state.requests == 1;
+        drop(state);
+        if first {
+            self.ready.notify_one();
+        }
+        Ok(Put::Encoded)
+    }
+
+    /// [`Outbox::put`], waiting for room until `deadline` while the outbox is full.
+    async fn put_when_room(
+        &self,
+        frame: RequestFrameRef<'_>,
+        deadline: Instant,
+    ) -> Result<Put, Error> {
+        loop {
+            // Made before looking, so that the writer's next take wakes it.
+            let room = self.room.notified();
+            let put = self.put(frame)?;
+            if put != Put::Full || tokio::time::timeout_at(deadline, room).await.is_err() {
+                return Ok(put);
+            }
+        }
+    }
+
+    /// Moves what is encoded to the end of `batch`; how many requests that is.
+    fn take(&self, batch: &mut BytesMut) -> usize {
+        let mut state = self.lock();
+        if batch.is_empty() {
+            // The buffers trade places: each keeps its room for the next time.
+            std::mem::swap(&mut state.bytes, batch);
+        } else {
+            batch.extend_from_slice(&state.bytes);
+            state.bytes.clear();
+        }
+        let taken = std::mem::take(&mut state.requests);
+        drop(state);
+        self.room.notify_waiters();
+        taken
+    }
+
+    /// The writer stopped: no request is encoded any more, and the callers waiting for room
+    /// are told.
+    fn close(&self) {
+        let mut state = self.lock();
+        state.closed = true;
+        state.bytes = BytesMut::new();
+        drop(state);
+        self.room.notify_waiters();
+    }
+}
+
+/// The error of a request the codec refused.
+fn encoding_failed(error: ProtocolError) -> Error {
+    match error {
+        ProtocolError::FrameTooLarge { size, limit } => Error::Server(ErrorReply::TooLarge {
+            what: "frame".to_owned(),
+            size,
+            limit,
+        }),
+        other => Error::Protocol(other.to_string()),
+    }
+}
+
+/// Writes what the callers encoded into the outbox, everything encoded since the last write
+/// with one write, until the connection stops.
 async fn write_requests<W: AsyncWrite + Unpin>(
-    mut queue: mpsc::Receiver<RequestFrame>,
+    outbox: Arc<Outbox>,
     mut write: W,
-    mut codec: ClientCodec,
     pending: Arc<Pending>,
     stop: CancellationToken,
 ) {
     let mut batch = BytesMut::new();
     loop {
-        let first = tokio::select! {
+        tokio::select! {
             () = stop.cancelled() => break,
-            frame = queue.recv() => match frame {
-                Some(frame) => frame,
-                // Every handle on the connection is gone.
-                None => break,
-            },
-        };
-        encode(&mut codec, first, &mut batch, &pending);
-        let frames = 1 + take_queued(&mut queue, &mut codec, &mut batch, &pending);
-        if pending.len() > frames {
+            () = outbox.ready.notified() => {}
+        }
+        let requests = outbox.take(&mut batch);
+        if pending.len() > requests {
             // Other calls wait for answers, and the tasks their answers wake usually send at
             // once: let the ready ones run first, so that their requests go in this write
             // instead of costing a write each. (A lone caller is not kept waiting.)
             tokio::task::yield_now().await;
-            take_queued(&mut queue, &mut codec, &mut batch, &pending);
+            outbox.take(&mut batch);
         }
         if batch.is_empty() {
             continue;
@@ -456,42 +575,9 @@ async fn write_requests<W: AsyncWrite + Unpin>(
         batch.clear();
         broker_net::release_if_grown(&mut batch);
     }
+    outbox.close();
     pending.close("the client closed the connection");
     stop.cancel();
-}
-
-/// Appends the requests already queued to the batch, up to its size; returns how many.
-fn take_queued(
-    queue: &mut mpsc::Receiver<RequestFrame>,
-    codec: &mut ClientCodec,
-    batch: &mut BytesMut,
-    pending: &Pending,
-) -> usize {
-    let mut taken = 0;
-    while batch.len() < BATCH_BYTES {
-        match queue.try_recv() {
-            Ok(frame) => encode(codec, frame, batch, pending),
-            Err(_) => break,
-        }
-        taken += 1;
-    }
-    taken
-}
-
-/// Appends one request to the batch; a request the codec refuses fails alone.
-fn encode(codec: &mut ClientCodec, frame: RequestFrame, batch: &mut BytesMut, pending: &Pending) {
-    let id = frame.correlation_id;
-    if let Err(error) = codec.encode(frame, batch) {
-        let error = match error {
-            ProtocolError::FrameTooLarge { size, limit } => Error::Server(ErrorReply::TooLarge {
-                what: "frame".to_owned(),
-                size,
-                limit,
-            }),
-            other => Error::Protocol(other.to_string()),
-        };
-        pending.complete(id, Err(error));
-    }
 }
 
 /// Reads responses and hands each to its caller until the connection ends.
@@ -559,5 +645,94 @@ fn deliver(pending: &Pending, decoded: Decoded<broker_proto::ResponseFrame>) -> 
             Ok(())
         }
         Decoded::Malformed { reason, .. } => Err(format!("undecodable response: {reason}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn publish(bytes: usize) -> Command {
+        Command::Publish {
+            topic: "t".to_owned(),
+            partition: 0,
+            payload: vec![7u8; bytes].into(),
+        }
+    }
+
+    fn frame(command: &Command) -> RequestFrameRef<'_> {
+        RequestFrameRef {
+            correlation_id: 1,
+            max_wait_ms: 0,
+            command,
+        }
+    }
+
+    #[test]
+    fn the_outbox_takes_requests_until_it_holds_its_bound_and_again_once_taken() {
+        let outbox = Outbox::new(ClientCodec::new(1 << 20));
+        let command = publish(64 * 1024);
+        let mut encoded = 0;
+        while outbox.put(frame(&command)).unwrap() == Put::Encoded {
+            encoded += 1;
+        }
+        let mut batch = BytesMut::new();
+        assert_eq!(outbox.take(&mut batch), encoded);
+        // Requests go in while it holds less than its bound: one past it, no more.
+        let frame_bytes = batch.len() / encoded;
+        assert_eq!(encoded, OUTBOX_BYTES.div_ceil(frame_bytes));
+        assert_eq!(outbox.put(frame(&command)).unwrap(), Put::Encoded);
+        // Taken behind what the writer already holds.
+        assert_eq!(outbox.take(&mut batch), 1);
+        outbox.close();
+        assert_eq!(outbox.put(frame(&command)).unwrap(), Put::Closed);
+    }
+
+    #[test]
+    fn a_request_over_the_frame_limit_is_refused_and_leaves_the_outbox_as_it_was() {
+        let outbox = Outbox::new(ClientCodec::new(1024));
+        assert!(matches!(
+            outbox.put(frame(&publish(2048))),
+            Err(Error::Server(ErrorReply::TooLarge { limit: 1024, .. }))
+        ));
+        let mut batch = BytesMut::new();
+        assert_eq!(outbox.take(&mut batch), 0);
+        assert!(batch.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_caller_waits_for_room_until_the_writer_takes_or_its_deadline_passes() {
+        let outbox = Arc::new(Outbox::new(ClientCodec::new(2 << 20)));
+        let command = publish(OUTBOX_BYTES);
+        assert_eq!(outbox.put(frame(&command)).unwrap(), Put::Encoded);
+        let soon = Instant::now() + Duration::from_millis(50);
+        assert_eq!(
+            outbox.put_when_room(frame(&command), soon).await.unwrap(),
+            Put::Full
+        );
+        let waiting = {
+            let outbox = Arc::clone(&outbox);
+            let command = command.clone();
+            tokio::spawn(async move {
+                let later = Instant::now() + Duration::from_secs(60);
+                outbox.put_when_room(frame(&command), later).await.unwrap()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(outbox.take(&mut BytesMut::new()), 1);
+        assert_eq!(waiting.await.unwrap(), Put::Encoded);
+        // A writer that stops tells the callers still waiting.
+        let waiting = {
+            let outbox = Arc::clone(&outbox);
+            tokio::spawn(async move {
+                let later = Instant::now() + Duration::from_secs(60);
+                outbox.put_when_room(frame(&command), later).await.unwrap()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        outbox.close();
+        assert_eq!(waiting.await.unwrap(), Put::Closed);
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use broker_core::{hash, BrokerError, KeyHash, PartitionBatch, PublishRecord};
+use broker_core::{hash, BrokerError, Command, KeyHash, PartitionBatch, PublishRecord};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
@@ -223,7 +223,7 @@ impl Inbox {
         let mut state = lock(&self.state);
         if state.closed {
             drop(state);
-            queued.answer.send(Err(ProducerError::Closed));
+            queued.waiter.answer.send(Err(ProducerError::Closed));
             return;
         }
         let first = state.records.is_empty();
@@ -249,7 +249,7 @@ impl Inbox {
             std::mem::take(&mut state.records)
         };
         for (_, queued) in left {
-            queued.answer.send(Err(ProducerError::Closed));
+            queued.waiter.answer.send(Err(ProducerError::Closed));
         }
     }
 
@@ -266,8 +266,14 @@ impl Inbox {
 #[derive(Debug)]
 struct Queued {
     record: PublishRecord,
-    /// When it was sent.
-    queued: Instant,
+    waiter: Waiter,
+}
+
+/// A record's sender, waiting for its answer while the record is on its way in a request.
+#[derive(Debug)]
+struct Waiter {
+    sent_at: Instant,
+    /// The record's payload, key and header bytes.
     size: usize,
     deadline: Instant,
     answer: Answer,
@@ -365,11 +371,13 @@ impl Producer {
         let (answer, receiver) = Answer::new(&self.inner.unsettled);
         let now = Instant::now();
         let queued = Queued {
-            size: record.size(),
+            waiter: Waiter {
+                sent_at: now,
+                size: record.size(),
+                deadline: now + self.inner.settings.delivery_timeout,
+                answer,
+            },
             record,
-            queued: now,
-            deadline: now + self.inner.settings.delivery_timeout,
-            answer,
         };
         self.inner.queue(topic, queued);
         async move { receiver.await.unwrap_or(Err(ProducerError::Closed)) }
@@ -423,7 +431,7 @@ impl Inner {
                 || match lock(&self.topics).get(&topic) {
                     Some(Topic::LookingUp(waiting)) => waiting
                         .first()
-                        .is_none_or(|queued| queued.deadline <= Instant::now()),
+                        .is_none_or(|queued| queued.waiter.deadline <= Instant::now()),
                     _ => true,
                 };
             if give_up {
@@ -468,7 +476,7 @@ impl Inner {
                     } else {
                         ProducerError::Refused(last)
                     };
-                    queued.answer.send(Err(failure));
+                    queued.waiter.answer.send(Err(failure));
                 }
             }
         }
@@ -492,7 +500,10 @@ impl TopicSender {
                             "partition {partition} does not exist: the topic has partitions 0 to {}",
                             count - 1
                         )));
-                        queued.answer.send(Err(ProducerError::Refused(refused)));
+                        queued
+                            .waiter
+                            .answer
+                            .send(Err(ProducerError::Refused(refused)));
                         return;
                     }
                 }
@@ -551,7 +562,7 @@ async fn send_topic(
             }
             let mut ready_at = not_before[partition];
             if open && !settings.is_full(records) {
-                ready_at = ready_at.max(Some(front.queued + settings.linger));
+                ready_at = ready_at.max(Some(front.waiter.sent_at + settings.linger));
             }
             if ready_at.is_some_and(|at| at > now) {
                 later.push(partition);
@@ -560,10 +571,12 @@ async fn send_topic(
             let Some(numbering) = idle[partition].take() else {
                 continue;
             };
+            let (records, waiters) = settings.take_batch(records);
             parts.push(Part {
                 partition,
                 numbering,
-                batch: settings.take_batch(records),
+                records,
+                waiters,
             });
         }
         // One request per producer id (they differ only after a request timed out).
@@ -585,7 +598,7 @@ async fn send_topic(
             .filter_map(|&partition| {
                 let front = waiting[partition].front()?;
                 let lingered = (open && !settings.is_full(&waiting[partition]))
-                    .then(|| front.queued + settings.linger);
+                    .then(|| front.waiter.sent_at + settings.linger);
                 not_before[partition].max(lingered)
             })
             .min();
@@ -653,21 +666,29 @@ impl ProducerBuilder {
     /// Whether `records` fill a batch.
     fn is_full(&self, records: &VecDeque<Queued>) -> bool {
         records.len() >= self.batch_records
-            || records.iter().map(|queued| queued.size).sum::<usize>() >= self.batch_bytes
+            || records
+                .iter()
+                .map(|queued| queued.waiter.size)
+                .sum::<usize>()
+                >= self.batch_bytes
     }
 
-    /// The first records of `records` that fit in one batch (always at least one).
-    fn take_batch(&self, records: &mut VecDeque<Queued>) -> Vec<Queued> {
+    /// The first records of `records` that fit in one batch (always at least one), apart
+    /// from their waiters.
+    fn take_batch(&self, records: &mut VecDeque<Queued>) -> (Vec<PublishRecord>, Vec<Waiter>) {
         let mut bytes = 0;
         let mut taken = 0;
         for queued in records.iter() {
             if taken == self.batch_records || (taken > 0 && bytes >= self.batch_bytes) {
                 break;
             }
-            bytes += queued.size;
+            bytes += queued.waiter.size;
             taken += 1;
         }
-        records.drain(..taken).collect()
+        records
+            .drain(..taken)
+            .map(|queued| (queued.record, queued.waiter))
+            .unzip()
     }
 }
 
@@ -679,11 +700,13 @@ struct Numbering {
     next: u64,
 }
 
-/// One partition's batch in a request.
+/// One partition's batch in a request: its records (until the request is made of them) and
+/// their waiters, in the same order.
 struct Part {
     partition: usize,
     numbering: Numbering,
-    batch: Vec<Queued>,
+    records: Vec<PublishRecord>,
+    waiters: Vec<Waiter>,
 }
 
 /// What became of a partition's batch: its numbering (past what was stored), whether anything
@@ -701,33 +724,40 @@ struct Settled {
 /// timeout. A request whose fate is unknown (the connection was lost, the answer did not come)
 /// is sent again, unchanged, until it is answered or the delivery timeout of one of its first
 /// records passes; it then fails whole, and its partitions go on under a new producer id, so
-/// that no later record can be taken for one of it.
-async fn store(client: &Client, topic: &str, parts: Vec<Part>) -> Vec<Settled> {
+/// that no later record can be taken for one of it. The records travel in the request, which
+/// is kept to be sent again, not copied.
+async fn store(client: &Client, topic: &str, mut parts: Vec<Part>) -> Vec<Settled> {
     let producer = parts.first().map_or(0, |part| part.numbering.producer);
+    let batches = parts
+        .iter_mut()
+        .map(|part| PartitionBatch {
+            partition: part.partition as i32,
+            sequence: part.numbering.next,
+            records: std::mem::take(&mut part.records),
+        })
+        .collect();
+    let request = Command::PublishIdempotent {
+        topic: topic.to_owned(),
+        producer,
+        batches,
+    };
     let mut attempt = 0;
     loop {
-        let batches = parts
-            .iter()
-            .map(|part| PartitionBatch {
-                partition: part.partition as i32,
-                sequence: part.numbering.next,
-                records: part
-                    .batch
-                    .iter()
-                    .map(|queued| queued.record.clone())
-                    .collect(),
-            })
-            .collect();
-        let error = match client.publish_idempotent(topic, producer, batches).await {
-            Ok(placed) => return settle(topic, parts, placed),
+        let error = match client.publish_idempotent_kept(&request).await {
+            Ok(placed) => {
+                let Command::PublishIdempotent { batches, .. } = request else {
+                    unreachable!("the request is the idempotent publish made above")
+                };
+                return settle(topic, parts, batches, placed);
+            }
             Err(error) if error.is_retriable() => error,
             Err(error) => {
                 return parts
                     .into_iter()
                     .map(|part| {
-                        for queued in part.batch {
+                        for waiter in part.waiters {
                             let refused = ProducerError::Refused(error.copy());
-                            queued.answer.send(Err(refused));
+                            waiter.answer.send(Err(refused));
                         }
                         Settled {
                             partition: part.partition,
@@ -741,9 +771,9 @@ async fn store(client: &Client, topic: &str, parts: Vec<Part>) -> Vec<Settled> {
         };
         let now = Instant::now();
         let expired = parts.iter().any(|part| {
-            part.batch
+            part.waiters
                 .first()
-                .is_some_and(|queued| queued.deadline <= now)
+                .is_some_and(|waiter| waiter.deadline <= now)
         });
         if expired {
             // Maybe stored, maybe not: these numbers can never be used again.
@@ -751,9 +781,9 @@ async fn store(client: &Client, topic: &str, parts: Vec<Part>) -> Vec<Settled> {
             return parts
                 .into_iter()
                 .map(|part| {
-                    for queued in part.batch {
+                    for waiter in part.waiters {
                         let timeout = ProducerError::Timeout { last: error.copy() };
-                        queued.answer.send(Err(timeout));
+                        waiter.answer.send(Err(timeout));
                     }
                     Settled {
                         partition: part.partition,
@@ -773,26 +803,34 @@ async fn store(client: &Client, topic: &str, parts: Vec<Part>) -> Vec<Settled> {
 }
 
 /// Answers the records of `parts` from the request's answer `placed` (each record's partition
-/// and offset, batch after batch; `-1` for a record refused because its partition is full).
-fn settle(topic: &str, parts: Vec<Part>, placed: Vec<(i32, i64)>) -> Vec<Settled> {
+/// and offset, batch after batch; `-1` for a record refused because its partition is full);
+/// `batches` are the request's, whose records not stored go back to their waiters.
+fn settle(
+    topic: &str,
+    parts: Vec<Part>,
+    batches: Vec<PartitionBatch>,
+    placed: Vec<(i32, i64)>,
+) -> Vec<Settled> {
     let mut placed = placed.into_iter();
     let now = Instant::now();
     parts
         .into_iter()
-        .map(|mut part| {
+        .zip(batches)
+        .map(|(mut part, batch)| {
             // The records stored are a prefix: the first refused one was refused because the
             // partition is full, and so was every one after it.
             let mut stored = 0;
             let mut unstored = Vec::new();
-            for queued in std::mem::take(&mut part.batch) {
+            let waiters = std::mem::take(&mut part.waiters);
+            for (waiter, record) in waiters.into_iter().zip(batch.records) {
                 match placed.next() {
                     Some((partition, offset)) if offset >= 0 && unstored.is_empty() => {
-                        queued.answer.send(Ok(Stored { partition, offset }));
+                        waiter.answer.send(Ok(Stored { partition, offset }));
                         stored += 1;
                     }
                     // Refused, after a refused one, or (from a server that answers short)
                     // not answered: certainly not stored.
-                    _ => unstored.push(queued),
+                    _ => unstored.push(Queued { record, waiter }),
                 }
             }
             part.numbering.next += stored as u64;
@@ -800,9 +838,9 @@ fn settle(topic: &str, parts: Vec<Part>, placed: Vec<(i32, i64)>) -> Vec<Settled
             // those past their delivery timeout fail, the others are tried again.
             let (expired, full): (Vec<Queued>, Vec<Queued>) = unstored
                 .into_iter()
-                .partition(|queued| queued.deadline <= now);
+                .partition(|queued| queued.waiter.deadline <= now);
             for queued in expired {
-                queued.answer.send(Err(ProducerError::Full {
+                queued.waiter.answer.send(Err(ProducerError::Full {
                     topic: topic.to_owned(),
                     partition: part.partition as i32,
                 }));

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::codec::{Decoder, Encoder};
 
-use crate::{RequestFrame, ResponseFrame};
+use crate::{RequestFrame, RequestFrameRef, ResponseFrame};
 use broker_core::Outcome;
 
 /// No frame may ever be larger than this (64 MiB), whatever a server is configured with. It is
@@ -167,6 +167,23 @@ impl<In, Out: Serialize> Encoder<&Out> for Codec<In, Out> {
     type Error = ProtocolError;
 
     fn encode(&mut self, item: &Out, dst: &mut BytesMut) -> Result<(), Self::Error> {
+        self.encode_body(item, dst)
+    }
+}
+
+/// A client encodes its requests from borrowed commands: the same bytes as the
+/// [`RequestFrame`] they make.
+impl Encoder<RequestFrameRef<'_>> for Codec<ResponseFrame, RequestFrame> {
+    type Error = ProtocolError;
+
+    fn encode(&mut self, item: RequestFrameRef<'_>, dst: &mut BytesMut) -> Result<(), Self::Error> {
+        self.encode_body(&item, dst)
+    }
+}
+
+impl<In, Out> Codec<In, Out> {
+    /// Appends `item`'s frame to `dst`, or appends nothing and fails.
+    fn encode_body<T: Serialize>(&self, item: &T, dst: &mut BytesMut) -> Result<(), ProtocolError> {
         let start = dst.len();
         dst.put_u32(0);
         let written =

@@ -34,8 +34,8 @@ pub use codec::{
 };
 pub use error::{ErrorKind, ErrorReply};
 pub use message::{
-    v1, Hello, HelloReply, RequestFrame, ResponseFrame, ServerLimits, MAGIC, MAX_HELLO_FRAME,
-    OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    v1, Hello, HelloReply, RequestFrame, RequestFrameRef, ResponseFrame, ServerLimits, MAGIC,
+    MAX_HELLO_FRAME, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
 /// The codec a client uses after the handshake: it sends requests and reads responses, in the

@@ -102,6 +102,18 @@ pub struct RequestFrame {
     pub command: Command,
 }
 
+/// A [`RequestFrame`] whose command is borrowed: encoded to the same bytes, so that a client
+/// can send a command it keeps (to send again after a lost connection) without copying it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RequestFrameRef<'a> {
+    /// As in [`RequestFrame`].
+    pub correlation_id: u64,
+    /// As in [`RequestFrame`].
+    pub max_wait_ms: u32,
+    /// The call.
+    pub command: &'a Command,
+}
+
 /// The answer to one [`RequestFrame`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResponseFrame {

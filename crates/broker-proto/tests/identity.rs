@@ -550,3 +550,30 @@ fn every_command_belongs_to_the_version_proto_md_says_added_it() {
         );
     }
 }
+
+#[test]
+fn a_request_with_a_borrowed_command_encodes_to_the_same_bytes_for_every_command() {
+    use broker_proto::{ClientCodec, RequestFrame, RequestFrameRef};
+    use tokio_util::codec::Encoder;
+
+    for kind in CommandKind::iter() {
+        let command = command(kind);
+        let mut owned = bytes::BytesMut::new();
+        let frame = RequestFrame {
+            correlation_id: 0x0102_0304_0506_0708,
+            max_wait_ms: 250,
+            command: command.clone(),
+        };
+        ClientCodec::new(1 << 20).encode(frame, &mut owned).unwrap();
+        let mut borrowed = bytes::BytesMut::new();
+        let frame = RequestFrameRef {
+            correlation_id: 0x0102_0304_0506_0708,
+            max_wait_ms: 250,
+            command: &command,
+        };
+        ClientCodec::new(1 << 20)
+            .encode(frame, &mut borrowed)
+            .unwrap();
+        assert_eq!(borrowed, owned, "{kind:?}");
+    }
+}
