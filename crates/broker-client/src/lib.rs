@@ -40,9 +40,10 @@
 //!
 //! # Design
 //!
-//! A writer task takes requests from a bounded queue and writes every request already queued
-//! with one write; a reader task hands each response to the caller waiting for its correlation
-//! id. At most [`ClientBuilder::max_in_flight`] calls are outstanding at once. A call that times
+//! Each call encodes its request into the connection's outbox (bounded: callers wait for room
+//! while a megabyte of requests is unwritten), and a writer task writes everything encoded since
+//! its last write with one write; a reader task hands each response to the caller waiting for
+//! its correlation id. At most [`ClientBuilder::max_in_flight`] calls are outstanding at once. A call that times
 //! out or whose future is dropped is forgotten. When the connection dies every outstanding call
 //! fails with [`Error::ConnectionLost`] and the next call reconnects; see [`Client`] for what
 //! that means for consumer groups.
