@@ -45,9 +45,12 @@ pub fn supported_apis() -> &'static [SupportedApi] {
         api(ApiKey::ListGroups, 0, 4),
         api(ApiKey::DeleteRecords, 0, 2),
         api(ApiKey::DescribeConfigs, 1, 4),
-        // Version 0 sends the mechanism's bytes outside Kafka's framing; version 1 sends them
-        // in SaslAuthenticate.
-        api(ApiKey::SaslHandshake, 1, 1),
+        // Version 1 sends the mechanism's bytes in SaslAuthenticate, version 0 outside Kafka's
+        // framing, which the listener does not read: a version 0 handshake is answered
+        // UNSUPPORTED_VERSION (see `sasl`). Advertised from 0 all the same, as Kafka's brokers
+        // do: librdkafka before 2.x (Debian's kcat) turns its SASL handshake on only when
+        // version 0 is in the range.
+        api(ApiKey::SaslHandshake, 0, 1),
         api(ApiKey::SaslAuthenticate, 0, 2),
     ];
     SUPPORTED

@@ -137,7 +137,7 @@ async fn reply<B: Backend>(
             let version = header.request_api_version;
             let correlation_id = header.correlation_id;
             let client_id = header.client_id.as_ref().map_or("", |id| id.as_str());
-            match sasl.gate(handler.backend, api_key, *body) {
+            match sasl.gate(handler.backend, api_key, version, *body) {
                 Gate::Pass(request) => match handler.handle(version, client_id, request).await {
                     Answer::Response(response) => Reply::Send(encode_response(
                         api_key,

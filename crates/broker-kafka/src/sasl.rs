@@ -1,7 +1,9 @@
 //! Authentication of a Kafka connection with SASL/PLAIN, when the server has a token: the
 //! client names the mechanism (SaslHandshake version 1), then sends `authzid NUL username NUL
 //! password` (SaslAuthenticate), the password being the server's token (the user name is not
-//! checked). Until then a connection may only ask for the API versions.
+//! checked). Until then a connection may only ask for the API versions. A handshake of version
+//! 0 (after which the mechanism's bytes would come outside Kafka's framing) is answered
+//! `UNSUPPORTED_VERSION`, and the connection closes.
 
 use kafka_protocol::messages::{
     ApiKey, RequestKind, ResponseKind, SaslAuthenticateResponse, SaslHandshakeResponse,
@@ -53,13 +55,18 @@ impl Sasl {
         &mut self,
         backend: &B,
         api_key: ApiKey,
+        version: i16,
         request: RequestKind,
     ) -> Gate {
         match (request, *self) {
             (RequestKind::SaslHandshake(request), Sasl::Required) => {
                 let mechanisms = vec![StrBytes::from_static_str(PLAIN)];
                 let response = SaslHandshakeResponse::default().with_mechanisms(mechanisms);
-                if request.mechanism.as_str() == PLAIN {
+                if version == 0 {
+                    Gate::AnswerAndClose(ResponseKind::SaslHandshake(
+                        response.with_error_code(ResponseError::UnsupportedVersion.code()),
+                    ))
+                } else if request.mechanism.as_str() == PLAIN {
                     *self = Sasl::Handshaken;
                     Gate::Answer(ResponseKind::SaslHandshake(response))
                 } else {
@@ -95,5 +102,139 @@ impl Sasl {
             (request, _) if api_key == ApiKey::ApiVersions => Gate::Pass(request),
             (_, _) => Gate::Refuse,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use broker_core::{Command, EventBroker, Outcome, TopicDescription};
+    use broker_proto::ErrorReply;
+    use kafka_protocol::messages::{
+        ApiVersionsRequest, MetadataRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
+    };
+
+    use super::*;
+
+    /// The broker in memory behind the token `secret`.
+    struct Locked(EventBroker);
+
+    impl Backend for Locked {
+        async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
+            self.0.call(command, max_wait).await
+        }
+
+        async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
+            self.0.topics().await
+        }
+
+        fn cluster(&self) -> Option<crate::ClusterView> {
+            None
+        }
+
+        fn coordinates_groups(&self) -> bool {
+            true
+        }
+
+        fn requires_authentication(&self) -> bool {
+            true
+        }
+
+        fn authenticate(&self, password: &str) -> bool {
+            password == "secret"
+        }
+    }
+
+    fn handshake(mechanism: &'static str) -> RequestKind {
+        RequestKind::SaslHandshake(
+            SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism)),
+        )
+    }
+
+    fn authenticate(password: &str) -> RequestKind {
+        RequestKind::SaslAuthenticate(
+            SaslAuthenticateRequest::default()
+                .with_auth_bytes(format!("\0user\0{password}").into_bytes().into()),
+        )
+    }
+
+    fn error_code(gate: &Gate) -> i16 {
+        match gate {
+            Gate::Answer(ResponseKind::SaslHandshake(response))
+            | Gate::AnswerAndClose(ResponseKind::SaslHandshake(response)) => response.error_code,
+            Gate::Answer(ResponseKind::SaslAuthenticate(response))
+            | Gate::AnswerAndClose(ResponseKind::SaslAuthenticate(response)) => response.error_code,
+            other => panic!("not an answer of the authentication: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn plain_with_the_token_as_password_opens_the_connection() {
+        let backend = Locked(EventBroker::new(10).unwrap());
+        let mut sasl = Sasl::start(&backend);
+        let versions = RequestKind::ApiVersions(ApiVersionsRequest::default());
+        let metadata = || RequestKind::Metadata(MetadataRequest::default());
+        assert!(matches!(
+            sasl.gate(&backend, ApiKey::ApiVersions, 3, versions),
+            Gate::Pass(_)
+        ));
+        assert!(matches!(
+            sasl.gate(&backend, ApiKey::Metadata, 12, metadata()),
+            Gate::Refuse
+        ));
+        let named = sasl.gate(&backend, ApiKey::SaslHandshake, 1, handshake("PLAIN"));
+        assert!(matches!(named, Gate::Answer(_)) && error_code(&named) == 0);
+        let passed = sasl.gate(
+            &backend,
+            ApiKey::SaslAuthenticate,
+            2,
+            authenticate("secret"),
+        );
+        assert!(matches!(passed, Gate::Answer(_)) && error_code(&passed) == 0);
+        assert!(matches!(
+            sasl.gate(&backend, ApiKey::Metadata, 12, metadata()),
+            Gate::Pass(_)
+        ));
+    }
+
+    #[test]
+    fn a_wrong_password_or_mechanism_is_answered_with_its_error() {
+        let backend = Locked(EventBroker::new(10).unwrap());
+        let mut sasl = Sasl::start(&backend);
+        let other = sasl.gate(
+            &backend,
+            ApiKey::SaslHandshake,
+            1,
+            handshake("SCRAM-SHA-256"),
+        );
+        assert_eq!(
+            error_code(&other),
+            ResponseError::UnsupportedSaslMechanism.code()
+        );
+        sasl.gate(&backend, ApiKey::SaslHandshake, 1, handshake("PLAIN"));
+        let failed = sasl.gate(&backend, ApiKey::SaslAuthenticate, 2, authenticate("wrong"));
+        assert!(matches!(failed, Gate::AnswerAndClose(_)));
+        assert_eq!(
+            error_code(&failed),
+            ResponseError::SaslAuthenticationFailed.code()
+        );
+    }
+
+    #[test]
+    fn a_version_0_handshake_is_answered_unsupported_version_and_closes() {
+        // Version 0 is advertised (older librdkafka needs to see it), never served.
+        assert!(crate::apis::is_supported(ApiKey::SaslHandshake, 0));
+        let backend = Locked(EventBroker::new(10).unwrap());
+        let mut sasl = Sasl::start(&backend);
+        let answer = sasl.gate(&backend, ApiKey::SaslHandshake, 0, handshake("PLAIN"));
+        assert!(matches!(answer, Gate::AnswerAndClose(_)));
+        assert_eq!(
+            error_code(&answer),
+            ResponseError::UnsupportedVersion.code()
+        );
+        assert_eq!(sasl, Sasl::Required);
     }
 }
