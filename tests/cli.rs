@@ -22,7 +22,10 @@ const LIMIT: Duration = Duration::from_secs(20);
 #[derive(Debug)]
 struct Run {
     code: Option<i32>,
+    /// Standard output as text (invalid UTF-8 replaced).
     stdout: String,
+    /// Standard output as it was written.
+    stdout_bytes: Vec<u8>,
     stderr: String,
 }
 
@@ -73,9 +76,9 @@ fn run_command(mut command: Command, input: impl AsRef<[u8]>) -> Run {
     });
     let reader = |mut pipe: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
-            let mut text = String::new();
-            pipe.read_to_string(&mut text).expect("read broker output");
-            text
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes).expect("read broker output");
+            bytes
         })
     };
     let stdout = reader(Box::new(child.stdout.take().unwrap()));
@@ -93,10 +96,12 @@ fn run_command(mut command: Command, input: impl AsRef<[u8]>) -> Run {
         std::thread::sleep(Duration::from_millis(5));
     };
     writer.join().unwrap();
+    let stdout_bytes = stdout.join().unwrap();
     Run {
         code: status.code(),
-        stdout: stdout.join().unwrap(),
-        stderr: stderr.join().unwrap(),
+        stdout: String::from_utf8_lossy(&stdout_bytes).into_owned(),
+        stdout_bytes,
+        stderr: String::from_utf8_lossy(&stderr.join().unwrap()).into_owned(),
     }
 }
 
@@ -768,6 +773,59 @@ fn publish_reads_standard_input_as_bytes_split_at_the_delimiter() {
     ] {
         let run = broker(&server, args);
         assert_eq!(run.code, Some(2), "{run:#?}");
+    }
+}
+
+#[test]
+fn consume_raw_prints_payloads_exactly_and_publish_reads_them_back() {
+    let server = ServerProcess::start(&[]);
+    for topic in ["bytes", "copy"] {
+        // Limits retention: every group below reads every record.
+        let create = [
+            "create",
+            topic,
+            "--partitions",
+            "1",
+            "--retention",
+            "limits",
+        ];
+        broker(&server, &create).ok();
+    }
+    let records: [&[u8]; 3] = [b"\xff\xfe\x01abc", b"two\nlines", b""];
+    for record in records {
+        broker_with_input(&server, &["publish", "bytes", "--binary"], record).ok();
+    }
+    let consume = |topic: &str, group: &str, extra: &[&str]| {
+        let mut args = vec!["consume", topic, "-g", group, "-m", "m"];
+        args.extend_from_slice(extra);
+        broker(&server, &args)
+    };
+    // Each payload as it was published, then the delimiter.
+    let raw = consume("bytes", "nul", &["--raw", "--delimiter", "\\0"]);
+    raw.ok();
+    assert_eq!(raw.stdout_bytes, b"\xff\xfe\x01abc\0two\nlines\0\0");
+    // A newline by default; what --raw prints, --delimiter publishes back unchanged.
+    let lines = consume("bytes", "lines", &["--raw", "--mode", "fetch"]);
+    lines.ok();
+    assert_eq!(lines.stdout_bytes, b"\xff\xfe\x01abc\ntwo\nlines\n\n");
+    broker_with_input(
+        &server,
+        &["publish", "copy", "--delimiter", "\\0"],
+        &raw.stdout_bytes,
+    )
+    .ok();
+    assert_eq!(payloads(&server, "copy"), records);
+    // Text and JSON replace what is not UTF-8; --raw goes with neither JSON nor a delimiter
+    // alone.
+    let json = consume("bytes", "json", &["--json", "-n", "1"]);
+    assert!(
+        json.ok()
+            .contains("\"payload\":\"\u{fffd}\u{fffd}\\u0001abc\""),
+        "{json:#?}"
+    );
+    for extra in [&["--raw", "--json"][..], &["--delimiter", "\\0"]] {
+        let refused = consume("bytes", "bad", extra);
+        assert_eq!(refused.code, Some(2), "{refused:#?}");
     }
 }
 

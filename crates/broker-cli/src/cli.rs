@@ -875,9 +875,18 @@ pub struct ConsumeArgs {
     /// Records per request (ack mode: 1 to 64; fetch mode: 1 to 10000).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(i32).range(1..=10_000))]
     pub batch: i32,
-    /// Print one JSON object per record instead of text.
-    #[arg(long)]
+    /// Print one JSON object per record instead of text (key, payload and header values as
+    /// UTF-8, invalid bytes replaced: --raw prints payloads exactly).
+    #[arg(long, conflicts_with = "raw")]
     pub json: bool,
+    /// Print each record's payload alone, its bytes exactly as stored (UTF-8 or not), followed by
+    /// --delimiter: what `broker publish --delimiter` reads back.
+    #[arg(long)]
+    pub raw: bool,
+    /// With --raw, the byte written after each payload: a single ASCII character, or \n, \t,
+    /// \r or \0 (newline by default; \0 for payloads that may hold line breaks).
+    #[arg(long, value_name = "CHAR", value_parser = parse_delimiter, requires = "raw")]
+    pub delimiter: Option<u8>,
     /// Stay in the group when done instead of leaving it (the server then removes the member
     /// after its session timeout).
     #[arg(long)]

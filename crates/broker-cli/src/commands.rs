@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use broker_client::{
-    Assignor, Client, Consumer, ConsumerStatus, Delivery, Discard, Error, GroupSetting,
-    GroupSettings, KeyHash, PublishRecord, ResetTo, StartAt, TopicSetting, MAX_POLL_RECORDS,
+    Assignor, BrokerRecord, Client, Consumer, ConsumerStatus, Delivery, Discard, Error,
+    GroupSetting, GroupSettings, KeyHash, PublishRecord, ResetTo, StartAt, TopicSetting,
+    MAX_POLL_RECORDS,
 };
 
 use crate::connect::Server;
@@ -818,7 +819,7 @@ async fn consume_loop(
         // A batch may hold more than --count still allows: the rest is not printed, and comes
         // again (ack mode: never acknowledged; fetch mode: committed only up to it).
         deliveries.truncate(usize::try_from(remaining).unwrap_or(usize::MAX));
-        let printed = print_records(&deliveries, args.json)?;
+        let printed = print_records(&deliveries, RecordFormat::of(args))?;
         *consumed += printed as u64;
         match args.mode {
             ConsumeMode::Ack => match args.retry_after {
@@ -847,17 +848,48 @@ async fn consume_loop(
     }
 }
 
-/// Prints records, one line each; returns how many were printed before standard output was
-/// closed by its reader (all of them unless a pipe like `| head` closed early).
-fn print_records(records: &[Delivery], json: bool) -> io::Result<usize> {
+/// How `broker consume` prints a record.
+#[derive(Debug, Clone, Copy)]
+enum RecordFormat {
+    /// One line of text.
+    Text,
+    /// One JSON object a line.
+    Json,
+    /// The payload's bytes, then this byte.
+    Raw(u8),
+}
+
+impl RecordFormat {
+    fn of(args: &ConsumeArgs) -> RecordFormat {
+        match (args.json, args.raw) {
+            (true, _) => RecordFormat::Json,
+            (false, true) => RecordFormat::Raw(args.delimiter.unwrap_or(b'\n')),
+            (false, false) => RecordFormat::Text,
+        }
+    }
+
+    /// Writes `record` to `out`.
+    fn write(self, out: &mut impl Write, record: &BrokerRecord) -> io::Result<()> {
+        match self {
+            RecordFormat::Text => writeln!(out, "{}", output::record_line(record)),
+            RecordFormat::Json => writeln!(out, "{}", output::record_json(record)),
+            RecordFormat::Raw(delimiter) => {
+                out.write_all(&record.payload)?;
+                out.write_all(&[delimiter])
+            }
+        }
+    }
+}
+
+/// Prints records, one after another; returns how many were printed before standard output
+/// was closed by its reader (all of them unless a pipe like `| head` closed early).
+fn print_records(records: &[Delivery], format: RecordFormat) -> io::Result<usize> {
     let mut stdout = io::stdout().lock();
     for (printed, record) in records.iter().enumerate() {
-        let line = if json {
-            output::record_json(record).to_string()
-        } else {
-            output::record_line(record)
-        };
-        match writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+        match format
+            .write(&mut stdout, record)
+            .and_then(|()| stdout.flush())
+        {
             Ok(()) => {}
             Err(error) if error.kind() == io::ErrorKind::BrokenPipe => return Ok(printed),
             Err(error) => return Err(error),
