@@ -903,6 +903,32 @@ fn publishing_into_a_full_partition_exits_1_and_says_the_partition_is_full() {
     assert!(broker(&server, &["publish", "t", "c"])
         .ok()
         .contains("offset 2"));
+    // A record larger than a partition may keep is not "full": it can never be stored.
+    let create = [
+        "create",
+        "small",
+        "--retention",
+        "limits",
+        "--max-bytes",
+        "10",
+    ];
+    broker(&server, &create).ok();
+    let run = broker(&server, &["publish", "small", "0123456789", "0123456789x"]);
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    assert_eq!(run.lines(), ["published to small partition 0 offset 0"]);
+    assert!(
+        run.stderr.contains(
+            "record 2 not stored: its 11 bytes are more than a partition of small keeps \
+             (--max-bytes 10): it can never be stored"
+        ),
+        "{run:#?}"
+    );
+    assert!(
+        run.stderr
+            .contains("1 because they are larger than the topic's --max-bytes"),
+        "{run:#?}"
+    );
+    assert!(!run.stderr.contains("full"), "{run:#?}");
 }
 
 #[test]

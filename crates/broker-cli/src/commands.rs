@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use broker_client::{
     Assignor, BrokerRecord, Client, Consumer, ConsumerStatus, Delivery, Discard, Error,
-    GroupSetting, GroupSettings, KeyHash, PublishRecord, ResetTo, StartAt, TopicSetting,
+    GroupSetting, GroupSettings, Header, KeyHash, PublishRecord, ResetTo, StartAt, TopicSetting,
     MAX_POLL_RECORDS,
 };
 
@@ -499,11 +499,63 @@ type Placed = Result<(i32, i64), (Option<i32>, String)>;
 /// large) and the others may go on, or the error that ends the command.
 fn refused_or_fatal(partition: Option<i32>, error: Error) -> anyhow::Result<Placed> {
     match error {
-        Error::Server(too_large @ broker_client::ErrorReply::TooLarge { .. }) => {
-            Ok(Err((partition, too_large.to_string())))
+        Error::Server(over_max_bytes @ broker_client::ErrorReply::TooLarge { .. }) => {
+            Ok(Err((partition, over_max_bytes.to_string())))
         }
         other => Err(other.into()),
     }
+}
+
+/// Publishes one record of `broker publish`.
+async fn publish_one(
+    client: &Client,
+    topic: &str,
+    partition: Option<i32>,
+    key: Option<&[u8]>,
+    headers: &[Header],
+    payload: Vec<u8>,
+) -> anyhow::Result<Placed> {
+    if !headers.is_empty() {
+        // Headers travel only in a batch record.
+        let record = match partition {
+            Some(partition) => PublishRecord::to_partition(partition, payload),
+            None => PublishRecord::keyed(key, payload),
+        };
+        return match client
+            .publish_batch(topic, vec![record.with_headers(headers.to_vec())])
+            .await
+        {
+            Ok(placed) => placed
+                .first()
+                .copied()
+                .map(Ok)
+                .context("the server placed no record"),
+            Err(error) => refused_or_fatal(partition, error),
+        };
+    }
+    let stored = match partition {
+        Some(partition) => client
+            .publish(topic, partition, payload)
+            .await
+            .map(|offset| (partition, offset)),
+        None => client.publish_keyed(topic, key, payload).await,
+    };
+    match stored {
+        Ok(placed) => Ok(Ok(placed)),
+        Err(error) => refused_or_fatal(partition, error),
+    }
+}
+
+/// The most payload, key and header bytes a partition of `topic` keeps, if it has such a limit.
+async fn topic_max_bytes(client: &Client, topic: &str) -> anyhow::Result<Option<u64>> {
+    let description = client.describe_topic(topic).await?;
+    Ok(description
+        .settings
+        .iter()
+        .find_map(|setting| match setting {
+            TopicSetting::MaxBytes(max) => Some(*max),
+            _ => None,
+        }))
 }
 
 async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
@@ -515,41 +567,19 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
     let mut results = stream::iter(payloads)
         .map(|payload| async move {
             let payload = payload.context("cannot read standard input")?;
-            if !headers.is_empty() {
-                // Headers travel only in a batch record.
-                let record = match partition {
-                    Some(partition) => PublishRecord::to_partition(partition, payload),
-                    None => PublishRecord::keyed(key, payload),
-                };
-                return match client
-                    .publish_batch(topic, vec![record.with_headers(headers.clone())])
-                    .await
-                {
-                    Ok(placed) => placed
-                        .first()
-                        .copied()
-                        .map(Ok)
-                        .context("the server placed no record"),
-                    Err(error) => refused_or_fatal(partition, error),
-                };
-            }
-            let stored = match partition {
-                Some(partition) => client
-                    .publish(topic, partition, payload)
-                    .await
-                    .map(|offset| (partition, offset)),
-                None => client.publish_keyed(topic, key, payload).await,
-            };
-            match stored {
-                Ok(placed) => Ok(Ok(placed)),
-                Err(error) => refused_or_fatal(partition, error),
-            }
+            let size = payload.len()
+                + key.map_or(0, <[u8]>::len)
+                + headers.iter().map(|header| header.size()).sum::<usize>();
+            let placed = publish_one(client, topic, partition, key, headers, payload).await?;
+            anyhow::Ok((placed, size))
         })
         .buffered(PUBLISH_PIPELINE);
-    let (mut full, mut other) = (0u64, 0u64);
+    let (mut full, mut over_max_bytes, mut other) = (0u64, 0u64, 0u64);
+    // The topic's byte limit, looked up at the first record refused as full.
+    let mut max_bytes: Option<Option<u64>> = None;
     let mut stdout = io::stdout().lock();
     let mut record = 0u64;
-    while let Some(result) = results.try_next().await? {
+    while let Some((result, size)) = results.try_next().await? {
         record += 1;
         let (partition, refused) = match result {
             Ok((partition, offset)) if offset >= 0 => {
@@ -570,11 +600,28 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
                 continue;
             }
             Ok((partition, _)) => {
-                full += 1;
-                (
-                    Some(partition),
-                    format!("partition {partition} of {topic} is full"),
-                )
+                if max_bytes.is_none() {
+                    max_bytes = Some(topic_max_bytes(client, topic).await?);
+                }
+                match max_bytes.flatten().filter(|&max| size as u64 > max) {
+                    Some(max) => {
+                        over_max_bytes += 1;
+                        (
+                            Some(partition),
+                            format!(
+                                "its {size} bytes are more than a partition of {topic} keeps \
+                                 (--max-bytes {max}): it can never be stored"
+                            ),
+                        )
+                    }
+                    None => {
+                        full += 1;
+                        (
+                            Some(partition),
+                            format!("partition {partition} of {topic} is full"),
+                        )
+                    }
+                }
             }
             Err((partition, why)) => {
                 other += 1;
@@ -592,7 +639,7 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
             writeln!(stdout, "{json}")?;
         }
     }
-    if full + other > 0 {
+    if full + over_max_bytes + other > 0 {
         let mut why = Vec::new();
         if full > 0 {
             why.push(format!(
@@ -602,12 +649,17 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
                  consumed them)"
             ));
         }
+        if over_max_bytes > 0 {
+            why.push(format!(
+                "{over_max_bytes} because they are larger than the topic's --max-bytes"
+            ));
+        }
         if other > 0 {
             why.push(format!("{other} because they were too large"));
         }
         bail!(
             "{} of {record} records were not stored: {}",
-            full + other,
+            full + over_max_bytes + other,
             why.join("; ")
         );
     }

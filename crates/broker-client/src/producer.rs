@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use broker_core::{hash, BrokerError, Command, KeyHash, PartitionBatch, PublishRecord};
+use broker_core::{
+    hash, BrokerError, Command, KeyHash, PartitionBatch, PublishRecord, TopicSetting,
+};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
@@ -45,7 +47,7 @@ pub enum ProducerError {
         last: Error,
     },
     /// The broker or the server refused the record for good (an unknown topic, a record larger
-    /// than the server's payload limit, ...).
+    /// than the server's payload limit or than a partition of its topic keeps, ...).
     #[error(transparent)]
     Refused(Error),
     /// The producer was dropped before the record was stored.
@@ -188,6 +190,9 @@ enum Topic {
 struct TopicSender {
     key_hash: KeyHash,
     partitions: usize,
+    /// The most bytes a partition keeps, if the topic has such a limit: a larger record could
+    /// never be stored.
+    max_bytes: Option<u64>,
     inbox: Arc<Inbox>,
     next_keyless: AtomicUsize,
 }
@@ -447,6 +452,13 @@ impl Inner {
         match description {
             Ok(description) => {
                 let partitions = description.partitions.len();
+                let max_bytes = description
+                    .settings
+                    .iter()
+                    .find_map(|setting| match setting {
+                        TopicSetting::MaxBytes(max) => Some(*max),
+                        _ => None,
+                    });
                 let inbox = Arc::new(Inbox::default());
                 tokio::spawn(send_topic(
                     self.client.clone(),
@@ -460,6 +472,7 @@ impl Inner {
                 let sender = TopicSender {
                     key_hash: description.key_hash,
                     partitions,
+                    max_bytes,
                     inbox,
                     next_keyless: AtomicUsize::new(0),
                 };
@@ -485,8 +498,20 @@ impl Inner {
 
 impl TopicSender {
     /// Queues a record on its partition, or answers it at once when it names a partition the
-    /// topic does not have.
+    /// topic does not have or is larger than a partition of the topic keeps.
     fn queue(&self, mut queued: Queued) {
+        let size = queued.waiter.size;
+        if let Some(max) = self.max_bytes.filter(|&max| size as u64 > max) {
+            let refused = Error::Broker(BrokerError::InvalidArgument(format!(
+                "a record of {size} bytes can never be stored: a partition of the topic keeps \
+                 at most {max} bytes"
+            )));
+            queued
+                .waiter
+                .answer
+                .send(Err(ProducerError::Refused(refused)));
+            return;
+        }
         let count = self.partitions;
         let partition = match (queued.record.partition, &queued.record.key) {
             (Some(partition), _) => {

@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use broker_client::{Client, Producer, ProducerError, PublishRecord, Stored};
+use broker_client::{
+    Client, KeyHash, Producer, ProducerError, PublishRecord, Retention, Stored, TopicSetting,
+};
 use broker_testkit::in_process::TestServer;
 use broker_testkit::process::ServerProcess;
 use broker_testkit::proxy::Proxy;
@@ -274,6 +276,30 @@ async fn a_refused_record_fails_at_once() {
             offset: 0
         }
     );
+    // Larger than a partition of its topic keeps: never stored, so not retried as if full
+    // (the delivery timeout is two minutes).
+    let settings = [
+        TopicSetting::Retention(Retention::Limits),
+        TopicSetting::MaxBytes(10),
+    ];
+    client
+        .create_topic("small", 1, KeyHash::default(), &settings)
+        .await
+        .unwrap();
+    let refused = tokio::time::timeout(
+        Duration::from_secs(10),
+        producer.send("small", PublishRecord::keyed(None, "0123456789x")),
+    )
+    .await
+    .unwrap();
+    match refused {
+        Err(ProducerError::Refused(error)) => {
+            assert!(error.to_string().contains("at most 10 bytes"), "{error}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let fits = producer.send("small", PublishRecord::keyed(None, "0123456789"));
+    assert_eq!(fits.await.unwrap().offset, 0);
 }
 
 #[tokio::test]
