@@ -823,10 +823,26 @@ fn consume_raw_prints_payloads_exactly_and_publish_reads_them_back() {
             .contains("\"payload\":\"\u{fffd}\u{fffd}\\u0001abc\""),
         "{json:#?}"
     );
-    for extra in [&["--raw", "--json"][..], &["--delimiter", "\\0"]] {
+    for extra in [
+        &["--raw", "--json"][..],
+        &["--delimiter", "\\0"],
+        &["-n", "0"],
+    ] {
         let refused = consume("bytes", "bad", extra);
         assert_eq!(refused.code, Some(2), "{refused:#?}");
     }
+    // Settings of deliveries do not go with fetch mode.
+    let fetch = [
+        "--mode",
+        "fetch",
+        "--max-deliveries",
+        "3",
+        "--dead-letter",
+        "dl",
+    ];
+    let refused = consume("bytes", "bad", &fetch);
+    assert_eq!(refused.code, Some(1), "{refused:#?}");
+    assert!(refused.stderr.contains("are for ack mode"), "{refused:#?}");
 }
 
 #[test]

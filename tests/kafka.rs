@@ -133,6 +133,22 @@ fn text(bytes: &[u8]) -> String {
 }
 
 #[tokio::test]
+async fn the_native_client_pointed_at_the_kafka_listener_is_told_so() {
+    let (_server, kafka, _client) = server().await;
+    let error = Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .connect(kafka.as_str())
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("not its Kafka listener (--kafka-listen)"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
 async fn kcat_lists_metadata_and_round_trips_keyed_records_with_headers() {
     if !clients_installed() {
         return;

@@ -211,12 +211,17 @@ pub struct PingArgs {
     pub json: bool,
 }
 
+/// A duration such as `10s`, `500ms` or `1h 30m`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|error| format!("{error} (a duration such as 10s, 500ms or 1h 30m)"))
+}
+
 /// A duration of more than zero, as `--interval` takes it.
 fn parse_interval(text: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(text) {
-        Ok(interval) if interval.is_zero() => Err("the interval must be more than zero".into()),
-        Ok(interval) => Ok(interval),
-        Err(error) => Err(error.to_string()),
+    match parse_duration(text)? {
+        interval if interval.is_zero() => Err("the interval must be more than zero".into()),
+        interval => Ok(interval),
     }
 }
 
@@ -264,7 +269,7 @@ pub struct CreateArgs {
     pub topic: String,
     /// Number of partitions, 1 to the server's --max-partitions (64 by default); with
     /// --add-partitions, the count an existing topic grows to. 1 for a new topic when not given.
-    #[arg(long, short)]
+    #[arg(long, short, allow_negative_numbers = true)]
     pub partitions: Option<i32>,
     /// If the topic exists with fewer partitions, add partitions up to --partitions.
     #[arg(long)]
@@ -284,7 +289,7 @@ pub struct CreateArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
     pub max_bytes: Option<u64>,
     /// How long a record is kept at most: 3d, 12h, 90s, 500ms.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub max_age: Option<Duration>,
     /// At a limit of limits retention: discard the oldest records (old, the default) or refuse
     /// the new one (new).
@@ -369,10 +374,10 @@ pub struct PurgeArgs {
     /// Topic.
     pub topic: String,
     /// Purge this partition (repeat for several); every partition without it.
-    #[arg(long, short)]
+    #[arg(long, short, allow_negative_numbers = true)]
     pub partition: Vec<i32>,
     /// Remove the records below this offset (up to each partition's end).
-    #[arg(long, value_name = "OFFSET")]
+    #[arg(long, value_name = "OFFSET", allow_negative_numbers = true)]
     pub before: i64,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -535,7 +540,7 @@ impl DeadLetterArgs {
 
 /// An acknowledgement timeout: whole milliseconds, at least one, as the broker takes it.
 fn parse_ack_timeout(text: &str) -> Result<Duration, String> {
-    let timeout = humantime::parse_duration(text).map_err(|error| error.to_string())?;
+    let timeout = parse_duration(text)?;
     if timeout < Duration::from_millis(1) {
         return Err("the acknowledgement timeout must be at least 1ms".into());
     }
@@ -612,14 +617,19 @@ pub struct ResetArgs {
     #[arg(long, group = "target")]
     pub to_latest: bool,
     /// To this offset (clamped to the records retained).
-    #[arg(long, group = "target", value_name = "OFFSET")]
+    #[arg(
+        long,
+        group = "target",
+        value_name = "OFFSET",
+        allow_negative_numbers = true
+    )]
     pub to_offset: Option<i64>,
     /// To the first record at or after this time: 2026-12-01T09:00:00Z (RFC 3339; without a
     /// zone, UTC).
     #[arg(long, group = "target", value_name = "RFC3339", value_parser = parse_datetime)]
     pub to_datetime: Option<i64>,
     /// To the first record at or after this long ago: 1h, 30m, 2d.
-    #[arg(long, group = "target", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, group = "target", value_name = "DURATION", value_parser = parse_duration)]
     pub by_duration: Option<Duration>,
     /// By this many records from the committed offset (negative: back).
     #[arg(
@@ -630,7 +640,7 @@ pub struct ResetArgs {
     )]
     pub shift_by: Option<i64>,
     /// Reset only this partition (repeat for several); every partition without it.
-    #[arg(long, short)]
+    #[arg(long, short, allow_negative_numbers = true)]
     pub partition: Vec<i32>,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -707,7 +717,7 @@ pub struct OffsetsArgs {
     #[arg(long, group = "when", value_name = "RFC3339", value_parser = parse_datetime)]
     pub at: Option<i64>,
     /// The time this long ago: 1h, 30m, 2d.
-    #[arg(long, group = "when", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, group = "when", value_name = "DURATION", value_parser = parse_duration)]
     pub ago: Option<Duration>,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -749,7 +759,7 @@ pub struct PublishArgs {
     #[arg(long, conflicts_with = "payloads")]
     pub binary: bool,
     /// Publish to this partition.
-    #[arg(long, conflicts_with = "key")]
+    #[arg(long, conflicts_with = "key", allow_negative_numbers = true)]
     pub partition: Option<i32>,
     /// Publish with this key: records with one key go to one partition. Without --key or
     /// --partition, records go round-robin over the partitions.
@@ -851,7 +861,7 @@ pub struct ConsumeArgs {
     /// no earlier than this (0s: at once); shows --max-deliveries and dead letters at work.
     /// Needs --count or --follow, since retried records come back; with a delay, only --follow
     /// waits for them (without it, consuming stops when nothing is deliverable).
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub retry_after: Option<Duration>,
     /// Before consuming, reset the group to the earliest record retained: replay everything
     /// kept. The reset applies to the whole group.
@@ -869,8 +879,13 @@ pub struct ConsumeArgs {
     /// waited for: the consumer reconnects, joins again and goes on.
     #[arg(long, short)]
     pub follow: bool,
-    /// Stop after this many records.
-    #[arg(long, short = 'n')]
+    /// Stop after this many records (at least 1).
+    #[arg(
+        long,
+        short = 'n',
+        value_parser = clap::value_parser!(u64).range(1..),
+        allow_negative_numbers = true
+    )]
     pub count: Option<u64>,
     /// Records per request (ack mode: 1 to 64; fetch mode: 1 to 10000).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(i32).range(1..=10_000))]
@@ -932,7 +947,7 @@ pub struct SizeArgs {
     #[arg(long)]
     pub rate: u64,
     /// How long messages are kept: "3d", "72h", "259200s", "1w 2d".
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = parse_duration)]
     pub retention: Duration,
     /// Copies of each message.
     #[arg(long, default_value_t = 1)]

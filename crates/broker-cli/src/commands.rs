@@ -725,6 +725,14 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
     if args.retry_after.is_some() && args.mode != ConsumeMode::Ack {
         bail!("--retry-after is for ack mode: fetch mode has no deliveries to retry");
     }
+    if args.mode != ConsumeMode::Ack
+        && (args.ack_timeout.is_some() || args.dead_letters.given().is_some())
+    {
+        bail!(
+            "--ack-timeout, --max-deliveries and --dead-letter are for ack mode: they govern \
+             deliveries, which fetch mode does not have"
+        );
+    }
     if args.retry_after.is_some() && args.count.is_none() && !args.follow {
         bail!("--retry-after needs --count or --follow: retried records come back");
     }

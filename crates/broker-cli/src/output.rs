@@ -73,7 +73,9 @@ pub fn settings_text(settings: &[TopicSetting]) -> String {
         .map(|setting| match setting {
             TopicSetting::Retention(Retention::Interest) => "interest retention".to_owned(),
             TopicSetting::Retention(Retention::Limits) => "limits retention".to_owned(),
+            TopicSetting::MaxRecords(1) => "max 1 record".to_owned(),
             TopicSetting::MaxRecords(max) => format!("max {max} records"),
+            TopicSetting::MaxBytes(1) => "max 1 byte".to_owned(),
             TopicSetting::MaxBytes(max) => format!("max {max} bytes"),
             TopicSetting::MaxAgeMs(age) => format!("max age {}", duration_text(*age)),
             TopicSetting::Discard(discard) => format!("discard {}", discard.name()),

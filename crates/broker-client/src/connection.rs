@@ -221,7 +221,8 @@ impl Connection {
             Decoded::Message(HelloReply::Refused(reply)) => return Err(Error::Refused(reply)),
             Decoded::Malformed { reason, .. } => {
                 return Err(Error::Protocol(format!(
-                    "undecodable hello reply: {reason}"
+                    "undecodable hello reply ({reason}): is this the broker's client port, \
+                     not its Kafka listener (--kafka-listen) or another service?"
                 )))
             }
         };

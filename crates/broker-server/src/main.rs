@@ -61,7 +61,12 @@ struct Args {
     /// 1 to 2147483647, unless the topic sets its own --max-records (see `broker create
     /// --help`); a full partition refuses publishes until every group consumed its oldest
     /// record. Limits-retention topics keep what their own limits say.
-    #[arg(long, env = "BROKER_CAPACITY", default_value_t = 100)]
+    #[arg(
+        long,
+        env = "BROKER_CAPACITY",
+        default_value_t = 100,
+        allow_negative_numbers = true
+    )]
     capacity: i32,
     /// Address to listen on: HOST:PORT, [IPv6]:PORT, or :PORT for every IPv4 interface; [::]:PORT
     /// listens on every IPv6 interface and, where the system maps IPv4 onto IPv6 (Linux's

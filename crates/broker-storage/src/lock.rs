@@ -1,7 +1,7 @@
 //! The data directory and its lock: one server per directory.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::recovery::{recover, Recovery};
@@ -24,6 +24,10 @@ impl DataDir {
     /// [`StorageError::Locked`] if another process holds the lock; [`StorageError::Io`] if the
     /// directory or the lock file cannot be created.
     pub fn open(path: &Path) -> Result<DataDir, StorageError> {
+        if path.exists() && !path.is_dir() {
+            let cause = io::Error::new(io::ErrorKind::NotADirectory, "it is not a directory");
+            return Err(StorageError::io("open the data directory", path)(cause));
+        }
         fs::create_dir_all(path).map_err(StorageError::io("create directory", path))?;
         let lock_path = path.join("LOCK");
         let mut lock = OpenOptions::new()

@@ -474,6 +474,22 @@ fn a_second_open_of_the_same_directory_is_refused() {
 }
 
 #[test]
+fn a_file_given_as_the_data_directory_is_refused_as_not_a_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("file");
+    fs::write(&file, "not a directory").unwrap();
+    let error = DataDir::open(&file).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "cannot open the data directory {}: it is not a directory",
+            file.display()
+        )
+    );
+    assert_eq!(fs::read_to_string(&file).unwrap(), "not a directory");
+}
+
+#[test]
 fn the_log_replays_under_the_capacity_it_was_written_with_whatever_is_configured() {
     let tmp = tempfile::tempdir().unwrap();
     let expected = scripted(tmp.path()).describe();
