@@ -211,6 +211,17 @@ pub struct PingArgs {
     pub json: bool,
 }
 
+/// A count of at least one.
+fn parse_count(text: &str) -> Result<u64, String> {
+    let count: i128 = text
+        .parse()
+        .map_err(|_| format!("expected a whole number of at least 1, not {text:?}"))?;
+    u64::try_from(count)
+        .ok()
+        .filter(|&count| count >= 1)
+        .ok_or_else(|| format!("must be at least 1, not {count}"))
+}
+
 /// A duration such as `10s`, `500ms` or `1h 30m`.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text)
@@ -238,7 +249,7 @@ pub struct TopArgs {
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
     /// Stop after this many views (at least 1).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = parse_count, allow_negative_numbers = true)]
     pub count: Option<u64>,
     /// Print one view as JSON (rates over one interval) and exit.
     #[arg(long, conflicts_with = "count")]
@@ -522,7 +533,8 @@ pub struct DeadLetterArgs {
     #[arg(
         long,
         value_name = "N",
-        value_parser = clap::value_parser!(u32).range(1..)
+        value_parser = clap::value_parser!(u32).range(1..),
+        allow_negative_numbers = true
     )]
     pub max_deliveries: Option<u32>,
     /// The topic records past --max-deliveries go to (created with one partition and limits
@@ -880,15 +892,15 @@ pub struct ConsumeArgs {
     #[arg(long, short)]
     pub follow: bool,
     /// Stop after this many records (at least 1).
-    #[arg(
-        long,
-        short = 'n',
-        value_parser = clap::value_parser!(u64).range(1..),
-        allow_negative_numbers = true
-    )]
+    #[arg(long, short = 'n', value_parser = parse_count, allow_negative_numbers = true)]
     pub count: Option<u64>,
     /// Records per request (ack mode: 1 to 64; fetch mode: 1 to 10000).
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(i32).range(1..=10_000))]
+    #[arg(
+        long,
+        default_value_t = 64,
+        value_parser = clap::value_parser!(i32).range(1..=10_000),
+        allow_negative_numbers = true
+    )]
     pub batch: i32,
     /// Print one JSON object per record instead of text (key, payload and header values as
     /// UTF-8, invalid bytes replaced: --raw prints payloads exactly).
@@ -968,6 +980,21 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn counts_are_whole_numbers_of_at_least_one() {
+        assert_eq!(parse_count("1"), Ok(1));
+        assert_eq!(parse_count("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(
+            parse_count("0"),
+            Err("must be at least 1, not 0".to_owned())
+        );
+        assert_eq!(
+            parse_count("-3"),
+            Err("must be at least 1, not -3".to_owned())
+        );
+        assert!(parse_count("ten").unwrap_err().contains("whole number"));
     }
 
     #[test]

@@ -499,8 +499,8 @@ type Placed = Result<(i32, i64), (Option<i32>, String)>;
 /// large) and the others may go on, or the error that ends the command.
 fn refused_or_fatal(partition: Option<i32>, error: Error) -> anyhow::Result<Placed> {
     match error {
-        Error::Server(over_max_bytes @ broker_client::ErrorReply::TooLarge { .. }) => {
-            Ok(Err((partition, over_max_bytes.to_string())))
+        Error::Server(too_large @ broker_client::ErrorReply::TooLarge { .. }) => {
+            Ok(Err((partition, too_large.to_string())))
         }
         other => Err(other.into()),
     }
@@ -601,7 +601,8 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
             }
             Ok((partition, _)) => {
                 if max_bytes.is_none() {
-                    max_bytes = Some(topic_max_bytes(client, topic).await?);
+                    // Not known (the topic is gone, say): the record counts as full.
+                    max_bytes = Some(topic_max_bytes(client, topic).await.ok().flatten());
                 }
                 match max_bytes.flatten().filter(|&max| size as u64 > max) {
                     Some(max) => {
@@ -655,7 +656,9 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
             ));
         }
         if other > 0 {
-            why.push(format!("{other} because they were too large"));
+            why.push(format!(
+                "{other} because they were larger than the server's payload limit"
+            ));
         }
         bail!(
             "{} of {record} records were not stored: {}",
@@ -757,7 +760,7 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
             ConsumeMode::Fetch => broker_client::ConsumeMode::Fetch,
         })
         .max_records(args.count.map_or(args.batch, |count| {
-            i32::try_from(count).map_or(args.batch, |count| args.batch.min(count.max(1)))
+            i32::try_from(count).map_or(args.batch, |count| args.batch.min(count))
         }))
         .max_wait(if args.follow {
             FOLLOW_WAIT

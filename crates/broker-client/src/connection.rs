@@ -474,7 +474,11 @@ impl Outbox {
             return Ok(Put::Full);
         }
         let OutboxState { bytes, codec, .. } = &mut *state;
-        codec.encode(frame, bytes).map_err(encoding_failed)?;
+        if let Err(error) = codec.encode(frame, bytes) {
+            // Nothing was appended; what encoding a too large request grew is not kept.
+            broker_net::release_if_grown(bytes);
+            return Err(encoding_failed(error));
+        }
         state.requests += 1;
         let first = state.requests == 1;
         drop(state);
@@ -484,7 +488,9 @@ impl Outbox {
         Ok(Put::Encoded)
     }
 
-    /// [`Outbox::put`], waiting for room until `deadline` while the outbox is full.
+    /// [`Outbox::put`], waiting for room until `deadline` while the outbox is full. Callers
+    /// woken by the writer's take compete with new callers for the room (no queue): against a
+    /// server that reads slowly, one may wait until its deadline.
     async fn put_when_room(
         &self,
         frame: RequestFrameRef<'_>,

@@ -41,10 +41,11 @@
 //! # Design
 //!
 //! Each call encodes its request into the connection's outbox (bounded: callers wait for room
-//! while a megabyte of requests is unwritten), and a writer task writes everything encoded since
-//! its last write with one write; a reader task hands each response to the caller waiting for
-//! its correlation id. At most [`ClientBuilder::max_in_flight`] calls are outstanding at once. A call that times
-//! out or whose future is dropped is forgotten. When the connection dies every outstanding call
+//! while the writer has not taken a megabyte of requests), and a writer task writes everything
+//! encoded since its last write with one write; a reader task hands each response to the caller
+//! waiting for its correlation id. A call keeps its command until it is answered, to send it
+//! again to a cluster's leader. At most [`ClientBuilder::max_in_flight`] calls are outstanding
+//! at once. A call that times out or whose future is dropped is forgotten. When the connection dies every outstanding call
 //! fails with [`Error::ConnectionLost`] and the next call reconnects; see [`Client`] for what
 //! that means for consumer groups.
 

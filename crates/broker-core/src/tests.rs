@@ -1,10 +1,10 @@
 //! Unit tests of the core: one rule, one test, named after the rule.
 //!
-//! `contract` holds the core contract's rules and worked examples, `validation` every validation rule
-//! (each also checking that the invalid call changed nothing), and `kafka` the Kafka-style
-//! consumption with its decided edge cases, `memory` the memory
-//! budget, `batch` batch publishing, `idempotence` what is remembered of idempotent producers, `ack_and_poll` the combined call, and `limits` the topic,
-//! group and member limits.
+//! `contract` holds the core contract's rules and worked examples, `validation` every validation
+//! rule (each also checking that the invalid call changed nothing), `kafka` the Kafka-style
+//! consumption with its decided edge cases, `memory` the memory budget, `batch` batch
+//! publishing, `idempotence` what is remembered of idempotent producers, `ack_and_poll` the
+//! combined call, and `limits` the topic, group and member limits.
 
 #![allow(clippy::unwrap_used)]
 

@@ -60,7 +60,8 @@ pub enum KafkaError {
     /// The client took none of an answer within the write timeout.
     #[error("the client did not read its answer in time")]
     WriteTimeout,
-    /// The client did not authenticate (a wrong token, or a request before SASL).
+    /// The client did not authenticate (a wrong token, a request before SASL, or a SASL
+    /// handshake of version 0, which the listener does not serve).
     #[error("the client did not authenticate")]
     Unauthenticated,
     /// A response could not be encoded (a bug: every response built is encodable in the

@@ -6,9 +6,10 @@
 //! Per topic and producer, per partition, the state keeps the next sequence number it expects
 //! and where the producer's last [`RECENT_BATCHES`] batches there were stored, which answers a
 //! repeated batch: a batch's records are stored at consecutive offsets, so a batch is three
-//! numbers whatever its size. A producer sends its batches of one partition in order, at most that many at
-//! once. The topic keeps at most [`MAX_PRODUCERS`] producers: past it, the one that published
-//! least recently is forgotten (its next batch starts afresh, as a new producer's would).
+//! numbers whatever its size. A producer sends its batches of one partition in order, at most
+//! that many at once. The topic keeps at most [`MAX_PRODUCERS`] producers: past it, the one that
+//! published least recently is forgotten (its next batch starts afresh, as a new producer's
+//! would).
 
 use std::collections::{BTreeMap, VecDeque};
 

@@ -275,10 +275,10 @@ fn producers_from(
                 .into_iter()
                 .filter_map(|(first_sequence, offsets)| {
                     let &first_offset = offsets.first()?;
-                    let consecutive = offsets
-                        .iter()
-                        .zip(first_offset..)
-                        .all(|(&offset, expected)| offset == expected);
+                    let consecutive = first_offset >= 0
+                        && offsets
+                            .windows(2)
+                            .all(|pair| pair[0].checked_add(1) == Some(pair[1]));
                     let batch = RecentBatch {
                         first_sequence,
                         first_offset,

@@ -107,10 +107,12 @@ fn an_image_lists_the_offsets_of_each_recent_batch_and_answers_repeats_once_read
 #[test]
 fn an_image_whose_batch_offsets_do_not_follow_each_other_is_refused() {
     let (b, _) = with_batches();
-    let mut image = b.with_state(|state| state.to_image());
-    image.topics[0].1.producers[0].partitions[0].recent[1].1 = vec![5, 6, 8, 9];
-    let refused = BrokerState::from_image(image, None).unwrap_err();
-    assert!(refused.contains("bad sequences"), "{refused}");
+    for offsets in [vec![5, 6, 8, 9], vec![i64::MAX, i64::MIN], vec![-2, -1]] {
+        let mut image = b.with_state(|state| state.to_image());
+        image.topics[0].1.producers[0].partitions[0].recent[1].1 = offsets;
+        let refused = BrokerState::from_image(image, None).unwrap_err();
+        assert!(refused.contains("bad sequences"), "{refused}");
+    }
 }
 
 #[test]
