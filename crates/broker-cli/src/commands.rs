@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use broker_client::{
     Assignor, BrokerRecord, Client, Consumer, ConsumerStatus, Delivery, Discard, Error,
     GroupSetting, GroupSettings, Header, KeyHash, PublishRecord, ResetTo, StartAt, TopicSetting,
-    MAX_POLL_RECORDS,
+    TopicSettings, MAX_POLL_RECORDS,
 };
 
 use crate::connect::Server;
@@ -549,13 +549,7 @@ async fn publish_one(
 /// The most payload, key and header bytes a partition of `topic` keeps, if it has such a limit.
 async fn topic_max_bytes(client: &Client, topic: &str) -> anyhow::Result<Option<u64>> {
     let description = client.describe_topic(topic).await?;
-    Ok(description
-        .settings
-        .iter()
-        .find_map(|setting| match setting {
-            TopicSetting::MaxBytes(max) => Some(*max),
-            _ => None,
-        }))
+    Ok(TopicSettings::from_list(&description.settings)?.max_bytes)
 }
 
 async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {

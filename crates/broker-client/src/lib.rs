@@ -45,9 +45,9 @@
 //! encoded since its last write with one write; a reader task hands each response to the caller
 //! waiting for its correlation id. A call keeps its command until it is answered, to send it
 //! again to a cluster's leader. At most [`ClientBuilder::max_in_flight`] calls are outstanding
-//! at once. A call that times out or whose future is dropped is forgotten. When the connection dies every outstanding call
-//! fails with [`Error::ConnectionLost`] and the next call reconnects; see [`Client`] for what
-//! that means for consumer groups.
+//! at once. A call that times out or whose future is dropped is forgotten. When the connection
+//! dies every outstanding call fails with [`Error::ConnectionLost`] and the next call
+//! reconnects; see [`Client`] for what that means for consumer groups.
 
 mod address;
 mod builder;

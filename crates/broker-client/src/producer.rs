@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use broker_core::{
-    hash, BrokerError, Command, KeyHash, PartitionBatch, PublishRecord, TopicSetting,
+    hash, BrokerError, Command, KeyHash, PartitionBatch, PublishRecord, TopicSettings,
 };
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{oneshot, Notify};
@@ -452,13 +452,9 @@ impl Inner {
         match description {
             Ok(description) => {
                 let partitions = description.partitions.len();
-                let max_bytes = description
-                    .settings
-                    .iter()
-                    .find_map(|setting| match setting {
-                        TopicSetting::MaxBytes(max) => Some(*max),
-                        _ => None,
-                    });
+                let max_bytes = TopicSettings::from_list(&description.settings)
+                    .ok()
+                    .and_then(|settings| settings.max_bytes);
                 let inbox = Arc::new(Inbox::default());
                 tokio::spawn(send_topic(
                     self.client.clone(),

@@ -57,6 +57,16 @@ fn create_request_encodes_to_the_bytes_proto_md_documents() {
     expected[..4].copy_from_slice(&41u32.to_be_bytes()); // frame length
     expected.extend_from_slice(&0u64.to_le_bytes()); // settings: none
     assert_eq!(&buf[..], &expected[..]);
+    // The client encodes from a borrowed command: the same bytes.
+    let owned = request();
+    let mut borrowed = BytesMut::new();
+    let frame = crate::RequestFrameRef {
+        correlation_id: owned.correlation_id,
+        max_wait_ms: owned.max_wait_ms,
+        command: &owned.command,
+    };
+    ClientCodec::new(1024).encode(frame, &mut borrowed).unwrap();
+    assert_eq!(&borrowed[..], &expected[..]);
 }
 
 #[test]
