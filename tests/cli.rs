@@ -437,7 +437,9 @@ fn describe_prints_tables_and_json() {
     let text = broker(&server, &["describe"]);
     let text = text.ok();
     assert!(
-        text.contains("topic orders: 2 partitions, key hash murmur2, 4 bytes retained"),
+        text.contains(
+            "topic orders: 2 partitions, key hash murmur2, interest retention, 4 bytes retained"
+        ),
         "{text}"
     );
     assert!(

@@ -404,6 +404,34 @@ async fn a_poison_record_goes_to_the_dead_letter_topic_and_a_delayed_retry_waits
         .unwrap_or_else(|| panic!("no dead letter logged:\n{log}"));
     assert!(line.contains("dead_letter=\"jobs-dlq\""), "{line}");
     assert!(line.contains("reason=\"retried\""), "{line}");
+    let created = log
+        .lines()
+        .find(|line| line.contains("dead-letter topic created"))
+        .unwrap_or_else(|| panic!("the dead-letter topic's creation was not logged:\n{log}"));
+    assert!(created.contains("topic=\"jobs-dlq\""), "{created}");
+    assert!(created.contains("group=\"workers\""), "{created}");
+}
+
+#[tokio::test]
+async fn deleting_a_topic_ends_its_members_sessions_without_a_removal_later() {
+    // Sessions are checked every quarter of the timeout: a second is several checks past it.
+    let log = logged(&["--session-timeout-ms", "200"], |client, _| async move {
+        for topic in ["gone", "again"] {
+            client.create(topic, 1).await.unwrap();
+            client.join(topic, "g", "m").await.unwrap();
+            assert!(client.delete_topic(topic).await.unwrap());
+        }
+        // A topic of the same name is a new topic: the old member is not in it.
+        client.create("again", 1).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let description = client.describe_topic("again").await.unwrap();
+        assert!(description.groups.is_empty(), "{description:?}");
+    })
+    .await;
+    for removal in ["member removed by the server", "refused to remove a member"] {
+        assert!(!log.contains(removal), "{removal}:\n{log}");
+    }
+    assert_eq!(log.matches("topic deleted").count(), 2, "{log}");
 }
 
 #[tokio::test]

@@ -338,11 +338,10 @@ fn differences(
         && broker_client::TopicSettings::from_list(settings)?
             != broker_client::TopicSettings::from_list(&topic.settings)?
     {
-        let words = |settings: &[TopicSetting]| match output::settings_text(settings) {
-            text if text.is_empty() => "interest retention".to_owned(),
-            text => text,
-        };
-        differences.push((words(&topic.settings), words(settings)));
+        differences.push((
+            output::settings_text(&topic.settings),
+            output::settings_text(settings),
+        ));
     }
     Ok(differences)
 }

@@ -66,8 +66,12 @@ pub fn duration_text(ms: u64) -> String {
     }
 }
 
-/// A topic's retention settings in words: `interest retention, max 10 records, max age 1h`.
+/// A topic's retention settings in words: `interest retention, max 10 records, max age 1h`;
+/// `interest retention` for an empty list (the defaults).
 pub fn settings_text(settings: &[TopicSetting]) -> String {
+    if settings.is_empty() {
+        return "interest retention".to_owned();
+    }
     let words: Vec<String> = settings
         .iter()
         .map(|setting| match setting {
@@ -158,15 +162,9 @@ pub fn description_text(description: &BrokerDescription) -> String {
 }
 
 fn topic_text(topic: &TopicDescription) -> String {
-    // Interest retention with the server's capacity and no age needs no words.
-    let plain = topic.settings == [TopicSetting::Retention(Retention::Interest)];
-    let retention = if plain {
-        String::new()
-    } else {
-        format!(", {}", settings_text(&topic.settings))
-    };
+    let retention = settings_text(&topic.settings);
     let mut out = format!(
-        "topic {}: {} partition{}, key hash {}{retention}, {} bytes retained\n",
+        "topic {}: {} partition{}, key hash {}, {retention}, {} bytes retained\n",
         topic.name,
         topic.partitions.len(),
         if topic.partitions.len() == 1 { "" } else { "s" },

@@ -128,6 +128,14 @@ fn settings_text(outcome: &Outcome) -> String {
 /// Logs a record moved to its group's dead-letter topic, or (a warning) one that topic could not
 /// take.
 pub(crate) fn log_dead_letter(moved: &DeadLettered) {
+    if moved.created_dead_letter {
+        info!(
+            topic = moved.dead_letter,
+            partitions = 1,
+            group = moved.group,
+            "dead-letter topic created (limits retention)"
+        );
+    }
     match moved.stored_at {
         Some((dead_letter_partition, dead_letter_offset)) => info!(
             topic = moved.topic,

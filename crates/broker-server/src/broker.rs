@@ -140,6 +140,7 @@ impl BrokerGuard<'_> {
             }
             _ => false,
         };
+        let deleted = deleted_topic(&command);
         let executed = apply(state, self.journal, self.now_ms, command);
         // Consumers of a dead-letter topic that just took a record may find it now.
         for topic in self.take_dead_letters() {
@@ -154,7 +155,11 @@ impl BrokerGuard<'_> {
                 Membership::Leaves => sessions.left(key.as_name()),
                 Membership::Unchanged => {}
             },
-            (Ok(_), None) => {}
+            (Ok(_), None) => {
+                if let Some(topic) = deleted {
+                    sessions.forget_topic(&topic);
+                }
+            }
             (Err(_), _) => {
                 if added_wake {
                     wake.pop();
@@ -234,9 +239,13 @@ impl BrokerGuard<'_> {
     ) -> Result<Outcome, BrokerError> {
         let woken = command.wakes().map(str::to_owned);
         let audited = (self.audited && command.kind().is_administrative()).then(|| command.clone());
+        let deleted = deleted_topic(&command);
         let state = &mut self.locked.state;
         let result = state.apply_at(now_ms, command);
         audit(state, audited, result.as_ref().ok());
+        if let (Ok(_), Some(topic)) = (&result, deleted) {
+            self.locked.sessions.forget_topic(&topic);
+        }
         if let (Ok(_), Some(topic)) = (&result, woken) {
             wake.push(topic);
         }
@@ -374,6 +383,15 @@ pub(crate) fn wall_clock_ms() -> i64 {
         .map_or(0, |since| {
             i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
         })
+}
+
+/// The topic `command` deletes, if it deletes one: the sessions of its members end with it, so
+/// that the reaper does not later try to remove members of a topic that is gone.
+fn deleted_topic(command: &Command) -> Option<String> {
+    match command {
+        Command::DeleteTopic { topic } => Some(topic.clone()),
+        _ => None,
+    }
 }
 
 /// [`BrokerGuard::apply`] over the borrowed parts.

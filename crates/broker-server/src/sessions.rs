@@ -176,6 +176,11 @@ impl Sessions {
         self.members.remove(key);
     }
 
+    /// Forgets the sessions of `topic`'s members: the topic was deleted, and its groups with it.
+    pub(crate) fn forget_topic(&mut self, topic: &str) {
+        self.members.retain(|key, _| key.topic != topic);
+    }
+
     /// `key`'s connection closed but its leave could not be applied: the reaper tries again.
     pub(crate) fn mark_disconnected(&mut self, key: &MemberKey) {
         if let Some(session) = self.members.get_mut(key) {
@@ -279,6 +284,19 @@ mod tests {
         assert_eq!(sessions.expired(later, timeout), vec![key.clone()]);
         sessions.forget(&key);
         assert!(sessions.expired(later, timeout).is_empty());
+    }
+
+    #[test]
+    fn deleting_a_topic_ends_the_sessions_of_its_members_only() {
+        let start = Instant::now();
+        let timeout = Duration::from_secs(1);
+        let mut sessions = Sessions::default();
+        let gone = key_of(&poll("t", "g", "m")).unwrap();
+        let kept = key_of(&poll("t2", "g", "m")).unwrap();
+        sessions.joined(gone.clone(), 1, start);
+        sessions.joined(kept.clone(), 1, start);
+        sessions.forget_topic("t");
+        assert_eq!(sessions.expired(start + timeout, timeout), vec![kept]);
     }
 
     #[test]

@@ -89,6 +89,8 @@ pub struct DeadLettered {
     /// take it (it refuses new records when full, the memory budget, the broker's maximum of
     /// topics): the record then stayed where it was and is delivered again.
     pub stored_at: Option<(i32, i64)>,
+    /// Whether this move created the dead-letter topic (one partition, limits retention).
+    pub created_dead_letter: bool,
 }
 
 impl BrokerState {
@@ -188,6 +190,7 @@ impl BrokerState {
             reason,
             dead_letter: dead_letter.to_owned(),
             stored_at: None,
+            created_dead_letter: false,
         };
         if !self.topics.contains_key(dead_letter) {
             let limits = [TopicSetting::Retention(Retention::Limits)];
@@ -198,6 +201,7 @@ impl BrokerState {
                 self.report(event);
                 return Ok(false);
             }
+            event.created_dead_letter = true;
         }
         let Some(target) = self.topics.get_mut(dead_letter) else {
             return Ok(false);
@@ -321,6 +325,7 @@ mod tests {
         assert_eq!(moved[0].reason, DeadLetterReason::Retried);
         assert_eq!((moved[0].offset, moved[0].deliveries), (0, 2));
         assert_eq!(moved[0].stored_at, Some((0, 0)));
+        assert!(moved[0].created_dead_letter);
         // The partition moved on, and the group counts the record as consumed.
         assert_eq!(poll(&mut state, 3), [("b".into(), 1)]);
         assert_eq!(state.committed("t", "g", 0).unwrap(), 1);
@@ -385,6 +390,7 @@ mod tests {
         let refused = state.take_dead_letters();
         assert_eq!(refused.len(), 1);
         assert_eq!(refused[0].stored_at, None);
+        assert!(!refused[0].created_dead_letter, "the topic existed");
         // Nothing is lost: it is delivered again, as without a maximum.
         assert_eq!(poll(&mut state, 1), [("a".into(), 2)]);
     }
