@@ -102,11 +102,9 @@ impl<In, Out> Codec<In, Out> {
     }
 }
 
-impl<In: DeserializeOwned, Out> Decoder for Codec<In, Out> {
-    type Item = Decoded<In>;
-    type Error = ProtocolError;
-
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
+impl<In, Out> Codec<In, Out> {
+    /// The body of the first frame in `src`, taken out of it, once all of it has arrived.
+    fn split_frame(&self, src: &mut BytesMut) -> Result<Option<BytesMut>, ProtocolError> {
         let Some(prefix) = src.get(..LENGTH_PREFIX) else {
             return Ok(None);
         };
@@ -122,8 +120,16 @@ impl<In: DeserializeOwned, Out> Decoder for Codec<In, Out> {
             return Ok(None);
         }
         src.advance(LENGTH_PREFIX);
-        let body = src.split_to(length);
-        Ok(Some(decode_body(&body)))
+        Ok(Some(src.split_to(length)))
+    }
+}
+
+impl<In: DeserializeOwned, Out> Decoder for Codec<In, Out> {
+    type Item = Decoded<In>;
+    type Error = ProtocolError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
+        Ok(self.split_frame(src)?.map(|body| decode_body(&body)))
     }
 
     fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
@@ -292,7 +298,14 @@ impl Decoder for ServerCodec {
                 .decode(src)?
                 .map(|decoded| decoded.map(RequestFrame::from)));
         }
-        let decoded = self.framing.decode(src)?;
+        // The `Producer`'s publishes take the direct decoder; everything else the generic one.
+        let decoded =
+            self.framing
+                .split_frame(src)?
+                .map(|body| match direct::publish_idempotent(&body) {
+                    Some(frame) => Decoded::Message(frame),
+                    None => decode_body(&body),
+                });
         Ok(self.of_version(decoded))
     }
 
@@ -331,6 +344,8 @@ impl Encoder<ResponseFrame> for ServerCodec {
         self.framing.encode(item, dst)
     }
 }
+
+mod direct;
 
 #[cfg(test)]
 mod tests;

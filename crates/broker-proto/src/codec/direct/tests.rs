@@ -1,0 +1,189 @@
+use bytes::{Bytes, BytesMut};
+use proptest::prelude::*;
+use tokio_util::codec::Encoder;
+
+use super::publish_idempotent;
+use crate::codec::{decode_body, Codec, Decoded, MAX_FRAME_CEILING};
+use crate::{RequestFrame, ResponseFrame};
+use broker_core::{Command, Header, PartitionBatch, PublishRecord};
+
+/// `frame`'s body as a client encodes it.
+fn body(frame: &RequestFrame) -> Vec<u8> {
+    let mut buffer = BytesMut::new();
+    Codec::<ResponseFrame, RequestFrame>::new(MAX_FRAME_CEILING)
+        .encode(frame, &mut buffer)
+        .unwrap();
+    buffer[4..].to_vec()
+}
+
+fn frame(batches: Vec<PartitionBatch>) -> RequestFrame {
+    RequestFrame {
+        correlation_id: 0x0102_0304_0506_0708,
+        max_wait_ms: 7,
+        command: Command::PublishIdempotent {
+            topic: "orders-é".to_owned(),
+            producer: u64::MAX - 3,
+            batches,
+        },
+    }
+}
+
+/// What the generic decoder makes of `body`, when it is a message.
+fn generic(body: &[u8]) -> Option<RequestFrame> {
+    match decode_body::<RequestFrame>(body) {
+        Decoded::Message(frame) => Some(frame),
+        Decoded::Malformed { .. } => None,
+    }
+}
+
+/// The property: whatever the direct decoder decodes, the generic one decodes the same way.
+fn agrees(body: &[u8]) -> Result<(), TestCaseError> {
+    if let Some(direct) = publish_idempotent(body) {
+        prop_assert_eq!(Some(direct), generic(body));
+    }
+    Ok(())
+}
+
+#[test]
+fn every_field_of_a_publish_idempotent_decodes_as_the_generic_decoder_decodes_it() {
+    let every_field = PublishRecord {
+        partition: Some(-2),
+        key: Some(Bytes::from_static(b"key")),
+        payload: Bytes::from_static(b"payload"),
+        headers: vec![
+            Header {
+                name: "trace-é".to_owned(),
+                value: Some(Bytes::from_static(b"\x00\xff")),
+            },
+            Header {
+                name: String::new(),
+                value: None,
+            },
+        ],
+        timestamp_ms: Some(-5),
+    };
+    let bare = PublishRecord::to_partition(3, Bytes::new());
+    let frame = frame(vec![
+        PartitionBatch {
+            partition: 3,
+            sequence: 9,
+            records: vec![bare.clone(), every_field],
+        },
+        PartitionBatch {
+            partition: i32::MIN,
+            sequence: u64::MAX,
+            records: Vec::new(),
+        },
+        PartitionBatch {
+            partition: 0,
+            sequence: 0,
+            records: vec![PublishRecord {
+                partition: None,
+                ..bare
+            }],
+        },
+    ]);
+    let body = body(&frame);
+    assert_eq!(publish_idempotent(&body), Some(frame.clone()));
+    assert_eq!(generic(&body), Some(frame));
+}
+
+#[test]
+fn other_commands_and_damaged_bodies_are_left_to_the_generic_decoder() {
+    let publish = RequestFrame {
+        correlation_id: 1,
+        max_wait_ms: 0,
+        command: Command::Publish {
+            topic: "t".to_owned(),
+            partition: 0,
+            payload: Bytes::from_static(b"x"),
+        },
+    };
+    assert_eq!(publish_idempotent(&body(&publish)), None);
+    let batch = PartitionBatch {
+        partition: 0,
+        sequence: 0,
+        records: vec![PublishRecord::to_partition(0, Bytes::from_static(b"x"))],
+    };
+    let good = body(&frame(vec![batch]));
+    // Trailing bytes, a body cut short, an option tag of 2, a topic that is not UTF-8.
+    let mut trailing = good.clone();
+    trailing.push(0);
+    let cut = &good[..good.len() - 1];
+    let mut bad_tag = good.clone();
+    let tag_at = good.len() - 1; // The record's time: `None`.
+    bad_tag[tag_at] = 2;
+    let mut bad_text = good.clone();
+    bad_text[8 + 4 + 4 + 8] = 0xff; // The topic's first byte.
+    for body in [&trailing[..], cut, &bad_tag, &bad_text] {
+        assert_eq!(publish_idempotent(body), None);
+        assert_eq!(generic(body), None, "the generic decoder takes it");
+    }
+    // A forged count of batches reserves nothing it cannot fill.
+    let mut forged = good[..8 + 4 + 4 + 8 + "orders-é".len() + 8].to_vec();
+    forged.extend_from_slice(&u64::MAX.to_le_bytes());
+    assert_eq!(publish_idempotent(&forged), None);
+}
+
+fn bytes(max: usize) -> impl Strategy<Value = Bytes> {
+    prop::collection::vec(any::<u8>(), 0..max).prop_map(Bytes::from)
+}
+
+fn record() -> impl Strategy<Value = PublishRecord> {
+    let header =
+        (".{0,4}", prop::option::of(bytes(4))).prop_map(|(name, value)| Header { name, value });
+    (
+        prop::option::of(any::<i32>()),
+        prop::option::of(bytes(6)),
+        bytes(12),
+        prop::collection::vec(header, 0..3),
+        prop::option::of(any::<i64>()),
+    )
+        .prop_map(
+            |(partition, key, payload, headers, timestamp_ms)| PublishRecord {
+                partition,
+                key,
+                payload,
+                headers,
+                timestamp_ms,
+            },
+        )
+}
+
+fn batches() -> impl Strategy<Value = Vec<PartitionBatch>> {
+    let batch = (
+        any::<i32>(),
+        any::<u64>(),
+        prop::collection::vec(record(), 0..4),
+    )
+        .prop_map(|(partition, sequence, records)| PartitionBatch {
+            partition,
+            sequence,
+            records,
+        });
+    prop::collection::vec(batch, 0..4)
+}
+
+proptest! {
+    #[test]
+    fn the_direct_decoder_decodes_every_request_as_the_generic_one(batches in batches()) {
+        let frame = frame(batches);
+        let body = body(&frame);
+        prop_assert_eq!(publish_idempotent(&body), Some(frame));
+        agrees(&body)?;
+    }
+
+    #[test]
+    fn a_damaged_request_is_decoded_as_the_generic_decoder_decodes_it_or_not_at_all(
+        batches in batches(),
+        at in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let mut body = body(&frame(batches));
+        let at = at.index(body.len());
+        body[at] = byte;
+        agrees(&body)?;
+        agrees(&body[..cut.index(body.len())])?;
+    }
+}
