@@ -9,11 +9,16 @@
 //!   `TruncatedFrame` (bytes of an unfinished frame left);
 //! - after a fatal error nothing more is read (the connection closes);
 //! - every decoded message encodes again, within the same limit, to a frame that decodes to an
-//!   equal message.
+//!   equal message;
+//! - a server's codec (which decodes the `Producer`'s publishes directly) decodes every request
+//!   stream exactly as the generic codec does.
 
 use std::fmt::Debug;
 
-use broker_proto::{Codec, Decoded, Hello, HelloReply, ProtocolError, RequestFrame, ResponseFrame};
+use broker_proto::{
+    Codec, Decoded, Hello, HelloReply, ProtocolError, RequestFrame, ResponseFrame, ServerCodec,
+    PROTOCOL_VERSION,
+};
 use bytes::BytesMut;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -34,7 +39,16 @@ pub fn decode_frames(data: &[u8]) {
     let chunk = usize::from(input.byte());
     let rest = input.rest();
     match (selector / 4) % 3 {
-        0 => decode_stream::<RequestFrame, ResponseFrame>(limit, chunk, rest),
+        0 => {
+            decode_stream::<RequestFrame, ResponseFrame>(limit, chunk, rest);
+            let generic =
+                decoded_in_one_read(Codec::<RequestFrame, ResponseFrame>::new(limit), rest);
+            let server = decoded_in_one_read(ServerCodec::new(limit, PROTOCOL_VERSION), rest);
+            assert_eq!(
+                server, generic,
+                "the server's codec decodes requests differently"
+            );
+        }
         1 => decode_stream::<Hello, HelloReply>(limit, chunk, rest),
         _ => decode_stream::<ResponseFrame, RequestFrame>(limit, chunk, rest),
     }
@@ -67,6 +81,29 @@ where
             Err(error) => return check_fatal(limit, &error, true),
         }
     }
+}
+
+/// Every frame `codec` decodes from `data` read at once, and how the stream ends, as text.
+fn decoded_in_one_read<C>(mut codec: C, data: &[u8]) -> Vec<String>
+where
+    C: Decoder,
+    C::Item: Debug,
+    C::Error: Debug,
+{
+    let mut buffer = BytesMut::from(data);
+    let mut decoded = Vec::new();
+    loop {
+        match codec.decode(&mut buffer) {
+            Ok(Some(frame)) => decoded.push(format!("{frame:?}")),
+            Ok(None) => break,
+            Err(error) => {
+                decoded.push(format!("{error:?}"));
+                return decoded;
+            }
+        }
+    }
+    decoded.push(format!("{:?}", codec.decode_eof(&mut buffer)));
+    decoded
 }
 
 fn check_fatal(limit: usize, error: &ProtocolError, at_eof: bool) {
