@@ -298,14 +298,14 @@ impl Decoder for ServerCodec {
                 .decode(src)?
                 .map(|decoded| decoded.map(RequestFrame::from)));
         }
-        // The `Producer`'s publishes take the direct decoder; everything else the generic one.
-        let decoded =
-            self.framing
-                .split_frame(src)?
-                .map(|body| match direct::publish_idempotent(&body) {
-                    Some(frame) => Decoded::Message(frame),
-                    None => decode_body(&body),
-                });
+        // Publishes take the direct decoder; everything else the generic one.
+        let decoded = self
+            .framing
+            .split_frame(src)?
+            .map(|body| match direct::publish(&body) {
+                Some(frame) => Decoded::Message(frame),
+                None => decode_body(&body),
+            });
         Ok(self.of_version(decoded))
     }
 

@@ -1,13 +1,14 @@
-//! A direct decoder for the request services send most: `PublishIdempotent`, which every
-//! `Producer` sends (its partition batches and records).
+//! A direct decoder for the requests services send most: the publishes (`Publish`,
+//! `PublishKeyed`, `PublishBatch`, and `PublishIdempotent`, which every `Producer` sends).
 //!
 //! The generic decoder goes through serde's visitors for every field of every record: about 710
 //! instructions a record in the `Producer`'s usual request (one record or a few per partition
-//! batch, 100-byte payloads). This one reads the bytes proto.md documents, in order: about 410,
+//! batch, 100-byte payloads). This one reads the bytes proto.md documents, in order: about 440,
 //! a third of them copying the payload into its own allocation. It gives exactly what the
-//! generic decoder gives, or nothing: a body it does not read to its last byte as a well-formed `PublishIdempotent`
-//! (another command, an option tag other than 0 or 1, a length past the end, text that is not
-//! UTF-8, trailing bytes) is left to the generic decoder, which decodes it or words why not.
+//! generic decoder gives, or nothing: a body it does not read to its last byte as a well-formed
+//! publish (another command, an option tag other than 0 or 1, a length past the end, text that
+//! is not UTF-8, trailing bytes) is left to the generic decoder, which decodes it or words why
+//! not.
 
 use bytes::Bytes;
 
@@ -15,7 +16,10 @@ use broker_core::{Command, Header, PartitionBatch, PublishRecord};
 
 use crate::RequestFrame;
 
-/// The variant index of `Command::PublishIdempotent` on the wire.
+/// The variant indexes of the publishes on the wire.
+const PUBLISH: u32 = 3;
+const PUBLISH_KEYED: u32 = 4;
+const PUBLISH_BATCH: u32 = 15;
 const PUBLISH_IDEMPOTENT: u32 = 24;
 
 /// The fewest bytes a `PartitionBatch` takes: partition, sequence and an empty record list.
@@ -28,29 +32,41 @@ const MIN_RECORD_BYTES: usize = 1 + 1 + 8 + 8 + 1;
 /// The fewest bytes a `Header` takes: an empty name and no value.
 const MIN_HEADER_BYTES: usize = 8 + 1;
 
-/// `body` decoded as a `PublishIdempotent` request, when it is one, read exactly; `None`
-/// otherwise (the generic decoder then decides).
-pub(super) fn publish_idempotent(body: &[u8]) -> Option<RequestFrame> {
+/// `body` decoded as a publish request, when it is one, read exactly; `None` otherwise (the
+/// generic decoder then decides).
+pub(super) fn publish(body: &[u8]) -> Option<RequestFrame> {
     let mut reader = Reader { rest: body };
     let correlation_id = reader.u64()?;
     let max_wait_ms = reader.u32()?;
-    if reader.u32()? != PUBLISH_IDEMPOTENT {
-        return None;
-    }
-    let topic = reader.text()?.to_owned();
-    let producer = reader.u64()?;
-    let batches = reader.list(MIN_BATCH_BYTES, Reader::partition_batch)?;
+    let command = match reader.u32()? {
+        PUBLISH => Command::Publish {
+            topic: reader.text()?.to_owned(),
+            partition: reader.i32()?,
+            payload: reader.copied_bytes()?,
+        },
+        PUBLISH_KEYED => Command::PublishKeyed {
+            topic: reader.text()?.to_owned(),
+            key: reader.option(Reader::copied_bytes)?,
+            payload: reader.copied_bytes()?,
+        },
+        PUBLISH_BATCH => Command::PublishBatch {
+            topic: reader.text()?.to_owned(),
+            records: reader.list(MIN_RECORD_BYTES, Reader::record)?,
+        },
+        PUBLISH_IDEMPOTENT => Command::PublishIdempotent {
+            topic: reader.text()?.to_owned(),
+            producer: reader.u64()?,
+            batches: reader.list(MIN_BATCH_BYTES, Reader::partition_batch)?,
+        },
+        _ => return None,
+    };
     if !reader.rest.is_empty() {
         return None;
     }
     Some(RequestFrame {
         correlation_id,
         max_wait_ms,
-        command: Command::PublishIdempotent {
-            topic,
-            producer,
-            batches,
-        },
+        command,
     })
 }
 
@@ -98,6 +114,12 @@ impl<'a> Reader<'a> {
         self.take(length)
     }
 
+    /// Bytes with a length prefix, copied into an allocation of their own (as the generic
+    /// decoder does), so that a stored record never keeps its request's buffer alive.
+    fn copied_bytes(&mut self) -> Option<Bytes> {
+        self.bytes().map(Bytes::copy_from_slice)
+    }
+
     /// UTF-8 text with a length prefix, borrowed.
     fn text(&mut self) -> Option<&'a str> {
         std::str::from_utf8(self.bytes()?).ok()
@@ -138,13 +160,11 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// A record, its key and payload copied into allocations of their own (as the generic
-    /// decoder does), so that a stored record never keeps its request's buffer alive.
     fn record(&mut self) -> Option<PublishRecord> {
         Some(PublishRecord {
             partition: self.option(Reader::i32)?,
-            key: self.option(|reader| reader.bytes().map(Bytes::copy_from_slice))?,
-            payload: Bytes::copy_from_slice(self.bytes()?),
+            key: self.option(Reader::copied_bytes)?,
+            payload: self.copied_bytes()?,
             headers: self.list(MIN_HEADER_BYTES, Reader::header)?,
             timestamp_ms: self.option(Reader::i64)?,
         })
@@ -153,7 +173,7 @@ impl<'a> Reader<'a> {
     fn header(&mut self) -> Option<Header> {
         Some(Header {
             name: self.text()?.to_owned(),
-            value: self.option(|reader| reader.bytes().map(Bytes::copy_from_slice))?,
+            value: self.option(Reader::copied_bytes)?,
         })
     }
 }

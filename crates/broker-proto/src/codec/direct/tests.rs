@@ -2,7 +2,7 @@ use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use tokio_util::codec::Encoder;
 
-use super::publish_idempotent;
+use super::publish;
 use crate::codec::{decode_body, Codec, Decoded, MAX_FRAME_CEILING};
 use crate::{RequestFrame, ResponseFrame};
 use broker_core::{Command, Header, PartitionBatch, PublishRecord};
@@ -16,16 +16,20 @@ fn body(frame: &RequestFrame) -> Vec<u8> {
     buffer[4..].to_vec()
 }
 
-fn frame(batches: Vec<PartitionBatch>) -> RequestFrame {
+fn request(command: Command) -> RequestFrame {
     RequestFrame {
         correlation_id: 0x0102_0304_0506_0708,
         max_wait_ms: 7,
-        command: Command::PublishIdempotent {
-            topic: "orders-é".to_owned(),
-            producer: u64::MAX - 3,
-            batches,
-        },
+        command,
     }
+}
+
+fn frame(batches: Vec<PartitionBatch>) -> RequestFrame {
+    request(Command::PublishIdempotent {
+        topic: "orders-é".to_owned(),
+        producer: u64::MAX - 3,
+        batches,
+    })
 }
 
 /// What the generic decoder makes of `body`, when it is a message.
@@ -38,7 +42,7 @@ fn generic(body: &[u8]) -> Option<RequestFrame> {
 
 /// The property: whatever the direct decoder decodes, the generic one decodes the same way.
 fn agrees(body: &[u8]) -> Result<(), TestCaseError> {
-    if let Some(direct) = publish_idempotent(body) {
+    if let Some(direct) = publish(body) {
         prop_assert_eq!(Some(direct), generic(body));
     }
     Ok(())
@@ -84,22 +88,59 @@ fn every_field_of_a_publish_idempotent_decodes_as_the_generic_decoder_decodes_it
         },
     ]);
     let body = body(&frame);
-    assert_eq!(publish_idempotent(&body), Some(frame.clone()));
+    assert_eq!(publish(&body), Some(frame.clone()));
     assert_eq!(generic(&body), Some(frame));
 }
 
 #[test]
-fn other_commands_and_damaged_bodies_are_left_to_the_generic_decoder() {
-    let publish = RequestFrame {
-        correlation_id: 1,
-        max_wait_ms: 0,
-        command: Command::Publish {
-            topic: "t".to_owned(),
-            partition: 0,
-            payload: Bytes::from_static(b"x"),
-        },
+fn every_other_publish_decodes_as_the_generic_decoder_decodes_it() {
+    let topic = || "t".to_owned();
+    let payload = || Bytes::from_static(b"payload");
+    let record = PublishRecord {
+        partition: None,
+        key: Some(Bytes::from_static(b"k")),
+        payload: payload(),
+        headers: vec![Header {
+            name: "h".to_owned(),
+            value: None,
+        }],
+        timestamp_ms: Some(1),
     };
-    assert_eq!(publish_idempotent(&body(&publish)), None);
+    for command in [
+        Command::Publish {
+            topic: topic(),
+            partition: 2,
+            payload: payload(),
+        },
+        Command::PublishKeyed {
+            topic: topic(),
+            key: None,
+            payload: payload(),
+        },
+        Command::PublishKeyed {
+            topic: topic(),
+            key: Some(Bytes::new()),
+            payload: Bytes::new(),
+        },
+        Command::PublishBatch {
+            topic: topic(),
+            records: vec![record.clone(), PublishRecord::to_partition(0, payload())],
+        },
+    ] {
+        let frame = request(command);
+        let body = body(&frame);
+        assert_eq!(publish(&body), Some(frame.clone()));
+        assert_eq!(generic(&body), Some(frame));
+    }
+}
+
+#[test]
+fn other_commands_and_damaged_bodies_are_left_to_the_generic_decoder() {
+    let end_offset = request(Command::EndOffset {
+        topic: "t".to_owned(),
+        partition: 0,
+    });
+    assert_eq!(publish(&body(&end_offset)), None);
     let batch = PartitionBatch {
         partition: 0,
         sequence: 0,
@@ -116,13 +157,13 @@ fn other_commands_and_damaged_bodies_are_left_to_the_generic_decoder() {
     let mut bad_text = good.clone();
     bad_text[8 + 4 + 4 + 8] = 0xff; // The topic's first byte.
     for body in [&trailing[..], cut, &bad_tag, &bad_text] {
-        assert_eq!(publish_idempotent(body), None);
+        assert_eq!(publish(body), None);
         assert_eq!(generic(body), None, "the generic decoder takes it");
     }
     // A forged count of batches reserves nothing it cannot fill.
     let mut forged = good[..8 + 4 + 4 + 8 + "orders-é".len() + 8].to_vec();
     forged.extend_from_slice(&u64::MAX.to_le_bytes());
-    assert_eq!(publish_idempotent(&forged), None);
+    assert_eq!(publish(&forged), None);
 }
 
 fn bytes(max: usize) -> impl Strategy<Value = Bytes> {
@@ -164,23 +205,45 @@ fn batches() -> impl Strategy<Value = Vec<PartitionBatch>> {
     prop::collection::vec(batch, 0..4)
 }
 
+/// Any publish request.
+fn publishes() -> impl Strategy<Value = RequestFrame> {
+    prop_oneof![
+        batches().prop_map(frame),
+        (".{0,6}", any::<i32>(), bytes(12)).prop_map(|(topic, partition, payload)| {
+            request(Command::Publish {
+                topic,
+                partition,
+                payload,
+            })
+        }),
+        (".{0,6}", prop::option::of(bytes(6)), bytes(12)).prop_map(|(topic, key, payload)| {
+            request(Command::PublishKeyed {
+                topic,
+                key,
+                payload,
+            })
+        }),
+        (".{0,6}", prop::collection::vec(record(), 0..4))
+            .prop_map(|(topic, records)| request(Command::PublishBatch { topic, records })),
+    ]
+}
+
 proptest! {
     #[test]
-    fn the_direct_decoder_decodes_every_request_as_the_generic_one(batches in batches()) {
-        let frame = frame(batches);
+    fn the_direct_decoder_decodes_every_publish_as_the_generic_one(frame in publishes()) {
         let body = body(&frame);
-        prop_assert_eq!(publish_idempotent(&body), Some(frame));
+        prop_assert_eq!(publish(&body), Some(frame));
         agrees(&body)?;
     }
 
     #[test]
-    fn a_damaged_request_is_decoded_as_the_generic_decoder_decodes_it_or_not_at_all(
-        batches in batches(),
+    fn a_damaged_publish_is_decoded_as_the_generic_decoder_decodes_it_or_not_at_all(
+        frame in publishes(),
         at in any::<prop::sample::Index>(),
         byte in any::<u8>(),
         cut in any::<prop::sample::Index>(),
     ) {
-        let mut body = body(&frame(batches));
+        let mut body = body(&frame);
         let at = at.index(body.len());
         body[at] = byte;
         agrees(&body)?;
