@@ -133,13 +133,20 @@ impl<In: DeserializeOwned, Out> Decoder for Codec<In, Out> {
     }
 
     fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
-        match self.decode(buf)? {
-            Some(frame) => Ok(Some(frame)),
-            None if buf.is_empty() => Ok(None),
-            None => Err(ProtocolError::TruncatedFrame {
-                buffered: buf.len(),
-            }),
-        }
+        let decoded = self.decode(buf)?;
+        at_end_of_stream(decoded, buf)
+    }
+}
+
+/// What decoding found once the peer closed: a frame, nothing (the stream ended between
+/// frames), or the error of a frame cut short.
+fn at_end_of_stream<T>(decoded: Option<T>, buf: &BytesMut) -> Result<Option<T>, ProtocolError> {
+    match decoded {
+        Some(frame) => Ok(Some(frame)),
+        None if buf.is_empty() => Ok(None),
+        None => Err(ProtocolError::TruncatedFrame {
+            buffered: buf.len(),
+        }),
     }
 }
 
@@ -310,14 +317,8 @@ impl Decoder for ServerCodec {
     }
 
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
-        if self.version == 1 {
-            let mut framing = self.framing.retype::<crate::v1::RequestFrame, ()>();
-            return Ok(framing
-                .decode_eof(src)?
-                .map(|decoded| decoded.map(RequestFrame::from)));
-        }
-        let decoded = self.framing.decode_eof(src)?;
-        Ok(self.of_version(decoded))
+        let decoded = self.decode(src)?;
+        at_end_of_stream(decoded, src)
     }
 }
 

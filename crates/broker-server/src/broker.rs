@@ -287,14 +287,27 @@ impl BrokerGuard<'_> {
         self.locked.state.failure().map(str::to_owned)
     }
 
-    /// Replaces the state (with a snapshot's, in a cluster).
+    /// Replaces the state (with a snapshot's, in a cluster); the sessions of members the new
+    /// state does not have end (their topic was deleted, or they left, in entries the snapshot
+    /// stands for).
     pub(crate) fn replace_state(&mut self, mut state: BrokerState) {
         drop(state.take_dead_letters());
         self.locked.state = state;
+        self.forget_sessions_of_non_members();
+    }
+
+    /// Ends the sessions of members the state no longer has.
+    fn forget_sessions_of_non_members(&mut self) {
+        let Locked {
+            state, sessions, ..
+        } = &mut *self.locked;
+        sessions.retain(|key| state.is_member(&key.topic, &key.group, &key.member));
     }
 
     /// The session bookkeeping of a command the cluster applied for `connection`: refreshes the
-    /// session of the member it names, and mirrors a join or a leave that succeeded.
+    /// session of the member it names, and mirrors a join or a leave that succeeded. A join
+    /// whose member is gone again (an entry applied after it deleted the topic or removed the
+    /// member) starts no session.
     pub(crate) fn track_session(
         &mut self,
         command: &Command,
@@ -305,10 +318,14 @@ impl BrokerGuard<'_> {
         let Some(member) = command.member() else {
             return;
         };
-        let sessions = &mut self.locked.sessions;
+        let Locked {
+            state, sessions, ..
+        } = &mut *self.locked;
         sessions.touch(member, now);
         if succeeded {
             match command.kind().membership() {
+                Membership::Joins
+                    if !state.is_member(member.topic, member.group, member.member) => {}
                 Membership::Joins => sessions.joined(MemberKey::of(member), connection, now),
                 Membership::Leaves => sessions.left(member),
                 Membership::Unchanged => {}
@@ -320,6 +337,8 @@ impl BrokerGuard<'_> {
     /// connection): after a restart, or when this node becomes a cluster's leader, a member
     /// whose consumer is gone is removed a session timeout later.
     pub(crate) fn restore_sessions(&mut self) {
+        // Sessions this node kept from an earlier term may name members that left since.
+        self.forget_sessions_of_non_members();
         let description = self.locked.state.describe_all();
         let now = Instant::now();
         for topic in &description.topics {
@@ -445,5 +464,100 @@ pub(crate) fn storage_reply(error: JournalError) -> ErrorReply {
     match error {
         JournalError::Broker(error) => ErrorReply::from(error),
         JournalError::Refused(why) | JournalError::NotDurable(why) => ErrorReply::Storage(why),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn join(topic: &str) -> Command {
+        Command::Join {
+            topic: topic.to_owned(),
+            group: "g".to_owned(),
+            member: "m".to_owned(),
+            assignor: None,
+            settings: Vec::new(),
+        }
+    }
+
+    fn delete(topic: &str) -> Command {
+        Command::DeleteTopic {
+            topic: topic.to_owned(),
+        }
+    }
+
+    fn broker_with_topics(topics: &[&str]) -> Broker {
+        let mut state = BrokerState::new(10).unwrap();
+        for topic in topics {
+            state
+                .create(topic, 1, broker_core::KeyHash::default(), &[])
+                .unwrap();
+        }
+        Broker::new(state, None)
+    }
+
+    /// The members whose sessions would be checked for expiry, long after now.
+    fn sessions_of(broker: &Broker, now: Instant) -> Vec<String> {
+        let timeout = Duration::from_secs(1);
+        let mut keys: Vec<String> = broker
+            .lock()
+            .sessions()
+            .expired(now + 10 * timeout, timeout)
+            .into_iter()
+            .map(|key| format!("{}/{}/{}", key.topic, key.group, key.member))
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn deleting_a_topic_ends_its_members_sessions() {
+        let broker = broker_with_topics(&["t", "u"]);
+        let now = Instant::now();
+        let mut wake = Vec::new();
+        let mut guard = broker.lock();
+        for command in [join("t"), join("u"), delete("t")] {
+            assert!(guard.execute(command, 1, now, &mut wake).result.is_ok());
+        }
+        drop(guard);
+        assert_eq!(sessions_of(&broker, now), ["u/g/m"]);
+    }
+
+    #[test]
+    fn a_replicated_join_applied_before_its_topic_was_deleted_starts_no_session() {
+        let broker = broker_with_topics(&["t"]);
+        let now = Instant::now();
+        let mut wake = Vec::new();
+        let mut guard = broker.lock();
+        // Both entries are applied before the join's connection does its bookkeeping.
+        for command in [join("t"), delete("t")] {
+            guard.apply_committed(0, command, &mut wake).unwrap();
+        }
+        guard.track_session(&join("t"), true, 1, now);
+        drop(guard);
+        assert!(sessions_of(&broker, now).is_empty());
+    }
+
+    #[test]
+    fn a_new_state_ends_the_sessions_of_members_it_does_not_have() {
+        let broker = broker_with_topics(&["t", "u"]);
+        let now = Instant::now();
+        let mut wake = Vec::new();
+        let mut guard = broker.lock();
+        for command in [join("t"), join("u")] {
+            assert!(guard.execute(command, 1, now, &mut wake).result.is_ok());
+        }
+        // A snapshot in which t was deleted and u's member stayed.
+        let mut snapshot = BrokerState::new(10).unwrap();
+        snapshot
+            .create("u", 1, broker_core::KeyHash::default(), &[])
+            .unwrap();
+        snapshot.join("u", "g", "m", None, &[]).unwrap();
+        guard.replace_state(snapshot);
+        drop(guard);
+        assert_eq!(sessions_of(&broker, now), ["u/g/m"]);
     }
 }

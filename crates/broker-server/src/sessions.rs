@@ -178,7 +178,12 @@ impl Sessions {
 
     /// Forgets the sessions of `topic`'s members: the topic was deleted, and its groups with it.
     pub(crate) fn forget_topic(&mut self, topic: &str) {
-        self.members.retain(|key, _| key.topic != topic);
+        self.retain(|key| key.topic != topic);
+    }
+
+    /// Keeps only the sessions of the members `keep` says are still members.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&MemberKey) -> bool) {
+        self.members.retain(|key, _| keep(key));
     }
 
     /// `key`'s connection closed but its leave could not be applied: the reaper tries again.

@@ -14,6 +14,15 @@ use crate::validate::{check_fetch_max_records, check_identifier, check_offset};
 use crate::{BrokerError, PartitionLag, PartitionRead};
 
 impl BrokerState {
+    /// Whether `member` is a member of `group` on `topic` (all three exist). Never an error:
+    /// for a server keeping its books of members (their sessions) in step with the state.
+    pub fn is_member(&self, topic: &str, group: &str, member: &str) -> bool {
+        self.topics
+            .get(topic)
+            .and_then(|topic| topic.groups.get(group))
+            .is_some_and(|group| group.member_index(member).is_some())
+    }
+
     /// See [`crate::EventBroker::committed`].
     ///
     /// # Errors
@@ -215,5 +224,23 @@ fn describe_topic(name: &str, topic: &Topic) -> TopicDescription {
         retained_bytes: partitions.iter().map(|p| p.retained_bytes).sum(),
         partitions,
         groups,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{BrokerState, KeyHash};
+
+    #[test]
+    fn is_member_needs_the_topic_the_group_and_the_member() {
+        let mut state = BrokerState::new(10).unwrap();
+        state.create("t", 1, KeyHash::default(), &[]).unwrap();
+        state.join("t", "g", "m", None, &[]).unwrap();
+        assert!(state.is_member("t", "g", "m"));
+        for (topic, group, member) in [("t", "g", "n"), ("t", "h", "m"), ("u", "g", "m")] {
+            assert!(!state.is_member(topic, group, member));
+        }
+        state.leave("t", "g", "m").unwrap();
+        assert!(!state.is_member("t", "g", "m"));
     }
 }

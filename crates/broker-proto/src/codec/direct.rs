@@ -22,6 +22,10 @@ const PUBLISH_KEYED: u32 = 4;
 const PUBLISH_BATCH: u32 = 15;
 const PUBLISH_IDEMPOTENT: u32 = 24;
 
+/// The most room a list reserves before its elements are read, in bytes (as serde's own
+/// decoders): its elements take more room in memory than on the wire, several times over.
+const MAX_RESERVED_BYTES: usize = 1 << 20;
+
 /// The fewest bytes a `PartitionBatch` takes: partition, sequence and an empty record list.
 const MIN_BATCH_BYTES: usize = 4 + 8 + 8;
 
@@ -134,8 +138,10 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A list: a count, then each element. No more room is reserved than the bytes left could
-    /// hold elements of at least `min_bytes` each, so a forged count allocates nothing large.
+    /// A list: a count, then each element. A count larger than the bytes left could hold
+    /// (elements of at least `min_bytes` each) is refused at once, and at most
+    /// [`MAX_RESERVED_BYTES`] are reserved before the elements are read, so that a forged count
+    /// allocates nothing large.
     fn list<T>(
         &mut self,
         min_bytes: usize,
@@ -145,7 +151,7 @@ impl<'a> Reader<'a> {
         if count > self.rest.len() / min_bytes {
             return None;
         }
-        let mut list = Vec::with_capacity(count);
+        let mut list = Vec::with_capacity(count.min(MAX_RESERVED_BYTES / size_of::<T>().max(1)));
         for _ in 0..count {
             list.push(read(self)?);
         }

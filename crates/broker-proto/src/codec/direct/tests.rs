@@ -208,7 +208,13 @@ fn batches() -> impl Strategy<Value = Vec<PartitionBatch>> {
 /// Any publish request.
 fn publishes() -> impl Strategy<Value = RequestFrame> {
     prop_oneof![
-        batches().prop_map(frame),
+        (".{0,6}", any::<u64>(), batches()).prop_map(|(topic, producer, batches)| {
+            request(Command::PublishIdempotent {
+                topic,
+                producer,
+                batches,
+            })
+        }),
         (".{0,6}", any::<i32>(), bytes(12)).prop_map(|(topic, partition, payload)| {
             request(Command::Publish {
                 topic,
