@@ -418,8 +418,11 @@ struct Outbox {
     state: Mutex<OutboxState>,
     /// Wakes the writer when a request is encoded into an empty outbox.
     ready: Notify,
-    /// Wakes the callers waiting for room when the writer takes what is encoded, or stops.
+    /// Wakes the caller first in line when the writer takes what is encoded, or stops.
     room: Notify,
+    /// The line of callers waiting for room, first come first served (tokio's mutex queues
+    /// its waiters in order): only the one holding it puts.
+    line: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug)]
@@ -428,6 +431,9 @@ struct OutboxState {
     codec: ClientCodec,
     /// How many requests `bytes` holds.
     requests: usize,
+    /// Callers in the line for room: while there are any, new callers join it rather than
+    /// take the room before them.
+    waiting: usize,
     /// The writer stopped: nothing encoded any more would be written.
     closed: bool,
 }
@@ -451,10 +457,12 @@ impl Outbox {
                 bytes: BytesMut::new(),
                 codec,
                 requests: 0,
+                waiting: 0,
                 closed: false,
             }),
             ready: Notify::new(),
             room: Notify::new(),
+            line: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -463,14 +471,20 @@ impl Outbox {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Encodes `frame` behind the requests already in the outbox, unless it is full or closed;
-    /// `Err` for a request the codec refuses (nothing is encoded then).
+    /// Encodes `frame` behind the requests already in the outbox, unless it is full (or
+    /// callers wait for room: they go first) or closed; `Err` for a request the codec refuses
+    /// (nothing is encoded then).
     fn put(&self, frame: RequestFrameRef<'_>) -> Result<Put, Error> {
+        self.put_unless_full(frame, false)
+    }
+
+    /// [`Outbox::put`]; `in_turn` for the caller first in the line for room.
+    fn put_unless_full(&self, frame: RequestFrameRef<'_>, in_turn: bool) -> Result<Put, Error> {
         let mut state = self.lock();
         if state.closed {
             return Ok(Put::Closed);
         }
-        if state.bytes.len() >= OUTBOX_BYTES {
+        if state.bytes.len() >= OUTBOX_BYTES || (state.waiting > 0 && !in_turn) {
             return Ok(Put::Full);
         }
         let OutboxState { bytes, codec, .. } = &mut *state;
@@ -489,17 +503,21 @@ impl Outbox {
     }
 
     /// [`Outbox::put`], waiting for room until `deadline` while the outbox is full. Callers
-    /// woken by the writer's take compete with new callers for the room (no queue): against a
-    /// server that reads slowly, one may wait until its deadline.
+    /// wait in line, first come first served, and callers that come while any wait join the
+    /// line: against a server that reads slowly, none waits while later ones go before it.
     async fn put_when_room(
         &self,
         frame: RequestFrameRef<'_>,
         deadline: Instant,
     ) -> Result<Put, Error> {
+        let _in_line = InLine::join(self);
+        let Ok(_turn) = tokio::time::timeout_at(deadline, self.line.lock()).await else {
+            return Ok(Put::Full);
+        };
         loop {
             // Made before looking, so that the writer's next take wakes it.
             let room = self.room.notified();
-            let put = self.put(frame)?;
+            let put = self.put_unless_full(frame, true)?;
             if put != Put::Full || tokio::time::timeout_at(deadline, room).await.is_err() {
                 return Ok(put);
             }
@@ -530,6 +548,25 @@ impl Outbox {
         state.bytes = BytesMut::new();
         drop(state);
         self.room.notify_waiters();
+    }
+}
+
+/// A caller counted in the outbox's line for room until it is dropped (it put its request,
+/// gave up at its deadline, or its call was dropped).
+struct InLine<'a> {
+    outbox: &'a Outbox,
+}
+
+impl<'a> InLine<'a> {
+    fn join(outbox: &'a Outbox) -> InLine<'a> {
+        outbox.lock().waiting += 1;
+        InLine { outbox }
+    }
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        self.outbox.lock().waiting -= 1;
     }
 }
 
@@ -741,5 +778,41 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         outbox.close();
         assert_eq!(waiting.await.unwrap(), Put::Closed);
+    }
+
+    #[tokio::test]
+    async fn callers_waiting_for_room_go_first_in_the_order_they_came() {
+        let outbox = Arc::new(Outbox::new(ClientCodec::new(2 << 20)));
+        let command = publish(OUTBOX_BYTES);
+        assert_eq!(outbox.put(frame(&command)).unwrap(), Put::Encoded);
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiting = Vec::new();
+        for caller in 0..3 {
+            let (outbox, order) = (Arc::clone(&outbox), Arc::clone(&order));
+            let command = command.clone();
+            waiting.push(tokio::spawn(async move {
+                let later = Instant::now() + Duration::from_secs(60);
+                let put = outbox.put_when_room(frame(&command), later).await.unwrap();
+                order.lock().unwrap().push(caller);
+                put
+            }));
+            // Each is in line before the next comes.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The writer takes; a caller that comes now, before the waiting ones have run, finds
+        // no room: the room is theirs.
+        assert_eq!(outbox.take(&mut BytesMut::new()), 1);
+        assert_eq!(outbox.put(frame(&command)).unwrap(), Put::Full);
+        // Each takes the whole room in turn; the writer takes again after each.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            assert_eq!(outbox.take(&mut BytesMut::new()), 1);
+        }
+        for caller in waiting {
+            assert_eq!(caller.await.unwrap(), Put::Encoded);
+        }
+        assert_eq!(*order.lock().unwrap(), [0, 1, 2]);
+        // With nobody in line, a caller puts at once again.
+        assert_eq!(outbox.put(frame(&command)).unwrap(), Put::Encoded);
     }
 }
