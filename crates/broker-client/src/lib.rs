@@ -40,8 +40,9 @@
 //!
 //! # Design
 //!
-//! Each call encodes its request into the connection's outbox (bounded: callers wait for room
-//! while the writer has not taken a megabyte of requests), and a writer task writes everything
+//! Each call encodes its request into the connection's outbox (bounded: callers wait for room,
+//! in the order they came, while the writer has not taken a megabyte of requests), and a
+//! writer task writes everything
 //! encoded since its last write with one write; a reader task hands each response to the caller
 //! waiting for its correlation id. A call keeps its command until it is answered, to send it
 //! again to a cluster's leader. At most [`ClientBuilder::max_in_flight`] calls are outstanding
