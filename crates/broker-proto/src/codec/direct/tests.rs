@@ -134,6 +134,73 @@ fn every_other_publish_decodes_as_the_generic_decoder_decodes_it() {
     }
 }
 
+/// Bytes as proto.md's section 2 writes a `bytes` or a `String`: a `u64` length, then them.
+fn with_length(bytes: &[u8]) -> Vec<u8> {
+    let mut out = (bytes.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(bytes);
+    out
+}
+
+#[test]
+fn a_publish_written_byte_by_byte_as_proto_md_documents_decodes_through_the_server_codec() {
+    use tokio_util::codec::Decoder;
+    let mut body = Vec::new();
+    body.extend_from_slice(&9u64.to_le_bytes()); // correlation_id
+    body.extend_from_slice(&0u32.to_le_bytes()); // max_wait_ms
+    body.extend_from_slice(&24u32.to_le_bytes()); // [24] PublishIdempotent
+    body.extend(with_length(b"orders")); // topic
+    body.extend_from_slice(&7u64.to_le_bytes()); // producer
+    body.extend_from_slice(&1u64.to_le_bytes()); // batches: 1
+    body.extend_from_slice(&2i32.to_le_bytes()); // partition
+    body.extend_from_slice(&5u64.to_le_bytes()); // sequence
+    body.extend_from_slice(&1u64.to_le_bytes()); // records: 1
+    body.push(1); // partition: Some
+    body.extend_from_slice(&2i32.to_le_bytes());
+    body.push(1); // key: Some
+    body.extend(with_length(b"k"));
+    body.extend(with_length(b"hello")); // payload
+    body.extend_from_slice(&1u64.to_le_bytes()); // headers: 1
+    body.extend(with_length(b"trace")); // name
+    body.push(0); // value: None
+    body.push(1); // timestamp_ms: Some
+    body.extend_from_slice(&(-3i64).to_le_bytes());
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec(); // length prefix, big-endian
+    frame.extend(body);
+    let expected = request(Command::PublishIdempotent {
+        topic: "orders".to_owned(),
+        producer: 7,
+        batches: vec![PartitionBatch {
+            partition: 2,
+            sequence: 5,
+            records: vec![PublishRecord {
+                partition: Some(2),
+                key: Some(Bytes::from_static(b"k")),
+                payload: Bytes::from_static(b"hello"),
+                headers: vec![Header {
+                    name: "trace".to_owned(),
+                    value: None,
+                }],
+                timestamp_ms: Some(-3),
+            }],
+        }],
+    });
+    let expected = RequestFrame {
+        correlation_id: 9,
+        max_wait_ms: 0,
+        ..expected
+    };
+    assert_eq!(publish(&frame[4..]), Some(expected.clone()));
+    let mut buffer = BytesMut::from(&frame[..]);
+    let decoded = crate::ServerCodec::new(1024, crate::PROTOCOL_VERSION)
+        .decode(&mut buffer)
+        .unwrap();
+    assert!(
+        matches!(decoded, Some(Decoded::Message(ref frame)) if *frame == expected),
+        "{decoded:?}"
+    );
+    assert!(buffer.is_empty());
+}
+
 #[test]
 fn other_commands_and_damaged_bodies_are_left_to_the_generic_decoder() {
     let end_offset = request(Command::EndOffset {
