@@ -591,9 +591,13 @@ async fn write_requests<W: AsyncWrite + Unpin>(
     stop: CancellationToken,
 ) {
     let mut batch = BytesMut::new();
+    // Made once: a cancellation future registers with its token when first polled.
+    let stopped = stop.cancelled();
+    tokio::pin!(stopped);
     loop {
         tokio::select! {
-            () = stop.cancelled() => break,
+            biased;
+            () = &mut stopped => break,
             () = outbox.ready.notified() => {}
         }
         let requests = outbox.take(&mut batch);
@@ -608,7 +612,8 @@ async fn write_requests<W: AsyncWrite + Unpin>(
             continue;
         }
         let written = tokio::select! {
-            () = stop.cancelled() => break,
+            biased;
+            () = &mut stopped => break,
             // The flush matters for TLS, which may keep records back until flushed.
             written = async { write.write_all(&batch).await?; write.flush().await } => written,
         };
@@ -636,6 +641,8 @@ async fn read_responses<R: AsyncRead + Unpin>(
     // Calls past their deadline are answered `Timeout` here, by one timer per connection.
     let mut sweep = tokio::time::interval(TIMEOUT_SWEEP);
     sweep.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let stopped = stop.cancelled();
+    tokio::pin!(stopped);
     let reason = loop {
         match codec.decode(&mut buffer) {
             Ok(Some(decoded)) => {
@@ -648,13 +655,15 @@ async fn read_responses<R: AsyncRead + Unpin>(
             Err(error) => break error.to_string(),
         }
         broker_net::make_room(&mut buffer);
+        // In this order, so that a stream of responses never keeps late calls from expiring.
         let read = tokio::select! {
-            () = stop.cancelled() => break "the connection was closed".to_owned(),
-            read = read.read_buf(&mut buffer) => read,
+            biased;
+            () = &mut stopped => break "the connection was closed".to_owned(),
             _ = sweep.tick() => {
                 pending.expire(Instant::now());
                 continue;
             }
+            read = read.read_buf(&mut buffer) => read,
         };
         match read {
             Ok(0) if buffer.is_empty() => break "the server closed the connection".to_owned(),

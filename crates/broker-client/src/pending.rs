@@ -1,7 +1,6 @@
 //! The table of requests awaiting their responses, keyed by correlation id, and the rules for
 //! matching a response to its caller.
 
-use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use broker_core::Outcome;
@@ -28,7 +27,8 @@ pub(crate) struct Pending {
 
 #[derive(Debug, Default)]
 struct State {
-    waiting: HashMap<u64, Waiter>,
+    /// Hashed with foldhash: the ids are the client's own counter, not chosen by a peer.
+    waiting: hashbrown::HashMap<u64, Waiter>,
     closed: Option<String>,
 }
 

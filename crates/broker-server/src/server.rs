@@ -482,9 +482,13 @@ async fn read_requests<R: AsyncRead + Unpin>(
     in_flight: &Arc<Semaphore>,
     requests: &mut u64,
 ) -> Result<(), ProtocolError> {
+    // Made once: a cancellation future registers with its token when first polled.
+    let closing = reply_to.closing.cancelled();
+    tokio::pin!(closing);
     loop {
         let permit = tokio::select! {
-            () = reply_to.closing.cancelled() => return Ok(()),
+            biased;
+            () = &mut closing => return Ok(()),
             permit = Arc::clone(in_flight).acquire_owned() => match permit {
                 Ok(permit) => permit,
                 // The semaphore is never closed.
@@ -496,7 +500,8 @@ async fn read_requests<R: AsyncRead + Unpin>(
         let outstanding = || in_flight.available_permits() + 1 < shared.config.max_in_flight;
         let (idle, frame) = (shared.config.idle_timeout, shared.config.read_timeout);
         let first = tokio::select! {
-            () = reply_to.closing.cancelled() => return Ok(()),
+            biased;
+            () = &mut closing => return Ok(()),
             frame = connection.read_request(codec, idle, frame, outstanding) => frame,
         };
         let Some(first) = first? else {
