@@ -1,13 +1,15 @@
 //! One connection to a server, plain TCP or TLS: the hello exchange, an outbox each caller
 //! encodes its request into, a writer task that writes everything encoded since its last write
-//! at once, and a reader task that hands each response to its caller.
+//! at once, and a reader task that hands each response to its caller. Over plain TCP, a caller
+//! with no other call outstanding on the connection writes its request itself when the writer
+//! holds nothing, sparing the hand-off to the writer task that pipelined calls share.
 //! Everything after the TLS handshake is generic over the stream's halves.
 //!
 //! The connection is dead once either task stops (end of stream, I/O error, protocol error):
 //! both stop, and every outstanding call fails with [`Error::ConnectionLost`]. A dead connection
 //! is never revived; the client opens a new one.
 
-use std::io;
+use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -18,7 +20,7 @@ use broker_proto::{
     ClientCodec, ClientHandshakeCodec, Decoded, ErrorReply, Hello, HelloReply, ProtocolError,
     RequestFrameRef, ServerLimits, MAX_HELLO_FRAME, PROTOCOL_VERSION,
 };
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -150,21 +152,28 @@ impl Connection {
         stream.set_nodelay(true).map_err(Error::Io)?;
         match tls {
             None => {
+                // Without it (no descriptor left), every request goes through the writer.
+                let direct = socket2::SockRef::from(&stream)
+                    .try_clone()
+                    .ok()
+                    .map(std::net::TcpStream::from);
                 let (read, write) = stream.into_split();
-                Self::start(read, write, addr, identity).await
+                Self::start(read, write, direct, addr, identity).await
             }
             Some(tls) => {
                 let stream = tls.connect(stream).await?;
                 let (read, write) = tokio::io::split(stream);
-                Self::start(read, write, addr, identity).await
+                Self::start(read, write, None, addr, identity).await
             }
         }
     }
 
     /// Exchanges hellos over `read` and `write`, then starts the reader and writer tasks.
+    /// `direct`, a second handle on a plain TCP socket, lets lone callers write themselves.
     async fn start<R, W>(
         mut read: R,
         mut write: W,
+        direct: Option<std::net::TcpStream>,
         peer: SocketAddr,
         identity: &Identity,
     ) -> Result<Connection, Error>
@@ -228,7 +237,7 @@ impl Connection {
         };
         tracing::debug!(%peer, %server, "connected");
 
-        let outbox = Arc::new(Outbox::new(codec_for(&limits)));
+        let outbox = Arc::new(Outbox::new(codec_for(&limits), direct));
         let pending = Arc::new(Pending::default());
         let stop = CancellationToken::new();
         tokio::spawn(write_requests(
@@ -278,8 +287,8 @@ impl Connection {
 
     /// Sends one request and waits for its outcome. Dropping the future forgets the request.
     /// The request is encoded here, from the borrowed command, into the outbox the writer
-    /// takes from; a request the codec refuses (larger than the server's frame limit) fails
-    /// alone.
+    /// takes from (and, for a call alone on a plain TCP connection, written from here); a
+    /// request the codec refuses (larger than the server's frame limit) fails alone.
     pub(crate) async fn call(
         &self,
         correlation_id: u64,
@@ -287,7 +296,7 @@ impl Connection {
         max_wait_ms: u32,
         deadline: Instant,
     ) -> Result<Outcome, Error> {
-        let reply = self
+        let call = self
             .pending
             .register(correlation_id, deadline)
             .map_err(Error::ConnectionLost)?;
@@ -297,7 +306,7 @@ impl Connection {
             max_wait_ms,
             command,
         };
-        match self.outbox.put(frame)? {
+        match self.outbox.put(frame, call.alone)? {
             Put::Encoded => {}
             Put::Closed => return Err(self.lost()),
             // Only a full outbox (a writer stuck on a server that does not read) needs a timer
@@ -308,7 +317,7 @@ impl Connection {
                 Put::Full => return Err(Error::Timeout),
             },
         }
-        let outcome = reply.await.map_err(|_| self.lost())?;
+        let outcome = call.reply.await.map_err(|_| self.lost())?;
         registration.disarm();
         outcome
     }
@@ -434,6 +443,14 @@ struct OutboxState {
     /// Callers in the line for room: while there are any, new callers join it rather than
     /// take the room before them.
     waiting: usize,
+    /// The writer took bytes it has not finished writing: nothing may be written before them.
+    writing: bool,
+    /// A second handle on a plain TCP connection's socket (non-blocking, as the connection's):
+    /// a lone caller writes its request through it when the writer holds nothing and nothing
+    /// is encoded before it, so that no byte of another request can come between. `None`
+    /// over TLS, whose records only the writer can make, and once the writer stopped (so that
+    /// the socket closes with the connection's tasks, not with the last handle on it).
+    direct: Option<std::net::TcpStream>,
     /// The writer stopped: nothing encoded any more would be written.
     closed: bool,
 }
@@ -441,7 +458,7 @@ struct OutboxState {
 /// What became of a request put into the outbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Put {
-    /// Encoded; the writer will write it.
+    /// Encoded and written by its caller, or encoded for the writer to write.
     Encoded,
     /// Not encoded: the outbox holds [`OUTBOX_BYTES`] already (or, after waiting, still did at
     /// the deadline).
@@ -451,13 +468,15 @@ enum Put {
 }
 
 impl Outbox {
-    fn new(codec: ClientCodec) -> Outbox {
+    fn new(codec: ClientCodec, direct: Option<std::net::TcpStream>) -> Outbox {
         Outbox {
             state: Mutex::new(OutboxState {
                 bytes: BytesMut::new(),
                 codec,
                 requests: 0,
                 waiting: 0,
+                writing: false,
+                direct,
                 closed: false,
             }),
             ready: Notify::new(),
@@ -473,13 +492,20 @@ impl Outbox {
 
     /// Encodes `frame` behind the requests already in the outbox, unless it is full (or
     /// callers wait for room: they go first) or closed; `Err` for a request the codec refuses
-    /// (nothing is encoded then).
-    fn put(&self, frame: RequestFrameRef<'_>) -> Result<Put, Error> {
-        self.put_unless_full(frame, false)
+    /// (nothing is encoded then). A `lone` caller (see [`crate::pending::Registered::alone`]) writes the
+    /// request itself when the connection allows it (see [`OutboxState::direct`]); what the socket
+    /// does not take at once is left to the writer.
+    fn put(&self, frame: RequestFrameRef<'_>, lone: bool) -> Result<Put, Error> {
+        self.put_unless_full(frame, false, lone)
     }
 
     /// [`Outbox::put`]; `in_turn` for the caller first in the line for room.
-    fn put_unless_full(&self, frame: RequestFrameRef<'_>, in_turn: bool) -> Result<Put, Error> {
+    fn put_unless_full(
+        &self,
+        frame: RequestFrameRef<'_>,
+        in_turn: bool,
+        lone: bool,
+    ) -> Result<Put, Error> {
         let mut state = self.lock();
         if state.closed {
             return Ok(Put::Closed);
@@ -487,11 +513,23 @@ impl Outbox {
         if state.bytes.len() >= OUTBOX_BYTES || (state.waiting > 0 && !in_turn) {
             return Ok(Put::Full);
         }
-        let OutboxState { bytes, codec, .. } = &mut *state;
+        let OutboxState {
+            bytes,
+            codec,
+            writing,
+            direct,
+            ..
+        } = &mut *state;
+        let first_in_line = bytes.is_empty() && !*writing;
         if let Err(error) = codec.encode(frame, bytes) {
             // Nothing was appended; what encoding a too large request grew is not kept.
             broker_net::release_if_grown(bytes);
             return Err(encoding_failed(error));
+        }
+        if let Some(direct) = direct.as_ref().filter(|_| lone && first_in_line) {
+            if write_now(direct, bytes) {
+                return Ok(Put::Encoded);
+            }
         }
         state.requests += 1;
         let first = state.requests == 1;
@@ -517,14 +555,15 @@ impl Outbox {
         loop {
             // Made before looking, so that the writer's next take wakes it.
             let room = self.room.notified();
-            let put = self.put_unless_full(frame, true)?;
+            let put = self.put_unless_full(frame, true, false)?;
             if put != Put::Full || tokio::time::timeout_at(deadline, room).await.is_err() {
                 return Ok(put);
             }
         }
     }
 
-    /// Moves what is encoded to the end of `batch`; how many requests that is.
+    /// Moves what is encoded to the end of `batch`; how many requests that is. Until
+    /// [`Outbox::written`], no caller writes for itself if `batch` holds anything.
     fn take(&self, batch: &mut BytesMut) -> usize {
         let mut state = self.lock();
         if batch.is_empty() {
@@ -534,10 +573,16 @@ impl Outbox {
             batch.extend_from_slice(&state.bytes);
             state.bytes.clear();
         }
+        state.writing = !batch.is_empty();
         let taken = std::mem::take(&mut state.requests);
         drop(state);
         self.room.notify_waiters();
         taken
+    }
+
+    /// The writer wrote everything it took.
+    fn written(&self) {
+        self.lock().writing = false;
     }
 
     /// The writer stopped: no request is encoded any more, and the callers waiting for room
@@ -546,9 +591,27 @@ impl Outbox {
         let mut state = self.lock();
         state.closed = true;
         state.bytes = BytesMut::new();
+        state.direct = None;
         drop(state);
         self.room.notify_waiters();
     }
+}
+
+/// Writes as much of `bytes` to `socket` as it takes without waiting, and removes that from
+/// `bytes`; whether all of it went. A full socket buffer leaves the rest to the writer, and so
+/// does an error, which the writer then meets and reports.
+fn write_now(mut socket: &std::net::TcpStream, bytes: &mut BytesMut) -> bool {
+    while !bytes.is_empty() {
+        match socket.write(bytes) {
+            Ok(0) => return false,
+            Ok(written) => bytes.advance(written),
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+    // Cleared rather than left advanced, so that the buffer keeps its room at the front.
+    bytes.clear();
+    true
 }
 
 /// A caller counted in the outbox's line for room until it is dropped (it put its request,
@@ -621,6 +684,7 @@ async fn write_requests<W: AsyncWrite + Unpin>(
             pending.close(&format!("write failed: {error}"));
             break;
         }
+        outbox.written();
         batch.clear();
         broker_net::release_if_grown(&mut batch);
     }
@@ -643,16 +707,22 @@ async fn read_responses<R: AsyncRead + Unpin>(
     sweep.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let stopped = stop.cancelled();
     tokio::pin!(stopped);
+    // Responses handed over since the last read: callers woken together tend to send together.
+    let mut answered = 0;
     let reason = loop {
         match codec.decode(&mut buffer) {
             Ok(Some(decoded)) => {
                 if let Err(reason) = deliver(&pending, decoded) {
                     break reason;
                 }
+                answered += 1;
                 continue;
             }
             Ok(None) => {}
             Err(error) => break error.to_string(),
+        }
+        if answered > 0 {
+            pending.answered_together(std::mem::take(&mut answered));
         }
         broker_net::make_room(&mut buffer);
         // In this order, so that a stream of responses never keeps late calls from expiring.
@@ -725,10 +795,10 @@ mod tests {
 
     #[test]
     fn the_outbox_takes_requests_until_it_holds_its_bound_and_again_once_taken() {
-        let outbox = Outbox::new(ClientCodec::new(1 << 20));
+        let outbox = Outbox::new(ClientCodec::new(1 << 20), None);
         let command = publish(64 * 1024);
         let mut encoded = 0;
-        while outbox.put(frame(&command)).unwrap() == Put::Encoded {
+        while outbox.put(frame(&command), false).unwrap() == Put::Encoded {
             encoded += 1;
         }
         let mut batch = BytesMut::new();
@@ -736,18 +806,18 @@ mod tests {
         // Requests go in while it holds less than its bound: one past it, no more.
         let frame_bytes = batch.len() / encoded;
         assert_eq!(encoded, OUTBOX_BYTES.div_ceil(frame_bytes));
-        assert_eq!(outbox.put(frame(&command)).unwrap(), Put::Encoded);
+        assert_eq!(outbox.put(frame(&command), false).unwrap(), Put::Encoded);
         // Taken behind what the writer already holds.
         assert_eq!(outbox.take(&mut batch), 1);
         outbox.close();
-        assert_eq!(outbox.put(frame(&command)).unwrap(), Put::Closed);
+        assert_eq!(outbox.put(frame(&command), false).unwrap(), Put::Closed);
     }
 
     #[test]
     fn a_request_over_the_frame_limit_is_refused_and_leaves_the_outbox_as_it_was() {
-        let outbox = Outbox::new(ClientCodec::new(1024));
+        let outbox = Outbox::new(ClientCodec::new(1024), None);
         assert!(matches!(
-            outbox.put(frame(&publish(2048))),
+            outbox.put(frame(&publish(2048)), false),
             Err(Error::Server(ErrorReply::TooLarge { limit: 1024, .. }))
         ));
         let mut batch = BytesMut::new();
@@ -757,9 +827,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_caller_waits_for_room_until_the_writer_takes_or_its_deadline_passes() {
-        let outbox = Arc::new(Outbox::new(ClientCodec::new(2 << 20)));
+        let outbox = Arc::new(Outbox::new(ClientCodec::new(2 << 20), None));
         let command = publish(OUTBOX_BYTES);
-        assert_eq!(outbox.put(frame(&command)).unwrap(), Put::Encoded);
+        assert_eq!(outbox.put(frame(&command), false).unwrap(), Put::Encoded);
         let soon = Instant::now() + Duration::from_millis(50);
         assert_eq!(
             outbox.put_when_room(frame(&command), soon).await.unwrap(),
@@ -791,9 +861,9 @@ mod tests {
 
     #[tokio::test]
     async fn callers_waiting_for_room_go_first_in_the_order_they_came() {
-        let outbox = Arc::new(Outbox::new(ClientCodec::new(2 << 20)));
+        let outbox = Arc::new(Outbox::new(ClientCodec::new(2 << 20), None));
         let command = publish(OUTBOX_BYTES);
-        assert_eq!(outbox.put(frame(&command)).unwrap(), Put::Encoded);
+        assert_eq!(outbox.put(frame(&command), false).unwrap(), Put::Encoded);
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiting = Vec::new();
         for caller in 0..3 {
@@ -811,7 +881,7 @@ mod tests {
         // The writer takes; a caller that comes now, before the waiting ones have run, finds
         // no room: the room is theirs.
         assert_eq!(outbox.take(&mut BytesMut::new()), 1);
-        assert_eq!(outbox.put(frame(&command)).unwrap(), Put::Full);
+        assert_eq!(outbox.put(frame(&command), false).unwrap(), Put::Full);
         // Each takes the whole room in turn; the writer takes again after each.
         for _ in 0..3 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -822,6 +892,115 @@ mod tests {
         }
         assert_eq!(*order.lock().unwrap(), [0, 1, 2]);
         // With nobody in line, a caller puts at once again.
-        assert_eq!(outbox.put(frame(&command)).unwrap(), Put::Encoded);
+        assert_eq!(outbox.put(frame(&command), false).unwrap(), Put::Encoded);
+    }
+
+    /// A connected pair of plain TCP sockets on loopback, the first non-blocking (as a
+    /// connection's socket is).
+    fn socket_pair() -> (std::net::TcpStream, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ours = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        (ours, peer)
+    }
+
+    fn encoded(command: &Command) -> Vec<u8> {
+        let mut bytes = BytesMut::new();
+        ClientCodec::new(64 << 20)
+            .encode(frame(command), &mut bytes)
+            .unwrap();
+        bytes.to_vec()
+    }
+
+    fn read_exactly(mut peer: &std::net::TcpStream, count: usize) -> Vec<u8> {
+        use std::io::Read;
+        let mut bytes = vec![0; count];
+        peer.read_exact(&mut bytes).unwrap();
+        bytes
+    }
+
+    #[test]
+    fn a_lone_caller_writes_its_request_itself_when_the_writer_holds_nothing() {
+        let (ours, peer) = socket_pair();
+        let outbox = Outbox::new(ClientCodec::new(1 << 20), Some(ours));
+        let command = publish(100);
+        assert_eq!(outbox.put(frame(&command), true).unwrap(), Put::Encoded);
+        // Nothing was left for the writer, and the request is on the wire.
+        assert_eq!(outbox.take(&mut BytesMut::new()), 0);
+        let request = encoded(&command);
+        assert_eq!(read_exactly(&peer, request.len()), request);
+    }
+
+    #[test]
+    fn a_caller_leaves_its_request_to_the_writer_unless_alone_and_first() {
+        let (ours, peer) = socket_pair();
+        let outbox = Outbox::new(ClientCodec::new(1 << 20), Some(ours));
+        let command = publish(100);
+        // Other calls are outstanding: the writer writes, with theirs.
+        assert_eq!(outbox.put(frame(&command), false).unwrap(), Put::Encoded);
+        // Alone, but behind a request the writer has not taken: after it.
+        assert_eq!(outbox.put(frame(&command), true).unwrap(), Put::Encoded);
+        let mut batch = BytesMut::new();
+        assert_eq!(outbox.take(&mut batch), 2);
+        // The writer holds bytes it has not written: nothing may go before them.
+        assert_eq!(outbox.put(frame(&command), true).unwrap(), Put::Encoded);
+        assert_eq!(outbox.take(&mut batch), 1);
+        outbox.written();
+        assert_eq!(outbox.put(frame(&command), true).unwrap(), Put::Encoded);
+        assert_eq!(outbox.take(&mut BytesMut::new()), 0);
+        // Only the last one was written by its caller.
+        let request = encoded(&command);
+        assert_eq!(read_exactly(&peer, request.len()), request);
+        peer.set_nonblocking(true).unwrap();
+        let mut more = [0; 1];
+        let read = std::io::Read::read(&mut &peer, &mut more);
+        assert_eq!(read.unwrap_err().kind(), io::ErrorKind::WouldBlock);
+    }
+
+    #[test]
+    fn what_the_socket_does_not_take_at_once_is_left_to_the_writer_in_order() {
+        let (ours, peer) = socket_pair();
+        let mut socket = ours.try_clone().unwrap();
+        let outbox = Outbox::new(ClientCodec::new(64 << 20), Some(ours));
+        // Larger than any loopback socket buffer, with the peer not reading yet.
+        let command = Command::Publish {
+            topic: "t".to_owned(),
+            partition: 0,
+            payload: (0..48 << 20)
+                .map(|i: u32| i as u8)
+                .collect::<Vec<u8>>()
+                .into(),
+        };
+        assert_eq!(outbox.put(frame(&command), true).unwrap(), Put::Encoded);
+        let mut rest = BytesMut::new();
+        assert_eq!(outbox.take(&mut rest), 1);
+        let request = encoded(&command);
+        assert!(!rest.is_empty() && rest.len() < request.len());
+        // The writer writes the rest; the peer gets the request whole, in order.
+        let reader = std::thread::spawn(move || read_exactly(&peer, request.len()) == request);
+        while !rest.is_empty() {
+            match socket.write(&rest) {
+                Ok(written) => rest.advance(written),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(error) => panic!("{error}"),
+            }
+        }
+        assert!(reader.join().unwrap());
+    }
+
+    #[test]
+    fn the_callers_handle_on_the_socket_goes_when_the_writer_stops() {
+        let (ours, peer) = socket_pair();
+        let outbox = Outbox::new(ClientCodec::new(1 << 20), Some(ours));
+        outbox.close();
+        // That was the socket's last descriptor: the peer sees the end of the stream.
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut byte = [0; 1];
+        assert_eq!(std::io::Read::read(&mut &peer, &mut byte).unwrap(), 0);
+        assert_eq!(outbox.put(frame(&publish(1)), true).unwrap(), Put::Closed);
     }
 }

@@ -29,7 +29,19 @@ pub(crate) struct Pending {
 struct State {
     /// Hashed with foldhash: the ids are the client's own counter, not chosen by a peer.
     waiting: hashbrown::HashMap<u64, Waiter>,
+    /// How many responses the reader handed over from its last read.
+    answered_together: usize,
     closed: Option<String>,
+}
+
+/// A call in the table.
+#[derive(Debug)]
+pub(crate) struct Registered {
+    /// Where its outcome comes.
+    pub(crate) reply: oneshot::Receiver<Reply>,
+    /// No other call waits, and the reader's last read answered at most one: nothing suggests
+    /// that other callers, woken by the same read, are about to send with this one.
+    pub(crate) alone: bool,
 }
 
 /// A caller waiting for a response, and when it stops waiting.
@@ -50,18 +62,20 @@ impl Pending {
     /// [`Pending::expire`] answers it [`Error::Timeout`].
     ///
     /// Returns the reason the connection closed if it has.
-    pub(crate) fn register(
-        &self,
-        id: u64,
-        deadline: Instant,
-    ) -> Result<oneshot::Receiver<Reply>, String> {
+    pub(crate) fn register(&self, id: u64, deadline: Instant) -> Result<Registered, String> {
         let mut state = self.lock();
         if let Some(reason) = &state.closed {
             return Err(reason.clone());
         }
-        let (sender, receiver) = oneshot::channel();
+        let (sender, reply) = oneshot::channel();
         state.waiting.insert(id, Waiter { sender, deadline });
-        Ok(receiver)
+        let alone = state.waiting.len() == 1 && state.answered_together <= 1;
+        Ok(Registered { reply, alone })
+    }
+
+    /// The reader handed over `count` responses from its last read.
+    pub(crate) fn answered_together(&self, count: usize) {
+        self.lock().answered_together = count;
     }
 
     /// Answers [`Error::Timeout`] to every caller whose deadline is at or before `now`: one
@@ -209,10 +223,11 @@ mod tests {
     fn expire_times_out_exactly_the_calls_past_their_deadline() {
         let pending = Pending::default();
         let now = Instant::now();
-        let mut due = pending.register(1, now).unwrap();
+        let mut due = pending.register(1, now).unwrap().reply;
         let mut not_due = pending
             .register(2, now + std::time::Duration::from_millis(1))
-            .unwrap();
+            .unwrap()
+            .reply;
         pending.expire(now);
         assert!(matches!(due.try_recv(), Ok(Err(Error::Timeout))));
         assert!(not_due.try_recv().is_err(), "still waiting");
@@ -224,9 +239,9 @@ mod tests {
     #[tokio::test]
     async fn responses_reach_their_callers_in_any_order() {
         let pending = Pending::default();
-        let one = pending.register(1, later()).unwrap();
-        let two = pending.register(2, later()).unwrap();
-        let three = pending.register(3, later()).unwrap();
+        let one = pending.register(1, later()).unwrap().reply;
+        let two = pending.register(2, later()).unwrap().reply;
+        let three = pending.register(3, later()).unwrap().reply;
         pending
             .dispatch(response(3, Ok(Outcome::Offset(30))))
             .unwrap();
@@ -245,7 +260,7 @@ mod tests {
     #[tokio::test]
     async fn an_error_reply_reaches_its_caller_as_a_typed_error() {
         let pending = Pending::default();
-        let call = pending.register(5, later()).unwrap();
+        let call = pending.register(5, later()).unwrap().reply;
         pending
             .dispatch(response(5, Err(ErrorReply::NotAssigned { partition: 2 })))
             .unwrap();
@@ -258,7 +273,7 @@ mod tests {
     #[test]
     fn a_response_to_a_forgotten_call_is_dropped() {
         let pending = Pending::default();
-        let call = pending.register(9, later()).unwrap();
+        let call = pending.register(9, later()).unwrap().reply;
         drop(call);
         pending.forget(9);
         assert_eq!(pending.len(), 0);
@@ -271,7 +286,7 @@ mod tests {
     #[test]
     fn a_response_to_an_unknown_id_changes_nothing() {
         let pending = Pending::default();
-        let _call = pending.register(1, later()).unwrap();
+        let _call = pending.register(1, later()).unwrap().reply;
         pending
             .dispatch(response(77, Ok(Outcome::Committed)))
             .unwrap();
@@ -294,7 +309,7 @@ mod tests {
     async fn closing_fails_every_waiting_call_and_refuses_new_ones() {
         let pending = Pending::default();
         let calls: Vec<_> = (1..=3)
-            .map(|id| pending.register(id, later()).unwrap())
+            .map(|id| pending.register(id, later()).unwrap().reply)
             .collect();
         pending.close("end of stream");
         pending.close("a later reason is ignored");
@@ -312,11 +327,11 @@ mod tests {
     #[test]
     fn a_dropped_registration_forgets_its_call_and_a_disarmed_one_does_not_need_to() {
         let pending = Pending::default();
-        let _receiver = pending.register(1, later()).unwrap();
+        let _receiver = pending.register(1, later()).unwrap().reply;
         drop(Registration::new(&pending, 1));
         assert_eq!(pending.len(), 0);
 
-        let _receiver = pending.register(2, later()).unwrap();
+        let _receiver = pending.register(2, later()).unwrap().reply;
         Registration::new(&pending, 2).disarm();
         assert_eq!(pending.len(), 1);
     }
