@@ -1,8 +1,10 @@
 //! One connection to a server, plain TCP or TLS: the hello exchange, an outbox each caller
 //! encodes its request into, a writer task that writes everything encoded since its last write
 //! at once, and a reader task that hands each response to its caller. Over plain TCP, a caller
-//! with no other call outstanding on the connection writes its request itself when the writer
-//! holds nothing, sparing the hand-off to the writer task that pipelined calls share.
+//! alone on the connection (no other call outstanding, and the reader's last responses answered
+//! at most one call) writes a request of up to [`DIRECT_WRITE_MAX`] itself when the writer holds
+//! nothing, through a second descriptor of the socket, sparing the hand-off to the writer task
+//! that pipelined calls share.
 //! Everything after the TLS handshake is generic over the stream's halves.
 //!
 //! The connection is dead once either task stops (end of stream, I/O error, protocol error):
@@ -42,6 +44,11 @@ const OUTBOX_BYTES: usize = 1024 * 1024;
 /// the dead-letter group settings), so the client speaks the newest and an older server answers
 /// a call it lacks with `MalformedRequest`.
 const SPOKEN_VERSIONS: std::ops::RangeInclusive<u16> = 2..=PROTOCOL_VERSION;
+
+/// The largest request a lone caller writes itself: a larger one goes through the writer, so
+/// that no caller copies megabytes into the socket while holding the outbox's lock (and the
+/// hand-off saved is worth nothing beside such a write).
+const DIRECT_WRITE_MAX: usize = 64 * 1024;
 
 /// How often the reader answers `Timeout` to calls past their deadline: a call fails at most
 /// this long after its timeout.
@@ -152,9 +159,12 @@ impl Connection {
         stream.set_nodelay(true).map_err(Error::Io)?;
         match tls {
             None => {
-                // Without it (no descriptor left), every request goes through the writer.
+                // Without it (no descriptor left), every request goes through the writer. Made
+                // non-blocking here, whatever the platform's duplicate inherits: a caller
+                // writing through it must never wait.
                 let direct = socket2::SockRef::from(&stream)
                     .try_clone()
+                    .and_then(|socket| socket.set_nonblocking(true).map(|()| socket))
                     .ok()
                     .map(std::net::TcpStream::from);
                 let (read, write) = stream.into_split();
@@ -526,7 +536,10 @@ impl Outbox {
             broker_net::release_if_grown(bytes);
             return Err(encoding_failed(error));
         }
-        if let Some(direct) = direct.as_ref().filter(|_| lone && first_in_line) {
+        let direct = direct
+            .as_ref()
+            .filter(|_| lone && first_in_line && bytes.len() <= DIRECT_WRITE_MAX);
+        if let Some(direct) = direct {
             if write_now(direct, bytes) {
                 return Ok(Put::Encoded);
             }
@@ -609,8 +622,6 @@ fn write_now(mut socket: &std::net::TcpStream, bytes: &mut BytesMut) -> bool {
             Err(_) => return false,
         }
     }
-    // Cleared rather than left advanced, so that the buffer keeps its room at the front.
-    bytes.clear();
     true
 }
 
@@ -653,6 +664,11 @@ async fn write_requests<W: AsyncWrite + Unpin>(
     pending: Arc<Pending>,
     stop: CancellationToken,
 ) {
+    let _ended = WriterEnded {
+        outbox: Arc::clone(&outbox),
+        pending: Arc::clone(&pending),
+        stop: stop.clone(),
+    };
     let mut batch = BytesMut::new();
     // Made once: a cancellation future registers with its token when first polled.
     let stopped = stop.cancelled();
@@ -688,9 +704,24 @@ async fn write_requests<W: AsyncWrite + Unpin>(
         batch.clear();
         broker_net::release_if_grown(&mut batch);
     }
-    outbox.close();
-    pending.close("the client closed the connection");
-    stop.cancel();
+}
+
+/// Ends the connection when its writer stops, however it stops (its task may also be dropped
+/// with its runtime): nothing is encoded any more, the socket's second descriptor closes, every
+/// waiting call fails, and the reader stops.
+struct WriterEnded {
+    outbox: Arc<Outbox>,
+    pending: Arc<Pending>,
+    stop: CancellationToken,
+}
+
+impl Drop for WriterEnded {
+    fn drop(&mut self) {
+        self.outbox.close();
+        // A write error closed it first, with its reason; this one then changes nothing.
+        self.pending.close("the client closed the connection");
+        self.stop.cancel();
+    }
 }
 
 /// Reads responses and hands each to its caller until the connection ends.
@@ -896,12 +927,22 @@ mod tests {
     }
 
     /// A connected pair of plain TCP sockets on loopback, the first non-blocking (as a
-    /// connection's socket is).
+    /// connection's socket is), with small buffers both ways (so that a few tens of kilobytes
+    /// fill them); reading from the second fails after 10 seconds rather than hang.
     fn socket_pair() -> (std::net::TcpStream, std::net::TcpStream) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        // Set before the connection: the accepted socket inherits it.
+        socket2::SockRef::from(&listener)
+            .set_recv_buffer_size(4096)
+            .unwrap();
         let ours = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        socket2::SockRef::from(&ours)
+            .set_send_buffer_size(4096)
+            .unwrap();
         ours.set_nonblocking(true).unwrap();
         let (peer, _) = listener.accept().unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         (ours, peer)
     }
 
@@ -962,12 +1003,13 @@ mod tests {
     fn what_the_socket_does_not_take_at_once_is_left_to_the_writer_in_order() {
         let (ours, peer) = socket_pair();
         let mut socket = ours.try_clone().unwrap();
-        let outbox = Outbox::new(ClientCodec::new(64 << 20), Some(ours));
-        // Larger than any loopback socket buffer, with the peer not reading yet.
+        let outbox = Outbox::new(ClientCodec::new(1 << 20), Some(ours));
+        // More than the socket buffers hold, with the peer not reading yet; small enough for
+        // its caller to write.
         let command = Command::Publish {
             topic: "t".to_owned(),
             partition: 0,
-            payload: (0..48 << 20)
+            payload: (0..60 << 10)
                 .map(|i: u32| i as u8)
                 .collect::<Vec<u8>>()
                 .into(),
@@ -997,10 +1039,57 @@ mod tests {
         let outbox = Outbox::new(ClientCodec::new(1 << 20), Some(ours));
         outbox.close();
         // That was the socket's last descriptor: the peer sees the end of the stream.
-        peer.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
         let mut byte = [0; 1];
         assert_eq!(std::io::Read::read(&mut &peer, &mut byte).unwrap(), 0);
         assert_eq!(outbox.put(frame(&publish(1)), true).unwrap(), Put::Closed);
+    }
+
+    #[test]
+    fn a_large_request_is_left_to_the_writer_even_alone() {
+        let (ours, _peer) = socket_pair();
+        let outbox = Outbox::new(ClientCodec::new(1 << 20), Some(ours));
+        let command = publish(DIRECT_WRITE_MAX);
+        assert_eq!(outbox.put(frame(&command), true).unwrap(), Put::Encoded);
+        assert_eq!(outbox.take(&mut BytesMut::new()), 1);
+    }
+
+    #[tokio::test]
+    async fn no_caller_writes_for_itself_until_the_writer_has_written_what_it_took() {
+        // The writer's stream takes 64 bytes and no more until read: it stays in its write.
+        let (stream, mut server) = tokio::io::duplex(64);
+        // A second socket stands for the caller's handle: a request written through it
+        // would jump ahead of what the writer holds.
+        let (ours, peer) = socket_pair();
+        let outbox = Arc::new(Outbox::new(ClientCodec::new(1 << 20), Some(ours)));
+        let (pending, stop) = (Arc::new(Pending::default()), CancellationToken::new());
+        let first = publish(1000);
+        assert_eq!(outbox.put(frame(&first), false).unwrap(), Put::Encoded);
+        let writer = tokio::spawn(write_requests(
+            Arc::clone(&outbox),
+            stream,
+            Arc::clone(&pending),
+            stop.clone(),
+        ));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let second = publish(10);
+        assert_eq!(outbox.put(frame(&second), true).unwrap(), Put::Encoded);
+        // Both come through the writer, in order; nothing through the caller's handle.
+        let expected = [encoded(&first), encoded(&second)].concat();
+        let mut received = vec![0; expected.len()];
+        let read = tokio::io::AsyncReadExt::read_exact(&mut server, &mut received);
+        tokio::time::timeout(Duration::from_secs(10), read)
+            .await
+            .expect("the writer wrote both requests")
+            .unwrap();
+        assert_eq!(received, expected);
+        peer.set_nonblocking(true).unwrap();
+        let mut byte = [0; 1];
+        let read = std::io::Read::read(&mut &peer, &mut byte);
+        assert_eq!(read.unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        stop.cancel();
+        writer.await.unwrap();
+        // The writer ended the connection as it went.
+        assert!(pending.is_closed());
+        assert_eq!(outbox.put(frame(&second), true).unwrap(), Put::Closed);
     }
 }

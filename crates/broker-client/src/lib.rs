@@ -45,8 +45,8 @@
 //! writer task writes everything encoded since its last write with one write; a reader task
 //! hands each response to the caller waiting for its correlation id. A call alone on a plain
 //! TCP connection (no other call outstanding, and not one of several woken by the same
-//! responses) writes its request itself when the writer holds nothing, through a second
-//! descriptor of the connection's socket: it saves the hand-off to the writer task, and
+//! responses) writes a request of up to 64 KiB itself when the writer holds nothing, through a
+//! second descriptor of the connection's socket (closed with the connection): it saves the hand-off to the writer task, and
 //! pipelined calls still share the writer's writes. A call keeps its command until it is answered, to send it
 //! again to a cluster's leader. At most [`ClientBuilder::max_in_flight`] calls are outstanding
 //! at once. A call that times out or whose future is dropped is forgotten. When the connection

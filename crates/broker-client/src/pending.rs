@@ -29,7 +29,7 @@ pub(crate) struct Pending {
 struct State {
     /// Hashed with foldhash: the ids are the client's own counter, not chosen by a peer.
     waiting: hashbrown::HashMap<u64, Waiter>,
-    /// How many responses the reader handed over from its last read.
+    /// How many responses the reader handed over from its last read that completed any.
     answered_together: usize,
     closed: Option<String>,
 }
@@ -73,7 +73,7 @@ impl Pending {
         Ok(Registered { reply, alone })
     }
 
-    /// The reader handed over `count` responses from its last read.
+    /// The reader handed over `count` responses (at least one) from its last read.
     pub(crate) fn answered_together(&self, count: usize) {
         self.lock().answered_together = count;
     }
@@ -334,5 +334,24 @@ mod tests {
         let _receiver = pending.register(2, later()).unwrap().reply;
         Registration::new(&pending, 2).disarm();
         assert_eq!(pending.len(), 1);
+    }
+
+    #[test]
+    fn a_call_is_alone_when_no_other_waits_and_the_last_read_answered_at_most_one() {
+        let pending = Pending::default();
+        let first = pending.register(1, later()).unwrap();
+        assert!(first.alone);
+        assert!(
+            !pending.register(2, later()).unwrap().alone,
+            "another call waits"
+        );
+        assert!(pending.complete(1, Ok(Outcome::Committed)));
+        assert!(pending.complete(2, Ok(Outcome::Committed)));
+        // Woken with others by one read: they are likely to send together.
+        pending.answered_together(2);
+        assert!(!pending.register(3, later()).unwrap().alone);
+        assert!(pending.complete(3, Ok(Outcome::Committed)));
+        pending.answered_together(1);
+        assert!(pending.register(4, later()).unwrap().alone);
     }
 }
