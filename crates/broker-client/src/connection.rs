@@ -540,6 +540,10 @@ impl Outbox {
             .as_ref()
             .filter(|_| lone && first_in_line && bytes.len() <= DIRECT_WRITE_MAX);
         if let Some(direct) = direct {
+            // Written under the lock, on purpose: a request put meanwhile, or the writer taking
+            // what this write leaves, would otherwise go out before this request's end. The
+            // write never waits (the socket is non-blocking), is at most `DIRECT_WRITE_MAX`
+            // bytes, and happens only when no other call is outstanding to contend for it.
             if write_now(direct, bytes) {
                 return Ok(Put::Encoded);
             }
