@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -148,7 +148,7 @@ async fn relay(
             if faults.lock().unwrap().cut.contains(&link) {
                 return;
             }
-            let Ok(mut outgoing) = TcpStream::connect(back).await else {
+            let Ok(mut outgoing) = crate::proxy::connect(back).await else {
                 return;
             };
             if outgoing.write_all(&opening).await.is_err() {

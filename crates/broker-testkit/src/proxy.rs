@@ -23,6 +23,14 @@ pub struct Proxy {
     task: JoinHandle<()>,
 }
 
+/// Connects to `target`, refusing a connection that reached its own port (a stopped server's
+/// port, which the server needs back when it restarts there).
+pub(crate) async fn connect(target: SocketAddr) -> std::io::Result<TcpStream> {
+    let stream = TcpStream::connect(target).await?;
+    broker_net::refuse_self_connection(stream.local_addr()?, stream.peer_addr()?)?;
+    Ok(stream)
+}
+
 /// Copies `from` to `to` until either end closes, counting the bytes in `count`; while `held`
 /// (when given) says so, what was read waits before it is written.
 async fn forward(
@@ -78,7 +86,7 @@ impl Proxy {
                     let held = held.subscribe();
                     let to_server = Arc::clone(&to_server);
                     tokio::spawn(async move {
-                        let Ok(server) = TcpStream::connect(target).await else {
+                        let Ok(server) = connect(target).await else {
                             return;
                         };
                         let (from_client, to_client) = client.into_split();
