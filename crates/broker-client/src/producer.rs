@@ -601,12 +601,17 @@ async fn send_topic(
             });
         }
         // One request per producer id (they differ only after a request timed out).
-        while !parts.is_empty() {
-            let id = parts[0].numbering.producer;
-            let (request, rest): (Vec<Part>, Vec<Part>) = parts
-                .into_iter()
-                .partition(|part| part.numbering.producer == id);
-            parts = rest;
+        while let Some(first) = parts.first() {
+            let id = first.numbering.producer;
+            let request = if parts.iter().all(|part| part.numbering.producer == id) {
+                std::mem::take(&mut parts)
+            } else {
+                let (request, rest): (Vec<Part>, Vec<Part>) = parts
+                    .into_iter()
+                    .partition(|part| part.numbering.producer == id);
+                parts = rest;
+                request
+            };
             on_their_way.push(store(&client, &topic, request));
         }
         later.sort_unstable();
@@ -706,10 +711,15 @@ impl ProducerBuilder {
             bytes += queued.waiter.size;
             taken += 1;
         }
-        records
-            .drain(..taken)
-            .map(|queued| (queued.record, queued.waiter))
-            .unzip()
+        // Pushed one by one into vectors of the exact size: `unzip` would grow them by its
+        // generic path, which cost more than the records' moves themselves.
+        let mut batch = Vec::with_capacity(taken);
+        let mut waiters = Vec::with_capacity(taken);
+        for queued in records.drain(..taken) {
+            batch.push(queued.record);
+            waiters.push(queued.waiter);
+        }
+        (batch, waiters)
     }
 }
 
@@ -855,23 +865,31 @@ fn settle(
                 }
             }
             part.numbering.next += stored as u64;
-            // The rest was refused because the partition is full, so certainly not stored:
-            // those past their delivery timeout fail, the others are tried again.
-            let (expired, full): (Vec<Queued>, Vec<Queued>) = unstored
-                .into_iter()
-                .partition(|queued| queued.waiter.deadline <= now);
-            for queued in expired {
-                queued.waiter.answer.send(Err(ProducerError::Full {
-                    topic: topic.to_owned(),
-                    partition: part.partition as i32,
-                }));
-            }
             Settled {
+                full: retry_or_fail(topic, part.partition, unstored, now),
                 partition: part.partition,
                 numbering: part.numbering,
                 stored: stored > 0,
-                full,
             }
         })
         .collect()
+}
+
+/// Of the records of `partition` refused because it is full (so certainly not stored), fails
+/// those past their delivery timeout at `now` and returns the others, to be tried again.
+fn retry_or_fail(topic: &str, partition: usize, full: Vec<Queued>, now: Instant) -> Vec<Queued> {
+    // Nearly always empty: returned as it is, without going through `partition`'s machinery.
+    if full.is_empty() {
+        return full;
+    }
+    let (expired, again): (Vec<Queued>, Vec<Queued>) = full
+        .into_iter()
+        .partition(|queued| queued.waiter.deadline <= now);
+    for queued in expired {
+        queued.waiter.answer.send(Err(ProducerError::Full {
+            topic: topic.to_owned(),
+            partition: partition as i32,
+        }));
+    }
+    again
 }
