@@ -127,6 +127,11 @@ async fn scrape(addr: &str) -> anyhow::Result<HashMap<String, f64>> {
     let addr = broker_net::connect_address(addr)?;
     let stream = TcpStream::connect(&addr)
         .await
+        .and_then(|stream| {
+            // Polled while a server restarts: never keep its port by reaching our own.
+            broker_net::refuse_self_connection(socket2::SockRef::from(&stream))?;
+            Ok(stream)
+        })
         .with_context(|| format!("cannot reach the metrics endpoint at {addr}"))?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await

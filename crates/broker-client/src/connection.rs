@@ -155,11 +155,7 @@ impl Connection {
     ) -> Result<Connection, Error> {
         let began = Instant::now();
         let stream = TcpStream::connect(addr).await.map_err(Error::Io)?;
-        broker_net::refuse_self_connection(
-            stream.local_addr().map_err(Error::Io)?,
-            stream.peer_addr().map_err(Error::Io)?,
-        )
-        .map_err(Error::Io)?;
+        broker_net::refuse_self_connection(socket2::SockRef::from(&stream)).map_err(Error::Io)?;
         next_due.put_off(Instant::now() + began.elapsed() * 4);
         stream.set_nodelay(true).map_err(Error::Io)?;
         match tls {

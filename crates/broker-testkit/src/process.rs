@@ -111,9 +111,9 @@ impl ServerProcess {
     /// [`ServerProcess::start`] listening on `addr`: the address of a server this one replaces
     /// (killed or stopped), so that clients find it where they left the old one. While no
     /// server listens there, the kernel may give the port to a connection going out of this
-    /// host as its own end (clients and nodes refuse a connection that reached its own port,
-    /// but another attempt, or a connection elsewhere, may hold it for a while), so a start
-    /// that fails is tried again for 20 seconds.
+    /// host as its own end (clients and nodes reset a connection that reached its own port at
+    /// once, but a connection elsewhere may hold it for a while), so a start that fails is tried
+    /// again for 20 seconds.
     pub fn start_on(addr: SocketAddr, extra: &[&str]) -> ServerProcess {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {

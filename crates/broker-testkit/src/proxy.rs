@@ -27,7 +27,7 @@ pub struct Proxy {
 /// port, which the server needs back when it restarts there).
 pub(crate) async fn connect(target: SocketAddr) -> std::io::Result<TcpStream> {
     let stream = TcpStream::connect(target).await?;
-    broker_net::refuse_self_connection(stream.local_addr()?, stream.peer_addr()?)?;
+    broker_net::refuse_self_connection(socket2::SockRef::from(&stream))?;
     Ok(stream)
 }
 

@@ -120,6 +120,10 @@ async fn connect(
 ) -> anyhow::Result<Framed<TcpStream, ClientCodec>> {
     let stream = TcpStream::connect(addr)
         .await
+        .and_then(|stream| {
+            broker_net::refuse_self_connection(socket2::SockRef::from(&stream))?;
+            Ok(stream)
+        })
         .with_context(|| format!("cannot connect to {addr}"))?;
     stream.set_nodelay(true)?;
     let mut handshake = Framed::new(stream, ClientHandshakeCodec::new(MAX_FRAME));
