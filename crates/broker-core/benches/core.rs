@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::hint::black_box;
 
-use broker_core::EventBroker;
+use broker_core::{EventBroker, KeyHash, PartitionBatch, PublishRecord, Retention, TopicSetting};
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
@@ -40,6 +40,42 @@ fn publish(c: &mut Criterion) {
             },
             BatchSize::SmallInput,
         )
+    });
+    group.finish();
+}
+
+/// What a `Producer` with one record in flight per partition sends: one idempotent request of
+/// 64 batches of one record, one batch per partition. Limits retention (the oldest of 1,000 per
+/// partition leave) keeps every iteration's records stored.
+fn publish_idempotent(c: &mut Criterion) {
+    let payload = Bytes::from_static(PAYLOAD);
+    let mut group = c.benchmark_group("publish_idempotent");
+    group.throughput(Throughput::Elements(64));
+    group.bench_function("64 batches of one record, 64 partitions", |b| {
+        let broker = EventBroker::new(1_000).expect("valid capacity");
+        let settings = [
+            TopicSetting::Retention(Retention::Limits),
+            TopicSetting::MaxRecords(1_000),
+        ];
+        broker
+            .create_topic("t", 64, KeyHash::default(), &settings)
+            .expect("valid topic");
+        let mut sequence = 0;
+        b.iter(|| {
+            let batches = (0..64)
+                .map(|partition| PartitionBatch {
+                    partition,
+                    sequence,
+                    records: vec![PublishRecord::to_partition(partition, payload.clone())],
+                })
+                .collect();
+            sequence += 1;
+            black_box(
+                broker
+                    .publish_idempotent("t", 7, batches)
+                    .expect("a valid request"),
+            );
+        })
     });
     group.finish();
 }
@@ -162,5 +198,12 @@ fn rebalance(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, publish, poll_ack, fetch_commit, rebalance);
+criterion_group!(
+    benches,
+    publish,
+    publish_idempotent,
+    poll_ack,
+    fetch_commit,
+    rebalance
+);
 criterion_main!(benches);
