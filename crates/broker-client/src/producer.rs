@@ -139,6 +139,10 @@ impl ProducerBuilder {
 /// producer learns a topic's partitions when it first sends to it; after partitions are added
 /// to a topic, a new producer sees them.
 ///
+/// Clones share one producer (its id, its connection and its batches): give each task of a
+/// service a clone rather than a producer of its own, so that all their records to a partition
+/// go in one batch, as Kafka advises one producer per process.
+///
 /// ```no_run
 /// use broker_client::{Client, Producer, PublishRecord};
 ///
