@@ -1128,22 +1128,28 @@ fn bench_ack_consumes_every_record_exactly_once_in_order() {
 #[test]
 fn bench_through_the_producer_and_consumer_handles_consumes_every_record_exactly_once() {
     let server = ServerProcess::start(&[]);
-    for workload in ["ack", "fetch", "mixed"] {
-        let run = broker(
-            &server,
-            &[
-                "bench",
-                workload,
-                "--handles",
-                "--records",
-                "3000",
-                "--producers",
-                "2",
-                "--consumers",
-                "2",
-                "--json",
-            ],
-        );
+    // The last run's producer tasks share one Producer.
+    let runs = [
+        ("ack", None),
+        ("fetch", None),
+        ("mixed", None),
+        ("ack", Some("--shared-producer")),
+    ];
+    for (workload, shared) in runs {
+        let mut args = vec![
+            "bench",
+            workload,
+            "--handles",
+            "--records",
+            "3000",
+            "--producers",
+            "2",
+            "--consumers",
+            "2",
+            "--json",
+        ];
+        args.extend(shared);
+        let run = broker(&server, &args);
         let report: Value = serde_json::from_str(run.ok()).expect("bench --json prints JSON");
         assert_eq!(report["check_passed"], true, "{report:#}");
         assert_eq!(report["published"], 3000, "{report:#}");
@@ -1170,6 +1176,9 @@ fn bench_through_the_producer_and_consumer_handles_consumes_every_record_exactly
     assert_eq!(report["publish_refused_full"], 0, "{report:#}");
     let refused = broker(&server, &["bench", "publish", "--handles", "--wire"]);
     assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    let refused = broker(&server, &["bench", "publish", "--shared-producer"]);
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(refused.stderr.contains("--handles"), "{}", refused.stderr);
     // --wire measures one server: a cluster's list of nodes is refused, saying so.
     let list = format!("{},{}", server.addr_string(), server.addr_string());
     let refused = broker_alone(&["bench", "publish", "--wire", "--addr", &list]);

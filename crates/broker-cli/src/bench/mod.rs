@@ -103,6 +103,11 @@ pub struct BenchArgs {
     /// send.
     #[arg(long)]
     pub handles: bool,
+    /// With --handles: the producer tasks share one `Producer` (one connection, one batch per
+    /// partition for all of them), as a service's tasks share clones of one, instead of one
+    /// each.
+    #[arg(long, requires = "handles")]
+    pub shared_producer: bool,
     /// Retention of the benchmark topic: interest (the default; with no group, partitions fill
     /// up to the server's --capacity and publishes are refused) or limits (the oldest records
     /// leave, so every publish is stored, as Redis's XADD stores every entry).
@@ -454,6 +459,20 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
     let deadline = args.duration.map(|d| Instant::now() + d);
     let start = Instant::now();
     let mut producers = Vec::new();
+    let producer_handle = |client: Client| {
+        broker_client::Producer::builder()
+            // Without retrying, a full partition fails the send at once, counted as refused.
+            .delivery_timeout(if args.workload == Workload::Publish {
+                Duration::ZERO
+            } else {
+                Duration::from_secs(120)
+            })
+            .build(client)
+    };
+    let shared_handle = match args.shared_producer {
+        true => Some(producer_handle(server.connect().await?)),
+        false => None,
+    };
     for (index, &share) in shares.iter().enumerate() {
         let producer = Producer {
             topic: topic.clone(),
@@ -472,7 +491,11 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
             let (addr, token) = (server.addr.clone(), server.auth_token.clone());
             tokio::spawn(async move { wire::produce(&addr, token, producer).await })
         } else if args.handles {
-            tokio::spawn(produce_with_handle(server.connect().await?, producer))
+            let handle = match &shared_handle {
+                Some(shared) => shared.clone(),
+                None => producer_handle(server.connect().await?),
+            };
+            tokio::spawn(produce_with_handle(handle, producer))
         } else {
             tokio::spawn(produce(server.connect().await?, producer))
         });
@@ -649,17 +672,12 @@ async fn produce(client: Client, producer: Producer) -> anyhow::Result<Histogram
     Ok(latency.into_inner().unwrap_or_else(PoisonError::into_inner))
 }
 
-/// Publishes the producer's share through one `Producer` handle, `depth` sends in flight;
-/// returns the latency of every send, from the call to its answer.
-async fn produce_with_handle(client: Client, p: Producer) -> anyhow::Result<Histogram<u64>> {
-    let handle = broker_client::Producer::builder()
-        // Without retrying, a full partition fails the send at once, counted as refused.
-        .delivery_timeout(if p.retry_full {
-            Duration::from_secs(120)
-        } else {
-            Duration::ZERO
-        })
-        .build(client);
+/// Publishes the producer's share through `handle` (its own, or shared), `depth` sends in
+/// flight; returns the latency of every send, from the call to its answer.
+async fn produce_with_handle(
+    handle: broker_client::Producer,
+    p: Producer,
+) -> anyhow::Result<Histogram<u64>> {
     let latency = Mutex::new(new_histogram());
     let (p, handle, latency_ref) = (&p, &handle, &latency);
     stream::iter(0..p.share)
