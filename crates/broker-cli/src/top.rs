@@ -128,7 +128,7 @@ async fn scrape(addr: &str) -> anyhow::Result<HashMap<String, f64>> {
     let stream = TcpStream::connect(&addr)
         .await
         .and_then(|stream| {
-            // Polled while a server restarts: never keep its port by reaching our own.
+            // Never keep a stopped server's port by reaching our own.
             broker_net::refuse_self_connection(socket2::SockRef::from(&stream))?;
             Ok(stream)
         })

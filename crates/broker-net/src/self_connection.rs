@@ -1,5 +1,5 @@
-//! Recognising a TCP connection that is connected to itself, and closing it so that its port
-//! is free at once.
+//! Recognising a TCP connection that is connected to itself, and having it reset when it is
+//! closed, so that its port is free at once.
 //!
 //! Connecting to a port of this host that nothing listens on can open a connection from that
 //! same port to itself: the kernel picks the connecting end's port from the ephemeral range,

@@ -57,7 +57,8 @@ pub struct BenchArgs {
     /// What to run.
     #[arg(value_enum)]
     pub workload: Workload,
-    /// Producer connections.
+    /// Producer tasks, each with a connection of its own (with --shared-producer, they share
+    /// one).
     #[arg(long, default_value_t = 1)]
     pub producers: usize,
     /// Consumer connections per group (end-to-end workloads).
@@ -97,8 +98,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub wire: bool,
     /// Publish through the `Producer` handle and consume through the `Consumer` handle, as a
-    /// service does, instead of the low-level calls: each producer is one `Producer` (its own
-    /// connection) with --depth sends in flight, batching by itself; consumers acknowledge with
+    /// service does, instead of the low-level calls: each producer task has a `Producer` (its
+    /// own connection; see --shared-producer) with --depth sends in flight, batching by itself;
+    /// consumers acknowledge with
     /// their next poll (ack mode) or commit each round (fetch mode). A "request" is then one
     /// send.
     #[arg(long)]
