@@ -1019,6 +1019,40 @@ fn consume_follow_survives_a_server_restart_and_ctrl_c_exits_130_with_the_count(
     assert_eq!(group["members"], json!([]), "{group}");
 }
 
+#[test]
+fn top_keeps_looking_through_a_server_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--data-dir", dir.path().to_str().unwrap()];
+    let mut server = ServerProcess::start(&args);
+    broker(&server, &["create", "watched", "--partitions", "2"]).ok();
+    let top = Running::start(&server, &["top", "--interval", "1s", "--count", "2"]);
+    // The line of the topic in the next view on standard output. The server is killed well
+    // within the second between the first view and the next look.
+    let next_view = || loop {
+        let (line, _) = top.next_line("stdout");
+        if line.trim_start().starts_with("watched") {
+            return line;
+        }
+    };
+    next_view();
+
+    let addr = server.addr;
+    server.kill();
+    let (lost, _) = top.next_line("stderr");
+    assert!(
+        lost.starts_with("warning: ") && lost.ends_with("trying again every 1s"),
+        "{lost:?}"
+    );
+    let server = ServerProcess::start_on(addr, &args);
+    let (found, _) = top.next_line("stderr");
+    assert_eq!(found, "reachable again");
+    broker(&server, &["publish", "watched", "after the restart"]).ok();
+    next_view();
+    let mut top = top;
+    let exit = top.child.wait().unwrap();
+    assert_eq!(exit.code(), Some(0), "top stopped after its two views");
+}
+
 /// A `broker` command left running, its output lines read by threads onto one channel so that
 /// every wait for a line is bounded. Killed when dropped, if still running.
 struct Running {

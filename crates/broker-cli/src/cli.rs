@@ -243,7 +243,10 @@ Examples:
   broker top                                   every topic and group, refreshed every second
   broker top --metrics 127.0.0.1:9100          also connections and requests (the server runs
                                                with --metrics-listen 127.0.0.1:9100)
-  broker top --json                            one view as JSON, one interval after the start")]
+  broker top --json                            one view as JSON, one interval after the start
+
+While the server cannot be reached (it restarts, say), top says so once and tries again every
+interval; views resume once it answers. --json and the first look fail at once instead.")]
 pub struct TopArgs {
     /// Time between two views; rates are measured over it.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]

@@ -73,17 +73,39 @@ struct View {
 }
 
 /// Runs `broker top` against `client` until interrupted, `--count` views were shown, or (with
-/// `--json`) one view was printed.
+/// `--json`) one view was printed. Once the first look succeeded, a broker (or metrics
+/// endpoint) that cannot be reached, as while its server restarts, is said once on standard
+/// error and looked at again every interval; views resume from its first answer after that.
 pub async fn run(client: &Client, args: TopArgs) -> anyhow::Result<()> {
     let mut before = sample(client, args.metrics.as_deref()).await?;
     let terminal = std::io::stdout().is_terminal() && !args.json;
     let mut shown = 0u64;
+    let mut unreachable = false;
     loop {
         tokio::select! {
             () = tokio::time::sleep(args.interval) => {}
             _ = tokio::signal::ctrl_c() => return Ok(()),
         }
-        let after = sample(client, args.metrics.as_deref()).await?;
+        let after = match sample(client, args.metrics.as_deref()).await {
+            Ok(after) => after,
+            Err(error) if !args.json && is_transient(&error) => {
+                if !std::mem::replace(&mut unreachable, true) {
+                    eprintln!(
+                        "warning: {error:#}; trying again every {}",
+                        humantime::format_duration(args.interval)
+                    );
+                }
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        if std::mem::take(&mut unreachable) {
+            eprintln!("reachable again");
+            // Rates over the gap would mix counts from before and after a restart: they are
+            // measured from here.
+            before = after;
+            continue;
+        }
         let view = view(&before, &after);
         if args.json {
             outln!("{}", serde_json::to_string(&view)?)?;
@@ -102,6 +124,19 @@ pub async fn run(client: &Client, args: TopArgs) -> anyhow::Result<()> {
         }
         before = after;
     }
+}
+
+/// Whether `error` (of a look at the broker) may pass by itself: the server or its metrics
+/// endpoint could not be reached or did not answer in time, rather than refused the request.
+fn is_transient(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<broker_client::Error>()
+            .is_some_and(broker_client::Error::is_retriable)
+            || cause.is::<std::io::Error>()
+            || cause.is::<tokio::time::error::Elapsed>()
+            || cause.is::<hyper::Error>()
+    })
 }
 
 /// Describes the broker and, with `metrics`, scrapes its endpoint.
