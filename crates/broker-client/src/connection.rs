@@ -503,9 +503,9 @@ impl Outbox {
 
     /// Encodes `frame` behind the requests already in the outbox, unless it is full (or
     /// callers wait for room: they go first) or closed; `Err` for a request the codec refuses
-    /// (nothing is encoded then). A `lone` caller (see [`crate::pending::Registered::alone`]) writes the
-    /// request itself when the connection allows it (see [`OutboxState::direct`]); what the socket
-    /// does not take at once is left to the writer.
+    /// (nothing is encoded then). A `lone` caller (see [`crate::pending::Registered::alone`])
+    /// writes the request itself when the connection allows it (see [`OutboxState::direct`]);
+    /// what the socket does not take at once is left to the writer.
     fn put(&self, frame: RequestFrameRef<'_>, lone: bool) -> Result<Put, Error> {
         self.put_unless_full(frame, false, lone)
     }

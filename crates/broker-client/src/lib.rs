@@ -46,9 +46,9 @@
 //! hands each response to the caller waiting for its correlation id. A call alone on a plain
 //! TCP connection (no other call outstanding, and not one of several woken by the same
 //! responses) writes a request of up to 64 KiB itself when the writer holds nothing, through a
-//! second descriptor of the connection's socket (closed with the connection): it saves the hand-off to the writer task, and
-//! pipelined calls still share the writer's writes. A call keeps its command until it is answered, to send it
-//! again to a cluster's leader. At most [`ClientBuilder::max_in_flight`] calls are outstanding
+//! second descriptor of the connection's socket (closed with the connection): it saves the
+//! hand-off to the writer task, and pipelined calls still share the writer's writes. A call
+//! keeps its command until it is answered, to send it again to a cluster's leader. At most [`ClientBuilder::max_in_flight`] calls are outstanding
 //! at once. A call that times out or whose future is dropped is forgotten. When the connection
 //! dies every outstanding call fails with [`Error::ConnectionLost`] and the next call
 //! reconnects; see [`Client`] for what that means for consumer groups.

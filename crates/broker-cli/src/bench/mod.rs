@@ -502,6 +502,8 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
             tokio::spawn(produce(server.connect().await?, producer))
         });
     }
+    // The tasks hold its clones: it closes with the last of them, not with this run.
+    drop(shared_handle);
     let ticker = spawn_ticker(progress.clone(), Arc::clone(&shared), checks_for(&checks));
 
     let mut publish_latency = new_histogram();
