@@ -1187,6 +1187,11 @@ fn bench_through_the_producer_and_consumer_handles_consumes_every_record_exactly
         let report: Value = serde_json::from_str(run.ok()).expect("bench --json prints JSON");
         assert_eq!(report["check_passed"], true, "{report:#}");
         assert_eq!(report["published"], 3000, "{report:#}");
+        let through = match shared {
+            Some(_) => "shared-producer",
+            None => "producers",
+        };
+        assert_eq!(report["published_through"], through, "{report:#}");
         for group in report["groups"].as_array().unwrap() {
             assert_eq!(group["consumed"], 3000, "{report:#}");
         }
@@ -1208,6 +1213,7 @@ fn bench_through_the_producer_and_consumer_handles_consumes_every_record_exactly
     let report: Value = serde_json::from_str(run.ok()).expect("bench --json prints JSON");
     assert_eq!(report["published"], 5000, "{report:#}");
     assert_eq!(report["publish_refused_full"], 0, "{report:#}");
+    assert_eq!(report["retention"], "limits", "{report:#}");
     let refused = broker(&server, &["bench", "publish", "--handles", "--wire"]);
     assert_eq!(refused.code, Some(2), "{}", refused.stderr);
     let refused = broker(&server, &["bench", "publish", "--shared-producer"]);
@@ -1247,6 +1253,9 @@ fn bench_fetch_with_batches_on_one_thread_consumes_every_record_and_counts_its_r
     );
     let report: Value = serde_json::from_str(run.ok()).expect("bench --json prints JSON");
     assert_eq!(report["check_passed"], true, "{report:#}");
+    assert_eq!(report["published_through"], "calls", "{report:#}");
+    assert_eq!(report["publish_batch"], 100, "{report:#}");
+    assert_eq!(report["retention"], "interest", "{report:#}");
     let group = &report["groups"][0];
     assert_eq!(group["consumed"], 5000, "{report:#}");
     let requests = group["consume_requests"].as_u64().unwrap();
@@ -1280,6 +1289,7 @@ fn bench_publish_over_raw_frames_answers_every_request_and_refuses_other_workloa
     // 4 partitions of capacity 10 hold 40 records; every other publish is answered -1.
     assert_eq!(report["published"], 40, "{report:#}");
     assert_eq!(report["publish_refused_full"], 2960, "{report:#}");
+    assert_eq!(report["published_through"], "wire", "{report:#}");
     // Contradicting or too-small arguments are bad arguments: exit 2, nothing run.
     for args in [
         &["bench", "ack", "--wire"][..],

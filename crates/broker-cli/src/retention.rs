@@ -4,7 +4,8 @@ use broker_client::Retention;
 use clap::ValueEnum;
 
 /// `--retention`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum RetentionArg {
     /// A record stays until every group of the topic has consumed it.
     Interest,

@@ -172,6 +172,41 @@ pub enum Workload {
     Ping,
 }
 
+/// What the producer tasks publish through, as the report names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum PublishedThrough {
+    /// The client's low-level calls (`publish`, `publish_batch`).
+    Calls,
+    /// Frames written to the socket (`--wire`).
+    Wire,
+    /// A `Producer` per task (`--handles`).
+    Producers,
+    /// One `Producer` shared by the tasks (`--handles --shared-producer`).
+    SharedProducer,
+}
+
+impl PublishedThrough {
+    fn of(args: &BenchArgs) -> Self {
+        match (args.wire, args.handles, args.shared_producer) {
+            (true, _, _) => PublishedThrough::Wire,
+            (false, true, true) => PublishedThrough::SharedProducer,
+            (false, true, false) => PublishedThrough::Producers,
+            (false, false, _) => PublishedThrough::Calls,
+        }
+    }
+
+    /// How the text report says it.
+    fn text(self) -> &'static str {
+        match self {
+            PublishedThrough::Calls => "through the client's calls",
+            PublishedThrough::Wire => "as frames on the wire",
+            PublishedThrough::Producers => "through a Producer per task",
+            PublishedThrough::SharedProducer => "through one Producer shared by the tasks",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GroupMode {
     Ack,
@@ -236,10 +271,16 @@ struct BenchReport {
     workload: Workload,
     topic: String,
     producers: usize,
+    /// What the producers publish through.
+    published_through: PublishedThrough,
     consumers_per_group: usize,
     partitions: i32,
+    /// The benchmark topic's retention.
+    retention: RetentionArg,
     record_bytes: usize,
     depth: usize,
+    /// Records per publish request (`--publish-batch`); a `Producer` batches by itself.
+    publish_batch: u64,
     published: u64,
     publish_refused_full: u64,
     /// Publish requests answered, stored or refused as full (a batch is one request).
@@ -552,10 +593,13 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
         workload: args.workload,
         topic,
         producers: args.producers,
+        published_through: PublishedThrough::of(args),
         consumers_per_group: if modes.is_empty() { 0 } else { args.consumers },
         partitions: args.partitions,
+        retention: args.retention,
         record_bytes: args.size,
         depth: args.depth,
+        publish_batch: args.publish_batch,
         published,
         publish_refused_full: shared.refused.load(Ordering::SeqCst),
         elapsed_secs: seconds,
@@ -970,11 +1014,12 @@ fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     outln!(
-        "workload {} on topic {}: {} producers x depth {}, {} consumers per group, {} partitions, {}-byte records",
+        "workload {} on topic {}: {} producers x depth {} {}, {} consumers per group, {} partitions, {}-byte records",
         format!("{:?}", report.workload).to_lowercase(),
         report.topic,
         report.producers,
         report.depth,
+        report.published_through.text(),
         report.consumers_per_group,
         report.partitions,
         report.record_bytes
