@@ -19,6 +19,12 @@ use crate::producer::random_id;
 use crate::{Client, Error};
 
 /// How a [`Consumer`] takes its records.
+///
+/// ```
+/// use broker_client::{ConsumeMode, Consumer};
+///
+/// let builder = Consumer::builder("orders", "analytics").mode(ConsumeMode::Fetch);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConsumeMode {
     /// Each record is acknowledged (or retried) through its [`Delivery`]; a partition has one
@@ -32,6 +38,19 @@ pub enum ConsumeMode {
 }
 
 /// Where a [`Consumer`] stands, as [`Consumer::status`] reports it.
+///
+/// ```no_run
+/// # async fn run(consumer: broker_client::Consumer) {
+/// let mut status = consumer.status();
+/// while status.changed().await.is_ok() {
+///     let now = status.borrow().clone();
+///     match now.reconnecting {
+///         Some(reason) => eprintln!("reconnecting: {reason}"),
+///         None => println!("partitions {:?} ({} re-joins)", now.assignment, now.rejoins),
+///     }
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerStatus {
     /// The partitions the group gives this member now, ascending; `[]` while it has none (more
@@ -44,6 +63,25 @@ pub struct ConsumerStatus {
 }
 
 /// The settings of a [`Consumer`]; [`Consumer::builder`] makes one.
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// use broker_client::{Client, ConsumeMode, Consumer, GroupSetting, StartAt};
+///
+/// # async fn run() -> Result<(), broker_client::Error> {
+/// let consumer = Consumer::builder("orders", "analytics")
+///     .member("analytics-1")
+///     .mode(ConsumeMode::Fetch)
+///     .max_records(1_000)
+///     .max_wait(Duration::from_millis(500))
+///     .auto_commit(Some(Duration::from_secs(1)))
+///     .group_settings(vec![GroupSetting::StartAt(StartAt::Earliest)])
+///     .start(Client::connect("127.0.0.1:9092").await?)
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct ConsumerBuilder {
     topic: String,
@@ -61,6 +99,10 @@ impl ConsumerBuilder {
     /// The member id (letters, digits, `.`, `_`, `-`); a random `consumer-…` id by default.
     /// Give a stable one to find the member in `broker describe` and to take its place again
     /// after a crash.
+    ///
+    /// ```
+    /// let builder = broker_client::Consumer::builder("orders", "billing").member("billing-1");
+    /// ```
     #[must_use]
     pub fn member(mut self, member: impl Into<String>) -> Self {
         self.member = Some(member.into());
@@ -68,6 +110,12 @@ impl ConsumerBuilder {
     }
 
     /// Ack mode (the default) or fetch mode.
+    ///
+    /// ```
+    /// use broker_client::{ConsumeMode, Consumer};
+    ///
+    /// let builder = Consumer::builder("orders", "billing").mode(ConsumeMode::Ack);
+    /// ```
     #[must_use]
     pub fn mode(mut self, mode: ConsumeMode) -> Self {
         self.mode = mode;
@@ -76,6 +124,10 @@ impl ConsumerBuilder {
 
     /// Most records one request takes: ack mode 1 to 64, fetch mode 1 to 10,000 (64 by
     /// default); [`ConsumerBuilder::start`] refuses other values.
+    ///
+    /// ```
+    /// let builder = broker_client::Consumer::builder("orders", "billing").max_records(16);
+    /// ```
     #[must_use]
     pub fn max_records(mut self, records: i32) -> Self {
         self.max_records = records;
@@ -86,6 +138,11 @@ impl ConsumerBuilder {
     /// by the server's limit; zero answers at once). The consumer checks its assignment
     /// between requests this often (at most once a second), and once a second while a longer
     /// request waits, so that [`Consumer::status`] shows a rebalance within about a second.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let builder = broker_client::Consumer::builder("orders", "billing").max_wait(Duration::from_secs(5));
+    /// ```
     #[must_use]
     pub fn max_wait(mut self, wait: Duration) -> Self {
         self.max_wait = wait;
@@ -96,6 +153,15 @@ impl ConsumerBuilder {
     /// once this long has passed since the last commit, and on close (5 s by default). `None`
     /// commits only on [`Consumer::commit`] and [`Consumer::commit_offsets`], never by itself,
     /// as Kafka's consumer without `enable.auto.commit`.
+    ///
+    /// ```
+    /// use broker_client::{ConsumeMode, Consumer};
+    ///
+    /// // Commit only when the service says so, through `Consumer::commit`.
+    /// let builder = Consumer::builder("orders", "analytics")
+    ///     .mode(ConsumeMode::Fetch)
+    ///     .auto_commit(None);
+    /// ```
     #[must_use]
     pub fn auto_commit(mut self, interval: Option<Duration>) -> Self {
         self.auto_commit = interval;
@@ -103,6 +169,12 @@ impl ConsumerBuilder {
     }
 
     /// The assignor of the group if this creates it; an existing group must use it.
+    ///
+    /// ```
+    /// use broker_client::{Assignor, Consumer};
+    ///
+    /// let builder = Consumer::builder("orders", "billing").assignor(Assignor::Range);
+    /// ```
     #[must_use]
     pub fn assignor(mut self, assignor: Assignor) -> Self {
         self.assignor = Some(assignor);
@@ -111,6 +183,16 @@ impl ConsumerBuilder {
 
     /// The settings of the group if this creates it (where it starts, its acknowledgement
     /// timeout); an existing group must have them.
+    ///
+    /// ```
+    /// use broker_client::{Consumer, GroupSetting, StartAt};
+    ///
+    /// let builder = Consumer::builder("orders", "billing").group_settings(vec![
+    ///     GroupSetting::StartAt(StartAt::Earliest),
+    ///     GroupSetting::AckTimeoutMs(30_000),
+    ///     GroupSetting::MaxDeliveries(5),
+    /// ]);
+    /// ```
     #[must_use]
     pub fn group_settings(mut self, settings: Vec<GroupSetting>) -> Self {
         self.settings = settings;
@@ -122,6 +204,17 @@ impl ConsumerBuilder {
     /// # Errors
     /// `InvalidArgument` for a number of records out of range; whatever the join meets: the server cannot be reached, the topic does not exist, the
     /// group has other settings or its maximum of members, a malformed name.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// use broker_client::{Client, Consumer};
+    ///
+    /// let client = Client::connect("127.0.0.1:9092").await?;
+    /// let consumer = Consumer::builder("orders", "billing").start(client).await?;
+    /// println!("joined as {}", consumer.member());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn start(self, client: Client) -> Result<Consumer, Error> {
         let most = match self.mode {
             ConsumeMode::Ack => MAX_POLL_RECORDS,
@@ -209,6 +302,17 @@ impl Membership {
 }
 
 /// A record handed out by a [`Consumer`]; it dereferences to its [`BrokerRecord`].
+///
+/// ```no_run
+/// # async fn run(mut consumer: broker_client::Consumer) -> Result<(), broker_client::Error> {
+/// for delivery in consumer.next_batch().await? {
+///     // A `Delivery` reads as the record it carries.
+///     println!("{}@{} key {:?}", delivery.partition, delivery.offset, delivery.key);
+///     delivery.ack_later();
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub struct Delivery {
     record: BrokerRecord,
     membership: Arc<Membership>,
@@ -230,11 +334,25 @@ impl Deref for Delivery {
 
 impl Delivery {
     /// The record.
+    ///
+    /// ```no_run
+    /// # fn run(delivery: broker_client::Delivery) {
+    /// let payload: &[u8] = &delivery.record().payload;
+    /// # }
+    /// ```
     pub fn record(&self) -> &BrokerRecord {
         &self.record
     }
 
     /// The record, without the handle.
+    ///
+    /// ```no_run
+    /// # fn run(delivery: broker_client::Delivery) {
+    /// delivery.ack_later();
+    /// // Kept after the handle is gone, for a later batch of work.
+    /// let record = delivery.into_record();
+    /// # }
+    /// ```
     pub fn into_record(self) -> BrokerRecord {
         self.record
     }
@@ -249,6 +367,16 @@ impl Delivery {
     ///
     /// # Errors
     /// What a retry cannot mend, as [`Client::ack`] says (the topic was deleted, say).
+    ///
+    /// ```no_run
+    /// # async fn run(delivery: broker_client::Delivery) -> Result<(), broker_client::Error> {
+    /// if !delivery.ack().await? {
+    ///     // Too late: it will be delivered again, maybe to another member.
+    ///     eprintln!("record {}@{} comes again", delivery.partition, delivery.offset);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn ack(&self) -> Result<bool, Error> {
         self.settle(Settle::Ack).await
     }
@@ -258,6 +386,18 @@ impl Delivery {
     /// answer for each. An acknowledgement that does not match (the partition moved, the
     /// server was lost before it went) leaves the record to be delivered again, as
     /// [`Delivery::ack`] answering `false` would. Nothing in fetch mode.
+    ///
+    /// ```no_run
+    /// # async fn run(mut consumer: broker_client::Consumer) -> Result<(), broker_client::Error> {
+    /// loop {
+    ///     for delivery in consumer.next_batch().await? {
+    ///         println!("{:?}", delivery.payload);
+    ///         // Sent with the next `next_batch`, in the same request.
+    ///         delivery.ack_later();
+    ///     }
+    /// }
+    /// # }
+    /// ```
     pub fn ack_later(&self) {
         if self.membership.mode == ConsumeMode::Ack {
             let mut later = self
@@ -275,6 +415,16 @@ impl Delivery {
     ///
     /// # Errors
     /// As [`Delivery::ack`].
+    ///
+    /// ```no_run
+    /// # async fn run(delivery: broker_client::Delivery) -> Result<(), broker_client::Error> {
+    /// if delivery.payload.is_empty() {
+    ///     // Not ready to handle it: give it back, to be delivered again.
+    ///     delivery.retry().await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn retry(&self) -> Result<bool, Error> {
         self.settle(Settle::Retry).await
     }
@@ -284,6 +434,16 @@ impl Delivery {
     ///
     /// # Errors
     /// As [`Delivery::ack`].
+    ///
+    /// ```no_run
+    /// # async fn run(delivery: broker_client::Delivery) -> Result<(), broker_client::Error> {
+    /// use std::time::Duration;
+    ///
+    /// // A downstream service is down: try this record again in 30 s.
+    /// delivery.retry_after(Duration::from_secs(30)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn retry_after(&self, delay: Duration) -> Result<bool, Error> {
         self.settle(Settle::RetryAfter(delay)).await
     }
@@ -389,6 +549,10 @@ fn backoff(attempt: u32) -> Duration {
 
 impl Consumer {
     /// The settings of a consumer of `topic` in `group`; [`ConsumerBuilder::start`] starts it.
+    ///
+    /// ```
+    /// let builder = broker_client::Consumer::builder("orders", "billing");
+    /// ```
     pub fn builder(topic: impl Into<String>, group: impl Into<String>) -> ConsumerBuilder {
         ConsumerBuilder {
             topic: topic.into(),
@@ -404,6 +568,12 @@ impl Consumer {
     }
 
     /// The member id this consumer joined as.
+    ///
+    /// ```no_run
+    /// # fn run(consumer: broker_client::Consumer) {
+    /// println!("consuming as {}", consumer.member());
+    /// # }
+    /// ```
     pub fn member(&self) -> &str {
         &self.membership.member
     }
@@ -412,6 +582,12 @@ impl Consumer {
     /// rebalances, checked once per [`ConsumerBuilder::max_wait`] while it takes records, but
     /// not more than once a second),
     /// and whether it is reconnecting.
+    ///
+    /// ```no_run
+    /// # fn run(consumer: broker_client::Consumer) {
+    /// println!("partitions now {:?}", consumer.status().borrow().assignment);
+    /// # }
+    /// ```
     pub fn status(&self) -> watch::Receiver<ConsumerStatus> {
         self.status.subscribe()
     }
@@ -424,6 +600,17 @@ impl Consumer {
     /// # Errors
     /// What a retry cannot mend: the topic or group was deleted, the group refuses the member
     /// (other settings, its maximum of members), the server refuses the client (wrong token).
+    ///
+    /// ```no_run
+    /// # async fn run(mut consumer: broker_client::Consumer) -> Result<(), broker_client::Error> {
+    /// loop {
+    ///     let batch = consumer.next_batch().await?;
+    ///     for delivery in &batch {
+    ///         delivery.ack_later();
+    ///     }
+    /// }
+    /// # }
+    /// ```
     pub async fn next_batch(&mut self) -> Result<Vec<Delivery>, Error> {
         let mut attempt = 0;
         loop {
@@ -459,6 +646,18 @@ impl Consumer {
     /// The records one at a time, for as long as the consumer lives: each batch of
     /// [`Consumer::next_batch`] in order, waiting as long as it takes for the next record. An
     /// error is given once and the stream goes on.
+    ///
+    /// ```no_run
+    /// # async fn run(mut consumer: broker_client::Consumer) -> Result<(), broker_client::Error> {
+    /// use futures::StreamExt;
+    ///
+    /// let mut records = consumer.stream().take(100);
+    /// while let Some(delivery) = records.next().await {
+    ///     delivery?.ack().await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn stream(&mut self) -> BoxStream<'_, Result<Delivery, Error>> {
         futures::stream::unfold(
             (self, VecDeque::new()),
@@ -482,6 +681,16 @@ impl Consumer {
     ///
     /// # Errors
     /// As [`Client::commit`].
+    ///
+    /// ```no_run
+    /// # async fn run(mut consumer: broker_client::Consumer) -> Result<(), broker_client::Error> {
+    /// // A consumer built with `.mode(ConsumeMode::Fetch).auto_commit(None)`.
+    /// let batch = consumer.next_batch().await?;
+    /// println!("{} records handled", batch.len());
+    /// consumer.commit().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn commit(&mut self) -> Result<(), Error> {
         if self.settings.mode != ConsumeMode::Fetch || !self.joined {
             return Ok(());
@@ -498,6 +707,16 @@ impl Consumer {
     ///
     /// # Errors
     /// As [`Client::commit`]; `NotAssigned` for a partition this member does not own.
+    ///
+    /// ```no_run
+    /// # async fn run(mut consumer: broker_client::Consumer) -> Result<(), broker_client::Error> {
+    /// use std::collections::BTreeMap;
+    ///
+    /// // Partition 3 is done up to offset 41: its next record to consume is 42.
+    /// consumer.commit_offsets(BTreeMap::from([(3, 42)])).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn commit_offsets(&mut self, offsets: BTreeMap<i32, i64>) -> Result<(), Error> {
         let (client, topic, group, member) = self.membership.names();
         client.commit(topic, group, member, Some(offsets)).await?;
@@ -512,6 +731,14 @@ impl Consumer {
     /// # Errors
     /// As [`Client::commit`] and [`Client::leave`]; the member leaves even when the commit
     /// fails, and the error is the commit's.
+    ///
+    /// ```no_run
+    /// # async fn run(consumer: broker_client::Consumer) -> Result<(), broker_client::Error> {
+    /// // On shutdown: the group's other members take the partitions over at once.
+    /// consumer.close().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn close(mut self) -> Result<(), Error> {
         self.closed = true;
         let committed = self.settle().await;
@@ -526,6 +753,14 @@ impl Consumer {
     ///
     /// # Errors
     /// As [`Client::commit`].
+    ///
+    /// ```no_run
+    /// # async fn run(consumer: broker_client::Consumer) -> Result<(), broker_client::Error> {
+    /// // A restart under the same member id follows: keep the partitions meanwhile.
+    /// consumer.close_and_stay().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn close_and_stay(mut self) -> Result<(), Error> {
         self.closed = true;
         self.settle().await

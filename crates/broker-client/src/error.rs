@@ -69,6 +69,18 @@ impl Error {
 impl Error {
     /// Whether the call may have been applied although it failed: its answer was lost or late
     /// ([`Error::ConnectionLost`], [`Error::Timeout`]).
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) {
+    /// match client.create("orders", 8).await {
+    ///     Err(error) if error.may_have_been_applied() => {
+    ///         // The answer was lost: look before creating again.
+    ///         let exists = client.describe_topic("orders").await.is_ok();
+    ///     }
+    ///     _ => {}
+    /// }
+    /// # }
+    /// ```
     pub fn may_have_been_applied(&self) -> bool {
         matches!(self, Error::ConnectionLost(_) | Error::Timeout)
     }
@@ -79,6 +91,24 @@ impl Error {
     /// shutting down, its storage fails until it is restarted, or it is a node of a cluster
     /// that has no leader now: nothing was applied). [`crate::Producer`] and
     /// [`crate::Consumer`] retry these by themselves.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// use std::time::Duration;
+    ///
+    /// let mut attempt = 0;
+    /// let offsets = loop {
+    ///     match client.end_offset("orders", 0).await {
+    ///         Err(error) if error.is_retriable() && attempt < 5 => {
+    ///             attempt += 1;
+    ///             tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+    ///         }
+    ///         answered => break answered?,
+    ///     }
+    /// };
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_retriable(&self) -> bool {
         matches!(
             self,

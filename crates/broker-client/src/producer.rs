@@ -18,6 +18,16 @@ use tokio::time::Instant;
 use crate::{Client, Error};
 
 /// Where a record was stored.
+///
+/// ```no_run
+/// # async fn run(producer: broker_client::Producer) -> Result<(), broker_client::ProducerError> {
+/// use broker_client::PublishRecord;
+///
+/// let stored = producer.send("orders", PublishRecord::keyed(Some(b"alice"), "order 1")).await?;
+/// println!("stored at partition {} offset {}", stored.partition, stored.offset);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Stored {
     /// The partition.
@@ -27,6 +37,21 @@ pub struct Stored {
 }
 
 /// Why a record sent through a [`Producer`] was not stored.
+///
+/// ```no_run
+/// # async fn run(producer: broker_client::Producer) {
+/// use broker_client::{ProducerError, PublishRecord};
+///
+/// match producer.send("orders", PublishRecord::keyed(None, "order 1")).await {
+///     Ok(stored) => println!("offset {}", stored.offset),
+///     // Still full after the delivery timeout: the consumers are behind.
+///     Err(ProducerError::Full { topic, partition }) => eprintln!("{topic}/{partition} is full"),
+///     // Not stored, and sending it again cannot help.
+///     Err(ProducerError::Refused(error)) => eprintln!("refused: {error}"),
+///     Err(other) => eprintln!("not stored: {other}"),
+/// }
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProducerError {
@@ -56,6 +81,22 @@ pub enum ProducerError {
 }
 
 /// How a [`Producer`] batches and retries; see [`Producer::builder`].
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// use broker_client::{Client, Producer};
+///
+/// # async fn run() -> Result<(), broker_client::Error> {
+/// let producer = Producer::builder()
+///     .linger(Duration::from_millis(5))
+///     .batch_records(500)
+///     .batch_bytes(256 * 1024)
+///     .delivery_timeout(Duration::from_secs(30))
+///     .build(Client::connect("127.0.0.1:9092").await?);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct ProducerBuilder {
     linger: Duration,
@@ -80,6 +121,12 @@ impl ProducerBuilder {
     /// `linger.ms`). Zero by default: a batch goes as soon as the partition's previous one is
     /// answered, with every record sent meanwhile, so batches grow with the load by
     /// themselves; a linger gathers bigger ones under a light load, at that much latency.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// // Wait up to 5 ms for more records to a partition before sending its batch.
+    /// let builder = broker_client::Producer::builder().linger(Duration::from_millis(5));
+    /// ```
     #[must_use]
     pub fn linger(mut self, linger: Duration) -> Self {
         self.linger = linger;
@@ -87,6 +134,10 @@ impl ProducerBuilder {
     }
 
     /// Most records in one request, 1 to 10,000 (1,000 by default).
+    ///
+    /// ```
+    /// let builder = broker_client::Producer::builder().batch_records(100);
+    /// ```
     #[must_use]
     pub fn batch_records(mut self, records: usize) -> Self {
         self.batch_records = records.clamp(1, broker_core::MAX_BATCH_RECORDS);
@@ -95,6 +146,10 @@ impl ProducerBuilder {
 
     /// Most payload, key and header bytes in one request, past the first record (1 MiB by
     /// default); keep it below the server's frame limit.
+    ///
+    /// ```
+    /// let builder = broker_client::Producer::builder().batch_bytes(64 * 1024);
+    /// ```
     #[must_use]
     pub fn batch_bytes(mut self, bytes: usize) -> Self {
         self.batch_bytes = bytes.max(1);
@@ -105,6 +160,12 @@ impl ProducerBuilder {
     /// `delivery.timeout.ms`): past it, a record still refused because its partition is full
     /// fails with [`ProducerError::Full`], one that could not be sent with
     /// [`ProducerError::Timeout`]. 2 minutes by default.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// // Give up on a record after 10 s instead of 2 minutes.
+    /// let builder = broker_client::Producer::builder().delivery_timeout(Duration::from_secs(10));
+    /// ```
     #[must_use]
     pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
         self.delivery_timeout = timeout;
@@ -113,6 +174,18 @@ impl ProducerBuilder {
 
     /// A producer sending through `client` (which it shares: clones of one client share one
     /// connection).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// use broker_client::{Client, Producer};
+    ///
+    /// let client = Client::connect("127.0.0.1:9092").await?;
+    /// let producer = Producer::builder().build(client.clone());
+    /// // The client is still there for other calls, on the same connection.
+    /// let description = client.describe_topic("orders").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn build(self, client: Client) -> Producer {
         Producer {
             inner: Arc::new(Inner {
@@ -353,11 +426,21 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Producer {
     /// The settings of a new producer; [`ProducerBuilder::build`] makes it.
+    ///
+    /// ```
+    /// let builder = broker_client::Producer::builder();
+    /// ```
     pub fn builder() -> ProducerBuilder {
         ProducerBuilder::default()
     }
 
     /// The id the broker knows this producer by (random, chosen when it was built).
+    ///
+    /// ```no_run
+    /// # fn run(producer: broker_client::Producer) {
+    /// println!("producer {:016x}", producer.id());
+    /// # }
+    /// ```
     pub fn id(&self) -> u64 {
         self.inner.id
     }
@@ -372,6 +455,17 @@ impl Producer {
     /// [`ProducerError::Refused`] at once for a record the broker refuses (an unknown topic or
     /// partition, a record over the payload limit), [`ProducerError::Closed`] if the producer
     /// is dropped first.
+    ///
+    /// ```no_run
+    /// # async fn run(producer: broker_client::Producer) -> Result<(), broker_client::ProducerError> {
+    /// use broker_client::{Header, PublishRecord};
+    ///
+    /// let record = PublishRecord::keyed(Some(b"alice"), "order 1")
+    ///     .with_headers(vec![Header::new("source", "web")]);
+    /// let stored = producer.send("orders", record).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn send(
         &self,
         topic: &str,
@@ -394,6 +488,18 @@ impl Producer {
 
     /// Waits until every record sent so far is stored or has failed, whether or not its `send`
     /// is still awaited.
+    ///
+    /// ```no_run
+    /// # async fn run(producer: broker_client::Producer) {
+    /// use broker_client::PublishRecord;
+    ///
+    /// for i in 0..1_000 {
+    ///     // Not awaited: each record is answered all the same.
+    ///     drop(producer.send("orders", PublishRecord::keyed(None, format!("order {i}"))));
+    /// }
+    /// producer.flush().await;
+    /// # }
+    /// ```
     pub async fn flush(&self) {
         loop {
             let settled = self.inner.unsettled.settled.notified();
