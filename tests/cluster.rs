@@ -228,6 +228,18 @@ async fn a_leader_cut_off_from_its_followers_acknowledges_nothing_and_is_replace
         Err(Error::Timeout | Error::Server(ErrorReply::NotLeader { .. })) => {}
         other => panic!("a leader cut off from its followers answered {other:?}"),
     }
+    // Asked about the cluster, it answers as it answers clients: it knows no leader, nor how
+    // far the others are.
+    let status = stale.cluster_status().await.unwrap();
+    assert_ne!(status.role, NodeRole::Leader, "{status:?}");
+    assert_eq!(status.leader, None, "{status:?}");
+    assert!(
+        status
+            .members
+            .iter()
+            .all(|member| member.matched_index.is_none()),
+        "{status:?}"
+    );
     // The other two elect a leader; a producer given every node goes on there.
     let producer = Producer::builder().build(client.clone());
     let sends: Vec<_> = (0..20)

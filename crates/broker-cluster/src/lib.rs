@@ -112,9 +112,10 @@ pub enum ClusterError {
     /// The settings are inconsistent.
     #[error("invalid cluster settings: {0}")]
     Config(String),
-    /// The node's files cannot be read or written, or are damaged.
+    /// The node's files cannot be read or written, or are damaged. (Not a source as well: it
+    /// is said in the message, once.)
     #[error("the cluster's files: {0}")]
-    Storage(#[from] io::Error),
+    Storage(io::Error),
     /// The consensus engine refused to start.
     #[error("the consensus engine: {0}")]
     Raft(String),
@@ -192,6 +193,12 @@ pub enum ProposeError {
     Refused(String),
 }
 
+impl From<io::Error> for ClusterError {
+    fn from(error: io::Error) -> Self {
+        ClusterError::Storage(error)
+    }
+}
+
 fn leader_hint(leader: &Option<(NodeId, ClusterNode)>) -> String {
     match leader {
         Some((id, node)) => format!("; node {id} is, at {}", node.client_addr),
@@ -204,7 +211,8 @@ fn leader_hint(leader: &Option<(NodeId, ClusterNode)>) -> String {
 pub struct ClusterStatus {
     /// This node's id.
     pub node_id: NodeId,
-    /// Leader, follower, candidate or learner.
+    /// Leader, follower, candidate or learner; a leader that does not lead by
+    /// [`Cluster::is_leader`] is a follower here.
     pub role: ServerState,
     /// The current term.
     pub term: u64,
@@ -511,17 +519,27 @@ impl Cluster {
         self.raft.metrics()
     }
 
-    /// What this node knows of the cluster now.
+    /// What this node knows of the cluster now. A leader that does not lead by
+    /// [`Cluster::is_leader`] (cut off from the majority, or handing its leadership over) is
+    /// reported as it answers clients: a follower that knows no leader, and of no follower how
+    /// far it is.
     pub fn status(&self) -> ClusterStatus {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
         let membership = metrics.membership_config.membership();
         let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let deposed = metrics.state == ServerState::Leader && !self.leads(&metrics);
         ClusterStatus {
             node_id: self.node_id,
-            role: metrics.state,
+            role: match deposed {
+                true => ServerState::Follower,
+                false => metrics.state,
+            },
             term: metrics.current_term,
-            leader: metrics.current_leader,
+            // A node that no longer leads may still name itself (it was removed while leading).
+            leader: metrics.current_leader.filter(|leader| {
+                !deposed && (*leader != self.node_id || metrics.state == ServerState::Leader)
+            }),
             last_log_index: metrics.last_log_index,
             applied_index: metrics.last_applied.map(|id| id.index),
             members: membership
@@ -531,6 +549,7 @@ impl Cluster {
             replication: metrics
                 .replication
                 .as_ref()
+                .filter(|_| !deposed)
                 .map(|replication| {
                     replication
                         .iter()
