@@ -93,7 +93,7 @@ pub enum ServerError {
         reason: String,
     },
     /// A socket operation failed (binding, reading the local address).
-    #[error("i/o error: {0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     /// The auth token could not be loaded.
     #[error(transparent)]

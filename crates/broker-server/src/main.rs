@@ -73,8 +73,9 @@ struct Args {
     /// default), every IPv4 one too. Port 0 picks a free port.
     #[arg(long, env = "BROKER_LISTEN", default_value = "127.0.0.1:9092")]
     listen: String,
-    /// Serve metrics in Prometheus's text format at http://ADDR/metrics (HOST:PORT, [IPv6]:PORT
-    /// or :PORT, as --listen; port 0 picks a free port, printed as `metrics on ...` after
+    /// Serve metrics at http://ADDR/metrics in Prometheus's text format, or in OpenMetrics to a
+    /// scraper that asks for it (HOST:PORT, [IPv6]:PORT or :PORT, as --listen; port 0 picks a
+    /// free port, printed as `metrics on ...` after
     /// `listening on ...`). Off by default: without it nothing is counted. The endpoint has no
     /// authentication: bind it where only the monitoring system reaches it.
     #[arg(long, env = "BROKER_METRICS_LISTEN", value_name = "ADDR")]
@@ -577,15 +578,23 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
             data_dir,
             "broker-server started"
         );
-        let mut stdout = std::io::stdout();
-        writeln!(stdout, "listening on {listen}")?;
-        if let Some(metrics) = metrics_addr {
-            writeln!(stdout, "metrics on http://{metrics}/metrics")?;
+        let print = || {
+            let mut stdout = std::io::stdout();
+            writeln!(stdout, "listening on {listen}")?;
+            if let Some(metrics) = metrics_addr {
+                writeln!(stdout, "metrics on http://{metrics}/metrics")?;
+            }
+            if let Some(kafka) = kafka_addr {
+                writeln!(stdout, "kafka on {kafka}")?;
+            }
+            stdout.flush()
+        };
+        // Nobody reads standard output (closed, or a pipe whose reader is gone): the
+        // addresses are in the log line above, and the server serves all the same.
+        if let Err(error) = print() {
+            tracing::warn!(%error, "cannot print the listening addresses on standard output");
         }
-        if let Some(kafka) = kafka_addr {
-            writeln!(stdout, "kafka on {kafka}")?;
-        }
-        stdout.flush()
+        Ok(())
     };
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;

@@ -107,3 +107,45 @@ fn help_documents_every_flag_and_its_environment_variable() {
         assert!(help.contains(needle), "--help lacks {needle}:\n{help}");
     }
 }
+
+#[tokio::test]
+async fn the_binary_serves_when_nobody_reads_its_standard_output() {
+    let mut child = Process::new(BINARY)
+        .args(["--listen", "127.0.0.1:0", "--worker-threads", "1"])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader of its standard output is gone before it prints its address.
+    drop(child.stdout.take());
+    let stderr = child.stderr.take().unwrap();
+    let (started, warned) = tokio::task::spawn_blocking(move || {
+        let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+        let started = lines
+            .by_ref()
+            .find(|line| line.contains("broker-server started"))
+            .unwrap();
+        let warned = lines.next().unwrap_or_default();
+        (started, warned)
+    })
+    .await
+    .unwrap();
+    assert!(
+        warned.contains("cannot print the listening addresses"),
+        "{warned}"
+    );
+    let addr: SocketAddr = started
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("listen="))
+        .unwrap_or_else(|| panic!("no address in {started:?}"))
+        .parse()
+        .unwrap();
+    let mut client = connect(addr).await;
+    assert_eq!(
+        call(&mut client, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
