@@ -640,6 +640,29 @@ fn size_prints_the_sizing_example() {
         "1s",
     ]);
     overflow.one_error_line();
+    // No copy at all is a bad argument.
+    let none = broker_alone(&[
+        "size",
+        "--message-bytes",
+        "100",
+        "--rate",
+        "2",
+        "--retention",
+        "1s",
+        "--replication",
+        "0",
+    ]);
+    assert_eq!(none.code, Some(2), "{none:#?}");
+    let one = broker_alone(&[
+        "size",
+        "--message-bytes",
+        "100",
+        "--rate",
+        "2",
+        "--retention",
+        "1s",
+    ]);
+    assert!(one.ok().contains("x 1 replica:"), "{one:#?}");
 }
 
 #[test]
@@ -866,7 +889,7 @@ fn publish_json_prints_every_record_refused_ones_too_and_goes_on() {
         [
             json!({"record": 1, "topic": "t", "partition": 0, "offset": 0}),
             json!({"record": 2, "topic": "t", "partition": null, "offset": null,
-                   "error": "too large: payload is 13 bytes, the limit is 10"}),
+                   "error": "too large: a record's payload, key and headers are 13 bytes, the limit is 10"}),
             json!({"record": 3, "topic": "t", "partition": 0, "offset": 1}),
             json!({"record": 4, "topic": "t", "partition": 0, "offset": null,
                    "error": "partition 0 of t is full"}),
@@ -912,7 +935,7 @@ fn publishing_into_a_full_partition_exits_1_and_says_the_partition_is_full() {
     assert!(run.stderr.contains("partition 0 of t is full"), "{run:#?}");
     let last = run.stderr.lines().last().unwrap();
     assert!(
-        last.starts_with("error: ") && last.contains("full"),
+        last.starts_with("error: ") && last.contains("full") && last.contains("--max-memory"),
         "{run:#?}"
     );
     assert_eq!(end_offsets(&server, "t"), [2]);

@@ -306,7 +306,8 @@ pub struct CreateArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub max_age: Option<Duration>,
     /// At a limit of limits retention: discard the oldest records (old, the default) or refuse
-    /// the new one (new).
+    /// the new one (new). Interest retention always refuses the new one: new is accepted there,
+    /// old refused.
     #[arg(long, value_enum)]
     pub discard: Option<DiscardArg>,
     /// Print JSON instead of text.
@@ -964,8 +965,8 @@ pub struct SizeArgs {
     /// How long messages are kept: "3d", "72h", "259200s", "1w 2d".
     #[arg(long, value_parser = parse_duration)]
     pub retention: Duration,
-    /// Copies of each message.
-    #[arg(long, default_value_t = 1)]
+    /// Copies of each message (at least 1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub replication: u64,
     /// Extra room on top, in percent (30 to 50 is common).
     #[arg(long, default_value_t = 0)]

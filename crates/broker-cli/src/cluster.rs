@@ -227,20 +227,35 @@ pub async fn add(server: &Server, args: AddNodeArgs) -> anyhow::Result<()> {
 pub async fn remove(server: &Server, args: RemoveNodeArgs) -> anyhow::Result<()> {
     let client = server.connect().await?;
     let node = args.node_id;
-    if let Some(status) = leader_view(server, &client).await {
-        if status.members.iter().all(|member| member.node_id != node) {
-            outln!(
-                "node {node} is not a member of the cluster: nothing to do; the cluster's \
-                 voters: {}",
-                voters(&status.members)
-            )?;
-            return Ok(());
+    let view = leader_view(server, &client).await;
+    let member = match &view {
+        Some(status) => match status.members.iter().find(|member| member.node_id == node) {
+            Some(member) => Some(member),
+            None => {
+                outln!(
+                    "node {node} is not a member of the cluster: nothing to do; the cluster's \
+                     voters: {}",
+                    voters(&status.members)
+                )?;
+                return Ok(());
+            }
+        },
+        None => None,
+    };
+    let leads = view.as_ref().and_then(|status| status.leader) == Some(node);
+    match member {
+        Some(member) if !member.voter => {
+            eprintln!("removing node {node}, a learner: it leaves the cluster");
         }
+        _ if leads => eprintln!(
+            "removing node {node}, the leader: once the cluster without it is committed, it \
+             stops leading and the other voters elect a leader"
+        ),
+        _ => eprintln!(
+            "removing node {node}: a voter that is not the leader first stops voting (the \
+             leader waits up to 5 s for it to hear so), then leaves the cluster"
+        ),
     }
-    eprintln!(
-        "removing node {node}: a voter that is not the leader first stops voting (the leader \
-         waits up to 5 s for it to hear so), then leaves the cluster"
-    );
     let members = client.remove_node(node).await?;
     outln!(
         "node {node} removed (if its process still runs, stop it now); the cluster's voters: {}",
@@ -263,11 +278,20 @@ pub async fn remove(server: &Server, args: RemoveNodeArgs) -> anyhow::Result<()>
 /// `broker cluster transfer`.
 pub async fn transfer(server: &Server, args: TransferArgs) -> anyhow::Result<()> {
     let client = server.connect().await?;
-    eprintln!(
-        "asking the leader to hand its leadership over to node {} (changes pause until it is \
-         elected)",
-        args.node_id
-    );
+    // Said only of a voter (as far as the leader's view tells): anything else is refused.
+    let voter = leader_view(server, &client).await.is_none_or(|status| {
+        status
+            .members
+            .iter()
+            .any(|member| member.node_id == args.node_id && member.voter)
+    });
+    if voter {
+        eprintln!(
+            "asking the leader to hand its leadership over to node {} (changes pause until it \
+             is elected)",
+            args.node_id
+        );
+    }
     let status = client.transfer_leadership(args.node_id).await?;
     match status.leader {
         // Answered by the node named: it led already.

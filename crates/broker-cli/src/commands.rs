@@ -259,7 +259,7 @@ async fn create(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
             Some(asked) if asked < had || (asked > had && !args.add_partitions) => bail!(
                 "topic {} already exists with {had} partition{}, not {asked}: {}",
                 args.topic,
-                plural(had),
+                output::plural(had),
                 if asked < had {
                     "partitions are never removed"
                 } else {
@@ -285,36 +285,27 @@ async fn create(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
         "created" if settings.is_empty() => outln!(
             "created topic {} with {count} partition{}",
             args.topic,
-            plural(count)
+            output::plural(count)
         )?,
         "created" => outln!(
             "created topic {} with {count} partition{}: {}",
             args.topic,
-            plural(count),
+            output::plural(count),
             output::settings_text(&topic.settings)
         )?,
         "grown" => outln!(
             "topic {} now has {count} partition{} (it had {had})",
             args.topic,
-            plural(count)
+            output::plural(count)
         )?,
         _ => outln!(
             "topic {} already exists as asked: {had} partition{}, {}",
             args.topic,
-            plural(had),
+            output::plural(had),
             output::settings_text(&topic.settings)
         )?,
     }
     Ok(())
-}
-
-/// "s" for a count other than one.
-fn plural(count: i32) -> &'static str {
-    if count == 1 {
-        ""
-    } else {
-        "s"
-    }
 }
 
 /// What an existing topic has that `broker create` named otherwise, besides its partition
@@ -638,7 +629,8 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
         if full > 0 {
             why.push(format!(
                 "{full} because their partition was full: it holds the most the topic allows \
-                 (its --max-records or --max-bytes, or the server's --capacity); see `broker \
+                 (its --max-records or --max-bytes, or the server's --capacity), or the \
+                 server's records fill its --max-memory; see `broker \
                  describe {topic}` (with interest retention, records leave once every group has \
                  consumed them)"
             ));
@@ -1052,10 +1044,12 @@ fn size_command(args: &SizeArgs) -> anyhow::Result<()> {
         ),
         sizing.one_copy_bytes,
     )?;
-    line(
-        &format!("x {} replicas:", args.replication),
-        sizing.replicated_bytes,
-    )?;
+    let replicas = format!(
+        "{} replica{}",
+        args.replication,
+        output::plural(args.replication)
+    );
+    line(&format!("x {replicas}:"), sizing.replicated_bytes)?;
     line(
         &format!("with {}% headroom:", args.headroom),
         sizing.with_headroom_bytes,
@@ -1068,10 +1062,7 @@ fn size_command(args: &SizeArgs) -> anyhow::Result<()> {
     )?;
     line("one copy on disk:", sizing.on_disk_bytes)?;
     line(
-        &format!(
-            "x {} replicas + {}% headroom:",
-            args.replication, args.headroom
-        ),
+        &format!("x {replicas} + {}% headroom:", args.headroom),
         sizing.on_disk_with_headroom_bytes,
     )?;
     Ok(())

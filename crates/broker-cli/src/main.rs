@@ -100,6 +100,12 @@ fn main() -> ExitCode {
         ),
         Err(error) => {
             eprintln!("error: {error:#}");
+            if may_have_been_applied(&error) {
+                eprintln!(
+                    "note: the server may have carried the request out before its answer was \
+                     lost; look before repeating it (a publish repeated is stored twice)"
+                );
+            }
             ExitCode::FAILURE
         }
     }
@@ -123,6 +129,16 @@ fn connect_args(cli: &cli::Cli, matches: &ArgMatches) -> Option<cli::ConnectArgs
     ))
 }
 
+/// Whether `error` is a client call whose answer was lost or late, so that the server may
+/// have applied it.
+fn may_have_been_applied(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<broker_client::Error>()
+            .is_some_and(broker_client::Error::may_have_been_applied)
+    })
+}
+
 /// Whether `error` is standard output closed by its reader.
 fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
@@ -130,4 +146,22 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
             .downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_lost_or_late_answer_may_have_been_applied() {
+        let late = anyhow::Error::from(broker_client::Error::Timeout).context("publishing to t");
+        assert!(may_have_been_applied(&late));
+        let lost = anyhow::Error::from(broker_client::Error::ConnectionLost("reset".to_owned()));
+        assert!(may_have_been_applied(&lost));
+        let refused = anyhow::Error::from(broker_client::Error::Io(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        assert!(!may_have_been_applied(&refused));
+        assert!(!may_have_been_applied(&anyhow::anyhow!("no such topic")));
+    }
 }

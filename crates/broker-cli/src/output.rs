@@ -275,6 +275,15 @@ pub fn lag_text(topic: &str, group: &str, lag: &[PartitionLag]) -> String {
     format!("group {group} on topic {topic}: total lag {total}\n{rows}\n")
 }
 
+/// "s" for a count other than one.
+pub fn plural<T: PartialEq + From<u8>>(count: T) -> &'static str {
+    if count == T::from(1) {
+        ""
+    } else {
+        "s"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -35,7 +35,7 @@ pub enum ErrorReply {
     #[error("unsupported protocol: {0}")]
     UnsupportedProtocol(String),
     /// Code 4: a frame, a payload or a response exceeds the server's limit.
-    #[error("too large: {what} is {size} bytes, the limit is {limit}")]
+    #[error("too large: {}", too_large_text(what, *size, *limit))]
     TooLarge {
         /// What was too large: `frame`, `payload` or `response`.
         what: String,
@@ -98,6 +98,16 @@ impl ErrorKind {
     /// The kind whose code is `code`, if any.
     pub fn of_code(code: u32) -> Option<ErrorKind> {
         ErrorKind::iter().find(|kind| kind.code() == code)
+    }
+}
+
+/// What [`ErrorReply::TooLarge`] says: a `payload` counts the record's key and headers too.
+fn too_large_text(what: &str, size: u64, limit: u64) -> String {
+    match what {
+        "payload" => {
+            format!("a record's payload, key and headers are {size} bytes, the limit is {limit}")
+        }
+        other => format!("{other} is {size} bytes, the limit is {limit}"),
     }
 }
 

@@ -21,6 +21,7 @@ use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use serde::Serialize;
 
 use crate::connect::Server;
+use crate::output::plural;
 use crate::retention::RetentionArg;
 use crate::size::with_thousands;
 
@@ -1014,14 +1015,17 @@ fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     outln!(
-        "workload {} on topic {}: {} producers x depth {} {}, {} consumers per group, {} partitions, {}-byte records",
+        "workload {} on topic {}: {} producer{} x depth {} {}, {} consumer{} per group, {} partition{}, {}-byte records",
         format!("{:?}", report.workload).to_lowercase(),
         report.topic,
         report.producers,
+        plural(report.producers),
         report.depth,
         report.published_through.text(),
         report.consumers_per_group,
+        plural(report.consumers_per_group),
         report.partitions,
+        plural(report.partitions),
         report.record_bytes
     )?;
     outln!(
