@@ -640,8 +640,8 @@ fn size_prints_the_sizing_example() {
         "1s",
     ]);
     overflow.one_error_line();
-    // No copy at all is a bad argument.
-    let none = broker_alone(&[
+    // No copy at all is a bad argument; one is said so.
+    let small = [
         "size",
         "--message-bytes",
         "100",
@@ -649,19 +649,10 @@ fn size_prints_the_sizing_example() {
         "2",
         "--retention",
         "1s",
-        "--replication",
-        "0",
-    ]);
+    ];
+    let none = broker_alone(&[&small[..], &["--replication", "0"]].concat());
     assert_eq!(none.code, Some(2), "{none:#?}");
-    let one = broker_alone(&[
-        "size",
-        "--message-bytes",
-        "100",
-        "--rate",
-        "2",
-        "--retention",
-        "1s",
-    ]);
+    let one = broker_alone(&small);
     assert!(one.ok().contains("x 1 replica:"), "{one:#?}");
 }
 
