@@ -61,8 +61,13 @@ impl Cluster {
             .wait_until_holds(id, added.log_id.index, deadline)
             .await
         {
-            let status = self.status();
-            let matched = status.replication.get(&id).copied().flatten();
+            // From the engine's own view: `status` hides how far followers are once this node
+            // lost its lease.
+            let (matched, last_log_index) = {
+                let metrics = self.raft.metrics();
+                let metrics = metrics.borrow();
+                (matched(&metrics, id), metrics.last_log_index)
+            };
             return Err(ProposeError::Refused(format!(
                 "node {id} has not caught up with the log within {} s (it holds {} of {} \
                  entries): it stays a learner and keeps catching up; is it running, started \
@@ -70,7 +75,7 @@ impl Cluster {
                  once it has caught up, or remove it",
                 wait.as_secs(),
                 matched.map_or_else(|| "none".to_owned(), |index| (index + 1).to_string()),
-                status.last_log_index.map_or(0, |index| index + 1),
+                last_log_index.map_or(0, |index| index + 1),
             )));
         }
         self.ensure_leader()?;
