@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use broker_client::{
     Assignor, BrokerRecord, Client, Consumer, ConsumerStatus, Delivery, Discard, Error,
-    GroupSetting, GroupSettings, Header, KeyHash, PublishRecord, ResetTo, StartAt, TopicSetting,
-    TopicSettings, MAX_POLL_RECORDS,
+    GroupDescription, GroupSetting, GroupSettings, Header, KeyHash, PublishRecord, ResetTo,
+    StartAt, TopicSetting, TopicSettings, MAX_POLL_RECORDS,
 };
 
 use crate::connect::Server;
@@ -79,14 +79,11 @@ pub async fn run(connect: Option<ConnectArgs>, command: Command) -> anyhow::Resu
 /// `broker group configure`: the group's settings with the ones named changed.
 async fn configure_group(client: &Client, args: ConfigureArgs) -> anyhow::Result<()> {
     let GroupArgs { topic, group } = &args.group;
-    let current = client
-        .describe_topic(topic)
-        .await?
-        .groups
-        .into_iter()
-        .find(|described| described.name == *group)
-        .with_context(|| format!("group {group} does not exist on topic {topic}"))?
-        .settings;
+    let known = client.describe_topic(topic).await?.groups;
+    let Some(current) = known.iter().find(|described| described.name == *group) else {
+        return Err(unknown_group(topic, group, &known));
+    };
+    let current = current.settings.clone();
     let mut settings = GroupSettings::from_list(&current)?;
     if let Some(timeout) = args.ack_timeout {
         settings.ack_timeout_ms = Some(millis(timeout));
@@ -994,19 +991,22 @@ async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The error for `group`, which `topic` does not have, naming the groups it has.
+fn unknown_group(topic: &str, group: &str, known: &[GroupDescription]) -> anyhow::Error {
+    let names: Vec<&str> = known.iter().map(|group| group.name.as_str()).collect();
+    anyhow::anyhow!(
+        "group {group} does not exist on topic {topic} ({})",
+        match names.is_empty() {
+            true => "it has no groups".to_owned(),
+            false => format!("its groups: {}", names.join(", ")),
+        }
+    )
+}
+
 async fn lag(client: &Client, args: LagArgs) -> anyhow::Result<()> {
     let known = client.describe_topic(&args.topic).await?.groups;
     if !known.iter().any(|group| group.name == args.group) {
-        let names: Vec<&str> = known.iter().map(|group| group.name.as_str()).collect();
-        bail!(
-            "group {} does not exist on topic {} ({})",
-            args.group,
-            args.topic,
-            match names.is_empty() {
-                true => "it has no groups".to_owned(),
-                false => format!("its groups: {}", names.join(", ")),
-            }
-        );
+        return Err(unknown_group(&args.topic, &args.group, &known));
     }
     let lag = client.lag(&args.topic, &args.group).await?;
     if args.json {

@@ -417,7 +417,8 @@ impl BrokerState {
         };
         let Some(state) = checked.groups.get_mut(group) else {
             return Err(BrokerError::invalid(format!(
-                "unknown group {group:?}: a group exists once a member joined it"
+                "group {group:?} does not exist on topic {topic:?} (a group exists once a member \
+                 joined it)"
             )));
         };
         for &partition in &selected {
