@@ -240,6 +240,12 @@ async fn a_leader_cut_off_from_its_followers_acknowledges_nothing_and_is_replace
             .all(|member| member.matched_index.is_none()),
         "{status:?}"
     );
+    let addr = nodes.client_addrs[old].to_string();
+    let shown = broker_cli(&nodes, &["cluster", "status", "--addr", &addr]);
+    assert!(
+        shown.starts_with(&format!("no leader known to node {}", old + 1)),
+        "{shown}"
+    );
     // The other two elect a leader; a producer given every node goes on there.
     let producer = Producer::builder().build(client.clone());
     let sends: Vec<_> = (0..20)

@@ -73,7 +73,8 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
         }
         bail!(why);
     }
-    // The leader's view says how far each member has the log.
+    // The leader's view says how far each member has the log. The node named must still say it
+    // leads: one handing its leadership over, or cut off, no longer does.
     let leader = match first.leader {
         Some(leader) if leader == first.node_id => Some(first.clone()),
         Some(leader) => match first.members.iter().find(|m| m.node_id == leader) {
@@ -84,7 +85,8 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
             None => None,
         },
         None => None,
-    };
+    }
+    .filter(leads);
     let view = leader.as_ref().unwrap_or(&first);
     let answers = join_all(view.members.iter().map(|member| async {
         let known = [Some(&first), leader.as_ref()]
@@ -137,10 +139,18 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
             rows.iter().filter(|row| row.member.voter).count(),
             rows.iter().filter(|row| !row.member.voter).count()
         )?,
-        None => outln!(
-            "no leader known to node {} (an election may be under way, or a majority is down)",
-            first.node_id
-        )?,
+        None => match first.leader.filter(|named| *named != first.node_id) {
+            Some(named) => outln!(
+                "no leader confirmed: node {} names node {named}, which does not lead now or \
+                 does not answer (a hand-over or an election may be under way)",
+                first.node_id
+            )?,
+            None => outln!(
+                "no leader known to node {} (an election may be under way, or a majority is \
+                 down)",
+                first.node_id
+            )?,
+        },
     }
     outln!(
         "{:<6} {:<11} {:>6} {:>10} {:>10} {:>8}  {:<5}  {:<22} {}",
@@ -278,14 +288,16 @@ pub async fn remove(server: &Server, args: RemoveNodeArgs) -> anyhow::Result<()>
 /// `broker cluster transfer`.
 pub async fn transfer(server: &Server, args: TransferArgs) -> anyhow::Result<()> {
     let client = server.connect().await?;
-    // Said only of a voter (as far as the leader's view tells): anything else is refused.
-    let voter = leader_view(server, &client).await.is_none_or(|status| {
-        status
-            .members
-            .iter()
-            .any(|member| member.node_id == args.node_id && member.voter)
+    // Said only of a voter that does not lead (as far as the leader's view tells): anything
+    // else is refused or answered at once.
+    let hands_over = leader_view(server, &client).await.is_none_or(|status| {
+        status.leader != Some(args.node_id)
+            && status
+                .members
+                .iter()
+                .any(|member| member.node_id == args.node_id && member.voter)
     });
-    if voter {
+    if hands_over {
         eprintln!(
             "asking the leader to hand its leadership over to node {} (changes pause until it \
              is elected)",
@@ -321,7 +333,12 @@ async fn leader_view(server: &Server, client: &Client) -> Option<ClusterStatus> 
         .members
         .iter()
         .find(|member| member.node_id == leader)?;
-    ask(server, &member.client_addr).await.ok()
+    ask(server, &member.client_addr).await.ok().filter(leads)
+}
+
+/// Whether `status` is the answer of a node that says it leads.
+fn leads(status: &ClusterStatus) -> bool {
+    status.leader == Some(status.node_id)
 }
 
 /// What the node at `addr` knows of the cluster, or why it could not say.

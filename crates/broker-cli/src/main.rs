@@ -102,8 +102,9 @@ fn main() -> ExitCode {
             eprintln!("error: {error:#}");
             if may_have_been_applied(&error) {
                 eprintln!(
-                    "note: the server may have carried the request out before its answer was \
-                     lost; look before repeating it (a publish repeated is stored twice)"
+                    "note: the answer was lost or late, so the server may have carried the \
+                     request out; look before repeating a change (a publish repeated is stored \
+                     twice)"
                 );
             }
             ExitCode::FAILURE

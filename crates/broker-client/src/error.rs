@@ -71,14 +71,18 @@ impl Error {
     /// ([`Error::ConnectionLost`], [`Error::Timeout`]).
     ///
     /// ```no_run
-    /// # async fn run(client: broker_client::Client) {
-    /// match client.create("orders", 8).await {
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// match client.publish("orders", 0, "order 1").await {
+    ///     Ok(offset) => println!("stored at offset {offset}"),
+    ///     // Maybe stored: publishing it again could store it twice. Look at the partition's
+    ///     // end first (or let a `Producer` resend it: it stores a record once).
     ///     Err(error) if error.may_have_been_applied() => {
-    ///         // The answer was lost: look before creating again.
-    ///         let exists = client.describe_topic("orders").await.is_ok();
+    ///         let end = client.end_offset("orders", 0).await?;
+    ///         println!("orders/0 now ends at {end}; check whether order 1 is there");
     ///     }
-    ///     _ => {}
+    ///     Err(error) => return Err(error),
     /// }
+    /// # Ok(())
     /// # }
     /// ```
     pub fn may_have_been_applied(&self) -> bool {
@@ -97,7 +101,7 @@ impl Error {
     /// use std::time::Duration;
     ///
     /// let mut attempt = 0;
-    /// let offsets = loop {
+    /// let end = loop {
     ///     match client.end_offset("orders", 0).await {
     ///         Err(error) if error.is_retriable() && attempt < 5 => {
     ///             attempt += 1;

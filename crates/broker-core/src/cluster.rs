@@ -47,11 +47,13 @@ pub struct ClusterMember {
 pub struct ClusterStatus {
     /// The id of the node that answered.
     pub node_id: u64,
-    /// Its role.
+    /// Its role: `Leader` only while it leads and has heard from a majority within its lease
+    /// (a leader cut off, or handing its leadership over, is a `Follower` here).
     pub role: NodeRole,
     /// Its current term (each election starts a new one).
     pub term: u64,
-    /// The leader it knows of.
+    /// The leader it knows of; `None` while it knows none, and from a leader cut off or
+    /// handing its leadership over.
     pub leader: Option<u64>,
     /// The index of the last entry in its log.
     pub last_log_index: Option<u64>,

@@ -238,7 +238,9 @@ fn encode_cluster(
         (
             "cluster_leader",
             "1 on the node that leads the cluster now (and has heard from a majority), else 0.",
-            i64::from(cluster.is_leader()),
+            // From the same view as the leader's id: a leader without its lease is a follower
+            // there.
+            i64::from(status.leader == Some(status.node_id)),
         ),
         (
             "cluster_leader_id",

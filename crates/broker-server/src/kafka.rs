@@ -212,11 +212,8 @@ impl Backend for ServerBackend {
         let cluster = self.shared.cluster()?;
         let status = cluster.status();
         let broker_id = |id: NodeId| i32::try_from(id).ok();
-        let leader = match cluster.is_leader() {
-            true => Some(status.node_id),
-            // A node that thinks it leads but lost its lease leads nothing.
-            false => status.leader.filter(|leader| *leader != status.node_id),
-        };
+        // A node that thinks it leads but lost its lease names no leader there.
+        let leader = status.leader;
         Some(ClusterView {
             brokers: cluster
                 .kafka_addresses()

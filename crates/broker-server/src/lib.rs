@@ -92,7 +92,8 @@ pub enum ServerError {
         /// Why it was refused.
         reason: String,
     },
-    /// A socket operation failed (binding, reading the local address).
+    /// A socket or file operation failed (binding, reading the local address, announcing the
+    /// start).
     #[error(transparent)]
     Io(#[from] std::io::Error),
     /// The auth token could not be loaded.

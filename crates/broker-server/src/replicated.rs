@@ -336,8 +336,11 @@ pub(crate) fn check_directory(dir: &Path, node_id: NodeId) -> Result<(), ServerE
 
 /// Whether `dir` holds a single broker's log or snapshots.
 fn holds_single_broker_data(dir: &Path) -> Result<bool, ServerError> {
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
+    let unreadable = |error: std::io::Error| {
+        ServerError::InvalidConfig(format!("cannot read {}: {error}", dir.display()))
+    };
+    for entry in std::fs::read_dir(dir).map_err(unreadable)? {
+        let name = entry.map_err(unreadable)?.file_name();
         let name = name.to_string_lossy();
         if (name.starts_with("wal-") && name.ends_with(".log"))
             || (name.starts_with("snap-") && name.ends_with(".snap"))

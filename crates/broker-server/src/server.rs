@@ -107,8 +107,8 @@ pub(crate) async fn serve(
         ));
     }
     // Everything that can refuse the start is behind: a cluster node asked its peers whether it
-    // lost its log. If the announcement fails (its output is closed, say), what started stops
-    // as on a shutdown, and the failure is returned.
+    // lost its log. If the announcement fails (a library caller's `started` refuses), what
+    // started stops as on a shutdown, and the failure is returned.
     let announced = started();
     if announced.is_ok() {
         accept_until(&shared, &listener, &connections, shutdown).await;

@@ -1088,7 +1088,7 @@ async fn a_failed_announcement_stops_what_the_server_started() {
         metrics: Some(metrics),
         kafka: None,
     };
-    // As when `listening on` cannot be printed: its output is closed.
+    // An announcement that fails (the binary's only logs that it cannot print its addresses).
     let announce = || Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
     let run = broker_server::run_announced(
         listeners,

@@ -1015,17 +1015,22 @@ fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     outln!(
-        "workload {} on topic {}: {} producer{} x depth {} {}, {} consumer{} per group, {} partition{}, {}-byte records",
+        "workload {} on topic {}: {} producer{} x depth {} {}{}, {} consumer{} per group, {} partition{}, {} retention, {}-byte records",
         format!("{:?}", report.workload).to_lowercase(),
         report.topic,
         report.producers,
         plural(report.producers),
         report.depth,
         report.published_through.text(),
+        match report.publish_batch {
+            1 => String::new(),
+            records => format!(" in requests of {records} records"),
+        },
         report.consumers_per_group,
         plural(report.consumers_per_group),
         report.partitions,
         plural(report.partitions),
+        format!("{:?}", report.retention).to_lowercase(),
         report.record_bytes
     )?;
     outln!(
