@@ -15,7 +15,9 @@
 //!   or `-1` only when the partition is at capacity or the record would pass the memory budget;
 //!   a keyed publish lands on the partition its key hashes to;
 //! - polled records are one per partition in ascending order, each at the group's committed
-//!   offset (or the earliest retained one) and now in flight; fetched records are ascending and
+//!   offset (or the earliest retained one) and now in flight, and taken while already in
+//!   flight only once the group's acknowledgement timeout has passed since it was delivered;
+//!   fetched records are ascending and
 //!   consecutive within a partition; every delivered record carries the key and payload
 //!   published at its offset;
 //! - every partition retains `end - earliest` records, at most its topic's limit, with exactly
@@ -31,9 +33,9 @@ use std::collections::{HashMap, HashSet};
 
 use broker_core::{
     hash, Assignor, BrokerDescription, BrokerRecord, BrokerState, Command, CommandKind,
-    GroupDescription, GroupSetting, Header, IntoEnumIterator, KeyHash, Outcome, PartitionBatch,
-    PartitionDescription, PublishRecord, ResetTo, Retention, StartAt, TopicDescription, TopicName,
-    TopicSetting,
+    GroupDescription, GroupSetting, GroupSettings, Header, IntoEnumIterator, KeyHash, Outcome,
+    PartitionBatch, PartitionDescription, PublishRecord, ResetTo, Retention, StartAt,
+    TopicDescription, TopicName, TopicSetting,
 };
 use bytes::Bytes;
 
@@ -67,6 +69,7 @@ pub fn apply_sequence(data: &[u8]) {
         budget,
         published: HashMap::new(),
         trimmed: HashSet::new(),
+        delivered_at: HashMap::new(),
         now: 0,
         step: 0,
     };
@@ -413,6 +416,9 @@ struct Checker {
     /// Topics (by name, since their creation) that were purged or expired records: records may
     /// have left them without groups.
     trimmed: HashSet<String>,
+    /// When each group's delivery in flight on a partition was made, by topic, group and
+    /// partition: a poll may take it again once the group's acknowledgement timeout passed.
+    delivered_at: HashMap<(String, String, i32), i64>,
     /// The time commands are applied at.
     now: i64,
     step: usize,
@@ -561,8 +567,13 @@ impl Checker {
                 Outcome::Records(records),
             ) => {
                 // A redelivery first releases the member's deliveries in flight, so its records
-                // may have been in flight before; a poll never takes one that was.
+                // may have been in flight before; a poll takes one that was only once the
+                // group's acknowledgement timeout has passed since it was delivered.
                 let redelivered = matches!(command, Command::Redeliver { .. });
+                // (An empty poll may name a group that does not exist.)
+                let ack_timeout = group_in(before, topic, group)
+                    .and_then(|described| GroupSettings::from_list(&described.settings).ok())
+                    .and_then(|settings| settings.ack_timeout_ms);
                 assert!(
                     records.len() <= *max_records as usize,
                     "step {step}: poll too long"
@@ -578,10 +589,19 @@ impl Checker {
                     let partition = record.partition as usize;
                     let log = find_topic(before, topic).partitions[partition];
                     let state = &find_group(before, topic, group).partitions[partition];
+                    let key = (topic.clone(), group.clone(), record.partition);
+                    let overdue = state.in_flight == Some(record.offset)
+                        && ack_timeout.zip(self.delivered_at.get(&key)).is_some_and(
+                            |(timeout, &at)| {
+                                u64::try_from(self.now.saturating_sub(at))
+                                    .is_ok_and(|elapsed| elapsed >= timeout)
+                            },
+                        );
                     assert!(
-                        redelivered || state.in_flight.is_none(),
-                        "step {step}: poll delivered past a delivery in flight"
+                        redelivered || state.in_flight.is_none() || overdue,
+                        "step {step}: poll delivered past a delivery in flight, not overdue"
                     );
+                    self.delivered_at.insert(key, self.now);
                     assert_eq!(
                         record.offset,
                         state.committed.max(log.earliest_offset),
@@ -642,6 +662,8 @@ impl Checker {
                         Some(record.offset),
                         "step {step}: polled record not in flight"
                     );
+                    self.delivered_at
+                        .insert((topic.clone(), group.clone(), record.partition), self.now);
                 }
             }
             (
