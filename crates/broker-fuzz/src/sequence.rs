@@ -21,7 +21,8 @@
 //!   consecutive within a partition; every delivered record carries the key and payload
 //!   published at its offset;
 //! - every partition retains `end - earliest` records, at most its topic's limit, with exactly
-//!   the bytes published at those offsets; nothing leaves an interest-retention topic without
+//!   the bytes published at those offsets (the dead-letter topic, which only the broker
+//!   writes, ends after exactly the records it reported moving there); nothing leaves an interest-retention topic without
 //!   groups, a maximum age or a purge; the broker's retained bytes are the sum of its
 //!   partitions' and within the budget;
 //! - every group's members are sorted and distinct; with members, each partition has exactly one
@@ -70,6 +71,7 @@ pub fn apply_sequence(data: &[u8]) {
         published: HashMap::new(),
         trimmed: HashSet::new(),
         delivered_at: HashMap::new(),
+        dead_lettered: 0,
         now: 0,
         step: 0,
     };
@@ -419,6 +421,9 @@ struct Checker {
     /// When each group's delivery in flight on a partition was made, by topic, group and
     /// partition: a poll may take it again once the group's acknowledgement timeout passed.
     delivered_at: HashMap<(String, String, i32), i64>,
+    /// How many records the broker moved to the dead-letter topic: the end of its only
+    /// partition, since no command names it.
+    dead_lettered: i64,
     /// The time commands are applied at.
     now: i64,
     step: usize,
@@ -460,6 +465,18 @@ impl Checker {
         }
         if let Ok(outcome) = &result {
             self.check_outcome(&command, outcome, before, &after, retained_before);
+        }
+        for moved in self.state.take_dead_letters() {
+            if let Some(stored_at) = moved.stored_at {
+                assert_eq!(
+                    stored_at,
+                    (0, self.dead_lettered),
+                    "step {}: a dead letter not stored at the end of the dead-letter topic: \
+                     {command:?}",
+                    self.step
+                );
+                self.dead_lettered += 1;
+            }
         }
         self.check_state(&after);
     }
@@ -921,20 +938,31 @@ impl Checker {
                         "step {step}: released without groups"
                     );
                 }
-                let bytes: u64 = (log.earliest_offset..log.end_offset)
-                    .map(|offset| {
-                        match self
-                            .published
-                            .get(&(topic.name.clone(), log.partition, offset))
-                        {
-                            Some(published) => published.size(),
-                            None => panic!(
-                                "step {step}: {}/{} retains offset {offset} never published",
-                                topic.name, log.partition
-                            ),
-                        }
-                    })
-                    .sum();
+                // The dead-letter topic is created and written by the broker itself (no command
+                // names it): its records were never published, and carry headers of their own,
+                // so only its totals are checked.
+                let bytes: u64 = if topic.name == dead_letter_topic().as_str() {
+                    assert_eq!(
+                        log.end_offset, self.dead_lettered,
+                        "step {step}: the dead-letter topic holds other records than dead letters"
+                    );
+                    log.retained_bytes
+                } else {
+                    (log.earliest_offset..log.end_offset)
+                        .map(|offset| {
+                            match self
+                                .published
+                                .get(&(topic.name.clone(), log.partition, offset))
+                            {
+                                Some(published) => published.size(),
+                                None => panic!(
+                                    "step {step}: {}/{} retains offset {offset} never published",
+                                    topic.name, log.partition
+                                ),
+                            }
+                        })
+                        .sum()
+                };
                 assert_eq!(
                     log.retained_bytes, bytes,
                     "step {step}: retained bytes of {log:?}"
