@@ -17,7 +17,6 @@ use comfy_table::{presets::NOTHING, Table};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
-use tokio::net::TcpStream;
 
 use crate::cli::TopArgs;
 use crate::size::{human, with_thousands};
@@ -160,13 +159,9 @@ async fn sample(client: &Client, metrics: Option<&str>) -> anyhow::Result<Sample
 /// `GET /metrics` from `addr` (`HOST:PORT`), as the sums of its series by metric name.
 async fn scrape(addr: &str) -> anyhow::Result<HashMap<String, f64>> {
     let addr = broker_net::connect_address(addr)?;
-    let stream = TcpStream::connect(&addr)
+    // Never keep a stopped server's port by reaching our own.
+    let stream = broker_net::connect(&addr)
         .await
-        .and_then(|stream| {
-            // Never keep a stopped server's port by reaching our own.
-            broker_net::refuse_self_connection(socket2::SockRef::from(&stream))?;
-            Ok(stream)
-        })
         .with_context(|| format!("cannot reach the metrics endpoint at {addr}"))?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await

@@ -25,7 +25,6 @@ use broker_proto::{
 use bytes::{Buf, BytesMut};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::codec::{Decoder, Encoder};
@@ -154,8 +153,7 @@ impl Connection {
         next_due: &NextDue,
     ) -> Result<Connection, Error> {
         let began = Instant::now();
-        let stream = TcpStream::connect(addr).await.map_err(Error::Io)?;
-        broker_net::refuse_self_connection(socket2::SockRef::from(&stream)).map_err(Error::Io)?;
+        let stream = broker_net::connect(addr).await.map_err(Error::Io)?;
         next_due.put_off(Instant::now() + began.elapsed() * 4);
         stream.set_nodelay(true).map_err(Error::Io)?;
         match tls {

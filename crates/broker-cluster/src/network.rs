@@ -334,8 +334,7 @@ impl PeerLink {
     }
 
     async fn connect(&self) -> io::Result<PeerFramed> {
-        let stream = TcpStream::connect(&self.addr).await?;
-        broker_net::refuse_self_connection(socket2::SockRef::from(&stream))?;
+        let stream = broker_net::connect(&self.addr).await?;
         stream.set_nodelay(true)?;
         let stream: Box<dyn PeerIo> = match &self.tls {
             None => Box::new(stream),

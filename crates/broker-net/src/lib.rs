@@ -3,7 +3,7 @@
 //! [`connect_address`]), where the auth token comes from ([`auth_token`]), and how a connection
 //! sizes its buffers ([`make_room`], [`release_if_grown`]), how HTTP met where the broker's
 //! protocol was expected is recognised ([`looks_like_http`]), and how a connection that reached
-//! its own port is refused ([`refuse_self_connection`]).
+//! its own port is refused ([`connect`], [`refuse_self_connection`]).
 
 mod address;
 mod buffer;
@@ -16,5 +16,5 @@ pub use address::{
 };
 pub use buffer::{make_room, release_if_grown, KEEP_BUFFER_BYTES, READ_CHUNK};
 pub use http::{length_is_http, looks_like_http};
-pub use self_connection::refuse_self_connection;
+pub use self_connection::{connect, refuse_self_connection};
 pub use token::{auth_token, read_token_file, TokenError, AUTH_TOKEN_ENV};

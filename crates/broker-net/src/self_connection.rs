@@ -14,6 +14,19 @@ use std::io;
 use std::time::Duration;
 
 use socket2::SockRef;
+use tokio::net::{TcpStream, ToSocketAddrs};
+
+/// Opens a TCP connection to `addr`, as [`TcpStream::connect`] does, refusing (with
+/// [`refuse_self_connection`]) one that reached its own port: what every client of a broker,
+/// node or metrics endpoint that may be stopped should connect with.
+///
+/// # Errors
+/// As [`TcpStream::connect`]; `ConnectionRefused` for a connection to itself.
+pub async fn connect(addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
+    let stream = TcpStream::connect(addr).await?;
+    refuse_self_connection(SockRef::from(&stream))?;
+    Ok(stream)
+}
 
 /// `Ok` unless `socket` (a connected TCP socket) is connected to itself; then sets it to be
 /// reset when it is closed (no lingering, no TIME_WAIT: its port is free as soon as the caller

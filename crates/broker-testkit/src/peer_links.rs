@@ -148,7 +148,7 @@ async fn relay(
             if faults.lock().unwrap().cut.contains(&link) {
                 return;
             }
-            let Ok(mut outgoing) = crate::proxy::connect(back).await else {
+            let Ok(mut outgoing) = broker_net::connect(back).await else {
                 return;
             };
             if outgoing.write_all(&opening).await.is_err() {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -21,14 +21,6 @@ pub struct Proxy {
     accepted: Arc<AtomicUsize>,
     to_server: Arc<AtomicU64>,
     task: JoinHandle<()>,
-}
-
-/// Connects to `target`, refusing a connection that reached its own port (a stopped server's
-/// port, which the server needs back when it restarts there).
-pub(crate) async fn connect(target: SocketAddr) -> std::io::Result<TcpStream> {
-    let stream = TcpStream::connect(target).await?;
-    broker_net::refuse_self_connection(socket2::SockRef::from(&stream))?;
-    Ok(stream)
 }
 
 /// Copies `from` to `to` until either end closes, counting the bytes in `count`; while `held`
@@ -86,7 +78,7 @@ impl Proxy {
                     let held = held.subscribe();
                     let to_server = Arc::clone(&to_server);
                     tokio::spawn(async move {
-                        let Ok(server) = connect(target).await else {
+                        let Ok(server) = broker_net::connect(target).await else {
                             return;
                         };
                         let (from_client, to_client) = client.into_split();

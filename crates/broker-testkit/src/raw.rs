@@ -32,7 +32,7 @@ pub async fn connect_v1(addr: SocketAddr) -> RawClientV1 {
 
 /// Connects, says hello in `version` and checks the server welcomes that version.
 async fn hello<In, Out>(addr: SocketAddr, version: u16) -> Framed<TcpStream, Codec<In, Out>> {
-    let stream = TcpStream::connect(addr).await.unwrap();
+    let stream = broker_net::connect(addr).await.unwrap();
     let mut framed = Framed::new(stream, ClientHandshakeCodec::new(64 * 1024 * 1024));
     let hello = Hello {
         version,

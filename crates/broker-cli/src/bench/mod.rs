@@ -503,13 +503,15 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
     let deadline = args.duration.map(|d| Instant::now() + d);
     let start = Instant::now();
     let mut producers = Vec::new();
+    // The publish workload counts full partitions rather than retrying them.
+    let retry_full = args.workload != Workload::Publish;
     let producer_handle = |client: Client| {
         broker_client::Producer::builder()
             // Without retrying, a full partition fails the send at once, counted as refused.
-            .delivery_timeout(if args.workload == Workload::Publish {
-                Duration::ZERO
-            } else {
+            .delivery_timeout(if retry_full {
                 Duration::from_secs(120)
+            } else {
+                Duration::ZERO
             })
             .build(client)
     };
@@ -527,7 +529,7 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
             depth: args.depth,
             // At most 10,000 (checked by clap).
             batch: args.publish_batch as usize,
-            retry_full: args.workload != Workload::Publish,
+            retry_full,
             deadline,
             shared: Arc::clone(&shared),
         };

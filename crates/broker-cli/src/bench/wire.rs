@@ -118,12 +118,8 @@ async fn connect(
     addr: &str,
     auth_token: Option<String>,
 ) -> anyhow::Result<Framed<TcpStream, ClientCodec>> {
-    let stream = TcpStream::connect(addr)
+    let stream = broker_net::connect(addr)
         .await
-        .and_then(|stream| {
-            broker_net::refuse_self_connection(socket2::SockRef::from(&stream))?;
-            Ok(stream)
-        })
         .with_context(|| format!("cannot connect to {addr}"))?;
     stream.set_nodelay(true)?;
     let mut handshake = Framed::new(stream, ClientHandshakeCodec::new(MAX_FRAME));
