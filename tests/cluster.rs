@@ -631,7 +631,7 @@ async fn a_node_is_added_then_removed_while_the_cluster_serves() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_removed_while_it_runs_falls_silent() {
-    let nodes = Nodes::start(3);
+    let mut nodes = Nodes::start(3);
     let client = nodes.client().await;
     assert!(client.create("t", 4).await.unwrap());
     publish(&client, "before", 8).await;
@@ -664,6 +664,43 @@ async fn a_follower_removed_while_it_runs_falls_silent() {
     let members: Vec<u64> = status.members.iter().map(|member| member.node_id).collect();
     assert_eq!(members.len(), 2, "{status:?}");
     assert!(!members.contains(&id), "{status:?}");
+
+    // Hearing from no leader for 5 s, the removed node asks whether it still belongs, is told
+    // it does not, and names no leader any more: its clients look for the cluster elsewhere
+    // instead of being sent to a node that may have stopped leading long ago. So again after
+    // a restart on its directory, where it starts out naming the leader it followed.
+    removed_node_names_no_leader(&alone).await;
+    nodes.kill(removed);
+    nodes.restart(removed);
+    let alone = Client::connect(nodes.client_addrs[removed].to_string().as_str())
+        .await
+        .unwrap();
+    removed_node_names_no_leader(&alone).await;
+}
+
+/// Waits until the node `alone` is connected to names no leader, then checks that it answers a
+/// request that way.
+async fn removed_node_names_no_leader(alone: &Client) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = alone.cluster_status().await.unwrap();
+        if status.leader.is_none() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the removed node still names a leader: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let answer = alone.describe_topic("t").await;
+    assert!(
+        matches!(
+            answer,
+            Err(Error::Server(ErrorReply::NotLeader { leader: None }))
+        ),
+        "{answer:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

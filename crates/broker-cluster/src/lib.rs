@@ -244,8 +244,8 @@ pub struct Cluster {
     /// Whether this leader is handing its leadership over ([`Cluster::transfer_leadership`]):
     /// meanwhile it takes no change.
     handing_over: AtomicBool,
-    /// Whether a leader told this voter, which had missed it, that it was removed (it
-    /// campaigns no more).
+    /// Whether a leader told this node, which had missed it, that it was removed (it
+    /// campaigns no more and names no leader).
     known_removed: Arc<AtomicBool>,
     /// Held by a membership change or a hand-over: one at a time.
     changing: tokio::sync::Mutex<()>,
@@ -341,16 +341,22 @@ impl Cluster {
             stop.clone(),
         ));
         let known_removed = Arc::new(AtomicBool::new(false));
+        let contact = Arc::new(removal::LeaderContact::new());
         tracker.spawn(removal::watch(
             raft.clone(),
             network.clone(),
+            Arc::clone(&contact),
             Arc::clone(&known_removed),
             stop.clone(),
         ));
+        let service = network::PeerService {
+            raft: raft.clone(),
+            contact,
+            listeners: config.listeners,
+        };
         tracker.spawn(network::serve_peers(
             listener,
-            raft.clone(),
-            config.listeners,
+            service,
             config.token,
             config.tls,
             stop.clone(),
@@ -385,7 +391,7 @@ impl Cluster {
     /// [`ProposeError::NotLeader`] on a node that is not the leader (nothing was proposed);
     /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
     pub async fn propose(&self, proposal: Proposal) -> Result<Applied, ProposeError> {
-        if self.is_cut_off() {
+        if self.is_cut_off() || self.knows_removed() {
             return Err(ProposeError::NotLeader { leader: None });
         }
         match self.raft.client_write(proposal).await {
@@ -457,8 +463,9 @@ impl Cluster {
         self.kafka_addresses.snapshot()
     }
 
-    /// Whether a leader told this node, a voter that had missed it, that it was removed from
-    /// the cluster: it campaigns no more, and should be stopped.
+    /// Whether a leader told this node, which had missed it, that it was removed from the
+    /// cluster: it campaigns no more, names no leader (its clients look for the cluster
+    /// elsewhere), and should be stopped.
     pub fn knows_removed(&self) -> bool {
         self.known_removed.load(Ordering::SeqCst)
     }
@@ -471,6 +478,9 @@ impl Cluster {
 
     /// The leader this node knows of, with its addresses.
     pub fn leader(&self) -> Option<(NodeId, ClusterNode)> {
+        if self.knows_removed() {
+            return None;
+        }
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
         let leader = metrics.current_leader?;
@@ -536,9 +546,12 @@ impl Cluster {
                 false => metrics.state,
             },
             term: metrics.current_term,
-            // A node that no longer leads may still name itself (it was removed while leading).
+            // A node that no longer leads may still name itself (it was removed while leading);
+            // one that knows it was removed names the leader it last followed no more.
             leader: metrics.current_leader.filter(|leader| {
-                !deposed && (*leader != self.node_id || metrics.state == ServerState::Leader)
+                !deposed
+                    && !self.knows_removed()
+                    && (*leader != self.node_id || metrics.state == ServerState::Leader)
             }),
             last_log_index: metrics.last_log_index,
             applied_index: metrics.last_applied.map(|id| id.index),

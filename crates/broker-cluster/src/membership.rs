@@ -236,8 +236,11 @@ impl Cluster {
             RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
                 let leader = forward.leader_id.zip(forward.leader_node);
                 ProposeError::NotLeader {
-                    // The vote may not name the leader yet where the metrics already do.
-                    leader: leader.or_else(|| self.leader()),
+                    // The vote may not name the leader yet where the metrics already do. A
+                    // node that knows it was removed names none.
+                    leader: leader
+                        .filter(|_| !self.knows_removed())
+                        .or_else(|| self.leader()),
                 }
             }
             RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => {

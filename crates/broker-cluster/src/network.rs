@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::codec::{decode_at_most, encode};
+use crate::removal::LeaderContact;
 use crate::types::{ClusterNode, NodeId, TypeConfig};
 
 /// The largest frame between peers: a batch of entries, or a snapshot chunk.
@@ -546,14 +547,22 @@ impl RaftNetwork<TypeConfig> for PeerLink {
     }
 }
 
-/// Serves peers on `listener` (inside `tls` when given) until `stop` is cancelled: every
-/// connection's Raft requests go to `raft`, and a question about this node's listeners is
-/// answered with `listeners`. Connections whose hello does not carry `token` (when there is
-/// one) are refused.
+/// What a node answers its peers from.
+#[derive(Clone)]
+pub(crate) struct PeerService {
+    /// Takes the peers' Raft requests.
+    pub(crate) raft: Raft<TypeConfig>,
+    /// Notes each leader's entries or snapshot taken.
+    pub(crate) contact: Arc<LeaderContact>,
+    /// The answer to a question about this node's listeners.
+    pub(crate) listeners: Listeners,
+}
+
+/// Serves peers on `listener` (inside `tls` when given) from `service` until `stop` is
+/// cancelled. Connections whose hello does not carry `token` (when there is one) are refused.
 pub(crate) async fn serve_peers(
     listener: TcpListener,
-    raft: Raft<TypeConfig>,
-    listeners: Listeners,
+    service: PeerService,
     token: Option<String>,
     tls: Option<PeerTls>,
     stop: CancellationToken,
@@ -566,11 +575,10 @@ pub(crate) async fn serve_peers(
         };
         match accepted {
             Ok((stream, peer)) => {
-                let (raft, token, stop) = (raft.clone(), token.clone(), stop.clone());
-                let (tls, listeners) = (tls.clone(), listeners.clone());
+                let (service, token, stop) = (service.clone(), token.clone(), stop.clone());
+                let tls = tls.clone();
                 tracker.spawn(async move {
-                    let served =
-                        serve_peer(stream, &raft, &listeners, token.as_deref(), tls.as_ref());
+                    let served = serve_peer(stream, &service, token.as_deref(), tls.as_ref());
                     tokio::select! {
                         () = stop.cancelled() => {}
                         ended = served => {
@@ -591,8 +599,7 @@ pub(crate) async fn serve_peers(
 
 async fn serve_peer(
     stream: TcpStream,
-    raft: &Raft<TypeConfig>,
-    listeners: &Listeners,
+    service: &PeerService,
     token: Option<&str>,
     tls: Option<&PeerTls>,
 ) -> io::Result<()> {
@@ -629,6 +636,11 @@ async fn serve_peer(
         return Ok(());
     }
     welcomed(&mut connection);
+    let PeerService {
+        raft,
+        contact,
+        listeners,
+    } = service;
     loop {
         let request: PeerRequest = match receive::<_, MAX_PEER_FRAME>(&mut connection).await {
             Ok(request) => request,
@@ -637,11 +649,21 @@ async fn serve_peer(
         };
         let response = match request {
             PeerRequest::AppendEntries(rpc) => {
-                PeerResponse::AppendEntries(raft.append_entries(rpc).await)
+                let answer = raft.append_entries(rpc).await;
+                // Refused for its term, it came from a node that no longer leads.
+                if matches!(&answer, Ok(taken) if !matches!(taken, AppendEntriesResponse::HigherVote(_)))
+                {
+                    contact.heard();
+                }
+                PeerResponse::AppendEntries(answer)
             }
             PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
             PeerRequest::InstallSnapshot(rpc) => {
-                PeerResponse::InstallSnapshot(raft.install_snapshot(rpc).await)
+                let answer = raft.install_snapshot(rpc).await;
+                if answer.is_ok() {
+                    contact.heard();
+                }
+                PeerResponse::InstallSnapshot(answer)
             }
             PeerRequest::Matched => {
                 PeerResponse::Matched(matched(&raft.metrics().borrow(), hello.from))

@@ -1,46 +1,75 @@
-//! A voter that was removed from the cluster while it was down, or cut off, never receives the
-//! entry that removed it: it still believes it votes, and campaigns alone, ignored by the
-//! others. Such a node asks its peers, once it has known no leader for a while, whether it
-//! still belongs. Only a leader answers, with the membership it has committed: one that does
-//! not hold the node and is newer than the membership the node holds proves it was removed
-//! (a node being added holds a newer membership than the committed one, so it is never told).
-//! The node then stops campaigning and says so.
+//! A node that was removed from the cluster while it was down, or cut off, never receives the
+//! entry that removed it. A voter still believes it votes, and campaigns alone, ignored by the
+//! others; a learner (a voter is made one first, so a node removed while it runs ends as one)
+//! still names the leader it last followed, and sends its clients there, though that node may
+//! have stopped leading long ago. Such a node asks its peers whether it still belongs: a voter
+//! once it has known no leader for a while, a learner once it has heard from no leader for as
+//! long. Only a leader answers, with the membership it has committed: one that does not hold
+//! the node and is newer than the membership the node holds proves it was removed (a node
+//! being added holds a newer membership than the committed one, so it is never told). The
+//! node then stops campaigning, names no leader to its clients, and says so.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use openraft::network::RaftNetworkFactory;
-use openraft::Raft;
+use openraft::{Raft, ServerState};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::network::{Network, PEER_ANSWER_WITHIN};
 use crate::types::{ClusterNode, NodeId, TypeConfig};
 
-/// How long a voter knows no leader before it asks whether it still belongs.
+/// How long a voter knows no leader, or a learner hears from none, before it asks whether it
+/// still belongs.
 const LEADERLESS: Duration = Duration::from_secs(5);
 
 /// How often it looks.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
-/// Until `stop` is cancelled: whenever this voter (`raft`'s node) has known no leader for
-/// [`LEADERLESS`], asks the members it knows whether it still belongs; once a leader proves it
+/// When this node last heard from a leader: the last time it took a leader's entries (a
+/// heartbeat included) or snapshot.
+#[derive(Debug)]
+pub(crate) struct LeaderContact(Mutex<Instant>);
+
+impl LeaderContact {
+    /// Counts from now: a node that starts has not been out of touch for long yet.
+    pub(crate) fn new() -> Self {
+        LeaderContact(Mutex::new(Instant::now()))
+    }
+
+    /// Notes that a leader was heard from now.
+    pub(crate) fn heard(&self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    fn last(&self) -> Instant {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Until `stop` is cancelled: whenever this node (`raft`'s) has been out of touch for
+/// [`LEADERLESS`] (a voter that knows no leader, a learner that heard from no leader, as told
+/// by `contact`), asks the members it knows whether it still belongs; once a leader proves it
 /// was removed, stops its elections for good, says so, and sets `removed`.
 pub(crate) async fn watch(
     raft: Raft<TypeConfig>,
     mut network: Network,
+    contact: Arc<LeaderContact>,
     removed: Arc<AtomicBool>,
     stop: CancellationToken,
 ) {
     let metrics = raft.metrics();
-    let mut leaderless_since: Option<tokio::time::Instant> = None;
+    let mut leaderless_since: Option<Instant> = None;
+    let mut asked_at: Option<Instant> = None;
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(LOOK_EVERY) => {}
         }
-        // The membership this voter holds, when it has known no leader for long enough.
+        // The membership this node holds, when it has been out of touch for long enough.
         let asking = {
             let now = metrics.borrow();
             let membership = now.membership_config.membership();
@@ -48,12 +77,18 @@ pub(crate) async fn watch(
                 now.current_leader.is_none() && membership.voter_ids().any(|id| id == now.id);
             if !leaderless_voter {
                 leaderless_since = None;
+            }
+            let out_of_touch_since = if leaderless_voter {
+                Some(*leaderless_since.get_or_insert_with(Instant::now))
+            } else if now.state == ServerState::Learner {
+                Some(contact.last())
+            } else {
                 None
-            } else if leaderless_since
-                .get_or_insert_with(tokio::time::Instant::now)
-                .elapsed()
-                < LEADERLESS
-            {
+            };
+            // Asked again only after another while out of touch.
+            let out_of_touch_since =
+                out_of_touch_since.map(|since| asked_at.map_or(since, |asked| since.max(asked)));
+            if out_of_touch_since.is_none_or(|since| since.elapsed() < LEADERLESS) {
                 None
             } else {
                 let held = now
@@ -84,13 +119,12 @@ pub(crate) async fn watch(
                     leader = peer,
                     "this node was removed from the cluster while it could not hear of it \
                      (node {peer}, which leads, committed a membership without it at entry {}): \
-                     it no longer campaigns; stop it",
+                     it no longer campaigns and names no leader to its clients; stop it",
                     told.index
                 );
                 return;
             }
         }
-        // Asked again after another while without a leader.
-        leaderless_since = None;
+        asked_at = Some(Instant::now());
     }
 }
