@@ -14,7 +14,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use broker_client::{BrokerRecord, Client, Header, KeyHash, PublishRecord};
+use broker_client::{
+    BrokerRecord, Client, Discard, Header, KeyHash, PublishRecord, Retention, TopicSetting,
+};
 use broker_testkit::cluster::Nodes;
 use broker_testkit::process::ServerProcess;
 use serde_json::Value;
@@ -496,6 +498,111 @@ async fn offsets_reset_as_the_client_says_are_found_by_time_and_records_are_dele
         .unwrap();
     assert_eq!(read.start_offset, 8);
     assert_eq!(read.records[0].payload, "r8");
+}
+
+/// The payloads of partition 0 of `topic`, read natively.
+async fn payloads(client: &Client, topic: &str) -> Vec<String> {
+    let records = read_all(client, topic, 0).await;
+    records.iter().map(|record| text(&record.payload)).collect()
+}
+
+#[tokio::test]
+async fn refused_records_fail_their_batch_without_gaps_duplicates_past_it_or_endless_retries() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    let limited = |max_bytes| {
+        [
+            TopicSetting::Retention(Retention::Limits),
+            TopicSetting::MaxBytes(max_bytes),
+            TopicSetting::Discard(Discard::New),
+        ]
+    };
+    // Full after the first record: the records after the refused one are not stored either,
+    // however small, so the partition never holds a later record without an earlier one. The
+    // client retries the batch until its timeout: only the first record can be stored again.
+    client
+        .create_topic("full", 1, KeyHash::default(), &limited(10))
+        .await
+        .unwrap();
+    let report = python(&[
+        "refusals",
+        &kafka,
+        "full",
+        "--payloads",
+        "aaaaa",
+        "bbbbbbbb",
+        "cc",
+    ]);
+    for payload in ["aaaaa", "bbbbbbbb", "cc"] {
+        assert_eq!(report["errors"][payload], "_MSG_TIMED_OUT", "{report}");
+    }
+    let stored = payloads(&client, "full").await;
+    assert!(
+        !stored.is_empty() && stored.iter().all(|payload| payload == "aaaaa"),
+        "{stored:?}"
+    );
+
+    // A record larger than a partition keeps fails its batch at once, not at the timeout; the
+    // records before it were stored, none after it.
+    client
+        .create_topic("small", 1, KeyHash::default(), &limited(1000))
+        .await
+        .unwrap();
+    let large = "x".repeat(1100);
+    let report = python(&[
+        "refusals",
+        &kafka,
+        "small",
+        "--timeout-ms",
+        "60000",
+        "--payloads",
+        "a1",
+        "a2",
+        &large,
+        "a4",
+    ]);
+    for payload in ["a1", "a2", large.as_str(), "a4"] {
+        assert_eq!(report["errors"][payload], "MSG_SIZE_TOO_LARGE", "{report}");
+    }
+    assert!(report["seconds"].as_f64().unwrap() < 30.0, "{report}");
+    assert_eq!(payloads(&client, "small").await, ["a1", "a2"]);
+
+    // Headers the broker cannot store fail their batch at once, and nothing of it is stored.
+    client.create("headers", 1).await.unwrap();
+    let report = python(&[
+        "refusals",
+        &kafka,
+        "headers",
+        "--timeout-ms",
+        "60000",
+        "--headers",
+        "70",
+        "--payloads",
+        "h1",
+        "h2",
+    ]);
+    for payload in ["h1", "h2"] {
+        assert_eq!(report["errors"][payload], "INVALID_RECORD", "{report}");
+    }
+    assert!(report["seconds"].as_f64().unwrap() < 30.0, "{report}");
+    assert!(payloads(&client, "headers").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_transactional_producer_is_refused_at_once_as_fatal() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, _client) = server().await;
+    let report = python(&["transactional", &kafka]);
+    assert_eq!(
+        report["error"], "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+        "{report}"
+    );
+    assert_eq!(report["fatal"], true, "{report}");
+    assert!(report["seconds"].as_f64().unwrap() < 10.0, "{report}");
 }
 
 #[tokio::test]

@@ -19,6 +19,8 @@ the broker's own client. Every wait is bounded; a failure exits non-zero saying 
     clients.py groups BOOTSTRAP GROUP
     clients.py configs BOOTSTRAP TOPIC
     clients.py secure BOOTSTRAP TOPIC --protocol P [--password TOKEN] [--ca FILE]
+    clients.py refusals BOOTSTRAP TOPIC --payloads P [P ...] [--headers N] [--timeout-ms MS]
+    clients.py transactional BOOTSTRAP
 
 KDEBUG=eos,msg,protocol (librdkafka's debug contexts) makes `produce` log what its producer does
 to its standard error, which a failing test prints.
@@ -541,6 +543,55 @@ def create(args):
     )
 
 
+def refusals(args):
+    """Produces the payloads in one batch without idempotence; reports each one's error."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "linger.ms": 200,
+            "message.timeout.ms": args.timeout_ms,
+            "enable.idempotence": False,
+        }
+    )
+    errors = {}
+
+    def report(error, message):
+        errors[message.value().decode()] = None if error is None else error.name()
+
+    headers = [(f"h{i}", b"v") for i in range(args.headers)]
+    started = time.time()
+    for payload in args.payloads:
+        producer.produce(args.topic, value=payload, partition=0, headers=headers, on_delivery=report)
+    if producer.flush(PATIENCE_S) != 0:
+        fail("records still waiting after the flush")
+    print(json.dumps({"errors": errors, "seconds": time.time() - started}))
+
+
+def transactional(args):
+    """Starts a transactional producer, which the broker refuses; reports how and how fast."""
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer({"bootstrap.servers": args.bootstrap, "transactional.id": "tx"})
+    started = time.time()
+    try:
+        producer.init_transactions(PATIENCE_S)
+    except KafkaException as error:
+        refusal = error.args[0]
+        print(
+            json.dumps(
+                {
+                    "error": refusal.name(),
+                    "fatal": refusal.fatal(),
+                    "seconds": time.time() - started,
+                }
+            )
+        )
+        return
+    fail("init_transactions succeeded")
+
+
 def main():
     parser = argparse.ArgumentParser()
     commands = parser.add_subparsers(dest="command", required=True)
@@ -553,6 +604,16 @@ def main():
     p.add_argument("--idempotent", action="store_true")
     p.add_argument("--pace-ms", type=int, default=0, help="a pause before every 10 records")
     p.set_defaults(run=produce)
+    p = commands.add_parser("refusals")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("--payloads", nargs="+", required=True)
+    p.add_argument("--headers", type=int, default=0)
+    p.add_argument("--timeout-ms", type=int, default=3000)
+    p.set_defaults(run=refusals)
+    p = commands.add_parser("transactional")
+    p.add_argument("bootstrap")
+    p.set_defaults(run=transactional)
     p = commands.add_parser("consume")
     p.add_argument("bootstrap")
     p.add_argument("topic")

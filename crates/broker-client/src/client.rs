@@ -612,6 +612,45 @@ impl Client {
         }
     }
 
+    /// [`EventBroker::publish_until_full`] over the network: [`Client::publish_batch`], except
+    /// that a partition that refuses a record (`-1`, full) takes none of the batch's later
+    /// records, so each partition keeps the batch's order with no gap. Needs a server of
+    /// protocol version 8.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::publish_batch`].
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// use broker_client::PublishRecord;
+    ///
+    /// let records = vec![
+    ///     PublishRecord::to_partition(0, "first"),
+    ///     PublishRecord::to_partition(0, "second"),
+    /// ];
+    /// let placed = client.publish_until_full("orders", records).await?;
+    /// // The records not stored are the last ones: send them again later, in order.
+    /// let stored = placed.iter().take_while(|(_, offset)| *offset >= 0).count();
+    /// println!("{stored} of 2 stored");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn publish_until_full(
+        &self,
+        topic: &str,
+        records: Vec<PublishRecord>,
+    ) -> Result<Vec<(i32, i64)>, Error> {
+        let command = Command::PublishUntilFull {
+            topic: topic.to_owned(),
+            records,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::PublishedBatch(placed) => Ok(placed),
+            other => Err(unexpected("publish_until_full", &other)),
+        }
+    }
+
     /// [`EventBroker::publish_idempotent`] over the network: each batch to its partition, its
     /// records numbered from its sequence for `producer`, each stored at most once however
     /// often it is sent. [`crate::Producer`] does the numbering, batching and retrying.

@@ -367,6 +367,13 @@ pub enum Command {
         /// The voter that is to lead.
         node_id: u64,
     },
+    /// [`crate::EventBroker::publish_until_full`] (protocol version 8).
+    PublishUntilFull {
+        /// Topic identifier.
+        topic: String,
+        /// The records, published in this order.
+        records: Vec<PublishRecord>,
+    },
 }
 
 /// What answers a command ([`CommandKind::scope`]).
@@ -416,6 +423,7 @@ impl CommandKind {
             | CommandKind::Publish
             | CommandKind::PublishKeyed
             | CommandKind::PublishBatch
+            | CommandKind::PublishUntilFull
             | CommandKind::PublishIdempotent
             | CommandKind::Poll
             | CommandKind::Ack
@@ -473,6 +481,7 @@ impl CommandKind {
             | CommandKind::Publish
             | CommandKind::PublishKeyed
             | CommandKind::PublishBatch
+            | CommandKind::PublishUntilFull
             | CommandKind::Poll
             | CommandKind::Ack
             | CommandKind::AckAndPoll
@@ -518,6 +527,7 @@ impl CommandKind {
             | CommandKind::Publish
             | CommandKind::PublishKeyed
             | CommandKind::PublishBatch
+            | CommandKind::PublishUntilFull
             | CommandKind::ConfigureGroup
             | CommandKind::Commit => true,
             CommandKind::Create => !matches!(outcome, Outcome::Created(false)),
@@ -552,6 +562,7 @@ impl CommandKind {
             CommandKind::Publish
             | CommandKind::PublishKeyed
             | CommandKind::PublishBatch
+            | CommandKind::PublishUntilFull
             | CommandKind::PublishIdempotent
             | CommandKind::Poll
             | CommandKind::Ack
@@ -587,6 +598,7 @@ impl CommandKind {
             | CommandKind::Publish
             | CommandKind::PublishKeyed
             | CommandKind::PublishBatch
+            | CommandKind::PublishUntilFull
             | CommandKind::Poll
             | CommandKind::Ack
             | CommandKind::AckAndPoll
@@ -654,6 +666,7 @@ impl CommandKind {
             | CommandKind::Metadata => 5,
             CommandKind::Read | CommandKind::CommitGroup => 6,
             CommandKind::TransferLeadership => 7,
+            CommandKind::PublishUntilFull => 8,
         }
     }
 
@@ -708,6 +721,7 @@ impl Command {
             | Command::EndOffset { topic, .. }
             | Command::Lag { topic, .. }
             | Command::PublishBatch { topic, .. }
+            | Command::PublishUntilFull { topic, .. }
             | Command::AckAndPoll { topic, .. }
             | Command::Redeliver { topic, .. }
             | Command::AddPartitions { topic, .. }
@@ -738,6 +752,7 @@ impl Command {
             | Command::Publish { topic, .. }
             | Command::PublishKeyed { topic, .. }
             | Command::PublishBatch { topic, .. }
+            | Command::PublishUntilFull { topic, .. }
             | Command::Ack { topic, .. }
             | Command::AckAndPoll { topic, .. }
             | Command::Retry { topic, .. }
@@ -846,6 +861,7 @@ impl Command {
             | Command::Publish { .. }
             | Command::PublishKeyed { .. }
             | Command::PublishBatch { .. }
+            | Command::PublishUntilFull { .. }
             | Command::Committed { .. }
             | Command::EndOffset { .. }
             | Command::Lag { .. }
@@ -904,6 +920,7 @@ impl Command {
             | Command::Publish { .. }
             | Command::PublishKeyed { .. }
             | Command::PublishBatch { .. }
+            | Command::PublishUntilFull { .. }
             | Command::Ack { .. }
             | Command::Retry { .. }
             | Command::RetryAfter { .. }
@@ -938,7 +955,9 @@ impl Command {
             Command::PublishKeyed { key, payload, .. } => {
                 Some(payload.len() + key.as_ref().map_or(0, Bytes::len))
             }
-            Command::PublishBatch { records, .. } => records.iter().map(PublishRecord::size).max(),
+            Command::PublishBatch { records, .. } | Command::PublishUntilFull { records, .. } => {
+                records.iter().map(PublishRecord::size).max()
+            }
             Command::PublishIdempotent { batches, .. } => batches
                 .iter()
                 .flat_map(|batch| &batch.records)
@@ -1022,6 +1041,7 @@ impl Command {
             | Command::Publish { .. }
             | Command::PublishKeyed { .. }
             | Command::PublishBatch { .. }
+            | Command::PublishUntilFull { .. }
             | Command::Ack { .. }
             | Command::Retry { .. }
             | Command::RetryAfter { .. }

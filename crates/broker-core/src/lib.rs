@@ -65,9 +65,9 @@ pub use types::{
     PublishRecord, ResetTo,
 };
 pub use validate::{
-    MAX_ACKS, MAX_BATCH_RECORDS, MAX_CAPACITY, MAX_FETCH_RECORDS, MAX_HEADERS, MAX_HEADER_NAME_LEN,
-    MAX_IDENTIFIER_LEN, MAX_PARTITIONS, MAX_PARTITIONS_LIMIT, MAX_POLL_RECORDS,
-    MAX_PRODUCT_CAPACITY,
+    check_headers, MAX_ACKS, MAX_BATCH_RECORDS, MAX_CAPACITY, MAX_FETCH_RECORDS, MAX_HEADERS,
+    MAX_HEADER_NAME_LEN, MAX_IDENTIFIER_LEN, MAX_PARTITIONS, MAX_PARTITIONS_LIMIT,
+    MAX_POLL_RECORDS, MAX_PRODUCT_CAPACITY,
 };
 
 /// A bounded in-memory broker shared by many threads.
@@ -423,6 +423,22 @@ impl EventBroker {
         records: Vec<PublishRecord>,
     ) -> Result<Vec<(i32, i64)>, BrokerError> {
         self.lock().publish_batch(topic, records)
+    }
+
+    /// [`EventBroker::publish_batch`], except that once a partition refuses one of the records
+    /// (it is full), the records after it for that partition are refused too, without trying
+    /// them: each partition stores a prefix of its records, in order, with no gap where one was
+    /// refused. Sending the refused ones again later, in order, keeps the partition's order.
+    /// Returns each record's partition and offset, `-1` where it was refused.
+    ///
+    /// # Errors
+    /// As [`EventBroker::publish_batch`]; nothing is published then.
+    pub fn publish_until_full(
+        &self,
+        topic: &str,
+        records: Vec<PublishRecord>,
+    ) -> Result<Vec<(i32, i64)>, BrokerError> {
+        self.lock().publish_until_full(topic, records)
     }
 
     /// Reserves, from each of the member's partitions with nothing in flight, the record after

@@ -86,7 +86,12 @@ fn check_len(len: usize, max: usize, what: &str, items: &str) -> Result<(), Brok
 
 /// A record carries at most [`MAX_HEADERS`] headers, each named by 1 to
 /// [`MAX_HEADER_NAME_LEN`] bytes.
-pub(crate) fn check_headers(headers: &[Header]) -> Result<(), BrokerError> {
+/// Checks a record's headers as every publish does: at most [`MAX_HEADERS`], each name 1 to
+/// [`MAX_HEADER_NAME_LEN`] bytes.
+///
+/// # Errors
+/// `InvalidArgument` saying which rule the headers break.
+pub fn check_headers(headers: &[Header]) -> Result<(), BrokerError> {
     check_len(
         headers.len(),
         MAX_HEADERS,

@@ -544,7 +544,9 @@ impl Model {
                     offset,
                 })
             }
-            Command::PublishBatch { topic, records } => {
+            Command::PublishBatch { topic, records }
+            | Command::PublishUntilFull { topic, records } => {
+                let until_full = matches!(command, Command::PublishUntilFull { .. });
                 if records.len() > broker_core::MAX_BATCH_RECORDS {
                     return Err(Answer::Invalid);
                 }
@@ -561,12 +563,17 @@ impl Model {
                         return Err(Answer::Invalid);
                     }
                 }
-                let mut placed = Vec::new();
+                let mut placed: Vec<(i32, i64)> = Vec::new();
                 for record in records {
                     let p = match record.partition {
                         Some(p) => p as usize,
                         None => place(t, record.key.as_ref()),
                     };
+                    // Until full: a partition that refused a record takes none after it.
+                    if until_full && placed.contains(&(p as i32, -1)) {
+                        placed.push((p as i32, -1));
+                        continue;
+                    }
                     let stored = ModelRecord {
                         key: record.key.clone(),
                         payload: record.payload.clone(),
@@ -1405,6 +1412,9 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         Command::PublishBatch { topic, records } => broker
             .publish_batch(&topic, records)
             .map(Outcome::PublishedBatch),
+        Command::PublishUntilFull { topic, records } => broker
+            .publish_until_full(&topic, records)
+            .map(Outcome::PublishedBatch),
         Command::AckAndPoll {
             topic,
             group,
@@ -1744,10 +1754,10 @@ fn command() -> impl Strategy<Value = Command> {
                 ),
                 0..4,
             ),
+            proptest::bool::ANY,
         )
-            .prop_map(|(topic, records)| Command::PublishBatch {
-                topic,
-                records: records
+            .prop_map(|(topic, records, until_full)| {
+                let records = records
                     .into_iter()
                     .map(|(partition, key, payload, headers, timestamp_ms)| PublishRecord {
                         partition,
@@ -1756,7 +1766,11 @@ fn command() -> impl Strategy<Value = Command> {
                         headers,
                         timestamp_ms,
                     })
-                    .collect(),
+                    .collect();
+                match until_full {
+                    false => Command::PublishBatch { topic, records },
+                    true => Command::PublishUntilFull { topic, records },
+                }
             }),
         8 => (who(), max_records(), max_bytes()).prop_map(
             |((topic, group, member), max_records, max_bytes)| Command::Poll {

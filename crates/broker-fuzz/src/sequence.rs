@@ -274,9 +274,8 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
             partition: input.below(5) as i32 - 1,
         },
         CommandKind::Lag => Command::Lag { topic, group },
-        CommandKind::PublishBatch => Command::PublishBatch {
-            topic,
-            records: (0..input.byte() % 5)
+        CommandKind::PublishBatch | CommandKind::PublishUntilFull => {
+            let records = (0..input.byte() % 5)
                 .map(|_| PublishRecord {
                     partition: input.pick(&[None, Some(0), Some(1), Some(3)]),
                     key: (input.byte() % 2 == 1).then(|| Bytes::from(vec![input.byte(); 2])),
@@ -290,8 +289,12 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
                     },
                     timestamp_ms: input.pick(&[None, Some(0), Some(i64::MAX)]),
                 })
-                .collect(),
-        },
+                .collect();
+            match kind {
+                CommandKind::PublishBatch => Command::PublishBatch { topic, records },
+                _ => Command::PublishUntilFull { topic, records },
+            }
+        }
         CommandKind::AckAndPoll => {
             let acks = (0..input.byte() % 4)
                 .map(|_| delivery(input, now, &topic, &group))
@@ -545,16 +548,29 @@ impl Checker {
                     *offset,
                 );
             }
-            (Command::PublishBatch { topic, records }, Outcome::PublishedBatch(placed)) => {
+            (
+                Command::PublishBatch { topic, records }
+                | Command::PublishUntilFull { topic, records },
+                Outcome::PublishedBatch(placed),
+            ) => {
                 assert_eq!(
                     placed.len(),
                     records.len(),
                     "step {step}: a placement per record"
                 );
+                let until_full = matches!(command, Command::PublishUntilFull { .. });
                 let mut ends: HashMap<i32, i64> = HashMap::new();
+                let mut refused: Vec<i32> = Vec::new();
                 for (record, &(partition, offset)) in records.iter().zip(placed) {
                     let log = find_topic(before, topic).partitions[partition as usize];
                     let end = ends.entry(partition).or_insert(log.end_offset);
+                    assert!(
+                        !(until_full && refused.contains(&partition) && offset >= 0),
+                        "step {step}: partition {partition} stored a record after refusing one"
+                    );
+                    if offset < 0 {
+                        refused.push(partition);
+                    }
                     if offset >= 0 {
                         assert_eq!(offset, *end, "step {step}: batch offsets not consecutive");
                         *end += 1;

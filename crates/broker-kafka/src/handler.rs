@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use broker_core::{
     Command, KeyHash, Outcome, PartitionBatch, PartitionRead, PublishRecord, TopicDescription,
-    MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
+    TopicSettings, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS,
 };
 use broker_proto::ErrorReply;
 use bytes::Bytes;
@@ -455,12 +455,24 @@ impl<B: Backend> Handler<'_, B> {
             (0..batches.len()).map(|_| None).collect();
         let mut plain = Vec::new();
         let mut idempotent = Vec::new();
+        // Each slot's record sizes, to tell a record refused for now from one that can never be
+        // stored.
+        let mut sizes: Vec<Vec<u64>> = vec![Vec::new(); batches.len()];
         for (slot, (partition, batch)) in batches.into_iter().enumerate() {
+            if let Ok(produced) = &batch {
+                sizes[slot] = produced
+                    .records
+                    .iter()
+                    .map(|record| record.size() as u64)
+                    .collect();
+            }
             match batch {
                 Err(error) => {
                     let kafka = match error {
                         RecordsError::Corrupt(_) => ResponseError::CorruptMessage,
-                        RecordsError::Transactional => ResponseError::InvalidRecord,
+                        RecordsError::Transactional | RecordsError::Invalid(_) => {
+                            ResponseError::InvalidRecord
+                        }
                     };
                     answers[slot] = Some(refused_partition(partition, kafka, error.to_string()));
                 }
@@ -479,24 +491,63 @@ impl<B: Backend> Handler<'_, B> {
                 let offsets = self
                     .publish_idempotent(topic, partition, producer, sequence, records)
                     .await;
-                (slot, partition_answer(topic, partition, &offsets))
+                (slot, partition, offsets)
             },
         ));
         let (plain, idempotent) = futures::join!(self.publish_plain(topic, plain), idempotent);
-        for (slot, answer) in plain.into_iter().chain(idempotent) {
-            answers[slot] = Some(answer);
+        let stored: Vec<(usize, i32, Vec<Stored>)> = plain.into_iter().chain(idempotent).collect();
+        // A partition refuses a record larger than it keeps for ever, not until consumers catch
+        // up: answered so, the client fails it at once instead of retrying until its timeout.
+        let mut never = Vec::new();
+        for (slot, _, offsets) in &stored {
+            if let Some(index) = offsets.iter().position(|offset| matches!(offset, Ok(-1))) {
+                never.push((*slot, sizes[*slot].get(index).copied().unwrap_or(0)));
+            }
+        }
+        let max_bytes = match never.is_empty() {
+            true => None,
+            false => self.max_bytes(topic).await,
+        };
+        for (slot, partition, offsets) in stored {
+            let too_large = never
+                .iter()
+                .find(|(refused, _)| *refused == slot)
+                .map(|&(_, size)| size)
+                .zip(max_bytes)
+                .filter(|&(size, max)| size > max);
+            answers[slot] = Some(match too_large {
+                Some((size, max)) => refused_partition(
+                    partition,
+                    ResponseError::MessageTooLarge,
+                    format!(
+                        "a record of {size} bytes (value, key and headers) can never be stored: \
+                         a partition of topic {topic:?} keeps at most {max} bytes"
+                    ),
+                ),
+                None => partition_answer(topic, partition, &offsets),
+            });
         }
         answers.into_iter().flatten().collect()
     }
 
+    /// The most bytes a partition of `topic` keeps, if it has such a limit and can be
+    /// described.
+    async fn max_bytes(&self, topic: &str) -> Option<u64> {
+        let described = self.describe(Some(topic.to_owned())).await.ok()?;
+        let settings = TopicSettings::from_list(&described.first()?.settings).ok()?;
+        settings.max_bytes
+    }
+
     /// Publishes the records of the partitions of a producer without idempotence, all in one
-    /// batch publish (a few when there are very many records); each partition's answer with
-    /// its slot.
+    /// publish that stops at each partition's first refusal (a few when there are very many
+    /// records), so that a partition never stores a record after one it refused: the client
+    /// sends the refused batch again, whose first records may then be stored twice but never
+    /// out of order. Each partition's answer with its slot.
     async fn publish_plain(
         &self,
         topic: &str,
         partitions: Vec<(usize, i32, Vec<PublishRecord>)>,
-    ) -> Vec<(usize, PartitionProduceResponse)> {
+    ) -> Vec<(usize, i32, Vec<Stored>)> {
         let mut records = Vec::new();
         let mut placed = Vec::with_capacity(partitions.len());
         for (slot, partition, batch) in partitions {
@@ -504,29 +555,52 @@ impl<B: Backend> Handler<'_, B> {
             records.extend(batch);
             placed.push((slot, partition, start..records.len()));
         }
-        // Each record's offset (`-1` when full), or the refusal of its chunk.
+        // Each record's offset (`-1` when refused), or the refusal of its chunk.
         let mut offsets: Vec<Stored> = Vec::with_capacity(records.len());
+        // Partitions that refused a record of an earlier chunk: their later records are
+        // refused without being sent.
+        let mut refusing: Vec<i32> = Vec::new();
         let chunks: Vec<Vec<PublishRecord>> = records
             .chunks(MAX_BATCH_RECORDS)
             .map(<[PublishRecord]>::to_vec)
             .collect();
         for chunk in chunks {
-            let size = chunk.len();
-            let command = Command::PublishBatch {
+            let mut chunk_offsets: Vec<Stored> = vec![Ok(-1); chunk.len()];
+            let mut indexes = Vec::with_capacity(chunk.len());
+            let mut sent = Vec::with_capacity(chunk.len());
+            for (index, record) in chunk.into_iter().enumerate() {
+                if record
+                    .partition
+                    .is_none_or(|partition| !refusing.contains(&partition))
+                {
+                    indexes.push(index);
+                    sent.push(record);
+                }
+            }
+            let partitions: Vec<Option<i32>> = sent.iter().map(|record| record.partition).collect();
+            let command = Command::PublishUntilFull {
                 topic: topic.to_owned(),
-                records: chunk,
+                records: sent,
             };
             let result = self
                 .call(command)
                 .await
                 .map_err(|refusal| refused(&refusal));
-            offsets.extend(placed_offsets(result, size));
+            for ((index, offset), partition) in indexes
+                .into_iter()
+                .zip(placed_offsets(result, partitions.len()))
+                .zip(partitions)
+            {
+                if let (Ok(-1), Some(partition)) = (&offset, partition) {
+                    refusing.push(partition);
+                }
+                chunk_offsets[index] = offset;
+            }
+            offsets.extend(chunk_offsets);
         }
         placed
             .into_iter()
-            .map(|(slot, partition, range)| {
-                (slot, partition_answer(topic, partition, &offsets[range]))
-            })
+            .map(|(slot, partition, range)| (slot, partition, offsets[range].to_vec()))
             .collect()
     }
 
@@ -868,8 +942,10 @@ impl<B: Backend> Handler<'_, B> {
     fn find_coordinator(&self, request: &FindCoordinatorRequest) -> FindCoordinatorResponse {
         let response = FindCoordinatorResponse::default();
         if request.key_type != GROUP_KEY {
+            // Not `COORDINATOR_NOT_AVAILABLE`, which the clients retry until their timeout: a
+            // transactional producer gives up at once on this one.
             return response
-                .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+                .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
                 .with_node_id(BrokerId(-1))
                 .with_port(-1)
                 .with_error_message(message(
@@ -1606,6 +1682,25 @@ mod tests {
         assert_eq!(full.error_code, ResponseError::NotEnoughReplicas.code());
         assert!(ResponseError::NotEnoughReplicas.is_retriable());
         assert!(full.error_message.unwrap().contains("is full"));
+    }
+
+    #[tokio::test]
+    async fn a_partition_full_within_a_batch_of_many_chunks_takes_nothing_after_it() {
+        use broker_core::{Discard, Retention, TopicSetting};
+        let capacity = MAX_BATCH_RECORDS as u64 - 10;
+        let broker = broker(100);
+        let settings = [
+            TopicSetting::Retention(Retention::Limits),
+            TopicSetting::MaxRecords(capacity),
+            TopicSetting::Discard(Discard::New),
+        ];
+        broker
+            .create_topic("big", 1, KeyHash::default(), &settings)
+            .unwrap();
+        let records = batch(MAX_BATCH_RECORDS as i64 + 10, None);
+        let full = produced(ask(&broker, 9, produce(1, "big", 0, records)).await);
+        assert_eq!(full.error_code, ResponseError::NotEnoughReplicas.code());
+        assert_eq!(broker.end_offset("big", 0).unwrap(), capacity as i64);
     }
 
     #[tokio::test]

@@ -2,7 +2,7 @@
 //! records and back. A record's key, value, headers and time are the broker record's key,
 //! payload, headers and time; a null value is stored as an empty payload.
 
-use broker_core::{BrokerRecord, Header, PublishRecord};
+use broker_core::{check_headers, BrokerRecord, Header, PublishRecord};
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::protocol::StrBytes;
 
@@ -22,6 +22,9 @@ pub(crate) enum RecordsError {
     /// A transactional batch: the broker has no transactions.
     #[error("transactions are not supported by this broker")]
     Transactional,
+    /// A record the broker can never store (its headers break the broker's rules).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// The records of one partition of a produce request, ready to publish.
@@ -91,18 +94,22 @@ pub(crate) fn decode_produced(
             }
             _ => {}
         }
+        let headers: Vec<Header> = record
+            .headers
+            .into_iter()
+            .map(|(name, value)| Header {
+                name: name.as_str().to_owned(),
+                value,
+            })
+            .collect();
+        // Refused here, for its partition alone, rather than with every partition of the
+        // request by the broker.
+        check_headers(&headers).map_err(|refused| RecordsError::Invalid(refused.to_string()))?;
         records.push(PublishRecord {
             partition: Some(partition),
             key: record.key,
             payload: record.value.unwrap_or_default(),
-            headers: record
-                .headers
-                .into_iter()
-                .map(|(name, value)| Header {
-                    name: name.as_str().to_owned(),
-                    value,
-                })
-                .collect(),
+            headers,
             timestamp_ms: (record.timestamp >= 0).then_some(record.timestamp),
         });
     }

@@ -163,6 +163,10 @@ fn command(kind: CommandKind) -> Command {
             topic,
             records: vec![PublishRecord::to_partition(0, "x")],
         },
+        CommandKind::PublishUntilFull => Command::PublishUntilFull {
+            topic,
+            records: vec![PublishRecord::to_partition(0, "x")],
+        },
         CommandKind::AckAndPoll => Command::AckAndPoll {
             topic,
             group,

@@ -88,6 +88,7 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
         Command::Publish { .. }
         | Command::PublishKeyed { .. }
         | Command::PublishBatch { .. }
+        | Command::PublishUntilFull { .. }
         | Command::PublishIdempotent { .. }
         | Command::Poll { .. }
         | Command::Ack { .. }

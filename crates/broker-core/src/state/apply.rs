@@ -66,6 +66,9 @@ impl BrokerState {
             Command::PublishBatch { topic, records } => self
                 .publish_batch(&topic, records)
                 .map(Outcome::PublishedBatch),
+            Command::PublishUntilFull { topic, records } => self
+                .publish_until_full(&topic, records)
+                .map(Outcome::PublishedBatch),
             Command::Poll {
                 topic,
                 group,

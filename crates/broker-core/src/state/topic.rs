@@ -283,6 +283,29 @@ impl BrokerState {
         topic: &str,
         records: Vec<PublishRecord>,
     ) -> Result<Vec<(i32, i64)>, BrokerError> {
+        self.publish_records(topic, records, false)
+    }
+
+    /// See [`crate::EventBroker::publish_until_full`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::publish_batch`].
+    pub fn publish_until_full(
+        &mut self,
+        topic: &str,
+        records: Vec<PublishRecord>,
+    ) -> Result<Vec<(i32, i64)>, BrokerError> {
+        self.publish_records(topic, records, true)
+    }
+
+    /// Publishes `records` in order, each on its own, or with `until_full` none after the
+    /// first its partition refused.
+    fn publish_records(
+        &mut self,
+        topic: &str,
+        records: Vec<PublishRecord>,
+        until_full: bool,
+    ) -> Result<Vec<(i32, i64)>, BrokerError> {
         check_batch_len(records.len())?;
         let now = self.clock_ms;
         let topic = topic_in(&mut self.topics, topic)?;
@@ -292,6 +315,8 @@ impl BrokerState {
             }
             check_headers(&record.headers)?;
         }
+        // With `until_full`, the partitions that refused a record of this batch.
+        let mut refused = Vec::new();
         records
             .into_iter()
             .map(
@@ -306,10 +331,16 @@ impl BrokerState {
                         Some(partition) => partition as usize,
                         None => topic.partition_for_key(key.as_ref()),
                     };
+                    if refused.contains(&partition) {
+                        return Ok((partition as i32, -1));
+                    }
                     let stored =
                         StoredRecord::new(key, payload, headers, timestamp_ms.unwrap_or(now));
                     let offset =
                         topic.append(partition, self.capacity, &mut self.memory, now, stored)?;
+                    if offset < 0 && until_full {
+                        refused.push(partition);
+                    }
                     Ok((partition as i32, offset))
                 },
             )

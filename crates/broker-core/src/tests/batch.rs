@@ -89,3 +89,35 @@ fn an_empty_batch_publishes_nothing() {
     b.create("t", 1).unwrap();
     assert_eq!(b.publish_batch("t", Vec::new()).unwrap(), Vec::new());
 }
+
+#[test]
+fn until_full_a_partition_takes_nothing_after_the_record_it_refused() {
+    use crate::{Discard, Retention, TopicSetting};
+    let b = broker(10);
+    let settings = [
+        TopicSetting::Retention(Retention::Limits),
+        TopicSetting::MaxBytes(10),
+        TopicSetting::Discard(Discard::New),
+    ];
+    b.create_topic("t", 2, KeyHash::default(), &settings)
+        .unwrap();
+    let records = || {
+        vec![
+            PublishRecord::to_partition(0, "aaaaa"),
+            PublishRecord::to_partition(0, "bbbbbbbb"),
+            PublishRecord::to_partition(1, "dd"),
+            // It would fit after "aaaaa", but "bbbbbbbb" before it was refused.
+            PublishRecord::to_partition(0, "cc"),
+        ]
+    };
+    let placed = b.publish_until_full("t", records()).unwrap();
+    assert_eq!(placed, vec![(0, 0), (0, -1), (1, 0), (0, -1)]);
+    assert_eq!(b.end_offset("t", 0).unwrap(), 1);
+    // A batch publish tries every record on its own, and stores the small one.
+    let other = broker(10);
+    other
+        .create_topic("t", 2, KeyHash::default(), &settings)
+        .unwrap();
+    let placed = other.publish_batch("t", records()).unwrap();
+    assert_eq!(placed, vec![(0, 0), (0, -1), (1, 0), (0, 1)]);
+}
