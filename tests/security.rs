@@ -208,7 +208,11 @@ async fn tls_with_a_token_end_to_end_through_the_cli_and_the_client() {
 
     // Plain TCP, a wrong name, an unknown CA: one clear line each, exit status 1.
     let plain = one_error_line(&broker(&["--addr", &addr, "describe"], &secure));
-    assert!(plain.contains("TLS"), "{plain}");
+    assert!(
+        plain.contains("without TLS") && plain.contains("--tls-ca"),
+        "{plain}"
+    );
+    assert!(!plain.contains("over TLS"), "{plain}");
     let wrong_name = one_error_line(&broker(
         &[
             "--addr",

@@ -203,7 +203,8 @@ impl Connection {
         let reply = loop {
             if speaks_tls(&buffer) {
                 return Err(Error::Tls(
-                    "the server answered with TLS; connect with TLS (give a CA file)".to_owned(),
+                    "the server speaks TLS; connect with TLS (give its certificate authority)"
+                        .to_owned(),
                 ));
             }
             if broker_net::looks_like_http(&buffer) {
