@@ -355,14 +355,21 @@ fn admit(
     })
 }
 
-/// Refuses a native join to a group whose members joined through the Kafka listener: a group
-/// name is used by one protocol at a time.
+/// Refuses a native join to a group whose members joined through the Kafka listener (a group
+/// name is used by one protocol at a time), and the deletion of such a group (a group with
+/// members is never deleted).
 fn kafka_owns_group(shared: &Shared, command: Command) -> Result<Command, ErrorReply> {
     match &command {
         Command::Join { group, .. } if shared.kafka_groups.has_members(group) => {
             Err(ErrorReply::InvalidArgument(format!(
                 "group {group:?} has members that joined through the Kafka listener: a group \
                  is used by one protocol at a time"
+            )))
+        }
+        Command::DeleteGroup { group, .. } if shared.kafka_groups.has_members(group) => {
+            Err(ErrorReply::InvalidArgument(format!(
+                "group {group:?} has members that joined through the Kafka listener: a group \
+                 with members cannot be deleted (stop its consumers first)"
             )))
         }
         _ => Ok(command),
