@@ -675,6 +675,8 @@ async fn a_follower_removed_while_it_runs_falls_silent() {
     let alone = Client::connect(nodes.client_addrs[removed].to_string().as_str())
         .await
         .unwrap();
+    let status = alone.cluster_status().await.unwrap();
+    assert!(status.leader.is_some(), "{status:?}");
     removed_node_names_no_leader(&alone).await;
 }
 

@@ -880,6 +880,12 @@ async fn a_group_name_is_used_by_one_protocol_at_a_time() {
         matches!(&refused, Err(broker_client::Error::Broker(broker_client::BrokerError::InvalidArgument(m))) if m.contains("Kafka")),
         "{refused:?}"
     );
+    // Nor is it deleted while its members consume (Kafka refuses a non-empty group's deletion).
+    let deleted = client.delete_group("shared", "kafka-group").await;
+    assert!(
+        matches!(&deleted, Err(broker_client::Error::Broker(broker_client::BrokerError::InvalidArgument(m))) if m.contains("cannot be deleted")),
+        "{deleted:?}"
+    );
     drop(holder.stdin.take());
     assert!(holder.wait().unwrap().success());
     // Once they left, it may.

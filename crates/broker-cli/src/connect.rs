@@ -48,9 +48,9 @@ impl Server {
                     "broker-server at {addr} refused the connection: {why} (set \
                  --auth-token-file, BROKER_AUTH_TOKEN_FILE or BROKER_AUTH_TOKEN)"
                 ),
-                Error::Tls(why) if self.tls_ca.is_none() => anyhow!(
-                    "cannot reach broker-server at {addr} without TLS: {why} (give its \
-                 certificate authority with --tls-ca or BROKER_TLS_CA)"
+                Error::Tls(_) if self.tls_ca.is_none() => anyhow!(
+                    "cannot reach broker-server at {addr} without TLS: the server speaks TLS \
+                 (give its certificate authority with --tls-ca or BROKER_TLS_CA)"
                 ),
                 Error::Tls(why) => anyhow!(
                     "cannot reach broker-server at {addr} over TLS: {why} (check --tls-ca and \

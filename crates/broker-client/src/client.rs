@@ -630,7 +630,7 @@ impl Client {
     ///     PublishRecord::to_partition(0, "second"),
     /// ];
     /// let placed = client.publish_until_full("orders", records).await?;
-    /// // The records not stored are the last ones: send them again later, in order.
+    /// // A partition's records not stored are its last ones: send them again later, in order.
     /// let stored = placed.iter().take_while(|(_, offset)| *offset >= 0).count();
     /// println!("{stored} of 2 stored");
     /// # Ok(())

@@ -203,7 +203,7 @@ impl Connection {
         let reply = loop {
             if speaks_tls(&buffer) {
                 return Err(Error::Tls(
-                    "the server speaks TLS; connect with TLS (give its certificate authority)"
+                    "the server speaks TLS; connect with TLS (ClientBuilder::tls_ca_file)"
                         .to_owned(),
                 ));
             }

@@ -659,8 +659,11 @@ async fn serve_peer(
             }
             PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
             PeerRequest::InstallSnapshot(rpc) => {
+                let sent_by = rpc.vote;
                 let answer = raft.install_snapshot(rpc).await;
-                if answer.is_ok() {
+                // Answered with a higher vote than the sender's, it came from a node that no
+                // longer leads.
+                if matches!(&answer, Ok(taken) if taken.vote <= sent_by) {
                     contact.heard();
                 }
                 PeerResponse::InstallSnapshot(answer)

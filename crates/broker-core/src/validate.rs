@@ -84,8 +84,6 @@ fn check_len(len: usize, max: usize, what: &str, items: &str) -> Result<(), Brok
     }
 }
 
-/// A record carries at most [`MAX_HEADERS`] headers, each named by 1 to
-/// [`MAX_HEADER_NAME_LEN`] bytes.
 /// Checks a record's headers as every publish does: at most [`MAX_HEADERS`], each name 1 to
 /// [`MAX_HEADER_NAME_LEN`] bytes.
 ///

@@ -97,7 +97,11 @@ fn dead_letter_topic() -> TopicName {
 /// flight (or the committed offset) of the state `now`, so that they reach the paths that change
 /// state.
 fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> Command {
-    let kinds: Vec<CommandKind> = CommandKind::iter().collect();
+    // `PublishUntilFull` is made by the `PublishBatch` arm, so that the kinds of the
+    // committed inputs stay what they were when it was added.
+    let kinds: Vec<CommandKind> = CommandKind::iter()
+        .filter(|kind| *kind != CommandKind::PublishUntilFull)
+        .collect();
     let kind = input.pick(&kinds);
     let topic = input.pick(&TOPICS).to_owned();
     let group = input.pick(&GROUPS).to_owned();
@@ -275,7 +279,10 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
         },
         CommandKind::Lag => Command::Lag { topic, group },
         CommandKind::PublishBatch | CommandKind::PublishUntilFull => {
-            let records = (0..input.byte() % 5)
+            // One byte says how many records (below 5) and, in what it has left, which kind.
+            let count = input.byte();
+            let until_full = (count / 5) % 2 == 1;
+            let records = (0..count % 5)
                 .map(|_| PublishRecord {
                     partition: input.pick(&[None, Some(0), Some(1), Some(3)]),
                     key: (input.byte() % 2 == 1).then(|| Bytes::from(vec![input.byte(); 2])),
@@ -290,9 +297,9 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
                     timestamp_ms: input.pick(&[None, Some(0), Some(i64::MAX)]),
                 })
                 .collect();
-            match kind {
-                CommandKind::PublishBatch => Command::PublishBatch { topic, records },
-                _ => Command::PublishUntilFull { topic, records },
+            match until_full {
+                false => Command::PublishBatch { topic, records },
+                true => Command::PublishUntilFull { topic, records },
             }
         }
         CommandKind::AckAndPoll => {

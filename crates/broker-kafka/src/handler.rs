@@ -1,7 +1,7 @@
 //! What each Kafka request does: the broker's commands it runs through the [`Backend`], and the
 //! Kafka response built from their outcomes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use broker_core::{
@@ -557,9 +557,10 @@ impl<B: Backend> Handler<'_, B> {
         }
         // Each record's offset (`-1` when refused), or the refusal of its chunk.
         let mut offsets: Vec<Stored> = Vec::with_capacity(records.len());
-        // Partitions that refused a record of an earlier chunk: their later records are
-        // refused without being sent.
-        let mut refusing: Vec<i32> = Vec::new();
+        // Partitions that did not store a record of an earlier chunk (refused as full, or the
+        // chunk refused whole): their later records are not sent, so that none is stored
+        // after one that was not.
+        let mut refusing: BTreeSet<i32> = BTreeSet::new();
         let chunks: Vec<Vec<PublishRecord>> = records
             .chunks(MAX_BATCH_RECORDS)
             .map(<[PublishRecord]>::to_vec)
@@ -591,8 +592,8 @@ impl<B: Backend> Handler<'_, B> {
                 .zip(placed_offsets(result, partitions.len()))
                 .zip(partitions)
             {
-                if let (Ok(-1), Some(partition)) = (&offset, partition) {
-                    refusing.push(partition);
+                if let Some(partition) = partition.filter(|_| !matches!(offset, Ok(0..))) {
+                    refusing.insert(partition);
                 }
                 chunk_offsets[index] = offset;
             }
@@ -1557,6 +1558,16 @@ mod tests {
 
     /// A record batch of `count` records, of `producer` at `epoch` from `sequence` when given.
     fn batch_at_epoch(count: i64, producer: Option<(i64, i16, i32)>) -> Bytes {
+        batch_of(count, producer, |i| Bytes::from(format!("r{i}")))
+    }
+
+    /// A batch of `count` records of `producer` (as [`batch_at_epoch`]), record `i`'s value
+    /// `value(i)`.
+    fn batch_of(
+        count: i64,
+        producer: Option<(i64, i16, i32)>,
+        value: impl Fn(i64) -> Bytes,
+    ) -> Bytes {
         let records: Vec<Record> = (0..count)
             .map(|i| Record {
                 transactional: false,
@@ -1570,7 +1581,7 @@ mod tests {
                 sequence: producer.map_or(-1, |(_, _, first)| first + i as i32),
                 timestamp: 1_000 + i,
                 key: None,
-                value: Some(Bytes::from(format!("r{i}"))),
+                value: Some(value(i)),
                 headers: Default::default(),
             })
             .collect();
@@ -1687,20 +1698,25 @@ mod tests {
     #[tokio::test]
     async fn a_partition_full_within_a_batch_of_many_chunks_takes_nothing_after_it() {
         use broker_core::{Discard, Retention, TopicSetting};
-        let capacity = MAX_BATCH_RECORDS as u64 - 10;
+        // The first chunk's small records fill the partition but for a few bytes, and its last
+        // record, larger, is refused; the next chunk's small records would fit.
+        let last_of_first_chunk = MAX_BATCH_RECORDS as i64 - 1;
         let broker = broker(100);
         let settings = [
             TopicSetting::Retention(Retention::Limits),
-            TopicSetting::MaxRecords(capacity),
+            TopicSetting::MaxBytes(last_of_first_chunk as u64 + 5),
             TopicSetting::Discard(Discard::New),
         ];
         broker
             .create_topic("big", 1, KeyHash::default(), &settings)
             .unwrap();
-        let records = batch(MAX_BATCH_RECORDS as i64 + 10, None);
+        let records = batch_of(last_of_first_chunk + 10, None, |i| match i {
+            i if i == last_of_first_chunk => Bytes::from(vec![b'L'; 1000]),
+            _ => Bytes::from_static(b"s"),
+        });
         let full = produced(ask(&broker, 9, produce(1, "big", 0, records)).await);
         assert_eq!(full.error_code, ResponseError::NotEnoughReplicas.code());
-        assert_eq!(broker.end_offset("big", 0).unwrap(), capacity as i64);
+        assert_eq!(broker.end_offset("big", 0).unwrap(), last_of_first_chunk);
     }
 
     #[tokio::test]
@@ -1723,6 +1739,20 @@ mod tests {
             ResponseError::TransactionalIdAuthorizationFailed.code()
         );
         assert_eq!(broker.end_offset("t", 0).unwrap(), 0);
+        // A transactional producer asks for its coordinator first: refused so, its client
+        // gives up at once (it would retry `COORDINATOR_NOT_AVAILABLE` until its timeout).
+        let coordinator = RequestKind::FindCoordinator(
+            FindCoordinatorRequest::default()
+                .with_key(StrBytes::from_static_str("tx"))
+                .with_key_type(1),
+        );
+        match ask(&broker, 3, coordinator).await {
+            Some(ResponseKind::FindCoordinator(found)) => assert_eq!(
+                found.error_code,
+                ResponseError::TransactionalIdAuthorizationFailed.code()
+            ),
+            other => panic!("unexpected {other:?}"),
+        }
     }
 
     #[tokio::test]

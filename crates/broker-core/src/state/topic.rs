@@ -315,8 +315,11 @@ impl BrokerState {
             }
             check_headers(&record.headers)?;
         }
-        // With `until_full`, the partitions that refused a record of this batch.
-        let mut refused = Vec::new();
+        // With `until_full`, whether each partition refused a record of this batch.
+        let mut refused = match until_full {
+            true => vec![false; topic.partitions.len()],
+            false => Vec::new(),
+        };
         records
             .into_iter()
             .map(
@@ -331,15 +334,17 @@ impl BrokerState {
                         Some(partition) => partition as usize,
                         None => topic.partition_for_key(key.as_ref()),
                     };
-                    if refused.contains(&partition) {
+                    if refused.get(partition).copied().unwrap_or(false) {
                         return Ok((partition as i32, -1));
                     }
                     let stored =
                         StoredRecord::new(key, payload, headers, timestamp_ms.unwrap_or(now));
                     let offset =
                         topic.append(partition, self.capacity, &mut self.memory, now, stored)?;
-                    if offset < 0 && until_full {
-                        refused.push(partition);
+                    if offset < 0 {
+                        if let Some(refused) = refused.get_mut(partition) {
+                            *refused = true;
+                        }
                     }
                     Ok((partition as i32, offset))
                 },

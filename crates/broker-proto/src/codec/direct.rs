@@ -1,5 +1,6 @@
 //! A direct decoder for the requests services send most: the publishes (`Publish`,
-//! `PublishKeyed`, `PublishBatch`, and `PublishIdempotent`, which every `Producer` sends).
+//! `PublishKeyed`, `PublishBatch`, `PublishUntilFull`, and `PublishIdempotent`, which every
+//! `Producer` sends).
 //!
 //! The generic decoder goes through serde's visitors for every field of every record: about 710
 //! instructions a record in the `Producer`'s usual request (one record or a few per partition
@@ -21,6 +22,7 @@ const PUBLISH: u32 = 3;
 const PUBLISH_KEYED: u32 = 4;
 const PUBLISH_BATCH: u32 = 15;
 const PUBLISH_IDEMPOTENT: u32 = 24;
+const PUBLISH_UNTIL_FULL: u32 = 34;
 
 /// The most room a list reserves before its elements are read, in bytes (as serde's own
 /// decoders): its elements take more room in memory than on the wire, several times over.
@@ -61,6 +63,10 @@ pub(super) fn publish(body: &[u8]) -> Option<RequestFrame> {
             topic: reader.text()?.to_owned(),
             producer: reader.u64()?,
             batches: reader.list(MIN_BATCH_BYTES, Reader::partition_batch)?,
+        },
+        PUBLISH_UNTIL_FULL => Command::PublishUntilFull {
+            topic: reader.text()?.to_owned(),
+            records: reader.list(MIN_RECORD_BYTES, Reader::record)?,
         },
         _ => return None,
     };

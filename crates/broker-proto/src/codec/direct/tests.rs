@@ -126,6 +126,10 @@ fn every_other_publish_decodes_as_the_generic_decoder_decodes_it() {
             topic: topic(),
             records: vec![record.clone(), PublishRecord::to_partition(0, payload())],
         },
+        Command::PublishUntilFull {
+            topic: topic(),
+            records: vec![record.clone(), PublishRecord::to_partition(0, payload())],
+        },
     ] {
         let frame = request(command);
         let body = body(&frame);
@@ -298,6 +302,8 @@ fn publishes() -> impl Strategy<Value = RequestFrame> {
         }),
         (".{0,6}", prop::collection::vec(record(), 0..4))
             .prop_map(|(topic, records)| request(Command::PublishBatch { topic, records })),
+        (".{0,6}", prop::collection::vec(record(), 0..4))
+            .prop_map(|(topic, records)| request(Command::PublishUntilFull { topic, records })),
     ]
 }
 
