@@ -18,6 +18,7 @@
 //! the leader's clock, in the entries it proposes.
 
 mod codec;
+mod contact;
 mod leadership;
 mod log_store;
 mod membership;
@@ -341,7 +342,7 @@ impl Cluster {
             stop.clone(),
         ));
         let known_removed = Arc::new(AtomicBool::new(false));
-        let contact = Arc::new(removal::LeaderContact::new());
+        let contact = Arc::new(contact::LeaderContact::new());
         tracker.spawn(removal::watch(
             raft.clone(),
             network.clone(),

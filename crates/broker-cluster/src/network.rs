@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::codec::{decode_at_most, encode};
-use crate::removal::LeaderContact;
+use crate::contact::LeaderContact;
 use crate::types::{ClusterNode, NodeId, TypeConfig};
 
 /// The largest frame between peers: a batch of entries, or a snapshot chunk.

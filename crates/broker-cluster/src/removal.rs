@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::network::RaftNetworkFactory;
@@ -19,6 +19,7 @@ use openraft::{Raft, ServerState};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::contact::LeaderContact;
 use crate::network::{Network, PEER_ANSWER_WITHIN};
 use crate::types::{ClusterNode, NodeId, TypeConfig};
 
@@ -28,27 +29,6 @@ const LEADERLESS: Duration = Duration::from_secs(5);
 
 /// How often it looks.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
-
-/// When this node last heard from a leader: the last time it took a leader's entries (a
-/// heartbeat included) or snapshot.
-#[derive(Debug)]
-pub(crate) struct LeaderContact(Mutex<Instant>);
-
-impl LeaderContact {
-    /// Counts from now: a node that starts has not been out of touch for long yet.
-    pub(crate) fn new() -> Self {
-        LeaderContact(Mutex::new(Instant::now()))
-    }
-
-    /// Notes that a leader was heard from now.
-    pub(crate) fn heard(&self) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
-    }
-
-    fn last(&self) -> Instant {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
 
 /// Until `stop` is cancelled: whenever this node (`raft`'s) has been out of touch for
 /// [`LEADERLESS`] (a voter that knows no leader, a learner that heard from no leader, as told
