@@ -179,15 +179,27 @@ async fn kcat_lists_metadata_and_round_trips_keyed_records_with_headers() {
             ":",
             "-H",
             "trace=abc",
+            "-H",
+            "dup=a",
+            "-H",
+            "dup=b",
         ],
         "k1:first\nk2:second\n",
     );
-    // Read natively: the same key, payload and header, and a time of now.
+    // Read natively: the same key, payload and headers (a repeated name keeps every value, in
+    // order), and a time of now.
     let records = read_all(&client, "orders", 1).await;
     assert_eq!(records.len(), 2);
     assert_eq!(records[0].key.as_deref(), Some(&b"k1"[..]));
     assert_eq!(records[1].payload, "second");
-    assert_eq!(records[0].headers, vec![Header::new("trace", "abc")]);
+    assert_eq!(
+        records[0].headers,
+        vec![
+            Header::new("trace", "abc"),
+            Header::new("dup", "a"),
+            Header::new("dup", "b")
+        ]
+    );
     assert!(records[0].timestamp_ms > 1_700_000_000_000);
     // And back through kcat, with a record published natively.
     client
@@ -195,8 +207,10 @@ async fn kcat_lists_metadata_and_round_trips_keyed_records_with_headers() {
             "orders",
             vec![on(
                 1,
-                PublishRecord::keyed(Some(b"nk"), "native")
-                    .with_headers(vec![Header::new("from", "native")]),
+                PublishRecord::keyed(Some(b"nk"), "native").with_headers(vec![
+                    Header::new("from", "native"),
+                    Header::new("from", "again"),
+                ]),
             )],
         )
         .await
@@ -221,7 +235,8 @@ async fn kcat_lists_metadata_and_round_trips_keyed_records_with_headers() {
     );
     assert_eq!(
         consumed,
-        "k1=first @0 trace=abc\nk2=second @1 trace=abc\nnk=native @2 from=native\n"
+        "k1=first @0 trace=abc,dup=a,dup=b\nk2=second @1 trace=abc,dup=a,dup=b\n\
+         nk=native @2 from=native,from=again\n"
     );
 }
 

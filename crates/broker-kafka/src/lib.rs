@@ -26,6 +26,7 @@
 
 mod apis;
 mod backend;
+mod batch;
 mod configs;
 mod connection;
 mod decompress;

@@ -3,14 +3,9 @@
 //! payload, headers and time; a null value is stored as an empty payload.
 
 use broker_core::{check_headers, BrokerRecord, Header, PublishRecord};
-use bytes::{Buf, Bytes, BytesMut};
-use kafka_protocol::protocol::StrBytes;
+use bytes::Bytes;
 
-use crate::decompress::decompress;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-    TimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
-};
+use crate::batch::{self, FetchedRecord};
 
 /// Why a produced batch is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,22 +48,14 @@ pub(crate) fn native_producer(id: i64, epoch: i16) -> u64 {
 /// them.
 pub(crate) fn decode_produced(
     partition: i32,
-    mut batches: Bytes,
+    batches: Bytes,
     inflate_limit: usize,
 ) -> Result<Produced, RecordsError> {
-    let mut sets = Vec::new();
-    while batches.has_remaining() {
-        let set = RecordBatchDecoder::decode_with_custom_compression(
-            &mut batches,
-            Some(|data: &mut Bytes, compression| decompress(data, compression, inflate_limit)),
-        )
-        .map_err(|error| RecordsError::Corrupt(format!("{error:#}")))?;
-        sets.push(set);
-    }
+    let produced = batch::decode(batches, inflate_limit).map_err(RecordsError::Corrupt)?;
     let mut records = Vec::new();
     // The producer's id, epoch and first sequence number, as the first record gives them.
     let mut idempotent: Option<(i64, i16, i32)> = None;
-    for record in sets.into_iter().flat_map(|set| set.records) {
+    for record in produced {
         if record.transactional || record.control {
             return Err(RecordsError::Transactional);
         }
@@ -97,10 +84,7 @@ pub(crate) fn decode_produced(
         let headers: Vec<Header> = record
             .headers
             .into_iter()
-            .map(|(name, value)| Header {
-                name: name.as_str().to_owned(),
-                value,
-            })
+            .map(|(name, value)| Header { name, value })
             .collect();
         // Refused here, for its partition alone, rather than with every partition of the
         // request by the broker.
@@ -122,49 +106,32 @@ pub(crate) fn decode_produced(
 
 /// `records` (consecutive offsets of one partition) as one uncompressed record batch.
 pub(crate) fn encode_fetched(records: &[BrokerRecord]) -> Result<Bytes, String> {
-    let first_offset = records.first().map_or(0, |record| record.offset);
-    let records: Vec<Record> = records
+    let records: Vec<FetchedRecord<'_>> = records
         .iter()
-        .map(|record| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
-            producer_id: NO_PRODUCER_ID,
-            producer_epoch: NO_PRODUCER_EPOCH,
-            timestamp_type: TimestampType::Creation,
+        .map(|record| FetchedRecord {
             offset: record.offset,
-            // The encoder keeps records in one batch while offset minus sequence stays the
-            // same, and writes the first one's sequence as the batch's: -1, no producer's.
-            sequence: NO_SEQUENCE.wrapping_add((record.offset - first_offset) as i32),
             timestamp: record.timestamp_ms,
-            key: record.key.clone(),
-            value: Some(record.payload.clone()),
+            key: record.key.as_deref(),
+            value: &record.payload,
             headers: record
                 .headers
                 .iter()
-                .map(|header| {
-                    (
-                        StrBytes::from_string(header.name.clone()),
-                        header.value.clone(),
-                    )
-                })
+                .map(|header| (header.name.as_str(), header.value.as_deref()))
                 .collect(),
         })
         .collect();
-    let mut buffer = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buffer, &records, &options)
-        .map_err(|error| format!("{error:#}"))?;
-    Ok(buffer.freeze())
+    batch::encode(&records)
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    use bytes::BytesMut;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+        TimestampType, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+    };
 
     use super::*;
 

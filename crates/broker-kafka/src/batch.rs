@@ -1,0 +1,372 @@
+//! Kafka's record batches (format 2, which every Produce and Fetch version the listener speaks
+//! carries), read and written here byte for byte as Kafka's documentation gives them: the
+//! records of kafka-protocol keep one value per header name, where a Kafka record may repeat a
+//! name, and every value must reach the broker, and come back, in its place.
+//!
+//! A batch: base offset (`i64`), length of the rest (`i32`), partition leader epoch (`i32`),
+//! magic (`i8`, 2), CRC-32C of everything after it (`u32`), attributes (`i16`: compression in
+//! bits 0 to 2, log-append time in bit 3, transactional in bit 4, control in bit 5), last
+//! offset delta (`i32`), base and largest timestamps (`i64`), producer id (`i64`), producer
+//! epoch (`i16`), base sequence (`i32`), record count (`i32`), then the records, compressed
+//! together when the batch is. A record: its length, attributes (`i8`), timestamp delta,
+//! offset delta, key, value and headers, lengths and deltas as zigzag varints (-1 for a null
+//! key or value). Integers are big-endian.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::records::Compression;
+
+use crate::decompress::decompress;
+
+/// The bytes of a batch after its length field, up to its first record.
+const BATCH_HEADER_AFTER_LENGTH: usize = 4 + 1 + 4 + 2 + 4 + 8 + 8 + 8 + 2 + 4 + 4;
+
+/// Where the bytes the CRC covers start: after base offset, length, leader epoch, magic and
+/// the CRC itself.
+const CRC_COVERS_FROM: usize = 8 + 4 + 4 + 1 + 4;
+
+/// The magic byte of the only format read and written.
+const MAGIC: i8 = 2;
+
+/// "No producer", "no epoch", "no sequence" and "no leader epoch" in a batch's header.
+const NONE: i64 = -1;
+
+/// One record of a produced batch, with what its batch's header says of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProducedRecord {
+    /// Its batch is part of a transaction.
+    pub(crate) transactional: bool,
+    /// Its batch holds transaction markers.
+    pub(crate) control: bool,
+    pub(crate) producer_id: i64,
+    pub(crate) producer_epoch: i16,
+    /// The batch's base sequence plus the record's offset delta (wrapping), as Kafka numbers
+    /// an idempotent producer's records; meaningless without a producer.
+    pub(crate) sequence: i32,
+    /// The batch's base timestamp plus the record's delta.
+    pub(crate) timestamp: i64,
+    pub(crate) key: Option<Bytes>,
+    pub(crate) value: Option<Bytes>,
+    /// Name and value of each header, in order, names repeated as the record repeats them.
+    pub(crate) headers: Vec<(String, Option<Bytes>)>,
+}
+
+/// The records of the batches `bytes` holds, one after another: each batch's CRC-32C checked
+/// and its records decompressed to at most `inflate_limit` bytes.
+///
+/// # Errors
+/// Why the bytes are not such batches: truncated, another format, a failed checksum, an
+/// unknown compression, a negative length or count, a header name that is not UTF-8.
+pub(crate) fn decode(
+    mut bytes: Bytes,
+    inflate_limit: usize,
+) -> Result<Vec<ProducedRecord>, String> {
+    let mut records = Vec::new();
+    while !bytes.is_empty() {
+        let mut head = Reader(bytes.clone());
+        let _base_offset = head.i64()?;
+        let length = usize::try_from(head.i32()?)
+            .ok()
+            .filter(|&length| length >= BATCH_HEADER_AFTER_LENGTH)
+            .ok_or("a record batch shorter than its header")?;
+        if bytes.len() < 12 + length {
+            return Err("a truncated record batch".to_owned());
+        }
+        let batch = bytes.split_to(12 + length);
+        decode_batch(batch, inflate_limit, &mut records)?;
+    }
+    Ok(records)
+}
+
+/// Adds the records of `batch` (one whole batch) to `records`.
+fn decode_batch(
+    batch: Bytes,
+    inflate_limit: usize,
+    records: &mut Vec<ProducedRecord>,
+) -> Result<(), String> {
+    let mut reader = Reader(batch.slice(8 + 4..));
+    let _leader_epoch = reader.i32()?;
+    let magic = reader.i8()?;
+    if magic != MAGIC {
+        return Err(format!(
+            "a record batch of format {magic}: format {MAGIC} is the only one read"
+        ));
+    }
+    let crc = reader.u32()?;
+    if crc32c::crc32c(&batch[CRC_COVERS_FROM..]) != crc {
+        return Err("Cyclic redundancy check failed".to_owned());
+    }
+    let attributes = reader.i16()?;
+    let compression = match attributes & 0x7 {
+        0 => Compression::None,
+        1 => Compression::Gzip,
+        2 => Compression::Snappy,
+        3 => Compression::Lz4,
+        4 => Compression::Zstd,
+        other => return Err(format!("unknown compression {other}")),
+    };
+    let transactional = attributes & (1 << 4) != 0;
+    let control = attributes & (1 << 5) != 0;
+    let _last_offset_delta = reader.i32()?;
+    let base_timestamp = reader.i64()?;
+    let _max_timestamp = reader.i64()?;
+    let producer_id = reader.i64()?;
+    let producer_epoch = reader.i16()?;
+    let base_sequence = reader.i32()?;
+    let count = usize::try_from(reader.i32()?).map_err(|_| "a negative record count")?;
+    let mut compressed = reader.0;
+    let mut reader = Reader(
+        decompress(&mut compressed, compression, inflate_limit)
+            .map_err(|error| format!("{error:#}"))?,
+    );
+    for _ in 0..count {
+        let length = reader.length()?.ok_or("a record of negative length")?;
+        let mut record = Reader(reader.take(length)?);
+        let _attributes = record.i8()?;
+        let timestamp_delta = record.varlong()?;
+        let offset_delta = record.varint()?;
+        let key = record.nullable()?;
+        let value = record.nullable()?;
+        let header_count = record.length()?.ok_or("a negative header count")?;
+        // Reserved for no more headers than the record's bytes can hold (two bytes each).
+        let mut headers = Vec::with_capacity(header_count.min(record.0.len() / 2));
+        for _ in 0..header_count {
+            let name = record.nullable()?.ok_or("a header without a name")?;
+            let name =
+                String::from_utf8(name.to_vec()).map_err(|_| "a header name that is not UTF-8")?;
+            headers.push((name, record.nullable()?));
+        }
+        records.push(ProducedRecord {
+            transactional,
+            control,
+            producer_id,
+            producer_epoch,
+            sequence: base_sequence.wrapping_add(offset_delta),
+            timestamp: base_timestamp.wrapping_add(timestamp_delta),
+            key,
+            value,
+            headers,
+        });
+    }
+    Ok(())
+}
+
+/// One record to write in a batch.
+pub(crate) struct FetchedRecord<'a> {
+    pub(crate) offset: i64,
+    pub(crate) timestamp: i64,
+    pub(crate) key: Option<&'a [u8]>,
+    pub(crate) value: &'a [u8],
+    pub(crate) headers: Vec<(&'a str, Option<&'a [u8]>)>,
+}
+
+/// `records` (ascending offsets, the first the batch's base) as one uncompressed batch with
+/// no producer, their times as creation times.
+///
+/// # Errors
+/// A length or an offset delta past what the format holds (an `i32`).
+pub(crate) fn encode(records: &[FetchedRecord<'_>]) -> Result<Bytes, String> {
+    let (Some(first), Some(last)) = (records.first(), records.last()) else {
+        return Ok(Bytes::new());
+    };
+    let too_large = |what: &str| format!("{what} past what a record batch holds");
+    let base_timestamp = first.timestamp;
+    let max_timestamp = records.iter().map(|record| record.timestamp).max();
+    let mut out = BytesMut::new();
+    out.put_i64(first.offset);
+    out.put_i32(0); // the length, once known
+    out.put_i32(NONE as i32); // leader epoch
+    out.put_i8(MAGIC);
+    out.put_u32(0); // the CRC, once the rest is written
+    out.put_i16(0); // uncompressed, creation times, no transaction
+    let last_delta = i32::try_from(last.offset - first.offset).map_err(|_| too_large("offsets"))?;
+    out.put_i32(last_delta);
+    out.put_i64(base_timestamp);
+    out.put_i64(max_timestamp.unwrap_or(base_timestamp));
+    out.put_i64(NONE); // producer id
+    out.put_i16(NONE as i16); // producer epoch
+    out.put_i32(NONE as i32); // base sequence
+    out.put_i32(i32::try_from(records.len()).map_err(|_| too_large("records"))?);
+    let mut body = BytesMut::new();
+    for record in records {
+        body.clear();
+        body.put_i8(0);
+        put_varint(&mut body, record.timestamp.wrapping_sub(base_timestamp));
+        let offset_delta =
+            i32::try_from(record.offset - first.offset).map_err(|_| too_large("offsets"))?;
+        put_varint(&mut body, i64::from(offset_delta));
+        put_nullable(&mut body, record.key)?;
+        put_nullable(&mut body, Some(record.value))?;
+        put_length(&mut body, record.headers.len())?;
+        for &(name, value) in &record.headers {
+            put_nullable(&mut body, Some(name.as_bytes()))?;
+            put_nullable(&mut body, value)?;
+        }
+        put_length(&mut out, body.len())?;
+        out.put_slice(&body);
+    }
+    let length = i32::try_from(out.len() - 12).map_err(|_| too_large("a batch"))?;
+    out[8..12].copy_from_slice(&length.to_be_bytes());
+    let crc = crc32c::crc32c(&out[CRC_COVERS_FROM..]);
+    out[CRC_COVERS_FROM - 4..CRC_COVERS_FROM].copy_from_slice(&crc.to_be_bytes());
+    Ok(out.freeze())
+}
+
+/// `value` as a zigzag varint.
+fn put_varint(out: &mut BytesMut, value: i64) {
+    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
+    while zigzag >= 0x80 {
+        out.put_u8((zigzag as u8 & 0x7f) | 0x80);
+        zigzag >>= 7;
+    }
+    out.put_u8(zigzag as u8);
+}
+
+fn put_length(out: &mut BytesMut, length: usize) -> Result<(), String> {
+    let length = i32::try_from(length).map_err(|_| "a length past what a record batch holds")?;
+    put_varint(out, i64::from(length));
+    Ok(())
+}
+
+/// `bytes` with their length before them, or the length -1 for none.
+fn put_nullable(out: &mut BytesMut, bytes: Option<&[u8]>) -> Result<(), String> {
+    match bytes {
+        None => put_varint(out, -1),
+        Some(bytes) => {
+            put_length(out, bytes.len())?;
+            out.put_slice(bytes);
+        }
+    }
+    Ok(())
+}
+
+/// The unread part of a batch, read front to back; every read checks that the bytes are there.
+struct Reader(Bytes);
+
+impl Reader {
+    fn take(&mut self, count: usize) -> Result<Bytes, String> {
+        if self.0.len() < count {
+            return Err("a truncated record batch".to_owned());
+        }
+        Ok(self.0.split_to(count))
+    }
+
+    fn i8(&mut self) -> Result<i8, String> {
+        Ok(self.take(1)?.get_i8())
+    }
+
+    fn i16(&mut self) -> Result<i16, String> {
+        Ok(self.take(2)?.get_i16())
+    }
+
+    fn i32(&mut self) -> Result<i32, String> {
+        Ok(self.take(4)?.get_i32())
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(self.take(4)?.get_u32())
+    }
+
+    fn i64(&mut self) -> Result<i64, String> {
+        Ok(self.take(8)?.get_i64())
+    }
+
+    /// A zigzag varint of at most 10 bytes.
+    fn varlong(&mut self) -> Result<i64, String> {
+        let mut value: u64 = 0;
+        for index in 0..10 {
+            let byte = self.take(1)?.get_u8();
+            value |= u64::from(byte & 0x7f) << (7 * index);
+            if byte & 0x80 == 0 {
+                return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
+            }
+        }
+        Err("a varint longer than 10 bytes".to_owned())
+    }
+
+    /// A zigzag varint that fits an `i32`.
+    fn varint(&mut self) -> Result<i32, String> {
+        i32::try_from(self.varlong()?).map_err(|_| "a varint past 32 bits".to_owned())
+    }
+
+    /// A length: `None` for -1.
+    fn length(&mut self) -> Result<Option<usize>, String> {
+        match self.varint()? {
+            -1 => Ok(None),
+            length => usize::try_from(length)
+                .map(Some)
+                .map_err(|_| format!("a negative length {length}")),
+        }
+    }
+
+    /// Bytes after their length; `None` for the length -1.
+    fn nullable(&mut self) -> Result<Option<Bytes>, String> {
+        self.length()?.map(|length| self.take(length)).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn varints_round_trip_at_their_bounds() {
+        for value in [
+            0,
+            1,
+            -1,
+            63,
+            -64,
+            64,
+            i64::from(i32::MAX),
+            i64::from(i32::MIN),
+            i64::MAX,
+            i64::MIN,
+        ] {
+            let mut out = BytesMut::new();
+            put_varint(&mut out, value);
+            assert_eq!(Reader(out.freeze()).varlong().unwrap(), value);
+        }
+        // Kafka's own: 300 is 0xd8 0x04.
+        let mut out = BytesMut::new();
+        put_varint(&mut out, 300);
+        assert_eq!(&out[..], &[0xd8, 0x04]);
+    }
+
+    #[test]
+    fn repeated_header_names_keep_every_value_in_order() {
+        let records = [FetchedRecord {
+            offset: 5,
+            timestamp: 1_000,
+            key: None,
+            value: b"v",
+            headers: vec![("dup", Some(b"a")), ("z", None), ("dup", Some(b"b"))],
+        }];
+        let back = decode(encode(&records).unwrap(), 1 << 20).unwrap();
+        assert_eq!(
+            back[0].headers,
+            vec![
+                ("dup".to_owned(), Some(Bytes::from_static(b"a"))),
+                ("z".to_owned(), None),
+                ("dup".to_owned(), Some(Bytes::from_static(b"b"))),
+            ]
+        );
+    }
+
+    #[test]
+    fn every_truncation_of_a_batch_is_refused_without_a_panic() {
+        let records = [FetchedRecord {
+            offset: 0,
+            timestamp: 7,
+            key: Some(b"k"),
+            value: b"value",
+            headers: vec![("h", Some(b"x"))],
+        }];
+        let whole = encode(&records).unwrap();
+        for cut in 1..whole.len() {
+            assert!(decode(whole.slice(..cut), 1 << 20).is_err(), "cut at {cut}");
+        }
+        assert_eq!(decode(whole, 1 << 20).unwrap().len(), 1);
+    }
+}
