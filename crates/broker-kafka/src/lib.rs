@@ -14,6 +14,7 @@
 //! - `frame`: a request's header and body out of a frame, a response into one, and the answer
 //!   to a request that cannot be decoded;
 //! - `apis`: the API keys and versions the listener speaks, and the `ApiVersions` answer;
+//! - `batch`: Kafka's record batch format, read and written byte for byte;
 //! - `records`: Kafka's record batches to the broker's records and back;
 //! - `errors`: the broker's refusals as Kafka error codes;
 //! - `configs`: Kafka's topic configs and the broker's topic settings;
@@ -22,7 +23,8 @@
 //! - `connection`: one client's connection, request after request, answered in order.
 //!
 //! Messages are encoded and decoded by the `kafka-protocol` crate, generated from Kafka's own
-//! message schemas.
+//! message schemas; the record batches they carry by `batch`, whose records keep a header name
+//! as often as a record repeats it.
 
 mod apis;
 mod backend;
