@@ -16,6 +16,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::records::Compression;
 
 use crate::decompress::decompress;
+use broker_core::MAX_HEADERS;
 
 /// The bytes of a batch after its length field, up to its first record.
 const BATCH_HEADER_AFTER_LENGTH: usize = 4 + 1 + 4 + 2 + 4 + 8 + 8 + 8 + 2 + 4 + 4;
@@ -29,6 +30,21 @@ const MAGIC: i8 = 2;
 
 /// "No producer", "no epoch", "no sequence" and "no leader epoch" in a batch's header.
 const NONE: i64 = -1;
+
+/// Why a produced batch is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum RecordsError {
+    /// The bytes are not record batches: a failed checksum, a truncated batch, an unknown
+    /// compression or format.
+    #[error("corrupt record batch: {0}")]
+    Corrupt(String),
+    /// A transactional batch: the broker has no transactions.
+    #[error("transactions are not supported by this broker")]
+    Transactional,
+    /// A record the broker can never store (its headers break the broker's rules).
+    #[error("{0}")]
+    Invalid(String),
+}
 
 /// One record of a produced batch, with what its batch's header says of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,12 +70,14 @@ pub(crate) struct ProducedRecord {
 /// and its records decompressed to at most `inflate_limit` bytes.
 ///
 /// # Errors
-/// Why the bytes are not such batches: truncated, another format, a failed checksum, an
-/// unknown compression, a negative length or count, a header name that is not UTF-8.
+/// [`RecordsError::Corrupt`] for bytes that are not such batches (truncated, another format,
+/// a failed checksum, an unknown compression, a negative length or count, a header name that
+/// is not UTF-8); [`RecordsError::Invalid`] for a record with more headers than the broker
+/// stores, refused before they are read.
 pub(crate) fn decode(
     mut bytes: Bytes,
     inflate_limit: usize,
-) -> Result<Vec<ProducedRecord>, String> {
+) -> Result<Vec<ProducedRecord>, RecordsError> {
     let mut records = Vec::new();
     while !bytes.is_empty() {
         let mut head = Reader(bytes.clone());
@@ -67,9 +85,9 @@ pub(crate) fn decode(
         let length = usize::try_from(head.i32()?)
             .ok()
             .filter(|&length| length >= BATCH_HEADER_AFTER_LENGTH)
-            .ok_or("a record batch shorter than its header")?;
+            .ok_or_else(|| corrupt("a record batch shorter than its header"))?;
         if bytes.len() < 12 + length {
-            return Err("a truncated record batch".to_owned());
+            return Err(corrupt("a truncated record batch"));
         }
         let batch = bytes.split_to(12 + length);
         decode_batch(batch, inflate_limit, &mut records)?;
@@ -82,18 +100,18 @@ fn decode_batch(
     batch: Bytes,
     inflate_limit: usize,
     records: &mut Vec<ProducedRecord>,
-) -> Result<(), String> {
+) -> Result<(), RecordsError> {
     let mut reader = Reader(batch.slice(8 + 4..));
     let _leader_epoch = reader.i32()?;
     let magic = reader.i8()?;
     if magic != MAGIC {
-        return Err(format!(
+        return Err(corrupt(&format!(
             "a record batch of format {magic}: format {MAGIC} is the only one read"
-        ));
+        )));
     }
     let crc = reader.u32()?;
     if crc32c::crc32c(&batch[CRC_COVERS_FROM..]) != crc {
-        return Err("Cyclic redundancy check failed".to_owned());
+        return Err(corrupt("Cyclic redundancy check failed"));
     }
     let attributes = reader.i16()?;
     let compression = match attributes & 0x7 {
@@ -102,7 +120,7 @@ fn decode_batch(
         2 => Compression::Snappy,
         3 => Compression::Lz4,
         4 => Compression::Zstd,
-        other => return Err(format!("unknown compression {other}")),
+        other => return Err(corrupt(&format!("unknown compression {other}"))),
     };
     let transactional = attributes & (1 << 4) != 0;
     let control = attributes & (1 << 5) != 0;
@@ -112,27 +130,38 @@ fn decode_batch(
     let producer_id = reader.i64()?;
     let producer_epoch = reader.i16()?;
     let base_sequence = reader.i32()?;
-    let count = usize::try_from(reader.i32()?).map_err(|_| "a negative record count")?;
+    let count = usize::try_from(reader.i32()?).map_err(|_| corrupt("a negative record count"))?;
     let mut compressed = reader.0;
     let mut reader = Reader(
         decompress(&mut compressed, compression, inflate_limit)
-            .map_err(|error| format!("{error:#}"))?,
+            .map_err(|error| corrupt(&format!("{error:#}")))?,
     );
     for _ in 0..count {
-        let length = reader.length()?.ok_or("a record of negative length")?;
+        let length = reader
+            .length()?
+            .ok_or_else(|| corrupt("a record of negative length"))?;
         let mut record = Reader(reader.take(length)?);
         let _attributes = record.i8()?;
         let timestamp_delta = record.varlong()?;
         let offset_delta = record.varint()?;
         let key = record.nullable()?;
         let value = record.nullable()?;
-        let header_count = record.length()?.ok_or("a negative header count")?;
-        // Reserved for no more headers than the record's bytes can hold (two bytes each).
-        let mut headers = Vec::with_capacity(header_count.min(record.0.len() / 2));
+        let header_count = record
+            .length()?
+            .ok_or_else(|| corrupt("a negative header count"))?;
+        // Refused before they are read: at two bytes each, a record could claim millions.
+        if header_count > MAX_HEADERS {
+            return Err(RecordsError::Invalid(format!(
+                "a record carries at most {MAX_HEADERS} headers, got {header_count}"
+            )));
+        }
+        let mut headers = Vec::with_capacity(header_count);
         for _ in 0..header_count {
-            let name = record.nullable()?.ok_or("a header without a name")?;
-            let name =
-                String::from_utf8(name.to_vec()).map_err(|_| "a header name that is not UTF-8")?;
+            let name = record
+                .nullable()?
+                .ok_or_else(|| corrupt("a header without a name"))?;
+            let name = String::from_utf8(name.to_vec())
+                .map_err(|_| corrupt("a header name that is not UTF-8"))?;
             headers.push((name, record.nullable()?));
         }
         records.push(ProducedRecord {
@@ -148,6 +177,10 @@ fn decode_batch(
         });
     }
     Ok(())
+}
+
+fn corrupt(why: &str) -> RecordsError {
+    RecordsError::Corrupt(why.to_owned())
 }
 
 /// One record to write in a batch.
@@ -178,7 +211,13 @@ pub(crate) fn encode(records: &[FetchedRecord<'_>]) -> Result<Bytes, String> {
     out.put_i8(MAGIC);
     out.put_u32(0); // the CRC, once the rest is written
     out.put_i16(0); // uncompressed, creation times, no transaction
-    let last_delta = i32::try_from(last.offset - first.offset).map_err(|_| too_large("offsets"))?;
+    let delta = |offset: i64| {
+        offset
+            .checked_sub(first.offset)
+            .and_then(|delta| i32::try_from(delta).ok())
+            .ok_or_else(|| too_large("offsets"))
+    };
+    let last_delta = delta(last.offset)?;
     out.put_i32(last_delta);
     out.put_i64(base_timestamp);
     out.put_i64(max_timestamp.unwrap_or(base_timestamp));
@@ -191,9 +230,7 @@ pub(crate) fn encode(records: &[FetchedRecord<'_>]) -> Result<Bytes, String> {
         body.clear();
         body.put_i8(0);
         put_varint(&mut body, record.timestamp.wrapping_sub(base_timestamp));
-        let offset_delta =
-            i32::try_from(record.offset - first.offset).map_err(|_| too_large("offsets"))?;
-        put_varint(&mut body, i64::from(offset_delta));
+        put_varint(&mut body, i64::from(delta(record.offset)?));
         put_nullable(&mut body, record.key)?;
         put_nullable(&mut body, Some(record.value))?;
         put_length(&mut body, record.headers.len())?;
@@ -243,63 +280,67 @@ fn put_nullable(out: &mut BytesMut, bytes: Option<&[u8]>) -> Result<(), String> 
 struct Reader(Bytes);
 
 impl Reader {
-    fn take(&mut self, count: usize) -> Result<Bytes, String> {
+    fn take(&mut self, count: usize) -> Result<Bytes, RecordsError> {
         if self.0.len() < count {
-            return Err("a truncated record batch".to_owned());
+            return Err(corrupt("a truncated record batch"));
         }
         Ok(self.0.split_to(count))
     }
 
-    fn i8(&mut self) -> Result<i8, String> {
+    fn i8(&mut self) -> Result<i8, RecordsError> {
         Ok(self.take(1)?.get_i8())
     }
 
-    fn i16(&mut self) -> Result<i16, String> {
+    fn i16(&mut self) -> Result<i16, RecordsError> {
         Ok(self.take(2)?.get_i16())
     }
 
-    fn i32(&mut self) -> Result<i32, String> {
+    fn i32(&mut self) -> Result<i32, RecordsError> {
         Ok(self.take(4)?.get_i32())
     }
 
-    fn u32(&mut self) -> Result<u32, String> {
+    fn u32(&mut self) -> Result<u32, RecordsError> {
         Ok(self.take(4)?.get_u32())
     }
 
-    fn i64(&mut self) -> Result<i64, String> {
+    fn i64(&mut self) -> Result<i64, RecordsError> {
         Ok(self.take(8)?.get_i64())
     }
 
     /// A zigzag varint of at most 10 bytes.
-    fn varlong(&mut self) -> Result<i64, String> {
+    fn varlong(&mut self) -> Result<i64, RecordsError> {
         let mut value: u64 = 0;
         for index in 0..10 {
             let byte = self.take(1)?.get_u8();
+            // The tenth byte holds the 64th bit alone.
+            if index == 9 && byte > 1 {
+                break;
+            }
             value |= u64::from(byte & 0x7f) << (7 * index);
             if byte & 0x80 == 0 {
                 return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
             }
         }
-        Err("a varint longer than 10 bytes".to_owned())
+        Err(corrupt("a varint past 64 bits"))
     }
 
     /// A zigzag varint that fits an `i32`.
-    fn varint(&mut self) -> Result<i32, String> {
-        i32::try_from(self.varlong()?).map_err(|_| "a varint past 32 bits".to_owned())
+    fn varint(&mut self) -> Result<i32, RecordsError> {
+        i32::try_from(self.varlong()?).map_err(|_| corrupt("a varint past 32 bits"))
     }
 
     /// A length: `None` for -1.
-    fn length(&mut self) -> Result<Option<usize>, String> {
+    fn length(&mut self) -> Result<Option<usize>, RecordsError> {
         match self.varint()? {
             -1 => Ok(None),
             length => usize::try_from(length)
                 .map(Some)
-                .map_err(|_| format!("a negative length {length}")),
+                .map_err(|_| corrupt(&format!("a negative length {length}"))),
         }
     }
 
     /// Bytes after their length; `None` for the length -1.
-    fn nullable(&mut self) -> Result<Option<Bytes>, String> {
+    fn nullable(&mut self) -> Result<Option<Bytes>, RecordsError> {
         self.length()?.map(|length| self.take(length)).transpose()
     }
 }
@@ -332,6 +373,39 @@ mod tests {
         let mut out = BytesMut::new();
         put_varint(&mut out, 300);
         assert_eq!(&out[..], &[0xd8, 0x04]);
+    }
+
+    #[test]
+    fn a_varint_past_64_bits_or_a_negative_length_is_corrupt() {
+        let overlong =
+            Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]);
+        assert!(matches!(
+            Reader(overlong).varlong(),
+            Err(RecordsError::Corrupt(_))
+        ));
+        let mut minus_two = BytesMut::new();
+        put_varint(&mut minus_two, -2);
+        assert!(matches!(
+            Reader(minus_two.freeze()).nullable(),
+            Err(RecordsError::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn a_record_with_more_headers_than_the_broker_stores_is_refused_before_they_are_read() {
+        let names: Vec<String> = (0..=MAX_HEADERS).map(|index| format!("h{index}")).collect();
+        let records = [FetchedRecord {
+            offset: 0,
+            timestamp: 0,
+            key: None,
+            value: b"v",
+            headers: names.iter().map(|name| (name.as_str(), None)).collect(),
+        }];
+        let refused = decode(encode(&records).unwrap(), 1 << 20);
+        assert!(
+            matches!(&refused, Err(RecordsError::Invalid(why)) if why.contains("at most 64")),
+            "{refused:?}"
+        );
     }
 
     #[test]

@@ -5,22 +5,8 @@
 use broker_core::{check_headers, BrokerRecord, Header, PublishRecord};
 use bytes::Bytes;
 
+pub(crate) use crate::batch::RecordsError;
 use crate::batch::{self, FetchedRecord};
-
-/// Why a produced batch is refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum RecordsError {
-    /// The bytes are not record batches: a failed checksum, a truncated batch, an unknown
-    /// compression or format.
-    #[error("corrupt record batch: {0}")]
-    Corrupt(String),
-    /// A transactional batch: the broker has no transactions.
-    #[error("transactions are not supported by this broker")]
-    Transactional,
-    /// A record the broker can never store (its headers break the broker's rules).
-    #[error("{0}")]
-    Invalid(String),
-}
 
 /// The records of one partition of a produce request, ready to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +37,7 @@ pub(crate) fn decode_produced(
     batches: Bytes,
     inflate_limit: usize,
 ) -> Result<Produced, RecordsError> {
-    let produced = batch::decode(batches, inflate_limit).map_err(RecordsError::Corrupt)?;
+    let produced = batch::decode(batches, inflate_limit)?;
     let mut records = Vec::new();
     // The producer's id, epoch and first sequence number, as the first record gives them.
     let mut idempotent: Option<(i64, i16, i32)> = None;
