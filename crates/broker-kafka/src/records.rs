@@ -38,7 +38,7 @@ pub(crate) fn decode_produced(
     inflate_limit: usize,
 ) -> Result<Produced, RecordsError> {
     let produced = batch::decode(batches, inflate_limit)?;
-    let mut records = Vec::new();
+    let mut records = Vec::with_capacity(produced.len());
     // The producer's id, epoch and first sequence number, as the first record gives them.
     let mut idempotent: Option<(i64, i16, i32)> = None;
     for record in produced {
