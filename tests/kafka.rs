@@ -895,11 +895,24 @@ async fn a_group_name_is_used_by_one_protocol_at_a_time() {
         matches!(&refused, Err(broker_client::Error::Broker(broker_client::BrokerError::InvalidArgument(m))) if m.contains("Kafka")),
         "{refused:?}"
     );
-    // Nor is it deleted while its members consume (Kafka refuses a non-empty group's deletion).
+    // Nor is it deleted or reset while its members consume (Kafka refuses both for a group
+    // whose consumers run).
     let deleted = client.delete_group("shared", "kafka-group").await;
     assert!(
         matches!(&deleted, Err(broker_client::Error::Broker(broker_client::BrokerError::InvalidArgument(m))) if m.contains("cannot be deleted")),
         "{deleted:?}"
+    );
+    let reset = client
+        .reset_group(
+            "shared",
+            "kafka-group",
+            None,
+            broker_client::ResetTo::Earliest,
+        )
+        .await;
+    assert!(
+        matches!(&reset, Err(broker_client::Error::Broker(broker_client::BrokerError::InvalidArgument(m))) if m.contains("over a reset")),
+        "{reset:?}"
     );
     drop(holder.stdin.take());
     assert!(holder.wait().unwrap().success());

@@ -356,8 +356,9 @@ fn admit(
 }
 
 /// Refuses a native join to a group whose members joined through the Kafka listener (a group
-/// name is used by one protocol at a time), and the deletion of such a group (a group with
-/// members is never deleted).
+/// name is used by one protocol at a time), the deletion of such a group (a group with
+/// members is never deleted), and its reset (its consumers would commit their own positions
+/// over it, as Kafka refuses to reset a group whose consumers run).
 fn kafka_owns_group(shared: &Shared, command: Command) -> Result<Command, ErrorReply> {
     match &command {
         Command::Join { group, .. } if shared.kafka_groups.has_members(group) => {
@@ -370,6 +371,12 @@ fn kafka_owns_group(shared: &Shared, command: Command) -> Result<Command, ErrorR
             Err(ErrorReply::InvalidArgument(format!(
                 "group {group:?} has members that joined through the Kafka listener: a group \
                  with members cannot be deleted (stop its consumers first)"
+            )))
+        }
+        Command::ResetGroup { group, .. } if shared.kafka_groups.has_members(group) => {
+            Err(ErrorReply::InvalidArgument(format!(
+                "group {group:?} has members that joined through the Kafka listener, which \
+                 would commit their own positions over a reset (stop its consumers first)"
             )))
         }
         _ => Ok(command),
