@@ -455,16 +455,13 @@ impl<B: Backend> Handler<'_, B> {
             (0..batches.len()).map(|_| None).collect();
         let mut plain = Vec::new();
         let mut idempotent = Vec::new();
-        // Each slot's record sizes, to tell a record refused for now from one that can never be
-        // stored.
-        let mut sizes: Vec<Vec<u64>> = vec![Vec::new(); batches.len()];
+        // Each slot's largest record, to tell a batch refused for now from one that can never
+        // be stored whole.
+        let mut largest = vec![0_u64; batches.len()];
         for (slot, (partition, batch)) in batches.into_iter().enumerate() {
             if let Ok(produced) = &batch {
-                sizes[slot] = produced
-                    .records
-                    .iter()
-                    .map(|record| record.size() as u64)
-                    .collect();
+                let sizes = produced.records.iter().map(|record| record.size() as u64);
+                largest[slot] = sizes.max().unwrap_or(0);
             }
             match batch {
                 Err(error) => {
@@ -497,24 +494,17 @@ impl<B: Backend> Handler<'_, B> {
         let (plain, idempotent) = futures::join!(self.publish_plain(topic, plain), idempotent);
         let stored: Vec<(usize, i32, Vec<Stored>)> = plain.into_iter().chain(idempotent).collect();
         // A partition refuses a record larger than it keeps for ever, not until consumers catch
-        // up: answered so, the client fails it at once instead of retrying until its timeout.
-        let mut never = Vec::new();
-        for (slot, _, offsets) in &stored {
-            if let Some(index) = offsets.iter().position(|offset| matches!(offset, Ok(-1))) {
-                never.push((*slot, sizes[*slot].get(index).copied().unwrap_or(0)));
-            }
-        }
-        let max_bytes = match never.is_empty() {
-            true => None,
-            false => self.max_bytes(topic).await,
+        // up: a refused batch holding one is answered so, and the client fails it at once
+        // instead of retrying until its timeout.
+        let refused = |offsets: &[Stored]| offsets.iter().any(|offset| matches!(offset, Ok(-1)));
+        let max_bytes = match stored.iter().any(|(_, _, offsets)| refused(offsets)) {
+            true => self.max_bytes(topic).await,
+            false => None,
         };
         for (slot, partition, offsets) in stored {
-            let too_large = never
-                .iter()
-                .find(|(refused, _)| *refused == slot)
-                .map(|&(_, size)| size)
+            let too_large = Some(largest[slot])
                 .zip(max_bytes)
-                .filter(|&(size, max)| size > max);
+                .filter(|&(size, max)| size > max && refused(&offsets));
             answers[slot] = Some(match too_large {
                 Some((size, max)) => refused_partition(
                     partition,
@@ -561,11 +551,11 @@ impl<B: Backend> Handler<'_, B> {
         // chunk refused whole): their later records are not sent, so that none is stored
         // after one that was not.
         let mut refusing: BTreeSet<i32> = BTreeSet::new();
-        let chunks: Vec<Vec<PublishRecord>> = records
-            .chunks(MAX_BATCH_RECORDS)
-            .map(<[PublishRecord]>::to_vec)
-            .collect();
-        for chunk in chunks {
+        // Moved, not copied, a chunk at a time.
+        let mut rest = records;
+        while !rest.is_empty() {
+            let later = rest.split_off(rest.len().min(MAX_BATCH_RECORDS));
+            let chunk = std::mem::replace(&mut rest, later);
             let mut chunk_offsets: Vec<Stored> = vec![Ok(-1); chunk.len()];
             let mut indexes = Vec::with_capacity(chunk.len());
             let mut sent = Vec::with_capacity(chunk.len());
