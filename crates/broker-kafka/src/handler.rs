@@ -463,7 +463,22 @@ impl<B: Backend> Handler<'_, B> {
                 let sizes = produced.records.iter().map(|record| record.size() as u64);
                 largest[slot] = sizes.max().unwrap_or(0);
             }
+            let limit = self.settings.max_record_bytes;
             match batch {
+                // The server refuses every request holding a record over its limit: alone, so
+                // that the request's other partitions are stored.
+                Ok(_) if largest[slot] > limit => {
+                    let text = format!(
+                        "a record of {} bytes (value, key and headers) is larger than this \
+                         server accepts ({limit} bytes)",
+                        largest[slot]
+                    );
+                    answers[slot] = Some(refused_partition(
+                        partition,
+                        ResponseError::MessageTooLarge,
+                        text,
+                    ));
+                }
                 Err(error) => {
                     let kafka = match error {
                         RecordsError::Corrupt(_) => ResponseError::CorruptMessage,
@@ -1308,25 +1323,30 @@ impl<B: Backend> Handler<'_, B> {
                     let answer = DeleteRecordsPartitionResult::default()
                         .with_partition_index(wanted.partition_index)
                         .with_low_watermark(-1);
-                    // -1 deletes up to the end.
+                    if wanted.offset < -1 {
+                        return answer.with_error_code(ResponseError::OffsetOutOfRange.code());
+                    }
+                    let end = match self
+                        .call(Command::EndOffset {
+                            topic: name.clone(),
+                            partition: wanted.partition_index,
+                        })
+                        .await
+                    {
+                        Ok(Outcome::Offset(end)) => end,
+                        Ok(other) => {
+                            return answer.with_error_code(kafka_error(&unexpected(&other)).code())
+                        }
+                        Err(refusal) => {
+                            return answer.with_error_code(kafka_error(&refusal).code())
+                        }
+                    };
+                    // -1 deletes up to the end. Past the end, Kafka refuses and deletes
+                    // nothing (offsets only grow, so what was past the end when read could
+                    // only have become valid later).
                     let before = match wanted.offset {
-                        -1 => match self
-                            .call(Command::EndOffset {
-                                topic: name.clone(),
-                                partition: wanted.partition_index,
-                            })
-                            .await
-                        {
-                            Ok(Outcome::Offset(end)) => end,
-                            Ok(other) => {
-                                return answer
-                                    .with_error_code(kafka_error(&unexpected(&other)).code())
-                            }
-                            Err(refusal) => {
-                                return answer.with_error_code(kafka_error(&refusal).code())
-                            }
-                        },
-                        offset if offset >= 0 => offset,
+                        -1 => end,
+                        offset if offset <= end => offset,
                         _ => return answer.with_error_code(ResponseError::OffsetOutOfRange.code()),
                     };
                     let command = Command::Purge {
@@ -1503,6 +1523,7 @@ mod tests {
             cluster_id: "test".into(),
             advertise: None,
             max_frame_bytes: 1 << 20,
+            max_record_bytes: 1 << 16,
             idle_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(60),
         }
@@ -1743,6 +1764,80 @@ mod tests {
             ),
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_record_over_the_servers_limit_fails_its_partition_alone() {
+        let broker = broker(100);
+        let limit = settings().max_record_bytes as usize;
+        let oversized = batch_of(3, None, |i| match i {
+            1 => Bytes::from(vec![b'x'; limit + 1]),
+            _ => Bytes::from(format!("r{i}")),
+        });
+        let request = ProduceRequest::default()
+            .with_acks(-1)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(kafka_topic("t"))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(oversized)),
+                    PartitionProduceData::default()
+                        .with_index(1)
+                        .with_records(Some(batch(2, None))),
+                ])]);
+        let answers = match ask(&broker, 9, RequestKind::Produce(request)).await {
+            Some(ResponseKind::Produce(mut response)) => {
+                response.responses.remove(0).partition_responses
+            }
+            other => panic!("unexpected {other:?}"),
+        };
+        let codes: Vec<(i32, i16)> = answers.iter().map(|a| (a.index, a.error_code)).collect();
+        assert_eq!(codes, [(0, ResponseError::MessageTooLarge.code()), (1, 0)]);
+        assert_eq!(broker.end_offset("t", 0).unwrap(), 0);
+        assert_eq!(broker.end_offset("t", 1).unwrap(), 2);
+    }
+
+    #[tokio::test]
+    async fn deleting_records_past_the_end_is_refused_and_deletes_nothing() {
+        use kafka_protocol::messages::delete_records_request::{
+            DeleteRecordsPartition, DeleteRecordsTopic,
+        };
+        let broker = broker(100);
+        for i in 0..4 {
+            broker.publish("t", 0, format!("r{i}")).unwrap();
+        }
+        let delete = |offset: i64| {
+            RequestKind::DeleteRecords(DeleteRecordsRequest::default().with_topics(vec![
+                DeleteRecordsTopic::default()
+                    .with_name(TopicName(StrBytes::from_static_str("t")))
+                    .with_partitions(vec![DeleteRecordsPartition::default()
+                        .with_partition_index(0)
+                        .with_offset(offset)]),
+            ]))
+        };
+        let deleted = |response: Option<ResponseKind>| match response {
+            Some(ResponseKind::DeleteRecords(mut response)) => {
+                let answer = response.topics.remove(0).partitions.remove(0);
+                (answer.error_code, answer.low_watermark)
+            }
+            other => panic!("unexpected {other:?}"),
+        };
+        let out_of_range = ResponseError::OffsetOutOfRange.code();
+        assert_eq!(
+            deleted(ask(&broker, 2, delete(5)).await),
+            (out_of_range, -1)
+        );
+        assert_eq!(
+            deleted(ask(&broker, 2, delete(-2)).await),
+            (out_of_range, -1)
+        );
+        // Nothing was deleted: purging below offset 0 answers the earliest offset.
+        assert_eq!(broker.purge("t", 0, 0).unwrap(), 0);
+        assert_eq!(deleted(ask(&broker, 2, delete(2)).await), (0, 2));
+        assert_eq!(deleted(ask(&broker, 2, delete(4)).await), (0, 4));
+        broker.publish("t", 0, "r4").unwrap();
+        assert_eq!(deleted(ask(&broker, 2, delete(-1)).await), (0, 5));
     }
 
     #[tokio::test]

@@ -14,6 +14,10 @@ pub struct KafkaSettings {
     pub advertise: Option<(String, u16)>,
     /// Largest request accepted, in bytes; a larger one closes the connection.
     pub max_frame_bytes: usize,
+    /// Largest record accepted (value, key and headers), in bytes: the server's payload limit.
+    /// A partition's batch holding a larger record is refused with `MESSAGE_TOO_LARGE` before
+    /// anything is stored; the request's other partitions are stored as usual.
+    pub max_record_bytes: u64,
     /// A connection that sends nothing for this long is closed.
     pub idle_timeout: Duration,
     /// A connection whose client takes none of an answer for this long (it does not read) is

@@ -39,6 +39,7 @@ fn settings(shared: &Shared) -> KafkaSettings {
         cluster_id: CLUSTER_ID.to_owned(),
         advertise: shared.config.kafka_advertise.clone(),
         max_frame_bytes: shared.config.max_frame_bytes,
+        max_record_bytes: shared.config.max_payload_bytes as u64,
         idle_timeout: shared.config.idle_timeout,
         write_timeout: shared.config.write_timeout,
     }
