@@ -1034,6 +1034,58 @@ fn consume_follow_survives_a_server_restart_and_ctrl_c_exits_130_with_the_count(
 }
 
 #[test]
+fn consume_without_follow_stops_with_the_error_when_the_server_cannot_serve_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // A checkpoint after every log entry: the records move to segment files at once.
+    let args = [
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--snapshot-log-bytes",
+        "1",
+    ];
+    let mut server = ServerProcess::start(&args);
+    broker(&server, &["create", "cold", "--retention", "limits"]).ok();
+    let input: String = (0..20).map(|i| format!("record {i}\n")).collect();
+    broker_with_input(&server, &["publish", "cold", "--quiet"], input).ok();
+    assert!(server.terminate(LIMIT).success());
+    // Damage the last record on disk: it fails its checksum when a consumer reaches it.
+    let segments: Vec<std::path::PathBuf> = walk(&data.join("records"))
+        .into_iter()
+        .filter(|path| path.extension().is_some_and(|ext| ext == "rec"))
+        .collect();
+    let segment = segments
+        .iter()
+        .max_by_key(|path| std::fs::metadata(path).unwrap().len())
+        .expect("a record segment");
+    let mut bytes = std::fs::read(segment).unwrap();
+    assert!(bytes.len() > 64, "{segment:?} holds no records");
+    *bytes.last_mut().unwrap() ^= 0xff;
+    std::fs::write(segment, bytes).unwrap();
+
+    let server = ServerProcess::start(&args);
+    let run = broker(&server, &["consume", "cold", "-g", "g", "-m", "m"]);
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    assert!(run.stderr.contains("checksum"), "{run:#?}");
+    assert!(run.stderr.contains("without --follow"), "{run:#?}");
+    assert!(!run.stderr.contains("reconnecting"), "{run:#?}");
+}
+
+/// Every file under `dir`, at any depth.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+#[test]
 fn top_keeps_looking_through_a_server_restart() {
     let dir = tempfile::tempdir().unwrap();
     let args = ["--data-dir", dir.path().to_str().unwrap()];

@@ -891,8 +891,9 @@ pub struct ConsumeArgs {
     #[arg(long, value_name = "RFC3339", value_parser = parse_datetime)]
     pub from_datetime: Option<i64>,
     /// Keep waiting for new records until interrupted (Ctrl-C exits with 130 after saying how
-    /// many records were consumed), instead of stopping when none is left. A lost server is
-    /// waited for: the consumer reconnects, joins again and goes on.
+    /// many records were consumed), instead of stopping when none is left. A lost server (or
+    /// one whose storage failed) is waited for: the consumer reconnects, joins again and goes
+    /// on. Without --follow, losing the server ends the command with an error.
     #[arg(long, short)]
     pub follow: bool,
     /// Stop after this many records (at least 1).

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::{anyhow, bail, Context};
 use broker_client::{
     Assignor, BrokerRecord, Client, Consumer, ConsumerStatus, Delivery, Discard, Error,
     GroupDescription, GroupSetting, GroupSettings, Header, KeyHash, PublishRecord, ResetTo,
@@ -774,11 +774,15 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
             .collect();
         eprintln!("group {group} reset to {}", from.join(" "));
     }
-    let reporter = tokio::spawn(report_status(status));
+    let reporter = tokio::spawn(report_status(status.clone(), args.follow));
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut consumed = 0u64;
     let stopped = tokio::select! {
         result = consume_loop(&mut consumer, &args, &mut consumed) => result.map(|()| None),
+        // Only --follow waits for the server to come back (or for its storage to be mended).
+        why = first_failure(status), if !args.follow => Err(anyhow!(
+            "lost the server ({why}); without --follow, consuming stops here"
+        )),
         _ = tokio::signal::ctrl_c() => Ok(Some(Interrupted::SIGINT)),
         _ = terminate.recv() => Ok(Some(Interrupted::SIGTERM)),
     };
@@ -827,15 +831,28 @@ impl Interrupted {
     };
 }
 
-/// Tells on standard error when the consumer's partitions change and when it loses and finds
-/// the server again.
-async fn report_status(mut status: watch::Receiver<ConsumerStatus>) {
+/// Why the consumer first lost the server: waits until it does.
+async fn first_failure(mut status: watch::Receiver<ConsumerStatus>) -> String {
+    loop {
+        if let Some(why) = status.borrow_and_update().reconnecting.clone() {
+            return why;
+        }
+        if status.changed().await.is_err() {
+            // The consumer is gone: the consume loop ends by itself.
+            return std::future::pending().await;
+        }
+    }
+}
+
+/// Tells on standard error when the consumer's partitions change and, when it waits for a lost
+/// server (`follow`), when it loses and finds the server again.
+async fn report_status(mut status: watch::Receiver<ConsumerStatus>, follow: bool) {
     let mut shown = status.borrow_and_update().clone();
     while status.changed().await.is_ok() {
         let now = status.borrow_and_update().clone();
         match (&shown.reconnecting, &now.reconnecting) {
-            (None, Some(why)) => eprintln!("lost the server ({why}); reconnecting"),
-            (Some(_), None) => eprintln!("reconnected"),
+            (None, Some(why)) if follow => eprintln!("lost the server ({why}); reconnecting"),
+            (Some(_), None) if follow => eprintln!("reconnected"),
             _ => {}
         }
         if now.reconnecting.is_none() && now.assignment != shown.assignment {
@@ -882,7 +899,15 @@ async fn consume_loop(
                         .or_insert(first_unprinted.offset);
                 }
                 if !offsets.is_empty() {
-                    consumer.commit_offsets(offsets).await?;
+                    match consumer.commit_offsets(offsets).await {
+                        // The consumer reconnects and joins again on its next batch, from the
+                        // group's committed offsets: what this commit covered comes again.
+                        Err(error) if args.follow && error.is_retriable() => eprintln!(
+                            "could not commit ({error}): the records printed since the last \
+                             commit may be delivered again"
+                        ),
+                        committed => committed?,
+                    }
                 }
             }
         }
@@ -963,11 +988,11 @@ async fn acknowledge(deliveries: &[Delivery]) -> anyhow::Result<()> {
         .zip(futures::future::try_join_all(acks).await?)
     {
         if !acked {
-            // The partition moved to another member in a rebalance, or the server was lost:
-            // the record will be delivered again.
+            // The partition moved to another member in a rebalance, or the server was lost
+            // (the acknowledgement may then have been applied, its answer lost).
             eprintln!(
                 "partition {} offset {} was not acknowledged (the partition moved, or the \
-                 server was lost): it will be delivered again",
+                 server was lost): it may be delivered again",
                 delivery.partition, delivery.offset
             );
         }
