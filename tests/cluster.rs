@@ -715,6 +715,32 @@ async fn a_voter_removed_while_it_was_down_stops_campaigning_once_it_asks() {
     let removed = (0..3).find(|index| *index != leader).unwrap();
     let id = removed as u64 + 1;
     nodes.kill(removed);
+    // Once the leader finds it down, removing the leader (or the other voter) is refused: the
+    // two voters left would need both to answer, and the cluster would stop meanwhile.
+    let at_leader = Client::connect(nodes.client_addrs[leader].to_string().as_str())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while at_leader
+        .cluster_status()
+        .await
+        .unwrap()
+        .members
+        .iter()
+        .any(|member| member.node_id == id && member.reachable)
+    {
+        assert!(Instant::now() < deadline, "node {id} is never found down");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let leader_id = (leader as u64 + 1).to_string();
+    let refused = run_broker_cli(&nodes, &["cluster", "remove", &leader_id]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("does not answer") && said.contains(&format!("[{id}]")),
+        "{said}"
+    );
+    assert_eq!(nodes.leader().await, leader, "the leader changed");
     let answer = broker_cli(&nodes, &["cluster", "remove", &id.to_string()]);
     assert!(answer.contains(&format!("node {id} removed")), "{answer}");
 

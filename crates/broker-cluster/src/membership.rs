@@ -114,6 +114,7 @@ impl Cluster {
         self.ensure_leader()?;
         // Read again: a change that ran while this one waited may have removed it already.
         let voters = self.removable(id)?;
+        self.leaves_a_reachable_majority(&voters, id)?;
         let removed = BTreeSet::from([id]);
         if voters.contains(&id) {
             if id == self.node_id {
@@ -197,6 +198,41 @@ impl Cluster {
             )));
         }
         Ok(voters)
+    }
+
+    /// Refuses to remove `id` from `voters` when the voters left would not have a majority that
+    /// answers this node: the change needs one in the new membership as in the old to be
+    /// committed, and until it is, the cluster commits nothing else (it would stop until the
+    /// missing voters answer again).
+    ///
+    /// # Errors
+    /// [`ProposeError::Refused`], naming the voters that do not answer.
+    fn leaves_a_reachable_majority(
+        &self,
+        voters: &BTreeSet<NodeId>,
+        id: NodeId,
+    ) -> Result<(), ProposeError> {
+        let unreachable = self.network.unreachable();
+        let left: BTreeSet<NodeId> = voters.iter().copied().filter(|&v| v != id).collect();
+        let silent: Vec<NodeId> = left
+            .iter()
+            .copied()
+            .filter(|voter| *voter != self.node_id && unreachable.contains(voter))
+            .collect();
+        let answering = left.len() - silent.len();
+        if answering > left.len() / 2 {
+            return Ok(());
+        }
+        Err(ProposeError::Refused(format!(
+            "removing node {id} would leave the voters {left:?}, of which node{} {silent:?} \
+             do{} not answer: the change needs a majority of them to be committed, and the \
+             cluster would commit nothing else until they answer again. Bring {} back first, \
+             or remove {} first",
+            if silent.len() == 1 { "" } else { "s" },
+            if silent.len() == 1 { "es" } else { "" },
+            if silent.len() == 1 { "it" } else { "them" },
+            if silent.len() == 1 { "it" } else { "them" },
+        )))
     }
 
     /// Waits until node `id` holds the entry at `index`, or this node stops leading (`true`),
