@@ -222,10 +222,24 @@ fn parse_count(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("must be at least 1, not {count}"))
 }
 
-/// A duration such as `10s`, `500ms` or `1h 30m`.
+/// The longest duration a flag takes: longer ones are typing mistakes, and would overflow the
+/// broker's times in milliseconds.
+const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// A duration such as `10s`, `500ms` or `1h 30m`, of at most [`MAX_DURATION`].
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text)
-        .map_err(|error| format!("{error} (a duration such as 10s, 500ms or 1h 30m)"))
+    const EXAMPLE: &str = "a duration such as 10s, 500ms or 1h 30m";
+    const AT_MOST: &str = "at most 100 years (36500d)";
+    if text.trim_start().starts_with('-') {
+        return Err(format!("a duration cannot be negative ({EXAMPLE})"));
+    }
+    match humantime::parse_duration(text) {
+        Ok(duration) if duration <= MAX_DURATION => Ok(duration),
+        Ok(_) | Err(humantime::DurationError::NumberOverflow) => {
+            Err(format!("too long: {AT_MOST}"))
+        }
+        Err(error) => Err(format!("{error} ({EXAMPLE})")),
+    }
 }
 
 /// A duration of more than zero, as `--interval` takes it.
@@ -249,7 +263,7 @@ While the server cannot be reached (it restarts, say), top says so once and trie
 interval; views resume once it answers. --json and the first look fail at once instead.")]
 pub struct TopArgs {
     /// Time between two views; rates are measured over it.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval, allow_hyphen_values = true)]
     pub interval: Duration,
     /// Stop after this many views (at least 1).
     #[arg(long, value_name = "N", value_parser = parse_count, allow_negative_numbers = true)]
@@ -303,7 +317,7 @@ pub struct CreateArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
     pub max_bytes: Option<u64>,
     /// How long a record is kept at most: 3d, 12h, 90s, 500ms.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub max_age: Option<Duration>,
     /// At a limit of limits retention: discard the oldest records (old, the default) or refuse
     /// the new one (new). Interest retention always refuses the new one: new is accepted there,
@@ -645,7 +659,7 @@ pub struct ResetArgs {
     #[arg(long, group = "target", value_name = "RFC3339", value_parser = parse_datetime)]
     pub to_datetime: Option<i64>,
     /// To the first record at or after this long ago: 1h, 30m, 2d.
-    #[arg(long, group = "target", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, group = "target", value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub by_duration: Option<Duration>,
     /// By this many records from the committed offset (negative: back).
     #[arg(
@@ -733,7 +747,7 @@ pub struct OffsetsArgs {
     #[arg(long, group = "when", value_name = "RFC3339", value_parser = parse_datetime)]
     pub at: Option<i64>,
     /// The time this long ago: 1h, 30m, 2d.
-    #[arg(long, group = "when", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, group = "when", value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub ago: Option<Duration>,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -877,7 +891,7 @@ pub struct ConsumeArgs {
     /// no earlier than this (0s: at once); shows --max-deliveries and dead letters at work.
     /// Needs --count or --follow, since retried records come back; with a delay, only --follow
     /// waits for them (without it, consuming stops when nothing is deliverable).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub retry_after: Option<Duration>,
     /// Before consuming, reset the group to the earliest record retained: replay everything
     /// kept. The reset applies to the whole group.
@@ -964,13 +978,13 @@ pub struct SizeArgs {
     #[arg(long)]
     pub rate: u64,
     /// How long messages are kept: "3d", "72h", "259200s", "1w 2d".
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     pub retention: Duration,
     /// Copies of each message (at least 1).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub replication: u64,
     /// Extra room on top, in percent (30 to 50 is common).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub headroom: u64,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -1000,6 +1014,28 @@ mod tests {
             Err("must be at least 1, not -3".to_owned())
         );
         assert!(parse_count("ten").unwrap_err().contains("whole number"));
+    }
+
+    #[test]
+    fn durations_are_neither_negative_nor_longer_than_a_century() {
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5_400)));
+        assert_eq!(parse_duration("36500d"), Ok(MAX_DURATION));
+        assert!(parse_duration("36501d")
+            .unwrap_err()
+            .contains("at most 100 years"));
+        assert!(parse_duration("9223372036854775807ms")
+            .unwrap_err()
+            .contains("at most 100 years"));
+        assert!(parse_duration("-1s")
+            .unwrap_err()
+            .contains("cannot be negative"));
+        assert!(parse_duration("soon").unwrap_err().contains("such as 10s"));
+        // A negative value reaches the parser instead of being read as a flag.
+        let parsed = Cli::try_parse_from(["broker", "top", "--interval", "-1s"]);
+        assert!(parsed
+            .unwrap_err()
+            .to_string()
+            .contains("cannot be negative"));
     }
 
     #[test]

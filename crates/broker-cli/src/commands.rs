@@ -390,9 +390,7 @@ async fn reset(client: &Client, args: ResetArgs) -> anyhow::Result<()> {
     } else if let Some(time) = args.to_datetime {
         ResetTo::Timestamp(time)
     } else if let Some(ago) = args.by_duration {
-        ResetTo::Timestamp(
-            now_ms()?.saturating_sub(i64::try_from(ago.as_millis()).unwrap_or(i64::MAX)),
-        )
+        ResetTo::Timestamp(ago_ms(ago)?)
     } else if let Some(shift) = args.shift_by {
         ResetTo::ShiftBy(shift)
     } else {
@@ -423,12 +421,17 @@ async fn delete_group(client: &Client, args: GroupArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The time `ago` before now, in milliseconds since the epoch; the epoch itself for longer ago
+/// (no record is older).
+fn ago_ms(ago: Duration) -> anyhow::Result<i64> {
+    let ago = i64::try_from(ago.as_millis()).unwrap_or(i64::MAX);
+    Ok(now_ms()?.saturating_sub(ago).max(0))
+}
+
 async fn offsets(client: &Client, args: OffsetsArgs) -> anyhow::Result<()> {
     let at = match (args.at, args.ago) {
         (Some(at), _) => at,
-        (None, Some(ago)) => {
-            now_ms()?.saturating_sub(i64::try_from(ago.as_millis()).unwrap_or(i64::MAX))
-        }
+        (None, Some(ago)) => ago_ms(ago)?,
         (None, None) => bail!("say when: --at 2026-12-01T09:00:00Z or --ago 1h"),
     };
     let topic = client.describe_topic(&args.topic).await?;
