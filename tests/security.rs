@@ -226,6 +226,7 @@ async fn tls_with_a_token_end_to_end_through_the_cli_and_the_client() {
         &secure,
     ));
     assert!(wrong_name.contains("not valid for"), "{wrong_name}");
+    assert!(wrong_name.contains("TLS server name"), "{wrong_name}");
     let stranger = TestPki::new(&["localhost"]);
     let unknown_ca = one_error_line(&broker(
         &[
@@ -237,7 +238,10 @@ async fn tls_with_a_token_end_to_end_through_the_cli_and_the_client() {
         ],
         &secure,
     ));
-    assert!(unknown_ca.contains("certificate"), "{unknown_ca}");
+    assert!(
+        unknown_ca.contains("not signed by a certificate authority in the trusted CA file"),
+        "{unknown_ca}"
+    );
 
     // The server kept serving through all that: the Rust client still gets in.
     let client = Client::builder()
@@ -267,6 +271,31 @@ async fn tls_with_a_token_end_to_end_through_the_cli_and_the_client() {
         );
     }
     assert!(!log.contains(TOKEN), "the token leaked into the log: {log}");
+}
+
+#[test]
+fn a_server_presenting_its_certificate_authority_as_its_certificate_is_explained() {
+    // What `openssl req -x509` makes by default: a self-signed certificate with CA:TRUE,
+    // given to the server as its certificate and to clients as the CA.
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_file, key_file) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let (cert_file, key_file) = (cert_file.to_str().unwrap(), key_file.to_str().unwrap());
+    let server = ServerProcess::start(&["--tls-cert", cert_file, "--tls-key", key_file]);
+    let addr = format!("localhost:{}", server.addr.port());
+    let refused = one_error_line(&broker(
+        &["--addr", &addr, "--tls-ca", cert_file, "describe"],
+        &[],
+    ));
+    assert!(
+        refused.contains("presents a certificate authority's own certificate"),
+        "{refused}"
+    );
 }
 
 /// Starts the server on every interface with `env`, makes one call (so start-up is over) and

@@ -75,11 +75,48 @@ impl Tls {
             .connect(self.server_name.clone(), stream)
             .await
             .map_err(|error| {
+                let hint = error
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                    .and_then(certificate_hint)
+                    .map(|hint| format!(" ({hint})"))
+                    .unwrap_or_default();
                 Error::Tls(format!(
-                    "handshake with {} failed: {error}",
+                    "handshake with {} failed: {error}{hint}",
                     self.server_name.to_str()
                 ))
             })
+    }
+}
+
+/// What to do about a server certificate the client refused, for the refusals a first TLS
+/// set-up commonly meets.
+fn certificate_hint(error: &rustls::Error) -> Option<&'static str> {
+    use rustls::CertificateError;
+    let rustls::Error::InvalidCertificate(refused) = error else {
+        return None;
+    };
+    match refused {
+        // A signature that does not check: an authority of the same name, another key.
+        CertificateError::UnknownIssuer | CertificateError::BadSignature => Some(
+            "the server's certificate is not signed by a certificate authority in the trusted \
+             CA file",
+        ),
+        CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+            Some(
+                "the server's certificate does not carry the name connected to: connect by a \
+                 name it carries, or give that name as the TLS server name",
+            )
+        }
+        CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
+            Some("the server's certificate has expired")
+        }
+        CertificateError::Other(other) if other.to_string().contains("CaUsedAsEndEntity") => Some(
+            "the server presents a certificate authority's own certificate (CA:TRUE): \
+                 give the server a certificate that authority signed, and its clients the \
+                 authority's",
+        ),
+        _ => None,
     }
 }
 

@@ -122,7 +122,16 @@ impl ServerTls {
                 ))
             })
         };
-        ServerTls::from_pem(&read(cert_chain, "certificate")?, &read(key, "key")?)
+        ServerTls::from_pem(&read(cert_chain, "certificate")?, &read(key, "key")?).map_err(
+            |error| match error {
+                ServerError::InvalidConfig(why) => ServerError::InvalidConfig(format!(
+                    "{why} (certificate file {}, key file {})",
+                    cert_chain.display(),
+                    key.display()
+                )),
+                other => other,
+            },
+        )
     }
 
     /// The acceptor that runs the server side of a TLS handshake.
