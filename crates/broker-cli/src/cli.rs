@@ -813,7 +813,9 @@ pub struct PublishArgs {
 pub enum ConsumeMode {
     /// Ack mode: poll reserves one record per partition, each is acknowledged after printing.
     Ack,
-    /// Kafka style: fetch batches from the member's position, commit after printing them.
+    /// Kafka style: fetch batches from the member's position, commit after printing them. A
+    /// record written into a pipe counts as printed: a reader that stops early (`| head -3`)
+    /// leaves the rest of its batch committed unread; --count stops exactly.
     Fetch,
 }
 
