@@ -49,7 +49,7 @@ pub use openraft::error::Fatal;
 pub use openraft::ServerState;
 pub use snapshot_stream::SnapshotStream;
 pub use state_machine::{Replica, SnapshotBuilder, StateMachine};
-pub use types::{parse_members, Applied, ClusterNode, NodeId, Proposal, TypeConfig};
+pub use types::{members_list, parse_members, Applied, ClusterNode, NodeId, Proposal, TypeConfig};
 
 /// How one node of a cluster runs.
 #[derive(Debug, Clone)]
@@ -139,6 +139,22 @@ pub enum ClusterError {
         /// The last entry the leader knows this node held.
         matched: u64,
     },
+    /// A node of a new cluster was started with another members list than this one: nodes
+    /// that each propose their own membership would disagree on who votes.
+    #[error(
+        "node {peer} was started with --cluster-members {theirs}, this node with {ours}: every \
+         node of a new cluster must be given the same list. Start this node with the list the \
+         other nodes have (or, if theirs is the wrong one, stop them, empty their directories \
+         and start every node with the right list)"
+    )]
+    MembersDiffer {
+        /// The member that answered with another list.
+        peer: NodeId,
+        /// Its list, as `ID=PEER_ADDR/CLIENT_ADDR,...`.
+        theirs: String,
+        /// This node's list, the same way.
+        ours: String,
+    },
 }
 
 /// How long a node that starts with an empty directory waits for each member's answer to
@@ -171,6 +187,42 @@ async fn refuse_if_log_lost(
                 leader,
                 matched,
             });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses to start node `node_id` of a new cluster if a member that answers within
+/// [`LOST_LOG_QUESTION`] was started with another members list than `members`
+/// ([`ClusterError::MembersDiffer`]): nodes that each propose their own membership would form
+/// a cluster whose nodes disagree on who votes. Members that do not answer (not started yet, or
+/// of an earlier release) are not waited for.
+async fn refuse_if_members_differ(
+    network: &Network,
+    node_id: NodeId,
+    members: &BTreeMap<NodeId, ClusterNode>,
+) -> Result<(), ClusterError> {
+    use openraft::network::RaftNetworkFactory;
+    let questions = members
+        .iter()
+        .filter(|(id, _)| **id != node_id)
+        .map(|(&id, node)| {
+            let mut network = network.clone();
+            async move {
+                let mut link = network.new_client(id, node).await;
+                (id, link.members(LOST_LOG_QUESTION).await)
+            }
+        });
+    for (peer, answer) in futures::future::join_all(questions).await {
+        match answer {
+            Ok(theirs) if theirs != *members => {
+                return Err(ClusterError::MembersDiffer {
+                    peer,
+                    theirs: members_list(&theirs),
+                    ours: members_list(members),
+                })
+            }
+            _ => {}
         }
     }
     Ok(())
@@ -354,6 +406,7 @@ impl Cluster {
             raft: raft.clone(),
             contact,
             listeners: config.listeners,
+            members: Arc::new(config.members.clone()),
         };
         tracker.spawn(network::serve_peers(
             listener,
@@ -364,6 +417,19 @@ impl Cluster {
             tracker.clone(),
         ));
         if fresh && !config.join {
+            // Its own peer service answers the same question meanwhile, so that of two nodes
+            // started together, at least the later one finds the other.
+            if let Err(refusal) =
+                refuse_if_members_differ(&network, config.node_id, &config.members).await
+            {
+                stop.cancel();
+                if let Err(error) = raft.shutdown().await {
+                    tracing::warn!(%error, "stopping the consensus engine");
+                }
+                tracker.close();
+                tracker.wait().await;
+                return Err(refusal);
+            }
             match raft.initialize(config.members).await {
                 // Another node's proposal of the same membership got here first.
                 Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}

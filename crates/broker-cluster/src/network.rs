@@ -11,7 +11,7 @@
 //! [`PeerResponse`]. With [`PeerTls`], all of it travels inside TLS: the connecting node checks
 //! the other's certificate against its authorities and the host of the address it dialled.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -91,6 +91,10 @@ pub(crate) enum PeerRequest {
     /// no leader for a while (see `removal`). Added with that check: a node of an earlier
     /// release closes the connection instead of answering.
     Belonging,
+    /// The members list the node was started with, asked by a node of a new cluster before it
+    /// proposes its own: every node must be given the same. Added with that check: a node of
+    /// an earlier release closes the connection instead of answering.
+    Members,
 }
 
 /// The answer to a [`PeerRequest`].
@@ -113,6 +117,8 @@ pub(crate) enum PeerResponse {
     Campaign(bool),
     /// Answers [`PeerRequest::Belonging`]: from a leader, its committed membership.
     Belonging(Option<Belonging>),
+    /// Answers [`PeerRequest::Members`].
+    Members(BTreeMap<NodeId, ClusterNode>),
 }
 
 /// Where a node serves clients besides the broker port, as its peers are told.
@@ -476,6 +482,22 @@ impl PeerLink {
         }
     }
 
+    /// Asks the peer which members list it was started with ([`PeerRequest::Members`]),
+    /// waiting at most `timeout`.
+    ///
+    /// # Errors
+    /// The peer cannot be reached, refuses this node, or does not know the question (a node
+    /// of an earlier release).
+    pub(crate) async fn members(
+        &mut self,
+        timeout: Duration,
+    ) -> io::Result<BTreeMap<NodeId, ClusterNode>> {
+        match self.question(PeerRequest::Members, timeout).await? {
+            PeerResponse::Members(members) => Ok(members),
+            _ => Err(another_answer()),
+        }
+    }
+
     /// Sends a question that is not one of Raft's and waits at most `timeout` for its answer.
     /// Not through `call`: a peer that does not answer one (it is starting too, or of an
     /// earlier release) is not worth a warning, nor marked unreachable.
@@ -556,6 +578,8 @@ pub(crate) struct PeerService {
     pub(crate) contact: Arc<LeaderContact>,
     /// The answer to a question about this node's listeners.
     pub(crate) listeners: Listeners,
+    /// The members list this node was started with.
+    pub(crate) members: Arc<BTreeMap<NodeId, ClusterNode>>,
 }
 
 /// Serves peers on `listener` (inside `tls` when given) from `service` until `stop` is
@@ -640,6 +664,7 @@ async fn serve_peer(
         raft,
         contact,
         listeners,
+        members,
     } = service;
     loop {
         let request: PeerRequest = match receive::<_, MAX_PEER_FRAME>(&mut connection).await {
@@ -676,6 +701,7 @@ async fn serve_peer(
             PeerRequest::Belonging => {
                 PeerResponse::Belonging(belonging(&raft.metrics().borrow(), hello.from))
             }
+            PeerRequest::Members => PeerResponse::Members(BTreeMap::clone(members)),
         };
         send(&mut connection, &response).await?;
     }

@@ -406,6 +406,39 @@ async fn a_peer_with_the_wrong_token_is_refused() {
     open.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_of_a_new_cluster_given_another_members_list_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bound = listeners(3).await;
+    let members = members(&bound);
+    let third = bound.pop().unwrap();
+    let mut nodes = Vec::new();
+    for (index, listener) in bound.into_iter().enumerate() {
+        nodes.push(start(index as NodeId + 1, &members, dir.path(), listener).await);
+    }
+    // Node 3 is given node 1's client address wrong: it would propose a membership of its own.
+    let mut other = members.clone();
+    other.get_mut(&1).unwrap().client_addr = "elsewhere:9092".to_owned();
+    let refused = Cluster::start(config(3, &other, dir.path()), third, Memory::new()).await;
+    let Err(refusal @ ClusterError::MembersDiffer { .. }) = refused else {
+        panic!("started: {refused:?}");
+    };
+    let said = refusal.to_string();
+    assert!(said.contains("must be given the same list"), "{said}");
+    assert!(said.contains("elsewhere:9092"), "{said}");
+    // The other two formed the cluster, and node 3 started with the same list joins it.
+    let [first, second] = &nodes[..] else {
+        unreachable!()
+    };
+    leader(&[first, second]).await;
+    let listener = TcpListener::bind(&members[&3].raft_addr).await.unwrap();
+    let third = start(3, &members, dir.path(), listener).await;
+    leader(&[first, second, &third]).await;
+    for node in [first, second, &third] {
+        node.cluster.shutdown().await;
+    }
+}
+
 /// Bytes that are not a peer's hello (a forged length, an oversized frame) close the connection
 /// and change nothing: the node goes on serving.
 #[tokio::test]

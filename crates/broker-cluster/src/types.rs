@@ -84,6 +84,18 @@ impl fmt::Display for ClusterNode {
     }
 }
 
+/// A list of members as [`parse_members`] reads it: `ID=PEER_ADDR/CLIENT_ADDR` separated by
+/// commas.
+pub fn members_list(members: &BTreeMap<NodeId, ClusterNode>) -> String {
+    members
+        .iter()
+        .map(|(node, addresses)| {
+            format!("{node}={}/{}", addresses.raft_addr, addresses.client_addr)
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Parses a list of members, `ID=PEER_ADDR/CLIENT_ADDR` separated by commas (for example
 /// `1=10.0.0.1:9093/10.0.0.1:9092,2=10.0.0.2:9093/10.0.0.2:9092`): each node's id, the address
 /// its peers reach it on and the address clients reach it on.

@@ -228,22 +228,12 @@ fn check_membership(
 ) {
     if !in_force.is_empty() && in_force != given {
         warn!(
-            in_force = %describe_members(in_force),
-            given = %describe_members(given),
+            in_force = %broker_cluster::members_list(in_force),
+            given = %broker_cluster::members_list(given),
             "--cluster-members differs from the membership in this node's log, which is the one \
              in force (the list counts only when a cluster first forms)"
         );
     }
-}
-
-fn describe_members(members: &BTreeMap<NodeId, ClusterNode>) -> String {
-    members
-        .iter()
-        .map(|(node, addresses)| {
-            format!("{node}={}/{}", addresses.raft_addr, addresses.client_addr)
-        })
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// How long a voter goes without knowing a leader before it says so.
