@@ -157,30 +157,45 @@ pub enum ClusterError {
     },
 }
 
-/// How long a node that starts with an empty directory waits for each member's answer to
-/// whether it held a log before.
-const LOST_LOG_QUESTION: Duration = Duration::from_secs(2);
+/// How long a node that starts with an empty directory waits for each member's answer to its
+/// questions (whether it held a log before, which members list they were given).
+const START_QUESTION: Duration = Duration::from_secs(2);
 
-/// Refuses to start node `node_id`, whose directory is empty, if a member that leads knows
-/// it held entries ([`ClusterError::LogLost`]). Members that do not answer in
-/// [`LOST_LOG_QUESTION`] (not started yet, as when a new cluster forms) are not waited for.
-async fn refuse_if_log_lost(
+/// Asks every member of `members` but `node_id` at once, through `ask`; each answer with the
+/// member that gave it.
+async fn ask_members<T, Asked>(
     network: &Network,
     node_id: NodeId,
     members: &BTreeMap<NodeId, ClusterNode>,
-) -> Result<(), ClusterError> {
+    ask: impl Fn(PeerLink) -> Asked,
+) -> Vec<(NodeId, io::Result<T>)>
+where
+    Asked: std::future::Future<Output = io::Result<T>>,
+{
     use openraft::network::RaftNetworkFactory;
+    let ask = &ask;
     let questions = members
         .iter()
         .filter(|(id, _)| **id != node_id)
         .map(|(&id, node)| {
             let mut network = network.clone();
-            async move {
-                let mut link = network.new_client(id, node).await;
-                (id, link.matched(LOST_LOG_QUESTION).await)
-            }
+            async move { (id, ask(network.new_client(id, node).await).await) }
         });
-    for (leader, answer) in futures::future::join_all(questions).await {
+    futures::future::join_all(questions).await
+}
+
+/// Refuses to start node `node_id`, whose directory is empty, if a member that leads knows
+/// it held entries ([`ClusterError::LogLost`]). Members that do not answer in
+/// [`START_QUESTION`] (not started yet, as when a new cluster forms) are not waited for.
+async fn refuse_if_log_lost(
+    network: &Network,
+    node_id: NodeId,
+    members: &BTreeMap<NodeId, ClusterNode>,
+) -> Result<(), ClusterError> {
+    let answers = ask_members(network, node_id, members, |mut link| async move {
+        link.matched(START_QUESTION).await
+    });
+    for (leader, answer) in answers.await {
         if let Ok(Some(matched)) = answer {
             return Err(ClusterError::LogLost {
                 node: node_id,
@@ -193,7 +208,7 @@ async fn refuse_if_log_lost(
 }
 
 /// Refuses to start node `node_id` of a new cluster if a member that answers within
-/// [`LOST_LOG_QUESTION`] was started with another members list than `members`
+/// [`START_QUESTION`] was started with another members list than `members`
 /// ([`ClusterError::MembersDiffer`]): nodes that each propose their own membership would form
 /// a cluster whose nodes disagree on who votes. Members that do not answer (not started yet, or
 /// of an earlier release) are not waited for.
@@ -202,18 +217,10 @@ async fn refuse_if_members_differ(
     node_id: NodeId,
     members: &BTreeMap<NodeId, ClusterNode>,
 ) -> Result<(), ClusterError> {
-    use openraft::network::RaftNetworkFactory;
-    let questions = members
-        .iter()
-        .filter(|(id, _)| **id != node_id)
-        .map(|(&id, node)| {
-            let mut network = network.clone();
-            async move {
-                let mut link = network.new_client(id, node).await;
-                (id, link.members(LOST_LOG_QUESTION).await)
-            }
-        });
-    for (peer, answer) in futures::future::join_all(questions).await {
+    let answers = ask_members(network, node_id, members, |mut link| async move {
+        link.members(START_QUESTION).await
+    });
+    for (peer, answer) in answers.await {
         match answer {
             Ok(theirs) if theirs != *members => {
                 return Err(ClusterError::MembersDiffer {
