@@ -409,11 +409,17 @@ impl Cluster {
             Arc::clone(&known_removed),
             stop.clone(),
         ));
+        // A node of a new cluster takes no Raft message until it has checked that the members
+        // were given the same list: a refused start leaves its directory without entries, so
+        // that the next start checks again.
+        let checks_members = fresh && !config.join;
+        let takes_raft = Arc::new(AtomicBool::new(!checks_members));
         let service = network::PeerService {
             raft: raft.clone(),
             contact,
             listeners: config.listeners,
             members: Arc::new(config.members.clone()),
+            takes_raft: Arc::clone(&takes_raft),
         };
         tracker.spawn(network::serve_peers(
             listener,
@@ -423,27 +429,7 @@ impl Cluster {
             stop.clone(),
             tracker.clone(),
         ));
-        if fresh && !config.join {
-            // Its own peer service answers the same question meanwhile, so that of two nodes
-            // started together, at least the later one finds the other.
-            if let Err(refusal) =
-                refuse_if_members_differ(&network, config.node_id, &config.members).await
-            {
-                stop.cancel();
-                if let Err(error) = raft.shutdown().await {
-                    tracing::warn!(%error, "stopping the consensus engine");
-                }
-                tracker.close();
-                tracker.wait().await;
-                return Err(refusal);
-            }
-            match raft.initialize(config.members).await {
-                // Another node's proposal of the same membership got here first.
-                Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-                Err(error) => return Err(ClusterError::Raft(error.to_string())),
-            }
-        }
-        Ok(Cluster {
+        let cluster = Cluster {
             network,
             node_id: config.node_id,
             lease: config.election_timeout * 2,
@@ -455,7 +441,27 @@ impl Cluster {
             kafka_addresses,
             stop,
             tracker,
-        })
+        };
+        if checks_members {
+            // Its own peer service answers the same question meanwhile, so that of two nodes
+            // started together, at least the later one finds the other.
+            let checked =
+                refuse_if_members_differ(&cluster.network, config.node_id, &config.members).await;
+            takes_raft.store(checked.is_ok(), Ordering::Release);
+            let initialized = match checked {
+                Ok(()) => match cluster.raft.initialize(config.members).await {
+                    // Another node's proposal of the same membership got here first.
+                    Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+                    Err(error) => Err(ClusterError::Raft(error.to_string())),
+                },
+                Err(refusal) => Err(refusal),
+            };
+            if let Err(refusal) = initialized {
+                cluster.shutdown().await;
+                return Err(refusal);
+            }
+        }
+        Ok(cluster)
     }
 
     /// Appends `proposal` to the log and answers what applying it gave, once a majority has it

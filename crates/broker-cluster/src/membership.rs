@@ -108,11 +108,11 @@ impl Cluster {
     /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
     pub async fn remove_node(&self, id: NodeId, wait: Duration) -> Result<(), ProposeError> {
         self.ensure_leader()?;
-        self.removable(id)?;
+        self.leaves_a_reachable_majority(&self.removable(id)?, id)?;
         let deadline = Instant::now() + wait;
         let _change = self.one_change_at_a_time(deadline, wait).await?;
         self.ensure_leader()?;
-        // Read again: a change that ran while this one waited may have removed it already.
+        // Read again: a change that ran while this one waited may have changed the voters.
         let voters = self.removable(id)?;
         self.leaves_a_reachable_majority(&voters, id)?;
         let removed = BTreeSet::from([id]);

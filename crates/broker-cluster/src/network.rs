@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -95,6 +96,23 @@ pub(crate) enum PeerRequest {
     /// proposes its own: every node must be given the same. Added with that check: a node of
     /// an earlier release closes the connection instead of answering.
     Members,
+}
+
+impl PeerRequest {
+    /// Whether answering it may write this node's log or vote: Raft's own messages, and a
+    /// request to campaign.
+    fn writes_raft_state(&self) -> bool {
+        match self {
+            PeerRequest::AppendEntries(_)
+            | PeerRequest::Vote(_)
+            | PeerRequest::InstallSnapshot(_)
+            | PeerRequest::Campaign => true,
+            PeerRequest::Matched
+            | PeerRequest::Listeners
+            | PeerRequest::Belonging
+            | PeerRequest::Members => false,
+        }
+    }
 }
 
 /// The answer to a [`PeerRequest`].
@@ -580,6 +598,10 @@ pub(crate) struct PeerService {
     pub(crate) listeners: Listeners,
     /// The members list this node was started with.
     pub(crate) members: Arc<BTreeMap<NodeId, ClusterNode>>,
+    /// Whether requests that write this node's log or vote are taken yet (a node of a new
+    /// cluster first checks the members list); until then a connection that sends one is
+    /// closed, and the sender tries again.
+    pub(crate) takes_raft: Arc<AtomicBool>,
 }
 
 /// Serves peers on `listener` (inside `tls` when given) from `service` until `stop` is
@@ -665,6 +687,7 @@ async fn serve_peer(
         contact,
         listeners,
         members,
+        takes_raft,
     } = service;
     loop {
         let request: PeerRequest = match receive::<_, MAX_PEER_FRAME>(&mut connection).await {
@@ -672,6 +695,9 @@ async fn serve_peer(
             Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(error) => return Err(error),
         };
+        if request.writes_raft_state() && !takes_raft.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let response = match request {
             PeerRequest::AppendEntries(rpc) => {
                 let answer = raft.append_entries(rpc).await;

@@ -417,8 +417,13 @@ async fn a_node_of_a_new_cluster_given_another_members_list_refuses_to_start() {
         nodes.push(start(index as NodeId + 1, &members, dir.path(), listener).await);
     }
     // Node 3 is given node 1's client address wrong: it would propose a membership of its own.
+    // Its list also names a node 4 that accepts connections and never answers, so that its
+    // check takes a while, long enough for the others' leader to send it their log.
     let mut other = members.clone();
     other.get_mut(&1).unwrap().client_addr = "elsewhere:9092".to_owned();
+    let frozen = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let frozen_addr = frozen.local_addr().unwrap().to_string();
+    other.insert(4, ClusterNode::new(&frozen_addr, "frozen:9092").unwrap());
     let refused = Cluster::start(config(3, &other, dir.path()), third, Memory::new()).await;
     let Err(refusal @ ClusterError::MembersDiffer { .. }) = refused else {
         panic!("started: {refused:?}");
@@ -426,11 +431,22 @@ async fn a_node_of_a_new_cluster_given_another_members_list_refuses_to_start() {
     let said = refusal.to_string();
     assert!(said.contains("must be given the same list"), "{said}");
     assert!(said.contains("elsewhere:9092"), "{said}");
-    // The other two formed the cluster, and node 3 started with the same list joins it.
+    // The other two formed the cluster meanwhile, whose leader sent node 3 its log: refused,
+    // node 3 took none of it, so that a second start with the wrong list is refused again.
     let [first, second] = &nodes[..] else {
         unreachable!()
     };
     leader(&[first, second]).await;
+    let third_dir = dir.path().join("node-3");
+    assert!(LogStore::holds_no_entries(&third_dir).unwrap());
+    let listener = TcpListener::bind(&members[&3].raft_addr).await.unwrap();
+    let again = Cluster::start(config(3, &other, dir.path()), listener, Memory::new()).await;
+    assert!(
+        matches!(again, Err(ClusterError::MembersDiffer { .. })),
+        "{again:?}"
+    );
+    assert!(LogStore::holds_no_entries(&third_dir).unwrap());
+    // Started with the same list, it joins the cluster.
     let listener = TcpListener::bind(&members[&3].raft_addr).await.unwrap();
     let third = start(3, &members, dir.path(), listener).await;
     leader(&[first, second, &third]).await;
