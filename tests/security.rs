@@ -239,7 +239,8 @@ async fn tls_with_a_token_end_to_end_through_the_cli_and_the_client() {
         &secure,
     ));
     assert!(
-        unknown_ca.contains("not signed by a certificate authority in the trusted CA file"),
+        unknown_ca
+            .contains("not verifiably signed by a certificate authority in the trusted CA file"),
         "{unknown_ca}"
     );
 
@@ -358,6 +359,14 @@ fn bad_security_settings_stop_the_server_at_start_up() {
     assert!(server_refuses(&[], &[("BROKER_AUTH_TOKEN", "")]).contains("empty"));
     assert!(server_refuses(&["--auth-token-file", "/nonexistent/token"], &[]).contains("token"));
     assert!(server_refuses(&["--tls-cert", cert], &[]).contains("--tls-key"));
-    assert!(server_refuses(&["--tls-cert", key, "--tls-key", key], &[]).contains("certificate"));
-    assert!(server_refuses(&["--tls-cert", cert, "--tls-key", cert], &[]).contains("key"));
+    // A file holding no certificate, or no key: the server names both files.
+    let no_cert = server_refuses(&["--tls-cert", key, "--tls-key", key], &[]);
+    assert!(no_cert.contains("no certificate"), "{no_cert}");
+    assert!(
+        no_cert.contains(&format!("certificate file {key}")),
+        "{no_cert}"
+    );
+    let no_key = server_refuses(&["--tls-cert", cert, "--tls-key", cert], &[]);
+    assert!(no_key.contains("key"), "{no_key}");
+    assert!(no_key.contains(&format!("key file {cert}")), "{no_key}");
 }

@@ -222,6 +222,15 @@ fn parse_count(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("must be at least 1, not {count}"))
 }
 
+/// A percentage of 0 or more, as `broker size --headroom` takes it.
+fn parse_percent(text: &str) -> Result<u64, String> {
+    match text.parse::<i128>() {
+        Ok(negative) if negative < 0 => Err("a percentage cannot be negative".into()),
+        Ok(percent) => u64::try_from(percent).map_err(|_| "too large".into()),
+        Err(_) => Err(format!("expected a whole number of percent, not {text:?}")),
+    }
+}
+
 /// The longest duration a flag takes: longer ones are typing mistakes, and would overflow the
 /// broker's times in milliseconds.
 const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
@@ -230,8 +239,12 @@ const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 fn parse_duration(text: &str) -> Result<Duration, String> {
     const EXAMPLE: &str = "a duration such as 10s, 500ms or 1h 30m";
     const AT_MOST: &str = "at most 100 years (36500d)";
-    if text.trim_start().starts_with('-') {
-        return Err(format!("a duration cannot be negative ({EXAMPLE})"));
+    if let Some(rest) = text.trim_start().strip_prefix('-') {
+        return Err(match rest.starts_with(|c: char| c.is_ascii_digit()) {
+            true => format!("a duration cannot be negative ({EXAMPLE})"),
+            // Another option where the value should be: the value was left out.
+            false => format!("the value is missing ({EXAMPLE}), found the option {text}"),
+        });
     }
     match humantime::parse_duration(text) {
         Ok(duration) if duration <= MAX_DURATION => Ok(duration),
@@ -607,7 +620,7 @@ pub struct ConfigureArgs {
     #[command(flatten)]
     pub group: GroupArgs,
     /// Release a record not acknowledged within this long for redelivery.
-    #[arg(long, value_name = "DURATION", value_parser = parse_ack_timeout, conflicts_with = "no_ack_timeout")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_ack_timeout, allow_hyphen_values = true, conflicts_with = "no_ack_timeout")]
     pub ack_timeout: Option<Duration>,
     /// Keep a delivery until it is acknowledged or retried.
     #[arg(long)]
@@ -884,7 +897,7 @@ pub struct ConsumeArgs {
     /// Ack mode, for a group this creates: a record not acknowledged within this long is
     /// released for redelivery (10s, 500ms); without it a delivery stays until acked or
     /// retried.
-    #[arg(long, value_name = "DURATION", value_parser = parse_ack_timeout)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_ack_timeout, allow_hyphen_values = true)]
     pub ack_timeout: Option<Duration>,
     /// Ack mode, for a group this creates: where records that keep failing go.
     #[command(flatten)]
@@ -909,7 +922,7 @@ pub struct ConsumeArgs {
     /// Keep waiting for new records until interrupted (Ctrl-C exits with 130 after saying how
     /// many records were consumed), instead of stopping when none is left. A lost server (or
     /// one whose storage failed) is waited for: the consumer reconnects, joins again and goes
-    /// on. Without --follow, losing the server ends the command with an error.
+    /// on. Without --follow, a server lost for 5 seconds ends the command with an error.
     #[arg(long, short)]
     pub follow: bool,
     /// Stop after this many records (at least 1).
@@ -986,7 +999,7 @@ pub struct SizeArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub replication: u64,
     /// Extra room on top, in percent (30 to 50 is common).
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_parser = parse_percent)]
     pub headroom: u64,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -1031,6 +1044,16 @@ mod tests {
         assert!(parse_duration("-1s")
             .unwrap_err()
             .contains("cannot be negative"));
+        assert!(parse_duration("--follow")
+            .unwrap_err()
+            .contains("value is missing"));
+        assert_eq!(parse_percent("30"), Ok(30));
+        assert!(parse_percent("-10")
+            .unwrap_err()
+            .contains("cannot be negative"));
+        assert!(parse_percent("--json")
+            .unwrap_err()
+            .contains("whole number"));
         assert!(parse_duration("soon").unwrap_err().contains("such as 10s"));
         // A negative value reaches the parser instead of being read as a flag.
         let parsed = Cli::try_parse_from(["broker", "top", "--interval", "-1s"]);

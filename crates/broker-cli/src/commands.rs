@@ -834,15 +834,33 @@ impl Interrupted {
     };
 }
 
-/// Why the consumer first lost the server: waits until it does.
+/// How long `broker consume` without --follow waits for a lost server to come back before it
+/// gives up: a cluster elects a new leader in about 2 seconds.
+const LOST_GRACE: Duration = Duration::from_secs(5);
+
+/// Why the consumer lost the server, once it has been lost for [`LOST_GRACE`]: waits until then.
 async fn first_failure(mut status: watch::Receiver<ConsumerStatus>) -> String {
     loop {
-        if let Some(why) = status.borrow_and_update().reconnecting.clone() {
-            return why;
-        }
-        if status.changed().await.is_err() {
-            // The consumer is gone: the consume loop ends by itself.
-            return std::future::pending().await;
+        let lost = status.borrow_and_update().reconnecting.clone();
+        let Some(why) = lost else {
+            if status.changed().await.is_err() {
+                // The consumer is gone: the consume loop ends by itself.
+                return std::future::pending().await;
+            }
+            continue;
+        };
+        let back = tokio::time::timeout(LOST_GRACE, async {
+            while status.changed().await.is_ok() {
+                if status.borrow_and_update().reconnecting.is_none() {
+                    return true;
+                }
+            }
+            false
+        });
+        match back.await {
+            Ok(true) => {}
+            Ok(false) => return std::future::pending().await,
+            Err(_) => return why,
         }
     }
 }
@@ -903,8 +921,10 @@ async fn consume_loop(
                 }
                 if !offsets.is_empty() {
                     match consumer.commit_offsets(offsets).await {
-                        // The consumer reconnects and joins again on its next batch, from the
-                        // group's committed offsets: what this commit covered comes again.
+                        // The commit may or may not have been applied. If the consumer then
+                        // loses the server, it joins again from the group's committed offsets
+                        // and what this commit covered comes again; if not, the next commit
+                        // covers it.
                         Err(error) if args.follow && error.is_retriable() => eprintln!(
                             "could not commit ({error}): the records printed since the last \
                              commit may be delivered again"
@@ -1094,4 +1114,21 @@ fn size_command(args: &SizeArgs) -> anyhow::Result<()> {
         sizing.on_disk_with_headroom_bytes,
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_time_further_ago_than_the_epoch_is_the_epoch() {
+        assert_eq!(
+            ago_ms(Duration::from_secs(100 * 365 * 24 * 3600)).unwrap(),
+            0
+        );
+        // 2020-01-01: no clock this runs on is earlier.
+        assert!(ago_ms(Duration::ZERO).unwrap() > 1_577_836_800_000);
+    }
 }

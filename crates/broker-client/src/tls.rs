@@ -99,8 +99,8 @@ fn certificate_hint(error: &rustls::Error) -> Option<&'static str> {
     match refused {
         // A signature that does not check: an authority of the same name, another key.
         CertificateError::UnknownIssuer | CertificateError::BadSignature => Some(
-            "the server's certificate is not signed by a certificate authority in the trusted \
-             CA file",
+            "the server's certificate is not verifiably signed by a certificate authority in \
+             the trusted CA file",
         ),
         CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
             Some(
