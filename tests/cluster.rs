@@ -936,6 +936,15 @@ async fn membership_changes_are_checked() {
     let taken = nodes.client_addrs[2].to_string();
     let why = refused(client.add_node(6, "127.0.0.1:1", &taken).await);
     assert!(why.contains("node 3 has one of these addresses"), "{why}");
+    // The command line says so before it says it waits for the node to catch up.
+    let added = run_broker_cli(
+        &nodes,
+        &["cluster", "add", &format!("6=127.0.0.1:1/{taken}")],
+    );
+    let said = String::from_utf8_lossy(&added.stderr);
+    assert!(!added.status.success(), "{said}");
+    assert!(said.contains("node 3 has one of these addresses"), "{said}");
+    assert!(!said.contains("adding node"), "{said}");
     let why = refused(client.add_node(0, "127.0.0.1:1", "127.0.0.1:2").await);
     assert!(why.contains("node ids start at 1"), "{why}");
     // A node that does not run never catches up: it stays a learner, and can be removed. (The

@@ -202,14 +202,29 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
 pub async fn add(server: &Server, args: AddNodeArgs) -> anyhow::Result<()> {
     let client = server.connect().await?;
     let node = args.node;
-    let already = leader_view(server, &client).await.is_some_and(|status| {
-        status.members.iter().any(|member| {
-            member.node_id == node.node_id
-                && member.voter
-                && member.peer_addr == node.peer_addr
-                && member.client_addr == node.client_addr
-        })
+    let view = leader_view(server, &client).await;
+    let members = view.as_ref().map_or(&[][..], |status| &status.members[..]);
+    let already = members.iter().any(|member| {
+        member.node_id == node.node_id
+            && member.voter
+            && member.peer_addr == node.peer_addr
+            && member.client_addr == node.client_addr
     });
+    // Said before the wait below: the leader refuses it too, but only once it is asked.
+    if let Some(other) = members.iter().find(|member| {
+        member.node_id != node.node_id
+            && [&member.peer_addr, &member.client_addr]
+                .iter()
+                .any(|address| **address == node.peer_addr || **address == node.client_addr)
+    }) {
+        bail!(
+            "node {} has one of these addresses already ({} for peers, {} for clients): each \
+             node needs addresses of its own",
+            other.node_id,
+            other.peer_addr,
+            other.client_addr
+        );
+    }
     if already {
         outln!(
             "node {} is a voter of the cluster already, at these addresses: nothing to do",
