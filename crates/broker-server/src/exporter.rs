@@ -120,8 +120,8 @@ impl Collector for StateCollector {
             ),
             (
                 "records_dead_letter_refused",
-                "Records past their last delivery that their dead-letter topic could not take \
-                 (delivered again instead).",
+                "Times a record past its last delivery could not be moved to its dead-letter \
+                 topic (it is delivered again instead; each attempt counts).",
                 refused,
             ),
         ] {
