@@ -407,7 +407,11 @@ async fn follow_leadership(shared: Arc<Shared>) {
         return;
     };
     let mut watch = cluster.watch();
-    let mut leading = false;
+    // The term in which this node last took up (or tried to take up) the leadership, while it
+    // leads. By term, not by a flag: the metrics' watch keeps only the latest state, so a node
+    // that lost the leadership and won it again in a later term may never be seen not leading
+    // in between, and must take it up again all the same.
+    let mut leading: Option<u64> = None;
     // The members list given, until it is compared with the membership in force.
     // (A node that joins a running cluster is given the members only for its own addresses.)
     let mut given = shared
@@ -494,11 +498,21 @@ async fn follow_leadership(shared: Arc<Shared>) {
             }
             Some(_) | None => {}
         }
+        let now_leading = now_leading.then_some(term);
         if now_leading == leading {
             continue;
         }
-        leading = now_leading;
-        if leading {
+        if leading.take().is_some() {
+            shared.broker.set_audited(false);
+            if std::mem::take(&mut announced) {
+                info!(term, "this node no longer leads the cluster");
+            }
+            // The new leader coordinates Kafka's groups: their members join again there.
+            shared.kafka_groups.forget_all();
+            shared.signals.wake_all();
+        }
+        if let Some(term) = now_leading {
+            leading = Some(term);
             // An entry of this term, applied, means every entry before it is applied too.
             match cluster
                 .propose(Proposal::Tick {
@@ -517,14 +531,6 @@ async fn follow_leadership(shared: Arc<Shared>) {
                 // leads: routine, not news.
                 Err(error) => debug!(%error, term, "leadership ended before it was taken up"),
             }
-        } else {
-            shared.broker.set_audited(false);
-            if std::mem::take(&mut announced) {
-                info!(term, "this node no longer leads the cluster");
-            }
-            // The new leader coordinates Kafka's groups: their members join again there.
-            shared.kafka_groups.forget_all();
-            shared.signals.wake_all();
         }
     }
 }
