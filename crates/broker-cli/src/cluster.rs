@@ -13,6 +13,9 @@ use crate::connect::Server;
 /// others' rows for long.
 const NODE_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long `broker cluster add` waits for its answer before it says what it is waiting for.
+const SLOW_ANSWER: Duration = Duration::from_millis(500);
+
 /// One member's row: the membership entry (as the leader, else the first node that answered,
 /// describes it) and what the member itself said, or why it did not.
 struct Row {
@@ -202,29 +205,14 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
 pub async fn add(server: &Server, args: AddNodeArgs) -> anyhow::Result<()> {
     let client = server.connect().await?;
     let node = args.node;
-    let view = leader_view(server, &client).await;
-    let members = view.as_ref().map_or(&[][..], |status| &status.members[..]);
-    let already = members.iter().any(|member| {
-        member.node_id == node.node_id
-            && member.voter
-            && member.peer_addr == node.peer_addr
-            && member.client_addr == node.client_addr
+    let already = leader_view(server, &client).await.is_some_and(|status| {
+        status.members.iter().any(|member| {
+            member.node_id == node.node_id
+                && member.voter
+                && member.peer_addr == node.peer_addr
+                && member.client_addr == node.client_addr
+        })
     });
-    // Said before the wait below: the leader refuses it too, but only once it is asked.
-    if let Some(other) = members.iter().find(|member| {
-        member.node_id != node.node_id
-            && [&member.peer_addr, &member.client_addr]
-                .iter()
-                .any(|address| **address == node.peer_addr || **address == node.client_addr)
-    }) {
-        bail!(
-            "node {} has one of these addresses already ({} for peers, {} for clients): each \
-             node needs addresses of its own",
-            other.node_id,
-            other.peer_addr,
-            other.client_addr
-        );
-    }
     if already {
         outln!(
             "node {} is a voter of the cluster already, at these addresses: nothing to do",
@@ -232,14 +220,21 @@ pub async fn add(server: &Server, args: AddNodeArgs) -> anyhow::Result<()> {
         )?;
         return Ok(());
     }
-    eprintln!(
-        "adding node {}: it catches up with the leader's log, then votes (the leader waits up \
-         to 20 s for it)",
-        node.node_id
-    );
-    let members = client
-        .add_node(node.node_id, &node.peer_addr, &node.client_addr)
-        .await?;
+    let adding = client.add_node(node.node_id, &node.peer_addr, &node.client_addr);
+    tokio::pin!(adding);
+    // Said only when the answer is slow in coming: a refusal (addresses another node has, say)
+    // comes at once, and the wait does not apply to it.
+    let members = tokio::select! {
+        added = &mut adding => added?,
+        () = tokio::time::sleep(SLOW_ANSWER) => {
+            eprintln!(
+                "adding node {}: it catches up with the leader's log, then votes (the leader \
+                 waits up to 20 s for it)",
+                node.node_id
+            );
+            adding.await?
+        }
+    };
     outln!(
         "node {} added; the cluster's voters: {}",
         node.node_id,

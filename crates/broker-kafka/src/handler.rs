@@ -458,12 +458,12 @@ impl<B: Backend> Handler<'_, B> {
         // Each slot's largest record, to tell a batch refused for now from one that can never
         // be stored whole.
         let mut largest = vec![0_u64; batches.len()];
+        let limit = self.settings.max_record_bytes;
         for (slot, (partition, batch)) in batches.into_iter().enumerate() {
             if let Ok(produced) = &batch {
                 let sizes = produced.records.iter().map(|record| record.size() as u64);
                 largest[slot] = sizes.max().unwrap_or(0);
             }
-            let limit = self.settings.max_record_bytes;
             match batch {
                 // The server refuses every request holding a record over its limit: alone, so
                 // that the request's other partitions are stored.
@@ -604,9 +604,11 @@ impl<B: Backend> Handler<'_, B> {
             }
             offsets.extend(chunk_offsets);
         }
+        // Each partition's offsets split off the end, last partition first: moved, not cloned.
         placed
             .into_iter()
-            .map(|(slot, partition, range)| (slot, partition, offsets[range].to_vec()))
+            .rev()
+            .map(|(slot, partition, range)| (slot, partition, offsets.split_off(range.start)))
             .collect()
     }
 
