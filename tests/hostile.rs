@@ -1,8 +1,12 @@
 //! Greedy clients against the real `broker-server` binary, with its memory measured from
-//! `/proc/<pid>/status`: maximum-size frames sent again and again, and publishes past the
-//! memory budget, leave the server's peak memory bounded.
+//! `/proc/<pid>/status`: maximum-size frames sent again and again, publishes past the memory
+//! budget, a Kafka fetch naming one partition hundreds of times and a Kafka produce of batches
+//! that decompress to gigabytes leave the server's peak memory bounded.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::time::Duration;
 
 use broker_core::{Command, KeyHash, Outcome};
 use broker_proto::{
@@ -10,8 +14,17 @@ use broker_proto::{
     ResponseFrame,
 };
 use broker_testkit::process::ServerProcess;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, RequestHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 
@@ -109,6 +122,195 @@ async fn maximum_frames_again_and_again_do_not_grow_memory() {
     // 350 MiB went through; the server keeps the 4 MiB budget plus a few frames in buffers.
     assert!(
         peak < baseline + 48 * MIB,
+        "peak {peak} bytes, baseline {baseline} bytes"
+    );
+}
+
+/// Sends `request` (of `version`) on a Kafka connection and reads its answer's body (after
+/// the correlation id).
+fn kafka_call<R: Encodable + HeaderVersion>(
+    stream: &mut std::net::TcpStream,
+    key: ApiKey,
+    version: i16,
+    request: &R,
+) -> Bytes {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(7);
+    let mut frame = BytesMut::new();
+    header
+        .encode(&mut frame, R::header_version(version))
+        .unwrap();
+    request.encode(&mut frame, version).unwrap();
+    stream
+        .write_all(&(frame.len() as u32).to_be_bytes())
+        .unwrap();
+    stream.write_all(&frame).unwrap();
+    let mut length = [0; 4];
+    stream.read_exact(&mut length).unwrap();
+    let mut body = vec![0; u32::from_be_bytes(length) as usize];
+    stream.read_exact(&mut body).unwrap();
+    assert_eq!(body[..4], 7_i32.to_be_bytes());
+    Bytes::from(body).slice(4..)
+}
+
+fn kafka_connect(server: &ServerProcess) -> std::net::TcpStream {
+    let stream = std::net::TcpStream::connect(server.kafka_addr.unwrap()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    stream
+}
+
+fn topic(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_owned()))
+}
+
+#[tokio::test]
+async fn a_kafka_fetch_naming_a_partition_hundreds_of_times_reads_it_once() {
+    let data = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(&[
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.path().to_str().unwrap(),
+        "--capacity",
+        "10000",
+    ]);
+    let mut client = connect(&server).await;
+    let created = call(
+        &mut client,
+        Command::Create {
+            topic: "t".into(),
+            partition_count: 1,
+            key_hash: KeyHash::default(),
+            settings: Vec::new(),
+        },
+    )
+    .await;
+    assert_eq!(created, Ok(Outcome::Created(true)));
+    // 4 MB of records.
+    for _ in 0..4000 {
+        let published = call(&mut client, publish(Bytes::from(vec![9u8; 1000]))).await;
+        assert!(
+            matches!(published, Ok(Outcome::Published(_))),
+            "{published:?}"
+        );
+    }
+    let baseline = server.status_bytes("VmRSS");
+    // The same partition named 200 times, 4 MiB from each: a request of 3 kB.
+    let partitions = (0..200)
+        .map(|_| {
+            FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(4 << 20)
+        })
+        .collect();
+    let request = FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_max_bytes(50 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic("t"))
+            .with_partitions(partitions)]);
+    let mut stream = kafka_connect(&server);
+    let mut body = kafka_call(&mut stream, ApiKey::Fetch, 4, &request);
+    let response = FetchResponse::decode(&mut body, 4).unwrap();
+    let answered = &response.responses[0].partitions;
+    assert_eq!(answered.len(), 1, "one answer for the partition");
+    assert_eq!(answered[0].error_code, 0);
+    let records = answered[0].records.as_ref().map_or(0, Bytes::len);
+    assert!(records > 3_000_000, "{records} bytes of records");
+    let peak = server.status_bytes("VmHWM");
+    eprintln!(
+        "baseline RSS {} KiB, peak {} KiB",
+        baseline / 1024,
+        peak / 1024
+    );
+    // An answer of 4 MB, read once: a few answers' worth of memory at most.
+    assert!(
+        peak < baseline + 48 * MIB,
+        "peak {peak} bytes, baseline {baseline} bytes"
+    );
+}
+
+#[tokio::test]
+async fn a_kafka_produce_of_batches_that_inflate_to_gigabytes_is_refused_within_one_budget() {
+    let server = ServerProcess::start(&["--kafka-listen", "127.0.0.1:0"]);
+    let mut client = connect(&server).await;
+    let created = call(
+        &mut client,
+        Command::Create {
+            topic: "inflating".into(),
+            partition_count: 1,
+            key_hash: KeyHash::default(),
+            settings: Vec::new(),
+        },
+    )
+    .await;
+    assert_eq!(created, Ok(Outcome::Created(true)));
+    // 31 records of a megabyte and a byte of zeros each, gzipped: 32 MB inflated per batch.
+    let records: Vec<Record> = (0..31)
+        .map(|offset| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset,
+            sequence: -1,
+            timestamp: 0,
+            key: None,
+            value: Some(Bytes::from(vec![0; (1 << 20) + 1])),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut batch = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::Gzip,
+    };
+    RecordBatchEncoder::encode(&mut batch, &records, &options).unwrap();
+    let batch = batch.freeze();
+    assert!(batch.len() < 100_000, "{} bytes compressed", batch.len());
+    let mut stream = kafka_connect(&server);
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(topic("inflating"))
+            .with_partition_data(
+                (0..100)
+                    .map(|_| {
+                        PartitionProduceData::default()
+                            .with_index(0)
+                            .with_records(Some(batch.clone()))
+                    })
+                    .collect(),
+            )]);
+    let baseline = server.status_bytes("VmRSS");
+    let mut body = kafka_call(&mut stream, ApiKey::Produce, 3, &request);
+    let response = ProduceResponse::decode(&mut body, 3).unwrap();
+    let codes: Vec<i16> = response.responses[0]
+        .partition_responses
+        .iter()
+        .map(|partition| partition.error_code)
+        .collect();
+    assert_eq!(codes.len(), 100);
+    // MESSAGE_TOO_LARGE: each record is larger than the server accepts.
+    assert!(codes.iter().all(|&code| code == 10), "{codes:?}");
+    let peak = server.status_bytes("VmHWM");
+    eprintln!(
+        "baseline RSS {} KiB, peak {} KiB",
+        baseline / 1024,
+        peak / 1024
+    );
+    assert!(
+        peak < baseline + 64 * MIB,
         "peak {peak} bytes, baseline {baseline} bytes"
     );
 }

@@ -14,8 +14,9 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::records::Compression;
+use std::io::{self, BufReader, Read, Take};
 
-use crate::decompress::decompress;
+use crate::decompress::inflating;
 use broker_core::MAX_HEADERS;
 
 /// The bytes of a batch after its length field, up to its first record.
@@ -44,6 +45,10 @@ pub(crate) enum RecordsError {
     /// A record the broker can never store (its headers break the broker's rules).
     #[error("{0}")]
     Invalid(String),
+    /// A record larger than the server stores, or batches that decompress to more than the
+    /// server takes of one request.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 /// One record of a produced batch, with what its batch's header says of it.
@@ -66,17 +71,35 @@ pub(crate) struct ProducedRecord {
     pub(crate) headers: Vec<(String, Option<Bytes>)>,
 }
 
+/// What the batches of one produce request may hold and inflate to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// The largest record (value, key and headers) the server stores: a record whose encoded
+    /// length shows it larger is refused before anything after it is decompressed.
+    pub(crate) record_bytes: u64,
+    /// What the request's compressed batches may still decompress to, in bytes: one budget for
+    /// the whole request, which each batch spends as it is read.
+    pub(crate) inflate_left: usize,
+}
+
+/// Most bytes a record's encoding takes besides its key, value and header names and values:
+/// attributes, timestamp and offset deltas, the key's, value's and header count's lengths, and
+/// each header's two lengths, every varint at its longest.
+const RECORD_OVERHEAD: u64 = 1 + 10 + 5 + 5 + 5 + 5 + MAX_HEADERS as u64 * (5 + 5);
+
 /// The records of the batches `bytes` holds, one after another: each batch's CRC-32C checked
-/// and its records decompressed to at most `inflate_limit` bytes.
+/// and its records decompressed within `limits`, whose budget they spend.
 ///
 /// # Errors
 /// [`RecordsError::Corrupt`] for bytes that are not such batches (truncated, another format,
 /// a failed checksum, an unknown compression, a negative length or count, a header name that
 /// is not UTF-8); [`RecordsError::Invalid`] for a record with more headers than the broker
-/// stores, refused before they are read.
+/// stores, refused before they are read; [`RecordsError::TooLarge`] for a record larger than
+/// the server stores or batches that decompress past the request's budget, refused before
+/// the rest is decompressed.
 pub(crate) fn decode(
     mut bytes: Bytes,
-    inflate_limit: usize,
+    limits: &mut Limits,
 ) -> Result<Vec<ProducedRecord>, RecordsError> {
     let mut records = Vec::new();
     while !bytes.is_empty() {
@@ -90,7 +113,7 @@ pub(crate) fn decode(
             return Err(corrupt("a truncated record batch"));
         }
         let batch = bytes.split_to(12 + length);
-        decode_batch(batch, inflate_limit, &mut records)?;
+        decode_batch(batch, limits, &mut records)?;
     }
     Ok(records)
 }
@@ -98,7 +121,7 @@ pub(crate) fn decode(
 /// Adds the records of `batch` (one whole batch) to `records`.
 fn decode_batch(
     batch: Bytes,
-    inflate_limit: usize,
+    limits: &mut Limits,
     records: &mut Vec<ProducedRecord>,
 ) -> Result<(), RecordsError> {
     let mut reader = Reader(batch.slice(8 + 4..));
@@ -131,18 +154,23 @@ fn decode_batch(
     let producer_epoch = reader.i16()?;
     let base_sequence = reader.i32()?;
     let count = usize::try_from(reader.i32()?).map_err(|_| corrupt("a negative record count"))?;
-    let mut compressed = reader.0;
-    let mut reader = Reader(
-        decompress(&mut compressed, compression, inflate_limit)
-            .map_err(|error| corrupt(&format!("{error:#}")))?,
-    );
-    // Room for the records claimed, as far as the bytes can hold them (7 bytes at least each).
-    records.reserve(count.min(reader.0.len() / 7));
+    let most_encoded = limits.record_bytes.saturating_add(RECORD_OVERHEAD);
+    let mut body = match compression {
+        // Room for the records claimed, as far as the bytes can hold them (7 bytes at least
+        // each); compressed records are not reserved for, since their bytes say nothing of
+        // how many they hold.
+        Compression::None => {
+            records.reserve(count.min(reader.0.len() / 7));
+            Body::Plain(reader)
+        }
+        compression => Body::Inflating(Inflating::new(
+            reader.0,
+            compression,
+            &mut limits.inflate_left,
+        )?),
+    };
     for _ in 0..count {
-        let length = reader
-            .length()?
-            .ok_or_else(|| corrupt("a record of negative length"))?;
-        let mut record = Reader(reader.take(length)?);
+        let mut record = Reader(body.next_record(most_encoded)?);
         let _attributes = record.i8()?;
         let timestamp_delta = record.varlong()?;
         let offset_delta = record.varint()?;
@@ -158,13 +186,24 @@ fn decode_batch(
             )));
         }
         let mut headers = Vec::with_capacity(header_count);
+        let mut size = key.as_ref().map_or(0, Bytes::len) + value.as_ref().map_or(0, Bytes::len);
         for _ in 0..header_count {
             let name = record
                 .nullable()?
                 .ok_or_else(|| corrupt("a header without a name"))?;
             let name = String::from_utf8(name.to_vec())
                 .map_err(|_| corrupt("a header name that is not UTF-8"))?;
-            headers.push((name, record.nullable()?));
+            let value = record.nullable()?;
+            size += name.len() + value.as_ref().map_or(0, Bytes::len);
+            headers.push((name, value));
+        }
+        // Refused before the batch's later records are decompressed.
+        if size as u64 > limits.record_bytes {
+            return Err(RecordsError::TooLarge(format!(
+                "a record of {size} bytes (value, key and headers) is larger than this server \
+                 accepts ({} bytes)",
+                limits.record_bytes
+            )));
         }
         records.push(ProducedRecord {
             transactional,
@@ -179,6 +218,125 @@ fn decode_batch(
         });
     }
     Ok(())
+}
+
+/// The records of a batch, after its header.
+enum Body<'a> {
+    /// Uncompressed: read in place.
+    Plain(Reader),
+    /// Compressed: decompressed as they are read.
+    Inflating(Inflating<'a>),
+}
+
+impl Body<'_> {
+    /// The bytes of the next record (after its length), refused when its length passes
+    /// `most_encoded`, before they are read.
+    fn next_record(&mut self, most_encoded: u64) -> Result<Bytes, RecordsError> {
+        match self {
+            Body::Plain(reader) => {
+                let length = reader
+                    .length()?
+                    .ok_or_else(|| corrupt("a record of negative length"))?;
+                check_record_length(length, most_encoded)?;
+                Ok(reader.take(length)?)
+            }
+            Body::Inflating(inflating) => inflating.next_record(most_encoded),
+        }
+    }
+}
+
+/// A record of `length` encoded bytes, refused when that shows its key, value and headers
+/// larger than the server stores.
+fn check_record_length(length: usize, most_encoded: u64) -> Result<(), RecordsError> {
+    match length as u64 <= most_encoded {
+        true => Ok(()),
+        false => Err(RecordsError::TooLarge(format!(
+            "a record of {length} encoded bytes holds more than this server accepts ({} bytes \
+             of value, key and headers)",
+            most_encoded - RECORD_OVERHEAD
+        ))),
+    }
+}
+
+/// A compressed batch's records, decompressed as they are read, each byte decompressed taken
+/// from the request's budget (with the few kilobytes read ahead).
+struct Inflating<'a> {
+    /// The decompressed stream, cut where the budget ends.
+    stream: BufReader<Take<Box<dyn Read + Send>>>,
+    /// The request's budget, brought up to date after each record.
+    budget: &'a mut usize,
+    /// The budget when the batch started, to say it in a refusal.
+    started_with: usize,
+}
+
+impl<'a> Inflating<'a> {
+    fn new(
+        compressed: Bytes,
+        compression: Compression,
+        budget: &'a mut usize,
+    ) -> Result<Self, RecordsError> {
+        let source = inflating(compressed, compression, *budget)
+            .map_err(|error| corrupt(&error.to_string()))?;
+        Ok(Inflating {
+            stream: BufReader::new(source.take(*budget as u64)),
+            started_with: *budget,
+            budget,
+        })
+    }
+
+    fn next_record(&mut self, most_encoded: u64) -> Result<Bytes, RecordsError> {
+        let read = self.read_record(most_encoded);
+        *self.budget = usize::try_from(self.stream.get_ref().limit()).unwrap_or(0);
+        read
+    }
+
+    fn read_record(&mut self, most_encoded: u64) -> Result<Bytes, RecordsError> {
+        let mut failed = None;
+        let length = varlong(|| {
+            let mut byte = [0];
+            match self.stream.read_exact(&mut byte) {
+                Ok(()) => Ok(byte[0]),
+                Err(error) => {
+                    failed = Some(error);
+                    Err(())
+                }
+            }
+        });
+        let length = match (length, failed) {
+            (Ok(length), _) => length,
+            (Err(_), Some(error)) => return Err(self.stream_error(error)),
+            (Err(why), None) => return Err(corrupt(why.unwrap_or("a truncated record batch"))),
+        };
+        let length = usize::try_from(length).map_err(|_| corrupt("a record of negative length"))?;
+        check_record_length(length, most_encoded)?;
+        if length as u64 > self.stream.get_ref().limit() + self.stream.buffer().len() as u64 {
+            return Err(self.past_budget());
+        }
+        let mut record = vec![0; length];
+        self.stream
+            .read_exact(&mut record)
+            .map_err(|error| self.stream_error(error))?;
+        Ok(Bytes::from(record))
+    }
+
+    /// Why the stream ended early: the budget, or the data.
+    fn stream_error(&self, error: io::Error) -> RecordsError {
+        let spent = self.stream.get_ref().limit() == 0;
+        match error.kind() {
+            io::ErrorKind::OutOfMemory => self.past_budget(),
+            io::ErrorKind::UnexpectedEof if spent => self.past_budget(),
+            io::ErrorKind::UnexpectedEof => corrupt("a truncated record batch"),
+            _ => corrupt(&error.to_string()),
+        }
+    }
+
+    fn past_budget(&self) -> RecordsError {
+        RecordsError::TooLarge(format!(
+            "the request's record batches decompress to more than this server takes of one \
+             request ({} bytes were left for this batch)",
+            self.started_with
+        ))
+    }
 }
 
 fn corrupt(why: &str) -> RecordsError {
@@ -285,6 +443,24 @@ fn put_nullable(out: &mut BytesMut, bytes: Option<&[u8]>) -> Result<(), String> 
     Ok(())
 }
 
+/// A zigzag varint of at most 10 bytes, its bytes taken from `next` (whose error ends it as
+/// `None`); `Some` says why the bytes are not a varint.
+fn varlong(mut next: impl FnMut() -> Result<u8, ()>) -> Result<i64, Option<&'static str>> {
+    let mut value: u64 = 0;
+    for index in 0..10 {
+        let byte = next().map_err(|()| None)?;
+        // The tenth byte holds the 64th bit alone.
+        if index == 9 && byte > 1 {
+            break;
+        }
+        value |= u64::from(byte & 0x7f) << (7 * index);
+        if byte & 0x80 == 0 {
+            return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
+        }
+    }
+    Err(Some("a varint past 64 bits"))
+}
+
 /// The unread part of a batch, read front to back; every read checks that the bytes are there.
 /// Integers are read in place; only a key, a value or a record takes a view of its own.
 struct Reader(Bytes);
@@ -334,19 +510,8 @@ impl Reader {
 
     /// A zigzag varint of at most 10 bytes.
     fn varlong(&mut self) -> Result<i64, &'static str> {
-        let mut value: u64 = 0;
-        for index in 0..10 {
-            let byte = self.u8()?;
-            // The tenth byte holds the 64th bit alone.
-            if index == 9 && byte > 1 {
-                break;
-            }
-            value |= u64::from(byte & 0x7f) << (7 * index);
-            if byte & 0x80 == 0 {
-                return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
-            }
-        }
-        Err("a varint past 64 bits")
+        varlong(|| self.u8().map_err(|_| ()))
+            .map_err(|why| why.unwrap_or("a truncated record batch"))
     }
 
     /// A zigzag varint that fits an `i32`.
@@ -374,7 +539,123 @@ impl Reader {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+
     use super::*;
+
+    /// A megabyte for a record and for what a request inflates to.
+    fn limits() -> Limits {
+        Limits {
+            record_bytes: 1 << 20,
+            inflate_left: 1 << 20,
+        }
+    }
+
+    /// A batch of `count` records of `size` zero bytes each, compressed with `compression` by
+    /// the encoder of the kafka-protocol crate.
+    fn zeros(compression: Compression, count: i64, size: usize) -> Bytes {
+        let records: Vec<Record> = (0..count)
+            .map(|offset| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset,
+                sequence: -1,
+                timestamp: 0,
+                key: None,
+                value: Some(Bytes::from(vec![0; size])),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buffer = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression,
+        };
+        RecordBatchEncoder::encode(&mut buffer, &records, &options).unwrap();
+        buffer.freeze()
+    }
+
+    const CODECS: [Compression; 4] = [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
+    #[test]
+    fn every_codec_is_read_within_the_budget_which_it_spends() {
+        for compression in CODECS {
+            let batch = zeros(compression, 10, 10_000);
+            assert!(batch.len() < 10_000, "{compression:?} compresses zeros");
+            let mut limits = limits();
+            assert_eq!(decode(batch, &mut limits).unwrap().len(), 10);
+            let spent = (1 << 20) - limits.inflate_left;
+            assert!(spent >= 100_000, "{compression:?} spent {spent}");
+        }
+    }
+
+    #[test]
+    fn the_budget_is_one_for_all_the_batches_of_a_request() {
+        for compression in CODECS {
+            // Each batch alone fits the budget; the second does not fit what the first left.
+            let mut limits = Limits {
+                record_bytes: 1 << 20,
+                inflate_left: 150_000,
+            };
+            assert_eq!(
+                decode(zeros(compression, 10, 10_000), &mut limits)
+                    .unwrap()
+                    .len(),
+                10
+            );
+            let refused = decode(zeros(compression, 10, 10_000), &mut limits);
+            assert!(
+                matches!(&refused, Err(RecordsError::TooLarge(why)) if why.contains("decompress")),
+                "{compression:?}: {refused:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_record_larger_than_the_server_stores_is_refused_before_the_rest_is_inflated() {
+        for compression in CODECS {
+            // 31 records of a megabyte and a byte of zeros: 32 MB inflated, in 32 kB or so.
+            let batch = zeros(compression, 31, (1 << 20) + 1);
+            let mut limits = Limits {
+                record_bytes: 1 << 20,
+                inflate_left: 64 << 20,
+            };
+            let refused = decode(batch, &mut limits);
+            assert!(
+                matches!(&refused, Err(RecordsError::TooLarge(why)) if why.contains("1048577 bytes")),
+                "{compression:?}: {refused:?}"
+            );
+            // A snappy batch is one block, decompressed whole (within the budget) or not at all.
+            let spent = (64 << 20) - limits.inflate_left;
+            assert!(
+                spent < 2 << 20 || compression == Compression::Snappy,
+                "{compression:?} spent {spent}"
+            );
+        }
+        // A record whose length alone shows it too large is refused before it is read.
+        let plain = zeros(Compression::None, 2, 2000);
+        let refused = decode(
+            plain,
+            &mut Limits {
+                record_bytes: 1000,
+                inflate_left: 0,
+            },
+        );
+        assert!(
+            matches!(&refused, Err(RecordsError::TooLarge(why)) if why.contains("encoded")),
+            "{refused:?}"
+        );
+    }
 
     #[test]
     fn varints_round_trip_at_their_bounds() {
@@ -423,7 +704,7 @@ mod tests {
             value: b"v",
             headers: names.iter().map(|name| (name.as_str(), None)).collect(),
         }];
-        let refused = decode(encode(&records).unwrap(), 1 << 20);
+        let refused = decode(encode(&records).unwrap(), &mut limits());
         assert!(
             matches!(&refused, Err(RecordsError::Invalid(why)) if why.contains("at most 64")),
             "{refused:?}"
@@ -439,7 +720,7 @@ mod tests {
             value: b"v",
             headers: vec![("dup", Some(b"a")), ("z", None), ("dup", Some(b"b"))],
         }];
-        let back = decode(encode(&records).unwrap(), 1 << 20).unwrap();
+        let back = decode(encode(&records).unwrap(), &mut limits()).unwrap();
         assert_eq!(
             back[0].headers,
             vec![
@@ -461,8 +742,11 @@ mod tests {
         }];
         let whole = encode(&records).unwrap();
         for cut in 1..whole.len() {
-            assert!(decode(whole.slice(..cut), 1 << 20).is_err(), "cut at {cut}");
+            assert!(
+                decode(whole.slice(..cut), &mut limits()).is_err(),
+                "cut at {cut}"
+            );
         }
-        assert_eq!(decode(whole, 1 << 20).unwrap().len(), 1);
+        assert_eq!(decode(whole, &mut limits()).unwrap().len(), 1);
     }
 }

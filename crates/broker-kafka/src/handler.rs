@@ -1,7 +1,8 @@
 //! What each Kafka request does: the broker's commands it runs through the [`Backend`], and the
 //! Kafka response built from their outcomes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use broker_core::{
@@ -54,7 +55,7 @@ use crate::elsewhere::refuse_group_request;
 use crate::errors::{code, coordinator_error, kafka_error};
 use crate::groups::{Coordinator, Join, DEAD};
 use crate::ids::new_producer_id;
-use crate::records::{decode_produced, encode_fetched, Produced, RecordsError};
+use crate::records::{decode_produced, encode_fetched, Limits, Produced, RecordsError};
 use crate::{Backend, KafkaSettings};
 
 /// The `timestamp` of a ListOffsets partition that asks for the end offset.
@@ -266,10 +267,14 @@ impl<B: Backend> Handler<'_, B> {
         }
     }
 
-    /// The most bytes a produced batch may decompress to: four times the largest frame, room
-    /// for anything a client compresses in one request.
-    fn inflate_limit(&self) -> usize {
-        self.settings.max_frame_bytes.saturating_mul(INFLATE_FACTOR)
+    /// What the batches of one produce request may hold: records up to the server's payload
+    /// limit, decompressing to four times the largest frame in all, room for anything a client
+    /// compresses in one request.
+    fn produce_limits(&self) -> Limits {
+        Limits {
+            record_bytes: self.settings.max_record_bytes,
+            inflate_left: self.settings.max_frame_bytes.saturating_mul(INFLATE_FACTOR),
+        }
     }
 
     /// The bytes of records a fetch answer may carry: the frame limit, less room for the rest
@@ -411,34 +416,40 @@ impl<B: Backend> Handler<'_, B> {
         } else {
             None
         };
-        let refusal = &refusal;
-        let topics = request.topic_data.into_iter().map(|topic| async move {
-            let name = topic_name(&topic.name);
-            let partitions = match refusal {
-                Some((error, text)) => topic
-                    .partition_data
-                    .iter()
-                    .map(|data| refused_partition(data.index, *error, text.clone()))
-                    .collect(),
-                None => {
-                    let batches = topic
+        // Every batch is read before any is published, with one budget for the request.
+        let mut limits = self.produce_limits();
+        let topics: Vec<_> = request
+            .topic_data
+            .into_iter()
+            .map(|topic| {
+                let batches = match &refusal {
+                    Some((error, text)) => Err(topic
+                        .partition_data
+                        .iter()
+                        .map(|data| refused_partition(data.index, *error, text.clone()))
+                        .collect()),
+                    None => Ok(topic
                         .partition_data
                         .into_iter()
                         .map(|data| {
                             let records = match data.records {
-                                Some(bytes) => {
-                                    decode_produced(data.index, bytes, self.inflate_limit())
-                                }
+                                Some(bytes) => decode_produced(data.index, bytes, &mut limits),
                                 None => Err(RecordsError::Corrupt("no records".to_owned())),
                             };
                             (data.index, records)
                         })
-                        .collect();
-                    self.publish(&name, batches).await
-                }
+                        .collect()),
+                };
+                (topic.name, batches)
+            })
+            .collect();
+        let topics = topics.into_iter().map(|(kafka_name, batches)| async move {
+            let partitions = match batches {
+                Err(refused) => refused,
+                Ok(batches) => self.publish(&topic_name(&kafka_name), batches).await,
             };
             TopicProduceResponse::default()
-                .with_name(topic.name)
+                .with_name(kafka_name)
                 .with_partition_responses(partitions)
         });
         ProduceResponse::default().with_responses(join_all(topics).await)
@@ -458,33 +469,21 @@ impl<B: Backend> Handler<'_, B> {
         // Each slot's largest record, to tell a batch refused for now from one that can never
         // be stored whole.
         let mut largest = vec![0_u64; batches.len()];
-        let limit = self.settings.max_record_bytes;
         for (slot, (partition, batch)) in batches.into_iter().enumerate() {
             if let Ok(produced) = &batch {
                 let sizes = produced.records.iter().map(|record| record.size() as u64);
                 largest[slot] = sizes.max().unwrap_or(0);
             }
             match batch {
-                // The server refuses every request holding a record over its limit: alone, so
+                // A record over the server's limit was refused as its batch was read, alone, so
                 // that the request's other partitions are stored.
-                Ok(_) if largest[slot] > limit => {
-                    let text = format!(
-                        "a record of {} bytes (value, key and headers) is larger than this \
-                         server accepts ({limit} bytes)",
-                        largest[slot]
-                    );
-                    answers[slot] = Some(refused_partition(
-                        partition,
-                        ResponseError::MessageTooLarge,
-                        text,
-                    ));
-                }
                 Err(error) => {
                     let kafka = match error {
                         RecordsError::Corrupt(_) => ResponseError::CorruptMessage,
                         RecordsError::Transactional | RecordsError::Invalid(_) => {
                             ResponseError::InvalidRecord
                         }
+                        RecordsError::TooLarge(_) => ResponseError::MessageTooLarge,
                     };
                     answers[slot] = Some(refused_partition(partition, kafka, error.to_string()));
                 }
@@ -650,57 +649,29 @@ impl<B: Backend> Handler<'_, B> {
         offsets
     }
 
+    /// Reads the partitions one after another, each within what the answer has room for, so
+    /// that what the request holds in memory is bounded by its answer: a partition named twice
+    /// is read once (as Kafka does, at the place it was first named, from the offset it was
+    /// last given).
     async fn fetch(&self, request: FetchRequest) -> FetchResponse {
-        let wanted: Vec<(String, i32, i64, i32)> = request
-            .topics
-            .iter()
-            .flat_map(|topic| {
-                let name = topic_name(&topic.topic);
-                topic.partitions.iter().map(move |partition| {
-                    (
-                        name.clone(),
-                        partition.partition,
-                        partition.fetch_offset,
-                        partition.partition_max_bytes,
-                    )
-                })
-            })
-            .collect();
-        let read = |(topic, partition, offset, max_bytes): &(String, i32, i64, i32),
-                    wait: Duration| {
-            let command = Command::Read {
-                topic: topic.clone(),
-                partition: *partition,
-                offset: *offset,
-                max_records: MAX_FETCH_RECORDS,
-                // At most half a frame of records from one partition, so that its batch (with
-                // its per-record overhead) always fits the answer.
-                max_bytes: Some(
-                    u64::try_from(*max_bytes)
-                        .unwrap_or(0)
-                        .min(self.frame_room() / 2),
-                ),
-            };
-            self.backend.call(command, wait)
-        };
-        let mut results: Vec<Result<Outcome, ErrorReply>> = join_all(
-            wanted
-                .iter()
-                .map(|partition| read(partition, Duration::ZERO)),
-        )
-        .await;
-        let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
-        let found_nothing = results
-            .iter()
-            .all(|result| matches!(result, Ok(outcome) if outcome.found_no_records()));
-        if found_nothing && !wait.is_zero() && !wanted.is_empty() {
-            // Wait on every partition at once; the first to answer ends the fetch (the others'
-            // waits end by themselves, answering nobody).
-            let waits = wanted
-                .iter()
-                .map(|partition| Box::pin(read(partition, wait)));
-            let (answer, index, _) = select_all(waits).await;
-            results[index] = answer;
+        let mut wanted: Vec<Wanted> = Vec::new();
+        let mut places: HashMap<(&str, i32), usize> = HashMap::new();
+        for topic in &request.topics {
+            for partition in &topic.partitions {
+                let read = Wanted {
+                    topic: topic_name(&topic.topic),
+                    partition: partition.partition,
+                    offset: partition.fetch_offset,
+                    max_bytes: u64::try_from(partition.partition_max_bytes).unwrap_or(0),
+                };
+                match places.entry((topic.topic.as_str(), partition.partition)) {
+                    Entry::Occupied(place) => wanted[*place.get()] = read,
+                    Entry::Vacant(place) => {
+                        place.insert(wanted.len());
+                        wanted.push(read);
+                    }
+                }
+            }
         }
         // The whole answer's byte limit: the client's (version 3 on) within the server's frame
         // limit. Once the partitions' batches fill it, later partitions answer none (the first
@@ -712,15 +683,34 @@ impl<B: Backend> Handler<'_, B> {
                 .map_or(self.frame_room(), |limit| limit.min(self.frame_room())),
             taken: false,
         };
+        let mut answers = Vec::with_capacity(wanted.len());
+        let mut found_nothing = true;
+        for partition in &wanted {
+            // At most what is left: a read always gets its first record, whatever its size.
+            let result = self.read(partition, room.left, Duration::ZERO).await;
+            found_nothing &= matches!(&result, Ok(outcome) if outcome.found_no_records());
+            answers.push(self.partition_data(partition, result, &mut room).await);
+        }
+        let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
+        if found_nothing && !wait.is_zero() && !wanted.is_empty() {
+            // Wait on every partition at once; the first to answer ends the fetch (the others'
+            // waits end by themselves, answering nobody, and read nothing once this request
+            // stops listening).
+            let waits = wanted
+                .iter()
+                .map(|partition| Box::pin(self.read(partition, room.left, wait)));
+            let (answer, index, _) = select_all(waits).await;
+            answers[index] = self.partition_data(&wanted[index], answer, &mut room).await;
+        }
         let mut topics: Vec<FetchableTopicResponse> = Vec::new();
-        for (partition, result) in wanted.iter().zip(results) {
-            let data = self.partition_data(partition, result, &mut room).await;
-            let name = &partition.0;
+        for (partition, data) in wanted.iter().zip(answers) {
             match topics.last_mut() {
-                Some(topic) if topic.topic.as_str() == name => topic.partitions.push(data),
+                Some(topic) if topic.topic.as_str() == partition.topic => {
+                    topic.partitions.push(data);
+                }
                 _ => topics.push(
                     FetchableTopicResponse::default()
-                        .with_topic(kafka_topic(name))
+                        .with_topic(kafka_topic(&partition.topic))
                         .with_partitions(vec![data]),
                 ),
             }
@@ -728,11 +718,35 @@ impl<B: Backend> Handler<'_, B> {
         FetchResponse::default().with_responses(topics)
     }
 
+    /// Reads `wanted`'s records, at most `limit` bytes of them (and at most half a frame, so
+    /// that its batch, with its per-record overhead, always fits the answer), waiting up to
+    /// `wait` for one.
+    async fn read(
+        &self,
+        wanted: &Wanted,
+        limit: u64,
+        wait: Duration,
+    ) -> Result<Outcome, ErrorReply> {
+        let command = Command::Read {
+            topic: wanted.topic.clone(),
+            partition: wanted.partition,
+            offset: wanted.offset,
+            max_records: MAX_FETCH_RECORDS,
+            max_bytes: Some(wanted.max_bytes.min(limit).min(self.frame_room() / 2)),
+        };
+        self.backend.call(command, wait).await
+    }
+
     /// One partition of a fetch answer from what its read found, its records only while the
     /// answer has `room` for them (taking theirs from it).
     async fn partition_data(
         &self,
-        (topic, partition, offset, _): &(String, i32, i64, i32),
+        Wanted {
+            topic,
+            partition,
+            offset,
+            ..
+        }: &Wanted,
         result: Result<Outcome, ErrorReply>,
         room: &mut Room,
     ) -> PartitionData {
@@ -1467,6 +1481,16 @@ struct Room {
     taken: bool,
 }
 
+/// A partition a fetch reads.
+struct Wanted {
+    topic: String,
+    partition: i32,
+    /// Where the client reads from.
+    offset: i64,
+    /// The most bytes of records the client takes from this partition.
+    max_bytes: u64,
+}
+
 impl Room {
     /// Takes room for a batch of `size` bytes, if it fits; the first batch always does.
     fn take(&mut self, size: u64) -> bool {
@@ -2125,6 +2149,110 @@ mod tests {
             with_records(ask(&broker, 12, request(1000)).await),
             vec![true, true]
         );
+    }
+
+    /// The broker in memory, counting the bytes of the records its reads return.
+    struct CountingReads {
+        broker: Local,
+        read_bytes: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Backend for CountingReads {
+        async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
+            let outcome = self.broker.call(command, max_wait).await;
+            if let Ok(Outcome::Read(read)) = &outcome {
+                let bytes = read.records.iter().map(|r| r.payload.len()).sum::<usize>();
+                self.read_bytes
+                    .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+            }
+            outcome
+        }
+
+        async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
+            self.broker.topics().await
+        }
+
+        fn cluster(&self) -> Option<crate::ClusterView> {
+            None
+        }
+
+        fn coordinates_groups(&self) -> bool {
+            true
+        }
+
+        fn requires_authentication(&self) -> bool {
+            false
+        }
+
+        fn authenticate(&self, _password: &str) -> bool {
+            true
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fetch_reads_no_more_than_its_answer_holds_and_a_partition_named_twice_once() {
+        let reads = CountingReads {
+            broker: broker(1000),
+            read_bytes: Default::default(),
+        };
+        for partition in 0..2 {
+            for _ in 0..100 {
+                reads
+                    .broker
+                    .publish("t", partition, vec![b'x'; 1000])
+                    .unwrap();
+            }
+        }
+        // Partition 0 named 50 times, from offset 0 and last from offset 90, then partition 1.
+        let mut partitions: Vec<FetchPartition> = (0..50)
+            .map(|time| {
+                FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(if time == 49 { 90 } else { 0 })
+                    .with_partition_max_bytes(1 << 20)
+            })
+            .collect();
+        partitions.push(
+            FetchPartition::default()
+                .with_partition(1)
+                .with_partition_max_bytes(1 << 20),
+        );
+        let request = |max_bytes| {
+            RequestKind::Fetch(
+                FetchRequest::default()
+                    .with_max_bytes(max_bytes)
+                    .with_topics(vec![FetchTopic::default()
+                        .with_topic(kafka_topic("t"))
+                        .with_partitions(partitions.clone())]),
+            )
+        };
+        let Some(ResponseKind::Fetch(response)) = ask(&reads, 12, request(1 << 20)).await else {
+            panic!("no fetch answer");
+        };
+        let answered: Vec<(i32, usize)> = response.responses[0]
+            .partitions
+            .iter()
+            .map(|p| {
+                let mut records = p.records.clone().unwrap();
+                let sets =
+                    kafka_protocol::records::RecordBatchDecoder::decode_all(&mut records).unwrap();
+                (
+                    p.partition_index,
+                    sets.iter().map(|s| s.records.len()).sum(),
+                )
+            })
+            .collect();
+        assert_eq!(answered, [(0, 10), (1, 100)]);
+        let read = reads
+            .read_bytes
+            .swap(0, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(read, 110 * 1000);
+        // An answer of 5 kB: partition 0 fills it; partition 1's read takes one record.
+        let Some(ResponseKind::Fetch(_)) = ask(&reads, 12, request(5000)).await else {
+            panic!("no fetch answer");
+        };
+        let read = reads.read_bytes.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(read <= 6000, "read {read} bytes for an answer of 5000");
     }
 
     #[tokio::test]

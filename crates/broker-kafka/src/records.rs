@@ -5,8 +5,8 @@
 use broker_core::{check_headers, BrokerRecord, Header, PublishRecord};
 use bytes::Bytes;
 
-pub(crate) use crate::batch::RecordsError;
 use crate::batch::{self, FetchedRecord};
+pub(crate) use crate::batch::{Limits, RecordsError};
 
 /// The records of one partition of a produce request, ready to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,15 +29,15 @@ pub(crate) fn native_producer(id: i64, epoch: i16) -> u64 {
 }
 
 /// The records of one partition of a produce request, checked (each batch's CRC-32C),
-/// decompressed (each batch to at most `inflate_limit` bytes) and ready to publish to
+/// decompressed within `limits` (whose budget they spend) and ready to publish to
 /// `partition`. Control records (transaction markers) are refused with the batch that holds
 /// them.
 pub(crate) fn decode_produced(
     partition: i32,
     batches: Bytes,
-    inflate_limit: usize,
+    limits: &mut Limits,
 ) -> Result<Produced, RecordsError> {
-    let produced = batch::decode(batches, inflate_limit)?;
+    let produced = batch::decode(batches, limits)?;
     let mut records = Vec::with_capacity(produced.len());
     // The producer's id, epoch and first sequence number, as the first record gives them.
     let mut idempotent: Option<(i64, i16, i32)> = None;
@@ -121,6 +121,13 @@ mod tests {
 
     use super::*;
 
+    fn limits() -> Limits {
+        Limits {
+            record_bytes: 1 << 20,
+            inflate_left: 1 << 20,
+        }
+    }
+
     fn fetched(offset: i64, key: Option<&'static [u8]>, payload: &'static [u8]) -> BrokerRecord {
         BrokerRecord {
             topic: "t".into(),
@@ -144,7 +151,9 @@ mod tests {
     fn fetched_records_decode_as_produced_with_their_fields() {
         let records = vec![fetched(7, Some(b"k"), b"one"), fetched(8, None, b"")];
         let batch = encode_fetched(&records).unwrap();
-        let back = decode_produced(2, batch.clone(), 1 << 20).unwrap().records;
+        let back = decode_produced(2, batch.clone(), &mut limits())
+            .unwrap()
+            .records;
         assert_eq!(back.len(), 2);
         assert_eq!(back[0].key.as_deref(), Some(&b"k"[..]));
         assert_eq!(back[0].payload, "one");
@@ -191,7 +200,7 @@ mod tests {
                 compression,
             };
             RecordBatchEncoder::encode(&mut buffer, &records, &options).unwrap();
-            let back = decode_produced(0, buffer.freeze(), 1 << 20)
+            let back = decode_produced(0, buffer.freeze(), &mut limits())
                 .unwrap()
                 .records;
             assert_eq!(back.len(), 3, "{compression:?}");
@@ -206,7 +215,7 @@ mod tests {
         let last = batch.len() - 1;
         batch[last] ^= 0xff;
         assert!(matches!(
-            decode_produced(0, batch.freeze(), 1 << 20),
+            decode_produced(0, batch.freeze(), &mut limits()),
             Err(RecordsError::Corrupt(message)) if message.contains("Cyclic redundancy check")
         ));
     }
@@ -240,7 +249,7 @@ mod tests {
     #[test]
     fn a_transactional_batch_is_refused() {
         assert_eq!(
-            decode_produced(0, of_producer_4(0, true), 1 << 20),
+            decode_produced(0, of_producer_4(0, true), &mut limits()),
             Err(RecordsError::Transactional)
         );
     }
@@ -248,7 +257,7 @@ mod tests {
     #[test]
     fn each_epoch_of_a_producer_numbers_its_sequences_as_a_producer_of_its_own() {
         let producer = |epoch| {
-            decode_produced(0, of_producer_4(epoch, false), 1 << 20)
+            decode_produced(0, of_producer_4(epoch, false), &mut limits())
                 .unwrap()
                 .idempotent
         };
@@ -257,7 +266,7 @@ mod tests {
         assert!(bumped.iter().all(|key| *key != 4));
         assert!(bumped[0] != bumped[1] && bumped[1] != bumped[2]);
         assert!(matches!(
-            decode_produced(0, of_producer_4(-1, false), 1 << 20),
+            decode_produced(0, of_producer_4(-1, false), &mut limits()),
             Err(RecordsError::Corrupt(_))
         ));
     }
