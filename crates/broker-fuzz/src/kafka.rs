@@ -67,6 +67,7 @@ fn serve(limit: usize, request_bytes: Vec<u8>) -> Vec<u8> {
             max_frame_bytes: limit,
             max_record_bytes: (limit / 2) as u64,
             idle_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(5),
         };
         let local = std::net::SocketAddr::from(([127, 0, 0, 1], 9093));

@@ -4,9 +4,10 @@
 use std::future::Future;
 use std::net::SocketAddr;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Instant;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tracing::{debug, trace};
 
@@ -17,13 +18,19 @@ use crate::handler::{Answer, Endpoint, Handler};
 use crate::sasl::{Gate, Sasl};
 use crate::{Backend, Coordinator, KafkaError, KafkaSettings};
 
+/// The largest request a connection may send before it authenticates (when the server has a
+/// token): ApiVersions and the SASL requests are small, and a client that has not proven
+/// anything holds no more of the server's memory than this.
+const MAX_UNAUTHENTICATED_FRAME: usize = 64 * 1024;
+
 /// Serves one connection from `peer` whose socket's own address is `local`, until the client
 /// closes it, an error, the idle timeout or `closing` completes; its consumer groups are
 /// `coordinator`'s. Returns how many requests it answered.
 ///
 /// # Errors
-/// [`KafkaError`] when the socket fails or a request is larger than the limit (the stream can
-/// no longer be read in frames).
+/// [`KafkaError`] when the socket fails, a request is larger than the limit (the stream can
+/// no longer be read in frames; before the connection authenticates the limit is 64 KiB) or
+/// does not arrive whole within the read timeout.
 pub async fn serve_connection<S, B>(
     stream: S,
     (local, peer): (SocketAddr, SocketAddr),
@@ -63,20 +70,31 @@ where
     tokio::pin!(closing);
     let mut answered = 0;
     loop {
+        // Until it authenticates, a connection may only send small requests.
+        let limit = match sasl {
+            Sasl::Done => settings.max_frame_bytes,
+            Sasl::Required | Sasl::Handshaken => {
+                MAX_UNAUTHENTICATED_FRAME.min(settings.max_frame_bytes)
+            }
+        };
+        framed.codec_mut().set_max_frame_length(limit);
         let frame = tokio::select! {
             () = &mut closing => return Ok(answered),
-            frame = tokio::time::timeout(settings.idle_timeout, framed.next()) => frame,
+            frame = next_frame(&mut framed, settings) => frame,
         };
         let frame = match frame {
-            Err(_) | Ok(None) => return Ok(answered),
-            Ok(Some(Err(error))) if error.kind() == std::io::ErrorKind::InvalidData => {
+            Ok(None) => return Ok(answered),
+            Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
                 debug!(cause = %error, "an unreadable Kafka frame");
-                return Err(KafkaError::FrameTooLarge {
-                    limit: settings.max_frame_bytes,
+                return Err(KafkaError::FrameTooLarge { limit });
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::TimedOut => {
+                return Err(KafkaError::ReadTimeout {
+                    limit: settings.read_timeout,
                 });
             }
-            Ok(Some(Err(error))) => return Err(error.into()),
-            Ok(Some(Ok(frame))) => frame.freeze(),
+            Err(error) => return Err(error.into()),
+            Ok(Some(frame)) => frame.freeze(),
         };
         // A request that waits (a rebalance, a fetch) ends with the connection's closing.
         let started = tokio::time::Instant::now();
@@ -106,6 +124,40 @@ where
             return Err(KafkaError::Unauthenticated);
         }
         answered += 1;
+    }
+}
+
+/// The next request frame; `None` when the client closed the connection between frames or sent
+/// nothing for the idle timeout. A frame whose first bytes have arrived must be whole within
+/// the read timeout (one that starts while the connection waits: within twice that), or it is
+/// a [`std::io::ErrorKind::TimedOut`] error. Cancel safe: what was read stays in `framed`.
+async fn next_frame<S: AsyncRead + AsyncWrite + Unpin>(
+    framed: &mut Framed<S, LengthDelimitedCodec>,
+    settings: &KafkaSettings,
+) -> std::io::Result<Option<BytesMut>> {
+    let idle_until = Instant::now() + settings.idle_timeout;
+    let mut partial_since = None;
+    loop {
+        let now = Instant::now();
+        if !framed.read_buffer().is_empty() && partial_since.is_none() {
+            partial_since = Some(now);
+        }
+        let deadline = match partial_since {
+            Some(since) => since + settings.read_timeout,
+            None => idle_until.min(now + settings.read_timeout),
+        };
+        if let Ok(frame) = tokio::time::timeout_at(deadline, framed.next()).await {
+            return frame.transpose();
+        }
+        if partial_since.is_some() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "a request did not arrive whole in time",
+            ));
+        }
+        if Instant::now() >= idle_until {
+            return Ok(None);
+        }
     }
 }
 
@@ -178,4 +230,187 @@ async fn reply<B: Backend>(
             Reply::Send(encode_refusal(correlation_id, error))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use broker_core::{Command, EventBroker, Outcome, TopicDescription};
+    use broker_proto::ErrorReply;
+    use bytes::BytesMut;
+    use kafka_protocol::messages::{
+        ApiKey, ApiVersionsRequest, RequestHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+    };
+    use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    use super::*;
+
+    /// The broker in memory behind the password `secret`.
+    struct Guarded(EventBroker);
+
+    impl Backend for Guarded {
+        async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
+            self.0.call(command, max_wait).await
+        }
+
+        async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
+            self.0.topics().await
+        }
+
+        fn cluster(&self) -> Option<crate::ClusterView> {
+            None
+        }
+
+        fn coordinates_groups(&self) -> bool {
+            true
+        }
+
+        fn requires_authentication(&self) -> bool {
+            true
+        }
+
+        fn authenticate(&self, password: &str) -> bool {
+            password == "secret"
+        }
+    }
+
+    fn settings() -> KafkaSettings {
+        KafkaSettings {
+            node_id: 0,
+            cluster_id: "test".into(),
+            advertise: None,
+            max_frame_bytes: 8 << 20,
+            max_record_bytes: 1 << 20,
+            idle_timeout: Duration::from_secs(600),
+            read_timeout: Duration::from_secs(2),
+            write_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Serves the server's end of a connection whose client end is returned.
+    fn serve<'a>(
+        backend: &'a Guarded,
+        coordinator: &'a Coordinator,
+        settings: &'a KafkaSettings,
+    ) -> (DuplexStream, impl Future<Output = Result<u64, KafkaError>> + 'a) {
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let address = SocketAddr::from(([127, 0, 0, 1], 9093));
+        let served = serve_connection(
+            server,
+            (address, address),
+            backend,
+            coordinator,
+            settings,
+            std::future::pending(),
+        );
+        (client, served)
+    }
+
+    /// `request` framed as a client sends it, with correlation id `id`.
+    fn frame<R: Encodable + HeaderVersion>(
+        key: ApiKey,
+        version: i16,
+        id: i32,
+        request: &R,
+    ) -> Vec<u8> {
+        let mut body = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(id)
+            .encode(&mut body, R::header_version(version))
+            .unwrap();
+        request.encode(&mut body, version).unwrap();
+        let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        frame
+    }
+
+    /// The correlation id of the next answer on `client`.
+    async fn answer_id(client: &mut DuplexStream) -> i32 {
+        let length = client.read_u32().await.unwrap();
+        let mut body = vec![0; length as usize];
+        client.read_exact(&mut body).await.unwrap();
+        i32::from_be_bytes(body[..4].try_into().unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn before_it_authenticates_a_connection_may_send_no_request_over_64_kib() {
+        let backend = Guarded(EventBroker::new(10).unwrap());
+        let (coordinator, settings) = (Coordinator::default(), settings());
+        let (mut client, served) = serve(&backend, &coordinator, &settings);
+        let sending = async move {
+            client
+                .write_all(&(8_u32 << 20).to_be_bytes())
+                .await
+                .unwrap();
+            client.write_all(&[0; 1000]).await.unwrap();
+            client
+        };
+        let (result, _client) = tokio::join!(served, sending);
+        assert!(
+            matches!(result, Err(KafkaError::FrameTooLarge { limit: 65_536 })),
+            "{result:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn once_it_authenticates_a_connection_may_send_requests_up_to_the_frame_limit() {
+        let backend = Guarded(EventBroker::new(10).unwrap());
+        let (coordinator, settings) = (Coordinator::default(), settings());
+        let (mut client, served) = serve(&backend, &coordinator, &settings);
+        let talking = async move {
+            let handshake =
+                SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+            client
+                .write_all(&frame(ApiKey::SaslHandshake, 1, 1, &handshake))
+                .await
+                .unwrap();
+            assert_eq!(answer_id(&mut client).await, 1);
+            let authenticate = SaslAuthenticateRequest::default()
+                .with_auth_bytes(bytes::Bytes::from_static(b"\0user\0secret"));
+            client
+                .write_all(&frame(ApiKey::SaslAuthenticate, 1, 2, &authenticate))
+                .await
+                .unwrap();
+            assert_eq!(answer_id(&mut client).await, 2);
+            // A request of 100 kB (an ApiVersions with bytes after it): read and answered.
+            let mut large = frame(ApiKey::ApiVersions, 0, 3, &ApiVersionsRequest::default());
+            large.extend_from_slice(&[0; 100_000]);
+            let length = (large.len() - 4) as u32;
+            large[..4].copy_from_slice(&length.to_be_bytes());
+            client.write_all(&large).await.unwrap();
+            assert_eq!(answer_id(&mut client).await, 3);
+        };
+        tokio::select! {
+            result = served => panic!("the connection ended: {result:?}"),
+            () = talking => {}
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_not_whole_within_the_read_timeout_closes_the_connection() {
+        let backend = Guarded(EventBroker::new(10).unwrap());
+        let (coordinator, settings) = (Coordinator::default(), settings());
+        let (mut client, served) = serve(&backend, &coordinator, &settings);
+        let started = Instant::now();
+        let sending = async move {
+            client.write_all(&100_u32.to_be_bytes()).await.unwrap();
+            client.write_all(&[0; 10]).await.unwrap();
+            client
+        };
+        let (result, _client) = tokio::join!(served, sending);
+        assert!(
+            matches!(result, Err(KafkaError::ReadTimeout { .. })),
+            "{result:?}"
+        );
+        assert!(
+            started.elapsed() <= settings.read_timeout * 2,
+            "long before the idle timeout"
+        );
+    }
 }

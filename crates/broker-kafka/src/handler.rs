@@ -1551,6 +1551,7 @@ mod tests {
             max_frame_bytes: 1 << 20,
             max_record_bytes: 1 << 16,
             idle_timeout: Duration::from_secs(60),
+            read_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(60),
         }
     }

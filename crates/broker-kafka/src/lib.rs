@@ -60,6 +60,13 @@ pub enum KafkaError {
         /// The largest frame accepted.
         limit: usize,
     },
+    /// A request whose first bytes arrived was not whole within the read timeout (a client
+    /// sending a byte now and then, holding its buffer).
+    #[error("a request did not arrive whole within {limit:?}")]
+    ReadTimeout {
+        /// The read timeout.
+        limit: std::time::Duration,
+    },
     /// The client took none of an answer within the write timeout.
     #[error("the client did not read its answer in time")]
     WriteTimeout,

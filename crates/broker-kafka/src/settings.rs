@@ -20,6 +20,9 @@ pub struct KafkaSettings {
     pub max_record_bytes: u64,
     /// A connection that sends nothing for this long is closed.
     pub idle_timeout: Duration,
+    /// A connection whose request has started arriving but is not whole within this long is
+    /// closed.
+    pub read_timeout: Duration,
     /// A connection whose client takes none of an answer for this long (it does not read) is
     /// closed.
     pub write_timeout: Duration,

@@ -41,6 +41,7 @@ fn settings(shared: &Shared) -> KafkaSettings {
         max_frame_bytes: shared.config.max_frame_bytes,
         max_record_bytes: shared.config.max_payload_bytes as u64,
         idle_timeout: shared.config.idle_timeout,
+        read_timeout: shared.config.read_timeout,
         write_timeout: shared.config.write_timeout,
     }
 }

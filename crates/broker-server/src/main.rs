@@ -150,9 +150,9 @@ struct Args {
     /// outstanding is closed.
     #[arg(long, env = "BROKER_IDLE_TIMEOUT_MS", default_value_t = 600_000)]
     idle_timeout_ms: u64,
-    /// A frame that has started arriving must be complete within this many milliseconds (a
-    /// frame that starts while the connection waits: within twice that), or the connection is
-    /// closed.
+    /// A frame (or Kafka request) that has started arriving must be complete within this many
+    /// milliseconds (one that starts while the connection waits: within twice that), or the
+    /// connection is closed.
     #[arg(long, env = "BROKER_READ_TIMEOUT_MS", default_value_t = 30_000)]
     read_timeout_ms: u64,
     /// A connection whose client takes none of its responses for this many milliseconds (it
