@@ -1323,3 +1323,73 @@ async fn a_cluster_sends_kafka_clients_to_its_leader_and_keeps_every_record_thro
     let lag = client.lag("replicated", "failover").await.unwrap();
     assert!(lag.iter().all(|row| row.lag == 0), "{lag:?}");
 }
+
+/// The value of `series` in the metrics text, or 0 when it is not there.
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0.0, |value| value.parse().unwrap())
+}
+
+#[tokio::test]
+async fn kafka_connections_bytes_requests_and_errors_are_counted_by_listener() {
+    if !clients_installed() {
+        return;
+    }
+    let server = ServerProcess::start(&[
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let kafka = server.kafka_addr.unwrap().to_string();
+    let client = Client::connect(server.addr_string()).await.unwrap();
+    client.create("counted", 1).await.unwrap();
+    let input: String = (0..100).map(|i| format!("record-{i}\n")).collect();
+    kcat(&["-b", &kafka, "-P", "-t", "counted", "-p", "0"], &input);
+    kcat(
+        &[
+            "-b", &kafka, "-C", "-t", "counted", "-p", "0", "-c", "100", "-e",
+        ],
+        "",
+    );
+    let (_, _, text) = broker_testkit::http::get(server.metrics_addr.unwrap(), "/metrics", "");
+    assert!(
+        metric(&text, "broker_received_bytes_total{listener=\"kafka\"}") > 1_000.0,
+        "{text}"
+    );
+    assert!(metric(&text, "broker_sent_bytes_total{listener=\"kafka\"}") > 1_000.0);
+    assert!(metric(&text, "broker_connections_total{listener=\"kafka\"}") >= 2.0);
+    assert_eq!(
+        metric(&text, "broker_connections_total{listener=\"broker\"}"),
+        1.0
+    );
+    assert!(metric(&text, "broker_kafka_requests_total{api=\"produce\"}") >= 1.0);
+    assert!(metric(&text, "broker_kafka_requests_total{api=\"fetch\"}") >= 1.0);
+    assert!(metric(&text, "broker_kafka_requests_total{api=\"metadata\"}") >= 2.0);
+    // A raw ListOffsets of a partition the topic does not have: UNKNOWN_TOPIC_OR_PARTITION.
+    let mut stream = TcpStream::connect(&kafka).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // ListOffsets v1: replica -1, one topic "counted", partition 7, timestamp -1.
+    let mut body = Vec::new();
+    body.extend_from_slice(&(-1_i32).to_be_bytes());
+    body.extend_from_slice(&1_i32.to_be_bytes());
+    body.extend_from_slice(&7_i16.to_be_bytes());
+    body.extend_from_slice(b"counted");
+    body.extend_from_slice(&1_i32.to_be_bytes());
+    body.extend_from_slice(&7_i32.to_be_bytes());
+    body.extend_from_slice(&(-1_i64).to_be_bytes());
+    write_request(&mut stream, 2, 1, 9, &body);
+    assert_eq!(read_response(&mut stream).0, 9);
+    let (_, _, text) = broker_testkit::http::get(server.metrics_addr.unwrap(), "/metrics", "");
+    assert_eq!(
+        metric(
+            &text,
+            "broker_kafka_errors_total{api=\"list_offsets\",error=\"unknown_topic_or_partition\"}"
+        ),
+        1.0,
+        "{text}"
+    );
+}

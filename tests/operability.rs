@@ -237,7 +237,8 @@ async fn metrics_are_served_over_http_follow_the_broker_and_pass_promtool() {
             "broker_request_duration_seconds_count{command=\"publish\"}",
             4.0,
         ),
-        ("broker_connections_open", 1.0),
+        ("broker_connections_open{listener=\"broker\"}", 1.0),
+        ("broker_connections_open{listener=\"kafka\"}", 0.0),
         ("broker_records_refused_total", 0.0),
         (
             "broker_group_members{topic=\"orders\",group=\"billing\"}",
@@ -275,8 +276,8 @@ async fn metrics_are_served_over_http_follow_the_broker_and_pass_promtool() {
     ] {
         assert_eq!(sample(&text, series), value, "{series}");
     }
-    assert!(sample(&text, "broker_received_bytes_total") > 0.0);
-    assert!(sample(&text, "broker_sent_bytes_total") > 0.0);
+    assert!(sample(&text, "broker_received_bytes_total{listener=\"broker\"}") > 0.0);
+    assert!(sample(&text, "broker_sent_bytes_total{listener=\"broker\"}") > 0.0);
     // Every change was fsynced before it was answered.
     assert!(
         sample(&text, "broker_fsync_duration_seconds_count") >= 5.0,

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use broker_core::{Command, EventBroker, Outcome, TopicDescription};
 use broker_proto::ErrorReply;
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::ResponseError;
 
 /// Where a cluster serves the broker, as Metadata and FindCoordinator tell Kafka's clients:
 /// every partition and every group is served by the node that leads.
@@ -52,6 +54,11 @@ pub trait Backend: Send + Sync {
 
     /// Whether `password` authenticates a connection (compared in constant time).
     fn authenticate(&self, password: &str) -> bool;
+
+    /// Told of each request answered (or refused): its API (`None` when the request did not
+    /// say one the listener knows) and every error its answer carries: its own, its topics',
+    /// partitions', groups' and members'. For the server's metrics; does nothing by default.
+    fn answered(&self, _api: Option<ApiKey>, _errors: &[ResponseError]) {}
 }
 
 /// The broker in memory, in this process, as a backend: each command applied at once (a read

@@ -11,12 +11,15 @@ use tokio::time::Instant;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tracing::{debug, trace};
 
+use crate::errors::answered_errors;
 use crate::frame::{
     encode_refusal, encode_response, encode_unsupported_api_versions, parse, Parsed,
 };
 use crate::handler::{Answer, Endpoint, Handler};
 use crate::sasl::{Gate, Sasl};
 use crate::{Backend, Coordinator, KafkaError, KafkaSettings};
+use kafka_protocol::messages::{ApiKey, ResponseKind};
+use kafka_protocol::ResponseError;
 
 /// The largest request a connection may send before it authenticates (when the server has a
 /// token): ApiVersions and the SASL requests are small, and a client that has not proven
@@ -173,7 +176,7 @@ enum Reply {
     SendAndClose(Bytes),
 }
 
-/// The reply to the request in `frame`.
+/// The reply to the request in `frame`, told to the backend ([`Backend::answered`]).
 async fn reply<B: Backend>(
     handler: &Handler<'_, B>,
     sasl: &mut Sasl,
@@ -189,36 +192,49 @@ async fn reply<B: Backend>(
             let version = header.request_api_version;
             let correlation_id = header.correlation_id;
             let client_id = header.client_id.as_ref().map_or("", |id| id.as_str());
+            let send = |response: &ResponseKind| {
+                handler
+                    .backend
+                    .answered(Some(api_key), &answered_errors(response));
+                encode_response(api_key, version, correlation_id, response)
+            };
             match sasl.gate(handler.backend, api_key, version, *body) {
                 Gate::Pass(request) => match handler.handle(version, client_id, request).await {
-                    Answer::Response(response) => Reply::Send(encode_response(
-                        api_key,
-                        version,
-                        correlation_id,
-                        &response,
-                    )?),
-                    Answer::Nothing => Reply::Nothing,
-                    Answer::Close => Reply::Close,
-                    Answer::Refused(error) => Reply::Send(encode_refusal(correlation_id, error)),
+                    Answer::Response(response) => Reply::Send(send(&response)?),
+                    Answer::Nothing => {
+                        handler.backend.answered(Some(api_key), &[]);
+                        Reply::Nothing
+                    }
+                    Answer::Close => {
+                        // A refused produce without acks: its batches' errors are not known
+                        // here, only that there was one.
+                        handler
+                            .backend
+                            .answered(Some(api_key), &[ResponseError::UnknownServerError]);
+                        Reply::Close
+                    }
+                    Answer::Refused(error) => {
+                        handler.backend.answered(Some(api_key), &[error]);
+                        Reply::Send(encode_refusal(correlation_id, error))
+                    }
                 },
-                Gate::Answer(response) => Reply::Send(encode_response(
-                    api_key,
-                    version,
-                    correlation_id,
-                    &response,
-                )?),
-                Gate::AnswerAndClose(response) => Reply::SendAndClose(encode_response(
-                    api_key,
-                    version,
-                    correlation_id,
-                    &response,
-                )?),
+                Gate::Answer(response) => Reply::Send(send(&response)?),
+                Gate::AnswerAndClose(response) => Reply::SendAndClose(send(&response)?),
                 // As Kafka's brokers do: a request before authentication closes the connection
                 // unanswered (an answer in no request's format would only confuse the client).
-                Gate::Refuse => return Err(KafkaError::Unauthenticated),
+                Gate::Refuse => {
+                    handler
+                        .backend
+                        .answered(Some(api_key), &[ResponseError::SaslAuthenticationFailed]);
+                    return Err(KafkaError::Unauthenticated);
+                }
             }
         }
         Parsed::UnsupportedApiVersions { correlation_id } => {
+            handler.backend.answered(
+                Some(ApiKey::ApiVersions),
+                &[ResponseError::UnsupportedVersion],
+            );
             Reply::Send(encode_unsupported_api_versions(correlation_id)?)
         }
         Parsed::Refused {
@@ -227,6 +243,7 @@ async fn reply<B: Backend>(
             reason,
         } => {
             debug!(cause = %reason, "refusing a Kafka request");
+            handler.backend.answered(None, &[error]);
             Reply::Send(encode_refusal(correlation_id, error))
         }
     })
@@ -296,7 +313,10 @@ mod tests {
         backend: &'a Guarded,
         coordinator: &'a Coordinator,
         settings: &'a KafkaSettings,
-    ) -> (DuplexStream, impl Future<Output = Result<u64, KafkaError>> + 'a) {
+    ) -> (
+        DuplexStream,
+        impl Future<Output = Result<u64, KafkaError>> + 'a,
+    ) {
         let (client, server) = tokio::io::duplex(1 << 20);
         let address = SocketAddr::from(([127, 0, 0, 1], 9093));
         let served = serve_connection(

@@ -1,6 +1,7 @@
 //! The broker's refusals as Kafka error codes.
 
 use broker_proto::ErrorReply;
+use kafka_protocol::messages::ResponseKind;
 use kafka_protocol::ResponseError;
 
 /// The Kafka error a refusal of the broker is answered with, for a request about a topic or
@@ -38,9 +39,127 @@ pub(crate) fn code(error: Option<ResponseError>) -> i16 {
     error.map_or(0, |error| error.code())
 }
 
+/// Every error an answer carries, in its order: its own error code and those of its topics,
+/// partitions, groups or members, for the server's metrics. None for an answer that succeeded
+/// everywhere.
+pub(crate) fn answered_errors(response: &ResponseKind) -> Vec<ResponseError> {
+    let codes: Vec<i16> = match response {
+        ResponseKind::Produce(answer) => answer
+            .responses
+            .iter()
+            .flat_map(|topic| &topic.partition_responses)
+            .map(|partition| partition.error_code)
+            .collect(),
+        ResponseKind::Fetch(answer) => std::iter::once(answer.error_code)
+            .chain(
+                answer
+                    .responses
+                    .iter()
+                    .flat_map(|topic| &topic.partitions)
+                    .map(|partition| partition.error_code),
+            )
+            .collect(),
+        ResponseKind::ListOffsets(answer) => answer
+            .topics
+            .iter()
+            .flat_map(|topic| &topic.partitions)
+            .map(|partition| partition.error_code)
+            .collect(),
+        ResponseKind::Metadata(answer) => answer
+            .topics
+            .iter()
+            .flat_map(|topic| {
+                std::iter::once(topic.error_code).chain(
+                    topic
+                        .partitions
+                        .iter()
+                        .map(|partition| partition.error_code),
+                )
+            })
+            .collect(),
+        ResponseKind::CreateTopics(answer) => {
+            answer.topics.iter().map(|topic| topic.error_code).collect()
+        }
+        ResponseKind::DeleteTopics(answer) => answer
+            .responses
+            .iter()
+            .map(|topic| topic.error_code)
+            .collect(),
+        ResponseKind::LeaveGroup(answer) => std::iter::once(answer.error_code)
+            .chain(answer.members.iter().map(|member| member.error_code))
+            .collect(),
+        ResponseKind::OffsetCommit(answer) => answer
+            .topics
+            .iter()
+            .flat_map(|topic| &topic.partitions)
+            .map(|partition| partition.error_code)
+            .collect(),
+        ResponseKind::OffsetFetch(answer) => std::iter::once(answer.error_code)
+            .chain(
+                answer
+                    .topics
+                    .iter()
+                    .flat_map(|topic| &topic.partitions)
+                    .map(|partition| partition.error_code),
+            )
+            .collect(),
+        ResponseKind::DescribeGroups(answer) => {
+            answer.groups.iter().map(|group| group.error_code).collect()
+        }
+        ResponseKind::DeleteRecords(answer) => answer
+            .topics
+            .iter()
+            .flat_map(|topic| &topic.partitions)
+            .map(|partition| partition.error_code)
+            .collect(),
+        ResponseKind::DescribeConfigs(answer) => answer
+            .results
+            .iter()
+            .map(|result| result.error_code)
+            .collect(),
+        ResponseKind::ApiVersions(answer) => vec![answer.error_code],
+        ResponseKind::InitProducerId(answer) => vec![answer.error_code],
+        ResponseKind::FindCoordinator(answer) => vec![answer.error_code],
+        ResponseKind::JoinGroup(answer) => vec![answer.error_code],
+        ResponseKind::SyncGroup(answer) => vec![answer.error_code],
+        ResponseKind::Heartbeat(answer) => vec![answer.error_code],
+        ResponseKind::ListGroups(answer) => vec![answer.error_code],
+        ResponseKind::SaslHandshake(answer) => vec![answer.error_code],
+        ResponseKind::SaslAuthenticate(answer) => vec![answer.error_code],
+        // The listener answers no other API (`apis::supported_apis`).
+        _ => Vec::new(),
+    };
+    codes
+        .into_iter()
+        .filter_map(ResponseError::try_from_code)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    use kafka_protocol::messages::produce_response::{
+        PartitionProduceResponse, TopicProduceResponse,
+    };
+    use kafka_protocol::messages::{HeartbeatResponse, ProduceResponse};
+
     use super::*;
+
+    #[test]
+    fn an_answers_errors_are_its_own_and_its_partitions() {
+        let produced =
+            ProduceResponse::default().with_responses(vec![TopicProduceResponse::default()
+                .with_partition_responses(vec![
+                    PartitionProduceResponse::default(),
+                    PartitionProduceResponse::default()
+                        .with_error_code(ResponseError::MessageTooLarge.code()),
+                ])]);
+        assert_eq!(
+            answered_errors(&ResponseKind::Produce(produced)),
+            [ResponseError::MessageTooLarge]
+        );
+        let beat = HeartbeatResponse::default();
+        assert!(answered_errors(&ResponseKind::Heartbeat(beat)).is_empty());
+    }
 
     #[test]
     fn a_node_that_no_longer_leads_is_no_coordinator_to_group_requests() {

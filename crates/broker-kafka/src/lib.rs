@@ -46,6 +46,8 @@ pub use apis::{supported_apis, SupportedApi};
 pub use backend::{Backend, ClusterView};
 pub use connection::serve_connection;
 pub use groups::Coordinator;
+pub use kafka_protocol::messages::ApiKey;
+pub use kafka_protocol::ResponseError;
 pub use settings::KafkaSettings;
 
 /// Why a Kafka connection ended before its client closed it.

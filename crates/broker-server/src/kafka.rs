@@ -7,14 +7,16 @@ use std::time::Duration;
 
 use broker_cluster::NodeId;
 use broker_core::{Command, Outcome, TopicDescription};
-use broker_kafka::{Backend, ClusterView, KafkaSettings};
+use broker_kafka::{ApiKey, Backend, ClusterView, KafkaSettings, ResponseError};
 use broker_proto::{Decoded, ErrorReply, RequestFrame};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, trace, warn};
 
+use crate::counted::Counted;
 use crate::intake::{accept, accept_tls, submit};
+use crate::metrics::Listener;
 use crate::reply::{Outgoing, ReplyTo};
 use crate::shared::Shared;
 
@@ -89,7 +91,13 @@ async fn handle(
     let _open = shared
         .metrics
         .as_ref()
-        .map(crate::metrics::Metrics::connection_opened);
+        .map(|metrics| metrics.connection_opened(Listener::Kafka));
+    let counters = || {
+        shared
+            .metrics
+            .as_ref()
+            .map(|metrics| metrics.byte_counters(Listener::Kafka))
+    };
     if let Err(cause) = stream.set_nodelay(true) {
         debug!(peer = %peer, cause = %cause, "cannot set TCP_NODELAY");
     }
@@ -104,7 +112,7 @@ async fn handle(
     let served = match &shared.config.tls {
         None => {
             broker_kafka::serve_connection(
-                stream,
+                Counted::new(stream, counters()),
                 addresses,
                 &backend,
                 &shared.kafka_groups,
@@ -118,7 +126,7 @@ async fn handle(
                 return;
             };
             broker_kafka::serve_connection(
-                stream,
+                Counted::new(stream, counters()),
                 addresses,
                 &backend,
                 &shared.kafka_groups,
@@ -251,5 +259,11 @@ impl Backend for ServerBackend {
             .auth_token
             .as_ref()
             .is_none_or(|token| token.matches(Some(password)))
+    }
+
+    fn answered(&self, api: Option<ApiKey>, errors: &[ResponseError]) {
+        if let Some(metrics) = &self.shared.metrics {
+            metrics.kafka_answered(api, errors);
+        }
     }
 }

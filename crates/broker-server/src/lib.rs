@@ -51,6 +51,7 @@ mod clock;
 mod cluster_admin;
 mod config;
 mod connection;
+mod counted;
 mod dispatch;
 mod exporter;
 mod intake;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use broker_core::{CommandKind, Outcome};
+use broker_kafka::{ApiKey, ResponseError};
 use broker_proto::ErrorReply;
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
@@ -25,6 +26,36 @@ type ErrorLabels = [(&'static str, String); 2];
 
 /// Labels of a refused connection: why.
 type ReasonLabels = [(&'static str, &'static str); 1];
+
+/// Labels of a connection or byte counter: the listener.
+type ListenerLabels = [(&'static str, &'static str); 1];
+
+/// Labels of a Kafka request counter: its API (`produce`, `fetch`, ...).
+type ApiLabels = [(&'static str, String); 1];
+
+/// Labels of a Kafka error counter: the API and the error (`message_too_large`, ...).
+type ApiErrorLabels = [(&'static str, String); 2];
+
+/// Which port a connection came in on: the `listener` label's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listener {
+    /// The broker's own protocol (`--listen`).
+    Broker,
+    /// Kafka's wire protocol (`--kafka-listen`).
+    Kafka,
+}
+
+impl Listener {
+    const ALL: [Listener; 2] = [Listener::Broker, Listener::Kafka];
+
+    fn labels(self) -> ListenerLabels {
+        let name = match self {
+            Listener::Broker => "broker",
+            Listener::Kafka => "kafka",
+        };
+        [("listener", name)]
+    }
+}
 
 /// Why a connection may be refused before its first request: the `reason` label's values.
 pub(crate) const REFUSAL_REASONS: [&str; 5] = [
@@ -53,16 +84,20 @@ pub(crate) struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     /// Requests that did not decode.
     malformed: Counter,
-    /// Connections open now.
-    connections_open: Gauge,
-    /// Connections accepted, in all.
-    connections: Counter,
+    /// Connections open now, by listener.
+    connections_open: Family<ListenerLabels, Gauge>,
+    /// Connections accepted, in all, by listener.
+    connections: Family<ListenerLabels, Counter>,
     /// Connections refused before their first request, by reason.
     connections_refused: Family<ReasonLabels, Counter>,
-    /// Bytes read from clients.
-    bytes_in: Counter,
-    /// Bytes written to clients.
-    bytes_out: Counter,
+    /// Bytes read from clients, by listener.
+    bytes_in: Family<ListenerLabels, Counter>,
+    /// Bytes written to clients, by listener.
+    bytes_out: Family<ListenerLabels, Counter>,
+    /// Kafka requests answered, by API.
+    kafka_requests: Family<ApiLabels, Counter>,
+    /// Errors in Kafka answers (the request's own, its partitions', ...), by API and error.
+    kafka_errors: Family<ApiErrorLabels, Counter>,
     /// Records stored by publishes.
     published: Counter,
     /// Records publishes refused (`-1`).
@@ -162,6 +197,16 @@ impl EncodeMetric for LatencyHistogram {
     }
 }
 
+/// A family with each listener's series from the start, at zero.
+fn per_listener<M: Default + Clone + prometheus_client::metrics::TypedMetric>(
+) -> Family<ListenerLabels, M> {
+    let family = Family::<ListenerLabels, M>::default();
+    for listener in Listener::ALL {
+        drop(family.get_or_create(&listener.labels()));
+    }
+    family
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         let commands: Vec<String> = CommandKind::iter()
@@ -198,8 +243,8 @@ impl Default for Metrics {
             latency,
             errors: Family::default(),
             malformed: Counter::default(),
-            connections_open: Gauge::default(),
-            connections: Counter::default(),
+            connections_open: per_listener(),
+            connections: per_listener(),
             connections_refused: {
                 let reasons = Family::<ReasonLabels, Counter>::default();
                 // Every reason's series exists from the start, at zero, for alerts.
@@ -208,8 +253,10 @@ impl Default for Metrics {
                 }
                 reasons
             },
-            bytes_in: Counter::default(),
-            bytes_out: Counter::default(),
+            bytes_in: per_listener(),
+            bytes_out: per_listener(),
+            kafka_requests: Family::default(),
+            kafka_errors: Family::default(),
             published: Counter::default(),
             refused: Counter::default(),
             delivered: Counter::default(),
@@ -288,11 +335,15 @@ impl Metrics {
         }
     }
 
-    /// A connection was accepted; the guard counts it open until dropped.
-    pub(crate) fn connection_opened(self: &Arc<Self>) -> OpenConnection {
-        self.connections.inc();
-        self.connections_open.inc();
-        OpenConnection(Arc::clone(self))
+    /// A connection was accepted on `listener`; the guard counts it open until dropped.
+    pub(crate) fn connection_opened(self: &Arc<Self>, listener: Listener) -> OpenConnection {
+        self.connections.get_or_create(&listener.labels()).inc();
+        let open = self
+            .connections_open
+            .get_or_create(&listener.labels())
+            .clone();
+        open.inc();
+        OpenConnection(open)
     }
 
     /// A connection was refused before its first request, for `reason`.
@@ -302,9 +353,32 @@ impl Metrics {
             .inc();
     }
 
-    /// The byte counters: read from clients, written to them.
-    pub(crate) fn byte_counters(&self) -> (Counter, Counter) {
-        (self.bytes_in.clone(), self.bytes_out.clone())
+    /// The byte counters of `listener`'s connections: read from clients, written to them.
+    pub(crate) fn byte_counters(&self, listener: Listener) -> (Counter, Counter) {
+        (
+            self.bytes_in.get_or_create(&listener.labels()).clone(),
+            self.bytes_out.get_or_create(&listener.labels()).clone(),
+        )
+    }
+
+    /// A Kafka request of `api` (`None`: one the listener does not know) was answered, with
+    /// `errors` in its answer.
+    pub(crate) fn kafka_answered(&self, api: Option<ApiKey>, errors: &[ResponseError]) {
+        let api = api.map_or_else(
+            || "unknown".to_owned(),
+            |api| snake_case(&format!("{api:?}")),
+        );
+        self.kafka_requests
+            .get_or_create(&[("api", api.clone())])
+            .inc();
+        for error in errors {
+            self.kafka_errors
+                .get_or_create(&[
+                    ("api", api.clone()),
+                    ("error", snake_case(&format!("{error:?}"))),
+                ])
+                .inc();
+        }
     }
 
     /// `count` members were removed because their sessions timed out.
@@ -344,12 +418,12 @@ impl Metrics {
         );
         registry.register(
             "connections_open",
-            "Client connections open now",
+            "Client connections open now, by listener (broker or kafka)",
             self.connections_open.clone(),
         );
         registry.register(
             "connections",
-            "Client connections accepted",
+            "Client connections accepted, by listener (broker or kafka)",
             self.connections.clone(),
         );
         registry.register(
@@ -359,15 +433,27 @@ impl Metrics {
         );
         registry.register_with_unit(
             "received",
-            "Bytes read from clients",
+            "Bytes read from clients, by listener (broker or kafka)",
             Unit::Bytes,
             self.bytes_in.clone(),
         );
         registry.register_with_unit(
             "sent",
-            "Bytes written to clients",
+            "Bytes written to clients, by listener (broker or kafka)",
             Unit::Bytes,
             self.bytes_out.clone(),
+        );
+        registry.register(
+            "kafka_requests",
+            "Requests answered by the Kafka listener, by API (unknown: an API key or version \
+             it does not serve)",
+            self.kafka_requests.clone(),
+        );
+        registry.register(
+            "kafka_errors",
+            "Errors in the Kafka listener's answers (the request's own and each of its \
+             topics', partitions', groups' and members'), by API and Kafka error",
+            self.kafka_errors.clone(),
         );
         for (name, help, counter) in [
             (
@@ -414,13 +500,13 @@ impl Metrics {
     }
 }
 
-/// Counts a connection open for as long as it lives.
+/// Counts a connection open (in its listener's gauge) for as long as it lives.
 #[derive(Debug)]
-pub(crate) struct OpenConnection(Arc<Metrics>);
+pub(crate) struct OpenConnection(Gauge);
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.0.connections_open.dec();
+        self.0.dec();
     }
 }
 
@@ -457,5 +543,31 @@ mod tests {
     fn command_names_are_snake_case() {
         assert_eq!(snake_case("PublishBatch"), "publish_batch");
         assert_eq!(snake_case("Ack"), "ack");
+    }
+
+    #[test]
+    fn kafka_requests_and_errors_are_counted_by_api_and_error() {
+        let metrics = Metrics::default();
+        metrics.kafka_answered(Some(ApiKey::Produce), &[]);
+        metrics.kafka_answered(
+            Some(ApiKey::Produce),
+            &[
+                ResponseError::MessageTooLarge,
+                ResponseError::MessageTooLarge,
+            ],
+        );
+        metrics.kafka_answered(None, &[ResponseError::UnsupportedVersion]);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry()).unwrap();
+        for line in [
+            "broker_kafka_requests_total{api=\"produce\"} 2",
+            "broker_kafka_requests_total{api=\"unknown\"} 1",
+            "broker_kafka_errors_total{api=\"produce\",error=\"message_too_large\"} 2",
+            "broker_kafka_errors_total{api=\"unknown\",error=\"unsupported_version\"} 1",
+            "broker_connections_total{listener=\"kafka\"} 0",
+            "broker_received_bytes_total{listener=\"broker\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
     }
 }

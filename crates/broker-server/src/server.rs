@@ -21,7 +21,7 @@ use tracing::{debug, error, info, trace, warn};
 
 use crate::connection::{write_responses, Connection};
 use crate::intake::{accept, accept_tls, refused, submit};
-use crate::metrics::Metrics;
+use crate::metrics::{Listener, Metrics};
 use crate::reply::{Outgoing, ReplyTo};
 use crate::shared::Shared;
 use crate::{clock, AuthToken, Config, Listeners, ServerError, SERVER_NAME};
@@ -187,7 +187,10 @@ async fn handle(
     // Per-connection lines are debug at most, and a connection that only says hello (a ping or
     // a health check every few seconds) logs at trace, so they do not flood a debug log.
     trace!(peer = %peer, connection = id, "connection opened");
-    let _open = shared.metrics.as_ref().map(Metrics::connection_opened);
+    let _open = shared
+        .metrics
+        .as_ref()
+        .map(|metrics| metrics.connection_opened(Listener::Broker));
     if let Err(cause) = stream.set_nodelay(true) {
         debug!(peer = %peer, cause = %cause, "cannot set TCP_NODELAY");
     }
@@ -214,7 +217,7 @@ where
     let received = shared
         .metrics
         .as_ref()
-        .map(|metrics| metrics.byte_counters().0);
+        .map(|metrics| metrics.byte_counters(Listener::Broker).0);
     let mut connection = Connection::new(read, received);
     let mut hello_codec = ServerHandshakeCodec::new(MAX_HELLO_FRAME);
     if let Some(welcomed) =
@@ -421,7 +424,7 @@ where
         shared
             .metrics
             .as_ref()
-            .map(|metrics| metrics.byte_counters().1),
+            .map(|metrics| metrics.byte_counters(Listener::Broker).1),
     ));
     let reply_to = ReplyTo {
         connection: id,
