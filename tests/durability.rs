@@ -452,11 +452,28 @@ fn a_second_server_on_the_same_directory_is_refused() {
 async fn a_payload_limit_below_a_retained_record_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
+    store_a_record_of_2000_bytes(data).await;
+    refuse_a_payload_limit_of_1000_bytes(data);
+    // With room for it, the record is there and is delivered.
+    let server = ServerProcess::start(&["--data-dir", data, "--max-payload-bytes", "2000"]);
+    let client = connect(&server).await;
+    client.join(TOPIC, "g", "m").await.unwrap();
+    let records = client.poll(TOPIC, "g", "m", 1).await.unwrap();
+    assert_eq!(records[0].payload.len(), 2_000);
+}
+
+/// Starts a server on the data directory `data`, stores a record of 2,000 bytes and stops it.
+async fn store_a_record_of_2000_bytes(data: &str) {
     let mut server = ServerProcess::start(&["--data-dir", data]);
     let client = connect(&server).await;
     client.create(TOPIC, 1).await.unwrap();
     client.publish(TOPIC, 0, vec![7u8; 2_000]).await.unwrap();
     server.terminate(PATIENCE);
+}
+
+/// Starts a server on `data` (which retains a record of 2,000 bytes) with a payload limit of
+/// 1,000 bytes: it refuses, saying the limit it needs.
+fn refuse_a_payload_limit_of_1000_bytes(data: &str) {
     let refusal = refused_start(
         &["--data-dir", data, "--max-payload-bytes", "1000"],
         PATIENCE,
@@ -467,12 +484,53 @@ async fn a_payload_limit_below_a_retained_record_is_refused_at_start() {
         "{}",
         refusal.stderr
     );
-    // With room for it, the record is there and is delivered.
-    let server = ServerProcess::start(&["--data-dir", data, "--max-payload-bytes", "2000"]);
-    let client = connect(&server).await;
-    client.join(TOPIC, "g", "m").await.unwrap();
-    let records = client.poll(TOPIC, "g", "m", 1).await.unwrap();
-    assert_eq!(records[0].payload.len(), 2_000);
+}
+
+/// Every file under `dir` but the lock, with its bytes.
+fn every_file(dir: &Path) -> BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(every_file(&path));
+        } else if path.file_name().is_some_and(|name| name != "LOCK") {
+            files.insert(path.clone(), std::fs::read(&path).unwrap());
+        }
+    }
+    files
+}
+
+/// What a crash leaves for recovery to cut (a torn last log entry, an unfinished snapshot) is
+/// cut only once the start is certain: a start refused after the directory was read, here for
+/// its payload limit, leaves every file as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_start_leaves_the_data_directory_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    store_a_record_of_2000_bytes(data).await;
+    let last_segment = every_file(dir.path())
+        .into_keys()
+        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .max()
+        .unwrap();
+    let mut log = std::fs::read(&last_segment).unwrap();
+    // Less than an entry's header: a write the crash cut short.
+    log.extend_from_slice(&[1, 2, 3]);
+    std::fs::write(&last_segment, log).unwrap();
+    std::fs::write(dir.path().join("snap.tmp"), b"half a snapshot").unwrap();
+    let before = every_file(dir.path());
+    refuse_a_payload_limit_of_1000_bytes(data);
+    let after = every_file(dir.path());
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>()
+    );
+    for (path, bytes) in &before {
+        assert!(after[path] == *bytes, "{} changed", path.display());
+    }
+    // Started for good, it cuts them.
+    let _server = ServerProcess::start(&["--data-dir", data, "--max-payload-bytes", "2000"]);
+    assert!(!dir.path().join("snap.tmp").exists());
 }
 
 /// A record at the payload limit that goes to a dead-letter topic gains headers that say where it

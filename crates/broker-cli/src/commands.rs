@@ -1088,7 +1088,7 @@ fn size_command(args: &SizeArgs) -> anyhow::Result<()> {
     line(
         &format!(
             "one copy, {}:",
-            output::duration_text(u64::try_from(args.retention.as_millis()).unwrap_or(u64::MAX))
+            broker_client::duration_text(millis(args.retention))
         ),
         sizing.one_copy_bytes,
     )?;

@@ -1,8 +1,8 @@
 //! How records, descriptions and lag are printed: readable tables or JSON.
 
 use broker_client::{
-    Assignor, BrokerDescription, BrokerRecord, GroupSetting, KeyHash, PartitionLag, Retention,
-    StartAt, TopicDescription, TopicSetting,
+    duration_text, Assignor, BrokerDescription, BrokerRecord, GroupSetting, KeyHash, PartitionLag,
+    Retention, StartAt, TopicDescription, TopicSetting,
 };
 use comfy_table::{presets::NOTHING, Table};
 use serde_json::json;
@@ -39,31 +39,6 @@ pub fn record_json(record: &BrokerRecord) -> serde_json::Value {
             .collect::<Vec<_>>(),
         "delivery_count": record.delivery_count,
     })
-}
-
-/// A duration in milliseconds as text: `3d`, `1m 30s`, `1h 30m`, `250ms` (`0s` for none).
-pub fn duration_text(ms: u64) -> String {
-    const UNITS: [(&str, u64); 5] = [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-        ("ms", 1),
-    ];
-    let mut left = ms;
-    let parts: Vec<String> = UNITS
-        .iter()
-        .filter_map(|&(unit, size)| {
-            let count = left / size;
-            left %= size;
-            (count > 0).then(|| format!("{count}{unit}"))
-        })
-        .collect();
-    if parts.is_empty() {
-        "0s".to_owned()
-    } else {
-        parts.join(" ")
-    }
 }
 
 /// A topic's retention settings in words: `interest retention, max 10 records, max age 1h`;
@@ -289,15 +264,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use bytes::Bytes;
-
-    #[test]
-    fn durations_read_as_units_with_spaces_between() {
-        assert_eq!(duration_text(0), "0s");
-        assert_eq!(duration_text(250), "250ms");
-        assert_eq!(duration_text(3 * 86_400_000), "3d");
-        assert_eq!(duration_text(5_400_000), "1h 30m");
-        assert_eq!(duration_text(86_400_000 + 61_001), "1d 1m 1s 1ms");
-    }
 
     fn record(key: Option<&'static str>) -> BrokerRecord {
         BrokerRecord {

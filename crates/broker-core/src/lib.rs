@@ -24,6 +24,7 @@ mod cluster;
 pub mod cold;
 mod command;
 mod describe;
+mod duration;
 mod error;
 pub mod hash;
 pub mod image;
@@ -49,6 +50,7 @@ pub use describe::{
     BrokerDescription, GroupDescription, GroupPartitionDescription, MemberDescription,
     PartitionDescription, TopicDescription,
 };
+pub use duration::{duration_text, parse_duration, DurationError, MAX_DURATION};
 pub use error::BrokerError;
 pub use settings::{
     Discard, GroupSetting, GroupSettings, Retention, StartAt, TopicName, TopicSetting,

@@ -10,6 +10,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::duration::duration_text;
 use crate::validate::{check_identifier, MAX_IDENTIFIER_LEN, MAX_PRODUCT_CAPACITY};
 use crate::BrokerError;
 
@@ -404,7 +405,7 @@ fn check_distinct(names: impl Iterator<Item = &'static str>) -> Result<(), Broke
 
 impl std::fmt::Display for TopicSettings {
     /// `interest retention, discard new` or `limits retention, max 100 records, max 1048576
-    /// bytes, max age 60000 ms, discard old`.
+    /// bytes, max age 3d, discard old` (the age as [`duration_text`] writes it).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} retention", self.retention)?;
         if let Some(max) = self.max_records {
@@ -414,7 +415,7 @@ impl std::fmt::Display for TopicSettings {
             write!(f, ", max {max} bytes")?;
         }
         if let Some(ms) = self.max_age_ms {
-            write!(f, ", max age {ms} ms")?;
+            write!(f, ", max age {}", duration_text(ms))?;
         }
         write!(f, ", discard {}", self.discard)
     }
@@ -422,11 +423,11 @@ impl std::fmt::Display for TopicSettings {
 
 impl std::fmt::Display for GroupSettings {
     /// `start at earliest, no acknowledgement timeout` or `start at latest, acknowledgement
-    /// timeout 5000 ms`.
+    /// timeout 1m 30s` (the timeout as [`duration_text`] writes it).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "start at {}, ", self.start_at.name())?;
         match self.ack_timeout_ms {
-            Some(ms) => write!(f, "acknowledgement timeout {ms} ms")?,
+            Some(ms) => write!(f, "acknowledgement timeout {}", duration_text(ms))?,
             None => write!(f, "no acknowledgement timeout")?,
         }
         match (self.max_deliveries, self.dead_letter) {
@@ -475,6 +476,29 @@ mod tests {
         };
         assert_eq!(GroupSettings::from_list(&group.to_list()).unwrap(), group);
         assert!(GroupSettings::default().to_list().is_empty());
+    }
+
+    /// What the audit log and the refusal of a join with other settings show.
+    #[test]
+    fn settings_in_words_show_durations_as_they_would_be_typed() {
+        let topic = TopicSettings {
+            max_records: Some(100),
+            max_age_ms: Some(259_200_000),
+            ..TopicSettings::limits()
+        };
+        assert_eq!(
+            topic.to_string(),
+            "limits retention, max 100 records, max age 3d, discard old"
+        );
+        let group = GroupSettings {
+            start_at: StartAt::Latest,
+            ack_timeout_ms: Some(5_400_000),
+            ..GroupSettings::default()
+        };
+        assert_eq!(
+            group.to_string(),
+            "start at latest, acknowledgement timeout 1h 30m"
+        );
     }
 
     #[test]

@@ -218,18 +218,12 @@ impl Config {
         }
         if self.max_memory < self.max_payload_bytes as u64 {
             return invalid(format!(
-                "max memory must be at least max payload bytes ({}), got {}",
-                self.max_payload_bytes, self.max_memory
+                "--max-memory {} is less than --max-payload-bytes {}: raise --max-memory to at \
+                 least {1}, or lower --max-payload-bytes",
+                self.max_memory, self.max_payload_bytes
             ));
         }
-        let min_frame = self.max_payload_bytes.saturating_add(FRAME_HEADROOM);
-        if self.max_frame_bytes < min_frame || self.max_frame_bytes > MAX_FRAME_CEILING {
-            return invalid(format!(
-                "max frame bytes must be {min_frame} (max payload bytes + 2 MiB) to \
-                 {MAX_FRAME_CEILING}, got {}",
-                self.max_frame_bytes
-            ));
-        }
+        self.check_frame().map_err(ServerError::InvalidConfig)?;
         for (name, value) in [
             ("max connections", self.max_connections),
             ("max in flight", self.max_in_flight),
@@ -287,6 +281,39 @@ impl Config {
             return invalid(format!(
                 "segment bytes must be at least 4096, got {}",
                 self.segment_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks that a frame has room for the largest payload and the request around it, and
+    /// fits the protocol's ceiling; the refusal names both flags and the value that would do.
+    fn check_frame(&self) -> Result<(), String> {
+        let (frame, payload) = (self.max_frame_bytes, self.max_payload_bytes);
+        let largest_payload = MAX_FRAME_CEILING - FRAME_HEADROOM;
+        if payload > largest_payload {
+            return Err(format!(
+                "--max-payload-bytes {payload} leaves no room in a frame: a frame takes at most \
+                 {MAX_FRAME_CEILING} bytes (--max-frame-bytes), the payload plus 2 MiB for the \
+                 request around it; lower --max-payload-bytes to at most {largest_payload}"
+            ));
+        }
+        if frame > MAX_FRAME_CEILING {
+            return Err(format!(
+                "--max-frame-bytes must be at most {MAX_FRAME_CEILING}, got {frame}"
+            ));
+        }
+        let min_frame = payload + FRAME_HEADROOM;
+        if frame < min_frame {
+            return Err(format!(
+                "--max-frame-bytes {frame} has no room for --max-payload-bytes {payload}: a \
+                 frame takes the payload plus 2 MiB for the request around it; raise \
+                 --max-frame-bytes to at least {min_frame}{}",
+                frame
+                    .checked_sub(FRAME_HEADROOM)
+                    .filter(|&room| room > 0)
+                    .map(|room| format!(" or lower --max-payload-bytes to at most {room}"))
+                    .unwrap_or_default()
             ));
         }
         Ok(())
@@ -364,19 +391,75 @@ mod tests {
         }
     }
 
+    fn refusal(config: Config) -> String {
+        match config.validate() {
+            Err(ServerError::InvalidConfig(message)) => message,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
     #[test]
     fn frame_must_leave_room_for_payload() {
-        let config = Config {
+        let refused = refusal(Config {
             max_frame_bytes: 2 * 1024 * 1024,
             max_payload_bytes: 1,
             ..Config::default()
-        };
-        assert!(config.validate().is_err());
+        });
+        assert_eq!(
+            refused,
+            "--max-frame-bytes 2097152 has no room for --max-payload-bytes 1: a frame takes the \
+             payload plus 2 MiB for the request around it; raise --max-frame-bytes to at least \
+             2097153"
+        );
         let config = Config {
             max_frame_bytes: MAX_FRAME_CEILING + 1,
             ..Config::default()
         };
-        assert!(config.validate().is_err());
+        assert!(refusal(config).starts_with("--max-frame-bytes must be at most 67108864"));
+    }
+
+    #[test]
+    fn a_payload_limit_the_frame_cannot_carry_names_both_flags_and_what_would_do() {
+        let refused = refusal(Config {
+            max_payload_bytes: 10_000_000,
+            ..Config::default()
+        });
+        assert_eq!(
+            refused,
+            "--max-frame-bytes 8388608 has no room for --max-payload-bytes 10000000: a frame \
+             takes the payload plus 2 MiB for the request around it; raise --max-frame-bytes to \
+             at least 12097152 or lower --max-payload-bytes to at most 6291456"
+        );
+        let raised = Config {
+            max_payload_bytes: 10_000_000,
+            max_frame_bytes: 12_097_152,
+            ..Config::default()
+        };
+        assert!(raised.validate().is_ok());
+        // Past what any frame carries, only a smaller payload limit helps.
+        let refused = refusal(Config {
+            max_payload_bytes: MAX_FRAME_CEILING,
+            max_frame_bytes: MAX_FRAME_CEILING,
+            ..Config::default()
+        });
+        assert!(
+            refused.ends_with("lower --max-payload-bytes to at most 65011712"),
+            "{refused}"
+        );
+        assert!(!refused.contains("raise"), "{refused}");
+    }
+
+    #[test]
+    fn a_memory_budget_below_the_payload_limit_names_both_flags() {
+        let refused = refusal(Config {
+            max_memory: 10,
+            ..Config::default()
+        });
+        assert_eq!(
+            refused,
+            "--max-memory 10 is less than --max-payload-bytes 1048576: raise --max-memory to at \
+             least 1048576, or lower --max-payload-bytes"
+        );
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! once it serves, and serves until SIGINT or SIGTERM. Everything else lives in the library.
 
 use std::io::Write;
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -13,13 +12,14 @@ use broker_server::{open_storage, Fsync};
 use broker_server::{
     parse_members, resolve_listen_addr, AuthToken, ClusterSettings, Config, ServerError, ServerTls,
 };
-use broker_storage::StorageError;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use logging::LogFormat;
+use ownership::with_ownership_hint;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
 mod logging;
+mod ownership;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -481,34 +481,6 @@ fn main() -> ExitCode {
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// Adds what to do when the data directory is not writable by this process: the usual cause is
-/// a directory bind-mounted into the container, which runs as nobody (65534).
-fn with_ownership_hint(error: ServerError, config: &Config) -> anyhow::Error {
-    let denied = matches!(
-        &error,
-        ServerError::Storage(StorageError::Io { cause, .. })
-            if cause.kind() == std::io::ErrorKind::PermissionDenied
-    );
-    let Some(dir) = config.data_dir.as_ref().filter(|_| denied) else {
-        return error.into();
-    };
-    // Linux shows a process's effective user and group as the owner of /proc/self.
-    let owner =
-        std::fs::metadata("/proc/self").map(|meta| format!("{}:{}", meta.uid(), meta.gid()));
-    match owner {
-        Ok(owner) => anyhow::anyhow!(
-            "{error}; the data directory must be writable by this server's user ({owner}): \
-             `chown -R {owner} {}` where it lives (on the host, for a bind-mounted directory), \
-             or run the server as the directory's owner",
-            dir.display()
-        ),
-        Err(_) => anyhow::anyhow!(
-            "{error}; the data directory must be writable by this server's user: change its \
-             owner, or run the server as the directory's owner"
-        ),
-    }
-}
 
 /// Writes `message` to standard error, ignoring failure: there is nowhere else to say it.
 fn report(message: &str) {

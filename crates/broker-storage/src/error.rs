@@ -4,8 +4,9 @@ use std::io;
 use std::path::PathBuf;
 
 /// A storage failure. Start-up errors name the file and offset at fault, so an operator can
-/// decide what to do with the data directory; the storage never repairs anything but a torn
-/// last entry by itself.
+/// decide what to do with the data directory, which a refused start leaves untouched; the
+/// storage repairs nothing by itself but what a crash leaves (a torn last entry, the files of
+/// an unfinished checkpoint).
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     /// A file operation failed.

@@ -46,6 +46,7 @@ use tracing::{error, info, warn};
 
 use crate::format::EntryRef;
 use crate::records::{RecordStore, WrittenOut};
+use crate::repair::Repairs;
 use crate::snapshot::Checkpoint;
 use crate::{encode_entry, remove_covered, DataDir, LogWriter, Recovery, StorageError};
 
@@ -93,11 +94,16 @@ pub struct JournalSettings {
 pub struct Storage {
     dir: Arc<DataDir>,
     recovery: Recovery,
+    /// What recovery cuts and removes, made by [`Storage::start`].
+    repairs: Repairs,
 }
 
 impl Storage {
     /// Locks the directory at `path` (creating it if needed) and rebuilds the state from it:
-    /// the latest snapshot, then the log through the core's `apply`.
+    /// the latest snapshot, then the log through the core's `apply`. Only reads (but for the
+    /// lock file): what [`DataDir::recover`] cuts and removes waits for [`Storage::start`], so
+    /// a start refused before it, here or by the caller's own checks of the state, leaves the
+    /// directory as it was.
     ///
     /// # Errors
     /// As [`DataDir::open`] and [`DataDir::recover`]: the directory is locked by another
@@ -105,10 +111,11 @@ impl Storage {
     /// be read.
     pub fn open(path: &std::path::Path, capacity: i32) -> Result<Storage, StorageError> {
         let dir = DataDir::open(path)?;
-        let recovery = dir.recover(capacity)?;
+        let (recovery, repairs) = dir.check(capacity)?;
         Ok(Storage {
             dir: Arc::new(dir),
             recovery,
+            repairs,
         })
     }
 
@@ -117,7 +124,8 @@ impl Storage {
         &self.recovery
     }
 
-    /// Starts the journal on a fresh log segment: `configure` receives the recovered state and
+    /// Starts the journal on a fresh log segment, after making the repairs recovery found
+    /// necessary (see [`DataDir::recover`]): `configure` receives the recovered state and
     /// returns it with the settings this process runs with (capacity, memory budget, limits),
     /// which is the state returned. Settings decide which commands are refused, so log entries
     /// must be replayed under the settings they were decided under: they are part of the
@@ -127,14 +135,19 @@ impl Storage {
     /// the older files it covers are removed.
     ///
     /// # Errors
-    /// [`StorageError::Io`] if the checkpoint or the segment cannot be written or the flusher
-    /// thread cannot start.
+    /// [`StorageError::Io`] if a repair, the checkpoint or the segment cannot be written or
+    /// the flusher thread cannot start.
     pub fn start(
         self,
         settings: JournalSettings,
         configure: impl FnOnce(BrokerState) -> BrokerState,
     ) -> Result<(BrokerState, Journal), StorageError> {
-        let Storage { dir, recovery } = self;
+        let Storage {
+            dir,
+            recovery,
+            repairs,
+        } = self;
+        repairs.apply()?;
         let recovered_image = (recovery.replayed == 0
             && recovery.snapshot_seq.is_some()
             && recovery.migrated_from.is_none())

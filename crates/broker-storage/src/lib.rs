@@ -54,6 +54,11 @@
 //! with entries after it, a damaged segment other than the last, a snapshot whose checksum
 //! fails, a record segment shorter than the snapshot says, a gap in sequence numbers, a format
 //! version this build does not read, or an entry that the core refuses on replay.
+//!
+//! Recovery reads everything before it changes anything: the torn tail, what an unfinished
+//! checkpoint left and a leftover temporary snapshot are cut and removed only once the whole
+//! directory was found sound (by [`Storage::start`], or [`DataDir::recover`]), so a refused
+//! start leaves the directory as the crash left it.
 
 mod error;
 mod format;
@@ -61,6 +66,7 @@ mod journal;
 mod lock;
 mod records;
 mod recovery;
+mod repair;
 mod segment;
 mod snapshot;
 

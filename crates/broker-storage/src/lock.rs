@@ -5,6 +5,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::recovery::{recover, Recovery};
+use crate::repair::Repairs;
 use crate::segment::LogWriter;
 use crate::snapshot::Checkpoint;
 use crate::StorageError;
@@ -76,15 +77,25 @@ impl DataDir {
     }
 
     /// Rebuilds the state: the latest snapshot with its record segments, then every later log
-    /// entry through [`broker_core::BrokerState::apply_at`]. Cuts off a torn last entry (with a
-    /// warning), record segment tails an unfinished checkpoint wrote, files no checkpoint names
-    /// and a leftover temporary snapshot; changes nothing else. `capacity` is the broker's
-    /// capacity when the directory is new.
+    /// entry through [`broker_core::BrokerState::apply_at`]. Once all of it has been read and
+    /// found sound, cuts off a torn last entry (with a warning), record segment tails an
+    /// unfinished checkpoint wrote, files no checkpoint names and a leftover temporary
+    /// snapshot; changes nothing else, and nothing at all when it refuses. `capacity` is the
+    /// broker's capacity when the directory is new.
     ///
     /// # Errors
     /// As the crate documentation's "What recovery accepts" says.
     pub fn recover(&self, capacity: i32) -> Result<Recovery, StorageError> {
-        recover(&self.path, capacity)
+        let (recovery, repairs) = self.check(capacity)?;
+        repairs.apply()?;
+        Ok(recovery)
+    }
+
+    /// [`DataDir::recover`] without its repairs, which are returned to be made later.
+    pub(crate) fn check(&self, capacity: i32) -> Result<(Recovery, Repairs), StorageError> {
+        let mut repairs = Repairs::default();
+        let recovery = recover(&self.path, capacity, &mut repairs)?;
+        Ok((recovery, repairs))
     }
 
     /// A log writer that starts a new segment at `next_seq` (from [`Recovery::next_seq`]) and

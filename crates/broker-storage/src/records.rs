@@ -39,9 +39,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use broker_core::cold::{ColdError, ColdStore, LogId};
 use broker_core::image::{RecordImage, StateImage};
 use serde::{Deserialize, Serialize};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::format::config;
+use crate::repair::{remove_path, Repairs};
 use crate::segment::sync_dir;
 use crate::StorageError;
 
@@ -213,12 +214,26 @@ impl RecordStore {
     ///
     /// # Errors
     /// [`StorageError::Corrupt`] naming a segment that is missing, short or not what the
-    /// catalog says; [`StorageError::Io`] if the directory cannot be read or cleaned.
+    /// catalog says (nothing is changed then); [`StorageError::Io`] if the directory cannot be
+    /// read or cleaned.
     pub fn open(dir: &Path, catalog: Vec<SegmentImage>) -> Result<RecordStore, StorageError> {
+        let mut repairs = Repairs::default();
+        let store = RecordStore::check(dir, catalog, &mut repairs)?;
+        repairs.apply()?;
+        Ok(store)
+    }
+
+    /// [`RecordStore::open`] that changes nothing: what it would cut and remove is added to
+    /// `repairs`. The store reads only what the catalog names, so it may serve reads before
+    /// the repairs are made.
+    pub(crate) fn check(
+        dir: &Path,
+        catalog: Vec<SegmentImage>,
+        repairs: &mut Repairs,
+    ) -> Result<RecordStore, StorageError> {
         let root = dir.join(RECORDS_DIR);
-        fs::create_dir_all(&root).map_err(StorageError::io("create directory", &root))?;
-        // The directory's own entry too, for segments later created in it.
-        sync_dir(dir)?;
+        // Made durable in the data directory too, for segments later created in it.
+        repairs.create(root.clone());
         let mut logs: HashMap<LogId, Vec<SegmentImage>> = HashMap::new();
         for segment in catalog {
             logs.entry(segment.log()).or_default().push(segment);
@@ -231,10 +246,10 @@ impl RecordStore {
             catalog: Mutex::new(HashMap::new()),
             open: Mutex::new(OpenFiles::default()),
         };
-        store.remove_unnamed(&logs)?;
+        store.find_unnamed(&logs, repairs)?;
         for segments in logs.values() {
             for segment in segments {
-                store.check_and_cut(segment)?;
+                store.check_segment(segment, repairs)?;
             }
         }
         *lock(&store.catalog) = logs;
@@ -290,9 +305,19 @@ impl RecordStore {
         Ok(written)
     }
 
-    /// Removes the directories and segment files `logs` does not name.
-    fn remove_unnamed(&self, logs: &HashMap<LogId, Vec<SegmentImage>>) -> Result<(), StorageError> {
-        let entries = fs::read_dir(&self.root).map_err(StorageError::io("list", &self.root))?;
+    /// Adds the removal of the directories and segment files `logs` does not name to
+    /// `repairs`.
+    fn find_unnamed(
+        &self,
+        logs: &HashMap<LogId, Vec<SegmentImage>>,
+        repairs: &mut Repairs,
+    ) -> Result<(), StorageError> {
+        let entries = match fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            // A directory that never held records: nothing to remove.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(cause) => return Err(StorageError::io("list", &self.root)(cause)),
+        };
         for entry in entries {
             let entry = entry.map_err(StorageError::io("list", &self.root))?;
             let path = entry.path();
@@ -302,8 +327,7 @@ impl RecordStore {
                 .and_then(parse_log_dir)
                 .and_then(|log| logs.get(&log));
             let Some(segments) = named else {
-                warn!(path = %path.display(), "removing record files no checkpoint names");
-                remove_path(&path)?;
+                repairs.remove(path, "removing record files no checkpoint names");
                 continue;
             };
             let files = fs::read_dir(&path).map_err(StorageError::io("list", &path))?;
@@ -315,69 +339,63 @@ impl RecordStore {
                     .and_then(|name| name.get(..20))
                     .and_then(|digits| digits.parse::<i64>().ok());
                 if !base.is_some_and(|base| segments.iter().any(|s| s.base == base)) {
-                    let doomed = file.path();
-                    warn!(path = %doomed.display(), "removing a record file no checkpoint names");
-                    remove_path(&doomed)?;
+                    repairs.remove(file.path(), "removing a record file no checkpoint names");
                 }
             }
         }
         Ok(())
     }
 
-    /// Checks that a cataloged segment's files hold at least what the catalog says, and cuts
-    /// anything after it.
-    fn check_and_cut(&self, segment: &SegmentImage) -> Result<(), StorageError> {
+    /// Checks that a cataloged segment's files hold at least what the catalog says, and adds
+    /// cutting anything after it to `repairs`.
+    fn check_segment(
+        &self,
+        segment: &SegmentImage,
+        repairs: &mut Repairs,
+    ) -> Result<(), StorageError> {
         let log = segment.log();
         let (data_path, index_path) = self.paths(log, segment.base);
         let index_len = HEADER + segment.count * INDEX_ENTRY;
         for (path, magic, len) in [
-            (&data_path, DATA_MAGIC, segment.data_len),
-            (&index_path, INDEX_MAGIC, index_len),
+            (data_path, DATA_MAGIC, segment.data_len),
+            (index_path, INDEX_MAGIC, index_len),
         ] {
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(path)
-                .map_err(|cause| {
-                    StorageError::corrupt(
-                        path,
-                        0,
-                        format!(
-                            "a record segment the last checkpoint names cannot be opened: {cause}"
-                        ),
-                    )
-                })?;
+            let file = File::open(&path).map_err(|cause| {
+                StorageError::corrupt(
+                    &path,
+                    0,
+                    format!("a record segment the last checkpoint names cannot be opened: {cause}"),
+                )
+            })?;
             let actual = file
                 .metadata()
-                .map_err(StorageError::io("read the length of", path))?
+                .map_err(StorageError::io("read the length of", &path))?
                 .len();
             if actual < len {
                 return Err(StorageError::corrupt(
-                    path,
+                    &path,
                     actual,
                     format!("the file ends at byte {actual}; the last checkpoint says {len}"),
                 ));
             }
             let mut found = [0; HEADER as usize];
             file.read_exact_at(&mut found, 0)
-                .map_err(StorageError::io("read", path))?;
+                .map_err(StorageError::io("read", &path))?;
             if found != header(magic, log, segment.base) {
                 return Err(StorageError::corrupt(
-                    path,
+                    &path,
                     0,
                     "the header is not the one of the segment the file name and the last \
                      checkpoint give",
                 ));
             }
             if actual > len {
-                warn!(
-                    path = %path.display(),
-                    cut_bytes = actual - len,
-                    "cutting records a checkpoint wrote but did not finish"
+                repairs.cut(
+                    path,
+                    len,
+                    actual,
+                    "cutting records a checkpoint wrote but did not finish",
                 );
-                file.set_len(len)
-                    .and_then(|()| file.sync_all())
-                    .map_err(StorageError::io("truncate", path))?;
             }
         }
         Ok(())
@@ -947,22 +965,4 @@ fn open_for_append(path: &Path, len: u64) -> Result<File, StorageError> {
     std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(len))
         .map_err(StorageError::io("seek", path))?;
     Ok(file)
-}
-
-/// Removes a file or a directory with everything in it; one already gone is fine.
-fn remove_path(path: &Path) -> Result<(), StorageError> {
-    let removed = if path.is_dir() {
-        fs::remove_dir_all(path)
-    } else {
-        fs::remove_file(path)
-    };
-    match removed {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(cause) => Err(StorageError::Io {
-            action: "remove",
-            path: path.to_owned(),
-            cause,
-        }),
-    }
 }

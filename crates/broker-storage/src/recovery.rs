@@ -1,20 +1,20 @@
 //! Recovery: the latest snapshot with its record segments, then the log tail replayed through
 //! the core's `apply_at` (format 1 entries through `apply`).
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use broker_core::cold::ColdStore;
 use broker_core::{v1, BrokerState};
 use serde::de::DeserializeOwned;
-use tracing::warn;
 
 use crate::format::{
     config, entry_crc, parse_name, read_segment_header, segment_name, u32_at, Entry, ENTRY_HEADER,
     FORMAT_VERSION, MAX_ENTRY_BYTES, SEGMENT_HEADER, SNAPSHOT_HEADER,
 };
 use crate::records::RecordStore;
+use crate::repair::Repairs;
 use crate::snapshot::{load_latest, Checkpoint, LoadedSnapshot, Snapshot};
 use crate::StorageError;
 
@@ -45,17 +45,22 @@ pub struct Recovery {
 pub struct TornTail {
     /// The segment.
     pub path: PathBuf,
-    /// Where the torn entry started; the segment now ends here.
+    /// Where the torn entry started; the segment is cut here before anything is logged.
     pub offset: u64,
     /// How many bytes were cut off.
     pub cut: u64,
 }
 
-/// See [`crate::DataDir::recover`]: `capacity` is the state's capacity when the directory holds
-/// nothing that says otherwise.
-pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageError> {
+/// See [`crate::DataDir::recover`], without its changes to the directory: those are added to
+/// `repairs`, to be made once nothing refuses the start. `capacity` is the state's capacity
+/// when the directory holds nothing that says otherwise.
+pub(crate) fn recover(
+    dir: &Path,
+    capacity: i32,
+    repairs: &mut Repairs,
+) -> Result<Recovery, StorageError> {
     let segments = list_segments(dir)?;
-    let snapshot = load_latest(dir)?;
+    let snapshot = load_latest(dir, repairs)?;
     let mut migrated_from = None;
     let (records, mut state, snapshot_seq) = match snapshot {
         Some(LoadedSnapshot {
@@ -64,7 +69,7 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
             path,
         }) => {
             migrated_from = Some(1);
-            let records = Arc::new(RecordStore::open(dir, Vec::new())?);
+            let records = Arc::new(RecordStore::check(dir, Vec::new(), repairs)?);
             let state = BrokerState::from_image_v1(image)
                 .map_err(|why| inconsistent(&path, &why))?
                 .with_cold_store(records.clone());
@@ -76,7 +81,7 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
             path,
         }) => {
             migrated_from = Some(2);
-            let (records, state) = open_checkpoint(dir, checkpoint.into(), &path)?;
+            let (records, state) = open_checkpoint(dir, checkpoint.into(), &path, repairs)?;
             (records, state, Some(seq))
         }
         Some(LoadedSnapshot {
@@ -85,7 +90,7 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
             path,
         }) => {
             migrated_from = Some(3);
-            let (records, state) = open_checkpoint(dir, checkpoint.into(), &path)?;
+            let (records, state) = open_checkpoint(dir, checkpoint.into(), &path, repairs)?;
             (records, state, Some(seq))
         }
         Some(LoadedSnapshot {
@@ -93,7 +98,7 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
             seq,
             path,
         }) => {
-            let (records, state) = open_checkpoint(dir, checkpoint, &path)?;
+            let (records, state) = open_checkpoint(dir, checkpoint, &path, repairs)?;
             (records, state, Some(seq))
         }
         None => {
@@ -103,7 +108,7 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
                 Some(&first) => first_capacity(&dir.join(segment_name(first)))?,
                 None => None,
             };
-            let records = Arc::new(RecordStore::open(dir, Vec::new())?);
+            let records = Arc::new(RecordStore::check(dir, Vec::new(), repairs)?);
             let state = BrokerState::new(logged.unwrap_or(capacity))
                 .map_err(|error| StorageError::Replay {
                     path: dir.to_owned(),
@@ -134,8 +139,14 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
         if bytes.len() < SEGMENT_HEADER {
             if last {
                 // The process died while creating the segment: nothing was logged in it.
-                warn!(file = %path.display(), bytes = bytes.len(), "removing a segment with a torn header");
-                fs::remove_file(&path).map_err(StorageError::io("remove", &path))?;
+                repairs.remove(
+                    path,
+                    format!(
+                        "removing a log segment with a torn header ({} bytes; the server \
+                         stopped while creating it)",
+                        bytes.len()
+                    ),
+                );
                 break;
             }
             return Err(StorageError::corrupt(
@@ -165,14 +176,16 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
                 Ok(entry) => entry,
                 Err(damage) if last && damage.may_be_torn => {
                     let cut = (bytes.len() - offset) as u64;
-                    warn!(
-                        file = %path.display(),
-                        offset,
-                        cut_bytes = cut,
-                        reason = damage.reason,
-                        "cutting off a torn last log entry (the server stopped while writing it)"
+                    repairs.cut(
+                        path.clone(),
+                        offset as u64,
+                        bytes.len() as u64,
+                        format!(
+                            "cutting off a torn last log entry ({}; the server stopped while \
+                             writing it)",
+                            damage.reason
+                        ),
                     );
-                    truncate(&path, offset as u64)?;
                     torn = Some(TornTail {
                         path: path.clone(),
                         offset: offset as u64,
@@ -239,13 +252,15 @@ pub(crate) fn recover(dir: &Path, capacity: i32) -> Result<Recovery, StorageErro
     })
 }
 
-/// The record segments a checkpoint (read from `path`) names, and its state reading from them.
+/// The record segments a checkpoint (read from `path`) names, and its state reading from them;
+/// what is to be cut and removed under them is added to `repairs`.
 fn open_checkpoint(
     dir: &Path,
     checkpoint: Checkpoint,
     path: &Path,
+    repairs: &mut Repairs,
 ) -> Result<(Arc<RecordStore>, BrokerState), StorageError> {
-    let records = Arc::new(RecordStore::open(dir, checkpoint.segments)?);
+    let records = Arc::new(RecordStore::check(dir, checkpoint.segments, repairs)?);
     let cold: Arc<dyn ColdStore> = records.clone();
     let state = BrokerState::from_image(checkpoint.image, Some(cold))
         .map_err(|why| inconsistent(path, &why))?;
@@ -351,15 +366,4 @@ fn read_entry(bytes: &[u8], offset: usize) -> Result<LogEntry<'_>, Damage> {
         });
     }
     Ok(LogEntry { body, end })
-}
-
-/// Cuts `path` to `len` bytes and makes that durable.
-fn truncate(path: &Path, len: u64) -> Result<(), StorageError> {
-    let file = OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(StorageError::io("open", path))?;
-    file.set_len(len)
-        .and_then(|()| file.sync_all())
-        .map_err(StorageError::io("truncate", path))
 }

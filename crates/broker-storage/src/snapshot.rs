@@ -14,13 +14,13 @@ use std::path::{Path, PathBuf};
 use broker_core::image::{v1, StateImage};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tracing::warn;
 
 use crate::format::{
     check_version, config, parse_name, segment_name, snapshot_name, u32_at, u64_at, FORMAT_VERSION,
     SNAPSHOT_HEADER, SNAPSHOT_MAGIC,
 };
 use crate::records::SegmentImage;
+use crate::repair::Repairs;
 use crate::segment::sync_dir;
 use crate::StorageError;
 
@@ -208,20 +208,17 @@ pub(crate) struct LoadedSnapshot {
     pub(crate) path: PathBuf,
 }
 
-/// Reads the latest snapshot in `dir` (the highest sequence number), if there is one; removes a
-/// leftover temporary snapshot.
-pub(crate) fn load_latest(dir: &Path) -> Result<Option<LoadedSnapshot>, StorageError> {
+/// Reads the latest snapshot in `dir` (the highest sequence number), if there is one; adds the
+/// removal of a leftover temporary snapshot to `repairs`.
+pub(crate) fn load_latest(
+    dir: &Path,
+    repairs: &mut Repairs,
+) -> Result<Option<LoadedSnapshot>, StorageError> {
     let tmp = dir.join(SNAPSHOT_TMP);
-    match fs::remove_file(&tmp) {
-        Ok(()) => warn!(file = %tmp.display(), "removed an unfinished snapshot"),
+    match fs::symlink_metadata(&tmp) {
+        Ok(_) => repairs.remove(tmp, "removing an unfinished snapshot"),
         Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-        Err(source) => {
-            return Err(StorageError::Io {
-                action: "remove",
-                path: tmp,
-                cause: source,
-            })
-        }
+        Err(cause) => return Err(StorageError::io("read the metadata of", &tmp)(cause)),
     }
     let mut latest = None;
     for entry in fs::read_dir(dir).map_err(StorageError::io("list", dir))? {

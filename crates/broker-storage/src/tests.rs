@@ -1077,3 +1077,129 @@ fn idempotent_producers_are_remembered_across_checkpoints_and_restarts() {
     // Nothing was stored twice.
     assert_eq!(live.describe().topics[0].partitions[1].end_offset, 4);
 }
+
+/// Every file under `dir` but the lock, with its bytes.
+fn every_file(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.file_name().is_some_and(|name| name != "LOCK") {
+                let bytes = fs::read(&path).unwrap();
+                files.insert(path, bytes);
+            }
+        }
+    }
+    files
+}
+
+/// The files `before` and `after` (from [`every_file`]) disagree on: created, removed or
+/// changed.
+fn changed(
+    before: &BTreeMap<PathBuf, Vec<u8>>,
+    after: &BTreeMap<PathBuf, Vec<u8>>,
+) -> Vec<PathBuf> {
+    before
+        .keys()
+        .chain(after.keys())
+        .filter(|path| before.get(*path) != after.get(*path))
+        .cloned()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// A directory as a crash in the middle of a checkpoint leaves it: records appended to a
+/// segment the last snapshot names and to a partition it does not name, a temporary snapshot,
+/// and the log since the snapshot, whose last entry is torn. Returns the active log segment
+/// and where each of its entries ends.
+fn interrupted_checkpoint(path: &Path) -> (PathBuf, Vec<u64>) {
+    let mut live = on_disk(path, 5);
+    for i in 0..10 {
+        live.run(publish("d", 0, &format!("later {i}")));
+    }
+    let image = live.state.to_image();
+    let (_, topic) = &image.topics[0];
+    let records = &topic.partitions[0];
+    for log in [topic.id, 99] {
+        let log = broker_core::cold::LogId {
+            topic: log,
+            partition: 0,
+        };
+        live.records
+            .append(log, records.cold_end, &records.records, 1 << 20)
+            .unwrap();
+    }
+    fs::write(path.join(crate::snapshot::SNAPSHOT_TMP), b"half a snapshot").unwrap();
+    let segment = live.writer_path();
+    let ends = live.ends.clone();
+    drop(live);
+    let len = fs::metadata(&segment).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(len - 3)
+        .unwrap();
+    (segment, ends)
+}
+
+#[test]
+fn a_refused_start_changes_no_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (segment, ends) = interrupted_checkpoint(tmp.path());
+    let pristine = fs::read(&segment).unwrap();
+    // An entry with entries after it: a flipped byte in its body, then a length one too long.
+    let damaged = ends[ends.len() - 4];
+    for (at, change) in [(damaged + 9, 0x5a), (damaged, 1)] {
+        let mut bytes = pristine.clone();
+        bytes[at as usize] ^= change;
+        fs::write(&segment, &bytes).unwrap();
+        let before = every_file(tmp.path());
+        assert!(before
+            .keys()
+            .any(|path| path.starts_with(tmp.path().join("records"))));
+        match crate::Storage::open(tmp.path(), CAPACITY) {
+            Err(StorageError::Corrupt { path, offset, .. }) => {
+                assert_eq!((path, offset), (segment.clone(), damaged), "at {at}");
+            }
+            other => panic!("expected Corrupt at {at}, got {other:?}"),
+        }
+        let after = every_file(tmp.path());
+        assert_eq!(changed(&before, &after), Vec::<PathBuf>::new(), "at {at}");
+        assert!(recover(tmp.path()).is_err());
+        let after = every_file(tmp.path());
+        assert_eq!(changed(&before, &after), Vec::<PathBuf>::new(), "at {at}");
+    }
+}
+
+#[test]
+fn opening_storage_repairs_nothing_until_it_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (segment, ends) = interrupted_checkpoint(tmp.path());
+    let before = every_file(tmp.path());
+    let storage = crate::Storage::open(tmp.path(), CAPACITY).unwrap();
+    assert!(storage.recovery().torn.is_some());
+    // A caller that refuses the start after reading the state (the server checks its limits).
+    drop(storage);
+    let after = every_file(tmp.path());
+    assert_eq!(changed(&before, &after), Vec::<PathBuf>::new());
+    let settings = crate::JournalSettings {
+        fsync: crate::Fsync::Always,
+        fsync_interval: std::time::Duration::from_millis(10),
+        snapshot_log_bytes: 1 << 20,
+        segment_bytes: 1 << 20,
+    };
+    let (_, journal) = crate::Storage::open(tmp.path(), CAPACITY)
+        .unwrap()
+        .start(settings, |state| state)
+        .unwrap();
+    journal.finish();
+    assert!(!tmp.path().join(crate::snapshot::SNAPSHOT_TMP).exists());
+    assert_eq!(fs::metadata(&segment).unwrap().len(), ends[ends.len() - 2]);
+    let unnamed = format!("{:020}-{:010}", 99, 0);
+    assert!(!tmp.path().join("records").join(unnamed).exists());
+}

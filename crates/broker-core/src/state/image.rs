@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::group::{Group, GroupPartition, Member};
 use super::idempotence::{Producer, RecentBatch, Sequences, RECENT_BATCHES};
 use super::log::{Cold, PartitionLog, StoredRecord};
-use super::retention::Memory;
+use super::memory::Memory;
 use super::topic::Topic;
 use super::{BrokerState, Limits};
 use crate::cold::{ColdStore, LogId};

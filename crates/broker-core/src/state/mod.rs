@@ -13,7 +13,8 @@
 //! | `topic` | topics: creation, more partitions, deletion, purges; publishing: placement by key, appends within the topic's limits |
 //! | `group` | consumer groups: membership, assignment (and the `assignment` call), rebalancing |
 //! | `consume` | ack mode (poll, ack, retry, redeliver) and fetch mode (fetch, commit), and resetting a group's offsets |
-//! | `retention` | what leaves a partition (consumed by every group, past a limit, too old), the groups that skip what left, and the memory budget |
+//! | `retention` | what leaves a partition (consumed by every group, past a limit, too old), and the groups that skip what left |
+//! | `memory` | the memory budget: the bytes retained across the broker, and the budget they stay within |
 //! | `idempotence` | publishes numbered by their producer, stored once however often they are sent |
 //! | `time` | the broker's clock, and what happens as it advances (age, acknowledgement deadlines) |
 //! | `read` | read-only calls: committed, end offset, lag, and `describe` (whose types are in the crate's `describe` module) |
@@ -29,6 +30,7 @@ mod group;
 mod idempotence;
 mod image;
 mod log;
+mod memory;
 mod read;
 mod retention;
 mod time;
@@ -46,7 +48,7 @@ use crate::BrokerError;
 pub use dead_letter::{DeadLetterReason, DeadLettered, DEAD_LETTER_HEADER_BYTES};
 use group::Group;
 pub use idempotence::{MAX_PRODUCERS, RECENT_BATCHES};
-use retention::Memory;
+use memory::Memory;
 use topic::Topic;
 
 /// The whole broker: its topics, their partition logs and their consumer groups.

@@ -1,36 +1,16 @@
-//! What leaves a partition, the groups that skip what left, and the memory budget.
+//! What leaves a partition, and the groups that skip what left.
 //!
 //! Interest retention (the default): a record leaves its partition once every group of its
 //! topic has consumed it (committed past it); with no groups nothing leaves. Limits retention:
 //! records stay, consumed or not, until a limit (count, bytes) makes room for new ones. In
 //! either, records older than the topic's maximum age leave, and a purge removes records below
 //! an offset. A group whose committed offset was below records that left without it moves to
-//! the first record kept, and counts what it skipped. Retained payload, key and header bytes
-//! are counted across the broker against an optional budget, past which publishes answer
-//! "full".
+//! the first record kept, and counts what it skipped. What leaves is subtracted from the bytes
+//! the memory budget counts (see the `memory` module).
 
 use super::topic::Topic;
 use super::BrokerState;
 use crate::{BrokerError, Retention};
-
-/// Payload, key and header bytes retained across the broker, and the optional budget they must
-/// stay within.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Memory {
-    /// Past this many retained bytes, publishes answer "full" (`-1`); `None` for no budget.
-    pub(super) budget: Option<u64>,
-    /// The sum of every partition's `retained_bytes`.
-    pub(super) retained: u64,
-}
-
-impl Memory {
-    /// Whether a record of `size` bytes may be retained without exceeding the budget.
-    #[inline]
-    pub(super) fn fits(&self, size: u64) -> bool {
-        self.budget
-            .is_none_or(|budget| self.retained.saturating_add(size) <= budget)
-    }
-}
 
 impl Topic {
     /// Interest retention: drops the records of `partition` that every group has consumed, and
@@ -113,33 +93,6 @@ impl Topic {
 }
 
 impl BrokerState {
-    /// This state with a memory budget: once the payload and key bytes retained across the
-    /// whole broker would exceed `budget`, a publish answers `-1` (full), consuming no offset,
-    /// as for a partition at capacity. `None` removes the budget.
-    #[must_use]
-    pub fn with_memory_budget(mut self, budget: Option<u64>) -> Self {
-        self.set_memory_budget(budget);
-        self
-    }
-
-    /// Sets or removes the memory budget (see [`BrokerState::with_memory_budget`]). Records
-    /// already retained stay, even past a lowered budget; publishes are refused until enough
-    /// of them are consumed.
-    pub fn set_memory_budget(&mut self, budget: Option<u64>) {
-        self.memory.budget = budget;
-    }
-
-    /// The memory budget in bytes, if there is one.
-    pub fn memory_budget(&self) -> Option<u64> {
-        self.memory.budget
-    }
-
-    /// Payload and key bytes retained across every partition of every topic: what the memory
-    /// budget bounds.
-    pub fn retained_bytes(&self) -> u64 {
-        self.memory.retained
-    }
-
     /// The payload, key and header bytes of the largest record retained anywhere (0 with none):
     /// a server must be able to deliver it, so its payload limit may not be below this.
     ///

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::group::{Group, GroupPartition};
 use super::idempotence::Producer;
 use super::log::{PartitionLog, StoredRecord};
-use super::retention::Memory;
+use super::memory::Memory;
 use super::{topic_in, BrokerState};
 use crate::validate::{
     check_batch_len, check_headers, check_identifier, check_offset, check_partition_count,

@@ -1,0 +1,119 @@
+//! The changes recovery makes to a data directory: cutting what a crash left unfinished and
+//! removing what no checkpoint names. Recovery only reads while it checks the directory and
+//! lists these as it goes; they are made once everything has been checked, so a start that is
+//! refused leaves the directory exactly as the crash left it, for the operator to inspect.
+
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use tracing::warn;
+
+use crate::segment::sync_dir;
+use crate::StorageError;
+
+/// The changes a recovery found necessary, in the order they were found.
+#[derive(Debug, Default)]
+#[must_use = "the directory is only repaired by `Repairs::apply`"]
+pub(crate) struct Repairs(Vec<Repair>);
+
+#[derive(Debug)]
+enum Repair {
+    /// A directory later writes need: created if missing, its entry made durable.
+    Create(PathBuf),
+    /// A file or directory tree a crash left that nothing names.
+    Remove { path: PathBuf, why: String },
+    /// A file whose bytes from `len` on a crash left unfinished.
+    Cut {
+        path: PathBuf,
+        len: u64,
+        cut: u64,
+        why: String,
+    },
+}
+
+impl Repairs {
+    /// Makes sure the directory `path` exists once repaired.
+    pub(crate) fn create(&mut self, path: PathBuf) {
+        self.0.push(Repair::Create(path));
+    }
+
+    /// Removes `path` (a file or a directory tree), logging `why` as it does.
+    pub(crate) fn remove(&mut self, path: PathBuf, why: impl Into<String>) {
+        self.0.push(Repair::Remove {
+            path,
+            why: why.into(),
+        });
+    }
+
+    /// Cuts `path`, now `from` bytes long, to `len` bytes, logging `why` as it does.
+    pub(crate) fn cut(&mut self, path: PathBuf, len: u64, from: u64, why: impl Into<String>) {
+        self.0.push(Repair::Cut {
+            path,
+            len,
+            cut: from - len,
+            why: why.into(),
+        });
+    }
+
+    /// Makes the changes, each durable before the next.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] naming the file that could not be changed; those before it were.
+    pub(crate) fn apply(self) -> Result<(), StorageError> {
+        for repair in self.0 {
+            match repair {
+                Repair::Create(path) => {
+                    fs::create_dir_all(&path)
+                        .map_err(StorageError::io("create directory", &path))?;
+                    if let Some(parent) = path.parent() {
+                        sync_dir(parent)?;
+                    }
+                }
+                Repair::Remove { path, why } => {
+                    warn!(file = %path.display(), "{why}");
+                    remove_path(&path)?;
+                }
+                Repair::Cut {
+                    path,
+                    len,
+                    cut,
+                    why,
+                } => {
+                    warn!(file = %path.display(), offset = len, cut_bytes = cut, "{why}");
+                    truncate(&path, len)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Cuts `path` to `len` bytes and makes that durable.
+fn truncate(path: &Path, len: u64) -> Result<(), StorageError> {
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(StorageError::io("open", path))?;
+    file.set_len(len)
+        .and_then(|()| file.sync_all())
+        .map_err(StorageError::io("truncate", path))
+}
+
+/// Removes a file or a directory with everything in it; one already gone is fine.
+pub(crate) fn remove_path(path: &Path) -> Result<(), StorageError> {
+    let removed = if path.is_dir() {
+        fs::remove_dir_all(path)
+    } else {
+        fs::remove_file(path)
+    };
+    match removed {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(cause) => Err(StorageError::Io {
+            action: "remove",
+            path: path.to_owned(),
+            cause,
+        }),
+    }
+}
