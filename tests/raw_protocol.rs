@@ -508,3 +508,85 @@ fn a_commit_map_whose_partitions_do_not_strictly_ascend_is_malformed() {
     let body = conn.call(6, request(6, 11).string("t").string("g").i32(0));
     assert_eq!(ok(&body, 9).i64(), 5);
 }
+
+#[test]
+fn other_protocols_at_either_port_are_told_where_to_go_in_one_log_line_each() {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut server = ServerProcess::start_with(
+        &["--kafka-listen", "127.0.0.1:0"],
+        &[],
+        std::process::Stdio::from(log.reopen().unwrap()),
+    );
+    let answer = |addr: std::net::SocketAddr, bytes: &[u8]| {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(bytes).unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let kafka = server.kafka_addr.unwrap();
+    // redis-cli's PING, and one typed into nc: a Redis error saying what this port is.
+    let redis = answer(server.addr, b"*1\r\n$4\r\nPING\r\n");
+    assert!(
+        redis.starts_with("-ERR This port speaks the broker's own protocol, not Redis"),
+        "{redis}"
+    );
+    assert!(answer(server.addr, b"PING\r\n").starts_with("-ERR "));
+    // A Kafka client's first request (ApiVersions v3): closed unanswered (a Kafka client would
+    // misread any answer but its own).
+    let api_versions = [0, 0, 0, 12, 0, 18, 0, 3, 0, 0, 0, 1, 0, 2, b'r', b'k'];
+    assert_eq!(answer(server.addr, &api_versions), "");
+    // At the Kafka port: HTTP and Redis are told; the broker's hello is answered as Kafka's
+    // refusal of an unknown API (which the broker's client recognises).
+    let http = answer(kafka, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(http.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{http}");
+    assert!(
+        http.contains("This port speaks Kafka's protocol, not HTTP"),
+        "{http}"
+    );
+    let redis = answer(kafka, b"*1\r\n$4\r\nPING\r\n");
+    assert!(
+        redis.starts_with("-ERR This port speaks Kafka's protocol"),
+        "{redis}"
+    );
+    let native = answer(kafka, &hello(1));
+    assert!(!native.is_empty(), "answered");
+    // Still served: an answer to the ApiVersions (its body is no version 3's: refused).
+    let mut stream = TcpStream::connect(kafka).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(&api_versions).unwrap();
+    let mut length = [0; 4];
+    stream.read_exact(&mut length).unwrap();
+    assert!(u32::from_be_bytes(length) > 0);
+    server.terminate(Duration::from_secs(10));
+    let log = std::fs::read_to_string(log.path()).unwrap();
+    let refusals: Vec<&str> = log.lines().filter(|line| line.contains("WARN")).collect();
+    for (seen, port) in [
+        (
+            "speaking Redis's protocol (RESP): this port speaks the broker's own",
+            2,
+        ),
+        (
+            "speaking Kafka's protocol: this port speaks the broker's own",
+            1,
+        ),
+        ("speaking HTTP on the Kafka listener", 1),
+        ("speaking Redis's protocol (RESP) on the Kafka listener", 1),
+        (
+            "speaking the broker's own protocol on the Kafka listener",
+            1,
+        ),
+    ] {
+        assert_eq!(
+            refusals.iter().filter(|line| line.contains(seen)).count(),
+            port,
+            "{seen} in\n{log}"
+        );
+    }
+    assert_eq!(refusals.len(), 6, "one line per refused connection:\n{log}");
+}

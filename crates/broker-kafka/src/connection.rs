@@ -4,9 +4,10 @@
 use std::future::Future;
 use std::net::SocketAddr;
 
+use broker_net::Foreign;
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tracing::{debug, trace};
@@ -88,6 +89,17 @@ where
         let frame = match frame {
             Ok(None) => return Ok(answered),
             Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
+                // The length of no Kafka frame: maybe another protocol's first bytes.
+                if let Some(foreign) = Foreign::from_start(framed.read_buffer()) {
+                    let text =
+                        format!("This port speaks Kafka's protocol, not {}.", foreign.name());
+                    if let Some(refusal) = foreign.refusal(&text) {
+                        let written = framed.get_mut().write_all(&refusal);
+                        // The peer may be gone; it is refused either way.
+                        let _ = tokio::time::timeout(settings.write_timeout, written).await;
+                    }
+                    return Err(KafkaError::Foreign(foreign));
+                }
                 debug!(cause = %error, "an unreadable Kafka frame");
                 return Err(KafkaError::FrameTooLarge { limit });
             }
@@ -99,6 +111,9 @@ where
             Err(error) => return Err(error.into()),
             Ok(Some(frame)) => frame.freeze(),
         };
+        // A client of the broker's own protocol: answered as a Kafka request of an API the
+        // listener does not know (which the broker's client recognises), then closed.
+        let native = answered == 0 && Foreign::from_body(&frame) == Some(Foreign::Broker);
         // A request that waits (a rebalance, a fetch) ends with the connection's closing.
         let started = tokio::time::Instant::now();
         let reply = tokio::select! {
@@ -110,7 +125,8 @@ where
             "answered a Kafka request"
         );
         let (answer, close) = match reply {
-            Reply::Send(answer) => (answer, false),
+            Reply::Send(answer) if native => (answer, Some(KafkaError::Foreign(Foreign::Broker))),
+            Reply::Send(answer) => (answer, None),
             Reply::Nothing => continue,
             Reply::Close => {
                 debug!(
@@ -118,13 +134,13 @@ where
                 );
                 return Ok(answered);
             }
-            Reply::SendAndClose(answer) => (answer, true),
+            Reply::SendAndClose(answer) => (answer, Some(KafkaError::Unauthenticated)),
         };
         tokio::time::timeout(settings.write_timeout, framed.send(answer))
             .await
             .map_err(|_| KafkaError::WriteTimeout)??;
-        if close {
-            return Err(KafkaError::Unauthenticated);
+        if let Some(error) = close {
+            return Err(error);
         }
         answered += 1;
     }

@@ -69,6 +69,10 @@ pub enum KafkaError {
         /// The read timeout.
         limit: std::time::Duration,
     },
+    /// The peer spoke another protocol: HTTP or Redis's (told so in its own protocol), or the
+    /// broker's own (answered as a Kafka request of an unknown API).
+    #[error("the client speaks {}, not Kafka's protocol", .0.name())]
+    Foreign(broker_net::Foreign),
     /// The client took none of an answer within the write timeout.
     #[error("the client did not read its answer in time")]
     WriteTimeout,

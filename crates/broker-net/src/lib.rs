@@ -1,13 +1,13 @@
 //! What the broker's server, client and command line share about reaching a broker, so that
 //! each rule has one implementation: the forms an address takes ([`listen_address`],
 //! [`connect_address`]), where the auth token comes from ([`auth_token`]), and how a connection
-//! sizes its buffers ([`make_room`], [`release_if_grown`]), how HTTP met where the broker's
-//! protocol was expected is recognised ([`looks_like_http`]), and how a connection that reached
+//! sizes its buffers ([`make_room`], [`release_if_grown`]), how another protocol met where
+//! the broker's or Kafka's was expected is recognised ([`Foreign`]), and how a connection that reached
 //! its own port is refused ([`connect`], [`refuse_self_connection`]).
 
 mod address;
 mod buffer;
-mod http;
+mod foreign;
 mod self_connection;
 mod token;
 
@@ -15,6 +15,6 @@ pub use address::{
     connect_address, connect_addresses, host_of, listen_address, AddressError, DEFAULT_PORT,
 };
 pub use buffer::{make_room, release_if_grown, KEEP_BUFFER_BYTES, READ_CHUNK};
-pub use http::{length_is_http, looks_like_http};
+pub use foreign::{looks_like_http, Foreign};
 pub use self_connection::{connect, refuse_self_connection};
 pub use token::{auth_token, read_token_file, TokenError, AUTH_TOKEN_ENV};

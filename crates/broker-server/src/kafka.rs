@@ -140,6 +140,17 @@ async fn handle(
     closing.cancel();
     match served {
         Ok(requests) => debug!(peer = %peer, connection = id, requests, "Kafka connection closed"),
+        Err(broker_kafka::KafkaError::Foreign(foreign)) => {
+            warn!(
+                peer = %peer,
+                "refusing a client speaking {} on the Kafka listener: {}",
+                foreign.name(),
+                foreign.where_to_go()
+            );
+            if let Some(metrics) = &shared.metrics {
+                metrics.connection_refused("unsupported_protocol");
+            }
+        }
         Err(broker_kafka::KafkaError::Unauthenticated) => warn!(
             peer = %peer,
             cause = "no SASL/PLAIN authentication with the auth token",

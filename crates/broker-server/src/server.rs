@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use broker_core::BrokerState;
+use broker_net::Foreign;
 use broker_proto::{
     ErrorReply, Hello, HelloReply, ProtocolError, ResponseFrame, ServerCodec, ServerHandshakeCodec,
     MAGIC, MAX_HELLO_FRAME, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
@@ -237,10 +238,30 @@ where
     }
 }
 
-/// What an HTTP client at the broker's port is told, so that `curl` says something useful.
-const HTTP_REFUSAL: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
-Connection: close\r\nContent-Length: 94\r\n\r\n\
-This port speaks the broker's own protocol, not HTTP; metrics are served on --metrics-listen.\n";
+/// Refuses a peer that spoke `foreign` instead of saying hello: one line in the log, and an
+/// answer in its own protocol where it has one.
+async fn refuse_foreign<W: AsyncWrite + Unpin>(
+    shared: &Shared,
+    write: &mut W,
+    peer: SocketAddr,
+    foreign: Foreign,
+) {
+    let hint = foreign.where_to_go();
+    warn!(
+        peer = %peer,
+        "refusing a client speaking {}: this port speaks the broker's own protocol; {hint}",
+        foreign.name()
+    );
+    refused(shared, "unsupported_protocol");
+    let text = format!(
+        "This port speaks the broker's own protocol, not {}; {hint}.",
+        foreign.name()
+    );
+    if let Some(refusal) = foreign.refusal(&text) {
+        let _ = write.write_all(&refusal).await;
+    }
+    let _ = write.shutdown().await;
+}
 
 /// A client the hello welcomed.
 struct Welcomed {
@@ -263,6 +284,20 @@ async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         () = shared.shutdown.cancelled() => return None,
         read = time::timeout(HELLO_TIMEOUT, connection.read_frame(codec)) => read,
     };
+    // Another protocol's first bytes: an HTTP or Redis request read as a frame too long, or a
+    // Kafka request's header at the start of a frame that is no hello.
+    let foreign = match &read {
+        Ok(Err(ProtocolError::FrameTooLarge { size, .. })) => Foreign::from_length(*size),
+        Ok(Ok(Some(broker_proto::Decoded::Malformed {
+            leading_u64: Some(leading),
+            ..
+        }))) => Foreign::from_body(&leading.to_le_bytes()).filter(|&kind| kind == Foreign::Kafka),
+        _ => None,
+    };
+    if let Some(foreign) = foreign {
+        refuse_foreign(shared, write, peer, foreign).await;
+        return None;
+    }
     let token = shared.config.auth_token.as_ref();
     let mut client = String::new();
     let reply = match read {
@@ -272,19 +307,8 @@ async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             return None;
         }
         Ok(Ok(None)) => return None,
-        Ok(Err(ProtocolError::FrameTooLarge { size, .. })) if broker_net::length_is_http(size) => {
-            warn!(
-                peer = %peer,
-                "refusing an HTTP request: this is the broker's own protocol (metrics are served \
-                 over HTTP on --metrics-listen)"
-            );
-            refused(shared, "unsupported_protocol");
-            let _ = write.write_all(HTTP_REFUSAL).await;
-            let _ = write.shutdown().await;
-            return None;
-        }
+        // Logged with the refusal below.
         Ok(Err(ProtocolError::FrameTooLarge { size, limit })) => {
-            warn!(peer = %peer, cause = "hello frame too large", size, "refusing connection");
             HelloReply::Refused(ErrorReply::TooLarge {
                 what: "frame".into(),
                 size,
