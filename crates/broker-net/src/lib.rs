@@ -1,9 +1,9 @@
 //! What the broker's server, client and command line share about reaching a broker, so that
 //! each rule has one implementation: the forms an address takes ([`listen_address`],
-//! [`connect_address`]), where the auth token comes from ([`auth_token`]), and how a connection
-//! sizes its buffers ([`make_room`], [`release_if_grown`]), how another protocol met where
-//! the broker's or Kafka's was expected is recognised ([`Foreign`]), and how a connection that reached
-//! its own port is refused ([`connect`], [`refuse_self_connection`]).
+//! [`connect_address`]), where the auth token comes from ([`auth_token`]), how a connection
+//! sizes its buffers ([`make_room`], [`release_if_grown`]), how another protocol met where the
+//! broker's or Kafka's was expected is recognised ([`Foreign`]), and how a connection that
+//! reached its own port is refused ([`connect`], [`refuse_self_connection`]).
 
 mod address;
 mod buffer;
