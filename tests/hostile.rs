@@ -58,6 +58,21 @@ async fn call(client: &mut Client, command: Command) -> Result<Outcome, ErrorRep
     }
 }
 
+/// Creates `topic`, of one partition.
+async fn create(client: &mut Client, topic: &str) {
+    let created = call(
+        client,
+        Command::Create {
+            topic: topic.into(),
+            partition_count: 1,
+            key_hash: KeyHash::default(),
+            settings: Vec::new(),
+        },
+    )
+    .await;
+    assert_eq!(created, Ok(Outcome::Created(true)));
+}
+
 fn publish(payload: Bytes) -> Command {
     Command::Publish {
         topic: "t".into(),
@@ -78,17 +93,7 @@ async fn maximum_frames_again_and_again_do_not_grow_memory() {
         &(4 * MIB).to_string(),
     ]);
     let mut client = connect(&server).await;
-    let created = call(
-        &mut client,
-        Command::Create {
-            topic: "t".into(),
-            partition_count: 1,
-            key_hash: KeyHash::default(),
-            settings: Vec::new(),
-        },
-    )
-    .await;
-    assert_eq!(created, Ok(Outcome::Created(true)));
+    create(&mut client, "t").await;
     let baseline = server.status_bytes("VmRSS");
 
     // 100 frames just under the frame limit (300 MiB in all), each a publish whose payload is
@@ -179,17 +184,7 @@ async fn a_kafka_fetch_naming_a_partition_hundreds_of_times_reads_it_once() {
         "10000",
     ]);
     let mut client = connect(&server).await;
-    let created = call(
-        &mut client,
-        Command::Create {
-            topic: "t".into(),
-            partition_count: 1,
-            key_hash: KeyHash::default(),
-            settings: Vec::new(),
-        },
-    )
-    .await;
-    assert_eq!(created, Ok(Outcome::Created(true)));
+    create(&mut client, "t").await;
     // 4 MB of records.
     for _ in 0..4000 {
         let published = call(&mut client, publish(Bytes::from(vec![9u8; 1000]))).await;
@@ -240,17 +235,7 @@ async fn a_kafka_fetch_naming_a_partition_hundreds_of_times_reads_it_once() {
 async fn a_kafka_produce_of_batches_that_inflate_to_gigabytes_is_refused_within_one_budget() {
     let server = ServerProcess::start(&["--kafka-listen", "127.0.0.1:0"]);
     let mut client = connect(&server).await;
-    let created = call(
-        &mut client,
-        Command::Create {
-            topic: "inflating".into(),
-            partition_count: 1,
-            key_hash: KeyHash::default(),
-            settings: Vec::new(),
-        },
-    )
-    .await;
-    assert_eq!(created, Ok(Outcome::Created(true)));
+    create(&mut client, "inflating").await;
     // 31 records of a megabyte and a byte of zeros each, gzipped: 32 MB inflated per batch.
     let records: Vec<Record> = (0..31)
         .map(|offset| Record {

@@ -271,8 +271,7 @@ mod tests {
 
     use std::time::Duration;
 
-    use broker_core::{Command, EventBroker, Outcome, TopicDescription};
-    use broker_proto::ErrorReply;
+    use broker_core::EventBroker;
     use bytes::BytesMut;
     use kafka_protocol::messages::{
         ApiKey, ApiVersionsRequest, RequestHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
@@ -281,35 +280,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
     use super::*;
-
-    /// The broker in memory behind the password `secret`.
-    struct Guarded(EventBroker);
-
-    impl Backend for Guarded {
-        async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
-            self.0.call(command, max_wait).await
-        }
-
-        async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
-            self.0.topics().await
-        }
-
-        fn cluster(&self) -> Option<crate::ClusterView> {
-            None
-        }
-
-        fn coordinates_groups(&self) -> bool {
-            true
-        }
-
-        fn requires_authentication(&self) -> bool {
-            true
-        }
-
-        fn authenticate(&self, password: &str) -> bool {
-            password == "secret"
-        }
-    }
+    use crate::testing::Locked;
 
     fn settings() -> KafkaSettings {
         KafkaSettings {
@@ -326,7 +297,7 @@ mod tests {
 
     /// Serves the server's end of a connection whose client end is returned.
     fn serve<'a>(
-        backend: &'a Guarded,
+        backend: &'a Locked,
         coordinator: &'a Coordinator,
         settings: &'a KafkaSettings,
     ) -> (
@@ -376,7 +347,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn before_it_authenticates_a_connection_may_send_no_request_over_64_kib() {
-        let backend = Guarded(EventBroker::new(10).unwrap());
+        let backend = Locked(EventBroker::new(10).unwrap());
         let (coordinator, settings) = (Coordinator::default(), settings());
         let (mut client, served) = serve(&backend, &coordinator, &settings);
         let sending = async move {
@@ -396,7 +367,7 @@ mod tests {
 
     #[tokio::test]
     async fn once_it_authenticates_a_connection_may_send_requests_up_to_the_frame_limit() {
-        let backend = Guarded(EventBroker::new(10).unwrap());
+        let backend = Locked(EventBroker::new(10).unwrap());
         let (coordinator, settings) = (Coordinator::default(), settings());
         let (mut client, served) = serve(&backend, &coordinator, &settings);
         let talking = async move {
@@ -430,7 +401,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_not_whole_within_the_read_timeout_closes_the_connection() {
-        let backend = Guarded(EventBroker::new(10).unwrap());
+        let backend = Locked(EventBroker::new(10).unwrap());
         let (coordinator, settings) = (Coordinator::default(), settings());
         let (mut client, served) = serve(&backend, &coordinator, &settings);
         let started = Instant::now();

@@ -41,6 +41,8 @@ mod ids;
 mod records;
 mod sasl;
 mod settings;
+#[cfg(test)]
+mod testing;
 
 pub use apis::{supported_apis, SupportedApi};
 pub use backend::{Backend, ClusterView};

@@ -109,44 +109,13 @@ impl Sasl {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use std::time::Duration;
-
-    use broker_core::{Command, EventBroker, Outcome, TopicDescription};
-    use broker_proto::ErrorReply;
+    use broker_core::EventBroker;
     use kafka_protocol::messages::{
         ApiVersionsRequest, MetadataRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
     };
 
     use super::*;
-
-    /// The broker in memory behind the token `secret`.
-    struct Locked(EventBroker);
-
-    impl Backend for Locked {
-        async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
-            self.0.call(command, max_wait).await
-        }
-
-        async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
-            self.0.topics().await
-        }
-
-        fn cluster(&self) -> Option<crate::ClusterView> {
-            None
-        }
-
-        fn coordinates_groups(&self) -> bool {
-            true
-        }
-
-        fn requires_authentication(&self) -> bool {
-            true
-        }
-
-        fn authenticate(&self, password: &str) -> bool {
-            password == "secret"
-        }
-    }
+    use crate::testing::Locked;
 
     fn handshake(mechanism: &'static str) -> RequestKind {
         RequestKind::SaslHandshake(
