@@ -1143,12 +1143,12 @@ impl<B: Backend> Handler<'_, B> {
                         };
                         match self.call(command).await {
                             Ok(_) => None,
-                            // The broker's group has members of its own: a group name is used
-                            // by one protocol at a time.
+                            // The broker's group has members of its own: as in Kafka, only a
+                            // group's members commit while it has some.
                             Err(ErrorReply::InvalidArgument(text))
                                 if text.contains("members of its own") =>
                             {
-                                Some(ResponseError::InconsistentGroupProtocol)
+                                Some(ResponseError::UnknownMemberId)
                             }
                             Err(refusal) => Some(coordinator_error(&refusal)),
                         }
@@ -2160,5 +2160,47 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         };
         assert_eq!(described[0].group_state.as_str(), "Empty");
+    }
+
+    /// A commit of group `g` from outside its members (generation -1, no member id) of
+    /// `offsets` (partition, offset) on topic `t`: each partition's error code.
+    async fn commit_from_outside(broker: &Local, offsets: &[(i32, i64)]) -> Vec<i16> {
+        use kafka_protocol::messages::offset_commit_request::{
+            OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+        };
+        let partitions = offsets
+            .iter()
+            .map(|&(partition, offset)| {
+                OffsetCommitRequestPartition::default()
+                    .with_partition_index(partition)
+                    .with_committed_offset(offset)
+            })
+            .collect();
+        let request = OffsetCommitRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partitions(partitions)]);
+        match ask(broker, 2, RequestKind::OffsetCommit(request)).await {
+            Some(ResponseKind::OffsetCommit(mut response)) => response
+                .topics
+                .remove(0)
+                .partitions
+                .iter()
+                .map(|partition| partition.error_code)
+                .collect(),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_commit_from_outside_a_group_with_native_members_is_from_an_unknown_member() {
+        let broker = broker(100);
+        broker.join("t", "g", "native").unwrap();
+        assert_eq!(
+            commit_from_outside(&broker, &[(0, 0)]).await,
+            vec![ResponseError::UnknownMemberId.code()]
+        );
     }
 }
