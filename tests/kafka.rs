@@ -143,9 +143,10 @@ async fn the_native_client_pointed_at_the_kafka_listener_is_told_so() {
         .await
         .unwrap_err();
     assert!(
-        error
-            .to_string()
-            .contains("not its Kafka listener (--kafka-listen)"),
+        error.to_string().starts_with(
+            "protocol error: this port does not speak the broker's protocol: it answers as a \
+             Kafka listener does (a broker's --kafka-listen?)"
+        ),
         "{error}"
     );
 }
