@@ -1740,6 +1740,30 @@ fn a_closed_standard_output_ends_the_command_quietly() {
 }
 
 #[test]
+fn pointed_at_another_port_of_the_server_it_says_first_what_answers_there() {
+    let server = ServerProcess::start(&[
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let kafka = server.kafka_addr.unwrap().to_string();
+    let run = broker_alone(&["--addr", &kafka, "describe"]);
+    let said = format!(
+        "error: cannot talk to broker-server at {kafka}: this port does not speak the broker's \
+         protocol: it answers as a Kafka listener does"
+    );
+    assert!(run.one_error_line().starts_with(&said), "{run:#?}");
+    let metrics = server.metrics_addr.unwrap().to_string();
+    let run = broker_alone(&["--addr", &metrics, "describe"]);
+    let said = format!(
+        "error: cannot talk to broker-server at {metrics}: the server answered in HTTP: is this \
+         a broker's metrics endpoint (--metrics-listen)"
+    );
+    assert!(run.one_error_line().starts_with(&said), "{run:#?}");
+}
+
+#[test]
 fn connection_options_go_before_or_after_the_command_and_only_where_they_are_used() {
     let server = ServerProcess::start(&[]);
     let addr = server.addr_string();

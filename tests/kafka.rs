@@ -143,9 +143,10 @@ async fn the_native_client_pointed_at_the_kafka_listener_is_told_so() {
         .await
         .unwrap_err();
     assert!(
-        error
-            .to_string()
-            .contains("not its Kafka listener (--kafka-listen)"),
+        error.to_string().starts_with(
+            "protocol error: this port does not speak the broker's protocol: it answers as a \
+             Kafka listener does (a broker's --kafka-listen?)"
+        ),
         "{error}"
     );
 }
@@ -820,6 +821,69 @@ async fn a_consumer_group_of_two_rebalances_commits_and_resumes_after_a_restart(
     );
 }
 
+/// A confluent-kafka consumer of `group` on `topic` (of one partition), once it holds the
+/// partition; it leaves when its standard input closes.
+fn hold(kafka: &str, topic: &str, group: &str) -> std::process::Child {
+    let mut holder = Command::new("python3")
+        .arg(CLIENTS)
+        .args(["hold", kafka, topic, group])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "assigned [0]");
+    holder
+}
+
+#[tokio::test]
+async fn a_commit_from_outside_a_group_moves_no_members_offsets_and_never_past_the_end() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    client.create("outside", 1).await.unwrap();
+    let records: Vec<_> = (0..50)
+        .map(|i| PublishRecord::keyed(None, format!("r{i}")))
+        .collect();
+    client.publish_batch("outside", records).await.unwrap();
+    let commit = |group: &str, offset: i64| {
+        python(&[
+            "assigned-commit",
+            &kafka,
+            "outside",
+            group,
+            "0",
+            &offset.to_string(),
+        ])
+    };
+    // Past the end: refused, and nothing is stored (the group has no committed offset).
+    let report = commit("solo", 5000);
+    assert_eq!(report["error"], "OffsetOutOfRangeError", "{report}");
+    assert_eq!(report["committed"], Value::Null, "{report}");
+    // A group with no members takes a commit from outside it.
+    let report = commit("held", 40);
+    assert_eq!(report["error"], Value::Null, "{report}");
+    assert_eq!(report["committed"], 40, "{report}");
+    // While a member holds the partition, it does not: the member's offsets stay.
+    let mut holder = hold(&kafka, "outside", "held");
+    let report = commit("held", 3);
+    assert_eq!(report["error"], "CommitFailedError", "{report}");
+    // What the member committed itself, if anything (it commits as it consumes).
+    assert!(report["committed"].as_i64() >= Some(40), "{report}");
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+    // Nor while the group has native members.
+    client.join("outside", "native", "m").await.unwrap();
+    let report = commit("native", 3);
+    assert_eq!(report["error"], "CommitFailedError", "{report}");
+}
+
 #[tokio::test]
 async fn a_group_name_is_used_by_one_protocol_at_a_time() {
     if !clients_installed() {
@@ -847,20 +911,7 @@ async fn a_group_name_is_used_by_one_protocol_at_a_time() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("INCONSISTENT_GROUP_PROTOCOL"), "{stderr}");
     // Nor can a native member join a group whose members joined through Kafka.
-    let mut holder = Command::new("python3")
-        .arg(CLIENTS)
-        .args(["hold", &kafka, "shared", "kafka-group"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), "assigned [0]");
+    let mut holder = hold(&kafka, "shared", "kafka-group");
     // Kafka's admin clients list the groups Kafka's clients use (this one, and one with
     // offsets and no members), by state too, and describe this one with its member's
     // assignment. A group with native members is not listed: Kafka's clients cannot join it.

@@ -10,6 +10,7 @@ the broker's own client. Every wait is bounded; a failure exits non-zero saying 
     clients.py consume BOOTSTRAP TOPIC PARTITIONS COUNT [--reset earliest|latest]
     clients.py python-roundtrip BOOTSTRAP TOPIC COUNT
     clients.py python-group BOOTSTRAP TOPIC GROUP COUNT
+    clients.py assigned-commit BOOTSTRAP TOPIC GROUP PARTITION OFFSET
     clients.py aio-roundtrip BOOTSTRAP TOPIC GROUP COUNT
     clients.py offsets-for-time BOOTSTRAP TOPIC PARTITION TIMESTAMP_MS
     clients.py create BOOTSTRAP TOPIC PARTITIONS
@@ -216,6 +217,28 @@ def python_group(args):
     if len(got) != args.count:
         fail(f"kafka-python's group consumer got {len(got)} of {args.count}")
     print(json.dumps({"records": got}))
+
+
+def assigned_commit(args):
+    """A kafka-python consumer that reads PARTITION of TOPIC with `assign` (no member of any
+    group) commits OFFSET for GROUP: the commit's error, if any, and what GROUP has committed
+    there afterwards."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=args.bootstrap, group_id=args.group, enable_auto_commit=False
+    )
+    partition = TopicPartition(args.topic, args.partition)
+    consumer.assign([partition])
+    try:
+        consumer.commit({partition: OffsetAndMetadata(args.offset, "", -1)})
+        error = None
+    except Exception as refused:  # the client's error for the answer's code
+        error = type(refused).__name__
+    committed = consumer.committed(partition)
+    consumer.close()
+    print(json.dumps({"error": error, "committed": committed}))
 
 
 def aio_roundtrip(args):
@@ -633,6 +656,13 @@ def main():
     p.add_argument("group")
     p.add_argument("count", type=int)
     p.set_defaults(run=python_group)
+    p = commands.add_parser("assigned-commit")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("group")
+    p.add_argument("partition", type=int)
+    p.add_argument("offset", type=int)
+    p.set_defaults(run=assigned_commit)
     p = commands.add_parser("aio-roundtrip")
     p.add_argument("bootstrap")
     p.add_argument("topic")

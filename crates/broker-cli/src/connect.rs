@@ -56,9 +56,7 @@ impl Server {
                     "cannot reach broker-server at {addr} over TLS: {why} (check --tls-ca and \
                  --tls-server-name, or leave out --tls-ca for a server without TLS)"
                 ),
-                Error::Protocol(why) => anyhow!(
-                    "what answers at {addr} is not a broker-server speaking this protocol: {why}"
-                ),
+                Error::Protocol(why) => anyhow!("cannot talk to broker-server at {addr}: {why}"),
                 other => anyhow!(other).context(format!(
                 "cannot reach broker-server at {addr} (is it running? set --addr or BROKER_ADDR)"
             )),

@@ -198,9 +198,10 @@ impl Connection {
             .map_err(|error| Error::Protocol(error.to_string()))?;
         write.write_all(&buffer).await.map_err(Error::Io)?;
         write.flush().await.map_err(Error::Io)?;
+        let kafka_correlation_id = kafka_correlation_id(&buffer);
 
         buffer.clear();
-        let reply = loop {
+        let (reply, as_kafka) = loop {
             if speaks_tls(&buffer) {
                 return Err(Error::Tls(
                     "the server speaks TLS; connect with TLS (ClientBuilder::tls_ca_file)"
@@ -214,8 +215,9 @@ impl Connection {
                         .to_owned(),
                 ));
             }
+            let as_kafka = kafka_correlation_id.is_some_and(|id| buffer.get(4..8) == Some(&id[..]));
             if let Some(decoded) = codec.decode(&mut buffer).map_err(handshake_error)? {
-                break decoded;
+                break (decoded, as_kafka);
             }
             if read.read_buf(&mut buffer).await.map_err(Error::Io)? == 0 {
                 return Err(Error::Io(io::Error::new(
@@ -238,10 +240,17 @@ impl Connection {
                 )))
             }
             Decoded::Message(HelloReply::Refused(reply)) => return Err(Error::Refused(reply)),
+            Decoded::Malformed { reason, .. } if as_kafka => {
+                return Err(Error::Protocol(format!(
+                    "this port does not speak the broker's protocol: it answers as a Kafka \
+                     listener does (a broker's --kafka-listen?); the broker's clients connect to \
+                     its client port (--listen) (undecodable hello reply: {reason})"
+                )))
+            }
             Decoded::Malformed { reason, .. } => {
                 return Err(Error::Protocol(format!(
-                    "undecodable hello reply ({reason}): is this the broker's client port, \
-                     not its Kafka listener (--kafka-listen) or another service?"
+                    "this port does not speak the broker's protocol: is it the broker's client \
+                     port (--listen), or another service? (undecodable hello reply: {reason})"
                 )))
             }
         };
@@ -422,6 +431,13 @@ fn more_telling(kept: Option<Error>, new: Error) -> Error {
 /// 3.x) rather than a frame: no frame can be that long, so this is a TLS server.
 fn speaks_tls(answer: &[u8]) -> bool {
     matches!(answer, [0x15 | 0x16, 0x03, ..])
+}
+
+/// The bytes of `hello` (as sent, length prefix included) that a Kafka listener reads as the
+/// request's correlation id (after the length, API key and API version), and that every Kafka
+/// response starts with after its length: a reply that starts so comes from a Kafka listener.
+fn kafka_correlation_id(hello: &[u8]) -> Option<[u8; 4]> {
+    hello.get(8..12)?.try_into().ok()
 }
 
 fn handshake_error(error: ProtocolError) -> Error {

@@ -594,15 +594,18 @@ impl Coordinator {
         checked
     }
 
-    /// Whether a commit of `member_id` in `generation` may go on: a commit from outside the
-    /// group (no member id, generation -1) always may.
+    /// Whether a commit of `member_id` in `generation` may go on. As Kafka's coordinator
+    /// decides: a commit without a generation (-1: a consumer that reads with `assign`, or an
+    /// admin tool) may while the group has no members; otherwise only a member of the group's
+    /// current generation may (`UNKNOWN_MEMBER_ID` for anyone else, a commit without a member
+    /// id included, so that it cannot move the offsets of consumers that hold the partitions).
     pub(crate) fn may_commit(
         &self,
         group: &str,
         member_id: &str,
         generation: i32,
     ) -> Result<(), ResponseError> {
-        if member_id.is_empty() && generation < 0 {
+        if generation < 0 && !self.has_members(group) {
             return Ok(());
         }
         let now = Instant::now();
@@ -619,11 +622,11 @@ impl Coordinator {
         if !state.members.contains_key(member_id) {
             return Err(ResponseError::UnknownMemberId);
         }
-        if state.phase == Phase::Syncing {
-            return Err(ResponseError::RebalanceInProgress);
-        }
         if generation != state.generation {
             return Err(ResponseError::IllegalGeneration);
+        }
+        if state.phase == Phase::Syncing {
+            return Err(ResponseError::RebalanceInProgress);
         }
         Ok(())
     }
@@ -881,6 +884,31 @@ mod tests {
         );
         assert_eq!(coordinator.describe("g").state, "Dead");
         assert!(coordinator.list().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_commit_without_a_generation_goes_on_only_while_the_group_has_no_members() {
+        let coordinator = Coordinator::default();
+        assert_eq!(coordinator.may_commit("g", "", -1), Ok(()));
+        let (member, _) = coordinator.join("g", join("")).await.unwrap();
+        coordinator.sync("g", &member, 1, Vec::new()).await.unwrap();
+        assert_eq!(coordinator.may_commit("g", &member, 1), Ok(()));
+        // Nobody else moves the offsets of the partitions its member holds, whatever member id
+        // it names.
+        for stranger in ["", "stranger"] {
+            assert_eq!(
+                coordinator.may_commit("g", stranger, -1),
+                Err(ResponseError::UnknownMemberId),
+                "{stranger:?}"
+            );
+        }
+        assert_eq!(
+            coordinator.may_commit("g", &member, -1),
+            Err(ResponseError::IllegalGeneration)
+        );
+        // Once its member is gone (no heartbeat within its session timeout), it may again.
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!(coordinator.may_commit("g", "", -1), Ok(()));
     }
 
     #[tokio::test(start_paused = true)]

@@ -1139,50 +1139,94 @@ impl<B: Backend> Handler<'_, B> {
         } else {
             Err(ResponseError::InvalidGroupId)
         };
-        let topics = request.topics.into_iter().map(|topic| {
-            async move {
-                let partitions: Vec<i32> =
-                    topic.partitions.iter().map(|p| p.partition_index).collect();
-                let error = match allowed {
-                    Err(error) => Some(error),
-                    Ok(()) => {
-                        let command = Command::CommitGroup {
-                            topic: topic_name(&topic.name),
-                            group: group.to_owned(),
-                            offsets: topic
-                                .partitions
-                                .iter()
-                                .map(|p| (p.partition_index, p.committed_offset.max(0)))
-                                .collect(),
-                        };
-                        match self.call(command).await {
-                            Ok(_) => None,
-                            // The broker's group has members of its own: a group name is used
-                            // by one protocol at a time.
-                            Err(ErrorReply::InvalidArgument(text))
-                                if text.contains("members of its own") =>
-                            {
-                                Some(ResponseError::InconsistentGroupProtocol)
-                            }
-                            Err(refusal) => Some(coordinator_error(&refusal)),
-                        }
-                    }
-                };
-                OffsetCommitResponseTopic::default()
-                    .with_name(topic.name)
-                    .with_partitions(
-                        partitions
-                            .into_iter()
-                            .map(|partition| {
-                                OffsetCommitResponsePartition::default()
-                                    .with_partition_index(partition)
-                                    .with_error_code(code(error))
-                            })
-                            .collect(),
-                    )
-            }
+        let topics = request.topics.into_iter().map(|topic| async move {
+            let offsets: Vec<(i32, i64)> = topic
+                .partitions
+                .iter()
+                .map(|p| (p.partition_index, p.committed_offset.max(0)))
+                .collect();
+            let errors = match allowed {
+                Err(error) => vec![Some(error); offsets.len()],
+                Ok(()) => {
+                    self.commit_offsets(group, topic_name(&topic.name), &offsets)
+                        .await
+                }
+            };
+            OffsetCommitResponseTopic::default()
+                .with_name(topic.name)
+                .with_partitions(
+                    offsets
+                        .iter()
+                        .zip(errors)
+                        .map(|(&(partition, _), error)| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(partition)
+                                .with_error_code(code(error))
+                        })
+                        .collect(),
+                )
         });
         OffsetCommitResponse::default().with_topics(join_all(topics).await)
+    }
+
+    /// Stores `group`'s committed `offsets` (partition, offset) on `topic`; each one's error,
+    /// if any. An offset past its partition's end is refused with `OFFSET_OUT_OF_RANGE` and the
+    /// others are stored: the broker keeps no committed offset past the end (it would store
+    /// the end), and a consumer that resumed from the end would read nothing where Kafka's
+    /// consumer resumes from its `auto.offset.reset`.
+    async fn commit_offsets(
+        &self,
+        group: &str,
+        topic: String,
+        offsets: &[(i32, i64)],
+    ) -> Vec<Option<ResponseError>> {
+        // The group's lag gives every partition's end offset in one call. Offsets only grow, so
+        // an offset within the end when read is still within it when stored.
+        let lag = Command::Lag {
+            topic: topic.clone(),
+            group: group.to_owned(),
+        };
+        let ends = match self.call(lag).await {
+            Ok(Outcome::Lag(rows)) => rows,
+            Ok(other) => return vec![Some(coordinator_error(&unexpected(&other))); offsets.len()],
+            Err(refusal) => return vec![Some(coordinator_error(&refusal)); offsets.len()],
+        };
+        // One row per partition, in order.
+        let past_end = |&(partition, offset): &(i32, i64)| {
+            usize::try_from(partition)
+                .ok()
+                .and_then(|index| ends.get(index))
+                .is_some_and(|row| offset > row.end_offset)
+        };
+        let stored: Vec<(i32, i64)> = offsets.iter().copied().filter(|o| !past_end(o)).collect();
+        let error = if stored.is_empty() {
+            None
+        } else {
+            let command = Command::CommitGroup {
+                topic,
+                group: group.to_owned(),
+                offsets: stored,
+            };
+            match self.call(command).await {
+                Ok(_) => None,
+                // The broker's group has members of its own: as in Kafka, only a group's
+                // members commit while it has some.
+                Err(ErrorReply::InvalidArgument(text)) if text.contains("members of its own") => {
+                    Some(ResponseError::UnknownMemberId)
+                }
+                Err(refusal) => Some(coordinator_error(&refusal)),
+            }
+        };
+        offsets
+            .iter()
+            .map(|offset| {
+                if past_end(offset) {
+                    Some(ResponseError::OffsetOutOfRange)
+                } else {
+                    error
+                }
+            })
+            .collect()
     }
 
     async fn offset_fetch(&self, request: OffsetFetchRequest) -> OffsetFetchResponse {
@@ -2289,5 +2333,67 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         };
         assert_eq!(described[0].group_state.as_str(), "Empty");
+    }
+
+    /// A commit of group `g` from outside its members (generation -1, no member id) of
+    /// `offsets` (partition, offset) on topic `t`: each partition's error code.
+    async fn commit_from_outside(broker: &Local, offsets: &[(i32, i64)]) -> Vec<i16> {
+        use kafka_protocol::messages::offset_commit_request::{
+            OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+        };
+        let partitions = offsets
+            .iter()
+            .map(|&(partition, offset)| {
+                OffsetCommitRequestPartition::default()
+                    .with_partition_index(partition)
+                    .with_committed_offset(offset)
+            })
+            .collect();
+        let request = OffsetCommitRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partitions(partitions)]);
+        match ask(broker, 2, RequestKind::OffsetCommit(request)).await {
+            Some(ResponseKind::OffsetCommit(mut response)) => response
+                .topics
+                .remove(0)
+                .partitions
+                .iter()
+                .map(|partition| partition.error_code)
+                .collect(),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_commit_past_a_partitions_end_is_refused_and_the_others_are_stored() {
+        let broker = broker(100);
+        for i in 0..50 {
+            broker.publish("t", 0, format!("r{i}")).unwrap();
+        }
+        let out_of_range = ResponseError::OffsetOutOfRange.code();
+        assert_eq!(
+            commit_from_outside(&broker, &[(0, 5000), (1, 0)]).await,
+            vec![out_of_range, 0]
+        );
+        assert_eq!(broker.committed("t", "g", 0).unwrap(), 0);
+        assert_eq!(commit_from_outside(&broker, &[(0, 50)]).await, vec![0]);
+        assert_eq!(
+            commit_from_outside(&broker, &[(0, 51)]).await,
+            vec![out_of_range]
+        );
+        assert_eq!(broker.committed("t", "g", 0).unwrap(), 50);
+    }
+
+    #[tokio::test]
+    async fn a_commit_from_outside_a_group_with_native_members_is_from_an_unknown_member() {
+        let broker = broker(100);
+        broker.join("t", "g", "native").unwrap();
+        assert_eq!(
+            commit_from_outside(&broker, &[(0, 0)]).await,
+            vec![ResponseError::UnknownMemberId.code()]
+        );
     }
 }

@@ -2,7 +2,9 @@
 //! (see `CommandKind::is_administrative`): topics created, grown, purged and deleted, members
 //! joining and leaving with the group's new assignment, groups reset and deleted.
 
-use broker_core::{BrokerState, Command, DeadLettered, GroupSettings, Outcome, TopicSettings};
+use broker_core::{
+    BrokerState, Command, DeadLettered, GroupSettings, MemberDescription, Outcome, TopicSettings,
+};
 use tracing::{info, warn};
 
 /// Logs `command`, which changed `state` (already applied) with `outcome`.
@@ -50,7 +52,7 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
             topic,
             group,
             member,
-            assignment = %assignment(state, topic, group),
+            assignment = %assignment(&state.members(topic, group)),
             "member joined; group rebalanced"
         ),
         Command::Leave {
@@ -61,7 +63,7 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
             topic,
             group,
             member,
-            assignment = %assignment(state, topic, group),
+            assignment = %assignment(&state.members(topic, group)),
             "member left; group rebalanced"
         ),
         Command::ResetGroup {
@@ -164,15 +166,9 @@ pub(crate) fn log_dead_letter(moved: &DeadLettered) {
 }
 
 /// The group's members and their partitions, as `m1=[0, 2] m2=[1]` (`no members` when none is
-/// left).
-fn assignment(state: &BrokerState, topic: &str, group: &str) -> String {
-    let members = state
-        .describe(Some(topic))
-        .ok()
-        .and_then(|description| description.topics.into_iter().next())
-        .and_then(|topic| topic.groups.into_iter().find(|g| g.name == group))
-        .map(|group| group.members)
-        .unwrap_or_default();
+/// left). It takes the group's members alone: a join or leave logs in the time its group takes,
+/// however many other groups its topic has.
+fn assignment(members: &[MemberDescription]) -> String {
     if members.is_empty() {
         return "no members".to_owned();
     }
@@ -181,4 +177,22 @@ fn assignment(state: &BrokerState, topic: &str, group: &str) -> String {
         .map(|member| format!("{}={:?}", member.member, member.partitions))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_assignment_names_each_member_with_its_partitions() {
+        let member = |name: &str, partitions: &[i32]| MemberDescription {
+            member: name.to_owned(),
+            partitions: partitions.to_vec(),
+        };
+        assert_eq!(
+            assignment(&[member("m1", &[0, 2]), member("m2", &[1])]),
+            "m1=[0, 2] m2=[1]"
+        );
+        assert_eq!(assignment(&[]), "no members");
+    }
 }

@@ -3,6 +3,7 @@
 //! groups that admin tools show. None of them changes anything.
 
 use super::consume::Budget;
+use super::group::Group;
 use super::log::StoredRecord;
 use super::topic::Topic;
 use super::BrokerState;
@@ -21,6 +22,17 @@ impl BrokerState {
             .get(topic)
             .and_then(|topic| topic.groups.get(group))
             .is_some_and(|group| group.member_index(member).is_some())
+    }
+
+    /// The members of `group` on `topic`, each with its partitions, as `describe` shows them;
+    /// none when the group or the topic does not exist. It looks at that group alone, whatever
+    /// else the topic holds: the server logs it at every join and leave.
+    pub fn members(&self, topic: &str, group: &str) -> Vec<MemberDescription> {
+        self.topics
+            .get(topic)
+            .and_then(|topic| topic.groups.get(group))
+            .map(describe_members)
+            .unwrap_or_default()
     }
 
     /// See [`crate::EventBroker::committed`].
@@ -170,6 +182,17 @@ fn committed_offset(topic: &Topic, group: &str, partition: usize) -> i64 {
         })
 }
 
+fn describe_members(group: &Group) -> Vec<MemberDescription> {
+    group
+        .members
+        .iter()
+        .map(|m| MemberDescription {
+            member: m.id.clone(),
+            partitions: m.partitions.clone(),
+        })
+        .collect()
+}
+
 fn describe_topic(name: &str, topic: &Topic) -> TopicDescription {
     let partitions: Vec<PartitionDescription> = topic
         .partitions
@@ -191,14 +214,7 @@ fn describe_topic(name: &str, topic: &Topic) -> TopicDescription {
             name: group_name.clone(),
             assignor: group.assignor,
             settings: group.settings.to_list(),
-            members: group
-                .members
-                .iter()
-                .map(|m| MemberDescription {
-                    member: m.id.clone(),
-                    partitions: m.partitions.clone(),
-                })
-                .collect(),
+            members: describe_members(group),
             partitions: group
                 .partitions
                 .iter()
@@ -242,5 +258,27 @@ mod tests {
         }
         state.leave("t", "g", "m").unwrap();
         assert!(!state.is_member("t", "g", "m"));
+    }
+
+    #[test]
+    fn members_are_those_of_the_group_named_as_describe_shows_them() {
+        let mut state = BrokerState::new(10).unwrap();
+        state.create("t", 3, KeyHash::default(), &[]).unwrap();
+        for (group, member) in [("g", "b"), ("g", "a"), ("h", "c")] {
+            state.join("t", group, member, None, &[]).unwrap();
+        }
+        let described = state.describe(Some("t")).unwrap().topics.remove(0);
+        for group in ["g", "h"] {
+            let members = &described
+                .groups
+                .iter()
+                .find(|g| g.name == group)
+                .unwrap()
+                .members;
+            assert_eq!(&state.members("t", group), members, "{group}");
+        }
+        assert_eq!(state.members("t", "g").len(), 2);
+        assert!(state.members("t", "nobody").is_empty());
+        assert!(state.members("nowhere", "g").is_empty());
     }
 }
