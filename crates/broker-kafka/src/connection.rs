@@ -91,8 +91,11 @@ where
             Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
                 // The length of no Kafka frame: maybe another protocol's first bytes.
                 if let Some(foreign) = Foreign::from_start(framed.read_buffer()) {
-                    let text =
-                        format!("This port speaks Kafka's protocol, not {}.", foreign.name());
+                    let text = format!(
+                        "This port speaks Kafka's protocol, not {}; {}.",
+                        foreign.name(),
+                        foreign.where_to_go()
+                    );
                     if let Some(refusal) = foreign.refusal(&text) {
                         let written = framed.get_mut().write_all(&refusal);
                         // The peer may be gone; it is refused either way.
