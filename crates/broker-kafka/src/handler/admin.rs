@@ -1,0 +1,178 @@
+//! Changes to topics and their records: CreateTopics, DeleteTopics and DeleteRecords.
+
+use broker_core::{Command, KeyHash, Outcome};
+use broker_proto::ErrorReply;
+use futures::future::join_all;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{
+    CreateTopicsRequest, CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse,
+};
+use kafka_protocol::ResponseError;
+
+use crate::configs;
+use crate::errors::{code, kafka_error};
+use crate::Backend;
+
+use super::{message, topic_name, unexpected, Handler};
+
+impl<B: Backend> Handler<'_, B> {
+    pub(super) async fn create_topics(&self, request: CreateTopicsRequest) -> CreateTopicsResponse {
+        let validate_only = request.validate_only;
+        let topics = request.topics.into_iter().map(|topic| async move {
+            let name = topic_name(&topic.name);
+            let answer = CreatableTopicResult::default().with_name(topic.name.clone());
+            let refused = |error: ResponseError, text: String| {
+                answer
+                    .clone()
+                    .with_error_code(error.code())
+                    .with_error_message(message(text))
+            };
+            if let Err(error) = broker_core::TopicName::new(&name) {
+                return refused(ResponseError::InvalidTopicException, error.to_string());
+            }
+            let partition_count = match topic.num_partitions {
+                -1 => 1,
+                count if count >= 1 => count,
+                count => {
+                    return refused(
+                        ResponseError::InvalidPartitions,
+                        format!("a topic needs at least one partition, not {count}"),
+                    )
+                }
+            };
+            if !matches!(topic.replication_factor, -1 | 1) {
+                return refused(
+                    ResponseError::InvalidReplicationFactor,
+                    format!(
+                        "replication factor {} is not supported: every node of the broker \
+                         keeps every partition (use -1 or 1)",
+                        topic.replication_factor
+                    ),
+                );
+            }
+            if !topic.assignments.is_empty() {
+                return refused(
+                    ResponseError::InvalidReplicaAssignment,
+                    "replica assignments are not supported: every node keeps every partition"
+                        .to_owned(),
+                );
+            }
+            let settings = match configs::topic_settings(&topic.configs) {
+                Ok(settings) => settings,
+                Err(text) => return refused(ResponseError::InvalidConfig, text),
+            };
+            if validate_only {
+                return answer
+                    .with_num_partitions(partition_count)
+                    .with_replication_factor(1);
+            }
+            let command = Command::Create {
+                topic: name,
+                partition_count,
+                key_hash: KeyHash::Murmur2,
+                settings,
+            };
+            match self.call(command).await {
+                Ok(Outcome::Created(true)) => answer
+                    .with_num_partitions(partition_count)
+                    .with_replication_factor(1),
+                Ok(Outcome::Created(false)) => refused(
+                    ResponseError::TopicAlreadyExists,
+                    format!("topic {:?} already exists", topic.name.as_str()),
+                ),
+                Ok(other) => {
+                    let refusal = unexpected(&other);
+                    refused(kafka_error(&refusal), refusal.to_string())
+                }
+                Err(ErrorReply::InvalidArgument(text)) => {
+                    refused(ResponseError::PolicyViolation, text)
+                }
+                Err(refusal) => refused(kafka_error(&refusal), refusal.to_string()),
+            }
+        });
+        CreateTopicsResponse::default().with_topics(join_all(topics).await)
+    }
+
+    pub(super) async fn delete_records(
+        &self,
+        request: DeleteRecordsRequest,
+    ) -> DeleteRecordsResponse {
+        let topics = request.topics.into_iter().map(|topic| async move {
+            let name = topic_name(&topic.name);
+            let partitions = topic.partitions.iter().map(|wanted| {
+                let name = name.clone();
+                async move {
+                    let answer = DeleteRecordsPartitionResult::default()
+                        .with_partition_index(wanted.partition_index)
+                        .with_low_watermark(-1);
+                    if wanted.offset < -1 {
+                        return answer.with_error_code(ResponseError::OffsetOutOfRange.code());
+                    }
+                    let end = match self
+                        .call(Command::EndOffset {
+                            topic: name.clone(),
+                            partition: wanted.partition_index,
+                        })
+                        .await
+                    {
+                        Ok(Outcome::Offset(end)) => end,
+                        Ok(other) => {
+                            return answer.with_error_code(kafka_error(&unexpected(&other)).code())
+                        }
+                        Err(refusal) => {
+                            return answer.with_error_code(kafka_error(&refusal).code())
+                        }
+                    };
+                    // -1 deletes up to the end. Past the end, Kafka refuses and deletes
+                    // nothing (offsets only grow, so what was past the end when read could
+                    // only have become valid later).
+                    let before = match wanted.offset {
+                        -1 => end,
+                        offset if offset <= end => offset,
+                        _ => return answer.with_error_code(ResponseError::OffsetOutOfRange.code()),
+                    };
+                    let command = Command::Purge {
+                        topic: name,
+                        partition: wanted.partition_index,
+                        before,
+                    };
+                    match self.call(command).await {
+                        Ok(Outcome::Offset(earliest)) => answer.with_low_watermark(earliest),
+                        Ok(other) => {
+                            answer.with_error_code(kafka_error(&unexpected(&other)).code())
+                        }
+                        Err(refusal) => answer.with_error_code(kafka_error(&refusal).code()),
+                    }
+                }
+            });
+            DeleteRecordsTopicResult::default()
+                .with_name(topic.name.clone())
+                .with_partitions(join_all(partitions).await)
+        });
+        DeleteRecordsResponse::default().with_topics(join_all(topics).await)
+    }
+
+    pub(super) async fn delete_topics(&self, request: DeleteTopicsRequest) -> DeleteTopicsResponse {
+        let topics = request.topic_names.into_iter().map(|name| async move {
+            let answer = DeletableTopicResult::default().with_name(Some(name.clone()));
+            let command = Command::DeleteTopic {
+                topic: topic_name(&name),
+            };
+            let error = match self.call(command).await {
+                Ok(Outcome::Deleted(true)) => None,
+                Ok(Outcome::Deleted(false)) | Err(ErrorReply::InvalidArgument(_)) => {
+                    Some(ResponseError::UnknownTopicOrPartition)
+                }
+                Ok(other) => Some(kafka_error(&unexpected(&other))),
+                Err(refusal) => Some(kafka_error(&refusal)),
+            };
+            answer.with_error_code(code(error))
+        });
+        DeleteTopicsResponse::default().with_responses(join_all(topics).await)
+    }
+}

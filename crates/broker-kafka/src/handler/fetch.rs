@@ -1,0 +1,310 @@
+//! Fetch and ListOffsets: records read from the log within the answer's room, and the
+//! offsets a consumer resets to.
+
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use broker_core::{Command, Outcome, PartitionRead, MAX_FETCH_RECORDS};
+use broker_proto::ErrorReply;
+use bytes::Bytes;
+use futures::future::{join_all, select_all};
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{
+    FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+};
+use kafka_protocol::ResponseError;
+
+use crate::errors::kafka_error;
+use crate::records::encode_fetched;
+use crate::Backend;
+
+use super::{kafka_topic, topic_name, unexpected, Handler};
+
+/// The `timestamp` of a ListOffsets partition that asks for the end offset.
+const LATEST: i64 = -1;
+
+/// The `timestamp` of a ListOffsets partition that asks for the earliest retained offset.
+const EARLIEST: i64 = -2;
+
+/// Bytes of a fetch answer besides its record batches: headers, topics and partitions.
+const FETCH_ANSWER_OVERHEAD: usize = 256 * 1024;
+
+impl<B: Backend> Handler<'_, B> {
+    /// The bytes of records a fetch answer may carry: the frame limit, less room for the rest
+    /// of the answer.
+    fn frame_room(&self) -> u64 {
+        (self
+            .settings
+            .max_frame_bytes
+            .saturating_sub(FETCH_ANSWER_OVERHEAD)) as u64
+    }
+
+    /// Reads the partitions one after another, each within what the answer has room for, so
+    /// that what the request holds in memory is bounded by its answer: a partition named twice
+    /// is read once (as Kafka does, at the place it was first named, from the offset it was
+    /// last given).
+    pub(super) async fn fetch(&self, request: FetchRequest) -> FetchResponse {
+        let mut wanted: Vec<Wanted> = Vec::new();
+        let mut places: HashMap<(&str, i32), usize> = HashMap::new();
+        for topic in &request.topics {
+            for partition in &topic.partitions {
+                let read = Wanted {
+                    topic: topic_name(&topic.topic),
+                    partition: partition.partition,
+                    offset: partition.fetch_offset,
+                    max_bytes: u64::try_from(partition.partition_max_bytes).unwrap_or(0),
+                };
+                match places.entry((topic.topic.as_str(), partition.partition)) {
+                    Entry::Occupied(place) => wanted[*place.get()] = read,
+                    Entry::Vacant(place) => {
+                        place.insert(wanted.len());
+                        wanted.push(read);
+                    }
+                }
+            }
+        }
+        // The whole answer's byte limit: the client's (version 3 on) within the server's frame
+        // limit. Once the partitions' batches fill it, later partitions answer none (the first
+        // batch always comes).
+        let mut room = Room {
+            left: u64::try_from(request.max_bytes)
+                .ok()
+                .filter(|&limit| limit > 0)
+                .map_or(self.frame_room(), |limit| limit.min(self.frame_room())),
+            taken: false,
+        };
+        let mut answers = Vec::with_capacity(wanted.len());
+        let mut found_nothing = true;
+        for partition in &wanted {
+            // At most what is left: a read always gets its first record, whatever its size.
+            let result = self.read(partition, room.left, Duration::ZERO).await;
+            found_nothing &= matches!(&result, Ok(outcome) if outcome.found_no_records());
+            answers.push(self.partition_data(partition, result, &mut room).await);
+        }
+        let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
+        if found_nothing && !wait.is_zero() && !wanted.is_empty() {
+            // Wait on every partition at once; the first to answer ends the fetch (the others'
+            // waits end by themselves, answering nobody, and read nothing once this request
+            // stops listening).
+            let waits = wanted
+                .iter()
+                .map(|partition| Box::pin(self.read(partition, room.left, wait)));
+            let (answer, index, _) = select_all(waits).await;
+            answers[index] = self.partition_data(&wanted[index], answer, &mut room).await;
+        }
+        let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+        for (partition, data) in wanted.iter().zip(answers) {
+            match topics.last_mut() {
+                Some(topic) if topic.topic.as_str() == partition.topic => {
+                    topic.partitions.push(data);
+                }
+                _ => topics.push(
+                    FetchableTopicResponse::default()
+                        .with_topic(kafka_topic(&partition.topic))
+                        .with_partitions(vec![data]),
+                ),
+            }
+        }
+        FetchResponse::default().with_responses(topics)
+    }
+
+    /// Reads `wanted`'s records, at most `limit` bytes of them (and at most half a frame, so
+    /// that its batch, with its per-record overhead, always fits the answer), waiting up to
+    /// `wait` for one.
+    async fn read(
+        &self,
+        wanted: &Wanted,
+        limit: u64,
+        wait: Duration,
+    ) -> Result<Outcome, ErrorReply> {
+        let command = Command::Read {
+            topic: wanted.topic.clone(),
+            partition: wanted.partition,
+            offset: wanted.offset,
+            max_records: MAX_FETCH_RECORDS,
+            max_bytes: Some(wanted.max_bytes.min(limit).min(self.frame_room() / 2)),
+        };
+        self.backend.call(command, wait).await
+    }
+
+    /// One partition of a fetch answer from what its read found, its records only while the
+    /// answer has `room` for them (taking theirs from it).
+    async fn partition_data(
+        &self,
+        Wanted {
+            topic,
+            partition,
+            offset,
+            ..
+        }: &Wanted,
+        result: Result<Outcome, ErrorReply>,
+        room: &mut Room,
+    ) -> PartitionData {
+        let data = PartitionData::default().with_partition_index(*partition);
+        let read = match result {
+            Ok(Outcome::Read(read)) => read,
+            Ok(other) => return data.with_error_code(kafka_error(&unexpected(&other)).code()),
+            Err(refusal @ ErrorReply::InvalidArgument(_)) => {
+                // Past the end (the records there were deleted and the topic made anew, or the
+                // client is confused): the client resets its offset as it is configured to.
+                let end = self
+                    .call(Command::EndOffset {
+                        topic: topic.clone(),
+                        partition: *partition,
+                    })
+                    .await;
+                let error = match end {
+                    Ok(Outcome::Offset(end)) if *offset > end => ResponseError::OffsetOutOfRange,
+                    _ => kafka_error(&refusal),
+                };
+                return data.with_error_code(error.code());
+            }
+            Err(refusal) => return data.with_error_code(kafka_error(&refusal).code()),
+        };
+        let PartitionRead {
+            records,
+            start_offset,
+            end_offset,
+        } = read;
+        let data = data
+            .with_high_watermark(end_offset)
+            .with_last_stable_offset(end_offset)
+            .with_log_start_offset(start_offset);
+        if *offset < start_offset {
+            return data.with_error_code(ResponseError::OffsetOutOfRange.code());
+        }
+        if records.is_empty() {
+            return data.with_records(Some(Bytes::new()));
+        }
+        match encode_fetched(&records) {
+            Ok(batch) if room.take(batch.len() as u64) => data.with_records(Some(batch)),
+            Ok(_) => data.with_records(Some(Bytes::new())),
+            Err(error) => {
+                tracing::error!(topic, partition, cause = %error, "cannot encode fetched records");
+                data.with_error_code(ResponseError::UnknownServerError.code())
+            }
+        }
+    }
+
+    pub(super) async fn list_offsets(&self, request: ListOffsetsRequest) -> ListOffsetsResponse {
+        let topics = request.topics.into_iter().map(|topic| async move {
+            let name = topic_name(&topic.name);
+            let described = self.describe(Some(name.clone())).await;
+            let mut partitions = Vec::with_capacity(topic.partitions.len());
+            for wanted in &topic.partitions {
+                let answer = ListOffsetsPartitionResponse::default()
+                    .with_partition_index(wanted.partition_index)
+                    .with_timestamp(-1)
+                    .with_offset(-1);
+                let bounds = match &described {
+                    Ok(described) => described.first().and_then(|topic| {
+                        usize::try_from(wanted.partition_index)
+                            .ok()
+                            .and_then(|index| topic.partitions.get(index))
+                    }),
+                    Err(_) => None,
+                };
+                let Some(bounds) = bounds else {
+                    let error = match &described {
+                        Err(refusal) => kafka_error(refusal),
+                        Ok(_) => ResponseError::UnknownTopicOrPartition,
+                    };
+                    partitions.push(answer.with_error_code(error.code()));
+                    continue;
+                };
+                let found = match wanted.timestamp {
+                    LATEST => Ok((bounds.end_offset, -1)),
+                    EARLIEST => Ok((bounds.earliest_offset, -1)),
+                    time if time >= 0 => {
+                        self.offset_for_time(&name, wanted.partition_index, time, bounds.end_offset)
+                            .await
+                    }
+                    _ => Err(ResponseError::InvalidRequest),
+                };
+                partitions.push(match found {
+                    Ok((offset, timestamp)) => answer.with_offset(offset).with_timestamp(timestamp),
+                    Err(error) => answer.with_error_code(error.code()),
+                });
+            }
+            ListOffsetsTopicResponse::default()
+                .with_name(topic.name)
+                .with_partitions(partitions)
+        });
+        ListOffsetsResponse::default().with_topics(join_all(topics).await)
+    }
+
+    /// The first offset at or after `time` and its record's time; `(-1, -1)` when every record
+    /// is older, as Kafka answers.
+    async fn offset_for_time(
+        &self,
+        topic: &str,
+        partition: i32,
+        time: i64,
+        end: i64,
+    ) -> Result<(i64, i64), ResponseError> {
+        let offset = match self
+            .call(Command::OffsetForTime {
+                topic: topic.to_owned(),
+                partition,
+                timestamp_ms: time,
+            })
+            .await
+        {
+            Ok(Outcome::Offset(offset)) => offset,
+            Ok(other) => return Err(kafka_error(&unexpected(&other))),
+            Err(refusal) => return Err(kafka_error(&refusal)),
+        };
+        if offset >= end {
+            return Ok((-1, -1));
+        }
+        let read = Command::Read {
+            topic: topic.to_owned(),
+            partition,
+            offset,
+            max_records: 1,
+            max_bytes: Some(0),
+        };
+        match self.call(read).await {
+            Ok(Outcome::Read(read)) => Ok(read
+                .records
+                .first()
+                .map_or((-1, -1), |record| (record.offset, record.timestamp_ms))),
+            Ok(other) => Err(kafka_error(&unexpected(&other))),
+            Err(refusal) => Err(kafka_error(&refusal)),
+        }
+    }
+}
+
+/// What is left of a fetch answer's byte limit.
+struct Room {
+    left: u64,
+    /// Whether a batch is in the answer already.
+    taken: bool,
+}
+
+/// A partition a fetch reads.
+struct Wanted {
+    topic: String,
+    partition: i32,
+    /// Where the client reads from.
+    offset: i64,
+    /// The most bytes of records the client takes from this partition.
+    max_bytes: u64,
+}
+
+impl Room {
+    /// Takes room for a batch of `size` bytes, if it fits; the first batch always does.
+    fn take(&mut self, size: u64) -> bool {
+        if self.taken && size > self.left {
+            self.left = 0;
+            return false;
+        }
+        self.left = self.left.saturating_sub(size);
+        self.taken = true;
+        true
+    }
+}

@@ -1,0 +1,272 @@
+//! Kafka's classic consumer-group protocol as the listener coordinates it: JoinGroup, SyncGroup,
+//! LeaveGroup, DescribeGroups and ListGroups (Heartbeat is answered by the coordinator alone).
+
+use std::time::Duration;
+
+use broker_proto::ErrorReply;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::{
+    DescribeGroupsRequest, DescribeGroupsResponse, GroupId, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, SyncGroupRequest,
+    SyncGroupResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::errors::{code, coordinator_error};
+use crate::groups::{Join, DEAD};
+use crate::Backend;
+
+use super::Handler;
+
+/// The session timeouts a member may ask for, in milliseconds: 1 s to 30 min (a rebalance
+/// waits at most as long).
+const SESSION_TIMEOUT_MS: std::ops::RangeInclusive<i32> = 1_000..=1_800_000;
+
+/// Whether `group` names a group the broker can keep: 1 to 64 ASCII letters, digits, `_` and
+/// `-`, the rule of every identifier of the broker (topic names included).
+pub(super) fn is_group_id(group: &str) -> bool {
+    broker_core::TopicName::new(group).is_ok()
+}
+
+/// `ms` milliseconds (never negative).
+fn millis(ms: i32) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// The state Kafka gives a group with committed offsets and no members.
+const EMPTY: &str = "Empty";
+
+/// The protocol type of Kafka's consumer groups.
+const CONSUMER: &str = "consumer";
+
+impl<B: Backend> Handler<'_, B> {
+    pub(super) async fn join_group(
+        &self,
+        request: JoinGroupRequest,
+        client_id: &str,
+    ) -> JoinGroupResponse {
+        let group = request.group_id.as_str().to_owned();
+        let refused = |error: ResponseError| {
+            JoinGroupResponse::default()
+                .with_error_code(error.code())
+                .with_generation_id(-1)
+                .with_member_id(request.member_id.clone())
+        };
+        if !is_group_id(&group) {
+            return refused(ResponseError::InvalidGroupId);
+        }
+        if !SESSION_TIMEOUT_MS.contains(&request.session_timeout_ms) {
+            return refused(ResponseError::InvalidSessionTimeout);
+        }
+        // A group name is used by one protocol at a time.
+        match self.has_native_members(&group).await {
+            Ok(false) => {}
+            Ok(true) => return refused(ResponseError::InconsistentGroupProtocol),
+            Err(refusal) => return refused(coordinator_error(&refusal)),
+        }
+        let session_timeout = millis(request.session_timeout_ms);
+        // Version 0 has no rebalance timeout: it is the session timeout.
+        let rebalance_timeout = match request.rebalance_timeout_ms {
+            timeout if timeout > 0 => millis(timeout.min(*SESSION_TIMEOUT_MS.end())),
+            _ => session_timeout,
+        };
+        let join = Join {
+            member_id: request.member_id.as_str().to_owned(),
+            client_id: client_id.to_owned(),
+            client_host: self.client_host.clone(),
+            protocol_type: request.protocol_type.as_str().to_owned(),
+            protocols: request
+                .protocols
+                .iter()
+                .map(|protocol| (protocol.name.as_str().to_owned(), protocol.metadata.clone()))
+                .collect(),
+            session_timeout,
+            rebalance_timeout,
+        };
+        match self.coordinator.join(&group, join).await {
+            Ok((member_id, round)) => {
+                let leads = round.leader == member_id;
+                JoinGroupResponse::default()
+                    .with_generation_id(round.generation)
+                    .with_protocol_type(Some(request.protocol_type))
+                    .with_protocol_name(Some(StrBytes::from_string(round.protocol)))
+                    .with_leader(StrBytes::from_string(round.leader))
+                    .with_member_id(StrBytes::from_string(member_id))
+                    .with_members(if leads {
+                        round
+                            .members
+                            .into_iter()
+                            .map(|(id, metadata)| {
+                                JoinGroupResponseMember::default()
+                                    .with_member_id(StrBytes::from_string(id))
+                                    .with_metadata(metadata)
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    })
+            }
+            Err(error) => refused(error),
+        }
+    }
+
+    /// Whether a group of the broker named `group` has members that joined natively, on any
+    /// topic.
+    async fn has_native_members(&self, group: &str) -> Result<bool, ErrorReply> {
+        Ok(self.describe(None).await?.iter().any(|topic| {
+            topic
+                .groups
+                .iter()
+                .any(|described| described.name == group && !described.members.is_empty())
+        }))
+    }
+
+    pub(super) async fn sync_group(&self, request: SyncGroupRequest) -> SyncGroupResponse {
+        let assignments = request
+            .assignments
+            .into_iter()
+            .map(|assignment| {
+                (
+                    assignment.member_id.as_str().to_owned(),
+                    assignment.assignment,
+                )
+            })
+            .collect();
+        let synced = self
+            .coordinator
+            .sync(
+                request.group_id.as_str(),
+                request.member_id.as_str(),
+                request.generation_id,
+                assignments,
+            )
+            .await;
+        match synced {
+            Ok(assignment) => SyncGroupResponse::default().with_assignment(assignment),
+            Err(error) => SyncGroupResponse::default().with_error_code(error.code()),
+        }
+    }
+
+    pub(super) fn leave_group(&self, request: &LeaveGroupRequest) -> LeaveGroupResponse {
+        // Up to version 2 one member leaves; from version 3 a batch of them.
+        let leaving: Vec<String> = if request.members.is_empty() {
+            vec![request.member_id.as_str().to_owned()]
+        } else {
+            request
+                .members
+                .iter()
+                .map(|member| member.member_id.as_str().to_owned())
+                .collect()
+        };
+        let answers = self.coordinator.leave(request.group_id.as_str(), &leaving);
+        let first_error = answers.iter().find_map(|answer| answer.err());
+        LeaveGroupResponse::default()
+            .with_error_code(code(if request.members.is_empty() {
+                first_error
+            } else {
+                None
+            }))
+            .with_members(
+                request
+                    .members
+                    .iter()
+                    .zip(&answers)
+                    .map(|(member, answer)| {
+                        MemberResponse::default()
+                            .with_member_id(member.member_id.clone())
+                            .with_error_code(code(answer.err()))
+                    })
+                    .collect(),
+            )
+    }
+
+    /// The names of the broker's groups that have no members of their own: groups Kafka's
+    /// clients committed offsets for (or native groups all of whose members left), which Kafka
+    /// shows as `Empty` groups.
+    async fn memberless_groups(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .describe(None)
+            .await
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|topic| &topic.groups)
+            .filter(|group| group.members.is_empty())
+            .map(|group| group.name.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    pub(super) async fn describe_groups(
+        &self,
+        request: &DescribeGroupsRequest,
+    ) -> DescribeGroupsResponse {
+        let memberless = self.memberless_groups().await;
+        DescribeGroupsResponse::default().with_groups(
+            request
+                .groups
+                .iter()
+                .map(|group| {
+                    let mut described = self.coordinator.describe(group.as_str());
+                    if described.state == DEAD
+                        && memberless.iter().any(|name| name == group.as_str())
+                    {
+                        described.state = EMPTY;
+                        described.protocol_type = CONSUMER.to_owned();
+                    }
+                    DescribedGroup::default()
+                        .with_group_id(group.clone())
+                        .with_group_state(StrBytes::from_static_str(described.state))
+                        .with_protocol_type(StrBytes::from_string(described.protocol_type))
+                        .with_protocol_data(StrBytes::from_string(described.protocol))
+                        .with_members(
+                            described
+                                .members
+                                .into_iter()
+                                .map(|(id, client_id, host, metadata, assignment)| {
+                                    DescribedGroupMember::default()
+                                        .with_member_id(StrBytes::from_string(id))
+                                        .with_client_id(StrBytes::from_string(client_id))
+                                        .with_client_host(StrBytes::from_string(host))
+                                        .with_member_metadata(metadata)
+                                        .with_member_assignment(assignment)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+    }
+
+    /// Every group, with members or with committed offsets, in the states asked for (every
+    /// state when none is).
+    pub(super) async fn list_groups(&self, request: &ListGroupsRequest) -> ListGroupsResponse {
+        let mut listed = self.coordinator.list();
+        for name in self.memberless_groups().await {
+            if !listed.iter().any(|(group, _, _)| *group == name) {
+                listed.push((name, CONSUMER.to_owned(), EMPTY));
+            }
+        }
+        let wanted = &request.states_filter;
+        listed.retain(|(_, _, state)| {
+            wanted.is_empty() || wanted.iter().any(|asked| asked.eq_ignore_ascii_case(state))
+        });
+        listed.sort();
+        ListGroupsResponse::default().with_groups(
+            listed
+                .into_iter()
+                .map(|(group, protocol_type, state)| {
+                    ListedGroup::default()
+                        .with_group_id(GroupId(StrBytes::from_string(group)))
+                        .with_protocol_type(StrBytes::from_string(protocol_type))
+                        .with_group_state(StrBytes::from_static_str(state))
+                })
+                .collect(),
+        )
+    }
+}

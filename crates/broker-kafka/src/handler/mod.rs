@@ -1,0 +1,205 @@
+//! What each Kafka request does: the broker's commands it runs through the [`Backend`], and the
+//! Kafka response built from their outcomes. [`Handler::handle`] sends each API to its family's
+//! file: `metadata` (Metadata, FindCoordinator), `produce` (Produce, InitProducerId), `fetch`
+//! (Fetch, ListOffsets), `groups` (JoinGroup, SyncGroup, LeaveGroup, DescribeGroups,
+//! ListGroups), `offsets` (OffsetCommit, OffsetFetch) and `admin` (CreateTopics, DeleteTopics,
+//! DeleteRecords); what they share is here.
+
+use std::time::Duration;
+
+use broker_core::{Command, Outcome, TopicDescription};
+use broker_proto::ErrorReply;
+use kafka_protocol::messages::{HeartbeatResponse, RequestKind, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::apis::api_versions;
+use crate::configs;
+use crate::elsewhere::refuse_group_request;
+use crate::errors::{code, kafka_error};
+use crate::groups::Coordinator;
+use crate::{Backend, KafkaSettings};
+use produce::init_producer_id;
+
+mod admin;
+mod fetch;
+mod groups;
+mod metadata;
+mod offsets;
+mod produce;
+#[cfg(test)]
+mod tests;
+
+/// Where clients reach this listener: the host and port Metadata answers with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    /// Host name or address.
+    pub(crate) host: String,
+    /// Port.
+    pub(crate) port: i32,
+}
+
+/// What a request is answered with.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// Its response (boxed: some responses are large).
+    Response(Box<ResponseKind>),
+    /// Nothing: a produce with `acks=0`.
+    Nothing,
+    /// Nothing, and the connection closes: a produce with `acks=0` that was refused, as
+    /// Kafka's brokers do, since the closing is the client's only sign that it should ask for
+    /// metadata again (a partition's leader moved, say).
+    Close,
+    /// Its correlation id and this error alone: a request of an API the listener does not
+    /// handle.
+    Refused(ResponseError),
+}
+
+/// Answers the requests of one connection.
+pub(crate) struct Handler<'a, B> {
+    pub(crate) backend: &'a B,
+    pub(crate) settings: &'a KafkaSettings,
+    pub(crate) coordinator: &'a Coordinator,
+    /// Where the connection's client is told the listener is.
+    pub(crate) endpoint: Endpoint,
+    /// Where the connection comes from, as DescribeGroups shows a member's host.
+    pub(crate) client_host: String,
+}
+
+impl<B: Backend> Handler<'_, B> {
+    /// Answers one request of `version`, from the client that `client_id` names.
+    pub(crate) async fn handle(
+        &self,
+        version: i16,
+        client_id: &str,
+        request: RequestKind,
+    ) -> Answer {
+        if !self.backend.coordinates_groups() {
+            if let Some(refused) = refuse_group_request(&request, ResponseError::NotCoordinator) {
+                return Answer::Response(Box::new(refused));
+            }
+        }
+        Answer::Response(Box::new(match request {
+            RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(0)),
+            RequestKind::Metadata(request) => {
+                ResponseKind::Metadata(self.metadata(request, version).await)
+            }
+            RequestKind::Produce(request) => {
+                let acks = request.acks;
+                let response = self.produce(request).await;
+                if acks == 0 {
+                    let refused = response
+                        .responses
+                        .iter()
+                        .flat_map(|topic| &topic.partition_responses)
+                        .any(|partition| partition.error_code != 0);
+                    return if refused {
+                        Answer::Close
+                    } else {
+                        Answer::Nothing
+                    };
+                }
+                ResponseKind::Produce(response)
+            }
+            RequestKind::Fetch(request) => ResponseKind::Fetch(self.fetch(request).await),
+            RequestKind::ListOffsets(request) => {
+                ResponseKind::ListOffsets(self.list_offsets(request).await)
+            }
+            RequestKind::CreateTopics(request) => {
+                ResponseKind::CreateTopics(self.create_topics(request).await)
+            }
+            RequestKind::DeleteTopics(request) => {
+                ResponseKind::DeleteTopics(self.delete_topics(request).await)
+            }
+            RequestKind::InitProducerId(request) => {
+                ResponseKind::InitProducerId(init_producer_id(&request))
+            }
+            RequestKind::FindCoordinator(request) => {
+                ResponseKind::FindCoordinator(self.find_coordinator(&request))
+            }
+            RequestKind::JoinGroup(request) => {
+                ResponseKind::JoinGroup(self.join_group(request, client_id).await)
+            }
+            RequestKind::SyncGroup(request) => {
+                ResponseKind::SyncGroup(self.sync_group(request).await)
+            }
+            RequestKind::Heartbeat(request) => ResponseKind::Heartbeat(
+                HeartbeatResponse::default().with_error_code(code(
+                    self.coordinator
+                        .heartbeat(
+                            request.group_id.as_str(),
+                            request.member_id.as_str(),
+                            request.generation_id,
+                        )
+                        .err(),
+                )),
+            ),
+            RequestKind::LeaveGroup(request) => {
+                ResponseKind::LeaveGroup(self.leave_group(&request))
+            }
+            RequestKind::OffsetCommit(request) => {
+                ResponseKind::OffsetCommit(self.offset_commit(request).await)
+            }
+            RequestKind::OffsetFetch(request) => {
+                ResponseKind::OffsetFetch(self.offset_fetch(request).await)
+            }
+            RequestKind::DescribeGroups(request) => {
+                ResponseKind::DescribeGroups(self.describe_groups(&request).await)
+            }
+            RequestKind::ListGroups(request) => {
+                ResponseKind::ListGroups(self.list_groups(&request).await)
+            }
+            RequestKind::DeleteRecords(request) => {
+                ResponseKind::DeleteRecords(self.delete_records(request).await)
+            }
+            RequestKind::DescribeConfigs(request) => {
+                let topics = self
+                    .backend
+                    .topics()
+                    .await
+                    .map_err(|refusal| refused(&refusal));
+                ResponseKind::DescribeConfigs(configs::describe_configs(&request, &topics))
+            }
+            // `frame::parse` lets through only the APIs `apis::supported_apis` lists, each
+            // handled above.
+            _ => return Answer::Refused(ResponseError::UnsupportedVersion),
+        }))
+    }
+}
+
+/// A topic name as the broker sees it.
+fn topic_name(name: &TopicName) -> String {
+    name.as_str().to_owned()
+}
+
+fn kafka_topic(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_owned()))
+}
+
+fn message(text: String) -> Option<StrBytes> {
+    Some(StrBytes::from_string(text))
+}
+
+impl<B: Backend> Handler<'_, B> {
+    async fn call(&self, command: Command) -> Result<Outcome, ErrorReply> {
+        self.backend.call(command, Duration::ZERO).await
+    }
+
+    async fn describe(&self, topic: Option<String>) -> Result<Vec<TopicDescription>, ErrorReply> {
+        match self.call(Command::Describe { topic }).await? {
+            Outcome::Description(description) => Ok(description.topics),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+/// A refusal of the broker as a Kafka error and its message.
+fn refused(refusal: &ErrorReply) -> (ResponseError, String) {
+    (kafka_error(refusal), refusal.to_string())
+}
+
+/// An outcome no command of the listener can have had: a bug, answered as the server's error.
+#[cold]
+fn unexpected(outcome: &Outcome) -> ErrorReply {
+    ErrorReply::Storage(format!("unexpected outcome {}", outcome.name()))
+}

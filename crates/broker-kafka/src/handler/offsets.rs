@@ -1,0 +1,188 @@
+//! A group's committed offsets: OffsetCommit and OffsetFetch, kept with the broker's group of
+//! the same name on each topic.
+
+use broker_core::{Command, Outcome};
+use broker_proto::ErrorReply;
+use futures::future::join_all;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+};
+use kafka_protocol::messages::{
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::errors::{code, coordinator_error};
+use crate::Backend;
+
+use super::groups::is_group_id;
+use super::{kafka_topic, topic_name, unexpected, Handler};
+
+impl<B: Backend> Handler<'_, B> {
+    pub(super) async fn offset_commit(&self, request: OffsetCommitRequest) -> OffsetCommitResponse {
+        let group = request.group_id.as_str();
+        let allowed = if is_group_id(group) {
+            self.coordinator.may_commit(
+                group,
+                request.member_id.as_str(),
+                request.generation_id_or_member_epoch,
+            )
+        } else {
+            Err(ResponseError::InvalidGroupId)
+        };
+        let topics = request.topics.into_iter().map(|topic| async move {
+            let offsets: Vec<(i32, i64)> = topic
+                .partitions
+                .iter()
+                .map(|p| (p.partition_index, p.committed_offset.max(0)))
+                .collect();
+            let errors = match allowed {
+                Err(error) => vec![Some(error); offsets.len()],
+                Ok(()) => {
+                    self.commit_offsets(group, topic_name(&topic.name), &offsets)
+                        .await
+                }
+            };
+            OffsetCommitResponseTopic::default()
+                .with_name(topic.name)
+                .with_partitions(
+                    offsets
+                        .iter()
+                        .zip(errors)
+                        .map(|(&(partition, _), error)| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(partition)
+                                .with_error_code(code(error))
+                        })
+                        .collect(),
+                )
+        });
+        OffsetCommitResponse::default().with_topics(join_all(topics).await)
+    }
+
+    /// Stores `group`'s committed `offsets` (partition, offset) on `topic`; each one's error,
+    /// if any. An offset past its partition's end is refused with `OFFSET_OUT_OF_RANGE` and the
+    /// others are stored: the broker keeps no committed offset past the end (it would store
+    /// the end), and a consumer that resumed from the end would read nothing where Kafka's
+    /// consumer resumes from its `auto.offset.reset`.
+    async fn commit_offsets(
+        &self,
+        group: &str,
+        topic: String,
+        offsets: &[(i32, i64)],
+    ) -> Vec<Option<ResponseError>> {
+        // The group's lag gives every partition's end offset in one call. Offsets only grow, so
+        // an offset within the end when read is still within it when stored.
+        let lag = Command::Lag {
+            topic: topic.clone(),
+            group: group.to_owned(),
+        };
+        let ends = match self.call(lag).await {
+            Ok(Outcome::Lag(rows)) => rows,
+            Ok(other) => return vec![Some(coordinator_error(&unexpected(&other))); offsets.len()],
+            Err(refusal) => return vec![Some(coordinator_error(&refusal)); offsets.len()],
+        };
+        // One row per partition, in order.
+        let past_end = |&(partition, offset): &(i32, i64)| {
+            usize::try_from(partition)
+                .ok()
+                .and_then(|index| ends.get(index))
+                .is_some_and(|row| offset > row.end_offset)
+        };
+        let stored: Vec<(i32, i64)> = offsets.iter().copied().filter(|o| !past_end(o)).collect();
+        let error = if stored.is_empty() {
+            None
+        } else {
+            let command = Command::CommitGroup {
+                topic,
+                group: group.to_owned(),
+                offsets: stored,
+            };
+            match self.call(command).await {
+                Ok(_) => None,
+                // The broker's group has members of its own: as in Kafka, only a group's
+                // members commit while it has some.
+                Err(ErrorReply::InvalidArgument(text)) if text.contains("members of its own") => {
+                    Some(ResponseError::UnknownMemberId)
+                }
+                Err(refusal) => Some(coordinator_error(&refusal)),
+            }
+        };
+        offsets
+            .iter()
+            .map(|offset| {
+                if past_end(offset) {
+                    Some(ResponseError::OffsetOutOfRange)
+                } else {
+                    error
+                }
+            })
+            .collect()
+    }
+
+    pub(super) async fn offset_fetch(&self, request: OffsetFetchRequest) -> OffsetFetchResponse {
+        let group = request.group_id.as_str();
+        if !is_group_id(group) {
+            return OffsetFetchResponse::default()
+                .with_error_code(ResponseError::InvalidGroupId.code());
+        }
+        let described = match self.describe(None).await {
+            Ok(topics) => topics,
+            Err(refusal) => {
+                return OffsetFetchResponse::default()
+                    .with_error_code(coordinator_error(&refusal).code())
+            }
+        };
+        // What the group committed on each partition of each topic it has a group of the
+        // broker on; -1 where it committed nothing (the client then applies its reset policy).
+        let committed = |topic: &str, partition: i32| -> i64 {
+            described
+                .iter()
+                .find(|described| described.name == topic)
+                .and_then(|described| described.groups.iter().find(|g| g.name == group))
+                .and_then(|g| {
+                    usize::try_from(partition)
+                        .ok()
+                        .and_then(|p| g.partitions.get(p))
+                })
+                .map_or(-1, |progress| progress.committed)
+        };
+        let wanted: Vec<(String, Vec<i32>)> = match request.topics {
+            Some(topics) => topics
+                .iter()
+                .map(|topic| (topic_name(&topic.name), topic.partition_indexes.clone()))
+                .collect(),
+            // Every topic the group committed on.
+            None => described
+                .iter()
+                .filter_map(|topic| {
+                    let g = topic.groups.iter().find(|g| g.name == group)?;
+                    Some((topic.name.clone(), (0..g.partitions.len() as i32).collect()))
+                })
+                .collect(),
+        };
+        OffsetFetchResponse::default().with_topics(
+            wanted
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    let answers = partitions
+                        .iter()
+                        .map(|&partition| {
+                            OffsetFetchResponsePartition::default()
+                                .with_partition_index(partition)
+                                .with_committed_offset(committed(&topic, partition))
+                                .with_metadata(Some(StrBytes::default()))
+                        })
+                        .collect();
+                    OffsetFetchResponseTopic::default()
+                        .with_name(kafka_topic(&topic))
+                        .with_partitions(answers)
+                })
+                .collect(),
+        )
+    }
+}

@@ -1,0 +1,359 @@
+//! Produce and InitProducerId: record batches decoded within one request's limits and
+//! published to their partitions, idempotent producers' batches stored once.
+
+use std::collections::BTreeSet;
+
+use broker_core::{
+    Command, Outcome, PartitionBatch, PublishRecord, TopicSettings, MAX_BATCH_RECORDS,
+};
+use broker_proto::ErrorReply;
+use futures::future::join_all;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
+};
+use kafka_protocol::ResponseError;
+
+use crate::ids::new_producer_id;
+use crate::records::{decode_produced, Limits, Produced, RecordsError};
+use crate::Backend;
+
+use super::{message, refused, topic_name, unexpected, Handler};
+
+/// How many times the largest frame a produced batch may decompress to.
+const INFLATE_FACTOR: usize = 4;
+
+impl<B: Backend> Handler<'_, B> {
+    /// What the batches of one produce request may hold: records up to the server's payload
+    /// limit, decompressing to four times the largest frame in all, room for anything a client
+    /// compresses in one request.
+    fn produce_limits(&self) -> Limits {
+        Limits {
+            record_bytes: self.settings.max_record_bytes,
+            inflate_left: self.settings.max_frame_bytes.saturating_mul(INFLATE_FACTOR),
+        }
+    }
+
+    pub(super) async fn produce(&self, request: ProduceRequest) -> ProduceResponse {
+        let refusal = if request.transactional_id.is_some() {
+            Some((
+                ResponseError::TransactionalIdAuthorizationFailed,
+                "transactions are not supported by this broker".to_owned(),
+            ))
+        } else if !matches!(request.acks, -1..=1) {
+            Some((
+                ResponseError::InvalidRequiredAcks,
+                format!("acks must be -1, 0 or 1, got {}", request.acks),
+            ))
+        } else {
+            None
+        };
+        // Every batch is read before any is published, with one budget for the request.
+        let mut limits = self.produce_limits();
+        let topics: Vec<_> = request
+            .topic_data
+            .into_iter()
+            .map(|topic| {
+                let batches = match &refusal {
+                    Some((error, text)) => Err(topic
+                        .partition_data
+                        .iter()
+                        .map(|data| refused_partition(data.index, *error, text.clone()))
+                        .collect()),
+                    None => Ok(topic
+                        .partition_data
+                        .into_iter()
+                        .map(|data| {
+                            let records = match data.records {
+                                Some(bytes) => decode_produced(data.index, bytes, &mut limits),
+                                None => Err(RecordsError::Corrupt("no records".to_owned())),
+                            };
+                            (data.index, records)
+                        })
+                        .collect()),
+                };
+                (topic.name, batches)
+            })
+            .collect();
+        let topics = topics.into_iter().map(|(kafka_name, batches)| async move {
+            let partitions = match batches {
+                Err(refused) => refused,
+                Ok(batches) => self.publish(&topic_name(&kafka_name), batches).await,
+            };
+            TopicProduceResponse::default()
+                .with_name(kafka_name)
+                .with_partition_responses(partitions)
+        });
+        ProduceResponse::default().with_responses(join_all(topics).await)
+    }
+
+    /// Publishes the records of each partition of one topic, in order, and answers each
+    /// partition, in the request's order: its first record's offset, or why it was refused.
+    async fn publish(
+        &self,
+        topic: &str,
+        batches: Vec<(i32, Result<Produced, RecordsError>)>,
+    ) -> Vec<PartitionProduceResponse> {
+        let mut answers: Vec<Option<PartitionProduceResponse>> =
+            (0..batches.len()).map(|_| None).collect();
+        let mut plain = Vec::new();
+        let mut idempotent = Vec::new();
+        // Each slot's largest record, to tell a batch refused for now from one that can never
+        // be stored whole.
+        let mut largest = vec![0_u64; batches.len()];
+        for (slot, (partition, batch)) in batches.into_iter().enumerate() {
+            if let Ok(produced) = &batch {
+                let sizes = produced.records.iter().map(|record| record.size() as u64);
+                largest[slot] = sizes.max().unwrap_or(0);
+            }
+            match batch {
+                // A record over the server's limit was refused as its batch was read, alone, so
+                // that the request's other partitions are stored.
+                Err(error) => {
+                    let kafka = match error {
+                        RecordsError::Corrupt(_) => ResponseError::CorruptMessage,
+                        RecordsError::Transactional | RecordsError::Invalid(_) => {
+                            ResponseError::InvalidRecord
+                        }
+                        RecordsError::TooLarge(_) => ResponseError::MessageTooLarge,
+                    };
+                    answers[slot] = Some(refused_partition(partition, kafka, error.to_string()));
+                }
+                Ok(Produced {
+                    idempotent: Some((producer, sequence)),
+                    records,
+                }) => idempotent.push((slot, partition, producer, sequence, records)),
+                Ok(Produced {
+                    idempotent: None,
+                    records,
+                }) => plain.push((slot, partition, records)),
+            }
+        }
+        let idempotent = join_all(idempotent.into_iter().map(
+            |(slot, partition, producer, sequence, records)| async move {
+                let offsets = self
+                    .publish_idempotent(topic, partition, producer, sequence, records)
+                    .await;
+                (slot, partition, offsets)
+            },
+        ));
+        let (plain, idempotent) = futures::join!(self.publish_plain(topic, plain), idempotent);
+        let stored: Vec<(usize, i32, Vec<Stored>)> = plain.into_iter().chain(idempotent).collect();
+        // A partition refuses a record larger than it keeps for ever, not until consumers catch
+        // up: a refused batch holding one is answered so, and the client fails it at once
+        // instead of retrying until its timeout.
+        let refused = |offsets: &[Stored]| offsets.iter().any(|offset| matches!(offset, Ok(-1)));
+        let max_bytes = match stored.iter().any(|(_, _, offsets)| refused(offsets)) {
+            true => self.max_bytes(topic).await,
+            false => None,
+        };
+        for (slot, partition, offsets) in stored {
+            let too_large = Some(largest[slot])
+                .zip(max_bytes)
+                .filter(|&(size, max)| size > max && refused(&offsets));
+            answers[slot] = Some(match too_large {
+                Some((size, max)) => refused_partition(
+                    partition,
+                    ResponseError::MessageTooLarge,
+                    format!(
+                        "a record of {size} bytes (value, key and headers) can never be stored: \
+                         a partition of topic {topic:?} keeps at most {max} bytes"
+                    ),
+                ),
+                None => partition_answer(topic, partition, &offsets),
+            });
+        }
+        answers.into_iter().flatten().collect()
+    }
+
+    /// The most bytes a partition of `topic` keeps, if it has such a limit and can be
+    /// described.
+    pub(super) async fn max_bytes(&self, topic: &str) -> Option<u64> {
+        let described = self.describe(Some(topic.to_owned())).await.ok()?;
+        let settings = TopicSettings::from_list(&described.first()?.settings).ok()?;
+        settings.max_bytes
+    }
+
+    /// Publishes the records of the partitions of a producer without idempotence, all in one
+    /// publish that stops at each partition's first refusal (a few when there are very many
+    /// records), so that a partition never stores a record after one it refused: the client
+    /// sends the refused batch again, whose first records may then be stored twice but never
+    /// out of order. Each partition's answer with its slot.
+    async fn publish_plain(
+        &self,
+        topic: &str,
+        partitions: Vec<(usize, i32, Vec<PublishRecord>)>,
+    ) -> Vec<(usize, i32, Vec<Stored>)> {
+        let mut records = Vec::new();
+        let mut placed = Vec::with_capacity(partitions.len());
+        for (slot, partition, batch) in partitions {
+            let start = records.len();
+            records.extend(batch);
+            placed.push((slot, partition, start..records.len()));
+        }
+        // Each record's offset (`-1` when refused), or the refusal of its chunk.
+        let mut offsets: Vec<Stored> = Vec::with_capacity(records.len());
+        // Partitions that did not store a record of an earlier chunk (refused as full, or the
+        // chunk refused whole): their later records are not sent, so that none is stored
+        // after one that was not.
+        let mut refusing: BTreeSet<i32> = BTreeSet::new();
+        // Moved, not copied, a chunk at a time.
+        let mut rest = records;
+        while !rest.is_empty() {
+            let later = rest.split_off(rest.len().min(MAX_BATCH_RECORDS));
+            let chunk = std::mem::replace(&mut rest, later);
+            let mut chunk_offsets: Vec<Stored> = vec![Ok(-1); chunk.len()];
+            let mut indexes = Vec::with_capacity(chunk.len());
+            let mut sent = Vec::with_capacity(chunk.len());
+            for (index, record) in chunk.into_iter().enumerate() {
+                if record
+                    .partition
+                    .is_none_or(|partition| !refusing.contains(&partition))
+                {
+                    indexes.push(index);
+                    sent.push(record);
+                }
+            }
+            let partitions: Vec<Option<i32>> = sent.iter().map(|record| record.partition).collect();
+            let command = Command::PublishUntilFull {
+                topic: topic.to_owned(),
+                records: sent,
+            };
+            let result = self
+                .call(command)
+                .await
+                .map_err(|refusal| refused(&refusal));
+            for ((index, offset), partition) in indexes
+                .into_iter()
+                .zip(placed_offsets(result, partitions.len()))
+                .zip(partitions)
+            {
+                if let Some(partition) = partition.filter(|_| !matches!(offset, Ok(0..))) {
+                    refusing.insert(partition);
+                }
+                chunk_offsets[index] = offset;
+            }
+            offsets.extend(chunk_offsets);
+        }
+        // Each partition's offsets split off the end, last partition first: moved, not cloned.
+        placed
+            .into_iter()
+            .rev()
+            .map(|(slot, partition, range)| (slot, partition, offsets.split_off(range.start)))
+            .collect()
+    }
+
+    /// Publishes the records of an idempotent producer to one partition, numbered from
+    /// `sequence`: a batch sent again is answered with the offsets it got the first time.
+    /// Each record's offset (`-1` when full), or why it was refused.
+    async fn publish_idempotent(
+        &self,
+        topic: &str,
+        partition: i32,
+        producer: u64,
+        sequence: i32,
+        records: Vec<PublishRecord>,
+    ) -> Vec<Stored> {
+        let mut offsets = Vec::with_capacity(records.len());
+        for (index, chunk) in records.chunks(MAX_BATCH_RECORDS).enumerate() {
+            let first = i64::from(sequence) + (index * MAX_BATCH_RECORDS) as i64;
+            let command = Command::PublishIdempotent {
+                topic: topic.to_owned(),
+                producer,
+                batches: vec![PartitionBatch {
+                    partition,
+                    sequence: first.unsigned_abs(),
+                    records: chunk.to_vec(),
+                }],
+            };
+            let result = self.call(command).await.map_err(|refusal| match refusal {
+                // The topic and partition exist (the producer found them in the metadata),
+                // so the broker refused the sequence numbers: ahead of what it expects, or
+                // of a batch too old to answer again. Kafka's clients then start their
+                // sequences afresh.
+                ErrorReply::InvalidArgument(text) if text.contains("sequence") => {
+                    (ResponseError::OutOfOrderSequenceNumber, text)
+                }
+                refusal => refused(&refusal),
+            });
+            offsets.extend(placed_offsets(result, chunk.len()));
+        }
+        offsets
+    }
+}
+
+/// A new producer id for an idempotent producer (epoch 0), or a refusal for a transactional
+/// one. A producer that asks again with its id and epoch (after an error it cannot recover its
+/// sequences from) gets a new id, so that its sequences start afresh; one that bumps its epoch
+/// itself is a new producer too (see `records::native_producer`).
+pub(super) fn init_producer_id(request: &InitProducerIdRequest) -> InitProducerIdResponse {
+    if request.transactional_id.is_some() {
+        return InitProducerIdResponse::default()
+            .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+    }
+    InitProducerIdResponse::default()
+        .with_producer_id(ProducerId(new_producer_id()))
+        .with_producer_epoch(0)
+}
+
+/// What became of one produced record: its offset (`-1` when its partition was full), or the
+/// Kafka error that refused it and why.
+type Stored = Result<i64, (ResponseError, String)>;
+
+/// What became of each of the `size` records of one publish answered `result`.
+fn placed_offsets(result: Result<Outcome, (ResponseError, String)>, size: usize) -> Vec<Stored> {
+    match result {
+        Ok(Outcome::PublishedBatch(stored)) if stored.len() == size => {
+            stored.into_iter().map(|(_, offset)| Ok(offset)).collect()
+        }
+        Ok(other) => vec![Err(refused(&unexpected(&other))); size],
+        Err(refusal) => vec![Err(refusal); size],
+    }
+}
+
+/// The answer for `partition` of `topic` whose records became `stored`: the first record's
+/// offset, or the first refusal; a full partition is answered with a retriable error
+/// (`NOT_ENOUGH_REPLICAS`: nothing of the batch past the full point was stored, and Kafka's
+/// clients retry it after a back-off). The records before the full point were stored: an
+/// idempotent producer's retry is answered with their offsets, but one without idempotence
+/// stores them again.
+fn partition_answer(topic: &str, partition: i32, stored: &[Stored]) -> PartitionProduceResponse {
+    for result in stored {
+        match result {
+            Ok(-1) => {
+                return refused_partition(
+                    partition,
+                    ResponseError::NotEnoughReplicas,
+                    format!(
+                        "partition {partition} of topic {topic:?} is full (its retention keeps \
+                         no more records until consumers catch up); retry later"
+                    ),
+                )
+            }
+            Ok(_) => {}
+            Err((error, text)) => return refused_partition(partition, *error, text.clone()),
+        }
+    }
+    let base_offset = match stored.first() {
+        Some(Ok(offset)) => *offset,
+        _ => -1,
+    };
+    PartitionProduceResponse::default()
+        .with_index(partition)
+        .with_base_offset(base_offset)
+}
+
+/// A produce answer refusing `partition` with `error`, saying why.
+fn refused_partition(
+    partition: i32,
+    error: ResponseError,
+    text: String,
+) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .with_index(partition)
+        .with_error_code(error.code())
+        .with_base_offset(-1)
+        .with_error_message(message(text))
+}

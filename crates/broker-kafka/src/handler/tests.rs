@@ -1,0 +1,837 @@
+//! The listener's answers to each API, against the broker in memory.
+
+#![allow(clippy::unwrap_used)]
+
+use broker_core::EventBroker;
+use bytes::BytesMut;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+use kafka_protocol::messages::ApiKey;
+
+use std::time::Duration;
+
+use broker_core::{Command, KeyHash, Outcome, TopicDescription, MAX_BATCH_RECORDS};
+use broker_proto::ErrorReply;
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::PartitionData;
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
+use kafka_protocol::messages::{
+    BrokerId, DeleteRecordsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest,
+    GroupId, ListGroupsRequest, MetadataRequest, OffsetCommitRequest, ProduceRequest, RequestKind,
+    ResponseKind, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::groups::Coordinator;
+use crate::{Backend, KafkaSettings};
+
+use super::*;
+
+/// The broker in memory, as a backend: what the server does, without the network.
+type Local = EventBroker;
+
+fn settings() -> KafkaSettings {
+    KafkaSettings {
+        node_id: 0,
+        cluster_id: "test".into(),
+        advertise: None,
+        max_frame_bytes: 1 << 20,
+        max_record_bytes: 1 << 16,
+        idle_timeout: Duration::from_secs(60),
+        read_timeout: Duration::from_secs(60),
+        write_timeout: Duration::from_secs(60),
+    }
+}
+
+fn endpoint() -> Endpoint {
+    Endpoint {
+        host: "127.0.0.1".into(),
+        port: 9093,
+    }
+}
+
+async fn ask<B: Backend>(broker: &B, version: i16, request: RequestKind) -> Option<ResponseKind> {
+    match answer(broker, version, request).await {
+        Answer::Response(response) => Some(*response),
+        Answer::Nothing | Answer::Close => None,
+        Answer::Refused(error) => panic!("refused: {error:?}"),
+    }
+}
+
+async fn answer<B: Backend>(broker: &B, version: i16, request: RequestKind) -> Answer {
+    let settings = settings();
+    let coordinator = Coordinator::default();
+    let handler = Handler {
+        backend: broker,
+        settings: &settings,
+        coordinator: &coordinator,
+        endpoint: endpoint(),
+        client_host: "/127.0.0.1".into(),
+    };
+    handler.handle(version, "test", request).await
+}
+
+/// A record batch of `count` records, of `producer` (at epoch 0) from `sequence` when
+/// given.
+fn batch(count: i64, producer: Option<(i64, i32)>) -> Bytes {
+    batch_at_epoch(count, producer.map(|(id, first)| (id, 0, first)))
+}
+
+/// A record batch of `count` records, of `producer` at `epoch` from `sequence` when given.
+fn batch_at_epoch(count: i64, producer: Option<(i64, i16, i32)>) -> Bytes {
+    batch_of(count, producer, |i| Bytes::from(format!("r{i}")))
+}
+
+/// A batch of `count` records of `producer` (as [`batch_at_epoch`]), record `i`'s value
+/// `value(i)`.
+fn batch_of(count: i64, producer: Option<(i64, i16, i32)>, value: impl Fn(i64) -> Bytes) -> Bytes {
+    let records: Vec<Record> = (0..count)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: producer.map_or(-1, |(id, _, _)| id),
+            producer_epoch: producer.map_or(-1, |(_, epoch, _)| epoch),
+            timestamp_type: TimestampType::Creation,
+            offset: i,
+            sequence: producer.map_or(-1, |(_, _, first)| first + i as i32),
+            timestamp: 1_000 + i,
+            key: None,
+            value: Some(value(i)),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buffer = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut buffer, &records, &options).unwrap();
+    buffer.freeze()
+}
+
+fn produce(acks: i16, topic: &str, partition: i32, records: Bytes) -> RequestKind {
+    RequestKind::Produce(ProduceRequest::default().with_acks(acks).with_topic_data(
+        vec![TopicProduceData::default()
+                .with_name(kafka_topic(topic))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(records))])],
+    ))
+}
+
+/// The one partition answer of a produce.
+fn produced(response: Option<ResponseKind>) -> PartitionProduceResponse {
+    match response {
+        Some(ResponseKind::Produce(mut response)) => {
+            response.responses.remove(0).partition_responses.remove(0)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn fetch(topic: &str, partition: i32, offset: i64) -> RequestKind {
+    RequestKind::Fetch(
+        FetchRequest::default().with_topics(vec![FetchTopic::default()
+            .with_topic(kafka_topic(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])]),
+    )
+}
+
+/// The one partition answer of a fetch.
+fn fetched(response: Option<ResponseKind>) -> PartitionData {
+    match response {
+        Some(ResponseKind::Fetch(mut response)) => {
+            response.responses.remove(0).partitions.remove(0)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn broker(capacity: i32) -> Local {
+    let broker = EventBroker::new(capacity).unwrap();
+    broker.create("t", 2).unwrap();
+    broker
+}
+
+#[tokio::test]
+async fn an_idempotent_batch_sent_twice_is_stored_once() {
+    let broker = broker(100);
+    let first = produced(ask(&broker, 9, produce(-1, "t", 1, batch(3, Some((7, 0))))).await);
+    assert_eq!((first.error_code, first.base_offset), (0, 0));
+    let again = produced(ask(&broker, 9, produce(-1, "t", 1, batch(3, Some((7, 0))))).await);
+    assert_eq!((again.error_code, again.base_offset), (0, 0));
+    assert_eq!(broker.end_offset("t", 1).unwrap(), 3);
+    let next = produced(ask(&broker, 9, produce(-1, "t", 1, batch(2, Some((7, 3))))).await);
+    assert_eq!(next.base_offset, 3);
+    // A gap in the sequence numbers.
+    let ahead = produced(ask(&broker, 9, produce(-1, "t", 1, batch(1, Some((7, 9))))).await);
+    assert_eq!(
+        ahead.error_code,
+        ResponseError::OutOfOrderSequenceNumber.code()
+    );
+    assert_eq!(broker.end_offset("t", 1).unwrap(), 5);
+    // The producer bumps its epoch (as librdkafka does when it cannot tell what became
+    // of a batch) and numbers its batches from zero again: stored, and de-duplicated.
+    let bumped = || produce(-1, "t", 1, batch_at_epoch(2, Some((7, 1, 0))));
+    let after_bump = produced(ask(&broker, 9, bumped()).await);
+    assert_eq!((after_bump.error_code, after_bump.base_offset), (0, 5));
+    let retried = produced(ask(&broker, 9, bumped()).await);
+    assert_eq!((retried.error_code, retried.base_offset), (0, 5));
+    assert_eq!(broker.end_offset("t", 1).unwrap(), 7);
+}
+
+#[tokio::test]
+async fn acks_0_is_stored_and_answered_by_nothing() {
+    let broker = broker(100);
+    assert!(matches!(
+        answer(&broker, 9, produce(0, "t", 0, batch(2, None))).await,
+        Answer::Nothing
+    ));
+    assert_eq!(broker.end_offset("t", 0).unwrap(), 2);
+    // Refused (a partition it does not have): the connection closes, so that the client
+    // asks for metadata again.
+    assert!(matches!(
+        answer(&broker, 9, produce(0, "t", 7, batch(2, None))).await,
+        Answer::Close
+    ));
+    let bad = produced(ask(&broker, 9, produce(5, "t", 0, batch(1, None))).await);
+    assert_eq!(bad.error_code, ResponseError::InvalidRequiredAcks.code());
+}
+
+#[tokio::test]
+async fn a_full_partition_answers_a_retriable_error() {
+    let broker = broker(2);
+    let full = produced(ask(&broker, 9, produce(1, "t", 0, batch(3, None))).await);
+    assert_eq!(full.error_code, ResponseError::NotEnoughReplicas.code());
+    assert!(ResponseError::NotEnoughReplicas.is_retriable());
+    assert!(full.error_message.unwrap().contains("is full"));
+}
+
+#[tokio::test]
+async fn a_partition_full_within_a_batch_of_many_chunks_takes_nothing_after_it() {
+    use broker_core::{Discard, Retention, TopicSetting};
+    // The first chunk's small records fill the partition but for a few bytes, and its last
+    // record, larger, is refused; the next chunk's small records would fit.
+    let last_of_first_chunk = MAX_BATCH_RECORDS as i64 - 1;
+    let broker = broker(100);
+    let settings = [
+        TopicSetting::Retention(Retention::Limits),
+        TopicSetting::MaxBytes(last_of_first_chunk as u64 + 5),
+        TopicSetting::Discard(Discard::New),
+    ];
+    broker
+        .create_topic("big", 1, KeyHash::default(), &settings)
+        .unwrap();
+    let records = batch_of(last_of_first_chunk + 10, None, |i| match i {
+        i if i == last_of_first_chunk => Bytes::from(vec![b'L'; 1000]),
+        _ => Bytes::from_static(b"s"),
+    });
+    let full = produced(ask(&broker, 9, produce(1, "big", 0, records)).await);
+    assert_eq!(full.error_code, ResponseError::NotEnoughReplicas.code());
+    assert_eq!(broker.end_offset("big", 0).unwrap(), last_of_first_chunk);
+}
+
+#[tokio::test]
+async fn unknown_topics_and_transactional_producers_are_refused() {
+    let broker = broker(100);
+    let unknown = produced(ask(&broker, 9, produce(1, "nope", 0, batch(1, None))).await);
+    assert_eq!(
+        unknown.error_code,
+        ResponseError::UnknownTopicOrPartition.code()
+    );
+    let transactional = RequestKind::Produce(match produce(1, "t", 0, batch(1, None)) {
+        RequestKind::Produce(request) => {
+            request.with_transactional_id(Some(StrBytes::from_static_str("tx").into()))
+        }
+        _ => unreachable!(),
+    });
+    let refused = produced(ask(&broker, 9, transactional).await);
+    assert_eq!(
+        refused.error_code,
+        ResponseError::TransactionalIdAuthorizationFailed.code()
+    );
+    assert_eq!(broker.end_offset("t", 0).unwrap(), 0);
+    // A transactional producer asks for its coordinator first: refused so, its client
+    // gives up at once (it would retry `COORDINATOR_NOT_AVAILABLE` until its timeout).
+    let coordinator = RequestKind::FindCoordinator(
+        FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_static_str("tx"))
+            .with_key_type(1),
+    );
+    match ask(&broker, 3, coordinator).await {
+        Some(ResponseKind::FindCoordinator(found)) => assert_eq!(
+            found.error_code,
+            ResponseError::TransactionalIdAuthorizationFailed.code()
+        ),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_record_over_the_servers_limit_fails_its_partition_alone() {
+    let broker = broker(100);
+    let limit = settings().max_record_bytes as usize;
+    let oversized = batch_of(3, None, |i| match i {
+        1 => Bytes::from(vec![b'x'; limit + 1]),
+        _ => Bytes::from(format!("r{i}")),
+    });
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(kafka_topic("t"))
+            .with_partition_data(vec![
+                PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(oversized)),
+                PartitionProduceData::default()
+                    .with_index(1)
+                    .with_records(Some(batch(2, None))),
+            ])]);
+    let answers = match ask(&broker, 9, RequestKind::Produce(request)).await {
+        Some(ResponseKind::Produce(mut response)) => {
+            response.responses.remove(0).partition_responses
+        }
+        other => panic!("unexpected {other:?}"),
+    };
+    let codes: Vec<(i32, i16)> = answers.iter().map(|a| (a.index, a.error_code)).collect();
+    assert_eq!(codes, [(0, ResponseError::MessageTooLarge.code()), (1, 0)]);
+    assert_eq!(broker.end_offset("t", 0).unwrap(), 0);
+    assert_eq!(broker.end_offset("t", 1).unwrap(), 2);
+}
+
+#[tokio::test]
+async fn deleting_records_past_the_end_is_refused_and_deletes_nothing() {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    let broker = broker(100);
+    for i in 0..4 {
+        broker.publish("t", 0, format!("r{i}")).unwrap();
+    }
+    let delete = |offset: i64| {
+        RequestKind::DeleteRecords(DeleteRecordsRequest::default().with_topics(vec![
+            DeleteRecordsTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partitions(vec![DeleteRecordsPartition::default()
+                    .with_partition_index(0)
+                    .with_offset(offset)]),
+        ]))
+    };
+    let deleted = |response: Option<ResponseKind>| match response {
+        Some(ResponseKind::DeleteRecords(mut response)) => {
+            let answer = response.topics.remove(0).partitions.remove(0);
+            (answer.error_code, answer.low_watermark)
+        }
+        other => panic!("unexpected {other:?}"),
+    };
+    let out_of_range = ResponseError::OffsetOutOfRange.code();
+    assert_eq!(
+        deleted(ask(&broker, 2, delete(5)).await),
+        (out_of_range, -1)
+    );
+    assert_eq!(
+        deleted(ask(&broker, 2, delete(-2)).await),
+        (out_of_range, -1)
+    );
+    // Nothing was deleted: purging below offset 0 answers the earliest offset.
+    assert_eq!(broker.purge("t", 0, 0).unwrap(), 0);
+    assert_eq!(deleted(ask(&broker, 2, delete(2)).await), (0, 2));
+    assert_eq!(deleted(ask(&broker, 2, delete(4)).await), (0, 4));
+    broker.publish("t", 0, "r4").unwrap();
+    assert_eq!(deleted(ask(&broker, 2, delete(-1)).await), (0, 5));
+}
+
+#[tokio::test]
+async fn fetches_outside_the_retained_records_are_out_of_range() {
+    let broker = broker(100);
+    for i in 0..4 {
+        broker.publish("t", 0, format!("r{i}")).unwrap();
+    }
+    broker.purge("t", 0, 2).unwrap();
+    let below = fetched(ask(&broker, 12, fetch("t", 0, 1)).await);
+    assert_eq!(below.error_code, ResponseError::OffsetOutOfRange.code());
+    assert_eq!((below.log_start_offset, below.high_watermark), (2, 4));
+    let past = fetched(ask(&broker, 12, fetch("t", 0, 9)).await);
+    assert_eq!(past.error_code, ResponseError::OffsetOutOfRange.code());
+    let unknown = fetched(ask(&broker, 12, fetch("t", 5, 0)).await);
+    assert_eq!(
+        unknown.error_code,
+        ResponseError::UnknownTopicOrPartition.code()
+    );
+    let at = fetched(ask(&broker, 12, fetch("t", 0, 2)).await);
+    assert_eq!(at.error_code, 0);
+    let mut records = at.records.unwrap();
+    let sets = kafka_protocol::records::RecordBatchDecoder::decode_all(&mut records).unwrap();
+    let offsets: Vec<i64> = sets
+        .iter()
+        .flat_map(|s| &s.records)
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(offsets, vec![2, 3]);
+}
+
+/// Node 0 of a cluster of nodes 0 and 2, where `leader` leads: the broker in memory as
+/// such a node sees it.
+struct ClusterNode {
+    broker: Local,
+    leader: Option<i32>,
+}
+
+impl Backend for ClusterNode {
+    async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
+        self.broker.call(command, max_wait).await
+    }
+
+    async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
+        self.broker.topics().await
+    }
+
+    fn cluster(&self) -> Option<crate::ClusterView> {
+        Some(crate::ClusterView {
+            brokers: vec![(0, "node-0".into(), 9093), (2, "node-2".into(), 9093)],
+            leader: self.leader,
+            replicas: vec![0, 2],
+        })
+    }
+
+    /// The node asked is node 0 (the test settings' node id).
+    fn coordinates_groups(&self) -> bool {
+        self.leader == Some(0)
+    }
+
+    fn requires_authentication(&self) -> bool {
+        false
+    }
+
+    fn authenticate(&self, _password: &str) -> bool {
+        true
+    }
+}
+
+#[tokio::test]
+async fn a_cluster_node_lists_every_node_and_sends_clients_to_the_leader() {
+    let node = ClusterNode {
+        broker: broker(100),
+        leader: Some(2),
+    };
+    let metadata = |response: Option<ResponseKind>| match response {
+        Some(ResponseKind::Metadata(response)) => response,
+        other => panic!("unexpected {other:?}"),
+    };
+    let listed = metadata(
+        ask(
+            &node,
+            12,
+            RequestKind::Metadata(MetadataRequest::default().with_topics(None)),
+        )
+        .await,
+    );
+    let brokers: Vec<(i32, &str)> = listed
+        .brokers
+        .iter()
+        .map(|broker| (broker.node_id.0, broker.host.as_str()))
+        .collect();
+    assert_eq!(brokers, vec![(0, "node-0"), (2, "node-2")]);
+    assert_eq!(listed.controller_id, BrokerId(2));
+    let partition = &listed.topics[0].partitions[0];
+    assert_eq!(
+        (partition.error_code, partition.leader_id),
+        (0, BrokerId(2))
+    );
+    assert_eq!(partition.replica_nodes, vec![BrokerId(0), BrokerId(2)]);
+    let find = RequestKind::FindCoordinator(
+        FindCoordinatorRequest::default().with_key(StrBytes::from_static_str("g")),
+    );
+    match ask(&node, 3, find.clone()).await {
+        Some(ResponseKind::FindCoordinator(found)) => {
+            assert_eq!((found.error_code, found.node_id), (0, BrokerId(2)));
+            assert_eq!(found.host.as_str(), "node-2");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // Group requests go to the leader; this node coordinates none.
+    let heartbeat = RequestKind::Heartbeat(
+        kafka_protocol::messages::HeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g"))),
+    );
+    match ask(&node, 3, heartbeat).await {
+        Some(ResponseKind::Heartbeat(answer)) => {
+            assert_eq!(answer.error_code, ResponseError::NotCoordinator.code());
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // While no node leads, or while the leader's address is not known yet, clients are
+    // told to ask again.
+    for leader in [None, Some(1)] {
+        let electing = ClusterNode {
+            broker: broker(100),
+            leader,
+        };
+        let listed = metadata(
+            ask(
+                &electing,
+                12,
+                RequestKind::Metadata(MetadataRequest::default().with_topics(None)),
+            )
+            .await,
+        );
+        assert_eq!(listed.controller_id, BrokerId(-1));
+        let partition = &listed.topics[0].partitions[0];
+        assert_eq!(
+            partition.error_code,
+            ResponseError::LeaderNotAvailable.code()
+        );
+        match ask(&electing, 3, find.clone()).await {
+            Some(ResponseKind::FindCoordinator(found)) => assert_eq!(
+                found.error_code,
+                ResponseError::CoordinatorNotAvailable.code()
+            ),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn metadata_lists_every_topic_or_those_asked() {
+    let broker = broker(100);
+    broker.create("u", 1).unwrap();
+    let names = |response: Option<ResponseKind>| match response {
+        Some(ResponseKind::Metadata(response)) => response
+            .topics
+            .iter()
+            .map(|t| (t.name.as_ref().unwrap().as_str().to_owned(), t.error_code))
+            .collect::<Vec<_>>(),
+        other => panic!("unexpected {other:?}"),
+    };
+    let asking = |topics: Option<Vec<&str>>| {
+        RequestKind::Metadata(MetadataRequest::default().with_topics(topics.map(|topics| {
+            topics
+                .into_iter()
+                .map(|name| MetadataRequestTopic::default().with_name(Some(kafka_topic(name))))
+                .collect()
+        })))
+    };
+    let all = vec![("t".to_owned(), 0), ("u".to_owned(), 0)];
+    assert_eq!(names(ask(&broker, 12, asking(None)).await), all);
+    // Version 0 asks for every topic with an empty list; later versions for none.
+    assert_eq!(names(ask(&broker, 0, asking(Some(vec![]))).await), all);
+    assert!(names(ask(&broker, 1, asking(Some(vec![]))).await).is_empty());
+    assert_eq!(
+        names(ask(&broker, 12, asking(Some(vec!["u", "zz"]))).await),
+        vec![
+            ("u".to_owned(), 0),
+            (
+                "zz".to_owned(),
+                ResponseError::UnknownTopicOrPartition.code()
+            )
+        ]
+    );
+}
+
+/// A request of `key` with every field at its default.
+fn default_request(key: ApiKey) -> RequestKind {
+    use kafka_protocol::messages::*;
+    match key {
+        ApiKey::Produce => RequestKind::Produce(ProduceRequest::default().with_acks(1)),
+        ApiKey::Fetch => RequestKind::Fetch(FetchRequest::default()),
+        ApiKey::ListOffsets => RequestKind::ListOffsets(ListOffsetsRequest::default()),
+        ApiKey::Metadata => RequestKind::Metadata(MetadataRequest::default().with_topics(None)),
+        ApiKey::ApiVersions => RequestKind::ApiVersions(ApiVersionsRequest::default()),
+        ApiKey::CreateTopics => RequestKind::CreateTopics(CreateTopicsRequest::default()),
+        ApiKey::DeleteTopics => RequestKind::DeleteTopics(DeleteTopicsRequest::default()),
+        ApiKey::InitProducerId => RequestKind::InitProducerId(InitProducerIdRequest::default()),
+        ApiKey::FindCoordinator => RequestKind::FindCoordinator(FindCoordinatorRequest::default()),
+        ApiKey::JoinGroup => RequestKind::JoinGroup(JoinGroupRequest::default()),
+        ApiKey::SyncGroup => RequestKind::SyncGroup(SyncGroupRequest::default()),
+        ApiKey::Heartbeat => RequestKind::Heartbeat(HeartbeatRequest::default()),
+        ApiKey::LeaveGroup => RequestKind::LeaveGroup(LeaveGroupRequest::default()),
+        ApiKey::OffsetCommit => RequestKind::OffsetCommit(OffsetCommitRequest::default()),
+        ApiKey::OffsetFetch => RequestKind::OffsetFetch(OffsetFetchRequest::default()),
+        ApiKey::DescribeGroups => RequestKind::DescribeGroups(DescribeGroupsRequest::default()),
+        ApiKey::ListGroups => RequestKind::ListGroups(ListGroupsRequest::default()),
+        ApiKey::DeleteRecords => RequestKind::DeleteRecords(DeleteRecordsRequest::default()),
+        // A topic's configs, so that the answer has some to encode.
+        ApiKey::DescribeConfigs => {
+            RequestKind::DescribeConfigs(DescribeConfigsRequest::default().with_resources(vec![
+                describe_configs_request::DescribeConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(StrBytes::from_static_str("t")),
+            ]))
+        }
+        other => panic!("{other:?} is not supported: add it here"),
+    }
+}
+
+#[tokio::test]
+async fn every_answer_encodes_in_every_advertised_version() {
+    let broker = broker(100);
+    for api in crate::supported_apis() {
+        if matches!(api.key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
+            continue; // answered by the authentication, tested there
+        }
+        for version in api.min_version..=api.max_version {
+            let Some(response) = ask(&broker, version, default_request(api.key)).await else {
+                continue;
+            };
+            crate::frame::encode_response(api.key, version, 1, &response)
+                .unwrap_or_else(|error| panic!("{:?} v{version}: {error}", api.key));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_fetch_stops_adding_partitions_at_its_byte_limit() {
+    let broker = broker(100);
+    for partition in 0..2 {
+        broker.publish("t", partition, "0123456789").unwrap();
+    }
+    let request = |max_bytes| {
+        RequestKind::Fetch(
+            FetchRequest::default()
+                .with_max_bytes(max_bytes)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(kafka_topic("t"))
+                    .with_partitions(
+                        (0..2)
+                            .map(|partition| {
+                                FetchPartition::default()
+                                    .with_partition(partition)
+                                    .with_partition_max_bytes(1 << 20)
+                            })
+                            .collect(),
+                    )]),
+        )
+    };
+    let with_records = |response: Option<ResponseKind>| match response {
+        Some(ResponseKind::Fetch(response)) => response.responses[0]
+            .partitions
+            .iter()
+            .map(|p| p.records.as_ref().is_some_and(|r| !r.is_empty()))
+            .collect::<Vec<_>>(),
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(
+        with_records(ask(&broker, 12, request(5)).await),
+        vec![true, false]
+    );
+    assert_eq!(
+        with_records(ask(&broker, 12, request(0)).await),
+        vec![true, true]
+    );
+    assert_eq!(
+        with_records(ask(&broker, 12, request(1000)).await),
+        vec![true, true]
+    );
+}
+
+/// The broker in memory, counting the bytes of the records its reads return.
+struct CountingReads {
+    broker: Local,
+    read_bytes: std::sync::atomic::AtomicUsize,
+}
+
+impl Backend for CountingReads {
+    async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
+        let outcome = self.broker.call(command, max_wait).await;
+        if let Ok(Outcome::Read(read)) = &outcome {
+            let bytes = read.records.iter().map(|r| r.payload.len()).sum::<usize>();
+            self.read_bytes
+                .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        }
+        outcome
+    }
+
+    async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
+        self.broker.topics().await
+    }
+
+    fn cluster(&self) -> Option<crate::ClusterView> {
+        None
+    }
+
+    fn coordinates_groups(&self) -> bool {
+        true
+    }
+
+    fn requires_authentication(&self) -> bool {
+        false
+    }
+
+    fn authenticate(&self, _password: &str) -> bool {
+        true
+    }
+}
+
+#[tokio::test]
+async fn a_fetch_reads_no_more_than_its_answer_holds_and_a_partition_named_twice_once() {
+    let reads = CountingReads {
+        broker: broker(1000),
+        read_bytes: Default::default(),
+    };
+    for partition in 0..2 {
+        for _ in 0..100 {
+            reads
+                .broker
+                .publish("t", partition, vec![b'x'; 1000])
+                .unwrap();
+        }
+    }
+    // Partition 0 named 50 times, from offset 0 and last from offset 90, then partition 1.
+    let mut partitions: Vec<FetchPartition> = (0..50)
+        .map(|time| {
+            FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(if time == 49 { 90 } else { 0 })
+                .with_partition_max_bytes(1 << 20)
+        })
+        .collect();
+    partitions.push(
+        FetchPartition::default()
+            .with_partition(1)
+            .with_partition_max_bytes(1 << 20),
+    );
+    let request = |max_bytes| {
+        RequestKind::Fetch(
+            FetchRequest::default()
+                .with_max_bytes(max_bytes)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(kafka_topic("t"))
+                    .with_partitions(partitions.clone())]),
+        )
+    };
+    let Some(ResponseKind::Fetch(response)) = ask(&reads, 12, request(1 << 20)).await else {
+        panic!("no fetch answer");
+    };
+    let answered: Vec<(i32, usize)> = response.responses[0]
+        .partitions
+        .iter()
+        .map(|p| {
+            let mut records = p.records.clone().unwrap();
+            let sets =
+                kafka_protocol::records::RecordBatchDecoder::decode_all(&mut records).unwrap();
+            (
+                p.partition_index,
+                sets.iter().map(|s| s.records.len()).sum(),
+            )
+        })
+        .collect();
+    assert_eq!(answered, [(0, 10), (1, 100)]);
+    let read = reads
+        .read_bytes
+        .swap(0, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(read, 110 * 1000);
+    // An answer of 5 kB: partition 0 fills it; partition 1's read takes one record.
+    let Some(ResponseKind::Fetch(_)) = ask(&reads, 12, request(5000)).await else {
+        panic!("no fetch answer");
+    };
+    let read = reads.read_bytes.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(read <= 6000, "read {read} bytes for an answer of 5000");
+}
+
+#[tokio::test]
+async fn groups_with_committed_offsets_and_no_members_are_listed_as_empty() {
+    let broker = broker(100);
+    broker.commit_group("t", "kafka-app", &[(0, 0)]).unwrap();
+    let list = |states: &[&'static str]| {
+        let request = ListGroupsRequest::default().with_states_filter(
+            states
+                .iter()
+                .map(|state| StrBytes::from_static_str(state))
+                .collect(),
+        );
+        let broker = &broker;
+        async move {
+            match ask(broker, 4, RequestKind::ListGroups(request)).await {
+                Some(ResponseKind::ListGroups(response)) => response.groups,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    };
+    for states in [&[][..], &["Empty"], &["Stable", "empty"]] {
+        let listed = list(states).await;
+        assert_eq!(listed.len(), 1, "{states:?}");
+        assert_eq!(listed[0].group_id.as_str(), "kafka-app");
+        assert_eq!(listed[0].group_state.as_str(), "Empty");
+    }
+    assert!(list(&["Stable"]).await.is_empty());
+    let request = DescribeGroupsRequest::default()
+        .with_groups(vec![GroupId(StrBytes::from_static_str("kafka-app"))]);
+    let described = match ask(&broker, 4, RequestKind::DescribeGroups(request)).await {
+        Some(ResponseKind::DescribeGroups(response)) => response.groups,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(described[0].group_state.as_str(), "Empty");
+}
+
+/// A commit of group `g` from outside its members (generation -1, no member id) of
+/// `offsets` (partition, offset) on topic `t`: each partition's error code.
+async fn commit_from_outside(broker: &Local, offsets: &[(i32, i64)]) -> Vec<i16> {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    let partitions = offsets
+        .iter()
+        .map(|&(partition, offset)| {
+            OffsetCommitRequestPartition::default()
+                .with_partition_index(partition)
+                .with_committed_offset(offset)
+        })
+        .collect();
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(partitions)]);
+    match ask(broker, 2, RequestKind::OffsetCommit(request)).await {
+        Some(ResponseKind::OffsetCommit(mut response)) => response
+            .topics
+            .remove(0)
+            .partitions
+            .iter()
+            .map(|partition| partition.error_code)
+            .collect(),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_commit_past_a_partitions_end_is_refused_and_the_others_are_stored() {
+    let broker = broker(100);
+    for i in 0..50 {
+        broker.publish("t", 0, format!("r{i}")).unwrap();
+    }
+    let out_of_range = ResponseError::OffsetOutOfRange.code();
+    assert_eq!(
+        commit_from_outside(&broker, &[(0, 5000), (1, 0)]).await,
+        vec![out_of_range, 0]
+    );
+    assert_eq!(broker.committed("t", "g", 0).unwrap(), 0);
+    assert_eq!(commit_from_outside(&broker, &[(0, 50)]).await, vec![0]);
+    assert_eq!(
+        commit_from_outside(&broker, &[(0, 51)]).await,
+        vec![out_of_range]
+    );
+    assert_eq!(broker.committed("t", "g", 0).unwrap(), 50);
+}
+
+#[tokio::test]
+async fn a_commit_from_outside_a_group_with_native_members_is_from_an_unknown_member() {
+    let broker = broker(100);
+    broker.join("t", "g", "native").unwrap();
+    assert_eq!(
+        commit_from_outside(&broker, &[(0, 0)]).await,
+        vec![ResponseError::UnknownMemberId.code()]
+    );
+}
