@@ -1444,3 +1444,46 @@ async fn kafka_connections_bytes_requests_and_errors_are_counted_by_listener() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn the_admin_client_grows_topics_describes_the_cluster_and_deletes_groups() {
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    client.create("grown", 2).await.unwrap();
+    client
+        .commit_group("grown", "finished", &[(0, 0)])
+        .await
+        .unwrap();
+    client.join("grown", "busy", "m").await.unwrap();
+    let report = python(&[
+        "admin",
+        &kafka,
+        "grown",
+        "--grow",
+        "4",
+        "3",
+        "--delete-groups",
+        "finished",
+        "busy",
+        "never",
+    ]);
+    assert_eq!(report["grown"]["4"], Value::Null, "{report}");
+    assert_eq!(report["grown"]["3"], "INVALID_PARTITIONS", "{report}");
+    assert_eq!(report["partitions"], 4, "{report}");
+    assert_eq!(report["cluster_id"], "broker-server", "{report}");
+    assert_eq!(report["controller"], 0, "{report}");
+    assert_eq!(report["nodes"], serde_json::json!([kafka]), "{report}");
+    assert_eq!(report["deleted"]["finished"], Value::Null, "{report}");
+    assert_eq!(report["deleted"]["busy"], "NON_EMPTY_GROUP", "{report}");
+    assert_eq!(report["deleted"]["never"], "GROUP_ID_NOT_FOUND", "{report}");
+    let described = client.describe_topic("grown").await.unwrap();
+    assert_eq!(described.partitions.len(), 4);
+    let groups: Vec<&str> = described
+        .groups
+        .iter()
+        .map(|group| group.name.as_str())
+        .collect();
+    assert_eq!(groups, ["busy"]);
+}

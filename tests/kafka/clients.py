@@ -566,6 +566,43 @@ def create(args):
     )
 
 
+def admin(args):
+    """Grows a topic, describes the cluster and deletes groups through librdkafka's admin
+    client, reporting each outcome (an error's name, or null)."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    admin_client = AdminClient({"bootstrap.servers": args.bootstrap})
+
+    def outcome(future):
+        try:
+            future.result(PATIENCE_S)
+            return None
+        except Exception as error:  # noqa: BLE001 - reported to the test
+            return error.args[0].name() if error.args and hasattr(error.args[0], "name") else str(error)
+
+    grown = {
+        str(count): outcome(admin_client.create_partitions([NewPartitions(args.topic, count)])[args.topic])
+        for count in args.grow
+    }
+    metadata = admin_client.list_topics(timeout=PATIENCE_S)
+    cluster = admin_client.describe_cluster(request_timeout=PATIENCE_S).result(PATIENCE_S)
+    deleted = {}
+    for group in args.delete_groups:
+        deleted[group] = outcome(admin_client.delete_consumer_groups([group])[group])
+    print(
+        json.dumps(
+            {
+                "grown": grown,
+                "partitions": len(metadata.topics[args.topic].partitions),
+                "cluster_id": cluster.cluster_id,
+                "controller": cluster.controller.id if cluster.controller else None,
+                "nodes": [f"{node.host}:{node.port}" for node in cluster.nodes],
+                "deleted": deleted,
+            }
+        )
+    )
+
+
 def refusals(args):
     """Produces the payloads in one batch without idempotence; reports each one's error."""
     from confluent_kafka import Producer
@@ -627,6 +664,12 @@ def main():
     p.add_argument("--idempotent", action="store_true")
     p.add_argument("--pace-ms", type=int, default=0, help="a pause before every 10 records")
     p.set_defaults(run=produce)
+    p = commands.add_parser("admin")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("--grow", type=int, nargs="+", default=[])
+    p.add_argument("--delete-groups", nargs="+", default=[])
+    p.set_defaults(run=admin)
     p = commands.add_parser("refusals")
     p.add_argument("bootstrap")
     p.add_argument("topic")

@@ -2,6 +2,7 @@
 //! not lead): every group request is refused with the error Kafka's clients take as "find the
 //! coordinator again", and the list of groups this node coordinates is empty.
 
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::DescribedGroup;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
@@ -10,9 +11,9 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponsePartition, OffsetFetchResponseTopic,
 };
 use kafka_protocol::messages::{
-    DescribeGroupsResponse, HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
-    ListGroupsResponse, OffsetCommitResponse, OffsetFetchResponse, RequestKind, ResponseKind,
-    SyncGroupResponse,
+    DeleteGroupsResponse, DescribeGroupsResponse, HeartbeatResponse, JoinGroupResponse,
+    LeaveGroupResponse, ListGroupsResponse, OffsetCommitResponse, OffsetFetchResponse, RequestKind,
+    ResponseKind, SyncGroupResponse,
 };
 use kafka_protocol::ResponseError;
 
@@ -97,6 +98,19 @@ pub(crate) fn refuse_group_request(
                     .iter()
                     .map(|group| {
                         DescribedGroup::default()
+                            .with_group_id(group.clone())
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            ),
+        ),
+        RequestKind::DeleteGroups(request) => ResponseKind::DeleteGroups(
+            DeleteGroupsResponse::default().with_results(
+                request
+                    .groups_names
+                    .iter()
+                    .map(|group| {
+                        DeletableGroupResult::default()
                             .with_group_id(group.clone())
                             .with_error_code(code)
                     })

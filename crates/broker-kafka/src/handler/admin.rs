@@ -1,16 +1,18 @@
-//! Changes to topics and their records: CreateTopics, DeleteTopics and DeleteRecords.
+//! Changes to topics and their records: CreateTopics, CreatePartitions, DeleteTopics and
+//! DeleteRecords.
 
 use broker_core::{Command, KeyHash, Outcome};
 use broker_proto::ErrorReply;
 use futures::future::join_all;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{
-    CreateTopicsRequest, CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse,
-    DeleteTopicsRequest, DeleteTopicsResponse,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
 };
 use kafka_protocol::ResponseError;
 
@@ -155,6 +157,80 @@ impl<B: Backend> Handler<'_, B> {
                 .with_partitions(join_all(partitions).await)
         });
         DeleteRecordsResponse::default().with_topics(join_all(topics).await)
+    }
+
+    /// Adds partitions to topics, as `broker create` of more partitions does: the new
+    /// partitions start empty, and keys map to partitions anew (as in Kafka). A topic asked to
+    /// have no more partitions than it has is refused with `INVALID_PARTITIONS`, as Kafka
+    /// refuses it; replica assignments are refused (every node keeps every partition).
+    pub(super) async fn create_partitions(
+        &self,
+        request: CreatePartitionsRequest,
+    ) -> CreatePartitionsResponse {
+        let validate_only = request.validate_only;
+        let topics = request.topics.into_iter().map(|topic| async move {
+            let name = topic_name(&topic.name);
+            let answer = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
+            let refused = |error: ResponseError, text: String| {
+                answer
+                    .clone()
+                    .with_error_code(error.code())
+                    .with_error_message(message(text))
+            };
+            if topic
+                .assignments
+                .as_ref()
+                .is_some_and(|assigned| !assigned.is_empty())
+            {
+                return refused(
+                    ResponseError::InvalidReplicaAssignment,
+                    "replica assignments are not supported: every node keeps every partition"
+                        .to_owned(),
+                );
+            }
+            let current = match self.describe(Some(name.clone())).await {
+                Ok(described) => described.first().map_or(0, |topic| topic.partitions.len()),
+                Err(ErrorReply::InvalidArgument(_)) => 0,
+                Err(refusal) => return refused(kafka_error(&refusal), refusal.to_string()),
+            };
+            if current == 0 {
+                return refused(
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("topic {name:?} does not exist"),
+                );
+            }
+            let wanted = usize::try_from(topic.count).unwrap_or(0);
+            if wanted <= current {
+                return refused(
+                    ResponseError::InvalidPartitions,
+                    format!(
+                        "topic {name:?} has {current} partitions: it can only grow, and {} is \
+                         not more",
+                        topic.count
+                    ),
+                );
+            }
+            if validate_only {
+                return answer;
+            }
+            let command = Command::AddPartitions {
+                topic: name,
+                partition_count: topic.count,
+            };
+            match self.call(command).await {
+                Ok(Outcome::PartitionCount(_)) => answer,
+                Ok(other) => {
+                    let refusal = unexpected(&other);
+                    refused(kafka_error(&refusal), refusal.to_string())
+                }
+                // The broker's partition limit, or the topic deleted meanwhile.
+                Err(ErrorReply::InvalidArgument(text)) => {
+                    refused(ResponseError::InvalidPartitions, text)
+                }
+                Err(refusal) => refused(kafka_error(&refusal), refusal.to_string()),
+            }
+        });
+        CreatePartitionsResponse::default().with_results(join_all(topics).await)
     }
 
     pub(super) async fn delete_topics(&self, request: DeleteTopicsRequest) -> DeleteTopicsResponse {

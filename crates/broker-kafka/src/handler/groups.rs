@@ -1,26 +1,30 @@
 //! Kafka's classic consumer-group protocol as the listener coordinates it: JoinGroup, SyncGroup,
-//! LeaveGroup, DescribeGroups and ListGroups (Heartbeat is answered by the coordinator alone).
+//! LeaveGroup, DescribeGroups, ListGroups and DeleteGroups (Heartbeat is answered by the
+//! coordinator alone).
 
 use std::time::Duration;
 
 use broker_proto::ErrorReply;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{
-    DescribeGroupsRequest, DescribeGroupsResponse, GroupId, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, SyncGroupRequest,
-    SyncGroupResponse,
+    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    GroupId, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
+    ListGroupsRequest, ListGroupsResponse, SyncGroupRequest, SyncGroupResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+
+use broker_core::{Command, Outcome, TopicDescription};
 
 use crate::errors::{code, coordinator_error};
 use crate::groups::{Join, DEAD};
 use crate::Backend;
 
-use super::Handler;
+use super::{unexpected, Handler};
 
 /// The session timeouts a member may ask for, in milliseconds: 1 s to 30 min (a rebalance
 /// waits at most as long).
@@ -268,5 +272,73 @@ impl<B: Backend> Handler<'_, B> {
                 })
                 .collect(),
         )
+    }
+
+    /// Deletes groups as `broker group delete` does, on every topic where they committed
+    /// offsets. As Kafka answers: a group with members (joined through Kafka or natively) is
+    /// `NON_EMPTY_GROUP`, one with no committed offsets anywhere `GROUP_ID_NOT_FOUND`.
+    pub(super) async fn delete_groups(&self, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
+        let described = self.describe(None).await;
+        let mut results = Vec::with_capacity(request.groups_names.len());
+        for group in request.groups_names {
+            let error = match &described {
+                Ok(topics) => self.delete_group(group.as_str(), topics).await,
+                Err(refusal) => Some(coordinator_error(refusal)),
+            };
+            results.push(
+                DeletableGroupResult::default()
+                    .with_group_id(group)
+                    .with_error_code(code(error)),
+            );
+        }
+        DeleteGroupsResponse::default().with_results(results)
+    }
+
+    /// Deletes `group` from each of `topics` that has it; why not, if it cannot.
+    async fn delete_group(
+        &self,
+        group: &str,
+        topics: &[TopicDescription],
+    ) -> Option<ResponseError> {
+        if !is_group_id(group) {
+            return Some(ResponseError::InvalidGroupId);
+        }
+        if self.coordinator.has_members(group) {
+            return Some(ResponseError::NonEmptyGroup);
+        }
+        let holding: Vec<(&str, bool)> = topics
+            .iter()
+            .filter_map(|topic| {
+                let described = topic
+                    .groups
+                    .iter()
+                    .find(|described| described.name == group)?;
+                Some((topic.name.as_str(), !described.members.is_empty()))
+            })
+            .collect();
+        if holding.is_empty() {
+            return Some(ResponseError::GroupIdNotFound);
+        }
+        if holding.iter().any(|&(_, has_members)| has_members) {
+            return Some(ResponseError::NonEmptyGroup);
+        }
+        for (topic, _) in holding {
+            let command = Command::DeleteGroup {
+                topic: topic.to_owned(),
+                group: group.to_owned(),
+            };
+            match self.call(command).await {
+                Ok(Outcome::Deleted(_)) => {}
+                // Members joined meanwhile, or the topic is gone (deleted meanwhile).
+                Err(ErrorReply::InvalidArgument(_)) => {
+                    if self.has_native_members(group).await.unwrap_or(true) {
+                        return Some(ResponseError::NonEmptyGroup);
+                    }
+                }
+                Ok(other) => return Some(coordinator_error(&unexpected(&other))),
+                Err(refusal) => return Some(coordinator_error(&refusal)),
+            }
+        }
+        None
     }
 }

@@ -4,11 +4,13 @@
 use std::collections::BTreeMap;
 
 use broker_core::TopicDescription;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse,
+    BrokerId, DescribeClusterRequest, DescribeClusterResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, MetadataRequest, MetadataResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -21,6 +23,10 @@ use super::{kafka_topic, message, topic_name, Endpoint, Handler};
 /// The `key_type` of FindCoordinator that asks for a group's coordinator (1 asks for a
 /// transaction's).
 const GROUP_KEY: i8 = 0;
+
+/// The `endpoint_type` of DescribeCluster that asks for the brokers (2 asks for KRaft
+/// controllers, which the broker has none of).
+const BROKERS: i8 = 1;
 
 /// Which nodes clients are sent to, as Metadata and FindCoordinator answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +72,40 @@ impl<B: Backend> Handler<'_, B> {
                 replicas: view.replicas.into_iter().map(BrokerId).collect(),
             },
         }
+    }
+
+    /// The cluster as admin clients see it: every node with its Kafka listener, the leader as
+    /// the controller (it makes every change), and the cluster id.
+    pub(super) fn describe_cluster(
+        &self,
+        request: &DescribeClusterRequest,
+    ) -> DescribeClusterResponse {
+        let response = DescribeClusterResponse::default()
+            .with_endpoint_type(request.endpoint_type)
+            .with_cluster_id(StrBytes::from_string(self.settings.cluster_id.clone()));
+        if request.endpoint_type != BROKERS {
+            return response
+                .with_error_code(ResponseError::UnsupportedEndpointType.code())
+                .with_error_message(message(format!(
+                    "this broker serves brokers (endpoint type {BROKERS}), not endpoint type {}",
+                    request.endpoint_type
+                )));
+        }
+        let placement = self.placement();
+        response
+            .with_controller_id(placement.leader.unwrap_or(BrokerId(-1)))
+            .with_brokers(
+                placement
+                    .brokers
+                    .into_iter()
+                    .map(|(id, endpoint)| {
+                        DescribeClusterBroker::default()
+                            .with_broker_id(id)
+                            .with_host(StrBytes::from_string(endpoint.host))
+                            .with_port(endpoint.port)
+                    })
+                    .collect(),
+            )
     }
 
     pub(super) async fn metadata(

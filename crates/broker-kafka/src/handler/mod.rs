@@ -149,6 +149,15 @@ impl<B: Backend> Handler<'_, B> {
             RequestKind::ListGroups(request) => {
                 ResponseKind::ListGroups(self.list_groups(&request).await)
             }
+            RequestKind::CreatePartitions(request) => {
+                ResponseKind::CreatePartitions(self.create_partitions(request).await)
+            }
+            RequestKind::DeleteGroups(request) => {
+                ResponseKind::DeleteGroups(self.delete_groups(request).await)
+            }
+            RequestKind::DescribeCluster(request) => {
+                ResponseKind::DescribeCluster(self.describe_cluster(&request))
+            }
             RequestKind::DeleteRecords(request) => {
                 ResponseKind::DeleteRecords(self.delete_records(request).await)
             }

@@ -569,6 +569,20 @@ fn default_request(key: ApiKey) -> RequestKind {
                     .with_resource_name(StrBytes::from_static_str("t")),
             ]))
         }
+        ApiKey::CreatePartitions => {
+            RequestKind::CreatePartitions(CreatePartitionsRequest::default().with_topics(vec![
+                create_partitions_request::CreatePartitionsTopic::default()
+                    .with_name(kafka_topic("t"))
+                    .with_count(3),
+            ]))
+        }
+        ApiKey::DeleteGroups => RequestKind::DeleteGroups(
+            DeleteGroupsRequest::default()
+                .with_groups_names(vec![GroupId(StrBytes::from_static_str("g"))]),
+        ),
+        ApiKey::DescribeCluster => {
+            RequestKind::DescribeCluster(DescribeClusterRequest::default().with_endpoint_type(1))
+        }
         other => panic!("{other:?} is not supported: add it here"),
     }
 }
@@ -833,5 +847,140 @@ async fn a_commit_from_outside_a_group_with_native_members_is_from_an_unknown_me
     assert_eq!(
         commit_from_outside(&broker, &[(0, 0)]).await,
         vec![ResponseError::UnknownMemberId.code()]
+    );
+}
+
+/// What the broker holds of `topic`.
+fn described(broker: &Local, topic: &str) -> TopicDescription {
+    broker
+        .describe()
+        .topics
+        .into_iter()
+        .find(|described| described.name == topic)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn partitions_are_added_and_never_removed() {
+    use kafka_protocol::messages::create_partitions_request::{
+        CreatePartitionsAssignment, CreatePartitionsTopic,
+    };
+    use kafka_protocol::messages::CreatePartitionsRequest;
+    let broker = broker(100);
+    broker.publish("t", 0, "kept").unwrap();
+    let grow = |topic: &str, count: i32, validate_only: bool| {
+        RequestKind::CreatePartitions(
+            CreatePartitionsRequest::default()
+                .with_validate_only(validate_only)
+                .with_topics(vec![CreatePartitionsTopic::default()
+                    .with_name(kafka_topic(topic))
+                    .with_count(count)]),
+        )
+    };
+    let code = |response: Option<ResponseKind>| match response {
+        Some(ResponseKind::CreatePartitions(response)) => response.results[0].error_code,
+        other => panic!("unexpected {other:?}"),
+    };
+    // Validated only: nothing changes.
+    assert_eq!(code(ask(&broker, 3, grow("t", 4, true)).await), 0);
+    assert_eq!(described(&broker, "t").partitions.len(), 2);
+    assert_eq!(code(ask(&broker, 3, grow("t", 4, false)).await), 0);
+    assert_eq!(described(&broker, "t").partitions.len(), 4);
+    assert_eq!(broker.end_offset("t", 0).unwrap(), 1, "records stay");
+    for (topic, count, error) in [
+        ("t", 4, ResponseError::InvalidPartitions),
+        ("t", 2, ResponseError::InvalidPartitions),
+        ("nosuch", 4, ResponseError::UnknownTopicOrPartition),
+    ] {
+        assert_eq!(
+            code(ask(&broker, 3, grow(topic, count, false)).await),
+            error.code(),
+            "{topic} to {count}"
+        );
+    }
+    let assigned = RequestKind::CreatePartitions(CreatePartitionsRequest::default().with_topics(
+        vec![CreatePartitionsTopic::default()
+            .with_name(kafka_topic("t"))
+            .with_count(5)
+            .with_assignments(Some(vec![CreatePartitionsAssignment::default()]))],
+    ));
+    assert_eq!(
+        code(ask(&broker, 3, assigned).await),
+        ResponseError::InvalidReplicaAssignment.code()
+    );
+}
+
+#[tokio::test]
+async fn groups_without_members_are_deleted_and_others_refused_as_kafka_does() {
+    use kafka_protocol::messages::DeleteGroupsRequest;
+    let broker = broker(100);
+    broker.create("u", 1).unwrap();
+    broker.commit_group("t", "done", &[(0, 0)]).unwrap();
+    broker.commit_group("u", "done", &[(0, 0)]).unwrap();
+    broker.join("t", "busy", "m").unwrap();
+    let delete = |groups: &[&str]| {
+        RequestKind::DeleteGroups(
+            DeleteGroupsRequest::default().with_groups_names(
+                groups
+                    .iter()
+                    .map(|group| GroupId(StrBytes::from_string((*group).to_owned())))
+                    .collect(),
+            ),
+        )
+    };
+    let codes = |response: Option<ResponseKind>| match response {
+        Some(ResponseKind::DeleteGroups(response)) => response
+            .results
+            .iter()
+            .map(|result| result.error_code)
+            .collect::<Vec<_>>(),
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(
+        codes(ask(&broker, 2, delete(&["done", "busy", "never", "not.valid"])).await),
+        [
+            0,
+            ResponseError::NonEmptyGroup.code(),
+            ResponseError::GroupIdNotFound.code(),
+            ResponseError::InvalidGroupId.code()
+        ]
+    );
+    for topic in ["t", "u"] {
+        let groups = &described(&broker, topic).groups;
+        assert!(groups.iter().all(|group| group.name != "done"), "{topic}");
+    }
+    assert!(described(&broker, "t")
+        .groups
+        .iter()
+        .any(|group| group.name == "busy"));
+}
+
+#[tokio::test]
+async fn the_cluster_is_described_with_its_brokers_and_controller() {
+    use kafka_protocol::messages::DescribeClusterRequest;
+    let broker = broker(100);
+    let describe = |endpoint_type: i8| {
+        RequestKind::DescribeCluster(
+            DescribeClusterRequest::default().with_endpoint_type(endpoint_type),
+        )
+    };
+    let Some(ResponseKind::DescribeCluster(response)) = ask(&broker, 1, describe(1)).await else {
+        panic!("no answer");
+    };
+    assert_eq!(response.error_code, 0);
+    assert_eq!(response.controller_id, BrokerId(0));
+    assert_eq!(response.cluster_id.as_str(), "test");
+    let brokers: Vec<(i32, &str, i32)> = response
+        .brokers
+        .iter()
+        .map(|broker| (broker.broker_id.0, broker.host.as_str(), broker.port))
+        .collect();
+    assert_eq!(brokers, [(0, endpoint().host.as_str(), endpoint().port)]);
+    let Some(ResponseKind::DescribeCluster(response)) = ask(&broker, 1, describe(2)).await else {
+        panic!("no answer");
+    };
+    assert_eq!(
+        response.error_code,
+        ResponseError::UnsupportedEndpointType.code()
     );
 }
