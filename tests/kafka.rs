@@ -1487,3 +1487,37 @@ async fn the_admin_client_grows_topics_describes_the_cluster_and_deletes_groups(
         .collect();
     assert_eq!(groups, ["busy"]);
 }
+
+#[test]
+fn kcat_produces_to_a_topic_it_names_when_the_server_creates_topics() {
+    if !clients_installed() {
+        return;
+    }
+    let server = ServerProcess::start(&[
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--kafka-auto-create-topics",
+        "--kafka-auto-create-partitions",
+        "2",
+    ]);
+    let kafka = server.kafka_addr.unwrap().to_string();
+    kcat(
+        &["-b", &kafka, "-P", "-t", "brandnew", "-p", "1"],
+        "first\n",
+    );
+    let consumed = kcat(
+        &[
+            "-b", &kafka, "-C", "-t", "brandnew", "-p", "1", "-c", "1", "-e", "-f", "%s\n",
+        ],
+        "",
+    );
+    assert_eq!(consumed, "first\n");
+    let metadata = kcat_metadata(&kafka);
+    let topic = metadata["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|topic| topic["topic"] == "brandnew")
+        .unwrap();
+    assert_eq!(topic["partitions"].as_array().unwrap().len(), 2);
+}

@@ -292,6 +292,7 @@ mod tests {
             advertise: None,
             max_frame_bytes: 8 << 20,
             max_record_bytes: 1 << 20,
+            auto_create_partitions: None,
             idle_timeout: Duration::from_secs(600),
             read_timeout: Duration::from_secs(2),
             write_timeout: Duration::from_secs(60),

@@ -18,6 +18,10 @@ pub struct KafkaSettings {
     /// A partition's batch holding a larger record is refused with `MESSAGE_TOO_LARGE` before
     /// anything is stored; the request's other partitions are stored as usual.
     pub max_record_bytes: u64,
+    /// Topics Kafka's clients ask for by name and the broker does not have are created, with
+    /// this many partitions and Kafka's retention, when their Metadata request allows it (as
+    /// Kafka's `auto.create.topics.enable`); `None` creates none.
+    pub auto_create_partitions: Option<i32>,
     /// A connection that sends nothing for this long is closed.
     pub idle_timeout: Duration,
     /// A connection whose request has started arriving but is not whole within this long is

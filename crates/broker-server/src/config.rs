@@ -85,6 +85,9 @@ pub struct Config {
     /// The host and port Kafka clients are told to reach the Kafka listener on (behind a port
     /// mapping or a proxy); `None` tells each client the address its connection came in on.
     pub kafka_advertise: Option<(String, u16)>,
+    /// With `--kafka-auto-create-topics`: the partitions of a topic a Kafka client's Metadata
+    /// request creates; `None` (the default) creates none.
+    pub kafka_auto_create_partitions: Option<i32>,
 }
 
 /// How a server takes part in a replicated cluster.
@@ -142,6 +145,7 @@ impl Default for Config {
             tls: None,
             cluster: None,
             kafka_advertise: None,
+            kafka_auto_create_partitions: None,
         }
     }
 }

@@ -42,6 +42,7 @@ fn settings(shared: &Shared) -> KafkaSettings {
         advertise: shared.config.kafka_advertise.clone(),
         max_frame_bytes: shared.config.max_frame_bytes,
         max_record_bytes: shared.config.max_payload_bytes as u64,
+        auto_create_partitions: shared.config.kafka_auto_create_partitions,
         idle_timeout: shared.config.idle_timeout,
         read_timeout: shared.config.read_timeout,
         write_timeout: shared.config.write_timeout,

@@ -101,6 +101,27 @@ struct Args {
         requires = "kafka_listen"
     )]
     kafka_advertise: Option<String>,
+    /// Create a topic a Kafka client asks for by name when it does not exist, as Kafka's
+    /// auto.create.topics.enable does (the client's Metadata request must allow it, as
+    /// producers do by default): with --kafka-auto-create-partitions partitions and Kafka's
+    /// retention (limits retention, records kept 7 days). Off by default: a produce to a topic
+    /// that does not exist then fails with UNKNOWN_TOPIC_OR_PARTITION once the client gives up
+    /// waiting for it (librdkafka after topic.metadata.propagation.max.ms, 30 s by default).
+    #[arg(
+        long,
+        env = "BROKER_KAFKA_AUTO_CREATE_TOPICS",
+        requires = "kafka_listen"
+    )]
+    kafka_auto_create_topics: bool,
+    /// The partitions of a topic --kafka-auto-create-topics creates (Kafka's num.partitions).
+    #[arg(
+        long,
+        env = "BROKER_KAFKA_AUTO_CREATE_PARTITIONS",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(i32).range(1..),
+        value_name = "COUNT"
+    )]
+    kafka_auto_create_partitions: i32,
     /// Largest frame accepted or sent, in bytes; at least max payload + 2 MiB, at most 64 MiB.
     #[arg(long, env = "BROKER_MAX_FRAME_BYTES", default_value_t = 8 * 1024 * 1024)]
     max_frame_bytes: usize,
@@ -398,6 +419,9 @@ impl Args {
                 .as_deref()
                 .map(host_and_port)
                 .transpose()?,
+            kafka_auto_create_partitions: self
+                .kafka_auto_create_topics
+                .then_some(self.kafka_auto_create_partitions),
             ..Config::default()
         })
     }

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use broker_core::TopicDescription;
+use broker_core::{Command, KeyHash, Outcome, TopicDescription};
+use broker_proto::ErrorReply;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -15,6 +16,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use crate::configs;
 use crate::errors::{code, kafka_error};
 use crate::Backend;
 
@@ -108,11 +110,54 @@ impl<B: Backend> Handler<'_, B> {
             )
     }
 
+    /// Creates those of `names` the broker does not have, with `partitions` partitions and
+    /// Kafka's retention; the error each topic that could not be created is answered with
+    /// (`INVALID_TOPIC_EXCEPTION` for a name the broker refuses, `POLICY_VIOLATION` past the
+    /// broker's limits, `LEADER_NOT_AVAILABLE` while no node can create it, so that the client
+    /// asks again).
+    async fn create_missing(
+        &self,
+        names: &[String],
+        partitions: i32,
+    ) -> BTreeMap<String, ResponseError> {
+        let mut refused = BTreeMap::new();
+        let existing: Vec<String> = match self.backend.topics().await {
+            Ok(topics) => topics.into_iter().map(|topic| topic.name).collect(),
+            Err(_) => return refused,
+        };
+        for name in names.iter().filter(|name| !existing.contains(name)) {
+            if broker_core::TopicName::new(name).is_err() {
+                refused.insert(name.clone(), ResponseError::InvalidTopicException);
+                continue;
+            }
+            let settings = configs::topic_settings(&[]).unwrap_or_default();
+            let command = Command::Create {
+                topic: name.clone(),
+                partition_count: partitions,
+                key_hash: KeyHash::Murmur2,
+                settings,
+            };
+            let error = match self.call(command).await {
+                Ok(Outcome::Created(_)) => continue,
+                // The broker's limits (topics, partitions): a refusal the client reports.
+                Err(ErrorReply::InvalidArgument(text)) => {
+                    tracing::warn!(topic = %name, cause = %text, "cannot create a topic a Kafka client asked for");
+                    ResponseError::PolicyViolation
+                }
+                Ok(_) | Err(_) => ResponseError::LeaderNotAvailable,
+            };
+            refused.insert(name.clone(), error);
+        }
+        refused
+    }
+
     pub(super) async fn metadata(
         &self,
         request: MetadataRequest,
         version: i16,
     ) -> MetadataResponse {
+        // Version 4 on says whether the client wants topics created; earlier ones always did.
+        let may_create = version < 4 || request.allow_auto_topic_creation;
         let wanted: Option<Vec<String>> = request.topics.map(|topics| {
             topics
                 .iter()
@@ -137,6 +182,12 @@ impl<B: Backend> Handler<'_, B> {
                 self.settings.cluster_id.clone(),
             )))
             .with_controller_id(placement.leader.unwrap_or(BrokerId(-1)));
+        let mut creating = BTreeMap::new();
+        if let (Some(partitions), Some(names), true) =
+            (self.settings.auto_create_partitions, &wanted, may_create)
+        {
+            creating = self.create_missing(names, partitions).await;
+        }
         let described = match self.backend.topics().await {
             Ok(topics) => topics,
             Err(refusal) => {
@@ -188,7 +239,13 @@ impl<B: Backend> Handler<'_, B> {
                     ),
                 None => MetadataResponseTopic::default()
                     .with_name(Some(kafka_topic(name)))
-                    .with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                    .with_error_code(
+                        creating
+                            .get(name.as_str())
+                            .copied()
+                            .unwrap_or(ResponseError::UnknownTopicOrPartition)
+                            .code(),
+                    ),
             })
             .collect();
         response

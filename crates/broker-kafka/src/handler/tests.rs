@@ -43,6 +43,7 @@ fn settings() -> KafkaSettings {
         advertise: None,
         max_frame_bytes: 1 << 20,
         max_record_bytes: 1 << 16,
+        auto_create_partitions: None,
         idle_timeout: Duration::from_secs(60),
         read_timeout: Duration::from_secs(60),
         write_timeout: Duration::from_secs(60),
@@ -65,11 +66,19 @@ async fn ask<B: Backend>(broker: &B, version: i16, request: RequestKind) -> Opti
 }
 
 async fn answer<B: Backend>(broker: &B, version: i16, request: RequestKind) -> Answer {
-    let settings = settings();
+    answer_with(broker, &settings(), version, request).await
+}
+
+async fn answer_with<B: Backend>(
+    broker: &B,
+    settings: &KafkaSettings,
+    version: i16,
+    request: RequestKind,
+) -> Answer {
     let coordinator = Coordinator::default();
     let handler = Handler {
         backend: broker,
-        settings: &settings,
+        settings,
         coordinator: &coordinator,
         endpoint: endpoint(),
         client_host: "/127.0.0.1".into(),
@@ -982,5 +991,73 @@ async fn the_cluster_is_described_with_its_brokers_and_controller() {
     assert_eq!(
         response.error_code,
         ResponseError::UnsupportedEndpointType.code()
+    );
+}
+
+#[tokio::test]
+async fn topics_asked_for_are_created_only_when_the_listener_and_the_client_allow_it() {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    let broker = broker(100);
+    let ask_for = |names: &[&str], allow: bool| {
+        RequestKind::Metadata(
+            MetadataRequest::default()
+                .with_allow_auto_topic_creation(allow)
+                .with_topics(Some(
+                    names
+                        .iter()
+                        .map(|name| {
+                            MetadataRequestTopic::default().with_name(Some(kafka_topic(name)))
+                        })
+                        .collect(),
+                )),
+        )
+    };
+    let codes = |answer: Answer| match answer {
+        Answer::Response(response) => match *response {
+            ResponseKind::Metadata(response) => response
+                .topics
+                .iter()
+                .map(|topic| (topic.error_code, topic.partitions.len()))
+                .collect::<Vec<_>>(),
+            other => panic!("unexpected {other:?}"),
+        },
+        other => panic!("unexpected {other:?}"),
+    };
+    // Off by default.
+    assert_eq!(
+        codes(answer(&broker, 9, ask_for(&["fresh"], true)).await),
+        [(ResponseError::UnknownTopicOrPartition.code(), 0)]
+    );
+    let creating = KafkaSettings {
+        auto_create_partitions: Some(3),
+        ..settings()
+    };
+    // The client does not allow it.
+    assert_eq!(
+        codes(answer_with(&broker, &creating, 9, ask_for(&["fresh"], false)).await),
+        [(ResponseError::UnknownTopicOrPartition.code(), 0)]
+    );
+    assert_eq!(
+        codes(
+            answer_with(
+                &broker,
+                &creating,
+                9,
+                ask_for(&["fresh", "t", "bad.name"], true)
+            )
+            .await
+        ),
+        [
+            (0, 3),
+            (0, 2),
+            (ResponseError::InvalidTopicException.code(), 0)
+        ]
+    );
+    let fresh = described(&broker, "fresh");
+    assert_eq!(fresh.partitions.len(), 3);
+    assert!(
+        !fresh.settings.is_empty(),
+        "Kafka's retention: {:?}",
+        fresh.settings
     );
 }
