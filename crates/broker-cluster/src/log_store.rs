@@ -231,6 +231,21 @@ impl LogStore {
             }
             end = read.end;
         }
+        // The consensus engine reads the log from the entry after the last purged one (from
+        // the very first, 0, when none was purged): the segment that held it is missing.
+        let first_kept = purged.map_or(0, |purged| purged + 1);
+        if let Some((&first, &(number, at))) = offsets.first_key_value() {
+            if first != first_kept {
+                return Err(damaged(
+                    &segment_path(dir, number),
+                    at,
+                    &format!(
+                        "entry {first} where entry {first_kept} should be (the segment \
+                         holding the entries before it is missing)"
+                    ),
+                ));
+            }
+        }
         // Also rewritten in this build's format, which an earlier version refuses.
         let meta_stale = meta.node_id.is_none() || meta_version != META_FORMAT_VERSION;
         let files = LogFiles {
@@ -813,14 +828,14 @@ mod tests {
             let mut files = store.files();
             // Each append lands in the last segment; a segment past 100 bytes is followed by
             // a new one at the next append.
-            for index in 1..=12 {
+            for index in 0..=12 {
                 append(&mut files, [entry(index)]);
             }
         }
         let rolled = segments();
         assert!(rolled.len() >= 4, "{rolled:?}");
         let store = open();
-        assert_eq!(indexes(&store), (1..=12).collect::<Vec<_>>());
+        assert_eq!(indexes(&store), (0..=12).collect::<Vec<_>>());
         {
             let mut files = store.files();
             // A truncation inside an earlier segment removes the ones after it.
@@ -855,6 +870,29 @@ mod tests {
     }
 
     #[test]
+    fn a_log_missing_the_segment_of_its_first_entries_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || LogStore::open_with(dir.path(), 1, LogSync::Never, 100);
+        {
+            let store = open().unwrap();
+            let mut files = store.files();
+            for index in 0..=6 {
+                append(&mut files, [entry(index)]);
+            }
+            // The first segment holds entry 1 too: it stays.
+            files
+                .purge(LogId::new(CommittedLeaderId::new(1, 1), 0))
+                .unwrap();
+        }
+        fs::remove_file(segment_path(dir.path(), 0)).unwrap();
+        let error = open().unwrap_err();
+        assert!(
+            error.to_string().contains("where entry 1 should be"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn a_purge_past_the_last_entry_lets_the_log_go_on_after_a_gap() {
         // A follower that installs a leader's snapshot beyond its log: everything is purged
         // and the next entry follows the snapshot, not the purged entries.
@@ -878,7 +916,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
-            append(&mut store.files(), (1..=3).map(entry));
+            append(&mut store.files(), (0..=2).map(entry));
         }
         // As an earlier version left it: raft-log alone and a meta of format 1.
         let path = dir.path().join(META_FILE);
@@ -886,7 +924,7 @@ mod tests {
         meta[8..12].copy_from_slice(&META_SINGLE_FILE.to_le_bytes());
         fs::write(&path, &meta).unwrap();
         let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
-        assert_eq!(indexes(&store), vec![1, 2, 3]);
+        assert_eq!(indexes(&store), vec![0, 1, 2]);
         let meta = fs::read(&path).unwrap();
         assert_eq!(&meta[8..12], &META_FORMAT_VERSION.to_le_bytes());
     }
@@ -934,7 +972,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
-            append(&mut store.files(), (1..=3).map(entry));
+            append(&mut store.files(), (0..=2).map(entry));
         }
         let path = dir.path().join(LOG_FILE);
         let length = fs::metadata(&path).unwrap().len();
@@ -946,11 +984,11 @@ mod tests {
             .set_len(length - 1)
             .unwrap();
         let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
-        assert_eq!(indexes(&store), vec![1, 2]);
-        append(&mut store.files(), [entry(3)]);
+        assert_eq!(indexes(&store), vec![0, 1]);
+        append(&mut store.files(), [entry(2)]);
         drop(store);
         let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
-        assert_eq!(indexes(&store), vec![1, 2, 3]);
+        assert_eq!(indexes(&store), vec![0, 1, 2]);
     }
 
     #[test]

@@ -1039,3 +1039,37 @@ async fn a_new_node_refused_for_its_members_list_leaves_its_directory_as_it_was(
         node.cluster.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_that_lost_its_first_entries_is_refused_before_anything_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let members = members(std::slice::from_ref(&listener));
+    let node = start(1, &members, dir.path(), listener).await;
+    leader(&[&node]).await;
+    // Too few for a snapshot: the log holds every entry from the first.
+    for now_ms in 1..=5 {
+        node.cluster
+            .propose(Proposal::Tick { now_ms })
+            .await
+            .unwrap();
+    }
+    node.cluster.shutdown().await;
+    // The first record goes, as if the segment holding it had; the last is torn.
+    let node_dir = dir.path().join("node-1");
+    let log = node_dir.join("raft-log");
+    let mut bytes = std::fs::read(&log).unwrap();
+    let first_length = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    bytes.drain(12..20 + first_length);
+    bytes.extend_from_slice(&TORN_RECORD);
+    std::fs::write(&log, bytes).unwrap();
+    let before = every_file(&node_dir);
+    let listener = TcpListener::bind(&members[&1].raft_addr).await.unwrap();
+    let refused = Cluster::start(config(1, &members, dir.path()), listener, Memory::new()).await;
+    let refusal = refused.unwrap_err().to_string();
+    assert!(refusal.contains("where entry 0 should be"), "{refusal}");
+    assert_eq!(
+        changed(&before, &every_file(&node_dir)),
+        Vec::<PathBuf>::new()
+    );
+}
