@@ -159,7 +159,7 @@ fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
 
 impl LogStore {
     /// Opens (or creates) the log of node `node_id` in `dir`, syncing appends as `sync` says:
-    /// cuts a torn last record off, and starts the log ([`LogStore::start`]).
+    /// cuts a torn last record off, and readies the log for writes.
     ///
     /// # Errors
     /// The directory cannot be read or written, a file in it is damaged, or it holds another
