@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use broker_storage::Repairs;
 use openraft::error::{CheckIsLeaderError, InitializeError, RaftError};
 use openraft::{Raft, RaftMetrics, SnapshotPolicy};
 use tokio::net::TcpListener;
@@ -235,6 +236,21 @@ async fn refuse_if_members_differ(
     Ok(())
 }
 
+/// Makes the repairs the node's files need, listed while they were read (a torn last record
+/// of the log, what an unfinished snapshot left: see [`LogStore::check`] and
+/// [`StateMachine::check`]), and readies the log for writes: once nothing can refuse the
+/// start any more.
+async fn repair(log: &LogStore, repairs: Repairs) -> Result<(), ClusterError> {
+    let log = log.clone();
+    tokio::task::spawn_blocking(move || {
+        repairs.apply().map_err(io::Error::other)?;
+        log.start()
+    })
+    .await
+    .map_err(|error| ClusterError::Raft(error.to_string()))?
+    .map_err(ClusterError::Storage)
+}
+
 /// Why a proposal was not applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProposeError {
@@ -326,7 +342,9 @@ impl Cluster {
     /// Starts this node: opens its files (restoring `replica` from the last snapshot), serves
     /// peers on `listener`, and on the very first start of a new cluster proposes its initial
     /// membership (every node may do so with the same members), unless it joins a running
-    /// cluster ([`ClusterConfig::join`]).
+    /// cluster ([`ClusterConfig::join`]). What the files need repaired after a crash is
+    /// repaired once nothing can refuse the start any more: a refused start leaves every file
+    /// as it was.
     ///
     /// # Errors
     /// The settings are inconsistent, or the files cannot be used.
@@ -370,17 +388,35 @@ impl Cluster {
             refuse_if_log_lost(&network, config.node_id, &config.members).await?;
         }
         let dir = config.dir.clone();
-        let (log, machine) = tokio::task::spawn_blocking(move || {
-            Ok::<_, io::Error>((
-                LogStore::open(&dir, config.node_id, config.sync)?,
-                StateMachine::open(&dir, replica, config.segment_bytes)?,
-            ))
+        let (log, machine, repairs) = tokio::task::spawn_blocking(move || {
+            let mut repairs = Repairs::default();
+            let log = LogStore::check(
+                &dir,
+                config.node_id,
+                config.sync,
+                log_store::SEGMENT_BYTES,
+                &mut repairs,
+            )?;
+            let machine = StateMachine::check(&dir, replica, config.segment_bytes, &mut repairs)?;
+            Ok::<_, io::Error>((log, machine, repairs))
         })
         .await
         .map_err(|error| ClusterError::Raft(error.to_string()))??;
         // A node with nothing yet proposes the initial membership; one with a log or a
         // snapshot already belongs to a cluster.
         let fresh = log.last_index().is_none() && !machine.has_snapshot();
+        // A node of a new cluster takes no Raft message until it has checked that the members
+        // were given the same list: a refused start leaves its directory without entries, so
+        // that the next start checks again. Its files are repaired after the check, other
+        // nodes' now: the consensus engine may write as soon as it starts.
+        let checks_members = fresh && !config.join;
+        let unrepaired = match checks_members {
+            true => Some((log.clone(), repairs)),
+            false => {
+                repair(&log, repairs).await?;
+                None
+            }
+        };
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
@@ -409,10 +445,6 @@ impl Cluster {
             Arc::clone(&known_removed),
             stop.clone(),
         ));
-        // A node of a new cluster takes no Raft message until it has checked that the members
-        // were given the same list: a refused start leaves its directory without entries, so
-        // that the next start checks again.
-        let checks_members = fresh && !config.join;
         let takes_raft = Arc::new(AtomicBool::new(!checks_members));
         let service = network::PeerService {
             raft: raft.clone(),
@@ -442,11 +474,14 @@ impl Cluster {
             stop,
             tracker,
         };
-        if checks_members {
+        if let Some((log, repairs)) = unrepaired {
             // Its own peer service answers the same question meanwhile, so that of two nodes
             // started together, at least the later one finds the other.
-            let checked =
+            let mut checked =
                 refuse_if_members_differ(&cluster.network, config.node_id, &config.members).await;
+            if checked.is_ok() {
+                checked = repair(&log, repairs).await;
+            }
             takes_raft.store(checked.is_ok(), Ordering::Release);
             let initialized = match checked {
                 Ok(()) => match cluster.raft.initialize(config.members).await {

@@ -24,9 +24,12 @@
 //! written by earlier versions, had `raft-log` alone, and is read the same way); an earlier
 //! version refuses format 2 instead of reading the first segment only.
 //!
-//! On open, a log whose last segment ends inside a record or with a record whose checksum fails
-//! is cut back to its last whole record (the write that died was never reported durable);
-//! anything else wrong refuses to open, naming the file and the offset.
+//! A log whose last segment ends inside a record or with a record whose checksum fails is cut
+//! back to its last whole record (the write that died was never reported durable); anything
+//! else wrong refuses to open, naming the file and the offset. Reading the log changes nothing
+//! ([`LogStore::check`]): the cut, like the node's other repairs, is made once nothing can
+//! refuse the node's start any more, and the log takes writes only after that
+//! ([`LogStore::start`]), so a refused start leaves every file as it was.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -37,6 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
+use broker_storage::Repairs;
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogState, RaftLogId, RaftLogReader, StorageIOError, Vote};
 use serde::{Deserialize, Serialize};
@@ -95,11 +99,13 @@ pub struct LogStore {
 #[derive(Debug)]
 pub(crate) struct LogFiles {
     dir: PathBuf,
-    /// The numbers of the segments, in order; the last is appended to.
+    /// The numbers of the segments, in order; the last is appended to. Empty until a new log
+    /// is started.
     segments: Vec<u64>,
     /// The last segment, opened for appending (shared with the thread that syncs it on an
-    /// interval).
-    log: Arc<File>,
+    /// interval); `None` until the log is started ([`LogStore::start`]), before which it takes
+    /// no write.
+    log: Option<Arc<File>>,
     /// Whether appends were written since the last sync.
     pub(crate) unsynced: bool,
     /// The byte length of the last segment.
@@ -109,6 +115,9 @@ pub(crate) struct LogFiles {
     /// Where each entry's record starts: its segment's number and the offset in it.
     offsets: BTreeMap<u64, (u64, u64)>,
     meta: Meta,
+    /// Whether `raft-meta` is to be written when the log starts: it is missing, names no node,
+    /// or is of an earlier format.
+    meta_stale: bool,
     /// When appends are fsynced.
     sync: LogSync,
     /// A new segment is started once the last one holds this many bytes.
@@ -123,10 +132,15 @@ fn segment_path(dir: &Path, number: u64) -> PathBuf {
     }
 }
 
-/// The numbers of the segments in `dir`, in order.
+/// The numbers of the segments in `dir`, in order (none if `dir` does not exist).
 fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error),
+    };
     let mut numbers = Vec::new();
-    for entry in fs::read_dir(dir)? {
+    for entry in entries {
         let name = entry?.file_name();
         let Some(name) = name.to_str() else { continue };
         let number = match name.strip_prefix(LOG_FILE) {
@@ -144,7 +158,8 @@ fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
 }
 
 impl LogStore {
-    /// Opens (or creates) the log of node `node_id` in `dir`, syncing appends as `sync` says.
+    /// Opens (or creates) the log of node `node_id` in `dir`, syncing appends as `sync` says:
+    /// cuts a torn last record off, and readies the log for writes.
     ///
     /// # Errors
     /// The directory cannot be read or written, a file in it is damaged, or it holds another
@@ -160,14 +175,31 @@ impl LogStore {
         sync: LogSync,
         segment_bytes: u64,
     ) -> io::Result<LogStore> {
-        fs::create_dir_all(dir)?;
+        let mut repairs = Repairs::default();
+        let store = LogStore::check(dir, node_id, sync, segment_bytes, &mut repairs)?;
+        repairs.apply().map_err(io::Error::other)?;
+        store.start()?;
+        Ok(store)
+    }
+
+    /// Reads the log of node `node_id` in `dir` (an empty one if there is none) without
+    /// changing anything: creating the directory and cutting a torn last record off are added
+    /// to `repairs`. The log serves reads at once, leaving the torn record out; it takes writes
+    /// once `repairs` are made and it is started ([`LogStore::start`]).
+    ///
+    /// # Errors
+    /// As [`LogStore::open`], for reading.
+    pub(crate) fn check(
+        dir: &Path,
+        node_id: NodeId,
+        sync: LogSync,
+        segment_bytes: u64,
+        repairs: &mut Repairs,
+    ) -> io::Result<LogStore> {
         let (meta, meta_version) = read_meta(&dir.join(META_FILE))?;
         check_owner(dir, &meta, node_id)?;
-        let mut segments = list_segments(dir)?;
-        if segments.is_empty() {
-            write_empty_segment(&segment_path(dir, 0))?;
-            segments.push(0);
-        }
+        repairs.create(dir.to_owned());
+        let segments = list_segments(dir)?;
         let purged = meta.last_purged.map(|id| id.index);
         let mut entries = BTreeMap::new();
         let mut offsets = BTreeMap::new();
@@ -176,13 +208,21 @@ impl LogStore {
         for (position, &number) in segments.iter().enumerate() {
             let path = segment_path(dir, number);
             let read = read_log(&path, purged, last_read)?;
-            let is_last = position + 1 == segments.len();
-            if !is_last && read.end != fs::metadata(&path)?.len() {
-                return Err(damaged(
-                    path.as_path(),
+            if read.end != read.length {
+                if position + 1 != segments.len() {
+                    return Err(damaged(
+                        path.as_path(),
+                        read.end,
+                        "a damaged record before the end",
+                    ));
+                }
+                // Appends go on after the last whole record.
+                repairs.cut(
+                    path.clone(),
                     read.end,
-                    "a damaged record before the end",
-                ));
+                    read.length,
+                    "cutting a torn record off the Raft log (the node stopped while writing it)",
+                );
             }
             last_read = read.last_index.or(last_read);
             for (index, (at, entry)) in read.entries {
@@ -191,42 +231,71 @@ impl LogStore {
             }
             end = read.end;
         }
-        let last = *segments.last().unwrap_or(&0);
-        let log = OpenOptions::new()
-            .append(true)
-            .open(segment_path(dir, last))?;
-        if log.metadata()?.len() != end {
-            // A torn tail: cut it off so that appends continue after the last whole record.
-            log.set_len(end)?;
-            log.sync_all()?;
+        // The consensus engine reads the log from the entry after the last purged one (from
+        // the very first, 0, when none was purged): the segment that held it is missing.
+        let first_kept = purged.map_or(0, |purged| purged + 1);
+        if let Some((&first, &(number, at))) = offsets.first_key_value() {
+            if first != first_kept {
+                return Err(damaged(
+                    &segment_path(dir, number),
+                    at,
+                    &format!(
+                        "entry {first} where entry {first_kept} should be (the segment \
+                         holding the entries before it is missing)"
+                    ),
+                ));
+            }
         }
-        let files = Arc::new(Mutex::new(LogFiles {
+        // Also rewritten in this build's format, which an earlier version refuses.
+        let meta_stale = meta.node_id.is_none() || meta_version != META_FORMAT_VERSION;
+        let files = LogFiles {
             dir: dir.to_owned(),
             segments,
-            log: Arc::new(log),
+            log: None,
             unsynced: false,
             end,
             entries,
             offsets,
-            meta,
+            meta: Meta {
+                node_id: Some(node_id),
+                ..meta
+            },
+            meta_stale,
             sync,
             segment_bytes,
-        }));
-        {
-            let mut files = files.lock().unwrap_or_else(PoisonError::into_inner);
-            // Also rewritten in this build's format, which an earlier version refuses.
-            if files.meta.node_id.is_none() || meta_version != META_FORMAT_VERSION {
-                let meta = Meta {
-                    node_id: Some(node_id),
-                    ..files.meta.clone()
-                };
-                files.write_meta(meta)?;
+        };
+        Ok(LogStore {
+            files: Arc::new(Mutex::new(files)),
+        })
+    }
+
+    /// Readies the log [`LogStore::check`] read for writes, once the repairs it listed are
+    /// made: writes the first segment of a new log, opens the last one for appends, writes
+    /// `raft-meta` naming the node in this build's format if it does not, and starts the
+    /// thread that syncs appends on an interval ([`LogSync::Every`]). Called once.
+    ///
+    /// # Errors
+    /// A file cannot be written or opened, or the thread cannot start.
+    pub(crate) fn start(&self) -> io::Result<()> {
+        let sync = {
+            let mut files = self.files();
+            if files.segments.is_empty() {
+                write_empty_segment(&segment_path(&files.dir, 0))?;
+                files.segments.push(0);
             }
-        }
+            let last = segment_path(&files.dir, files.last_segment());
+            files.log = Some(Arc::new(OpenOptions::new().append(true).open(last)?));
+            if files.meta_stale {
+                let meta = files.meta.clone();
+                files.write_meta(meta)?;
+                files.meta_stale = false;
+            }
+            files.sync
+        };
         if let LogSync::Every(interval) = sync {
-            sync_every(Arc::downgrade(&files), interval)?;
+            sync_every(Arc::downgrade(&self.files), interval)?;
         }
-        Ok(LogStore { files })
+        Ok(())
     }
 
     /// Whether the log in `dir` holds no entry (or there is none), checked without opening it.
@@ -234,9 +303,6 @@ impl LogStore {
     /// # Errors
     /// The directory cannot be listed.
     pub fn holds_no_entries(dir: &Path) -> io::Result<bool> {
-        if !dir.exists() {
-            return Ok(true);
-        }
         for number in list_segments(dir)? {
             if fs::metadata(segment_path(dir, number))?.len() > LOG_HEADER as u64 {
                 return Ok(false);
@@ -272,7 +338,16 @@ impl LogStore {
 }
 
 impl LogFiles {
+    /// The last segment, open for appends: `Err` before the log is started, which takes no
+    /// write before the node's files are repaired.
+    fn appending(&self) -> io::Result<&Arc<File>> {
+        self.log.as_ref().ok_or_else(|| {
+            io::Error::other("the Raft log takes no write before the node's start has repaired it")
+        })
+    }
+
     fn write_meta(&mut self, meta: Meta) -> io::Result<()> {
+        self.appending()?;
         let body = encode(&meta).map_err(io::Error::other)?;
         let mut bytes = Vec::with_capacity(20 + body.len());
         bytes.extend_from_slice(META_MAGIC);
@@ -296,7 +371,8 @@ impl LogFiles {
         if self.end >= self.segment_bytes {
             to_sync.extend(self.start_segment()?);
         }
-        (&*self.log).write_all(&records.bytes)?;
+        let log = Arc::clone(self.appending()?);
+        (&*log).write_all(&records.bytes)?;
         let start = self.end;
         self.end += records.bytes.len() as u64;
         let segment = self.last_segment();
@@ -306,7 +382,7 @@ impl LogFiles {
             self.entries.insert(index, entry);
         }
         match self.sync {
-            LogSync::EveryAppend => to_sync.push(Arc::clone(&self.log)),
+            LogSync::EveryAppend => to_sync.push(log),
             LogSync::Every(_) => self.unsynced = true,
             LogSync::Never => {}
         }
@@ -320,21 +396,23 @@ impl LogFiles {
     /// Starts a new last segment; returns the one it closes if it holds writes not yet synced
     /// (the thread that syncs on an interval syncs only the last segment).
     fn start_segment(&mut self) -> io::Result<Option<Arc<File>>> {
+        self.appending()?;
         let number = self.last_segment() + 1;
         let path = segment_path(&self.dir, number);
         write_empty_segment(&path)?;
-        let closed = std::mem::replace(
-            &mut self.log,
-            Arc::new(OpenOptions::new().append(true).open(&path)?),
-        );
+        let closed = self
+            .log
+            .replace(Arc::new(OpenOptions::new().append(true).open(&path)?));
         self.segments.push(number);
         self.end = LOG_HEADER as u64;
-        Ok(std::mem::take(&mut self.unsynced).then_some(closed))
+        let unsynced = std::mem::take(&mut self.unsynced);
+        Ok(closed.filter(|_| unsynced))
     }
 
     /// Removes the entries from `index` on: cuts the segment holding the first of them and
     /// removes the segments after it.
     pub(crate) fn truncate(&mut self, index: u64) -> io::Result<()> {
+        self.appending()?;
         let Some(&(segment, at)) = self.offsets.range(index..).next().map(|(_, at)| at) else {
             return Ok(());
         };
@@ -348,7 +426,7 @@ impl LogFiles {
             self.segments.pop();
         }
         File::open(&self.dir)?.sync_all()?;
-        self.log = Arc::new(log);
+        self.log = Some(Arc::new(log));
         self.end = at;
         self.entries.split_off(&index);
         self.offsets.split_off(&index);
@@ -405,9 +483,11 @@ fn sync_every(files: Weak<Mutex<LogFiles>>, interval: Duration) -> io::Result<()
                 if !std::mem::take(&mut files.unsynced) {
                     continue;
                 }
-                Arc::clone(&files.log)
+                files.log.clone()
             };
             drop(files);
+            // (Only appends leave writes unsynced, and the log takes them once it is open.)
+            let Some(log) = log else { continue };
             if let Err(cause) = log.sync_data() {
                 tracing::error!(%cause, "syncing the Raft log failed; trying again");
             }
@@ -527,6 +607,8 @@ struct Segment {
     last_index: Option<u64>,
     /// The length of its whole records (a torn tail is left out).
     end: u64,
+    /// The length of the file.
+    length: u64,
 }
 
 /// Reads the segment at `path`, skipping entries up to `purged`; its first entry must follow
@@ -546,7 +628,6 @@ fn read_log(path: &Path, purged: Option<u64>, previous: Option<u64>) -> io::Resu
     let mut previous = previous;
     while at < bytes.len() {
         let Some(header) = bytes.get(at..at + RECORD_HEADER) else {
-            tracing::warn!(file = %path.display(), at, "cutting a torn record off the Raft log");
             break;
         };
         let length = u32_at(header, 0);
@@ -558,7 +639,6 @@ fn read_log(path: &Path, purged: Option<u64>, previous: Option<u64>) -> io::Resu
             if next < bytes.len() && bytes[at..].iter().any(|&byte| byte != 0) {
                 return Err(damaged(path, at as u64, "a damaged record before the end"));
             }
-            tracing::warn!(file = %path.display(), at, "cutting a torn record off the Raft log");
             break;
         };
         let entry: Entry =
@@ -577,6 +657,7 @@ fn read_log(path: &Path, purged: Option<u64>, previous: Option<u64>) -> io::Resu
         entries,
         last_index: previous,
         end: at.min(bytes.len()) as u64,
+        length: bytes.len() as u64,
     })
 }
 
@@ -747,14 +828,14 @@ mod tests {
             let mut files = store.files();
             // Each append lands in the last segment; a segment past 100 bytes is followed by
             // a new one at the next append.
-            for index in 1..=12 {
+            for index in 0..=12 {
                 append(&mut files, [entry(index)]);
             }
         }
         let rolled = segments();
         assert!(rolled.len() >= 4, "{rolled:?}");
         let store = open();
-        assert_eq!(indexes(&store), (1..=12).collect::<Vec<_>>());
+        assert_eq!(indexes(&store), (0..=12).collect::<Vec<_>>());
         {
             let mut files = store.files();
             // A truncation inside an earlier segment removes the ones after it.
@@ -789,6 +870,29 @@ mod tests {
     }
 
     #[test]
+    fn a_log_missing_the_segment_of_its_first_entries_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || LogStore::open_with(dir.path(), 1, LogSync::Never, 100);
+        {
+            let store = open().unwrap();
+            let mut files = store.files();
+            for index in 0..=6 {
+                append(&mut files, [entry(index)]);
+            }
+            // The first segment holds entry 1 too: it stays.
+            files
+                .purge(LogId::new(CommittedLeaderId::new(1, 1), 0))
+                .unwrap();
+        }
+        fs::remove_file(segment_path(dir.path(), 0)).unwrap();
+        let error = open().unwrap_err();
+        assert!(
+            error.to_string().contains("where entry 1 should be"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn a_purge_past_the_last_entry_lets_the_log_go_on_after_a_gap() {
         // A follower that installs a leader's snapshot beyond its log: everything is purged
         // and the next entry follows the snapshot, not the purged entries.
@@ -812,7 +916,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
-            append(&mut store.files(), (1..=3).map(entry));
+            append(&mut store.files(), (0..=2).map(entry));
         }
         // As an earlier version left it: raft-log alone and a meta of format 1.
         let path = dir.path().join(META_FILE);
@@ -820,7 +924,7 @@ mod tests {
         meta[8..12].copy_from_slice(&META_SINGLE_FILE.to_le_bytes());
         fs::write(&path, &meta).unwrap();
         let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
-        assert_eq!(indexes(&store), vec![1, 2, 3]);
+        assert_eq!(indexes(&store), vec![0, 1, 2]);
         let meta = fs::read(&path).unwrap();
         assert_eq!(&meta[8..12], &META_FORMAT_VERSION.to_le_bytes());
     }
@@ -868,7 +972,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
-            append(&mut store.files(), (1..=3).map(entry));
+            append(&mut store.files(), (0..=2).map(entry));
         }
         let path = dir.path().join(LOG_FILE);
         let length = fs::metadata(&path).unwrap().len();
@@ -880,11 +984,11 @@ mod tests {
             .set_len(length - 1)
             .unwrap();
         let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
-        assert_eq!(indexes(&store), vec![1, 2]);
-        append(&mut store.files(), [entry(3)]);
+        assert_eq!(indexes(&store), vec![0, 1]);
+        append(&mut store.files(), [entry(2)]);
         drop(store);
         let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
-        assert_eq!(indexes(&store), vec![1, 2, 3]);
+        assert_eq!(indexes(&store), vec![0, 1, 2]);
     }
 
     #[test]

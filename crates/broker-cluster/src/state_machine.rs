@@ -12,6 +12,10 @@
 //! - `incoming-<k>` and `outgoing-<k>/`: a snapshot being received, and links to the segment
 //!   files of one being sent; removed when done, and at start.
 //!
+//! Opening the state machine reads, and lists what it would remove and cut (the leftovers
+//! above, what an unfinished snapshot appended to record segments) as repairs that the node
+//! makes once nothing can refuse its start ([`StateMachine::check`]).
+//!
 //! # The snapshot file (integers little-endian)
 //!
 //! Magic `BRKRAFTS`, format version `u32`, length of the meta `u32`, CRC-32 (IEEE) of everything
@@ -44,7 +48,7 @@ use std::sync::Arc;
 
 use broker_core::cold::{self, ColdStore};
 use broker_core::image::StateImage;
-use broker_storage::{segment_files, Checkpoint, RecordStore, SegmentImage};
+use broker_storage::{segment_files, Checkpoint, RecordStore, Repairs, SegmentImage};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, RaftSnapshotBuilder, SnapshotMeta, StorageIOError, StoredMembership};
 use tokio::sync::Mutex;
@@ -238,7 +242,25 @@ impl<R: Replica> StateMachine<R> {
     /// The snapshot or a segment it names cannot be read or is damaged, or the image is
     /// inconsistent.
     pub fn open(dir: &Path, replica: Arc<R>, segment_bytes: u64) -> io::Result<StateMachine<R>> {
-        fs::create_dir_all(dir)?;
+        let mut repairs = Repairs::default();
+        let machine = StateMachine::check(dir, replica, segment_bytes, &mut repairs)?;
+        repairs.apply().map_err(io_error)?;
+        Ok(machine)
+    }
+
+    /// [`StateMachine::open`] that changes no file: removing the leftovers and cutting what an
+    /// unfinished snapshot appended to record segments are added to `repairs`, which must be
+    /// made before the machine builds or installs a snapshot. (The replica is restored: its
+    /// state is not a file.)
+    ///
+    /// # Errors
+    /// As [`StateMachine::open`]; nothing is changed then.
+    pub(crate) fn check(
+        dir: &Path,
+        replica: Arc<R>,
+        segment_bytes: u64,
+        repairs: &mut Repairs,
+    ) -> io::Result<StateMachine<R>> {
         let stored = read_snapshot(&dir.join(SNAPSHOT_FILE))?;
         let (number, image, current) = match stored {
             None => (0, replica.image(), None),
@@ -252,13 +274,14 @@ impl<R: Replica> StateMachine<R> {
                 (stored.number, image, Some(current))
             }
         };
-        remove_leftovers(dir, number)?;
+        find_leftovers(dir, number, repairs)?;
         let store_dir = dir.join(format!("store-{number}"));
         let segments = current
             .as_ref()
             .map(|current| current.segments.clone())
             .unwrap_or_default();
-        let records = Arc::new(RecordStore::open(&store_dir, segments).map_err(io_error)?);
+        let records =
+            Arc::new(RecordStore::check(&store_dir, segments, repairs).map_err(io_error)?);
         replica
             .restore(image, Arc::clone(&records) as Arc<dyn ColdStore>)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
@@ -297,32 +320,30 @@ pub(crate) fn snapshot_exists(dir: &Path) -> bool {
     dir.join(SNAPSHOT_FILE).exists()
 }
 
-/// Removes, from a node's cluster directory whose store directory is `store-<number>`, the
-/// other store directories (of a snapshot from the leader that was not made current, or of
-/// the one it replaced) and the files of transfers.
-fn remove_leftovers(dir: &Path, number: u64) -> io::Result<()> {
+/// Adds to `repairs` the removal, from a node's cluster directory `dir` (if it exists) whose
+/// store directory is `store-<number>`, of the other store directories (of a snapshot from the
+/// leader that was not made current, or of the one it replaced) and the files of transfers.
+fn find_leftovers(dir: &Path, number: u64, repairs: &mut Repairs) -> io::Result<()> {
     let keep = format!("store-{number}");
     // Only names this module gives: `<prefix><digits>`.
     let numbered = |name: &str, prefix: &str| {
         name.strip_prefix(prefix)
             .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
     };
-    for entry in fs::read_dir(dir)? {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error),
+    };
+    for entry in entries {
         let entry = entry?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
         let leftover = (numbered(&name, "store-") && name != keep)
             || numbered(&name, "incoming-")
             || numbered(&name, "outgoing-");
-        if !leftover {
-            continue;
-        }
-        warn!(path = %entry.path().display(), "removing what an unfinished snapshot left");
-        let path = entry.path();
-        if path.is_dir() {
-            fs::remove_dir_all(&path)?;
-        } else {
-            fs::remove_file(&path)?;
+        if leftover {
+            repairs.remove(entry.path(), "removing what an unfinished snapshot left");
         }
     }
     Ok(())

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -766,4 +766,310 @@ async fn a_follower_whose_log_went_back_is_sent_the_entries_again() {
     for node in all {
         node.cluster.shutdown().await;
     }
+}
+
+/// Every file and directory under `dir` (which may not exist), with the bytes of each file.
+fn every_file(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut found = BTreeMap::new();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                found.insert(path.clone(), None);
+                dirs.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                found.insert(path, Some(bytes));
+            }
+        }
+    }
+    found
+}
+
+/// The paths `before` and `after` (from [`every_file`]) disagree on: created, removed or
+/// changed.
+fn changed(
+    before: &BTreeMap<PathBuf, Option<Vec<u8>>>,
+    after: &BTreeMap<PathBuf, Option<Vec<u8>>>,
+) -> Vec<PathBuf> {
+    let paths: std::collections::BTreeSet<_> = before.keys().chain(after.keys()).collect();
+    paths
+        .into_iter()
+        .filter(|path| before.get(*path) != after.get(*path))
+        .cloned()
+        .collect()
+}
+
+/// Appends `bytes` to the file at `path`.
+fn append_to(path: &Path, bytes: &[u8]) {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .unwrap()
+        .write_all(bytes)
+        .unwrap();
+}
+
+/// The first bytes of a record that a crash cut short: a length no entry has (so that no
+/// record appended after a repair starts the same way), and one byte of the checksum.
+const TORN_RECORD: [u8; 5] = [0xff, 0xff, 0xff, 0xff, 1];
+
+/// A node's directory (`node-1` under `dir`) as a crash in the middle of a snapshot leaves
+/// it: a snapshot with records in segment files, the log after it with a torn last record,
+/// records appended to a segment after what the snapshot names, and files of a transfer and
+/// of a store no snapshot names. Returns the node's members, its directory, its last log
+/// segment as it was before it was torn, and the record segment with its length before.
+async fn crashed_node(
+    dir: &Path,
+) -> (
+    BTreeMap<NodeId, ClusterNode>,
+    PathBuf,
+    (PathBuf, Vec<u8>),
+    (PathBuf, u64),
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let members = members(std::slice::from_ref(&listener));
+    let node = start(1, &members, dir, listener).await;
+    leader(&[&node]).await;
+    node.cluster
+        .propose(Proposal::Commands {
+            now_ms: 1_000,
+            commands: vec![create_topic()],
+        })
+        .await
+        .unwrap();
+    propose_publishes(&node, 0..80).await;
+    for _ in 0..200 {
+        if node.replica.on_disk() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(node.replica.on_disk() > 0, "no snapshot in 5 s");
+    node.cluster.shutdown().await;
+    let node_dir = dir.join("node-1");
+    let log = node_dir.join("raft-log");
+    let whole_log = std::fs::read(&log).unwrap();
+    append_to(&log, &TORN_RECORD);
+    let records = every_file(&node_dir.join("store-0"))
+        .into_keys()
+        .find(|path| path.extension().is_some_and(|ext| ext == "rec"))
+        .unwrap();
+    let records_len = std::fs::metadata(&records).unwrap().len();
+    append_to(&records, b"records of a snapshot that did not finish");
+    std::fs::write(
+        node_dir.join("incoming-9"),
+        b"half a snapshot from the leader",
+    )
+    .unwrap();
+    std::fs::create_dir_all(node_dir.join("store-7/records")).unwrap();
+    (members, node_dir, (log, whole_log), (records, records_len))
+}
+
+/// A replica that refuses every image it is given, as the broker refuses an inconsistent one.
+struct Refusing;
+
+impl Replica for Refusing {
+    fn apply(&self, _: Proposal) -> Applied {
+        Applied::default()
+    }
+
+    fn image(&self) -> StateImage {
+        Memory::new().image()
+    }
+
+    fn restore(&self, _: StateImage, _: Arc<dyn ColdStore>) -> Result<(), String> {
+        Err("an inconsistent image".to_owned())
+    }
+
+    fn evict(&self, _: &[(LogId, i64)]) {}
+
+    fn failure(&self) -> Option<String> {
+        None
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_start_leaves_every_file_of_the_node_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let (members, node_dir, (log, _), (records, records_len)) = crashed_node(dir.path()).await;
+    let snapshot = node_dir.join("snapshot");
+    let mut flipped_snapshot = std::fs::read(&snapshot).unwrap();
+    let middle = flipped_snapshot.len() / 2;
+    flipped_snapshot[middle] ^= 0x5a;
+    let index = records.with_extension("idx");
+    let mut short_index = std::fs::read(&index).unwrap();
+    short_index.pop();
+    // The first record's body: whole records and the torn one follow it.
+    let mut flipped_log = std::fs::read(&log).unwrap();
+    flipped_log[40] ^= 0x5a;
+    // Each damage on top of the crash's leftovers, with what the refusal says.
+    let damages: [(&str, &Path, Vec<u8>, &str); 3] = [
+        (
+            "a damaged snapshot",
+            &snapshot,
+            flipped_snapshot,
+            "checksum",
+        ),
+        (
+            "a record segment shorter than the snapshot says",
+            &index,
+            short_index,
+            "the file ends at byte",
+        ),
+        (
+            "a damaged record in the middle of the log",
+            &log,
+            flipped_log,
+            "a damaged record before the end",
+        ),
+    ];
+    for (what, path, damaged, said) in damages {
+        let undamaged = std::fs::read(path).unwrap();
+        std::fs::write(path, &damaged).unwrap();
+        let before = every_file(&node_dir);
+        let listener = TcpListener::bind(&members[&1].raft_addr).await.unwrap();
+        let refused =
+            Cluster::start(config(1, &members, dir.path()), listener, Memory::new()).await;
+        let Err(refusal) = refused else {
+            panic!("started with {what}");
+        };
+        assert!(refusal.to_string().contains(said), "{what}: {refusal}");
+        assert_eq!(
+            changed(&before, &every_file(&node_dir)),
+            Vec::<PathBuf>::new(),
+            "{what}"
+        );
+        std::fs::write(path, undamaged).unwrap();
+    }
+    // Refused by the broker when it takes the snapshot's state.
+    let before = every_file(&node_dir);
+    let listener = TcpListener::bind(&members[&1].raft_addr).await.unwrap();
+    let refused = Cluster::start(
+        config(1, &members, dir.path()),
+        listener,
+        Arc::new(Refusing),
+    )
+    .await;
+    let refusal = refused.unwrap_err().to_string();
+    assert!(refusal.contains("an inconsistent image"), "{refusal}");
+    assert_eq!(
+        changed(&before, &every_file(&node_dir)),
+        Vec::<PathBuf>::new()
+    );
+    // What the crash left was there all along.
+    assert!(std::fs::metadata(&records).unwrap().len() > records_len);
+    assert!(node_dir.join("incoming-9").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_goes_ahead_repairs_what_the_crash_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let (members, node_dir, (log, whole_log), (records, records_len)) =
+        crashed_node(dir.path()).await;
+    let listener = TcpListener::bind(&members[&1].raft_addr).await.unwrap();
+    let node = start(1, &members, dir.path(), listener).await;
+    // The torn record is cut before anything is appended: what follows the whole records is
+    // a record the node appended since.
+    let now = std::fs::read(&log).unwrap();
+    assert_eq!(now[..whole_log.len()], whole_log[..]);
+    assert_ne!(
+        now.get(whole_log.len()..whole_log.len() + 4),
+        Some(&TORN_RECORD[..4])
+    );
+    assert_eq!(std::fs::metadata(&records).unwrap().len(), records_len);
+    assert!(!node_dir.join("incoming-9").exists());
+    assert!(!node_dir.join("store-7").exists());
+    leader(&[&node]).await;
+    propose_publishes(&node, 80..90).await;
+    node.cluster.shutdown().await;
+    // Appended after a torn record, the entries would be damage before the end of the log.
+    let reopened = LogStore::open(&node_dir, 1, LogSync::Never).unwrap();
+    assert!(reopened.last_index() > Some(90));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_node_refused_for_its_members_list_leaves_its_directory_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bound = listeners(2).await;
+    let members = members(&bound);
+    let second = bound.pop().unwrap();
+    let first = start(1, &members, dir.path(), bound.pop().unwrap()).await;
+    let mut other = members.clone();
+    other.get_mut(&1).unwrap().client_addr = "elsewhere:9092".to_owned();
+    // Node 2 stopped while it wrote its first record, and while it received a snapshot.
+    let node_dir = dir.path().join("node-2");
+    std::fs::create_dir_all(&node_dir).unwrap();
+    let mut log = b"BRKRAFTL".to_vec();
+    log.extend_from_slice(&1u32.to_le_bytes());
+    log.extend_from_slice(&TORN_RECORD);
+    std::fs::write(node_dir.join("raft-log"), log).unwrap();
+    std::fs::write(
+        node_dir.join("incoming-0"),
+        b"half a snapshot from the leader",
+    )
+    .unwrap();
+    let mut listener = second;
+    // Refused twice: with what the crash left, then with no directory at all.
+    for _ in 0..2 {
+        let before = every_file(&node_dir);
+        let refused = Cluster::start(config(2, &other, dir.path()), listener, Memory::new()).await;
+        assert!(
+            matches!(refused, Err(ClusterError::MembersDiffer { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(
+            changed(&before, &every_file(&node_dir)),
+            Vec::<PathBuf>::new()
+        );
+        if node_dir.exists() {
+            std::fs::remove_dir_all(&node_dir).unwrap();
+        }
+        listener = TcpListener::bind(&members[&2].raft_addr).await.unwrap();
+    }
+    assert!(!node_dir.exists(), "a refused start created the directory");
+    let second = start(2, &members, dir.path(), listener).await;
+    leader(&[&first, &second]).await;
+    for node in [first, second] {
+        node.cluster.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_that_lost_its_first_entries_is_refused_before_anything_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let members = members(std::slice::from_ref(&listener));
+    let node = start(1, &members, dir.path(), listener).await;
+    leader(&[&node]).await;
+    // Too few for a snapshot: the log holds every entry from the first.
+    for now_ms in 1..=5 {
+        node.cluster
+            .propose(Proposal::Tick { now_ms })
+            .await
+            .unwrap();
+    }
+    node.cluster.shutdown().await;
+    // The first record goes, as if the segment holding it had; the last is torn.
+    let node_dir = dir.path().join("node-1");
+    let log = node_dir.join("raft-log");
+    let mut bytes = std::fs::read(&log).unwrap();
+    let first_length = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    bytes.drain(12..20 + first_length);
+    bytes.extend_from_slice(&TORN_RECORD);
+    std::fs::write(&log, bytes).unwrap();
+    let before = every_file(&node_dir);
+    let listener = TcpListener::bind(&members[&1].raft_addr).await.unwrap();
+    let refused = Cluster::start(config(1, &members, dir.path()), listener, Memory::new()).await;
+    let refusal = refused.unwrap_err().to_string();
+    assert!(refusal.contains("where entry 0 should be"), "{refusal}");
+    assert_eq!(
+        changed(&before, &every_file(&node_dir)),
+        Vec::<PathBuf>::new()
+    );
 }

@@ -82,6 +82,7 @@ pub use records::{
     RECORD_OVERHEAD_BYTES,
 };
 pub use recovery::{Recovery, TornTail};
+pub use repair::Repairs;
 pub use segment::LogWriter;
 pub use snapshot::{remove_covered, write_snapshot, Checkpoint};
 

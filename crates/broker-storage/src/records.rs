@@ -225,8 +225,11 @@ impl RecordStore {
 
     /// [`RecordStore::open`] that changes nothing: what it would cut and remove is added to
     /// `repairs`. The store reads only what the catalog names, so it may serve reads before
-    /// the repairs are made.
-    pub(crate) fn check(
+    /// the repairs are made; it must take no write until they are.
+    ///
+    /// # Errors
+    /// As [`RecordStore::open`], but for cleaning: nothing is changed.
+    pub fn check(
         dir: &Path,
         catalog: Vec<SegmentImage>,
         repairs: &mut Repairs,

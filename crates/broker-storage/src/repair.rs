@@ -2,6 +2,8 @@
 //! removing what no checkpoint names. Recovery only reads while it checks the directory and
 //! lists these as it goes; they are made once everything has been checked, so a start that is
 //! refused leaves the directory exactly as the crash left it, for the operator to inspect.
+//! (A cluster node lists the repairs of its Raft files in the same list as those of its record
+//! segments.)
 
 use std::fs::{self, OpenOptions};
 use std::io;
@@ -12,10 +14,12 @@ use tracing::warn;
 use crate::segment::sync_dir;
 use crate::StorageError;
 
-/// The changes a recovery found necessary, in the order they were found.
+/// The changes a recovery found necessary, in the order they were found: listed while the
+/// files are checked (see [`RecordStore::check`](crate::RecordStore::check)), made by
+/// [`Repairs::apply`] once nothing can refuse the start any more.
 #[derive(Debug, Default)]
 #[must_use = "the directory is only repaired by `Repairs::apply`"]
-pub(crate) struct Repairs(Vec<Repair>);
+pub struct Repairs(Vec<Repair>);
 
 #[derive(Debug)]
 enum Repair {
@@ -33,25 +37,26 @@ enum Repair {
 }
 
 impl Repairs {
-    /// Makes sure the directory `path` exists once repaired.
-    pub(crate) fn create(&mut self, path: PathBuf) {
+    /// Adds making sure the directory `path` exists.
+    pub fn create(&mut self, path: PathBuf) {
         self.0.push(Repair::Create(path));
     }
 
-    /// Removes `path` (a file or a directory tree), logging `why` as it does.
-    pub(crate) fn remove(&mut self, path: PathBuf, why: impl Into<String>) {
+    /// Adds removing `path` (a file or a directory tree), logged with `why` when it is made.
+    pub fn remove(&mut self, path: PathBuf, why: impl Into<String>) {
         self.0.push(Repair::Remove {
             path,
             why: why.into(),
         });
     }
 
-    /// Cuts `path`, now `from` bytes long, to `len` bytes, logging `why` as it does.
-    pub(crate) fn cut(&mut self, path: PathBuf, len: u64, from: u64, why: impl Into<String>) {
+    /// Adds cutting `path`, now `from` bytes long, to `len` bytes, logged with `why` when it is
+    /// made.
+    pub fn cut(&mut self, path: PathBuf, len: u64, from: u64, why: impl Into<String>) {
         self.0.push(Repair::Cut {
             path,
             len,
-            cut: from - len,
+            cut: from.saturating_sub(len),
             why: why.into(),
         });
     }
@@ -60,7 +65,7 @@ impl Repairs {
     ///
     /// # Errors
     /// [`StorageError::Io`] naming the file that could not be changed; those before it were.
-    pub(crate) fn apply(self) -> Result<(), StorageError> {
+    pub fn apply(self) -> Result<(), StorageError> {
         for repair in self.0 {
             match repair {
                 Repair::Create(path) => {
