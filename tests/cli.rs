@@ -1223,6 +1223,11 @@ fn bench_ack_consumes_every_record_exactly_once_in_order() {
     assert_eq!(group["duplicates"], 0);
     assert_eq!(group["missing"], 0);
     assert_eq!(group["out_of_order"], 0);
+    // The load generator's own CPU time over the run, user and system (Linux's /proc).
+    for field in ["cpu_user_s", "cpu_system_s"] {
+        let seconds = report[field].as_f64();
+        assert!(seconds.is_some_and(|s| s >= 0.0), "{field}: {report:#}");
+    }
 }
 
 #[test]

@@ -25,9 +25,11 @@ use crate::output::plural;
 use crate::retention::RetentionArg;
 use crate::size::with_thousands;
 
+mod cpu;
 mod load;
 mod wire;
 
+use cpu::CpuTime;
 use load::{decode_header, encode_payload, new_histogram, Producer, Shared, HEADER_BYTES};
 
 /// How long an idle consumer waits on the server for a record before asking again.
@@ -119,7 +121,10 @@ pub struct BenchArgs {
     /// Keep the benchmark topic when done (it is deleted by default, also after a failure).
     #[arg(long)]
     pub keep_topic: bool,
-    /// Print the report as JSON.
+    /// Print the report as JSON. Beside throughput and latency it has `cpu_user_s` and
+    /// `cpu_system_s`: the CPU seconds this load generator (every thread of it) spent in user
+    /// space and in the kernel while the workload ran (the `elapsed_secs` interval), from
+    /// /proc/self/stat; null where /proc cannot tell.
     #[arg(long)]
     pub json: bool,
 }
@@ -292,6 +297,11 @@ struct BenchReport {
     records_per_sec: f64,
     megabytes_per_sec: f64,
     publish_latency: Percentiles,
+    /// CPU seconds this process spent in user space while the workload ran (`elapsed_secs`),
+    /// every thread together; `None` where /proc/self/stat cannot be read.
+    cpu_user_s: Option<f64>,
+    /// The same in the kernel (system time).
+    cpu_system_s: Option<f64>,
     groups: Vec<GroupReport>,
     check_passed: bool,
 }
@@ -501,6 +511,7 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
 
     let progress = progress_bar(args);
     let deadline = args.duration.map(|d| Instant::now() + d);
+    let cpu_at_start = CpuTime::of_this_process();
     let start = Instant::now();
     let mut producers = Vec::new();
     // The publish workload counts full partitions rather than retrying them.
@@ -562,6 +573,9 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
         consumer.await.context("a consumer task failed")??;
     }
     let elapsed = start.elapsed();
+    let cpu = CpuTime::of_this_process()
+        .zip(cpu_at_start)
+        .map(|(now, then)| now.since(then));
     ticker.abort();
     progress.finish_and_clear();
 
@@ -611,6 +625,8 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
         records_per_sec: published as f64 / seconds,
         megabytes_per_sec: (published as f64 * args.size as f64) / seconds / 1e6,
         publish_latency: Percentiles::of(&publish_latency),
+        cpu_user_s: cpu.map(|cpu| cpu.user_s),
+        cpu_system_s: cpu.map(|cpu| cpu.system_s),
         groups,
         check_passed,
     };
@@ -1053,6 +1069,18 @@ fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
         with_thousands(report.requests_per_sec as u64)
     )?;
     outln!("publish latency: {}", report.publish_latency.text())?;
+    if let (Some(user), Some(system)) = (report.cpu_user_s, report.cpu_system_s) {
+        outln!(
+            "CPU of this load generator while it ran: user {user:.2} s, system {system:.2} s{}",
+            match report.published {
+                0 => String::new(),
+                records => format!(
+                    " ({:.2} µs per record published)",
+                    (user + system) * 1e6 / records as f64
+                ),
+            }
+        )?;
+    }
     for group in &report.groups {
         outln!(
             "group {} ({}): consumed {} in {} requests, duplicates {}, redelivered {}, out of \
