@@ -1451,7 +1451,17 @@ async fn the_admin_client_grows_topics_describes_the_cluster_and_deletes_groups(
         return;
     }
     let (_server, kafka, client) = server().await;
-    client.create("grown", 2).await.unwrap();
+    // Limits retention: the record stays whatever the groups consume.
+    client
+        .create_topic(
+            "grown",
+            2,
+            broker_client::KeyHash::default(),
+            &[TopicSetting::Retention(Retention::Limits)],
+        )
+        .await
+        .unwrap();
+    client.publish("grown", 1, "hello").await.unwrap();
     client
         .commit_group("grown", "finished", &[(0, 0)])
         .await
@@ -1478,6 +1488,21 @@ async fn the_admin_client_grows_topics_describes_the_cluster_and_deletes_groups(
     assert_eq!(report["deleted"]["finished"], Value::Null, "{report}");
     assert_eq!(report["deleted"]["busy"], "NON_EMPTY_GROUP", "{report}");
     assert_eq!(report["deleted"]["never"], "GROUP_ID_NOT_FOUND", "{report}");
+    // kafka-python's DescribeLogDirs: the one directory, each partition with its bytes.
+    let log_dir = &report["log_dirs"][0]["log_dirs"][0];
+    assert_eq!(log_dir["log_dir"], "(memory: no --data-dir)", "{report}");
+    let sizes: Vec<(i64, i64)> = log_dir["topics"][0]["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["partition_index"].as_i64().unwrap(),
+                p["partition_size"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(sizes, [(0, 0), (1, 5), (2, 0), (3, 0)], "{report}");
     let described = client.describe_topic("grown").await.unwrap();
     assert_eq!(described.partitions.len(), 4);
     let groups: Vec<&str> = described

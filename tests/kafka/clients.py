@@ -589,6 +589,12 @@ def admin(args):
     deleted = {}
     for group in args.delete_groups:
         deleted[group] = outcome(admin_client.delete_consumer_groups([group])[group])
+    # kafka-python's admin client, for the log directories (librdkafka has no such call).
+    from kafka.admin import KafkaAdminClient
+
+    python_admin = KafkaAdminClient(bootstrap_servers=args.bootstrap)
+    log_dirs = python_admin.describe_log_dirs()
+    python_admin.close()
     print(
         json.dumps(
             {
@@ -598,6 +604,7 @@ def admin(args):
                 "controller": cluster.controller.id if cluster.controller else None,
                 "nodes": [f"{node.host}:{node.port}" for node in cluster.nodes],
                 "deleted": deleted,
+                "log_dirs": log_dirs,
             }
         )
     )

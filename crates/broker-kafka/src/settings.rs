@@ -18,6 +18,9 @@ pub struct KafkaSettings {
     /// A partition's batch holding a larger record is refused with `MESSAGE_TOO_LARGE` before
     /// anything is stored; the request's other partitions are stored as usual.
     pub max_record_bytes: u64,
+    /// Where the broker keeps its records, as DescribeLogDirs names the one log directory: the
+    /// data directory, or a name saying they are in memory.
+    pub log_dir: String,
     /// Topics Kafka's clients ask for by name and the broker does not have are created, with
     /// this many partitions and Kafka's retention, when their Metadata request allows it (as
     /// Kafka's `auto.create.topics.enable`); `None` creates none.

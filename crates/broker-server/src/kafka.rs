@@ -23,6 +23,9 @@ use crate::shared::Shared;
 /// The broker id Metadata gives a server that runs alone.
 const SINGLE_NODE_ID: i32 = 0;
 
+/// The log directory DescribeLogDirs names for a server without a data directory.
+const IN_MEMORY_LOG_DIR: &str = "(memory: no --data-dir)";
+
 /// What Metadata answers as the cluster id.
 const CLUSTER_ID: &str = "broker-server";
 
@@ -42,6 +45,10 @@ fn settings(shared: &Shared) -> KafkaSettings {
         advertise: shared.config.kafka_advertise.clone(),
         max_frame_bytes: shared.config.max_frame_bytes,
         max_record_bytes: shared.config.max_payload_bytes as u64,
+        log_dir: shared.config.data_dir.as_ref().map_or_else(
+            || IN_MEMORY_LOG_DIR.to_owned(),
+            |dir| dir.display().to_string(),
+        ),
         auto_create_partitions: shared.config.kafka_auto_create_partitions,
         idle_timeout: shared.config.idle_timeout,
         read_timeout: shared.config.read_timeout,

@@ -1,5 +1,5 @@
-//! Changes to topics and their records: CreateTopics, CreatePartitions, DeleteTopics and
-//! DeleteRecords.
+//! Topics and their records: CreateTopics, CreatePartitions, DeleteTopics, DeleteRecords and
+//! DescribeLogDirs.
 
 use broker_core::{Command, KeyHash, Outcome};
 use broker_proto::ErrorReply;
@@ -10,17 +10,22 @@ use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
 use kafka_protocol::messages::{
     CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
     DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    DescribeLogDirsRequest, DescribeLogDirsResponse,
 };
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::configs;
 use crate::errors::{code, kafka_error};
 use crate::Backend;
 
-use super::{message, topic_name, unexpected, Handler};
+use super::{kafka_topic, message, topic_name, unexpected, Handler};
 
 impl<B: Backend> Handler<'_, B> {
     pub(super) async fn create_topics(&self, request: CreateTopicsRequest) -> CreateTopicsResponse {
@@ -231,6 +236,54 @@ impl<B: Backend> Handler<'_, B> {
             }
         });
         CreatePartitionsResponse::default().with_results(join_all(topics).await)
+    }
+
+    /// The one log directory (the data directory, or memory) with the partitions asked for
+    /// (`None`: every partition of every topic), each sized by the bytes of records it retains
+    /// (payload, key and headers). Sizes of the directory's disk are not known (`-1`).
+    pub(super) async fn describe_log_dirs(
+        &self,
+        request: DescribeLogDirsRequest,
+    ) -> DescribeLogDirsResponse {
+        let response = DescribeLogDirsResponse::default();
+        let described = match self.describe(None).await {
+            Ok(described) => described,
+            Err(refusal) => return response.with_error_code(kafka_error(&refusal).code()),
+        };
+        let wanted = |topic: &str, partition: i32| {
+            request.topics.as_ref().is_none_or(|topics| {
+                topics.iter().any(|asked| {
+                    asked.topic.as_str() == topic && asked.partitions.contains(&partition)
+                })
+            })
+        };
+        let topics = described
+            .iter()
+            .map(|topic| {
+                DescribeLogDirsTopic::default()
+                    .with_name(kafka_topic(&topic.name))
+                    .with_partitions(
+                        topic
+                            .partitions
+                            .iter()
+                            .filter(|partition| wanted(&topic.name, partition.partition))
+                            .map(|partition| {
+                                DescribeLogDirsPartition::default()
+                                    .with_partition_index(partition.partition)
+                                    .with_partition_size(
+                                        i64::try_from(partition.retained_bytes).unwrap_or(i64::MAX),
+                                    )
+                            })
+                            .collect(),
+                    )
+            })
+            .filter(|topic| !topic.partitions.is_empty())
+            .collect();
+        response.with_results(vec![DescribeLogDirsResult::default()
+            .with_log_dir(StrBytes::from_string(self.settings.log_dir.clone()))
+            .with_topics(topics)
+            .with_total_bytes(-1)
+            .with_usable_bytes(-1)])
     }
 
     pub(super) async fn delete_topics(&self, request: DeleteTopicsRequest) -> DeleteTopicsResponse {

@@ -155,6 +155,9 @@ impl<B: Backend> Handler<'_, B> {
             RequestKind::DeleteGroups(request) => {
                 ResponseKind::DeleteGroups(self.delete_groups(request).await)
             }
+            RequestKind::DescribeLogDirs(request) => {
+                ResponseKind::DescribeLogDirs(self.describe_log_dirs(request).await)
+            }
             RequestKind::DescribeCluster(request) => {
                 ResponseKind::DescribeCluster(self.describe_cluster(&request))
             }

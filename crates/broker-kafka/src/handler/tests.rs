@@ -43,6 +43,7 @@ fn settings() -> KafkaSettings {
         advertise: None,
         max_frame_bytes: 1 << 20,
         max_record_bytes: 1 << 16,
+        log_dir: "/var/lib/broker".into(),
         auto_create_partitions: None,
         idle_timeout: Duration::from_secs(60),
         read_timeout: Duration::from_secs(60),
@@ -589,6 +590,7 @@ fn default_request(key: ApiKey) -> RequestKind {
             DeleteGroupsRequest::default()
                 .with_groups_names(vec![GroupId(StrBytes::from_static_str("g"))]),
         ),
+        ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
         ApiKey::DescribeCluster => {
             RequestKind::DescribeCluster(DescribeClusterRequest::default().with_endpoint_type(1))
         }
@@ -1060,4 +1062,43 @@ async fn topics_asked_for_are_created_only_when_the_listener_and_the_client_allo
         "Kafka's retention: {:?}",
         fresh.settings
     );
+}
+
+#[tokio::test]
+async fn the_log_directory_lists_each_partition_with_the_bytes_it_retains() {
+    use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
+    use kafka_protocol::messages::DescribeLogDirsRequest;
+    let broker = broker(100);
+    broker.publish("t", 1, "twelve bytes").unwrap();
+    let sizes = |response: Option<ResponseKind>| match response {
+        Some(ResponseKind::DescribeLogDirs(response)) => {
+            assert_eq!(response.results.len(), 1);
+            assert_eq!(response.results[0].log_dir.as_str(), "/var/lib/broker");
+            response.results[0]
+                .topics
+                .iter()
+                .flat_map(|topic| {
+                    topic.partitions.iter().map(|partition| {
+                        (
+                            topic.name.as_str().to_owned(),
+                            partition.partition_index,
+                            partition.partition_size,
+                        )
+                    })
+                })
+                .collect::<Vec<_>>()
+        }
+        other => panic!("unexpected {other:?}"),
+    };
+    let every = RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default().with_topics(None));
+    assert_eq!(
+        sizes(ask(&broker, 4, every).await),
+        [("t".to_owned(), 0, 0), ("t".to_owned(), 1, 12)]
+    );
+    let one = RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default().with_topics(Some(
+        vec![DescribableLogDirTopic::default()
+            .with_topic(kafka_topic("t"))
+            .with_partitions(vec![1])],
+    )));
+    assert_eq!(sizes(ask(&broker, 1, one).await), [("t".to_owned(), 1, 12)]);
 }
