@@ -38,7 +38,7 @@ impl<B: Backend> Handler<'_, B> {
             let offsets: Vec<(i32, i64)> = topic
                 .partitions
                 .iter()
-                .map(|p| (p.partition_index, p.committed_offset.max(0)))
+                .map(|p| (p.partition_index, p.committed_offset))
                 .collect();
             let errors = match allowed {
                 Err(error) => vec![Some(error); offsets.len()],
@@ -65,10 +65,11 @@ impl<B: Backend> Handler<'_, B> {
     }
 
     /// Stores `group`'s committed `offsets` (partition, offset) on `topic`; each one's error,
-    /// if any. An offset past its partition's end is refused with `OFFSET_OUT_OF_RANGE` and the
-    /// others are stored: the broker keeps no committed offset past the end (it would store
-    /// the end), and a consumer that resumed from the end would read nothing where Kafka's
-    /// consumer resumes from its `auto.offset.reset`.
+    /// if any. An offset past its partition's end, or negative, is refused with
+    /// `OFFSET_OUT_OF_RANGE` and the others are stored: the broker keeps no committed offset
+    /// past the end or below zero (it would store the end, or zero), and a consumer that
+    /// resumed from the end would read nothing where Kafka's consumer resumes from its
+    /// `auto.offset.reset`.
     async fn commit_offsets(
         &self,
         group: &str,
@@ -86,12 +87,13 @@ impl<B: Backend> Handler<'_, B> {
             Ok(other) => return vec![Some(coordinator_error(&unexpected(&other))); offsets.len()],
             Err(refusal) => return vec![Some(coordinator_error(&refusal)); offsets.len()],
         };
-        // One row per partition, in order.
+        // One row per partition, in order. A negative offset is no position either.
         let past_end = |&(partition, offset): &(i32, i64)| {
-            usize::try_from(partition)
-                .ok()
-                .and_then(|index| ends.get(index))
-                .is_some_and(|row| offset > row.end_offset)
+            offset < 0
+                || usize::try_from(partition)
+                    .ok()
+                    .and_then(|index| ends.get(index))
+                    .is_some_and(|row| offset > row.end_offset)
         };
         let stored: Vec<(i32, i64)> = offsets.iter().copied().filter(|o| !past_end(o)).collect();
         let error = if stored.is_empty() {

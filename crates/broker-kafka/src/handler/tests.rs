@@ -849,6 +849,12 @@ async fn a_commit_past_a_partitions_end_is_refused_and_the_others_are_stored() {
         vec![out_of_range]
     );
     assert_eq!(broker.committed("t", "g", 0).unwrap(), 50);
+    // No offset is negative: refused too, not stored as 0.
+    assert_eq!(
+        commit_from_outside(&broker, &[(0, -1)]).await,
+        vec![out_of_range]
+    );
+    assert_eq!(broker.committed("t", "g", 0).unwrap(), 50);
 }
 
 #[tokio::test]
