@@ -135,7 +135,10 @@ async fn connect(
         Some(Ok(Decoded::Message(HelloReply::Refused(reply)))) => {
             bail!("the server refused the connection: {reply}")
         }
-        Some(Ok(Decoded::Malformed { reason, .. })) => bail!("undecodable hello reply: {reason}"),
+        Some(Ok(Decoded::Malformed { reason, .. })) => bail!(
+            "this port does not speak the broker's protocol: is it the broker's client port \
+             (--listen)? (undecodable hello reply: {reason})"
+        ),
         Some(Err(error)) => return Err(error).context("reading the hello reply"),
         None => bail!("the server closed the connection before answering the hello"),
     }
