@@ -132,12 +132,30 @@ impl<B: Backend> Handler<'_, B> {
             return OffsetFetchResponse::default()
                 .with_error_code(ResponseError::InvalidGroupId.code());
         }
-        let described = match self.describe(None).await {
-            Ok(topics) => topics,
-            Err(refusal) => {
-                return OffsetFetchResponse::default()
-                    .with_error_code(coordinator_error(&refusal).code())
+        // The topics asked for alone (each with its groups), or every topic when none is named.
+        let described = match &request.topics {
+            Some(topics) => {
+                let mut described = Vec::with_capacity(topics.len());
+                for topic in topics {
+                    match self.describe(Some(topic_name(&topic.name))).await {
+                        Ok(found) => described.extend(found),
+                        // A topic that does not exist: nothing committed there.
+                        Err(ErrorReply::InvalidArgument(_)) => {}
+                        Err(refusal) => {
+                            return OffsetFetchResponse::default()
+                                .with_error_code(coordinator_error(&refusal).code())
+                        }
+                    }
+                }
+                described
             }
+            None => match self.describe(None).await {
+                Ok(topics) => topics,
+                Err(refusal) => {
+                    return OffsetFetchResponse::default()
+                        .with_error_code(coordinator_error(&refusal).code())
+                }
+            },
         };
         // What the group committed on each partition of each topic it has a group of the
         // broker on; -1 where it committed nothing (the client then applies its reset policy).
