@@ -611,6 +611,12 @@ async fn every_answer_encodes_in_every_advertised_version() {
             };
             crate::frame::encode_response(api.key, version, 1, &response)
                 .unwrap_or_else(|error| panic!("{:?} v{version}: {error}", api.key));
+            // Its errors are counted in the server's metrics.
+            assert!(
+                crate::errors::error_codes(&response).is_some(),
+                "{:?}: add its answer to errors::error_codes",
+                api.key
+            );
         }
     }
 }
