@@ -41,6 +41,8 @@ struct Locked {
     dead_lettered: u64,
     /// Records past their last delivery that their dead-letter topic could not take.
     dead_letters_refused: u64,
+    /// The last storage error logged, so that a read clients retry is logged once.
+    reported_storage_error: Option<String>,
 }
 
 /// The broker, locked: every change to the state and the sessions goes through here.
@@ -75,6 +77,7 @@ impl Broker {
                 sessions: Sessions::default(),
                 dead_lettered: 0,
                 dead_letters_refused: 0,
+                reported_storage_error: None,
             }),
             journal,
             audited: AtomicBool::new(true),
@@ -141,7 +144,9 @@ impl BrokerGuard<'_> {
             _ => false,
         };
         let deleted = deleted_topic(&command);
+        let failed_before = state.failure().is_some();
         let executed = apply(state, self.journal, self.now_ms, command);
+        self.report_storage_error(failed_before, &executed.result);
         // Consumers of a dead-letter topic that just took a record may find it now.
         for topic in self.take_dead_letters() {
             if !wake.contains(&topic) {
@@ -172,9 +177,40 @@ impl BrokerGuard<'_> {
     /// Applies `command` without any session bookkeeping: for the server's own changes, such as
     /// removing a member whose session expired.
     pub(crate) fn apply(&mut self, command: Command) -> Executed {
+        let failed_before = self.locked.state.failure().is_some();
         let executed = apply(&mut self.locked.state, self.journal, self.now_ms, command);
+        self.report_storage_error(failed_before, &executed.result);
         self.take_dead_letters();
         executed
+    }
+
+    /// Logs a storage error in `result`, once: the one that makes the state refuse every
+    /// change until the server restarts, or a read of records on disk that failed (which
+    /// clients retry, so each error is logged once, not at every retry).
+    fn report_storage_error(&mut self, failed_before: bool, result: &Result<Outcome, ErrorReply>) {
+        let Err(ErrorReply::Storage(why)) = result else {
+            return;
+        };
+        let locked = &mut *self.locked;
+        let newly_failed = !failed_before && locked.state.failure().is_some();
+        let reported = locked.reported_storage_error.as_deref() == Some(why.as_str());
+        if failed_before || (reported && !newly_failed) {
+            return;
+        }
+        locked.reported_storage_error = Some(why.clone());
+        if newly_failed {
+            tracing::error!(
+                cause = %why,
+                "storage failed: the broker refuses every request until it is restarted (see \
+                 Damage in the README)"
+            );
+        } else {
+            tracing::error!(
+                cause = %why,
+                "records on disk cannot be read: reads of them are refused until they are \
+                 purged or the damage is repaired (see Damage in the README)"
+            );
+        }
     }
 
     /// Logs and counts the records the last change moved to dead-letter topics (or could not);
