@@ -103,8 +103,11 @@ where
                     }
                     return Err(KafkaError::Foreign(foreign));
                 }
-                debug!(cause = %error, "an unreadable Kafka frame");
-                return Err(KafkaError::FrameTooLarge { limit });
+                let size = framed
+                    .read_buffer()
+                    .first_chunk::<4>()
+                    .map_or(0, |length| u64::from(u32::from_be_bytes(*length)));
+                return Err(KafkaError::FrameTooLarge { size, limit });
             }
             Err(error) if error.kind() == std::io::ErrorKind::TimedOut => {
                 return Err(KafkaError::ReadTimeout {
@@ -365,7 +368,13 @@ mod tests {
         };
         let (result, _client) = tokio::join!(served, sending);
         assert!(
-            matches!(result, Err(KafkaError::FrameTooLarge { limit: 65_536 })),
+            matches!(
+                result,
+                Err(KafkaError::FrameTooLarge {
+                    size: 8_388_608,
+                    limit: 65_536
+                })
+            ),
             "{result:?}"
         );
     }

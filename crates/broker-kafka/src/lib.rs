@@ -59,8 +59,10 @@ pub enum KafkaError {
     #[error("connection error: {0}")]
     Io(#[from] std::io::Error),
     /// A frame announced more bytes than the listener accepts (or a negative length).
-    #[error("a request is larger than the limit of {limit} bytes")]
+    #[error("a request of {size} bytes is larger than the limit of {limit} bytes")]
     FrameTooLarge {
+        /// The length the frame announced.
+        size: u64,
         /// The largest frame accepted.
         limit: usize,
     },

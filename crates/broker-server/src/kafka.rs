@@ -159,6 +159,13 @@ async fn handle(
                 metrics.connection_refused("unsupported_protocol");
             }
         }
+        Err(cause @ broker_kafka::KafkaError::FrameTooLarge { .. }) => warn!(
+            peer = %peer,
+            cause = %cause,
+            "closing a Kafka connection whose request is over the limit (--max-frame-bytes; 64 \
+             KiB before it authenticates): keep the client's requests within it (a producer's \
+             max.request.size or message.max.bytes)"
+        ),
         Err(broker_kafka::KafkaError::Unauthenticated) => warn!(
             peer = %peer,
             cause = "no SASL/PLAIN authentication with the auth token",
