@@ -175,6 +175,15 @@ impl Config {
     /// # Errors
     /// [`ServerError::InvalidConfig`] naming the first node id out of range.
     pub fn check_kafka(&self) -> Result<(), ServerError> {
+        if let Some(partitions) = self.kafka_auto_create_partitions {
+            let max = self.limits.max_partitions;
+            if !usize::try_from(partitions).is_ok_and(|count| (1..=max).contains(&count)) {
+                return Err(ServerError::InvalidConfig(format!(
+                    "--kafka-auto-create-partitions must be 1 to {max} (--max-partitions), got \
+                     {partitions}"
+                )));
+            }
+        }
         let Some(cluster) = &self.cluster else {
             return Ok(());
         };
@@ -349,6 +358,24 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_created_kafka_topics_must_fit_the_partition_limit() {
+        let config = |partitions| Config {
+            kafka_auto_create_partitions: Some(partitions),
+            ..Config::default()
+        };
+        assert!(config(64).check_kafka().is_ok());
+        for partitions in [0, -1, 65] {
+            let refused = config(partitions).check_kafka().unwrap_err().to_string();
+            assert!(
+                refused.contains(&format!(
+                    "--kafka-auto-create-partitions must be 1 to 64 (--max-partitions), got {partitions}"
+                )),
+                "{refused}"
+            );
+        }
+    }
 
     #[test]
     fn default_is_valid() {

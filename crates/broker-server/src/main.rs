@@ -113,12 +113,14 @@ struct Args {
         requires = "kafka_listen"
     )]
     kafka_auto_create_topics: bool,
-    /// The partitions of a topic --kafka-auto-create-topics creates (Kafka's num.partitions).
+    /// The partitions of a topic --kafka-auto-create-topics creates (Kafka's num.partitions):
+    /// 1 to --max-partitions.
     #[arg(
         long,
         env = "BROKER_KAFKA_AUTO_CREATE_PARTITIONS",
         default_value_t = 1,
-        value_parser = clap::value_parser!(i32).range(1..),
+        allow_negative_numbers = true,
+        requires = "kafka_auto_create_topics",
         value_name = "COUNT"
     )]
     kafka_auto_create_partitions: i32,
