@@ -140,7 +140,7 @@ where
                 );
                 return Ok(answered);
             }
-            Reply::SendAndClose(answer) => (answer, Some(KafkaError::Unauthenticated)),
+            Reply::SendAndClose(answer, error) => (answer, Some(error)),
         };
         tokio::time::timeout(settings.write_timeout, framed.send(answer))
             .await
@@ -195,7 +195,7 @@ enum Reply {
     /// Nothing, then close the connection (a refused produce with `acks=0`).
     Close,
     /// This answer, then close the connection (a client that did not authenticate).
-    SendAndClose(Bytes),
+    SendAndClose(Bytes, KafkaError),
 }
 
 /// The reply to the request in `frame`, told to the backend ([`Backend::answered`]).
@@ -241,15 +241,16 @@ async fn reply<B: Backend>(
                     }
                 },
                 Gate::Answer(response) => Reply::Send(send(&response)?),
-                Gate::AnswerAndClose(response) => Reply::SendAndClose(send(&response)?),
+                Gate::AnswerAndClose(response) => {
+                    let why = match &response {
+                        ResponseKind::SaslAuthenticate(_) => KafkaError::WrongPassword,
+                        _ => KafkaError::Unauthenticated,
+                    };
+                    Reply::SendAndClose(send(&response)?, why)
+                }
                 // As Kafka's brokers do: a request before authentication closes the connection
                 // unanswered (an answer in no request's format would only confuse the client).
-                Gate::Refuse => {
-                    handler
-                        .backend
-                        .answered(Some(api_key), &[ResponseError::SaslAuthenticationFailed]);
-                    return Err(KafkaError::Unauthenticated);
-                }
+                Gate::Refuse => return Err(KafkaError::Unauthenticated),
             }
         }
         Parsed::UnsupportedApiVersions { correlation_id } => {
@@ -411,6 +412,50 @@ mod tests {
             result = served => panic!("the connection ended: {result:?}"),
             () = talking => {}
         }
+    }
+
+    #[tokio::test]
+    async fn a_wrong_password_is_told_apart_from_no_authentication() {
+        let backend = Locked(EventBroker::new(10).unwrap());
+        let (coordinator, settings) = (Coordinator::default(), settings());
+        let (mut client, served) = serve(&backend, &coordinator, &settings);
+        let talking = async move {
+            let handshake =
+                SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+            client
+                .write_all(&frame(ApiKey::SaslHandshake, 1, 1, &handshake))
+                .await
+                .unwrap();
+            assert_eq!(answer_id(&mut client).await, 1);
+            let authenticate = SaslAuthenticateRequest::default()
+                .with_auth_bytes(bytes::Bytes::from_static(b"\0user\0wrong"));
+            client
+                .write_all(&frame(ApiKey::SaslAuthenticate, 1, 2, &authenticate))
+                .await
+                .unwrap();
+            assert_eq!(answer_id(&mut client).await, 2);
+            client
+        };
+        let (result, _client) = tokio::join!(served, talking);
+        assert!(
+            matches!(result, Err(KafkaError::WrongPassword)),
+            "{result:?}"
+        );
+        let (client, served) = serve(&backend, &coordinator, &settings);
+        let asking = async move {
+            let mut client = client;
+            let metadata = kafka_protocol::messages::MetadataRequest::default();
+            client
+                .write_all(&frame(ApiKey::Metadata, 1, 1, &metadata))
+                .await
+                .unwrap();
+            client
+        };
+        let (result, _client) = tokio::join!(served, asking);
+        assert!(
+            matches!(result, Err(KafkaError::Unauthenticated)),
+            "{result:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

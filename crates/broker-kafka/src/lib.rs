@@ -80,10 +80,13 @@ pub enum KafkaError {
     /// The client took none of an answer within the write timeout.
     #[error("the client did not read its answer in time")]
     WriteTimeout,
-    /// The client did not authenticate (a wrong token, a request before SASL, or a SASL
-    /// handshake of version 0, which the listener does not serve).
+    /// The client did not authenticate: a request before SASL, or a SASL handshake of version
+    /// 0, which the listener does not serve.
     #[error("the client did not authenticate")]
     Unauthenticated,
+    /// The client's SASL/PLAIN password is not the server's token.
+    #[error("the client's password is not the auth token")]
+    WrongPassword,
     /// A response could not be encoded (a bug: every response built is encodable in the
     /// version it is built for).
     #[error("cannot encode the response: {0}")]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use broker_cluster::NodeId;
 use broker_core::{Command, Outcome, TopicDescription};
-use broker_kafka::{ApiKey, Backend, ClusterView, KafkaSettings, ResponseError};
+use broker_kafka::{ApiKey, Backend, ClusterView, KafkaError, KafkaSettings, ResponseError};
 use broker_proto::{Decoded, ErrorReply, RequestFrame};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -148,7 +148,7 @@ async fn handle(
     closing.cancel();
     match served {
         Ok(requests) => debug!(peer = %peer, connection = id, requests, "Kafka connection closed"),
-        Err(broker_kafka::KafkaError::Foreign(foreign)) => {
+        Err(KafkaError::Foreign(foreign)) => {
             warn!(
                 peer = %peer,
                 "refusing a client speaking {} on the Kafka listener: {}",
@@ -159,18 +159,23 @@ async fn handle(
                 metrics.connection_refused("unsupported_protocol");
             }
         }
-        Err(cause @ broker_kafka::KafkaError::FrameTooLarge { .. }) => warn!(
+        Err(cause @ KafkaError::FrameTooLarge { .. }) => warn!(
             peer = %peer,
             cause = %cause,
             "closing a Kafka connection whose request is over the limit (--max-frame-bytes; 64 \
              KiB before it authenticates): keep the client's requests within it (a producer's \
              max.request.size or message.max.bytes)"
         ),
-        Err(broker_kafka::KafkaError::Unauthenticated) => warn!(
-            peer = %peer,
-            cause = "no SASL/PLAIN authentication with the auth token",
-            "refusing a Kafka connection"
-        ),
+        Err(refusal @ (KafkaError::Unauthenticated | KafkaError::WrongPassword)) => {
+            let cause = match refusal {
+                KafkaError::WrongPassword => "a SASL/PLAIN password that is not the auth token",
+                _ => "a request before SASL/PLAIN authentication with the auth token",
+            };
+            warn!(peer = %peer, cause, "refusing a Kafka connection");
+            if let Some(metrics) = &shared.metrics {
+                metrics.connection_refused("unauthenticated");
+            }
+        }
         Err(cause) => {
             debug!(peer = %peer, connection = id, cause = %cause, "Kafka connection closed")
         }
