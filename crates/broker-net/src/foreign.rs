@@ -48,7 +48,10 @@ impl Foreign {
     pub fn where_to_go(self) -> &'static str {
         match self {
             Foreign::Http => "metrics are served over HTTP on the port given to --metrics-listen",
-            Foreign::Redis => "this is no Redis server: use the broker command or its client",
+            Foreign::Redis => {
+                "this is no Redis server: the broker's command and client connect to the port \
+                 given to --listen"
+            }
             Foreign::Kafka => "Kafka's clients connect to the port given to --kafka-listen",
             Foreign::Broker => "the broker's clients connect to the port given to --listen",
         }

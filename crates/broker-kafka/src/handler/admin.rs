@@ -209,8 +209,9 @@ impl<B: Backend> Handler<'_, B> {
                 return refused(
                     ResponseError::InvalidPartitions,
                     format!(
-                        "topic {name:?} has {current} partitions: it can only grow, and {} is \
+                        "topic {name:?} has {current} partition{}: it can only grow, and {} is \
                          not more",
+                        if current == 1 { "" } else { "s" },
                         topic.count
                     ),
                 );
