@@ -66,6 +66,7 @@ fn serve(limit: usize, request_bytes: Vec<u8>) -> Vec<u8> {
             advertise: Some(("127.0.0.1".into(), 9093)),
             max_frame_bytes: limit,
             max_record_bytes: (limit / 2) as u64,
+            max_partitions: 64,
             log_dir: "/var/lib/broker".into(),
             auto_create_partitions: None,
             idle_timeout: Duration::from_secs(5),

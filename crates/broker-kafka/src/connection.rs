@@ -296,6 +296,7 @@ mod tests {
             advertise: None,
             max_frame_bytes: 8 << 20,
             max_record_bytes: 1 << 20,
+            max_partitions: 64,
             log_dir: "/var/lib/broker".into(),
             auto_create_partitions: None,
             idle_timeout: Duration::from_secs(600),

@@ -18,6 +18,10 @@ pub struct KafkaSettings {
     /// A partition's batch holding a larger record is refused with `MESSAGE_TOO_LARGE` before
     /// anything is stored; the request's other partitions are stored as usual.
     pub max_record_bytes: u64,
+    /// The most partitions a topic may have on this broker (`--max-partitions`): CreateTopics
+    /// and CreatePartitions past it are refused with `INVALID_PARTITIONS`, also when they only
+    /// validate.
+    pub max_partitions: i32,
     /// Where the broker keeps its records, as DescribeLogDirs names the one log directory: the
     /// data directory, or a name saying they are in memory.
     pub log_dir: String,

@@ -45,6 +45,7 @@ fn settings(shared: &Shared) -> KafkaSettings {
         advertise: shared.config.kafka_advertise.clone(),
         max_frame_bytes: shared.config.max_frame_bytes,
         max_record_bytes: shared.config.max_payload_bytes as u64,
+        max_partitions: i32::try_from(shared.config.limits.max_partitions).unwrap_or(i32::MAX),
         log_dir: shared.config.data_dir.as_ref().map_or_else(
             || IN_MEMORY_LOG_DIR.to_owned(),
             |dir| dir.display().to_string(),

@@ -52,6 +52,15 @@ impl<B: Backend> Handler<'_, B> {
                     )
                 }
             };
+            if partition_count > self.settings.max_partitions {
+                return refused(
+                    ResponseError::InvalidPartitions,
+                    format!(
+                        "a topic has at most {} partitions on this broker, not {partition_count}",
+                        self.settings.max_partitions
+                    ),
+                );
+            }
             if !matches!(topic.replication_factor, -1 | 1) {
                 return refused(
                     ResponseError::InvalidReplicationFactor,
@@ -74,9 +83,16 @@ impl<B: Backend> Handler<'_, B> {
                 Err(text) => return refused(ResponseError::InvalidConfig, text),
             };
             if validate_only {
-                return answer
-                    .with_num_partitions(partition_count)
-                    .with_replication_factor(1);
+                // What the creation would answer for a topic that exists already.
+                return match self.describe(Some(name.clone())).await {
+                    Ok(found) if !found.is_empty() => refused(
+                        ResponseError::TopicAlreadyExists,
+                        format!("topic {:?} already exists", topic.name.as_str()),
+                    ),
+                    _ => answer
+                        .with_num_partitions(partition_count)
+                        .with_replication_factor(1),
+                };
             }
             let command = Command::Create {
                 topic: name,
@@ -213,6 +229,15 @@ impl<B: Backend> Handler<'_, B> {
                          not more",
                         if current == 1 { "" } else { "s" },
                         topic.count
+                    ),
+                );
+            }
+            if topic.count > self.settings.max_partitions {
+                return refused(
+                    ResponseError::InvalidPartitions,
+                    format!(
+                        "a topic has at most {} partitions on this broker, not {}",
+                        self.settings.max_partitions, topic.count
                     ),
                 );
             }

@@ -43,6 +43,7 @@ fn settings() -> KafkaSettings {
         advertise: None,
         max_frame_bytes: 1 << 20,
         max_record_bytes: 1 << 16,
+        max_partitions: 64,
         log_dir: "/var/lib/broker".into(),
         auto_create_partitions: None,
         idle_timeout: Duration::from_secs(60),
@@ -914,12 +915,16 @@ async fn partitions_are_added_and_never_removed() {
         ("t", 4, ResponseError::InvalidPartitions),
         ("t", 2, ResponseError::InvalidPartitions),
         ("nosuch", 4, ResponseError::UnknownTopicOrPartition),
+        // Past the broker's partition limit (64 in these tests).
+        ("t", 65, ResponseError::InvalidPartitions),
     ] {
-        assert_eq!(
-            code(ask(&broker, 3, grow(topic, count, false)).await),
-            error.code(),
-            "{topic} to {count}"
-        );
+        for validate_only in [false, true] {
+            assert_eq!(
+                code(ask(&broker, 3, grow(topic, count, validate_only)).await),
+                error.code(),
+                "{topic} to {count}, validate only: {validate_only}"
+            );
+        }
     }
     let assigned = RequestKind::CreatePartitions(CreatePartitionsRequest::default().with_topics(
         vec![CreatePartitionsTopic::default()
@@ -1113,4 +1118,44 @@ async fn the_log_directory_lists_each_partition_with_the_bytes_it_retains() {
             .with_partitions(vec![1])],
     )));
     assert_eq!(sizes(ask(&broker, 1, one).await), [("t".to_owned(), 1, 12)]);
+}
+
+#[tokio::test]
+async fn a_topic_creation_validated_only_is_refused_as_the_creation_would_be() {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::CreateTopicsRequest;
+    let broker = broker(100);
+    let create = |name: &str, partitions: i32| {
+        RequestKind::CreateTopics(
+            CreateTopicsRequest::default()
+                .with_validate_only(true)
+                .with_topics(vec![CreatableTopic::default()
+                    .with_name(kafka_topic(name))
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(1)]),
+        )
+    };
+    let code = |response: Option<ResponseKind>| match response {
+        Some(ResponseKind::CreateTopics(response)) => response.topics[0].error_code,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(code(ask(&broker, 5, create("fresh", 3)).await), 0);
+    assert_eq!(
+        code(ask(&broker, 5, create("t", 3)).await),
+        ResponseError::TopicAlreadyExists.code()
+    );
+    assert_eq!(
+        code(ask(&broker, 5, create("fresh", 65)).await),
+        ResponseError::InvalidPartitions.code()
+    );
+    assert!(described_topics(&broker).iter().all(|name| name != "fresh"));
+}
+
+fn described_topics(broker: &Local) -> Vec<String> {
+    broker
+        .describe()
+        .topics
+        .into_iter()
+        .map(|topic| topic.name)
+        .collect()
 }
