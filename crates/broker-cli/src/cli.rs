@@ -9,8 +9,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::bench::BenchArgs;
 use crate::retention::RetentionArg;
 
-/// Talk to a broker-server from a shell: create and delete topics, publish, consume as a group
-/// member, replay and reset groups, inspect groups and lag, size disks, and benchmark.
+/// Talk to a broker-server from a shell: create, configure and delete topics, publish, consume
+/// as a group member, replay and reset groups, inspect groups and lag, size disks, and
+/// benchmark.
 #[derive(Debug, Parser)]
 #[command(name = "broker", version, after_help = EXAMPLES)]
 pub struct Cli {

@@ -558,8 +558,9 @@ impl CommandKind {
     }
 
     /// Whether a change of this kind is one an operator reconstructs the broker's history
-    /// from: topics created, grown, purged and deleted; members joining and leaving; groups
-    /// reset and deleted. A server logs each one that changed the state at info level.
+    /// from: topics created, grown, configured, purged and deleted; members joining and
+    /// leaving; groups reset, configured and deleted. A server logs each one that changed the
+    /// state at info level.
     pub fn is_administrative(self) -> bool {
         match self {
             CommandKind::Create
@@ -759,8 +760,9 @@ impl Command {
     }
 
     /// The topic whose waiting polls and fetches may find records once this command succeeded:
-    /// it published records, settled or released deliveries, moved committed offsets, or
-    /// changed an assignment. `None` for commands that can make nothing eligible.
+    /// it published records, settled or released deliveries, moved committed offsets, changed
+    /// an assignment, or changed settings (a record in flight that a lowered limit removed
+    /// frees its partition). `None` for commands that can make nothing eligible.
     pub fn wakes(&self) -> Option<&str> {
         match self {
             Command::Join { topic, .. }
