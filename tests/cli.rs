@@ -1436,8 +1436,8 @@ fn create_sets_retention_and_adds_partitions_only_when_asked() {
         other.one_error_line(),
         "error: topic clicks already exists with limits retention, max 3 records, max 1024 bytes, \
          max age 1h, not max 9 \
-         records: a topic's key hash and retention settings never change (delete it and create \
-         it again to change them)"
+         records: create changes no setting of an existing topic (`broker configure` changes \
+         its limits and --discard; its retention and key hash never change)"
     );
     let other = broker(&server, &["create", "clicks", "--key-hash", "fnv1a"]);
     assert!(
@@ -1991,5 +1991,84 @@ fn a_cluster_node_whose_name_does_not_resolve_is_left_out_with_a_warning() {
         run.stderr
             .contains("leaving out cluster node no-such-node.invalid:9092"),
         "{run:#?}"
+    );
+}
+
+#[test]
+fn configure_changes_the_limits_it_names_and_a_lowered_limit_holds_at_once() {
+    let server = ServerProcess::start(&[]);
+    broker(
+        &server,
+        &[
+            "create",
+            "clicks",
+            "--retention",
+            "limits",
+            "--max-age",
+            "1h",
+        ],
+    )
+    .ok();
+    broker_with_input(
+        &server,
+        &["publish", "clicks", "--partition", "0"],
+        "a\nb\nc\nd\ne\n",
+    )
+    .ok();
+    // The settings named change, the others stay; the oldest records leave at once.
+    let run = broker(&server, &["configure", "clicks", "--max-records", "2"]);
+    assert_eq!(
+        run.ok(),
+        "topic clicks: limits retention, max 2 records, max age 1h\n"
+    );
+    let partition = &describe_json(&server, "clicks")["topics"][0]["partitions"][0];
+    assert_eq!(
+        (&partition["earliest_offset"], &partition["end_offset"]),
+        (&Value::from(3), &Value::from(5))
+    );
+    let run = broker(
+        &server,
+        &[
+            "configure",
+            "clicks",
+            "--max-bytes",
+            "1KiB",
+            "--discard",
+            "new",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(run.ok()).unwrap(),
+        json!({"topic": "clicks", "settings": [
+            {"retention": "limits"}, {"max-records": 2}, {"max-bytes": 1024},
+            {"max-age-ms": 3_600_000}, {"discard": "new"}
+        ]})
+    );
+    // Interest retention cannot discard old records; an unknown topic and no setting at all are
+    // refused, each saying why.
+    broker(&server, &["create", "orders"]).ok();
+    let refused = broker(&server, &["configure", "orders", "--discard", "old"]);
+    assert!(
+        refused.one_error_line().contains("limits retention"),
+        "{refused:#?}"
+    );
+    let refused = broker(&server, &["configure", "nosuch", "--max-records", "2"]);
+    assert!(
+        refused.one_error_line().contains("unknown topic"),
+        "{refused:#?}"
+    );
+    let refused = broker(&server, &["configure", "clicks"]);
+    assert!(
+        refused
+            .one_error_line()
+            .contains("name a setting to change"),
+        "{refused:#?}"
+    );
+    // --help says what can change and what cannot.
+    let help = broker_alone(&["configure", "--help"]);
+    assert!(
+        help.ok().contains("What cannot change: the retention"),
+        "{help:#?}"
     );
 }

@@ -427,6 +427,49 @@ async fn admin_clients_describe_a_topics_settings_as_configs() {
 }
 
 #[tokio::test]
+async fn the_admin_client_changes_a_topics_configs_and_the_broker_refuses_what_it_cannot_change() {
+    use broker_client::{Retention, TopicSetting};
+    if !clients_installed() {
+        return;
+    }
+    let (_server, kafka, client) = server().await;
+    let limits = [TopicSetting::Retention(Retention::Limits)];
+    client
+        .create_topic("altered", 1, KeyHash::Murmur2, &limits)
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        client.publish("altered", 0, "abcd").await.unwrap();
+    }
+    let report = python(&["alter-configs", &kafka, "altered"]);
+    assert_eq!(
+        report,
+        serde_json::json!({
+            "validated": null,
+            "incremental": null,
+            "alter": null,
+            "deleted": "INVALID_CONFIG",
+            "unknown": "INVALID_CONFIG",
+            "broker": "INVALID_REQUEST",
+        }),
+        "{report}"
+    );
+    // The changes made, and only those: validate_only changed nothing, and the lowered limits
+    // removed the oldest records at once.
+    let described = client.describe_topic("altered").await.unwrap();
+    assert_eq!(
+        described.settings,
+        [
+            TopicSetting::Retention(Retention::Limits),
+            TopicSetting::MaxRecords(2),
+            TopicSetting::MaxBytes(8),
+        ]
+    );
+    let partition = &described.partitions[0];
+    assert_eq!((partition.earliest_offset, partition.end_offset), (3, 5));
+}
+
+#[tokio::test]
 async fn every_compression_codec_is_stored_as_plain_records() {
     if !clients_installed() {
         return;

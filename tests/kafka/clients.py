@@ -498,6 +498,67 @@ def configs(args):
     )
 
 
+def alter_configs(args):
+    """Changes TOPIC's configs with confluent-kafka's AdminClient: a validate_only change
+    (retention.ms), an IncrementalAlterConfigs SET (retention.bytes 8), an AlterConfigs
+    (broker.max.records 2), then what the broker refuses: an incremental DELETE, an unknown
+    config, a broker's config. Reports None for each change made, or the error's name."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+
+    def incremental(name, value, operation, validate_only=False):
+        entry = ConfigEntry(name, value, incremental_operation=operation)
+        resource = ConfigResource(ResourceType.TOPIC, args.topic, incremental_configs=[entry])
+        return admin.incremental_alter_configs(
+            [resource], validate_only=validate_only, request_timeout=PATIENCE_S
+        )
+
+    def legacy(resource):
+        return admin.alter_configs([resource], request_timeout=PATIENCE_S)
+
+    def outcome(futures):
+        (future,) = futures.values()
+        try:
+            future.result(PATIENCE_S)
+            return None
+        except KafkaException as error:
+            return error.args[0].name()
+
+    report = {
+        "validated": outcome(incremental("retention.ms", "1000", AlterConfigOpType.SET, True)),
+        "incremental": outcome(incremental("retention.bytes", "8", AlterConfigOpType.SET)),
+        "alter": outcome(
+            legacy(
+                ConfigResource(
+                    ResourceType.TOPIC, args.topic, set_config={"broker.max.records": "2"}
+                )
+            )
+        ),
+        "deleted": outcome(incremental("retention.ms", None, AlterConfigOpType.DELETE)),
+        "unknown": outcome(
+            legacy(
+                ConfigResource(ResourceType.TOPIC, args.topic, set_config={"segment.ms": "1000"})
+            )
+        ),
+        "broker": outcome(
+            legacy(
+                ConfigResource(
+                    ResourceType.BROKER, "0", set_config={"log.retention.ms": "1000"}
+                )
+            )
+        ),
+    }
+    print(json.dumps(report))
+
+
 def secure(args):
     """Produces three records and reads them back over SASL/PLAIN and TLS as asked; reports
     what came back, or the errors the clients reported (a wrong password)."""
@@ -751,6 +812,10 @@ def main():
     p.add_argument("bootstrap")
     p.add_argument("topic")
     p.set_defaults(run=configs)
+    p = commands.add_parser("alter-configs")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.set_defaults(run=alter_configs)
     p = commands.add_parser("secure")
     p.add_argument("bootstrap")
     p.add_argument("topic")

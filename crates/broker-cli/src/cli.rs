@@ -9,8 +9,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::bench::BenchArgs;
 use crate::retention::RetentionArg;
 
-/// Talk to a broker-server from a shell: create and delete topics, publish, consume as a group
-/// member, replay and reset groups, inspect groups and lag, size disks, and benchmark.
+/// Talk to a broker-server from a shell: create, configure and delete topics, publish, consume
+/// as a group member, replay and reset groups, inspect groups and lag, size disks, and
+/// benchmark.
 #[derive(Debug, Parser)]
 #[command(name = "broker", version, after_help = EXAMPLES)]
 pub struct Cli {
@@ -103,6 +104,7 @@ Examples:
   broker create orders --partitions 3
   broker create clicks --partitions 8 --retention limits --max-age 3d --max-bytes 10GiB
   broker create orders --partitions 6 --add-partitions
+  broker configure clicks --max-age 1d --max-bytes 20GiB
   broker publish orders 'first order' 'second order' --key customer-42
   seq 1 100 | broker publish orders --partition 0
   broker consume orders --group billing --member billing-1
@@ -126,6 +128,10 @@ pub enum Command {
     /// Create a topic with its retention (succeeds, saying so, if it already exists as asked;
     /// fails if it exists otherwise), or give an existing topic more partitions.
     Create(Connected<CreateArgs>),
+    /// Change an existing topic's limits (--max-records, --max-bytes, --max-age) and what a
+    /// partition at one does (--discard); settings not named stay as they are. Its retention
+    /// and key hash cannot change.
+    Configure(Connected<ConfigureTopicArgs>),
     /// Delete a topic with its records and groups; consumers waiting on it are answered at once.
     Delete(Connected<DeleteArgs>),
     /// Remove the records of a topic's partitions below an offset, consumed or not (Kafka's
@@ -179,6 +185,7 @@ impl Command {
         match self {
             Command::Size(_) => None,
             Command::Create(c) => Some(&c.connect),
+            Command::Configure(c) => Some(&c.connect),
             Command::Delete(c) => Some(&c.connect),
             Command::Purge(c) => Some(&c.connect),
             Command::Publish(c) => Some(&c.connect),
@@ -277,9 +284,9 @@ new records instead). --max-age works with either: older records leave.
 
 If the topic exists, `create` succeeds (exit status 0) when it has what the command names: the
 --partitions, --key-hash and retention settings given (retention settings are compared as a
-whole). Otherwise it fails (exit status 1) and says what the topic has: a topic's settings and
-key hash never change, and --add-partitions gives an existing topic more partitions (never
-fewer). Keys then map to other partitions, as in Kafka: order per key holds only among records
+whole). Otherwise it fails (exit status 1) and says what the topic has: `create` changes no
+setting (`broker configure` changes the limits and --discard; the retention and key hash never
+change), and --add-partitions gives an existing topic more partitions (never fewer). Keys then map to other partitions, as in Kafka: order per key holds only among records
 published after the change.")]
 pub struct CreateArgs {
     /// Topic name: 1 to 64 ASCII letters, digits, '_' or '-'.
@@ -299,6 +306,18 @@ pub struct CreateArgs {
     /// limits alone.
     #[arg(long, value_enum)]
     pub retention: Option<RetentionArg>,
+    /// The partitions' limits and what a partition at one does.
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A topic's limits and what a partition at one does: what `broker create` sets and
+/// `broker configure` changes.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
     /// Records a partition keeps at most, 1 to 2147483647.
     #[arg(long, value_name = "N")]
     pub max_records: Option<u64>,
@@ -313,7 +332,30 @@ pub struct CreateArgs {
     /// old refused.
     #[arg(long, value_enum)]
     pub discard: Option<DiscardArg>,
-    /// Print JSON instead of text.
+}
+
+/// `broker configure`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+What changes: the limits --max-records, --max-bytes and --max-age, and --discard; the settings
+not named stay as they are. What cannot change: the retention (interest or limits) and the key
+hash, fixed when the topic was created; nor can a limit be removed (raise it instead). The new
+settings hold at once: with limits retention and --discard old, the oldest records leave until
+a lowered limit holds (groups that had not consumed them skip them); records older than a
+lowered --max-age leave. With interest retention or --discard new nothing is lost: a partition
+past a lowered limit refuses new records until consumers catch up.
+
+Examples:
+  broker configure clicks --max-age 1d --max-bytes 20GiB
+  broker configure orders --max-records 100000
+  broker configure audit --discard new --json")]
+pub struct ConfigureTopicArgs {
+    /// The topic to change.
+    pub topic: String,
+    /// The limits to change and what a partition at one does.
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    /// Print the topic's settings as JSON.
     #[arg(long)]
     pub json: bool,
 }

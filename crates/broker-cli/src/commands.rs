@@ -17,10 +17,10 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::cli::{
-    AssignorArg, ClusterCommand, Command, ConfigureArgs, ConnectArgs, ConsumeArgs, ConsumeMode,
-    CreateArgs, DeleteArgs, DescribeArgs, DiscardArg, GroupArgs, GroupCommand, JoinArgs,
-    KeyHashArg, LagArgs, MemberArgs, OffsetsArgs, PingArgs, PublishArgs, PurgeArgs, ResetArgs,
-    SizeArgs, StartAtArg,
+    AssignorArg, ClusterCommand, Command, ConfigureArgs, ConfigureTopicArgs, ConnectArgs,
+    ConsumeArgs, ConsumeMode, CreateArgs, DeleteArgs, DescribeArgs, DiscardArg, GroupArgs,
+    GroupCommand, JoinArgs, KeyHashArg, LagArgs, LimitArgs, MemberArgs, OffsetsArgs, PingArgs,
+    PublishArgs, PurgeArgs, ResetArgs, SizeArgs, StartAtArg,
 };
 use crate::retention::RetentionArg;
 use crate::{bench, cluster, output, size};
@@ -53,6 +53,7 @@ pub async fn run(connect: Option<ConnectArgs>, command: Command) -> anyhow::Resu
         Command::Top(c) => crate::top::run(&server.connect().await?, c.args).await,
         Command::Bench(c) => bench::run(&server, c.args).await,
         Command::Create(c) => create(&server.connect().await?, c.args).await,
+        Command::Configure(c) => configure_topic(&server.connect().await?, c.args).await,
         Command::Delete(c) => delete(&server.connect().await?, c.args).await,
         Command::Purge(c) => purge(&server.connect().await?, c.args).await,
         Command::Group(GroupCommand::Reset(c)) => reset(&server.connect().await?, c.args).await,
@@ -206,6 +207,13 @@ fn topic_settings(args: &CreateArgs) -> Vec<TopicSetting> {
     if let Some(retention) = args.retention.filter(|&r| r != RetentionArg::Interest) {
         settings.push(TopicSetting::Retention(retention.into()));
     }
+    settings.extend(limit_settings(&args.limits));
+    settings
+}
+
+/// The limits and discard policy the flags name, in the order `TopicSettings::to_list` gives.
+fn limit_settings(args: &LimitArgs) -> Vec<TopicSetting> {
+    let mut settings = Vec::new();
     if let Some(max) = args.max_records {
         settings.push(TopicSetting::MaxRecords(max));
     }
@@ -219,6 +227,24 @@ fn topic_settings(args: &CreateArgs) -> Vec<TopicSetting> {
         settings.push(TopicSetting::Discard(discard.into()));
     }
     settings
+}
+
+/// `broker configure`: the topic's settings with the ones named changed.
+async fn configure_topic(client: &Client, args: ConfigureTopicArgs) -> anyhow::Result<()> {
+    let settings = limit_settings(&args.limits);
+    if settings.is_empty() {
+        bail!("name a setting to change: --max-records, --max-bytes, --max-age or --discard");
+    }
+    let now = client.configure_topic(&args.topic, &settings).await?;
+    if args.json {
+        outln!(
+            "{}",
+            serde_json::json!({"topic": args.topic, "settings": now})
+        )?;
+    } else {
+        outln!("topic {}: {}", args.topic, output::settings_text(&now))?;
+    }
+    Ok(())
 }
 
 async fn create(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
@@ -237,8 +263,9 @@ async fn create(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
             differences(&args, &settings, &topic)?.into_iter().unzip();
         if !has.is_empty() {
             bail!(
-                "topic {} already exists with {}, not {}: a topic's key hash and retention \
-                 settings never change (delete it and create it again to change them)",
+                "topic {} already exists with {}, not {}: create changes no setting of an \
+                 existing topic (`broker configure` changes its limits and --discard; its \
+                 retention and key hash never change)",
                 args.topic,
                 has.join(", "),
                 not.join(", ")

@@ -955,6 +955,48 @@ impl Client {
         }
     }
 
+    /// Changes the settings of an existing topic: those `settings` names (its maximum of
+    /// records, bytes and age, what a full partition discards), the others as they are.
+    /// Its retention, interest or limits, cannot change. The new settings hold at once: with
+    /// limits retention that discards old records, a lowered limit removes the oldest records
+    /// now, and records past a lowered age leave now; with interest retention or discard new,
+    /// a partition past a lowered limit keeps its records and refuses new ones until consumers
+    /// catch up. Returns the topic's settings now. Needs a server of protocol version 9 (an
+    /// older one answers [`Error::Server`] with `MalformedRequest`).
+    ///
+    /// ```no_run
+    /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// use broker_client::{TopicSetting, TopicSettings};
+    /// let now = client
+    ///     .configure_topic(
+    ///         "orders",
+    ///         &[TopicSetting::MaxRecords(100_000), TopicSetting::MaxAgeMs(86_400_000)],
+    ///     )
+    ///     .await?;
+    /// println!("{}", TopicSettings::from_list(&now).map_err(broker_client::Error::Broker)?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic, the other retention, or
+    /// settings a create would refuse; otherwise as [`Client::send`].
+    pub async fn configure_topic(
+        &self,
+        topic: &str,
+        settings: &[TopicSetting],
+    ) -> Result<Vec<TopicSetting>, Error> {
+        let command = Command::ConfigureTopic {
+            topic: topic.to_owned(),
+            settings: settings.to_vec(),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::TopicSettings(settings) => Ok(settings),
+            other => Err(unexpected("configure_topic", &other)),
+        }
+    }
+
     /// What the node this client is connected to knows of its cluster: its role, term, log
     /// and applied indexes, and every member (with, from the leader, how far each has the
     /// log). Answered by whichever node is asked, never redirected: connect to each member in

@@ -194,18 +194,19 @@ async fn a_welcome_for_another_protocol_version_is_a_protocol_error() {
     ));
 }
 
-#[tokio::test]
-async fn a_server_of_version_2_serves_every_call_but_the_version_3_ones() {
-    let addr = fake(|listener| async move {
+/// A server of protocol `version` that answers `requests` requests as a server of that version
+/// would decode them: `Offset(7)` to those it decodes, `MalformedRequest` to the others.
+async fn older_server(version: u16, requests: usize) -> SocketAddr {
+    fake(move |listener| async move {
         let reply = HelloReply::Welcome {
-            version: 2,
+            version,
             server: "older".into(),
             limits: LIMITS,
         };
         let (mut peer, hello) = Peer::accept(&listener, reply).await;
         assert_eq!(hello.version, PROTOCOL_VERSION);
-        let mut codec = ServerCodec::new(1024 * 1024, 2);
-        for _ in 0..2 {
+        let mut codec = ServerCodec::new(1024 * 1024, version);
+        for _ in 0..requests {
             match peer.read(&mut codec).await.unwrap() {
                 Decoded::Message(request) => {
                     let outcome = Outcome::Offset(7);
@@ -221,11 +222,29 @@ async fn a_server_of_version_2_serves_every_call_but_the_version_3_ones() {
             }
         }
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn a_server_of_version_2_serves_every_call_but_the_version_3_ones() {
+    let addr = older_server(2, 2).await;
     let client = Client::connect(addr).await.unwrap();
     assert_eq!(client.end_offset("t", 0).await.unwrap(), 7);
     match client.publish_idempotent("t", 1, vec![]).await {
         Err(Error::Server(ErrorReply::MalformedRequest(_))) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_server_of_version_8_refuses_a_change_of_topic_settings_naming_version_9() {
+    let addr = older_server(8, 1).await;
+    let client = Client::connect(addr).await.unwrap();
+    let settings = [broker_client::TopicSetting::MaxRecords(5)];
+    match client.configure_topic("t", &settings).await {
+        Err(Error::Server(ErrorReply::MalformedRequest(reason))) => {
+            assert!(reason.contains("protocol version 9"), "{reason}");
+        }
         other => panic!("{other:?}"),
     }
 }

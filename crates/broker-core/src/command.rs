@@ -374,6 +374,15 @@ pub enum Command {
         /// The records, published in this order.
         records: Vec<PublishRecord>,
     },
+    /// [`crate::BrokerState::configure_topic`]: changes the settings of an existing topic
+    /// (protocol version 9).
+    ConfigureTopic {
+        /// Topic identifier.
+        topic: String,
+        /// The settings to change; those not named stay as they are, and the retention
+        /// cannot change.
+        settings: Vec<TopicSetting>,
+    },
 }
 
 /// What answers a command ([`CommandKind::scope`]).
@@ -445,6 +454,7 @@ impl CommandKind {
             | CommandKind::DeleteTopic
             | CommandKind::DeleteGroup
             | CommandKind::ConfigureGroup
+            | CommandKind::ConfigureTopic
             | CommandKind::Purge
             | CommandKind::ResetGroup => Scope::Broker,
         }
@@ -473,6 +483,7 @@ impl CommandKind {
             | CommandKind::DeleteTopic
             | CommandKind::DeleteGroup
             | CommandKind::ConfigureGroup
+            | CommandKind::ConfigureTopic
             | CommandKind::Purge
             | CommandKind::ResetGroup
             | CommandKind::Create
@@ -529,6 +540,7 @@ impl CommandKind {
             | CommandKind::PublishBatch
             | CommandKind::PublishUntilFull
             | CommandKind::ConfigureGroup
+            | CommandKind::ConfigureTopic
             | CommandKind::Commit => true,
             CommandKind::Create => !matches!(outcome, Outcome::Created(false)),
             CommandKind::Leave => !matches!(outcome, Outcome::Left(false)),
@@ -546,8 +558,9 @@ impl CommandKind {
     }
 
     /// Whether a change of this kind is one an operator reconstructs the broker's history
-    /// from: topics created, grown, purged and deleted; members joining and leaving; groups
-    /// reset and deleted. A server logs each one that changed the state at info level.
+    /// from: topics created, grown, configured, purged and deleted; members joining and
+    /// leaving; groups reset, configured and deleted. A server logs each one that changed the
+    /// state at info level.
     pub fn is_administrative(self) -> bool {
         match self {
             CommandKind::Create
@@ -558,7 +571,8 @@ impl CommandKind {
             | CommandKind::Leave
             | CommandKind::ResetGroup
             | CommandKind::DeleteGroup
-            | CommandKind::ConfigureGroup => true,
+            | CommandKind::ConfigureGroup
+            | CommandKind::ConfigureTopic => true,
             CommandKind::Publish
             | CommandKind::PublishKeyed
             | CommandKind::PublishBatch
@@ -616,6 +630,7 @@ impl CommandKind {
             | CommandKind::DeleteTopic
             | CommandKind::DeleteGroup
             | CommandKind::ConfigureGroup
+            | CommandKind::ConfigureTopic
             | CommandKind::Purge
             | CommandKind::ResetGroup
             | CommandKind::OffsetForTime
@@ -667,6 +682,7 @@ impl CommandKind {
             CommandKind::Read | CommandKind::CommitGroup => 6,
             CommandKind::TransferLeadership => 7,
             CommandKind::PublishUntilFull => 8,
+            CommandKind::ConfigureTopic => 9,
         }
     }
 
@@ -728,6 +744,7 @@ impl Command {
             | Command::DeleteTopic { topic }
             | Command::DeleteGroup { topic, .. }
             | Command::ConfigureGroup { topic, .. }
+            | Command::ConfigureTopic { topic, .. }
             | Command::Purge { topic, .. }
             | Command::ResetGroup { topic, .. }
             | Command::OffsetForTime { topic, .. }
@@ -743,8 +760,9 @@ impl Command {
     }
 
     /// The topic whose waiting polls and fetches may find records once this command succeeded:
-    /// it published records, settled or released deliveries, moved committed offsets, or
-    /// changed an assignment. `None` for commands that can make nothing eligible.
+    /// it published records, settled or released deliveries, moved committed offsets, changed
+    /// an assignment, or changed settings (a record in flight that a lowered limit removed
+    /// frees its partition). `None` for commands that can make nothing eligible.
     pub fn wakes(&self) -> Option<&str> {
         match self {
             Command::Join { topic, .. }
@@ -765,6 +783,7 @@ impl Command {
             | Command::Purge { topic, .. }
             | Command::ResetGroup { topic, .. }
             | Command::ConfigureGroup { topic, .. }
+            | Command::ConfigureTopic { topic, .. }
             | Command::PublishIdempotent { topic, .. } => Some(topic),
             Command::Create { .. }
             | Command::Poll { .. }
@@ -870,6 +889,7 @@ impl Command {
             | Command::DeleteTopic { .. }
             | Command::DeleteGroup { .. }
             | Command::ConfigureGroup { .. }
+            | Command::ConfigureTopic { .. }
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. }
@@ -934,6 +954,7 @@ impl Command {
             | Command::DeleteTopic { .. }
             | Command::DeleteGroup { .. }
             | Command::ConfigureGroup { .. }
+            | Command::ConfigureTopic { .. }
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. }
@@ -983,6 +1004,7 @@ impl Command {
             | Command::DeleteTopic { .. }
             | Command::DeleteGroup { .. }
             | Command::ConfigureGroup { .. }
+            | Command::ConfigureTopic { .. }
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. }
@@ -1055,6 +1077,7 @@ impl Command {
             | Command::DeleteTopic { .. }
             | Command::DeleteGroup { .. }
             | Command::ConfigureGroup { .. }
+            | Command::ConfigureTopic { .. }
             | Command::Purge { .. }
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. }
@@ -1138,6 +1161,9 @@ pub enum Outcome {
     Metadata(BrokerMetadata),
     /// [`Command::Read`]: the records read and the partition's bounds.
     Read(PartitionRead),
+    /// [`Command::ConfigureTopic`]: the topic's settings now, as
+    /// [`crate::TopicSettings::to_list`] gives them.
+    TopicSettings(Vec<TopicSetting>),
 }
 
 /// How many records an [`Outcome`] stored, handed out, acknowledged or released: what a server
@@ -1203,6 +1229,7 @@ impl Outcome {
             | Outcome::Deleted(_)
             | Outcome::PartitionCount(_)
             | Outcome::GroupSettings(_)
+            | Outcome::TopicSettings(_)
             | Outcome::ClusterStatus(_)
             | Outcome::Members(_)
             | Outcome::Metadata(_) => RecordCounts::default(),
@@ -1236,6 +1263,7 @@ impl Outcome {
             | Outcome::Deleted(_)
             | Outcome::PartitionCount(_)
             | Outcome::GroupSettings(_)
+            | Outcome::TopicSettings(_)
             | Outcome::ClusterStatus(_)
             | Outcome::Members(_)
             | Outcome::Metadata(_) => None,
@@ -1275,6 +1303,7 @@ impl Outcome {
             | Outcome::Deleted(_)
             | Outcome::PartitionCount(_)
             | Outcome::GroupSettings(_)
+            | Outcome::TopicSettings(_)
             | Outcome::ClusterStatus(_)
             | Outcome::Members(_)
             | Outcome::Metadata(_)

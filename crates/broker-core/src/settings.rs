@@ -192,16 +192,37 @@ impl TopicSettings {
     /// `InvalidArgument` when a setting appears twice or the result fails
     /// [`TopicSettings::check`].
     pub fn from_list(list: &[TopicSetting]) -> Result<TopicSettings, BrokerError> {
-        check_distinct(list.iter().map(TopicSetting::name))?;
+        // The defaults of the list's retention, which the list then changes (a list naming
+        // both retentions names a setting twice, which `changed` refuses).
         let limits = list.contains(&TopicSetting::Retention(Retention::Limits));
-        let mut settings = if limits {
+        let defaults = if limits {
             TopicSettings::limits()
         } else {
             TopicSettings::default()
         };
+        defaults.changed(list)
+    }
+
+    /// These settings with those `list` names changed and the others as they are: what an
+    /// existing topic is configured to. The retention cannot change (a topic keeps the
+    /// interest or limits retention it was created with), nor can a limit be removed.
+    ///
+    /// # Errors
+    /// `InvalidArgument` when a setting appears twice, the list names the other retention, or
+    /// the result fails [`TopicSettings::check`].
+    pub fn changed(&self, list: &[TopicSetting]) -> Result<TopicSettings, BrokerError> {
+        check_distinct(list.iter().map(TopicSetting::name))?;
+        let mut settings = *self;
         for setting in list {
             match *setting {
-                TopicSetting::Retention(retention) => settings.retention = retention,
+                TopicSetting::Retention(retention) if retention != self.retention => {
+                    return Err(BrokerError::invalid(format!(
+                        "a topic keeps the retention it was created with: {} retention cannot \
+                         change to {retention} retention",
+                        self.retention
+                    )))
+                }
+                TopicSetting::Retention(_) => {}
                 TopicSetting::MaxRecords(max) => settings.max_records = Some(max),
                 TopicSetting::MaxBytes(max) => settings.max_bytes = Some(max),
                 TopicSetting::MaxAgeMs(max) => settings.max_age_ms = Some(max),
@@ -407,17 +428,30 @@ impl std::fmt::Display for TopicSettings {
     /// `interest retention, discard new` or `limits retention, max 100 records, max 1048576
     /// bytes, max age 3d, discard old` (the age as [`duration_text`] writes it).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} retention", self.retention)?;
-        if let Some(max) = self.max_records {
-            write!(f, ", max {max} records")?;
+        write!(f, "{}", TopicSetting::Retention(self.retention))?;
+        let limits = [
+            self.max_records.map(TopicSetting::MaxRecords),
+            self.max_bytes.map(TopicSetting::MaxBytes),
+            self.max_age_ms.map(TopicSetting::MaxAgeMs),
+        ];
+        for limit in limits.into_iter().flatten() {
+            write!(f, ", {limit}")?;
         }
-        if let Some(max) = self.max_bytes {
-            write!(f, ", max {max} bytes")?;
+        write!(f, ", {}", TopicSetting::Discard(self.discard))
+    }
+}
+
+impl std::fmt::Display for TopicSetting {
+    /// One setting as [`TopicSettings`] shows it: `limits retention`, `max 100 records`,
+    /// `max 1048576 bytes`, `max age 3d`, `discard old`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            TopicSetting::Retention(retention) => write!(f, "{retention} retention"),
+            TopicSetting::MaxRecords(max) => write!(f, "max {max} records"),
+            TopicSetting::MaxBytes(max) => write!(f, "max {max} bytes"),
+            TopicSetting::MaxAgeMs(ms) => write!(f, "max age {}", duration_text(ms)),
+            TopicSetting::Discard(discard) => write!(f, "discard {discard}"),
         }
-        if let Some(ms) = self.max_age_ms {
-            write!(f, ", max age {}", duration_text(ms))?;
-        }
-        write!(f, ", discard {}", self.discard)
     }
 }
 
@@ -476,6 +510,42 @@ mod tests {
         };
         assert_eq!(GroupSettings::from_list(&group.to_list()).unwrap(), group);
         assert!(GroupSettings::default().to_list().is_empty());
+    }
+
+    #[test]
+    fn a_change_keeps_what_it_does_not_name_and_never_the_retention() {
+        let limits = TopicSettings {
+            max_records: Some(10),
+            max_age_ms: Some(60_000),
+            ..TopicSettings::limits()
+        };
+        let changed = limits.changed(&[TopicSetting::MaxBytes(100)]).unwrap();
+        assert_eq!(
+            changed,
+            TopicSettings {
+                max_bytes: Some(100),
+                ..limits
+            }
+        );
+        assert_eq!(limits.changed(&[]).unwrap(), limits);
+        let same = [TopicSetting::Retention(Retention::Limits)];
+        assert_eq!(limits.changed(&same).unwrap(), limits);
+        let interest = [TopicSetting::Retention(Retention::Interest)];
+        let refused = limits.changed(&interest).unwrap_err().to_string();
+        assert!(
+            refused.contains("limits retention") && refused.contains("interest retention"),
+            "{refused}"
+        );
+        // Validated as at creation.
+        for list in [
+            vec![TopicSetting::MaxRecords(0)],
+            vec![TopicSetting::MaxAgeMs(0)],
+            vec![TopicSetting::MaxBytes(1), TopicSetting::MaxBytes(2)],
+        ] {
+            assert!(limits.changed(&list).is_err(), "{list:?}");
+        }
+        let old = [TopicSetting::Discard(Discard::Old)];
+        assert!(TopicSettings::default().changed(&old).is_err());
     }
 
     /// What the audit log and the refusal of a join with other settings show.

@@ -4,12 +4,14 @@
 //! rule (each also checking that the invalid call changed nothing), `kafka` the Kafka-style
 //! consumption with its decided edge cases, `memory` the memory budget, `batch` batch
 //! publishing, `idempotence` what is remembered of idempotent producers, `ack_and_poll` the
-//! combined call, and `limits` the topic, group and member limits.
+//! combined call, `limits` the topic, group and member limits, and `configure` changing an
+//! existing topic's settings.
 
 #![allow(clippy::unwrap_used)]
 
 mod ack_and_poll;
 mod batch;
+mod configure;
 mod contract;
 mod idempotence;
 mod kafka;

@@ -614,6 +614,7 @@ impl TryFrom<crate::Outcome> for Outcome {
             Current::Deleted(_)
             | Current::PartitionCount(_)
             | Current::GroupSettings(_)
+            | Current::TopicSettings(_)
             | Current::ClusterStatus(_)
             | Current::Members(_)
             | Current::Metadata(_)

@@ -291,6 +291,27 @@ impl ModelTopic {
         }
     }
 
+    /// With limits retention that discards old records, the oldest records of `p` leave
+    /// while the partition holds more than `extra_records` below its count limit or more than
+    /// `extra_bytes` below its byte limit.
+    fn discard_oldest(&mut self, p: usize, cap: Option<u64>, extra_records: u64, extra_bytes: u64) {
+        let settings = self.settings;
+        let over = |log: &ModelLog| {
+            cap.is_some_and(|cap| log.records.len() as u64 + extra_records > cap)
+                || settings
+                    .max_bytes
+                    .is_some_and(|max| log.bytes() + extra_bytes > max)
+        };
+        while over(&self.logs[p]) && !self.logs[p].records.is_empty() {
+            let base = self.logs[p].base;
+            self.logs[p].trim(base + 1);
+        }
+        let base = self.logs[p].base;
+        for group in self.groups.values_mut() {
+            group.skip_to(p, base);
+        }
+    }
+
     /// Appends a record within the topic's retention: its offset, or -1.
     fn append(&mut self, p: usize, capacity: u64, now: i64, mut record: ModelRecord) -> i64 {
         let settings = self.settings;
@@ -313,14 +334,7 @@ impl ModelTopic {
             if settings.discard == Discard::New {
                 return -1;
             }
-            while full(&self.logs[p]) && !self.logs[p].records.is_empty() {
-                let base = self.logs[p].base;
-                self.logs[p].trim(base + 1);
-            }
-            let base = self.logs[p].base;
-            for group in self.groups.values_mut() {
-                group.skip_to(p, base);
-            }
+            self.discard_oldest(p, cap, 1, size);
         }
         let log = &mut self.logs[p];
         record.time = record.time.min(now).max(log.last_time);
@@ -923,6 +937,37 @@ impl Model {
                 wanted.start_at = g.settings.start_at;
                 g.settings = wanted;
                 Ok(Outcome::GroupSettings(g.settings.to_list()))
+            }
+            Command::ConfigureTopic { topic, settings } => {
+                let now = self.clock;
+                let t = self.topic(topic)?;
+                let mut wanted = t.settings;
+                let mut named = Vec::new();
+                for setting in settings {
+                    if named.contains(&setting.name()) {
+                        return Err(Answer::Invalid);
+                    }
+                    named.push(setting.name());
+                    match *setting {
+                        TopicSetting::Retention(retention) if retention != wanted.retention => {
+                            return Err(Answer::Invalid)
+                        }
+                        TopicSetting::Retention(_) => {}
+                        TopicSetting::MaxRecords(max) => wanted.max_records = Some(max),
+                        TopicSetting::MaxBytes(max) => wanted.max_bytes = Some(max),
+                        TopicSetting::MaxAgeMs(max) => wanted.max_age_ms = Some(max),
+                        TopicSetting::Discard(discard) => wanted.discard = discard,
+                    }
+                }
+                wanted.check().map_err(|_| Answer::Invalid)?;
+                t.settings = wanted;
+                for p in 0..t.logs.len() {
+                    t.expire(p, now);
+                    if wanted.retention == Retention::Limits && wanted.discard == Discard::Old {
+                        t.discard_oldest(p, wanted.max_records, 0, 0);
+                    }
+                }
+                Ok(Outcome::TopicSettings(wanted.to_list()))
             }
             Command::DeleteGroup { topic, group } => {
                 ids(&[group])?;
@@ -1531,7 +1576,9 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
             broker.delete_group(&topic, &group).map(Outcome::Deleted)
         }
         // No method of the trait: only through `apply`.
-        configure @ Command::ConfigureGroup { .. } => broker.apply(configure),
+        configure @ (Command::ConfigureGroup { .. } | Command::ConfigureTopic { .. }) => {
+            broker.apply(configure)
+        }
         Command::Purge {
             topic,
             partition,
@@ -1675,6 +1722,35 @@ fn topic_settings() -> impl Strategy<Value = Vec<TopicSetting>> {
             Just(vec![TopicSetting::Discard(Discard::Old)]),
             Just(vec![TopicSetting::MaxRecords(0)]),
             Just(vec![TopicSetting::MaxBytes(1), TopicSetting::MaxBytes(2)]),
+        ],
+    ]
+}
+
+/// A change of a topic's settings: small limits, now and then the retention (the topic's own
+/// or the other) or something that makes no sense.
+fn topic_change() -> impl Strategy<Value = Vec<TopicSetting>> {
+    prop_oneof![
+        4 => (
+            proptest::option::of(1..4_u64),
+            proptest::option::of(2..12_u64),
+            proptest::option::of(1..6_u64),
+            proptest::option::of(any::<bool>()),
+        )
+            .prop_map(|(records, bytes, age, discard_old)| {
+                let mut list = Vec::new();
+                list.extend(records.map(TopicSetting::MaxRecords));
+                list.extend(bytes.map(TopicSetting::MaxBytes));
+                list.extend(age.map(TopicSetting::MaxAgeMs));
+                list.extend(discard_old.map(|old| {
+                    TopicSetting::Discard(if old { Discard::Old } else { Discard::New })
+                }));
+                list
+            }),
+        1 => prop_oneof![
+            Just(vec![TopicSetting::Retention(Retention::Limits)]),
+            Just(vec![TopicSetting::Retention(Retention::Interest)]),
+            Just(vec![TopicSetting::MaxRecords(0)]),
+            Just(vec![TopicSetting::MaxAgeMs(1), TopicSetting::MaxAgeMs(2)]),
         ],
     ]
 }
@@ -1853,6 +1929,8 @@ fn command() -> impl Strategy<Value = Command> {
         1 => (topic_id(), group_id(), group_settings()).prop_map(|(topic, group, settings)| {
             Command::ConfigureGroup { topic, group, settings }
         }),
+        1 => (topic_id(), topic_change())
+            .prop_map(|(topic, settings)| Command::ConfigureTopic { topic, settings }),
         2 => (topic_id(), partition(), offset()).prop_map(|(topic, partition, before)| {
             Command::Purge { topic, partition, before }
         }),

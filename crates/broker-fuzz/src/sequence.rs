@@ -33,7 +33,7 @@
 use std::collections::{HashMap, HashSet};
 
 use broker_core::{
-    hash, Assignor, BrokerDescription, BrokerRecord, BrokerState, Command, CommandKind,
+    hash, Assignor, BrokerDescription, BrokerRecord, BrokerState, Command, CommandKind, Discard,
     GroupDescription, GroupSetting, GroupSettings, Header, IntoEnumIterator, KeyHash, Outcome,
     PartitionBatch, PartitionDescription, PublishRecord, ResetTo, Retention, StartAt,
     TopicDescription, TopicName, TopicSetting,
@@ -70,6 +70,7 @@ pub fn apply_sequence(data: &[u8]) {
         budget,
         published: HashMap::new(),
         trimmed: HashSet::new(),
+        configured: HashSet::new(),
         delivered_at: HashMap::new(),
         dead_lettered: 0,
         now: 0,
@@ -97,34 +98,62 @@ fn dead_letter_topic() -> TopicName {
 /// flight (or the committed offset) of the state `now`, so that they reach the paths that change
 /// state.
 fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> Command {
-    // `PublishUntilFull` is made by the `PublishBatch` arm, so that the kinds of the
-    // committed inputs stay what they were when it was added.
+    // `PublishUntilFull` is made by the `PublishBatch` arm and `ConfigureTopic` by the
+    // `Create` arm, so that the kinds of the committed inputs stay what they were when they
+    // were added.
     let kinds: Vec<CommandKind> = CommandKind::iter()
-        .filter(|kind| *kind != CommandKind::PublishUntilFull)
+        .filter(|kind| {
+            !matches!(
+                kind,
+                CommandKind::PublishUntilFull | CommandKind::ConfigureTopic
+            )
+        })
         .collect();
     let kind = input.pick(&kinds);
     let topic = input.pick(&TOPICS).to_owned();
     let group = input.pick(&GROUPS).to_owned();
     let member = input.pick(&MEMBERS).to_owned();
     match kind {
-        CommandKind::Create => Command::Create {
-            topic,
-            partition_count: input.pick(&[1, 2, 3, 4, 0, 65]),
-            key_hash: input.pick(&[KeyHash::Murmur2, KeyHash::Fnv1a]),
-            settings: match input.byte() % 6 {
-                0 => vec![
-                    TopicSetting::Retention(Retention::Limits),
-                    TopicSetting::MaxRecords(2),
-                ],
-                1 => vec![TopicSetting::MaxAgeMs(5)],
-                2 => vec![
-                    TopicSetting::Retention(Retention::Limits),
-                    TopicSetting::MaxBytes(6),
-                ],
-                3 => vec![TopicSetting::MaxRecords(0)],
-                _ => Vec::new(),
-            },
-        },
+        CommandKind::Create | CommandKind::ConfigureTopic => {
+            let partition_count = input.pick(&[1, 2, 3, 4, 0, 65]);
+            let key_hash = input.pick(&[KeyHash::Murmur2, KeyHash::Fnv1a]);
+            // One byte says which settings and, in what it has left, which kind.
+            let settings = input.byte();
+            if (settings / 6) % 2 == 1 {
+                return Command::ConfigureTopic {
+                    topic,
+                    settings: match settings % 6 {
+                        0 => vec![TopicSetting::MaxRecords(1)],
+                        1 => vec![TopicSetting::MaxAgeMs(2)],
+                        2 => vec![TopicSetting::MaxBytes(3)],
+                        3 => vec![TopicSetting::MaxRecords(0)],
+                        4 => vec![
+                            TopicSetting::Retention(Retention::Limits),
+                            TopicSetting::Discard(Discard::New),
+                        ],
+                        _ => vec![TopicSetting::MaxRecords(5), TopicSetting::MaxBytes(20)],
+                    },
+                };
+            }
+            Command::Create {
+                topic,
+                partition_count,
+                key_hash,
+                settings: match settings % 6 {
+                    0 => vec![
+                        TopicSetting::Retention(Retention::Limits),
+                        TopicSetting::MaxRecords(2),
+                    ],
+                    1 => vec![TopicSetting::MaxAgeMs(5)],
+                    2 => vec![
+                        TopicSetting::Retention(Retention::Limits),
+                        TopicSetting::MaxBytes(6),
+                    ],
+                    3 => vec![TopicSetting::MaxRecords(0)],
+                    _ => Vec::new(),
+                },
+            }
+        }
         CommandKind::Join => Command::Join {
             topic,
             group,
@@ -428,6 +457,10 @@ struct Checker {
     /// Topics (by name, since their creation) that were purged or expired records: records may
     /// have left them without groups.
     trimmed: HashSet<String>,
+    /// Topics (by name, since their creation) whose settings changed: with interest retention
+    /// or discard new, a partition may hold more than a lowered limit until consumers catch
+    /// up.
+    configured: HashSet<String>,
     /// When each group's delivery in flight on a partition was made, by topic, group and
     /// partition: a poll may take it again once the group's acknowledgement timeout passed.
     delivered_at: HashMap<(String, String, i32), i64>,
@@ -811,6 +844,7 @@ impl Checker {
                 // A topic created again under this name starts from offset 0.
                 self.published.retain(|(name, _, _), _| name != topic);
                 self.trimmed.remove(topic);
+                self.configured.remove(topic);
                 assert!(
                     after.topics.iter().all(|t| &t.name != topic),
                     "step {step}: a deleted topic is still there"
@@ -818,6 +852,24 @@ impl Checker {
             }
             (Command::Purge { topic, .. }, Outcome::Offset(_)) => {
                 self.trimmed.insert(topic.clone());
+            }
+            (Command::ConfigureTopic { topic, .. }, Outcome::TopicSettings(settings)) => {
+                self.configured.insert(topic.clone());
+                assert_eq!(
+                    &find_topic(after, topic).settings,
+                    settings,
+                    "step {step}: a topic's settings are not those its change answered"
+                );
+                for (log, was) in find_topic(after, topic)
+                    .partitions
+                    .iter()
+                    .zip(&find_topic(before, topic).partitions)
+                {
+                    assert_eq!(
+                        log.end_offset, was.end_offset,
+                        "step {step}: a change of settings stored records"
+                    );
+                }
             }
             (
                 Command::Read {
@@ -883,13 +935,16 @@ impl Checker {
             let over_budget = self
                 .budget
                 .is_some_and(|budget| retained_before + size > budget);
-            let full = match limits(described, self.capacity) {
-                // Interest retention refuses at its record limit.
-                (Retention::Interest, Some(max_records), _) => log.records >= max_records,
-                // Limits retention discards old records; only a record larger than the byte
-                // limit is refused.
-                (_, _, max_bytes) => max_bytes.is_some_and(|max| size > max),
-            };
+            let (retention, max_records, max_bytes) = limits(described, self.capacity);
+            // A record larger than the byte limit is refused; at a limit, interest retention
+            // and discard new refuse, while limits retention otherwise discards old records.
+            let refuses_at_limit = retention == Retention::Interest
+                || described
+                    .settings
+                    .contains(&TopicSetting::Discard(Discard::New));
+            let at_limit = max_records.is_some_and(|max| log.records >= max)
+                || max_bytes.is_some_and(|max| log.retained_bytes + size > max);
+            let full = max_bytes.is_some_and(|max| size > max) || (refuses_at_limit && at_limit);
             assert!(
                 full || over_budget,
                 "step {step}: publish refused with room ({log:?}, {retained_before} bytes retained)"
@@ -969,13 +1024,19 @@ impl Checker {
                     log.end_offset - log.earliest_offset,
                     "step {step}: {log:?}"
                 );
-                let (_, max_records, max_bytes) = limits(topic, self.capacity);
+                let (retention, max_records, max_bytes) = limits(topic, self.capacity);
+                // A lowered limit holds at once only where the oldest records leave for it.
+                let may_be_over = self.configured.contains(&topic.name)
+                    && (retention == Retention::Interest
+                        || topic
+                            .settings
+                            .contains(&TopicSetting::Discard(Discard::New)));
                 assert!(
-                    max_records.is_none_or(|max| log.records <= max),
+                    may_be_over || max_records.is_none_or(|max| log.records <= max),
                     "step {step}: over the record limit: {log:?}"
                 );
                 assert!(
-                    max_bytes.is_none_or(|max| log.retained_bytes <= max),
+                    may_be_over || max_bytes.is_none_or(|max| log.retained_bytes <= max),
                     "step {step}: over the byte limit: {log:?}"
                 );
                 assert!(log.earliest_offset >= 0);

@@ -45,6 +45,8 @@ pub fn supported_apis() -> &'static [SupportedApi] {
         api(ApiKey::ListGroups, 0, 4),
         api(ApiKey::DeleteRecords, 0, 2),
         api(ApiKey::DescribeConfigs, 1, 4),
+        api(ApiKey::AlterConfigs, 0, 2),
+        api(ApiKey::IncrementalAlterConfigs, 0, 1),
         api(ApiKey::CreatePartitions, 0, 3),
         api(ApiKey::DeleteGroups, 0, 2),
         api(ApiKey::DescribeCluster, 0, 2),

@@ -1,5 +1,6 @@
 //! Kafka's topic configs and the broker's topic settings: the settings a topic created through
-//! Kafka gets from its configs, and the configs `DescribeConfigs` shows for a topic.
+//! Kafka gets from its configs, the settings `AlterConfigs` and `IncrementalAlterConfigs`
+//! change, and the configs `DescribeConfigs` shows for a topic.
 
 use broker_core::{Discard, Retention, TopicDescription, TopicSetting, TopicSettings};
 use kafka_protocol::messages::create_topics_request::CreatableTopicConfig;
@@ -13,10 +14,16 @@ use kafka_protocol::ResponseError;
 /// Kafka's default retention of a topic: seven days.
 const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
-/// Kafka's resource type of a topic in `DescribeConfigs`.
-const TOPIC: i8 = 2;
-/// Kafka's resource type of a broker in `DescribeConfigs`.
-const BROKER: i8 = 4;
+/// Kafka's resource type of a topic in `DescribeConfigs` and `AlterConfigs`.
+pub(crate) const TOPIC: i8 = 2;
+/// Kafka's resource type of a broker in `DescribeConfigs` and `AlterConfigs`.
+pub(crate) const BROKER: i8 = 4;
+
+/// `IncrementalAlterConfigs`'s operation that sets a config (the others delete one, or append
+/// to or subtract from a list).
+pub(crate) const OP_SET: i8 = 0;
+/// `IncrementalAlterConfigs`'s operation that deletes a config (back to its default).
+pub(crate) const OP_DELETE: i8 = 1;
 
 /// Where a config's value comes from, as Kafka numbers it: set for the topic.
 const SOURCE_TOPIC: i8 = 1;
@@ -37,46 +44,18 @@ pub(crate) fn topic_settings(
     let mut max_age_ms = Some(DEFAULT_RETENTION_MS);
     let mut max_bytes = None;
     for config in configs {
-        let value = config.value.as_ref().map(|value| value.as_str().to_owned());
-        let number = || {
-            value
-                .as_deref()
-                .and_then(|value| value.parse::<i64>().ok())
-                .ok_or_else(|| {
-                    format!(
-                        "{} must be a whole number, got {:?}",
-                        config.name.as_str(),
-                        value.as_deref().unwrap_or("null")
-                    )
-                })
-        };
-        match config.name.as_str() {
+        let name = config.name.as_str();
+        let value = config.value.as_ref().map(|value| value.as_str());
+        match name {
             // What every topic of the broker does anyway.
-            "cleanup.policy" if value.as_deref() == Some("delete") => {}
-            "min.insync.replicas" if value.as_deref() == Some("1") => {}
-            "retention.ms" => {
-                max_age_ms = match number()? {
-                    -1 => None,
-                    ms if ms > 0 => Some(ms as u64),
-                    ms => return Err(format!("retention.ms must be -1 or positive, got {ms}")),
-                }
-            }
-            "retention.bytes" => {
-                max_bytes = match number()? {
-                    -1 => None,
-                    bytes if bytes > 0 => Some(bytes as u64),
-                    bytes => {
-                        return Err(format!(
-                            "retention.bytes must be -1 or positive, got {bytes}"
-                        ))
-                    }
-                }
-            }
+            _ if is_what_every_topic_does(name, value) => {}
+            "retention.ms" => max_age_ms = limit(name, value)?,
+            "retention.bytes" => max_bytes = limit(name, value)?,
             other => {
                 return Err(format!(
                     "topic config {other}={} is not supported (supported: retention.ms, \
                      retention.bytes, cleanup.policy=delete, min.insync.replicas=1)",
-                    value.as_deref().unwrap_or("null")
+                    value.unwrap_or("null")
                 ))
             }
         }
@@ -90,10 +69,100 @@ pub(crate) fn topic_settings(
     Ok(settings)
 }
 
+/// Whether config `name` set to `value` asks for what every topic of the broker does anyway:
+/// `cleanup.policy=delete` and `min.insync.replicas=1`.
+fn is_what_every_topic_does(name: &str, value: Option<&str>) -> bool {
+    matches!(
+        (name, value),
+        ("cleanup.policy", Some("delete")) | ("min.insync.replicas", Some("1"))
+    )
+}
+
+/// A limit config's value: a positive number, or `-1` for none (`None`).
+fn limit(name: &str, value: Option<&str>) -> Result<Option<u64>, String> {
+    let number = value
+        .and_then(|value| value.parse::<i64>().ok())
+        .ok_or_else(|| {
+            format!(
+                "{name} must be a whole number, got {:?}",
+                value.unwrap_or("null")
+            )
+        })?;
+    match number {
+        -1 => Ok(None),
+        positive if positive > 0 => Ok(Some(positive as u64)),
+        other => Err(format!("{name} must be -1 or positive, got {other}")),
+    }
+}
+
+/// The settings an `AlterConfigs` or `IncrementalAlterConfigs` SET of `configs` (name and
+/// value) changes on an existing topic: `retention.ms` (its maximum age), `retention.bytes`
+/// (its byte limit), and the broker's own `broker.max.records`, `broker.discard` (`old` or
+/// `new`) and `broker.retention` (which the broker refuses to change, but accepts as it is).
+/// `cleanup.policy=delete` and `min.insync.replicas=1` change nothing. A limit cannot be
+/// removed (`-1`), and other configs are refused, naming them.
+pub(crate) fn changed_settings<'a>(
+    configs: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> Result<Vec<TopicSetting>, String> {
+    let mut settings = Vec::new();
+    for (name, value) in configs {
+        let setting = match name {
+            _ if is_what_every_topic_does(name, value) => continue,
+            "retention.ms" | "retention.bytes" | "broker.max.records" => {
+                let Some(limit) = limit(name, value)? else {
+                    return Err(cannot_remove(name));
+                };
+                match name {
+                    "retention.ms" => TopicSetting::MaxAgeMs(limit),
+                    "retention.bytes" => TopicSetting::MaxBytes(limit),
+                    _ => TopicSetting::MaxRecords(limit),
+                }
+            }
+            "broker.discard" => match value {
+                Some("old") => TopicSetting::Discard(Discard::Old),
+                Some("new") => TopicSetting::Discard(Discard::New),
+                other => {
+                    return Err(format!(
+                        "broker.discard must be old or new, got {:?}",
+                        other.unwrap_or("null")
+                    ))
+                }
+            },
+            "broker.retention" => match value {
+                Some("interest") => TopicSetting::Retention(Retention::Interest),
+                Some("limits") => TopicSetting::Retention(Retention::Limits),
+                other => {
+                    return Err(format!(
+                        "broker.retention must be interest or limits, got {:?}",
+                        other.unwrap_or("null")
+                    ))
+                }
+            },
+            other => {
+                return Err(format!(
+                    "topic config {other}={} cannot change (supported: retention.ms, \
+                     retention.bytes, broker.max.records, broker.discard)",
+                    value.unwrap_or("null")
+                ))
+            }
+        };
+        settings.push(setting);
+    }
+    Ok(settings)
+}
+
+/// Why config `name` cannot go back to "no limit".
+pub(crate) fn cannot_remove(name: &str) -> String {
+    format!(
+        "{name} cannot be removed or set to -1: the broker cannot remove a topic's limit (set a \
+         larger one instead)"
+    )
+}
+
 /// The answer to `DescribeConfigs` from the topics as `topics` describes them (or the error
-/// that kept them from being read): each topic's configs (those asked for, or all), which are
-/// read-only (the broker changes settings through its own clients); a broker has none to show;
-/// another resource type is refused.
+/// that kept them from being read): each topic's configs (those asked for, or all), read-only
+/// but for those `AlterConfigs` changes; a broker has none to show; another resource type is
+/// refused.
 pub(crate) fn describe_configs(
     request: &DescribeConfigsRequest,
     topics: &Result<Vec<TopicDescription>, (ResponseError, String)>,
@@ -155,7 +224,7 @@ fn topic_configs(list: &[TopicSetting]) -> Vec<DescribeConfigsResourceResult> {
     let settings = TopicSettings::from_list(list).unwrap_or_default();
     let limit = |name: &'static str, limit: Option<u64>| {
         let value = limit.map_or_else(|| "-1".to_owned(), |limit| limit.to_string());
-        config(name, value, TYPE_LONG, limit.is_some())
+        config(name, value, TYPE_LONG, limit.is_some()).with_read_only(false)
     };
     vec![
         config("cleanup.policy", "delete".to_owned(), TYPE_LIST, false),
@@ -174,11 +243,12 @@ fn topic_configs(list: &[TopicSetting]) -> Vec<DescribeConfigsResourceResult> {
             TYPE_STRING,
             list.iter()
                 .any(|setting| matches!(setting, TopicSetting::Discard(_))),
-        ),
+        )
+        .with_read_only(false),
     ]
 }
 
-/// One read-only config, `set` for the topic or the default.
+/// One read-only config (until told otherwise), `set` for the topic or the default.
 fn config(name: &'static str, value: String, kind: i8, set: bool) -> DescribeConfigsResourceResult {
     DescribeConfigsResourceResult::default()
         .with_name(StrBytes::from_static_str(name))
@@ -273,7 +343,9 @@ mod tests {
                 ("broker.discard", "old", false),
             ])
         );
-        assert!(results[0].configs.iter().all(|config| config.read_only));
+        // Read-only, but for those AlterConfigs changes.
+        let read_only: Vec<bool> = results[0].configs.iter().map(|c| c.read_only).collect();
+        assert_eq!(read_only, [true, false, false, true, false, false]);
         // The keys asked for, in the broker's order.
         assert_eq!(
             shown(&results[1]),

@@ -127,6 +127,16 @@ pub(crate) fn error_codes(response: &ResponseKind) -> Option<Vec<i16>> {
             .iter()
             .map(|result| result.error_code)
             .collect(),
+        ResponseKind::AlterConfigs(answer) => answer
+            .responses
+            .iter()
+            .map(|resource| resource.error_code)
+            .collect(),
+        ResponseKind::IncrementalAlterConfigs(answer) => answer
+            .responses
+            .iter()
+            .map(|resource| resource.error_code)
+            .collect(),
         ResponseKind::ApiVersions(answer) => vec![answer.error_code],
         ResponseKind::InitProducerId(answer) => vec![answer.error_code],
         ResponseKind::FindCoordinator(answer) => vec![answer.error_code],

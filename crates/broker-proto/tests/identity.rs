@@ -163,6 +163,10 @@ fn command(kind: CommandKind) -> Command {
             topic,
             records: vec![PublishRecord::to_partition(0, "x")],
         },
+        CommandKind::ConfigureTopic => Command::ConfigureTopic {
+            topic,
+            settings: vec![TopicSetting::MaxRecords(10)],
+        },
         CommandKind::PublishUntilFull => Command::PublishUntilFull {
             topic,
             records: vec![PublishRecord::to_partition(0, "x")],
@@ -270,6 +274,9 @@ fn outcome(kind: OutcomeKind) -> Outcome {
         OutcomeKind::Deleted => Outcome::Deleted(true),
         OutcomeKind::PartitionCount => Outcome::PartitionCount(2),
         OutcomeKind::GroupSettings => Outcome::GroupSettings(Vec::new()),
+        OutcomeKind::TopicSettings => {
+            Outcome::TopicSettings(vec![TopicSetting::Retention(Retention::Limits)])
+        }
         OutcomeKind::ClusterStatus => Outcome::ClusterStatus(ClusterStatus {
             node_id: 1,
             role: NodeRole::Leader,

@@ -1,9 +1,11 @@
 //! Info-level log lines for the changes an operator reconstructs the broker's history from
 //! (see `CommandKind::is_administrative`): topics created, grown, purged and deleted, members
-//! joining and leaving with the group's new assignment, groups reset and deleted.
+//! joining and leaving with the group's new assignment, groups reset, configured and deleted,
+//! topics' settings changed (what the change named and the settings after it).
 
 use broker_core::{
-    BrokerState, Command, DeadLettered, GroupSettings, MemberDescription, Outcome, TopicSettings,
+    BrokerState, Command, DeadLettered, GroupSettings, MemberDescription, Outcome, TopicSetting,
+    TopicSettings,
 };
 use tracing::{info, warn};
 
@@ -87,6 +89,17 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
             settings = %settings_text(outcome),
             "group settings changed"
         ),
+        Command::ConfigureTopic { topic, settings } => info!(
+            topic,
+            changed = %setting_list(settings),
+            settings = %match outcome {
+                Outcome::TopicSettings(list) => TopicSettings::from_list(list)
+                    .map(|settings| settings.to_string())
+                    .unwrap_or_else(|_| format!("{list:?}")),
+                other => other.name().to_owned(),
+            },
+            "topic settings changed"
+        ),
         Command::Publish { .. }
         | Command::PublishKeyed { .. }
         | Command::PublishBatch { .. }
@@ -126,6 +139,18 @@ fn settings_text(outcome: &Outcome) -> String {
             .unwrap_or_else(|_| format!("{list:?}")),
         other => other.name().to_owned(),
     }
+}
+
+/// The settings a change named, as `max 2 records, max age 1h` (`nothing` for none).
+fn setting_list(settings: &[TopicSetting]) -> String {
+    if settings.is_empty() {
+        return "nothing".to_owned();
+    }
+    settings
+        .iter()
+        .map(TopicSetting::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Logs a record moved to its group's dead-letter topic, or (a warning) one that topic could not
@@ -194,5 +219,15 @@ mod tests {
             "m1=[0, 2] m2=[1]"
         );
         assert_eq!(assignment(&[]), "no members");
+    }
+
+    #[test]
+    fn a_change_of_settings_names_what_it_changed() {
+        let named = [
+            TopicSetting::MaxRecords(2),
+            TopicSetting::MaxAgeMs(3_600_000),
+        ];
+        assert_eq!(setting_list(&named), "max 2 records, max age 1h");
+        assert_eq!(setting_list(&[]), "nothing");
     }
 }

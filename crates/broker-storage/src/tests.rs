@@ -1203,3 +1203,42 @@ fn opening_storage_repairs_nothing_until_it_starts() {
     let unnamed = format!("{:020}-{:010}", 99, 0);
     assert!(!tmp.path().join("records").join(unnamed).exists());
 }
+
+#[test]
+fn a_change_of_a_topics_settings_is_replayed_from_the_log_and_kept_by_a_snapshot() {
+    use broker_core::{Retention, TopicSetting};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut live = Live::with_segments(tmp.path(), 100);
+    live.run(Command::Create {
+        topic: "t".into(),
+        partition_count: 1,
+        key_hash: KeyHash::Murmur2,
+        settings: vec![TopicSetting::Retention(Retention::Limits)],
+    });
+    for i in 0..10 {
+        live.run(publish("t", 0, &format!("payload {i}")));
+    }
+    // The records move to segment files: the change evicts records from there.
+    live.checkpoint(64);
+    let configure = |settings: Vec<TopicSetting>| Command::ConfigureTopic {
+        topic: "t".into(),
+        settings,
+    };
+    live.call(configure(vec![TopicSetting::MaxBytes(30)]))
+        .unwrap();
+    live.run(publish("t", 0, "after"));
+    let expected = live.describe();
+    assert_eq!(expected.topics[0].partitions[0].earliest_offset, 8);
+    drop(live);
+    let recovery = recover(tmp.path()).unwrap();
+    assert_eq!(recovery.state.describe_all(), expected);
+    // Once more after a snapshot that holds the changed settings.
+    let mut live = Live::with_segments(tmp.path(), 100);
+    live.checkpoint(64);
+    live.call(configure(vec![TopicSetting::MaxRecords(1)]))
+        .unwrap();
+    let expected = live.describe();
+    assert_eq!(expected.topics[0].partitions[0].records, 1);
+    drop(live);
+    assert_eq!(recover(tmp.path()).unwrap().state.describe_all(), expected);
+}

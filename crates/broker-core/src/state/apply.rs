@@ -113,6 +113,9 @@ impl BrokerState {
             } => self
                 .configure_group(&topic, &group, &settings)
                 .map(Outcome::GroupSettings),
+            Command::ConfigureTopic { topic, settings } => self
+                .configure_topic(&topic, &settings)
+                .map(Outcome::TopicSettings),
             Command::ClusterStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }

@@ -86,14 +86,13 @@ impl Topic {
             if settings.discard == Discard::New {
                 return Ok(-1);
             }
-            // The oldest records leave: as many as the count and the bytes need.
-            let mut keep_from = log.base;
-            if let Some(capacity) = capacity {
-                keep_from = keep_from.max(log.end().saturating_sub(capacity as i64 - 1));
-            }
-            if let Some(max) = settings.max_bytes {
-                keep_from = keep_from.max(log.first_within_bytes(max - size)?);
-            }
+            // The oldest records leave: as many as the count and the bytes need to make room
+            // for this one (a capacity is at least 1, and `size` is within the byte limit).
+            let keep_from = self.first_to_keep(
+                partition,
+                capacity.map(|capacity| capacity - 1),
+                settings.max_bytes.map(|max| max - size),
+            )?;
             memory.retained -= self.discard_below(partition, keep_from)?;
         }
         let log = &mut self.partitions[partition];
@@ -104,6 +103,48 @@ impl Topic {
             memory.retained -= self.release(partition)?;
         }
         Ok(offset)
+    }
+
+    /// The first offset of `partition` to keep so that at most `records` records and `bytes`
+    /// bytes remain (`None`: no such limit).
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] if the sizes of evicted records cannot be read.
+    fn first_to_keep(
+        &self,
+        partition: usize,
+        records: Option<u64>,
+        bytes: Option<u64>,
+    ) -> Result<i64, BrokerError> {
+        let log = &self.partitions[partition];
+        let mut keep_from = log.base;
+        if let Some(records) = records {
+            let records = i64::try_from(records).unwrap_or(i64::MAX);
+            keep_from = keep_from.max(log.end().saturating_sub(records));
+        }
+        if let Some(bytes) = bytes {
+            keep_from = keep_from.max(log.first_within_bytes(bytes)?);
+        }
+        Ok(keep_from)
+    }
+
+    /// Brings `partition` within the topic's settings at `now_ms`, as they are after a change:
+    /// records past the maximum age leave, and with limits retention that discards old records
+    /// the oldest leave until the count and byte limits hold. Otherwise a partition past a
+    /// lowered limit keeps its records and refuses new ones until consumers (or age) make
+    /// room. Returns the bytes freed.
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] if the times or sizes of evicted records cannot be read.
+    fn enforce_settings(&mut self, partition: usize, now_ms: i64) -> Result<u64, BrokerError> {
+        let mut freed = self.expire(partition, now_ms)?;
+        let settings = self.settings;
+        if settings.retention == Retention::Limits && settings.discard == Discard::Old {
+            let keep_from =
+                self.first_to_keep(partition, settings.max_records, settings.max_bytes)?;
+            freed += self.discard_below(partition, keep_from)?;
+        }
+        Ok(freed)
     }
 
     /// The partition a keyed publish goes to: the key's hash, or without a key the next
@@ -160,6 +201,32 @@ impl BrokerState {
         );
         self.next_topic_id += 1;
         Ok(true)
+    }
+
+    /// Changes the settings of an existing `topic`: those `settings` names, the others as they
+    /// are ([`TopicSettings::changed`]); its retention, interest or limits, cannot change.
+    /// The new settings hold at once: records past a lowered maximum age leave now, and with
+    /// limits retention that discards old records, the oldest leave until a lowered count or
+    /// byte limit holds (groups that had not consumed them skip them). With interest retention
+    /// or discard new, a partition past a lowered limit loses nothing: it refuses new records
+    /// until consumers (or age) make room. Returns the topic's settings now.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for an unknown topic or settings [`TopicSettings::changed`] refuses;
+    /// [`BrokerError::Storage`] if evicted records had to be read and could not be.
+    pub fn configure_topic(
+        &mut self,
+        topic: &str,
+        settings: &[TopicSetting],
+    ) -> Result<Vec<TopicSetting>, BrokerError> {
+        let now = self.clock_ms;
+        let existing = topic_in(&mut self.topics, topic)?;
+        let wanted = existing.settings.changed(settings)?;
+        existing.settings = wanted;
+        for partition in 0..existing.partitions.len() {
+            self.memory.retained -= existing.enforce_settings(partition, now)?;
+        }
+        Ok(wanted.to_list())
     }
 
     /// See [`crate::EventBroker::add_partitions`].

@@ -2,8 +2,8 @@
 //! Kafka response built from their outcomes. [`Handler::handle`] sends each API to its family's
 //! file: `metadata` (Metadata, FindCoordinator), `produce` (Produce, InitProducerId), `fetch`
 //! (Fetch, ListOffsets), `groups` (JoinGroup, SyncGroup, LeaveGroup, DescribeGroups,
-//! ListGroups), `offsets` (OffsetCommit, OffsetFetch) and `admin` (CreateTopics, DeleteTopics,
-//! DeleteRecords); what they share is here.
+//! ListGroups), `offsets` (OffsetCommit, OffsetFetch), `admin` (CreateTopics, DeleteTopics,
+//! DeleteRecords) and `alter` (AlterConfigs, IncrementalAlterConfigs); what they share is here.
 
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use crate::{Backend, KafkaSettings};
 use produce::init_producer_id;
 
 mod admin;
+mod alter;
 mod fetch;
 mod groups;
 mod metadata;
@@ -171,6 +172,12 @@ impl<B: Backend> Handler<'_, B> {
                     .await
                     .map_err(|refusal| refused(&refusal));
                 ResponseKind::DescribeConfigs(configs::describe_configs(&request, &topics))
+            }
+            RequestKind::AlterConfigs(request) => {
+                ResponseKind::AlterConfigs(self.alter_configs(request).await)
+            }
+            RequestKind::IncrementalAlterConfigs(request) => {
+                ResponseKind::IncrementalAlterConfigs(self.incremental_alter_configs(request).await)
             }
             // `frame::parse` lets through only the APIs `apis::supported_apis` lists, each
             // handled above.

@@ -580,6 +580,29 @@ fn default_request(key: ApiKey) -> RequestKind {
                     .with_resource_name(StrBytes::from_static_str("t")),
             ]))
         }
+        // A topic's config set, so that the answer is a change (of nothing new).
+        ApiKey::AlterConfigs => {
+            RequestKind::AlterConfigs(AlterConfigsRequest::default().with_resources(vec![
+                alter_configs_request::AlterConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(StrBytes::from_static_str("t"))
+                    .with_configs(vec![alter_configs_request::AlterableConfig::default()
+                        .with_name(StrBytes::from_static_str("broker.max.records"))
+                        .with_value(Some(StrBytes::from_static_str("100")))]),
+            ]))
+        }
+        ApiKey::IncrementalAlterConfigs => RequestKind::IncrementalAlterConfigs(
+            IncrementalAlterConfigsRequest::default().with_resources(vec![
+                incremental_alter_configs_request::AlterConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(StrBytes::from_static_str("t"))
+                    .with_configs(vec![
+                        incremental_alter_configs_request::AlterableConfig::default()
+                            .with_name(StrBytes::from_static_str("broker.max.records"))
+                            .with_value(Some(StrBytes::from_static_str("100"))),
+                    ]),
+            ]),
+        ),
         ApiKey::CreatePartitions => {
             RequestKind::CreatePartitions(CreatePartitionsRequest::default().with_topics(vec![
                 create_partitions_request::CreatePartitionsTopic::default()
@@ -1158,4 +1181,215 @@ fn described_topics(broker: &Local) -> Vec<String> {
         .into_iter()
         .map(|topic| topic.name)
         .collect()
+}
+
+/// A config to change: its name, the incremental operation (ignored by AlterConfigs) and the
+/// value.
+type ConfigChange<'a> = (&'a str, i8, &'a str);
+
+/// An AlterConfigs or IncrementalAlterConfigs request of one resource per `(type, name,
+/// configs)`.
+fn alter(
+    incremental: bool,
+    validate_only: bool,
+    resources: &[(i8, &str, &[ConfigChange<'_>])],
+) -> RequestKind {
+    use kafka_protocol::messages::{
+        alter_configs_request as plain, incremental_alter_configs_request as incr,
+        AlterConfigsRequest, IncrementalAlterConfigsRequest,
+    };
+    let text = |text: &str| StrBytes::from_string(text.to_owned());
+    if incremental {
+        let resources = resources
+            .iter()
+            .map(|(kind, name, configs)| {
+                incr::AlterConfigsResource::default()
+                    .with_resource_type(*kind)
+                    .with_resource_name(text(name))
+                    .with_configs(
+                        configs
+                            .iter()
+                            .map(|(config, operation, value)| {
+                                incr::AlterableConfig::default()
+                                    .with_name(text(config))
+                                    .with_config_operation(*operation)
+                                    .with_value(Some(text(value)))
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        return RequestKind::IncrementalAlterConfigs(
+            IncrementalAlterConfigsRequest::default()
+                .with_validate_only(validate_only)
+                .with_resources(resources),
+        );
+    }
+    let resources = resources
+        .iter()
+        .map(|(kind, name, configs)| {
+            plain::AlterConfigsResource::default()
+                .with_resource_type(*kind)
+                .with_resource_name(text(name))
+                .with_configs(
+                    configs
+                        .iter()
+                        .map(|(config, _, value)| {
+                            plain::AlterableConfig::default()
+                                .with_name(text(config))
+                                .with_value(Some(text(value)))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    RequestKind::AlterConfigs(
+        AlterConfigsRequest::default()
+            .with_validate_only(validate_only)
+            .with_resources(resources),
+    )
+}
+
+/// Each resource's error code in an AlterConfigs or IncrementalAlterConfigs answer.
+fn alter_codes(response: Option<ResponseKind>) -> Vec<i16> {
+    match response {
+        Some(ResponseKind::AlterConfigs(response)) => {
+            response.responses.iter().map(|r| r.error_code).collect()
+        }
+        Some(ResponseKind::IncrementalAlterConfigs(response)) => {
+            response.responses.iter().map(|r| r.error_code).collect()
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// A broker with topic `t` (interest retention) and `logs` (limits retention, one partition,
+/// five records of 4 bytes).
+fn broker_with_a_log() -> Local {
+    use broker_core::{Retention, TopicSetting};
+    let broker = broker(100);
+    let limits = [TopicSetting::Retention(Retention::Limits)];
+    broker
+        .create_topic("logs", 1, KeyHash::Murmur2, &limits)
+        .unwrap();
+    for _ in 0..5 {
+        broker.publish("logs", 0, "abcd").unwrap();
+    }
+    broker
+}
+
+#[tokio::test]
+async fn alter_configs_change_the_settings_they_name_at_once_and_validate_only_changes_nothing() {
+    use broker_core::{Retention, TopicSetting};
+    for incremental in [false, true] {
+        let broker = broker_with_a_log();
+        let version = if incremental { 1 } else { 2 };
+        let configs: &[ConfigChange<'_>] =
+            &[("retention.bytes", 0, "8"), ("retention.ms", 0, "60000")];
+        let checked = alter(incremental, true, &[(2, "logs", configs)]);
+        assert_eq!(alter_codes(ask(&broker, version, checked).await), [0]);
+        assert_eq!(
+            described(&broker, "logs").settings,
+            [TopicSetting::Retention(Retention::Limits)],
+            "validate_only changes nothing"
+        );
+        let changed = alter(incremental, false, &[(2, "logs", configs)]);
+        assert_eq!(alter_codes(ask(&broker, version, changed).await), [0]);
+        let logs = described(&broker, "logs");
+        assert_eq!(
+            logs.settings,
+            [
+                TopicSetting::Retention(Retention::Limits),
+                TopicSetting::MaxBytes(8),
+                TopicSetting::MaxAgeMs(60_000)
+            ]
+        );
+        assert_eq!(
+            (
+                logs.partitions[0].earliest_offset,
+                logs.partitions[0].end_offset
+            ),
+            (3, 5),
+            "the oldest records left at once"
+        );
+        // The broker's own names, and configs every topic has anyway.
+        let own: &[ConfigChange<'_>] = &[
+            ("broker.max.records", 0, "1"),
+            ("broker.discard", 0, "new"),
+            ("cleanup.policy", 0, "delete"),
+        ];
+        let changed = alter(incremental, false, &[(2, "logs", own)]);
+        assert_eq!(alter_codes(ask(&broker, version, changed).await), [0]);
+        let logs = described(&broker, "logs");
+        assert!(logs.settings.contains(&TopicSetting::MaxRecords(1)));
+        assert_eq!(logs.partitions[0].records, 2, "discard new loses nothing");
+    }
+}
+
+#[tokio::test]
+async fn alter_configs_refuse_each_resource_they_cannot_change_and_change_the_others() {
+    let broker = broker_with_a_log();
+    for incremental in [false, true] {
+        let version = if incremental { 1 } else { 0 };
+        let request = alter(
+            incremental,
+            false,
+            &[
+                (2, "logs", &[("segment.bytes", 0, "1024")]),
+                (2, "logs", &[("retention.ms", 0, "-1")]),
+                (2, "logs", &[("broker.retention", 0, "interest")]),
+                (2, "t", &[("broker.discard", 0, "old")]),
+                (2, "nosuch", &[("retention.ms", 0, "1000")]),
+                (4, "0", &[("log.retention.ms", 0, "1000")]),
+                (2, "logs", &[("broker.max.records", 0, "3")]),
+            ],
+        );
+        assert_eq!(
+            alter_codes(ask(&broker, version, request).await),
+            [
+                ResponseError::InvalidConfig.code(),
+                ResponseError::InvalidConfig.code(),
+                ResponseError::InvalidConfig.code(),
+                ResponseError::InvalidConfig.code(),
+                ResponseError::UnknownTopicOrPartition.code(),
+                ResponseError::InvalidRequest.code(),
+                0,
+            ]
+        );
+        assert_eq!(described(&broker, "logs").partitions[0].records, 3);
+    }
+}
+
+#[tokio::test]
+async fn incremental_alter_configs_set_and_refuse_delete_append_and_subtract() {
+    let broker = broker_with_a_log();
+    let request = alter(
+        true,
+        false,
+        &[
+            (2, "logs", &[("retention.ms", 1, "")]),
+            (2, "logs", &[("cleanup.policy", 2, "compact")]),
+            (2, "logs", &[("cleanup.policy", 3, "delete")]),
+            // A resource with a refused operation changes none of its configs.
+            (
+                2,
+                "logs",
+                &[("broker.max.records", 0, "1"), ("retention.bytes", 1, "")],
+            ),
+        ],
+    );
+    let response = ask(&broker, 1, request).await;
+    let Some(ResponseKind::IncrementalAlterConfigs(answer)) = &response else {
+        panic!("unexpected {response:?}");
+    };
+    assert!(answer.responses[0]
+        .error_message
+        .as_ref()
+        .unwrap()
+        .contains("cannot be removed"));
+    assert_eq!(
+        alter_codes(response),
+        [ResponseError::InvalidConfig.code(); 4]
+    );
+    assert_eq!(described(&broker, "logs").partitions[0].records, 5);
 }

@@ -427,18 +427,74 @@ fn a_command_a_later_version_added_is_malformed_on_an_older_connection() {
     };
     let mut bytes = BytesMut::new();
     ClientCodec::new(1024).encode(frame, &mut bytes).unwrap();
-    match ServerCodec::new(1024, 2)
+    assert_needs_version(bytes, 9, 3);
+}
+
+/// Asserts that the request `bytes` (correlation id `id`) is malformed on a connection of the
+/// version before `version`, saying which version it needs, and decodes on one of `version`.
+fn assert_needs_version(mut bytes: BytesMut, id: u64, version: u16) {
+    match ServerCodec::new(1024, version - 1)
         .decode(&mut bytes.clone())
         .unwrap()
     {
         Some(crate::Decoded::Malformed {
-            leading_u64: Some(9),
+            leading_u64: Some(leading),
             reason,
-        }) => assert!(reason.contains("protocol version 3"), "{reason}"),
+        }) => {
+            assert_eq!(leading, id);
+            let needs = format!("protocol version {version}");
+            assert!(reason.contains(&needs), "{reason}");
+        }
         other => panic!("unexpected {other:?}"),
     }
     assert!(matches!(
-        ServerCodec::new(1024, 3).decode(&mut bytes).unwrap(),
+        ServerCodec::new(1024, version).decode(&mut bytes).unwrap(),
         Some(crate::Decoded::Message(_))
     ));
+}
+
+#[test]
+fn configure_topic_encodes_to_the_bytes_proto_md_documents_and_needs_version_9() {
+    let frame = RequestFrame {
+        correlation_id: 7,
+        max_wait_ms: 0,
+        command: Command::ConfigureTopic {
+            topic: "t".into(),
+            settings: vec![broker_core::TopicSetting::MaxRecords(2)],
+        },
+    };
+    let mut bytes = BytesMut::new();
+    ClientCodec::new(1024).encode(frame, &mut bytes).unwrap();
+    let mut expected = Vec::new();
+    expected.extend_from_slice(&45u32.to_be_bytes()); // frame length
+    expected.extend_from_slice(&7u64.to_le_bytes()); // correlation_id
+    expected.extend_from_slice(&0u32.to_le_bytes()); // max_wait_ms
+    expected.extend_from_slice(&35u32.to_le_bytes()); // Command::ConfigureTopic
+    expected.extend_from_slice(&1u64.to_le_bytes()); // topic length
+    expected.extend_from_slice(b"t");
+    expected.extend_from_slice(&1u64.to_le_bytes()); // settings: one
+    expected.extend_from_slice(&1u32.to_le_bytes()); // TopicSetting::MaxRecords
+    expected.extend_from_slice(&2u64.to_le_bytes());
+    assert_eq!(&bytes[..], &expected[..]);
+    assert_needs_version(bytes, 7, 9);
+    // The answer: outcome [21] TopicSettings.
+    let response = ResponseFrame {
+        correlation_id: 7,
+        result: Ok(Outcome::TopicSettings(vec![
+            broker_core::TopicSetting::MaxRecords(2),
+        ])),
+    };
+    let mut bytes = BytesMut::new();
+    ServerCodec::new(1024, 9)
+        .encode(response, &mut bytes)
+        .unwrap();
+    let mut expected = Vec::new();
+    expected.extend_from_slice(&36u32.to_be_bytes()); // frame length
+    expected.extend_from_slice(&7u64.to_le_bytes()); // correlation_id
+    expected.extend_from_slice(&0u32.to_le_bytes()); // Ok
+    expected.extend_from_slice(&21u32.to_le_bytes()); // Outcome::TopicSettings
+    expected.extend_from_slice(&1u64.to_le_bytes()); // one setting
+    expected.extend_from_slice(&1u32.to_le_bytes()); // TopicSetting::MaxRecords
+    expected.extend_from_slice(&2u64.to_le_bytes());
+    assert_eq!(&bytes[..], &expected[..]);
 }
