@@ -644,7 +644,11 @@ fn read_log(path: &Path, purged: Option<u64>, previous: Option<u64>) -> io::Resu
         let entry: Entry =
             decode(body).map_err(|why| damaged(path, at as u64, &why.to_string()))?;
         let index = entry.get_log_id().index;
-        if previous.is_some_and(|previous| index != previous + 1) {
+        // Entries follow each other, but for the first one after purged ones: a snapshot may
+        // cover more than the log held (its purge starts a new segment, and a crash may leave
+        // the old one), and the first entry kept is checked against the purge by the caller.
+        let purged_before = |previous: u64| purged.is_some_and(|purged| previous <= purged);
+        if previous.is_some_and(|previous| index != previous + 1 && !purged_before(previous)) {
             return Err(damaged(path, at as u64, "a gap in entry indexes"));
         }
         previous = Some(index);
@@ -816,6 +820,33 @@ mod tests {
         assert_eq!(store.files().meta.vote, Some(Vote::new(2, 7)));
         assert_eq!(store.last_index(), Some(8));
         assert_eq!(store.files().entries[&8], entry(8));
+    }
+
+    #[test]
+    fn a_purge_past_the_end_cut_short_by_a_crash_leaves_a_log_that_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || LogStore::open(dir.path(), 1, LogSync::EveryAppend).unwrap();
+        let first = {
+            let store = open();
+            let mut files = store.files();
+            append(&mut files, (0..=3).map(entry));
+            let first = segment_path(dir.path(), files.segments[0]);
+            let kept = std::fs::read(&first).unwrap();
+            // A snapshot covering more than the log: the purge starts a new segment, then
+            // removes the old one; the crash comes before the removal reached the disk.
+            files
+                .purge(LogId::new(CommittedLeaderId::new(1, 1), 10))
+                .unwrap();
+            std::fs::write(&first, kept).unwrap();
+            first
+        };
+        {
+            let store = open();
+            assert!(first.exists());
+            append(&mut store.files(), (11..=12).map(entry));
+        }
+        // The entries after the purged ones follow them, not the purged ones left behind.
+        assert_eq!(indexes(&open()), vec![11, 12]);
     }
 
     #[test]
