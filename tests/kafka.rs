@@ -594,14 +594,27 @@ async fn refused_records_fail_their_batch_without_gaps_duplicates_past_it_or_end
         "bbbbbbbb",
         "cc",
     ]);
-    for payload in ["aaaaa", "bbbbbbbb", "cc"] {
-        assert_eq!(report["errors"][payload], "_MSG_TIMED_OUT", "{report}");
-    }
+    // The record that never fits times out; nothing the client was told failed is stored
+    // after it, and whatever it was told was delivered is stored. (librdkafka usually sends
+    // the three in one batch, which then times out whole with only "aaaaa" stored; now and
+    // then it sends a record in a batch of its own, which is stored and answered on its own:
+    // the rule within one batch is the handler's `a_partition_full_within_a_batch_...` test.)
+    assert_eq!(report["errors"]["bbbbbbbb"], "_MSG_TIMED_OUT", "{report}");
     let stored = payloads(&client, "full").await;
     assert!(
-        !stored.is_empty() && stored.iter().all(|payload| payload == "aaaaa"),
+        !stored.is_empty() && !stored.iter().any(|payload| payload == "bbbbbbbb"),
         "{stored:?}"
     );
+    for payload in ["aaaaa", "cc"] {
+        if report["errors"][payload].is_null() {
+            assert!(
+                stored.iter().any(|kept| kept == payload),
+                "{report} {stored:?}"
+            );
+        } else {
+            assert_eq!(report["errors"][payload], "_MSG_TIMED_OUT", "{report}");
+        }
+    }
 
     // A record larger than a partition keeps fails its batch at once, not at the timeout; the
     // records before it were stored, none after it.
@@ -622,11 +635,27 @@ async fn refused_records_fail_their_batch_without_gaps_duplicates_past_it_or_end
         &large,
         "a4",
     ]);
-    for payload in ["a1", "a2", large.as_str(), "a4"] {
-        assert_eq!(report["errors"][payload], "MSG_SIZE_TOO_LARGE", "{report}");
-    }
+    assert_eq!(
+        report["errors"][large.as_str()],
+        "MSG_SIZE_TOO_LARGE",
+        "{report}"
+    );
     assert!(report["seconds"].as_f64().unwrap() < 30.0, "{report}");
-    assert_eq!(payloads(&client, "small").await, ["a1", "a2"]);
+    // In one batch (as librdkafka usually sends them) the records before the large one are
+    // stored and none after it; a record the client sent in a batch of its own was answered
+    // on its own.
+    let stored = payloads(&client, "small").await;
+    assert!(
+        stored.starts_with(&["a1".to_owned(), "a2".to_owned()]),
+        "{stored:?}"
+    );
+    assert!(!stored.contains(&large), "{stored:?}");
+    if report["errors"]["a4"] == "MSG_SIZE_TOO_LARGE" {
+        assert_eq!(stored, ["a1", "a2"], "{report}");
+    } else {
+        assert!(report["errors"]["a4"].is_null(), "{report}");
+        assert_eq!(stored, ["a1", "a2", "a4"], "{report}");
+    }
 
     // Headers the broker cannot store fail their batch at once, and nothing of it is stored.
     client.create("headers", 1).await.unwrap();

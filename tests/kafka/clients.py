@@ -678,7 +678,9 @@ def refusals(args):
     producer = Producer(
         {
             "bootstrap.servers": args.bootstrap,
-            "linger.ms": 200,
+            # Long enough that the payloads go in one batch on a loaded machine too (with a
+            # shorter linger a stalled test process sent them in batches of their own).
+            "linger.ms": 1000,
             "message.timeout.ms": args.timeout_ms,
             "enable.idempotence": False,
         }
