@@ -355,6 +355,24 @@ mod tests {
         i32::from_be_bytes(body[..4].try_into().unwrap())
     }
 
+    /// Names SASL/PLAIN and sends `password`, as requests 1 and 2, and reads both answers.
+    async fn authenticate(client: &mut DuplexStream, password: &str) {
+        let handshake =
+            SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+        client
+            .write_all(&frame(ApiKey::SaslHandshake, 1, 1, &handshake))
+            .await
+            .unwrap();
+        assert_eq!(answer_id(client).await, 1);
+        let authenticate = SaslAuthenticateRequest::default()
+            .with_auth_bytes(format!("\0user\0{password}").into_bytes().into());
+        client
+            .write_all(&frame(ApiKey::SaslAuthenticate, 1, 2, &authenticate))
+            .await
+            .unwrap();
+        assert_eq!(answer_id(client).await, 2);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn before_it_authenticates_a_connection_may_send_no_request_over_64_kib() {
         let backend = Locked(EventBroker::new(10).unwrap());
@@ -387,20 +405,7 @@ mod tests {
         let (coordinator, settings) = (Coordinator::default(), settings());
         let (mut client, served) = serve(&backend, &coordinator, &settings);
         let talking = async move {
-            let handshake =
-                SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
-            client
-                .write_all(&frame(ApiKey::SaslHandshake, 1, 1, &handshake))
-                .await
-                .unwrap();
-            assert_eq!(answer_id(&mut client).await, 1);
-            let authenticate = SaslAuthenticateRequest::default()
-                .with_auth_bytes(bytes::Bytes::from_static(b"\0user\0secret"));
-            client
-                .write_all(&frame(ApiKey::SaslAuthenticate, 1, 2, &authenticate))
-                .await
-                .unwrap();
-            assert_eq!(answer_id(&mut client).await, 2);
+            authenticate(&mut client, "secret").await;
             // A request of 100 kB (an ApiVersions with bytes after it): read and answered.
             let mut large = frame(ApiKey::ApiVersions, 0, 3, &ApiVersionsRequest::default());
             large.extend_from_slice(&[0; 100_000]);
@@ -421,20 +426,7 @@ mod tests {
         let (coordinator, settings) = (Coordinator::default(), settings());
         let (mut client, served) = serve(&backend, &coordinator, &settings);
         let talking = async move {
-            let handshake =
-                SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
-            client
-                .write_all(&frame(ApiKey::SaslHandshake, 1, 1, &handshake))
-                .await
-                .unwrap();
-            assert_eq!(answer_id(&mut client).await, 1);
-            let authenticate = SaslAuthenticateRequest::default()
-                .with_auth_bytes(bytes::Bytes::from_static(b"\0user\0wrong"));
-            client
-                .write_all(&frame(ApiKey::SaslAuthenticate, 1, 2, &authenticate))
-                .await
-                .unwrap();
-            assert_eq!(answer_id(&mut client).await, 2);
+            authenticate(&mut client, "wrong").await;
             client
         };
         let (result, _client) = tokio::join!(served, talking);
