@@ -188,16 +188,20 @@ impl BrokerGuard<'_> {
     /// change until the server restarts, or a read of records on disk that failed (which
     /// clients retry, so each error is logged once, not at every retry).
     fn report_storage_error(&mut self, failed_before: bool, result: &Result<Outcome, ErrorReply>) {
-        let Err(ErrorReply::Storage(why)) = result else {
-            return;
-        };
+        if let Err(ErrorReply::Storage(why)) = result {
+            self.report_storage_failure(failed_before, why);
+        }
+    }
+
+    /// [`BrokerGuard::report_storage_error`] of the storage error `why`.
+    fn report_storage_failure(&mut self, failed_before: bool, why: &str) {
         let locked = &mut *self.locked;
         let newly_failed = !failed_before && locked.state.failure().is_some();
-        let reported = locked.reported_storage_error.as_deref() == Some(why.as_str());
+        let reported = locked.reported_storage_error.as_deref() == Some(why);
         if failed_before || (reported && !newly_failed) {
             return;
         }
-        locked.reported_storage_error = Some(why.clone());
+        locked.reported_storage_error = Some(why.to_owned());
         if newly_failed {
             tracing::error!(
                 cause = %why,
@@ -277,8 +281,12 @@ impl BrokerGuard<'_> {
         let audited = (self.audited && command.kind().is_administrative()).then(|| command.clone());
         let deleted = deleted_topic(&command);
         let state = &mut self.locked.state;
+        let failed_before = state.failure().is_some();
         let result = state.apply_at(now_ms, command);
         audit(state, audited, result.as_ref().ok());
+        if let Err(BrokerError::Storage(why)) = &result {
+            self.report_storage_failure(failed_before, why);
+        }
         if let (Ok(_), Some(topic)) = (&result, deleted) {
             self.locked.sessions.forget_topic(&topic);
         }
