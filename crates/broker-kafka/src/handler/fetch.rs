@@ -30,6 +30,12 @@ const LATEST: i64 = -1;
 /// The `timestamp` of a ListOffsets partition that asks for the earliest retained offset.
 const EARLIEST: i64 = -2;
 
+/// How many partitions of a fetch are read at once: enough that a fetch of many partitions
+/// takes few round trips (in a cluster each read is an entry of the replicated log), few enough
+/// that the records read past the answer's room (a read always returns its first record, which
+/// the answer may then have no room for) stay a handful.
+const READS_AT_ONCE: usize = 32;
+
 /// Bytes of a fetch answer besides its record batches: headers, topics and partitions.
 const FETCH_ANSWER_OVERHEAD: usize = 256 * 1024;
 
@@ -43,8 +49,9 @@ impl<B: Backend> Handler<'_, B> {
             .saturating_sub(FETCH_ANSWER_OVERHEAD)) as u64
     }
 
-    /// Reads the partitions one after another, each within what the answer has room for, so
-    /// that what the request holds in memory is bounded by its answer: a partition named twice
+    /// Reads the partitions in order, [`READS_AT_ONCE`] at a time, each within what the answer
+    /// has room for after the partitions before it, so that what the request holds in memory
+    /// is bounded by its answer (and a few records more): a partition named twice
     /// is read once (as Kafka does, at the place it was first named, from the offset it was
     /// last given).
     pub(super) async fn fetch(&self, request: FetchRequest) -> FetchResponse {
@@ -79,11 +86,20 @@ impl<B: Backend> Handler<'_, B> {
         };
         let mut answers = Vec::with_capacity(wanted.len());
         let mut found_nothing = true;
-        for partition in &wanted {
-            // At most what is left: a read always gets its first record, whatever its size.
-            let result = self.read(partition, room.left, Duration::ZERO).await;
-            found_nothing &= matches!(&result, Ok(outcome) if outcome.found_no_records());
-            answers.push(self.partition_data(partition, result, &mut room).await);
+        for chunk in wanted.chunks(READS_AT_ONCE) {
+            // Each read of the chunk within what is left after the reads before it in the
+            // chunk (a read always gets its first record, whatever its size).
+            let mut left = room.left;
+            let reads = chunk.iter().map(|partition| {
+                let limit = left;
+                left = left.saturating_sub(self.read_limit(partition, limit));
+                self.read(partition, limit, Duration::ZERO)
+            });
+            let results = join_all(reads).await;
+            for (partition, result) in chunk.iter().zip(results) {
+                found_nothing &= matches!(&result, Ok(outcome) if outcome.found_no_records());
+                answers.push(self.partition_data(partition, result, &mut room).await);
+            }
         }
         let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
         if found_nothing && !wait.is_zero() && !wanted.is_empty() {
@@ -112,6 +128,12 @@ impl<B: Backend> Handler<'_, B> {
         FetchResponse::default().with_responses(topics)
     }
 
+    /// The most bytes of records a read of `wanted` takes when the answer has `limit` left:
+    /// within the partition's own limit and half a frame.
+    fn read_limit(&self, wanted: &Wanted, limit: u64) -> u64 {
+        wanted.max_bytes.min(limit).min(self.frame_room() / 2)
+    }
+
     /// Reads `wanted`'s records, at most `limit` bytes of them (and at most half a frame, so
     /// that its batch, with its per-record overhead, always fits the answer), waiting up to
     /// `wait` for one.
@@ -126,7 +148,7 @@ impl<B: Backend> Handler<'_, B> {
             partition: wanted.partition,
             offset: wanted.offset,
             max_records: MAX_FETCH_RECORDS,
-            max_bytes: Some(wanted.max_bytes.min(limit).min(self.frame_room() / 2)),
+            max_bytes: Some(self.read_limit(wanted, limit)),
         };
         self.backend.call(command, wait).await
     }
