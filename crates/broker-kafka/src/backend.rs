@@ -56,9 +56,11 @@ pub trait Backend: Send + Sync {
     fn authenticate(&self, password: &str) -> bool;
 
     /// Told of each request answered (or refused): its API (`None` when the request did not
-    /// say one the listener knows) and every error its answer carries: its own, its topics',
-    /// partitions', groups' and members'. For the server's metrics; does nothing by default.
-    fn answered(&self, _api: Option<ApiKey>, _errors: &[ResponseError]) {}
+    /// say one the listener knows) and `errors`, which gives every error its answer carries:
+    /// its own, its topics', partitions', groups' and members' (called only by a backend that
+    /// counts them, so that others pay nothing). For the server's metrics; does nothing by
+    /// default.
+    fn answered(&self, _api: Option<ApiKey>, _errors: impl FnOnce() -> Vec<ResponseError>) {}
 }
 
 /// The broker in memory, in this process, as a backend: each command applied at once (a read

@@ -217,14 +217,14 @@ async fn reply<B: Backend>(
             let send = |response: &ResponseKind| {
                 handler
                     .backend
-                    .answered(Some(api_key), &answered_errors(response));
+                    .answered(Some(api_key), || answered_errors(response));
                 encode_response(api_key, version, correlation_id, response)
             };
             match sasl.gate(handler.backend, api_key, version, *body) {
                 Gate::Pass(request) => match handler.handle(version, client_id, request).await {
                     Answer::Response(response) => Reply::Send(send(&response)?),
                     Answer::Nothing => {
-                        handler.backend.answered(Some(api_key), &[]);
+                        handler.backend.answered(Some(api_key), Vec::new);
                         Reply::Nothing
                     }
                     Answer::Close => {
@@ -232,11 +232,11 @@ async fn reply<B: Backend>(
                         // here, only that there was one.
                         handler
                             .backend
-                            .answered(Some(api_key), &[ResponseError::UnknownServerError]);
+                            .answered(Some(api_key), || vec![ResponseError::UnknownServerError]);
                         Reply::Close
                     }
                     Answer::Refused(error) => {
-                        handler.backend.answered(Some(api_key), &[error]);
+                        handler.backend.answered(Some(api_key), || vec![error]);
                         Reply::Send(encode_refusal(correlation_id, error))
                     }
                 },
@@ -254,10 +254,9 @@ async fn reply<B: Backend>(
             }
         }
         Parsed::UnsupportedApiVersions { correlation_id } => {
-            handler.backend.answered(
-                Some(ApiKey::ApiVersions),
-                &[ResponseError::UnsupportedVersion],
-            );
+            handler.backend.answered(Some(ApiKey::ApiVersions), || {
+                vec![ResponseError::UnsupportedVersion]
+            });
             Reply::Send(encode_unsupported_api_versions(correlation_id)?)
         }
         Parsed::Refused {
@@ -266,7 +265,7 @@ async fn reply<B: Backend>(
             reason,
         } => {
             debug!(cause = %reason, "refusing a Kafka request");
-            handler.backend.answered(None, &[error]);
+            handler.backend.answered(None, || vec![error]);
             Reply::Send(encode_refusal(correlation_id, error))
         }
     })

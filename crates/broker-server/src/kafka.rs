@@ -293,9 +293,9 @@ impl Backend for ServerBackend {
             .is_none_or(|token| token.matches(Some(password)))
     }
 
-    fn answered(&self, api: Option<ApiKey>, errors: &[ResponseError]) {
+    fn answered(&self, api: Option<ApiKey>, errors: impl FnOnce() -> Vec<ResponseError>) {
         if let Some(metrics) = &self.shared.metrics {
-            metrics.kafka_answered(api, errors);
+            metrics.kafka_answered(api, &errors());
         }
     }
 }

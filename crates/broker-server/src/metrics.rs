@@ -96,6 +96,9 @@ pub(crate) struct Metrics {
     bytes_out: Family<ListenerLabels, Counter>,
     /// Kafka requests answered, by API.
     kafka_requests: Family<ApiLabels, Counter>,
+    /// The counters of `kafka_requests` of each API the listener serves (its key and name),
+    /// then of `unknown`: a request updates its counter without building a label.
+    kafka_apis: Vec<(Option<ApiKey>, String, Counter)>,
     /// Errors in Kafka answers (the request's own, its partitions', ...), by API and error.
     kafka_errors: Family<ApiErrorLabels, Counter>,
     /// Records stored by publishes.
@@ -235,6 +238,8 @@ impl Default for Metrics {
                     .clone()
             })
             .collect();
+        // Every API's series exists from the start, at zero.
+        let kafka_requests = Family::<ApiLabels, Counter>::default();
         Metrics {
             commands,
             requests_family,
@@ -255,7 +260,22 @@ impl Default for Metrics {
             },
             bytes_in: per_listener(),
             bytes_out: per_listener(),
-            kafka_requests: Family::default(),
+            kafka_apis: broker_kafka::supported_apis()
+                .iter()
+                .map(|api| Some(api.key))
+                .chain([None])
+                .map(|api| {
+                    let name = api.map_or_else(
+                        || "unknown".to_owned(),
+                        |api| snake_case(&format!("{api:?}")),
+                    );
+                    let counter = kafka_requests
+                        .get_or_create(&[("api", name.clone())])
+                        .clone();
+                    (api, name, counter)
+                })
+                .collect(),
+            kafka_requests,
             kafka_errors: Family::default(),
             published: Counter::default(),
             refused: Counter::default(),
@@ -364,17 +384,20 @@ impl Metrics {
     /// A Kafka request of `api` (`None`: one the listener does not know) was answered, with
     /// `errors` in its answer.
     pub(crate) fn kafka_answered(&self, api: Option<ApiKey>, errors: &[ResponseError]) {
-        let api = api.map_or_else(
-            || "unknown".to_owned(),
-            |api| snake_case(&format!("{api:?}")),
-        );
-        self.kafka_requests
-            .get_or_create(&[("api", api.clone())])
-            .inc();
+        // The last entry, `unknown`, counts what the listener does not serve.
+        let Some((_, name, counter)) = self
+            .kafka_apis
+            .iter()
+            .find(|(key, _, _)| *key == api)
+            .or(self.kafka_apis.last())
+        else {
+            return;
+        };
+        counter.inc();
         for error in errors {
             self.kafka_errors
                 .get_or_create(&[
-                    ("api", api.clone()),
+                    ("api", name.clone()),
                     ("error", snake_case(&format!("{error:?}"))),
                 ])
                 .inc();
