@@ -1,6 +1,8 @@
 //! Topics and their records: CreateTopics, CreatePartitions, DeleteTopics, DeleteRecords and
 //! DescribeLogDirs.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use broker_core::{Command, KeyHash, Outcome};
 use broker_proto::ErrorReply;
 use futures::future::join_all;
@@ -276,11 +278,22 @@ impl<B: Backend> Handler<'_, B> {
             Ok(described) => described,
             Err(refusal) => return response.with_error_code(kafka_error(&refusal).code()),
         };
+        // The partitions asked for, by topic (each once, however many times it is named).
+        let asked: Option<BTreeMap<&str, BTreeSet<i32>>> = request.topics.as_ref().map(|topics| {
+            let mut asked: BTreeMap<&str, BTreeSet<i32>> = BTreeMap::new();
+            for topic in topics {
+                asked
+                    .entry(topic.topic.as_str())
+                    .or_default()
+                    .extend(topic.partitions.iter().copied());
+            }
+            asked
+        });
         let wanted = |topic: &str, partition: i32| {
-            request.topics.as_ref().is_none_or(|topics| {
-                topics.iter().any(|asked| {
-                    asked.topic.as_str() == topic && asked.partitions.contains(&partition)
-                })
+            asked.as_ref().is_none_or(|asked| {
+                asked
+                    .get(topic)
+                    .is_some_and(|partitions| partitions.contains(&partition))
             })
         };
         let topics = described

@@ -2,6 +2,7 @@
 //! LeaveGroup, DescribeGroups, ListGroups and DeleteGroups (Heartbeat is answered by the
 //! coordinator alone).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use broker_proto::ErrorReply;
@@ -280,11 +281,15 @@ impl<B: Backend> Handler<'_, B> {
     pub(super) async fn delete_groups(&self, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
         let described = self.describe(None).await;
         let mut results = Vec::with_capacity(request.groups_names.len());
+        // Each group deleted once, however many times the request names it.
+        let mut done: BTreeMap<String, Option<ResponseError>> = BTreeMap::new();
         for group in request.groups_names {
-            let error = match &described {
-                Ok(topics) => self.delete_group(group.as_str(), topics).await,
-                Err(refusal) => Some(coordinator_error(refusal)),
+            let error = match (done.get(group.as_str()), &described) {
+                (Some(error), _) => *error,
+                (None, Ok(topics)) => self.delete_group(group.as_str(), topics).await,
+                (None, Err(refusal)) => Some(coordinator_error(refusal)),
             };
+            done.insert(group.as_str().to_owned(), error);
             results.push(
                 DeletableGroupResult::default()
                     .with_group_id(group)

@@ -1,6 +1,8 @@
 //! A group's committed offsets: OffsetCommit and OffsetFetch, kept with the broker's group of
 //! the same name on each topic.
 
+use std::collections::BTreeSet;
+
 use broker_core::{Command, Outcome};
 use broker_proto::ErrorReply;
 use futures::future::join_all;
@@ -135,9 +137,12 @@ impl<B: Backend> Handler<'_, B> {
         // The topics asked for alone (each with its groups), or every topic when none is named.
         let described = match &request.topics {
             Some(topics) => {
-                let mut described = Vec::with_capacity(topics.len());
-                for topic in topics {
-                    match self.describe(Some(topic_name(&topic.name))).await {
+                // Each topic once, however many times the request names it.
+                let names: BTreeSet<String> =
+                    topics.iter().map(|topic| topic_name(&topic.name)).collect();
+                let mut described = Vec::with_capacity(names.len());
+                for name in names {
+                    match self.describe(Some(name)).await {
                         Ok(found) => described.extend(found),
                         // A topic that does not exist: nothing committed there.
                         Err(ErrorReply::InvalidArgument(_)) => {}
