@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use broker_client::{Client, PartitionBatch, PublishRecord};
+use broker_testkit::files::every_file;
 use broker_testkit::{process::refused_start, process::ServerProcess, rng::Rng};
 use tokio::sync::watch;
 
@@ -486,20 +487,6 @@ fn refuse_a_payload_limit_of_1000_bytes(data: &str) {
     );
 }
 
-/// Every file under `dir` but the lock, with its bytes.
-fn every_file(dir: &Path) -> BTreeMap<std::path::PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files.extend(every_file(&path));
-        } else if path.file_name().is_some_and(|name| name != "LOCK") {
-            files.insert(path.clone(), std::fs::read(&path).unwrap());
-        }
-    }
-    files
-}
-
 /// What a crash leaves for recovery to cut (a torn last log entry, an unfinished snapshot) is
 /// cut only once the start is certain: a start refused after the directory was read, here for
 /// its payload limit, leaves every file as it was.
@@ -923,6 +910,27 @@ async fn a_data_directory_of_format_version_4_opens_unchanged() {
         true,
     )
     .await;
+}
+
+/// The data directory of a broker of three shards (`tests/fixtures/data-shards-v4`, made by
+/// `tests/fixtures/make-data-shards-v4.sh`: topics in every shard, records in segment files and
+/// in the logs, a group with a dead-letter topic) opens, without `--shards`, with its three
+/// shards and the same description and records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_of_three_shards_opens_unchanged() {
+    let (dir, _server, client) = open_fixture("data-shards-v4").await;
+    let expected: broker_client::BrokerDescription = fixture_json("expected-shards-v4.json");
+    assert_eq!(client.describe().await.unwrap(), expected);
+    check_fixture_records(
+        &client,
+        &["events", "orders", "payments"],
+        "expected-records-shards-v4.jsonl",
+        true,
+    )
+    .await;
+    // Opened as the three shards it holds, no more.
+    assert!(dir.path().join("shards/2").is_dir());
+    assert!(!dir.path().join("shards/3").exists());
 }
 
 /// A cluster node's directory whose snapshot is of format 1 (`tests/fixtures/cluster-v1`, made

@@ -28,15 +28,17 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             crate::replicated::tick(&shared, cluster).await;
             continue;
         }
-        let changed = shared.broker.lock().tick();
-        match changed {
-            Ok(topics) => {
-                if !topics.is_empty() {
-                    debug!(topics = ?topics, "records aged out or deliveries timed out");
-                    shared.signals.wake(&topics);
+        for broker in shared.shards.all() {
+            let changed = broker.lock().tick();
+            match changed {
+                Ok(topics) => {
+                    if !topics.is_empty() {
+                        debug!(topics = ?topics, "records aged out or deliveries timed out");
+                        shared.signals.wake(&topics);
+                    }
                 }
+                Err(cause) => warn!(cause = %cause, "letting time pass failed; trying again"),
             }
-            Err(cause) => warn!(cause = %cause, "letting time pass failed; trying again"),
         }
     }
 }

@@ -176,8 +176,7 @@ async fn metadata(
         None => (Vec::new(), None),
     };
     let description = shared
-        .broker
-        .lock()
+        .shards
         .describe_topics(topic)
         .map_err(ErrorReply::from)?;
     let topics = description

@@ -88,7 +88,16 @@ pub struct Config {
     /// With `--kafka-auto-create-topics`: the partitions of a topic a Kafka client's Metadata
     /// request creates; `None` (the default) creates none.
     pub kafka_auto_create_partitions: Option<i32>,
+    /// A single broker's shards (1 to [`MAX_SHARDS`]): its topics spread over this many states,
+    /// each behind a lock of its own (and, with a data directory, with a log of its own), so
+    /// that calls about topics of different shards are applied on different cores. Every call
+    /// about one topic keeps its meaning; a description of every topic gathers the shards one
+    /// after another. `None`: as many as the data directory holds, or 1. Not for a cluster node.
+    pub shards: Option<usize>,
 }
+
+/// The most shards a single broker runs ([`Config::shards`]).
+pub const MAX_SHARDS: usize = 64;
 
 /// How a server takes part in a replicated cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,6 +155,7 @@ impl Default for Config {
             cluster: None,
             kafka_advertise: None,
             kafka_auto_create_partitions: None,
+            shards: None,
         }
     }
 }
@@ -229,12 +239,34 @@ impl Config {
                 "max partitions must be 1 to {MAX_PARTITIONS_LIMIT}, got {max_partitions}"
             ));
         }
-        if self.max_memory < self.max_payload_bytes as u64 {
-            return invalid(format!(
-                "--max-memory {} is less than --max-payload-bytes {}: raise --max-memory to at \
-                 least {1}, or lower --max-payload-bytes",
-                self.max_memory, self.max_payload_bytes
-            ));
+        if let Some(shards) = self.shards {
+            if !(1..=MAX_SHARDS).contains(&shards) {
+                return invalid(format!("--shards must be 1 to {MAX_SHARDS}, got {shards}"));
+            }
+            if self.cluster.is_some() && shards > 1 {
+                return invalid(
+                    "--shards is for a single broker: a cluster node holds its topics in one \
+                     replicated state"
+                        .into(),
+                );
+            }
+        }
+        let shards = self.shards.unwrap_or(1) as u64;
+        if self.max_memory / shards < self.max_payload_bytes as u64 {
+            let least = self.max_payload_bytes as u64 * shards;
+            return invalid(match shards {
+                1 => format!(
+                    "--max-memory {} is less than --max-payload-bytes {}: raise --max-memory to \
+                     at least {least}, or lower --max-payload-bytes",
+                    self.max_memory, self.max_payload_bytes
+                ),
+                _ => format!(
+                    "--max-memory {} shared by {shards} shards leaves each less than \
+                     --max-payload-bytes {}: raise --max-memory to at least {least}, or lower \
+                     --max-payload-bytes or --shards",
+                    self.max_memory, self.max_payload_bytes
+                ),
+            });
         }
         self.check_frame().map_err(ServerError::InvalidConfig)?;
         for (name, value) in [
@@ -375,6 +407,46 @@ mod tests {
                 "{refused}"
             );
         }
+    }
+
+    #[test]
+    fn shards_are_checked() {
+        let config = |shards, max_memory| Config {
+            shards: Some(shards),
+            max_memory,
+            ..Config::default()
+        };
+        assert!(config(64, 64 << 20).validate().is_ok());
+        for (shards, why) in [
+            (0, "--shards must be 1 to 64"),
+            (65, "--shards must be 1 to 64"),
+        ] {
+            let refused = config(shards, 1 << 30).validate().unwrap_err().to_string();
+            assert!(refused.contains(why), "{refused}");
+        }
+        // Each shard's part of the memory budget must hold the largest payload.
+        let refused = config(4, 3 << 20).validate().unwrap_err().to_string();
+        assert!(
+            refused.contains("shared by 4 shards") && refused.contains("at least 4194304"),
+            "{refused}"
+        );
+        let cluster = Config {
+            data_dir: Some("d".into()),
+            cluster: Some(ClusterSettings {
+                node_id: 1,
+                members: broker_cluster::parse_members("1=a:1/b:2").unwrap(),
+                listen: None,
+                join: false,
+                tls_ca: None,
+                snapshot_entries: 10,
+            }),
+            ..config(2, 1 << 30)
+        };
+        let refused = cluster.validate().unwrap_err().to_string();
+        assert!(
+            refused.contains("--shards is for a single broker"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::cluster_admin::{is_about_the_cluster, ClusterRequest};
 use crate::metrics::Metrics;
 use crate::replicated;
 use crate::reply::{Answers, Deferred, Parked};
+use crate::shards::{self, Route, Shards};
 use crate::shared::Shared;
 use crate::Config;
 
@@ -38,10 +39,11 @@ pub(crate) struct Applied {
     pub(crate) wake: Vec<String>,
     /// Requests the server answers about its cluster, once done.
     pub(crate) cluster_requests: Vec<ClusterRequest>,
-    /// Indexes into `responses` of the requests whose changes were logged.
-    logged: Vec<usize>,
-    /// The last log entry of the batch: its responses wait until it is durable.
-    last_entry: Option<u64>,
+    /// Indexes into `responses` of the requests whose changes were logged, with their shard.
+    logged: Vec<(usize, usize)>,
+    /// The last log entry of the batch in each shard it changed: its responses wait until they
+    /// are durable.
+    last_entries: Vec<(usize, u64)>,
     /// With metrics on, the kind of each request answered in `responses`, in the same order
     /// (`None` for one that did not decode); empty otherwise, so that a server without metrics
     /// spends nothing on them.
@@ -76,12 +78,20 @@ impl Applied {
         }
     }
 
+    /// Notes that the batch's responses wait for `entry` of `shard`'s log.
+    fn logged_to(&mut self, shard: usize, entry: u64) {
+        match self.last_entries.iter_mut().find(|(of, _)| *of == shard) {
+            Some((_, last)) => *last = entry,
+            None => self.last_entries.push((shard, entry)),
+        }
+    }
+
     /// Parks `request` when it found no record and may wait (protecting its member's session
-    /// while it waits), or answers it with `result`. `entry` is the log entry of its change, if
-    /// it was logged.
+    /// in `shard`, whose broker is `broker`, while it waits), or answers it with `result`.
+    /// `entry` is the log entry of its change, if it was logged.
     fn park_or_answer(
         &mut self,
-        broker: &mut BrokerGuard<'_>,
+        (shard, broker): (usize, &mut BrokerGuard<'_>),
         request: Answerable,
         result: Result<Outcome, ErrorReply>,
         entry: Option<u64>,
@@ -103,6 +113,7 @@ impl Applied {
                     retry,
                     found,
                     session,
+                    shard,
                     logged: entry,
                     wait,
                     permit,
@@ -111,7 +122,7 @@ impl Applied {
             }
             (_, result) => {
                 if entry.is_some() {
-                    self.logged.push(self.responses.len());
+                    self.logged.push((self.responses.len(), shard));
                 }
                 self.answer(Some(kind), correlation_id, result, permit);
             }
@@ -130,9 +141,10 @@ impl Applied {
     }
 }
 
-/// Applies a batch of decoded frames, each with its in-flight permit, under one lock of the
-/// broker, for `connection`. With `may_wait` false (the connection is closing) nothing is
-/// parked.
+/// Applies a batch of decoded frames, each with its in-flight permit, for `connection`: under
+/// one lock of the broker, or with several shards, of each shard in turn (one lock for each run
+/// of requests to the same shard). With `may_wait` false (the connection is closing) nothing
+/// is parked.
 pub(crate) fn apply_batch(
     shared: &Shared,
     connection: u64,
@@ -141,7 +153,7 @@ pub(crate) fn apply_batch(
 ) -> Applied {
     let now = Instant::now();
     let mut applied = Applied::arrived(shared, now);
-    let mut broker = shared.broker.lock();
+    let mut locked = Locked::default();
     for (frame, permit) in frames {
         let Admitted {
             correlation_id,
@@ -167,11 +179,6 @@ pub(crate) fn apply_batch(
                 continue;
             }
         };
-        let Executed { result, entry } =
-            broker.execute(command, connection, now, &mut applied.wake);
-        if entry.is_some() {
-            applied.last_entry = entry;
-        }
         let request = Answerable {
             correlation_id,
             kind,
@@ -179,10 +186,97 @@ pub(crate) fn apply_batch(
             retry,
             permit,
         };
-        applied.park_or_answer(&mut broker, request, result, entry);
+        let shards = &shared.shards;
+        match shards.route(&command) {
+            Route::One(shard) => {
+                let broker = locked.shard(shards, shard);
+                let Executed { result, entry } =
+                    broker.execute(command, connection, now, &mut applied.wake);
+                if let Some(entry) = entry {
+                    applied.logged_to(shard, entry);
+                }
+                applied.park_or_answer((shard, broker), request, result, entry);
+            }
+            Route::Every => {
+                locked.release();
+                let results = shards.all().iter().map(|broker| {
+                    let mut broker = broker.lock();
+                    let executed =
+                        broker.execute(command.clone(), connection, now, &mut applied.wake);
+                    broker.maybe_checkpoint();
+                    executed.result
+                });
+                let result = shards::merge(results.collect::<Vec<_>>());
+                applied.answer(
+                    Some(request.kind),
+                    request.correlation_id,
+                    result,
+                    request.permit,
+                );
+            }
+            Route::Placing => {
+                locked.release();
+                let wake = &mut applied.wake;
+                let placed = shards.place(command, |broker, command| {
+                    let mut broker = broker.lock();
+                    let executed = broker.execute(command, connection, now, wake);
+                    broker.maybe_checkpoint();
+                    (executed.result, executed.entry)
+                });
+                match placed {
+                    Ok((shard, result, entry)) => {
+                        if let Some(entry) = entry {
+                            applied.logged_to(shard, entry);
+                            applied.logged.push((applied.responses.len(), shard));
+                        }
+                        applied.answer(
+                            Some(request.kind),
+                            request.correlation_id,
+                            result,
+                            request.permit,
+                        );
+                    }
+                    Err(refusal) => {
+                        applied.answer(
+                            Some(request.kind),
+                            request.correlation_id,
+                            Err(refusal),
+                            request.permit,
+                        );
+                    }
+                }
+            }
+        }
     }
-    broker.maybe_checkpoint();
+    locked.release();
     applied
+}
+
+/// The shard a batch holds the lock of, if any: a batch whose requests all go to one shard
+/// takes its lock once.
+#[derive(Default)]
+struct Locked<'a> {
+    held: Option<(usize, BrokerGuard<'a>)>,
+}
+
+impl<'a> Locked<'a> {
+    /// The lock of `shard`, taken now unless held already (another shard's is released first).
+    fn shard(&mut self, shards: &'a Shards, shard: usize) -> &mut BrokerGuard<'a> {
+        if self.held.as_ref().is_some_and(|(held, _)| *held != shard) {
+            self.release();
+        }
+        let (_, broker) = self
+            .held
+            .get_or_insert_with(|| (shard, shards.get(shard).lock()));
+        broker
+    }
+
+    /// Releases the lock held, if any, once its shard's log had its chance to checkpoint.
+    fn release(&mut self) {
+        if let Some((_, mut broker)) = self.held.take() {
+            broker.maybe_checkpoint();
+        }
+    }
 }
 
 /// Applies a batch as [`apply_batch`] does, through the cluster: the batch's commands are
@@ -235,7 +329,7 @@ pub(crate) async fn apply_batch_replicated(
             .await
             .map(Vec::into_iter),
     };
-    let mut broker = shared.broker.lock();
+    let mut broker = shared.shards.first().lock();
     for request in requests {
         match request {
             Ok((request, tracked)) => {
@@ -250,7 +344,7 @@ pub(crate) async fn apply_batch_replicated(
                 if let Some(command) = &tracked {
                     broker.track_session(command, result.is_ok(), connection, now);
                 }
-                applied.park_or_answer(&mut broker, request, result, None);
+                applied.park_or_answer((0, &mut broker), request, result, None);
             }
             Err((refused, permit)) => {
                 applied.answer(
@@ -416,38 +510,62 @@ fn prepare(config: &Config, mut command: Command) -> Result<Command, ErrorReply>
 /// requests of the connection are read and answered (refused, while the log refuses changes)
 /// at once, and their answers queue behind the deferred ones, in request order. (The permits
 /// the deferred answer holds still bound what a connection can have outstanding.)
+///
+/// With several shards, each shard's last entry is waited for in turn, and a shard whose log
+/// failed refuses only the responses of the requests it logged.
 pub(crate) async fn settle(shared: &Arc<Shared>, applied: &mut Applied) -> Option<Deferred> {
-    let journal = shared.broker.journal()?;
-    let entry = applied.last_entry.take()?;
-    match journal.durable_unless_stalled(entry).await {
-        Some(Ok(())) => return None,
-        Some(Err(error)) => {
-            refuse_logged(
+    let mut entries = std::mem::take(&mut applied.last_entries).into_iter();
+    for (shard, entry) in entries.by_ref() {
+        let Some(journal) = shared.shards.get(shard).journal() else {
+            continue;
+        };
+        match journal.durable_unless_stalled(entry).await {
+            Some(Ok(())) => {}
+            Some(Err(error)) => refuse_logged(
                 &mut applied.responses,
                 &applied.logged,
+                shard,
                 &storage_reply(error),
-            );
-            return None;
+            ),
+            None => {
+                let stalled = std::iter::once((shard, entry)).chain(entries).collect();
+                return Some(defer(shared, applied, stalled));
+            }
         }
-        None => {}
     }
+    None
+}
+
+/// The answers of `applied`, taken out of it, written once `entries` (shard and log entry)
+/// are durable: see [`settle`].
+fn defer(shared: &Arc<Shared>, applied: &mut Applied, entries: Vec<(usize, u64)>) -> Deferred {
     let shared = Arc::clone(shared);
     let mut responses = std::mem::take(&mut applied.responses);
     let permits = std::mem::take(&mut applied.permits);
     let logged = std::mem::take(&mut applied.logged);
-    Some(Box::pin(async move {
-        if let Some(journal) = shared.broker.journal() {
-            if let Err(error) = journal.durable(entry).await {
-                refuse_logged(&mut responses, &logged, &storage_reply(error));
+    Box::pin(async move {
+        for (shard, entry) in entries {
+            if let Some(journal) = shared.shards.get(shard).journal() {
+                if let Err(error) = journal.durable(entry).await {
+                    refuse_logged(&mut responses, &logged, shard, &storage_reply(error));
+                }
             }
         }
         Answers { responses, permits }
-    }))
+    })
 }
 
-/// Replaces the responses of the logged requests with `refusal`.
-fn refuse_logged(responses: &mut [ResponseFrame], logged: &[usize], refusal: &ErrorReply) {
-    for &index in logged {
+/// Replaces the responses of the requests `shard` logged with `refusal`.
+fn refuse_logged(
+    responses: &mut [ResponseFrame],
+    logged: &[(usize, usize)],
+    shard: usize,
+    refusal: &ErrorReply,
+) {
+    for &(index, logged_in) in logged {
+        if logged_in != shard {
+            continue;
+        }
         if let Some(response) = responses.get_mut(index) {
             response.result = Err(refusal.clone());
         }

@@ -106,12 +106,22 @@ impl Collector for StateCollector {
         let Some(shared) = self.shared.upgrade() else {
             return Ok(());
         };
-        let (description, budget, used, dead_lettered) = {
-            let broker = shared.broker.lock();
-            let (budget, used) = broker.memory();
-            (broker.describe(), budget, used, broker.dead_lettered())
-        };
-        let (moved, refused) = dead_lettered;
+        let mut budget = None;
+        let mut used = 0;
+        let (mut moved, mut refused) = (0, 0);
+        for broker in shared.shards.all() {
+            let broker = broker.lock();
+            let (shard_budget, shard_used) = broker.memory();
+            budget = match (budget, shard_budget) {
+                (None, shard) => shard,
+                (Some(total), shard) => Some(total + shard.unwrap_or(0)),
+            };
+            used += shard_used;
+            let (shard_moved, shard_refused) = broker.dead_lettered();
+            moved += shard_moved;
+            refused += shard_refused;
+        }
+        let description = shared.shards.describe_topics(None).unwrap_or_default();
         for (name, help, count) in [
             (
                 "records_dead_lettered",

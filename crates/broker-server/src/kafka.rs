@@ -237,7 +237,7 @@ impl Backend for ServerBackend {
     async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
         if self.shared.cluster().is_some() {
             // Any node answers Metadata, from its own copy (see `Backend::topics`).
-            return Ok(self.shared.broker.lock().describe().topics);
+            return Ok(self.shared.shards.first().lock().describe().topics);
         }
         match self
             .call(Command::Describe { topic: None }, Duration::ZERO)

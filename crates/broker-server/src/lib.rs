@@ -64,8 +64,10 @@ mod reply;
 mod security;
 mod server;
 mod sessions;
+mod shards;
 mod shared;
 mod signals;
+mod stores;
 mod waiter;
 
 use std::future::Future;
@@ -74,10 +76,11 @@ use tokio::net::TcpListener;
 
 pub use broker_cluster::{parse_members, ClusterNode, NodeId};
 pub use broker_storage::{Fsync, Storage};
-pub use config::{ClusterSettings, Config, SERVER_NAME};
+pub use config::{ClusterSettings, Config, MAX_SHARDS, SERVER_NAME};
 pub use listen::resolve_listen_addr;
 pub use replicated::bind_peer_port;
 pub use security::{AuthToken, ServerTls};
+pub use stores::Stores;
 
 /// Why the server could not start or serve.
 #[derive(Debug, thiserror::Error)]
@@ -137,7 +140,7 @@ pub async fn run(
 pub async fn run_with_storage(
     listener: TcpListener,
     config: Config,
-    storage: Option<Storage>,
+    storage: Option<Stores>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     run_with_metrics(listener, None, config, storage, shutdown).await
@@ -155,7 +158,7 @@ pub async fn run_with_metrics(
     listener: TcpListener,
     metrics_listener: Option<TcpListener>,
     config: Config,
-    storage: Option<Storage>,
+    storage: Option<Stores>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     let listeners = Listeners {
@@ -191,7 +194,7 @@ pub struct Listeners {
 pub async fn run_with_listeners(
     listeners: Listeners,
     config: Config,
-    storage: Option<Storage>,
+    storage: Option<Stores>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     run_announced(listeners, config, storage, shutdown, || Ok(())).await
@@ -209,7 +212,7 @@ pub async fn run_with_listeners(
 pub async fn run_announced(
     listeners: Listeners,
     config: Config,
-    storage: Option<Storage>,
+    storage: Option<Stores>,
     shutdown: impl Future<Output = ()>,
     started: impl FnOnce() -> std::io::Result<()>,
 ) -> Result<(), ServerError> {
@@ -238,14 +241,16 @@ pub async fn run_announced(
 }
 
 /// Locks `config.data_dir` and rebuilds the broker from it (the latest snapshot, then the log
-/// through the core's `apply`); `None` without a data directory.
+/// through the core's `apply`), shard by shard (see [`Config::shards`]); `None` without a data
+/// directory.
 ///
 /// # Errors
 /// [`ServerError::Storage`] if the directory is locked by another server, damaged, written by
 /// an incompatible version or with another capacity, or cannot be read;
 /// [`ServerError::InvalidConfig`] if it retains a record larger than `config.max_payload_bytes`
-/// (records are delivered whole, so a poll could reserve one that no answer can carry).
-pub fn open_storage(config: &Config) -> Result<Option<Storage>, ServerError> {
+/// (records are delivered whole, so a poll could reserve one that no answer can carry), or
+/// holds more shards than `config.shards`.
+pub fn open_storage(config: &Config) -> Result<Option<Stores>, ServerError> {
     let Some(path) = &config.data_dir else {
         return Ok(None);
     };
@@ -263,7 +268,20 @@ pub fn open_storage(config: &Config) -> Result<Option<Storage>, ServerError> {
         )));
     }
     let started = std::time::Instant::now();
-    let storage = Storage::open(path, config.capacity)?;
+    let stores = stores::open(path, config, |dir, storage| {
+        check_recovered(config, dir, storage, started)
+    })?;
+    Ok(Some(stores))
+}
+
+/// Logs what recovering the shard in `dir` found, and refuses a shard that retains a record
+/// larger than `config.max_payload_bytes`.
+fn check_recovered(
+    config: &Config,
+    path: &std::path::Path,
+    storage: &Storage,
+    started: std::time::Instant,
+) -> Result<(), ServerError> {
     let recovery = storage.recovery();
     tracing::info!(
         data_dir = %path.display(),
@@ -289,7 +307,7 @@ pub fn open_storage(config: &Config) -> Result<Option<Storage>, ServerError> {
             config.max_payload_bytes
         )));
     }
-    Ok(Some(storage))
+    Ok(())
 }
 
 impl From<broker_net::AddressError> for ServerError {

@@ -259,6 +259,16 @@ struct Args {
     /// disk a whole segment at a time.
     #[arg(long, env = "BROKER_SEGMENT_BYTES", default_value_t = 64 * 1024 * 1024)]
     segment_bytes: u64,
+    /// A single broker's topics spread over this many shards (1 to 64), each with a lock of
+    /// its own (and, with --data-dir, a log of its own in DIR/shards/<n>/), so that calls about
+    /// topics of different shards run on different cores. Every call about one topic keeps its
+    /// meaning; a listing of every topic gathers the shards one after another; --max-memory is
+    /// shared out equally. A topic named after another plus `-`, `.` or `_` (orders-dlq) goes
+    /// with it, others to the shard with the fewest partitions; a group's dead-letter topic
+    /// must be in its topic's shard. Shards are never merged: a directory must be started with
+    /// at least as many as it holds. Default: as many as --data-dir holds, or 1.
+    #[arg(long, env = "BROKER_SHARDS", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    shards: Option<u16>,
     /// File holding the shared secret every client must present in its hello (trailing line
     /// breaks are ignored). Or set BROKER_AUTH_TOKEN to the secret itself. Without either,
     /// anyone who reaches the port gets in.
@@ -424,6 +434,7 @@ impl Args {
             kafka_auto_create_partitions: self
                 .kafka_auto_create_topics
                 .then_some(self.kafka_auto_create_partitions),
+            shards: self.shards.map(usize::from),
             ..Config::default()
         })
     }

@@ -28,7 +28,12 @@ pub(crate) async fn reap(shared: Arc<Shared>) {
         let timeout = shared.config.session_timeout;
         match shared.cluster() {
             Some(cluster) => {
-                let gone = shared.broker.lock().sessions().expired(now, timeout);
+                let gone = shared
+                    .shards
+                    .first()
+                    .lock()
+                    .sessions()
+                    .expired(now, timeout);
                 remove_replicated(&shared, cluster, gone, Removal::Expired).await;
             }
             None => remove(&shared, Removal::Expired, |sessions| {
@@ -43,7 +48,7 @@ pub(crate) async fn reap(shared: Arc<Shared>) {
 /// session timeout).
 pub(crate) fn disconnect(shared: &Shared, connection: u64) {
     if shared.cluster().is_some() {
-        let mut broker = shared.broker.lock();
+        let mut broker = shared.shards.first().lock();
         for key in broker.sessions().joined_through(connection) {
             broker.sessions().mark_disconnected(&key);
         }
@@ -63,14 +68,17 @@ enum Removal {
     Disconnected,
 }
 
-/// Leaves, in the core, every member `select` names, then wakes the waiters of their topics: a
-/// rebalance can make records eligible for the remaining members. A session is forgotten only
-/// once its leave was applied: a leave the log refuses (a full disk) keeps the session, with
-/// its last-seen time, so that the next tick tries again.
-fn remove(shared: &Shared, why: Removal, select: impl FnOnce(&Sessions) -> Vec<MemberKey>) {
-    let topics = {
-        let mut broker = shared.broker.lock();
+/// Leaves, in the core, every member `select` names among each shard's sessions, then wakes the
+/// waiters of their topics: a rebalance can make records eligible for the remaining members. A
+/// session is forgotten only once its leave was applied: a leave the log refuses (a full disk)
+/// keeps the session, with its last-seen time, so that the next tick tries again.
+fn remove(shared: &Shared, why: Removal, select: impl Fn(&Sessions) -> Vec<MemberKey>) {
+    for broker in shared.shards.all() {
+        let mut broker = broker.lock();
         let gone = select(broker.sessions());
+        if gone.is_empty() {
+            continue;
+        }
         let mut topics: Vec<String> = Vec::new();
         let mut removed = 0;
         // While the log refuses entries every leave would fail: skip straight to retrying.
@@ -104,9 +112,9 @@ fn remove(shared: &Shared, why: Removal, select: impl FnOnce(&Sessions) -> Vec<M
                 broker.sessions().mark_disconnected(key);
             }
         }
-        topics
-    };
-    shared.signals.wake(&topics);
+        drop(broker);
+        shared.signals.wake(&topics);
+    }
 }
 
 /// Logs the removal of `key` (and counts an expiry), or, with `refusal`, that the broker
@@ -149,7 +157,7 @@ async fn remove_replicated(shared: &Shared, cluster: &Cluster, gone: Vec<MemberK
     let leaves = gone.iter().map(MemberKey::leave).collect();
     match replicated::execute(cluster, leaves).await {
         Ok(results) => {
-            let mut broker = shared.broker.lock();
+            let mut broker = shared.shards.first().lock();
             for (key, result) in gone.iter().zip(results) {
                 report_removal(shared, key, why, result.err());
                 broker.sessions().forget(key);

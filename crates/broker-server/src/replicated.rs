@@ -139,9 +139,9 @@ pub(crate) async fn start(
         (None, None) => None,
     };
     // Until it leads, the node logs none of the changes it applies (the leader does).
-    shared.broker.set_audited(false);
+    shared.shards.first().set_audited(false);
     let replica = Arc::new(BrokerReplica {
-        broker: Arc::clone(&shared.broker),
+        broker: Arc::clone(shared.shards.first()),
         signals: Arc::clone(&shared.signals),
     });
     let cluster = Cluster::start(config, listener, replica).await?;
@@ -389,7 +389,7 @@ pub(crate) async fn tick(shared: &Shared, cluster: &Cluster) {
         return;
     }
     let now_ms = wall_clock_ms();
-    if !shared.broker.lock().is_due(now_ms) {
+    if !shared.shards.first().lock().is_due(now_ms) {
         return;
     }
     if let Err(error) = cluster.propose(Proposal::Tick { now_ms }).await {
@@ -503,7 +503,7 @@ async fn follow_leadership(shared: Arc<Shared>) {
             continue;
         }
         if leading.take().is_some() {
-            shared.broker.set_audited(false);
+            shared.shards.first().set_audited(false);
             if std::mem::take(&mut announced) {
                 info!(term, "this node no longer leads the cluster");
             }
@@ -521,8 +521,8 @@ async fn follow_leadership(shared: Arc<Shared>) {
                 .await
             {
                 Ok(_) => {
-                    shared.broker.lock().restore_sessions();
-                    shared.broker.set_audited(true);
+                    shared.shards.first().lock().restore_sessions();
+                    shared.shards.first().set_audited(true);
                     announced = true;
                     let term = cluster.status().term;
                     info!(term, "this node leads the cluster");

@@ -106,6 +106,8 @@ pub(crate) struct Parked {
     pub(crate) found: Outcome,
     /// The session of the member it names, which it keeps from expiring while it waits.
     pub(crate) session: Option<ParkedIn>,
+    /// The shard of its topic: where it retries, and whose log `logged` is of.
+    pub(crate) shard: usize,
     /// The log entry of what it changed before it parked: the answer waits until it is
     /// durable.
     pub(crate) logged: Option<u64>,

@@ -11,7 +11,6 @@ use broker_proto::{
     ErrorReply, Hello, HelloReply, ProtocolError, ResponseFrame, ServerCodec, ServerHandshakeCodec,
     MAGIC, MAX_HELLO_FRAME, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
-use broker_storage::Storage;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -20,12 +19,14 @@ use tokio::time::{self, Duration};
 use tokio_util::codec::Encoder;
 use tracing::{debug, error, info, trace, warn};
 
+use crate::broker::Broker;
 use crate::connection::{write_responses, Connection};
 use crate::intake::{accept, accept_tls, refused, submit};
 use crate::metrics::{Listener, Metrics};
 use crate::reply::{Outgoing, ReplyTo};
+use crate::shards::Shards;
 use crate::shared::Shared;
-use crate::{clock, AuthToken, Config, Listeners, ServerError, SERVER_NAME};
+use crate::{clock, AuthToken, Config, Listeners, ServerError, Stores, SERVER_NAME};
 use crate::{reaper, replicated};
 
 /// How long a new connection may take to send its hello.
@@ -39,43 +40,22 @@ pub(crate) async fn serve(
         kafka: kafka_listener,
     }: Listeners,
     config: Config,
-    storage: Option<Storage>,
+    storage: Option<Stores>,
     shutdown: impl Future<Output = ()>,
     started: impl FnOnce() -> std::io::Result<()>,
 ) -> Result<(), ServerError> {
     let restored = storage.is_some();
-    // With a data directory, records live on disk: the memory budget is for a broker in memory.
-    let memory_budget = storage.is_none().then_some(config.max_memory);
-    let configure = |state: BrokerState| {
-        state
-            .with_capacity(config.capacity)
-            .with_memory_budget(memory_budget)
-            .with_limits(config.limits)
-    };
-    let (state, journal) = match storage {
-        Some(storage) => {
-            let (state, journal) = storage.start(config.journal(), configure)?;
-            (state, Some(journal))
-        }
-        None => (
-            configure(
-                BrokerState::new(config.capacity)
-                    .map_err(|error| ServerError::InvalidConfig(error.to_string()))?,
-            ),
-            None,
-        ),
-    };
-    let connections = Arc::new(Semaphore::new(config.max_connections));
-    let grace = config.shutdown_grace;
     let metrics = metrics_listener
         .as_ref()
         .map(|_| Arc::new(Metrics::default()));
-    if let (Some(metrics), Some(journal)) = (&metrics, &journal) {
-        let metrics = Arc::clone(metrics);
-        journal.observe_fsyncs(move |took| metrics.fsynced(took));
+    let shards = start_shards(&config, storage, metrics.as_ref())?;
+    if shards.count() > 1 {
+        info!(shards = shards.count(), "topics are spread over shards");
     }
+    let connections = Arc::new(Semaphore::new(config.max_connections));
+    let grace = config.shutdown_grace;
     let cluster = config.cluster.clone();
-    let shared = Arc::new(Shared::new(state, journal, config, metrics.clone()));
+    let shared = Arc::new(Shared::new(shards, config, metrics.clone()));
     // In a cluster the node's directory stays locked while the server runs.
     let _cluster_dir = match (&cluster, &shared.config.data_dir) {
         (Some(settings), Some(dir)) => {
@@ -96,7 +76,9 @@ pub(crate) async fn serve(
     }
     // In a cluster the leader takes over the sessions when it is elected.
     if restored && shared.cluster().is_none() {
-        shared.broker.lock().restore_sessions();
+        for broker in shared.shards.all() {
+            broker.lock().restore_sessions();
+        }
     }
     shared.tracker.spawn(reaper::reap(Arc::clone(&shared)));
     shared.tracker.spawn(clock::run(Arc::clone(&shared)));
@@ -119,6 +101,53 @@ pub(crate) async fn serve(
     shared.shutdown.cancel();
     stop(&shared, grace).await;
     announced.map_err(ServerError::from)
+}
+
+/// The broker's shards: started from `storage` (their journals' fsyncs observed by `metrics`,
+/// if given), or new and in memory, as many as `config` asks, sharing its memory budget.
+fn start_shards(
+    config: &Config,
+    storage: Option<Stores>,
+    metrics: Option<&Arc<Metrics>>,
+) -> Result<Shards, ServerError> {
+    let count = match &storage {
+        Some(stores) => stores.shards().len(),
+        None => config.shards.unwrap_or(1),
+    };
+    // With a data directory, records live on disk: the memory budget is for a broker in memory.
+    let memory_budget = storage
+        .is_none()
+        .then(|| config.max_memory / count.max(1) as u64);
+    let configure = |state: BrokerState| {
+        state
+            .with_capacity(config.capacity)
+            .with_memory_budget(memory_budget)
+            .with_limits(config.limits)
+    };
+    let mut brokers = Vec::with_capacity(count);
+    match storage {
+        Some(stores) => {
+            for storage in stores.into_shards() {
+                let (state, journal) = storage.start(config.journal(), configure)?;
+                if let Some(metrics) = metrics {
+                    let metrics = Arc::clone(metrics);
+                    journal.observe_fsyncs(move |took| metrics.fsynced(took));
+                }
+                brokers.push(Broker::new(state, Some(journal)));
+            }
+        }
+        None => {
+            for _ in 0..count {
+                let state = BrokerState::new(config.capacity)
+                    .map_err(|error| ServerError::InvalidConfig(error.to_string()))?;
+                brokers.push(Broker::new(configure(state), None));
+            }
+        }
+    }
+    match brokers.len() {
+        1 => Ok(Shards::single(brokers.remove(0))),
+        _ => Shards::new(brokers, config.limits.max_topics).map_err(ServerError::InvalidConfig),
+    }
 }
 
 /// Accepts connections on `listener`, each served by a task of its own within the connection
@@ -168,8 +197,10 @@ async fn stop(shared: &Arc<Shared>, grace: Duration) {
     // Write and sync what the log still holds before exiting.
     let flushing = Arc::clone(shared);
     let flushed = tokio::task::spawn_blocking(move || {
-        if let Some(journal) = flushing.broker.journal() {
-            journal.finish();
+        for broker in flushing.shards.all() {
+            if let Some(journal) = broker.journal() {
+                journal.finish();
+            }
         }
     });
     if flushed.await.is_err() {

@@ -1,25 +1,24 @@
-//! What every task of the server shares: the broker, the limits in force, the waiters' signals,
-//! and the shutdown token and task tracker.
+//! What every task of the server shares: the broker's shards, the limits in force, the
+//! waiters' signals, and the shutdown token and task tracker.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use broker_cluster::Cluster;
-use broker_core::BrokerState;
-use broker_storage::Journal;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::broker::Broker;
 use crate::metrics::Metrics;
+use crate::shards::Shards;
 use crate::signals::Signals;
 use crate::Config;
 
 /// The server's shared context, one per server, behind an `Arc`.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    /// The state, sessions and journal (shared with the cluster's state machine in a cluster).
-    pub(crate) broker: Arc<Broker>,
+    /// The states, sessions and journals, one per shard (in a cluster, one shard, shared with
+    /// the cluster's state machine).
+    pub(crate) shards: Shards,
     /// The limits in force.
     pub(crate) config: Config,
     /// Per-topic signals for waiting requests.
@@ -40,20 +39,15 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The context of a server serving `state` with `config`, logging to `journal` if there is
-    /// one; no session yet; counting in `metrics` if given.
-    pub(crate) fn new(
-        state: BrokerState,
-        journal: Option<Journal>,
-        config: Config,
-        metrics: Option<Arc<Metrics>>,
-    ) -> Shared {
+    /// The context of a server serving `shards` with `config`; no session yet; counting in
+    /// `metrics` if given.
+    pub(crate) fn new(shards: Shards, config: Config, metrics: Option<Arc<Metrics>>) -> Shared {
         let kafka_groups = broker_kafka::Coordinator::new(
             config.limits.max_groups_per_topic,
             config.limits.max_members_per_group,
         );
         Shared {
-            broker: Arc::new(Broker::new(state, journal)),
+            shards,
             config,
             signals: Arc::new(Signals::default()),
             shutdown: CancellationToken::new(),

@@ -27,6 +27,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         retry,
         found,
         mut session,
+        shard,
         logged: before_logged,
         wait,
         permit,
@@ -43,7 +44,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         notified.as_mut().enable();
         if reply_to.outgoing.is_closed() {
             // Nobody to answer.
-            release(&shared, session);
+            release(&shared, shard, session);
             return;
         }
         if reply_to.closing.is_cancelled() {
@@ -51,7 +52,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         }
         let Executed { result, entry } = match shared.cluster() {
             None => {
-                let mut broker = shared.broker.lock();
+                let mut broker = shared.shards.get(shard).lock();
                 let now = Instant::now();
                 // A retried poll wakes nobody.
                 let executed =
@@ -66,7 +67,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
                     }),
                     Err(refusal) => Err(refusal),
                 };
-                let mut broker = shared.broker.lock();
+                let mut broker = shared.shards.get(shard).lock();
                 let now = Instant::now();
                 broker.track_session(&retry, result.is_ok(), reply_to.connection, now);
                 stop_protecting(&mut broker, &result, &mut session, now);
@@ -87,11 +88,14 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
             _ = &mut notified => {}
         }
     };
-    release(&shared, session);
+    release(&shared, shard, session);
     // The answer waits until what it reports is durable: the poll that ended the wait and what
     // the request changed before it parked (an ack-and-poll's acknowledgements). Entries become
     // durable in order, so the later of the two covers both.
-    let result = match (logged.max(before_logged), shared.broker.journal()) {
+    let result = match (
+        logged.max(before_logged),
+        shared.shards.get(shard).journal(),
+    ) {
         (Some(entry), Some(journal)) => match journal.durable(entry).await {
             Ok(()) => result,
             Err(error) => Err(storage_reply(error)),
@@ -124,11 +128,12 @@ fn stop_protecting(
     }
 }
 
-/// Ends a parked request's claim on its member's session, if it still holds one.
-fn release(shared: &Shared, session: Option<ParkedIn>) {
+/// Ends a parked request's claim on its member's session in `shard`, if it still holds one.
+fn release(shared: &Shared, shard: usize, session: Option<ParkedIn>) {
     if let Some(parked) = session {
         shared
-            .broker
+            .shards
+            .get(shard)
             .lock()
             .sessions()
             .unpark(parked, Instant::now());
@@ -144,7 +149,9 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
+    use crate::broker::Broker;
     use crate::reply::Outgoing;
+    use crate::shards::Shards;
     use crate::Config;
 
     fn poll() -> Command {
@@ -167,7 +174,8 @@ mod tests {
         state.join("t", "g", "m", None, &[]).unwrap();
         // The record arrives as the connection closes: the waiter sees both at once.
         state.publish("t", 0, "late".into()).unwrap();
-        let shared = Arc::new(Shared::new(state, None, Config::default(), None));
+        let shards = Shards::single(Broker::new(state, None));
+        let shared = Arc::new(Shared::new(shards, Config::default(), None));
         let (outgoing, mut answers) = mpsc::channel(4);
         let closing = CancellationToken::new();
         let reply_to = ReplyTo {
@@ -182,6 +190,7 @@ mod tests {
             retry: poll(),
             found: Outcome::Records(Vec::new()),
             session: None,
+            shard: 0,
             logged: None,
             wait: std::time::Duration::from_secs(30),
             permit,
@@ -198,7 +207,7 @@ mod tests {
             }
             Outgoing::Deferred(_) => panic!("a waiting answer is never deferred"),
         }
-        let group = &shared.broker.lock().describe().topics[0].groups[0].clone();
+        let group = &shared.shards.first().lock().describe().topics[0].groups[0].clone();
         assert_eq!(
             group.partitions[0].in_flight, None,
             "reserved for a closed peer"

@@ -17,8 +17,15 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    /// Starts a server with `config` on `127.0.0.1:0`.
-    pub async fn start(config: Config) -> TestServer {
+    /// Starts a server with `config` on `127.0.0.1:0`. A config that sets no shards takes them
+    /// from `BROKER_SHARDS`, as the binary does, so that a test suite can be run against a
+    /// broker of several shards (`BROKER_SHARDS=3 cargo test ...`).
+    pub async fn start(mut config: Config) -> TestServer {
+        if config.shards.is_none() && config.cluster.is_none() {
+            config.shards = std::env::var("BROKER_SHARDS")
+                .ok()
+                .and_then(|shards| shards.parse().ok());
+        }
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();

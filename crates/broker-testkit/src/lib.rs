@@ -10,6 +10,7 @@
 //! - [`proxy`]: a TCP proxy that can cut every connection through it and change its backend.
 //! - [`records`]: delivered records compared by place and content, not time.
 //! - [`certs`]: a certificate authority and a server certificate, made at test time.
+//! - [`files`]: a data directory's files, to compare before and after a start.
 //! - [`rng`]: a deterministic generator, and numbers from the environment for longer runs.
 //!
 //! Tests panic on failure, so the harness does too: its `unwrap`s are assertions.
@@ -18,6 +19,7 @@
 
 pub mod certs;
 pub mod cluster;
+pub mod files;
 pub mod http;
 pub mod in_process;
 pub mod peer_links;

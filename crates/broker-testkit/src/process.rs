@@ -141,7 +141,13 @@ impl ServerProcess {
         env: &[(&str, &str)],
         stderr: Stdio,
     ) -> Option<ServerProcess> {
-        let mut child = Command::new(server_binary())
+        let mut command = Command::new(server_binary());
+        // A suite run against a broker of several shards (`BROKER_SHARDS`) starts its cluster
+        // nodes as a cluster node runs: with one.
+        if extra.contains(&"--node-id") {
+            command.env_remove("BROKER_SHARDS");
+        }
+        let mut child = command
             .args(["--listen", listen])
             .args(extra)
             .env_remove("RUST_LOG")

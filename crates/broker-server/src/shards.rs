@@ -1,0 +1,602 @@
+//! A single broker's topics spread over several shards (`--shards N`), so that requests about
+//! different topics are applied under different locks, on different cores.
+//!
+//! Each shard is a [`Broker`]: a state of its own behind its own lock, with its own journal and
+//! checkpoints when there is a data directory. A topic, its partitions, its consumer groups and
+//! their offsets live in exactly one shard, so every call about one topic is applied atomically
+//! by one state, as with one shard: nothing about a single topic's calls changes. What the
+//! shards share is only the [`Placement`]: which shard holds which topic.
+//!
+//! - A command about one topic goes to its topic's shard ([`Route::One`]); one about a topic no
+//!   shard holds goes to shard 0, which answers as any broker does about an unknown topic.
+//! - A description of every topic is gathered from every shard ([`Route::Every`]): each topic
+//!   as of a moment within the call, not every topic at one moment.
+//! - Commands that change the placement ([`Route::Placing`]: creating, deleting and growing a
+//!   topic, naming a group's dead-letter topic) are applied with the placement locked, so that
+//!   no two shards ever create the same name.
+//!
+//! # Where a new topic goes
+//!
+//! A topic whose name is another topic's followed by `-`, `.` or `_` and more (`orders-dlq`,
+//! `orders_retry`) goes to the shard of the longest such topic; a name some group gives as its
+//! dead-letter topic goes to that group's shard; any other to the shard holding the fewest
+//! partitions (the lowest id among equals). A group's dead-letter topic must be held by the
+//! group's shard (a record moves to it atomically): naming one that another shard holds is
+//! refused.
+//!
+//! With one shard (the default) every command goes to it and the placement is never consulted.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use broker_core::{BrokerDescription, BrokerError, Command, GroupSetting, Outcome};
+use broker_proto::ErrorReply;
+
+use crate::broker::Broker;
+
+/// The shards of a broker and where its topics are.
+#[derive(Debug)]
+pub(crate) struct Shards {
+    brokers: Vec<Arc<Broker>>,
+    /// Consulted only with several shards.
+    placement: RwLock<Placement>,
+    /// The most topics the broker holds, across its shards.
+    max_topics: usize,
+}
+
+/// Where a command is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// In this shard.
+    One(usize),
+    /// In every shard, the answers merged ([`merge`]).
+    Every,
+    /// In the shard [`Shards::place`] decides, with the placement locked.
+    Placing,
+}
+
+impl Shards {
+    /// A broker of one shard.
+    pub(crate) fn single(broker: Broker) -> Shards {
+        Shards {
+            brokers: vec![Arc::new(broker)],
+            placement: RwLock::new(Placement::new(1)),
+            max_topics: usize::MAX,
+        }
+    }
+
+    /// A broker of the shards `brokers` (shard `i` is `brokers[i]`; at least one), holding at
+    /// most `max_topics` topics across them.
+    ///
+    /// # Errors
+    /// Two shards hold a topic of the same name (their directories were tampered with).
+    pub(crate) fn new(brokers: Vec<Broker>, max_topics: usize) -> Result<Shards, String> {
+        let mut placement = Placement::new(brokers.len());
+        for (shard, broker) in brokers.iter().enumerate() {
+            let description = broker.lock().describe();
+            for topic in &description.topics {
+                if let Some(other) = placement.topics.get(&topic.name) {
+                    return Err(format!(
+                        "shards {} and {shard} both hold a topic named {:?}",
+                        other.shard, topic.name
+                    ));
+                }
+                placement.created(&topic.name, shard, topic.partitions.len());
+                for group in &topic.groups {
+                    for setting in &group.settings {
+                        if let GroupSetting::DeadLetter(name) = setting {
+                            placement.names_dead_letter(name.as_str(), shard);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Shards {
+            brokers: brokers.into_iter().map(Arc::new).collect(),
+            placement: RwLock::new(placement),
+            max_topics,
+        })
+    }
+
+    /// How many shards there are.
+    pub(crate) fn count(&self) -> usize {
+        self.brokers.len()
+    }
+
+    /// Every shard, by id.
+    pub(crate) fn all(&self) -> &[Arc<Broker>] {
+        &self.brokers
+    }
+
+    /// Shard `shard` (shard 0 for an id out of range, which no route gives).
+    pub(crate) fn get(&self, shard: usize) -> &Arc<Broker> {
+        self.brokers.get(shard).unwrap_or(&self.brokers[0])
+    }
+
+    /// Shard 0: the only one of a cluster node.
+    pub(crate) fn first(&self) -> &Arc<Broker> {
+        &self.brokers[0]
+    }
+
+    /// Where `command` is applied.
+    pub(crate) fn route(&self, command: &Command) -> Route {
+        if self.brokers.len() == 1 {
+            return Route::One(0);
+        }
+        let places = match command {
+            Command::Create { .. }
+            | Command::DeleteTopic { .. }
+            | Command::AddPartitions { .. } => true,
+            Command::Join { settings, .. } | Command::ConfigureGroup { settings, .. } => {
+                dead_letter_of(settings).is_some()
+            }
+            _ => false,
+        };
+        if places {
+            return Route::Placing;
+        }
+        match command.topic() {
+            Some(topic) => Route::One(self.shard_of(topic)),
+            None if matches!(command, Command::Describe { topic: None }) => Route::Every,
+            None => Route::One(0),
+        }
+    }
+
+    /// The shard holding `topic`: shard 0 when none does.
+    pub(crate) fn shard_of(&self, topic: &str) -> usize {
+        if self.brokers.len() == 1 {
+            return 0;
+        }
+        self.read_placement().shard_of(topic).unwrap_or(0)
+    }
+
+    /// Applies `command` (of [`Route::Placing`]) with the placement locked, in the shard it
+    /// belongs to, through `execute`; returns that shard with what `execute` returned, or the
+    /// refusal of a command the placement does not allow (a new topic past the broker's
+    /// maximum, a group's dead-letter topic in another shard than the group).
+    pub(crate) fn place<T>(
+        &self,
+        command: Command,
+        execute: impl FnOnce(&Broker, Command) -> (Result<Outcome, ErrorReply>, T),
+    ) -> Result<(usize, Result<Outcome, ErrorReply>, T), ErrorReply> {
+        let mut placement = self
+            .placement
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let shard = placement.shard_for(&command, self.max_topics)?;
+        let change = PlacementChange::of(&command);
+        let (result, extra) = execute(&self.brokers[shard], command);
+        if let Ok(outcome) = &result {
+            change.apply(&mut placement, shard, outcome);
+        }
+        Ok((shard, result, extra))
+    }
+
+    /// A description of `topic` (an unknown one is refused), or of every topic of every shard
+    /// when `None`, sorted by name.
+    pub(crate) fn describe_topics(
+        &self,
+        topic: Option<&str>,
+    ) -> Result<BrokerDescription, BrokerError> {
+        match topic {
+            Some(topic) => self
+                .get(self.shard_of(topic))
+                .lock()
+                .describe_topics(Some(topic)),
+            None => {
+                let mut descriptions = self.brokers.iter().map(|broker| broker.lock().describe());
+                let mut all = descriptions.next().unwrap_or_default();
+                for description in descriptions {
+                    all.topics.extend(description.topics);
+                }
+                all.topics.sort_by(|a, b| a.name.cmp(&b.name));
+                Ok(all)
+            }
+        }
+    }
+
+    fn read_placement(&self) -> std::sync::RwLockReadGuard<'_, Placement> {
+        self.placement
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The answers of a command applied in every shard, as one: the first refusal, or the
+/// descriptions' topics together, sorted by name.
+pub(crate) fn merge(
+    results: impl IntoIterator<Item = Result<Outcome, ErrorReply>>,
+) -> Result<Outcome, ErrorReply> {
+    let mut merged: Option<Outcome> = None;
+    for result in results {
+        let outcome = result?;
+        merged = Some(match (merged, outcome) {
+            (Some(Outcome::Description(mut all)), Outcome::Description(description)) => {
+                all.topics.extend(description.topics);
+                Outcome::Description(all)
+            }
+            (None, outcome) => outcome,
+            // Only descriptions are gathered; anything else answers as the first shard did.
+            (Some(first), _) => first,
+        });
+    }
+    let mut merged =
+        merged.ok_or_else(|| ErrorReply::Storage("no shard answered the request".to_owned()))?;
+    if let Outcome::Description(description) = &mut merged {
+        description.topics.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    Ok(merged)
+}
+
+/// The dead-letter topic named among `settings`, if one is.
+fn dead_letter_of(settings: &[GroupSetting]) -> Option<&str> {
+    settings.iter().find_map(|setting| match setting {
+        GroupSetting::DeadLetter(topic) => Some(topic.as_str()),
+        _ => None,
+    })
+}
+
+/// Which shard holds which topic.
+#[derive(Debug)]
+struct Placement {
+    /// Every topic, with its shard and partition count.
+    topics: HashMap<String, Placed>,
+    /// Names groups give as their dead-letter topic, with the group's shard: such a topic is
+    /// created there (by the broker itself, when a record first moves to it).
+    dead_letters: HashMap<String, usize>,
+    /// The partitions each shard holds.
+    partitions: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Placed {
+    shard: usize,
+    partitions: u64,
+}
+
+/// Separators after which a topic's name may continue into a topic placed with it.
+const RELATED_NAME_SEPARATORS: [char; 3] = ['-', '.', '_'];
+
+impl Placement {
+    fn new(shards: usize) -> Placement {
+        Placement {
+            topics: HashMap::new(),
+            dead_letters: HashMap::new(),
+            partitions: vec![0; shards.max(1)],
+        }
+    }
+
+    /// The shard of `topic`, or of the group that names it as its dead-letter topic.
+    fn shard_of(&self, topic: &str) -> Option<usize> {
+        self.topics
+            .get(topic)
+            .map(|placed| placed.shard)
+            .or_else(|| self.dead_letters.get(topic).copied())
+    }
+
+    /// The shard a new topic named `topic` goes to (see the module's documentation).
+    fn home_for(&self, topic: &str) -> usize {
+        if let Some(shard) = self.shard_of(topic) {
+            return shard;
+        }
+        let related = topic
+            .char_indices()
+            .filter(|(_, c)| RELATED_NAME_SEPARATORS.contains(c))
+            .rev()
+            .find_map(|(at, _)| self.topics.get(&topic[..at]));
+        if let Some(placed) = related {
+            return placed.shard;
+        }
+        self.partitions
+            .iter()
+            .enumerate()
+            .min_by_key(|(shard, partitions)| (**partitions, *shard))
+            .map_or(0, |(shard, _)| shard)
+    }
+
+    /// The shard `command` is applied in, or why the placement refuses it.
+    fn shard_for(&self, command: &Command, max_topics: usize) -> Result<usize, ErrorReply> {
+        match command {
+            Command::Create { topic, .. } => {
+                if !self.topics.contains_key(topic) && self.topics.len() >= max_topics {
+                    return Err(ErrorReply::InvalidArgument(format!(
+                        "the broker already holds its maximum of {max_topics} topics"
+                    )));
+                }
+                Ok(self.home_for(topic))
+            }
+            Command::Join {
+                topic, settings, ..
+            }
+            | Command::ConfigureGroup {
+                topic, settings, ..
+            } => {
+                let Some(shard) = self.topics.get(topic).map(|placed| placed.shard) else {
+                    // An unknown topic: any shard refuses it.
+                    return Ok(0);
+                };
+                match dead_letter_of(settings).and_then(|name| Some((name, self.shard_of(name)?))) {
+                    Some((name, other)) if other != shard => {
+                        Err(ErrorReply::InvalidArgument(format!(
+                            "the dead-letter topic {name:?} is held by shard {other} and topic \
+                             {topic:?} by shard {shard}: with --shards, a group's dead-letter \
+                             topic must be held with its topic (a record moves to it in one \
+                             step). Name a dead-letter topic that does not exist yet (the broker \
+                             creates it with the topic), or one named after the topic, such as \
+                             \"{topic}-dlq\", created after it"
+                        )))
+                    }
+                    _ => Ok(shard),
+                }
+            }
+            other => Ok(other
+                .topic()
+                .and_then(|topic| self.shard_of(topic))
+                .unwrap_or(0)),
+        }
+    }
+
+    fn created(&mut self, topic: &str, shard: usize, partitions: usize) {
+        let partitions = partitions as u64;
+        self.topics
+            .insert(topic.to_owned(), Placed { shard, partitions });
+        if let Some(load) = self.partitions.get_mut(shard) {
+            *load += partitions;
+        }
+    }
+
+    fn deleted(&mut self, topic: &str) {
+        if let Some(placed) = self.topics.remove(topic) {
+            if let Some(load) = self.partitions.get_mut(placed.shard) {
+                *load = load.saturating_sub(placed.partitions);
+            }
+        }
+    }
+
+    fn resized(&mut self, topic: &str, partitions: usize) {
+        if let Some(placed) = self.topics.get(topic).copied() {
+            self.deleted(topic);
+            self.created(topic, placed.shard, partitions);
+        }
+    }
+
+    fn names_dead_letter(&mut self, topic: &str, shard: usize) {
+        self.dead_letters.entry(topic.to_owned()).or_insert(shard);
+    }
+}
+
+/// How a placing command changes the placement once applied.
+enum PlacementChange {
+    Created { topic: String, partitions: usize },
+    Deleted(String),
+    Resized(String),
+    NamesDeadLetter(String),
+    None,
+}
+
+impl PlacementChange {
+    fn of(command: &Command) -> PlacementChange {
+        match command {
+            Command::Create {
+                topic,
+                partition_count,
+                ..
+            } => PlacementChange::Created {
+                topic: topic.clone(),
+                partitions: usize::try_from(*partition_count).unwrap_or(0),
+            },
+            Command::DeleteTopic { topic } => PlacementChange::Deleted(topic.clone()),
+            Command::AddPartitions { topic, .. } => PlacementChange::Resized(topic.clone()),
+            Command::Join { settings, .. } | Command::ConfigureGroup { settings, .. } => {
+                match dead_letter_of(settings) {
+                    Some(name) => PlacementChange::NamesDeadLetter(name.to_owned()),
+                    None => PlacementChange::None,
+                }
+            }
+            _ => PlacementChange::None,
+        }
+    }
+
+    fn apply(self, placement: &mut Placement, shard: usize, outcome: &Outcome) {
+        match (self, outcome) {
+            (PlacementChange::Created { topic, partitions }, Outcome::Created(true)) => {
+                placement.created(&topic, shard, partitions);
+            }
+            (PlacementChange::Deleted(topic), Outcome::Deleted(true)) => placement.deleted(&topic),
+            (PlacementChange::Resized(topic), Outcome::PartitionCount(count)) => {
+                placement.resized(&topic, usize::try_from(*count).unwrap_or(0));
+            }
+            (PlacementChange::NamesDeadLetter(name), _) => {
+                placement.names_dead_letter(&name, shard);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use broker_core::{BrokerState, KeyHash, TopicName};
+
+    use super::*;
+
+    fn create(topic: &str, partitions: i32) -> Command {
+        Command::Create {
+            topic: topic.into(),
+            partition_count: partitions,
+            key_hash: KeyHash::default(),
+            settings: Vec::new(),
+        }
+    }
+
+    fn shards(count: usize, max_topics: usize) -> Shards {
+        let brokers = (0..count)
+            .map(|_| Broker::new(BrokerState::new(10).unwrap(), None))
+            .collect();
+        Shards::new(brokers, max_topics).unwrap()
+    }
+
+    /// Applies `command` where the shards send it; its shard and answer.
+    fn apply(shards: &Shards, command: Command) -> (usize, Result<Outcome, ErrorReply>) {
+        let execute = |broker: &Broker, command: Command| {
+            let executed = broker.lock().apply(command);
+            (executed.result, ())
+        };
+        match shards.route(&command) {
+            Route::One(shard) => (shard, execute(shards.get(shard), command).0),
+            Route::Every => (
+                0,
+                merge(
+                    shards
+                        .all()
+                        .iter()
+                        .map(|broker| execute(broker, command.clone()).0),
+                ),
+            ),
+            Route::Placing => match shards.place(command, execute) {
+                Ok((shard, result, ())) => (shard, result),
+                Err(refusal) => (usize::MAX, Err(refusal)),
+            },
+        }
+    }
+
+    fn dead_letter_join(topic: &str, dead_letter: &str) -> Command {
+        Command::Join {
+            topic: topic.into(),
+            group: "g".into(),
+            member: "m".into(),
+            assignor: None,
+            settings: vec![
+                GroupSetting::MaxDeliveries(2),
+                GroupSetting::DeadLetter(TopicName::new(dead_letter).unwrap()),
+            ],
+        }
+    }
+
+    #[test]
+    fn new_topics_go_to_the_shard_with_the_fewest_partitions_and_stay_there() {
+        let shards = shards(3, 100);
+        assert_eq!(apply(&shards, create("a", 4)).0, 0);
+        assert_eq!(apply(&shards, create("b", 1)).0, 1);
+        assert_eq!(apply(&shards, create("c", 2)).0, 2);
+        // Shard 1 holds 1 partition, shard 2 holds 2.
+        assert_eq!(apply(&shards, create("d", 2)).0, 1);
+        // Created again: the same shard answers that it exists.
+        assert_eq!(
+            apply(&shards, create("c", 2)),
+            (2, Ok(Outcome::Created(false)))
+        );
+        for (topic, shard) in [("a", 0), ("b", 1), ("c", 2), ("d", 1)] {
+            let publish = Command::Publish {
+                topic: topic.into(),
+                partition: 0,
+                payload: "x".into(),
+            };
+            assert_eq!(apply(&shards, publish), (shard, Ok(Outcome::Published(0))));
+        }
+        // A description of everything gathers every shard's topics, sorted.
+        match apply(&shards, Command::Describe { topic: None }).1.unwrap() {
+            Outcome::Description(description) => {
+                let names: Vec<_> = description.topics.iter().map(|t| t.name.as_str()).collect();
+                assert_eq!(names, ["a", "b", "c", "d"]);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let all = shards.describe_topics(None).unwrap();
+        assert_eq!(all.topics.len(), 4);
+        // Deleted, its partitions no longer count: the next topic goes to shard 0 (4 - 4).
+        assert_eq!(
+            apply(&shards, Command::DeleteTopic { topic: "a".into() }),
+            (0, Ok(Outcome::Deleted(true)))
+        );
+        assert_eq!(apply(&shards, create("e", 1)).0, 0);
+    }
+
+    #[test]
+    fn a_topic_named_after_another_goes_with_it() {
+        let shards = shards(2, 100);
+        let created = (0, Ok(Outcome::Created(true)));
+        assert_eq!(apply(&shards, create("orders", 1)), created);
+        assert_eq!(apply(&shards, create("payments", 1)).0, 1);
+        assert_eq!(apply(&shards, create("orders_v2", 1)), created);
+        assert_eq!(
+            apply(&shards, create("payments-dlq", 1)),
+            (1, Ok(Outcome::Created(true)))
+        );
+        // The longest related name wins.
+        assert_eq!(apply(&shards, create("orders_v2-retry", 1)), created);
+        // Not after a separator: placed by load (shard 0 holds 3, shard 1 holds 2).
+        assert_eq!(
+            apply(&shards, create("ordersx", 1)),
+            (1, Ok(Outcome::Created(true)))
+        );
+    }
+
+    #[test]
+    fn a_dead_letter_topic_is_held_with_its_group() {
+        let shards = shards(2, 100);
+        assert_eq!(apply(&shards, create("orders", 1)).0, 0);
+        assert_eq!(apply(&shards, create("failed", 1)).0, 1);
+        // A dead-letter topic in another shard is refused, and changes nothing.
+        match apply(&shards, dead_letter_join("orders", "failed")) {
+            (_, Err(ErrorReply::InvalidArgument(why))) => {
+                assert!(why.contains("must be held with its topic"), "{why}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(shards.get(0).lock().describe().topics[0].groups.is_empty());
+        // One that does not exist yet is placed with the group, and created there.
+        assert_eq!(
+            apply(&shards, dead_letter_join("orders", "later")).1,
+            Ok(Outcome::Partitions(vec![0]))
+        );
+        assert_eq!(apply(&shards, create("later", 1)).0, 0);
+        // A placement rebuilt from the shards' states knows it too.
+        let rebuilt = Shards::new(
+            shards
+                .all()
+                .iter()
+                .map(|broker| {
+                    Broker::new(
+                        BrokerState::from_image(broker.lock().image(), None).unwrap(),
+                        None,
+                    )
+                })
+                .collect(),
+            100,
+        )
+        .unwrap();
+        assert_eq!(rebuilt.shard_of("later"), 0);
+        assert_eq!(rebuilt.shard_of("failed"), 1);
+    }
+
+    #[test]
+    fn the_topic_limit_holds_across_shards() {
+        let shards = shards(2, 2);
+        apply(&shards, create("a", 1)).1.unwrap();
+        apply(&shards, create("b", 1)).1.unwrap();
+        match apply(&shards, create("c", 1)) {
+            (_, Err(ErrorReply::InvalidArgument(why))) => {
+                assert!(why.contains("maximum of 2 topics"), "{why}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // An existing topic is still answered.
+        assert_eq!(
+            apply(&shards, create("a", 1)).1,
+            Ok(Outcome::Created(false))
+        );
+    }
+
+    #[test]
+    fn one_shard_routes_everything_to_it() {
+        let shards = Shards::single(Broker::new(BrokerState::new(10).unwrap(), None));
+        assert_eq!(shards.route(&create("a", 1)), Route::One(0));
+        assert_eq!(
+            shards.route(&Command::Describe { topic: None }),
+            Route::One(0)
+        );
+    }
+}

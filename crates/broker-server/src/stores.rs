@@ -1,0 +1,187 @@
+//! A single broker's data directory, shard by shard (see `--shards`): shard 0 keeps the
+//! directory's own files, as a broker of one shard always has, and shard `i` (from 1) the
+//! directory `shards/<i>/` in it, laid out alike (its own lock, log, snapshots and record
+//! segments). A directory written with one shard is a directory of one shard as it is.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use broker_storage::Storage;
+
+use crate::{Config, ServerError};
+
+/// Where the shards after the first keep their files, inside the data directory.
+pub(crate) const SHARDS_DIR: &str = "shards";
+
+/// A data directory opened and recovered by [`crate::open_storage`]: one [`Storage`] per
+/// shard, shard 0 first.
+#[derive(Debug)]
+pub struct Stores {
+    shards: Vec<Storage>,
+}
+
+impl Stores {
+    /// The stores of the shards, shard 0 first.
+    pub fn shards(&self) -> &[Storage] {
+        &self.shards
+    }
+
+    /// The stores of the shards, shard 0 first, to be started.
+    pub(crate) fn into_shards(self) -> Vec<Storage> {
+        self.shards
+    }
+}
+
+/// The directory of shard `shard` of the data directory `root`.
+pub(crate) fn shard_dir(root: &Path, shard: usize) -> PathBuf {
+    match shard {
+        0 => root.to_owned(),
+        _ => root.join(SHARDS_DIR).join(shard.to_string()),
+    }
+}
+
+/// How many shards the data directory `root` holds: 1, and one more for each numbered
+/// directory of `shards/`, which must be numbered from 1 without a gap.
+///
+/// # Errors
+/// `shards/` holds something else, or cannot be listed.
+fn shards_present(root: &Path) -> Result<usize, ServerError> {
+    let dir = root.join(SHARDS_DIR);
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(1),
+        Err(error) => {
+            return Err(ServerError::InvalidConfig(format!(
+                "cannot list {}: {error}",
+                dir.display()
+            )))
+        }
+    };
+    let mut numbers = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|error| {
+            ServerError::InvalidConfig(format!("cannot list {}: {error}", dir.display()))
+        })?;
+        let name = entry.file_name();
+        let number = name
+            .to_str()
+            .and_then(|name| name.parse::<usize>().ok())
+            .filter(|number| *number >= 1 && entry.path().is_dir());
+        match number {
+            Some(number) => numbers.push(number),
+            None => {
+                return Err(ServerError::InvalidConfig(format!(
+                    "{} holds {:?}, which is no shard's directory (shards are numbered \
+                     directories, from 1): move it out of the data directory",
+                    dir.display(),
+                    name
+                )))
+            }
+        }
+    }
+    numbers.sort_unstable();
+    for (expected, number) in (1..).zip(&numbers) {
+        if *number != expected {
+            return Err(ServerError::InvalidConfig(format!(
+                "{} has no shard {expected} but has shard {number}: a shard's directory is \
+                 missing (restore it from a backup of the whole data directory)",
+                dir.display()
+            )));
+        }
+    }
+    Ok(numbers.len() + 1)
+}
+
+/// Opens and recovers the shards of the data directory `root`: those it holds, then new ones
+/// up to [`Config::shards`]. Each existing shard is checked by `check` before a new shard's
+/// directory is created, so that a refused start creates nothing.
+///
+/// # Errors
+/// The directory holds more shards than asked for (shards are never merged), a shard is
+/// missing or cannot be opened, or `check` refuses one.
+pub(crate) fn open(
+    root: &Path,
+    config: &Config,
+    check: impl Fn(&Path, &Storage) -> Result<(), ServerError>,
+) -> Result<Stores, ServerError> {
+    let present = shards_present(root)?;
+    let wanted = match config.shards {
+        None => present,
+        Some(asked) if asked < present => {
+            return Err(ServerError::InvalidConfig(format!(
+                "{} holds topics in {present} shards, more than --shards {asked}: start it with \
+                 --shards {present} or more (or without --shards); the topics of a shard are \
+                 never moved to another",
+                root.display()
+            )))
+        }
+        Some(asked) => asked,
+    };
+    let mut shards = Vec::with_capacity(wanted);
+    for shard in 0..wanted {
+        let dir = shard_dir(root, shard);
+        let storage = Storage::open(&dir, config.capacity)?;
+        if shard < present {
+            check(&dir, &storage)?;
+        }
+        shards.push(storage);
+    }
+    Ok(Stores { shards })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn shards_are_numbered_directories_without_a_gap() {
+        let root = tempfile::tempdir().unwrap();
+        assert_eq!(shards_present(root.path()).unwrap(), 1);
+        fs::create_dir_all(root.path().join("shards/1")).unwrap();
+        fs::create_dir_all(root.path().join("shards/2")).unwrap();
+        assert_eq!(shards_present(root.path()).unwrap(), 3);
+        fs::create_dir_all(root.path().join("shards/4")).unwrap();
+        let error = shards_present(root.path()).unwrap_err().to_string();
+        assert!(error.contains("has no shard 3 but has shard 4"), "{error}");
+        fs::write(root.path().join("shards/notes"), "x").unwrap();
+        let error = shards_present(root.path()).unwrap_err().to_string();
+        assert!(error.contains("no shard's directory"), "{error}");
+    }
+
+    #[test]
+    fn fewer_shards_than_the_directory_holds_are_refused_and_nothing_is_created() {
+        let root = tempfile::tempdir().unwrap();
+        let config = Config {
+            shards: Some(3),
+            ..Config::default()
+        };
+        let stores = open(root.path(), &config, |_, _| Ok(())).unwrap();
+        assert_eq!(stores.shards().len(), 3);
+        drop(stores);
+        // Without --shards: as many as it holds.
+        let stores = open(root.path(), &Config::default(), |_, _| Ok(())).unwrap();
+        assert_eq!(stores.shards().len(), 3);
+        drop(stores);
+        let fewer = Config {
+            shards: Some(2),
+            ..Config::default()
+        };
+        let error = open(root.path(), &fewer, |_, _| Ok(()))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("holds topics in 3 shards"), "{error}");
+        // A check that refuses an existing shard stops the start before new shards exist.
+        let more = Config {
+            shards: Some(5),
+            ..Config::default()
+        };
+        let refusing = |dir: &Path, _: &Storage| match dir.ends_with("shards/2") {
+            true => Err(ServerError::InvalidConfig("refused".into())),
+            false => Ok(()),
+        };
+        assert!(open(root.path(), &more, refusing).is_err());
+        assert!(!root.path().join("shards/3").exists());
+    }
+}

@@ -1,0 +1,227 @@
+//! A single broker of several shards (`--shards`), end to end through the real binary and
+//! client: topics spread over the shards' directories, every call about a topic keeps its
+//! meaning, a crash loses nothing of any shard, a directory reopens with its shards (and is
+//! never started with fewer), and a group's dead-letter topic stays with its topic.
+//!
+//! The rest of the end-to-end suites run against shards too: `BROKER_SHARDS=3 cargo test
+//! -p broker-server --test e2e_client ...` (see `.ci/run`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use broker_client::{Client, GroupSetting, TopicName};
+use broker_testkit::files::every_file;
+use broker_testkit::process::{refused_start, ServerProcess};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+async fn connect(server: &ServerProcess) -> Client {
+    Client::connect(server.addr_string())
+        .await
+        .expect("connect to broker-server")
+}
+
+/// A server on the data directory `data`, with `extra` flags.
+fn start(data: &Path, extra: &[&str]) -> ServerProcess {
+    let mut flags = vec!["--data-dir", data.to_str().unwrap()];
+    flags.extend_from_slice(extra);
+    ServerProcess::start(&flags)
+}
+
+/// The partitions with records on disk in each shard's directory: the record segment
+/// directories of `records/` (a start's checkpoint moves every record there).
+fn partitions_on_disk(data: &Path, shards: usize) -> Vec<usize> {
+    (0..shards)
+        .map(|shard| {
+            let dir = match shard {
+                0 => data.to_owned(),
+                _ => data.join("shards").join(shard.to_string()),
+            };
+            std::fs::read_dir(dir.join("records"))
+                .map(|entries| entries.count())
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// Every record of `topic` a new group reads from the start, as (partition, offset, payload).
+async fn read_all(client: &Client, topic: &str) -> Vec<(i32, i64, String)> {
+    client.join(topic, "reader", "r").await.unwrap();
+    let mut read = Vec::new();
+    loop {
+        let records = client.fetch(topic, "reader", "r", 1000).await.unwrap();
+        if records.is_empty() {
+            break;
+        }
+        read.extend(records.into_iter().map(|record| {
+            let payload = String::from_utf8(record.payload.to_vec()).unwrap();
+            (record.partition, record.offset, payload)
+        }));
+    }
+    client.leave(topic, "reader", "r").await.unwrap();
+    read
+}
+
+/// Three topics of one partition go to three shards, each with its own files; the calls about
+/// each keep their meaning; after a kill -9 the directory reopens (without `--shards`: as many
+/// as it holds) with every acknowledged record, offset and group of every shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_spread_over_shards_and_come_back_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = start(dir.path(), &["--shards", "3", "--fsync", "always"]);
+    let client = connect(&server).await;
+    let topics = ["orders", "payments", "audit"];
+    for topic in topics {
+        assert!(client.create(topic, 1).await.unwrap());
+        for n in 0..20 {
+            let offset = client
+                .publish(topic, 0, format!("{topic} {n}"))
+                .await
+                .unwrap();
+            assert_eq!(offset, n);
+        }
+        client.join(topic, "workers", "w1").await.unwrap();
+        let polled = client.poll(topic, "workers", "w1", 5).await.unwrap();
+        assert_eq!(polled.len(), 1, "one record in flight per partition");
+        assert!(client
+            .ack(topic, "workers", "w1", 0, polled[0].offset)
+            .await
+            .unwrap());
+        // A new group starts at the oldest record retained: the one acknowledged left.
+        client.join(topic, "audit-log", "a1").await.unwrap();
+        let fetched = client.fetch(topic, "audit-log", "a1", 7).await.unwrap();
+        assert_eq!(fetched.first().map(|record| record.offset), Some(1));
+        assert_eq!(fetched.len(), 7);
+        client.commit(topic, "audit-log", "a1", None).await.unwrap();
+    }
+    let described = client.describe().await.unwrap();
+    let names: Vec<_> = described.topics.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["audit", "orders", "payments"], "gathered, sorted");
+    drop(client);
+    server.kill();
+
+    // Reopened without --shards: the directory's three.
+    let mut server = start(dir.path(), &[]);
+    let client = connect(&server).await;
+    assert_eq!(client.describe().await.unwrap(), described);
+    for topic in topics {
+        assert_eq!(client.committed(topic, "audit-log", 0).await.unwrap(), 8);
+        let next = client.fetch(topic, "audit-log", "a1", 1).await.unwrap();
+        assert_eq!(next[0].offset, 8, "{topic}");
+        let records = read_all(&client, topic).await;
+        let expected: Vec<_> = (0..20)
+            .map(|n| (0, n, format!("{topic} {n}")))
+            .filter(|(_, n, _)| *n >= 1) // the acknowledged record left (interest retention)
+            .collect();
+        assert_eq!(records, expected, "{topic}");
+    }
+    drop(client);
+    server.terminate(PATIENCE);
+    // The start's checkpoint put each topic's records in its own shard's segment files.
+    assert_eq!(partitions_on_disk(dir.path(), 3), [1, 1, 1]);
+}
+
+/// A directory of three shards is refused with fewer (its topics would be lost), and the
+/// refusal changes no file; with more, the new shards start empty and take new topics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_never_starts_with_fewer_shards_than_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let mut server = start(dir.path(), &["--shards", "3"]);
+    let client = connect(&server).await;
+    for topic in ["a", "b", "c"] {
+        client.create(topic, 1).await.unwrap();
+        client.publish(topic, 0, topic.to_owned()).await.unwrap();
+    }
+    drop(client);
+    server.terminate(PATIENCE);
+    let before = every_file(dir.path());
+    let refusal = refused_start(&["--data-dir", data, "--shards", "2"], PATIENCE);
+    assert!(!refusal.status.success());
+    assert!(
+        refusal
+            .stderr
+            .contains("holds topics in 3 shards, more than --shards 2"),
+        "{}",
+        refusal.stderr
+    );
+    assert!(
+        refusal.stderr.contains("--shards 3 or more"),
+        "{}",
+        refusal.stderr
+    );
+    assert_eq!(
+        every_file(dir.path()),
+        before,
+        "a refused start changed files"
+    );
+
+    let mut server = start(dir.path(), &["--shards", "4"]);
+    let client = connect(&server).await;
+    // The new shard holds no partition: the next topic goes there.
+    client.create("d", 1).await.unwrap();
+    client.publish("d", 0, "d".to_owned()).await.unwrap();
+    for topic in ["a", "b", "c", "d"] {
+        let records = read_all(&client, topic).await;
+        assert_eq!(records, [(0, 0, topic.to_owned())]);
+    }
+    drop(client);
+    server.terminate(PATIENCE);
+    let server = start(dir.path(), &[]);
+    drop(server);
+    assert_eq!(partitions_on_disk(dir.path(), 4), [1, 1, 1, 1]);
+}
+
+/// A group's dead-letter topic is held by its topic's shard: one named after the topic goes
+/// there when created, one that does not exist yet is created there by the first record that
+/// moves, and naming one that another shard holds is refused with the way out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_topic_is_held_with_its_groups_topic() {
+    let server = ServerProcess::start(&["--shards", "2"]);
+    let client = connect(&server).await;
+    client.create("jobs", 1).await.unwrap();
+    client.create("elsewhere", 1).await.unwrap();
+    client.create("jobs-dlq", 1).await.unwrap();
+    let dead_letter = |topic: &str| {
+        vec![
+            GroupSetting::MaxDeliveries(1),
+            GroupSetting::DeadLetter(TopicName::new(topic).unwrap()),
+        ]
+    };
+    // "elsewhere" went to the other shard.
+    let refused = client
+        .join_group("jobs", "workers", "w1", None, &dead_letter("elsewhere"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("must be held with its topic"), "{refused}");
+    assert!(refused.contains("\"jobs-dlq\""), "{refused}");
+    assert!(client
+        .describe_topic("jobs")
+        .await
+        .unwrap()
+        .groups
+        .is_empty());
+
+    for (group, dead_letters) in [("workers", "jobs-dlq"), ("others", "jobs-failed")] {
+        client
+            .join_group("jobs", group, "w1", None, &dead_letter(dead_letters))
+            .await
+            .unwrap();
+    }
+    let offset = client.publish("jobs", 0, "bad".to_owned()).await.unwrap();
+    for (group, dead_letters) in [("workers", "jobs-dlq"), ("others", "jobs-failed")] {
+        let polled = client.poll("jobs", group, "w1", 1).await.unwrap();
+        assert_eq!(polled[0].offset, offset);
+        // Its one delivery is used up: the retry moves it to the dead-letter topic.
+        assert!(client.retry("jobs", group, "w1", 0, offset).await.unwrap());
+        let moved = read_all(&client, dead_letters).await;
+        assert_eq!(moved.len(), 1, "{dead_letters}");
+        assert_eq!(moved[0].2, "bad");
+    }
+    // The topic the broker created is where the placement says: a create of it answers that
+    // it exists.
+    assert!(!client.create("jobs-failed", 1).await.unwrap());
+}
