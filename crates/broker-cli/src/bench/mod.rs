@@ -49,9 +49,11 @@ const MAX_FULL_BACKOFF: Duration = Duration::from_millis(20);
   broker bench fetch --batch 1000 --publish-batch 100     batches both ways
   broker bench mixed --duration 10s --json                both kinds of group at once
   broker bench ping --records 20000                       raw loopback round trips, no broker
+  broker bench fetch --producers 4 --topics 4             four topics (a --shards server spreads them)
 
-Every run uses a new topic (bench-<time>), deleted at the end, also after a failure or an
-interruption (--keep-topic keeps it), so runs do not disturb each other. Partitions are bounded
+Every run uses a new topic (bench-<time>; with --topics N, bench-<time>-0 to -<N-1>), deleted
+at the end, also after a failure or an interruption (--keep-topic keeps it), so runs do not
+disturb each other. Partitions are bounded
 by the server's --capacity: a `publish` run stops being stored once every partition is
 full and reports how often publish answered -1; the end-to-end workloads (ack, fetch, mixed)
 retry a refused record after a back-off that doubles while it stays refused (0.2 ms up to
@@ -86,6 +88,11 @@ pub struct BenchArgs {
     /// Partitions of the benchmark topic.
     #[arg(long, default_value_t = 64)]
     pub partitions: i32,
+    /// Benchmark topics, 1 to --producers: producer i publishes to topic i mod N (each of
+    /// --partitions partitions), and every group consumes every topic with --consumers
+    /// connections each. A broker with --shards places different topics on different shards.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub topics: u64,
     /// Most records per fetch (fetch and mixed workloads; polls take at most 64).
     #[arg(long, default_value_t = 1_000)]
     pub batch: i32,
@@ -149,6 +156,12 @@ impl BenchArgs {
         }
         if self.wire && self.publish_batch != 1 {
             return Err("--wire cannot be combined with --publish-batch".to_owned());
+        }
+        if self.topics > self.producers as u64 {
+            return Err(format!(
+                "--topics {} needs at least as many --producers (each topic has its own)",
+                self.topics
+            ));
         }
         if self.handles && (self.wire || self.publish_batch != 1) {
             return Err(
@@ -275,7 +288,10 @@ struct GroupReport {
 #[derive(Debug, Serialize)]
 struct BenchReport {
     workload: Workload,
+    /// The benchmark topic, or with several the first of them.
     topic: String,
+    /// How many benchmark topics the producers spread over (`--topics`).
+    topics: usize,
     producers: usize,
     /// What the producers publish through.
     published_through: PublishedThrough,
@@ -334,7 +350,9 @@ impl GroupCheck {
         }
     }
 
-    fn observe(&mut self, record: &BrokerRecord, now_nanos: u64) {
+    /// Notes a delivery of `record`, whose partition 0 is at `first_place` among the check's
+    /// partitions.
+    fn observe(&mut self, first_place: usize, record: &BrokerRecord, now_nanos: u64) {
         self.consumed += 1;
         let place = (record.partition, record.offset);
         let redelivery = match decode_header(&record.payload) {
@@ -365,7 +383,7 @@ impl GroupCheck {
             }
         };
         // A redelivery goes back in its partition: order is checked from the next record on.
-        let partition = record.partition as usize;
+        let partition = first_place + record.partition as usize;
         if redelivery {
             self.redelivered += 1;
         } else if self.next_offset.get(partition) != Some(&record.offset) {
@@ -423,29 +441,49 @@ pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
         return print_ping(&latency, args.json);
     }
     let admin = server.connect().await?;
-    let topic = format!(
+    let name = format!(
         "bench-{}",
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros())
     );
+    let topics: Vec<String> = match args.topics {
+        1 => vec![name],
+        count => (0..count).map(|index| format!("{name}-{index}")).collect(),
+    };
     let retention = [TopicSetting::Retention(args.retention.into())];
-    admin
-        .create_topic(&topic, args.partitions, KeyHash::default(), &retention)
-        .await
-        .context("cannot create the benchmark topic")?;
-    // Interrupted (Ctrl-C, SIGTERM), the run stops and the topic is deleted all the same.
+    let mut created = Vec::new();
+    let mut creating = Ok(());
+    for topic in &topics {
+        match admin
+            .create_topic(topic, args.partitions, KeyHash::default(), &retention)
+            .await
+        {
+            Ok(_) => created.push(topic),
+            Err(error) => {
+                creating =
+                    Err(anyhow::Error::new(error).context("cannot create a benchmark topic"));
+                break;
+            }
+        }
+    }
+    // Interrupted (Ctrl-C, SIGTERM), the run stops and the topics are deleted all the same.
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot handle SIGTERM")?;
-    let measured = tokio::select! {
-        measured = measure(server, &args, &topic) => measured,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-        _ = terminate.recv() => Err(anyhow::anyhow!("terminated")),
+    let measured = match creating {
+        Ok(()) => tokio::select! {
+            measured = measure(server, &args, &topics) => measured,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+            _ = terminate.recv() => Err(anyhow::anyhow!("terminated")),
+        },
+        Err(error) => Err(error),
     };
     if !args.keep_topic {
         // Whatever happened, leave no benchmark topic behind.
-        if let Err(error) = admin.delete_topic(&topic).await {
-            eprintln!("warning: the benchmark topic {topic} was not deleted: {error}");
+        for topic in created {
+            if let Err(error) = admin.delete_topic(topic).await {
+                eprintln!("warning: the benchmark topic {topic} was not deleted: {error}");
+            }
         }
     }
     let report = measured?;
@@ -456,9 +494,12 @@ pub async fn run(server: &Server, args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs the workload on `topic` (created, empty) and reports what it measured.
-async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Result<BenchReport> {
-    let topic = topic.to_owned();
+/// Runs the workload on `topics` (created, empty) and reports what it measured.
+async fn measure(
+    server: &Server,
+    args: &BenchArgs,
+    topics: &[String],
+) -> anyhow::Result<BenchReport> {
     let modes: &[GroupMode] = match args.workload {
         Workload::Publish | Workload::Ping => &[],
         Workload::Ack => &[GroupMode::Ack],
@@ -483,17 +524,22 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
             GroupMode::Ack => "bench-ack",
             GroupMode::Fetch => "bench-fetch",
         };
+        // Each topic's partitions have places of their own in the check.
         let check = Arc::new(Mutex::new(GroupCheck::new(
-            args.partitions as usize,
+            args.partitions as usize * topics.len(),
             &shares,
         )));
         checks.push((group, mode, Arc::clone(&check)));
-        for index in 0..args.consumers {
+        for (index, topic) in (0..args.consumers)
+            .flat_map(|index| topics.iter().enumerate().map(move |topic| (index, topic)))
+        {
+            let (topic_index, topic) = topic;
             let client = server.connect().await?;
             let member = format!("consumer-{index:03}");
-            client.join(&topic, group, &member).await?;
+            client.join(topic, group, &member).await?;
             let consumer = Consumer {
                 topic: topic.clone(),
+                first_place: topic_index * args.partitions as usize,
                 group,
                 member,
                 mode,
@@ -532,7 +578,7 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
     };
     for (index, &share) in shares.iter().enumerate() {
         let producer = Producer {
-            topic: topic.clone(),
+            topic: topics[index % topics.len()].clone(),
             index: index as u32,
             share,
             partitions: args.partitions,
@@ -608,7 +654,8 @@ async fn measure(server: &Server, args: &BenchArgs, topic: &str) -> anyhow::Resu
     let seconds = elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
     let report = BenchReport {
         workload: args.workload,
-        topic,
+        topic: topics[0].clone(),
+        topics: topics.len(),
         producers: args.producers,
         published_through: PublishedThrough::of(args),
         consumers_per_group: if modes.is_empty() { 0 } else { args.consumers },
@@ -821,6 +868,8 @@ async fn publish_once(
 
 struct Consumer {
     topic: String,
+    /// The place of the topic's partition 0 in the group's check.
+    first_place: usize,
     group: &'static str,
     member: String,
     mode: GroupMode,
@@ -833,6 +882,7 @@ struct Consumer {
 async fn consume(client: Client, consumer: Consumer) -> anyhow::Result<()> {
     let Consumer {
         topic,
+        first_place,
         group,
         member,
         mode,
@@ -879,7 +929,7 @@ async fn consume(client: Client, consumer: Consumer) -> anyhow::Result<()> {
         let mut observed = check.lock().unwrap_or_else(PoisonError::into_inner);
         observed.rounds += 1;
         for record in &records {
-            observed.observe(record, now);
+            observed.observe(first_place, record, now);
             unsettled.push((record.partition, record.offset));
         }
     }
@@ -891,6 +941,7 @@ async fn consume(client: Client, consumer: Consumer) -> anyhow::Result<()> {
 async fn consume_with_handle(client: Client, consumer: Consumer) -> anyhow::Result<()> {
     let Consumer {
         topic,
+        first_place,
         group,
         member,
         mode,
@@ -920,7 +971,7 @@ async fn consume_with_handle(client: Client, consumer: Consumer) -> anyhow::Resu
         let mut observed = check.lock().unwrap_or_else(PoisonError::into_inner);
         observed.rounds += 1;
         for delivery in &deliveries {
-            observed.observe(delivery, now);
+            observed.observe(first_place, delivery, now);
             delivery.ack_later();
         }
     }
@@ -1033,9 +1084,12 @@ fn print_report(report: &BenchReport, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     outln!(
-        "workload {} on topic {}: {} producer{} x depth {} {}{}, {} consumer{} per group, {} partition{}, {} retention, {}-byte records",
+        "workload {} on {}: {} producer{} x depth {} {}{}, {} consumer{} per group, {} partition{}, {} retention, {}-byte records",
         format!("{:?}", report.workload).to_lowercase(),
-        report.topic,
+        match report.topics {
+            1 => format!("topic {}", report.topic),
+            count => format!("{count} topics ({} and the next)", report.topic),
+        },
         report.producers,
         plural(report.producers),
         report.depth,
@@ -1147,25 +1201,38 @@ mod tests {
     #[test]
     fn the_check_counts_duplicates_gaps_and_missing_records() {
         let mut check = GroupCheck::new(2, &[2, 1]);
-        check.observe(&record(0, 0, 0, 0), 10);
-        check.observe(&record(1, 0, 1, 0), 10);
+        check.observe(0, &record(0, 0, 0, 0), 10);
+        check.observe(0, &record(1, 0, 1, 0), 10);
         assert_eq!(
             (check.duplicates, check.out_of_order, check.missing()),
             (0, 0, 1)
         );
-        check.observe(&record(0, 2, 0, 0), 10); // skipped offset 1, and a duplicate
+        check.observe(0, &record(0, 2, 0, 0), 10); // skipped offset 1, and a duplicate
         assert_eq!((check.duplicates, check.out_of_order), (1, 1));
+    }
+
+    #[test]
+    fn each_topic_has_its_own_places_in_the_check() {
+        // Two topics of one partition: producer 0 publishes to the first, producer 1 to the
+        // second; both start at offset 0 without either being out of order.
+        let mut check = GroupCheck::new(2, &[1, 1]);
+        check.observe(0, &record(0, 0, 0, 0), 10);
+        check.observe(1, &record(0, 0, 1, 0), 10);
+        assert_eq!(
+            (check.duplicates, check.out_of_order, check.missing()),
+            (0, 0, 0)
+        );
     }
 
     #[test]
     fn a_redelivery_at_the_same_offset_is_no_duplicate() {
         let mut check = GroupCheck::new(1, &[3]);
         for sequence in 0..2 {
-            check.observe(&record(0, sequence as i64, 0, sequence), 10);
+            check.observe(0, &record(0, sequence as i64, 0, sequence), 10);
         }
         // Both delivered again (their acknowledgement was lost), then the next one.
         for sequence in 0..3 {
-            check.observe(&record(0, sequence as i64, 0, sequence), 10);
+            check.observe(0, &record(0, sequence as i64, 0, sequence), 10);
         }
         assert_eq!(
             (
