@@ -196,7 +196,10 @@ async fn a_dead_letter_topic_is_held_with_its_groups_topic() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(refused.contains("must be held with its topic"), "{refused}");
+    assert!(
+        refused.contains("must be in its topic's shard"),
+        "{refused}"
+    );
     assert!(refused.contains("\"jobs-dlq\""), "{refused}");
     assert!(client
         .describe_topic("jobs")
@@ -224,4 +227,83 @@ async fn a_dead_letter_topic_is_held_with_its_groups_topic() {
     // The topic the broker created is where the placement says: a create of it answers that
     // it exists.
     assert!(!client.create("jobs-failed", 1).await.unwrap());
+}
+
+/// Topics created and deleted on one connection while another pipelines publishes to a topic
+/// of another shard: placing a topic never waits for a shard's lock while routing waits for
+/// the placement (a server that did would stop answering altogether).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creating_topics_while_another_shard_is_busy_never_stalls() {
+    let server = ServerProcess::start(&["--shards", "2", "--capacity", "100000"]);
+    let publisher = connect(&server).await;
+    let admin = connect(&server).await;
+    publisher.create("busy", 4).await.unwrap();
+    let publishing = async {
+        for round in 0..200 {
+            let sends = (0..32).map(|n| publisher.publish("busy", n % 4, format!("{round}/{n}")));
+            for sent in futures::future::join_all(sends).await {
+                sent.unwrap();
+            }
+        }
+    };
+    let placing = async {
+        for round in 0..200 {
+            let topic = format!("busy-{round}");
+            assert!(admin.create(&topic, 1).await.unwrap());
+            assert!(admin.delete_topic(&topic).await.unwrap());
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), async {
+        tokio::join!(publishing, placing)
+    })
+    .await
+    .expect("the server stopped answering");
+    let published: i64 = publisher
+        .describe_topic("busy")
+        .await
+        .unwrap()
+        .partitions
+        .iter()
+        .map(|partition| partition.end_offset)
+        .sum();
+    assert_eq!(published, 200 * 32);
+}
+
+/// A directory whose shards both hold a topic of the same name (a shard's files copied into
+/// another) is refused before anything is written, and before a new shard is added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_holding_the_same_topic_are_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let mut server = start(dir.path(), &["--shards", "2"]);
+    let client = connect(&server).await;
+    client.create("a", 1).await.unwrap();
+    client.publish("a", 0, "x".to_owned()).await.unwrap();
+    drop(client);
+    server.terminate(PATIENCE);
+    let copy = dir.path().join("shards/1");
+    std::fs::remove_dir_all(&copy).unwrap();
+    std::fs::create_dir_all(&copy).unwrap();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() && path.file_name().is_some_and(|name| name != "LOCK") {
+            std::fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let before = every_file(dir.path());
+    let refusal = refused_start(&["--data-dir", data, "--shards", "3"], PATIENCE);
+    assert!(!refusal.status.success());
+    assert!(
+        refusal
+            .stderr
+            .contains("shards 0 and 1 both hold a topic named \"a\""),
+        "{}",
+        refusal.stderr
+    );
+    assert_eq!(
+        every_file(dir.path()),
+        before,
+        "a refused start changed files"
+    );
+    assert!(!dir.path().join("shards/2").exists(), "a shard was added");
 }

@@ -251,7 +251,11 @@ impl Config {
                 );
             }
         }
-        let shards = self.shards.unwrap_or(1) as u64;
+        // Without a data directory, the shards share the memory budget out.
+        let shards = match self.data_dir {
+            None => self.shards.unwrap_or(1) as u64,
+            Some(_) => 1,
+        };
         if self.max_memory / shards < self.max_payload_bytes as u64 {
             let least = self.max_payload_bytes as u64 * shards;
             return invalid(match shards {
@@ -424,12 +428,18 @@ mod tests {
             let refused = config(shards, 1 << 30).validate().unwrap_err().to_string();
             assert!(refused.contains(why), "{refused}");
         }
-        // Each shard's part of the memory budget must hold the largest payload.
+        // Each shard's part of the memory budget must hold the largest payload (with a data
+        // directory, records live on disk and there is no budget to share).
         let refused = config(4, 3 << 20).validate().unwrap_err().to_string();
         assert!(
             refused.contains("shared by 4 shards") && refused.contains("at least 4194304"),
             "{refused}"
         );
+        let on_disk = Config {
+            data_dir: Some("d".into()),
+            ..config(4, 3 << 20)
+        };
+        assert!(on_disk.validate().is_ok());
         let cluster = Config {
             data_dir: Some("d".into()),
             cluster: Some(ClusterSettings {

@@ -43,7 +43,7 @@ pub(crate) struct Applied {
     logged: Vec<(usize, usize)>,
     /// The last log entry of the batch in each shard it changed: its responses wait until they
     /// are durable.
-    last_entries: Vec<(usize, u64)>,
+    last_entries: LastEntries,
     /// With metrics on, the kind of each request answered in `responses`, in the same order
     /// (`None` for one that did not decode); empty otherwise, so that a server without metrics
     /// spends nothing on them.
@@ -80,10 +80,7 @@ impl Applied {
 
     /// Notes that the batch's responses wait for `entry` of `shard`'s log.
     fn logged_to(&mut self, shard: usize, entry: u64) {
-        match self.last_entries.iter_mut().find(|(of, _)| *of == shard) {
-            Some((_, last)) => *last = entry,
-            None => self.last_entries.push((shard, entry)),
-        }
+        self.last_entries.note(shard, entry);
     }
 
     /// Parks `request` when it found no record and may wait (protecting its member's session
@@ -250,6 +247,36 @@ pub(crate) fn apply_batch(
     }
     locked.release();
     applied
+}
+
+/// The last log entry of a batch in each shard it changed, by shard: that of the first shard
+/// without an allocation (a broker of one shard never needs more).
+#[derive(Debug, Default)]
+struct LastEntries {
+    first: Option<(usize, u64)>,
+    others: Vec<(usize, u64)>,
+}
+
+impl LastEntries {
+    /// Notes `entry` as the last of `shard`.
+    fn note(&mut self, shard: usize, entry: u64) {
+        match &mut self.first {
+            None => self.first = Some((shard, entry)),
+            Some((of, last)) if *of == shard => *last = entry,
+            Some(_) => match self.others.iter_mut().find(|(of, _)| *of == shard) {
+                Some((_, last)) => *last = entry,
+                None => self.others.push((shard, entry)),
+            },
+        }
+    }
+
+    /// The entries noted, emptying this.
+    fn take(&mut self) -> impl Iterator<Item = (usize, u64)> {
+        self.first
+            .take()
+            .into_iter()
+            .chain(std::mem::take(&mut self.others))
+    }
 }
 
 /// The shard a batch holds the lock of, if any: a batch whose requests all go to one shard
@@ -514,7 +541,7 @@ fn prepare(config: &Config, mut command: Command) -> Result<Command, ErrorReply>
 /// With several shards, each shard's last entry is waited for in turn, and a shard whose log
 /// failed refuses only the responses of the requests it logged.
 pub(crate) async fn settle(shared: &Arc<Shared>, applied: &mut Applied) -> Option<Deferred> {
-    let mut entries = std::mem::take(&mut applied.last_entries).into_iter();
+    let mut entries = applied.last_entries.take();
     for (shard, entry) in entries.by_ref() {
         let Some(journal) = shared.shards.get(shard).journal() else {
             continue;

@@ -16,7 +16,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use broker_cluster::Cluster;
-use broker_core::{GroupDescription, TopicDescription};
+use broker_core::{BrokerDescription, GroupDescription, TopicDescription};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -106,9 +106,11 @@ impl Collector for StateCollector {
         let Some(shared) = self.shared.upgrade() else {
             return Ok(());
         };
+        // Each shard's figures under one lock of it, so that they agree with each other.
         let mut budget = None;
         let mut used = 0;
         let (mut moved, mut refused) = (0, 0);
+        let mut description = BrokerDescription::default();
         for broker in shared.shards.all() {
             let broker = broker.lock();
             let (shard_budget, shard_used) = broker.memory();
@@ -120,8 +122,11 @@ impl Collector for StateCollector {
             let (shard_moved, shard_refused) = broker.dead_lettered();
             moved += shard_moved;
             refused += shard_refused;
+            let shard = broker.describe();
+            description.capacity_per_partition = shard.capacity_per_partition;
+            description.topics.extend(shard.topics);
         }
-        let description = shared.shards.describe_topics(None).unwrap_or_default();
+        description.topics.sort_by(|a, b| a.name.cmp(&b.name));
         for (name, help, count) in [
             (
                 "records_dead_lettered",

@@ -262,8 +262,8 @@ struct Args {
     /// A single broker's topics spread over this many shards (1 to 64), each with a lock of
     /// its own (and, with --data-dir, a log of its own in DIR/shards/<n>/), so that calls about
     /// topics of different shards run on different cores. Every call about one topic keeps its
-    /// meaning; a listing of every topic gathers the shards one after another; --max-memory is
-    /// shared out equally. A topic named after another plus `-`, `.` or `_` (orders-dlq) goes
+    /// meaning; a listing of every topic gathers the shards one after another; without
+    /// --data-dir, --max-memory is shared out equally. A topic named after another plus `-`, `.` or `_` (orders-dlq) goes
     /// with it, others to the shard with the fewest partitions; a group's dead-letter topic
     /// must be in its topic's shard. Shards are never merged: a directory must be started with
     /// at least as many as it holds. Default: as many as --data-dir holds, or 1.

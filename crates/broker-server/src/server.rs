@@ -146,7 +146,7 @@ fn start_shards(
     }
     match brokers.len() {
         1 => Ok(Shards::single(brokers.remove(0))),
-        _ => Shards::new(brokers, config.limits.max_topics).map_err(ServerError::InvalidConfig),
+        _ => Ok(Shards::new(brokers, config.limits.max_topics)),
     }
 }
 

@@ -12,22 +12,29 @@
 //! - A description of every topic is gathered from every shard ([`Route::Every`]): each topic
 //!   as of a moment within the call, not every topic at one moment.
 //! - Commands that change the placement ([`Route::Placing`]: creating, deleting and growing a
-//!   topic, naming a group's dead-letter topic) are applied with the placement locked, so that
-//!   no two shards ever create the same name.
+//!   topic, naming a group's dead-letter topic) are applied one at a time ([`Shards::place`]),
+//!   so that no two shards ever create the same name.
+//!
+//! # Locks
+//!
+//! A placing command takes `placing` first, with no shard's lock held, then its shard's lock;
+//! the placement itself is only ever held for a lookup or an update, never while a shard's
+//! lock is waited for. So routing (which reads the placement while a batch may hold a shard's
+//! lock) never waits for anything but such a moment.
 //!
 //! # Where a new topic goes
 //!
 //! A topic whose name is another topic's followed by `-`, `.` or `_` and more (`orders-dlq`,
 //! `orders_retry`) goes to the shard of the longest such topic; a name some group gives as its
 //! dead-letter topic goes to that group's shard; any other to the shard holding the fewest
-//! partitions (the lowest id among equals). A group's dead-letter topic must be held by the
-//! group's shard (a record moves to it atomically): naming one that another shard holds is
-//! refused.
+//! partitions (the lowest id among equals, skipping shards whose storage failed). A group's
+//! dead-letter topic must be held by the group's shard (a record moves to it atomically):
+//! naming one that another shard holds, or that another shard's group names, is refused.
 //!
 //! With one shard (the default) every command goes to it and the placement is never consulted.
 
 use std::collections::HashMap;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use broker_core::{BrokerDescription, BrokerError, Command, GroupSetting, Outcome};
 use broker_proto::ErrorReply;
@@ -38,8 +45,12 @@ use crate::broker::Broker;
 #[derive(Debug)]
 pub(crate) struct Shards {
     brokers: Vec<Arc<Broker>>,
-    /// Consulted only with several shards.
+    /// Which shard holds which topic; consulted only with several shards. Held only for a
+    /// lookup or an update (see the module's "Locks").
     placement: RwLock<Placement>,
+    /// Held by a placing command from its decision to its placement's update, so that placing
+    /// commands apply one at a time. Taken before any shard's lock.
+    placing: Mutex<()>,
     /// The most topics the broker holds, across its shards.
     max_topics: usize,
 }
@@ -61,26 +72,19 @@ impl Shards {
         Shards {
             brokers: vec![Arc::new(broker)],
             placement: RwLock::new(Placement::new(1)),
+            placing: Mutex::new(()),
             max_topics: usize::MAX,
         }
     }
 
     /// A broker of the shards `brokers` (shard `i` is `brokers[i]`; at least one), holding at
-    /// most `max_topics` topics across them.
-    ///
-    /// # Errors
-    /// Two shards hold a topic of the same name (their directories were tampered with).
-    pub(crate) fn new(brokers: Vec<Broker>, max_topics: usize) -> Result<Shards, String> {
+    /// most `max_topics` topics across them. No two of them may hold a topic of the same name
+    /// (see [`duplicate_topic`]).
+    pub(crate) fn new(brokers: Vec<Broker>, max_topics: usize) -> Shards {
         let mut placement = Placement::new(brokers.len());
         for (shard, broker) in brokers.iter().enumerate() {
             let description = broker.lock().describe();
             for topic in &description.topics {
-                if let Some(other) = placement.topics.get(&topic.name) {
-                    return Err(format!(
-                        "shards {} and {shard} both hold a topic named {:?}",
-                        other.shard, topic.name
-                    ));
-                }
                 placement.created(&topic.name, shard, topic.partitions.len());
                 for group in &topic.groups {
                     for setting in &group.settings {
@@ -91,11 +95,12 @@ impl Shards {
                 }
             }
         }
-        Ok(Shards {
+        Shards {
             brokers: brokers.into_iter().map(Arc::new).collect(),
             placement: RwLock::new(placement),
+            placing: Mutex::new(()),
             max_topics,
-        })
+        }
     }
 
     /// How many shards there are.
@@ -150,26 +155,63 @@ impl Shards {
         self.read_placement().shard_of(topic).unwrap_or(0)
     }
 
-    /// Applies `command` (of [`Route::Placing`]) with the placement locked, in the shard it
-    /// belongs to, through `execute`; returns that shard with what `execute` returned, or the
-    /// refusal of a command the placement does not allow (a new topic past the broker's
-    /// maximum, a group's dead-letter topic in another shard than the group).
+    /// Applies `command` (of [`Route::Placing`]) in the shard it belongs to, through
+    /// `execute`, one placing command at a time; returns that shard with what `execute`
+    /// returned, or the refusal of a command the placement does not allow (a new topic past the
+    /// broker's maximum, a group's dead-letter topic in another shard than the group). Must be
+    /// called with no shard's lock held.
     pub(crate) fn place<T>(
         &self,
         command: Command,
         execute: impl FnOnce(&Broker, Command) -> (Result<Outcome, ErrorReply>, T),
     ) -> Result<(usize, Result<Outcome, ErrorReply>, T), ErrorReply> {
-        let mut placement = self
-            .placement
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        let shard = placement.shard_for(&command, self.max_topics)?;
+        let _placing = self.placing.lock().unwrap_or_else(PoisonError::into_inner);
+        let failed = match &command {
+            Command::Create { .. } => self
+                .brokers
+                .iter()
+                .map(|broker| broker.lock().failure().is_some())
+                .collect(),
+            _ => Vec::new(),
+        };
+        let decided = self
+            .read_placement()
+            .shard_for(&command, self.max_topics, &failed);
+        let shard = match decided {
+            Ok(shard) => shard,
+            // A name only a group of another shard gave, which no group there gives any more
+            // (its topic was deleted, or the group reconfigured): the reservation lapsed.
+            Err(Refusal::DeadLetterElsewhere {
+                name,
+                other,
+                shard,
+                exists: false,
+                ..
+            }) if !self.names_dead_letter(other, &name) => {
+                self.write_placement().dead_letters.remove(&name);
+                shard
+            }
+            Err(refusal) => return Err(refusal.reply()),
+        };
         let change = PlacementChange::of(&command);
         let (result, extra) = execute(&self.brokers[shard], command);
         if let Ok(outcome) = &result {
-            change.apply(&mut placement, shard, outcome);
+            change.apply(&mut self.write_placement(), shard, outcome);
         }
         Ok((shard, result, extra))
+    }
+
+    /// Whether shard `shard` holds a topic named `name` or a group that names it as its
+    /// dead-letter topic.
+    fn names_dead_letter(&self, shard: usize, name: &str) -> bool {
+        let description = self.get(shard).lock().describe();
+        description.topics.iter().any(|topic| {
+            topic.name == name
+                || topic
+                    .groups
+                    .iter()
+                    .any(|group| dead_letter_of(&group.settings) == Some(name))
+        })
     }
 
     /// A description of `topic` (an unknown one is refused), or of every topic of every shard
@@ -195,10 +237,79 @@ impl Shards {
         }
     }
 
-    fn read_placement(&self) -> std::sync::RwLockReadGuard<'_, Placement> {
+    fn read_placement(&self) -> RwLockReadGuard<'_, Placement> {
         self.placement
             .read()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_placement(&self) -> RwLockWriteGuard<'_, Placement> {
+        self.placement
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A topic name two of `shards` (each a list of topic names, by shard) both hold, with the
+/// two shards: a directory whose shards were tampered with.
+pub(crate) fn duplicate_topic<'a>(
+    shards: impl IntoIterator<Item = Vec<&'a str>>,
+) -> Option<(&'a str, usize, usize)> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (shard, topics) in shards.into_iter().enumerate() {
+        for topic in topics {
+            if let Some(other) = seen.insert(topic, shard) {
+                return Some((topic, other, shard));
+            }
+        }
+    }
+    None
+}
+
+/// Why the placement refuses a command.
+#[derive(Debug)]
+enum Refusal {
+    /// A new topic past the broker's maximum.
+    TooManyTopics(usize),
+    /// A group's dead-letter topic that another shard than the group's holds, or that a group
+    /// of another shard gives as its own.
+    DeadLetterElsewhere {
+        name: String,
+        topic: String,
+        /// The shard of the dead-letter name.
+        other: usize,
+        /// The shard of the group's topic.
+        shard: usize,
+        /// Whether the dead-letter topic exists (or only a group names it).
+        exists: bool,
+    },
+}
+
+impl Refusal {
+    fn reply(self) -> ErrorReply {
+        ErrorReply::InvalidArgument(match self {
+            Refusal::TooManyTopics(max) => {
+                format!("the broker already holds its maximum of {max} topics")
+            }
+            Refusal::DeadLetterElsewhere {
+                name,
+                topic,
+                other,
+                shard,
+                exists,
+            } => format!(
+                "the dead-letter topic {name:?} belongs to shard {other} ({}) and topic \
+                 {topic:?} to shard {shard}: with --shards, a group's dead-letter topic must be \
+                 in its topic's shard (a record moves to it in one step). Name one after the \
+                 topic, such as \"{topic}-dlq\" (created after the topic, it goes to its \
+                 shard), or one that does not exist yet (the broker creates it in the group's \
+                 shard when the first record moves)",
+                match exists {
+                    true => "it is there",
+                    false => "a group there names it",
+                }
+            ),
+        })
     }
 }
 
@@ -274,8 +385,9 @@ impl Placement {
             .or_else(|| self.dead_letters.get(topic).copied())
     }
 
-    /// The shard a new topic named `topic` goes to (see the module's documentation).
-    fn home_for(&self, topic: &str) -> usize {
+    /// The shard a new topic named `topic` goes to (see the module's documentation); of the
+    /// shards placed by load, none that `failed` marks (unless all are).
+    fn home_for(&self, topic: &str, failed: &[bool]) -> usize {
         if let Some(shard) = self.shard_of(topic) {
             return shard;
         }
@@ -283,27 +395,41 @@ impl Placement {
             .char_indices()
             .filter(|(_, c)| RELATED_NAME_SEPARATORS.contains(c))
             .rev()
-            .find_map(|(at, _)| self.topics.get(&topic[..at]));
-        if let Some(placed) = related {
-            return placed.shard;
+            .find_map(|(at, _)| self.shard_of(&topic[..at]));
+        if let Some(shard) = related {
+            return shard;
         }
-        self.partitions
-            .iter()
-            .enumerate()
-            .min_by_key(|(shard, partitions)| (**partitions, *shard))
-            .map_or(0, |(shard, _)| shard)
+        let serving = |shard: &usize| !failed.get(*shard).copied().unwrap_or(false);
+        let by_load = |shards: &mut dyn Iterator<Item = (usize, &u64)>| {
+            shards
+                .min_by_key(|(shard, partitions)| (**partitions, *shard))
+                .map(|(shard, _)| shard)
+        };
+        by_load(
+            &mut self
+                .partitions
+                .iter()
+                .enumerate()
+                .filter(|(shard, _)| serving(shard)),
+        )
+        .or_else(|| by_load(&mut self.partitions.iter().enumerate()))
+        .unwrap_or(0)
     }
 
-    /// The shard `command` is applied in, or why the placement refuses it.
-    fn shard_for(&self, command: &Command, max_topics: usize) -> Result<usize, ErrorReply> {
+    /// The shard `command` is applied in, or why the placement refuses it; a new topic is not
+    /// placed by load on a shard `failed` marks.
+    fn shard_for(
+        &self,
+        command: &Command,
+        max_topics: usize,
+        failed: &[bool],
+    ) -> Result<usize, Refusal> {
         match command {
             Command::Create { topic, .. } => {
                 if !self.topics.contains_key(topic) && self.topics.len() >= max_topics {
-                    return Err(ErrorReply::InvalidArgument(format!(
-                        "the broker already holds its maximum of {max_topics} topics"
-                    )));
+                    return Err(Refusal::TooManyTopics(max_topics));
                 }
-                Ok(self.home_for(topic))
+                Ok(self.home_for(topic, failed))
             }
             Command::Join {
                 topic, settings, ..
@@ -311,21 +437,18 @@ impl Placement {
             | Command::ConfigureGroup {
                 topic, settings, ..
             } => {
-                let Some(shard) = self.topics.get(topic).map(|placed| placed.shard) else {
+                let Some(shard) = self.shard_of(topic) else {
                     // An unknown topic: any shard refuses it.
                     return Ok(0);
                 };
                 match dead_letter_of(settings).and_then(|name| Some((name, self.shard_of(name)?))) {
-                    Some((name, other)) if other != shard => {
-                        Err(ErrorReply::InvalidArgument(format!(
-                            "the dead-letter topic {name:?} is held by shard {other} and topic \
-                             {topic:?} by shard {shard}: with --shards, a group's dead-letter \
-                             topic must be held with its topic (a record moves to it in one \
-                             step). Name a dead-letter topic that does not exist yet (the broker \
-                             creates it with the topic), or one named after the topic, such as \
-                             \"{topic}-dlq\", created after it"
-                        )))
-                    }
+                    Some((name, other)) if other != shard => Err(Refusal::DeadLetterElsewhere {
+                        name: name.to_owned(),
+                        topic: topic.clone(),
+                        other,
+                        shard,
+                        exists: self.topics.contains_key(name),
+                    }),
                     _ => Ok(shard),
                 }
             }
@@ -435,7 +558,7 @@ mod tests {
         let brokers = (0..count)
             .map(|_| Broker::new(BrokerState::new(10).unwrap(), None))
             .collect();
-        Shards::new(brokers, max_topics).unwrap()
+        Shards::new(brokers, max_topics)
     }
 
     /// Applies `command` where the shards send it; its shard and answer.
@@ -542,7 +665,8 @@ mod tests {
         // A dead-letter topic in another shard is refused, and changes nothing.
         match apply(&shards, dead_letter_join("orders", "failed")) {
             (_, Err(ErrorReply::InvalidArgument(why))) => {
-                assert!(why.contains("must be held with its topic"), "{why}");
+                assert!(why.contains("must be in its topic's shard"), "{why}");
+                assert!(why.contains("belongs to shard 1 (it is there)"), "{why}");
             }
             other => panic!("unexpected {other:?}"),
         }
@@ -566,10 +690,86 @@ mod tests {
                 })
                 .collect(),
             100,
-        )
-        .unwrap();
+        );
         assert_eq!(rebuilt.shard_of("later"), 0);
         assert_eq!(rebuilt.shard_of("failed"), 1);
+    }
+
+    /// Polls the record at `offset` of `topic` for group `g` and retries it, twice: past the
+    /// group's two deliveries, it moves to the group's dead-letter topic.
+    fn dead_letter_one(shards: &Shards, topic: &str, offset: i64) {
+        for _ in 0..2 {
+            deliver_and_retry(shards, topic, offset);
+        }
+    }
+
+    fn deliver_and_retry(shards: &Shards, topic: &str, offset: i64) {
+        let poll = Command::Poll {
+            topic: topic.into(),
+            group: "g".into(),
+            member: "m".into(),
+            max_records: 1,
+            max_bytes: None,
+        };
+        apply(shards, poll).1.unwrap();
+        let retry = Command::Retry {
+            topic: topic.into(),
+            group: "g".into(),
+            member: "m".into(),
+            partition: 0,
+            offset,
+        };
+        assert_eq!(apply(shards, retry).1, Ok(Outcome::Retried(true)));
+    }
+
+    #[test]
+    fn a_dead_letter_topic_the_broker_created_is_found_in_its_shard() {
+        let shards = shards(2, 100);
+        apply(&shards, create("a", 1)).1.unwrap();
+        assert_eq!(apply(&shards, create("b", 1)).0, 1);
+        apply(&shards, dead_letter_join("b", "b_dead")).1.unwrap();
+        let publish = Command::Publish {
+            topic: "b".into(),
+            partition: 0,
+            payload: "x".into(),
+        };
+        apply(&shards, publish).1.unwrap();
+        dead_letter_one(&shards, "b", 0);
+        // Created by shard 1's core when the record moved: joined there, with a dead-letter
+        // topic of its own, and a topic named after it goes there too.
+        assert_eq!(
+            apply(&shards, dead_letter_join("b_dead", "b_dead_again")),
+            (1, Ok(Outcome::Partitions(vec![0])))
+        );
+        assert_eq!(apply(&shards, create("b_dead-2", 1)).0, 1);
+    }
+
+    #[test]
+    fn a_dead_letter_name_no_group_gives_any_more_is_free_again() {
+        let shards = shards(2, 100);
+        apply(&shards, create("orders", 1)).1.unwrap();
+        assert_eq!(apply(&shards, create("payments", 1)).0, 1);
+        apply(&shards, dead_letter_join("orders", "x")).1.unwrap();
+        // While a group of shard 0 names it, a group of shard 1 may not.
+        match apply(&shards, dead_letter_join("payments", "x")) {
+            (_, Err(ErrorReply::InvalidArgument(why))) => {
+                assert!(why.contains("(a group there names it)"), "{why}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        apply(
+            &shards,
+            Command::DeleteTopic {
+                topic: "orders".into(),
+            },
+        )
+        .1
+        .unwrap();
+        assert_eq!(
+            apply(&shards, dead_letter_join("payments", "x")),
+            (1, Ok(Outcome::Partitions(vec![0])))
+        );
+        assert_eq!(apply(&shards, create("x", 1)).0, 1);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use broker_storage::Storage;
 
+use crate::shards::duplicate_topic;
 use crate::{Config, ServerError};
 
 /// Where the shards after the first keep their files, inside the data directory.
@@ -63,10 +64,13 @@ fn shards_present(root: &Path) -> Result<usize, ServerError> {
             ServerError::InvalidConfig(format!("cannot list {}: {error}", dir.display()))
         })?;
         let name = entry.file_name();
+        // Exactly the name shard `number` is opened by (not `01`, not `+1`).
         let number = name
             .to_str()
-            .and_then(|name| name.parse::<usize>().ok())
-            .filter(|number| *number >= 1 && entry.path().is_dir());
+            .and_then(|name| Some((name, name.parse::<usize>().ok()?)))
+            .filter(|(name, number)| *number >= 1 && *name == number.to_string())
+            .map(|(_, number)| number)
+            .filter(|_| entry.path().is_dir());
         match number {
             Some(number) => numbers.push(number),
             None => {
@@ -93,12 +97,13 @@ fn shards_present(root: &Path) -> Result<usize, ServerError> {
 }
 
 /// Opens and recovers the shards of the data directory `root`: those it holds, then new ones
-/// up to [`Config::shards`]. Each existing shard is checked by `check` before a new shard's
-/// directory is created, so that a refused start creates nothing.
+/// up to [`Config::shards`]. Each existing shard is checked by `check`, and no two may hold a
+/// topic of the same name, before a new shard's directory is created, so that a refused start
+/// creates nothing.
 ///
 /// # Errors
 /// The directory holds more shards than asked for (shards are never merged), a shard is
-/// missing or cannot be opened, or `check` refuses one.
+/// missing or cannot be opened, `check` refuses one, or two hold a topic of the same name.
 pub(crate) fn open(
     root: &Path,
     config: &Config,
@@ -118,13 +123,33 @@ pub(crate) fn open(
         Some(asked) => asked,
     };
     let mut shards = Vec::with_capacity(wanted);
-    for shard in 0..wanted {
+    for shard in 0..present {
         let dir = shard_dir(root, shard);
         let storage = Storage::open(&dir, config.capacity)?;
-        if shard < present {
-            check(&dir, &storage)?;
-        }
+        check(&dir, &storage)?;
         shards.push(storage);
+    }
+    let descriptions: Vec<_> = shards
+        .iter()
+        .map(|storage| storage.recovery().state.describe_all())
+        .collect();
+    let names = descriptions.iter().map(|description| {
+        description
+            .topics
+            .iter()
+            .map(|topic| topic.name.as_str())
+            .collect()
+    });
+    if let Some((topic, first, second)) = duplicate_topic(names) {
+        return Err(ServerError::InvalidConfig(format!(
+            "{}: shards {first} and {second} both hold a topic named {topic:?}; a topic lives in \
+             one shard (were shard directories copied?): restore the data directory from a \
+             backup",
+            root.display()
+        )));
+    }
+    for shard in present..wanted {
+        shards.push(Storage::open(&shard_dir(root, shard), config.capacity)?);
     }
     Ok(Stores { shards })
 }
@@ -145,6 +170,10 @@ mod tests {
         fs::create_dir_all(root.path().join("shards/4")).unwrap();
         let error = shards_present(root.path()).unwrap_err().to_string();
         assert!(error.contains("has no shard 3 but has shard 4"), "{error}");
+        fs::create_dir_all(root.path().join("shards/03")).unwrap();
+        let error = shards_present(root.path()).unwrap_err().to_string();
+        assert!(error.contains("no shard's directory"), "{error}");
+        fs::remove_dir(root.path().join("shards/03")).unwrap();
         fs::write(root.path().join("shards/notes"), "x").unwrap();
         let error = shards_present(root.path()).unwrap_err().to_string();
         assert!(error.contains("no shard's directory"), "{error}");
