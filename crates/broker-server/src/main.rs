@@ -575,6 +575,9 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
         .as_ref()
         .map(|dir| dir.display().to_string())
         .unwrap_or_else(|| "none (in memory)".to_owned());
+    let shards = storage
+        .as_ref()
+        .map_or(config.shards.unwrap_or(1), |stores| stores.shards().len());
     // Said once the server serves: a cluster node may still refuse to start before that.
     let announce = move || {
         tracing::info!(
@@ -585,6 +588,7 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
             kafka_advertised,
             cluster_node,
             data_dir,
+            shards,
             "broker-server started"
         );
         let print = || {

@@ -49,9 +49,6 @@ pub(crate) async fn serve(
         .as_ref()
         .map(|_| Arc::new(Metrics::default()));
     let shards = start_shards(&config, storage, metrics.as_ref())?;
-    if shards.count() > 1 {
-        info!(shards = shards.count(), "topics are spread over shards");
-    }
     let connections = Arc::new(Semaphore::new(config.max_connections));
     let grace = config.shutdown_grace;
     let cluster = config.cluster.clone();

@@ -103,11 +103,6 @@ impl Shards {
         }
     }
 
-    /// How many shards there are.
-    pub(crate) fn count(&self) -> usize {
-        self.brokers.len()
-    }
-
     /// Every shard, by id.
     pub(crate) fn all(&self) -> &[Arc<Broker>] {
         &self.brokers
