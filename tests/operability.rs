@@ -244,6 +244,7 @@ async fn metrics_are_served_over_http_follow_the_broker_and_pass_promtool() {
             "broker_group_members{topic=\"orders\",group=\"billing\"}",
             1.0,
         ),
+        ("broker_topic_shard{topic=\"orders\"}", 0.0),
         (
             "broker_connections_refused_total{reason=\"unauthenticated\"}",
             0.0,

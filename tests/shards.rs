@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use broker_client::{Client, GroupSetting, TopicName};
 use broker_testkit::files::every_file;
+use broker_testkit::http::get as http_get;
 use broker_testkit::process::{refused_start, ServerProcess};
 
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -306,4 +307,27 @@ async fn shards_holding_the_same_topic_are_refused_and_nothing_is_written() {
         "a refused start changed files"
     );
     assert!(!dir.path().join("shards/2").exists(), "a shard was added");
+}
+
+/// The metrics endpoint covers the topics of every shard, and says which shard holds each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_cover_every_shard_and_name_each_topics_shard() {
+    let server = ServerProcess::start(&["--shards", "2", "--metrics-listen", "127.0.0.1:0"]);
+    let client = connect(&server).await;
+    for topic in ["a", "b"] {
+        client.create(topic, 1).await.unwrap();
+        client.publish(topic, 0, topic.to_owned()).await.unwrap();
+    }
+    let (_, _, text) = http_get(server.metrics_addr.unwrap(), "/metrics", "");
+    for line in [
+        "broker_topic_shard{topic=\"a\"} 0",
+        "broker_topic_shard{topic=\"b\"} 1",
+        "broker_partition_end_offset{topic=\"a\",partition=\"0\"} 1",
+        "broker_partition_end_offset{topic=\"b\",partition=\"0\"} 1",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing from:\n{text}"
+        );
+    }
 }

@@ -111,7 +111,12 @@ impl Collector for StateCollector {
         let mut used = 0;
         let (mut moved, mut refused) = (0, 0);
         let mut description = BrokerDescription::default();
-        for broker in shared.shards.all() {
+        let mut placement = GaugeFamily::new(
+            "topic_shard",
+            "The shard that holds the topic (always 0 for a broker of one shard).",
+            None,
+        );
+        for (shard, broker) in shared.shards.all().iter().enumerate() {
             let broker = broker.lock();
             let (shard_budget, shard_used) = broker.memory();
             budget = match (budget, shard_budget) {
@@ -122,10 +127,16 @@ impl Collector for StateCollector {
             let (shard_moved, shard_refused) = broker.dead_lettered();
             moved += shard_moved;
             refused += shard_refused;
-            let shard = broker.describe();
-            description.capacity_per_partition = shard.capacity_per_partition;
-            description.topics.extend(shard.topics);
+            let held = broker.describe();
+            description.capacity_per_partition = held.capacity_per_partition;
+            for topic in &held.topics {
+                placement
+                    .samples
+                    .push(([("topic", topic.name.clone())], gauge(shard as u64)));
+            }
+            description.topics.extend(held.topics);
         }
+        placement.samples.sort_by(|a, b| a.0.cmp(&b.0));
         description.topics.sort_by(|a, b| a.name.cmp(&b.name));
         for (name, help, count) in [
             (
@@ -217,6 +228,7 @@ impl Collector for StateCollector {
             family.encode(&mut encoder)?;
         }
         members.encode(&mut encoder)?;
+        placement.encode(&mut encoder)?;
         // Only a broker without a data directory keeps every record in memory, under a budget.
         if let Some(budget) = budget {
             single_gauge(
