@@ -331,3 +331,53 @@ async fn metrics_cover_every_shard_and_name_each_topics_shard() {
         );
     }
 }
+
+/// A shard whose storage failed (a damaged record read) refuses the calls about its topics
+/// until the restart, and only those: the other shards' topics stay listed and served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_shard_leaves_the_others_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = start(dir.path(), &["--shards", "2"]);
+    let client = connect(&server).await;
+    for topic in ["x", "y"] {
+        client.create(topic, 1).await.unwrap();
+        for n in 0..10 {
+            client
+                .publish(topic, 0, format!("{topic} {n}"))
+                .await
+                .unwrap();
+        }
+    }
+    drop(client);
+    server.terminate(PATIENCE);
+    // The start's checkpoint put the records in segment files; damage y's (shard 1).
+    let mut server = start(dir.path(), &[]);
+    let records = dir.path().join("shards/1/records");
+    let segment = std::fs::read_dir(&records)
+        .unwrap()
+        .flat_map(|log| std::fs::read_dir(log.unwrap().path()).unwrap())
+        .map(|file| file.unwrap().path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "rec"))
+        .expect("y's record segment");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let last = bytes.len() - 3;
+    bytes[last] ^= 0xff;
+    std::fs::write(&segment, bytes).unwrap();
+    let client = connect(&server).await;
+    client.join("y", "g", "m").await.unwrap();
+    let failed = client
+        .fetch("y", "g", "m", 100)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(failed.contains("corrupt"), "{failed}");
+    assert!(client.end_offset("y", 0).await.is_err(), "shard 1 refuses");
+    // Shard 0 serves on, and a listing of every topic has its topics.
+    let described = client.describe().await.unwrap();
+    let names: Vec<_> = described.topics.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["x"]);
+    assert_eq!(client.describe_topic("x").await.unwrap().name, "x");
+    assert_eq!(client.publish("x", 0, "more".to_owned()).await.unwrap(), 10);
+    drop(client);
+    server.terminate(PATIENCE);
+}

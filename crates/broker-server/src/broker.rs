@@ -205,8 +205,9 @@ impl BrokerGuard<'_> {
         if newly_failed {
             tracing::error!(
                 cause = %why,
-                "storage failed: the broker refuses every request until it is restarted (see \
-                 Damage in the README)"
+                "storage failed: the broker (with --shards, this shard: every request about \
+                 its topics) refuses every request until it is restarted (see Damage in the \
+                 README)"
             );
         } else {
             tracing::error!(

@@ -263,10 +263,11 @@ struct Args {
     /// its own (and, with --data-dir, a log of its own in DIR/shards/<n>/), so that calls about
     /// topics of different shards run on different cores. Every call about one topic keeps its
     /// meaning; a listing of every topic gathers the shards one after another; without
-    /// --data-dir, --max-memory is shared out equally. A topic named after another plus `-`, `.` or `_` (orders-dlq) goes
-    /// with it, others to the shard with the fewest partitions; a group's dead-letter topic
-    /// must be in its topic's shard. Shards are never merged: a directory must be started with
-    /// at least as many as it holds. Default: as many as --data-dir holds, or 1.
+    /// --data-dir, --max-memory is shared out equally. A group's dead-letter topic goes to (and
+    /// must be in) its topic's shard; a topic named after another plus -dlq, _retry and the
+    /// like (see README) goes with it; others to the shard with the fewest partitions. Shards
+    /// are never merged: a directory must be started with at least as many as it holds.
+    /// Default: as many as --data-dir holds, or 1.
     #[arg(long, env = "BROKER_SHARDS", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     shards: Option<u16>,
     /// File holding the shared secret every client must present in its hello (trailing line

@@ -10,7 +10,9 @@
 //! - A command about one topic goes to its topic's shard ([`Route::One`]); one about a topic no
 //!   shard holds goes to shard 0, which answers as any broker does about an unknown topic.
 //! - A description of every topic is gathered from every shard ([`Route::Every`]): each topic
-//!   as of a moment within the call, not every topic at one moment.
+//!   as of a moment within the call, not every topic at one moment. A shard whose storage
+//!   failed (it refuses every call until the restart) is left out, so that the others' topics
+//!   stay listed and reachable.
 //! - Commands that change the placement ([`Route::Placing`]: creating, deleting and growing a
 //!   topic, naming a group's dead-letter topic) are applied one at a time ([`Shards::place`]),
 //!   so that no two shards ever create the same name.
@@ -24,10 +26,11 @@
 //!
 //! # Where a new topic goes
 //!
-//! A topic whose name is another topic's followed by `-`, `.` or `_` and more (`orders-dlq`,
-//! `orders_retry`) goes to the shard of the longest such topic; a name some group gives as its
-//! dead-letter topic goes to that group's shard; any other to the shard holding the fewest
-//! partitions (the lowest id among equals, skipping shards whose storage failed). A group's
+//! A name some group gives as its dead-letter topic goes to that group's shard; a topic whose
+//! name is another topic's followed by `-` or `_` and one of [`COMPANION_SUFFIXES`]
+//! (`orders-dlq`, `orders_retry`) goes to that topic's shard; any other to the shard holding
+//! the fewest partitions (the lowest id among equals, skipping shards whose storage failed), so
+//! that `orders-0`, `orders-1`, ... spread. A group's
 //! dead-letter topic must be held by the group's shard (a record moves to it atomically):
 //! naming one that another shard holds, or that another shard's group names, is refused.
 //!
@@ -191,6 +194,11 @@ impl Shards {
         let change = PlacementChange::of(&command);
         let (result, extra) = execute(&self.brokers[shard], command);
         if let Ok(outcome) = &result {
+            if let (PlacementChange::Created { topic, .. }, Outcome::Created(true)) =
+                (&change, outcome)
+            {
+                tracing::info!(%topic, shard, "topic placed");
+            }
             change.apply(&mut self.write_placement(), shard, outcome);
         }
         Ok((shard, result, extra))
@@ -292,30 +300,51 @@ impl Refusal {
                 other,
                 shard,
                 exists,
-            } => format!(
-                "the dead-letter topic {name:?} belongs to shard {other} ({}) and topic \
-                 {topic:?} to shard {shard}: with --shards, a group's dead-letter topic must be \
-                 in its topic's shard (a record moves to it in one step). Name one after the \
-                 topic, such as \"{topic}-dlq\" (created after the topic, it goes to its \
-                 shard), or one that does not exist yet (the broker creates it in the group's \
-                 shard when the first record moves)",
-                match exists {
-                    true => "it is there",
-                    false => "a group there names it",
-                }
-            ),
+            } => {
+                let suggestion = match name == format!("{topic}-dlq") {
+                    true => format!("\"{topic}_dlq\""),
+                    false => format!("\"{topic}-dlq\""),
+                };
+                let why = match exists {
+                    true => format!(
+                        "topic {name:?} is held by shard {other}; if it holds nothing yet, \
+                         delete it and create it after configuring this group (it then goes to \
+                         the group's shard), or"
+                    ),
+                    false => format!(
+                        "a group of shard {other} names {name:?} as its dead-letter topic, and \
+                         one dead-letter topic serves the groups of one shard:"
+                    ),
+                };
+                format!(
+                    "with --shards, a group's dead-letter topic must be in its topic's shard (a \
+                     record moves to it in one step), and topic {topic:?} is in shard {shard}: \
+                     {why} name another that does not exist yet, such as {suggestion} (the \
+                     broker creates it in the group's shard when the first record moves, or \
+                     when you create it afterwards)"
+                )
+            }
         })
     }
 }
 
-/// The answers of a command applied in every shard, as one: the first refusal, or the
-/// descriptions' topics together, sorted by name.
+/// The answers of a description of every topic asked of every shard, as one: the topics of
+/// the shards that answered, sorted by name, or the first refusal when none did. (A
+/// description changes nothing, so a shard refuses it only when its storage failed: it refuses
+/// every call until the restart, and its topics are left out meanwhile.)
 pub(crate) fn merge(
     results: impl IntoIterator<Item = Result<Outcome, ErrorReply>>,
 ) -> Result<Outcome, ErrorReply> {
     let mut merged: Option<Outcome> = None;
+    let mut refusal = None;
     for result in results {
-        let outcome = result?;
+        let outcome = match result {
+            Ok(outcome) => outcome,
+            Err(refused) => {
+                refusal.get_or_insert(refused);
+                continue;
+            }
+        };
         merged = Some(match (merged, outcome) {
             (Some(Outcome::Description(mut all)), Outcome::Description(description)) => {
                 all.topics.extend(description.topics);
@@ -326,8 +355,15 @@ pub(crate) fn merge(
             (Some(first), _) => first,
         });
     }
-    let mut merged =
-        merged.ok_or_else(|| ErrorReply::Storage("no shard answered the request".to_owned()))?;
+    let mut merged = match (merged, refusal) {
+        (Some(merged), _) => merged,
+        (None, Some(refusal)) => return Err(refusal),
+        (None, None) => {
+            return Err(ErrorReply::Storage(
+                "no shard answered the request".to_owned(),
+            ))
+        }
+    };
     if let Outcome::Description(description) = &mut merged {
         description.topics.sort_by(|a, b| a.name.cmp(&b.name));
     }
@@ -360,8 +396,19 @@ struct Placed {
     partitions: u64,
 }
 
-/// Separators after which a topic's name may continue into a topic placed with it.
-const RELATED_NAME_SEPARATORS: [char; 3] = ['-', '.', '_'];
+/// What may follow a topic's name and a separator (`-` or `_`) in the name of a topic placed
+/// with it: its dead-letter or retry topic.
+const COMPANION_SUFFIXES: [&str; 6] = [
+    "dlq",
+    "dead-letter",
+    "dead-letters",
+    "deadletter",
+    "retry",
+    "failed",
+];
+
+/// Separators between a topic's name and a [`COMPANION_SUFFIXES`] entry.
+const COMPANION_SEPARATORS: [char; 2] = ['-', '_'];
 
 impl Placement {
     fn new(shards: usize) -> Placement {
@@ -386,12 +433,12 @@ impl Placement {
         if let Some(shard) = self.shard_of(topic) {
             return shard;
         }
-        let related = topic
-            .char_indices()
-            .filter(|(_, c)| RELATED_NAME_SEPARATORS.contains(c))
-            .rev()
-            .find_map(|(at, _)| self.shard_of(&topic[..at]));
-        if let Some(shard) = related {
+        let companion_of = COMPANION_SUFFIXES.iter().find_map(|suffix| {
+            let base = topic.strip_suffix(suffix)?;
+            let base = base.strip_suffix(COMPANION_SEPARATORS)?;
+            self.shard_of(base)
+        });
+        if let Some(shard) = companion_of {
             return shard;
         }
         let serving = |shard: &usize| !failed.get(*shard).copied().unwrap_or(false);
@@ -633,23 +680,19 @@ mod tests {
     }
 
     #[test]
-    fn a_topic_named_after_another_goes_with_it() {
+    fn a_topic_named_after_another_with_a_companion_suffix_goes_with_it() {
         let shards = shards(2, 100);
-        let created = (0, Ok(Outcome::Created(true)));
-        assert_eq!(apply(&shards, create("orders", 1)), created);
-        assert_eq!(apply(&shards, create("payments", 1)).0, 1);
-        assert_eq!(apply(&shards, create("orders_v2", 1)), created);
-        assert_eq!(
-            apply(&shards, create("payments-dlq", 1)),
-            (1, Ok(Outcome::Created(true)))
-        );
-        // The longest related name wins.
-        assert_eq!(apply(&shards, create("orders_v2-retry", 1)), created);
-        // Not after a separator: placed by load (shard 0 holds 3, shard 1 holds 2).
-        assert_eq!(
-            apply(&shards, create("ordersx", 1)),
-            (1, Ok(Outcome::Created(true)))
-        );
+        let created = |shard| (shard, Ok(Outcome::Created(true)));
+        assert_eq!(apply(&shards, create("orders", 1)), created(0));
+        assert_eq!(apply(&shards, create("payments", 1)), created(1));
+        assert_eq!(apply(&shards, create("orders-dlq", 1)), created(0));
+        assert_eq!(apply(&shards, create("payments_retry", 1)), created(1));
+        assert_eq!(apply(&shards, create("orders-dead-letter", 1)), created(0));
+        // Other names go by load, so that a topic split into several spreads: shard 0 holds 3
+        // partitions, shard 1 holds 2.
+        assert_eq!(apply(&shards, create("orders-0", 1)), created(1));
+        assert_eq!(apply(&shards, create("orders-1", 1)), created(0));
+        assert_eq!(apply(&shards, create("ordersdlq", 1)), created(1));
     }
 
     #[test]
@@ -661,7 +704,7 @@ mod tests {
         match apply(&shards, dead_letter_join("orders", "failed")) {
             (_, Err(ErrorReply::InvalidArgument(why))) => {
                 assert!(why.contains("must be in its topic's shard"), "{why}");
-                assert!(why.contains("belongs to shard 1 (it is there)"), "{why}");
+                assert!(why.contains("topic \"failed\" is held by shard 1"), "{why}");
             }
             other => panic!("unexpected {other:?}"),
         }
@@ -731,12 +774,12 @@ mod tests {
         apply(&shards, publish).1.unwrap();
         dead_letter_one(&shards, "b", 0);
         // Created by shard 1's core when the record moved: joined there, with a dead-letter
-        // topic of its own, and a topic named after it goes there too.
+        // topic of its own, and its own dead-letter topic goes there too.
         assert_eq!(
             apply(&shards, dead_letter_join("b_dead", "b_dead_again")),
             (1, Ok(Outcome::Partitions(vec![0])))
         );
-        assert_eq!(apply(&shards, create("b_dead-2", 1)).0, 1);
+        assert_eq!(apply(&shards, create("b_dead-dlq", 1)).0, 1);
     }
 
     #[test]
@@ -748,7 +791,7 @@ mod tests {
         // While a group of shard 0 names it, a group of shard 1 may not.
         match apply(&shards, dead_letter_join("payments", "x")) {
             (_, Err(ErrorReply::InvalidArgument(why))) => {
-                assert!(why.contains("(a group there names it)"), "{why}");
+                assert!(why.contains("a group of shard 0 names \"x\""), "{why}");
             }
             other => panic!("unexpected {other:?}"),
         }

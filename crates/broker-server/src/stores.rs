@@ -2,6 +2,9 @@
 //! directory's own files, as a broker of one shard always has, and shard `i` (from 1) the
 //! directory `shards/<i>/` in it, laid out alike (its own lock, log, snapshots and record
 //! segments). A directory written with one shard is a directory of one shard as it is.
+//! `shards/count` says how many shards the directory holds (written, to a temporary file
+//! then renamed, whenever a start adds shards), so that a missing shard directory is noticed
+//! even when it is the last.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,6 +16,9 @@ use crate::{Config, ServerError};
 
 /// Where the shards after the first keep their files, inside the data directory.
 pub(crate) const SHARDS_DIR: &str = "shards";
+
+/// The file of `shards/` that says how many shards the directory holds.
+const COUNT_FILE: &str = "count";
 
 /// A data directory opened and recovered by [`crate::open_storage`]: one [`Storage`] per
 /// shard, shard 0 first.
@@ -42,10 +48,11 @@ pub(crate) fn shard_dir(root: &Path, shard: usize) -> PathBuf {
 }
 
 /// How many shards the data directory `root` holds: 1, and one more for each numbered
-/// directory of `shards/`, which must be numbered from 1 without a gap.
+/// directory of `shards/`, which must be numbered from 1 without a gap, and as many as
+/// `shards/count` says.
 ///
 /// # Errors
-/// `shards/` holds something else, or cannot be listed.
+/// `shards/` holds something else, a shard's directory is missing, or it cannot be listed.
 fn shards_present(root: &Path) -> Result<usize, ServerError> {
     let dir = root.join(SHARDS_DIR);
     let entries = match fs::read_dir(&dir) {
@@ -64,6 +71,10 @@ fn shards_present(root: &Path) -> Result<usize, ServerError> {
             ServerError::InvalidConfig(format!("cannot list {}: {error}", dir.display()))
         })?;
         let name = entry.file_name();
+        // The count, and what a start that died while writing it left (written again).
+        if name == COUNT_FILE || name == format!("{COUNT_FILE}.tmp").as_str() {
+            continue;
+        }
         // Exactly the name shard `number` is opened by (not `01`, not `+1`).
         let number = name
             .to_str()
@@ -93,7 +104,51 @@ fn shards_present(root: &Path) -> Result<usize, ServerError> {
             )));
         }
     }
-    Ok(numbers.len() + 1)
+    let present = numbers.len() + 1;
+    if let Some(counted) = counted_shards(&dir)? {
+        if present < counted {
+            return Err(ServerError::InvalidConfig(format!(
+                "{} holds {counted} shards ({}), but only the directories of shards 1 to {} are \
+                 there: shard {present}'s directory is missing (restore it from a backup of \
+                 the whole data directory)",
+                dir.display(),
+                dir.join(COUNT_FILE).display(),
+                present - 1
+            )));
+        }
+    }
+    Ok(present)
+}
+
+/// What `shards/count` in `dir` says, if it exists.
+fn counted_shards(dir: &Path) -> Result<Option<usize>, ServerError> {
+    let path = dir.join(COUNT_FILE);
+    match fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().map(Some).map_err(|_| {
+            ServerError::InvalidConfig(format!(
+                "{} does not hold a number of shards: {:?}",
+                path.display(),
+                text.trim()
+            ))
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(ServerError::InvalidConfig(format!(
+            "cannot read {}: {error}",
+            path.display()
+        ))),
+    }
+}
+
+/// Writes `count` to `shards/count` of `root` (a temporary file, fsynced, then renamed, and
+/// the directory fsynced).
+fn write_count(root: &Path, count: usize) -> std::io::Result<()> {
+    let dir = root.join(SHARDS_DIR);
+    let temporary = dir.join(format!("{COUNT_FILE}.tmp"));
+    let mut file = fs::File::create(&temporary)?;
+    std::io::Write::write_all(&mut file, format!("{count}\n").as_bytes())?;
+    file.sync_all()?;
+    fs::rename(&temporary, dir.join(COUNT_FILE))?;
+    fs::File::open(&dir)?.sync_all()
 }
 
 /// Opens and recovers the shards of the data directory `root`: those it holds, then new ones
@@ -150,6 +205,14 @@ pub(crate) fn open(
     }
     for shard in present..wanted {
         shards.push(Storage::open(&shard_dir(root, shard), config.capacity)?);
+    }
+    if wanted > present {
+        write_count(root, wanted).map_err(|error| {
+            ServerError::InvalidConfig(format!(
+                "cannot record the number of shards in {}: {error}",
+                root.join(SHARDS_DIR).display()
+            ))
+        })?;
     }
     Ok(Stores { shards })
 }
@@ -212,5 +275,11 @@ mod tests {
         };
         assert!(open(root.path(), &more, refusing).is_err());
         assert!(!root.path().join("shards/3").exists());
+        // The last shard's directory gone: noticed, by the count the start that added it wrote.
+        fs::remove_dir_all(root.path().join("shards/2")).unwrap();
+        let error = open(root.path(), &Config::default(), |_, _| Ok(()))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("shard 2's directory is missing"), "{error}");
     }
 }
