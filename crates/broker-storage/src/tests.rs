@@ -1242,3 +1242,64 @@ fn a_change_of_a_topics_settings_is_replayed_from_the_log_and_kept_by_a_snapshot
     drop(live);
     assert_eq!(recover(tmp.path()).unwrap().state.describe_all(), expected);
 }
+
+/// The journal's own checkpoints take records out of memory: after many of them, the state
+/// holds in memory only what the last one did not cover.
+#[test]
+fn background_checkpoints_take_records_out_of_memory() {
+    use broker_core::{Command, KeyHash};
+    let tmp = tempfile::tempdir().unwrap();
+    let settings = crate::JournalSettings {
+        fsync: crate::Fsync::Batch,
+        fsync_interval: std::time::Duration::from_millis(10),
+        snapshot_log_bytes: 64 * 1024,
+        segment_bytes: 1 << 20,
+    };
+    let (mut state, journal) = crate::Storage::open(tmp.path(), CAPACITY)
+        .unwrap()
+        .start(settings, |state| state)
+        .unwrap();
+    let create = Command::Create {
+        topic: "t".into(),
+        partition_count: 4,
+        key_hash: KeyHash::default(),
+        settings: vec![broker_core::TopicSetting::Retention(
+            broker_core::Retention::Limits,
+        )],
+    };
+    journal.apply(&mut state, 1, create).result.unwrap();
+    for n in 0..20_000 {
+        let publish = Command::Publish {
+            topic: "t".into(),
+            partition: n % 4,
+            payload: vec![7u8; 100].into(),
+        };
+        journal.apply(&mut state, 1, publish).result.unwrap();
+        journal.maybe_checkpoint(&mut state);
+    }
+    // The checkpoints run in the background: let the last finish (within 10 s), then take its
+    // evictions. What stays in memory is what was logged since it started: less than one
+    // checkpoint's 64 KiB of log, under 600 entries of 100-byte records.
+    let in_memory = |state: &BrokerState| -> usize {
+        state
+            .to_image()
+            .topics
+            .iter()
+            .flat_map(|(_, topic)| &topic.partitions)
+            .map(|partition| partition.records.len())
+            .sum()
+    };
+    for _ in 0..200 {
+        journal.maybe_checkpoint(&mut state);
+        if in_memory(&state) < 600 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let in_memory = in_memory(&state);
+    journal.finish();
+    assert!(
+        in_memory < 600,
+        "{in_memory} records of 20,000 still in memory"
+    );
+}
