@@ -3,11 +3,14 @@
 # into one partition of a broker-server with --data-dir, the server restarted, then everything
 # consumed from the start by a new group (read from disk). Prints server memory (RSS) empty,
 # after publishing, after the restart and after consuming, disk bytes per record, publish and
-# cold-read throughput, and the restart time with every record retained.
+# cold-read throughput, and the restart time with every record retained. MAX_MEMORY, when set,
+# is the server's --max-memory (with a data directory: the records held in memory until a
+# checkpoint writes them); the peak RSS while publishing is printed beside it.
 # Loopback only; a bounded amount of work; stops what it started.
 #
 #   bench/scale.sh                       # RECORDS=10000000 SIZE=100 FSYNC=batch
 #   RECORDS=1000000 FSYNC=always bench/scale.sh
+#   MAX_MEMORY=134217728 bench/scale.sh  # a 128 MiB budget
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +18,9 @@ RECORDS="${RECORDS:-10000000}"
 SIZE="${SIZE:-100}"
 FSYNC="${FSYNC:-batch}"
 BATCH="${BATCH:-100}"
+MAX_MEMORY="${MAX_MEMORY:-}"
+memory_flags=()
+[ -n "$MAX_MEMORY" ] && memory_flags=(--max-memory "$MAX_MEMORY")
 
 echo "building release binaries..." >&2
 cargo build --release --locked -q -p broker-server -p broker-cli
@@ -33,7 +39,7 @@ start() { # sets started_secs: the seconds from start to listening
   local began; began="$(date +%s.%N)"
   : >"$workdir/server.out"
   target/release/broker-server --listen 127.0.0.1:0 --data-dir "$data" --fsync "$FSYNC" \
-    --capacity 2147483647 --log-level warn \
+    --capacity 2147483647 --log-level warn "${memory_flags[@]}" \
     >"$workdir/server.out" 2>>"$workdir/server.err" &
   server_pid=$!
   for _ in $(seq 1 6000); do grep -q '^listening on ' "$workdir/server.out" && break; sleep 0.01; done
@@ -43,6 +49,7 @@ start() { # sets started_secs: the seconds from start to listening
 }
 stop() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""; }
 rss() { awk '/^VmRSS/ { print $2 * 1024 }' "/proc/$server_pid/status"; }
+peak_rss() { awk '/^VmHWM/ { print $2 * 1024 }' "/proc/$server_pid/status"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 mib() { python3 -c "print(f'{$1 / 1048576:.1f} MiB')"; }
 
@@ -55,6 +62,7 @@ topic="$(echo "$report" | json 'd["topic"]')"
 publish_rate="$(echo "$report" | json 'round(d["records_per_sec"])')"
 published="$(echo "$report" | json 'd["published"]')"
 rss_published="$(rss)"
+rss_peak="$(peak_rss)"
 disk="$(du -sb "$data" | cut -f1)"
 
 stop
@@ -81,6 +89,7 @@ printf '%-44s %s\n' \
   "data directory, after publishing" "$(mib "$disk") ($(python3 -c "print(f'{$disk / $published:.1f}')") bytes per record)" \
   "data directory, after the restart" "$(mib "$disk_restarted") ($(python3 -c "print(f'{$disk_restarted / $published:.1f}')") bytes per record)" \
   "server RSS, empty" "$(mib "$rss_empty")" \
+  "server RSS, peak while publishing" "$(mib "$rss_peak") (--max-memory ${MAX_MEMORY:-default, 1 GiB})" \
   "server RSS, after publishing" "$(mib "$rss_published")" \
   "restart (start to listening)" "${restart_secs} s" \
   "server RSS, after the restart" "$(mib "$rss_restarted")" \

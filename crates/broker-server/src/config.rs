@@ -375,6 +375,7 @@ impl Config {
             fsync_interval: self.fsync_interval,
             snapshot_log_bytes: self.snapshot_log_bytes,
             segment_bytes: self.segment_bytes,
+            held_log_bytes: None,
         }
     }
 

@@ -73,6 +73,33 @@ pub(crate) fn refused(shared: &Shared, reason: &'static str) {
     }
 }
 
+/// With a data directory, holds a batch that publishes records back while a shard holds more
+/// records in memory than its part of `--max-memory` allows and a checkpoint that takes them
+/// out of memory runs: under a sustained load, publishers wait for the disk rather than the
+/// memory growing with the load (see `JournalSettings::held_log_bytes`). Other batches go on.
+async fn hold_back(shared: &Shared, frames: &[(Decoded<RequestFrame>, OwnedSemaphorePermit)]) {
+    let publishes = frames.iter().any(|(frame, _)| {
+        matches!(frame, Decoded::Message(request) if request.command.largest_record().is_some())
+    });
+    if !publishes {
+        return;
+    }
+    for broker in shared.shards.all() {
+        let Some(journal) = broker.journal() else {
+            continue;
+        };
+        while journal.over_memory() {
+            if let Some(metrics) = &shared.metrics {
+                metrics.held_back();
+            }
+            tokio::select! {
+                () = journal.checkpoint_done() => {}
+                () = shared.shutdown.cancelled() => return,
+            }
+        }
+    }
+}
+
 /// Applies a batch of requests of one connection (under one lock of the broker, or as one
 /// proposal to the cluster) and hands their answers to the connection's writer through
 /// `reply_to`: at once, once durable, or, for requests that wait or are about the cluster,
@@ -87,7 +114,10 @@ pub(crate) async fn submit(
         Some(cluster) => {
             apply_batch_replicated(shared, cluster, reply_to.connection, frames, may_wait).await
         }
-        None => apply_batch(shared, reply_to.connection, frames, may_wait),
+        None => {
+            hold_back(shared, &frames).await;
+            apply_batch(shared, reply_to.connection, frames, may_wait)
+        }
     };
     shared.signals.wake(&applied.wake);
     let deferred = settle(shared, &mut applied).await;

@@ -141,7 +141,8 @@ struct Args {
     /// retains at most, across every topic; past it publish answers -1 (full), as for a
     /// partition at capacity. At least max payload bytes. A cluster node counts the records in
     /// memory and in its segment files alike, and every node must have the same value. A
-    /// single broker with --data-dir keeps records on disk and this does not apply.
+    /// single broker with --data-dir keeps records on disk: there it bounds the records held
+    /// in memory until a checkpoint writes them, and past it publishes wait for the checkpoint.
     #[arg(long, env = "BROKER_MAX_MEMORY", default_value_t = 1024 * 1024 * 1024)]
     max_memory: u64,
     /// Most topics the broker holds; creating one more is refused.

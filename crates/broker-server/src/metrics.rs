@@ -113,6 +113,8 @@ pub(crate) struct Metrics {
     retried: Counter,
     /// Members removed because their session timed out.
     sessions_expired: Counter,
+    /// Times a batch of publishes waited for a checkpoint to take records out of memory.
+    held_back: Counter,
     /// Seconds each fsync of the log took.
     fsync: LatencyHistogram,
 }
@@ -283,6 +285,7 @@ impl Default for Metrics {
             acknowledged: Counter::default(),
             retried: Counter::default(),
             sessions_expired: Counter::default(),
+            held_back: Counter::default(),
             fsync: latency_histogram(),
         }
     }
@@ -409,6 +412,11 @@ impl Metrics {
         self.sessions_expired.inc_by(count);
     }
 
+    /// A batch of publishes waited for a checkpoint (records held in memory past the budget).
+    pub(crate) fn held_back(&self) {
+        self.held_back.inc();
+    }
+
     /// An fsync of the log took `took`.
     pub(crate) fn fsynced(&self, took: Duration) {
         self.fsync.observe_n(took, 1);
@@ -509,6 +517,12 @@ impl Metrics {
                 "sessions_expired",
                 "Members removed because their session timed out",
                 &self.sessions_expired,
+            ),
+            (
+                "publishes_held_back",
+                "Times a batch of publishes waited for a checkpoint to take records out of \
+                 memory (with a data directory, records held in memory past --max-memory)",
+                &self.held_back,
             ),
         ] {
             registry.register(name, help, counter.clone());

@@ -100,6 +100,12 @@ pub(crate) async fn serve(
     announced.map_err(ServerError::from)
 }
 
+/// How many bytes of memory a byte of log holds, at most, while its records wait for a
+/// checkpoint: the record itself and its place in its partition's log, the room that log
+/// keeps to grow into (twice what it holds, at worst), and the copy a checkpoint takes while
+/// it writes them. Measured: about 5 (BENCHMARKS.md, "Memory with a data directory").
+const HELD_PER_LOG_BYTE: u64 = 6;
+
 /// The broker's shards: started from `storage` (their journals' fsyncs observed by `metrics`,
 /// if given), or new and in memory, as many as `config` asks, sharing its memory budget.
 fn start_shards(
@@ -122,10 +128,14 @@ fn start_shards(
             .with_limits(config.limits)
     };
     let mut brokers = Vec::with_capacity(count);
+    // With a data directory, each shard holds at most a part of --max-memory in records not
+    // yet on disk: publishes wait for the running checkpoint past it.
+    let mut journal = config.journal();
+    journal.held_log_bytes = Some(config.max_memory / count.max(1) as u64 / HELD_PER_LOG_BYTE);
     match storage {
         Some(stores) => {
             for storage in stores.into_shards() {
-                let (state, journal) = storage.start(config.journal(), configure)?;
+                let (state, journal) = storage.start(journal, configure)?;
                 if let Some(metrics) = metrics {
                     let metrics = Arc::clone(metrics);
                     journal.observe_fsyncs(move |took| metrics.fsynced(took));

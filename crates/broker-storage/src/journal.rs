@@ -87,6 +87,11 @@ pub struct JournalSettings {
     /// A partition's record segment is closed (and a new one started) once it holds this many
     /// bytes; the oldest records leave the disk a whole segment at a time.
     pub segment_bytes: u64,
+    /// The most log bytes of records the state may hold in memory (logged since the last
+    /// checkpoint whose records left memory): past it, [`Journal::over_memory`] says to hold
+    /// new records back until the running checkpoint is done, and checkpoints start every half
+    /// of it (or every `snapshot_log_bytes`, when that is less). `None` bounds nothing.
+    pub held_log_bytes: Option<u64>,
 }
 
 /// A data directory opened and recovered, ready to be journaled to.
@@ -279,6 +284,9 @@ struct Pending {
     refusing: Option<String>,
     /// Entry bytes appended since the last checkpoint started.
     since_snapshot: u64,
+    /// Entry bytes the running checkpoint covers, whose records are in memory until its
+    /// evictions are taken (0 when none is running or waiting to be taken).
+    checkpointing: u64,
     snapshot_running: bool,
     /// What the last finished checkpoint wrote to record segments, for the state to evict.
     evicted: Option<Vec<(LogId, i64)>>,
@@ -293,6 +301,32 @@ pub struct Journal {
     flusher: Mutex<Option<JoinHandle<()>>>,
 }
 
+impl Journal {
+    /// Whether the records held in memory (as log bytes) passed
+    /// [`JournalSettings::held_log_bytes`] while a checkpoint that will take some of them out
+    /// runs: new records should wait for [`Journal::checkpoint_done`]. Always `false` without
+    /// that bound, and when no checkpoint runs (the state's next [`Journal::maybe_checkpoint`]
+    /// takes the last one's records out of memory, or starts the next).
+    pub fn over_memory(&self) -> bool {
+        let Some(bound) = self.inner.settings.held_log_bytes else {
+            return false;
+        };
+        let pending = self.inner.lock();
+        pending.snapshot_running && pending.since_snapshot + pending.checkpointing > bound
+    }
+
+    /// Completes when the running checkpoint is done (at once when none runs): its records may
+    /// then leave memory, at the state's next [`Journal::maybe_checkpoint`].
+    pub async fn checkpoint_done(&self) {
+        // Subscribed before the check: a checkpoint that finishes after it is seen.
+        let mut done = self.inner.checkpoints.subscribe();
+        if !self.inner.lock().snapshot_running {
+            return;
+        }
+        let _ = done.changed().await;
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     pending: Mutex<Pending>,
@@ -302,6 +336,8 @@ struct Inner {
     records: Arc<RecordStore>,
     /// Told how long each fsync of the log took (see [`Journal::observe_fsyncs`]).
     fsync_observer: OnceLock<FsyncObserver>,
+    /// How many checkpoints finished: [`Journal::checkpoint_done`] waits for it to change.
+    checkpoints: watch::Sender<u64>,
 }
 
 /// A function told how long each fsync of the log took.
@@ -340,6 +376,7 @@ impl Journal {
             dir,
             records,
             fsync_observer: OnceLock::new(),
+            checkpoints: watch::Sender::new(0),
         });
         let (progress_tx, progress) = watch::channel(Progress {
             written: next_seq,
@@ -505,19 +542,31 @@ impl Journal {
     /// enough was logged since the last one.
     pub fn maybe_checkpoint(&self, state: &mut BrokerState) {
         let mut pending = self.inner.lock();
-        if let Some(evicted) = pending.evicted.take() {
-            state.evict(&evicted);
+        if !pending.snapshot_running && pending.checkpointing > 0 {
+            match pending.evicted.take() {
+                Some(evicted) => state.evict(&evicted),
+                // It failed: its records stay in memory, for the next one to write.
+                None => pending.since_snapshot += pending.checkpointing,
+            }
+            pending.checkpointing = 0;
         }
+        let settings = &self.inner.settings;
+        let due = settings
+            .held_log_bytes
+            .map_or(settings.snapshot_log_bytes, |held| {
+                settings.snapshot_log_bytes.min(held / 2)
+            });
         // A state that failed may hold half a change that no log entry explains: it is never
         // checkpointed; a restart rebuilds it from the log.
         if pending.snapshot_running
             || pending.refusing.is_some()
             || state.failure().is_some()
-            || pending.since_snapshot < self.inner.settings.snapshot_log_bytes
+            || pending.since_snapshot < due.max(1)
         {
             return;
         }
         pending.snapshot_running = true;
+        pending.checkpointing = pending.since_snapshot.max(1);
         pending.since_snapshot = 0;
         let seq = pending.next_seq;
         drop(pending);
@@ -530,10 +579,15 @@ impl Journal {
                 let mut pending = inner.lock();
                 pending.snapshot_running = false;
                 pending.evicted = evicted;
+                drop(pending);
+                inner.checkpoints.send_modify(|done| *done += 1);
             });
         if let Err(cause) = spawned {
             warn!(cause = %cause, "cannot start the checkpoint thread");
-            self.inner.lock().snapshot_running = false;
+            let mut pending = self.inner.lock();
+            pending.snapshot_running = false;
+            pending.since_snapshot += pending.checkpointing;
+            pending.checkpointing = 0;
         }
     }
 

@@ -1192,6 +1192,7 @@ fn opening_storage_repairs_nothing_until_it_starts() {
         fsync_interval: std::time::Duration::from_millis(10),
         snapshot_log_bytes: 1 << 20,
         segment_bytes: 1 << 20,
+        held_log_bytes: None,
     };
     let (_, journal) = crate::Storage::open(tmp.path(), CAPACITY)
         .unwrap()
@@ -1254,6 +1255,7 @@ fn background_checkpoints_take_records_out_of_memory() {
         fsync_interval: std::time::Duration::from_millis(10),
         snapshot_log_bytes: 64 * 1024,
         segment_bytes: 1 << 20,
+        held_log_bytes: None,
     };
     let (mut state, journal) = crate::Storage::open(tmp.path(), CAPACITY)
         .unwrap()
