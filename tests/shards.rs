@@ -31,6 +31,19 @@ fn start(data: &Path, extra: &[&str]) -> ServerProcess {
     ServerProcess::start(&flags)
 }
 
+/// Starts a server on the data directory `data` with `flags`, which must be refused saying
+/// `why` and change no file; the refusal's standard error.
+fn refused_unchanged(data: &Path, flags: &[&str], why: &str) -> String {
+    let before = every_file(data);
+    let mut args = vec!["--data-dir", data.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    let refusal = refused_start(&args, PATIENCE);
+    assert!(!refusal.status.success(), "{}", refusal.stderr);
+    assert!(refusal.stderr.contains(why), "{}", refusal.stderr);
+    assert_eq!(every_file(data), before, "a refused start changed files");
+    refusal.stderr
+}
+
 /// The partitions with records on disk in each shard's directory: the record segment
 /// directories of `records/` (a start's checkpoint moves every record there).
 fn partitions_on_disk(data: &Path, shards: usize) -> Vec<usize> {
@@ -129,7 +142,6 @@ async fn topics_spread_over_shards_and_come_back_after_a_crash() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_never_starts_with_fewer_shards_than_it_holds() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().to_str().unwrap();
     let mut server = start(dir.path(), &["--shards", "3"]);
     let client = connect(&server).await;
     for topic in ["a", "b", "c"] {
@@ -138,26 +150,12 @@ async fn a_directory_never_starts_with_fewer_shards_than_it_holds() {
     }
     drop(client);
     server.terminate(PATIENCE);
-    let before = every_file(dir.path());
-    let refusal = refused_start(&["--data-dir", data, "--shards", "2"], PATIENCE);
-    assert!(!refusal.status.success());
-    assert!(
-        refusal
-            .stderr
-            .contains("holds topics in 3 shards, more than --shards 2"),
-        "{}",
-        refusal.stderr
+    let refused = refused_unchanged(
+        dir.path(),
+        &["--shards", "2"],
+        "holds topics in 3 shards, more than --shards 2",
     );
-    assert!(
-        refusal.stderr.contains("--shards 3 or more"),
-        "{}",
-        refusal.stderr
-    );
-    assert_eq!(
-        every_file(dir.path()),
-        before,
-        "a refused start changed files"
-    );
+    assert!(refused.contains("--shards 3 or more"), "{refused}");
 
     let mut server = start(dir.path(), &["--shards", "4"]);
     let client = connect(&server).await;
@@ -275,7 +273,6 @@ async fn creating_topics_while_another_shard_is_busy_never_stalls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shards_holding_the_same_topic_are_refused_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().to_str().unwrap();
     let mut server = start(dir.path(), &["--shards", "2"]);
     let client = connect(&server).await;
     client.create("a", 1).await.unwrap();
@@ -291,20 +288,10 @@ async fn shards_holding_the_same_topic_are_refused_and_nothing_is_written() {
             std::fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
         }
     }
-    let before = every_file(dir.path());
-    let refusal = refused_start(&["--data-dir", data, "--shards", "3"], PATIENCE);
-    assert!(!refusal.status.success());
-    assert!(
-        refusal
-            .stderr
-            .contains("shards 0 and 1 both hold a topic named \"a\""),
-        "{}",
-        refusal.stderr
-    );
-    assert_eq!(
-        every_file(dir.path()),
-        before,
-        "a refused start changed files"
+    refused_unchanged(
+        dir.path(),
+        &["--shards", "3"],
+        "shards 0 and 1 both hold a topic named \"a\"",
     );
     assert!(!dir.path().join("shards/2").exists(), "a shard was added");
 }
