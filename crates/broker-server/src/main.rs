@@ -263,8 +263,8 @@ struct Args {
     /// A single broker's topics spread over this many shards (1 to 64), each with a lock of
     /// its own (and, with --data-dir, a log of its own in DIR/shards/<n>/), so that calls about
     /// topics of different shards run on different cores. Every call about one topic keeps its
-    /// meaning; a listing of every topic gathers the shards one after another; without
-    /// --data-dir, --max-memory is shared out equally. A group's dead-letter topic goes to (and
+    /// meaning; a listing of every topic gathers the shards one after another; --max-memory is
+    /// shared out equally. A group's dead-letter topic goes to (and
     /// must be in) its topic's shard; a topic named after another plus -dlq, _retry and the
     /// like (see README) goes with it; others to the shard with the fewest partitions. Shards
     /// are never merged: a directory must be started with at least as many as it holds.
