@@ -392,16 +392,44 @@ async fn fetches_outside_the_retained_records_are_out_of_range() {
     assert_eq!(offsets, vec![2, 3]);
 }
 
-/// Node 0 of a cluster of nodes 0 and 2, where `leader` leads: the broker in memory as
-/// such a node sees it.
-struct ClusterNode {
+/// The broker in memory behind a backend the tests can watch: as node 0 of a cluster of nodes
+/// 0 and 2 when `cluster` is set (`Some(leader)`: the node that leads, if one does), alone
+/// otherwise; counting the bytes of the records its reads return.
+struct TestNode {
     broker: Local,
-    leader: Option<i32>,
+    cluster: Option<Option<i32>>,
+    read_bytes: std::sync::atomic::AtomicUsize,
 }
 
-impl Backend for ClusterNode {
+impl TestNode {
+    /// Node 0 of a cluster where `leader` leads.
+    fn in_cluster(broker: Local, leader: Option<i32>) -> TestNode {
+        TestNode {
+            broker,
+            cluster: Some(leader),
+            read_bytes: Default::default(),
+        }
+    }
+
+    /// A server that runs alone.
+    fn alone(broker: Local) -> TestNode {
+        TestNode {
+            broker,
+            cluster: None,
+            read_bytes: Default::default(),
+        }
+    }
+}
+
+impl Backend for TestNode {
     async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
-        self.broker.call(command, max_wait).await
+        let outcome = self.broker.call(command, max_wait).await;
+        if let Ok(Outcome::Read(read)) = &outcome {
+            let bytes = read.records.iter().map(|r| r.payload.len()).sum::<usize>();
+            self.read_bytes
+                .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        }
+        outcome
     }
 
     async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
@@ -409,16 +437,17 @@ impl Backend for ClusterNode {
     }
 
     fn cluster(&self) -> Option<crate::ClusterView> {
-        Some(crate::ClusterView {
+        self.cluster.map(|leader| crate::ClusterView {
             brokers: vec![(0, "node-0".into(), 9093), (2, "node-2".into(), 9093)],
-            leader: self.leader,
+            leader,
             replicas: vec![0, 2],
         })
     }
 
-    /// The node asked is node 0 (the test settings' node id).
+    /// A node of a cluster coordinates while it leads (it is node 0, the test settings' node
+    /// id); a server alone always does.
     fn coordinates_groups(&self) -> bool {
-        self.leader == Some(0)
+        self.cluster.is_none_or(|leader| leader == Some(0))
     }
 
     fn requires_authentication(&self) -> bool {
@@ -432,10 +461,7 @@ impl Backend for ClusterNode {
 
 #[tokio::test]
 async fn a_cluster_node_lists_every_node_and_sends_clients_to_the_leader() {
-    let node = ClusterNode {
-        broker: broker(100),
-        leader: Some(2),
-    };
+    let node = TestNode::in_cluster(broker(100), Some(2));
     let metadata = |response: Option<ResponseKind>| match response {
         Some(ResponseKind::Metadata(response)) => response,
         other => panic!("unexpected {other:?}"),
@@ -485,10 +511,7 @@ async fn a_cluster_node_lists_every_node_and_sends_clients_to_the_leader() {
     // While no node leads, or while the leader's address is not known yet, clients are
     // told to ask again.
     for leader in [None, Some(1)] {
-        let electing = ClusterNode {
-            broker: broker(100),
-            leader,
-        };
+        let electing = TestNode::in_cluster(broker(100), leader);
         let listed = metadata(
             ask(
                 &electing,
@@ -690,50 +713,9 @@ async fn a_fetch_stops_adding_partitions_at_its_byte_limit() {
     );
 }
 
-/// The broker in memory, counting the bytes of the records its reads return.
-struct CountingReads {
-    broker: Local,
-    read_bytes: std::sync::atomic::AtomicUsize,
-}
-
-impl Backend for CountingReads {
-    async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
-        let outcome = self.broker.call(command, max_wait).await;
-        if let Ok(Outcome::Read(read)) = &outcome {
-            let bytes = read.records.iter().map(|r| r.payload.len()).sum::<usize>();
-            self.read_bytes
-                .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
-        }
-        outcome
-    }
-
-    async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
-        self.broker.topics().await
-    }
-
-    fn cluster(&self) -> Option<crate::ClusterView> {
-        None
-    }
-
-    fn coordinates_groups(&self) -> bool {
-        true
-    }
-
-    fn requires_authentication(&self) -> bool {
-        false
-    }
-
-    fn authenticate(&self, _password: &str) -> bool {
-        true
-    }
-}
-
 #[tokio::test]
 async fn a_fetch_reads_no_more_than_its_answer_holds_and_a_partition_named_twice_once() {
-    let reads = CountingReads {
-        broker: broker(1000),
-        read_bytes: Default::default(),
-    };
+    let reads = TestNode::alone(broker(1000));
     for partition in 0..2 {
         for _ in 0..100 {
             reads
