@@ -88,7 +88,10 @@ impl Snappy {
                     .first_chunk::<4>()
                     .map(|length| u32::from_be_bytes(*length) as usize)
                     .ok_or_else(|| invalid("a snappy block without its length"))?;
-                if self.rest.len() < 4 + length {
+                if length
+                    .checked_add(4)
+                    .is_none_or(|whole| self.rest.len() < whole)
+                {
                     return Err(invalid("a snappy block shorter than its length"));
                 }
                 self.rest.advance(4);

@@ -73,19 +73,25 @@ pub(crate) fn refused(shared: &Shared, reason: &'static str) {
     }
 }
 
-/// With a data directory, holds a batch that publishes records back while a shard holds more
-/// records in memory than its part of `--max-memory` allows and a checkpoint that takes them
-/// out of memory runs: under a sustained load, publishers wait for the disk rather than the
-/// memory growing with the load (see `JournalSettings::held_log_bytes`). Other batches go on.
+/// With a data directory, holds a batch that publishes records back while a shard it
+/// publishes to holds more records in memory than its part of `--max-memory` allows and a
+/// checkpoint that takes them out of memory runs: under a sustained load, publishers wait for
+/// the disk rather than the memory growing with the load (see
+/// `JournalSettings::held_log_bytes`). Other batches go on.
 async fn hold_back(shared: &Shared, frames: &[(Decoded<RequestFrame>, OwnedSemaphorePermit)]) {
-    let publishes = frames.iter().any(|(frame, _)| {
-        matches!(frame, Decoded::Message(request) if request.command.largest_record().is_some())
-    });
-    if !publishes {
-        return;
-    }
-    for broker in shared.shards.all() {
-        let Some(journal) = broker.journal() else {
+    let mut shards: Vec<usize> = frames
+        .iter()
+        .filter_map(|(frame, _)| match frame {
+            Decoded::Message(request) if request.command.largest_record().is_some() => request
+                .command
+                .topic()
+                .map(|topic| shared.shards.shard_of(topic)),
+            _ => None,
+        })
+        .collect();
+    shards.dedup();
+    for shard in shards {
+        let Some(journal) = shared.shards.get(shard).journal() else {
             continue;
         };
         while journal.over_memory() {
@@ -100,10 +106,11 @@ async fn hold_back(shared: &Shared, frames: &[(Decoded<RequestFrame>, OwnedSemap
     }
 }
 
-/// Applies a batch of requests of one connection (under one lock of the broker, or as one
-/// proposal to the cluster) and hands their answers to the connection's writer through
-/// `reply_to`: at once, once durable, or, for requests that wait or are about the cluster,
-/// from the tasks it spawns to answer them. Returns `false` when the writer is gone.
+/// Applies a batch of requests of one connection (under one lock of the broker, one per run of
+/// requests to the same shard with `--shards`, or as one proposal to the cluster) and hands
+/// their answers to the connection's writer through `reply_to`: at once, once durable, or, for
+/// requests that wait or are about the cluster, from the tasks it spawns to answer them.
+/// Returns `false` when the writer is gone.
 pub(crate) async fn submit(
     shared: &Arc<Shared>,
     reply_to: &ReplyTo,

@@ -520,8 +520,9 @@ impl Metrics {
             ),
             (
                 "publishes_held_back",
-                "Times a batch of publishes waited for a checkpoint to take records out of \
-                 memory (with a data directory, records held in memory past --max-memory)",
+                "Waits of a batch of publishes for a checkpoint to take records out of memory \
+                 (with a data directory, records held in memory past --max-memory; with \
+                 --shards, one per shard of the batch's topics that is over its part)",
                 &self.held_back,
             ),
         ] {

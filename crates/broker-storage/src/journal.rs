@@ -575,19 +575,21 @@ impl Journal {
         let spawned = std::thread::Builder::new()
             .name("broker-checkpoint".into())
             .spawn(move || {
+                // Ends the checkpoint however this thread ends (a panic included), so that
+                // nothing waits for it for ever.
+                let ending = CheckpointEnds(&inner);
                 let evicted = run_checkpoint(&inner, seq, image);
-                let mut pending = inner.lock();
-                pending.snapshot_running = false;
-                pending.evicted = evicted;
-                drop(pending);
-                inner.checkpoints.send_modify(|done| *done += 1);
+                inner.lock().evicted = evicted;
+                drop(ending);
             });
         if let Err(cause) = spawned {
             warn!(cause = %cause, "cannot start the checkpoint thread");
+            // Its records stay in memory, for the next one to write.
             let mut pending = self.inner.lock();
-            pending.snapshot_running = false;
             pending.since_snapshot += pending.checkpointing;
             pending.checkpointing = 0;
+            drop(pending);
+            drop(CheckpointEnds(&self.inner));
         }
     }
 
@@ -618,6 +620,17 @@ pub(crate) struct Written {
     /// Record segments (and partition directories) removed because retention or a deletion
     /// left nothing in them that is still needed.
     pub(crate) removed: usize,
+}
+
+/// Marks the running checkpoint ended when dropped, and wakes whoever waits for it
+/// ([`Journal::checkpoint_done`]).
+struct CheckpointEnds<'a>(&'a Inner);
+
+impl Drop for CheckpointEnds<'_> {
+    fn drop(&mut self) {
+        self.0.lock().snapshot_running = false;
+        self.0.checkpoints.send_modify(|done| *done += 1);
+    }
 }
 
 /// Writes a checkpoint of `image`, the state after exactly the log entries below `seq`: appends

@@ -1,7 +1,7 @@
 //! Topics and their records: CreateTopics, CreatePartitions, DeleteTopics, DeleteRecords and
 //! DescribeLogDirs.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use broker_core::{Command, KeyHash, Outcome};
 use broker_proto::ErrorReply;
@@ -27,7 +27,7 @@ use crate::configs;
 use crate::errors::{code, kafka_error};
 use crate::Backend;
 
-use super::{kafka_topic, message, topic_name, unexpected, Handler};
+use super::{kafka_topic, message, named_more_than_once, topic_name, unexpected, Handler};
 
 impl<B: Backend> Handler<'_, B> {
     pub(super) async fn create_topics(&self, request: CreateTopicsRequest) -> CreateTopicsResponse {
@@ -191,6 +191,12 @@ impl<B: Backend> Handler<'_, B> {
         request: CreatePartitionsRequest,
     ) -> CreatePartitionsResponse {
         let validate_only = request.validate_only;
+        let twice: HashSet<String> =
+            named_more_than_once(request.topics.iter().map(|topic| topic.name.as_str()))
+                .into_iter()
+                .map(str::to_owned)
+                .collect();
+        let twice = &twice;
         let topics = request.topics.into_iter().map(|topic| async move {
             let name = topic_name(&topic.name);
             let answer = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
@@ -200,6 +206,12 @@ impl<B: Backend> Handler<'_, B> {
                     .with_error_code(error.code())
                     .with_error_message(message(text))
             };
+            if twice.contains(topic.name.as_str()) {
+                return refused(
+                    ResponseError::InvalidRequest,
+                    format!("topic {name:?} is named more than once in the request"),
+                );
+            }
             if topic
                 .assignments
                 .as_ref()

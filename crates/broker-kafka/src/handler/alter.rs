@@ -5,9 +5,10 @@
 //! does not name to their defaults, which for the broker would remove limits, which it cannot
 //! do. IncrementalAlterConfigs sets (SET); DELETE, APPEND and SUBTRACT are refused per resource.
 
+use std::collections::HashMap;
+
 use broker_core::{Command, Outcome, TopicSetting, TopicSettings};
 use broker_proto::ErrorReply;
-use futures::future::join_all;
 use kafka_protocol::messages::{
     alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
     AlterConfigsResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
@@ -97,13 +98,17 @@ impl<B: Backend> Handler<'_, B> {
         )
     }
 
-    /// Makes each change (or, with `validate_only`, checks it), all at once; answers each.
+    /// Makes each change (or, with `validate_only`, checks it), one after another (two of one
+    /// topic apply in order); answers each. A topic named many times is described once (and
+    /// again only after a change of it).
     async fn change_all(
         &self,
         changes: impl Iterator<Item = Change>,
         validate_only: bool,
     ) -> Vec<Changed> {
-        let answers = changes.map(|change| async move {
+        let mut current = HashMap::new();
+        let mut answers = Vec::new();
+        for change in changes {
             let refused_operation = change.configs.iter().find_map(|(name, operation, _)| {
                 let name = name.as_str();
                 match *operation {
@@ -130,31 +135,35 @@ impl<B: Backend> Handler<'_, B> {
                     change.name.as_str(),
                     settings,
                     validate_only,
+                    &mut current,
                 )
                 .await;
             let (code, message) = match result {
                 Ok(()) => (0, None),
                 Err((error, text)) => (error.code(), message(text)),
             };
-            Changed {
+            answers.push(Changed {
                 resource_type: change.resource_type,
                 name: change.name,
                 code,
                 message,
-            }
-        });
-        join_all(answers).await
+            });
+        }
+        answers
     }
 
     /// Changes one resource's configs to `settings` (or refuses them: `INVALID_CONFIG` with
     /// the reason), checked against the topic's settings first, and with `validate_only`
-    /// only checked. A broker resource, or any other than a topic, is refused.
+    /// only checked. A broker resource, or any other than a topic, is refused. `current`
+    /// holds the settings of the topics described so far (`None`: no such topic), and takes
+    /// the new ones.
     async fn change_resource(
         &self,
         resource_type: i8,
         name: &str,
         settings: Result<Vec<TopicSetting>, String>,
         validate_only: bool,
+        current: &mut HashMap<String, Option<Vec<TopicSetting>>>,
     ) -> Result<(), Refusal> {
         match resource_type {
             TOPIC => {}
@@ -174,12 +183,18 @@ impl<B: Backend> Handler<'_, B> {
             }
         }
         let settings = settings.map_err(|text| (ResponseError::InvalidConfig, text))?;
-        let current = match self.describe(Some(name.to_owned())).await {
-            Ok(described) => described.into_iter().find(|topic| topic.name == name),
-            Err(ErrorReply::InvalidArgument(_)) => None,
-            Err(refusal) => return Err((kafka_error(&refusal), refusal.to_string())),
-        };
-        let Some(current) = current else {
+        if !current.contains_key(name) {
+            let described = match self.describe(Some(name.to_owned())).await {
+                Ok(described) => described
+                    .into_iter()
+                    .find(|topic| topic.name == name)
+                    .map(|topic| topic.settings),
+                Err(ErrorReply::InvalidArgument(_)) => None,
+                Err(refusal) => return Err((kafka_error(&refusal), refusal.to_string())),
+            };
+            current.insert(name.to_owned(), described);
+        }
+        let Some(Some(now)) = current.get(name) else {
             return Err((
                 ResponseError::UnknownTopicOrPartition,
                 format!("topic {name:?} does not exist"),
@@ -187,7 +202,7 @@ impl<B: Backend> Handler<'_, B> {
         };
         // What the broker would refuse, refused before anything changes (and all that a
         // validation does).
-        TopicSettings::from_list(&current.settings)
+        TopicSettings::from_list(now)
             .and_then(|now| now.changed(&settings))
             .map_err(|error| (ResponseError::InvalidConfig, error.to_string()))?;
         if validate_only {
@@ -198,7 +213,10 @@ impl<B: Backend> Handler<'_, B> {
             settings,
         };
         match self.call(command).await {
-            Ok(Outcome::TopicSettings(_)) => Ok(()),
+            Ok(Outcome::TopicSettings(changed)) => {
+                current.insert(name.to_owned(), Some(changed));
+                Ok(())
+            }
             Ok(other) => {
                 let refusal = unexpected(&other);
                 Err((kafka_error(&refusal), refusal.to_string()))

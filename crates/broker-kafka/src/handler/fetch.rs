@@ -2,10 +2,10 @@
 //! offsets a consumer resets to.
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use broker_core::{Command, Outcome, PartitionRead, MAX_FETCH_RECORDS};
+use broker_core::{Command, Outcome, PartitionRead, TopicDescription, MAX_FETCH_RECORDS};
 use broker_proto::ErrorReply;
 use bytes::Bytes;
 use futures::future::{join_all, select_all};
@@ -86,7 +86,18 @@ impl<B: Backend> Handler<'_, B> {
         };
         let mut answers = Vec::with_capacity(wanted.len());
         let mut found_nothing = true;
+        // Once the answer is full, the chunks after it are answered from their topics'
+        // descriptions (each topic described once): no record of theirs is read to be dropped.
+        // (A full answer found something: it does not wait.)
+        let mut bounds: HashMap<String, Result<Vec<TopicDescription>, ErrorReply>> = HashMap::new();
         for chunk in wanted.chunks(READS_AT_ONCE) {
+            if room.taken && room.left == 0 {
+                for partition in chunk {
+                    let result = self.bounds_only(partition, &mut bounds).await;
+                    answers.push(self.partition_data(partition, result, &mut room).await);
+                }
+                continue;
+            }
             // Each read of the chunk within what is left after the reads before it in the
             // chunk (a read always gets its first record, whatever its size).
             let mut left = room.left;
@@ -153,6 +164,40 @@ impl<B: Backend> Handler<'_, B> {
         self.backend.call(command, wait).await
     }
 
+    /// What a read of `wanted` would answer but its records: its bounds, from its topic's
+    /// description in `described` (described now if it is not there yet). A partition the
+    /// description does not have, or an offset past its end, is read as any other, so that it
+    /// is refused as any other.
+    async fn bounds_only(
+        &self,
+        wanted: &Wanted,
+        described: &mut HashMap<String, Result<Vec<TopicDescription>, ErrorReply>>,
+    ) -> Result<Outcome, ErrorReply> {
+        if !described.contains_key(&wanted.topic) {
+            let description = self.describe(Some(wanted.topic.clone())).await;
+            described.insert(wanted.topic.clone(), description);
+        }
+        let partition = described
+            .get(&wanted.topic)
+            .and_then(|described| described.as_ref().ok())
+            .and_then(|topics| topics.first())
+            .and_then(|topic| {
+                usize::try_from(wanted.partition)
+                    .ok()
+                    .and_then(|p| topic.partitions.get(p))
+            });
+        match partition {
+            Some(bounds) if wanted.offset <= bounds.end_offset => {
+                Ok(Outcome::Read(PartitionRead {
+                    records: Vec::new(),
+                    start_offset: bounds.earliest_offset,
+                    end_offset: bounds.end_offset,
+                }))
+            }
+            _ => self.read(wanted, 0, Duration::ZERO).await,
+        }
+    }
+
     /// One partition of a fetch answer from what its read found, its records only while the
     /// answer has `room` for them (taking theirs from it).
     async fn partition_data(
@@ -213,27 +258,42 @@ impl<B: Backend> Handler<'_, B> {
     }
 
     pub(super) async fn list_offsets(&self, request: ListOffsetsRequest) -> ListOffsetsResponse {
+        // Each topic described once, however many times the request names it.
+        let names: BTreeSet<String> = request
+            .topics
+            .iter()
+            .map(|topic| topic_name(&topic.name))
+            .collect();
+        let descriptions: HashMap<String, Result<Vec<TopicDescription>, ErrorReply>> =
+            join_all(names.into_iter().map(|name| async move {
+                let described = self.describe(Some(name.clone())).await;
+                (name, described)
+            }))
+            .await
+            .into_iter()
+            .collect();
+        let descriptions = &descriptions;
         let topics = request.topics.into_iter().map(|topic| async move {
             let name = topic_name(&topic.name);
-            let described = self.describe(Some(name.clone())).await;
+            let described = descriptions.get(&name);
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for wanted in &topic.partitions {
                 let answer = ListOffsetsPartitionResponse::default()
                     .with_partition_index(wanted.partition_index)
                     .with_timestamp(-1)
                     .with_offset(-1);
-                let bounds = match &described {
-                    Ok(described) => described.first().and_then(|topic| {
+                let bounds = match described {
+                    Some(Ok(described)) => described.first().and_then(|topic| {
                         usize::try_from(wanted.partition_index)
                             .ok()
                             .and_then(|index| topic.partitions.get(index))
                     }),
-                    Err(_) => None,
+                    _ => None,
                 };
                 let Some(bounds) = bounds else {
-                    let error = match &described {
-                        Err(refusal) => kafka_error(refusal),
-                        Ok(_) => ResponseError::UnknownTopicOrPartition,
+                    let error = match described {
+                        Some(Err(refusal)) => kafka_error(refusal),
+                        _ => ResponseError::UnknownTopicOrPartition,
                     };
                     partitions.push(answer.with_error_code(error.code()));
                     continue;

@@ -5,6 +5,7 @@
 //! ListGroups), `offsets` (OffsetCommit, OffsetFetch), `admin` (CreateTopics, DeleteTopics,
 //! DeleteRecords) and `alter` (AlterConfigs, IncrementalAlterConfigs); what they share is here.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use broker_core::{Command, Outcome, TopicDescription};
@@ -187,6 +188,17 @@ impl<B: Backend> Handler<'_, B> {
 }
 
 /// A topic name as the broker sees it.
+/// The names `names` gives more than once. Kafka answers every entry of such a resource in a
+/// request that changes resources with `INVALID_REQUEST` (two changes of one resource in one
+/// request would race), and so does the listener: none of them is looked up or changed.
+fn named_more_than_once<'a>(names: impl IntoIterator<Item = &'a str>) -> HashSet<&'a str> {
+    let mut seen = HashSet::new();
+    names
+        .into_iter()
+        .filter(|name| !seen.insert(*name))
+        .collect()
+}
+
 fn topic_name(name: &TopicName) -> String {
     name.as_str().to_owned()
 }

@@ -399,6 +399,8 @@ struct TestNode {
     broker: Local,
     cluster: Option<Option<i32>>,
     read_bytes: std::sync::atomic::AtomicUsize,
+    /// How many `Describe` commands it answered.
+    describes: std::sync::atomic::AtomicUsize,
 }
 
 impl TestNode {
@@ -408,6 +410,7 @@ impl TestNode {
             broker,
             cluster: Some(leader),
             read_bytes: Default::default(),
+            describes: Default::default(),
         }
     }
 
@@ -417,12 +420,17 @@ impl TestNode {
             broker,
             cluster: None,
             read_bytes: Default::default(),
+            describes: Default::default(),
         }
     }
 }
 
 impl Backend for TestNode {
     async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
+        if matches!(command, Command::Describe { .. }) {
+            self.describes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let outcome = self.broker.call(command, max_wait).await;
         if let Ok(Outcome::Read(read)) = &outcome {
             let bytes = read.records.iter().map(|r| r.payload.len()).sum::<usize>();
@@ -1374,4 +1382,123 @@ async fn incremental_alter_configs_set_and_refuse_delete_append_and_subtract() {
         [ResponseError::InvalidConfig.code(); 4]
     );
     assert_eq!(described(&broker, "logs").partitions[0].records, 5);
+}
+
+/// CreatePartitions naming a topic twice is refused for that topic (as Kafka refuses it) and
+/// changes nothing; AlterConfigs applies a topic's changes in order and describes it once
+/// however many times it names it, and so does ListOffsets.
+#[tokio::test]
+async fn a_topic_named_many_times_is_refused_or_described_once() {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{CreatePartitionsRequest, ListOffsetsRequest};
+    let node = TestNode::alone(broker_with_a_log());
+    let grow = |topic: &str| {
+        CreatePartitionsTopic::default()
+            .with_name(kafka_topic(topic))
+            .with_count(4)
+    };
+    let request =
+        RequestKind::CreatePartitions(CreatePartitionsRequest::default().with_topics(vec![
+            grow("t"),
+            grow("logs"),
+            grow("t"),
+        ]));
+    let Some(ResponseKind::CreatePartitions(response)) = ask(&node, 3, request).await else {
+        panic!("no answer");
+    };
+    let codes: Vec<i16> = response.results.iter().map(|r| r.error_code).collect();
+    let invalid = ResponseError::InvalidRequest.code();
+    assert_eq!(codes, [invalid, 0, invalid]);
+    assert_eq!(described(&node.broker, "t").partitions.len(), 2);
+    // Changes of one topic apply one after another, the last one last; a topic named many
+    // times is described once (and again only after a change of it).
+    for incremental in [false, true] {
+        let twice = alter(
+            incremental,
+            false,
+            &[
+                (2, "logs", &[("retention.ms", 0, "60000")]),
+                (2, "logs", &[("retention.ms", 0, "1000")]),
+            ],
+        );
+        assert_eq!(alter_codes(ask(&node, 0, twice).await), [0, 0]);
+        assert!(described(&node.broker, "logs")
+            .settings
+            .contains(&broker_core::TopicSetting::MaxAgeMs(1000)));
+        let refused: &[ConfigChange<'_>] = &[("broker.retention", 0, "interest")];
+        let often: Vec<_> = (0..100).map(|_| (2, "logs", refused)).collect();
+        node.describes
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+        let codes = alter_codes(ask(&node, 0, alter(incremental, false, &often)).await);
+        assert!(codes
+            .iter()
+            .all(|&code| code == ResponseError::InvalidConfig.code()));
+        assert_eq!(node.describes.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+    let often = (0..1000).map(|_| {
+        ListOffsetsTopic::default()
+            .with_name(kafka_topic("logs"))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_timestamp(-1)])
+    });
+    let request =
+        RequestKind::ListOffsets(ListOffsetsRequest::default().with_topics(often.collect()));
+    node.describes
+        .store(0, std::sync::atomic::Ordering::Relaxed);
+    let Some(ResponseKind::ListOffsets(response)) = ask(&node, 4, request).await else {
+        panic!("no answer");
+    };
+    assert_eq!(response.topics.len(), 1000);
+    assert!(response.topics.iter().all(|t| t.partitions[0].offset == 5));
+    assert_eq!(node.describes.load(std::sync::atomic::Ordering::Relaxed), 1);
+}
+
+/// Once a fetch's answer is full, the partitions after the reads under way (one chunk of 32)
+/// are answered with their bounds and no record: none of theirs is read only to be dropped.
+#[tokio::test]
+async fn a_full_fetch_answer_reads_no_record_of_the_partitions_after_it() {
+    let node = TestNode::alone(broker(100));
+    // Two topics of 64 partitions (the broker's limit), each partition with a record.
+    let mut topics = Vec::new();
+    for topic in ["wide", "wider"] {
+        node.broker.create(topic, 64).unwrap();
+        for partition in 0..64 {
+            node.broker
+                .publish(topic, partition, vec![b'x'; 1000])
+                .unwrap();
+        }
+        let partitions = (0..64)
+            .map(|partition| {
+                FetchPartition::default()
+                    .with_partition(partition)
+                    .with_partition_max_bytes(1 << 20)
+            })
+            .collect();
+        topics.push(
+            FetchTopic::default()
+                .with_topic(kafka_topic(topic))
+                .with_partitions(partitions),
+        );
+    }
+    let request = RequestKind::Fetch(
+        FetchRequest::default()
+            .with_max_bytes(1500)
+            .with_topics(topics),
+    );
+    let Some(ResponseKind::Fetch(response)) = ask(&node, 12, request).await else {
+        panic!("no fetch answer");
+    };
+    let answered: Vec<_> = response
+        .responses
+        .iter()
+        .flat_map(|topic| &topic.partitions)
+        .collect();
+    assert_eq!(answered.len(), 128);
+    assert!(answered
+        .iter()
+        .all(|p| p.high_watermark == 1 && p.log_start_offset == 0 && p.error_code == 0));
+    let read = node.read_bytes.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(read <= 32 * 1000, "read {read} bytes for an answer of 1500");
 }
