@@ -363,6 +363,9 @@ async fn a_failed_shard_leaves_the_others_serving() {
     let described = client.describe().await.unwrap();
     let names: Vec<_> = described.topics.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["x"]);
+    let metadata = client.metadata(None).await.unwrap();
+    let placed: Vec<_> = metadata.topics.iter().map(|t| t.topic.as_str()).collect();
+    assert_eq!(placed, ["x"], "metadata lists what the serving shards hold");
     assert_eq!(client.describe_topic("x").await.unwrap().name, "x");
     assert_eq!(client.publish("x", 0, "more".to_owned()).await.unwrap(), 10);
     drop(client);

@@ -218,7 +218,8 @@ impl Shards {
     }
 
     /// A description of `topic` (an unknown one is refused), or of every topic of every shard
-    /// when `None`, sorted by name.
+    /// whose storage has not failed when `None`, sorted by name (refused only when every
+    /// shard's storage failed).
     pub(crate) fn describe_topics(
         &self,
         topic: Option<&str>,
@@ -229,11 +230,27 @@ impl Shards {
                 .lock()
                 .describe_topics(Some(topic)),
             None => {
-                let mut descriptions = self.brokers.iter().map(|broker| broker.lock().describe());
-                let mut all = descriptions.next().unwrap_or_default();
-                for description in descriptions {
-                    all.topics.extend(description.topics);
+                let mut all: Option<BrokerDescription> = None;
+                let mut failure = None;
+                for broker in &self.brokers {
+                    let broker = broker.lock();
+                    // As in a gathered description: a shard whose storage failed is left out,
+                    // so that the topics the others serve stay listed.
+                    if let Some(why) = broker.failure() {
+                        failure.get_or_insert(why);
+                        continue;
+                    }
+                    let description = broker.describe();
+                    match &mut all {
+                        Some(all) => all.topics.extend(description.topics),
+                        None => all = Some(description),
+                    }
                 }
+                let mut all = match (all, failure) {
+                    (Some(all), _) => all,
+                    (None, Some(why)) => return Err(BrokerError::Storage(why)),
+                    (None, None) => BrokerDescription::default(),
+                };
                 all.topics.sort_by(|a, b| a.name.cmp(&b.name));
                 Ok(all)
             }
@@ -468,7 +485,9 @@ impl Placement {
     ) -> Result<usize, Refusal> {
         match command {
             Command::Create { topic, .. } => {
-                if !self.topics.contains_key(topic) && self.topics.len() >= max_topics {
+                let counted =
+                    self.topics.contains_key(topic) || self.dead_letters.contains_key(topic);
+                if !counted && self.topics_counted() >= max_topics {
                     return Err(Refusal::TooManyTopics(max_topics));
                 }
                 Ok(self.home_for(topic, failed))
@@ -499,6 +518,21 @@ impl Placement {
                 .and_then(|topic| self.shard_of(topic))
                 .unwrap_or(0)),
         }
+    }
+
+    /// The topics counted against the broker's maximum: those that exist, and the names
+    /// groups give as dead-letter topics that do not exist yet (their shard creates one when a
+    /// record first moves to it, without asking the placement, so it is counted from the
+    /// moment a group names it). A name given while the broker is full is not refused (as with
+    /// one shard, the group is configured); its topic may then take the broker one past its
+    /// maximum per such name.
+    fn topics_counted(&self) -> usize {
+        let reserved = self
+            .dead_letters
+            .keys()
+            .filter(|name| !self.topics.contains_key(*name))
+            .count();
+        self.topics.len() + reserved
     }
 
     fn created(&mut self, topic: &str, shard: usize, partitions: usize) {
@@ -825,6 +859,27 @@ mod tests {
         assert_eq!(
             apply(&shards, create("a", 1)).1,
             Ok(Outcome::Created(false))
+        );
+    }
+
+    #[test]
+    fn a_dead_letter_name_counts_against_the_topic_limit_before_its_topic_exists() {
+        let shards = shards(2, 2);
+        apply(&shards, create("orders", 1)).1.unwrap();
+        apply(&shards, dead_letter_join("orders", "parked"))
+            .1
+            .unwrap();
+        match apply(&shards, create("other", 1)) {
+            (_, Err(ErrorReply::InvalidArgument(why))) => {
+                assert!(why.contains("maximum of 2 topics"), "{why}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // The reserved name itself may still be created, in the group's shard.
+        let (shard, created) = apply(&shards, create("parked", 1));
+        assert_eq!(
+            (shard, created),
+            (shards.shard_of("orders"), Ok(Outcome::Created(true)))
         );
     }
 
