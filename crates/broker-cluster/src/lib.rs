@@ -9,8 +9,10 @@
 //!   snapshots, checkpoints that move its records to record segment files;
 //! - [`SnapshotStream`]: a snapshot, segment files included, as it travels between nodes;
 //! - [`Network`]: the links between nodes;
-//! - [`Cluster`]: one node, started from a [`ClusterConfig`]; [`Cluster::propose`] answers once
-//!   a majority has the change and it is applied here; [`Cluster::add_node`],
+//! - [`Cluster`]: one node's part in one Raft group, started from a [`ClusterConfig`] for the
+//!   node's first group, or from a [`GroupConfig`] for each further group the node hosts
+//!   ([`Cluster::host_group`], over the same peer port); [`Cluster::propose`] answers once a
+//!   majority has the change and it is applied here; [`Cluster::add_node`],
 //!   [`Cluster::remove_node`] and [`Cluster::transfer_leadership`] change who belongs and who
 //!   leads.
 //!
@@ -50,7 +52,10 @@ pub use openraft::error::Fatal;
 pub use openraft::ServerState;
 pub use snapshot_stream::SnapshotStream;
 pub use state_machine::{Replica, SnapshotBuilder, StateMachine};
-pub use types::{members_list, parse_members, Applied, ClusterNode, NodeId, Proposal, TypeConfig};
+pub use types::{
+    members_list, parse_members, Applied, ClusterNode, GroupId, NodeId, Proposal, TypeConfig,
+    FIRST_GROUP,
+};
 
 /// How one node of a cluster runs.
 #[derive(Debug, Clone)]
@@ -104,6 +109,36 @@ impl ClusterConfig {
             join: false,
             segment_bytes: 64 * 1024 * 1024,
             listeners: Listeners::default(),
+        }
+    }
+}
+
+/// How a node hosts a group besides its first ([`Cluster::host_group`]); the timing of
+/// heartbeats and elections is the node's.
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// Where the group's log, vote and snapshots live: a directory of its own.
+    pub dir: PathBuf,
+    /// When appends to the group's log reach the disk.
+    pub sync: LogSync,
+    /// A snapshot is taken after this many entries since the last one.
+    pub snapshot_every: u64,
+    /// A record segment file is closed and a new one started after this many bytes.
+    pub segment_bytes: u64,
+    /// The group's voters when it is new. Every node that hosts a new group must be given the
+    /// same (the voters of a group that has a log are in its log).
+    pub voters: BTreeMap<NodeId, ClusterNode>,
+}
+
+impl GroupConfig {
+    /// A group of `voters` keeping its files in `dir`, with the defaults of [`ClusterConfig`].
+    pub fn new(dir: PathBuf, voters: BTreeMap<NodeId, ClusterNode>) -> Self {
+        GroupConfig {
+            dir,
+            sync: LogSync::EveryAppend,
+            snapshot_every: 20_000,
+            segment_bytes: 64 * 1024 * 1024,
+            voters,
         }
     }
 }
@@ -251,6 +286,49 @@ async fn repair(log: &LogStore, repairs: Repairs) -> Result<(), ClusterError> {
     .map_err(ClusterError::Storage)
 }
 
+/// Where one group of a node keeps its files, and how it writes them.
+struct GroupFiles {
+    dir: PathBuf,
+    sync: LogSync,
+    segment_bytes: u64,
+}
+
+impl GroupFiles {
+    /// Reads the group's log and state machine (restoring `replica` from the last snapshot),
+    /// listing the repairs they need without making them. A node whose directory holds
+    /// nothing is first refused if a leader among `members` knows it held entries
+    /// ([`ClusterError::LogLost`]), asked through `network`. Nothing is written: a refused
+    /// start leaves the directory as it was.
+    async fn open<R: Replica>(
+        &self,
+        network: &Network,
+        node_id: NodeId,
+        members: &BTreeMap<NodeId, ClusterNode>,
+        replica: Arc<R>,
+    ) -> Result<(LogStore, StateMachine<R>, Repairs), ClusterError> {
+        let dir = self.dir.clone();
+        let empty = tokio::task::spawn_blocking(move || {
+            LogStore::holds_no_entries(&dir)
+                .map(|none| none && !state_machine::snapshot_exists(&dir))
+        })
+        .await
+        .map_err(|error| ClusterError::Raft(error.to_string()))??;
+        if empty {
+            refuse_if_log_lost(network, node_id, members).await?;
+        }
+        let (dir, sync, segment_bytes) = (self.dir.clone(), self.sync, self.segment_bytes);
+        let opened = tokio::task::spawn_blocking(move || {
+            let mut repairs = Repairs::default();
+            let log = LogStore::check(&dir, node_id, sync, log_store::SEGMENT_BYTES, &mut repairs)?;
+            let machine = StateMachine::check(&dir, replica, segment_bytes, &mut repairs)?;
+            Ok::<_, io::Error>((log, machine, repairs))
+        })
+        .await
+        .map_err(|error| ClusterError::Raft(error.to_string()))??;
+        Ok(opened)
+    }
+}
+
 /// Why a proposal was not applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProposeError {
@@ -306,9 +384,48 @@ pub struct ClusterStatus {
     pub unreachable: BTreeSet<NodeId>,
 }
 
-/// One running node.
+/// What the groups a node hosts share: its peer port's registry of groups and the timing of
+/// its Raft instances.
+struct NodeParts {
+    /// The links of the node's first group, from which each group's are made.
+    network: Network,
+    /// The groups the peer port serves.
+    groups: Arc<network::Groups>,
+    heartbeat: Duration,
+    election_timeout: Duration,
+}
+
+impl NodeParts {
+    /// openraft's settings for a group of this node that takes a snapshot every
+    /// `snapshot_every` entries.
+    fn raft_config(&self, snapshot_every: u64) -> Result<Arc<openraft::Config>, ClusterError> {
+        let election = millis(self.election_timeout);
+        let config = openraft::Config {
+            cluster_name: "broker".to_owned(),
+            heartbeat_interval: millis(self.heartbeat),
+            election_timeout_min: election,
+            election_timeout_max: election * 2,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_every),
+            // Followers that fall behind by less than this catch up from the log, not a
+            // snapshot.
+            max_in_snapshot_log_to_keep: snapshot_every / 2,
+            ..openraft::Config::default()
+        };
+        config
+            .validate()
+            .map(Arc::new)
+            .map_err(|error| ClusterError::Config(error.to_string()))
+    }
+}
+
+/// One node's part in one Raft group: its first group ([`Cluster::start`]), or another it
+/// hosts ([`Cluster::host_group`]).
 pub struct Cluster {
-    /// A handle on the links, for whether each peer answers.
+    /// The group.
+    group: GroupId,
+    /// What the node's groups share.
+    node: Arc<NodeParts>,
+    /// The group's links, and whether each peer answers.
     network: Network,
     node_id: NodeId,
     /// A leader that has heard from no majority for this long acts as a follower that knows no
@@ -334,6 +451,7 @@ impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster")
             .field("node_id", &self.node_id)
+            .field("group", &self.group)
             .finish()
     }
 }
@@ -360,48 +478,22 @@ impl Cluster {
                 config.members.keys().collect::<Vec<_>>()
             )));
         }
-        let heartbeat = millis(config.heartbeat);
-        let election = millis(config.election_timeout);
-        let raft_config = openraft::Config {
-            cluster_name: "broker".to_owned(),
-            heartbeat_interval: heartbeat,
-            election_timeout_min: election,
-            election_timeout_max: election * 2,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
-            // Followers that fall behind by less than this catch up from the log, not a
-            // snapshot.
-            max_in_snapshot_log_to_keep: config.snapshot_every / 2,
-            ..openraft::Config::default()
-        }
-        .validate()
-        .map_err(|error| ClusterError::Config(error.to_string()))?;
-        // Before anything is written to the directory: a refused start leaves it as it was.
-        let dir = config.dir.clone();
-        let empty = tokio::task::spawn_blocking(move || {
-            LogStore::holds_no_entries(&dir)
-                .map(|none| none && !state_machine::snapshot_exists(&dir))
-        })
-        .await
-        .map_err(|error| ClusterError::Raft(error.to_string()))??;
-        let network = Network::new(config.node_id, config.token.clone(), config.tls.clone());
-        if empty {
-            refuse_if_log_lost(&network, config.node_id, &config.members).await?;
-        }
-        let dir = config.dir.clone();
-        let (log, machine, repairs) = tokio::task::spawn_blocking(move || {
-            let mut repairs = Repairs::default();
-            let log = LogStore::check(
-                &dir,
-                config.node_id,
-                config.sync,
-                log_store::SEGMENT_BYTES,
-                &mut repairs,
-            )?;
-            let machine = StateMachine::check(&dir, replica, config.segment_bytes, &mut repairs)?;
-            Ok::<_, io::Error>((log, machine, repairs))
-        })
-        .await
-        .map_err(|error| ClusterError::Raft(error.to_string()))??;
+        let node = Arc::new(NodeParts {
+            network: Network::new(config.node_id, config.token.clone(), config.tls.clone()),
+            groups: Arc::default(),
+            heartbeat: config.heartbeat,
+            election_timeout: config.election_timeout,
+        });
+        let raft_config = node.raft_config(config.snapshot_every)?;
+        let network = node.network.clone();
+        let files = GroupFiles {
+            dir: config.dir.clone(),
+            sync: config.sync,
+            segment_bytes: config.segment_bytes,
+        };
+        let (log, machine, repairs) = files
+            .open(&network, config.node_id, &config.members, replica)
+            .await?;
         // A node with nothing yet proposes the initial membership; one with a log or a
         // snapshot already belongs to a cluster.
         let fresh = log.last_index().is_none() && !machine.has_snapshot();
@@ -417,15 +509,9 @@ impl Cluster {
                 None
             }
         };
-        let raft = Raft::new(
-            config.node_id,
-            Arc::new(raft_config),
-            network.clone(),
-            log,
-            machine,
-        )
-        .await
-        .map_err(|error| ClusterError::Raft(error.to_string()))?;
+        let raft = Raft::new(config.node_id, raft_config, network.clone(), log, machine)
+            .await
+            .map_err(|error| ClusterError::Raft(error.to_string()))?;
         let stop = CancellationToken::new();
         let tracker = TaskTracker::new();
         let kafka_addresses = Arc::new(peer_listeners::KafkaAddresses::default());
@@ -446,9 +532,15 @@ impl Cluster {
             stop.clone(),
         ));
         let takes_raft = Arc::new(AtomicBool::new(!checks_members));
+        node.groups.host(
+            FIRST_GROUP,
+            network::HostedGroup {
+                raft: raft.clone(),
+                contact,
+            },
+        );
         let service = network::PeerService {
-            raft: raft.clone(),
-            contact,
+            groups: Arc::clone(&node.groups),
             listeners: config.listeners,
             members: Arc::new(config.members.clone()),
             takes_raft: Arc::clone(&takes_raft),
@@ -462,6 +554,8 @@ impl Cluster {
             tracker.clone(),
         ));
         let cluster = Cluster {
+            group: FIRST_GROUP,
+            node,
             network,
             node_id: config.node_id,
             lease: config.election_timeout * 2,
@@ -497,6 +591,88 @@ impl Cluster {
             }
         }
         Ok(cluster)
+    }
+
+    /// Hosts Raft group `group` on this node as well, over the same peer port: opens its files
+    /// in `config.dir` (restoring `replica` from its last snapshot) and, when the directory
+    /// holds nothing, starts it as a new group of `config.voters` (every node given the same
+    /// voters may do so) or, if this node is not among them, waits to be added to it. The
+    /// returned handle is the node's part in that group: proposals, reads, membership and
+    /// leadership of that group only. A node whose directory holds nothing but which a leader
+    /// of the group knows held entries is refused, as at [`Cluster::start`].
+    ///
+    /// # Errors
+    /// The group is the first group or hosted already; the settings are inconsistent; the
+    /// files cannot be used.
+    pub async fn host_group<R: Replica>(
+        &self,
+        group: GroupId,
+        config: GroupConfig,
+        replica: Arc<R>,
+    ) -> Result<Cluster, ClusterError> {
+        if group == FIRST_GROUP || self.node.groups.get(group).is_some() {
+            return Err(ClusterError::Config(format!(
+                "group {group} is hosted by this node already"
+            )));
+        }
+        let raft_config = self.node.raft_config(config.snapshot_every)?;
+        let network = self.node.network.for_group(group);
+        let files = GroupFiles {
+            dir: config.dir,
+            sync: config.sync,
+            segment_bytes: config.segment_bytes,
+        };
+        let (log, machine, repairs) = files
+            .open(&network, self.node_id, &config.voters, replica)
+            .await?;
+        let fresh = log.last_index().is_none() && !machine.has_snapshot();
+        repair(&log, repairs).await?;
+        let raft = Raft::new(self.node_id, raft_config, network.clone(), log, machine)
+            .await
+            .map_err(|error| ClusterError::Raft(error.to_string()))?;
+        self.node.groups.host(
+            group,
+            network::HostedGroup {
+                raft: raft.clone(),
+                contact: Arc::new(contact::LeaderContact::new()),
+            },
+        );
+        let hosted = Cluster {
+            group,
+            node: Arc::clone(&self.node),
+            network,
+            node_id: self.node_id,
+            lease: self.lease,
+            raft,
+            started_empty: fresh,
+            handing_over: AtomicBool::new(false),
+            known_removed: Arc::new(AtomicBool::new(false)),
+            changing: tokio::sync::Mutex::new(()),
+            kafka_addresses: Arc::clone(&self.kafka_addresses),
+            stop: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+        };
+        if fresh && config.voters.contains_key(&self.node_id) {
+            match hosted.raft.initialize(config.voters).await {
+                // Another voter's proposal of the same membership got here first.
+                Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                Err(error) => {
+                    hosted.shutdown().await;
+                    return Err(ClusterError::Raft(error.to_string()));
+                }
+            }
+        }
+        Ok(hosted)
+    }
+
+    /// The group this handle is the node's part in.
+    pub fn group(&self) -> GroupId {
+        self.group
+    }
+
+    /// The groups this node hosts now, by id (the first group among them).
+    pub fn hosted_groups(&self) -> Vec<GroupId> {
+        self.node.groups.ids()
     }
 
     /// Appends `proposal` to the log and answers what applying it gave, once a majority has it
@@ -689,8 +865,14 @@ impl Cluster {
         }
     }
 
-    /// Stops the node: its Raft core, then the peer links.
+    /// Stops this group on this node: its Raft core, and for the first group also the node's
+    /// peer port and tasks, so that the other groups it hosts (stop them first) reach their
+    /// peers no more. Once a group stopped, its peers are answered that the node hosts no such
+    /// group.
     pub async fn shutdown(&self) {
+        if self.group != FIRST_GROUP {
+            self.node.groups.drop_group(self.group);
+        }
         if let Err(error) = self.raft.shutdown().await {
             tracing::warn!(%error, "stopping the consensus engine");
         }

@@ -99,7 +99,7 @@ impl Cluster {
     /// removed: a voter removed outright may miss the last entry (the leader stops sending to
     /// it once the others have it) and, still a voter as far as it knows, would campaign on
     /// its own for ever. A learner never campaigns. A voter that does not answer (it is
-    /// stopped, say) is waited for at most [`LEARNER_HANDOVER`].
+    /// stopped, say) is waited for at most 5 seconds.
     ///
     /// # Errors
     /// [`ProposeError::NotLeader`] on a node that is not the leader;

@@ -10,6 +10,17 @@
 //! refused; then it sends [`PeerRequest`]s, one at a time, each answered by one
 //! [`PeerResponse`]. With [`PeerTls`], all of it travels inside TLS: the connecting node checks
 //! the other's certificate against its authorities and the host of the address it dialled.
+//!
+//! # Groups
+//!
+//! A node may host several Raft groups ([`GroupId`]), each with its own log, vote and state.
+//! A request about one group travels as [`PeerRequest::Group`] naming it, except for the
+//! node's first group ([`FIRST_GROUP`], the one every release has), whose requests travel
+//! untagged as they always did, so that nodes of earlier releases keep replicating it with
+//! nodes of this one. Each group has its own connection to each peer, so that one group's
+//! large append or snapshot never holds back another's heartbeats. A node that does not host
+//! the group asked answers [`PeerResponse::NoSuchGroup`] (it may not have created it yet), and
+//! the sender retries as it does after any failed exchange.
 
 use std::collections::{BTreeMap, HashSet};
 use std::io;
@@ -40,7 +51,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::codec::{decode_at_most, encode};
 use crate::contact::LeaderContact;
-use crate::types::{ClusterNode, NodeId, TypeConfig};
+use crate::types::{ClusterNode, GroupId, NodeId, TypeConfig, FIRST_GROUP};
 
 /// The largest frame between peers: a batch of entries, or a snapshot chunk.
 pub const MAX_PEER_FRAME: usize = 512 * 1024 * 1024;
@@ -96,6 +107,18 @@ pub(crate) enum PeerRequest {
     /// proposes its own: every node must be given the same. Added with that check: a node of
     /// an earlier release closes the connection instead of answering.
     Members,
+    /// `request`, about Raft group `group` of the node asked rather than its first group: one
+    /// of `AppendEntries`, `Vote`, `InstallSnapshot`, `Campaign`, `Matched` and `Belonging`
+    /// (a request about the node itself, or another `Group`, closes the connection). Added
+    /// with several groups per node: a node of an earlier release closes the connection
+    /// instead of answering.
+    Group {
+        /// The group the request is about (never [`FIRST_GROUP`], whose requests travel
+        /// untagged).
+        group: GroupId,
+        /// The request.
+        request: Box<PeerRequest>,
+    },
 }
 
 impl PeerRequest {
@@ -111,6 +134,33 @@ impl PeerRequest {
             | PeerRequest::Listeners
             | PeerRequest::Belonging
             | PeerRequest::Members => false,
+            PeerRequest::Group { request, .. } => request.writes_raft_state(),
+        }
+    }
+
+    /// Whether it is about one group rather than about the node (so that it travels tagged
+    /// with its group, but for the first group's).
+    fn is_about_a_group(&self) -> bool {
+        match self {
+            PeerRequest::AppendEntries(_)
+            | PeerRequest::Vote(_)
+            | PeerRequest::InstallSnapshot(_)
+            | PeerRequest::Campaign
+            | PeerRequest::Matched
+            | PeerRequest::Belonging => true,
+            PeerRequest::Listeners | PeerRequest::Members | PeerRequest::Group { .. } => false,
+        }
+    }
+
+    /// The request as it travels to group `group`: untagged for the first group and for a
+    /// request about the node, in a [`PeerRequest::Group`] otherwise.
+    fn addressed_to(self, group: GroupId) -> PeerRequest {
+        match group != FIRST_GROUP && self.is_about_a_group() {
+            true => PeerRequest::Group {
+                group,
+                request: Box::new(self),
+            },
+            false => self,
         }
     }
 }
@@ -137,6 +187,9 @@ pub(crate) enum PeerResponse {
     Belonging(Option<Belonging>),
     /// Answers [`PeerRequest::Members`].
     Members(BTreeMap<NodeId, ClusterNode>),
+    /// Answers a [`PeerRequest::Group`] about a group the node does not host (it may not have
+    /// created it yet, or no longer holds a replica of it).
+    NoSuchGroup(GroupId),
 }
 
 /// Where a node serves clients besides the broker port, as its peers are told.
@@ -237,20 +290,38 @@ async fn receive<T: serde::de::DeserializeOwned, const LIMIT: usize>(
 #[derive(Debug, Clone)]
 pub struct Network {
     from: NodeId,
+    /// The group whose requests the links carry.
+    group: GroupId,
     token: Option<String>,
     tls: Option<PeerTls>,
     reachability: Arc<Reachability>,
 }
 
 impl Network {
-    /// Links of node `from` that present `token` to their peers, inside `tls` when given.
+    /// Links of node `from` that present `token` to their peers, inside `tls` when given, for
+    /// the node's first group.
     pub fn new(from: NodeId, token: Option<String>, tls: Option<PeerTls>) -> Network {
         Network {
             from,
+            group: FIRST_GROUP,
             token,
             tls,
             reachability: Arc::default(),
         }
+    }
+
+    /// The same node's links for group `group`: their own connections, the same peers' state
+    /// of reachability.
+    pub fn for_group(&self, group: GroupId) -> Network {
+        Network {
+            group,
+            ..self.clone()
+        }
+    }
+
+    /// The group whose requests the links carry.
+    pub fn group(&self) -> GroupId {
+        self.group
     }
 
     /// The peers whose last exchange with this node failed.
@@ -292,6 +363,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: NodeId, node: &ClusterNode) -> PeerLink {
         PeerLink {
             from: self.from,
+            group: self.group,
             reachability: Arc::clone(&self.reachability),
             target,
             addr: node.raft_addr.clone(),
@@ -305,6 +377,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 /// One node's link to one peer: a connection opened on first use and again after any failure.
 pub struct PeerLink {
     from: NodeId,
+    group: GroupId,
     reachability: Arc<Reachability>,
     target: NodeId,
     addr: String,
@@ -317,6 +390,7 @@ impl std::fmt::Debug for PeerLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PeerLink")
             .field("from", &self.from)
+            .field("group", &self.group)
             .field("target", &self.target)
             .field("addr", &self.addr)
             .field("tls", &self.tls.is_some())
@@ -340,7 +414,11 @@ impl PeerLink {
             ))
         });
         match &result {
+            // A peer that answered that it hosts no such group (yet) is reachable.
             Ok(_) => self.reachability.answered(self.target, &self.addr),
+            Err(cause) if cause.kind() == io::ErrorKind::NotFound => {
+                self.reachability.answered(self.target, &self.addr);
+            }
             Err(cause) => {
                 self.reachability.failed(self.target, &self.addr, cause);
                 self.connection = None;
@@ -354,8 +432,17 @@ impl PeerLink {
             Some(connection) => connection,
             None => self.connection.insert(self.connect().await?),
         };
-        send(connection, &request).await?;
-        receive::<_, MAX_PEER_FRAME>(connection).await
+        send(connection, &request.addressed_to(self.group)).await?;
+        match receive::<_, MAX_PEER_FRAME>(connection).await? {
+            PeerResponse::NoSuchGroup(group) => Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "node {} at {} hosts no group {group} (yet)",
+                    self.target, self.addr
+                ),
+            )),
+            response => Ok(response),
+        }
     }
 
     async fn connect(&self) -> io::Result<PeerFramed> {
@@ -587,13 +674,63 @@ impl RaftNetwork<TypeConfig> for PeerLink {
     }
 }
 
-/// What a node answers its peers from.
+/// One group as a node's peers reach it.
 #[derive(Clone)]
-pub(crate) struct PeerService {
+pub(crate) struct HostedGroup {
     /// Takes the peers' Raft requests.
     pub(crate) raft: Raft<TypeConfig>,
     /// Notes each leader's entries or snapshot taken.
     pub(crate) contact: Arc<LeaderContact>,
+}
+
+/// The Raft groups a node hosts, by id, as its peers reach them.
+#[derive(Default)]
+pub(crate) struct Groups {
+    hosted: std::sync::RwLock<BTreeMap<GroupId, HostedGroup>>,
+}
+
+impl Groups {
+    /// Hosts `group` from now on (in place of any group of that id).
+    pub(crate) fn host(&self, id: GroupId, group: HostedGroup) {
+        self.hosted
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, group);
+    }
+
+    /// Hosts group `id` no more: its requests are answered [`PeerResponse::NoSuchGroup`].
+    pub(crate) fn drop_group(&self, id: GroupId) {
+        self.hosted
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+    }
+
+    /// Group `id`, if hosted.
+    pub(crate) fn get(&self, id: GroupId) -> Option<HostedGroup> {
+        self.hosted
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned()
+    }
+
+    /// The ids of the groups hosted now.
+    pub(crate) fn ids(&self) -> Vec<GroupId> {
+        self.hosted
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .copied()
+            .collect()
+    }
+}
+
+/// What a node answers its peers from.
+#[derive(Clone)]
+pub(crate) struct PeerService {
+    /// The groups it hosts.
+    pub(crate) groups: Arc<Groups>,
     /// The answer to a question about this node's listeners.
     pub(crate) listeners: Listeners,
     /// The members list this node was started with.
@@ -682,55 +819,76 @@ async fn serve_peer(
         return Ok(());
     }
     welcomed(&mut connection);
-    let PeerService {
-        raft,
-        contact,
-        listeners,
-        members,
-        takes_raft,
-    } = service;
     loop {
         let request: PeerRequest = match receive::<_, MAX_PEER_FRAME>(&mut connection).await {
             Ok(request) => request,
             Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(error) => return Err(error),
         };
-        if request.writes_raft_state() && !takes_raft.load(Ordering::Acquire) {
+        if request.writes_raft_state() && !service.takes_raft.load(Ordering::Acquire) {
             return Ok(());
         }
-        let response = match request {
-            PeerRequest::AppendEntries(rpc) => {
-                let answer = raft.append_entries(rpc).await;
-                // Refused for its term, it came from a node that no longer leads.
-                if matches!(&answer, Ok(taken) if !matches!(taken, AppendEntriesResponse::HigherVote(_)))
-                {
-                    contact.heard();
-                }
-                PeerResponse::AppendEntries(answer)
-            }
-            PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
-            PeerRequest::InstallSnapshot(rpc) => {
-                let sent_by = rpc.vote;
-                let answer = raft.install_snapshot(rpc).await;
-                // Answered with a higher vote than the sender's, it came from a node that no
-                // longer leads.
-                if matches!(&answer, Ok(taken) if taken.vote <= sent_by) {
-                    contact.heard();
-                }
-                PeerResponse::InstallSnapshot(answer)
-            }
-            PeerRequest::Matched => {
-                PeerResponse::Matched(matched(&raft.metrics().borrow(), hello.from))
-            }
-            PeerRequest::Listeners => PeerResponse::Listeners(listeners.clone()),
-            PeerRequest::Campaign => PeerResponse::Campaign(campaign(raft, hello.from).await),
-            PeerRequest::Belonging => {
-                PeerResponse::Belonging(belonging(&raft.metrics().borrow(), hello.from))
-            }
-            PeerRequest::Members => PeerResponse::Members(BTreeMap::clone(members)),
-        };
+        let response = answer(service, hello.from, request).await?;
         send(&mut connection, &response).await?;
     }
+}
+
+/// The answer to `request` from peer `from`.
+///
+/// # Errors
+/// A request that no peer of this release sends (a [`PeerRequest::Group`] about the node, or
+/// inside another): the connection is closed.
+async fn answer(
+    service: &PeerService,
+    from: NodeId,
+    request: PeerRequest,
+) -> io::Result<PeerResponse> {
+    let (group, request) = match request {
+        PeerRequest::Listeners => return Ok(PeerResponse::Listeners(service.listeners.clone())),
+        PeerRequest::Members => {
+            return Ok(PeerResponse::Members(BTreeMap::clone(&service.members)))
+        }
+        PeerRequest::Group { group, request } => (group, *request),
+        request => (FIRST_GROUP, request),
+    };
+    let Some(HostedGroup { raft, contact }) = service.groups.get(group) else {
+        return Ok(PeerResponse::NoSuchGroup(group));
+    };
+    let raft = &raft;
+    Ok(match request {
+        PeerRequest::AppendEntries(rpc) => {
+            let answer = raft.append_entries(rpc).await;
+            // Refused for its term, it came from a node that no longer leads.
+            if matches!(&answer, Ok(taken) if !matches!(taken, AppendEntriesResponse::HigherVote(_)))
+            {
+                contact.heard();
+            }
+            PeerResponse::AppendEntries(answer)
+        }
+        PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
+        PeerRequest::InstallSnapshot(rpc) => {
+            let sent_by = rpc.vote;
+            let answer = raft.install_snapshot(rpc).await;
+            // Answered with a higher vote than the sender's, it came from a node that no
+            // longer leads.
+            if matches!(&answer, Ok(taken) if taken.vote <= sent_by) {
+                contact.heard();
+            }
+            PeerResponse::InstallSnapshot(answer)
+        }
+        PeerRequest::Matched => PeerResponse::Matched(matched(&raft.metrics().borrow(), from)),
+        PeerRequest::Campaign => PeerResponse::Campaign(campaign(raft, from).await),
+        PeerRequest::Belonging => {
+            PeerResponse::Belonging(belonging(&raft.metrics().borrow(), from))
+        }
+        // About the node, or nested, inside a `Group`: no peer of this release sends it.
+        PeerRequest::Listeners | PeerRequest::Members | PeerRequest::Group { .. } => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a group's request that is about no group",
+            ))
+        }
+    })
 }
 
 /// A leader's committed membership, as it tells a node that asks whether it belongs.
@@ -846,5 +1004,35 @@ fn same_token(ours: Option<&str>, theirs: Option<&str>) -> bool {
         (None, None) => true,
         (Some(ours), Some(theirs)) => bool::from(ours.as_bytes().ct_eq(theirs.as_bytes())),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The first group's requests travel as they did before groups, so that nodes of earlier
+    /// releases keep replicating with this one; another group's are tagged, with a variant
+    /// those releases do not know (they close the connection).
+    #[test]
+    fn only_requests_of_other_groups_than_the_first_are_tagged() {
+        let untagged = encode(&PeerRequest::Campaign.addressed_to(FIRST_GROUP)).unwrap();
+        // The variant index (u32, little-endian) of `Campaign`, as earlier releases send it.
+        assert_eq!(untagged, 5u32.to_le_bytes());
+        let tagged = encode(&PeerRequest::Campaign.addressed_to(7)).unwrap();
+        let mut expected = 8u32.to_le_bytes().to_vec();
+        expected.extend(7u32.to_le_bytes());
+        expected.extend(5u32.to_le_bytes());
+        assert_eq!(tagged, expected);
+        // Questions about the node itself are never tagged.
+        let members = encode(&PeerRequest::Members.addressed_to(7)).unwrap();
+        assert_eq!(members, 7u32.to_le_bytes());
+        let decoded: PeerRequest = decode_at_most::<_, 1024>(&tagged).unwrap();
+        assert!(matches!(
+            decoded,
+            PeerRequest::Group { group: 7, request } if matches!(*request, PeerRequest::Campaign)
+        ));
     }
 }

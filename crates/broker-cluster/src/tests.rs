@@ -1073,3 +1073,121 @@ async fn a_log_that_lost_its_first_entries_is_refused_before_anything_changes() 
         Vec::<PathBuf>::new()
     );
 }
+
+/// Node `node`'s part in group `group` of `voters`, its files in the node's `group-<id>`.
+async fn host(
+    node: &Node,
+    group: GroupId,
+    voters: &BTreeMap<NodeId, ClusterNode>,
+    dir: &Path,
+) -> Node {
+    let id = node.cluster.node_id();
+    let config = GroupConfig {
+        sync: LogSync::Never,
+        snapshot_every: 50,
+        ..GroupConfig::new(dir.join(format!("node-{id}/group-{group}")), voters.clone())
+    };
+    let replica = Memory::new();
+    let cluster = node
+        .cluster
+        .host_group(group, config, Arc::clone(&replica))
+        .await
+        .unwrap();
+    Node { cluster, replica }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_hosted_by_the_same_nodes_replicate_and_elect_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (members, nodes) = start_three(dir.path()).await;
+    let first: Vec<&Node> = nodes.iter().flatten().collect();
+    let first_leader = leader(&first).await;
+    let first_leader_id = first[first_leader].cluster.node_id();
+
+    // Group 2 on nodes 1 and 2 now, node 3 later: the two elect a leader and commit.
+    let mut second = Vec::new();
+    for node in &first[..2] {
+        second.push(Some(host(node, 2, &members, dir.path()).await));
+    }
+    let two: Vec<&Node> = second.iter().flatten().collect();
+    let at = leader(&two).await;
+    assert_eq!(two[at].cluster.group(), 2);
+    let applied = two[at]
+        .cluster
+        .propose(Proposal::Commands {
+            now_ms: 1_000,
+            commands: vec![create_topic()],
+        })
+        .await
+        .unwrap();
+    assert_eq!(applied.results, vec![Ok(Outcome::Created(true))]);
+    propose_publishes(two[at], 0..80).await;
+    converged(&two, 80).await;
+    // Node 3, which hosted no group 2 meanwhile, catches up once it does (from a snapshot:
+    // the log before entry 50 is gone).
+    second.push(Some(host(first[2], 2, &members, dir.path()).await));
+    let two: Vec<&Node> = second.iter().flatten().collect();
+    converged(&two, 80).await;
+    assert_eq!(first[2].cluster.hosted_groups(), [1, 2]);
+
+    // The first group holds none of it, and its leader did not change.
+    for node in &first {
+        assert!(node.replica.image().topics.is_empty());
+    }
+    assert_eq!(leader(&first).await, first_leader);
+
+    // Group 2's leadership moves to a node that does not lead group 1; group 1's stays.
+    let at = leader(&two).await;
+    let to = (1..=3)
+        .find(|id| *id != first_leader_id && *id != two[at].cluster.node_id())
+        .unwrap();
+    two[at]
+        .cluster
+        .transfer_leadership(to, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let at = leader(&two).await;
+    assert_eq!(two[at].cluster.node_id(), to);
+    assert_eq!(leader(&first).await, first_leader);
+
+    // Group 2 stops on its leader: the other two elect another and go on, and group 1 with
+    // them; back from its files, the node catches up.
+    let stopped = second[at].take().unwrap();
+    stopped.cluster.shutdown().await;
+    assert_eq!(first[at].cluster.hosted_groups(), [1]);
+    let rest: Vec<&Node> = second.iter().flatten().collect();
+    let now = leader(&rest).await;
+    propose_publishes(rest[now], 80..100).await;
+    converged(&rest, 100).await;
+    first[first_leader]
+        .cluster
+        .propose(Proposal::Tick { now_ms: 5_000 })
+        .await
+        .unwrap();
+    second[at] = Some(host(first[at], 2, &members, dir.path()).await);
+    let two: Vec<&Node> = second.iter().flatten().collect();
+    converged(&two, 100).await;
+    assert!(dir.path().join(format!("node-{to}/group-2")).is_dir());
+
+    // A group is hosted once.
+    let again = first[0]
+        .cluster
+        .host_group(
+            2,
+            GroupConfig::new(dir.path().join("elsewhere"), members.clone()),
+            Memory::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        again.to_string().contains("hosted by this node already"),
+        "{again}"
+    );
+
+    for node in second.iter().flatten() {
+        node.cluster.shutdown().await;
+    }
+    for node in &first {
+        node.cluster.shutdown().await;
+    }
+}

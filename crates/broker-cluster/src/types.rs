@@ -13,6 +13,15 @@ use crate::snapshot_stream::SnapshotStream;
 /// node.
 pub type NodeId = u64;
 
+/// The id of a Raft group a node hosts: each group has its own log, vote, snapshots and state
+/// machine, and its own members among the cluster's nodes.
+pub type GroupId = u32;
+
+/// The group every node of a cluster hosts from its first start, whose files are in the
+/// node's `raft/` directory: the one group of the releases before groups, whose peer requests
+/// travel untagged.
+pub const FIRST_GROUP: GroupId = 1;
+
 /// One change to the replicated broker: what one entry of the Raft log carries. Every node
 /// applies the same entries in the same order with the same times, so every node's state is the
 /// same after each entry.
