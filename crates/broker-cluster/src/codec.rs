@@ -34,6 +34,12 @@ pub(crate) fn decode_at_most<T: DeserializeOwned, const LIMIT: usize>(
     decode_with(bytes, config().with_limit::<LIMIT>())
 }
 
+/// The value at the start of `bytes`, and how many bytes it took: for a value followed by
+/// another, in what this node wrote itself.
+pub(crate) fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, usize), DecodeError> {
+    bincode::serde::decode_from_slice(bytes, config())
+}
+
 fn decode_with<T: DeserializeOwned, C: AnyConfig>(
     bytes: &[u8],
     config: C,

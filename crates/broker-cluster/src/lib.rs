@@ -53,8 +53,8 @@ pub use openraft::ServerState;
 pub use snapshot_stream::SnapshotStream;
 pub use state_machine::{Replica, SnapshotBuilder, StateMachine};
 pub use types::{
-    members_list, parse_members, Applied, ClusterNode, GroupId, NodeId, Proposal, TypeConfig,
-    FIRST_GROUP,
+    members_list, parse_members, Applied, BrokerChange, ClusterChange, ClusterNode, ClusterState,
+    GroupId, NodeId, Proposal, TypeConfig, FIRST_GROUP,
 };
 
 /// How one node of a cluster runs.
@@ -434,6 +434,9 @@ pub struct Cluster {
     raft: Raft<TypeConfig>,
     /// Whether the node had neither log nor snapshot when it started.
     started_empty: bool,
+    /// The cluster's state as the group's entries applied here left it (empty but in the
+    /// first group).
+    cluster_state: watch::Receiver<ClusterState>,
     /// Whether this leader is handing its leadership over ([`Cluster::transfer_leadership`]):
     /// meanwhile it takes no change.
     handing_over: AtomicBool,
@@ -509,6 +512,7 @@ impl Cluster {
                 None
             }
         };
+        let cluster_state = machine.cluster_state();
         let raft = Raft::new(config.node_id, raft_config, network.clone(), log, machine)
             .await
             .map_err(|error| ClusterError::Raft(error.to_string()))?;
@@ -561,6 +565,7 @@ impl Cluster {
             lease: config.election_timeout * 2,
             raft,
             started_empty: fresh,
+            cluster_state,
             handing_over: AtomicBool::new(false),
             known_removed,
             changing: tokio::sync::Mutex::new(()),
@@ -627,6 +632,7 @@ impl Cluster {
             .await?;
         let fresh = log.last_index().is_none() && !machine.has_snapshot();
         repair(&log, repairs).await?;
+        let cluster_state = machine.cluster_state();
         let raft = Raft::new(self.node_id, raft_config, network.clone(), log, machine)
             .await
             .map_err(|error| ClusterError::Raft(error.to_string()))?;
@@ -645,6 +651,7 @@ impl Cluster {
             lease: self.lease,
             raft,
             started_empty: fresh,
+            cluster_state,
             handing_over: AtomicBool::new(false),
             known_removed: Arc::new(AtomicBool::new(false)),
             changing: tokio::sync::Mutex::new(()),
@@ -689,6 +696,24 @@ impl Cluster {
             Ok(written) => Ok(written.data),
             Err(error) => Err(self.write_error(error)),
         }
+    }
+
+    /// Commits `change` to the cluster's state (in the first group: see [`ClusterState`]) and
+    /// answers the group it is about, once a majority has it and it is applied here.
+    ///
+    /// # Errors
+    /// As [`Cluster::propose`].
+    pub async fn change_cluster(&self, change: ClusterChange) -> Result<GroupId, ProposeError> {
+        let applied = self.propose(Proposal::Cluster(change)).await?;
+        applied.group.ok_or_else(|| {
+            ProposeError::Unavailable("a change to the cluster's state went unanswered".to_owned())
+        })
+    }
+
+    /// The cluster's state as the entries applied on this node left it, changing as more are:
+    /// which data groups exist and which holds each topic. Only the first group's is kept.
+    pub fn cluster_state(&self) -> watch::Receiver<ClusterState> {
+        self.cluster_state.clone()
     }
 
     /// Answers once this node has confirmed with a majority that it still leads and has

@@ -22,6 +22,9 @@
 //! after this header `u32`, then the meta (openraft's `SnapshotMeta`: the last entry the
 //! snapshot covers, the membership then, the snapshot's id) and, in the encoding of
 //! [`crate::codec`]:
+//! - format 3: as format 2, then the [`ClusterState`] (the cluster's data groups and which
+//!   holds each topic). Written only once the cluster has groups, so that until then a node
+//!   of an earlier release reads every snapshot;
 //! - format 2: the number `n` of the store directory (`u64`), then the [`Checkpoint`]: the
 //!   broker's [`StateImage`] without the records in segments, and the segment catalog;
 //! - format 1 (written by earlier versions, still read): the broker's [`StateImage`] holding
@@ -32,8 +35,10 @@
 //!
 //! # A snapshot as sent to another node
 //!
-//! Magic `BRKRSNAP`, format version `u32` (1), CRC-32 of the checkpoint `u32`, length of the
-//! checkpoint `u64`, the checkpoint (encoded as in the snapshot file); then, for each segment
+//! Magic `BRKRSNAP`, format version `u32` (1; 2 once the cluster has groups), CRC-32 of what
+//! follows the header up to the first segment `u32`, its length `u64`, then the checkpoint
+//! (encoded as in the snapshot file) and, in version 2, the [`ClusterState`]; then, for each
+//! segment
 //! of its catalog in order, the bytes of its `.rec` file and then of its `.idx` file that the
 //! catalog covers ([`segment_files`]). The sender reads the segments in place, chunk by chunk
 //! (through links, so that a later snapshot removing them does not cut a transfer short); the
@@ -51,17 +56,20 @@ use broker_core::image::StateImage;
 use broker_storage::{segment_files, Checkpoint, RecordStore, Repairs, SegmentImage};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, RaftSnapshotBuilder, SnapshotMeta, StorageIOError, StoredMembership};
-use tokio::sync::Mutex;
+use tokio::sync::{watch, Mutex};
 use tracing::{info, warn};
 
-use crate::codec::{decode, encode};
+use crate::codec::{decode, decode_prefix, encode};
 use crate::snapshot_stream::{Piece, RemovedOnDrop, SnapshotStream};
 use crate::types::{
-    Applied, ClusterNode, Entry, LogId, NodeId, Proposal, StorageError, TypeConfig,
+    Applied, BrokerChange, ClusterNode, ClusterState, Entry, LogId, NodeId, StorageError,
+    TypeConfig,
 };
 
 const SNAPSHOT_FILE: &str = "snapshot";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"BRKRAFTS";
+/// Snapshot files of this format hold a store number, a checkpoint and the cluster's state.
+const FORMAT_WITH_CLUSTER: u32 = 3;
 /// Snapshot files of this format hold a store number and a checkpoint.
 const FORMAT_VERSION: u32 = 2;
 /// Snapshot files of this format hold an image with every record.
@@ -69,14 +77,19 @@ const FORMAT_WHOLE_IMAGE: u32 = 1;
 const HEADER: usize = 20;
 const STREAM_MAGIC: &[u8; 8] = b"BRKRSNAP";
 const STREAM_VERSION: u32 = 1;
+/// Snapshots sent in this version carry the cluster's state after the checkpoint.
+const STREAM_WITH_CLUSTER: u32 = 2;
 const STREAM_HEADER: usize = 24;
 
 /// The broker as the cluster's state machine sees it: it applies committed proposals, gives its
 /// state as an image, takes a whole new state, and lets records that are on disk leave memory.
 pub trait Replica: Send + Sync + 'static {
-    /// Applies one committed proposal. Must give the same answers on every node for the same
-    /// state and proposal (everything it depends on is in the state and the proposal).
-    fn apply(&self, proposal: Proposal) -> Applied;
+    /// Applies one committed proposal's change. Must give the same answers on every node for
+    /// the same state and change (everything it depends on is in the state and the change).
+    fn apply(&self, change: BrokerChange) -> Applied;
+
+    /// Whether the broker holds a topic named `topic` now.
+    fn holds_topic(&self, topic: &str) -> bool;
 
     /// The whole state now.
     fn image(&self) -> StateImage;
@@ -99,12 +112,48 @@ pub trait Replica: Send + Sync + 'static {
     fn failure(&self) -> Option<String>;
 }
 
+/// What a snapshot holds besides its meta, encoded: the broker's checkpoint and, once the
+/// cluster has groups, the cluster's state after it.
+#[derive(Debug, Clone)]
+struct Held {
+    bytes: Vec<u8>,
+    /// Whether `bytes` hold a cluster state after the checkpoint.
+    with_cluster: bool,
+}
+
+impl Held {
+    fn encode(checkpoint: &Checkpoint, cluster: &ClusterState) -> io::Result<Held> {
+        let mut bytes = encode(checkpoint).map_err(io::Error::other)?;
+        let with_cluster = !cluster.is_empty();
+        if with_cluster {
+            bytes.extend(encode(cluster).map_err(io::Error::other)?);
+        }
+        Ok(Held {
+            bytes,
+            with_cluster,
+        })
+    }
+
+    /// The checkpoint and cluster state `bytes` encode (an empty state when `with_cluster`
+    /// is false).
+    fn decode(
+        bytes: &[u8],
+        with_cluster: bool,
+    ) -> Result<(Checkpoint, ClusterState), bincode::error::DecodeError> {
+        if !with_cluster {
+            return Ok((decode(bytes)?, ClusterState::default()));
+        }
+        let (checkpoint, read) = decode_prefix(bytes)?;
+        Ok((checkpoint, decode(&bytes[read..])?))
+    }
+}
+
 /// The current snapshot.
 #[derive(Debug, Clone)]
 struct Current {
     meta: SnapshotMeta<NodeId, ClusterNode>,
-    /// The encoded [`Checkpoint`].
-    checkpoint: Vec<u8>,
+    /// What it holds.
+    held: Held,
     /// The checkpoint's segment catalog.
     segments: Vec<SegmentImage>,
 }
@@ -126,18 +175,18 @@ impl Store {
         self.dir.join(format!("store-{number}"))
     }
 
-    /// Writes the snapshot file for `meta` and `checkpoint` (whose catalog is `segments`) and
+    /// Writes the snapshot file for `meta` and `held` (whose catalog is `segments`) and
     /// makes it current.
     fn keep(
         &mut self,
         meta: SnapshotMeta<NodeId, ClusterNode>,
-        checkpoint: Vec<u8>,
+        held: Held,
         segments: Vec<SegmentImage>,
     ) -> io::Result<()> {
-        write_snapshot(&self.dir, &meta, self.number, &checkpoint)?;
+        write_snapshot(&self.dir, &meta, self.number, &held)?;
         self.current = Some(Current {
             meta,
-            checkpoint,
+            held,
             segments,
         });
         Ok(())
@@ -152,7 +201,7 @@ impl Store {
         let Some(current) = &self.current else {
             return Ok(None);
         };
-        let mut pieces = vec![Piece::Bytes(stream_header(&current.checkpoint))];
+        let mut pieces = vec![Piece::Bytes(stream_header(&current.held))];
         let store_dir = self.store_dir(self.number);
         let mut linked = None;
         if let Some(id) = links.filter(|_| !current.segments.is_empty()) {
@@ -199,14 +248,19 @@ fn copy_start(from: &Path, to: &Path, length: u64) -> io::Result<()> {
     }
 }
 
-/// The header of a snapshot stream and its checkpoint.
-fn stream_header(checkpoint: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(STREAM_HEADER + checkpoint.len());
+/// The header of a snapshot stream and what the snapshot holds.
+fn stream_header(held: &Held) -> Vec<u8> {
+    let version = match held.with_cluster {
+        true => STREAM_WITH_CLUSTER,
+        false => STREAM_VERSION,
+    };
+    let held = &held.bytes;
+    let mut bytes = Vec::with_capacity(STREAM_HEADER + held.len());
     bytes.extend_from_slice(STREAM_MAGIC);
-    bytes.extend_from_slice(&STREAM_VERSION.to_le_bytes());
-    bytes.extend_from_slice(&crc32fast::hash(checkpoint).to_le_bytes());
-    bytes.extend_from_slice(&(checkpoint.len() as u64).to_le_bytes());
-    bytes.extend_from_slice(checkpoint);
+    bytes.extend_from_slice(&version.to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(held).to_le_bytes());
+    bytes.extend_from_slice(&(held.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(held);
     bytes
 }
 
@@ -222,6 +276,8 @@ fn lock_store(store: &Mutex<Store>) -> tokio::sync::MutexGuard<'_, Store> {
 /// The state machine of one node.
 pub struct StateMachine<R> {
     replica: Arc<R>,
+    /// The cluster's state, as applied so far.
+    cluster: Arc<watch::Sender<ClusterState>>,
     applied: Option<LogId>,
     membership: StoredMembership<NodeId, ClusterNode>,
     dir: PathBuf,
@@ -262,16 +318,16 @@ impl<R: Replica> StateMachine<R> {
         repairs: &mut Repairs,
     ) -> io::Result<StateMachine<R>> {
         let stored = read_snapshot(&dir.join(SNAPSHOT_FILE))?;
-        let (number, image, current) = match stored {
-            None => (0, replica.image(), None),
+        let (number, image, cluster, current) = match stored {
+            None => (0, replica.image(), ClusterState::default(), None),
             Some(stored) => {
                 let image = stored.checkpoint.image.clone();
                 let current = Current {
                     meta: stored.meta,
-                    checkpoint: encode(&stored.checkpoint).map_err(io::Error::other)?,
+                    held: Held::encode(&stored.checkpoint, &stored.cluster)?,
                     segments: stored.checkpoint.segments,
                 };
-                (stored.number, image, Some(current))
+                (stored.number, image, stored.cluster, Some(current))
             }
         };
         find_leftovers(dir, number, repairs)?;
@@ -293,6 +349,7 @@ impl<R: Replica> StateMachine<R> {
         });
         Ok(StateMachine {
             replica,
+            cluster: Arc::new(watch::Sender::new(cluster)),
             applied,
             membership,
             had_snapshot: current.is_some(),
@@ -312,6 +369,12 @@ impl<R: Replica> StateMachine<R> {
     /// log is empty).
     pub fn has_snapshot(&self) -> bool {
         self.had_snapshot
+    }
+
+    /// The cluster's state as this node applies it: changed by every [`crate::Proposal::Cluster`]
+    /// entry and every snapshot installed.
+    pub fn cluster_state(&self) -> watch::Receiver<ClusterState> {
+        self.cluster.subscribe()
     }
 }
 
@@ -353,6 +416,8 @@ fn find_leftovers(dir: &Path, number: u64, repairs: &mut Repairs) -> io::Result<
 pub struct SnapshotBuilder<R> {
     /// Taken by the build.
     image: Option<StateImage>,
+    /// The cluster's state at the same entry.
+    cluster: ClusterState,
     applied: Option<LogId>,
     membership: StoredMembership<NodeId, ClusterNode>,
     /// The store directory the image's records are in.
@@ -368,6 +433,7 @@ impl<R: Replica> SnapshotBuilder<R> {
     fn build(self) -> io::Result<Option<Snapshot<TypeConfig>>> {
         let SnapshotBuilder {
             image,
+            cluster,
             applied,
             membership,
             number,
@@ -397,7 +463,7 @@ impl<R: Replica> SnapshotBuilder<R> {
         let written = written.map_err(io_error)?;
         let segments = store.records.catalog_without_retired(&written.bases);
         let checkpoint = Checkpoint { image, segments };
-        let encoded = encode(&checkpoint).map_err(io::Error::other)?;
+        let held = Held::encode(&checkpoint, &cluster)?;
         let snapshot_id = match applied {
             Some(applied) => format!("{}-{}-{id}", applied.leader_id, applied.index),
             None => format!("empty-{id}"),
@@ -407,7 +473,7 @@ impl<R: Replica> SnapshotBuilder<R> {
             last_membership: membership,
             snapshot_id,
         };
-        store.keep(meta, encoded, checkpoint.segments)?;
+        store.keep(meta, held, checkpoint.segments)?;
         let retired = store.records.retire(&written.bases);
         replica.evict(&written.evicted);
         if let Err(error) = store.records.remove(&retired) {
@@ -422,6 +488,7 @@ impl<R: Replica> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<R> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let builder = SnapshotBuilder {
             image: self.image.take(),
+            cluster: self.cluster.clone(),
             applied: self.applied,
             membership: self.membership.clone(),
             number: self.number,
@@ -466,7 +533,20 @@ impl<R: Replica> RaftStateMachine<TypeConfig> for StateMachine<R> {
             self.applied = Some(entry.log_id);
             let answer = match entry.payload {
                 EntryPayload::Blank => Applied::default(),
-                EntryPayload::Normal(proposal) => self.replica.apply(proposal),
+                EntryPayload::Normal(proposal) => match proposal.into_change() {
+                    Ok(change) => self.replica.apply(change),
+                    Err(change) => {
+                        let replica = &self.replica;
+                        let mut group = None;
+                        self.cluster.send_modify(|state| {
+                            group = Some(state.apply(change, |topic| replica.holds_topic(topic)));
+                        });
+                        Applied {
+                            group,
+                            ..Applied::default()
+                        }
+                    }
+                },
                 EntryPayload::Membership(membership) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), membership);
                     Applied::default()
@@ -483,8 +563,10 @@ impl<R: Replica> RaftStateMachine<TypeConfig> for StateMachine<R> {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        let cluster = self.cluster.borrow().clone();
         SnapshotBuilder {
             image: Some(self.replica.image()),
+            cluster,
             applied: self.applied,
             membership: self.membership.clone(),
             number: self.store.lock().await.number,
@@ -511,12 +593,19 @@ impl<R: Replica> RaftStateMachine<TypeConfig> for StateMachine<R> {
             |error: io::Error| StorageIOError::read_snapshot(Some(meta.signature()), &error);
         let store = Arc::clone(&self.store);
         let replica = Arc::clone(&self.replica);
+        let cluster = Arc::clone(&self.cluster);
         let installing = meta.clone();
         tokio::task::spawn_blocking(move || {
             let path = snapshot.received().ok_or_else(|| {
                 io::Error::other("a snapshot to install must be one that was received")
             })?;
-            install(&mut lock_store(&store), &*replica, installing, path)
+            install(
+                &mut lock_store(&store),
+                &*replica,
+                &cluster,
+                installing,
+                path,
+            )
         })
         .await
         .map_err(|error| failed(io::Error::other(error)))?
@@ -539,11 +628,12 @@ impl<R: Replica> RaftStateMachine<TypeConfig> for StateMachine<R> {
 }
 
 /// Installs the snapshot received in `path`: unpacks its segments into a new store directory,
-/// checks them, restores the replica from it, and makes it current; the old store directory
-/// goes.
+/// checks them, restores the replica and the cluster's state from it, and makes it current;
+/// the old store directory goes.
 fn install<R: Replica>(
     store: &mut Store,
     replica: &R,
+    cluster: &watch::Sender<ClusterState>,
     meta: SnapshotMeta<NodeId, ClusterNode>,
     path: &Path,
 ) -> io::Result<()> {
@@ -553,17 +643,18 @@ fn install<R: Replica>(
         fs::remove_dir_all(&store_dir)?;
     }
     fs::create_dir_all(&store_dir)?;
-    let (checkpoint, encoded) = unpack(path, &store_dir)?;
+    let (checkpoint, cluster_state, held) = unpack(path, &store_dir)?;
     sync_tree(&store_dir)?;
     let records =
         Arc::new(RecordStore::open(&store_dir, checkpoint.segments.clone()).map_err(io_error)?);
     replica
         .restore(checkpoint.image, Arc::clone(&records) as Arc<dyn ColdStore>)
         .map_err(|why| received_damaged(&why))?;
+    cluster.send_replace(cluster_state);
     let old = store.store_dir(store.number);
     store.number = number;
     store.records = records;
-    store.keep(meta, encoded, checkpoint.segments)?;
+    store.keep(meta, held, checkpoint.segments)?;
     if let Err(error) = fs::remove_dir_all(&old) {
         if error.kind() != io::ErrorKind::NotFound {
             // No snapshot names it: the next start removes it.
@@ -581,9 +672,10 @@ fn received_damaged(what: &str) -> io::Error {
 }
 
 /// Reads the snapshot received in `path`, writing the segment files it carries under
-/// `store_dir`; returns its checkpoint, decoded and encoded. A leader of an earlier version
-/// sends its state's whole image (records included, no segments): that is read too.
-fn unpack(path: &Path, store_dir: &Path) -> io::Result<(Checkpoint, Vec<u8>)> {
+/// `store_dir`; returns its checkpoint and cluster state, decoded, and what it holds, encoded.
+/// A leader of an earlier version sends its state's whole image (records included, no
+/// segments): that is read too.
+fn unpack(path: &Path, store_dir: &Path) -> io::Result<(Checkpoint, ClusterState, Held)> {
     let mut received = BufReader::new(File::open(path)?);
     let mut header = [0; STREAM_HEADER];
     let read = received.read(&mut header)?;
@@ -596,26 +688,30 @@ fn unpack(path: &Path, store_dir: &Path) -> io::Result<(Checkpoint, Vec<u8>)> {
             image,
             segments: Vec::new(),
         };
-        let encoded = encode(&checkpoint).map_err(io::Error::other)?;
-        return Ok((checkpoint, encoded));
+        let cluster = ClusterState::default();
+        let held = Held::encode(&checkpoint, &cluster)?;
+        return Ok((checkpoint, cluster, held));
     }
     received
         .read_exact(&mut header[read..])
         .map_err(|error| received_damaged(&format!("its header: {error}")))?;
-    let version = u32_at(&header, 8);
-    if version != STREAM_VERSION {
-        return Err(received_damaged(&format!(
-            "format version {version}, which a later version of this node reads"
-        )));
-    }
+    let with_cluster = match u32_at(&header, 8) {
+        STREAM_VERSION => false,
+        STREAM_WITH_CLUSTER => true,
+        version => {
+            return Err(received_damaged(&format!(
+                "format version {version}, which a later version of this node reads"
+            )))
+        }
+    };
     let length = u64_at(&header, 16);
     let mut encoded = Vec::new();
     received.by_ref().take(length).read_to_end(&mut encoded)?;
     if encoded.len() as u64 != length || crc32fast::hash(&encoded) != u32_at(&header, 12) {
         return Err(received_damaged("a checksum that does not match"));
     }
-    let checkpoint: Checkpoint =
-        decode(&encoded).map_err(|error| received_damaged(&error.to_string()))?;
+    let (checkpoint, cluster) = Held::decode(&encoded, with_cluster)
+        .map_err(|error| received_damaged(&error.to_string()))?;
     for segment in &checkpoint.segments {
         for (file, length) in segment_files(store_dir, segment) {
             if let Some(parent) = file.parent() {
@@ -636,7 +732,11 @@ fn unpack(path: &Path, store_dir: &Path) -> io::Result<(Checkpoint, Vec<u8>)> {
     if received.read(&mut [0])? != 0 {
         return Err(received_damaged("bytes after its last segment"));
     }
-    Ok((checkpoint, encoded))
+    let held = Held {
+        bytes: encoded,
+        with_cluster,
+    };
+    Ok((checkpoint, cluster, held))
 }
 
 /// Fsyncs every directory under `dir` and `dir` itself (after their files were).
@@ -671,8 +771,13 @@ fn write_snapshot(
     dir: &Path,
     meta: &SnapshotMeta<NodeId, ClusterNode>,
     number: u64,
-    checkpoint: &[u8],
+    held: &Held,
 ) -> io::Result<()> {
+    let version = match held.with_cluster {
+        true => FORMAT_WITH_CLUSTER,
+        false => FORMAT_VERSION,
+    };
+    let checkpoint = &held.bytes;
     let meta = encode(meta).map_err(io::Error::other)?;
     let meta_length = u32::try_from(meta.len()).map_err(io::Error::other)?;
     let number = number.to_le_bytes();
@@ -682,7 +787,7 @@ fn write_snapshot(
     crc.update(checkpoint);
     let mut header = Vec::with_capacity(HEADER);
     header.extend_from_slice(SNAPSHOT_MAGIC);
-    header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header.extend_from_slice(&version.to_le_bytes());
     header.extend_from_slice(&meta_length.to_le_bytes());
     header.extend_from_slice(&crc.finalize().to_le_bytes());
     let path = dir.join(SNAPSHOT_FILE);
@@ -703,6 +808,7 @@ struct StoredSnapshot {
     meta: SnapshotMeta<NodeId, ClusterNode>,
     number: u64,
     checkpoint: Checkpoint,
+    cluster: ClusterState,
 }
 
 fn read_snapshot(path: &Path) -> io::Result<Option<StoredSnapshot>> {
@@ -729,24 +835,29 @@ fn read_snapshot(path: &Path) -> io::Result<Option<StoredSnapshot>> {
     let meta =
         decode(&bytes[HEADER..HEADER + meta_length]).map_err(|why| damaged(&why.to_string()))?;
     let data = &bytes[HEADER + meta_length..];
-    let (number, checkpoint) = match version {
-        FORMAT_VERSION if data.len() >= 8 => (
+    let (number, (checkpoint, cluster)) = match version {
+        FORMAT_VERSION | FORMAT_WITH_CLUSTER if data.len() >= 8 => (
             u64_at(data, 0),
-            decode(&data[8..]).map_err(|why| damaged(&why.to_string()))?,
+            Held::decode(&data[8..], version == FORMAT_WITH_CLUSTER)
+                .map_err(|why| damaged(&why.to_string()))?,
         ),
         FORMAT_WHOLE_IMAGE => (
             0,
-            Checkpoint {
-                image: decode(data).map_err(|why| damaged(&why.to_string()))?,
-                segments: Vec::new(),
-            },
+            (
+                Checkpoint {
+                    image: decode(data).map_err(|why| damaged(&why.to_string()))?,
+                    segments: Vec::new(),
+                },
+                ClusterState::default(),
+            ),
         ),
-        FORMAT_VERSION => return Err(damaged("no store number")),
+        FORMAT_VERSION | FORMAT_WITH_CLUSTER => return Err(damaged("no store number")),
         other => return Err(damaged(&format!("format version {other}"))),
     };
     Ok(Some(StoredSnapshot {
         meta,
         number,
         checkpoint,
+        cluster,
     }))
 }

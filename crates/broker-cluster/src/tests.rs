@@ -71,21 +71,25 @@ impl Memory {
 }
 
 impl Replica for Memory {
-    fn apply(&self, proposal: Proposal) -> Applied {
+    fn apply(&self, change: BrokerChange) -> Applied {
         let mut state = self.state.lock().unwrap();
-        match proposal {
-            Proposal::Commands { now_ms, commands } => Applied {
+        match change {
+            BrokerChange::Commands { now_ms, commands } => Applied {
                 results: commands
                     .into_iter()
                     .map(|command| state.apply_at(now_ms, command))
                     .collect(),
-                changed: Vec::new(),
+                ..Applied::default()
             },
-            Proposal::Tick { now_ms } => Applied {
-                results: Vec::new(),
+            BrokerChange::Tick { now_ms } => Applied {
                 changed: state.advance_clock(now_ms).unwrap_or_default(),
+                ..Applied::default()
             },
         }
+    }
+
+    fn holds_topic(&self, topic: &str) -> bool {
+        self.state.lock().unwrap().holds_topic(topic)
     }
 
     fn image(&self) -> StateImage {
@@ -875,8 +879,12 @@ async fn crashed_node(
 struct Refusing;
 
 impl Replica for Refusing {
-    fn apply(&self, _: Proposal) -> Applied {
+    fn apply(&self, _: BrokerChange) -> Applied {
         Applied::default()
+    }
+
+    fn holds_topic(&self, _: &str) -> bool {
+        false
     }
 
     fn image(&self) -> StateImage {
@@ -1103,6 +1111,32 @@ async fn groups_hosted_by_the_same_nodes_replicate_and_elect_apart() {
     let first: Vec<&Node> = nodes.iter().flatten().collect();
     let first_leader = leader(&first).await;
     let first_leader_id = first[first_leader].cluster.node_id();
+    // The first group records that group 2 exists and holds topic t, on every node.
+    let add = ClusterChange::AddGroup {
+        group: 2,
+        voters: members.keys().copied().collect(),
+    };
+    let follower = (first_leader + 1) % 3;
+    let refused = first[follower].cluster.change_cluster(add.clone()).await;
+    assert!(
+        matches!(refused, Err(ProposeError::NotLeader { .. })),
+        "{refused:?}"
+    );
+    let leading = &first[first_leader].cluster;
+    assert_eq!(leading.change_cluster(add).await.unwrap(), 2);
+    let place = ClusterChange::Place {
+        topic: "t".to_owned(),
+        group: 2,
+    };
+    assert_eq!(leading.change_cluster(place).await.unwrap(), 2);
+    for node in &first {
+        let mut watched = node.cluster.cluster_state();
+        let placed = watched.wait_for(|state| state.group_of("t") == 2);
+        tokio::time::timeout(Duration::from_secs(5), placed)
+            .await
+            .unwrap()
+            .unwrap();
+    }
 
     // Group 2 on nodes 1 and 2 now, node 3 later: the two elect a leader and commit.
     let mut second = Vec::new();
@@ -1190,4 +1224,78 @@ async fn groups_hosted_by_the_same_nodes_replicate_and_elect_apart() {
     for node in &first {
         node.cluster.shutdown().await;
     }
+}
+
+/// The cluster's state changes by its entries, goes into snapshots (format 3, sent as stream
+/// version 2) and comes back from them at a restart and on the node that receives one; a
+/// cluster without groups writes and sends its snapshots as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clusters_state_travels_with_snapshots_only_once_it_holds_something() {
+    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    let dir = tempfile::tempdir().unwrap();
+    let leader_dir = dir.path().join("leader");
+    let mut machine = StateMachine::open(&leader_dir, Memory::new(), 4096).unwrap();
+    apply_all(&mut machine, 1, create_and_publish(0..5)).await;
+    machine
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let format = |dir: &Path| {
+        let bytes = std::fs::read(dir.join("snapshot")).unwrap();
+        u32::from_le_bytes(bytes[8..12].try_into().unwrap())
+    };
+    assert_eq!(format(&leader_dir), 2, "no groups: written as before");
+    let (_, bytes) = sent_bytes(&mut machine).await;
+    assert_eq!(bytes[8..12], 1u32.to_le_bytes(), "sent as before");
+
+    let changes = vec![
+        Proposal::Cluster(ClusterChange::AddGroup {
+            group: 2,
+            voters: [1, 2, 3].into(),
+        }),
+        Proposal::Cluster(ClusterChange::Place {
+            topic: "new".to_owned(),
+            group: 2,
+        }),
+        // The first group's topic stays there.
+        Proposal::Cluster(ClusterChange::Place {
+            topic: "t".to_owned(),
+            group: 2,
+        }),
+    ];
+    let applied = apply_all(&mut machine, 7, changes).await;
+    let answers: Vec<_> = applied.iter().map(|applied| applied.group).collect();
+    assert_eq!(answers, [Some(2), Some(2), Some(FIRST_GROUP)]);
+    let expected = ClusterState {
+        groups: [(2, [1, 2, 3].into())].into(),
+        placement: [("new".to_owned(), 2)].into(),
+    };
+    let watched = machine.cluster_state();
+    assert_eq!(*watched.borrow(), expected);
+    machine
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    assert_eq!(format(&leader_dir), 3);
+    let (meta, bytes) = sent_bytes(&mut machine).await;
+    assert_eq!(bytes[8..12], 2u32.to_le_bytes());
+
+    // Back at a restart, and on a node that receives the snapshot.
+    drop(machine);
+    let mut machine = StateMachine::open(&leader_dir, Memory::new(), 4096).unwrap();
+    assert_eq!(*machine.cluster_state().borrow(), expected);
+    let follower_dir = dir.path().join("follower");
+    let follower = Memory::new();
+    let mut other = StateMachine::open(&follower_dir, Arc::clone(&follower), 4096).unwrap();
+    let watched = other.cluster_state();
+    receive(&mut other, &meta, &bytes).await.unwrap();
+    assert_eq!(*watched.borrow(), expected);
+    assert!(follower.state.lock().unwrap().holds_topic("t"));
+    let (_, again) = sent_bytes(&mut other).await;
+    assert_eq!(again, bytes, "the follower sends what it received");
+    assert_eq!(sent_bytes(&mut machine).await.1, bytes);
 }

@@ -1,7 +1,7 @@
 //! What the Raft log carries and what applying it gives back, the nodes of a cluster, and the
 //! openraft type configuration that ties them together.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use broker_core::{BrokerError, Command, Outcome};
@@ -42,6 +42,128 @@ pub enum Proposal {
         /// The leader's wall clock, in milliseconds since the Unix epoch.
         now_ms: i64,
     },
+    /// A change to the cluster's own state ([`ClusterState`]), kept by the first group's
+    /// state machine beside the broker. Added with groups: a node of an earlier release stops
+    /// at such an entry, so it is proposed only once every node runs this release.
+    Cluster(ClusterChange),
+}
+
+impl Proposal {
+    /// The change it makes to the broker, or else to the cluster's state.
+    pub fn into_change(self) -> Result<BrokerChange, ClusterChange> {
+        match self {
+            Proposal::Commands { now_ms, commands } => {
+                Ok(BrokerChange::Commands { now_ms, commands })
+            }
+            Proposal::Tick { now_ms } => Ok(BrokerChange::Tick { now_ms }),
+            Proposal::Cluster(change) => Err(change),
+        }
+    }
+}
+
+/// What a [`Proposal`] changes in the broker, as a replica applies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokerChange {
+    /// See [`Proposal::Commands`].
+    Commands {
+        /// The time of every command of the entry.
+        now_ms: i64,
+        /// The commands, in request order.
+        commands: Vec<Command>,
+    },
+    /// See [`Proposal::Tick`].
+    Tick {
+        /// The leader's wall clock, in milliseconds since the Unix epoch.
+        now_ms: i64,
+    },
+}
+
+/// What the first group holds besides its broker: the cluster's further data groups and which
+/// group holds each topic. Every node that applied the same entries holds the same.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterState {
+    /// The data groups besides the first, each with the voters it was created with (later
+    /// changes to its membership are in its own log).
+    pub groups: BTreeMap<GroupId, BTreeSet<NodeId>>,
+    /// Where each topic placed since groups exist lives. A topic not here is the first
+    /// group's: every topic of a cluster from before groups, and a name not placed yet.
+    pub placement: BTreeMap<String, GroupId>,
+}
+
+impl ClusterState {
+    /// Whether it holds nothing: a cluster that never had groups (whose snapshots are written
+    /// as before groups, so that nodes of earlier releases read them).
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty() && self.placement.is_empty()
+    }
+
+    /// The group that holds `topic` (or would, were it created now).
+    pub fn group_of(&self, topic: &str) -> GroupId {
+        self.placement.get(topic).copied().unwrap_or(FIRST_GROUP)
+    }
+
+    /// Applies `change`; `first_group_holds` says whether the first group's broker holds a
+    /// topic (at the same point of the log, so every node answers alike). Answers the group
+    /// the change is about: for [`ClusterChange::Place`], where the topic lives after it.
+    pub fn apply(
+        &mut self,
+        change: ClusterChange,
+        first_group_holds: impl Fn(&str) -> bool,
+    ) -> GroupId {
+        match change {
+            ClusterChange::AddGroup { group, voters } => {
+                if group != FIRST_GROUP {
+                    self.groups.entry(group).or_insert(voters);
+                }
+                group
+            }
+            ClusterChange::Place { topic, group } => {
+                if let Some(placed) = self.placement.get(&topic) {
+                    return *placed;
+                }
+                // A topic of the first group from before it was placed stays there; so does
+                // one placed in a group that does not exist.
+                if first_group_holds(&topic)
+                    || (group != FIRST_GROUP && !self.groups.contains_key(&group))
+                {
+                    return FIRST_GROUP;
+                }
+                self.placement.insert(topic, group);
+                group
+            }
+            ClusterChange::Unplace { topic } => {
+                self.placement.remove(&topic).unwrap_or(FIRST_GROUP)
+            }
+        }
+    }
+}
+
+/// A change to the [`ClusterState`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClusterChange {
+    /// Data group `group` exists from now on, started with `voters` (nothing changes if it
+    /// exists already, or is the first group).
+    AddGroup {
+        /// The new group's id.
+        group: GroupId,
+        /// Its voters when new.
+        voters: BTreeSet<NodeId>,
+    },
+    /// `topic` lives in `group` from now on, unless it lives somewhere already (it stays
+    /// there: the answer says where), or `group` does not exist (it stays with the first
+    /// group). Decided before the topic is created, so that no two groups create one name.
+    Place {
+        /// The topic.
+        topic: String,
+        /// The group it is meant for.
+        group: GroupId,
+    },
+    /// `topic`, deleted from its group, is placed nowhere any more (a new topic of that name
+    /// is placed afresh).
+    Unplace {
+        /// The topic.
+        topic: String,
+    },
 }
 
 /// What applying one [`Proposal`] gave.
@@ -51,6 +173,8 @@ pub struct Applied {
     pub results: Vec<Result<Outcome, BrokerError>>,
     /// Topics where records may have become eligible for waiting requests.
     pub changed: Vec<String>,
+    /// For a [`Proposal::Cluster`], the group it answered (see [`ClusterState::apply`]).
+    pub group: Option<GroupId>,
 }
 
 /// How a node is reached: by its peers (the Raft port) and by clients (the broker port).
@@ -204,6 +328,47 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn a_topic_is_placed_once_and_never_where_another_group_holds_it() {
+        let mut state = ClusterState::default();
+        assert!(state.is_empty());
+        let none = |_: &str| false;
+        let voters = BTreeSet::from([1, 2, 3]);
+        let add = |group| ClusterChange::AddGroup {
+            group,
+            voters: voters.clone(),
+        };
+        let place = |topic: &str, group| ClusterChange::Place {
+            topic: topic.to_owned(),
+            group,
+        };
+        assert_eq!(state.apply(add(2), none), 2);
+        assert_eq!(state.apply(add(FIRST_GROUP), none), FIRST_GROUP);
+        assert_eq!(state.groups.keys().collect::<Vec<_>>(), [&2]);
+        // Placed where asked, then where it is.
+        assert_eq!(state.apply(place("a", 2), none), 2);
+        assert_eq!(state.apply(place("a", FIRST_GROUP), none), 2);
+        assert_eq!(state.group_of("a"), 2);
+        // A topic the first group holds from before stays there, placed or not.
+        assert_eq!(
+            state.apply(place("old", 2), |topic| topic == "old"),
+            FIRST_GROUP
+        );
+        assert_eq!(state.group_of("old"), FIRST_GROUP);
+        // A group that does not exist takes nothing.
+        assert_eq!(state.apply(place("b", 9), none), FIRST_GROUP);
+        assert!(!state.placement.contains_key("b"));
+        // Unplaced, a name is placed afresh.
+        let unplace = ClusterChange::Unplace {
+            topic: "a".to_owned(),
+        };
+        assert_eq!(state.apply(unplace, none), 2);
+        assert_eq!(state.group_of("a"), FIRST_GROUP);
+        assert_eq!(state.apply(place("a", FIRST_GROUP), none), FIRST_GROUP);
+        assert_eq!(state.group_of("a"), FIRST_GROUP);
+        assert!(!state.is_empty());
+    }
 
     #[test]
     fn members_parse_and_bad_lists_are_explained() {

@@ -327,6 +327,11 @@ impl BrokerGuard<'_> {
         self.locked.state.evict(written);
     }
 
+    /// Whether a topic named `topic` exists.
+    pub(crate) fn holds_topic(&self, topic: &str) -> bool {
+        self.locked.state.holds_topic(topic)
+    }
+
     /// Why the state refuses every command, if it does (see [`BrokerState::failure`]).
     pub(crate) fn failure(&self) -> Option<String> {
         self.locked.state.failure().map(str::to_owned)

@@ -10,8 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use broker_cluster::{
-    Applied, Cluster, ClusterConfig, ClusterNode, Fatal, Listeners, LogSync, NodeId, PeerTls,
-    Proposal, ProposeError, Replica,
+    Applied, BrokerChange, Cluster, ClusterConfig, ClusterNode, Fatal, Listeners, LogSync, NodeId,
+    PeerTls, Proposal, ProposeError, Replica,
 };
 use broker_core::cold::{ColdStore, LogId};
 use broker_core::image::StateImage;
@@ -39,16 +39,16 @@ pub(crate) struct BrokerReplica {
 }
 
 impl Replica for BrokerReplica {
-    fn apply(&self, proposal: Proposal) -> Applied {
+    fn apply(&self, change: BrokerChange) -> Applied {
         let mut changed = Vec::new();
         let results = {
             let mut broker = self.broker.lock();
-            match proposal {
-                Proposal::Commands { now_ms, commands } => commands
+            match change {
+                BrokerChange::Commands { now_ms, commands } => commands
                     .into_iter()
                     .map(|command| broker.apply_committed(now_ms, command, &mut changed))
                     .collect(),
-                Proposal::Tick { now_ms } => {
+                BrokerChange::Tick { now_ms } => {
                     changed = broker.tick_committed(now_ms);
                     Vec::new()
                 }
@@ -57,7 +57,15 @@ impl Replica for BrokerReplica {
         // Waiting requests live on the leader, but a follower wakes its own too (none wait
         // there): every node applies alike.
         self.signals.wake(&changed);
-        Applied { results, changed }
+        Applied {
+            results,
+            changed,
+            group: None,
+        }
+    }
+
+    fn holds_topic(&self, topic: &str) -> bool {
+        self.broker.lock().holds_topic(topic)
     }
 
     fn image(&self) -> StateImage {

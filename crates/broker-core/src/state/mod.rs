@@ -212,6 +212,11 @@ impl BrokerState {
         }
     }
 
+    /// Whether a topic named `topic` exists.
+    pub fn holds_topic(&self, topic: &str) -> bool {
+        self.topics.contains_key(topic)
+    }
+
     /// Why the state refuses every command, if it does: its cold store failed while a change
     /// was being applied, so the state may hold half of that change. The state must be rebuilt
     /// from its log.
