@@ -699,11 +699,41 @@ impl Cluster {
     }
 
     /// Commits `change` to the cluster's state (in the first group: see [`ClusterState`]) and
-    /// answers the group it is about, once a majority has it and it is applied here.
+    /// answers the group it is about, once a majority has it and it is applied here. Every
+    /// other member of the group must first answer that its release applies such changes: a
+    /// node of an earlier release would stop at the entry.
     ///
     /// # Errors
-    /// As [`Cluster::propose`].
+    /// As [`Cluster::propose`]; [`ProposeError::Refused`] (nothing proposed) when a member does
+    /// not answer so within a second, naming it.
     pub async fn change_cluster(&self, change: ClusterChange) -> Result<GroupId, ProposeError> {
+        self.ensure_leader()?;
+        let members: BTreeMap<NodeId, ClusterNode> = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, node)| (*id, node.clone()))
+            .collect();
+        let answers = ask_members(
+            &self.network,
+            self.node_id,
+            &members,
+            |mut link| async move { link.abilities(network::PEER_ANSWER_WITHIN).await },
+        );
+        for (node, answer) in answers.await {
+            let why = match answer {
+                Ok(abilities) if abilities.groups => continue,
+                Ok(_) => "its release does not".to_owned(),
+                Err(cause) => format!("no answer: {cause}"),
+            };
+            return Err(ProposeError::Refused(format!(
+                "node {node} (at {}) does not say that it can apply changes to the cluster's                  groups ({why}): every node must run this release or a later one, and answer,                  before groups are used; upgrade or start it, then try again",
+                members[&node].raft_addr
+            )));
+        }
         let applied = self.propose(Proposal::Cluster(change)).await?;
         applied.group.ok_or_else(|| {
             ProposeError::Unavailable("a change to the cluster's state went unanswered".to_owned())

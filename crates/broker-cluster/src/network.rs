@@ -119,7 +119,22 @@ pub(crate) enum PeerRequest {
         /// The request.
         request: Box<PeerRequest>,
     },
+    /// What the node's release can do ([`Abilities`]), asked before a change that every node
+    /// must be able to apply. Added with groups: a node of an earlier release closes the
+    /// connection instead of answering.
+    Abilities,
 }
+
+/// What a node's release can do, as it tells its peers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Abilities {
+    /// It applies changes to the cluster's state (`Proposal::Cluster`) and hosts further
+    /// groups.
+    pub(crate) groups: bool,
+}
+
+/// What this release can do.
+pub(crate) const ABILITIES: Abilities = Abilities { groups: true };
 
 impl PeerRequest {
     /// Whether answering it may write this node's log or vote: Raft's own messages, and a
@@ -133,7 +148,8 @@ impl PeerRequest {
             PeerRequest::Matched
             | PeerRequest::Listeners
             | PeerRequest::Belonging
-            | PeerRequest::Members => false,
+            | PeerRequest::Members
+            | PeerRequest::Abilities => false,
             PeerRequest::Group { request, .. } => request.writes_raft_state(),
         }
     }
@@ -148,7 +164,10 @@ impl PeerRequest {
             | PeerRequest::Campaign
             | PeerRequest::Matched
             | PeerRequest::Belonging => true,
-            PeerRequest::Listeners | PeerRequest::Members | PeerRequest::Group { .. } => false,
+            PeerRequest::Listeners
+            | PeerRequest::Members
+            | PeerRequest::Abilities
+            | PeerRequest::Group { .. } => false,
         }
     }
 
@@ -190,6 +209,8 @@ pub(crate) enum PeerResponse {
     /// Answers a [`PeerRequest::Group`] about a group the node does not host (it may not have
     /// created it yet, or no longer holds a replica of it).
     NoSuchGroup(GroupId),
+    /// Answers [`PeerRequest::Abilities`].
+    Abilities(Abilities),
 }
 
 /// Where a node serves clients besides the broker port, as its peers are told.
@@ -547,6 +568,19 @@ impl PeerLink {
         }
     }
 
+    /// Asks the peer what its release can do ([`PeerRequest::Abilities`]), waiting at most
+    /// `timeout`.
+    ///
+    /// # Errors
+    /// The peer cannot be reached, refuses this node, or does not know the question (a node
+    /// of an earlier release).
+    pub(crate) async fn abilities(&mut self, timeout: Duration) -> io::Result<Abilities> {
+        match self.question(PeerRequest::Abilities, timeout).await? {
+            PeerResponse::Abilities(abilities) => Ok(abilities),
+            _ => Err(another_answer()),
+        }
+    }
+
     /// Asks the peer where it serves clients besides the broker port
     /// ([`PeerRequest::Listeners`]), waiting at most `timeout`.
     ///
@@ -845,6 +879,7 @@ async fn answer(
 ) -> io::Result<PeerResponse> {
     let (group, request) = match request {
         PeerRequest::Listeners => return Ok(PeerResponse::Listeners(service.listeners.clone())),
+        PeerRequest::Abilities => return Ok(PeerResponse::Abilities(ABILITIES)),
         PeerRequest::Members => {
             return Ok(PeerResponse::Members(BTreeMap::clone(&service.members)))
         }
@@ -882,7 +917,10 @@ async fn answer(
             PeerResponse::Belonging(belonging(&raft.metrics().borrow(), from))
         }
         // About the node, or nested, inside a `Group`: no peer of this release sends it.
-        PeerRequest::Listeners | PeerRequest::Members | PeerRequest::Group { .. } => {
+        PeerRequest::Listeners
+        | PeerRequest::Members
+        | PeerRequest::Abilities
+        | PeerRequest::Group { .. } => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "a group's request that is about no group",

@@ -1218,6 +1218,25 @@ async fn groups_hosted_by_the_same_nodes_replicate_and_elect_apart() {
         "{again}"
     );
 
+    // With a node down, the cluster's state takes no change: the node might be of a release
+    // that cannot apply it.
+    let down = (first_leader + 1) % 3;
+    second[down].take().unwrap().cluster.shutdown().await;
+    first[down].cluster.shutdown().await;
+    let place = ClusterChange::Place {
+        topic: "u".to_owned(),
+        group: 2,
+    };
+    let leading = &first[leader(&[first[first_leader]]).await].cluster;
+    match leading.change_cluster(place).await {
+        Err(ProposeError::Refused(why)) => {
+            let down_id = first[down].cluster.node_id();
+            assert!(why.contains(&format!("node {down_id} ")), "{why}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(leading.cluster_state().borrow().group_of("u"), FIRST_GROUP);
+
     for node in second.iter().flatten() {
         node.cluster.shutdown().await;
     }
@@ -1298,4 +1317,65 @@ async fn the_clusters_state_travels_with_snapshots_only_once_it_holds_something(
     let (_, again) = sent_bytes(&mut other).await;
     assert_eq!(again, bytes, "the follower sends what it received");
     assert_eq!(sent_bytes(&mut machine).await.1, bytes);
+}
+
+/// Copies the directory `from` and everything under it to `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        match entry.file_type().unwrap().is_dir() {
+            true => copy_tree(&entry.path(), &target),
+            false => {
+                std::fs::copy(entry.path(), &target).unwrap();
+            }
+        }
+    }
+}
+
+/// The snapshot of `tests/fixtures/cluster-v2` (made by `tests/fixtures/make-cluster-v2.sh` with
+/// a release from before the cluster's groups, format 2) opens with an empty cluster state; once
+/// the cluster's state holds something, the next snapshot is written in format 3, and opens
+/// with the same records and that state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_format_2_opens_and_takes_the_clusters_state_after_it() {
+    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/cluster-v2/raft");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture.join("snapshot"), dir.path().join("snapshot")).unwrap();
+    copy_tree(&fixture.join("store-0"), &dir.path().join("store-0"));
+    let replica = Memory::new();
+    let mut machine = StateMachine::open(dir.path(), Arc::clone(&replica), 4096).unwrap();
+    assert!(machine.has_snapshot());
+    assert!(machine.cluster_state().borrow().is_empty());
+    let opened = replica.contents();
+    assert!(
+        replica.on_disk() > 0,
+        "format 2 keeps its records in segments"
+    );
+    let (applied, _) = machine.applied_state().await.unwrap();
+    let next = applied.unwrap().index + 1;
+    let add = Proposal::Cluster(ClusterChange::AddGroup {
+        group: 2,
+        voters: [1].into(),
+    });
+    apply_all(&mut machine, next, vec![add]).await;
+    machine
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let written = std::fs::read(dir.path().join("snapshot")).unwrap();
+    assert_eq!(&written[8..12], &3u32.to_le_bytes(), "written in format 3");
+    drop(machine);
+    let reopened = Memory::new();
+    let machine = StateMachine::open(dir.path(), Arc::clone(&reopened), 4096).unwrap();
+    assert_eq!(reopened.contents(), opened);
+    assert_eq!(
+        machine.cluster_state().borrow().groups,
+        [(2, [1].into())].into()
+    );
 }
