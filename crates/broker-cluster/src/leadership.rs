@@ -37,7 +37,7 @@ impl Cluster {
         to: NodeId,
         wait: Duration,
     ) -> Result<(), ProposeError> {
-        if self.handing_over.load(Ordering::SeqCst) {
+        if self.core.handing_over.load(Ordering::SeqCst) {
             return Err(under_way());
         }
         self.ensure_leader()?;
@@ -55,7 +55,7 @@ impl Cluster {
             )));
         }
         let deadline = Instant::now() + wait;
-        let term = self.raft.metrics().borrow().current_term;
+        let term = self.core.raft.metrics().borrow().current_term;
         let handing_over = HandingOver::start(self);
         self.quiesce(to, term, &handing_over, (deadline, wait))
             .await?;
@@ -74,8 +74,9 @@ impl Cluster {
         // Answered once this node follows, so that its status names the new leader; or as soon
         // as it is clear that another node leads, this one included (elected again). At least
         // a lease, even when catching up took the whole wait.
-        let hear_by = deadline.max(Instant::now() + self.lease);
+        let hear_by = deadline.max(Instant::now() + self.core.lease);
         let settled = self
+            .core
             .raft
             .wait(Some(hear_by.saturating_duration_since(Instant::now())))
             .metrics(
@@ -116,6 +117,7 @@ impl Cluster {
             )));
         }
         let joint = self
+            .core
             .raft
             .metrics()
             .borrow()
@@ -144,6 +146,7 @@ impl Cluster {
             let node_id = self.node_id;
             // With heartbeats on, so that no other voter campaigns meanwhile.
             let caught_up = self
+                .core
                 .raft
                 .wait(Some(deadline.saturating_duration_since(Instant::now())))
                 .metrics(
@@ -163,8 +166,8 @@ impl Cluster {
             };
             self.still_leading(term)?;
             handing_over.silence();
-            tokio::time::sleep(self.lease + LEASE_MARGIN).await;
-            let after = self.raft.metrics().borrow().clone();
+            tokio::time::sleep(self.core.lease + LEASE_MARGIN).await;
+            let after = self.core.raft.metrics().borrow().clone();
             self.still_leading(term)?;
             if (after.last_log_index, after.last_applied)
                 == (before.last_log_index, before.last_applied)
@@ -187,7 +190,7 @@ impl Cluster {
     /// `Ok` while this node still leads in `term` in the engine's eyes (the hand-over keeps
     /// [`Cluster::is_leader`] false meanwhile).
     fn still_leading(&self, term: u64) -> Result<(), ProposeError> {
-        let metrics = self.raft.metrics();
+        let metrics = self.core.raft.metrics();
         let metrics = metrics.borrow();
         if metrics.state == ServerState::Leader && metrics.current_term == term {
             return Ok(());
@@ -200,7 +203,7 @@ impl Cluster {
 
     /// Who leads now, as a hand-over that failed tells it.
     fn who_leads(&self, term: u64) -> String {
-        describe_leader(&self.raft.metrics().borrow(), self.node_id, term)
+        describe_leader(&self.core.raft.metrics().borrow(), self.node_id, term)
     }
 }
 
@@ -231,22 +234,25 @@ struct HandingOver<'a> {
 impl<'a> HandingOver<'a> {
     /// Starts a hand-over; the caller holds `Cluster::changing`, so it is the only one.
     fn start(cluster: &'a Cluster) -> HandingOver<'a> {
-        cluster.handing_over.store(true, Ordering::SeqCst);
+        cluster.core.handing_over.store(true, Ordering::SeqCst);
         HandingOver { cluster }
     }
 
     fn silence(&self) {
-        self.cluster.raft.runtime_config().heartbeat(false);
+        self.cluster.core.raft.runtime_config().heartbeat(false);
     }
 
     fn resume_heartbeats(&self) {
-        self.cluster.raft.runtime_config().heartbeat(true);
+        self.cluster.core.raft.runtime_config().heartbeat(true);
     }
 }
 
 impl Drop for HandingOver<'_> {
     fn drop(&mut self) {
         self.resume_heartbeats();
-        self.cluster.handing_over.store(false, Ordering::SeqCst);
+        self.cluster
+            .core
+            .handing_over
+            .store(false, Ordering::SeqCst);
     }
 }

@@ -21,6 +21,7 @@
 
 mod codec;
 mod contact;
+mod group;
 mod leadership;
 mod log_store;
 mod membership;
@@ -39,7 +40,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use broker_storage::Repairs;
-use openraft::error::{CheckIsLeaderError, InitializeError, RaftError};
+use group::GroupCore;
+use openraft::error::{InitializeError, RaftError};
 use openraft::{Raft, RaftMetrics, SnapshotPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -428,21 +430,13 @@ pub struct Cluster {
     /// The group's links, and whether each peer answers.
     network: Network,
     node_id: NodeId,
-    /// A leader that has heard from no majority for this long acts as a follower that knows no
-    /// leader (see [`Cluster::is_leader`]).
-    lease: Duration,
-    raft: Raft<TypeConfig>,
+    /// The consensus engine and what decides whether this node takes changes now.
+    core: Arc<GroupCore>,
     /// Whether the node had neither log nor snapshot when it started.
     started_empty: bool,
     /// The cluster's state as the group's entries applied here left it (empty but in the
     /// first group).
     cluster_state: watch::Receiver<ClusterState>,
-    /// Whether this leader is handing its leadership over ([`Cluster::transfer_leadership`]):
-    /// meanwhile it takes no change.
-    handing_over: AtomicBool,
-    /// Whether a leader told this node, which had missed it, that it was removed (it
-    /// campaigns no more and names no leader).
-    known_removed: Arc<AtomicBool>,
     /// Held by a membership change or a hand-over: one at a time.
     changing: tokio::sync::Mutex<()>,
     kafka_addresses: Arc<peer_listeners::KafkaAddresses>,
@@ -526,20 +520,24 @@ impl Cluster {
             (config.node_id, config.listeners.clone()),
             stop.clone(),
         ));
-        let known_removed = Arc::new(AtomicBool::new(false));
+        let core = Arc::new(GroupCore::new(
+            config.node_id,
+            raft.clone(),
+            config.election_timeout * 2,
+        ));
         let contact = Arc::new(contact::LeaderContact::new());
         tracker.spawn(removal::watch(
             raft.clone(),
             network.clone(),
             Arc::clone(&contact),
-            Arc::clone(&known_removed),
+            Arc::clone(&core.known_removed),
             stop.clone(),
         ));
         let takes_raft = Arc::new(AtomicBool::new(!checks_members));
         node.groups.host(
             FIRST_GROUP,
             network::HostedGroup {
-                raft: raft.clone(),
+                core: Arc::clone(&core),
                 contact,
             },
         );
@@ -562,12 +560,9 @@ impl Cluster {
             node,
             network,
             node_id: config.node_id,
-            lease: config.election_timeout * 2,
-            raft,
+            core,
             started_empty: fresh,
             cluster_state,
-            handing_over: AtomicBool::new(false),
-            known_removed,
             changing: tokio::sync::Mutex::new(()),
             kafka_addresses,
             stop,
@@ -583,7 +578,7 @@ impl Cluster {
             }
             takes_raft.store(checked.is_ok(), Ordering::Release);
             let initialized = match checked {
-                Ok(()) => match cluster.raft.initialize(config.members).await {
+                Ok(()) => match cluster.core.raft.initialize(config.members).await {
                     // Another node's proposal of the same membership got here first.
                     Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
                     Err(error) => Err(ClusterError::Raft(error.to_string())),
@@ -636,10 +631,11 @@ impl Cluster {
         let raft = Raft::new(self.node_id, raft_config, network.clone(), log, machine)
             .await
             .map_err(|error| ClusterError::Raft(error.to_string()))?;
+        let core = Arc::new(GroupCore::new(self.node_id, raft, self.core.lease));
         self.node.groups.host(
             group,
             network::HostedGroup {
-                raft: raft.clone(),
+                core: Arc::clone(&core),
                 contact: Arc::new(contact::LeaderContact::new()),
             },
         );
@@ -648,19 +644,16 @@ impl Cluster {
             node: Arc::clone(&self.node),
             network,
             node_id: self.node_id,
-            lease: self.lease,
-            raft,
+            core,
             started_empty: fresh,
             cluster_state,
-            handing_over: AtomicBool::new(false),
-            known_removed: Arc::new(AtomicBool::new(false)),
             changing: tokio::sync::Mutex::new(()),
             kafka_addresses: Arc::clone(&self.kafka_addresses),
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
         };
         if fresh && config.voters.contains_key(&self.node_id) {
-            match hosted.raft.initialize(config.voters).await {
+            match hosted.core.raft.initialize(config.voters).await {
                 // Another voter's proposal of the same membership got here first.
                 Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
                 Err(error) => {
@@ -682,22 +675,6 @@ impl Cluster {
         self.node.groups.ids()
     }
 
-    /// Appends `proposal` to the log and answers what applying it gave, once a majority has it
-    /// and it is applied on this node (the leader).
-    ///
-    /// # Errors
-    /// [`ProposeError::NotLeader`] on a node that is not the leader (nothing was proposed);
-    /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
-    pub async fn propose(&self, proposal: Proposal) -> Result<Applied, ProposeError> {
-        if self.is_cut_off() || self.knows_removed() {
-            return Err(ProposeError::NotLeader { leader: None });
-        }
-        match self.raft.client_write(proposal).await {
-            Ok(written) => Ok(written.data),
-            Err(error) => Err(self.write_error(error)),
-        }
-    }
-
     /// Commits `change` to the cluster's state (in the first group: see [`ClusterState`]) and
     /// answers the group it is about, once a majority has it and it is applied here. Every
     /// other member of the group must first answer that its release applies such changes: a
@@ -709,6 +686,7 @@ impl Cluster {
     pub async fn change_cluster(&self, change: ClusterChange) -> Result<GroupId, ProposeError> {
         self.ensure_leader()?;
         let members: BTreeMap<NodeId, ClusterNode> = self
+            .core
             .raft
             .metrics()
             .borrow()
@@ -746,47 +724,6 @@ impl Cluster {
         self.cluster_state.clone()
     }
 
-    /// Answers once this node has confirmed with a majority that it still leads and has
-    /// applied everything committed before the call: a read of the state after it is
-    /// linearizable.
-    ///
-    /// # Errors
-    /// [`ProposeError::NotLeader`] on a node that is not the leader, or that no longer leads
-    /// or cannot reach a majority; [`ProposeError::Unavailable`] when the node is shutting
-    /// down or failed.
-    pub async fn read_barrier(&self) -> Result<(), ProposeError> {
-        self.ensure_leader()?;
-        match self.raft.ensure_linearizable().await {
-            Ok(_) => Ok(()),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward))) => {
-                Err(ProposeError::NotLeader {
-                    leader: forward
-                        .leader_id
-                        .zip(forward.leader_node)
-                        .or_else(|| self.leader()),
-                })
-            }
-            // Cut off from a majority: the others may elect another leader meanwhile.
-            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => {
-                Err(ProposeError::NotLeader { leader: None })
-            }
-            Err(RaftError::Fatal(fatal)) => Err(ProposeError::Unavailable(fatal.to_string())),
-        }
-    }
-
-    /// `Ok` on the leader; otherwise the refusal that names the leader when this node knows
-    /// it (none when this node leads but is cut off from a majority).
-    fn ensure_leader(&self) -> Result<(), ProposeError> {
-        if self.is_leader() {
-            return Ok(());
-        }
-        let leader = match self.is_cut_off() {
-            true => None,
-            false => self.leader().filter(|(id, _)| *id != self.node_id),
-        };
-        Err(ProposeError::NotLeader { leader })
-    }
-
     /// This node's id.
     pub fn node_id(&self) -> NodeId {
         self.node_id
@@ -796,7 +733,7 @@ impl Cluster {
     /// `None` while it runs or after an orderly shutdown. A failed node applies nothing more
     /// until it is restarted.
     pub fn failure(&self) -> Option<String> {
-        match &self.raft.metrics().borrow().running_state {
+        match &self.core.raft.metrics().borrow().running_state {
             Ok(()) | Err(Fatal::Stopped) => None,
             Err(failure) => Some(failure.to_string()),
         }
@@ -809,33 +746,50 @@ impl Cluster {
         self.kafka_addresses.snapshot()
     }
 
-    /// Whether a leader told this node, which had missed it, that it was removed from the
-    /// cluster: it campaigns no more, names no leader (its clients look for the cluster
-    /// elsewhere), and should be stopped.
-    pub fn knows_removed(&self) -> bool {
-        self.known_removed.load(Ordering::SeqCst)
-    }
-
     /// Whether the node had neither log nor snapshot when it started: a new node (one that
     /// joins waits to be added).
     pub fn started_empty(&self) -> bool {
         self.started_empty
     }
 
+    /// Appends `proposal` to the log and answers what applying it gave, once a majority has it
+    /// and it is applied on this node (the leader).
+    ///
+    /// # Errors
+    /// [`ProposeError::NotLeader`] on a node that is not the leader (nothing was proposed);
+    /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
+    pub async fn propose(&self, proposal: Proposal) -> Result<Applied, ProposeError> {
+        self.core.propose(proposal).await
+    }
+
+    /// Answers once this node has confirmed with a majority that it still leads and has
+    /// applied everything committed before the call: a read of the state after it is
+    /// linearizable.
+    ///
+    /// # Errors
+    /// [`ProposeError::NotLeader`] on a node that is not the leader, or that no longer leads
+    /// or cannot reach a majority; [`ProposeError::Unavailable`] when the node is shutting
+    /// down or failed.
+    pub async fn read_barrier(&self) -> Result<(), ProposeError> {
+        self.core.read_barrier().await
+    }
+
+    /// `Ok` on the leader; otherwise the refusal that names the leader when this node knows
+    /// it (none when this node leads but is cut off from a majority).
+    fn ensure_leader(&self) -> Result<(), ProposeError> {
+        self.core.ensure_leader()
+    }
+
+    /// Whether a leader told this node, which had missed it, that it was removed from the
+    /// cluster: it campaigns no more, names no leader (its clients look for the cluster
+    /// elsewhere), and should be stopped.
+    pub fn knows_removed(&self) -> bool {
+        self.core.knows_removed()
+    }
+
     /// The leader this node knows of, with its addresses.
     pub fn leader(&self) -> Option<(NodeId, ClusterNode)> {
-        if self.knows_removed() {
-            return None;
-        }
-        let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
-        let leader = metrics.current_leader?;
-        let node = metrics
-            .membership_config
-            .membership()
-            .get_node(&leader)?
-            .clone();
-        Some((leader, node))
+        self.core.leader()
     }
 
     /// Whether this node is the leader now, and has heard from a majority of the nodes within
@@ -844,35 +798,18 @@ impl Cluster {
     /// no leader, and its clients look for the new one. A leader handing its leadership over
     /// answers so too.
     pub fn is_leader(&self) -> bool {
-        self.leads(&self.raft.metrics().borrow())
+        self.core.is_leader()
     }
 
     /// [`Cluster::is_leader`] as `metrics` tell.
     pub fn leads(&self, metrics: &RaftMetrics<NodeId, ClusterNode>) -> bool {
-        metrics.state == ServerState::Leader
-            && !self.lease_expired(metrics)
-            && !self.handing_over.load(Ordering::SeqCst)
-    }
-
-    fn lease_expired(&self, metrics: &RaftMetrics<NodeId, ClusterNode>) -> bool {
-        metrics
-            .millis_since_quorum_ack
-            .is_some_and(|since| u128::from(since) > self.lease.as_millis())
-    }
-
-    /// Whether this node leads but has heard from no majority within its lease, or is handing
-    /// its leadership over.
-    fn is_cut_off(&self) -> bool {
-        let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
-        metrics.state == ServerState::Leader
-            && (self.lease_expired(&metrics) || self.handing_over.load(Ordering::SeqCst))
+        self.core.leads(metrics)
     }
 
     /// A watch that changes whenever this node's view of the cluster does (role, term, leader,
     /// indexes).
     pub fn watch(&self) -> watch::Receiver<RaftMetrics<NodeId, ClusterNode>> {
-        self.raft.metrics()
+        self.core.raft.metrics()
     }
 
     /// What this node knows of the cluster now. A leader that does not lead by
@@ -880,7 +817,7 @@ impl Cluster {
     /// reported as it answers clients: a follower that knows no leader, and of no follower how
     /// far it is.
     pub fn status(&self) -> ClusterStatus {
-        let metrics = self.raft.metrics();
+        let metrics = self.core.raft.metrics();
         let metrics = metrics.borrow();
         let membership = metrics.membership_config.membership();
         let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
@@ -928,7 +865,7 @@ impl Cluster {
         if self.group != FIRST_GROUP {
             self.node.groups.drop_group(self.group);
         }
-        if let Err(error) = self.raft.shutdown().await {
+        if let Err(error) = self.core.raft.shutdown().await {
             tracing::warn!(%error, "stopping the consensus engine");
         }
         self.stop.cancel();

@@ -4,7 +4,6 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use openraft::error::{ClientWriteError, RaftError};
 use openraft::ChangeMembers;
 use tokio::time::Instant;
 
@@ -52,9 +51,9 @@ impl Cluster {
         if self.votes_already(id, &node)? {
             return Ok(());
         }
-        let added = within(deadline, wait, self.raft.add_learner(id, node, false))
+        let added = within(deadline, wait, self.core.raft.add_learner(id, node, false))
             .await?
-            .map_err(|error| self.write_error(error))?;
+            .map_err(|error| self.core.write_error(error))?;
         // Caught up: it holds the entry that made it a learner. (Or this node stopped leading,
         // checked below.)
         if !self
@@ -64,7 +63,7 @@ impl Cluster {
             // From the engine's own view: `status` hides how far followers are once this node
             // lost its lease.
             let (matched, last_log_index) = {
-                let metrics = self.raft.metrics();
+                let metrics = self.core.raft.metrics();
                 let metrics = metrics.borrow();
                 (matched(&metrics, id), metrics.last_log_index)
             };
@@ -82,11 +81,12 @@ impl Cluster {
         within(
             deadline,
             wait,
-            self.raft
+            self.core
+                .raft
                 .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false),
         )
         .await?
-        .map_err(|error| self.write_error(error))?;
+        .map_err(|error| self.core.write_error(error))?;
         tracing::info!(node = id, "node added to the cluster");
         Ok(())
     }
@@ -121,16 +121,24 @@ impl Cluster {
                 // The leader holds every entry it writes, and stops leading once the cluster
                 // without it is committed: removed outright, it knows.
                 let change = ChangeMembers::RemoveVoters(removed);
-                within(deadline, wait, self.raft.change_membership(change, false))
-                    .await?
-                    .map_err(|error| self.write_error(error))?;
+                within(
+                    deadline,
+                    wait,
+                    self.core.raft.change_membership(change, false),
+                )
+                .await?
+                .map_err(|error| self.core.write_error(error))?;
                 tracing::info!(node = id, "node removed from the cluster");
                 return Ok(());
             }
             let change = ChangeMembers::RemoveVoters(removed.clone());
-            let demoted = within(deadline, wait, self.raft.change_membership(change, true))
-                .await?
-                .map_err(|error| self.write_error(error))?;
+            let demoted = within(
+                deadline,
+                wait,
+                self.core.raft.change_membership(change, true),
+            )
+            .await?
+            .map_err(|error| self.core.write_error(error))?;
             let handover = deadline.min(Instant::now() + LEARNER_HANDOVER);
             // One that does not hear of it in time is removed all the same: it is stopped, or cut
             // off.
@@ -147,9 +155,13 @@ impl Cluster {
             self.ensure_leader()?;
         }
         let change = ChangeMembers::RemoveNodes(removed);
-        within(deadline, wait, self.raft.change_membership(change, false))
-            .await?
-            .map_err(|error| self.write_error(error))?;
+        within(
+            deadline,
+            wait,
+            self.core.raft.change_membership(change, false),
+        )
+        .await?
+        .map_err(|error| self.core.write_error(error))?;
         tracing::info!(node = id, "node removed from the cluster");
         Ok(())
     }
@@ -239,7 +251,8 @@ impl Cluster {
     /// or `deadline` comes (`false`).
     async fn wait_until_holds(&self, id: NodeId, index: u64, deadline: Instant) -> bool {
         let node_id = self.node_id;
-        self.raft
+        self.core
+            .raft
             .wait(Some(deadline.saturating_duration_since(Instant::now())))
             .metrics(
                 |metrics| {
@@ -253,7 +266,7 @@ impl Cluster {
 
     /// The voters and every member (voters and learners) with its addresses.
     pub(crate) fn membership(&self) -> (BTreeSet<NodeId>, Vec<(NodeId, ClusterNode)>) {
-        let metrics = self.raft.metrics();
+        let metrics = self.core.raft.metrics();
         let metrics = metrics.borrow();
         let membership = metrics.membership_config.membership();
         let nodes = membership
@@ -261,29 +274,6 @@ impl Cluster {
             .map(|(id, node)| (*id, node.clone()))
             .collect();
         (membership.voter_ids().collect(), nodes)
-    }
-
-    /// What a client is told when a write through the consensus engine failed.
-    pub(crate) fn write_error(
-        &self,
-        error: RaftError<NodeId, ClientWriteError<NodeId, ClusterNode>>,
-    ) -> ProposeError {
-        match error {
-            RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
-                let leader = forward.leader_id.zip(forward.leader_node);
-                ProposeError::NotLeader {
-                    // The vote may not name the leader yet where the metrics already do. A
-                    // node that knows it was removed names none.
-                    leader: leader
-                        .filter(|_| !self.knows_removed())
-                        .or_else(|| self.leader()),
-                }
-            }
-            RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => {
-                ProposeError::Refused(error.to_string())
-            }
-            RaftError::Fatal(fatal) => ProposeError::Unavailable(fatal.to_string()),
-        }
     }
 }
 

@@ -51,6 +51,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::codec::{decode_at_most, encode};
 use crate::contact::LeaderContact;
+use crate::group::GroupCore;
 use crate::types::{ClusterNode, GroupId, NodeId, TypeConfig, FIRST_GROUP};
 
 /// The largest frame between peers: a batch of entries, or a snapshot chunk.
@@ -711,8 +712,9 @@ impl RaftNetwork<TypeConfig> for PeerLink {
 /// One group as a node's peers reach it.
 #[derive(Clone)]
 pub(crate) struct HostedGroup {
-    /// Takes the peers' Raft requests.
-    pub(crate) raft: Raft<TypeConfig>,
+    /// Takes the peers' Raft requests, and the changes they forward to this node as the
+    /// group's leader.
+    pub(crate) core: Arc<GroupCore>,
     /// Notes each leader's entries or snapshot taken.
     pub(crate) contact: Arc<LeaderContact>,
 }
@@ -886,10 +888,10 @@ async fn answer(
         PeerRequest::Group { group, request } => (group, *request),
         request => (FIRST_GROUP, request),
     };
-    let Some(HostedGroup { raft, contact }) = service.groups.get(group) else {
+    let Some(HostedGroup { core, contact }) = service.groups.get(group) else {
         return Ok(PeerResponse::NoSuchGroup(group));
     };
-    let raft = &raft;
+    let raft = &core.raft;
     Ok(match request {
         PeerRequest::AppendEntries(rpc) => {
             let answer = raft.append_entries(rpc).await;
