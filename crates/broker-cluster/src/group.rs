@@ -69,19 +69,43 @@ impl GroupCore {
         self.ensure_leader()?;
         match self.raft.ensure_linearizable().await {
             Ok(_) => Ok(()),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward))) => {
-                Err(ProposeError::NotLeader {
+            Err(error) => Err(self.read_error(error)),
+        }
+    }
+
+    /// On the leader, the index of the last entry committed when asked, once a majority
+    /// confirmed that this node still leads: a node that has applied it reads a state at
+    /// least as new as any write answered before the call (a read index).
+    ///
+    /// # Errors
+    /// As [`GroupCore::read_barrier`].
+    pub(crate) async fn read_index(&self) -> Result<u64, ProposeError> {
+        self.ensure_leader()?;
+        match self.raft.get_read_log_id().await {
+            Ok((read, _)) => Ok(read.map_or(0, |id| id.index)),
+            Err(error) => Err(self.read_error(error)),
+        }
+    }
+
+    /// What a reader is told when the leader could not confirm that it leads.
+    fn read_error(
+        &self,
+        error: RaftError<NodeId, CheckIsLeaderError<NodeId, ClusterNode>>,
+    ) -> ProposeError {
+        match error {
+            RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)) => {
+                ProposeError::NotLeader {
                     leader: forward
                         .leader_id
                         .zip(forward.leader_node)
                         .or_else(|| self.leader()),
-                })
+                }
             }
             // Cut off from a majority: the others may elect another leader meanwhile.
-            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => {
-                Err(ProposeError::NotLeader { leader: None })
+            RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)) => {
+                ProposeError::NotLeader { leader: None }
             }
-            Err(RaftError::Fatal(fatal)) => Err(ProposeError::Unavailable(fatal.to_string())),
+            RaftError::Fatal(fatal) => ProposeError::Unavailable(fatal.to_string()),
         }
     }
 

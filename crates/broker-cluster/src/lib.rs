@@ -21,6 +21,7 @@
 
 mod codec;
 mod contact;
+mod forward;
 mod group;
 mod leadership;
 mod log_store;
@@ -332,7 +333,7 @@ impl GroupFiles {
 }
 
 /// Why a proposal was not applied.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum ProposeError {
     /// This node is not the leader; the leader is given when this node knows it.
     #[error("this node is not the leader{}", leader_hint(.leader))]
@@ -439,6 +440,8 @@ pub struct Cluster {
     cluster_state: watch::Receiver<ClusterState>,
     /// Held by a membership change or a hand-over: one at a time.
     changing: tokio::sync::Mutex<()>,
+    /// Links to the group's leader kept for forwarded requests, with the address each dialled.
+    leader_links: std::sync::Mutex<BTreeMap<NodeId, (String, PeerLink)>>,
     kafka_addresses: Arc<peer_listeners::KafkaAddresses>,
     stop: CancellationToken,
     tracker: TaskTracker,
@@ -564,6 +567,7 @@ impl Cluster {
             started_empty: fresh,
             cluster_state,
             changing: tokio::sync::Mutex::new(()),
+            leader_links: std::sync::Mutex::default(),
             kafka_addresses,
             stop,
             tracker,
@@ -648,6 +652,7 @@ impl Cluster {
             started_empty: fresh,
             cluster_state,
             changing: tokio::sync::Mutex::new(()),
+            leader_links: std::sync::Mutex::default(),
             kafka_addresses: Arc::clone(&self.kafka_addresses),
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),

@@ -52,7 +52,8 @@ use tokio_util::task::TaskTracker;
 use crate::codec::{decode_at_most, encode};
 use crate::contact::LeaderContact;
 use crate::group::GroupCore;
-use crate::types::{ClusterNode, GroupId, NodeId, TypeConfig, FIRST_GROUP};
+use crate::types::{Applied, ClusterNode, GroupId, NodeId, Proposal, TypeConfig, FIRST_GROUP};
+use crate::ProposeError;
 
 /// The largest frame between peers: a batch of entries, or a snapshot chunk.
 pub const MAX_PEER_FRAME: usize = 512 * 1024 * 1024;
@@ -124,6 +125,14 @@ pub(crate) enum PeerRequest {
     /// must be able to apply. Added with groups: a node of an earlier release closes the
     /// connection instead of answering.
     Abilities,
+    /// A proposal forwarded to the node as the group's leader, answered once applied there
+    /// (or refused, as a proposal to it would be). Added with groups, always inside a `Group`.
+    Propose(Proposal),
+    /// Asked of the group's leader by a node that is about to read its own copy of the group's
+    /// state: the index of the last entry the leader had committed when asked, confirmed with a
+    /// majority (a read index); the asking node reads once it has applied that entry. Added with
+    /// groups, always inside a `Group`.
+    ReadIndex,
 }
 
 /// What a node's release can do, as it tells its peers.
@@ -145,8 +154,10 @@ impl PeerRequest {
             PeerRequest::AppendEntries(_)
             | PeerRequest::Vote(_)
             | PeerRequest::InstallSnapshot(_)
-            | PeerRequest::Campaign => true,
-            PeerRequest::Matched
+            | PeerRequest::Campaign
+            | PeerRequest::Propose(_) => true,
+            PeerRequest::ReadIndex
+            | PeerRequest::Matched
             | PeerRequest::Listeners
             | PeerRequest::Belonging
             | PeerRequest::Members
@@ -164,7 +175,9 @@ impl PeerRequest {
             | PeerRequest::InstallSnapshot(_)
             | PeerRequest::Campaign
             | PeerRequest::Matched
-            | PeerRequest::Belonging => true,
+            | PeerRequest::Belonging
+            | PeerRequest::Propose(_)
+            | PeerRequest::ReadIndex => true,
             PeerRequest::Listeners
             | PeerRequest::Members
             | PeerRequest::Abilities
@@ -212,6 +225,10 @@ pub(crate) enum PeerResponse {
     NoSuchGroup(GroupId),
     /// Answers [`PeerRequest::Abilities`].
     Abilities(Abilities),
+    /// Answers [`PeerRequest::Propose`].
+    Proposed(Result<Applied, ProposeError>),
+    /// Answers [`PeerRequest::ReadIndex`]: the index to have applied before reading.
+    ReadIndex(Result<u64, ProposeError>),
 }
 
 /// Where a node serves clients besides the broker port, as its peers are told.
@@ -641,7 +658,7 @@ impl PeerLink {
     /// Sends a question that is not one of Raft's and waits at most `timeout` for its answer.
     /// Not through `call`: a peer that does not answer one (it is starting too, or of an
     /// earlier release) is not worth a warning, nor marked unreachable.
-    async fn question(
+    pub(crate) async fn question(
         &mut self,
         request: PeerRequest,
         timeout: Duration,
@@ -918,6 +935,8 @@ async fn answer(
         PeerRequest::Belonging => {
             PeerResponse::Belonging(belonging(&raft.metrics().borrow(), from))
         }
+        PeerRequest::Propose(proposal) => PeerResponse::Proposed(core.propose(proposal).await),
+        PeerRequest::ReadIndex => PeerResponse::ReadIndex(core.read_index().await),
         // About the node, or nested, inside a `Group`: no peer of this release sends it.
         PeerRequest::Listeners
         | PeerRequest::Members

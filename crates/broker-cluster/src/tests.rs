@@ -1122,6 +1122,18 @@ async fn groups_hosted_by_the_same_nodes_replicate_and_elect_apart() {
         matches!(refused, Err(ProposeError::NotLeader { .. })),
         "{refused:?}"
     );
+    // (Requests of the first group a follower forwards travel untagged.)
+    let forwarded = first[follower]
+        .cluster
+        .propose_via_leader(Proposal::Tick { now_ms: 1_500 })
+        .await
+        .unwrap();
+    assert!(forwarded.results.is_empty());
+    first[follower]
+        .cluster
+        .read_barrier_anywhere()
+        .await
+        .unwrap();
     let leading = &first[first_leader].cluster;
     assert_eq!(leading.change_cluster(add).await.unwrap(), 2);
     let place = ClusterChange::Place {
@@ -1157,11 +1169,28 @@ async fn groups_hosted_by_the_same_nodes_replicate_and_elect_apart() {
     assert_eq!(applied.results, vec![Ok(Outcome::Created(true))]);
     propose_publishes(two[at], 0..80).await;
     converged(&two, 80).await;
+    // A follower of group 2 has its changes applied by the leader, and reads what it wrote.
+    let follower = &two[1 - at];
+    for index in 80..90 {
+        let applied = follower
+            .cluster
+            .propose_via_leader(Proposal::Commands {
+                now_ms: 2_000,
+                commands: vec![publish(index)],
+            })
+            .await
+            .unwrap();
+        assert_eq!(applied.results, vec![Ok(Outcome::Published(index as i64))]);
+        follower.cluster.read_barrier_anywhere().await.unwrap();
+        let end = follower.replica.state.lock().unwrap().end_offset("t", 0);
+        assert_eq!(end, Ok(index as i64 + 1), "a read after the write sees it");
+    }
+    converged(&two, 90).await;
     // Node 3, which hosted no group 2 meanwhile, catches up once it does (from a snapshot:
     // the log before entry 50 is gone).
     second.push(Some(host(first[2], 2, &members, dir.path()).await));
     let two: Vec<&Node> = second.iter().flatten().collect();
-    converged(&two, 80).await;
+    converged(&two, 90).await;
     assert_eq!(first[2].cluster.hosted_groups(), [1, 2]);
 
     // The first group holds none of it, and its leader did not change.
@@ -1191,7 +1220,7 @@ async fn groups_hosted_by_the_same_nodes_replicate_and_elect_apart() {
     assert_eq!(first[at].cluster.hosted_groups(), [1]);
     let rest: Vec<&Node> = second.iter().flatten().collect();
     let now = leader(&rest).await;
-    propose_publishes(rest[now], 80..100).await;
+    propose_publishes(rest[now], 90..100).await;
     converged(&rest, 100).await;
     first[first_leader]
         .cluster
