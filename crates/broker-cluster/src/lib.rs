@@ -713,7 +713,9 @@ impl Cluster {
                 Err(cause) => format!("no answer: {cause}"),
             };
             return Err(ProposeError::Refused(format!(
-                "node {node} (at {}) does not say that it can apply changes to the cluster's                  groups ({why}): every node must run this release or a later one, and answer,                  before groups are used; upgrade or start it, then try again",
+                "node {node} (at {}) does not say that it can apply changes to the cluster's \
+                 groups ({why}): every node must run this release or a later one, and answer, \
+                 before groups are used; upgrade or start it, then try again",
                 members[&node].raft_addr
             )));
         }

@@ -24,8 +24,12 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             () = shared.shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        if let Some(cluster) = shared.cluster() {
-            crate::replicated::tick(&shared, cluster).await;
+        if shared.cluster().is_some() {
+            for shard in 0..shared.shards.all().len() {
+                if let Some(group) = shared.group(shard) {
+                    crate::replicated::tick(&shared, group, shard).await;
+                }
+            }
             continue;
         }
         for broker in shared.shards.all() {

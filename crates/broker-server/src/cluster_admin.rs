@@ -70,6 +70,7 @@ async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorRepl
             client_addr,
         } => {
             let cluster = in_cluster(cluster)?;
+            one_group(shared)?;
             let node = ClusterNode::new(&peer_addr, &client_addr).map_err(|why| {
                 ErrorReply::InvalidArgument(format!("node {node_id}'s address: {why}"))
             })?;
@@ -81,6 +82,7 @@ async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorRepl
         }
         Command::RemoveNode { node_id } => {
             let cluster = in_cluster(cluster)?;
+            one_group(shared)?;
             cluster
                 .remove_node(node_id, MEMBERSHIP_WAIT)
                 .await
@@ -101,6 +103,18 @@ async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorRepl
             "{} is not a command about the cluster",
             broker.kind().name()
         ))),
+    }
+}
+
+/// `Ok` for a cluster of one group; the refusal of a membership change otherwise.
+fn one_group(shared: &Shared) -> Result<(), ErrorReply> {
+    match shared.groups.is_empty() {
+        true => Ok(()),
+        false => Err(ErrorReply::InvalidArgument(
+            "nodes cannot be added to or removed from a cluster of several groups \
+             (--cluster-data-groups) yet: every node is a voter of every group"
+                .to_owned(),
+        )),
     }
 }
 
@@ -159,6 +173,9 @@ async fn metadata(
     cluster: Option<&Cluster>,
     topic: Option<&str>,
 ) -> Result<Outcome, ErrorReply> {
+    if let (Some(cluster), false) = (cluster, shared.groups.is_empty()) {
+        return metadata_of_groups(shared, cluster, topic).await;
+    }
     let (nodes, leader) = match cluster {
         Some(cluster) => {
             cluster.read_barrier().await.map_err(refusal)?;
@@ -188,6 +205,50 @@ async fn metadata(
             leader,
         })
         .collect();
+    Ok(Outcome::Metadata(BrokerMetadata { nodes, topics }))
+}
+
+/// [`metadata`] of a cluster of several groups, answered by any node: each topic with its
+/// group's leader, each group's part read after a read index from its leader.
+async fn metadata_of_groups(
+    shared: &Shared,
+    first: &Cluster,
+    topic: Option<&str>,
+) -> Result<Outcome, ErrorReply> {
+    let nodes = first
+        .status()
+        .members
+        .into_iter()
+        .map(|(node_id, node, _)| NodeAddress {
+            node_id,
+            client_addr: node.client_addr,
+        })
+        .collect();
+    let only = topic.map(|topic| first.cluster_state().borrow().group_of(topic));
+    let mut topics = Vec::new();
+    for shard in 0..shared.shards.all().len() {
+        let group_id = broker_cluster::GroupId::try_from(shard + 1).unwrap_or(u32::MAX);
+        if only.is_some_and(|only| only != group_id) {
+            continue;
+        }
+        let group = shared
+            .group(shard)
+            .ok_or(ErrorReply::NotLeader { leader: None })?;
+        group.read_barrier_anywhere().await.map_err(refusal)?;
+        let leader = group.status().leader;
+        let description = shared
+            .shards
+            .get(shard)
+            .lock()
+            .describe_topics(topic)
+            .map_err(ErrorReply::from)?;
+        topics.extend(description.topics.into_iter().map(|topic| TopicPlacement {
+            partition_count: i32::try_from(topic.partitions.len()).unwrap_or(i32::MAX),
+            topic: topic.name,
+            leader,
+        }));
+    }
+    topics.sort_by(|a, b| a.topic.cmp(&b.topic));
     Ok(Outcome::Metadata(BrokerMetadata { nodes, topics }))
 }
 

@@ -119,6 +119,11 @@ pub struct ClusterSettings {
     pub tls_ca: Option<PathBuf>,
     /// A snapshot is taken after this many entries of the replicated log since the last one.
     pub snapshot_entries: u64,
+    /// How many Raft groups the cluster spreads its topics over (1 to [`MAX_SHARDS`]), the
+    /// first group included: every node a voter of each, each with a leader of its own, so
+    /// that topics of different groups are served by different leaders and cores. 1 (the
+    /// default) is the cluster of one group. Every node must be given the same.
+    pub data_groups: usize,
 }
 
 impl ClusterSettings {
@@ -179,8 +184,8 @@ impl Config {
         Some(format!("{host}:{}", listening.port()))
     }
 
-    /// Checks that a Kafka listener can serve with these settings: in a cluster, every node
-    /// id must be one Kafka's clients take as a broker id (0 to 2,147,483,647).
+    /// Checks that a Kafka listener can serve with these settings: in a cluster, one group,
+    /// and every node id one Kafka's clients take as a broker id (0 to 2,147,483,647).
     ///
     /// # Errors
     /// [`ServerError::InvalidConfig`] naming the first node id out of range.
@@ -197,6 +202,14 @@ impl Config {
         let Some(cluster) = &self.cluster else {
             return Ok(());
         };
+        if cluster.data_groups > 1 {
+            return Err(ServerError::InvalidConfig(
+                "the Kafka listener (--kafka-listen) serves a cluster of one group: it cannot \
+                 yet route Kafka's clients to the leaders of several groups \
+                 (--cluster-data-groups)"
+                    .to_owned(),
+            ));
+        }
         let ids = std::iter::once(&cluster.node_id).chain(cluster.members.keys());
         match ids.copied().find(|id| i32::try_from(*id).is_err()) {
             None => Ok(()),
@@ -239,22 +252,32 @@ impl Config {
                 "max partitions must be 1 to {MAX_PARTITIONS_LIMIT}, got {max_partitions}"
             ));
         }
+        if let Some(cluster) = &self.cluster {
+            let groups = cluster.data_groups;
+            if !(1..=MAX_SHARDS).contains(&groups) {
+                return invalid(format!(
+                    "--cluster-data-groups must be 1 to {MAX_SHARDS}, got {groups}"
+                ));
+            }
+        }
         if let Some(shards) = self.shards {
             if !(1..=MAX_SHARDS).contains(&shards) {
                 return invalid(format!("--shards must be 1 to {MAX_SHARDS}, got {shards}"));
             }
             if self.cluster.is_some() && shards > 1 {
                 return invalid(
-                    "--shards is for a single broker: a cluster node holds its topics in one \
-                     replicated state"
+                    "--shards is for a single broker: a cluster node spreads its topics over \
+                     Raft groups (--cluster-data-groups)"
                         .into(),
                 );
             }
         }
-        // Without a data directory, the shards share the memory budget out.
-        let shards = match self.data_dir {
-            None => self.shards.unwrap_or(1) as u64,
-            Some(_) => 1,
+        // Without a data directory, the shards share the memory budget out; in a cluster, the
+        // groups do.
+        let (shards, parts) = match (&self.cluster, &self.data_dir) {
+            (Some(cluster), _) => (cluster.data_groups as u64, "groups"),
+            (None, None) => (self.shards.unwrap_or(1) as u64, "shards"),
+            (None, Some(_)) => (1, "shards"),
         };
         if self.max_memory / shards < self.max_payload_bytes as u64 {
             let least = self.max_payload_bytes as u64 * shards;
@@ -265,9 +288,9 @@ impl Config {
                     self.max_memory, self.max_payload_bytes
                 ),
                 _ => format!(
-                    "--max-memory {} shared by {shards} shards leaves each less than \
+                    "--max-memory {} shared by {shards} {parts} leaves each less than \
                      --max-payload-bytes {}: raise --max-memory to at least {least}, or lower \
-                     --max-payload-bytes or --shards",
+                     --max-payload-bytes or the number of {parts}",
                     self.max_memory, self.max_payload_bytes
                 ),
             });
@@ -450,12 +473,36 @@ mod tests {
                 join: false,
                 tls_ca: None,
                 snapshot_entries: 10,
+                data_groups: 1,
             }),
             ..config(2, 1 << 30)
         };
         let refused = cluster.validate().unwrap_err().to_string();
         assert!(
             refused.contains("--shards is for a single broker"),
+            "{refused}"
+        );
+        // A cluster's groups share the budget out, as shards do; their number is checked.
+        let groups = |data_groups, max_memory| Config {
+            data_dir: Some("d".into()),
+            max_memory,
+            cluster: Some(ClusterSettings {
+                node_id: 1,
+                members: broker_cluster::parse_members("1=a:1/b:2").unwrap(),
+                listen: None,
+                join: false,
+                tls_ca: None,
+                snapshot_entries: 10,
+                data_groups,
+            }),
+            ..Config::default()
+        };
+        assert!(groups(3, 3 << 20).validate().is_ok());
+        let refused = groups(4, 3 << 20).validate().unwrap_err().to_string();
+        assert!(refused.contains("shared by 4 groups"), "{refused}");
+        let refused = groups(65, 1 << 30).validate().unwrap_err().to_string();
+        assert!(
+            refused.contains("--cluster-data-groups must be 1 to 64"),
             "{refused}"
         );
     }

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use broker_cluster::Cluster;
 use broker_core::{Command, CommandKind, Outcome};
 use broker_proto::{Decoded, ErrorReply, RequestFrame, ResponseFrame};
 use tokio::sync::OwnedSemaphorePermit;
@@ -13,6 +12,7 @@ use tracing::debug;
 
 use crate::broker::{storage_reply, BrokerGuard, Executed};
 use crate::cluster_admin::{is_about_the_cluster, ClusterRequest};
+use crate::data_groups::{self, GroupRoute};
 use crate::metrics::Metrics;
 use crate::replicated;
 use crate::reply::{Answers, Deferred, Parked};
@@ -307,71 +307,95 @@ impl<'a> Locked<'a> {
 }
 
 /// Applies a batch as [`apply_batch`] does, through the cluster: the batch's commands are
-/// proposed together as one entry of the replicated log and answered once a majority has it and
-/// it is applied here. On a node that is not the leader nothing is applied and every request is
-/// answered `NotLeader`. Nothing is logged by this server's journal (the cluster's log is the
-/// journal), so nothing waits to be durable after this.
+/// proposed together, one entry of the replicated log per group they go to (with one group,
+/// one entry), and answered once a majority has each and it is applied here. Commands for a
+/// group this node does not lead are answered `NotLeader`, naming that group's leader. With
+/// several groups, a create and a description of every topic are applied alone, in their
+/// place in the batch (see `data_groups`). Nothing is logged by this server's journal (the
+/// cluster's log is the journal), so nothing waits to be durable after this.
 pub(crate) async fn apply_batch_replicated(
     shared: &Shared,
-    cluster: &Cluster,
     connection: u64,
     frames: Vec<(Decoded<RequestFrame>, OwnedSemaphorePermit)>,
     may_wait: bool,
 ) -> Applied {
     let now = Instant::now();
     let mut applied = Applied::arrived(shared, now);
+    let spread = !shared.groups.is_empty();
     // Each request in order: refused before the proposal, or proposed (with a copy of its
-    // command when it names a member, for the session books).
+    // command when it names a member, for the session books), its result in `results`.
     let mut requests = Vec::with_capacity(frames.len());
-    let mut commands = Vec::with_capacity(frames.len());
+    let mut results: Vec<Option<Result<Outcome, ErrorReply>>> = Vec::with_capacity(frames.len());
+    let mut run = Run::default();
     for (frame, permit) in frames {
-        match admit(shared, connection, frame, may_wait) {
+        let admitted = match admit(shared, connection, frame, may_wait) {
             Ok(admitted) if is_about_the_cluster(&admitted.command) => {
                 applied
                     .cluster_requests
                     .push(admitted.into_cluster_request(permit));
+                continue;
             }
-            Ok(admitted) => {
-                let tracked = admitted
-                    .command
-                    .member()
-                    .is_some()
-                    .then(|| admitted.command.clone());
-                commands.push(admitted.command);
-                let request = Answerable {
-                    correlation_id: admitted.correlation_id,
-                    kind: admitted.kind,
-                    wait: admitted.wait,
-                    retry: admitted.retry,
-                    permit,
-                };
-                requests.push(Ok((request, tracked)));
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                requests.push(Err((refused, permit)));
+                continue;
             }
-            Err(refused) => requests.push(Err((refused, permit))),
-        }
+        };
+        let tracked = admitted
+            .command
+            .member()
+            .is_some()
+            .then(|| admitted.command.clone());
+        let slot = results.len();
+        let route = match spread {
+            true => data_groups::route(shared, &admitted.command),
+            false => GroupRoute::One(0),
+        };
+        let shard = match route {
+            GroupRoute::One(shard) => {
+                run.add(shard, slot, admitted.command);
+                results.push(None);
+                shard
+            }
+            GroupRoute::Refused(refusal) => {
+                results.push(Some(Err(refusal)));
+                0
+            }
+            GroupRoute::Alone => {
+                // In its place: after what came before it.
+                run.propose(shared, &mut results).await;
+                let (shard, result) = data_groups::apply_alone(shared, admitted.command).await;
+                results.push(Some(result));
+                shard
+            }
+        };
+        let request = Answerable {
+            correlation_id: admitted.correlation_id,
+            kind: admitted.kind,
+            wait: admitted.wait,
+            retry: admitted.retry,
+            permit,
+        };
+        requests.push(Ok((request, tracked, shard, slot)));
     }
-    let mut results = match commands.is_empty() {
-        true => Ok(Vec::new().into_iter()),
-        false => replicated::execute(cluster, commands)
-            .await
-            .map(Vec::into_iter),
-    };
-    let mut broker = shared.shards.first().lock();
+    run.propose(shared, &mut results).await;
+    let mut locked = Locked::default();
     for request in requests {
         match request {
-            Ok((request, tracked)) => {
-                let result = match &mut results {
-                    Ok(results) => results.next().unwrap_or_else(|| {
+            Ok((request, tracked, shard, slot)) => {
+                let result = results
+                    .get_mut(slot)
+                    .and_then(Option::take)
+                    .unwrap_or_else(|| {
                         Err(ErrorReply::Storage(
                             "the change was not answered".to_owned(),
                         ))
-                    }),
-                    Err(refusal) => Err(refusal.clone()),
-                };
+                    });
+                let broker = locked.shard(&shared.shards, shard);
                 if let Some(command) = &tracked {
                     broker.track_session(command, result.is_ok(), connection, now);
                 }
-                applied.park_or_answer((0, &mut broker), request, result, None);
+                applied.park_or_answer((shard, broker), request, result, None);
             }
             Err((refused, permit)) => {
                 applied.answer(
@@ -383,7 +407,64 @@ pub(crate) async fn apply_batch_replicated(
             }
         }
     }
+    locked.release();
     applied
+}
+
+/// Commands of a batch not proposed yet, by shard, each with its request's place in the
+/// batch's results.
+#[derive(Default)]
+struct Run {
+    by_shard: Vec<(usize, Vec<usize>, Vec<Command>)>,
+}
+
+impl Run {
+    fn add(&mut self, shard: usize, slot: usize, command: Command) {
+        match self.by_shard.iter_mut().find(|(of, _, _)| *of == shard) {
+            Some((_, slots, commands)) => {
+                slots.push(slot);
+                commands.push(command);
+            }
+            None => self.by_shard.push((shard, vec![slot], vec![command])),
+        }
+    }
+
+    /// Proposes the commands of each shard to its group, the groups at once, and puts each
+    /// command's result in its place of `results`; empties the run.
+    async fn propose(
+        &mut self,
+        shared: &Shared,
+        results: &mut [Option<Result<Outcome, ErrorReply>>],
+    ) {
+        let proposals = std::mem::take(&mut self.by_shard).into_iter().map(
+            |(shard, slots, commands)| async move {
+                let answers = match shared.group(shard) {
+                    Some(group) => replicated::execute(group, commands).await,
+                    // A group this node does not host yet: another node may.
+                    None => Err(ErrorReply::NotLeader { leader: None }),
+                };
+                (slots, answers)
+            },
+        );
+        for (slots, answers) in futures::future::join_all(proposals).await {
+            match answers {
+                Ok(answers) => {
+                    for (slot, answer) in slots.into_iter().zip(answers) {
+                        if let Some(result) = results.get_mut(slot) {
+                            *result = Some(answer);
+                        }
+                    }
+                }
+                Err(refusal) => {
+                    for slot in slots {
+                        if let Some(result) = results.get_mut(slot) {
+                            *result = Some(Err(refusal.clone()));
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A request that decoded and may be applied.

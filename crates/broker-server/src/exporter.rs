@@ -113,7 +113,8 @@ impl Collector for StateCollector {
         let mut description = BrokerDescription::default();
         let mut placement = GaugeFamily::new(
             "topic_shard",
-            "The shard that holds the topic (always 0 for a broker of one shard).",
+            "The shard that holds the topic (always 0 for a broker of one shard; in a cluster \
+             of several groups, the group's number less one).",
             None,
         );
         for (shard, broker) in shared.shards.all().iter().enumerate() {
@@ -248,6 +249,7 @@ impl Collector for StateCollector {
         }
         if let Some(cluster) = shared.cluster() {
             encode_cluster(&mut encoder, cluster)?;
+            encode_groups(&mut encoder, &shared)?;
         }
         Ok(())
     }
@@ -316,6 +318,29 @@ fn encode_cluster(
             .push(([("node", node.to_string())], i64::from(up)));
     }
     reachable.encode(encoder)
+}
+
+/// The leader of each group this node hosts, in a cluster of several groups
+/// (`--cluster-data-groups`).
+fn encode_groups(encoder: &mut DescriptorEncoder, shared: &Shared) -> Result<(), std::fmt::Error> {
+    if shared.groups.is_empty() {
+        return Ok(());
+    }
+    let mut leaders = GaugeFamily::new(
+        "cluster_group_leader_id",
+        "For each group this node hosts: the id of the node this node knows as its leader (0 \
+         when it knows none). The topics of shard n (broker_topic_shard) are group n + 1's.",
+        None,
+    );
+    for shard in 0..shared.shards.all().len() {
+        if let Some(group) = shared.group(shard) {
+            let leader = group.status().leader.unwrap_or(0);
+            leaders
+                .samples
+                .push(([("group", group.group().to_string())], gauge(leader)));
+        }
+    }
+    leaders.encode(encoder)
 }
 
 /// Writes one gauge without labels.

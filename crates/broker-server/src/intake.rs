@@ -118,9 +118,7 @@ pub(crate) async fn submit(
 ) -> bool {
     let may_wait = !reply_to.closing.is_cancelled();
     let mut applied = match shared.cluster() {
-        Some(cluster) => {
-            apply_batch_replicated(shared, cluster, reply_to.connection, frames, may_wait).await
-        }
+        Some(_) => apply_batch_replicated(shared, reply_to.connection, frames, may_wait).await,
         None => {
             hold_back(shared, &frames).await;
             apply_batch(shared, reply_to.connection, frames, may_wait)

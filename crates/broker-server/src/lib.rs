@@ -52,6 +52,7 @@ mod cluster_admin;
 mod config;
 mod connection;
 mod counted;
+mod data_groups;
 mod dispatch;
 mod exporter;
 mod intake;

@@ -349,6 +349,24 @@ struct Args {
         requires = "node_id"
     )]
     cluster_snapshot_entries: u64,
+    /// Spread the cluster's topics over this many Raft groups (1 to 64), each with a leader of
+    /// its own, so that the nodes share the leaders' work: every node is a voter of every
+    /// group, the groups' leaders are balanced over the nodes, and a new topic goes to the
+    /// group holding the fewest partitions (a topic named after another with -dlq, -retry and
+    /// such goes with it). Every call about one topic keeps its meaning; a listing of every
+    /// topic gathers the groups. Every node gets the same value; 1 (the default) is a cluster
+    /// of one group. Groups are added, never removed: raising it on every node adds groups
+    /// (once every node runs a release that has them); a node keeps every group its
+    /// directory holds. Not with --kafka-listen (yet).
+    #[arg(
+        long,
+        env = "BROKER_CLUSTER_DATA_GROUPS",
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u16).range(1..=64),
+        requires = "node_id"
+    )]
+    cluster_data_groups: u16,
     /// Encrypt the peer port too: with --tls-cert and --tls-key, the node presents that
     /// certificate to the other nodes and checks theirs against the CA certificates in this
     /// PEM file (each node's certificate must carry the host of its PEER_ADDR). Every node of
@@ -425,6 +443,7 @@ impl Args {
                     join: self.cluster_join,
                     tls_ca: self.cluster_tls_ca.clone(),
                     snapshot_entries: self.cluster_snapshot_entries,
+                    data_groups: usize::from(self.cluster_data_groups),
                 }),
                 _ => None,
             },

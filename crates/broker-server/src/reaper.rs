@@ -27,14 +27,19 @@ pub(crate) async fn reap(shared: Arc<Shared>) {
         let now = Instant::now();
         let timeout = shared.config.session_timeout;
         match shared.cluster() {
-            Some(cluster) => {
-                let gone = shared
-                    .shards
-                    .first()
-                    .lock()
-                    .sessions()
-                    .expired(now, timeout);
-                remove_replicated(&shared, cluster, gone, Removal::Expired).await;
+            Some(_) => {
+                for shard in 0..shared.shards.all().len() {
+                    let Some(group) = shared.group(shard) else {
+                        continue;
+                    };
+                    let gone = shared
+                        .shards
+                        .get(shard)
+                        .lock()
+                        .sessions()
+                        .expired(now, timeout);
+                    remove_replicated(&shared, (shard, group), gone, Removal::Expired).await;
+                }
             }
             None => remove(&shared, Removal::Expired, |sessions| {
                 sessions.expired(now, timeout)
@@ -48,9 +53,11 @@ pub(crate) async fn reap(shared: Arc<Shared>) {
 /// session timeout).
 pub(crate) fn disconnect(shared: &Shared, connection: u64) {
     if shared.cluster().is_some() {
-        let mut broker = shared.shards.first().lock();
-        for key in broker.sessions().joined_through(connection) {
-            broker.sessions().mark_disconnected(&key);
+        for broker in shared.shards.all() {
+            let mut broker = broker.lock();
+            for key in broker.sessions().joined_through(connection) {
+                broker.sessions().mark_disconnected(&key);
+            }
         }
         return;
     }
@@ -146,18 +153,23 @@ fn report_removal(shared: &Shared, key: &MemberKey, why: Removal, refusal: Optio
     }
 }
 
-/// In a cluster, on the leader: removes the members in `gone` (their session expired, or their
-/// connection closed with `--leave-on-disconnect`) with one proposal of their leaves. Their
-/// sessions are forgotten once their leaves are applied (or refused by the broker); when
-/// nothing was applied they stay, and the next check tries again.
-async fn remove_replicated(shared: &Shared, cluster: &Cluster, gone: Vec<MemberKey>, why: Removal) {
+/// In a cluster, on the leader of the group of `shard`: removes the members in `gone` (their
+/// session expired, or their connection closed with `--leave-on-disconnect`) with one proposal
+/// of their leaves. Their sessions are forgotten once their leaves are applied (or refused by
+/// the broker); when nothing was applied they stay, and the next check tries again.
+async fn remove_replicated(
+    shared: &Shared,
+    (shard, cluster): (usize, &Cluster),
+    gone: Vec<MemberKey>,
+    why: Removal,
+) {
     if gone.is_empty() || !cluster.is_leader() {
         return;
     }
     let leaves = gone.iter().map(MemberKey::leave).collect();
     match replicated::execute(cluster, leaves).await {
         Ok(results) => {
-            let mut broker = shared.shards.first().lock();
+            let mut broker = shared.shards.get(shard).lock();
             for (key, result) in gone.iter().zip(results) {
                 report_removal(shared, key, why, result.err());
                 broker.sessions().forget(key);

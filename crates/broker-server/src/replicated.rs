@@ -38,6 +38,22 @@ pub(crate) struct BrokerReplica {
     signals: Arc<Signals>,
 }
 
+impl BrokerReplica {
+    /// The replica of `broker`, whose waiting requests `signals` wakes.
+    pub(crate) fn new(broker: Arc<Broker>, signals: Arc<Signals>) -> BrokerReplica {
+        BrokerReplica { broker, signals }
+    }
+}
+
+/// When appends to a node's logs reach the disk, by `--fsync`.
+pub(crate) fn log_sync(config: &crate::Config) -> LogSync {
+    match config.fsync {
+        crate::Fsync::Always => LogSync::EveryAppend,
+        crate::Fsync::Batch => LogSync::Every(config.fsync_interval),
+        crate::Fsync::Never => LogSync::Never,
+    }
+}
+
 impl Replica for BrokerReplica {
     fn apply(&self, change: BrokerChange) -> Applied {
         let mut changed = Vec::new();
@@ -112,11 +128,7 @@ pub(crate) async fn start(
         settings.members.clone(),
         data_dir.join(CLUSTER_DIR),
     );
-    config.sync = match shared.config.fsync {
-        crate::Fsync::Always => LogSync::EveryAppend,
-        crate::Fsync::Batch => LogSync::Every(shared.config.fsync_interval),
-        crate::Fsync::Never => LogSync::Never,
-    };
+    config.sync = log_sync(&shared.config);
     config.token = shared
         .config
         .auth_token
@@ -148,10 +160,10 @@ pub(crate) async fn start(
     };
     // Until it leads, the node logs none of the changes it applies (the leader does).
     shared.shards.first().set_audited(false);
-    let replica = Arc::new(BrokerReplica {
-        broker: Arc::clone(shared.shards.first()),
-        signals: Arc::clone(&shared.signals),
-    });
+    let replica = Arc::new(BrokerReplica::new(
+        Arc::clone(shared.shards.first()),
+        Arc::clone(&shared.signals),
+    ));
     let cluster = Cluster::start(config, listener, replica).await?;
     warn_about_settings(settings, listening);
     info!(
@@ -169,7 +181,10 @@ pub(crate) async fn start(
     }
     // Set once, before any connection is accepted.
     let _ = shared.cluster.set(cluster);
-    shared.tracker.spawn(follow_leadership(Arc::clone(shared)));
+    shared
+        .tracker
+        .spawn(follow_leadership(Arc::clone(shared), 0));
+    crate::data_groups::start(shared, settings, data_dir);
     Ok(locked)
 }
 
@@ -391,13 +406,14 @@ pub(crate) fn refusal(error: ProposeError) -> ErrorReply {
     }
 }
 
-/// On the leader, lets time pass when that changes something (see `clock`).
-pub(crate) async fn tick(shared: &Shared, cluster: &Cluster) {
+/// On the leader of the group of `shard`, lets time pass when that changes something (see
+/// `clock`).
+pub(crate) async fn tick(shared: &Shared, cluster: &Cluster, shard: usize) {
     if !cluster.is_leader() {
         return;
     }
     let now_ms = wall_clock_ms();
-    if !shared.shards.first().lock().is_due(now_ms) {
+    if !shared.shards.get(shard).lock().is_due(now_ms) {
         return;
     }
     if let Err(error) = cluster.propose(Proposal::Tick { now_ms }).await {
@@ -405,15 +421,18 @@ pub(crate) async fn tick(shared: &Shared, cluster: &Cluster) {
     }
 }
 
-/// Follows this node's role. When it becomes the leader it takes over the sessions of every
-/// member the state holds (as a restarted server does: each gets a full session timeout to
-/// show up), once everything the old leader committed is applied here. When it stops being the
-/// leader, every waiting request is woken: its retry is refused with `NotLeader`, so its client
-/// moves to the new leader at once.
-async fn follow_leadership(shared: Arc<Shared>) {
-    let Some(cluster) = shared.cluster() else {
+/// Follows this node's role in the group of `shard` (0: the first group, which also tells
+/// where the node stands in the cluster). When it becomes the group's leader it takes over the
+/// sessions of every member the group's state holds (as a restarted server does: each gets a
+/// full session timeout to show up), once everything the old leader committed is applied here.
+/// When it stops being the leader, every waiting request is woken: its retry is refused with
+/// `NotLeader`, so its client moves to the new leader at once.
+pub(crate) async fn follow_leadership(shared: Arc<Shared>, shard: usize) {
+    let Some(cluster) = shared.group(shard) else {
         return;
     };
+    let first = shard == 0;
+    let broker = shared.shards.get(shard);
     let mut watch = cluster.watch();
     // The term in which this node last took up (or tried to take up) the leadership, while it
     // leads. By term, not by a flag: the metrics' watch keeps only the latest state, so a node
@@ -426,7 +445,7 @@ async fn follow_leadership(shared: Arc<Shared>) {
         .config
         .cluster
         .as_ref()
-        .filter(|settings| !settings.join)
+        .filter(|settings| first && !settings.join)
         .map(|settings| settings.members.clone());
     // Whether this node said it leads (and so says when it no longer does).
     let mut announced = false;
@@ -469,7 +488,7 @@ async fn follow_leadership(shared: Arc<Shared>) {
                 }
                 Some(_) => Standing::Learner,
             };
-            if let Some(before) = standing.replace(now) {
+            if let Some(before) = standing.replace(now).filter(|_| first) {
                 announce_standing(before, now);
             }
             let stopped = match &metrics.running_state {
@@ -494,16 +513,24 @@ async fn follow_leadership(shared: Arc<Shared>) {
             shared.signals.wake_all();
             return;
         }
-        // (A voter told it was removed said so already.)
+        // (A voter told it was removed said so already; the first group says it for all.)
         leaderless.observe(
-            leader.is_some() || standing != Some(Standing::Voter) || cluster.knows_removed(),
+            !first
+                || leader.is_some()
+                || standing != Some(Standing::Voter)
+                || cluster.knows_removed(),
             term,
         );
+        let group = cluster.group();
         match leader {
             Some(leader) if leader == cluster.node_id() => known_leader = None,
-            Some(leader) if known_leader.replace(leader) != Some(leader) => {
-                info!(leader, term, "node {leader} leads the cluster");
-            }
+            Some(leader) if known_leader.replace(leader) != Some(leader) => match first {
+                true => info!(leader, term, "node {leader} leads the cluster"),
+                false => debug!(
+                    leader,
+                    term, group, "node {leader} leads data group {group}"
+                ),
+            },
             Some(_) | None => {}
         }
         let now_leading = now_leading.then_some(term);
@@ -511,12 +538,17 @@ async fn follow_leadership(shared: Arc<Shared>) {
             continue;
         }
         if leading.take().is_some() {
-            shared.shards.first().set_audited(false);
+            broker.set_audited(false);
             if std::mem::take(&mut announced) {
-                info!(term, "this node no longer leads the cluster");
+                match first {
+                    true => info!(term, "this node no longer leads the cluster"),
+                    false => info!(term, group, "this node no longer leads data group {group}"),
+                }
             }
-            // The new leader coordinates Kafka's groups: their members join again there.
-            shared.kafka_groups.forget_all();
+            if first {
+                // The new leader coordinates Kafka's groups: their members join again there.
+                shared.kafka_groups.forget_all();
+            }
             shared.signals.wake_all();
         }
         if let Some(term) = now_leading {
@@ -529,11 +561,17 @@ async fn follow_leadership(shared: Arc<Shared>) {
                 .await
             {
                 Ok(_) => {
-                    shared.shards.first().lock().restore_sessions();
-                    shared.shards.first().set_audited(true);
+                    broker.lock().restore_sessions();
+                    broker.set_audited(true);
                     announced = true;
                     let term = cluster.status().term;
-                    info!(term, "this node leads the cluster");
+                    match first {
+                        true => {
+                            info!(term, "this node leads the cluster");
+                            crate::data_groups::leading_the_first_group(&shared);
+                        }
+                        false => info!(term, group, "this node leads data group {group}"),
+                    }
                 }
                 // A node restarting from its files may believe for a moment that it still
                 // leads: routine, not news.

@@ -113,9 +113,11 @@ fn start_shards(
     storage: Option<Stores>,
     metrics: Option<&Arc<Metrics>>,
 ) -> Result<Shards, ServerError> {
-    let count = match &storage {
-        Some(stores) => stores.shards().len(),
-        None => config.shards.unwrap_or(1),
+    // A cluster node holds a state per group (see `data_groups`).
+    let count = match (&storage, &config.cluster) {
+        (Some(stores), _) => stores.shards().len(),
+        (None, Some(cluster)) => crate::data_groups::count(cluster, config.data_dir.as_deref()),
+        (None, None) => config.shards.unwrap_or(1),
     };
     // With a data directory, records live on disk: the memory budget is for a broker in memory.
     let memory_budget = storage
@@ -196,6 +198,10 @@ async fn stop(shared: &Arc<Shared>, grace: Duration) {
     shared.tracker.close();
     // The cluster node stops before the tasks are waited for: its leadership task ends with the
     // shutdown, and waiting requests are answered by their connections' closing.
+    // (Its further groups first: the first group's stop closes the node's peer port.)
+    for group in shared.groups.iter().filter_map(std::sync::OnceLock::get) {
+        group.shutdown().await;
+    }
     if let Some(cluster) = shared.cluster() {
         cluster.shutdown().await;
     }

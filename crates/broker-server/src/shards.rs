@@ -388,7 +388,7 @@ pub(crate) fn merge(
 }
 
 /// The dead-letter topic named among `settings`, if one is.
-fn dead_letter_of(settings: &[GroupSetting]) -> Option<&str> {
+pub(crate) fn dead_letter_of(settings: &[GroupSetting]) -> Option<&str> {
     settings.iter().find_map(|setting| match setting {
         GroupSetting::DeadLetter(topic) => Some(topic.as_str()),
         _ => None,
@@ -427,6 +427,16 @@ const COMPANION_SUFFIXES: [&str; 6] = [
 /// Separators between a topic's name and a [`COMPANION_SUFFIXES`] entry.
 const COMPANION_SEPARATORS: [char; 2] = ['-', '_'];
 
+/// The names of the topics `topic` would be a companion of (its dead-letter or retry topic),
+/// by its name: `orders` for `orders-dlq` or `orders_retry`.
+pub(crate) fn companions_of(topic: &str) -> impl Iterator<Item = &str> {
+    COMPANION_SUFFIXES.iter().filter_map(move |suffix| {
+        topic
+            .strip_suffix(suffix)?
+            .strip_suffix(COMPANION_SEPARATORS)
+    })
+}
+
 impl Placement {
     fn new(shards: usize) -> Placement {
         Placement {
@@ -450,11 +460,7 @@ impl Placement {
         if let Some(shard) = self.shard_of(topic) {
             return shard;
         }
-        let companion_of = COMPANION_SUFFIXES.iter().find_map(|suffix| {
-            let base = topic.strip_suffix(suffix)?;
-            let base = base.strip_suffix(COMPANION_SEPARATORS)?;
-            self.shard_of(base)
-        });
+        let companion_of = companions_of(topic).find_map(|base| self.shard_of(base));
         if let Some(shard) = companion_of {
             return shard;
         }

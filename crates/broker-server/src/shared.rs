@@ -29,8 +29,13 @@ pub(crate) struct Shared {
     pub(crate) tracker: TaskTracker,
     /// The counters of the metrics endpoint, when it is on.
     pub(crate) metrics: Option<Arc<Metrics>>,
-    /// In a cluster, this node (set once it has started): every change goes through it.
+    /// In a cluster, this node's part in the first group (set once it has started): the
+    /// cluster's membership and state, and the topics of that group.
     pub(crate) cluster: OnceLock<Cluster>,
+    /// In a cluster of several groups (`--cluster-data-groups`), this node's part in each
+    /// further group, by shard less one (shard `n` holds group `n + 1`), set once the node
+    /// hosts it.
+    pub(crate) groups: Vec<OnceLock<Cluster>>,
     /// The id the next connection gets (on either listener).
     next_connection: AtomicU64,
     /// The consumer groups of Kafka's clients (with `--kafka-listen`): their members and
@@ -46,7 +51,12 @@ impl Shared {
             config.limits.max_groups_per_topic,
             config.limits.max_members_per_group,
         );
+        let further_groups = match config.cluster {
+            Some(_) => shards.all().len().saturating_sub(1),
+            None => 0,
+        };
         Shared {
+            groups: (0..further_groups).map(|_| OnceLock::new()).collect(),
             shards,
             config,
             signals: Arc::new(Signals::default()),
@@ -64,8 +74,17 @@ impl Shared {
         self.next_connection.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// This node of the cluster, when the server runs in one.
+    /// This node of the cluster (its part in the first group), when the server runs in one.
     pub(crate) fn cluster(&self) -> Option<&Cluster> {
         self.cluster.get()
+    }
+
+    /// In a cluster, this node's part in the group that holds the topics of `shard`, once it
+    /// hosts it.
+    pub(crate) fn group(&self, shard: usize) -> Option<&Cluster> {
+        match shard.checked_sub(1) {
+            None => self.cluster(),
+            Some(further) => self.groups.get(further).and_then(OnceLock::get),
+        }
     }
 }

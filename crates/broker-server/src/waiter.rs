@@ -50,7 +50,8 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         if reply_to.closing.is_cancelled() {
             break (Ok(found), None);
         }
-        let Executed { result, entry } = match shared.cluster() {
+        let cluster = shared.cluster().map(|_| shared.group(shard));
+        let Executed { result, entry } = match cluster {
             None => {
                 let mut broker = shared.shards.get(shard).lock();
                 let now = Instant::now();
@@ -60,7 +61,12 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
                 stop_protecting(&mut broker, &executed.result, &mut session, now);
                 executed
             }
-            Some(cluster) => {
+            // A group this node no longer hosts: another node may.
+            Some(None) => Executed {
+                result: Err(ErrorReply::NotLeader { leader: None }),
+                entry: None,
+            },
+            Some(Some(cluster)) => {
                 let result = match replicated::execute(cluster, vec![retry.clone()]).await {
                     Ok(results) => results.into_iter().next().unwrap_or_else(|| {
                         Err(ErrorReply::Storage("the retry was not answered".to_owned()))

@@ -1,0 +1,542 @@
+//! A cluster node's further Raft groups (`--cluster-data-groups`): which group holds each
+//! topic, hosting the groups the cluster's state lists, adding those the settings ask for,
+//! routing each request to its topic's group, and balancing the groups' leaders over the
+//! nodes.
+//!
+//! The first group (shard 0, in `raft/`) keeps the cluster's state: the further groups and
+//! where each topic placed since groups exist lives (see [`broker_cluster::ClusterState`]).
+//! Group `g` is held by shard `g - 1`, its files in `raft/group-<g>/`. A topic and its
+//! consumer groups live in one group, so every call about one topic is one entry of that
+//! group's log, as with one group; a call is applied by its group's leader, and any other node
+//! answers `NotLeader` naming that leader. A create goes to the first group's leader, which
+//! places the name (the group holding the fewest partitions, or the group of the topic it is a
+//! companion of, `orders-dlq` with `orders`), then has the group's leader apply it. A
+//! description of every topic, and the metadata, gather the groups: each group's part read
+//! from this node's copy after a read index from its leader, so each topic's part is
+//! linearizable, not the whole.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use broker_cluster::{
+    Cluster, ClusterChange, ClusterNode, GroupConfig, GroupId, NodeId, Proposal, ProposeError,
+    FIRST_GROUP,
+};
+use broker_core::{BrokerDescription, Command, Outcome};
+use broker_proto::ErrorReply;
+use tracing::{error, info, warn};
+
+use crate::broker::wall_clock_ms;
+use crate::config::ClusterSettings;
+use crate::replicated::{self, BrokerReplica, CLUSTER_DIR};
+use crate::shards::{companions_of, dead_letter_of};
+use crate::shared::Shared;
+
+/// The directory of group `group` in a node's cluster directory.
+fn group_dir(data_dir: &Path, group: GroupId) -> PathBuf {
+    data_dir.join(CLUSTER_DIR).join(format!("group-{group}"))
+}
+
+/// How many groups a node serves (the first included): as many as `settings` ask for, or as
+/// many as its directory holds, whichever is more.
+pub(crate) fn count(settings: &ClusterSettings, data_dir: Option<&Path>) -> usize {
+    let on_disk = data_dir
+        .and_then(|dir| std::fs::read_dir(dir.join(CLUSTER_DIR)).ok())
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name();
+            name.to_str()?.strip_prefix("group-")?.parse::<usize>().ok()
+        })
+        .max()
+        .unwrap_or(1);
+    settings.data_groups.max(on_disk)
+}
+
+/// The shard of `group`.
+fn shard_of_group(group: GroupId) -> usize {
+    group.saturating_sub(1) as usize
+}
+
+/// The group of `shard`.
+fn group_of_shard(shard: usize) -> GroupId {
+    GroupId::try_from(shard + 1).unwrap_or(GroupId::MAX)
+}
+
+/// Starts, on a node of a cluster of several groups, the task that hosts each further group
+/// once the cluster's state lists it, and the task that balances the groups' leaders.
+pub(crate) fn start(shared: &Arc<Shared>, settings: &ClusterSettings, data_dir: &Path) {
+    if shared.groups.is_empty() {
+        return;
+    }
+    shared.tracker.spawn(host_groups(
+        Arc::clone(shared),
+        settings.snapshot_entries,
+        data_dir.to_owned(),
+    ));
+    shared.tracker.spawn(balance_leaders(Arc::clone(shared)));
+}
+
+/// Hosts each further group the cluster's state lists (of those this node has a shard for)
+/// as it appears there, until the server shuts down.
+async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf) {
+    let Some(first) = shared.cluster() else {
+        return;
+    };
+    let mut state = first.cluster_state();
+    let mut beyond_reported = false;
+    loop {
+        let listed: Vec<(GroupId, BTreeSet<NodeId>)> = state
+            .borrow_and_update()
+            .groups
+            .iter()
+            .map(|(group, voters)| (*group, voters.clone()))
+            .collect();
+        let mut failed = false;
+        for (group, voters) in listed {
+            let shard = shard_of_group(group);
+            if shard > shared.groups.len() {
+                if !std::mem::replace(&mut beyond_reported, true) {
+                    error!(
+                        group,
+                        "the cluster has group {group}, more than this node serves: start it \
+                         with --cluster-data-groups {group} (every node the same)"
+                    );
+                }
+                continue;
+            }
+            if shared.group(shard).is_some() || !voters.contains(&first.node_id()) {
+                continue;
+            }
+            let addresses: BTreeMap<NodeId, ClusterNode> = first
+                .status()
+                .members
+                .into_iter()
+                .filter(|(id, _, _)| voters.contains(id))
+                .map(|(id, node, _)| (id, node))
+                .collect();
+            let mut config = GroupConfig::new(group_dir(&data_dir, group), addresses);
+            config.sync = replicated::log_sync(&shared.config);
+            config.snapshot_every = snapshot_every;
+            config.segment_bytes = shared.config.segment_bytes;
+            let broker = Arc::clone(shared.shards.get(shard));
+            // Until it leads the group, the node logs none of the changes it applies.
+            broker.set_audited(false);
+            let replica = Arc::new(BrokerReplica::new(broker, Arc::clone(&shared.signals)));
+            match first.host_group(group, config, replica).await {
+                Ok(hosted) => {
+                    if let Some(slot) = shared.groups.get(shard - 1) {
+                        // Only this task sets the slots.
+                        let _ = slot.set(hosted);
+                    }
+                    info!(group, "this node hosts data group {group}");
+                    shared
+                        .tracker
+                        .spawn(replicated::follow_leadership(Arc::clone(&shared), shard));
+                }
+                Err(cause) => {
+                    failed = true;
+                    error!(group, %cause, "this node cannot host data group {group}; trying again");
+                }
+            }
+        }
+        let retry = async {
+            match failed {
+                true => tokio::time::sleep(Duration::from_secs(1)).await,
+                false => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = shared.shutdown.cancelled() => return,
+            changed = state.changed() => if changed.is_err() { return },
+            () = retry => {}
+        }
+    }
+}
+
+/// On the node that just took up the leadership of the first group: adds the groups the
+/// settings ask for that the cluster's state lacks (every voter of the first group a voter of
+/// each), trying again while some node cannot take them yet, until it stops leading.
+pub(crate) fn leading_the_first_group(shared: &Arc<Shared>) {
+    let wanted = shared.shards.all().len();
+    if wanted <= 1 {
+        return;
+    }
+    let shared = Arc::clone(shared);
+    shared.tracker.clone().spawn(async move {
+        let Some(first) = shared.cluster() else {
+            return;
+        };
+        let mut reported = None;
+        loop {
+            let missing: Vec<GroupId> = {
+                let state = first.cluster_state();
+                let state = state.borrow();
+                (2..=group_of_shard(wanted - 1))
+                    .filter(|group| !state.groups.contains_key(group))
+                    .collect()
+            };
+            let Some(&group) = missing.first() else {
+                return;
+            };
+            let voters = first
+                .status()
+                .members
+                .into_iter()
+                .filter(|(_, _, votes)| *votes)
+                .map(|(id, _, _)| id)
+                .collect();
+            match first
+                .change_cluster(ClusterChange::AddGroup { group, voters })
+                .await
+            {
+                Ok(_) => info!(group, "data group {group} added to the cluster"),
+                Err(ProposeError::NotLeader { .. }) => return,
+                Err(refused) => {
+                    let why = refused.to_string();
+                    if reported.as_ref() != Some(&why) {
+                        warn!(group, cause = %why, "data group {group} cannot be added yet; trying again");
+                        reported = Some(why);
+                    }
+                    tokio::select! {
+                        () = shared.shutdown.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_secs(5)) => {}
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// How often a node looks at the groups' leaders to balance them.
+const BALANCE_EVERY: Duration = Duration::from_secs(3);
+
+/// How long a hand-over of a group's leadership may take.
+const HAND_OVER_WITHIN: Duration = Duration::from_secs(5);
+
+/// Balances the groups' leaders over the nodes: every few seconds, a node that leads more
+/// groups than its share (the groups over the voters, rounded up) hands one of them over to
+/// the voter leading the fewest, while every group has a leader. Each node decides for the
+/// groups it leads, so that they converge on a spread without a coordinator.
+async fn balance_leaders(shared: Arc<Shared>) {
+    loop {
+        tokio::select! {
+            () = shared.shutdown.cancelled() => return,
+            () = tokio::time::sleep(BALANCE_EVERY) => {}
+        }
+        let Some(first) = shared.cluster() else {
+            return;
+        };
+        let hosted: Vec<&Cluster> = (0..shared.shards.all().len())
+            .filter_map(|shard| shared.group(shard))
+            .collect();
+        let voters: Vec<NodeId> = first
+            .status()
+            .members
+            .into_iter()
+            .filter(|(_, _, votes)| *votes)
+            .map(|(id, _, _)| id)
+            .collect();
+        let leaders: Option<Vec<NodeId>> =
+            hosted.iter().map(|group| group.status().leader).collect();
+        let Some(leaders) = leaders else {
+            continue;
+        };
+        let Some((group, to)) = hand_over(first.node_id(), &voters, &leaders) else {
+            continue;
+        };
+        let Some(cluster) = hosted.get(group) else {
+            continue;
+        };
+        let id = cluster.group();
+        match cluster.transfer_leadership(to, HAND_OVER_WITHIN).await {
+            Ok(()) => info!(
+                group = id,
+                to, "handed the leadership of group {id} to node {to}, to balance the leaders"
+            ),
+            Err(cause) => {
+                warn!(group = id, to, %cause, "balancing the leaders: the hand-over of group {id} failed")
+            }
+        }
+    }
+}
+
+/// Which of the groups `node` leads to hand over and to whom, given each group's leader (by
+/// position) and the `voters`: one of its groups, the last, when it leads more than its share
+/// (the groups over the voters, rounded up), to the voter leading the fewest (the lowest id
+/// among equals), if that one leads fewer than its share.
+fn hand_over(node: NodeId, voters: &[NodeId], leaders: &[NodeId]) -> Option<(usize, NodeId)> {
+    if voters.is_empty() {
+        return None;
+    }
+    let share = leaders.len().div_ceil(voters.len());
+    let led = |id: NodeId| leaders.iter().filter(|leader| **leader == id).count();
+    if led(node) <= share {
+        return None;
+    }
+    let (fewest, count) = voters
+        .iter()
+        .map(|id| (*id, led(*id)))
+        .min_by_key(|(id, count)| (*count, *id))?;
+    let group = leaders.iter().rposition(|leader| *leader == node)?;
+    (count < share && fewest != node).then_some((group, fewest))
+}
+
+/// Where a request goes in a cluster of several groups.
+#[derive(Debug)]
+pub(crate) enum GroupRoute {
+    /// To the group of this shard.
+    One(usize),
+    /// Alone, through [`apply_alone`]: a create (placed by the first group's leader), a join
+    /// naming a dead-letter topic not placed yet, or a description of every topic.
+    Alone,
+    /// Refused before anything is applied.
+    Refused(ErrorReply),
+}
+
+/// Where `command` goes.
+pub(crate) fn route(shared: &Shared, command: &Command) -> GroupRoute {
+    match command {
+        Command::Create { .. } | Command::Describe { topic: None } => GroupRoute::Alone,
+        Command::Join {
+            topic, settings, ..
+        }
+        | Command::ConfigureGroup {
+            topic, settings, ..
+        } if dead_letter_of(settings).is_some() => {
+            let dead_letter = dead_letter_of(settings).unwrap_or_default();
+            let state = cluster_state(shared);
+            let (group, elsewhere) = (state.group_of(topic), state.group_of(dead_letter));
+            match (
+                state.placement.contains_key(dead_letter),
+                group == elsewhere,
+            ) {
+                (true, true) => GroupRoute::One(shard_of_group(group)),
+                // Not placed yet: in the first group, placed there by its leader first.
+                (false, _) if group == FIRST_GROUP => GroupRoute::Alone,
+                (false, _) => GroupRoute::Refused(ErrorReply::InvalidArgument(format!(
+                    "with --cluster-data-groups, a group's dead-letter topic must be in its \
+                     topic's group (a record moves to it in one step): create {dead_letter:?} \
+                     first (named after its topic, as \"{topic}-dlq\", it is created in the \
+                     topic's group), then name it"
+                ))),
+                (true, false) => GroupRoute::Refused(ErrorReply::InvalidArgument(format!(
+                    "with --cluster-data-groups, a group's dead-letter topic must be in its \
+                     topic's group (a record moves to it in one step), and topic {topic:?} is \
+                     in group {group} while {dead_letter:?} is in group {elsewhere}: name one \
+                     that does not exist yet and create it first, such as \"{topic}-dlq\""
+                ))),
+            }
+        }
+        other => match other.topic() {
+            Some(topic) => GroupRoute::One(shard_of_group(cluster_state(shared).group_of(topic))),
+            None => GroupRoute::One(0),
+        },
+    }
+}
+
+/// The cluster's state as applied on this node (empty before it started).
+fn cluster_state(shared: &Shared) -> broker_cluster::ClusterState {
+    shared
+        .cluster()
+        .map(|first| first.cluster_state().borrow().clone())
+        .unwrap_or_default()
+}
+
+/// Applies a request of [`GroupRoute::Alone`]; answers with the shard whose sessions it
+/// concerns.
+pub(crate) async fn apply_alone(
+    shared: &Shared,
+    command: Command,
+) -> (usize, Result<Outcome, ErrorReply>) {
+    match command {
+        Command::Describe { topic: None } => {
+            (0, describe_all(shared).await.map(Outcome::Description))
+        }
+        Command::Create { ref topic, .. } => {
+            let topic = topic.clone();
+            create(shared, &topic, command).await
+        }
+        join => (0, place_dead_letter_then_join(shared, join).await),
+    }
+}
+
+/// A description of every topic of every group, each group's part read after a read index
+/// from its leader.
+pub(crate) async fn describe_all(shared: &Shared) -> Result<BrokerDescription, ErrorReply> {
+    let mut all: Option<BrokerDescription> = None;
+    for shard in 0..shared.shards.all().len() {
+        let Some(group) = shared.group(shard) else {
+            return Err(ErrorReply::NotLeader { leader: None });
+        };
+        group
+            .read_barrier_anywhere()
+            .await
+            .map_err(replicated::refusal)?;
+        let description = shared.shards.get(shard).lock().describe();
+        match &mut all {
+            Some(all) => all.topics.extend(description.topics),
+            None => all = Some(description),
+        }
+    }
+    let mut all = all.unwrap_or_default();
+    all.topics.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(all)
+}
+
+/// On the first group's leader: places `topic` (see the module's documentation), then has its
+/// group's leader apply `create`.
+async fn create(
+    shared: &Shared,
+    topic: &str,
+    create: Command,
+) -> (usize, Result<Outcome, ErrorReply>) {
+    let Some(first) = shared.cluster() else {
+        return (0, Err(ErrorReply::NotLeader { leader: None }));
+    };
+    let target = match target_group(shared, topic) {
+        Ok(target) => target,
+        Err(refusal) => return (0, Err(refusal)),
+    };
+    let placed = match first
+        .change_cluster(ClusterChange::Place {
+            topic: topic.to_owned(),
+            group: target,
+        })
+        .await
+    {
+        Ok(placed) => placed,
+        Err(refusal) => return (0, Err(replicated::refusal(refusal))),
+    };
+    let shard = shard_of_group(placed);
+    let Some(group) = shared.group(shard) else {
+        return (shard, Err(ErrorReply::NotLeader { leader: None }));
+    };
+    let proposal = Proposal::Commands {
+        now_ms: wall_clock_ms(),
+        commands: vec![create],
+    };
+    let result = match group.propose_via_leader(proposal).await {
+        Ok(applied) => applied.results.into_iter().next().map_or_else(
+            || {
+                Err(ErrorReply::Storage(
+                    "the create was not answered".to_owned(),
+                ))
+            },
+            |result| result.map_err(ErrorReply::from),
+        ),
+        Err(refusal) => Err(replicated::refusal(refusal)),
+    };
+    if matches!(result, Ok(Outcome::Created(true))) {
+        info!(%topic, group = placed, "topic placed");
+    }
+    (shard, result)
+}
+
+/// The group a new topic named `topic` goes to: where it is placed already, with the topic it
+/// is a companion of, or the group holding the fewest partitions (the lowest id among equals);
+/// refused past the broker's maximum of topics. Read from this node's copies (the first group's
+/// leader's), which is enough to balance.
+fn target_group(shared: &Shared, topic: &str) -> Result<GroupId, ErrorReply> {
+    let state = cluster_state(shared);
+    if let Some(group) = state.placement.get(topic) {
+        return Ok(*group);
+    }
+    if let Some(group) = companions_of(topic)
+        .map(|base| state.group_of(base))
+        .find(|group| *group != FIRST_GROUP)
+    {
+        return Ok(group);
+    }
+    let mut topics = 0;
+    let mut loads = Vec::new();
+    for (shard, broker) in shared.shards.all().iter().enumerate() {
+        let description = broker.lock().describe();
+        if description.topics.iter().any(|held| held.name == topic) {
+            return Ok(group_of_shard(shard));
+        }
+        topics += description.topics.len();
+        let partitions: usize = description
+            .topics
+            .iter()
+            .map(|held| held.partitions.len())
+            .sum();
+        loads.push((partitions, shard));
+    }
+    let max = shared.config.limits.max_topics;
+    if topics >= max {
+        return Err(ErrorReply::InvalidArgument(format!(
+            "the broker already holds its maximum of {max} topics"
+        )));
+    }
+    // Of the groups that exist and that this node hosts.
+    let serving = |shard: usize| {
+        shard == 0
+            || (shared.group(shard).is_some() && state.groups.contains_key(&group_of_shard(shard)))
+    };
+    let least = loads.into_iter().filter(|(_, shard)| serving(*shard)).min();
+    Ok(least.map_or(FIRST_GROUP, |(_, shard)| group_of_shard(shard)))
+}
+
+/// On the first group's leader: places the dead-letter topic `join` names in the first group
+/// (where its topic is), then applies `join` there.
+async fn place_dead_letter_then_join(
+    shared: &Shared,
+    join: Command,
+) -> Result<Outcome, ErrorReply> {
+    let Some(first) = shared.cluster() else {
+        return Err(ErrorReply::NotLeader { leader: None });
+    };
+    let (Command::Join {
+        settings, topic, ..
+    }
+    | Command::ConfigureGroup {
+        settings, topic, ..
+    }) = &join
+    else {
+        return Err(ErrorReply::Storage("not a join".to_owned()));
+    };
+    let dead_letter = dead_letter_of(settings).unwrap_or_default().to_owned();
+    let placed = first
+        .change_cluster(ClusterChange::Place {
+            topic: dead_letter.clone(),
+            group: FIRST_GROUP,
+        })
+        .await
+        .map_err(replicated::refusal)?;
+    if placed != FIRST_GROUP {
+        return Err(ErrorReply::InvalidArgument(format!(
+            "with --cluster-data-groups, a group's dead-letter topic must be in its topic's \
+             group (a record moves to it in one step), and topic {topic:?} is in group \
+             {FIRST_GROUP} while {dead_letter:?} is in group {placed}: name another"
+        )));
+    }
+    let results = replicated::execute(first, vec![join]).await?;
+    results
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| Err(ErrorReply::Storage("the join was not answered".to_owned())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_leading_more_than_its_share_hands_one_over_to_the_least_busy() {
+        // Three groups, all led by node 1: it hands its last one to node 2.
+        assert_eq!(hand_over(1, &[1, 2, 3], &[1, 1, 1]), Some((2, 2)));
+        // Nodes 2 and 3 have nothing to hand over.
+        assert_eq!(hand_over(2, &[1, 2, 3], &[1, 1, 1]), None);
+        // Spread already.
+        assert_eq!(hand_over(1, &[1, 2, 3], &[1, 2, 3]), None);
+        // Four groups over three nodes: two each at most, and only to one leading fewer.
+        assert_eq!(hand_over(1, &[1, 2, 3], &[1, 1, 2, 3]), None);
+        assert_eq!(hand_over(1, &[1, 2, 3], &[1, 1, 1, 3]), Some((2, 2)));
+        // More nodes than groups: a node leading two hands one to a node leading none.
+        assert_eq!(hand_over(3, &[1, 2, 3, 4], &[3, 3]), Some((1, 1)));
+        assert_eq!(hand_over(3, &[], &[3, 3]), None);
+    }
+}

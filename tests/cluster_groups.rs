@@ -1,0 +1,203 @@
+//! A cluster of three real `broker-server` processes spreading its topics over three Raft
+//! groups (`--cluster-data-groups 3`), through the real client given every node's address:
+//! the groups are created and their leaders spread over the nodes by themselves, new topics go
+//! to different groups, every call about a topic is served by its group's leader (the client
+//! follows `NotLeader`), a listing gathers every group from any node, and a node's `kill -9`
+//! loses nothing acknowledged.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use broker_client::{Client, Error};
+use broker_testkit::cluster::{Nodes, PATIENCE};
+use broker_testkit::http::get as http_get;
+
+/// How long the groups may take to be created and their leaders spread.
+const SETTLING: Duration = Duration::from_secs(60);
+
+/// The samples of `family` on node `index`'s metrics endpoint, by their one label's value.
+fn samples(nodes: &Nodes, index: usize, family: &str) -> BTreeMap<String, i64> {
+    let Some(node) = &nodes.running[index] else {
+        return BTreeMap::new();
+    };
+    let (_, _, text) = http_get(node.metrics_addr.unwrap(), "/metrics", "");
+    text.lines()
+        .filter_map(|line| line.strip_prefix(&format!("broker_{family}{{")))
+        .filter_map(|rest| {
+            let (label, value) = rest.split_once("} ")?;
+            let (_, label) = label.split_once('=')?;
+            Some((label.trim_matches('"').to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Waits until every running node hosts `groups` groups, each with a leader every node agrees
+/// on, and no node leads more than one; returns each group's leader.
+fn spread(nodes: &Nodes, groups: usize) -> BTreeMap<String, i64> {
+    let deadline = Instant::now() + SETTLING;
+    loop {
+        let seen: Vec<BTreeMap<String, i64>> = (0..nodes.running.len())
+            .filter(|index| nodes.running[*index].is_some())
+            .map(|index| samples(nodes, index, "cluster_group_leader_id"))
+            .collect();
+        let leaders = &seen[0];
+        let distinct: BTreeSet<&i64> = leaders.values().collect();
+        if leaders.len() == groups
+            && seen.iter().all(|other| other == leaders)
+            && !distinct.contains(&0)
+            && distinct.len() == groups.min(nodes.running.iter().flatten().count())
+        {
+            return leaders.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the groups' leaders did not spread: {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Runs `call` until it answers: a call whose connection was lost (its node died) is asked
+/// again. Only for calls that change nothing when asked twice.
+async fn again<T, F: std::future::Future<Output = Result<T, Error>>>(call: impl Fn() -> F) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match call().await {
+            Ok(answer) => return answer,
+            Err(error) if Instant::now() < deadline => {
+                eprintln!("asking again after: {error}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => panic!("{error:?}"),
+        }
+    }
+}
+
+/// Every payload left for the group `g` of `topic`, fetched and committed until none is.
+async fn drain(client: &Client, topic: &str) -> Vec<String> {
+    let mut payloads = Vec::new();
+    loop {
+        let records = again(|| client.fetch(topic, "g", "m", 1_000)).await;
+        if records.is_empty() {
+            return payloads;
+        }
+        again(|| client.commit(topic, "g", "m", None)).await;
+        payloads.extend(
+            records
+                .iter()
+                .map(|record| String::from_utf8(record.payload.to_vec()).unwrap()),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
+    let mut nodes = Nodes::start_with(
+        3,
+        None,
+        &[
+            "--cluster-data-groups",
+            "3",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let leaders = spread(&nodes, 3);
+    eprintln!("groups' leaders: {leaders:?}");
+    let client = nodes.client().await;
+    let topics = ["apples", "bananas", "cherries"];
+    for topic in topics {
+        assert!(client.create(topic, 2).await.unwrap(), "{topic} created");
+    }
+    // Each in a group of its own (the one holding the fewest partitions).
+    let placed = samples(&nodes, 0, "topic_shard");
+    let shards: BTreeSet<i64> = topics.iter().map(|topic| placed[*topic]).collect();
+    assert_eq!(shards.len(), 3, "{placed:?}");
+    // A topic named after another with -dlq goes with it.
+    assert!(client.create("apples-dlq", 1).await.unwrap());
+    let placed = samples(&nodes, 1, "topic_shard");
+    assert_eq!(placed["apples-dlq"], placed["apples"], "{placed:?}");
+    // Each topic's calls are served by its group's leader; metadata says which.
+    let metadata = client.metadata(None).await.unwrap();
+    let served_by: BTreeSet<_> = metadata
+        .topics
+        .iter()
+        .filter(|topic| topics.contains(&topic.topic.as_str()))
+        .map(|topic| topic.leader)
+        .collect();
+    assert_eq!(served_by.len(), 3, "{metadata:?}");
+    for topic in topics {
+        client.join(topic, "g", "m").await.unwrap();
+        for index in 0..50 {
+            let payload = format!("{topic}-{index}");
+            client
+                .publish(topic, index % 2, payload.into_bytes())
+                .await
+                .unwrap();
+        }
+    }
+    // A listing from any node gathers every group.
+    let listed = client.describe().await.unwrap();
+    let names: Vec<&str> = listed.topics.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["apples", "apples-dlq", "bananas", "cherries"]);
+
+    // The node leading the group of "bananas" dies: that group elects another leader, the
+    // others go on, and nothing acknowledged is lost.
+    let group_of_bananas = (samples(&nodes, 0, "topic_shard")["bananas"] + 1).to_string();
+    let victim = usize::try_from(leaders[&group_of_bananas] - 1).unwrap();
+    nodes.kill(victim);
+    for topic in topics {
+        for index in 50..60 {
+            let payload = format!("{topic}-{index}");
+            again(|| client.publish(topic, index % 2, payload.clone().into_bytes())).await;
+        }
+    }
+    for topic in topics {
+        let mut read = drain(&client, topic).await;
+        read.sort();
+        read.dedup();
+        let mut expected: Vec<String> = (0..60).map(|index| format!("{topic}-{index}")).collect();
+        expected.sort();
+        assert_eq!(read, expected, "{topic}");
+    }
+    // Back, the node catches up and takes its share of leaders again.
+    nodes.restart(victim);
+    spread(&nodes, 3);
+    let listed = again(|| client.describe()).await;
+    let ends: Vec<i64> = listed
+        .topics
+        .iter()
+        .filter(|topic| topics.contains(&topic.name.as_str()))
+        .map(|topic| topic.partitions.iter().map(|p| p.end_offset).sum())
+        .collect();
+    assert_eq!(ends, [60, 60, 60]);
+}
+
+/// Settings a cluster of several groups cannot take yet are refused at start, saying why.
+#[test]
+fn the_kafka_listener_is_refused_with_several_groups() {
+    let members = "1=127.0.0.1:1/127.0.0.1:2";
+    let dir = tempfile::tempdir().unwrap();
+    let refused = broker_testkit::process::refused_start(
+        &[
+            "--node-id",
+            "1",
+            "--cluster-members",
+            members,
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--cluster-data-groups",
+            "2",
+            "--kafka-listen",
+            "127.0.0.1:0",
+        ],
+        PATIENCE,
+    );
+    assert!(
+        refused.stderr.contains("--cluster-data-groups"),
+        "{}",
+        refused.stderr
+    );
+}
