@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use broker_client::{Client, Error};
+use broker_client::{Client, Error, GroupSetting, TopicName};
 use broker_testkit::cluster::{Nodes, PATIENCE};
 use broker_testkit::http::get as http_get;
 
@@ -115,10 +115,34 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
     let placed = samples(&nodes, 0, "topic_shard");
     let shards: BTreeSet<i64> = topics.iter().map(|topic| placed[*topic]).collect();
     assert_eq!(shards.len(), 3, "{placed:?}");
-    // A topic named after another with -dlq goes with it.
-    assert!(client.create("apples-dlq", 1).await.unwrap());
+    // A topic named after another with -dlq goes with it, whichever group that is; a group
+    // names it as its dead-letter topic.
+    for topic in topics {
+        let dead_letter = format!("{topic}-dlq");
+        assert!(client.create(&dead_letter, 1).await.unwrap());
+        let named = TopicName::new(&dead_letter).unwrap();
+        let settings = [
+            GroupSetting::MaxDeliveries(3),
+            GroupSetting::DeadLetter(named),
+        ];
+        client.join(topic, "g", "m").await.unwrap();
+        client.configure_group(topic, "g", &settings).await.unwrap();
+    }
     let placed = samples(&nodes, 1, "topic_shard");
-    assert_eq!(placed["apples-dlq"], placed["apples"], "{placed:?}");
+    for topic in topics {
+        assert_eq!(placed[&format!("{topic}-dlq")], placed[topic], "{placed:?}");
+    }
+    // A dead-letter topic in another group than its topic is refused, saying why.
+    let elsewhere = TopicName::new("cherries-dlq").unwrap();
+    let refused = client
+        .configure_group("apples", "g", &[GroupSetting::DeadLetter(elsewhere)])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("must be in its topic's group"),
+        "{refused}"
+    );
     // Each topic's calls are served by its group's leader; metadata says which.
     let metadata = client.metadata(None).await.unwrap();
     let served_by: BTreeSet<_> = metadata
@@ -129,7 +153,6 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
         .collect();
     assert_eq!(served_by.len(), 3, "{metadata:?}");
     for topic in topics {
-        client.join(topic, "g", "m").await.unwrap();
         for index in 0..50 {
             let payload = format!("{topic}-{index}");
             client
@@ -141,13 +164,26 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
     // A listing from any node gathers every group.
     let listed = client.describe().await.unwrap();
     let names: Vec<&str> = listed.topics.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, ["apples", "apples-dlq", "bananas", "cherries"]);
+    assert_eq!(
+        names,
+        [
+            "apples",
+            "apples-dlq",
+            "bananas",
+            "bananas-dlq",
+            "cherries",
+            "cherries-dlq"
+        ]
+    );
 
     // The node leading the group of "bananas" dies: that group elects another leader, the
     // others go on, and nothing acknowledged is lost.
     let group_of_bananas = (samples(&nodes, 0, "topic_shard")["bananas"] + 1).to_string();
     let victim = usize::try_from(leaders[&group_of_bananas] - 1).unwrap();
     nodes.kill(victim);
+    // With a node down, topics are still created.
+    // (Asked again after a lost connection, it may answer that the topic exists.)
+    again(|| client.create("dates", 1)).await;
     for topic in topics {
         for index in 50..60 {
             let payload = format!("{topic}-{index}");
@@ -173,6 +209,7 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
         .map(|topic| topic.partitions.iter().map(|p| p.end_offset).sum())
         .collect();
     assert_eq!(ends, [60, 60, 60]);
+    assert!(listed.topics.iter().any(|topic| topic.name == "dates"));
 }
 
 /// Settings a cluster of several groups cannot take yet are refused at start, saying why.

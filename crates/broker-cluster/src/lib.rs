@@ -681,15 +681,29 @@ impl Cluster {
     }
 
     /// Commits `change` to the cluster's state (in the first group: see [`ClusterState`]) and
-    /// answers the group it is about, once a majority has it and it is applied here. Every
-    /// other member of the group must first answer that its release applies such changes: a
-    /// node of an earlier release would stop at the entry.
+    /// answers the group it is about, once a majority has it and it is applied here. Before the
+    /// first change (while the state is empty), every other member of the group must answer
+    /// that its release applies such changes: a node of an earlier release would stop at the
+    /// entry. (After it, every member was found able, and one of an earlier release could no
+    /// longer read the group's snapshots anyway.)
     ///
     /// # Errors
-    /// As [`Cluster::propose`]; [`ProposeError::Refused`] (nothing proposed) when a member does
-    /// not answer so within a second, naming it.
+    /// As [`Cluster::propose`]; [`ProposeError::Refused`] (nothing proposed) when, before the
+    /// first change, a member does not answer so within a second, naming it.
     pub async fn change_cluster(&self, change: ClusterChange) -> Result<GroupId, ProposeError> {
         self.ensure_leader()?;
+        if self.cluster_state.borrow().is_empty() {
+            self.check_abilities().await?;
+        }
+        let applied = self.propose(Proposal::Cluster(change)).await?;
+        applied.group.ok_or_else(|| {
+            ProposeError::Unavailable("a change to the cluster's state went unanswered".to_owned())
+        })
+    }
+
+    /// `Ok` once every other member of the group answered that its release applies changes to
+    /// the cluster's state; the refusal naming the first that did not otherwise.
+    async fn check_abilities(&self) -> Result<(), ProposeError> {
         let members: BTreeMap<NodeId, ClusterNode> = self
             .core
             .raft
@@ -719,10 +733,7 @@ impl Cluster {
                 members[&node].raft_addr
             )));
         }
-        let applied = self.propose(Proposal::Cluster(change)).await?;
-        applied.group.ok_or_else(|| {
-            ProposeError::Unavailable("a change to the cluster's state went unanswered".to_owned())
-        })
+        Ok(())
     }
 
     /// The cluster's state as the entries applied on this node left it, changing as more are:

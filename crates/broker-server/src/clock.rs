@@ -25,11 +25,12 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             _ = ticks.tick() => {}
         }
         if shared.cluster().is_some() {
-            for shard in 0..shared.shards.all().len() {
-                if let Some(group) = shared.group(shard) {
-                    crate::replicated::tick(&shared, group, shard).await;
-                }
-            }
+            // The groups at once: one that cannot commit does not hold back the others' time.
+            let ticks = (0..shared.shards.all().len()).filter_map(|shard| {
+                let group = shared.group(shard)?;
+                Some(crate::replicated::tick(&shared, group, shard))
+            });
+            futures::future::join_all(ticks).await;
             continue;
         }
         for broker in shared.shards.all() {

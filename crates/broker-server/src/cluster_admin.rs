@@ -108,9 +108,9 @@ async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorRepl
 
 /// `Ok` for a cluster of one group; the refusal of a membership change otherwise.
 fn one_group(shared: &Shared) -> Result<(), ErrorReply> {
-    match shared.groups.is_empty() {
-        true => Ok(()),
-        false => Err(ErrorReply::InvalidArgument(
+    match crate::data_groups::spread(shared) {
+        false => Ok(()),
+        true => Err(ErrorReply::InvalidArgument(
             "nodes cannot be added to or removed from a cluster of several groups \
              (--cluster-data-groups) yet: every node is a voter of every group"
                 .to_owned(),
@@ -173,7 +173,7 @@ async fn metadata(
     cluster: Option<&Cluster>,
     topic: Option<&str>,
 ) -> Result<Outcome, ErrorReply> {
-    if let (Some(cluster), false) = (cluster, shared.groups.is_empty()) {
+    if let (Some(cluster), true) = (cluster, crate::data_groups::spread(shared)) {
         return metadata_of_groups(shared, cluster, topic).await;
     }
     let (nodes, leader) = match cluster {
@@ -224,6 +224,8 @@ async fn metadata_of_groups(
             client_addr: node.client_addr,
         })
         .collect();
+    // Where the topic lives, as of now.
+    first.read_barrier_anywhere().await.map_err(refusal)?;
     let only = topic.map(|topic| first.cluster_state().borrow().group_of(topic));
     let mut topics = Vec::new();
     for shard in 0..shared.shards.all().len() {

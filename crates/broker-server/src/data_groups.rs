@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,10 +27,10 @@ use broker_cluster::{
 };
 use broker_core::{BrokerDescription, Command, Outcome};
 use broker_proto::ErrorReply;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::broker::wall_clock_ms;
-use crate::config::ClusterSettings;
+use crate::config::{ClusterSettings, MAX_SHARDS};
 use crate::replicated::{self, BrokerReplica, CLUSTER_DIR};
 use crate::shards::{companions_of, dead_letter_of};
 use crate::shared::Shared;
@@ -50,6 +51,8 @@ pub(crate) fn count(settings: &ClusterSettings, data_dir: Option<&Path>) -> usiz
             let name = entry.ok()?.file_name();
             name.to_str()?.strip_prefix("group-")?.parse::<usize>().ok()
         })
+        // (A directory a node would never have made is not taken for one.)
+        .filter(|group| *group <= MAX_SHARDS)
         .max()
         .unwrap_or(1);
     settings.data_groups.max(on_disk)
@@ -68,15 +71,15 @@ fn group_of_shard(shard: usize) -> GroupId {
 /// Starts, on a node of a cluster of several groups, the task that hosts each further group
 /// once the cluster's state lists it, and the task that balances the groups' leaders.
 pub(crate) fn start(shared: &Arc<Shared>, settings: &ClusterSettings, data_dir: &Path) {
-    if shared.groups.is_empty() {
-        return;
-    }
+    // Also with one group: a node given fewer groups than the cluster has says so.
     shared.tracker.spawn(host_groups(
         Arc::clone(shared),
         settings.snapshot_entries,
         data_dir.to_owned(),
     ));
-    shared.tracker.spawn(balance_leaders(Arc::clone(shared)));
+    if !shared.groups.is_empty() {
+        shared.tracker.spawn(balance_leaders(Arc::clone(shared)));
+    }
 }
 
 /// Hosts each further group the cluster's state lists (of those this node has a shard for)
@@ -87,6 +90,8 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
     };
     let mut state = first.cluster_state();
     let mut beyond_reported = false;
+    // The last failure logged for each group, so that a retry that fails alike is not.
+    let mut reported: BTreeMap<GroupId, String> = BTreeMap::new();
     loop {
         let listed: Vec<(GroupId, BTreeSet<NodeId>)> = state
             .borrow_and_update()
@@ -101,8 +106,9 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
                 if !std::mem::replace(&mut beyond_reported, true) {
                     error!(
                         group,
-                        "the cluster has group {group}, more than this node serves: start it \
-                         with --cluster-data-groups {group} (every node the same)"
+                        "the cluster has group {group}, more than this node serves: restart it \
+                         with --cluster-data-groups {group} (every node the same); meanwhile \
+                         it serves none of that group's topics"
                     );
                 }
                 continue;
@@ -126,7 +132,13 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
             broker.set_audited(false);
             let replica = Arc::new(BrokerReplica::new(broker, Arc::clone(&shared.signals)));
             match first.host_group(group, config, replica).await {
+                // The server stopped meanwhile: its groups were stopped already.
+                Ok(hosted) if shared.shutdown.is_cancelled() => {
+                    hosted.shutdown().await;
+                    return;
+                }
                 Ok(hosted) => {
+                    reported.remove(&group);
                     if let Some(slot) = shared.groups.get(shard - 1) {
                         // Only this task sets the slots.
                         let _ = slot.set(hosted);
@@ -138,13 +150,17 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
                 }
                 Err(cause) => {
                     failed = true;
-                    error!(group, %cause, "this node cannot host data group {group}; trying again");
+                    let cause = cause.to_string();
+                    if reported.get(&group) != Some(&cause) {
+                        error!(group, %cause, "this node cannot host data group {group}; trying again every 5 s");
+                        reported.insert(group, cause);
+                    }
                 }
             }
         }
         let retry = async {
             match failed {
-                true => tokio::time::sleep(Duration::from_secs(1)).await,
+                true => tokio::time::sleep(Duration::from_secs(5)).await,
                 false => std::future::pending().await,
             }
         };
@@ -232,11 +248,12 @@ async fn balance_leaders(shared: Arc<Shared>) {
         let hosted: Vec<&Cluster> = (0..shared.shards.all().len())
             .filter_map(|shard| shared.group(shard))
             .collect();
-        let voters: Vec<NodeId> = first
-            .status()
+        // A voter this node cannot reach (down, say) is given nothing.
+        let status = first.status();
+        let voters: Vec<NodeId> = status
             .members
             .into_iter()
-            .filter(|(_, _, votes)| *votes)
+            .filter(|(id, _, votes)| *votes && !status.unreachable.contains(id))
             .map(|(id, _, _)| id)
             .collect();
         let leaders: Option<Vec<NodeId>> =
@@ -296,8 +313,30 @@ pub(crate) enum GroupRoute {
     Refused(ErrorReply),
 }
 
+/// Whether requests go through [`route`]: this node serves several groups, or the cluster has
+/// some (a node given fewer than the cluster has serves none of the others' topics).
+pub(crate) fn spread(shared: &Shared) -> bool {
+    !shared.groups.is_empty()
+        || shared
+            .cluster()
+            .is_some_and(|first| !first.cluster_state().borrow().groups.is_empty())
+}
+
+/// Whether this node's copy of where each topic lives may route requests to the first group:
+/// it does not lead the first group (it forwards nothing there but `NotLeader`), or it leads it
+/// and has applied every entry committed before its term.
+pub(crate) fn routes_current(shared: &Shared) -> bool {
+    shared.first_group_current.load(Ordering::SeqCst)
+        || !shared.cluster().is_some_and(Cluster::is_leader)
+}
+
 /// Where `command` goes.
 pub(crate) fn route(shared: &Shared, command: &Command) -> GroupRoute {
+    let Some(first) = shared.cluster() else {
+        return GroupRoute::One(0);
+    };
+    let state = first.cluster_state();
+    let state = state.borrow();
     match command {
         Command::Create { .. } | Command::Describe { topic: None } => GroupRoute::Alone,
         Command::Join {
@@ -307,42 +346,37 @@ pub(crate) fn route(shared: &Shared, command: &Command) -> GroupRoute {
             topic, settings, ..
         } if dead_letter_of(settings).is_some() => {
             let dead_letter = dead_letter_of(settings).unwrap_or_default();
-            let state = cluster_state(shared);
             let (group, elsewhere) = (state.group_of(topic), state.group_of(dead_letter));
-            match (
-                state.placement.contains_key(dead_letter),
-                group == elsewhere,
-            ) {
-                (true, true) => GroupRoute::One(shard_of_group(group)),
-                // Not placed yet: in the first group, placed there by its leader first.
-                (false, _) if group == FIRST_GROUP => GroupRoute::Alone,
-                (false, _) => GroupRoute::Refused(ErrorReply::InvalidArgument(format!(
-                    "with --cluster-data-groups, a group's dead-letter topic must be in its \
-                     topic's group (a record moves to it in one step): create {dead_letter:?} \
-                     first (named after its topic, as \"{topic}-dlq\", it is created in the \
-                     topic's group), then name it"
-                ))),
-                (true, false) => GroupRoute::Refused(ErrorReply::InvalidArgument(format!(
-                    "with --cluster-data-groups, a group's dead-letter topic must be in its \
-                     topic's group (a record moves to it in one step), and topic {topic:?} is \
-                     in group {group} while {dead_letter:?} is in group {elsewhere}: name one \
-                     that does not exist yet and create it first, such as \"{topic}-dlq\""
-                ))),
+            let placed = state.placement.contains_key(dead_letter);
+            if placed && group == elsewhere {
+                return GroupRoute::One(shard_of_group(group));
             }
+            if !placed && group == FIRST_GROUP {
+                // Not placed yet: placed in the first group by its leader first.
+                return GroupRoute::Alone;
+            }
+            let why = match placed {
+                true => format!(
+                    "topic {topic:?} is in group {group} while {dead_letter:?} is in group \
+                     {elsewhere}"
+                ),
+                false => format!(
+                    "topic {topic:?} is in group {group}, and {dead_letter:?} does not exist \
+                     there yet"
+                ),
+            };
+            GroupRoute::Refused(ErrorReply::InvalidArgument(format!(
+                "with --cluster-data-groups, a group's dead-letter topic must be in its topic's \
+                 group (a record moves to it in one step), and {why}: create the dead-letter \
+                 topic before naming it, named after its topic (such as \"{topic}-dlq\") so \
+                 that it is created in the topic's group"
+            )))
         }
         other => match other.topic() {
-            Some(topic) => GroupRoute::One(shard_of_group(cluster_state(shared).group_of(topic))),
+            Some(topic) => GroupRoute::One(shard_of_group(state.group_of(topic))),
             None => GroupRoute::One(0),
         },
     }
-}
-
-/// The cluster's state as applied on this node (empty before it started).
-fn cluster_state(shared: &Shared) -> broker_cluster::ClusterState {
-    shared
-        .cluster()
-        .map(|first| first.cluster_state().borrow().clone())
-        .unwrap_or_default()
 }
 
 /// Applies a request of [`GroupRoute::Alone`]; answers with the shard whose sessions it
@@ -400,6 +434,12 @@ async fn create(
         Ok(target) => target,
         Err(refusal) => return (0, Err(refusal)),
     };
+    if first.cluster_state().borrow().groups.is_empty() {
+        // No other group yet: created in the first group, as in a cluster of one group (and so
+        // without a first change to the cluster's state, which waits for every node).
+        let results = replicated::execute(first, vec![create]).await;
+        return (0, first_result(results, "create"));
+    }
     let placed = match first
         .change_cluster(ClusterChange::Place {
             topic: topic.to_owned(),
@@ -431,40 +471,66 @@ async fn create(
     };
     if matches!(result, Ok(Outcome::Created(true))) {
         info!(%topic, group = placed, "topic placed");
+        // This node's copy of the group takes the topic before the next placement is decided
+        // from it (the group's leader may be another node).
+        if let Err(cause) = group.read_barrier_anywhere().await {
+            debug!(%topic, %cause, "the new topic's group did not confirm its copy here");
+        }
     }
     (shard, result)
 }
 
-/// The group a new topic named `topic` goes to: where it is placed already, with the topic it
-/// is a companion of, or the group holding the fewest partitions (the lowest id among equals);
-/// refused past the broker's maximum of topics. Read from this node's copies (the first group's
-/// leader's), which is enough to balance.
+/// The group a new topic named `topic` goes to: where it is placed already or held, the group
+/// whose consumer groups name it as their dead-letter topic, the group of the topic it is a
+/// companion of, or else the group holding the fewest partitions (the lowest id among equals)
+/// of those this node hosts; refused past the broker's maximum of topics. Read from this
+/// node's copies (the first group's leader's, current for the first group), which is enough to
+/// balance.
 fn target_group(shared: &Shared, topic: &str) -> Result<GroupId, ErrorReply> {
-    let state = cluster_state(shared);
-    if let Some(group) = state.placement.get(topic) {
+    let (placement, listed) = match shared.cluster() {
+        Some(first) => {
+            let state = first.cluster_state();
+            let state = state.borrow();
+            let listed: BTreeSet<GroupId> = state.groups.keys().copied().collect();
+            (state.placement.clone(), listed)
+        }
+        None => Default::default(),
+    };
+    if let Some(group) = placement.get(topic) {
         return Ok(*group);
     }
-    if let Some(group) = companions_of(topic)
-        .map(|base| state.group_of(base))
-        .find(|group| *group != FIRST_GROUP)
-    {
+    let descriptions: Vec<BrokerDescription> = shared
+        .shards
+        .all()
+        .iter()
+        .map(|broker| broker.lock().describe())
+        .collect();
+    // Where a topic named `name` lives: placed, or held by the first group from before.
+    let home_of = |name: &str| {
+        placement.get(name).copied().or_else(|| {
+            descriptions
+                .first()
+                .filter(|first| first.topics.iter().any(|held| held.name == name))
+                .map(|_| FIRST_GROUP)
+        })
+    };
+    let named_as_dead_letter = descriptions.iter().position(|description| {
+        description.topics.iter().any(|held| {
+            held.groups
+                .iter()
+                .any(|group| dead_letter_of(&group.settings) == Some(topic))
+        })
+    });
+    let together = home_of(topic)
+        .or_else(|| named_as_dead_letter.map(group_of_shard))
+        .or_else(|| companions_of(topic).find_map(home_of));
+    if let Some(group) = together {
         return Ok(group);
     }
-    let mut topics = 0;
-    let mut loads = Vec::new();
-    for (shard, broker) in shared.shards.all().iter().enumerate() {
-        let description = broker.lock().describe();
-        if description.topics.iter().any(|held| held.name == topic) {
-            return Ok(group_of_shard(shard));
-        }
-        topics += description.topics.len();
-        let partitions: usize = description
-            .topics
-            .iter()
-            .map(|held| held.partitions.len())
-            .sum();
-        loads.push((partitions, shard));
-    }
+    let topics: usize = descriptions
+        .iter()
+        .map(|description| description.topics.len())
+        .sum();
     let max = shared.config.limits.max_topics;
     if topics >= max {
         return Err(ErrorReply::InvalidArgument(format!(
@@ -473,10 +539,21 @@ fn target_group(shared: &Shared, topic: &str) -> Result<GroupId, ErrorReply> {
     }
     // Of the groups that exist and that this node hosts.
     let serving = |shard: usize| {
-        shard == 0
-            || (shared.group(shard).is_some() && state.groups.contains_key(&group_of_shard(shard)))
+        shard == 0 || (shared.group(shard).is_some() && listed.contains(&group_of_shard(shard)))
     };
-    let least = loads.into_iter().filter(|(_, shard)| serving(*shard)).min();
+    let least = descriptions
+        .iter()
+        .enumerate()
+        .filter(|(shard, _)| serving(*shard))
+        .map(|(shard, description)| {
+            let partitions: usize = description
+                .topics
+                .iter()
+                .map(|held| held.partitions.len())
+                .sum();
+            (partitions, shard)
+        })
+        .min();
     Ok(least.map_or(FIRST_GROUP, |(_, shard)| group_of_shard(shard)))
 }
 
@@ -499,6 +576,10 @@ async fn place_dead_letter_then_join(
         return Err(ErrorReply::Storage("not a join".to_owned()));
     };
     let dead_letter = dead_letter_of(settings).unwrap_or_default().to_owned();
+    // A join that fails for its topic reserves no name (the leader's copy is current).
+    if !shared.shards.first().lock().holds_topic(topic) {
+        return first_result(replicated::execute(first, vec![join]).await, "join");
+    }
     let placed = first
         .change_cluster(ClusterChange::Place {
             topic: dead_letter.clone(),
@@ -513,11 +594,18 @@ async fn place_dead_letter_then_join(
              {FIRST_GROUP} while {dead_letter:?} is in group {placed}: name another"
         )));
     }
-    let results = replicated::execute(first, vec![join]).await?;
-    results
+    first_result(replicated::execute(first, vec![join]).await, "join")
+}
+
+/// The result of the one command of an execution (`what` it was, for a missing answer).
+fn first_result(
+    results: Result<Vec<Result<Outcome, ErrorReply>>, ErrorReply>,
+    what: &str,
+) -> Result<Outcome, ErrorReply> {
+    results?
         .into_iter()
         .next()
-        .unwrap_or_else(|| Err(ErrorReply::Storage("the join was not answered".to_owned())))
+        .unwrap_or_else(|| Err(ErrorReply::Storage(format!("the {what} was not answered"))))
 }
 
 #[cfg(test)]

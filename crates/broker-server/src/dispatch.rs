@@ -321,7 +321,7 @@ pub(crate) async fn apply_batch_replicated(
 ) -> Applied {
     let now = Instant::now();
     let mut applied = Applied::arrived(shared, now);
-    let spread = !shared.groups.is_empty();
+    let spread = data_groups::spread(shared);
     // Each request in order: refused before the proposal, or proposed (with a copy of its
     // command when it names a member, for the session books), its result in `results`.
     let mut requests = Vec::with_capacity(frames.len());
@@ -363,7 +363,7 @@ pub(crate) async fn apply_batch_replicated(
             }
             GroupRoute::Alone => {
                 // In its place: after what came before it.
-                run.propose(shared, &mut results).await;
+                run.propose(shared, spread, &mut results).await;
                 let (shard, result) = data_groups::apply_alone(shared, admitted.command).await;
                 results.push(Some(result));
                 shard
@@ -378,7 +378,7 @@ pub(crate) async fn apply_batch_replicated(
         };
         requests.push(Ok((request, tracked, shard, slot)));
     }
-    run.propose(shared, &mut results).await;
+    run.propose(shared, spread, &mut results).await;
     let mut locked = Locked::default();
     for request in requests {
         match request {
@@ -434,11 +434,18 @@ impl Run {
     async fn propose(
         &mut self,
         shared: &Shared,
+        spread: bool,
         results: &mut [Option<Result<Outcome, ErrorReply>>],
     ) {
         let proposals = std::mem::take(&mut self.by_shard).into_iter().map(
             |(shard, slots, commands)| async move {
                 let answers = match shared.group(shard) {
+                    // Routed by where this node's copy of the first group says each topic lives,
+                    // which a leader that has not yet applied its predecessor's entries may not
+                    // know yet: the client asks again in a moment.
+                    Some(_) if spread && shard == 0 && !data_groups::routes_current(shared) => {
+                        Err(ErrorReply::NotLeader { leader: None })
+                    }
                     Some(group) => replicated::execute(group, commands).await,
                     // A group this node does not host yet: another node may.
                     None => Err(ErrorReply::NotLeader { leader: None }),

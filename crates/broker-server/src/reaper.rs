@@ -28,18 +28,23 @@ pub(crate) async fn reap(shared: Arc<Shared>) {
         let timeout = shared.config.session_timeout;
         match shared.cluster() {
             Some(_) => {
-                for shard in 0..shared.shards.all().len() {
-                    let Some(group) = shared.group(shard) else {
-                        continue;
-                    };
+                // The groups at once: one that cannot commit does not hold back the others.
+                let removals = (0..shared.shards.all().len()).filter_map(|shard| {
+                    let group = shared.group(shard)?;
                     let gone = shared
                         .shards
                         .get(shard)
                         .lock()
                         .sessions()
                         .expired(now, timeout);
-                    remove_replicated(&shared, (shard, group), gone, Removal::Expired).await;
-                }
+                    Some(remove_replicated(
+                        &shared,
+                        (shard, group),
+                        gone,
+                        Removal::Expired,
+                    ))
+                });
+                futures::future::join_all(removals).await;
             }
             None => remove(&shared, Removal::Expired, |sessions| {
                 sessions.expired(now, timeout)

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use broker_cluster::{
@@ -505,11 +506,22 @@ pub(crate) async fn follow_leadership(shared: Arc<Shared>, shard: usize) {
             )
         };
         if let Some(cause) = stopped {
-            error!(
-                %cause,
-                "the consensus engine failed; this node applies nothing more until it is \
-                 restarted"
-            );
+            match first {
+                true => error!(
+                    %cause,
+                    "the consensus engine failed; this node applies nothing more until it is \
+                     restarted"
+                ),
+                false => {
+                    let group = cluster.group();
+                    error!(
+                        %cause,
+                        group,
+                        "the consensus engine of data group {group} failed; this node applies \
+                         nothing more of it until it is restarted (the other groups serve on)"
+                    );
+                }
+            }
             shared.signals.wake_all();
             return;
         }
@@ -538,6 +550,9 @@ pub(crate) async fn follow_leadership(shared: Arc<Shared>, shard: usize) {
             continue;
         }
         if leading.take().is_some() {
+            if first {
+                shared.first_group_current.store(false, Ordering::SeqCst);
+            }
             broker.set_audited(false);
             if std::mem::take(&mut announced) {
                 match first {
@@ -567,6 +582,7 @@ pub(crate) async fn follow_leadership(shared: Arc<Shared>, shard: usize) {
                     let term = cluster.status().term;
                     match first {
                         true => {
+                            shared.first_group_current.store(true, Ordering::SeqCst);
                             info!(term, "this node leads the cluster");
                             crate::data_groups::leading_the_first_group(&shared);
                         }

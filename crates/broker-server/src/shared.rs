@@ -1,7 +1,7 @@
 //! What every task of the server shares: the broker's shards, the limits in force, the
 //! waiters' signals, and the shutdown token and task tracker.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use broker_cluster::Cluster;
@@ -36,6 +36,9 @@ pub(crate) struct Shared {
     /// further group, by shard less one (shard `n` holds group `n + 1`), set once the node
     /// hosts it.
     pub(crate) groups: Vec<OnceLock<Cluster>>,
+    /// Whether this node leads the first group and has applied every entry committed before
+    /// its term: only then is its copy of where each topic lives current (see `data_groups`).
+    pub(crate) first_group_current: AtomicBool,
     /// The id the next connection gets (on either listener).
     next_connection: AtomicU64,
     /// The consumer groups of Kafka's clients (with `--kafka-listen`): their members and
@@ -57,6 +60,7 @@ impl Shared {
         };
         Shared {
             groups: (0..further_groups).map(|_| OnceLock::new()).collect(),
+            first_group_current: AtomicBool::new(false),
             shards,
             config,
             signals: Arc::new(Signals::default()),
