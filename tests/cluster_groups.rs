@@ -33,6 +33,23 @@ fn samples(nodes: &Nodes, index: usize, family: &str) -> BTreeMap<String, i64> {
         .collect()
 }
 
+/// How many requests the running nodes answered `NotLeader`, all together.
+fn not_leader_answers(nodes: &Nodes) -> i64 {
+    (0..nodes.running.len())
+        .filter_map(|index| nodes.running[index].as_ref())
+        .map(|node| {
+            let (_, _, text) = http_get(node.metrics_addr.unwrap(), "/metrics", "");
+            text.lines()
+                .filter(|line| {
+                    line.starts_with("broker_request_errors_total{")
+                        && line.contains("error=\"not_leader\"")
+                })
+                .filter_map(|line| line.rsplit_once(' ')?.1.parse::<i64>().ok())
+                .sum::<i64>()
+        })
+        .sum()
+}
+
 /// Waits until every running node hosts `groups` groups, each with a leader every node agrees
 /// on, and no node leads more than one; returns each group's leader.
 fn spread(nodes: &Nodes, groups: usize) -> BTreeMap<String, i64> {
@@ -161,6 +178,19 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
                 .unwrap();
         }
     }
+    // One client keeps a connection to each topic's leader: calls about the three topics, in
+    // turn, are answered where they are sent.
+    let refused_before = not_leader_answers(&nodes);
+    for round in 0..20 {
+        for topic in topics {
+            client.end_offset(topic, round % 2).await.unwrap();
+        }
+    }
+    assert_eq!(
+        not_leader_answers(&nodes),
+        refused_before,
+        "calls sent elsewhere"
+    );
     // A listing from any node gathers every group.
     let listed = client.describe().await.unwrap();
     let names: Vec<&str> = listed.topics.iter().map(|t| t.name.as_str()).collect();

@@ -155,7 +155,9 @@ impl ClientBuilder {
     /// (`"10.0.0.1:9092,10.0.0.2:9092,10.0.0.3:9092"`). The client then finds the leader by
     /// itself: a call that reaches a node which does not lead is sent again to the leader it
     /// names (or, during an election, to the next node), so callers see no difference; a
-    /// reconnection tries the node it lost last. The addresses are tried in order, each beside
+    /// reconnection tries the node it lost last. In a cluster whose topics have leaders of their
+    /// own (`--cluster-data-groups`), the client remembers each topic's leader and sends that
+    /// topic's calls there, over one connection per node it needs. The addresses are tried in order, each beside
     /// those before it: the next one at once when an attempt fails, or when one is overdue (no
     /// connection within a quarter of a second, or no welcome within four times as long as
     /// connecting took, at least a quarter of a second), so a node that is down or frozen (it

@@ -95,6 +95,10 @@ struct Inner {
     // Whether the server is a cluster (several addresses were given, or a follower refused a
     // call): calls a follower refuses are sent again to the leader.
     cluster: AtomicBool,
+    // In a cluster whose topics have leaders of their own (several groups), the connection to
+    // each topic's leader, learnt from its `NotLeader`: a topic's calls go there, the others
+    // to `current`. A std `Mutex`, never held across an `.await`.
+    routes: Mutex<BTreeMap<String, Arc<Connection>>>,
 }
 
 /// How a client reaches its server, resolved by its builder: what [`Client::start`] opens the
@@ -147,6 +151,7 @@ impl Client {
                 reconnecting: tokio::sync::Mutex::new(None),
                 failed_reconnects: AtomicU64::new(0),
                 cluster: AtomicBool::new(cluster),
+                routes: Mutex::default(),
             }),
         })
     }
@@ -1371,6 +1376,36 @@ impl Client {
 }
 
 impl Inner {
+    fn lock_routes(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Connection>>> {
+        // A map of `Arc`s, each entry replaced whole.
+        self.routes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The live connection to `topic`'s leader, if a `NotLeader` named one (a dead one is
+    /// forgotten: the topic's calls go to the current connection again).
+    fn route(&self, topic: &str) -> Option<Arc<Connection>> {
+        let mut routes = self.lock_routes();
+        let routed = routes.get(topic)?;
+        if routed.is_closed() {
+            routes.remove(topic);
+            return None;
+        }
+        Some(Arc::clone(routed))
+    }
+
+    /// A live connection this client has open to one of `addrs` already, if any.
+    fn open_connection_to(&self, addrs: &[SocketAddr]) -> Option<Arc<Connection>> {
+        let current = self.current();
+        if !current.is_closed() && addrs.contains(&current.peer()) {
+            return Some(current);
+        }
+        let routes = self.lock_routes();
+        routes
+            .values()
+            .find(|routed| !routed.is_closed() && addrs.contains(&routed.peer()))
+            .map(Arc::clone)
+    }
+
     fn lock_current(&self) -> MutexGuard<'_, Arc<Connection>> {
         // The guarded value is an `Arc` that is only ever replaced whole.
         self.current.lock().unwrap_or_else(PoisonError::into_inner)
@@ -1451,8 +1486,12 @@ impl Inner {
             }
         };
         let mut redirects = 0;
+        let topic = command.topic();
         loop {
-            let current = self.current();
+            let current = match topic.and_then(|topic| self.route(topic)) {
+                Some(routed) => routed,
+                None => self.current(),
+            };
             let connection = if current.is_closed() {
                 // Boxed, as waiting for a slot above: kept inline, the rare paths' futures would
                 // make every call's future as large (reconnecting includes a TLS handshake), to
@@ -1476,7 +1515,7 @@ impl Inner {
             if redirects > 0 {
                 tokio::time::sleep_until(deadline.min(Instant::now() + ELECTION_PAUSE)).await;
             }
-            let moved = Box::pin(self.follow_leader(&connection, leader.as_deref()));
+            let moved = Box::pin(self.follow_leader(&connection, topic, leader.as_deref()));
             tokio::time::timeout_at(deadline, moved)
                 .await
                 .map_err(|_| Error::Timeout)??;
@@ -1487,30 +1526,56 @@ impl Inner {
         }
     }
 
-    /// Replaces `stale`, a connection to a node that does not lead, with one to the leader it
-    /// named (its client address), or, when it knows none (an election is under way), with one
-    /// to the next node after a pause. Callers that find another caller already moved share
+    /// Replaces `stale`, a connection to a node that does not lead (for `topic`, when the
+    /// call was about one), with one to the leader it named (its client address), or, when it
+    /// knows none (an election is under way), with one to the next node after a pause. The
+    /// topic's calls go to that leader from then on (a cluster of several groups has a leader
+    /// per topic); so do the calls `stale` served as the current connection. A connection open
+    /// to the leader already is shared. Callers that find another caller already moved share
     /// its move.
     async fn follow_leader(
         &self,
         stale: &Arc<Connection>,
+        topic: Option<&str>,
         leader: Option<&str>,
     ) -> Result<(), Error> {
         let _turn = self.reconnecting.lock().await;
         let current = self.current();
-        if !Arc::ptr_eq(&current, stale) && !current.is_closed() {
+        let routed = topic.and_then(|topic| self.route(topic));
+        let moved_already = match &routed {
+            Some(routed) => !Arc::ptr_eq(routed, stale),
+            None => !Arc::ptr_eq(&current, stale) && !current.is_closed() && topic.is_none(),
+        };
+        if moved_already {
             return Ok(());
         }
-        tracing::debug!(?leader, "moving to the cluster's leader");
+        tracing::debug!(?leader, ?topic, "moving to the leader");
         if let Some(found) = self.resolve_leader(leader).await {
-            // The leader named may be the node that just went away (the others have not
-            // noticed yet): not worth a full connect timeout.
-            let limit = self.connect_timeout.min(LEADER_CONNECT_TIMEOUT);
-            let opened = Connection::open(&found, &self.identity, self.tls.as_ref(), limit).await;
-            if let Ok(fresh) = opened {
-                *self.lock_current() = Arc::new(fresh);
+            let open = self.open_connection_to(&found);
+            let fresh = match open {
+                Some(open) => Ok(open),
+                // The leader named may be the node that just went away (the others have not
+                // noticed yet): not worth a full connect timeout.
+                None => {
+                    let limit = self.connect_timeout.min(LEADER_CONNECT_TIMEOUT);
+                    Connection::open(&found, &self.identity, self.tls.as_ref(), limit)
+                        .await
+                        .map(Arc::new)
+                }
+            };
+            if let Ok(fresh) = fresh {
+                if let Some(topic) = topic {
+                    self.lock_routes()
+                        .insert(topic.to_owned(), Arc::clone(&fresh));
+                }
+                if Arc::ptr_eq(&current, stale) || current.is_closed() {
+                    *self.lock_current() = fresh;
+                }
                 return Ok(());
             }
+        }
+        if let Some(topic) = topic {
+            self.lock_routes().remove(topic);
         }
         // No leader known, or the one named is gone (its followers have not noticed yet): an
         // election is under way. Ask the nodes again after a pause, the one that did not lead
