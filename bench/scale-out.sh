@@ -56,7 +56,8 @@ stop_nodes() {
   containers=()
 }
 
-# Starts a layout's nodes; prints the addresses a client is given.
+# Starts a layout's nodes (recorded in `containers`: not in a subshell); sets `addresses` to
+# what a client is given.
 start_layout() { # single | one-group | spread
   local layout=$1
   local common=(-e BROKER_CAPACITY=2147483647 -e BROKER_MAX_MEMORY=2147483648
@@ -66,7 +67,7 @@ start_layout() { # single | one-group | spread
     docker run -d --name "$name" --network "$net" --network-alias node1 --cpus "$NODE_CPUS" \
       "${common[@]}" "$tag" >/dev/null
     containers+=("$name")
-    echo "node1:9092"
+    addresses="node1:9092"
     return
   fi
   local groups=1
@@ -79,7 +80,7 @@ start_layout() { # single | one-group | spread
       -e BROKER_CLUSTER_DATA_GROUPS="$groups" "$tag" >/dev/null
     containers+=("$name")
   done
-  echo "node1:9092,node2:9092,node3:9092"
+  addresses="node1:9092,node2:9092,node3:9092"
 }
 
 broker() { # addresses, args...
@@ -116,7 +117,7 @@ results="$workdir/results"
 : >"$results"
 for round in $(seq 1 "$ROUNDS"); do
   for layout in single one-group spread; do
-    addresses="$(start_layout "$layout")"
+    start_layout "$layout"
     wait_ready "$layout" "$addresses"
     broker "$addresses" bench publish --producers "$TOPICS" --topics "$TOPICS" \
       --partitions 4 --depth "$DEPTH" --publish-batch "$BATCH" --size "$SIZE" \
