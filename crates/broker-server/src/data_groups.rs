@@ -68,8 +68,9 @@ fn group_of_shard(shard: usize) -> GroupId {
     GroupId::try_from(shard + 1).unwrap_or(GroupId::MAX)
 }
 
-/// Starts, on a node of a cluster of several groups, the task that hosts each further group
-/// once the cluster's state lists it, and the task that balances the groups' leaders.
+/// Starts, on a node of a cluster, the task that hosts each further group once the cluster's
+/// state lists it and, with several groups, the tasks that add the groups the settings ask for
+/// (on the first group's leader) and balance the groups' leaders.
 pub(crate) fn start(shared: &Arc<Shared>, settings: &ClusterSettings, data_dir: &Path) {
     // Also with one group: a node given fewer groups than the cluster has says so.
     shared.tracker.spawn(host_groups(
@@ -78,6 +79,7 @@ pub(crate) fn start(shared: &Arc<Shared>, settings: &ClusterSettings, data_dir: 
         data_dir.to_owned(),
     ));
     if !shared.groups.is_empty() {
+        shared.tracker.spawn(add_groups(Arc::clone(shared)));
         shared.tracker.spawn(balance_leaders(Arc::clone(shared)));
     }
 }
@@ -172,58 +174,62 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
     }
 }
 
-/// On the node that just took up the leadership of the first group: adds the groups the
-/// settings ask for that the cluster's state lacks (every voter of the first group a voter of
-/// each), trying again while some node cannot take them yet, until it stops leading.
-pub(crate) fn leading_the_first_group(shared: &Arc<Shared>) {
+/// How often a node that leads the first group looks for groups the settings ask for that the
+/// cluster's state lacks.
+const ADD_GROUPS_EVERY: Duration = Duration::from_secs(1);
+
+/// While this node leads the first group (and its copy of the cluster's state is current):
+/// adds the groups the settings ask for that the cluster's state lacks, every voter of the
+/// first group a voter of each, trying again every few seconds while some node cannot take
+/// them yet; until the server shuts down.
+async fn add_groups(shared: Arc<Shared>) {
     let wanted = shared.shards.all().len();
-    if wanted <= 1 {
-        return;
-    }
-    let shared = Arc::clone(shared);
-    shared.tracker.clone().spawn(async move {
+    let mut reported = None;
+    loop {
+        tokio::select! {
+            () = shared.shutdown.cancelled() => return,
+            () = tokio::time::sleep(ADD_GROUPS_EVERY) => {}
+        }
         let Some(first) = shared.cluster() else {
             return;
         };
-        let mut reported = None;
-        loop {
-            let missing: Vec<GroupId> = {
-                let state = first.cluster_state();
-                let state = state.borrow();
-                (2..=group_of_shard(wanted - 1))
-                    .filter(|group| !state.groups.contains_key(group))
-                    .collect()
-            };
-            let Some(&group) = missing.first() else {
-                return;
-            };
-            let voters = first
-                .status()
-                .members
-                .into_iter()
-                .filter(|(_, _, votes)| *votes)
-                .map(|(id, _, _)| id)
-                .collect();
-            match first
-                .change_cluster(ClusterChange::AddGroup { group, voters })
-                .await
-            {
-                Ok(_) => info!(group, "data group {group} added to the cluster"),
-                Err(ProposeError::NotLeader { .. }) => return,
-                Err(refused) => {
-                    let why = refused.to_string();
-                    if reported.as_ref() != Some(&why) {
-                        warn!(group, cause = %why, "data group {group} cannot be added yet; trying again");
-                        reported = Some(why);
-                    }
-                    tokio::select! {
-                        () = shared.shutdown.cancelled() => return,
-                        () = tokio::time::sleep(Duration::from_secs(5)) => {}
-                    }
+        if !first.is_leader() || !shared.first_group_current.load(Ordering::SeqCst) {
+            continue;
+        }
+        let missing = {
+            let state = first.cluster_state();
+            let state = state.borrow();
+            (2..=group_of_shard(wanted - 1)).find(|group| !state.groups.contains_key(group))
+        };
+        let Some(group) = missing else {
+            continue;
+        };
+        let voters = first
+            .status()
+            .members
+            .into_iter()
+            .filter(|(_, _, votes)| *votes)
+            .map(|(id, _, _)| id)
+            .collect();
+        match first
+            .change_cluster(ClusterChange::AddGroup { group, voters })
+            .await
+        {
+            Ok(_) => info!(group, "data group {group} added to the cluster"),
+            Err(ProposeError::NotLeader { .. }) => {}
+            Err(refused) => {
+                let why = refused.to_string();
+                if reported.as_ref() != Some(&why) {
+                    warn!(group, cause = %why, "data group {group} cannot be added yet; trying again");
+                    reported = Some(why);
+                }
+                tokio::select! {
+                    () = shared.shutdown.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_secs(5)) => {}
                 }
             }
         }
-    });
+    }
 }
 
 /// How often a node looks at the groups' leaders to balance them.

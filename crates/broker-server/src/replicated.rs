@@ -185,7 +185,6 @@ pub(crate) async fn start(
     shared
         .tracker
         .spawn(follow_leadership(Arc::clone(shared), 0));
-    crate::data_groups::start(shared, settings, data_dir);
     Ok(locked)
 }
 
@@ -584,7 +583,6 @@ pub(crate) async fn follow_leadership(shared: Arc<Shared>, shard: usize) {
                         true => {
                             shared.first_group_current.store(true, Ordering::SeqCst);
                             info!(term, "this node leads the cluster");
-                            crate::data_groups::leading_the_first_group(&shared);
                         }
                         false => info!(term, group, "this node leads data group {group}"),
                     }

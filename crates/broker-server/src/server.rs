@@ -60,7 +60,9 @@ pub(crate) async fn serve(
             let kafka = kafka_listener
                 .as_ref()
                 .and_then(|kafka| kafka.local_addr().ok());
-            Some(replicated::start(&shared, settings, dir, listening, kafka).await?)
+            let started = replicated::start(&shared, settings, dir, listening, kafka).await?;
+            crate::data_groups::start(&shared, settings, dir);
+            Some(started)
         }
         _ => None,
     };
