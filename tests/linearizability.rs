@@ -25,6 +25,12 @@
 //! sent, or never. In CI one round of each fault, 3 clients x 40 calls (a few seconds); more
 //! with `LINEARIZABILITY_CLUSTER_ROUNDS` (6 rounds of 3 clients x 60 calls took 54 s).
 //!
+//! The same again against a cluster of two Raft groups (`--cluster-data-groups 2`), the two
+//! topics in different groups and the fault to the second group's leader: each topic's history
+//! is checked apart (linearizability is local), and a description of every topic, which such a
+//! cluster gathers group by group rather than as one snapshot, is left out of them. A call
+//! answered with a storage error has an unknown outcome, as the protocol says.
+//!
 //! `LINEARIZABILITY_SEED` fixes the first round's seed (every round prints its own; the
 //! calls depend on it, their interleaving on the machine). `LINEARIZABILITY_CHECK_SECS`
 //! (default 120) bounds one round's search: past it the round fails as inconclusive.
@@ -87,6 +93,46 @@ fn fresh_spec() -> Broker {
 }
 
 type Tester = LinearizabilityTester<usize, Broker>;
+
+/// The history of a round: of the whole broker, or, against a cluster whose topics live in
+/// different Raft groups, of each topic apart. Linearizability is local (a history is
+/// linearizable when the history of each object in it is), and every call is about one topic
+/// but a description of every topic, which a cluster of several groups gathers topic by topic,
+/// not as one snapshot: such a call is left out of the per-topic histories.
+struct History {
+    /// One tester, or one per topic of [`TOPICS`].
+    testers: Vec<Tester>,
+    per_topic: bool,
+}
+
+impl History {
+    fn new(per_topic: bool) -> History {
+        let count = if per_topic { TOPICS.len() } else { 1 };
+        History {
+            testers: (0..count).map(|_| Tester::new(fresh_spec())).collect(),
+            per_topic,
+        }
+    }
+
+    /// Records the invocation of `command` by `thread`; the tester it went to, if recorded.
+    fn invoke(&mut self, thread: usize, command: &Command) -> Option<usize> {
+        let index = match self.per_topic {
+            false => 0,
+            true => TOPICS
+                .iter()
+                .position(|topic| Some(*topic) == command.topic())?,
+        };
+        self.testers[index]
+            .on_invoke(thread, command.clone())
+            .unwrap();
+        Some(index)
+    }
+
+    /// How many calls it holds.
+    fn len(&self) -> usize {
+        self.testers.iter().map(Tester::len).sum()
+    }
+}
 
 /// A random call; acks and retries usually name a record this client was delivered.
 fn random_command(rng: &mut Rng, delivered: &[(String, String, String, i32, i64)]) -> Command {
@@ -275,17 +321,24 @@ async fn round(seed: u64, clients: usize, calls: usize) {
         "--session-timeout-ms",
         &u32::MAX.to_string(),
     ]);
-    let run = Run::start(&[server.addr], seed, clients, calls);
+    let run = Run::start(&[server.addr], seed, (clients, calls), false);
     let run = run.finish().await;
     // Nothing fails on a single server: every call was answered.
     assert_eq!(run.unknown(), 0, "a call to the server got no answer");
-    check(&run.tester, seed, clients * calls);
+    check(&run, seed, clients * calls);
 }
 
-/// Checks the history in `tester` (of `calls` calls) within `LINEARIZABILITY_CHECK_SECS`.
-fn check(tester: &Mutex<Tester>, seed: u64, calls: usize) {
-    let tester = tester.lock().unwrap().clone();
-    assert_eq!(tester.len(), calls);
+/// Checks the history of `run` (of `calls` calls) within `LINEARIZABILITY_CHECK_SECS`.
+fn check(run: &Finished, seed: u64, calls: usize) {
+    let history = run.history.lock().unwrap();
+    assert_eq!(history.len() + run.unrecorded, calls);
+    for tester in &history.testers {
+        check_one(tester.clone(), seed);
+    }
+}
+
+/// Checks one tester's history within `LINEARIZABILITY_CHECK_SECS`.
+fn check_one(tester: Tester, seed: u64) {
     // The search runs on a thread of its own, so that one that explodes fails the test after
     // a bounded time instead of hanging it.
     let limit = Duration::from_secs(env_or("LINEARIZABILITY_CHECK_SECS", 120));
@@ -373,6 +426,9 @@ impl Route {
                             }
                             self.move_on(leader.as_deref());
                         }
+                        // A storage error leaves the outcome open (applied or not, per the
+                        // protocol: a forwarded change whose group leader went silent, say).
+                        Err(ErrorReply::Storage(_)) => return None,
                         result => return Some(result),
                     }
                 }
@@ -402,7 +458,9 @@ impl Route {
 /// next thread number of the history, and how many calls were made.
 #[derive(Clone)]
 struct Shared {
-    tester: Arc<Mutex<Tester>>,
+    history: Arc<Mutex<History>>,
+    /// Calls the history does not record (descriptions of every topic, per topic).
+    unrecorded: Arc<AtomicUsize>,
     barrier: Arc<Barrier>,
     next_thread: Arc<AtomicUsize>,
     done: Arc<AtomicUsize>,
@@ -417,16 +475,23 @@ struct Run {
 
 /// The clients of one round, done.
 struct Finished {
-    tester: Arc<Mutex<Tester>>,
+    history: Arc<Mutex<History>>,
+    unrecorded: usize,
     next_thread: usize,
     clients: usize,
 }
 
 impl Run {
     /// Starts `clients` clients of `calls` calls each against the server at `addrs`.
-    fn start(addrs: &[SocketAddr], seed: u64, clients: usize, calls: usize) -> Run {
+    fn start(
+        addrs: &[SocketAddr],
+        seed: u64,
+        (clients, calls): (usize, usize),
+        per_topic: bool,
+    ) -> Run {
         let shared = Shared {
-            tester: Arc::new(Mutex::new(Tester::new(fresh_spec()))),
+            history: Arc::new(Mutex::new(History::new(per_topic))),
+            unrecorded: Arc::default(),
             barrier: Arc::new(Barrier::new(clients)),
             next_thread: Arc::new(AtomicUsize::new(clients)),
             done: Arc::new(AtomicUsize::new(0)),
@@ -444,7 +509,8 @@ impl Run {
             task.await.unwrap();
         }
         Finished {
-            tester: self.shared.tester,
+            history: self.shared.history,
+            unrecorded: self.shared.unrecorded.load(Ordering::SeqCst),
             next_thread: self.shared.next_thread.load(Ordering::SeqCst),
             clients: self.shared.clients,
         }
@@ -466,7 +532,8 @@ impl Finished {
 /// `next_thread`. Counts the calls made in `done`.
 async fn client(addrs: Vec<SocketAddr>, id: usize, seed: u64, calls: usize, shared: Shared) {
     let Shared {
-        tester,
+        history,
+        unrecorded,
         barrier,
         next_thread,
         done,
@@ -486,19 +553,18 @@ async fn client(addrs: Vec<SocketAddr>, id: usize, seed: u64, calls: usize, shar
             barrier.wait().await;
         }
         let command = random_command(&mut rng, &delivered);
-        tester
-            .lock()
-            .unwrap()
-            .on_invoke(thread, command.clone())
-            .unwrap();
+        let recorded = history.lock().unwrap().invoke(thread, &command);
+        if recorded.is_none() {
+            unrecorded.fetch_add(1, Ordering::SeqCst);
+        }
         match route.call(&command).await {
             Some(result) => {
                 remember_deliveries(&command, &result, &mut delivered);
-                tester
-                    .lock()
-                    .unwrap()
-                    .on_return(thread, without_times(result))
-                    .unwrap();
+                if let Some(index) = recorded {
+                    history.lock().unwrap().testers[index]
+                        .on_return(thread, without_times(result))
+                        .unwrap();
+                }
             }
             None => thread = next_thread.fetch_add(1, Ordering::SeqCst),
         }
@@ -506,30 +572,66 @@ async fn client(addrs: Vec<SocketAddr>, id: usize, seed: u64, calls: usize, shar
     }
 }
 
-/// One round against a three-node cluster: `clients` concurrent clients of `calls` calls, and
-/// `fault` once a third of the calls are done.
-async fn cluster_round(seed: u64, clients: usize, calls: usize, fault: Fault) {
+/// The leader of group `group` as node `index` of `nodes` knows it (its metrics), once every
+/// group it hosts has one; `None` if it hosts fewer than `groups` groups so far.
+fn group_leaders(nodes: &Nodes, index: usize, groups: usize) -> Option<Vec<u64>> {
+    let node = nodes.running[index].as_ref()?;
+    let (_, _, text) = broker_testkit::http::get(node.metrics_addr?, "/metrics", "");
+    let leaders: Vec<u64> = text
+        .lines()
+        .filter(|line| line.starts_with("broker_cluster_group_leader_id{"))
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse().ok())
+        .collect();
+    (leaders.len() == groups && !leaders.contains(&0)).then_some(leaders)
+}
+
+/// One round against a three-node cluster of `groups` Raft groups: `clients` concurrent clients
+/// of `calls` calls, and `fault` once a third of the calls are done, to the leader (with
+/// several groups, of the last group: the two topics go to different groups).
+async fn cluster_round(seed: u64, (clients, calls): (usize, usize), fault: Fault, groups: usize) {
     let links = match fault {
         Fault::IsolateLeader => Some(PeerLinks::start(3).await),
         Fault::KillLeader => None,
     };
     let session_timeout = u32::MAX.to_string();
-    let mut nodes = Nodes::start_with(
-        3,
-        links.as_ref(),
-        &[
-            "--capacity",
-            &CAPACITY.to_string(),
-            "--session-timeout-ms",
-            &session_timeout,
-        ],
-    );
+    let groups_flag = groups.to_string();
+    let capacity = CAPACITY.to_string();
+    let mut flags = vec![
+        "--capacity",
+        &capacity,
+        "--session-timeout-ms",
+        &session_timeout,
+    ];
+    if groups > 1 {
+        flags.extend([
+            "--cluster-data-groups",
+            &groups_flag,
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ]);
+    }
+    let mut nodes = Nodes::start_with(3, links.as_ref(), &flags);
     nodes.leader().await;
-    let run = Run::start(&nodes.client_addrs, seed, clients, calls);
+    // With several groups, every node hosts each before the topics are created.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while groups > 1 && !(0..3).all(|index| group_leaders(&nodes, index, groups).is_some()) {
+        assert!(
+            Instant::now() < deadline,
+            "the groups did not all get a leader"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let run = Run::start(&nodes.client_addrs, seed, (clients, calls), groups > 1);
     while run.shared.done.load(Ordering::SeqCst) < clients * calls / 3 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let leader = nodes.leader().await;
+    let leader = match groups {
+        1 => nodes.leader().await,
+        _ => {
+            let leaders = group_leaders(&nodes, 0, groups).expect("every group leads");
+            usize::try_from(leaders[groups - 1] - 1).unwrap()
+        }
+    };
     eprintln!("{fault:?}: node {}", leader + 1);
     match (fault, &links) {
         (Fault::KillLeader, _) => nodes.kill(leader),
@@ -542,7 +644,7 @@ async fn cluster_round(seed: u64, clients: usize, calls: usize, fault: Fault) {
     }
     let run = run.finish().await;
     eprintln!("{} calls of unknown outcome", run.unknown());
-    check(&run.tester, seed, clients * calls);
+    check(&run, seed, clients * calls);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -558,7 +660,28 @@ async fn a_cluster_stays_linearizable_across_a_leader_kill_and_a_partition() {
         {
             let seed = first_seed.wrapping_add(2 * round_index + offset as u64);
             eprintln!("cluster round {round_index}: seed {seed}, {clients} clients x {calls} calls, {fault:?}");
-            cluster_round(seed, clients, calls, fault).await;
+            cluster_round(seed, (clients, calls), fault, 1).await;
+        }
+    }
+}
+
+/// As [`a_cluster_stays_linearizable_across_a_leader_kill_and_a_partition`], against a cluster
+/// of two Raft groups (`--cluster-data-groups 2`), the two topics in different groups, the
+/// fault to the leader of the second group: each topic's history is checked apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_topic_stays_linearizable_in_a_cluster_of_several_groups() {
+    let clients = env_or("LINEARIZABILITY_CLIENTS", 3) as usize;
+    let calls = env_or("LINEARIZABILITY_CALLS", 40) as usize;
+    let rounds = env_or("LINEARIZABILITY_CLUSTER_ROUNDS", 1);
+    let first_seed = env_or("LINEARIZABILITY_SEED", now_seed());
+    for round_index in 0..rounds {
+        for (offset, fault) in [Fault::KillLeader, Fault::IsolateLeader]
+            .into_iter()
+            .enumerate()
+        {
+            let seed = first_seed.wrapping_add(2 * round_index + offset as u64);
+            eprintln!("groups round {round_index}: seed {seed}, {clients} clients x {calls} calls, {fault:?}");
+            cluster_round(seed, (clients, calls), fault, 2).await;
         }
     }
 }

@@ -14,6 +14,10 @@ use crate::{Cluster, ProposeError};
 /// would wait for the leader itself.
 const FORWARD_WITHIN: Duration = Duration::from_secs(30);
 
+/// How long a node tries to open a connection to the group's leader before it answers as a
+/// node that knows no leader.
+const LEADER_CONNECT_WITHIN: Duration = Duration::from_secs(1);
+
 /// How long a node waits for the leader's read index, and then to apply up to it.
 const READ_INDEX_WITHIN: Duration = Duration::from_secs(10);
 
@@ -23,10 +27,11 @@ impl Cluster {
     /// gave there (this node applies it too, later, as every member does).
     ///
     /// # Errors
-    /// [`ProposeError::NotLeader`] when this node knows no leader, or the one it asked no
-    /// longer leads (nothing was proposed; try again once a leader is known);
-    /// [`ProposeError::Unavailable`] when the leader did not answer, in which case the
-    /// proposal may or may not have been applied; otherwise as [`Cluster::propose`].
+    /// [`ProposeError::NotLeader`] when this node knows no leader, the one it asked no longer
+    /// leads, or it cannot be reached (nothing was proposed; try again once a leader is
+    /// known); [`ProposeError::Unavailable`] when the leader did not answer once the proposal
+    /// was sent, in which case it may or may not have been applied; otherwise as
+    /// [`Cluster::propose`].
     pub async fn propose_via_leader(&self, proposal: Proposal) -> Result<Applied, ProposeError> {
         if self.is_leader() {
             return self.propose(proposal).await;
@@ -56,10 +61,15 @@ impl Cluster {
         if self.is_leader() {
             return self.read_barrier().await;
         }
-        let index = match self
+        // A read index asked for changes nothing: a leader that did not answer it is as none.
+        let asked = self
             .ask_leader(PeerRequest::ReadIndex, READ_INDEX_WITHIN, "try again")
-            .await?
-        {
+            .await;
+        let answer = asked.map_err(|refusal| match refusal {
+            ProposeError::Unavailable(_) => ProposeError::NotLeader { leader: None },
+            refusal => refusal,
+        })?;
+        let index = match answer {
             PeerResponse::ReadIndex(answer) => answer?,
             _ => return Err(another_answer()),
         };
@@ -94,6 +104,11 @@ impl Cluster {
             Some(link) => link,
             None => self.network.clone().new_client(leader, &node).await,
         };
+        // Not reached, the leader applied nothing: as a node that knows no leader answers.
+        if let Err(cause) = link.open_within(LEADER_CONNECT_WITHIN).await {
+            tracing::debug!(leader, %cause, "the group's leader cannot be reached");
+            return Err(ProposeError::NotLeader { leader: None });
+        }
         let answer = link.question(request, within).await;
         if answer.is_ok() {
             self.keep_leader_link(leader, node.raft_addr.clone(), link);

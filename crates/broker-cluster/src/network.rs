@@ -655,6 +655,22 @@ impl PeerLink {
         }
     }
 
+    /// Opens the connection now, unless it is open, waiting at most `timeout`: a request sent
+    /// after it succeeded may have reached the peer, one whose connection failed here did not.
+    ///
+    /// # Errors
+    /// The peer cannot be reached in time, or refuses this node.
+    pub(crate) async fn open_within(&mut self, timeout: Duration) -> io::Result<()> {
+        if self.connection.is_some() {
+            return Ok(());
+        }
+        let opened = tokio::time::timeout(timeout, self.connect())
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no connection in time"))??;
+        self.connection = Some(opened);
+        Ok(())
+    }
+
     /// Sends a question that is not one of Raft's and waits at most `timeout` for its answer.
     /// Not through `call`: a peer that does not answer one (it is starting too, or of an
     /// earlier release) is not worth a warning, nor marked unreachable.

@@ -52,7 +52,8 @@ pub enum ErrorReply {
     Unauthenticated(String),
     /// Code 7: the server could not store the change durably: the log cannot take entries and
     /// the change was not applied, or it was applied but may not be on disk (after a failed
-    /// fsync).
+    /// fsync); or, in a cluster of several groups, a change forwarded to its group's leader got
+    /// no answer once sent, and may or may not have been applied.
     #[error("storage error: {0}")]
     Storage(String),
     /// Code 8: the node is a follower (or a candidate) of a cluster and did not apply the
