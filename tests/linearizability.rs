@@ -649,20 +649,7 @@ async fn cluster_round(seed: u64, (clients, calls): (usize, usize), fault: Fault
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_stays_linearizable_across_a_leader_kill_and_a_partition() {
-    let clients = env_or("LINEARIZABILITY_CLIENTS", 3) as usize;
-    let calls = env_or("LINEARIZABILITY_CALLS", 40) as usize;
-    let rounds = env_or("LINEARIZABILITY_CLUSTER_ROUNDS", 1);
-    let first_seed = env_or("LINEARIZABILITY_SEED", now_seed());
-    for round_index in 0..rounds {
-        for (offset, fault) in [Fault::KillLeader, Fault::IsolateLeader]
-            .into_iter()
-            .enumerate()
-        {
-            let seed = first_seed.wrapping_add(2 * round_index + offset as u64);
-            eprintln!("cluster round {round_index}: seed {seed}, {clients} clients x {calls} calls, {fault:?}");
-            cluster_round(seed, (clients, calls), fault, 1).await;
-        }
-    }
+    cluster_rounds(1).await;
 }
 
 /// As [`a_cluster_stays_linearizable_across_a_leader_kill_and_a_partition`], against a cluster
@@ -670,6 +657,12 @@ async fn a_cluster_stays_linearizable_across_a_leader_kill_and_a_partition() {
 /// fault to the leader of the second group: each topic's history is checked apart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_topic_stays_linearizable_in_a_cluster_of_several_groups() {
+    cluster_rounds(2).await;
+}
+
+/// `LINEARIZABILITY_CLUSTER_ROUNDS` rounds (default 1) against a cluster of `groups` groups,
+/// each a leader's kill and then its isolation.
+async fn cluster_rounds(groups: usize) {
     let clients = env_or("LINEARIZABILITY_CLIENTS", 3) as usize;
     let calls = env_or("LINEARIZABILITY_CALLS", 40) as usize;
     let rounds = env_or("LINEARIZABILITY_CLUSTER_ROUNDS", 1);
@@ -680,8 +673,11 @@ async fn each_topic_stays_linearizable_in_a_cluster_of_several_groups() {
             .enumerate()
         {
             let seed = first_seed.wrapping_add(2 * round_index + offset as u64);
-            eprintln!("groups round {round_index}: seed {seed}, {clients} clients x {calls} calls, {fault:?}");
-            cluster_round(seed, (clients, calls), fault, 2).await;
+            eprintln!(
+                "{groups} group(s), round {round_index}: seed {seed}, {clients} clients x \
+                 {calls} calls, {fault:?}"
+            );
+            cluster_round(seed, (clients, calls), fault, groups).await;
         }
     }
 }

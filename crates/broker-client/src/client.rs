@@ -1488,7 +1488,12 @@ impl Inner {
         let mut redirects = 0;
         let topic = command.topic();
         loop {
-            let current = match topic.and_then(|topic| self.route(topic)) {
+            // (A single server never names another leader: no lookup for it.)
+            let routed = match self.cluster.load(Ordering::Relaxed) {
+                true => topic.and_then(|topic| self.route(topic)),
+                false => None,
+            };
+            let current = match routed {
                 Some(routed) => routed,
                 None => self.current(),
             };

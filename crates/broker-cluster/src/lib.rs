@@ -704,16 +704,8 @@ impl Cluster {
     /// `Ok` once every other member of the group answered that its release applies changes to
     /// the cluster's state; the refusal naming the first that did not otherwise.
     async fn check_abilities(&self) -> Result<(), ProposeError> {
-        let members: BTreeMap<NodeId, ClusterNode> = self
-            .core
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .nodes()
-            .map(|(id, node)| (*id, node.clone()))
-            .collect();
+        let (_, members) = self.membership();
+        let members: BTreeMap<NodeId, ClusterNode> = members.into_iter().collect();
         let answers = ask_members(
             &self.network,
             self.node_id,

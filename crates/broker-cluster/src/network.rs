@@ -109,9 +109,9 @@ pub(crate) enum PeerRequest {
     /// proposes its own: every node must be given the same. Added with that check: a node of
     /// an earlier release closes the connection instead of answering.
     Members,
-    /// `request`, about Raft group `group` of the node asked rather than its first group: one
-    /// of `AppendEntries`, `Vote`, `InstallSnapshot`, `Campaign`, `Matched` and `Belonging`
-    /// (a request about the node itself, or another `Group`, closes the connection). Added
+    /// `request`, about Raft group `group` of the node asked rather than its first group: a
+    /// [`GroupRequest`] (so never a request about the node, nor another `Group`: nothing
+    /// nests). Added
     /// with several groups per node: a node of an earlier release closes the connection
     /// instead of answering.
     Group {
@@ -119,7 +119,7 @@ pub(crate) enum PeerRequest {
         /// untagged).
         group: GroupId,
         /// The request.
-        request: Box<PeerRequest>,
+        request: GroupRequest,
     },
     /// What the node's release can do ([`Abilities`]), asked before a change that every node
     /// must be able to apply. Added with groups: a node of an earlier release closes the
@@ -146,54 +146,83 @@ pub(crate) struct Abilities {
 /// What this release can do.
 pub(crate) const ABILITIES: Abilities = Abilities { groups: true };
 
-impl PeerRequest {
-    /// Whether answering it may write this node's log or vote: Raft's own messages, and a
-    /// request to campaign.
+/// A request about one group, as [`PeerRequest::Group`] carries it: the same requests as
+/// [`PeerRequest`]'s variants of these names (the first group's travel as those).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum GroupRequest {
+    /// See [`PeerRequest::AppendEntries`].
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    /// See [`PeerRequest::Vote`].
+    Vote(VoteRequest<NodeId>),
+    /// See [`PeerRequest::InstallSnapshot`].
+    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    /// See [`PeerRequest::Matched`].
+    Matched,
+    /// See [`PeerRequest::Campaign`].
+    Campaign,
+    /// See [`PeerRequest::Belonging`].
+    Belonging,
+    /// See [`PeerRequest::Propose`].
+    Propose(Proposal),
+    /// See [`PeerRequest::ReadIndex`].
+    ReadIndex,
+}
+
+impl GroupRequest {
+    /// Whether answering it may write this node's log or vote: Raft's own messages, a request
+    /// to campaign, and a proposal.
     fn writes_raft_state(&self) -> bool {
         match self {
-            PeerRequest::AppendEntries(_)
-            | PeerRequest::Vote(_)
-            | PeerRequest::InstallSnapshot(_)
-            | PeerRequest::Campaign
-            | PeerRequest::Propose(_) => true,
-            PeerRequest::ReadIndex
-            | PeerRequest::Matched
-            | PeerRequest::Listeners
-            | PeerRequest::Belonging
-            | PeerRequest::Members
-            | PeerRequest::Abilities => false,
-            PeerRequest::Group { request, .. } => request.writes_raft_state(),
+            GroupRequest::AppendEntries(_)
+            | GroupRequest::Vote(_)
+            | GroupRequest::InstallSnapshot(_)
+            | GroupRequest::Campaign
+            | GroupRequest::Propose(_) => true,
+            GroupRequest::ReadIndex | GroupRequest::Matched | GroupRequest::Belonging => false,
         }
     }
+}
 
-    /// Whether it is about one group rather than about the node (so that it travels tagged
-    /// with its group, but for the first group's).
-    fn is_about_a_group(&self) -> bool {
-        match self {
-            PeerRequest::AppendEntries(_)
-            | PeerRequest::Vote(_)
-            | PeerRequest::InstallSnapshot(_)
-            | PeerRequest::Campaign
-            | PeerRequest::Matched
-            | PeerRequest::Belonging
-            | PeerRequest::Propose(_)
-            | PeerRequest::ReadIndex => true,
-            PeerRequest::Listeners
-            | PeerRequest::Members
-            | PeerRequest::Abilities
-            | PeerRequest::Group { .. } => false,
-        }
+/// A [`PeerRequest`] about the node itself rather than one of its groups.
+#[derive(Debug, Clone, Copy)]
+enum NodeQuestion {
+    Listeners,
+    Members,
+    Abilities,
+}
+
+impl PeerRequest {
+    /// The request about one group it is, with that group (untagged: the first group's); or
+    /// itself, a request about the node.
+    fn into_group_request(self) -> Result<(GroupId, GroupRequest), NodeQuestion> {
+        let request = match self {
+            PeerRequest::Group { group, request } => return Ok((group, request)),
+            PeerRequest::AppendEntries(rpc) => GroupRequest::AppendEntries(rpc),
+            PeerRequest::Vote(rpc) => GroupRequest::Vote(rpc),
+            PeerRequest::InstallSnapshot(rpc) => GroupRequest::InstallSnapshot(rpc),
+            PeerRequest::Matched => GroupRequest::Matched,
+            PeerRequest::Campaign => GroupRequest::Campaign,
+            PeerRequest::Belonging => GroupRequest::Belonging,
+            PeerRequest::Propose(proposal) => GroupRequest::Propose(proposal),
+            PeerRequest::ReadIndex => GroupRequest::ReadIndex,
+            PeerRequest::Listeners => return Err(NodeQuestion::Listeners),
+            PeerRequest::Members => return Err(NodeQuestion::Members),
+            PeerRequest::Abilities => return Err(NodeQuestion::Abilities),
+        };
+        Ok((FIRST_GROUP, request))
     }
 
     /// The request as it travels to group `group`: untagged for the first group and for a
     /// request about the node, in a [`PeerRequest::Group`] otherwise.
     fn addressed_to(self, group: GroupId) -> PeerRequest {
-        match group != FIRST_GROUP && self.is_about_a_group() {
-            true => PeerRequest::Group {
-                group,
-                request: Box::new(self),
-            },
-            false => self,
+        if group == FIRST_GROUP {
+            return self;
+        }
+        match self.into_group_request() {
+            Ok((_, request)) => PeerRequest::Group { group, request },
+            Err(NodeQuestion::Listeners) => PeerRequest::Listeners,
+            Err(NodeQuestion::Members) => PeerRequest::Members,
+            Err(NodeQuestion::Abilities) => PeerRequest::Abilities,
         }
     }
 }
@@ -894,39 +923,41 @@ async fn serve_peer(
             Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(error) => return Err(error),
         };
-        if request.writes_raft_state() && !service.takes_raft.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let response = answer(service, hello.from, request).await?;
+        let response = match request.into_group_request() {
+            Err(question) => answer_about_the_node(service, question),
+            Ok((_, request))
+                if request.writes_raft_state() && !service.takes_raft.load(Ordering::Acquire) =>
+            {
+                return Ok(());
+            }
+            Ok((group, request)) => answer(service, hello.from, group, request).await,
+        };
         send(&mut connection, &response).await?;
     }
 }
 
-/// The answer to `request` from peer `from`.
-///
-/// # Errors
-/// A request that no peer of this release sends (a [`PeerRequest::Group`] about the node, or
-/// inside another): the connection is closed.
+/// The answer to `question`, about the node itself.
+fn answer_about_the_node(service: &PeerService, question: NodeQuestion) -> PeerResponse {
+    match question {
+        NodeQuestion::Listeners => PeerResponse::Listeners(service.listeners.clone()),
+        NodeQuestion::Abilities => PeerResponse::Abilities(ABILITIES),
+        NodeQuestion::Members => PeerResponse::Members(BTreeMap::clone(&service.members)),
+    }
+}
+
+/// The answer to `request` about group `group` from peer `from`.
 async fn answer(
     service: &PeerService,
     from: NodeId,
-    request: PeerRequest,
-) -> io::Result<PeerResponse> {
-    let (group, request) = match request {
-        PeerRequest::Listeners => return Ok(PeerResponse::Listeners(service.listeners.clone())),
-        PeerRequest::Abilities => return Ok(PeerResponse::Abilities(ABILITIES)),
-        PeerRequest::Members => {
-            return Ok(PeerResponse::Members(BTreeMap::clone(&service.members)))
-        }
-        PeerRequest::Group { group, request } => (group, *request),
-        request => (FIRST_GROUP, request),
-    };
+    group: GroupId,
+    request: GroupRequest,
+) -> PeerResponse {
     let Some(HostedGroup { core, contact }) = service.groups.get(group) else {
-        return Ok(PeerResponse::NoSuchGroup(group));
+        return PeerResponse::NoSuchGroup(group);
     };
     let raft = &core.raft;
-    Ok(match request {
-        PeerRequest::AppendEntries(rpc) => {
+    match request {
+        GroupRequest::AppendEntries(rpc) => {
             let answer = raft.append_entries(rpc).await;
             // Refused for its term, it came from a node that no longer leads.
             if matches!(&answer, Ok(taken) if !matches!(taken, AppendEntriesResponse::HigherVote(_)))
@@ -935,8 +966,8 @@ async fn answer(
             }
             PeerResponse::AppendEntries(answer)
         }
-        PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
-        PeerRequest::InstallSnapshot(rpc) => {
+        GroupRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
+        GroupRequest::InstallSnapshot(rpc) => {
             let sent_by = rpc.vote;
             let answer = raft.install_snapshot(rpc).await;
             // Answered with a higher vote than the sender's, it came from a node that no
@@ -946,24 +977,14 @@ async fn answer(
             }
             PeerResponse::InstallSnapshot(answer)
         }
-        PeerRequest::Matched => PeerResponse::Matched(matched(&raft.metrics().borrow(), from)),
-        PeerRequest::Campaign => PeerResponse::Campaign(campaign(raft, from).await),
-        PeerRequest::Belonging => {
+        GroupRequest::Matched => PeerResponse::Matched(matched(&raft.metrics().borrow(), from)),
+        GroupRequest::Campaign => PeerResponse::Campaign(campaign(raft, from).await),
+        GroupRequest::Belonging => {
             PeerResponse::Belonging(belonging(&raft.metrics().borrow(), from))
         }
-        PeerRequest::Propose(proposal) => PeerResponse::Proposed(core.propose(proposal).await),
-        PeerRequest::ReadIndex => PeerResponse::ReadIndex(core.read_index().await),
-        // About the node, or nested, inside a `Group`: no peer of this release sends it.
-        PeerRequest::Listeners
-        | PeerRequest::Members
-        | PeerRequest::Abilities
-        | PeerRequest::Group { .. } => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "a group's request that is about no group",
-            ))
-        }
-    })
+        GroupRequest::Propose(proposal) => PeerResponse::Proposed(core.propose(proposal).await),
+        GroupRequest::ReadIndex => PeerResponse::ReadIndex(core.read_index().await),
+    }
 }
 
 /// A leader's committed membership, as it tells a node that asks whether it belongs.
@@ -1099,7 +1120,8 @@ mod tests {
         let tagged = encode(&PeerRequest::Campaign.addressed_to(7)).unwrap();
         let mut expected = 8u32.to_le_bytes().to_vec();
         expected.extend(7u32.to_le_bytes());
-        expected.extend(5u32.to_le_bytes());
+        // `GroupRequest::Campaign`, in that enum's own numbering.
+        expected.extend(4u32.to_le_bytes());
         assert_eq!(tagged, expected);
         // Questions about the node itself are never tagged.
         let members = encode(&PeerRequest::Members.addressed_to(7)).unwrap();
@@ -1107,7 +1129,10 @@ mod tests {
         let decoded: PeerRequest = decode_at_most::<_, 1024>(&tagged).unwrap();
         assert!(matches!(
             decoded,
-            PeerRequest::Group { group: 7, request } if matches!(*request, PeerRequest::Campaign)
+            PeerRequest::Group {
+                group: 7,
+                request: GroupRequest::Campaign
+            }
         ));
     }
 }

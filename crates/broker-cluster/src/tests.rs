@@ -525,6 +525,19 @@ fn create_and_publish(range: std::ops::Range<usize>) -> Vec<Proposal> {
         .collect()
 }
 
+/// Builds a snapshot of `machine` now, as the consensus engine asks it to.
+async fn take_snapshot(
+    machine: &mut StateMachine<Memory>,
+) -> openraft::storage::Snapshot<TypeConfig> {
+    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    machine
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap()
+}
+
 /// The bytes of `machine`'s current snapshot as it sends them.
 async fn sent_bytes(machine: &mut StateMachine<Memory>) -> (SnapshotMeta, Vec<u8>) {
     use openraft::storage::RaftStateMachine;
@@ -562,7 +575,6 @@ fn record_payloads(image: &StateImage) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_put_records_on_disk_and_travel_with_their_segments() {
-    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
     let dir = tempfile::tempdir().unwrap();
     let leader_dir = dir.path().join("leader");
     let replica = Memory::new();
@@ -570,12 +582,7 @@ async fn snapshots_put_records_on_disk_and_travel_with_their_segments() {
     let mut machine = StateMachine::open(&leader_dir, Arc::clone(&replica), 4096).unwrap();
     assert!(!machine.has_snapshot());
     apply_all(&mut machine, 1, create_and_publish(0..300)).await;
-    let snapshot = machine
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    let snapshot = take_snapshot(&mut machine).await;
     assert_eq!(snapshot.meta.last_log_id.map(|id| id.index), Some(301));
     assert_eq!(replica.on_disk(), 300, "every record moved to segments");
     let at_snapshot = replica.contents();
@@ -679,7 +686,7 @@ async fn snapshots_put_records_on_disk_and_travel_with_their_segments() {
 /// memory; the next snapshot moves them to segment files, and the state reads the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_of_format_1_opens_and_the_next_moves_its_records_to_disk() {
-    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    use openraft::storage::RaftStateMachine;
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/cluster-v1/raft/snapshot");
     let dir = tempfile::tempdir().unwrap();
@@ -713,12 +720,7 @@ async fn a_snapshot_of_format_1_opens_and_the_next_moves_its_records_to_disk() {
         "format 1 holds its records in the snapshot"
     );
 
-    machine
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    take_snapshot(&mut machine).await;
     assert_eq!(replica.on_disk(), retained);
     assert_eq!(replica.contents(), opened);
     let written = std::fs::read(dir.path().join("snapshot")).unwrap();
@@ -1272,17 +1274,11 @@ async fn groups_hosted_by_the_same_nodes_replicate_and_elect_apart() {
 /// cluster without groups writes and sends its snapshots as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_clusters_state_travels_with_snapshots_only_once_it_holds_something() {
-    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
     let dir = tempfile::tempdir().unwrap();
     let leader_dir = dir.path().join("leader");
     let mut machine = StateMachine::open(&leader_dir, Memory::new(), 4096).unwrap();
     apply_all(&mut machine, 1, create_and_publish(0..5)).await;
-    machine
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    take_snapshot(&mut machine).await;
     let format = |dir: &Path| {
         let bytes = std::fs::read(dir.join("snapshot")).unwrap();
         u32::from_le_bytes(bytes[8..12].try_into().unwrap())
@@ -1315,12 +1311,7 @@ async fn the_clusters_state_travels_with_snapshots_only_once_it_holds_something(
     };
     let watched = machine.cluster_state();
     assert_eq!(*watched.borrow(), expected);
-    machine
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    take_snapshot(&mut machine).await;
     assert_eq!(format(&leader_dir), 3);
     let (meta, bytes) = sent_bytes(&mut machine).await;
     assert_eq!(bytes[8..12], 2u32.to_le_bytes());
@@ -1362,7 +1353,7 @@ fn copy_tree(from: &Path, to: &Path) {
 /// with the same records and that state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_of_format_2_opens_and_takes_the_clusters_state_after_it() {
-    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    use openraft::storage::RaftStateMachine;
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/cluster-v2/raft");
     let dir = tempfile::tempdir().unwrap();
@@ -1384,12 +1375,7 @@ async fn a_snapshot_of_format_2_opens_and_takes_the_clusters_state_after_it() {
         voters: [1].into(),
     });
     apply_all(&mut machine, next, vec![add]).await;
-    machine
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    take_snapshot(&mut machine).await;
     let written = std::fs::read(dir.path().join("snapshot")).unwrap();
     assert_eq!(&written[8..12], &3u32.to_le_bytes(), "written in format 3");
     drop(machine);

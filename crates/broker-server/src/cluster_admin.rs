@@ -7,10 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use broker_cluster::{Cluster, ClusterNode, ServerState};
+use broker_cluster::{Cluster, ClusterNode, NodeId, ServerState};
 use broker_core::{
-    BrokerMetadata, ClusterMember, ClusterStatus, Command, NodeAddress, NodeRole, Outcome, Scope,
-    TopicPlacement,
+    BrokerDescription, BrokerMetadata, ClusterMember, ClusterStatus, Command, NodeAddress,
+    NodeRole, Outcome, Scope, TopicPlacement,
 };
 use broker_proto::ErrorReply;
 use tokio::sync::OwnedSemaphorePermit;
@@ -179,16 +179,7 @@ async fn metadata(
     let (nodes, leader) = match cluster {
         Some(cluster) => {
             cluster.read_barrier().await.map_err(refusal)?;
-            let nodes = cluster
-                .status()
-                .members
-                .into_iter()
-                .map(|(node_id, node, _)| NodeAddress {
-                    node_id,
-                    client_addr: node.client_addr,
-                })
-                .collect();
-            (nodes, Some(cluster.node_id()))
+            (node_addresses(cluster), Some(cluster.node_id()))
         }
         None => (Vec::new(), None),
     };
@@ -196,16 +187,36 @@ async fn metadata(
         .shards
         .describe_topics(topic)
         .map_err(ErrorReply::from)?;
-    let topics = description
+    let topics = placements(description, leader).collect();
+    Ok(Outcome::Metadata(BrokerMetadata { nodes, topics }))
+}
+
+/// Where clients reach each member of `cluster`.
+fn node_addresses(cluster: &Cluster) -> Vec<NodeAddress> {
+    cluster
+        .status()
+        .members
+        .into_iter()
+        .map(|(node_id, node, _)| NodeAddress {
+            node_id,
+            client_addr: node.client_addr,
+        })
+        .collect()
+}
+
+/// The topics of `description`, each served by `leader`.
+fn placements(
+    description: BrokerDescription,
+    leader: Option<NodeId>,
+) -> impl Iterator<Item = TopicPlacement> {
+    description
         .topics
         .into_iter()
-        .map(|topic| TopicPlacement {
+        .map(move |topic| TopicPlacement {
             partition_count: i32::try_from(topic.partitions.len()).unwrap_or(i32::MAX),
             topic: topic.name,
             leader,
         })
-        .collect();
-    Ok(Outcome::Metadata(BrokerMetadata { nodes, topics }))
 }
 
 /// [`metadata`] of a cluster of several groups, answered by any node: each topic with its
@@ -215,15 +226,7 @@ async fn metadata_of_groups(
     first: &Cluster,
     topic: Option<&str>,
 ) -> Result<Outcome, ErrorReply> {
-    let nodes = first
-        .status()
-        .members
-        .into_iter()
-        .map(|(node_id, node, _)| NodeAddress {
-            node_id,
-            client_addr: node.client_addr,
-        })
-        .collect();
+    let nodes = node_addresses(first);
     // Where the topic lives, as of now.
     first.read_barrier_anywhere().await.map_err(refusal)?;
     let only = topic.map(|topic| first.cluster_state().borrow().group_of(topic));
@@ -244,11 +247,7 @@ async fn metadata_of_groups(
             .lock()
             .describe_topics(topic)
             .map_err(ErrorReply::from)?;
-        topics.extend(description.topics.into_iter().map(|topic| TopicPlacement {
-            partition_count: i32::try_from(topic.partitions.len()).unwrap_or(i32::MAX),
-            topic: topic.name,
-            leader,
-        }));
+        topics.extend(placements(description, leader));
     }
     topics.sort_by(|a, b| a.topic.cmp(&b.topic));
     Ok(Outcome::Metadata(BrokerMetadata { nodes, topics }))

@@ -464,25 +464,7 @@ mod tests {
             ..config(4, 3 << 20)
         };
         assert!(on_disk.validate().is_ok());
-        let cluster = Config {
-            data_dir: Some("d".into()),
-            cluster: Some(ClusterSettings {
-                node_id: 1,
-                members: broker_cluster::parse_members("1=a:1/b:2").unwrap(),
-                listen: None,
-                join: false,
-                tls_ca: None,
-                snapshot_entries: 10,
-                data_groups: 1,
-            }),
-            ..config(2, 1 << 30)
-        };
-        let refused = cluster.validate().unwrap_err().to_string();
-        assert!(
-            refused.contains("--shards is for a single broker"),
-            "{refused}"
-        );
-        // A cluster's groups share the budget out, as shards do; their number is checked.
+        // A cluster node, with `data_groups` groups.
         let groups = |data_groups, max_memory| Config {
             data_dir: Some("d".into()),
             max_memory,
@@ -497,6 +479,16 @@ mod tests {
             }),
             ..Config::default()
         };
+        let cluster = Config {
+            shards: Some(2),
+            ..groups(1, 1 << 30)
+        };
+        let refused = cluster.validate().unwrap_err().to_string();
+        assert!(
+            refused.contains("--shards is for a single broker"),
+            "{refused}"
+        );
+        // A cluster's groups share the budget out, as shards do; their number is checked.
         assert!(groups(3, 3 << 20).validate().is_ok());
         let refused = groups(4, 3 << 20).validate().unwrap_err().to_string();
         assert!(refused.contains("shared by 4 groups"), "{refused}");

@@ -204,13 +204,7 @@ async fn add_groups(shared: Arc<Shared>) {
         let Some(group) = missing else {
             continue;
         };
-        let voters = first
-            .status()
-            .members
-            .into_iter()
-            .filter(|(_, _, votes)| *votes)
-            .map(|(id, _, _)| id)
-            .collect();
+        let voters = voters(first, false).into_iter().collect();
         match first
             .change_cluster(ClusterChange::AddGroup { group, voters })
             .await
@@ -230,6 +224,18 @@ async fn add_groups(shared: Arc<Shared>) {
             }
         }
     }
+}
+
+/// The voters of the first group, as this node knows them; with `reachable`, only those whose
+/// last exchange with it succeeded.
+fn voters(first: &Cluster, reachable: bool) -> Vec<NodeId> {
+    let status = first.status();
+    status
+        .members
+        .into_iter()
+        .filter(|(id, _, votes)| *votes && !(reachable && status.unreachable.contains(id)))
+        .map(|(id, _, _)| id)
+        .collect()
 }
 
 /// How often a node looks at the groups' leaders to balance them.
@@ -255,13 +261,7 @@ async fn balance_leaders(shared: Arc<Shared>) {
             .filter_map(|shard| shared.group(shard))
             .collect();
         // A voter this node cannot reach (down, say) is given nothing.
-        let status = first.status();
-        let voters: Vec<NodeId> = status
-            .members
-            .into_iter()
-            .filter(|(id, _, votes)| *votes && !status.unreachable.contains(id))
-            .map(|(id, _, _)| id)
-            .collect();
+        let voters = voters(first, true);
         let leaders: Option<Vec<NodeId>> =
             hosted.iter().map(|group| group.status().leader).collect();
         let Some(leaders) = leaders else {
