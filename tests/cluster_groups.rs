@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use broker_client::{Client, Error, GroupSetting, TopicName};
@@ -16,22 +16,6 @@ use broker_testkit::http::get as http_get;
 
 /// How long the groups may take to be created and their leaders spread.
 const SETTLING: Duration = Duration::from_secs(60);
-
-/// The samples of `family` on node `index`'s metrics endpoint, by their one label's value.
-fn samples(nodes: &Nodes, index: usize, family: &str) -> BTreeMap<String, i64> {
-    let Some(node) = &nodes.running[index] else {
-        return BTreeMap::new();
-    };
-    let (_, _, text) = http_get(node.metrics_addr.unwrap(), "/metrics", "");
-    text.lines()
-        .filter_map(|line| line.strip_prefix(&format!("broker_{family}{{")))
-        .filter_map(|rest| {
-            let (label, value) = rest.split_once("} ")?;
-            let (_, label) = label.split_once('=')?;
-            Some((label.trim_matches('"').to_owned(), value.parse().ok()?))
-        })
-        .collect()
-}
 
 /// How many requests the running nodes answered `NotLeader`, all together.
 fn not_leader_answers(nodes: &Nodes) -> i64 {
@@ -48,32 +32,6 @@ fn not_leader_answers(nodes: &Nodes) -> i64 {
                 .sum::<i64>()
         })
         .sum()
-}
-
-/// Waits until every running node hosts `groups` groups, each with a leader every node agrees
-/// on, and no node leads more than one; returns each group's leader.
-fn spread(nodes: &Nodes, groups: usize) -> BTreeMap<String, i64> {
-    let deadline = Instant::now() + SETTLING;
-    loop {
-        let seen: Vec<BTreeMap<String, i64>> = (0..nodes.running.len())
-            .filter(|index| nodes.running[*index].is_some())
-            .map(|index| samples(nodes, index, "cluster_group_leader_id"))
-            .collect();
-        let leaders = &seen[0];
-        let distinct: BTreeSet<&i64> = leaders.values().collect();
-        if leaders.len() == groups
-            && seen.iter().all(|other| other == leaders)
-            && !distinct.contains(&0)
-            && distinct.len() == groups.min(nodes.running.iter().flatten().count())
-        {
-            return leaders.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the groups' leaders did not spread: {seen:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 /// Runs `call` until it answers: a call whose connection was lost (its node died) is asked
@@ -121,7 +79,7 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
             "127.0.0.1:0",
         ],
     );
-    let leaders = spread(&nodes, 3);
+    let leaders = nodes.spread(3, SETTLING);
     eprintln!("groups' leaders: {leaders:?}");
     let client = nodes.client().await;
     let topics = ["apples", "bananas", "cherries"];
@@ -129,7 +87,7 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
         assert!(client.create(topic, 2).await.unwrap(), "{topic} created");
     }
     // Each in a group of its own (the one holding the fewest partitions).
-    let placed = samples(&nodes, 0, "topic_shard");
+    let placed = nodes.samples(0, "topic_shard");
     let shards: BTreeSet<i64> = topics.iter().map(|topic| placed[*topic]).collect();
     assert_eq!(shards.len(), 3, "{placed:?}");
     // A topic named after another with -dlq goes with it, whichever group that is; a group
@@ -145,7 +103,7 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
         client.join(topic, "g", "m").await.unwrap();
         client.configure_group(topic, "g", &settings).await.unwrap();
     }
-    let placed = samples(&nodes, 1, "topic_shard");
+    let placed = nodes.samples(1, "topic_shard");
     for topic in topics {
         assert_eq!(placed[&format!("{topic}-dlq")], placed[topic], "{placed:?}");
     }
@@ -208,7 +166,7 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
 
     // The node leading the group of "bananas" dies: that group elects another leader, the
     // others go on, and nothing acknowledged is lost.
-    let group_of_bananas = (samples(&nodes, 0, "topic_shard")["bananas"] + 1).to_string();
+    let group_of_bananas = (nodes.samples(0, "topic_shard")["bananas"] + 1).to_string();
     let victim = usize::try_from(leaders[&group_of_bananas] - 1).unwrap();
     nodes.kill(victim);
     // With a node down, topics are still created.
@@ -230,7 +188,7 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
     }
     // Back, the node catches up and takes its share of leaders again.
     nodes.restart(victim);
-    spread(&nodes, 3);
+    nodes.spread(3, SETTLING);
     let listed = again(|| client.describe()).await;
     let ends: Vec<i64> = listed
         .topics
@@ -240,31 +198,4 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
         .collect();
     assert_eq!(ends, [60, 60, 60]);
     assert!(listed.topics.iter().any(|topic| topic.name == "dates"));
-}
-
-/// Settings a cluster of several groups cannot take yet are refused at start, saying why.
-#[test]
-fn the_kafka_listener_is_refused_with_several_groups() {
-    let members = "1=127.0.0.1:1/127.0.0.1:2";
-    let dir = tempfile::tempdir().unwrap();
-    let refused = broker_testkit::process::refused_start(
-        &[
-            "--node-id",
-            "1",
-            "--cluster-members",
-            members,
-            "--data-dir",
-            dir.path().to_str().unwrap(),
-            "--cluster-data-groups",
-            "2",
-            "--kafka-listen",
-            "127.0.0.1:0",
-        ],
-        PATIENCE,
-    );
-    assert!(
-        refused.stderr.contains("--cluster-data-groups"),
-        "{}",
-        refused.stderr
-    );
 }

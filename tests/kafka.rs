@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -1445,6 +1446,114 @@ async fn a_cluster_sends_kafka_clients_to_its_leader_and_keeps_every_record_thro
     assert_eq!(records.len(), 300);
     let lag = client.lag("replicated", "failover").await.unwrap();
     assert!(lag.iter().all(|row| row.lag == 0), "{lag:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_of_several_groups_sends_kafka_clients_to_each_topics_leader() {
+    if !clients_installed() {
+        return;
+    }
+    let nodes = Nodes::start_with(
+        3,
+        None,
+        &[
+            "--kafka-listen",
+            "127.0.0.1:0",
+            "--cluster-data-groups",
+            "3",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let leaders = nodes.spread(3, Duration::from_secs(60));
+    let client = nodes.client().await;
+    let topics = ["apples", "bananas", "cherries"];
+    for topic in topics {
+        assert!(client.create(topic, 2).await.unwrap(), "{topic} created");
+    }
+    // Each topic's group's leader, by the node's metrics (a topic's shard is its group less one).
+    let placed = nodes.samples(0, "topic_shard");
+    let expected: BTreeMap<&str, i64> = topics
+        .iter()
+        .map(|topic| (*topic, leaders[&(placed[*topic] + 1).to_string()]))
+        .collect();
+    let distinct: std::collections::BTreeSet<&i64> = expected.values().collect();
+    assert_eq!(
+        distinct.len(),
+        3,
+        "three topics, three leaders: {expected:?}"
+    );
+    let kafka_addr = |index: usize| {
+        nodes.running[index]
+            .as_ref()
+            .and_then(|node| node.kafka_addr)
+            .unwrap()
+            .to_string()
+    };
+    // Any node lists each topic's partitions with its group's leader, once it applied them.
+    let first = kafka_addr(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let metadata = kcat_metadata(&first);
+        let listed: BTreeMap<&str, Vec<i64>> = metadata["topics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|topic| {
+                let leaders = topic["partitions"].as_array()?.iter();
+                let leaders = leaders.filter_map(|partition| partition["leader"].as_i64());
+                Some((topic["topic"].as_str()?, leaders.collect()))
+            })
+            .collect();
+        let as_expected = expected
+            .iter()
+            .all(|(topic, leader)| listed.get(topic) == Some(&vec![*leader, *leader]));
+        if as_expected && metadata["brokers"].as_array().unwrap().len() == 3 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{metadata}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Produced through one node's address: each topic's records go to its own leader.
+    for topic in topics {
+        let report = python(&["produce", &first, topic, "100", "--idempotent"]);
+        assert_eq!(
+            report["delivered"].as_array().unwrap().len(),
+            100,
+            "{topic}"
+        );
+    }
+    // One group reads the three topics, committing each record through its coordinator (the
+    // first group's leader), which sends each commit to its topic's group.
+    let everyone = (0..3).map(kafka_addr).collect::<Vec<_>>().join(",");
+    let report = python(&[
+        "group",
+        &everyone,
+        &topics.join(","),
+        "fruit",
+        "300",
+        "--consumers",
+        "1",
+    ]);
+    let mut read: BTreeMap<String, usize> = BTreeMap::new();
+    for record in report["records"].as_array().unwrap() {
+        *read
+            .entry(record["topic"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    let hundred_each: BTreeMap<String, usize> = topics
+        .iter()
+        .map(|topic| ((*topic).to_owned(), 100))
+        .collect();
+    assert_eq!(read, hundred_each);
+    // The commits are with each topic, where the native client sees them.
+    for topic in topics {
+        let lag = client.lag(topic, "fruit").await.unwrap();
+        let committed: Vec<i64> = lag.iter().map(|row| row.committed).collect();
+        let ends: Vec<i64> = lag.iter().map(|row| row.end_offset).collect();
+        assert_eq!(committed, ends, "{topic}: {lag:?}");
+        assert_eq!(ends.iter().sum::<i64>(), 100, "{topic}: {lag:?}");
+    }
 }
 
 /// The value of `series` in the metrics text, or 0 when it is not there.

@@ -325,8 +325,9 @@ def offsets_for_time(args):
 
 
 def group(args):
-    """N consumers of one group subscribe to TOPIC, the second joining once the first has its
-    partitions, and together consume COUNT records, committing each one; then they leave."""
+    """N consumers of one group subscribe to TOPIC (or to several, comma-separated), the second
+    joining once the first has its partitions, and together consume COUNT records, committing
+    each one; then they leave."""
     from confluent_kafka import Consumer
 
     def consumer(name, events):
@@ -348,7 +349,7 @@ def group(args):
                 "partition.assignment.strategy": "range",
             }
         )
-        c.subscribe([args.topic], on_assign=assigned, on_revoke=revoked)
+        c.subscribe(args.topic.split(","), on_assign=assigned, on_revoke=revoked)
         return c
 
     events = []
@@ -363,7 +364,12 @@ def group(args):
             if message.error():
                 fail(f"consume error: {message.error()}")
             records.append(
-                {"consumer": index, "partition": message.partition(), "offset": message.offset()}
+                {
+                    "consumer": index,
+                    "topic": message.topic(),
+                    "partition": message.partition(),
+                    "offset": message.offset(),
+                }
             )
             c.commit(message=message, asynchronous=False)
         # The next consumer joins once the first has consumed some records.

@@ -1,5 +1,6 @@
 //! What the listener runs the broker's commands through.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -9,17 +10,32 @@ use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
 
 /// Where a cluster serves the broker, as Metadata and FindCoordinator tell Kafka's clients:
-/// every partition and every group is served by the node that leads.
+/// every group is coordinated by the node that leads, which also serves every partition but
+/// those of the topics whose group has a leader of its own (`topic_leaders`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterView {
     /// Every node clients may be sent to: its broker id and the host and port of its Kafka
     /// listener.
     pub brokers: Vec<(i32, String, u16)>,
-    /// The node that leads now, if one is known: the leader of every partition and the
-    /// coordinator of every group.
+    /// The node that leads now, if one is known: the controller, the coordinator of every
+    /// group, and the leader of every partition not listed in `topic_leaders`.
     pub leader: Option<i32>,
     /// The nodes that hold a copy of every partition (the voting members).
     pub replicas: Vec<i32>,
+    /// In a cluster that spreads its topics over several groups: the topics held by a group
+    /// other than the leader's, each with its group's leader, if one is known. Every
+    /// partition of such a topic is served by that node.
+    pub topic_leaders: BTreeMap<String, Option<i32>>,
+}
+
+impl ClusterView {
+    /// The node serving the partitions of `topic`, if one is known.
+    pub fn leader_of(&self, topic: &str) -> Option<i32> {
+        self.topic_leaders
+            .get(topic)
+            .copied()
+            .unwrap_or(self.leader)
+    }
 }
 
 /// Runs the broker's commands for one Kafka connection: the server implements it with the same
@@ -32,6 +48,18 @@ pub trait Backend: Send + Sync {
         command: Command,
         max_wait: Duration,
     ) -> impl Future<Output = Result<Outcome, ErrorReply>> + Send;
+
+    /// Applies `command` for a request that Kafka's clients send to the controller or a
+    /// group's coordinator rather than to a partition's leader (offset commits and fetches,
+    /// group deletions, changes to topics): where the node serving the command's topic is
+    /// another node of the cluster, the command is applied there, through the cluster, and
+    /// answered here. A read does not wait for records. By default, as `call` does.
+    fn call_anywhere(
+        &self,
+        command: Command,
+    ) -> impl Future<Output = Result<Outcome, ErrorReply>> + Send {
+        self.call(command, Duration::ZERO)
+    }
 
     /// The topics as this server knows them, for Metadata. A server that runs alone, or
     /// leads its cluster, answers as a `Describe` command does; a follower answers from its

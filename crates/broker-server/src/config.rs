@@ -184,8 +184,8 @@ impl Config {
         Some(format!("{host}:{}", listening.port()))
     }
 
-    /// Checks that a Kafka listener can serve with these settings: in a cluster, one group,
-    /// and every node id one Kafka's clients take as a broker id (0 to 2,147,483,647).
+    /// Checks that a Kafka listener can serve with these settings: every node id of a cluster
+    /// one Kafka's clients take as a broker id (0 to 2,147,483,647).
     ///
     /// # Errors
     /// [`ServerError::InvalidConfig`] naming the first node id out of range.
@@ -202,14 +202,6 @@ impl Config {
         let Some(cluster) = &self.cluster else {
             return Ok(());
         };
-        if cluster.data_groups > 1 {
-            return Err(ServerError::InvalidConfig(
-                "the Kafka listener (--kafka-listen) serves a cluster of one group: it cannot \
-                 yet route Kafka's clients to the leaders of several groups \
-                 (--cluster-data-groups)"
-                    .to_owned(),
-            ));
-        }
         let ids = std::iter::once(&cluster.node_id).chain(cluster.members.keys());
         match ids.copied().find(|id| i32::try_from(*id).is_err()) {
             None => Ok(()),

@@ -385,6 +385,68 @@ pub(crate) fn route(shared: &Shared, command: &Command) -> GroupRoute {
     }
 }
 
+/// The group holding the topic of `command`, when another node leads it: the command is
+/// applied there, not here. (A group this node does not host is not known here: the command
+/// is answered `NotLeader`, as any other.)
+pub(crate) fn leader_elsewhere<'a>(shared: &'a Shared, command: &Command) -> Option<&'a Cluster> {
+    if !spread(shared) {
+        return None;
+    }
+    match route(shared, command) {
+        GroupRoute::One(shard) => shared.group(shard).filter(|group| !group.is_leader()),
+        GroupRoute::Alone | GroupRoute::Refused(_) => None,
+    }
+}
+
+/// Applies `command` at the leader of `group`, through the peer links (see
+/// [`Cluster::propose_via_leader`]), and answers what applying it gave there.
+pub(crate) async fn apply_at_leader(
+    group: &Cluster,
+    command: Command,
+) -> Result<Outcome, ErrorReply> {
+    let proposal = Proposal::Commands {
+        now_ms: wall_clock_ms(),
+        commands: vec![command],
+    };
+    match group.propose_via_leader(proposal).await {
+        Ok(applied) => applied.results.into_iter().next().map_or_else(
+            || {
+                Err(ErrorReply::Storage(
+                    "the change was not answered".to_owned(),
+                ))
+            },
+            |result| result.map_err(ErrorReply::from),
+        ),
+        Err(refusal) => Err(replicated::refusal(refusal)),
+    }
+}
+
+/// The topics held by a group other than the first, each with its group's leader as this
+/// node knows it (none when it does not host that group or the group elects).
+pub(crate) fn topic_leaders(shared: &Shared) -> BTreeMap<String, Option<NodeId>> {
+    let Some(first) = shared.cluster() else {
+        return BTreeMap::new();
+    };
+    let state = first.cluster_state();
+    let state = state.borrow();
+    let leaders: BTreeMap<GroupId, Option<NodeId>> = state
+        .groups
+        .keys()
+        .map(|group| {
+            let leader = shared
+                .group(shard_of_group(*group))
+                .and_then(|hosted| hosted.status().leader);
+            (*group, leader)
+        })
+        .collect();
+    state
+        .placement
+        .iter()
+        .filter(|(_, group)| **group != FIRST_GROUP)
+        .map(|(topic, group)| (topic.clone(), leaders.get(group).copied().flatten()))
+        .collect()
+}
+
 /// Applies a request of [`GroupRoute::Alone`]; answers with the shard whose sessions it
 /// concerns.
 pub(crate) async fn apply_alone(
@@ -460,21 +522,7 @@ async fn create(
     let Some(group) = shared.group(shard) else {
         return (shard, Err(ErrorReply::NotLeader { leader: None }));
     };
-    let proposal = Proposal::Commands {
-        now_ms: wall_clock_ms(),
-        commands: vec![create],
-    };
-    let result = match group.propose_via_leader(proposal).await {
-        Ok(applied) => applied.results.into_iter().next().map_or_else(
-            || {
-                Err(ErrorReply::Storage(
-                    "the create was not answered".to_owned(),
-                ))
-            },
-            |result| result.map_err(ErrorReply::from),
-        ),
-        Err(refusal) => Err(replicated::refusal(refusal)),
-    };
+    let result = apply_at_leader(group, create).await;
     if matches!(result, Ok(Outcome::Created(true))) {
         info!(%topic, group = placed, "topic placed");
         // This node's copy of the group takes the topic before the next placement is decided

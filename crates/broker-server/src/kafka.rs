@@ -234,10 +234,22 @@ impl Backend for ServerBackend {
             .map_or(Err(ErrorReply::ShuttingDown), |response| response.result)
     }
 
+    async fn call_anywhere(&self, command: Command) -> Result<Outcome, ErrorReply> {
+        match crate::data_groups::leader_elsewhere(&self.shared, &command) {
+            Some(group) => crate::data_groups::apply_at_leader(group, command).await,
+            None => self.call(command, Duration::ZERO).await,
+        }
+    }
+
     async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
         if self.shared.cluster().is_some() {
-            // Any node answers Metadata, from its own copy (see `Backend::topics`).
-            return Ok(self.shared.shards.first().lock().describe().topics);
+            // Any node answers Metadata, from its own copy of each group (see
+            // `Backend::topics`).
+            let mut topics: Vec<TopicDescription> = (self.shared.shards.all().iter())
+                .flat_map(|broker| broker.lock().describe().topics)
+                .collect();
+            topics.sort_by(|a, b| a.name.cmp(&b.name));
+            return Ok(topics);
         }
         match self
             .call(Command::Describe { topic: None }, Duration::ZERO)
@@ -272,9 +284,15 @@ impl Backend for ServerBackend {
                 .filter(|(_, _, voter)| *voter)
                 .filter_map(|(id, _, _)| broker_id(*id))
                 .collect(),
+            topic_leaders: crate::data_groups::topic_leaders(&self.shared)
+                .into_iter()
+                .map(|(topic, leader)| (topic, leader.and_then(broker_id)))
+                .collect(),
         })
     }
 
+    /// The first group's leader coordinates every Kafka group, whichever groups hold its
+    /// topics: its commits reach them through `call_anywhere`.
     fn coordinates_groups(&self) -> bool {
         self.shared
             .cluster()

@@ -357,8 +357,9 @@ struct Args {
     /// topic gathers the groups. Every node gets the same value; 1 (the default) is a cluster
     /// of one group. Groups are added, never removed: raising it on every node adds groups
     /// (once every node runs a release that has them); a node keeps every group its
-    /// directory holds. Not yet with --kafka-listen, nor with `broker cluster add` and
-    /// `remove` (refused, saying so).
+    /// directory holds. With --kafka-listen, Kafka's clients are sent to each topic's group
+    /// leader, and the first group's leader coordinates every Kafka group. Not yet with
+    /// `broker cluster add` and `remove` (refused, saying so).
     #[arg(
         long,
         env = "BROKER_CLUSTER_DATA_GROUPS",

@@ -216,6 +216,53 @@ impl Nodes {
             .expect("connect to the cluster")
     }
 
+    /// The samples of the metric `broker_<family>` on node `index`'s metrics endpoint (the
+    /// nodes started with `--metrics-listen`), by their one label's value; none for a node
+    /// not running.
+    pub fn samples(&self, index: usize, family: &str) -> BTreeMap<String, i64> {
+        let Some(node) = &self.running[index] else {
+            return BTreeMap::new();
+        };
+        let metrics = node.metrics_addr.expect("the node's metrics address");
+        let (_, _, text) = crate::http::get(metrics, "/metrics", "");
+        text.lines()
+            .filter_map(|line| line.strip_prefix(&format!("broker_{family}{{")))
+            .filter_map(|rest| {
+                let (label, value) = rest.split_once("} ")?;
+                let (_, label) = label.split_once('=')?;
+                Some((label.trim_matches('"').to_owned(), value.parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// Waits, `within` at most, until every running node (started with
+    /// `--cluster-data-groups` and `--metrics-listen`) hosts `groups` groups, each with a
+    /// leader every node agrees on, and no node leads more than one; returns each group's
+    /// leader's id by group.
+    pub fn spread(&self, groups: usize, within: Duration) -> BTreeMap<String, i64> {
+        let deadline = Instant::now() + within;
+        loop {
+            let seen: Vec<BTreeMap<String, i64>> = (0..self.running.len())
+                .filter(|index| self.running[*index].is_some())
+                .map(|index| self.samples(index, "cluster_group_leader_id"))
+                .collect();
+            let leaders = &seen[0];
+            let distinct: std::collections::BTreeSet<&i64> = leaders.values().collect();
+            if leaders.len() == groups
+                && seen.iter().all(|other| other == leaders)
+                && !distinct.contains(&0)
+                && distinct.len() == groups.min(self.running.iter().flatten().count())
+            {
+                return leaders.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the groups' leaders did not spread: {seen:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// The running node that leads now (the one that answers a read itself); fails after
     /// [`PATIENCE`] without one.
     pub async fn leader(&self) -> usize {

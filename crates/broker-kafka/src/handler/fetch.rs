@@ -219,7 +219,7 @@ impl<B: Backend> Handler<'_, B> {
                 // Past the end (the records there were deleted and the topic made anew, or the
                 // client is confused): the client resets its offset as it is configured to.
                 let end = self
-                    .call(Command::EndOffset {
+                    .call_here(Command::EndOffset {
                         topic: topic.clone(),
                         partition: *partition,
                     })
@@ -329,7 +329,7 @@ impl<B: Backend> Handler<'_, B> {
         end: i64,
     ) -> Result<(i64, i64), ResponseError> {
         let offset = match self
-            .call(Command::OffsetForTime {
+            .call_here(Command::OffsetForTime {
                 topic: topic.to_owned(),
                 partition,
                 timestamp_ms: time,
@@ -350,7 +350,7 @@ impl<B: Backend> Handler<'_, B> {
             max_records: 1,
             max_bytes: Some(0),
         };
-        match self.call(read).await {
+        match self.call_here(read).await {
             Ok(Outcome::Read(read)) => Ok(read
                 .records
                 .first()

@@ -35,10 +35,24 @@ const BROKERS: i8 = 1;
 struct Placement {
     /// Every node with its listener's address.
     brokers: Vec<(BrokerId, Endpoint)>,
-    /// The node that serves every partition and coordinates every group, if one is known.
+    /// The node that coordinates every group and serves every partition but those of
+    /// `topic_leaders`, if one is known.
     leader: Option<BrokerId>,
     /// The nodes that hold a copy of every partition.
     replicas: Vec<BrokerId>,
+    /// The topics served by a node of their own (see [`crate::ClusterView::topic_leaders`]), each
+    /// with that node, if one is known.
+    topic_leaders: BTreeMap<String, Option<BrokerId>>,
+}
+
+impl Placement {
+    /// The node serving the partitions of `topic`, if one is known.
+    fn leader_of(&self, topic: &str) -> Option<BrokerId> {
+        self.topic_leaders
+            .get(topic)
+            .copied()
+            .unwrap_or(self.leader)
+    }
 }
 
 impl<B: Backend> Handler<'_, B> {
@@ -55,24 +69,34 @@ impl<B: Backend> Handler<'_, B> {
                 brokers: vec![(self.node_id(), self.endpoint.clone())],
                 leader: Some(self.node_id()),
                 replicas: vec![self.node_id()],
+                topic_leaders: BTreeMap::new(),
             },
-            Some(view) => Placement {
+            Some(view) => {
                 // A leader whose address this node has not learned yet (it started a moment
                 // ago) is no leader to clients, who would not know where to go: they ask again.
-                leader: view
-                    .leader
-                    .filter(|leader| view.brokers.iter().any(|(id, _, _)| id == leader))
-                    .map(BrokerId),
-                brokers: view
-                    .brokers
-                    .into_iter()
-                    .map(|(id, host, port)| {
-                        let port = i32::from(port);
-                        (BrokerId(id), Endpoint { host, port })
-                    })
-                    .collect(),
-                replicas: view.replicas.into_iter().map(BrokerId).collect(),
-            },
+                let known = |leader: Option<i32>| {
+                    leader
+                        .filter(|leader| view.brokers.iter().any(|(id, _, _)| id == leader))
+                        .map(BrokerId)
+                };
+                Placement {
+                    leader: known(view.leader),
+                    topic_leaders: view
+                        .topic_leaders
+                        .iter()
+                        .map(|(topic, leader)| (topic.clone(), known(*leader)))
+                        .collect(),
+                    brokers: view
+                        .brokers
+                        .into_iter()
+                        .map(|(id, host, port)| {
+                            let port = i32::from(port);
+                            (BrokerId(id), Endpoint { host, port })
+                        })
+                        .collect(),
+                    replicas: view.replicas.into_iter().map(BrokerId).collect(),
+                }
+            }
         }
     }
 
@@ -217,26 +241,28 @@ impl<B: Backend> Handler<'_, B> {
         response.topics = names
             .iter()
             .map(|name| match described.get(name.as_str()) {
-                Some(topic) => MetadataResponseTopic::default()
-                    .with_name(Some(kafka_topic(name)))
-                    .with_partitions(
-                        (0..topic.partitions.len() as i32)
-                            .map(|partition| {
-                                MetadataResponsePartition::default()
-                                    .with_partition_index(partition)
-                                    .with_error_code(code(
-                                        placement
-                                            .leader
-                                            .is_none()
-                                            .then_some(ResponseError::LeaderNotAvailable),
-                                    ))
-                                    .with_leader_id(placement.leader.unwrap_or(BrokerId(-1)))
-                                    .with_leader_epoch(0)
-                                    .with_replica_nodes(placement.replicas.clone())
-                                    .with_isr_nodes(placement.replicas.clone())
-                            })
-                            .collect(),
-                    ),
+                Some(topic) => {
+                    let leader = placement.leader_of(name);
+                    MetadataResponseTopic::default()
+                        .with_name(Some(kafka_topic(name)))
+                        .with_partitions(
+                            (0..topic.partitions.len() as i32)
+                                .map(|partition| {
+                                    MetadataResponsePartition::default()
+                                        .with_partition_index(partition)
+                                        .with_error_code(code(
+                                            leader
+                                                .is_none()
+                                                .then_some(ResponseError::LeaderNotAvailable),
+                                        ))
+                                        .with_leader_id(leader.unwrap_or(BrokerId(-1)))
+                                        .with_leader_epoch(0)
+                                        .with_replica_nodes(placement.replicas.clone())
+                                        .with_isr_nodes(placement.replicas.clone())
+                                })
+                                .collect(),
+                        )
+                }
                 None => MetadataResponseTopic::default()
                     .with_name(Some(kafka_topic(name)))
                     .with_error_code(

@@ -212,7 +212,16 @@ fn message(text: String) -> Option<StrBytes> {
 }
 
 impl<B: Backend> Handler<'_, B> {
+    /// Applies `command` of a request sent to the controller or a coordinator, wherever its
+    /// topic is served (see [`Backend::call_anywhere`]).
     async fn call(&self, command: Command) -> Result<Outcome, ErrorReply> {
+        self.backend.call_anywhere(command).await
+    }
+
+    /// Applies `command` of a request sent to a partition's leader, on this node: another node
+    /// serving the topic is answered `NotLeader`, so that the client asks for the metadata again
+    /// and goes there.
+    async fn call_here(&self, command: Command) -> Result<Outcome, ErrorReply> {
         self.backend.call(command, Duration::ZERO).await
     }
 

@@ -220,7 +220,7 @@ impl<B: Backend> Handler<'_, B> {
                 records: sent,
             };
             let result = self
-                .call(command)
+                .call_here(command)
                 .await
                 .map_err(|refusal| refused(&refusal));
             for ((index, offset), partition) in indexes
@@ -266,16 +266,19 @@ impl<B: Backend> Handler<'_, B> {
                     records: chunk.to_vec(),
                 }],
             };
-            let result = self.call(command).await.map_err(|refusal| match refusal {
-                // The topic and partition exist (the producer found them in the metadata),
-                // so the broker refused the sequence numbers: ahead of what it expects, or
-                // of a batch too old to answer again. Kafka's clients then start their
-                // sequences afresh.
-                ErrorReply::InvalidArgument(text) if text.contains("sequence") => {
-                    (ResponseError::OutOfOrderSequenceNumber, text)
-                }
-                refusal => refused(&refusal),
-            });
+            let result = self
+                .call_here(command)
+                .await
+                .map_err(|refusal| match refusal {
+                    // The topic and partition exist (the producer found them in the metadata),
+                    // so the broker refused the sequence numbers: ahead of what it expects, or
+                    // of a batch too old to answer again. Kafka's clients then start their
+                    // sequences afresh.
+                    ErrorReply::InvalidArgument(text) if text.contains("sequence") => {
+                        (ResponseError::OutOfOrderSequenceNumber, text)
+                    }
+                    refusal => refused(&refusal),
+                });
             offsets.extend(placed_offsets(result, chunk.len()));
         }
         offsets

@@ -398,6 +398,8 @@ async fn fetches_outside_the_retained_records_are_out_of_range() {
 struct TestNode {
     broker: Local,
     cluster: Option<Option<i32>>,
+    /// Topics served by a leader of their own, as in a cluster of several groups.
+    topic_leaders: std::collections::BTreeMap<String, Option<i32>>,
     read_bytes: std::sync::atomic::AtomicUsize,
     /// How many `Describe` commands it answered.
     describes: std::sync::atomic::AtomicUsize,
@@ -409,6 +411,7 @@ impl TestNode {
         TestNode {
             broker,
             cluster: Some(leader),
+            topic_leaders: Default::default(),
             read_bytes: Default::default(),
             describes: Default::default(),
         }
@@ -419,6 +422,7 @@ impl TestNode {
         TestNode {
             broker,
             cluster: None,
+            topic_leaders: Default::default(),
             read_bytes: Default::default(),
             describes: Default::default(),
         }
@@ -449,6 +453,7 @@ impl Backend for TestNode {
             brokers: vec![(0, "node-0".into(), 9093), (2, "node-2".into(), 9093)],
             leader,
             replicas: vec![0, 2],
+            topic_leaders: self.topic_leaders.clone(),
         })
     }
 
@@ -542,6 +547,49 @@ async fn a_cluster_node_lists_every_node_and_sends_clients_to_the_leader() {
             other => panic!("unexpected {other:?}"),
         }
     }
+}
+
+#[tokio::test]
+async fn a_topic_with_a_leader_of_its_own_is_listed_with_it() {
+    let local = broker(100);
+    local.create("elsewhere", 2).unwrap();
+    local.create("electing", 1).unwrap();
+    let mut node = TestNode::in_cluster(local, Some(0));
+    node.topic_leaders.insert("elsewhere".to_owned(), Some(2));
+    node.topic_leaders.insert("electing".to_owned(), None);
+    let listed = match ask(
+        &node,
+        12,
+        RequestKind::Metadata(MetadataRequest::default().with_topics(None)),
+    )
+    .await
+    {
+        Some(ResponseKind::Metadata(response)) => response,
+        other => panic!("unexpected {other:?}"),
+    };
+    let leaders: Vec<(String, Vec<(i16, i32)>)> = listed
+        .topics
+        .iter()
+        .map(|topic| {
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|partition| (partition.error_code, partition.leader_id.0))
+                .collect();
+            (topic.name.as_ref().unwrap().as_str().to_owned(), partitions)
+        })
+        .collect();
+    let not_available = ResponseError::LeaderNotAvailable.code();
+    assert_eq!(
+        leaders,
+        vec![
+            ("electing".to_owned(), vec![(not_available, -1)]),
+            ("elsewhere".to_owned(), vec![(0, 2), (0, 2)]),
+            ("t".to_owned(), vec![(0, 0), (0, 0)]),
+        ]
+    );
+    // The controller and the coordinator stay the leader.
+    assert_eq!(listed.controller_id, BrokerId(0));
 }
 
 #[tokio::test]
