@@ -163,6 +163,56 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
             "cherries-dlq"
         ]
     );
+    // `broker cluster status` shows every group: its leader (the one the metrics name), how
+    // far each member is, and its topics.
+    let cli = |json: bool| {
+        let mut command = std::process::Command::new(broker_testkit::process::binary("broker"));
+        command.args(["--addr", &nodes.addresses(), "cluster", "status"]);
+        if json {
+            command.arg("--json");
+        }
+        let output = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let status: serde_json::Value = serde_json::from_str(&cli(true)).unwrap();
+    let groups = status["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 3, "{status}");
+    let placed = nodes.samples(0, "topic_shard");
+    for group in groups {
+        let id = group["group"].as_i64().unwrap();
+        assert_eq!(
+            group["leader"].as_i64(),
+            Some(leaders[&id.to_string()]),
+            "{status}"
+        );
+        assert_eq!(group["behind"].as_array().unwrap().len(), 3, "{status}");
+        let held: BTreeSet<&str> = group["topics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|topic| topic.as_str())
+            .collect();
+        let expected: BTreeSet<&str> = placed
+            .iter()
+            .filter(|(_, shard)| **shard + 1 == id)
+            .map(|(topic, _)| topic.as_str())
+            .collect();
+        assert_eq!(held, expected, "group {id}: {status}");
+    }
+    let text = cli(false);
+    eprintln!("broker cluster status:\n{text}");
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|line| !line.starts_with("group"))
+        .skip(1)
+        .collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    assert!(
+        rows[0].contains("apples") || rows[0].trim_end().ends_with('-'),
+        "{text}"
+    );
 
     // The node leading the group of "bananas" dies: that group elects another leader, the
     // others go on, and nothing acknowledged is lost.

@@ -465,7 +465,10 @@ pub enum ClusterCommand {
     /// and how many entries of the leader's log it lacks (`?` while the leader has not heard
     /// from it or cannot reach it). Each node is asked about itself at its client address, so
     /// every node must be reachable from here for a full picture; all at once, each for at most
-    /// 3 seconds.
+    /// 3 seconds. The table is of the first Raft group, which every cluster has; a cluster
+    /// that spreads its topics over several groups (`broker-server --cluster-data-groups`)
+    /// also gets a row per group: its leader, term and last log entry, how many entries each
+    /// member lacks, and its topics.
     Status(Connected<ClusterStatusArgs>),
     /// Add a node that runs and was started with `broker-server --cluster-join`: it catches up
     /// with the leader's log (a snapshot of the broker's state first), then votes.
@@ -508,7 +511,10 @@ pub struct TransferArgs {
 pub struct ClusterStatusArgs {
     /// Print JSON: `leader`, `term` and `nodes`, each with its addresses, `voter`, `behind`
     /// (`null` when not known), and its own `status` or the `error` that kept it from
-    /// answering.
+    /// answering; and `groups`, each with `group`, `leader`, `term`, `last_log_index`,
+    /// `behind` (each member's `node_id` and `behind`) and `topics` (every group its nodes
+    /// host: the first one alone in a cluster of one group; empty from nodes of a release
+    /// before groups).
     #[arg(long)]
     pub json: bool,
 }

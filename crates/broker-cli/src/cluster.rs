@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, bail};
-use broker_client::{BrokerError, Client, ClusterMember, ClusterStatus, Error, NodeRole};
+use broker_client::{
+    BrokerError, Client, ClusterMember, ClusterStatus, Error, GroupStatus, NodeRole,
+};
 use futures::future::join_all;
 
 use crate::cli::{AddNodeArgs, ClusterStatusArgs, RemoveNodeArgs, TransferArgs};
@@ -111,6 +113,11 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
         .map(|(member, own)| Row { member, own })
         .collect();
     let leader_last = leader.as_ref().and_then(|status| status.last_log_index);
+    let addrs: Vec<&str> = rows
+        .iter()
+        .map(|row| row.member.client_addr.as_str())
+        .collect();
+    let groups = groups(server, &addrs).await;
     if args.json {
         let nodes: Vec<_> = rows
             .iter()
@@ -126,10 +133,26 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
                 })
             })
             .collect();
+        let groups: Vec<_> = groups
+            .iter()
+            .map(|group| {
+                serde_json::json!({
+                    "group": group.group,
+                    "leader": group.leader,
+                    "term": group.term,
+                    "last_log_index": group.last_log_index,
+                    "behind": group.behind.iter().map(|(node, behind)| {
+                        serde_json::json!({ "node_id": node, "behind": behind })
+                    }).collect::<Vec<_>>(),
+                    "topics": group.topics,
+                })
+            })
+            .collect();
         let json = serde_json::json!({
             "leader": leader.as_ref().map(|status| status.node_id),
             "term": leader.as_ref().map(|status| status.term),
             "nodes": nodes,
+            "groups": groups,
         });
         outln!("{}", serde_json::to_string_pretty(&json)?)?;
         return Ok(());
@@ -198,7 +221,102 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
             )?,
         }
     }
+    // A cluster of one group has nothing more to show.
+    if groups.len() > 1 {
+        outln!()?;
+        outln!(
+            "{:<6} {:<8} {:>6} {:>10}  {:<24} topics",
+            "group",
+            "leader",
+            "term",
+            "last log",
+            "behind (node: entries)"
+        )?;
+        for group in &groups {
+            let behind: Vec<String> = group
+                .behind
+                .iter()
+                .map(|(node, behind)| {
+                    let behind = behind.map_or_else(|| "?".to_owned(), |n| n.to_string());
+                    format!("{node}: {behind}")
+                })
+                .collect();
+            let topics = match group.topics.len() {
+                0 => "-".to_owned(),
+                _ => group.topics.join(", "),
+            };
+            outln!(
+                "{:<6} {:<8} {:>6} {:>10}  {:<24} {topics}",
+                group.group,
+                group
+                    .leader
+                    .map_or_else(|| "none".to_owned(), |id| id.to_string()),
+                group.term,
+                index(group.last_log_index),
+                behind.join(", ")
+            )?;
+        }
+    }
     Ok(())
+}
+
+/// One Raft group's row of `broker cluster status`, as its leader tells it (else the first
+/// node that answered about it).
+struct GroupRow {
+    group: u32,
+    /// The node that leads it and says so.
+    leader: Option<u64>,
+    term: u64,
+    last_log_index: Option<u64>,
+    /// Each member with how many entries of the leader's log it lacks, as the leader knows.
+    behind: Vec<(u64, Option<u64>)>,
+    topics: Vec<String>,
+}
+
+/// Each group of the cluster by ascending id, from what the nodes at `addrs` say of the groups
+/// they host (asked at once; a node that is down, or of a release before groups, says
+/// nothing).
+async fn groups(server: &Server, addrs: &[&str]) -> Vec<GroupRow> {
+    let answers = join_all(addrs.iter().map(|addr| async move {
+        let client = server
+            .builder()
+            .connect_timeout(NODE_TIMEOUT)
+            .request_timeout(NODE_TIMEOUT)
+            .connect(*addr)
+            .await
+            .ok()?;
+        client.groups_status().await.ok()
+    }))
+    .await;
+    let mut by_group: std::collections::BTreeMap<u32, Vec<GroupStatus>> = Default::default();
+    for group in answers.into_iter().flatten().flatten() {
+        by_group.entry(group.group).or_default().push(group);
+    }
+    by_group
+        .into_values()
+        .map(|mut views| {
+            let at = views
+                .iter()
+                .position(|view| leads(&view.status))
+                .unwrap_or(0);
+            let view = views.swap_remove(at);
+            let leads = leads(&view.status);
+            let last = view.status.last_log_index.filter(|_| leads);
+            GroupRow {
+                group: view.group,
+                leader: leads.then_some(view.status.node_id),
+                term: view.status.term,
+                last_log_index: view.status.last_log_index,
+                behind: view
+                    .status
+                    .members
+                    .iter()
+                    .map(|member| (member.node_id, behind(last, member)))
+                    .collect(),
+                topics: view.topics,
+            }
+        })
+        .collect()
 }
 
 /// `broker cluster add`.

@@ -10,8 +10,8 @@ use std::time::Duration;
 use broker_core::EventBroker;
 use broker_core::{
     Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterMember, ClusterStatus,
-    Command, GroupSetting, KeyHash, Outcome, PartitionBatch, PartitionLag, PartitionRead,
-    PublishRecord, ResetTo, TopicDescription, TopicSetting,
+    Command, GroupSetting, GroupStatus, KeyHash, Outcome, PartitionBatch, PartitionLag,
+    PartitionRead, PublishRecord, ResetTo, TopicDescription, TopicSetting,
 };
 use broker_proto::{ErrorReply, ServerLimits};
 use bytes::Bytes;
@@ -1023,6 +1023,33 @@ impl Client {
         match self.send(Command::ClusterStatus, Duration::ZERO).await? {
             Outcome::ClusterStatus(status) => Ok(status),
             other => Err(unexpected("cluster_status", &other)),
+        }
+    }
+
+    /// What the node this client is connected to knows of each Raft group it hosts, in a
+    /// cluster that spreads its topics over several (`broker-server --cluster-data-groups`):
+    /// for each, by ascending id, the node's role in it, the group's term, leader, log and
+    /// members (with, from the group's leader, how far each has the group's log), and the
+    /// topics the group holds. A cluster of one group answers its first group alone. Answered
+    /// by whichever node is asked, never redirected. Needs a server of protocol version 10.
+    ///
+    /// ```no_run
+    /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// for group in client.groups_status().await? {
+    ///     println!("group {} led by {:?}: {:?}", group.group, group.status.leader, group.topics);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` from a server that runs alone; otherwise as
+    /// [`Client::send`].
+    pub async fn groups_status(&self) -> Result<Vec<GroupStatus>, Error> {
+        match self.send(Command::GroupsStatus, Duration::ZERO).await? {
+            Outcome::GroupsStatus(groups) => Ok(groups),
+            other => Err(unexpected("groups_status", &other)),
         }
     }
 

@@ -63,6 +63,20 @@ pub struct ClusterStatus {
     pub members: Vec<ClusterMember>,
 }
 
+/// One Raft group of a cluster that spreads its topics over several groups, as one node
+/// knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupStatus {
+    /// The group's id: 1 for the first group (which every cluster has, and which keeps where
+    /// each topic lives), 2 and up for the others.
+    pub group: u32,
+    /// The node's view of the group, as [`ClusterStatus`] gives the first group's: its role
+    /// in the group, the group's term, leader, log and members.
+    pub status: ClusterStatus,
+    /// The topics the group holds, by name, as the node's copy of it has them.
+    pub topics: Vec<String>,
+}
+
 /// Where clients find the broker's topics: the nodes of the cluster and the node that serves
 /// each topic.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

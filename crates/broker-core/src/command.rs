@@ -17,8 +17,8 @@ use strum::{EnumCount, EnumDiscriminants, EnumIter, IntoStaticStr};
 
 use crate::{
     Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterMember, ClusterStatus,
-    GroupSetting, KeyHash, PartitionBatch, PartitionLag, PartitionRead, PublishRecord, ResetTo,
-    TopicSetting,
+    GroupSetting, GroupStatus, KeyHash, PartitionBatch, PartitionLag, PartitionRead, PublishRecord,
+    ResetTo, TopicSetting,
 };
 
 /// One broker call with its arguments. Each variant mirrors the [`crate::EventBroker`] method of
@@ -383,6 +383,10 @@ pub enum Command {
         /// cannot change.
         settings: Vec<TopicSetting>,
     },
+    /// What the node asked knows of each Raft group it hosts, in a cluster that spreads its
+    /// topics over several (protocol version 10): as [`Command::ClusterStatus`] for each, with
+    /// the topics each holds. Answered by the server about itself ([`Scope::Cluster`]).
+    GroupsStatus,
 }
 
 /// What answers a command ([`CommandKind::scope`]).
@@ -422,6 +426,7 @@ impl CommandKind {
     pub fn scope(self) -> Scope {
         match self {
             CommandKind::ClusterStatus
+            | CommandKind::GroupsStatus
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
@@ -473,6 +478,7 @@ impl CommandKind {
             | CommandKind::OffsetForTime
             | CommandKind::Read
             | CommandKind::ClusterStatus
+            | CommandKind::GroupsStatus
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
@@ -522,6 +528,7 @@ impl CommandKind {
             | CommandKind::OffsetForTime
             | CommandKind::Read
             | CommandKind::ClusterStatus
+            | CommandKind::GroupsStatus
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
@@ -595,6 +602,7 @@ impl CommandKind {
             | CommandKind::Read
             | CommandKind::CommitGroup
             | CommandKind::ClusterStatus
+            | CommandKind::GroupsStatus
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
@@ -635,6 +643,7 @@ impl CommandKind {
             | CommandKind::ResetGroup
             | CommandKind::OffsetForTime
             | CommandKind::ClusterStatus
+            | CommandKind::GroupsStatus
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
@@ -683,6 +692,7 @@ impl CommandKind {
             CommandKind::TransferLeadership => 7,
             CommandKind::PublishUntilFull => 8,
             CommandKind::ConfigureTopic => 9,
+            CommandKind::GroupsStatus => 10,
         }
     }
 
@@ -753,6 +763,7 @@ impl Command {
             | Command::PublishIdempotent { topic, .. } => Some(topic),
             Command::Describe { topic } | Command::Metadata { topic } => topic.as_deref(),
             Command::ClusterStatus
+            | Command::GroupsStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. } => None,
@@ -797,6 +808,7 @@ impl Command {
             | Command::OffsetForTime { .. }
             | Command::Read { .. }
             | Command::ClusterStatus
+            | Command::GroupsStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
@@ -894,6 +906,7 @@ impl Command {
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. }
             | Command::ClusterStatus
+            | Command::GroupsStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
@@ -959,6 +972,7 @@ impl Command {
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. }
             | Command::ClusterStatus
+            | Command::GroupsStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
@@ -1009,6 +1023,7 @@ impl Command {
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. }
             | Command::ClusterStatus
+            | Command::GroupsStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
@@ -1082,6 +1097,7 @@ impl Command {
             | Command::ResetGroup { .. }
             | Command::OffsetForTime { .. }
             | Command::ClusterStatus
+            | Command::GroupsStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
@@ -1164,6 +1180,8 @@ pub enum Outcome {
     /// [`Command::ConfigureTopic`]: the topic's settings now, as
     /// [`crate::TopicSettings::to_list`] gives them.
     TopicSettings(Vec<TopicSetting>),
+    /// [`Command::GroupsStatus`]: each group the node asked hosts, by ascending id.
+    GroupsStatus(Vec<GroupStatus>),
 }
 
 /// How many records an [`Outcome`] stored, handed out, acknowledged or released: what a server
@@ -1231,6 +1249,7 @@ impl Outcome {
             | Outcome::GroupSettings(_)
             | Outcome::TopicSettings(_)
             | Outcome::ClusterStatus(_)
+            | Outcome::GroupsStatus(_)
             | Outcome::Members(_)
             | Outcome::Metadata(_) => RecordCounts::default(),
         }
@@ -1265,6 +1284,7 @@ impl Outcome {
             | Outcome::GroupSettings(_)
             | Outcome::TopicSettings(_)
             | Outcome::ClusterStatus(_)
+            | Outcome::GroupsStatus(_)
             | Outcome::Members(_)
             | Outcome::Metadata(_) => None,
         }
@@ -1305,6 +1325,7 @@ impl Outcome {
             | Outcome::GroupSettings(_)
             | Outcome::TopicSettings(_)
             | Outcome::ClusterStatus(_)
+            | Outcome::GroupsStatus(_)
             | Outcome::Members(_)
             | Outcome::Metadata(_)
             | Outcome::Read(_)) => unchanged,

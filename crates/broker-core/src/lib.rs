@@ -40,7 +40,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use bytes::Bytes;
 
 pub use cluster::{
-    BrokerMetadata, ClusterMember, ClusterStatus, NodeAddress, NodeRole, TopicPlacement,
+    BrokerMetadata, ClusterMember, ClusterStatus, GroupStatus, NodeAddress, NodeRole,
+    TopicPlacement,
 };
 pub use command::{
     AnswerBudget, Command, CommandKind, MemberName, Membership, Outcome, OutcomeKind, RecordCounts,

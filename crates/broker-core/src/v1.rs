@@ -616,6 +616,7 @@ impl TryFrom<crate::Outcome> for Outcome {
             | Current::GroupSettings(_)
             | Current::TopicSettings(_)
             | Current::ClusterStatus(_)
+            | Current::GroupsStatus(_)
             | Current::Members(_)
             | Current::Metadata(_)
             | Current::Read(_) => return Err(NotInVersion1(name)),

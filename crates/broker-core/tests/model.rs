@@ -1119,6 +1119,7 @@ impl Model {
             }
             // A server answers these about its cluster; the broker's state refuses them.
             Command::ClusterStatus
+            | Command::GroupsStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
@@ -1616,6 +1617,7 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
             .read(&topic, partition, offset, max_records, max_bytes)
             .map(Outcome::Read),
         Command::ClusterStatus
+        | Command::GroupsStatus
         | Command::AddNode { .. }
         | Command::RemoveNode { .. }
         | Command::TransferLeadership { .. }

@@ -244,6 +244,7 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
         // The broker's state refuses these (a server answers them about its cluster), and must
         // stay as it was.
         CommandKind::ClusterStatus => Command::ClusterStatus,
+        CommandKind::GroupsStatus => Command::GroupsStatus,
         CommandKind::AddNode => Command::AddNode {
             node_id: u64::from(input.byte() % 5),
             peer_addr: "127.0.0.1:1".to_owned(),

@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use broker_core::{
     v1, Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterStatus, Command,
-    CommandKind, Discard, GroupSetting, IntoEnumIterator, KeyHash, NodeRole, Outcome, OutcomeKind,
-    PartitionBatch, PartitionLag, PartitionRead, PublishRecord, ResetTo, Retention, StartAt,
-    TopicSetting,
+    CommandKind, Discard, GroupSetting, GroupStatus, IntoEnumIterator, KeyHash, NodeRole, Outcome,
+    OutcomeKind, PartitionBatch, PartitionLag, PartitionRead, PublishRecord, ResetTo, Retention,
+    StartAt, TopicSetting,
 };
 use broker_proto::{config, ErrorKind, ErrorReply};
 use bytes::Bytes;
@@ -60,6 +60,7 @@ fn command(kind: CommandKind) -> Command {
     let (topic, group, member) = (text(), text(), text());
     match kind {
         CommandKind::ClusterStatus => Command::ClusterStatus,
+        CommandKind::GroupsStatus => Command::GroupsStatus,
         CommandKind::AddNode => Command::AddNode {
             node_id: 4,
             peer_addr: text(),
@@ -286,6 +287,19 @@ fn outcome(kind: OutcomeKind) -> Outcome {
             applied_index: None,
             members: Vec::new(),
         }),
+        OutcomeKind::GroupsStatus => Outcome::GroupsStatus(vec![GroupStatus {
+            group: 2,
+            status: ClusterStatus {
+                node_id: 1,
+                role: NodeRole::Follower,
+                term: 3,
+                leader: Some(2),
+                last_log_index: Some(7),
+                applied_index: Some(7),
+                members: Vec::new(),
+            },
+            topics: vec!["t".to_owned()],
+        }]),
         OutcomeKind::Members => Outcome::Members(Vec::new()),
         OutcomeKind::Metadata => Outcome::Metadata(BrokerMetadata::default()),
         OutcomeKind::Read => Outcome::Read(PartitionRead {

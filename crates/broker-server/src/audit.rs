@@ -124,6 +124,7 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
         // The server logs membership and leadership changes itself; none reaches the broker's
         // state.
         | Command::ClusterStatus
+        | Command::GroupsStatus
         | Command::AddNode { .. }
         | Command::RemoveNode { .. }
         | Command::TransferLeadership { .. }

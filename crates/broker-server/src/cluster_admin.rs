@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use broker_cluster::{Cluster, ClusterNode, NodeId, ServerState};
 use broker_core::{
-    BrokerDescription, BrokerMetadata, ClusterMember, ClusterStatus, Command, NodeAddress,
-    NodeRole, Outcome, Scope, TopicPlacement,
+    BrokerDescription, BrokerMetadata, ClusterMember, ClusterStatus, Command, GroupStatus,
+    NodeAddress, NodeRole, Outcome, Scope, TopicPlacement,
 };
 use broker_proto::ErrorReply;
 use tokio::sync::OwnedSemaphorePermit;
@@ -64,6 +64,10 @@ async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorRepl
     let cluster = shared.cluster();
     match command {
         Command::ClusterStatus => Ok(Outcome::ClusterStatus(status(in_cluster(cluster)?))),
+        Command::GroupsStatus => {
+            in_cluster(cluster)?;
+            Ok(Outcome::GroupsStatus(groups_status(shared)))
+        }
         Command::AddNode {
             node_id,
             peer_addr,
@@ -163,6 +167,30 @@ fn status(cluster: &Cluster) -> ClusterStatus {
         applied_index: status.applied_index,
         members,
     }
+}
+
+/// What this node knows of each group it hosts, by ascending id, with the topics its copy of
+/// each holds.
+fn groups_status(shared: &Shared) -> Vec<GroupStatus> {
+    (0..shared.shards.all().len())
+        .filter_map(|shard| {
+            let cluster = shared.group(shard)?;
+            let topics = shared
+                .shards
+                .get(shard)
+                .lock()
+                .describe()
+                .topics
+                .into_iter()
+                .map(|topic| topic.name)
+                .collect();
+            Some(GroupStatus {
+                group: cluster.group(),
+                status: status(cluster),
+                topics,
+            })
+        })
+        .collect()
 }
 
 /// The nodes and the node that serves each topic (in a cluster, the leader serves every topic;

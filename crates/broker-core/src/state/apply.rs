@@ -117,6 +117,7 @@ impl BrokerState {
                 .configure_topic(&topic, &settings)
                 .map(Outcome::TopicSettings),
             Command::ClusterStatus
+            | Command::GroupsStatus
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }

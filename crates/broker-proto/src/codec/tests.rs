@@ -498,3 +498,80 @@ fn configure_topic_encodes_to_the_bytes_proto_md_documents_and_needs_version_9()
     expected.extend_from_slice(&2u64.to_le_bytes());
     assert_eq!(&bytes[..], &expected[..]);
 }
+
+#[test]
+fn groups_status_encodes_to_the_bytes_proto_md_documents_and_needs_version_10() {
+    let frame = RequestFrame {
+        correlation_id: 5,
+        max_wait_ms: 0,
+        command: Command::GroupsStatus,
+    };
+    let mut bytes = BytesMut::new();
+    ClientCodec::new(1024).encode(frame, &mut bytes).unwrap();
+    let mut expected = Vec::new();
+    expected.extend_from_slice(&16u32.to_be_bytes()); // frame length
+    expected.extend_from_slice(&5u64.to_le_bytes()); // correlation_id
+    expected.extend_from_slice(&0u32.to_le_bytes()); // max_wait_ms
+    expected.extend_from_slice(&36u32.to_le_bytes()); // Command::GroupsStatus
+    assert_eq!(&bytes[..], &expected[..]);
+    assert_needs_version(bytes, 5, 10);
+    // The answer: outcome [22] GroupsStatus, one group of one member.
+    let response = ResponseFrame {
+        correlation_id: 5,
+        result: Ok(Outcome::GroupsStatus(vec![broker_core::GroupStatus {
+            group: 2,
+            status: broker_core::ClusterStatus {
+                node_id: 1,
+                role: broker_core::NodeRole::Leader,
+                term: 3,
+                leader: Some(1),
+                last_log_index: Some(9),
+                applied_index: None,
+                members: vec![broker_core::ClusterMember {
+                    node_id: 1,
+                    peer_addr: "p".into(),
+                    client_addr: "c".into(),
+                    voter: true,
+                    matched_index: Some(9),
+                    reachable: true,
+                }],
+            },
+            topics: vec!["t".into()],
+        }])),
+    };
+    let mut bytes = BytesMut::new();
+    ServerCodec::new(1024, 10)
+        .encode(response, &mut bytes)
+        .unwrap();
+    let mut expected = Vec::new();
+    let mut body = Vec::new();
+    body.extend_from_slice(&5u64.to_le_bytes()); // correlation_id
+    body.extend_from_slice(&0u32.to_le_bytes()); // Ok
+    body.extend_from_slice(&22u32.to_le_bytes()); // Outcome::GroupsStatus
+    body.extend_from_slice(&1u64.to_le_bytes()); // one group
+    body.extend_from_slice(&2u32.to_le_bytes()); // group
+    body.extend_from_slice(&1u64.to_le_bytes()); // status.node_id
+    body.extend_from_slice(&0u32.to_le_bytes()); // NodeRole::Leader
+    body.extend_from_slice(&3u64.to_le_bytes()); // term
+    body.extend_from_slice(&[1]); // leader: Some
+    body.extend_from_slice(&1u64.to_le_bytes());
+    body.extend_from_slice(&[1]); // last_log_index: Some
+    body.extend_from_slice(&9u64.to_le_bytes());
+    body.extend_from_slice(&[0]); // applied_index: None
+    body.extend_from_slice(&1u64.to_le_bytes()); // one member
+    body.extend_from_slice(&1u64.to_le_bytes()); // node_id
+    body.extend_from_slice(&1u64.to_le_bytes()); // peer_addr
+    body.extend_from_slice(b"p");
+    body.extend_from_slice(&1u64.to_le_bytes()); // client_addr
+    body.extend_from_slice(b"c");
+    body.extend_from_slice(&[1]); // voter
+    body.extend_from_slice(&[1]); // matched_index: Some
+    body.extend_from_slice(&9u64.to_le_bytes());
+    body.extend_from_slice(&[1]); // reachable
+    body.extend_from_slice(&1u64.to_le_bytes()); // one topic
+    body.extend_from_slice(&1u64.to_le_bytes()); // its name's length
+    body.extend_from_slice(b"t");
+    expected.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes());
+    expected.extend_from_slice(&body);
+    assert_eq!(&bytes[..], &expected[..]);
+}
