@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use broker_client::{Client, Error, GroupSetting, TopicName};
@@ -248,4 +248,122 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
         .collect();
     assert_eq!(ends, [60, 60, 60]);
     assert!(listed.topics.iter().any(|topic| topic.name == "dates"));
+}
+
+/// Each group's members, by group, as the node at `addr` knows them (voters and learners).
+async fn members_by_group(addr: std::net::SocketAddr) -> BTreeMap<u32, Vec<(u64, bool)>> {
+    let client = Client::connect(addr.to_string().as_str()).await.unwrap();
+    client
+        .groups_status()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|group| {
+            let members = group.status.members.iter();
+            let members = members
+                .map(|member| (member.node_id, member.voter))
+                .collect();
+            (group.group, members)
+        })
+        .collect()
+}
+
+/// Waits until the node at `addr` sees every group with exactly the voters `voters`.
+async fn groups_have(addr: std::net::SocketAddr, groups: usize, voters: &[u64]) {
+    let expected: Vec<(u64, bool)> = voters.iter().map(|id| (*id, true)).collect();
+    let deadline = Instant::now() + SETTLING;
+    loop {
+        let seen = members_by_group(addr).await;
+        if seen.len() == groups && seen.values().all(|members| *members == expected) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{seen:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_added_and_one_removed_join_and_leave_every_group() {
+    let mut nodes = Nodes::start_with(
+        3,
+        None,
+        &[
+            "--cluster-data-groups",
+            "3",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    nodes.spread(3, SETTLING);
+    let client = nodes.client().await;
+    let topics = ["apples", "bananas", "cherries"];
+    for topic in topics {
+        assert!(client.create(topic, 2).await.unwrap(), "{topic} created");
+        for index in 0..20 {
+            let payload = format!("{topic}-{index}");
+            client
+                .publish(topic, index % 2, payload.into_bytes())
+                .await
+                .unwrap();
+        }
+    }
+    // A fourth node, started to join, is added: to the first group, and by each group's leader
+    // to its group, before the call answers.
+    let (joiner, entry) = nodes.start_joiner();
+    let (id, addresses) = entry.split_once('=').unwrap();
+    let (peer, client_addr) = addresses.split_once('/').unwrap();
+    let members = client
+        .add_node(id.parse().unwrap(), peer, client_addr)
+        .await
+        .unwrap();
+    assert_eq!(members.len(), 4, "{members:?}");
+    let joined = nodes.client_addrs[joiner];
+    groups_have(joined, 3, &[1, 2, 3, 4]).await;
+    // Its copy of each group holds that group's topics.
+    let held: BTreeSet<String> = Client::connect(joined.to_string().as_str())
+        .await
+        .unwrap()
+        .groups_status()
+        .await
+        .unwrap()
+        .into_iter()
+        .flat_map(|group| group.topics)
+        .collect();
+    assert_eq!(held, topics.iter().map(ToString::to_string).collect());
+    // The leaders spread over the four nodes (three groups: three leaders).
+    nodes.spread(3, SETTLING);
+
+    // Node 1 is removed, then stopped: every group goes on without it.
+    // (Within the default request timeout: the removal waits for the groups to follow.)
+    let patient = Client::connect(nodes.addresses().as_str()).await.unwrap();
+    patient.remove_node(1).await.unwrap();
+    nodes.kill(0);
+    groups_have(nodes.client_addrs[1], 3, &[2, 3, 4]).await;
+    groups_have(joined, 3, &[2, 3, 4]).await;
+    let client = Client::builder()
+        .request_timeout(Duration::from_secs(5))
+        .connect(
+            (1..4)
+                .map(|index| nodes.client_addrs[index].to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+                .as_str(),
+        )
+        .await
+        .unwrap();
+    for topic in topics {
+        for index in 20..30 {
+            let payload = format!("{topic}-{index}");
+            again(|| client.publish(topic, index % 2, payload.clone().into_bytes())).await;
+        }
+    }
+    for topic in topics {
+        again(|| client.join(topic, "g", "m")).await;
+        let mut read = drain(&client, topic).await;
+        read.sort();
+        read.dedup();
+        let mut expected: Vec<String> = (0..30).map(|index| format!("{topic}-{index}")).collect();
+        expected.sort();
+        assert_eq!(read, expected, "{topic}");
+    }
 }

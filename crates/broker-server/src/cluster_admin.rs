@@ -74,23 +74,28 @@ async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorRepl
             client_addr,
         } => {
             let cluster = in_cluster(cluster)?;
-            one_group(shared)?;
             let node = ClusterNode::new(&peer_addr, &client_addr).map_err(|why| {
                 ErrorReply::InvalidArgument(format!("node {node_id}'s address: {why}"))
             })?;
+            let deadline = tokio::time::Instant::now() + MEMBERSHIP_WAIT;
             cluster
                 .add_node(node_id, node, MEMBERSHIP_WAIT)
                 .await
                 .map_err(refusal)?;
+            groups_follow(shared, node_id, true, deadline).await?;
             Ok(Outcome::Members(status(cluster).members))
         }
         Command::RemoveNode { node_id } => {
             let cluster = in_cluster(cluster)?;
-            one_group(shared)?;
+            let deadline = tokio::time::Instant::now() + MEMBERSHIP_WAIT;
             cluster
                 .remove_node(node_id, MEMBERSHIP_WAIT)
                 .await
                 .map_err(refusal)?;
+            // A node that removed itself may never hear how its groups went on without it.
+            if node_id != cluster.node_id() {
+                groups_follow(shared, node_id, false, deadline).await?;
+            }
             Ok(Outcome::Members(status(cluster).members))
         }
         Command::TransferLeadership { node_id } => {
@@ -110,15 +115,52 @@ async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorRepl
     }
 }
 
-/// `Ok` for a cluster of one group; the refusal of a membership change otherwise.
-fn one_group(shared: &Shared) -> Result<(), ErrorReply> {
-    match crate::data_groups::spread(shared) {
-        false => Ok(()),
-        true => Err(ErrorReply::InvalidArgument(
-            "nodes cannot be added to or removed from a cluster of several groups \
-             (--cluster-data-groups) yet: every node is a voter of every group"
-                .to_owned(),
-        )),
+/// Waits until every further group this node hosts has node `node_id` as a voter (`added`)
+/// or no longer has it as a member, as the first group has it now: each group's leader follows
+/// the first group's members by itself (`data_groups::follow_membership`). Refused, saying
+/// which groups lag, past `deadline`; they still follow, later.
+async fn groups_follow(
+    shared: &Shared,
+    node_id: NodeId,
+    added: bool,
+    deadline: tokio::time::Instant,
+) -> Result<(), ErrorReply> {
+    loop {
+        let lagging: Vec<String> = (1..shared.shards.all().len())
+            .filter_map(|shard| shared.group(shard))
+            .filter(|group| {
+                let members = group.status().members;
+                let votes = members
+                    .iter()
+                    .any(|(id, _, votes)| *id == node_id && *votes);
+                let member = members.iter().any(|(id, _, _)| *id == node_id);
+                if added {
+                    !votes
+                } else {
+                    member
+                }
+            })
+            .map(|group| group.group().to_string())
+            .collect();
+        if lagging.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let (done, pending) = match added {
+                true => ("is a voter of the first group", "added it"),
+                false => ("left the first group", "removed it"),
+            };
+            let groups = match lagging.as_slice() {
+                [one] => format!("data group {one} has"),
+                many => format!("data groups {} have", many.join(", ")),
+            };
+            return Err(ErrorReply::InvalidArgument(format!(
+                "node {node_id} {done}, but {groups} not {pending} yet (each group's leader \
+                 follows the first group's members by itself, a new node catching up with \
+                 the group's log first): `broker cluster status` shows when they have"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

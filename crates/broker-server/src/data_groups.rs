@@ -81,7 +81,147 @@ pub(crate) fn start(shared: &Arc<Shared>, settings: &ClusterSettings, data_dir: 
     if !shared.groups.is_empty() {
         shared.tracker.spawn(add_groups(Arc::clone(shared)));
         shared.tracker.spawn(balance_leaders(Arc::clone(shared)));
+        shared.tracker.spawn(follow_membership(Arc::clone(shared)));
     }
+}
+
+/// How often the leader of a further group compares its members with the first group's.
+const MEMBERSHIP_EVERY: Duration = Duration::from_secs(1);
+
+/// How long one membership change of a further group may take (a node catching up included)
+/// before it is tried again at the next round.
+const MEMBERSHIP_CHANGE_WITHIN: Duration = Duration::from_secs(20);
+
+/// Keeps the members of every further group this node leads those of the first group (which
+/// `broker cluster add` and `remove` change): adds each voter of the first group that the
+/// group lacks (a learner until it caught up, then a voter, as `broker cluster add` does) and
+/// removes each member the first group no longer has, one change at a time; a node leaving the
+/// first group leaves the groups it leads itself. Until the server shuts down. Compared after a
+/// read index of the first group, so that a copy of it that lags never takes a node just added
+/// for one removed.
+async fn follow_membership(shared: Arc<Shared>) {
+    // The last failure logged for each group, so that a retry that fails alike is not.
+    let mut reported: BTreeMap<GroupId, String> = BTreeMap::new();
+    loop {
+        tokio::select! {
+            () = shared.shutdown.cancelled() => return,
+            () = tokio::time::sleep(MEMBERSHIP_EVERY) => {}
+        }
+        let Some(first) = shared.cluster() else {
+            return;
+        };
+        let led: Vec<&Cluster> = (1..shared.shards.all().len())
+            .filter_map(|shard| shared.group(shard))
+            .filter(|group| group.is_leader())
+            .collect();
+        if led.is_empty() {
+            continue;
+        }
+        // A node being removed from the cluster (a learner of the first group, or out of it)
+        // that still leads a group leaves that group itself: no other node can remove it while
+        // it leads, and it may no longer reach the first group's leader.
+        let me = first.node_id();
+        let wanted = first.status().members;
+        let votes = wanted.iter().any(|(id, _, votes)| *id == me && *votes);
+        if first.knows_removed() || (!wanted.is_empty() && !votes) {
+            for group in led {
+                let id = group.group();
+                match group.remove_node(me, MEMBERSHIP_CHANGE_WITHIN).await {
+                    Ok(()) => info!(
+                        group = id,
+                        "left data group {id}, as this node left the cluster"
+                    ),
+                    Err(cause) => {
+                        debug!(group = id, %cause, "leaving data group {id}; trying again")
+                    }
+                }
+            }
+            continue;
+        }
+        if first.read_barrier_anywhere().await.is_err() {
+            continue;
+        }
+        let wanted = first.status().members;
+        for group in led {
+            let Some(change) = membership_change(&wanted, &group.status().members) else {
+                reported.remove(&group.group());
+                continue;
+            };
+            let id = group.group();
+            let done = match &change {
+                MembershipChange::Add(node, address) => {
+                    group
+                        .add_node(*node, address.clone(), MEMBERSHIP_CHANGE_WITHIN)
+                        .await
+                }
+                MembershipChange::Remove(node) => {
+                    group.remove_node(*node, MEMBERSHIP_CHANGE_WITHIN).await
+                }
+            };
+            match done {
+                Ok(()) => {
+                    reported.remove(&id);
+                    info!(
+                        group = id,
+                        "data group {id}: {change}, as in the first group"
+                    );
+                }
+                Err(cause) => {
+                    let cause = format!("{change}: {cause}");
+                    if reported.get(&id) != Some(&cause) {
+                        warn!(group = id, %cause, "data group {id} does not follow the first group's members yet; trying again");
+                        reported.insert(id, cause);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A change that brings a further group's members closer to the first group's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum MembershipChange {
+    /// Node `.0`, reached at `.1`, is to become a voter.
+    Add(NodeId, ClusterNode),
+    /// Node `.0` is to leave the group.
+    Remove(NodeId),
+}
+
+impl std::fmt::Display for MembershipChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MembershipChange::Add(node, _) => write!(f, "node {node} added"),
+            MembershipChange::Remove(node) => write!(f, "node {node} removed"),
+        }
+    }
+}
+
+/// The next change of a group whose members are `members` (id, addresses, whether it votes)
+/// when the first group's are `wanted`: a voter of the first group that is not a voter of the
+/// group is added (the lowest id first); else a member of the group that is no member of the
+/// first group is removed; else none. (A learner of the first group, still catching up, is
+/// added once it votes there.)
+fn membership_change(
+    wanted: &[(NodeId, ClusterNode, bool)],
+    members: &[(NodeId, ClusterNode, bool)],
+) -> Option<MembershipChange> {
+    let votes_in = |list: &[(NodeId, ClusterNode, bool)], id: NodeId| {
+        list.iter()
+            .any(|(member, _, votes)| *member == id && *votes)
+    };
+    let missing = wanted
+        .iter()
+        .filter(|(id, _, votes)| *votes && !votes_in(members, *id))
+        .min_by_key(|(id, _, _)| *id);
+    if let Some((id, address, _)) = missing {
+        return Some(MembershipChange::Add(*id, address.clone()));
+    }
+    members
+        .iter()
+        .map(|(id, _, _)| *id)
+        .filter(|id| !wanted.iter().any(|(member, _, _)| member == id))
+        .min()
+        .map(MembershipChange::Remove)
 }
 
 /// Hosts each further group the cluster's state lists (of those this node has a shard for)
@@ -115,14 +255,18 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
                 }
                 continue;
             }
-            if shared.group(shard).is_some() || !voters.contains(&first.node_id()) {
+            if shared.group(shard).is_some() {
                 continue;
             }
+            // A node among the group's first voters may start it; one added to the cluster
+            // since waits for the group's leader to add it (see `follow_membership`), and is
+            // checked against every member meanwhile.
+            let first_voter = voters.contains(&first.node_id());
             let addresses: BTreeMap<NodeId, ClusterNode> = first
                 .status()
                 .members
                 .into_iter()
-                .filter(|(id, _, _)| voters.contains(id))
+                .filter(|(id, _, _)| !first_voter || voters.contains(id))
                 .map(|(id, node, _)| (id, node))
                 .collect();
             let mut config = GroupConfig::new(group_dir(&data_dir, group), addresses);
@@ -274,6 +418,15 @@ async fn balance_leaders(shared: Arc<Shared>) {
             continue;
         };
         let id = cluster.group();
+        // A node added to the cluster votes in each group once its leader added it.
+        let votes_there = cluster
+            .status()
+            .members
+            .iter()
+            .any(|(member, _, votes)| *member == to && *votes);
+        if !votes_there {
+            continue;
+        }
         match cluster.transfer_leadership(to, HAND_OVER_WITHIN).await {
             Ok(()) => info!(
                 group = id,
@@ -665,6 +818,49 @@ fn first_result(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_group_adds_the_first_groups_voters_then_drops_those_it_no_longer_has() {
+        let node = |id: u64| ClusterNode::new(&format!("127.0.0.1:{id}"), "127.0.0.1:9").unwrap();
+        let member = |id: u64, votes: bool| (id, node(id), votes);
+        let first = [
+            member(1, true),
+            member(2, true),
+            member(4, true),
+            member(5, false),
+        ];
+        // Node 4 votes in the first group: added; node 5, still a learner there, not yet.
+        let group = [member(1, true), member(2, true), member(3, true)];
+        assert_eq!(
+            membership_change(&first, &group),
+            Some(MembershipChange::Add(4, node(4)))
+        );
+        // A learner of the group is made a voter the same way.
+        let group = [member(1, true), member(2, true), member(4, false)];
+        assert_eq!(
+            membership_change(&first, &group),
+            Some(MembershipChange::Add(4, node(4)))
+        );
+        // Node 3 left the first group: removed, once every voter is in.
+        let group = [
+            member(1, true),
+            member(2, true),
+            member(3, true),
+            member(4, true),
+        ];
+        assert_eq!(
+            membership_change(&first, &group),
+            Some(MembershipChange::Remove(3))
+        );
+        // Node 5 is a learner of both: nothing to do.
+        let group = [
+            member(1, true),
+            member(2, true),
+            member(4, true),
+            member(5, false),
+        ];
+        assert_eq!(membership_change(&first, &group), None);
+    }
 
     #[test]
     fn a_node_leading_more_than_its_share_hands_one_over_to_the_least_busy() {

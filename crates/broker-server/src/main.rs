@@ -358,8 +358,9 @@ struct Args {
     /// of one group. Groups are added, never removed: raising it on every node adds groups
     /// (once every node runs a release that has them); a node keeps every group its
     /// directory holds. With --kafka-listen, Kafka's clients are sent to each topic's group
-    /// leader, and the first group's leader coordinates every Kafka group. Not yet with
-    /// `broker cluster add` and `remove` (refused, saying so).
+    /// leader, and the first group's leader coordinates every Kafka group. A node added with
+    /// `broker cluster add` (started with the same value) joins every group, and one removed
+    /// leaves them all.
     #[arg(
         long,
         env = "BROKER_CLUSTER_DATA_GROUPS",
