@@ -6,18 +6,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tag="${1:-broker-server:latest}"
 target="$(rustc -vV | sed -n 's/^host: //p')"
+# The Cargo profile of the binaries: release, or the quicker to build image-test that the
+# image tests of CI use (BROKER_IMAGE_PROFILE=image-test; see Cargo.toml).
+profile="${BROKER_IMAGE_PROFILE:-release}"
 
 target_dir="${CARGO_TARGET_DIR:-target}"
 
-echo "building static binaries for $target..." >&2
+echo "building static binaries for $target (profile $profile)..." >&2
 # Stripped (no debug info or symbols): the image holds nothing but the two binaries.
 RUSTFLAGS="-C target-feature=+crt-static" \
   CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols \
-  cargo build --release --locked --target "$target" -p broker-server -p broker-cli >&2
+  cargo build --profile "$profile" --locked --target "$target" -p broker-server -p broker-cli >&2
 
 context="$(mktemp -d)"
 trap 'rm -rf "$context"' EXIT
-cp "$target_dir/$target/release/broker-server" "$target_dir/$target/release/broker" "$context/"
+cp "$target_dir/$target/$profile/broker-server" "$target_dir/$target/$profile/broker" "$context/"
 cp docker/Dockerfile "$context/"
 mkdir "$context/data"
 docker build --quiet -t "$tag" "$context" >&2

@@ -7,7 +7,9 @@
 # leader's container is stopped (`docker stop`). The run must end with every record published
 # consumed, none stored twice or out of order (records whose acknowledgement was lost with the
 # leader are delivered again: at least once); the two nodes left elect a new leader; the
-# stopped node, started again, catches up. Docker publishes no port of a container attached only to an internal network
+# stopped node, started again, catches up. The nodes run three Raft groups, as
+# docker/compose-cluster.yaml does (each must end with a leader and every node caught up).
+# Docker publishes no port of a container attached only to an internal network
 # (moby/moby#36174), so every client runs on that network (`broker` from the image), none on the
 # host. Also checks docker/compose-cluster.yaml. Skipped, saying so, without a Docker engine.
 set -euo pipefail
@@ -49,7 +51,7 @@ addresses="node1:9092,node2:9092,node3:9092"
 for id in 1 2 3; do
   docker run -d --name "${nodes[id - 1]}" --network "$net" --network-alias "node$id" \
     -e BROKER_NODE_ID="$id" -e BROKER_CLUSTER_MEMBERS="$members" -e BROKER_DATA_DIR=/data \
-    -e BROKER_CAPACITY=100000 "$tag" >/dev/null
+    -e BROKER_CAPACITY=100000 -e BROKER_CLUSTER_DATA_GROUPS=3 "$tag" >/dev/null
 done
 
 # `broker` from the image, in a container of its own on the network.
@@ -137,6 +139,28 @@ docker start "${nodes[leader - 1]}" >/dev/null
 wait_for_cluster "1 2 3" >/dev/null || fail "node $leader did not catch up after its restart"
 echo "node $leader is back and caught up"
 
+# As docker/compose-cluster.yaml, the nodes run three Raft groups: each has a leader, every
+# node in each, none behind (bounded wait: the node back takes its share of leaders again).
+groups_settled='
+import json, sys
+groups = json.load(sys.stdin)["groups"]
+ok = len(groups) == 3 and all(
+    g["leader"] and len(g["behind"]) == 3 and all(m["behind"] == 0 for m in g["behind"])
+    for g in groups)
+sys.exit(0 if ok else 1)
+'
+settled=""
+for _ in $(seq 1 60); do
+  status="$(broker cluster status --json 2>/dev/null || true)"
+  if python3 -c "$groups_settled" <<<"$status" 2>/dev/null; then
+    settled=1
+    break
+  fi
+  sleep 1
+done
+[ -n "$settled" ] || fail "the three groups did not settle: $status"
+echo "three groups, each with a leader, every node caught up"
+
 # docker/compose-cluster.yaml: three nodes, each on its own volume and published on 127.0.0.1
 # only, with the members list the nodes agree on. Validated as tests/docker.sh validates
 # compose.yaml.
@@ -161,6 +185,8 @@ fi
 if [ -n "$config" ]; then
   [ "$(grep -c 'BROKER_CLUSTER_MEMBERS: 1=node1:9093/127.0.0.1:9101,2=node2:9093/127.0.0.1:9102,3=node3:9093/127.0.0.1:9103' <<<"$config")" = 3 ] \
     || fail "compose config: the nodes do not share one members list"
+  [ "$(grep -cE "BROKER_CLUSTER_DATA_GROUPS: [\"']?3[\"']?\$" <<<"$config")" = 3 ] \
+    || fail "compose config: the nodes do not all run three groups"
 fi
 
 echo "OK: docker cluster test passed in $(($(date +%s) - start)) s"

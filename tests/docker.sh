@@ -41,7 +41,7 @@ start="$(date +%s)"
 docker/build.sh "$tag" >/dev/null
 built="$(date +%s)"
 target="$(rustc -vV | sed -n 's/^host: //p')"
-broker="${CARGO_TARGET_DIR:-target}/$target/release/broker"
+broker="${CARGO_TARGET_DIR:-target}/$target/${BROKER_IMAGE_PROFILE:-release}/broker"
 
 # The image's health check is the cheap `broker ping`.
 check="$(docker image inspect -f '{{json .Config.Healthcheck.Test}}' "$tag")"

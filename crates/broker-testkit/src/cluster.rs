@@ -263,8 +263,9 @@ impl Nodes {
         }
     }
 
-    /// The running node that leads now (the one that answers a read itself); fails after
-    /// [`PATIENCE`] without one.
+    /// The running node that leads now (the one that says so, and answers a read itself);
+    /// fails after [`PATIENCE`] without one. In a cluster of several groups, the first group's
+    /// leader, which also leads the group of the first topic created.
     pub async fn leader(&self) -> usize {
         let deadline = Instant::now() + PATIENCE;
         loop {
@@ -273,7 +274,11 @@ impl Nodes {
                 let Ok(client) = Client::connect(node.addr_string().as_str()).await else {
                     continue;
                 };
-                if client.describe().await.is_ok() {
+                let leads = client
+                    .cluster_status()
+                    .await
+                    .is_ok_and(|status| status.leader == Some(status.node_id));
+                if leads && client.describe().await.is_ok() {
                     return index;
                 }
             }

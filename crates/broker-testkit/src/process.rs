@@ -30,6 +30,20 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// The `broker-server` command for a server started with `extra`: a suite run against a
+/// broker of several shards (`BROKER_SHARDS`) starts its cluster nodes as a cluster node runs,
+/// with one; a suite run against clusters of several groups (`BROKER_CLUSTER_DATA_GROUPS`,
+/// which the server reads) starts its single servers alone, as the setting is a cluster
+/// node's only.
+fn server_command(extra: &[&str]) -> Command {
+    let mut command = Command::new(server_binary());
+    match extra.contains(&"--node-id") {
+        true => command.env_remove("BROKER_SHARDS"),
+        false => command.env_remove("BROKER_CLUSTER_DATA_GROUPS"),
+    };
+    command
+}
+
 /// What a server that refused to start left behind.
 #[derive(Debug)]
 pub struct Refusal {
@@ -57,7 +71,7 @@ pub fn refused_start_with(extra: &[&str], env: &[(&str, &str)], limit: Duration)
 /// [`refused_start_with`] that, when the server is still running after `limit` (it started),
 /// kills it and returns `None`.
 pub fn try_refused_start(extra: &[&str], env: &[(&str, &str)], limit: Duration) -> Option<Refusal> {
-    let mut child = Command::new(server_binary())
+    let mut child = server_command(extra)
         .args(["--listen", "127.0.0.1:0"])
         .args(extra)
         .env_remove("RUST_LOG")
@@ -141,13 +155,7 @@ impl ServerProcess {
         env: &[(&str, &str)],
         stderr: Stdio,
     ) -> Option<ServerProcess> {
-        let mut command = Command::new(server_binary());
-        // A suite run against a broker of several shards (`BROKER_SHARDS`) starts its cluster
-        // nodes as a cluster node runs: with one.
-        if extra.contains(&"--node-id") {
-            command.env_remove("BROKER_SHARDS");
-        }
-        let mut child = command
+        let mut child = server_command(extra)
             .args(["--listen", listen])
             .args(extra)
             .env_remove("RUST_LOG")
