@@ -477,14 +477,24 @@ pub enum ClusterCommand {
 
 If node 4 has not caught up within 20 seconds, the command fails saying so; the node stays a
 learner (it receives the log but does not vote) and keeps catching up: run the command again
-to make it a voter.")]
+to make it a voter.
+
+In a cluster that spreads its topics over several groups (broker-server --cluster-data-groups,
+which the new node must be started with too), each group's leader then adds the node to its
+group the same way, and the command waits for them: past 20 seconds in all it fails naming the
+groups that have not added it yet (they still do; `broker cluster status` shows it).")]
     Add(Connected<AddNodeArgs>),
     /// Remove a node from the cluster: it no longer votes nor receives the log. Stop its
     /// process afterwards. Removing the leader makes the others elect a new one. A voter that
     /// is not the leader first stops voting: the leader waits up to 5 seconds for it to hear
     /// so (the whole wait when it is down). Removing a node that is no member changes nothing.
+    /// With several groups (`broker-server --cluster-data-groups`), every group then removes
+    /// it too, and the command waits for them (20 seconds in all, then it names those that
+    /// still have it).
     Remove(Connected<RemoveNodeArgs>),
-    /// Make a voter the leader, before taking the leader's host down for maintenance, say.
+    /// Make a voter the leader, before taking the leader's host down for maintenance, say. With
+    /// several groups (`broker-server --cluster-data-groups`), this is the first group's
+    /// leadership; the other groups' leaders are balanced over the nodes by themselves.
     #[command(after_help = "Example (node 2 is a voter):
   broker cluster transfer 2
 
@@ -511,10 +521,10 @@ pub struct TransferArgs {
 pub struct ClusterStatusArgs {
     /// Print JSON: `leader`, `term` and `nodes`, each with its addresses, `voter`, `behind`
     /// (`null` when not known), and its own `status` or the `error` that kept it from
-    /// answering; and `groups`, each with `group`, `leader`, `term`, `last_log_index`,
-    /// `behind` (each member's `node_id` and `behind`) and `topics` (every group its nodes
-    /// host: the first one alone in a cluster of one group; empty from nodes of a release
-    /// before groups).
+    /// answering; and `groups`: every group the nodes host (the first one alone in a cluster
+    /// of one group; none from nodes of a release before groups), each with `group`, `leader`,
+    /// `term`, `last_log_index`, `behind` (each member's `node_id` and `behind`) and
+    /// `topics`.
     #[arg(long)]
     pub json: bool,
 }

@@ -26,9 +26,9 @@ struct Row {
 }
 
 /// `broker cluster status`: the first node of --addr that knows a leader (else the first that
-/// answers), and that leader, tell the members; each member is then asked about itself. Every
-/// node is asked at once and once at most, so a node that does not answer costs the command
-/// [`NODE_TIMEOUT`] in all.
+/// answers), and that leader, tell the members; each member is then asked about itself, and
+/// each that answered, about the groups it hosts. Every node is asked at once and once at most
+/// each time, so a node that does not answer costs the command [`NODE_TIMEOUT`] in all.
 pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<()> {
     let given: Vec<&str> = server.addr.split(',').map(str::trim).collect();
     let asked: Vec<(String, Result<ClusterStatus, String>)> = join_all(
@@ -113,8 +113,10 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
         .map(|(member, own)| Row { member, own })
         .collect();
     let leader_last = leader.as_ref().and_then(|status| status.last_log_index);
+    // Only the nodes that answered: one that did not costs the command one wait, not two.
     let addrs: Vec<&str> = rows
         .iter()
+        .filter(|row| row.own.is_ok())
         .map(|row| row.member.client_addr.as_str())
         .collect();
     let groups = groups(server, &addrs).await;

@@ -1031,7 +1031,8 @@ impl Client {
     /// for each, by ascending id, the node's role in it, the group's term, leader, log and
     /// members (with, from the group's leader, how far each has the group's log), and the
     /// topics the group holds. A cluster of one group answers its first group alone. Answered
-    /// by whichever node is asked, never redirected. Needs a server of protocol version 10.
+    /// by whichever node is asked, never redirected. Needs a server of protocol version 10 (an
+    /// older one answers [`Error::Server`] with `MalformedRequest`).
     ///
     /// ```no_run
     /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {

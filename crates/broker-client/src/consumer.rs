@@ -454,8 +454,8 @@ impl Delivery {
         }
         let (client, topic, group, member) = self.membership.names();
         let (partition, offset) = (self.record.partition, self.record.offset);
-        for attempt in 0..SETTLE_ATTEMPTS {
-            let settled = match how {
+        let settled = with_retries("settling a delivery", || async {
+            match how {
                 Settle::Ack => client.ack(topic, group, member, partition, offset).await,
                 Settle::Retry => client.retry(topic, group, member, partition, offset).await,
                 Settle::RetryAfter(delay) => {
@@ -463,16 +463,14 @@ impl Delivery {
                         .retry_after(topic, group, member, partition, offset, delay)
                         .await
                 }
-            };
-            match settled {
-                Err(error) if error.is_retriable() => {
-                    tracing::debug!(%error, attempt, "settling a delivery failed");
-                    tokio::time::sleep(backoff(attempt)).await;
-                }
-                settled => return settled,
             }
+        })
+        .await;
+        match settled {
+            // Still not reached: the delivery is released by its timeout, as unsettled.
+            Err(error) if error.is_retriable() => Ok(false),
+            settled => settled,
         }
-        Ok(false)
     }
 }
 
@@ -487,7 +485,28 @@ enum Settle {
 /// The shortest time between two checks of a consumer's assignment.
 const MIN_ASSIGNMENT_CHECK: Duration = Duration::from_secs(1);
 
-/// How many times [`Delivery::ack`] and [`Delivery::retry`] try to reach the server.
+/// Makes `call` up to [`SETTLE_ATTEMPTS`] times while it fails for a passing reason
+/// ([`Error::is_retriable`]: a connection lost in a blip, say), waiting [`backoff`] between
+/// attempts; answers its last result. Only for calls that change nothing more when made twice.
+async fn with_retries<T, F>(what: &str, mut call: impl FnMut() -> F) -> Result<T, Error>
+where
+    F: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut attempt = 0;
+    loop {
+        match call().await {
+            Err(error) if error.is_retriable() && attempt + 1 < SETTLE_ATTEMPTS => {
+                tracing::debug!(%error, attempt, "{what} failed; trying again");
+                tokio::time::sleep(backoff(attempt)).await;
+                attempt += 1;
+            }
+            answered => return answered,
+        }
+    }
+}
+
+/// How many times [`Delivery::ack`] and [`Delivery::retry`], and the commit and leave of
+/// [`Consumer::close`], try to reach the server.
 const SETTLE_ATTEMPTS: u32 = 3;
 
 /// A member of a consumer group that behaves as a service wants: it joins when it starts,
@@ -680,7 +699,7 @@ impl Consumer {
     /// Nothing to do in ack mode, where each acknowledgement commits.
     ///
     /// # Errors
-    /// As [`Client::commit`].
+    /// As [`Client::commit`], once a connection lost in a blip was tried again (a few times).
     ///
     /// ```no_run
     /// # async fn run(mut consumer: broker_client::Consumer) -> Result<(), broker_client::Error> {
@@ -696,7 +715,9 @@ impl Consumer {
             return Ok(());
         }
         let (client, topic, group, member) = self.membership.names();
-        client.commit(topic, group, member, None).await?;
+        // Again after a connection lost in a blip: committing the same positions twice is
+        // harmless.
+        with_retries("committing", || client.commit(topic, group, member, None)).await?;
         self.committed = Instant::now();
         Ok(())
     }
@@ -743,7 +764,7 @@ impl Consumer {
         self.closed = true;
         let committed = self.settle().await;
         let (client, topic, group, member) = self.membership.names();
-        let left = client.leave(topic, group, member).await;
+        let left = with_retries("leaving the group", || client.leave(topic, group, member)).await;
         committed.and(left.map(drop))
     }
 

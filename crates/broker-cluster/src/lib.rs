@@ -356,6 +356,27 @@ impl From<io::Error> for ClusterError {
     }
 }
 
+/// Each member of `membership`: its id, addresses, and whether it votes.
+fn members(
+    membership: &openraft::Membership<NodeId, ClusterNode>,
+) -> Vec<(NodeId, ClusterNode, bool)> {
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    membership
+        .nodes()
+        .map(|(id, node)| (*id, node.clone(), voters.contains(id)))
+        .collect()
+}
+
+/// The wall clock in milliseconds since the Unix epoch (0 before it, which no clock shows): the
+/// time a leader gives the commands it proposes.
+pub fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        })
+}
+
 fn leader_hint(leader: &Option<(NodeId, ClusterNode)>) -> String {
     match leader {
         Some((id, node)) => format!("; node {id} is, at {}", node.client_addr),
@@ -829,8 +850,6 @@ impl Cluster {
     pub fn status(&self) -> ClusterStatus {
         let metrics = self.core.raft.metrics();
         let metrics = metrics.borrow();
-        let membership = metrics.membership_config.membership();
-        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
         let deposed = metrics.state == ServerState::Leader && !self.leads(&metrics);
         ClusterStatus {
             node_id: self.node_id,
@@ -848,10 +867,7 @@ impl Cluster {
             }),
             last_log_index: metrics.last_log_index,
             applied_index: metrics.last_applied.map(|id| id.index),
-            members: membership
-                .nodes()
-                .map(|(id, node)| (*id, node.clone(), voters.contains(id)))
-                .collect(),
+            members: members(metrics.membership_config.membership()),
             replication: metrics
                 .replication
                 .as_ref()
@@ -865,6 +881,20 @@ impl Cluster {
                 .unwrap_or_default(),
             unreachable: self.network.unreachable().into_iter().collect(),
         }
+    }
+
+    /// The members of the group (id, addresses, whether it votes) as its last membership
+    /// entry says, once this node has applied that entry: a change only proposed (which may
+    /// yet be dropped) is not shown; `None` until the entry is applied.
+    pub fn committed_members(&self) -> Option<Vec<(NodeId, ClusterNode, bool)>> {
+        let metrics = self.core.raft.metrics();
+        let metrics = metrics.borrow();
+        let index = metrics.membership_config.log_id().map_or(0, |id| id.index);
+        let applied = metrics.last_applied.map_or(0, |id| id.index);
+        if index > applied {
+            return None;
+        }
+        Some(members(metrics.membership_config.membership()))
     }
 
     /// Stops this group on this node: its Raft core, and for the first group also the node's

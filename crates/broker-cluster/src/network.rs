@@ -982,7 +982,10 @@ async fn answer(
         GroupRequest::Belonging => {
             PeerResponse::Belonging(belonging(&raft.metrics().borrow(), from))
         }
-        GroupRequest::Propose(proposal) => PeerResponse::Proposed(core.propose(proposal).await),
+        GroupRequest::Propose(proposal) => {
+            let proposal = proposal.at(crate::wall_clock_ms());
+            PeerResponse::Proposed(core.propose(proposal).await)
+        }
         GroupRequest::ReadIndex => PeerResponse::ReadIndex(core.read_index().await),
     }
 }

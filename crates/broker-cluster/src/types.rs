@@ -49,6 +49,17 @@ pub enum Proposal {
 }
 
 impl Proposal {
+    /// The proposal with the time of its commands and of its tick set to `now_ms`: a leader
+    /// proposing what another node forwarded gives it its own clock, as for its own
+    /// proposals, so that a node whose clock runs ahead never moves the group's time on.
+    pub fn at(self, now_ms: i64) -> Proposal {
+        match self {
+            Proposal::Commands { commands, .. } => Proposal::Commands { now_ms, commands },
+            Proposal::Tick { .. } => Proposal::Tick { now_ms },
+            cluster @ Proposal::Cluster(_) => cluster,
+        }
+    }
+
     /// The change it makes to the broker, or else to the cluster's state.
     pub fn into_change(self) -> Result<BrokerChange, ClusterChange> {
         match self {
@@ -368,6 +379,29 @@ mod tests {
         assert_eq!(state.apply(place("a", FIRST_GROUP), none), FIRST_GROUP);
         assert_eq!(state.group_of("a"), FIRST_GROUP);
         assert!(!state.is_empty());
+    }
+
+    #[test]
+    fn a_forwarded_proposal_takes_the_time_of_the_leader_that_proposes_it() {
+        let commands = Proposal::Commands {
+            now_ms: 5,
+            commands: Vec::new(),
+        };
+        assert_eq!(
+            commands.at(9),
+            Proposal::Commands {
+                now_ms: 9,
+                commands: Vec::new()
+            }
+        );
+        assert_eq!(
+            Proposal::Tick { now_ms: 5 }.at(9),
+            Proposal::Tick { now_ms: 9 }
+        );
+        let place = Proposal::Cluster(ClusterChange::Unplace {
+            topic: "t".to_owned(),
+        });
+        assert_eq!(place.clone().at(9), place);
     }
 
     #[test]

@@ -28,16 +28,6 @@ pub struct ClusterView {
     pub topic_leaders: BTreeMap<String, Option<i32>>,
 }
 
-impl ClusterView {
-    /// The node serving the partitions of `topic`, if one is known.
-    pub fn leader_of(&self, topic: &str) -> Option<i32> {
-        self.topic_leaders
-            .get(topic)
-            .copied()
-            .unwrap_or(self.leader)
-    }
-}
-
 /// Runs the broker's commands for one Kafka connection: the server implements it with the same
 /// path a native connection's requests take (validation, the log, waits, the cluster).
 pub trait Backend: Send + Sync {

@@ -10,7 +10,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use broker_core::cold::LogId;
 use broker_core::image::StateImage;
@@ -446,13 +445,7 @@ impl BrokerGuard<'_> {
 }
 
 /// The wall clock in milliseconds since the Unix epoch (0 before it, which no clock shows).
-pub(crate) fn wall_clock_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
-        })
-}
+pub(crate) use broker_cluster::wall_clock_ms;
 
 /// The topic `command` deletes, if it deletes one: the sessions of its members end with it, so
 /// that the reaper does not later try to remove members of a topic that is gone.

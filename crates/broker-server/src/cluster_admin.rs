@@ -130,14 +130,9 @@ async fn groups_follow(
             .filter_map(|shard| shared.group(shard))
             .filter(|group| {
                 let members = group.status().members;
-                let votes = members
-                    .iter()
-                    .any(|(id, _, votes)| *id == node_id && *votes);
-                let member = members.iter().any(|(id, _, _)| *id == node_id);
-                if added {
-                    !votes
-                } else {
-                    member
+                match added {
+                    true => !crate::data_groups::votes(&members, node_id),
+                    false => members.iter().any(|(id, _, _)| *id == node_id),
                 }
             })
             .map(|group| group.group().to_string())

@@ -93,14 +93,13 @@ const MEMBERSHIP_EVERY: Duration = Duration::from_secs(1);
 const MEMBERSHIP_CHANGE_WITHIN: Duration = Duration::from_secs(20);
 
 /// Keeps the members of every further group this node leads those of the first group (which
-/// `broker cluster add` and `remove` change): adds each voter of the first group that the
-/// group lacks (a learner until it caught up, then a voter, as `broker cluster add` does) and
-/// removes each member the first group no longer has, one change at a time; a node leaving the
-/// first group leaves the groups it leads itself. Until the server shuts down. Compared after a
-/// read index of the first group, so that a copy of it that lags never takes a node just added
-/// for one removed.
+/// `broker cluster add` and `remove` change), one change per group and round (see
+/// [`membership_change`]); a node leaving the cluster leaves the groups it leads itself, since
+/// no other node can remove a group's leader. Until the server shuts down. Decided from the
+/// first group's committed membership, after a read index of the first group, so that a copy
+/// of it that lags, or a change that may yet be dropped, never undoes another.
 async fn follow_membership(shared: Arc<Shared>) {
-    // The last failure logged for each group, so that a retry that fails alike is not.
+    // The last change that failed in each group, so that its retries are not all logged.
     let mut reported: BTreeMap<GroupId, String> = BTreeMap::new();
     loop {
         tokio::select! {
@@ -117,37 +116,25 @@ async fn follow_membership(shared: Arc<Shared>) {
         if led.is_empty() {
             continue;
         }
-        // A node being removed from the cluster (a learner of the first group, or out of it)
-        // that still leads a group leaves that group itself: no other node can remove it while
-        // it leads, and it may no longer reach the first group's leader.
+        let current = first.read_barrier_anywhere().await.is_ok();
         let me = first.node_id();
-        let wanted = first.status().members;
-        let votes = wanted.iter().any(|(id, _, votes)| *id == me && *votes);
-        if first.knows_removed() || (!wanted.is_empty() && !votes) {
-            for group in led {
-                let id = group.group();
-                match group.remove_node(me, MEMBERSHIP_CHANGE_WITHIN).await {
-                    Ok(()) => info!(
-                        group = id,
-                        "left data group {id}, as this node left the cluster"
-                    ),
-                    Err(cause) => {
-                        debug!(group = id, %cause, "leaving data group {id}; trying again")
-                    }
-                }
-            }
-            continue;
-        }
-        if first.read_barrier_anywhere().await.is_err() {
-            continue;
-        }
-        let wanted = first.status().members;
+        let wanted = match (current, first.committed_members()) {
+            (true, Some(wanted)) if !wanted.is_empty() => wanted,
+            // A removed node cannot ask the first group for a read index any more.
+            _ if first.knows_removed() => Vec::new(),
+            _ => continue,
+        };
         for group in led {
-            let Some(change) = membership_change(&wanted, &group.status().members) else {
-                reported.remove(&group.group());
+            let id = group.group();
+            let change = match votes(&wanted, me) {
+                true => membership_change(&wanted, &group.status().members),
+                // This node is leaving the cluster (a learner of the first group, or out of it).
+                false => Some(MembershipChange::Remove(me)),
+            };
+            let Some(change) = change else {
+                reported.remove(&id);
                 continue;
             };
-            let id = group.group();
             let done = match &change {
                 MembershipChange::Add(node, address) => {
                     group
@@ -167,15 +154,28 @@ async fn follow_membership(shared: Arc<Shared>) {
                     );
                 }
                 Err(cause) => {
-                    let cause = format!("{change}: {cause}");
-                    if reported.get(&id) != Some(&cause) {
-                        warn!(group = id, %cause, "data group {id} does not follow the first group's members yet; trying again");
-                        reported.insert(id, cause);
+                    // Said once per change, however the details of its refusal evolve.
+                    let what = change.to_string();
+                    if reported.get(&id) != Some(&what) {
+                        warn!(
+                            group = id,
+                            %cause,
+                            "data group {id} does not follow the first group's members yet \
+                             ({what}); trying again every second"
+                        );
+                        reported.insert(id, what);
                     }
                 }
             }
         }
     }
+}
+
+/// Whether `id` is a voter among `members` (id, addresses, whether it votes).
+pub(crate) fn votes(members: &[(NodeId, ClusterNode, bool)], id: NodeId) -> bool {
+    members
+        .iter()
+        .any(|(member, _, voter)| *member == id && *voter)
 }
 
 /// A change that brings a further group's members closer to the first group's.
@@ -197,21 +197,38 @@ impl std::fmt::Display for MembershipChange {
 }
 
 /// The next change of a group whose members are `members` (id, addresses, whether it votes)
-/// when the first group's are `wanted`: a voter of the first group that is not a voter of the
-/// group is added (the lowest id first); else a member of the group that is no member of the
-/// first group is removed; else none. (A learner of the first group, still catching up, is
-/// added once it votes there.)
+/// when the first group's are `wanted`, the lowest id first:
+/// 1. a member the first group has at other addresses is removed (to be added again at its
+///    new ones);
+/// 2. a voter of the first group that does not vote in the group is added, unless another
+///    member has its addresses (a node replaced under a new id: that member leaves first);
+/// 3. a member the first group no longer has is removed.
+///
+/// A learner of the first group, still catching up, is added once it votes there. Adding
+/// before removing keeps as many voters as possible while a node is replaced.
 fn membership_change(
     wanted: &[(NodeId, ClusterNode, bool)],
     members: &[(NodeId, ClusterNode, bool)],
 ) -> Option<MembershipChange> {
-    let votes_in = |list: &[(NodeId, ClusterNode, bool)], id: NodeId| {
-        list.iter()
-            .any(|(member, _, votes)| *member == id && *votes)
+    let in_first = |id: NodeId| wanted.iter().find(|(member, _, _)| *member == id);
+    let moved = members
+        .iter()
+        .filter(|(id, address, _)| in_first(*id).is_some_and(|(_, at, _)| at != address))
+        .map(|(id, _, _)| *id)
+        .min();
+    if let Some(id) = moved {
+        return Some(MembershipChange::Remove(id));
+    }
+    let address_taken = |id: NodeId, address: &ClusterNode| {
+        members
+            .iter()
+            .any(|(member, at, _)| *member != id && at == address)
     };
     let missing = wanted
         .iter()
-        .filter(|(id, _, votes)| *votes && !votes_in(members, *id))
+        .filter(|(id, address, voter)| {
+            *voter && !votes(members, *id) && !address_taken(*id, address)
+        })
         .min_by_key(|(id, _, _)| *id);
     if let Some((id, address, _)) = missing {
         return Some(MembershipChange::Add(*id, address.clone()));
@@ -219,7 +236,7 @@ fn membership_change(
     members
         .iter()
         .map(|(id, _, _)| *id)
-        .filter(|id| !wanted.iter().any(|(member, _, _)| member == id))
+        .filter(|id| in_first(*id).is_none())
         .min()
         .map(MembershipChange::Remove)
 }
@@ -258,15 +275,20 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
             if shared.group(shard).is_some() {
                 continue;
             }
-            // A node among the group's first voters may start it; one added to the cluster
-            // since waits for the group's leader to add it (see `follow_membership`), and is
-            // checked against every member meanwhile.
-            let first_voter = voters.contains(&first.node_id());
+            // A node among the group's first voters may start it with them; one added to the
+            // cluster since waits for the group's leader to add it (see `follow_membership`):
+            // it is given the other members only (to ask whether it held the group's log
+            // before), never itself, so that it never starts the group on its own.
+            let me = first.node_id();
+            let first_voter = voters.contains(&me);
             let addresses: BTreeMap<NodeId, ClusterNode> = first
                 .status()
                 .members
                 .into_iter()
-                .filter(|(id, _, _)| !first_voter || voters.contains(id))
+                .filter(|(id, _, _)| match first_voter {
+                    true => voters.contains(id),
+                    false => *id != me,
+                })
                 .map(|(id, node, _)| (id, node))
                 .collect();
             let mut config = GroupConfig::new(group_dir(&data_dir, group), addresses);
@@ -419,12 +441,7 @@ async fn balance_leaders(shared: Arc<Shared>) {
         };
         let id = cluster.group();
         // A node added to the cluster votes in each group once its leader added it.
-        let votes_there = cluster
-            .status()
-            .members
-            .iter()
-            .any(|(member, _, votes)| *member == to && *votes);
-        if !votes_there {
+        if !votes(&cluster.status().members, to) {
             continue;
         }
         match cluster.transfer_leadership(to, HAND_OVER_WITHIN).await {
@@ -538,16 +555,21 @@ pub(crate) fn route(shared: &Shared, command: &Command) -> GroupRoute {
     }
 }
 
-/// The group holding the topic of `command`, when another node leads it: the command is
-/// applied there, not here. (A group this node does not host is not known here: the command
-/// is answered `NotLeader`, as any other.)
+/// The further group holding the topic of `command`, when another node leads it: the command
+/// is applied there, not here. Only a topic placed in a further group is sent on: a placement
+/// never changes, so this node's copy of it is never wrong, while a topic it does not know
+/// placed (the first group's, or one placed a moment ago) is left to the first group's
+/// leader, whose copy is current. (A group this node does not host is not known here either:
+/// the command is answered `NotLeader`, as any other.)
 pub(crate) fn leader_elsewhere<'a>(shared: &'a Shared, command: &Command) -> Option<&'a Cluster> {
     if !spread(shared) {
         return None;
     }
     match route(shared, command) {
-        GroupRoute::One(shard) => shared.group(shard).filter(|group| !group.is_leader()),
-        GroupRoute::Alone | GroupRoute::Refused(_) => None,
+        GroupRoute::One(shard) if shard > 0 => {
+            shared.group(shard).filter(|group| !group.is_leader())
+        }
+        GroupRoute::One(_) | GroupRoute::Alone | GroupRoute::Refused(_) => None,
     }
 }
 
@@ -860,6 +882,26 @@ mod tests {
             member(5, false),
         ];
         assert_eq!(membership_change(&first, &group), None);
+        // Node 2 moved to other addresses: removed, to be added again at the new ones.
+        let moved = ClusterNode::new("127.0.0.1:22", "127.0.0.1:9").unwrap();
+        let first = [member(1, true), (2, moved.clone(), true), member(4, true)];
+        let group = [member(1, true), member(2, true), member(4, true)];
+        assert_eq!(
+            membership_change(&first, &group),
+            Some(MembershipChange::Remove(2))
+        );
+        let group = [member(1, true), member(4, true)];
+        assert_eq!(
+            membership_change(&first, &group),
+            Some(MembershipChange::Add(2, moved))
+        );
+        // Node 3 replaced by node 6 at its addresses: node 3 leaves first.
+        let first = [member(1, true), member(2, true), (6, node(3), true)];
+        let group = [member(1, true), member(2, true), member(3, true)];
+        assert_eq!(
+            membership_change(&first, &group),
+            Some(MembershipChange::Remove(3))
+        );
     }
 
     #[test]

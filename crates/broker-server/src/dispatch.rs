@@ -544,13 +544,11 @@ fn admit(
     } = request;
     let kind = command.kind();
     let config = &shared.config;
-    let command = prepare(config, command)
-        .and_then(|command| kafka_owns_group(shared, command))
-        .map_err(|refusal| Refused {
-            kind: Some(kind),
-            correlation_id,
-            refusal,
-        })?;
+    let command = checked(shared, command).map_err(|refusal| Refused {
+        kind: Some(kind),
+        correlation_id,
+        refusal,
+    })?;
     let wait = Duration::from_millis(max_wait_ms.into()).min(config.max_wait);
     let retry = (may_wait && !wait.is_zero())
         .then(|| command.waiting_retry())
@@ -562,6 +560,12 @@ fn admit(
         retry,
         command,
     })
+}
+
+/// The checks of a command before it is applied, here or at another node's: [`prepare`], then
+/// [`kafka_owns_group`].
+pub(crate) fn checked(shared: &Shared, command: Command) -> Result<Command, ErrorReply> {
+    prepare(&shared.config, command).and_then(|command| kafka_owns_group(shared, command))
 }
 
 /// Refuses a native join to a group whose members joined through the Kafka listener (a group

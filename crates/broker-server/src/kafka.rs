@@ -1,6 +1,8 @@
 //! The Kafka listener (`--kafka-listen`): Kafka clients' connections, each served by
 //! `broker_kafka`, whose commands take the path a native connection's requests take
-//! (`server::submit`): the same validation, log, waits and metrics.
+//! (`server::submit`): the same validation, log, waits and metrics. In a cluster of several
+//! groups, the coordinator's and controller's commands about a topic another node leads are
+//! checked alike and applied at that node (see `Backend::call_anywhere`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -235,10 +237,16 @@ impl Backend for ServerBackend {
     }
 
     async fn call_anywhere(&self, command: Command) -> Result<Outcome, ErrorReply> {
-        match crate::data_groups::leader_elsewhere(&self.shared, &command) {
-            Some(group) => crate::data_groups::apply_at_leader(group, command).await,
-            None => self.call(command, Duration::ZERO).await,
-        }
+        let Some(group) = crate::data_groups::leader_elsewhere(&self.shared, &command) else {
+            return self.call(command, Duration::ZERO).await;
+        };
+        // Checked and bounded as the connection's other calls are.
+        let command = crate::dispatch::checked(&self.shared, command)?;
+        let _permit = Arc::clone(&self.in_flight)
+            .acquire_owned()
+            .await
+            .map_err(|_| ErrorReply::ShuttingDown)?;
+        crate::data_groups::apply_at_leader(group, command).await
     }
 
     async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
