@@ -331,6 +331,11 @@ impl BrokerGuard<'_> {
         self.locked.state.holds_topic(topic)
     }
 
+    /// The names of the topics that exist.
+    pub(crate) fn topic_names(&self) -> Vec<String> {
+        self.locked.state.topic_names().map(str::to_owned).collect()
+    }
+
     /// Why the state refuses every command, if it does (see [`BrokerState::failure`]).
     pub(crate) fn failure(&self) -> Option<String> {
         self.locked.state.failure().map(str::to_owned)

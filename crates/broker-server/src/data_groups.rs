@@ -27,6 +27,7 @@ use broker_cluster::{
 };
 use broker_core::{BrokerDescription, Command, Outcome};
 use broker_proto::ErrorReply;
+use futures::future::join_all;
 use tracing::{debug, error, info, warn};
 
 use crate::broker::wall_clock_ms;
@@ -124,17 +125,24 @@ async fn follow_membership(shared: Arc<Shared>) {
             _ if first.knows_removed() => Vec::new(),
             _ => continue,
         };
-        for group in led {
-            let id = group.group();
-            let change = match votes(&wanted, me) {
-                true => membership_change(&wanted, &group.status().members),
-                // This node is leaving the cluster (a learner of the first group, or out of it).
-                false => Some(MembershipChange::Remove(me)),
-            };
-            let Some(change) = change else {
-                reported.remove(&id);
-                continue;
-            };
+        // The groups' changes at once: a node catching up with one group's log holds back no
+        // other group's change.
+        let changes: Vec<(&Cluster, MembershipChange)> = led
+            .into_iter()
+            .filter_map(|group| {
+                let change = match votes(&wanted, me) {
+                    true => membership_change(&wanted, &group.status().members),
+                    // This node is leaving the cluster (a learner of the first group, or out
+                    // of it).
+                    false => Some(MembershipChange::Remove(me)),
+                };
+                if change.is_none() {
+                    reported.remove(&group.group());
+                }
+                Some((group, change?))
+            })
+            .collect();
+        let done = join_all(changes.into_iter().map(|(group, change)| async move {
             let done = match &change {
                 MembershipChange::Add(node, address) => {
                     group
@@ -145,6 +153,10 @@ async fn follow_membership(shared: Arc<Shared>) {
                     group.remove_node(*node, MEMBERSHIP_CHANGE_WITHIN).await
                 }
             };
+            (group.group(), change, done)
+        }))
+        .await;
+        for (id, change, done) in done {
             match done {
                 Ok(()) => {
                     reported.remove(&id);
@@ -428,22 +440,26 @@ async fn balance_leaders(shared: Arc<Shared>) {
             .collect();
         // A voter this node cannot reach (down, say) is given nothing.
         let voters = voters(first, true);
-        let leaders: Option<Vec<NodeId>> =
-            hosted.iter().map(|group| group.status().leader).collect();
-        let Some(leaders) = leaders else {
+        // Each group's leader and the nodes that vote in it (a node added to the cluster votes
+        // in a group once that group's leader added it).
+        let groups: Option<Vec<(NodeId, Vec<NodeId>)>> = hosted
+            .iter()
+            .map(|group| {
+                let status = group.status();
+                let voting = status.members.iter().filter(|(_, _, votes)| *votes);
+                Some((status.leader?, voting.map(|(id, _, _)| *id).collect()))
+            })
+            .collect();
+        let Some(groups) = groups else {
             continue;
         };
-        let Some((group, to)) = hand_over(first.node_id(), &voters, &leaders) else {
+        let Some((group, to)) = hand_over(first.node_id(), &voters, &groups) else {
             continue;
         };
         let Some(cluster) = hosted.get(group) else {
             continue;
         };
         let id = cluster.group();
-        // A node added to the cluster votes in each group once its leader added it.
-        if !votes(&cluster.status().members, to) {
-            continue;
-        }
         match cluster.transfer_leadership(to, HAND_OVER_WITHIN).await {
             Ok(()) => info!(
                 group = id,
@@ -456,25 +472,37 @@ async fn balance_leaders(shared: Arc<Shared>) {
     }
 }
 
-/// Which of the groups `node` leads to hand over and to whom, given each group's leader (by
-/// position) and the `voters`: one of its groups, the last, when it leads more than its share
-/// (the groups over the voters, rounded up), to the voter leading the fewest (the lowest id
-/// among equals), if that one leads fewer than its share.
-fn hand_over(node: NodeId, voters: &[NodeId], leaders: &[NodeId]) -> Option<(usize, NodeId)> {
+/// Which of the groups `node` leads to hand over and to whom, given each group's leader and
+/// voters (by position) and the `voters` of the cluster: when `node` leads more than its share
+/// (the groups over the voters, rounded up), one of its groups to the voter leading the fewest
+/// that leads fewer than its share (the lowest id among equals), the last such group that
+/// voter votes in; else to the next voter leading fewer than its share.
+fn hand_over(
+    node: NodeId,
+    voters: &[NodeId],
+    groups: &[(NodeId, Vec<NodeId>)],
+) -> Option<(usize, NodeId)> {
     if voters.is_empty() {
         return None;
     }
-    let share = leaders.len().div_ceil(voters.len());
-    let led = |id: NodeId| leaders.iter().filter(|leader| **leader == id).count();
+    let share = groups.len().div_ceil(voters.len());
+    let led = |id: NodeId| groups.iter().filter(|(leader, _)| *leader == id).count();
     if led(node) <= share {
         return None;
     }
-    let (fewest, count) = voters
+    let mut takers: Vec<(usize, NodeId)> = voters
         .iter()
-        .map(|id| (*id, led(*id)))
-        .min_by_key(|(id, count)| (*count, *id))?;
-    let group = leaders.iter().rposition(|leader| *leader == node)?;
-    (count < share && fewest != node).then_some((group, fewest))
+        .filter(|id| **id != node)
+        .map(|id| (led(*id), *id))
+        .filter(|(count, _)| *count < share)
+        .collect();
+    takers.sort_unstable();
+    takers.into_iter().find_map(|(_, to)| {
+        let group = groups
+            .iter()
+            .rposition(|(leader, voting)| *leader == node && voting.contains(&to))?;
+        Some((group, to))
+    })
 }
 
 /// Where a request goes in a cluster of several groups.
@@ -597,28 +625,17 @@ pub(crate) async fn apply_at_leader(
 }
 
 /// The topics held by a group other than the first, each with its group's leader as this
-/// node knows it (none when it does not host that group or the group elects).
+/// node knows it (none while the group elects): read from this node's copy of each group it
+/// hosts, as the topics' descriptions are.
 pub(crate) fn topic_leaders(shared: &Shared) -> BTreeMap<String, Option<NodeId>> {
-    let Some(first) = shared.cluster() else {
-        return BTreeMap::new();
-    };
-    let state = first.cluster_state();
-    let state = state.borrow();
-    let leaders: BTreeMap<GroupId, Option<NodeId>> = state
-        .groups
-        .keys()
-        .map(|group| {
-            let leader = shared
-                .group(shard_of_group(*group))
-                .and_then(|hosted| hosted.status().leader);
-            (*group, leader)
+    (1..shared.shards.all().len())
+        .filter_map(|shard| {
+            let group = shared.group(shard)?;
+            let leader = group.status().leader;
+            let names = shared.shards.get(shard).lock().topic_names();
+            Some(names.into_iter().map(move |name| (name, leader)))
         })
-        .collect();
-    state
-        .placement
-        .iter()
-        .filter(|(_, group)| **group != FIRST_GROUP)
-        .map(|(topic, group)| (topic.clone(), leaders.get(group).copied().flatten()))
+        .flatten()
         .collect()
 }
 
@@ -906,17 +923,43 @@ mod tests {
 
     #[test]
     fn a_node_leading_more_than_its_share_hands_one_over_to_the_least_busy() {
+        // Each group's leader, every node of `voting` a voter of each.
+        let led = |leaders: &[NodeId], voting: &[NodeId]| -> Vec<(NodeId, Vec<NodeId>)> {
+            leaders
+                .iter()
+                .map(|leader| (*leader, voting.to_vec()))
+                .collect()
+        };
+        let all = [1, 2, 3];
         // Three groups, all led by node 1: it hands its last one to node 2.
-        assert_eq!(hand_over(1, &[1, 2, 3], &[1, 1, 1]), Some((2, 2)));
+        assert_eq!(hand_over(1, &all, &led(&[1, 1, 1], &all)), Some((2, 2)));
         // Nodes 2 and 3 have nothing to hand over.
-        assert_eq!(hand_over(2, &[1, 2, 3], &[1, 1, 1]), None);
+        assert_eq!(hand_over(2, &all, &led(&[1, 1, 1], &all)), None);
         // Spread already.
-        assert_eq!(hand_over(1, &[1, 2, 3], &[1, 2, 3]), None);
+        assert_eq!(hand_over(1, &all, &led(&[1, 2, 3], &all)), None);
         // Four groups over three nodes: two each at most, and only to one leading fewer.
-        assert_eq!(hand_over(1, &[1, 2, 3], &[1, 1, 2, 3]), None);
-        assert_eq!(hand_over(1, &[1, 2, 3], &[1, 1, 1, 3]), Some((2, 2)));
+        assert_eq!(hand_over(1, &all, &led(&[1, 1, 2, 3], &all)), None);
+        assert_eq!(hand_over(1, &all, &led(&[1, 1, 1, 3], &all)), Some((2, 2)));
         // More nodes than groups: a node leading two hands one to a node leading none.
-        assert_eq!(hand_over(3, &[1, 2, 3, 4], &[3, 3]), Some((1, 1)));
-        assert_eq!(hand_over(3, &[], &[3, 3]), None);
+        let four = [1, 2, 3, 4];
+        assert_eq!(hand_over(3, &four, &led(&[3, 3], &four)), Some((1, 1)));
+        assert_eq!(hand_over(3, &[], &led(&[3, 3], &four)), None);
+        // Node 4, just added, votes only in the first group yet: the group node 1 leads where
+        // node 4 votes goes to it; while it votes in none of them, nothing is handed over.
+        let groups = vec![
+            (1, vec![1, 2, 3, 4]),
+            (1, vec![1, 2, 3]),
+            (2, vec![1, 2, 3]),
+            (3, vec![1, 2, 3]),
+        ];
+        assert_eq!(hand_over(1, &four, &groups), Some((0, 4)));
+        let mut not_yet = groups.clone();
+        not_yet[0].1.pop();
+        assert_eq!(hand_over(1, &four, &not_yet), None);
+        // Among several that lead fewer, the first that votes in one of its groups.
+        let groups = vec![(1, vec![1, 2, 3]), (1, vec![1, 2, 4]), (1, vec![1, 2, 4])];
+        assert_eq!(hand_over(1, &[1, 3, 4], &groups), Some((0, 3)));
+        let groups = vec![(1, vec![1, 2]), (1, vec![1, 2, 4]), (1, vec![1, 2, 4])];
+        assert_eq!(hand_over(1, &[1, 3, 4], &groups), Some((2, 4)));
     }
 }

@@ -217,6 +217,11 @@ impl BrokerState {
         self.topics.contains_key(topic)
     }
 
+    /// The names of the topics that exist, in no particular order.
+    pub fn topic_names(&self) -> impl Iterator<Item = &str> {
+        self.topics.keys().map(String::as_str)
+    }
+
     /// Why the state refuses every command, if it does: its cold store failed while a change
     /// was being applied, so the state may hold half of that change. The state must be rebuilt
     /// from its log.
