@@ -128,6 +128,28 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
         refused.contains("must be in its topic's group"),
         "{refused}"
     );
+    // A dead-letter topic not created yet is placed in its topic's group when a group names
+    // it, and created there later.
+    let late = TopicName::new("late-letters").unwrap();
+    let settings = [
+        GroupSetting::MaxDeliveries(3),
+        GroupSetting::DeadLetter(late),
+    ];
+    client
+        .configure_group("bananas", "g", &settings)
+        .await
+        .unwrap();
+    assert!(client.create("late-letters", 1).await.unwrap());
+    let placed = nodes.samples(0, "topic_shard");
+    assert_eq!(placed["late-letters"], placed["bananas"], "{placed:?}");
+    let settings = [
+        GroupSetting::MaxDeliveries(3),
+        GroupSetting::DeadLetter(TopicName::new("bananas-dlq").unwrap()),
+    ];
+    client
+        .configure_group("bananas", "g", &settings)
+        .await
+        .unwrap();
     // Each topic's calls are served by its group's leader; metadata says which.
     let metadata = client.metadata(None).await.unwrap();
     let served_by: BTreeSet<_> = metadata
@@ -170,7 +192,8 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
             "bananas",
             "bananas-dlq",
             "cherries",
-            "cherries-dlq"
+            "cherries-dlq",
+            "late-letters"
         ]
     );
     // `broker cluster status` shows every group: its leader (the one the metrics name), how

@@ -555,25 +555,16 @@ pub(crate) fn route(shared: &Shared, command: &Command) -> GroupRoute {
             if placed && group == elsewhere {
                 return GroupRoute::One(shard_of_group(group));
             }
-            if !placed && group == FIRST_GROUP {
-                // Not placed yet: placed in the first group by its leader first.
+            if !placed {
+                // Not placed yet: placed in the topic's group first, by that group's leader.
                 return GroupRoute::Alone;
             }
-            let why = match placed {
-                true => format!(
-                    "topic {topic:?} is in group {group} while {dead_letter:?} is in group \
-                     {elsewhere}"
-                ),
-                false => format!(
-                    "topic {topic:?} is in group {group}, and {dead_letter:?} does not exist \
-                     there yet"
-                ),
-            };
             GroupRoute::Refused(ErrorReply::InvalidArgument(format!(
                 "with --cluster-data-groups, a group's dead-letter topic must be in its topic's \
-                 group (a record moves to it in one step), and {why}: create the dead-letter \
-                 topic before naming it, named after its topic (such as \"{topic}-dlq\") so \
-                 that it is created in the topic's group"
+                 group (a record moves to it in one step), and topic {topic:?} is in group \
+                 {group} while {dead_letter:?} is in group {elsewhere}: name another (one not \
+                 created yet, or named after the topic, such as \"{topic}-dlq\", is created in \
+                 the topic's group)"
             )))
         }
         other => match other.topic() {
@@ -653,7 +644,7 @@ pub(crate) async fn apply_alone(
             let topic = topic.clone();
             create(shared, &topic, command).await
         }
-        join => (0, place_dead_letter_then_join(shared, join).await),
+        join => place_dead_letter_then_join(shared, join).await,
     }
 }
 
@@ -803,14 +794,16 @@ fn target_group(shared: &Shared, topic: &str) -> Result<GroupId, ErrorReply> {
     Ok(least.map_or(FIRST_GROUP, |(_, shard)| group_of_shard(shard)))
 }
 
-/// On the first group's leader: places the dead-letter topic `join` names in the first group
-/// (where its topic is), then applies `join` there.
+/// On the leader of the group of the topic `join` is about: places the dead-letter topic it
+/// names in that group (through the first group's leader), then applies `join` there; answers
+/// with the shard whose sessions it concerns. Another node answers `NotLeader`, naming that
+/// group's leader.
 async fn place_dead_letter_then_join(
     shared: &Shared,
     join: Command,
-) -> Result<Outcome, ErrorReply> {
+) -> (usize, Result<Outcome, ErrorReply>) {
     let Some(first) = shared.cluster() else {
-        return Err(ErrorReply::NotLeader { leader: None });
+        return (0, Err(ErrorReply::NotLeader { leader: None }));
     };
     let (Command::Join {
         settings, topic, ..
@@ -819,28 +812,57 @@ async fn place_dead_letter_then_join(
         settings, topic, ..
     }) = &join
     else {
-        return Err(ErrorReply::Storage("not a join".to_owned()));
+        return (0, Err(ErrorReply::Storage("not a join".to_owned())));
+    };
+    let home = first.cluster_state().borrow().group_of(topic);
+    let shard = shard_of_group(home);
+    let Some(group) = shared.group(shard).filter(|group| group.is_leader()) else {
+        let leader = shared.group(shard).and_then(Cluster::leader);
+        return (
+            shard,
+            Err(replicated::refusal(ProposeError::NotLeader { leader })),
+        );
     };
     let dead_letter = dead_letter_of(settings).unwrap_or_default().to_owned();
     // A join that fails for its topic reserves no name (the leader's copy is current).
-    if !shared.shards.first().lock().holds_topic(topic) {
-        return first_result(replicated::execute(first, vec![join]).await, "join");
+    if !shared.shards.get(shard).lock().holds_topic(topic) {
+        return (
+            shard,
+            first_result(replicated::execute(group, vec![join]).await, "join"),
+        );
     }
-    let placed = first
-        .change_cluster(ClusterChange::Place {
-            topic: dead_letter.clone(),
-            group: FIRST_GROUP,
-        })
-        .await
-        .map_err(replicated::refusal)?;
-    if placed != FIRST_GROUP {
-        return Err(ErrorReply::InvalidArgument(format!(
-            "with --cluster-data-groups, a group's dead-letter topic must be in its topic's \
-             group (a record moves to it in one step), and topic {topic:?} is in group \
-             {FIRST_GROUP} while {dead_letter:?} is in group {placed}: name another"
-        )));
+    let place = ClusterChange::Place {
+        topic: dead_letter.clone(),
+        group: home,
+    };
+    let placed = match home {
+        // (The first change to the cluster's state checks every node's release first.)
+        FIRST_GROUP => first.change_cluster(place).await,
+        _ => match first.propose_via_leader(Proposal::Cluster(place)).await {
+            Ok(applied) => applied.group.ok_or_else(|| {
+                ProposeError::Unavailable("the placement went unanswered".to_owned())
+            }),
+            Err(refusal) => Err(refusal),
+        },
+    };
+    let placed = match placed {
+        Ok(placed) => placed,
+        Err(refusal) => return (shard, Err(replicated::refusal(refusal))),
+    };
+    if placed != home {
+        return (
+            shard,
+            Err(ErrorReply::InvalidArgument(format!(
+                "with --cluster-data-groups, a group's dead-letter topic must be in its \
+                 topic's group (a record moves to it in one step), and topic {topic:?} is in \
+                 group {home} while {dead_letter:?} is in group {placed}: name another"
+            ))),
+        );
     }
-    first_result(replicated::execute(first, vec![join]).await, "join")
+    (
+        shard,
+        first_result(replicated::execute(group, vec![join]).await, "join"),
+    )
 }
 
 /// The result of the one command of an execution (`what` it was, for a missing answer).
