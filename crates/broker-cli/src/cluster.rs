@@ -159,9 +159,14 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
         outln!("{}", serde_json::to_string_pretty(&json)?)?;
         return Ok(());
     }
+    // With several groups, the table (roles, terms, logs) is of the first group.
+    let of_first = match groups.len() > 1 {
+        true => "first group's ",
+        false => "",
+    };
     match &leader {
         Some(status) => outln!(
-            "leader: node {} in term {}; {} voters, {} learners",
+            "{of_first}leader: node {} in term {}; {} voters, {} learners",
             status.node_id,
             status.term,
             rows.iter().filter(|row| row.member.voter).count(),
@@ -226,6 +231,11 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
     // A cluster of one group has nothing more to show.
     if groups.len() > 1 {
         outln!()?;
+        outln!(
+            "{} groups; each row as its leader tells (\"none\" while the group elects or hands \
+             its leadership over: ask again in a moment)",
+            groups.len()
+        )?;
         outln!(
             "{:<6} {:<8} {:>6} {:>10}  {:<24} topics",
             "group",

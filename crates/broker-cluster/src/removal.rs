@@ -97,9 +97,9 @@ pub(crate) async fn watch(
                 removed.store(true, Ordering::SeqCst);
                 tracing::warn!(
                     leader = peer,
-                    "this node was removed from the cluster while it could not hear of it \
-                     (node {peer}, which leads, committed a membership without it at entry {}): \
-                     it no longer campaigns and names no leader to its clients; stop it",
+                    "this node was removed from the cluster (node {peer}, which leads, committed \
+                     a membership without it at entry {}, which a removed node is not sent): it \
+                     no longer campaigns and names no leader to its clients; stop it",
                     told.index
                 );
                 return;
