@@ -198,18 +198,16 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
     );
     // `broker cluster status` shows every group: its leader (the one the metrics name), how
     // far each member is, and its topics.
-    let cli = |json: bool| {
+    let cli = |args: &[&str]| {
         let mut command = std::process::Command::new(broker_testkit::process::binary("broker"));
-        command.args(["--addr", &nodes.addresses(), "cluster", "status"]);
-        if json {
-            command.arg("--json");
-        }
+        command.args(["--addr", &nodes.addresses()]).args(args);
         let output = command.output().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{stderr}");
         String::from_utf8(output.stdout).unwrap()
     };
-    let status: serde_json::Value = serde_json::from_str(&cli(true)).unwrap();
+    let status: serde_json::Value =
+        serde_json::from_str(&cli(&["cluster", "status", "--json"])).unwrap();
     let groups = status["groups"].as_array().unwrap();
     assert_eq!(groups.len(), 3, "{status}");
     let placed = nodes.samples(0, "topic_shard");
@@ -229,7 +227,7 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
             .collect();
         assert_eq!(held, expected, "group {id}: {status}");
     }
-    let text = cli(false);
+    let text = cli(&["cluster", "status"]);
     eprintln!("broker cluster status:\n{text}");
     let rows: Vec<&str> = text
         .lines()
@@ -242,6 +240,20 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
         let topics = topics_of(group);
         assert!(row.ends_with(&topics.join(", ")), "{row} / {topics:?}");
     }
+    // `broker cluster topics` names each topic's group and the node that serves it.
+    let listed: serde_json::Value =
+        serde_json::from_str(&cli(&["cluster", "topics", "--json"])).unwrap();
+    for topic in listed["topics"].as_array().unwrap() {
+        let name = topic["topic"].as_str().unwrap();
+        let group = placed[name] + 1;
+        assert_eq!(topic["group"].as_i64(), Some(group), "{listed}");
+        let leader = leaders[&group.to_string()];
+        assert_eq!(topic["leader"].as_i64(), Some(leader), "{listed}");
+    }
+    assert_eq!(listed["topics"].as_array().unwrap().len(), 7, "{listed}");
+    let text = cli(&["cluster", "topics", "bananas"]);
+    assert!(text.contains("bananas"), "{text}");
+    assert!(!text.contains("apples"), "{text}");
 
     // The node leading the group of "bananas" dies: that group elects another leader, the
     // others go on, and nothing acknowledged is lost.

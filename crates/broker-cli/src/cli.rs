@@ -202,6 +202,7 @@ impl Command {
             Command::Top(c) => Some(&c.connect),
             Command::Bench(c) => Some(&c.connect),
             Command::Cluster(ClusterCommand::Status(c)) => Some(&c.connect),
+            Command::Cluster(ClusterCommand::Topics(c)) => Some(&c.connect),
             Command::Cluster(ClusterCommand::Add(c)) => Some(&c.connect),
             Command::Cluster(ClusterCommand::Remove(c)) => Some(&c.connect),
             Command::Cluster(ClusterCommand::Transfer(c)) => Some(&c.connect),
@@ -470,6 +471,10 @@ pub enum ClusterCommand {
     /// also gets a row per group: its leader, term and last log entry, how many entries each
     /// member lacks, and its topics.
     Status(Connected<ClusterStatusArgs>),
+    /// Show which node serves each topic (its calls go there), with its partitions and, in a
+    /// cluster that spreads its topics over several groups (`broker-server
+    /// --cluster-data-groups`), the group that holds it; as the node asked knows it.
+    Topics(Connected<ClusterTopicsArgs>),
     /// Add a node that runs and was started with `broker-server --cluster-join`: it catches up
     /// with the leader's log (a snapshot of the broker's state first), then votes.
     #[command(after_help = "Example (the new node 4 runs, started to join):
@@ -514,6 +519,19 @@ pub struct TransferArgs {
     /// The id of the voter that is to lead.
     #[arg(value_name = "ID")]
     pub node_id: u64,
+}
+
+/// `broker cluster topics`.
+#[derive(Debug, Args)]
+pub struct ClusterTopicsArgs {
+    /// Only this topic.
+    #[arg(value_name = "TOPIC")]
+    pub topic: Option<String>,
+    /// Print JSON: `nodes` (each `node_id` and `client_addr`) and `topics`, each with `topic`,
+    /// `partitions`, `leader` (a node id, `null` while its group elects) and `group` (`null`
+    /// in a cluster of one group).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `broker cluster status`.

@@ -8,7 +8,7 @@ use broker_client::{
 };
 use futures::future::join_all;
 
-use crate::cli::{AddNodeArgs, ClusterStatusArgs, RemoveNodeArgs, TransferArgs};
+use crate::cli::{AddNodeArgs, ClusterStatusArgs, ClusterTopicsArgs, RemoveNodeArgs, TransferArgs};
 use crate::connect::Server;
 
 /// How long `broker cluster status` waits for each node: one that is down must not hold up the
@@ -329,6 +329,75 @@ async fn groups(server: &Server, addrs: &[&str]) -> Vec<GroupRow> {
             }
         })
         .collect()
+}
+
+/// `broker cluster topics`: the metadata of the node asked (each topic's leader), with each
+/// topic's group from the groups that node hosts.
+pub async fn topics(server: &Server, args: ClusterTopicsArgs) -> anyhow::Result<()> {
+    let client = server.connect().await?;
+    let metadata = client.metadata(args.topic.as_deref()).await?;
+    if metadata.nodes.is_empty() {
+        bail!("this server runs alone, not as a node of a cluster: it serves every topic itself");
+    }
+    // A cluster of one group (or a node of a release before groups) names no group.
+    let groups: std::collections::BTreeMap<String, u32> = match client.groups_status().await {
+        Ok(groups) if groups.len() > 1 => groups
+            .into_iter()
+            .flat_map(|group| {
+                group
+                    .topics
+                    .into_iter()
+                    .map(move |topic| (topic, group.group))
+            })
+            .collect(),
+        _ => Default::default(),
+    };
+    if args.json {
+        let topics: Vec<_> = metadata
+            .topics
+            .iter()
+            .map(|topic| {
+                serde_json::json!({
+                    "topic": topic.topic,
+                    "partitions": topic.partition_count,
+                    "leader": topic.leader,
+                    "group": groups.get(&topic.topic),
+                })
+            })
+            .collect();
+        let json = serde_json::json!({ "nodes": metadata.nodes, "topics": topics });
+        outln!("{}", serde_json::to_string_pretty(&json)?)?;
+        return Ok(());
+    }
+    let address = |id: u64| {
+        metadata
+            .nodes
+            .iter()
+            .find(|node| node.node_id == id)
+            .map_or("?", |node| node.client_addr.as_str())
+    };
+    outln!(
+        "{:<32} {:>10}  {:<6} leader",
+        "topic",
+        "partitions",
+        "group"
+    )?;
+    for topic in &metadata.topics {
+        let group = groups
+            .get(&topic.topic)
+            .map_or_else(|| "-".to_owned(), u32::to_string);
+        let leader = topic.leader.map_or_else(
+            || "none (its group elects: ask again in a moment)".to_owned(),
+            |id| format!("node {id} at {}", address(id)),
+        );
+        outln!(
+            "{:<32} {:>10}  {:<6} {leader}",
+            topic.topic,
+            topic.partition_count,
+            group
+        )?;
+    }
+    Ok(())
 }
 
 /// `broker cluster add`.

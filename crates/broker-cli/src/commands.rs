@@ -71,6 +71,7 @@ pub async fn run(connect: Option<ConnectArgs>, command: Command) -> anyhow::Resu
         Command::Describe(c) => describe(&server.connect().await?, c.args).await,
         Command::Lag(c) => lag(&server.connect().await?, c.args).await,
         Command::Cluster(ClusterCommand::Status(c)) => cluster::status(&server, c.args).await,
+        Command::Cluster(ClusterCommand::Topics(c)) => cluster::topics(&server, c.args).await,
         Command::Cluster(ClusterCommand::Add(c)) => cluster::add(&server, c.args).await,
         Command::Cluster(ClusterCommand::Remove(c)) => cluster::remove(&server, c.args).await,
         Command::Cluster(ClusterCommand::Transfer(c)) => cluster::transfer(&server, c.args).await,
