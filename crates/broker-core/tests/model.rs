@@ -62,8 +62,8 @@ struct Model {
 struct ModelTopic {
     key_hash: KeyHash,
     settings: TopicSettings,
-    /// How many keyless publishes the topic has seen: the next one goes to this modulo n.
-    keyless_publishes: usize,
+    /// The partition the next keyless publish goes to (modulo the partitions, when it grew).
+    next_keyless: usize,
     logs: Vec<ModelLog>,
     groups: BTreeMap<String, ModelGroup>,
     /// Every batch of records an idempotent producer stored, by producer and partition.
@@ -467,7 +467,7 @@ impl Model {
                     ModelTopic {
                         key_hash: *key_hash,
                         settings,
-                        keyless_publishes: 0,
+                        next_keyless: 0,
                         logs: vec![ModelLog::default(); *partition_count as usize],
                         groups: BTreeMap::new(),
                         batches: BTreeMap::new(),
@@ -1259,9 +1259,13 @@ fn place(t: &mut ModelTopic, key: Option<&Bytes>) -> usize {
             KeyHash::Murmur2 => (hash::murmur2(key) & 0x7fff_ffff) as usize % n,
             KeyHash::Fnv1a => hash::fnv1a(key) as usize % n,
         },
+        // Round-robin from the partition after the last one used, as it was numbered then: a
+        // topic that grew goes on from where its cursor wrapped (the contract leaves growth
+        // open; this is what the broker does).
         None => {
-            t.keyless_publishes += 1;
-            (t.keyless_publishes - 1) % n
+            let partition = t.next_keyless % n;
+            t.next_keyless = (partition + 1) % n;
+            partition
         }
     }
 }
