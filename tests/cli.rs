@@ -1263,8 +1263,15 @@ fn bench_through_the_producer_and_consumer_handles_consumes_every_record_exactly
             None => "producers",
         };
         assert_eq!(report["published_through"], through, "{report:#}");
+        // Every record once, but for those a rebalance handed out again (a fetch-mode group
+        // commits every few milliseconds: records fetched and not committed yet when its second
+        // consumer joins come again, as at-least-once allows), which the bench counts apart.
         for group in report["groups"].as_array().unwrap() {
-            assert_eq!(group["consumed"], 3000, "{report:#}");
+            let consumed = group["consumed"].as_u64().unwrap();
+            let redelivered = group["redelivered"].as_u64().unwrap();
+            assert_eq!(consumed - redelivered, 3000, "{report:#}");
+            assert_eq!(group["missing"], 0, "{report:#}");
+            assert_eq!(group["duplicates"], 0, "{report:#}");
         }
     }
     // Publishing alone into limits retention: every send is stored, none refused.
