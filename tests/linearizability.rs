@@ -262,6 +262,9 @@ async fn connect_to(addr: SocketAddr) -> Option<Connection> {
         .ok()?;
     match framed.next().await? {
         Ok(Decoded::Message(HelloReply::Welcome { .. })) => {}
+        // The node went away during the hello (killed, say): no connection, as when the
+        // connect itself fails.
+        Err(_) => return None,
         other => panic!("unexpected hello reply {other:?}"),
     }
     Some(framed.map_codec(|codec| codec.retype()))
@@ -361,6 +364,10 @@ fn check_one(tester: Tester, seed: u64) {
 /// How long a call to a cluster waits for its answer before its client counts the outcome as
 /// unknown: a leader cut off from the others holds a change it cannot commit.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long the clients of a cluster round may take, well beyond what a healthy round takes
+/// (seconds): a round that cannot finish fails rather than hangs.
+const ROUND_LIMIT: Duration = Duration::from_secs(240);
 
 /// The fault a cluster round injects once a third of its calls are done.
 #[derive(Debug, Clone, Copy)]
@@ -503,10 +510,29 @@ impl Run {
         Run { shared, tasks }
     }
 
-    /// Waits for every client to make all its calls.
+    /// Waits until the clients made `count` calls in all, or one of them stopped (a panic,
+    /// which [`Run::finish`] then reports); fails after [`ROUND_LIMIT`].
+    async fn reach(&self, count: usize) {
+        let deadline = Instant::now() + ROUND_LIMIT;
+        while self.shared.done.load(Ordering::SeqCst) < count
+            && !self.tasks.iter().any(|task| task.is_finished())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the clients did not make {count} calls within {ROUND_LIMIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits for every client to make all its calls; a client that panicked fails the round
+    /// at once (the others would wait for it at their next meeting point for ever).
     async fn finish(self) -> Finished {
-        for task in self.tasks {
-            task.await.unwrap();
+        if let Err(failed) = futures::future::try_join_all(self.tasks).await {
+            match failed.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(failed) => panic!("a client task failed: {failed}"),
+            }
         }
         Finished {
             history: self.shared.history,
@@ -622,9 +648,7 @@ async fn cluster_round(seed: u64, (clients, calls): (usize, usize), fault: Fault
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let run = Run::start(&nodes.client_addrs, seed, (clients, calls), groups > 1);
-    while run.shared.done.load(Ordering::SeqCst) < clients * calls / 3 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    run.reach(clients * calls / 3).await;
     let leader = match groups {
         1 => nodes.leader().await,
         _ => {
@@ -642,7 +666,9 @@ async fn cluster_round(seed: u64, (clients, calls): (usize, usize), fault: Fault
         }
         (Fault::IsolateLeader, None) => unreachable!("an isolating round has links"),
     }
-    let run = run.finish().await;
+    let run = tokio::time::timeout(ROUND_LIMIT, run.finish())
+        .await
+        .unwrap_or_else(|_| panic!("the clients did not finish within {ROUND_LIMIT:?}"));
     eprintln!("{} calls of unknown outcome", run.unknown());
     check(&run, seed, clients * calls);
 }
