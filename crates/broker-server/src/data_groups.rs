@@ -117,31 +117,46 @@ async fn follow_membership(shared: Arc<Shared>) {
         if led.is_empty() {
             continue;
         }
-        let current = first.read_barrier_anywhere().await.is_ok();
         let me = first.node_id();
-        let wanted = match (current, first.committed_members()) {
-            (true, Some(wanted)) if !wanted.is_empty() => wanted,
-            // A removed node cannot ask the first group for a read index any more.
-            _ if first.knows_removed() => Vec::new(),
-            _ => continue,
+        // A node that its own copy of the first group shows leaving hands its groups over at
+        // once, without a read index (which a node being removed may not get): a hand-over
+        // changes no membership, so a copy that lags can undo nothing. Every other change is
+        // decided from a current copy.
+        let (wanted, current) = match first.committed_members() {
+            Some(wanted) if !wanted.is_empty() && !votes(&wanted, me) && !first.knows_removed() => {
+                (wanted, false)
+            }
+            _ => {
+                let current = first.read_barrier_anywhere().await.is_ok();
+                match (current, first.committed_members()) {
+                    (true, Some(wanted)) if !wanted.is_empty() => (wanted, true),
+                    // A removed node cannot ask the first group for a read index any more.
+                    _ if first.knows_removed() => (Vec::new(), true),
+                    _ => continue,
+                }
+            }
         };
+        let unreachable = first.status().unreachable;
         // The groups' changes at once: a node catching up with one group's log holds back no
         // other group's change.
-        let changes: Vec<(&Cluster, MembershipChange)> = led
-            .into_iter()
-            .filter_map(|group| {
-                let change = match votes(&wanted, me) {
-                    true => membership_change(&wanted, &group.status().members),
-                    // This node is leaving the cluster (a learner of the first group, or out
-                    // of it).
-                    false => Some(MembershipChange::Remove(me)),
-                };
-                if change.is_none() {
-                    reported.remove(&group.group());
-                }
-                Some((group, change?))
-            })
-            .collect();
+        let changes: Vec<(&Cluster, MembershipChange)> =
+            led.into_iter()
+                .filter_map(|group| {
+                    let members = group.status().members;
+                    let change = match votes(&wanted, me) {
+                        true => membership_change(&wanted, &members),
+                        // This node is leaving the cluster (a learner of the first group, or out
+                        // of it).
+                        false => Some(leaving_change(&wanted, &members, &unreachable, me)).filter(
+                            |change| current || matches!(change, MembershipChange::HandOver(_)),
+                        ),
+                    };
+                    if change.is_none() {
+                        reported.remove(&group.group());
+                    }
+                    Some((group, change?))
+                })
+                .collect();
         let done = join_all(changes.into_iter().map(|(group, change)| async move {
             let done = match &change {
                 MembershipChange::Add(node, address) => {
@@ -152,6 +167,11 @@ async fn follow_membership(shared: Arc<Shared>) {
                 MembershipChange::Remove(node) => {
                     group.remove_node(*node, MEMBERSHIP_CHANGE_WITHIN).await
                 }
+                MembershipChange::HandOver(to) => {
+                    group
+                        .transfer_leadership(*to, MEMBERSHIP_CHANGE_WITHIN)
+                        .await
+                }
             };
             (group.group(), change, done)
         }))
@@ -160,10 +180,15 @@ async fn follow_membership(shared: Arc<Shared>) {
             match done {
                 Ok(()) => {
                     reported.remove(&id);
-                    info!(
-                        group = id,
-                        "data group {id}: {change}, as in the first group"
-                    );
+                    match change {
+                        MembershipChange::HandOver(_) => {
+                            info!(group = id, "data group {id}: {change}")
+                        }
+                        _ => info!(
+                            group = id,
+                            "data group {id}: {change}, as in the first group"
+                        ),
+                    }
                 }
                 Err(cause) => {
                     // Said once per change, however the details of its refusal evolve.
@@ -197,6 +222,9 @@ enum MembershipChange {
     Add(NodeId, ClusterNode),
     /// Node `.0` is to leave the group.
     Remove(NodeId),
+    /// This node, leaving the cluster, hands the group's leadership to node `.0` first; the new
+    /// leader then removes it.
+    HandOver(NodeId),
 }
 
 impl std::fmt::Display for MembershipChange {
@@ -204,6 +232,12 @@ impl std::fmt::Display for MembershipChange {
         match self {
             MembershipChange::Add(node, _) => write!(f, "node {node} added"),
             MembershipChange::Remove(node) => write!(f, "node {node} removed"),
+            MembershipChange::HandOver(node) => {
+                write!(
+                    f,
+                    "leadership handed to node {node}, since this node leaves the cluster"
+                )
+            }
         }
     }
 }
@@ -251,6 +285,28 @@ fn membership_change(
         .filter(|id| in_first(*id).is_none())
         .min()
         .map(MembershipChange::Remove)
+}
+
+/// The change of a group this node leads while it leaves the cluster (`wanted`, the first
+/// group's members, no longer has it as a voter): the group's leadership handed to another of
+/// its voters that votes in the first group and is not `unreachable` (the lowest id), whose
+/// leader then removes this node once the first group no longer has it, so that the group's
+/// calls never wait for an election; without such a voter, this node leaves the group itself
+/// (the others elect).
+fn leaving_change(
+    wanted: &[(NodeId, ClusterNode, bool)],
+    members: &[(NodeId, ClusterNode, bool)],
+    unreachable: &BTreeSet<NodeId>,
+    me: NodeId,
+) -> MembershipChange {
+    members
+        .iter()
+        .filter(|(id, _, voter)| {
+            *id != me && *voter && votes(wanted, *id) && !unreachable.contains(id)
+        })
+        .map(|(id, _, _)| *id)
+        .min()
+        .map_or(MembershipChange::Remove(me), MembershipChange::HandOver)
 }
 
 /// Hosts each further group the cluster's state lists (of those this node has a shard for)
@@ -649,10 +705,16 @@ pub(crate) async fn apply_alone(
 }
 
 /// A description of every topic of every group, each group's part read after a read index
-/// from its leader.
+/// from its leader. A group the cluster's state (read after the first group's read index)
+/// does not list holds no topic and is skipped; one listed that this node does not host yet
+/// answers `NotLeader` without a leader, as during an election (the client asks again).
 pub(crate) async fn describe_all(shared: &Shared) -> Result<BrokerDescription, ErrorReply> {
+    let mut listed = BTreeSet::new();
     let mut all: Option<BrokerDescription> = None;
     for shard in 0..shared.shards.all().len() {
+        if shard > 0 && !listed.contains(&group_of_shard(shard)) {
+            continue;
+        }
         let Some(group) = shared.group(shard) else {
             return Err(ErrorReply::NotLeader { leader: None });
         };
@@ -660,6 +722,15 @@ pub(crate) async fn describe_all(shared: &Shared) -> Result<BrokerDescription, E
             .read_barrier_anywhere()
             .await
             .map_err(replicated::refusal)?;
+        if shard == 0 {
+            listed = group
+                .cluster_state()
+                .borrow()
+                .groups
+                .keys()
+                .copied()
+                .collect();
+        }
         let description = shared.shards.get(shard).lock().describe();
         match &mut all {
             Some(all) => all.topics.extend(description.topics),
@@ -940,6 +1011,45 @@ mod tests {
         assert_eq!(
             membership_change(&first, &group),
             Some(MembershipChange::Remove(3))
+        );
+    }
+
+    #[test]
+    fn a_leaving_leader_hands_its_group_to_a_reachable_voter_before_it_leaves() {
+        let node = |id: u64| ClusterNode::new(&format!("127.0.0.1:{id}"), "127.0.0.1:9").unwrap();
+        let member = |id: u64, votes: bool| (id, node(id), votes);
+        // Node 1 leaves: a learner of the first group, node 4 still catching up there.
+        let first = [
+            member(1, false),
+            member(2, true),
+            member(3, true),
+            member(4, false),
+        ];
+        let group = [
+            member(1, true),
+            member(2, true),
+            member(3, true),
+            member(4, true),
+        ];
+        let none = BTreeSet::new();
+        assert_eq!(
+            leaving_change(&first, &group, &none, 1),
+            MembershipChange::HandOver(2)
+        );
+        // Node 2 cannot be reached: node 3 takes the group.
+        assert_eq!(
+            leaving_change(&first, &group, &BTreeSet::from([2]), 1),
+            MembershipChange::HandOver(3)
+        );
+        // No voter left to take it (or the first group already forgot this node): it leaves
+        // the group itself.
+        assert_eq!(
+            leaving_change(&first, &group, &BTreeSet::from([2, 3]), 1),
+            MembershipChange::Remove(1)
+        );
+        assert_eq!(
+            leaving_change(&[], &group, &none, 1),
+            MembershipChange::Remove(1)
         );
     }
 
