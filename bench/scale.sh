@@ -64,6 +64,10 @@ published="$(echo "$report" | json 'd["published"]')"
 rss_published="$(rss)"
 rss_peak="$(peak_rss)"
 disk="$(du -sb "$data" | cut -f1)"
+# Idle, the allocator's background thread hands the memory freed by the last checkpoint back
+# to the system within a second or two.
+sleep 5
+rss_idle="$(rss)"
 
 stop
 start
@@ -91,6 +95,7 @@ printf '%-44s %s\n' \
   "server RSS, empty" "$(mib "$rss_empty")" \
   "server RSS, peak while publishing" "$(mib "$rss_peak") (--max-memory ${MAX_MEMORY:-default, 1 GiB})" \
   "server RSS, after publishing" "$(mib "$rss_published")" \
+  "server RSS, 5 s later (idle)" "$(mib "$rss_idle")" \
   "restart (start to listening)" "${restart_secs} s" \
   "server RSS, after the restart" "$(mib "$rss_restarted")" \
   "server RSS, 15 s after the restart" "$(mib "$rss_settled")" \
