@@ -284,6 +284,60 @@ async fn metrics_are_served_over_http_follow_the_broker_and_pass_promtool() {
         sample(&text, "broker_fsync_duration_seconds_count") >= 5.0,
         "{text}"
     );
+    // What every exporter says of its process, under the usual names, and the broker's build
+    // and disk.
+    let pid = server.pid();
+    let resident = sample(&text, "process_resident_memory_bytes");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let now_kib: f64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert!(
+        resident > 1e6 && (resident - now_kib * 1024.0).abs() < 64e6,
+        "resident {resident}, /proc says {now_kib} KiB"
+    );
+    assert!(sample(&text, "process_virtual_memory_bytes") >= resident);
+    assert!(sample(&text, "process_cpu_seconds_total") > 0.0);
+    let open = sample(&text, "process_open_fds");
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as f64;
+    assert!(
+        open >= 5.0 && (open - fds).abs() <= 4.0,
+        "{open} fds, /proc lists {fds}"
+    );
+    assert!(sample(&text, "process_max_fds") >= open);
+    let started = sample(&text, "process_start_time_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        started <= now && now - started < 600.0,
+        "started at {started}, now {now}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!(
+                "broker_build_info{{version=\"{}\"}}",
+                env!("CARGO_PKG_VERSION")
+            )
+        ),
+        1.0
+    );
+    let held = broker_testkit::files::every_file(dir.path())
+        .values()
+        .map(Vec::len)
+        .sum::<usize>() as f64;
+    let reported = sample(&text, "broker_data_dir_bytes");
+    assert!(
+        reported > 0.0 && (reported - held).abs() < 1e6,
+        "the data directory holds {held} bytes, the metric says {reported}"
+    );
+    assert!(sample(&text, "broker_data_dir_free_bytes") > 0.0);
 
     // Prometheus asks for OpenMetrics first, and gets it.
     let (_, headers, text) = http_get(

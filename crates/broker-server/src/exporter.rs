@@ -33,6 +33,7 @@ use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
+use crate::process_metrics::{BuildAndDiskCollector, ProcessCollector};
 use crate::shared::Shared;
 
 /// Most scrape connections open at once.
@@ -371,7 +372,13 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, metrics: A
     registry.register_collector(Box::new(StateCollector {
         shared: Arc::downgrade(&shared),
     }));
-    let registry = Arc::new(registry);
+    registry.register_collector(Box::new(BuildAndDiskCollector::new(
+        shared.config.data_dir.clone(),
+    )));
+    // The process's figures keep the names every exporter gives them, without the prefix.
+    let mut process = Registry::default();
+    process.register_collector(Box::new(ProcessCollector::new()));
+    let registries = Arc::new([registry, process]);
     let slots = Arc::new(Semaphore::new(MAX_SCRAPE_CONNECTIONS));
     loop {
         // A connection slot before each accept: past the cap, scrapers wait in the backlog.
@@ -395,13 +402,13 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, metrics: A
                 continue;
             }
         };
-        let registry = Arc::clone(&registry);
+        let registries = Arc::clone(&registries);
         let shutdown = shared.shutdown.clone();
         shared.tracker.spawn(async move {
             let _permit = permit;
             let service = hyper::service::service_fn(move |request| {
-                let registry = Arc::clone(&registry);
-                async move { Ok::<_, Infallible>(answer(&registry, &request)) }
+                let registries = Arc::clone(&registries);
+                async move { Ok::<_, Infallible>(answer(registries.as_slice(), &request)) }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -424,8 +431,9 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, metrics: A
     }
 }
 
-/// The answer to one HTTP request: the metrics for `GET /metrics`, 404 or 405 otherwise.
-fn answer(registry: &Registry, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+/// The answer to one HTTP request: the metrics of `registries` for `GET /metrics`, 404 or 405
+/// otherwise.
+fn answer(registries: &[Registry], request: &Request<Incoming>) -> Response<Full<Bytes>> {
     let plain = |status: StatusCode, text: &str| {
         let mut response = Response::new(Full::new(Bytes::from(text.to_owned())));
         *response.status_mut() = status;
@@ -441,7 +449,13 @@ fn answer(registry: &Registry, request: &Request<Incoming>) -> Response<Full<Byt
         return plain(StatusCode::METHOD_NOT_ALLOWED, "only GET /metrics\n");
     }
     let mut text = String::new();
-    if prometheus_client::encoding::text::encode(&mut text, registry).is_err() {
+    let encoded = registries
+        .iter()
+        .try_for_each(|registry| {
+            prometheus_client::encoding::text::encode_registry(&mut text, registry)
+        })
+        .and_then(|()| prometheus_client::encoding::text::encode_eof(&mut text));
+    if encoded.is_err() {
         return plain(
             StatusCode::INTERNAL_SERVER_ERROR,
             "cannot encode the metrics\n",

@@ -59,6 +59,7 @@ mod intake;
 mod kafka;
 mod listen;
 mod metrics;
+mod process_metrics;
 mod reaper;
 mod replicated;
 mod reply;

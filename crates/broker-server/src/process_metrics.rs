@@ -1,0 +1,204 @@
+//! What every Prometheus exporter says about its process, under the names dashboards and alert
+//! rules expect (`process_*`, without the broker's prefix): resident and virtual memory, CPU
+//! time, open and allowed file descriptors, the start time; and, under the broker's prefix,
+//! its build and the bytes of its data directory and free on its disk.
+//!
+//! Read at each scrape. A figure the system does not give (the memory and file descriptors come
+//! from Linux's `/proc`) is left out rather than reported as zero.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Unit;
+
+/// The process's figures (registered without a prefix).
+#[derive(Debug)]
+pub(crate) struct ProcessCollector {
+    /// When the server started, in seconds since the Unix epoch.
+    started_secs: f64,
+}
+
+impl ProcessCollector {
+    /// A collector for a server that started now.
+    pub(crate) fn new() -> Self {
+        let started_secs = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |since| since.as_secs_f64());
+        ProcessCollector { started_secs }
+    }
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+        let cpu_secs = cpu.tv_sec as f64 + cpu.tv_nsec as f64 / 1e9;
+        let counter = encoder.encode_descriptor(
+            "process_cpu",
+            "User and system CPU time the process has used (every thread).",
+            Some(&Unit::Seconds),
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(cpu_secs).encode(counter)?;
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        for (name, help, field) in [
+            (
+                "process_resident_memory",
+                "Resident memory of the process.",
+                "VmRSS:",
+            ),
+            (
+                "process_virtual_memory",
+                "Virtual memory of the process.",
+                "VmSize:",
+            ),
+        ] {
+            if let Some(bytes) = status_kib(&status, field).map(|kib| kib.saturating_mul(1024)) {
+                gauge(&mut encoder, name, help, Some(Unit::Bytes), bytes)?;
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {
+            // (The directory's own descriptor, open while it is read, is counted too, as
+            // other exporters count it.)
+            let open = entries.count() as u64;
+            gauge(
+                &mut encoder,
+                "process_open_fds",
+                "File descriptors the process has open (sockets and files).",
+                None,
+                open,
+            )?;
+        }
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        if let Some(max) = limit.current {
+            gauge(
+                &mut encoder,
+                "process_max_fds",
+                "The most file descriptors the process may open (its soft limit).",
+                None,
+                max,
+            )?;
+        }
+        let family = encoder.encode_descriptor(
+            "process_start_time",
+            "When the process started, since the Unix epoch.",
+            Some(&Unit::Seconds),
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(self.started_secs).encode(family)
+    }
+}
+
+/// The value in KiB of `field` (such as `VmRSS:`) of `/proc/self/status`.
+fn status_kib(status: &str, field: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// One gauge without labels.
+fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    let family = encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
+    ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(family)
+}
+
+/// The broker's build and, with a data directory, the bytes it holds and those free on its
+/// disk (registered under the broker's prefix).
+#[derive(Debug)]
+pub(crate) struct BuildAndDiskCollector {
+    /// The data directory, if the server has one.
+    data_dir: Option<PathBuf>,
+}
+
+impl BuildAndDiskCollector {
+    /// A collector for a server whose data directory is `data_dir`.
+    pub(crate) fn new(data_dir: Option<PathBuf>) -> Self {
+        BuildAndDiskCollector { data_dir }
+    }
+}
+
+impl Collector for BuildAndDiskCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(
+            "build_info",
+            "Always 1; its label names the broker-server release.",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(1_i64)
+            .encode(family.encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?)?;
+        let Some(dir) = &self.data_dir else {
+            return Ok(());
+        };
+        gauge(
+            &mut encoder,
+            "data_dir",
+            "Bytes of the files in the data directory (records, logs, snapshots).",
+            Some(Unit::Bytes),
+            bytes_under(dir),
+        )?;
+        if let Ok(disk) = rustix::fs::statvfs(dir) {
+            gauge(
+                &mut encoder,
+                "data_dir_free",
+                "Bytes free for the server on the data directory's file system.",
+                Some(Unit::Bytes),
+                disk.f_bavail.saturating_mul(disk.f_frsize),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of the files under `dir`, its subdirectories included; a file removed while it is
+/// walked (a checkpoint's cleanup) counts as gone.
+fn bytes_under(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => bytes_under(&entry.path()),
+            Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |meta| meta.len()),
+            _ => 0,
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_field_is_read_in_kib() {
+        let status = "Name:\tbroker-server\nVmSize:\t  123456 kB\nVmRSS:\t    2048 kB\n";
+        assert_eq!(status_kib(status, "VmRSS:"), Some(2048));
+        assert_eq!(status_kib(status, "VmSize:"), Some(123_456));
+        assert_eq!(status_kib(status, "VmSwap:"), None);
+    }
+
+    #[test]
+    fn the_bytes_under_a_directory_count_every_file_below_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), [0; 100]).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub").join("b"), [0; 28]).unwrap();
+        assert_eq!(bytes_under(dir.path()), 128);
+        assert_eq!(bytes_under(&dir.path().join("missing")), 0);
+    }
+}
