@@ -541,8 +541,8 @@ pub struct ClusterStatusArgs {
     /// (`null` when not known), and its own `status` or the `error` that kept it from
     /// answering; and `groups`: every group the nodes host (the first one alone in a cluster
     /// of one group; none from nodes of a release before groups), each with `group`, `leader`,
-    /// `term`, `last_log_index`, `behind` (each member's `node_id` and `behind`) and
-    /// `topics`.
+    /// `term`, `last_log_index`, `behind` (each member's `node_id` and `behind`), `voters`
+    /// (the members that vote in it) and `topics`.
     #[arg(long)]
     pub json: bool,
 }

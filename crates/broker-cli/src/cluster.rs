@@ -146,6 +146,7 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
                     "behind": group.behind.iter().map(|(node, behind)| {
                         serde_json::json!({ "node_id": node, "behind": behind })
                     }).collect::<Vec<_>>(),
+                    "voters": group.voters,
                     "topics": group.topics,
                 })
             })
@@ -268,8 +269,43 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
                 behind.join(", ")
             )?;
         }
+        let voters: Vec<u64> = rows
+            .iter()
+            .filter(|row| row.member.voter)
+            .map(|row| row.member.node_id)
+            .collect();
+        for line in missing_voters(&voters, &groups) {
+            outln!("{line}")?;
+        }
     }
     Ok(())
+}
+
+/// A line for each voter of the first group (`voters`) that does not vote in one of the other
+/// `groups` (as each group's row tells): a node being added catches up there first, but one
+/// started with fewer groups than the cluster has never will.
+fn missing_voters(voters: &[u64], groups: &[GroupRow]) -> Vec<String> {
+    voters
+        .iter()
+        .filter_map(|node| {
+            let lacking: Vec<String> = groups
+                .iter()
+                .filter(|group| group.leader.is_some() && !group.voters.contains(node))
+                .map(|group| group.group.to_string())
+                .collect();
+            let (last, others) = lacking.split_last()?;
+            let which = match others {
+                [] => format!("group {last}"),
+                _ => format!("groups {} and {last}", others.join(", ")),
+            };
+            Some(format!(
+                "node {node} votes in the first group but not yet in {which}: it is being added \
+                 (it catches up as a learner first), or it runs with a smaller \
+                 --cluster-data-groups than the other nodes and cannot host them (its log says \
+                 so): restart it with the same value"
+            ))
+        })
+        .collect()
 }
 
 /// One Raft group's row of `broker cluster status`, as its leader tells it (else the first
@@ -282,6 +318,8 @@ struct GroupRow {
     last_log_index: Option<u64>,
     /// Each member with how many entries of the leader's log it lacks, as the leader knows.
     behind: Vec<(u64, Option<u64>)>,
+    /// The members that vote in it.
+    voters: Vec<u64>,
     topics: Vec<String>,
 }
 
@@ -324,6 +362,13 @@ async fn groups(server: &Server, addrs: &[&str]) -> Vec<GroupRow> {
                     .members
                     .iter()
                     .map(|member| (member.node_id, behind(last, member)))
+                    .collect(),
+                voters: view
+                    .status
+                    .members
+                    .iter()
+                    .filter(|member| member.voter)
+                    .map(|member| member.node_id)
                     .collect(),
                 topics: view.topics,
             }
@@ -600,4 +645,42 @@ fn voters(members: &[ClusterMember]) -> String {
         .map(|member| member.node_id.to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(group: u32, leader: Option<u64>, voters: &[u64]) -> GroupRow {
+        GroupRow {
+            group,
+            leader,
+            term: 1,
+            last_log_index: Some(1),
+            behind: Vec::new(),
+            voters: voters.to_vec(),
+            topics: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_voter_missing_from_other_groups_is_named_with_each_group() {
+        let groups = [
+            row(1, Some(1), &[1, 2, 3, 4]),
+            row(2, Some(2), &[1, 2, 3]),
+            row(3, Some(3), &[1, 2, 3]),
+            // A group electing tells nothing sure of its members.
+            row(4, None, &[]),
+        ];
+        let lines = missing_voters(&[1, 2, 3, 4], &groups);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("node 4 votes in the first group but not yet in groups 2 and 3:"),
+            "{lines:?}"
+        );
+        let groups = [row(1, Some(1), &[1, 2, 3]), row(2, Some(2), &[1, 3])];
+        let lines = missing_voters(&[1, 2, 3], &groups);
+        assert!(lines[0].starts_with("node 2 votes in the first group but not yet in group 2:"));
+        assert!(missing_voters(&[1, 2, 3], &groups[..1]).is_empty());
+    }
 }
