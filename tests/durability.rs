@@ -1283,6 +1283,45 @@ async fn retention_resets_purges_and_deletes_survive_kill_9() {
     );
 }
 
+/// Creates [`TOPIC`] with `partitions` partitions and limits retention (every record is kept);
+/// returns the client that did.
+async fn limits_topic(server: &ServerProcess, partitions: i32) -> Client {
+    let admin = connect(server).await;
+    let retention = [broker_client::TopicSetting::Retention(
+        broker_client::Retention::Limits,
+    )];
+    admin
+        .create_topic(
+            TOPIC,
+            partitions,
+            broker_client::KeyHash::default(),
+            &retention,
+        )
+        .await
+        .unwrap();
+    admin
+}
+
+/// Publishes to [`TOPIC`] as fast as `connections` connections can, each `batches` batches of
+/// `per_batch` records of 1 KiB.
+async fn publish_kib_records(
+    server: &ServerProcess,
+    connections: usize,
+    batches: usize,
+    per_batch: usize,
+) {
+    let publishers = (0..connections).map(|_| async {
+        let client = connect(server).await;
+        for _ in 0..batches {
+            let records = (0..per_batch)
+                .map(|_| PublishRecord::keyed(None, vec![b'x'; 1024]))
+                .collect();
+            client.publish_batch(TOPIC, records).await.unwrap();
+        }
+    });
+    futures::future::join_all(publishers).await;
+}
+
 /// Memory the broker frees goes back to the system while the server is idle, within a few
 /// seconds: the allocator's background thread returns freed pages (built in by the workspace's
 /// `.cargo/config.toml`; without it an idle server kept them, 168 MiB of a 2-million-record
@@ -1291,26 +1330,10 @@ async fn retention_resets_purges_and_deletes_survive_kill_9() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_the_broker_frees_goes_back_to_the_system_while_it_is_idle() {
     let server = ServerProcess::start(&["--capacity", "100000"]);
-    let admin = connect(&server).await;
-    let retention = [broker_client::TopicSetting::Retention(
-        broker_client::Retention::Limits,
-    )];
-    admin
-        .create_topic(TOPIC, 2, broker_client::KeyHash::default(), &retention)
-        .await
-        .unwrap();
+    let admin = limits_topic(&server, 2).await;
     let baseline = server.status_bytes("VmRSS");
     // 64 MiB of payloads: 2 connections x 64 batches of 512 records of 1 KiB.
-    let publishers = (0..2).map(|_| async {
-        let client = connect(&server).await;
-        for _ in 0..64 {
-            let records = (0..512)
-                .map(|_| PublishRecord::keyed(None, vec![b'x'; 1024]))
-                .collect();
-            client.publish_batch(TOPIC, records).await.unwrap();
-        }
-    });
-    futures::future::join_all(publishers).await;
+    publish_kib_records(&server, 2, 64, 512).await;
     let full = server.status_bytes("VmRSS");
     assert!(
         full > baseline + (48 << 20),
@@ -1354,26 +1377,10 @@ async fn records_waiting_for_a_checkpoint_stay_within_the_memory_budget() {
         "--metrics-listen",
         "127.0.0.1:0",
     ]);
-    let admin = connect(&server).await;
-    let retention = [broker_client::TopicSetting::Retention(
-        broker_client::Retention::Limits,
-    )];
-    admin
-        .create_topic(TOPIC, 8, broker_client::KeyHash::default(), &retention)
-        .await
-        .unwrap();
+    let admin = limits_topic(&server, 8).await;
     let baseline = server.status_bytes("VmRSS");
     // 96 MiB of payloads: 4 connections x 96 batches of 256 records of 1 KiB.
-    let publishers = (0..4).map(|_| async {
-        let client = connect(&server).await;
-        for _ in 0..96 {
-            let records = (0..256)
-                .map(|_| PublishRecord::keyed(None, vec![b'x'; 1024]))
-                .collect();
-            client.publish_batch(TOPIC, records).await.unwrap();
-        }
-    });
-    futures::future::join_all(publishers).await;
+    publish_kib_records(&server, 4, 96, 256).await;
     let grown = server.status_bytes("VmHWM").saturating_sub(baseline);
     let stored: i64 = admin
         .describe_topic(TOPIC)

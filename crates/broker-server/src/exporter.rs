@@ -33,7 +33,7 @@ use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
-use crate::process_metrics::{BuildAndDiskCollector, ProcessCollector};
+use crate::process_metrics::{gauge, single_gauge, BuildAndDiskCollector, ProcessCollector};
 use crate::shared::Shared;
 
 /// Most scrape connections open at once.
@@ -96,11 +96,6 @@ type PartitionLabels = [(&'static str, String); 2];
 
 /// Labels of a group's partition's series.
 type GroupLabels = [(&'static str, String); 3];
-
-/// A count as a gauge value (saturating: no count reaches `i64::MAX`).
-fn gauge(count: u64) -> i64 {
-    i64::try_from(count).unwrap_or(i64::MAX)
-}
 
 impl Collector for StateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -342,18 +337,6 @@ fn encode_groups(encoder: &mut DescriptorEncoder, shared: &Shared) -> Result<(),
         }
     }
     leaders.encode(encoder)
-}
-
-/// Writes one gauge without labels.
-fn single_gauge(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<Unit>,
-    value: i64,
-) -> Result<(), std::fmt::Error> {
-    let family = encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
-    ConstGauge::new(value).encode(family)
 }
 
 /// The labels of `group`'s series for `partition` of `topic`.

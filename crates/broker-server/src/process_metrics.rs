@@ -58,29 +58,29 @@ impl Collector for ProcessCollector {
             ),
         ] {
             if let Some(bytes) = status_kib(&status, field).map(|kib| kib.saturating_mul(1024)) {
-                gauge(&mut encoder, name, help, Some(Unit::Bytes), bytes)?;
+                single_gauge(&mut encoder, name, help, Some(Unit::Bytes), gauge(bytes))?;
             }
         }
         if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {
             // (The directory's own descriptor, open while it is read, is counted too, as
             // other exporters count it.)
             let open = entries.count() as u64;
-            gauge(
+            single_gauge(
                 &mut encoder,
                 "process_open_fds",
                 "File descriptors the process has open (sockets and files).",
                 None,
-                open,
+                gauge(open),
             )?;
         }
         let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
         if let Some(max) = limit.current {
-            gauge(
+            single_gauge(
                 &mut encoder,
                 "process_max_fds",
                 "The most file descriptors the process may open (its soft limit).",
                 None,
-                max,
+                gauge(max),
             )?;
         }
         let family = encoder.encode_descriptor(
@@ -104,16 +104,21 @@ fn status_kib(status: &str, field: &str) -> Option<u64> {
         .ok()
 }
 
-/// One gauge without labels.
-fn gauge(
+/// Writes one gauge without labels.
+pub(crate) fn single_gauge(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
     unit: Option<Unit>,
-    value: u64,
+    value: i64,
 ) -> Result<(), std::fmt::Error> {
     let family = encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
-    ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(family)
+    ConstGauge::new(value).encode(family)
+}
+
+/// A count as a gauge value (saturating: no count reaches `i64::MAX`).
+pub(crate) fn gauge(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
 }
 
 /// The broker's build and, with a data directory, the bytes it holds and those free on its
@@ -144,20 +149,20 @@ impl Collector for BuildAndDiskCollector {
         let Some(dir) = &self.data_dir else {
             return Ok(());
         };
-        gauge(
+        single_gauge(
             &mut encoder,
             "data_dir",
             "Bytes of the files in the data directory (records, logs, snapshots).",
             Some(Unit::Bytes),
-            bytes_under(dir),
+            gauge(bytes_under(dir)),
         )?;
         if let Ok(disk) = rustix::fs::statvfs(dir) {
-            gauge(
+            single_gauge(
                 &mut encoder,
                 "data_dir_free",
                 "Bytes free for the server on the data directory's file system.",
                 Some(Unit::Bytes),
-                disk.f_bavail.saturating_mul(disk.f_frsize),
+                gauge(disk.f_bavail.saturating_mul(disk.f_frsize)),
             )?;
         }
         Ok(())
