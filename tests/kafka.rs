@@ -1627,7 +1627,7 @@ async fn kafka_connections_bytes_requests_and_errors_are_counted_by_listener() {
 }
 
 #[tokio::test]
-async fn the_admin_client_grows_topics_describes_the_cluster_and_deletes_groups() {
+async fn the_admin_client_grows_topics_describes_the_cluster_and_deletes_groups_and_offsets() {
     if !clients_installed() {
         return;
     }
@@ -1648,6 +1648,10 @@ async fn the_admin_client_grows_topics_describes_the_cluster_and_deletes_groups(
         .await
         .unwrap();
     client.join("grown", "busy", "m").await.unwrap();
+    client
+        .commit_group("grown", "partial", &[(1, 1)])
+        .await
+        .unwrap();
     let report = python(&[
         "admin",
         &kafka,
@@ -1659,6 +1663,10 @@ async fn the_admin_client_grows_topics_describes_the_cluster_and_deletes_groups(
         "finished",
         "busy",
         "never",
+        "--delete-offsets",
+        "partial:1",
+        "busy:0",
+        "never:0",
     ]);
     assert_eq!(report["grown"]["4"], Value::Null, "{report}");
     assert_eq!(report["grown"]["3"], "INVALID_PARTITIONS", "{report}");
@@ -1669,6 +1677,21 @@ async fn the_admin_client_grows_topics_describes_the_cluster_and_deletes_groups(
     assert_eq!(report["deleted"]["finished"], Value::Null, "{report}");
     assert_eq!(report["deleted"]["busy"], "NON_EMPTY_GROUP", "{report}");
     assert_eq!(report["deleted"]["never"], "GROUP_ID_NOT_FOUND", "{report}");
+    // OffsetDelete: the partition goes back to where an uncommitted one starts; a group with
+    // members keeps its offsets; a group that committed nothing is not found.
+    assert_eq!(
+        report["offsets_deleted"]["partial"]["1"],
+        Value::Null,
+        "{report}"
+    );
+    assert_eq!(
+        report["offsets_deleted"]["busy"]["0"], "GroupSubscribedToTopicError",
+        "{report}"
+    );
+    assert_eq!(
+        report["offsets_deleted"]["never"], "GroupIdNotFoundError",
+        "{report}"
+    );
     // kafka-python's DescribeLogDirs: the one directory, each partition with its bytes.
     let log_dir = &report["log_dirs"][0]["log_dirs"][0];
     assert_eq!(log_dir["log_dir"], "(memory: no --data-dir)", "{report}");
@@ -1691,7 +1714,9 @@ async fn the_admin_client_grows_topics_describes_the_cluster_and_deletes_groups(
         .iter()
         .map(|group| group.name.as_str())
         .collect();
-    assert_eq!(groups, ["busy"]);
+    assert_eq!(groups, ["busy", "partial"]);
+    let partial = &described.groups[1];
+    assert_eq!(partial.partitions[1].committed, 0, "{partial:?}");
 }
 
 #[test]

@@ -635,7 +635,8 @@ def create(args):
 
 def admin(args):
     """Grows a topic, describes the cluster and deletes groups through librdkafka's admin
-    client, reporting each outcome (an error's name, or null)."""
+    client, and deletes groups' offsets on the topic through kafka-python's, reporting each
+    outcome (an error's name, or null)."""
     from confluent_kafka.admin import AdminClient, NewPartitions
 
     admin_client = AdminClient({"bootstrap.servers": args.bootstrap})
@@ -656,11 +657,26 @@ def admin(args):
     deleted = {}
     for group in args.delete_groups:
         deleted[group] = outcome(admin_client.delete_consumer_groups([group])[group])
-    # kafka-python's admin client, for the log directories (librdkafka has no such call).
+    # kafka-python's admin client, for the log directories and offset deletions (librdkafka
+    # has neither call).
+    from kafka import TopicPartition
     from kafka.admin import KafkaAdminClient
 
     python_admin = KafkaAdminClient(bootstrap_servers=args.bootstrap)
     log_dirs = python_admin.describe_log_dirs()
+    # GROUP:P1,P2,...: each partition's error name (null when deleted), or the request's error.
+    offsets_deleted = {}
+    for spec in args.delete_offsets:
+        group, partitions = spec.split(":")
+        asked = [TopicPartition(args.topic, int(partition)) for partition in partitions.split(",")]
+        try:
+            answered = python_admin.delete_group_offsets(group, asked)
+            offsets_deleted[group] = {
+                str(partition.partition): None if error.errno == 0 else error.__name__
+                for partition, error in answered.items()
+            }
+        except Exception as error:  # noqa: BLE001 - reported to the test
+            offsets_deleted[group] = type(error).__name__
     python_admin.close()
     print(
         json.dumps(
@@ -671,6 +687,7 @@ def admin(args):
                 "controller": cluster.controller.id if cluster.controller else None,
                 "nodes": [f"{node.host}:{node.port}" for node in cluster.nodes],
                 "deleted": deleted,
+                "offsets_deleted": offsets_deleted,
                 "log_dirs": log_dirs,
             }
         )
@@ -745,6 +762,7 @@ def main():
     p.add_argument("topic")
     p.add_argument("--grow", type=int, nargs="+", default=[])
     p.add_argument("--delete-groups", nargs="+", default=[])
+    p.add_argument("--delete-offsets", nargs="+", default=[], metavar="GROUP:PARTITIONS")
     p.set_defaults(run=admin)
     p = commands.add_parser("refusals")
     p.add_argument("bootstrap")

@@ -49,6 +49,7 @@ pub fn supported_apis() -> &'static [SupportedApi] {
         api(ApiKey::IncrementalAlterConfigs, 0, 1),
         api(ApiKey::CreatePartitions, 0, 3),
         api(ApiKey::DeleteGroups, 0, 2),
+        api(ApiKey::OffsetDelete, 0, 0),
         api(ApiKey::DescribeCluster, 0, 2),
         api(ApiKey::DescribeLogDirs, 1, 4),
         // Version 1 sends the mechanism's bytes in SaslAuthenticate, version 0 outside Kafka's

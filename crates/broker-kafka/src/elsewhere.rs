@@ -12,8 +12,8 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::{
     DeleteGroupsResponse, DescribeGroupsResponse, HeartbeatResponse, JoinGroupResponse,
-    LeaveGroupResponse, ListGroupsResponse, OffsetCommitResponse, OffsetFetchResponse, RequestKind,
-    ResponseKind, SyncGroupResponse,
+    LeaveGroupResponse, ListGroupsResponse, OffsetCommitResponse, OffsetDeleteResponse,
+    OffsetFetchResponse, RequestKind, ResponseKind, SyncGroupResponse,
 };
 use kafka_protocol::ResponseError;
 
@@ -117,6 +117,9 @@ pub(crate) fn refuse_group_request(
                     .collect(),
             ),
         ),
+        RequestKind::OffsetDelete(_) => {
+            ResponseKind::OffsetDelete(OffsetDeleteResponse::default().with_error_code(code))
+        }
         // Each node lists the groups it coordinates: none.
         RequestKind::ListGroups(_) => ResponseKind::ListGroups(ListGroupsResponse::default()),
         _ => return None,

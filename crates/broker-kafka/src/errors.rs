@@ -156,6 +156,14 @@ pub(crate) fn error_codes(response: &ResponseKind) -> Option<Vec<i16>> {
             .iter()
             .map(|group| group.error_code)
             .collect(),
+        ResponseKind::OffsetDelete(answer) => std::iter::once(answer.error_code)
+            .chain(
+                answer
+                    .topics
+                    .iter()
+                    .flat_map(|topic| topic.partitions.iter().map(|p| p.error_code)),
+            )
+            .collect(),
         ResponseKind::DescribeCluster(answer) => vec![answer.error_code],
         ResponseKind::DescribeLogDirs(answer) => std::iter::once(answer.error_code)
             .chain(answer.results.iter().map(|result| result.error_code))

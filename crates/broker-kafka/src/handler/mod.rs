@@ -157,6 +157,9 @@ impl<B: Backend> Handler<'_, B> {
             RequestKind::DeleteGroups(request) => {
                 ResponseKind::DeleteGroups(self.delete_groups(request).await)
             }
+            RequestKind::OffsetDelete(request) => {
+                ResponseKind::OffsetDelete(self.offset_delete(request).await)
+            }
             RequestKind::DescribeLogDirs(request) => {
                 ResponseKind::DescribeLogDirs(self.describe_log_dirs(request).await)
             }

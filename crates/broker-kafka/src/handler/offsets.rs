@@ -1,19 +1,23 @@
-//! A group's committed offsets: OffsetCommit and OffsetFetch, kept with the broker's group of
-//! the same name on each topic.
+//! A group's committed offsets: OffsetCommit, OffsetFetch and OffsetDelete, kept with the
+//! broker's group of the same name on each topic.
 
 use std::collections::BTreeSet;
 
-use broker_core::{Command, Outcome};
+use broker_core::{Command, Outcome, ResetTo, TopicDescription};
 use broker_proto::ErrorReply;
 use futures::future::join_all;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponsePartition, OffsetFetchResponseTopic,
 };
 use kafka_protocol::messages::{
-    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+    OffsetFetchRequest, OffsetFetchResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -209,5 +213,125 @@ impl<B: Backend> Handler<'_, B> {
                 })
                 .collect(),
         )
+    }
+}
+
+impl<B: Backend> Handler<'_, B> {
+    /// Deletes a group's committed offsets on the partitions named, as Kafka's OffsetDelete.
+    /// A group with members (joined through Kafka, or natively on the topic) is answered
+    /// `GROUP_SUBSCRIBED_TO_TOPIC` on each partition and changes nothing (the broker does not
+    /// read which topics a Kafka member subscribed to, so it never moves a live group's
+    /// offsets); a group with no members and no committed offsets anywhere is
+    /// `GROUP_ID_NOT_FOUND`. When every partition of a topic is named, the broker's group on
+    /// that topic is deleted (OffsetFetch then answers -1 there, as on a topic never committed
+    /// on; under interest retention the group no longer holds its records); when some are,
+    /// those partitions go back to the earliest record retained, where a partition the group
+    /// never committed on starts (see OffsetFetch). A partition of a topic the group never
+    /// committed on has nothing to delete.
+    pub(super) async fn offset_delete(&self, request: OffsetDeleteRequest) -> OffsetDeleteResponse {
+        let group = request.group_id.as_str();
+        let refused =
+            |error: ResponseError| OffsetDeleteResponse::default().with_error_code(error.code());
+        if !is_group_id(group) {
+            return refused(ResponseError::InvalidGroupId);
+        }
+        let described = match self.describe(None).await {
+            Ok(topics) => topics,
+            Err(refusal) => return refused(coordinator_error(&refusal)),
+        };
+        let kafka_members = self.coordinator.has_members(group);
+        let holding = described
+            .iter()
+            .any(|topic| topic.groups.iter().any(|g| g.name == group));
+        if !kafka_members && !holding {
+            return refused(ResponseError::GroupIdNotFound);
+        }
+        let mut topics = Vec::with_capacity(request.topics.len());
+        for topic in request.topics {
+            let name = topic_name(&topic.name);
+            let named: Vec<i32> = topic.partitions.iter().map(|p| p.partition_index).collect();
+            let errors = match described.iter().find(|described| described.name == name) {
+                None => vec![Some(ResponseError::UnknownTopicOrPartition); named.len()],
+                Some(described) => {
+                    self.delete_offsets(group, described, kafka_members, &named)
+                        .await
+                }
+            };
+            topics.push(
+                OffsetDeleteResponseTopic::default()
+                    .with_name(topic.name)
+                    .with_partitions(
+                        named
+                            .iter()
+                            .zip(errors)
+                            .map(|(&partition, error)| {
+                                OffsetDeleteResponsePartition::default()
+                                    .with_partition_index(partition)
+                                    .with_error_code(code(error))
+                            })
+                            .collect(),
+                    ),
+            );
+        }
+        OffsetDeleteResponse::default().with_topics(topics)
+    }
+
+    /// Deletes what `group` committed on the partitions `named` of `topic` (see
+    /// [`Handler::offset_delete`]); each partition's error, in the order named.
+    async fn delete_offsets(
+        &self,
+        group: &str,
+        topic: &TopicDescription,
+        kafka_members: bool,
+        named: &[i32],
+    ) -> Vec<Option<ResponseError>> {
+        let count = i32::try_from(topic.partitions.len()).unwrap_or(i32::MAX);
+        let exists = |partition: i32| (0..count).contains(&partition);
+        let held = topic.groups.iter().find(|g| g.name == group);
+        let subscribed = kafka_members || held.is_some_and(|g| !g.members.is_empty());
+        let per_partition = |error: Option<ResponseError>| {
+            named
+                .iter()
+                .map(|&partition| match exists(partition) {
+                    true => error,
+                    false => Some(ResponseError::UnknownTopicOrPartition),
+                })
+                .collect()
+        };
+        if subscribed {
+            return per_partition(Some(ResponseError::GroupSubscribedToTopic));
+        }
+        if held.is_none() {
+            return per_partition(None);
+        }
+        let partitions: BTreeSet<i32> = named.iter().copied().filter(|p| exists(*p)).collect();
+        if partitions.is_empty() {
+            return per_partition(None);
+        }
+        let command = match partitions.len() == topic.partitions.len() {
+            true => Command::DeleteGroup {
+                topic: topic.name.clone(),
+                group: group.to_owned(),
+            },
+            false => Command::ResetGroup {
+                topic: topic.name.clone(),
+                group: group.to_owned(),
+                partitions: Some(partitions.into_iter().collect()),
+                to: ResetTo::Earliest,
+            },
+        };
+        let error = match self.call(command).await {
+            Ok(Outcome::Deleted(_) | Outcome::Lag(_)) => None,
+            // Members joined meanwhile, or the topic or group went away meanwhile.
+            Err(ErrorReply::InvalidArgument(_)) => {
+                match self.has_native_members(group).await.unwrap_or(true) {
+                    true => Some(ResponseError::GroupSubscribedToTopic),
+                    false => Some(ResponseError::UnknownTopicOrPartition),
+                }
+            }
+            Ok(other) => Some(coordinator_error(&unexpected(&other))),
+            Err(refusal) => Some(coordinator_error(&refusal)),
+        };
+        per_partition(error)
     }
 }

@@ -693,6 +693,10 @@ fn default_request(key: ApiKey) -> RequestKind {
             DeleteGroupsRequest::default()
                 .with_groups_names(vec![GroupId(StrBytes::from_static_str("g"))]),
         ),
+        ApiKey::OffsetDelete => RequestKind::OffsetDelete(
+            kafka_protocol::messages::OffsetDeleteRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("g"))),
+        ),
         ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
         ApiKey::DescribeCluster => {
             RequestKind::DescribeCluster(DescribeClusterRequest::default().with_endpoint_type(1))
@@ -1042,6 +1046,107 @@ async fn groups_without_members_are_deleted_and_others_refused_as_kafka_does() {
         .groups
         .iter()
         .any(|group| group.name == "busy"));
+}
+
+#[tokio::test]
+async fn offsets_are_deleted_from_groups_without_members_as_kafka_does() {
+    use broker_core::{Retention, TopicSetting};
+    use kafka_protocol::messages::offset_delete_request::{
+        OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+    };
+    use kafka_protocol::messages::OffsetDeleteRequest;
+    let broker = broker(100);
+    broker.create("u", 1).unwrap();
+    // Limits retention: records stay whatever the groups consumed, so the earliest is 0.
+    let limits = [TopicSetting::Retention(Retention::Limits)];
+    broker
+        .create_topic("k", 2, KeyHash::Murmur2, &limits)
+        .unwrap();
+    for partition in 0..2 {
+        for _ in 0..5 {
+            broker.publish("k", partition, "x").unwrap();
+        }
+    }
+    broker.commit_group("k", "g", &[(0, 3), (1, 4)]).unwrap();
+    broker.commit_group("k", "h", &[(0, 2)]).unwrap();
+    broker.join("t", "busy", "m").unwrap();
+    let delete = |group: &str, topics: &[(&str, &[i32])]| {
+        RequestKind::OffsetDelete(
+            OffsetDeleteRequest::default()
+                .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+                .with_topics(
+                    topics
+                        .iter()
+                        .map(|(topic, partitions)| {
+                            OffsetDeleteRequestTopic::default()
+                                .with_name(kafka_topic(topic))
+                                .with_partitions(
+                                    partitions
+                                        .iter()
+                                        .map(|&partition| {
+                                            OffsetDeleteRequestPartition::default()
+                                                .with_partition_index(partition)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+        )
+    };
+    // The top-level error, then each partition's, in the order asked.
+    let codes = |response: Option<ResponseKind>| match response {
+        Some(ResponseKind::OffsetDelete(response)) => (
+            response.error_code,
+            response
+                .topics
+                .iter()
+                .flat_map(|topic| topic.partitions.iter().map(|p| p.error_code))
+                .collect::<Vec<_>>(),
+        ),
+        other => panic!("unexpected {other:?}"),
+    };
+    let committed = |topic: &str, group: &str| -> Option<Vec<i64>> {
+        let described = described(&broker, topic);
+        let group = described.groups.iter().find(|g| g.name == group)?;
+        Some(group.partitions.iter().map(|p| p.committed).collect())
+    };
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    // Some partitions: back to the earliest record, where an uncommitted one starts; a
+    // partition past the topic's and a topic that does not exist are unknown.
+    assert_eq!(
+        codes(ask(&broker, 0, delete("g", &[("k", &[1, 7]), ("nosuch", &[0])])).await),
+        (0, vec![0, unknown, unknown])
+    );
+    assert_eq!(committed("k", "g"), Some(vec![3, 0]));
+    // Every partition of the topic: the group leaves the topic.
+    assert_eq!(
+        codes(ask(&broker, 0, delete("g", &[("k", &[0, 1, 0])])).await),
+        (0, vec![0, 0, 0])
+    );
+    assert_eq!(committed("k", "g"), None);
+    // A topic the group never committed on has nothing to delete; its other topics keep theirs.
+    assert_eq!(
+        codes(ask(&broker, 0, delete("h", &[("u", &[0])])).await),
+        (0, vec![0])
+    );
+    assert_eq!(committed("k", "h"), Some(vec![2, 0]));
+    // A group with members keeps its offsets; a group that committed nothing is not found.
+    assert_eq!(
+        codes(ask(&broker, 0, delete("busy", &[("t", &[0])])).await),
+        (0, vec![ResponseError::GroupSubscribedToTopic.code()])
+    );
+    assert!(committed("t", "busy").is_some());
+    for (group, error) in [
+        ("g", ResponseError::GroupIdNotFound),
+        ("not.valid", ResponseError::InvalidGroupId),
+    ] {
+        assert_eq!(
+            codes(ask(&broker, 0, delete(group, &[("k", &[0])])).await),
+            (error.code(), vec![]),
+            "{group}"
+        );
+    }
 }
 
 #[tokio::test]
