@@ -16,14 +16,17 @@ pub fn get(addr: SocketAddr, path: &str, accept: &str) -> (String, String, Strin
     } else {
         format!("Accept: {accept}\r\n")
     };
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: broker\r\nConnection: close\r\n{accept}\r\n"
-    )
-    .unwrap();
+    // In one write: a server that answers from a request's first bytes (the broker's port
+    // telling an HTTP client where the metrics are) closes without reading more, and a write
+    // after that fails (`write!` would write the pieces one by one). Its answer still counts.
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: broker\r\nConnection: close\r\n{accept}\r\n");
+    let written = stream.write_all(request.as_bytes());
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP answer ({written:?}): {answer:?}"));
     let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
     (status.to_owned(), headers.to_lowercase(), body.to_owned())
 }
