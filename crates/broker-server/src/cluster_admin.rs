@@ -141,9 +141,14 @@ async fn groups_follow(
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
-            let (done, pending) = match added {
-                true => ("is a voter of the first group", "added it"),
-                false => ("left the first group", "removed it"),
+            let (done, pending, never) = match added {
+                true => (
+                    "is a voter of the first group",
+                    "added it",
+                    "; a node started with a smaller --cluster-data-groups than the others \
+                     never will, and its log says so: restart it with the same value",
+                ),
+                false => ("left the first group", "removed it", ""),
             };
             let groups = match lagging.as_slice() {
                 [one] => format!("data group {one} has"),
@@ -152,7 +157,7 @@ async fn groups_follow(
             return Err(ErrorReply::InvalidArgument(format!(
                 "node {node_id} {done}, but {groups} not {pending} yet (each group's leader \
                  follows the first group's members by itself, a new node catching up with \
-                 the group's log first): `broker cluster status` shows when they have"
+                 the group's log first{never}): `broker cluster status` shows when they have"
             )));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

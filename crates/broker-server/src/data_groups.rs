@@ -327,15 +327,17 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
             .map(|(group, voters)| (*group, voters.clone()))
             .collect();
         let mut failed = false;
+        let most = listed.iter().map(|(group, _)| *group).max().unwrap_or(1);
         for (group, voters) in listed {
             let shard = shard_of_group(group);
             if shard > shared.groups.len() {
                 if !std::mem::replace(&mut beyond_reported, true) {
                     error!(
                         group,
-                        "the cluster has group {group}, more than this node serves: restart it \
-                         with --cluster-data-groups {group} (every node the same); meanwhile \
-                         it serves none of that group's topics"
+                        "the cluster has {most} groups, more than this node serves ({}): \
+                         restart it with --cluster-data-groups {most} (every node the same); \
+                         meanwhile it serves none of the topics of groups {group} to {most}",
+                        shared.groups.len() + 1
                     );
                 }
                 continue;
