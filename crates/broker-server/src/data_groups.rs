@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use broker_cluster::{
-    Cluster, ClusterChange, ClusterNode, GroupConfig, GroupId, NodeId, Proposal, ProposeError,
-    FIRST_GROUP,
+    Cluster, ClusterChange, ClusterNode, ClusterStatus, GroupConfig, GroupId, NodeId, Proposal,
+    ProposeError, FIRST_GROUP,
 };
 use broker_core::{BrokerDescription, Command, Outcome};
 use broker_proto::ErrorReply;
@@ -102,6 +102,9 @@ const MEMBERSHIP_CHANGE_WITHIN: Duration = Duration::from_secs(20);
 async fn follow_membership(shared: Arc<Shared>) {
     // The last change that failed in each group, so that its retries are not all logged.
     let mut reported: BTreeMap<GroupId, String> = BTreeMap::new();
+    // While this node leaves: the voters of each group that did not take its leadership, so
+    // that the next round tries another (or this node leaves the group itself).
+    let mut refused_takers: BTreeMap<GroupId, BTreeSet<NodeId>> = BTreeMap::new();
     loop {
         tokio::select! {
             () = shared.shutdown.cancelled() => return,
@@ -118,45 +121,52 @@ async fn follow_membership(shared: Arc<Shared>) {
             continue;
         }
         let me = first.node_id();
-        // A node that its own copy of the first group shows leaving hands its groups over at
-        // once, without a read index (which a node being removed may not get): a hand-over
-        // changes no membership, so a copy that lags can undo nothing. Every other change is
-        // decided from a current copy.
-        let (wanted, current) = match first.committed_members() {
+        // A node that its own copy of the first group shows leaving acts on that copy at once,
+        // without a read index (which a node being removed may not get): it only hands its
+        // groups over or leaves them itself, and a copy that lagged would at worst take it
+        // out of a group that the group's next leader then adds it to again. Every other
+        // change is decided from a current copy.
+        let wanted = match first.committed_members() {
             Some(wanted) if !wanted.is_empty() && !votes(&wanted, me) && !first.knows_removed() => {
-                (wanted, false)
+                wanted
             }
             _ => {
                 let current = first.read_barrier_anywhere().await.is_ok();
                 match (current, first.committed_members()) {
-                    (true, Some(wanted)) if !wanted.is_empty() => (wanted, true),
+                    (true, Some(wanted)) if !wanted.is_empty() => wanted,
                     // A removed node cannot ask the first group for a read index any more.
-                    _ if first.knows_removed() => (Vec::new(), true),
+                    _ if first.knows_removed() => Vec::new(),
                     _ => continue,
                 }
             }
         };
+        let leaving = !votes(&wanted, me);
+        if !leaving {
+            refused_takers.clear();
+        }
         let unreachable = first.status().unreachable;
         // The groups' changes at once: a node catching up with one group's log holds back no
         // other group's change.
-        let changes: Vec<(&Cluster, MembershipChange)> =
-            led.into_iter()
-                .filter_map(|group| {
-                    let members = group.status().members;
-                    let change = match votes(&wanted, me) {
-                        true => membership_change(&wanted, &members),
-                        // This node is leaving the cluster (a learner of the first group, or out
-                        // of it).
-                        false => Some(leaving_change(&wanted, &members, &unreachable, me)).filter(
-                            |change| current || matches!(change, MembershipChange::HandOver(_)),
-                        ),
-                    };
-                    if change.is_none() {
-                        reported.remove(&group.group());
+        let changes: Vec<(&Cluster, MembershipChange)> = led
+            .into_iter()
+            .filter_map(|group| {
+                let status = group.status();
+                let change = match leaving {
+                    false => membership_change(&wanted, &status.members),
+                    // This node is leaving the cluster (a learner of the first group, or out of
+                    // it).
+                    true => {
+                        let mut excluded = unreachable.clone();
+                        excluded.extend(refused_takers.get(&group.group()).into_iter().flatten());
+                        Some(leaving_change(&wanted, &status, &excluded, me))
                     }
-                    Some((group, change?))
-                })
-                .collect();
+                };
+                if change.is_none() {
+                    reported.remove(&group.group());
+                }
+                Some((group, change?))
+            })
+            .collect();
         let done = join_all(changes.into_iter().map(|(group, change)| async move {
             let done = match &change {
                 MembershipChange::Add(node, address) => {
@@ -168,29 +178,38 @@ async fn follow_membership(shared: Arc<Shared>) {
                     group.remove_node(*node, MEMBERSHIP_CHANGE_WITHIN).await
                 }
                 MembershipChange::HandOver(to) => {
-                    group
-                        .transfer_leadership(*to, MEMBERSHIP_CHANGE_WITHIN)
-                        .await
+                    group.transfer_leadership(*to, HAND_OVER_WITHIN).await
                 }
             };
             (group.group(), change, done)
         }))
         .await;
         for (id, change, done) in done {
-            match done {
-                Ok(()) => {
+            match (done, &change) {
+                (Ok(()), MembershipChange::HandOver(_)) => {
                     reported.remove(&id);
-                    match change {
-                        MembershipChange::HandOver(_) => {
-                            info!(group = id, "data group {id}: {change}")
-                        }
-                        _ => info!(
-                            group = id,
-                            "data group {id}: {change}, as in the first group"
-                        ),
-                    }
+                    refused_takers.remove(&id);
+                    info!(group = id, "data group {id}: {change}");
                 }
-                Err(cause) => {
+                (Ok(()), _) => {
+                    reported.remove(&id);
+                    info!(
+                        group = id,
+                        "data group {id}: {change}, as in the first group"
+                    );
+                }
+                (Err(cause), MembershipChange::HandOver(to)) => {
+                    warn!(
+                        group = id,
+                        to,
+                        %cause,
+                        "this node leaves the cluster but could not hand the leadership of data \
+                         group {id} to node {to}; trying another voter, or leaving the group \
+                         itself"
+                    );
+                    refused_takers.entry(id).or_default().insert(*to);
+                }
+                (Err(cause), _) => {
                     // Said once per change, however the details of its refusal evolve.
                     let what = change.to_string();
                     if reported.get(&id) != Some(&what) {
@@ -288,25 +307,32 @@ fn membership_change(
 }
 
 /// The change of a group this node leads while it leaves the cluster (`wanted`, the first
-/// group's members, no longer has it as a voter): the group's leadership handed to another of
-/// its voters that votes in the first group and is not `unreachable` (the lowest id), whose
-/// leader then removes this node once the first group no longer has it, so that the group's
-/// calls never wait for an election; without such a voter, this node leaves the group itself
-/// (the others elect).
+/// group's members, no longer has it as a voter), from the group's `status`: the group's
+/// leadership handed to another of its voters that votes in the first group and is not
+/// `excluded` (unreachable, or one that did not take it before), the most caught up first (the
+/// lowest id among equals), whose leader then removes this node once the first group no
+/// longer has it, so that the group's calls never wait for an election; without such a voter,
+/// this node leaves the group itself (the others elect).
 fn leaving_change(
     wanted: &[(NodeId, ClusterNode, bool)],
-    members: &[(NodeId, ClusterNode, bool)],
-    unreachable: &BTreeSet<NodeId>,
+    status: &ClusterStatus,
+    excluded: &BTreeSet<NodeId>,
     me: NodeId,
 ) -> MembershipChange {
-    members
+    status
+        .members
         .iter()
         .filter(|(id, _, voter)| {
-            *id != me && *voter && votes(wanted, *id) && !unreachable.contains(id)
+            *id != me && *voter && votes(wanted, *id) && !excluded.contains(id)
         })
-        .map(|(id, _, _)| *id)
+        .map(|(id, _, _)| {
+            let matched = status.replication.get(id).copied().flatten();
+            (std::cmp::Reverse(matched), *id)
+        })
         .min()
-        .map_or(MembershipChange::Remove(me), MembershipChange::HandOver)
+        .map_or(MembershipChange::Remove(me), |(_, id)| {
+            MembershipChange::HandOver(id)
+        })
 }
 
 /// Hosts each further group the cluster's state lists (of those this node has a shard for)
@@ -1027,30 +1053,50 @@ mod tests {
             member(3, true),
             member(4, false),
         ];
-        let group = [
-            member(1, true),
-            member(2, true),
-            member(3, true),
-            member(4, true),
-        ];
+        // The group as its leader, node 1, sees it: node 3 is further along than node 2.
+        let status = ClusterStatus {
+            node_id: 1,
+            role: broker_cluster::ServerState::Leader,
+            term: 1,
+            leader: Some(1),
+            last_log_index: Some(9),
+            applied_index: Some(9),
+            members: vec![
+                member(1, true),
+                member(2, true),
+                member(3, true),
+                member(4, true),
+            ],
+            replication: BTreeMap::from([(2, Some(7)), (3, Some(9)), (4, Some(9))]),
+            unreachable: BTreeSet::new(),
+        };
         let none = BTreeSet::new();
         assert_eq!(
-            leaving_change(&first, &group, &none, 1),
+            leaving_change(&first, &status, &none, 1),
+            MembershipChange::HandOver(3)
+        );
+        // Node 3 cannot be reached, or did not take it before: node 2 is next.
+        assert_eq!(
+            leaving_change(&first, &status, &BTreeSet::from([3]), 1),
             MembershipChange::HandOver(2)
         );
-        // Node 2 cannot be reached: node 3 takes the group.
+        // Equally far along: the lowest id.
+        let even = ClusterStatus {
+            replication: BTreeMap::from([(2, Some(9)), (3, Some(9))]),
+            ..status.clone()
+        };
         assert_eq!(
-            leaving_change(&first, &group, &BTreeSet::from([2]), 1),
-            MembershipChange::HandOver(3)
+            leaving_change(&first, &even, &none, 1),
+            MembershipChange::HandOver(2)
         );
         // No voter left to take it (or the first group already forgot this node): it leaves
         // the group itself.
         assert_eq!(
-            leaving_change(&first, &group, &BTreeSet::from([2, 3]), 1),
+            leaving_change(&first, &status, &BTreeSet::from([2, 3]), 1),
             MembershipChange::Remove(1)
         );
         assert_eq!(
-            leaving_change(&[], &group, &none, 1),
+            leaving_change(&[], &status, &none, 1),
             MembershipChange::Remove(1)
         );
     }
