@@ -30,6 +30,7 @@ declare -A pids=()
 bench_pids=()
 cleanup() {
   for pid in "${pids[@]}" "${bench_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}" "${bench_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   rm -rf "$workdir"
 }
 trap cleanup EXIT
@@ -92,17 +93,26 @@ round() { # kill|calm
       sleep 0.1
     done
   done
-  local first group_of_first victim
+  local first groups victim
   first="$(bench_topics | sed -n 1p)"
   groups="$($broker cluster topics --json | json '" ".join(str(t["group"]) for t in sorted(d["topics"], key=lambda t: int(t["topic"].split("-")[1])))')"
-  victim="$($broker cluster topics "$first" --json | json 'd["topics"][0]["leader"]')"
+  # The comparison holds only if each bench has a group of its own, led by a node of its own.
+  if [ "$(echo "$groups" | tr ' ' '\n' | sort -u | grep -c .)" != 3 ]; then
+    echo "the benches' topics did not land in three groups ($groups): run again" >&2
+    exit 1
+  fi
+  victim="$($broker cluster topics "$first" --json | json 'd["topics"][0]["leader"] or ""')"
+  if [ -z "$victim" ] || [ -z "${pids[$victim]:-}" ]; then
+    echo "the first bench's group has no leader known: run again" >&2
+    exit 1
+  fi
   sleep "$((DURATION / 3))"
   if [ "$1" = kill ]; then
-    kill -9 "${pids[$victim]}"
+    kill -9 "${pids[$victim]}" 2>/dev/null || true
     wait "${pids[$victim]}" 2>/dev/null || true
     unset "pids[$victim]"
   else
-    kill "${bench_pids[0]}"
+    kill "${bench_pids[0]}" 2>/dev/null || true
   fi
   for pid in "${bench_pids[@]}"; do wait "$pid" || true; done
   bench_pids=()
@@ -110,7 +120,9 @@ round() { # kill|calm
     local label="bench $((index + 1))"
     [ "$index" = 0 ] && [ "$1" = kill ] && label="$label (its leader, node $victim, killed)"
     [ "$index" = 0 ] && [ "$1" = calm ] && label="$label (stopped)"
-    if [ -s "$workdir/bench-$index.json" ]; then
+    if [ "$index" = 0 ] && [ "$1" = calm ]; then
+      printf '%-7s %s\n' "$1" "$label"
+    elif [ -s "$workdir/bench-$index.json" ]; then
       printf '%-7s %-44s %s\n' "$1" "$label" "$(json '"%9d records/s  p50 %7.0f us  p99 %8.0f us  max %9.0f us" % (d["records_per_sec"], d["publish_latency"]["p50_us"], d["publish_latency"]["p99_us"], d["publish_latency"]["max_us"])' <"$workdir/bench-$index.json")"
     else
       printf '%-7s %-44s %s\n' "$1" "$label" "failed: $(tail -1 "$workdir/bench-$index.err")"

@@ -511,9 +511,8 @@ impl Run {
     }
 
     /// Waits until the clients made `count` calls in all, or one of them stopped (a panic,
-    /// which [`Run::finish`] then reports); fails after [`ROUND_LIMIT`].
-    async fn reach(&self, count: usize) {
-        let deadline = Instant::now() + ROUND_LIMIT;
+    /// which [`Run::finish`] then reports); fails past `deadline`.
+    async fn reach(&self, count: usize, deadline: Instant) {
         while self.shared.done.load(Ordering::SeqCst) < count
             && !self.tasks.iter().any(|task| task.is_finished())
         {
@@ -648,7 +647,8 @@ async fn cluster_round(seed: u64, (clients, calls): (usize, usize), fault: Fault
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let run = Run::start(&nodes.client_addrs, seed, (clients, calls), groups > 1);
-    run.reach(clients * calls / 3).await;
+    let deadline = Instant::now() + ROUND_LIMIT;
+    run.reach(clients * calls / 3, deadline).await;
     let leader = match groups {
         1 => nodes.leader().await,
         _ => {
@@ -666,7 +666,7 @@ async fn cluster_round(seed: u64, (clients, calls): (usize, usize), fault: Fault
         }
         (Fault::IsolateLeader, None) => unreachable!("an isolating round has links"),
     }
-    let run = tokio::time::timeout(ROUND_LIMIT, run.finish())
+    let run = tokio::time::timeout_at(deadline.into(), run.finish())
         .await
         .unwrap_or_else(|_| panic!("the clients did not finish within {ROUND_LIMIT:?}"));
     eprintln!("{} calls of unknown outcome", run.unknown());

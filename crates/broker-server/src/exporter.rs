@@ -391,7 +391,20 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, metrics: A
             let _permit = permit;
             let service = hyper::service::service_fn(move |request| {
                 let registries = Arc::clone(&registries);
-                async move { Ok::<_, Infallible>(answer(registries.as_slice(), &request)) }
+                async move {
+                    // Rendering takes the shards' locks and walks the data directory: on a
+                    // thread of its own, not on one of the runtime's workers.
+                    let rendered = tokio::task::spawn_blocking(move || {
+                        answer(registries.as_slice(), &request)
+                    })
+                    .await;
+                    Ok::<_, Infallible>(rendered.unwrap_or_else(|_| {
+                        plain(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "cannot encode the metrics\n",
+                        )
+                    }))
+                }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -417,11 +430,6 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, metrics: A
 /// The answer to one HTTP request: the metrics of `registries` for `GET /metrics`, 404 or 405
 /// otherwise.
 fn answer(registries: &[Registry], request: &Request<Incoming>) -> Response<Full<Bytes>> {
-    let plain = |status: StatusCode, text: &str| {
-        let mut response = Response::new(Full::new(Bytes::from(text.to_owned())));
-        *response.status_mut() = status;
-        response
-    };
     if request.uri().path() != "/metrics" {
         return plain(
             StatusCode::NOT_FOUND,
@@ -461,6 +469,13 @@ fn answer(registries: &[Registry], request: &Request<Incoming>) -> Response<Full
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static(content_type),
     );
+    response
+}
+
+/// A plain-text answer with `status`.
+fn plain(status: StatusCode, text: &str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(text.to_owned())));
+    *response.status_mut() = status;
     response
 }
 

@@ -24,13 +24,38 @@ pub(crate) struct ProcessCollector {
 }
 
 impl ProcessCollector {
-    /// A collector for a server that started now.
+    /// A collector for this process: its start time from Linux's `/proc`, or now where the
+    /// system does not say.
     pub(crate) fn new() -> Self {
-        let started_secs = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |since| since.as_secs_f64());
+        let started_secs = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .zip(std::fs::read_to_string("/proc/stat").ok())
+            .and_then(|(stat, system)| {
+                started_from_proc(&stat, &system, rustix::param::clock_ticks_per_second())
+            })
+            .unwrap_or_else(|| {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0.0, |since| since.as_secs_f64())
+            });
         ProcessCollector { started_secs }
     }
+}
+
+/// When a process started, in seconds since the Unix epoch, from its `/proc/<pid>/stat` (its
+/// start in clock ticks after boot, the 22nd field) and `/proc/stat` (the boot time, `btime`).
+fn started_from_proc(stat: &str, system: &str, ticks_per_second: u64) -> Option<f64> {
+    // The command name (the 2nd field) may hold spaces and parentheses: the fields after it
+    // start after its last ')'; the 22nd field is the 20th of those.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let ticks: u64 = after_name.split_whitespace().nth(19)?.parse().ok()?;
+    let boot: u64 = system
+        .lines()
+        .find_map(|line| line.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    (ticks_per_second > 0).then(|| boot as f64 + ticks as f64 / ticks_per_second as f64)
 }
 
 impl Collector for ProcessCollector {
@@ -195,6 +220,19 @@ mod tests {
         assert_eq!(status_kib(status, "VmRSS:"), Some(2048));
         assert_eq!(status_kib(status, "VmSize:"), Some(123_456));
         assert_eq!(status_kib(status, "VmSwap:"), None);
+    }
+
+    #[test]
+    fn the_start_time_is_the_boot_time_plus_the_ticks_after_it() {
+        let stat = "4242 (broker (server)) S 1 4242 4242 0 -1 4194560 3000 0 0 0 12 5 0 0 20 0 \
+                    7 0 150050 123456789 2000";
+        let system = "cpu  1 2 3\nbtime 1700000000\nprocesses 99\n";
+        assert_eq!(
+            started_from_proc(stat, system, 100),
+            Some(1_700_000_000.0 + 1500.5)
+        );
+        assert_eq!(started_from_proc(stat, "cpu 1\n", 100), None);
+        assert_eq!(started_from_proc("4242 (short) S 1", system, 100), None);
     }
 
     #[test]

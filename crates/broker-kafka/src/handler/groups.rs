@@ -121,7 +121,7 @@ impl<B: Backend> Handler<'_, B> {
 
     /// Whether a group of the broker named `group` has members that joined natively, on any
     /// topic.
-    pub(super) async fn has_native_members(&self, group: &str) -> Result<bool, ErrorReply> {
+    async fn has_native_members(&self, group: &str) -> Result<bool, ErrorReply> {
         Ok(self.describe(None).await?.iter().any(|topic| {
             topic
                 .groups

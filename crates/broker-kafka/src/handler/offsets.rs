@@ -1,7 +1,7 @@
 //! A group's committed offsets: OffsetCommit, OffsetFetch and OffsetDelete, kept with the
 //! broker's group of the same name on each topic.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use broker_core::{Command, Outcome, ResetTo, TopicDescription};
 use broker_proto::ErrorReply;
@@ -246,10 +246,17 @@ impl<B: Backend> Handler<'_, B> {
         if !kafka_members && !holding {
             return refused(ResponseError::GroupIdNotFound);
         }
-        let mut topics = Vec::with_capacity(request.topics.len());
-        for topic in request.topics {
-            let name = topic_name(&topic.name);
-            let named: Vec<i32> = topic.partitions.iter().map(|p| p.partition_index).collect();
+        // Each topic once, with every partition any of its entries names.
+        let mut asked: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+        for topic in &request.topics {
+            asked
+                .entry(topic_name(&topic.name))
+                .or_default()
+                .extend(topic.partitions.iter().map(|p| p.partition_index));
+        }
+        let mut outcomes: BTreeMap<String, BTreeMap<i32, Option<ResponseError>>> = BTreeMap::new();
+        for (name, partitions) in asked {
+            let named: Vec<i32> = partitions.into_iter().collect();
             let errors = match described.iter().find(|described| described.name == name) {
                 None => vec![Some(ResponseError::UnknownTopicOrPartition); named.len()],
                 Some(described) => {
@@ -257,22 +264,31 @@ impl<B: Backend> Handler<'_, B> {
                         .await
                 }
             };
-            topics.push(
+            outcomes.insert(name, named.into_iter().zip(errors).collect());
+        }
+        let topics = request
+            .topics
+            .into_iter()
+            .map(|topic| {
+                let outcome = outcomes.get(&topic_name(&topic.name));
+                let partitions = topic
+                    .partitions
+                    .iter()
+                    .map(|partition| {
+                        let error = outcome
+                            .and_then(|outcome| outcome.get(&partition.partition_index))
+                            .copied()
+                            .flatten();
+                        OffsetDeleteResponsePartition::default()
+                            .with_partition_index(partition.partition_index)
+                            .with_error_code(code(error))
+                    })
+                    .collect();
                 OffsetDeleteResponseTopic::default()
                     .with_name(topic.name)
-                    .with_partitions(
-                        named
-                            .iter()
-                            .zip(errors)
-                            .map(|(&partition, error)| {
-                                OffsetDeleteResponsePartition::default()
-                                    .with_partition_index(partition)
-                                    .with_error_code(code(error))
-                            })
-                            .collect(),
-                    ),
-            );
-        }
+                    .with_partitions(partitions)
+            })
+            .collect();
         OffsetDeleteResponse::default().with_topics(topics)
     }
 
@@ -322,16 +338,29 @@ impl<B: Backend> Handler<'_, B> {
         };
         let error = match self.call(command).await {
             Ok(Outcome::Deleted(_) | Outcome::Lag(_)) => None,
-            // Members joined meanwhile, or the topic or group went away meanwhile.
-            Err(ErrorReply::InvalidArgument(_)) => {
-                match self.has_native_members(group).await.unwrap_or(true) {
-                    true => Some(ResponseError::GroupSubscribedToTopic),
-                    false => Some(ResponseError::UnknownTopicOrPartition),
-                }
-            }
+            // Members joined meanwhile, or the topic or the group went away meanwhile.
+            Err(ErrorReply::InvalidArgument(_)) => self.why_not_deleted(group, &topic.name).await,
             Ok(other) => Some(coordinator_error(&unexpected(&other))),
             Err(refusal) => Some(coordinator_error(&refusal)),
         };
         per_partition(error)
+    }
+
+    /// Why a deletion of `group`'s offsets on `topic` was refused, as the topic is now: the
+    /// topic is gone, members joined the group there, or (the group gone too) nothing is left
+    /// to delete.
+    async fn why_not_deleted(&self, group: &str, topic: &str) -> Option<ResponseError> {
+        let described = match self.describe(Some(topic.to_owned())).await {
+            Ok(described) => described,
+            Err(ErrorReply::InvalidArgument(_)) => {
+                return Some(ResponseError::UnknownTopicOrPartition)
+            }
+            Err(refusal) => return Some(coordinator_error(&refusal)),
+        };
+        let members = described
+            .iter()
+            .flat_map(|topic| &topic.groups)
+            .any(|held| held.name == group && !held.members.is_empty());
+        members.then_some(ResponseError::GroupSubscribedToTopic)
     }
 }

@@ -1137,6 +1137,12 @@ async fn offsets_are_deleted_from_groups_without_members_as_kafka_does() {
         (0, vec![ResponseError::GroupSubscribedToTopic.code()])
     );
     assert!(committed("t", "busy").is_some());
+    // A topic named twice is one deletion: here of both its partitions.
+    assert_eq!(
+        codes(ask(&broker, 0, delete("h", &[("k", &[0]), ("k", &[1])])).await),
+        (0, vec![0, 0])
+    );
+    assert_eq!(committed("k", "h"), None);
     for (group, error) in [
         ("g", ResponseError::GroupIdNotFound),
         ("not.valid", ResponseError::InvalidGroupId),
