@@ -93,6 +93,10 @@ const MEMBERSHIP_EVERY: Duration = Duration::from_secs(1);
 /// before it is tried again at the next round.
 const MEMBERSHIP_CHANGE_WITHIN: Duration = Duration::from_secs(20);
 
+/// How long a group's leader leaves a node alone after failing to add it (a node that cannot
+/// host the group, say) before it tries again: meanwhile the group's other changes go on.
+const ADD_AGAIN_AFTER: Duration = Duration::from_secs(30);
+
 /// Keeps the members of every further group this node leads those of the first group (which
 /// `broker cluster add` and `remove` change), one change per group and round (see
 /// [`membership_change`]); a node leaving the cluster leaves the groups it leads itself, since
@@ -105,6 +109,8 @@ async fn follow_membership(shared: Arc<Shared>) {
     // While this node leaves: the voters of each group that did not take its leadership, so
     // that the next round tries another (or this node leaves the group itself).
     let mut refused_takers: BTreeMap<GroupId, BTreeSet<NodeId>> = BTreeMap::new();
+    // When each group last failed to add each node.
+    let mut failed_adds: BTreeMap<(GroupId, NodeId), tokio::time::Instant> = BTreeMap::new();
     loop {
         tokio::select! {
             () = shared.shutdown.cancelled() => return,
@@ -145,6 +151,7 @@ async fn follow_membership(shared: Arc<Shared>) {
             refused_takers.clear();
         }
         let unreachable = first.status().unreachable;
+        failed_adds.retain(|_, at| at.elapsed() < ADD_AGAIN_AFTER);
         // The groups' changes at once: a node catching up with one group's log holds back no
         // other group's change.
         let changes: Vec<(&Cluster, MembershipChange)> = led
@@ -152,7 +159,14 @@ async fn follow_membership(shared: Arc<Shared>) {
             .filter_map(|group| {
                 let status = group.status();
                 let change = match leaving {
-                    false => membership_change(&wanted, &status.members),
+                    false => {
+                        let not_yet: BTreeSet<NodeId> = failed_adds
+                            .keys()
+                            .filter(|(failed_in, _)| *failed_in == group.group())
+                            .map(|(_, node)| *node)
+                            .collect();
+                        membership_change(&wanted, &status.members, &not_yet)
+                    }
                     // This node is leaving the cluster (a learner of the first group, or out of
                     // it).
                     true => {
@@ -209,7 +223,10 @@ async fn follow_membership(shared: Arc<Shared>) {
                     );
                     refused_takers.entry(id).or_default().insert(*to);
                 }
-                (Err(cause), _) => {
+                (Err(cause), change) => {
+                    if let MembershipChange::Add(node, _) = change {
+                        failed_adds.insert((id, *node), tokio::time::Instant::now());
+                    }
                     // Said once per change, however the details of its refusal evolve.
                     let what = change.to_string();
                     if reported.get(&id) != Some(&what) {
@@ -270,10 +287,13 @@ impl std::fmt::Display for MembershipChange {
 /// 3. a member the first group no longer has is removed.
 ///
 /// A learner of the first group, still catching up, is added once it votes there. Adding
-/// before removing keeps as many voters as possible while a node is replaced.
+/// before removing keeps as many voters as possible while a node is replaced; a node in
+/// `not_yet` (whose addition failed a moment ago) is not added this time, so that a node that
+/// cannot join holds back no other change.
 fn membership_change(
     wanted: &[(NodeId, ClusterNode, bool)],
     members: &[(NodeId, ClusterNode, bool)],
+    not_yet: &BTreeSet<NodeId>,
 ) -> Option<MembershipChange> {
     let in_first = |id: NodeId| wanted.iter().find(|(member, _, _)| *member == id);
     let moved = members
@@ -292,7 +312,7 @@ fn membership_change(
     let missing = wanted
         .iter()
         .filter(|(id, address, voter)| {
-            *voter && !votes(members, *id) && !address_taken(*id, address)
+            *voter && !votes(members, *id) && !address_taken(*id, address) && !not_yet.contains(id)
         })
         .min_by_key(|(id, _, _)| *id);
     if let Some((id, address, _)) = missing {
@@ -992,13 +1012,13 @@ mod tests {
         // Node 4 votes in the first group: added; node 5, still a learner there, not yet.
         let group = [member(1, true), member(2, true), member(3, true)];
         assert_eq!(
-            membership_change(&first, &group),
+            membership_change(&first, &group, &BTreeSet::new()),
             Some(MembershipChange::Add(4, node(4)))
         );
         // A learner of the group is made a voter the same way.
         let group = [member(1, true), member(2, true), member(4, false)];
         assert_eq!(
-            membership_change(&first, &group),
+            membership_change(&first, &group, &BTreeSet::new()),
             Some(MembershipChange::Add(4, node(4)))
         );
         // Node 3 left the first group: removed, once every voter is in.
@@ -1009,7 +1029,7 @@ mod tests {
             member(4, true),
         ];
         assert_eq!(
-            membership_change(&first, &group),
+            membership_change(&first, &group, &BTreeSet::new()),
             Some(MembershipChange::Remove(3))
         );
         // Node 5 is a learner of both: nothing to do.
@@ -1019,25 +1039,33 @@ mod tests {
             member(4, true),
             member(5, false),
         ];
-        assert_eq!(membership_change(&first, &group), None);
+        assert_eq!(membership_change(&first, &group, &BTreeSet::new()), None);
         // Node 2 moved to other addresses: removed, to be added again at the new ones.
         let moved = ClusterNode::new("127.0.0.1:22", "127.0.0.1:9").unwrap();
         let first = [member(1, true), (2, moved.clone(), true), member(4, true)];
         let group = [member(1, true), member(2, true), member(4, true)];
         assert_eq!(
-            membership_change(&first, &group),
+            membership_change(&first, &group, &BTreeSet::new()),
             Some(MembershipChange::Remove(2))
         );
         let group = [member(1, true), member(4, true)];
         assert_eq!(
-            membership_change(&first, &group),
+            membership_change(&first, &group, &BTreeSet::new()),
             Some(MembershipChange::Add(2, moved))
+        );
+        // Node 4 could not be added a moment ago (it cannot host the group): node 3, gone from
+        // the first group, is removed meanwhile.
+        let first4 = [member(1, true), member(2, true), member(4, true)];
+        let group = [member(1, true), member(2, true), member(3, true)];
+        assert_eq!(
+            membership_change(&first4, &group, &BTreeSet::from([4])),
+            Some(MembershipChange::Remove(3))
         );
         // Node 3 replaced by node 6 at its addresses: node 3 leaves first.
         let first = [member(1, true), member(2, true), (6, node(3), true)];
         let group = [member(1, true), member(2, true), member(3, true)];
         assert_eq!(
-            membership_change(&first, &group),
+            membership_change(&first, &group, &BTreeSet::new()),
             Some(MembershipChange::Remove(3))
         );
     }
