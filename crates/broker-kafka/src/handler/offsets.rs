@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use broker_core::{Command, Outcome, ResetTo, TopicDescription};
+use broker_core::{Command, Outcome, TopicDescription};
 use broker_proto::ErrorReply;
 use futures::future::join_all;
 use kafka_protocol::messages::offset_commit_response::{
@@ -294,7 +294,7 @@ impl<B: Backend> Handler<'_, B> {
 
     /// Deletes what `group` committed on the partitions `named` of `topic` (see
     /// [`Handler::offset_delete`]); each partition's error, in the order named.
-    async fn delete_offsets(
+    pub(super) async fn delete_offsets(
         &self,
         group: &str,
         topic: &TopicDescription,
@@ -324,20 +324,29 @@ impl<B: Backend> Handler<'_, B> {
         if partitions.is_empty() {
             return per_partition(None);
         }
+        // Both commands are refused, changing nothing, if members joined the group since the
+        // description was read: a live group's offsets never move back.
         let command = match partitions.len() == topic.partitions.len() {
             true => Command::DeleteGroup {
                 topic: topic.name.clone(),
                 group: group.to_owned(),
             },
-            false => Command::ResetGroup {
+            // Committed from outside the group, at each partition's earliest record (a record
+            // that left meanwhile is skipped: the commit stays within what is retained).
+            false => Command::CommitGroup {
                 topic: topic.name.clone(),
                 group: group.to_owned(),
-                partitions: Some(partitions.into_iter().collect()),
-                to: ResetTo::Earliest,
+                offsets: partitions
+                    .into_iter()
+                    .filter_map(|p| {
+                        let earliest = topic.partitions.get(usize::try_from(p).ok()?)?;
+                        Some((p, earliest.earliest_offset))
+                    })
+                    .collect(),
             },
         };
         let error = match self.call(command).await {
-            Ok(Outcome::Deleted(_) | Outcome::Lag(_)) => None,
+            Ok(Outcome::Deleted(_) | Outcome::Committed) => None,
             // Members joined meanwhile, or the topic or the group went away meanwhile.
             Err(ErrorReply::InvalidArgument(_)) => self.why_not_deleted(group, &topic.name).await,
             Ok(other) => Some(coordinator_error(&unexpected(&other))),

@@ -1155,6 +1155,45 @@ async fn offsets_are_deleted_from_groups_without_members_as_kafka_does() {
     }
 }
 
+/// A member that joins between OffsetDelete's reading of the groups and its change keeps the
+/// group's offsets: the change is refused as a whole, and the partitions answer that the group
+/// is subscribed.
+#[tokio::test]
+async fn offsets_deleted_while_a_member_joins_stay_where_the_member_has_them() {
+    use broker_core::{Retention, TopicSetting};
+    let broker = broker(100);
+    let limits = [TopicSetting::Retention(Retention::Limits)];
+    broker
+        .create_topic("k", 2, KeyHash::Murmur2, &limits)
+        .unwrap();
+    for _ in 0..5 {
+        broker.publish("k", 0, "x").unwrap();
+    }
+    broker.commit_group("k", "g", &[(0, 4)]).unwrap();
+    // What OffsetDelete read, then a member joins.
+    let stale = described(&broker, "k");
+    broker.join("k", "g", "m").unwrap();
+    let coordinator = Coordinator::default();
+    let settings = settings();
+    let handler = Handler {
+        backend: &broker,
+        settings: &settings,
+        coordinator: &coordinator,
+        endpoint: endpoint(),
+        client_host: "/127.0.0.1".into(),
+    };
+    for named in [&[0][..], &[0, 1][..]] {
+        assert_eq!(
+            handler.delete_offsets("g", &stale, false, named).await,
+            vec![Some(ResponseError::GroupSubscribedToTopic); named.len()],
+            "{named:?}"
+        );
+        let group = described(&broker, "k");
+        let group = group.groups.iter().find(|g| g.name == "g").unwrap();
+        assert_eq!(group.partitions[0].committed, 4, "{named:?}");
+    }
+}
+
 #[tokio::test]
 async fn the_cluster_is_described_with_its_brokers_and_controller() {
     use kafka_protocol::messages::DescribeClusterRequest;
