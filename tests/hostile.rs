@@ -1,7 +1,8 @@
 //! Greedy clients against the real `broker-server` binary, with its memory measured from
 //! `/proc/<pid>/status`: maximum-size frames sent again and again, publishes past the memory
-//! budget, a Kafka fetch naming one partition hundreds of times and a Kafka produce of batches
-//! that decompress to gigabytes leave the server's peak memory bounded.
+//! budget, a Kafka fetch naming one partition hundreds of times, a Kafka produce of batches
+//! that decompress to gigabytes and many connections sending large frames at once leave the
+//! server's peak memory bounded.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -25,8 +26,9 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_util::codec::Framed;
+use tokio_util::codec::{Encoder, Framed};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -298,4 +300,160 @@ async fn a_kafka_produce_of_batches_that_inflate_to_gigabytes_is_refused_within_
         peak < baseline + 64 * MIB,
         "peak {peak} bytes, baseline {baseline} bytes"
     );
+}
+
+/// The value of the sample `series` (its name and labels) in a metrics page.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no sample {series} in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn frames_wait_for_room_in_the_request_memory_which_a_stalled_frame_gives_back() {
+    let frame_limit = 3 * MIB;
+    let budget = frame_limit + MIB / 2;
+    let server = ServerProcess::start(&[
+        "--max-payload-bytes",
+        &MIB.to_string(),
+        "--max-frame-bytes",
+        &frame_limit.to_string(),
+        "--max-request-memory",
+        &budget.to_string(),
+        "--read-timeout-ms",
+        "3000",
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let metrics = server.metrics_addr.unwrap();
+    let mut client = connect(&server).await;
+    create(&mut client, "t").await;
+    let baseline = server.status_bytes("VmRSS");
+
+    // Sixteen connections each send all but the last kilobyte of a frame just under the frame
+    // limit (a publish over the payload limit, refused), then, a second later, the rest. The
+    // server reads one at a time as the budget allows: it never holds the sixteen frames'
+    // 48 MiB at once, which it would without a budget (in trials, 70 MiB more at the peak
+    // than before without one, 17 MiB with it).
+    let oversized = Bytes::from(vec![7u8; (frame_limit - 1024) as usize]);
+    let rest_at = tokio::time::Instant::now() + Duration::from_secs(1);
+    let slow_senders = (0..16).map(|_| {
+        let oversized = oversized.clone();
+        let server = &server;
+        async move {
+            let mut client = connect(server).await;
+            let mut bytes = BytesMut::new();
+            let frame = RequestFrame {
+                correlation_id: 1,
+                max_wait_ms: 0,
+                command: publish(oversized),
+            };
+            client.codec_mut().encode(frame, &mut bytes).unwrap();
+            let (first, rest) = bytes.split_at(bytes.len() - 1024);
+            let stream = client.get_mut();
+            stream.write_all(first).await.unwrap();
+            tokio::time::sleep_until(rest_at).await;
+            stream.write_all(rest).await.unwrap();
+            match client.next().await.unwrap().unwrap() {
+                Decoded::Message(ResponseFrame {
+                    result: Err(ErrorReply::TooLarge { what, .. }),
+                    ..
+                }) if what == "payload" => {}
+                other => panic!("{other:?}"),
+            }
+        }
+    });
+    futures::future::join_all(slow_senders).await;
+    let peak = server.status_bytes("VmHWM");
+    eprintln!(
+        "baseline RSS {} KiB, peak {} KiB",
+        baseline / 1024,
+        peak / 1024
+    );
+    // The budget, each connection's read buffer, a frame being decoded and what the
+    // allocator keeps for a while.
+    assert!(
+        peak < baseline + budget + 24 * MIB,
+        "peak {peak} bytes, baseline {baseline} bytes"
+    );
+    // Sixteen connections then each pipeline eight such frames (384 MiB in all) without waiting
+    // for answers: the server reads them as the budget allows and answers every one.
+    let senders = (0..16).map(|_| {
+        let oversized = oversized.clone();
+        let server = &server;
+        async move {
+            let mut client = connect(server).await;
+            for id in 0..8 {
+                let frame = RequestFrame {
+                    correlation_id: id,
+                    max_wait_ms: 0,
+                    command: publish(oversized.clone()),
+                };
+                client.feed(frame).await.unwrap();
+            }
+            SinkExt::<RequestFrame>::flush(&mut client).await.unwrap();
+            for id in 0..8 {
+                match client.next().await.unwrap().unwrap() {
+                    Decoded::Message(ResponseFrame {
+                        correlation_id,
+                        result: Err(ErrorReply::TooLarge { what, .. }),
+                    }) if correlation_id == id && what == "payload" => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+    });
+    futures::future::join_all(senders).await;
+    let (_, _, text) = broker_testkit::http::get(metrics, "/metrics", "");
+    assert!(
+        sample(&text, "broker_request_memory_waits_total") >= 1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "broker_request_memory_limit_bytes"),
+        budget as f64
+    );
+
+    // A Kafka client that announces a frame of 3 MiB and sends a little of it holds that much
+    // room: a publish of 2 MiB on the broker's port waits, and goes through once the read
+    // timeout has closed the stalled connection and given its room back.
+    let mut stalled = kafka_connect(&server);
+    stalled
+        .write_all(&((frame_limit - 16) as u32).to_be_bytes())
+        .unwrap();
+    stalled.write_all(&[0; 1024]).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, _, text) = broker_testkit::http::get(metrics, "/metrics", "");
+        if sample(&text, "broker_request_memory_bytes") >= (frame_limit - 16) as f64 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stalled frame never got room: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let payload = Bytes::from(vec![9u8; 600 * 1024]);
+    let waiting = tokio::spawn(async move { call(&mut client, publish(payload)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a publish was read with no room for it"
+    );
+    let mut rest = Vec::new();
+    // The stalled connection is closed by the read timeout (a reset or an end of stream).
+    let closed = stalled.read_to_end(&mut rest);
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    let published = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiting publishes went through once room was given back")
+        .unwrap();
+    assert_eq!(published, Ok(Outcome::Published(0)));
+    let (_, _, text) = broker_testkit::http::get(metrics, "/metrics", "");
+    assert_eq!(sample(&text, "broker_request_memory_bytes"), 0.0, "{text}");
 }

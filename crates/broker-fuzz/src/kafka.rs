@@ -91,6 +91,7 @@ fn serve(limit: usize, request_bytes: Vec<u8>) -> Vec<u8> {
             &backend,
             &coordinator,
             &settings,
+            broker_net::RequestMemory::new(1 << 30),
             std::future::pending(),
         );
         // Longer than any wait a request can ask for (a rebalance waits 30 minutes at most).

@@ -4,12 +4,9 @@
 use std::future::Future;
 use std::net::SocketAddr;
 
-use broker_net::Foreign;
-use bytes::{Bytes, BytesMut};
-use futures::{SinkExt, StreamExt};
+use broker_net::{Foreign, FrameError, FrameReader, FrameTimeouts, RequestMemory, LENGTH_PREFIX};
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::time::Instant;
-use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tracing::{debug, trace};
 
 use crate::errors::answered_errors;
@@ -29,7 +26,8 @@ const MAX_UNAUTHENTICATED_FRAME: usize = 64 * 1024;
 
 /// Serves one connection from `peer` whose socket's own address is `local`, until the client
 /// closes it, an error, the idle timeout or `closing` completes; its consumer groups are
-/// `coordinator`'s. Returns how many requests it answered.
+/// `coordinator`'s. Each request is read once it has room in `memory`, the process's request
+/// memory, and holds it until it is answered. Returns how many requests it answered.
 ///
 /// # Errors
 /// [`KafkaError`] when the socket fails, a request is larger than the limit (the stream can
@@ -41,6 +39,7 @@ pub async fn serve_connection<S, B>(
     backend: &B,
     coordinator: &Coordinator,
     settings: &KafkaSettings,
+    memory: RequestMemory,
     closing: impl Future<Output = ()>,
 ) -> Result<u64, KafkaError>
 where
@@ -64,12 +63,7 @@ where
         endpoint,
         client_host: format!("/{}", peer.ip()),
     };
-    let codec = LengthDelimitedCodec::builder()
-        .big_endian()
-        .length_field_length(4)
-        .max_frame_length(settings.max_frame_bytes)
-        .new_codec();
-    let mut framed = Framed::new(stream, codec);
+    let mut reader = FrameReader::new(stream);
     let mut sasl = Sasl::start(backend);
     tokio::pin!(closing);
     let mut answered = 0;
@@ -81,41 +75,46 @@ where
                 MAX_UNAUTHENTICATED_FRAME.min(settings.max_frame_bytes)
             }
         };
-        framed.codec_mut().set_max_frame_length(limit);
+        let timeouts = FrameTimeouts {
+            idle: settings.idle_timeout,
+            frame: settings.read_timeout,
+        };
+        // One request at a time: while one is worked on nothing more is read, so the
+        // connection is never busy when it waits for a frame.
         let frame = tokio::select! {
             () = &mut closing => return Ok(answered),
-            frame = next_frame(&mut framed, settings) => frame,
+            frame = reader.next(limit, &memory, timeouts, || false) => frame,
         };
-        let frame = match frame {
-            Ok(None) => return Ok(answered),
-            Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
+        // The frame's room is held until its answer is written.
+        let (frame, _room) = match frame {
+            Ok(Some((mut frame, room))) => (frame.split_off(LENGTH_PREFIX).freeze(), room),
+            Ok(None) | Err(FrameError::Idle) => return Ok(answered),
+            Err(FrameError::TooLarge { size, .. }) => {
                 // The length of no Kafka frame: maybe another protocol's first bytes.
-                if let Some(foreign) = Foreign::from_start(framed.read_buffer()) {
+                if let Some(foreign) = Foreign::from_start(reader.buffered()) {
                     let text = format!(
                         "This port speaks Kafka's protocol, not {}; {}.",
                         foreign.name(),
                         foreign.where_to_go()
                     );
                     if let Some(refusal) = foreign.refusal(&text) {
-                        let written = framed.get_mut().write_all(&refusal);
+                        let written = reader.stream_mut().write_all(&refusal);
                         // The peer may be gone; it is refused either way.
                         let _ = tokio::time::timeout(settings.write_timeout, written).await;
                     }
                     return Err(KafkaError::Foreign(foreign));
                 }
-                let size = framed
-                    .read_buffer()
-                    .first_chunk::<4>()
-                    .map_or(0, |length| u64::from(u32::from_be_bytes(*length)));
                 return Err(KafkaError::FrameTooLarge { size, limit });
             }
-            Err(error) if error.kind() == std::io::ErrorKind::TimedOut => {
+            Err(FrameError::Slow) => {
                 return Err(KafkaError::ReadTimeout {
                     limit: settings.read_timeout,
                 });
             }
-            Err(error) => return Err(error.into()),
-            Ok(Some(frame)) => frame.freeze(),
+            Err(FrameError::Truncated { .. }) => {
+                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+            }
+            Err(FrameError::Io(error)) => return Err(error.into()),
         };
         // A client of the broker's own protocol: answered as a Kafka request of an API the
         // listener does not know (which the broker's client recognises), then closed.
@@ -142,7 +141,7 @@ where
             }
             Reply::SendAndClose(answer, error) => (answer, Some(error)),
         };
-        tokio::time::timeout(settings.write_timeout, framed.send(answer))
+        tokio::time::timeout(settings.write_timeout, send(reader.stream_mut(), &answer))
             .await
             .map_err(|_| KafkaError::WriteTimeout)??;
         if let Some(error) = close {
@@ -152,38 +151,17 @@ where
     }
 }
 
-/// The next request frame; `None` when the client closed the connection between frames or sent
-/// nothing for the idle timeout. A frame whose first bytes have arrived must be whole within
-/// the read timeout (one that starts while the connection waits: within twice that), or it is
-/// a [`std::io::ErrorKind::TimedOut`] error. Cancel safe: what was read stays in `framed`.
-async fn next_frame<S: AsyncRead + AsyncWrite + Unpin>(
-    framed: &mut Framed<S, LengthDelimitedCodec>,
-    settings: &KafkaSettings,
-) -> std::io::Result<Option<BytesMut>> {
-    let idle_until = Instant::now() + settings.idle_timeout;
-    let mut partial_since = None;
-    loop {
-        let now = Instant::now();
-        if !framed.read_buffer().is_empty() && partial_since.is_none() {
-            partial_since = Some(now);
-        }
-        let deadline = match partial_since {
-            Some(since) => since + settings.read_timeout,
-            None => idle_until.min(now + settings.read_timeout),
-        };
-        if let Ok(frame) = tokio::time::timeout_at(deadline, framed.next()).await {
-            return frame.transpose();
-        }
-        if partial_since.is_some() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "a request did not arrive whole in time",
-            ));
-        }
-        if Instant::now() >= idle_until {
-            return Ok(None);
-        }
-    }
+/// Writes `answer` as one frame (its length, then itself) and flushes it.
+async fn send<S: AsyncWrite + Unpin>(stream: &mut S, answer: &[u8]) -> std::io::Result<()> {
+    let length = u32::try_from(answer.len()).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "an answer too large for a frame",
+        )
+    })?;
+    stream.write_all(&length.to_be_bytes()).await?;
+    stream.write_all(answer).await?;
+    stream.flush().await
 }
 
 /// What to write back for one request.
@@ -284,6 +262,7 @@ mod tests {
     };
     use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+    use tokio::time::Instant;
 
     use super::*;
     use crate::testing::Locked;
@@ -321,6 +300,7 @@ mod tests {
             backend,
             coordinator,
             settings,
+            RequestMemory::new(1 << 30),
             std::future::pending(),
         );
         (client, served)

@@ -7,13 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::reply::RequestPermit;
 use broker_cluster::{Cluster, ClusterNode, NodeId, ServerState};
 use broker_core::{
     BrokerDescription, BrokerMetadata, ClusterMember, ClusterStatus, Command, GroupStatus,
     NodeAddress, NodeRole, Outcome, Scope, TopicPlacement,
 };
 use broker_proto::ErrorReply;
-use tokio::sync::OwnedSemaphorePermit;
 
 use crate::replicated::refusal;
 use crate::reply::ReplyTo;
@@ -30,7 +30,7 @@ pub(crate) struct ClusterRequest {
     pub(crate) correlation_id: u64,
     /// A command of [`Scope::Cluster`].
     pub(crate) command: Command,
-    pub(crate) permit: OwnedSemaphorePermit,
+    pub(crate) permit: RequestPermit,
 }
 
 /// Answers `request` on its connection once it is done (nothing, if the connection closes

@@ -42,15 +42,21 @@ pub struct Config {
     /// across every partition; past it a publish answers "full" (`-1`), as for a partition at
     /// capacity. With one, records live on disk and this does not apply.
     pub max_memory: u64,
+    /// Bytes of requests read and not yet answered, across every connection of both listeners
+    /// (each frame counted from its length prefix, rounded up to 64 bytes): a connection reads
+    /// no more of a frame until the frame has room, so that many clients sending at once make
+    /// the server wait, not grow. At least `max_frame_bytes`.
+    pub max_request_memory: u64,
     /// Most topics, partitions per topic, groups per topic and members per group: metadata the
     /// memory budget does not count, bounded so that no client can grow it without end.
     pub limits: Limits,
     /// A connection that sends nothing for this long while it has no request outstanding is
     /// closed.
     pub idle_timeout: Duration,
-    /// A frame whose first bytes have arrived must be complete within this long (one to two
-    /// times it, see `Connection::read_request`), or the connection is closed: a client sending
-    /// a byte now and then cannot hold a connection forever.
+    /// A frame whose first bytes have arrived must be complete within this long after it has
+    /// room in the request memory (one to two times it, see `broker_net::FrameReader::next`),
+    /// or the connection is closed: a client sending a byte now and then cannot hold a
+    /// connection, or the room of its frame, for ever.
     pub read_timeout: Duration,
     /// A connection whose peer takes none of its response bytes for this long (it does not
     /// read) is closed.
@@ -94,6 +100,13 @@ pub struct Config {
     /// about one topic keeps its meaning; a description of every topic gathers the shards one
     /// after another. `None`: as many as the data directory holds, or 1. Not for a cluster node.
     pub shards: Option<usize>,
+}
+
+/// The request memory a server has unless told ([`Config::max_request_memory`]): a quarter of
+/// its memory budget for records, so that one number sizes the process, but room for at least
+/// one frame of the largest size.
+pub fn default_request_memory(max_memory: u64, max_frame_bytes: usize) -> u64 {
+    (max_memory / 4).max(max_frame_bytes as u64)
 }
 
 /// The most shards a single broker runs ([`Config::shards`]).
@@ -142,6 +155,7 @@ impl Default for Config {
             max_connections: 1024,
             max_in_flight: 1024,
             max_memory: 1024 * 1024 * 1024,
+            max_request_memory: default_request_memory(1024 * 1024 * 1024, 8 * 1024 * 1024),
             limits: Limits::default(),
             idle_timeout: Duration::from_secs(600),
             read_timeout: Duration::from_secs(30),
@@ -288,6 +302,13 @@ impl Config {
             });
         }
         self.check_frame().map_err(ServerError::InvalidConfig)?;
+        if self.max_request_memory < self.max_frame_bytes as u64 {
+            return invalid(format!(
+                "--max-request-memory {} is less than --max-frame-bytes {}: raise \
+                 --max-request-memory to at least {}, or lower --max-frame-bytes",
+                self.max_request_memory, self.max_frame_bytes, self.max_frame_bytes
+            ));
+        }
         for (name, value) in [
             ("max connections", self.max_connections),
             ("max in flight", self.max_in_flight),
@@ -604,6 +625,29 @@ mod tests {
             refused,
             "--max-memory 10 is less than --max-payload-bytes 1048576: raise --max-memory to at \
              least 1048576, or lower --max-payload-bytes"
+        );
+    }
+
+    #[test]
+    fn the_request_memory_holds_a_largest_frame_and_defaults_to_a_quarter_of_the_budget() {
+        let refused = refusal(Config {
+            max_request_memory: 8 * 1024 * 1024 - 1,
+            ..Config::default()
+        });
+        assert_eq!(
+            refused,
+            "--max-request-memory 8388607 is less than --max-frame-bytes 8388608: raise \
+             --max-request-memory to at least 8388608, or lower --max-frame-bytes"
+        );
+        assert_eq!(Config::default().max_request_memory, 256 * 1024 * 1024);
+        assert_eq!(
+            default_request_memory(128 * 1024 * 1024, 8 * 1024 * 1024),
+            32 * 1024 * 1024
+        );
+        assert_eq!(
+            default_request_memory(16 * 1024 * 1024, 8 * 1024 * 1024),
+            8 * 1024 * 1024,
+            "room for a largest frame"
         );
     }
 

@@ -5,16 +5,18 @@
 use std::io;
 use std::net::SocketAddr;
 
-use broker_proto::{ErrorReply, ProtocolError, ResponseFrame, ServerCodec};
+use broker_net::{FrameError, FrameReader, FrameRoom, FrameTimeouts, RequestMemory};
+use broker_proto::{Decoded, ErrorReply, ProtocolError, RequestFrame, ResponseFrame, ServerCodec};
 use bytes::BytesMut;
 use prometheus_client::metrics::counter::Counter;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
-use tokio::time::{self, Duration, Instant};
+use tokio::time::{self, Duration};
 use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::sync::CancellationToken;
 use tracing::error;
 
+use crate::counted::Counted;
 use crate::reply::Outgoing;
 
 /// Encoded responses are written out whenever this many bytes are waiting.
@@ -23,24 +25,20 @@ const WRITE_CHUNK: usize = 256 * 1024;
 /// The read side of a connection: the stream and the bytes read but not yet decoded.
 #[derive(Debug)]
 pub(crate) struct Connection<R> {
-    stream: R,
-    buffer: BytesMut,
-    /// Counts the bytes read, when metrics are on.
-    received: Option<Counter>,
+    reader: FrameReader<Counted<R>>,
 }
 
 impl<R: AsyncRead + Unpin> Connection<R> {
-    /// A connection reading from `stream`.
+    /// A connection reading from `stream`, counting the bytes read in `received` when given.
     pub(crate) fn new(stream: R, received: Option<Counter>) -> Self {
         Connection {
-            stream,
-            buffer: BytesMut::with_capacity(broker_net::READ_CHUNK),
-            received,
+            reader: FrameReader::new(Counted::receiving(stream, received)),
         }
     }
 
     /// Reads until one frame decodes. `Ok(None)` on a clean end of stream; an error on an end
-    /// of stream inside a frame, on a frame over the limit and on I/O errors.
+    /// of stream inside a frame, on a frame over the limit and on I/O errors. For the hello,
+    /// which is small and read before the connection shares the request memory.
     ///
     /// Cancel safe: everything read stays in the connection's buffer.
     pub(crate) async fn read_frame<D>(
@@ -51,87 +49,78 @@ impl<R: AsyncRead + Unpin> Connection<R> {
         D: Decoder<Error = ProtocolError>,
     {
         loop {
-            if let Some(frame) = codec.decode(&mut self.buffer)? {
+            if let Some(frame) = codec.decode(self.reader.buffered_mut())? {
                 return Ok(Some(frame));
             }
-            broker_net::make_room(&mut self.buffer);
-            let read = match self.stream.read_buf(&mut self.buffer).await {
-                // A TLS peer that closes without a close_notify alert: the frames say where
-                // messages end, so this is a clean end between frames and an error inside one.
-                Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => 0,
-                read => read?,
-            };
-            if read == 0 {
-                return codec.decode_eof(&mut self.buffer);
-            }
-            if let Some(received) = &self.received {
-                received.inc_by(read as u64);
+            if self.reader.fill().await? == 0 {
+                return codec.decode_eof(self.reader.buffered_mut());
             }
         }
     }
 
-    /// Reads the next request frame, [`Connection::read_frame`] within two timeouts:
+    /// Reads the next request frame with room for it in `memory`, the process's request
+    /// memory (see [`FrameReader::next`]): the room goes with the request and is given back
+    /// when the request is answered. Within two timeouts:
     ///
     /// - `idle`: the peer sends nothing while `busy()` is false (it has no request outstanding)
     ///   for this long;
-    /// - `frame`: a frame whose first bytes have arrived is not complete within this long (a
-    ///   slowloris sending a byte now and then). A frame that starts while the connection is
-    ///   waiting is noticed within `frame`, so it is refused one to two `frame`s after its
-    ///   first byte.
+    /// - `frame`: a frame whose first bytes have arrived is not complete within this long
+    ///   after it got its room (a slowloris sending a byte now and then).
     ///
     /// Either is an [`io::ErrorKind::TimedOut`] error, after which the connection closes.
-    /// Cancel safe, as `read_frame`.
-    pub(crate) async fn read_request<D>(
+    /// `Ok(None)` on a clean end of stream. Cancel safe, as [`FrameReader::next`].
+    pub(crate) async fn read_request(
         &mut self,
-        codec: &mut D,
+        codec: &mut ServerCodec,
+        memory: &RequestMemory,
         idle: Duration,
         frame: Duration,
         busy: impl Fn() -> bool,
-    ) -> Result<Option<D::Item>, ProtocolError>
-    where
-        D: Decoder<Error = ProtocolError>,
-    {
-        let mut idle_since = Instant::now();
-        let mut partial_since = None;
-        loop {
-            let now = Instant::now();
-            if !self.buffer.is_empty() && partial_since.is_none() {
-                partial_since = Some(now);
-            }
-            let deadline = match partial_since {
-                Some(since) => since + frame,
-                None => (idle_since + idle).min(now + frame),
-            };
-            let Ok(read) = time::timeout_at(deadline, self.read_frame(codec)).await else {
-                let now = Instant::now();
-                if partial_since.is_some() {
-                    return Err(timed_out("a frame did not arrive completely in time"));
-                }
-                if busy() {
-                    idle_since = now;
-                } else if now >= idle_since + idle {
-                    return Err(timed_out("the connection was idle for too long"));
-                }
-                continue;
-            };
-            return read;
+    ) -> Result<Option<(Decoded<RequestFrame>, FrameRoom)>, ProtocolError> {
+        let timeouts = FrameTimeouts { idle, frame };
+        let read = self.reader.next(codec.max_frame(), memory, timeouts, busy);
+        match read.await.map_err(protocol_error)? {
+            Some((frame, room)) => Ok(Some((decode_whole(codec, frame)?, room))),
+            None => Ok(None),
         }
     }
 
-    /// The next frame already buffered, without reading from the socket.
-    pub(crate) fn buffered_frame<D>(
+    /// The next frame already whole in the buffer, without reading from the socket, if
+    /// `memory` has room for it now (otherwise [`Connection::read_request`] waits for it).
+    pub(crate) fn buffered_frame(
         &mut self,
-        codec: &mut D,
-    ) -> Result<Option<D::Item>, ProtocolError>
-    where
-        D: Decoder<Error = ProtocolError>,
-    {
-        codec.decode(&mut self.buffer)
+        codec: &mut ServerCodec,
+        memory: &RequestMemory,
+    ) -> Result<Option<(Decoded<RequestFrame>, FrameRoom)>, ProtocolError> {
+        let buffered = self.reader.next_buffered(codec.max_frame(), memory);
+        match buffered.map_err(protocol_error)? {
+            Some((frame, room)) => Ok(Some((decode_whole(codec, frame)?, room))),
+            None => Ok(None),
+        }
     }
 }
 
-fn timed_out(why: &str) -> ProtocolError {
-    ProtocolError::Io(io::Error::new(io::ErrorKind::TimedOut, why))
+/// The request in `frame`, a whole frame (length prefix and body).
+fn decode_whole(
+    codec: &mut ServerCodec,
+    mut frame: BytesMut,
+) -> Result<Decoded<RequestFrame>, ProtocolError> {
+    let length = frame.len();
+    codec
+        .decode(&mut frame)?
+        .ok_or(ProtocolError::TruncatedFrame { buffered: length })
+}
+
+/// What a failed read means for the broker's protocol.
+fn protocol_error(error: FrameError) -> ProtocolError {
+    match error {
+        FrameError::Io(error) => ProtocolError::Io(error),
+        FrameError::TooLarge { size, limit } => ProtocolError::FrameTooLarge { size, limit },
+        FrameError::Truncated { buffered } => ProtocolError::TruncatedFrame { buffered },
+        FrameError::Idle | FrameError::Slow => {
+            ProtocolError::Io(io::Error::new(io::ErrorKind::TimedOut, error.to_string()))
+        }
+    }
 }
 
 /// Writes everything sent on `outgoing` to `stream`, in order, until every sender is gone, then

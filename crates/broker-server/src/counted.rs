@@ -1,5 +1,6 @@
 //! A stream that counts the bytes read from it and written to it, for the metrics of a
-//! connection whose protocol code reads and writes the stream itself (the Kafka listener's).
+//! connection whose protocol code reads and writes the stream itself (the Kafka listener's),
+//! and of the read half of the broker's own connections.
 
 use std::io;
 use std::pin::Pin;
@@ -9,15 +10,31 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// `inner`, its bytes counted: read into `received`, written into `sent` (when counted).
+#[derive(Debug)]
 pub(crate) struct Counted<S> {
     inner: S,
-    counters: Option<(Counter, Counter)>,
+    received: Option<Counter>,
+    sent: Option<Counter>,
 }
 
 impl<S> Counted<S> {
     /// `inner` counted into `counters` (received, sent); `None` counts nothing.
     pub(crate) fn new(inner: S, counters: Option<(Counter, Counter)>) -> Self {
-        Counted { inner, counters }
+        let (received, sent) = counters.unzip();
+        Counted {
+            inner,
+            received,
+            sent,
+        }
+    }
+
+    /// `inner`, a read half, its bytes counted into `received` when given.
+    pub(crate) fn receiving(inner: S, received: Option<Counter>) -> Self {
+        Counted {
+            inner,
+            received,
+            sent: None,
+        }
     }
 }
 
@@ -29,7 +46,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     ) -> Poll<io::Result<()>> {
         let before = buffer.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(context, buffer);
-        if let Some((received, _)) = &self.counters {
+        if let Some(received) = &self.received {
             let read = buffer.filled().len() - before;
             if read > 0 {
                 received.inc_by(read as u64);
@@ -46,7 +63,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         bytes: &[u8],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(context, bytes);
-        if let (Poll::Ready(Ok(written)), Some((_, sent))) = (&polled, &self.counters) {
+        if let (Poll::Ready(Ok(written)), Some(sent)) = (&polled, &self.sent) {
             sent.inc_by(*written as u64);
         }
         polled

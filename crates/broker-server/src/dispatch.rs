@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
+use crate::reply::RequestPermit;
 use broker_core::{Command, CommandKind, Outcome};
 use broker_proto::{Decoded, ErrorReply, RequestFrame, ResponseFrame};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Duration, Instant};
 use tracing::debug;
 
@@ -32,7 +32,7 @@ pub(crate) struct Applied {
     /// Responses to write, in request order.
     pub(crate) responses: Vec<ResponseFrame>,
     /// The permits of the requests answered in `responses`.
-    pub(crate) permits: Vec<OwnedSemaphorePermit>,
+    pub(crate) permits: Vec<RequestPermit>,
     /// Requests to hand to the waiter.
     pub(crate) parked: Vec<Parked>,
     /// Topics whose waiters should retry: something there may have become eligible.
@@ -66,7 +66,7 @@ impl Applied {
         kind: Option<CommandKind>,
         correlation_id: u64,
         result: Result<Outcome, ErrorReply>,
-        permit: OwnedSemaphorePermit,
+        permit: RequestPermit,
     ) {
         self.responses.push(ResponseFrame {
             correlation_id,
@@ -145,7 +145,7 @@ impl Applied {
 pub(crate) fn apply_batch(
     shared: &Shared,
     connection: u64,
-    frames: Vec<(Decoded<RequestFrame>, OwnedSemaphorePermit)>,
+    frames: Vec<(Decoded<RequestFrame>, RequestPermit)>,
     may_wait: bool,
 ) -> Applied {
     let now = Instant::now();
@@ -316,7 +316,7 @@ impl<'a> Locked<'a> {
 pub(crate) async fn apply_batch_replicated(
     shared: &Shared,
     connection: u64,
-    frames: Vec<(Decoded<RequestFrame>, OwnedSemaphorePermit)>,
+    frames: Vec<(Decoded<RequestFrame>, RequestPermit)>,
     may_wait: bool,
 ) -> Applied {
     let now = Instant::now();
@@ -487,7 +487,7 @@ struct Admitted {
 }
 
 impl Admitted {
-    fn into_cluster_request(self, permit: OwnedSemaphorePermit) -> ClusterRequest {
+    fn into_cluster_request(self, permit: RequestPermit) -> ClusterRequest {
         ClusterRequest {
             correlation_id: self.correlation_id,
             command: self.command,
@@ -511,7 +511,7 @@ struct Answerable {
     kind: CommandKind,
     wait: Duration,
     retry: Option<Command>,
-    permit: OwnedSemaphorePermit,
+    permit: RequestPermit,
 }
 
 /// Decodes and prepares one request for `connection`; its refusal when it did not decode or is

@@ -33,7 +33,7 @@ use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
-use crate::process_metrics::{gauge, single_gauge, BuildAndDiskCollector, ProcessCollector};
+use crate::process_metrics::{gauge, single_gauge, ProcessCollector, ResourcesCollector};
 use crate::shared::Shared;
 
 /// Most scrape connections open at once.
@@ -355,7 +355,8 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, metrics: A
     registry.register_collector(Box::new(StateCollector {
         shared: Arc::downgrade(&shared),
     }));
-    registry.register_collector(Box::new(BuildAndDiskCollector::new(
+    registry.register_collector(Box::new(ResourcesCollector::new(
+        shared.request_memory.clone(),
         shared.config.data_dir.clone(),
     )));
     // The process's figures keep the names every exporter gives them, without the prefix.

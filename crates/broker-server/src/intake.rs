@@ -5,9 +5,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::reply::RequestPermit;
 use broker_proto::{Decoded, RequestFrame};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{self, Duration};
 use tokio_rustls::server::TlsStream;
 use tracing::{error, warn};
@@ -78,7 +78,7 @@ pub(crate) fn refused(shared: &Shared, reason: &'static str) {
 /// checkpoint that takes them out of memory runs: under a sustained load, publishers wait for
 /// the disk rather than the memory growing with the load (see
 /// `JournalSettings::held_log_bytes`). Other batches go on.
-async fn hold_back(shared: &Shared, frames: &[(Decoded<RequestFrame>, OwnedSemaphorePermit)]) {
+async fn hold_back(shared: &Shared, frames: &[(Decoded<RequestFrame>, RequestPermit)]) {
     let mut shards: Vec<usize> = frames
         .iter()
         .filter_map(|(frame, _)| match frame {
@@ -114,7 +114,7 @@ async fn hold_back(shared: &Shared, frames: &[(Decoded<RequestFrame>, OwnedSemap
 pub(crate) async fn submit(
     shared: &Arc<Shared>,
     reply_to: &ReplyTo,
-    frames: Vec<(Decoded<RequestFrame>, OwnedSemaphorePermit)>,
+    frames: Vec<(Decoded<RequestFrame>, RequestPermit)>,
 ) -> bool {
     let may_wait = !reply_to.closing.is_cancelled();
     let mut applied = match shared.cluster() {

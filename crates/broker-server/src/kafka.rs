@@ -19,7 +19,7 @@ use tracing::{debug, trace, warn};
 use crate::counted::Counted;
 use crate::intake::{accept, accept_tls, submit};
 use crate::metrics::Listener;
-use crate::reply::{Outgoing, ReplyTo};
+use crate::reply::{Outgoing, ReplyTo, RequestPermit};
 use crate::shared::Shared;
 
 /// The broker id Metadata gives a server that runs alone.
@@ -128,6 +128,7 @@ async fn handle(
                 &backend,
                 &shared.kafka_groups,
                 &settings,
+                shared.request_memory.clone(),
                 closing.cancelled(),
             )
             .await
@@ -142,6 +143,7 @@ async fn handle(
                 &backend,
                 &shared.kafka_groups,
                 &settings,
+                shared.request_memory.clone(),
                 closing.cancelled(),
             )
             .await
@@ -217,7 +219,8 @@ impl Backend for ServerBackend {
         if !submit(
             &self.shared,
             &reply_to,
-            vec![(Decoded::Message(frame), permit)],
+            // The frame's room is held by the connection, which reads one request at a time.
+            vec![(Decoded::Message(frame), RequestPermit::new(permit, None))],
         )
         .await
         {

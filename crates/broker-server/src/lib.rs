@@ -78,7 +78,7 @@ use tokio::net::TcpListener;
 
 pub use broker_cluster::{parse_members, ClusterNode, NodeId};
 pub use broker_storage::{Fsync, Storage};
-pub use config::{ClusterSettings, Config, MAX_SHARDS, SERVER_NAME};
+pub use config::{default_request_memory, ClusterSettings, Config, MAX_SHARDS, SERVER_NAME};
 pub use listen::resolve_listen_addr;
 pub use replicated::bind_peer_port;
 pub use security::{AuthToken, ServerTls};

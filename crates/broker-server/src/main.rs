@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use broker_core::Limits;
-use broker_server::{open_storage, Fsync};
 use broker_server::{
-    parse_members, resolve_listen_addr, AuthToken, ClusterSettings, Config, ServerError, ServerTls,
+    default_request_memory, parse_members, resolve_listen_addr, AuthToken, ClusterSettings, Config,
+    ServerError, ServerTls,
 };
+use broker_server::{open_storage, Fsync};
 use clap::{CommandFactory, FromArgMatches, Parser};
 use logging::LogFormat;
 use ownership::with_ownership_hint;
@@ -145,6 +146,15 @@ struct Args {
     /// in memory until a checkpoint writes them, and past it publishes wait for the checkpoint.
     #[arg(long, env = "BROKER_MAX_MEMORY", default_value_t = 1024 * 1024 * 1024)]
     max_memory: u64,
+    /// Bytes of requests read and not yet answered, across every connection of both listeners:
+    /// once a frame's length has arrived the server reads no more of it until it has room, so
+    /// that many clients sending large requests at once make the server wait (their sends wait
+    /// on TCP) instead of its memory growing with them. A request's room is given back when it
+    /// is answered. At least --max-frame-bytes. By default a quarter of --max-memory (but at
+    /// least --max-frame-bytes), so that one number sizes the process: it needs about
+    /// --max-memory plus this plus a few tens of MiB.
+    #[arg(long, env = "BROKER_MAX_REQUEST_MEMORY", value_name = "BYTES")]
+    max_request_memory: Option<u64>,
     /// Most topics the broker holds; creating one more is refused.
     #[arg(long, env = "BROKER_MAX_TOPICS", default_value_t = Limits::default().max_topics)]
     max_topics: usize,
@@ -175,8 +185,8 @@ struct Args {
     #[arg(long, env = "BROKER_IDLE_TIMEOUT_MS", default_value_t = 600_000)]
     idle_timeout_ms: u64,
     /// A frame (or Kafka request) that has started arriving must be complete within this many
-    /// milliseconds (one that starts while the connection waits: within twice that), or the
-    /// connection is closed.
+    /// milliseconds (one that starts while the connection waits: within twice that), counted
+    /// from when it has room in --max-request-memory, or the connection is closed.
     #[arg(long, env = "BROKER_READ_TIMEOUT_MS", default_value_t = 30_000)]
     read_timeout_ms: u64,
     /// A connection whose client takes none of its responses for this many milliseconds (it
@@ -414,6 +424,9 @@ impl Args {
             max_connections: self.max_connections,
             max_in_flight: self.max_in_flight,
             max_memory: self.max_memory,
+            max_request_memory: self
+                .max_request_memory
+                .unwrap_or_else(|| default_request_memory(self.max_memory, self.max_frame_bytes)),
             limits: Limits {
                 max_topics: self.max_topics,
                 max_partitions: self.max_partitions,

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use broker_net::RequestMemory;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -146,22 +147,28 @@ pub(crate) fn gauge(count: u64) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
 }
 
-/// The broker's build and, with a data directory, the bytes it holds and those free on its
-/// disk (registered under the broker's prefix).
+/// The broker's build, its request memory and, with a data directory, the bytes it holds and
+/// those free on its disk (registered under the broker's prefix).
 #[derive(Debug)]
-pub(crate) struct BuildAndDiskCollector {
+pub(crate) struct ResourcesCollector {
+    /// The request memory of both listeners.
+    request_memory: RequestMemory,
     /// The data directory, if the server has one.
     data_dir: Option<PathBuf>,
 }
 
-impl BuildAndDiskCollector {
-    /// A collector for a server whose data directory is `data_dir`.
-    pub(crate) fn new(data_dir: Option<PathBuf>) -> Self {
-        BuildAndDiskCollector { data_dir }
+impl ResourcesCollector {
+    /// A collector for a server whose request memory is `request_memory` and data directory
+    /// `data_dir`.
+    pub(crate) fn new(request_memory: RequestMemory, data_dir: Option<PathBuf>) -> Self {
+        ResourcesCollector {
+            request_memory,
+            data_dir,
+        }
     }
 }
 
-impl Collector for BuildAndDiskCollector {
+impl Collector for ResourcesCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let mut family = encoder.encode_descriptor(
             "build_info",
@@ -171,6 +178,27 @@ impl Collector for BuildAndDiskCollector {
         )?;
         ConstGauge::new(1_i64)
             .encode(family.encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?)?;
+        single_gauge(
+            &mut encoder,
+            "request_memory",
+            "Bytes of requests read and not yet answered, on both listeners.",
+            Some(Unit::Bytes),
+            gauge(self.request_memory.held()),
+        )?;
+        single_gauge(
+            &mut encoder,
+            "request_memory_limit",
+            "The most bytes of requests read and not yet answered (--max-request-memory).",
+            Some(Unit::Bytes),
+            gauge(self.request_memory.limit()),
+        )?;
+        let waits = encoder.encode_descriptor(
+            "request_memory_waits",
+            "Frames a connection waited to read until requests answered gave back room.",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(self.request_memory.waits()).encode(waits)?;
         let Some(dir) = &self.data_dir else {
             return Ok(());
         };

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use broker_core::{Command, CommandKind, Outcome};
+use broker_net::FrameRoom;
 use broker_proto::{ErrorReply, ResponseFrame};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::time::Duration;
@@ -15,6 +16,25 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::sessions::ParkedIn;
+
+/// What a request holds until it is answered: its place among its connection's requests in
+/// flight and, for a request read from a native connection, its frame's room in the process's
+/// request memory. Dropping it (once the answer is written) gives both back.
+#[derive(Debug)]
+pub(crate) struct RequestPermit {
+    _in_flight: OwnedSemaphorePermit,
+    _room: Option<FrameRoom>,
+}
+
+impl RequestPermit {
+    /// The permit of a request holding `in_flight` and `room`.
+    pub(crate) fn new(in_flight: OwnedSemaphorePermit, room: Option<FrameRoom>) -> Self {
+        RequestPermit {
+            _in_flight: in_flight,
+            _room: room,
+        }
+    }
+}
 
 /// Responses on their way to the peer, with the in-flight permits of the requests they answer:
 /// the permits are released once the responses are written, so a peer that does not read
@@ -24,7 +44,7 @@ pub(crate) struct Answers {
     /// The responses, in the order they are to be written.
     pub(crate) responses: Vec<ResponseFrame>,
     /// One permit per request answered here.
-    pub(crate) permits: Vec<OwnedSemaphorePermit>,
+    pub(crate) permits: Vec<RequestPermit>,
 }
 
 /// Answers that can be written only once something else has happened (their log entries are
@@ -42,7 +62,7 @@ pub(crate) enum Outgoing {
 
 impl Outgoing {
     /// Answers to write now.
-    pub(crate) fn ready(responses: Vec<ResponseFrame>, permits: Vec<OwnedSemaphorePermit>) -> Self {
+    pub(crate) fn ready(responses: Vec<ResponseFrame>, permits: Vec<RequestPermit>) -> Self {
         Outgoing::Ready(Answers { responses, permits })
     }
 }
@@ -77,7 +97,7 @@ impl ReplyTo {
         kind: CommandKind,
         correlation_id: u64,
         result: Result<Outcome, ErrorReply>,
-        permit: OwnedSemaphorePermit,
+        permit: RequestPermit,
     ) {
         if let Some(metrics) = metrics {
             metrics.answered([(Some(kind), &result)], None);
@@ -114,7 +134,7 @@ pub(crate) struct Parked {
     /// How long it may wait at most (already bounded by the server's maximum).
     pub(crate) wait: Duration,
     /// The in-flight permit of the request, released once it is answered.
-    pub(crate) permit: OwnedSemaphorePermit,
+    pub(crate) permit: RequestPermit,
     /// The kind of the request as it came (an ack-and-poll retries as a poll): for the
     /// metrics.
     pub(crate) kind: CommandKind,

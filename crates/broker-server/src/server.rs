@@ -23,7 +23,7 @@ use crate::broker::Broker;
 use crate::connection::{write_responses, Connection};
 use crate::intake::{accept, accept_tls, refused, submit};
 use crate::metrics::{Listener, Metrics};
-use crate::reply::{Outgoing, ReplyTo};
+use crate::reply::{Outgoing, ReplyTo, RequestPermit};
 use crate::shards::Shards;
 use crate::shared::Shared;
 use crate::{clock, AuthToken, Config, Listeners, ServerError, Stores, SERVER_NAME};
@@ -547,8 +547,9 @@ where
     requests
 }
 
-/// The read loop: waits for an in-flight permit, reads one frame, drains every frame already
-/// buffered (one permit each), applies them all under one lock and hands the responses to the
+/// The read loop: waits for an in-flight permit, reads one frame (with room for it in the
+/// process's request memory), drains every frame already buffered that has room now (one
+/// permit each), applies them all under one lock and hands the responses to the
 /// writer, counting them in `requests`. Returns `Ok` when the peer closes or the connection is
 /// closing.
 async fn read_requests<R: AsyncRead + Unpin>(
@@ -576,19 +577,22 @@ async fn read_requests<R: AsyncRead + Unpin>(
         // for it is not idleness.
         let outstanding = || in_flight.available_permits() + 1 < shared.config.max_in_flight;
         let (idle, frame) = (shared.config.idle_timeout, shared.config.read_timeout);
+        let memory = &shared.request_memory;
         let first = tokio::select! {
             biased;
             () = &mut closing => return Ok(()),
-            frame = connection.read_request(codec, idle, frame, outstanding) => frame,
+            frame = connection.read_request(codec, memory, idle, frame, outstanding) => frame,
         };
-        let Some(first) = first? else {
+        let Some((first, room)) = first? else {
             return Ok(());
         };
-        let mut frames = vec![(first, permit)];
+        let mut frames = vec![(first, RequestPermit::new(permit, Some(room)))];
         let mut fatal = None;
         while let Ok(permit) = Arc::clone(in_flight).try_acquire_owned() {
-            match connection.buffered_frame(codec) {
-                Ok(Some(frame)) => frames.push((frame, permit)),
+            match connection.buffered_frame(codec, memory) {
+                Ok(Some((frame, room))) => {
+                    frames.push((frame, RequestPermit::new(permit, Some(room))));
+                }
                 Ok(None) => break,
                 Err(cause) => {
                     fatal = Some(cause);

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use broker_cluster::Cluster;
+use broker_net::RequestMemory;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -44,6 +45,9 @@ pub(crate) struct Shared {
     /// The consumer groups of Kafka's clients (with `--kafka-listen`): their members and
     /// generations.
     pub(crate) kafka_groups: broker_kafka::Coordinator,
+    /// The bytes of requests read and not yet answered, on both listeners
+    /// (`--max-request-memory`).
+    pub(crate) request_memory: RequestMemory,
 }
 
 impl Shared {
@@ -58,7 +62,9 @@ impl Shared {
             Some(_) => shards.all().len().saturating_sub(1),
             None => 0,
         };
+        let request_memory = RequestMemory::new(config.max_request_memory);
         Shared {
+            request_memory,
             groups: (0..further_groups).map(|_| OnceLock::new()).collect(),
             first_group_current: AtomicBool::new(false),
             shards,

@@ -190,7 +190,10 @@ mod tests {
             closing: closing.clone(),
         };
         closing.cancel();
-        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+        let permit = crate::reply::RequestPermit::new(
+            Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap(),
+            None,
+        );
         let parked = Parked {
             correlation_id: 9,
             retry: poll(),
