@@ -326,6 +326,13 @@ struct GroupRow {
 /// Each group of the cluster by ascending id, from what the nodes at `addrs` say of the groups
 /// they host (asked at once; a node that is down, or of a release before groups, says
 /// nothing).
+impl GroupRow {
+    /// Whether node `node` is a member of the group.
+    fn lists(&self, node: u64) -> bool {
+        self.behind.iter().any(|(member, _)| *member == node)
+    }
+}
+
 async fn groups(server: &Server, addrs: &[&str]) -> Vec<GroupRow> {
     let answers = join_all(addrs.iter().map(|addr| async move {
         let client = server
@@ -457,7 +464,8 @@ pub async fn add(server: &Server, args: AddNodeArgs) -> anyhow::Result<()> {
                 && member.client_addr == node.client_addr
         })
     });
-    if already {
+    // Asked again after an add that timed out, it waits for the groups that lack the node.
+    if already && !any_group(server, &client, |row| !row.voters.contains(&node.node_id)).await {
         outln!(
             "node {} is a voter of the cluster already, at these addresses: nothing to do",
             node.node_id
@@ -492,9 +500,20 @@ pub async fn remove(server: &Server, args: RemoveNodeArgs) -> anyhow::Result<()>
     let client = server.connect().await?;
     let node = args.node_id;
     let view = leader_view(server, &client).await;
+    let mut only_groups = false;
     let member = match &view {
         Some(status) => match status.members.iter().find(|member| member.node_id == node) {
             Some(member) => Some(member),
+            // Asked again after a remove that timed out, it waits for the groups that still
+            // list the node.
+            None if any_group(server, &client, |row| row.lists(node)).await => {
+                eprintln!(
+                    "node {node} has left the first group; waiting for the data groups that \
+                     still list it to remove it"
+                );
+                only_groups = true;
+                None
+            }
             None => {
                 outln!(
                     "node {node} is not a member of the cluster: nothing to do; the cluster's \
@@ -508,6 +527,7 @@ pub async fn remove(server: &Server, args: RemoveNodeArgs) -> anyhow::Result<()>
     };
     let leads = view.as_ref().and_then(|status| status.leader) == Some(node);
     match member {
+        _ if only_groups => {}
         Some(member) if !member.voter => {
             eprintln!("removing node {node}, a learner: it leaves the cluster");
         }
@@ -577,6 +597,23 @@ pub async fn transfer(server: &Server, args: TransferArgs) -> anyhow::Result<()>
 
 /// What the leader knows of the cluster (a follower may not have applied the last membership
 /// change yet), asked through `client` or at the leader's address; `None` if it cannot say.
+/// Whether a further group (past the first) of the cluster, as the nodes `client`'s node
+/// knows say, is one `matches`.
+async fn any_group(server: &Server, client: &Client, matches: impl Fn(&GroupRow) -> bool) -> bool {
+    let Ok(status) = client.cluster_status().await else {
+        return false;
+    };
+    let addrs: Vec<&str> = status
+        .members
+        .iter()
+        .map(|member| member.client_addr.as_str())
+        .collect();
+    groups(server, &addrs)
+        .await
+        .iter()
+        .any(|row| row.group > 1 && matches(row))
+}
+
 async fn leader_view(server: &Server, client: &Client) -> Option<ClusterStatus> {
     let status = client.cluster_status().await.ok()?;
     let leader = status.leader?;

@@ -88,10 +88,17 @@ async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorRepl
         Command::RemoveNode { node_id } => {
             let cluster = in_cluster(cluster)?;
             let deadline = tokio::time::Instant::now() + MEMBERSHIP_WAIT;
-            cluster
-                .remove_node(node_id, MEMBERSHIP_WAIT)
-                .await
-                .map_err(refusal)?;
+            // A node the first group has removed already (an earlier remove that timed out
+            // while further groups still listed it) is waited for in those groups only.
+            let left_the_first_group = cluster.is_leader()
+                && !is_member(cluster, node_id)
+                && further_groups(shared).any(|group| is_member(group, node_id));
+            if !left_the_first_group {
+                cluster
+                    .remove_node(node_id, MEMBERSHIP_WAIT)
+                    .await
+                    .map_err(refusal)?;
+            }
             // A node that removed itself may never hear how its groups went on without it.
             if node_id != cluster.node_id() {
                 groups_follow(shared, node_id, false, deadline).await?;
@@ -115,6 +122,20 @@ async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorRepl
     }
 }
 
+/// Whether `group` (this node's copy of it) lists node `node_id` as a member.
+fn is_member(group: &Cluster, node_id: NodeId) -> bool {
+    group
+        .status()
+        .members
+        .iter()
+        .any(|(id, _, _)| *id == node_id)
+}
+
+/// The further groups (past the first) this node hosts.
+fn further_groups(shared: &Shared) -> impl Iterator<Item = &Cluster> {
+    (1..shared.shards.all().len()).filter_map(|shard| shared.group(shard))
+}
+
 /// Waits until every further group this node hosts has node `node_id` as a voter (`added`)
 /// or no longer has it as a member, as the first group has it now: each group's leader follows
 /// the first group's members by itself (`data_groups::follow_membership`). Refused, saying
@@ -126,14 +147,10 @@ async fn groups_follow(
     deadline: tokio::time::Instant,
 ) -> Result<(), ErrorReply> {
     loop {
-        let lagging: Vec<String> = (1..shared.shards.all().len())
-            .filter_map(|shard| shared.group(shard))
-            .filter(|group| {
-                let members = group.status().members;
-                match added {
-                    true => !crate::data_groups::votes(&members, node_id),
-                    false => members.iter().any(|(id, _, _)| *id == node_id),
-                }
+        let lagging: Vec<String> = further_groups(shared)
+            .filter(|group| match added {
+                true => !crate::data_groups::votes(&group.status().members, node_id),
+                false => is_member(group, node_id),
             })
             .map(|group| group.group().to_string())
             .collect();
