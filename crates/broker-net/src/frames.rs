@@ -1,6 +1,7 @@
 //! Reading length-prefixed frames (a 4-byte big-endian body length, then the body: the framing
-//! of both the broker's protocol and Kafka's) from a connection, each frame with room in the
-//! process's [`RequestMemory`] before its body is read, within an idle and a frame timeout.
+//! of both the broker's protocol and Kafka's) from a connection, each frame larger than a read
+//! chunk with room in the process's [`RequestMemory`] before its body is read, within an idle
+//! and a frame timeout.
 
 use std::io;
 use std::time::Duration;
@@ -10,6 +11,13 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::{self, Instant};
 
 use crate::memory::{declared_length, FrameRoom, RequestMemory, LENGTH_PREFIX};
+
+/// Frames of at most this many bytes (the read chunk) take no room in the request memory: they
+/// arrive within the chunk a connection reads at a time whatever their size, so what they hold
+/// is bounded by the connections' count (`--max-connections` chunks), and small requests pay
+/// nothing for the accounting. Larger frames make the connection's buffer grow: that growth is
+/// what the request memory bounds.
+pub const SMALL_FRAME: usize = crate::READ_CHUNK;
 
 /// How long a connection may keep the server waiting for its frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,8 +118,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 
     /// The next frame (its length prefix, then its body) of at most `limit` bytes of body,
-    /// with room for it in `memory`: once its prefix has arrived the reader reads no more of
-    /// it until it has room for all of it. Within `timeouts`, the idle one counted only while
+    /// with room for it in `memory` if it is larger than [`SMALL_FRAME`]: once the prefix of
+    /// such a frame has arrived the reader reads no more of it until it has room for all of
+    /// it. Within `timeouts`, the idle one counted only while
     /// `busy()` is false (the peer has no request outstanding); waiting for room counts as
     /// neither. `Ok(None)` on a clean end of stream between frames.
     ///
@@ -123,13 +132,17 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         memory: &RequestMemory,
         timeouts: FrameTimeouts,
         busy: impl Fn() -> bool,
-    ) -> Result<Option<(BytesMut, FrameRoom)>, FrameError> {
+    ) -> Result<Option<(BytesMut, Option<FrameRoom>)>, FrameError> {
         let mut idle_since = Instant::now();
         let mut partial_since = None;
         let mut room = None;
         loop {
             let frame_bytes = self.next_frame_bytes(limit)?;
-            if let Some(bytes) = frame_bytes {
+            if let Some(bytes) = frame_bytes.filter(|&bytes| bytes <= SMALL_FRAME) {
+                if self.buffer.len() >= bytes {
+                    return Ok(Some((self.buffer.split_to(bytes), None)));
+                }
+            } else if let Some(bytes) = frame_bytes {
                 let held = match room.take() {
                     Some(held) => held,
                     None => {
@@ -139,7 +152,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     }
                 };
                 if self.buffer.len() >= bytes {
-                    return Ok(Some((self.buffer.split_to(bytes), held)));
+                    return Ok(Some((self.buffer.split_to(bytes), Some(held))));
                 }
                 // Room for the rest of it, at once: reads then go into one allocation.
                 self.buffer.reserve(bytes - self.buffer.len());
@@ -180,17 +193,20 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         &mut self,
         limit: usize,
         memory: &RequestMemory,
-    ) -> Result<Option<(BytesMut, FrameRoom)>, FrameError> {
+    ) -> Result<Option<(BytesMut, Option<FrameRoom>)>, FrameError> {
         let Some(bytes) = self.next_frame_bytes(limit)? else {
             return Ok(None);
         };
         if self.buffer.len() < bytes {
             return Ok(None);
         }
+        if bytes <= SMALL_FRAME {
+            return Ok(Some((self.buffer.split_to(bytes), None)));
+        }
         let Some(room) = memory.try_room(bytes) else {
             return Ok(None);
         };
-        Ok(Some((self.buffer.split_to(bytes), room)))
+        Ok(Some((self.buffer.split_to(bytes), Some(room))))
     }
 }
 
@@ -237,6 +253,7 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+        let room = room.expect("a frame larger than a read chunk has room");
         assert_eq!(read.len(), 200_004);
         assert_eq!(&read[4..], &body[..]);
         assert_eq!(memory.held(), 200_004_u64.div_ceil(64) * 64);
@@ -247,12 +264,13 @@ mod tests {
 
     #[tokio::test]
     async fn buffered_frames_are_taken_while_there_is_room_and_left_for_later_otherwise() {
-        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        let (mut client, server) = tokio::io::duplex(1 << 20);
         let mut reader = FrameReader::new(server);
-        let memory = RequestMemory::new(256);
-        let mut bytes = frame(&[1; 100]);
-        bytes.extend(frame(&[2; 100]));
-        bytes.extend(frame(&[3; 100]));
+        let memory = RequestMemory::new(250_000);
+        let mut bytes = frame(&[1; 100_000]);
+        bytes.extend(frame(&[2; 100_000]));
+        bytes.extend(frame(&[3; 100_000]));
+        bytes.extend(frame(&[4; 10]));
         client.write_all(&bytes).await.unwrap();
         let (first, first_room) = reader
             .next(1 << 20, &memory, TIMEOUTS, || false)
@@ -260,15 +278,27 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(first[4], 1);
-        let (second, _second_room) = reader.next_buffered(1 << 20, &memory).unwrap().unwrap();
+        let mut second = None;
+        while second.is_none() {
+            reader.fill().await.unwrap();
+            second = reader.next_buffered(1 << 20, &memory).unwrap();
+        }
+        let (second, _second_room) = second.unwrap();
         assert_eq!(second[4], 2);
+        while reader.buffered().len() < 100_004 + 14 {
+            reader.fill().await.unwrap();
+        }
         assert!(
             reader.next_buffered(1 << 20, &memory).unwrap().is_none(),
             "a third frame fits no more"
         );
         drop(first_room);
-        let (third, _) = reader.next_buffered(1 << 20, &memory).unwrap().unwrap();
+        let (third, third_room) = reader.next_buffered(1 << 20, &memory).unwrap().unwrap();
         assert_eq!(third[4], 3);
+        assert!(third_room.is_some());
+        let (fourth, fourth_room) = reader.next_buffered(1 << 20, &memory).unwrap().unwrap();
+        assert_eq!(&fourth[4..], &[4; 10]);
+        assert!(fourth_room.is_none(), "a small frame takes no room");
     }
 
     #[tokio::test]
@@ -304,15 +334,18 @@ mod tests {
         };
         let (mut client, server) = tokio::io::duplex(64 * 1024);
         let mut reader = FrameReader::new(server);
-        let memory = RequestMemory::new(1024);
-        let holder = memory.room(1024).await;
-        client.write_all(&frame(&[0; 100])[..50]).await.unwrap();
+        let memory = RequestMemory::new(150_000);
+        let holder = memory.room(150_000).await;
+        client
+            .write_all(&frame(&[0; 100_000])[..50_000])
+            .await
+            .unwrap();
         let release = async {
             time::sleep(Duration::from_secs(5)).await;
             drop(holder);
         };
         let started = Instant::now();
-        let (read, ()) = tokio::join!(reader.next(1000, &memory, timeouts, || false), release);
+        let (read, ()) = tokio::join!(reader.next(1 << 20, &memory, timeouts, || false), release);
         assert!(matches!(read, Err(FrameError::Slow)), "got {read:?}");
         let waited = started.elapsed();
         assert!(

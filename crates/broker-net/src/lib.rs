@@ -19,7 +19,7 @@ pub use address::{
 };
 pub use buffer::{make_room, release_if_grown, KEEP_BUFFER_BYTES, READ_CHUNK};
 pub use foreign::{looks_like_http, Foreign};
-pub use frames::{FrameError, FrameReader, FrameTimeouts};
+pub use frames::{FrameError, FrameReader, FrameTimeouts, SMALL_FRAME};
 pub use memory::{declared_length, FrameRoom, RequestMemory, LENGTH_PREFIX, ROOM_UNIT};
 pub use self_connection::{connect, refuse_self_connection};
 pub use token::{auth_token, read_token_file, TokenError, AUTH_TOKEN_ENV};

@@ -43,8 +43,8 @@ pub struct Config {
     /// capacity. With one, records live on disk and this does not apply.
     pub max_memory: u64,
     /// Bytes of requests read and not yet answered, across every connection of both listeners
-    /// (each frame counted from its length prefix, rounded up to 64 bytes): a connection reads
-    /// no more of a frame until the frame has room, so that many clients sending at once make
+    /// (each frame larger than `broker_net::SMALL_FRAME` counted from its length prefix,
+    /// rounded up to 64 bytes): a connection reads no more of such a frame until it has room, so that many clients sending at once make
     /// the server wait, not grow. At least `max_frame_bytes`.
     pub max_request_memory: u64,
     /// Most topics, partitions per topic, groups per topic and members per group: metadata the

@@ -22,6 +22,9 @@ use crate::reply::Outgoing;
 /// Encoded responses are written out whenever this many bytes are waiting.
 const WRITE_CHUNK: usize = 256 * 1024;
 
+/// A request read, with its frame's room in the request memory (none for a small frame).
+pub(crate) type RoomedRequest = (Decoded<RequestFrame>, Option<FrameRoom>);
+
 /// The read side of a connection: the stream and the bytes read but not yet decoded.
 #[derive(Debug)]
 pub(crate) struct Connection<R> {
@@ -76,7 +79,7 @@ impl<R: AsyncRead + Unpin> Connection<R> {
         idle: Duration,
         frame: Duration,
         busy: impl Fn() -> bool,
-    ) -> Result<Option<(Decoded<RequestFrame>, FrameRoom)>, ProtocolError> {
+    ) -> Result<Option<RoomedRequest>, ProtocolError> {
         let timeouts = FrameTimeouts { idle, frame };
         let read = self.reader.next(codec.max_frame(), memory, timeouts, busy);
         match read.await.map_err(protocol_error)? {
@@ -91,7 +94,7 @@ impl<R: AsyncRead + Unpin> Connection<R> {
         &mut self,
         codec: &mut ServerCodec,
         memory: &RequestMemory,
-    ) -> Result<Option<(Decoded<RequestFrame>, FrameRoom)>, ProtocolError> {
+    ) -> Result<Option<RoomedRequest>, ProtocolError> {
         let buffered = self.reader.next_buffered(codec.max_frame(), memory);
         match buffered.map_err(protocol_error)? {
             Some((frame, room)) => Ok(Some((decode_whole(codec, frame)?, room))),

@@ -147,7 +147,9 @@ struct Args {
     #[arg(long, env = "BROKER_MAX_MEMORY", default_value_t = 1024 * 1024 * 1024)]
     max_memory: u64,
     /// Bytes of requests read and not yet answered, across every connection of both listeners:
-    /// once a frame's length has arrived the server reads no more of it until it has room, so
+    /// once the length of a frame larger than 64 KiB has arrived (smaller ones arrive within
+    /// the 64 KiB a connection reads at a time, which --max-connections bounds) the server
+    /// reads no more of it until it has room, so
     /// that many clients sending large requests at once make the server wait (their sends wait
     /// on TCP) instead of its memory growing with them. A request's room is given back when it
     /// is answered. At least --max-frame-bytes. By default a quarter of --max-memory (but at

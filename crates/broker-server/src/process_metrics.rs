@@ -181,7 +181,7 @@ impl Collector for ResourcesCollector {
         single_gauge(
             &mut encoder,
             "request_memory",
-            "Bytes of requests read and not yet answered, on both listeners.",
+            "Bytes of requests larger than 64 KiB read and not yet answered, on both listeners.",
             Some(Unit::Bytes),
             gauge(self.request_memory.held()),
         )?;

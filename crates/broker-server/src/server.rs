@@ -586,12 +586,12 @@ async fn read_requests<R: AsyncRead + Unpin>(
         let Some((first, room)) = first? else {
             return Ok(());
         };
-        let mut frames = vec![(first, RequestPermit::new(permit, Some(room)))];
+        let mut frames = vec![(first, RequestPermit::new(permit, room))];
         let mut fatal = None;
         while let Ok(permit) = Arc::clone(in_flight).try_acquire_owned() {
             match connection.buffered_frame(codec, memory) {
                 Ok(Some((frame, room))) => {
-                    frames.push((frame, RequestPermit::new(permit, Some(room))));
+                    frames.push((frame, RequestPermit::new(permit, room)));
                 }
                 Ok(None) => break,
                 Err(cause) => {

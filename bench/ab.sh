@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Two builds of broker-server side by side on one workload: ROUNDS rounds, each running the
+# workload once against a fresh server of each build (A first in odd rounds, B first in even
+# ones), with the load generator of this checkout's build. Prints per run the records or
+# requests per second and the server's CPU per request (user + system time of the process over
+# the run, from /proc), then the medians and B / A:
+#
+#   bench/ab.sh /tmp/old-target/release target/release
+#   ROUNDS=7 BENCH="--producers 2 --depth 64 --publish-batch 100 --retention limits" bench/ab.sh A B
+#
+# A_DIR and B_DIR hold a broker-server binary each (build an older commit with
+# `git worktree add /tmp/old COMMIT && cd /tmp/old && CARGO_TARGET_DIR=/tmp/old-target cargo
+# build --release -p broker-server`). SERVER_ARGS are given to both servers. Loopback only;
+# a bounded amount of work; stops what it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+A_DIR="${1:?usage: bench/ab.sh A_DIR B_DIR}"
+B_DIR="${2:?usage: bench/ab.sh A_DIR B_DIR}"
+ROUNDS="${ROUNDS:-5}"
+BENCH="${BENCH:---producers 8 --depth 64 --records 1000000 --retention limits --wire}"
+SERVER_ARGS="${SERVER_ARGS:---worker-threads 1}"
+cargo build --release --locked -q -p broker-cli
+
+workdir="$(mktemp -d)"
+server_pid=""
+stop_server() {
+  if [ -n "$server_pid" ]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=""
+  fi
+}
+cleanup() {
+  stop_server
+  rm -rf "$workdir"
+}
+trap cleanup EXIT
+
+# The CPU time of process $1 in clock ticks (user + system).
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+run() {
+  local label="$1" dir="$2"
+  # shellcheck disable=SC2086
+  "$dir/broker-server" --listen 127.0.0.1:0 $SERVER_ARGS --log-level warn \
+    >"$workdir/out" 2>"$workdir/err" &
+  server_pid=$!
+  for _ in $(seq 1 500); do grep -q '^listening on ' "$workdir/out" && break; sleep 0.01; done
+  grep -q '^listening on ' "$workdir/out" || { cat "$workdir/err" >&2; exit 1; }
+  local before after
+  before="$(ticks "$server_pid")"
+  # shellcheck disable=SC2086
+  BROKER_ADDR="$(sed -n 's/^listening on //p' "$workdir/out")" \
+    target/release/broker bench publish $BENCH --json >"$workdir/json" 2>/dev/null
+  after="$(ticks "$server_pid")"
+  stop_server
+  python3 - "$workdir/json" "$label" "$before" "$after" "$(getconf CLK_TCK)" <<'EOF' | tee -a "$workdir/rows"
+import json, sys
+result = json.load(open(sys.argv[1]))
+label, before, after, hz = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+rate = result["records_per_sec"]
+requests = result["publish_requests"]
+cpu_us = (after - before) / hz * 1e6 / requests if requests else float("nan")
+print(f"{label} {rate:.0f} {cpu_us:.3f}")
+EOF
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+  if [ $((round % 2)) -eq 1 ]; then
+    run A "$A_DIR"; run B "$B_DIR"
+  else
+    run B "$B_DIR"; run A "$A_DIR"
+  fi
+done
+python3 - "$workdir/rows" <<'EOF'
+import statistics, sys
+rows = [line.split() for line in open(sys.argv[1])]
+def median(label, column):
+    return statistics.median(float(row[column]) for row in rows if row[0] == label)
+a_rate, b_rate = median("A", 1), median("B", 1)
+a_cpu, b_cpu = median("A", 2), median("B", 2)
+print(f"medians: A {a_rate:,.0f}/s, {a_cpu:.3f} µs CPU a request; "
+      f"B {b_rate:,.0f}/s, {b_cpu:.3f} µs; B / A: {b_rate / a_rate:.2f}x throughput, "
+      f"{b_cpu / a_cpu:.2f}x CPU")
+EOF
