@@ -173,6 +173,16 @@ for id in 1 2 3; do
 done
 grep -E '^ *- "?[0-9]*:?910[0-9](:910[0-9])?"?$' "$compose" >/dev/null \
   && fail "$compose: a port is published on every interface"
+# The monitoring profile: Prometheus and Grafana on 127.0.0.1 only, over files that exist.
+for port in 9090 3000; do
+  grep -E "^ *- \"127\\.0\\.0\\.1:$port:$port\"$" "$compose" >/dev/null \
+    || fail "$compose: the monitoring profile's port $port is not published on 127.0.0.1 only"
+done
+for mounted in monitoring/prometheus.yml monitoring/alerts.yml \
+  monitoring/grafana/provisioning/datasources/prometheus.yml \
+  monitoring/grafana/provisioning/dashboards/broker.yml monitoring/grafana/dashboards/broker.json; do
+  [ -f "$mounted" ] || fail "$compose: the monitoring profile mounts $mounted, which is missing"
+done
 if docker compose version >/dev/null 2>&1; then
   config="$(docker compose -f "$compose" config)" || fail "docker compose config: $compose is invalid"
 elif command -v docker-compose >/dev/null 2>&1; then
@@ -187,6 +197,12 @@ if [ -n "$config" ]; then
     || fail "compose config: the nodes do not share one members list"
   [ "$(grep -cE "BROKER_CLUSTER_DATA_GROUPS: [\"']?3[\"']?\$" <<<"$config")" = 3 ] \
     || fail "compose config: the nodes do not all run three groups"
+fi
+if docker compose version >/dev/null 2>&1; then
+  monitoring="$(docker compose -f "$compose" --profile monitoring config)" \
+    || fail "docker compose config: $compose's monitoring profile is invalid"
+  grep -q 'prom/prometheus' <<<"$monitoring" || fail "the monitoring profile has no Prometheus"
+  grep -q 'grafana/grafana' <<<"$monitoring" || fail "the monitoring profile has no Grafana"
 fi
 
 echo "OK: docker cluster test passed in $(($(date +%s) - start)) s"

@@ -160,12 +160,17 @@ fn sample(text: &str, series: &str) -> f64 {
         .unwrap()
 }
 
-/// Checks `text` with `promtool check metrics`. Without promtool (Debian's `prometheus`
-/// package) on the PATH, fails if `BROKER_REQUIRE_PROMTOOL` is set (as CI sets it) and
-/// otherwise says it skipped the check.
+/// Checks `text` with `promtool check metrics`.
 fn promtool_check(text: &str) {
+    promtool(&["check", "metrics"], text);
+}
+
+/// Runs `promtool` with `args` and `input` on its standard input, and fails unless it
+/// succeeds. Without promtool (Debian's `prometheus` package) on the PATH, fails if
+/// `BROKER_REQUIRE_PROMTOOL` is set (as CI sets it) and otherwise says it skipped the check.
+fn promtool(args: &[&str], input: &str) {
     let spawned = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -182,12 +187,12 @@ fn promtool_check(text: &str) {
         .stdin
         .take()
         .unwrap()
-        .write_all(text.as_bytes())
+        .write_all(input.as_bytes())
         .unwrap();
     let output = child.wait_with_output().unwrap();
     assert!(
         output.status.success(),
-        "promtool check metrics: {}{}\n{text}",
+        "promtool {args:?}: {}{}\n{input}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
@@ -596,4 +601,110 @@ async fn a_restart_does_not_report_dead_letters_again_and_a_refused_one_is_a_war
     assert!(server.terminate(Duration::from_secs(20)).success());
     let second = std::fs::read_to_string(&second_log).unwrap();
     assert!(!second.contains("dead-letter"), "{second}");
+}
+
+/// The PromQL expressions of the Grafana dashboard in `monitoring/grafana/dashboards`.
+fn dashboard_expressions() -> Vec<String> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../monitoring/grafana/dashboards/broker.json"
+    );
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|panel| panel["targets"].as_array().cloned().unwrap_or_default())
+        .map(|target| target["expr"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The metric names an expression asks for: the broker's and the process's.
+fn metric_names(expression: &str) -> Vec<&str> {
+    expression
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| word.starts_with("broker_") || word.starts_with("process_"))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_dashboard_asks_only_for_series_the_server_serves_in_valid_promql() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = format!(
+        "1=127.0.0.1:{}/127.0.0.1:1",
+        broker_testkit::cluster::free_addr().port()
+    );
+    // A node of a cluster of one with two groups, a Kafka listener and a data directory: every
+    // family the dashboard shows.
+    let server = ServerProcess::start(&[
+        "--node-id",
+        "1",
+        "--cluster-members",
+        &members,
+        "--cluster-data-groups",
+        "2",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--kafka-listen",
+        "127.0.0.1:0",
+    ]);
+    let client = Client::connect(server.addr).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while client.create("orders", 2).await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a cluster of one never led"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    client.join("orders", "billing", "a").await.unwrap();
+    client.publish("orders", 0, "x").await.unwrap();
+    assert_eq!(
+        client
+            .poll("orders", "billing", "a", 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // A refusal, for the families that appear with their first error.
+    assert!(client.publish("missing", 0, "x").await.is_err());
+    let (_, _, text) = http_get(server.metrics_addr.unwrap(), "/metrics", "");
+
+    let expressions = dashboard_expressions();
+    assert!(expressions.len() >= 20, "{expressions:?}");
+    let served = |name: &str| {
+        let family = ["_bucket", "_total"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .unwrap_or(name);
+        text.lines().any(|line| {
+            line.split(['{', ' ']).next() == Some(name)
+                || line.starts_with(&format!("# TYPE {family} "))
+                || line.starts_with(&format!("# TYPE {name} "))
+        })
+    };
+    for expression in &expressions {
+        let names = metric_names(expression);
+        assert!(!names.is_empty(), "{expression} names no metric");
+        for name in names {
+            assert!(
+                served(name),
+                "{name} (in {expression}) is not served:\n{text}"
+            );
+        }
+    }
+    // Each expression is valid PromQL: promtool checks them as recording rules.
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (index, expression) in expressions.iter().enumerate() {
+        rules.push_str(&format!(
+            "      - record: dashboard:panel_{index}\n        expr: {}\n",
+            serde_json::to_string(expression).unwrap()
+        ));
+    }
+    let file = dir.path().join("dashboard-rules.yml");
+    std::fs::write(&file, rules).unwrap();
+    promtool(&["check", "rules", file.to_str().unwrap()], "");
 }
