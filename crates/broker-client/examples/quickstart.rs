@@ -1,4 +1,4 @@
-//! The README's client example: create a topic, publish by key, consume in ack mode, and see a
+//! The client example of docs/rust-client.md: create a topic, publish by key, consume in ack mode, and see a
 //! typed broker error. Run it with a server listening on 127.0.0.1:9092 (or at `BROKER_ADDR`):
 //!
 //! ```sh

@@ -84,7 +84,14 @@ pub use producer::{Producer, ProducerBuilder, ProducerError, Stored};
 /// The rustls version [`ClientBuilder::tls`] takes its configuration from.
 pub use tokio_rustls::rustls;
 
-/// The README's code blocks, compiled as doc tests so the README cannot drift from the API.
+/// The code blocks of the book's chapter on this client, compiled as doc tests so that the
+/// documentation cannot drift from the API.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeDoctests;
+#[doc = include_str!("../../../docs/rust-client.md")]
+struct RustClientChapterDoctests;
+
+/// The code blocks of the book's chapter on security (a client with TLS), compiled as doc
+/// tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/security.md")]
+struct SecurityChapterDoctests;

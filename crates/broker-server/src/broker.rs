@@ -205,14 +205,14 @@ impl BrokerGuard<'_> {
             tracing::error!(
                 cause = %why,
                 "storage failed: the broker (with --shards, this shard: every request about \
-                 its topics) refuses every request until it is restarted (see Damage in the \
-                 README)"
+                 its topics) refuses every request until it is restarted (see Damage in \
+                 docs/durability.md)"
             );
         } else {
             tracing::error!(
                 cause = %why,
                 "records on disk cannot be read: reads of them are refused until they are \
-                 purged or the damage is repaired (see Damage in the README)"
+                 purged or the damage is repaired (see Damage in docs/durability.md)"
             );
         }
     }

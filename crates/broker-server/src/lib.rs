@@ -180,7 +180,7 @@ pub struct Listeners {
     /// HTTP for `/metrics` (see [`run_with_metrics`]); `None` counts nothing.
     pub metrics: Option<TcpListener>,
     /// Kafka's clients, speaking Kafka's protocol to the same topics: produce, fetch, offsets,
-    /// metadata, consumer groups and topic administration (see README.md's "Using Kafka
+    /// metadata, consumer groups and topic administration (see docs/kafka.md, "Using Kafka
     /// clients"); `None` for none. With an auth token, Kafka's clients authenticate with
     /// SASL/PLAIN, the token as the password; with TLS, they speak TLS with the same
     /// certificate. In a cluster, each node's Kafka listener sends clients to the leader,

@@ -278,7 +278,7 @@ struct Args {
     /// meaning; a listing of every topic gathers the shards one after another; --max-memory is
     /// shared out equally. A group's dead-letter topic goes to (and
     /// must be in) its topic's shard; a topic named after another plus -dlq, _retry and the
-    /// like (see README) goes with it; others to the shard with the fewest partitions. Shards
+    /// like (see docs/shards.md) goes with it; others to the shard with the fewest partitions. Shards
     /// are never merged: a directory must be started with at least as many as it holds.
     /// Default: as many as --data-dir holds, or 1.
     #[arg(long, env = "BROKER_SHARDS", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
