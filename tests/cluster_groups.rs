@@ -100,6 +100,27 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
     let placed = nodes.samples(0, "topic_shard");
     let shards: BTreeSet<i64> = topics.iter().map(|topic| placed[*topic]).collect();
     assert_eq!(shards.len(), 3, "{placed:?}");
+    // Each node tells each group's term and indexes; each group's leader, how far each member
+    // has its log.
+    for index in 0..3 {
+        let terms = nodes.samples(index, "cluster_group_term");
+        assert_eq!(terms.len(), 3, "node {index}: {terms:?}");
+        assert!(terms.values().all(|term| *term >= 1), "{terms:?}");
+        let applied = nodes.samples(index, "cluster_group_applied_index");
+        assert_eq!(applied.len(), 3, "node {index}: {applied:?}");
+    }
+    for (group, leader) in &leaders {
+        let node = nodes.running[usize::try_from(*leader - 1).unwrap()]
+            .as_ref()
+            .unwrap();
+        let (_, _, text) = http_get(node.metrics_addr.unwrap(), "/metrics", "");
+        let prefix = format!("broker_cluster_group_replicated_index{{group=\"{group}\",node=\"");
+        let members = text
+            .lines()
+            .filter(|line| line.starts_with(&prefix))
+            .count();
+        assert_eq!(members, 3, "group {group} on its leader {leader}:\n{text}");
+    }
     // A topic named after another with -dlq goes with it, whichever group that is; a group
     // names it as its dead-letter topic.
     for topic in topics {

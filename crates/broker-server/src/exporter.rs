@@ -258,7 +258,6 @@ fn encode_cluster(
     cluster: &Cluster,
 ) -> Result<(), std::fmt::Error> {
     let status = cluster.status();
-    let index = |index: Option<u64>| index.map_or(-1, gauge);
     for (name, help, value) in [
         (
             "cluster_leader",
@@ -276,12 +275,12 @@ fn encode_cluster(
         (
             "cluster_last_log_index",
             "The index of the last entry of this node's log (-1 when empty).",
-            index(status.last_log_index),
+            log_index(status.last_log_index),
         ),
         (
             "cluster_applied_index",
             "The index of the last entry applied to this node's broker (-1 before any).",
-            index(status.applied_index),
+            log_index(status.applied_index),
         ),
     ] {
         single_gauge(encoder, name, help, None, value)?;
@@ -294,7 +293,7 @@ fn encode_cluster(
     for (node, matched) in &status.replication {
         replicated
             .samples
-            .push(([("node", node.to_string())], index(*matched)));
+            .push(([("node", node.to_string())], log_index(*matched)));
     }
     replicated.encode(encoder)?;
     let mut reachable = GaugeFamily::new(
@@ -316,8 +315,9 @@ fn encode_cluster(
     reachable.encode(encoder)
 }
 
-/// The leader of each group this node hosts, in a cluster of several groups
-/// (`--cluster-data-groups`).
+/// Each group this node hosts, in a cluster of several groups (`--cluster-data-groups`): its
+/// leader, term and log indexes as this node sees them and, on the group's leader, how far each
+/// member has its log. (The first group's are also [`encode_cluster`]'s, unlabelled.)
 fn encode_groups(encoder: &mut DescriptorEncoder, shared: &Shared) -> Result<(), std::fmt::Error> {
     if shared.groups.is_empty() {
         return Ok(());
@@ -328,15 +328,61 @@ fn encode_groups(encoder: &mut DescriptorEncoder, shared: &Shared) -> Result<(),
          when it knows none). The topics of shard n (broker_topic_shard) are group n + 1's.",
         None,
     );
+    let mut terms = GaugeFamily::new(
+        "cluster_group_term",
+        "For each group this node hosts: its current term.",
+        None,
+    );
+    let mut last = GaugeFamily::new(
+        "cluster_group_last_log_index",
+        "For each group this node hosts: the index of the last entry of this node's log of it \
+         (-1 when empty).",
+        None,
+    );
+    let mut applied = GaugeFamily::new(
+        "cluster_group_applied_index",
+        "For each group this node hosts: the index of the last entry applied to this node's \
+         copy (-1 before any).",
+        None,
+    );
+    let mut replicated = GaugeFamily::new(
+        "cluster_group_replicated_index",
+        "On a group's leader: the index of the last entry of the group each member is known to \
+         have (-1 before any).",
+        None,
+    );
     for shard in 0..shared.shards.all().len() {
-        if let Some(group) = shared.group(shard) {
-            let leader = group.status().leader.unwrap_or(0);
-            leaders
-                .samples
-                .push(([("group", group.group().to_string())], gauge(leader)));
+        let Some(group) = shared.group(shard) else {
+            continue;
+        };
+        let status = group.status();
+        let id = group.group().to_string();
+        let labels = [("group", id.clone())];
+        leaders
+            .samples
+            .push((labels.clone(), gauge(status.leader.unwrap_or(0))));
+        terms.samples.push((labels.clone(), gauge(status.term)));
+        last.samples
+            .push((labels.clone(), log_index(status.last_log_index)));
+        applied
+            .samples
+            .push((labels, log_index(status.applied_index)));
+        for (node, matched) in &status.replication {
+            replicated.samples.push((
+                [("group", id.clone()), ("node", node.to_string())],
+                log_index(*matched),
+            ));
         }
     }
-    leaders.encode(encoder)
+    for family in [&leaders, &terms, &last, &applied] {
+        family.encode(encoder)?;
+    }
+    replicated.encode(encoder)
+}
+
+/// A log index as a gauge: -1 for none.
+fn log_index(index: Option<u64>) -> i64 {
+    index.map_or(-1, gauge)
 }
 
 /// The labels of `group`'s series for `partition` of `topic`.
