@@ -53,25 +53,51 @@ def anchors(path, seen=None):
     return found
 
 
-def check(path):
+def check_links(path, lines, base):
+    """The broken links of `lines` (of `path`), resolved from the file `base`."""
     errors = []
-    for number, line in enumerate(prose(path), 1):
-        for include in INCLUDE.finditer(line):
-            target = (path.parent / include.group(1)).resolve()
-            if not target.exists():
-                errors.append(f"{path}: includes {include.group(1)}, which does not exist")
-            elif include.group(2) and f"ANCHOR: {include.group(2)}" not in target.read_text():
-                errors.append(f"{path}: includes anchor {include.group(2)} that {target} lacks")
+    for line in lines:
         for link in LINK.finditer(line):
             target = link.group(1)
             if re.match(r"^[a-z]+:", target):
                 continue
             file, _, anchor = target.partition("#")
-            resolved = (path.parent / file).resolve() if file else path
+            resolved = (base.parent / file).resolve() if file else base
+            where = f"{path}" if base == path else f"{path}, as included in {base}"
             if not resolved.exists():
-                errors.append(f"{path}: links to {target}, which does not exist")
+                errors.append(f"{where}: links to {target}, which does not exist")
             elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
-                errors.append(f"{path}: links to {target}, a heading {resolved.name} lacks")
+                errors.append(f"{where}: links to {target}, a heading {resolved.name} lacks")
+    return errors
+
+
+def region(path, anchor):
+    """The prose lines of `path` between its ANCHOR and ANCHOR_END markers named `anchor`."""
+    inside = False
+    for line in prose(path):
+        if f"ANCHOR_END: {anchor}" in line:
+            inside = False
+        elif f"ANCHOR: {anchor}" in line:
+            inside = True
+        elif inside:
+            yield line
+
+
+def check(path):
+    lines = list(prose(path))
+    errors = check_links(path, lines, path)
+    for line in lines:
+        for include in INCLUDE.finditer(line):
+            target = (path.parent / include.group(1)).resolve()
+            anchor = include.group(2)
+            if not target.exists():
+                errors.append(f"{path}: includes {include.group(1)}, which does not exist")
+            elif anchor and f"ANCHOR: {anchor}" not in target.read_text():
+                errors.append(f"{path}: includes anchor {anchor} that {target} lacks")
+            else:
+                # Included text is read from the including page: its links must resolve there.
+                included = region(target, anchor) if anchor else prose(target)
+                errors += check_links(target, list(included), path)
     return errors
 
 

@@ -13,6 +13,9 @@ import pathlib
 import sys
 
 # (title, unit, [(PromQL, legend)], description), row by row; each row's panels share its width.
+# Every node of a cluster reports the same topics, groups and dead letters (its copy of the
+# state): those are taken once (`max` over the nodes) before they are added up. Requests,
+# connections and published records are counted by the node that served them: those add up.
 ROWS = [
     ("Traffic", [
         ("Requests per second, by command", "reqps",
@@ -33,25 +36,25 @@ ROWS = [
     ]),
     ("Consumers", [
         ("Lag by group", "short",
-         [("sum by (topic, group) (broker_group_lag)", "{{topic}} / {{group}}")],
+         [("sum by (topic, group) (max by (topic, group, partition) (broker_group_lag))", "{{topic}} / {{group}}")],
          "Records each group has yet to consume, over its partitions."),
         ("In flight by group", "short",
-         [("sum by (topic, group) (broker_group_in_flight)", "{{topic}} / {{group}}")],
+         [("sum by (topic, group) (max by (topic, group, partition) (broker_group_in_flight))", "{{topic}} / {{group}}")],
          "Deliveries waiting for an acknowledgement (ack mode)."),
         ("Members by group", "short",
-         [("sum by (topic, group) (broker_group_members)", "{{topic}} / {{group}}")],
+         [("max by (topic, group) (broker_group_members)", "{{topic}} / {{group}}")],
          "Members of each consumer group."),
         ("Dead letters per second", "cps",
-         [("sum(rate(broker_records_dead_lettered_total[5m]))", "moved to a dead-letter topic"),
-          ("sum(rate(broker_records_dead_letter_refused_total[5m]))", "refused by it")],
+         [("max(rate(broker_records_dead_lettered_total[5m]))", "moved to a dead-letter topic"),
+          ("max(rate(broker_records_dead_letter_refused_total[5m]))", "refused by it")],
          "Records past their last delivery."),
     ]),
     ("Topics", [
         ("Retained bytes by topic", "bytes",
-         [("sum by (topic) (broker_partition_retained_bytes)", "{{topic}}")],
+         [("sum by (topic) (max by (topic, partition) (broker_partition_retained_bytes))", "{{topic}}")],
          "Payload, key and header bytes each topic retains."),
         ("Retained records by topic", "short",
-         [("sum by (topic) (broker_partition_records)", "{{topic}}")],
+         [("sum by (topic) (max by (topic, partition) (broker_partition_records))", "{{topic}}")],
          "Records each topic retains."),
         ("Publishes held back for a checkpoint", "ops",
          [("sum(rate(broker_publishes_held_back_total[1m]))", "waits")],
@@ -96,11 +99,13 @@ ROWS = [
           ("broker_cluster_group_leader_id", "group {{group}}, seen by {{instance}}")],
          "The leader each node knows, of the first group and of each further group (0: none)."),
         ("Term", "none",
-         [("broker_cluster_term", "{{instance}}")],
+         [("broker_cluster_term", "first group, {{instance}}"),
+          ("broker_cluster_group_term", "group {{group}}, {{instance}}")],
          "A term that climbs means elections."),
         ("Entries behind the leader", "short",
-         [("broker_cluster_last_log_index - on (instance) group_right () broker_cluster_replicated_index", "node {{node}}")],
-         "On the leader: how many entries of its log each node has yet to receive."),
+         [("broker_cluster_last_log_index - on (instance) group_right () broker_cluster_replicated_index", "first group, node {{node}}"),
+          ("broker_cluster_group_last_log_index - on (instance, group) group_right () broker_cluster_group_replicated_index", "group {{group}}, node {{node}}")],
+         "On each group's leader: how many entries of its log each node has yet to receive."),
         ("Peers reachable", "none",
          [("broker_cluster_peer_reachable", "{{instance}} to node {{node}}")],
          "1 where a node reaches another, 0 where it cannot."),

@@ -146,15 +146,16 @@ struct Args {
     /// in memory until a checkpoint writes them, and past it publishes wait for the checkpoint.
     #[arg(long, env = "BROKER_MAX_MEMORY", default_value_t = 1024 * 1024 * 1024)]
     max_memory: u64,
-    /// Bytes of requests read and not yet answered, across every connection of both listeners:
-    /// once the length of a frame larger than 64 KiB has arrived (smaller ones arrive within
-    /// the 64 KiB a connection reads at a time, which --max-connections bounds) the server
-    /// reads no more of it until it has room, so
+    /// Bytes of requests larger than 64 KiB read and not yet answered, across every connection
+    /// of both listeners together: once the length of such a frame has arrived (smaller ones
+    /// take no room: each arrives within the 64 KiB chunk a connection reads at a time) the
+    /// server reads no more of it until it has room, so
     /// that many clients sending large requests at once make the server wait (their sends wait
     /// on TCP) instead of its memory growing with them. A request's room is given back when it
-    /// is answered. At least --max-frame-bytes. By default a quarter of --max-memory (but at
-    /// least --max-frame-bytes), so that one number sizes the process: it needs about
-    /// --max-memory plus this plus a few tens of MiB.
+    /// is answered. Less than --max-frame-bytes refuses to start. Default: a quarter of
+    /// --max-memory (256 MiB with the defaults), raised to --max-frame-bytes if less, so that
+    /// one number sizes the process: it needs about --max-memory plus this plus a few tens of
+    /// MiB.
     #[arg(long, env = "BROKER_MAX_REQUEST_MEMORY", value_name = "BYTES")]
     max_request_memory: Option<u64>,
     /// Most topics the broker holds; creating one more is refused.
