@@ -22,20 +22,7 @@ BENCH="${BENCH:---producers 8 --depth 64 --records 1000000 --retention limits --
 SERVER_ARGS="${SERVER_ARGS:---worker-threads 1}"
 cargo build --release --locked -q -p broker-cli
 
-workdir="$(mktemp -d)"
-server_pid=""
-stop_server() {
-  if [ -n "$server_pid" ]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=""
-  fi
-}
-cleanup() {
-  stop_server
-  rm -rf "$workdir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/server.sh"
 
 # The CPU time of process $1 in clock ticks (user + system).
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
@@ -43,16 +30,12 @@ ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 run() {
   local label="$1" dir="$2"
   # shellcheck disable=SC2086
-  "$dir/broker-server" --listen 127.0.0.1:0 $SERVER_ARGS --log-level warn \
-    >"$workdir/out" 2>"$workdir/err" &
-  server_pid=$!
-  for _ in $(seq 1 500); do grep -q '^listening on ' "$workdir/out" && break; sleep 0.01; done
-  grep -q '^listening on ' "$workdir/out" || { cat "$workdir/err" >&2; exit 1; }
+  start_server "$dir/broker-server" $SERVER_ARGS
   local before after
   before="$(ticks "$server_pid")"
   # shellcheck disable=SC2086
-  BROKER_ADDR="$(sed -n 's/^listening on //p' "$workdir/out")" \
-    target/release/broker bench publish $BENCH --json >"$workdir/json" 2>/dev/null
+  BROKER_ADDR="$server_addr" target/release/broker bench publish $BENCH --json \
+    >"$workdir/json" 2>/dev/null
   after="$(ticks "$server_pid")"
   stop_server
   python3 - "$workdir/json" "$label" "$before" "$after" "$(getconf CLK_TCK)" <<'EOF' | tee -a "$workdir/rows"

@@ -22,40 +22,21 @@ SIZE="${SIZE:-900000}"
 RECORDS="${RECORDS:-6000}"
 cargo build --release --locked -q -p broker-server -p broker-cli
 
-workdir="$(mktemp -d)"
-server_pid=""
-stop_server() {
-  if [ -n "$server_pid" ]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=""
-  fi
-}
-cleanup() {
-  stop_server
-  rm -rf "$workdir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/server.sh"
 
 run() {
   local budget="$1"
   rm -rf "$workdir/data"
-  target/release/broker-server --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+  start_server target/release/broker-server --metrics-listen 127.0.0.1:0 \
     --data-dir "$workdir/data" --fsync batch --max-memory 134217728 \
-    --max-request-memory "$budget" --log-level warn >"$workdir/out" 2>"$workdir/err" &
-  server_pid=$!
-  for _ in $(seq 1 500); do grep -q '^metrics on ' "$workdir/out" && break; sleep 0.01; done
-  grep -q '^metrics on ' "$workdir/out" || { cat "$workdir/err" >&2; exit 1; }
-  local address metrics
-  address="$(sed -n 's/^listening on //p' "$workdir/out")"
-  metrics="$(sed -n 's/^metrics on //p' "$workdir/out")"
+    --max-request-memory "$budget"
   local rates
-  rates="$(BROKER_ADDR="$address" target/release/broker bench publish --producers "$PRODUCERS" \
+  rates="$(BROKER_ADDR="$server_addr" target/release/broker bench publish --producers "$PRODUCERS" \
     --depth "$DEPTH" --size "$SIZE" --records "$RECORDS" --partitions 16 --retention limits \
     --duration 120s --json 2>/dev/null |
     python3 -c 'import json, sys; r = json.load(sys.stdin); print(round(r["records_per_sec"]), round(r["records_per_sec"] * '"$SIZE"' / 1e6))')"
   local waits
-  waits="$(curl -s "$metrics" | awk '/^broker_request_memory_waits_total / { print $2 }')"
+  waits="$(curl -s "$metrics_addr" | awk '/^broker_request_memory_waits_total / { print $2 }')"
   local peak
   peak="$(awk '/^VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$server_pid/status")"
   stop_server

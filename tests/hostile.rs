@@ -14,6 +14,7 @@ use broker_proto::{
     ClientCodec, ClientHandshakeCodec, Decoded, ErrorReply, Hello, HelloReply, RequestFrame,
     ResponseFrame,
 };
+use broker_testkit::http::sample;
 use broker_testkit::process::ServerProcess;
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
@@ -120,15 +121,21 @@ async fn maximum_frames_again_and_again_do_not_grow_memory() {
     assert_eq!(offsets[..5], [0, 1, 2, 3, -1]);
     assert!(offsets[4..].iter().all(|&offset| offset == -1));
 
+    // 350 MiB went through; the server keeps the 4 MiB budget plus a few frames in buffers.
+    assert_peak_within(&server, baseline, 48 * MIB);
+}
+
+/// Fails unless the server's peak resident memory (`VmHWM`) stayed below `baseline` plus
+/// `growth` bytes; prints both.
+fn assert_peak_within(server: &ServerProcess, baseline: u64, growth: u64) {
     let peak = server.status_bytes("VmHWM");
     eprintln!(
         "baseline RSS {} KiB, peak {} KiB",
         baseline / 1024,
         peak / 1024
     );
-    // 350 MiB went through; the server keeps the 4 MiB budget plus a few frames in buffers.
     assert!(
-        peak < baseline + 48 * MIB,
+        peak < baseline + growth,
         "peak {peak} bytes, baseline {baseline} bytes"
     );
 }
@@ -220,17 +227,8 @@ async fn a_kafka_fetch_naming_a_partition_hundreds_of_times_reads_it_once() {
     assert_eq!(answered[0].error_code, 0);
     let records = answered[0].records.as_ref().map_or(0, Bytes::len);
     assert!(records > 3_000_000, "{records} bytes of records");
-    let peak = server.status_bytes("VmHWM");
-    eprintln!(
-        "baseline RSS {} KiB, peak {} KiB",
-        baseline / 1024,
-        peak / 1024
-    );
     // An answer of 4 MB, read once: a few answers' worth of memory at most.
-    assert!(
-        peak < baseline + 48 * MIB,
-        "peak {peak} bytes, baseline {baseline} bytes"
-    );
+    assert_peak_within(&server, baseline, 48 * MIB);
 }
 
 #[tokio::test]
@@ -290,25 +288,7 @@ async fn a_kafka_produce_of_batches_that_inflate_to_gigabytes_is_refused_within_
     assert_eq!(codes.len(), 100);
     // MESSAGE_TOO_LARGE: each record is larger than the server accepts.
     assert!(codes.iter().all(|&code| code == 10), "{codes:?}");
-    let peak = server.status_bytes("VmHWM");
-    eprintln!(
-        "baseline RSS {} KiB, peak {} KiB",
-        baseline / 1024,
-        peak / 1024
-    );
-    assert!(
-        peak < baseline + 64 * MIB,
-        "peak {peak} bytes, baseline {baseline} bytes"
-    );
-}
-
-/// The value of the sample `series` (its name and labels) in a metrics page.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no sample {series} in\n{text}"))
-        .parse()
-        .unwrap()
+    assert_peak_within(&server, baseline, 64 * MIB);
 }
 
 #[tokio::test]
@@ -368,18 +348,9 @@ async fn frames_wait_for_room_in_the_request_memory_which_a_stalled_frame_gives_
         }
     });
     futures::future::join_all(slow_senders).await;
-    let peak = server.status_bytes("VmHWM");
-    eprintln!(
-        "baseline RSS {} KiB, peak {} KiB",
-        baseline / 1024,
-        peak / 1024
-    );
     // The budget, each connection's read buffer, a frame being decoded and what the
     // allocator keeps for a while.
-    assert!(
-        peak < baseline + budget + 24 * MIB,
-        "peak {peak} bytes, baseline {baseline} bytes"
-    );
+    assert_peak_within(&server, baseline, budget + 24 * MIB);
     // Sixteen connections then each pipeline eight such frames (384 MiB in all) without waiting
     // for answers: the server reads them as the budget allows and answers every one.
     let senders = (0..16).map(|_| {

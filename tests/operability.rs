@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use broker_client::Client;
-use broker_testkit::http::get as http_get;
+use broker_testkit::http::{get as http_get, sample};
 use broker_testkit::process::{refused_start_with, ServerProcess};
 use serde_json::Value;
 
@@ -149,15 +149,6 @@ fn a_bad_value_in_an_environment_variable_names_the_variable() {
         refusal.stderr.contains("'abc' for '--capacity"),
         "{refusal:?}"
     );
-}
-
-/// The value of the sample `series` (name and labels exactly as written) in `text`.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no sample {series} in\n{text}"))
-        .parse()
-        .unwrap()
 }
 
 /// Checks `text` with `promtool check metrics`.

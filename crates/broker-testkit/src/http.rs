@@ -1,4 +1,5 @@
-//! A minimal HTTP client for the tests of the metrics endpoint: one request per connection.
+//! A minimal HTTP client for the tests of the metrics endpoint (one request per connection),
+//! and a reader of the samples of its pages.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -29,4 +30,16 @@ pub fn get(addr: SocketAddr, path: &str, accept: &str) -> (String, String, Strin
         .unwrap_or_else(|| panic!("no HTTP answer ({written:?}): {answer:?}"));
     let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
     (status.to_owned(), headers.to_lowercase(), body.to_owned())
+}
+
+/// The value of the sample `series` (its name, and its labels as written) in a metrics page.
+///
+/// # Panics
+/// If the page has no such sample, showing the page.
+pub fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no sample {series} in\n{text}"))
+        .parse()
+        .unwrap()
 }
