@@ -151,7 +151,8 @@ where
     }
 }
 
-/// Writes `answer` as one frame (its length, then itself) and flushes it.
+/// Writes `answer` as one frame (its length, then itself) in one write, and flushes it: two
+/// writes would send the length in a packet of its own (the socket has `TCP_NODELAY`).
 async fn send<S: AsyncWrite + Unpin>(stream: &mut S, answer: &[u8]) -> std::io::Result<()> {
     let length = u32::try_from(answer.len()).map_err(|_| {
         std::io::Error::new(
@@ -159,8 +160,10 @@ async fn send<S: AsyncWrite + Unpin>(stream: &mut S, answer: &[u8]) -> std::io::
             "an answer too large for a frame",
         )
     })?;
-    stream.write_all(&length.to_be_bytes()).await?;
-    stream.write_all(answer).await?;
+    let mut frame = Vec::with_capacity(LENGTH_PREFIX + answer.len());
+    frame.extend_from_slice(&length.to_be_bytes());
+    frame.extend_from_slice(answer);
+    stream.write_all(&frame).await?;
     stream.flush().await
 }
 
@@ -450,5 +453,41 @@ mod tests {
             started.elapsed() <= settings.read_timeout * 2,
             "long before the idle timeout"
         );
+    }
+
+    /// Records each write it is given.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+
+    impl AsyncWrite for Writes {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            bytes: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.0.push(bytes.to_vec());
+            std::task::Poll::Ready(Ok(bytes.len()))
+        }
+
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_goes_out_with_its_length_in_one_write() {
+        let mut writes = Writes::default();
+        send(&mut writes, b"answer").await.unwrap();
+        assert_eq!(writes.0, [b"\0\0\0\x06answer".to_vec()]);
     }
 }
