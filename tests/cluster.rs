@@ -1204,3 +1204,55 @@ async fn a_follower_that_lost_its_directory_is_replaced_not_restarted() {
     assert!(everything.iter().any(|payload| payload == "before-0"));
     assert!(everything.iter().any(|payload| payload == "after-9"));
 }
+
+/// Every record of partition 0 of `topic`, as text, read from offset 0.
+async fn payloads_of(client: &Client, topic: &str) -> Vec<String> {
+    let read = read(|| client.read(topic, 0, 0, 1_000, Duration::ZERO)).await;
+    read.records
+        .iter()
+        .map(|record| String::from_utf8(record.payload.to_vec()).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_taking_kafkas_names_keeps_them_through_a_failover_and_a_replay() {
+    let mut nodes = Nodes::start_with(3, None, &["--names", "kafka"]);
+    let client = nodes.client().await;
+    assert!(client.create("orders.v1", 1).await.unwrap());
+    client
+        .join("orders.v1", "billing.eu", "worker.1")
+        .await
+        .unwrap();
+    for index in 0..10 {
+        client
+            .publish("orders.v1", 0, format!("before-{index}").into_bytes())
+            .await
+            .unwrap();
+    }
+    // The leader dies, the others go on; then every node dies and comes back, each replaying
+    // its log, whose entries carry the names' rules.
+    let leader = nodes.leader().await;
+    nodes.kill(leader);
+    let producer = Producer::builder().build(client.clone());
+    for index in 0..10 {
+        producer
+            .send(
+                "orders.v1",
+                PublishRecord::to_partition(0, format!("after-{index}")),
+            )
+            .await
+            .expect("a send across the failover");
+    }
+    for node in (0..3).filter(|&node| node != leader) {
+        nodes.kill(node);
+    }
+    for node in 0..3 {
+        nodes.restart(node);
+    }
+    let payloads = payloads_of(&client, "orders.v1").await;
+    assert_eq!(payloads.len(), 20, "{payloads:?}");
+    assert_eq!(payloads[0], "before-0");
+    assert_eq!(payloads[19], "after-9");
+    let lag = read(|| client.lag("orders.v1", "billing.eu")).await;
+    assert_eq!(lag[0].end_offset, 20);
+}

@@ -1752,3 +1752,75 @@ fn kcat_produces_to_a_topic_it_names_when_the_server_creates_topics() {
         .unwrap();
     assert_eq!(topic["partitions"].as_array().unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn kafkas_dotted_names_are_taken_on_every_listener_where_the_server_takes_them() {
+    if !clients_installed() {
+        return;
+    }
+    // By default a dotted name is refused, saying where such names are taken.
+    let (_plain, plain_kafka, plain) = server().await;
+    let refused = plain.create("orders.v1", 1).await.unwrap_err().to_string();
+    assert!(refused.contains("Kafka's names"), "{refused}");
+    let created = python(&["create", &plain_kafka, "orders.v1", "1"]);
+    let error = created["errors"]["orders.v1"].as_str().unwrap();
+    assert!(
+        error.contains("TOPIC_EXCEPTION") && error.contains("Kafka's names"),
+        "{created}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let flags = [
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data_dir,
+        "--names",
+        "kafka",
+    ];
+    let mut server = ServerProcess::start(&flags);
+    let kafka = server.kafka_addr.unwrap().to_string();
+    let client = Client::connect(server.addr_string()).await.unwrap();
+    // Kafka's admin client creates one; the native client another, as long as Kafka allows.
+    let created = python(&["create", &kafka, "orders.v1", "2"]);
+    assert_eq!(created["errors"], serde_json::json!({}));
+    let long = format!("{}.end", "x".repeat(245));
+    assert!(client.create(&long, 1).await.unwrap());
+    kcat(
+        &["-b", &kafka, "-P", "-t", "orders.v1", "-p", "0"],
+        "first\nsecond\n",
+    );
+    assert_eq!(payloads(&client, "orders.v1").await, ["first", "second"]);
+    // A group with a dotted name consumes through Kafka's group protocol and commits.
+    let grouped = python(&["python-group", &kafka, "orders.v1", "billing.eu", "2"]);
+    assert_eq!(grouped["records"].as_array().unwrap().len(), 2);
+    let lag = client.lag("orders.v1", "billing.eu").await.unwrap();
+    assert_eq!(lag[0].committed, 2, "{lag:?}");
+    client.publish(&long, 0, "native").await.unwrap();
+
+    // The names and what they hold survive a restart with the same rules.
+    assert!(server.terminate(Duration::from_secs(10)).success());
+    let server = ServerProcess::start(&flags);
+    let client = Client::connect(server.addr_string()).await.unwrap();
+    assert_eq!(payloads(&client, "orders.v1").await, ["first", "second"]);
+    assert_eq!(payloads(&client, &long).await, ["native"]);
+    let lag = client.lag("orders.v1", "billing.eu").await.unwrap();
+    assert_eq!(lag[0].committed, 2, "{lag:?}");
+    drop(server);
+
+    // Started with the broker's own rules, the server keeps them but refuses calls naming them.
+    let narrower = ServerProcess::start(&flags[..4]);
+    let client = Client::connect(narrower.addr_string()).await.unwrap();
+    let names: Vec<String> = client
+        .describe()
+        .await
+        .unwrap()
+        .topics
+        .into_iter()
+        .map(|topic| topic.name)
+        .collect();
+    assert_eq!(names, ["orders.v1".to_owned(), long]);
+    let refused = client.publish("orders.v1", 0, "x").await.unwrap_err();
+    assert!(refused.to_string().contains("Kafka's names"), "{refused}");
+}

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use broker_client::{parse_duration, TopicName};
+use broker_client::{parse_duration, NameRules, TopicName};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::bench::BenchArgs;
@@ -642,9 +642,10 @@ fn parse_ack_timeout(text: &str) -> Result<Duration, String> {
     Ok(timeout)
 }
 
-/// A topic name, checked as the broker checks it.
+/// A topic name some broker may take (Kafka's names are the widest rules): the server it goes
+/// to checks it by its own.
 fn parse_topic_name(text: &str) -> Result<TopicName, String> {
-    TopicName::new(text).map_err(|error| error.to_string())
+    TopicName::with_rules(text, NameRules::Kafka).map_err(|error| error.to_string())
 }
 
 /// `broker group configure`.

@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use broker_core::{Command, NameRules};
 use broker_storage::Repairs;
 use group::GroupCore;
 use openraft::error::{InitializeError, RaftError};
@@ -92,6 +93,9 @@ pub struct ClusterConfig {
     /// Where this node serves clients besides the broker port, as its peers are told (see
     /// [`Cluster::kafka_addresses`]).
     pub listeners: Listeners,
+    /// The rules the names of the commands this node proposes are checked by, in every group
+    /// it hosts (see [`Proposal::commands`]).
+    pub names: NameRules,
 }
 
 impl ClusterConfig {
@@ -112,6 +116,7 @@ impl ClusterConfig {
             join: false,
             segment_bytes: 64 * 1024 * 1024,
             listeners: Listeners::default(),
+            names: NameRules::Broker,
         }
     }
 }
@@ -417,6 +422,8 @@ struct NodeParts {
     groups: Arc<network::Groups>,
     heartbeat: Duration,
     election_timeout: Duration,
+    /// See [`ClusterConfig::names`].
+    names: NameRules,
 }
 
 impl NodeParts {
@@ -504,6 +511,7 @@ impl Cluster {
             groups: Arc::default(),
             heartbeat: config.heartbeat,
             election_timeout: config.election_timeout,
+            names: config.names,
         });
         let raft_config = node.raft_config(config.snapshot_every)?;
         let network = node.network.clone();
@@ -791,6 +799,12 @@ impl Cluster {
     /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
     pub async fn propose(&self, proposal: Proposal) -> Result<Applied, ProposeError> {
         self.core.propose(proposal).await
+    }
+
+    /// The proposal of `commands` applied at `now_ms` under this node's name rules
+    /// ([`ClusterConfig::names`]).
+    pub fn commands(&self, now_ms: i64, commands: Vec<Command>) -> Proposal {
+        Proposal::commands(now_ms, self.node.names, commands)
     }
 
     /// Answers once this node has confirmed with a majority that it still leads and has

@@ -74,13 +74,20 @@ impl Replica for Memory {
     fn apply(&self, change: BrokerChange) -> Applied {
         let mut state = self.state.lock().unwrap();
         match change {
-            BrokerChange::Commands { now_ms, commands } => Applied {
-                results: commands
-                    .into_iter()
-                    .map(|command| state.apply_at(now_ms, command))
-                    .collect(),
-                ..Applied::default()
-            },
+            BrokerChange::Commands {
+                now_ms,
+                names,
+                commands,
+            } => {
+                state.set_names(names);
+                Applied {
+                    results: commands
+                        .into_iter()
+                        .map(|command| state.apply_at(now_ms, command))
+                        .collect(),
+                    ..Applied::default()
+                }
+            }
             BrokerChange::Tick { now_ms } => Applied {
                 changed: state.advance_clock(now_ms).unwrap_or_default(),
                 ..Applied::default()

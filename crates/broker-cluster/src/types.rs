@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use broker_core::{BrokerError, Command, Outcome};
+use broker_core::{BrokerError, Command, NameRules, Outcome};
 use serde::{Deserialize, Serialize};
 
 use crate::snapshot_stream::SnapshotStream;
@@ -46,6 +46,21 @@ pub enum Proposal {
     /// state machine beside the broker. Added with groups: a node of an earlier release stops
     /// at such an entry, so it is proposed only once every node runs this release.
     Cluster(ClusterChange),
+    /// [`Proposal::Commands`] whose names of topics, groups and members are checked by
+    /// `names`: a node proposes its commands so when it takes other names than the broker's
+    /// own ([`NameRules::Broker`], under which every [`Proposal::Commands`] applies). The rules
+    /// travel with the entry, so every node applies it alike whatever rules it was started
+    /// with, and an entry of the log applies as it did when it was first applied. Added with
+    /// name rules: a node of an earlier release stops at such an entry, so nodes take other
+    /// names only once every node runs this release.
+    NamedCommands {
+        /// The time of every command of the entry.
+        now_ms: i64,
+        /// The rules names are checked by.
+        names: NameRules,
+        /// The commands, in request order.
+        commands: Vec<Command>,
+    },
 }
 
 impl Proposal {
@@ -55,17 +70,49 @@ impl Proposal {
     pub fn at(self, now_ms: i64) -> Proposal {
         match self {
             Proposal::Commands { commands, .. } => Proposal::Commands { now_ms, commands },
+            Proposal::NamedCommands {
+                names, commands, ..
+            } => Proposal::NamedCommands {
+                now_ms,
+                names,
+                commands,
+            },
             Proposal::Tick { .. } => Proposal::Tick { now_ms },
             cluster @ Proposal::Cluster(_) => cluster,
+        }
+    }
+
+    /// `commands` applied at `now_ms` with names checked by `names`: a
+    /// [`Proposal::Commands`] under the broker's own rules (as every release proposed them),
+    /// a [`Proposal::NamedCommands`] under others.
+    pub fn commands(now_ms: i64, names: NameRules, commands: Vec<Command>) -> Proposal {
+        match names {
+            NameRules::Broker => Proposal::Commands { now_ms, commands },
+            names => Proposal::NamedCommands {
+                now_ms,
+                names,
+                commands,
+            },
         }
     }
 
     /// The change it makes to the broker, or else to the cluster's state.
     pub fn into_change(self) -> Result<BrokerChange, ClusterChange> {
         match self {
-            Proposal::Commands { now_ms, commands } => {
-                Ok(BrokerChange::Commands { now_ms, commands })
-            }
+            Proposal::Commands { now_ms, commands } => Ok(BrokerChange::Commands {
+                now_ms,
+                names: NameRules::Broker,
+                commands,
+            }),
+            Proposal::NamedCommands {
+                now_ms,
+                names,
+                commands,
+            } => Ok(BrokerChange::Commands {
+                now_ms,
+                names,
+                commands,
+            }),
             Proposal::Tick { now_ms } => Ok(BrokerChange::Tick { now_ms }),
             Proposal::Cluster(change) => Err(change),
         }
@@ -75,10 +122,12 @@ impl Proposal {
 /// What a [`Proposal`] changes in the broker, as a replica applies it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BrokerChange {
-    /// See [`Proposal::Commands`].
+    /// See [`Proposal::Commands`] and [`Proposal::NamedCommands`].
     Commands {
         /// The time of every command of the entry.
         now_ms: i64,
+        /// The rules names are checked by while the commands apply.
+        names: NameRules,
         /// The commands, in request order.
         commands: Vec<Command>,
     },
@@ -402,6 +451,51 @@ mod tests {
             topic: "t".to_owned(),
         });
         assert_eq!(place.clone().at(9), place);
+    }
+
+    #[test]
+    fn commands_under_other_names_carry_their_rules_and_the_broker_rules_encode_as_before() {
+        let create = Command::Create {
+            topic: "orders.v1".to_owned(),
+            partition_count: 1,
+            key_hash: broker_core::KeyHash::default(),
+            settings: Vec::new(),
+        };
+        let plain = Proposal::commands(5, NameRules::Broker, vec![create.clone()]);
+        assert_eq!(
+            plain,
+            Proposal::Commands {
+                now_ms: 5,
+                commands: vec![create.clone()]
+            }
+        );
+        // Every release wrote these entries so: variant 0, the time, the commands.
+        let bytes = crate::codec::encode(&plain).unwrap();
+        assert_eq!(bytes[..4], 0u32.to_le_bytes());
+        assert_eq!(bytes[4..12], 5i64.to_le_bytes());
+        let named = Proposal::commands(5, NameRules::Kafka, vec![create.clone()]);
+        // Variant 3 after the time, the rules (1: Kafka's).
+        let bytes = crate::codec::encode(&named).unwrap();
+        assert_eq!(bytes[..4], 3u32.to_le_bytes());
+        assert_eq!(bytes[12..16], 1u32.to_le_bytes());
+        assert_eq!(crate::codec::decode::<Proposal>(&bytes).unwrap(), named);
+        // Forwarded, the entry keeps its rules and takes the leader's time.
+        assert_eq!(
+            named.at(9).into_change(),
+            Ok(BrokerChange::Commands {
+                now_ms: 9,
+                names: NameRules::Kafka,
+                commands: vec![create.clone()]
+            })
+        );
+        assert_eq!(
+            plain.into_change(),
+            Ok(BrokerChange::Commands {
+                now_ms: 5,
+                names: NameRules::Broker,
+                commands: vec![create]
+            })
+        );
     }
 
     #[test]

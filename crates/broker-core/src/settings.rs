@@ -11,28 +11,37 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::duration::duration_text;
-use crate::validate::{check_identifier, MAX_IDENTIFIER_LEN, MAX_PRODUCT_CAPACITY};
+use crate::validate::{NameRules, MAX_KAFKA_NAME_LEN, MAX_PRODUCT_CAPACITY};
 use crate::BrokerError;
 
-/// A valid topic name held inline (at most [`MAX_IDENTIFIER_LEN`] ASCII letters, digits, `_`
-/// or `-`), so that settings naming a topic stay `Copy`. Encoded as a string.
+/// A valid topic name held inline (by default at most [`crate::MAX_IDENTIFIER_LEN`] ASCII
+/// letters, digits, `_` or `-`; see [`TopicName::with_rules`]), so that settings naming a topic
+/// stay `Copy`. Encoded as a string.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TopicName {
     len: u8,
-    bytes: [u8; MAX_IDENTIFIER_LEN],
+    bytes: [u8; MAX_KAFKA_NAME_LEN],
 }
 
 impl TopicName {
-    /// `name` if it is a valid identifier.
+    /// `name` if it is a valid identifier ([`NameRules::Broker`]).
     ///
     /// # Errors
     /// `InvalidArgument` naming what is wrong with it.
     pub fn new(name: &str) -> Result<TopicName, BrokerError> {
-        check_identifier("topic", name)?;
-        let mut bytes = [0; MAX_IDENTIFIER_LEN];
+        TopicName::with_rules(name, NameRules::Broker)
+    }
+
+    /// `name` if `rules` take it. A broker checks the names settings carry by its own rules.
+    ///
+    /// # Errors
+    /// `InvalidArgument` naming what is wrong with it.
+    pub fn with_rules(name: &str, rules: NameRules) -> Result<TopicName, BrokerError> {
+        rules.check("topic", name)?;
+        let mut bytes = [0; MAX_KAFKA_NAME_LEN];
         bytes[..name.len()].copy_from_slice(name.as_bytes());
         Ok(TopicName {
-            // At most MAX_IDENTIFIER_LEN (64), checked above.
+            // At most MAX_KAFKA_NAME_LEN (249), checked above.
             len: name.len() as u8,
             bytes,
         })
@@ -66,7 +75,8 @@ impl Serialize for TopicName {
 impl<'de> Deserialize<'de> for TopicName {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let name = String::deserialize(deserializer)?;
-        TopicName::new(&name).map_err(serde::de::Error::custom)
+        // Any name some broker takes: the broker given it checks it by its own rules.
+        TopicName::with_rules(&name, NameRules::Kafka).map_err(serde::de::Error::custom)
     }
 }
 
@@ -376,6 +386,9 @@ impl GroupSettings {
 }
 
 /// One setting of a group, as the wire carries it ([`GroupSettings`] says what each means).
+// `Copy`, so the dead-letter topic's name is held inline (up to Kafka's 249 bytes) rather than
+// boxed: settings are few and short-lived, and boxing would take `Copy` away from a public type.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum GroupSetting {

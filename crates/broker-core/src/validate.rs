@@ -26,18 +26,74 @@ pub const MAX_HEADER_NAME_LEN: usize = 255;
 /// flight per partition, and a topic has at most [`MAX_PARTITIONS`] partitions by default.
 pub const MAX_ACKS: usize = MAX_PARTITIONS as usize;
 
-/// Identifiers are 1 to 64 ASCII letters, digits, `_` or `-`, case-sensitive and untrimmed.
-pub(crate) fn check_identifier(kind: &str, value: &str) -> Result<(), BrokerError> {
-    let valid = (1..=MAX_IDENTIFIER_LEN).contains(&value.len())
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if valid {
-        Ok(())
-    } else {
-        Err(BrokerError::invalid(format!(
-            "{kind} {value:?} is not a valid identifier (1 to {MAX_IDENTIFIER_LEN} ASCII letters, digits, '_' or '-')"
-        )))
+/// Longest name [`NameRules::Kafka`] accepts, in bytes: Kafka's own limit for topic names.
+pub const MAX_KAFKA_NAME_LEN: usize = 249;
+
+/// Which names of topics, groups and members a broker accepts. Names are case-sensitive and
+/// untrimmed under either rule, and every call of a broker checks them by the same rule.
+///
+/// Encoded (as in a cluster's log) as a `u32`: 0 for `Broker`, 1 for `Kafka`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+pub enum NameRules {
+    /// 1 to [`MAX_IDENTIFIER_LEN`] (64) ASCII letters, digits, `_` or `-`. The default.
+    #[default]
+    Broker,
+    /// Kafka's topic names: 1 to [`MAX_KAFKA_NAME_LEN`] (249) ASCII letters, digits, `.`, `_`
+    /// or `-`, but neither `.` nor `..`. Every name [`NameRules::Broker`] accepts is accepted.
+    /// Unlike Kafka, which refuses a topic whose name differs from an existing one's only by
+    /// `.` against `_` (its metric names cannot tell them apart), such names are two topics
+    /// here: nothing the broker names by topic confuses them.
+    Kafka,
+}
+
+impl NameRules {
+    /// Whether `value` is a name under these rules.
+    pub fn allows(self, value: &str) -> bool {
+        let (longest, dots) = match self {
+            NameRules::Broker => (MAX_IDENTIFIER_LEN, false),
+            NameRules::Kafka => (MAX_KAFKA_NAME_LEN, true),
+        };
+        (1..=longest).contains(&value.len())
+            && value != "."
+            && value != ".."
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (dots && b == b'.'))
+    }
+
+    /// `value` if it is a name under these rules.
+    ///
+    /// # Errors
+    /// `InvalidArgument` naming the `kind` of name (topic, group, member) and the rules.
+    pub fn check(self, kind: &str, value: &str) -> Result<(), BrokerError> {
+        if self.allows(value) {
+            return Ok(());
+        }
+        Err(BrokerError::invalid(match self {
+            NameRules::Broker if NameRules::Kafka.allows(value) => format!(
+                "{kind} {value:?} is not a valid identifier (1 to {MAX_IDENTIFIER_LEN} ASCII \
+                 letters, digits, '_' or '-'); this broker is not set to take Kafka's names, \
+                 which also allow '.' and up to {MAX_KAFKA_NAME_LEN} characters"
+            ),
+            NameRules::Broker => format!(
+                "{kind} {value:?} is not a valid identifier (1 to {MAX_IDENTIFIER_LEN} ASCII letters, digits, '_' or '-')"
+            ),
+            NameRules::Kafka => format!(
+                "{kind} {value:?} is not a valid name (1 to {MAX_KAFKA_NAME_LEN} ASCII letters, \
+                 digits, '.', '_' or '-', other than '.' and '..')"
+            ),
+        }))
+    }
+}
+
+impl std::fmt::Display for NameRules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NameRules::Broker => "broker",
+            NameRules::Kafka => "kafka",
+        })
     }
 }
 
@@ -132,8 +188,44 @@ mod tests {
     #[test]
     fn identifiers_accept_letters_digits_underscore_and_dash_up_to_64() {
         for ok in ["a", "Z", "0", "_", "-", "orders-2_EU", &"x".repeat(64)] {
-            assert!(check_identifier("topic", ok).is_ok(), "{ok:?}");
+            assert!(NameRules::Broker.check("topic", ok).is_ok(), "{ok:?}");
         }
+    }
+
+    #[test]
+    fn kafka_names_add_dots_and_length_up_to_249_but_not_dot_or_dot_dot() {
+        for ok in [
+            "a",
+            "orders.v1",
+            "...",
+            ".a",
+            "a..b",
+            "_-.",
+            &"x".repeat(249),
+        ] {
+            assert!(NameRules::Kafka.check("topic", ok).is_ok(), "{ok:?}");
+        }
+        for bad in ["", ".", "..", &"x".repeat(250), "a b", "a/b", "é", "a:b"] {
+            assert!(NameRules::Kafka.check("topic", bad).is_err(), "{bad:?}");
+        }
+        // Every broker name is a Kafka name.
+        for name in ["a", "orders-2_EU", &"x".repeat(64)] {
+            assert!(NameRules::Kafka.allows(name) && NameRules::Broker.allows(name));
+        }
+    }
+
+    #[test]
+    fn a_kafka_name_refused_by_the_broker_rules_says_where_it_is_taken() {
+        let Err(BrokerError::InvalidArgument(text)) = NameRules::Broker.check("topic", "a.b")
+        else {
+            panic!("a.b is not a broker name");
+        };
+        assert!(text.contains("Kafka's names"), "{text}");
+        let Err(BrokerError::InvalidArgument(text)) = NameRules::Broker.check("topic", "a b")
+        else {
+            panic!("a b is no name");
+        };
+        assert!(!text.contains("Kafka"), "{text}");
     }
 
     #[test]
@@ -151,7 +243,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    check_identifier("topic", bad),
+                    NameRules::Broker.check("topic", bad),
                     Err(BrokerError::InvalidArgument(_))
                 ),
                 "{bad:?}"

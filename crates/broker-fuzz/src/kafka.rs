@@ -69,6 +69,7 @@ fn serve(limit: usize, request_bytes: Vec<u8>) -> Vec<u8> {
             max_partitions: 64,
             log_dir: "/var/lib/broker".into(),
             auto_create_partitions: None,
+            names: broker_core::NameRules::Broker,
             idle_timeout: Duration::from_secs(5),
             read_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(5),

@@ -280,6 +280,7 @@ mod tests {
             max_partitions: 64,
             log_dir: "/var/lib/broker".into(),
             auto_create_partitions: None,
+            names: broker_core::NameRules::Broker,
             idle_timeout: Duration::from_secs(600),
             read_timeout: Duration::from_secs(2),
             write_timeout: Duration::from_secs(60),

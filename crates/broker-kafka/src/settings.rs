@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use broker_core::NameRules;
+
 /// How the listener serves its connections.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaSettings {
@@ -29,6 +31,9 @@ pub struct KafkaSettings {
     /// this many partitions and Kafka's retention, when their Metadata request allows it (as
     /// Kafka's `auto.create.topics.enable`); `None` creates none.
     pub auto_create_partitions: Option<i32>,
+    /// Which names of topics and groups the broker takes: requests naming others are refused
+    /// as Kafka refuses invalid names.
+    pub names: NameRules,
     /// A connection that sends nothing for this long is closed.
     pub idle_timeout: Duration,
     /// A connection whose request has started arriving but is not whole within this long is

@@ -13,7 +13,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use broker_core::cold::LogId;
 use broker_core::image::StateImage;
-use broker_core::{BrokerDescription, BrokerError, BrokerState, Command, Membership, Outcome};
+use broker_core::{
+    BrokerDescription, BrokerError, BrokerState, Command, Membership, NameRules, Outcome,
+};
 use broker_proto::ErrorReply;
 use broker_storage::{Journal, JournalError};
 use tokio::time::Instant;
@@ -268,6 +270,11 @@ impl BrokerGuard<'_> {
         changed
     }
 
+    /// Checks names by `names` from now on; the rules it had.
+    pub(crate) fn set_names(&mut self, names: NameRules) -> NameRules {
+        self.locked.state.set_names(names)
+    }
+
     /// Applies one command of the cluster's log at `now_ms`, the leader's clock when it was
     /// proposed: as [`BrokerGuard::apply`] (audited, dead letters taken), with no journal (the
     /// cluster's log is the journal). Topics whose waiters should retry are added to `wake`.
@@ -341,10 +348,12 @@ impl BrokerGuard<'_> {
         self.locked.state.failure().map(str::to_owned)
     }
 
-    /// Replaces the state (with a snapshot's, in a cluster); the sessions of members the new
+    /// Replaces the state (with a snapshot's, in a cluster), which keeps checking names by
+    /// this server's rules (an image does not carry them); the sessions of members the new
     /// state does not have end (their topic was deleted, or they left, in entries the snapshot
     /// stands for).
-    pub(crate) fn replace_state(&mut self, mut state: BrokerState) {
+    pub(crate) fn replace_state(&mut self, state: BrokerState) {
+        let mut state = state.with_names(self.locked.state.names());
         drop(state.take_dead_letters());
         self.locked.state = state;
         self.forget_sessions_of_non_members();

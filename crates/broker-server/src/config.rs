@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use broker_cluster::{ClusterNode, NodeId};
-use broker_core::{Limits, MAX_PARTITIONS_LIMIT, MAX_PRODUCT_CAPACITY};
+use broker_core::{Limits, NameRules, MAX_PARTITIONS_LIMIT, MAX_PRODUCT_CAPACITY};
 use broker_proto::{ServerLimits, MAX_FRAME_CEILING};
 use tokio::sync::Semaphore;
 
@@ -50,6 +50,8 @@ pub struct Config {
     /// Most topics, partitions per topic, groups per topic and members per group: metadata the
     /// memory budget does not count, bounded so that no client can grow it without end.
     pub limits: Limits,
+    /// Which names of topics, groups and members every listener takes.
+    pub names: NameRules,
     /// A connection that sends nothing for this long while it has no request outstanding is
     /// closed.
     pub idle_timeout: Duration,
@@ -157,6 +159,7 @@ impl Default for Config {
             max_memory: 1024 * 1024 * 1024,
             max_request_memory: default_request_memory(1024 * 1024 * 1024, 8 * 1024 * 1024),
             limits: Limits::default(),
+            names: NameRules::default(),
             idle_timeout: Duration::from_secs(600),
             read_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(30),

@@ -702,10 +702,7 @@ pub(crate) async fn apply_at_leader(
     group: &Cluster,
     command: Command,
 ) -> Result<Outcome, ErrorReply> {
-    let proposal = Proposal::Commands {
-        now_ms: wall_clock_ms(),
-        commands: vec![command],
-    };
+    let proposal = group.commands(wall_clock_ms(), vec![command]);
     match group.propose_via_leader(proposal).await {
         Ok(applied) => applied.results.into_iter().next().map_or_else(
             || {

@@ -53,6 +53,7 @@ fn settings(shared: &Shared) -> KafkaSettings {
             |dir| dir.display().to_string(),
         ),
         auto_create_partitions: shared.config.kafka_auto_create_partitions,
+        names: shared.config.names,
         idle_timeout: shared.config.idle_timeout,
         read_timeout: shared.config.read_timeout,
         write_timeout: shared.config.write_timeout,

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use broker_core::Limits;
+use broker_core::{Limits, NameRules};
 use broker_server::{
     default_request_memory, parse_members, resolve_listen_addr, AuthToken, ClusterSettings, Config,
     ServerError, ServerTls,
@@ -158,6 +158,15 @@ struct Args {
     /// MiB.
     #[arg(long, env = "BROKER_MAX_REQUEST_MEMORY", value_name = "BYTES")]
     max_request_memory: Option<u64>,
+    /// Which names of topics, groups and members the broker takes, on every listener. `broker`:
+    /// 1 to 64 ASCII letters, digits, `_` and `-`. `kafka`: also `.`, and up to 249
+    /// characters, as Kafka allows its topics (`orders.v1`), though neither `.` nor `..`; names
+    /// differing only by `.` against `_` are two topics (Kafka refuses the second, whose metric
+    /// names cannot tell them apart; the broker's metrics label each topic by its exact name).
+    /// Give every node of a cluster, and every restart, the same rules: a server started with
+    /// `broker` keeps the topics named otherwise, but refuses calls that name them.
+    #[arg(long, env = "BROKER_NAMES", value_enum, default_value_t = NamesArg::Broker)]
+    names: NamesArg,
     /// Most topics the broker holds; creating one more is refused.
     #[arg(long, env = "BROKER_MAX_TOPICS", default_value_t = Limits::default().max_topics)]
     max_topics: usize,
@@ -417,6 +426,24 @@ impl From<FsyncArg> for Fsync {
     }
 }
 
+/// `--names`: which names the broker takes (see `NameRules`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum NamesArg {
+    /// 1 to 64 ASCII letters, digits, `_` and `-`.
+    Broker,
+    /// Kafka's: also `.`, up to 249 characters.
+    Kafka,
+}
+
+impl From<NamesArg> for NameRules {
+    fn from(arg: NamesArg) -> NameRules {
+        match arg {
+            NamesArg::Broker => NameRules::Broker,
+            NamesArg::Kafka => NameRules::Kafka,
+        }
+    }
+}
+
 impl Args {
     /// The configuration, with the auth token and the TLS identity loaded.
     fn config(&self) -> Result<Config, ServerError> {
@@ -436,6 +463,7 @@ impl Args {
                 max_groups_per_topic: self.max_groups_per_topic,
                 max_members_per_group: self.max_members_per_group,
             },
+            names: self.names.into(),
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
             read_timeout: Duration::from_millis(self.read_timeout_ms),
             write_timeout: Duration::from_millis(self.write_timeout_ms),

@@ -61,10 +61,20 @@ impl Replica for BrokerReplica {
         let results = {
             let mut broker = self.broker.lock();
             match change {
-                BrokerChange::Commands { now_ms, commands } => commands
-                    .into_iter()
-                    .map(|command| broker.apply_committed(now_ms, command, &mut changed))
-                    .collect(),
+                BrokerChange::Commands {
+                    now_ms,
+                    names,
+                    commands,
+                } => {
+                    // The entry's rules while it applies, this node's own for its reads.
+                    let own = broker.set_names(names);
+                    let results = commands
+                        .into_iter()
+                        .map(|command| broker.apply_committed(now_ms, command, &mut changed))
+                        .collect();
+                    broker.set_names(own);
+                    results
+                }
                 BrokerChange::Tick { now_ms } => {
                     changed = broker.tick_committed(now_ms);
                     Vec::new()
@@ -136,6 +146,7 @@ pub(crate) async fn start(
         .as_ref()
         .map(|token| token.secret().to_owned());
     config.join = settings.join;
+    config.names = shared.config.names;
     config.segment_bytes = shared.config.segment_bytes;
     config.snapshot_every = settings.snapshot_entries;
     config.listeners = Listeners {
@@ -375,10 +386,7 @@ pub(crate) async fn execute(
     commands: Vec<Command>,
 ) -> Result<Vec<Result<Outcome, ErrorReply>>, ErrorReply> {
     let count = commands.len();
-    let proposal = Proposal::Commands {
-        now_ms: wall_clock_ms(),
-        commands,
-    };
+    let proposal = cluster.commands(wall_clock_ms(), commands);
     let applied = cluster.propose(proposal).await.map_err(refusal)?;
     let mut results: Vec<_> = applied
         .results

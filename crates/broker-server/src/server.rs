@@ -130,6 +130,7 @@ fn start_shards(
             .with_capacity(config.capacity)
             .with_memory_budget(memory_budget)
             .with_limits(config.limits)
+            .with_names(config.names)
     };
     let mut brokers = Vec::with_capacity(count);
     // With a data directory (a single broker's: a cluster node keeps its records in its

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use broker_core::cold::ColdStore;
-use broker_core::{v1, BrokerState};
+use broker_core::{v1, BrokerState, NameRules};
 use serde::de::DeserializeOwned;
 
 use crate::format::{
@@ -119,6 +119,10 @@ pub(crate) fn recover(
             (records, state, None)
         }
     };
+    // The log holds only commands that were applied, each under the name rules of its time:
+    // replayed under the widest rules, every one applies as it did. The rules go back to the
+    // default after the replay: the broker opening the directory sets its own.
+    state.set_names(NameRules::Kafka);
     let mut next = snapshot_seq.unwrap_or(0);
     let mut replayed = 0;
     let mut replayed_bytes = 0;
@@ -240,6 +244,7 @@ pub(crate) fn recover(
             offset = entry.end;
         }
     }
+    state.set_names(NameRules::default());
     Ok(Recovery {
         state,
         records,

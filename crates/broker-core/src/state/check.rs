@@ -6,7 +6,7 @@ use super::group::Group;
 use super::log::StoredRecord;
 use super::topic::Topic;
 use super::BrokerState;
-use crate::validate::check_identifier;
+use crate::NameRules;
 
 impl BrokerState {
     /// Checks the invariants every method relies on (the lengths and indexes that tie logs,
@@ -22,7 +22,11 @@ impl BrokerState {
         }
         let mut retained = 0;
         for (name, topic) in &self.topics {
-            check_identifier("topic", name).map_err(|error| error.to_string())?;
+            // Any name a broker may take: rules narrower than the ones a topic was created under
+            // refuse calls naming it, but never the state that holds it.
+            NameRules::Kafka
+                .check("topic", name)
+                .map_err(|error| error.to_string())?;
             let count = topic.partitions.len();
             if !(1..=crate::MAX_PARTITIONS_LIMIT as usize).contains(&count) {
                 return Err(format!("topic {name:?} has {count} partitions"));

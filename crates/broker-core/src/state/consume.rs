@@ -10,7 +10,7 @@ use super::log::StoredRecord;
 use super::topic::Topic;
 use super::{member_of, topic_in, BrokerState, DeadLetterReason};
 use crate::validate::{
-    check_acks_len, check_fetch_max_records, check_identifier, check_offset, check_poll_max_records,
+    check_acks_len, check_fetch_max_records, check_offset, check_poll_max_records,
 };
 use crate::{Assignor, BrokerError, BrokerRecord, GroupSettings, PartitionLag, ResetTo};
 
@@ -111,9 +111,9 @@ impl BrokerState {
     ) -> Result<(Vec<bool>, Vec<BrokerRecord>), BrokerError> {
         check_acks_len(acks.len())?;
         check_poll_max_records(max_records)?;
-        check_identifier("group", group)?;
-        check_identifier("member", member)?;
-        let checked = topic_in(&mut self.topics, topic)?;
+        self.names.check("group", group)?;
+        self.names.check("member", member)?;
+        let checked = topic_in(&mut self.topics, self.names, topic)?;
         for &(partition, offset) in acks {
             check_offset(offset)?;
             checked.partition(partition)?;
@@ -263,9 +263,9 @@ impl BrokerState {
         group: &str,
         offsets: &[(i32, i64)],
     ) -> Result<(), BrokerError> {
-        check_identifier("group", group)?;
+        self.names.check("group", group)?;
         let max_groups = self.limits.max_groups_per_topic;
-        let checked = topic_in(&mut self.topics, topic)?;
+        let checked = topic_in(&mut self.topics, self.names, topic)?;
         let mut selected = Vec::with_capacity(offsets.len());
         for &(partition, offset) in offsets {
             let index = checked.partition(partition)?;
@@ -393,8 +393,8 @@ impl BrokerState {
         partitions: Option<&[i32]>,
         to: ResetTo,
     ) -> Result<Vec<PartitionLag>, BrokerError> {
-        check_identifier("group", group)?;
-        let checked = topic_in(&mut self.topics, topic)?;
+        self.names.check("group", group)?;
+        let checked = topic_in(&mut self.topics, self.names, topic)?;
         if let ResetTo::Offset(offset) = to {
             check_offset(offset)?;
         }

@@ -13,7 +13,7 @@ use bytes::Bytes;
 
 use super::log::StoredRecord;
 use super::BrokerState;
-use crate::validate::{MAX_HEADERS, MAX_IDENTIFIER_LEN};
+use crate::validate::{MAX_HEADERS, MAX_KAFKA_NAME_LEN};
 use crate::{BrokerError, Header, KeyHash, Retention, TopicSetting};
 
 /// The names of the headers a dead-lettered record gains, in order.
@@ -27,7 +27,7 @@ const PROVENANCE: [&str; 6] = [
 ];
 
 /// The most bytes the provenance headers add to a dead-lettered record: their names, two
-/// identifiers, three numbers of at most 20 digits and the longest reason. A record in a
+/// names (a topic's and a group's, as long as [`crate::NameRules::Kafka`] allows), three numbers of at most 20 digits and the longest reason. A record in a
 /// dead-letter topic may be this much larger than any record published, so a server's payload
 /// limit must allow for it in what a data directory retains.
 pub const DEAD_LETTER_HEADER_BYTES: u64 = {
@@ -37,7 +37,7 @@ pub const DEAD_LETTER_HEADER_BYTES: u64 = {
         names += PROVENANCE[index].len();
         index += 1;
     }
-    (names + 2 * MAX_IDENTIFIER_LEN + 3 * 20 + "ack timeout".len()) as u64
+    (names + 2 * MAX_KAFKA_NAME_LEN + 3 * 20 + "ack timeout".len()) as u64
 };
 
 /// The most dead-letter events kept for [`BrokerState::take_dead_letters`]: a server takes
@@ -442,10 +442,12 @@ mod tests {
     #[test]
     fn the_provenance_headers_stay_within_their_bound() {
         // proto.md gives the bound.
-        assert_eq!(DEAD_LETTER_HEADER_BYTES, 312);
-        let mut state = BrokerState::new(10).unwrap();
-        let long = "t".repeat(MAX_IDENTIFIER_LEN);
-        let group = "g".repeat(MAX_IDENTIFIER_LEN);
+        assert_eq!(DEAD_LETTER_HEADER_BYTES, 682);
+        let mut state = BrokerState::new(10)
+            .unwrap()
+            .with_names(crate::NameRules::Kafka);
+        let long = "t".repeat(MAX_KAFKA_NAME_LEN);
+        let group = "g".repeat(MAX_KAFKA_NAME_LEN);
         state.create(&long, 1, KeyHash::default(), &[]).unwrap();
         let mut settings = dead_letter_settings(1);
         settings.push(GroupSetting::AckTimeoutMs(1));

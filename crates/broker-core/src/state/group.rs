@@ -7,7 +7,6 @@
 
 use super::log::PartitionLog;
 use super::{member_of, topic_in, BrokerState};
-use crate::validate::check_identifier;
 use crate::{Assignor, BrokerError, GroupSetting, GroupSettings, StartAt};
 
 /// A consumer group of one topic.
@@ -260,6 +259,21 @@ fn range_owner(partition: usize, partition_count: usize, member_count: usize) ->
 }
 
 impl BrokerState {
+    /// Refuses a dead-letter topic that `wanted` names for a group of `topic` when it is
+    /// `topic` itself, or a name these rules do not take (a setting decoded from the wire may
+    /// hold any name a broker could).
+    fn check_dead_letter(&self, topic: &str, wanted: &GroupSettings) -> Result<(), BrokerError> {
+        let Some(dead_letter) = wanted.dead_letter else {
+            return Ok(());
+        };
+        if dead_letter.as_str() == topic {
+            return Err(BrokerError::invalid(format!(
+                "topic {topic:?} cannot be its own groups' dead-letter topic"
+            )));
+        }
+        self.names.check("topic", dead_letter.as_str())
+    }
+
     /// See [`crate::EventBroker::join_with`] (with `Some(assignor)`) and
     /// [`crate::EventBroker::join`] (with `None`), and [`crate::EventBroker::join_group`] (with
     /// settings).
@@ -278,17 +292,10 @@ impl BrokerState {
         let limits = self.limits;
         let (topic_name, group_name) = (topic, group);
         let wanted = GroupSettings::from_list(settings)?;
-        check_identifier("group", group)?;
-        check_identifier("member", member)?;
-        if wanted
-            .dead_letter
-            .is_some_and(|dead_letter| dead_letter.as_str() == topic)
-        {
-            return Err(BrokerError::invalid(format!(
-                "topic {topic:?} cannot be its own groups' dead-letter topic"
-            )));
-        }
-        let topic = topic_in(&mut self.topics, topic)?;
+        self.names.check("group", group)?;
+        self.names.check("member", member)?;
+        self.check_dead_letter(topic, &wanted)?;
+        let topic = topic_in(&mut self.topics, self.names, topic)?;
         match topic.groups.get(group) {
             Some(existing) => {
                 if let Some(wanted) = assignor.filter(|wanted| *wanted != existing.assignor) {
@@ -372,17 +379,10 @@ impl BrokerState {
         group: &str,
         settings: &[GroupSetting],
     ) -> Result<Vec<GroupSetting>, BrokerError> {
-        check_identifier("group", group)?;
+        self.names.check("group", group)?;
         let mut wanted = GroupSettings::from_list(settings)?;
-        if wanted
-            .dead_letter
-            .is_some_and(|dead_letter| dead_letter.as_str() == topic)
-        {
-            return Err(BrokerError::invalid(format!(
-                "topic {topic:?} cannot be its own groups' dead-letter topic"
-            )));
-        }
-        let checked = topic_in(&mut self.topics, topic)?;
+        self.check_dead_letter(topic, &wanted)?;
+        let checked = topic_in(&mut self.topics, self.names, topic)?;
         let Some(existing) = checked.groups.get_mut(group) else {
             return Err(BrokerError::invalid(format!(
                 "group {group:?} does not exist on topic {topic:?}"
@@ -428,8 +428,8 @@ impl BrokerState {
     /// # Errors
     /// As [`crate::EventBroker::delete_group`].
     pub fn delete_group(&mut self, topic: &str, group: &str) -> Result<bool, BrokerError> {
-        check_identifier("group", group)?;
-        let topic = topic_in(&mut self.topics, topic)?;
+        self.names.check("group", group)?;
+        let topic = topic_in(&mut self.topics, self.names, topic)?;
         let Some(existing) = topic.groups.get(group) else {
             return Ok(false);
         };

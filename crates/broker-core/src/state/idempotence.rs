@@ -101,7 +101,7 @@ impl BrokerState {
         check_batch_len(batches.iter().map(|batch| batch.records.len()).sum())?;
         let now = self.clock_ms;
         let capacity = self.capacity;
-        let topic = topic_in(&mut self.topics, topic)?;
+        let topic = topic_in(&mut self.topics, self.names, topic)?;
         // Every batch is checked before anything is published: all or nothing.
         let mut checked: Vec<Checked> = Vec::with_capacity(batches.len());
         let mut named = vec![false; topic.partitions.len()];

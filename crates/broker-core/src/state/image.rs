@@ -15,7 +15,8 @@ use crate::image::{
     SequencesImage, StateImage, TopicImage,
 };
 use crate::{
-    Assignor, Discard, GroupSettings, Header, KeyHash, Retention, StartAt, TopicName, TopicSettings,
+    Assignor, Discard, GroupSettings, Header, KeyHash, NameRules, Retention, StartAt, TopicName,
+    TopicSettings,
 };
 
 impl BrokerState {
@@ -80,6 +81,8 @@ impl BrokerState {
                     retained: image.retained_bytes,
                 },
                 limits: Limits::default(),
+                // Not kept in images: the broker opening one sets them.
+                names: NameRules::default(),
                 dead_letters: Vec::new(),
             },
             [
@@ -122,6 +125,8 @@ impl BrokerState {
                     retained: image.retained_bytes,
                 },
                 limits: Limits::default(),
+                // Not kept in images: the broker opening one sets them.
+                names: NameRules::default(),
                 dead_letters: Vec::new(),
             },
             [

@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use crate::cold::{ColdStore, LogId};
 use crate::validate::{
-    check_capacity, check_identifier, check_product_capacity, MAX_PARTITIONS, MAX_PARTITIONS_LIMIT,
+    check_capacity, check_product_capacity, NameRules, MAX_PARTITIONS, MAX_PARTITIONS_LIMIT,
 };
 use crate::BrokerError;
 
@@ -77,6 +77,8 @@ pub struct BrokerState {
     topics: HashMap<String, Topic>,
     memory: Memory,
     limits: Limits,
+    /// Which names of topics, groups and members calls may use.
+    names: NameRules,
     /// Records moved to dead-letter topics and not yet taken ([`BrokerState::take_dead_letters`]).
     dead_letters: Vec<DeadLettered>,
 }
@@ -128,6 +130,7 @@ impl BrokerState {
             topics: HashMap::new(),
             memory: Memory::default(),
             limits: Limits::default(),
+            names: NameRules::default(),
             dead_letters: Vec::new(),
         })
     }
@@ -155,6 +158,26 @@ impl BrokerState {
     /// The limits in force.
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// This state checking names of topics, groups and members by `names`. Every call checks
+    /// every name it is given by these rules, those of topics and groups already present
+    /// included: a state given narrower rules than it had keeps its topics but refuses calls
+    /// naming those the new rules do not allow.
+    #[must_use]
+    pub fn with_names(mut self, names: NameRules) -> Self {
+        self.names = names;
+        self
+    }
+
+    /// The name rules in force.
+    pub fn names(&self) -> NameRules {
+        self.names
+    }
+
+    /// Checks names by `names` from now on, as [`BrokerState::with_names`]; the rules it had.
+    pub fn set_names(&mut self, names: NameRules) -> NameRules {
+        std::mem::replace(&mut self.names, names)
     }
 
     /// The broker's default capacity per partition (interest retention).
@@ -232,14 +255,14 @@ impl BrokerState {
     /// The topic named `topic`, validated.
     #[inline]
     fn topic(&self, topic: &str) -> Result<&Topic, BrokerError> {
-        check_identifier("topic", topic)?;
+        self.names.check("topic", topic)?;
         self.topics.get(topic).ok_or_else(|| unknown_topic(topic))
     }
 
     /// [`BrokerState::topic`], mutable.
     #[inline]
     fn topic_mut(&mut self, topic: &str) -> Result<&mut Topic, BrokerError> {
-        topic_in(&mut self.topics, topic)
+        topic_in(&mut self.topics, self.names, topic)
     }
 
     /// Validates topic, group and member identifiers and looks up the topic.
@@ -250,8 +273,8 @@ impl BrokerState {
         group: &str,
         member: &str,
     ) -> Result<&mut Topic, BrokerError> {
-        check_identifier("group", group)?;
-        check_identifier("member", member)?;
+        self.names.check("group", group)?;
+        self.names.check("member", member)?;
         self.topic_mut(topic)
     }
 }
@@ -261,9 +284,10 @@ impl BrokerState {
 #[inline]
 fn topic_in<'a>(
     topics: &'a mut HashMap<String, Topic>,
+    names: NameRules,
     topic: &str,
 ) -> Result<&'a mut Topic, BrokerError> {
-    check_identifier("topic", topic)?;
+    names.check("topic", topic)?;
     topics.get_mut(topic).ok_or_else(|| unknown_topic(topic))
 }
 

@@ -11,7 +11,7 @@ use crate::describe::{
     BrokerDescription, GroupDescription, GroupPartitionDescription, MemberDescription,
     PartitionDescription, TopicDescription,
 };
-use crate::validate::{check_fetch_max_records, check_identifier, check_offset};
+use crate::validate::{check_fetch_max_records, check_offset};
 use crate::{BrokerError, PartitionLag, PartitionRead};
 
 impl BrokerState {
@@ -40,7 +40,7 @@ impl BrokerState {
     /// # Errors
     /// As [`crate::EventBroker::committed`].
     pub fn committed(&self, topic: &str, group: &str, partition: i32) -> Result<i64, BrokerError> {
-        check_identifier("group", group)?;
+        self.names.check("group", group)?;
         let topic = self.topic(topic)?;
         let partition = topic.partition(partition)?;
         Ok(committed_offset(topic, group, partition))
@@ -102,7 +102,7 @@ impl BrokerState {
     /// # Errors
     /// As [`crate::EventBroker::lag`].
     pub fn lag(&self, topic: &str, group: &str) -> Result<Vec<PartitionLag>, BrokerError> {
-        check_identifier("group", group)?;
+        self.names.check("group", group)?;
         let topic = self.topic(topic)?;
         Ok((0..topic.partitions.len())
             .map(|partition| {

@@ -11,9 +11,7 @@ use super::idempotence::Producer;
 use super::log::{PartitionLog, StoredRecord};
 use super::memory::Memory;
 use super::{topic_in, BrokerState};
-use crate::validate::{
-    check_batch_len, check_headers, check_identifier, check_offset, check_partition_count,
-};
+use crate::validate::{check_batch_len, check_headers, check_offset, check_partition_count};
 use crate::{
     hash, BrokerError, Discard, KeyHash, PublishRecord, Retention, TopicSetting, TopicSettings,
 };
@@ -175,7 +173,7 @@ impl BrokerState {
         key_hash: KeyHash,
         settings: &[TopicSetting],
     ) -> Result<bool, BrokerError> {
-        check_identifier("topic", topic)?;
+        self.names.check("topic", topic)?;
         check_partition_count(partition_count, self.limits.max_partitions)?;
         let settings = TopicSettings::from_list(settings)?;
         if self.topics.contains_key(topic) {
@@ -220,7 +218,7 @@ impl BrokerState {
         settings: &[TopicSetting],
     ) -> Result<Vec<TopicSetting>, BrokerError> {
         let now = self.clock_ms;
-        let existing = topic_in(&mut self.topics, topic)?;
+        let existing = topic_in(&mut self.topics, self.names, topic)?;
         let wanted = existing.settings.changed(settings)?;
         existing.settings = wanted;
         for partition in 0..existing.partitions.len() {
@@ -239,7 +237,7 @@ impl BrokerState {
         partition_count: i32,
     ) -> Result<i32, BrokerError> {
         let max = self.limits.max_partitions;
-        let topic = topic_in(&mut self.topics, topic)?;
+        let topic = topic_in(&mut self.topics, self.names, topic)?;
         check_partition_count(partition_count, max)?;
         let current = topic.partitions.len();
         let wanted = partition_count as usize;
@@ -269,7 +267,7 @@ impl BrokerState {
     /// # Errors
     /// As [`crate::EventBroker::delete_topic`].
     pub fn delete_topic(&mut self, topic: &str) -> Result<bool, BrokerError> {
-        check_identifier("topic", topic)?;
+        self.names.check("topic", topic)?;
         let Some(removed) = self.topics.remove(topic) else {
             return Ok(false);
         };
@@ -288,7 +286,7 @@ impl BrokerState {
     /// As [`crate::EventBroker::purge`].
     pub fn purge(&mut self, topic: &str, partition: i32, before: i64) -> Result<i64, BrokerError> {
         check_offset(before)?;
-        let topic = topic_in(&mut self.topics, topic)?;
+        let topic = topic_in(&mut self.topics, self.names, topic)?;
         let partition = topic.partition(partition)?;
         let end = topic.partitions[partition].end();
         let freed = topic.discard_below(partition, before.min(end))?;
@@ -307,7 +305,7 @@ impl BrokerState {
         payload: Bytes,
     ) -> Result<i64, BrokerError> {
         let now = self.clock_ms;
-        let topic = topic_in(&mut self.topics, topic)?;
+        let topic = topic_in(&mut self.topics, self.names, topic)?;
         let partition = topic.partition(partition)?;
         topic.append(
             partition,
@@ -329,7 +327,7 @@ impl BrokerState {
         payload: Bytes,
     ) -> Result<(i32, i64), BrokerError> {
         let now = self.clock_ms;
-        let topic = topic_in(&mut self.topics, topic)?;
+        let topic = topic_in(&mut self.topics, self.names, topic)?;
         let partition = topic.partition_for_key(key.as_ref());
         let offset = topic.append(
             partition,
@@ -375,7 +373,7 @@ impl BrokerState {
     ) -> Result<Vec<(i32, i64)>, BrokerError> {
         check_batch_len(records.len())?;
         let now = self.clock_ms;
-        let topic = topic_in(&mut self.topics, topic)?;
+        let topic = topic_in(&mut self.topics, self.names, topic)?;
         for record in &records {
             if let Some(partition) = record.partition {
                 topic.partition(partition)?;

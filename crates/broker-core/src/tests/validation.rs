@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 
 use super::{assert_invalid, broker};
-use crate::{Assignor, EventBroker, KeyHash, MAX_FETCH_RECORDS};
+use crate::{
+    Assignor, BrokerState, EventBroker, GroupSetting, KeyHash, NameRules, TopicName,
+    MAX_FETCH_RECORDS,
+};
 
 /// Identifiers every method must refuse.
 fn bad_identifiers() -> Vec<String> {
@@ -242,4 +245,84 @@ fn join_with_a_different_assignor_is_invalid_and_changes_nothing() {
         b.join_with("t", "g", "a", Assignor::RoundRobin).unwrap(),
         vec![0]
     );
+}
+
+/// A broker taking Kafka's names, with a topic "orders.v1" of 2 partitions.
+fn kafka_names() -> EventBroker {
+    let state = BrokerState::new(3).unwrap().with_names(NameRules::Kafka);
+    let b = EventBroker::from_state(state);
+    assert!(b.create("orders.v1", 2).unwrap());
+    b
+}
+
+#[test]
+fn a_broker_taking_kafkas_names_takes_them_in_every_call() {
+    let b = kafka_names();
+    let long = "x.".repeat(124) + "y";
+    assert_eq!(long.len(), 249);
+    assert!(b.create(&long, 1).unwrap());
+    assert_eq!(b.publish("orders.v1", 0, "a").unwrap(), 0);
+    assert_eq!(
+        b.join("orders.v1", "billing.eu", "worker.1").unwrap(),
+        [0, 1]
+    );
+    let polled = b.poll("orders.v1", "billing.eu", "worker.1", 1).unwrap();
+    assert_eq!(polled.len(), 1);
+    assert!(b.ack("orders.v1", "billing.eu", "worker.1", 0, 0).unwrap());
+    let dead_letter = TopicName::with_rules("orders.v1.dlq", NameRules::Kafka).unwrap();
+    b.join_group(
+        "orders.v1",
+        "audit.eu",
+        "a",
+        None,
+        &[
+            GroupSetting::MaxDeliveries(3),
+            GroupSetting::DeadLetter(dead_letter),
+        ],
+    )
+    .unwrap();
+    let names: Vec<String> = b.describe().topics.into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["orders.v1".to_owned(), long]);
+    // Still refused: `.` and `..`, and longer names.
+    for bad in [".", "..", &"x".repeat(250), "a b", "a/b"] {
+        assert_invalid(&b, |b| b.create(bad, 1));
+        assert_every_member_call_invalid(&b, bad, "g", "m");
+        assert_every_member_call_invalid(&b, "orders.v1", bad, "m");
+    }
+}
+
+#[test]
+fn a_broker_with_its_own_names_refuses_kafkas_wider_ones_even_from_the_wire() {
+    let b = broker(3);
+    assert_invalid(&b, |b| b.create("orders.v1", 1));
+    b.create("t", 1).unwrap();
+    // A dead-letter topic decoded from the wire may hold any name some broker takes.
+    let dead_letter = TopicName::with_rules("t.dlq", NameRules::Kafka).unwrap();
+    assert!(
+        TopicName::new("t.dlq").is_err(),
+        "not a name of these rules"
+    );
+    assert_invalid(&b, |b| {
+        b.join_group(
+            "t",
+            "g",
+            "m",
+            None,
+            &[GroupSetting::DeadLetter(dead_letter)],
+        )
+    });
+}
+
+#[test]
+fn narrower_names_keep_the_topics_named_otherwise_but_refuse_calls_naming_them() {
+    let b = kafka_names();
+    b.publish("orders.v1", 1, "a").unwrap();
+    // An image does not carry the rules: the broker opening it sets them.
+    let image = b.with_state(|state| state.to_image());
+    let reopened = EventBroker::from_state(BrokerState::from_image(image.clone(), None).unwrap());
+    assert_eq!(reopened.describe().topics[0].name, "orders.v1");
+    assert_invalid(&reopened, |b| b.publish("orders.v1", 0, "b"));
+    let state = BrokerState::from_image(image, None).unwrap();
+    let widened = EventBroker::from_state(state.with_names(NameRules::Kafka));
+    assert_eq!(widened.publish("orders.v1", 1, "b").unwrap(), 1);
 }

@@ -41,7 +41,7 @@ impl<B: Backend> Handler<'_, B> {
                     .with_error_code(error.code())
                     .with_error_message(message(text))
             };
-            if let Err(error) = broker_core::TopicName::new(&name) {
+            if let Err(error) = self.settings.names.check("topic", &name) {
                 return refused(ResponseError::InvalidTopicException, error.to_string());
             }
             let partition_count = match topic.num_partitions {

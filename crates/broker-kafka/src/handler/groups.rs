@@ -31,12 +31,6 @@ use super::{unexpected, Handler};
 /// waits at most as long).
 const SESSION_TIMEOUT_MS: std::ops::RangeInclusive<i32> = 1_000..=1_800_000;
 
-/// Whether `group` names a group the broker can keep: 1 to 64 ASCII letters, digits, `_` and
-/// `-`, the rule of every identifier of the broker (topic names included).
-pub(super) fn is_group_id(group: &str) -> bool {
-    broker_core::TopicName::new(group).is_ok()
-}
-
 /// `ms` milliseconds (never negative).
 fn millis(ms: i32) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
@@ -61,7 +55,7 @@ impl<B: Backend> Handler<'_, B> {
                 .with_generation_id(-1)
                 .with_member_id(request.member_id.clone())
         };
-        if !is_group_id(&group) {
+        if !self.is_group_id(&group) {
             return refused(ResponseError::InvalidGroupId);
         }
         if !SESSION_TIMEOUT_MS.contains(&request.session_timeout_ms) {
@@ -305,7 +299,7 @@ impl<B: Backend> Handler<'_, B> {
         group: &str,
         topics: &[TopicDescription],
     ) -> Option<ResponseError> {
-        if !is_group_id(group) {
+        if !self.is_group_id(group) {
             return Some(ResponseError::InvalidGroupId);
         }
         if self.coordinator.has_members(group) {

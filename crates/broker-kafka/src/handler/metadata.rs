@@ -150,7 +150,7 @@ impl<B: Backend> Handler<'_, B> {
             Err(_) => return refused,
         };
         for name in names.iter().filter(|name| !existing.contains(name)) {
-            if broker_core::TopicName::new(name).is_err() {
+            if !self.settings.names.allows(name) {
                 refused.insert(name.clone(), ResponseError::InvalidTopicException);
                 continue;
             }

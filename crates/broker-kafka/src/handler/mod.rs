@@ -69,6 +69,12 @@ pub(crate) struct Handler<'a, B> {
 }
 
 impl<B: Backend> Handler<'_, B> {
+    /// Whether `group` names a group the broker can keep: a name its rules take, as every
+    /// name of the broker (topic names included).
+    pub(super) fn is_group_id(&self, group: &str) -> bool {
+        self.settings.names.allows(group)
+    }
+
     /// Answers one request of `version`, from the client that `client_id` names.
     pub(crate) async fn handle(
         &self,

@@ -25,13 +25,12 @@ use kafka_protocol::ResponseError;
 use crate::errors::{code, coordinator_error};
 use crate::Backend;
 
-use super::groups::is_group_id;
 use super::{kafka_topic, topic_name, unexpected, Handler};
 
 impl<B: Backend> Handler<'_, B> {
     pub(super) async fn offset_commit(&self, request: OffsetCommitRequest) -> OffsetCommitResponse {
         let group = request.group_id.as_str();
-        let allowed = if is_group_id(group) {
+        let allowed = if self.is_group_id(group) {
             self.coordinator.may_commit(
                 group,
                 request.member_id.as_str(),
@@ -134,7 +133,7 @@ impl<B: Backend> Handler<'_, B> {
 
     pub(super) async fn offset_fetch(&self, request: OffsetFetchRequest) -> OffsetFetchResponse {
         let group = request.group_id.as_str();
-        if !is_group_id(group) {
+        if !self.is_group_id(group) {
             return OffsetFetchResponse::default()
                 .with_error_code(ResponseError::InvalidGroupId.code());
         }
@@ -232,7 +231,7 @@ impl<B: Backend> Handler<'_, B> {
         let group = request.group_id.as_str();
         let refused =
             |error: ResponseError| OffsetDeleteResponse::default().with_error_code(error.code());
-        if !is_group_id(group) {
+        if !self.is_group_id(group) {
             return refused(ResponseError::InvalidGroupId);
         }
         let described = match self.describe(None).await {

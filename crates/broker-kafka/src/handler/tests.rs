@@ -46,6 +46,7 @@ fn settings() -> KafkaSettings {
         max_partitions: 64,
         log_dir: "/var/lib/broker".into(),
         auto_create_partitions: None,
+        names: broker_core::NameRules::Broker,
         idle_timeout: Duration::from_secs(60),
         read_timeout: Duration::from_secs(60),
         write_timeout: Duration::from_secs(60),
