@@ -16,7 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use broker_client::{
-    BrokerRecord, Client, Discard, Header, KeyHash, PublishRecord, Retention, TopicSetting,
+    BrokerRecord, Client, Discard, GroupSetting, Header, KeyHash, NameRules, PublishRecord,
+    Retention, TopicName, TopicSetting,
 };
 use broker_testkit::cluster::Nodes;
 use broker_testkit::process::ServerProcess;
@@ -1801,26 +1802,46 @@ async fn kafkas_dotted_names_are_taken_on_every_listener_where_the_server_takes_
 
     // The names and what they hold survive a restart with the same rules.
     assert!(server.terminate(Duration::from_secs(10)).success());
-    let server = ServerProcess::start(&flags);
+    let mut server = ServerProcess::start(&flags);
     let client = Client::connect(server.addr_string()).await.unwrap();
     assert_eq!(payloads(&client, "orders.v1").await, ["first", "second"]);
     assert_eq!(payloads(&client, &long).await, ["native"]);
     let lag = client.lag("orders.v1", "billing.eu").await.unwrap();
     assert_eq!(lag[0].committed, 2, "{lag:?}");
-    drop(server);
-
-    // Started with the broker's own rules, the server keeps them but refuses calls naming them.
-    let narrower = ServerProcess::start(&flags[..4]);
-    let client = Client::connect(narrower.addr_string()).await.unwrap();
-    let names: Vec<String> = client
-        .describe()
+    // A group whose dead-letter topic has a Kafka name, then a kill: the next start replays
+    // these changes from the log.
+    let dead_letter = TopicName::with_rules("orders.v1.dlq", NameRules::Kafka).unwrap();
+    let settings = [
+        GroupSetting::MaxDeliveries(2),
+        GroupSetting::DeadLetter(dead_letter),
+    ];
+    client
+        .join_group("orders.v1", "audit.eu", "a", None, &settings)
         .await
-        .unwrap()
-        .topics
-        .into_iter()
-        .map(|topic| topic.name)
-        .collect();
-    assert_eq!(names, ["orders.v1".to_owned(), long]);
-    let refused = client.publish("orders.v1", 0, "x").await.unwrap_err();
-    assert!(refused.to_string().contains("Kafka's names"), "{refused}");
+        .unwrap();
+    client.publish("orders.v1", 0, "third").await.unwrap();
+    server.kill();
+
+    // Started with the broker's own rules, the server replays and keeps them (twice: the
+    // second start reads them from the checkpoint the first wrote), but refuses calls naming
+    // them.
+    for _ in 0..2 {
+        let narrower = ServerProcess::start(&flags[..4]);
+        let client = Client::connect(narrower.addr_string()).await.unwrap();
+        let described = client.describe().await.unwrap();
+        let names: Vec<&str> = described.topics.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["orders.v1", long.as_str()]);
+        assert_eq!(described.topics[0].partitions[0].end_offset, 3);
+        let audit = described.topics[0]
+            .groups
+            .iter()
+            .find(|g| g.name == "audit.eu");
+        assert!(
+            audit.is_some_and(|group| group.settings.contains(&settings[1])),
+            "{:?}",
+            described.topics[0].groups
+        );
+        let refused = client.publish("orders.v1", 0, "x").await.unwrap_err();
+        assert!(refused.to_string().contains("Kafka's names"), "{refused}");
+    }
 }

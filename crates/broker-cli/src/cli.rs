@@ -290,7 +290,8 @@ setting (`broker configure` changes the limits and --discard; the retention and 
 change), and --add-partitions gives an existing topic more partitions (never fewer). Keys then map to other partitions, as in Kafka: order per key holds only among records
 published after the change.")]
 pub struct CreateArgs {
-    /// Topic name: 1 to 64 ASCII letters, digits, '_' or '-'.
+    /// Topic name: 1 to 64 ASCII letters, digits, '_' or '-' (or, on a server started with
+    /// --names kafka, also '.' and up to 249 characters).
     pub topic: String,
     /// Number of partitions, 1 to the server's --max-partitions (64 by default); with
     /// --add-partitions, the count an existing topic grows to. 1 for a new topic when not given.

@@ -471,6 +471,9 @@ pub struct Cluster {
     /// Links to the group's leader kept for forwarded requests, with the address each dialled.
     leader_links: std::sync::Mutex<BTreeMap<NodeId, (String, PeerLink)>>,
     kafka_addresses: Arc<peer_listeners::KafkaAddresses>,
+    /// Every member answered that it applies [`Proposal::NamedCommands`] (asked before the
+    /// first one this handle proposes).
+    named_commands_known: AtomicBool,
     stop: CancellationToken,
     tracker: TaskTracker,
 }
@@ -598,6 +601,7 @@ impl Cluster {
             changing: tokio::sync::Mutex::new(()),
             leader_links: std::sync::Mutex::default(),
             kafka_addresses,
+            named_commands_known: AtomicBool::new(false),
             stop,
             tracker,
         };
@@ -683,6 +687,7 @@ impl Cluster {
             changing: tokio::sync::Mutex::new(()),
             leader_links: std::sync::Mutex::default(),
             kafka_addresses: Arc::clone(&self.kafka_addresses),
+            named_commands_known: AtomicBool::new(false),
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
         };
@@ -798,7 +803,60 @@ impl Cluster {
     /// [`ProposeError::NotLeader`] on a node that is not the leader (nothing was proposed);
     /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
     pub async fn propose(&self, proposal: Proposal) -> Result<Applied, ProposeError> {
+        if matches!(proposal, Proposal::NamedCommands { .. })
+            && !self.named_commands_known.load(Ordering::Acquire)
+        {
+            self.ensure_leader()?;
+            self.check_feature(
+                network::NAMED_COMMANDS,
+                "apply commands under Kafka's names",
+            )
+            .await?;
+            self.named_commands_known.store(true, Ordering::Release);
+        }
         self.core.propose(proposal).await
+    }
+
+    /// `Ok` unless another member of the group that answers does not have `feature` (it
+    /// answers without it, or closes the connection at the question, as a node of an earlier
+    /// release does): the refusal naming it then, saying it cannot `what`. A member that cannot
+    /// be reached now is not waited for, so that a group with a member down keeps serving: it is
+    /// not asked again by this handle.
+    async fn check_feature(&self, feature: &str, what: &str) -> Result<(), ProposeError> {
+        let (_, members) = self.membership();
+        let members: BTreeMap<NodeId, ClusterNode> = members.into_iter().collect();
+        let answers = ask_members(
+            &self.network,
+            self.node_id,
+            &members,
+            |mut link| async move { link.features(network::PEER_ANSWER_WITHIN).await },
+        );
+        for (node, answer) in answers.await {
+            let why = match answer {
+                Ok(features) if features.iter().any(|known| known == feature) => continue,
+                Ok(_) => "its release does not".to_owned(),
+                Err(cause)
+                    if matches!(
+                        cause.kind(),
+                        io::ErrorKind::UnexpectedEof
+                            | io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::InvalidData
+                    ) =>
+                {
+                    format!("it closed the connection at the question, as an earlier release does: {cause}")
+                }
+                Err(cause) => {
+                    tracing::warn!(node, feature, %cause, "a member that cannot be reached was not asked whether its release has a feature");
+                    continue;
+                }
+            };
+            return Err(ProposeError::Refused(format!(
+                "node {node} (at {}) does not say that it can {what} ({why}): every node must \
+                 run this release or a later one first; upgrade it, then try again",
+                members[&node].raft_addr
+            )));
+        }
+        Ok(())
     }
 
     /// The proposal of `commands` applied at `now_ms` under this node's name rules

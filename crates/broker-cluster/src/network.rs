@@ -133,7 +133,17 @@ pub(crate) enum PeerRequest {
     /// majority (a read index); the asking node reads once it has applied that entry. Added with
     /// groups, always inside a `Group`.
     ReadIndex,
+    /// What the node's release can do beyond [`Abilities`], by name ([`FEATURES`]): asked
+    /// before the first entry that a node of an earlier release could not apply. Added with
+    /// name rules: a node of an earlier release closes the connection instead of answering.
+    Features,
 }
+
+/// The features of this release a peer may ask about ([`PeerRequest::Features`]).
+pub(crate) const FEATURES: &[&str] = &[NAMED_COMMANDS];
+
+/// The feature of applying [`crate::Proposal::NamedCommands`].
+pub(crate) const NAMED_COMMANDS: &str = "named-commands";
 
 /// What a node's release can do, as it tells its peers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,6 +199,7 @@ enum NodeQuestion {
     Listeners,
     Members,
     Abilities,
+    Features,
 }
 
 impl PeerRequest {
@@ -208,6 +219,7 @@ impl PeerRequest {
             PeerRequest::Listeners => return Err(NodeQuestion::Listeners),
             PeerRequest::Members => return Err(NodeQuestion::Members),
             PeerRequest::Abilities => return Err(NodeQuestion::Abilities),
+            PeerRequest::Features => return Err(NodeQuestion::Features),
         };
         Ok((FIRST_GROUP, request))
     }
@@ -223,6 +235,7 @@ impl PeerRequest {
             Err(NodeQuestion::Listeners) => PeerRequest::Listeners,
             Err(NodeQuestion::Members) => PeerRequest::Members,
             Err(NodeQuestion::Abilities) => PeerRequest::Abilities,
+            Err(NodeQuestion::Features) => PeerRequest::Features,
         }
     }
 }
@@ -258,6 +271,8 @@ pub(crate) enum PeerResponse {
     Proposed(Result<Applied, ProposeError>),
     /// Answers [`PeerRequest::ReadIndex`]: the index to have applied before reading.
     ReadIndex(Result<u64, ProposeError>),
+    /// Answers [`PeerRequest::Features`]: the names of the features of the node's release.
+    Features(Vec<String>),
 }
 
 /// Where a node serves clients besides the broker port, as its peers are told.
@@ -628,6 +643,19 @@ impl PeerLink {
         }
     }
 
+    /// Asks the peer which features its release has ([`PeerRequest::Features`]), waiting at
+    /// most `timeout`.
+    ///
+    /// # Errors
+    /// The peer cannot be reached, refuses this node, or does not know the question (a node
+    /// of an earlier release).
+    pub(crate) async fn features(&mut self, timeout: Duration) -> io::Result<Vec<String>> {
+        match self.question(PeerRequest::Features, timeout).await? {
+            PeerResponse::Features(features) => Ok(features),
+            _ => Err(another_answer()),
+        }
+    }
+
     /// Asks the peer where it serves clients besides the broker port
     /// ([`PeerRequest::Listeners`]), waiting at most `timeout`.
     ///
@@ -941,6 +969,9 @@ fn answer_about_the_node(service: &PeerService, question: NodeQuestion) -> PeerR
     match question {
         NodeQuestion::Listeners => PeerResponse::Listeners(service.listeners.clone()),
         NodeQuestion::Abilities => PeerResponse::Abilities(ABILITIES),
+        NodeQuestion::Features => {
+            PeerResponse::Features(FEATURES.iter().map(ToString::to_string).collect())
+        }
         NodeQuestion::Members => PeerResponse::Members(BTreeMap::clone(&service.members)),
     }
 }

@@ -1451,3 +1451,58 @@ async fn the_first_change_to_the_clusters_state_waits_for_every_member() {
         node.cluster.shutdown().await;
     }
 }
+
+/// The first entry of commands under other name rules waits for no member that cannot be
+/// reached, but is refused, naming it, while a member closes the connection at the question,
+/// as a node of an earlier release does (it would stop at the entry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_under_kafkas_names_are_refused_while_a_member_of_an_earlier_release_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (members, mut nodes) = start_three(dir.path()).await;
+    let all: Vec<&Node> = nodes.iter().flatten().collect();
+    let at = leader(&all).await;
+    let down = (at + 1) % 3;
+    let down_id = down as NodeId + 1;
+    nodes[down].take().unwrap().cluster.shutdown().await;
+    let create = |topic: &str| {
+        vec![Command::Create {
+            topic: topic.to_owned(),
+            partition_count: 1,
+            key_hash: KeyHash::default(),
+            settings: Vec::new(),
+        }]
+    };
+    let named =
+        |topic: &str| Proposal::commands(1_000, broker_core::NameRules::Kafka, create(topic));
+    // In its place, a peer that reads what it is sent and closes the connection.
+    let earlier = TcpListener::bind(&members[&down_id].raft_addr)
+        .await
+        .unwrap();
+    let closing = tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = earlier.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buffer = [0; 4096];
+                let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut buffer).await;
+            });
+        }
+    });
+    let rest: Vec<&Node> = nodes.iter().flatten().collect();
+    let leading = &rest[leader(&rest).await].cluster;
+    match leading.propose(named("a.b")).await {
+        Err(ProposeError::Refused(why)) => {
+            assert!(why.contains(&format!("node {down_id} ")), "{why}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // Nothing answers there any more: the member is not waited for.
+    closing.abort();
+    let _ = closing.await;
+    let applied = leading.propose(named("a.b")).await.unwrap();
+    assert_eq!(applied.results, vec![Ok(Outcome::Created(true))]);
+    for node in nodes.iter().flatten() {
+        node.cluster.shutdown().await;
+    }
+}

@@ -414,12 +414,28 @@ impl GroupSetting {
     }
 
     /// The protocol version that added this setting: a connection of an older version never
-    /// sees it (descriptions leave it out) and cannot send it.
+    /// sees it (descriptions leave it out) and cannot send it. A dead-letter topic named under
+    /// Kafka's rules only (with `.`, or longer than 64) is of version 11: clients of earlier
+    /// versions cannot decode its name.
     pub fn since_version(&self) -> u16 {
         match self {
             GroupSetting::StartAt(_) | GroupSetting::AckTimeoutMs(_) => 2,
+            GroupSetting::DeadLetter(name) if !NameRules::Broker.allows(name.as_str()) => 11,
             GroupSetting::MaxDeliveries(_) | GroupSetting::DeadLetter(_) => 4,
         }
+    }
+
+    /// Leaves out of `settings` those a connection of protocol `version` never sees (see
+    /// [`GroupSetting::since_version`]); a maximum of deliveries leaves with its dead-letter
+    /// topic, since neither goes without the other.
+    pub fn keep_those_of_version(settings: &mut Vec<GroupSetting>, version: u16) {
+        let dead_letter_left = settings.iter().any(|setting| {
+            matches!(setting, GroupSetting::DeadLetter(_)) && setting.since_version() > version
+        });
+        settings.retain(|setting| {
+            setting.since_version() <= version
+                && !(dead_letter_left && matches!(setting, GroupSetting::MaxDeliveries(_)))
+        });
     }
 }
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio_util::codec::{Decoder, Encoder};
 
 use crate::{RequestFrame, RequestFrameRef, ResponseFrame};
-use broker_core::Outcome;
+use broker_core::{GroupSetting, Outcome};
 
 /// No frame may ever be larger than this (64 MiB), whatever a server is configured with. It is
 /// also bincode's decode limit, so no length field inside a frame can make the decoder allocate
@@ -330,17 +330,21 @@ impl Encoder<ResponseFrame> for ServerCodec {
             let mut framing = self.framing.retype::<(), crate::v1::ResponseFrame>();
             return framing.encode(crate::v1::ResponseFrame::from(item), dst);
         }
-        if let Ok(Outcome::Description(description)) = &mut item.result {
-            // Settings a later version added are not part of this version's descriptions.
-            for group in description
-                .topics
-                .iter_mut()
-                .flat_map(|t| t.groups.iter_mut())
-            {
-                group
-                    .settings
-                    .retain(|setting| setting.since_version() <= self.version);
+        // Settings a later version added are not part of this version's answers.
+        match &mut item.result {
+            Ok(Outcome::Description(description)) => {
+                for group in description
+                    .topics
+                    .iter_mut()
+                    .flat_map(|t| t.groups.iter_mut())
+                {
+                    GroupSetting::keep_those_of_version(&mut group.settings, self.version);
+                }
             }
+            Ok(Outcome::GroupSettings(settings)) => {
+                GroupSetting::keep_those_of_version(settings, self.version);
+            }
+            _ => {}
         }
         self.framing.encode(item, dst)
     }

@@ -424,11 +424,12 @@ const COMPANION_SUFFIXES: [&str; 6] = [
     "failed",
 ];
 
-/// Separators between a topic's name and a [`COMPANION_SUFFIXES`] entry.
-const COMPANION_SEPARATORS: [char; 2] = ['-', '_'];
+/// Separators between a topic's name and a [`COMPANION_SUFFIXES`] entry (`.` in Kafka's
+/// names, `orders.v1.dlq`).
+const COMPANION_SEPARATORS: [char; 3] = ['-', '_', '.'];
 
 /// The names of the topics `topic` would be a companion of (its dead-letter or retry topic),
-/// by its name: `orders` for `orders-dlq` or `orders_retry`.
+/// by its name: `orders` for `orders-dlq`, `orders_retry` or `orders.dlq`.
 pub(crate) fn companions_of(topic: &str) -> impl Iterator<Item = &str> {
     COMPANION_SUFFIXES.iter().filter_map(move |suffix| {
         topic

@@ -123,6 +123,12 @@ impl Nodes {
         nodes
     }
 
+    /// Starts every node from its next (re)start on with the flags `extra` besides the
+    /// cluster's, instead of those it was given so far.
+    pub fn set_extra_flags(&mut self, extra: &[&str]) {
+        self.extra_flags = extra.iter().map(ToString::to_string).collect();
+    }
+
     /// Starts node `index` (again) on its addresses and directory.
     pub fn restart(&mut self, index: usize) {
         let flags = self.flags(index);

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use super::log::StoredRecord;
 use super::BrokerState;
 use crate::validate::{MAX_HEADERS, MAX_KAFKA_NAME_LEN};
-use crate::{BrokerError, Header, KeyHash, Retention, TopicSetting};
+use crate::{BrokerError, Header, KeyHash, NameRules, Retention, TopicSetting};
 
 /// The names of the headers a dead-lettered record gains, in order.
 const PROVENANCE: [&str; 6] = [
@@ -194,8 +194,17 @@ impl BrokerState {
         };
         if !self.topics.contains_key(dead_letter) {
             let limits = [TopicSetting::Retention(Retention::Limits)];
+            // The name was checked when it became the group's setting: whether the topic is
+            // created never depends on the rules in force now, so that time passing (which
+            // carries no rules) moves a record alike on every replica and in every replay.
             if self
-                .create(dead_letter, 1, KeyHash::default(), &limits)
+                .create_named(
+                    NameRules::Kafka,
+                    dead_letter,
+                    1,
+                    KeyHash::default(),
+                    &limits,
+                )
                 .is_err()
             {
                 self.report(event);

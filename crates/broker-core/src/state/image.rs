@@ -456,7 +456,8 @@ fn group_from(image: GroupImage) -> Result<Group, String> {
         dead_letter: image
             .dead_letter
             .as_deref()
-            .map(TopicName::new)
+            // Any name some broker takes, as for the state's topics.
+            .map(|name| TopicName::with_rules(name, NameRules::Kafka))
             .transpose()
             .map_err(|error| format!("dead-letter topic: {error}"))?,
     };

@@ -11,7 +11,9 @@ use super::idempotence::Producer;
 use super::log::{PartitionLog, StoredRecord};
 use super::memory::Memory;
 use super::{topic_in, BrokerState};
-use crate::validate::{check_batch_len, check_headers, check_offset, check_partition_count};
+use crate::validate::{
+    check_batch_len, check_headers, check_offset, check_partition_count, NameRules,
+};
 use crate::{
     hash, BrokerError, Discard, KeyHash, PublishRecord, Retention, TopicSetting, TopicSettings,
 };
@@ -173,7 +175,20 @@ impl BrokerState {
         key_hash: KeyHash,
         settings: &[TopicSetting],
     ) -> Result<bool, BrokerError> {
-        self.names.check("topic", topic)?;
+        self.create_named(self.names, topic, partition_count, key_hash, settings)
+    }
+
+    /// [`BrokerState::create`] with the topic's name checked by `names` rather than the
+    /// state's own rules.
+    pub(super) fn create_named(
+        &mut self,
+        names: NameRules,
+        topic: &str,
+        partition_count: i32,
+        key_hash: KeyHash,
+        settings: &[TopicSetting],
+    ) -> Result<bool, BrokerError> {
+        names.check("topic", topic)?;
         check_partition_count(partition_count, self.limits.max_partitions)?;
         let settings = TopicSettings::from_list(settings)?;
         if self.topics.contains_key(topic) {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::{assert_invalid, broker};
 use crate::{
-    Assignor, BrokerState, EventBroker, GroupSetting, KeyHash, NameRules, TopicName,
+    Assignor, BrokerError, BrokerState, EventBroker, GroupSetting, KeyHash, NameRules, TopicName,
     MAX_FETCH_RECORDS,
 };
 
@@ -283,11 +283,16 @@ fn a_broker_taking_kafkas_names_takes_them_in_every_call() {
     .unwrap();
     let names: Vec<String> = b.describe().topics.into_iter().map(|t| t.name).collect();
     assert_eq!(names, ["orders.v1".to_owned(), long]);
-    // Still refused: `.` and `..`, and longer names.
+    // Still refused, as names of topics, groups and members: `.` and `..`, and longer names.
     for bad in [".", "..", &"x".repeat(250), "a b", "a/b"] {
-        assert_invalid(&b, |b| b.create(bad, 1));
-        assert_every_member_call_invalid(&b, bad, "g", "m");
+        let Err(BrokerError::InvalidArgument(why)) = b.create(bad, 1) else {
+            panic!("{bad:?} created");
+        };
+        assert!(why.contains("not a valid name"), "{why}");
         assert_every_member_call_invalid(&b, "orders.v1", bad, "m");
+        assert_invalid(&b, |b| b.join("orders.v1", "billing.eu", bad));
+        assert_invalid(&b, |b| b.poll("orders.v1", "billing.eu", bad, 1));
+        assert_invalid(&b, |b| b.leave("orders.v1", "billing.eu", bad));
     }
 }
 
@@ -314,9 +319,51 @@ fn a_broker_with_its_own_names_refuses_kafkas_wider_ones_even_from_the_wire() {
 }
 
 #[test]
+fn a_dead_letter_topic_is_created_whatever_the_rules_in_force_when_a_record_moves() {
+    // The rules narrowed after the group took its dead-letter topic: the record still moves,
+    // as time passing (which carries no rules) moves it on every replica.
+    for narrowed in [false, true] {
+        let b = kafka_names();
+        let dead_letter = TopicName::with_rules("orders.v1.dlq", NameRules::Kafka).unwrap();
+        let settings = [
+            GroupSetting::AckTimeoutMs(10),
+            GroupSetting::MaxDeliveries(1),
+            GroupSetting::DeadLetter(dead_letter),
+        ];
+        b.join_group("orders.v1", "g", "m", None, &settings)
+            .unwrap();
+        b.publish("orders.v1", 0, "a").unwrap();
+        assert_eq!(b.poll("orders.v1", "g", "m", 1).unwrap().len(), 1);
+        if narrowed {
+            b.with_state(|state| state.set_names(NameRules::Broker));
+        }
+        let names = |b: &EventBroker| -> Vec<String> {
+            b.describe().topics.into_iter().map(|t| t.name).collect()
+        };
+        // The delivery's acknowledgement timeout passes: the record moves.
+        let clock = b.with_state(|state| state.clock_ms());
+        b.with_state(|state| state.advance_clock(clock + 1_000))
+            .unwrap();
+        assert_eq!(
+            names(&b),
+            ["orders.v1", "orders.v1.dlq"],
+            "narrowed: {narrowed}"
+        );
+    }
+}
+
+#[test]
 fn narrower_names_keep_the_topics_named_otherwise_but_refuse_calls_naming_them() {
     let b = kafka_names();
     b.publish("orders.v1", 1, "a").unwrap();
+    // A group whose dead-letter topic has a Kafka name travels in the image too.
+    let dead_letter = TopicName::with_rules("orders.v1.dlq", NameRules::Kafka).unwrap();
+    let settings = [
+        GroupSetting::MaxDeliveries(1),
+        GroupSetting::DeadLetter(dead_letter),
+    ];
+    b.join_group("orders.v1", "g", "m", None, &settings)
+        .unwrap();
     // An image does not carry the rules: the broker opening it sets them.
     let image = b.with_state(|state| state.to_image());
     let reopened = EventBroker::from_state(BrokerState::from_image(image.clone(), None).unwrap());

@@ -236,6 +236,42 @@ fn dead_letter_settings_are_version_4_in_both_directions() {
 }
 
 #[test]
+fn a_dead_letter_topic_named_under_kafkas_rules_is_version_11() {
+    use broker_core::{GroupSetting, NameRules, TopicName};
+    let dotted = TopicName::with_rules("orders.v1.dlq", NameRules::Kafka).unwrap();
+    let plain = TopicName::new("orders-dlq").unwrap();
+    let with = |dead_letter| {
+        vec![
+            GroupSetting::AckTimeoutMs(5),
+            GroupSetting::MaxDeliveries(3),
+            GroupSetting::DeadLetter(dead_letter),
+        ]
+    };
+    let answer = |settings| ResponseFrame {
+        correlation_id: 9,
+        result: Ok(Outcome::GroupSettings(settings)),
+    };
+    // Version 10 leaves out the dotted name with its maximum, and nothing else; version 11
+    // keeps it; a plain name stays in both.
+    for (version, settings, expected) in [
+        (10, with(dotted), vec![GroupSetting::AckTimeoutMs(5)]),
+        (11, with(dotted), with(dotted)),
+        (10, with(plain), with(plain)),
+    ] {
+        let mut bytes = BytesMut::new();
+        ServerCodec::new(1024, version)
+            .encode(answer(settings), &mut bytes)
+            .unwrap();
+        match ClientCodec::new(1024).decode(&mut bytes).unwrap() {
+            Some(crate::Decoded::Message(decoded)) => {
+                assert_eq!(decoded, answer(expected), "version {version}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn a_partial_frame_waits_for_more_bytes() {
     let mut whole = BytesMut::new();
     ClientCodec::new(1024)
