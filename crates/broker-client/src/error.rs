@@ -9,7 +9,8 @@ use broker_proto::ErrorReply;
 /// ([`Error::Broker`], the same error the in-process core returns), the server refused it for its
 /// own reasons ([`Error::Server`]), the connection could not be opened ([`Error::Io`],
 /// [`Error::Refused`]) or was lost ([`Error::ConnectionLost`]), the answer took too long
-/// ([`Error::Timeout`]), or the answer made no sense ([`Error::Protocol`]).
+/// ([`Error::Timeout`]), the answer made no sense ([`Error::Protocol`]), or a producer's record
+/// was not stored ([`Error::Producer`]).
 ///
 /// A call that fails with `ConnectionLost` or `Timeout` may or may not have been applied by the
 /// server: the request may have been sent before the answer was lost.
@@ -53,6 +54,17 @@ pub enum Error {
     /// outcome of the wrong kind for the call, an unknown protocol version.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// A record sent through a [`crate::Producer`] was not stored: its
+    /// [`crate::ProducerError`], so that a function returning this crate's one error type takes
+    /// a producer's error with `?`.
+    #[error(transparent)]
+    Producer(Box<crate::ProducerError>),
+}
+
+impl From<crate::ProducerError> for Error {
+    fn from(error: crate::ProducerError) -> Error {
+        Error::Producer(Box::new(error))
+    }
 }
 
 impl Error {
@@ -139,6 +151,7 @@ impl Error {
             Error::Refused(reply) => Error::Refused(reply.clone()),
             Error::Tls(why) => Error::Tls(why.clone()),
             Error::Protocol(why) => Error::Protocol(why.clone()),
+            Error::Producer(error) => Error::Producer(Box::new(error.copy())),
         }
     }
 }

@@ -80,7 +80,7 @@ pub use builder::{
 pub use client::Client;
 pub use consumer::{ConsumeMode, Consumer, ConsumerBuilder, ConsumerStatus, Delivery};
 pub use error::Error;
-pub use producer::{Producer, ProducerBuilder, ProducerError, Stored};
+pub use producer::{DeliveryReport, Producer, ProducerBuilder, ProducerError, Stored};
 /// The rustls version [`ClientBuilder::tls`] takes its configuration from.
 pub use tokio_rustls::rustls;
 

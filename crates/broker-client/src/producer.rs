@@ -12,7 +12,7 @@ use broker_core::{
     hash, BrokerError, Command, KeyHash, PartitionBatch, PublishRecord, TopicSettings,
 };
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::{Client, Error};
@@ -79,6 +79,21 @@ pub enum ProducerError {
     /// The producer was dropped before the record was stored.
     #[error("the producer was dropped before the record was stored")]
     Closed,
+}
+
+impl ProducerError {
+    /// The same error again (see [`Error::copy`]).
+    pub(crate) fn copy(&self) -> ProducerError {
+        match self {
+            ProducerError::Full { topic, partition } => ProducerError::Full {
+                topic: topic.clone(),
+                partition: *partition,
+            },
+            ProducerError::Timeout { last } => ProducerError::Timeout { last: last.copy() },
+            ProducerError::Refused(error) => ProducerError::Refused(error.copy()),
+            ProducerError::Closed => ProducerError::Closed,
+        }
+    }
 }
 
 /// How a [`Producer`] batches and retries; see [`Producer::builder`].
@@ -369,11 +384,41 @@ struct Unsettled {
     settled: Notify,
 }
 
+/// What became of one record sent with [`Producer::send_reported`]: the tag it was sent with,
+/// and where it was stored or why it was not.
+#[derive(Debug)]
+pub struct DeliveryReport<T> {
+    /// The tag given to [`Producer::send_reported`] with the record.
+    pub tag: T,
+    /// Where the record was stored, or why it was not (as [`Producer::send`] answers).
+    pub result: Result<Stored, ProducerError>,
+}
+
+/// Reports a record's result into a channel (never runs code of the caller's, so it may be
+/// called with the producer's locks held).
+type Report = Box<dyn FnOnce(Result<Stored, ProducerError>) + Send>;
+
+/// Where a record's result goes: the future [`Producer::send`] returned, or a channel of
+/// [`DeliveryReport`] reports.
+enum Reply {
+    Future(oneshot::Sender<Result<Stored, ProducerError>>),
+    Report(Report),
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Reply::Future(_) => "Future",
+            Reply::Report(_) => "Report",
+        })
+    }
+}
+
 /// Where a record's answer goes. The record counts as unsettled until it is answered (or its
 /// answer is dropped), whether or not anyone still awaits its `send`.
 #[derive(Debug)]
 struct Answer {
-    reply: Option<oneshot::Sender<Result<Stored, ProducerError>>>,
+    reply: Option<Reply>,
     unsettled: Arc<Unsettled>,
 }
 
@@ -381,20 +426,25 @@ impl Answer {
     fn new(
         unsettled: &Arc<Unsettled>,
     ) -> (Answer, oneshot::Receiver<Result<Stored, ProducerError>>) {
-        unsettled.count.fetch_add(1, Ordering::AcqRel);
         let (reply, receiver) = oneshot::channel();
-        let answer = Answer {
+        (Answer::to(unsettled, Reply::Future(reply)), receiver)
+    }
+
+    fn to(unsettled: &Arc<Unsettled>, reply: Reply) -> Answer {
+        unsettled.count.fetch_add(1, Ordering::AcqRel);
+        Answer {
             reply: Some(reply),
             unsettled: Arc::clone(unsettled),
-        };
-        (answer, receiver)
+        }
     }
 
     /// Answers the sender, if it still waits.
     fn send(mut self, result: Result<Stored, ProducerError>) {
-        if let Some(reply) = self.reply.take() {
+        match self.reply.take() {
             // The sender may have dropped its future: the record is answered all the same.
-            let _ = reply.send(result);
+            Some(Reply::Future(reply)) => drop(reply.send(result)),
+            Some(Reply::Report(report)) => report(result),
+            None => {}
         }
     }
 }
@@ -473,6 +523,54 @@ impl Producer {
         record: PublishRecord,
     ) -> impl Future<Output = Result<Stored, ProducerError>> + Send + 'static {
         let (answer, receiver) = Answer::new(&self.inner.unsettled);
+        self.queue(topic, record, answer);
+        async move { receiver.await.unwrap_or(Err(ProducerError::Closed)) }
+    }
+
+    /// Sends `record` to `topic` as [`Producer::send`] does, but reports its result as a
+    /// [`DeliveryReport`] with `tag` into `deliveries` instead of returning a future: a program
+    /// sending many records need not keep a future per record, and reads the reports where and
+    /// when it likes (as a delivery report callback of other clients, run by the reader's own
+    /// task). Every record sent is reported exactly once, in the order its partition stored
+    /// them; a report whose receiver is gone is dropped. [`Producer::flush`] waits for these
+    /// records too.
+    ///
+    /// ```no_run
+    /// # async fn run(producer: broker_client::Producer) {
+    /// use broker_client::PublishRecord;
+    /// use tokio::sync::mpsc;
+    ///
+    /// let (deliveries, mut reports) = mpsc::unbounded_channel();
+    /// for i in 0..1_000 {
+    ///     let record = PublishRecord::keyed(None, format!("order {i}"));
+    ///     producer.send_reported("orders", record, i, &deliveries);
+    /// }
+    /// drop(deliveries);
+    /// while let Some(delivery) = reports.recv().await {
+    ///     if let Err(error) = delivery.result {
+    ///         eprintln!("order {} not stored: {error}", delivery.tag);
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn send_reported<T: Send + 'static>(
+        &self,
+        topic: &str,
+        record: PublishRecord,
+        tag: T,
+        deliveries: &mpsc::UnboundedSender<DeliveryReport<T>>,
+    ) {
+        let deliveries = deliveries.clone();
+        let report: Report = Box::new(move |result| {
+            // The receiver may be gone: nobody wants the report.
+            let _ = deliveries.send(DeliveryReport { tag, result });
+        });
+        let answer = Answer::to(&self.inner.unsettled, Reply::Report(report));
+        self.queue(topic, record, answer);
+    }
+
+    /// Queues `record` for `topic`, answered through `answer`.
+    fn queue(&self, topic: &str, record: PublishRecord, answer: Answer) {
         let now = Instant::now();
         let queued = Queued {
             waiter: Waiter {
@@ -484,7 +582,6 @@ impl Producer {
             record,
         };
         self.inner.queue(topic, queued);
-        async move { receiver.await.unwrap_or(Err(ProducerError::Closed)) }
     }
 
     /// Waits until every record sent so far is stored or has failed, whether or not its `send`

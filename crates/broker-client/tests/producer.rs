@@ -347,3 +347,61 @@ async fn records_sent_before_the_producer_is_dropped_go_at_once() {
     }
     assert_eq!(stored, 300);
 }
+
+#[tokio::test]
+async fn records_sent_with_a_report_are_each_reported_once_into_the_channel() {
+    let server = TestServer::with_capacity(1_000).await;
+    let client = server.client().await;
+    client.create("t", 3).await.unwrap();
+    let producer = Producer::builder().build(client.clone());
+    let (deliveries, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..300 {
+        let record = PublishRecord::keyed(None, format!("r{i}"));
+        producer.send_reported("t", record, i, &deliveries);
+    }
+    // A refusal is reported too, with its tag.
+    producer.send_reported("nope", PublishRecord::keyed(None, "x"), 1_000, &deliveries);
+    drop(deliveries);
+    // flush waits for reported records as for awaited ones.
+    tokio::time::timeout(Duration::from_secs(30), producer.flush())
+        .await
+        .expect("flush returned");
+    let mut stored = BTreeMap::new();
+    let mut refused = Vec::new();
+    while let Some(report) = reports.recv().await {
+        match report.result {
+            Ok(at) => assert!(stored.insert(report.tag, at).is_none(), "reported twice"),
+            Err(ProducerError::Refused(_)) => refused.push(report.tag),
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(refused, [1_000]);
+    assert_eq!(stored.len(), 300);
+    let read = read_all(&client, "t").await;
+    for (tag, at) in &stored {
+        let on_partition = &read[&at.partition];
+        let found = on_partition.iter().find(|(offset, _)| *offset == at.offset);
+        assert_eq!(
+            found.map(|(_, payload)| payload.clone()),
+            Some(format!("r{tag}"))
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_producers_error_is_the_crates_one_error_through_question_mark() {
+    async fn send(producer: &Producer) -> Result<Stored, broker_client::Error> {
+        Ok(producer
+            .send("nope", PublishRecord::keyed(None, "x"))
+            .await?)
+    }
+    let server = TestServer::with_capacity(10).await;
+    let producer = Producer::builder().build(server.client().await);
+    match send(&producer).await {
+        Err(broker_client::Error::Producer(error)) => {
+            assert!(matches!(*error, ProducerError::Refused(_)), "{error:?}");
+            assert!(error.to_string().contains("nope"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
