@@ -79,8 +79,8 @@ pub use builder::{
 };
 pub use client::Client;
 pub use consumer::{ConsumeMode, Consumer, ConsumerBuilder, ConsumerStatus, Delivery};
-pub use error::Error;
-pub use producer::{DeliveryReport, Producer, ProducerBuilder, ProducerError, Stored};
+pub use error::{Error, ProducerError};
+pub use producer::{DeliveryReport, Producer, ProducerBuilder, Stored};
 /// The rustls version [`ClientBuilder::tls`] takes its configuration from.
 pub use tokio_rustls::rustls;
 

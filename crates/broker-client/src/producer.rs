@@ -15,7 +15,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::{Client, Error};
+use crate::{Client, Error, ProducerError};
 
 /// Where a record was stored.
 ///
@@ -34,66 +34,6 @@ pub struct Stored {
     pub partition: i32,
     /// The record's offset there.
     pub offset: i64,
-}
-
-/// Why a record sent through a [`Producer`] was not stored.
-///
-/// ```no_run
-/// # async fn run(producer: broker_client::Producer) {
-/// use broker_client::{ProducerError, PublishRecord};
-///
-/// match producer.send("orders", PublishRecord::keyed(None, "order 1")).await {
-///     Ok(stored) => println!("offset {}", stored.offset),
-///     // Still full after the delivery timeout: consumers behind, or a limit that refuses new
-// records.
-///     Err(ProducerError::Full { topic, partition }) => eprintln!("{topic}/{partition} is full"),
-///     // Not stored, and sending it again cannot help.
-///     Err(ProducerError::Refused(error)) => eprintln!("refused: {error}"),
-///     Err(other) => eprintln!("not stored: {other}"),
-/// }
-/// # }
-/// ```
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ProducerError {
-    /// Its partition stayed full (at its record or byte limit, with interest retention until
-    /// every group consumed enough) for the whole delivery timeout.
-    #[error("partition {partition} of {topic} stayed full for the delivery timeout")]
-    Full {
-        /// The topic.
-        topic: String,
-        /// The partition.
-        partition: i32,
-    },
-    /// The server could not be reached, or did not answer, for the whole delivery timeout;
-    /// `last` says what the last attempt met.
-    #[error("not stored within the delivery timeout: {last}")]
-    Timeout {
-        /// The last attempt's error.
-        last: Error,
-    },
-    /// The broker or the server refused the record for good (an unknown topic, a record larger
-    /// than the server's payload limit or than a partition of its topic keeps, ...).
-    #[error(transparent)]
-    Refused(Error),
-    /// The producer was dropped before the record was stored.
-    #[error("the producer was dropped before the record was stored")]
-    Closed,
-}
-
-impl ProducerError {
-    /// The same error again (see [`Error::copy`]).
-    pub(crate) fn copy(&self) -> ProducerError {
-        match self {
-            ProducerError::Full { topic, partition } => ProducerError::Full {
-                topic: topic.clone(),
-                partition: *partition,
-            },
-            ProducerError::Timeout { last } => ProducerError::Timeout { last: last.copy() },
-            ProducerError::Refused(error) => ProducerError::Refused(error.copy()),
-            ProducerError::Closed => ProducerError::Closed,
-        }
-    }
 }
 
 /// How a [`Producer`] batches and retries; see [`Producer::builder`].
