@@ -1843,5 +1843,9 @@ async fn kafkas_dotted_names_are_taken_on_every_listener_where_the_server_takes_
         );
         let refused = client.publish("orders.v1", 0, "x").await.unwrap_err();
         assert!(refused.to_string().contains("Kafka's names"), "{refused}");
+        // Kafka's clients are not told of a topic they could not use.
+        let kafka = narrower.kafka_addr.unwrap().to_string();
+        let listed = kcat_metadata(&kafka)["topics"].to_string();
+        assert!(!listed.contains("orders.v1"), "{listed}");
     }
 }

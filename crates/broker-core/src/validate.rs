@@ -75,7 +75,8 @@ impl NameRules {
             NameRules::Broker if NameRules::Kafka.allows(value) => format!(
                 "{kind} {value:?} is not a valid identifier (1 to {MAX_IDENTIFIER_LEN} ASCII \
                  letters, digits, '_' or '-'); this broker is not set to take Kafka's names, \
-                 which also allow '.' and up to {MAX_KAFKA_NAME_LEN} characters"
+                 which also allow '.' and up to {MAX_KAFKA_NAME_LEN} characters (a server \
+                 takes them when started with --names kafka)"
             ),
             NameRules::Broker => format!(
                 "{kind} {value:?} is not a valid identifier (1 to {MAX_IDENTIFIER_LEN} ASCII letters, digits, '_' or '-')"

@@ -646,6 +646,7 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
     let shards = storage
         .as_ref()
         .map_or(config.shards.unwrap_or(1), |stores| stores.shards().len());
+    let names = config.names.to_string();
     // Said once the server serves: a cluster node may still refuse to start before that.
     let announce = move || {
         tracing::info!(
@@ -657,6 +658,7 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
             cluster_node,
             data_dir,
             shards,
+            names,
             "broker-server started"
         );
         let print = || {

@@ -228,8 +228,12 @@ impl<B: Backend> Handler<'_, B> {
                 return response;
             }
         };
+        // A topic named under wider rules than this server takes (it ran with Kafka's names
+        // before) is refused by every call: it is not listed, and invalid when asked for, so
+        // that a client fails at once rather than retrying its produce until it times out.
         let described: BTreeMap<&str, &TopicDescription> = described
             .iter()
+            .filter(|topic| self.settings.names.allows(&topic.name))
             .map(|topic| (topic.name.as_str(), topic))
             .collect();
         let names: Vec<String> = match wanted {
@@ -269,7 +273,11 @@ impl<B: Backend> Handler<'_, B> {
                         creating
                             .get(name.as_str())
                             .copied()
-                            .unwrap_or(ResponseError::UnknownTopicOrPartition)
+                            .unwrap_or(if self.settings.names.allows(name) {
+                                ResponseError::UnknownTopicOrPartition
+                            } else {
+                                ResponseError::InvalidTopicException
+                            })
                             .code(),
                     ),
             })
