@@ -735,18 +735,29 @@ impl Cluster {
         })
     }
 
+    /// The group's members, and the answer of each other member to `ask` (asked at once).
+    async fn ask_other_members<T, Asked>(
+        &self,
+        ask: impl Fn(PeerLink) -> Asked,
+    ) -> (BTreeMap<NodeId, ClusterNode>, Vec<(NodeId, io::Result<T>)>)
+    where
+        Asked: std::future::Future<Output = io::Result<T>>,
+    {
+        let (_, members) = self.membership();
+        let members: BTreeMap<NodeId, ClusterNode> = members.into_iter().collect();
+        let answers = ask_members(&self.network, self.node_id, &members, ask).await;
+        (members, answers)
+    }
+
     /// `Ok` once every other member of the group answered that its release applies changes to
     /// the cluster's state; the refusal naming the first that did not otherwise.
     async fn check_abilities(&self) -> Result<(), ProposeError> {
-        let (_, members) = self.membership();
-        let members: BTreeMap<NodeId, ClusterNode> = members.into_iter().collect();
-        let answers = ask_members(
-            &self.network,
-            self.node_id,
-            &members,
-            |mut link| async move { link.abilities(network::PEER_ANSWER_WITHIN).await },
-        );
-        for (node, answer) in answers.await {
+        let (members, answers) = self
+            .ask_other_members(|mut link| async move {
+                link.abilities(network::PEER_ANSWER_WITHIN).await
+            })
+            .await;
+        for (node, answer) in answers {
             let why = match answer {
                 Ok(abilities) if abilities.groups => continue,
                 Ok(_) => "its release does not".to_owned(),
@@ -823,15 +834,12 @@ impl Cluster {
     /// be reached now is not waited for, so that a group with a member down keeps serving: it is
     /// not asked again by this handle.
     async fn check_feature(&self, feature: &str, what: &str) -> Result<(), ProposeError> {
-        let (_, members) = self.membership();
-        let members: BTreeMap<NodeId, ClusterNode> = members.into_iter().collect();
-        let answers = ask_members(
-            &self.network,
-            self.node_id,
-            &members,
-            |mut link| async move { link.features(network::PEER_ANSWER_WITHIN).await },
-        );
-        for (node, answer) in answers.await {
+        let (members, answers) = self
+            .ask_other_members(|mut link| async move {
+                link.features(network::PEER_ANSWER_WITHIN).await
+            })
+            .await;
+        for (node, answer) in answers {
             let why = match answer {
                 Ok(features) if features.iter().any(|known| known == feature) => continue,
                 Ok(_) => "its release does not".to_owned(),

@@ -1412,18 +1412,27 @@ async fn a_snapshot_of_format_2_opens_and_takes_the_clusters_state_after_it() {
     );
 }
 
+/// Three nodes of a new cluster in `dir`, with a follower of the first leader shut down: the
+/// members, the nodes (`None` for the one down) and the index of the one down.
+async fn three_with_a_follower_down(
+    dir: &Path,
+) -> (BTreeMap<NodeId, ClusterNode>, Vec<Option<Node>>, usize) {
+    let (members, mut nodes) = start_three(dir).await;
+    let all: Vec<&Node> = nodes.iter().flatten().collect();
+    let at = leader(&all).await;
+    let down = (at + 1) % 3;
+    nodes[down].take().unwrap().cluster.shutdown().await;
+    (members, nodes, down)
+}
+
 /// The first change to the cluster's state waits until every member answers that it can apply
 /// it (a node of an earlier release would stop at the entry): refused, naming the node, while
 /// one is down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_change_to_the_clusters_state_waits_for_every_member() {
     let dir = tempfile::tempdir().unwrap();
-    let (members, mut nodes) = start_three(dir.path()).await;
-    let all: Vec<&Node> = nodes.iter().flatten().collect();
-    let at = leader(&all).await;
-    let down = (at + 1) % 3;
+    let (members, mut nodes, down) = three_with_a_follower_down(dir.path()).await;
     let down_id = down as NodeId + 1;
-    nodes[down].take().unwrap().cluster.shutdown().await;
     let rest: Vec<&Node> = nodes.iter().flatten().collect();
     let leading = &rest[leader(&rest).await].cluster;
     let add = ClusterChange::AddGroup {
@@ -1458,12 +1467,8 @@ async fn the_first_change_to_the_clusters_state_waits_for_every_member() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_under_kafkas_names_are_refused_while_a_member_of_an_earlier_release_answers() {
     let dir = tempfile::tempdir().unwrap();
-    let (members, mut nodes) = start_three(dir.path()).await;
-    let all: Vec<&Node> = nodes.iter().flatten().collect();
-    let at = leader(&all).await;
-    let down = (at + 1) % 3;
+    let (members, nodes, down) = three_with_a_follower_down(dir.path()).await;
     let down_id = down as NodeId + 1;
-    nodes[down].take().unwrap().cluster.shutdown().await;
     let create = |topic: &str| {
         vec![Command::Create {
             topic: topic.to_owned(),
