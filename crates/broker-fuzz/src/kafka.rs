@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use broker_core::EventBroker;
-use broker_kafka::{serve_connection, Coordinator, KafkaSettings};
+use broker_kafka::{serve_connection, KafkaSettings, KafkaState};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::input::Input;
@@ -76,7 +76,7 @@ fn serve(limit: usize, request_bytes: Vec<u8>) -> Vec<u8> {
         };
         let local = std::net::SocketAddr::from(([127, 0, 0, 1], 9093));
         let peer = std::net::SocketAddr::from(([127, 0, 0, 1], 50000));
-        let coordinator = Coordinator::default();
+        let state = KafkaState::default();
         let (client, server) = tokio::io::duplex(64 * 1024);
         let (mut client_read, mut client_write) = tokio::io::split(client);
         let writing = async move {
@@ -90,7 +90,7 @@ fn serve(limit: usize, request_bytes: Vec<u8>) -> Vec<u8> {
             server,
             (local, peer),
             &backend,
-            &coordinator,
+            &state,
             &settings,
             broker_net::RequestMemory::new(1 << 30),
             std::future::pending(),

@@ -60,8 +60,8 @@ pub(crate) struct ProducedRecord {
     pub(crate) control: bool,
     pub(crate) producer_id: i64,
     pub(crate) producer_epoch: i16,
-    /// The batch's base sequence plus the record's offset delta (wrapping), as Kafka numbers
-    /// an idempotent producer's records; meaningless without a producer.
+    /// The record's sequence number: the batch's base sequence, `delta` records on (see
+    /// [`sequence_after`]); meaningless without a producer.
     pub(crate) sequence: i32,
     /// The batch's base timestamp plus the record's delta.
     pub(crate) timestamp: i64,
@@ -69,6 +69,17 @@ pub(crate) struct ProducedRecord {
     pub(crate) value: Option<Bytes>,
     /// Name and value of each header, in order, names repeated as the record repeats them.
     pub(crate) headers: Vec<(String, Option<Bytes>)>,
+}
+
+/// The sequence number `delta` records after `base`, as Kafka numbers an idempotent producer's
+/// records: up to `i32::MAX`, then from 0 again. A negative base (a batch without a producer)
+/// gives a negative number, which the records' reader refuses for an idempotent producer.
+pub(crate) fn sequence_after(base: i32, delta: i32) -> i32 {
+    if base < 0 {
+        return base;
+    }
+    let after = (i64::from(base) + i64::from(delta)).rem_euclid(1 << 31);
+    i32::try_from(after).unwrap_or(base)
 }
 
 /// What the batches of one produce request may hold and inflate to.
@@ -210,7 +221,7 @@ fn decode_batch(
             control,
             producer_id,
             producer_epoch,
-            sequence: base_sequence.wrapping_add(offset_delta),
+            sequence: sequence_after(base_sequence, offset_delta),
             timestamp: base_timestamp.wrapping_add(timestamp_delta),
             key,
             value,

@@ -15,7 +15,7 @@ use crate::frame::{
 };
 use crate::handler::{Answer, Endpoint, Handler};
 use crate::sasl::{Gate, Sasl};
-use crate::{Backend, Coordinator, KafkaError, KafkaSettings};
+use crate::{Backend, KafkaError, KafkaSettings, KafkaState};
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 use kafka_protocol::ResponseError;
 
@@ -25,8 +25,8 @@ use kafka_protocol::ResponseError;
 const MAX_UNAUTHENTICATED_FRAME: usize = 64 * 1024;
 
 /// Serves one connection from `peer` whose socket's own address is `local`, until the client
-/// closes it, an error, the idle timeout or `closing` completes; its consumer groups are
-/// `coordinator`'s. Each request is read once it has room in `memory`, the process's request
+/// closes it, an error, the idle timeout or `closing` completes; its consumer groups and
+/// producers are `state`'s. Each request is read once it has room in `memory`, the process's request
 /// memory, and holds it until it is answered. Returns how many requests it answered.
 ///
 /// # Errors
@@ -37,7 +37,7 @@ pub async fn serve_connection<S, B>(
     stream: S,
     (local, peer): (SocketAddr, SocketAddr),
     backend: &B,
-    coordinator: &Coordinator,
+    state: &KafkaState,
     settings: &KafkaSettings,
     memory: RequestMemory,
     closing: impl Future<Output = ()>,
@@ -59,7 +59,7 @@ where
     let handler = Handler {
         backend,
         settings,
-        coordinator,
+        state,
         endpoint,
         client_host: format!("/{}", peer.ip()),
     };
@@ -290,7 +290,7 @@ mod tests {
     /// Serves the server's end of a connection whose client end is returned.
     fn serve<'a>(
         backend: &'a Locked,
-        coordinator: &'a Coordinator,
+        state: &'a KafkaState,
         settings: &'a KafkaSettings,
     ) -> (
         DuplexStream,
@@ -302,7 +302,7 @@ mod tests {
             server,
             (address, address),
             backend,
-            coordinator,
+            state,
             settings,
             RequestMemory::new(1 << 30),
             std::future::pending(),
@@ -359,8 +359,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn before_it_authenticates_a_connection_may_send_no_request_over_64_kib() {
         let backend = Locked(EventBroker::new(10).unwrap());
-        let (coordinator, settings) = (Coordinator::default(), settings());
-        let (mut client, served) = serve(&backend, &coordinator, &settings);
+        let (state, settings) = (KafkaState::default(), settings());
+        let (mut client, served) = serve(&backend, &state, &settings);
         let sending = async move {
             client
                 .write_all(&(8_u32 << 20).to_be_bytes())
@@ -385,8 +385,8 @@ mod tests {
     #[tokio::test]
     async fn once_it_authenticates_a_connection_may_send_requests_up_to_the_frame_limit() {
         let backend = Locked(EventBroker::new(10).unwrap());
-        let (coordinator, settings) = (Coordinator::default(), settings());
-        let (mut client, served) = serve(&backend, &coordinator, &settings);
+        let (state, settings) = (KafkaState::default(), settings());
+        let (mut client, served) = serve(&backend, &state, &settings);
         let talking = async move {
             authenticate(&mut client, "secret").await;
             // A request of 100 kB (an ApiVersions with bytes after it): read and answered.
@@ -406,8 +406,8 @@ mod tests {
     #[tokio::test]
     async fn a_wrong_password_is_told_apart_from_no_authentication() {
         let backend = Locked(EventBroker::new(10).unwrap());
-        let (coordinator, settings) = (Coordinator::default(), settings());
-        let (mut client, served) = serve(&backend, &coordinator, &settings);
+        let (state, settings) = (KafkaState::default(), settings());
+        let (mut client, served) = serve(&backend, &state, &settings);
         let talking = async move {
             authenticate(&mut client, "wrong").await;
             client
@@ -417,7 +417,7 @@ mod tests {
             matches!(result, Err(KafkaError::WrongPassword)),
             "{result:?}"
         );
-        let (client, served) = serve(&backend, &coordinator, &settings);
+        let (client, served) = serve(&backend, &state, &settings);
         let asking = async move {
             let mut client = client;
             let metadata = kafka_protocol::messages::MetadataRequest::default();
@@ -437,8 +437,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_request_not_whole_within_the_read_timeout_closes_the_connection() {
         let backend = Locked(EventBroker::new(10).unwrap());
-        let (coordinator, settings) = (Coordinator::default(), settings());
-        let (mut client, served) = serve(&backend, &coordinator, &settings);
+        let (state, settings) = (KafkaState::default(), settings());
+        let (mut client, served) = serve(&backend, &state, &settings);
         let started = Instant::now();
         let sending = async move {
             client.write_all(&100_u32.to_be_bytes()).await.unwrap();

@@ -16,6 +16,7 @@
 //! - `apis`: the API keys and versions the listener speaks, and the `ApiVersions` answer;
 //! - `batch`: Kafka's record batch format, read and written byte for byte;
 //! - `records`: Kafka's record batches to the broker's records and back;
+//! - `sequences`: idempotent producers' sequence numbers, which wrap, on the broker's;
 //! - `errors`: the broker's refusals as Kafka error codes;
 //! - `configs`: Kafka's topic configs and the broker's topic settings;
 //! - `elsewhere`: a cluster node's answers to group requests while another node leads;
@@ -40,6 +41,7 @@ mod handler;
 mod ids;
 mod records;
 mod sasl;
+mod sequences;
 mod settings;
 #[cfg(test)]
 mod testing;
@@ -50,7 +52,27 @@ pub use connection::serve_connection;
 pub use groups::Coordinator;
 pub use kafka_protocol::messages::ApiKey;
 pub use kafka_protocol::ResponseError;
+pub use sequences::ProducerSequences;
 pub use settings::KafkaSettings;
+
+/// What a server's Kafka connections share, for as long as the server runs.
+#[derive(Debug, Default)]
+pub struct KafkaState {
+    /// The consumer groups of Kafka's clients: their members and generations.
+    pub groups: Coordinator,
+    /// Where idempotent producers near the wrap of their sequence numbers stand.
+    pub sequences: ProducerSequences,
+}
+
+impl KafkaState {
+    /// The state of a server whose groups' coordinator is `groups`, no producer known yet.
+    pub fn new(groups: Coordinator) -> KafkaState {
+        KafkaState {
+            groups,
+            sequences: ProducerSequences::default(),
+        }
+    }
+}
 
 /// Why a Kafka connection ended before its client closed it.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@
 use broker_core::{check_headers, BrokerRecord, Header, PublishRecord};
 use bytes::Bytes;
 
-use crate::batch::{self, FetchedRecord};
+use crate::batch::{self, sequence_after, FetchedRecord};
 pub(crate) use crate::batch::{Limits, RecordsError};
 
 /// The records of one partition of a produce request, ready to publish.
@@ -57,7 +57,7 @@ pub(crate) fn decode_produced(
             }
             Some((producer, epoch, first))
                 if (producer, epoch) != (record.producer_id, record.producer_epoch)
-                    || record.sequence != first.wrapping_add(records.len() as i32) =>
+                    || record.sequence != sequence_after(first, records.len() as i32) =>
             {
                 return Err(RecordsError::Corrupt(
                     "the batches of one partition must come from one producer with \

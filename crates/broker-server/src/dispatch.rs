@@ -574,19 +574,19 @@ pub(crate) fn checked(shared: &Shared, command: Command) -> Result<Command, Erro
 /// over it, as Kafka refuses to reset a group whose consumers run).
 fn kafka_owns_group(shared: &Shared, command: Command) -> Result<Command, ErrorReply> {
     match &command {
-        Command::Join { group, .. } if shared.kafka_groups.has_members(group) => {
+        Command::Join { group, .. } if shared.kafka.groups.has_members(group) => {
             Err(ErrorReply::InvalidArgument(format!(
                 "group {group:?} has members that joined through the Kafka listener: a group \
                  is used by one protocol at a time"
             )))
         }
-        Command::DeleteGroup { group, .. } if shared.kafka_groups.has_members(group) => {
+        Command::DeleteGroup { group, .. } if shared.kafka.groups.has_members(group) => {
             Err(ErrorReply::InvalidArgument(format!(
                 "group {group:?} has members that joined through the Kafka listener: a group \
                  with members cannot be deleted (stop its consumers first)"
             )))
         }
-        Command::ResetGroup { group, .. } if shared.kafka_groups.has_members(group) => {
+        Command::ResetGroup { group, .. } if shared.kafka.groups.has_members(group) => {
             Err(ErrorReply::InvalidArgument(format!(
                 "group {group:?} has members that joined through the Kafka listener, which \
                  would commit their own positions over a reset (stop its consumers first)"

@@ -569,7 +569,7 @@ pub(crate) async fn follow_leadership(shared: Arc<Shared>, shard: usize) {
             }
             if first {
                 // The new leader coordinates Kafka's groups: their members join again there.
-                shared.kafka_groups.forget_all();
+                shared.kafka.groups.forget_all();
             }
             shared.signals.wake_all();
         }

@@ -42,9 +42,9 @@ pub(crate) struct Shared {
     pub(crate) first_group_current: AtomicBool,
     /// The id the next connection gets (on either listener).
     next_connection: AtomicU64,
-    /// The consumer groups of Kafka's clients (with `--kafka-listen`): their members and
-    /// generations.
-    pub(crate) kafka_groups: broker_kafka::Coordinator,
+    /// What the connections of Kafka's clients (with `--kafka-listen`) share: their consumer
+    /// groups' members and generations, and their idempotent producers' positions.
+    pub(crate) kafka: broker_kafka::KafkaState,
     /// The bytes of requests read and not yet answered, on both listeners
     /// (`--max-request-memory`).
     pub(crate) request_memory: RequestMemory,
@@ -54,10 +54,10 @@ impl Shared {
     /// The context of a server serving `shards` with `config`; no session yet; counting in
     /// `metrics` if given.
     pub(crate) fn new(shards: Shards, config: Config, metrics: Option<Arc<Metrics>>) -> Shared {
-        let kafka_groups = broker_kafka::Coordinator::new(
+        let kafka = broker_kafka::KafkaState::new(broker_kafka::Coordinator::new(
             config.limits.max_groups_per_topic,
             config.limits.max_members_per_group,
-        );
+        ));
         let further_groups = match config.cluster {
             Some(_) => shards.all().len().saturating_sub(1),
             None => 0,
@@ -75,7 +75,7 @@ impl Shared {
             metrics,
             cluster: OnceLock::new(),
             next_connection: AtomicU64::new(1),
-            kafka_groups,
+            kafka,
         }
     }
 

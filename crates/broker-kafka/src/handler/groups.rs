@@ -86,7 +86,7 @@ impl<B: Backend> Handler<'_, B> {
             session_timeout,
             rebalance_timeout,
         };
-        match self.coordinator.join(&group, join).await {
+        match self.state.groups.join(&group, join).await {
             Ok((member_id, round)) => {
                 let leads = round.leader == member_id;
                 JoinGroupResponse::default()
@@ -136,7 +136,8 @@ impl<B: Backend> Handler<'_, B> {
             })
             .collect();
         let synced = self
-            .coordinator
+            .state
+            .groups
             .sync(
                 request.group_id.as_str(),
                 request.member_id.as_str(),
@@ -161,7 +162,7 @@ impl<B: Backend> Handler<'_, B> {
                 .map(|member| member.member_id.as_str().to_owned())
                 .collect()
         };
-        let answers = self.coordinator.leave(request.group_id.as_str(), &leaving);
+        let answers = self.state.groups.leave(request.group_id.as_str(), &leaving);
         let first_error = answers.iter().find_map(|answer| answer.err());
         LeaveGroupResponse::default()
             .with_error_code(code(if request.members.is_empty() {
@@ -211,7 +212,7 @@ impl<B: Backend> Handler<'_, B> {
                 .groups
                 .iter()
                 .map(|group| {
-                    let mut described = self.coordinator.describe(group.as_str());
+                    let mut described = self.state.groups.describe(group.as_str());
                     if described.state == DEAD
                         && memberless.iter().any(|name| name == group.as_str())
                     {
@@ -245,7 +246,7 @@ impl<B: Backend> Handler<'_, B> {
     /// Every group, with members or with committed offsets, in the states asked for (every
     /// state when none is).
     pub(super) async fn list_groups(&self, request: &ListGroupsRequest) -> ListGroupsResponse {
-        let mut listed = self.coordinator.list();
+        let mut listed = self.state.groups.list();
         for name in self.memberless_groups().await {
             if !listed.iter().any(|(group, _, _)| *group == name) {
                 listed.push((name, CONSUMER.to_owned(), EMPTY));
@@ -302,7 +303,7 @@ impl<B: Backend> Handler<'_, B> {
         if !self.is_group_id(group) {
             return Some(ResponseError::InvalidGroupId);
         }
-        if self.coordinator.has_members(group) {
+        if self.state.groups.has_members(group) {
             return Some(ResponseError::NonEmptyGroup);
         }
         let holding: Vec<(&str, bool)> = topics

@@ -18,8 +18,7 @@ use crate::apis::api_versions;
 use crate::configs;
 use crate::elsewhere::refuse_group_request;
 use crate::errors::{code, kafka_error};
-use crate::groups::Coordinator;
-use crate::{Backend, KafkaSettings};
+use crate::{Backend, KafkaSettings, KafkaState};
 use produce::init_producer_id;
 
 mod admin;
@@ -61,7 +60,8 @@ pub(crate) enum Answer {
 pub(crate) struct Handler<'a, B> {
     pub(crate) backend: &'a B,
     pub(crate) settings: &'a KafkaSettings,
-    pub(crate) coordinator: &'a Coordinator,
+    /// What the server's Kafka connections share.
+    pub(crate) state: &'a KafkaState,
     /// Where the connection's client is told the listener is.
     pub(crate) endpoint: Endpoint,
     /// Where the connection comes from, as DescribeGroups shows a member's host.
@@ -133,7 +133,8 @@ impl<B: Backend> Handler<'_, B> {
             }
             RequestKind::Heartbeat(request) => ResponseKind::Heartbeat(
                 HeartbeatResponse::default().with_error_code(code(
-                    self.coordinator
+                    self.state
+                        .groups
                         .heartbeat(
                             request.group_id.as_str(),
                             request.member_id.as_str(),

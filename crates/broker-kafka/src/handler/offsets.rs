@@ -31,7 +31,7 @@ impl<B: Backend> Handler<'_, B> {
     pub(super) async fn offset_commit(&self, request: OffsetCommitRequest) -> OffsetCommitResponse {
         let group = request.group_id.as_str();
         let allowed = if self.is_group_id(group) {
-            self.coordinator.may_commit(
+            self.state.groups.may_commit(
                 group,
                 request.member_id.as_str(),
                 request.generation_id_or_member_epoch,
@@ -238,7 +238,7 @@ impl<B: Backend> Handler<'_, B> {
             Ok(topics) => topics,
             Err(refusal) => return refused(coordinator_error(&refusal)),
         };
-        let kafka_members = self.coordinator.has_members(group);
+        let kafka_members = self.state.groups.has_members(group);
         let holding = described
             .iter()
             .any(|topic| topic.groups.iter().any(|g| g.name == group));

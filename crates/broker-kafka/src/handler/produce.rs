@@ -244,8 +244,9 @@ impl<B: Backend> Handler<'_, B> {
     }
 
     /// Publishes the records of an idempotent producer to one partition, numbered from
-    /// `sequence`: a batch sent again is answered with the offsets it got the first time.
-    /// Each record's offset (`-1` when full), or why it was refused.
+    /// Kafka's `sequence` (the broker's number for it: see [`crate::ProducerSequences`]): a
+    /// batch sent again is answered with the offsets it got the first time. Each record's
+    /// offset (`-1` when full), or why it was refused.
     async fn publish_idempotent(
         &self,
         topic: &str,
@@ -255,14 +256,15 @@ impl<B: Backend> Handler<'_, B> {
         records: Vec<PublishRecord>,
     ) -> Vec<Stored> {
         let mut offsets = Vec::with_capacity(records.len());
-        for (index, chunk) in records.chunks(MAX_BATCH_RECORDS).enumerate() {
-            let first = i64::from(sequence) + (index * MAX_BATCH_RECORDS) as i64;
+        let sequences = &self.state.sequences;
+        let mut first = sequences.broker_sequence(producer, topic, partition, sequence);
+        for chunk in records.chunks(MAX_BATCH_RECORDS) {
             let command = Command::PublishIdempotent {
                 topic: topic.to_owned(),
                 producer,
                 batches: vec![PartitionBatch {
                     partition,
-                    sequence: first.unsigned_abs(),
+                    sequence: first,
                     records: chunk.to_vec(),
                 }],
             };
@@ -279,6 +281,10 @@ impl<B: Backend> Handler<'_, B> {
                     }
                     refusal => refused(&refusal),
                 });
+            first += chunk.len() as u64;
+            if result.is_ok() {
+                sequences.stored(producer, topic, partition, first);
+            }
             offsets.extend(placed_offsets(result, chunk.len()));
         }
         offsets

@@ -28,8 +28,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::groups::Coordinator;
-use crate::{Backend, KafkaSettings};
+use crate::batch::sequence_after;
+use crate::{Backend, KafkaSettings, KafkaState};
 
 use super::*;
 
@@ -78,11 +78,11 @@ async fn answer_with<B: Backend>(
     version: i16,
     request: RequestKind,
 ) -> Answer {
-    let coordinator = Coordinator::default();
+    let state = KafkaState::default();
     let handler = Handler {
         backend: broker,
         settings,
-        coordinator: &coordinator,
+        state: &state,
         endpoint: endpoint(),
         client_host: "/127.0.0.1".into(),
     };
@@ -113,7 +113,7 @@ fn batch_of(count: i64, producer: Option<(i64, i16, i32)>, value: impl Fn(i64) -
             producer_epoch: producer.map_or(-1, |(_, epoch, _)| epoch),
             timestamp_type: TimestampType::Creation,
             offset: i,
-            sequence: producer.map_or(-1, |(_, _, first)| first + i as i32),
+            sequence: producer.map_or(-1, |(_, _, first)| sequence_after(first, i as i32)),
             timestamp: 1_000 + i,
             key: None,
             value: Some(value(i)),
@@ -201,6 +201,109 @@ async fn an_idempotent_batch_sent_twice_is_stored_once() {
     let retried = produced(ask(&broker, 9, bumped()).await);
     assert_eq!((retried.error_code, retried.base_offset), (0, 5));
     assert_eq!(broker.end_offset("t", 1).unwrap(), 7);
+}
+
+/// The broker in memory, its idempotent producers' sequence numbers given as `shift` more than
+/// they are: a producer that starts there stands where a producer of `shift` records would.
+struct Shifted {
+    broker: EventBroker,
+    shift: u64,
+}
+
+impl Backend for Shifted {
+    async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
+        let command = match command {
+            Command::PublishIdempotent {
+                topic,
+                producer,
+                mut batches,
+            } => {
+                for batch in &mut batches {
+                    batch.sequence = batch.sequence.checked_sub(self.shift).ok_or_else(|| {
+                        ErrorReply::InvalidArgument("sequence below the shift".into())
+                    })?;
+                }
+                Command::PublishIdempotent {
+                    topic,
+                    producer,
+                    batches,
+                }
+            }
+            other => other,
+        };
+        self.broker.call(command, max_wait).await
+    }
+
+    async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
+        self.broker.topics().await
+    }
+
+    fn cluster(&self) -> Option<crate::ClusterView> {
+        None
+    }
+
+    fn coordinates_groups(&self) -> bool {
+        true
+    }
+
+    fn requires_authentication(&self) -> bool {
+        false
+    }
+
+    fn authenticate(&self, _password: &str) -> bool {
+        true
+    }
+}
+
+#[tokio::test]
+async fn an_idempotent_producer_goes_on_past_the_wrap_of_its_sequence_numbers() {
+    // The producer starts 8 records short of the wrap, as after 2^31 - 8 records.
+    let start = i32::MAX - 7;
+    let backend = Shifted {
+        broker: broker(100),
+        shift: u64::from(start.unsigned_abs()),
+    };
+    let (settings, state) = (settings(), KafkaState::default());
+    let handler = Handler {
+        backend: &backend,
+        settings: &settings,
+        state: &state,
+        endpoint: endpoint(),
+        client_host: "/127.0.0.1".into(),
+    };
+    let send = |count: i64, first: i32| {
+        let request = produce(-1, "t", 0, batch(count, Some((7, first))));
+        let handler = &handler;
+        async move {
+            match handler.handle(9, "test", request).await {
+                Answer::Response(response) => produced(Some(*response)),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    };
+    let answers = [
+        send(6, start).await,
+        // Its numbers run to i32::MAX within this batch, then from 0.
+        send(5, start + 6).await,
+        send(3, 3).await,
+        // Each batch sent again is answered with its offsets, stored once.
+        send(5, start + 6).await,
+        send(3, 3).await,
+        send(6, start).await,
+    ];
+    let stored: Vec<(i16, i64)> = answers
+        .iter()
+        .map(|answer| (answer.error_code, answer.base_offset))
+        .collect();
+    assert_eq!(stored, [(0, 0), (0, 6), (0, 11), (0, 6), (0, 11), (0, 0)]);
+    assert_eq!(backend.broker.end_offset("t", 0).unwrap(), 14);
+    // A gap past the wrap is still one.
+    let ahead = send(1, 9).await;
+    assert_eq!(
+        ahead.error_code,
+        ResponseError::OutOfOrderSequenceNumber.code()
+    );
+    assert_eq!(backend.broker.end_offset("t", 0).unwrap(), 14);
 }
 
 #[tokio::test]
@@ -1174,12 +1277,12 @@ async fn offsets_deleted_while_a_member_joins_stay_where_the_member_has_them() {
     // What OffsetDelete read, then a member joins.
     let stale = described(&broker, "k");
     broker.join("k", "g", "m").unwrap();
-    let coordinator = Coordinator::default();
+    let state = KafkaState::default();
     let settings = settings();
     let handler = Handler {
         backend: &broker,
         settings: &settings,
-        coordinator: &coordinator,
+        state: &state,
         endpoint: endpoint(),
         client_host: "/127.0.0.1".into(),
     };
