@@ -9,6 +9,18 @@ use tokio::net::ToSocketAddrs;
 /// the `broker` command takes: `"host:port"`, `"[::1]:9092"`, `":9092"` (this machine) and a
 /// host alone (`"broker"`, port 9092). It also names the host part: the server name TLS
 /// verifies unless [`crate::ClientBuilder::tls_server_name`] says otherwise.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), broker_client::Error> {
+/// use broker_client::Client;
+/// use std::net::SocketAddr;
+///
+/// let by_name = Client::connect("broker.internal:9092").await?;
+/// let this_machine = Client::connect(":9092").await?;
+/// let by_socket_address = Client::connect(SocketAddr::from(([127, 0, 0, 1], 9092))).await?;
+/// # Ok(())
+/// # }
+/// ```
 pub trait ServerAddress: ToSocketAddrs {
     /// The host part: `"broker.example"` for `"broker.example:9092"`, `"::1"` for
     /// `"[::1]:9092"`, `"127.0.0.1"` for `":9092"`, the IP address of a socket address; `None`

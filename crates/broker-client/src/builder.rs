@@ -15,10 +15,46 @@ use crate::tls::{Tls, TlsTrust};
 use crate::{Client, Error, ServerAddress};
 
 /// The default request timeout: 30 seconds.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), broker_client::Error> {
+/// use broker_client::{Client, DEFAULT_REQUEST_TIMEOUT};
+///
+/// let client = Client::builder()
+///     .request_timeout(DEFAULT_REQUEST_TIMEOUT * 2)
+///     .connect("127.0.0.1:9092")
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// The default connect timeout: 10 seconds.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), broker_client::Error> {
+/// use broker_client::{Client, DEFAULT_CONNECT_TIMEOUT};
+///
+/// let client = Client::builder()
+///     .connect_timeout(DEFAULT_CONNECT_TIMEOUT / 2)
+///     .connect("127.0.0.1:9092")
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default number of calls one client has in flight at once: 1,024.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), broker_client::Error> {
+/// use broker_client::{Client, DEFAULT_MAX_IN_FLIGHT};
+///
+/// let client = Client::builder()
+///     .max_in_flight(DEFAULT_MAX_IN_FLIGHT / 4)
+///     .connect("127.0.0.1:9092")
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 
 /// Builds a [`Client`] with options; [`Client::builder`] starts one.
@@ -75,6 +111,19 @@ impl ClientBuilder {
     /// top. A call that runs out of time fails with [`Error::Timeout`], at most 20 ms after its
     /// deadline (the connection checks deadlines every 20 ms instead of setting a timer per
     /// call).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// use broker_client::Client;
+    /// use std::time::Duration;
+    ///
+    /// let client = Client::builder()
+    ///     .request_timeout(Duration::from_secs(5))
+    ///     .connect("127.0.0.1:9092")
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use]
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
@@ -83,6 +132,19 @@ impl ClientBuilder {
 
     /// How long opening a connection (TCP connect and hello exchange) may take;
     /// [`DEFAULT_CONNECT_TIMEOUT`] by default.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// use broker_client::Client;
+    /// use std::time::Duration;
+    ///
+    /// let client = Client::builder()
+    ///     .connect_timeout(Duration::from_secs(2))
+    ///     .connect("broker.internal:9092")
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -91,6 +153,15 @@ impl ClientBuilder {
 
     /// How many calls the client has in flight at once, across all its clones;
     /// [`DEFAULT_MAX_IN_FLIGHT`] by default, at least 1. Callers beyond it wait for a slot.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// use broker_client::Client;
+    ///
+    /// let client = Client::builder().max_in_flight(64).connect("127.0.0.1:9092").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use]
     pub fn max_in_flight(mut self, max: usize) -> Self {
         self.max_in_flight = max.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
@@ -99,6 +170,16 @@ impl ClientBuilder {
 
     /// The client name sent in the hello, for the server's logs; `broker-client/<version>` by
     /// default.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// use broker_client::Client;
+    ///
+    /// // The server's logs and `broker top` show it.
+    /// let client = Client::builder().client_name("billing").connect("127.0.0.1:9092").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use]
     pub fn client_name(mut self, name: impl Into<String>) -> Self {
         self.identity.name = name.into();
@@ -106,6 +187,16 @@ impl ClientBuilder {
     }
 
     /// The shared secret sent in the hello, for servers that require one; none by default.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// use broker_client::Client;
+    ///
+    /// let token = std::env::var("BROKER_AUTH_TOKEN").unwrap_or_default();
+    /// let client = Client::builder().auth_token(token).connect("127.0.0.1:9092").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use]
     pub fn auth_token(mut self, token: impl Into<String>) -> Self {
         self.identity.auth_token = Some(token.into());
@@ -116,6 +207,18 @@ impl ClientBuilder {
     /// connecting) and no others; the server's certificate must also carry the server name
     /// (see [`ClientBuilder::tls_server_name`]). Without this or [`ClientBuilder::tls`] the
     /// client speaks plain TCP.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// use broker_client::Client;
+    ///
+    /// let client = Client::builder()
+    ///     .tls_ca_file("/etc/broker/ca.pem")
+    ///     .connect("broker.example:9092")
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use]
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.tls = Some(TlsTrust::CaFile(path.into()));
@@ -124,6 +227,18 @@ impl ClientBuilder {
 
     /// Connects with TLS using a complete rustls configuration (other roots, client
     /// certificates, ...); the server name is verified as with [`ClientBuilder::tls_ca_file`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// use broker_client::Client;
+    /// use std::sync::Arc;
+    ///
+    /// let config: Arc<broker_client::rustls::ClientConfig> = my_tls_config();
+    /// let client = Client::builder().tls(config).connect("broker.example:9092").await?;
+    /// # fn my_tls_config() -> Arc<broker_client::rustls::ClientConfig> { unimplemented!() }
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use]
     pub fn tls(mut self, config: Arc<ClientConfig>) -> Self {
         self.tls = Some(TlsTrust::Config(config));
@@ -132,6 +247,20 @@ impl ClientBuilder {
 
     /// The name (DNS name or IP address) the server's TLS certificate must carry; by default
     /// the host part of the address given to [`ClientBuilder::connect`]. Ignored without TLS.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// use broker_client::Client;
+    ///
+    /// // Reached by address; its certificate names it "broker.example".
+    /// let client = Client::builder()
+    ///     .tls_ca_file("/etc/broker/ca.pem")
+    ///     .tls_server_name("broker.example")
+    ///     .connect("10.0.0.5:9092")
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use]
     pub fn tls_server_name(mut self, name: impl Into<String>) -> Self {
         self.tls_server_name = Some(name.into());
@@ -142,6 +271,16 @@ impl ClientBuilder {
     /// leader, even when the client was given a single address (it otherwise does so only when
     /// given several addresses, or once a follower refused a call). For tools that make one
     /// call per connection, such as a command line.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// use broker_client::Client;
+    ///
+    /// // Talks to this node only: a call its topic's leader must answer fails with `NotLeader`.
+    /// let client = Client::builder().follow_leader(false).connect("10.0.0.5:9092").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use]
     pub fn follow_leader(mut self, follow: bool) -> Self {
         self.follow_leader = follow;
@@ -170,6 +309,19 @@ impl ClientBuilder {
     /// client moves to the leader for the calls after it. With TLS, every node's certificate
     /// must carry the server name (the host of the first address unless
     /// [`ClientBuilder::tls_server_name`] sets it).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// use broker_client::Client;
+    /// use std::time::Duration;
+    ///
+    /// let client = Client::builder()
+    ///     .request_timeout(Duration::from_secs(5))
+    ///     .connect("127.0.0.1:9092")
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -259,6 +411,15 @@ impl Client {
     }
 
     /// A builder for a client with options.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), broker_client::Error> {
+    /// use broker_client::Client;
+    ///
+    /// let client = Client::builder().client_name("billing").connect(":9092").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn builder() -> ClientBuilder {
         ClientBuilder::default()
     }

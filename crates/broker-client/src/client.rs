@@ -157,17 +157,39 @@ impl Client {
     }
 
     /// The limits the server announced when the current connection opened.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let limits = client.server_limits();
+    /// println!("records of up to {} bytes", limits.max_payload_bytes);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn server_limits(&self) -> ServerLimits {
         self.inner.current().limits()
     }
 
     /// The server's name and version, as its welcome gave them (`broker-server/0.1.0`).
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// println!("connected to {}", client.server_name());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn server_name(&self) -> String {
         self.inner.current().server().to_owned()
     }
 
     /// The address of the server the current connection is open to: of a cluster's nodes,
     /// the one this client talks to now (the leader, once a call has found it).
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// println!("talking to {}", client.server_addr());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn server_addr(&self) -> SocketAddr {
         self.inner.current().peer()
     }
@@ -229,6 +251,15 @@ impl Client {
     /// [`EventBroker::create`] over the network: creates `topic` with `partition_count`
     /// partitions and the default key hash; `false` if it already exists.
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// if !client.create("orders", 3).await? {
+    ///     println!("orders existed already");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::create`] says;
@@ -240,6 +271,16 @@ impl Client {
 
     /// [`EventBroker::create_with`] over the network: [`Client::create`] with the hash keyed
     /// publishes use to pick a partition.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// use broker_client::KeyHash;
+    ///
+    /// // Keys go to the partitions Kafka's default partitioner would pick.
+    /// client.create_with("orders", 3, KeyHash::Murmur2).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -257,6 +298,20 @@ impl Client {
     /// [`EventBroker::create_topic`] over the network: [`Client::create_with`] with the topic's
     /// retention settings (interest or limits, maximum records, bytes and age, what a full
     /// partition discards).
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// use broker_client::{KeyHash, Retention, TopicSetting};
+    ///
+    /// // Records stay a day, whatever the groups have consumed.
+    /// let settings = [
+    ///     TopicSetting::Retention(Retention::Limits),
+    ///     TopicSetting::MaxAgeMs(24 * 60 * 60 * 1000),
+    /// ];
+    /// client.create_topic("audit", 2, KeyHash::default(), &settings).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -283,6 +338,14 @@ impl Client {
     /// [`EventBroker::add_partitions`] over the network: gives `topic` `partition_count`
     /// partitions in all (never fewer); returns the count. Keys may move to other partitions.
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let count = client.add_partitions("orders", 6).await?;
+    /// assert!(count >= 6);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::add_partitions`]
@@ -301,6 +364,15 @@ impl Client {
     /// [`EventBroker::delete_topic`] over the network: deletes `topic` with its records and
     /// groups; `false` if there was none. Its waiting consumers are answered at once.
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// if client.delete_topic("orders").await? {
+    ///     println!("deleted");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::delete_topic`]
@@ -317,6 +389,13 @@ impl Client {
 
     /// [`EventBroker::delete_group`] over the network: deletes a group without members and its
     /// committed offsets; `false` if there was none.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// client.delete_group("orders", "billing").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -335,6 +414,15 @@ impl Client {
 
     /// [`EventBroker::purge`] over the network: removes the records of `partition` below
     /// `before`; returns the partition's earliest retained offset now.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// // Drops partition 0's records below offset 100.
+    /// let earliest = client.purge("orders", 0, 100).await?;
+    /// println!("partition 0 now starts at {earliest}");
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -355,6 +443,18 @@ impl Client {
     /// [`EventBroker::reset_group`] over the network: moves `group`'s committed offsets on
     /// `partitions` (all with `None`) to `to`, atomically; returns the group's progress on each
     /// partition reset.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// use broker_client::ResetTo;
+    ///
+    /// // Replays every partition from its earliest record.
+    /// for row in client.reset_group("orders", "billing", None, ResetTo::Earliest).await? {
+    ///     println!("partition {}: {} records to read", row.partition, row.lag);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -382,6 +482,15 @@ impl Client {
     /// [`EventBroker::offset_for_time`] over the network: the first offset of `partition` whose
     /// record's time is at or after `timestamp_ms` (the end offset if none is).
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let an_hour_ago = 1_767_225_600_000_i64 - 60 * 60 * 1000;
+    /// let offset = client.offset_for_time("orders", 0, an_hour_ago).await?;
+    /// println!("partition 0 from an hour ago starts at {offset}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Broker`] when the broker refuses the call, as
@@ -406,6 +515,14 @@ impl Client {
     /// [`EventBroker::commit_group`] over the network: stores `group`'s committed offsets on
     /// the partitions of `offsets` (partition, offset) from outside its members, creating the
     /// group (with no members) if needed. Needs a server of protocol version 6.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// // The group "billing" reads partition 0 from offset 42 and partition 1 from 7 on.
+    /// client.commit_group("orders", "billing", &[(0, 42), (1, 7)]).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -474,6 +591,14 @@ impl Client {
 
     /// [`EventBroker::join`] over the network: joins `group` and returns the member's partitions.
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let partitions = client.join("orders", "billing", "billing-1").await?;
+    /// println!("billing-1 reads partitions {partitions:?}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::join`] says;
@@ -483,6 +608,15 @@ impl Client {
     }
 
     /// [`EventBroker::join_with`] over the network: [`Client::join`] naming the group's assignor.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// use broker_client::Assignor;
+    ///
+    /// client.join_with("orders", "billing", "billing-1", Assignor::Range).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -501,6 +635,20 @@ impl Client {
     /// [`EventBroker::join_group`] over the network: [`Client::join_with`] (or
     /// [`Client::join`], with no assignor) with the settings a new group gets: where it starts
     /// (earliest or latest) and its acknowledgement timeout.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// use broker_client::{GroupSetting, StartAt};
+    ///
+    /// // A new group starts at the end, and a record not acknowledged within 30 s goes back.
+    /// let settings = [
+    ///     GroupSetting::StartAt(StartAt::Latest),
+    ///     GroupSetting::AckTimeoutMs(30_000),
+    /// ];
+    /// client.join_group("orders", "alerts", "alerts-1", None, &settings).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -529,6 +677,13 @@ impl Client {
 
     /// [`EventBroker::leave`] over the network: leaves `group`; `false` if not a member.
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// client.leave("orders", "billing", "billing-1").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::leave`] says;
@@ -547,6 +702,16 @@ impl Client {
 
     /// [`EventBroker::publish`] over the network: the record's offset, or `-1` when the partition
     /// is full.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let offset = client.publish("orders", 0, "order 1").await?;
+    /// if offset < 0 {
+    ///     println!("partition 0 is full");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -573,6 +738,15 @@ impl Client {
     /// [`EventBroker::publish_keyed`] over the network: the partition and offset (`-1` when
     /// full).
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// // Every record of one key goes to the same partition, in order.
+    /// let (partition, offset) = client.publish_keyed("orders", Some(b"alice"), "order 1").await?;
+    /// println!("stored at {partition}@{offset}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// As [`Client::publish`].
@@ -596,6 +770,21 @@ impl Client {
     /// [`EventBroker::publish_batch`] over the network: many records in one request, applied
     /// atomically; each record's partition and offset (`-1` where full). One request per batch
     /// instead of one per record is the fast way to publish a stream.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// use broker_client::PublishRecord;
+    ///
+    /// let records = vec![
+    ///     PublishRecord::keyed(Some(b"alice"), "order 1"),
+    ///     PublishRecord::to_partition(1, "order 2"),
+    /// ];
+    /// // All or nothing: stored together, or refused together.
+    /// let stored = client.publish_batch("orders", records).await?;
+    /// assert_eq!(stored.len(), 2);
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -660,6 +849,23 @@ impl Client {
     /// records numbered from its sequence for `producer`, each stored at most once however
     /// often it is sent. [`crate::Producer`] does the numbering, batching and retrying.
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// use broker_client::{PartitionBatch, PublishRecord};
+    ///
+    /// let batch = || PartitionBatch {
+    ///     partition: 0,
+    ///     sequence: 0,
+    ///     records: vec![PublishRecord::to_partition(0, "order 1")],
+    /// };
+    /// let first = client.publish_idempotent("orders", 7, vec![batch()]).await?;
+    /// // Sent again (after a timeout, say): answered with the same offset, stored once.
+    /// let again = client.publish_idempotent("orders", 7, vec![batch()]).await?;
+    /// assert_eq!(first, again);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Broker`] when the broker refuses the call, as
@@ -691,6 +897,18 @@ impl Client {
     }
 
     /// [`EventBroker::poll`] over the network. Never waits: `[]` when nothing is eligible.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// for record in client.poll("orders", "billing", "billing-1", 16).await? {
+    ///     println!("{}@{}: {:?}", record.partition, record.offset, record.payload);
+    ///     client
+    ///         .ack("orders", "billing", "billing-1", record.partition, record.offset)
+    ///         .await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -753,6 +971,22 @@ impl Client {
 
     /// [`EventBroker::ack_and_poll`] over the network: the last round's acknowledgements and the
     /// next poll in one request and one round trip.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let mut acks = Vec::new();
+    /// loop {
+    ///     let (_, records) = client
+    ///         .ack_and_poll("orders", "billing", "billing-1", &acks, 16)
+    ///         .await?;
+    ///     if records.is_empty() {
+    ///         break;
+    ///     }
+    ///     acks = records.iter().map(|record| (record.partition, record.offset)).collect();
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -867,6 +1101,18 @@ impl Client {
 
     /// [`EventBroker::ack`] over the network: `false`, changing nothing, on any mismatch.
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// for record in client.poll("orders", "billing", "billing-1", 1).await? {
+    ///     let acknowledged = client
+    ///         .ack("orders", "billing", "billing-1", record.partition, record.offset)
+    ///         .await?;
+    ///     assert!(acknowledged);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::ack`] says;
@@ -893,6 +1139,18 @@ impl Client {
     }
 
     /// [`EventBroker::retry`] over the network: `false`, changing nothing, on any mismatch.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// for record in client.poll("orders", "billing", "billing-1", 1).await? {
+    ///     // Not handled now: delivered again (to this member or another).
+    ///     client
+    ///         .retry("orders", "billing", "billing-1", record.partition, record.offset)
+    ///         .await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -1224,6 +1482,16 @@ impl Client {
 
     /// [`EventBroker::fetch`] over the network. Never waits: `[]` when there is nothing new.
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let records = client.fetch("orders", "reports", "reports-1", 100).await?;
+    /// // Fetch mode: the group's position moves on when it commits.
+    /// client.commit("orders", "reports", "reports-1", None).await?;
+    /// println!("{} records", records.len());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::fetch`] says;
@@ -1241,6 +1509,18 @@ impl Client {
 
     /// [`Client::fetch`] that, when there is nothing new, waits up to `max_wait` (capped by the
     /// server's limit) and answers as soon as a record arrives; `[]` if none came in time.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// use std::time::Duration;
+    ///
+    /// let records = client
+    ///     .fetch_wait("orders", "reports", "reports-1", 100, Duration::from_secs(1))
+    ///     .await?;
+    /// println!("{} records", records.len());
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -1269,6 +1549,19 @@ impl Client {
     /// [`EventBroker::commit`] over the network: stores the member's fetch positions (`None`) or
     /// exactly `offsets`, all or nothing.
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// use std::collections::BTreeMap;
+    ///
+    /// client.fetch("orders", "reports", "reports-1", 100).await?;
+    /// // Everything fetched, or chosen offsets (partition 0 read up to offset 10, excluded).
+    /// client.commit("orders", "reports", "reports-1", None).await?;
+    /// let offsets = BTreeMap::from([(0, 10)]);
+    /// client.commit("orders", "reports", "reports-1", Some(offsets)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::commit`] says;
@@ -1294,6 +1587,14 @@ impl Client {
 
     /// [`EventBroker::assignment`] over the network: the member's partitions, ascending.
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let partitions = client.assignment("orders", "billing", "billing-1").await?;
+    /// println!("billing-1 reads {partitions:?}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::assignment`] says;
@@ -1317,6 +1618,14 @@ impl Client {
 
     /// [`EventBroker::committed`] over the network: the group's committed offset on `partition`.
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let committed = client.committed("orders", "billing", 0).await?;
+    /// println!("billing has read partition 0 up to {committed}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::committed`] says;
@@ -1335,6 +1644,14 @@ impl Client {
 
     /// [`EventBroker::end_offset`] over the network: the offset the next record gets.
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let end = client.end_offset("orders", 0).await?;
+    /// println!("the next record of partition 0 gets offset {end}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::end_offset`] says;
@@ -1351,6 +1668,14 @@ impl Client {
     }
 
     /// [`EventBroker::lag`] over the network: `end_offset - committed` for every partition.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let behind: i64 = client.lag("orders", "billing").await?.iter().map(|row| row.lag).sum();
+    /// println!("billing is {behind} records behind");
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -1369,6 +1694,15 @@ impl Client {
 
     /// [`EventBroker::describe`] over the network: every topic and its groups.
     ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// for topic in client.describe().await?.topics {
+    ///     println!("{}: {} partitions", topic.name, topic.partitions.len());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// # Errors
     ///
     /// As [`Client::send`].
@@ -1383,6 +1717,14 @@ impl Client {
     }
 
     /// [`EventBroker::describe`] over the network, for one topic and its groups.
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let topic = client.describe_topic("orders").await?;
+    /// println!("{} bytes retained", topic.retained_bytes);
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///

@@ -15,6 +15,21 @@ use broker_proto::ErrorReply;
 ///
 /// A call that fails with `ConnectionLost` or `Timeout` may or may not have been applied by the
 /// server: the request may have been sent before the answer was lost.
+///
+/// ```no_run
+/// # async fn run(client: broker_client::Client) {
+/// use broker_client::{BrokerError, Error};
+///
+/// match client.create("orders", 3).await {
+///     Ok(created) => println!("created: {created}"),
+///     // Refused by the broker: nothing changed.
+///     Err(Error::Broker(BrokerError::InvalidArgument(why))) => eprintln!("refused: {why}"),
+///     // May or may not have been applied: ask again (creating is idempotent).
+///     Err(Error::ConnectionLost(_) | Error::Timeout) => eprintln!("unknown outcome"),
+///     Err(other) => eprintln!("failed: {other}"),
+/// }
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

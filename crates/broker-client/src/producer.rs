@@ -326,6 +326,23 @@ struct Unsettled {
 
 /// What became of one record sent with [`Producer::send_reported`]: the tag it was sent with,
 /// and where it was stored or why it was not.
+///
+/// ```no_run
+/// # async fn run(producer: broker_client::Producer) {
+/// use broker_client::PublishRecord;
+/// use tokio::sync::mpsc;
+///
+/// let (deliveries, mut reports) = mpsc::unbounded_channel();
+/// producer.send_reported("orders", PublishRecord::keyed(None, "order 7"), 7_u32, &deliveries);
+/// drop(deliveries);
+/// while let Some(report) = reports.recv().await {
+///     match report.result {
+///         Ok(stored) => println!("order {} at {}@{}", report.tag, stored.partition, stored.offset),
+///         Err(error) => eprintln!("order {} not stored: {error}", report.tag),
+///     }
+/// }
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct DeliveryReport<T> {
     /// The tag given to [`Producer::send_reported`] with the record.
