@@ -78,8 +78,8 @@ pub(crate) fn sequence_after(base: i32, delta: i32) -> i32 {
     if base < 0 {
         return base;
     }
-    let after = (i64::from(base) + i64::from(delta)).rem_euclid(1 << 31);
-    i32::try_from(after).unwrap_or(base)
+    // Past i32::MAX the sum turns negative; its low 31 bits are the number from 0 again.
+    base.wrapping_add(delta) & i32::MAX
 }
 
 /// What the batches of one produce request may hold and inflate to.

@@ -12,6 +12,7 @@
 //! after any sequence error.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// How many sequence numbers Kafka's producers use before numbering from 0 again.
@@ -32,12 +33,15 @@ struct Position {
     partition: i32,
 }
 
-/// Where idempotent producers that came near the wrap of Kafka's sequence numbers stand, per
-/// partition: the broker's sequence number of their next record. At most twice 50,000
-/// positions, those used least recently forgotten first.
+/// Where idempotent producers that passed 2^30 records on a partition stand there: the
+/// broker's sequence number of their next record. At most twice 50,000 positions, those used
+/// least recently forgotten first. Until the first producer gets that far, a lookup takes no
+/// lock and allocates nothing.
 #[derive(Debug, Default)]
 pub struct ProducerSequences {
     table: Mutex<Generations>,
+    /// Whether the table has ever held a position.
+    used: AtomicBool,
 }
 
 /// Positions in two generations: a position used is moved to the current one, and once it is
@@ -82,6 +86,9 @@ impl ProducerSequences {
         sequence: i32,
     ) -> u64 {
         let sequence = u64::from(sequence.unsigned_abs());
+        if !self.used.load(Ordering::Acquire) {
+            return sequence;
+        }
         let position = Position {
             producer,
             topic: topic.to_owned(),
@@ -93,9 +100,10 @@ impl ProducerSequences {
         }
     }
 
-    /// Remembers that the broker stored (or answered again) the records of `producer` on
-    /// `partition` of `topic` up to the broker's sequence number `next`, excluded. Positions
-    /// far from the wrap are not kept: they need nothing.
+    /// Remembers that the broker answered the records `producer` sent on `partition` of
+    /// `topic` up to the broker's sequence number `next`, excluded (stored, answered again, or
+    /// refused by a full partition: the position is only needed within 2^30 of the truth).
+    /// Positions far from the wrap are not kept: they need nothing.
     pub(crate) fn stored(&self, producer: u64, topic: &str, partition: i32, next: u64) {
         if next < REMEMBER_FROM {
             return;
@@ -106,6 +114,7 @@ impl ProducerSequences {
             partition,
         };
         let mut table = self.lock();
+        self.used.store(true, Ordering::Release);
         // Batches answered out of order never move a position back.
         let next = table.get(&position).map_or(next, |known| known.max(next));
         table.insert(position, next);

@@ -255,6 +255,35 @@ impl Backend for Shifted {
     }
 }
 
+/// The answer of `handler` to a produce of `count` records of producer 7 to partition 0 of
+/// topic "t", numbered from `first`.
+async fn send_idempotent<B: Backend>(
+    handler: &Handler<'_, B>,
+    count: i64,
+    first: i32,
+) -> PartitionProduceResponse {
+    let request = produce(-1, "t", 0, batch(count, Some((7, first))));
+    match handler.handle(9, "test", request).await {
+        Answer::Response(response) => produced(Some(*response)),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// A handler of `backend` with its own `state`.
+fn handler_of<'a, B: Backend>(
+    backend: &'a B,
+    settings: &'a KafkaSettings,
+    state: &'a KafkaState,
+) -> Handler<'a, B> {
+    Handler {
+        backend,
+        settings,
+        state,
+        endpoint: endpoint(),
+        client_host: "/127.0.0.1".into(),
+    }
+}
+
 #[tokio::test]
 async fn an_idempotent_producer_goes_on_past_the_wrap_of_its_sequence_numbers() {
     // The producer starts 8 records short of the wrap, as after 2^31 - 8 records.
@@ -264,32 +293,16 @@ async fn an_idempotent_producer_goes_on_past_the_wrap_of_its_sequence_numbers() 
         shift: u64::from(start.unsigned_abs()),
     };
     let (settings, state) = (settings(), KafkaState::default());
-    let handler = Handler {
-        backend: &backend,
-        settings: &settings,
-        state: &state,
-        endpoint: endpoint(),
-        client_host: "/127.0.0.1".into(),
-    };
-    let send = |count: i64, first: i32| {
-        let request = produce(-1, "t", 0, batch(count, Some((7, first))));
-        let handler = &handler;
-        async move {
-            match handler.handle(9, "test", request).await {
-                Answer::Response(response) => produced(Some(*response)),
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-    };
+    let handler = handler_of(&backend, &settings, &state);
     let answers = [
-        send(6, start).await,
+        send_idempotent(&handler, 6, start).await,
         // Its numbers run to i32::MAX within this batch, then from 0.
-        send(5, start + 6).await,
-        send(3, 3).await,
+        send_idempotent(&handler, 5, start + 6).await,
+        send_idempotent(&handler, 3, 3).await,
         // Each batch sent again is answered with its offsets, stored once.
-        send(5, start + 6).await,
-        send(3, 3).await,
-        send(6, start).await,
+        send_idempotent(&handler, 5, start + 6).await,
+        send_idempotent(&handler, 3, 3).await,
+        send_idempotent(&handler, 6, start).await,
     ];
     let stored: Vec<(i16, i64)> = answers
         .iter()
@@ -298,12 +311,49 @@ async fn an_idempotent_producer_goes_on_past_the_wrap_of_its_sequence_numbers() 
     assert_eq!(stored, [(0, 0), (0, 6), (0, 11), (0, 6), (0, 11), (0, 0)]);
     assert_eq!(backend.broker.end_offset("t", 0).unwrap(), 14);
     // A gap past the wrap is still one.
-    let ahead = send(1, 9).await;
-    assert_eq!(
-        ahead.error_code,
-        ResponseError::OutOfOrderSequenceNumber.code()
-    );
+    let ahead = send_idempotent(&handler, 1, 9).await;
+    let out_of_order = ResponseError::OutOfOrderSequenceNumber.code();
+    assert_eq!(ahead.error_code, out_of_order);
     assert_eq!(backend.broker.end_offset("t", 0).unwrap(), 14);
+    // A server that does not know where the producer stands (restarted, say) refuses its next
+    // batch past the wrap, and stores nothing of it; the client starts again under a new id.
+    let (restarted, fresh) = (KafkaState::default(), KafkaState::default());
+    let after_restart = handler_of(&backend, &settings, &restarted);
+    let refused = send_idempotent(&after_restart, 2, 6).await;
+    assert_eq!(refused.error_code, out_of_order);
+    let refused_again = send_idempotent(&handler_of(&backend, &settings, &fresh), 2, 6).await;
+    assert_eq!(refused_again.error_code, out_of_order);
+    assert_eq!(backend.broker.end_offset("t", 0).unwrap(), 14);
+}
+
+#[tokio::test]
+async fn a_batch_of_more_records_than_one_command_takes_crosses_the_wrap() {
+    let count = MAX_BATCH_RECORDS as i64 + 10;
+    // The batch's numbers run past i32::MAX half way through its first command's records.
+    let start = i32::MAX - 4_999;
+    // Limits retention: the partition keeps its last 1,000 records, the offsets go on.
+    let broker = EventBroker::new(1_000).unwrap();
+    let limits = [broker_core::TopicSetting::Retention(
+        broker_core::Retention::Limits,
+    )];
+    broker
+        .create_topic("t", 1, KeyHash::default(), &limits)
+        .unwrap();
+    let backend = Shifted {
+        broker,
+        shift: u64::from(start.unsigned_abs()),
+    };
+    let (settings, state) = (settings(), KafkaState::default());
+    let handler = handler_of(&backend, &settings, &state);
+    let first = send_idempotent(&handler, count, start).await;
+    assert_eq!((first.error_code, first.base_offset), (0, 0));
+    let next = sequence_after(start, count as i32);
+    assert_eq!(next, MAX_BATCH_RECORDS as i32 + 10 - 5_000);
+    let then = send_idempotent(&handler, 3, next).await;
+    assert_eq!((then.error_code, then.base_offset), (0, count));
+    let again = send_idempotent(&handler, count, start).await;
+    assert_eq!((again.error_code, again.base_offset), (0, 0));
+    assert_eq!(backend.broker.end_offset("t", 0).unwrap(), count + 3);
 }
 
 #[tokio::test]
