@@ -16,6 +16,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CRATES = ["broker-core", "broker-net", "broker-proto", "broker-client"]
+# The version of rustdoc's JSON format this script reads; another toolchain may write another.
+FORMAT_VERSION = 57
+
+
+def target_dir():
+    metadata = subprocess.run(["cargo", "metadata", "--format-version", "1", "--no-deps"],
+                              cwd=ROOT, check=True, capture_output=True).stdout
+    return Path(json.loads(metadata)["target_directory"])
 
 
 def build(crate):
@@ -24,7 +32,11 @@ def build(crate):
         ["cargo", "rustdoc", "--quiet", "--locked", "-p", crate, "--lib", "--",
          "-Z", "unstable-options", "--output-format", "json"],
         cwd=ROOT, env=env, check=True)
-    return json.loads((ROOT / "target/doc" / (crate.replace("-", "_") + ".json")).read_text())
+    doc = json.loads((target_dir() / "doc" / (crate.replace("-", "_") + ".json")).read_text())
+    if doc["format_version"] != FORMAT_VERSION:
+        sys.exit(f"rustdoc wrote JSON format {doc['format_version']}; .ci/api-report.py reads "
+                 f"format {FORMAT_VERSION}: update the script (and the reports) for it")
+    return doc
 
 
 class Report:
@@ -42,7 +54,8 @@ class Report:
             return "()"
         (kind, v), = t.items()
         if kind == "resolved_path":
-            return v["path"] + self.args(v.get("args"))
+            # The name alone: a path as spelled at the use site changes with refactors.
+            return v["path"].rsplit("::", 1)[-1] + self.args(v.get("args"))
         if kind == "primitive" or kind == "generic":
             return v
         if kind == "borrowed_ref":
@@ -72,7 +85,11 @@ class Report:
         return kind
 
     def poly(self, p):
-        return p["trait"]["path"] + self.args(p["trait"].get("args"))
+        return self.name(p["trait"]) + self.args(p["trait"].get("args"))
+
+    @staticmethod
+    def name(path):
+        return path["path"].rsplit("::", 1)[-1]
 
     def args(self, args):
         if not args:
@@ -105,7 +122,7 @@ class Report:
             if "trait_bound" in b:
                 tb = b["trait_bound"]
                 modifier = "?" if tb.get("modifier") == "maybe" else ""
-                parts.append(modifier + tb["trait"]["path"] + self.args(tb["trait"].get("args")))
+                parts.append(modifier + self.name(tb["trait"]) + self.args(tb["trait"].get("args")))
             elif "outlives" in b:
                 parts.append(b["outlives"])
             elif "use" in b:
@@ -153,14 +170,17 @@ class Report:
     def emit(self, text):
         self.lines.append(text)
 
-    def impls(self, path, impl_ids):
+    def impls(self, path, type_id, impl_ids):
         traits = []
         for impl_id in impl_ids:
             impl = self.item(impl_id)
             if impl is None:
                 continue
             inner = impl["inner"]["impl"]
-            if inner.get("is_synthetic") or inner.get("blanket_impl") is not None:
+            # Blanket impls come with the traits'; impls for other types that name this one
+            # (`From<This> for Other`) are listed under those.
+            for_id = inner["for"].get("resolved_path", {}).get("id")
+            if inner.get("blanket_impl") is not None or for_id != type_id:
                 continue
             if inner.get("trait") is None:
                 for method_id in inner["items"]:
@@ -174,12 +194,21 @@ class Report:
                         self.emit("pub const " + path + "::" + m["name"] + ": " + self.ty(v["type"]))
             else:
                 trait = inner["trait"]
-                if trait["path"] in ("StructuralPartialEq",):
+                # Marker traits of the compiler's own, which no user code names.
+                if self.name(trait) in ("StructuralPartialEq", "Freeze", "UnsafeUnpin"):
                     continue
                 for_type = inner["for"].get("resolved_path", {})
-                traits.append("impl" + self.generics(inner["generics"])[0].replace("$crate::", "") + " " + trait["path"] +
-                              self.args(trait.get("args")) + " for " + path +
-                              self.args(for_type.get("args")))
+                assoc = []
+                for member_id in inner["items"]:
+                    member = self.item(member_id)
+                    if member is not None and "assoc_type" in member["inner"]:
+                        bound = member["inner"]["assoc_type"].get("type")
+                        assoc.append("type " + member["name"] + " = " + self.ty(bound))
+                negative = "!" if inner.get("is_negative") else ""
+                traits.append("impl" + self.generics(inner["generics"])[0] + " " + negative +
+                              self.name(trait) + self.args(trait.get("args")) + " for " + path +
+                              self.args(for_type.get("args")) +
+                              (" { " + "; ".join(assoc) + " }" if assoc else ""))
         for line in sorted(set(traits)):
             self.emit(line)
 
@@ -227,18 +256,22 @@ class Report:
         elif kind == "struct":
             params, where = self.generics(v["generics"])
             attrs = " #[non_exhaustive]" if any("non_exhaustive" in str(a) for a in it.get("attrs", [])) else ""
-            self.emit("pub struct " + full + params + where + attrs)
             skind = v["kind"]
             fields = []
             if "plain" in skind:
                 fields = skind["plain"]["fields"]
+                if skind["plain"].get("has_stripped_fields"):
+                    attrs += " (and private fields)"
             elif "tuple" in skind:
                 fields = [f for f in skind["tuple"] if f is not None]
+                if None in skind["tuple"]:
+                    attrs += " (and private fields)"
+            self.emit("pub struct " + full + params + where + attrs)
             for fid in fields:
                 f = self.item(fid)
                 if f is not None and f.get("visibility") == "public":
                     self.emit(full + "::" + f["name"] + ": " + self.ty(f["inner"]["struct_field"]))
-            self.impls(full, v["impls"])
+            self.impls(full, it["id"], v["impls"])
         elif kind == "enum":
             params, where = self.generics(v["generics"])
             attrs = " #[non_exhaustive]" if any("non_exhaustive" in str(a) for a in it.get("attrs", [])) else ""
@@ -255,19 +288,31 @@ class Report:
                     fields = [self.item(f) for f in vk["struct"]["fields"]]
                     self.emit(full + "::" + var["name"] + " { " + ", ".join(
                         f["name"] + ": " + self.ty(f["inner"]["struct_field"]) for f in fields) + " }")
-            self.impls(full, v["impls"])
+            self.impls(full, it["id"], v["impls"])
         elif kind == "trait":
             params, where = self.generics(v["generics"])
-            self.emit("pub trait " + full + params + where)
+            supertraits = self.bounds(v.get("bounds", []))
+            self.emit("pub trait " + full + params + (": " + supertraits if supertraits else "") +
+                      where)
             for mid in v["items"]:
                 m = self.item(mid)
                 (mk, mv), = m["inner"].items()
                 if mk == "function":
-                    self.emit(self.function(full + "::" + m["name"], mv).replace("pub ", "", 1))
+                    provided = " (provided)" if mv.get("has_body") else ""
+                    self.emit(self.function(full + "::" + m["name"], mv).replace("pub ", "", 1) +
+                              provided)
                 elif mk == "assoc_type":
                     self.emit("type " + full + "::" + m["name"])
                 elif mk == "assoc_const":
                     self.emit("const " + full + "::" + m["name"] + ": " + self.ty(mv["type"]))
+            implementors = []
+            for impl_id in v.get("implementations", []):
+                impl = self.item(impl_id)
+                if impl is not None and impl["inner"]["impl"].get("blanket_impl") is None:
+                    implementors.append("impl " + self.name({"path": full}) + " for " +
+                                        self.ty(impl["inner"]["impl"]["for"]))
+            for line in sorted(set(implementors)):
+                self.emit(line)
         elif kind == "macro":
             self.emit("macro " + full + "!")
         else:

@@ -276,8 +276,8 @@ impl ClientBuilder {
     /// # async fn run() -> Result<(), broker_client::Error> {
     /// use broker_client::Client;
     ///
-    /// // Talks to this node only: a call its topic's leader must answer fails with `NotLeader`.
-    /// let client = Client::builder().follow_leader(false).connect("10.0.0.5:9092").await?;
+    /// // Given one node of a cluster: its very first call already goes to its topic's leader.
+    /// let client = Client::builder().follow_leader(true).connect("10.0.0.5:9092").await?;
     /// # Ok(())
     /// # }
     /// ```
@@ -310,6 +310,20 @@ impl ClientBuilder {
     /// must carry the server name (the host of the first address unless
     /// [`ClientBuilder::tls_server_name`] sets it).
     ///
+    /// # Errors
+    ///
+    /// When every address fails, or the connect timeout ends first, the error is that of the
+    /// most telling failure (a refusal, a TLS or protocol error rather than an I/O error),
+    /// naming the address when there are several: [`Error::Io`] if no address
+    /// resolves, no address accepts, or the hello exchange fails or outlasts the connect
+    /// timeout; [`Error::Tls`] if the TLS settings are unusable
+    /// or the TLS handshake fails (an untrusted certificate, a wrong server name, a server
+    /// without TLS); [`Error::Refused`] if the server refuses the hello (such as
+    /// `ErrorReply::Unauthenticated` for a missing or wrong auth token); [`Error::Protocol`] if
+    /// its answer makes no sense.
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run() -> Result<(), broker_client::Error> {
     /// use broker_client::Client;
@@ -322,18 +336,6 @@ impl ClientBuilder {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// When every address fails, or the connect timeout ends first, the error is that of the
-    /// most telling failure (a refusal, a TLS or protocol error rather than an I/O error),
-    /// naming the address when there are several: [`Error::Io`] if no address
-    /// resolves, no address accepts, or the hello exchange fails or outlasts the connect
-    /// timeout; [`Error::Tls`] if the TLS settings are unusable
-    /// or the TLS handshake fails (an untrusted certificate, a wrong server name, a server
-    /// without TLS); [`Error::Refused`] if the server refuses the hello (such as
-    /// `ErrorReply::Unauthenticated` for a missing or wrong auth token); [`Error::Protocol`] if
-    /// its answer makes no sense.
     pub async fn connect(self, addr: impl ServerAddress) -> Result<Client, Error> {
         let tls = match &self.tls {
             None => None,

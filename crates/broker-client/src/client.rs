@@ -251,6 +251,13 @@ impl Client {
     /// [`EventBroker::create`] over the network: creates `topic` with `partition_count`
     /// partitions and the default key hash; `false` if it already exists.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::create`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// if !client.create("orders", 3).await? {
@@ -259,11 +266,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::create`] says;
-    /// otherwise as [`Client::send`].
     pub async fn create(&self, topic: &str, partition_count: i32) -> Result<bool, Error> {
         self.create_with(topic, partition_count, KeyHash::default())
             .await
@@ -271,6 +273,12 @@ impl Client {
 
     /// [`EventBroker::create_with`] over the network: [`Client::create`] with the hash keyed
     /// publishes use to pick a partition.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::create`].
+    ///
+    /// # Examples
     ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
@@ -281,10 +289,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::create`].
     pub async fn create_with(
         &self,
         topic: &str,
@@ -299,6 +303,12 @@ impl Client {
     /// retention settings (interest or limits, maximum records, bytes and age, what a full
     /// partition discards).
     ///
+    /// # Errors
+    ///
+    /// As [`Client::create`], and `InvalidArgument` for settings that make no sense.
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// use broker_client::{KeyHash, Retention, TopicSetting};
@@ -312,10 +322,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::create`], and `InvalidArgument` for settings that make no sense.
     pub async fn create_topic(
         &self,
         topic: &str,
@@ -338,6 +344,13 @@ impl Client {
     /// [`EventBroker::add_partitions`] over the network: gives `topic` `partition_count`
     /// partitions in all (never fewer); returns the count. Keys may move to other partitions.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::add_partitions`]
+    /// says; otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let count = client.add_partitions("orders", 6).await?;
@@ -345,11 +358,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::add_partitions`]
-    /// says; otherwise as [`Client::send`].
     pub async fn add_partitions(&self, topic: &str, partition_count: i32) -> Result<i32, Error> {
         let command = Command::AddPartitions {
             topic: topic.to_owned(),
@@ -364,6 +372,13 @@ impl Client {
     /// [`EventBroker::delete_topic`] over the network: deletes `topic` with its records and
     /// groups; `false` if there was none. Its waiting consumers are answered at once.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::delete_topic`]
+    /// says; otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// if client.delete_topic("orders").await? {
@@ -372,11 +387,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::delete_topic`]
-    /// says; otherwise as [`Client::send`].
     pub async fn delete_topic(&self, topic: &str) -> Result<bool, Error> {
         let command = Command::DeleteTopic {
             topic: topic.to_owned(),
@@ -390,17 +400,19 @@ impl Client {
     /// [`EventBroker::delete_group`] over the network: deletes a group without members and its
     /// committed offsets; `false` if there was none.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::delete_group`]
+    /// says (a group with members is refused); otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// client.delete_group("orders", "billing").await?;
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::delete_group`]
-    /// says (a group with members is refused); otherwise as [`Client::send`].
     pub async fn delete_group(&self, topic: &str, group: &str) -> Result<bool, Error> {
         let command = Command::DeleteGroup {
             topic: topic.to_owned(),
@@ -415,6 +427,13 @@ impl Client {
     /// [`EventBroker::purge`] over the network: removes the records of `partition` below
     /// `before`; returns the partition's earliest retained offset now.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::purge`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// // Drops partition 0's records below offset 100.
@@ -423,11 +442,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::purge`] says;
-    /// otherwise as [`Client::send`].
     pub async fn purge(&self, topic: &str, partition: i32, before: i64) -> Result<i64, Error> {
         let command = Command::Purge {
             topic: topic.to_owned(),
@@ -444,6 +458,13 @@ impl Client {
     /// `partitions` (all with `None`) to `to`, atomically; returns the group's progress on each
     /// partition reset.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::reset_group`]
+    /// says; otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// use broker_client::ResetTo;
@@ -455,11 +476,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::reset_group`]
-    /// says; otherwise as [`Client::send`].
     pub async fn reset_group(
         &self,
         topic: &str,
@@ -482,19 +498,24 @@ impl Client {
     /// [`EventBroker::offset_for_time`] over the network: the first offset of `partition` whose
     /// record's time is at or after `timestamp_ms` (the end offset if none is).
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as
+    /// [`EventBroker::offset_for_time`] says; otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
-    /// let an_hour_ago = 1_767_225_600_000_i64 - 60 * 60 * 1000;
+    /// use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    ///
+    /// let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    /// let an_hour_ago = (since_epoch - Duration::from_secs(3600)).as_millis() as i64;
     /// let offset = client.offset_for_time("orders", 0, an_hour_ago).await?;
     /// println!("partition 0 from an hour ago starts at {offset}");
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as
-    /// [`EventBroker::offset_for_time`] says; otherwise as [`Client::send`].
     pub async fn offset_for_time(
         &self,
         topic: &str,
@@ -516,6 +537,13 @@ impl Client {
     /// the partitions of `offsets` (partition, offset) from outside its members, creating the
     /// group (with no members) if needed. Needs a server of protocol version 6.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::commit_group`]
+    /// says; otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// // The group "billing" reads partition 0 from offset 42 and partition 1 from 7 on.
@@ -523,11 +551,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::commit_group`]
-    /// says; otherwise as [`Client::send`].
     pub async fn commit_group(
         &self,
         topic: &str,
@@ -551,6 +574,13 @@ impl Client {
     /// server's limit) for a record to arrive; `Duration::ZERO` never waits. Needs a server of
     /// protocol version 6.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::read`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let mut offset = 0;
@@ -563,11 +593,6 @@ impl Client {
     /// }
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::read`] says;
-    /// otherwise as [`Client::send`].
     pub async fn read(
         &self,
         topic: &str,
@@ -591,6 +616,13 @@ impl Client {
 
     /// [`EventBroker::join`] over the network: joins `group` and returns the member's partitions.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::join`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let partitions = client.join("orders", "billing", "billing-1").await?;
@@ -598,16 +630,17 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::join`] says;
-    /// otherwise as [`Client::send`].
     pub async fn join(&self, topic: &str, group: &str, member: &str) -> Result<Vec<i32>, Error> {
         self.join_group(topic, group, member, None, &[]).await
     }
 
     /// [`EventBroker::join_with`] over the network: [`Client::join`] naming the group's assignor.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::join`], and `InvalidArgument` if the group uses another assignor.
+    ///
+    /// # Examples
     ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
@@ -617,10 +650,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::join`], and `InvalidArgument` if the group uses another assignor.
     pub async fn join_with(
         &self,
         topic: &str,
@@ -636,6 +665,13 @@ impl Client {
     /// [`Client::join`], with no assignor) with the settings a new group gets: where it starts
     /// (earliest or latest) and its acknowledgement timeout.
     ///
+    /// # Errors
+    ///
+    /// As [`Client::join_with`], and `InvalidArgument` for settings other than the existing
+    /// group's.
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// use broker_client::{GroupSetting, StartAt};
@@ -649,11 +685,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::join_with`], and `InvalidArgument` for settings other than the existing
-    /// group's.
     pub async fn join_group(
         &self,
         topic: &str,
@@ -677,17 +708,19 @@ impl Client {
 
     /// [`EventBroker::leave`] over the network: leaves `group`; `false` if not a member.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::leave`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// client.leave("orders", "billing", "billing-1").await?;
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::leave`] says;
-    /// otherwise as [`Client::send`].
     pub async fn leave(&self, topic: &str, group: &str, member: &str) -> Result<bool, Error> {
         let command = Command::Leave {
             topic: topic.to_owned(),
@@ -703,6 +736,14 @@ impl Client {
     /// [`EventBroker::publish`] over the network: the record's offset, or `-1` when the partition
     /// is full.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::publish`] says;
+    /// [`Error::Server`] with `TooLarge` for a payload over the server's limit; otherwise as
+    /// [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let offset = client.publish("orders", 0, "order 1").await?;
@@ -712,12 +753,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::publish`] says;
-    /// [`Error::Server`] with `TooLarge` for a payload over the server's limit; otherwise as
-    /// [`Client::send`].
     pub async fn publish(
         &self,
         topic: &str,
@@ -738,6 +773,12 @@ impl Client {
     /// [`EventBroker::publish_keyed`] over the network: the partition and offset (`-1` when
     /// full).
     ///
+    /// # Errors
+    ///
+    /// As [`Client::publish`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// // Every record of one key goes to the same partition, in order.
@@ -746,10 +787,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::publish`].
     pub async fn publish_keyed(
         &self,
         topic: &str,
@@ -771,6 +808,14 @@ impl Client {
     /// atomically; each record's partition and offset (`-1` where full). One request per batch
     /// instead of one per record is the fast way to publish a stream.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the batch, as [`EventBroker::publish_batch`]
+    /// says (nothing is published then); [`Error::Server`] with `TooLarge` when a record exceeds the
+    /// payload limit or the batch the frame limit; otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// use broker_client::PublishRecord;
@@ -779,18 +824,13 @@ impl Client {
     ///     PublishRecord::keyed(Some(b"alice"), "order 1"),
     ///     PublishRecord::to_partition(1, "order 2"),
     /// ];
-    /// // All or nothing: stored together, or refused together.
+    /// // Refused together, or each record answered with its offset (-1: its partition was
+    /// // full, and it was not stored).
     /// let stored = client.publish_batch("orders", records).await?;
     /// assert_eq!(stored.len(), 2);
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the batch, as [`EventBroker::publish_batch`]
-    /// says (nothing is published then); [`Error::Server`] with `TooLarge` when a record exceeds the
-    /// payload limit or the batch the frame limit; otherwise as [`Client::send`].
     pub async fn publish_batch(
         &self,
         topic: &str,
@@ -849,6 +889,13 @@ impl Client {
     /// records numbered from its sequence for `producer`, each stored at most once however
     /// often it is sent. [`crate::Producer`] does the numbering, batching and retrying.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as
+    /// [`EventBroker::publish_idempotent`] says; otherwise as [`Client::publish`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// use broker_client::{PartitionBatch, PublishRecord};
@@ -858,18 +905,16 @@ impl Client {
     ///     sequence: 0,
     ///     records: vec![PublishRecord::to_partition(0, "order 1")],
     /// };
-    /// let first = client.publish_idempotent("orders", 7, vec![batch()]).await?;
+    /// // A producer's id is drawn at random, once per producer.
+    /// let producer: u64 = random_id();
+    /// let first = client.publish_idempotent("orders", producer, vec![batch()]).await?;
     /// // Sent again (after a timeout, say): answered with the same offset, stored once.
-    /// let again = client.publish_idempotent("orders", 7, vec![batch()]).await?;
+    /// let again = client.publish_idempotent("orders", producer, vec![batch()]).await?;
     /// assert_eq!(first, again);
+    /// # fn random_id() -> u64 { 7 }
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as
-    /// [`EventBroker::publish_idempotent`] says; otherwise as [`Client::publish`].
     pub async fn publish_idempotent(
         &self,
         topic: &str,
@@ -898,6 +943,13 @@ impl Client {
 
     /// [`EventBroker::poll`] over the network. Never waits: `[]` when nothing is eligible.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::poll`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// for record in client.poll("orders", "billing", "billing-1", 16).await? {
@@ -909,11 +961,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::poll`] says;
-    /// otherwise as [`Client::send`].
     pub async fn poll(
         &self,
         topic: &str,
@@ -972,6 +1019,13 @@ impl Client {
     /// [`EventBroker::ack_and_poll`] over the network: the last round's acknowledgements and the
     /// next poll in one request and one round trip.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::ack_and_poll`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let mut acks = Vec::new();
@@ -987,11 +1041,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::ack_and_poll`] says;
-    /// otherwise as [`Client::send`].
     pub async fn ack_and_poll(
         &self,
         topic: &str,
@@ -1101,6 +1150,13 @@ impl Client {
 
     /// [`EventBroker::ack`] over the network: `false`, changing nothing, on any mismatch.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::ack`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// for record in client.poll("orders", "billing", "billing-1", 1).await? {
@@ -1112,11 +1168,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::ack`] says;
-    /// otherwise as [`Client::send`].
     pub async fn ack(
         &self,
         topic: &str,
@@ -1140,6 +1191,13 @@ impl Client {
 
     /// [`EventBroker::retry`] over the network: `false`, changing nothing, on any mismatch.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::retry`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// for record in client.poll("orders", "billing", "billing-1", 1).await? {
@@ -1151,11 +1209,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::retry`] says;
-    /// otherwise as [`Client::send`].
     pub async fn retry(
         &self,
         topic: &str,
@@ -1182,6 +1235,13 @@ impl Client {
     /// created with them; where it starts cannot change. Returns its settings now. Needs a
     /// server of protocol version 4.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic or group, settings a join
+    /// would refuse, or another start; otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// use broker_client::{GroupSetting, TopicName};
@@ -1196,11 +1256,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic or group, settings a join
-    /// would refuse, or another start; otherwise as [`Client::send`].
     pub async fn configure_group(
         &self,
         topic: &str,
@@ -1227,6 +1282,13 @@ impl Client {
     /// catch up. Returns the topic's settings now. Needs a server of protocol version 9 (an
     /// older one answers [`Error::Server`] with `MalformedRequest`).
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic, the other retention, or
+    /// settings a create would refuse; otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// use broker_client::{TopicSetting, TopicSettings};
@@ -1240,11 +1302,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic, the other retention, or
-    /// settings a create would refuse; otherwise as [`Client::send`].
     pub async fn configure_topic(
         &self,
         topic: &str,
@@ -1265,6 +1322,13 @@ impl Client {
     /// log). Answered by whichever node is asked, never redirected: connect to each member in
     /// turn to see them all. Needs a server of protocol version 5.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` from a server that runs alone; otherwise as
+    /// [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let status = client.cluster_status().await?;
@@ -1272,11 +1336,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] with `InvalidArgument` from a server that runs alone; otherwise as
-    /// [`Client::send`].
     pub async fn cluster_status(&self) -> Result<ClusterStatus, Error> {
         match self.send(Command::ClusterStatus, Duration::ZERO).await? {
             Outcome::ClusterStatus(status) => Ok(status),
@@ -1292,6 +1351,13 @@ impl Client {
     /// by whichever node is asked, never redirected. Needs a server of protocol version 10 (an
     /// older one answers [`Error::Server`] with `MalformedRequest`).
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` from a server that runs alone; otherwise as
+    /// [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// for group in client.groups_status().await? {
@@ -1300,11 +1366,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] with `InvalidArgument` from a server that runs alone; otherwise as
-    /// [`Client::send`].
     pub async fn groups_status(&self) -> Result<Vec<GroupStatus>, Error> {
         match self.send(Command::GroupsStatus, Duration::ZERO).await? {
             Outcome::GroupsStatus(groups) => Ok(groups),
@@ -1319,6 +1380,14 @@ impl Client {
     /// (the server gives up after 20 seconds: the node keeps catching up, and adding it again
     /// finishes the job). Needs a server of protocol version 5.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for an address that is not `HOST:PORT`, a node
+    /// id that is a member at other addresses, a node that did not catch up in time, or a
+    /// server that runs alone; otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let members = client.add_node(4, "10.0.0.4:9093", "10.0.0.4:9092").await?;
@@ -1326,12 +1395,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] with `InvalidArgument` for an address that is not `HOST:PORT`, a node
-    /// id that is a member at other addresses, a node that did not catch up in time, or a
-    /// server that runs alone; otherwise as [`Client::send`].
     pub async fn add_node(
         &self,
         node_id: u64,
@@ -1353,6 +1416,14 @@ impl Client {
     /// its process afterwards). Answers with the members once the change is committed. Needs
     /// a server of protocol version 5.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a node that is not a member or is the last
+    /// voter, a change a majority did not commit in time, or a server that runs alone;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let members = client.remove_node(3).await?;
@@ -1360,12 +1431,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] with `InvalidArgument` for a node that is not a member or is the last
-    /// voter, a change a majority did not commit in time, or a server that runs alone;
-    /// otherwise as [`Client::send`].
     pub async fn remove_node(&self, node_id: u64) -> Result<Vec<ClusterMember>, Error> {
         match self
             .send(Command::RemoveNode { node_id }, Duration::ZERO)
@@ -1384,6 +1449,15 @@ impl Client {
     /// with what the old leader knows of the cluster once it follows the new one. Naming the
     /// leader itself changes nothing. Needs a server of protocol version 7.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument`, saying why: a node that is not a voter or does
+    /// not answer, a membership change or another hand-over under way, a node that did not
+    /// catch up in time (the old leader leads on), one that did not win (the message says
+    /// which node leads), or a server that runs alone; otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let status = client.transfer_leadership(2).await?;
@@ -1391,13 +1465,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] with `InvalidArgument`, saying why: a node that is not a voter or does
-    /// not answer, a membership change or another hand-over under way, a node that did not
-    /// catch up in time (the old leader leads on), one that did not win (the message says
-    /// which node leads), or a server that runs alone; otherwise as [`Client::send`].
     pub async fn transfer_leadership(&self, node_id: u64) -> Result<ClusterStatus, Error> {
         match self
             .send(Command::TransferLeadership { node_id }, Duration::ZERO)
@@ -1413,6 +1480,13 @@ impl Client {
     /// no nodes and serves every topic itself (`leader` is `None`). Needs a server of protocol
     /// version 5.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic; otherwise as
+    /// [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let metadata = client.metadata(Some("orders")).await?;
@@ -1422,11 +1496,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic; otherwise as
-    /// [`Client::send`].
     pub async fn metadata(&self, topic: Option<&str>) -> Result<BrokerMetadata, Error> {
         let command = Command::Metadata {
             topic: topic.map(str::to_owned),
@@ -1443,6 +1512,13 @@ impl Client {
     /// A record that has had its group's maximum of deliveries goes to the group's dead-letter
     /// topic instead. Needs a server of protocol version 4.
     ///
+    /// # Errors
+    ///
+    /// As [`Client::retry`]; [`Error::Refused`] with `MalformedRequest` from a server older
+    /// than protocol version 4.
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// use std::time::Duration;
@@ -1452,11 +1528,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::retry`]; [`Error::Refused`] with `MalformedRequest` from a server older
-    /// than protocol version 4.
     pub async fn retry_after(
         &self,
         topic: &str,
@@ -1482,8 +1553,16 @@ impl Client {
 
     /// [`EventBroker::fetch`] over the network. Never waits: `[]` when there is nothing new.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::fetch`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// client.join("orders", "reports", "reports-1").await?;
     /// let records = client.fetch("orders", "reports", "reports-1", 100).await?;
     /// // Fetch mode: the group's position moves on when it commits.
     /// client.commit("orders", "reports", "reports-1", None).await?;
@@ -1491,11 +1570,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::fetch`] says;
-    /// otherwise as [`Client::send`].
     pub async fn fetch(
         &self,
         topic: &str,
@@ -1510,10 +1584,17 @@ impl Client {
     /// [`Client::fetch`] that, when there is nothing new, waits up to `max_wait` (capped by the
     /// server's limit) and answers as soon as a record arrives; `[]` if none came in time.
     ///
+    /// # Errors
+    ///
+    /// As [`Client::fetch`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// use std::time::Duration;
     ///
+    /// client.join("orders", "reports", "reports-1").await?;
     /// let records = client
     ///     .fetch_wait("orders", "reports", "reports-1", 100, Duration::from_secs(1))
     ///     .await?;
@@ -1521,10 +1602,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::fetch`].
     pub async fn fetch_wait(
         &self,
         topic: &str,
@@ -1549,10 +1626,18 @@ impl Client {
     /// [`EventBroker::commit`] over the network: stores the member's fetch positions (`None`) or
     /// exactly `offsets`, all or nothing.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::commit`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// use std::collections::BTreeMap;
     ///
+    /// client.join("orders", "reports", "reports-1").await?;
     /// client.fetch("orders", "reports", "reports-1", 100).await?;
     /// // Everything fetched, or chosen offsets (partition 0 read up to offset 10, excluded).
     /// client.commit("orders", "reports", "reports-1", None).await?;
@@ -1561,11 +1646,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::commit`] says;
-    /// otherwise as [`Client::send`].
     pub async fn commit(
         &self,
         topic: &str,
@@ -1587,6 +1667,13 @@ impl Client {
 
     /// [`EventBroker::assignment`] over the network: the member's partitions, ascending.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::assignment`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let partitions = client.assignment("orders", "billing", "billing-1").await?;
@@ -1594,11 +1681,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::assignment`] says;
-    /// otherwise as [`Client::send`].
     pub async fn assignment(
         &self,
         topic: &str,
@@ -1618,6 +1700,13 @@ impl Client {
 
     /// [`EventBroker::committed`] over the network: the group's committed offset on `partition`.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::committed`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let committed = client.committed("orders", "billing", 0).await?;
@@ -1625,11 +1714,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::committed`] says;
-    /// otherwise as [`Client::send`].
     pub async fn committed(&self, topic: &str, group: &str, partition: i32) -> Result<i64, Error> {
         let command = Command::Committed {
             topic: topic.to_owned(),
@@ -1644,6 +1728,13 @@ impl Client {
 
     /// [`EventBroker::end_offset`] over the network: the offset the next record gets.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::end_offset`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let end = client.end_offset("orders", 0).await?;
@@ -1651,11 +1742,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::end_offset`] says;
-    /// otherwise as [`Client::send`].
     pub async fn end_offset(&self, topic: &str, partition: i32) -> Result<i64, Error> {
         let command = Command::EndOffset {
             topic: topic.to_owned(),
@@ -1669,6 +1755,13 @@ impl Client {
 
     /// [`EventBroker::lag`] over the network: `end_offset - committed` for every partition.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::lag`] says;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let behind: i64 = client.lag("orders", "billing").await?.iter().map(|row| row.lag).sum();
@@ -1676,11 +1769,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] when the broker refuses the call, as [`EventBroker::lag`] says;
-    /// otherwise as [`Client::send`].
     pub async fn lag(&self, topic: &str, group: &str) -> Result<Vec<PartitionLag>, Error> {
         let command = Command::Lag {
             topic: topic.to_owned(),
@@ -1694,6 +1782,12 @@ impl Client {
 
     /// [`EventBroker::describe`] over the network: every topic and its groups.
     ///
+    /// # Errors
+    ///
+    /// As [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// for topic in client.describe().await?.topics {
@@ -1702,10 +1796,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::send`].
     pub async fn describe(&self) -> Result<BrokerDescription, Error> {
         match self
             .send(Command::Describe { topic: None }, Duration::ZERO)
@@ -1718,6 +1808,13 @@ impl Client {
 
     /// [`EventBroker::describe`] over the network, for one topic and its groups.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a malformed or unknown topic; otherwise as
+    /// [`Client::send`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// let topic = client.describe_topic("orders").await?;
@@ -1725,11 +1822,6 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Broker`] with `InvalidArgument` for a malformed or unknown topic; otherwise as
-    /// [`Client::send`].
     pub async fn describe_topic(&self, topic: &str) -> Result<TopicDescription, Error> {
         let command = Command::Describe {
             topic: Some(topic.to_owned()),

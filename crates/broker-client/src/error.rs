@@ -181,7 +181,7 @@ impl Error {
 /// match producer.send("orders", PublishRecord::keyed(None, "order 1")).await {
 ///     Ok(stored) => println!("offset {}", stored.offset),
 ///     // Still full after the delivery timeout: consumers behind, or a limit that refuses new
-// records.
+///     // records.
 ///     Err(ProducerError::Full { topic, partition }) => eprintln!("{topic}/{partition} is full"),
 ///     // Not stored, and sending it again cannot help.
 ///     Err(ProducerError::Refused(error)) => eprintln!("refused: {error}"),

@@ -53,6 +53,11 @@
 //! dies every outstanding call fails with [`Error::ConnectionLost`] and the next call
 //! reconnects; see [`Client`] for what that means for consumer groups.
 
+/// The crate's README, whose example is compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod address;
 mod builder;
 mod client;
