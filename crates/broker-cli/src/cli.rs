@@ -481,14 +481,15 @@ pub enum ClusterCommand {
     #[command(after_help = "Example (the new node 4 runs, started to join):
   broker cluster add 4=10.0.0.4:9093/10.0.0.4:9092
 
-If node 4 has not caught up within 20 seconds, the command fails saying so; the node stays a
-learner (it receives the log but does not vote) and keeps catching up: run the command again
-to make it a voter.
+If node 4 has not caught up within 20 seconds, the command stops saying so, with exit status 3
+(pending); the node stays a learner (it receives the log but does not vote) and keeps catching
+up: run the command again to make it a voter.
 
 In a cluster that spreads its topics over several groups (broker-server --cluster-data-groups,
 which the new node must be started with too), each group's leader then adds the node to its
-group the same way, and the command waits for them: past 20 seconds in all it fails naming the
-groups that have not added it yet (they still do; `broker cluster status` shows it).")]
+group the same way, and the command waits for them: past 20 seconds in all it stops, naming the
+groups that have not added it yet, with exit status 3 (they still do; `broker cluster status`
+shows it, and the same command again waits for them).")]
     Add(Connected<AddNodeArgs>),
     /// Remove a node from the cluster: it no longer votes nor receives the log. Stop its
     /// process afterwards. Removing the leader makes the others elect a new one. A voter that
@@ -496,7 +497,7 @@ groups that have not added it yet (they still do; `broker cluster status` shows 
     /// so (the whole wait when it is down). Removing a node that is no member changes nothing.
     /// With several groups (`broker-server --cluster-data-groups`), every group then removes
     /// it too, and the command waits for them (20 seconds in all, then it names those that
-    /// still have it).
+    /// still have it and exits with status 3; the same command again waits for them).
     Remove(Connected<RemoveNodeArgs>),
     /// Make a voter the leader, before taking the leader's host down for maintenance, say. With
     /// several groups (`broker-server --cluster-data-groups`), this is the first group's

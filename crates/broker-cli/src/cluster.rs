@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 use broker_client::{
-    BrokerError, Client, ClusterMember, ClusterStatus, Error, GroupStatus, NodeRole,
+    BrokerError, Client, ClusterMember, ClusterStatus, Error, ErrorReply, GroupStatus, NodeRole,
 };
 use futures::future::join_all;
 
@@ -452,6 +452,25 @@ pub async fn topics(server: &Server, args: ClusterTopicsArgs) -> anyhow::Result<
     Ok(())
 }
 
+/// A membership change made in part: the server stopped waiting for some of its steps, which
+/// go on (exit status 3).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Pending(String);
+
+impl Pending {
+    /// The exit status of a command whose change is pending.
+    pub const EXIT_STATUS: u8 = 3;
+}
+
+/// `result`, with a pending change as a [`Pending`] error.
+fn pending_apart<T>(result: Result<T, Error>) -> anyhow::Result<T> {
+    match result {
+        Err(Error::Server(ErrorReply::Pending(what))) => Err(Pending(what).into()),
+        other => Ok(other?),
+    }
+}
+
 /// `broker cluster add`.
 pub async fn add(server: &Server, args: AddNodeArgs) -> anyhow::Result<()> {
     let client = server.connect().await?;
@@ -477,14 +496,14 @@ pub async fn add(server: &Server, args: AddNodeArgs) -> anyhow::Result<()> {
     // Said only when the answer is slow in coming: a refusal (addresses another node has, say)
     // comes at once, and the wait does not apply to it.
     let members = tokio::select! {
-        added = &mut adding => added?,
+        added = &mut adding => pending_apart(added)?,
         () = tokio::time::sleep(SLOW_ANSWER) => {
             eprintln!(
                 "adding node {}: it catches up with the leader's log, then votes (the leader \
                  waits up to 20 s for it)",
                 node.node_id
             );
-            adding.await?
+            pending_apart(adding.await)?
         }
     };
     outln!(
@@ -540,7 +559,7 @@ pub async fn remove(server: &Server, args: RemoveNodeArgs) -> anyhow::Result<()>
              leader waits up to 5 s for it to hear so), then leaves the cluster"
         ),
     }
-    let members = client.remove_node(node).await?;
+    let members = pending_apart(client.remove_node(node).await)?;
     outln!(
         "node {node} removed (if its process still runs, stop it now); the cluster's voters: {}",
         voters(&members)

@@ -98,6 +98,11 @@ fn main() -> ExitCode {
                 .downcast_ref::<commands::Interrupted>()
                 .map_or(1, |i| i.code),
         ),
+        // A membership change whose last steps go on after the command: not a failure.
+        Err(error) if error.is::<cluster::Pending>() => {
+            eprintln!("pending: {error}");
+            ExitCode::from(cluster::Pending::EXIT_STATUS)
+        }
         Err(error) => {
             eprintln!("error: {error:#}");
             if may_have_been_applied(&error) {

@@ -349,10 +349,16 @@ pub enum ProposeError {
     /// The node cannot take changes now (it is shutting down, or its storage failed).
     #[error("the cluster cannot take changes: {0}")]
     Unavailable(String),
-    /// The change asked for cannot be made (a membership change that would leave no voter,
-    /// names an unknown node, or a node that has not caught up with the log).
+    /// The change asked for cannot be made (a membership change that would leave no voter, or
+    /// names an unknown node).
     #[error("{0}")]
     Refused(String),
+    /// A membership change was made in part, or not committed yet, when its wait ran out: a
+    /// node added that has not caught up with the log (it stays a learner), or a change a
+    /// majority has not taken yet (it may still be). Asked again, the change goes on. (Never
+    /// sent to another node: it answers a call on the node that made the change.)
+    #[error("{0}")]
+    Pending(String),
 }
 
 impl From<io::Error> for ClusterError {

@@ -23,9 +23,10 @@ impl Cluster {
     ///
     /// # Errors
     /// [`ProposeError::NotLeader`] on a node that is not the leader;
-    /// [`ProposeError::Refused`] when `id` is a member at other addresses, or the node has not
-    /// caught up within `wait` (it stays a learner and keeps catching up: adding it again
-    /// later makes it a voter), or the change was not committed within `wait`;
+    /// [`ProposeError::Refused`] when `id` is a member at other addresses;
+    /// [`ProposeError::Pending`] when the node has not caught up within `wait` (it stays a
+    /// learner and keeps catching up: adding it again later makes it a voter), or the change
+    /// was not committed within `wait`;
     /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
     pub async fn add_node(
         &self,
@@ -67,7 +68,7 @@ impl Cluster {
                 let metrics = metrics.borrow();
                 (matched(&metrics, id), metrics.last_log_index)
             };
-            return Err(ProposeError::Refused(format!(
+            return Err(ProposeError::Pending(format!(
                 "node {id} has not caught up with the log within {} s (it holds {} of {} \
                  entries): it stays a learner and keeps catching up; is it running, started \
                  to join, and reachable at its peer address? Add it again to make it a voter \
@@ -103,8 +104,9 @@ impl Cluster {
     ///
     /// # Errors
     /// [`ProposeError::NotLeader`] on a node that is not the leader;
-    /// [`ProposeError::Refused`] when `id` is not a member or is the last voter, or the change
-    /// was not committed within `wait` (a majority is missing: it may still be);
+    /// [`ProposeError::Refused`] when `id` is not a member or is the last voter;
+    /// [`ProposeError::Pending`] when the change was not committed within `wait` (a majority
+    /// is missing: it may still be);
     /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
     pub async fn remove_node(&self, id: NodeId, wait: Duration) -> Result<(), ProposeError> {
         self.ensure_leader()?;
@@ -277,7 +279,6 @@ impl Cluster {
     }
 }
 
-/// `change` if it completes by `deadline`, the end of a change given `wait` in all.
 impl Cluster {
     /// Waits until no other membership change or hand-over runs (until `deadline`), and keeps
     /// others out while the guard lives.
@@ -298,6 +299,7 @@ impl Cluster {
     }
 }
 
+/// `change` if it completes by `deadline`, the end of a change given `wait` in all.
 async fn within<T>(
     deadline: Instant,
     wait: Duration,
@@ -306,7 +308,7 @@ async fn within<T>(
     tokio::time::timeout_at(deadline, change)
         .await
         .map_err(|_| {
-            ProposeError::Refused(format!(
+            ProposeError::Pending(format!(
                 "the membership change was not committed within {} s: a majority of the cluster \
              may be unreachable (the change may still be committed later; `broker cluster \
              status` shows the members)",

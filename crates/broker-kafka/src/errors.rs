@@ -21,6 +21,8 @@ pub(crate) fn kafka_error(refusal: &ErrorReply) -> ResponseError {
         ErrorReply::ShuttingDown => ResponseError::NotLeaderOrFollower,
         ErrorReply::Storage(_) => ResponseError::KafkaStorageError,
         ErrorReply::Unauthenticated(_) => ResponseError::SaslAuthenticationFailed,
+        // A cluster's membership change, which no Kafka request makes.
+        ErrorReply::Pending(_) => ResponseError::UnknownServerError,
     }
 }
 

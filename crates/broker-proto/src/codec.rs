@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::codec::{Decoder, Encoder};
 
-use crate::{RequestFrame, RequestFrameRef, ResponseFrame};
+use crate::{ErrorReply, RequestFrame, RequestFrameRef, ResponseFrame};
 use broker_core::{GroupSetting, Outcome};
 
 /// No frame may ever be larger than this (64 MiB), whatever a server is configured with. It is
@@ -79,6 +79,9 @@ pub struct Codec<In, Out> {
 }
 
 const LENGTH_PREFIX: usize = 4;
+
+/// The protocol version that added [`ErrorReply::Pending`].
+const PENDING_VERSION: u16 = 12;
 
 impl<In, Out> Codec<In, Out> {
     /// A codec that refuses frames larger than `max_frame` bytes (capped at
@@ -326,6 +329,12 @@ impl Encoder<ResponseFrame> for ServerCodec {
     type Error = ProtocolError;
 
     fn encode(&mut self, mut item: ResponseFrame, dst: &mut BytesMut) -> Result<(), Self::Error> {
+        // Error codes a later version added reach an earlier one as what it knows.
+        if let Err(ErrorReply::Pending(text)) = &mut item.result {
+            if self.version < PENDING_VERSION {
+                item.result = Err(ErrorReply::InvalidArgument(std::mem::take(text)));
+            }
+        }
         if self.version == 1 {
             let mut framing = self.framing.retype::<(), crate::v1::ResponseFrame>();
             return framing.encode(crate::v1::ResponseFrame::from(item), dst);

@@ -64,6 +64,13 @@ pub enum ErrorReply {
         /// The leader's client address, if known.
         leader: Option<String>,
     },
+    /// Code 9 (protocol version 12; earlier versions get it as [`ErrorReply::InvalidArgument`]
+    /// with the same text): a change that takes several steps was made in part, and the rest
+    /// was not done when the server stopped waiting for it: a node added to (or removed from)
+    /// a cluster's first group that some data groups have not followed yet. The text says what
+    /// is pending. Asking for the same change again waits for the rest.
+    #[error("pending: {0}")]
+    Pending(String),
 }
 
 fn leader_hint(leader: &Option<String>) -> String {
@@ -88,6 +95,7 @@ impl ErrorKind {
             ErrorKind::Unauthenticated => 6,
             ErrorKind::Storage => 7,
             ErrorKind::NotLeader => 8,
+            ErrorKind::Pending => 9,
         }
     }
 
@@ -182,6 +190,7 @@ const VARIANTS: &[&str] = &[
     "Unauthenticated",
     "Storage",
     "NotLeader",
+    "Pending",
 ];
 
 impl Serialize for ErrorReply {
@@ -192,7 +201,8 @@ impl Serialize for ErrorReply {
             | ErrorReply::MalformedRequest(message)
             | ErrorReply::UnsupportedProtocol(message)
             | ErrorReply::Unauthenticated(message)
-            | ErrorReply::Storage(message) => {
+            | ErrorReply::Storage(message)
+            | ErrorReply::Pending(message) => {
                 serializer.serialize_newtype_variant(NAME, code, name, message)
             }
             ErrorReply::NotAssigned { partition } => serializer.serialize_newtype_variant(
@@ -302,6 +312,7 @@ impl<'de> Visitor<'de> for ErrorVisitor {
                 let NotLeaderFields { leader } = variant.newtype_variant()?;
                 ErrorReply::NotLeader { leader }
             }
+            ErrorKind::Pending => ErrorReply::Pending(variant.newtype_variant()?),
         })
     }
 }

@@ -328,6 +328,7 @@ fn error(kind: ErrorKind) -> ErrorReply {
         ErrorKind::NotLeader => ErrorReply::NotLeader {
             leader: Some(text()),
         },
+        ErrorKind::Pending => ErrorReply::Pending(text()),
     }
 }
 

@@ -138,8 +138,8 @@ fn further_groups(shared: &Shared) -> impl Iterator<Item = &Cluster> {
 
 /// Waits until every further group this node hosts has node `node_id` as a voter (`added`)
 /// or no longer has it as a member, as the first group has it now: each group's leader follows
-/// the first group's members by itself (`data_groups::follow_membership`). Refused, saying
-/// which groups lag, past `deadline`; they still follow, later.
+/// the first group's members by itself (`data_groups::follow_membership`). Answered
+/// [`ErrorReply::Pending`], saying which groups lag, past `deadline`; they still follow, later.
 async fn groups_follow(
     shared: &Shared,
     node_id: NodeId,
@@ -171,10 +171,11 @@ async fn groups_follow(
                 [one] => format!("data group {one} has"),
                 many => format!("data groups {} have", many.join(", ")),
             };
-            return Err(ErrorReply::InvalidArgument(format!(
+            return Err(ErrorReply::Pending(format!(
                 "node {node_id} {done}, but {groups} not {pending} yet (each group's leader \
                  follows the first group's members by itself, a new node catching up with \
-                 the group's log first{never}): `broker cluster status` shows when they have"
+                 the group's log first{never}): `broker cluster status` shows when they have, \
+                 and the same command again waits for them"
             )));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

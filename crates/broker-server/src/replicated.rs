@@ -411,6 +411,7 @@ pub(crate) fn refusal(error: ProposeError) -> ErrorReply {
         },
         ProposeError::Unavailable(why) => ErrorReply::Storage(why),
         ProposeError::Refused(why) => ErrorReply::InvalidArgument(why),
+        ProposeError::Pending(why) => ErrorReply::Pending(why),
     }
 }
 

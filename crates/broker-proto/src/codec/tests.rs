@@ -272,6 +272,31 @@ fn a_dead_letter_topic_named_under_kafkas_rules_is_version_11() {
 }
 
 #[test]
+fn a_pending_change_is_version_12_and_invalid_argument_before() {
+    let answer = |error| ResponseFrame {
+        correlation_id: 4,
+        result: Err(error),
+    };
+    let text = "node 4 is a voter of the first group, but data group 2 has not added it yet";
+    for (version, expected) in [
+        (1, ErrorReply::InvalidArgument(text.into())),
+        (11, ErrorReply::InvalidArgument(text.into())),
+        (12, ErrorReply::Pending(text.into())),
+    ] {
+        let mut bytes = BytesMut::new();
+        ServerCodec::new(1024, version)
+            .encode(answer(ErrorReply::Pending(text.into())), &mut bytes)
+            .unwrap();
+        match ClientCodec::new(1024).decode(&mut bytes).unwrap() {
+            Some(crate::Decoded::Message(decoded)) => {
+                assert_eq!(decoded, answer(expected), "version {version}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn a_partial_frame_waits_for_more_bytes() {
     let mut whole = BytesMut::new();
     ClientCodec::new(1024)
