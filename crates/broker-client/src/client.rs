@@ -783,7 +783,9 @@ impl Client {
     /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
     /// // Every record of one key goes to the same partition, in order.
     /// let (partition, offset) = client.publish_keyed("orders", Some(b"alice"), "order 1").await?;
-    /// println!("stored at {partition}@{offset}");
+    /// if offset >= 0 {
+    ///     println!("stored at {partition}@{offset}");
+    /// }
     /// # Ok(())
     /// # }
     /// ```

@@ -96,7 +96,8 @@ pub struct ConsumerBuilder {
 }
 
 impl ConsumerBuilder {
-    /// The member id (letters, digits, `.`, `_`, `-`); a random `consumer-…` id by default.
+    /// The member id (1 to 64 letters, digits, `_` and `-`; also `.` and up to 249 characters
+    /// on a server started with `--names kafka`); a random `consumer-…` id by default.
     /// Give a stable one to find the member in `broker describe` and to take its place again
     /// after a crash.
     ///
@@ -221,9 +222,13 @@ impl ConsumerBuilder {
             ConsumeMode::Fetch => MAX_FETCH_RECORDS,
         };
         if !(1..=most).contains(&self.max_records) {
+            let mode = match self.mode {
+                ConsumeMode::Ack => "ack",
+                ConsumeMode::Fetch => "fetch",
+            };
             return Err(Error::Broker(BrokerError::InvalidArgument(format!(
-                "a consumer in {:?} mode takes 1 to {most} records per request, not {}",
-                self.mode, self.max_records
+                "a consumer in {mode} mode takes 1 to {most} records per request, not {}",
+                self.max_records
             ))));
         }
         let member = self
@@ -727,7 +732,9 @@ impl Consumer {
     /// records handed out. The next automatic commit moves past every record handed out again.
     ///
     /// # Errors
-    /// As [`Client::commit`]; `NotAssigned` for a partition this member does not own.
+    /// As [`Client::commit`]; `NotAssigned` for a partition this member does not own;
+    /// `InvalidArgument` in ack mode, where a group's offsets move as its records are
+    /// acknowledged (nothing is sent).
     ///
     /// ```no_run
     /// # async fn run(mut consumer: broker_client::Consumer) -> Result<(), broker_client::Error> {
@@ -739,6 +746,13 @@ impl Consumer {
     /// # }
     /// ```
     pub async fn commit_offsets(&mut self, offsets: BTreeMap<i32, i64>) -> Result<(), Error> {
+        if self.settings.mode != ConsumeMode::Fetch {
+            return Err(Error::Broker(BrokerError::InvalidArgument(
+                "commit_offsets is for a consumer in fetch mode: in ack mode the group's offsets \
+                 move as its records are acknowledged"
+                    .to_owned(),
+            )));
+        }
         let (client, topic, group, member) = self.membership.names();
         client.commit(topic, group, member, Some(offsets)).await?;
         self.committed = Instant::now();

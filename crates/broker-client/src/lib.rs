@@ -1,9 +1,9 @@
 //! The broker's typed async client.
 //!
 //! [`Client`] offers every call of `broker_core::EventBroker` as an async method with the same
-//! name, arguments and results, over one TCP connection to a `broker-server`. Clones share the
-//! connection; requests from any number of tasks are pipelined on it and matched to their
-//! responses by correlation id. Broker errors arrive as [`Error::Broker`] with the core's own
+//! name, arguments and results, over a TCP (or TLS) connection to a `broker-server` (one to
+//! each node of a cluster it talks to). Clones share the connections; requests from any number
+//! of tasks are pipelined on them and matched to their responses by correlation id. Broker errors arrive as [`Error::Broker`] with the core's own
 //! [`BrokerError`].
 //!
 //! ```no_run
@@ -88,15 +88,3 @@ pub use error::{Error, ProducerError};
 pub use producer::{DeliveryReport, Producer, ProducerBuilder, Stored};
 /// The rustls version [`ClientBuilder::tls`] takes its configuration from.
 pub use tokio_rustls::rustls;
-
-/// The code blocks of the book's chapter on this client, compiled as doc tests so that the
-/// documentation cannot drift from the API.
-#[cfg(doctest)]
-#[doc = include_str!("../../../docs/rust-client.md")]
-struct RustClientChapterDoctests;
-
-/// The code blocks of the book's chapter on security (a client with TLS), compiled as doc
-/// tests.
-#[cfg(doctest)]
-#[doc = include_str!("../../../docs/security.md")]
-struct SecurityChapterDoctests;

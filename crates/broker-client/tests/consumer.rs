@@ -328,3 +328,27 @@ async fn a_fetch_consumer_taking_over_a_member_id_starts_from_the_committed_offs
         .collect();
     assert_eq!(offsets, [0, 1, 2, 3]);
 }
+
+#[tokio::test]
+async fn commit_offsets_is_refused_in_ack_mode_and_moves_nothing() {
+    let server = TestServer::with_capacity(100).await;
+    let admin = server.client().await;
+    admin.create("t", 1).await.unwrap();
+    let mut consumer = Consumer::builder("t", "g")
+        .member("a")
+        .start(server.client().await)
+        .await
+        .unwrap();
+    publish(&admin, "t", 5).await;
+    let refused = consumer
+        .commit_offsets(std::collections::BTreeMap::from([(0, 3)]))
+        .await;
+    match refused {
+        Err(broker_client::Error::Broker(broker_client::BrokerError::InvalidArgument(why))) => {
+            assert!(why.contains("fetch mode"), "{why}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(admin.committed("t", "g", 0).await.unwrap(), 0);
+    consumer.close().await.unwrap();
+}

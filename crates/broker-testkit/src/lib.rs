@@ -28,3 +28,16 @@ pub mod proxy;
 pub mod raw;
 pub mod records;
 pub mod rng;
+
+/// The code blocks of the book's chapter on the Rust client, compiled as doc tests so that the
+/// documentation cannot drift from the client's API. (Here rather than in the client's crate,
+/// whose published package holds no book.)
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/rust-client.md")]
+struct RustClientChapterDoctests;
+
+/// The code blocks of the book's chapter on security (a client with TLS), compiled as doc
+/// tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/security.md")]
+struct SecurityChapterDoctests;
