@@ -222,16 +222,23 @@ fn dead_letter_settings_are_version_4_in_both_directions() {
         })),
     };
     for (version, expected) in [(3, settings[..1].to_vec()), (4, settings.clone())] {
-        let mut bytes = BytesMut::new();
-        ServerCodec::new(1024, version)
-            .encode(description(settings.clone()), &mut bytes)
-            .unwrap();
-        match ClientCodec::new(1024).decode(&mut bytes).unwrap() {
-            Some(crate::Decoded::Message(decoded)) => {
-                assert_eq!(decoded, description(expected), "version {version}");
-            }
-            other => panic!("unexpected {other:?}"),
-        }
+        assert_eq!(
+            as_read_by_a_client(version, description(settings.clone())),
+            description(expected),
+            "version {version}"
+        );
+    }
+}
+
+/// `answer` as a server speaking `version` encodes it, decoded by a client.
+fn as_read_by_a_client(version: u16, answer: ResponseFrame) -> ResponseFrame {
+    let mut bytes = BytesMut::new();
+    ServerCodec::new(1024, version)
+        .encode(answer, &mut bytes)
+        .unwrap();
+    match ClientCodec::new(1024).decode(&mut bytes).unwrap() {
+        Some(crate::Decoded::Message(decoded)) => decoded,
+        other => panic!("unexpected {other:?}"),
     }
 }
 
@@ -258,16 +265,11 @@ fn a_dead_letter_topic_named_under_kafkas_rules_is_version_11() {
         (11, with(dotted), with(dotted)),
         (10, with(plain), with(plain)),
     ] {
-        let mut bytes = BytesMut::new();
-        ServerCodec::new(1024, version)
-            .encode(answer(settings), &mut bytes)
-            .unwrap();
-        match ClientCodec::new(1024).decode(&mut bytes).unwrap() {
-            Some(crate::Decoded::Message(decoded)) => {
-                assert_eq!(decoded, answer(expected), "version {version}");
-            }
-            other => panic!("unexpected {other:?}"),
-        }
+        assert_eq!(
+            as_read_by_a_client(version, answer(settings)),
+            answer(expected),
+            "version {version}"
+        );
     }
 }
 
@@ -283,16 +285,11 @@ fn a_pending_change_is_version_12_and_invalid_argument_before() {
         (11, ErrorReply::InvalidArgument(text.into())),
         (12, ErrorReply::Pending(text.into())),
     ] {
-        let mut bytes = BytesMut::new();
-        ServerCodec::new(1024, version)
-            .encode(answer(ErrorReply::Pending(text.into())), &mut bytes)
-            .unwrap();
-        match ClientCodec::new(1024).decode(&mut bytes).unwrap() {
-            Some(crate::Decoded::Message(decoded)) => {
-                assert_eq!(decoded, answer(expected), "version {version}");
-            }
-            other => panic!("unexpected {other:?}"),
-        }
+        assert_eq!(
+            as_read_by_a_client(version, answer(ErrorReply::Pending(text.into()))),
+            answer(expected),
+            "version {version}"
+        );
     }
 }
 
