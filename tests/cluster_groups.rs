@@ -3,7 +3,9 @@
 //! the groups are created and their leaders spread over the nodes by themselves, new topics go
 //! to different groups, every call about a topic is served by its group's leader (the client
 //! follows `NotLeader`), a listing gathers every group from any node, and a node's `kill -9`
-//! loses nothing acknowledged.
+//! loses nothing acknowledged; with fewer replicas than nodes, each group's copies are
+//! spread round robin and kept at their number as nodes leave, and every node serves every
+//! topic.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -346,12 +348,15 @@ async fn groups_have(addr: std::net::SocketAddr, groups: usize, voters: &[u64]) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_added_and_one_removed_join_and_leave_every_group() {
+    // More replicas than nodes: every node a voter of every group.
     let mut nodes = Nodes::start_with(
         3,
         None,
         &[
             "--cluster-data-groups",
             "3",
+            "--cluster-replicas",
+            "9",
             "--metrics-listen",
             "127.0.0.1:0",
         ],
@@ -429,6 +434,167 @@ async fn a_node_added_and_one_removed_join_and_leave_every_group() {
         read.sort();
         read.dedup();
         let mut expected: Vec<String> = (0..30).map(|index| format!("{topic}-{index}")).collect();
+        expected.sort();
+        assert_eq!(read, expected, "{topic}");
+    }
+}
+
+/// Waits until each running node holds a copy of exactly the groups `expected` gives it, each
+/// with the voters `expected` lists (as that node sees them).
+async fn copies_are(nodes: &Nodes, expected: &BTreeMap<u32, Vec<u64>>) {
+    let deadline = Instant::now() + SETTLING;
+    loop {
+        let mut seen = BTreeMap::new();
+        for (index, addr) in nodes.client_addrs.iter().enumerate() {
+            if nodes.running[index].is_none() {
+                continue;
+            }
+            let id = u64::try_from(index).unwrap() + 1;
+            let voters: BTreeMap<u32, Vec<u64>> = members_by_group(*addr)
+                .await
+                .into_iter()
+                .map(|(group, members)| {
+                    let voting = members.into_iter().filter(|(_, votes)| *votes);
+                    (group, voting.map(|(id, _)| id).collect())
+                })
+                .collect();
+            seen.insert(id, voters);
+        }
+        let as_expected = seen.iter().all(|(id, voters)| {
+            let mine = expected.iter().filter(|(_, holders)| holders.contains(id));
+            *voters
+                == mine
+                    .map(|(group, holders)| (*group, holders.clone()))
+                    .collect()
+        });
+        if as_expected {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{seen:?}, not {expected:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_of_three_replicas_over_four_nodes_serve_every_topic_from_any_node() {
+    let mut nodes = Nodes::start_with(
+        4,
+        None,
+        &[
+            "--cluster-data-groups",
+            "4",
+            "--cluster-replicas",
+            "3",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let leaders = nodes.spread(4, SETTLING);
+    eprintln!("groups' leaders: {leaders:?}");
+    // Round robin: group 2 on nodes 1 to 3, group 3 on nodes 2 to 4, group 4 on nodes 3, 4
+    // and 1; the first group on every node.
+    let mut expected: BTreeMap<u32, Vec<u64>> = BTreeMap::from([
+        (1, vec![1, 2, 3, 4]),
+        (2, vec![1, 2, 3]),
+        (3, vec![2, 3, 4]),
+        (4, vec![1, 3, 4]),
+    ]);
+    copies_are(&nodes, &expected).await;
+    let client = nodes.client().await;
+    let topics = ["apples", "bananas", "cherries", "dates"];
+    for topic in topics {
+        assert!(client.create(topic, 2).await.unwrap(), "{topic} created");
+    }
+    // One topic in each group: the node creating them counted the partitions of the groups
+    // it holds no copy of too.
+    let placed: BTreeMap<String, i64> = (0..4)
+        .flat_map(|index| nodes.samples(index, "topic_shard"))
+        .collect();
+    let groups: BTreeSet<i64> = topics.iter().map(|topic| placed[*topic]).collect();
+    assert_eq!(groups.len(), 4, "{placed:?}");
+    // A client given one node only, for each node: every topic is served, by its group's
+    // leader, which a node holding no copy of the group names.
+    for index in 0..4 {
+        let addr = nodes.client_addrs[index].to_string();
+        let alone = Client::connect(addr.as_str()).await.unwrap();
+        for topic in topics {
+            for partition in 0..2 {
+                let payload = format!("{topic}-{index}-{partition}");
+                again(|| alone.publish(topic, partition, payload.clone().into_bytes())).await;
+            }
+        }
+        // A listing from that node gathers every group, those it holds no copy of too.
+        let listed = again(|| alone.describe()).await;
+        let names: Vec<&str> = listed.topics.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, topics, "node {}", index + 1);
+        let metadata = again(|| alone.metadata(None)).await;
+        for topic in &metadata.topics {
+            let group = (placed[&topic.topic] + 1).to_string();
+            assert_eq!(
+                topic.leader,
+                leaders.get(&group).map(|id| u64::try_from(*id).unwrap()),
+                "{metadata:?}"
+            );
+        }
+    }
+
+    // Node 3, a voter of every further group, dies and is removed: each group replaces it
+    // with the node it lacks, nothing acknowledged is lost.
+    nodes.kill(2);
+    let survivors = [0, 1, 3]
+        .iter()
+        .map(|index| nodes.client_addrs[*index].to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let client = Client::builder()
+        .request_timeout(Duration::from_secs(5))
+        .connect(survivors.as_str())
+        .await
+        .unwrap();
+    again(|| client.remove_node(3)).await;
+    expected = BTreeMap::from([
+        (1, vec![1, 2, 4]),
+        (2, vec![1, 2, 4]),
+        (3, vec![1, 2, 4]),
+        (4, vec![1, 2, 4]),
+    ]);
+    copies_are(&nodes, &expected).await;
+    for topic in topics {
+        for partition in 0..2 {
+            let payload = format!("{topic}-after-{partition}");
+            again(|| client.publish(topic, partition, payload.clone().into_bytes())).await;
+        }
+    }
+    // Node 5 joins: the groups whose order now puts it among their first three take a copy
+    // on it, each giving up the node that is no longer among them (group 3: 2, 4, 5, 1; group
+    // 4: 4, 5, 1, 2), its leader handing the group over first when that is itself.
+    let (joiner, entry) = nodes.start_joiner();
+    let (id, addresses) = entry.split_once('=').unwrap();
+    assert_eq!(id, "5");
+    let (peer, client_addr) = addresses.split_once('/').unwrap();
+    again(|| client.add_node(5, peer, client_addr)).await;
+    expected = BTreeMap::from([
+        (1, vec![1, 2, 4, 5]),
+        (2, vec![1, 2, 4]),
+        (3, vec![2, 4, 5]),
+        (4, vec![1, 4, 5]),
+    ]);
+    copies_are(&nodes, &expected).await;
+    let joined = Client::connect(nodes.client_addrs[joiner].to_string().as_str())
+        .await
+        .unwrap();
+    let listed = again(|| joined.describe()).await;
+    let names: Vec<&str> = listed.topics.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, topics);
+    for topic in topics {
+        again(|| client.join(topic, "g", "m")).await;
+        let mut read = drain(&client, topic).await;
+        read.sort();
+        read.dedup();
+        let mut expected: Vec<String> = (0..4)
+            .flat_map(|index| (0..2).map(move |partition| format!("{topic}-{index}-{partition}")))
+            .chain((0..2).map(|partition| format!("{topic}-after-{partition}")))
+            .collect();
         expected.sort();
         assert_eq!(read, expected, "{topic}");
     }

@@ -1451,29 +1451,50 @@ async fn a_cluster_sends_kafka_clients_to_its_leader_and_keeps_every_record_thro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_of_several_groups_sends_kafka_clients_to_each_topics_leader() {
+    kafka_clients_follow_each_topics_group(3, 9).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_clients_reach_every_topic_through_nodes_holding_no_copy_of_its_group() {
+    // Four nodes, four groups of three replicas: each node lacks a copy of one group.
+    kafka_clients_follow_each_topics_group(4, 3).await;
+}
+
+/// A cluster of `count` nodes and as many groups, each past the first with `replicas` voters
+/// (every node when there are fewer): a topic in each group, listed by any node with its
+/// group's leader and replicas, produced to through one node's address and read by one Kafka
+/// group committing through its coordinator.
+async fn kafka_clients_follow_each_topics_group(count: usize, replicas: usize) {
     if !clients_installed() {
         return;
     }
+    let groups = count.to_string();
+    let replicas_flag = replicas.to_string();
     let nodes = Nodes::start_with(
-        3,
+        count,
         None,
         &[
             "--kafka-listen",
             "127.0.0.1:0",
             "--cluster-data-groups",
-            "3",
+            &groups,
+            "--cluster-replicas",
+            &replicas_flag,
             "--metrics-listen",
             "127.0.0.1:0",
         ],
     );
-    let leaders = nodes.spread(3, Duration::from_secs(60));
+    let leaders = nodes.spread(count, Duration::from_secs(60));
     let client = nodes.client().await;
-    let topics = ["apples", "bananas", "cherries"];
+    let topics = &["apples", "bananas", "cherries", "dates"][..count];
     for topic in topics {
         assert!(client.create(topic, 2).await.unwrap(), "{topic} created");
     }
-    // Each topic's group's leader, by the node's metrics (a topic's shard is its group less one).
-    let placed = nodes.samples(0, "topic_shard");
+    // Each topic's group's leader, by the metrics of a node holding a copy of every group
+    // that has a topic (a topic's shard is its group less one).
+    let placed: BTreeMap<String, i64> = (0..count)
+        .flat_map(|index| nodes.samples(index, "topic_shard"))
+        .collect();
     let expected: BTreeMap<&str, i64> = topics
         .iter()
         .map(|topic| (*topic, leaders[&(placed[*topic] + 1).to_string()]))
@@ -1481,9 +1502,17 @@ async fn a_cluster_of_several_groups_sends_kafka_clients_to_each_topics_leader()
     let distinct: std::collections::BTreeSet<&i64> = expected.values().collect();
     assert_eq!(
         distinct.len(),
-        3,
-        "three topics, three leaders: {expected:?}"
+        count,
+        "a topic in each group, each with its own leader: {expected:?}"
     );
+    // How many nodes hold a copy of each topic: every node for the first group's.
+    let copies: BTreeMap<&str, usize> = topics
+        .iter()
+        .map(|topic| match placed[*topic] {
+            0 => (*topic, count),
+            _ => (*topic, replicas.min(count)),
+        })
+        .collect();
     let kafka_addr = |index: usize| {
         nodes.running[index]
             .as_ref()
@@ -1491,30 +1520,41 @@ async fn a_cluster_of_several_groups_sends_kafka_clients_to_each_topics_leader()
             .unwrap()
             .to_string()
     };
-    // Any node lists each topic's partitions with its group's leader, once it applied them.
-    let first = kafka_addr(0);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let metadata = kcat_metadata(&first);
-        let listed: BTreeMap<&str, Vec<i64>> = metadata["topics"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|topic| {
-                let leaders = topic["partitions"].as_array()?.iter();
-                let leaders = leaders.filter_map(|partition| partition["leader"].as_i64());
-                Some((topic["topic"].as_str()?, leaders.collect()))
-            })
-            .collect();
-        let as_expected = expected
-            .iter()
-            .all(|(topic, leader)| listed.get(topic) == Some(&vec![*leader, *leader]));
-        if as_expected && metadata["brokers"].as_array().unwrap().len() == 3 {
-            break;
+    // Any node lists each topic's partitions with its group's leader and replicas, once it
+    // applied them.
+    for index in 0..count {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let metadata = kcat_metadata(&kafka_addr(index));
+            let listed: BTreeMap<&str, Vec<(i64, usize)>> = metadata["topics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|topic| {
+                    let partitions = topic["partitions"].as_array()?.iter();
+                    let partitions = partitions.filter_map(|partition| {
+                        let replicas = partition["replicas"].as_array()?.len();
+                        Some((partition["leader"].as_i64()?, replicas))
+                    });
+                    Some((topic["topic"].as_str()?, partitions.collect()))
+                })
+                .collect();
+            let as_expected = expected.iter().all(|(topic, leader)| {
+                let partition = (*leader, copies[topic]);
+                listed.get(topic) == Some(&vec![partition, partition])
+            });
+            if as_expected && metadata["brokers"].as_array().unwrap().len() == count {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {}: {metadata}",
+                index + 1
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        assert!(std::time::Instant::now() < deadline, "{metadata}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let first = kafka_addr(0);
     // Produced through one node's address: each topic's records go to its own leader.
     for topic in topics {
         let report = python(&["produce", &first, topic, "100", "--idempotent"]);
@@ -1526,13 +1566,14 @@ async fn a_cluster_of_several_groups_sends_kafka_clients_to_each_topics_leader()
     }
     // One group reads the three topics, committing each record through its coordinator (the
     // first group's leader), which sends each commit to its topic's group.
-    let everyone = (0..3).map(kafka_addr).collect::<Vec<_>>().join(",");
+    let everyone = (0..count).map(kafka_addr).collect::<Vec<_>>().join(",");
+    let total = (100 * count).to_string();
     let report = python(&[
         "group",
         &everyone,
         &topics.join(","),
         "fruit",
-        "300",
+        &total,
         "--consumers",
         "1",
     ]);

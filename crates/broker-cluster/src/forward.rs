@@ -1,13 +1,16 @@
-//! Reaching a group's leader from any of its members: a proposal forwarded to the leader, and a
-//! read index, so that a node which does not lead a group can still change it, or answer about
-//! it linearizably from its own copy of the state.
+//! Reaching a group's leader from any node: a proposal forwarded to the leader, and a read
+//! index, so that a member which does not lead a group can still change it, or answer about it
+//! linearizably from its own copy of the state; and, on a node that holds no replica of a
+//! group, the leader its members name.
 
 use std::time::Duration;
 
+use futures::future::join_all;
 use openraft::network::RaftNetworkFactory;
+use tokio::time::Instant;
 
 use crate::network::{PeerLink, PeerRequest, PeerResponse};
-use crate::types::{Applied, NodeId, Proposal};
+use crate::types::{Applied, ClusterNode, NodeId, Proposal, FIRST_GROUP};
 use crate::{Cluster, ProposeError};
 
 /// How long a node waits for the leader to answer a forwarded proposal: as long as a client
@@ -21,7 +24,100 @@ const LEADER_CONNECT_WITHIN: Duration = Duration::from_secs(1);
 /// How long a node waits for the leader's read index, and then to apply up to it.
 const READ_INDEX_WITHIN: Duration = Duration::from_secs(10);
 
+/// How long a node that is not a member of a group waits for the nodes it asks to name the
+/// group's leader.
+const NAME_LEADER_WITHIN: Duration = Duration::from_secs(1);
+
+/// How long the leader a group's members named stays the one a node that is not a member
+/// names in turn, before it asks again: a leader elected meanwhile is found by the client that
+/// the old one turns away, or at the next lookup.
+const NAMED_LEADER_FOR: Duration = Duration::from_secs(2);
+
+/// The leader of a group as its members named it to a node that is not one of them.
+#[derive(Debug, Clone)]
+pub(crate) struct NamedLeader {
+    leader: Option<(NodeId, ClusterNode)>,
+    at: Instant,
+}
+
 impl Cluster {
+    /// The group's leader, found if need be: on a member of the group, the one it knows (see
+    /// [`Cluster::leader`]); on a node that hosts the group but holds no replica of it, which
+    /// knows none by itself, the one the group's members name when asked (every member of the
+    /// node's first group is asked at once; a node leading the group says so, another names
+    /// the leader it knows), kept for a moment so that a burst of calls asks once. `None` when
+    /// no node asked knows one (an election goes on, or the members cannot be reached).
+    pub async fn find_leader(&self) -> Option<(NodeId, ClusterNode)> {
+        if self.group == FIRST_GROUP || self.is_member() {
+            return self.leader();
+        }
+        let mut named = self.named_leader.lock().await;
+        if let Some(fresh) = named
+            .as_ref()
+            .filter(|named| named.at.elapsed() < NAMED_LEADER_FOR)
+        {
+            return fresh.leader.clone();
+        }
+        let leader = self.ask_members_for_leader().await;
+        *named = Some(NamedLeader {
+            leader: leader.clone(),
+            at: Instant::now(),
+        });
+        leader
+    }
+
+    /// The leader the group's members named when last asked, while it is current and this
+    /// node is not a member (see [`Cluster::find_leader`]).
+    pub(crate) fn leader_named(&self) -> Option<(NodeId, ClusterNode)> {
+        if self.group == FIRST_GROUP || self.is_member() {
+            return None;
+        }
+        let named = self.named_leader.try_lock().ok()?;
+        named
+            .as_ref()
+            .filter(|named| named.at.elapsed() < NAMED_LEADER_FOR)?
+            .leader
+            .clone()
+    }
+
+    /// Asks every other member of the node's first group (every node of the cluster) which
+    /// node leads this group: a read index asked of each, which the leader answers and another
+    /// member refuses naming the leader it knows. The first node that answers for itself wins,
+    /// else the leader named first.
+    async fn ask_members_for_leader(&self) -> Option<(NodeId, ClusterNode)> {
+        let first = self.node.groups.get(FIRST_GROUP)?;
+        let nodes: Vec<(NodeId, ClusterNode)> = {
+            let metrics = first.core.raft.metrics();
+            let metrics = metrics.borrow();
+            metrics
+                .membership_config
+                .membership()
+                .nodes()
+                .filter(|(id, _)| **id != self.node_id)
+                .map(|(id, node)| (*id, node.clone()))
+                .collect()
+        };
+        let answers = join_all(nodes.into_iter().map(|(id, node)| async move {
+            let mut link = self.network.clone().new_client(id, &node).await;
+            link.open_within(NAME_LEADER_WITHIN).await.ok()?;
+            match link
+                .question(PeerRequest::ReadIndex, NAME_LEADER_WITHIN)
+                .await
+            {
+                Ok(PeerResponse::ReadIndex(Ok(_))) => Some((true, (id, node))),
+                Ok(PeerResponse::ReadIndex(Err(ProposeError::NotLeader { leader }))) => {
+                    leader.map(|leader| (false, leader))
+                }
+                _ => None,
+            }
+        }))
+        .await;
+        let mut named: Vec<(bool, (NodeId, ClusterNode))> = answers.into_iter().flatten().collect();
+        // The node that leads, before those that name one.
+        named.sort_by_key(|(leads, _)| !*leads);
+        named.into_iter().next().map(|(_, leader)| leader)
+    }
+
     /// Proposes `proposal` at the group's leader, wherever it is: here when this node leads,
     /// through the peer port of the leader this node knows otherwise. Answers what applying it
     /// gave there (this node applies it too, later, as every member does).
@@ -61,6 +157,12 @@ impl Cluster {
         if self.is_leader() {
             return self.read_barrier().await;
         }
+        if !self.is_member() {
+            return Err(ProposeError::Unavailable(format!(
+                "node {} holds no replica of group {}, so it cannot read the group's state",
+                self.node_id, self.group
+            )));
+        }
         // A read index asked for changes nothing: a leader that did not answer it is as none.
         let asked = self
             .ask_leader(PeerRequest::ReadIndex, READ_INDEX_WITHIN, "try again")
@@ -94,7 +196,8 @@ impl Cluster {
         within: Duration,
         after_timeout: &str,
     ) -> Result<PeerResponse, ProposeError> {
-        let Some((leader, node)) = self.leader().filter(|(id, _)| *id != self.node_id) else {
+        let known = self.find_leader().await;
+        let Some((leader, node)) = known.filter(|(id, _)| *id != self.node_id) else {
             return Err(ProposeError::NotLeader { leader: None });
         };
         // One link per leader, taken out while in use (a second request at the same time opens

@@ -476,6 +476,9 @@ pub struct Cluster {
     changing: tokio::sync::Mutex<()>,
     /// Links to the group's leader kept for forwarded requests, with the address each dialled.
     leader_links: std::sync::Mutex<BTreeMap<NodeId, (String, PeerLink)>>,
+    /// On a node that is not a member of the group: the leader its members named when last
+    /// asked, and when (see [`Cluster::find_leader`]); one lookup at a time.
+    named_leader: tokio::sync::Mutex<Option<forward::NamedLeader>>,
     kafka_addresses: Arc<peer_listeners::KafkaAddresses>,
     /// Every member answered that it applies [`Proposal::NamedCommands`] (asked before the
     /// first one this handle proposes).
@@ -568,6 +571,7 @@ impl Cluster {
         ));
         let contact = Arc::new(contact::LeaderContact::new());
         tracker.spawn(removal::watch(
+            FIRST_GROUP,
             raft.clone(),
             network.clone(),
             Arc::clone(&contact),
@@ -606,6 +610,7 @@ impl Cluster {
             cluster_state,
             changing: tokio::sync::Mutex::new(()),
             leader_links: std::sync::Mutex::default(),
+            named_leader: tokio::sync::Mutex::default(),
             kafka_addresses,
             named_commands_known: AtomicBool::new(false),
             stop,
@@ -675,11 +680,12 @@ impl Cluster {
             .await
             .map_err(|error| ClusterError::Raft(error.to_string()))?;
         let core = Arc::new(GroupCore::new(self.node_id, raft, self.core.lease));
+        let contact = Arc::new(contact::LeaderContact::new());
         self.node.groups.host(
             group,
             network::HostedGroup {
                 core: Arc::clone(&core),
-                contact: Arc::new(contact::LeaderContact::new()),
+                contact: Arc::clone(&contact),
             },
         );
         let hosted = Cluster {
@@ -692,11 +698,22 @@ impl Cluster {
             cluster_state,
             changing: tokio::sync::Mutex::new(()),
             leader_links: std::sync::Mutex::default(),
+            named_leader: tokio::sync::Mutex::default(),
             kafka_addresses: Arc::clone(&self.kafka_addresses),
             named_commands_known: AtomicBool::new(false),
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
         };
+        // A node that a group gave up (its copies follow the cluster's nodes) learns so as a
+        // node removed from the cluster does, and takes part again when added back.
+        hosted.tracker.spawn(removal::watch(
+            group,
+            hosted.core.raft.clone(),
+            hosted.network.clone(),
+            contact,
+            Arc::clone(&hosted.core.known_removed),
+            hosted.stop.clone(),
+        ));
         if fresh && config.voters.contains_key(&self.node_id) {
             match hosted.core.raft.initialize(config.voters).await {
                 // Another voter's proposal of the same membership got here first.
@@ -831,7 +848,15 @@ impl Cluster {
             .await?;
             self.named_commands_known.store(true, Ordering::Release);
         }
-        self.core.propose(proposal).await
+        match self.core.propose(proposal).await {
+            // A node holding no copy of the group names the leader its members name.
+            Err(ProposeError::NotLeader { leader: None }) if !self.is_member() => {
+                Err(ProposeError::NotLeader {
+                    leader: self.find_leader().await,
+                })
+            }
+            answer => answer,
+        }
     }
 
     /// `Ok` unless another member of the group that answers does not have `feature` (it
@@ -904,9 +929,28 @@ impl Cluster {
         self.core.knows_removed()
     }
 
-    /// The leader this node knows of, with its addresses.
+    /// The leader this node knows of, with its addresses: the group's leader as this node's
+    /// part in the group knows it or, on a node that is not a member of the group, the one its
+    /// members named when [`Cluster::find_leader`] last asked them.
     pub fn leader(&self) -> Option<(NodeId, ClusterNode)> {
-        self.core.leader()
+        self.core.leader().or_else(|| self.leader_named())
+    }
+
+    /// Whether this node is a member of the group (a voter or a learner), as its copy of the
+    /// group's membership says: a node hosting a group it holds no replica of (the group's
+    /// voters are other nodes, or it waits to be added) is not, nor is one that a leader told
+    /// it was removed.
+    pub fn is_member(&self) -> bool {
+        !self.knows_removed()
+            && self
+                .core
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .get_node(&self.node_id)
+                .is_some()
     }
 
     /// Whether this node is the leader now, and has heard from a majority of the nodes within
@@ -934,6 +978,8 @@ impl Cluster {
     /// reported as it answers clients: a follower that knows no leader, and of no follower how
     /// far it is.
     pub fn status(&self) -> ClusterStatus {
+        // (Before the metrics are borrowed: it reads them too.)
+        let named = self.leader_named().map(|(id, _)| id);
         let metrics = self.core.raft.metrics();
         let metrics = metrics.borrow();
         let deposed = metrics.state == ServerState::Leader && !self.leads(&metrics);
@@ -946,11 +992,14 @@ impl Cluster {
             term: metrics.current_term,
             // A node that no longer leads may still name itself (it was removed while leading);
             // one that knows it was removed names the leader it last followed no more.
-            leader: metrics.current_leader.filter(|leader| {
-                !deposed
-                    && !self.knows_removed()
-                    && (*leader != self.node_id || metrics.state == ServerState::Leader)
-            }),
+            leader: metrics
+                .current_leader
+                .filter(|leader| {
+                    !deposed
+                        && !self.knows_removed()
+                        && (*leader != self.node_id || metrics.state == ServerState::Leader)
+                })
+                .or(named),
             last_log_index: metrics.last_log_index,
             applied_index: metrics.last_applied.map(|id| id.index),
             members: members(metrics.membership_config.membership()),

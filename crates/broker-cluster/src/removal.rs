@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::contact::LeaderContact;
 use crate::network::{Network, PEER_ANSWER_WITHIN};
-use crate::types::{ClusterNode, NodeId, TypeConfig};
+use crate::types::{ClusterNode, GroupId, NodeId, TypeConfig, FIRST_GROUP};
 
 /// How long a voter knows no leader, or a learner hears from none, before it asks whether it
 /// still belongs.
@@ -30,11 +30,15 @@ const LEADERLESS: Duration = Duration::from_secs(5);
 /// How often it looks.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
-/// Until `stop` is cancelled: whenever this node (`raft`'s) has been out of touch for
-/// [`LEADERLESS`] (a voter that knows no leader, a learner that heard from no leader, as told
-/// by `contact`), asks the members it knows whether it still belongs; once a leader proves it
-/// was removed, stops its elections for good, says so, and sets `removed`.
+/// Until `stop` is cancelled: whenever this node (`raft`'s, in group `group`) has been out of
+/// touch for [`LEADERLESS`] (a voter that knows no leader, a learner that heard from no
+/// leader, as told by `contact`), asks the members it knows whether it still belongs; once a
+/// leader proves it was removed, stops its elections, says so, and sets `removed`. From the
+/// first group that is for good (a node removed from the cluster is never added again under
+/// its id); a further group may take the node again (its copies follow the cluster's nodes),
+/// so there the node takes part again once a newer membership holds it.
 pub(crate) async fn watch(
+    group: GroupId,
     raft: Raft<TypeConfig>,
     mut network: Network,
     contact: Arc<LeaderContact>,
@@ -95,16 +99,60 @@ pub(crate) async fn watch(
             if !told.member && told.index > held {
                 raft.runtime_config().elect(false);
                 removed.store(true, Ordering::SeqCst);
-                tracing::warn!(
+                if group == FIRST_GROUP {
+                    tracing::warn!(
+                        leader = peer,
+                        "this node was removed from the cluster (node {peer}, which leads, \
+                         committed a membership without it at entry {}, which a removed node \
+                         is not sent): it no longer campaigns and names no leader to its \
+                         clients; stop it",
+                        told.index
+                    );
+                    return;
+                }
+                tracing::info!(
+                    group,
                     leader = peer,
-                    "this node was removed from the cluster (node {peer}, which leads, committed \
-                     a membership without it at entry {}, which a removed node is not sent): it \
-                     no longer campaigns and names no leader to its clients; stop it",
+                    "this node no longer holds a copy of group {group} (node {peer}, which \
+                     leads it, committed a membership without it at entry {})",
                     told.index
                 );
-                return;
+                if !taken_again(&raft, told.index, &stop).await {
+                    return;
+                }
+                raft.runtime_config().elect(true);
+                removed.store(false, Ordering::SeqCst);
+                tracing::info!(group, "this node holds a copy of group {group} again");
+                break;
             }
         }
         asked_at = Some(Instant::now());
+    }
+}
+
+/// Waits until a membership later than entry `left_out_at` holds this node (`raft`'s): true
+/// then, false once `stop` is cancelled.
+async fn taken_again(raft: &Raft<TypeConfig>, left_out_at: u64, stop: &CancellationToken) -> bool {
+    let metrics = raft.metrics();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return false,
+            () = tokio::time::sleep(LOOK_EVERY) => {}
+        }
+        let now = metrics.borrow();
+        let index = now
+            .membership_config
+            .log_id()
+            .as_ref()
+            .map_or(0, |id| id.index);
+        if index > left_out_at
+            && now
+                .membership_config
+                .membership()
+                .get_node(&now.id)
+                .is_some()
+        {
+            return true;
+        }
     }
 }

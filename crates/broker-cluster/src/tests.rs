@@ -1114,6 +1114,64 @@ async fn host(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_holding_no_copy_of_a_group_finds_its_leader_through_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let (members, nodes) = start_three(dir.path()).await;
+    let first: Vec<&Node> = nodes.iter().flatten().collect();
+    leader(&first).await;
+    // Group 2's voters are nodes 1 and 2; node 3 hosts it without a copy.
+    let voters: BTreeMap<NodeId, ClusterNode> = members
+        .iter()
+        .filter(|(id, _)| **id != 3)
+        .map(|(id, node)| (*id, node.clone()))
+        .collect();
+    let mut second = Vec::new();
+    for node in &first {
+        second.push(host(node, 2, &voters, dir.path()).await);
+    }
+    let two: Vec<&Node> = second[..2].iter().collect();
+    let at = leader(&two).await;
+    let (leader_id, leader_node) = (
+        two[at].cluster.node_id(),
+        members[&two[at].cluster.node_id()].clone(),
+    );
+    assert!(second[0].cluster.is_member() && second[1].cluster.is_member());
+    let outsider = &second[2].cluster;
+    assert!(!outsider.is_member());
+    // It knows no leader by itself; its peers name it, and it tells its callers.
+    assert_eq!(
+        outsider.find_leader().await,
+        Some((leader_id, leader_node.clone()))
+    );
+    assert_eq!(outsider.status().leader, Some(leader_id));
+    let refused = outsider
+        .propose(Proposal::Commands {
+            now_ms: 1_000,
+            commands: vec![create_topic()],
+        })
+        .await;
+    assert!(
+        matches!(&refused, Err(ProposeError::NotLeader { leader: Some((id, _)) }) if *id == leader_id),
+        "{refused:?}"
+    );
+    // A proposal it forwards is applied by the leader; it cannot read a copy it does not hold.
+    let applied = outsider
+        .propose_via_leader(Proposal::Commands {
+            now_ms: 1_000,
+            commands: vec![create_topic()],
+        })
+        .await
+        .unwrap();
+    assert_eq!(applied.results, vec![Ok(Outcome::Created(true))]);
+    let unread = outsider.read_barrier_anywhere().await;
+    assert!(
+        matches!(unread, Err(ProposeError::Unavailable(_))),
+        "{unread:?}"
+    );
+    assert!(second[2].replica.image().topics.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_hosted_by_the_same_nodes_replicate_and_elect_apart() {
     let dir = tempfile::tempdir().unwrap();
     let (members, nodes) = start_three(dir.path()).await;

@@ -26,6 +26,9 @@ pub struct ClusterView {
     /// other than the leader's, each with its group's leader, if one is known. Every
     /// partition of such a topic is served by that node.
     pub topic_leaders: BTreeMap<String, Option<i32>>,
+    /// The nodes that hold a copy of each topic of `topic_leaders` (its group's voters), where
+    /// they are not every node of `replicas`.
+    pub topic_replicas: BTreeMap<String, Vec<i32>>,
 }
 
 /// Runs the broker's commands for one Kafka connection: the server implements it with the same

@@ -131,15 +131,19 @@ fn is_member(group: &Cluster, node_id: NodeId) -> bool {
         .any(|(id, _, _)| *id == node_id)
 }
 
-/// The further groups (past the first) this node hosts.
+/// The further groups (past the first) this node holds a copy of: those whose members it
+/// knows.
 fn further_groups(shared: &Shared) -> impl Iterator<Item = &Cluster> {
-    (1..shared.shards.all().len()).filter_map(|shard| shared.group(shard))
+    (1..shared.shards.all().len())
+        .filter_map(|shard| shared.group(shard))
+        .filter(|group| group.is_member())
 }
 
-/// Waits until every further group this node hosts has node `node_id` as a voter (`added`)
-/// or no longer has it as a member, as the first group has it now: each group's leader follows
-/// the first group's members by itself (`data_groups::follow_membership`). Answered
-/// [`ErrorReply::Pending`], saying which groups lag, past `deadline`; they still follow, later.
+/// Waits until every further group this node holds a copy of has taken node `node_id` as a
+/// voter where it is to hold one (`added`; see `data_groups::takes`), or no longer has it as a
+/// member, as the first group has it now: each group's leader follows the first group's
+/// members by itself (`data_groups::follow_membership`). Answered [`ErrorReply::Pending`],
+/// saying which groups lag, past `deadline`; they still follow, later.
 async fn groups_follow(
     shared: &Shared,
     node_id: NodeId,
@@ -149,7 +153,7 @@ async fn groups_follow(
     loop {
         let lagging: Vec<String> = further_groups(shared)
             .filter(|group| match added {
-                true => !crate::data_groups::votes(&group.status().members, node_id),
+                true => crate::data_groups::takes(shared, group, node_id),
                 false => is_member(group, node_id),
             })
             .map(|group| group.group().to_string())
@@ -229,12 +233,14 @@ fn status(cluster: &Cluster) -> ClusterStatus {
     }
 }
 
-/// What this node knows of each group it hosts, by ascending id, with the topics its copy of
-/// each holds.
+/// What this node knows of each group it holds a copy of (the first group always), by
+/// ascending id, with the topics its copy of each holds.
 fn groups_status(shared: &Shared) -> Vec<GroupStatus> {
     (0..shared.shards.all().len())
         .filter_map(|shard| {
-            let cluster = shared.group(shard)?;
+            let cluster = shared
+                .group(shard)
+                .filter(|group| shard == 0 || group.is_member())?;
             // Names only: a description of every topic would be built under the lock.
             let mut topics = shared.shards.get(shard).lock().topic_names();
             topics.sort_unstable();
@@ -302,7 +308,7 @@ fn placements(
 }
 
 /// [`metadata`] of a cluster of several groups, answered by any node: each topic with its
-/// group's leader, each group's part read after a read index from its leader.
+/// group's leader, each group's part read as `data_groups::describe_group` reads it.
 async fn metadata_of_groups(
     shared: &Shared,
     first: &Cluster,
@@ -318,17 +324,9 @@ async fn metadata_of_groups(
         if only.is_some_and(|only| only != group_id) {
             continue;
         }
-        let group = shared
-            .group(shard)
-            .ok_or(ErrorReply::NotLeader { leader: None })?;
-        group.read_barrier_anywhere().await.map_err(refusal)?;
-        let leader = group.status().leader;
-        let description = shared
-            .shards
-            .get(shard)
-            .lock()
-            .describe_topics(topic)
-            .map_err(ErrorReply::from)?;
+        let description = crate::data_groups::describe_group(shared, shard, topic).await?;
+        // (Named by the group's members when this node holds no copy of it.)
+        let leader = shared.group(shard).and_then(|group| group.status().leader);
         topics.extend(placements(description, leader));
     }
     topics.sort_by(|a, b| a.topic.cmp(&b.topic));

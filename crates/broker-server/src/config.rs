@@ -135,10 +135,14 @@ pub struct ClusterSettings {
     /// A snapshot is taken after this many entries of the replicated log since the last one.
     pub snapshot_entries: u64,
     /// How many Raft groups the cluster spreads its topics over (1 to [`MAX_SHARDS`]), the
-    /// first group included: every node a voter of each, each with a leader of its own, so
-    /// that topics of different groups are served by different leaders and cores. 1 (the
-    /// default) is the cluster of one group. Every node must be given the same.
+    /// first group included, each with a leader of its own, so that topics of different
+    /// groups are served by different leaders and cores. 1 (the default) is the cluster of
+    /// one group. Every node must be given the same.
     pub data_groups: usize,
+    /// How many voters each group past the first has (at least 1; every node while the
+    /// cluster has fewer): see `data_groups::replica_order`. The first group has every node.
+    /// Every node must be given the same.
+    pub replicas: usize,
 }
 
 impl ClusterSettings {
@@ -267,6 +271,9 @@ impl Config {
                 return invalid(format!(
                     "--cluster-data-groups must be 1 to {MAX_SHARDS}, got {groups}"
                 ));
+            }
+            if cluster.replicas == 0 {
+                return invalid("--cluster-replicas must be at least 1".into());
             }
         }
         if let Some(shards) = self.shards {
@@ -492,6 +499,7 @@ mod tests {
                 tls_ca: None,
                 snapshot_entries: 10,
                 data_groups,
+                replicas: 3,
             }),
             ..Config::default()
         };

@@ -111,6 +111,7 @@ async fn follow_membership(shared: Arc<Shared>) {
     let mut refused_takers: BTreeMap<GroupId, BTreeSet<NodeId>> = BTreeMap::new();
     // When each group last failed to add each node.
     let mut failed_adds: BTreeMap<(GroupId, NodeId), tokio::time::Instant> = BTreeMap::new();
+    let replicas = replicas_of(&shared);
     loop {
         tokio::select! {
             () = shared.shutdown.cancelled() => return,
@@ -165,7 +166,14 @@ async fn follow_membership(shared: Arc<Shared>) {
                             .filter(|(failed_in, _)| *failed_in == group.group())
                             .map(|(_, node)| *node)
                             .collect();
-                        membership_change(&wanted, &status.members, &not_yet)
+                        membership_change(
+                            group.group(),
+                            replicas,
+                            me,
+                            &wanted,
+                            &status.members,
+                            &not_yet,
+                        )
                     }
                     // This node is leaving the cluster (a learner of the first group, or out of
                     // it).
@@ -217,9 +225,9 @@ async fn follow_membership(shared: Arc<Shared>) {
                         group = id,
                         to,
                         %cause,
-                        "this node leaves the cluster but could not hand the leadership of data \
-                         group {id} to node {to}; trying another voter, or leaving the group \
-                         itself"
+                        "this node leaves data group {id} but could not hand its leadership \
+                         to node {to}; trying again (leaving the cluster: another voter, or \
+                         leaving the group itself)"
                     );
                     refused_takers.entry(id).or_default().insert(*to);
                 }
@@ -244,6 +252,25 @@ async fn follow_membership(shared: Arc<Shared>) {
     }
 }
 
+/// Whether `group`, of which this node holds a copy, is still to take node `node_id` as a
+/// voter (its next change adds it), as this node's copy of the first group's members has it.
+pub(crate) fn takes(shared: &Shared, group: &Cluster, node_id: NodeId) -> bool {
+    let Some(wanted) = shared.cluster().and_then(Cluster::committed_members) else {
+        return false;
+    };
+    let status = group.status();
+    let leader = status.leader.unwrap_or(NodeId::MAX);
+    let next = membership_change(
+        group.group(),
+        replicas_of(shared),
+        leader,
+        &wanted,
+        &status.members,
+        &BTreeSet::new(),
+    );
+    matches!(next, Some(MembershipChange::Add(id, _)) if id == node_id)
+}
+
 /// Whether `id` is a voter among `members` (id, addresses, whether it votes).
 pub(crate) fn votes(members: &[(NodeId, ClusterNode, bool)], id: NodeId) -> bool {
     members
@@ -258,8 +285,8 @@ enum MembershipChange {
     Add(NodeId, ClusterNode),
     /// Node `.0` is to leave the group.
     Remove(NodeId),
-    /// This node, leaving the cluster, hands the group's leadership to node `.0` first; the new
-    /// leader then removes it.
+    /// This node, leaving the group (or the cluster), hands the group's leadership to node
+    /// `.0` first; the new leader then removes it.
     HandOver(NodeId),
 }
 
@@ -271,26 +298,55 @@ impl std::fmt::Display for MembershipChange {
             MembershipChange::HandOver(node) => {
                 write!(
                     f,
-                    "leadership handed to node {node}, since this node leaves the cluster"
+                    "leadership handed to node {node}, since this node leaves the group"
                 )
             }
         }
     }
 }
 
-/// The next change of a group whose members are `members` (id, addresses, whether it votes)
-/// when the first group's are `wanted`, the lowest id first:
+/// The voters of the first group, `first_voters`, in the order group `group` takes its
+/// replicas from: rotated by the group's id, so that group 2 starts with the lowest id, group 3
+/// with the next, and so on, and every node holds as many groups as the others. A group's first
+/// voters are the first `--cluster-replicas` of them; a group short of voters adds the first
+/// it lacks, and one with too many gives up the last.
+fn replica_order(first_voters: &[NodeId], group: GroupId) -> Vec<NodeId> {
+    let mut order = first_voters.to_vec();
+    order.sort_unstable();
+    order.dedup();
+    if !order.is_empty() {
+        let shift = group.saturating_sub(2) as usize % order.len();
+        order.rotate_left(shift);
+    }
+    order
+}
+
+/// The next change of group `group`, led by node `me`, whose members are `members` (id,
+/// addresses, whether it votes) when the first group's are `wanted` and the group is to have
+/// `replicas` voters (every voter of the first group while it has fewer):
 /// 1. a member the first group has at other addresses is removed (to be added again at its
 ///    new ones);
-/// 2. a voter of the first group that does not vote in the group is added, unless another
-///    member has its addresses (a node replaced under a new id: that member leaves first);
-/// 3. a member the first group no longer has is removed.
+/// 2. while the group has fewer voters than that, a voter of the first group is added, in the
+///    group's [`replica_order`] (a learner of the group, catching up since an earlier round,
+///    first), unless another member has its addresses (a node replaced under a new id: that
+///    member leaves first);
+/// 3. a member the first group no longer has is removed, and so is a learner of the group
+///    (an addition that did not finish) that the group no longer needs;
+/// 4. while the group has more voters than that, the last in its order is removed (when that
+///    is `me`, the leadership is handed to the first of the others, which removes it).
 ///
-/// A learner of the first group, still catching up, is added once it votes there. Adding
+/// At step 2 a group with as many voters as it is to have, but not the first ones of its
+/// order (a node joined the cluster), adds the first it lacks too, so that step 4 then gives
+/// up the last: a node added to the cluster takes its share of the groups, one copy at a time.
+///
+/// A learner of the first group, still catching up, is not taken until it votes there. Adding
 /// before removing keeps as many voters as possible while a node is replaced; a node in
 /// `not_yet` (whose addition failed a moment ago) is not added this time, so that a node that
 /// cannot join holds back no other change.
 fn membership_change(
+    group: GroupId,
+    replicas: usize,
+    me: NodeId,
     wanted: &[(NodeId, ClusterNode, bool)],
     members: &[(NodeId, ClusterNode, bool)],
     not_yet: &BTreeSet<NodeId>,
@@ -304,26 +360,71 @@ fn membership_change(
     if let Some(id) = moved {
         return Some(MembershipChange::Remove(id));
     }
-    let address_taken = |id: NodeId, address: &ClusterNode| {
-        members
-            .iter()
-            .any(|(member, at, _)| *member != id && at == address)
-    };
-    let missing = wanted
+    let first_voters: Vec<NodeId> = wanted
         .iter()
-        .filter(|(id, address, voter)| {
-            *voter && !votes(members, *id) && !address_taken(*id, address) && !not_yet.contains(id)
-        })
-        .min_by_key(|(id, _, _)| *id);
-    if let Some((id, address, _)) = missing {
-        return Some(MembershipChange::Add(*id, address.clone()));
-    }
-    members
-        .iter()
+        .filter(|(_, _, voter)| *voter)
         .map(|(id, _, _)| *id)
-        .filter(|id| in_first(*id).is_none())
-        .min()
-        .map(MembershipChange::Remove)
+        .collect();
+    let order = replica_order(&first_voters, group);
+    let rank = |id: NodeId| order.iter().position(|voter| *voter == id);
+    let target = replicas.clamp(1, order.len().max(1));
+    // The group's voters that vote in the first group, the ones that count.
+    let counted: Vec<NodeId> = members
+        .iter()
+        .filter(|(id, _, voter)| *voter && votes(wanted, *id))
+        .map(|(id, _, _)| *id)
+        .collect();
+    // The voters the group is to have; while it has as many others, it adds these one by one
+    // (and gives the others up at step 4), so that a node added to the cluster takes its share.
+    let placed = |id: NodeId| rank(id).is_some_and(|rank| rank < target);
+    let misplaced = counted.len() == target && !counted.iter().all(|id| placed(*id));
+    if counted.len() < target || misplaced {
+        let address_taken = |id: NodeId, address: &ClusterNode| {
+            members
+                .iter()
+                .any(|(member, at, _)| *member != id && at == address)
+        };
+        let learning = |id: NodeId| members.iter().any(|(member, _, _)| *member == id);
+        let missing = wanted
+            .iter()
+            .filter(|(id, address, voter)| {
+                *voter
+                    && !counted.contains(id)
+                    && !address_taken(*id, address)
+                    && !not_yet.contains(id)
+                    && (counted.len() < target || placed(*id))
+            })
+            .min_by_key(|(id, _, _)| (!learning(*id), rank(*id)));
+        if let Some((id, address, _)) = missing {
+            return Some(MembershipChange::Add(*id, address.clone()));
+        }
+    }
+    let gone = members
+        .iter()
+        .filter(|(id, _, voter)| {
+            let unneeded = !*voter && votes(wanted, *id) && !placed(*id);
+            in_first(*id).is_none() || (unneeded && counted.len() >= target && *id != me)
+        })
+        .map(|(id, _, _)| *id)
+        .min();
+    if let Some(id) = gone {
+        return Some(MembershipChange::Remove(id));
+    }
+    if counted.len() > target {
+        // The last in the group's order leaves; when that is this node, which leads, it hands
+        // the leadership to the first of the others, whose leader then removes it.
+        let last = counted.iter().copied().max_by_key(|id| rank(*id))?;
+        if last != me {
+            return Some(MembershipChange::Remove(last));
+        }
+        return counted
+            .iter()
+            .copied()
+            .filter(|id| *id != me)
+            .min_by_key(|id| rank(*id))
+            .map(MembershipChange::HandOver);
+    }
+    None
 }
 
 /// The change of a group this node leads while it leaves the cluster (`wanted`, the first
@@ -486,7 +587,10 @@ async fn add_groups(shared: Arc<Shared>) {
         let Some(group) = missing else {
             continue;
         };
-        let voters = voters(first, false).into_iter().collect();
+        let voters = replica_order(&voters(first, false), group)
+            .into_iter()
+            .take(replicas_of(&shared))
+            .collect();
         match first
             .change_cluster(ClusterChange::AddGroup { group, voters })
             .await
@@ -506,6 +610,15 @@ async fn add_groups(shared: Arc<Shared>) {
             }
         }
     }
+}
+
+/// How many voters each group past the first is to have (`--cluster-replicas`).
+pub(crate) fn replicas_of(shared: &Shared) -> usize {
+    shared
+        .config
+        .cluster
+        .as_ref()
+        .map_or(1, |settings| settings.replicas)
 }
 
 /// The voters of the first group, as this node knows them; with `reachable`, only those whose
@@ -542,10 +655,13 @@ async fn balance_leaders(shared: Arc<Shared>) {
         let hosted: Vec<&Cluster> = (0..shared.shards.all().len())
             .filter_map(|shard| shared.group(shard))
             .collect();
+        // The leaders of the groups this node holds no copy of, as their members name them.
+        join_all(hosted.iter().map(|group| group.find_leader())).await;
         // A voter this node cannot reach (down, say) is given nothing.
         let voters = voters(first, true);
         // Each group's leader and the nodes that vote in it (a node added to the cluster votes
-        // in a group once that group's leader added it).
+        // in a group once that group's leader added it; this node knows the voters of the
+        // groups it holds a copy of, which are those it may hand over).
         let groups: Option<Vec<(NodeId, Vec<NodeId>)>> = hosted
             .iter()
             .map(|group| {
@@ -716,19 +832,107 @@ pub(crate) async fn apply_at_leader(
     }
 }
 
-/// The topics held by a group other than the first, each with its group's leader as this
-/// node knows it (none while the group elects): read from this node's copy of each group it
-/// hosts, as the topics' descriptions are.
-pub(crate) fn topic_leaders(shared: &Shared) -> BTreeMap<String, Option<NodeId>> {
-    (1..shared.shards.all().len())
-        .filter_map(|shard| {
-            let group = shared.group(shard)?;
-            let leader = group.status().leader;
-            let names = shared.shards.get(shard).lock().topic_names();
-            Some(names.into_iter().map(move |name| (name, leader)))
-        })
-        .flatten()
-        .collect()
+/// Where a topic held by a group other than the first is served from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TopicGroup {
+    /// The group's leader as this node knows it (none while the group elects).
+    pub(crate) leader: Option<NodeId>,
+    /// The group's voters: as this node's copy of the group has them or, for a group it holds
+    /// no copy of, those the group is to have (see [`replica_order`]).
+    pub(crate) voters: Vec<NodeId>,
+}
+
+/// The topics held by a group other than the first, each with its group's leader and voters:
+/// read from this node's copy of each group it holds one of, as the topics' descriptions
+/// are, and for the other groups from the cluster's state (where each topic is placed).
+pub(crate) fn topic_groups(shared: &Shared) -> BTreeMap<String, TopicGroup> {
+    let Some(first) = shared.cluster() else {
+        return BTreeMap::new();
+    };
+    let first_voters = voters(first, false);
+    let replicas = replicas_of(shared);
+    let of_group = |cluster: &Cluster| {
+        let status = cluster.status();
+        let voters = match cluster.is_member() {
+            true => status
+                .members
+                .iter()
+                .filter(|(_, _, votes)| *votes)
+                .map(|(id, _, _)| *id)
+                .collect(),
+            false => {
+                let mut voters: Vec<NodeId> = replica_order(&first_voters, cluster.group())
+                    .into_iter()
+                    .take(replicas)
+                    .collect();
+                voters.sort_unstable();
+                voters
+            }
+        };
+        TopicGroup {
+            leader: status.leader,
+            voters,
+        }
+    };
+    let mut topics = BTreeMap::new();
+    for shard in 1..shared.shards.all().len() {
+        let Some(cluster) = shared.group(shard) else {
+            continue;
+        };
+        let group = of_group(cluster);
+        let names = match cluster.is_member() {
+            true => shared.shards.get(shard).lock().topic_names(),
+            // Placed there (a deleted topic stays placed: listed here, it is looked up for
+            // the topics that exist only).
+            false => first
+                .cluster_state()
+                .borrow()
+                .placement
+                .iter()
+                .filter(|(_, placed)| **placed == cluster.group())
+                .map(|(topic, _)| topic.clone())
+                .collect(),
+        };
+        topics.extend(names.into_iter().map(|name| (name, group.clone())));
+    }
+    topics
+}
+
+/// The topics of the group of `shard` (every one, or `topic` alone), as of a moment within the
+/// call: read from this node's copy after a read index from the group's leader when this node
+/// holds a copy of the group, asked of the group's leader (through the peer links, one entry
+/// of the group's log) when it does not.
+pub(crate) async fn describe_group(
+    shared: &Shared,
+    shard: usize,
+    topic: Option<&str>,
+) -> Result<BrokerDescription, ErrorReply> {
+    let Some(group) = shared.group(shard) else {
+        // A group listed that this node does not host yet: as during an election.
+        return Err(ErrorReply::NotLeader { leader: None });
+    };
+    if shard == 0 || group.is_member() {
+        group
+            .read_barrier_anywhere()
+            .await
+            .map_err(replicated::refusal)?;
+        return shared
+            .shards
+            .get(shard)
+            .lock()
+            .describe_topics(topic)
+            .map_err(ErrorReply::from);
+    }
+    let describe = Command::Describe {
+        topic: topic.map(str::to_owned),
+    };
+    match apply_at_leader(group, describe).await? {
+        Outcome::Description(description) => Ok(description),
+        other => Err(ErrorReply::Storage(format!(
+            "group {}'s leader answered a description with {other:?}",
+            group.group()
+        ))),
+    }
 }
 
 /// Applies a request of [`GroupRoute::Alone`]; answers with the shard whose sessions it
@@ -760,15 +964,9 @@ pub(crate) async fn describe_all(shared: &Shared) -> Result<BrokerDescription, E
         if shard > 0 && !listed.contains(&group_of_shard(shard)) {
             continue;
         }
-        let Some(group) = shared.group(shard) else {
-            return Err(ErrorReply::NotLeader { leader: None });
-        };
-        group
-            .read_barrier_anywhere()
-            .await
-            .map_err(replicated::refusal)?;
-        if shard == 0 {
-            listed = group
+        let description = describe_group(shared, shard, None).await?;
+        if let (0, Some(first)) = (shard, shared.cluster()) {
+            listed = first
                 .cluster_state()
                 .borrow()
                 .groups
@@ -776,7 +974,6 @@ pub(crate) async fn describe_all(shared: &Shared) -> Result<BrokerDescription, E
                 .copied()
                 .collect();
         }
-        let description = shared.shards.get(shard).lock().describe();
         match &mut all {
             Some(all) => all.topics.extend(description.topics),
             None => all = Some(description),
@@ -797,7 +994,7 @@ async fn create(
     let Some(first) = shared.cluster() else {
         return (0, Err(ErrorReply::NotLeader { leader: None }));
     };
-    let target = match target_group(shared, topic) {
+    let target = match target_group(shared, topic).await {
         Ok(target) => target,
         Err(refusal) => return (0, Err(refusal)),
     };
@@ -838,8 +1035,9 @@ async fn create(
 /// companion of, or else the group holding the fewest partitions (the lowest id among equals)
 /// of those this node hosts; refused past the broker's maximum of topics. Read from this
 /// node's copies (the first group's leader's, current for the first group), which is enough to
-/// balance.
-fn target_group(shared: &Shared, topic: &str) -> Result<GroupId, ErrorReply> {
+/// balance, and from the leaders of the groups it holds no copy of (a group whose leader does
+/// not answer now takes no new topic).
+async fn target_group(shared: &Shared, topic: &str) -> Result<GroupId, ErrorReply> {
     let (placement, listed) = match shared.cluster() {
         Some(first) => {
             let state = first.cluster_state();
@@ -852,12 +1050,21 @@ fn target_group(shared: &Shared, topic: &str) -> Result<GroupId, ErrorReply> {
     if let Some(group) = placement.get(topic) {
         return Ok(*group);
     }
-    let descriptions: Vec<BrokerDescription> = shared
-        .shards
-        .all()
-        .iter()
-        .map(|broker| broker.lock().describe())
-        .collect();
+    let mut descriptions: Vec<BrokerDescription> = Vec::new();
+    let mut unanswered = BTreeSet::new();
+    for (shard, broker) in shared.shards.all().iter().enumerate() {
+        let description = match shared.group(shard) {
+            Some(group) if shard > 0 && !group.is_member() => describe_group(shared, shard, None)
+                .await
+                .unwrap_or_else(|refusal| {
+                    debug!(%refusal, group = group.group(), "no description of the group now");
+                    unanswered.insert(shard);
+                    BrokerDescription::default()
+                }),
+            _ => broker.lock().describe(),
+        };
+        descriptions.push(description);
+    }
     // Where a topic named `name` lives: placed, or held by the first group from before.
     let home_of = |name: &str| {
         placement.get(name).copied().or_else(|| {
@@ -892,7 +1099,10 @@ fn target_group(shared: &Shared, topic: &str) -> Result<GroupId, ErrorReply> {
     }
     // Of the groups that exist and that this node hosts.
     let serving = |shard: usize| {
-        shard == 0 || (shared.group(shard).is_some() && listed.contains(&group_of_shard(shard)))
+        shard == 0
+            || (shared.group(shard).is_some()
+                && listed.contains(&group_of_shard(shard))
+                && !unanswered.contains(&shard))
     };
     let least = descriptions
         .iter()
@@ -933,7 +1143,10 @@ async fn place_dead_letter_then_join(
     let home = first.cluster_state().borrow().group_of(topic);
     let shard = shard_of_group(home);
     let Some(group) = shared.group(shard).filter(|group| group.is_leader()) else {
-        let leader = shared.group(shard).and_then(Cluster::leader);
+        let leader = match shared.group(shard) {
+            Some(group) => group.find_leader().await,
+            None => None,
+        };
         return (
             shard,
             Err(replicated::refusal(ProposeError::NotLeader { leader })),
@@ -996,6 +1209,9 @@ fn first_result(
 mod tests {
     use super::*;
 
+    /// More replicas than nodes: every voter of the first group a voter of each group.
+    const ALL: usize = 64;
+
     #[test]
     fn a_group_adds_the_first_groups_voters_then_drops_those_it_no_longer_has() {
         let node = |id: u64| ClusterNode::new(&format!("127.0.0.1:{id}"), "127.0.0.1:9").unwrap();
@@ -1009,13 +1225,13 @@ mod tests {
         // Node 4 votes in the first group: added; node 5, still a learner there, not yet.
         let group = [member(1, true), member(2, true), member(3, true)];
         assert_eq!(
-            membership_change(&first, &group, &BTreeSet::new()),
+            membership_change(2, ALL, 9, &first, &group, &BTreeSet::new()),
             Some(MembershipChange::Add(4, node(4)))
         );
         // A learner of the group is made a voter the same way.
         let group = [member(1, true), member(2, true), member(4, false)];
         assert_eq!(
-            membership_change(&first, &group, &BTreeSet::new()),
+            membership_change(2, ALL, 9, &first, &group, &BTreeSet::new()),
             Some(MembershipChange::Add(4, node(4)))
         );
         // Node 3 left the first group: removed, once every voter is in.
@@ -1026,7 +1242,7 @@ mod tests {
             member(4, true),
         ];
         assert_eq!(
-            membership_change(&first, &group, &BTreeSet::new()),
+            membership_change(2, ALL, 9, &first, &group, &BTreeSet::new()),
             Some(MembershipChange::Remove(3))
         );
         // Node 5 is a learner of both: nothing to do.
@@ -1036,18 +1252,21 @@ mod tests {
             member(4, true),
             member(5, false),
         ];
-        assert_eq!(membership_change(&first, &group, &BTreeSet::new()), None);
+        assert_eq!(
+            membership_change(2, ALL, 9, &first, &group, &BTreeSet::new()),
+            None
+        );
         // Node 2 moved to other addresses: removed, to be added again at the new ones.
         let moved = ClusterNode::new("127.0.0.1:22", "127.0.0.1:9").unwrap();
         let first = [member(1, true), (2, moved.clone(), true), member(4, true)];
         let group = [member(1, true), member(2, true), member(4, true)];
         assert_eq!(
-            membership_change(&first, &group, &BTreeSet::new()),
+            membership_change(2, ALL, 9, &first, &group, &BTreeSet::new()),
             Some(MembershipChange::Remove(2))
         );
         let group = [member(1, true), member(4, true)];
         assert_eq!(
-            membership_change(&first, &group, &BTreeSet::new()),
+            membership_change(2, ALL, 9, &first, &group, &BTreeSet::new()),
             Some(MembershipChange::Add(2, moved))
         );
         // Node 4 could not be added a moment ago (it cannot host the group): node 3, gone from
@@ -1055,15 +1274,120 @@ mod tests {
         let first4 = [member(1, true), member(2, true), member(4, true)];
         let group = [member(1, true), member(2, true), member(3, true)];
         assert_eq!(
-            membership_change(&first4, &group, &BTreeSet::from([4])),
+            membership_change(2, ALL, 9, &first4, &group, &BTreeSet::from([4])),
             Some(MembershipChange::Remove(3))
         );
         // Node 3 replaced by node 6 at its addresses: node 3 leaves first.
         let first = [member(1, true), member(2, true), (6, node(3), true)];
         let group = [member(1, true), member(2, true), member(3, true)];
         assert_eq!(
-            membership_change(&first, &group, &BTreeSet::new()),
+            membership_change(2, ALL, 9, &first, &group, &BTreeSet::new()),
             Some(MembershipChange::Remove(3))
+        );
+    }
+
+    #[test]
+    fn groups_take_their_replicas_round_robin() {
+        assert_eq!(replica_order(&[3, 1, 2], 2), [1, 2, 3]);
+        assert_eq!(replica_order(&[3, 1, 2], 3), [2, 3, 1]);
+        assert_eq!(replica_order(&[3, 1, 2], 4), [3, 1, 2]);
+        assert_eq!(replica_order(&[1, 2, 3, 4, 5], 6), [5, 1, 2, 3, 4]);
+        assert_eq!(replica_order(&[], 6), Vec::<NodeId>::new());
+        // Three replicas of four groups over five nodes: every node holds two or three.
+        let mut held = BTreeMap::<NodeId, usize>::new();
+        for group in 2..=5 {
+            for node in replica_order(&[1, 2, 3, 4, 5], group).into_iter().take(3) {
+                *held.entry(node).or_default() += 1;
+            }
+        }
+        assert!(
+            held.values().all(|count| (2..=3).contains(count)),
+            "{held:?}"
+        );
+    }
+
+    #[test]
+    fn a_group_keeps_its_number_of_replicas_as_nodes_come_and_go() {
+        let node = |id: u64| ClusterNode::new(&format!("127.0.0.1:{id}"), "127.0.0.1:9").unwrap();
+        let member = |id: u64, votes: bool| (id, node(id), votes);
+        let voters = |ids: &[u64]| ids.iter().map(|id| member(*id, true)).collect::<Vec<_>>();
+        let none = BTreeSet::new();
+        // Group 3 of a cluster of four (its order: 2, 3, 4, 1), three replicas, led by node 2.
+        let first = voters(&[1, 2, 3, 4]);
+        // Made when the cluster had three nodes: node 4 takes node 1's copy, added first...
+        assert_eq!(
+            membership_change(3, 3, 2, &first, &voters(&[1, 2, 3]), &none),
+            Some(MembershipChange::Add(4, node(4)))
+        );
+        // ...then node 1 leaves the group.
+        assert_eq!(
+            membership_change(3, 3, 2, &first, &voters(&[1, 2, 3, 4]), &none),
+            Some(MembershipChange::Remove(1))
+        );
+        // When node 1 leads, it hands the group over first.
+        assert_eq!(
+            membership_change(3, 3, 1, &first, &voters(&[1, 2, 3, 4]), &none),
+            Some(MembershipChange::HandOver(2))
+        );
+        assert_eq!(
+            membership_change(3, 3, 2, &first, &voters(&[2, 3, 4]), &none),
+            None
+        );
+        // Node 4 cannot be added now: the group keeps the three it has meanwhile.
+        assert_eq!(
+            membership_change(3, 3, 2, &first, &voters(&[1, 2, 3]), &BTreeSet::from([4])),
+            None
+        );
+        // Node 3 removed from the cluster: node 1 replaces it, then it leaves.
+        let first = voters(&[1, 2, 4]);
+        assert_eq!(
+            membership_change(3, 3, 2, &first, &voters(&[2, 3, 4]), &none),
+            Some(MembershipChange::Add(1, node(1)))
+        );
+        assert_eq!(
+            membership_change(3, 3, 2, &first, &voters(&[1, 2, 3, 4]), &none),
+            Some(MembershipChange::Remove(3))
+        );
+        // A learner left by an addition that did not finish is made a voter first...
+        let first = voters(&[1, 2, 3, 4, 5]);
+        let group = [member(1, true), member(2, true), member(5, false)];
+        assert_eq!(
+            membership_change(2, 3, 1, &first, &group, &none),
+            Some(MembershipChange::Add(5, node(5)))
+        );
+        // ...and given up once the group has its voters.
+        let group = [
+            member(1, true),
+            member(2, true),
+            member(3, true),
+            member(5, false),
+        ];
+        assert_eq!(
+            membership_change(2, 3, 1, &first, &group, &none),
+            Some(MembershipChange::Remove(5))
+        );
+        // Fewer replicas asked for: the last in the group's order leave, one at a time.
+        assert_eq!(
+            membership_change(2, 3, 1, &first, &voters(&[1, 2, 3, 4, 5]), &none),
+            Some(MembershipChange::Remove(5))
+        );
+        assert_eq!(
+            membership_change(2, 3, 1, &first, &voters(&[1, 2, 3, 4]), &none),
+            Some(MembershipChange::Remove(4))
+        );
+        assert_eq!(
+            membership_change(2, 3, 1, &first, &voters(&[1, 2, 3]), &none),
+            None
+        );
+        // Fewer nodes than replicas: every node.
+        let first = voters(&[1, 2]);
+        assert_eq!(
+            membership_change(2, 3, 1, &first, &voters(&[1]), &none),
+            Some(MembershipChange::Add(2, node(2)))
+        );
+        assert_eq!(
+            membership_change(2, 3, 1, &first, &voters(&[1, 2]), &none),
+            None
         );
     }
 

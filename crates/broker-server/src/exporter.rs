@@ -124,6 +124,12 @@ impl Collector for StateCollector {
             let (shard_moved, shard_refused) = broker.dead_lettered();
             moved += shard_moved;
             refused += shard_refused;
+            // A group this node gave its copy of up (a cluster with fewer replicas than
+            // nodes) may still be in its memory: its topics are told by the nodes that hold it.
+            let gave_up = shard > 0 && shared.group(shard).is_some_and(|group| !group.is_member());
+            if gave_up {
+                continue;
+            }
             let held = broker.describe();
             description.capacity_per_partition = held.capacity_per_partition;
             for topic in &held.topics {
@@ -315,7 +321,7 @@ fn encode_cluster(
     reachable.encode(encoder)
 }
 
-/// Each group this node hosts, in a cluster of several groups (`--cluster-data-groups`): its
+/// Each group this node holds a copy of, in a cluster of several groups (`--cluster-data-groups`): its
 /// leader, term and log indexes as this node sees them and, on the group's leader, how far each
 /// member has its log. (The first group's are also [`encode_cluster`]'s, unlabelled.)
 fn encode_groups(encoder: &mut DescriptorEncoder, shared: &Shared) -> Result<(), std::fmt::Error> {
@@ -324,24 +330,24 @@ fn encode_groups(encoder: &mut DescriptorEncoder, shared: &Shared) -> Result<(),
     }
     let mut leaders = GaugeFamily::new(
         "cluster_group_leader_id",
-        "For each group this node hosts: the id of the node this node knows as its leader (0 \
+        "For each group this node holds a copy of: the id of the node this node knows as its leader (0 \
          when it knows none). The topics of shard n (broker_topic_shard) are group n + 1's.",
         None,
     );
     let mut terms = GaugeFamily::new(
         "cluster_group_term",
-        "For each group this node hosts: its current term.",
+        "For each group this node holds a copy of: its current term.",
         None,
     );
     let mut last = GaugeFamily::new(
         "cluster_group_last_log_index",
-        "For each group this node hosts: the index of the last entry of this node's log of it \
+        "For each group this node holds a copy of: the index of the last entry of this node's log of it \
          (-1 when empty).",
         None,
     );
     let mut applied = GaugeFamily::new(
         "cluster_group_applied_index",
-        "For each group this node hosts: the index of the last entry applied to this node's \
+        "For each group this node holds a copy of: the index of the last entry applied to this node's \
          copy (-1 before any).",
         None,
     );
@@ -352,7 +358,11 @@ fn encode_groups(encoder: &mut DescriptorEncoder, shared: &Shared) -> Result<(),
         None,
     );
     for shard in 0..shared.shards.all().len() {
-        let Some(group) = shared.group(shard) else {
+        // (A group whose voters are other nodes is theirs to tell.)
+        let Some(group) = shared
+            .group(shard)
+            .filter(|group| shard == 0 || group.is_member())
+        else {
             continue;
         };
         let status = group.status();

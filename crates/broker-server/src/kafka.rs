@@ -255,11 +255,19 @@ impl Backend for ServerBackend {
 
     async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
         if self.shared.cluster().is_some() {
-            // Any node answers Metadata, from its own copy of each group (see
-            // `Backend::topics`).
-            let mut topics: Vec<TopicDescription> = (self.shared.shards.all().iter())
-                .flat_map(|broker| broker.lock().describe().topics)
-                .collect();
+            // Any node answers Metadata, from its own copy of each group it holds one of (see
+            // `Backend::topics`), and from the leader of each other group.
+            let mut topics = Vec::new();
+            for (shard, broker) in self.shared.shards.all().iter().enumerate() {
+                match self.shared.group(shard) {
+                    Some(group) if shard > 0 && !group.is_member() => {
+                        let description =
+                            crate::data_groups::describe_group(&self.shared, shard, None).await?;
+                        topics.extend(description.topics);
+                    }
+                    _ => topics.extend(broker.lock().describe().topics),
+                }
+            }
             topics.sort_by(|a, b| a.name.cmp(&b.name));
             return Ok(topics);
         }
@@ -280,6 +288,7 @@ impl Backend for ServerBackend {
         let broker_id = |id: NodeId| i32::try_from(id).ok();
         // A node that thinks it leads but lost its lease names no leader there.
         let leader = status.leader;
+        let topic_groups = crate::data_groups::topic_groups(&self.shared);
         Some(ClusterView {
             brokers: cluster
                 .kafka_addresses()
@@ -296,9 +305,16 @@ impl Backend for ServerBackend {
                 .filter(|(_, _, voter)| *voter)
                 .filter_map(|(id, _, _)| broker_id(*id))
                 .collect(),
-            topic_leaders: crate::data_groups::topic_leaders(&self.shared)
+            topic_leaders: topic_groups
+                .iter()
+                .map(|(topic, group)| (topic.clone(), group.leader.and_then(broker_id)))
+                .collect(),
+            topic_replicas: topic_groups
                 .into_iter()
-                .map(|(topic, leader)| (topic, leader.and_then(broker_id)))
+                .map(|(topic, group)| {
+                    let voters = group.voters.into_iter().filter_map(broker_id).collect();
+                    (topic, voters)
+                })
                 .collect(),
         })
     }

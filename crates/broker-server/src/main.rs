@@ -372,17 +372,15 @@ struct Args {
     )]
     cluster_snapshot_entries: u64,
     /// Spread the cluster's topics over this many Raft groups (1 to 64), each with a leader of
-    /// its own, so that the nodes share the leaders' work: every node is a voter of every
-    /// group, the groups' leaders are balanced over the nodes, and a new topic goes to the
-    /// group holding the fewest partitions (a topic named after another with -dlq, -retry and
-    /// such goes with it). Every call about one topic keeps its meaning; a listing of every
-    /// topic gathers the groups. Every node gets the same value; 1 (the default) is a cluster
-    /// of one group. Groups are added, never removed: raising it on every node adds groups
-    /// (once every node runs a release that has them); a node keeps every group its
-    /// directory holds. With --kafka-listen, Kafka's clients are sent to each topic's group
-    /// leader, and the first group's leader coordinates every Kafka group. A node added with
-    /// `broker cluster add` (started with the same value) joins every group, and one removed
-    /// leaves them all.
+    /// its own, so that the nodes share the leaders' work: each group past the first has
+    /// --cluster-replicas voters, the groups' leaders are balanced over the nodes, and a new
+    /// topic goes to the group holding the fewest partitions (a topic named after another
+    /// with -dlq, -retry and such goes with it). Every call about one topic keeps its
+    /// meaning; a listing of every topic gathers the groups. Every node gets the same value;
+    /// 1 (the default) is a cluster of one group. Groups are added, never removed: raising it
+    /// on every node adds groups (once every node runs a release that has them); a node keeps
+    /// every group its directory holds. With --kafka-listen, Kafka's clients are sent to each
+    /// topic's group leader, and the first group's leader coordinates every Kafka group.
     #[arg(
         long,
         env = "BROKER_CLUSTER_DATA_GROUPS",
@@ -392,6 +390,26 @@ struct Args {
         requires = "node_id"
     )]
     cluster_data_groups: u16,
+    /// How many nodes hold a copy of each group past the first (with --cluster-data-groups):
+    /// its voters, chosen round robin so that every node holds as many groups as the others.
+    /// A cluster with fewer nodes gives every node a copy of every group. Each group's leader
+    /// keeps it at this many: a node added to the cluster takes a copy of the groups that lack
+    /// one, a node removed is replaced in each group it held, and a group with more voters
+    /// (after this was lowered) gives the last ones up. Any node serves any topic: a node
+    /// without a copy of a topic's group sends its clients to that group's leader. The first
+    /// group (the cluster's membership and where each topic lives) keeps every node a voter.
+    /// 3 keeps a group serving through the loss of one of its nodes, 5 of two; 1 or 2 loses
+    /// a group's service (not its data on disk) with one of its nodes. Every node gets the
+    /// same value.
+    #[arg(
+        long,
+        env = "BROKER_CLUSTER_REPLICAS",
+        value_name = "N",
+        default_value_t = 3,
+        value_parser = clap::value_parser!(u16).range(1..=64),
+        requires = "node_id"
+    )]
+    cluster_replicas: u16,
     /// Encrypt the peer port too: with --tls-cert and --tls-key, the node presents that
     /// certificate to the other nodes and checks theirs against the CA certificates in this
     /// PEM file (each node's certificate must carry the host of its PEER_ADDR). Every node of
@@ -491,6 +509,7 @@ impl Args {
                     tls_ca: self.cluster_tls_ca.clone(),
                     snapshot_entries: self.cluster_snapshot_entries,
                     data_groups: usize::from(self.cluster_data_groups),
+                    replicas: usize::from(self.cluster_replicas),
                 }),
                 _ => None,
             },

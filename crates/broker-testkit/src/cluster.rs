@@ -241,10 +241,10 @@ impl Nodes {
             .collect()
     }
 
-    /// Waits, `within` at most, until every running node (started with
-    /// `--cluster-data-groups` and `--metrics-listen`) hosts `groups` groups, each with a
-    /// leader every node agrees on, and no node leads more than one; returns each group's
-    /// leader's id by group.
+    /// Waits, `within` at most, until the running nodes (started with `--cluster-data-groups`
+    /// and `--metrics-listen`) hold copies of `groups` groups in all, each with a leader that
+    /// every node holding a copy of it agrees on, and no node leads more than one; returns each
+    /// group's leader's id by group.
     pub fn spread(&self, groups: usize, within: Duration) -> BTreeMap<String, i64> {
         let deadline = Instant::now() + within;
         loop {
@@ -252,14 +252,18 @@ impl Nodes {
                 .filter(|index| self.running[*index].is_some())
                 .map(|index| self.samples(index, "cluster_group_leader_id"))
                 .collect();
-            let leaders = &seen[0];
+            let mut leaders: BTreeMap<String, i64> = BTreeMap::new();
+            let agreed = seen
+                .iter()
+                .flatten()
+                .all(|(group, leader)| *leaders.entry(group.clone()).or_insert(*leader) == *leader);
             let distinct: std::collections::BTreeSet<&i64> = leaders.values().collect();
             if leaders.len() == groups
-                && seen.iter().all(|other| other == leaders)
+                && agreed
                 && !distinct.contains(&0)
                 && distinct.len() == groups.min(self.running.iter().flatten().count())
             {
-                return leaders.clone();
+                return leaders;
             }
             assert!(
                 Instant::now() < deadline,

@@ -43,6 +43,9 @@ struct Placement {
     /// The topics served by a node of their own (see [`crate::ClusterView::topic_leaders`]), each
     /// with that node, if one is known.
     topic_leaders: BTreeMap<String, Option<BrokerId>>,
+    /// The nodes that hold a copy of the topics not held by every node of `replicas` (see
+    /// [`crate::ClusterView::topic_replicas`]).
+    topic_replicas: BTreeMap<String, Vec<BrokerId>>,
 }
 
 impl Placement {
@@ -52,6 +55,13 @@ impl Placement {
             .get(topic)
             .copied()
             .unwrap_or(self.leader)
+    }
+
+    /// The nodes that hold a copy of the partitions of `topic`.
+    fn replicas_of(&self, topic: &str) -> &[BrokerId] {
+        self.topic_replicas
+            .get(topic)
+            .map_or(&self.replicas, |replicas| replicas)
     }
 }
 
@@ -70,6 +80,7 @@ impl<B: Backend> Handler<'_, B> {
                 leader: Some(self.node_id()),
                 replicas: vec![self.node_id()],
                 topic_leaders: BTreeMap::new(),
+                topic_replicas: BTreeMap::new(),
             },
             Some(view) => {
                 // A leader whose address this node has not learned yet (it started a moment
@@ -95,6 +106,11 @@ impl<B: Backend> Handler<'_, B> {
                         })
                         .collect(),
                     replicas: view.replicas.into_iter().map(BrokerId).collect(),
+                    topic_replicas: view
+                        .topic_replicas
+                        .into_iter()
+                        .map(|(topic, nodes)| (topic, nodes.into_iter().map(BrokerId).collect()))
+                        .collect(),
                 }
             }
         }
@@ -247,6 +263,7 @@ impl<B: Backend> Handler<'_, B> {
             .map(|name| match described.get(name.as_str()) {
                 Some(topic) => {
                     let leader = placement.leader_of(name);
+                    let replicas = placement.replicas_of(name);
                     MetadataResponseTopic::default()
                         .with_name(Some(kafka_topic(name)))
                         .with_partitions(
@@ -261,8 +278,8 @@ impl<B: Backend> Handler<'_, B> {
                                         ))
                                         .with_leader_id(leader.unwrap_or(BrokerId(-1)))
                                         .with_leader_epoch(0)
-                                        .with_replica_nodes(placement.replicas.clone())
-                                        .with_isr_nodes(placement.replicas.clone())
+                                        .with_replica_nodes(replicas.to_vec())
+                                        .with_isr_nodes(replicas.to_vec())
                                 })
                                 .collect(),
                         )

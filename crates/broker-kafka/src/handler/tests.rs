@@ -554,6 +554,8 @@ struct TestNode {
     cluster: Option<Option<i32>>,
     /// Topics served by a leader of their own, as in a cluster of several groups.
     topic_leaders: std::collections::BTreeMap<String, Option<i32>>,
+    /// The nodes holding a copy of such topics, where not every node does.
+    topic_replicas: std::collections::BTreeMap<String, Vec<i32>>,
     read_bytes: std::sync::atomic::AtomicUsize,
     /// How many `Describe` commands it answered.
     describes: std::sync::atomic::AtomicUsize,
@@ -566,6 +568,7 @@ impl TestNode {
             broker,
             cluster: Some(leader),
             topic_leaders: Default::default(),
+            topic_replicas: Default::default(),
             read_bytes: Default::default(),
             describes: Default::default(),
         }
@@ -577,6 +580,7 @@ impl TestNode {
             broker,
             cluster: None,
             topic_leaders: Default::default(),
+            topic_replicas: Default::default(),
             read_bytes: Default::default(),
             describes: Default::default(),
         }
@@ -608,6 +612,7 @@ impl Backend for TestNode {
             leader,
             replicas: vec![0, 2],
             topic_leaders: self.topic_leaders.clone(),
+            topic_replicas: self.topic_replicas.clone(),
         })
     }
 
@@ -711,6 +716,7 @@ async fn a_topic_with_a_leader_of_its_own_is_listed_with_it() {
     let mut node = TestNode::in_cluster(local, Some(0));
     node.topic_leaders.insert("elsewhere".to_owned(), Some(2));
     node.topic_leaders.insert("electing".to_owned(), None);
+    node.topic_replicas.insert("elsewhere".to_owned(), vec![2]);
     let listed = match ask(
         &node,
         12,
@@ -740,6 +746,31 @@ async fn a_topic_with_a_leader_of_its_own_is_listed_with_it() {
             ("electing".to_owned(), vec![(not_available, -1)]),
             ("elsewhere".to_owned(), vec![(0, 2), (0, 2)]),
             ("t".to_owned(), vec![(0, 0), (0, 0)]),
+        ]
+    );
+    // Each partition's replicas: its group's voters where they are not every node.
+    let replicas: Vec<(&str, Vec<i32>)> = listed
+        .topics
+        .iter()
+        .flat_map(|topic| {
+            let name = topic.name.as_ref().unwrap().as_str();
+            let replicas = topic.partitions.iter();
+            replicas.map(move |partition| {
+                (
+                    name,
+                    partition.replica_nodes.iter().map(|id| id.0).collect(),
+                )
+            })
+        })
+        .collect();
+    assert_eq!(
+        replicas,
+        vec![
+            ("electing", vec![0, 2]),
+            ("elsewhere", vec![2]),
+            ("elsewhere", vec![2]),
+            ("t", vec![0, 2]),
+            ("t", vec![0, 2]),
         ]
     );
     // The controller and the coordinator stay the leader.
