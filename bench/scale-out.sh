@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Scaling out, side by side in one run: a single broker, a three-node cluster of one group, and
-# a three-node cluster of three groups whose leaders spread over the nodes
-# (--cluster-data-groups 3). Every node runs in a container of the image (docker/build.sh) with
+# Scaling out, side by side in one run: a single broker, a three-node cluster of one group, a
+# three-node cluster of three groups whose leaders spread over the nodes (--cluster-data-groups
+# 3), and, with LAYOUTS naming it, a five-node cluster of five groups of three replicas each
+# (--cluster-data-groups 5 --cluster-replicas 3: each node applies three fifths of the
+# records). Every node runs in a container of the image (docker/build.sh) with
 # the same CPU quota (NODE_CPUS, `docker run --cpus`), as if each had a host of its own; the
 # load generator (`broker bench` from the image) runs in a container of its own (BENCH_CPUS) on
 # the same Docker network, which the script creates as internal (nothing in it reaches out;
@@ -17,6 +19,7 @@
 # ratios, measured side by side, not the absolute figures.
 #
 #   bench/scale-out.sh   # RECORDS=1000000 ROUNDS=3 NODE_CPUS=0.5 BENCH_CPUS=0.5 TOPICS=3 DEPTH=16 BATCH=100 SIZE=100
+#   LAYOUTS="single one-group spread five" NODE_CPUS=0.2 BENCH_CPUS=0.8 TOPICS=5 bench/scale-out.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +31,7 @@ TOPICS="${TOPICS:-3}"
 DEPTH="${DEPTH:-16}"
 BATCH="${BATCH:-100}"
 SIZE="${SIZE:-100}"
+LAYOUTS="${LAYOUTS:-single one-group spread}"
 
 if ! docker info >/dev/null 2>&1; then
   echo "no Docker engine answers (docker info failed)" >&2
@@ -58,7 +62,7 @@ stop_nodes() {
 
 # Starts a layout's nodes (recorded in `containers`: not in a subshell); sets `addresses` to
 # what a client is given.
-start_layout() { # single | one-group | spread
+start_layout() { # single | one-group | spread | five
   local layout=$1
   local common=(-e BROKER_CAPACITY=2147483647 -e BROKER_MAX_MEMORY=2147483648
     -e BROKER_FSYNC=batch -e BROKER_LOG_LEVEL=info -e BROKER_DATA_DIR=/data)
@@ -70,17 +74,23 @@ start_layout() { # single | one-group | spread
     addresses="node1:9092"
     return
   fi
-  local groups=1
+  local groups=1 count=3
   [ "$layout" = spread ] && groups=3
-  local members="1=node1:9093/node1:9092,2=node2:9093/node2:9092,3=node3:9093/node3:9092"
-  for id in 1 2 3; do
+  [ "$layout" = five ] && groups=5 && count=5
+  local members="" ids_list
+  ids_list="$(seq 1 "$count")"
+  addresses=""
+  for id in $ids_list; do
+    members+="${members:+,}$id=node$id:9093/node$id:9092"
+    addresses+="${addresses:+,}node$id:9092"
+  done
+  for id in $ids_list; do
     local name="$prefix-$layout-$id"
     docker run -d --name "$name" --network "$net" --network-alias "node$id" --cpus "$NODE_CPUS" \
       "${common[@]}" -e BROKER_NODE_ID="$id" -e BROKER_CLUSTER_MEMBERS="$members" \
-      -e BROKER_CLUSTER_DATA_GROUPS="$groups" "$tag" >/dev/null
+      -e BROKER_CLUSTER_DATA_GROUPS="$groups" -e BROKER_CLUSTER_REPLICAS=3 "$tag" >/dev/null
     containers+=("$name")
   done
-  addresses="node1:9092,node2:9092,node3:9092"
 }
 
 broker() { # addresses, args...
@@ -90,16 +100,19 @@ broker() { # addresses, args...
     -e BROKER_ADDR="$addresses" "$tag" "$@"
 }
 
-# Waits until the layout serves; for the spread layout, also until each node leads one group
-# (from the nodes' logs: the lines `this node leads ...` less `this node no longer leads ...`).
+# Waits until the layout serves; for the spread and five layouts, also until each node leads
+# one group (from the nodes' logs: the lines `this node leads ...` less `this node no longer
+# leads ...`).
 wait_ready() { # layout, addresses
+  local count=3
+  [ "$1" = five ] && count=5
   for _ in $(seq 1 120); do
     if broker "$2" describe >/dev/null 2>&1; then
-      [ "$1" != spread ] && return 0
+      case "$1" in spread | five) ;; *) return 0 ;; esac
       local balanced=1
-      for id in 1 2 3; do
+      for id in $(seq 1 "$count"); do
         local log
-        log="$(docker logs "$prefix-spread-$id" 2>&1)"
+        log="$(docker logs "$prefix-$1-$id" 2>&1)"
         local won lost
         won="$(grep -c 'this node leads' <<<"$log" || true)"
         lost="$(grep -c 'this node no longer leads' <<<"$log" || true)"
@@ -116,7 +129,7 @@ wait_ready() { # layout, addresses
 results="$workdir/results"
 : >"$results"
 for round in $(seq 1 "$ROUNDS"); do
-  for layout in single one-group spread; do
+  for layout in $LAYOUTS; do
     start_layout "$layout"
     wait_ready "$layout" "$addresses"
     broker "$addresses" bench publish --producers "$TOPICS" --topics "$TOPICS" \
@@ -135,13 +148,14 @@ EOF
   done
 done
 
-python3 - "$results" "$NODE_CPUS" <<'EOF'
+python3 - "$results" "$NODE_CPUS" "$ROUNDS" $LAYOUTS <<'EOF'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
-print(f"each node --cpus {sys.argv[2]}; medians of {len(rows) // 3} rounds")
+layouts = sys.argv[4:]
+print(f"each node --cpus {sys.argv[2]}; medians of {sys.argv[3]} rounds")
 print(f"{'layout':<10} {'records/s':>12} {'p50 µs':>10} {'p99 µs':>10} {'vs one group':>13} {'vs single':>10}")
 median = lambda layout, key: statistics.median(r[key] for r in rows if r["layout"] == layout)
-for layout in ["single", "one-group", "spread"]:
+for layout in layouts:
     rate = median(layout, "rate")
     print(f"{layout:<10} {rate:>12,.0f} {median(layout, 'p50'):>10,.0f} {median(layout, 'p99'):>10,.0f}"
           f" {rate / median('one-group', 'rate'):>12.2f}x {rate / median('single', 'rate'):>9.2f}x")

@@ -538,6 +538,24 @@ async fn groups_of_three_replicas_over_four_nodes_serve_every_topic_from_any_nod
         }
     }
 
+    // `broker cluster topics`, given node 1 only (which holds no copy of group 3), names every
+    // topic's group and leader.
+    let output = std::process::Command::new(broker_testkit::process::binary("broker"))
+        .args(["--addr", &nodes.client_addrs[0].to_string()])
+        .args(["cluster", "topics", "--json"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let listed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    for topic in listed["topics"].as_array().unwrap() {
+        let group = placed[topic["topic"].as_str().unwrap()] + 1;
+        assert_eq!(topic["group"].as_i64(), Some(group), "{listed}");
+        assert_eq!(
+            topic["leader"].as_i64(),
+            Some(leaders[&group.to_string()]),
+            "{listed}"
+        );
+    }
     // Node 3, a voter of every further group, dies and is removed: each group replaces it
     // with the node it lacks, nothing acknowledged is lost.
     nodes.kill(2);

@@ -488,10 +488,9 @@ up: run the command again to make it a voter.
 In a cluster that spreads its topics over several groups (broker-server --cluster-data-groups
 and --cluster-replicas, which the new node must be started with too), each group that is to
 hold a copy on the new node (every group while the cluster has no more nodes than replicas)
-then adds it the same way, and the command waits for those the node asked holds a copy of:
-past 20 seconds in all it stops, naming the groups that have not added it yet, with exit status
-3 (they still do; `broker cluster status` shows it, and the same command again waits for
-them).")]
+then adds it the same way, and the command waits for them: past 20 seconds in all it stops,
+naming the groups that have not added it yet, with exit status 3 (they still do; `broker
+cluster status` shows it, and the same command again waits for them).")]
     Add(Connected<AddNodeArgs>),
     /// Remove a node from the cluster: it no longer votes nor receives the log. Stop its
     /// process afterwards. Removing the leader makes the others elect a new one. A voter that
@@ -499,9 +498,8 @@ them).")]
     /// so (the whole wait when it is down). Removing a node that is no member changes nothing.
     /// With several groups (`broker-server --cluster-data-groups`), every group then removes
     /// it too (each replacing it with another node, to keep `--cluster-replicas` copies), and
-    /// the command waits for those the node asked holds a copy of (20 seconds in all, then it
-    /// names those that still have it and exits with status 3; the same command again waits
-    /// for them).
+    /// the command waits for them (20 seconds in all, then it names those that still have it
+    /// and exits with status 3; the same command again waits for them).
     Remove(Connected<RemoveNodeArgs>),
     /// Make a voter the leader, before taking the leader's host down for maintenance, say. With
     /// several groups (`broker-server --cluster-data-groups`), this is the first group's

@@ -269,40 +269,44 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
                 behind.join(", ")
             )?;
         }
-        let voters: Vec<u64> = rows
-            .iter()
-            .filter(|row| row.member.voter)
-            .map(|row| row.member.node_id)
-            .collect();
-        for line in missing_voters(&voters, &groups) {
+        for line in catching_up(&groups) {
             outln!("{line}")?;
         }
     }
     Ok(())
 }
 
-/// A line for each voter of the first group (`voters`) that does not vote in one of the other
-/// `groups` (as each group's row tells): a node being added catches up there first, but one
-/// started with fewer groups than the cluster has never will.
-fn missing_voters(voters: &[u64], groups: &[GroupRow]) -> Vec<String> {
-    voters
+/// A line for each node that is a learner of some of the other `groups` (as each group's row
+/// tells): it is being added to them, and catches up with their logs before it votes. (A node
+/// that votes in the first group but in no other group may hold no copy of them by design,
+/// with fewer replicas than nodes, so it is not named; one started with fewer groups than the
+/// cluster has says so in its log, and `broker cluster add` names the groups that lag.)
+fn catching_up(groups: &[GroupRow]) -> Vec<String> {
+    let mut learning: std::collections::BTreeMap<u64, Vec<String>> = Default::default();
+    for group in groups
         .iter()
-        .filter_map(|node| {
-            let lacking: Vec<String> = groups
-                .iter()
-                .filter(|group| group.leader.is_some() && !group.voters.contains(node))
-                .map(|group| group.group.to_string())
-                .collect();
+        .filter(|group| group.group > 1 && group.leader.is_some())
+    {
+        for (node, _) in &group.behind {
+            if !group.voters.contains(node) {
+                learning
+                    .entry(*node)
+                    .or_default()
+                    .push(group.group.to_string());
+            }
+        }
+    }
+    learning
+        .into_iter()
+        .filter_map(|(node, lacking)| {
             let (last, others) = lacking.split_last()?;
             let which = match others {
                 [] => format!("group {last}"),
                 _ => format!("groups {} and {last}", others.join(", ")),
             };
             Some(format!(
-                "node {node} votes in the first group but not yet in {which}: it is being added \
-                 (it catches up as a learner first), or it runs with a smaller \
-                 --cluster-data-groups than the other nodes and cannot host them (its log says \
-                 so): restart it with the same value"
+                "node {node} is being added to {which}: it catches up with the group's log as a \
+                 learner first, then votes"
             ))
         })
         .collect()
@@ -323,9 +327,6 @@ struct GroupRow {
     topics: Vec<String>,
 }
 
-/// Each group of the cluster by ascending id, from what the nodes at `addrs` say of the groups
-/// they host (asked at once; a node that is down, or of a release before groups, says
-/// nothing).
 impl GroupRow {
     /// Whether node `node` is a member of the group.
     fn lists(&self, node: u64) -> bool {
@@ -333,6 +334,9 @@ impl GroupRow {
     }
 }
 
+/// Each group of the cluster by ascending id, from what the nodes at `addrs` say of the groups
+/// they hold a copy of (asked at once; a node that is down, or of a release before groups,
+/// says nothing).
 async fn groups(server: &Server, addrs: &[&str]) -> Vec<GroupRow> {
     let answers = join_all(addrs.iter().map(|addr| async move {
         let client = server
@@ -384,25 +388,27 @@ async fn groups(server: &Server, addrs: &[&str]) -> Vec<GroupRow> {
 }
 
 /// `broker cluster topics`: the metadata of the node asked (each topic's leader), with each
-/// topic's group from the groups that node hosts.
+/// topic's group from the groups the nodes hold copies of.
 pub async fn topics(server: &Server, args: ClusterTopicsArgs) -> anyhow::Result<()> {
     let client = server.connect().await?;
     let metadata = client.metadata(args.topic.as_deref()).await?;
     if metadata.nodes.is_empty() {
         bail!("this server runs alone, not as a node of a cluster: it serves every topic itself");
     }
-    // A cluster of one group (or a node of a release before groups) names no group.
-    let groups: std::collections::BTreeMap<String, u32> = match client.groups_status().await {
-        Ok(groups) if groups.len() > 1 => groups
+    // Every node is asked: one holds copies of some groups only (`--cluster-replicas`). A
+    // cluster of one group (or nodes of a release before groups) names no group.
+    let addrs: Vec<&str> = metadata
+        .nodes
+        .iter()
+        .map(|node| node.client_addr.as_str())
+        .collect();
+    let rows = groups(server, &addrs).await;
+    let groups: std::collections::BTreeMap<String, u32> = match rows.len() > 1 {
+        true => rows
             .into_iter()
-            .flat_map(|group| {
-                group
-                    .topics
-                    .into_iter()
-                    .map(move |topic| (topic, group.group))
-            })
+            .flat_map(|row| row.topics.into_iter().map(move |topic| (topic, row.group)))
             .collect(),
-        _ => Default::default(),
+        false => Default::default(),
     };
     if args.json {
         let topics: Vec<_> = metadata
@@ -719,24 +725,36 @@ mod tests {
         }
     }
 
+    fn row_with(group: u32, leader: Option<u64>, voters: &[u64], learners: &[u64]) -> GroupRow {
+        GroupRow {
+            behind: voters
+                .iter()
+                .chain(learners)
+                .map(|id| (*id, Some(0)))
+                .collect(),
+            ..row(group, leader, voters)
+        }
+    }
+
     #[test]
-    fn a_voter_missing_from_other_groups_is_named_with_each_group() {
+    fn a_node_catching_up_with_other_groups_is_named_with_each_group() {
         let groups = [
-            row(1, Some(1), &[1, 2, 3, 4]),
-            row(2, Some(2), &[1, 2, 3]),
-            row(3, Some(3), &[1, 2, 3]),
+            row_with(1, Some(1), &[1, 2, 3, 4], &[]),
+            row_with(2, Some(2), &[1, 2, 3], &[4]),
+            row_with(3, Some(3), &[1, 2, 3], &[4]),
             // A group electing tells nothing sure of its members.
-            row(4, None, &[]),
+            row_with(4, None, &[1, 2], &[3]),
+            // Fewer replicas than nodes: node 4 holds no copy of group 5, as it should.
+            row_with(5, Some(1), &[1, 2, 3], &[]),
         ];
-        let lines = missing_voters(&[1, 2, 3, 4], &groups);
-        assert_eq!(lines.len(), 1, "{lines:?}");
-        assert!(
-            lines[0].starts_with("node 4 votes in the first group but not yet in groups 2 and 3:"),
-            "{lines:?}"
+        let lines = catching_up(&groups);
+        assert_eq!(
+            lines,
+            [
+                "node 4 is being added to groups 2 and 3: it catches up with the group's log as a \
+              learner first, then votes"
+            ]
         );
-        let groups = [row(1, Some(1), &[1, 2, 3]), row(2, Some(2), &[1, 3])];
-        let lines = missing_voters(&[1, 2, 3], &groups);
-        assert!(lines[0].starts_with("node 2 votes in the first group but not yet in group 2:"));
-        assert!(missing_voters(&[1, 2, 3], &groups[..1]).is_empty());
+        assert!(catching_up(&groups[4..]).is_empty());
     }
 }

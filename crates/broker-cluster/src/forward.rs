@@ -9,7 +9,7 @@ use futures::future::join_all;
 use openraft::network::RaftNetworkFactory;
 use tokio::time::Instant;
 
-use crate::network::{PeerLink, PeerRequest, PeerResponse};
+use crate::network::{GroupRequest, PeerLink, PeerRequest, PeerResponse};
 use crate::types::{Applied, ClusterNode, NodeId, Proposal, FIRST_GROUP};
 use crate::{Cluster, ProposeError};
 
@@ -64,6 +64,29 @@ impl Cluster {
             at: Instant::now(),
         });
         leader
+    }
+
+    /// The group's members (id, addresses, whether it votes) as its leader has committed them:
+    /// here when this node leads ([`Cluster::committed_members`]), else asked of the leader
+    /// through the peer links (the one this node knows, or the one the others name: see
+    /// [`Cluster::find_leader`]), so that a node whose copy lags, or that holds none, tells
+    /// them as they are. `None` when they cannot be told now (no leader known or answering, or
+    /// a membership change not committed yet).
+    pub async fn members_at_leader(&self) -> Option<Vec<(NodeId, ClusterNode, bool)>> {
+        if self.is_leader() {
+            return self.committed_members();
+        }
+        let request = PeerRequest::Group {
+            group: self.group,
+            request: GroupRequest::CommittedMembers,
+        };
+        match self
+            .ask_leader(request, NAME_LEADER_WITHIN, "try again")
+            .await
+        {
+            Ok(PeerResponse::CommittedMembers(members)) => members,
+            _ => None,
+        }
     }
 
     /// The leader the group's members named when last asked, while it is current and this
@@ -157,7 +180,7 @@ impl Cluster {
         if self.is_leader() {
             return self.read_barrier().await;
         }
-        if !self.is_member() {
+        if self.group != FIRST_GROUP && !self.is_member() {
             return Err(ProposeError::Unavailable(format!(
                 "node {} holds no replica of group {}, so it cannot read the group's state",
                 self.node_id, self.group

@@ -87,7 +87,16 @@ impl Cluster {
         drop(handing_over);
         match settled.map(|metrics| metrics.current_leader) {
             Ok(Some(leader)) if leader == to => {
-                tracing::info!(node = to, "leadership handed over to node {to}");
+                match self.group {
+                    crate::FIRST_GROUP => {
+                        tracing::info!(node = to, "leadership handed over to node {to}")
+                    }
+                    group => tracing::info!(
+                        node = to,
+                        group,
+                        "leadership of group {group} handed over to node {to}"
+                    ),
+                }
                 Ok(())
             }
             Ok(_) => Err(ProposeError::Refused(format!(

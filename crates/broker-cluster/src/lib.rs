@@ -368,6 +368,18 @@ impl From<io::Error> for ClusterError {
 }
 
 /// Each member of `membership`: its id, addresses, and whether it votes.
+/// The members of a group as `metrics` say, once its last membership entry is applied.
+pub(crate) fn committed_members(
+    metrics: &RaftMetrics<NodeId, ClusterNode>,
+) -> Option<Vec<(NodeId, ClusterNode, bool)>> {
+    let index = metrics.membership_config.log_id().map_or(0, |id| id.index);
+    let applied = metrics.last_applied.map_or(0, |id| id.index);
+    if index > applied {
+        return None;
+    }
+    Some(members(metrics.membership_config.membership()))
+}
+
 fn members(
     membership: &openraft::Membership<NodeId, ClusterNode>,
 ) -> Vec<(NodeId, ClusterNode, bool)> {
@@ -1022,14 +1034,7 @@ impl Cluster {
     /// entry says, once this node has applied that entry: a change only proposed (which may
     /// yet be dropped) is not shown; `None` until the entry is applied.
     pub fn committed_members(&self) -> Option<Vec<(NodeId, ClusterNode, bool)>> {
-        let metrics = self.core.raft.metrics();
-        let metrics = metrics.borrow();
-        let index = metrics.membership_config.log_id().map_or(0, |id| id.index);
-        let applied = metrics.last_applied.map_or(0, |id| id.index);
-        if index > applied {
-            return None;
-        }
-        Some(members(metrics.membership_config.membership()))
+        committed_members(&self.core.raft.metrics().borrow())
     }
 
     /// Stops this group on this node: its Raft core, and for the first group also the node's

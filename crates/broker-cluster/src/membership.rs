@@ -8,7 +8,7 @@ use openraft::ChangeMembers;
 use tokio::time::Instant;
 
 use crate::network::matched;
-use crate::types::shared_address;
+use crate::types::{shared_address, FIRST_GROUP};
 use crate::{Cluster, ClusterNode, NodeId, ProposeError};
 
 /// How long the removal of a voter waits for it to hear that it is a learner now, before it is
@@ -88,7 +88,10 @@ impl Cluster {
         )
         .await?
         .map_err(|error| self.core.write_error(error))?;
-        tracing::info!(node = id, "node added to the cluster");
+        match self.group {
+            FIRST_GROUP => tracing::info!(node = id, "node added to the cluster"),
+            group => tracing::info!(node = id, group, "node {id} added to group {group}"),
+        }
         Ok(())
     }
 
@@ -130,7 +133,7 @@ impl Cluster {
                 )
                 .await?
                 .map_err(|error| self.core.write_error(error))?;
-                tracing::info!(node = id, "node removed from the cluster");
+                self.log_removed(id);
                 return Ok(());
             }
             let change = ChangeMembers::RemoveVoters(removed.clone());
@@ -150,8 +153,10 @@ impl Cluster {
             {
                 tracing::warn!(
                     node = id,
-                    "node {id} did not hear in time that it no longer votes; it is removed all \
-                     the same: if it runs, stop it (it may campaign on its own)"
+                    group = self.group,
+                    "node {id} did not hear in time that it no longer votes in group {}; it is \
+                     removed all the same (if it runs, it learns so when it asks the group)",
+                    self.group
                 );
             }
             self.ensure_leader()?;
@@ -164,8 +169,16 @@ impl Cluster {
         )
         .await?
         .map_err(|error| self.core.write_error(error))?;
-        tracing::info!(node = id, "node removed from the cluster");
+        self.log_removed(id);
         Ok(())
+    }
+
+    /// Says that node `id` left the group (from the first group: the cluster).
+    fn log_removed(&self, id: NodeId) {
+        match self.group {
+            FIRST_GROUP => tracing::info!(node = id, "node removed from the cluster"),
+            group => tracing::info!(node = id, group, "node {id} removed from group {group}"),
+        }
     }
 
     /// Whether node `id` votes already at the addresses `node` (adding it again changes

@@ -53,7 +53,7 @@ use crate::codec::{decode_at_most, encode};
 use crate::contact::LeaderContact;
 use crate::group::GroupCore;
 use crate::types::{Applied, ClusterNode, GroupId, NodeId, Proposal, TypeConfig, FIRST_GROUP};
-use crate::ProposeError;
+use crate::{committed_members, ProposeError};
 
 /// The largest frame between peers: a batch of entries, or a snapshot chunk.
 pub const MAX_PEER_FRAME: usize = 512 * 1024 * 1024;
@@ -176,6 +176,11 @@ pub(crate) enum GroupRequest {
     Propose(Proposal),
     /// See [`PeerRequest::ReadIndex`].
     ReadIndex,
+    /// Asked of the group's leader by a node that holds no copy of the group: the group's
+    /// members as the leader has committed them. Added with `--cluster-replicas`, only ever
+    /// inside a `Group`: a node of an earlier release closes the connection instead of
+    /// answering.
+    CommittedMembers,
 }
 
 impl GroupRequest {
@@ -188,7 +193,10 @@ impl GroupRequest {
             | GroupRequest::InstallSnapshot(_)
             | GroupRequest::Campaign
             | GroupRequest::Propose(_) => true,
-            GroupRequest::ReadIndex | GroupRequest::Matched | GroupRequest::Belonging => false,
+            GroupRequest::ReadIndex
+            | GroupRequest::Matched
+            | GroupRequest::Belonging
+            | GroupRequest::CommittedMembers => false,
         }
     }
 }
@@ -273,6 +281,10 @@ pub(crate) enum PeerResponse {
     ReadIndex(Result<u64, ProposeError>),
     /// Answers [`PeerRequest::Features`]: the names of the features of the node's release.
     Features(Vec<String>),
+    /// Answers [`GroupRequest::CommittedMembers`]: from a leader, the group's committed members
+    /// (id, addresses, whether it votes); `None` from a node that does not lead, or whose
+    /// latest membership is not committed yet.
+    CommittedMembers(Option<Vec<(NodeId, ClusterNode, bool)>>),
 }
 
 /// Where a node serves clients besides the broker port, as its peers are told.
@@ -1009,7 +1021,7 @@ async fn answer(
             PeerResponse::InstallSnapshot(answer)
         }
         GroupRequest::Matched => PeerResponse::Matched(matched(&raft.metrics().borrow(), from)),
-        GroupRequest::Campaign => PeerResponse::Campaign(campaign(raft, from).await),
+        GroupRequest::Campaign => PeerResponse::Campaign(campaign(raft, group, from).await),
         GroupRequest::Belonging => {
             PeerResponse::Belonging(belonging(&raft.metrics().borrow(), from))
         }
@@ -1018,6 +1030,13 @@ async fn answer(
             PeerResponse::Proposed(core.propose(proposal).await)
         }
         GroupRequest::ReadIndex => PeerResponse::ReadIndex(core.read_index().await),
+        GroupRequest::CommittedMembers => {
+            let members = match core.is_leader() {
+                true => committed_members(&raft.metrics().borrow()),
+                false => None,
+            };
+            PeerResponse::CommittedMembers(members)
+        }
     }
 }
 
@@ -1057,7 +1076,7 @@ fn belonging(
 /// timer having just run out, does). Each election is given a quarter of
 /// the shortest election timeout before the next starts: a voter whose lease had not quite run
 /// out refuses the first, and the others' election timers must not run out first.
-async fn campaign(raft: &Raft<TypeConfig>, asked_by: NodeId) -> bool {
+async fn campaign(raft: &Raft<TypeConfig>, group: GroupId, asked_by: NodeId) -> bool {
     let id = raft.metrics().borrow().id;
     let follows = raft.metrics().borrow().current_leader;
     if follows.is_some_and(|leader| leader != asked_by) {
@@ -1067,10 +1086,17 @@ async fn campaign(raft: &Raft<TypeConfig>, asked_by: NodeId) -> bool {
         );
         return false;
     }
-    tracing::info!(
-        leader = asked_by,
-        "node {asked_by} hands its leadership over to this node"
-    );
+    match group {
+        FIRST_GROUP => tracing::info!(
+            leader = asked_by,
+            "node {asked_by} hands its leadership over to this node"
+        ),
+        group => tracing::info!(
+            leader = asked_by,
+            group,
+            "node {asked_by} hands its leadership of group {group} over to this node"
+        ),
+    }
     let round_length = Duration::from_millis(raft.config().election_timeout_min / 4);
     let until = tokio::time::Instant::now() + CAMPAIGN_WITHIN;
     let mut metrics = raft.metrics();

@@ -14,6 +14,7 @@ use broker_core::{
     NodeAddress, NodeRole, Outcome, Scope, TopicPlacement,
 };
 use broker_proto::ErrorReply;
+use futures::future::join_all;
 
 use crate::replicated::refusal;
 use crate::reply::ReplyTo;
@@ -99,10 +100,7 @@ async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorRepl
                     .await
                     .map_err(refusal)?;
             }
-            // A node that removed itself may never hear how its groups went on without it.
-            if node_id != cluster.node_id() {
-                groups_follow(shared, node_id, false, deadline).await?;
-            }
+            groups_follow(shared, node_id, false, deadline).await?;
             Ok(Outcome::Members(status(cluster).members))
         }
         Command::TransferLeadership { node_id } => {
@@ -139,10 +137,11 @@ fn further_groups(shared: &Shared) -> impl Iterator<Item = &Cluster> {
         .filter(|group| group.is_member())
 }
 
-/// Waits until every further group this node holds a copy of has taken node `node_id` as a
-/// voter where it is to hold one (`added`; see `data_groups::takes`), or no longer has it as a
-/// member, as the first group has it now: each group's leader follows the first group's
-/// members by itself (`data_groups::follow_membership`). Answered [`ErrorReply::Pending`],
+/// Waits until every further group of the cluster has taken node `node_id` as a voter where it
+/// is to hold a copy (`added`; see `data_groups::takes`), or no longer has it as a member, as
+/// the first group has it now: each group's leader follows the first group's members by itself
+/// (`data_groups::follow_membership`). Each group's members are asked of its leader, so that
+/// the groups this node holds no copy of are waited for too. Answered [`ErrorReply::Pending`],
 /// saying which groups lag, past `deadline`; they still follow, later.
 async fn groups_follow(
     shared: &Shared,
@@ -150,14 +149,25 @@ async fn groups_follow(
     added: bool,
     deadline: tokio::time::Instant,
 ) -> Result<(), ErrorReply> {
+    let groups: Vec<&Cluster> = (1..shared.shards.all().len())
+        .filter_map(|shard| shared.group(shard))
+        .collect();
     loop {
-        let lagging: Vec<String> = further_groups(shared)
-            .filter(|group| match added {
-                true => crate::data_groups::takes(shared, group, node_id),
-                false => is_member(group, node_id),
-            })
-            .map(|group| group.group().to_string())
-            .collect();
+        let lagging: Vec<String> = join_all(groups.iter().map(|group| async move {
+            let lags = match group.members_at_leader().await {
+                // Not known now (an election, say): waited for.
+                None => true,
+                Some(members) => match added {
+                    true => crate::data_groups::takes(shared, group.group(), &members, node_id),
+                    false => members.iter().any(|(id, _, _)| *id == node_id),
+                },
+            };
+            lags.then(|| group.group().to_string())
+        }))
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
         if lagging.is_empty() {
             return Ok(());
         }

@@ -217,7 +217,8 @@ async fn follow_membership(shared: Arc<Shared>) {
                     reported.remove(&id);
                     info!(
                         group = id,
-                        "data group {id}: {change}, as in the first group"
+                        "data group {id}: {change}, following the cluster's nodes \
+                         (--cluster-replicas {replicas})"
                     );
                 }
                 (Err(cause), MembershipChange::HandOver(to)) => {
@@ -252,23 +253,32 @@ async fn follow_membership(shared: Arc<Shared>) {
     }
 }
 
-/// Whether `group`, of which this node holds a copy, is still to take node `node_id` as a
-/// voter (its next change adds it), as this node's copy of the first group's members has it.
-pub(crate) fn takes(shared: &Shared, group: &Cluster, node_id: NodeId) -> bool {
+/// Whether group `group`, whose members are `members`, is still to take node `node_id` as a
+/// voter (a change its leader makes on its way adds it), as this node's copy of the first
+/// group's members has it.
+pub(crate) fn takes(
+    shared: &Shared,
+    group: GroupId,
+    members: &[(NodeId, ClusterNode, bool)],
+    node_id: NodeId,
+) -> bool {
     let Some(wanted) = shared.cluster().and_then(Cluster::committed_members) else {
         return false;
     };
-    let status = group.status();
-    let leader = status.leader.unwrap_or(NodeId::MAX);
-    let next = membership_change(
-        group.group(),
-        replicas_of(shared),
-        leader,
-        &wanted,
-        &status.members,
-        &BTreeSet::new(),
+    if votes(members, node_id) {
+        return false;
+    }
+    let order = replica_order(
+        &wanted
+            .iter()
+            .filter(|(_, _, voter)| *voter)
+            .map(|(id, _, _)| *id)
+            .collect::<Vec<_>>(),
+        group,
     );
-    matches!(next, Some(MembershipChange::Add(id, _)) if id == node_id)
+    // Among the voters the group is to have (the first of its order).
+    let replicas = replicas_of(shared).max(1);
+    order.iter().take(replicas).any(|id| *id == node_id)
 }
 
 /// Whether `id` is a voter among `members` (id, addresses, whether it votes).
@@ -528,7 +538,15 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
                         // Only this task sets the slots.
                         let _ = slot.set(hosted);
                     }
-                    info!(group, "this node hosts data group {group}");
+                    match first_voter {
+                        true => info!(group, "this node hosts data group {group}"),
+                        false => info!(
+                            group,
+                            "this node hosts data group {group}, without a copy until the \
+                             group's leader adds it (with fewer replicas than nodes, some \
+                             groups never do): it sends that group's clients to its leader"
+                        ),
+                    }
                     shared
                         .tracker
                         .spawn(replicated::follow_leadership(Arc::clone(&shared), shard));

@@ -261,9 +261,16 @@ impl Backend for ServerBackend {
             for (shard, broker) in self.shared.shards.all().iter().enumerate() {
                 match self.shared.group(shard) {
                     Some(group) if shard > 0 && !group.is_member() => {
-                        let description =
-                            crate::data_groups::describe_group(&self.shared, shard, None).await?;
-                        topics.extend(description.topics);
+                        // A group electing its leader now is left out of this answer: its
+                        // topics' clients ask for the metadata again, as after any error.
+                        match crate::data_groups::describe_group(&self.shared, shard, None).await {
+                            Ok(description) => topics.extend(description.topics),
+                            Err(refusal) => tracing::debug!(
+                                %refusal,
+                                group = group.group(),
+                                "Metadata without the topics of a group whose leader did not answer"
+                            ),
+                        }
                     }
                     _ => topics.extend(broker.lock().describe().topics),
                 }
