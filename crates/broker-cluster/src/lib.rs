@@ -96,6 +96,10 @@ pub struct ClusterConfig {
     /// The rules the names of the commands this node proposes are checked by, in every group
     /// it hosts (see [`Proposal::commands`]).
     pub names: NameRules,
+    /// Settings every node of the cluster must be given alike, as `name=value`: told to the
+    /// peers that ask what this node's release can do, so that a node given another value can
+    /// be found ([`Cluster::settings_apart`]).
+    pub shared_settings: Vec<String>,
 }
 
 impl ClusterConfig {
@@ -117,6 +121,7 @@ impl ClusterConfig {
             segment_bytes: 64 * 1024 * 1024,
             listeners: Listeners::default(),
             names: NameRules::Broker,
+            shared_settings: Vec::new(),
         }
     }
 }
@@ -442,6 +447,8 @@ struct NodeParts {
     election_timeout: Duration,
     /// See [`ClusterConfig::names`].
     names: NameRules,
+    /// See [`ClusterConfig::shared_settings`].
+    shared_settings: Arc<Vec<String>>,
 }
 
 impl NodeParts {
@@ -536,6 +543,7 @@ impl Cluster {
             heartbeat: config.heartbeat,
             election_timeout: config.election_timeout,
             names: config.names,
+            shared_settings: Arc::new(config.shared_settings.clone()),
         });
         let raft_config = node.raft_config(config.snapshot_every)?;
         let network = node.network.clone();
@@ -601,6 +609,7 @@ impl Cluster {
         let service = network::PeerService {
             groups: Arc::clone(&node.groups),
             listeners: config.listeners,
+            shared_settings: Arc::new(config.shared_settings.clone()),
             members: Arc::new(config.members.clone()),
             takes_raft: Arc::clone(&takes_raft),
         };
@@ -782,6 +791,37 @@ impl Cluster {
         let members: BTreeMap<NodeId, ClusterNode> = members.into_iter().collect();
         let answers = ask_members(&self.network, self.node_id, &members, ask).await;
         (members, answers)
+    }
+
+    /// The settings of [`ClusterConfig::shared_settings`] that another member of the group
+    /// was given another value of, as it answers now: each with the node, its value and this
+    /// node's (`name=value` both). A member that does not answer, or that does not tell the
+    /// setting (of an earlier release), is not named.
+    pub async fn settings_apart(&self) -> Vec<(NodeId, String, String)> {
+        let (_, answers) = self
+            .ask_other_members(|mut link| async move {
+                link.features(network::PEER_ANSWER_WITHIN).await
+            })
+            .await;
+        let ours = &self.node.shared_settings;
+        let mut apart = Vec::new();
+        for (node, answer) in answers {
+            let Ok(told) = answer else { continue };
+            for setting in ours.iter() {
+                let name = setting
+                    .split_once('=')
+                    .map_or(setting.as_str(), |(name, _)| name);
+                let theirs = told.iter().find(|their| {
+                    their
+                        .split_once('=')
+                        .is_some_and(|(their_name, _)| their_name == name)
+                });
+                if let Some(theirs) = theirs.filter(|theirs| *theirs != setting) {
+                    apart.push((node, theirs.clone(), setting.clone()));
+                }
+            }
+        }
+        apart
     }
 
     /// `Ok` once every other member of the group answered that its release applies changes to

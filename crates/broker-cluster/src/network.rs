@@ -873,6 +873,8 @@ pub(crate) struct PeerService {
     pub(crate) listeners: Listeners,
     /// The members list this node was started with.
     pub(crate) members: Arc<BTreeMap<NodeId, ClusterNode>>,
+    /// See [`crate::ClusterConfig::shared_settings`].
+    pub(crate) shared_settings: Arc<Vec<String>>,
     /// Whether requests that write this node's log or vote are taken yet (a node of a new
     /// cluster first checks the members list); until then a connection that sends one is
     /// closed, and the sender tries again.
@@ -981,9 +983,15 @@ fn answer_about_the_node(service: &PeerService, question: NodeQuestion) -> PeerR
     match question {
         NodeQuestion::Listeners => PeerResponse::Listeners(service.listeners.clone()),
         NodeQuestion::Abilities => PeerResponse::Abilities(ABILITIES),
-        NodeQuestion::Features => {
-            PeerResponse::Features(FEATURES.iter().map(ToString::to_string).collect())
-        }
+        // (The node's shared settings are told with them: `name=value` entries, which no
+        // feature's name holds.)
+        NodeQuestion::Features => PeerResponse::Features(
+            FEATURES
+                .iter()
+                .map(ToString::to_string)
+                .chain(service.shared_settings.iter().cloned())
+                .collect(),
+        ),
         NodeQuestion::Members => PeerResponse::Members(BTreeMap::clone(&service.members)),
     }
 }

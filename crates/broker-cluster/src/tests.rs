@@ -1114,6 +1114,41 @@ async fn host(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_given_other_shared_settings_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bound = listeners(3).await;
+    let members = members(&bound);
+    let mut nodes = Vec::new();
+    for (index, listener) in bound.drain(..).enumerate() {
+        let id = index as NodeId + 1;
+        let replicas = if id == 3 { 2 } else { 3 };
+        let config = ClusterConfig {
+            shared_settings: vec![format!("cluster-replicas={replicas}"), "same=1".to_owned()],
+            ..config(id, &members, dir.path())
+        };
+        let replica = Memory::new();
+        let cluster = Cluster::start(config, listener, Arc::clone(&replica))
+            .await
+            .unwrap();
+        nodes.push(Node { cluster, replica });
+    }
+    let all: Vec<&Node> = nodes.iter().collect();
+    leader(&all).await;
+    let (two, three) = (
+        "cluster-replicas=2".to_owned(),
+        "cluster-replicas=3".to_owned(),
+    );
+    assert_eq!(
+        nodes[0].cluster.settings_apart().await,
+        [(3, two.clone(), three.clone())]
+    );
+    assert_eq!(
+        nodes[2].cluster.settings_apart().await,
+        [(1, three.clone(), two.clone()), (2, three, two)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_holding_no_copy_of_a_group_finds_its_leader_through_the_others() {
     let dir = tempfile::tempdir().unwrap();
     let (members, nodes) = start_three(dir.path()).await;

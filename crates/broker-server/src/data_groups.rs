@@ -112,6 +112,8 @@ async fn follow_membership(shared: Arc<Shared>) {
     // When each group last failed to add each node.
     let mut failed_adds: BTreeMap<(GroupId, NodeId), tokio::time::Instant> = BTreeMap::new();
     let replicas = replicas_of(&shared);
+    // Whether the other nodes were given the same --cluster-replicas, as they last told.
+    let mut agreement = SettingsAgreement::default();
     loop {
         tokio::select! {
             () = shared.shutdown.cancelled() => return,
@@ -147,6 +149,7 @@ async fn follow_membership(shared: Arc<Shared>) {
                 }
             }
         };
+        let agreed = agreement.check(first).await;
         let leaving = !votes(&wanted, me);
         if !leaving {
             refused_takers.clear();
@@ -168,7 +171,7 @@ async fn follow_membership(shared: Arc<Shared>) {
                             .collect();
                         membership_change(
                             group.group(),
-                            replicas,
+                            agreed.then_some(replicas),
                             me,
                             &wanted,
                             &status.members,
@@ -281,6 +284,47 @@ pub(crate) fn takes(
     order.iter().take(replicas).any(|id| *id == node_id)
 }
 
+/// How often a node that leads a further group asks the others whether they were given the
+/// same `--cluster-replicas`.
+const AGREEMENT_EVERY: Duration = Duration::from_secs(10);
+
+/// What the other nodes last told of the settings they must share with this one.
+#[derive(Debug, Default)]
+struct SettingsAgreement {
+    asked: Option<tokio::time::Instant>,
+    /// The settings some node was given otherwise: node, its value, this node's.
+    apart: Vec<(NodeId, String, String)>,
+}
+
+impl SettingsAgreement {
+    /// Whether every node that answers agrees with this one, asked again every
+    /// [`AGREEMENT_EVERY`]; a disagreement is logged when it is found, and its end too.
+    async fn check(&mut self, first: &Cluster) -> bool {
+        if self
+            .asked
+            .is_none_or(|asked| asked.elapsed() >= AGREEMENT_EVERY)
+        {
+            self.asked = Some(tokio::time::Instant::now());
+            let apart = first.settings_apart().await;
+            if apart != self.apart {
+                for (node, theirs, ours) in &apart {
+                    error!(
+                        node,
+                        "node {node} was given {theirs}, this node {ours}: every node must be \
+                         given the same; meanwhile the groups this node leads keep their voters \
+                         (but for nodes that left the cluster)"
+                    );
+                }
+                if apart.is_empty() {
+                    info!("every node now has the same settings");
+                }
+                self.apart = apart;
+            }
+        }
+        self.apart.is_empty()
+    }
+}
+
 /// Whether `id` is a voter among `members` (id, addresses, whether it votes).
 pub(crate) fn votes(members: &[(NodeId, ClusterNode, bool)], id: NodeId) -> bool {
     members
@@ -333,7 +377,9 @@ fn replica_order(first_voters: &[NodeId], group: GroupId) -> Vec<NodeId> {
 
 /// The next change of group `group`, led by node `me`, whose members are `members` (id,
 /// addresses, whether it votes) when the first group's are `wanted` and the group is to have
-/// `replicas` voters (every voter of the first group while it has fewer):
+/// `replicas` voters (every voter of the first group while it has fewer; `None` while the
+/// nodes do not agree on it, when only step 3's removal of a node gone from the first group
+/// is made, so that nodes given different values never undo each other's changes):
 /// 1. a member the first group has at other addresses is removed (to be added again at its
 ///    new ones);
 /// 2. while the group has fewer voters than that, a voter of the first group is added, in the
@@ -355,7 +401,7 @@ fn replica_order(first_voters: &[NodeId], group: GroupId) -> Vec<NodeId> {
 /// cannot join holds back no other change.
 fn membership_change(
     group: GroupId,
-    replicas: usize,
+    replicas: Option<usize>,
     me: NodeId,
     wanted: &[(NodeId, ClusterNode, bool)],
     members: &[(NodeId, ClusterNode, bool)],
@@ -377,6 +423,15 @@ fn membership_change(
         .collect();
     let order = replica_order(&first_voters, group);
     let rank = |id: NodeId| order.iter().position(|voter| *voter == id);
+    let Some(replicas) = replicas else {
+        // Not agreed on: only a member the first group no longer has leaves.
+        return members
+            .iter()
+            .map(|(id, _, _)| *id)
+            .filter(|id| in_first(*id).is_none())
+            .min()
+            .map(MembershipChange::Remove);
+    };
     let target = replicas.clamp(1, order.len().max(1));
     // The group's voters that vote in the first group, the ones that count.
     let counted: Vec<NodeId> = members
@@ -1243,13 +1298,13 @@ mod tests {
         // Node 4 votes in the first group: added; node 5, still a learner there, not yet.
         let group = [member(1, true), member(2, true), member(3, true)];
         assert_eq!(
-            membership_change(2, ALL, 9, &first, &group, &BTreeSet::new()),
+            membership_change(2, Some(ALL), 9, &first, &group, &BTreeSet::new()),
             Some(MembershipChange::Add(4, node(4)))
         );
         // A learner of the group is made a voter the same way.
         let group = [member(1, true), member(2, true), member(4, false)];
         assert_eq!(
-            membership_change(2, ALL, 9, &first, &group, &BTreeSet::new()),
+            membership_change(2, Some(ALL), 9, &first, &group, &BTreeSet::new()),
             Some(MembershipChange::Add(4, node(4)))
         );
         // Node 3 left the first group: removed, once every voter is in.
@@ -1260,7 +1315,7 @@ mod tests {
             member(4, true),
         ];
         assert_eq!(
-            membership_change(2, ALL, 9, &first, &group, &BTreeSet::new()),
+            membership_change(2, Some(ALL), 9, &first, &group, &BTreeSet::new()),
             Some(MembershipChange::Remove(3))
         );
         // Node 5 is a learner of both: nothing to do.
@@ -1271,7 +1326,7 @@ mod tests {
             member(5, false),
         ];
         assert_eq!(
-            membership_change(2, ALL, 9, &first, &group, &BTreeSet::new()),
+            membership_change(2, Some(ALL), 9, &first, &group, &BTreeSet::new()),
             None
         );
         // Node 2 moved to other addresses: removed, to be added again at the new ones.
@@ -1279,12 +1334,12 @@ mod tests {
         let first = [member(1, true), (2, moved.clone(), true), member(4, true)];
         let group = [member(1, true), member(2, true), member(4, true)];
         assert_eq!(
-            membership_change(2, ALL, 9, &first, &group, &BTreeSet::new()),
+            membership_change(2, Some(ALL), 9, &first, &group, &BTreeSet::new()),
             Some(MembershipChange::Remove(2))
         );
         let group = [member(1, true), member(4, true)];
         assert_eq!(
-            membership_change(2, ALL, 9, &first, &group, &BTreeSet::new()),
+            membership_change(2, Some(ALL), 9, &first, &group, &BTreeSet::new()),
             Some(MembershipChange::Add(2, moved))
         );
         // Node 4 could not be added a moment ago (it cannot host the group): node 3, gone from
@@ -1292,14 +1347,14 @@ mod tests {
         let first4 = [member(1, true), member(2, true), member(4, true)];
         let group = [member(1, true), member(2, true), member(3, true)];
         assert_eq!(
-            membership_change(2, ALL, 9, &first4, &group, &BTreeSet::from([4])),
+            membership_change(2, Some(ALL), 9, &first4, &group, &BTreeSet::from([4])),
             Some(MembershipChange::Remove(3))
         );
         // Node 3 replaced by node 6 at its addresses: node 3 leaves first.
         let first = [member(1, true), member(2, true), (6, node(3), true)];
         let group = [member(1, true), member(2, true), member(3, true)];
         assert_eq!(
-            membership_change(2, ALL, 9, &first, &group, &BTreeSet::new()),
+            membership_change(2, Some(ALL), 9, &first, &group, &BTreeSet::new()),
             Some(MembershipChange::Remove(3))
         );
     }
@@ -1334,43 +1389,50 @@ mod tests {
         let first = voters(&[1, 2, 3, 4]);
         // Made when the cluster had three nodes: node 4 takes node 1's copy, added first...
         assert_eq!(
-            membership_change(3, 3, 2, &first, &voters(&[1, 2, 3]), &none),
+            membership_change(3, Some(3), 2, &first, &voters(&[1, 2, 3]), &none),
             Some(MembershipChange::Add(4, node(4)))
         );
         // ...then node 1 leaves the group.
         assert_eq!(
-            membership_change(3, 3, 2, &first, &voters(&[1, 2, 3, 4]), &none),
+            membership_change(3, Some(3), 2, &first, &voters(&[1, 2, 3, 4]), &none),
             Some(MembershipChange::Remove(1))
         );
         // When node 1 leads, it hands the group over first.
         assert_eq!(
-            membership_change(3, 3, 1, &first, &voters(&[1, 2, 3, 4]), &none),
+            membership_change(3, Some(3), 1, &first, &voters(&[1, 2, 3, 4]), &none),
             Some(MembershipChange::HandOver(2))
         );
         assert_eq!(
-            membership_change(3, 3, 2, &first, &voters(&[2, 3, 4]), &none),
+            membership_change(3, Some(3), 2, &first, &voters(&[2, 3, 4]), &none),
             None
         );
         // Node 4 cannot be added now: the group keeps the three it has meanwhile.
         assert_eq!(
-            membership_change(3, 3, 2, &first, &voters(&[1, 2, 3]), &BTreeSet::from([4])),
+            membership_change(
+                3,
+                Some(3),
+                2,
+                &first,
+                &voters(&[1, 2, 3]),
+                &BTreeSet::from([4])
+            ),
             None
         );
         // Node 3 removed from the cluster: node 1 replaces it, then it leaves.
         let first = voters(&[1, 2, 4]);
         assert_eq!(
-            membership_change(3, 3, 2, &first, &voters(&[2, 3, 4]), &none),
+            membership_change(3, Some(3), 2, &first, &voters(&[2, 3, 4]), &none),
             Some(MembershipChange::Add(1, node(1)))
         );
         assert_eq!(
-            membership_change(3, 3, 2, &first, &voters(&[1, 2, 3, 4]), &none),
+            membership_change(3, Some(3), 2, &first, &voters(&[1, 2, 3, 4]), &none),
             Some(MembershipChange::Remove(3))
         );
         // A learner left by an addition that did not finish is made a voter first...
         let first = voters(&[1, 2, 3, 4, 5]);
         let group = [member(1, true), member(2, true), member(5, false)];
         assert_eq!(
-            membership_change(2, 3, 1, &first, &group, &none),
+            membership_change(2, Some(3), 1, &first, &group, &none),
             Some(MembershipChange::Add(5, node(5)))
         );
         // ...and given up once the group has its voters.
@@ -1381,30 +1443,44 @@ mod tests {
             member(5, false),
         ];
         assert_eq!(
-            membership_change(2, 3, 1, &first, &group, &none),
+            membership_change(2, Some(3), 1, &first, &group, &none),
             Some(MembershipChange::Remove(5))
         );
         // Fewer replicas asked for: the last in the group's order leave, one at a time.
         assert_eq!(
-            membership_change(2, 3, 1, &first, &voters(&[1, 2, 3, 4, 5]), &none),
+            membership_change(2, Some(3), 1, &first, &voters(&[1, 2, 3, 4, 5]), &none),
             Some(MembershipChange::Remove(5))
         );
         assert_eq!(
-            membership_change(2, 3, 1, &first, &voters(&[1, 2, 3, 4]), &none),
+            membership_change(2, Some(3), 1, &first, &voters(&[1, 2, 3, 4]), &none),
             Some(MembershipChange::Remove(4))
         );
         assert_eq!(
-            membership_change(2, 3, 1, &first, &voters(&[1, 2, 3]), &none),
+            membership_change(2, Some(3), 1, &first, &voters(&[1, 2, 3]), &none),
             None
+        );
+        // While the nodes disagree on the number of replicas: no node is added nor given up,
+        // but one gone from the cluster leaves.
+        assert_eq!(
+            membership_change(2, None, 1, &first, &voters(&[1, 2, 3, 4, 5]), &none),
+            None
+        );
+        assert_eq!(
+            membership_change(2, None, 1, &first, &voters(&[1, 2]), &none),
+            None
+        );
+        assert_eq!(
+            membership_change(2, None, 1, &first, &voters(&[1, 2, 6]), &none),
+            Some(MembershipChange::Remove(6))
         );
         // Fewer nodes than replicas: every node.
         let first = voters(&[1, 2]);
         assert_eq!(
-            membership_change(2, 3, 1, &first, &voters(&[1]), &none),
+            membership_change(2, Some(3), 1, &first, &voters(&[1]), &none),
             Some(MembershipChange::Add(2, node(2)))
         );
         assert_eq!(
-            membership_change(2, 3, 1, &first, &voters(&[1, 2]), &none),
+            membership_change(2, Some(3), 1, &first, &voters(&[1, 2]), &none),
             None
         );
     }

@@ -400,7 +400,8 @@ struct Args {
     /// group (the cluster's membership and where each topic lives) keeps every node a voter.
     /// 3 keeps a group serving through the loss of one of its nodes, 5 of two; 1 or 2 loses
     /// a group's service (not its data on disk) with one of its nodes. Every node gets the
-    /// same value.
+    /// same value: while one has another, the others' logs name it and the groups keep their
+    /// voters but for nodes that left the cluster.
     #[arg(
         long,
         env = "BROKER_CLUSTER_REPLICAS",

@@ -147,6 +147,7 @@ pub(crate) async fn start(
         .map(|token| token.secret().to_owned());
     config.join = settings.join;
     config.names = shared.config.names;
+    config.shared_settings = vec![format!("cluster-replicas={}", settings.replicas)];
     config.segment_bytes = shared.config.segment_bytes;
     config.snapshot_every = settings.snapshot_entries;
     config.listeners = Listeners {
