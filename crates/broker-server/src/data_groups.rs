@@ -589,11 +589,13 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
                 }
                 Ok(hosted) => {
                     reported.remove(&group);
+                    // (Its copy's membership as its files have it, once restarted.)
+                    let member = hosted.is_member();
                     if let Some(slot) = shared.groups.get(shard - 1) {
                         // Only this task sets the slots.
                         let _ = slot.set(hosted);
                     }
-                    match first_voter {
+                    match member {
                         true => info!(group, "this node hosts data group {group}"),
                         false => info!(
                             group,
