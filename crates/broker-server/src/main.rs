@@ -393,9 +393,10 @@ struct Args {
     /// How many nodes hold a copy of each group past the first (with --cluster-data-groups):
     /// its voters, chosen round robin so that every node holds as many groups as the others.
     /// A cluster with fewer nodes gives every node a copy of every group. Each group's leader
-    /// keeps it at this many: a node added to the cluster takes a copy of the groups that lack
-    /// one, a node removed is replaced in each group it held, and a group with more voters
-    /// (after this was lowered) gives the last ones up. Any node serves any topic: a node
+    /// keeps it at this many: a node added to the cluster takes the copies round robin now
+    /// gives it (each added before the node it replaces gives its copy up), a node removed is
+    /// replaced in each group it held, and a group with more voters (after this was lowered)
+    /// gives the last ones up. Any node serves any topic: a node
     /// without a copy of a topic's group sends its clients to that group's leader. The first
     /// group (the cluster's membership and where each topic lives) keeps every node a voter.
     /// 3 keeps a group serving through the loss of one of its nodes, 5 of two; 1 or 2 loses
