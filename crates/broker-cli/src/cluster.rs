@@ -489,10 +489,17 @@ pub async fn add(server: &Server, args: AddNodeArgs) -> anyhow::Result<()> {
                 && member.client_addr == node.client_addr
         })
     });
-    // Asked again after an add that timed out, it waits for the groups that lack the node.
-    if already && !any_group(server, &client, |row| !row.voters.contains(&node.node_id)).await {
+    // Asked again after an add that timed out, it waits for the groups that are to take the
+    // node and lack it (the server knows which: with fewer replicas than nodes, not all).
+    if already {
+        pending_apart(
+            client
+                .add_node(node.node_id, &node.peer_addr, &node.client_addr)
+                .await,
+        )?;
         outln!(
-            "node {} is a voter of the cluster already, at these addresses: nothing to do",
+            "node {} is a voter of the cluster already, at these addresses (and of every group \
+             that is to hold a copy on it): nothing to do",
             node.node_id
         )?;
         return Ok(());
