@@ -1345,8 +1345,10 @@ impl Client {
         }
     }
 
-    /// What the node this client is connected to knows of each Raft group it hosts, in a
-    /// cluster that spreads its topics over several (`broker-server --cluster-data-groups`):
+    /// What the node this client is connected to knows of each Raft group it holds a copy of
+    /// (every group, unless groups have fewer replicas than the cluster has nodes:
+    /// `broker-server --cluster-replicas`), in a cluster that spreads its topics over several
+    /// (`broker-server --cluster-data-groups`):
     /// for each, by ascending id, the node's role in it, the group's term, leader, log and
     /// members (with, from the group's leader, how far each has the group's log), and the
     /// topics the group holds. A cluster of one group answers its first group alone. Answered

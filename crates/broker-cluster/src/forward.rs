@@ -33,11 +33,26 @@ const NAME_LEADER_WITHIN: Duration = Duration::from_secs(1);
 /// the old one turns away, or at the next lookup.
 const NAMED_LEADER_FOR: Duration = Duration::from_secs(2);
 
+/// How long a lookup that found no leader (the group elects) stands before the next asks
+/// again: shorter, so that the group's clients learn the new leader soon after its election.
+const NO_LEADER_FOR: Duration = Duration::from_millis(250);
+
 /// The leader of a group as its members named it to a node that is not one of them.
 #[derive(Debug, Clone)]
 pub(crate) struct NamedLeader {
     leader: Option<(NodeId, ClusterNode)>,
     at: Instant,
+}
+
+impl NamedLeader {
+    /// Whether it still stands (see [`NAMED_LEADER_FOR`] and [`NO_LEADER_FOR`]).
+    fn fresh(&self) -> bool {
+        let lasts = match self.leader {
+            Some(_) => NAMED_LEADER_FOR,
+            None => NO_LEADER_FOR,
+        };
+        self.at.elapsed() < lasts
+    }
 }
 
 impl Cluster {
@@ -52,10 +67,7 @@ impl Cluster {
             return self.leader();
         }
         let mut named = self.named_leader.lock().await;
-        if let Some(fresh) = named
-            .as_ref()
-            .filter(|named| named.at.elapsed() < NAMED_LEADER_FOR)
-        {
+        if let Some(fresh) = named.as_ref().filter(|named| named.fresh()) {
             return fresh.leader.clone();
         }
         let leader = self.ask_members_for_leader().await;
@@ -96,11 +108,7 @@ impl Cluster {
             return None;
         }
         let named = self.named_leader.try_lock().ok()?;
-        named
-            .as_ref()
-            .filter(|named| named.at.elapsed() < NAMED_LEADER_FOR)?
-            .leader
-            .clone()
+        named.as_ref().filter(|named| named.fresh())?.leader.clone()
     }
 
     /// Asks every other member of the node's first group (every node of the cluster) which

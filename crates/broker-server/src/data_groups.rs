@@ -950,25 +950,32 @@ pub(crate) fn topic_groups(shared: &Shared) -> BTreeMap<String, TopicGroup> {
         }
     };
     let mut topics = BTreeMap::new();
+    // The groups this node holds no copy of, whose topics are read from the placement.
+    let mut elsewhere = BTreeMap::new();
     for shard in 1..shared.shards.all().len() {
         let Some(cluster) = shared.group(shard) else {
             continue;
         };
         let group = of_group(cluster);
-        let names = match cluster.is_member() {
-            true => shared.shards.get(shard).lock().topic_names(),
-            // Placed there (a deleted topic stays placed: listed here, it is looked up for
-            // the topics that exist only).
-            false => first
-                .cluster_state()
-                .borrow()
-                .placement
-                .iter()
-                .filter(|(_, placed)| **placed == cluster.group())
-                .map(|(topic, _)| topic.clone())
-                .collect(),
-        };
-        topics.extend(names.into_iter().map(|name| (name, group.clone())));
+        match cluster.is_member() {
+            true => {
+                let names = shared.shards.get(shard).lock().topic_names();
+                topics.extend(names.into_iter().map(|name| (name, group.clone())));
+            }
+            false => {
+                elsewhere.insert(cluster.group(), group);
+            }
+        }
+    }
+    if !elsewhere.is_empty() {
+        // (A deleted topic stays placed: listed here, it is looked up for the topics that
+        // exist only.)
+        let state = first.cluster_state();
+        for (topic, placed) in &state.borrow().placement {
+            if let Some(group) = elsewhere.get(placed) {
+                topics.insert(topic.clone(), group.clone());
+            }
+        }
     }
     topics
 }

@@ -114,6 +114,9 @@ impl Collector for StateCollector {
             None,
         );
         for (shard, broker) in shared.shards.all().iter().enumerate() {
+            // A group this node gave its copy of up (a cluster with fewer replicas than
+            // nodes) may still be in its memory: its topics are told by the nodes that hold it.
+            let gave_up = shard > 0 && shared.group(shard).is_some_and(|group| !group.is_member());
             let broker = broker.lock();
             let (shard_budget, shard_used) = broker.memory();
             budget = match (budget, shard_budget) {
@@ -124,9 +127,6 @@ impl Collector for StateCollector {
             let (shard_moved, shard_refused) = broker.dead_lettered();
             moved += shard_moved;
             refused += shard_refused;
-            // A group this node gave its copy of up (a cluster with fewer replicas than
-            // nodes) may still be in its memory: its topics are told by the nodes that hold it.
-            let gave_up = shard > 0 && shared.group(shard).is_some_and(|group| !group.is_member());
             if gave_up {
                 continue;
             }
