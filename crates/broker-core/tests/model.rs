@@ -2390,6 +2390,29 @@ impl ColdStore for MemoryColdStore {
     }
 }
 
+/// Replaces `state` by a new one (reading evicted records from `store`) holding each of its
+/// topics through [`BrokerState::export_topic`] and [`BrokerState::import_topic`], checking
+/// that each arrives as it left.
+fn move_every_topic(state: &mut BrokerState, capacity: i32, store: &Arc<MemoryColdStore>) {
+    let cold: Arc<dyn ColdStore> = store.clone();
+    let mut moved = BrokerState::new(capacity).unwrap().with_cold_store(cold);
+    moved.advance_clock(state.clock_ms()).unwrap();
+    let names: Vec<String> = state.topic_names().map(str::to_owned).collect();
+    for name in names {
+        let image = state.export_topic(&name).unwrap();
+        moved.import_topic(&name, image.clone()).unwrap();
+        let mut arrived = moved.export_topic(&name).unwrap();
+        arrived.id = image.id;
+        assert_eq!(arrived, image, "topic {name:?} moved");
+        assert!(moved.import_topic(&name, image).is_err(), "imported twice");
+    }
+    assert_eq!(
+        moved.to_image().retained_bytes,
+        state.to_image().retained_bytes
+    );
+    *state = moved;
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
@@ -2400,7 +2423,7 @@ proptest! {
         capacity in 1..=5_i32,
         pre_create in any::<bool>(),
         cold in any::<bool>(),
-        steps in proptest::collection::vec((step(), any::<bool>(), advance(), 0..4_u8), 1..80),
+        steps in proptest::collection::vec((step(), any::<bool>(), advance(), 0..4_u8, 0..12_u8), 1..80),
     ) {
         let store = Arc::new(MemoryColdStore::default());
         let broker = if cold {
@@ -2411,11 +2434,16 @@ proptest! {
         };
         let mut model = Model::new(capacity as u64);
         let setup = if pre_create { setup() } else { Vec::new() };
-        let steps = setup.into_iter().map(|c| (Step::Raw(c), false, 0, 0)).chain(steps);
+        let steps = setup.into_iter().map(|c| (Step::Raw(c), false, 0, 0, 1)).chain(steps);
         let mut now = 0;
-        for (index, (step, via_apply, advance, eviction)) in steps.enumerate() {
+        for (index, (step, via_apply, advance, eviction, move_all)) in steps.enumerate() {
             if cold && eviction > 0 {
                 store.evict_from(&broker, eviction - 1);
+            }
+            if move_all == 0 {
+                // Every topic moves to a new state, as to another group of a cluster: no
+                // answer may change.
+                broker.with_state(|state| move_every_topic(state, capacity, &store));
             }
             now += advance;
             let woken = broker.advance_clock(now).unwrap();

@@ -8,15 +8,15 @@ use super::idempotence::{Producer, RecentBatch, Sequences, RECENT_BATCHES};
 use super::log::{Cold, PartitionLog, StoredRecord};
 use super::memory::Memory;
 use super::topic::Topic;
-use super::{BrokerState, Limits};
+use super::{unknown_topic, BrokerState, Limits};
 use crate::cold::{ColdStore, LogId};
 use crate::image::{
     v1, GroupImage, GroupPartitionImage, HeaderImage, PartitionImage, ProducerImage, RecordImage,
     SequencesImage, StateImage, TopicImage,
 };
 use crate::{
-    Assignor, Discard, GroupSettings, Header, KeyHash, NameRules, Retention, StartAt, TopicName,
-    TopicSettings,
+    Assignor, BrokerError, Discard, GroupSettings, Header, KeyHash, NameRules, Retention, StartAt,
+    TopicName, TopicSettings,
 };
 
 impl BrokerState {
@@ -92,6 +92,86 @@ impl BrokerState {
                 image.max_members_per_group,
             ],
         )
+    }
+
+    /// `topic` as an image of everything it holds (partitions, groups, idempotent producers),
+    /// its records in memory and those in the cold store read back into it: what
+    /// [`BrokerState::import_topic`] takes to hold the same topic in another state. Changes
+    /// nothing.
+    ///
+    /// # Errors
+    /// [`BrokerError::InvalidArgument`] for a topic that does not exist;
+    /// [`BrokerError::Storage`] if records in the cold store cannot be read.
+    pub fn export_topic(&self, topic: &str) -> Result<TopicImage, BrokerError> {
+        let held = self.topics.get(topic).ok_or_else(|| unknown_topic(topic))?;
+        let mut image = topic_image(held);
+        for (log, partition) in held.partitions.iter().zip(&mut image.partitions) {
+            let Some(cold) = &log.cold else {
+                continue;
+            };
+            let mut records = cold
+                .store
+                .read(cold.id, log.base..cold.end, None)
+                .map_err(|error| BrokerError::Storage(error.to_string()))?;
+            if records.len() as i64 != cold.end - log.base {
+                return Err(BrokerError::Storage(format!(
+                    "the records of {:?} at offsets {}..{} read back as {}",
+                    cold.id,
+                    log.base,
+                    cold.end,
+                    records.len()
+                )));
+            }
+            records.append(&mut partition.records);
+            partition.records = records;
+            partition.cold_end = log.base;
+            partition.cold_bytes = 0;
+        }
+        Ok(image)
+    }
+
+    /// Holds `topic` from now on, as `image` (made by [`BrokerState::export_topic`], here or in
+    /// another state) describes it, under an id of this state: every call then answers as it
+    /// would have where the image was made (the same offsets, records, groups, positions,
+    /// deliveries and producers' sequences). Its records count in the retained bytes. Changes
+    /// nothing when refused.
+    ///
+    /// # Errors
+    /// [`BrokerError::InvalidArgument`] if a topic of that name exists, the broker holds its
+    /// most topics, or the image is inconsistent (or places records in a cold store).
+    pub fn import_topic(&mut self, topic: &str, mut image: TopicImage) -> Result<(), BrokerError> {
+        if self.topics.contains_key(topic) {
+            return Err(BrokerError::invalid(format!("topic {topic:?} exists")));
+        }
+        if self.topics.len() >= self.limits.max_topics {
+            return Err(BrokerError::invalid(format!(
+                "the broker holds its most topics ({})",
+                self.limits.max_topics
+            )));
+        }
+        if image.partitions.iter().any(|log| log.cold_end != log.base) {
+            return Err(BrokerError::invalid(format!(
+                "the image of topic {topic:?} leaves records in a cold store"
+            )));
+        }
+        image.id = self.next_topic_id;
+        let imported = topic_from(image, None)
+            .map_err(|why| BrokerError::invalid(format!("topic {topic:?}: {why}")))?;
+        let bytes: u64 = imported
+            .partitions
+            .iter()
+            .map(PartitionLog::retained_bytes)
+            .sum();
+        self.topics.insert(topic.to_owned(), imported);
+        self.memory.retained += bytes;
+        self.next_topic_id += 1;
+        if let Err(why) = self.check_consistency() {
+            self.topics.remove(topic);
+            self.memory.retained -= bytes;
+            self.next_topic_id -= 1;
+            return Err(BrokerError::invalid(format!("topic {topic:?}: {why}")));
+        }
+        Ok(())
     }
 
     /// The state a version 1 image (a snapshot of data directory format 1) describes: its
