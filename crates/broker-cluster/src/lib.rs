@@ -58,7 +58,7 @@ pub use snapshot_stream::SnapshotStream;
 pub use state_machine::{Replica, SnapshotBuilder, StateMachine};
 pub use types::{
     members_list, parse_members, Applied, BrokerChange, ClusterChange, ClusterNode, ClusterState,
-    GroupId, NodeId, Proposal, TypeConfig, FIRST_GROUP,
+    Departure, GroupId, NodeId, Proposal, TypeConfig, FIRST_GROUP,
 };
 
 /// How one node of a cluster runs.

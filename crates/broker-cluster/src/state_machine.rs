@@ -22,6 +22,8 @@
 //! after this header `u32`, then the meta (openraft's `SnapshotMeta`: the last entry the
 //! snapshot covers, the membership then, the snapshot's id) and, in the encoding of
 //! [`crate::codec`]:
+//! - format 4: as format 3, then the group's departures (the topics leaving it or gone from
+//!   it: see [`crate::ClusterChange::Depart`]). Written only while the group has some;
 //! - format 3: as format 2, then the [`ClusterState`] (the cluster's data groups and which
 //!   holds each topic). Written only once the cluster has groups, so that until then a node
 //!   of an earlier release reads every snapshot;
@@ -35,9 +37,10 @@
 //!
 //! # A snapshot as sent to another node
 //!
-//! Magic `BRKRSNAP`, format version `u32` (1; 2 once the cluster has groups), CRC-32 of what
-//! follows the header up to the first segment `u32`, its length `u64`, then the checkpoint
-//! (encoded as in the snapshot file) and, in version 2, the [`ClusterState`]; then, for each
+//! Magic `BRKRSNAP`, format version `u32` (1; 2 once the cluster has groups; 3 while the
+//! group has departures), CRC-32 of what follows the header up to the first segment `u32`, its
+//! length `u64`, then the checkpoint (encoded as in the snapshot file) and, in versions 2 and
+//! 3, the [`ClusterState`] (in version 3 followed by the departures); then, for each
 //! segment
 //! of its catalog in order, the bytes of its `.rec` file and then of its `.idx` file that the
 //! catalog covers ([`segment_files`]). The sender reads the segments in place, chunk by chunk
@@ -52,7 +55,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use broker_core::cold::{self, ColdStore};
-use broker_core::image::StateImage;
+use broker_core::image::{StateImage, TopicImage};
+use broker_core::{BrokerError, Command, GroupSetting, Outcome};
 use broker_storage::{segment_files, Checkpoint, RecordStore, Repairs, SegmentImage};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, RaftSnapshotBuilder, SnapshotMeta, StorageIOError, StoredMembership};
@@ -62,14 +66,17 @@ use tracing::{info, warn};
 use crate::codec::{decode, decode_prefix, encode};
 use crate::snapshot_stream::{Piece, RemovedOnDrop, SnapshotStream};
 use crate::types::{
-    Applied, BrokerChange, ClusterNode, ClusterState, Entry, LogId, NodeId, StorageError,
-    TypeConfig,
+    Applied, BrokerChange, ClusterChange, ClusterNode, ClusterState, Entry, LogId, NodeId,
+    StorageError, TypeConfig,
 };
 
 const SNAPSHOT_FILE: &str = "snapshot";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"BRKRAFTS";
 /// Snapshot files of this format hold a store number, a checkpoint and the cluster's state.
 const FORMAT_WITH_CLUSTER: u32 = 3;
+/// Snapshot files of this format hold a store number, a checkpoint, the cluster's state and
+/// the group's departures.
+const FORMAT_WITH_DEPARTURES: u32 = 4;
 /// Snapshot files of this format hold a store number and a checkpoint.
 const FORMAT_VERSION: u32 = 2;
 /// Snapshot files of this format hold an image with every record.
@@ -79,6 +86,8 @@ const STREAM_MAGIC: &[u8; 8] = b"BRKRSNAP";
 const STREAM_VERSION: u32 = 1;
 /// Snapshots sent in this version carry the cluster's state after the checkpoint.
 const STREAM_WITH_CLUSTER: u32 = 2;
+/// Snapshots sent in this version carry the group's departures after the cluster's state.
+const STREAM_WITH_DEPARTURES: u32 = 3;
 const STREAM_HEADER: usize = 24;
 
 /// The broker as the cluster's state machine sees it: it applies committed proposals, gives its
@@ -106,45 +115,123 @@ pub trait Replica: Send + Sync + 'static {
     /// now, so they may leave memory (see [`broker_core::BrokerState::evict`]).
     fn evict(&self, written: &[(cold::LogId, i64)]);
 
+    /// `topic` with everything it holds and its records (see
+    /// [`broker_core::BrokerState::export_topic`]).
+    ///
+    /// # Errors
+    /// The topic does not exist, or its records cannot be read.
+    fn export_topic(&self, topic: &str) -> Result<TopicImage, BrokerError>;
+
+    /// Holds `topic` as `image` describes it from now on (see
+    /// [`broker_core::BrokerState::import_topic`]).
+    ///
+    /// # Errors
+    /// The topic exists, the broker holds its most topics, or the image is inconsistent;
+    /// nothing changed.
+    fn import_topic(&self, topic: &str, image: TopicImage) -> Result<(), BrokerError>;
+
+    /// Drops `topic` and everything it holds, as a delete does; whether it existed.
+    fn drop_topic(&self, topic: &str) -> bool;
+
     /// Why the state refuses every command, if it does: a record could not be read from disk
     /// while a change was applied (see [`broker_core::BrokerState::failure`]). The node then
     /// stops applying: its state may differ from the others'.
     fn failure(&self) -> Option<String>;
 }
 
+/// What a snapshot holds after the broker's checkpoint: the oldest shape that holds the
+/// group's [`ClusterState`] is written, so that a node of an earlier release reads every
+/// snapshot it could hold the state of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// Nothing: a group that never had groups placed, topics placed, or topics leaving.
+    Checkpoint,
+    /// The cluster's state without departures.
+    WithCluster,
+    /// The cluster's state, then its departures.
+    WithDepartures,
+}
+
+impl Shape {
+    fn of(cluster: &ClusterState) -> Shape {
+        match (cluster.is_empty(), cluster.departures.is_empty()) {
+            (_, false) => Shape::WithDepartures,
+            (false, true) => Shape::WithCluster,
+            (true, true) => Shape::Checkpoint,
+        }
+    }
+
+    /// The snapshot file format of this shape.
+    fn file_format(self) -> u32 {
+        match self {
+            Shape::Checkpoint => FORMAT_VERSION,
+            Shape::WithCluster => FORMAT_WITH_CLUSTER,
+            Shape::WithDepartures => FORMAT_WITH_DEPARTURES,
+        }
+    }
+
+    /// The shape of snapshot file format `format`, if it is one holding a store number.
+    fn of_file_format(format: u32) -> Option<Shape> {
+        [Shape::Checkpoint, Shape::WithCluster, Shape::WithDepartures]
+            .into_iter()
+            .find(|shape| shape.file_format() == format)
+    }
+
+    /// The version of snapshot streams of this shape.
+    fn stream_version(self) -> u32 {
+        match self {
+            Shape::Checkpoint => STREAM_VERSION,
+            Shape::WithCluster => STREAM_WITH_CLUSTER,
+            Shape::WithDepartures => STREAM_WITH_DEPARTURES,
+        }
+    }
+
+    /// The shape of snapshot stream version `version`, if it is one.
+    fn of_stream_version(version: u32) -> Option<Shape> {
+        [Shape::Checkpoint, Shape::WithCluster, Shape::WithDepartures]
+            .into_iter()
+            .find(|shape| shape.stream_version() == version)
+    }
+}
+
 /// What a snapshot holds besides its meta, encoded: the broker's checkpoint and, once the
-/// cluster has groups, the cluster's state after it.
+/// group has a cluster state, that state after it.
 #[derive(Debug, Clone)]
 struct Held {
     bytes: Vec<u8>,
-    /// Whether `bytes` hold a cluster state after the checkpoint.
-    with_cluster: bool,
+    /// What `bytes` hold after the checkpoint.
+    shape: Shape,
 }
 
 impl Held {
     fn encode(checkpoint: &Checkpoint, cluster: &ClusterState) -> io::Result<Held> {
         let mut bytes = encode(checkpoint).map_err(io::Error::other)?;
-        let with_cluster = !cluster.is_empty();
-        if with_cluster {
+        let shape = Shape::of(cluster);
+        if shape != Shape::Checkpoint {
             bytes.extend(encode(cluster).map_err(io::Error::other)?);
         }
-        Ok(Held {
-            bytes,
-            with_cluster,
-        })
+        if shape == Shape::WithDepartures {
+            bytes.extend(encode(&cluster.departures).map_err(io::Error::other)?);
+        }
+        Ok(Held { bytes, shape })
     }
 
-    /// The checkpoint and cluster state `bytes` encode (an empty state when `with_cluster`
-    /// is false).
+    /// The checkpoint and cluster state `bytes` of `shape` encode (an empty state when they
+    /// hold none).
     fn decode(
         bytes: &[u8],
-        with_cluster: bool,
+        shape: Shape,
     ) -> Result<(Checkpoint, ClusterState), bincode::error::DecodeError> {
-        if !with_cluster {
+        if shape == Shape::Checkpoint {
             return Ok((decode(bytes)?, ClusterState::default()));
         }
         let (checkpoint, read) = decode_prefix(bytes)?;
-        Ok((checkpoint, decode(&bytes[read..])?))
+        if shape == Shape::WithCluster {
+            return Ok((checkpoint, decode(&bytes[read..])?));
+        }
+        let (mut cluster, more): (ClusterState, usize) = decode_prefix(&bytes[read..])?;
+        cluster.departures = decode(&bytes[read + more..])?;
+        Ok((checkpoint, cluster))
     }
 }
 
@@ -250,10 +337,7 @@ fn copy_start(from: &Path, to: &Path, length: u64) -> io::Result<()> {
 
 /// The header of a snapshot stream and what the snapshot holds.
 fn stream_header(held: &Held) -> Vec<u8> {
-    let version = match held.with_cluster {
-        true => STREAM_WITH_CLUSTER,
-        false => STREAM_VERSION,
-    };
+    let version = held.shape.stream_version();
     let held = &held.bytes;
     let mut bytes = Vec::with_capacity(STREAM_HEADER + held.len());
     bytes.extend_from_slice(STREAM_MAGIC);
@@ -285,6 +369,131 @@ pub struct StateMachine<R> {
     had_snapshot: bool,
     /// Numbers snapshots built and transfers, so that their ids and files differ.
     counter: Arc<AtomicU64>,
+}
+
+impl<R: Replica> StateMachine<R> {
+    /// Applies `change` to the broker, but for the commands about a topic leaving this group
+    /// or gone from it, which are refused with [`BrokerError::Moving`] (in their place among
+    /// the answers).
+    fn apply_to_broker(&self, change: BrokerChange) -> Applied {
+        let refused: Vec<Option<String>> = match &change {
+            BrokerChange::Commands { commands, .. } => {
+                let state = self.cluster.borrow();
+                if state.departures.is_empty() {
+                    return self.replica.apply(change);
+                }
+                commands
+                    .iter()
+                    .map(|command| {
+                        named_topics(command)
+                            .find(|topic| state.departures.contains_key(*topic))
+                            .map(str::to_owned)
+                    })
+                    .collect()
+            }
+            BrokerChange::Tick { .. } => return self.replica.apply(change),
+        };
+        if refused.iter().all(Option::is_none) {
+            return self.replica.apply(change);
+        }
+        let BrokerChange::Commands {
+            now_ms,
+            names,
+            commands,
+        } = change
+        else {
+            return self.replica.apply(change);
+        };
+        let kept = commands
+            .into_iter()
+            .zip(&refused)
+            .filter(|(_, refused)| refused.is_none())
+            .map(|(command, _)| command)
+            .collect();
+        let mut applied = self.replica.apply(BrokerChange::Commands {
+            now_ms,
+            names,
+            commands: kept,
+        });
+        let mut answers = applied.results.into_iter();
+        applied.results = refused
+            .into_iter()
+            .map(|refused| match refused {
+                Some(topic) => Err(BrokerError::Moving { topic }),
+                None => answers.next().unwrap_or_else(|| {
+                    Err(BrokerError::Storage("a command went unanswered".to_owned()))
+                }),
+            })
+            .collect();
+        applied
+    }
+
+    /// Applies `change` to the group's [`ClusterState`] and, for a topic arriving or gone, to
+    /// the broker.
+    fn apply_to_cluster(&self, change: ClusterChange) -> Applied {
+        let replica = &self.replica;
+        match change {
+            ClusterChange::Arrive { topic, image } => {
+                let result = match replica.holds_topic(&topic) {
+                    true => Ok(Outcome::Created(false)),
+                    false => replica
+                        .import_topic(&topic, *image)
+                        .map(|()| Outcome::Created(true)),
+                };
+                if result.is_ok() {
+                    self.cluster
+                        .send_if_modified(|state| state.departures.remove(&topic).is_some());
+                }
+                Applied {
+                    results: vec![result],
+                    changed: vec![topic],
+                    group: None,
+                }
+            }
+            ClusterChange::Departed { topic } => {
+                let leaving =
+                    self.cluster
+                        .send_if_modified(|state| match state.departures.get_mut(&topic) {
+                            Some(departure) if !departure.gone => {
+                                departure.gone = true;
+                                true
+                            }
+                            _ => false,
+                        });
+                let dropped = leaving && replica.drop_topic(&topic);
+                Applied {
+                    results: vec![Ok(Outcome::Deleted(dropped))],
+                    changed: vec![topic],
+                    group: None,
+                }
+            }
+            change => {
+                let mut group = None;
+                self.cluster.send_modify(|state| {
+                    group = Some(state.apply(change, |topic| replica.holds_topic(topic)));
+                });
+                Applied {
+                    group,
+                    ..Applied::default()
+                }
+            }
+        }
+    }
+}
+
+/// The topics `command` is about: its own, and the dead-letter topic a group is given (which
+/// records of the group's topic may move to).
+fn named_topics(command: &Command) -> impl Iterator<Item = &str> {
+    let dead_letter = match command {
+        Command::Join { settings, .. } | Command::ConfigureGroup { settings, .. } => {
+            settings.iter().find_map(|setting| match setting {
+                GroupSetting::DeadLetter(topic) => Some(topic.as_str()),
+                _ => None,
+            })
+        }
+        _ => None,
+    };
+    command.topic().into_iter().chain(dead_letter)
 }
 
 impl<R: Replica> StateMachine<R> {
@@ -534,18 +743,8 @@ impl<R: Replica> RaftStateMachine<TypeConfig> for StateMachine<R> {
             let answer = match entry.payload {
                 EntryPayload::Blank => Applied::default(),
                 EntryPayload::Normal(proposal) => match proposal.into_change() {
-                    Ok(change) => self.replica.apply(change),
-                    Err(change) => {
-                        let replica = &self.replica;
-                        let mut group = None;
-                        self.cluster.send_modify(|state| {
-                            group = Some(state.apply(change, |topic| replica.holds_topic(topic)));
-                        });
-                        Applied {
-                            group,
-                            ..Applied::default()
-                        }
-                    }
+                    Ok(change) => self.apply_to_broker(change),
+                    Err(change) => self.apply_to_cluster(change),
                 },
                 EntryPayload::Membership(membership) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), membership);
@@ -695,14 +894,11 @@ fn unpack(path: &Path, store_dir: &Path) -> io::Result<(Checkpoint, ClusterState
     received
         .read_exact(&mut header[read..])
         .map_err(|error| received_damaged(&format!("its header: {error}")))?;
-    let with_cluster = match u32_at(&header, 8) {
-        STREAM_VERSION => false,
-        STREAM_WITH_CLUSTER => true,
-        version => {
-            return Err(received_damaged(&format!(
-                "format version {version}, which a later version of this node reads"
-            )))
-        }
+    let version = u32_at(&header, 8);
+    let Some(shape) = Shape::of_stream_version(version) else {
+        return Err(received_damaged(&format!(
+            "format version {version}, which a later version of this node reads"
+        )));
     };
     let length = u64_at(&header, 16);
     let mut encoded = Vec::new();
@@ -710,8 +906,8 @@ fn unpack(path: &Path, store_dir: &Path) -> io::Result<(Checkpoint, ClusterState
     if encoded.len() as u64 != length || crc32fast::hash(&encoded) != u32_at(&header, 12) {
         return Err(received_damaged("a checksum that does not match"));
     }
-    let (checkpoint, cluster) = Held::decode(&encoded, with_cluster)
-        .map_err(|error| received_damaged(&error.to_string()))?;
+    let (checkpoint, cluster) =
+        Held::decode(&encoded, shape).map_err(|error| received_damaged(&error.to_string()))?;
     for segment in &checkpoint.segments {
         for (file, length) in segment_files(store_dir, segment) {
             if let Some(parent) = file.parent() {
@@ -734,7 +930,7 @@ fn unpack(path: &Path, store_dir: &Path) -> io::Result<(Checkpoint, ClusterState
     }
     let held = Held {
         bytes: encoded,
-        with_cluster,
+        shape,
     };
     Ok((checkpoint, cluster, held))
 }
@@ -773,10 +969,7 @@ fn write_snapshot(
     number: u64,
     held: &Held,
 ) -> io::Result<()> {
-    let version = match held.with_cluster {
-        true => FORMAT_WITH_CLUSTER,
-        false => FORMAT_VERSION,
-    };
+    let version = held.shape.file_format();
     let checkpoint = &held.bytes;
     let meta = encode(meta).map_err(io::Error::other)?;
     let meta_length = u32::try_from(meta.len()).map_err(io::Error::other)?;
@@ -835,13 +1028,13 @@ fn read_snapshot(path: &Path) -> io::Result<Option<StoredSnapshot>> {
     let meta =
         decode(&bytes[HEADER..HEADER + meta_length]).map_err(|why| damaged(&why.to_string()))?;
     let data = &bytes[HEADER + meta_length..];
-    let (number, (checkpoint, cluster)) = match version {
-        FORMAT_VERSION | FORMAT_WITH_CLUSTER if data.len() >= 8 => (
+    let shape = Shape::of_file_format(version);
+    let (number, (checkpoint, cluster)) = match (version, shape) {
+        (_, Some(shape)) if data.len() >= 8 => (
             u64_at(data, 0),
-            Held::decode(&data[8..], version == FORMAT_WITH_CLUSTER)
-                .map_err(|why| damaged(&why.to_string()))?,
+            Held::decode(&data[8..], shape).map_err(|why| damaged(&why.to_string()))?,
         ),
-        FORMAT_WHOLE_IMAGE => (
+        (FORMAT_WHOLE_IMAGE, _) => (
             0,
             (
                 Checkpoint {
@@ -851,8 +1044,8 @@ fn read_snapshot(path: &Path) -> io::Result<Option<StoredSnapshot>> {
                 ClusterState::default(),
             ),
         ),
-        FORMAT_VERSION | FORMAT_WITH_CLUSTER => return Err(damaged("no store number")),
-        other => return Err(damaged(&format!("format version {other}"))),
+        (_, Some(_)) => return Err(damaged("no store number")),
+        (other, None) => return Err(damaged(&format!("format version {other}"))),
     };
     Ok(Some(StoredSnapshot {
         meta,

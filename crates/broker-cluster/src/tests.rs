@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use broker_core::cold::{ColdStore, LogId};
-use broker_core::image::StateImage;
-use broker_core::{BrokerState, Command, KeyHash, Outcome};
+use broker_core::image::{StateImage, TopicImage};
+use broker_core::{BrokerError, BrokerState, Command, KeyHash, Outcome};
 use openraft::network::{RaftNetwork, RaftNetworkFactory};
 use tokio::net::TcpListener;
 
@@ -111,6 +111,23 @@ impl Replica for Memory {
 
     fn evict(&self, written: &[(LogId, i64)]) {
         self.state.lock().unwrap().evict(written);
+    }
+
+    fn export_topic(&self, topic: &str) -> Result<TopicImage, BrokerError> {
+        self.state.lock().unwrap().export_topic(topic)
+    }
+
+    fn import_topic(&self, topic: &str, image: TopicImage) -> Result<(), BrokerError> {
+        self.state.lock().unwrap().import_topic(topic, image)
+    }
+
+    fn drop_topic(&self, topic: &str) -> bool {
+        let delete = Command::DeleteTopic {
+            topic: topic.to_owned(),
+        };
+        let mut state = self.state.lock().unwrap();
+        let now_ms = state.clock_ms();
+        matches!(state.apply_at(now_ms, delete), Ok(Outcome::Deleted(true)))
     }
 
     fn failure(&self) -> Option<String> {
@@ -906,6 +923,20 @@ impl Replica for Refusing {
 
     fn evict(&self, _: &[(LogId, i64)]) {}
 
+    fn export_topic(&self, topic: &str) -> Result<TopicImage, BrokerError> {
+        Err(BrokerError::InvalidArgument(format!("no topic {topic:?}")))
+    }
+
+    fn import_topic(&self, topic: &str, _: TopicImage) -> Result<(), BrokerError> {
+        Err(BrokerError::InvalidArgument(format!(
+            "no room for {topic:?}"
+        )))
+    }
+
+    fn drop_topic(&self, _: &str) -> bool {
+        false
+    }
+
     fn failure(&self) -> Option<String> {
         None
     }
@@ -1423,6 +1454,7 @@ async fn the_clusters_state_travels_with_snapshots_only_once_it_holds_something(
     let answers: Vec<_> = applied.iter().map(|applied| applied.group).collect();
     assert_eq!(answers, [Some(2), Some(2), Some(FIRST_GROUP)]);
     let expected = ClusterState {
+        departures: BTreeMap::new(),
         groups: [(2, [1, 2, 3].into())].into(),
         placement: [("new".to_owned(), 2)].into(),
     };
@@ -1603,4 +1635,132 @@ async fn commands_under_kafkas_names_are_refused_while_a_member_of_an_earlier_re
     for node in nodes.iter().flatten() {
         node.cluster.shutdown().await;
     }
+}
+
+/// The entries of `range`'s publishes to topic `t`, one per entry.
+fn publish_entries(range: std::ops::Range<usize>) -> Vec<Proposal> {
+    range
+        .map(|index| Proposal::Commands {
+            now_ms: 1_000,
+            commands: vec![publish(index)],
+        })
+        .collect()
+}
+
+/// A topic leaving a group is refused every call from its departure on, goes into snapshots
+/// with the departure (format 4, sent as stream version 3), arrives whole in another group's
+/// state machine (once, however often the arrival is applied), and once gone stays refused in
+/// the group it left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_moves_to_another_groups_state_machine_whole_and_is_refused_where_it_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let source_dir = dir.path().join("source");
+    let source = Memory::new();
+    let mut machine = StateMachine::open(&source_dir, Arc::clone(&source), 4096).unwrap();
+    apply_all(&mut machine, 1, create_and_publish(0..5)).await;
+    // Some of its records on disk, some in memory.
+    take_snapshot(&mut machine).await;
+    apply_all(&mut machine, 7, publish_entries(5..8)).await;
+    assert!(source.on_disk() > 0);
+
+    let depart = Proposal::Cluster(ClusterChange::Depart {
+        topic: "t".to_owned(),
+        to: 3,
+    });
+    let elsewhere = Proposal::Cluster(ClusterChange::Depart {
+        topic: "t".to_owned(),
+        to: 4,
+    });
+    let mut entries = vec![depart.clone(), elsewhere];
+    entries.extend(publish_entries(8..9));
+    let applied = apply_all(&mut machine, 10, entries).await;
+    let answers: Vec<_> = applied.iter().map(|applied| applied.group).collect();
+    assert_eq!(
+        answers[..2],
+        [Some(3), Some(3)],
+        "it leaves for the first group named"
+    );
+    assert!(
+        matches!(&applied[2].results[..], [Err(BrokerError::Moving { topic })] if topic == "t"),
+        "{:?}",
+        applied[2].results
+    );
+    let leaving = Departure { to: 3, gone: false };
+    assert_eq!(
+        machine.cluster_state().borrow().departures,
+        [("t".to_owned(), leaving)].into()
+    );
+
+    // The departure goes into snapshots and comes back from them.
+    take_snapshot(&mut machine).await;
+    let written = std::fs::read(source_dir.join("snapshot")).unwrap();
+    assert_eq!(&written[8..12], &4u32.to_le_bytes(), "written in format 4");
+    let (_, sent) = sent_bytes(&mut machine).await;
+    assert_eq!(sent[8..12], 3u32.to_le_bytes(), "sent as version 3");
+    drop(machine);
+    let mut machine = StateMachine::open(&source_dir, Arc::clone(&source), 4096).unwrap();
+    assert_eq!(
+        machine.cluster_state().borrow().departures,
+        [("t".to_owned(), leaving)].into()
+    );
+
+    // It arrives once in the other group, holding every record.
+    let image = source.export_topic("t").unwrap();
+    assert_eq!(image.partitions[0].records.len(), 8);
+    let target = Memory::new();
+    let mut other =
+        StateMachine::open(&dir.path().join("target"), Arc::clone(&target), 4096).unwrap();
+    let arrive = Proposal::Cluster(ClusterChange::Arrive {
+        topic: "t".to_owned(),
+        image: Box::new(image.clone()),
+    });
+    let applied = apply_all(&mut other, 1, vec![arrive.clone(), arrive]).await;
+    let results: Vec<_> = applied
+        .iter()
+        .map(|applied| applied.results.clone())
+        .collect();
+    assert_eq!(
+        results,
+        [
+            vec![Ok(Outcome::Created(true))],
+            vec![Ok(Outcome::Created(false))]
+        ]
+    );
+    let mut arrived = target.export_topic("t").unwrap();
+    arrived.id = image.id;
+    assert_eq!(arrived, image);
+    let applied = apply_all(&mut other, 3, publish_entries(8..9)).await;
+    assert!(
+        matches!(&applied[0].results[..], [Ok(Outcome::Published(8))]),
+        "{:?}",
+        applied[0].results
+    );
+
+    // Gone from the group it left, where calls are still refused; it stays gone.
+    let departed = Proposal::Cluster(ClusterChange::Departed {
+        topic: "t".to_owned(),
+    });
+    let stay = Proposal::Cluster(ClusterChange::Stay {
+        topic: "t".to_owned(),
+    });
+    let mut entries = vec![departed.clone(), departed, stay];
+    entries.extend(publish_entries(9..10));
+    let applied = apply_all(&mut machine, 13, entries).await;
+    let results: Vec<_> = applied[..2].iter().map(|a| a.results.clone()).collect();
+    assert_eq!(
+        results,
+        [
+            vec![Ok(Outcome::Deleted(true))],
+            vec![Ok(Outcome::Deleted(false))]
+        ]
+    );
+    assert!(matches!(
+        &applied[3].results[..],
+        [Err(BrokerError::Moving { .. })]
+    ));
+    assert!(!source.holds_topic("t"));
+    assert_eq!(
+        machine.cluster_state().borrow().departures,
+        [("t".to_owned(), Departure { to: 3, gone: true })].into()
+    );
 }

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use broker_core::image::TopicImage;
 use broker_core::{BrokerError, Command, NameRules, Outcome};
 use serde::{Deserialize, Serialize};
 
@@ -138,8 +139,13 @@ pub enum BrokerChange {
     },
 }
 
-/// What the first group holds besides its broker: the cluster's further data groups and which
-/// group holds each topic. Every node that applied the same entries holds the same.
+/// What a group holds besides its broker. The first group's holds the cluster's further data
+/// groups and which group holds each topic; every group's holds the topics leaving it. Every
+/// node that applied the same entries holds the same.
+///
+/// Encoded (in snapshots) as `groups` then `placement`, and `departures` after them only where
+/// a snapshot's format says so: written so only while a group has departures, so that every
+/// other snapshot reads in the releases before moves.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterState {
     /// The data groups besides the first, each with the voters it was created with (later
@@ -148,11 +154,26 @@ pub struct ClusterState {
     /// Where each topic placed since groups exist lives. A topic not here is the first
     /// group's: every topic of a cluster from before groups, and a name not placed yet.
     pub placement: BTreeMap<String, GroupId>,
+    /// The topics leaving this group, or gone from it to another (see
+    /// [`ClusterChange::Depart`]): every call about them is refused with
+    /// [`BrokerError::Moving`], so that the client asks again where the topic is.
+    #[serde(skip)]
+    pub departures: BTreeMap<String, Departure>,
+}
+
+/// A topic leaving a group for another, as the group it leaves keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Departure {
+    /// The group it goes to.
+    pub to: GroupId,
+    /// Whether it has gone: the group no longer holds it. Until then the group holds it
+    /// unchanged (frozen), every call about it refused.
+    pub gone: bool,
 }
 
 impl ClusterState {
-    /// Whether it holds nothing: a cluster that never had groups (whose snapshots are written
-    /// as before groups, so that nodes of earlier releases read them).
+    /// Whether it holds no group and no placement: a cluster that never had groups (whose
+    /// snapshots are written as before groups, so that nodes of earlier releases read them).
     pub fn is_empty(&self) -> bool {
         self.groups.is_empty() && self.placement.is_empty()
     }
@@ -162,15 +183,37 @@ impl ClusterState {
         self.placement.get(topic).copied().unwrap_or(FIRST_GROUP)
     }
 
-    /// Applies `change`; `first_group_holds` says whether the first group's broker holds a
-    /// topic (at the same point of the log, so every node answers alike). Answers the group
-    /// the change is about: for [`ClusterChange::Place`], where the topic lives after it.
-    pub fn apply(
-        &mut self,
-        change: ClusterChange,
-        first_group_holds: impl Fn(&str) -> bool,
-    ) -> GroupId {
+    /// Applies `change`, but for the changes to the group's broker ([`ClusterChange::Arrive`]
+    /// and [`ClusterChange::Departed`]), which the state machine applies; `holds` says whether
+    /// the group's broker holds a topic (at the same point of the log, so every node answers
+    /// alike). Answers the group the change is about: for [`ClusterChange::Place`] and
+    /// [`ClusterChange::Move`], where the topic lives after it; for
+    /// [`ClusterChange::Depart`], where it goes (0 when the group does not hold it).
+    pub fn apply(&mut self, change: ClusterChange, holds: impl Fn(&str) -> bool) -> GroupId {
         match change {
+            ClusterChange::Depart { topic, to } => match self.departures.get(&topic) {
+                Some(departure) if !departure.gone => departure.to,
+                Some(_) => 0,
+                None if holds(&topic) => {
+                    self.departures.insert(topic, Departure { to, gone: false });
+                    to
+                }
+                None => 0,
+            },
+            ClusterChange::Stay { topic } => {
+                if self.departures.get(&topic).is_some_and(|left| !left.gone) {
+                    self.departures.remove(&topic);
+                }
+                0
+            }
+            ClusterChange::Move { topic, from, to } => {
+                let known = to == FIRST_GROUP || self.groups.contains_key(&to);
+                if self.group_of(&topic) == from && known {
+                    self.placement.insert(topic.clone(), to);
+                }
+                self.group_of(&topic)
+            }
+            ClusterChange::Arrive { .. } | ClusterChange::Departed { .. } => 0,
             ClusterChange::AddGroup { group, voters } => {
                 if group != FIRST_GROUP {
                     self.groups.entry(group).or_insert(voters);
@@ -183,9 +226,7 @@ impl ClusterState {
                 }
                 // A topic of the first group from before it was placed stays there; so does
                 // one placed in a group that does not exist.
-                if first_group_holds(&topic)
-                    || (group != FIRST_GROUP && !self.groups.contains_key(&group))
-                {
+                if holds(&topic) || (group != FIRST_GROUP && !self.groups.contains_key(&group)) {
                     return FIRST_GROUP;
                 }
                 self.placement.insert(topic, group);
@@ -223,6 +264,48 @@ pub enum ClusterChange {
     Unplace {
         /// The topic.
         topic: String,
+    },
+    /// In the group holding `topic`: it leaves for group `to`. From this entry on the group
+    /// refuses every call about it ([`BrokerError::Moving`]) and so holds it unchanged until
+    /// it has arrived (nothing changes if the group does not hold it, or it leaves already).
+    /// Proposed only once every node's release can apply moves.
+    Depart {
+        /// The topic.
+        topic: String,
+        /// The group it goes to.
+        to: GroupId,
+    },
+    /// In the group `topic` was leaving: it stays after all (the group it was going to did
+    /// not take it), and takes calls again (nothing changes once it has gone).
+    Stay {
+        /// The topic.
+        topic: String,
+    },
+    /// In the group `topic` goes to: it arrives, holding what `image` holds (made by the
+    /// group it leaves, after its departure), and no longer counts as gone if it once left
+    /// this group. Nothing changes if the group holds it already (it arrived before).
+    Arrive {
+        /// The topic.
+        topic: String,
+        /// Everything it holds (boxed: it is large beside the other changes).
+        image: Box<TopicImage>,
+    },
+    /// In the group `topic` leaves, once it has arrived where it goes: the group drops it and
+    /// keeps refusing calls about it, so that a client that asks here asks again.
+    Departed {
+        /// The topic.
+        topic: String,
+    },
+    /// In the first group: `topic`, placed in group `from`, is placed in `to` from now on
+    /// (nothing changes if it is placed elsewhere, or `to` does not exist). Committed once it
+    /// has arrived in `to` and gone from `from`.
+    Move {
+        /// The topic.
+        topic: String,
+        /// The group it leaves.
+        from: GroupId,
+        /// The group it goes to.
+        to: GroupId,
     },
 }
 
@@ -428,6 +511,55 @@ mod tests {
         assert_eq!(state.apply(place("a", FIRST_GROUP), none), FIRST_GROUP);
         assert_eq!(state.group_of("a"), FIRST_GROUP);
         assert!(!state.is_empty());
+    }
+
+    #[test]
+    fn a_topic_moves_only_from_where_it_is_placed_to_a_group_that_exists() {
+        let mut state = ClusterState::default();
+        let none = |_: &str| false;
+        for group in [2, 3] {
+            state.apply(
+                ClusterChange::AddGroup {
+                    group,
+                    voters: BTreeSet::from([1]),
+                },
+                none,
+            );
+        }
+        let move_to = |topic: &str, from, to| ClusterChange::Move {
+            topic: topic.to_owned(),
+            from,
+            to,
+        };
+        // A topic of the first group never placed, then moved back to it.
+        assert_eq!(state.apply(move_to("old", FIRST_GROUP, 2), none), 2);
+        assert_eq!(state.apply(move_to("old", 2, 3), none), 3);
+        assert_eq!(
+            state.apply(move_to("old", 2, FIRST_GROUP), none),
+            3,
+            "not from 2"
+        );
+        assert_eq!(state.apply(move_to("old", 3, 9), none), 3, "no group 9");
+        assert_eq!(
+            state.apply(move_to("old", 3, FIRST_GROUP), none),
+            FIRST_GROUP
+        );
+        assert_eq!(state.group_of("old"), FIRST_GROUP);
+        // A departure: only of a topic held, once, to the group first named.
+        let depart = |to| ClusterChange::Depart {
+            topic: "t".to_owned(),
+            to,
+        };
+        assert_eq!(state.apply(depart(2), none), 0);
+        let held = |topic: &str| topic == "t";
+        assert_eq!(state.apply(depart(2), held), 2);
+        assert_eq!(state.apply(depart(3), held), 2);
+        let stay = ClusterChange::Stay {
+            topic: "t".to_owned(),
+        };
+        assert_eq!(state.apply(stay, held), 0);
+        assert!(state.departures.is_empty());
+        assert!(!state.is_empty(), "groups and placements");
     }
 
     #[test]

@@ -27,6 +27,14 @@ pub enum BrokerError {
     /// then refuses every call with this error until it is restarted and rebuilt from its log.
     #[error("storage failure: {0}")]
     Storage(String),
+    /// The topic is moving to another part of a cluster (another of its groups) and takes no
+    /// call here while it does: nothing was done. Asked again, the call reaches the topic where
+    /// it is then.
+    #[error("topic {topic:?} is moving to another group of the cluster; ask again")]
+    Moving {
+        /// The topic.
+        topic: String,
+    },
 }
 
 impl BrokerError {

@@ -151,6 +151,9 @@ impl From<BrokerError> for ErrorReply {
             BrokerError::InvalidArgument(message) => ErrorReply::InvalidArgument(message),
             BrokerError::NotAssigned { partition } => ErrorReply::NotAssigned { partition },
             BrokerError::Storage(message) => ErrorReply::Storage(message),
+            // As during an election: the client asks again, and reaches the topic where the
+            // cluster serves it then.
+            BrokerError::Moving { .. } => ErrorReply::NotLeader { leader: None },
             // BrokerError is non-exhaustive; a variant added later must get a code of its own.
             other => ErrorReply::InvalidArgument(other.to_string()),
         }

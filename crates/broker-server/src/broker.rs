@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use broker_core::cold::LogId;
-use broker_core::image::StateImage;
+use broker_core::image::{StateImage, TopicImage};
 use broker_core::{
     BrokerDescription, BrokerError, BrokerState, Command, Membership, NameRules, Outcome,
 };
@@ -321,6 +321,39 @@ impl BrokerGuard<'_> {
     /// Whether letting time pass to `now_ms` would change anything.
     pub(crate) fn is_due(&self, now_ms: i64) -> bool {
         self.locked.state.is_due(now_ms)
+    }
+
+    /// `topic` with everything it holds, its records read back from disk (see
+    /// [`BrokerState::export_topic`]).
+    pub(crate) fn export_topic(&self, topic: &str) -> Result<TopicImage, BrokerError> {
+        self.locked.state.export_topic(topic)
+    }
+
+    /// Holds `topic` as `image` describes it (see [`BrokerState::import_topic`]).
+    pub(crate) fn import_topic(
+        &mut self,
+        topic: &str,
+        image: TopicImage,
+    ) -> Result<(), BrokerError> {
+        self.locked.state.import_topic(topic, image)
+    }
+
+    /// Drops `topic`, which moved to another group of the cluster: as a delete (unaudited, as
+    /// it is no user's), forgetting its sessions. Whether it existed.
+    pub(crate) fn drop_topic(&mut self, topic: &str) -> bool {
+        let state = &mut self.locked.state;
+        let now_ms = state.clock_ms();
+        // Whatever rules it was created under.
+        let own = state.set_names(NameRules::Kafka);
+        let delete = Command::DeleteTopic {
+            topic: topic.to_owned(),
+        };
+        let dropped = matches!(state.apply_at(now_ms, delete), Ok(Outcome::Deleted(true)));
+        state.set_names(own);
+        if dropped {
+            self.locked.sessions.forget_topic(topic);
+        }
+        dropped
     }
 
     /// The whole state, for a snapshot of the cluster's log.

@@ -15,8 +15,8 @@ use broker_cluster::{
     PeerTls, Proposal, ProposeError, Replica,
 };
 use broker_core::cold::{ColdStore, LogId};
-use broker_core::image::StateImage;
-use broker_core::{BrokerState, Command, Outcome};
+use broker_core::image::{StateImage, TopicImage};
+use broker_core::{BrokerError, BrokerState, Command, Outcome};
 use broker_proto::ErrorReply;
 use broker_storage::DataDir;
 use tokio::net::TcpListener;
@@ -108,6 +108,21 @@ impl Replica for BrokerReplica {
 
     fn evict(&self, written: &[(LogId, i64)]) {
         self.broker.lock().evict(written);
+    }
+
+    fn export_topic(&self, topic: &str) -> Result<TopicImage, BrokerError> {
+        self.broker.lock().export_topic(topic)
+    }
+
+    fn import_topic(&self, topic: &str, image: TopicImage) -> Result<(), BrokerError> {
+        self.broker.lock().import_topic(topic, image)
+    }
+
+    fn drop_topic(&self, topic: &str) -> bool {
+        let dropped = self.broker.lock().drop_topic(topic);
+        // Requests waiting on it ask again, and learn where it went.
+        self.signals.wake(&[topic.to_owned()]);
+        dropped
     }
 
     fn failure(&self) -> Option<String> {
