@@ -10,9 +10,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use broker_client::{Client, Error, GroupSetting, TopicName};
+use broker_client::{Client, Error, GroupSetting, KeyHash, Retention, TopicName, TopicSetting};
 use broker_testkit::cluster::{Nodes, PATIENCE};
 use broker_testkit::http::get as http_get;
 
@@ -616,4 +618,224 @@ async fn groups_of_three_replicas_over_four_nodes_serve_every_topic_from_any_nod
         expected.sort();
         assert_eq!(read, expected, "{topic}");
     }
+}
+
+/// The group holding `topic`, as node `index`'s metrics place it (its shard, counted from 0).
+fn group_of(nodes: &Nodes, index: usize, topic: &str) -> Option<i64> {
+    nodes
+        .samples(index, "topic_shard")
+        .get(topic)
+        .map(|shard| shard + 1)
+}
+
+/// Runs `broker` with `args` against every node; its exit status, standard output and error.
+fn broker_cli(nodes: &Nodes, args: &[&str]) -> (Option<i32>, String, String) {
+    let output = std::process::Command::new(broker_testkit::process::binary("broker"))
+        .args(["--addr", &nodes.addresses()])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+/// A topic moves to another group while a client publishes to it: nothing acknowledged is
+/// lost or stored twice, offsets and the group's committed offsets stay, the group consumes
+/// on from where it was, and the topic's calls reach it in its new group. `broker cluster
+/// move` says where it went; an unknown group, and a topic tied to another by a dead-letter
+/// topic, are refused saying why; every node restarted keeps it where it went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_moves_to_another_group_while_a_client_publishes_to_it() {
+    let mut nodes = Nodes::start_with(
+        3,
+        None,
+        &[
+            "--cluster-data-groups",
+            "3",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    nodes.spread(3, SETTLING);
+    let client = nodes.client().await;
+    // Limits retention, so that records no group consumed do not fill the partitions.
+    let limits = [TopicSetting::Retention(Retention::Limits)];
+    let created = client
+        .create_topic("orders", 2, KeyHash::default(), &limits)
+        .await
+        .unwrap();
+    assert!(created);
+    let from = group_of(&nodes, 0, "orders").unwrap();
+    let to = from % 3 + 1;
+    for index in 0..200 {
+        let payload = format!("before-{index}");
+        client.publish("orders", index % 2, payload).await.unwrap();
+    }
+    // The group takes and commits 100 of them.
+    client.join("orders", "g", "m").await.unwrap();
+    let mut consumed = 0;
+    while consumed < 100 {
+        consumed += client
+            .fetch("orders", "g", "m", 100 - consumed)
+            .await
+            .unwrap()
+            .len() as i32;
+    }
+    client.commit("orders", "g", "m", None).await.unwrap();
+    let committed: Vec<i64> = vec![
+        client.committed("orders", "g", 0).await.unwrap(),
+        client.committed("orders", "g", 1).await.unwrap(),
+    ];
+    // A client publishes while the topic moves, and 50 more after, asking again when told to
+    // (a call answered NotLeader changed nothing).
+    let publisher = nodes.client().await;
+    let moved = Arc::new(AtomicBool::new(false));
+    let publishing = tokio::spawn({
+        let moved = Arc::clone(&moved);
+        async move {
+            let (mut asked_again, mut after) = (0, 0);
+            for index in 0..5_000 {
+                let payload = format!("during-{index}");
+                loop {
+                    match publisher
+                        .publish("orders", index % 2, payload.clone())
+                        .await
+                    {
+                        Ok(offset) => {
+                            assert!(offset >= 0, "{payload} refused");
+                            break;
+                        }
+                        Err(Error::Server(broker_client::ErrorReply::NotLeader { .. })) => {
+                            asked_again += 1;
+                            assert!(asked_again < 1_000, "never served again");
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        Err(error) => panic!("{payload}: {error:?}"),
+                    }
+                }
+                if moved.load(Ordering::SeqCst) {
+                    after += 1;
+                    if after == 50 {
+                        return (index + 1, asked_again);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            panic!("the move did not end while 5,000 records were published");
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let refused_before = not_leader_answers(&nodes);
+    let to_text = to.to_string();
+    let moving = {
+        let nodes_addresses = nodes.addresses();
+        let args = ["cluster", "move", "orders", "--to", &to_text].map(str::to_owned);
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(broker_testkit::process::binary("broker"))
+                .args(["--addr", &nodes_addresses])
+                .args(args)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    moved.store(true, Ordering::SeqCst);
+    let said = String::from_utf8_lossy(&moving.stdout);
+    assert!(moving.status.success(), "{moving:?}");
+    assert!(
+        said.contains(&format!("topic orders is in group {to}, served by node")),
+        "{said}"
+    );
+    assert!(
+        !publishing.is_finished(),
+        "the publisher ran through the move"
+    );
+    let (published, asked_again) = publishing.await.unwrap();
+    eprintln!(
+        "{published} published while the topic moved and after; the publisher was told to ask \
+         again {asked_again} times, the nodes answered NotLeader {} times meanwhile",
+        not_leader_answers(&nodes) - refused_before
+    );
+    for index in 0..3 {
+        assert_eq!(group_of(&nodes, index, "orders"), Some(to), "node {index}");
+    }
+
+    // Every record once, at the offset it was given, in order.
+    let mut payloads = Vec::new();
+    let mut ends = Vec::new();
+    for partition in 0..2 {
+        let read = client
+            .read("orders", partition, 0, 10_000, Duration::ZERO)
+            .await
+            .unwrap();
+        let end = 100
+            + (0..published)
+                .filter(|index| index % 2 == partition)
+                .count() as i64;
+        assert_eq!(read.start_offset, 0);
+        assert_eq!(read.end_offset, end, "partition {partition}");
+        let offsets: Vec<i64> = read.records.iter().map(|record| record.offset).collect();
+        assert_eq!(offsets, (0..end).collect::<Vec<i64>>());
+        ends.push(end);
+        payloads.extend(
+            read.records
+                .iter()
+                .map(|record| String::from_utf8(record.payload.to_vec()).unwrap()),
+        );
+    }
+    let expected: BTreeSet<String> = (0..200)
+        .map(|index| format!("before-{index}"))
+        .chain((0..published).map(|index| format!("during-{index}")))
+        .collect();
+    assert_eq!(payloads.len(), expected.len());
+    assert_eq!(payloads.into_iter().collect::<BTreeSet<_>>(), expected);
+    // The group's offsets moved with it: it consumes on from where it committed.
+    for partition in 0..2 {
+        let offset = client.committed("orders", "g", partition).await.unwrap();
+        assert_eq!(offset, committed[partition as usize]);
+    }
+    let rest = drain(&client, "orders").await;
+    assert_eq!(rest.len(), 100 + published as usize, "{rest:?}");
+    let (code, listed, _) = broker_cli(&nodes, &["cluster", "topics", "orders", "--json"]);
+    assert_eq!(code, Some(0));
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["topics"][0]["group"].as_i64(), Some(to), "{listed}");
+
+    // Refused, saying why: an unknown group, a topic tied by a dead-letter topic.
+    let (code, _, said) = broker_cli(&nodes, &["cluster", "move", "orders", "--to", "9"]);
+    assert_eq!(code, Some(1));
+    assert!(said.contains("has no group 9"), "{said}");
+    let settings = [
+        GroupSetting::MaxDeliveries(3),
+        GroupSetting::DeadLetter(TopicName::new("orders-dlq").unwrap()),
+    ];
+    client.join("orders", "audit", "a").await.unwrap();
+    client
+        .configure_group("orders", "audit", &settings)
+        .await
+        .unwrap();
+    let (code, _, said) = broker_cli(&nodes, &["cluster", "move", "orders", "--to", "1"]);
+    assert_eq!(code, Some(1));
+    assert!(said.contains("tied to orders-dlq"), "{said}");
+    assert_eq!(group_of(&nodes, 0, "orders"), Some(to), "it stayed");
+    client.publish("orders", 0, "after").await.unwrap();
+
+    // Every node restarted: the topic is where it went, whole.
+    for index in 0..3 {
+        nodes.kill(index);
+        nodes.restart(index);
+    }
+    nodes.spread(3, SETTLING);
+    let client = nodes.client().await;
+    let read = again(|| client.read("orders", 0, 0, 10_000, Duration::ZERO)).await;
+    assert_eq!(read.end_offset, ends[0] + 1);
+    assert_eq!(again(|| client.committed("orders", "g", 0)).await, ends[0]);
+    let (code, listed, _) = broker_cli(&nodes, &["cluster", "topics", "orders", "--json"]);
+    assert_eq!(code, Some(0));
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["topics"][0]["group"].as_i64(), Some(to), "{listed}");
 }

@@ -206,6 +206,7 @@ impl Command {
             Command::Cluster(ClusterCommand::Add(c)) => Some(&c.connect),
             Command::Cluster(ClusterCommand::Remove(c)) => Some(&c.connect),
             Command::Cluster(ClusterCommand::Transfer(c)) => Some(&c.connect),
+            Command::Cluster(ClusterCommand::Move(c)) => Some(&c.connect),
         }
     }
 }
@@ -515,6 +516,36 @@ for the new leader, as after a failover. Naming the node that leads changes noth
 or does not catch up within 20 seconds, the command fails saying so and the old leader leads
 on; if node 2 does not win, the command says which node leads.")]
     Transfer(Connected<TransferArgs>),
+    /// Move a topic, with its records, consumer groups, committed offsets and deliveries in
+    /// flight, to another Raft group of a cluster that spreads its topics over several
+    /// (`broker-server --cluster-data-groups`): to balance the groups' load, or to take it off
+    /// a group's nodes. Its clients go on: their calls pause while it moves, then reach it in
+    /// its new group.
+    #[command(
+        after_help = "Example (the cluster has groups 1 to 3; `broker cluster topics` shows where each topic is):
+  broker cluster move orders --to 3
+
+The group holding orders stops taking calls about it (they wait, as during an election), sends
+it whole to group 3 (every record it keeps, in memory or on disk, its groups' offsets and
+deliveries in flight, its idempotent producers' sequences), then drops it; from then on group
+3's leader serves it. Nothing acknowledged is lost or stored twice, and offsets do not change.
+A topic holding more than 64 MiB of records is refused (it travels as one entry of group 3's
+log), as is one tied to another by a dead-letter topic (records move to a dead-letter topic in
+one step, so both live in one group). If the move has not ended within 20 seconds, the command
+stops saying so, with exit status 3 (pending); the move goes on by itself."
+    )]
+    Move(Connected<MoveArgs>),
+}
+
+/// `broker cluster move`.
+#[derive(Debug, Args)]
+pub struct MoveArgs {
+    /// The topic to move.
+    #[arg(value_name = "TOPIC")]
+    pub topic: String,
+    /// The group it is to live in (1 is the first group; `broker cluster status` lists them).
+    #[arg(long, value_name = "GROUP")]
+    pub to: u32,
 }
 
 /// `broker cluster transfer`.

@@ -8,7 +8,9 @@ use broker_client::{
 };
 use futures::future::join_all;
 
-use crate::cli::{AddNodeArgs, ClusterStatusArgs, ClusterTopicsArgs, RemoveNodeArgs, TransferArgs};
+use crate::cli::{
+    AddNodeArgs, ClusterStatusArgs, ClusterTopicsArgs, MoveArgs, RemoveNodeArgs, TransferArgs,
+};
 use crate::connect::Server;
 
 /// How long `broker cluster status` waits for each node: one that is down must not hold up the
@@ -622,6 +624,43 @@ pub async fn transfer(server: &Server, args: TransferArgs) -> anyhow::Result<()>
             "the old leader follows now, and no new leader is known to it yet (term {}): \
              `broker cluster status` shows it",
             status.term
+        )?,
+    }
+    Ok(())
+}
+
+/// `broker cluster move`.
+pub async fn move_topic(server: &Server, args: MoveArgs) -> anyhow::Result<()> {
+    let client = server.connect().await?;
+    eprintln!(
+        "moving topic {} to group {} (calls about it pause until it has moved)",
+        args.topic, args.to
+    );
+    let placed = pending_apart(client.move_topic(&args.topic, args.to).await)?;
+    let leader = placed
+        .topics
+        .iter()
+        .find(|topic| topic.topic == args.topic)
+        .and_then(|topic| topic.leader);
+    let address = |id: u64| {
+        placed
+            .nodes
+            .iter()
+            .find(|node| node.node_id == id)
+            .map_or("?", |node| node.client_addr.as_str())
+    };
+    match leader {
+        Some(id) => outln!(
+            "topic {} is in group {}, served by node {id} at {}",
+            args.topic,
+            args.to,
+            address(id)
+        )?,
+        None => outln!(
+            "topic {} is in group {}, whose leader is being elected: `broker cluster topics` \
+             shows it in a moment",
+            args.topic,
+            args.to
         )?,
     }
     Ok(())

@@ -1479,6 +1479,43 @@ impl Client {
         }
     }
 
+    /// Moves `topic`, with its records, consumer groups, committed offsets, deliveries in
+    /// flight and idempotent producers' sequences, to Raft group `group` of a cluster that
+    /// spreads its topics over several (`broker-server --cluster-data-groups`); asked of any
+    /// node. Its clients go on meanwhile: their calls about it are answered `NotLeader` for
+    /// the moment it takes, and this client's handles ask again, as after a failover. Answers
+    /// where clients find the topic once its new group serves it (at once when it is there
+    /// already). A topic moves whole, as one entry of the new group's log, so one holding more
+    /// than 64 MiB of records is refused. Needs a server of protocol version 13.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument`, saying why: an unknown topic or group, a topic
+    /// too large, one tied to another by a dead-letter topic (they live in one group), a node
+    /// of an earlier release in the cluster, a cluster of one group, or a server that runs
+    /// alone; [`Error::Server`] with `Pending` when the move has not ended within 20 seconds
+    /// (it goes on); otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// let placed = client.move_topic("orders", 3).await?;
+    /// println!("orders is served by node {:?}", placed.topics[0].leader);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn move_topic(&self, topic: &str, group: u32) -> Result<BrokerMetadata, Error> {
+        let command = Command::MoveTopic {
+            topic: topic.to_owned(),
+            group,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Metadata(metadata) => Ok(metadata),
+            other => Err(unexpected("move_topic", &other)),
+        }
+    }
+
     /// Where to find `topic` (or every topic, with `None`): the nodes of the cluster with
     /// their client addresses, and the node serving each topic. A server that runs alone lists
     /// no nodes and serves every topic itself (`leader` is `None`). Needs a server of protocol

@@ -911,6 +911,17 @@ impl Cluster {
         }
     }
 
+    /// `Ok` unless another member of the group that answers cannot apply the changes that move
+    /// a topic between groups (see [`Cluster::check_feature`]): asked of the first group, of
+    /// which every node is a member, before a move.
+    ///
+    /// # Errors
+    /// [`ProposeError::Refused`], naming the first member that cannot.
+    pub async fn check_moves(&self) -> Result<(), ProposeError> {
+        self.check_feature(network::MOVES, "move topics between groups")
+            .await
+    }
+
     /// `Ok` unless another member of the group that answers does not have `feature` (it
     /// answers without it, or closes the connection at the question, as a node of an earlier
     /// release does): the refusal naming it then, saying it cannot `what`. A member that cannot

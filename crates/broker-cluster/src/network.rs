@@ -140,10 +140,14 @@ pub(crate) enum PeerRequest {
 }
 
 /// The features of this release a peer may ask about ([`PeerRequest::Features`]).
-pub(crate) const FEATURES: &[&str] = &[NAMED_COMMANDS];
+pub(crate) const FEATURES: &[&str] = &[NAMED_COMMANDS, MOVES];
 
 /// The feature of applying [`crate::Proposal::NamedCommands`].
 pub(crate) const NAMED_COMMANDS: &str = "named-commands";
+
+/// The feature of applying the changes that move a topic between groups
+/// ([`crate::ClusterChange::Depart`] and those after it).
+pub(crate) const MOVES: &str = "moves";
 
 /// What a node's release can do, as it tells its peers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

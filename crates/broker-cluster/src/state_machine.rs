@@ -133,6 +133,10 @@ pub trait Replica: Send + Sync + 'static {
     /// Drops `topic` and everything it holds, as a delete does; whether it existed.
     fn drop_topic(&self, topic: &str) -> bool;
 
+    /// The topics `topic` is tied to by dead-letter topics (see
+    /// [`broker_core::BrokerState::dead_letter_ties`]): it cannot leave without them.
+    fn dead_letter_ties(&self, topic: &str) -> Vec<String>;
+
     /// Why the state refuses every command, if it does: a record could not be read from disk
     /// while a change was applied (see [`broker_core::BrokerState::failure`]). The node then
     /// stops applying: its state may differ from the others'.
@@ -465,6 +469,20 @@ impl<R: Replica> StateMachine<R> {
                     results: vec![Ok(Outcome::Deleted(dropped))],
                     changed: vec![topic],
                     group: None,
+                }
+            }
+            ClusterChange::Depart { ref topic, .. }
+                if !replica.dead_letter_ties(topic).is_empty() =>
+            {
+                let ties = replica.dead_letter_ties(topic).join(", ");
+                let why = format!(
+                    "topic {topic:?} is tied to {ties} by dead-letter topics (a record moves to \
+                     its dead-letter topic in one step, within one group), so it cannot move alone"
+                );
+                Applied {
+                    results: vec![Err(BrokerError::InvalidArgument(why))],
+                    group: Some(0),
+                    ..Applied::default()
                 }
             }
             change => {

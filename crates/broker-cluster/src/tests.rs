@@ -121,6 +121,10 @@ impl Replica for Memory {
         self.state.lock().unwrap().import_topic(topic, image)
     }
 
+    fn dead_letter_ties(&self, topic: &str) -> Vec<String> {
+        self.state.lock().unwrap().dead_letter_ties(topic)
+    }
+
     fn drop_topic(&self, topic: &str) -> bool {
         let delete = Command::DeleteTopic {
             topic: topic.to_owned(),
@@ -935,6 +939,10 @@ impl Replica for Refusing {
 
     fn drop_topic(&self, _: &str) -> bool {
         false
+    }
+
+    fn dead_letter_ties(&self, _: &str) -> Vec<String> {
+        Vec::new()
     }
 
     fn failure(&self) -> Option<String> {

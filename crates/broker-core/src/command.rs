@@ -387,6 +387,16 @@ pub enum Command {
     /// topics over several (protocol version 10): as [`Command::ClusterStatus`] for each, with
     /// the topics each holds. Answered by the server about itself ([`Scope::Cluster`]).
     GroupsStatus,
+    /// Moves a topic, with its records, consumer groups, offsets and idempotent producers, to
+    /// another Raft group of a cluster that spreads its topics over several (protocol version
+    /// 13). Answered once the topic is served from that group, with where clients find it
+    /// ([`Outcome::Metadata`] of the topic). Answered by the server ([`Scope::Cluster`]).
+    MoveTopic {
+        /// Topic identifier.
+        topic: String,
+        /// The group it is to live in (1 is the first group).
+        group: u32,
+    },
 }
 
 /// What answers a command ([`CommandKind::scope`]).
@@ -430,6 +440,7 @@ impl CommandKind {
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
+            | CommandKind::MoveTopic
             | CommandKind::Metadata => Scope::Cluster,
             CommandKind::Create
             | CommandKind::Join
@@ -482,6 +493,7 @@ impl CommandKind {
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
+            | CommandKind::MoveTopic
             | CommandKind::Metadata => true,
             CommandKind::PublishIdempotent
             | CommandKind::CommitGroup
@@ -532,6 +544,7 @@ impl CommandKind {
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
+            | CommandKind::MoveTopic
             | CommandKind::Metadata => false,
             CommandKind::DeleteTopic | CommandKind::DeleteGroup => {
                 !matches!(outcome, Outcome::Deleted(false))
@@ -606,6 +619,7 @@ impl CommandKind {
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
+            | CommandKind::MoveTopic
             | CommandKind::Metadata => false,
         }
     }
@@ -647,6 +661,7 @@ impl CommandKind {
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
+            | CommandKind::MoveTopic
             | CommandKind::Metadata
             | CommandKind::Read
             | CommandKind::CommitGroup
@@ -693,6 +708,7 @@ impl CommandKind {
             CommandKind::PublishUntilFull => 8,
             CommandKind::ConfigureTopic => 9,
             CommandKind::GroupsStatus => 10,
+            CommandKind::MoveTopic => 13,
         }
     }
 
@@ -760,7 +776,8 @@ impl Command {
             | Command::OffsetForTime { topic, .. }
             | Command::Read { topic, .. }
             | Command::CommitGroup { topic, .. }
-            | Command::PublishIdempotent { topic, .. } => Some(topic),
+            | Command::PublishIdempotent { topic, .. }
+            | Command::MoveTopic { topic, .. } => Some(topic),
             Command::Describe { topic } | Command::Metadata { topic } => topic.as_deref(),
             Command::ClusterStatus
             | Command::GroupsStatus
@@ -812,6 +829,7 @@ impl Command {
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
+            | Command::MoveTopic { .. }
             | Command::Metadata { .. } => None,
         }
     }
@@ -910,6 +928,7 @@ impl Command {
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
+            | Command::MoveTopic { .. }
             | Command::Metadata { .. }
             | Command::Read { .. }
             | Command::CommitGroup { .. }
@@ -976,6 +995,7 @@ impl Command {
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
+            | Command::MoveTopic { .. }
             | Command::Metadata { .. }
             | Command::CommitGroup { .. }
             | Command::PublishIdempotent { .. } => None,
@@ -1027,6 +1047,7 @@ impl Command {
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
+            | Command::MoveTopic { .. }
             | Command::Metadata { .. }
             | Command::Read { .. }
             | Command::CommitGroup { .. } => None,
@@ -1101,6 +1122,7 @@ impl Command {
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
+            | Command::MoveTopic { .. }
             | Command::Metadata { .. }
             | Command::CommitGroup { .. }
             | Command::PublishIdempotent { .. } => None,

@@ -17,6 +17,7 @@ mod idempotence;
 mod kafka;
 mod limits;
 mod memory;
+mod moves;
 mod redeliver;
 mod validation;
 

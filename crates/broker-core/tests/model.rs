@@ -1123,6 +1123,7 @@ impl Model {
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
+            | Command::MoveTopic { .. }
             | Command::Metadata { .. } => Err(Answer::Invalid),
             Command::PublishIdempotent {
                 topic,
@@ -1625,6 +1626,7 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         | Command::AddNode { .. }
         | Command::RemoveNode { .. }
         | Command::TransferLeadership { .. }
+        | Command::MoveTopic { .. }
         | Command::Metadata { .. } => broker.apply(command.clone()),
         Command::PublishIdempotent {
             topic,

@@ -259,6 +259,10 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
         CommandKind::Metadata => Command::Metadata {
             topic: input.byte().is_multiple_of(2).then_some(topic),
         },
+        CommandKind::MoveTopic => Command::MoveTopic {
+            topic,
+            group: u32::from(input.byte() % 4),
+        },
         CommandKind::RetryAfter => {
             let (partition, offset) = delivery(input, now, &topic, &group);
             Command::RetryAfter {

@@ -26,7 +26,7 @@ pub const MAX_HELLO_FRAME: usize = 64 * 1024;
 /// Kafka's rules (`--names kafka`).
 /// A command belongs to the version that added it
 /// ([`broker_core::Command::since_version`]).
-pub const PROTOCOL_VERSION: u16 = 12;
+pub const PROTOCOL_VERSION: u16 = 13;
 
 /// The oldest protocol version a server still speaks: a client asking for any version from
 /// this one to [`PROTOCOL_VERSION`] is answered in the version it asked for, byte for byte as

@@ -68,6 +68,7 @@ fn command(kind: CommandKind) -> Command {
         },
         CommandKind::RemoveNode => Command::RemoveNode { node_id: 4 },
         CommandKind::TransferLeadership => Command::TransferLeadership { node_id: 2 },
+        CommandKind::MoveTopic => Command::MoveTopic { topic, group: 3 },
         CommandKind::Metadata => Command::Metadata { topic: None },
         CommandKind::Create => Command::Create {
             topic,

@@ -128,6 +128,7 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
         | Command::AddNode { .. }
         | Command::RemoveNode { .. }
         | Command::TransferLeadership { .. }
+        | Command::MoveTopic { .. }
         | Command::Metadata { .. } => {}
     }
 }

@@ -329,13 +329,38 @@ impl BrokerGuard<'_> {
         self.locked.state.export_topic(topic)
     }
 
-    /// Holds `topic` as `image` describes it (see [`BrokerState::import_topic`]).
+    /// Holds `topic` as `image` describes it (see [`BrokerState::import_topic`]), its members
+    /// each given a fresh session, as if they had just joined: a member whose consumer is
+    /// gone is removed a session timeout later.
     pub(crate) fn import_topic(
         &mut self,
         topic: &str,
         image: TopicImage,
     ) -> Result<(), BrokerError> {
-        self.locked.state.import_topic(topic, image)
+        let members: Vec<MemberKey> = image
+            .groups
+            .iter()
+            .flat_map(|(group, held)| {
+                held.members.iter().map(move |member| MemberKey {
+                    topic: topic.to_owned(),
+                    group: group.clone(),
+                    member: member.id.clone(),
+                })
+            })
+            .collect();
+        self.locked.state.import_topic(topic, image)?;
+        let now = Instant::now();
+        for member in members {
+            // Connection ids start at 1, so no connection's close removes these.
+            self.locked.sessions.joined(member, 0, now);
+        }
+        Ok(())
+    }
+
+    /// The topics `topic` is tied to by dead-letter topics (see
+    /// [`BrokerState::dead_letter_ties`]).
+    pub(crate) fn dead_letter_ties(&self, topic: &str) -> Vec<String> {
+        self.locked.state.dead_letter_ties(topic)
     }
 
     /// Drops `topic`, which moved to another group of the cluster: as a delete (unaudited, as

@@ -60,7 +60,7 @@ pub(crate) fn count(settings: &ClusterSettings, data_dir: Option<&Path>) -> usiz
 }
 
 /// The shard of `group`.
-fn shard_of_group(group: GroupId) -> usize {
+pub(crate) fn shard_of_group(group: GroupId) -> usize {
     group.saturating_sub(1) as usize
 }
 
@@ -83,6 +83,9 @@ pub(crate) fn start(shared: &Arc<Shared>, settings: &ClusterSettings, data_dir: 
         shared.tracker.spawn(add_groups(Arc::clone(shared)));
         shared.tracker.spawn(balance_leaders(Arc::clone(shared)));
         shared.tracker.spawn(follow_membership(Arc::clone(shared)));
+        shared
+            .tracker
+            .spawn(crate::moves::drive(Arc::clone(shared)));
     }
 }
 
@@ -960,7 +963,17 @@ pub(crate) fn topic_groups(shared: &Shared) -> BTreeMap<String, TopicGroup> {
         match cluster.is_member() {
             true => {
                 let names = shared.shards.get(shard).lock().topic_names();
-                topics.extend(names.into_iter().map(|name| (name, group.clone())));
+                // A topic arriving by a move is named by the group it leaves until it is
+                // placed here.
+                let placed_here = |name: &String| {
+                    first.cluster_state().borrow().group_of(name) == cluster.group()
+                };
+                topics.extend(
+                    names
+                        .into_iter()
+                        .filter(placed_here)
+                        .map(|name| (name, group.clone())),
+                );
             }
             false => {
                 elsewhere.insert(cluster.group(), group);
@@ -998,6 +1011,17 @@ pub(crate) async fn describe_group(
             .read_barrier_anywhere()
             .await
             .map_err(replicated::refusal)?;
+        let moving = topic.is_some_and(|topic| {
+            group
+                .cluster_state()
+                .borrow()
+                .departures
+                .contains_key(topic)
+        });
+        if moving {
+            // As its state machine answers every other call about it: ask again.
+            return Err(ErrorReply::NotLeader { leader: None });
+        }
         return shared
             .shards
             .get(shard)
@@ -1063,6 +1087,8 @@ pub(crate) async fn describe_all(shared: &Shared) -> Result<BrokerDescription, E
     }
     let mut all = all.unwrap_or_default();
     all.topics.sort_by(|a, b| a.name.cmp(&b.name));
+    // A topic moving is held by two groups for a moment, alike: listed once.
+    all.topics.dedup_by(|a, b| a.name == b.name);
     Ok(all)
 }
 

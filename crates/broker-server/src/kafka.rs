@@ -276,6 +276,8 @@ impl Backend for ServerBackend {
                 }
             }
             topics.sort_by(|a, b| a.name.cmp(&b.name));
+            // A topic moving is held by two groups for a moment, alike: listed once.
+            topics.dedup_by(|a, b| a.name == b.name);
             return Ok(topics);
         }
         match self

@@ -59,6 +59,7 @@ mod intake;
 mod kafka;
 mod listen;
 mod metrics;
+mod moves;
 mod process_metrics;
 mod reaper;
 mod replicated;

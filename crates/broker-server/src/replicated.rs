@@ -125,6 +125,10 @@ impl Replica for BrokerReplica {
         dropped
     }
 
+    fn dead_letter_ties(&self, topic: &str) -> Vec<String> {
+        self.broker.lock().dead_letter_ties(topic)
+    }
+
     fn failure(&self) -> Option<String> {
         self.broker.lock().failure()
     }

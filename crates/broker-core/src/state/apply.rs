@@ -121,6 +121,7 @@ impl BrokerState {
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
+            | Command::MoveTopic { .. }
             | Command::Metadata { .. } => Err(BrokerError::InvalidArgument(format!(
                 "{} is answered by a server about its cluster, not by the broker's state",
                 command.kind().name()

@@ -130,6 +130,33 @@ impl BrokerState {
         Ok(image)
     }
 
+    /// The topics `topic` is tied to by dead-letter topics, sorted and each once: those whose
+    /// consumer groups move records to it, and those its own groups move records to (created
+    /// or not yet; itself left out). A record moves to a dead-letter topic within one state, so
+    /// tied topics move together or not at all.
+    pub fn dead_letter_ties(&self, topic: &str) -> Vec<String> {
+        let dead_letters = |held: &Topic| -> Vec<String> {
+            held.groups
+                .values()
+                .filter_map(|group| group.settings.dead_letter.as_ref())
+                .map(|dead_letter| dead_letter.as_str().to_owned())
+                .collect()
+        };
+        let naming_it = self
+            .topics
+            .iter()
+            .filter(|(_, held)| dead_letters(held).iter().any(|name| name == topic))
+            .map(|(name, _)| name.clone());
+        let named = self.topics.get(topic).map(dead_letters).unwrap_or_default();
+        let mut ties: Vec<String> = naming_it
+            .chain(named)
+            .filter(|name| name != topic)
+            .collect();
+        ties.sort_unstable();
+        ties.dedup();
+        ties
+    }
+
     /// Holds `topic` from now on, as `image` (made by [`BrokerState::export_topic`], here or in
     /// another state) describes it, under an id of this state: every call then answers as it
     /// would have where the image was made (the same offsets, records, groups, positions,

@@ -1,0 +1,298 @@
+//! Moving a topic from one Raft group of a cluster to another (`MoveTopic`, `broker cluster
+//! move`) while its clients go on using it.
+//!
+//! A move is a sequence of entries, each in the log of the group it changes, so that a leader
+//! that fails at any step leaves the move where its successor finds it and carries on:
+//!
+//! 1. The group holding the topic commits `Depart { topic, to }`. From that entry on, its state
+//!    machine refuses every call about the topic (`Moving`: clients get `NotLeader` and ask
+//!    again, as during an election), so the topic holds still.
+//! 2. That group's leader exports the topic (with the records it keeps on disk) and has the
+//!    target group's leader commit `Arrive { topic, image }`. A target that refuses it (it
+//!    holds its most topics) makes the source commit `Stay`: the topic takes calls where it was.
+//! 3. The source commits `Departed`: it drops the topic, and still refuses calls about it.
+//! 4. The first group commits `Move { topic, from, to }`: every node sends the topic's calls
+//!    to the target from then on.
+//!
+//! Every read stays linearizable: no call reaches the target before step 4, and from step 1
+//! the source answers only from the state the target receives. Nothing acknowledged is lost
+//! or stored twice: the image is taken after the departure, and holds the groups' offsets and
+//! the idempotent producers' sequences, so a publish retried across the move is recognised.
+//!
+//! The image travels as one log entry of the target group, so a topic holding more than
+//! [`MAX_MOVE_BYTES`] of records is not moved.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use broker_cluster::{Cluster, ClusterChange, Departure, GroupId, Proposal, FIRST_GROUP};
+use broker_core::Outcome;
+use broker_proto::ErrorReply;
+use tracing::{info, warn};
+
+use crate::cluster_admin::{in_cluster, metadata};
+use crate::data_groups::{describe_group, shard_of_group, spread};
+use crate::replicated::refusal;
+use crate::shared::Shared;
+
+/// The most bytes of records a topic may hold to be moved: its image travels whole, as one
+/// entry of the target group's log, which every member holds in memory until it is applied.
+pub(crate) const MAX_MOVE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How long a move may take before its request is answered `Pending` (the move goes on):
+/// less than a client's default request timeout (30 s), so that the client hears why.
+const MOVE_WAIT: Duration = Duration::from_secs(20);
+
+/// How often a group's leader looks for moves to carry on.
+const DRIVE_EVERY: Duration = Duration::from_millis(100);
+
+/// Answers `MoveTopic`, on any node: starts the move of `topic` to group `to` (step 1), then
+/// waits until the first group places it there (the source group's leader carries the move
+/// out: see [`drive`]) and answers where clients find it.
+pub(crate) async fn move_topic(
+    shared: &Shared,
+    topic: String,
+    to: GroupId,
+) -> Result<Outcome, ErrorReply> {
+    let first = in_cluster(shared.cluster())?;
+    if !spread(shared) {
+        return Err(ErrorReply::InvalidArgument(
+            "this cluster keeps every topic in one Raft group: start its nodes with \
+             --cluster-data-groups N (every node the same) to spread topics over N groups, \
+             which topics can then move between"
+                .to_owned(),
+        ));
+    }
+    first.read_barrier_anywhere().await.map_err(refusal)?;
+    let (from, groups) = {
+        let state = first.cluster_state();
+        let state = state.borrow();
+        let groups: Vec<GroupId> = std::iter::once(FIRST_GROUP)
+            .chain(state.groups.keys().copied())
+            .collect();
+        (state.group_of(&topic), groups)
+    };
+    if !groups.contains(&to) {
+        let listed: Vec<String> = groups.iter().map(ToString::to_string).collect();
+        return Err(ErrorReply::InvalidArgument(format!(
+            "the cluster has no group {to}; its groups are {}",
+            listed.join(", ")
+        )));
+    }
+    let description = describe_group(shared, shard_of_group(from), Some(&topic)).await?;
+    let Some(held) = description.topics.first() else {
+        return Err(ErrorReply::InvalidArgument(format!(
+            "unknown topic {topic:?}"
+        )));
+    };
+    if from == to {
+        return metadata(shared, Some(first), Some(&topic)).await;
+    }
+    if held.retained_bytes > MAX_MOVE_BYTES {
+        return Err(ErrorReply::InvalidArgument(format!(
+            "topic {topic:?} holds {} bytes of records, and a topic moves whole, as one entry \
+             of the target group's log, so at most {MAX_MOVE_BYTES} bytes: purge it (`broker \
+             purge`) or let its retention bring it under that first",
+            held.retained_bytes
+        )));
+    }
+    first
+        .check_moves()
+        .await
+        .map_err(|refused| ErrorReply::InvalidArgument(refused.to_string()))?;
+    let source = shared
+        .group(shard_of_group(from))
+        .ok_or(ErrorReply::NotLeader { leader: None })?;
+    let depart = ClusterChange::Depart {
+        topic: topic.clone(),
+        to,
+    };
+    let applied = source
+        .propose_via_leader(Proposal::Cluster(depart))
+        .await
+        .map_err(refusal)?;
+    if let Some(Err(refused)) = applied.results.into_iter().next() {
+        return Err(ErrorReply::from(refused));
+    }
+    match applied.group {
+        Some(going) if going == to => {}
+        Some(0) | None => {
+            return Err(ErrorReply::InvalidArgument(format!(
+                "unknown topic {topic:?} (in group {from}, where it lived a moment ago)"
+            )))
+        }
+        Some(going) => {
+            return Err(ErrorReply::InvalidArgument(format!(
+                "topic {topic:?} is moving to group {going} already; once it has, move it again"
+            )))
+        }
+    }
+    info!(%topic, from, to, "topic moving");
+    if source.is_member() {
+        // This node's copy then holds the departure, so that a move given up shows.
+        source.read_barrier_anywhere().await.map_err(refusal)?;
+    }
+    wait_until_placed(first, source, &topic, from, to).await?;
+    metadata(shared, Some(first), Some(&topic)).await
+}
+
+/// Waits until this node's copy of the first group places `topic` in `to`: `Ok` then, an
+/// error when the move was given up (`source` took the topic back: seen only on a node that
+/// holds a copy of it, which must have applied the departure) or still goes on past
+/// [`MOVE_WAIT`].
+async fn wait_until_placed(
+    first: &Cluster,
+    source: &Cluster,
+    topic: &str,
+    from: GroupId,
+    to: GroupId,
+) -> Result<(), ErrorReply> {
+    let deadline = tokio::time::Instant::now() + MOVE_WAIT;
+    loop {
+        if first.cluster_state().borrow().group_of(topic) == to {
+            return Ok(());
+        }
+        let taken_back = source.is_member()
+            && !source
+                .cluster_state()
+                .borrow()
+                .departures
+                .contains_key(topic);
+        if taken_back && first.cluster_state().borrow().group_of(topic) == from {
+            return Err(ErrorReply::InvalidArgument(format!(
+                "group {to} did not take topic {topic:?}, which stays in group {from} (the \
+                 log of group {from}'s leader says why)"
+            )));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ErrorReply::Pending(format!(
+                "topic {topic:?} is moving from group {from} to group {to}, and has not \
+                 arrived yet: meanwhile its calls are answered NotLeader (clients ask again). \
+                 `broker cluster topics` shows where it is; the move goes on by itself"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// On every node, until the server shuts down: carries on the moves of the topics leaving
+/// each group this node leads (steps 2 to 4 of the module's documentation), and places the
+/// topics gone from them in the group they went to.
+pub(crate) async fn drive(shared: Arc<Shared>) {
+    // The last failure logged for each topic, so that a step failing alike is logged once.
+    let mut reported: BTreeMap<String, String> = BTreeMap::new();
+    loop {
+        tokio::select! {
+            () = shared.shutdown.cancelled() => return,
+            () = tokio::time::sleep(DRIVE_EVERY) => {}
+        }
+        for shard in 0..shared.shards.all().len() {
+            let Some(source) = shared.group(shard).filter(|group| group.is_leader()) else {
+                continue;
+            };
+            let departures: Vec<(String, Departure)> = source
+                .cluster_state()
+                .borrow()
+                .departures
+                .iter()
+                .map(|(topic, departure)| (topic.clone(), *departure))
+                .collect();
+            for (topic, departure) in departures {
+                match carry_on(&shared, shard, source, &topic, departure).await {
+                    Ok(()) => {
+                        reported.remove(&topic);
+                    }
+                    Err(why) => {
+                        if reported.get(&topic) != Some(&why) {
+                            warn!(%topic, from = source.group(), to = departure.to, cause = %why, "a move did not go on; trying again");
+                            reported.insert(topic, why);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Carries the move of `topic` out of the group of `shard` (`source`, which this node leads)
+/// one step further, or to its end; an error (a step to try again) saying why not.
+async fn carry_on(
+    shared: &Shared,
+    shard: usize,
+    source: &Cluster,
+    topic: &str,
+    departure: Departure,
+) -> Result<(), String> {
+    let first = shared.cluster().ok_or("this node is shutting down")?;
+    let (from, to) = (source.group(), departure.to);
+    if !departure.gone {
+        let image = shared
+            .shards
+            .get(shard)
+            .lock()
+            .export_topic(topic)
+            .map_err(|error| format!("the topic cannot be read: {error}"))?;
+        let bytes: u64 = image
+            .partitions
+            .iter()
+            .map(|partition| partition.retained_bytes)
+            .sum();
+        let target = shared
+            .group(shard_of_group(to))
+            .ok_or_else(|| format!("this node does not host group {to} yet"))?;
+        let taken = match bytes > MAX_MOVE_BYTES {
+            true => Err(format!(
+                "it holds {bytes} bytes of records, more than a move takes ({MAX_MOVE_BYTES})"
+            )),
+            false => {
+                let arrive = ClusterChange::Arrive {
+                    topic: topic.to_owned(),
+                    image: Box::new(image),
+                };
+                let applied = target
+                    .propose_via_leader(Proposal::Cluster(arrive))
+                    .await
+                    .map_err(|error| format!("group {to} did not answer: {error}"))?;
+                match applied.results.into_iter().next() {
+                    Some(Ok(_)) => Ok(()),
+                    Some(Err(refused)) => Err(refused.to_string()),
+                    None => return Err(format!("group {to} did not answer the arrival")),
+                }
+            }
+        };
+        let next = match taken {
+            Ok(()) => ClusterChange::Departed {
+                topic: topic.to_owned(),
+            },
+            Err(why) => {
+                warn!(%topic, from, to, cause = %why, "group {to} did not take topic {topic:?}, which stays in group {from}");
+                ClusterChange::Stay {
+                    topic: topic.to_owned(),
+                }
+            }
+        };
+        let stays = matches!(next, ClusterChange::Stay { .. });
+        source
+            .propose(Proposal::Cluster(next))
+            .await
+            .map_err(|error| format!("group {from} did not commit the step: {error}"))?;
+        if stays {
+            return Ok(());
+        }
+    }
+    if first.cluster_state().borrow().group_of(topic) != from {
+        return Ok(());
+    }
+    let placed = ClusterChange::Move {
+        topic: topic.to_owned(),
+        from,
+        to,
+    };
+    first
+        .propose_via_leader(Proposal::Cluster(placed))
+        .await
+        .map_err(|error| format!("the first group did not place it: {error}"))?;
+    info!(%topic, from, to, "topic moved from group {from} to group {to}");
+    Ok(())
+}
