@@ -1890,3 +1890,95 @@ async fn kafkas_dotted_names_are_taken_on_every_listener_where_the_server_takes_
         assert!(!listed.contains("orders.v1"), "{listed}");
     }
 }
+
+/// An idempotent Kafka producer (librdkafka) keeps producing to a topic while `broker cluster
+/// move` moves it to another group: every record it was told was delivered is there once, at
+/// the offset it was told, and a Kafka consumer group reads them all from the new group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_kafka_producer_follows_a_topic_moving_to_another_group() {
+    if !clients_installed() {
+        return;
+    }
+    let nodes = Nodes::start_with(
+        3,
+        None,
+        &[
+            "--kafka-listen",
+            "127.0.0.1:0",
+            "--cluster-data-groups",
+            "3",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    nodes.spread(3, Duration::from_secs(60));
+    let client = nodes.client().await;
+    let limits = [TopicSetting::Retention(Retention::Limits)];
+    let created = client
+        .create_topic("moving", 2, KeyHash::default(), &limits)
+        .await
+        .unwrap();
+    assert!(created);
+    let from = nodes.samples(0, "topic_shard")["moving"] + 1;
+    let to = u32::try_from(from % 3 + 1).unwrap();
+    let everyone: Vec<String> = (0..3)
+        .map(|index| {
+            let node = nodes.running[index].as_ref().unwrap();
+            node.kafka_addr.unwrap().to_string()
+        })
+        .collect();
+    let bootstrap = everyone.join(",");
+    // 1,000 records over about two seconds (a pause every 10), the move in the middle.
+    let producing = tokio::task::spawn_blocking({
+        let bootstrap = bootstrap.clone();
+        move || {
+            python(&[
+                "produce",
+                &bootstrap,
+                "moving",
+                "1000",
+                "--idempotent",
+                "--pace-ms",
+                "20",
+            ])
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let placed = client.move_topic("moving", to).await.unwrap();
+    assert!(placed.topics[0].leader.is_some(), "{placed:?}");
+    assert!(
+        !producing.is_finished(),
+        "the producer ran through the move"
+    );
+    let report = producing.await.unwrap();
+    let delivered = report["delivered"].as_array().unwrap();
+    assert_eq!(delivered.len(), 1_000);
+    // Each delivery report's offset holds its record, and nothing else is there.
+    let mut ends = [0_i64; 2];
+    for record in delivered {
+        let partition = usize::try_from(record["partition"].as_i64().unwrap()).unwrap();
+        ends[partition] = ends[partition].max(record["offset"].as_i64().unwrap() + 1);
+    }
+    for (partition, end) in ends.iter().enumerate() {
+        let partition = i32::try_from(partition).unwrap();
+        assert_eq!(client.end_offset("moving", partition).await.unwrap(), *end);
+    }
+    assert_eq!(ends.iter().sum::<i64>(), 1_000, "no record stored twice");
+    let report = python(&[
+        "group",
+        &bootstrap,
+        "moving",
+        "after-the-move",
+        "1000",
+        "--consumers",
+        "1",
+    ]);
+    assert_eq!(group_records(&report).len(), 1_000);
+    let lag = client.lag("moving", "after-the-move").await.unwrap();
+    assert!(lag.iter().all(|row| row.lag == 0), "{lag:?}");
+    assert_eq!(
+        nodes.samples(1, "topic_shard")["moving"] + 1,
+        i64::from(to),
+        "placed in its new group"
+    );
+}

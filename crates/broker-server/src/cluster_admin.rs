@@ -112,7 +112,11 @@ async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorRepl
             Ok(Outcome::ClusterStatus(status(cluster)))
         }
         Command::Metadata { topic } => metadata(shared, cluster, topic.as_deref()).await,
-        Command::MoveTopic { topic, group } => crate::moves::move_topic(shared, topic, group).await,
+        Command::MoveTopic { topic, group } => {
+            let first = in_cluster(cluster)?;
+            crate::moves::move_topic(shared, first, &topic, group).await?;
+            metadata(shared, Some(first), Some(&topic)).await
+        }
         // Admitted here only when its scope is the cluster's.
         broker => Err(ErrorReply::InvalidArgument(format!(
             "{} is not a command about the cluster",
@@ -198,7 +202,7 @@ async fn groups_follow(
 }
 
 /// The cluster, or the refusal of a server that runs alone.
-pub(crate) fn in_cluster(cluster: Option<&Cluster>) -> Result<&Cluster, ErrorReply> {
+fn in_cluster(cluster: Option<&Cluster>) -> Result<&Cluster, ErrorReply> {
     cluster.ok_or_else(|| {
         ErrorReply::InvalidArgument(
             "this server runs alone, not as a node of a cluster (a cluster's nodes are \
@@ -267,7 +271,7 @@ fn groups_status(shared: &Shared) -> Vec<GroupStatus> {
 /// The nodes and the node that serves each topic (in a cluster, the leader serves every topic;
 /// asked of another node, the request is refused with the leader's address). The topics are
 /// read after the leader confirmed it still leads, so that the answer is not stale.
-pub(crate) async fn metadata(
+async fn metadata(
     shared: &Shared,
     cluster: Option<&Cluster>,
     topic: Option<&str>,

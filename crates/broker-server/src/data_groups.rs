@@ -83,9 +83,6 @@ pub(crate) fn start(shared: &Arc<Shared>, settings: &ClusterSettings, data_dir: 
         shared.tracker.spawn(add_groups(Arc::clone(shared)));
         shared.tracker.spawn(balance_leaders(Arc::clone(shared)));
         shared.tracker.spawn(follow_membership(Arc::clone(shared)));
-        shared
-            .tracker
-            .spawn(crate::moves::drive(Arc::clone(shared)));
     }
 }
 

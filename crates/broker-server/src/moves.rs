@@ -27,11 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use broker_cluster::{Cluster, ClusterChange, Departure, GroupId, Proposal, FIRST_GROUP};
-use broker_core::Outcome;
 use broker_proto::ErrorReply;
 use tracing::{info, warn};
 
-use crate::cluster_admin::{in_cluster, metadata};
 use crate::data_groups::{describe_group, shard_of_group, spread};
 use crate::replicated::refusal;
 use crate::shared::Shared;
@@ -47,15 +45,16 @@ const MOVE_WAIT: Duration = Duration::from_secs(20);
 /// How often a group's leader looks for moves to carry on.
 const DRIVE_EVERY: Duration = Duration::from_millis(100);
 
-/// Answers `MoveTopic`, on any node: starts the move of `topic` to group `to` (step 1), then
-/// waits until the first group places it there (the source group's leader carries the move
-/// out: see [`drive`]) and answers where clients find it.
+/// Carries `MoveTopic` out, on any node (`first`, its first group): starts the move of `topic`
+/// to group `to` (step 1), then waits until the first group places it there (the source
+/// group's leader carries the move out: see [`drive`]). `Ok` once this node's copy of the
+/// first group places it there (at once when it is there already).
 pub(crate) async fn move_topic(
     shared: &Shared,
-    topic: String,
+    first: &Cluster,
+    topic: &str,
     to: GroupId,
-) -> Result<Outcome, ErrorReply> {
-    let first = in_cluster(shared.cluster())?;
+) -> Result<(), ErrorReply> {
     if !spread(shared) {
         return Err(ErrorReply::InvalidArgument(
             "this cluster keeps every topic in one Raft group: start its nodes with \
@@ -71,7 +70,7 @@ pub(crate) async fn move_topic(
         let groups: Vec<GroupId> = std::iter::once(FIRST_GROUP)
             .chain(state.groups.keys().copied())
             .collect();
-        (state.group_of(&topic), groups)
+        (state.group_of(topic), groups)
     };
     if !groups.contains(&to) {
         let listed: Vec<String> = groups.iter().map(ToString::to_string).collect();
@@ -80,14 +79,14 @@ pub(crate) async fn move_topic(
             listed.join(", ")
         )));
     }
-    let description = describe_group(shared, shard_of_group(from), Some(&topic)).await?;
+    let description = describe_group(shared, shard_of_group(from), Some(topic)).await?;
     let Some(held) = description.topics.first() else {
         return Err(ErrorReply::InvalidArgument(format!(
             "unknown topic {topic:?}"
         )));
     };
     if from == to {
-        return metadata(shared, Some(first), Some(&topic)).await;
+        return Ok(());
     }
     if held.retained_bytes > MAX_MOVE_BYTES {
         return Err(ErrorReply::InvalidArgument(format!(
@@ -105,7 +104,7 @@ pub(crate) async fn move_topic(
         .group(shard_of_group(from))
         .ok_or(ErrorReply::NotLeader { leader: None })?;
     let depart = ClusterChange::Depart {
-        topic: topic.clone(),
+        topic: topic.to_owned(),
         to,
     };
     let applied = source
@@ -133,15 +132,15 @@ pub(crate) async fn move_topic(
         // This node's copy then holds the departure, so that a move given up shows.
         source.read_barrier_anywhere().await.map_err(refusal)?;
     }
-    wait_until_placed(first, source, &topic, from, to).await?;
-    metadata(shared, Some(first), Some(&topic)).await
+    wait_until_placed(shared, first, source, topic, from, to).await
 }
 
 /// Waits until this node's copy of the first group places `topic` in `to`: `Ok` then, an
-/// error when the move was given up (`source` took the topic back: seen only on a node that
-/// holds a copy of it, which must have applied the departure) or still goes on past
-/// [`MOVE_WAIT`].
+/// error when the move was given up (`source` took the topic back: seen in this node's copy
+/// of it, which must have applied the departure, or asked of its leader) or still goes on
+/// past [`MOVE_WAIT`].
 async fn wait_until_placed(
+    shared: &Shared,
     first: &Cluster,
     source: &Cluster,
     topic: &str,
@@ -149,16 +148,25 @@ async fn wait_until_placed(
     to: GroupId,
 ) -> Result<(), ErrorReply> {
     let deadline = tokio::time::Instant::now() + MOVE_WAIT;
+    let mut round: u64 = 0;
     loop {
+        round += 1;
         if first.cluster_state().borrow().group_of(topic) == to {
             return Ok(());
         }
-        let taken_back = source.is_member()
-            && !source
+        let taken_back = match source.is_member() {
+            true => !source
                 .cluster_state()
                 .borrow()
                 .departures
-                .contains_key(topic);
+                .contains_key(topic),
+            // Asked of the group's leader now and then (an entry of its log): a topic leaving
+            // is answered `NotLeader`, one that stayed is described.
+            false if round % 10 == 9 => describe_group(shared, shard_of_group(from), Some(topic))
+                .await
+                .is_ok(),
+            false => false,
+        };
         if taken_back && first.cluster_state().borrow().group_of(topic) == from {
             return Err(ErrorReply::InvalidArgument(format!(
                 "group {to} did not take topic {topic:?}, which stays in group {from} (the \

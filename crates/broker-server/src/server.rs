@@ -62,6 +62,10 @@ pub(crate) async fn serve(
                 .and_then(|kafka| kafka.local_addr().ok());
             let started = replicated::start(&shared, settings, dir, listening, kafka).await?;
             crate::data_groups::start(&shared, settings, dir);
+            // Every node: one that leads a group carries the moves of its topics out.
+            shared
+                .tracker
+                .spawn(crate::moves::drive(Arc::clone(&shared)));
             Some(started)
         }
         _ => None,

@@ -22,46 +22,7 @@ impl BrokerState {
         }
         let mut retained = 0;
         for (name, topic) in &self.topics {
-            // Any name a broker may take: rules narrower than the ones a topic was created under
-            // refuse calls naming it, but never the state that holds it.
-            NameRules::Kafka
-                .check("topic", name)
-                .map_err(|error| error.to_string())?;
-            let count = topic.partitions.len();
-            if !(1..=crate::MAX_PARTITIONS_LIMIT as usize).contains(&count) {
-                return Err(format!("topic {name:?} has {count} partitions"));
-            }
-            topic
-                .settings
-                .check()
-                .map_err(|why| format!("topic {name:?}: {why}"))?;
-            for (partition, log) in topic.partitions.iter().enumerate() {
-                let bytes: u64 = log.records.iter().map(StoredRecord::size).sum();
-                // `end()` must not overflow: offsets are added to, never wrapped.
-                let ends = log
-                    .cold_end()
-                    .checked_add(log.records.len() as i64)
-                    .is_some();
-                // Evicted records, when there are any, are the oldest retained ones.
-                let cold_ok = log.cold.as_ref().is_none_or(|cold| cold.end > log.base);
-                // Times never decrease, up to the last one appended (time lookups search them).
-                let times_ok = log
-                    .earliest_timestamp()
-                    .into_iter()
-                    .chain(log.records.iter().map(|record| record.timestamp_ms))
-                    .chain(std::iter::once(log.last_timestamp_ms))
-                    .try_fold(i64::MIN, |last, time| (time >= last).then_some(time))
-                    .is_some();
-                if log.base < 0 || !ends || !cold_ok || !times_ok || bytes != log.memory_bytes {
-                    return Err(format!("topic {name:?} partition {partition}: bad log"));
-                }
-                retained += log.retained_bytes();
-            }
-            for (group_name, group) in &topic.groups {
-                group
-                    .check_consistency(topic)
-                    .map_err(|why| format!("topic {name:?} group {group_name:?}: {why}"))?;
-            }
+            retained += check_topic(name, topic)?;
         }
         if retained != self.memory.retained {
             return Err(format!(
@@ -71,6 +32,53 @@ impl BrokerState {
         }
         Ok(())
     }
+}
+
+/// The invariants of [`BrokerState::check_consistency`] for one topic named `name`; the bytes
+/// it retains.
+pub(super) fn check_topic(name: &str, topic: &Topic) -> Result<u64, String> {
+    let mut retained = 0;
+    // Any name a broker may take: rules narrower than the ones a topic was created under
+    // refuse calls naming it, but never the state that holds it.
+    NameRules::Kafka
+        .check("topic", name)
+        .map_err(|error| error.to_string())?;
+    let count = topic.partitions.len();
+    if !(1..=crate::MAX_PARTITIONS_LIMIT as usize).contains(&count) {
+        return Err(format!("topic {name:?} has {count} partitions"));
+    }
+    topic
+        .settings
+        .check()
+        .map_err(|why| format!("topic {name:?}: {why}"))?;
+    for (partition, log) in topic.partitions.iter().enumerate() {
+        let bytes: u64 = log.records.iter().map(StoredRecord::size).sum();
+        // `end()` must not overflow: offsets are added to, never wrapped.
+        let ends = log
+            .cold_end()
+            .checked_add(log.records.len() as i64)
+            .is_some();
+        // Evicted records, when there are any, are the oldest retained ones.
+        let cold_ok = log.cold.as_ref().is_none_or(|cold| cold.end > log.base);
+        // Times never decrease, up to the last one appended (time lookups search them).
+        let times_ok = log
+            .earliest_timestamp()
+            .into_iter()
+            .chain(log.records.iter().map(|record| record.timestamp_ms))
+            .chain(std::iter::once(log.last_timestamp_ms))
+            .try_fold(i64::MIN, |last, time| (time >= last).then_some(time))
+            .is_some();
+        if log.base < 0 || !ends || !cold_ok || !times_ok || bytes != log.memory_bytes {
+            return Err(format!("topic {name:?} partition {partition}: bad log"));
+        }
+        retained += log.retained_bytes();
+    }
+    for (group_name, group) in &topic.groups {
+        group
+            .check_consistency(topic)
+            .map_err(|why| format!("topic {name:?} group {group_name:?}: {why}"))?;
+    }
+    Ok(retained)
 }
 
 impl Group {

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+use super::check::check_topic;
 use super::group::{Group, GroupPartition, Member};
 use super::idempotence::{Producer, RecentBatch, Sequences, RECENT_BATCHES};
 use super::log::{Cold, PartitionLog, StoredRecord};
@@ -184,20 +185,10 @@ impl BrokerState {
         image.id = self.next_topic_id;
         let imported = topic_from(image, None)
             .map_err(|why| BrokerError::invalid(format!("topic {topic:?}: {why}")))?;
-        let bytes: u64 = imported
-            .partitions
-            .iter()
-            .map(PartitionLog::retained_bytes)
-            .sum();
+        let bytes = check_topic(topic, &imported).map_err(BrokerError::InvalidArgument)?;
         self.topics.insert(topic.to_owned(), imported);
         self.memory.retained += bytes;
         self.next_topic_id += 1;
-        if let Err(why) = self.check_consistency() {
-            self.topics.remove(topic);
-            self.memory.retained -= bytes;
-            self.next_topic_id -= 1;
-            return Err(BrokerError::invalid(format!("topic {topic:?}: {why}")));
-        }
         Ok(())
     }
 
