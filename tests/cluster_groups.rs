@@ -839,3 +839,75 @@ async fn a_topic_moves_to_another_group_while_a_client_publishes_to_it() {
     let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
     assert_eq!(listed["topics"][0]["group"].as_i64(), Some(to), "{listed}");
 }
+
+/// `broker cluster balance` spreads topics gathered in one group over every group, one move at
+/// a time, each keeping its records; `--dry-run` says what it would do and does nothing; once
+/// balanced, it has nothing to move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn balancing_spreads_the_topics_of_one_group_over_every_group() {
+    let nodes = Nodes::start_with(
+        3,
+        None,
+        &[
+            "--cluster-data-groups",
+            "3",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    nodes.spread(3, SETTLING);
+    let client = nodes.client().await;
+    let topics = ["t1", "t2", "t3", "t4", "t5", "t6"];
+    for topic in topics {
+        assert!(client.create(topic, 1).await.unwrap());
+        client.publish(topic, 0, topic.to_owned()).await.unwrap();
+        client.move_topic(topic, 1).await.unwrap();
+    }
+    let per_group = || {
+        let mut counts: BTreeMap<i64, usize> = BTreeMap::new();
+        for topic in topics {
+            *counts
+                .entry(group_of(&nodes, 0, topic).unwrap())
+                .or_default() += 1;
+        }
+        counts
+    };
+    assert_eq!(per_group(), BTreeMap::from([(1, 6)]));
+
+    let (code, planned, said) = broker_cli(&nodes, &["cluster", "balance", "--dry-run"]);
+    assert_eq!(code, Some(0), "{said}");
+    let would: Vec<&str> = planned
+        .lines()
+        .filter(|line| line.starts_with("would move"))
+        .collect();
+    assert_eq!(would.len(), 4, "{planned}");
+    assert!(
+        planned.contains("would be: group 1: 2 partitions in 2 topics; group 2: 2 partitions"),
+        "{planned}"
+    );
+    assert_eq!(
+        per_group(),
+        BTreeMap::from([(1, 6)]),
+        "a dry run moves nothing"
+    );
+
+    let (code, done, said) = broker_cli(&nodes, &["cluster", "balance"]);
+    assert_eq!(code, Some(0), "{said}");
+    eprintln!("{done}");
+    assert_eq!(
+        done.lines()
+            .filter(|line| line.starts_with("moved "))
+            .count(),
+        4,
+        "{done}"
+    );
+    assert_eq!(per_group(), BTreeMap::from([(1, 2), (2, 2), (3, 2)]));
+    for topic in topics {
+        let read = client.read(topic, 0, 0, 10, Duration::ZERO).await.unwrap();
+        let payloads: Vec<&[u8]> = read.records.iter().map(|r| &r.payload[..]).collect();
+        assert_eq!(payloads, [topic.as_bytes()], "{topic}");
+    }
+    let (code, again, _) = broker_cli(&nodes, &["cluster", "balance"]);
+    assert_eq!(code, Some(0));
+    assert!(again.contains("nothing to move"), "{again}");
+}

@@ -207,6 +207,7 @@ impl Command {
             Command::Cluster(ClusterCommand::Remove(c)) => Some(&c.connect),
             Command::Cluster(ClusterCommand::Transfer(c)) => Some(&c.connect),
             Command::Cluster(ClusterCommand::Move(c)) => Some(&c.connect),
+            Command::Cluster(ClusterCommand::Balance(c)) => Some(&c.connect),
         }
     }
 }
@@ -535,6 +536,31 @@ one step, so both live in one group). If the move has not ended within 20 second
 stops saying so, with exit status 3 (pending); the move goes on by itself."
     )]
     Move(Connected<MoveArgs>),
+    /// Spread the topics over the Raft groups of a cluster that has several (`broker-server
+    /// --cluster-data-groups`), one move at a time, until no move brings the groups' partition
+    /// counts closer together: after groups or nodes were added, or topics created in one
+    /// group. New topics spread by themselves; this moves existing ones. The groups' leaders
+    /// spread over the nodes by themselves.
+    #[command(after_help = "Example:
+  broker cluster balance --dry-run     # the moves it would make
+  broker cluster balance
+
+Each move is `broker cluster move`: the topic's calls pause while it moves (a few tens of
+milliseconds for a small topic), nothing is lost, offsets stay. It takes a topic of the group
+holding the most partitions to the group holding the fewest: the largest topic whose move
+narrows their gap. A topic that cannot move (more than 64 MiB of records, or tied to another
+by a dead-letter topic) is left where it is, saying why, and the others are balanced around
+it. Balance counts partitions, not bytes or traffic: move a busy topic by hand with `broker
+cluster move`.")]
+    Balance(Connected<BalanceArgs>),
+}
+
+/// `broker cluster balance`.
+#[derive(Debug, Args)]
+pub struct BalanceArgs {
+    /// Print the moves it would make, and make none.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// `broker cluster move`.

@@ -1,5 +1,6 @@
 //! `broker cluster`: what each node of a cluster knows of it, and adding and removing nodes.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail};
@@ -9,9 +10,11 @@ use broker_client::{
 use futures::future::join_all;
 
 use crate::cli::{
-    AddNodeArgs, ClusterStatusArgs, ClusterTopicsArgs, MoveArgs, RemoveNodeArgs, TransferArgs,
+    AddNodeArgs, BalanceArgs, ClusterStatusArgs, ClusterTopicsArgs, MoveArgs, RemoveNodeArgs,
+    TransferArgs,
 };
 use crate::connect::Server;
+use crate::output::plural;
 
 /// How long `broker cluster status` waits for each node: one that is down must not hold up the
 /// others' rows for long.
@@ -666,6 +669,158 @@ pub async fn move_topic(server: &Server, args: MoveArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `broker cluster balance`.
+pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
+    let client = server.connect().await?;
+    let metadata = client.metadata(None).await?;
+    if metadata.nodes.is_empty() {
+        bail!("this server runs alone, not as a node of a cluster: it has no groups to balance");
+    }
+    let addrs: Vec<&str> = metadata
+        .nodes
+        .iter()
+        .map(|node| node.client_addr.as_str())
+        .collect();
+    let rows = groups(server, &addrs).await;
+    if rows.len() < 2 {
+        bail!(
+            "this cluster keeps every topic in one Raft group: start its nodes with \
+             --cluster-data-groups N (every node the same) to spread topics over N groups"
+        );
+    }
+    let partitions: BTreeMap<&str, i32> = metadata
+        .topics
+        .iter()
+        .map(|topic| (topic.topic.as_str(), topic.partition_count))
+        .collect();
+    let mut layout: BTreeMap<u32, Vec<(String, i32)>> = rows
+        .iter()
+        .map(|row| {
+            let topics = row
+                .topics
+                .iter()
+                .filter_map(|topic| Some((topic.clone(), *partitions.get(topic.as_str())?)))
+                .collect();
+            (row.group, topics)
+        })
+        .collect();
+    outln!("before: {}", loads(&layout))?;
+    let mut unmovable = BTreeSet::new();
+    let mut moved = 0;
+    while let Some(planned) = next_move(&layout, &unmovable) {
+        let PlannedMove {
+            topic,
+            partitions,
+            from,
+            to,
+        } = &planned;
+        if args.dry_run {
+            outln!(
+                "would move {topic} ({partitions} partition{}) from group {from} to group {to}",
+                plural(*partitions)
+            )?;
+            planned.apply(&mut layout);
+            continue;
+        }
+        let started = std::time::Instant::now();
+        match client.move_topic(topic, *to).await {
+            Ok(_) => {
+                outln!(
+                    "moved {topic} ({partitions} partition{}) from group {from} to group {to} \
+                     in {:.1} s",
+                    plural(*partitions),
+                    started.elapsed().as_secs_f64()
+                )?;
+                planned.apply(&mut layout);
+                moved += 1;
+            }
+            Err(Error::Broker(BrokerError::InvalidArgument(why))) => {
+                outln!("left {topic} in group {from}: {why}")?;
+                unmovable.insert(topic.clone());
+            }
+            // A move that goes on past the server's wait: said so, exit status 3.
+            Err(error) => return pending_apart(Err(error)),
+        }
+    }
+    let verb = if args.dry_run { "would be" } else { "after" };
+    outln!("{verb}: {}", loads(&layout))?;
+    if !args.dry_run && moved == 0 {
+        outln!("nothing to move: no move brings the groups' partitions closer together")?;
+    }
+    Ok(())
+}
+
+/// Each group's partitions and topics, on one line.
+fn loads(layout: &BTreeMap<u32, Vec<(String, i32)>>) -> String {
+    layout
+        .iter()
+        .map(|(group, topics)| {
+            let partitions: i32 = topics.iter().map(|(_, partitions)| partitions).sum();
+            format!(
+                "group {group}: {partitions} partition{} in {} topic{}",
+                plural(partitions),
+                topics.len(),
+                plural(topics.len())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The next move that brings the groups' partition counts closer together: a topic of the
+/// group holding the most partitions to the group holding the fewest, the largest topic whose
+/// move narrows their gap (topics in `unmovable` left out); `None` once no move does.
+/// `groups` maps each group to its topics and their partition counts.
+fn next_move(
+    groups: &BTreeMap<u32, Vec<(String, i32)>>,
+    unmovable: &BTreeSet<String>,
+) -> Option<PlannedMove> {
+    let load = |group: &u32| -> i64 {
+        groups[group]
+            .iter()
+            .map(|(_, partitions)| i64::from(*partitions))
+            .sum()
+    };
+    // Ties: the lowest id holding the most, the lowest id holding the fewest.
+    let most = groups
+        .keys()
+        .max_by_key(|group| (load(group), std::cmp::Reverse(**group)))?;
+    let fewest = groups.keys().min_by_key(|group| (load(group), **group))?;
+    let gap = load(most) - load(fewest);
+    groups[most]
+        .iter()
+        .filter(|(topic, partitions)| !unmovable.contains(topic) && i64::from(*partitions) < gap)
+        .max_by_key(|(topic, partitions)| (*partitions, std::cmp::Reverse(topic.clone())))
+        .map(|(topic, partitions)| PlannedMove {
+            topic: topic.clone(),
+            partitions: *partitions,
+            from: *most,
+            to: *fewest,
+        })
+}
+
+/// One move of a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PlannedMove {
+    topic: String,
+    partitions: i32,
+    from: u32,
+    to: u32,
+}
+
+impl PlannedMove {
+    /// Applies the move to `groups`.
+    fn apply(&self, groups: &mut BTreeMap<u32, Vec<(String, i32)>>) {
+        if let Some(topics) = groups.get_mut(&self.from) {
+            topics.retain(|(topic, _)| *topic != self.topic);
+        }
+        groups
+            .entry(self.to)
+            .or_default()
+            .push((self.topic.clone(), self.partitions));
+    }
+}
+
 /// What the leader knows of the cluster (a follower may not have applied the last membership
 /// change yet), asked through `client` or at the leader's address; `None` if it cannot say.
 /// Whether a further group (past the first) of the cluster, as the nodes `client`'s node
@@ -802,5 +957,50 @@ mod tests {
             ]
         );
         assert!(catching_up(&groups[4..]).is_empty());
+    }
+
+    /// Groups holding the topics given with their partition counts.
+    fn layout(groups: &[(u32, &[(&str, i32)])]) -> BTreeMap<u32, Vec<(String, i32)>> {
+        groups
+            .iter()
+            .map(|(group, topics)| {
+                let topics = topics
+                    .iter()
+                    .map(|(topic, partitions)| ((*topic).to_owned(), *partitions))
+                    .collect();
+                (*group, topics)
+            })
+            .collect()
+    }
+
+    /// Every move [`next_move`] makes from `groups`, in order, with `unmovable` left alone.
+    fn plan(groups: &[(u32, &[(&str, i32)])], unmovable: &[&str]) -> Vec<(String, u32, u32)> {
+        let mut groups = layout(groups);
+        let unmovable: BTreeSet<String> = unmovable.iter().map(|t| (*t).to_owned()).collect();
+        let mut moves = Vec::new();
+        while let Some(planned) = next_move(&groups, &unmovable) {
+            planned.apply(&mut groups);
+            moves.push((planned.topic, planned.from, planned.to));
+            assert!(moves.len() < 100, "a plan that never ends: {moves:?}");
+        }
+        moves
+    }
+
+    #[test]
+    fn balancing_moves_the_largest_topic_that_narrows_the_widest_gap_until_none_does() {
+        let crowded: &[(&str, i32)] = &[("a", 4), ("b", 2), ("c", 1), ("d", 1)];
+        let groups = [(1, crowded), (2, &[][..]), (3, &[("e", 1)][..])];
+        // 8, 0, 1; then 4, 4, 1; then 2, 4, 3, where a (4 partitions) cannot narrow a gap of 2.
+        let to = |topic: &str, from, to| (topic.to_owned(), from, to);
+        assert_eq!(plan(&groups, &[]), [to("a", 1, 2), to("b", 1, 3)]);
+        // A topic that cannot move stays, and the others are spread around it.
+        assert_eq!(
+            plan(&groups, &["a"]),
+            [to("b", 1, 2), to("c", 1, 3), to("d", 1, 2)]
+        );
+        // Balanced already, or one group: nothing to do.
+        let even = [(1, &[("a", 2)][..]), (2, &[("b", 1), ("c", 1)][..])];
+        assert!(plan(&even, &[]).is_empty());
+        assert!(plan(&[(1, crowded)], &[]).is_empty());
     }
 }

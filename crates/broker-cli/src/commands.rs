@@ -76,6 +76,7 @@ pub async fn run(connect: Option<ConnectArgs>, command: Command) -> anyhow::Resu
         Command::Cluster(ClusterCommand::Remove(c)) => cluster::remove(&server, c.args).await,
         Command::Cluster(ClusterCommand::Transfer(c)) => cluster::transfer(&server, c.args).await,
         Command::Cluster(ClusterCommand::Move(c)) => cluster::move_topic(&server, c.args).await,
+        Command::Cluster(ClusterCommand::Balance(c)) => cluster::balance(&server, c.args).await,
     }
 }
 
