@@ -887,6 +887,20 @@ pub(crate) fn leader_elsewhere<'a>(shared: &'a Shared, command: &Command) -> Opt
     }
 }
 
+/// For a call about `topic` that the group of `shard` refused because the topic moved away
+/// (each command the state machine refuses so is answered `NotLeader` alone): the client
+/// address of the leader of the group this node's copy of the first group places it in now,
+/// when that is another group and its leader is known. The client goes straight there.
+pub(crate) fn moved_to(shared: &Shared, shard: usize, topic: &str) -> Option<String> {
+    let placed = shared.cluster()?.cluster_state().borrow().group_of(topic);
+    let now = shard_of_group(placed);
+    if now == shard {
+        return None;
+    }
+    let (_, leader) = shared.group(now)?.leader()?;
+    Some(leader.client_addr)
+}
+
 /// Applies `command` at the leader of `group`, through the peer links (see
 /// [`Cluster::propose_via_leader`]), and answers what applying it gave there.
 pub(crate) async fn apply_at_leader(

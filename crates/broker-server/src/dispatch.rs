@@ -439,6 +439,13 @@ impl Run {
     ) {
         let proposals = std::mem::take(&mut self.by_shard).into_iter().map(
             |(shard, slots, commands)| async move {
+                let topics: Vec<Option<String>> = match spread {
+                    true => commands
+                        .iter()
+                        .map(|command| command.topic().map(str::to_owned))
+                        .collect(),
+                    false => Vec::new(),
+                };
                 let answers = match shared.group(shard) {
                     // Routed by where this node's copy of the first group says each topic lives,
                     // which a leader that has not yet applied its predecessor's entries may not
@@ -450,6 +457,18 @@ impl Run {
                     // A group this node does not host yet: another node may.
                     None => Err(ErrorReply::NotLeader { leader: None }),
                 };
+                let answers = answers.map(|mut answers| {
+                    for (answer, topic) in answers.iter_mut().zip(&topics) {
+                        if let (Err(ErrorReply::NotLeader { leader }), Some(topic)) =
+                            (answer, topic)
+                        {
+                            *leader = leader
+                                .take()
+                                .or_else(|| data_groups::moved_to(shared, shard, topic));
+                        }
+                    }
+                    answers
+                });
                 (slots, answers)
             },
         );
