@@ -242,36 +242,49 @@ pub async fn status(server: &Server, args: ClusterStatusArgs) -> anyhow::Result<
              its leadership over: ask again in a moment)",
             groups.len()
         )?;
+        let behind_header = "behind (node: entries)";
+        let behinds: Vec<String> = groups
+            .iter()
+            .map(|group| {
+                let behind: Vec<String> = group
+                    .behind
+                    .iter()
+                    .map(|(node, behind)| {
+                        let behind = behind.map_or_else(|| "?".to_owned(), |n| n.to_string());
+                        format!("{node}: {behind}")
+                    })
+                    .collect();
+                behind.join(", ")
+            })
+            .collect();
+        // As wide as the widest row, so that the topics line up however many members a
+        // group has.
+        let width = behinds
+            .iter()
+            .map(String::len)
+            .chain([behind_header.len()])
+            .max()
+            .unwrap_or_default();
         outln!(
-            "{:<6} {:<8} {:>6} {:>10}  {:<24} topics",
+            "{:<6} {:<8} {:>6} {:>10}  {behind_header:<width$} topics",
             "group",
             "leader",
             "term",
             "last log",
-            "behind (node: entries)"
         )?;
-        for group in &groups {
-            let behind: Vec<String> = group
-                .behind
-                .iter()
-                .map(|(node, behind)| {
-                    let behind = behind.map_or_else(|| "?".to_owned(), |n| n.to_string());
-                    format!("{node}: {behind}")
-                })
-                .collect();
+        for (group, behind) in groups.iter().zip(&behinds) {
             let topics = match group.topics.len() {
                 0 => "-".to_owned(),
                 _ => group.topics.join(", "),
             };
             outln!(
-                "{:<6} {:<8} {:>6} {:>10}  {:<24} {topics}",
+                "{:<6} {:<8} {:>6} {:>10}  {behind:<width$} {topics}",
                 group.group,
                 group
                     .leader
                     .map_or_else(|| "none".to_owned(), |id| id.to_string()),
                 group.term,
                 index(group.last_log_index),
-                behind.join(", ")
             )?;
         }
         for line in catching_up(&groups) {
