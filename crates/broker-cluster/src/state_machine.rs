@@ -23,7 +23,8 @@
 //! snapshot covers, the membership then, the snapshot's id) and, in the encoding of
 //! [`crate::codec`]:
 //! - format 4: as format 3, then the group's departures (the topics leaving it or gone from
-//!   it: see [`crate::ClusterChange::Depart`]). Written only while the group has some;
+//!   it: see [`crate::ClusterChange::Depart`]) and arrivals (the records staged of topics
+//!   arriving: see [`crate::ClusterChange::Stage`]). Written only while the group has some;
 //! - format 3: as format 2, then the [`ClusterState`] (the cluster's data groups and which
 //!   holds each topic). Written only once the cluster has groups, so that until then a node
 //!   of an earlier release reads every snapshot;
@@ -38,9 +39,10 @@
 //! # A snapshot as sent to another node
 //!
 //! Magic `BRKRSNAP`, format version `u32` (1; 2 once the cluster has groups; 3 while the
-//! group has departures), CRC-32 of what follows the header up to the first segment `u32`, its
-//! length `u64`, then the checkpoint (encoded as in the snapshot file) and, in versions 2 and
-//! 3, the [`ClusterState`] (in version 3 followed by the departures); then, for each
+//! group has departures or arrivals), CRC-32 of what follows the header up to the first segment
+//! `u32`, its length `u64`, then the checkpoint (encoded as in the snapshot file) and, in
+//! versions 2 and 3, the [`ClusterState`] (in version 3 followed by the departures and
+//! arrivals); then, for each
 //! segment
 //! of its catalog in order, the bytes of its `.rec` file and then of its `.idx` file that the
 //! catalog covers ([`segment_files`]). The sender reads the segments in place, chunk by chunk
@@ -55,7 +57,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use broker_core::cold::{self, ColdStore};
-use broker_core::image::{StateImage, TopicImage};
+use broker_core::image::{RecordImage, StateImage, TopicImage};
 use broker_core::{BrokerError, Command, GroupSetting, Outcome};
 use broker_storage::{segment_files, Checkpoint, RecordStore, Repairs, SegmentImage};
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -66,7 +68,7 @@ use tracing::{info, warn};
 use crate::codec::{decode, decode_prefix, encode};
 use crate::snapshot_stream::{Piece, RemovedOnDrop, SnapshotStream};
 use crate::types::{
-    Applied, BrokerChange, ClusterChange, ClusterNode, ClusterState, Entry, LogId, NodeId,
+    Applied, BrokerChange, ClusterChange, ClusterNode, ClusterState, Entry, LogId, NodeId, Staged,
     StorageError, TypeConfig,
 };
 
@@ -75,8 +77,8 @@ const SNAPSHOT_MAGIC: &[u8; 8] = b"BRKRAFTS";
 /// Snapshot files of this format hold a store number, a checkpoint and the cluster's state.
 const FORMAT_WITH_CLUSTER: u32 = 3;
 /// Snapshot files of this format hold a store number, a checkpoint, the cluster's state and
-/// the group's departures.
-const FORMAT_WITH_DEPARTURES: u32 = 4;
+/// the group's departures and arrivals.
+const FORMAT_WITH_MOVES: u32 = 4;
 /// Snapshot files of this format hold a store number and a checkpoint.
 const FORMAT_VERSION: u32 = 2;
 /// Snapshot files of this format hold an image with every record.
@@ -86,8 +88,9 @@ const STREAM_MAGIC: &[u8; 8] = b"BRKRSNAP";
 const STREAM_VERSION: u32 = 1;
 /// Snapshots sent in this version carry the cluster's state after the checkpoint.
 const STREAM_WITH_CLUSTER: u32 = 2;
-/// Snapshots sent in this version carry the group's departures after the cluster's state.
-const STREAM_WITH_DEPARTURES: u32 = 3;
+/// Snapshots sent in this version carry the group's departures and arrivals after the
+/// cluster's state.
+const STREAM_WITH_MOVES: u32 = 3;
 const STREAM_HEADER: usize = 24;
 
 /// The broker as the cluster's state machine sees it: it applies committed proposals, gives its
@@ -152,14 +155,15 @@ enum Shape {
     Checkpoint,
     /// The cluster's state without departures.
     WithCluster,
-    /// The cluster's state, then its departures.
-    WithDepartures,
+    /// The cluster's state, then the group's departures and arrivals.
+    WithMoves,
 }
 
 impl Shape {
     fn of(cluster: &ClusterState) -> Shape {
-        match (cluster.is_empty(), cluster.departures.is_empty()) {
-            (_, false) => Shape::WithDepartures,
+        let moves = cluster.departures.is_empty() && cluster.arrivals.is_empty();
+        match (cluster.is_empty(), moves) {
+            (_, false) => Shape::WithMoves,
             (false, true) => Shape::WithCluster,
             (true, true) => Shape::Checkpoint,
         }
@@ -170,13 +174,13 @@ impl Shape {
         match self {
             Shape::Checkpoint => FORMAT_VERSION,
             Shape::WithCluster => FORMAT_WITH_CLUSTER,
-            Shape::WithDepartures => FORMAT_WITH_DEPARTURES,
+            Shape::WithMoves => FORMAT_WITH_MOVES,
         }
     }
 
     /// The shape of snapshot file format `format`, if it is one holding a store number.
     fn of_file_format(format: u32) -> Option<Shape> {
-        [Shape::Checkpoint, Shape::WithCluster, Shape::WithDepartures]
+        [Shape::Checkpoint, Shape::WithCluster, Shape::WithMoves]
             .into_iter()
             .find(|shape| shape.file_format() == format)
     }
@@ -186,13 +190,13 @@ impl Shape {
         match self {
             Shape::Checkpoint => STREAM_VERSION,
             Shape::WithCluster => STREAM_WITH_CLUSTER,
-            Shape::WithDepartures => STREAM_WITH_DEPARTURES,
+            Shape::WithMoves => STREAM_WITH_MOVES,
         }
     }
 
     /// The shape of snapshot stream version `version`, if it is one.
     fn of_stream_version(version: u32) -> Option<Shape> {
-        [Shape::Checkpoint, Shape::WithCluster, Shape::WithDepartures]
+        [Shape::Checkpoint, Shape::WithCluster, Shape::WithMoves]
             .into_iter()
             .find(|shape| shape.stream_version() == version)
     }
@@ -214,8 +218,9 @@ impl Held {
         if shape != Shape::Checkpoint {
             bytes.extend(encode(cluster).map_err(io::Error::other)?);
         }
-        if shape == Shape::WithDepartures {
-            bytes.extend(encode(&cluster.departures).map_err(io::Error::other)?);
+        if shape == Shape::WithMoves {
+            let moves = (&cluster.departures, &cluster.arrivals);
+            bytes.extend(encode(&moves).map_err(io::Error::other)?);
         }
         Ok(Held { bytes, shape })
     }
@@ -234,7 +239,7 @@ impl Held {
             return Ok((checkpoint, decode(&bytes[read..])?));
         }
         let (mut cluster, more): (ClusterState, usize) = decode_prefix(&bytes[read..])?;
-        cluster.departures = decode(&bytes[read + more..])?;
+        (cluster.departures, cluster.arrivals) = decode(&bytes[read + more..])?;
         Ok((checkpoint, cluster))
     }
 }
@@ -437,16 +442,40 @@ impl<R: Replica> StateMachine<R> {
     fn apply_to_cluster(&self, change: ClusterChange) -> Applied {
         let replica = &self.replica;
         match change {
-            ClusterChange::Arrive { topic, image } => {
+            ClusterChange::Stage {
+                topic,
+                attempt,
+                piece,
+                partition,
+                records,
+            } => {
+                let mut staged = Staged::Refused;
+                self.cluster.send_modify(|state| {
+                    staged = state.stage(&topic, attempt, piece, partition, records);
+                });
+                let result = match staged {
+                    Staged::Next(next) => Ok(Outcome::Offset(i64::try_from(next).unwrap_or(-1))),
+                    Staged::Refused => Err(BrokerError::Moving { topic }),
+                };
+                Applied {
+                    results: vec![result],
+                    ..Applied::default()
+                }
+            }
+            ClusterChange::Arrive {
+                topic,
+                attempt,
+                image,
+            } => {
                 let result = match replica.holds_topic(&topic) {
                     true => Ok(Outcome::Created(false)),
-                    false => replica
-                        .import_topic(&topic, *image)
-                        .map(|()| Outcome::Created(true)),
+                    false => self.arrive(&topic, attempt, *image),
                 };
                 if result.is_ok() {
-                    self.cluster
-                        .send_if_modified(|state| state.departures.remove(&topic).is_some());
+                    self.cluster.send_if_modified(|state| {
+                        let staged = state.arrivals.remove(&topic).is_some();
+                        state.departures.remove(&topic).is_some() || staged
+                    });
                 }
                 Applied {
                     results: vec![result],
@@ -496,6 +525,53 @@ impl<R: Replica> StateMachine<R> {
                 }
             }
         }
+    }
+}
+
+impl<R: Replica> StateMachine<R> {
+    /// `topic` arriving as `image` with the records staged by `attempt`: imported, or refused
+    /// with [`BrokerError::Moving`] when they are not all staged (the sender starts over), or
+    /// with the import's refusal. The staged records are taken either way.
+    fn arrive(
+        &self,
+        topic: &str,
+        attempt: u64,
+        mut image: TopicImage,
+    ) -> Result<Outcome, BrokerError> {
+        let moving = || BrokerError::Moving {
+            topic: topic.to_owned(),
+        };
+        let mut staged = None;
+        self.cluster.send_if_modified(|state| {
+            if state
+                .arrivals
+                .get(topic)
+                .is_some_and(|staging| staging.attempt == attempt)
+            {
+                staged = state.arrivals.remove(topic);
+            }
+            staged.is_some()
+        });
+        let staged = staged
+            .map(|staging| staging.partitions)
+            .ok_or_else(moving)?;
+        if staged.len() > image.partitions.len() {
+            return Err(moving());
+        }
+        for (partition, records) in image.partitions.iter_mut().zip(staged) {
+            partition.records = records;
+        }
+        // Every record staged: each partition holds the bytes its image counts.
+        let whole = image.partitions.iter().all(|partition| {
+            let bytes: u64 = partition.records.iter().map(RecordImage::size).sum();
+            bytes == partition.retained_bytes
+        });
+        if !whole {
+            return Err(moving());
+        }
+        self.replica
+            .import_topic(topic, image)
+            .map(|()| Outcome::Created(true))
     }
 }
 

@@ -1463,6 +1463,7 @@ async fn the_clusters_state_travels_with_snapshots_only_once_it_holds_something(
     assert_eq!(answers, [Some(2), Some(2), Some(FIRST_GROUP)]);
     let expected = ClusterState {
         departures: BTreeMap::new(),
+        arrivals: BTreeMap::new(),
         groups: [(2, [1, 2, 3].into())].into(),
         placement: [("new".to_owned(), 2)].into(),
     };
@@ -1712,17 +1713,77 @@ async fn a_topic_moves_to_another_groups_state_machine_whole_and_is_refused_wher
         [("t".to_owned(), leaving)].into()
     );
 
-    // It arrives once in the other group, holding every record.
+    // Its records are staged in the other group piece by piece: a piece sent again is staged
+    // once, a piece after a missing one or of an earlier sending is refused, a later sending
+    // starts over; an arrival short of pieces is refused, one with all of them arrives, once.
     let image = source.export_topic("t").unwrap();
     assert_eq!(image.partitions[0].records.len(), 8);
+    let mut bare = image.clone();
+    let records = std::mem::take(&mut bare.partitions[0].records);
     let target = Memory::new();
-    let mut other =
-        StateMachine::open(&dir.path().join("target"), Arc::clone(&target), 4096).unwrap();
-    let arrive = Proposal::Cluster(ClusterChange::Arrive {
-        topic: "t".to_owned(),
-        image: Box::new(image.clone()),
-    });
-    let applied = apply_all(&mut other, 1, vec![arrive.clone(), arrive]).await;
+    let target_dir = dir.path().join("target");
+    let mut other = StateMachine::open(&target_dir, Arc::clone(&target), 4096).unwrap();
+    let stage = |attempt, piece, records: &[broker_core::image::RecordImage]| {
+        Proposal::Cluster(ClusterChange::Stage {
+            topic: "t".to_owned(),
+            attempt,
+            piece,
+            partition: 0,
+            records: records.to_vec(),
+        })
+    };
+    let arrive = |attempt| {
+        Proposal::Cluster(ClusterChange::Arrive {
+            topic: "t".to_owned(),
+            attempt,
+            image: Box::new(bare.clone()),
+        })
+    };
+    let entries = vec![
+        stage(5, 0, &records[..2]),
+        stage(5, 2, &records[4..]),
+        stage(5, 1, &records[2..4]),
+        stage(5, 1, &records[2..4]),
+        stage(4, 2, &records[4..]),
+        // Short of a piece: refused, and what was staged is dropped.
+        arrive(5),
+        // A later sending starts over.
+        stage(6, 0, &records[..4]),
+    ];
+    let applied = apply_all(&mut other, 1, entries).await;
+    let results: Vec<_> = applied
+        .iter()
+        .map(|applied| applied.results.clone())
+        .collect();
+    let moving = || {
+        Err(BrokerError::Moving {
+            topic: "t".to_owned(),
+        })
+    };
+    assert_eq!(
+        results,
+        [
+            vec![Ok(Outcome::Offset(1))],
+            vec![moving()],
+            vec![Ok(Outcome::Offset(2))],
+            vec![Ok(Outcome::Offset(2))],
+            vec![moving()],
+            vec![moving()],
+            vec![Ok(Outcome::Offset(1))],
+        ]
+    );
+    assert!(!target.holds_topic("t"));
+    // Staged records go into snapshots (format 4) and come back from them.
+    take_snapshot(&mut other).await;
+    let written = std::fs::read(target_dir.join("snapshot")).unwrap();
+    assert_eq!(&written[8..12], &4u32.to_le_bytes());
+    drop(other);
+    let mut other = StateMachine::open(&target_dir, Arc::clone(&target), 4096).unwrap();
+    let staging = other.cluster_state().borrow().arrivals["t"].clone();
+    assert_eq!((staging.attempt, staging.next_piece), (6, 1));
+    assert_eq!(staging.partitions, [records[..4].to_vec()]);
+    let entries = vec![stage(6, 1, &records[4..]), arrive(6), arrive(6)];
+    let applied = apply_all(&mut other, 8, entries).await;
     let results: Vec<_> = applied
         .iter()
         .map(|applied| applied.results.clone())
@@ -1730,14 +1791,16 @@ async fn a_topic_moves_to_another_groups_state_machine_whole_and_is_refused_wher
     assert_eq!(
         results,
         [
+            vec![Ok(Outcome::Offset(2))],
             vec![Ok(Outcome::Created(true))],
             vec![Ok(Outcome::Created(false))]
         ]
     );
+    assert!(other.cluster_state().borrow().arrivals.is_empty());
     let mut arrived = target.export_topic("t").unwrap();
     arrived.id = image.id;
     assert_eq!(arrived, image);
-    let applied = apply_all(&mut other, 3, publish_entries(8..9)).await;
+    let applied = apply_all(&mut other, 11, publish_entries(8..9)).await;
     assert!(
         matches!(&applied[0].results[..], [Ok(Outcome::Published(8))]),
         "{:?}",

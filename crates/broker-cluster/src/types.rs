@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use broker_core::image::TopicImage;
+use broker_core::image::{RecordImage, TopicImage};
 use broker_core::{BrokerError, Command, NameRules, Outcome};
 use serde::{Deserialize, Serialize};
 
@@ -143,9 +143,9 @@ pub enum BrokerChange {
 /// groups and which group holds each topic; every group's holds the topics leaving it. Every
 /// node that applied the same entries holds the same.
 ///
-/// Encoded (in snapshots) as `groups` then `placement`, and `departures` after them only where
-/// a snapshot's format says so: written so only while a group has departures, so that every
-/// other snapshot reads in the releases before moves.
+/// Encoded (in snapshots) as `groups` then `placement`, and `departures` and `arrivals` after
+/// them only where a snapshot's format says so: written so only while a group has either, so
+/// that every other snapshot reads in the releases before moves.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterState {
     /// The data groups besides the first, each with the voters it was created with (later
@@ -159,7 +159,37 @@ pub struct ClusterState {
     /// [`BrokerError::Moving`], so that the client asks again where the topic is.
     #[serde(skip)]
     pub departures: BTreeMap<String, Departure>,
+    /// The records of the topics arriving in this group, as the group they leave sends them
+    /// ([`ClusterChange::Stage`]), until they arrive ([`ClusterChange::Arrive`]).
+    #[serde(skip)]
+    pub arrivals: BTreeMap<String, Staging>,
 }
+
+/// The records of a topic arriving in a group, staged until it arrives.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Staging {
+    /// Which sending they belong to: the term of the leader of the group the topic leaves, so
+    /// that a leader that took over the move starts it over, and its deposed predecessor's
+    /// pieces are ignored.
+    pub attempt: u64,
+    /// The number of the next piece expected (pieces are numbered from 0, in order).
+    pub next_piece: u64,
+    /// The records staged for each partition, in order.
+    pub partitions: Vec<Vec<RecordImage>>,
+}
+
+/// How [`ClusterState::stage`] took a piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Staged {
+    /// Staged, or staged already (a piece sent again): the next piece expected.
+    Next(u64),
+    /// Not staged: it belongs to an earlier sending than the one staged, or a piece before it
+    /// is missing. The sender starts over (or stops, if a later sending is under way).
+    Refused,
+}
+
+/// The most partitions a piece may name: as many as a topic may have.
+const MOST_STAGED_PARTITIONS: u32 = 65_536;
 
 /// A topic leaving a group for another, as the group it leaves keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,6 +206,45 @@ impl ClusterState {
     /// snapshots are written as before groups, so that nodes of earlier releases read them).
     pub fn is_empty(&self) -> bool {
         self.groups.is_empty() && self.placement.is_empty()
+    }
+
+    /// Stages a piece of the records of `topic`, arriving: see [`ClusterChange::Stage`].
+    pub fn stage(
+        &mut self,
+        topic: &str,
+        attempt: u64,
+        piece: u64,
+        partition: u32,
+        records: Vec<RecordImage>,
+    ) -> Staged {
+        if partition >= MOST_STAGED_PARTITIONS {
+            return Staged::Refused;
+        }
+        let staging = match self.arrivals.get_mut(topic) {
+            Some(staging) if staging.attempt > attempt => return Staged::Refused,
+            Some(staging) if staging.attempt == attempt => staging,
+            // A first piece starts a sending over; any other is of one not staged.
+            _ if piece == 0 => self
+                .arrivals
+                .entry(topic.to_owned())
+                .and_modify(|staging| *staging = Staging::default())
+                .or_default(),
+            _ => return Staged::Refused,
+        };
+        if piece < staging.next_piece && staging.attempt == attempt {
+            return Staged::Next(staging.next_piece);
+        }
+        if piece != staging.next_piece {
+            return Staged::Refused;
+        }
+        staging.attempt = attempt;
+        let partition = partition as usize;
+        if staging.partitions.len() <= partition {
+            staging.partitions.resize_with(partition + 1, Vec::new);
+        }
+        staging.partitions[partition].extend(records);
+        staging.next_piece += 1;
+        Staged::Next(staging.next_piece)
     }
 
     /// The group that holds `topic` (or would, were it created now).
@@ -213,7 +282,9 @@ impl ClusterState {
                 }
                 self.group_of(&topic)
             }
-            ClusterChange::Arrive { .. } | ClusterChange::Departed { .. } => 0,
+            ClusterChange::Arrive { .. }
+            | ClusterChange::Departed { .. }
+            | ClusterChange::Stage { .. } => 0,
             ClusterChange::AddGroup { group, voters } => {
                 if group != FIRST_GROUP {
                     self.groups.entry(group).or_insert(voters);
@@ -281,13 +352,33 @@ pub enum ClusterChange {
         /// The topic.
         topic: String,
     },
+    /// In the group `topic` goes to: a piece of its records, staged until it arrives. Pieces
+    /// are numbered from 0 in the order they are sent; piece 0 of a sending starts it over
+    /// (dropping what an earlier one staged). A piece sent again is staged once; one of an
+    /// earlier sending than the one staged, or after a missing piece, is refused. Each piece is
+    /// a few hundred kilobytes at most, so that the group's log replicates it like any entry.
+    Stage {
+        /// The topic.
+        topic: String,
+        /// The sending: the term of the leader of the group the topic leaves.
+        attempt: u64,
+        /// The piece's number in the sending.
+        piece: u64,
+        /// The partition its records belong to.
+        partition: u32,
+        /// Records of the partition, following those staged before.
+        records: Vec<RecordImage>,
+    },
     /// In the group `topic` goes to: it arrives, holding what `image` holds (made by the
-    /// group it leaves, after its departure), and no longer counts as gone if it once left
-    /// this group. Nothing changes if the group holds it already (it arrived before).
+    /// group it leaves, after its departure) with the records staged by `attempt`'s pieces,
+    /// and no longer counts as gone if it once left this group. Nothing changes if the group
+    /// holds it already (it arrived before).
     Arrive {
         /// The topic.
         topic: String,
-        /// Everything it holds (boxed: it is large beside the other changes).
+        /// The sending whose staged pieces hold its records.
+        attempt: u64,
+        /// Everything it holds, but its records (boxed: it is large beside the other changes).
         image: Box<TopicImage>,
     },
     /// In the group `topic` leaves, once it has arrived where it goes: the group drops it and

@@ -7,9 +7,10 @@
 //! 1. The group holding the topic commits `Depart { topic, to }`. From that entry on, its state
 //!    machine refuses every call about the topic (`Moving`: clients get `NotLeader` and ask
 //!    again, as during an election), so the topic holds still.
-//! 2. That group's leader exports the topic (with the records it keeps on disk) and has the
-//!    target group's leader commit `Arrive { topic, image }`. A target that refuses it (it
-//!    holds its most topics) makes the source commit `Stay`: the topic takes calls where it was.
+//! 2. That group's leader exports the topic (with the records it keeps on disk), has the
+//!    target group's leader commit its records in pieces (`Stage`), then `Arrive { topic,
+//!    image }`. A target that refuses it (it holds its most topics) makes the source commit
+//!    `Stay`: the topic takes calls where it was.
 //! 3. The source commits `Departed`: it drops the topic, and still refuses calls about it.
 //! 4. The first group commits `Move { topic, from, to }`: every node sends the topic's calls
 //!    to the target from then on.
@@ -19,14 +20,18 @@
 //! or stored twice: the image is taken after the departure, and holds the groups' offsets and
 //! the idempotent producers' sequences, so a publish retried across the move is recognised.
 //!
-//! The image travels as one log entry of the target group, so a topic holding more than
-//! [`MAX_MOVE_BYTES`] of records is not moved.
+//! The records travel in pieces of at most [`PIECE_BYTES`], each an entry of the target
+//! group's log (`Stage`), then the rest of the topic (`Arrive`), so that each replicates like a
+//! batch of publishes; the nodes hold the topic in memory while it moves, so a topic holding
+//! more than [`MAX_MOVE_BYTES`] of records is not moved.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use broker_cluster::{Cluster, ClusterChange, Departure, GroupId, Proposal, FIRST_GROUP};
+use broker_core::image::{RecordImage, TopicImage};
+use broker_core::BrokerError;
 use broker_proto::ErrorReply;
 use tracing::{info, warn};
 
@@ -34,13 +39,19 @@ use crate::data_groups::{describe_group, shard_of_group, spread};
 use crate::replicated::refusal;
 use crate::shared::Shared;
 
-/// The most bytes of records a topic may hold to be moved: its image travels whole, as one
-/// entry of the target group's log, which every member holds in memory until it is applied.
-pub(crate) const MAX_MOVE_BYTES: u64 = 64 * 1024 * 1024;
+/// The most bytes of records a topic may hold to be moved: the leader of the group it leaves
+/// reads it whole into memory, and every member of the group it goes to holds its records in
+/// memory from their arrival until its next snapshot writes them to disk.
+pub(crate) const MAX_MOVE_BYTES: u64 = 256 * 1024 * 1024;
 
 /// How long a move may take before its request is answered `Pending` (the move goes on):
 /// less than a client's default request timeout (30 s), so that the client hears why.
 const MOVE_WAIT: Duration = Duration::from_secs(20);
+
+/// The most bytes of records one piece of a moving topic carries (a record larger than this
+/// goes alone): small beside what one entry of a group's log may take, so that a piece
+/// replicates like a batch of publishes.
+const PIECE_BYTES: u64 = 256 * 1024;
 
 /// How often a group's leader looks for moves to carry on.
 const DRIVE_EVERY: Duration = Duration::from_millis(100);
@@ -90,10 +101,11 @@ pub(crate) async fn move_topic(
     }
     if held.retained_bytes > MAX_MOVE_BYTES {
         return Err(ErrorReply::InvalidArgument(format!(
-            "topic {topic:?} holds {} bytes of records, and a topic moves whole, as one entry \
-             of the target group's log, so at most {MAX_MOVE_BYTES} bytes: purge it (`broker \
-             purge`) or let its retention bring it under that first",
-            held.retained_bytes
+            "topic {topic:?} holds {} MiB of records, and a move holds the topic in memory, so \
+             at most {} MiB: purge it (`broker purge`) or let its retention bring it under that \
+             first",
+            held.retained_bytes.div_ceil(1024 * 1024),
+            MAX_MOVE_BYTES / (1024 * 1024)
         )));
     }
     first
@@ -223,6 +235,78 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
     }
 }
 
+/// Sends `image` of `topic` to `target`, as sending `attempt` (this node's term as the leader
+/// of the group the topic leaves): its records in pieces of at most [`PIECE_BYTES`] (at least
+/// one record each), each an entry of the target's log, then the rest of the image. `Ok(Ok)`
+/// once it arrived; `Ok(Err)` when the target refused it (the topic stays where it was); an
+/// error when a step is to be tried again (pieces staged already are not sent twice).
+async fn send(
+    target: &Cluster,
+    topic: &str,
+    attempt: u64,
+    mut image: TopicImage,
+) -> Result<Result<(), String>, String> {
+    let to = target.group();
+    let mut piece = 0;
+    // Piece 0 opens the sending, even for a topic without records.
+    let mut pieces: Vec<(u32, Vec<RecordImage>)> = vec![(0, Vec::new())];
+    for (partition, held) in image.partitions.iter_mut().enumerate() {
+        let partition = u32::try_from(partition).map_err(|_| "too many partitions")?;
+        let mut current: Vec<RecordImage> = Vec::new();
+        let mut bytes = 0;
+        for record in std::mem::take(&mut held.records) {
+            if !current.is_empty() && bytes + record.size() > PIECE_BYTES {
+                pieces.push((partition, std::mem::take(&mut current)));
+                bytes = 0;
+            }
+            bytes += record.size();
+            current.push(record);
+        }
+        if !current.is_empty() {
+            pieces.push((partition, current));
+        }
+    }
+    for (partition, records) in pieces {
+        let stage = ClusterChange::Stage {
+            topic: topic.to_owned(),
+            attempt,
+            piece,
+            partition,
+            records,
+        };
+        let applied = target
+            .propose_via_leader(Proposal::Cluster(stage))
+            .await
+            .map_err(|error| format!("group {to} did not answer: {error}"))?;
+        match applied.results.into_iter().next() {
+            Some(Ok(_)) => piece += 1,
+            // A later sending is under way (another leader took the move over), or a piece
+            // was lost: started over at the next round.
+            Some(Err(_)) | None => {
+                return Err(format!(
+                    "group {to} did not stage piece {piece}; starting over"
+                ))
+            }
+        }
+    }
+    let arrive = ClusterChange::Arrive {
+        topic: topic.to_owned(),
+        attempt,
+        image: Box::new(image),
+    };
+    let applied = target
+        .propose_via_leader(Proposal::Cluster(arrive))
+        .await
+        .map_err(|error| format!("group {to} did not answer: {error}"))?;
+    match applied.results.into_iter().next() {
+        Some(Ok(_)) => Ok(Ok(())),
+        Some(Err(BrokerError::Moving { .. })) | None => Err(format!(
+            "group {to} did not hold every piece; starting over"
+        )),
+        Some(Err(refused)) => Ok(Err(refused.to_string())),
+    }
+}
+
 /// Carries the move of `topic` out of the group of `shard` (`source`, which this node leads)
 /// one step further, or to its end; an error (a step to try again) saying why not.
 async fn carry_on(
@@ -253,21 +337,7 @@ async fn carry_on(
             true => Err(format!(
                 "it holds {bytes} bytes of records, more than a move takes ({MAX_MOVE_BYTES})"
             )),
-            false => {
-                let arrive = ClusterChange::Arrive {
-                    topic: topic.to_owned(),
-                    image: Box::new(image),
-                };
-                let applied = target
-                    .propose_via_leader(Proposal::Cluster(arrive))
-                    .await
-                    .map_err(|error| format!("group {to} did not answer: {error}"))?;
-                match applied.results.into_iter().next() {
-                    Some(Ok(_)) => Ok(()),
-                    Some(Err(refused)) => Err(refused.to_string()),
-                    None => return Err(format!("group {to} did not answer the arrival")),
-                }
-            }
+            false => send(target, topic, source.status().term, image).await?,
         };
         let next = match taken {
             Ok(()) => ClusterChange::Departed {
