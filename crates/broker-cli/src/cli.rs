@@ -173,7 +173,8 @@ pub enum Command {
     Top(Connected<TopArgs>),
     /// Measure a broker-server: throughput and latency percentiles under a chosen workload.
     Bench(Connected<BenchArgs>),
-    /// Show the nodes of a cluster, add or remove one, or hand the leadership to another.
+    /// Show the nodes and groups of a cluster and where each topic is; add or remove a node,
+    /// hand the leadership to another, move topics between groups and balance them.
     #[command(subcommand)]
     Cluster(ClusterCommand),
 }
@@ -530,9 +531,10 @@ The group holding orders stops taking calls about it (they wait, as during an el
 it whole to group 3 (every record it keeps, in memory or on disk, its groups' offsets and
 deliveries in flight, its idempotent producers' sequences), then drops it; from then on group
 3's leader serves it. Nothing acknowledged is lost or stored twice, and offsets do not change.
-A topic holding more than 64 MiB of records is refused (it travels as one entry of group 3's
-log), as is one tied to another by a dead-letter topic (records move to a dead-letter topic in
-one step, so both live in one group). If the move has not ended within 20 seconds, the command
+Its records travel in pieces of at most 256 KiB, each an entry of group 3's log. A topic holding
+more than 256 MiB of records is refused (the nodes hold it in memory while it moves), as is one
+tied to another by a dead-letter topic (records move to a dead-letter topic in one step, so both
+live in one group: configure the group without it, move both, configure it again). If the move has not ended within 20 seconds, the command
 stops saying so, with exit status 3 (pending); the move goes on by itself."
     )]
     Move(Connected<MoveArgs>),
@@ -548,7 +550,7 @@ stops saying so, with exit status 3 (pending); the move goes on by itself."
 Each move is `broker cluster move`: the topic's calls pause while it moves (a few tens of
 milliseconds for a small topic), nothing is lost, offsets stay. It takes a topic of the group
 holding the most partitions to the group holding the fewest: the largest topic whose move
-narrows their gap. A topic that cannot move (more than 64 MiB of records, or tied to another
+narrows their gap. A topic that cannot move (more than 256 MiB of records, or tied to another
 by a dead-letter topic) is left where it is, saying why, and the others are balanced around
 it. Balance counts partitions, not bytes or traffic: move a busy topic by hand with `broker
 cluster move`.")]

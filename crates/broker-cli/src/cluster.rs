@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 use broker_client::{
-    BrokerError, Client, ClusterMember, ClusterStatus, Error, ErrorReply, GroupStatus, NodeRole,
+    BrokerError, Client, ClusterMember, ClusterStatus, Error, ErrorReply, GroupSetting,
+    GroupStatus, NodeRole,
 };
 use futures::future::join_all;
 
@@ -648,11 +649,38 @@ pub async fn transfer(server: &Server, args: TransferArgs) -> anyhow::Result<()>
 /// `broker cluster move`.
 pub async fn move_topic(server: &Server, args: MoveArgs) -> anyhow::Result<()> {
     let client = server.connect().await?;
-    eprintln!(
-        "moving topic {} to group {} (calls about it pause until it has moved)",
-        args.topic, args.to
-    );
-    let placed = pending_apart(client.move_topic(&args.topic, args.to).await)?;
+    let metadata = client.metadata(Some(&args.topic)).await?;
+    let addrs: Vec<&str> = metadata
+        .nodes
+        .iter()
+        .map(|node| node.client_addr.as_str())
+        .collect();
+    let from = groups(server, &addrs)
+        .await
+        .into_iter()
+        .find(|row| row.topics.contains(&args.topic))
+        .map(|row| row.group);
+    match from {
+        Some(from) if from == args.to => {}
+        Some(from) => eprintln!(
+            "moving topic {} from group {from} to group {} (calls about it pause until it has \
+             moved)",
+            args.topic, args.to
+        ),
+        None => eprintln!(
+            "moving topic {} to group {} (calls about it pause until it has moved)",
+            args.topic, args.to
+        ),
+    }
+    let placed = pending_apart(move_asking_again(&client, &args.topic, args.to).await)?;
+    if from == Some(args.to) {
+        outln!(
+            "topic {} is in group {} already: nothing moved",
+            args.topic,
+            args.to
+        )?;
+        return Ok(());
+    }
     let leader = placed
         .topics
         .iter()
@@ -680,6 +708,29 @@ pub async fn move_topic(server: &Server, args: MoveArgs) -> anyhow::Result<()> {
         )?,
     }
     Ok(())
+}
+
+/// How long a move is asked again while the connection to the node asked is lost.
+const MOVE_PATIENCE: Duration = Duration::from_secs(60);
+
+/// [`Client::move_topic`], asked again (of the next node, once the client reconnects) when the
+/// connection was lost or the answer was late: a move asked twice moves once, and answers at
+/// once when the topic is where it is asked to be.
+async fn move_asking_again(
+    client: &Client,
+    topic: &str,
+    group: u32,
+) -> Result<broker_client::BrokerMetadata, Error> {
+    let deadline = std::time::Instant::now() + MOVE_PATIENCE;
+    loop {
+        match client.move_topic(topic, group).await {
+            Err(error) if error.is_retriable() && std::time::Instant::now() < deadline => {
+                eprintln!("asking again: {error}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            answered => return answered,
+        }
+    }
 }
 
 /// `broker cluster balance`.
@@ -718,7 +769,32 @@ pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
         })
         .collect();
     outln!("before: {}", loads(&layout))?;
+    // A topic tied to another by a dead-letter topic cannot move (the server says so): left
+    // out of the plan from the start.
     let mut unmovable = BTreeSet::new();
+    for topic in client.describe().await?.topics {
+        let dead_letters: BTreeSet<String> = topic
+            .groups
+            .iter()
+            .flat_map(|group| &group.settings)
+            .filter_map(|setting| match setting {
+                GroupSetting::DeadLetter(name) => Some(name.as_str().to_owned()),
+                _ => None,
+            })
+            .filter(|name| *name != topic.name)
+            .collect();
+        if !dead_letters.is_empty() {
+            let ties: Vec<String> = dead_letters.iter().cloned().collect();
+            outln!(
+                "leaving {} where it is: tied to {} by a dead-letter topic (both stay in one \
+                 group)",
+                topic.name,
+                ties.join(", ")
+            )?;
+            unmovable.insert(topic.name.clone());
+            unmovable.extend(dead_letters);
+        }
+    }
     let mut moved = 0;
     while let Some(planned) = next_move(&layout, &unmovable) {
         let PlannedMove {
@@ -728,6 +804,7 @@ pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
             to,
         } = &planned;
         if args.dry_run {
+            moved += 1;
             outln!(
                 "would move {topic} ({partitions} partition{}) from group {from} to group {to}",
                 plural(*partitions)
@@ -736,7 +813,7 @@ pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
             continue;
         }
         let started = std::time::Instant::now();
-        match client.move_topic(topic, *to).await {
+        match move_asking_again(&client, topic, *to).await {
             Ok(_) => {
                 outln!(
                     "moved {topic} ({partitions} partition{}) from group {from} to group {to} \
@@ -757,7 +834,7 @@ pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
     }
     let verb = if args.dry_run { "would be" } else { "after" };
     outln!("{verb}: {}", loads(&layout))?;
-    if !args.dry_run && moved == 0 {
+    if moved == 0 {
         outln!("nothing to move: no move brings the groups' partitions closer together")?;
     }
     Ok(())

@@ -1485,8 +1485,9 @@ impl Client {
     /// node. Its clients go on meanwhile: their calls about it are answered `NotLeader` for
     /// the moment it takes, and this client's handles ask again, as after a failover. Answers
     /// where clients find the topic once its new group serves it (at once when it is there
-    /// already). A topic moves whole, as one entry of the new group's log, so one holding more
-    /// than 64 MiB of records is refused. Needs a server of protocol version 13.
+    /// already). Its records travel in pieces, each an entry of the new group's log; the nodes
+    /// hold the topic in memory while it moves, so one holding more than 256 MiB of records is
+    /// refused. Needs a server of protocol version 13.
     ///
     /// # Errors
     ///

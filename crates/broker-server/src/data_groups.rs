@@ -857,9 +857,11 @@ pub(crate) fn route(shared: &Shared, command: &Command) -> GroupRoute {
             GroupRoute::Refused(ErrorReply::InvalidArgument(format!(
                 "with --cluster-data-groups, a group's dead-letter topic must be in its topic's \
                  group (a record moves to it in one step), and topic {topic:?} is in group \
-                 {group} while {dead_letter:?} is in group {elsewhere}: name another (one not \
-                 created yet, or named after the topic, such as \"{topic}-dlq\", is created in \
-                 the topic's group)"
+                 {group} while {dead_letter:?} is in group {elsewhere}: move it there first \
+                 (`broker cluster move {dead_letter} --to {group}`; a name not created yet is \
+                 moved once `broker create {dead_letter}` has created it in group {elsewhere}), \
+                 or name a dead-letter topic not created nor named before (it is created in the \
+                 topic's group)"
             )))
         }
         other => match other.topic() {
