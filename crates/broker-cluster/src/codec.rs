@@ -20,6 +20,16 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, EncodeError> {
     bincode::serde::encode_to_vec(value, config())
 }
 
+/// How many bytes `value` takes encoded, counted without writing them (0 for a value that
+/// cannot be encoded, which [`encode`] then refuses).
+pub(crate) fn encoded_len<T: Serialize>(value: &T) -> usize {
+    let mut size = bincode::enc::write::SizeWriter::default();
+    match bincode::serde::encode_into_writer(value, &mut size, config()) {
+        Ok(()) => size.bytes_written,
+        Err(_) => 0,
+    }
+}
+
 /// The value `bytes` encode, which must be all of them: for what this node wrote itself (its
 /// files, checked by their checksums), however large.
 pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {

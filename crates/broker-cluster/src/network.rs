@@ -30,7 +30,8 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -52,7 +53,9 @@ use tokio_util::task::TaskTracker;
 use crate::codec::{decode_at_most, encode};
 use crate::contact::LeaderContact;
 use crate::group::GroupCore;
-use crate::types::{Applied, ClusterNode, GroupId, NodeId, Proposal, TypeConfig, FIRST_GROUP};
+use crate::types::{
+    Applied, ClusterNode, Entry, GroupId, NodeId, Proposal, TypeConfig, FIRST_GROUP,
+};
 use crate::{committed_members, ProposeError};
 
 /// The largest frame between peers: a batch of entries, or a snapshot chunk.
@@ -769,12 +772,39 @@ fn another_answer() -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, "an answer to another request")
 }
 
+/// The most bytes of entries one `AppendEntries` carries (unless one entry alone is larger):
+/// openraft waits for its answer only a heartbeat interval (150 ms by default), so a larger
+/// batch, of large records or of the pieces of a moving topic, might never arrive in time,
+/// each try of it outlasting the wait. openraft is told to send fewer entries instead.
+const MOST_APPEND_BYTES: usize = 4 * 1024 * 1024;
+
+/// `Some(n)` when `entries` take more than `most` bytes encoded: how many of the first ones to
+/// send instead (those within `most`, and at least one).
+fn entries_within(entries: &[Entry], most: usize) -> Option<u64> {
+    if entries.len() < 2 {
+        return None;
+    }
+    let mut total = 0;
+    for (index, entry) in entries.iter().enumerate() {
+        total += crate::codec::encoded_len(entry);
+        if total > most {
+            return Some(index.max(1) as u64);
+        }
+    }
+    None
+}
+
 impl RaftNetwork<TypeConfig> for PeerLink {
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcError> {
+        if let Some(fitting) = entries_within(&rpc.entries, MOST_APPEND_BYTES) {
+            return Err(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(fitting),
+            ));
+        }
         self.ask(
             PeerRequest::AppendEntries(rpc),
             option,
@@ -1206,5 +1236,34 @@ mod tests {
                 request: GroupRequest::Campaign
             }
         ));
+    }
+
+    #[test]
+    fn a_batch_of_entries_past_its_bytes_is_cut_to_those_within_them() {
+        let piece = |piece: u64| Entry {
+            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), piece + 1),
+            payload: openraft::EntryPayload::Normal(Proposal::Cluster(
+                crate::ClusterChange::Stage {
+                    topic: "t".to_owned(),
+                    attempt: 1,
+                    piece,
+                    partition: 0,
+                    records: vec![broker_core::image::RecordImage {
+                        key: None,
+                        payload: vec![7; 1_000].into(),
+                        headers: Vec::new(),
+                        timestamp_ms: 0,
+                    }],
+                },
+            )),
+        };
+        let entries: Vec<Entry> = (0..10).map(piece).collect();
+        let one = crate::codec::encoded_len(&entries[0]);
+        assert!(one > 1_000, "{one}");
+        assert_eq!(entries_within(&entries, one * 10), None);
+        assert_eq!(entries_within(&entries, one * 3), Some(3));
+        // One entry goes alone, however large.
+        assert_eq!(entries_within(&entries, 10), Some(1));
+        assert_eq!(entries_within(&entries[..1], 10), None);
     }
 }
