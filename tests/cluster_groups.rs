@@ -620,12 +620,30 @@ async fn groups_of_three_replicas_over_four_nodes_serve_every_topic_from_any_nod
     }
 }
 
-/// The group holding `topic`, as node `index`'s metrics place it (its shard, counted from 0).
+/// The group holding `topic`, as node `index`'s metrics place it (its shard, counted from 0),
+/// once they name it: a node applies a create or a move a moment after the group's leader.
 fn group_of(nodes: &Nodes, index: usize, topic: &str) -> Option<i64> {
-    nodes
-        .samples(index, "topic_shard")
-        .get(topic)
-        .map(|shard| shard + 1)
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let placed = nodes.samples(index, "topic_shard").get(topic).copied();
+        if placed.is_some() || Instant::now() >= deadline {
+            return placed.map(|shard| shard + 1);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// [`group_of`], waiting until it is `group` (for up to 20 seconds): a node applies a move a
+/// moment after the first group's leader commits it.
+fn placed_in(nodes: &Nodes, index: usize, topic: &str, group: i64) -> Option<i64> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let placed = group_of(nodes, index, topic);
+        if placed == Some(group) || Instant::now() >= deadline {
+            return placed;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Runs `broker` with `args` against every node; its exit status, standard output and error.
@@ -761,7 +779,11 @@ async fn a_topic_moves_to_another_group_while_a_client_publishes_to_it() {
         not_leader_answers(&nodes) - refused_before
     );
     for index in 0..3 {
-        assert_eq!(group_of(&nodes, index, "orders"), Some(to), "node {index}");
+        assert_eq!(
+            placed_in(&nodes, index, "orders", to),
+            Some(to),
+            "node {index}"
+        );
     }
 
     // Every record once, at the offset it was given, in order.
@@ -862,6 +884,7 @@ async fn balancing_spreads_the_topics_of_one_group_over_every_group() {
         assert!(client.create(topic, 1).await.unwrap());
         client.publish(topic, 0, topic.to_owned()).await.unwrap();
         client.move_topic(topic, 1).await.unwrap();
+        assert_eq!(placed_in(&nodes, 0, topic, 1), Some(1));
     }
     let per_group = || {
         let mut counts: BTreeMap<i64, usize> = BTreeMap::new();
@@ -901,7 +924,13 @@ async fn balancing_spreads_the_topics_of_one_group_over_every_group() {
         4,
         "{done}"
     );
-    assert_eq!(per_group(), BTreeMap::from([(1, 2), (2, 2), (3, 2)]));
+    // As node 1 places them, once it applied the last move.
+    let balanced = BTreeMap::from([(1, 2), (2, 2), (3, 2)]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while per_group() != balanced {
+        assert!(Instant::now() < deadline, "{:?}", per_group());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     for topic in topics {
         let read = client.read(topic, 0, 0, 10, Duration::ZERO).await.unwrap();
         let payloads: Vec<&[u8]> = read.records.iter().map(|r| &r.payload[..]).collect();

@@ -1919,7 +1919,18 @@ async fn an_idempotent_kafka_producer_follows_a_topic_moving_to_another_group() 
         .await
         .unwrap();
     assert!(created);
-    let from = nodes.samples(0, "topic_shard")["moving"] + 1;
+    // Once node 1 has applied the create (its group's leader may be another node).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let from = loop {
+        if let Some(shard) = nodes.samples(0, "topic_shard").get("moving") {
+            break shard + 1;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node 1 never placed it"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let to = u32::try_from(from % 3 + 1).unwrap();
     let everyone: Vec<String> = (0..3)
         .map(|index| {
@@ -1976,9 +1987,12 @@ async fn an_idempotent_kafka_producer_follows_a_topic_moving_to_another_group() 
     assert_eq!(group_records(&report).len(), 1_000);
     let lag = client.lag("moving", "after-the-move").await.unwrap();
     assert!(lag.iter().all(|row| row.lag == 0), "{lag:?}");
-    assert_eq!(
-        nodes.samples(1, "topic_shard")["moving"] + 1,
-        i64::from(to),
-        "placed in its new group"
-    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while nodes.samples(1, "topic_shard").get("moving") != Some(&(i64::from(to) - 1)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node 2 never placed it in group {to}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

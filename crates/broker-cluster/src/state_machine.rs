@@ -506,7 +506,9 @@ impl<R: Replica> StateMachine<R> {
                 let ties = replica.dead_letter_ties(topic).join(", ");
                 let why = format!(
                     "topic {topic:?} is tied to {ties} by dead-letter topics (a record moves to \
-                     its dead-letter topic in one step, within one group), so it cannot move alone"
+                     its dead-letter topic in one step, within one group), so it cannot move \
+                     alone: configure the groups without their dead-letter topic (`broker group \
+                     configure --no-dead-letter`), move the topics, then configure them again"
                 );
                 Applied {
                     results: vec![Err(BrokerError::InvalidArgument(why))],
