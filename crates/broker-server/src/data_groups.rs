@@ -591,13 +591,20 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
                     reported.remove(&group);
                     // (Its copy's membership as its files have it, once restarted.)
                     let member = hosted.is_member();
+                    let started_empty = hosted.started_empty();
                     if let Some(slot) = shared.groups.get(shard - 1) {
                         // Only this task sets the slots.
                         let _ = slot.set(hosted);
                     }
-                    match member {
-                        true => info!(group, "this node hosts data group {group}"),
-                        false => info!(
+                    // (A node restarted from its files may not have loaded its copy's
+                    // membership yet: it says where it started from instead.)
+                    match (member, started_empty) {
+                        (true, _) => info!(group, "this node hosts data group {group}"),
+                        (false, false) => info!(
+                            group,
+                            "this node hosts data group {group} again, from its files"
+                        ),
+                        (false, true) => info!(
                             group,
                             "this node hosts data group {group}, without a copy until the \
                              group's leader adds it (with fewer replicas than nodes, some \
