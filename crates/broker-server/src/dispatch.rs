@@ -439,7 +439,13 @@ impl Run {
     ) {
         let proposals = std::mem::take(&mut self.by_shard).into_iter().map(
             |(shard, slots, commands)| async move {
-                let topics: Vec<Option<String>> = match spread {
+                // Only a group that a topic left answers a call `NotLeader` for it (see
+                // `data_groups::moved_to`): no copy of the topics otherwise.
+                let left_from = spread
+                    && shared
+                        .group(shard)
+                        .is_some_and(|group| !group.cluster_state().borrow().departures.is_empty());
+                let topics: Vec<Option<String>> = match left_from {
                     true => commands
                         .iter()
                         .map(|command| command.topic().map(str::to_owned))
