@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt, SinkExt, StreamExt};
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
     Unreachable,
@@ -731,14 +731,21 @@ impl PeerLink {
         }
     }
 
-    /// Opens the connection now, unless it is open, waiting at most `timeout`: a request sent
+    /// Opens the connection now, unless one is open that the peer has not closed, waiting at
+    /// most `timeout`: a request sent
     /// after it succeeded may have reached the peer, one whose connection failed here did not.
     ///
     /// # Errors
     /// The peer cannot be reached in time, or refuses this node.
     pub(crate) async fn open_within(&mut self, timeout: Duration) -> io::Result<()> {
-        if self.connection.is_some() {
-            return Ok(());
+        if let Some(connection) = &mut self.connection {
+            // Between questions a kept connection has nothing to read: one that does was closed
+            // by the peer (it restarted) or broken, and a question sent on it would fail as if
+            // it may have been taken. It is dropped here, where nothing was sent yet.
+            if connection.next().now_or_never().is_none() {
+                return Ok(());
+            }
+            self.connection = None;
         }
         let opened = tokio::time::timeout(timeout, self.connect())
             .await

@@ -402,6 +402,57 @@ async fn three_nodes_replicate_survive_a_leader_loss_and_catch_up() {
     assert!(first_entry > Some(2), "the log starts at {first_entry:?}");
 }
 
+/// A follower keeps its connection to the leader it forwards proposals to. When that leader
+/// restarts and leads again, the kept connection is closed: the next proposal is sent on a new
+/// one, not answered "may or may not have been applied".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proposal_forwarded_to_a_leader_that_restarted_is_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let (members, mut nodes) = start_three(dir.path()).await;
+    let all: Vec<&Node> = nodes.iter().flatten().collect();
+    let first = leader(&all).await;
+    let leader_id = all[first].cluster.node_id();
+    let follower = (first + 1) % 3;
+    let forward = |commands: Vec<Command>| Proposal::Commands {
+        now_ms: 1_000,
+        commands,
+    };
+    let applied = all[follower]
+        .cluster
+        .propose_via_leader(forward(vec![create_topic()]))
+        .await
+        .unwrap();
+    assert_eq!(applied.results, vec![Ok(Outcome::Created(true))]);
+
+    // The leader restarts from its files, and leads again.
+    let gone = nodes[first].take().unwrap();
+    gone.cluster.shutdown().await;
+    let listener = TcpListener::bind(&members[&leader_id].raft_addr)
+        .await
+        .unwrap();
+    nodes[first] = Some(start(leader_id, &members, dir.path(), listener).await);
+    let all: Vec<&Node> = nodes.iter().flatten().collect();
+    let elected = leader(&all).await;
+    if elected != first {
+        all[elected]
+            .cluster
+            .transfer_leadership(leader_id, Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(leader(&all).await, first);
+    }
+
+    let applied = all[follower]
+        .cluster
+        .propose_via_leader(forward(vec![publish(0)]))
+        .await
+        .unwrap();
+    assert_eq!(applied.results, vec![Ok(Outcome::Published(0))]);
+    for node in nodes.iter().flatten() {
+        node.cluster.shutdown().await;
+    }
+}
+
 /// Why node 1 at `to` refuses a vote request from node 2 holding `token`.
 async fn vote_refusal(token: &str, to: &ClusterNode) -> String {
     let mut link = Network::new(2, Some(token.to_owned()), None)
