@@ -548,9 +548,10 @@ stops saying so, with exit status 3 (pending); the move goes on by itself."
   broker cluster balance
 
 Each move is `broker cluster move`: the topic's calls pause while it moves (a few tens of
-milliseconds for a small topic), nothing is lost, offsets stay. It takes a topic of the group
-holding the most partitions to the group holding the fewest: the largest topic whose move
-narrows their gap. A topic that cannot move (more than 256 MiB of records, or tied to another
+milliseconds for a small topic), nothing is lost, offsets stay. Each step is the move that
+narrows the gaps between the groups' partition counts most (a topic from a fuller group to an
+emptier one, the largest first among equals) or, when no single move narrows them, two topics
+of different sizes swapping groups. A topic that cannot move (more than 256 MiB of records, or tied to another
 by a dead-letter topic) is left where it is, saying why, and the others are balanced around
 it. Balance counts partitions, not bytes or traffic: move a busy topic by hand with `broker
 cluster move`.")]

@@ -796,40 +796,50 @@ pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
         }
     }
     let mut moved = 0;
-    while let Some(planned) = next_move(&layout, &unmovable) {
-        let PlannedMove {
-            topic,
-            partitions,
-            from,
-            to,
-        } = &planned;
-        if args.dry_run {
-            moved += 1;
-            outln!(
-                "would move {topic} ({partitions} partition{}) from group {from} to group {to}",
-                plural(*partitions)
-            )?;
-            planned.apply(&mut layout);
-            continue;
+    // Each plan lowers the measure next_moves goes by, or a topic becomes unmovable: it ends.
+    'planning: loop {
+        let moves = next_moves(&layout, &unmovable);
+        if moves.is_empty() {
+            break;
         }
-        let started = std::time::Instant::now();
-        match move_asking_again(&client, topic, *to).await {
-            Ok(_) => {
+        for planned in moves {
+            let PlannedMove {
+                topic,
+                partitions,
+                from,
+                to,
+            } = &planned;
+            if args.dry_run {
+                moved += 1;
                 outln!(
-                    "moved {topic} ({partitions} partition{}) from group {from} to group {to} \
-                     in {:.1} s",
-                    plural(*partitions),
-                    started.elapsed().as_secs_f64()
+                    "would move {topic} ({partitions} partition{}) from group {from} to group \
+                     {to}",
+                    plural(*partitions)
                 )?;
                 planned.apply(&mut layout);
-                moved += 1;
+                continue;
             }
-            Err(Error::Broker(BrokerError::InvalidArgument(why))) => {
-                outln!("left {topic} in group {from}: {why}")?;
-                unmovable.insert(topic.clone());
+            let started = std::time::Instant::now();
+            match move_asking_again(&client, topic, *to).await {
+                Ok(_) => {
+                    outln!(
+                        "moved {topic} ({partitions} partition{}) from group {from} to group \
+                         {to} in {:.1} s",
+                        plural(*partitions),
+                        started.elapsed().as_secs_f64()
+                    )?;
+                    planned.apply(&mut layout);
+                    moved += 1;
+                }
+                Err(Error::Broker(BrokerError::InvalidArgument(why))) => {
+                    outln!("left {topic} in group {from}: {why}")?;
+                    unmovable.insert(topic.clone());
+                    // The rest of a swap is planned again without it.
+                    continue 'planning;
+                }
+                // A move that goes on past the server's wait: said so, exit status 3.
+                Err(error) => return pending_apart(Err(error)),
             }
-            // A move that goes on past the server's wait: said so, exit status 3.
-            Err(error) => return pending_apart(Err(error)),
         }
     }
     let verb = if args.dry_run { "would be" } else { "after" };
@@ -857,36 +867,76 @@ fn loads(layout: &BTreeMap<u32, Vec<(String, i32)>>) -> String {
         .join("; ")
 }
 
-/// The next move that brings the groups' partition counts closer together: a topic of the
-/// group holding the most partitions to the group holding the fewest, the largest topic whose
-/// move narrows their gap (topics in `unmovable` left out); `None` once no move does.
-/// `groups` maps each group to its topics and their partition counts.
-fn next_move(
+/// The next moves that bring the groups' partition counts closer together, measured by the
+/// sum of the squares of the groups' counts (it falls whenever a move narrows a gap without
+/// opening a wider one): the single move that lowers it most; when no single move does, the
+/// swap of two topics between two groups (two moves) that lowers it most; empty once neither
+/// does. Topics in `unmovable` are left out. `groups` maps each group to its topics and their
+/// partition counts.
+fn next_moves(
     groups: &BTreeMap<u32, Vec<(String, i32)>>,
     unmovable: &BTreeSet<String>,
-) -> Option<PlannedMove> {
-    let load = |group: &u32| -> i64 {
-        groups[group]
+) -> Vec<PlannedMove> {
+    let load = |group: u32| -> i64 {
+        groups[&group]
             .iter()
             .map(|(_, partitions)| i64::from(*partitions))
             .sum()
     };
-    // Ties: the lowest id holding the most, the lowest id holding the fewest.
-    let most = groups
+    // Moving `size` partitions from a group of `from` to one of `to` lowers the sum of
+    // squares by this much (positive: it narrows their gap).
+    let gain = |size: i64, from: i64, to: i64| 2 * size * (from - to - size);
+    let movable = |group: u32| {
+        groups[&group]
+            .iter()
+            .filter(|(topic, _)| !unmovable.contains(topic))
+            .map(move |(topic, partitions)| (topic, *partitions))
+    };
+    let planned = |topic: &String, partitions: i32, from: u32, to: u32| PlannedMove {
+        topic: topic.clone(),
+        partitions,
+        from,
+        to,
+    };
+    let pairs: Vec<(u32, u32)> = groups
         .keys()
-        .max_by_key(|group| (load(group), std::cmp::Reverse(**group)))?;
-    let fewest = groups.keys().min_by_key(|group| (load(group), **group))?;
-    let gap = load(most) - load(fewest);
-    groups[most]
+        .flat_map(|from| groups.keys().map(move |to| (*from, *to)))
+        .filter(|(from, to)| from != to)
+        .collect();
+    // Ties: the larger topic, then the lower group ids, then the name.
+    let single = pairs
         .iter()
-        .filter(|(topic, partitions)| !unmovable.contains(topic) && i64::from(*partitions) < gap)
-        .max_by_key(|(topic, partitions)| (*partitions, std::cmp::Reverse(topic.clone())))
-        .map(|(topic, partitions)| PlannedMove {
-            topic: topic.clone(),
-            partitions: *partitions,
-            from: *most,
-            to: *fewest,
+        .flat_map(|&(from, to)| {
+            movable(from).map(move |(topic, partitions)| {
+                let gain = gain(i64::from(partitions), load(from), load(to));
+                (gain, partitions, from, to, topic)
+            })
         })
+        .filter(|(gain, ..)| *gain > 0)
+        .max_by(|a, b| (a.0, a.1, b.2, b.3, b.4).cmp(&(b.0, b.1, a.2, a.3, a.4)));
+    if let Some((_, partitions, from, to, topic)) = single {
+        return vec![planned(topic, partitions, from, to)];
+    }
+    let swap = pairs
+        .iter()
+        .flat_map(|&(from, to)| {
+            movable(from).flat_map(move |(topic, partitions)| {
+                movable(to)
+                    .filter(move |(_, back)| *back < partitions)
+                    .map(move |(other, back)| {
+                        let gain = gain(i64::from(partitions - back), load(from), load(to));
+                        (gain, partitions, from, to, topic, back, other)
+                    })
+            })
+        })
+        .filter(|(gain, ..)| *gain > 0)
+        .max_by(|a, b| (a.0, a.1, b.2, b.3, b.4, b.6).cmp(&(b.0, b.1, a.2, a.3, a.4, a.6)));
+    swap.map_or_else(Vec::new, |(_, partitions, from, to, topic, back, other)| {
+        vec![
+            planned(topic, partitions, from, to),
+            planned(other, back, to, from),
+        ]
+    })
 }
 
 /// One move of a plan.
@@ -1063,21 +1113,27 @@ mod tests {
             .collect()
     }
 
-    /// Every move [`next_move`] makes from `groups`, in order, with `unmovable` left alone.
+    /// Every move [`next_moves`] makes from `groups`, in order, with `unmovable` left alone.
     fn plan(groups: &[(u32, &[(&str, i32)])], unmovable: &[&str]) -> Vec<(String, u32, u32)> {
         let mut groups = layout(groups);
         let unmovable: BTreeSet<String> = unmovable.iter().map(|t| (*t).to_owned()).collect();
         let mut moves = Vec::new();
-        while let Some(planned) = next_move(&groups, &unmovable) {
-            planned.apply(&mut groups);
-            moves.push((planned.topic, planned.from, planned.to));
+        loop {
+            let planned = next_moves(&groups, &unmovable);
+            if planned.is_empty() {
+                break;
+            }
+            for planned in planned {
+                planned.apply(&mut groups);
+                moves.push((planned.topic, planned.from, planned.to));
+            }
             assert!(moves.len() < 100, "a plan that never ends: {moves:?}");
         }
         moves
     }
 
     #[test]
-    fn balancing_moves_the_largest_topic_that_narrows_the_widest_gap_until_none_does() {
+    fn balancing_moves_the_topic_that_narrows_the_gaps_most_until_none_does() {
         let crowded: &[(&str, i32)] = &[("a", 4), ("b", 2), ("c", 1), ("d", 1)];
         let groups = [(1, crowded), (2, &[][..]), (3, &[("e", 1)][..])];
         // 8, 0, 1; then 4, 4, 1; then 2, 4, 3, where a (4 partitions) cannot narrow a gap of 2.
@@ -1092,5 +1148,25 @@ mod tests {
         let even = [(1, &[("a", 2)][..]), (2, &[("b", 1), ("c", 1)][..])];
         assert!(plan(&even, &[]).is_empty());
         assert!(plan(&[(1, crowded)], &[]).is_empty());
+    }
+
+    #[test]
+    fn when_no_single_move_narrows_a_gap_two_topics_swap_groups() {
+        // 7, 7, 9: no topic of the third group is small enough to move alone.
+        let groups = [
+            (1, &[("a1", 2), ("a2", 2), ("a3", 2), ("a4", 1)][..]),
+            (2, &[("b", 7)][..]),
+            (3, &[("c1", 3), ("c2", 3), ("c3", 3)][..]),
+        ];
+        let to = |topic: &str, from, to| (topic.to_owned(), from, to);
+        // 8, 7, 8.
+        assert_eq!(plan(&groups, &[]), [to("c1", 3, 1), to("a1", 1, 3)]);
+        // Not only the fullest group gives: 4, 0, 3 ends at 4, 1, 2.
+        let groups = [
+            (1, &[("x", 4)][..]),
+            (2, &[][..]),
+            (3, &[("y", 1), ("z", 1), ("w", 1)][..]),
+        ];
+        assert_eq!(plan(&groups, &[]), [to("w", 3, 2)]);
     }
 }
