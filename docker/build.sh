@@ -2,6 +2,9 @@
 # Builds the image broker-server:latest (or the tag given as $1) from static binaries.
 # There is no registry here, so nothing is pulled: the image is FROM scratch and the binaries
 # are linked statically against glibc (-C target-feature=+crt-static).
+#
+#   docker/build.sh [TAG]            # the binaries, then the image
+#   docker/build.sh --binaries-only  # the binaries alone (CI builds them ahead, in the background)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag="${1:-broker-server:latest}"
@@ -17,6 +20,7 @@ echo "building static binaries for $target (profile $profile)..." >&2
 RUSTFLAGS="-C target-feature=+crt-static" \
   CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols \
   cargo build --profile "$profile" --locked --target "$target" -p broker-server -p broker-cli >&2
+[ "$tag" = "--binaries-only" ] && exit 0
 
 context="$(mktemp -d)"
 trap 'rm -rf "$context"' EXIT
