@@ -118,13 +118,6 @@ pub trait Replica: Send + Sync + 'static {
     /// now, so they may leave memory (see [`broker_core::BrokerState::evict`]).
     fn evict(&self, written: &[(cold::LogId, i64)]);
 
-    /// `topic` with everything it holds and its records (see
-    /// [`broker_core::BrokerState::export_topic`]).
-    ///
-    /// # Errors
-    /// The topic does not exist, or its records cannot be read.
-    fn export_topic(&self, topic: &str) -> Result<TopicImage, BrokerError>;
-
     /// Holds `topic` as `image` describes it from now on (see
     /// [`broker_core::BrokerState::import_topic`]).
     ///

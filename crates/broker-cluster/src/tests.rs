@@ -113,10 +113,6 @@ impl Replica for Memory {
         self.state.lock().unwrap().evict(written);
     }
 
-    fn export_topic(&self, topic: &str) -> Result<TopicImage, BrokerError> {
-        self.state.lock().unwrap().export_topic(topic)
-    }
-
     fn import_topic(&self, topic: &str, image: TopicImage) -> Result<(), BrokerError> {
         self.state.lock().unwrap().import_topic(topic, image)
     }
@@ -978,10 +974,6 @@ impl Replica for Refusing {
 
     fn evict(&self, _: &[(LogId, i64)]) {}
 
-    fn export_topic(&self, topic: &str) -> Result<TopicImage, BrokerError> {
-        Err(BrokerError::InvalidArgument(format!("no topic {topic:?}")))
-    }
-
     fn import_topic(&self, topic: &str, _: TopicImage) -> Result<(), BrokerError> {
         Err(BrokerError::InvalidArgument(format!(
             "no room for {topic:?}"
@@ -1767,7 +1759,7 @@ async fn a_topic_moves_to_another_groups_state_machine_whole_and_is_refused_wher
     // Its records are staged in the other group piece by piece: a piece sent again is staged
     // once, a piece after a missing one or of an earlier sending is refused, a later sending
     // starts over; an arrival short of pieces is refused, one with all of them arrives, once.
-    let image = source.export_topic("t").unwrap();
+    let image = source.state.lock().unwrap().export_topic("t").unwrap();
     assert_eq!(image.partitions[0].records.len(), 8);
     let mut bare = image.clone();
     let records = std::mem::take(&mut bare.partitions[0].records);
@@ -1848,7 +1840,7 @@ async fn a_topic_moves_to_another_groups_state_machine_whole_and_is_refused_wher
         ]
     );
     assert!(other.cluster_state().borrow().arrivals.is_empty());
-    let mut arrived = target.export_topic("t").unwrap();
+    let mut arrived = target.state.lock().unwrap().export_topic("t").unwrap();
     arrived.id = image.id;
     assert_eq!(arrived, image);
     let applied = apply_all(&mut other, 11, publish_entries(8..9)).await;

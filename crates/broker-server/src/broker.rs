@@ -15,6 +15,7 @@ use broker_core::cold::LogId;
 use broker_core::image::{StateImage, TopicImage};
 use broker_core::{
     BrokerDescription, BrokerError, BrokerState, Command, Membership, NameRules, Outcome,
+    TopicExport,
 };
 use broker_proto::ErrorReply;
 use broker_storage::{Journal, JournalError};
@@ -323,10 +324,10 @@ impl BrokerGuard<'_> {
         self.locked.state.is_due(now_ms)
     }
 
-    /// `topic` with everything it holds, its records read back from disk (see
-    /// [`BrokerState::export_topic`]).
-    pub(crate) fn export_topic(&self, topic: &str) -> Result<TopicImage, BrokerError> {
-        self.locked.state.export_topic(topic)
+    /// `topic` with everything it holds, its records on disk still to be read, without this
+    /// lock (see [`BrokerState::begin_export`]).
+    pub(crate) fn begin_export(&self, topic: &str) -> Result<TopicExport, BrokerError> {
+        self.locked.state.begin_export(topic)
     }
 
     /// Holds `topic` as `image` describes it (see [`BrokerState::import_topic`]), its members

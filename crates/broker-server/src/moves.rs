@@ -319,11 +319,12 @@ async fn carry_on(
     let first = shared.cluster().ok_or("this node is shutting down")?;
     let (from, to) = (source.group(), departure.to);
     if !departure.gone {
-        let image = shared
-            .shards
-            .get(shard)
-            .lock()
-            .export_topic(topic)
+        // The group's other topics are served meanwhile: its records on disk (up to
+        // MAX_MOVE_BYTES) are read without the shard's lock, and off the runtime's threads.
+        let export = shared.shards.get(shard).lock().begin_export(topic);
+        let image = tokio::task::spawn_blocking(move || export?.read())
+            .await
+            .map_err(|error| format!("reading the topic stopped: {error}"))?
             .map_err(|error| format!("the topic cannot be read: {error}"))?;
         let bytes: u64 = image
             .partitions

@@ -110,10 +110,6 @@ impl Replica for BrokerReplica {
         self.broker.lock().evict(written);
     }
 
-    fn export_topic(&self, topic: &str) -> Result<TopicImage, BrokerError> {
-        self.broker.lock().export_topic(topic)
-    }
-
     fn import_topic(&self, topic: &str, image: TopicImage) -> Result<(), BrokerError> {
         self.broker.lock().import_topic(topic, image)
     }

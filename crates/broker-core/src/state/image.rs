@@ -98,37 +98,41 @@ impl BrokerState {
     /// `topic` as an image of everything it holds (partitions, groups, idempotent producers),
     /// its records in memory and those in the cold store read back into it: what
     /// [`BrokerState::import_topic`] takes to hold the same topic in another state. Changes
-    /// nothing.
+    /// nothing. [`BrokerState::begin_export`] then [`TopicExport::read`] does the same with
+    /// the cold store read after the state is let go.
     ///
     /// # Errors
     /// [`BrokerError::InvalidArgument`] for a topic that does not exist;
     /// [`BrokerError::Storage`] if records in the cold store cannot be read.
     pub fn export_topic(&self, topic: &str) -> Result<TopicImage, BrokerError> {
+        self.begin_export(topic)?.read()
+    }
+
+    /// `topic` as [`BrokerState::export_topic`] exports it, but for its records in the cold
+    /// store, which [`TopicExport::read`] reads without this state: a caller holding the state
+    /// behind a lock lets it go before reading what may be hundreds of megabytes from disk.
+    /// Records in the cold store never change, so the export is the topic as it is now, as
+    /// long as they are still retained when read. Changes nothing.
+    ///
+    /// # Errors
+    /// [`BrokerError::InvalidArgument`] for a topic that does not exist.
+    pub fn begin_export(&self, topic: &str) -> Result<TopicExport, BrokerError> {
         let held = self.topics.get(topic).ok_or_else(|| unknown_topic(topic))?;
-        let mut image = topic_image(held);
-        for (log, partition) in held.partitions.iter().zip(&mut image.partitions) {
-            let Some(cold) = &log.cold else {
-                continue;
-            };
-            let mut records = cold
-                .store
-                .read(cold.id, log.base..cold.end, None)
-                .map_err(|error| BrokerError::Storage(error.to_string()))?;
-            if records.len() as i64 != cold.end - log.base {
-                return Err(BrokerError::Storage(format!(
-                    "the records of {:?} at offsets {}..{} read back as {}",
-                    cold.id,
-                    log.base,
-                    cold.end,
-                    records.len()
-                )));
-            }
-            records.append(&mut partition.records);
-            partition.records = records;
-            partition.cold_end = log.base;
-            partition.cold_bytes = 0;
-        }
-        Ok(image)
+        let cold = held
+            .partitions
+            .iter()
+            .map(|log| {
+                log.cold.as_ref().map(|cold| ColdPart {
+                    store: Arc::clone(&cold.store),
+                    id: cold.id,
+                    offsets: log.base..cold.end,
+                })
+            })
+            .collect();
+        Ok(TopicExport {
+            image: topic_image(held),
+            cold,
+        })
     }
 
     /// The topics `topic` is tied to by dead-letter topics, sorted and each once: those whose
@@ -684,5 +688,67 @@ impl From<HeaderImage> for Header {
             name: image.name,
             value: image.value,
         }
+    }
+}
+
+/// A topic exported by [`BrokerState::begin_export`]: its image, with the records of its
+/// partitions' cold stores still to be read by [`TopicExport::read`].
+pub struct TopicExport {
+    image: TopicImage,
+    /// Per partition, the records its cold store holds (none for a partition without one).
+    cold: Vec<Option<ColdPart>>,
+}
+
+/// The records of one partition in its cold store, to be read back.
+struct ColdPart {
+    store: Arc<dyn ColdStore>,
+    id: LogId,
+    offsets: std::ops::Range<i64>,
+}
+
+impl std::fmt::Debug for TopicExport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cold: Vec<_> = self
+            .cold
+            .iter()
+            .map(|part| part.as_ref().map(|part| part.offsets.clone()))
+            .collect();
+        f.debug_struct("TopicExport")
+            .field("id", &self.image.id)
+            .field("cold", &cold)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TopicExport {
+    /// The topic's image with every record, those of the cold stores read back (blocking on
+    /// their reads).
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] if records cannot be read: among them records retention
+    /// removed since the export began (export again).
+    pub fn read(self) -> Result<TopicImage, BrokerError> {
+        let TopicExport { mut image, cold } = self;
+        for (part, partition) in cold.into_iter().zip(&mut image.partitions) {
+            let Some(ColdPart { store, id, offsets }) = part else {
+                continue;
+            };
+            let mut records = store
+                .read(id, offsets.clone(), None)
+                .map_err(|error| BrokerError::Storage(error.to_string()))?;
+            if records.len() as i64 != offsets.end - offsets.start {
+                return Err(BrokerError::Storage(format!(
+                    "the records of {id:?} at offsets {}..{} read back as {}",
+                    offsets.start,
+                    offsets.end,
+                    records.len()
+                )));
+            }
+            records.append(&mut partition.records);
+            partition.records = records;
+            partition.cold_end = offsets.start;
+            partition.cold_bytes = 0;
+        }
+        Ok(image)
     }
 }

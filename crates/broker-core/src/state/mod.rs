@@ -48,6 +48,7 @@ use crate::BrokerError;
 pub use dead_letter::{DeadLetterReason, DeadLettered, DEAD_LETTER_HEADER_BYTES};
 use group::Group;
 pub use idempotence::{MAX_PRODUCERS, RECENT_BATCHES};
+pub use image::TopicExport;
 use memory::Memory;
 use topic::Topic;
 
