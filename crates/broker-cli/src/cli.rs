@@ -540,21 +540,23 @@ stops saying so, with exit status 3 (pending); the move goes on by itself."
     Move(Connected<MoveArgs>),
     /// Spread the topics over the Raft groups of a cluster that has several (`broker-server
     /// --cluster-data-groups`), one move at a time, until no move brings the groups' partition
-    /// counts closer together: after groups or nodes were added, or topics created in one
-    /// group. New topics spread by themselves; this moves existing ones. The groups' leaders
+    /// counts (or, with --by bytes, retained bytes) closer together: after groups or nodes were
+    /// added, or topics created in one group. New topics spread by themselves; this moves existing ones. The groups' leaders
     /// spread over the nodes by themselves.
     #[command(after_help = "Example:
   broker cluster balance --dry-run     # the moves it would make
   broker cluster balance
+  broker cluster balance --by bytes    # even out the records the groups retain instead
 
 Each move is `broker cluster move`: the topic's calls pause while it moves (a few tens of
 milliseconds for a small topic), nothing is lost, offsets stay. Each step is the move that
-narrows the gaps between the groups' partition counts most (a topic from a fuller group to an
-emptier one, the largest first among equals) or, when no single move narrows them, two topics
-of different sizes swapping groups. A topic that cannot move (more than 256 MiB of records, or tied to another
-by a dead-letter topic) is left where it is, saying why, and the others are balanced around
-it. Balance counts partitions, not bytes or traffic: move a busy topic by hand with `broker
-cluster move`.")]
+narrows the gaps between the groups' loads most (a topic from a fuller group to an emptier
+one, the largest first among equals) or, when no single move narrows them, two topics of
+different sizes swapping groups. A topic that cannot move (more than 256 MiB of records, or
+tied to another by a dead-letter topic) is left where it is, saying why, and the others are
+balanced around it. It counts partitions, or with --by bytes the records retained (a snapshot of now: a
+topic that grows or shrinks later is not followed), never traffic: move a busy topic by hand
+with `broker cluster move`.")]
     Balance(Connected<BalanceArgs>),
 }
 
@@ -564,6 +566,19 @@ pub struct BalanceArgs {
     /// Print the moves it would make, and make none.
     #[arg(long)]
     pub dry_run: bool,
+    /// What to even out between the groups: their partitions, or the bytes of records they
+    /// retain (a topic's payload, key and header bytes, as `broker describe` shows them).
+    #[arg(long, value_enum, default_value_t = BalanceBy::Partitions)]
+    pub by: BalanceBy,
+}
+
+/// What `broker cluster balance` evens out between the groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BalanceBy {
+    /// The groups' partition counts.
+    Partitions,
+    /// The bytes of records the groups' topics retain.
+    Bytes,
 }
 
 /// `broker cluster move`.

@@ -11,8 +11,8 @@ use broker_client::{
 use futures::future::join_all;
 
 use crate::cli::{
-    AddNodeArgs, BalanceArgs, ClusterStatusArgs, ClusterTopicsArgs, MoveArgs, RemoveNodeArgs,
-    TransferArgs,
+    AddNodeArgs, BalanceArgs, BalanceBy, ClusterStatusArgs, ClusterTopicsArgs, MoveArgs,
+    RemoveNodeArgs, TransferArgs,
 };
 use crate::connect::Server;
 use crate::output::plural;
@@ -752,27 +752,38 @@ pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
              --cluster-data-groups N (every node the same) to spread topics over N groups"
         );
     }
-    let partitions: BTreeMap<&str, i32> = metadata
-        .topics
-        .iter()
-        .map(|topic| (topic.topic.as_str(), topic.partition_count))
-        .collect();
-    let mut layout: BTreeMap<u32, Vec<(String, i32)>> = rows
+    let described = client.describe().await?.topics;
+    let weights: BTreeMap<&str, i64> = match args.by {
+        BalanceBy::Partitions => metadata
+            .topics
+            .iter()
+            .map(|topic| (topic.topic.as_str(), i64::from(topic.partition_count)))
+            .collect(),
+        BalanceBy::Bytes => described
+            .iter()
+            .map(|topic| {
+                let bytes = i64::try_from(topic.retained_bytes).unwrap_or(i64::MAX);
+                (topic.name.as_str(), bytes)
+            })
+            .collect(),
+    };
+    let mut layout: BTreeMap<u32, Vec<(String, i64)>> = rows
         .iter()
         .map(|row| {
             let topics = row
                 .topics
                 .iter()
-                .filter_map(|topic| Some((topic.clone(), *partitions.get(topic.as_str())?)))
+                .filter_map(|topic| Some((topic.clone(), *weights.get(topic.as_str())?)))
                 .collect();
             (row.group, topics)
         })
         .collect();
-    outln!("before: {}", loads(&layout))?;
+    let by = args.by;
+    outln!("before: {}", loads(&layout, by))?;
     // A topic tied to another by a dead-letter topic cannot move (the server says so): left
     // out of the plan from the start.
     let mut unmovable = BTreeSet::new();
-    for topic in client.describe().await?.topics {
+    for topic in &described {
         let dead_letters: BTreeSet<String> = topic
             .groups
             .iter()
@@ -805,17 +816,14 @@ pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
         for planned in moves {
             let PlannedMove {
                 topic,
-                partitions,
+                weight,
                 from,
                 to,
             } = &planned;
+            let weight = weight_text(*weight, by);
             if args.dry_run {
                 moved += 1;
-                outln!(
-                    "would move {topic} ({partitions} partition{}) from group {from} to group \
-                     {to}",
-                    plural(*partitions)
-                )?;
+                outln!("would move {topic} ({weight}) from group {from} to group {to}")?;
                 planned.apply(&mut layout);
                 continue;
             }
@@ -823,9 +831,7 @@ pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
             match move_asking_again(&client, topic, *to).await {
                 Ok(_) => {
                     outln!(
-                        "moved {topic} ({partitions} partition{}) from group {from} to group \
-                         {to} in {:.1} s",
-                        plural(*partitions),
+                        "moved {topic} ({weight}) from group {from} to group {to} in {:.1} s",
                         started.elapsed().as_secs_f64()
                     )?;
                     planned.apply(&mut layout);
@@ -843,22 +849,26 @@ pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
         }
     }
     let verb = if args.dry_run { "would be" } else { "after" };
-    outln!("{verb}: {}", loads(&layout))?;
+    outln!("{verb}: {}", loads(&layout, by))?;
     if moved == 0 {
-        outln!("nothing to move: no move brings the groups' partitions closer together")?;
+        let what = match by {
+            BalanceBy::Partitions => "partition counts",
+            BalanceBy::Bytes => "retained bytes",
+        };
+        outln!("nothing to move: no move brings the groups' {what} closer together")?;
     }
     Ok(())
 }
 
-/// Each group's partitions and topics, on one line.
-fn loads(layout: &BTreeMap<u32, Vec<(String, i32)>>) -> String {
+/// Each group's load and topics, on one line.
+fn loads(layout: &BTreeMap<u32, Vec<(String, i64)>>, by: BalanceBy) -> String {
     layout
         .iter()
         .map(|(group, topics)| {
-            let partitions: i32 = topics.iter().map(|(_, partitions)| partitions).sum();
+            let load: i64 = topics.iter().map(|(_, weight)| weight).sum();
             format!(
-                "group {group}: {partitions} partition{} in {} topic{}",
-                plural(partitions),
+                "group {group}: {} in {} topic{}",
+                weight_text(load, by),
                 topics.len(),
                 plural(topics.len())
             )
@@ -867,34 +877,42 @@ fn loads(layout: &BTreeMap<u32, Vec<(String, i32)>>) -> String {
         .join("; ")
 }
 
-/// The next moves that bring the groups' partition counts closer together, measured by the
-/// sum of the squares of the groups' counts (it falls whenever a move narrows a gap without
-/// opening a wider one): the single move that lowers it most; when no single move does, the
-/// swap of two topics between two groups (two moves) that lowers it most; empty once neither
-/// does. Topics in `unmovable` are left out. `groups` maps each group to its topics and their
-/// partition counts.
+/// A topic's or a group's load as balancing counts it: `3 partitions`, `1.20 MB (1.14 MiB)`.
+fn weight_text(weight: i64, by: BalanceBy) -> String {
+    match by {
+        BalanceBy::Partitions => format!("{weight} partition{}", plural(weight)),
+        BalanceBy::Bytes => crate::size::human(u64::try_from(weight).unwrap_or(0)),
+    }
+}
+
+/// The next moves that bring the groups' loads closer together, measured by the sum of the
+/// squares of the groups' loads (it falls whenever a move narrows a gap without opening a
+/// wider one): the single move that lowers it most; when no single move does, the swap of two
+/// topics between two groups (two moves) that lowers it most; empty once neither does. Topics
+/// in `unmovable` are left out. `groups` maps each group to its topics and their weights
+/// (partitions or bytes).
 fn next_moves(
-    groups: &BTreeMap<u32, Vec<(String, i32)>>,
+    groups: &BTreeMap<u32, Vec<(String, i64)>>,
     unmovable: &BTreeSet<String>,
 ) -> Vec<PlannedMove> {
-    let load = |group: u32| -> i64 {
+    let load = |group: u32| -> i128 {
         groups[&group]
             .iter()
-            .map(|(_, partitions)| i64::from(*partitions))
+            .map(|(_, weight)| i128::from(*weight))
             .sum()
     };
-    // Moving `size` partitions from a group of `from` to one of `to` lowers the sum of
-    // squares by this much (positive: it narrows their gap).
-    let gain = |size: i64, from: i64, to: i64| 2 * size * (from - to - size);
+    // Moving `size` from a group of load `from` to one of load `to` lowers the sum of squares
+    // by this much (positive: it narrows their gap). In i128: the squares of byte counts.
+    let gain = |size: i128, from: i128, to: i128| 2 * size * (from - to - size);
     let movable = |group: u32| {
         groups[&group]
             .iter()
             .filter(|(topic, _)| !unmovable.contains(topic))
-            .map(move |(topic, partitions)| (topic, *partitions))
+            .map(move |(topic, weight)| (topic, *weight))
     };
-    let planned = |topic: &String, partitions: i32, from: u32, to: u32| PlannedMove {
+    let planned = |topic: &String, weight: i64, from: u32, to: u32| PlannedMove {
         topic: topic.clone(),
-        partitions,
+        weight,
         from,
         to,
     };
@@ -907,33 +925,33 @@ fn next_moves(
     let single = pairs
         .iter()
         .flat_map(|&(from, to)| {
-            movable(from).map(move |(topic, partitions)| {
-                let gain = gain(i64::from(partitions), load(from), load(to));
-                (gain, partitions, from, to, topic)
+            movable(from).map(move |(topic, weight)| {
+                let gain = gain(i128::from(weight), load(from), load(to));
+                (gain, weight, from, to, topic)
             })
         })
         .filter(|(gain, ..)| *gain > 0)
         .max_by(|a, b| (a.0, a.1, b.2, b.3, b.4).cmp(&(b.0, b.1, a.2, a.3, a.4)));
-    if let Some((_, partitions, from, to, topic)) = single {
-        return vec![planned(topic, partitions, from, to)];
+    if let Some((_, weight, from, to, topic)) = single {
+        return vec![planned(topic, weight, from, to)];
     }
     let swap = pairs
         .iter()
         .flat_map(|&(from, to)| {
-            movable(from).flat_map(move |(topic, partitions)| {
+            movable(from).flat_map(move |(topic, weight)| {
                 movable(to)
-                    .filter(move |(_, back)| *back < partitions)
+                    .filter(move |(_, back)| *back < weight)
                     .map(move |(other, back)| {
-                        let gain = gain(i64::from(partitions - back), load(from), load(to));
-                        (gain, partitions, from, to, topic, back, other)
+                        let gain = gain(i128::from(weight - back), load(from), load(to));
+                        (gain, weight, from, to, topic, back, other)
                     })
             })
         })
         .filter(|(gain, ..)| *gain > 0)
         .max_by(|a, b| (a.0, a.1, b.2, b.3, b.4, b.6).cmp(&(b.0, b.1, a.2, a.3, a.4, a.6)));
-    swap.map_or_else(Vec::new, |(_, partitions, from, to, topic, back, other)| {
+    swap.map_or_else(Vec::new, |(_, weight, from, to, topic, back, other)| {
         vec![
-            planned(topic, partitions, from, to),
+            planned(topic, weight, from, to),
             planned(other, back, to, from),
         ]
     })
@@ -943,21 +961,22 @@ fn next_moves(
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct PlannedMove {
     topic: String,
-    partitions: i32,
+    /// Its partitions or its bytes, as the plan counts.
+    weight: i64,
     from: u32,
     to: u32,
 }
 
 impl PlannedMove {
     /// Applies the move to `groups`.
-    fn apply(&self, groups: &mut BTreeMap<u32, Vec<(String, i32)>>) {
+    fn apply(&self, groups: &mut BTreeMap<u32, Vec<(String, i64)>>) {
         if let Some(topics) = groups.get_mut(&self.from) {
             topics.retain(|(topic, _)| *topic != self.topic);
         }
         groups
             .entry(self.to)
             .or_default()
-            .push((self.topic.clone(), self.partitions));
+            .push((self.topic.clone(), self.weight));
     }
 }
 
@@ -1100,7 +1119,7 @@ mod tests {
     }
 
     /// Groups holding the topics given with their partition counts.
-    fn layout(groups: &[(u32, &[(&str, i32)])]) -> BTreeMap<u32, Vec<(String, i32)>> {
+    fn layout(groups: &[(u32, &[(&str, i64)])]) -> BTreeMap<u32, Vec<(String, i64)>> {
         groups
             .iter()
             .map(|(group, topics)| {
@@ -1114,7 +1133,7 @@ mod tests {
     }
 
     /// Every move [`next_moves`] makes from `groups`, in order, with `unmovable` left alone.
-    fn plan(groups: &[(u32, &[(&str, i32)])], unmovable: &[&str]) -> Vec<(String, u32, u32)> {
+    fn plan(groups: &[(u32, &[(&str, i64)])], unmovable: &[&str]) -> Vec<(String, u32, u32)> {
         let mut groups = layout(groups);
         let unmovable: BTreeSet<String> = unmovable.iter().map(|t| (*t).to_owned()).collect();
         let mut moves = Vec::new();
@@ -1134,7 +1153,7 @@ mod tests {
 
     #[test]
     fn balancing_moves_the_topic_that_narrows_the_gaps_most_until_none_does() {
-        let crowded: &[(&str, i32)] = &[("a", 4), ("b", 2), ("c", 1), ("d", 1)];
+        let crowded: &[(&str, i64)] = &[("a", 4), ("b", 2), ("c", 1), ("d", 1)];
         let groups = [(1, crowded), (2, &[][..]), (3, &[("e", 1)][..])];
         // 8, 0, 1; then 4, 4, 1; then 2, 4, 3, where a (4 partitions) cannot narrow a gap of 2.
         let to = |topic: &str, from, to| (topic.to_owned(), from, to);
@@ -1148,6 +1167,21 @@ mod tests {
         let even = [(1, &[("a", 2)][..]), (2, &[("b", 1), ("c", 1)][..])];
         assert!(plan(&even, &[]).is_empty());
         assert!(plan(&[(1, crowded)], &[]).is_empty());
+    }
+
+    #[test]
+    fn balancing_by_bytes_moves_the_topic_holding_most_without_overflowing() {
+        let to = |topic: &str, from, to| (topic.to_owned(), from, to);
+        // One large topic and two small: the large one moves, and the small ones stay.
+        let groups = [
+            (1, &[("big", 1000), ("s1", 10), ("s2", 10)][..]),
+            (2, &[][..]),
+        ];
+        assert_eq!(plan(&groups, &[]), [to("big", 1, 2)]);
+        // Petabytes: their squares exceed 64 bits.
+        let huge = 4_000_000_000_000_000;
+        let groups = [(1, &[("a", huge), ("b", huge)][..]), (2, &[][..])];
+        assert_eq!(plan(&groups, &[]), [to("a", 1, 2)]);
     }
 
     #[test]
