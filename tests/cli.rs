@@ -254,6 +254,36 @@ fn publish_takes_payloads_from_arguments_or_one_record_per_line_of_stdin() {
 }
 
 #[test]
+fn publish_stores_each_line_of_standard_input_as_it_comes() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t", "--retention", "limits"]).ok();
+    let mut command = broker_command();
+    command.args(["--addr", &server.addr_string(), "publish", "t", "--quiet"]);
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start broker");
+    let mut stdin = child.stdin.take().unwrap();
+    // Two lines, and the input left open: both are stored while it waits for more.
+    stdin.write_all(b"first\nsecond\n").unwrap();
+    stdin.flush().unwrap();
+    let stored = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        end_offsets(&server, "t") == [2]
+    });
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(stored, "the lines were not stored before the input ended");
+    assert!(status.success());
+    assert_eq!(
+        payloads(&server, "t"),
+        [b"first".to_vec(), b"second".to_vec()]
+    );
+}
+
+#[test]
 fn a_key_routes_records_where_kafkas_partitioner_would() {
     let server = ServerProcess::start(&[]);
     broker(&server, &["create", "keyed", "--partitions", "7"]).ok();
@@ -1970,6 +2000,30 @@ fn consume_can_create_a_group_with_a_dead_letter_topic_and_describe_shows_it() {
     assert_eq!(run.ok(), "[0@0] poison\n[0@0] poison\n", "{run:#?}");
     let run = broker(&server, &["consume", "work-dlq", "-g", "audit", "-m", "a"]);
     assert_eq!(run.ok(), "[0@0] poison\n", "{run:#?}");
+    // --count takes no record it does not print: over three partitions, the fourth record
+    // printed is the first one's second delivery, and the others, delivered once, stay.
+    broker(&server, &["create", "jobs3", "--partitions", "3"]).ok();
+    broker(&server, &["publish", "jobs3", "a", "b", "c"]).ok();
+    let retried = [
+        "consume",
+        "jobs3",
+        "-g",
+        "w",
+        "-m",
+        "w1",
+        "--max-deliveries",
+        "2",
+        "--dead-letter",
+        "jobs3-dlq",
+        "--retry-after",
+        "0s",
+        "--count",
+        "4",
+    ];
+    let run = broker(&server, &retried);
+    assert_eq!(run.ok(), "[0@0] a\n[1@0] b\n[2@0] c\n[0@0] a\n", "{run:#?}");
+    let run = broker(&server, &["consume", "jobs3-dlq", "-g", "audit", "-m", "a"]);
+    assert_eq!(run.ok(), "[0@0] a\n", "{run:#?}");
     let run = broker(
         &server,
         &[

@@ -485,22 +485,47 @@ async fn offsets(client: &Client, args: OffsetsArgs) -> anyhow::Result<()> {
 }
 
 /// The records `broker publish` was given: its arguments, or standard input split as asked.
-fn payloads(args: &mut PublishArgs) -> Box<dyn Iterator<Item = io::Result<Vec<u8>>>> {
+/// Standard input is read on a thread of its own, so that each record is published as soon
+/// as it is read, while the next one is awaited (`tail -f log | broker publish logs`).
+fn payloads(args: &mut PublishArgs) -> stream::BoxStream<'static, io::Result<Vec<u8>>> {
     if !args.payloads.is_empty() {
-        return Box::new(
-            std::mem::take(&mut args.payloads)
-                .into_iter()
-                .map(|payload| Ok(payload.into_bytes())),
-        );
+        let given = std::mem::take(&mut args.payloads);
+        return stream::iter(given.into_iter().map(|payload| Ok(payload.into_bytes()))).boxed();
     }
+    let (binary, delimiter) = (args.binary, args.delimiter.unwrap_or(b'\n'));
+    let (sender, receiver) = tokio::sync::mpsc::channel(PUBLISH_PIPELINE);
+    let reader = move || {
+        for part in stdin_parts(binary, delimiter) {
+            // The command ended (an error): nothing reads further.
+            if sender.blocking_send(part).is_err() {
+                return;
+            }
+        }
+    };
+    // Not a task of the runtime: a read that never ends (a terminal left open) must not keep
+    // the command from exiting.
+    if let Err(error) = std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(reader)
+    {
+        return stream::iter([Err(error)]).boxed();
+    }
+    stream::unfold(receiver, |mut receiver| async move {
+        let part = receiver.recv().await?;
+        Some((part, receiver))
+    })
+    .boxed()
+}
+
+/// Standard input, whole (`binary`) or split at `delimiter`.
+fn stdin_parts(binary: bool, delimiter: u8) -> Box<dyn Iterator<Item = io::Result<Vec<u8>>>> {
     let stdin = io::stdin().lock();
-    if args.binary {
+    if binary {
         let mut all = Vec::new();
         return Box::new(std::iter::once(
             io::Read::read_to_end(&mut { stdin }, &mut all).map(|_| all),
         ));
     }
-    let delimiter = args.delimiter.unwrap_or(b'\n');
     Box::new(io::BufRead::split(stdin, delimiter).map(move |part| {
         let mut part = part?;
         // A line of a file written on Windows ends in \r\n.
@@ -578,7 +603,7 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
     let key = args.key.as_deref().map(str::as_bytes);
     let partition = args.partition;
     let headers = &args.headers;
-    let mut results = stream::iter(payloads)
+    let mut results = payloads
         .map(|payload| async move {
             let payload = payload.context("cannot read standard input")?;
             let size = payload.len()
@@ -925,6 +950,10 @@ async fn consume_loop(
         if remaining == 0 {
             return Ok(());
         }
+        // No more than --count still allows: a record taken and not printed would be delivered
+        // again (in ack mode, one more delivery towards the group's --max-deliveries).
+        let wanted = i32::try_from(remaining).map_or(args.batch, |left| args.batch.min(left));
+        consumer.set_max_records(wanted)?;
         let mut deliveries = consumer.next_batch().await?;
         if deliveries.is_empty() && !args.follow {
             return Ok(());

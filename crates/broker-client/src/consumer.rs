@@ -217,20 +217,7 @@ impl ConsumerBuilder {
     /// # }
     /// ```
     pub async fn start(self, client: Client) -> Result<Consumer, Error> {
-        let most = match self.mode {
-            ConsumeMode::Ack => MAX_POLL_RECORDS,
-            ConsumeMode::Fetch => MAX_FETCH_RECORDS,
-        };
-        if !(1..=most).contains(&self.max_records) {
-            let mode = match self.mode {
-                ConsumeMode::Ack => "ack",
-                ConsumeMode::Fetch => "fetch",
-            };
-            return Err(Error::Broker(BrokerError::InvalidArgument(format!(
-                "a consumer in {mode} mode takes 1 to {most} records per request, not {}",
-                self.max_records
-            ))));
-        }
+        check_max_records(self.mode, self.max_records)?;
         let member = self
             .member
             .clone()
@@ -589,6 +576,29 @@ impl Consumer {
             assignor: None,
             settings: Vec::new(),
         }
+    }
+
+    /// Changes the most records each later batch holds (see
+    /// [`ConsumerBuilder::max_records`]): to take exactly as many as are still wanted, so that
+    /// none is delivered that is not handled (in ack mode, a delivery left unacknowledged is
+    /// delivered again, and counts towards the group's maximum of deliveries).
+    ///
+    /// # Errors
+    /// [`BrokerError::InvalidArgument`] for a count outside 1 to the mode's maximum (1,000 in
+    /// ack mode); the consumer keeps the count it had.
+    ///
+    /// ```no_run
+    /// # async fn run(mut consumer: broker_client::Consumer) -> Result<(), broker_client::Error> {
+    /// // The last three records wanted.
+    /// consumer.set_max_records(3)?;
+    /// let batch = consumer.next_batch().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_max_records(&mut self, records: i32) -> Result<(), Error> {
+        check_max_records(self.settings.mode, records)?;
+        self.settings.max_records = records;
+        Ok(())
     }
 
     /// The member id this consumer joined as.
@@ -978,4 +988,18 @@ impl Drop for Consumer {
             }
         });
     }
+}
+
+/// Refuses a count of records per batch outside 1 to `mode`'s maximum.
+fn check_max_records(mode: ConsumeMode, records: i32) -> Result<(), Error> {
+    let (most, name) = match mode {
+        ConsumeMode::Ack => (MAX_POLL_RECORDS, "ack"),
+        ConsumeMode::Fetch => (MAX_FETCH_RECORDS, "fetch"),
+    };
+    if (1..=most).contains(&records) {
+        return Ok(());
+    }
+    Err(Error::Broker(BrokerError::InvalidArgument(format!(
+        "a consumer in {name} mode takes 1 to {most} records per request, not {records}"
+    ))))
 }
