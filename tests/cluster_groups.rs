@@ -831,6 +831,10 @@ async fn a_topic_moves_to_another_group_while_a_client_publishes_to_it() {
     let (code, _, said) = broker_cli(&nodes, &["cluster", "move", "orders", "--to", "9"]);
     assert_eq!(code, Some(1));
     assert!(said.contains("has no group 9"), "{said}");
+    assert!(
+        !said.contains("moving topic"),
+        "announced before refused: {said}"
+    );
     let settings = [
         GroupSetting::MaxDeliveries(3),
         GroupSetting::DeadLetter(TopicName::new("orders-dlq").unwrap()),

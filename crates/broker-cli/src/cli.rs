@@ -552,9 +552,10 @@ Each move is `broker cluster move`: the topic's calls pause while it moves (a fe
 milliseconds for a small topic), nothing is lost, offsets stay. Each step is the move that
 narrows the gaps between the groups' loads most (a topic from a fuller group to an emptier
 one, the largest first among equals) or, when no single move narrows them, two topics of
-different sizes swapping groups. A topic that cannot move (more than 256 MiB of records, or
-tied to another by a dead-letter topic) is left where it is, saying why, and the others are
-balanced around it. It counts partitions, or with --by bytes the records retained (a snapshot of now: a
+different sizes swapping groups. A topic's dead-letter and retry topics by name (orders-dlq,
+orders_retry: placed with it when created) move with it, as one. A topic that cannot move
+(more than 256 MiB of records, or tied to another by a dead-letter topic) is left where it
+is, saying why, and the others are balanced around it. It counts partitions, or with --by bytes the records retained (a snapshot of now: a
 topic that grows or shrinks later is not followed), never traffic: move a busy topic by hand
 with `broker cluster move`.")]
     Balance(Connected<BalanceArgs>),

@@ -655,12 +655,16 @@ pub async fn move_topic(server: &Server, args: MoveArgs) -> anyhow::Result<()> {
         .iter()
         .map(|node| node.client_addr.as_str())
         .collect();
-    let from = groups(server, &addrs)
-        .await
-        .into_iter()
+    let rows = groups(server, &addrs).await;
+    let from = rows
+        .iter()
         .find(|row| row.topics.contains(&args.topic))
         .map(|row| row.group);
+    // A group no node knows is refused by the server, which says which groups there are:
+    // announced only when the nodes know it.
+    let known = rows.iter().any(|row| row.group == args.to);
     match from {
+        _ if !known => {}
         Some(from) if from == args.to => {}
         Some(from) => eprintln!(
             "moving topic {} from group {from} to group {} (calls about it pause until it has \
@@ -779,7 +783,10 @@ pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
         })
         .collect();
     let by = args.by;
-    outln!("before: {}", loads(&layout, by))?;
+    // A topic named as another's dead-letter or retry topic (orders-dlq) was placed with it:
+    // they move together, as one unit of the plan named after the first.
+    let units = companion_units(&mut layout);
+    outln!("before: {}", loads(&layout, &units, by))?;
     // A topic tied to another by a dead-letter topic cannot move (the server says so): left
     // out of the plan from the start.
     let mut unmovable = BTreeSet::new();
@@ -806,6 +813,13 @@ pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
             unmovable.extend(dead_letters);
         }
     }
+    // A unit with a topic that cannot move stays whole.
+    let mut unmovable: BTreeSet<String> = units
+        .iter()
+        .filter(|(_, topics)| topics.iter().any(|topic| unmovable.contains(topic)))
+        .map(|(unit, _)| unit.clone())
+        .chain(unmovable.iter().cloned())
+        .collect();
     let mut moved = 0;
     // Each plan lowers the measure next_moves goes by, or a topic becomes unmovable: it ends.
     'planning: loop {
@@ -821,35 +835,47 @@ pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
                 to,
             } = &planned;
             let weight = weight_text(*weight, by);
+            let topics = units
+                .get(topic)
+                .map_or_else(|| vec![topic.clone()], Clone::clone);
+            let named = topics.join(" and ");
             if args.dry_run {
                 moved += 1;
-                outln!("would move {topic} ({weight}) from group {from} to group {to}")?;
+                outln!("would move {named} ({weight}) from group {from} to group {to}")?;
                 planned.apply(&mut layout);
                 continue;
             }
             let started = std::time::Instant::now();
-            match move_asking_again(&client, topic, *to).await {
-                Ok(_) => {
-                    outln!(
-                        "moved {topic} ({weight}) from group {from} to group {to} in {:.1} s",
-                        started.elapsed().as_secs_f64()
-                    )?;
-                    planned.apply(&mut layout);
-                    moved += 1;
+            for (at, each) in topics.iter().enumerate() {
+                match move_asking_again(&client, each, *to).await {
+                    Ok(_) => {}
+                    Err(Error::Broker(BrokerError::InvalidArgument(why))) if at == 0 => {
+                        outln!("left {named} in group {from}: {why}")?;
+                        unmovable.insert(topic.clone());
+                        // The rest of a swap is planned again without it.
+                        continue 'planning;
+                    }
+                    // Its companions moved, not it: the plan no longer knows the layout.
+                    Err(Error::Broker(BrokerError::InvalidArgument(why))) => bail!(
+                        "moved {} to group {to}, but {each} stays in group {from}: {why}; \
+                         `broker cluster topics` shows where each topic is (run the balance \
+                         again to plan from there)",
+                        topics[..at].join(" and ")
+                    ),
+                    // A move that goes on past the server's wait: said so, exit status 3.
+                    Err(error) => return pending_apart(Err(error)),
                 }
-                Err(Error::Broker(BrokerError::InvalidArgument(why))) => {
-                    outln!("left {topic} in group {from}: {why}")?;
-                    unmovable.insert(topic.clone());
-                    // The rest of a swap is planned again without it.
-                    continue 'planning;
-                }
-                // A move that goes on past the server's wait: said so, exit status 3.
-                Err(error) => return pending_apart(Err(error)),
             }
+            outln!(
+                "moved {named} ({weight}) from group {from} to group {to} in {:.1} s",
+                started.elapsed().as_secs_f64()
+            )?;
+            planned.apply(&mut layout);
+            moved += 1;
         }
     }
     let verb = if args.dry_run { "would be" } else { "after" };
-    outln!("{verb}: {}", loads(&layout, by))?;
+    outln!("{verb}: {}", loads(&layout, &units, by))?;
     if moved == 0 {
         let what = match by {
             BalanceBy::Partitions => "partition counts",
@@ -860,21 +886,70 @@ pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Each group's load and topics, on one line.
-fn loads(layout: &BTreeMap<u32, Vec<(String, i64)>>, by: BalanceBy) -> String {
+/// Each group's load and topics, on one line; `units` names the topics of each unit of the
+/// layout that holds more than one.
+fn loads(
+    layout: &BTreeMap<u32, Vec<(String, i64)>>,
+    units: &BTreeMap<String, Vec<String>>,
+    by: BalanceBy,
+) -> String {
     layout
         .iter()
-        .map(|(group, topics)| {
-            let load: i64 = topics.iter().map(|(_, weight)| weight).sum();
+        .map(|(group, held)| {
+            let load: i64 = held.iter().map(|(_, weight)| weight).sum();
+            let topics: usize = held
+                .iter()
+                .map(|(unit, _)| units.get(unit).map_or(1, Vec::len))
+                .sum();
             format!(
-                "group {group}: {} in {} topic{}",
+                "group {group}: {} in {topics} topic{}",
                 weight_text(load, by),
-                topics.len(),
-                plural(topics.len())
+                plural(topics)
             )
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// Merges, in each group of `layout`, the topics named as another's dead-letter or retry topic
+/// ([`broker_core::companions_of`]: `orders-dlq`, `orders-dlq-retry`) into the entry of the
+/// topic they go with in that group, weights added; returns the topics of each merged entry,
+/// by its name, that topic first.
+fn companion_units(
+    layout: &mut BTreeMap<u32, Vec<(String, i64)>>,
+) -> BTreeMap<String, Vec<String>> {
+    let mut units: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for held in layout.values_mut() {
+        let names: BTreeSet<String> = held.iter().map(|(topic, _)| topic.clone()).collect();
+        // The topic each one goes with in this group, following companions of companions.
+        let root = |topic: &str| -> String {
+            let mut at = topic.to_owned();
+            loop {
+                let base = broker_core::companions_of(&at).find(|base| names.contains(*base));
+                match base.map(str::to_owned) {
+                    Some(base) => at = base,
+                    None => return at,
+                }
+            }
+        };
+        let mut merged: Vec<(String, i64)> = Vec::new();
+        for (topic, weight) in held.drain(..) {
+            let unit = root(&topic);
+            if unit != topic {
+                units.entry(unit.clone()).or_default().push(topic);
+            }
+            match merged.iter_mut().find(|(name, _)| *name == unit) {
+                Some((_, total)) => *total += weight,
+                None => merged.push((unit, weight)),
+            }
+        }
+        *held = merged;
+    }
+    for (unit, companions) in &mut units {
+        companions.sort();
+        companions.insert(0, unit.clone());
+    }
+    units
 }
 
 /// A topic's or a group's load as balancing counts it: `3 partitions`, `1.20 MB (1.14 MiB)`.
@@ -1182,6 +1257,69 @@ mod tests {
         let huge = 4_000_000_000_000_000;
         let groups = [(1, &[("a", huge), ("b", huge)][..]), (2, &[][..])];
         assert_eq!(plan(&groups, &[]), [to("a", 1, 2)]);
+    }
+
+    #[test]
+    fn a_topic_and_its_dead_letter_and_retry_topics_move_as_one() {
+        let mut groups = layout(&[
+            (
+                1,
+                &[
+                    ("audit", 6),
+                    ("clicks", 2),
+                    ("orders", 4),
+                    ("orders-dlq", 1),
+                    ("orders-dlq-retry", 1),
+                    ("payments", 1),
+                ][..],
+            ),
+            (2, &[][..]),
+            (3, &[("clicks-dlq", 1)][..]),
+        ]);
+        let units = companion_units(&mut groups);
+        // A companion in another group than its topic's is a topic of its own there.
+        assert_eq!(
+            units,
+            BTreeMap::from([(
+                "orders".to_owned(),
+                vec![
+                    "orders".to_owned(),
+                    "orders-dlq".to_owned(),
+                    "orders-dlq-retry".to_owned()
+                ]
+            )])
+        );
+        assert_eq!(
+            groups[&1],
+            [
+                ("audit".to_owned(), 6),
+                ("clicks".to_owned(), 2),
+                ("orders".to_owned(), 6),
+                ("payments".to_owned(), 1)
+            ]
+        );
+        assert_eq!(groups[&3], [("clicks-dlq".to_owned(), 1)]);
+        let units_as_given: Vec<(u32, Vec<(&str, i64)>)> = groups
+            .iter()
+            .map(|(group, held)| {
+                let held = held.iter().map(|(t, w)| (t.as_str(), *w)).collect();
+                (*group, held)
+            })
+            .collect();
+        let given: Vec<(u32, &[(&str, i64)])> = units_as_given
+            .iter()
+            .map(|(group, held)| (*group, &held[..]))
+            .collect();
+        // 15, 0, 1: the unit of orders (6 partitions) moves whole; 4, 6, 6 at the end.
+        let to = |topic: &str, from, to| (topic.to_owned(), from, to);
+        assert_eq!(
+            plan(&given, &[]),
+            [
+                to("audit", 1, 2),
+                to("orders", 1, 3),
+                to("clicks-dlq", 3, 1)
+            ]
+        );
     }
 
     #[test]

@@ -182,6 +182,39 @@ pub(crate) fn check_offset(offset: i64) -> Result<(), BrokerError> {
     }
 }
 
+/// What may follow a topic's name and a separator (`-` or `_`) in the name of a topic placed
+/// with it: its dead-letter or retry topic.
+const COMPANION_SUFFIXES: [&str; 6] = [
+    "dlq",
+    "dead-letter",
+    "dead-letters",
+    "deadletter",
+    "retry",
+    "failed",
+];
+
+/// Separators between a topic's name and a [`COMPANION_SUFFIXES`] entry (`.` in Kafka's
+/// names, `orders.v1.dlq`).
+const COMPANION_SEPARATORS: [char; 3] = ['-', '_', '.'];
+
+/// The names of the topics `topic` would be a companion of (their dead-letter or retry topic),
+/// by its name: `orders` for `orders-dlq`, `orders_retry` or `orders.dlq`. A server places a
+/// topic with its companions (in one shard, in one group of a cluster), and
+/// `broker cluster balance` moves them together.
+///
+/// ```
+/// let of: Vec<&str> = broker_core::companions_of("orders-dlq").collect();
+/// assert_eq!(of, ["orders"]);
+/// assert_eq!(broker_core::companions_of("orders").count(), 0);
+/// ```
+pub fn companions_of(topic: &str) -> impl Iterator<Item = &str> {
+    COMPANION_SUFFIXES.iter().filter_map(move |suffix| {
+        topic
+            .strip_suffix(suffix)?
+            .strip_suffix(COMPANION_SEPARATORS)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,7 +33,7 @@ use tracing::{debug, error, info, warn};
 use crate::broker::wall_clock_ms;
 use crate::config::{ClusterSettings, MAX_SHARDS};
 use crate::replicated::{self, BrokerReplica, CLUSTER_DIR};
-use crate::shards::{companions_of, dead_letter_of};
+use crate::shards::dead_letter_of;
 use crate::shared::Shared;
 
 /// The directory of group `group` in a node's cluster directory.
@@ -598,7 +598,8 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
                     }
                     // (A node restarted from its files may not have loaded its copy's
                     // membership yet: it says where it started from instead.)
-                    match (member, started_empty) {
+                    // (A new group's first voters are not members until it has formed.)
+                    match (member || first_voter, started_empty) {
                         (true, _) => info!(group, "this node hosts data group {group}"),
                         (false, false) => info!(
                             group,
@@ -863,12 +864,11 @@ pub(crate) fn route(shared: &Shared, command: &Command) -> GroupRoute {
             }
             GroupRoute::Refused(ErrorReply::InvalidArgument(format!(
                 "with --cluster-data-groups, a group's dead-letter topic must be in its topic's \
-                 group (a record moves to it in one step), and topic {topic:?} is in group \
-                 {group} while {dead_letter:?} is in group {elsewhere}: move it there first \
-                 (`broker cluster move {dead_letter} --to {group}`; a name not created yet is \
-                 moved once `broker create {dead_letter}` has created it in group {elsewhere}), \
-                 or name a dead-letter topic not created nor named before (it is created in the \
-                 topic's group)"
+                 group (a record moves to it in one step): topic {topic:?} is in group {group} \
+                 and {dead_letter:?} in group {elsewhere}. Move it there first (`broker cluster \
+                 move {dead_letter} --to {group}`; if it is not created yet, create it first), \
+                 or name a dead-letter topic that no topic or group has taken yet (it is then \
+                 placed in the topic's group)"
             )))
         }
         other => match other.topic() {
@@ -1211,7 +1211,7 @@ async fn target_group(shared: &Shared, topic: &str) -> Result<GroupId, ErrorRepl
     });
     let together = home_of(topic)
         .or_else(|| named_as_dead_letter.map(group_of_shard))
-        .or_else(|| companions_of(topic).find_map(home_of));
+        .or_else(|| broker_core::companions_of(topic).find_map(home_of));
     if let Some(group) = together {
         return Ok(group);
     }

@@ -27,10 +27,10 @@
 //! # Where a new topic goes
 //!
 //! A name some group gives as its dead-letter topic goes to that group's shard; a topic whose
-//! name is another topic's followed by `-` or `_` and one of [`COMPANION_SUFFIXES`]
-//! (`orders-dlq`, `orders_retry`) goes to that topic's shard; any other to the shard holding
-//! the fewest partitions (the lowest id among equals, skipping shards whose storage failed), so
-//! that `orders-0`, `orders-1`, ... spread. A group's
+//! name is another topic's followed by a separator and a suffix of a dead-letter or retry topic
+//! ([`broker_core::companions_of`]: `orders-dlq`, `orders_retry`) goes to that topic's shard;
+//! any other to the shard holding the fewest partitions (the lowest id among equals, skipping
+//! shards whose storage failed), so that `orders-0`, `orders-1`, ... spread. A group's
 //! dead-letter topic must be held by the group's shard (a record moves to it atomically):
 //! naming one that another shard holds, or that another shard's group names, is refused.
 //!
@@ -413,31 +413,6 @@ struct Placed {
     partitions: u64,
 }
 
-/// What may follow a topic's name and a separator (`-` or `_`) in the name of a topic placed
-/// with it: its dead-letter or retry topic.
-const COMPANION_SUFFIXES: [&str; 6] = [
-    "dlq",
-    "dead-letter",
-    "dead-letters",
-    "deadletter",
-    "retry",
-    "failed",
-];
-
-/// Separators between a topic's name and a [`COMPANION_SUFFIXES`] entry (`.` in Kafka's
-/// names, `orders.v1.dlq`).
-const COMPANION_SEPARATORS: [char; 3] = ['-', '_', '.'];
-
-/// The names of the topics `topic` would be a companion of (its dead-letter or retry topic),
-/// by its name: `orders` for `orders-dlq`, `orders_retry` or `orders.dlq`.
-pub(crate) fn companions_of(topic: &str) -> impl Iterator<Item = &str> {
-    COMPANION_SUFFIXES.iter().filter_map(move |suffix| {
-        topic
-            .strip_suffix(suffix)?
-            .strip_suffix(COMPANION_SEPARATORS)
-    })
-}
-
 impl Placement {
     fn new(shards: usize) -> Placement {
         Placement {
@@ -461,7 +436,7 @@ impl Placement {
         if let Some(shard) = self.shard_of(topic) {
             return shard;
         }
-        let companion_of = companions_of(topic).find_map(|base| self.shard_of(base));
+        let companion_of = broker_core::companions_of(topic).find_map(|base| self.shard_of(base));
         if let Some(shard) = companion_of {
             return shard;
         }
