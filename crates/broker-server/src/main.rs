@@ -221,9 +221,9 @@ struct Args {
     )]
     leave_on_disconnect: bool,
     /// Threads serving connections (the runtime's workers), 1 to 1024; by default one per CPU
-    /// core. On a
-    /// host shared with busy clients, fewer threads mean fewer wake-ups between them: one
-    /// thread served the most requests in BENCHMARKS.md's runs on two cores.
+    /// core. On a host shared with busy clients, fewer threads mean fewer wake-ups between
+    /// them: on two cores shared with the load generator, one thread served acknowledged and
+    /// fetched records fastest in BENCHMARKS.md's runs (pipelined publishes gained from two).
     #[arg(
         long,
         env = "BROKER_WORKER_THREADS",
