@@ -274,7 +274,17 @@ fn publish_stores_each_line_of_standard_input_as_it_comes() {
         end_offsets(&server, "t") == [2]
     });
     drop(stdin);
-    let status = child.wait().unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > LIMIT {
+            let _ = child.kill();
+            panic!("broker publish did not end within {LIMIT:?} once its input ended");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(stored, "the lines were not stored before the input ended");
     assert!(status.success());
     assert_eq!(

@@ -534,15 +534,16 @@ deliveries in flight, its idempotent producers' sequences), then drops it; from 
 Its records travel in pieces of at most 256 KiB, each an entry of group 3's log. A topic holding
 more than 256 MiB of records is refused (the nodes hold it in memory while it moves), as is one
 tied to another by a dead-letter topic (records move to a dead-letter topic in one step, so both
-live in one group: configure the group without it, move both, configure it again). If the move has not ended within 20 seconds, the command
-stops saying so, with exit status 3 (pending); the move goes on by itself."
+live in one group: configure the group without it, move both, configure it again). If the
+move has not ended within 20 seconds, the command stops saying so, with exit status 3
+(pending); the move goes on by itself."
     )]
     Move(Connected<MoveArgs>),
     /// Spread the topics over the Raft groups of a cluster that has several (`broker-server
     /// --cluster-data-groups`), one move at a time, until no move brings the groups' partition
     /// counts (or, with --by bytes, retained bytes) closer together: after groups or nodes were
-    /// added, or topics created in one group. New topics spread by themselves; this moves existing ones. The groups' leaders
-    /// spread over the nodes by themselves.
+    /// added, or topics created in one group. New topics spread by themselves; this moves
+    /// existing ones. The groups' leaders spread over the nodes by themselves.
     #[command(after_help = "Example:
   broker cluster balance --dry-run     # the moves it would make
   broker cluster balance
@@ -554,10 +555,11 @@ narrows the gaps between the groups' loads most (a topic from a fuller group to 
 one, the largest first among equals) or, when no single move narrows them, two topics of
 different sizes swapping groups. A topic's dead-letter and retry topics by name (orders-dlq,
 orders_retry: placed with it when created) move with it, as one. A topic that cannot move
-(more than 256 MiB of records, or tied to another by a dead-letter topic) is left where it
-is, saying why, and the others are balanced around it. It counts partitions, or with --by bytes the records retained (a snapshot of now: a
-topic that grows or shrinks later is not followed), never traffic: move a busy topic by hand
-with `broker cluster move`.")]
+(more than 256 MiB of records, or tied to another because a group of either names the other
+as its dead-letter topic) is left where it is with the topics that go with it, saying why,
+and the others are balanced around it. It counts partitions, or with --by bytes the records
+retained (a snapshot of now: a topic that grows or shrinks later is not followed), never
+traffic: move a busy topic by hand with `broker cluster move`.")]
     Balance(Connected<BalanceArgs>),
 }
 

@@ -813,6 +813,18 @@ pub async fn balance(server: &Server, args: BalanceArgs) -> anyhow::Result<()> {
             unmovable.extend(dead_letters);
         }
     }
+    // A topic holding more than a move takes is left out of the plan from the start too.
+    for topic in &described {
+        if topic.retained_bytes > broker_core::MAX_MOVE_BYTES {
+            outln!(
+                "leaving {} where it is: it holds {} of records, more than a move takes ({})",
+                topic.name,
+                crate::size::human(topic.retained_bytes),
+                crate::size::human(broker_core::MAX_MOVE_BYTES)
+            )?;
+            unmovable.insert(topic.name.clone());
+        }
+    }
     // A unit with a topic that cannot move stays whole.
     let mut unmovable: BTreeSet<String> = units
         .iter()
@@ -970,12 +982,12 @@ fn next_moves(
     groups: &BTreeMap<u32, Vec<(String, i64)>>,
     unmovable: &BTreeSet<String>,
 ) -> Vec<PlannedMove> {
-    let load = |group: u32| -> i128 {
-        groups[&group]
-            .iter()
-            .map(|(_, weight)| i128::from(*weight))
-            .sum()
-    };
+    // Each group's load, added up once: the searches below look it up for every pair.
+    let loads: BTreeMap<u32, i128> = groups
+        .iter()
+        .map(|(group, held)| (*group, held.iter().map(|(_, w)| i128::from(*w)).sum()))
+        .collect();
+    let load = |group: u32| loads[&group];
     // Moving `size` from a group of load `from` to one of load `to` lowers the sum of squares
     // by this much (positive: it narrows their gap). In i128: the squares of byte counts.
     let gain = |size: i128, from: i128, to: i128| 2 * size * (from - to - size);

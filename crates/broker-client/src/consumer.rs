@@ -584,8 +584,9 @@ impl Consumer {
     /// delivered again, and counts towards the group's maximum of deliveries).
     ///
     /// # Errors
-    /// [`BrokerError::InvalidArgument`] for a count outside 1 to the mode's maximum (1,000 in
-    /// ack mode); the consumer keeps the count it had.
+    /// [`BrokerError::InvalidArgument`] for a count outside 1 to the mode's maximum
+    /// ([`MAX_POLL_RECORDS`] in ack mode, [`MAX_FETCH_RECORDS`] in fetch mode); the consumer
+    /// keeps the count it had.
     ///
     /// ```no_run
     /// # async fn run(mut consumer: broker_client::Consumer) -> Result<(), broker_client::Error> {

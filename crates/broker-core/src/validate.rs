@@ -26,6 +26,12 @@ pub const MAX_HEADER_NAME_LEN: usize = 255;
 /// flight per partition, and a topic has at most [`MAX_PARTITIONS`] partitions by default.
 pub const MAX_ACKS: usize = MAX_PARTITIONS as usize;
 
+/// The most bytes of records (payload, key and header bytes) a topic of a cluster may hold to
+/// be moved to another group: the leader of the group it leaves reads it whole into memory,
+/// and every member of the group it goes to holds its records in memory from their arrival
+/// until its next snapshot writes them to disk.
+pub const MAX_MOVE_BYTES: u64 = 256 * 1024 * 1024;
+
 /// Longest name [`NameRules::Kafka`] accepts, in bytes: Kafka's own limit for topic names.
 pub const MAX_KAFKA_NAME_LEN: usize = 249;
 
@@ -182,8 +188,8 @@ pub(crate) fn check_offset(offset: i64) -> Result<(), BrokerError> {
     }
 }
 
-/// What may follow a topic's name and a separator (`-` or `_`) in the name of a topic placed
-/// with it: its dead-letter or retry topic.
+/// What may follow a topic's name and a separator (`-`, `_` or `.`) in the name of a topic
+/// placed with it: its dead-letter or retry topic.
 const COMPANION_SUFFIXES: [&str; 6] = [
     "dlq",
     "dead-letter",

@@ -31,18 +31,13 @@ use std::time::Duration;
 
 use broker_cluster::{Cluster, ClusterChange, Departure, GroupId, Proposal, FIRST_GROUP};
 use broker_core::image::{RecordImage, TopicImage};
-use broker_core::BrokerError;
+use broker_core::{BrokerError, MAX_MOVE_BYTES};
 use broker_proto::ErrorReply;
 use tracing::{info, warn};
 
 use crate::data_groups::{describe_group, shard_of_group, spread};
 use crate::replicated::refusal;
 use crate::shared::Shared;
-
-/// The most bytes of records a topic may hold to be moved: the leader of the group it leaves
-/// reads it whole into memory, and every member of the group it goes to holds its records in
-/// memory from their arrival until its next snapshot writes them to disk.
-pub(crate) const MAX_MOVE_BYTES: u64 = 256 * 1024 * 1024;
 
 /// How long a move may take before its request is answered `Pending` (the move goes on):
 /// less than a client's default request timeout (30 s), so that the client hears why.
