@@ -3,15 +3,16 @@
 # of SIZE bytes published (PRODUCERS connections x DEPTH requests in flight, batches of BATCH)
 # into a new topic of PARTITIONS partitions with limits retention (every record is kept), once
 # per --fsync policy in FSYNCS, each on a fresh server and data directory. For each: the bytes
-# the server process wrote (write_bytes of /proc/PID/io: what reached the block layer,
-# checkpoints and their record segments included, counted after the server's clean stop), the
-# bytes left in the data directory, and both per byte of payload. A broker that writes each
-# record once writes about as much as it keeps.
+# the server process wrote (its write_bytes: what reached the block layer, checkpoints and
+# their record segments included, read from wait4 once it stopped cleanly), the bytes left in
+# the data directory, and both per byte of payload. A broker that writes each record once
+# writes about as much as it keeps. Below 64 MiB of log no checkpoint runs, and the log holds
+# the records alone: take enough records to cross several (the default does).
 #
 #   bench/write-amplification.sh                  # RECORDS=2000000 SIZE=100 FSYNCS="batch always"
 #   RECORDS=500000 FSYNCS=batch bench/write-amplification.sh
 #
-# The data directory is under TMPDIR (a disk, not a tmpfs: a tmpfs counts no write_bytes).
+# The data directory is under TMPDIR, which must be on a disk (a tmpfs counts no writes).
 # Loopback only; a bounded amount of work; stops what it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,11 @@ cargo build --release --locked -q -p broker-server -p broker-cli
 broker=target/release/broker
 
 workdir="$(mktemp -d)"
+if [ "$(stat -f -c %T "$workdir")" = tmpfs ]; then
+  echo "TMPDIR is a tmpfs, which counts no bytes written: set TMPDIR to a directory on a disk" >&2
+  rm -rf "$workdir"
+  exit 1
+fi
 server_pid=""
 cleanup() {
   if [ -n "$server_pid" ]; then
@@ -49,28 +55,35 @@ printf '| `--fsync` | written MiB | written / payload | kept MiB | kept / payloa
 printf '|---|---:|---:|---:|---:|---:|---:|\n'
 for fsync in $FSYNCS; do
   data="$workdir/data-$fsync"
-  target/release/broker-server --listen 127.0.0.1:0 --data-dir "$data" --fsync "$fsync" \
-    --capacity 2147483647 --log-level warn >"$workdir/out" 2>"$workdir/err" &
-  server_pid=$!
+  # Started by a small launcher that reads the server's exact count of bytes written from
+  # wait4 when it exits (rusage's output blocks, 512 bytes each: its write_bytes).
+  rm -f "$workdir/pid" "$workdir/written"
+  python3 -c '
+import os, subprocess, sys
+written, pid_file, *command = sys.argv[1:]
+server = subprocess.Popen(command)
+with open(pid_file + ".tmp", "w") as out:
+    out.write(str(server.pid))
+os.rename(pid_file + ".tmp", pid_file)
+_, _, usage = os.wait4(server.pid, 0)
+with open(written, "w") as out:
+    out.write(str(usage.ru_oublock * 512))
+' "$workdir/written" "$workdir/pid" target/release/broker-server --listen 127.0.0.1:0 \
+    --data-dir "$data" --fsync "$fsync" --capacity 2147483647 --log-level warn \
+    >"$workdir/out" 2>"$workdir/err" &
+  launcher=$!
   for _ in $(seq 1 6000); do grep -q '^listening on ' "$workdir/out" && break; sleep 0.01; done
   grep -q '^listening on ' "$workdir/out" || { cat "$workdir/err" >&2; exit 1; }
+  server_pid="$(cat "$workdir/pid")"
   export BROKER_ADDR="$(sed -n 's/^listening on //p' "$workdir/out")"
   "$broker" bench publish --producers "$PRODUCERS" --depth "$DEPTH" --publish-batch "$BATCH" \
     --records "$RECORDS" --size "$SIZE" --partitions "$PARTITIONS" --retention limits --keep-topic \
     --json >"$workdir/bench.json"
-  # Read before the process ends (its /proc entry goes with it), after a clean stop's last
-  # writes: SIGTERM, then the counter once the server has closed its listener.
+  # A clean stop: the server writes what it still holds, then exits.
   kill -TERM "$server_pid"
-  written=0
-  for _ in $(seq 1 3000); do
-    read_now="$(sed -n 's/^write_bytes: //p' "/proc/$server_pid/io" 2>/dev/null || true)"
-    # Gone, or a zombie whose counters read as nothing: the last reading stands.
-    [[ "$read_now" =~ ^[0-9]+$ ]] && [ "$read_now" -gt 0 ] || break
-    written="$read_now"
-    sleep 0.01
-  done
-  wait "$server_pid" 2>/dev/null || true
+  wait "$launcher"
   server_pid=""
+  written="$(cat "$workdir/written")"
   kept="$(du -sb "$data" | cut -f1)"
   rate="$(python3 -c "import json; print(f\"{json.load(open('$workdir/bench.json'))['records_per_sec']:,.0f}\")")"
   printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$fsync" "$(mib "$written")" \
