@@ -83,18 +83,7 @@ fn run_command(mut command: Command, input: impl AsRef<[u8]>) -> Run {
     };
     let stdout = reader(Box::new(child.stdout.take().unwrap()));
     let stderr = reader(Box::new(child.stderr.take().unwrap()));
-    let deadline = Instant::now() + LIMIT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("broker {command:?} took longer than {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let status = wait_within_limit(&mut child, &format!("{command:?}"));
     writer.join().unwrap();
     let stdout_bytes = stdout.join().unwrap();
     Run {
@@ -102,6 +91,22 @@ fn run_command(mut command: Command, input: impl AsRef<[u8]>) -> Run {
         stdout: String::from_utf8_lossy(&stdout_bytes).into_owned(),
         stdout_bytes,
         stderr: String::from_utf8_lossy(&stderr.join().unwrap()).into_owned(),
+    }
+}
+
+/// Waits for `child` (the broker command `what`) to exit, killing it past `LIMIT`.
+fn wait_within_limit(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("broker {what} took longer than {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -274,17 +279,7 @@ fn publish_stores_each_line_of_standard_input_as_it_comes() {
         end_offsets(&server, "t") == [2]
     });
     drop(stdin);
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > LIMIT {
-            let _ = child.kill();
-            panic!("broker publish did not end within {LIMIT:?} once its input ended");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_within_limit(&mut child, "publish, once its input ended,");
     assert!(stored, "the lines were not stored before the input ended");
     assert!(status.success());
     assert_eq!(
