@@ -299,6 +299,8 @@ pub struct Journal {
     inner: Arc<Inner>,
     progress: watch::Receiver<Progress>,
     flusher: Mutex<Option<JoinHandle<()>>>,
+    /// The thread of the last checkpoint started, which [`Journal::finish`] waits for.
+    checkpointer: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Journal {
@@ -396,6 +398,7 @@ impl Journal {
             inner,
             progress,
             flusher: Mutex::new(Some(flusher)),
+            checkpointer: Mutex::new(None),
         })
     }
 
@@ -582,20 +585,41 @@ impl Journal {
                 inner.lock().evicted = evicted;
                 drop(ending);
             });
-        if let Err(cause) = spawned {
-            warn!(cause = %cause, "cannot start the checkpoint thread");
-            // Its records stay in memory, for the next one to write.
-            let mut pending = self.inner.lock();
-            pending.since_snapshot += pending.checkpointing;
-            pending.checkpointing = 0;
-            drop(pending);
-            drop(CheckpointEnds(&self.inner));
+        match spawned {
+            // The previous checkpoint ended before this one could start: its handle can go.
+            Ok(thread) => {
+                *self
+                    .checkpointer
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(thread);
+            }
+            Err(cause) => {
+                warn!(cause = %cause, "cannot start the checkpoint thread");
+                // Its records stay in memory, for the next one to write.
+                let mut pending = self.inner.lock();
+                pending.since_snapshot += pending.checkpointing;
+                pending.checkpointing = 0;
+                drop(pending);
+                drop(CheckpointEnds(&self.inner));
+            }
         }
     }
 
-    /// Writes and syncs everything appended, then stops the flusher. For shutdown: call once
-    /// nothing is applied any more; blocks until the flusher is done.
+    /// Lets a running checkpoint end, writes and syncs everything appended, then stops the
+    /// flusher. For shutdown: call once nothing is applied any more; blocks until both are done.
+    /// (A checkpoint cut short would be safe, but recovery would then replay and keep in memory
+    /// everything it covered.)
     pub fn finish(&self) {
+        let checkpointer = self
+            .checkpointer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(checkpointer) = checkpointer {
+            if checkpointer.join().is_err() {
+                error!("the checkpoint thread panicked");
+            }
+        }
         self.inner.lock().stopping = true;
         self.inner.wake.notify_one();
         let flusher = self

@@ -1305,3 +1305,51 @@ fn background_checkpoints_take_records_out_of_memory() {
         "{in_memory} records of 20,000 still in memory"
     );
 }
+
+/// A clean stop lets a running checkpoint end: the next start finds its records in segments,
+/// not a log to replay into memory.
+#[test]
+fn finishing_the_journal_lets_a_running_checkpoint_end() {
+    use broker_core::{Command, KeyHash};
+    let tmp = tempfile::tempdir().unwrap();
+    let settings = crate::JournalSettings {
+        fsync: crate::Fsync::Never,
+        fsync_interval: std::time::Duration::from_millis(10),
+        snapshot_log_bytes: 1,
+        segment_bytes: 1 << 30,
+        held_log_bytes: None,
+    };
+    let (mut state, journal) = crate::Storage::open(tmp.path(), CAPACITY)
+        .unwrap()
+        .start(settings, |state| state)
+        .unwrap();
+    let create = Command::Create {
+        topic: "t".into(),
+        partition_count: 1,
+        key_hash: KeyHash::default(),
+        settings: vec![broker_core::TopicSetting::Retention(
+            broker_core::Retention::Limits,
+        )],
+    };
+    journal.apply(&mut state, 1, create).result.unwrap();
+    for _ in 0..20_000 {
+        let publish = Command::Publish {
+            topic: "t".into(),
+            partition: 0,
+            payload: vec![7u8; 100].into(),
+        };
+        journal.apply(&mut state, 1, publish).result.unwrap();
+    }
+    // The first checkpoint starts, covering every record, and is still running.
+    journal.maybe_checkpoint(&mut state);
+    journal.finish();
+    drop(journal);
+    let recovered = recover(tmp.path()).unwrap().state;
+    let image = recovered.to_image();
+    let partition = &image.topics[0].1.partitions[0];
+    assert_eq!(partition.records.len(), 0, "records replayed into memory");
+    assert_eq!(
+        recovered.describe_all().topics[0].partitions[0].records,
+        20_000
+    );
+}
