@@ -571,7 +571,18 @@ async fn groups_of_three_replicas_over_four_nodes_serve_every_topic_from_any_nod
         .connect(survivors.as_str())
         .await
         .unwrap();
-    again(|| client.remove_node(3)).await;
+    // A removal whose answer timed out may have been applied: asked again, node 3 is gone.
+    again(|| async {
+        match client.remove_node(3).await {
+            Err(Error::Broker(broker_client::BrokerError::InvalidArgument(why)))
+                if why.contains("node 3 is not a member") =>
+            {
+                Ok(Vec::new())
+            }
+            answer => answer,
+        }
+    })
+    .await;
     expected = BTreeMap::from([
         (1, vec![1, 2, 4]),
         (2, vec![1, 2, 4]),
