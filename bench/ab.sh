@@ -7,6 +7,7 @@
 #
 #   bench/ab.sh /tmp/old-target/release target/release
 #   ROUNDS=7 BENCH="--producers 2 --depth 64 --publish-batch 100 --retention limits" bench/ab.sh A B
+#   WORKLOAD=fetch BENCH="--producers 2 --consumers 2 --records 1000000" bench/ab.sh A B
 #
 # A_DIR and B_DIR hold a broker-server binary each (build an older commit with
 # `git worktree add /tmp/old COMMIT && cd /tmp/old && CARGO_TARGET_DIR=/tmp/old-target cargo
@@ -18,6 +19,7 @@ cd "$(dirname "$0")/.."
 A_DIR="${1:?usage: bench/ab.sh A_DIR B_DIR}"
 B_DIR="${2:?usage: bench/ab.sh A_DIR B_DIR}"
 ROUNDS="${ROUNDS:-5}"
+WORKLOAD="${WORKLOAD:-publish}"  # a workload of `broker bench`: publish, ack, fetch or mixed
 BENCH="${BENCH:---producers 8 --depth 64 --records 1000000 --retention limits --wire}"
 SERVER_ARGS="${SERVER_ARGS:---worker-threads 1}"
 cargo build --release --locked -q -p broker-cli
@@ -34,7 +36,7 @@ run() {
   local before after
   before="$(ticks "$server_pid")"
   # shellcheck disable=SC2086
-  BROKER_ADDR="$server_addr" target/release/broker bench publish $BENCH --json \
+  BROKER_ADDR="$server_addr" target/release/broker bench "$WORKLOAD" $BENCH --json \
     >"$workdir/json" 2>/dev/null
   after="$(ticks "$server_pid")"
   stop_server

@@ -428,3 +428,93 @@ async fn frames_wait_for_room_in_the_request_memory_which_a_stalled_frame_gives_
     let (_, _, text) = broker_testkit::http::get(metrics, "/metrics", "");
     assert_eq!(sample(&text, "broker_request_memory_bytes"), 0.0, "{text}");
 }
+
+/// A client that pipelines a hundred reads, each a few dozen bytes asking for megabytes of
+/// records on disk, and reads none of the answers: the server builds only the answers the
+/// request memory has room for (without that bound it built them all, up to 3 MiB each), and
+/// answers every read once the client reads, each with at least its first record.
+#[tokio::test]
+async fn answers_to_reads_nobody_reads_take_room_in_the_request_memory() {
+    let frame_limit = 3 * MIB;
+    let budget = 4 * MIB;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let (payload_limit, frame_limit_text, budget_text) = (
+        (64 * 1024).to_string(),
+        frame_limit.to_string(),
+        budget.to_string(),
+    );
+    let args = [
+        "--max-payload-bytes",
+        &payload_limit,
+        "--max-frame-bytes",
+        &frame_limit_text,
+        "--max-request-memory",
+        &budget_text,
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data,
+        // A checkpoint after every entry: the records go to segment files, and a read of them
+        // after the restart builds its answer from the disk.
+        "--snapshot-log-bytes",
+        "1",
+    ];
+    let mut server = ServerProcess::start(&args);
+    let mut client = connect(&server).await;
+    create(&mut client, "t").await;
+    let payload = Bytes::from(vec![7u8; 60_000]);
+    for _ in 0..100 {
+        assert!(matches!(
+            call(&mut client, publish(payload.clone())).await,
+            Ok(Outcome::Published(_))
+        ));
+    }
+    drop(client);
+    assert!(server.terminate(Duration::from_secs(30)).success());
+    let server = ServerProcess::start(&args);
+    let mut client = connect(&server).await;
+    let baseline = server.status_bytes("VmRSS");
+
+    let reads = 100;
+    for id in 0..reads {
+        let frame = RequestFrame {
+            correlation_id: id,
+            max_wait_ms: 0,
+            command: Command::Read {
+                topic: "t".into(),
+                partition: 0,
+                offset: 0,
+                max_records: 100,
+                max_bytes: None,
+            },
+        };
+        client.feed(frame).await.unwrap();
+    }
+    SinkExt::<RequestFrame>::flush(&mut client).await.unwrap();
+    // Time for the server to build whatever it would.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The budget, what the sockets' buffers hold, and what the allocator keeps for a while:
+    // far below the 300 MiB of answers asked for.
+    assert_peak_within(&server, baseline, budget + 48 * MIB);
+    let mut records = 0;
+    for id in 0..reads {
+        match client.next().await.unwrap().unwrap() {
+            Decoded::Message(ResponseFrame {
+                correlation_id,
+                result: Ok(Outcome::Read(read)),
+            }) if correlation_id == id => {
+                assert!(!read.records.is_empty(), "read {id} answered no record");
+                records += read.records.len();
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(records >= reads as usize, "{records}");
+    let (_, _, text) = broker_testkit::http::get(server.metrics_addr.unwrap(), "/metrics", "");
+    assert!(
+        sample(&text, "broker_request_memory_waits_total") >= 1.0,
+        "{text}"
+    );
+    assert_eq!(sample(&text, "broker_request_memory_bytes"), 0.0);
+}

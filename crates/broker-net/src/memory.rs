@@ -3,6 +3,11 @@
 //! is answered. However many clients send at once, and however large their frames, the frames
 //! held stay within the budget: a connection short of room stops reading (its client's sends
 //! then wait on TCP's flow control) instead of the server allocating for it.
+//!
+//! Answers that carry records take room from the same budget before they are built
+//! ([`RequestMemory::answer_room`]): a small read can ask for megabytes, and a client that
+//! pipelines many of them without reading the answers would otherwise have the server build
+//! them all.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,10 +30,29 @@ pub struct RequestMemory {
     waits: Arc<AtomicU64>,
 }
 
-/// Room for one frame's bytes in a [`RequestMemory`], given back when dropped.
+/// Room for one frame's bytes (or one answer's) in a [`RequestMemory`], given back when
+/// dropped.
 #[derive(Debug)]
 pub struct FrameRoom {
-    _units: OwnedSemaphorePermit,
+    units: OwnedSemaphorePermit,
+}
+
+impl FrameRoom {
+    /// The bytes of room held.
+    pub fn bytes(&self) -> u64 {
+        self.units.num_permits() as u64 * ROOM_UNIT as u64
+    }
+
+    /// Gives back what the room holds beyond `bytes` (rounded up to whole units, at least one
+    /// kept): for an answer that turned out smaller than the room taken for it.
+    pub fn shrink_to(&mut self, bytes: u64) {
+        let keep = usize::try_from(bytes.div_ceil(ROOM_UNIT as u64))
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let excess = self.units.num_permits().saturating_sub(keep);
+        // Dropped at once: given back.
+        drop(self.units.split(excess));
+    }
 }
 
 impl RequestMemory {
@@ -74,7 +98,58 @@ impl RequestMemory {
             .await
             // The semaphore is never closed: it lives as long as `self`.
             .unwrap_or_else(|_| unreachable!("the request memory's semaphore is never closed"));
-        FrameRoom { _units: units }
+        FrameRoom { units }
+    }
+
+    /// Room for an answer that may take up to `wanted` bytes but can make do with `least`:
+    /// as much of `wanted` as is free now, once at least `least` is (waiting for that much
+    /// while other frames and answers hold the budget). The answer is then built within
+    /// [`FrameRoom::bytes`]. Cancel safe: nothing is taken until it returns.
+    pub async fn answer_room(&self, wanted: u64, least: u64) -> FrameRoom {
+        if let Some(room) = self.try_answer_room(wanted, least) {
+            return room;
+        }
+        let mut room = self.room(saturating_usize(least)).await;
+        // What else is free now, up to what was wanted.
+        let more = wanted.saturating_sub(room.bytes());
+        if let Some(extra) = self.take_free(more) {
+            room.units.merge(extra.units);
+        }
+        room
+    }
+
+    /// [`RequestMemory::answer_room`] if at least `least` is free now, without waiting.
+    pub fn try_answer_room(&self, wanted: u64, least: u64) -> Option<FrameRoom> {
+        let least_units = self.units_for(saturating_usize(least));
+        // Another connection may take some between the look and the taking: then look again.
+        loop {
+            let free = u32::try_from(self.units.available_permits()).unwrap_or(u32::MAX);
+            if free < least_units {
+                return None;
+            }
+            let units = self.units_for(saturating_usize(wanted)).min(free);
+            if let Ok(units) = Arc::clone(&self.units).try_acquire_many_owned(units) {
+                return Some(FrameRoom { units });
+            }
+        }
+    }
+
+    /// Up to `bytes` of room, as much as is free now; `None` when none is.
+    fn take_free(&self, bytes: u64) -> Option<FrameRoom> {
+        if bytes == 0 {
+            return None;
+        }
+        let wanted = bytes.div_ceil(ROOM_UNIT as u64);
+        loop {
+            let free = self.units.available_permits() as u64;
+            let units = u32::try_from(wanted.min(free)).unwrap_or(u32::MAX);
+            if units == 0 {
+                return None;
+            }
+            if let Ok(units) = Arc::clone(&self.units).try_acquire_many_owned(units) {
+                return Some(FrameRoom { units });
+            }
+        }
     }
 
     /// Room for a frame of `bytes` if there is some now.
@@ -82,7 +157,7 @@ impl RequestMemory {
         Arc::clone(&self.units)
             .try_acquire_many_owned(self.units_for(bytes))
             .ok()
-            .map(|units| FrameRoom { _units: units })
+            .map(|units| FrameRoom { units })
     }
 
     fn units_for(&self, bytes: usize) -> u32 {
@@ -91,6 +166,10 @@ impl RequestMemory {
             .unwrap_or(u32::MAX)
             .min(self.limit_units)
     }
+}
+
+fn saturating_usize(bytes: u64) -> usize {
+    usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
 /// The body length the 4-byte big-endian prefix at the start of `buffer` declares, once the
@@ -142,6 +221,44 @@ mod tests {
             .expect("nothing else held: it gets in");
         assert_eq!(memory.held(), 1024);
         drop(whole);
+    }
+
+    #[tokio::test]
+    async fn an_answer_takes_what_is_free_of_what_it_wants_once_its_least_is() {
+        let memory = RequestMemory::new(64 * 100);
+        let frame = memory.room(64 * 70).await;
+        // 30 units free: an answer wanting 50 takes the 30.
+        let mut answer = memory.try_answer_room(64 * 50, 64 * 10).unwrap();
+        assert_eq!(answer.bytes(), 64 * 30);
+        assert!(
+            memory.try_answer_room(64 * 50, 64).is_none(),
+            "nothing is free"
+        );
+        // One wanting at least 40 waits until that much comes back.
+        let waiting = tokio::spawn({
+            let memory = memory.clone();
+            async move { memory.answer_room(64 * 50, 64 * 40).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "it got room that was not free");
+        // An answer smaller than its room gives the rest back: still not enough for the waiter.
+        answer.shrink_to(100);
+        assert_eq!(answer.bytes(), 128);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "28 units are free: it needs 40");
+        drop(frame);
+        let taken = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("room given back reaches the waiter")
+            .expect("the waiter does not panic");
+        assert_eq!(
+            taken.bytes(),
+            64 * 50,
+            "it takes what else is free, up to its want"
+        );
+        drop(answer);
+        drop(taken);
+        assert_eq!(memory.held(), 0);
     }
 
     #[test]

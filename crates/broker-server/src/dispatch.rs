@@ -10,6 +10,7 @@ use broker_proto::{Decoded, ErrorReply, RequestFrame, ResponseFrame};
 use tokio::time::{Duration, Instant};
 use tracing::debug;
 
+use crate::answers::{answer_bytes, fit_answer};
 use crate::broker::{storage_reply, BrokerGuard, Executed};
 use crate::cluster_admin::{is_about_the_cluster, ClusterRequest};
 use crate::data_groups::{self, GroupRoute};
@@ -19,12 +20,6 @@ use crate::reply::{Answers, Deferred, Parked};
 use crate::shards::{self, Route, Shards};
 use crate::shared::Shared;
 use crate::Config;
-
-/// Wire bytes a record may take in a response beyond its payload, key and topic name.
-const RECORD_OVERHEAD: usize = 120;
-
-/// Wire bytes a records response may take besides its records.
-const RESPONSE_OVERHEAD: usize = 1024;
 
 /// What applying one batch produced.
 #[derive(Debug, Default)]
@@ -66,8 +61,9 @@ impl Applied {
         kind: Option<CommandKind>,
         correlation_id: u64,
         result: Result<Outcome, ErrorReply>,
-        permit: RequestPermit,
+        mut permit: RequestPermit,
     ) {
+        permit.answer_built(answer_bytes(&result));
         self.responses.push(ResponseFrame {
             correlation_id,
             result,
@@ -98,10 +94,12 @@ impl Applied {
             kind,
             wait,
             retry,
-            permit,
+            mut permit,
         } = request;
         match (retry, result) {
             (Some(retry), Ok(found)) if found.found_no_records() => {
+                // Its retries take room for their answers as they come.
+                permit.hold_answer_room(None);
                 let session = retry
                     .member()
                     .and_then(|member| broker.sessions().park(member));
@@ -634,15 +632,7 @@ fn prepare(config: &Config, mut command: Command) -> Result<Command, ErrorReply>
             limit: config.max_payload_bytes as u64,
         });
     }
-    if let Some(budget) = command.answer_budget() {
-        let records = usize::try_from(budget.max_records).unwrap_or(0);
-        let per_record = RECORD_OVERHEAD + budget.topic.len();
-        let fits = config
-            .max_frame_bytes
-            .saturating_sub(RESPONSE_OVERHEAD)
-            .saturating_sub(records.saturating_mul(per_record)) as u64;
-        *budget.max_bytes = Some(budget.max_bytes.map_or(fits, |asked| asked.min(fits)));
-    }
+    fit_answer(&mut command, config.max_frame_bytes as u64);
     Ok(command)
 }
 
@@ -723,6 +713,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
+    use crate::answers::{RECORD_OVERHEAD, RESPONSE_OVERHEAD};
 
     #[test]
     fn payload_over_the_limit_is_too_large() {

@@ -45,6 +45,7 @@
 //! Who may come in is settled before any request (`security`): the TLS handshake when a
 //! [`ServerTls`] is configured, then the hello's token checked against the [`AuthToken`].
 
+mod answers;
 mod audit;
 mod broker;
 mod clock;

@@ -181,20 +181,23 @@ impl Collector for ResourcesCollector {
         single_gauge(
             &mut encoder,
             "request_memory",
-            "Bytes of requests larger than 64 KiB read and not yet answered, on both listeners.",
+            "Bytes held by requests larger than 64 KiB read and not yet answered (both listeners) \
+             and by answers with records being built or written (the native listener).",
             Some(Unit::Bytes),
             gauge(self.request_memory.held()),
         )?;
         single_gauge(
             &mut encoder,
             "request_memory_limit",
-            "The most bytes of requests read and not yet answered (--max-request-memory).",
+            "The most bytes of requests read and not yet answered, and of answers with records \
+             (--max-request-memory).",
             Some(Unit::Bytes),
             gauge(self.request_memory.limit()),
         )?;
         let waits = encoder.encode_descriptor(
             "request_memory_waits",
-            "Frames a connection waited to read until requests answered gave back room.",
+            "Times a connection waited to read a frame, or to build an answer with records, until \
+             requests answered gave back room.",
             None,
             MetricType::Counter,
         )?;

@@ -19,11 +19,13 @@ use crate::sessions::ParkedIn;
 
 /// What a request holds until it is answered: its place among its connection's requests in
 /// flight and, for a request read from a native connection, its frame's room in the process's
-/// request memory. Dropping it (once the answer is written) gives both back.
+/// request memory and, when its answer carries records, the room for that answer. Dropping it
+/// (once the answer is written) gives all of them back.
 #[derive(Debug)]
 pub(crate) struct RequestPermit {
     _in_flight: OwnedSemaphorePermit,
     _room: Option<FrameRoom>,
+    answer: Option<FrameRoom>,
 }
 
 impl RequestPermit {
@@ -32,6 +34,19 @@ impl RequestPermit {
         RequestPermit {
             _in_flight: in_flight,
             _room: room,
+            answer: None,
+        }
+    }
+
+    /// Holds `room` for the request's answer (replacing any held before).
+    pub(crate) fn hold_answer_room(&mut self, room: Option<FrameRoom>) {
+        self.answer = room;
+    }
+
+    /// Keeps of the answer's room what an answer of `bytes` takes, now that it is built.
+    pub(crate) fn answer_built(&mut self, bytes: u64) {
+        if let Some(room) = &mut self.answer {
+            room.shrink_to(bytes);
         }
     }
 }

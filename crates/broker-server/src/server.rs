@@ -8,8 +8,9 @@ use std::sync::Arc;
 use broker_core::BrokerState;
 use broker_net::Foreign;
 use broker_proto::{
-    ErrorReply, Hello, HelloReply, ProtocolError, ResponseFrame, ServerCodec, ServerHandshakeCodec,
-    MAGIC, MAX_HELLO_FRAME, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    Decoded, ErrorReply, Hello, HelloReply, ProtocolError, RequestFrame, ResponseFrame,
+    ServerCodec, ServerHandshakeCodec, MAGIC, MAX_HELLO_FRAME, OLDEST_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
 };
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -19,6 +20,7 @@ use tokio::time::{self, Duration};
 use tokio_util::codec::Encoder;
 use tracing::{debug, error, info, trace, warn};
 
+use crate::answers;
 use crate::broker::Broker;
 use crate::connection::{write_responses, Connection};
 use crate::intake::{accept, accept_tls, refused, submit};
@@ -553,10 +555,10 @@ where
 }
 
 /// The read loop: waits for an in-flight permit, reads one frame (with room for it in the
-/// process's request memory), drains every frame already buffered that has room now (one
-/// permit each), applies them all under one lock and hands the responses to the
-/// writer, counting them in `requests`. Returns `Ok` when the peer closes or the connection is
-/// closing.
+/// process's request memory, and for its answer when that carries records), drains every frame
+/// already buffered that has room now (one permit each), applies them all under one lock and
+/// hands the responses to the writer, counting them in `requests`. Returns `Ok` when the peer
+/// closes or the connection is closing.
 async fn read_requests<R: AsyncRead + Unpin>(
     shared: &Arc<Shared>,
     reply_to: &ReplyTo,
@@ -568,35 +570,59 @@ async fn read_requests<R: AsyncRead + Unpin>(
     // Made once: a cancellation future registers with its token when first polled.
     let closing = reply_to.closing.cancelled();
     tokio::pin!(closing);
+    let (config, memory) = (&shared.config, &shared.request_memory);
+    // A buffered frame whose answer found no room while its batch was gathered: the first of
+    // the next batch, which waits for that room.
+    let mut carried: Option<(Decoded<RequestFrame>, RequestPermit)> = None;
     loop {
-        let permit = tokio::select! {
+        let (mut first, mut first_permit) = match carried.take() {
+            Some(frame) => frame,
+            None => {
+                let permit = tokio::select! {
+                    biased;
+                    () = &mut closing => return Ok(()),
+                    permit = Arc::clone(in_flight).acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        // The semaphore is never closed.
+                        Err(_) => return Ok(()),
+                    },
+                };
+                // Besides the permit just taken, any taken is a request still outstanding:
+                // waiting for it is not idleness.
+                let outstanding =
+                    || in_flight.available_permits() + 1 < shared.config.max_in_flight;
+                let (idle, frame) = (shared.config.idle_timeout, shared.config.read_timeout);
+                let first = tokio::select! {
+                    biased;
+                    () = &mut closing => return Ok(()),
+                    frame = connection.read_request(codec, memory, idle, frame, outstanding) => frame,
+                };
+                let Some((first, room)) = first? else {
+                    return Ok(());
+                };
+                (first, RequestPermit::new(permit, room))
+            }
+        };
+        let answer_room = tokio::select! {
             biased;
             () = &mut closing => return Ok(()),
-            permit = Arc::clone(in_flight).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                // The semaphore is never closed.
-                Err(_) => return Ok(()),
-            },
+            room = answers::room_for(config, memory, &mut first) => room,
         };
-        // Besides the permit just taken, any taken is a request still outstanding: waiting
-        // for it is not idleness.
-        let outstanding = || in_flight.available_permits() + 1 < shared.config.max_in_flight;
-        let (idle, frame) = (shared.config.idle_timeout, shared.config.read_timeout);
-        let memory = &shared.request_memory;
-        let first = tokio::select! {
-            biased;
-            () = &mut closing => return Ok(()),
-            frame = connection.read_request(codec, memory, idle, frame, outstanding) => frame,
-        };
-        let Some((first, room)) = first? else {
-            return Ok(());
-        };
-        let mut frames = vec![(first, RequestPermit::new(permit, room))];
+        first_permit.hold_answer_room(answer_room);
+        let mut frames = vec![(first, first_permit)];
         let mut fatal = None;
         while let Ok(permit) = Arc::clone(in_flight).try_acquire_owned() {
             match connection.buffered_frame(codec, memory) {
-                Ok(Some((frame, room))) => {
-                    frames.push((frame, RequestPermit::new(permit, room)));
+                Ok(Some((mut frame, room))) => {
+                    let mut permit = RequestPermit::new(permit, room);
+                    match answers::room_now_for(config, memory, &mut frame) {
+                        Ok(answer_room) => permit.hold_answer_room(answer_room),
+                        Err(answers::NoRoom) => {
+                            carried = Some((frame, permit));
+                            break;
+                        }
+                    }
+                    frames.push((frame, permit));
                 }
                 Ok(None) => break,
                 Err(cause) => {

@@ -30,7 +30,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         shard,
         logged: before_logged,
         wait,
-        permit,
+        mut permit,
         kind,
     } = parked;
     let signal = shared.signals.topic(retry.topic().unwrap_or_default());
@@ -50,14 +50,20 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         if reply_to.closing.is_cancelled() {
             break (Ok(found), None);
         }
+        // Room for what this retry may answer, as much as is free now.
+        let mut attempt = retry.clone();
+        permit.hold_answer_room(crate::answers::room_free_for(
+            &shared.config,
+            &shared.request_memory,
+            &mut attempt,
+        ));
         let cluster = shared.cluster().map(|_| shared.group(shard));
         let Executed { result, entry } = match cluster {
             None => {
                 let mut broker = shared.shards.get(shard).lock();
                 let now = Instant::now();
                 // A retried poll wakes nobody.
-                let executed =
-                    broker.execute(retry.clone(), reply_to.connection, now, &mut Vec::new());
+                let executed = broker.execute(attempt, reply_to.connection, now, &mut Vec::new());
                 stop_protecting(&mut broker, &executed.result, &mut session, now);
                 executed
             }
@@ -67,7 +73,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
                 entry: None,
             },
             Some(Some(cluster)) => {
-                let result = match replicated::execute(cluster, vec![retry.clone()]).await {
+                let result = match replicated::execute(cluster, vec![attempt]).await {
                     Ok(results) => results.into_iter().next().unwrap_or_else(|| {
                         Err(ErrorReply::Storage("the retry was not answered".to_owned()))
                     }),
@@ -83,8 +89,9 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
                 }
             }
         };
+        permit.answer_built(crate::answers::answer_bytes(&result));
         match result {
-            Ok(outcome) if outcome.found_no_records() => {}
+            Ok(outcome) if outcome.found_no_records() => permit.hold_answer_room(None),
             Ok(outcome) => break (Ok(found.after_wait(outcome)), entry),
             Err(refusal) => break (Err(refusal), entry),
         }
