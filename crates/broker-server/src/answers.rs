@@ -4,12 +4,13 @@
 //! A read, poll or fetch is a few dozen bytes that can ask for megabytes of records, and a
 //! native client may pipeline a thousand of them without reading the answers. So before such a
 //! request is applied, it takes room for its answer from the request memory (the budget that
-//! frames take from, `--max-request-memory`): as much of what its byte budget asks for as is
-//! free, once at least room for its first record is (waiting for that much, as a frame waits
-//! for room to be read). Its byte budget is lowered to the room it got; once the answer is
-//! built, the room shrinks to what it takes, and it is given back when the answer is written.
-//! A request that finds no record and waits for one holds no room while it waits: each retry
-//! takes what is free then.
+//! frames take from, `--max-request-memory`): as much as its byte budget and the frame limit
+//! allow, or what is free once at least the least an answer needs is (the overhead of as many
+//! records as it asks for, and one record of the largest payload), waiting for that much as a
+//! frame waits for room to be read. Its byte budget is lowered to the room it got; once the
+//! answer is built, the room shrinks to what it takes, and it is given back when the answer is
+//! written. A request that finds no record and waits for one holds no room while it waits:
+//! each retry takes room anew, from the byte budget the request came with.
 
 use broker_core::{BrokerRecord, Command, Outcome, PartitionRead};
 use broker_net::{FrameRoom, RequestMemory};
@@ -28,45 +29,46 @@ pub(crate) const RESPONSE_OVERHEAD: usize = 1024;
 /// record comes whatever its size: the room taken for an answer allows for one.)
 pub(crate) fn fit_answer(command: &mut Command, room: u64) {
     if let Some(budget) = command.answer_budget() {
-        let records = u64::try_from(budget.max_records).unwrap_or(0);
-        let per_record = (RECORD_OVERHEAD + budget.topic.len()) as u64;
-        let overhead = records
-            .saturating_mul(per_record)
-            .saturating_add(RESPONSE_OVERHEAD as u64);
-        let fits = room.saturating_sub(overhead);
+        let fits = room.saturating_sub(overhead(budget.topic, budget.max_records));
         *budget.max_bytes = Some(budget.max_bytes.map_or(fits, |asked| asked.min(fits)));
     }
 }
 
-/// The room `command`'s answer may take, when it carries records: what its byte budget (as
-/// [`fit_answer`] set it for a frame) allows, and the least it can make do with, room for its
-/// first record at the largest payload.
+/// The wire bytes an answer of up to `max_records` records of `topic` takes besides their
+/// payloads, keys and headers.
+fn overhead(topic: &str, max_records: i32) -> u64 {
+    let records = u64::try_from(max_records).unwrap_or(0);
+    records
+        .saturating_mul((RECORD_OVERHEAD + topic.len()) as u64)
+        .saturating_add(RESPONSE_OVERHEAD as u64)
+}
+
+/// The room `command`'s answer may take, when it carries records: what its byte budget and
+/// the frame limit allow, and the least it needs, the overhead of as many records as it asks
+/// for and one record of the largest payload (the first record comes whatever its size, and
+/// the budget left beside that overhead is never less than one payload).
 fn answer_wants(config: &Config, command: &mut Command) -> Option<(u64, u64)> {
     let budget = command.answer_budget()?;
-    let records = u64::try_from(budget.max_records).unwrap_or(0);
-    let per_record = (RECORD_OVERHEAD + budget.topic.len()) as u64;
+    let overhead = overhead(budget.topic, budget.max_records);
     let payloads = (*budget.max_bytes).unwrap_or(config.max_frame_bytes as u64);
-    let wanted = records
-        .saturating_mul(per_record)
+    let least = overhead.saturating_add(config.max_payload_bytes as u64);
+    let wanted = overhead
         .saturating_add(payloads)
-        .saturating_add(RESPONSE_OVERHEAD as u64)
-        .min(config.max_frame_bytes as u64);
-    let least = (config.max_payload_bytes + RESPONSE_OVERHEAD) as u64 + per_record;
-    Some((wanted, least.min(wanted)))
+        .min(config.max_frame_bytes as u64)
+        .max(least);
+    Some((wanted, least))
 }
 
 /// Takes room in `memory` for the answer of `frame`, when it carries records, waiting until
-/// the least it needs is free, and lowers its byte budget to that room.
+/// the least it needs is free. The request's byte budget is lowered to it once the request
+/// is admitted (see [`fit_answer`]).
 pub(crate) async fn room_for(
     config: &Config,
     memory: &RequestMemory,
     frame: &mut Decoded<RequestFrame>,
 ) -> Option<FrameRoom> {
-    let command = command_of(frame)?;
-    let (wanted, least) = answer_wants(config, command)?;
-    let room = memory.answer_room(wanted, least).await;
-    fit_answer(command, room.bytes());
-    Some(room)
+    let (wanted, least) = answer_wants(config, command_of(frame)?)?;
+    Some(memory.answer_room(wanted, least).await)
 }
 
 /// [`room_for`] without waiting: `Err` when the least the answer needs is not free now;
@@ -76,33 +78,30 @@ pub(crate) fn room_now_for(
     memory: &RequestMemory,
     frame: &mut Decoded<RequestFrame>,
 ) -> Result<Option<FrameRoom>, NoRoom> {
-    let Some(command) = command_of(frame) else {
+    let Some((wanted, least)) = command_of(frame).and_then(|c| answer_wants(config, c)) else {
         return Ok(None);
     };
-    let Some((wanted, least)) = answer_wants(config, command) else {
-        return Ok(None);
-    };
-    let room = memory.try_answer_room(wanted, least).ok_or(NoRoom)?;
-    fit_answer(command, room.bytes());
-    Ok(Some(room))
+    memory
+        .try_answer_room(wanted, least)
+        .map(Some)
+        .ok_or(NoRoom)
 }
 
 /// The least room an answer needs is not free now.
 #[derive(Debug)]
 pub(crate) struct NoRoom;
 
-/// For a retry of a waiting request: whatever room is free now for its answer, up to what it
-/// may take, its byte budget lowered to it (to none, when nothing is free: its first record
-/// then comes alone).
-pub(crate) fn room_free_for(
+/// For a retry of a waiting request: room for its answer, waiting until the least it needs
+/// is free, its byte budget lowered to it.
+pub(crate) async fn room_for_retry(
     config: &Config,
     memory: &RequestMemory,
     command: &mut Command,
 ) -> Option<FrameRoom> {
-    let (wanted, _) = answer_wants(config, command)?;
-    let room = memory.try_answer_room(wanted, 1);
-    fit_answer(command, room.as_ref().map_or(0, FrameRoom::bytes));
-    room
+    let (wanted, least) = answer_wants(config, command)?;
+    let room = memory.answer_room(wanted, least).await;
+    fit_answer(command, room.bytes());
+    Some(room)
 }
 
 fn command_of(frame: &mut Decoded<RequestFrame>) -> Option<&mut Command> {
@@ -168,7 +167,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_answer_takes_room_for_what_it_asks_and_its_budget_follows_the_room_it_got() {
+    async fn an_answer_takes_room_for_what_it_asks_and_never_less_than_one_record() {
         let config = Config {
             max_payload_bytes: 10_000,
             max_frame_bytes: 1 << 20,
@@ -176,37 +175,38 @@ mod tests {
         };
         let overhead = (RESPONSE_OVERHEAD + 10 * (RECORD_OVERHEAD + 5)) as u64;
         let memory = RequestMemory::new(1 << 20);
-        // Asked for 5,000 bytes: room for them and the answer's overhead.
-        let mut frame = Decoded::Message(RequestFrame {
-            correlation_id: 1,
-            max_wait_ms: 0,
-            command: poll(Some(5_000)),
-        });
-        let room = room_for(&config, &memory, &mut frame).await.unwrap();
-        assert_eq!(room.bytes(), (5_000 + overhead).div_ceil(64) * 64);
-        let Decoded::Message(request) = &frame else {
-            unreachable!()
+        let frame = |max_bytes| {
+            Decoded::Message(RequestFrame {
+                correlation_id: 1,
+                max_wait_ms: 0,
+                command: poll(max_bytes),
+            })
         };
-        assert_eq!(budget(&request.command), Some(5_000));
+        // Asked for 50,000 bytes: room for them and the answer's overhead.
+        let room = room_for(&config, &memory, &mut frame(Some(50_000)))
+            .await
+            .unwrap();
+        assert_eq!(room.bytes(), (50_000 + overhead).div_ceil(64) * 64);
+        // Asked for none: still room for one record of the largest payload, which comes
+        // whatever the budget.
+        let small = room_for(&config, &memory, &mut frame(Some(0)))
+            .await
+            .unwrap();
+        assert_eq!(small.bytes(), (10_000 + overhead).div_ceil(64) * 64);
+        let mut command = poll(Some(0));
+        fit_answer(&mut command, small.bytes());
+        assert_eq!(budget(&command), Some(0), "the client's budget stays");
         // Only 20,000 bytes left: one asking for no limit gets them, its budget lowered.
-        let _held = memory
-            .room((1 << 20) - 20_000 - room.bytes() as usize)
-            .await;
+        let held = room.bytes() + small.bytes();
+        let _held = memory.room((1 << 20) - 20_000 - held as usize).await;
         let mut command = poll(None);
-        let free = room_free_for(&config, &memory, &mut command).unwrap();
+        let free = room_for_retry(&config, &memory, &mut command)
+            .await
+            .unwrap();
         assert_eq!(free.bytes(), 19_968);
         assert_eq!(budget(&command), Some(19_968 - overhead));
-        // Less free than one record may take: a new request cannot have it now, a retry
-        // takes none and reads its first record alone.
-        let mut frame = Decoded::Message(RequestFrame {
-            correlation_id: 2,
-            max_wait_ms: 0,
-            command: poll(None),
-        });
-        assert!(room_now_for(&config, &memory, &mut frame).is_err());
-        let mut command = poll(None);
-        assert!(room_free_for(&config, &memory, &mut command).is_none());
-        assert_eq!(budget(&command), Some(0));
+        // Less free than the least an answer needs: a new request cannot have it now.
+        assert!(room_now_for(&config, &memory, &mut frame(None)).is_err());
         // A command whose answer carries no records takes no room.
         let mut publish = Decoded::Message(RequestFrame {
             correlation_id: 3,

@@ -156,7 +156,7 @@ pub(crate) fn apply_batch(
             wait,
             retry,
             command,
-        } = match admit(shared, connection, frame, may_wait) {
+        } = match admit(shared, connection, frame, may_wait, permit.answer_room()) {
             Ok(admitted) if is_about_the_cluster(&admitted.command) => {
                 applied
                     .cluster_requests
@@ -326,7 +326,7 @@ pub(crate) async fn apply_batch_replicated(
     let mut results: Vec<Option<Result<Outcome, ErrorReply>>> = Vec::with_capacity(frames.len());
     let mut run = Run::default();
     for (frame, permit) in frames {
-        let admitted = match admit(shared, connection, frame, may_wait) {
+        let admitted = match admit(shared, connection, frame, may_wait, permit.answer_room()) {
             Ok(admitted) if is_about_the_cluster(&admitted.command) => {
                 applied
                     .cluster_requests
@@ -539,12 +539,14 @@ struct Answerable {
 
 /// Decodes and prepares one request for `connection`; its refusal when it did not decode or is
 /// refused before it is applied (a payload over the limit). With `may_wait` false nothing
-/// waits.
+/// waits. A request holding `answer_room` bytes for its answer has its byte budget lowered to
+/// them; its retries, while it waits, keep the budget it came with.
 fn admit(
     shared: &Shared,
     connection: u64,
     frame: Decoded<RequestFrame>,
     may_wait: bool,
+    answer_room: Option<u64>,
 ) -> Result<Admitted, Refused> {
     let request = match frame {
         Decoded::Message(request) => request,
@@ -567,7 +569,7 @@ fn admit(
     } = request;
     let kind = command.kind();
     let config = &shared.config;
-    let command = checked(shared, command).map_err(|refusal| Refused {
+    let mut command = checked(shared, command).map_err(|refusal| Refused {
         kind: Some(kind),
         correlation_id,
         refusal,
@@ -576,6 +578,9 @@ fn admit(
     let retry = (may_wait && !wait.is_zero())
         .then(|| command.waiting_retry())
         .flatten();
+    if let Some(room) = answer_room {
+        fit_answer(&mut command, room);
+    }
     Ok(Admitted {
         correlation_id,
         kind,

@@ -153,10 +153,10 @@ struct Args {
     /// that many clients sending large requests at once make the server wait (their sends wait
     /// on TCP) instead of its memory growing with them. A request's room is given back when it
     /// is answered. Answers that carry records (reads, polls, fetches) on the broker's port
-    /// take room too, before they are built: as much as they may take, down to room for one
-    /// record of --max-payload-bytes when less is free (the answer then carries fewer records),
-    /// waiting for that much; so a client that pipelines reads without reading the answers
-    /// holds this much at most. Less than --max-frame-bytes refuses to start. Default: a quarter of
+    /// take room too, before they are built: as much as they may take, or what is free once
+    /// there is room for one record of --max-payload-bytes beside the overhead of the records
+    /// asked for (the answer then carries fewer records), waiting for that much; so a client
+    /// that pipelines reads without reading the answers holds this much at most. Less than --max-frame-bytes refuses to start. Default: a quarter of
     /// --max-memory (256 MiB with the defaults), raised to --max-frame-bytes if less, so that
     /// one number sizes the process: it needs about --max-memory plus this plus a few tens of
     /// MiB.

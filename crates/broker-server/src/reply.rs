@@ -26,6 +26,10 @@ pub(crate) struct RequestPermit {
     _in_flight: OwnedSemaphorePermit,
     _room: Option<FrameRoom>,
     answer: Option<FrameRoom>,
+    /// Whether its answers take room in the request memory: those of native connections,
+    /// which pipeline requests; a Kafka connection reads its next request once the last one
+    /// is answered.
+    counts_answers: bool,
 }
 
 impl RequestPermit {
@@ -35,7 +39,25 @@ impl RequestPermit {
             _in_flight: in_flight,
             _room: room,
             answer: None,
+            counts_answers: false,
         }
+    }
+
+    /// The permit of a request read from a native connection, whose answers take room in the
+    /// request memory.
+    pub(crate) fn counting_answers(mut self) -> Self {
+        self.counts_answers = true;
+        self
+    }
+
+    /// Whether its answers take room in the request memory.
+    pub(crate) fn counts_answers(&self) -> bool {
+        self.counts_answers
+    }
+
+    /// The bytes of room held for the request's answer, if any.
+    pub(crate) fn answer_room(&self) -> Option<u64> {
+        self.answer.as_ref().map(FrameRoom::bytes)
     }
 
     /// Holds `room` for the request's answer (replacing any held before).

@@ -600,7 +600,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
                 let Some((first, room)) = first? else {
                     return Ok(());
                 };
-                (first, RequestPermit::new(permit, room))
+                (first, RequestPermit::new(permit, room).counting_answers())
             }
         };
         let answer_room = tokio::select! {
@@ -614,7 +614,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
         while let Ok(permit) = Arc::clone(in_flight).try_acquire_owned() {
             match connection.buffered_frame(codec, memory) {
                 Ok(Some((mut frame, room))) => {
-                    let mut permit = RequestPermit::new(permit, room);
+                    let mut permit = RequestPermit::new(permit, room).counting_answers();
                     match answers::room_now_for(config, memory, &mut frame) {
                         Ok(answer_room) => permit.hold_answer_room(answer_room),
                         Err(answers::NoRoom) => {

@@ -10,6 +10,7 @@ use broker_core::Outcome;
 use broker_proto::ErrorReply;
 use tokio::time::{self, Instant};
 
+use crate::answers;
 use crate::broker::{storage_reply, BrokerGuard, Executed};
 use crate::replicated;
 use crate::reply::{Parked, ReplyTo};
@@ -50,13 +51,19 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         if reply_to.closing.is_cancelled() {
             break (Ok(found), None);
         }
-        // Room for what this retry may answer, as much as is free now.
+        // Room for what this retry may answer (from a native connection): its byte budget is
+        // lowered to what it gets.
         let mut attempt = retry.clone();
-        permit.hold_answer_room(crate::answers::room_free_for(
-            &shared.config,
-            &shared.request_memory,
-            &mut attempt,
-        ));
+        if permit.counts_answers() {
+            let room =
+                answers::room_for_retry(&shared.config, &shared.request_memory, &mut attempt);
+            let room = tokio::select! {
+                room = room => room,
+                () = reply_to.closing.cancelled() => break (Ok(found), None),
+                () = &mut deadline => break (Ok(found), None),
+            };
+            permit.hold_answer_room(room);
+        }
         let cluster = shared.cluster().map(|_| shared.group(shard));
         let Executed { result, entry } = match cluster {
             None => {
@@ -89,7 +96,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
                 }
             }
         };
-        permit.answer_built(crate::answers::answer_bytes(&result));
+        permit.answer_built(answers::answer_bytes(&result));
         match result {
             Ok(outcome) if outcome.found_no_records() => permit.hold_answer_room(None),
             Ok(outcome) => break (Ok(found.after_wait(outcome)), entry),

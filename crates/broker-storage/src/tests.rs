@@ -1244,11 +1244,34 @@ fn a_change_of_a_topics_settings_is_replayed_from_the_log_and_kept_by_a_snapshot
     assert_eq!(recover(tmp.path()).unwrap().state.describe_all(), expected);
 }
 
+/// A journal started in `dir` with `settings`, and its state, holding topic `t` of
+/// `partitions` partitions under limits retention.
+fn journal_with_topic(
+    dir: &Path,
+    settings: crate::JournalSettings,
+    partitions: i32,
+) -> (BrokerState, crate::Journal) {
+    let (mut state, journal) = crate::Storage::open(dir, CAPACITY)
+        .unwrap()
+        .start(settings, |state| state)
+        .unwrap();
+    let create = broker_core::Command::Create {
+        topic: "t".into(),
+        partition_count: partitions,
+        key_hash: broker_core::KeyHash::default(),
+        settings: vec![broker_core::TopicSetting::Retention(
+            broker_core::Retention::Limits,
+        )],
+    };
+    journal.apply(&mut state, 1, create).result.unwrap();
+    (state, journal)
+}
+
 /// The journal's own checkpoints take records out of memory: after many of them, the state
 /// holds in memory only what the last one did not cover.
 #[test]
 fn background_checkpoints_take_records_out_of_memory() {
-    use broker_core::{Command, KeyHash};
+    use broker_core::Command;
     let tmp = tempfile::tempdir().unwrap();
     let settings = crate::JournalSettings {
         fsync: crate::Fsync::Batch,
@@ -1257,19 +1280,7 @@ fn background_checkpoints_take_records_out_of_memory() {
         segment_bytes: 1 << 20,
         held_log_bytes: None,
     };
-    let (mut state, journal) = crate::Storage::open(tmp.path(), CAPACITY)
-        .unwrap()
-        .start(settings, |state| state)
-        .unwrap();
-    let create = Command::Create {
-        topic: "t".into(),
-        partition_count: 4,
-        key_hash: KeyHash::default(),
-        settings: vec![broker_core::TopicSetting::Retention(
-            broker_core::Retention::Limits,
-        )],
-    };
-    journal.apply(&mut state, 1, create).result.unwrap();
+    let (mut state, journal) = journal_with_topic(tmp.path(), settings, 4);
     for n in 0..20_000 {
         let publish = Command::Publish {
             topic: "t".into(),
@@ -1310,7 +1321,7 @@ fn background_checkpoints_take_records_out_of_memory() {
 /// not a log to replay into memory.
 #[test]
 fn finishing_the_journal_lets_a_running_checkpoint_end() {
-    use broker_core::{Command, KeyHash};
+    use broker_core::Command;
     let tmp = tempfile::tempdir().unwrap();
     let settings = crate::JournalSettings {
         fsync: crate::Fsync::Never,
@@ -1319,19 +1330,7 @@ fn finishing_the_journal_lets_a_running_checkpoint_end() {
         segment_bytes: 1 << 30,
         held_log_bytes: None,
     };
-    let (mut state, journal) = crate::Storage::open(tmp.path(), CAPACITY)
-        .unwrap()
-        .start(settings, |state| state)
-        .unwrap();
-    let create = Command::Create {
-        topic: "t".into(),
-        partition_count: 1,
-        key_hash: KeyHash::default(),
-        settings: vec![broker_core::TopicSetting::Retention(
-            broker_core::Retention::Limits,
-        )],
-    };
-    journal.apply(&mut state, 1, create).result.unwrap();
+    let (mut state, journal) = journal_with_topic(tmp.path(), settings, 1);
     for _ in 0..20_000 {
         let publish = Command::Publish {
             topic: "t".into(),
