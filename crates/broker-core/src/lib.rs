@@ -58,8 +58,8 @@ pub use settings::{
     TopicSettings,
 };
 pub use state::{
-    BrokerState, DeadLetterReason, DeadLettered, Limits, TopicExport, DEAD_LETTER_HEADER_BYTES,
-    MAX_PRODUCERS, RECENT_BATCHES,
+    BrokerState, DeadLetterReason, DeadLettered, Limits, PendingRead, TopicExport,
+    DEAD_LETTER_HEADER_BYTES, MAX_PRODUCERS, RECENT_BATCHES,
 };
 /// Iterating over every [`CommandKind`] (`CommandKind::iter()`).
 pub use strum::IntoEnumIterator;

@@ -2706,3 +2706,53 @@ fn skipped(model: &Model) -> u64 {
         .flat_map(|g| &g.skipped)
         .sum()
 }
+
+/// A read begun with the state and finished without it answers as the read would have when
+/// it began, whatever the state did meanwhile (more records, more of them evicted), records in
+/// the cold store and in memory alike, within the byte budget.
+#[test]
+fn a_read_finished_after_the_state_changed_answers_as_when_it_began() {
+    let store = Arc::new(MemoryColdStore::default());
+    let broker = EventBroker::from_state(
+        BrokerState::new(100)
+            .unwrap()
+            .with_cold_store(store.clone()),
+    );
+    broker
+        .with_state(|state| {
+            let limits = [TopicSetting::Retention(Retention::Limits)];
+            state.create("t", 1, KeyHash::default(), &limits)
+        })
+        .unwrap();
+    for n in 0..10 {
+        broker
+            .publish("t", 0, format!("record {n}").into_bytes())
+            .unwrap();
+    }
+    // Half of them on the cold store, half in memory.
+    store.evict_from(&broker, 1);
+    let begin = |offset| {
+        broker
+            .with_state(|state| state.begin_read("t", 0, offset, 10, None))
+            .unwrap()
+    };
+    assert!(begin(4).reads_cold_store());
+    assert!(!begin(5).reads_cold_store());
+    for (offset, max_records, max_bytes) in
+        [(0, 10, None), (2, 6, None), (7, 3, None), (1, 10, Some(20))]
+    {
+        let expected = broker
+            .with_state(|state| state.read("t", 0, offset, max_records, max_bytes))
+            .unwrap();
+        let pending = broker
+            .with_state(|state| state.begin_read("t", 0, offset, max_records, max_bytes))
+            .unwrap();
+        for n in 10..13 {
+            broker
+                .publish("t", 0, format!("record {n}").into_bytes())
+                .unwrap();
+        }
+        store.evict_from(&broker, 2);
+        assert_eq!(pending.finish().unwrap(), expected, "from {offset}");
+    }
+}

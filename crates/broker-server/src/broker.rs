@@ -15,7 +15,7 @@ use broker_core::cold::LogId;
 use broker_core::image::{StateImage, TopicImage};
 use broker_core::{
     BrokerDescription, BrokerError, BrokerState, Command, Membership, NameRules, Outcome,
-    TopicExport,
+    PendingRead, TopicExport,
 };
 use broker_proto::ErrorReply;
 use broker_storage::{Journal, JournalError};
@@ -495,6 +495,27 @@ impl BrokerGuard<'_> {
         if let Some(journal) = self.journal {
             journal.maybe_checkpoint(&mut self.locked.state);
         }
+    }
+
+    /// Begins `command` if it is a [`Command::Read`] (see [`BrokerState::begin_read`]): what
+    /// it needs from disk is read by [`PendingRead::finish`], once this lock is let go.
+    /// `None` for any other command.
+    pub(crate) fn begin_read(&self, command: &Command) -> Option<Result<PendingRead, ErrorReply>> {
+        let Command::Read {
+            topic,
+            partition,
+            offset,
+            max_records,
+            max_bytes,
+        } = command
+        else {
+            return None;
+        };
+        let begun =
+            self.locked
+                .state
+                .begin_read(topic, *partition, *offset, *max_records, *max_bytes);
+        Some(begun.map_err(ErrorReply::from))
     }
 
     /// A description of every topic and group.

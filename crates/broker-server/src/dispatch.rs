@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::reply::RequestPermit;
-use broker_core::{Command, CommandKind, Outcome};
+use broker_core::{BrokerError, Command, CommandKind, Outcome, PendingRead};
 use broker_proto::{Decoded, ErrorReply, RequestFrame, ResponseFrame};
 use tokio::time::{Duration, Instant};
 use tracing::debug;
@@ -34,6 +34,9 @@ pub(crate) struct Applied {
     pub(crate) wake: Vec<String>,
     /// Requests the server answers about its cluster, once done.
     pub(crate) cluster_requests: Vec<ClusterRequest>,
+    /// Reads of records on disk, begun under their shard's lock and finished once it is let
+    /// go ([`finish_reads`]): their answers in `responses` wait for them.
+    reads: Vec<LaterRead>,
     /// Indexes into `responses` of the requests whose changes were logged, with their shard.
     logged: Vec<(usize, usize)>,
     /// The last log entry of the batch in each shard it changed: its responses wait until they
@@ -71,6 +74,32 @@ impl Applied {
         self.permits.push(permit);
         if self.received.is_some() {
             self.kinds.push(kind);
+        }
+    }
+
+    /// Answers `request` once `read` is finished, after the batch ([`finish_reads`]); `read`
+    /// is `command` begun in `shard`.
+    fn read_later(
+        &mut self,
+        request: Answerable,
+        shard: usize,
+        command: Command,
+        read: PendingRead,
+    ) {
+        self.reads.push(LaterRead {
+            response: self.responses.len(),
+            shard,
+            command,
+            read,
+        });
+        // Its answer's room stays whole until the read is finished.
+        self.responses.push(ResponseFrame {
+            correlation_id: request.correlation_id,
+            result: Err(ErrorReply::Storage("the read was not finished".to_owned())),
+        });
+        self.permits.push(request.permit);
+        if self.received.is_some() {
+            self.kinds.push(Some(request.kind));
         }
     }
 
@@ -185,6 +214,19 @@ pub(crate) fn apply_batch(
         match shards.route(&command) {
             Route::One(shard) => {
                 let broker = locked.shard(shards, shard);
+                // A read of records on disk reads them once the lock is let go.
+                if let Some(begun) = broker.begin_read(&command) {
+                    let result = match begun {
+                        Ok(read) if read.reads_cold_store() => {
+                            applied.read_later(request, shard, command, read);
+                            continue;
+                        }
+                        Ok(read) => read.finish().map(Outcome::Read).map_err(ErrorReply::from),
+                        Err(refusal) => Err(refusal),
+                    };
+                    applied.park_or_answer((shard, broker), request, result, None);
+                    continue;
+                }
                 let Executed { result, entry } =
                     broker.execute(command, connection, now, &mut applied.wake);
                 if let Some(entry) = entry {
@@ -516,6 +558,58 @@ impl Admitted {
             command: self.command,
             permit,
         }
+    }
+}
+
+/// A read begun under its shard's lock whose records on disk are read after the batch.
+#[derive(Debug)]
+struct LaterRead {
+    /// Its answer's place in the batch's responses.
+    response: usize,
+    shard: usize,
+    /// The read, to apply again under the lock if its records left the disk meanwhile.
+    command: Command,
+    read: PendingRead,
+}
+
+/// Finishes the reads `applied` began (see [`Applied::read_later`]) for `connection`, reading
+/// their records from disk on a blocking thread, and puts their answers in their places. A
+/// read that cannot read its records (retention removed them meanwhile, or a file is damaged)
+/// is applied again under its shard's lock: it answers with what is retained now, or with the
+/// error as before.
+pub(crate) async fn finish_reads(shared: &Shared, applied: &mut Applied, connection: u64) {
+    if applied.reads.is_empty() {
+        return;
+    }
+    let reads = std::mem::take(&mut applied.reads);
+    let finished = tokio::task::spawn_blocking(move || {
+        reads
+            .into_iter()
+            .map(|later| {
+                let result = later.read.finish();
+                (later.response, later.shard, later.command, result)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await;
+    // A read that panicked keeps the answer it was given (a storage error).
+    let Ok(finished) = finished else {
+        return;
+    };
+    for (response, shard, command, result) in finished {
+        let result = match result {
+            Ok(read) => Ok(Outcome::Read(read)),
+            Err(BrokerError::Storage(_)) => {
+                let mut broker = shared.shards.get(shard).lock();
+                let now = Instant::now();
+                broker
+                    .execute(command, connection, now, &mut Vec::new())
+                    .result
+            }
+            Err(refusal) => Err(ErrorReply::from(refusal)),
+        };
+        applied.permits[response].answer_built(answer_bytes(&result));
+        applied.responses[response].result = result;
     }
 }
 

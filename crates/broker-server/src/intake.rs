@@ -12,7 +12,7 @@ use tokio::time::{self, Duration};
 use tokio_rustls::server::TlsStream;
 use tracing::{error, warn};
 
-use crate::dispatch::{apply_batch, apply_batch_replicated, settle};
+use crate::dispatch::{apply_batch, apply_batch_replicated, finish_reads, settle};
 use crate::reply::{Outgoing, ReplyTo};
 use crate::shared::Shared;
 use crate::{cluster_admin, waiter, ServerTls};
@@ -121,7 +121,9 @@ pub(crate) async fn submit(
         Some(_) => apply_batch_replicated(shared, reply_to.connection, frames, may_wait).await,
         None => {
             hold_back(shared, &frames).await;
-            apply_batch(shared, reply_to.connection, frames, may_wait)
+            let mut applied = apply_batch(shared, reply_to.connection, frames, may_wait);
+            finish_reads(shared, &mut applied, reply_to.connection).await;
+            applied
         }
     };
     shared.signals.wake(&applied.wake);

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -157,6 +158,60 @@ impl From<RecordImage> for StoredRecord {
     }
 }
 
+/// The part of a run of a log's records that its cold store holds: offsets `offsets` of log
+/// `id`. Records in a cold store never change, so it reads the same whether the log is still
+/// at hand or not, as long as they are still retained.
+pub(super) struct ColdRun {
+    store: Arc<dyn ColdStore>,
+    id: LogId,
+    offsets: Range<i64>,
+}
+
+/// What [`ColdRun::read_all`] read.
+pub(super) struct ColdRead {
+    /// The records, from the run's first offset.
+    pub(super) records: Vec<StoredRecord>,
+    /// Whether the store stopped at the byte budget before the end of the cold part.
+    stopped: Option<i64>,
+}
+
+impl ColdRun {
+    /// The records of `run` (none without one), no more than `max_bytes` can take (the first
+    /// always); `from` is where the run starts.
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] if they cannot be read.
+    pub(super) fn read_all(
+        run: Option<&ColdRun>,
+        from: i64,
+        max_bytes: Option<u64>,
+    ) -> Result<ColdRead, BrokerError> {
+        let Some(run) = run else {
+            return Ok(ColdRead {
+                records: Vec::new(),
+                stopped: None,
+            });
+        };
+        let read = run
+            .store
+            .read(run.id, run.offsets.clone(), max_bytes)
+            .map_err(storage_error)?;
+        let end = from + read.len() as i64;
+        Ok(ColdRead {
+            stopped: (end < run.offsets.end).then_some(end),
+            records: read.into_iter().map(StoredRecord::from).collect(),
+        })
+    }
+}
+
+impl ColdRead {
+    /// Where a run meant to end at `to` ends: where the store stopped at the byte budget, if
+    /// it did, so that the run's records stay consecutive.
+    pub(super) fn run_end(&self, to: i64) -> i64 {
+        self.stopped.unwrap_or(to)
+    }
+}
+
 /// A store failure as the broker reports it.
 #[cold]
 fn storage_error(error: ColdError) -> BrokerError {
@@ -206,32 +261,37 @@ impl PartitionLog {
         count: usize,
         max_bytes: Option<u64>,
     ) -> Result<impl Iterator<Item = Cow<'_, StoredRecord>>, BrokerError> {
-        let mut to = from.saturating_add(count as i64).min(self.end());
-        let cold_records = match &self.cold {
-            Some(cold) if from < cold.end => {
-                let read = cold
-                    .store
-                    .read(cold.id, from..to.min(cold.end), max_bytes)
-                    .map_err(storage_error)?;
-                // The store stopped at the byte budget: the run ends there too, so that its
-                // records stay consecutive.
-                if (read.len() as i64) < to.min(cold.end) - from {
-                    to = from + read.len() as i64;
-                }
-                read
-            }
-            _ => Vec::new(),
-        };
+        let to = self.run_end(from, count);
+        let cold = ColdRun::read_all(self.cold_run(from, to).as_ref(), from, max_bytes)?;
+        let to = cold.run_end(to);
+        Ok(cold
+            .records
+            .into_iter()
+            .map(Cow::Owned)
+            .chain(self.memory_run(from, to).map(Cow::Borrowed)))
+    }
+
+    /// Where a run of up to `count` records from `from` ends (exclusive).
+    pub(super) fn run_end(&self, from: i64, count: usize) -> i64 {
+        from.saturating_add(count as i64).min(self.end())
+    }
+
+    /// The part of the run `from..to` that the cold store holds, if any: read by
+    /// [`ColdRun::read_all`], with this log or without it.
+    pub(super) fn cold_run(&self, from: i64, to: i64) -> Option<ColdRun> {
+        let cold = self.cold.as_ref().filter(|cold| from < cold.end)?;
+        Some(ColdRun {
+            store: Arc::clone(&cold.store),
+            id: cold.id,
+            offsets: from..to.min(cold.end),
+        })
+    }
+
+    /// The records of the run `from..to` held in memory, in order.
+    pub(super) fn memory_run(&self, from: i64, to: i64) -> impl Iterator<Item = &StoredRecord> {
         let memory_from = (from.max(self.cold_end()) - self.cold_end()) as usize;
         let memory_to = (to.max(self.cold_end()) - self.cold_end()) as usize;
-        Ok(cold_records
-            .into_iter()
-            .map(|record| Cow::Owned(StoredRecord::from(record)))
-            .chain(
-                self.records
-                    .range(memory_from..memory_to)
-                    .map(Cow::Borrowed),
-            ))
+        self.records.range(memory_from..memory_to)
     }
 
     /// The time of the oldest retained record, if there is one.

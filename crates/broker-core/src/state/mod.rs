@@ -50,6 +50,7 @@ use group::Group;
 pub use idempotence::{MAX_PRODUCERS, RECENT_BATCHES};
 pub use image::TopicExport;
 use memory::Memory;
+pub use read::PendingRead;
 use topic::Topic;
 
 /// The whole broker: its topics, their partition logs and their consumer groups.

@@ -2,9 +2,11 @@
 //! offset of a time, reading a partition from an offset, and the description of topics and
 //! groups that admin tools show. None of them changes anything.
 
+use std::borrow::Cow;
+
 use super::consume::Budget;
 use super::group::Group;
-use super::log::StoredRecord;
+use super::log::{ColdRun, StoredRecord};
 use super::topic::Topic;
 use super::BrokerState;
 use crate::describe::{
@@ -68,6 +70,28 @@ impl BrokerState {
         max_records: i32,
         max_bytes: Option<u64>,
     ) -> Result<PartitionRead, BrokerError> {
+        self.begin_read(topic, partition, offset, max_records, max_bytes)?
+            .finish()
+    }
+
+    /// [`BrokerState::read`] in two steps: this one takes the records held in memory and where
+    /// the others lie, and [`PendingRead::finish`] reads those from the cold store without the
+    /// state, so that a caller holding the state behind a lock lets it go before reading from
+    /// disk. Changes nothing. Refused, as any command, once the state failed.
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::read`]; [`BrokerError::Storage`] once the state failed.
+    pub fn begin_read(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_records: i32,
+        max_bytes: Option<u64>,
+    ) -> Result<PendingRead, BrokerError> {
+        if let Some(failure) = &self.failure {
+            return Err(BrokerError::Storage(failure.clone()));
+        }
         check_offset(offset)?;
         check_fetch_max_records(max_records)?;
         let topic_name = topic;
@@ -81,17 +105,18 @@ impl BrokerState {
                 log.end()
             )));
         }
-        let mut budget = Budget::new(max_records, max_bytes);
-        let mut records = Vec::new();
         let first = offset.max(log.base);
-        for (at, record) in (first..).zip(log.run(first, max_records as usize, max_bytes)?) {
-            if !budget.take(record.size()) {
-                break;
-            }
-            records.push(StoredRecord::delivered(record, topic_name, index, at, 0));
-        }
-        Ok(PartitionRead {
-            records,
+        let to = log.run_end(first, max_records as usize);
+        Ok(PendingRead {
+            topic: topic_name.to_owned(),
+            partition: index,
+            first,
+            to,
+            max_records,
+            max_bytes,
+            cold: log.cold_run(first, to),
+            memory_from: first.max(log.cold_end()),
+            memory: log.memory_run(first, to).cloned().collect(),
             start_offset: log.base,
             end_offset: log.end(),
         })
@@ -240,6 +265,75 @@ fn describe_topic(name: &str, topic: &Topic) -> TopicDescription {
         retained_bytes: partitions.iter().map(|p| p.retained_bytes).sum(),
         partitions,
         groups,
+    }
+}
+
+/// A read begun by [`BrokerState::begin_read`]: the records it found in memory, and where in
+/// the cold store the others lie.
+pub struct PendingRead {
+    topic: String,
+    partition: usize,
+    first: i64,
+    to: i64,
+    max_records: i32,
+    max_bytes: Option<u64>,
+    cold: Option<ColdRun>,
+    memory_from: i64,
+    memory: Vec<StoredRecord>,
+    start_offset: i64,
+    end_offset: i64,
+}
+
+impl std::fmt::Debug for PendingRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingRead")
+            .field("topic", &self.topic)
+            .field("partition", &self.partition)
+            .field("offsets", &(self.first..self.to))
+            .field("reads_cold_store", &self.reads_cold_store())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PendingRead {
+    /// Whether [`PendingRead::finish`] reads from the cold store (from disk): a caller may then
+    /// do it off the threads that must not block.
+    pub fn reads_cold_store(&self) -> bool {
+        self.cold.is_some()
+    }
+
+    /// The read's answer, as [`BrokerState::read`] gives it when it was begun.
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] if records in the cold store cannot be read (or were no longer
+    /// retained when read: reading again with the state gives what it holds now).
+    pub fn finish(self) -> Result<PartitionRead, BrokerError> {
+        let cold = ColdRun::read_all(self.cold.as_ref(), self.first, self.max_bytes)?;
+        let to = cold.run_end(self.to);
+        let in_memory = usize::try_from(to.max(self.memory_from) - self.memory_from).unwrap_or(0);
+        let mut budget = Budget::new(self.max_records, self.max_bytes);
+        let mut records = Vec::new();
+        let run = cold
+            .records
+            .into_iter()
+            .chain(self.memory.into_iter().take(in_memory));
+        for (at, record) in (self.first..).zip(run) {
+            if !budget.take(record.size()) {
+                break;
+            }
+            records.push(StoredRecord::delivered(
+                Cow::Owned(record),
+                &self.topic,
+                self.partition,
+                at,
+                0,
+            ));
+        }
+        Ok(PartitionRead {
+            records,
+            start_offset: self.start_offset,
+            end_offset: self.end_offset,
+        })
     }
 }
 
