@@ -499,7 +499,7 @@ impl BrokerGuard<'_> {
 
     /// Begins `command` if it is a [`Command::Read`] (see [`BrokerState::begin_read`]): what
     /// it needs from disk is read by [`PendingRead::finish`], once this lock is let go.
-    /// `None` for any other command.
+    /// Refused, as every command, once the state failed. `None` for any other command.
     pub(crate) fn begin_read(&self, command: &Command) -> Option<Result<PendingRead, ErrorReply>> {
         let Command::Read {
             topic,
@@ -511,10 +511,11 @@ impl BrokerGuard<'_> {
         else {
             return None;
         };
-        let begun =
-            self.locked
-                .state
-                .begin_read(topic, *partition, *offset, *max_records, *max_bytes);
+        let state = &self.locked.state;
+        if let Some(failure) = state.failure() {
+            return Some(Err(ErrorReply::Storage(failure.to_owned())));
+        }
+        let begun = state.begin_read(topic, *partition, *offset, *max_records, *max_bytes);
         Some(begun.map_err(ErrorReply::from))
     }
 

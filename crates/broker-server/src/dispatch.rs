@@ -8,7 +8,7 @@ use crate::reply::RequestPermit;
 use broker_core::{BrokerError, Command, CommandKind, Outcome, PendingRead};
 use broker_proto::{Decoded, ErrorReply, RequestFrame, ResponseFrame};
 use tokio::time::{Duration, Instant};
-use tracing::debug;
+use tracing::{debug, error};
 
 use crate::answers::{answer_bytes, fit_answer};
 use crate::broker::{storage_reply, BrokerGuard, Executed};
@@ -574,29 +574,34 @@ struct LaterRead {
 
 /// Finishes the reads `applied` began (see [`Applied::read_later`]) for `connection`, reading
 /// their records from disk on a blocking thread, and puts their answers in their places. A
-/// read that cannot read its records (retention removed them meanwhile, or a file is damaged)
-/// is applied again under its shard's lock: it answers with what is retained now, or with the
-/// error as before.
+/// read that cannot read its records (retention removed them after the read began, or a file
+/// is damaged) is applied again under its shard's lock, after the rest of its batch: it
+/// answers with what is retained then, or with the error as it did before reads left the
+/// lock.
 pub(crate) async fn finish_reads(shared: &Shared, applied: &mut Applied, connection: u64) {
     if applied.reads.is_empty() {
         return;
     }
-    let reads = std::mem::take(&mut applied.reads);
+    let (places, reads): (Vec<(usize, usize, Command)>, Vec<PendingRead>) =
+        std::mem::take(&mut applied.reads)
+            .into_iter()
+            .map(|later| ((later.response, later.shard, later.command), later.read))
+            .unzip();
     let finished = tokio::task::spawn_blocking(move || {
         reads
             .into_iter()
-            .map(|later| {
-                let result = later.read.finish();
-                (later.response, later.shard, later.command, result)
-            })
+            .map(PendingRead::finish)
             .collect::<Vec<_>>()
     })
     .await;
-    // A read that panicked keeps the answer it was given (a storage error).
-    let Ok(finished) = finished else {
-        return;
-    };
-    for (response, shard, command, result) in finished {
+    let finished = finished.unwrap_or_else(|failed| {
+        error!(cause = %failed, "reading records from disk failed; reading them again");
+        places
+            .iter()
+            .map(|_| Err(BrokerError::Storage("the read failed".to_owned())))
+            .collect()
+    });
+    for ((response, shard, command), result) in places.into_iter().zip(finished) {
         let result = match result {
             Ok(read) => Ok(Outcome::Read(read)),
             Err(BrokerError::Storage(_)) => {

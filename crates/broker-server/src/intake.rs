@@ -122,6 +122,8 @@ pub(crate) async fn submit(
         None => {
             hold_back(shared, &frames).await;
             let mut applied = apply_batch(shared, reply_to.connection, frames, may_wait);
+            // Waiting consumers need not wait for this batch's reads from disk.
+            shared.signals.wake(&std::mem::take(&mut applied.wake));
             finish_reads(shared, &mut applied, reply_to.connection).await;
             applied
         }

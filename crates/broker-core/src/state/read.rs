@@ -74,13 +74,13 @@ impl BrokerState {
             .finish()
     }
 
-    /// [`BrokerState::read`] in two steps: this one takes the records held in memory and where
-    /// the others lie, and [`PendingRead::finish`] reads those from the cold store without the
-    /// state, so that a caller holding the state behind a lock lets it go before reading from
-    /// disk. Changes nothing. Refused, as any command, once the state failed.
+    /// [`BrokerState::read`] in two steps: this one takes the records held in memory (no more
+    /// than the read's budget takes) and where the others lie, and [`PendingRead::finish`]
+    /// reads those from the cold store without the state, so that a caller holding the state
+    /// behind a lock lets it go before reading from disk. Changes nothing.
     ///
     /// # Errors
-    /// As [`crate::EventBroker::read`]; [`BrokerError::Storage`] once the state failed.
+    /// As [`crate::EventBroker::read`].
     pub fn begin_read(
         &self,
         topic: &str,
@@ -89,9 +89,6 @@ impl BrokerState {
         max_records: i32,
         max_bytes: Option<u64>,
     ) -> Result<PendingRead, BrokerError> {
-        if let Some(failure) = &self.failure {
-            return Err(BrokerError::Storage(failure.clone()));
-        }
         check_offset(offset)?;
         check_fetch_max_records(max_records)?;
         let topic_name = topic;
@@ -107,6 +104,14 @@ impl BrokerState {
         }
         let first = offset.max(log.base);
         let to = log.run_end(first, max_records as usize);
+        // The records read from the cold store come first and take from the same budget: those
+        // of memory the answer takes are among the first a budget of their own takes.
+        let mut budget = Budget::new(max_records, max_bytes);
+        let memory = log
+            .memory_run(first, to)
+            .take_while(|record| budget.take(record.size()))
+            .cloned()
+            .collect();
         Ok(PendingRead {
             topic: topic_name.to_owned(),
             partition: index,
@@ -116,7 +121,7 @@ impl BrokerState {
             max_bytes,
             cold: log.cold_run(first, to),
             memory_from: first.max(log.cold_end()),
-            memory: log.memory_run(first, to).cloned().collect(),
+            memory,
             start_offset: log.base,
             end_offset: log.end(),
         })
