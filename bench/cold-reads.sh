@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Publishes on one topic while a Kafka consumer (kcat) reads another topic of the same shard
+# from disk, against two builds of broker-server side by side: whether a reader catching up
+# from disk holds back the publishes of the shard's other topics. Each round, for each build
+# (A first in odd rounds, B first in even ones): a fresh server with --data-dir fills a topic
+# with HISTORY records of 1,000 bytes, restarts (the records are then on disk, read through the
+# page cache), and runs `broker bench publish $PUBLISH` on a new topic while kcat reads the
+# full topic from its start again and again (at most 100 times) until the publishing ends.
+# Prints per run the publishes per second, their p50 and p99 latency and how many records kcat
+# read meanwhile, then the medians and B / A:
+#
+#   bench/cold-reads.sh /tmp/old-target/release target/release
+#   ROUNDS=5 HISTORY=500000 bench/cold-reads.sh A B
+#
+# A_DIR and B_DIR hold a broker-server binary each (build an older commit with
+# `git worktree add /tmp/old COMMIT && cd /tmp/old && CARGO_TARGET_DIR=/tmp/old-target cargo
+# build --release -p broker-server`). Needs kcat (`apt-get install kcat`). Loopback only; a
+# bounded amount of work; stops what it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+A_DIR="${1:?usage: bench/cold-reads.sh A_DIR B_DIR}"
+B_DIR="${2:?usage: bench/cold-reads.sh A_DIR B_DIR}"
+ROUNDS="${ROUNDS:-3}"
+HISTORY="${HISTORY:-300000}"
+PUBLISH="${PUBLISH:---producers 1 --depth 1 --records 1000000 --duration 10s --retention limits}"
+SERVER_ARGS="${SERVER_ARGS:---worker-threads 2 --fsync batch}"
+command -v kcat >/dev/null || { echo "bench/cold-reads.sh needs kcat (apt-get install kcat)" >&2; exit 1; }
+cargo build --release --locked -q -p broker-cli
+
+source "$(dirname "$0")/server.sh"
+broker=target/release/broker
+
+run() {
+  local label="$1" dir="$2" data="$workdir/data"
+  rm -rf "$data"
+  # shellcheck disable=SC2086
+  start_server "$dir/broker-server" --data-dir "$data" $SERVER_ARGS
+  BROKER_ADDR="$server_addr" "$broker" bench publish --records "$HISTORY" --size 1000 \
+    --producers 2 --depth 8 --publish-batch 100 --retention limits --keep-topic --json \
+    >"$workdir/history.json" 2>/dev/null
+  local history
+  history="$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['topic'])" \
+    "$workdir/history.json")"
+  stop_server
+  # shellcheck disable=SC2086
+  start_server "$dir/broker-server" --data-dir "$data" --kafka-listen 127.0.0.1:0 $SERVER_ARGS
+  local kafka
+  kafka="$(sed -n 's/^kafka on //p' "$workdir/out")"
+  BROKER_ADDR="$server_addr" "$broker" bench publish $PUBLISH --json >"$workdir/json" 2>/dev/null &
+  local bench=$!
+  local read=0 passes=0
+  while kill -0 "$bench" 2>/dev/null && [ "$passes" -lt 100 ]; do
+    read=$((read + $(timeout 60 kcat -C -b "$kafka" -t "$history" -o beginning -e -q \
+      -f '\n' 2>/dev/null | wc -l)))
+    passes=$((passes + 1))
+  done
+  wait "$bench"
+  stop_server
+  python3 - "$workdir/json" "$label" "$read" <<'EOF' | tee -a "$workdir/rows"
+import json, sys
+result = json.load(open(sys.argv[1]))
+latency = result["publish_latency"]
+print(f"{sys.argv[2]} {result['records_per_sec']:.0f} {latency['p50_us']} {latency['p99_us']} {sys.argv[3]}")
+EOF
+}
+
+echo "build records/s publish-p50-µs publish-p99-µs records-read-from-disk"
+for round in $(seq 1 "$ROUNDS"); do
+  if [ $((round % 2)) -eq 1 ]; then
+    run A "$A_DIR"; run B "$B_DIR"
+  else
+    run B "$B_DIR"; run A "$A_DIR"
+  fi
+done
+python3 - "$workdir/rows" <<'EOF'
+import statistics, sys
+rows = [line.split() for line in open(sys.argv[1])]
+def median(label, column):
+    return statistics.median(float(row[column]) for row in rows if row[0] == label)
+for column, name in ((1, "publishes/s"), (2, "p50 µs"), (3, "p99 µs"), (4, "records read")):
+    a, b = median("A", column), median("B", column)
+    print(f"median {name}: A {a:,.0f}, B {b:,.0f}, B / A {b / a:.2f}x")
+EOF
