@@ -51,21 +51,5 @@ print(f"{label} {rate:.0f} {cpu_us:.3f}")
 EOF
 }
 
-for round in $(seq 1 "$ROUNDS"); do
-  if [ $((round % 2)) -eq 1 ]; then
-    run A "$A_DIR"; run B "$B_DIR"
-  else
-    run B "$B_DIR"; run A "$A_DIR"
-  fi
-done
-python3 - "$workdir/rows" <<'EOF'
-import statistics, sys
-rows = [line.split() for line in open(sys.argv[1])]
-def median(label, column):
-    return statistics.median(float(row[column]) for row in rows if row[0] == label)
-a_rate, b_rate = median("A", 1), median("B", 1)
-a_cpu, b_cpu = median("A", 2), median("B", 2)
-print(f"medians: A {a_rate:,.0f}/s, {a_cpu:.3f} µs CPU a request; "
-      f"B {b_rate:,.0f}/s, {b_cpu:.3f} µs; B / A: {b_rate / a_rate:.2f}x throughput, "
-      f"{b_cpu / a_cpu:.2f}x CPU")
-EOF
+alternate_builds
+print_medians "records/s" "server CPU µs a request"

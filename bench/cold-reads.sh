@@ -66,19 +66,5 @@ EOF
 }
 
 echo "build records/s publish-p50-µs publish-p99-µs records-read-from-disk"
-for round in $(seq 1 "$ROUNDS"); do
-  if [ $((round % 2)) -eq 1 ]; then
-    run A "$A_DIR"; run B "$B_DIR"
-  else
-    run B "$B_DIR"; run A "$A_DIR"
-  fi
-done
-python3 - "$workdir/rows" <<'EOF'
-import statistics, sys
-rows = [line.split() for line in open(sys.argv[1])]
-def median(label, column):
-    return statistics.median(float(row[column]) for row in rows if row[0] == label)
-for column, name in ((1, "publishes/s"), (2, "p50 µs"), (3, "p99 µs"), (4, "records read")):
-    a, b = median("A", column), median("B", column)
-    print(f"median {name}: A {a:,.0f}, B {b:,.0f}, B / A {b / a:.2f}x")
-EOF
+alternate_builds
+print_medians "publishes/s" "p50 µs" "p99 µs" "records read"

@@ -43,3 +43,31 @@ start_server() {
   server_addr="$(sed -n 's/^listening on //p' "$workdir/out")"
   metrics_addr="$(sed -n 's/^metrics on //p' "$workdir/out")"
 }
+
+# For the scripts that compare two builds side by side: calls the script's `run LABEL DIR` for
+# build A (in $A_DIR) and build B (in $B_DIR) in each of $ROUNDS rounds, A first in odd rounds
+# and B first in even ones. Each run appends a row `LABEL value value...` to $workdir/rows.
+alternate_builds() {
+  local round
+  for round in $(seq 1 "$ROUNDS"); do
+    if [ $((round % 2)) -eq 1 ]; then
+      run A "$A_DIR"; run B "$B_DIR"
+    else
+      run B "$B_DIR"; run A "$A_DIR"
+    fi
+  done
+}
+
+# Prints, for each column of $workdir/rows after the label (named by the arguments, in order),
+# the medians of A's and B's runs and B / A.
+print_medians() {
+  python3 - "$workdir/rows" "$@" <<'PYTHON'
+import statistics, sys
+rows = [line.split() for line in open(sys.argv[1])]
+for column, name in enumerate(sys.argv[2:], start=1):
+    a, b = (statistics.median(float(row[column]) for row in rows if row[0] == label)
+            for label in "AB")
+    shown = lambda value: f"{value:,.0f}" if value >= 100 else f"{value:.3f}"
+    print(f"median {name}: A {shown(a)}, B {shown(b)}, B / A {b / a:.2f}x")
+PYTHON
+}

@@ -29,21 +29,12 @@ echo "building release binaries..." >&2
 cargo build --release --locked -q -p broker-server -p broker-cli
 broker=target/release/broker
 
-workdir="$(mktemp -d)"
+# $workdir, removed at exit with the server ($server_pid) if it still runs.
+source "$(dirname "$0")/server.sh"
 if [ "$(stat -f -c %T "$workdir")" = tmpfs ]; then
   echo "TMPDIR is a tmpfs, which counts no bytes written: set TMPDIR to a directory on a disk" >&2
-  rm -rf "$workdir"
   exit 1
 fi
-server_pid=""
-cleanup() {
-  if [ -n "$server_pid" ]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  rm -rf "$workdir"
-}
-trap cleanup EXIT
 
 mib() { python3 -c "print(f'{$1 / 1048576:,.1f}')"; }
 ratio() { python3 -c "print(f'{$1 / $2:.2f}x')"; }

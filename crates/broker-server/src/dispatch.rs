@@ -10,7 +10,7 @@ use broker_proto::{Decoded, ErrorReply, RequestFrame, ResponseFrame};
 use tokio::time::{Duration, Instant};
 use tracing::{debug, error};
 
-use crate::answers::{answer_bytes, fit_answer};
+use crate::answers::fit_answer;
 use crate::broker::{storage_reply, BrokerGuard, Executed};
 use crate::cluster_admin::{is_about_the_cluster, ClusterRequest};
 use crate::data_groups::{self, GroupRoute};
@@ -66,7 +66,7 @@ impl Applied {
         result: Result<Outcome, ErrorReply>,
         mut permit: RequestPermit,
     ) {
-        permit.answer_built(answer_bytes(&result));
+        permit.answer_built(&result);
         self.responses.push(ResponseFrame {
             correlation_id,
             result,
@@ -613,7 +613,7 @@ pub(crate) async fn finish_reads(shared: &Shared, applied: &mut Applied, connect
             }
             Err(refusal) => Err(ErrorReply::from(refusal)),
         };
-        applied.permits[response].answer_built(answer_bytes(&result));
+        applied.permits[response].answer_built(&result);
         applied.responses[response].result = result;
     }
 }

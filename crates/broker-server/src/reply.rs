@@ -65,10 +65,11 @@ impl RequestPermit {
         self.answer = room;
     }
 
-    /// Keeps of the answer's room what an answer of `bytes` takes, now that it is built.
-    pub(crate) fn answer_built(&mut self, bytes: u64) {
+    /// Keeps of the answer's room what the answer `result` takes, now that it is built (its
+    /// size is worked out only when room is held).
+    pub(crate) fn answer_built(&mut self, result: &Result<Outcome, ErrorReply>) {
         if let Some(room) = &mut self.answer {
-            room.shrink_to(bytes);
+            room.shrink_to(crate::answers::answer_bytes(result));
         }
     }
 }

@@ -96,7 +96,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
                 }
             }
         };
-        permit.answer_built(answers::answer_bytes(&result));
+        permit.answer_built(&result);
         match result {
             Ok(outcome) if outcome.found_no_records() => permit.hold_answer_room(None),
             Ok(outcome) => break (Ok(found.after_wait(outcome)), entry),
