@@ -595,6 +595,11 @@ async fn groups_of_three_replicas_over_four_nodes_serve_every_topic_from_any_nod
             let payload = format!("{topic}-after-{partition}");
             again(|| client.publish(topic, partition, payload.clone().into_bytes())).await;
         }
+        // Enough for each group's files to tell a copy from none.
+        for index in 0..BULK_RECORDS {
+            let payload = format!("{topic}-bulk-{index}-{}", "x".repeat(4_000));
+            again(|| client.publish(topic, index % 2, payload.clone().into_bytes())).await;
+        }
     }
     // Node 5 joins: the groups whose order now puts it among their first three take a copy
     // on it, each giving up the node that is no longer among them (group 3: 2, 4, 5, 1; group
@@ -611,6 +616,11 @@ async fn groups_of_three_replicas_over_four_nodes_serve_every_topic_from_any_nod
         (4, vec![1, 4, 5]),
     ]);
     copies_are(&nodes, &expected).await;
+    // The nodes whose copies were given up drop them: node 1's of group 3, node 2's of group
+    // 4. A node that kept its copy still holds the records.
+    given_up_copy_dropped(&nodes, 0, 3).await;
+    given_up_copy_dropped(&nodes, 1, 4).await;
+    assert!(group_files_bytes(&nodes, 1, 3) > 150_000);
     let joined = Client::connect(nodes.client_addrs[joiner].to_string().as_str())
         .await
         .unwrap();
@@ -622,12 +632,93 @@ async fn groups_of_three_replicas_over_four_nodes_serve_every_topic_from_any_nod
         let mut read = drain(&client, topic).await;
         read.sort();
         read.dedup();
+        let bulk = format!("{topic}-bulk-");
+        let bulk_read = read
+            .iter()
+            .filter(|payload| payload.starts_with(&bulk))
+            .count();
+        assert_eq!(bulk_read, BULK_RECORDS as usize, "{topic}");
+        read.retain(|payload| !payload.starts_with(&bulk));
         let mut expected: Vec<String> = (0..4)
             .flat_map(|index| (0..2).map(move |partition| format!("{topic}-{index}-{partition}")))
             .chain((0..2).map(|partition| format!("{topic}-after-{partition}")))
             .collect();
         expected.sort();
         assert_eq!(read, expected, "{topic}");
+    }
+    // Node 1, restarted, waits to be added to group 3 again instead of starting it anew from
+    // its empty directory (it was one of the group's first voters).
+    nodes.kill(0);
+    nodes.restart(0);
+    copies_are(&nodes, &expected).await;
+    // Node 5 leaves: group 3 takes node 1 again, which receives everything anew, and group 4
+    // node 2.
+    again(|| async {
+        match client.remove_node(5).await {
+            Err(Error::Broker(broker_client::BrokerError::InvalidArgument(why)))
+                if why.contains("node 5 is not a member") =>
+            {
+                Ok(Vec::new())
+            }
+            answer => answer,
+        }
+    })
+    .await;
+    nodes.kill(joiner);
+    expected = BTreeMap::from([
+        (1, vec![1, 2, 4]),
+        (2, vec![1, 2, 4]),
+        (3, vec![1, 2, 4]),
+        (4, vec![1, 2, 4]),
+    ]);
+    copies_are(&nodes, &expected).await;
+    let deadline = Instant::now() + SETTLING;
+    while group_files_bytes(&nodes, 0, 3) < 150_000 || group_files_bytes(&nodes, 1, 4) < 150_000 {
+        assert!(
+            Instant::now() < deadline,
+            "the copies taken again are not filled"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// How many records of 4 KB each topic of `groups_of_three_replicas_over_four_nodes...` is
+/// given before a node joins.
+const BULK_RECORDS: i32 = 50;
+
+/// The bytes of the files node `index` keeps of group `group`.
+fn group_files_bytes(nodes: &Nodes, index: usize, group: u32) -> u64 {
+    fn bytes(path: &std::path::Path) -> u64 {
+        let Ok(entries) = std::fs::read_dir(path) else {
+            return 0;
+        };
+        entries
+            .flatten()
+            .map(|entry| match entry.file_type() {
+                Ok(kind) if kind.is_dir() => bytes(&entry.path()),
+                _ => entry.metadata().map_or(0, |metadata| metadata.len()),
+            })
+            .sum()
+    }
+    bytes(&nodes.dir(index).join(format!("raft/group-{group}")))
+}
+
+/// Waits until node `index` has dropped its copy of group `group`, which the group gave up:
+/// its files of the group hold nothing but what an empty copy has.
+async fn given_up_copy_dropped(nodes: &Nodes, index: usize, group: u32) {
+    let dir = nodes.dir(index).join(format!("raft/group-{group}"));
+    let deadline = Instant::now() + SETTLING;
+    loop {
+        let bytes = group_files_bytes(nodes, index, group);
+        if dir.join("given-up").exists() && bytes < 16_384 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {} keeps {bytes} bytes of group {group}",
+            index + 1
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use broker_core::{Command, NameRules};
@@ -351,7 +351,8 @@ pub enum ProposeError {
         /// The leader's id and addresses, if known.
         leader: Option<(NodeId, ClusterNode)>,
     },
-    /// The node cannot take changes now (it is shutting down, or its storage failed).
+    /// The node cannot serve the call now: its storage failed, it holds no copy of the group to
+    /// read, or the node it asked did not answer in time.
     #[error("the cluster cannot take changes: {0}")]
     Unavailable(String),
     /// The change asked for cannot be made (a membership change that would leave no voter, or
@@ -502,6 +503,8 @@ pub struct Cluster {
     /// Every member answered that it applies [`Proposal::NamedCommands`] (asked before the
     /// first one this handle proposes).
     named_commands_known: AtomicBool,
+    /// The replica the group's state machine applies to, weakly: see [`Cluster::released`].
+    released: Weak<dyn std::any::Any + Send + Sync>,
     stop: CancellationToken,
     tracker: TaskTracker,
 }
@@ -552,6 +555,7 @@ impl Cluster {
             sync: config.sync,
             segment_bytes: config.segment_bytes,
         };
+        let released = released_when_dropped(&replica);
         let (log, machine, repairs) = files
             .open(&network, config.node_id, &config.members, replica)
             .await?;
@@ -634,6 +638,7 @@ impl Cluster {
             named_leader: tokio::sync::Mutex::default(),
             kafka_addresses,
             named_commands_known: AtomicBool::new(false),
+            released,
             stop,
             tracker,
         };
@@ -691,6 +696,7 @@ impl Cluster {
             sync: config.sync,
             segment_bytes: config.segment_bytes,
         };
+        let released = released_when_dropped(&replica);
         let (log, machine, repairs) = files
             .open(&network, self.node_id, &config.voters, replica)
             .await?;
@@ -722,6 +728,7 @@ impl Cluster {
             named_leader: tokio::sync::Mutex::default(),
             kafka_addresses: Arc::clone(&self.kafka_addresses),
             named_commands_known: AtomicBool::new(false),
+            released,
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
         };
@@ -887,7 +894,8 @@ impl Cluster {
     ///
     /// # Errors
     /// [`ProposeError::NotLeader`] on a node that is not the leader (nothing was proposed);
-    /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
+    /// [`ProposeError::Unavailable`] when the node failed (one whose part in the group stopped
+    /// answers [`ProposeError::NotLeader`], naming no leader).
     pub async fn propose(&self, proposal: Proposal) -> Result<Applied, ProposeError> {
         if matches!(proposal, Proposal::NamedCommands { .. })
             && !self.named_commands_known.load(Ordering::Acquire)
@@ -1088,6 +1096,13 @@ impl Cluster {
         committed_members(&self.core.raft.metrics().borrow())
     }
 
+    /// Whether the tasks of the group's engine let go of the replica it was given: after
+    /// [`Cluster::shutdown`], the last of them (an entry being applied, a snapshot being built)
+    /// may still run for a moment, and use the replica and the group's files.
+    pub fn released(&self) -> bool {
+        self.released.strong_count() == 0
+    }
+
     /// Stops this group on this node: its Raft core, and for the first group also the node's
     /// peer port and tasks, so that the other groups it hosts (stop them first) reach their
     /// peers no more. Once a group stopped, its peers are answered that the node hosts no such
@@ -1103,6 +1118,12 @@ impl Cluster {
         self.tracker.close();
         self.tracker.wait().await;
     }
+}
+
+/// A weak handle on `replica`, which tells when every task using it ended.
+fn released_when_dropped<R: Replica>(replica: &Arc<R>) -> Weak<dyn std::any::Any + Send + Sync> {
+    let weak: Weak<R> = Arc::downgrade(replica);
+    weak
 }
 
 fn millis(duration: Duration) -> u64 {

@@ -1058,7 +1058,13 @@ async fn answer(
             }
             PeerResponse::AppendEntries(answer)
         }
-        GroupRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
+        GroupRequest::Vote(rpc) => {
+            let refusal = refuses_votes(&raft.metrics().borrow());
+            PeerResponse::Vote(match refusal {
+                Some(refusal) => Ok(refusal),
+                None => raft.vote(rpc).await,
+            })
+        }
         GroupRequest::InstallSnapshot(rpc) => {
             let sent_by = rpc.vote;
             let answer = raft.install_snapshot(rpc).await;
@@ -1087,6 +1093,26 @@ async fn answer(
             PeerResponse::CommittedMembers(members)
         }
     }
+}
+
+/// The refusal of a vote by a node that holds nothing of the group: neither entries nor a
+/// snapshot; `None` from any other node, which answers as Raft says. Raft grants a vote to a
+/// candidate whose log is at least as complete as the voter's, which an empty log always is,
+/// whatever the candidate and whatever the voter's membership: a node that dropped the copy a
+/// group gave up (see `data_groups` in the server) would otherwise let a voter that missed
+/// the changes since then (a node that was down) win an election with the votes of the nodes
+/// it still believes in, and cut committed entries from the others' logs. No election needs
+/// such a node: a voter holds at least the membership that made it one (a new group's first
+/// voters hold theirs from its start, and a node added is a learner until it caught up).
+fn refuses_votes(
+    metrics: &openraft::RaftMetrics<NodeId, ClusterNode>,
+) -> Option<VoteResponse<NodeId>> {
+    let empty = metrics.last_log_index.is_none() && metrics.snapshot.is_none();
+    empty.then_some(VoteResponse {
+        vote: metrics.vote,
+        vote_granted: false,
+        last_log_id: None,
+    })
 }
 
 /// A leader's committed membership, as it tells a node that asks whether it belongs.

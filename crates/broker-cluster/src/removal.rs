@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::join_all;
 use openraft::network::RaftNetworkFactory;
 use openraft::{Raft, ServerState};
 use tokio::time::Instant;
@@ -22,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::contact::LeaderContact;
 use crate::network::{Network, PEER_ANSWER_WITHIN};
 use crate::types::{ClusterNode, GroupId, NodeId, TypeConfig, FIRST_GROUP};
+use crate::Cluster;
 
 /// How long a voter knows no leader, or a learner hears from none, before it asks whether it
 /// still belongs.
@@ -154,5 +156,57 @@ async fn taken_again(raft: &Raft<TypeConfig>, left_out_at: u64, stop: &Cancellat
         {
             return true;
         }
+    }
+}
+
+impl Cluster {
+    /// Whether this node holds a copy of the group (entries or a snapshot) that the group gave
+    /// up: it is no member of the latest membership the node holds (or a leader told it it was
+    /// removed), and a node of the cluster that leads the group answers that a membership it
+    /// committed, no older than that one, holds no such member. Such a copy is no part of the
+    /// group any more: no leader counts it, none sends it entries, and a group that takes the
+    /// node again sends it everything anew; it can be dropped (see [`Cluster::shutdown`]).
+    /// Always false for the first group (a node removed from the cluster is stopped, never
+    /// emptied) and when no leader answers.
+    pub async fn holds_given_up_copy(&self) -> bool {
+        if self.group == FIRST_GROUP || self.is_member() {
+            return false;
+        }
+        let held = {
+            let metrics = self.core.raft.metrics();
+            let metrics = metrics.borrow();
+            if metrics.last_log_index.is_none() && metrics.snapshot.is_none() {
+                return false;
+            }
+            metrics
+                .membership_config
+                .log_id()
+                .as_ref()
+                .map_or(0, |id| id.index)
+        };
+        let Some(first) = self.node.groups.get(FIRST_GROUP) else {
+            return false;
+        };
+        let nodes: Vec<(NodeId, ClusterNode)> = first
+            .core
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .filter(|(id, _)| **id != self.node_id)
+            .map(|(id, node)| (*id, node.clone()))
+            .collect();
+        let told = join_all(nodes.into_iter().map(|(id, node)| async move {
+            let mut link = self.network.clone().new_client(id, &node).await;
+            link.belonging(PEER_ANSWER_WITHIN).await.ok().flatten()
+        }))
+        .await;
+        // A leader deposed without knowing it tells an older membership: one that took this
+        // node again since is newer than the one it holds.
+        told.into_iter()
+            .flatten()
+            .any(|told| !told.member && told.index >= held)
     }
 }

@@ -1286,6 +1286,17 @@ async fn a_node_holding_no_copy_of_a_group_finds_its_leader_through_the_others()
         "{unread:?}"
     );
     assert!(second[2].replica.image().topics.is_empty());
+    // Holding nothing of the group, it grants no vote, whatever the candidate's term: a node
+    // that dropped a copy the group gave up must not elect a voter that missed the changes.
+    let mut link = Network::new(2, Some("secret".to_owned()), None)
+        .for_group(2)
+        .new_client(3, &members[&3])
+        .await;
+    let vote = openraft::raft::VoteRequest::new(openraft::Vote::new(99, 2), None);
+    let option = openraft::network::RPCOption::new(Duration::from_secs(2));
+    let answer = link.vote(vote, option).await.unwrap();
+    assert!(!answer.vote_granted, "{answer:?}");
+    assert!(answer.vote.leader_id().term < 99, "{answer:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

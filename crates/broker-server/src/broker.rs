@@ -418,6 +418,14 @@ impl BrokerGuard<'_> {
         self.forget_sessions_of_non_members();
     }
 
+    /// Empties the state (topics with their records, groups and producers) and ends every
+    /// session, keeping the settings (capacity, memory budget, limits, name rules): what a
+    /// cluster node keeps of a group whose copy it gave up, until the group takes it again.
+    pub(crate) fn forget_everything(&mut self) {
+        let empty = self.locked.state.emptied();
+        self.replace_state(empty);
+    }
+
     /// Ends the sessions of members the state no longer has.
     fn forget_sessions_of_non_members(&mut self) {
         let Locked {

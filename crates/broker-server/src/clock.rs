@@ -27,8 +27,8 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         if shared.cluster().is_some() {
             // The groups at once: one that cannot commit does not hold back the others' time.
             let ticks = (0..shared.shards.all().len()).filter_map(|shard| {
-                let group = shared.group(shard)?;
-                Some(crate::replicated::tick(&shared, group, shard))
+                let (shared, group) = (&shared, shared.group(shard)?);
+                Some(async move { crate::replicated::tick(shared, &group, shard).await })
             });
             futures::future::join_all(ticks).await;
             continue;

@@ -93,7 +93,7 @@ async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorRepl
             // while further groups still listed it) is waited for in those groups only.
             let left_the_first_group = cluster.is_leader()
                 && !is_member(cluster, node_id)
-                && further_groups(shared).any(|group| is_member(group, node_id));
+                && further_groups(shared).any(|group| is_member(&group, node_id));
             if !left_the_first_group {
                 cluster
                     .remove_node(node_id, MEMBERSHIP_WAIT)
@@ -136,9 +136,10 @@ fn is_member(group: &Cluster, node_id: NodeId) -> bool {
 
 /// The further groups (past the first) this node holds a copy of: those whose members it
 /// knows.
-fn further_groups(shared: &Shared) -> impl Iterator<Item = &Cluster> {
-    (1..shared.shards.all().len())
-        .filter_map(|shard| shared.group(shard))
+fn further_groups(shared: &Shared) -> impl Iterator<Item = Arc<Cluster>> {
+    shared
+        .further_groups()
+        .into_iter()
         .filter(|group| group.is_member())
 }
 
@@ -154,9 +155,7 @@ async fn groups_follow(
     added: bool,
     deadline: tokio::time::Instant,
 ) -> Result<(), ErrorReply> {
-    let groups: Vec<&Cluster> = (1..shared.shards.all().len())
-        .filter_map(|shard| shared.group(shard))
-        .collect();
+    let groups = shared.further_groups();
     loop {
         let lagging: Vec<String> = join_all(groups.iter().map(|group| async move {
             let lags = match group.members_at_leader().await {
@@ -261,7 +260,7 @@ fn groups_status(shared: &Shared) -> Vec<GroupStatus> {
             topics.sort_unstable();
             Some(GroupStatus {
                 group: cluster.group(),
-                status: status(cluster),
+                status: status(&cluster),
                 topics,
             })
         })

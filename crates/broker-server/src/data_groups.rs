@@ -122,8 +122,9 @@ async fn follow_membership(shared: Arc<Shared>) {
         let Some(first) = shared.cluster() else {
             return;
         };
-        let led: Vec<&Cluster> = (1..shared.shards.all().len())
-            .filter_map(|shard| shared.group(shard))
+        let led: Vec<Arc<Cluster>> = shared
+            .further_groups()
+            .into_iter()
             .filter(|group| group.is_leader())
             .collect();
         if led.is_empty() {
@@ -159,7 +160,8 @@ async fn follow_membership(shared: Arc<Shared>) {
         // The groups' changes at once: a node catching up with one group's log holds back no
         // other group's change.
         let changes: Vec<(&Cluster, MembershipChange)> = led
-            .into_iter()
+            .iter()
+            .map(Arc::as_ref)
             .filter_map(|group| {
                 let status = group.status();
                 let change = match leaving {
@@ -521,8 +523,23 @@ fn leaving_change(
         })
 }
 
+/// How often a node looks again at the groups it hosts: for a copy a group gave up, and, after
+/// a failure, to host a group again.
+const LOOK_AGAIN_EVERY: Duration = Duration::from_secs(5);
+
+/// The file a node leaves in the directory of a group whose copy it dropped (see
+/// [`drop_given_up_copy`]): hosted again from that empty directory, the node waits to be added
+/// to the group, even if it was one of the group's first voters, instead of starting the group
+/// anew. (It stays once the group takes the node again: no group is ever started anew.)
+const GIVEN_UP_MARK: &str = "given-up";
+
+/// The file that says a group's directory is being emptied (see [`empty_group_dir`]): a node
+/// that finds it, after a failure or a crash, empties the directory before it hosts the group.
+const DROPPING_MARK: &str = "dropping";
+
 /// Hosts each further group the cluster's state lists (of those this node has a shard for)
-/// as it appears there, until the server shuts down.
+/// as it appears there, and drops each copy a group gave up (see [`drop_given_up_copy`]),
+/// until the server shuts down.
 async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf) {
     let Some(first) = shared.cluster() else {
         return;
@@ -538,7 +555,6 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
             .iter()
             .map(|(group, voters)| (*group, voters.clone()))
             .collect();
-        let mut failed = false;
         let most = listed.iter().map(|(group, _)| *group).max().unwrap_or(1);
         for (group, voters) in listed {
             let shard = shard_of_group(group);
@@ -554,90 +570,216 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
                 }
                 continue;
             }
-            if shared.group(shard).is_some() {
-                continue;
-            }
-            // A node among the group's first voters may start it with them; one added to the
-            // cluster since waits for the group's leader to add it (see `follow_membership`):
-            // it is given the other members only (to ask whether it held the group's log
-            // before), never itself, so that it never starts the group on its own.
-            let me = first.node_id();
-            let first_voter = voters.contains(&me);
-            let addresses: BTreeMap<NodeId, ClusterNode> = first
-                .status()
-                .members
-                .into_iter()
-                .filter(|(id, _, _)| match first_voter {
-                    true => voters.contains(id),
-                    false => *id != me,
-                })
-                .map(|(id, node, _)| (id, node))
-                .collect();
-            let mut config = GroupConfig::new(group_dir(&data_dir, group), addresses);
-            config.sync = replicated::log_sync(&shared.config);
-            config.snapshot_every = snapshot_every;
-            config.segment_bytes = shared.config.segment_bytes;
-            let broker = Arc::clone(shared.shards.get(shard));
-            // Until it leads the group, the node logs none of the changes it applies.
-            broker.set_audited(false);
-            let replica = Arc::new(BrokerReplica::new(broker, Arc::clone(&shared.signals)));
-            match first.host_group(group, config, replica).await {
-                // The server stopped meanwhile: its groups were stopped already.
-                Ok(hosted) if shared.shutdown.is_cancelled() => {
-                    hosted.shutdown().await;
-                    return;
+            let dir = group_dir(&data_dir, group);
+            let hosting = match shared.group(shard) {
+                None => host_group(&shared, first, group, &voters, snapshot_every, &dir).await,
+                Some(hosted) if hosted.holds_given_up_copy().await => {
+                    match drop_given_up_copy(&shared, shard, hosted, &dir).await {
+                        Ok(()) => {
+                            host_group(&shared, first, group, &voters, snapshot_every, &dir).await
+                        }
+                        Err(cause) => Err(format!(
+                            "its copy of the group, which the group gave up, could not be \
+                             dropped: {cause}"
+                        )),
+                    }
                 }
-                Ok(hosted) => {
+                Some(_) => Ok(()),
+            };
+            match hosting {
+                Ok(()) => {
                     reported.remove(&group);
-                    // (Its copy's membership as its files have it, once restarted.)
-                    let member = hosted.is_member();
-                    let started_empty = hosted.started_empty();
-                    if let Some(slot) = shared.groups.get(shard - 1) {
-                        // Only this task sets the slots.
-                        let _ = slot.set(hosted);
-                    }
-                    // (A node restarted from its files may not have loaded its copy's
-                    // membership yet: it says where it started from instead.)
-                    // (A new group's first voters are not members until it has formed.)
-                    match (member || first_voter, started_empty) {
-                        (true, _) => info!(group, "this node hosts data group {group}"),
-                        (false, false) => info!(
-                            group,
-                            "this node hosts data group {group} again, from its files"
-                        ),
-                        (false, true) => info!(
-                            group,
-                            "this node hosts data group {group}, without a copy until the \
-                             group's leader adds it (with fewer replicas than nodes, some \
-                             groups never do): it sends that group's clients to its leader"
-                        ),
-                    }
-                    shared
-                        .tracker
-                        .spawn(replicated::follow_leadership(Arc::clone(&shared), shard));
                 }
-                Err(cause) => {
-                    failed = true;
-                    let cause = cause.to_string();
-                    if reported.get(&group) != Some(&cause) {
-                        error!(group, %cause, "this node cannot host data group {group}; trying again every 5 s");
-                        reported.insert(group, cause);
-                    }
+                Err(cause) if reported.get(&group) != Some(&cause) => {
+                    error!(group, %cause, "this node cannot host data group {group}; trying again every 5 s");
+                    reported.insert(group, cause);
                 }
+                Err(_) => {}
+            }
+            if shared.shutdown.is_cancelled() {
+                return;
             }
         }
-        let retry = async {
-            match failed {
-                true => tokio::time::sleep(Duration::from_secs(5)).await,
-                false => std::future::pending().await,
-            }
-        };
         tokio::select! {
             () = shared.shutdown.cancelled() => return,
             changed = state.changed() => if changed.is_err() { return },
-            () = retry => {}
+            () = tokio::time::sleep(LOOK_AGAIN_EVERY) => {}
         }
     }
+}
+
+/// Hosts group `group` (listed in the cluster's state with the first voters `voters`) on this
+/// node from its files in `dir`, on the shard that holds its topics.
+///
+/// # Errors
+/// Why the group could not be hosted (its files, or the other nodes' answers at start).
+async fn host_group(
+    shared: &Arc<Shared>,
+    first: &Cluster,
+    group: GroupId,
+    voters: &BTreeSet<NodeId>,
+    snapshot_every: u64,
+    dir: &Path,
+) -> Result<(), String> {
+    let shard = shard_of_group(group);
+    if dir.join(DROPPING_MARK).exists() {
+        let dir = dir.to_owned();
+        tokio::task::spawn_blocking(move || empty_group_dir(&dir))
+            .await
+            .map_err(|stopped| stopped.to_string())?
+            .map_err(|cause| {
+                format!(
+                    "its copy of the group, which the group gave up, could not be dropped: {cause}"
+                )
+            })?;
+    }
+    // A node among the group's first voters may start it with them; one added to the
+    // cluster since, or one that dropped its copy, waits for the group's leader to add it (see
+    // `follow_membership`): it is given the other members only (to ask whether it held the
+    // group's log before), never itself, so that it never starts the group on its own.
+    let me = first.node_id();
+    let first_voter = voters.contains(&me) && !dir.join(GIVEN_UP_MARK).exists();
+    let addresses: BTreeMap<NodeId, ClusterNode> = first
+        .status()
+        .members
+        .into_iter()
+        .filter(|(id, _, _)| match first_voter {
+            true => voters.contains(id),
+            false => *id != me,
+        })
+        .map(|(id, node, _)| (id, node))
+        .collect();
+    let mut config = GroupConfig::new(dir.to_owned(), addresses);
+    config.sync = replicated::log_sync(&shared.config);
+    config.snapshot_every = snapshot_every;
+    config.segment_bytes = shared.config.segment_bytes;
+    let broker = Arc::clone(shared.shards.get(shard));
+    // Until it leads the group, the node logs none of the changes it applies.
+    broker.set_audited(false);
+    let replica = Arc::new(BrokerReplica::new(broker, Arc::clone(&shared.signals)));
+    let hosted = first
+        .host_group(group, config, replica)
+        .await
+        .map_err(|cause| cause.to_string())?;
+    // The server stopped meanwhile: its groups were stopped already.
+    if shared.shutdown.is_cancelled() {
+        hosted.shutdown().await;
+        return Ok(());
+    }
+    // (Its copy's membership as its files have it, once restarted.)
+    let member = hosted.is_member();
+    let started_empty = hosted.started_empty();
+    // Only this task sets the slots.
+    shared.set_group(shard, Some(Arc::new(hosted)));
+    // (A node restarted from its files may not have loaded its copy's membership yet: it says
+    // where it started from instead.)
+    // (A new group's first voters are not members until it has formed.)
+    match (member || first_voter, started_empty) {
+        (true, _) => info!(group, "this node hosts data group {group}"),
+        (false, false) => info!(
+            group,
+            "this node hosts data group {group} again, from its files"
+        ),
+        (false, true) => info!(
+            group,
+            "this node hosts data group {group}, without a copy until the group's leader adds \
+             it (with fewer replicas than nodes, some groups never do): it sends that group's \
+             clients to its leader"
+        ),
+    }
+    shared
+        .tracker
+        .spawn(replicated::follow_leadership(Arc::clone(shared), shard));
+    Ok(())
+}
+
+/// Drops this node's copy of the group of `shard`, `hosted`, whose files are in `dir`, which
+/// the group gave up ([`Cluster::holds_given_up_copy`]): stops the node's part in the group
+/// and, once that stopped instance still shows a copy given up (a group that took the node
+/// again meanwhile finds it stopped, and it is hosted again from its files), empties the
+/// shard's state (its records, consumer groups and sessions: requests waiting on them are
+/// woken, and sent to the group's leader) and the group's directory ([`empty_group_dir`]). The
+/// group is then hosted again from nothing, as on a node that never held a copy: a group that
+/// takes the node again sends it everything anew.
+///
+/// # Errors
+/// The files could not be removed: the node hosts the group again once they are (each try
+/// empties the directory first).
+async fn drop_given_up_copy(
+    shared: &Shared,
+    shard: usize,
+    hosted: Arc<Cluster>,
+    dir: &Path,
+) -> std::io::Result<()> {
+    let group = hosted.group();
+    shared.set_group(shard, None);
+    hosted.shutdown().await;
+    // Stopped, it takes no entry and no vote any more: asked again, the group's leader tells
+    // whether it took the node again before it stopped.
+    if !hosted.holds_given_up_copy().await {
+        info!(
+            group,
+            "data group {group} takes this node again: it keeps its copy"
+        );
+        return Ok(());
+    }
+    // The engine's tasks (an entry being applied, a snapshot being built) end after it stopped:
+    // the state and the files are theirs until then.
+    while !hosted.released() {
+        tokio::select! {
+            () = shared.shutdown.cancelled() => return Ok(()),
+            () = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+    shared.shards.get(shard).lock().forget_everything();
+    shared.signals.wake_all();
+    let dir = dir.to_owned();
+    tokio::task::spawn_blocking(move || empty_group_dir(&dir))
+        .await
+        .map_err(std::io::Error::other)??;
+    info!(
+        group,
+        "this node dropped its copy of data group {group}, which the group gave up \
+         (--cluster-replicas): its records, consumer groups and files; it hosts the group \
+         again without a copy, until the group takes it again"
+    );
+    Ok(())
+}
+
+/// Empties `dir`, a group's directory, leaving [`GIVEN_UP_MARK`] alone in it, so that a crash
+/// at any point leaves either the directory as it was or one that is emptied before the group
+/// is hosted again ([`DROPPING_MARK`] is written first and removed last).
+///
+/// # Errors
+/// A file could not be written or removed.
+fn empty_group_dir(dir: &Path) -> std::io::Result<()> {
+    let write_mark = |name: &str, text: &str| -> std::io::Result<()> {
+        let mut file = std::fs::File::create(dir.join(name))?;
+        std::io::Write::write_all(&mut file, text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    write_mark(
+        DROPPING_MARK,
+        "This node's copy of this group was given up and is being removed.\n",
+    )?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_name() == DROPPING_MARK || entry.file_name() == GIVEN_UP_MARK {
+            continue;
+        }
+        match entry.file_type()?.is_dir() {
+            true => std::fs::remove_dir_all(entry.path())?,
+            false => std::fs::remove_file(entry.path())?,
+        }
+    }
+    write_mark(
+        GIVEN_UP_MARK,
+        "This node's copy of this group was given up and removed: the node waits to be added \
+         to the group again, and never starts it anew.\n",
+    )?;
+    std::fs::remove_file(dir.join(DROPPING_MARK))?;
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// How often a node that leads the first group looks for groups the settings ask for that the
@@ -735,7 +877,7 @@ async fn balance_leaders(shared: Arc<Shared>) {
         let Some(first) = shared.cluster() else {
             return;
         };
-        let hosted: Vec<&Cluster> = (0..shared.shards.all().len())
+        let hosted: Vec<Arc<Cluster>> = (0..shared.shards.all().len())
             .filter_map(|shard| shared.group(shard))
             .collect();
         // The leaders of the groups this node holds no copy of, as their members name them.
@@ -884,7 +1026,7 @@ pub(crate) fn route(shared: &Shared, command: &Command) -> GroupRoute {
 /// placed (the first group's, or one placed a moment ago) is left to the first group's
 /// leader, whose copy is current. (A group this node does not host is not known here either:
 /// the command is answered `NotLeader`, as any other.)
-pub(crate) fn leader_elsewhere<'a>(shared: &'a Shared, command: &Command) -> Option<&'a Cluster> {
+pub(crate) fn leader_elsewhere(shared: &Shared, command: &Command) -> Option<Arc<Cluster>> {
     if !spread(shared) {
         return None;
     }
@@ -979,7 +1121,7 @@ pub(crate) fn topic_groups(shared: &Shared) -> BTreeMap<String, TopicGroup> {
         let Some(cluster) = shared.group(shard) else {
             continue;
         };
-        let group = of_group(cluster);
+        let group = of_group(&cluster);
         match cluster.is_member() {
             true => {
                 let names = shared.shards.get(shard).lock().topic_names();
@@ -1052,7 +1194,7 @@ pub(crate) async fn describe_group(
     let describe = Command::Describe {
         topic: topic.map(str::to_owned),
     };
-    match apply_at_leader(group, describe).await? {
+    match apply_at_leader(&group, describe).await? {
         Outcome::Description(description) => Ok(description),
         other => Err(ErrorReply::Storage(format!(
             "group {}'s leader answered a description with {other:?}",
@@ -1146,7 +1288,7 @@ async fn create(
     let Some(group) = shared.group(shard) else {
         return (shard, Err(ErrorReply::NotLeader { leader: None }));
     };
-    let result = apply_at_leader(group, create).await;
+    let result = apply_at_leader(&group, create).await;
     if matches!(result, Ok(Outcome::Created(true))) {
         info!(%topic, group = placed, "topic placed");
         // This node's copy of the group takes the topic before the next placement is decided
@@ -1285,7 +1427,7 @@ async fn place_dead_letter_then_join(
     if !shared.shards.get(shard).lock().holds_topic(topic) {
         return (
             shard,
-            first_result(replicated::execute(group, vec![join]).await, "join"),
+            first_result(replicated::execute(&group, vec![join]).await, "join"),
         );
     }
     let place = ClusterChange::Place {
@@ -1318,7 +1460,7 @@ async fn place_dead_letter_then_join(
     }
     (
         shard,
-        first_result(replicated::execute(group, vec![join]).await, "join"),
+        first_result(replicated::execute(&group, vec![join]).await, "join"),
     )
 }
 

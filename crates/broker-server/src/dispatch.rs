@@ -499,7 +499,7 @@ impl Run {
                     Some(_) if spread && shard == 0 && !data_groups::routes_current(shared) => {
                         Err(ErrorReply::NotLeader { leader: None })
                     }
-                    Some(group) => replicated::execute(group, commands).await,
+                    Some(group) => replicated::execute(&group, commands).await,
                     // A group this node does not host yet: another node may.
                     None => Err(ErrorReply::NotLeader { leader: None }),
                 };

@@ -115,7 +115,8 @@ impl Collector for StateCollector {
         );
         for (shard, broker) in shared.shards.all().iter().enumerate() {
             // A group this node gave its copy of up (a cluster with fewer replicas than
-            // nodes) may still be in its memory: its topics are told by the nodes that hold it.
+            // nodes) stays in its memory until it is dropped, a few seconds later: its topics
+            // are told by the nodes that hold it.
             let gave_up = shard > 0 && shared.group(shard).is_some_and(|group| !group.is_member());
             let broker = broker.lock();
             let (shard_budget, shard_used) = broker.memory();

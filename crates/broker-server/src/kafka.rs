@@ -250,7 +250,7 @@ impl Backend for ServerBackend {
             .acquire_owned()
             .await
             .map_err(|_| ErrorReply::ShuttingDown)?;
-        crate::data_groups::apply_at_leader(group, command).await
+        crate::data_groups::apply_at_leader(&group, command).await
     }
 
     async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
@@ -272,6 +272,9 @@ impl Backend for ServerBackend {
                             ),
                         }
                     }
+                    // A group this node does not host now (not yet, or while it drops its copy):
+                    // left out, as one electing.
+                    None if shard > 0 => {}
                     _ => topics.extend(broker.lock().describe().topics),
                 }
             }

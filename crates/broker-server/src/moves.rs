@@ -139,7 +139,7 @@ pub(crate) async fn move_topic(
         // This node's copy then holds the departure, so that a move given up shows.
         source.read_barrier_anywhere().await.map_err(refusal)?;
     }
-    wait_until_placed(shared, first, source, topic, from, to).await
+    wait_until_placed(shared, first, &source, topic, from, to).await
 }
 
 /// Waits until this node's copy of the first group places `topic` in `to`: `Ok` then, an
@@ -214,7 +214,7 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
                 .map(|(topic, departure)| (topic.clone(), *departure))
                 .collect();
             for (topic, departure) in departures {
-                match carry_on(&shared, shard, source, &topic, departure).await {
+                match carry_on(&shared, shard, &source, &topic, departure).await {
                     Ok(()) => {
                         reported.remove(&topic);
                     }
@@ -333,7 +333,7 @@ async fn carry_on(
             true => Err(format!(
                 "it holds {bytes} bytes of records, more than a move takes ({MAX_MOVE_BYTES})"
             )),
-            false => send(target, topic, source.status().term, image).await?,
+            false => send(&target, topic, source.status().term, image).await?,
         };
         let next = match taken {
             Ok(()) => ClusterChange::Departed {

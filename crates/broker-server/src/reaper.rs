@@ -37,12 +37,10 @@ pub(crate) async fn reap(shared: Arc<Shared>) {
                         .lock()
                         .sessions()
                         .expired(now, timeout);
-                    Some(remove_replicated(
-                        &shared,
-                        (shard, group),
-                        gone,
-                        Removal::Expired,
-                    ))
+                    let shared = &shared;
+                    Some(async move {
+                        remove_replicated(shared, (shard, &group), gone, Removal::Expired).await;
+                    })
                 });
                 futures::future::join_all(removals).await;
             }

@@ -208,7 +208,7 @@ pub(crate) async fn start(
         );
     }
     // Set once, before any connection is accepted.
-    let _ = shared.cluster.set(cluster);
+    let _ = shared.cluster.set(Arc::new(cluster));
     shared
         .tracker
         .spawn(follow_leadership(Arc::clone(shared), 0));

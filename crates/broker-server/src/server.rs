@@ -208,7 +208,7 @@ async fn stop(shared: &Arc<Shared>, grace: Duration) {
     // The cluster node stops before the tasks are waited for: its leadership task ends with the
     // shutdown, and waiting requests are answered by their connections' closing.
     // (Its further groups first: the first group's stop closes the node's peer port.)
-    for group in shared.groups.iter().filter_map(std::sync::OnceLock::get) {
+    for group in shared.further_groups() {
         group.shutdown().await;
     }
     if let Some(cluster) = shared.cluster() {

@@ -2,7 +2,7 @@
 //! waiters' signals, and the shutdown token and task tracker.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use broker_cluster::Cluster;
 use broker_net::RequestMemory;
@@ -32,11 +32,11 @@ pub(crate) struct Shared {
     pub(crate) metrics: Option<Arc<Metrics>>,
     /// In a cluster, this node's part in the first group (set once it has started): the
     /// cluster's membership and state, and the topics of that group.
-    pub(crate) cluster: OnceLock<Cluster>,
+    pub(crate) cluster: OnceLock<Arc<Cluster>>,
     /// In a cluster of several groups (`--cluster-data-groups`), this node's part in each
     /// further group, by shard less one (shard `n` holds group `n + 1`), set once the node
-    /// hosts it.
-    pub(crate) groups: Vec<OnceLock<Cluster>>,
+    /// hosts it, and set again when it drops a copy the group gave up (see `data_groups`).
+    pub(crate) groups: Vec<RwLock<Option<Arc<Cluster>>>>,
     /// Whether this node leads the first group and has applied every entry committed before
     /// its term: only then is its copy of where each topic lives current (see `data_groups`).
     pub(crate) first_group_current: AtomicBool,
@@ -65,7 +65,7 @@ impl Shared {
         let request_memory = RequestMemory::new(config.max_request_memory);
         Shared {
             request_memory,
-            groups: (0..further_groups).map(|_| OnceLock::new()).collect(),
+            groups: (0..further_groups).map(|_| RwLock::new(None)).collect(),
             first_group_current: AtomicBool::new(false),
             shards,
             config,
@@ -86,15 +86,41 @@ impl Shared {
 
     /// This node of the cluster (its part in the first group), when the server runs in one.
     pub(crate) fn cluster(&self) -> Option<&Cluster> {
-        self.cluster.get()
+        self.cluster.get().map(Arc::as_ref)
     }
 
-    /// In a cluster, this node's part in the group that holds the topics of `shard`, once it
+    /// In a cluster, this node's part in the group that holds the topics of `shard`, while it
     /// hosts it.
-    pub(crate) fn group(&self, shard: usize) -> Option<&Cluster> {
+    pub(crate) fn group(&self, shard: usize) -> Option<Arc<Cluster>> {
         match shard.checked_sub(1) {
-            None => self.cluster(),
-            Some(further) => self.groups.get(further).and_then(OnceLock::get),
+            None => self.cluster.get().cloned(),
+            Some(further) => self
+                .groups
+                .get(further)?
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
         }
+    }
+
+    /// Makes `hosted` this node's part in the group of `shard` (not the first), in place of the
+    /// one it had; the one it had.
+    pub(crate) fn set_group(
+        &self,
+        shard: usize,
+        hosted: Option<Arc<Cluster>>,
+    ) -> Option<Arc<Cluster>> {
+        let slot = self.groups.get(shard.checked_sub(1)?)?;
+        std::mem::replace(
+            &mut *slot.write().unwrap_or_else(PoisonError::into_inner),
+            hosted,
+        )
+    }
+
+    /// This node's part in each further group it hosts now.
+    pub(crate) fn further_groups(&self) -> Vec<Arc<Cluster>> {
+        (1..=self.groups.len())
+            .filter_map(|shard| self.group(shard))
+            .collect()
     }
 }

@@ -80,7 +80,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
                 entry: None,
             },
             Some(Some(cluster)) => {
-                let result = match replicated::execute(cluster, vec![attempt]).await {
+                let result = match replicated::execute(&cluster, vec![attempt]).await {
                     Ok(results) => results.into_iter().next().unwrap_or_else(|| {
                         Err(ErrorReply::Storage("the retry was not answered".to_owned()))
                     }),

@@ -137,6 +137,27 @@ impl BrokerState {
         })
     }
 
+    /// An empty broker with this one's settings: its capacity per partition, memory budget,
+    /// limits and name rules, but no topic, no cold store and its clock at 0.
+    #[must_use]
+    pub fn emptied(&self) -> Self {
+        BrokerState {
+            capacity: self.capacity,
+            clock_ms: 0,
+            next_topic_id: 0,
+            cold: None,
+            failure: None,
+            topics: HashMap::new(),
+            memory: Memory {
+                budget: self.memory.budget,
+                retained: 0,
+            },
+            limits: self.limits,
+            names: self.names,
+            dead_letters: Vec::new(),
+        }
+    }
+
     /// [`BrokerState::new`] with the contract's capacity range, 1 to 1,000.
     pub(crate) fn with_contract_capacity(capacity_per_partition: i32) -> Result<Self, BrokerError> {
         check_capacity(capacity_per_partition)?;

@@ -113,3 +113,23 @@ fn without_a_budget_only_capacity_limits_and_retained_bytes_are_counted() {
     state.join("t", "g", "m", None, &[]).unwrap();
     assert_eq!(state.publish("t", 0, Bytes::new()).unwrap(), -1);
 }
+
+#[test]
+fn an_emptied_state_keeps_the_settings_and_nothing_else() {
+    let limits = crate::Limits {
+        max_topics: 7,
+        ..crate::Limits::default()
+    };
+    let b = budgeted(1_000);
+    b.publish("t", 0, "12345").unwrap();
+    let emptied = b.with_state(|state| state.clone().with_limits(limits).emptied());
+    assert_eq!(emptied.topic_names().count(), 0);
+    assert_eq!(emptied.retained_bytes(), 0);
+    assert_eq!(emptied.memory_budget(), Some(1_000));
+    assert_eq!(emptied.capacity_per_partition(), 100);
+    assert_eq!(emptied.limits(), limits);
+    // The topic's name is free again, with its offsets from 0.
+    let broker = EventBroker::from_state(emptied);
+    broker.create("t", 1).unwrap();
+    assert_eq!(broker.publish("t", 0, "1").unwrap(), 0);
+}
