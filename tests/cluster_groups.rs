@@ -571,18 +571,7 @@ async fn groups_of_three_replicas_over_four_nodes_serve_every_topic_from_any_nod
         .connect(survivors.as_str())
         .await
         .unwrap();
-    // A removal whose answer timed out may have been applied: asked again, node 3 is gone.
-    again(|| async {
-        match client.remove_node(3).await {
-            Err(Error::Broker(broker_client::BrokerError::InvalidArgument(why)))
-                if why.contains("node 3 is not a member") =>
-            {
-                Ok(Vec::new())
-            }
-            answer => answer,
-        }
-    })
-    .await;
+    remove_node(&client, 3).await;
     expected = BTreeMap::from([
         (1, vec![1, 2, 4]),
         (2, vec![1, 2, 4]),
@@ -653,17 +642,7 @@ async fn groups_of_three_replicas_over_four_nodes_serve_every_topic_from_any_nod
     copies_are(&nodes, &expected).await;
     // Node 5 leaves: group 3 takes node 1 again, which receives everything anew, and group 4
     // node 2.
-    again(|| async {
-        match client.remove_node(5).await {
-            Err(Error::Broker(broker_client::BrokerError::InvalidArgument(why)))
-                if why.contains("node 5 is not a member") =>
-            {
-                Ok(Vec::new())
-            }
-            answer => answer,
-        }
-    })
-    .await;
+    remove_node(&client, 5).await;
     nodes.kill(joiner);
     expected = BTreeMap::from([
         (1, vec![1, 2, 4]),
@@ -680,6 +659,23 @@ async fn groups_of_three_replicas_over_four_nodes_serve_every_topic_from_any_nod
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Removes node `id` from the cluster through `client`, asking again until it is gone: a
+/// removal whose answer timed out may have been applied, and is then answered that the node is
+/// not a member.
+async fn remove_node(client: &Client, id: u64) {
+    again(|| async {
+        match client.remove_node(id).await {
+            Err(Error::Broker(broker_client::BrokerError::InvalidArgument(why)))
+                if why.contains(&format!("node {id} is not a member")) =>
+            {
+                Ok(Vec::new())
+            }
+            answer => answer,
+        }
+    })
+    .await;
 }
 
 /// How many records of 4 KB each topic of `groups_of_three_replicas_over_four_nodes...` is

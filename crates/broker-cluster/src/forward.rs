@@ -101,6 +101,22 @@ impl Cluster {
         }
     }
 
+    /// The other nodes of the cluster (the members of this node's first group), with their
+    /// addresses; `None` once the first group stopped.
+    pub(crate) fn other_nodes(&self) -> Option<Vec<(NodeId, ClusterNode)>> {
+        let first = self.node.groups.get(FIRST_GROUP)?;
+        let metrics = first.core.raft.metrics();
+        let metrics = metrics.borrow();
+        let nodes = metrics
+            .membership_config
+            .membership()
+            .nodes()
+            .filter(|(id, _)| **id != self.node_id)
+            .map(|(id, node)| (*id, node.clone()))
+            .collect();
+        Some(nodes)
+    }
+
     /// The leader the group's members named when last asked, while it is current and this
     /// node is not a member (see [`Cluster::find_leader`]).
     pub(crate) fn leader_named(&self) -> Option<(NodeId, ClusterNode)> {
@@ -116,18 +132,7 @@ impl Cluster {
     /// member refuses naming the leader it knows. The first node that answers for itself wins,
     /// else the leader named first.
     async fn ask_members_for_leader(&self) -> Option<(NodeId, ClusterNode)> {
-        let first = self.node.groups.get(FIRST_GROUP)?;
-        let nodes: Vec<(NodeId, ClusterNode)> = {
-            let metrics = first.core.raft.metrics();
-            let metrics = metrics.borrow();
-            metrics
-                .membership_config
-                .membership()
-                .nodes()
-                .filter(|(id, _)| **id != self.node_id)
-                .map(|(id, node)| (*id, node.clone()))
-                .collect()
-        };
+        let nodes = self.other_nodes()?;
         let answers = join_all(nodes.into_iter().map(|(id, node)| async move {
             let mut link = self.network.clone().new_client(id, &node).await;
             link.open_within(NAME_LEADER_WITHIN).await.ok()?;

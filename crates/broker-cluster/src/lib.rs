@@ -90,6 +90,9 @@ pub struct ClusterConfig {
     pub join: bool,
     /// A record segment file is closed and a new one started after this many bytes.
     pub segment_bytes: u64,
+    /// The most bytes of the newest log entries each group keeps in memory besides on disk
+    /// (see [`log_store::CACHED_ENTRY_BYTES`], the default); older ones are read back.
+    pub cached_log_bytes: u64,
     /// Where this node serves clients besides the broker port, as its peers are told (see
     /// [`Cluster::kafka_addresses`]).
     pub listeners: Listeners,
@@ -119,6 +122,7 @@ impl ClusterConfig {
             snapshot_every: 20_000,
             join: false,
             segment_bytes: 64 * 1024 * 1024,
+            cached_log_bytes: log_store::CACHED_ENTRY_BYTES,
             listeners: Listeners::default(),
             names: NameRules::Broker,
             shared_settings: Vec::new(),
@@ -138,6 +142,8 @@ pub struct GroupConfig {
     pub snapshot_every: u64,
     /// A record segment file is closed and a new one started after this many bytes.
     pub segment_bytes: u64,
+    /// As [`ClusterConfig::cached_log_bytes`].
+    pub cached_log_bytes: u64,
     /// The group's voters when it is new. Every node that hosts a new group must be given the
     /// same (the voters of a group that has a log are in its log).
     pub voters: BTreeMap<NodeId, ClusterNode>,
@@ -151,6 +157,7 @@ impl GroupConfig {
             sync: LogSync::EveryAppend,
             snapshot_every: 20_000,
             segment_bytes: 64 * 1024 * 1024,
+            cached_log_bytes: log_store::CACHED_ENTRY_BYTES,
             voters,
         }
     }
@@ -304,6 +311,7 @@ struct GroupFiles {
     dir: PathBuf,
     sync: LogSync,
     segment_bytes: u64,
+    cached_log_bytes: u64,
 }
 
 impl GroupFiles {
@@ -330,9 +338,11 @@ impl GroupFiles {
             refuse_if_log_lost(network, node_id, members).await?;
         }
         let (dir, sync, segment_bytes) = (self.dir.clone(), self.sync, self.segment_bytes);
+        let cached_log_bytes = self.cached_log_bytes;
         let opened = tokio::task::spawn_blocking(move || {
             let mut repairs = Repairs::default();
-            let log = LogStore::check(&dir, node_id, sync, log_store::SEGMENT_BYTES, &mut repairs)?;
+            let log = LogStore::check(&dir, node_id, sync, log_store::SEGMENT_BYTES, &mut repairs)?
+                .with_cache_limit(cached_log_bytes);
             let machine = StateMachine::check(&dir, replica, segment_bytes, &mut repairs)?;
             Ok::<_, io::Error>((log, machine, repairs))
         })
@@ -554,6 +564,7 @@ impl Cluster {
             dir: config.dir.clone(),
             sync: config.sync,
             segment_bytes: config.segment_bytes,
+            cached_log_bytes: config.cached_log_bytes,
         };
         let released = released_when_dropped(&replica);
         let (log, machine, repairs) = files
@@ -695,6 +706,7 @@ impl Cluster {
             dir: config.dir,
             sync: config.sync,
             segment_bytes: config.segment_bytes,
+            cached_log_bytes: config.cached_log_bytes,
         };
         let released = released_when_dropped(&replica);
         let (log, machine, repairs) = files

@@ -24,6 +24,11 @@
 //! written by earlier versions, had `raft-log` alone, and is read the same way); an earlier
 //! version refuses format 2 instead of reading the first segment only.
 //!
+//! Every entry is on disk; the log keeps in memory only the newest, up to
+//! [`CACHED_ENTRY_BYTES`] of records (the ones the consensus engine reads to apply them and to
+//! send them to followers that keep up), with where each entry lies: an older entry (a follower
+//! catching up) is read back from its segment, its checksum checked again.
+//!
 //! A log whose last segment ends inside a record or with a record whose checksum fails is cut
 //! back to its last whole record (the write that died was never reported durable); anything
 //! else wrong refuses to open, naming the file and the offset. Reading the log changes nothing
@@ -60,6 +65,9 @@ const META_FORMAT_VERSION: u32 = 2;
 const META_SINGLE_FILE: u32 = 1;
 /// A new segment is started once the last one holds this many bytes.
 pub const SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
+/// The most bytes of records (as written in the segments) whose entries the log keeps in
+/// memory besides on disk: the newest ones (always the last, whatever its size).
+pub const CACHED_ENTRY_BYTES: u64 = 8 * 1024 * 1024;
 const LOG_HEADER: usize = 12;
 const RECORD_HEADER: usize = 8;
 /// No entry is larger: a length above it is damage, not an entry.
@@ -110,10 +118,15 @@ pub(crate) struct LogFiles {
     pub(crate) unsynced: bool,
     /// The byte length of the last segment.
     end: u64,
-    /// The entries not purged, by index.
-    pub(crate) entries: BTreeMap<u64, Entry>,
-    /// Where each entry's record starts: its segment's number and the offset in it.
-    offsets: BTreeMap<u64, (u64, u64)>,
+    /// Where each entry not purged lies, by index.
+    located: BTreeMap<u64, Located>,
+    /// The newest entries, by index: those of the last [`LogFiles::cache_limit`] bytes of
+    /// records, and always the last one.
+    cached: BTreeMap<u64, Entry>,
+    /// The bytes of the records of the entries in `cached`.
+    cached_bytes: u64,
+    /// See [`CACHED_ENTRY_BYTES`].
+    cache_limit: u64,
     meta: Meta,
     /// Whether `raft-meta` is to be written when the log starts: it is missing, names no node,
     /// or is of an earlier format.
@@ -122,6 +135,19 @@ pub(crate) struct LogFiles {
     sync: LogSync,
     /// A new segment is started once the last one holds this many bytes.
     segment_bytes: u64,
+}
+
+/// Where an entry lies in the log.
+#[derive(Debug, Clone, Copy)]
+struct Located {
+    /// The number of its segment.
+    segment: u64,
+    /// Where its record starts in the segment.
+    at: u64,
+    /// The length of its record, header included.
+    bytes: u64,
+    /// Its id.
+    log_id: LogId,
 }
 
 /// The file of segment `number` in `dir`.
@@ -201,8 +227,8 @@ impl LogStore {
         repairs.create(dir.to_owned());
         let segments = list_segments(dir)?;
         let purged = meta.last_purged.map(|id| id.index);
-        let mut entries = BTreeMap::new();
-        let mut offsets = BTreeMap::new();
+        let mut located = BTreeMap::new();
+        let mut cached = Cache::default();
         let mut last_read: Option<u64> = None;
         let mut end = LOG_HEADER as u64;
         for (position, &number) in segments.iter().enumerate() {
@@ -225,20 +251,26 @@ impl LogStore {
                 );
             }
             last_read = read.last_index.or(last_read);
-            for (index, (at, entry)) in read.entries {
-                offsets.insert(index, (number, at));
-                entries.insert(index, entry);
+            for (index, (at, bytes, entry)) in read.entries {
+                let place = Located {
+                    segment: number,
+                    at,
+                    bytes,
+                    log_id: *entry.get_log_id(),
+                };
+                located.insert(index, place);
+                cached.insert(index, entry, &located, CACHED_ENTRY_BYTES);
             }
             end = read.end;
         }
         // The consensus engine reads the log from the entry after the last purged one (from
         // the very first, 0, when none was purged): the segment that held it is missing.
         let first_kept = purged.map_or(0, |purged| purged + 1);
-        if let Some((&first, &(number, at))) = offsets.first_key_value() {
+        if let Some((&first, place)) = located.first_key_value() {
             if first != first_kept {
                 return Err(damaged(
-                    &segment_path(dir, number),
-                    at,
+                    &segment_path(dir, place.segment),
+                    place.at,
                     &format!(
                         "entry {first} where entry {first_kept} should be (the segment \
                          holding the entries before it is missing)"
@@ -254,8 +286,10 @@ impl LogStore {
             log: None,
             unsynced: false,
             end,
-            entries,
-            offsets,
+            located,
+            cached: cached.entries,
+            cached_bytes: cached.bytes,
+            cache_limit: CACHED_ENTRY_BYTES,
             meta: Meta {
                 node_id: Some(node_id),
                 ..meta
@@ -298,6 +332,24 @@ impl LogStore {
         Ok(())
     }
 
+    /// This log keeping in memory the newest entries of up to `bytes` of records only (and the
+    /// last one), instead of [`CACHED_ENTRY_BYTES`].
+    #[must_use]
+    pub(crate) fn with_cache_limit(self, bytes: u64) -> LogStore {
+        {
+            let mut files = self.files();
+            files.cache_limit = bytes;
+            let mut cache = Cache {
+                entries: std::mem::take(&mut files.cached),
+                bytes: files.cached_bytes,
+            };
+            cache.shrink_to(bytes, &files.located);
+            files.cached = cache.entries;
+            files.cached_bytes = cache.bytes;
+        }
+        self
+    }
+
     /// Whether the log in `dir` holds no entry (or there is none), checked without opening it.
     ///
     /// # Errors
@@ -329,7 +381,7 @@ impl LogStore {
     pub fn last_index(&self) -> Option<u64> {
         let files = self.files();
         files
-            .entries
+            .located
             .keys()
             .next_back()
             .copied()
@@ -376,10 +428,16 @@ impl LogFiles {
         let start = self.end;
         self.end += records.bytes.len() as u64;
         let segment = self.last_segment();
-        for (at, entry) in records.entries {
-            let index = entry.get_log_id().index;
-            self.offsets.insert(index, (segment, start + at));
-            self.entries.insert(index, entry);
+        for (at, bytes, entry) in records.entries {
+            let log_id = *entry.get_log_id();
+            let place = Located {
+                segment,
+                at: start + at,
+                bytes,
+                log_id,
+            };
+            self.located.insert(log_id.index, place);
+            self.cache(log_id.index, entry);
         }
         match self.sync {
             LogSync::EveryAppend => to_sync.push(log),
@@ -387,6 +445,71 @@ impl LogFiles {
             LogSync::Never => {}
         }
         Ok(to_sync)
+    }
+
+    /// Keeps `entry`, at `index` (located already), among the newest in memory, letting the
+    /// oldest go past the limit.
+    fn cache(&mut self, index: u64, entry: Entry) {
+        let mut cache = Cache {
+            entries: std::mem::take(&mut self.cached),
+            bytes: self.cached_bytes,
+        };
+        cache.insert(index, entry, &self.located, self.cache_limit);
+        self.cached = cache.entries;
+        self.cached_bytes = cache.bytes;
+    }
+
+    /// Lets go of the cached entries no longer located (cut or purged).
+    fn uncache_gone(&mut self) {
+        let located = &self.located;
+        self.cached.retain(|index, _| located.contains_key(index));
+        self.cached_bytes = self
+            .cached
+            .keys()
+            .filter_map(|index| located.get(index))
+            .map(|place| place.bytes)
+            .sum();
+    }
+
+    /// The entries of `range`, from memory or read back from their segments.
+    pub(crate) fn entries(&self, range: impl RangeBounds<u64>) -> io::Result<Vec<Entry>> {
+        let mut opened: BTreeMap<u64, File> = BTreeMap::new();
+        self.located
+            .range(range)
+            .map(|(index, place)| match self.cached.get(index) {
+                Some(entry) => Ok(entry.clone()),
+                None => self.read_back(place, &mut opened),
+            })
+            .collect()
+    }
+
+    /// The entry at `place`, read from its segment (opened once per call in `opened`).
+    fn read_back(&self, place: &Located, opened: &mut BTreeMap<u64, File>) -> io::Result<Entry> {
+        use std::os::unix::fs::FileExt;
+        let path = segment_path(&self.dir, place.segment);
+        let file = match opened.entry(place.segment) {
+            std::collections::btree_map::Entry::Occupied(file) => file.into_mut(),
+            std::collections::btree_map::Entry::Vacant(slot) => slot.insert(File::open(&path)?),
+        };
+        let mut record = vec![0; usize::try_from(place.bytes).map_err(io::Error::other)?];
+        file.read_exact_at(&mut record, place.at)?;
+        let body = record
+            .get(RECORD_HEADER..)
+            .filter(|body| {
+                body.len() == u32_at(&record, 0) as usize
+                    && crc32fast::hash(body) == u32_at(&record, 4)
+            })
+            .ok_or_else(|| damaged(&path, place.at, "a damaged record"))?;
+        let entry: Entry =
+            decode(body).map_err(|why| damaged(&path, place.at, &why.to_string()))?;
+        match entry.get_log_id() == &place.log_id {
+            true => Ok(entry),
+            false => Err(damaged(
+                &path,
+                place.at,
+                "another entry than the one written there",
+            )),
+        }
     }
 
     fn last_segment(&self) -> u64 {
@@ -413,7 +536,9 @@ impl LogFiles {
     /// removes the segments after it.
     pub(crate) fn truncate(&mut self, index: u64) -> io::Result<()> {
         self.appending()?;
-        let Some(&(segment, at)) = self.offsets.range(index..).next().map(|(_, at)| at) else {
+        let Some(&Located { segment, at, .. }) =
+            self.located.range(index..).next().map(|(_, place)| place)
+        else {
             return Ok(());
         };
         let path = segment_path(&self.dir, segment);
@@ -428,8 +553,8 @@ impl LogFiles {
         File::open(&self.dir)?.sync_all()?;
         self.log = Some(Arc::new(log));
         self.end = at;
-        self.entries.split_off(&index);
-        self.offsets.split_off(&index);
+        self.located.split_off(&index);
+        self.uncache_gone();
         Ok(())
     }
 
@@ -441,9 +566,9 @@ impl LogFiles {
             ..self.meta.clone()
         };
         self.write_meta(meta)?;
-        self.entries = self.entries.split_off(&(upto.index + 1));
-        self.offsets = self.offsets.split_off(&(upto.index + 1));
-        if self.offsets.is_empty() && self.end > LOG_HEADER as u64 {
+        self.located = self.located.split_off(&(upto.index + 1));
+        self.uncache_gone();
+        if self.located.is_empty() && self.end > LOG_HEADER as u64 {
             // Nothing is left (a snapshot from the leader covers the whole log): the next
             // entries, which need not follow the purged ones, go to a new segment. (The one
             // it closes goes below: nothing in it is needed.)
@@ -452,10 +577,10 @@ impl LogFiles {
         // Every segment before the one holding the first entry kept holds only purged ones;
         // the last segment stays, for appends.
         let first_kept = self
-            .offsets
+            .located
             .values()
             .next()
-            .map_or(self.last_segment(), |&(segment, _)| segment);
+            .map_or(self.last_segment(), |place| place.segment);
         let removed = self.segments.partition_point(|&number| number < first_kept);
         for number in self.segments.drain(..removed) {
             fs::remove_file(segment_path(&self.dir, number))?;
@@ -496,10 +621,45 @@ fn sync_every(files: Weak<Mutex<LogFiles>>, interval: Duration) -> io::Result<()
 }
 
 /// Entries encoded as records, ready to append: the bytes, and each entry with where its
-/// record starts in them.
+/// record starts in them and its length.
 struct Records {
     bytes: Vec<u8>,
-    entries: Vec<(u64, Entry)>,
+    entries: Vec<(u64, u64, Entry)>,
+}
+
+/// The newest entries of a log, kept in memory, and the bytes of their records.
+#[derive(Default)]
+struct Cache {
+    entries: BTreeMap<u64, Entry>,
+    bytes: u64,
+}
+
+impl Cache {
+    /// Adds `entry`, at `index` as `located` places it, then lets the oldest go while the
+    /// entries' records take more than `limit` bytes (the newest always stays).
+    fn insert(&mut self, index: u64, entry: Entry, located: &BTreeMap<u64, Located>, limit: u64) {
+        let size = |index: &u64| located.get(index).map_or(0, |place| place.bytes);
+        if let Some(replaced) = self.entries.insert(index, entry) {
+            drop(replaced);
+            self.bytes -= size(&index).min(self.bytes);
+        }
+        self.bytes += size(&index);
+        self.shrink_to(limit, located);
+    }
+
+    /// Lets the oldest entries go while their records take more than `limit` bytes (the newest
+    /// always stays).
+    fn shrink_to(&mut self, limit: u64, located: &BTreeMap<u64, Located>) {
+        while self.bytes > limit && self.entries.len() > 1 {
+            let Some((oldest, _)) = self.entries.pop_first() else {
+                break;
+            };
+            self.bytes -= located
+                .get(&oldest)
+                .map_or(0, |place| place.bytes)
+                .min(self.bytes);
+        }
+    }
 }
 
 impl Records {
@@ -512,7 +672,8 @@ impl Records {
         for entry in entries {
             let at = records.bytes.len() as u64;
             push_record(&mut records.bytes, &entry)?;
-            records.entries.push((at, entry));
+            let length = records.bytes.len() as u64 - at;
+            records.entries.push((at, length, entry));
         }
         Ok(records)
     }
@@ -601,8 +762,9 @@ fn read_meta(path: &Path) -> io::Result<(Meta, u32)> {
 
 /// What a segment holds.
 struct Segment {
-    /// The entries after the last purged one, each with where its record starts.
-    entries: BTreeMap<u64, (u64, Entry)>,
+    /// The entries after the last purged one, each with where its record starts and its
+    /// length.
+    entries: BTreeMap<u64, (u64, u64, Entry)>,
     /// The index of its last entry, purged or not.
     last_index: Option<u64>,
     /// The length of its whole records (a torn tail is left out).
@@ -653,7 +815,7 @@ fn read_log(path: &Path, purged: Option<u64>, previous: Option<u64>) -> io::Resu
         }
         previous = Some(index);
         if purged.is_none_or(|purged| index > purged) {
-            entries.insert(index, (at as u64, entry));
+            entries.insert(index, (at as u64, (next - at) as u64, entry));
         }
         at += RECORD_HEADER + length as usize;
     }
@@ -676,12 +838,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        Ok(self
-            .files()
-            .entries
-            .range(range)
-            .map(|(_, entry)| entry.clone())
-            .collect())
+        self.files()
+            .entries(range)
+            .map_err(|error| StorageIOError::read_logs(&error).into())
     }
 }
 
@@ -692,10 +851,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let files = self.files();
         let last_purged_log_id = files.meta.last_purged;
         let last_log_id = files
-            .entries
+            .located
             .values()
             .next_back()
-            .map(|entry| *entry.get_log_id())
+            .map(|place| place.log_id)
             .or(last_purged_log_id);
         Ok(LogState {
             last_purged_log_id,
@@ -794,7 +953,65 @@ mod tests {
     }
 
     fn indexes(store: &LogStore) -> Vec<u64> {
-        store.files().entries.keys().copied().collect()
+        store.files().located.keys().copied().collect()
+    }
+
+    #[test]
+    fn only_the_newest_entries_stay_in_memory_and_the_others_are_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || LogStore::open_with(dir.path(), 1, LogSync::Never, 300).unwrap();
+        let all = |store: &LogStore| store.files().entries(..).unwrap();
+        {
+            let store = open();
+            let mut files = store.files();
+            // Room for about three entries.
+            let record = Records::of([entry(0)]).unwrap().bytes.len() as u64;
+            files.cache_limit = 3 * record;
+            for index in 0..=20 {
+                append(&mut files, [entry(index)]);
+            }
+            assert_eq!(
+                files.cached.keys().copied().collect::<Vec<_>>(),
+                [18, 19, 20]
+            );
+            assert_eq!(files.cached_bytes, 3 * record);
+            drop(files);
+            assert_eq!(all(&store), (0..=20).map(entry).collect::<Vec<_>>());
+            // Cut and purged entries leave memory too; the others are still read back.
+            let mut files = store.files();
+            files.truncate(19).unwrap();
+            assert_eq!(files.cached.keys().copied().collect::<Vec<_>>(), [18]);
+            files
+                .purge(LogId::new(CommittedLeaderId::new(1, 1), 4))
+                .unwrap();
+            assert_eq!(files.entries(3..=6).unwrap(), vec![entry(5), entry(6)]);
+            append(&mut files, (19..=22).map(entry));
+            assert_eq!(
+                files.cached.keys().copied().collect::<Vec<_>>(),
+                [20, 21, 22]
+            );
+            assert_eq!(files.cached_bytes, 3 * record);
+        }
+        // Reopened, the log reads every entry back, however many segments it spans.
+        let store = open();
+        assert_eq!(all(&store), (5..=22).map(entry).collect::<Vec<_>>());
+        assert!(list_segments(dir.path()).unwrap().len() > 3);
+        // A record damaged after it was read is refused when it is read back, not served.
+        let damaged = {
+            let mut files = store.files();
+            files.cache_limit = 0;
+            files.cached.clear();
+            files.cached_bytes = 0;
+            files.located[&7]
+        };
+        let path = segment_path(dir.path(), damaged.segment);
+        let mut bytes = fs::read(&path).unwrap();
+        let last = usize::try_from(damaged.at + damaged.bytes).unwrap() - 1;
+        bytes[last] ^= 0xff;
+        fs::write(&path, &bytes).unwrap();
+        let error = store.files().entries(7..=7).unwrap_err();
+        assert!(error.to_string().contains("a damaged record"), "{error}");
+        assert_eq!(store.files().entries(8..=8).unwrap(), vec![entry(8)]);
     }
 
     #[test]
@@ -819,7 +1036,7 @@ mod tests {
         assert_eq!(indexes(&store), vec![4, 5, 6, 7, 8]);
         assert_eq!(store.files().meta.vote, Some(Vote::new(2, 7)));
         assert_eq!(store.last_index(), Some(8));
-        assert_eq!(store.files().entries[&8], entry(8));
+        assert_eq!(store.files().entries(8..).unwrap(), vec![entry(8)]);
     }
 
     #[test]

@@ -184,20 +184,9 @@ impl Cluster {
                 .as_ref()
                 .map_or(0, |id| id.index)
         };
-        let Some(first) = self.node.groups.get(FIRST_GROUP) else {
+        let Some(nodes) = self.other_nodes() else {
             return false;
         };
-        let nodes: Vec<(NodeId, ClusterNode)> = first
-            .core
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .nodes()
-            .filter(|(id, _)| **id != self.node_id)
-            .map(|(id, node)| (*id, node.clone()))
-            .collect();
         let told = join_all(nodes.into_iter().map(|(id, node)| async move {
             let mut link = self.network.clone().new_client(id, &node).await;
             link.belonging(PEER_ANSWER_WITHIN).await.ok().flatten()
