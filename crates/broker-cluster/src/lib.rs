@@ -341,8 +341,14 @@ impl GroupFiles {
         let cached_log_bytes = self.cached_log_bytes;
         let opened = tokio::task::spawn_blocking(move || {
             let mut repairs = Repairs::default();
-            let log = LogStore::check(&dir, node_id, sync, log_store::SEGMENT_BYTES, &mut repairs)?
-                .with_cache_limit(cached_log_bytes);
+            let log = LogStore::check(
+                &dir,
+                node_id,
+                sync,
+                log_store::SEGMENT_BYTES,
+                cached_log_bytes,
+                &mut repairs,
+            )?;
             let machine = StateMachine::check(&dir, replica, segment_bytes, &mut repairs)?;
             Ok::<_, io::Error>((log, machine, repairs))
         })

@@ -26,8 +26,11 @@
 //!
 //! Every entry is on disk; the log keeps in memory only the newest, up to
 //! [`CACHED_ENTRY_BYTES`] of records (the ones the consensus engine reads to apply them and to
-//! send them to followers that keep up), with where each entry lies: an older entry (a follower
-//! catching up) is read back from its segment, its checksum checked again.
+//! send them to followers that keep up), with where each entry lies. An older entry is read
+//! back from its segment, outside the log's lock, its checksum and log id checked again: for a
+//! follower catching up (on the leader, and on the follower applying what it was sent), and
+//! when a restarted node applies its log after the snapshot. A read that the log changed under
+//! (a purge removing a segment) is made again under the lock.
 //!
 //! A log whose last segment ends inside a record or with a record whose checksum fails is cut
 //! back to its last whole record (the write that died was never reported durable); anything
@@ -67,7 +70,7 @@ const META_SINGLE_FILE: u32 = 1;
 pub const SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
 /// The most bytes of records (as written in the segments) whose entries the log keeps in
 /// memory besides on disk: the newest ones (always the last, whatever its size).
-pub const CACHED_ENTRY_BYTES: u64 = 8 * 1024 * 1024;
+pub const CACHED_ENTRY_BYTES: u64 = 32 * 1024 * 1024;
 const LOG_HEADER: usize = 12;
 const RECORD_HEADER: usize = 8;
 /// No entry is larger: a length above it is damage, not an entry.
@@ -120,13 +123,8 @@ pub(crate) struct LogFiles {
     end: u64,
     /// Where each entry not purged lies, by index.
     located: BTreeMap<u64, Located>,
-    /// The newest entries, by index: those of the last [`LogFiles::cache_limit`] bytes of
-    /// records, and always the last one.
-    cached: BTreeMap<u64, Entry>,
-    /// The bytes of the records of the entries in `cached`.
-    cached_bytes: u64,
-    /// See [`CACHED_ENTRY_BYTES`].
-    cache_limit: u64,
+    /// The newest entries, kept in memory besides on disk.
+    cache: Cache,
     meta: Meta,
     /// Whether `raft-meta` is to be written when the log starts: it is missing, names no node,
     /// or is of an earlier format.
@@ -202,7 +200,14 @@ impl LogStore {
         segment_bytes: u64,
     ) -> io::Result<LogStore> {
         let mut repairs = Repairs::default();
-        let store = LogStore::check(dir, node_id, sync, segment_bytes, &mut repairs)?;
+        let store = LogStore::check(
+            dir,
+            node_id,
+            sync,
+            segment_bytes,
+            CACHED_ENTRY_BYTES,
+            &mut repairs,
+        )?;
         repairs.apply().map_err(io::Error::other)?;
         store.start()?;
         Ok(store)
@@ -220,6 +225,7 @@ impl LogStore {
         node_id: NodeId,
         sync: LogSync,
         segment_bytes: u64,
+        cache_limit: u64,
         repairs: &mut Repairs,
     ) -> io::Result<LogStore> {
         let (meta, meta_version) = read_meta(&dir.join(META_FILE))?;
@@ -228,7 +234,7 @@ impl LogStore {
         let segments = list_segments(dir)?;
         let purged = meta.last_purged.map(|id| id.index);
         let mut located = BTreeMap::new();
-        let mut cached = Cache::default();
+        let mut cache = Cache::new(cache_limit);
         let mut last_read: Option<u64> = None;
         let mut end = LOG_HEADER as u64;
         for (position, &number) in segments.iter().enumerate() {
@@ -259,7 +265,7 @@ impl LogStore {
                     log_id: *entry.get_log_id(),
                 };
                 located.insert(index, place);
-                cached.insert(index, entry, &located, CACHED_ENTRY_BYTES);
+                cache.insert(index, bytes, entry);
             }
             end = read.end;
         }
@@ -287,9 +293,7 @@ impl LogStore {
             unsynced: false,
             end,
             located,
-            cached: cached.entries,
-            cached_bytes: cached.bytes,
-            cache_limit: CACHED_ENTRY_BYTES,
+            cache,
             meta: Meta {
                 node_id: Some(node_id),
                 ..meta
@@ -330,24 +334,6 @@ impl LogStore {
             sync_every(Arc::downgrade(&self.files), interval)?;
         }
         Ok(())
-    }
-
-    /// This log keeping in memory the newest entries of up to `bytes` of records only (and the
-    /// last one), instead of [`CACHED_ENTRY_BYTES`].
-    #[must_use]
-    pub(crate) fn with_cache_limit(self, bytes: u64) -> LogStore {
-        {
-            let mut files = self.files();
-            files.cache_limit = bytes;
-            let mut cache = Cache {
-                entries: std::mem::take(&mut files.cached),
-                bytes: files.cached_bytes,
-            };
-            cache.shrink_to(bytes, &files.located);
-            files.cached = cache.entries;
-            files.cached_bytes = cache.bytes;
-        }
-        self
     }
 
     /// Whether the log in `dir` holds no entry (or there is none), checked without opening it.
@@ -437,7 +423,7 @@ impl LogFiles {
                 log_id,
             };
             self.located.insert(log_id.index, place);
-            self.cache(log_id.index, entry);
+            self.cache.insert(log_id.index, bytes, entry);
         }
         match self.sync {
             LogSync::EveryAppend => to_sync.push(log),
@@ -447,71 +433,76 @@ impl LogFiles {
         Ok(to_sync)
     }
 
-    /// Keeps `entry`, at `index` (located already), among the newest in memory, letting the
-    /// oldest go past the limit.
-    fn cache(&mut self, index: u64, entry: Entry) {
-        let mut cache = Cache {
-            entries: std::mem::take(&mut self.cached),
-            bytes: self.cached_bytes,
-        };
-        cache.insert(index, entry, &self.located, self.cache_limit);
-        self.cached = cache.entries;
-        self.cached_bytes = cache.bytes;
-    }
-
     /// Lets go of the cached entries no longer located (cut or purged).
     fn uncache_gone(&mut self) {
         let located = &self.located;
-        self.cached.retain(|index, _| located.contains_key(index));
-        self.cached_bytes = self
-            .cached
-            .keys()
-            .filter_map(|index| located.get(index))
-            .map(|place| place.bytes)
-            .sum();
+        self.cache.retain(|index| located.contains_key(&index));
     }
 
-    /// The entries of `range`, from memory or read back from their segments.
-    pub(crate) fn entries(&self, range: impl RangeBounds<u64>) -> io::Result<Vec<Entry>> {
-        let mut opened: BTreeMap<u64, File> = BTreeMap::new();
+    /// What a read of `range` takes: each entry in memory, or where it lies on disk.
+    fn plan(&self, range: impl RangeBounds<u64>) -> Vec<Planned> {
         self.located
             .range(range)
-            .map(|(index, place)| match self.cached.get(index) {
-                Some(entry) => Ok(entry.clone()),
-                None => self.read_back(place, &mut opened),
+            .map(|(index, place)| match self.cache.get(*index) {
+                Some(entry) => Planned::Held(entry.clone()),
+                None => Planned::OnDisk(*place),
             })
             .collect()
     }
 
-    /// The entry at `place`, read from its segment (opened once per call in `opened`).
-    fn read_back(&self, place: &Located, opened: &mut BTreeMap<u64, File>) -> io::Result<Entry> {
-        use std::os::unix::fs::FileExt;
-        let path = segment_path(&self.dir, place.segment);
-        let file = match opened.entry(place.segment) {
-            std::collections::btree_map::Entry::Occupied(file) => file.into_mut(),
-            std::collections::btree_map::Entry::Vacant(slot) => slot.insert(File::open(&path)?),
-        };
-        let mut record = vec![0; usize::try_from(place.bytes).map_err(io::Error::other)?];
-        file.read_exact_at(&mut record, place.at)?;
-        let body = record
-            .get(RECORD_HEADER..)
-            .filter(|body| {
-                body.len() == u32_at(&record, 0) as usize
-                    && crc32fast::hash(body) == u32_at(&record, 4)
-            })
-            .ok_or_else(|| damaged(&path, place.at, "a damaged record"))?;
-        let entry: Entry =
-            decode(body).map_err(|why| damaged(&path, place.at, &why.to_string()))?;
-        match entry.get_log_id() == &place.log_id {
-            true => Ok(entry),
-            false => Err(damaged(
-                &path,
-                place.at,
-                "another entry than the one written there",
-            )),
-        }
+    /// The entries of `range`, from memory or read back from their segments (under the lock:
+    /// see [`LogStore`]'s reads for the way without it).
+    pub(crate) fn entries(&self, range: impl RangeBounds<u64>) -> io::Result<Vec<Entry>> {
+        read_planned(&self.dir, self.plan(range))
     }
+}
 
+/// An entry of a read: in memory already, or where it lies on disk.
+enum Planned {
+    Held(Entry),
+    OnDisk(Located),
+}
+
+/// The entries `plan` names, those on disk read back from their segments in `dir`.
+fn read_planned(dir: &Path, plan: Vec<Planned>) -> io::Result<Vec<Entry>> {
+    let mut opened: BTreeMap<u64, File> = BTreeMap::new();
+    plan.into_iter()
+        .map(|planned| match planned {
+            Planned::Held(entry) => Ok(entry),
+            Planned::OnDisk(place) => read_back(dir, &place, &mut opened),
+        })
+        .collect()
+}
+
+/// The entry at `place`, read from its segment in `dir` (opened once per read in `opened`),
+/// its checksum and id checked.
+fn read_back(dir: &Path, place: &Located, opened: &mut BTreeMap<u64, File>) -> io::Result<Entry> {
+    use std::os::unix::fs::FileExt;
+    let path = segment_path(dir, place.segment);
+    let file = match opened.entry(place.segment) {
+        std::collections::btree_map::Entry::Occupied(file) => file.into_mut(),
+        std::collections::btree_map::Entry::Vacant(slot) => slot.insert(File::open(&path)?),
+    };
+    let mut record = vec![0; usize::try_from(place.bytes).map_err(io::Error::other)?];
+    file.read_exact_at(&mut record, place.at)?;
+    let body = record
+        .get(RECORD_HEADER..)
+        .filter(|body| {
+            body.len() == u32_at(&record, 0) as usize && crc32fast::hash(body) == u32_at(&record, 4)
+        })
+        .ok_or_else(|| damaged(&path, place.at, "a damaged record"))?;
+    let entry: Entry = decode(body).map_err(|why| damaged(&path, place.at, &why.to_string()))?;
+    match entry.get_log_id() == &place.log_id {
+        true => Ok(entry),
+        false => Err(damaged(
+            &path,
+            place.at,
+            "another entry than the one written there",
+        )),
+    }
+}
+
+impl LogFiles {
     fn last_segment(&self) -> u64 {
         self.segments.last().copied().unwrap_or(0)
     }
@@ -627,38 +618,49 @@ struct Records {
     entries: Vec<(u64, u64, Entry)>,
 }
 
-/// The newest entries of a log, kept in memory, and the bytes of their records.
-#[derive(Default)]
+/// The newest entries of a log, kept in memory besides on disk: those of the last `limit`
+/// bytes of records, and always the last one.
+#[derive(Debug)]
 struct Cache {
-    entries: BTreeMap<u64, Entry>,
+    /// By index: the bytes of its record, and the entry.
+    entries: BTreeMap<u64, (u64, Entry)>,
+    /// The bytes of the records of `entries`.
     bytes: u64,
+    limit: u64,
 }
 
 impl Cache {
-    /// Adds `entry`, at `index` as `located` places it, then lets the oldest go while the
-    /// entries' records take more than `limit` bytes (the newest always stays).
-    fn insert(&mut self, index: u64, entry: Entry, located: &BTreeMap<u64, Located>, limit: u64) {
-        let size = |index: &u64| located.get(index).map_or(0, |place| place.bytes);
-        if let Some(replaced) = self.entries.insert(index, entry) {
-            drop(replaced);
-            self.bytes -= size(&index).min(self.bytes);
+    fn new(limit: u64) -> Cache {
+        Cache {
+            entries: BTreeMap::new(),
+            bytes: 0,
+            limit,
         }
-        self.bytes += size(&index);
-        self.shrink_to(limit, located);
     }
 
-    /// Lets the oldest entries go while their records take more than `limit` bytes (the newest
-    /// always stays).
-    fn shrink_to(&mut self, limit: u64, located: &BTreeMap<u64, Located>) {
-        while self.bytes > limit && self.entries.len() > 1 {
-            let Some((oldest, _)) = self.entries.pop_first() else {
+    /// Adds `entry`, at `index`, whose record takes `bytes`, then lets the oldest go past the
+    /// limit.
+    fn insert(&mut self, index: u64, bytes: u64, entry: Entry) {
+        if let Some((replaced, _)) = self.entries.insert(index, (bytes, entry)) {
+            self.bytes -= replaced;
+        }
+        self.bytes += bytes;
+        while self.bytes > self.limit && self.entries.len() > 1 {
+            let Some((_, (oldest, _))) = self.entries.pop_first() else {
                 break;
             };
-            self.bytes -= located
-                .get(&oldest)
-                .map_or(0, |place| place.bytes)
-                .min(self.bytes);
+            self.bytes -= oldest;
         }
+    }
+
+    fn get(&self, index: u64) -> Option<&Entry> {
+        self.entries.get(&index).map(|(_, entry)| entry)
+    }
+
+    /// Keeps only the entries whose index `keep` says.
+    fn retain(&mut self, mut keep: impl FnMut(u64) -> bool) {
+        self.entries.retain(|index, _| keep(*index));
+        self.bytes = self.entries.values().map(|(bytes, _)| bytes).sum();
     }
 }
 
@@ -838,8 +840,23 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        self.files()
-            .entries(range)
+        // Read back outside the lock, so that appends go on meanwhile; should the log change
+        // under the read (a purge removing a segment), it is read again under the lock.
+        let (dir, plan) = {
+            let files = self.files();
+            (files.dir.clone(), files.plan(range.clone()))
+        };
+        if plan
+            .iter()
+            .all(|planned| matches!(planned, Planned::Held(_)))
+        {
+            return read_planned(&dir, plan)
+                .map_err(|error| StorageIOError::read_logs(&error).into());
+        }
+        let read = tokio::task::spawn_blocking(move || read_planned(&dir, plan))
+            .await
+            .unwrap_or_else(|stopped| Err(io::Error::other(stopped.to_string())));
+        read.or_else(|_| self.files().entries(range))
             .map_err(|error| StorageIOError::read_logs(&error).into())
     }
 }
@@ -966,31 +983,34 @@ mod tests {
             let mut files = store.files();
             // Room for about three entries.
             let record = Records::of([entry(0)]).unwrap().bytes.len() as u64;
-            files.cache_limit = 3 * record;
+            files.cache = Cache::new(3 * record);
             for index in 0..=20 {
                 append(&mut files, [entry(index)]);
             }
             assert_eq!(
-                files.cached.keys().copied().collect::<Vec<_>>(),
+                files.cache.entries.keys().copied().collect::<Vec<_>>(),
                 [18, 19, 20]
             );
-            assert_eq!(files.cached_bytes, 3 * record);
+            assert_eq!(files.cache.bytes, 3 * record);
             drop(files);
             assert_eq!(all(&store), (0..=20).map(entry).collect::<Vec<_>>());
             // Cut and purged entries leave memory too; the others are still read back.
             let mut files = store.files();
             files.truncate(19).unwrap();
-            assert_eq!(files.cached.keys().copied().collect::<Vec<_>>(), [18]);
+            assert_eq!(
+                files.cache.entries.keys().copied().collect::<Vec<_>>(),
+                [18]
+            );
             files
                 .purge(LogId::new(CommittedLeaderId::new(1, 1), 4))
                 .unwrap();
             assert_eq!(files.entries(3..=6).unwrap(), vec![entry(5), entry(6)]);
             append(&mut files, (19..=22).map(entry));
             assert_eq!(
-                files.cached.keys().copied().collect::<Vec<_>>(),
+                files.cache.entries.keys().copied().collect::<Vec<_>>(),
                 [20, 21, 22]
             );
-            assert_eq!(files.cached_bytes, 3 * record);
+            assert_eq!(files.cache.bytes, 3 * record);
         }
         // Reopened, the log reads every entry back, however many segments it spans.
         let store = open();
@@ -999,9 +1019,7 @@ mod tests {
         // A record damaged after it was read is refused when it is read back, not served.
         let damaged = {
             let mut files = store.files();
-            files.cache_limit = 0;
-            files.cached.clear();
-            files.cached_bytes = 0;
+            files.cache = Cache::new(0);
             files.located[&7]
         };
         let path = segment_path(dir.path(), damaged.segment);
