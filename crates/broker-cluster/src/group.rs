@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, ClientWriteError, Fatal, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::{Raft, RaftMetrics, ServerState};
 
 use crate::types::{Applied, ClusterNode, NodeId, Proposal, TypeConfig};
@@ -46,8 +46,7 @@ impl GroupCore {
     ///
     /// # Errors
     /// [`ProposeError::NotLeader`] on a node that is not the leader (nothing was proposed);
-    /// [`ProposeError::Unavailable`] when the node failed (one whose part in the group stopped
-    /// answers [`ProposeError::NotLeader`], naming no leader).
+    /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
     pub(crate) async fn propose(&self, proposal: Proposal) -> Result<Applied, ProposeError> {
         if self.is_cut_off() || self.knows_removed() {
             return Err(ProposeError::NotLeader { leader: None });
@@ -106,9 +105,6 @@ impl GroupCore {
             RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)) => {
                 ProposeError::NotLeader { leader: None }
             }
-            // (Stopped: the node's part in the group ended, as when it drops a copy the group
-            // gave up; another node may serve it.)
-            RaftError::Fatal(Fatal::Stopped) => ProposeError::NotLeader { leader: None },
             RaftError::Fatal(fatal) => ProposeError::Unavailable(fatal.to_string()),
         }
     }
@@ -199,9 +195,6 @@ impl GroupCore {
             RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => {
                 ProposeError::Refused(error.to_string())
             }
-            // (Stopped: the node's part in the group ended, as when it drops a copy the group
-            // gave up; another node may serve it.)
-            RaftError::Fatal(Fatal::Stopped) => ProposeError::NotLeader { leader: None },
             RaftError::Fatal(fatal) => ProposeError::Unavailable(fatal.to_string()),
         }
     }

@@ -367,8 +367,9 @@ pub enum ProposeError {
         /// The leader's id and addresses, if known.
         leader: Option<(NodeId, ClusterNode)>,
     },
-    /// The node cannot serve the call now: its storage failed, it holds no copy of the group to
-    /// read, or the node it asked did not answer in time.
+    /// The node cannot serve the call now: it is shutting down (or its part in the group
+    /// stopped), its storage failed, it holds no copy of the group to read, or the node it asked
+    /// did not answer in time. A proposal answered so may or may not have been applied.
     #[error("the cluster cannot take changes: {0}")]
     Unavailable(String),
     /// The change asked for cannot be made (a membership change that would leave no voter, or
@@ -912,8 +913,7 @@ impl Cluster {
     ///
     /// # Errors
     /// [`ProposeError::NotLeader`] on a node that is not the leader (nothing was proposed);
-    /// [`ProposeError::Unavailable`] when the node failed (one whose part in the group stopped
-    /// answers [`ProposeError::NotLeader`], naming no leader).
+    /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
     pub async fn propose(&self, proposal: Proposal) -> Result<Applied, ProposeError> {
         if matches!(proposal, Proposal::NamedCommands { .. })
             && !self.named_commands_known.load(Ordering::Acquire)

@@ -27,8 +27,7 @@ impl Cluster {
     /// [`ProposeError::Pending`] when the node has not caught up within `wait` (it stays a
     /// learner and keeps catching up: adding it again later makes it a voter), or the change
     /// was not committed within `wait`;
-    /// [`ProposeError::Unavailable`] when the node failed (one whose part in the group stopped
-    /// answers [`ProposeError::NotLeader`], naming no leader).
+    /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
     pub async fn add_node(
         &self,
         id: NodeId,
@@ -111,8 +110,7 @@ impl Cluster {
     /// [`ProposeError::Refused`] when `id` is not a member or is the last voter;
     /// [`ProposeError::Pending`] when the change was not committed within `wait` (a majority
     /// is missing: it may still be);
-    /// [`ProposeError::Unavailable`] when the node failed (one whose part in the group stopped
-    /// answers [`ProposeError::NotLeader`], naming no leader).
+    /// [`ProposeError::Unavailable`] when the node is shutting down or failed.
     pub async fn remove_node(&self, id: NodeId, wait: Duration) -> Result<(), ProposeError> {
         self.ensure_leader()?;
         self.leaves_a_reachable_majority(&self.removable(id)?, id)?;
