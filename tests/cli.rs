@@ -2142,3 +2142,72 @@ fn configure_changes_the_limits_it_names_and_a_lowered_limit_holds_at_once() {
         "{help:#?}"
     );
 }
+
+#[test]
+fn producers_lists_each_partitions_idempotent_producers_in_a_table_and_json() {
+    let server = ServerProcess::start(&[]);
+    broker(&server, &["create", "t", "--partitions", "2"]).ok();
+    let none = broker(&server, &["producers", "t"]);
+    assert!(
+        none.ok().starts_with("t: no idempotent producers"),
+        "{none:#?}"
+    );
+    // Two producers: 7 stores three records on partition 0 and one on partition 1, 9 two on 1.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = broker_client::Client::connect(server.addr).await.unwrap();
+        let batch = |partition: i32, sequence: u64, count: usize| broker_client::PartitionBatch {
+            partition,
+            sequence,
+            records: (0..count)
+                .map(|_| broker_client::PublishRecord::to_partition(partition, "x"))
+                .collect(),
+        };
+        client
+            .publish_idempotent("t", 7, vec![batch(0, 0, 3), batch(1, 0, 1)])
+            .await
+            .unwrap();
+        client
+            .publish_idempotent("t", 9, vec![batch(1, 0, 2)])
+            .await
+            .unwrap();
+    });
+    let run = broker(&server, &["producers", "t"]);
+    let text = run.ok();
+    assert!(text.starts_with("t: idempotent producers\n"), "{text}");
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows.iter().map(|row| row[..4].to_vec()).collect::<Vec<_>>(),
+        vec![
+            vec!["PARTITION", "PRODUCER", "NEXT", "SEQUENCE"],
+            vec!["0", "7", "3", "2"],
+            vec!["1", "7", "1", "0"],
+            vec!["1", "9", "2", "2"],
+        ],
+        "{text}"
+    );
+    let json: Value =
+        serde_json::from_str(broker(&server, &["producers", "t", "-p", "1", "--json"]).ok())
+            .unwrap();
+    let rows = json.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{json}");
+    assert_eq!(rows[1]["producer"], 9);
+    assert_eq!(rows[1]["next_sequence"], 2);
+    assert_eq!(rows[1]["last_offset"], 2);
+    assert!(rows[1]["last_seen_ms"].as_i64().unwrap() > 0, "{json}");
+    // A partition the topic does not have, and a topic that does not exist, are refusals.
+    let missing = broker(&server, &["producers", "t", "-p", "2"]);
+    assert!(
+        missing.one_error_line().contains("partition"),
+        "{missing:#?}"
+    );
+    let unknown = broker(&server, &["producers", "nothing"]);
+    assert!(unknown.one_error_line().contains("nothing"), "{unknown:#?}");
+}

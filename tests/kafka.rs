@@ -394,6 +394,57 @@ async fn aiokafka_produces_idempotently_and_consumes_in_a_group() {
         lag.iter().all(|row| row.lag == 0 && row.committed == 10),
         "{lag:?}"
     );
+    // Kafka's DescribeProducers lists the producer on each partition with the last sequence
+    // number it sent there, and the broker's own call the number it expects next.
+    let listed = describe_producers(&kafka, "aio", &[0, 1]);
+    assert_eq!(listed.len(), 2);
+    let producer = listed[0].active_producers[0].producer_id;
+    assert!(producer.0 >= 0, "{listed:?}");
+    for partition in &listed {
+        assert_eq!(partition.error_code, 0, "{listed:?}");
+        assert_eq!(partition.active_producers.len(), 1, "{listed:?}");
+        let state = &partition.active_producers[0];
+        assert_eq!((state.producer_id, state.last_sequence), (producer, 9));
+        assert!(state.last_timestamp >= first_timestamp, "{listed:?}");
+        let native = client
+            .producers("aio", partition.partition_index)
+            .await
+            .unwrap();
+        assert_eq!(native.len(), 1);
+        assert_eq!(native[0].next_sequence, 10);
+        assert_eq!(native[0].last_offset, Some(9));
+    }
+}
+
+/// Kafka's DescribeProducers (version 0) of `partitions` of `topic`, asked of the listener at
+/// `kafka`: each partition's answer.
+fn describe_producers(
+    kafka: &str,
+    topic: &str,
+    partitions: &[i32],
+) -> Vec<kafka_protocol::messages::describe_producers_response::PartitionResponse> {
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse};
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+    let request = DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+        .with_name(kafka_protocol::messages::TopicName(StrBytes::from_string(
+            topic.to_owned(),
+        )))
+        .with_partition_indexes(partitions.to_vec())]);
+    // A flexible request: its header ends with an empty set of tagged fields.
+    let mut body = bytes::BytesMut::from(&[0_u8][..]);
+    request.encode(&mut body, 0).unwrap();
+    let mut stream = TcpStream::connect(kafka).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write_request(&mut stream, 61, 0, 1, &body);
+    let (id, answer) = read_response(&mut stream);
+    assert_eq!(id, 1);
+    // The response header's tagged fields, then the answer.
+    let mut answer = bytes::Bytes::from(answer).slice(1..);
+    let mut response = DescribeProducersResponse::decode(&mut answer, 0).unwrap();
+    response.topics.remove(0).partitions
 }
 
 #[tokio::test]

@@ -159,6 +159,11 @@ pub enum Command {
     /// Show, per partition, the first offset at or after a time: where a replay from then
     /// starts.
     Offsets(Connected<OffsetsArgs>),
+    /// Show the idempotent producers each partition of a topic remembers: each one's id, the
+    /// sequence number it must send next, the offset of the last record it stored and when it
+    /// last published. Producers of the Rust client and Kafka's idempotent producers are
+    /// listed; a topic remembers its 10,000 most recent.
+    Producers(Connected<ProducersArgs>),
     /// Disk sizing: message size × rate × retention × replication, plus headroom. Talks to no
     /// server.
     Size(SizeArgs),
@@ -199,6 +204,7 @@ impl Command {
             Command::Group(GroupCommand::Delete(c)) => Some(&c.connect),
             Command::Group(GroupCommand::Configure(c)) => Some(&c.connect),
             Command::Offsets(c) => Some(&c.connect),
+            Command::Producers(c) => Some(&c.connect),
             Command::Ping(c) => Some(&c.connect),
             Command::Top(c) => Some(&c.connect),
             Command::Bench(c) => Some(&c.connect),
@@ -897,6 +903,19 @@ pub struct OffsetsArgs {
     /// The time this long ago: 1h, 30m, 2d.
     #[arg(long, group = "when", value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub ago: Option<Duration>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `broker producers`.
+#[derive(Debug, Args)]
+pub struct ProducersArgs {
+    /// Topic.
+    pub topic: String,
+    /// Only this partition (every partition when not given).
+    #[arg(long, short)]
+    pub partition: Option<i32>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -20,7 +20,7 @@ use crate::cli::{
     AssignorArg, ClusterCommand, Command, ConfigureArgs, ConfigureTopicArgs, ConnectArgs,
     ConsumeArgs, ConsumeMode, CreateArgs, DeleteArgs, DescribeArgs, DiscardArg, GroupArgs,
     GroupCommand, JoinArgs, KeyHashArg, LagArgs, LimitArgs, MemberArgs, OffsetsArgs, PingArgs,
-    PublishArgs, PurgeArgs, ResetArgs, SizeArgs, StartAtArg,
+    ProducersArgs, PublishArgs, PurgeArgs, ResetArgs, SizeArgs, StartAtArg,
 };
 use crate::retention::RetentionArg;
 use crate::{bench, cluster, output, size};
@@ -64,6 +64,7 @@ pub async fn run(connect: Option<ConnectArgs>, command: Command) -> anyhow::Resu
             configure_group(&server.connect().await?, c.args).await
         }
         Command::Offsets(c) => offsets(&server.connect().await?, c.args).await,
+        Command::Producers(c) => producers(&server.connect().await?, c.args).await,
         Command::Publish(c) => publish(&server.connect().await?, c.args).await,
         Command::Consume(c) => consume(&server.connect().await?, c.args).await,
         Command::Join(c) => join(&server.connect().await?, c.args).await,
@@ -480,6 +481,42 @@ async fn offsets(client: &Client, args: OffsetsArgs) -> anyhow::Result<()> {
         outln!("{}", serde_json::to_string_pretty(&rows)?)?;
     } else {
         print!("{}", output::offsets_text(&args.topic, at, &rows));
+    }
+    Ok(())
+}
+
+async fn producers(client: &Client, args: ProducersArgs) -> anyhow::Result<()> {
+    let partitions = match args.partition {
+        Some(partition) => vec![partition],
+        None => client
+            .describe_topic(&args.topic)
+            .await?
+            .partitions
+            .iter()
+            .map(|partition| partition.partition)
+            .collect(),
+    };
+    let mut rows = Vec::new();
+    for partition in partitions {
+        let states = client.producers(&args.topic, partition).await?;
+        rows.extend(states.into_iter().map(|state| (partition, state)));
+    }
+    if args.json {
+        let rows: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(partition, state)| {
+                serde_json::json!({
+                    "partition": partition,
+                    "producer": state.producer,
+                    "next_sequence": state.next_sequence,
+                    "last_offset": state.last_offset,
+                    "last_seen_ms": state.last_seen_ms,
+                })
+            })
+            .collect();
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
+    } else {
+        print!("{}", output::producers_text(&args.topic, &rows));
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use broker_client::{
     duration_text, Assignor, BrokerDescription, BrokerRecord, GroupSetting, KeyHash, PartitionLag,
-    Retention, StartAt, TopicDescription, TopicSetting,
+    ProducerState, Retention, StartAt, TopicDescription, TopicSetting,
 };
 use comfy_table::{presets::NOTHING, Table};
 use serde_json::json;
@@ -115,6 +115,35 @@ pub fn offsets_text(topic: &str, at: i64, rows: &[serde_json::Value]) -> String 
         "{topic}: first records at or after {}\n{table}\n",
         time_text(at)
     )
+}
+
+/// Each partition's idempotent producers, one row each.
+pub fn producers_text(topic: &str, rows: &[(i32, ProducerState)]) -> String {
+    if rows.is_empty() {
+        return format!(
+            "{topic}: no idempotent producers (the Rust client's Producer and Kafka's \
+             idempotent producers are listed once they publish)\n"
+        );
+    }
+    let mut table = table(&[
+        "PARTITION",
+        "PRODUCER",
+        "NEXT SEQUENCE",
+        "LAST OFFSET",
+        "LAST PUBLISHED",
+    ]);
+    for (partition, state) in rows {
+        table.add_row(vec![
+            partition.to_string(),
+            state.producer.to_string(),
+            state.next_sequence.to_string(),
+            state
+                .last_offset
+                .map_or_else(|| "-".to_owned(), |offset| offset.to_string()),
+            time_text(state.last_seen_ms),
+        ]);
+    }
+    format!("{topic}: idempotent producers\n{table}\n")
 }
 
 fn table(header: &[&str]) -> Table {

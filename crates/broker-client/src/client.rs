@@ -11,7 +11,7 @@ use broker_core::EventBroker;
 use broker_core::{
     Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterMember, ClusterStatus,
     Command, GroupSetting, GroupStatus, KeyHash, Outcome, PartitionBatch, PartitionLag,
-    PartitionRead, PublishRecord, ResetTo, TopicDescription, TopicSetting,
+    PartitionRead, ProducerState, PublishRecord, ResetTo, TopicDescription, TopicSetting,
 };
 use broker_proto::{ErrorReply, ServerLimits};
 use bytes::Bytes;
@@ -1792,6 +1792,41 @@ impl Client {
         match self.send(command, Duration::ZERO).await? {
             Outcome::Offset(offset) => Ok(offset),
             other => Err(unexpected("end_offset", &other)),
+        }
+    }
+
+    /// [`EventBroker::producers`] over the network: the idempotent producers a partition
+    /// remembers (such as a [`crate::Producer`] with idempotence), by ascending id, each with
+    /// the sequence number it must send next there. Needs a server of protocol version 14 (an
+    /// older one answers [`Error::Server`] with `MalformedRequest`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic or a partition it does not
+    /// have; otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// for state in client.producers("orders", 0).await? {
+    ///     println!("producer {} sends number {} next", state.producer, state.next_sequence);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn producers(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Vec<ProducerState>, Error> {
+        let command = Command::Producers {
+            topic: topic.to_owned(),
+            partition,
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Producers(states) => Ok(states),
+            other => Err(unexpected("producers", &other)),
         }
     }
 

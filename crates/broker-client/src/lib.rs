@@ -74,9 +74,9 @@ pub use broker_core::{
     BrokerRecord, ClusterMember, ClusterStatus, Command, Discard, DurationError, GroupDescription,
     GroupPartitionDescription, GroupSetting, GroupSettings, GroupStatus, Header, KeyHash,
     MemberDescription, NameRules, NodeAddress, NodeRole, Outcome, PartitionBatch,
-    PartitionDescription, PartitionLag, PartitionRead, PublishRecord, ResetTo, Retention, StartAt,
-    TopicDescription, TopicName, TopicPlacement, TopicSetting, TopicSettings, MAX_ACKS,
-    MAX_BATCH_RECORDS, MAX_FETCH_RECORDS, MAX_POLL_RECORDS,
+    PartitionDescription, PartitionLag, PartitionRead, ProducerState, PublishRecord, ResetTo,
+    Retention, StartAt, TopicDescription, TopicName, TopicPlacement, TopicSetting, TopicSettings,
+    MAX_ACKS, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS, MAX_POLL_RECORDS,
 };
 pub use broker_proto::{ErrorReply, ServerLimits};
 pub use builder::{

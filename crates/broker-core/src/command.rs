@@ -17,8 +17,8 @@ use strum::{EnumCount, EnumDiscriminants, EnumIter, IntoStaticStr};
 
 use crate::{
     Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterMember, ClusterStatus,
-    GroupSetting, GroupStatus, KeyHash, PartitionBatch, PartitionLag, PartitionRead, PublishRecord,
-    ResetTo, TopicSetting,
+    GroupSetting, GroupStatus, KeyHash, PartitionBatch, PartitionLag, PartitionRead, ProducerState,
+    PublishRecord, ResetTo, TopicSetting,
 };
 
 /// One broker call with its arguments. Each variant mirrors the [`crate::EventBroker`] method of
@@ -397,6 +397,13 @@ pub enum Command {
         /// The group it is to live in (1 is the first group).
         group: u32,
     },
+    /// [`crate::EventBroker::producers`] (protocol version 14).
+    Producers {
+        /// Topic identifier.
+        topic: String,
+        /// The partition.
+        partition: i32,
+    },
 }
 
 /// What answers a command ([`CommandKind::scope`]).
@@ -472,7 +479,8 @@ impl CommandKind {
             | CommandKind::ConfigureGroup
             | CommandKind::ConfigureTopic
             | CommandKind::Purge
-            | CommandKind::ResetGroup => Scope::Broker,
+            | CommandKind::ResetGroup
+            | CommandKind::Producers => Scope::Broker,
         }
     }
 
@@ -494,7 +502,8 @@ impl CommandKind {
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
             | CommandKind::MoveTopic
-            | CommandKind::Metadata => true,
+            | CommandKind::Metadata
+            | CommandKind::Producers => true,
             CommandKind::PublishIdempotent
             | CommandKind::CommitGroup
             | CommandKind::AddPartitions
@@ -545,7 +554,8 @@ impl CommandKind {
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
             | CommandKind::MoveTopic
-            | CommandKind::Metadata => false,
+            | CommandKind::Metadata
+            | CommandKind::Producers => false,
             CommandKind::DeleteTopic | CommandKind::DeleteGroup => {
                 !matches!(outcome, Outcome::Deleted(false))
             }
@@ -620,7 +630,8 @@ impl CommandKind {
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
             | CommandKind::MoveTopic
-            | CommandKind::Metadata => false,
+            | CommandKind::Metadata
+            | CommandKind::Producers => false,
         }
     }
 
@@ -665,7 +676,8 @@ impl CommandKind {
             | CommandKind::Metadata
             | CommandKind::Read
             | CommandKind::CommitGroup
-            | CommandKind::PublishIdempotent => Membership::Unchanged,
+            | CommandKind::PublishIdempotent
+            | CommandKind::Producers => Membership::Unchanged,
         }
     }
 
@@ -709,6 +721,7 @@ impl CommandKind {
             CommandKind::ConfigureTopic => 9,
             CommandKind::GroupsStatus => 10,
             CommandKind::MoveTopic => 13,
+            CommandKind::Producers => 14,
         }
     }
 
@@ -777,7 +790,8 @@ impl Command {
             | Command::Read { topic, .. }
             | Command::CommitGroup { topic, .. }
             | Command::PublishIdempotent { topic, .. }
-            | Command::MoveTopic { topic, .. } => Some(topic),
+            | Command::MoveTopic { topic, .. }
+            | Command::Producers { topic, .. } => Some(topic),
             Command::Describe { topic } | Command::Metadata { topic } => topic.as_deref(),
             Command::ClusterStatus
             | Command::GroupsStatus
@@ -830,7 +844,8 @@ impl Command {
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
             | Command::MoveTopic { .. }
-            | Command::Metadata { .. } => None,
+            | Command::Metadata { .. }
+            | Command::Producers { .. } => None,
         }
     }
 
@@ -932,7 +947,8 @@ impl Command {
             | Command::Metadata { .. }
             | Command::Read { .. }
             | Command::CommitGroup { .. }
-            | Command::PublishIdempotent { .. } => None,
+            | Command::PublishIdempotent { .. }
+            | Command::Producers { .. } => None,
         }
     }
 
@@ -998,7 +1014,8 @@ impl Command {
             | Command::MoveTopic { .. }
             | Command::Metadata { .. }
             | Command::CommitGroup { .. }
-            | Command::PublishIdempotent { .. } => None,
+            | Command::PublishIdempotent { .. }
+            | Command::Producers { .. } => None,
         }
     }
 
@@ -1050,7 +1067,8 @@ impl Command {
             | Command::MoveTopic { .. }
             | Command::Metadata { .. }
             | Command::Read { .. }
-            | Command::CommitGroup { .. } => None,
+            | Command::CommitGroup { .. }
+            | Command::Producers { .. } => None,
         }
     }
 
@@ -1125,7 +1143,8 @@ impl Command {
             | Command::MoveTopic { .. }
             | Command::Metadata { .. }
             | Command::CommitGroup { .. }
-            | Command::PublishIdempotent { .. } => None,
+            | Command::PublishIdempotent { .. }
+            | Command::Producers { .. } => None,
         }
     }
 }
@@ -1204,6 +1223,9 @@ pub enum Outcome {
     TopicSettings(Vec<TopicSetting>),
     /// [`Command::GroupsStatus`]: each group the node asked hosts, by ascending id.
     GroupsStatus(Vec<GroupStatus>),
+    /// [`Command::Producers`]: the idempotent producers the partition remembers, by ascending
+    /// id.
+    Producers(Vec<ProducerState>),
 }
 
 /// How many records an [`Outcome`] stored, handed out, acknowledged or released: what a server
@@ -1272,6 +1294,7 @@ impl Outcome {
             | Outcome::TopicSettings(_)
             | Outcome::ClusterStatus(_)
             | Outcome::GroupsStatus(_)
+            | Outcome::Producers(_)
             | Outcome::Members(_)
             | Outcome::Metadata(_) => RecordCounts::default(),
         }
@@ -1307,6 +1330,7 @@ impl Outcome {
             | Outcome::TopicSettings(_)
             | Outcome::ClusterStatus(_)
             | Outcome::GroupsStatus(_)
+            | Outcome::Producers(_)
             | Outcome::Members(_)
             | Outcome::Metadata(_) => None,
         }
@@ -1348,6 +1372,7 @@ impl Outcome {
             | Outcome::TopicSettings(_)
             | Outcome::ClusterStatus(_)
             | Outcome::GroupsStatus(_)
+            | Outcome::Producers(_)
             | Outcome::Members(_)
             | Outcome::Metadata(_)
             | Outcome::Read(_)) => unchanged,

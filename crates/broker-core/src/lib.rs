@@ -65,7 +65,7 @@ pub use state::{
 pub use strum::IntoEnumIterator;
 pub use types::{
     Assignor, BrokerRecord, Header, KeyHash, PartitionBatch, PartitionLag, PartitionRead,
-    PublishRecord, ResetTo,
+    ProducerState, PublishRecord, ResetTo,
 };
 pub use validate::{
     check_headers, companions_of, NameRules, MAX_ACKS, MAX_BATCH_RECORDS, MAX_CAPACITY,
@@ -313,6 +313,19 @@ impl EventBroker {
         batches: Vec<PartitionBatch>,
     ) -> Result<Vec<(i32, i64)>, BrokerError> {
         self.lock().publish_idempotent(topic, producer, batches)
+    }
+
+    /// The idempotent producers `partition` of `topic` remembers (see
+    /// [`EventBroker::publish_idempotent`]), by ascending id: at most [`MAX_PRODUCERS`].
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or unknown topic or a partition it does not have.
+    pub fn producers(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Vec<ProducerState>, BrokerError> {
+        self.lock().producers(topic, partition)
     }
 
     /// Moves the broker's clock to `now_ms` (milliseconds since the Unix epoch) if that is later

@@ -262,6 +262,23 @@ pub struct PartitionLag {
     pub skipped: u64,
 }
 
+/// What a partition remembers of one idempotent producer, as
+/// [`crate::EventBroker::producers`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProducerState {
+    /// The producer's id, as it publishes with it.
+    pub producer: u64,
+    /// The sequence number its next new record on the partition must have: one past the last
+    /// record it stored there (0 before it stored any).
+    pub next_sequence: u64,
+    /// The offset of the last record it stored on the partition, while the partition can still
+    /// answer a repeat of that record's batch (`None` once it cannot).
+    pub last_offset: Option<i64>,
+    /// The broker's clock when it last published to the topic, in milliseconds since the Unix
+    /// epoch.
+    pub last_seen_ms: i64,
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

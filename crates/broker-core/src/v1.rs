@@ -617,6 +617,7 @@ impl TryFrom<crate::Outcome> for Outcome {
             | Current::TopicSettings(_)
             | Current::ClusterStatus(_)
             | Current::GroupsStatus(_)
+            | Current::Producers(_)
             | Current::Members(_)
             | Current::Metadata(_)
             | Current::Read(_) => return Err(NotInVersion1(name)),

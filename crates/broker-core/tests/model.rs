@@ -20,8 +20,8 @@ use broker_core::{
     hash, Assignor, BrokerDescription, BrokerError, BrokerRecord, BrokerState, Command, Discard,
     EventBroker, GroupDescription, GroupPartitionDescription, GroupSetting, GroupSettings, Header,
     KeyHash, MemberDescription, Outcome, PartitionBatch, PartitionDescription, PartitionLag,
-    PartitionRead, PublishRecord, ResetTo, Retention, StartAt, TopicDescription, TopicSetting,
-    TopicSettings,
+    PartitionRead, ProducerState, PublishRecord, ResetTo, Retention, StartAt, TopicDescription,
+    TopicSetting, TopicSettings,
 };
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -68,6 +68,8 @@ struct ModelTopic {
     groups: BTreeMap<String, ModelGroup>,
     /// Every batch of records an idempotent producer stored, by producer and partition.
     batches: BTreeMap<(u64, usize), Vec<StoredBatch>>,
+    /// Each idempotent producer's last publish: when, and every partition its batches named.
+    producers: BTreeMap<u64, (i64, BTreeSet<usize>)>,
 }
 
 /// The sequence number and offset of each record of a batch an idempotent producer stored.
@@ -471,6 +473,7 @@ impl Model {
                         logs: vec![ModelLog::default(); *partition_count as usize],
                         groups: BTreeMap::new(),
                         batches: BTreeMap::new(),
+                        producers: BTreeMap::new(),
                     },
                 );
                 Ok(Outcome::Created(true))
@@ -864,6 +867,29 @@ impl Model {
                 let p = partition_of(t, *partition)?;
                 Ok(Outcome::Offset(t.logs[p].end()))
             }
+            Command::Producers { topic, partition } => {
+                let t = self.topic(topic)?;
+                let p = partition_of(t, *partition)?;
+                let states = t
+                    .producers
+                    .iter()
+                    .filter(|(_, (_, partitions))| partitions.contains(&p))
+                    .map(|(&producer, &(last_seen_ms, _))| {
+                        let stored = t.batches.get(&(producer, p));
+                        ProducerState {
+                            producer,
+                            next_sequence: stored.map_or(0, |stored| {
+                                stored.iter().map(Vec::len).sum::<usize>() as u64
+                            }),
+                            last_offset: stored
+                                .and_then(|stored| stored.last()?.last())
+                                .map(|&(_, offset)| offset),
+                            last_seen_ms,
+                        }
+                    })
+                    .collect();
+                Ok(Outcome::Producers(states))
+            }
             Command::Lag { topic, group } => {
                 ids(&[group])?;
                 let t = self.topic(topic)?;
@@ -1174,6 +1200,11 @@ impl Model {
                         repeated.push((batch.partition, offset));
                     }
                     checked.push((p, repeated));
+                }
+                if !batches.is_empty() {
+                    let (last_seen, partitions) = t.producers.entry(*producer).or_default();
+                    *last_seen = now;
+                    partitions.extend(checked.iter().map(|(p, _)| *p));
                 }
                 let mut placed = Vec::new();
                 for (batch, (p, repeated)) in batches.iter().zip(checked) {
@@ -1569,6 +1600,9 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
             broker.end_offset(&topic, partition).map(Outcome::Offset)
         }
         Command::Lag { topic, group } => broker.lag(&topic, &group).map(Outcome::Lag),
+        Command::Producers { topic, partition } => {
+            broker.producers(&topic, partition).map(Outcome::Producers)
+        }
         Command::Describe { topic: None } => Ok(Outcome::Description(broker.describe())),
         describe @ Command::Describe { .. } => broker.apply(describe),
         Command::AddPartitions {
@@ -1928,6 +1962,8 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|(topic, partition)| Command::EndOffset { topic, partition }),
         1 => (topic_id(), group_id()).prop_map(|(topic, group)| Command::Lag { topic, group }),
         1 => proptest::option::of(topic_id()).prop_map(|topic| Command::Describe { topic }),
+        1 => (topic_id(), partition())
+            .prop_map(|(topic, partition)| Command::Producers { topic, partition }),
         1 => (topic_id(), prop_oneof![4 => 1..6_i32, 1 => Just(0), 1 => Just(65)]).prop_map(
             |(topic, partition_count)| Command::AddPartitions { topic, partition_count }
         ),
@@ -2617,6 +2653,11 @@ fn generated_sequences_reach_every_interesting_case() {
                     Command::PublishIdempotent { .. },
                     Answer::Ok(Outcome::PublishedBatch(placed)),
                 ) if !placed.is_empty() => "produced",
+                (Command::Producers { .. }, Answer::Ok(Outcome::Producers(states)))
+                    if states.iter().any(|state| state.last_offset.is_some()) =>
+                {
+                    "producers listed"
+                }
                 _ => "other",
             };
             *seen.entry(kind).or_default() += 1;
@@ -2659,6 +2700,7 @@ fn generated_sequences_reach_every_interesting_case() {
         ("partitions added", 5),
         ("produced", 10),
         ("produced again", 10),
+        ("producers listed", 5),
     ] {
         assert!(
             seen.get(kind).copied().unwrap_or(0) >= at_least,

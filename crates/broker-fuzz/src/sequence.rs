@@ -312,6 +312,10 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
             partition: input.below(5) as i32 - 1,
         },
         CommandKind::Lag => Command::Lag { topic, group },
+        CommandKind::Producers => Command::Producers {
+            topic,
+            partition: input.below(5) as i32 - 1,
+        },
         CommandKind::PublishBatch | CommandKind::PublishUntilFull => {
             // One byte says how many records (below 5) and, in what it has left, which kind.
             let count = input.byte();

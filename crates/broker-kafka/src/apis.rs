@@ -52,6 +52,7 @@ pub fn supported_apis() -> &'static [SupportedApi] {
         api(ApiKey::OffsetDelete, 0, 0),
         api(ApiKey::DescribeCluster, 0, 2),
         api(ApiKey::DescribeLogDirs, 1, 4),
+        api(ApiKey::DescribeProducers, 0, 0),
         // Version 1 sends the mechanism's bytes in SaslAuthenticate, version 0 outside Kafka's
         // framing, which the listener does not read: a version 0 handshake is answered
         // UNSUPPORTED_VERSION (see `sasl`). Advertised from 0 all the same, as Kafka's brokers

@@ -167,6 +167,12 @@ pub(crate) fn error_codes(response: &ResponseKind) -> Option<Vec<i16>> {
             )
             .collect(),
         ResponseKind::DescribeCluster(answer) => vec![answer.error_code],
+        ResponseKind::DescribeProducers(answer) => answer
+            .topics
+            .iter()
+            .flat_map(|topic| &topic.partitions)
+            .map(|partition| partition.error_code)
+            .collect(),
         ResponseKind::DescribeLogDirs(answer) => std::iter::once(answer.error_code)
             .chain(answer.results.iter().map(|result| result.error_code))
             .collect(),

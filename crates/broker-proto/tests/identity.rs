@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use broker_core::{
     v1, Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterStatus, Command,
     CommandKind, Discard, GroupSetting, GroupStatus, IntoEnumIterator, KeyHash, NodeRole, Outcome,
-    OutcomeKind, PartitionBatch, PartitionLag, PartitionRead, PublishRecord, ResetTo, Retention,
-    StartAt, TopicSetting,
+    OutcomeKind, PartitionBatch, PartitionLag, PartitionRead, ProducerState, PublishRecord,
+    ResetTo, Retention, StartAt, TopicSetting,
 };
 use broker_proto::{config, ErrorKind, ErrorReply};
 use bytes::Bytes;
@@ -69,6 +69,10 @@ fn command(kind: CommandKind) -> Command {
         CommandKind::RemoveNode => Command::RemoveNode { node_id: 4 },
         CommandKind::TransferLeadership => Command::TransferLeadership { node_id: 2 },
         CommandKind::MoveTopic => Command::MoveTopic { topic, group: 3 },
+        CommandKind::Producers => Command::Producers {
+            topic,
+            partition: 0,
+        },
         CommandKind::Metadata => Command::Metadata { topic: None },
         CommandKind::Create => Command::Create {
             topic,
@@ -300,6 +304,12 @@ fn outcome(kind: OutcomeKind) -> Outcome {
                 members: Vec::new(),
             },
             topics: vec!["t".to_owned()],
+        }]),
+        OutcomeKind::Producers => Outcome::Producers(vec![ProducerState {
+            producer: 1,
+            next_sequence: 2,
+            last_offset: Some(1),
+            last_seen_ms: 0,
         }]),
         OutcomeKind::Members => Outcome::Members(Vec::new()),
         OutcomeKind::Metadata => Outcome::Metadata(BrokerMetadata::default()),

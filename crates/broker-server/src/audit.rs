@@ -118,6 +118,7 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
         | Command::EndOffset { .. }
         | Command::Lag { .. }
         | Command::Describe { .. }
+        | Command::Producers { .. }
         | Command::OffsetForTime { .. }
         | Command::Read { .. }
         | Command::CommitGroup { .. }

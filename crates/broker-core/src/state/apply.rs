@@ -236,6 +236,9 @@ impl BrokerState {
             } => self
                 .publish_idempotent(&topic, producer, batches)
                 .map(Outcome::PublishedBatch),
+            Command::Producers { topic, partition } => {
+                self.producers(&topic, partition).map(Outcome::Producers)
+            }
         }
     }
 }

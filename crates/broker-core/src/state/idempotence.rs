@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 use super::log::StoredRecord;
 use super::{topic_in, BrokerState};
 use crate::validate::{check_batch_len, check_headers};
-use crate::{BrokerError, PartitionBatch, PublishRecord};
+use crate::{BrokerError, PartitionBatch, ProducerState, PublishRecord};
 
 /// How many of a producer's batches per partition can be answered again.
 pub const RECENT_BATCHES: usize = 5;
@@ -63,6 +63,12 @@ impl RecentBatch {
         self.first_offset.checked_add(i64::try_from(index).ok()?)
     }
 
+    /// The offset of its last record (`None` for a batch that stored none).
+    fn last_offset(&self) -> Option<i64> {
+        let last = i64::try_from(self.stored.checked_sub(1)?).ok()?;
+        self.first_offset.checked_add(last)
+    }
+
     /// The offset of each of its records, in order.
     pub(super) fn offsets(self) -> impl Iterator<Item = i64> {
         let stored = i64::try_from(self.stored).unwrap_or(i64::MAX);
@@ -88,6 +94,37 @@ struct Checked {
 }
 
 impl BrokerState {
+    /// See [`crate::EventBroker::producers`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::producers`].
+    pub fn producers(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Vec<ProducerState>, BrokerError> {
+        let topic = self.topic(topic)?;
+        let index = topic.partition(partition)?;
+        let mut producers: Vec<ProducerState> = topic
+            .producers
+            .iter()
+            .filter_map(|(&producer, state)| {
+                let sequences = state.partitions.get(&index)?;
+                Some(ProducerState {
+                    producer,
+                    next_sequence: sequences.next,
+                    last_offset: sequences
+                        .recent
+                        .back()
+                        .and_then(|batch| batch.last_offset()),
+                    last_seen_ms: state.last_seen_ms,
+                })
+            })
+            .collect();
+        producers.sort_unstable_by_key(|state| state.producer);
+        Ok(producers)
+    }
+
     /// See [`crate::EventBroker::publish_idempotent`].
     ///
     /// # Errors

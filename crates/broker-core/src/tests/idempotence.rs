@@ -2,7 +2,7 @@
 //! image.
 
 use super::broker;
-use crate::{BrokerState, EventBroker, PartitionBatch, PublishRecord};
+use crate::{BrokerState, EventBroker, PartitionBatch, ProducerState, PublishRecord};
 
 const PRODUCER: u64 = 7;
 
@@ -127,5 +127,60 @@ fn an_image_batch_that_stored_nothing_is_left_out() {
     assert_eq!(
         back.with_state(|state| state.to_image()),
         b.with_state(|state| state.to_image())
+    );
+}
+
+#[test]
+fn each_partition_lists_the_producers_it_remembers_with_their_next_sequence_and_last_offset() {
+    let (b, _) = with_batches();
+    b.advance_clock(5_000).unwrap();
+    b.publish_idempotent("t", 3, vec![batch(0, 0, 2)]).unwrap();
+    let state = |producer, next_sequence, last_offset, last_seen_ms| ProducerState {
+        producer,
+        next_sequence,
+        last_offset,
+        last_seen_ms,
+    };
+    assert_eq!(
+        b.producers("t", 0).unwrap(),
+        vec![state(3, 2, Some(10), 5_000), state(PRODUCER, 7, Some(8), 0)]
+    );
+    assert_eq!(
+        b.producers("t", 1).unwrap(),
+        vec![state(PRODUCER, 2, Some(1), 0)]
+    );
+    // Read back from an image, the same.
+    let back = EventBroker::from_state(
+        BrokerState::from_image(b.with_state(|state| state.to_image()), None).unwrap(),
+    );
+    assert_eq!(
+        back.producers("t", 0).unwrap(),
+        b.producers("t", 0).unwrap()
+    );
+    for (topic, partition, refusal) in [
+        ("t", 2, "partition"),
+        ("t", -1, "partition"),
+        ("none", 0, "topic"),
+        ("bad name", 0, "topic"),
+    ] {
+        let refused = b.producers(topic, partition).unwrap_err();
+        assert!(refused.to_string().contains(refusal), "{refused}");
+    }
+}
+
+#[test]
+fn a_producer_whose_records_were_all_refused_has_no_last_offset() {
+    let b = broker(1);
+    b.create("t", 1).unwrap();
+    b.publish("t", 0, "fills it").unwrap();
+    assert_eq!(publish(&b, vec![batch(0, 0, 2)]), vec![(0, -1), (0, -1)]);
+    assert_eq!(
+        b.producers("t", 0).unwrap(),
+        vec![ProducerState {
+            producer: PRODUCER,
+            next_sequence: 0,
+            last_offset: None,
+            last_seen_ms: 0,
+        }]
     );
 }

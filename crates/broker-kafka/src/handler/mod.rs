@@ -122,6 +122,9 @@ impl<B: Backend> Handler<'_, B> {
             RequestKind::InitProducerId(request) => {
                 ResponseKind::InitProducerId(init_producer_id(&request))
             }
+            RequestKind::DescribeProducers(request) => {
+                ResponseKind::DescribeProducers(self.describe_producers(request).await)
+            }
             RequestKind::FindCoordinator(request) => {
                 ResponseKind::FindCoordinator(self.find_coordinator(&request))
             }

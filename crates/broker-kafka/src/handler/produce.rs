@@ -1,16 +1,22 @@
-//! Produce and InitProducerId: record batches decoded within one request's limits and
-//! published to their partitions, idempotent producers' batches stored once.
+//! Produce, InitProducerId and DescribeProducers: record batches decoded within one request's
+//! limits and published to their partitions, idempotent producers' batches stored once, and
+//! what each partition remembers of its producers.
 
 use std::collections::BTreeSet;
 
 use broker_core::{
-    Command, Outcome, PartitionBatch, PublishRecord, TopicSettings, MAX_BATCH_RECORDS,
+    Command, Outcome, PartitionBatch, ProducerState, PublishRecord, TopicSettings,
+    MAX_BATCH_RECORDS,
 };
 use broker_proto::ErrorReply;
 use futures::future::join_all;
+use kafka_protocol::messages::describe_producers_response::{
+    self, PartitionResponse, TopicResponse,
+};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
+    DescribeProducersRequest, DescribeProducersResponse, InitProducerIdRequest,
+    InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
 };
 use kafka_protocol::ResponseError;
 
@@ -289,6 +295,64 @@ impl<B: Backend> Handler<'_, B> {
         }
         offsets
     }
+}
+
+impl<B: Backend> Handler<'_, B> {
+    /// What each partition named remembers of the idempotent producers that published to it,
+    /// as Kafka's DescribeProducers: asked of the partition's leader (another node answers
+    /// `NOT_LEADER_OR_FOLLOWER`, and the client asks the leader); an unknown topic or partition
+    /// is `UNKNOWN_TOPIC_OR_PARTITION`. A partition named twice is answered twice.
+    pub(super) async fn describe_producers(
+        &self,
+        request: DescribeProducersRequest,
+    ) -> DescribeProducersResponse {
+        let topics = request.topics.into_iter().map(|topic| async move {
+            let name = topic_name(&topic.name);
+            let partitions = topic.partition_indexes.iter().map(|&partition| {
+                let command = Command::Producers {
+                    topic: name.clone(),
+                    partition,
+                };
+                async move {
+                    let answer = PartitionResponse::default().with_partition_index(partition);
+                    let refusal = match self.call_here(command).await {
+                        Ok(Outcome::Producers(states)) => {
+                            return answer
+                                .with_active_producers(states.iter().map(kafka_producer).collect())
+                        }
+                        Ok(other) => refused(&unexpected(&other)),
+                        Err(refusal) => refused(&refusal),
+                    };
+                    answer
+                        .with_error_code(refusal.0.code())
+                        .with_error_message(message(refusal.1))
+                }
+            });
+            TopicResponse::default()
+                .with_name(topic.name)
+                .with_partitions(join_all(partitions).await)
+        });
+        DescribeProducersResponse::default().with_topics(join_all(topics).await)
+    }
+}
+
+/// One producer as DescribeProducers lists it. The broker keeps a Kafka producer by its id at
+/// epoch 0 (see `records::native_producer`), which is listed as it is; one that bumped its
+/// epoch, and a native producer, are listed under the number the broker keeps them by (its
+/// 64 bits as Kafka's signed id) at epoch 0. The last sequence number is Kafka's, which wraps
+/// past 2^31 - 1 (-1 before the producer stored anything there); no transaction is ever open.
+pub(super) fn kafka_producer(state: &ProducerState) -> describe_producers_response::ProducerState {
+    let last_sequence = state
+        .next_sequence
+        .checked_sub(1)
+        .map_or(-1, |last| (last % (1 << 31)) as i32);
+    describe_producers_response::ProducerState::default()
+        .with_producer_id(ProducerId(i64::from_ne_bytes(state.producer.to_ne_bytes())))
+        .with_producer_epoch(0)
+        .with_last_sequence(last_sequence)
+        .with_last_timestamp(state.last_seen_ms)
+        .with_coordinator_epoch(-1)
+        .with_current_txn_start_offset(-1)
 }
 
 /// A new producer id for an idempotent producer (epoch 0), or a refusal for a transactional

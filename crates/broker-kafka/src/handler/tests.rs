@@ -22,8 +22,8 @@ use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{
     BrokerId, DeleteRecordsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest,
-    GroupId, ListGroupsRequest, MetadataRequest, OffsetCommitRequest, ProduceRequest, RequestKind,
-    ResponseKind, TopicName,
+    GroupId, ListGroupsRequest, MetadataRequest, OffsetCommitRequest, ProduceRequest, ProducerId,
+    RequestKind, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -886,6 +886,13 @@ fn default_request(key: ApiKey) -> RequestKind {
         ApiKey::DescribeCluster => {
             RequestKind::DescribeCluster(DescribeClusterRequest::default().with_endpoint_type(1))
         }
+        ApiKey::DescribeProducers => RequestKind::DescribeProducers(
+            kafka_protocol::messages::DescribeProducersRequest::default().with_topics(vec![
+                kafka_protocol::messages::describe_producers_request::TopicRequest::default()
+                    .with_name(kafka_topic("t"))
+                    .with_partition_indexes(vec![0, 7]),
+            ]),
+        ),
         other => panic!("{other:?} is not supported: add it here"),
     }
 }
@@ -1884,4 +1891,63 @@ async fn a_full_fetch_answer_reads_no_record_of_the_partitions_after_it() {
         .all(|p| p.high_watermark == 1 && p.log_start_offset == 0 && p.error_code == 0));
     let read = node.read_bytes.load(std::sync::atomic::Ordering::Relaxed);
     assert!(read <= 32 * 1000, "read {read} bytes for an answer of 1500");
+}
+
+#[tokio::test]
+async fn describe_producers_lists_each_partitions_idempotent_producers() {
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::DescribeProducersRequest;
+    let broker = broker(100);
+    broker.advance_clock(5_000).unwrap();
+    let stored = produced(ask(&broker, 9, produce(-1, "t", 0, batch(3, Some((42, 0))))).await);
+    assert_eq!(stored.error_code, 0);
+    let topic = |name: &'static str, partitions: Vec<i32>| {
+        TopicRequest::default()
+            .with_name(kafka_topic(name))
+            .with_partition_indexes(partitions)
+    };
+    let request = DescribeProducersRequest::default()
+        .with_topics(vec![topic("t", vec![0, 1, 5]), topic("none", vec![0])]);
+    let Some(ResponseKind::DescribeProducers(response)) =
+        ask(&broker, 0, RequestKind::DescribeProducers(request)).await
+    else {
+        panic!("no answer");
+    };
+    let t = &response.topics[0];
+    assert_eq!(t.name.as_str(), "t");
+    let indexes: Vec<i32> = t.partitions.iter().map(|p| p.partition_index).collect();
+    assert_eq!(indexes, [0, 1, 5]);
+    assert_eq!(t.partitions[0].error_code, 0);
+    let producers = &t.partitions[0].active_producers;
+    assert_eq!(producers.len(), 1);
+    assert_eq!(producers[0].producer_id, ProducerId(42));
+    assert_eq!(producers[0].producer_epoch, 0);
+    assert_eq!(producers[0].last_sequence, 2);
+    assert_eq!(producers[0].last_timestamp, 5_000);
+    assert_eq!(producers[0].coordinator_epoch, -1);
+    assert_eq!(producers[0].current_txn_start_offset, -1);
+    assert_eq!(t.partitions[1].error_code, 0);
+    assert!(t.partitions[1].active_producers.is_empty());
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    assert_eq!(t.partitions[2].error_code, unknown);
+    assert!(t.partitions[2].error_message.is_some());
+    assert_eq!(response.topics[1].partitions[0].error_code, unknown);
+}
+
+#[test]
+fn a_listed_producers_last_sequence_wraps_as_kafkas_and_its_id_keeps_its_bits() {
+    use broker_core::ProducerState;
+    let state = |producer: u64, next_sequence: u64| ProducerState {
+        producer,
+        next_sequence,
+        last_offset: None,
+        last_seen_ms: 0,
+    };
+    let listed = |state| super::produce::kafka_producer(&state);
+    assert_eq!(listed(state(7, 0)).last_sequence, -1);
+    assert_eq!(listed(state(7, 1)).last_sequence, 0);
+    assert_eq!(listed(state(7, 1 << 31)).last_sequence, i32::MAX);
+    assert_eq!(listed(state(7, (1 << 31) + 6)).last_sequence, 5);
+    assert_eq!(listed(state(7, 1)).producer_id, ProducerId(7));
+    assert_eq!(listed(state(u64::MAX, 1)).producer_id, ProducerId(-1));
 }

@@ -633,3 +633,54 @@ fn groups_status_encodes_to_the_bytes_proto_md_documents_and_needs_version_10() 
     expected.extend_from_slice(&body);
     assert_eq!(&bytes[..], &expected[..]);
 }
+
+#[test]
+fn producers_encodes_to_the_bytes_proto_md_documents_and_needs_version_14() {
+    let frame = RequestFrame {
+        correlation_id: 3,
+        max_wait_ms: 0,
+        command: Command::Producers {
+            topic: "t".into(),
+            partition: 2,
+        },
+    };
+    let mut bytes = BytesMut::new();
+    ClientCodec::new(1024).encode(frame, &mut bytes).unwrap();
+    let mut expected = Vec::new();
+    expected.extend_from_slice(&29u32.to_be_bytes()); // frame length
+    expected.extend_from_slice(&3u64.to_le_bytes()); // correlation_id
+    expected.extend_from_slice(&0u32.to_le_bytes()); // max_wait_ms
+    expected.extend_from_slice(&38u32.to_le_bytes()); // Command::Producers
+    expected.extend_from_slice(&1u64.to_le_bytes()); // topic length
+    expected.extend_from_slice(b"t");
+    expected.extend_from_slice(&2i32.to_le_bytes()); // partition
+    assert_eq!(&bytes[..], &expected[..]);
+    assert_needs_version(bytes, 3, 14);
+    // The answer: outcome [23] Producers, one producer.
+    let response = ResponseFrame {
+        correlation_id: 3,
+        result: Ok(Outcome::Producers(vec![broker_core::ProducerState {
+            producer: 9,
+            next_sequence: 4,
+            last_offset: Some(17),
+            last_seen_ms: 1_000,
+        }])),
+    };
+    let mut bytes = BytesMut::new();
+    ServerCodec::new(1024, 14)
+        .encode(response, &mut bytes)
+        .unwrap();
+    let mut body = Vec::new();
+    body.extend_from_slice(&3u64.to_le_bytes()); // correlation_id
+    body.extend_from_slice(&0u32.to_le_bytes()); // Ok
+    body.extend_from_slice(&23u32.to_le_bytes()); // Outcome::Producers
+    body.extend_from_slice(&1u64.to_le_bytes()); // one producer
+    body.extend_from_slice(&9u64.to_le_bytes()); // producer
+    body.extend_from_slice(&4u64.to_le_bytes()); // next_sequence
+    body.extend_from_slice(&[1]); // last_offset: Some
+    body.extend_from_slice(&17i64.to_le_bytes());
+    body.extend_from_slice(&1_000i64.to_le_bytes()); // last_seen_ms
+    let mut expected = u32::try_from(body.len()).unwrap().to_be_bytes().to_vec();
+    expected.extend_from_slice(&body);
+    assert_eq!(&bytes[..], &expected[..]);
+}
