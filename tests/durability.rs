@@ -903,10 +903,39 @@ async fn a_data_directory_of_format_version_4_opens_unchanged() {
         .filter(|setting| matches!(setting, broker_client::GroupSetting::DeadLetter(_)))
         .collect();
     assert_eq!(settings.len(), 2, "{expected:#?}");
+    // A format that did not say which offsets were stored: every one counts as stored.
+    let stored = client.stored_offsets("orders", "billing").await.unwrap();
+    assert!(stored.iter().all(Option::is_some), "{stored:?}");
     check_fixture_records(
         &client,
         &["events", "orders", "receipts"],
         "expected-records-v4.jsonl",
+        true,
+    )
+    .await;
+}
+
+/// A data directory of format version 5 (`tests/fixtures/data-v5`, made by
+/// `tests/fixtures/make-data-v5.sh`: format 4's contents, plus groups that stored offsets on
+/// some partitions of their topic and not on others, in the snapshot and in the log) opens with
+/// the same description and records, and the same partitions without a stored offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_of_format_version_5_opens_unchanged() {
+    let (_dir, _server, client) = open_fixture("data-v5").await;
+    let expected: broker_client::BrokerDescription = fixture_json("expected-v5.json");
+    assert_eq!(client.describe().await.unwrap(), expected);
+    assert_eq!(
+        client.stored_offsets("ledger", "partial").await.unwrap(),
+        [Some(1), Some(0), None]
+    );
+    assert_eq!(
+        client.stored_offsets("ledger", "late").await.unwrap(),
+        [None, None, Some(1)]
+    );
+    check_fixture_records(
+        &client,
+        &["events", "ledger", "orders", "receipts"],
+        "expected-records-v5.jsonl",
         true,
     )
     .await;
@@ -950,9 +979,43 @@ async fn a_cluster_node_directory_of_snapshot_format_2_opens_unchanged() {
     open_cluster_fixture("v2").await;
 }
 
+/// A cluster node's directory whose snapshot is of format 5 (`tests/fixtures/cluster-v5`, made
+/// by `tests/fixtures/make-cluster-v5.sh`: the state image of version 5, which says which
+/// offsets each group stored), followed by entries of the replicated log, opens with the same
+/// description and records, and the same offsets stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_directory_of_snapshot_format_5_opens_unchanged() {
+    let (_dir, _server, client) = open_cluster_fixture("v5").await;
+    // The fixture's group acknowledged records on every partition; the reading group of the
+    // check fetched without committing.
+    let described = client.describe_topic("orders").await.unwrap();
+    let billing = described
+        .groups
+        .iter()
+        .find(|g| g.name == "billing")
+        .unwrap();
+    let committed: Vec<_> = billing
+        .partitions
+        .iter()
+        .map(|p| Some(p.committed))
+        .collect();
+    assert_eq!(
+        client.stored_offsets("orders", "billing").await.unwrap(),
+        committed
+    );
+    assert_eq!(
+        client
+            .stored_offsets("orders", "fixture-check")
+            .await
+            .unwrap(),
+        [None, None, None]
+    );
+}
+
 /// Starts node 1 of a one-node cluster on a copy of `tests/fixtures/cluster-<version>` and
-/// checks its description and records against the fixture's expectations.
-async fn open_cluster_fixture(version: &str) {
+/// checks its description and records against the fixture's expectations; the directory, the
+/// server and its client.
+async fn open_cluster_fixture(version: &str) -> (tempfile::TempDir, ServerProcess, Client) {
     let dir = fixture_copy(&format!("cluster-{version}"));
     // The node's addresses in its membership are the fixture's; a one-node cluster needs only
     // its own peer port, which it takes from this list (warning that it differs).
@@ -978,6 +1041,7 @@ async fn open_cluster_fixture(version: &str) {
         true,
     )
     .await;
+    (dir, server, client)
 }
 
 /// A data directory of format version 3 (`tests/fixtures/data-v3`, made by

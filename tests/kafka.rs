@@ -991,6 +991,28 @@ async fn a_commit_from_outside_a_group_moves_no_members_offsets_and_never_past_t
     let report = commit("solo", 5000);
     assert_eq!(report["error"], "OffsetOutOfRangeError", "{report}");
     assert_eq!(report["committed"], Value::Null, "{report}");
+    // A partition the group never committed on has no committed offset, though the group
+    // exists on the topic (it committed on another of its partitions).
+    client.create("pair", 2).await.unwrap();
+    let records = vec![
+        on(0, PublishRecord::keyed(None, "a")),
+        on(1, PublishRecord::keyed(None, "b")),
+    ];
+    client.publish_batch("pair", records).await.unwrap();
+    let commit_on = |partition: &str, offset: &str| {
+        python(&[
+            "assigned-commit",
+            &kafka,
+            "pair",
+            "pair-group",
+            partition,
+            offset,
+        ])
+    };
+    assert_eq!(commit_on("0", "1")["committed"], 1);
+    let report = commit_on("1", "5000");
+    assert_eq!(report["error"], "OffsetOutOfRangeError", "{report}");
+    assert_eq!(report["committed"], Value::Null, "{report}");
     // A group with no members takes a commit from outside it.
     let report = commit("held", 40);
     assert_eq!(report["error"], Value::Null, "{report}");

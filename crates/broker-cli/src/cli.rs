@@ -160,9 +160,10 @@ pub enum Command {
     /// starts.
     Offsets(Connected<OffsetsArgs>),
     /// Show the idempotent producers each partition of a topic remembers: each one's id, the
-    /// sequence number it must send next, the offset of the last record it stored and when it
-    /// last published. Producers of the Rust client and Kafka's idempotent producers are
-    /// listed; a topic remembers its 10,000 most recent.
+    /// broker's number of its next record there (Kafka's producers number theirs modulo
+    /// 2^31), the offset of the last record it stored there and when it last published to the
+    /// topic. Producers of the Rust client and Kafka's idempotent producers are listed; a
+    /// topic remembers its 10,000 most recent.
     Producers(Connected<ProducersArgs>),
     /// Disk sizing: message size × rate × retention × replication, plus headroom. Talks to no
     /// server.
@@ -914,7 +915,7 @@ pub struct ProducersArgs {
     /// Topic.
     pub topic: String,
     /// Only this partition (every partition when not given).
-    #[arg(long, short)]
+    #[arg(long, short, allow_negative_numbers = true)]
     pub partition: Option<i32>,
     /// Print JSON instead of a table.
     #[arg(long)]

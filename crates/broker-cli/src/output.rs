@@ -130,7 +130,7 @@ pub fn producers_text(topic: &str, rows: &[(i32, ProducerState)]) -> String {
         "PRODUCER",
         "NEXT SEQUENCE",
         "LAST OFFSET",
-        "LAST PUBLISHED",
+        "LAST SEEN ON TOPIC",
     ]);
     for (partition, state) in rows {
         table.add_row(vec![

@@ -1830,6 +1830,44 @@ impl Client {
         }
     }
 
+    /// [`EventBroker::stored_offsets`] over the network: by partition, the offset the group
+    /// stored there (a commit, an acknowledgement, a reset), or `None` where it holds only
+    /// where it started, as Kafka's committed offsets are. Needs a server of protocol version 14
+    /// (an older one answers [`Error::Server`] with `MalformedRequest`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for a malformed identifier or an unknown topic;
+    /// otherwise as [`Client::send`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// for (partition, stored) in client.stored_offsets("orders", "billing").await?.iter().enumerate() {
+    ///     match stored {
+    ///         Some(offset) => println!("partition {partition}: committed {offset}"),
+    ///         None => println!("partition {partition}: nothing committed yet"),
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn stored_offsets(
+        &self,
+        topic: &str,
+        group: &str,
+    ) -> Result<Vec<Option<i64>>, Error> {
+        let command = Command::StoredOffsets {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::StoredOffsets(offsets) => Ok(offsets),
+            other => Err(unexpected("stored_offsets", &other)),
+        }
+    }
+
     /// [`EventBroker::lag`] over the network: `end_offset - committed` for every partition.
     ///
     /// # Errors

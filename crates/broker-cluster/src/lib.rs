@@ -944,7 +944,7 @@ impl Cluster {
     /// # Errors
     /// [`ProposeError::Refused`], naming the first member that cannot.
     pub async fn check_moves(&self) -> Result<(), ProposeError> {
-        self.check_feature(network::MOVES, "move topics between groups")
+        self.check_feature(network::MOVES_IMAGE_5, "move topics between groups")
             .await
     }
 

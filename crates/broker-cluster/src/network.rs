@@ -143,7 +143,7 @@ pub(crate) enum PeerRequest {
 }
 
 /// The features of this release a peer may ask about ([`PeerRequest::Features`]).
-pub(crate) const FEATURES: &[&str] = &[NAMED_COMMANDS, MOVES];
+pub(crate) const FEATURES: &[&str] = &[NAMED_COMMANDS, MOVES, MOVES_IMAGE_5];
 
 /// The feature of applying [`crate::Proposal::NamedCommands`].
 pub(crate) const NAMED_COMMANDS: &str = "named-commands";
@@ -151,6 +151,11 @@ pub(crate) const NAMED_COMMANDS: &str = "named-commands";
 /// The feature of applying the changes that move a topic between groups
 /// ([`crate::ClusterChange::Depart`] and those after it).
 pub(crate) const MOVES: &str = "moves";
+
+/// The feature of applying a topic's arrival with its state image of version 5
+/// ([`crate::ClusterChange::Arrive`]), which the releases before it cannot read: a move is
+/// made only once every node has it.
+pub(crate) const MOVES_IMAGE_5: &str = "moves-image-5";
 
 /// What a node's release can do, as it tells its peers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -22,6 +22,10 @@
 //! after this header `u32`, then the meta (openraft's `SnapshotMeta`: the last entry the
 //! snapshot covers, the membership then, the snapshot's id) and, in the encoding of
 //! [`crate::codec`]:
+//! - formats 5, 6 and 7: as formats 2, 3 and 4, with the broker's state image of version 5
+//!   (groups say which partitions they stored an offset on). Every snapshot is written so;
+//! - formats 2, 3 and 4 (written by earlier versions, still read) hold the state image of
+//!   version 4:
 //! - format 4: as format 3, then the group's departures (the topics leaving it or gone from
 //!   it: see [`crate::ClusterChange::Depart`]) and arrivals (the records staged of topics
 //!   arriving: see [`crate::ClusterChange::Stage`]). Written only while the group has some;
@@ -38,8 +42,9 @@
 //!
 //! # A snapshot as sent to another node
 //!
-//! Magic `BRKRSNAP`, format version `u32` (1; 2 once the cluster has groups; 3 while the
-//! group has departures or arrivals), CRC-32 of what follows the header up to the first segment
+//! Magic `BRKRSNAP`, format version `u32` (4; 5 once the cluster has groups; 6 while the
+//! group has departures or arrivals; versions 1, 2 and 3 are the same with the state image of
+//! version 4, which earlier versions send), CRC-32 of what follows the header up to the first segment
 //! `u32`, its length `u64`, then the checkpoint (encoded as in the snapshot file) and, in
 //! versions 2 and 3, the [`ClusterState`] (in version 3 followed by the departures and
 //! arrivals); then, for each
@@ -59,7 +64,9 @@ use std::sync::Arc;
 use broker_core::cold::{self, ColdStore};
 use broker_core::image::{RecordImage, StateImage, TopicImage};
 use broker_core::{BrokerError, Command, GroupSetting, Outcome};
-use broker_storage::{segment_files, Checkpoint, RecordStore, Repairs, SegmentImage};
+use broker_storage::{
+    checkpoint_v4, segment_files, Checkpoint, RecordStore, Repairs, SegmentImage,
+};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, RaftSnapshotBuilder, SnapshotMeta, StorageIOError, StoredMembership};
 use tokio::sync::{watch, Mutex};
@@ -92,6 +99,42 @@ const STREAM_WITH_CLUSTER: u32 = 2;
 /// cluster's state.
 const STREAM_WITH_MOVES: u32 = 3;
 const STREAM_HEADER: usize = 24;
+/// What the file formats and stream versions of state images of version 5 add to those of
+/// version 4 (formats 2 to 4 become 5 to 7, stream versions 1 to 3 become 4 to 6).
+const IMAGE_5_LATER_BY: u32 = 3;
+
+/// The version of the broker's state image a snapshot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ImageVersion {
+    /// Version 4, as earlier versions wrote it: read, never written.
+    Four,
+    /// The current version, 5.
+    Current,
+}
+
+impl ImageVersion {
+    /// What the file format or stream version of a snapshot holding this image adds to that
+    /// of the same shape holding an image of version 4.
+    fn offset(self) -> u32 {
+        match self {
+            ImageVersion::Four => 0,
+            ImageVersion::Current => IMAGE_5_LATER_BY,
+        }
+    }
+
+    /// The checkpoint at the start of `bytes`, in this version, as the current one, and how
+    /// many bytes it took.
+    fn decode_checkpoint(
+        self,
+        bytes: &[u8],
+    ) -> Result<(Checkpoint, usize), bincode::error::DecodeError> {
+        match self {
+            ImageVersion::Current => decode_prefix(bytes),
+            ImageVersion::Four => decode_prefix::<checkpoint_v4::Checkpoint>(bytes)
+                .map(|(checkpoint, read)| (checkpoint.into(), read)),
+        }
+    }
+}
 
 /// The broker as the cluster's state machine sees it: it applies committed proposals, gives its
 /// state as an image, takes a whole new state, and lets records that are on disk leave memory.
@@ -162,36 +205,46 @@ impl Shape {
         }
     }
 
-    /// The snapshot file format of this shape.
-    fn file_format(self) -> u32 {
-        match self {
-            Shape::Checkpoint => FORMAT_VERSION,
-            Shape::WithCluster => FORMAT_WITH_CLUSTER,
-            Shape::WithMoves => FORMAT_WITH_MOVES,
-        }
+    /// The snapshot file format of this shape holding an image of `image`'s version.
+    fn file_format(self, image: ImageVersion) -> u32 {
+        image.offset()
+            + match self {
+                Shape::Checkpoint => FORMAT_VERSION,
+                Shape::WithCluster => FORMAT_WITH_CLUSTER,
+                Shape::WithMoves => FORMAT_WITH_MOVES,
+            }
     }
 
-    /// The shape of snapshot file format `format`, if it is one holding a store number.
-    fn of_file_format(format: u32) -> Option<Shape> {
+    /// The shape and image version of snapshot file format `format`, if it is one holding a
+    /// store number.
+    fn of_file_format(format: u32) -> Option<(Shape, ImageVersion)> {
+        Shape::every().find(|(shape, image)| shape.file_format(*image) == format)
+    }
+
+    /// The version of snapshot streams of this shape holding an image of `image`'s version.
+    fn stream_version(self, image: ImageVersion) -> u32 {
+        image.offset()
+            + match self {
+                Shape::Checkpoint => STREAM_VERSION,
+                Shape::WithCluster => STREAM_WITH_CLUSTER,
+                Shape::WithMoves => STREAM_WITH_MOVES,
+            }
+    }
+
+    /// The shape and image version of snapshot stream version `version`, if it is one.
+    fn of_stream_version(version: u32) -> Option<(Shape, ImageVersion)> {
+        Shape::every().find(|(shape, image)| shape.stream_version(*image) == version)
+    }
+
+    /// Every shape with every image version.
+    fn every() -> impl Iterator<Item = (Shape, ImageVersion)> {
         [Shape::Checkpoint, Shape::WithCluster, Shape::WithMoves]
             .into_iter()
-            .find(|shape| shape.file_format() == format)
-    }
-
-    /// The version of snapshot streams of this shape.
-    fn stream_version(self) -> u32 {
-        match self {
-            Shape::Checkpoint => STREAM_VERSION,
-            Shape::WithCluster => STREAM_WITH_CLUSTER,
-            Shape::WithMoves => STREAM_WITH_MOVES,
-        }
-    }
-
-    /// The shape of snapshot stream version `version`, if it is one.
-    fn of_stream_version(version: u32) -> Option<Shape> {
-        [Shape::Checkpoint, Shape::WithCluster, Shape::WithMoves]
-            .into_iter()
-            .find(|shape| shape.stream_version() == version)
+            .flat_map(|shape| {
+                [ImageVersion::Four, ImageVersion::Current]
+                    .into_iter()
+                    .map(move |image| (shape, image))
+            })
     }
 }
 
@@ -218,16 +271,23 @@ impl Held {
         Ok(Held { bytes, shape })
     }
 
-    /// The checkpoint and cluster state `bytes` of `shape` encode (an empty state when they
-    /// hold none).
+    /// The checkpoint and cluster state `bytes` of `shape` encode, with a state image of
+    /// `image`'s version (an empty cluster state when they hold none).
     fn decode(
         bytes: &[u8],
         shape: Shape,
+        image: ImageVersion,
     ) -> Result<(Checkpoint, ClusterState), bincode::error::DecodeError> {
+        let (checkpoint, read) = image.decode_checkpoint(bytes)?;
         if shape == Shape::Checkpoint {
-            return Ok((decode(bytes)?, ClusterState::default()));
+            if read != bytes.len() {
+                return Err(bincode::error::DecodeError::OtherString(format!(
+                    "{} bytes after the checkpoint",
+                    bytes.len() - read
+                )));
+            }
+            return Ok((checkpoint, ClusterState::default()));
         }
-        let (checkpoint, read) = decode_prefix(bytes)?;
         if shape == Shape::WithCluster {
             return Ok((checkpoint, decode(&bytes[read..])?));
         }
@@ -339,7 +399,7 @@ fn copy_start(from: &Path, to: &Path, length: u64) -> io::Result<()> {
 
 /// The header of a snapshot stream and what the snapshot holds.
 fn stream_header(held: &Held) -> Vec<u8> {
-    let version = held.shape.stream_version();
+    let version = held.shape.stream_version(ImageVersion::Current);
     let held = &held.bytes;
     let mut bytes = Vec::with_capacity(STREAM_HEADER + held.len());
     bytes.extend_from_slice(STREAM_MAGIC);
@@ -459,23 +519,12 @@ impl<R: Replica> StateMachine<R> {
                 topic,
                 attempt,
                 image,
-            } => {
-                let result = match replica.holds_topic(&topic) {
-                    true => Ok(Outcome::Created(false)),
-                    false => self.arrive(&topic, attempt, *image),
-                };
-                if result.is_ok() {
-                    self.cluster.send_if_modified(|state| {
-                        let staged = state.arrivals.remove(&topic).is_some();
-                        state.departures.remove(&topic).is_some() || staged
-                    });
-                }
-                Applied {
-                    results: vec![result],
-                    changed: vec![topic],
-                    group: None,
-                }
-            }
+            } => self.arrive_change(replica, topic, attempt, *image),
+            ClusterChange::ArriveImage4 {
+                topic,
+                attempt,
+                image,
+            } => self.arrive_change(replica, topic, attempt, (*image).into()),
             ClusterChange::Departed { topic } => {
                 let leaving =
                     self.cluster
@@ -524,6 +573,32 @@ impl<R: Replica> StateMachine<R> {
 }
 
 impl<R: Replica> StateMachine<R> {
+    /// Applies [`ClusterChange::Arrive`] of `topic` as `image` with the records staged by
+    /// `attempt`: nothing changes if the group holds it already.
+    fn arrive_change(
+        &self,
+        replica: &R,
+        topic: String,
+        attempt: u64,
+        image: TopicImage,
+    ) -> Applied {
+        let result = match replica.holds_topic(&topic) {
+            true => Ok(Outcome::Created(false)),
+            false => self.arrive(&topic, attempt, image),
+        };
+        if result.is_ok() {
+            self.cluster.send_if_modified(|state| {
+                let staged = state.arrivals.remove(&topic).is_some();
+                state.departures.remove(&topic).is_some() || staged
+            });
+        }
+        Applied {
+            results: vec![result],
+            changed: vec![topic],
+            group: None,
+        }
+    }
+
     /// `topic` arriving as `image` with the records staged by `attempt`: imported, or refused
     /// with [`BrokerError::Moving`] when they are not all staged (the sender starts over), or
     /// with the import's refusal. The staged records are taken either way.
@@ -970,10 +1045,10 @@ fn unpack(path: &Path, store_dir: &Path) -> io::Result<(Checkpoint, ClusterState
     if read < STREAM_MAGIC.len() || header[..STREAM_MAGIC.len()] != STREAM_MAGIC[..] {
         let mut whole = header[..read].to_vec();
         received.read_to_end(&mut whole)?;
-        let image: StateImage =
+        let image: broker_core::image::v4::StateImage =
             decode(&whole).map_err(|error| received_damaged(&error.to_string()))?;
         let checkpoint = Checkpoint {
-            image,
+            image: image.into(),
             segments: Vec::new(),
         };
         let cluster = ClusterState::default();
@@ -984,7 +1059,7 @@ fn unpack(path: &Path, store_dir: &Path) -> io::Result<(Checkpoint, ClusterState
         .read_exact(&mut header[read..])
         .map_err(|error| received_damaged(&format!("its header: {error}")))?;
     let version = u32_at(&header, 8);
-    let Some(shape) = Shape::of_stream_version(version) else {
+    let Some((shape, image)) = Shape::of_stream_version(version) else {
         return Err(received_damaged(&format!(
             "format version {version}, which a later version of this node reads"
         )));
@@ -995,8 +1070,8 @@ fn unpack(path: &Path, store_dir: &Path) -> io::Result<(Checkpoint, ClusterState
     if encoded.len() as u64 != length || crc32fast::hash(&encoded) != u32_at(&header, 12) {
         return Err(received_damaged("a checksum that does not match"));
     }
-    let (checkpoint, cluster) =
-        Held::decode(&encoded, shape).map_err(|error| received_damaged(&error.to_string()))?;
+    let (checkpoint, cluster) = Held::decode(&encoded, shape, image)
+        .map_err(|error| received_damaged(&error.to_string()))?;
     for segment in &checkpoint.segments {
         for (file, length) in segment_files(store_dir, segment) {
             if let Some(parent) = file.parent() {
@@ -1017,9 +1092,13 @@ fn unpack(path: &Path, store_dir: &Path) -> io::Result<(Checkpoint, ClusterState
     if received.read(&mut [0])? != 0 {
         return Err(received_damaged("bytes after its last segment"));
     }
-    let held = Held {
-        bytes: encoded,
-        shape,
+    let held = match image {
+        ImageVersion::Current => Held {
+            bytes: encoded,
+            shape,
+        },
+        // Kept in the current shapes, as this node writes and sends snapshots.
+        ImageVersion::Four => Held::encode(&checkpoint, &cluster)?,
     };
     Ok((checkpoint, cluster, held))
 }
@@ -1058,7 +1137,7 @@ fn write_snapshot(
     number: u64,
     held: &Held,
 ) -> io::Result<()> {
-    let version = held.shape.file_format();
+    let version = held.shape.file_format(ImageVersion::Current);
     let checkpoint = &held.bytes;
     let meta = encode(meta).map_err(io::Error::other)?;
     let meta_length = u32::try_from(meta.len()).map_err(io::Error::other)?;
@@ -1119,20 +1198,19 @@ fn read_snapshot(path: &Path) -> io::Result<Option<StoredSnapshot>> {
     let data = &bytes[HEADER + meta_length..];
     let shape = Shape::of_file_format(version);
     let (number, (checkpoint, cluster)) = match (version, shape) {
-        (_, Some(shape)) if data.len() >= 8 => (
+        (_, Some((shape, image))) if data.len() >= 8 => (
             u64_at(data, 0),
-            Held::decode(&data[8..], shape).map_err(|why| damaged(&why.to_string()))?,
+            Held::decode(&data[8..], shape, image).map_err(|why| damaged(&why.to_string()))?,
         ),
-        (FORMAT_WHOLE_IMAGE, _) => (
-            0,
-            (
-                Checkpoint {
-                    image: decode(data).map_err(|why| damaged(&why.to_string()))?,
-                    segments: Vec::new(),
-                },
-                ClusterState::default(),
-            ),
-        ),
+        (FORMAT_WHOLE_IMAGE, _) => {
+            let image: broker_core::image::v4::StateImage =
+                decode(data).map_err(|why| damaged(&why.to_string()))?;
+            let checkpoint = Checkpoint {
+                image: image.into(),
+                segments: Vec::new(),
+            };
+            (0, (checkpoint, ClusterState::default()))
+        }
         (_, Some(_)) => return Err(damaged("no store number")),
         (other, None) => return Err(damaged(&format!("format version {other}"))),
     };

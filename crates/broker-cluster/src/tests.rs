@@ -808,7 +808,7 @@ async fn a_snapshot_of_format_1_opens_and_the_next_moves_its_records_to_disk() {
     assert_eq!(replica.on_disk(), retained);
     assert_eq!(replica.contents(), opened);
     let written = std::fs::read(dir.path().join("snapshot")).unwrap();
-    assert_eq!(&written[8..12], &2u32.to_le_bytes(), "written in format 2");
+    assert_eq!(&written[8..12], &5u32.to_le_bytes(), "written in format 5");
     drop(machine);
     let reopened = Memory::new();
     StateMachine::open(dir.path(), Arc::clone(&reopened), 4096).unwrap();
@@ -1489,9 +1489,9 @@ async fn groups_hosted_by_the_same_nodes_replicate_and_elect_apart() {
     }
 }
 
-/// The cluster's state changes by its entries, goes into snapshots (format 3, sent as stream
-/// version 2) and comes back from them at a restart and on the node that receives one; a
-/// cluster without groups writes and sends its snapshots as before.
+/// The cluster's state changes by its entries, goes into snapshots (format 6, sent as stream
+/// version 5) and comes back from them at a restart and on the node that receives one; a
+/// cluster without groups writes and sends its checkpoint alone (format 5, stream version 4).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_clusters_state_travels_with_snapshots_only_once_it_holds_something() {
     let dir = tempfile::tempdir().unwrap();
@@ -1503,9 +1503,13 @@ async fn the_clusters_state_travels_with_snapshots_only_once_it_holds_something(
         let bytes = std::fs::read(dir.join("snapshot")).unwrap();
         u32::from_le_bytes(bytes[8..12].try_into().unwrap())
     };
-    assert_eq!(format(&leader_dir), 2, "no groups: written as before");
+    assert_eq!(format(&leader_dir), 5, "no groups: a checkpoint alone");
     let (_, bytes) = sent_bytes(&mut machine).await;
-    assert_eq!(bytes[8..12], 1u32.to_le_bytes(), "sent as before");
+    assert_eq!(
+        bytes[8..12],
+        4u32.to_le_bytes(),
+        "sent as a checkpoint alone"
+    );
 
     let changes = vec![
         Proposal::Cluster(ClusterChange::AddGroup {
@@ -1534,9 +1538,9 @@ async fn the_clusters_state_travels_with_snapshots_only_once_it_holds_something(
     let watched = machine.cluster_state();
     assert_eq!(*watched.borrow(), expected);
     take_snapshot(&mut machine).await;
-    assert_eq!(format(&leader_dir), 3);
+    assert_eq!(format(&leader_dir), 6);
     let (meta, bytes) = sent_bytes(&mut machine).await;
-    assert_eq!(bytes[8..12], 2u32.to_le_bytes());
+    assert_eq!(bytes[8..12], 5u32.to_le_bytes());
 
     // Back at a restart, and on a node that receives the snapshot.
     drop(machine);
@@ -1571,7 +1575,7 @@ fn copy_tree(from: &Path, to: &Path) {
 
 /// The snapshot of `tests/fixtures/cluster-v2` (made by `tests/fixtures/make-cluster-v2.sh` with
 /// a release from before the cluster's groups, format 2) opens with an empty cluster state; once
-/// the cluster's state holds something, the next snapshot is written in format 3, and opens
+/// the cluster's state holds something, the next snapshot is written in format 6, and opens
 /// with the same records and that state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_of_format_2_opens_and_takes_the_clusters_state_after_it() {
@@ -1599,7 +1603,7 @@ async fn a_snapshot_of_format_2_opens_and_takes_the_clusters_state_after_it() {
     apply_all(&mut machine, next, vec![add]).await;
     take_snapshot(&mut machine).await;
     let written = std::fs::read(dir.path().join("snapshot")).unwrap();
-    assert_eq!(&written[8..12], &3u32.to_le_bytes(), "written in format 3");
+    assert_eq!(&written[8..12], &6u32.to_le_bytes(), "written in format 6");
     drop(machine);
     let reopened = Memory::new();
     let machine = StateMachine::open(dir.path(), Arc::clone(&reopened), 4096).unwrap();
@@ -1721,7 +1725,7 @@ fn publish_entries(range: std::ops::Range<usize>) -> Vec<Proposal> {
 }
 
 /// A topic leaving a group is refused every call from its departure on, goes into snapshots
-/// with the departure (format 4, sent as stream version 3), arrives whole in another group's
+/// with the departure (format 7, sent as stream version 6), arrives whole in another group's
 /// state machine (once, however often the arrival is applied), and once gone stays refused in
 /// the group it left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1767,9 +1771,9 @@ async fn a_topic_moves_to_another_groups_state_machine_whole_and_is_refused_wher
     // The departure goes into snapshots and comes back from them.
     take_snapshot(&mut machine).await;
     let written = std::fs::read(source_dir.join("snapshot")).unwrap();
-    assert_eq!(&written[8..12], &4u32.to_le_bytes(), "written in format 4");
+    assert_eq!(&written[8..12], &7u32.to_le_bytes(), "written in format 7");
     let (_, sent) = sent_bytes(&mut machine).await;
-    assert_eq!(sent[8..12], 3u32.to_le_bytes(), "sent as version 3");
+    assert_eq!(sent[8..12], 6u32.to_le_bytes(), "sent as version 6");
     drop(machine);
     let mut machine = StateMachine::open(&source_dir, Arc::clone(&source), 4096).unwrap();
     assert_eq!(
@@ -1837,10 +1841,10 @@ async fn a_topic_moves_to_another_groups_state_machine_whole_and_is_refused_wher
         ]
     );
     assert!(!target.holds_topic("t"));
-    // Staged records go into snapshots (format 4) and come back from them.
+    // Staged records go into snapshots (format 7) and come back from them.
     take_snapshot(&mut other).await;
     let written = std::fs::read(target_dir.join("snapshot")).unwrap();
-    assert_eq!(&written[8..12], &4u32.to_le_bytes());
+    assert_eq!(&written[8..12], &7u32.to_le_bytes());
     drop(other);
     let mut other = StateMachine::open(&target_dir, Arc::clone(&target), 4096).unwrap();
     let staging = other.cluster_state().borrow().arrivals["t"].clone();
@@ -1898,4 +1902,102 @@ async fn a_topic_moves_to_another_groups_state_machine_whole_and_is_refused_wher
         machine.cluster_state().borrow().departures,
         [("t".to_owned(), Departure { to: 3, gone: true })].into()
     );
+}
+
+/// A topic's arrival as a release before state images of version 5 proposed it
+/// (`ClusterChange::ArriveImage4`, at the place `Arrive` had in those releases' logs) still
+/// applies, as the same topic with every offset of its groups counted as stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_arrival_logged_by_an_earlier_release_still_applies() {
+    use broker_core::image::v4;
+    let dir = tempfile::tempdir().unwrap();
+    let source = Memory::new();
+    let mut machine =
+        StateMachine::open(&dir.path().join("source"), Arc::clone(&source), 4096).unwrap();
+    apply_all(&mut machine, 1, create_and_publish(0..3)).await;
+    let group = Command::CommitGroup {
+        topic: "t".to_owned(),
+        group: "g".to_owned(),
+        offsets: vec![(0, 1)],
+    };
+    apply_all(
+        &mut machine,
+        5,
+        vec![Proposal::Commands {
+            now_ms: 1_000,
+            commands: vec![group],
+        }],
+    )
+    .await;
+    let mut image = source.state.lock().unwrap().export_topic("t").unwrap();
+    let records = std::mem::take(&mut image.partitions[0].records);
+    let old = v4::TopicImage {
+        id: image.id,
+        key_hash: image.key_hash,
+        retention: image.retention,
+        max_records: image.max_records,
+        max_bytes: image.max_bytes,
+        max_age_ms: image.max_age_ms,
+        discard: image.discard,
+        next_keyless: image.next_keyless,
+        partitions: image.partitions.clone(),
+        groups: image
+            .groups
+            .iter()
+            .map(|(name, group)| {
+                let partitions = group
+                    .partitions
+                    .iter()
+                    .map(|state| v4::GroupPartitionImage {
+                        owner: state.owner,
+                        committed: state.committed,
+                        position: state.position,
+                        in_flight: state.in_flight,
+                        delivered_at_ms: state.delivered_at_ms,
+                        deliveries: state.deliveries,
+                        skipped: state.skipped,
+                    })
+                    .collect();
+                let group = v4::GroupImage {
+                    assignor: group.assignor,
+                    start_at: group.start_at,
+                    ack_timeout_ms: group.ack_timeout_ms,
+                    max_deliveries: group.max_deliveries,
+                    dead_letter: group.dead_letter.clone(),
+                    members: group.members.clone(),
+                    partitions,
+                };
+                (name.clone(), group)
+            })
+            .collect(),
+        producers: image.producers.clone(),
+    };
+    let arrive = Proposal::Cluster(ClusterChange::ArriveImage4 {
+        topic: "t".to_owned(),
+        attempt: 1,
+        image: Box::new(old),
+    });
+    let encoded = crate::codec::encode(&arrive).unwrap();
+    assert_eq!(encoded[..4], 2u32.to_le_bytes(), "Proposal::Cluster");
+    assert_eq!(encoded[4..8], 6u32.to_le_bytes(), "where Arrive was");
+    let stage = Proposal::Cluster(ClusterChange::Stage {
+        topic: "t".to_owned(),
+        attempt: 1,
+        piece: 0,
+        partition: 0,
+        records,
+    });
+    let target = Memory::new();
+    let mut other =
+        StateMachine::open(&dir.path().join("target"), Arc::clone(&target), 4096).unwrap();
+    let applied = apply_all(&mut other, 1, vec![stage, arrive]).await;
+    assert_eq!(applied[1].results, [Ok(Outcome::Created(true))]);
+    let stored = target
+        .state
+        .lock()
+        .unwrap()
+        .stored_offsets("t", "g")
+        .unwrap();
+    assert!(stored.iter().all(Option::is_some), "{stored:?}");
+    assert_eq!(stored[0], Some(1));
 }

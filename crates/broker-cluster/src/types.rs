@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use broker_core::image::{RecordImage, TopicImage};
+use broker_core::image::{v4, RecordImage, TopicImage};
 use broker_core::{BrokerError, Command, NameRules, Outcome};
 use serde::{Deserialize, Serialize};
 
@@ -283,6 +283,7 @@ impl ClusterState {
                 self.group_of(&topic)
             }
             ClusterChange::Arrive { .. }
+            | ClusterChange::ArriveImage4 { .. }
             | ClusterChange::Departed { .. }
             | ClusterChange::Stage { .. } => 0,
             ClusterChange::AddGroup { group, voters } => {
@@ -369,17 +370,16 @@ pub enum ClusterChange {
         /// Records of the partition, following those staged before.
         records: Vec<RecordImage>,
     },
-    /// In the group `topic` goes to: it arrives, holding what `image` holds (made by the
-    /// group it leaves, after its departure) with the records staged by `attempt`'s pieces,
-    /// and no longer counts as gone if it once left this group. Nothing changes if the group
-    /// holds it already (it arrived before).
-    Arrive {
+    /// [`ClusterChange::Arrive`] as releases before state images of version 5 propose it:
+    /// applied as that change with its image made current (every offset its groups hold
+    /// counts as stored), so that the logs they wrote still apply.
+    ArriveImage4 {
         /// The topic.
         topic: String,
         /// The sending whose staged pieces hold its records.
         attempt: u64,
-        /// Everything it holds, but its records (boxed: it is large beside the other changes).
-        image: Box<TopicImage>,
+        /// Everything it holds, but its records, in version 4.
+        image: Box<v4::TopicImage>,
     },
     /// In the group `topic` leaves, once it has arrived where it goes: the group drops it and
     /// keeps refusing calls about it, so that a client that asks here asks again.
@@ -397,6 +397,19 @@ pub enum ClusterChange {
         from: GroupId,
         /// The group it goes to.
         to: GroupId,
+    },
+    /// In the group `topic` goes to: it arrives, holding what `image` holds (made by the
+    /// group it leaves, after its departure) with the records staged by `attempt`'s pieces,
+    /// and no longer counts as gone if it once left this group. Nothing changes if the group
+    /// holds it already (it arrived before). Added with state images of version 5: proposed
+    /// only once every node's release applies it.
+    Arrive {
+        /// The topic.
+        topic: String,
+        /// The sending whose staged pieces hold its records.
+        attempt: u64,
+        /// Everything it holds, but its records (boxed: it is large beside the other changes).
+        image: Box<TopicImage>,
     },
 }
 

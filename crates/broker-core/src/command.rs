@@ -404,6 +404,13 @@ pub enum Command {
         /// The partition.
         partition: i32,
     },
+    /// [`crate::EventBroker::stored_offsets`] (protocol version 14).
+    StoredOffsets {
+        /// Topic identifier.
+        topic: String,
+        /// Group identifier.
+        group: String,
+    },
 }
 
 /// What answers a command ([`CommandKind::scope`]).
@@ -480,7 +487,8 @@ impl CommandKind {
             | CommandKind::ConfigureTopic
             | CommandKind::Purge
             | CommandKind::ResetGroup
-            | CommandKind::Producers => Scope::Broker,
+            | CommandKind::Producers
+            | CommandKind::StoredOffsets => Scope::Broker,
         }
     }
 
@@ -503,7 +511,8 @@ impl CommandKind {
             | CommandKind::TransferLeadership
             | CommandKind::MoveTopic
             | CommandKind::Metadata
-            | CommandKind::Producers => true,
+            | CommandKind::Producers
+            | CommandKind::StoredOffsets => true,
             CommandKind::PublishIdempotent
             | CommandKind::CommitGroup
             | CommandKind::AddPartitions
@@ -555,7 +564,8 @@ impl CommandKind {
             | CommandKind::TransferLeadership
             | CommandKind::MoveTopic
             | CommandKind::Metadata
-            | CommandKind::Producers => false,
+            | CommandKind::Producers
+            | CommandKind::StoredOffsets => false,
             CommandKind::DeleteTopic | CommandKind::DeleteGroup => {
                 !matches!(outcome, Outcome::Deleted(false))
             }
@@ -631,7 +641,8 @@ impl CommandKind {
             | CommandKind::TransferLeadership
             | CommandKind::MoveTopic
             | CommandKind::Metadata
-            | CommandKind::Producers => false,
+            | CommandKind::Producers
+            | CommandKind::StoredOffsets => false,
         }
     }
 
@@ -677,7 +688,8 @@ impl CommandKind {
             | CommandKind::Read
             | CommandKind::CommitGroup
             | CommandKind::PublishIdempotent
-            | CommandKind::Producers => Membership::Unchanged,
+            | CommandKind::Producers
+            | CommandKind::StoredOffsets => Membership::Unchanged,
         }
     }
 
@@ -721,7 +733,7 @@ impl CommandKind {
             CommandKind::ConfigureTopic => 9,
             CommandKind::GroupsStatus => 10,
             CommandKind::MoveTopic => 13,
-            CommandKind::Producers => 14,
+            CommandKind::Producers | CommandKind::StoredOffsets => 14,
         }
     }
 
@@ -791,7 +803,8 @@ impl Command {
             | Command::CommitGroup { topic, .. }
             | Command::PublishIdempotent { topic, .. }
             | Command::MoveTopic { topic, .. }
-            | Command::Producers { topic, .. } => Some(topic),
+            | Command::Producers { topic, .. }
+            | Command::StoredOffsets { topic, .. } => Some(topic),
             Command::Describe { topic } | Command::Metadata { topic } => topic.as_deref(),
             Command::ClusterStatus
             | Command::GroupsStatus
@@ -845,7 +858,8 @@ impl Command {
             | Command::TransferLeadership { .. }
             | Command::MoveTopic { .. }
             | Command::Metadata { .. }
-            | Command::Producers { .. } => None,
+            | Command::Producers { .. }
+            | Command::StoredOffsets { .. } => None,
         }
     }
 
@@ -948,7 +962,8 @@ impl Command {
             | Command::Read { .. }
             | Command::CommitGroup { .. }
             | Command::PublishIdempotent { .. }
-            | Command::Producers { .. } => None,
+            | Command::Producers { .. }
+            | Command::StoredOffsets { .. } => None,
         }
     }
 
@@ -1015,7 +1030,8 @@ impl Command {
             | Command::Metadata { .. }
             | Command::CommitGroup { .. }
             | Command::PublishIdempotent { .. }
-            | Command::Producers { .. } => None,
+            | Command::Producers { .. }
+            | Command::StoredOffsets { .. } => None,
         }
     }
 
@@ -1068,7 +1084,8 @@ impl Command {
             | Command::Metadata { .. }
             | Command::Read { .. }
             | Command::CommitGroup { .. }
-            | Command::Producers { .. } => None,
+            | Command::Producers { .. }
+            | Command::StoredOffsets { .. } => None,
         }
     }
 
@@ -1144,7 +1161,8 @@ impl Command {
             | Command::Metadata { .. }
             | Command::CommitGroup { .. }
             | Command::PublishIdempotent { .. }
-            | Command::Producers { .. } => None,
+            | Command::Producers { .. }
+            | Command::StoredOffsets { .. } => None,
         }
     }
 }
@@ -1226,6 +1244,8 @@ pub enum Outcome {
     /// [`Command::Producers`]: the idempotent producers the partition remembers, by ascending
     /// id.
     Producers(Vec<ProducerState>),
+    /// [`Command::StoredOffsets`]: by partition, the offset the group stored there, if it did.
+    StoredOffsets(Vec<Option<i64>>),
 }
 
 /// How many records an [`Outcome`] stored, handed out, acknowledged or released: what a server
@@ -1295,6 +1315,7 @@ impl Outcome {
             | Outcome::ClusterStatus(_)
             | Outcome::GroupsStatus(_)
             | Outcome::Producers(_)
+            | Outcome::StoredOffsets(_)
             | Outcome::Members(_)
             | Outcome::Metadata(_) => RecordCounts::default(),
         }
@@ -1331,6 +1352,7 @@ impl Outcome {
             | Outcome::ClusterStatus(_)
             | Outcome::GroupsStatus(_)
             | Outcome::Producers(_)
+            | Outcome::StoredOffsets(_)
             | Outcome::Members(_)
             | Outcome::Metadata(_) => None,
         }
@@ -1373,6 +1395,7 @@ impl Outcome {
             | Outcome::ClusterStatus(_)
             | Outcome::GroupsStatus(_)
             | Outcome::Producers(_)
+            | Outcome::StoredOffsets(_)
             | Outcome::Members(_)
             | Outcome::Metadata(_)
             | Outcome::Read(_)) => unchanged,

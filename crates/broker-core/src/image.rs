@@ -8,11 +8,11 @@
 //! conversion here.
 //!
 //! Every shape an image ever had stays readable: [`v1`] is the first (snapshots of data
-//! directory format 1), [`v2`] the second (format 2), [`v3`] the third (format 3), this
-//! module's types are the current one (format 4). A change to the shape is a new version with
-//! types of their own.
+//! directory format 1), [`v2`] the second (format 2), [`v3`] the third (format 3), [`v4`] the
+//! fourth (format 4), this module's types are the current one (format 5). A change to the
+//! shape is a new version with types of their own.
 //!
-//! # Layout, version 4
+//! # Layout, version 5
 //!
 //! Encoded with serde in field order, as bincode 2.0.1 with fixed-width little-endian integers
 //! encodes it (`u64` lengths before every sequence and string, a `u8` tag before an `Option`):
@@ -38,13 +38,14 @@
 //!                partitions Vec<GroupPartitionImage>
 //! MemberImage    id String, partitions Vec<i32>
 //! GroupPartitionImage  owner Option<u64> (index into members), committed i64, position i64,
-//!                      in_flight Option<i64>, delivered_at_ms i64, deliveries u32, skipped u64
+//!                      in_flight Option<i64>, delivered_at_ms i64, deliveries u32, skipped u64,
+//!                      has_commit bool (0 or 1)
 //! ```
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-/// The whole broker state, version 4: see the module documentation for the layout.
+/// The whole broker state, version 5: see the module documentation for the layout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateImage {
     /// Records each partition of an interest-retention topic keeps at most by default.
@@ -212,12 +213,192 @@ pub struct GroupPartitionImage {
     pub deliveries: u32,
     /// Records the group skipped because they left before it consumed them.
     pub skipped: u64,
+    /// Whether the group stored `committed` (a commit, an acknowledgement or a reset), rather
+    /// than only starting there: Kafka's OffsetFetch answers `-1` where it did not.
+    pub has_commit: bool,
+}
+
+pub mod v4 {
+    //! The state image of version 4, frozen: the snapshots of data directory format 4 and the
+    //! cluster's snapshots and moves before version 5. Its groups did not say which partitions
+    //! they stored an offset on; everything else is the current shape.
+    //!
+    //! # Layout, version 4
+    //!
+    //! As version 5, except that `GroupPartitionImage` has no `has_commit`.
+
+    use serde::{Deserialize, Serialize};
+
+    use super::{v1, PartitionImage, ProducerImage};
+
+    /// The whole broker state, version 4.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct StateImage {
+        /// As in the current [`super::StateImage`].
+        pub capacity: u64,
+        /// As in the current [`super::StateImage`].
+        pub clock_ms: i64,
+        /// As in the current [`super::StateImage`].
+        pub next_topic_id: u64,
+        /// As in the current [`super::StateImage`].
+        pub topics: Vec<(String, TopicImage)>,
+        /// As in the current [`super::StateImage`].
+        pub memory_budget: Option<u64>,
+        /// As in the current [`super::StateImage`].
+        pub retained_bytes: u64,
+        /// As in the current [`super::StateImage`].
+        pub max_topics: u64,
+        /// As in the current [`super::StateImage`].
+        pub max_partitions: u64,
+        /// As in the current [`super::StateImage`].
+        pub max_groups_per_topic: u64,
+        /// As in the current [`super::StateImage`].
+        pub max_members_per_group: u64,
+    }
+
+    /// One topic, version 4.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct TopicImage {
+        /// As in the current [`super::TopicImage`].
+        pub id: u64,
+        /// As in the current [`super::TopicImage`].
+        pub key_hash: u32,
+        /// As in the current [`super::TopicImage`].
+        pub retention: u32,
+        /// As in the current [`super::TopicImage`].
+        pub max_records: Option<u64>,
+        /// As in the current [`super::TopicImage`].
+        pub max_bytes: Option<u64>,
+        /// As in the current [`super::TopicImage`].
+        pub max_age_ms: Option<u64>,
+        /// As in the current [`super::TopicImage`].
+        pub discard: u32,
+        /// As in the current [`super::TopicImage`].
+        pub next_keyless: u64,
+        /// As in the current [`super::TopicImage`].
+        pub partitions: Vec<PartitionImage>,
+        /// As in the current [`super::TopicImage`].
+        pub groups: Vec<(String, GroupImage)>,
+        /// As in the current [`super::TopicImage`].
+        pub producers: Vec<ProducerImage>,
+    }
+
+    /// One consumer group, version 4.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct GroupImage {
+        /// As in the current [`super::GroupImage`].
+        pub assignor: u32,
+        /// As in the current [`super::GroupImage`].
+        pub start_at: u32,
+        /// As in the current [`super::GroupImage`].
+        pub ack_timeout_ms: Option<u64>,
+        /// As in the current [`super::GroupImage`].
+        pub max_deliveries: Option<u32>,
+        /// As in the current [`super::GroupImage`].
+        pub dead_letter: Option<String>,
+        /// As in the current [`super::GroupImage`].
+        pub members: Vec<v1::MemberImage>,
+        /// As in the current [`super::GroupImage`].
+        pub partitions: Vec<GroupPartitionImage>,
+    }
+
+    /// A group's progress on one partition, version 4.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct GroupPartitionImage {
+        /// As in the current [`super::GroupPartitionImage`].
+        pub owner: Option<u64>,
+        /// As in the current [`super::GroupPartitionImage`].
+        pub committed: i64,
+        /// As in the current [`super::GroupPartitionImage`].
+        pub position: i64,
+        /// As in the current [`super::GroupPartitionImage`].
+        pub in_flight: Option<i64>,
+        /// As in the current [`super::GroupPartitionImage`].
+        pub delivered_at_ms: i64,
+        /// As in the current [`super::GroupPartitionImage`].
+        pub deliveries: u32,
+        /// As in the current [`super::GroupPartitionImage`].
+        pub skipped: u64,
+    }
+
+    impl From<StateImage> for super::StateImage {
+        /// The same state in the current shape: every offset its groups hold counts as stored,
+        /// as the releases of version 4 answered.
+        fn from(image: StateImage) -> super::StateImage {
+            super::StateImage {
+                capacity: image.capacity,
+                clock_ms: image.clock_ms,
+                next_topic_id: image.next_topic_id,
+                topics: image
+                    .topics
+                    .into_iter()
+                    .map(|(name, topic)| (name, topic.into()))
+                    .collect(),
+                memory_budget: image.memory_budget,
+                retained_bytes: image.retained_bytes,
+                max_topics: image.max_topics,
+                max_partitions: image.max_partitions,
+                max_groups_per_topic: image.max_groups_per_topic,
+                max_members_per_group: image.max_members_per_group,
+            }
+        }
+    }
+
+    impl From<TopicImage> for super::TopicImage {
+        /// The same topic in the current shape (see the state's conversion).
+        fn from(topic: TopicImage) -> super::TopicImage {
+            super::TopicImage {
+                id: topic.id,
+                key_hash: topic.key_hash,
+                retention: topic.retention,
+                max_records: topic.max_records,
+                max_bytes: topic.max_bytes,
+                max_age_ms: topic.max_age_ms,
+                discard: topic.discard,
+                next_keyless: topic.next_keyless,
+                partitions: topic.partitions,
+                groups: topic
+                    .groups
+                    .into_iter()
+                    .map(|(name, group)| (name, group.into()))
+                    .collect(),
+                producers: topic.producers,
+            }
+        }
+    }
+
+    impl From<GroupImage> for super::GroupImage {
+        fn from(group: GroupImage) -> super::GroupImage {
+            super::GroupImage {
+                assignor: group.assignor,
+                start_at: group.start_at,
+                ack_timeout_ms: group.ack_timeout_ms,
+                max_deliveries: group.max_deliveries,
+                dead_letter: group.dead_letter,
+                members: group.members,
+                partitions: group
+                    .partitions
+                    .into_iter()
+                    .map(|state| super::GroupPartitionImage {
+                        owner: state.owner,
+                        committed: state.committed,
+                        position: state.position,
+                        in_flight: state.in_flight,
+                        delivered_at_ms: state.delivered_at_ms,
+                        deliveries: state.deliveries,
+                        skipped: state.skipped,
+                        has_commit: true,
+                    })
+                    .collect(),
+            }
+        }
+    }
 }
 
 pub mod v3 {
     //! The state image of version 3, frozen: the snapshots of data directory format 3. Its
-    //! groups had no maximum of deliveries and no dead-letter topic; everything else is the
-    //! current shape.
+    //! groups had no maximum of deliveries and no dead-letter topic; everything else is
+    //! version 4's shape.
     //!
     //! # Layout, version 3
     //!
@@ -225,7 +406,8 @@ pub mod v3 {
 
     use serde::{Deserialize, Serialize};
 
-    use super::{v1, GroupPartitionImage, PartitionImage, ProducerImage};
+    use super::v4::{self, GroupPartitionImage};
+    use super::{v1, PartitionImage, ProducerImage};
 
     /// The whole broker state, version 3.
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -294,10 +476,10 @@ pub mod v3 {
         pub partitions: Vec<GroupPartitionImage>,
     }
 
-    impl From<StateImage> for super::StateImage {
-        /// The same state in the current shape: its groups have no maximum of deliveries.
-        fn from(image: StateImage) -> super::StateImage {
-            super::StateImage {
+    impl From<StateImage> for v4::StateImage {
+        /// The same state in the shape of version 4: its groups have no maximum of deliveries.
+        fn from(image: StateImage) -> v4::StateImage {
+            v4::StateImage {
                 capacity: image.capacity,
                 clock_ms: image.clock_ms,
                 next_topic_id: image.next_topic_id,
@@ -316,9 +498,9 @@ pub mod v3 {
         }
     }
 
-    impl From<TopicImage> for super::TopicImage {
-        fn from(topic: TopicImage) -> super::TopicImage {
-            super::TopicImage {
+    impl From<TopicImage> for v4::TopicImage {
+        fn from(topic: TopicImage) -> v4::TopicImage {
+            v4::TopicImage {
                 id: topic.id,
                 key_hash: topic.key_hash,
                 retention: topic.retention,
@@ -332,7 +514,7 @@ pub mod v3 {
                     .groups
                     .into_iter()
                     .map(|(name, group)| {
-                        let group = super::GroupImage {
+                        let group = v4::GroupImage {
                             assignor: group.assignor,
                             start_at: group.start_at,
                             ack_timeout_ms: group.ack_timeout_ms,

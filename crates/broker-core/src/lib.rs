@@ -646,6 +646,23 @@ impl EventBroker {
         self.lock().committed(topic, group, partition)
     }
 
+    /// The group's committed offset on each partition of the topic, by partition, where the
+    /// group stored one (a commit, an acknowledgement, a reset, or a record moved to its
+    /// dead-letter topic), and `None` where it holds only where it started: the committed
+    /// offsets as Kafka's OffsetFetch answers them. Every partition is `None` for a group that
+    /// does not exist on the topic. [`EventBroker::committed`] gives the group's start there
+    /// instead.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier or an unknown topic.
+    pub fn stored_offsets(
+        &self,
+        topic: &str,
+        group: &str,
+    ) -> Result<Vec<Option<i64>>, BrokerError> {
+        self.lock().stored_offsets(topic, group)
+    }
+
     /// The offset the next record published to `partition` will get.
     ///
     /// # Errors

@@ -271,11 +271,12 @@ pub struct ProducerState {
     /// The sequence number its next new record on the partition must have: one past the last
     /// record it stored there (0 before it stored any).
     pub next_sequence: u64,
-    /// The offset of the last record it stored on the partition, while the partition can still
-    /// answer a repeat of that record's batch (`None` once it cannot).
+    /// The offset the last record it stored on the partition got (`None` if it stored none
+    /// there: its batches were refused, or repeated records stored before), even once
+    /// retention removed that record.
     pub last_offset: Option<i64>,
-    /// The broker's clock when it last published to the topic, in milliseconds since the Unix
-    /// epoch.
+    /// The broker's clock when it last published to the topic, to any of its partitions, in
+    /// milliseconds since the Unix epoch (the broker keeps one time per producer and topic).
     pub last_seen_ms: i64,
 }
 

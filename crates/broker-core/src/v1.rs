@@ -618,6 +618,7 @@ impl TryFrom<crate::Outcome> for Outcome {
             | Current::ClusterStatus(_)
             | Current::GroupsStatus(_)
             | Current::Producers(_)
+            | Current::StoredOffsets(_)
             | Current::Members(_)
             | Current::Metadata(_)
             | Current::Read(_) => return Err(NotInVersion1(name)),

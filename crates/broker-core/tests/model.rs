@@ -117,6 +117,8 @@ struct ModelGroup {
     skipped: Vec<u64>,
     /// A delayed retry: the offset it holds back and until when.
     held: Vec<Option<(i64, i64)>>,
+    /// Whether the group stored its committed offset (a commit, an ack or a reset).
+    stored: Vec<bool>,
 }
 
 fn valid_id(id: &str) -> bool {
@@ -207,6 +209,7 @@ impl ModelGroup {
             deliveries: vec![0; n],
             skipped: vec![0; n],
             held: vec![None; n],
+            stored: vec![false; n],
         }
     }
 
@@ -248,6 +251,7 @@ impl ModelGroup {
 
     /// Moves the committed offset of `p` to `offset` (a commit or a reset).
     fn move_committed(&mut self, p: usize, offset: i64) {
+        self.stored[p] = true;
         if self.committed[p] != offset {
             self.in_flight[p] = None;
             self.deliveries[p] = 0;
@@ -738,6 +742,7 @@ impl Model {
                 g.in_flight[p] = None;
                 if is_ack {
                     g.deliveries[p] = 0;
+                    g.stored[p] = true;
                     g.committed[p] = offset + 1;
                     g.position[p] = g.position[p].max(offset + 1);
                 }
@@ -867,6 +872,16 @@ impl Model {
                 let p = partition_of(t, *partition)?;
                 Ok(Outcome::Offset(t.logs[p].end()))
             }
+            Command::StoredOffsets { topic, group } => {
+                ids(&[group])?;
+                let t = self.topic(topic)?;
+                Ok(Outcome::StoredOffsets(match t.groups.get(group) {
+                    Some(g) => (0..t.logs.len())
+                        .map(|p| g.stored[p].then_some(g.committed[p]))
+                        .collect(),
+                    None => vec![None; t.logs.len()],
+                }))
+            }
             Command::Producers { topic, partition } => {
                 let t = self.topic(topic)?;
                 let p = partition_of(t, *partition)?;
@@ -930,6 +945,7 @@ impl Model {
                             g.deliveries.resize(wanted, 0);
                             g.skipped.resize(wanted, 0);
                             g.held.resize(wanted, None);
+                            g.stored.resize(wanted, false);
                         });
                     }
                 }
@@ -1603,6 +1619,9 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         Command::Producers { topic, partition } => {
             broker.producers(&topic, partition).map(Outcome::Producers)
         }
+        Command::StoredOffsets { topic, group } => broker
+            .stored_offsets(&topic, &group)
+            .map(Outcome::StoredOffsets),
         Command::Describe { topic: None } => Ok(Outcome::Description(broker.describe())),
         describe @ Command::Describe { .. } => broker.apply(describe),
         Command::AddPartitions {
@@ -1964,6 +1983,8 @@ fn command() -> impl Strategy<Value = Command> {
         1 => proptest::option::of(topic_id()).prop_map(|topic| Command::Describe { topic }),
         1 => (topic_id(), partition())
             .prop_map(|(topic, partition)| Command::Producers { topic, partition }),
+        3 => (topic_id(), group_id())
+            .prop_map(|(topic, group)| Command::StoredOffsets { topic, group }),
         1 => (topic_id(), prop_oneof![4 => 1..6_i32, 1 => Just(0), 1 => Just(65)]).prop_map(
             |(topic, partition_count)| Command::AddPartitions { topic, partition_count }
         ),
@@ -2658,6 +2679,11 @@ fn generated_sequences_reach_every_interesting_case() {
                 {
                     "producers listed"
                 }
+                (Command::StoredOffsets { .. }, Answer::Ok(Outcome::StoredOffsets(offsets)))
+                    if offsets.iter().any(Option::is_some) =>
+                {
+                    "stored offsets listed"
+                }
                 _ => "other",
             };
             *seen.entry(kind).or_default() += 1;
@@ -2701,6 +2727,7 @@ fn generated_sequences_reach_every_interesting_case() {
         ("produced", 10),
         ("produced again", 10),
         ("producers listed", 5),
+        ("stored offsets listed", 5),
     ] {
         assert!(
             seen.get(kind).copied().unwrap_or(0) >= at_least,

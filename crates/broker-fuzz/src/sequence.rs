@@ -312,6 +312,7 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
             partition: input.below(5) as i32 - 1,
         },
         CommandKind::Lag => Command::Lag { topic, group },
+        CommandKind::StoredOffsets => Command::StoredOffsets { topic, group },
         CommandKind::Producers => Command::Producers {
             topic,
             partition: input.below(5) as i32 - 1,

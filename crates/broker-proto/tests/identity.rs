@@ -73,6 +73,7 @@ fn command(kind: CommandKind) -> Command {
             topic,
             partition: 0,
         },
+        CommandKind::StoredOffsets => Command::StoredOffsets { topic, group },
         CommandKind::Metadata => Command::Metadata { topic: None },
         CommandKind::Create => Command::Create {
             topic,
@@ -311,6 +312,7 @@ fn outcome(kind: OutcomeKind) -> Outcome {
             last_offset: Some(1),
             last_seen_ms: 0,
         }]),
+        OutcomeKind::StoredOffsets => Outcome::StoredOffsets(vec![Some(3), None]),
         OutcomeKind::Members => Outcome::Members(Vec::new()),
         OutcomeKind::Metadata => Outcome::Metadata(BrokerMetadata::default()),
         OutcomeKind::Read => Outcome::Read(PartitionRead {

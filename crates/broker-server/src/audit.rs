@@ -119,6 +119,7 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
         | Command::Lag { .. }
         | Command::Describe { .. }
         | Command::Producers { .. }
+        | Command::StoredOffsets { .. }
         | Command::OffsetForTime { .. }
         | Command::Read { .. }
         | Command::CommitGroup { .. }

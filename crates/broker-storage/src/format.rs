@@ -13,8 +13,9 @@ use crate::StorageError;
 /// format is migrated to this one when a server opens it. Format 3 added idempotent producers
 /// to snapshots (its log entries are those of format 2, with one more command); format 4 a
 /// group's maximum of deliveries and dead-letter topic (and, in the log, delayed retries and
-/// the group settings that name them).
-pub const FORMAT_VERSION: u32 = 4;
+/// the group settings that name them); format 5, in snapshots, which partitions each group
+/// stored an offset on (its log entries are those of format 4).
+pub const FORMAT_VERSION: u32 = 5;
 
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;

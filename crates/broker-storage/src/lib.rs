@@ -84,7 +84,7 @@ pub use records::{
 pub use recovery::{Recovery, TornTail};
 pub use repair::Repairs;
 pub use segment::LogWriter;
-pub use snapshot::{remove_covered, write_snapshot, Checkpoint};
+pub use snapshot::{remove_covered, v4 as checkpoint_v4, write_snapshot, Checkpoint};
 
 #[cfg(test)]
 mod tests;

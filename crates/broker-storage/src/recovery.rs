@@ -15,7 +15,7 @@ use crate::format::{
 };
 use crate::records::RecordStore;
 use crate::repair::Repairs;
-use crate::snapshot::{load_latest, Checkpoint, LoadedSnapshot, Snapshot};
+use crate::snapshot::{load_latest, v4, Checkpoint, LoadedSnapshot, Snapshot};
 use crate::StorageError;
 
 /// The state rebuilt from a data directory.
@@ -90,6 +90,16 @@ pub(crate) fn recover(
             path,
         }) => {
             migrated_from = Some(3);
+            let checkpoint = v4::Checkpoint::from(checkpoint).into();
+            let (records, state) = open_checkpoint(dir, checkpoint, &path, repairs)?;
+            (records, state, Some(seq))
+        }
+        Some(LoadedSnapshot {
+            snapshot: Snapshot::V4(checkpoint),
+            seq,
+            path,
+        }) => {
+            migrated_from = Some(4);
             let (records, state) = open_checkpoint(dir, checkpoint.into(), &path, repairs)?;
             (records, state, Some(seq))
         }

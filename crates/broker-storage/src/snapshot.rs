@@ -1,11 +1,11 @@
 //! Snapshots (checkpoints): the state in one checksummed file, written atomically, and the
 //! removal of the log segments and older snapshots a new snapshot makes unnecessary.
 //!
-//! A snapshot of format 4 holds a [`Checkpoint`]: the state's image, whose records are in
+//! A snapshot of format 5 holds a [`Checkpoint`]: the state's image, whose records are in
 //! record segments (see [`crate::records`]) except those logged after the checkpoint started,
-//! and the catalog of those segments. Formats 3 and 2 hold the same in the state images of
-//! versions 3 and 2 ([`v3::Checkpoint`], [`v2::Checkpoint`]); format 1 a
-//! [`broker_core::image::v1::StateImage`] with every record in it.
+//! and the catalog of those segments. Formats 4, 3 and 2 hold the same in the state images of
+//! versions 4, 3 and 2 ([`v4::Checkpoint`], [`v3::Checkpoint`], [`v2::Checkpoint`]); format 1
+//! a [`broker_core::image::v1::StateImage`] with every record in it.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
@@ -47,10 +47,11 @@ pub mod v2 {
     impl From<Checkpoint> for super::Checkpoint {
         fn from(checkpoint: Checkpoint) -> super::Checkpoint {
             let image = broker_core::image::v3::StateImage::from(checkpoint.image);
-            super::Checkpoint {
-                image: image.into(),
+            super::v4::Checkpoint::from(super::v3::Checkpoint {
+                image,
                 segments: checkpoint.segments,
-            }
+            })
+            .into()
         }
     }
 }
@@ -72,6 +73,33 @@ pub mod v3 {
         pub segments: Vec<SegmentImage>,
     }
 
+    impl From<Checkpoint> for super::v4::Checkpoint {
+        fn from(checkpoint: Checkpoint) -> super::v4::Checkpoint {
+            super::v4::Checkpoint {
+                image: checkpoint.image.into(),
+                segments: checkpoint.segments,
+            }
+        }
+    }
+}
+
+/// The checkpoint of data directory format 4, frozen.
+pub mod v4 {
+    use broker_core::image::v4::StateImage;
+    use serde::{Deserialize, Serialize};
+
+    use crate::records::SegmentImage;
+
+    /// What a snapshot of format 4 holds: as a [`super::Checkpoint`], with the state image of
+    /// version 4.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct Checkpoint {
+        /// The state.
+        pub image: StateImage,
+        /// The record segments.
+        pub segments: Vec<SegmentImage>,
+    }
+
     impl From<Checkpoint> for super::Checkpoint {
         fn from(checkpoint: Checkpoint) -> super::Checkpoint {
             super::Checkpoint {
@@ -82,7 +110,7 @@ pub mod v3 {
     }
 }
 
-/// What a snapshot of format 4 holds: the state and the record segments its evicted records
+/// What a snapshot of format 5 holds: the state and the record segments its evicted records
 /// are in. Encoded as `image` then `segments` (a `u64` count, then each segment's fields in
 /// order), in the data directory's bincode encoding.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -197,7 +225,9 @@ pub(crate) enum Snapshot {
     V2(v2::Checkpoint),
     /// Format 3: as format 4, in the state image of version 3 (no maximum of deliveries).
     V3(v3::Checkpoint),
-    /// Format 4.
+    /// Format 4: as format 5, in the state image of version 4 (no stored offsets marked).
+    V4(v4::Checkpoint),
+    /// Format 5.
     Current(Checkpoint),
 }
 
@@ -272,6 +302,7 @@ pub(crate) fn load_latest(
         1 => Snapshot::V1(decode_body(&path, body)?),
         2 => Snapshot::V2(decode_body(&path, body)?),
         3 => Snapshot::V3(decode_body(&path, body)?),
+        4 => Snapshot::V4(decode_body(&path, body)?),
         _ => Snapshot::Current(decode_body(&path, body)?),
     };
     Ok(Some(LoadedSnapshot {

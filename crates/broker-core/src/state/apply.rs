@@ -239,6 +239,9 @@ impl BrokerState {
             Command::Producers { topic, partition } => {
                 self.producers(&topic, partition).map(Outcome::Producers)
             }
+            Command::StoredOffsets { topic, group } => self
+                .stored_offsets(&topic, &group)
+                .map(Outcome::StoredOffsets),
         }
     }
 }

@@ -49,6 +49,11 @@ pub(super) struct GroupPartition {
     pub(super) deliveries: u32,
     /// Records the group never consumed because they left the partition first.
     pub(super) skipped: u64,
+    /// Whether `committed` was ever stored by the group's consumption: a commit, an
+    /// acknowledgement or a reset, rather than only by where the group started (and retention
+    /// moving it). What Kafka calls a committed offset: its OffsetFetch answers `-1` where there
+    /// is none.
+    pub(super) has_commit: bool,
 }
 
 impl GroupPartition {
@@ -62,12 +67,14 @@ impl GroupPartition {
             delivered_at_ms: 0,
             deliveries: 0,
             skipped: 0,
+            has_commit: false,
         }
     }
 
     /// Settles the delivery in flight, `offset`, as acknowledged: the group has consumed it.
     #[inline]
     pub(super) fn commit_delivery(&mut self, offset: i64) {
+        self.has_commit = true;
         self.in_flight = None;
         self.deliveries = 0;
         self.delivered_at_ms = 0;
@@ -75,10 +82,12 @@ impl GroupPartition {
         self.position = self.position.max(offset + 1);
     }
 
-    /// Moves the committed offset to `offset` (a commit or a reset): a delivery in flight from
+    /// Moves the committed offset to `offset` (a commit or a reset), which the group has stored
+    /// from now on even if it is where it was: a delivery in flight from
     /// the old offset can no longer be acknowledged, and the record now next has not been
     /// delivered.
     pub(super) fn move_committed(&mut self, offset: i64) {
+        self.has_commit = true;
         if self.committed != offset {
             self.in_flight = None;
             self.deliveries = 0;

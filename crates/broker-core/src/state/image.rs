@@ -449,6 +449,7 @@ fn group_image(group: &Group) -> GroupImage {
                 delivered_at_ms: state.delivered_at_ms,
                 deliveries: state.deliveries,
                 skipped: state.skipped,
+                has_commit: state.has_commit,
             })
             .collect(),
     }
@@ -576,6 +577,7 @@ fn group_from(image: GroupImage) -> Result<Group, String> {
             delivered_at_ms: state.delivered_at_ms,
             deliveries: state.deliveries,
             skipped: state.skipped,
+            has_commit: state.has_commit,
         });
     }
     Ok(Group {
@@ -615,6 +617,9 @@ fn topic_from_v1(image: v1::TopicImage, id: u64) -> Result<Topic, String> {
                 delivered_at_ms: 0,
                 deliveries: 0,
                 skipped: 0,
+                // The first releases did not say: as a stored offset, which is how they
+                // answered.
+                has_commit: true,
             });
         }
         let group = Group {

@@ -48,6 +48,27 @@ impl BrokerState {
         Ok(committed_offset(topic, group, partition))
     }
 
+    /// See [`crate::EventBroker::stored_offsets`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::stored_offsets`].
+    pub fn stored_offsets(
+        &self,
+        topic: &str,
+        group: &str,
+    ) -> Result<Vec<Option<i64>>, BrokerError> {
+        self.names.check("group", group)?;
+        let topic = self.topic(topic)?;
+        Ok(match topic.groups.get(group) {
+            Some(group) => group
+                .partitions
+                .iter()
+                .map(|progress| progress.has_commit.then_some(progress.committed))
+                .collect(),
+            None => vec![None; topic.partitions.len()],
+        })
+    }
+
     /// See [`crate::EventBroker::end_offset`].
     ///
     /// # Errors

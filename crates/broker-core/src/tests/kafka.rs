@@ -814,3 +814,71 @@ fn commit_group_creates_a_memberless_group_whose_offsets_hold_records() {
     assert_invalid(&b, |b| b.commit_group("t", "kafka", &[(2, 1)]));
     assert_invalid(&b, |b| b.commit_group("t", "kafka", &[(0, -1)]));
 }
+
+#[test]
+fn stored_offsets_are_those_a_group_committed_acknowledged_or_reset_and_none_elsewhere() {
+    let b = filled(4, 5);
+    assert_eq!(b.stored_offsets("t", "g").unwrap(), vec![None; 4]);
+    // A commit from outside creates the group at the earliest records: only the partition
+    // committed on has an offset stored, even one at the start.
+    b.commit_group("t", "g", &[(1, 0)]).unwrap();
+    assert_eq!(
+        b.stored_offsets("t", "g").unwrap(),
+        vec![None, Some(0), None, None]
+    );
+    // Retention moving the group's start stores nothing.
+    b.purge("t", 0, 2).unwrap();
+    assert_eq!(b.committed("t", "g", 0).unwrap(), 2);
+    assert_eq!(b.stored_offsets("t", "g").unwrap()[0], None);
+    // An acknowledgement stores its record's next offset.
+    let acked = broker(100);
+    acked.create("t", 2).unwrap();
+    acked.publish("t", 0, "x").unwrap();
+    acked.join("t", "g", "m").unwrap();
+    let polled = acked.poll("t", "g", "m", 1).unwrap();
+    assert_eq!(acked.stored_offsets("t", "g").unwrap(), vec![None, None]);
+    acked.ack("t", "g", "m", 0, polled[0].offset).unwrap();
+    assert_eq!(acked.stored_offsets("t", "g").unwrap(), vec![Some(1), None]);
+    // A reset stores every partition it moves.
+    b.reset_group("t", "g", Some(&[2]), crate::ResetTo::Latest)
+        .unwrap();
+    assert_eq!(
+        b.stored_offsets("t", "g").unwrap(),
+        vec![None, Some(0), Some(5), None]
+    );
+    // Kept in an image; an offset in an image of version 4 counts as stored.
+    let image = b.with_state(|state| state.to_image());
+    let back =
+        EventBroker::from_state(crate::BrokerState::from_image(image.clone(), None).unwrap());
+    assert_eq!(
+        back.stored_offsets("t", "g").unwrap(),
+        b.stored_offsets("t", "g").unwrap()
+    );
+    let old = crate::image::v4::GroupImage {
+        assignor: 0,
+        start_at: 0,
+        ack_timeout_ms: None,
+        max_deliveries: None,
+        dead_letter: None,
+        members: Vec::new(),
+        partitions: vec![crate::image::v4::GroupPartitionImage {
+            owner: None,
+            committed: 3,
+            position: 3,
+            in_flight: None,
+            delivered_at_ms: 0,
+            deliveries: 0,
+            skipped: 0,
+        }],
+    };
+    let upgraded = crate::image::GroupImage::from(old);
+    assert!(upgraded.partitions[0].has_commit);
+    // Refusals.
+    for (topic, group) in [("nothing", "g"), ("t", "bad group")] {
+        let refused = b.stored_offsets(topic, group).unwrap_err();
+        assert!(
+            matches!(refused, BrokerError::InvalidArgument(_)),
+            "{refused}"
+        );
+    }
+}

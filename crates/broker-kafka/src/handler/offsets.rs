@@ -137,59 +137,66 @@ impl<B: Backend> Handler<'_, B> {
             return OffsetFetchResponse::default()
                 .with_error_code(ResponseError::InvalidGroupId.code());
         }
-        // The topics asked for alone (each with its groups), or every topic when none is named.
-        let described = match &request.topics {
-            Some(topics) => {
-                // Each topic once, however many times the request names it.
-                let names: BTreeSet<String> =
-                    topics.iter().map(|topic| topic_name(&topic.name)).collect();
-                let mut described = Vec::with_capacity(names.len());
-                for name in names {
-                    match self.describe(Some(name)).await {
-                        Ok(found) => described.extend(found),
-                        // A topic that does not exist: nothing committed there.
-                        Err(ErrorReply::InvalidArgument(_)) => {}
-                        Err(refusal) => {
-                            return OffsetFetchResponse::default()
-                                .with_error_code(coordinator_error(&refusal).code())
-                        }
-                    }
-                }
-                described
-            }
+        // The topics asked for, each once, or every topic the group has offsets on.
+        let names: BTreeSet<String> = match &request.topics {
+            Some(topics) => topics.iter().map(|topic| topic_name(&topic.name)).collect(),
             None => match self.describe(None).await {
-                Ok(topics) => topics,
+                Ok(topics) => topics
+                    .into_iter()
+                    .filter(|topic| topic.groups.iter().any(|g| g.name == group))
+                    .map(|topic| topic.name)
+                    .collect(),
                 Err(refusal) => {
                     return OffsetFetchResponse::default()
                         .with_error_code(coordinator_error(&refusal).code())
                 }
             },
         };
-        // What the group committed on each partition of each topic it has a group of the
-        // broker on; -1 where it committed nothing (the client then applies its reset policy).
+        // What the group stored on each partition of each topic; -1 where it stored nothing
+        // (the client then applies its reset policy).
+        let mut stored: BTreeMap<String, Vec<Option<i64>>> = BTreeMap::new();
+        for name in names {
+            let command = Command::StoredOffsets {
+                topic: name.clone(),
+                group: group.to_owned(),
+            };
+            match self.call(command).await {
+                Ok(Outcome::StoredOffsets(offsets)) => {
+                    stored.insert(name, offsets);
+                }
+                // A topic that does not exist: nothing committed there.
+                Err(ErrorReply::InvalidArgument(_)) => {}
+                Ok(other) => {
+                    return OffsetFetchResponse::default()
+                        .with_error_code(coordinator_error(&unexpected(&other)).code())
+                }
+                Err(refusal) => {
+                    return OffsetFetchResponse::default()
+                        .with_error_code(coordinator_error(&refusal).code())
+                }
+            }
+        }
         let committed = |topic: &str, partition: i32| -> i64 {
-            described
-                .iter()
-                .find(|described| described.name == topic)
-                .and_then(|described| described.groups.iter().find(|g| g.name == group))
-                .and_then(|g| {
-                    usize::try_from(partition)
-                        .ok()
-                        .and_then(|p| g.partitions.get(p))
-                })
-                .map_or(-1, |progress| progress.committed)
+            stored
+                .get(topic)
+                .zip(usize::try_from(partition).ok())
+                .and_then(|(offsets, partition)| offsets.get(partition).copied().flatten())
+                .unwrap_or(-1)
         };
         let wanted: Vec<(String, Vec<i32>)> = match request.topics {
             Some(topics) => topics
                 .iter()
                 .map(|topic| (topic_name(&topic.name), topic.partition_indexes.clone()))
                 .collect(),
-            // Every topic the group committed on.
-            None => described
+            // Every partition the group committed on.
+            None => stored
                 .iter()
-                .filter_map(|topic| {
-                    let g = topic.groups.iter().find(|g| g.name == group)?;
-                    Some((topic.name.clone(), (0..g.partitions.len() as i32).collect()))
+                .filter_map(|(topic, offsets)| {
+                    let partitions: Vec<i32> = (0..offsets.len())
+                        .filter(|&p| offsets[p].is_some())
+                        .filter_map(|p| i32::try_from(p).ok())
+                        .collect();
+                    (!partitions.is_empty()).then(|| (topic.clone(), partitions))
                 })
                 .collect(),
         };

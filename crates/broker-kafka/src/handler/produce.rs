@@ -2,7 +2,7 @@
 //! limits and published to their partitions, idempotent producers' batches stored once, and
 //! what each partition remembers of its producers.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use broker_core::{
     Command, Outcome, PartitionBatch, ProducerState, PublishRecord, TopicSettings,
@@ -16,7 +16,7 @@ use kafka_protocol::messages::describe_producers_response::{
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
     DescribeProducersRequest, DescribeProducersResponse, InitProducerIdRequest,
-    InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
+    InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId, TopicName,
 };
 use kafka_protocol::ResponseError;
 
@@ -301,37 +301,56 @@ impl<B: Backend> Handler<'_, B> {
     /// What each partition named remembers of the idempotent producers that published to it,
     /// as Kafka's DescribeProducers: asked of the partition's leader (another node answers
     /// `NOT_LEADER_OR_FOLLOWER`, and the client asks the leader); an unknown topic or partition
-    /// is `UNKNOWN_TOPIC_OR_PARTITION`. A partition named twice is answered twice.
+    /// is `UNKNOWN_TOPIC_OR_PARTITION`. Each partition is answered once however many times the
+    /// request names it (an answer can list thousands of producers).
     pub(super) async fn describe_producers(
         &self,
         request: DescribeProducersRequest,
     ) -> DescribeProducersResponse {
-        let topics = request.topics.into_iter().map(|topic| async move {
+        // Each topic once and each of its partitions once, in the order first named.
+        let mut asked: Vec<(String, TopicName, Vec<i32>)> = Vec::new();
+        let mut places: HashMap<String, usize> = HashMap::new();
+        let mut named: HashSet<(usize, i32)> = HashSet::new();
+        for topic in request.topics {
             let name = topic_name(&topic.name);
-            let partitions = topic.partition_indexes.iter().map(|&partition| {
-                let command = Command::Producers {
-                    topic: name.clone(),
-                    partition,
-                };
-                async move {
-                    let answer = PartitionResponse::default().with_partition_index(partition);
-                    let refusal = match self.call_here(command).await {
-                        Ok(Outcome::Producers(states)) => {
-                            return answer
-                                .with_active_producers(states.iter().map(kafka_producer).collect())
-                        }
-                        Ok(other) => refused(&unexpected(&other)),
-                        Err(refusal) => refused(&refusal),
-                    };
-                    answer
-                        .with_error_code(refusal.0.code())
-                        .with_error_message(message(refusal.1))
-                }
+            let place = *places.entry(name.clone()).or_insert_with(|| {
+                asked.push((name, topic.name, Vec::new()));
+                asked.len() - 1
             });
-            TopicResponse::default()
-                .with_name(topic.name)
-                .with_partitions(join_all(partitions).await)
-        });
+            for partition in topic.partition_indexes {
+                if named.insert((place, partition)) {
+                    asked[place].2.push(partition);
+                }
+            }
+        }
+        let topics = asked
+            .into_iter()
+            .map(|(name, kafka_name, partitions)| async move {
+                let partitions = partitions.into_iter().map(|partition| {
+                    let command = Command::Producers {
+                        topic: name.clone(),
+                        partition,
+                    };
+                    async move {
+                        let answer = PartitionResponse::default().with_partition_index(partition);
+                        let refusal = match self.call_here(command).await {
+                            Ok(Outcome::Producers(states)) => {
+                                return answer.with_active_producers(
+                                    states.iter().map(kafka_producer).collect(),
+                                )
+                            }
+                            Ok(other) => refused(&unexpected(&other)),
+                            Err(refusal) => refused(&refusal),
+                        };
+                        answer
+                            .with_error_code(refusal.0.code())
+                            .with_error_message(message(refusal.1))
+                    }
+                });
+                TopicResponse::default()
+                    .with_name(kafka_name)
+                    .with_partitions(join_all(partitions).await)
+            });
         DescribeProducersResponse::default().with_topics(join_all(topics).await)
     }
 }

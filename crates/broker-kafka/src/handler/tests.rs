@@ -1901,18 +1901,28 @@ async fn describe_producers_lists_each_partitions_idempotent_producers() {
     broker.advance_clock(5_000).unwrap();
     let stored = produced(ask(&broker, 9, produce(-1, "t", 0, batch(3, Some((42, 0))))).await);
     assert_eq!(stored.error_code, 0);
+    // The same producer at epoch 1 is another of the broker's producers, listed under the
+    // number the broker keeps it by (its id with the epoch in its top bits) at epoch 0.
+    let bumped = || produce(-1, "t", 1, batch_at_epoch(2, Some((42, 1, 0))));
+    assert_eq!(produced(ask(&broker, 9, bumped()).await).error_code, 0);
     let topic = |name: &'static str, partitions: Vec<i32>| {
         TopicRequest::default()
             .with_name(kafka_topic(name))
             .with_partition_indexes(partitions)
     };
-    let request = DescribeProducersRequest::default()
-        .with_topics(vec![topic("t", vec![0, 1, 5]), topic("none", vec![0])]);
+    // Topic t named twice and its partition 0 three times: each answered once, in the order
+    // first named.
+    let request = DescribeProducersRequest::default().with_topics(vec![
+        topic("t", vec![0, 1, 0]),
+        topic("none", vec![0]),
+        topic("t", vec![5, 0]),
+    ]);
     let Some(ResponseKind::DescribeProducers(response)) =
         ask(&broker, 0, RequestKind::DescribeProducers(request)).await
     else {
         panic!("no answer");
     };
+    assert_eq!(response.topics.len(), 2);
     let t = &response.topics[0];
     assert_eq!(t.name.as_str(), "t");
     let indexes: Vec<i32> = t.partitions.iter().map(|p| p.partition_index).collect();
@@ -1927,7 +1937,10 @@ async fn describe_producers_lists_each_partitions_idempotent_producers() {
     assert_eq!(producers[0].coordinator_epoch, -1);
     assert_eq!(producers[0].current_txn_start_offset, -1);
     assert_eq!(t.partitions[1].error_code, 0);
-    assert!(t.partitions[1].active_producers.is_empty());
+    let bumped = &t.partitions[1].active_producers;
+    assert_eq!(bumped.len(), 1);
+    assert_eq!(bumped[0].producer_id, ProducerId(42 | (1 << 48)));
+    assert_eq!((bumped[0].producer_epoch, bumped[0].last_sequence), (0, 1));
     let unknown = ResponseError::UnknownTopicOrPartition.code();
     assert_eq!(t.partitions[2].error_code, unknown);
     assert!(t.partitions[2].error_message.is_some());
@@ -1950,4 +1963,72 @@ fn a_listed_producers_last_sequence_wraps_as_kafkas_and_its_id_keeps_its_bits() 
     assert_eq!(listed(state(7, (1 << 31) + 6)).last_sequence, 5);
     assert_eq!(listed(state(7, 1)).producer_id, ProducerId(7));
     assert_eq!(listed(state(u64::MAX, 1)).producer_id, ProducerId(-1));
+}
+
+/// OffsetFetch (version 7) of group `g` on `topics` (`None`: every topic it committed on):
+/// each topic's name with each partition's committed offset.
+async fn offsets_fetched(
+    broker: &Local,
+    topics: Option<Vec<i32>>,
+) -> Vec<(String, Vec<(i32, i64)>)> {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::OffsetFetchRequest;
+    let request = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g")))
+        .with_topics(topics.map(|partitions| {
+            vec![OffsetFetchRequestTopic::default()
+                .with_name(kafka_topic("t"))
+                .with_partition_indexes(partitions)]
+        }));
+    match ask(broker, 7, RequestKind::OffsetFetch(request)).await {
+        Some(ResponseKind::OffsetFetch(response)) => {
+            assert_eq!(response.error_code, 0);
+            response
+                .topics
+                .iter()
+                .map(|topic| {
+                    let partitions = topic
+                        .partitions
+                        .iter()
+                        .map(|p| (p.partition_index, p.committed_offset))
+                        .collect();
+                    (topic.name.to_string(), partitions)
+                })
+                .collect()
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn offset_fetch_answers_minus_one_where_the_group_never_committed() {
+    let broker = broker(100);
+    for _ in 0..3 {
+        broker.publish("t", 0, "x").unwrap();
+        broker.publish("t", 1, "y").unwrap();
+    }
+    assert_eq!(
+        offsets_fetched(&broker, Some(vec![0, 1])).await,
+        [("t".to_owned(), vec![(0, -1), (1, -1)])]
+    );
+    assert_eq!(offsets_fetched(&broker, None).await, []);
+    // A commit on partition 1 alone: partition 0 still has none, though the broker's group
+    // starts there at its earliest record.
+    assert_eq!(commit_from_outside(&broker, &[(1, 2)]).await, [0]);
+    assert_eq!(broker.committed("t", "g", 0).unwrap(), 0);
+    assert_eq!(
+        offsets_fetched(&broker, Some(vec![0, 1])).await,
+        [("t".to_owned(), vec![(0, -1), (1, 2)])]
+    );
+    // Asked for every topic: only the partitions committed on.
+    assert_eq!(
+        offsets_fetched(&broker, None).await,
+        [("t".to_owned(), vec![(1, 2)])]
+    );
+    // A commit at the earliest record is a commit.
+    assert_eq!(commit_from_outside(&broker, &[(0, 0)]).await, [0]);
+    assert_eq!(
+        offsets_fetched(&broker, Some(vec![0, 1, 9])).await,
+        [("t".to_owned(), vec![(0, 0), (1, 2), (9, -1)])]
+    );
 }

@@ -684,3 +684,48 @@ fn producers_encodes_to_the_bytes_proto_md_documents_and_needs_version_14() {
     expected.extend_from_slice(&body);
     assert_eq!(&bytes[..], &expected[..]);
 }
+
+#[test]
+fn stored_offsets_encodes_to_the_bytes_proto_md_documents_and_needs_version_14() {
+    let frame = RequestFrame {
+        correlation_id: 4,
+        max_wait_ms: 0,
+        command: Command::StoredOffsets {
+            topic: "t".into(),
+            group: "g".into(),
+        },
+    };
+    let mut bytes = BytesMut::new();
+    ClientCodec::new(1024).encode(frame, &mut bytes).unwrap();
+    let mut expected = Vec::new();
+    expected.extend_from_slice(&34u32.to_be_bytes()); // frame length
+    expected.extend_from_slice(&4u64.to_le_bytes()); // correlation_id
+    expected.extend_from_slice(&0u32.to_le_bytes()); // max_wait_ms
+    expected.extend_from_slice(&39u32.to_le_bytes()); // Command::StoredOffsets
+    expected.extend_from_slice(&1u64.to_le_bytes()); // topic length
+    expected.extend_from_slice(b"t");
+    expected.extend_from_slice(&1u64.to_le_bytes()); // group length
+    expected.extend_from_slice(b"g");
+    assert_eq!(&bytes[..], &expected[..]);
+    assert_needs_version(bytes, 4, 14);
+    // The answer: outcome [24] StoredOffsets, partition 0 stored at 7, partition 1 not.
+    let response = ResponseFrame {
+        correlation_id: 4,
+        result: Ok(Outcome::StoredOffsets(vec![Some(7), None])),
+    };
+    let mut bytes = BytesMut::new();
+    ServerCodec::new(1024, 14)
+        .encode(response, &mut bytes)
+        .unwrap();
+    let mut body = Vec::new();
+    body.extend_from_slice(&4u64.to_le_bytes()); // correlation_id
+    body.extend_from_slice(&0u32.to_le_bytes()); // Ok
+    body.extend_from_slice(&24u32.to_le_bytes()); // Outcome::StoredOffsets
+    body.extend_from_slice(&2u64.to_le_bytes()); // two partitions
+    body.extend_from_slice(&[1]); // Some
+    body.extend_from_slice(&7i64.to_le_bytes());
+    body.extend_from_slice(&[0]); // None
+    let mut expected = u32::try_from(body.len()).unwrap().to_be_bytes().to_vec();
+    expected.extend_from_slice(&body);
+    assert_eq!(&bytes[..], &expected[..]);
+}
