@@ -1266,10 +1266,12 @@ async fn a_cluster_taking_kafkas_names_keeps_them_through_a_failover_and_a_repla
 /// A follower that was down while large records were published catches up once it is back,
 /// then the leader dies and the cluster goes on: the records it missed reach it in batches
 /// that arrive within a heartbeat (a batch of all of them never did, so it never caught up,
-/// and without it the other two had no majority once the leader died).
+/// and without it the other two had no majority once the leader died). The nodes keep 4 MB of
+/// their logs in memory (`--cluster-log-cache-bytes`): nearly every entry the follower missed
+/// is read back from the leader's log files.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_back_after_large_records_catches_up_and_the_cluster_survives_the_leader() {
-    let mut nodes = Nodes::start(3);
+    let mut nodes = Nodes::start_with(3, None, &["--cluster-log-cache-bytes", "4000000"]);
     let leader = nodes.leader().await;
     let follower = (leader + 1) % 3;
     let client = nodes.client().await;

@@ -50,7 +50,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use log_store::{LogStore, LogSync};
+pub use log_store::{LogStore, LogSync, CACHED_ENTRY_BYTES};
 pub use network::{Listeners, Network, PeerLink, PeerTls, MAX_PEER_FRAME};
 pub use openraft::error::Fatal;
 pub use openraft::ServerState;

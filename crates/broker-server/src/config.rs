@@ -134,6 +134,10 @@ pub struct ClusterSettings {
     pub tls_ca: Option<PathBuf>,
     /// A snapshot is taken after this many entries of the replicated log since the last one.
     pub snapshot_entries: u64,
+    /// The bytes of the newest entries of each group's replicated log a node keeps in memory
+    /// (the newest entry always); older entries are read back from the log's files when a
+    /// follower that fell behind needs them.
+    pub log_cache_bytes: u64,
     /// How many Raft groups the cluster spreads its topics over (1 to [`MAX_SHARDS`]), the
     /// first group included, each with a leader of its own, so that topics of different
     /// groups are served by different leaders and cores. 1 (the default) is the cluster of
@@ -498,6 +502,7 @@ mod tests {
                 join: false,
                 tls_ca: None,
                 snapshot_entries: 10,
+                log_cache_bytes: broker_cluster::CACHED_ENTRY_BYTES,
                 data_groups,
                 replicas: 3,
             }),

@@ -74,11 +74,13 @@ fn group_of_shard(shard: usize) -> GroupId {
 /// (on the first group's leader) and balance the groups' leaders.
 pub(crate) fn start(shared: &Arc<Shared>, settings: &ClusterSettings, data_dir: &Path) {
     // Also with one group: a node given fewer groups than the cluster has says so.
-    shared.tracker.spawn(host_groups(
-        Arc::clone(shared),
-        settings.snapshot_entries,
-        data_dir.to_owned(),
-    ));
+    let log = GroupLog {
+        snapshot_every: settings.snapshot_entries,
+        cached_bytes: settings.log_cache_bytes,
+    };
+    shared
+        .tracker
+        .spawn(host_groups(Arc::clone(shared), log, data_dir.to_owned()));
     if !shared.groups.is_empty() {
         shared.tracker.spawn(add_groups(Arc::clone(shared)));
         shared.tracker.spawn(balance_leaders(Arc::clone(shared)));
@@ -537,10 +539,20 @@ const GIVEN_UP_MARK: &str = "given-up";
 /// that finds it, after a failure or a crash, empties the directory before it hosts the group.
 const DROPPING_MARK: &str = "dropping";
 
+/// How a node keeps the log of each group it hosts: as its first group's (the settings'
+/// `--cluster-snapshot-entries` and `--cluster-log-cache-bytes`).
+#[derive(Debug, Clone, Copy)]
+struct GroupLog {
+    /// A snapshot after this many entries since the last one.
+    snapshot_every: u64,
+    /// The newest entries' bytes kept in memory.
+    cached_bytes: u64,
+}
+
 /// Hosts each further group the cluster's state lists (of those this node has a shard for)
 /// as it appears there, and drops each copy a group gave up (see [`drop_given_up_copy`]),
 /// until the server shuts down.
-async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf) {
+async fn host_groups(shared: Arc<Shared>, log: GroupLog, data_dir: PathBuf) {
     let Some(first) = shared.cluster() else {
         return;
     };
@@ -572,12 +584,10 @@ async fn host_groups(shared: Arc<Shared>, snapshot_every: u64, data_dir: PathBuf
             }
             let dir = group_dir(&data_dir, group);
             let hosting = match shared.group(shard) {
-                None => host_group(&shared, first, group, &voters, snapshot_every, &dir).await,
+                None => host_group(&shared, first, group, &voters, log, &dir).await,
                 Some(hosted) if hosted.holds_given_up_copy().await => {
                     match drop_given_up_copy(&shared, shard, hosted, &dir).await {
-                        Ok(()) => {
-                            host_group(&shared, first, group, &voters, snapshot_every, &dir).await
-                        }
+                        Ok(()) => host_group(&shared, first, group, &voters, log, &dir).await,
                         Err(cause) => Err(format!(
                             "its copy of the group, which the group gave up, could not be \
                              dropped: {cause}"
@@ -618,7 +628,7 @@ async fn host_group(
     first: &Cluster,
     group: GroupId,
     voters: &BTreeSet<NodeId>,
-    snapshot_every: u64,
+    log: GroupLog,
     dir: &Path,
 ) -> Result<(), String> {
     let shard = shard_of_group(group);
@@ -651,7 +661,8 @@ async fn host_group(
         .collect();
     let mut config = GroupConfig::new(dir.to_owned(), addresses);
     config.sync = replicated::log_sync(&shared.config);
-    config.snapshot_every = snapshot_every;
+    config.snapshot_every = log.snapshot_every;
+    config.cached_log_bytes = log.cached_bytes;
     config.segment_bytes = shared.config.segment_bytes;
     let broker = Arc::clone(shared.shards.get(shard));
     // Until it leads the group, the node logs none of the changes it applies.

@@ -375,6 +375,20 @@ struct Args {
         requires = "node_id"
     )]
     cluster_snapshot_entries: u64,
+    /// A cluster node keeps the newest entries of each group's replicated log in memory, up to
+    /// this many bytes (the newest entry always, whatever its size): the leader sends them to
+    /// its followers from there. A follower that falls further behind is sent older entries
+    /// read back from the log's files. Between snapshots the log holds every record published
+    /// since the last one (--cluster-snapshot-entries), so this bounds what the log adds to
+    /// the node's memory; 0 keeps only the newest entry.
+    #[arg(
+        long,
+        env = "BROKER_CLUSTER_LOG_CACHE_BYTES",
+        value_name = "BYTES",
+        default_value_t = broker_cluster::CACHED_ENTRY_BYTES,
+        requires = "node_id"
+    )]
+    cluster_log_cache_bytes: u64,
     /// Spread the cluster's topics over this many Raft groups (1 to 64), each with a leader of
     /// its own, so that the nodes share the leaders' work: each group past the first has
     /// --cluster-replicas voters, the groups' leaders are balanced over the nodes, and a new
@@ -514,6 +528,7 @@ impl Args {
                     join: self.cluster_join,
                     tls_ca: self.cluster_tls_ca.clone(),
                     snapshot_entries: self.cluster_snapshot_entries,
+                    log_cache_bytes: self.cluster_log_cache_bytes,
                     data_groups: usize::from(self.cluster_data_groups),
                     replicas: usize::from(self.cluster_replicas),
                 }),

@@ -165,6 +165,7 @@ pub(crate) async fn start(
     config.shared_settings = vec![format!("cluster-replicas={}", settings.replicas)];
     config.segment_bytes = shared.config.segment_bytes;
     config.snapshot_every = settings.snapshot_entries;
+    config.cached_log_bytes = settings.log_cache_bytes;
     config.listeners = Listeners {
         kafka: kafka.and_then(|kafka| shared.config.kafka_advertised(kafka)),
     };
