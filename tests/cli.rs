@@ -2211,3 +2211,55 @@ fn producers_lists_each_partitions_idempotent_producers_in_a_table_and_json() {
     let unknown = broker(&server, &["producers", "nothing"]);
     assert!(unknown.one_error_line().contains("nothing"), "{unknown:#?}");
 }
+
+#[test]
+fn group_delete_of_some_partitions_deletes_only_the_groups_offsets_there() {
+    let server = ServerProcess::start(&[]);
+    broker(
+        &server,
+        &["create", "t", "--partitions", "2", "--retention", "limits"],
+    )
+    .ok();
+    broker(&server, &["publish", "t", "a", "b", "--partition", "0"]).ok();
+    broker(&server, &["publish", "t", "c", "d", "--partition", "1"]).ok();
+    broker(
+        &server,
+        &[
+            "consume", "t", "-g", "g", "-m", "m", "--mode", "fetch", "-n", "4",
+        ],
+    )
+    .ok();
+    let run = broker(&server, &["group", "delete", "t", "-g", "g", "-p", "1"]);
+    let text = run.ok();
+    assert!(
+        text.starts_with("deleted the offsets of group g of t on partition 1\n"),
+        "{text}"
+    );
+    let row = |words: &[&str]| {
+        text.lines()
+            .any(|line| line.split_whitespace().eq(words.iter().copied()))
+    };
+    assert!(row(&["1", "0", "2", "2"]), "{text}");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let stored = runtime.block_on(async {
+        let client = broker_client::Client::connect(server.addr).await.unwrap();
+        client.stored_offsets("t", "g").await.unwrap()
+    });
+    assert_eq!(stored, [Some(2), None]);
+    // The group is still there, with its offset on partition 0.
+    let lag: Value =
+        serde_json::from_str(broker(&server, &["lag", "t", "-g", "g", "--json"]).ok()).unwrap();
+    assert_eq!(lag[0]["committed"], 2);
+    // A partition the topic does not have, and a group with members, are refusals.
+    let missing = broker(&server, &["group", "delete", "t", "-g", "g", "-p", "7"]);
+    assert!(
+        missing.one_error_line().contains("partition"),
+        "{missing:#?}"
+    );
+    broker(&server, &["join", "t", "-g", "g", "-m", "m2"]).ok();
+    let busy = broker(&server, &["group", "delete", "t", "-g", "g", "-p", "0"]);
+    assert!(busy.one_error_line().contains("members"), "{busy:#?}");
+}

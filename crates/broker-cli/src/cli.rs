@@ -463,8 +463,9 @@ pub enum GroupCommand {
     /// its members' positions follow and their deliveries in flight there are cancelled.
     Reset(Connected<ResetArgs>),
     /// Delete a group that has no members, with its committed offsets; with interest retention
-    /// the records only it held back leave.
-    Delete(Connected<GroupArgs>),
+    /// the records only it held back leave. With --partition, only the group's offsets there:
+    /// each goes back to where the group starts, as if it never committed there.
+    Delete(Connected<GroupDeleteArgs>),
     /// Change an existing group's acknowledgement timeout, maximum of deliveries and
     /// dead-letter topic; settings not named stay as they are.
     Configure(Connected<ConfigureArgs>),
@@ -786,6 +787,17 @@ pub struct GroupArgs {
     /// Consumer group.
     #[arg(long, short)]
     pub group: String,
+}
+
+/// `broker group delete`.
+#[derive(Debug, Args)]
+pub struct GroupDeleteArgs {
+    /// The topic and group.
+    #[command(flatten)]
+    pub group: GroupArgs,
+    /// Delete only the group's offsets on this partition (repeat for several), not the group.
+    #[arg(long, short, allow_negative_numbers = true)]
+    pub partition: Vec<i32>,
 }
 
 /// `broker group reset`.

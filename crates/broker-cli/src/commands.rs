@@ -19,8 +19,8 @@ use tokio::sync::watch;
 use crate::cli::{
     AssignorArg, ClusterCommand, Command, ConfigureArgs, ConfigureTopicArgs, ConnectArgs,
     ConsumeArgs, ConsumeMode, CreateArgs, DeleteArgs, DescribeArgs, DiscardArg, GroupArgs,
-    GroupCommand, JoinArgs, KeyHashArg, LagArgs, LimitArgs, MemberArgs, OffsetsArgs, PingArgs,
-    ProducersArgs, PublishArgs, PurgeArgs, ResetArgs, SizeArgs, StartAtArg,
+    GroupCommand, GroupDeleteArgs, JoinArgs, KeyHashArg, LagArgs, LimitArgs, MemberArgs,
+    OffsetsArgs, PingArgs, ProducersArgs, PublishArgs, PurgeArgs, ResetArgs, SizeArgs, StartAtArg,
 };
 use crate::retention::RetentionArg;
 use crate::{bench, cluster, output, size};
@@ -439,15 +439,20 @@ async fn reset(client: &Client, args: ResetArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn delete_group(client: &Client, args: GroupArgs) -> anyhow::Result<()> {
-    if client.delete_group(&args.topic, &args.group).await? {
-        outln!("deleted group {} of {}", args.group, args.topic)?;
-    } else {
+async fn delete_group(client: &Client, args: GroupDeleteArgs) -> anyhow::Result<()> {
+    let GroupArgs { topic, group } = &args.group;
+    if !args.partition.is_empty() {
+        let rows = client.delete_offsets(topic, group, &args.partition).await?;
+        let partitions: Vec<String> = rows.iter().map(|row| row.partition.to_string()).collect();
         outln!(
-            "group {} of {} does not exist (nothing changed)",
-            args.group,
-            args.topic
+            "deleted the offsets of group {group} of {topic} on partition {}",
+            partitions.join(", ")
         )?;
+        print!("{}", output::lag_text(topic, group, &rows));
+    } else if client.delete_group(topic, group).await? {
+        outln!("deleted group {group} of {topic}")?;
+    } else {
+        outln!("group {group} of {topic} does not exist (nothing changed)")?;
     }
     Ok(())
 }

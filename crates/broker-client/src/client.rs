@@ -1830,9 +1830,47 @@ impl Client {
         }
     }
 
+    /// [`EventBroker::delete_offsets`] over the network: `group`'s offsets on `partitions` go
+    /// back to where the group starts, stored no more, as Kafka's OffsetDelete does. Returns
+    /// the group's progress on each. Needs a server of protocol version 14 (an older one
+    /// answers [`Error::Server`] with `MalformedRequest`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Broker`] with `InvalidArgument` for an unknown topic or group, a group with
+    /// members, or a partition the topic does not have or named twice; otherwise as
+    /// [`Client::send`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// client.delete_offsets("orders", "billing", &[2]).await?;
+    /// assert_eq!(client.stored_offsets("orders", "billing").await?[2], None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn delete_offsets(
+        &self,
+        topic: &str,
+        group: &str,
+        partitions: &[i32],
+    ) -> Result<Vec<PartitionLag>, Error> {
+        let command = Command::DeleteOffsets {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            partitions: partitions.to_vec(),
+        };
+        match self.send(command, Duration::ZERO).await? {
+            Outcome::Lag(rows) => Ok(rows),
+            other => Err(unexpected("delete_offsets", &other)),
+        }
+    }
+
     /// [`EventBroker::stored_offsets`] over the network: by partition, the offset the group
-    /// stored there (a commit, an acknowledgement, a reset), or `None` where it holds only
-    /// where it started, as Kafka's committed offsets are. Needs a server of protocol version 14
+    /// stored there (a commit, an acknowledgement, a reset, a record moved to its dead-letter
+    /// topic), or `None` where it holds only where it started, as Kafka's committed offsets
+    /// are. Needs a server of protocol version 14
     /// (an older one answers [`Error::Server`] with `MalformedRequest`).
     ///
     /// # Errors

@@ -411,6 +411,15 @@ pub enum Command {
         /// Group identifier.
         group: String,
     },
+    /// [`crate::EventBroker::delete_offsets`] (protocol version 14).
+    DeleteOffsets {
+        /// Topic identifier.
+        topic: String,
+        /// Group identifier.
+        group: String,
+        /// The partitions whose offsets are deleted.
+        partitions: Vec<i32>,
+    },
 }
 
 /// What answers a command ([`CommandKind::scope`]).
@@ -488,7 +497,8 @@ impl CommandKind {
             | CommandKind::Purge
             | CommandKind::ResetGroup
             | CommandKind::Producers
-            | CommandKind::StoredOffsets => Scope::Broker,
+            | CommandKind::StoredOffsets
+            | CommandKind::DeleteOffsets => Scope::Broker,
         }
     }
 
@@ -518,6 +528,7 @@ impl CommandKind {
             | CommandKind::AddPartitions
             | CommandKind::DeleteTopic
             | CommandKind::DeleteGroup
+            | CommandKind::DeleteOffsets
             | CommandKind::ConfigureGroup
             | CommandKind::ConfigureTopic
             | CommandKind::Purge
@@ -574,6 +585,7 @@ impl CommandKind {
             | CommandKind::AddPartitions
             | CommandKind::Purge
             | CommandKind::ResetGroup
+            | CommandKind::DeleteOffsets
             | CommandKind::Join
             | CommandKind::Publish
             | CommandKind::PublishKeyed
@@ -611,6 +623,7 @@ impl CommandKind {
             | CommandKind::Leave
             | CommandKind::ResetGroup
             | CommandKind::DeleteGroup
+            | CommandKind::DeleteOffsets
             | CommandKind::ConfigureGroup
             | CommandKind::ConfigureTopic => true,
             CommandKind::Publish
@@ -689,7 +702,8 @@ impl CommandKind {
             | CommandKind::CommitGroup
             | CommandKind::PublishIdempotent
             | CommandKind::Producers
-            | CommandKind::StoredOffsets => Membership::Unchanged,
+            | CommandKind::StoredOffsets
+            | CommandKind::DeleteOffsets => Membership::Unchanged,
         }
     }
 
@@ -733,7 +747,7 @@ impl CommandKind {
             CommandKind::ConfigureTopic => 9,
             CommandKind::GroupsStatus => 10,
             CommandKind::MoveTopic => 13,
-            CommandKind::Producers | CommandKind::StoredOffsets => 14,
+            CommandKind::Producers | CommandKind::StoredOffsets | CommandKind::DeleteOffsets => 14,
         }
     }
 
@@ -804,7 +818,8 @@ impl Command {
             | Command::PublishIdempotent { topic, .. }
             | Command::MoveTopic { topic, .. }
             | Command::Producers { topic, .. }
-            | Command::StoredOffsets { topic, .. } => Some(topic),
+            | Command::StoredOffsets { topic, .. }
+            | Command::DeleteOffsets { topic, .. } => Some(topic),
             Command::Describe { topic } | Command::Metadata { topic } => topic.as_deref(),
             Command::ClusterStatus
             | Command::GroupsStatus
@@ -837,6 +852,7 @@ impl Command {
             | Command::DeleteTopic { topic }
             | Command::Purge { topic, .. }
             | Command::ResetGroup { topic, .. }
+            | Command::DeleteOffsets { topic, .. }
             | Command::ConfigureGroup { topic, .. }
             | Command::ConfigureTopic { topic, .. }
             | Command::PublishIdempotent { topic, .. } => Some(topic),
@@ -963,7 +979,8 @@ impl Command {
             | Command::CommitGroup { .. }
             | Command::PublishIdempotent { .. }
             | Command::Producers { .. }
-            | Command::StoredOffsets { .. } => None,
+            | Command::StoredOffsets { .. }
+            | Command::DeleteOffsets { .. } => None,
         }
     }
 
@@ -1031,7 +1048,8 @@ impl Command {
             | Command::CommitGroup { .. }
             | Command::PublishIdempotent { .. }
             | Command::Producers { .. }
-            | Command::StoredOffsets { .. } => None,
+            | Command::StoredOffsets { .. }
+            | Command::DeleteOffsets { .. } => None,
         }
     }
 
@@ -1085,7 +1103,8 @@ impl Command {
             | Command::Read { .. }
             | Command::CommitGroup { .. }
             | Command::Producers { .. }
-            | Command::StoredOffsets { .. } => None,
+            | Command::StoredOffsets { .. }
+            | Command::DeleteOffsets { .. } => None,
         }
     }
 
@@ -1162,7 +1181,8 @@ impl Command {
             | Command::CommitGroup { .. }
             | Command::PublishIdempotent { .. }
             | Command::Producers { .. }
-            | Command::StoredOffsets { .. } => None,
+            | Command::StoredOffsets { .. }
+            | Command::DeleteOffsets { .. } => None,
         }
     }
 }

@@ -213,8 +213,9 @@ pub struct GroupPartitionImage {
     pub deliveries: u32,
     /// Records the group skipped because they left before it consumed them.
     pub skipped: u64,
-    /// Whether the group stored `committed` (a commit, an acknowledgement or a reset), rather
-    /// than only starting there: Kafka's OffsetFetch answers `-1` where it did not.
+    /// Whether the group stored `committed` (a commit, an acknowledgement, a reset, or a record
+    /// moved to its dead-letter topic), rather than only starting there: Kafka's OffsetFetch
+    /// answers `-1` where it did not.
     pub has_commit: bool,
 }
 
@@ -225,7 +226,10 @@ pub mod v4 {
     //!
     //! # Layout, version 4
     //!
-    //! As version 5, except that `GroupPartitionImage` has no `has_commit`.
+    //! As version 5, except that `GroupPartitionImage` has no `has_commit`. It shares
+    //! `PartitionImage`, `ProducerImage` and `v1::MemberImage` with the current version (and
+    //! the cluster's logs hold version 4 topic images): a change to any of them freezes its
+    //! version 4 shape here first.
 
     use serde::{Deserialize, Serialize};
 
@@ -368,6 +372,7 @@ pub mod v4 {
     }
 
     impl From<GroupImage> for super::GroupImage {
+        /// The same group in the current shape: every offset it holds counts as stored.
         fn from(group: GroupImage) -> super::GroupImage {
             super::GroupImage {
                 assignor: group.assignor,

@@ -229,6 +229,26 @@ impl EventBroker {
         self.lock().reset_group(topic, group, partitions, to)
     }
 
+    /// Deletes `group`'s stored offsets on `partitions`, as Kafka's OffsetDelete does: each goes
+    /// back to where the group starts (its earliest retained record, or the end for a group
+    /// that starts at the end), stored no more ([`EventBroker::stored_offsets`] answers `None`
+    /// there), as on a partition the group never committed on. Returns the group's new progress
+    /// on each partition. The group and its offsets elsewhere stay (deleting the group deletes
+    /// them all).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed identifier, an unknown topic or group, a group with
+    /// members (they commit its offsets), or a partition the topic does not have or named
+    /// twice.
+    pub fn delete_offsets(
+        &self,
+        topic: &str,
+        group: &str,
+        partitions: &[i32],
+    ) -> Result<Vec<PartitionLag>, BrokerError> {
+        self.lock().delete_offsets(topic, group, partitions)
+    }
+
     /// The first offset of `partition` whose record's time is at or after `timestamp_ms`
     /// (milliseconds since the Unix epoch): where a consumer replaying from that time starts.
     /// The end offset when every retained record is older.

@@ -1043,48 +1043,18 @@ impl Model {
                 partitions,
                 to,
             } => {
-                ids(&[group])?;
-                let t = self.topic(topic)?;
                 if matches!(to, ResetTo::Offset(offset) if *offset < 0) {
+                    ids(&[group])?;
+                    self.topic(topic)?;
                     return Err(Answer::Invalid);
                 }
-                let selected: Vec<usize> = match partitions {
-                    Some(partitions) => {
-                        let mut selected = Vec::new();
-                        for &p in partitions {
-                            let p = partition_of(t, p)?;
-                            if selected.contains(&p) {
-                                return Err(Answer::Invalid);
-                            }
-                            selected.push(p);
-                        }
-                        selected.sort_unstable();
-                        selected
-                    }
-                    None => (0..t.logs.len()).collect(),
-                };
-                let logs = t.logs.clone();
-                let Some(g) = t.groups.get_mut(group) else {
-                    return Err(Answer::Invalid);
-                };
-                for &p in &selected {
-                    let log = &logs[p];
-                    let target = match to {
-                        ResetTo::Earliest => log.base,
-                        ResetTo::Latest => log.end(),
-                        ResetTo::Offset(offset) => *offset,
-                        ResetTo::Timestamp(time) => log.first_at_or_after(*time),
-                        ResetTo::ShiftBy(shift) => g.committed[p].saturating_add(*shift),
-                    };
-                    g.move_committed(p, target.clamp(log.base, log.end()));
-                    g.position[p] = g.committed[p];
-                }
-                self.retain();
-                let t = self.topic(topic)?;
-                Ok(Outcome::Lag(
-                    selected.iter().map(|&p| lag_row(t, group, p)).collect(),
-                ))
+                self.move_group(topic, group, partitions.as_deref(), Some(*to))
             }
+            Command::DeleteOffsets {
+                topic,
+                group,
+                partitions,
+            } => self.move_group(topic, group, Some(partitions), None),
             Command::CommitGroup {
                 topic,
                 group,
@@ -1259,6 +1229,67 @@ impl Model {
                 Ok(Outcome::PublishedBatch(placed))
             }
         }
+    }
+
+    /// A reset of `group`'s offsets on `partitions` (every one with `None`) to `to`, or, with
+    /// no `to`, their deletion: back to where the group starts, stored no more (a group with
+    /// members refused).
+    fn move_group(
+        &mut self,
+        topic: &str,
+        group: &str,
+        partitions: Option<&[i32]>,
+        to: Option<ResetTo>,
+    ) -> Result<Outcome, Answer> {
+        if !valid_id(group) {
+            return Err(Answer::Invalid);
+        }
+        let t = self.topic(topic)?;
+        let selected: Vec<usize> = match partitions {
+            Some(partitions) => {
+                let mut selected = Vec::new();
+                for &p in partitions {
+                    if p < 0 || p as usize >= t.logs.len() || selected.contains(&(p as usize)) {
+                        return Err(Answer::Invalid);
+                    }
+                    selected.push(p as usize);
+                }
+                selected.sort_unstable();
+                selected
+            }
+            None => (0..t.logs.len()).collect(),
+        };
+        let logs = t.logs.clone();
+        let Some(g) = t.groups.get_mut(group) else {
+            return Err(Answer::Invalid);
+        };
+        if to.is_none() && !g.members.is_empty() {
+            return Err(Answer::Invalid);
+        }
+        for &p in &selected {
+            let log = &logs[p];
+            let target = match to {
+                Some(ResetTo::Earliest) => log.base,
+                Some(ResetTo::Latest) => log.end(),
+                Some(ResetTo::Offset(offset)) => offset,
+                Some(ResetTo::Timestamp(time)) => log.first_at_or_after(time),
+                Some(ResetTo::ShiftBy(shift)) => g.committed[p].saturating_add(shift),
+                None => match g.settings.start_at {
+                    StartAt::Earliest => log.base,
+                    StartAt::Latest => log.end(),
+                },
+            };
+            g.move_committed(p, target.clamp(log.base, log.end()));
+            g.position[p] = g.committed[p];
+            if to.is_none() {
+                g.stored[p] = false;
+            }
+        }
+        self.retain();
+        let t = self.topic(topic)?;
+        Ok(Outcome::Lag(
+            selected.iter().map(|&p| lag_row(t, group, p)).collect(),
+        ))
     }
 
     fn describe(&self) -> BrokerDescription {
@@ -1651,6 +1682,13 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
         } => broker
             .reset_group(&topic, &group, partitions.as_deref(), to)
             .map(Outcome::Lag),
+        Command::DeleteOffsets {
+            topic,
+            group,
+            partitions,
+        } => broker
+            .delete_offsets(&topic, &group, &partitions)
+            .map(Outcome::Lag),
         Command::OffsetForTime {
             topic,
             partition,
@@ -1985,6 +2023,9 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|(topic, partition)| Command::Producers { topic, partition }),
         3 => (topic_id(), group_id())
             .prop_map(|(topic, group)| Command::StoredOffsets { topic, group }),
+        4 => (topic_id(), group_id(), proptest::collection::vec(partition(), 0..3)).prop_map(
+            |(topic, group, partitions)| Command::DeleteOffsets { topic, group, partitions }
+        ),
         1 => (topic_id(), prop_oneof![4 => 1..6_i32, 1 => Just(0), 1 => Just(65)]).prop_map(
             |(topic, partition_count)| Command::AddPartitions { topic, partition_count }
         ),
@@ -2658,6 +2699,11 @@ fn generated_sequences_reach_every_interesting_case() {
                 ) => "commit",
                 (Command::Leave { .. }, Answer::Ok(Outcome::Left(true))) => "leave",
                 (Command::ResetGroup { .. }, Answer::Ok(_)) => "reset",
+                (Command::DeleteOffsets { .. }, Answer::Ok(Outcome::Lag(rows)))
+                    if !rows.is_empty() =>
+                {
+                    "offsets deleted"
+                }
                 (Command::Purge { .. }, Answer::Ok(_)) => "purge",
                 (Command::DeleteTopic { .. }, Answer::Ok(Outcome::Deleted(true))) => {
                     "topic deleted"
@@ -2728,6 +2774,7 @@ fn generated_sequences_reach_every_interesting_case() {
         ("produced again", 10),
         ("producers listed", 5),
         ("stored offsets listed", 5),
+        ("offsets deleted", 3),
     ] {
         assert!(
             seen.get(kind).copied().unwrap_or(0) >= at_least,

@@ -313,6 +313,13 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
         },
         CommandKind::Lag => Command::Lag { topic, group },
         CommandKind::StoredOffsets => Command::StoredOffsets { topic, group },
+        CommandKind::DeleteOffsets => Command::DeleteOffsets {
+            topic,
+            group,
+            partitions: (0..input.byte() % 3)
+                .map(|_| input.below(5) as i32 - 1)
+                .collect(),
+        },
         CommandKind::Producers => Command::Producers {
             topic,
             partition: input.below(5) as i32 - 1,

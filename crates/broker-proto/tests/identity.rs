@@ -74,6 +74,11 @@ fn command(kind: CommandKind) -> Command {
             partition: 0,
         },
         CommandKind::StoredOffsets => Command::StoredOffsets { topic, group },
+        CommandKind::DeleteOffsets => Command::DeleteOffsets {
+            topic,
+            group,
+            partitions: vec![0],
+        },
         CommandKind::Metadata => Command::Metadata { topic: None },
         CommandKind::Create => Command::Create {
             topic,

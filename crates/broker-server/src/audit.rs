@@ -83,6 +83,16 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
             "group offsets reset"
         ),
         Command::DeleteGroup { topic, group } => info!(topic, group, "group deleted"),
+        Command::DeleteOffsets {
+            topic,
+            group,
+            partitions,
+        } => info!(
+            topic,
+            group,
+            partitions = ?partitions,
+            "group offsets deleted"
+        ),
         Command::ConfigureGroup { topic, group, .. } => info!(
             topic,
             group,

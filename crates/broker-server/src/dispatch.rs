@@ -713,7 +713,9 @@ fn kafka_owns_group(shared: &Shared, command: Command) -> Result<Command, ErrorR
                  with members cannot be deleted (stop its consumers first)"
             )))
         }
-        Command::ResetGroup { group, .. } if shared.kafka.groups.has_members(group) => {
+        Command::ResetGroup { group, .. } | Command::DeleteOffsets { group, .. }
+            if shared.kafka.groups.has_members(group) =>
+        {
             Err(ErrorReply::InvalidArgument(format!(
                 "group {group:?} has members that joined through the Kafka listener, which \
                  would commit their own positions over a reset (stop its consumers first)"

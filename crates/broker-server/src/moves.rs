@@ -284,6 +284,13 @@ async fn send(
             }
         }
     }
+    // The arrival carries this release's state image: not proposed while a member of the
+    // target runs an earlier release, which could not read it (a move that such a release
+    // began, or that one upgraded meanwhile, waits for the upgrade to finish).
+    target
+        .check_moves()
+        .await
+        .map_err(|refusal| format!("group {to} cannot take the topic yet: {refusal}"))?;
     let arrive = ClusterChange::Arrive {
         topic: topic.to_owned(),
         attempt,

@@ -33,11 +33,12 @@
 //!
 //! Snapshot, 40-byte header then body: magic `BROKSNAP`, format version `u32`, capacity `u32`,
 //! sequence number `u64` (the snapshot holds the effect of every entry below it), body length
-//! `u64`, CRC-32 of the body `u32`, 4 zero bytes; body, format 4: a [`Checkpoint`] (the state's
+//! `u64`, CRC-32 of the body `u32`, 4 zero bytes; body, format 5: a [`Checkpoint`] (the state's
 //! [`broker_core::image::StateImage`], whose documentation gives its layout, then the record
-//! segment catalog); formats 3 and 2: the same with the state images of versions 3 and 2
-//! ([`broker_core::image::v3`], [`broker_core::image::v2`]); format 1: a
-//! [`broker_core::image::v1::StateImage`]. The log entries of formats 2 to 4 have the same
+//! segment catalog); formats 4, 3 and 2: the same with the state images of versions 4, 3 and 2
+//! ([`broker_core::image::v4`], [`broker_core::image::v3`], [`broker_core::image::v2`]), whose
+//! groups' offsets all count as stored once read; format 1: a
+//! [`broker_core::image::v1::StateImage`]. The log entries of formats 2 to 5 have the same
 //! layout; each later format only adds commands and settings.
 //!
 //! CRC-32 is the IEEE polynomial (`crc32fast`).

@@ -16,6 +16,9 @@ use crate::format::{
 use crate::records::RecordStore;
 use crate::repair::Repairs;
 use crate::snapshot::{load_latest, v4, Checkpoint, LoadedSnapshot, Snapshot};
+
+/// The first data directory format whose snapshots say which offsets each group stored.
+const OFFSETS_STORED_FROM_FORMAT: u32 = 5;
 use crate::StorageError;
 
 /// The state rebuilt from a data directory.
@@ -255,6 +258,11 @@ pub(crate) fn recover(
         }
     }
     state.set_names(NameRules::default());
+    // Formats before 5 did not say which offsets a group stored: every one counts as stored,
+    // those of the groups the log created as well as the snapshot's.
+    if migrated_from.is_some_and(|format| format < OFFSETS_STORED_FROM_FORMAT) {
+        state.count_every_offset_as_stored();
+    }
     Ok(Recovery {
         state,
         records,

@@ -1352,3 +1352,33 @@ fn finishing_the_journal_lets_a_running_checkpoint_end() {
         20_000
     );
 }
+
+/// A log of format 4, which did not say which offsets a group stored, recovers with every
+/// offset of every group counted as stored, the groups the log created included (as those of
+/// a format 4 snapshot are); a log of this format keeps what it says.
+#[test]
+fn groups_of_a_format_4_log_count_every_offset_as_stored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = scripted(tmp.path());
+    let segment = live.writer_path();
+    drop(live);
+    let current = recover(tmp.path()).unwrap().state;
+    assert_eq!(
+        current.stored_offsets("t", "r").unwrap(),
+        [None, None, None],
+        "group r never consumed"
+    );
+    // The same log as a release of format 4 wrote it: its entries are the same, its header
+    // says 4 (with the header's checksum after it).
+    let mut bytes = fs::read(&segment).unwrap();
+    bytes[8..12].copy_from_slice(&4u32.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..24]);
+    bytes[24..28].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&segment, &bytes).unwrap();
+    let recovered = recover(tmp.path()).unwrap();
+    assert_eq!(recovered.migrated_from, Some(4));
+    for group in ["r", "g"] {
+        let stored = recovered.state.stored_offsets("t", group).unwrap();
+        assert!(stored.iter().all(Option::is_some), "{group}: {stored:?}");
+    }
+}

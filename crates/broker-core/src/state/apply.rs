@@ -242,6 +242,13 @@ impl BrokerState {
             Command::StoredOffsets { topic, group } => self
                 .stored_offsets(&topic, &group)
                 .map(Outcome::StoredOffsets),
+            Command::DeleteOffsets {
+                topic,
+                group,
+                partitions,
+            } => self
+                .delete_offsets(&topic, &group, &partitions)
+                .map(Outcome::Lag),
         }
     }
 }

@@ -12,7 +12,7 @@ use super::{member_of, topic_in, BrokerState, DeadLetterReason};
 use crate::validate::{
     check_acks_len, check_fetch_max_records, check_offset, check_poll_max_records,
 };
-use crate::{Assignor, BrokerError, BrokerRecord, GroupSettings, PartitionLag, ResetTo};
+use crate::{Assignor, BrokerError, BrokerRecord, GroupSettings, PartitionLag, ResetTo, StartAt};
 
 impl BrokerState {
     /// See [`crate::EventBroker::poll_limited`].
@@ -393,9 +393,35 @@ impl BrokerState {
         partitions: Option<&[i32]>,
         to: ResetTo,
     ) -> Result<Vec<PartitionLag>, BrokerError> {
+        self.move_group(topic, group, partitions, Move::To(to))
+    }
+
+    /// See [`crate::EventBroker::delete_offsets`].
+    ///
+    /// # Errors
+    /// As [`crate::EventBroker::delete_offsets`].
+    pub fn delete_offsets(
+        &mut self,
+        topic: &str,
+        group: &str,
+        partitions: &[i32],
+    ) -> Result<Vec<PartitionLag>, BrokerError> {
+        self.move_group(topic, group, Some(partitions), Move::Forget)
+    }
+
+    /// Moves `group`'s committed offsets on `partitions` (every partition with `None`) as
+    /// `how` says, all at once: its members' fetch positions follow and its deliveries in
+    /// flight there are cancelled. Returns the group's new progress on each partition moved.
+    fn move_group(
+        &mut self,
+        topic: &str,
+        group: &str,
+        partitions: Option<&[i32]>,
+        how: Move,
+    ) -> Result<Vec<PartitionLag>, BrokerError> {
         self.names.check("group", group)?;
         let checked = topic_in(&mut self.topics, self.names, topic)?;
-        if let ResetTo::Offset(offset) = to {
+        if let Move::To(ResetTo::Offset(offset)) = how {
             check_offset(offset)?;
         }
         let selected: Vec<usize> = match partitions {
@@ -421,18 +447,33 @@ impl BrokerState {
                  joined it)"
             )));
         };
+        if matches!(how, Move::Forget) && !state.members.is_empty() {
+            return Err(BrokerError::invalid(format!(
+                "group {group:?} has members on topic {topic:?}: they commit its offsets"
+            )));
+        }
+        let start_at = state.settings.start_at;
         for &partition in &selected {
             let log = &checked.partitions[partition];
             let progress = &mut state.partitions[partition];
-            let target = match to {
-                ResetTo::Earliest => log.base,
-                ResetTo::Latest => log.end(),
-                ResetTo::Offset(offset) => offset,
-                ResetTo::Timestamp(timestamp_ms) => log.first_at_or_after(timestamp_ms)?,
-                ResetTo::ShiftBy(shift) => progress.committed.saturating_add(shift),
+            let target = match how {
+                Move::To(ResetTo::Earliest) => log.base,
+                Move::To(ResetTo::Latest) => log.end(),
+                Move::To(ResetTo::Offset(offset)) => offset,
+                Move::To(ResetTo::Timestamp(timestamp_ms)) => {
+                    log.first_at_or_after(timestamp_ms)?
+                }
+                Move::To(ResetTo::ShiftBy(shift)) => progress.committed.saturating_add(shift),
+                Move::Forget => match start_at {
+                    StartAt::Earliest => log.base,
+                    StartAt::Latest => log.end(),
+                },
             };
             progress.move_committed(target.clamp(log.base, log.end()));
             progress.position = progress.committed;
+            if matches!(how, Move::Forget) {
+                progress.has_commit = false;
+            }
         }
         for &partition in &selected {
             self.memory.retained -= checked.release(partition)?;
@@ -454,6 +495,16 @@ impl BrokerState {
             .collect();
         Ok(rows)
     }
+}
+
+/// How [`BrokerState::move_group`] moves a group's committed offsets.
+#[derive(Debug, Clone, Copy)]
+enum Move {
+    /// Where a reset says.
+    To(ResetTo),
+    /// Back to where the group starts on a partition (its `start_at`), with no offset stored
+    /// there any more: as a group that never committed there.
+    Forget,
 }
 
 /// The group's state on `partition` when `member` owns it and `offset` is the delivery in

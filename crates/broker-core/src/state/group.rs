@@ -50,8 +50,9 @@ pub(super) struct GroupPartition {
     /// Records the group never consumed because they left the partition first.
     pub(super) skipped: u64,
     /// Whether `committed` was ever stored by the group's consumption: a commit, an
-    /// acknowledgement or a reset, rather than only by where the group started (and retention
-    /// moving it). What Kafka calls a committed offset: its OffsetFetch answers `-1` where there
+    /// acknowledgement, a reset or a record moved to the dead-letter topic, rather than only
+    /// by where the group started (and retention moving it); a deletion of its offsets there
+    /// clears it. What Kafka calls a committed offset: its OffsetFetch answers `-1` where there
     /// is none.
     pub(super) has_commit: bool,
 }

@@ -44,6 +44,20 @@ impl BrokerState {
         }
     }
 
+    /// Counts every offset every group holds as stored (see
+    /// [`crate::EventBroker::stored_offsets`]): what a state rebuilt from the files of an
+    /// earlier format, which did not say, is given, so that a group answers the same whether
+    /// an old snapshot held it or an old log created it.
+    pub fn count_every_offset_as_stored(&mut self) {
+        for topic in self.topics.values_mut() {
+            for group in topic.groups.values_mut() {
+                for progress in &mut group.partitions {
+                    progress.has_commit = true;
+                }
+            }
+        }
+    }
+
     /// The state an image describes, once every invariant the methods rely on is checked (see
     /// [`BrokerState::check_consistency`]): an image from a damaged or hand-edited file is
     /// refused here instead of failing later. Records the image places in a cold store are read

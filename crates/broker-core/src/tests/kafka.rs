@@ -846,6 +846,18 @@ fn stored_offsets_are_those_a_group_committed_acknowledged_or_reset_and_none_els
         b.stored_offsets("t", "g").unwrap(),
         vec![None, Some(0), Some(5), None]
     );
+    // Deleting the offsets of a partition: back where the group starts, stored no more; a
+    // group with members keeps its offsets.
+    let rows = b.delete_offsets("t", "g", &[1]).unwrap();
+    assert_eq!((rows[0].partition, rows[0].committed), (1, 0));
+    assert_eq!(
+        b.stored_offsets("t", "g").unwrap(),
+        vec![None, None, Some(5), None]
+    );
+    let busy = acked.delete_offsets("t", "g", &[0]).unwrap_err();
+    assert!(busy.to_string().contains("members"), "{busy}");
+    assert_eq!(acked.stored_offsets("t", "g").unwrap(), vec![Some(1), None]);
+    b.commit_group("t", "g", &[(1, 0)]).unwrap();
     // Kept in an image; an offset in an image of version 4 counts as stored.
     let image = b.with_state(|state| state.to_image());
     let back =

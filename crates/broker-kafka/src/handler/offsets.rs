@@ -229,11 +229,10 @@ impl<B: Backend> Handler<'_, B> {
     /// read which topics a Kafka member subscribed to, so it never moves a live group's
     /// offsets); a group with no members and no committed offsets anywhere is
     /// `GROUP_ID_NOT_FOUND`. When every partition of a topic is named, the broker's group on
-    /// that topic is deleted (OffsetFetch then answers -1 there, as on a topic never committed
-    /// on; under interest retention the group no longer holds its records); when some are,
-    /// those partitions go back to the earliest record retained, where a partition the group
-    /// never committed on starts (see OffsetFetch). A partition of a topic the group never
-    /// committed on has nothing to delete.
+    /// that topic is deleted (under interest retention it no longer holds the topic's
+    /// records); when some are, their offsets are deleted (back where the group starts, as
+    /// on a partition it never committed on). OffsetFetch then answers -1 there. A partition
+    /// of a topic the group never committed on has nothing to delete.
     pub(super) async fn offset_delete(&self, request: OffsetDeleteRequest) -> OffsetDeleteResponse {
         let group = request.group_id.as_str();
         let refused =
@@ -337,22 +336,15 @@ impl<B: Backend> Handler<'_, B> {
                 topic: topic.name.clone(),
                 group: group.to_owned(),
             },
-            // Committed from outside the group, at each partition's earliest record (a record
-            // that left meanwhile is skipped: the commit stays within what is retained).
-            false => Command::CommitGroup {
+            // Back where the group starts, with no offset stored there.
+            false => Command::DeleteOffsets {
                 topic: topic.name.clone(),
                 group: group.to_owned(),
-                offsets: partitions
-                    .into_iter()
-                    .filter_map(|p| {
-                        let earliest = topic.partitions.get(usize::try_from(p).ok()?)?;
-                        Some((p, earliest.earliest_offset))
-                    })
-                    .collect(),
+                partitions: partitions.into_iter().collect(),
             },
         };
         let error = match self.call(command).await {
-            Ok(Outcome::Deleted(_) | Outcome::Committed) => None,
+            Ok(Outcome::Deleted(_) | Outcome::Lag(_)) => None,
             // Members joined meanwhile, or the topic or the group went away meanwhile.
             Err(ErrorReply::InvalidArgument(_)) => self.why_not_deleted(group, &topic.name).await,
             Ok(other) => Some(coordinator_error(&unexpected(&other))),

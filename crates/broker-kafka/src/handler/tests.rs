@@ -1304,13 +1304,15 @@ async fn offsets_are_deleted_from_groups_without_members_as_kafka_does() {
         Some(group.partitions.iter().map(|p| p.committed).collect())
     };
     let unknown = ResponseError::UnknownTopicOrPartition.code();
-    // Some partitions: back to the earliest record, where an uncommitted one starts; a
-    // partition past the topic's and a topic that does not exist are unknown.
+    // Some partitions: back to the earliest record, where an uncommitted one starts, with no
+    // offset stored (OffsetFetch answers -1 there); a partition past the topic's and a topic
+    // that does not exist are unknown.
     assert_eq!(
         codes(ask(&broker, 0, delete("g", &[("k", &[1, 7]), ("nosuch", &[0])])).await),
         (0, vec![0, unknown, unknown])
     );
     assert_eq!(committed("k", "g"), Some(vec![3, 0]));
+    assert_eq!(broker.stored_offsets("k", "g").unwrap(), [Some(3), None]);
     // Every partition of the topic: the group leaves the topic.
     assert_eq!(
         codes(ask(&broker, 0, delete("g", &[("k", &[0, 1, 0])])).await),
