@@ -516,6 +516,9 @@ pub struct Cluster {
     /// On a node that is not a member of the group: the leader its members named when last
     /// asked, and when (see [`Cluster::find_leader`]); one lookup at a time.
     named_leader: tokio::sync::Mutex<Option<forward::NamedLeader>>,
+    /// Whether every other member of the group answered that its release applies the commands
+    /// of protocol version 14 (see [`Cluster::check_commands`]): once so, always so.
+    commands_14: std::sync::atomic::AtomicBool,
     kafka_addresses: Arc<peer_listeners::KafkaAddresses>,
     /// Every member answered that it applies [`Proposal::NamedCommands`] (asked before the
     /// first one this handle proposes).
@@ -654,6 +657,7 @@ impl Cluster {
             changing: tokio::sync::Mutex::new(()),
             leader_links: std::sync::Mutex::default(),
             named_leader: tokio::sync::Mutex::default(),
+            commands_14: std::sync::atomic::AtomicBool::new(false),
             kafka_addresses,
             named_commands_known: AtomicBool::new(false),
             released,
@@ -745,6 +749,7 @@ impl Cluster {
             changing: tokio::sync::Mutex::new(()),
             leader_links: std::sync::Mutex::default(),
             named_leader: tokio::sync::Mutex::default(),
+            commands_14: std::sync::atomic::AtomicBool::new(false),
             kafka_addresses: Arc::clone(&self.kafka_addresses),
             named_commands_known: AtomicBool::new(false),
             released,
@@ -926,6 +931,11 @@ impl Cluster {
             .await?;
             self.named_commands_known.store(true, Ordering::Release);
         }
+        let version = proposal.commands_version();
+        if version >= 14 {
+            self.ensure_leader()?;
+            self.check_commands(version).await?;
+        }
         match self.core.propose(proposal).await {
             // A node holding no copy of the group names the leader its members name.
             Err(ProposeError::NotLeader { leader: None }) if !self.is_member() => {
@@ -946,6 +956,27 @@ impl Cluster {
     pub async fn check_moves(&self) -> Result<(), ProposeError> {
         self.check_feature(network::MOVES_IMAGE_5, "move topics between groups")
             .await
+    }
+
+    /// `Ok` unless the group's entries could hold a command of protocol version `version` that
+    /// another member of the group cannot apply (it answers that its release does not, see
+    /// [`Cluster::check_feature`]): asked before proposing such a command, once until every
+    /// member answered that it can (nodes are not expected to go back to an earlier release).
+    ///
+    /// # Errors
+    /// [`ProposeError::Refused`], naming the first member that cannot.
+    pub async fn check_commands(&self, version: u16) -> Result<(), ProposeError> {
+        use std::sync::atomic::Ordering;
+        if version < 14 || self.commands_14.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.check_feature(
+            network::COMMANDS_14,
+            "apply the commands of protocol version 14",
+        )
+        .await?;
+        self.commands_14.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// `Ok` unless another member of the group that answers does not have `feature` (it

@@ -143,7 +143,7 @@ pub(crate) enum PeerRequest {
 }
 
 /// The features of this release a peer may ask about ([`PeerRequest::Features`]).
-pub(crate) const FEATURES: &[&str] = &[NAMED_COMMANDS, MOVES, MOVES_IMAGE_5];
+pub(crate) const FEATURES: &[&str] = &[NAMED_COMMANDS, MOVES, MOVES_IMAGE_5, COMMANDS_14];
 
 /// The feature of applying [`crate::Proposal::NamedCommands`].
 pub(crate) const NAMED_COMMANDS: &str = "named-commands";
@@ -151,6 +151,11 @@ pub(crate) const NAMED_COMMANDS: &str = "named-commands";
 /// The feature of applying the changes that move a topic between groups
 /// ([`crate::ClusterChange::Depart`] and those after it).
 pub(crate) const MOVES: &str = "moves";
+
+/// The feature of applying the commands protocol version 14 added (`Producers`,
+/// `StoredOffsets`, `DeleteOffsets`): in a cluster every command is an entry of the log, and a
+/// node of an earlier release stops at one it cannot read.
+pub(crate) const COMMANDS_14: &str = "commands-14";
 
 /// The feature of applying a topic's arrival with its state image of version 5
 /// ([`crate::ClusterChange::Arrive`]), which the releases before it cannot read: a move is

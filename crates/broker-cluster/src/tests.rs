@@ -1704,11 +1704,37 @@ async fn commands_under_kafkas_names_are_refused_while_a_member_of_an_earlier_re
         }
         other => panic!("unexpected {other:?}"),
     }
+    // So are the commands of protocol version 14, which a node of an earlier release could
+    // not read either, while the earlier ones go on.
+    let stored = || {
+        Proposal::commands(
+            1_000,
+            broker_core::NameRules::Broker,
+            vec![Command::StoredOffsets {
+                topic: "a".to_owned(),
+                group: "g".to_owned(),
+            }],
+        )
+    };
+    match leading.propose(stored()).await {
+        Err(ProposeError::Refused(why)) => {
+            assert!(why.contains("protocol version 14"), "{why}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let plain = Proposal::commands(1_000, broker_core::NameRules::Broker, create("a"));
+    let applied = leading.propose(plain).await.unwrap();
+    assert_eq!(applied.results, vec![Ok(Outcome::Created(true))]);
     // Nothing answers there any more: the member is not waited for.
     closing.abort();
     let _ = closing.await;
     let applied = leading.propose(named("a.b")).await.unwrap();
     assert_eq!(applied.results, vec![Ok(Outcome::Created(true))]);
+    let applied = leading.propose(stored()).await.unwrap();
+    assert_eq!(
+        applied.results,
+        vec![Ok(Outcome::StoredOffsets(vec![None]))]
+    );
     for node in nodes.iter().flatten() {
         node.cluster.shutdown().await;
     }

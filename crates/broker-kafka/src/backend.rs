@@ -54,6 +54,14 @@ pub trait Backend: Send + Sync {
         self.call(command, Duration::ZERO)
     }
 
+    /// Whether every node that applies the broker's commands takes those of protocol version
+    /// `version`: a cluster in the middle of an upgrade may have nodes of an earlier release,
+    /// which would stop at an entry of a command they do not know. The listener then answers
+    /// as the releases before it did. A server alone always does (the default).
+    fn speaks(&self, _version: u16) -> impl Future<Output = bool> + Send {
+        std::future::ready(true)
+    }
+
     /// The topics as this server knows them, for Metadata. A server that runs alone, or
     /// leads its cluster, answers as a `Describe` command does; a follower answers from its
     /// own copy, which may lag the leader's by the changes it has not applied yet (Kafka's

@@ -253,6 +253,14 @@ impl Backend for ServerBackend {
         crate::data_groups::apply_at_leader(&group, command).await
     }
 
+    async fn speaks(&self, version: u16) -> bool {
+        // The first group has every node.
+        match self.shared.cluster() {
+            Some(first) => first.check_commands(version).await.is_ok(),
+            None => true,
+        }
+    }
+
     async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
         if self.shared.cluster().is_some() {
             // Any node answers Metadata, from its own copy of each group it holds one of (see

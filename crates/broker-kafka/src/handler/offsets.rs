@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use broker_core::{Command, Outcome, TopicDescription};
+use broker_core::{Command, CommandKind, Outcome, TopicDescription};
 use broker_proto::ErrorReply;
 use futures::future::join_all;
 use kafka_protocol::messages::offset_commit_response::{
@@ -154,28 +154,18 @@ impl<B: Backend> Handler<'_, B> {
         };
         // What the group stored on each partition of each topic; -1 where it stored nothing
         // (the client then applies its reset policy).
-        let mut stored: BTreeMap<String, Vec<Option<i64>>> = BTreeMap::new();
-        for name in names {
-            let command = Command::StoredOffsets {
-                topic: name.clone(),
-                group: group.to_owned(),
-            };
-            match self.call(command).await {
-                Ok(Outcome::StoredOffsets(offsets)) => {
-                    stored.insert(name, offsets);
-                }
-                // A topic that does not exist: nothing committed there.
-                Err(ErrorReply::InvalidArgument(_)) => {}
-                Ok(other) => {
-                    return OffsetFetchResponse::default()
-                        .with_error_code(coordinator_error(&unexpected(&other)).code())
-                }
-                Err(refusal) => {
-                    return OffsetFetchResponse::default()
-                        .with_error_code(coordinator_error(&refusal).code())
-                }
-            }
-        }
+        let speaks = self
+            .backend
+            .speaks(CommandKind::StoredOffsets.since_version())
+            .await;
+        let stored = match speaks {
+            true => self.stored_offsets(group, names).await,
+            false => self.offsets_as_before(group, &names).await,
+        };
+        let stored = match stored {
+            Ok(stored) => stored,
+            Err(error) => return OffsetFetchResponse::default().with_error_code(error.code()),
+        };
         let committed = |topic: &str, partition: i32| -> i64 {
             stored
                 .get(topic)
@@ -219,6 +209,57 @@ impl<B: Backend> Handler<'_, B> {
                 })
                 .collect(),
         )
+    }
+}
+
+impl<B: Backend> Handler<'_, B> {
+    /// The offsets `group` stored on each partition of each topic of `names` (a topic that does
+    /// not exist is left out), or the coordinator's error.
+    async fn stored_offsets(
+        &self,
+        group: &str,
+        names: BTreeSet<String>,
+    ) -> Result<BTreeMap<String, Vec<Option<i64>>>, ResponseError> {
+        let mut stored = BTreeMap::new();
+        for name in names {
+            let command = Command::StoredOffsets {
+                topic: name.clone(),
+                group: group.to_owned(),
+            };
+            match self.call(command).await {
+                Ok(Outcome::StoredOffsets(offsets)) => {
+                    stored.insert(name, offsets);
+                }
+                // A topic that does not exist: nothing committed there.
+                Err(ErrorReply::InvalidArgument(_)) => {}
+                Ok(other) => return Err(coordinator_error(&unexpected(&other))),
+                Err(refusal) => return Err(coordinator_error(&refusal)),
+            }
+        }
+        Ok(stored)
+    }
+
+    /// [`Handler::stored_offsets`] as the releases before protocol version 14 answered it,
+    /// while a node of the cluster runs one of them: the group's committed offset on every
+    /// partition of each topic it has offsets on, stored or not.
+    async fn offsets_as_before(
+        &self,
+        group: &str,
+        names: &BTreeSet<String>,
+    ) -> Result<BTreeMap<String, Vec<Option<i64>>>, ResponseError> {
+        let described = self
+            .describe(None)
+            .await
+            .map_err(|refusal| coordinator_error(&refusal))?;
+        Ok(described
+            .into_iter()
+            .filter(|topic| names.contains(&topic.name))
+            .filter_map(|topic| {
+                let held = topic.groups.iter().find(|g| g.name == group)?;
+                let offsets = held.partitions.iter().map(|p| Some(p.committed)).collect();
+                Some((topic.name.clone(), offsets))
+            })
+            .collect())
     }
 }
 
@@ -331,20 +372,40 @@ impl<B: Backend> Handler<'_, B> {
         }
         // Both commands are refused, changing nothing, if members joined the group since the
         // description was read: a live group's offsets never move back.
-        let command = match partitions.len() == topic.partitions.len() {
-            true => Command::DeleteGroup {
+        let every = partitions.len() == topic.partitions.len();
+        let speaks = every
+            || self
+                .backend
+                .speaks(CommandKind::DeleteOffsets.since_version())
+                .await;
+        let command = match (every, speaks) {
+            (true, _) => Command::DeleteGroup {
                 topic: topic.name.clone(),
                 group: group.to_owned(),
             },
             // Back where the group starts, with no offset stored there.
-            false => Command::DeleteOffsets {
+            (false, true) => Command::DeleteOffsets {
                 topic: topic.name.clone(),
                 group: group.to_owned(),
                 partitions: partitions.into_iter().collect(),
             },
+            // While a node of the cluster runs a release before protocol version 14, as those
+            // releases did: committed from outside the group at each partition's earliest
+            // record (OffsetFetch then answers that offset there).
+            (false, false) => Command::CommitGroup {
+                topic: topic.name.clone(),
+                group: group.to_owned(),
+                offsets: partitions
+                    .into_iter()
+                    .filter_map(|p| {
+                        let earliest = topic.partitions.get(usize::try_from(p).ok()?)?;
+                        Some((p, earliest.earliest_offset))
+                    })
+                    .collect(),
+            },
         };
         let error = match self.call(command).await {
-            Ok(Outcome::Deleted(_) | Outcome::Lag(_)) => None,
+            Ok(Outcome::Deleted(_) | Outcome::Lag(_) | Outcome::Committed) => None,
             // Members joined meanwhile, or the topic or the group went away meanwhile.
             Err(ErrorReply::InvalidArgument(_)) => self.why_not_deleted(group, &topic.name).await,
             Ok(other) => Some(coordinator_error(&unexpected(&other))),

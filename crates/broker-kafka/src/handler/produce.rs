@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use broker_core::{
-    Command, Outcome, PartitionBatch, ProducerState, PublishRecord, TopicSettings,
+    Command, CommandKind, Outcome, PartitionBatch, ProducerState, PublishRecord, TopicSettings,
     MAX_BATCH_RECORDS,
 };
 use broker_proto::ErrorReply;
@@ -25,6 +25,10 @@ use crate::records::{decode_produced, Limits, Produced, RecordsError};
 use crate::Backend;
 
 use super::{message, refused, topic_name, unexpected, Handler};
+
+/// Why DescribeProducers is not answered while a node of the cluster runs an earlier release.
+const EARLIER_RELEASE: &str = "a node of the cluster runs a release that cannot list \
+    producers: every node must run this release or a later one first";
 
 /// How many times the largest frame a produced batch may decompress to.
 const INFLATE_FACTOR: usize = 4;
@@ -307,6 +311,10 @@ impl<B: Backend> Handler<'_, B> {
         &self,
         request: DescribeProducersRequest,
     ) -> DescribeProducersResponse {
+        let speaks = self
+            .backend
+            .speaks(CommandKind::Producers.since_version())
+            .await;
         // Each topic once and each of its partitions once, in the order first named.
         let mut asked: Vec<(String, TopicName, Vec<i32>)> = Vec::new();
         let mut places: HashMap<String, usize> = HashMap::new();
@@ -333,6 +341,11 @@ impl<B: Backend> Handler<'_, B> {
                     };
                     async move {
                         let answer = PartitionResponse::default().with_partition_index(partition);
+                        if !speaks {
+                            return answer
+                                .with_error_code(ResponseError::UnknownServerError.code())
+                                .with_error_message(message(EARLIER_RELEASE.to_owned()));
+                        }
                         let refusal = match self.call_here(command).await {
                             Ok(Outcome::Producers(states)) => {
                                 return answer.with_active_producers(

@@ -2034,3 +2034,86 @@ async fn offset_fetch_answers_minus_one_where_the_group_never_committed() {
         [("t".to_owned(), vec![(0, 0), (1, 2), (9, -1)])]
     );
 }
+
+/// The broker in memory as a cluster with a node of a release before protocol version 14
+/// would serve it: it takes no command that version added (a test fails if one is sent).
+struct EarlierRelease(Local);
+
+impl Backend for EarlierRelease {
+    async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
+        assert!(command.since_version() < 14, "{command:?} sent");
+        self.0.call(command, max_wait).await
+    }
+
+    async fn speaks(&self, version: u16) -> bool {
+        version < 14
+    }
+
+    async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
+        self.0.topics().await
+    }
+
+    fn cluster(&self) -> Option<crate::ClusterView> {
+        None
+    }
+
+    fn coordinates_groups(&self) -> bool {
+        true
+    }
+
+    fn requires_authentication(&self) -> bool {
+        false
+    }
+
+    fn authenticate(&self, _password: &str) -> bool {
+        true
+    }
+}
+
+#[tokio::test]
+async fn while_a_node_runs_an_earlier_release_offsets_are_answered_as_it_did() {
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::{DescribeProducersRequest, OffsetFetchRequest};
+    let older = EarlierRelease(broker(100));
+    for _ in 0..3 {
+        older.0.publish("t", 0, "x").unwrap();
+        older.0.publish("t", 1, "y").unwrap();
+    }
+    assert_eq!(commit_from_outside(&older.0, &[(1, 2)]).await, [0]);
+    // OffsetFetch: the group's offset on every partition of the topic, as before.
+    let request = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g")))
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(kafka_topic("t"))
+            .with_partition_indexes(vec![0, 1])]));
+    let Some(ResponseKind::OffsetFetch(response)) =
+        ask(&older, 7, RequestKind::OffsetFetch(request)).await
+    else {
+        panic!("no answer");
+    };
+    let offsets: Vec<i64> = response.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.committed_offset)
+        .collect();
+    assert_eq!(offsets, [0, 2]);
+    // DescribeProducers: refused on each partition, saying why.
+    let request = DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+        .with_name(kafka_topic("t"))
+        .with_partition_indexes(vec![0])]);
+    let Some(ResponseKind::DescribeProducers(response)) =
+        ask(&older, 0, RequestKind::DescribeProducers(request)).await
+    else {
+        panic!("no answer");
+    };
+    let partition = &response.topics[0].partitions[0];
+    assert_eq!(
+        partition.error_code,
+        ResponseError::UnknownServerError.code()
+    );
+    assert!(partition
+        .error_message
+        .as_deref()
+        .is_some_and(|m| m.contains("release")));
+}
