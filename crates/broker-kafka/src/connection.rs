@@ -268,7 +268,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
-    use crate::testing::Locked;
+    use crate::testing::Shaped;
 
     fn settings() -> KafkaSettings {
         KafkaSettings {
@@ -289,7 +289,7 @@ mod tests {
 
     /// Serves the server's end of a connection whose client end is returned.
     fn serve<'a>(
-        backend: &'a Locked,
+        backend: &'a Shaped,
         state: &'a KafkaState,
         settings: &'a KafkaSettings,
     ) -> (
@@ -358,7 +358,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn before_it_authenticates_a_connection_may_send_no_request_over_64_kib() {
-        let backend = Locked(EventBroker::new(10).unwrap());
+        let backend = Shaped::locked(EventBroker::new(10).unwrap());
         let (state, settings) = (KafkaState::default(), settings());
         let (mut client, served) = serve(&backend, &state, &settings);
         let sending = async move {
@@ -384,7 +384,7 @@ mod tests {
 
     #[tokio::test]
     async fn once_it_authenticates_a_connection_may_send_requests_up_to_the_frame_limit() {
-        let backend = Locked(EventBroker::new(10).unwrap());
+        let backend = Shaped::locked(EventBroker::new(10).unwrap());
         let (state, settings) = (KafkaState::default(), settings());
         let (mut client, served) = serve(&backend, &state, &settings);
         let talking = async move {
@@ -405,7 +405,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_wrong_password_is_told_apart_from_no_authentication() {
-        let backend = Locked(EventBroker::new(10).unwrap());
+        let backend = Shaped::locked(EventBroker::new(10).unwrap());
         let (state, settings) = (KafkaState::default(), settings());
         let (mut client, served) = serve(&backend, &state, &settings);
         let talking = async move {
@@ -436,7 +436,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_not_whole_within_the_read_timeout_closes_the_connection() {
-        let backend = Locked(EventBroker::new(10).unwrap());
+        let backend = Shaped::locked(EventBroker::new(10).unwrap());
         let (state, settings) = (KafkaState::default(), settings());
         let (mut client, served) = serve(&backend, &state, &settings);
         let started = Instant::now();

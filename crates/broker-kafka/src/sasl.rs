@@ -115,7 +115,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::testing::Locked;
+    use crate::testing::Shaped;
 
     fn handshake(mechanism: &'static str) -> RequestKind {
         RequestKind::SaslHandshake(
@@ -142,7 +142,7 @@ mod tests {
 
     #[test]
     fn plain_with_the_token_as_password_opens_the_connection() {
-        let backend = Locked(EventBroker::new(10).unwrap());
+        let backend = Shaped::locked(EventBroker::new(10).unwrap());
         let mut sasl = Sasl::start(&backend);
         let versions = RequestKind::ApiVersions(ApiVersionsRequest::default());
         let metadata = || RequestKind::Metadata(MetadataRequest::default());
@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn a_wrong_password_or_mechanism_is_answered_with_its_error() {
-        let backend = Locked(EventBroker::new(10).unwrap());
+        let backend = Shaped::locked(EventBroker::new(10).unwrap());
         let mut sasl = Sasl::start(&backend);
         let other = sasl.gate(
             &backend,
@@ -196,7 +196,7 @@ mod tests {
     fn a_version_0_handshake_is_answered_unsupported_version_and_closes() {
         // Version 0 is advertised (older librdkafka needs to see it), never served.
         assert!(crate::apis::is_supported(ApiKey::SaslHandshake, 0));
-        let backend = Locked(EventBroker::new(10).unwrap());
+        let backend = Shaped::locked(EventBroker::new(10).unwrap());
         let mut sasl = Sasl::start(&backend);
         let answer = sasl.gate(&backend, ApiKey::SaslHandshake, 0, handshake("PLAIN"));
         assert!(matches!(answer, Gate::AnswerAndClose(_)));

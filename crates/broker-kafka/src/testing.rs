@@ -7,16 +7,53 @@ use broker_proto::ErrorReply;
 
 use crate::Backend;
 
-/// The broker in memory behind the token `secret`: connections must authenticate.
-pub(crate) struct Locked(pub(crate) EventBroker);
+/// The broker in memory as a backend a test shapes: behind a token, or standing for a cluster
+/// with a node of an earlier release.
+pub(crate) struct Shaped {
+    /// The broker.
+    pub(crate) broker: EventBroker,
+    /// The token connections must authenticate with, if any.
+    token: Option<&'static str>,
+    /// The newest protocol version whose commands every node takes.
+    speaks_up_to: u16,
+}
 
-impl Backend for Locked {
+impl Shaped {
+    /// The broker behind the token `secret`: connections must authenticate.
+    pub(crate) fn locked(broker: EventBroker) -> Shaped {
+        Shaped {
+            broker,
+            token: Some("secret"),
+            speaks_up_to: u16::MAX,
+        }
+    }
+
+    /// The broker as a cluster with a node of the release before protocol version `version`:
+    /// the commands that version added are never sent to it (a test fails if one is).
+    pub(crate) fn before(broker: EventBroker, version: u16) -> Shaped {
+        Shaped {
+            broker,
+            token: None,
+            speaks_up_to: version - 1,
+        }
+    }
+}
+
+impl Backend for Shaped {
     async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
-        self.0.call(command, max_wait).await
+        assert!(
+            command.since_version() <= self.speaks_up_to,
+            "{command:?} sent to a node of an earlier release"
+        );
+        self.broker.call(command, max_wait).await
+    }
+
+    async fn speaks(&self, version: u16) -> bool {
+        version <= self.speaks_up_to
     }
 
     async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
-        self.0.topics().await
+        self.broker.topics().await
     }
 
     fn cluster(&self) -> Option<crate::ClusterView> {
@@ -28,10 +65,10 @@ impl Backend for Locked {
     }
 
     fn requires_authentication(&self) -> bool {
-        true
+        self.token.is_some()
     }
 
     fn authenticate(&self, password: &str) -> bool {
-        password == "secret"
+        self.token == Some(password)
     }
 }

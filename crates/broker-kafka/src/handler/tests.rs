@@ -2035,52 +2035,17 @@ async fn offset_fetch_answers_minus_one_where_the_group_never_committed() {
     );
 }
 
-/// The broker in memory as a cluster with a node of a release before protocol version 14
-/// would serve it: it takes no command that version added (a test fails if one is sent).
-struct EarlierRelease(Local);
-
-impl Backend for EarlierRelease {
-    async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
-        assert!(command.since_version() < 14, "{command:?} sent");
-        self.0.call(command, max_wait).await
-    }
-
-    async fn speaks(&self, version: u16) -> bool {
-        version < 14
-    }
-
-    async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
-        self.0.topics().await
-    }
-
-    fn cluster(&self) -> Option<crate::ClusterView> {
-        None
-    }
-
-    fn coordinates_groups(&self) -> bool {
-        true
-    }
-
-    fn requires_authentication(&self) -> bool {
-        false
-    }
-
-    fn authenticate(&self, _password: &str) -> bool {
-        true
-    }
-}
-
 #[tokio::test]
 async fn while_a_node_runs_an_earlier_release_offsets_are_answered_as_it_did() {
     use kafka_protocol::messages::describe_producers_request::TopicRequest;
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     use kafka_protocol::messages::{DescribeProducersRequest, OffsetFetchRequest};
-    let older = EarlierRelease(broker(100));
+    let older = crate::testing::Shaped::before(broker(100), 14);
     for _ in 0..3 {
-        older.0.publish("t", 0, "x").unwrap();
-        older.0.publish("t", 1, "y").unwrap();
+        older.broker.publish("t", 0, "x").unwrap();
+        older.broker.publish("t", 1, "y").unwrap();
     }
-    assert_eq!(commit_from_outside(&older.0, &[(1, 2)]).await, [0]);
+    assert_eq!(commit_from_outside(&older.broker, &[(1, 2)]).await, [0]);
     // OffsetFetch: the group's offset on every partition of the topic, as before.
     let request = OffsetFetchRequest::default()
         .with_group_id(GroupId(StrBytes::from_static_str("g")))
