@@ -21,6 +21,9 @@ use broker_testkit::http::get as http_get;
 /// How long the groups may take to be created and their leaders spread.
 const SETTLING: Duration = Duration::from_secs(60);
 
+/// How long a node that does not lead may take to apply what a call answered has changed.
+const APPLIED_WITHIN: Duration = Duration::from_secs(10);
+
 /// How many requests the running nodes answered `NotLeader`, all together.
 fn not_leader_answers(nodes: &Nodes) -> i64 {
     (0..nodes.running.len())
@@ -101,7 +104,7 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
         assert!(client.create(topic, 2).await.unwrap(), "{topic} created");
     }
     // Each in a group of its own (the one holding the fewest partitions).
-    let placed = nodes.samples(0, "topic_shard");
+    let placed = nodes.samples_of(0, "topic_shard", &topics, APPLIED_WITHIN);
     let shards: BTreeSet<i64> = topics.iter().map(|topic| placed[*topic]).collect();
     assert_eq!(shards.len(), 3, "{placed:?}");
     // Each node tells each group's term and indexes; each group's leader, how far each member
@@ -138,7 +141,9 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
         client.join(topic, "g", "m").await.unwrap();
         client.configure_group(topic, "g", &settings).await.unwrap();
     }
-    let placed = nodes.samples(1, "topic_shard");
+    let dead_letters: Vec<String> = topics.iter().map(|topic| format!("{topic}-dlq")).collect();
+    let named: Vec<&str> = dead_letters.iter().map(String::as_str).collect();
+    let placed = nodes.samples_of(1, "topic_shard", &named, APPLIED_WITHIN);
     for topic in topics {
         assert_eq!(placed[&format!("{topic}-dlq")], placed[topic], "{placed:?}");
     }
@@ -165,7 +170,7 @@ async fn topics_spread_over_groups_whose_leaders_spread_over_the_nodes() {
         .await
         .unwrap();
     assert!(client.create("late-letters", 1).await.unwrap());
-    let placed = nodes.samples(0, "topic_shard");
+    let placed = nodes.samples_of(0, "topic_shard", &["late-letters"], APPLIED_WITHIN);
     assert_eq!(placed["late-letters"], placed["bananas"], "{placed:?}");
     let settings = [
         GroupSetting::MaxDeliveries(3),

@@ -1109,7 +1109,7 @@ async fn a_group_name_is_used_by_one_protocol_at_a_time() {
         )
         .await;
     assert!(
-        matches!(&reset, Err(broker_client::Error::Broker(broker_client::BrokerError::InvalidArgument(m))) if m.contains("over a reset")),
+        matches!(&reset, Err(broker_client::Error::Broker(broker_client::BrokerError::InvalidArgument(m))) if m.contains("over the change")),
         "{reset:?}"
     );
     drop(holder.stdin.take());

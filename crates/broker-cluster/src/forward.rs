@@ -168,8 +168,6 @@ impl Cluster {
         if self.is_leader() {
             return self.propose(proposal).await;
         }
-        // A leader of an earlier release could not read the proposal.
-        self.check_commands(proposal.commands_version()).await?;
         match self
             .ask_leader(
                 PeerRequest::Propose(proposal),

@@ -931,11 +931,6 @@ impl Cluster {
             .await?;
             self.named_commands_known.store(true, Ordering::Release);
         }
-        let version = proposal.commands_version();
-        if version >= 14 {
-            self.ensure_leader()?;
-            self.check_commands(version).await?;
-        }
         match self.core.propose(proposal).await {
             // A node holding no copy of the group names the leader its members name.
             Err(ProposeError::NotLeader { leader: None }) if !self.is_member() => {
@@ -956,26 +951,34 @@ impl Cluster {
     pub async fn check_moves(&self) -> Result<(), ProposeError> {
         self.check_feature(network::MOVES_IMAGE_5, "move topics between groups")
             .await
+            .map(drop)
     }
 
-    /// `Ok` unless the group's entries could hold a command of protocol version `version` that
-    /// another member of the group cannot apply (it answers that its release does not, see
-    /// [`Cluster::check_feature`]): asked before proposing such a command, once until every
-    /// member answered that it can (nodes are not expected to go back to an earlier release).
+    /// `Ok` unless another member of the group cannot apply the commands of protocol version
+    /// `version` (it answers that its release does not, see [`Cluster::check_feature`]): asked
+    /// of the first group, of which every node is a member, before a command of version 14 or
+    /// later goes into any group's log. Once every member answered that it can, the answer is
+    /// kept (nodes are not expected to go back to an earlier release); while a member cannot
+    /// be reached, it is asked again at the next call.
     ///
     /// # Errors
     /// [`ProposeError::Refused`], naming the first member that cannot.
     pub async fn check_commands(&self, version: u16) -> Result<(), ProposeError> {
         use std::sync::atomic::Ordering;
+        // Version 14 is the first whose commands are asked about; a later version that adds
+        // commands adds its own feature here.
         if version < 14 || self.commands_14.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.check_feature(
-            network::COMMANDS_14,
-            "apply the commands of protocol version 14",
-        )
-        .await?;
-        self.commands_14.store(true, Ordering::Release);
+        let every_member_answered = self
+            .check_feature(
+                network::COMMANDS_14,
+                "apply the commands of protocol version 14",
+            )
+            .await?;
+        if every_member_answered && self.is_member() {
+            self.commands_14.store(true, Ordering::Release);
+        }
         Ok(())
     }
 
@@ -984,7 +987,9 @@ impl Cluster {
     /// release does): the refusal naming it then, saying it cannot `what`. A member that cannot
     /// be reached now is not waited for, so that a group with a member down keeps serving: it is
     /// not asked again by this handle.
-    async fn check_feature(&self, feature: &str, what: &str) -> Result<(), ProposeError> {
+    /// Answers whether every other member answered (`false` when one could not be reached).
+    async fn check_feature(&self, feature: &str, what: &str) -> Result<bool, ProposeError> {
+        let mut every_member_answered = true;
         let (members, answers) = self
             .ask_other_members(|mut link| async move {
                 link.features(network::PEER_ANSWER_WITHIN).await
@@ -1006,6 +1011,7 @@ impl Cluster {
                 }
                 Err(cause) => {
                     tracing::warn!(node, feature, %cause, "a member that cannot be reached was not asked whether its release has a feature");
+                    every_member_answered = false;
                     continue;
                 }
             };
@@ -1015,7 +1021,7 @@ impl Cluster {
                 members[&node].raft_addr
             )));
         }
-        Ok(())
+        Ok(every_member_answered)
     }
 
     /// The proposal of `commands` applied at `now_ms` under this node's name rules

@@ -1704,8 +1704,8 @@ async fn commands_under_kafkas_names_are_refused_while_a_member_of_an_earlier_re
         }
         other => panic!("unexpected {other:?}"),
     }
-    // So are the commands of protocol version 14, which a node of an earlier release could
-    // not read either, while the earlier ones go on.
+    // Nor the commands of protocol version 14, which a node of an earlier release could not
+    // read either (the server asks before it proposes one), while the earlier ones go on.
     let stored = || {
         Proposal::commands(
             1_000,
@@ -1716,12 +1716,13 @@ async fn commands_under_kafkas_names_are_refused_while_a_member_of_an_earlier_re
             }],
         )
     };
-    match leading.propose(stored()).await {
+    match leading.check_commands(14).await {
         Err(ProposeError::Refused(why)) => {
             assert!(why.contains("protocol version 14"), "{why}");
         }
         other => panic!("unexpected {other:?}"),
     }
+    assert_eq!(leading.check_commands(13).await, Ok(()));
     let plain = Proposal::commands(1_000, broker_core::NameRules::Broker, create("a"));
     let applied = leading.propose(plain).await.unwrap();
     assert_eq!(applied.results, vec![Ok(Outcome::Created(true))]);
@@ -1730,6 +1731,7 @@ async fn commands_under_kafkas_names_are_refused_while_a_member_of_an_earlier_re
     let _ = closing.await;
     let applied = leading.propose(named("a.b")).await.unwrap();
     assert_eq!(applied.results, vec![Ok(Outcome::Created(true))]);
+    assert_eq!(leading.check_commands(14).await, Ok(()));
     let applied = leading.propose(stored()).await.unwrap();
     assert_eq!(
         applied.results,

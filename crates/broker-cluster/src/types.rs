@@ -65,21 +65,6 @@ pub enum Proposal {
 }
 
 impl Proposal {
-    /// The newest protocol version among the commands it carries (0 for a proposal of no
-    /// command): a node of a release that does not speak it cannot apply the proposal.
-    pub fn commands_version(&self) -> u16 {
-        match self {
-            Proposal::Commands { commands, .. } | Proposal::NamedCommands { commands, .. } => {
-                commands
-                    .iter()
-                    .map(Command::since_version)
-                    .max()
-                    .unwrap_or(0)
-            }
-            Proposal::Tick { .. } | Proposal::Cluster(_) => 0,
-        }
-    }
-
     /// The proposal with the time of its commands and of its tick set to `now_ms`: a leader
     /// proposing what another node forwarded gives it its own clock, as for its own
     /// proposals, so that a node whose clock runs ahead never moves the group's time on.

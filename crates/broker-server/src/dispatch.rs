@@ -451,6 +451,17 @@ pub(crate) async fn apply_batch_replicated(
     applied
 }
 
+/// The first protocol version whose commands a cluster asks every node about before they go
+/// into a log.
+const FIRST_ASKED_VERSION: u16 = 14;
+
+/// Whether `commands` are one that every node must be asked about (see [`Run::add`]).
+fn asked_about(commands: &[Command]) -> bool {
+    commands
+        .iter()
+        .any(|command| command.since_version() >= FIRST_ASKED_VERSION)
+}
+
 /// Commands of a batch not proposed yet, by shard, each with its request's place in the
 /// batch's results.
 #[derive(Default)]
@@ -459,8 +470,19 @@ struct Run {
 }
 
 impl Run {
+    /// Adds `command` to the proposal of `shard`; a command that every node must be asked
+    /// about first (see `replicated::every_node_applies`) goes alone, so that its refusal is
+    /// its own.
     fn add(&mut self, shard: usize, slot: usize, command: Command) {
-        match self.by_shard.iter_mut().find(|(of, _, _)| *of == shard) {
+        if command.since_version() >= FIRST_ASKED_VERSION {
+            self.by_shard.push((shard, vec![slot], vec![command]));
+            return;
+        }
+        match self
+            .by_shard
+            .iter_mut()
+            .find(|(of, _, commands)| *of == shard && !asked_about(commands))
+        {
             Some((_, slots, commands)) => {
                 slots.push(slot);
                 commands.push(command);
@@ -499,7 +521,10 @@ impl Run {
                     Some(_) if spread && shard == 0 && !data_groups::routes_current(shared) => {
                         Err(ErrorReply::NotLeader { leader: None })
                     }
-                    Some(group) => replicated::execute(&group, commands).await,
+                    Some(group) => match replicated::every_node_applies(shared, &commands).await {
+                        Ok(()) => replicated::execute(&group, commands).await,
+                        Err(refusal) => Err(refusal),
+                    },
                     // A group this node does not host yet: another node may.
                     None => Err(ErrorReply::NotLeader { leader: None }),
                 };
@@ -718,7 +743,7 @@ fn kafka_owns_group(shared: &Shared, command: Command) -> Result<Command, ErrorR
         {
             Err(ErrorReply::InvalidArgument(format!(
                 "group {group:?} has members that joined through the Kafka listener, which \
-                 would commit their own positions over a reset (stop its consumers first)"
+                 would commit their own positions over the change (stop its consumers first)"
             )))
         }
         _ => Ok(command),

@@ -246,6 +246,7 @@ impl Backend for ServerBackend {
         };
         // Checked and bounded as the connection's other calls are.
         let command = crate::dispatch::checked(&self.shared, command)?;
+        crate::replicated::every_node_applies(&self.shared, std::slice::from_ref(&command)).await?;
         let _permit = Arc::clone(&self.in_flight)
             .acquire_owned()
             .await

@@ -284,13 +284,6 @@ async fn send(
             }
         }
     }
-    // The arrival carries this release's state image: not proposed while a member of the
-    // target runs an earlier release, which could not read it (a move that such a release
-    // began, or that one upgraded meanwhile, waits for the upgrade to finish).
-    target
-        .check_moves()
-        .await
-        .map_err(|refusal| format!("group {to} cannot take the topic yet: {refusal}"))?;
     let arrive = ClusterChange::Arrive {
         topic: topic.to_owned(),
         attempt,
@@ -340,7 +333,16 @@ async fn carry_on(
             true => Err(format!(
                 "it holds {bytes} bytes of records, more than a move takes ({MAX_MOVE_BYTES})"
             )),
-            false => send(&target, topic, source.status().term, image).await?,
+            false => {
+                // The arrival carries this release's state image: not proposed while a node
+                // runs an earlier release, which could not read it (a move that such a release
+                // began, or that one upgraded meanwhile, waits for the upgrade to finish).
+                first
+                    .check_moves()
+                    .await
+                    .map_err(|refusal| format!("group {to} cannot take it yet: {refusal}"))?;
+                send(&target, topic, source.status().term, image).await?
+            }
         };
         let next = match taken {
             Ok(()) => ClusterChange::Departed {

@@ -420,6 +420,28 @@ pub(crate) async fn execute(
     Ok(results)
 }
 
+/// `Ok` unless `commands` hold one of a protocol version that a node of the cluster cannot
+/// apply (a node of an earlier release would stop at its entry): asked of the first group,
+/// whose members are every node (see [`Cluster::check_commands`]). A server alone takes them
+/// all.
+///
+/// # Errors
+/// `InvalidArgument`, naming the node to upgrade.
+pub(crate) async fn every_node_applies(
+    shared: &Shared,
+    commands: &[Command],
+) -> Result<(), ErrorReply> {
+    let version = commands
+        .iter()
+        .map(Command::since_version)
+        .max()
+        .unwrap_or(0);
+    match shared.cluster() {
+        Some(first) => first.check_commands(version).await.map_err(refusal),
+        None => Ok(()),
+    }
+}
+
 /// What a client is told when its change was not applied.
 pub(crate) fn refusal(error: ProposeError) -> ErrorReply {
     match error {

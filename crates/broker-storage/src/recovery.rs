@@ -136,6 +136,9 @@ pub(crate) fn recover(
     // replayed under the widest rules, every one applies as it did. The rules go back to the
     // default after the replay: the broker opening the directory sets its own.
     state.set_names(NameRules::Kafka);
+    // Whether the state holds what a format before 5 wrote, which did not say which offsets a
+    // group stored: a snapshot of such a format, or an entry replayed from such a segment.
+    let mut unmarked_offsets = migrated_from.is_some();
     let mut next = snapshot_seq.unwrap_or(0);
     let mut replayed = 0;
     let mut replayed_bytes = 0;
@@ -249,6 +252,7 @@ pub(crate) fn recover(
                             .map_err(|error| replay(error.to_string()))?,
                     }
                 }
+                unmarked_offsets |= header.version < OFFSETS_STORED_FROM_FORMAT;
                 next = seq + 1;
                 replayed += 1;
                 replayed_bytes += (entry.end - offset) as u64;
@@ -259,8 +263,10 @@ pub(crate) fn recover(
     }
     state.set_names(NameRules::default());
     // Formats before 5 did not say which offsets a group stored: every one counts as stored,
-    // those of the groups the log created as well as the snapshot's.
-    if migrated_from.is_some_and(|format| format < OFFSETS_STORED_FROM_FORMAT) {
+    // those of the groups the log created as well as the snapshot's. (A segment of such a
+    // format whose entries the snapshot covers, left by the checkpoint that migrated the
+    // directory, counts for nothing.)
+    if unmarked_offsets {
         state.count_every_offset_as_stored();
     }
     Ok(Recovery {

@@ -1381,4 +1381,28 @@ fn groups_of_a_format_4_log_count_every_offset_as_stored() {
         let stored = recovered.state.stored_offsets("t", group).unwrap();
         assert!(stored.iter().all(Option::is_some), "{group}: {stored:?}");
     }
+    // Migrated: a checkpoint of this format, then a group that never consumes. A segment of
+    // format 4 that the checkpoint covers, left behind, changes nothing at the next start.
+    let old_segment = fs::read(&segment).unwrap();
+    let mut live = Live::new(tmp.path());
+    live.run(Command::Join {
+        topic: "t".into(),
+        group: "late".into(),
+        member: "l".into(),
+        assignor: None,
+        settings: Vec::new(),
+    });
+    live.checkpoint(1 << 20);
+    drop(live);
+    fs::write(&segment, &old_segment).unwrap();
+    let restarted = recover(tmp.path()).unwrap().state;
+    assert_eq!(
+        restarted.stored_offsets("t", "late").unwrap(),
+        [None, None, None]
+    );
+    assert!(restarted
+        .stored_offsets("t", "r")
+        .unwrap()
+        .iter()
+        .all(Option::is_some));
 }

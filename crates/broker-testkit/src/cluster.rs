@@ -241,6 +241,28 @@ impl Nodes {
             .collect()
     }
 
+    /// [`Nodes::samples`] of node `index` once it holds a sample for each of `keys`, waiting
+    /// up to `within` for its copy of the cluster to apply what the samples say (a node that
+    /// does not lead applies each change a moment after the call that made it answered).
+    pub fn samples_of(
+        &self,
+        index: usize,
+        family: &str,
+        keys: &[&str],
+        within: Duration,
+    ) -> BTreeMap<String, i64> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let samples = self.samples(index, family);
+            if keys.iter().all(|key| samples.contains_key(*key))
+                || std::time::Instant::now() >= deadline
+            {
+                return samples;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Waits, `within` at most, until the running nodes (started with `--cluster-data-groups`
     /// and `--metrics-listen`) hold copies of `groups` groups in all, each with a leader that
     /// every node holding a copy of it agrees on, and no node leads more than one; returns each

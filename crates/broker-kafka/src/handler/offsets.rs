@@ -137,15 +137,21 @@ impl<B: Backend> Handler<'_, B> {
             return OffsetFetchResponse::default()
                 .with_error_code(ResponseError::InvalidGroupId.code());
         }
-        // The topics asked for, each once, or every topic the group has offsets on.
-        let names: BTreeSet<String> = match &request.topics {
-            Some(topics) => topics.iter().map(|topic| topic_name(&topic.name)).collect(),
+        // The topics asked for, each once, or every topic the group has offsets on (described).
+        let (names, described): (BTreeSet<String>, _) = match &request.topics {
+            Some(topics) => {
+                let names = topics.iter().map(|topic| topic_name(&topic.name)).collect();
+                (names, None)
+            }
             None => match self.describe(None).await {
-                Ok(topics) => topics
-                    .into_iter()
-                    .filter(|topic| topic.groups.iter().any(|g| g.name == group))
-                    .map(|topic| topic.name)
-                    .collect(),
+                Ok(topics) => {
+                    let topics: Vec<TopicDescription> = topics
+                        .into_iter()
+                        .filter(|topic| topic.groups.iter().any(|g| g.name == group))
+                        .collect();
+                    let names = topics.iter().map(|topic| topic.name.clone()).collect();
+                    (names, Some(topics))
+                }
                 Err(refusal) => {
                     return OffsetFetchResponse::default()
                         .with_error_code(coordinator_error(&refusal).code())
@@ -160,7 +166,7 @@ impl<B: Backend> Handler<'_, B> {
             .await;
         let stored = match speaks {
             true => self.stored_offsets(group, names).await,
-            false => self.offsets_as_before(group, &names).await,
+            false => self.offsets_as_before(group, names, described).await,
         };
         let stored = match stored {
             Ok(stored) => stored,
@@ -241,19 +247,31 @@ impl<B: Backend> Handler<'_, B> {
 
     /// [`Handler::stored_offsets`] as the releases before protocol version 14 answered it,
     /// while a node of the cluster runs one of them: the group's committed offset on every
-    /// partition of each topic it has offsets on, stored or not.
+    /// partition of each topic it has offsets on, stored or not, from `described` (every such
+    /// topic, when the request named none) or from a description of each topic named.
     async fn offsets_as_before(
         &self,
         group: &str,
-        names: &BTreeSet<String>,
+        names: BTreeSet<String>,
+        described: Option<Vec<TopicDescription>>,
     ) -> Result<BTreeMap<String, Vec<Option<i64>>>, ResponseError> {
-        let described = self
-            .describe(None)
-            .await
-            .map_err(|refusal| coordinator_error(&refusal))?;
+        let described = match described {
+            Some(described) => described,
+            None => {
+                let mut described = Vec::with_capacity(names.len());
+                for name in names {
+                    match self.describe(Some(name)).await {
+                        Ok(found) => described.extend(found),
+                        // A topic that does not exist: nothing committed there.
+                        Err(ErrorReply::InvalidArgument(_)) => {}
+                        Err(refusal) => return Err(coordinator_error(&refusal)),
+                    }
+                }
+                described
+            }
+        };
         Ok(described
             .into_iter()
-            .filter(|topic| names.contains(&topic.name))
             .filter_map(|topic| {
                 let held = topic.groups.iter().find(|g| g.name == group)?;
                 let offsets = held.partitions.iter().map(|p| Some(p.committed)).collect();

@@ -1969,8 +1969,8 @@ fn a_listed_producers_last_sequence_wraps_as_kafkas_and_its_id_keeps_its_bits() 
 
 /// OffsetFetch (version 7) of group `g` on `topics` (`None`: every topic it committed on):
 /// each topic's name with each partition's committed offset.
-async fn offsets_fetched(
-    broker: &Local,
+async fn offsets_fetched<B: Backend>(
+    broker: &B,
     topics: Option<Vec<i32>>,
 ) -> Vec<(String, Vec<(i32, i64)>)> {
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
@@ -2038,31 +2038,61 @@ async fn offset_fetch_answers_minus_one_where_the_group_never_committed() {
 #[tokio::test]
 async fn while_a_node_runs_an_earlier_release_offsets_are_answered_as_it_did() {
     use kafka_protocol::messages::describe_producers_request::TopicRequest;
-    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
-    use kafka_protocol::messages::{DescribeProducersRequest, OffsetFetchRequest};
+    use kafka_protocol::messages::DescribeProducersRequest;
     let older = crate::testing::Shaped::before(broker(100), 14);
     for _ in 0..3 {
         older.broker.publish("t", 0, "x").unwrap();
         older.broker.publish("t", 1, "y").unwrap();
     }
     assert_eq!(commit_from_outside(&older.broker, &[(1, 2)]).await, [0]);
-    // OffsetFetch: the group's offset on every partition of the topic, as before.
-    let request = OffsetFetchRequest::default()
-        .with_group_id(GroupId(StrBytes::from_static_str("g")))
-        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
-            .with_name(kafka_topic("t"))
-            .with_partition_indexes(vec![0, 1])]));
-    let Some(ResponseKind::OffsetFetch(response)) =
-        ask(&older, 7, RequestKind::OffsetFetch(request)).await
-    else {
-        panic!("no answer");
-    };
-    let offsets: Vec<i64> = response.topics[0]
-        .partitions
-        .iter()
-        .map(|p| p.committed_offset)
-        .collect();
-    assert_eq!(offsets, [0, 2]);
+    // OffsetFetch: the group's offset on every partition of the topic, as before, asked for
+    // by name or not.
+    assert_eq!(
+        offsets_fetched(&older, Some(vec![0, 1])).await,
+        [("t".to_owned(), vec![(0, 0), (1, 2)])]
+    );
+    assert_eq!(
+        offsets_fetched(&older, None).await,
+        [("t".to_owned(), vec![(0, 0), (1, 2)])]
+    );
+    // OffsetDelete of some partitions: committed at the earliest record retained, as before.
+    {
+        use broker_core::{Retention, TopicSetting};
+        use kafka_protocol::messages::offset_delete_request::{
+            OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+        };
+        use kafka_protocol::messages::OffsetDeleteRequest;
+        let limits = [TopicSetting::Retention(Retention::Limits)];
+        older
+            .broker
+            .create_topic("k", 2, KeyHash::Murmur2, &limits)
+            .unwrap();
+        for partition in 0..2 {
+            older.broker.publish("k", partition, "x").unwrap();
+            older.broker.publish("k", partition, "x").unwrap();
+        }
+        older
+            .broker
+            .commit_group("k", "g", &[(0, 1), (1, 2)])
+            .unwrap();
+        let request = OffsetDeleteRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_topics(vec![OffsetDeleteRequestTopic::default()
+                .with_name(kafka_topic("k"))
+                .with_partitions(vec![
+                    OffsetDeleteRequestPartition::default().with_partition_index(1)
+                ])]);
+        let Some(ResponseKind::OffsetDelete(response)) =
+            ask(&older, 0, RequestKind::OffsetDelete(request)).await
+        else {
+            panic!("no answer");
+        };
+        assert_eq!(response.topics[0].partitions[0].error_code, 0);
+        assert_eq!(
+            older.broker.stored_offsets("k", "g").unwrap(),
+            [Some(1), Some(0)]
+        );
+    }
     // DescribeProducers: refused on each partition, saying why.
     let request = DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
         .with_name(kafka_topic("t"))
