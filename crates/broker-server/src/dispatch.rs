@@ -455,11 +455,12 @@ pub(crate) async fn apply_batch_replicated(
 /// into a log.
 const FIRST_ASKED_VERSION: u16 = 14;
 
-/// Whether `commands` are one that every node must be asked about (see [`Run::add`]).
+/// Whether `commands` are a command that every node must be asked about, which [`Run::add`]
+/// puts alone (so its first command says, in constant time however long a batch grows).
 fn asked_about(commands: &[Command]) -> bool {
     commands
-        .iter()
-        .any(|command| command.since_version() >= FIRST_ASKED_VERSION)
+        .first()
+        .is_some_and(|command| command.since_version() >= FIRST_ASKED_VERSION)
 }
 
 /// Commands of a batch not proposed yet, by shard, each with its request's place in the

@@ -346,6 +346,16 @@ impl<B: Backend> Handler<'_, B> {
                                 .with_error_code(ResponseError::UnknownServerError.code())
                                 .with_error_message(message(EARLIER_RELEASE.to_owned()));
                         }
+                        // No topic has such a partition: answered without asking the broker,
+                        // so that a request naming thousands of them makes no more calls than
+                        // the partitions a topic can have.
+                        if !(0..self.settings.max_partitions).contains(&partition) {
+                            return answer
+                                .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                                .with_error_message(message(format!(
+                                    "no topic has a partition {partition}"
+                                )));
+                        }
                         let refusal = match self.call_here(command).await {
                             Ok(Outcome::Producers(states)) => {
                                 return answer.with_active_producers(
