@@ -29,6 +29,18 @@ pub struct LogId {
     pub partition: u32,
 }
 
+/// A record the state appended to a partition, as [`crate::BrokerState::take_appended`]
+/// reports it to a storage layer that writes records as they come.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// The partition's log.
+    pub log: LogId,
+    /// The record's offset.
+    pub offset: i64,
+    /// The record as the state keeps it (its time is the one the state gave it).
+    pub record: RecordImage,
+}
+
 /// Why a [`ColdStore`] could not answer: a message naming the file and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use broker_core::cold::{ColdError, ColdStore, LogId};
+use broker_core::cold::{Appended, ColdError, ColdStore, LogId};
 use broker_core::image::RecordImage;
 use broker_core::{
     hash, Assignor, BrokerDescription, BrokerError, BrokerRecord, BrokerState, Command, Discard,
@@ -2370,7 +2370,8 @@ fn setup() -> Vec<Command> {
 // Records evicted from memory.
 
 /// A cold store in memory: what a storage layer's segment files are to the broker. Records are
-/// copied in from the state's image before the state evicts them.
+/// written into it as the state reports them appended ([`BrokerState::take_appended`]), as a
+/// storage layer that writes each record once does, before the state evicts them.
 #[derive(Debug, Default)]
 struct MemoryColdStore {
     logs: Mutex<HashMap<LogId, BTreeMap<i64, RecordImage>>>,
@@ -2392,22 +2393,43 @@ impl MemoryColdStore {
         records
     }
 
-    /// Copies the records `broker` holds in memory into the store, then has the broker evict
-    /// `share` of each partition's (0 none, 1 half, 2 all).
+    /// Writes the records `state` appended since the last time into the store; each offset of
+    /// a log is written once.
+    fn write_appended(&self, state: &mut BrokerState) {
+        let mut logs = self.logs.lock().unwrap();
+        for Appended {
+            log,
+            offset,
+            record,
+        } in state.take_appended()
+        {
+            let earlier = logs.entry(log).or_default().insert(offset, record);
+            assert_eq!(earlier, None, "offset {offset} of {log:?} appended twice");
+        }
+    }
+
+    /// Checks that the store holds every record `broker` holds in memory, as it holds it (each
+    /// was reported appended), then has the broker evict `share` of each partition's (0 none,
+    /// 1 half, 2 all).
     fn evict_from(&self, broker: &EventBroker, share: u8) {
         broker.with_state(|state| {
+            self.write_appended(state);
             let image = state.to_image();
             let mut evicted = Vec::new();
-            let mut logs = self.logs.lock().unwrap();
-            for (_, topic) in &image.topics {
+            let logs = self.logs.lock().unwrap();
+            for (name, topic) in &image.topics {
                 for (number, log) in topic.partitions.iter().enumerate() {
                     let id = LogId {
                         topic: topic.id,
                         partition: number as u32,
                     };
-                    let stored = logs.entry(id).or_default();
                     for (index, record) in log.records.iter().enumerate() {
-                        stored.insert(log.cold_end + index as i64, record.clone());
+                        let offset = log.cold_end + index as i64;
+                        assert_eq!(
+                            logs.get(&id).and_then(|stored| stored.get(&offset)),
+                            Some(record),
+                            "record {offset} of {name}/{number} was not reported appended as held"
+                        );
                     }
                     let count = match share {
                         0 => 0,
@@ -2496,6 +2518,7 @@ impl ColdStore for MemoryColdStore {
 fn move_every_topic(state: &mut BrokerState, capacity: i32, store: &Arc<MemoryColdStore>) {
     let cold: Arc<dyn ColdStore> = store.clone();
     let mut moved = BrokerState::new(capacity).unwrap().with_cold_store(cold);
+    moved.record_appends(true);
     moved.advance_clock(state.clock_ms()).unwrap();
     let names: Vec<String> = state.topic_names().map(str::to_owned).collect();
     for name in names {
@@ -2510,6 +2533,10 @@ fn move_every_topic(state: &mut BrokerState, capacity: i32, store: &Arc<MemoryCo
         moved.to_image().retained_bytes,
         state.to_image().retained_bytes
     );
+    // The new state holds every record in memory and gives ids from 0 again, as a state of
+    // another group with its own store would: the store starts over with what it appended.
+    store.logs.lock().unwrap().clear();
+    store.write_appended(&mut moved);
     *state = moved;
 }
 
@@ -2527,7 +2554,8 @@ proptest! {
     ) {
         let store = Arc::new(MemoryColdStore::default());
         let broker = if cold {
-            let state = BrokerState::new(capacity).unwrap().with_cold_store(store.clone());
+            let mut state = BrokerState::new(capacity).unwrap().with_cold_store(store.clone());
+            state.record_appends(true);
             EventBroker::from_state(state)
         } else {
             EventBroker::new(capacity).unwrap()
@@ -2836,6 +2864,7 @@ fn a_read_finished_after_the_state_changed_answers_as_when_it_began() {
     );
     broker
         .with_state(|state| {
+            state.record_appends(true);
             let limits = [TopicSetting::Retention(Retention::Limits)];
             state.create("t", 1, KeyHash::default(), &limits)
         })

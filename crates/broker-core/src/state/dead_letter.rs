@@ -223,6 +223,7 @@ impl BrokerState {
             &mut self.memory,
             now,
             stored,
+            &mut self.appended,
         )?;
         if stored_at < 0 {
             self.report(event);
@@ -354,6 +355,28 @@ mod tests {
         assert_eq!(header("dead-letter.group"), Some("g".into()));
         assert_eq!(header("dead-letter.deliveries"), Some("2".into()));
         assert_eq!(header("dead-letter.reason"), Some("retried".into()));
+    }
+
+    #[test]
+    fn a_dead_letter_is_reported_appended_to_its_topic() {
+        let mut state = broker(dead_letter_settings(1));
+        state.record_appends(true);
+        assert_eq!(poll(&mut state, 1), [("a".into(), 1)]);
+        assert!(state.retry("t", "g", "m", 0, 0).unwrap());
+        let appended = state.take_appended();
+        assert_eq!(appended.len(), 1, "{appended:?}");
+        let image = state.to_image();
+        let dead_letter_topic = image
+            .topics
+            .iter()
+            .find(|(name, _)| name == "dlq")
+            .unwrap()
+            .1
+            .id;
+        assert_eq!(appended[0].log.topic, dead_letter_topic);
+        assert_eq!((appended[0].log.partition, appended[0].offset), (0, 0));
+        assert_eq!(appended[0].record.payload, "a");
+        assert!(state.take_appended().is_empty(), "taken once");
     }
 
     #[test]

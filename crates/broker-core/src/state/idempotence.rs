@@ -201,8 +201,14 @@ impl BrokerState {
                     } = record;
                     let stored =
                         StoredRecord::new(key, payload, headers, timestamp_ms.unwrap_or(now));
-                    let offset = match topic.append(index, capacity, &mut self.memory, now, stored)
-                    {
+                    let offset = match topic.append(
+                        index,
+                        capacity,
+                        &mut self.memory,
+                        now,
+                        stored,
+                        &mut self.appended,
+                    ) {
                         Ok(offset) => offset,
                         Err(error) => {
                             // What was stored stays stored: its sequence numbers are

@@ -10,7 +10,7 @@ use super::log::{Cold, PartitionLog, StoredRecord};
 use super::memory::Memory;
 use super::topic::Topic;
 use super::{unknown_topic, BrokerState, Limits};
-use crate::cold::{ColdStore, LogId};
+use crate::cold::{Appended, ColdStore, LogId};
 use crate::image::{
     v1, GroupImage, GroupPartitionImage, HeaderImage, PartitionImage, ProducerImage, RecordImage,
     SequencesImage, StateImage, TopicImage,
@@ -99,6 +99,7 @@ impl BrokerState {
                 // Not kept in images: the broker opening one sets them.
                 names: NameRules::default(),
                 dead_letters: Vec::new(),
+                appended: None,
             },
             [
                 image.max_topics,
@@ -179,8 +180,8 @@ impl BrokerState {
     /// Holds `topic` from now on, as `image` (made by [`BrokerState::export_topic`], here or in
     /// another state) describes it, under an id of this state: every call then answers as it
     /// would have where the image was made (the same offsets, records, groups, positions,
-    /// deliveries and producers' sequences). Its records count in the retained bytes. Changes
-    /// nothing when refused.
+    /// deliveries and producers' sequences). Its records count in the retained bytes, and are
+    /// noted as appended (see [`BrokerState::record_appends`]). Changes nothing when refused.
     ///
     /// # Errors
     /// [`BrokerError::InvalidArgument`] if a topic of that name exists, the broker holds its
@@ -204,6 +205,21 @@ impl BrokerState {
         let imported = topic_from(image, None)
             .map_err(|why| BrokerError::invalid(format!("topic {topic:?}: {why}")))?;
         let bytes = check_topic(topic, &imported).map_err(BrokerError::InvalidArgument)?;
+        if let Some(appended) = &mut self.appended {
+            for (number, log) in imported.partitions.iter().enumerate() {
+                let id = LogId {
+                    topic: imported.id,
+                    partition: number as u32,
+                };
+                appended.extend(log.records.iter().zip(log.base..).map(|(record, offset)| {
+                    Appended {
+                        log: id,
+                        offset,
+                        record: RecordImage::from(record),
+                    }
+                }));
+            }
+        }
         self.topics.insert(topic.to_owned(), imported);
         self.memory.retained += bytes;
         self.next_topic_id += 1;
@@ -244,6 +260,7 @@ impl BrokerState {
                 // Not kept in images: the broker opening one sets them.
                 names: NameRules::default(),
                 dead_letters: Vec::new(),
+                appended: None,
             },
             [
                 image.max_topics,

@@ -39,7 +39,7 @@ mod topic;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::cold::{ColdStore, LogId};
+use crate::cold::{Appended, ColdStore, LogId};
 use crate::validate::{
     check_capacity, check_product_capacity, NameRules, MAX_PARTITIONS, MAX_PARTITIONS_LIMIT,
 };
@@ -83,6 +83,9 @@ pub struct BrokerState {
     names: NameRules,
     /// Records moved to dead-letter topics and not yet taken ([`BrokerState::take_dead_letters`]).
     dead_letters: Vec<DeadLettered>,
+    /// Every record appended and not yet taken ([`BrokerState::take_appended`]), once a storage
+    /// layer asked for them ([`BrokerState::record_appends`]); `None` notes nothing.
+    appended: Option<Vec<Appended>>,
 }
 
 /// How many topics, partitions, groups and members the broker holds at most, so that no client
@@ -134,6 +137,7 @@ impl BrokerState {
             limits: Limits::default(),
             names: NameRules::default(),
             dead_letters: Vec::new(),
+            appended: None,
         })
     }
 
@@ -155,6 +159,7 @@ impl BrokerState {
             limits: self.limits,
             names: self.names,
             dead_letters: Vec::new(),
+            appended: self.appended.as_ref().map(|_| Vec::new()),
         }
     }
 
@@ -233,6 +238,25 @@ impl BrokerState {
         }
         self.cold = Some(store);
         self
+    }
+
+    /// From now on (`true`), notes every record appended to any partition (by a publish, a
+    /// dead letter or a produce) for [`BrokerState::take_appended`], so that a storage layer
+    /// can write each record once, as it comes; `false` stops and drops what was noted.
+    /// Nothing is noted by default: a state without a storage layer pays nothing.
+    pub fn record_appends(&mut self, record: bool) {
+        self.appended = record.then(Vec::new);
+    }
+
+    /// The records appended since the last call, in the order they were appended (every
+    /// partition's in offset order), when [`BrokerState::record_appends`] asked for them; none
+    /// otherwise. A record appended and dropped again by the same command (a partition at its
+    /// limits) is among them: it had its offset.
+    pub fn take_appended(&mut self) -> Vec<Appended> {
+        self.appended
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// For each `(log, offset)` of `evicted`: the records of `log` below `offset` are in the cold

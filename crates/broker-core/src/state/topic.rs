@@ -11,6 +11,8 @@ use super::idempotence::Producer;
 use super::log::{PartitionLog, StoredRecord};
 use super::memory::Memory;
 use super::{topic_in, BrokerState};
+use crate::cold::{Appended, LogId};
+use crate::image::RecordImage;
 use crate::validate::{
     check_batch_len, check_headers, check_offset, check_partition_count, NameRules,
 };
@@ -55,7 +57,8 @@ impl Topic {
     /// would take `memory` past its budget). Records too old for the topic leave first; with
     /// limits retention the oldest leave to make room. A record that every group has already
     /// committed past (a group may commit up to the end) is consumed as soon as it exists, so it
-    /// is released at once.
+    /// is released at once. With `appended` (see [`BrokerState::record_appends`]) the record is
+    /// noted there with its offset.
     ///
     /// # Errors
     /// [`BrokerError::Storage`] if evicted records had to be read and could not be.
@@ -66,6 +69,7 @@ impl Topic {
         memory: &mut Memory,
         now_ms: i64,
         mut record: StoredRecord,
+        appended: &mut Option<Vec<Appended>>,
     ) -> Result<i64, BrokerError> {
         memory.retained -= self.expire(partition, now_ms)?;
         let settings = self.settings;
@@ -98,7 +102,18 @@ impl Topic {
         let log = &mut self.partitions[partition];
         record.timestamp_ms = log.next_timestamp(record.timestamp_ms, now_ms);
         memory.retained += size;
+        let noted = appended.is_some().then(|| RecordImage::from(&record));
         let offset = log.push(record, size);
+        if let (Some(appended), Some(record)) = (appended, noted) {
+            appended.push(Appended {
+                log: LogId {
+                    topic: self.id,
+                    partition: partition as u32,
+                },
+                offset,
+                record,
+            });
+        }
         if !self.groups.is_empty() {
             memory.retained -= self.release(partition)?;
         }
@@ -328,6 +343,7 @@ impl BrokerState {
             &mut self.memory,
             now,
             StoredRecord::new(None, payload, Vec::new(), now),
+            &mut self.appended,
         )
     }
 
@@ -350,6 +366,7 @@ impl BrokerState {
             &mut self.memory,
             now,
             StoredRecord::new(key, payload, Vec::new(), now),
+            &mut self.appended,
         )?;
         Ok((partition as i32, offset))
     }
@@ -419,8 +436,14 @@ impl BrokerState {
                     }
                     let stored =
                         StoredRecord::new(key, payload, headers, timestamp_ms.unwrap_or(now));
-                    let offset =
-                        topic.append(partition, self.capacity, &mut self.memory, now, stored)?;
+                    let offset = topic.append(
+                        partition,
+                        self.capacity,
+                        &mut self.memory,
+                        now,
+                        stored,
+                        &mut self.appended,
+                    )?;
                     if offset < 0 {
                         if let Some(refused) = refused.get_mut(partition) {
                             *refused = true;

@@ -121,3 +121,40 @@ fn until_full_a_partition_takes_nothing_after_the_record_it_refused() {
     let placed = other.publish_batch("t", records()).unwrap();
     assert_eq!(placed, vec![(0, 0), (0, -1), (1, 0), (0, 1)]);
 }
+
+#[test]
+fn every_record_of_a_batch_is_reported_appended_even_one_its_own_batch_pushed_out() {
+    let mut state = crate::BrokerState::new(10).unwrap();
+    let one_record = [
+        crate::TopicSetting::Retention(crate::Retention::Limits),
+        crate::TopicSetting::MaxRecords(1),
+    ];
+    state
+        .create("t", 1, KeyHash::default(), &one_record)
+        .unwrap();
+    state.record_appends(true);
+    let placed = state
+        .publish_batch(
+            "t",
+            ["a", "b", "c"]
+                .map(|payload| PublishRecord::to_partition(0, payload))
+                .to_vec(),
+        )
+        .unwrap();
+    assert_eq!(placed, [(0, 0), (0, 1), (0, 2)]);
+    let appended: Vec<(u32, i64, bytes::Bytes)> = state
+        .take_appended()
+        .into_iter()
+        .map(|noted| (noted.log.partition, noted.offset, noted.record.payload))
+        .collect();
+    assert_eq!(
+        appended,
+        [(0, 0, "a".into()), (0, 1, "b".into()), (0, 2, "c".into())]
+    );
+    state.record_appends(false);
+    state.publish("t", 0, "d".into()).unwrap();
+    assert!(
+        state.take_appended().is_empty(),
+        "nothing noted once asked not to"
+    );
+}
