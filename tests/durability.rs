@@ -954,6 +954,32 @@ async fn a_data_directory_of_format_version_5_opens_unchanged() {
     .await;
 }
 
+/// A data directory of format version 6 (`tests/fixtures/data-v6`, made by
+/// `tests/fixtures/make-data-v6.sh`: format 5's contents, whose log's last entries hold only
+/// where their records went, the records being in their segment files past the snapshot's
+/// catalog) opens with the same description and records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_of_format_version_6_opens_unchanged() {
+    let (_dir, _server, client) = open_fixture("data-v6").await;
+    let expected: broker_client::BrokerDescription = fixture_json("expected-v6.json");
+    assert_eq!(client.describe().await.unwrap(), expected);
+    assert_eq!(
+        client.stored_offsets("ledger", "partial").await.unwrap(),
+        [Some(1), Some(0), None]
+    );
+    assert_eq!(
+        client.stored_offsets("ledger", "late").await.unwrap(),
+        [None, None, Some(1)]
+    );
+    check_fixture_records(
+        &client,
+        &["events", "ledger", "orders", "receipts"],
+        "expected-records-v6.jsonl",
+        true,
+    )
+    .await;
+}
+
 /// The data directory of a broker of three shards (`tests/fixtures/data-shards-v4`, made by
 /// `tests/fixtures/make-data-shards-v4.sh`: topics in every shard, records in segment files and
 /// in the logs, a group with a dead-letter topic) opens, without `--shards`, with its three

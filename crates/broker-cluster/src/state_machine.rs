@@ -847,7 +847,7 @@ impl<R: Replica> SnapshotBuilder<R> {
             snapshot_id,
         };
         store.keep(meta, held, checkpoint.segments)?;
-        let retired = store.records.retire(&written.bases);
+        let retired = store.records.retire(&written);
         replica.evict(&written.evicted);
         if let Err(error) = store.records.remove(&retired) {
             // They are named by no snapshot: the next start removes them.

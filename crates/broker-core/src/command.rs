@@ -15,10 +15,11 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use strum::{EnumCount, EnumDiscriminants, EnumIter, IntoStaticStr};
 
+use crate::image::RecordImage;
 use crate::{
     Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterMember, ClusterStatus,
-    GroupSetting, GroupStatus, KeyHash, PartitionBatch, PartitionLag, PartitionRead, ProducerState,
-    PublishRecord, ResetTo, TopicSetting,
+    GroupSetting, GroupStatus, Header, KeyHash, PartitionBatch, PartitionLag, PartitionRead,
+    ProducerState, PublishRecord, ResetTo, TopicSetting,
 };
 
 /// One broker call with its arguments. Each variant mirrors the [`crate::EventBroker`] method of
@@ -1108,6 +1109,98 @@ impl Command {
         }
     }
 
+    /// The records the command publishes, in order, each as the parts it is stored with (key,
+    /// payload, headers): a storage layer that keeps each stored record in one place only may
+    /// take them out of a command it logs ([`RecordParts::take`]) and put them back before it
+    /// replays it ([`RecordParts::put`]). Empty for a command that publishes nothing.
+    pub fn published_records_mut(&mut self) -> Vec<RecordParts<'_>> {
+        fn of(record: &mut PublishRecord) -> RecordParts<'_> {
+            RecordParts {
+                key: Some(&mut record.key),
+                payload: &mut record.payload,
+                headers: Some(&mut record.headers),
+            }
+        }
+        match self {
+            Command::Publish { payload, .. } => vec![RecordParts {
+                key: None,
+                payload,
+                headers: None,
+            }],
+            Command::PublishKeyed { key, payload, .. } => vec![RecordParts {
+                key: Some(key),
+                payload,
+                headers: None,
+            }],
+            Command::PublishBatch { records, .. } | Command::PublishUntilFull { records, .. } => {
+                records.iter_mut().map(of).collect()
+            }
+            Command::PublishIdempotent { batches, .. } => batches
+                .iter_mut()
+                .flat_map(|batch| &mut batch.records)
+                .map(of)
+                .collect(),
+            Command::Create { .. }
+            | Command::Join { .. }
+            | Command::Leave { .. }
+            | Command::Poll { .. }
+            | Command::Ack { .. }
+            | Command::AckAndPoll { .. }
+            | Command::Retry { .. }
+            | Command::RetryAfter { .. }
+            | Command::Redeliver { .. }
+            | Command::Fetch { .. }
+            | Command::Commit { .. }
+            | Command::Assignment { .. }
+            | Command::Committed { .. }
+            | Command::EndOffset { .. }
+            | Command::Lag { .. }
+            | Command::Describe { .. }
+            | Command::AddPartitions { .. }
+            | Command::DeleteTopic { .. }
+            | Command::DeleteGroup { .. }
+            | Command::ConfigureGroup { .. }
+            | Command::ConfigureTopic { .. }
+            | Command::Purge { .. }
+            | Command::ResetGroup { .. }
+            | Command::OffsetForTime { .. }
+            | Command::ClusterStatus
+            | Command::GroupsStatus
+            | Command::AddNode { .. }
+            | Command::RemoveNode { .. }
+            | Command::TransferLeadership { .. }
+            | Command::MoveTopic { .. }
+            | Command::Metadata { .. }
+            | Command::Read { .. }
+            | Command::CommitGroup { .. }
+            | Command::Producers { .. }
+            | Command::StoredOffsets { .. }
+            | Command::DeleteOffsets { .. } => Vec::new(),
+        }
+    }
+
+    /// Where each record the command publishes (in [`Command::published_records_mut`]'s order)
+    /// went, by the command's `outcome`: its partition and offset, the offset `-1` when it was
+    /// not stored. The offset of a record an idempotent producer sent again is the one it was
+    /// stored at the first time. `None` when the outcome is not a publish's.
+    pub fn placements(&self, outcome: &Outcome) -> Option<Vec<(i32, i64)>> {
+        match (self, outcome) {
+            (Command::Publish { partition, .. }, Outcome::Published(offset)) => {
+                Some(vec![(*partition, *offset)])
+            }
+            (Command::PublishKeyed { .. }, Outcome::PublishedKeyed { partition, offset }) => {
+                Some(vec![(*partition, *offset)])
+            }
+            (
+                Command::PublishBatch { .. }
+                | Command::PublishUntilFull { .. }
+                | Command::PublishIdempotent { .. },
+                Outcome::PublishedBatch(placed),
+            ) => Some(placed.clone()),
+            _ => None,
+        }
+    }
+
     /// For a command whose answer carries records: the most records it asks for, its topic's
     /// name (each record carries it) and its byte budget, which a server lowers so that the
     /// answer fits in one frame.
@@ -1431,5 +1524,52 @@ impl Outcome {
             | Outcome::Read(PartitionRead { records, .. }) => Some(records),
             _ => None,
         }
+    }
+}
+
+/// The stored parts of one record a command publishes (see
+/// [`Command::published_records_mut`]); a command whose records have no key or no headers
+/// gives `None` for them.
+#[derive(Debug)]
+pub struct RecordParts<'a> {
+    key: Option<&'a mut Option<Bytes>>,
+    payload: &'a mut Bytes,
+    headers: Option<&'a mut Vec<Header>>,
+}
+
+impl RecordParts<'_> {
+    /// Empties the record's key, payload and headers in the command.
+    pub fn take(&mut self) {
+        if let Some(key) = &mut self.key {
+            **key = None;
+        }
+        *self.payload = Bytes::new();
+        if let Some(headers) = &mut self.headers {
+            headers.clear();
+        }
+    }
+
+    /// Puts `record`'s key, payload and headers back into the command; `false` (changing
+    /// nothing) when the command's record cannot have them (a key or headers where it has
+    /// none).
+    pub fn put(&mut self, record: RecordImage) -> bool {
+        let RecordImage {
+            key,
+            payload,
+            headers,
+            ..
+        } = record;
+        if (self.key.is_none() && key.is_some()) || (self.headers.is_none() && !headers.is_empty())
+        {
+            return false;
+        }
+        if let Some(slot) = &mut self.key {
+            **slot = key;
+        }
+        *self.payload = payload;
+        if let Some(slot) = &mut self.headers {
+            **slot = headers.into_iter().map(Header::from).collect();
+        }
+        true
     }
 }

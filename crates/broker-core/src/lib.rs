@@ -45,7 +45,7 @@ pub use cluster::{
 };
 pub use command::{
     AnswerBudget, Command, CommandKind, MemberName, Membership, Outcome, OutcomeKind, RecordCounts,
-    Scope,
+    RecordParts, Scope,
 };
 pub use describe::{
     BrokerDescription, GroupDescription, GroupPartitionDescription, MemberDescription,

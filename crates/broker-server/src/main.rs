@@ -143,7 +143,8 @@ struct Args {
     /// partition at capacity. At least max payload bytes. A cluster node counts the records in
     /// memory and in its segment files alike, and every node must have the same value. A
     /// single broker with --data-dir keeps records on disk: there it bounds the records held
-    /// in memory until a checkpoint writes them, and past it publishes wait for the checkpoint.
+    /// in memory until a checkpoint takes them out, and past it publishes wait for the
+    /// checkpoint.
     #[arg(long, env = "BROKER_MAX_MEMORY", default_value_t = 1024 * 1024 * 1024)]
     max_memory: u64,
     /// Bytes of requests larger than 64 KiB read and not yet answered, across every connection
@@ -253,8 +254,9 @@ struct Args {
     #[arg(long, env = "BROKER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     /// Directory for the write-ahead log, snapshots and records: every change is logged before
-    /// it is answered, records move to per-partition segment files at each checkpoint (memory
-    /// holds the records since the last one), and the broker is rebuilt from it on start.
+    /// it is answered, each record is written once, to its partition's segment files, as it is
+    /// logged (memory holds the records since the last checkpoint), and the broker is rebuilt
+    /// from it on start.
     /// Without it the broker is purely in memory. One server per directory. A cluster node
     /// keeps its replicated log, snapshots and record segments in DIR/raft/ instead (see
     /// --cluster-snapshot-entries).
@@ -276,9 +278,9 @@ struct Args {
     #[arg(long, env = "BROKER_FSYNC_INTERVAL_MS", default_value_t = 50)]
     fsync_interval_ms: u64,
     /// With --data-dir, a checkpoint is taken (in the background) after this many bytes of
-    /// log: records in memory move to their segment files, a snapshot is written and the log it
-    /// covers removed. Bounds recovery time and the records held in memory. (A cluster node
-    /// goes by --cluster-snapshot-entries instead.)
+    /// log and records written: a snapshot is written, the log it covers removed and the
+    /// records it covers (already in their segment files) leave memory. Bounds recovery time and the records held in
+    /// memory. (A cluster node goes by --cluster-snapshot-entries instead.)
     #[arg(long, env = "BROKER_SNAPSHOT_LOG_BYTES", default_value_t = 64 * 1024 * 1024)]
     snapshot_log_bytes: u64,
     /// With --data-dir (a single broker or a cluster node), a partition's segment file is

@@ -14,8 +14,10 @@ use crate::StorageError;
 /// to snapshots (its log entries are those of format 2, with one more command); format 4 a
 /// group's maximum of deliveries and dead-letter topic (and, in the log, delayed retries and
 /// the group settings that name them); format 5, in snapshots, which partitions each group
-/// stored an offset on (its log entries are those of format 4).
-pub const FORMAT_VERSION: u32 = 5;
+/// stored an offset on (its log entries are those of format 4); format 6, in the log, entries
+/// whose published records are in their partitions' record segments instead
+/// ([`EntryRef::Placed`]; its snapshots are those of format 5).
+pub const FORMAT_VERSION: u32 = 6;
 
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
@@ -58,13 +60,90 @@ pub enum EntryRef<'a> {
         /// Milliseconds since the Unix epoch.
         at_ms: i64,
     },
+    /// [`broker_core::BrokerState::apply_at`] of `command` at `at_ms`, where the records
+    /// `placed` names were taken out of the command ([`broker_core::RecordParts::take`]): they
+    /// are in their partitions' record segments, at the offsets `placed` gives, and are put
+    /// back from there before the command is replayed (format 6).
+    Placed {
+        /// Milliseconds since the Unix epoch.
+        at_ms: i64,
+        /// The command, without the records `placed` names.
+        command: &'a Command,
+        /// Where the records taken out are.
+        placed: &'a [PlacedRun],
+    },
 }
 
-/// A log entry of format 2 read back: [`EntryRef`], owned.
+/// Records a command published that were stored at consecutive offsets of one partition: its
+/// records `first..first + count` (numbered as
+/// [`broker_core::Command::published_records_mut`] lists them) are at offsets
+/// `offset..offset + count` of `partition`. Encoded as `first` `u32`, `count` `u32`,
+/// `partition` `i32`, `offset` `i64`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacedRun {
+    /// The first record's number in the command.
+    pub first: u32,
+    /// How many records.
+    pub count: u32,
+    /// Their partition.
+    pub partition: i32,
+    /// The first record's offset.
+    pub offset: i64,
+}
+
+impl PlacedRun {
+    /// The runs of `placements` (where each record of a command went, `-1` for one not stored
+    /// now, see [`broker_core::Command::placements`]) whose records are among `stored` (the
+    /// partition and offset of every record the command stored), in record order.
+    pub fn runs(placements: &[(i32, i64)], stored: impl Fn(i32, i64) -> bool) -> Vec<PlacedRun> {
+        let mut runs: Vec<PlacedRun> = Vec::new();
+        for (number, &(partition, offset)) in placements.iter().enumerate() {
+            if offset < 0 || !stored(partition, offset) {
+                continue;
+            }
+            // At most one frame of records: fewer than 2^32.
+            let number = number as u32;
+            match runs.last_mut() {
+                Some(run)
+                    if run.partition == partition
+                        && run.first + run.count == number
+                        && run.offset + i64::from(run.count) == offset =>
+                {
+                    run.count += 1;
+                }
+                _ => runs.push(PlacedRun {
+                    first: number,
+                    count: 1,
+                    partition,
+                    offset,
+                }),
+            }
+        }
+        runs
+    }
+
+    /// Each record of the run: its number in the command and its offset.
+    pub fn records(&self) -> impl Iterator<Item = (usize, i64)> {
+        let (first, offset) = (self.first as usize, self.offset);
+        (0..self.count as usize).map(move |index| (first + index, offset + index as i64))
+    }
+}
+
+/// A log entry of format 2 or later read back: [`EntryRef`], owned.
 #[derive(Debug, Deserialize)]
 pub(crate) enum Entry {
-    Apply { at_ms: i64, command: Command },
-    Tick { at_ms: i64 },
+    Apply {
+        at_ms: i64,
+        command: Command,
+    },
+    Tick {
+        at_ms: i64,
+    },
+    Placed {
+        at_ms: i64,
+        command: Command,
+        placed: Vec<PlacedRun>,
+    },
 }
 
 /// Appends the log entry of `entry` (length, checksum, body) to `out`.

@@ -16,14 +16,24 @@
 //! and every later state-changing command is refused until the process restarts and recovers
 //! from the log.
 //!
+//! Records: the state notes every record a command appends
+//! ([`BrokerState::record_appends`]), and the flusher writes them to their partitions' record
+//! segments just before the entries of the same batch go to the log. A command that publishes
+//! is logged once applied, with the records it stored taken out: its entry says where they
+//! went ([`EntryRef::Placed`]), so each record is written once. The records' `.rec` files are
+//! synced before the log (see the crate's documentation), so a durable entry's records are
+//! durable; recovery reads them back from the segments.
+//!
 //! Checkpoints: once [`JournalSettings::snapshot_log_bytes`] of entries were logged since the
 //! last one, the state's image is taken under the lock (records are reference-counted `Bytes`,
-//! so this copies no payload) and a background thread appends the records it holds in memory
-//! to their partitions' record segments, writes a snapshot of the state without them (and the
-//! segment catalog), then removes the log segments, the older snapshots and the record segments
-//! it makes unnecessary. At the next call between commands the state evicts the records now on
-//! disk from memory: memory holds the records logged since the last checkpoint, not every
-//! retained one, and recovery replays only the log since it.
+//! so this copies no payload), and the flusher is asked for the record segments' catalog as it
+//! stands once it wrote the records of every entry the image covers (it syncs them first, and
+//! writes later ones only after). A background thread then writes a snapshot of the state with
+//! those records counted as in their segments (it writes no record), with that catalog, and
+//! removes the log segments, the older snapshots and the record segments it makes unnecessary.
+//! At the next call between commands the state evicts the records the checkpoint covers from
+//! memory: memory holds the records logged since the last checkpoint, not every retained one,
+//! and recovery replays only the log since it.
 //!
 //! Locks: the journal's own mutex (the pending buffer) is taken inside the caller's lock on the
 //! state by [`Journal::apply`], and alone by the flusher and the snapshot thread, never the
@@ -32,20 +42,24 @@
 //! The journal needs no async runtime: waits for durability are futures over a
 //! `tokio::sync::watch` channel, which any executor can poll.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::collections::{HashSet, VecDeque};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use std::path::PathBuf;
 
-use broker_core::cold::LogId;
+use broker_core::cold::{Appended, LogId};
 use broker_core::image::StateImage;
 use broker_core::{BrokerError, BrokerState, Command, Outcome};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::format::EntryRef;
-use crate::records::{RecordStore, WrittenOut};
+use crate::format::{config, EntryRef, PlacedRun, MAX_ENTRY_BYTES};
+use crate::records::{
+    without_retired, written_out, OpenSegments, RecordStore, SegmentImage, WrittenOut,
+    RECORD_OVERHEAD_BYTES,
+};
 use crate::repair::Repairs;
 use crate::snapshot::Checkpoint;
 use crate::{encode_entry, remove_covered, DataDir, LogWriter, Recovery, StorageError};
@@ -180,6 +194,9 @@ impl Storage {
             );
             since_snapshot = 0;
         }
+        // Every record the state holds in memory is in a segment now (none was replayed, or
+        // the checkpoint above wrote them): the flusher writes each new one as it comes.
+        state.record_appends(true);
         let capacity = state.capacity_per_partition();
         let segment_log_bytes =
             (settings.snapshot_log_bytes / 4).clamp(64 * 1024, 64 * 1024 * 1024);
@@ -234,17 +251,32 @@ struct Slot<'a> {
 }
 
 impl Slot<'_> {
-    /// Keeps the entry (returning its sequence number) or takes it back.
-    fn finish(mut self, keep: bool) -> Option<u64> {
+    /// Encodes `entry` at the end of the buffer (in place of what was encoded before).
+    fn encode(&mut self, entry: &EntryRef<'_>) -> Result<(), StorageError> {
+        let start = self.start;
+        self.pending.batch.buffer.truncate(start);
+        encode_entry(entry, &mut self.pending.batch.buffer)
+    }
+
+    /// Keeps the entry with the records its change appended (returning its sequence number),
+    /// or takes it back.
+    fn finish(mut self, keep: bool, appended: Vec<Appended>) -> Option<u64> {
         self.finished = true;
         if !keep {
             let start = self.start;
-            self.pending.buffer.truncate(start);
+            self.pending.batch.buffer.truncate(start);
             return None;
         }
         let pending = &mut *self.pending;
-        pending.entries += 1;
-        pending.since_snapshot += (pending.buffer.len() - self.start) as u64;
+        pending.batch.entries += 1;
+        // The records count as written with their entry, as when the entry held them: the
+        // records held in memory and the time between checkpoints stay what they were.
+        let records: u64 = appended
+            .iter()
+            .map(|appended| appended.record.size() + RECORD_OVERHEAD_BYTES)
+            .sum();
+        pending.batch.records.extend(appended);
+        pending.since_snapshot += (pending.batch.buffer.len() - self.start) as u64 + records;
         let seq = pending.next_seq;
         pending.next_seq += 1;
         self.inner.wake.notify_one();
@@ -256,7 +288,7 @@ impl Drop for Slot<'_> {
     fn drop(&mut self) {
         if !self.finished {
             let start = self.start;
-            self.pending.buffer.truncate(start);
+            self.pending.batch.buffer.truncate(start);
         }
     }
 }
@@ -273,11 +305,33 @@ struct Progress {
     stalled: bool,
 }
 
+/// Log entries and the records they appended, written by the flusher together: the records
+/// to their segments, then the entries to the log.
+#[derive(Debug, Default)]
+struct Batch {
+    /// The entries, encoded.
+    buffer: Vec<u8>,
+    entries: u64,
+    /// The records the entries' changes appended, in apply order.
+    records: Vec<Appended>,
+    /// A checkpoint of the state after these entries waits for the record segments' catalog
+    /// once these records (and every earlier one) are written and synced.
+    catalog: Option<mpsc::SyncSender<Vec<SegmentImage>>>,
+}
+
+impl Batch {
+    fn is_empty(&self) -> bool {
+        self.buffer.is_empty() && self.catalog.is_none()
+    }
+}
+
 /// Entries appended under the caller's lock and not yet taken by the flusher.
 #[derive(Debug, Default)]
 struct Pending {
-    buffer: Vec<u8>,
-    entries: u64,
+    /// What was appended since the flusher last took it.
+    batch: Batch,
+    /// Batches closed by checkpoints, oldest first: written before `batch`.
+    sealed: VecDeque<Batch>,
     /// The sequence number the next appended entry gets.
     next_seq: u64,
     /// Why state-changing commands are refused now (a failing write or a failed fsync).
@@ -402,6 +456,12 @@ impl Journal {
         })
     }
 
+    /// The record segments the journal writes to.
+    #[cfg(test)]
+    pub(crate) fn records(&self) -> &RecordStore {
+        &self.inner.records
+    }
+
     /// Why state-changing commands are refused now, if they are (the log cannot take entries).
     pub fn refusing(&self) -> Option<String> {
         self.inner.lock().refusing.clone()
@@ -425,10 +485,24 @@ impl Journal {
         // The clock the command is applied at (it never goes back), so that a replay gives
         // records the same times even if the wall clock stepped back.
         let now_ms = state.clock_ms().max(now_ms);
-        let slot = match self.begin(&EntryRef::Apply {
+        let entry = EntryRef::Apply {
             at_ms: now_ms,
             command: &command,
-        }) {
+        };
+        // A command that publishes records is logged once applied, without the records it
+        // stored, which the flusher writes to their segments: it is only checked to fit now.
+        let publishes = command.largest_record().is_some();
+        let slot = self.begin().and_then(|mut slot| {
+            let checked = if publishes {
+                check_entry(&entry)
+            } else {
+                slot.encode(&entry)
+            };
+            checked
+                .map(|()| slot)
+                .map_err(|cause| JournalError::Refused(cause.to_string()))
+        });
+        let mut slot = match slot {
             Ok(slot) => slot,
             Err(refused) => {
                 return Applied {
@@ -437,12 +511,43 @@ impl Journal {
                 }
             }
         };
-        let result = state.apply_at(now_ms, command);
-        let entry = slot.finish(matches!(&result, Ok(outcome) if kind.changed_state(outcome)));
-        Applied {
-            result: result.map_err(JournalError::from),
-            entry,
+        let logged = publishes.then(|| command.clone());
+        let mut result = state.apply_at(now_ms, command).map_err(JournalError::from);
+        let keep = matches!(&result, Ok(outcome) if kind.changed_state(outcome));
+        let appended = state.take_appended();
+        if let (Ok(outcome), Some(mut logged), true) = (&result, logged, keep) {
+            let topic = logged.topic().and_then(|topic| state.topic_id(topic));
+            let placed = placed_runs(&mut logged, outcome, topic, &appended);
+            let entry = if placed.is_empty() {
+                EntryRef::Apply {
+                    at_ms: now_ms,
+                    command: &logged,
+                }
+            } else {
+                EntryRef::Placed {
+                    at_ms: now_ms,
+                    command: &logged,
+                    placed: &placed,
+                }
+            };
+            if let Err(cause) = slot.encode(&entry) {
+                // Checked before the command was applied, and smaller than then: this cannot
+                // happen. Were it to, the state would hold a change the log lacks.
+                let reason = format!(
+                    "a change was applied but could not be logged ({cause}); restart the server"
+                );
+                error!(%reason, "refusing every change");
+                slot.pending.refusing = Some(reason.clone());
+                result = Err(JournalError::NotDurable(reason));
+                drop(slot);
+                return Applied {
+                    result,
+                    entry: None,
+                };
+            }
         }
+        let entry = slot.finish(keep, appended);
+        Applied { result, entry }
     }
 
     /// Moves `state`'s clock to `now_ms` and logs it, when that changes anything besides the
@@ -457,7 +562,12 @@ impl Journal {
             };
         }
         let now_ms = state.clock_ms().max(now_ms);
-        let slot = match self.begin(&EntryRef::Tick { at_ms: now_ms }) {
+        let slot = self.begin().and_then(|mut slot| {
+            slot.encode(&EntryRef::Tick { at_ms: now_ms })
+                .map(|()| slot)
+                .map_err(|cause| JournalError::Refused(cause.to_string()))
+        });
+        let slot = match slot {
             Ok(slot) => slot,
             Err(refused) => {
                 return Applied {
@@ -467,23 +577,21 @@ impl Journal {
             }
         };
         let result = state.advance_clock(now_ms);
-        let entry = slot.finish(result.is_ok());
+        let entry = slot.finish(result.is_ok(), state.take_appended());
         Applied {
             result: result.map_err(JournalError::from),
             entry,
         }
     }
 
-    /// Encodes `entry` at the end of the buffer the flusher takes, holding the buffer until
-    /// [`Slot::finish`] says whether to keep it.
-    fn begin(&self, entry: &EntryRef<'_>) -> Result<Slot<'_>, JournalError> {
-        let mut pending = self.inner.lock();
+    /// Holds the buffer the flusher takes for an entry ([`Slot::encode`]) until
+    /// [`Slot::finish`] says whether to keep it; refused while the log cannot take entries.
+    fn begin(&self) -> Result<Slot<'_>, JournalError> {
+        let pending = self.inner.lock();
         if let Some(reason) = &pending.refusing {
             return Err(JournalError::Refused(reason.clone()));
         }
-        let start = pending.buffer.len();
-        encode_entry(entry, &mut pending.buffer)
-            .map_err(|cause| JournalError::Refused(cause.to_string()))?;
+        let start = pending.batch.buffer.len();
         Ok(Slot {
             pending,
             start,
@@ -572,6 +680,13 @@ impl Journal {
         pending.checkpointing = pending.since_snapshot.max(1);
         pending.since_snapshot = 0;
         let seq = pending.next_seq;
+        // The records of the entries below `seq` are those of the batches appended so far:
+        // the flusher tells the catalog once it wrote them, before any later one.
+        let (catalog_sender, catalog) = mpsc::sync_channel(1);
+        let mut sealed = std::mem::take(&mut pending.batch);
+        sealed.catalog = Some(catalog_sender);
+        pending.sealed.push_back(sealed);
+        self.inner.wake.notify_one();
         drop(pending);
         let image = state.to_image();
         let inner = Arc::clone(&self.inner);
@@ -581,7 +696,7 @@ impl Journal {
                 // Ends the checkpoint however this thread ends (a panic included), so that
                 // nothing waits for it for ever.
                 let ending = CheckpointEnds(&inner);
-                let evicted = run_checkpoint(&inner, seq, image);
+                let evicted = run_checkpoint(&inner, seq, image, &catalog);
                 inner.lock().evicted = evicted;
                 drop(ending);
             });
@@ -610,6 +725,10 @@ impl Journal {
     /// (A checkpoint cut short would be safe, but recovery would then replay and keep in memory
     /// everything it covered.)
     pub fn finish(&self) {
+        // Told first: a flusher that cannot write gives up now, so a checkpoint waiting for it
+        // fails rather than waiting for ever.
+        self.inner.lock().stopping = true;
+        self.inner.wake.notify_one();
         let checkpointer = self
             .checkpointer
             .lock()
@@ -620,8 +739,6 @@ impl Journal {
                 error!("the checkpoint thread panicked");
             }
         }
-        self.inner.lock().stopping = true;
-        self.inner.wake.notify_one();
         let flusher = self
             .flusher
             .lock()
@@ -633,6 +750,64 @@ impl Journal {
             }
         }
     }
+}
+
+/// Checks that `entry` can be encoded within [`MAX_ENTRY_BYTES`], encoding it nowhere.
+fn check_entry(entry: &EntryRef<'_>) -> Result<(), StorageError> {
+    /// Counts what is written to it.
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    bincode::serde::encode_into_std_write(entry, &mut counter, config())
+        .map_err(|error| StorageError::Encode(error.to_string()))?;
+    if counter.0 > MAX_ENTRY_BYTES {
+        return Err(StorageError::Encode(format!(
+            "an entry of {} bytes exceeds the limit of {MAX_ENTRY_BYTES}",
+            counter.0
+        )));
+    }
+    Ok(())
+}
+
+/// Takes out of `command` (applied with `outcome`) the records it stored in topic `topic`,
+/// which `appended` lists (the flusher writes them to their segments), and returns where they
+/// went; none when it stored none, or when what it stored cannot be told apart (the command is
+/// then logged whole).
+fn placed_runs(
+    command: &mut Command,
+    outcome: &Outcome,
+    topic: Option<u64>,
+    appended: &[Appended],
+) -> Vec<PlacedRun> {
+    let (Some(topic), Some(placements)) = (topic, command.placements(outcome)) else {
+        return Vec::new();
+    };
+    let stored: HashSet<(u32, i64)> = appended
+        .iter()
+        .filter(|appended| appended.log.topic == topic)
+        .map(|appended| (appended.log.partition, appended.offset))
+        .collect();
+    let runs = PlacedRun::runs(&placements, |partition, offset| {
+        u32::try_from(partition).is_ok_and(|partition| stored.contains(&(partition, offset)))
+    });
+    let mut parts = command.published_records_mut();
+    if parts.len() != placements.len() {
+        return Vec::new();
+    }
+    for run in &runs {
+        for (number, _) in run.records() {
+            parts[number].take();
+        }
+    }
+    runs
 }
 
 /// A checkpoint on disk: its snapshot file, and the records it moved to record segments.
@@ -661,6 +836,7 @@ impl Drop for CheckpointEnds<'_> {
 /// the records it holds in memory to their partitions' record segments (fsynced), writes the
 /// snapshot of the state without them and of the segment catalog, then removes the log
 /// segments and snapshots it covers and the record segments no partition needs any more.
+/// For a directory no flusher writes to (at start).
 pub(crate) fn checkpoint(
     dir: &DataDir,
     records: &RecordStore,
@@ -668,37 +844,63 @@ pub(crate) fn checkpoint(
     mut image: StateImage,
     segment_bytes: u64,
 ) -> Result<Written, StorageError> {
-    let WrittenOut { evicted, bases } = records.write_out(&mut image, segment_bytes)?;
+    let written = records.write_out(&mut image, segment_bytes)?;
+    let catalog = records.catalog();
+    finish_checkpoint(dir, records, seq, image, written, catalog)
+}
+
+/// Writes the snapshot of `image` (whose records `written` took out) with the segments of
+/// `catalog` it still needs, then removes the log segments and snapshots it covers and the
+/// record segments no partition needs any more.
+fn finish_checkpoint(
+    dir: &DataDir,
+    records: &RecordStore,
+    seq: u64,
+    image: StateImage,
+    written: WrittenOut,
+    catalog: Vec<SegmentImage>,
+) -> Result<Written, StorageError> {
     // The snapshot names only the segments still needed; the others go once it is durable
     // (until then the previous snapshot names them).
     let path = dir.write_snapshot(
         seq,
         &Checkpoint {
             image,
-            segments: records.catalog_without_retired(&bases),
+            segments: without_retired(catalog, &written.bases),
         },
     )?;
-    let retired = records.retire(&bases);
     remove_covered(dir.path(), seq)?;
-    let removed = records.remove(&retired)?;
+    let removed = records.retire_and_remove(&written)?;
     Ok(Written {
         path,
-        evicted,
+        evicted: written.evicted,
         removed,
     })
 }
 
-/// [`checkpoint`] in the background: logs what happened; returns what to evict, or `None` if
-/// it failed.
-fn run_checkpoint(inner: &Inner, seq: u64, image: StateImage) -> Option<Vec<(LogId, i64)>> {
+/// A checkpoint in the background: waits for the flusher to have written (and synced) the
+/// records of every entry below `seq` and to give the catalog as it stands then, writes the
+/// checkpoint (see [`finish_checkpoint`]) and logs what happened; returns what to evict, or
+/// `None` if it failed.
+fn run_checkpoint(
+    inner: &Inner,
+    seq: u64,
+    mut image: StateImage,
+    catalog: &mpsc::Receiver<Vec<SegmentImage>>,
+) -> Option<Vec<(LogId, i64)>> {
     let started = Instant::now();
-    match checkpoint(
-        &inner.dir,
-        &inner.records,
-        seq,
-        image,
-        inner.settings.segment_bytes,
-    ) {
+    let written = catalog
+        .recv()
+        .map_err(|_| {
+            StorageError::io("checkpoint", inner.dir.path())(std::io::Error::other(
+                "the log writer stopped before it wrote the records the checkpoint covers",
+            ))
+        })
+        .and_then(|catalog| {
+            let written = written_out(&mut image, &catalog, inner.dir.path())?;
+            finish_checkpoint(&inner.dir, &inner.records, seq, image, written, catalog)
+        });
+    match written {
         Ok(written) => {
             info!(
                 file = %written.path.display(),
@@ -717,19 +919,27 @@ fn run_checkpoint(inner: &Inner, seq: u64, image: StateImage) -> Option<Vec<(Log
     }
 }
 
-/// The flusher thread: takes what was appended, writes it, fsyncs it as the policy says, and
-/// publishes the progress, until shutdown or a failed fsync.
+/// The flusher thread: takes what was appended, writes each batch's records to their segments
+/// and then its entries to the log, fsyncs the log as the policy says (and the segments when a
+/// checkpoint asks for their catalog), and publishes the progress, until shutdown or a failed
+/// fsync.
 fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress>) {
     let settings = inner.settings;
     let mut last_sync = Instant::now();
     let mut unsynced = false;
-    let mut failed_write: Option<(Vec<u8>, u64)> = None;
+    // Batches taken and not yet written, oldest first (a failed write keeps its batch here).
+    let mut backlog: VecDeque<Batch> = VecDeque::new();
+    let mut segments = OpenSegments::default();
     let mut failing_since: Option<Instant> = None;
     let mut last_report = Instant::now();
     loop {
-        let (mut buffer, mut entries, stopping) = {
+        let stopping = {
             let mut pending = inner.lock();
-            while pending.buffer.is_empty() && failed_write.is_none() && !pending.stopping {
+            while pending.batch.is_empty()
+                && pending.sealed.is_empty()
+                && backlog.is_empty()
+                && !pending.stopping
+            {
                 let timeout = match (unsynced, settings.fsync) {
                     (true, Fsync::Batch) => {
                         settings.fsync_interval.saturating_sub(last_sync.elapsed())
@@ -745,18 +955,32 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
                     .unwrap_or_else(PoisonError::into_inner)
                     .0;
             }
-            let buffer = std::mem::take(&mut pending.buffer);
-            let entries = std::mem::take(&mut pending.entries);
-            (buffer, entries, pending.stopping)
+            let sealed = std::mem::take(&mut pending.sealed);
+            backlog.extend(sealed);
+            let batch = std::mem::take(&mut pending.batch);
+            if !batch.is_empty() {
+                backlog.push_back(batch);
+            }
+            pending.stopping
         };
-        if let Some((mut failed, failed_entries)) = failed_write.take() {
-            // Entries that failed to write come first: they were applied first.
-            failed.extend_from_slice(&buffer);
-            buffer = failed;
-            entries += failed_entries;
-        }
-        if !buffer.is_empty() {
-            if let Err(cause) = writer.append(&buffer, entries) {
+        while let Some(batch) = backlog.front_mut() {
+            let written = inner
+                .records
+                .write(&batch.records, settings.segment_bytes, &mut segments)
+                .and_then(|()| {
+                    // Written: a retry of the entries must not count on them again.
+                    batch.records = Vec::new();
+                    if batch.buffer.is_empty() {
+                        return Ok(());
+                    }
+                    if writer.rolls_next() {
+                        // Rolling syncs the log's active segment: the records of its entries
+                        // are made durable first.
+                        segments.sync_records()?;
+                    }
+                    writer.append(&batch.buffer, batch.entries)
+                });
+            if let Err(cause) = written {
                 if cause.is_failed_sync() {
                     // Rolling to a new segment syncs the old one: that failure is final.
                     fail_stop(inner, progress, &cause);
@@ -784,32 +1008,46 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
                 }
                 if stopping {
                     error!(
-                        lost_entries = entries,
+                        lost_entries = backlog.iter().map(|batch| batch.entries).sum::<u64>(),
                         "shutting down with log entries not written"
                     );
                     return;
                 }
-                failed_write = Some((buffer, entries));
                 std::thread::sleep(WRITE_RETRY);
-                continue;
+                break;
             }
-            unsynced = true;
-            if inner.lock().refusing.take().is_some() {
-                info!(
-                    failed_for_ms =
-                        failing_since.map_or(0, |since| since.elapsed().as_millis() as u64),
-                    "the log is writable again; accepting changes"
-                );
+            if !batch.buffer.is_empty() {
+                // Written: a retry must not write the entries again.
+                batch.buffer = Vec::new();
+                unsynced = true;
+                if inner.lock().refusing.take().is_some() {
+                    info!(
+                        failed_for_ms =
+                            failing_since.map_or(0, |since| since.elapsed().as_millis() as u64),
+                        "the log is writable again; accepting changes"
+                    );
+                }
+                failing_since = None;
+                // Waiters of `always` wait for the fsync: waking them now would only put them
+                // back to sleep.
+                let wake = settings.fsync != Fsync::Always;
+                progress.send_if_modified(|progress| {
+                    progress.written = writer.next_seq();
+                    let was_stalled = std::mem::replace(&mut progress.stalled, false);
+                    wake || was_stalled
+                });
             }
-            failing_since = None;
-            // Waiters of `always` wait for the fsync: waking them now would only put them back
-            // to sleep.
-            let wake = settings.fsync != Fsync::Always;
-            progress.send_if_modified(|progress| {
-                progress.written = writer.next_seq();
-                let was_stalled = std::mem::replace(&mut progress.stalled, false);
-                wake || was_stalled
-            });
+            if let Some(checkpoint) = batch.catalog.take() {
+                match inner.records.sync_written(&mut segments) {
+                    // A checkpoint that gave up waiting is no reason to stop.
+                    Ok(catalog) => drop(checkpoint.send(catalog)),
+                    Err(cause) => {
+                        fail_stop(inner, progress, &cause);
+                        return;
+                    }
+                }
+            }
+            backlog.pop_front();
         }
         let sync_now = unsynced
             && (stopping
@@ -820,7 +1058,8 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
                 });
         if sync_now {
             let started = Instant::now();
-            if let Err(cause) = writer.sync() {
+            // An entry that holds only where its records are is durable once they are.
+            if let Err(cause) = segments.sync_records().and_then(|()| writer.sync()) {
                 fail_stop(inner, progress, &cause);
                 return;
             }
@@ -836,8 +1075,11 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
                 wake
             });
         }
-        if stopping && inner.lock().buffer.is_empty() {
-            return;
+        if stopping && backlog.is_empty() {
+            let pending = inner.lock();
+            if pending.batch.is_empty() && pending.sealed.is_empty() {
+                return;
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The broker's durability, with no async runtime: a write-ahead log of
 //! [`broker_core::Command`]s and their times with its [`Journal`] (the flusher thread, the fsync
-//! policy, group commit, background checkpoints), per-partition record segments that hold the
-//! records checkpoints moved out of memory ([`RecordStore`], the state's cold store), snapshots
+//! policy, group commit, background checkpoints), per-partition record segments to which the
+//! flusher writes every record as it comes and from which the state reads the records
+//! checkpoints took out of memory ([`RecordStore`], the state's cold store), snapshots
 //! of the state's [`broker_core::image::StateImage`], a lock that keeps a second server off a
 //! data directory, and recovery that replays the log through [`broker_core::BrokerState::apply_at`],
 //! the same code that serves live requests.
@@ -27,9 +28,12 @@
 //!
 //! Entry: body length `u32`, CRC-32 of the length's 4 bytes followed by the body `u32`, body in
 //! bincode 2.0.1 serde encoding with [`config()`] (fixed-width integers, enum variants as `u32`,
-//! lengths as `u64`, `Option` as a `u8` tag), the same layout as the wire protocol's. Format 2:
-//! the body is an [`EntryRef`]: `0` then the time `i64` and the command, or `1` then the time
-//! (the clock advanced). Format 1: the body is a [`broker_core::v1::Command`].
+//! lengths as `u64`, `Option` as a `u8` tag), the same layout as the wire protocol's. Format 2
+//! and later: the body is an [`EntryRef`]: `0` then the time `i64` and the command, `1` then
+//! the time (the clock advanced), or (format 6) `2` then the time, the command with the records
+//! it stored taken out (their key `None`, payload and headers empty) and where those records
+//! are: a `u64` count of [`PlacedRun`]s, each `u32` first record, `u32` count, `i32` partition,
+//! `i64` first offset. Format 1: the body is a [`broker_core::v1::Command`].
 //!
 //! Snapshot, 40-byte header then body: magic `BROKSNAP`, format version `u32`, capacity `u32`,
 //! sequence number `u64` (the snapshot holds the effect of every entry below it), body length
@@ -38,8 +42,18 @@
 //! segment catalog); formats 4, 3 and 2: the same with the state images of versions 4, 3 and 2
 //! ([`broker_core::image::v4`], [`broker_core::image::v3`], [`broker_core::image::v2`]), whose
 //! groups' offsets all count as stored once read; format 1: a
-//! [`broker_core::image::v1::StateImage`]. The log entries of formats 2 to 5 have the same
-//! layout; each later format only adds commands and settings.
+//! [`broker_core::image::v1::StateImage`]; format 6 as format 5. The log entries of formats 2
+//! to 6 have the same layout; each later format only adds commands, settings and (6) the third
+//! kind of entry.
+//!
+//! # Each record written once
+//!
+//! The flusher writes each record a command stored to its partition's record segment, then the
+//! command's entry, which says only where those records went (format 6). With `--fsync always`
+//! a group commit syncs the `.rec` files it wrote, then the log; with `batch`, every interval,
+//! in the same order; a log segment is synced when it rolls, after the `.rec` files. So an
+//! entry that is durable has its records durable too. Indexes (`.idx`) are synced only by
+//! checkpoints: recovery writes again those of the records past the last checkpoint.
 //!
 //! CRC-32 is the IEEE polynomial (`crc32fast`).
 //!
@@ -48,9 +62,13 @@
 //!
 //! # What recovery accepts
 //!
-//! The last segment may end inside an entry, with a last entry whose checksum fails, or with
-//! zero bytes after its last entry: the process (or the machine) died in the middle of a
-//! write. That tail is cut off with a warning (it was never acknowledged as durable). Anything
+//! The last segment may end inside an entry, with a last entry whose checksum fails, with zero
+//! bytes after its last entry, or with an entry whose records are not in their segments (the
+//! machine lost power before they reached the disk): the process (or the machine) died in the
+//! middle of a write. That tail is cut off with a warning (it was never acknowledged as
+//! durable). Records in a partition's segments past the last checkpoint's catalog are read
+//! back for the entries that place them, and kept as far as the replayed state holds them; the
+//! rest was never acknowledged and is cut. Anything
 //! else refuses to start with a [`StorageError`] naming the file and the offset: a bad entry
 //! with entries after it, a damaged segment other than the last, a snapshot whose checksum
 //! fails, a record segment shorter than the snapshot says, a gap in sequence numbers, a format
@@ -70,10 +88,11 @@ mod recovery;
 mod repair;
 mod segment;
 mod snapshot;
+mod tails;
 
 pub use error::StorageError;
 pub use format::{
-    config, encode_entry, EntryRef, StorageConfig, FORMAT_VERSION, MAX_ENTRY_BYTES,
+    config, encode_entry, EntryRef, PlacedRun, StorageConfig, FORMAT_VERSION, MAX_ENTRY_BYTES,
     OLDEST_FORMAT_VERSION,
 };
 pub use journal::{Applied, Fsync, Journal, JournalError, JournalSettings, Storage, WRITE_RETRY};

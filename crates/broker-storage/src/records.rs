@@ -1,6 +1,8 @@
-//! Record segments: the records a checkpoint moved out of memory, per partition, in append-only
-//! files with a dense offset and time index. The [`RecordStore`] is the broker's
-//! [`ColdStore`]: the state reads evicted records, their sizes and their times through it.
+//! Record segments: every record of a partition, in append-only files with a dense offset and
+//! time index, written as records come (by the journal's flusher, [`RecordStore::write`]) or by
+//! a checkpoint (at start, and in a cluster's snapshots, [`RecordStore::write_out`]). The
+//! [`RecordStore`] is the broker's [`ColdStore`]: the state reads evicted records, their sizes
+//! and their times through it.
 //!
 //! # Files
 //!
@@ -24,11 +26,12 @@
 //! time is found by binary search.
 //!
 //! Which segments exist and how far each is valid is written in every checkpoint (the
-//! catalog, [`SegmentImage`]); recovery trusts the catalog, cuts what a crashed checkpoint
-//! appended after it, and removes files it does not name. A record is checked against its CRC
-//! whenever it is read.
+//! catalog, [`SegmentImage`]); recovery trusts the catalog, cuts what was appended after it
+//! (records whose entries the log replays), and removes files it does not name. A record is
+//! checked against its CRC whenever it is read.
 
-use std::collections::{HashMap, VecDeque};
+use std::borrow::Borrow;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::ops::Range;
@@ -36,7 +39,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use broker_core::cold::{ColdError, ColdStore, LogId};
+use broker_core::cold::{Appended, ColdError, ColdStore, LogId};
 use broker_core::image::{RecordImage, StateImage};
 use serde::{Deserialize, Serialize};
 use tracing::info;
@@ -44,6 +47,7 @@ use tracing::info;
 use crate::format::config;
 use crate::repair::{remove_path, Repairs};
 use crate::segment::sync_dir;
+use crate::tails::{Tails, Unnamed};
 use crate::StorageError;
 
 /// The directory under the data directory that holds record segments.
@@ -52,11 +56,11 @@ pub(crate) const RECORDS_DIR: &str = "records";
 /// The format version of record segments and their indexes this build writes and reads.
 pub const RECORD_FORMAT_VERSION: u32 = 1;
 
-const DATA_MAGIC: [u8; 8] = *b"BROKRREC";
-const INDEX_MAGIC: [u8; 8] = *b"BROKRIDX";
-const HEADER: u64 = 32;
-const INDEX_ENTRY: u64 = 24;
-const RECORD_HEADER: usize = 8;
+pub(crate) const DATA_MAGIC: [u8; 8] = *b"BROKRREC";
+pub(crate) const INDEX_MAGIC: [u8; 8] = *b"BROKRIDX";
+pub(crate) const HEADER: u64 = 32;
+pub(crate) const INDEX_ENTRY: u64 = 24;
+pub(crate) const RECORD_HEADER: usize = 8;
 
 /// The bytes a record takes on disk beyond its payload and key, in a segment and its index:
 /// entry header, the encoding's length prefixes and tags, its time and its index entry. A
@@ -111,6 +115,74 @@ pub struct RecordStore {
     root: PathBuf,
     catalog: Mutex<HashMap<LogId, Vec<SegmentImage>>>,
     open: Mutex<OpenFiles>,
+    /// Held by whatever changes segment files (appends, retirement), one at a time: a
+    /// checkpoint's removals never meet the flusher's appends to the same log. Readers never
+    /// take it.
+    writing: Mutex<()>,
+}
+
+/// The segment files the one writer that appends records as they come (the journal's flusher,
+/// [`RecordStore::write`]) keeps open between writes, and which of them hold records not yet
+/// synced ([`RecordStore::sync_written`]).
+#[derive(Debug, Default)]
+pub struct OpenSegments {
+    files: HashMap<(LogId, i64), WriteFiles>,
+}
+
+/// The two files of a segment open for appending, positioned at the end of what it holds.
+#[derive(Debug)]
+struct WriteFiles {
+    data: File,
+    data_path: PathBuf,
+    index: File,
+    index_path: PathBuf,
+    /// Whether `.rec` and `.idx` hold writes not yet synced.
+    unsynced: [bool; 2],
+}
+
+impl WriteFiles {
+    /// Opens the files of `segment`, cutting anything past what it holds.
+    fn open(store: &RecordStore, segment: &SegmentImage) -> Result<WriteFiles, StorageError> {
+        let (data_path, index_path) = store.paths(segment.log(), segment.base);
+        Ok(WriteFiles {
+            data: open_for_append(&data_path, segment.data_len)?,
+            index: open_for_append(&index_path, HEADER + segment.count * INDEX_ENTRY)?,
+            data_path,
+            index_path,
+            unsynced: [false; 2],
+        })
+    }
+
+    /// Syncs the `.rec` file and, with `index`, the `.idx` file, if they hold unsynced writes.
+    fn sync(&mut self, index: bool) -> Result<(), StorageError> {
+        if self.unsynced[0] {
+            self.data
+                .sync_data()
+                .map_err(StorageError::io("fsync", &self.data_path))?;
+            self.unsynced[0] = false;
+        }
+        if index && self.unsynced[1] {
+            self.index
+                .sync_data()
+                .map_err(StorageError::io("fsync", &self.index_path))?;
+            self.unsynced[1] = false;
+        }
+        Ok(())
+    }
+}
+
+impl OpenSegments {
+    /// Syncs the `.rec` files written through these (not their indexes, which recovery
+    /// writes again from them): the records written so far are durable.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if a file cannot be synced.
+    pub fn sync_records(&mut self) -> Result<(), StorageError> {
+        for files in self.files.values_mut() {
+            files.sync(false)?;
+        }
+        Ok(())
+    }
 }
 
 /// What [`RecordStore::write_out`] moved from a state's image to record segments.
@@ -122,6 +194,27 @@ pub struct WrittenOut {
     /// Every partition of the image and its oldest retained offset: what
     /// [`RecordStore::catalog_without_retired`] and [`RecordStore::retire`] go by.
     pub bases: HashMap<LogId, i64>,
+    /// The ids of the image's topics, and the id its next topic gets: a log of neither is of
+    /// a topic deleted before the image, and one of a later id of a topic created after it.
+    pub topics: (HashSet<u64>, u64),
+}
+
+impl WrittenOut {
+    /// Whether the image had `log`'s topic deleted: no segment of the log is needed any more
+    /// (a partition or topic created after the image is not).
+    fn deleted(&self, log: &LogId) -> bool {
+        let (topics, next_topic_id) = &self.topics;
+        log.topic < *next_topic_id && !topics.contains(&log.topic)
+    }
+}
+
+/// What [`RecordStore::check_keeping_tails`] found that may be a tail: the last cataloged
+/// segments longer than the catalog says (with their paths and `.rec` length) and the files
+/// the catalog does not name.
+#[derive(Debug, Default)]
+struct TailFiles {
+    last: Vec<(SegmentImage, PathBuf, PathBuf, u64)>,
+    unnamed: HashMap<LogId, Unnamed>,
 }
 
 /// Segments and logs dropped from the catalog, whose files are to be removed.
@@ -174,7 +267,7 @@ fn parse_log_dir(name: &str) -> Option<LogId> {
     })
 }
 
-fn header(magic: [u8; 8], log: LogId, base: i64) -> [u8; HEADER as usize] {
+pub(crate) fn header(magic: [u8; 8], log: LogId, base: i64) -> [u8; HEADER as usize] {
     let mut header = [0; HEADER as usize];
     header[..8].copy_from_slice(&magic);
     header[8..12].copy_from_slice(&RECORD_FORMAT_VERSION.to_le_bytes());
@@ -234,6 +327,34 @@ impl RecordStore {
         catalog: Vec<SegmentImage>,
         repairs: &mut Repairs,
     ) -> Result<RecordStore, StorageError> {
+        RecordStore::check_files(dir, catalog, repairs, None)
+    }
+
+    /// [`RecordStore::check`] of the segments of a single broker's data directory, whose
+    /// flusher wrote records past the catalog: those records are not cut but returned as the
+    /// tails recovery reads back and keeps (see [`Tails`]).
+    ///
+    /// # Errors
+    /// As [`RecordStore::check`], and [`StorageError::Io`] if a tail cannot be read.
+    pub(crate) fn check_keeping_tails(
+        dir: &Path,
+        catalog: Vec<SegmentImage>,
+        repairs: &mut Repairs,
+    ) -> Result<(RecordStore, Tails), StorageError> {
+        let mut found = TailFiles::default();
+        let store = RecordStore::check_files(dir, catalog, repairs, Some(&mut found))?;
+        let tails = Tails::find(found.last, found.unnamed, repairs)?;
+        Ok((store, tails))
+    }
+
+    /// [`RecordStore::check`], collecting into `tails` (when given) what could be a tail
+    /// instead of cutting or removing it.
+    fn check_files(
+        dir: &Path,
+        catalog: Vec<SegmentImage>,
+        repairs: &mut Repairs,
+        mut tails: Option<&mut TailFiles>,
+    ) -> Result<RecordStore, StorageError> {
         let root = dir.join(RECORDS_DIR);
         // Made durable in the data directory too, for segments later created in it.
         repairs.create(root.clone());
@@ -248,11 +369,18 @@ impl RecordStore {
             root,
             catalog: Mutex::new(HashMap::new()),
             open: Mutex::new(OpenFiles::default()),
+            writing: Mutex::new(()),
         };
-        store.find_unnamed(&logs, repairs)?;
+        store.find_unnamed(
+            &logs,
+            repairs,
+            tails.as_mut().map(|tails| &mut tails.unnamed),
+        )?;
         for segments in logs.values() {
-            for segment in segments {
-                store.check_segment(segment, repairs)?;
+            for (index, segment) in segments.iter().enumerate() {
+                let last = index + 1 == segments.len();
+                let tail = tails.as_mut().filter(|_| last).map(|tails| &mut tails.last);
+                store.check_segment(segment, repairs, tail)?;
             }
         }
         *lock(&store.catalog) = logs;
@@ -271,6 +399,17 @@ impl RecordStore {
         )
     }
 
+    /// Names `segment` in the catalog from now on, in place of the segment of its log with the
+    /// same base (or after the others): a tail recovery keeps.
+    pub(crate) fn name(&self, segment: SegmentImage) {
+        let mut catalog = lock(&self.catalog);
+        let segments = catalog.entry(segment.log()).or_default();
+        match segments.last_mut() {
+            Some(last) if last.base == segment.base => *last = segment,
+            _ => segments.push(segment),
+        }
+    }
+
     /// Appends the records `image` holds in memory to their partitions' segments ([`append`],
     /// fsynced) and takes them out of the image, which then counts them as in a cold store:
     /// the image is what a checkpoint of the state with those records evicted holds.
@@ -285,35 +424,19 @@ impl RecordStore {
         image: &mut StateImage,
         segment_bytes: u64,
     ) -> Result<WrittenOut, StorageError> {
-        let mut written = WrittenOut::default();
-        for (_, topic) in &mut image.topics {
-            for (number, partition) in topic.partitions.iter_mut().enumerate() {
-                let log = LogId {
-                    topic: topic.id,
-                    // At most 65,536 partitions: the image was checked when the state was
-                    // built.
-                    partition: number as u32,
-                };
-                written.bases.insert(log, partition.base);
-                if partition.records.is_empty() {
-                    continue;
-                }
-                self.append(log, partition.cold_end, &partition.records, segment_bytes)?;
-                let moved = std::mem::take(&mut partition.records);
-                partition.cold_bytes += moved.iter().map(RecordImage::size).sum::<u64>();
-                partition.cold_end += moved.len() as i64;
-                written.evicted.push((log, partition.cold_end));
-            }
-        }
-        Ok(written)
+        take_records(image, |log, first, records| {
+            self.append(log, first, records, segment_bytes)
+        })
     }
 
     /// Adds the removal of the directories and segment files `logs` does not name to
-    /// `repairs`.
+    /// `repairs`; with `unnamed`, segment files (`.rec` and `.idx` of one base) go there
+    /// instead, by log, for the tails to decide.
     fn find_unnamed(
         &self,
         logs: &HashMap<LogId, Vec<SegmentImage>>,
         repairs: &mut Repairs,
+        mut unnamed: Option<&mut HashMap<LogId, Unnamed>>,
     ) -> Result<(), StorageError> {
         let entries = match fs::read_dir(&self.root) {
             Ok(entries) => entries,
@@ -324,25 +447,52 @@ impl RecordStore {
         for entry in entries {
             let entry = entry.map_err(StorageError::io("list", &self.root))?;
             let path = entry.path();
-            let named = entry
-                .file_name()
-                .to_str()
-                .and_then(parse_log_dir)
-                .and_then(|log| logs.get(&log));
-            let Some(segments) = named else {
+            let Some(log) = entry.file_name().to_str().and_then(parse_log_dir) else {
                 repairs.remove(path, "removing record files no checkpoint names");
                 continue;
             };
-            let files = fs::read_dir(&path).map_err(StorageError::io("list", &path))?;
-            for file in files {
+            let named = logs.get(&log);
+            if named.is_none() && unnamed.is_none() {
+                repairs.remove(path, "removing record files no checkpoint names");
+                continue;
+            }
+            let mut files: HashMap<i64, [bool; 2]> = HashMap::new();
+            for file in fs::read_dir(&path).map_err(StorageError::io("list", &path))? {
                 let file = file.map_err(StorageError::io("list", &path))?;
                 let name = file.file_name();
-                let base = name
-                    .to_str()
-                    .and_then(|name| name.get(..20))
-                    .and_then(|digits| digits.parse::<i64>().ok());
-                if !base.is_some_and(|base| segments.iter().any(|s| s.base == base)) {
-                    repairs.remove(file.path(), "removing a record file no checkpoint names");
+                let segment_file = name.to_str().and_then(|name| {
+                    let base = name.get(..20)?.parse::<i64>().ok()?;
+                    match name.get(20..)? {
+                        ".rec" => Some((base, 0)),
+                        ".idx" => Some((base, 1)),
+                        _ => None,
+                    }
+                });
+                let is_named = |base| named.is_some_and(|s| s.iter().any(|s| s.base == base));
+                match segment_file {
+                    Some((base, _)) if is_named(base) => {}
+                    Some((base, kind)) if unnamed.is_some() => {
+                        files.entry(base).or_default()[kind] = true;
+                    }
+                    _ => repairs.remove(file.path(), "removing a record file no checkpoint names"),
+                }
+            }
+            for (base, [data, index]) in files {
+                let (data_path, index_path) = self.paths(log, base);
+                match unnamed.as_mut() {
+                    // An index alone holds no record.
+                    Some(unnamed) if data => {
+                        unnamed
+                            .entry(log)
+                            .or_default()
+                            .push((base, data_path, index_path));
+                    }
+                    _ => {
+                        if index {
+                            repairs
+                                .remove(index_path, "removing a record file no checkpoint names");
+                        }
+                    }
                 }
             }
         }
@@ -350,55 +500,76 @@ impl RecordStore {
     }
 
     /// Checks that a cataloged segment's files hold at least what the catalog says, and adds
-    /// cutting anything after it to `repairs`.
+    /// cutting anything after it to `repairs`; with `tail`, records past it in the `.rec` file
+    /// go there instead (with the file's length), for the tails to decide.
     fn check_segment(
         &self,
         segment: &SegmentImage,
         repairs: &mut Repairs,
+        tail: Option<&mut Vec<(SegmentImage, PathBuf, PathBuf, u64)>>,
     ) -> Result<(), StorageError> {
         let log = segment.log();
         let (data_path, index_path) = self.paths(log, segment.base);
         let index_len = HEADER + segment.count * INDEX_ENTRY;
-        for (path, magic, len) in [
-            (data_path, DATA_MAGIC, segment.data_len),
-            (index_path, INDEX_MAGIC, index_len),
-        ] {
-            let file = File::open(&path).map_err(|cause| {
+        let mut lengths = [0; 2];
+        for (at, (path, magic, len)) in [
+            (&data_path, DATA_MAGIC, segment.data_len),
+            (&index_path, INDEX_MAGIC, index_len),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let file = File::open(path).map_err(|cause| {
                 StorageError::corrupt(
-                    &path,
+                    path,
                     0,
                     format!("a record segment the last checkpoint names cannot be opened: {cause}"),
                 )
             })?;
             let actual = file
                 .metadata()
-                .map_err(StorageError::io("read the length of", &path))?
+                .map_err(StorageError::io("read the length of", path))?
                 .len();
             if actual < len {
                 return Err(StorageError::corrupt(
-                    &path,
+                    path,
                     actual,
                     format!("the file ends at byte {actual}; the last checkpoint says {len}"),
                 ));
             }
             let mut found = [0; HEADER as usize];
             file.read_exact_at(&mut found, 0)
-                .map_err(StorageError::io("read", &path))?;
+                .map_err(StorageError::io("read", path))?;
             if found != header(magic, log, segment.base) {
                 return Err(StorageError::corrupt(
-                    &path,
+                    path,
                     0,
                     "the header is not the one of the segment the file name and the last \
                      checkpoint give",
                 ));
             }
-            if actual > len {
-                repairs.cut(
-                    path,
-                    len,
-                    actual,
-                    "cutting records a checkpoint wrote but did not finish",
-                );
+            lengths[at] = actual;
+        }
+        let [data_actual, index_actual] = lengths;
+        match tail {
+            // The tail's records decide what of both files is kept.
+            Some(tails) if data_actual > segment.data_len => {
+                tails.push((segment.clone(), data_path, index_path, data_actual));
+            }
+            _ => {
+                for (path, len, actual) in [
+                    (data_path, segment.data_len, data_actual),
+                    (index_path, index_len, index_actual),
+                ] {
+                    if actual > len {
+                        repairs.cut(
+                            path,
+                            len,
+                            actual,
+                            "cutting records written after the last checkpoint",
+                        );
+                    }
+                }
             }
         }
         Ok(())
@@ -422,8 +593,8 @@ impl RecordStore {
 
     /// Appends `records`, the records of `log` from offset `first`, to its last segment (or a
     /// new one if the offsets do not follow on), rolling to a new segment whenever one holds
-    /// `segment_bytes`; writes and fsyncs them. Records already stored (below the log's end,
-    /// written by a checkpoint that did not finish) are skipped. The catalog names them only
+    /// `segment_bytes`; writes and fsyncs them. Records already stored (below the log's end)
+    /// are skipped. The catalog names them only
     /// once they are durable.
     ///
     /// # Errors
@@ -436,6 +607,92 @@ impl RecordStore {
         first: i64,
         records: &[RecordImage],
         segment_bytes: u64,
+    ) -> Result<(), StorageError> {
+        let _writing = lock(&self.writing);
+        self.append_to(
+            log,
+            first,
+            records,
+            segment_bytes,
+            &mut OpenSegments::default(),
+            true,
+        )
+    }
+
+    /// Appends the records a state reported appended ([`broker_core::BrokerState::take_appended`]),
+    /// in their order, to their partitions' segments as [`RecordStore::append`] does, but
+    /// without syncing them: the catalog names them at once (readers may read them back), and
+    /// [`RecordStore::sync_written`] makes them durable. `open` keeps the files open from one
+    /// call to the next; only one writer may use this at a time.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if a file cannot be written: what was written before stays named,
+    /// and calling again with the same records writes the rest.
+    pub fn write(
+        &self,
+        appended: &[Appended],
+        segment_bytes: u64,
+        open: &mut OpenSegments,
+    ) -> Result<(), StorageError> {
+        let _writing = lock(&self.writing);
+        // Each log's records in offset order, in runs of consecutive offsets.
+        let mut runs: Vec<(LogId, i64, Vec<&RecordImage>)> = Vec::new();
+        let mut last_run: HashMap<LogId, usize> = HashMap::new();
+        for Appended {
+            log,
+            offset,
+            record,
+        } in appended
+        {
+            match last_run.get(log).map(|&index| &mut runs[index]) {
+                Some((_, first, records)) if *first + records.len() as i64 == *offset => {
+                    records.push(record);
+                }
+                _ => {
+                    last_run.insert(*log, runs.len());
+                    runs.push((*log, *offset, vec![record]));
+                }
+            }
+        }
+        for (log, first, records) in runs {
+            self.append_to(log, first, &records, segment_bytes, open, false)?;
+        }
+        Ok(())
+    }
+
+    /// Syncs every segment file [`RecordStore::write`] wrote through `open` and closes those a
+    /// log no longer appends to; returns the catalog, which names exactly what is durable (no
+    /// write is made meanwhile).
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if a file cannot be synced.
+    pub fn sync_written(&self, open: &mut OpenSegments) -> Result<Vec<SegmentImage>, StorageError> {
+        let _writing = lock(&self.writing);
+        for files in open.files.values_mut() {
+            files.sync(true)?;
+        }
+        let catalog = lock(&self.catalog);
+        open.files.retain(|(log, base), _| {
+            catalog
+                .get(log)
+                .and_then(|segments| segments.last())
+                .is_some_and(|last| last.base == *base)
+        });
+        drop(catalog);
+        Ok(self.catalog())
+    }
+
+    /// [`RecordStore::append`], with the writing lock held, through the files `open` holds
+    /// (opening those it lacks), fsyncing each segment before the catalog names it when `sync`
+    /// says so, and otherwise leaving them for [`RecordStore::sync_written`].
+    fn append_to<R: Borrow<RecordImage>>(
+        &self,
+        log: LogId,
+        first: i64,
+        records: &[R],
+        segment_bytes: u64,
+        open: &mut OpenSegments,
+        sync: bool,
     ) -> Result<(), StorageError> {
         let end = self.end(log);
         let skip = end.map_or(0, |end| {
@@ -458,13 +715,34 @@ impl RecordStore {
                         count: 0,
                         bytes: 0,
                         data_len: HEADER,
-                        first_timestamp_ms: records[0].timestamp_ms,
-                        last_timestamp_ms: records[0].timestamp_ms,
+                        first_timestamp_ms: records[0].borrow().timestamp_ms,
+                        last_timestamp_ms: records[0].borrow().timestamp_ms,
                         largest: 0,
                     }
                 }
             };
-            let segment = self.fill(segment, &mut records, segment_bytes)?;
+            let key = (log, segment.base);
+            let files = match open.files.entry(key) {
+                std::collections::hash_map::Entry::Occupied(files) => files.into_mut(),
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(WriteFiles::open(self, &segment)?)
+                }
+            };
+            let filled = fill(segment, &mut records, segment_bytes, files).and_then(|segment| {
+                if sync {
+                    files.sync(true)?;
+                }
+                Ok(segment)
+            });
+            let segment = match filled {
+                Ok(segment) => segment,
+                Err(error) => {
+                    // Where the files stand is unknown: the next attempt opens them again,
+                    // cut to what the catalog names.
+                    open.files.remove(&key);
+                    return Err(error);
+                }
+            };
             next = segment.end();
             let mut catalog = lock(&self.catalog);
             let segments = catalog.entry(log).or_default();
@@ -474,66 +752,6 @@ impl RecordStore {
             }
         }
         Ok(())
-    }
-
-    /// Writes the first of `records` to `segment` until it holds `segment_bytes` (at least
-    /// one), fsyncs them, and returns the segment as it is now; `records` keeps the rest.
-    fn fill(
-        &self,
-        mut segment: SegmentImage,
-        records: &mut &[RecordImage],
-        segment_bytes: u64,
-    ) -> Result<SegmentImage, StorageError> {
-        let (data_path, index_path) = self.paths(segment.log(), segment.base);
-        let data = open_for_append(&data_path, segment.data_len)?;
-        let index = open_for_append(&index_path, HEADER + segment.count * INDEX_ENTRY)?;
-        let mut data_out = BufWriter::new(&data);
-        let mut index_out = BufWriter::new(&index);
-        let mut body = Vec::new();
-        let mut written = 0;
-        for record in records.iter() {
-            if written > 0 && segment.data_len >= segment_bytes {
-                break;
-            }
-            body.clear();
-            bincode::serde::encode_into_std_write(record, &mut body, config())
-                .map_err(|error| StorageError::Encode(format!("a record: {error}")))?;
-            let length = u32::try_from(body.len())
-                .map_err(|_| StorageError::Encode(format!("a record of {} bytes", body.len())))?;
-            let mut entry = [0; INDEX_ENTRY as usize];
-            entry[..8].copy_from_slice(&segment.data_len.to_le_bytes());
-            entry[8..16].copy_from_slice(&record.timestamp_ms.to_le_bytes());
-            entry[16..24].copy_from_slice(&segment.bytes.to_le_bytes());
-            data_out
-                .write_all(&length.to_le_bytes())
-                .and_then(|()| data_out.write_all(&crc32fast::hash(&body).to_le_bytes()))
-                .and_then(|()| data_out.write_all(&body))
-                .map_err(StorageError::io("write", &data_path))?;
-            index_out
-                .write_all(&entry)
-                .map_err(StorageError::io("write", &index_path))?;
-            let size = record.size();
-            segment.count += 1;
-            segment.bytes += size;
-            segment.data_len += (RECORD_HEADER + body.len()) as u64;
-            segment.last_timestamp_ms = record.timestamp_ms;
-            segment.largest = segment.largest.max(size);
-            written += 1;
-        }
-        *records = &records[written..];
-        data_out
-            .flush()
-            .map_err(StorageError::io("write", &data_path))?;
-        index_out
-            .flush()
-            .map_err(StorageError::io("write", &index_path))?;
-        drop((data_out, index_out));
-        data.sync_data()
-            .map_err(StorageError::io("fsync", &data_path))?;
-        index
-            .sync_data()
-            .map_err(StorageError::io("fsync", &index_path))?;
-        Ok(segment)
     }
 
     /// Creates the two files of a new segment of `log` at `base`, durable with their directory.
@@ -562,29 +780,24 @@ impl RecordStore {
     /// The catalog as it will be once [`RecordStore::retire`] of `bases` has run: what a
     /// checkpoint with those bases records.
     pub fn catalog_without_retired(&self, bases: &HashMap<LogId, i64>) -> Vec<SegmentImage> {
-        self.catalog()
-            .into_iter()
-            .filter(|segment| {
-                bases
-                    .get(&segment.log())
-                    .is_some_and(|&base| segment.end() > base)
-            })
-            .collect()
+        without_retired(self.catalog(), bases)
     }
 
-    /// Drops from the catalog the segments no longer needed: those of logs `bases` does not
-    /// name (deleted topics), and those whose records are all below their log's oldest retained
-    /// offset in `bases`. Returns what to pass to [`RecordStore::remove`] once a checkpoint
+    /// Drops from the catalog the segments no longer needed after the checkpoint of the image
+    /// `written` describes: those of topics deleted before it, and those whose records are all
+    /// below their log's oldest retained offset in `written.bases` (segments of logs created
+    /// after the image stay). Returns what to pass to [`RecordStore::remove`] once a checkpoint
     /// with the catalog without them is durable (until then, the previous checkpoint still
     /// names them).
-    pub fn retire(&self, bases: &HashMap<LogId, i64>) -> Retired {
+    pub fn retire(&self, written: &WrittenOut) -> Retired {
         let mut retired = Retired::default();
         let mut catalog = lock(&self.catalog);
-        catalog.retain(|log, segments| match bases.get(log) {
-            None => {
+        catalog.retain(|log, segments| match written.bases.get(log) {
+            None if written.deleted(log) => {
                 retired.logs.push(*log);
                 false
             }
+            None => true,
             Some(&base) => {
                 segments.retain(|segment| {
                     let keep = segment.end() > base;
@@ -601,6 +814,17 @@ impl RecordStore {
             }
         });
         retired
+    }
+
+    /// [`RecordStore::retire`] then [`RecordStore::remove`], with no append in between (one
+    /// could otherwise start a segment in a log directory about to be removed).
+    ///
+    /// # Errors
+    /// As [`RecordStore::remove`].
+    pub fn retire_and_remove(&self, written: &WrittenOut) -> Result<usize, StorageError> {
+        let _writing = lock(&self.writing);
+        let retired = self.retire(written);
+        self.remove(&retired)
     }
 
     /// Removes the files of segments [`RecordStore::retire`] dropped; returns how many
@@ -957,6 +1181,161 @@ fn u64_of(bytes: &[u8]) -> u64 {
 
 /// Opens `path` for writing at `len`, cutting anything after it (a partial tail of a failed
 /// append).
+/// Writes the first of `records` to `segment` through `files` until it holds `segment_bytes`
+/// (at least one), unsynced, and returns the segment as it is now; `records` keeps the rest.
+fn fill<R: Borrow<RecordImage>>(
+    mut segment: SegmentImage,
+    records: &mut &[R],
+    segment_bytes: u64,
+    files: &mut WriteFiles,
+) -> Result<SegmentImage, StorageError> {
+    files.unsynced = [true; 2];
+    let WriteFiles {
+        data,
+        data_path,
+        index,
+        index_path,
+        ..
+    } = &*files;
+    let mut data_out = BufWriter::new(data);
+    let mut index_out = BufWriter::new(index);
+    let mut body = Vec::new();
+    let mut written = 0;
+    for record in records.iter() {
+        let record = record.borrow();
+        if written > 0 && segment.data_len >= segment_bytes {
+            break;
+        }
+        body.clear();
+        bincode::serde::encode_into_std_write(record, &mut body, config())
+            .map_err(|error| StorageError::Encode(format!("a record: {error}")))?;
+        let length = u32::try_from(body.len())
+            .map_err(|_| StorageError::Encode(format!("a record of {} bytes", body.len())))?;
+        let entry = index_entry(segment.data_len, record.timestamp_ms, segment.bytes);
+        data_out
+            .write_all(&length.to_le_bytes())
+            .and_then(|()| data_out.write_all(&crc32fast::hash(&body).to_le_bytes()))
+            .and_then(|()| data_out.write_all(&body))
+            .map_err(StorageError::io("write", data_path))?;
+        index_out
+            .write_all(&entry)
+            .map_err(StorageError::io("write", index_path))?;
+        let size = record.size();
+        segment.count += 1;
+        segment.bytes += size;
+        segment.data_len += (RECORD_HEADER + body.len()) as u64;
+        segment.last_timestamp_ms = record.timestamp_ms;
+        segment.largest = segment.largest.max(size);
+        written += 1;
+    }
+    *records = &records[written..];
+    data_out
+        .flush()
+        .map_err(StorageError::io("write", data_path))?;
+    index_out
+        .flush()
+        .map_err(StorageError::io("write", index_path))?;
+    Ok(segment)
+}
+
+/// The segments of `catalog` that [`RecordStore::retire`] of `bases` keeps.
+pub fn without_retired(
+    catalog: Vec<SegmentImage>,
+    bases: &HashMap<LogId, i64>,
+) -> Vec<SegmentImage> {
+    catalog
+        .into_iter()
+        .filter(|segment| {
+            bases
+                .get(&segment.log())
+                .is_some_and(|&base| segment.end() > base)
+        })
+        .collect()
+}
+
+/// The index entry of a record whose entry starts at `position` of its `.rec` file, with time
+/// `timestamp_ms`, after records of `bytes_before` bytes in its segment.
+pub(crate) fn index_entry(
+    position: u64,
+    timestamp_ms: i64,
+    bytes_before: u64,
+) -> [u8; INDEX_ENTRY as usize] {
+    let mut entry = [0; INDEX_ENTRY as usize];
+    entry[..8].copy_from_slice(&position.to_le_bytes());
+    entry[8..16].copy_from_slice(&timestamp_ms.to_le_bytes());
+    entry[16..24].copy_from_slice(&bytes_before.to_le_bytes());
+    entry
+}
+
+/// Takes the records `image` holds in memory out of it after `store` put each partition's
+/// (its log, the offset of the first, the records) where a cold store reads them: the image
+/// then counts them as in a cold store.
+fn take_records(
+    image: &mut StateImage,
+    mut store: impl FnMut(LogId, i64, &[RecordImage]) -> Result<(), StorageError>,
+) -> Result<WrittenOut, StorageError> {
+    let mut written = WrittenOut {
+        topics: (
+            image.topics.iter().map(|(_, topic)| topic.id).collect(),
+            image.next_topic_id,
+        ),
+        ..WrittenOut::default()
+    };
+    for (_, topic) in &mut image.topics {
+        for (number, partition) in topic.partitions.iter_mut().enumerate() {
+            let log = LogId {
+                topic: topic.id,
+                // At most 65,536 partitions: the image was checked when the state was built.
+                partition: number as u32,
+            };
+            written.bases.insert(log, partition.base);
+            if partition.records.is_empty() {
+                continue;
+            }
+            store(log, partition.cold_end, &partition.records)?;
+            let moved = std::mem::take(&mut partition.records);
+            partition.cold_bytes += moved.iter().map(RecordImage::size).sum::<u64>();
+            partition.cold_end += moved.len() as i64;
+            written.evicted.push((log, partition.cold_end));
+        }
+    }
+    Ok(written)
+}
+
+/// Takes the records `image` holds in memory out of it, as [`RecordStore::write_out`] does,
+/// when they were written already: `catalog` ([`RecordStore::sync_written`]) must name every
+/// one of them.
+///
+/// # Errors
+/// [`StorageError::Corrupt`] naming the first partition whose records `catalog` lacks (under
+/// the data directory `dir`); the image must not be used then.
+pub fn written_out(
+    image: &mut StateImage,
+    catalog: &[SegmentImage],
+    dir: &Path,
+) -> Result<WrittenOut, StorageError> {
+    take_records(image, |log, first, records| {
+        let end = first + records.len() as i64;
+        let mut covered = first;
+        for segment in catalog.iter().filter(|segment| segment.log() == log) {
+            if segment.base <= covered && segment.end() > covered {
+                covered = segment.end();
+            }
+        }
+        if covered >= end {
+            return Ok(());
+        }
+        Err(StorageError::corrupt(
+            dir.join(RECORDS_DIR).join(log_dir_name(log)),
+            0,
+            format!(
+                "records {covered} to {} of the partition were not written to its segments",
+                end - 1
+            ),
+        ))
+    })
+}
+
 fn open_for_append(path: &Path, len: u64) -> Result<File, StorageError> {
     let file = OpenOptions::new()
         .write(true)

@@ -5,10 +5,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use broker_core::cold::ColdStore;
-use broker_core::{v1, BrokerState, NameRules};
+use broker_core::cold::{ColdStore, LogId};
+use broker_core::{v1, BrokerState, Command, NameRules, Outcome};
 use serde::de::DeserializeOwned;
 
+use crate::format::PlacedRun;
 use crate::format::{
     config, entry_crc, parse_name, read_segment_header, segment_name, u32_at, Entry, ENTRY_HEADER,
     FORMAT_VERSION, MAX_ENTRY_BYTES, SEGMENT_HEADER, SNAPSHOT_HEADER,
@@ -16,6 +17,7 @@ use crate::format::{
 use crate::records::RecordStore;
 use crate::repair::Repairs;
 use crate::snapshot::{load_latest, v4, Checkpoint, LoadedSnapshot, Snapshot};
+use crate::tails::Tails;
 
 /// The first data directory format whose snapshots say which offsets each group stored.
 const OFFSETS_STORED_FROM_FORMAT: u32 = 5;
@@ -65,18 +67,19 @@ pub(crate) fn recover(
     let segments = list_segments(dir)?;
     let snapshot = load_latest(dir, repairs)?;
     let mut migrated_from = None;
-    let (records, mut state, snapshot_seq) = match snapshot {
+    let (records, tails, mut state, snapshot_seq) = match snapshot {
         Some(LoadedSnapshot {
             snapshot: Snapshot::V1(image),
             seq,
             path,
         }) => {
             migrated_from = Some(1);
-            let records = Arc::new(RecordStore::check(dir, Vec::new(), repairs)?);
+            let (records, tails) = RecordStore::check_keeping_tails(dir, Vec::new(), repairs)?;
+            let records = Arc::new(records);
             let state = BrokerState::from_image_v1(image)
                 .map_err(|why| inconsistent(&path, &why))?
                 .with_cold_store(records.clone());
-            (records, state, Some(seq))
+            (records, tails, state, Some(seq))
         }
         Some(LoadedSnapshot {
             snapshot: Snapshot::V2(checkpoint),
@@ -84,8 +87,8 @@ pub(crate) fn recover(
             path,
         }) => {
             migrated_from = Some(2);
-            let (records, state) = open_checkpoint(dir, checkpoint.into(), &path, repairs)?;
-            (records, state, Some(seq))
+            let (records, tails, state) = open_checkpoint(dir, checkpoint.into(), &path, repairs)?;
+            (records, tails, state, Some(seq))
         }
         Some(LoadedSnapshot {
             snapshot: Snapshot::V3(checkpoint),
@@ -94,8 +97,8 @@ pub(crate) fn recover(
         }) => {
             migrated_from = Some(3);
             let checkpoint = v4::Checkpoint::from(checkpoint).into();
-            let (records, state) = open_checkpoint(dir, checkpoint, &path, repairs)?;
-            (records, state, Some(seq))
+            let (records, tails, state) = open_checkpoint(dir, checkpoint, &path, repairs)?;
+            (records, tails, state, Some(seq))
         }
         Some(LoadedSnapshot {
             snapshot: Snapshot::V4(checkpoint),
@@ -103,16 +106,16 @@ pub(crate) fn recover(
             path,
         }) => {
             migrated_from = Some(4);
-            let (records, state) = open_checkpoint(dir, checkpoint.into(), &path, repairs)?;
-            (records, state, Some(seq))
+            let (records, tails, state) = open_checkpoint(dir, checkpoint.into(), &path, repairs)?;
+            (records, tails, state, Some(seq))
         }
         Some(LoadedSnapshot {
             snapshot: Snapshot::Current(checkpoint),
             seq,
             path,
         }) => {
-            let (records, state) = open_checkpoint(dir, checkpoint, &path, repairs)?;
-            (records, state, Some(seq))
+            let (records, tails, state) = open_checkpoint(dir, checkpoint, &path, repairs)?;
+            (records, tails, state, Some(seq))
         }
         None => {
             // With no snapshot, the log starts from an empty broker of the capacity its first
@@ -121,7 +124,8 @@ pub(crate) fn recover(
                 Some(&first) => first_capacity(&dir.join(segment_name(first)))?,
                 None => None,
             };
-            let records = Arc::new(RecordStore::check(dir, Vec::new(), repairs)?);
+            let (records, tails) = RecordStore::check_keeping_tails(dir, Vec::new(), repairs)?;
+            let records = Arc::new(records);
             let state = BrokerState::new(logged.unwrap_or(capacity))
                 .map_err(|error| StorageError::Replay {
                     path: dir.to_owned(),
@@ -129,7 +133,7 @@ pub(crate) fn recover(
                     reason: error.to_string(),
                 })?
                 .with_cold_store(records.clone());
-            (records, state, None)
+            (records, tails, state, None)
         }
     };
     // The log holds only commands that were applied, each under the name rules of its time:
@@ -250,6 +254,44 @@ pub(crate) fn recover(
                             .advance_clock(at_ms)
                             .map(drop)
                             .map_err(|error| replay(error.to_string()))?,
+                        Entry::Placed {
+                            at_ms,
+                            command,
+                            placed,
+                        } => {
+                            let command = match put_back(&state, &tails, command, &placed) {
+                                Ok(command) => command,
+                                Err(PutBack::Missing(why)) if last => {
+                                    // Written to the log before its records reached the disk,
+                                    // by a power loss between syncs: never acknowledged as
+                                    // durable, like a torn entry, and so is what follows.
+                                    let cut = (bytes.len() - offset) as u64;
+                                    repairs.cut(
+                                        path.clone(),
+                                        offset as u64,
+                                        bytes.len() as u64,
+                                        format!(
+                                            "cutting off the last log entries from one whose \
+                                             records did not reach the disk ({why})"
+                                        ),
+                                    );
+                                    torn = Some(TornTail {
+                                        path: path.clone(),
+                                        offset: offset as u64,
+                                        cut,
+                                    });
+                                    break;
+                                }
+                                Err(PutBack::Missing(why) | PutBack::Wrong(why)) => {
+                                    return Err(undecodable(why));
+                                }
+                            };
+                            let expected = command.clone();
+                            let outcome = state
+                                .apply_at(at_ms, command)
+                                .map_err(|error| replay(error.to_string()))?;
+                            check_placed(&expected, &outcome, &placed).map_err(replay)?;
+                        }
                     }
                 }
                 unmarked_offsets |= header.version < OFFSETS_STORED_FROM_FORMAT;
@@ -262,6 +304,8 @@ pub(crate) fn recover(
         }
     }
     state.set_names(NameRules::default());
+    // The records written after the checkpoint that the state holds are kept where they are.
+    tails.keep(&records, &state.to_image(), repairs)?;
     // Formats before 5 did not say which offsets a group stored: every one counts as stored,
     // those of the groups the log created as well as the snapshot's. (A segment of such a
     // format whose entries the snapshot covers, left by the checkpoint that migrated the
@@ -281,19 +325,82 @@ pub(crate) fn recover(
     })
 }
 
-/// The record segments a checkpoint (read from `path`) names, and its state reading from them;
-/// what is to be cut and removed under them is added to `repairs`.
+/// The record segments a checkpoint (read from `path`) names, the records written after them,
+/// and its state reading from them; what is to be cut and removed under them is added to
+/// `repairs`.
 fn open_checkpoint(
     dir: &Path,
     checkpoint: Checkpoint,
     path: &Path,
     repairs: &mut Repairs,
-) -> Result<(Arc<RecordStore>, BrokerState), StorageError> {
-    let records = Arc::new(RecordStore::check(dir, checkpoint.segments, repairs)?);
+) -> Result<(Arc<RecordStore>, Tails, BrokerState), StorageError> {
+    let (records, tails) = RecordStore::check_keeping_tails(dir, checkpoint.segments, repairs)?;
+    let records = Arc::new(records);
     let cold: Arc<dyn ColdStore> = records.clone();
     let state = BrokerState::from_image(checkpoint.image, Some(cold))
         .map_err(|why| inconsistent(path, &why))?;
-    Ok((records, state))
+    Ok((records, tails, state))
+}
+
+/// Why the records of a [`Entry::Placed`] could not be put back into its command.
+enum PutBack {
+    /// One is not in its partition's segments.
+    Missing(String),
+    /// The entry does not fit its command.
+    Wrong(String),
+}
+
+/// `command` of a [`Entry::Placed`] with the records `placed` names put back from the records
+/// written after the checkpoint.
+fn put_back(
+    state: &BrokerState,
+    tails: &Tails,
+    mut command: Command,
+    placed: &[PlacedRun],
+) -> Result<Command, PutBack> {
+    let topic = command
+        .topic()
+        .and_then(|topic| state.topic_id(topic))
+        .ok_or_else(|| PutBack::Wrong("the entry's topic does not exist".into()))?;
+    let mut parts = command.published_records_mut();
+    for run in placed {
+        let partition = u32::try_from(run.partition)
+            .map_err(|_| PutBack::Wrong(format!("partition {} in the entry", run.partition)))?;
+        let log = LogId { topic, partition };
+        for (number, offset) in run.records() {
+            let record = tails.record(log, offset).ok_or_else(|| {
+                PutBack::Missing(format!(
+                    "record {offset} of partition {partition} of topic id {topic} is not in its                      segment files"
+                ))
+            })?;
+            if !parts.get_mut(number).is_some_and(|parts| parts.put(record)) {
+                return Err(PutBack::Wrong(format!(
+                    "the entry places a record its command does not hold (number {number})"
+                )));
+            }
+        }
+    }
+    drop(parts);
+    Ok(command)
+}
+
+/// Checks that replaying `command` (whose `outcome` this is) stored its records where the log
+/// entry says it did.
+fn check_placed(command: &Command, outcome: &Outcome, placed: &[PlacedRun]) -> Result<(), String> {
+    let placements = command.placements(outcome).unwrap_or_default();
+    for run in placed {
+        for (number, offset) in run.records() {
+            let found = placements.get(number).copied();
+            if found != Some((run.partition, offset)) {
+                return Err(format!(
+                    "the log entry says its record {number} was stored at offset {offset} of \
+                     partition {}; replayed, it went to {found:?}",
+                    run.partition
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The first sequence number of every log segment in `dir`, ascending.

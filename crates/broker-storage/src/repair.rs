@@ -1,15 +1,17 @@
-//! The changes recovery makes to a data directory: cutting what a crash left unfinished and
-//! removing what no checkpoint names. Recovery only reads while it checks the directory and
-//! lists these as it goes; they are made once everything has been checked, so a start that is
-//! refused leaves the directory exactly as the crash left it, for the operator to inspect.
+//! The changes recovery makes to a data directory: cutting what a crash left unfinished,
+//! removing what no checkpoint names and writing again the index of records it keeps. Recovery
+//! only reads while it checks the directory and lists these as it goes; they are made once
+//! everything has been checked, so a start that is refused leaves the directory exactly as the
+//! crash left it, for the operator to inspect.
 //! (A cluster node lists the repairs of its Raft files in the same list as those of its record
 //! segments.)
 
 use std::fs::{self, OpenOptions};
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::segment::sync_dir;
 use crate::StorageError;
@@ -27,6 +29,14 @@ enum Repair {
     Create(PathBuf),
     /// A file or directory tree a crash left that nothing names.
     Remove { path: PathBuf, why: String },
+    /// Bytes to write at `at` of a file (created if missing), which then ends after them:
+    /// derived data written again from what it derives from.
+    Write {
+        path: PathBuf,
+        at: u64,
+        bytes: Vec<u8>,
+        why: String,
+    },
     /// A file whose bytes from `len` on a crash left unfinished.
     Cut {
         path: PathBuf,
@@ -61,6 +71,17 @@ impl Repairs {
         });
     }
 
+    /// Adds writing `bytes` at `at` of `path` (created if missing), cutting the file after
+    /// them, logged with `why` when it is made.
+    pub fn write(&mut self, path: PathBuf, at: u64, bytes: Vec<u8>, why: impl Into<String>) {
+        self.0.push(Repair::Write {
+            path,
+            at,
+            bytes,
+            why: why.into(),
+        });
+    }
+
     /// Makes the changes, each durable before the next.
     ///
     /// # Errors
@@ -79,6 +100,15 @@ impl Repairs {
                     warn!(file = %path.display(), "{why}");
                     remove_path(&path)?;
                 }
+                Repair::Write {
+                    path,
+                    at,
+                    bytes,
+                    why,
+                } => {
+                    info!(file = %path.display(), offset = at, bytes = bytes.len(), "{why}");
+                    write_at(&path, at, &bytes)?;
+                }
                 Repair::Cut {
                     path,
                     len,
@@ -92,6 +122,21 @@ impl Repairs {
         }
         Ok(())
     }
+}
+
+/// Writes `bytes` at `at` of `path` (created if missing), cuts it after them and makes that
+/// durable.
+fn write_at(path: &Path, at: u64, bytes: &[u8]) -> Result<(), StorageError> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(StorageError::io("open", path))?;
+    file.write_all_at(bytes, at)
+        .and_then(|()| file.set_len(at + bytes.len() as u64))
+        .and_then(|()| file.sync_all())
+        .map_err(StorageError::io("write", path))
 }
 
 /// Cuts `path` to `len` bytes and makes that durable.

@@ -71,7 +71,7 @@ impl LogWriter {
                 .map_err(StorageError::io("truncate", &self.path))?;
             self.dirty = false;
         }
-        if self.len >= self.segment_bytes && self.len > SEGMENT_HEADER as u64 {
+        if self.rolls_next() {
             self.roll()?;
         }
         if let Err(source) = self.file.write_all(entries) {
@@ -85,6 +85,11 @@ impl LogWriter {
         self.len += entries.len() as u64;
         self.next_seq += count;
         Ok(())
+    }
+
+    /// Whether the next [`LogWriter::append`] rolls to a new segment, syncing the active one.
+    pub fn rolls_next(&self) -> bool {
+        self.len >= self.segment_bytes && self.len > SEGMENT_HEADER as u64
     }
 
     /// Makes everything appended so far durable (`fdatasync`).

@@ -8,6 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use broker_core::cold::LogId;
 use broker_core::image::{v1, StateImage};
 use broker_core::{Assignor, BrokerState, Command, EventBroker, KeyHash};
 use bytes::Bytes;
@@ -16,7 +17,7 @@ use crate::format::{segment_name, SEGMENT_HEADER};
 use crate::journal::checkpoint;
 use crate::{
     encode_entry, remove_covered, Checkpoint, DataDir, EntryRef, LogWriter, RecordStore,
-    StorageError, FORMAT_VERSION,
+    StorageError, FORMAT_VERSION, RECORD_OVERHEAD_BYTES,
 };
 
 const CAPACITY: i32 = 5;
@@ -1315,6 +1316,74 @@ fn background_checkpoints_take_records_out_of_memory() {
         in_memory < 600,
         "{in_memory} records of 20,000 still in memory"
     );
+    // Each checkpoint's catalog named the records of the entries it covered, no more, while
+    // the flusher went on writing later ones: the directory recovers to the same state.
+    drop(journal);
+    let recovered = recover(tmp.path()).unwrap().state;
+    assert_eq!(recovered.describe_all(), state.describe_all());
+}
+
+/// The flusher writes each record to its partition's segment as it writes its entry, before
+/// any checkpoint: a checkpoint then writes no record, and a restart after it replays nothing
+/// into memory.
+#[test]
+fn records_reach_their_segments_with_their_entries_and_checkpoints_write_none() {
+    use broker_core::Command;
+    let tmp = tempfile::tempdir().unwrap();
+    let settings = crate::JournalSettings {
+        fsync: crate::Fsync::Always,
+        fsync_interval: std::time::Duration::from_millis(10),
+        // Reached by the end, where the one checkpoint is asked for.
+        snapshot_log_bytes: 16 * 1024,
+        segment_bytes: 4096,
+        held_log_bytes: None,
+    };
+    let (mut state, journal) = journal_with_topic(tmp.path(), settings, 2);
+    let mut last = None;
+    for n in 0..300 {
+        let publish = Command::Publish {
+            topic: "t".into(),
+            partition: n % 2,
+            payload: vec![n as u8; 100].into(),
+        };
+        last = journal.apply(&mut state, 1, publish).entry;
+    }
+    futures::executor::block_on(journal.durable(last.unwrap())).unwrap();
+    let topic = state.to_image().topics[0].1.id;
+    for partition in 0..2 {
+        let log = LogId { topic, partition };
+        assert_eq!(
+            journal.records().end(log),
+            Some(150),
+            "partition {partition}"
+        );
+    }
+    let written_before = record_files(tmp.path())
+        .iter()
+        .map(|file| fs::metadata(file).unwrap().len())
+        .sum::<u64>();
+    // Rolled at 4 KiB: more than one segment per partition.
+    assert!(record_files(tmp.path()).len() > 4);
+    journal.maybe_checkpoint(&mut state);
+    journal.finish();
+    let written_after = record_files(tmp.path())
+        .iter()
+        .map(|file| fs::metadata(file).unwrap().len())
+        .sum::<u64>();
+    assert_eq!(
+        written_after, written_before,
+        "the checkpoint wrote records"
+    );
+    drop(journal);
+    let recovered = recover(tmp.path()).unwrap();
+    assert_eq!(recovered.replayed, 0);
+    let image = recovered.state.to_image();
+    assert!(image.topics[0]
+        .1
+        .partitions
+        .iter()
+        .all(|p| p.records.is_empty()));
+    assert_eq!(recovered.state.describe_all(), state.describe_all());
 }
 
 /// A clean stop lets a running checkpoint end: the next start finds its records in segments,
@@ -1405,4 +1474,324 @@ fn groups_of_a_format_4_log_count_every_offset_as_stored() {
         .unwrap()
         .iter()
         .all(Option::is_some));
+}
+
+/// A command of [`disk_command`]'s history, or now and then an idempotent producer's batch
+/// (sent again at times, as after a lost answer), or a keyed publish to a chosen partition.
+fn journal_command(rng: &mut Rng, step: u64, sequences: &mut [u64; 2]) -> Command {
+    match rng.next(8) {
+        0 => {
+            let partition = rng.next(2) as usize;
+            let again = rng.next(3) == 0 && sequences[partition] >= 2;
+            if !again {
+                sequences[partition] += 2;
+            }
+            Command::PublishIdempotent {
+                topic: "limits".into(),
+                producer: 7,
+                batches: vec![broker_core::PartitionBatch {
+                    partition: partition as i32,
+                    sequence: sequences[partition] - 2,
+                    records: (0..2)
+                        .map(|i| broker_core::PublishRecord {
+                            partition: None,
+                            key: Some(Bytes::from(format!("idem {step}"))),
+                            payload: Bytes::from(format!("idempotent {step}.{i}")),
+                            headers: Vec::new(),
+                            timestamp_ms: None,
+                        })
+                        .collect(),
+                }],
+            }
+        }
+        1 => Command::PublishKeyed {
+            topic: "t".into(),
+            key: Some(Bytes::from(format!("key {}", rng.next(5)))),
+            payload: Bytes::from(format!("keyed {step}")),
+        },
+        2 => publish("aged", rng.next(2) as i32, &format!("single {step}")),
+        _ => disk_command(rng, step),
+    }
+}
+
+/// Histories applied through the journal, whose entries hold only where their records went,
+/// recover to the state they left: from the last snapshot and the records written after it,
+/// then again after a start that keeps those records and more history.
+#[test]
+fn histories_through_the_journal_recover_from_the_records_written_after_the_checkpoint() {
+    for seed in 1..=6u64 {
+        let tmp = tempfile::tempdir().unwrap();
+        let settings = crate::JournalSettings {
+            fsync: crate::Fsync::Batch,
+            fsync_interval: std::time::Duration::from_millis(5),
+            snapshot_log_bytes: 6 * 1024,
+            segment_bytes: 600,
+            held_log_bytes: None,
+        };
+        let mut memory = BrokerState::new(CAPACITY).unwrap();
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut sequences = [0; 2];
+        let mut now = 1;
+        let mut placed_entries = 0;
+        for round in 0..3u64 {
+            let storage = crate::Storage::open(tmp.path(), CAPACITY).unwrap();
+            if round > 0 {
+                assert!(storage.recovery().replayed > 0, "seed {seed} round {round}");
+            }
+            let (mut state, journal) = storage.start(settings, |state| state).unwrap();
+            assert_eq!(
+                state.describe_all(),
+                memory.describe_all(),
+                "seed {seed} round {round}: recovered"
+            );
+            let setup = if round == 0 { disk_setup() } else { Vec::new() };
+            let history = (0..200).map(|step| {
+                let step = round * 1000 + step;
+                journal_command(&mut rng, step, &mut sequences)
+            });
+            let commands: Vec<Command> = setup.into_iter().chain(history).collect();
+            let mut last = None;
+            for command in commands {
+                now += 1;
+                let expected = memory.apply_at(now, command.clone());
+                placed_entries += u64::from(command.largest_record().is_some());
+                let applied = journal.apply(&mut state, now, command.clone());
+                assert_eq!(
+                    applied.result,
+                    expected.map_err(crate::JournalError::Broker),
+                    "seed {seed} round {round}: {command:?}"
+                );
+                last = applied.entry.or(last);
+                journal.maybe_checkpoint(&mut state);
+            }
+            if let Some(last) = last {
+                futures::executor::block_on(journal.durable(last)).unwrap();
+            }
+            journal.finish();
+        }
+        assert!(
+            placed_entries > 100,
+            "seed {seed}: {placed_entries} publishes"
+        );
+        let recovered = recover(tmp.path()).unwrap().state;
+        assert_eq!(
+            recovered.describe_all(),
+            memory.describe_all(),
+            "seed {seed}"
+        );
+        assert_eq!(recovered.check_consistency(), Ok(()), "seed {seed}");
+    }
+}
+
+/// Publishes `count` records of 1,000 bytes through a journal on `dir` (one topic `t` of one
+/// partition, no checkpoint), waits until they are durable and stops it cleanly.
+fn publish_through_journal(dir: &Path, count: usize) {
+    let settings = crate::JournalSettings {
+        fsync: crate::Fsync::Always,
+        fsync_interval: std::time::Duration::from_millis(10),
+        snapshot_log_bytes: 1 << 30,
+        segment_bytes: 64 * 1024,
+        held_log_bytes: None,
+    };
+    let (mut state, journal) = journal_with_topic(dir, settings, 1);
+    let mut last = None;
+    for n in 0..count {
+        let publish = Command::Publish {
+            topic: "t".into(),
+            partition: 0,
+            payload: vec![(n % 251) as u8; 1000].into(),
+        };
+        last = journal.apply(&mut state, 2, publish).entry;
+    }
+    futures::executor::block_on(journal.durable(last.unwrap())).unwrap();
+    journal.finish();
+}
+
+fn log_bytes(dir: &Path) -> u64 {
+    segment_files(dir)
+        .iter()
+        .map(|file| fs::metadata(file).unwrap().len())
+        .sum()
+}
+
+/// Each record is written once: to its partition's segment. Its log entry says only where it
+/// went, and recovery puts it back from there.
+#[test]
+fn a_published_record_is_written_to_its_segment_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    publish_through_journal(tmp.path(), 200);
+    // 200,000 bytes of payload; the log holds a few dozen bytes per entry.
+    let logged = log_bytes(tmp.path());
+    assert!(logged < 20_000, "{logged} bytes of log");
+    let recovered = recover(tmp.path()).unwrap();
+    assert_eq!(recovered.replayed, 201);
+    let description = recovered.state.describe_all();
+    assert_eq!(description.topics[0].partitions[0].records, 200);
+    let records = recovered
+        .state
+        .clone()
+        .read("t", 0, 0, 1000, None)
+        .unwrap()
+        .records;
+    assert_eq!(records.len(), 200);
+    for (n, record) in records.iter().enumerate() {
+        assert_eq!(record.payload, vec![(n % 251) as u8; 1000], "record {n}");
+    }
+    // The start keeps those records where they are (with their index written again), and a
+    // second recovery reads them from the checkpoint it took.
+    let settings = crate::JournalSettings {
+        fsync: crate::Fsync::Always,
+        fsync_interval: std::time::Duration::from_millis(10),
+        snapshot_log_bytes: 1 << 30,
+        segment_bytes: 64 * 1024,
+        held_log_bytes: None,
+    };
+    let segments_before = record_files(tmp.path());
+    let (_, journal) = crate::Storage::open(tmp.path(), CAPACITY)
+        .unwrap()
+        .start(settings, |state| state)
+        .unwrap();
+    journal.finish();
+    drop(journal);
+    assert_eq!(record_files(tmp.path()), segments_before);
+    let again = recover(tmp.path()).unwrap();
+    assert_eq!(again.replayed, 0);
+    assert_eq!(again.state.describe_all(), description);
+    let read_back = again.state.clone().read("t", 0, 0, 1000, None).unwrap();
+    assert_eq!(read_back.records, records);
+}
+
+/// A log entry whose records did not reach the disk (a power loss between syncs) ends the
+/// log like a torn entry when it is in the last log segment: it and what follows are cut.
+#[test]
+fn entries_whose_records_did_not_reach_the_disk_are_cut_like_a_torn_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    publish_through_journal(tmp.path(), 100);
+    // The segment holding the records from offset 70 on loses them.
+    let files = record_files(tmp.path());
+    let data = files
+        .iter()
+        .filter(|file| file.extension().is_some_and(|ext| ext == "rec"))
+        .max()
+        .unwrap();
+    let base: i64 = data.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    assert!(base < 70, "segment from {base}");
+    let per_record = RECORD_OVERHEAD_BYTES - 24 + 1000;
+    let keep = 32 + (70 - base) as u64 * per_record + 5;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(data)
+        .unwrap()
+        .set_len(keep)
+        .unwrap();
+    let recovered = recover(tmp.path()).unwrap();
+    assert!(recovered.torn.is_some());
+    assert_eq!(
+        recovered.state.describe_all().topics[0].partitions[0].records,
+        70
+    );
+}
+
+/// Records written to their segment whose log entry did not make it (the process died between
+/// the two writes) were never acknowledged: the start cuts them, and their offsets go to the
+/// next records.
+#[test]
+fn records_whose_entry_never_reached_the_log_are_cut_at_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    publish_through_journal(tmp.path(), 10);
+    // The last entry torn: the tenth record is in its segment, not in the log.
+    let segment = segment_files(tmp.path()).pop().unwrap();
+    let len = fs::metadata(&segment).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(len - 3)
+        .unwrap();
+    let settings = crate::JournalSettings {
+        fsync: crate::Fsync::Always,
+        fsync_interval: std::time::Duration::from_millis(10),
+        snapshot_log_bytes: 1 << 30,
+        segment_bytes: 64 * 1024,
+        held_log_bytes: None,
+    };
+    let storage = crate::Storage::open(tmp.path(), CAPACITY).unwrap();
+    assert!(storage.recovery().torn.is_some());
+    let (mut state, journal) = storage.start(settings, |state| state).unwrap();
+    let publish = Command::Publish {
+        topic: "t".into(),
+        partition: 0,
+        payload: Bytes::from_static(b"after the crash"),
+    };
+    let applied = journal.apply(&mut state, 3, publish);
+    assert_eq!(applied.result, Ok(broker_core::Outcome::Published(9)));
+    futures::executor::block_on(journal.durable(applied.entry.unwrap())).unwrap();
+    journal.finish();
+    drop(journal);
+    let recovered = recover(tmp.path()).unwrap().state;
+    let records = recovered.read("t", 0, 8, 10, None).unwrap().records;
+    let payloads: Vec<Bytes> = records.into_iter().map(|record| record.payload).collect();
+    assert_eq!(
+        payloads,
+        [
+            Bytes::from(vec![8u8; 1000]),
+            Bytes::from_static(b"after the crash")
+        ]
+    );
+}
+
+/// A checkpoint removes the segments of topics deleted before its image, and keeps those the
+/// flusher wrote meanwhile for topics and partitions created after it.
+#[test]
+fn a_checkpoint_keeps_the_segments_of_topics_and_partitions_newer_than_its_image() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut live = on_disk(tmp.path(), 5);
+    live.run(Command::Create {
+        topic: "gone".into(),
+        partition_count: 1,
+        key_hash: KeyHash::Murmur2,
+        settings: Vec::new(),
+    });
+    live.run(publish("gone", 0, "soon deleted"));
+    live.checkpoint(128);
+    live.run(Command::DeleteTopic {
+        topic: "gone".into(),
+    });
+    let image = live.state.to_image();
+    let topic = &image.topics[0].1;
+    let record = broker_core::image::RecordImage {
+        key: None,
+        payload: Bytes::from_static(b"written after the image"),
+        headers: Vec::new(),
+        timestamp_ms: 1,
+    };
+    let newer_topic = LogId {
+        topic: image.next_topic_id,
+        partition: 0,
+    };
+    let newer_partition = LogId {
+        topic: topic.id,
+        partition: topic.partitions.len() as u32,
+    };
+    for log in [newer_topic, newer_partition] {
+        live.records
+            .append(log, 0, std::slice::from_ref(&record), 1 << 20)
+            .unwrap();
+    }
+    let dir_of = |log: LogId| {
+        tmp.path()
+            .join("records")
+            .join(format!("{:020}-{:010}", log.topic, log.partition))
+    };
+    let deleted = dir_of(LogId {
+        topic: image.next_topic_id - 1,
+        partition: 0,
+    });
+    assert!(deleted.exists());
+    live.checkpoint(128);
+    assert!(!deleted.exists(), "the deleted topic's records stay");
+    for log in [newer_topic, newer_partition] {
+        assert!(dir_of(log).exists(), "{log:?} removed");
+        assert_eq!(live.records.end(log), Some(1), "{log:?}");
+    }
 }

@@ -240,6 +240,11 @@ impl BrokerState {
         self
     }
 
+    /// The id of topic `topic` (see [`LogId`]), if the broker has it.
+    pub fn topic_id(&self, topic: &str) -> Option<u64> {
+        self.topics.get(topic).map(|topic| topic.id)
+    }
+
     /// From now on (`true`), notes every record appended to any partition (by a publish, a
     /// dead letter or a produce) for [`BrokerState::take_appended`], so that a storage layer
     /// can write each record once, as it comes; `false` stops and drops what was noted.

@@ -158,3 +158,94 @@ fn every_record_of_a_batch_is_reported_appended_even_one_its_own_batch_pushed_ou
         "nothing noted once asked not to"
     );
 }
+
+/// Every command that publishes lists its records in the order its outcome places them: each
+/// taken out and put back from what the broker stored is the command it was, and a record
+/// with a key or headers cannot be put into a command whose records have none.
+#[test]
+fn a_published_record_taken_out_of_its_command_is_put_back_from_what_was_stored() {
+    use crate::{Command, PartitionBatch};
+    let record = |n: u8| PublishRecord {
+        partition: Some(i32::from(n % 2)),
+        key: (n % 3 == 0).then(|| bytes::Bytes::from(vec![n; 2])),
+        payload: bytes::Bytes::from(vec![n; 5]),
+        headers: vec![crate::Header {
+            name: format!("h{n}"),
+            value: Some(bytes::Bytes::from_static(b"v")),
+        }],
+        timestamp_ms: Some(i64::from(n)),
+    };
+    let commands = [
+        Command::Publish {
+            topic: "t".into(),
+            partition: 1,
+            payload: "one".into(),
+        },
+        Command::PublishKeyed {
+            topic: "t".into(),
+            key: Some("k".into()),
+            payload: "keyed".into(),
+        },
+        Command::PublishBatch {
+            topic: "t".into(),
+            records: (0..4).map(record).collect(),
+        },
+        Command::PublishUntilFull {
+            topic: "t".into(),
+            records: (4..7).map(record).collect(),
+        },
+        Command::PublishIdempotent {
+            topic: "t".into(),
+            producer: 9,
+            batches: vec![PartitionBatch {
+                partition: 0,
+                sequence: 0,
+                records: (7..9)
+                    .map(|n| PublishRecord {
+                        partition: None,
+                        ..record(n)
+                    })
+                    .collect(),
+            }],
+        },
+    ];
+    for command in commands {
+        let mut state = crate::BrokerState::new(10).unwrap();
+        state.create("t", 2, KeyHash::default(), &[]).unwrap();
+        state.record_appends(true);
+        let outcome = state.apply_at(100, command.clone()).unwrap();
+        let placements = command.placements(&outcome).unwrap();
+        let stored = state.take_appended();
+        assert_eq!(stored.len(), placements.len(), "{command:?}");
+        for (noted, &(partition, offset)) in stored.iter().zip(&placements) {
+            assert_eq!(
+                (noted.log.partition as i32, noted.offset),
+                (partition, offset)
+            );
+        }
+        let mut logged = command.clone();
+        for parts in &mut logged.published_records_mut() {
+            parts.take();
+        }
+        assert_ne!(logged, command);
+        for (parts, noted) in logged.published_records_mut().iter_mut().zip(&stored) {
+            assert!(parts.put(noted.record.clone()));
+        }
+        assert_eq!(logged, command);
+    }
+    let mut single = Command::Publish {
+        topic: "t".into(),
+        partition: 0,
+        payload: "p".into(),
+    };
+    let keyed = crate::image::RecordImage {
+        key: Some("k".into()),
+        payload: "p".into(),
+        headers: Vec::new(),
+        timestamp_ms: 0,
+    };
+    assert!(!single.published_records_mut()[0].put(keyed));
+    assert!(Command::Describe { topic: None }
+        .published_records_mut()
+        .is_empty());
+}

@@ -1,0 +1,375 @@
+//! Records written to their partitions' segments after the last checkpoint's catalog. The
+//! journal's flusher writes every record as it comes, and a log entry of format 6 holds only
+//! where its published records went ([`crate::format::EntryRef::Placed`]): recovery finds
+//! these records ([`RecordStore::check_keeping_tails`]), reads them back to put them into the
+//! commands it replays ([`Tails::record`]), and keeps them as far as the recovered state
+//! reaches ([`Tails::keep`]). The rest (records whose entries never reached the log) is cut.
+//!
+//! A partition's tail is a run of records at consecutive offsets: the end of its last cataloged
+//! segment past the catalog's length, then segment files the catalog does not name, each
+//! starting where the one before ends (a partition the catalog does not name starts at its
+//! first file). It ends at the first record that is cut short or fails its checksum. Its
+//! `.idx` entries are not trusted (an index is derived data, synced only at checkpoints): those
+//! of the records kept are written again from the `.rec` file.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use broker_core::cold::LogId;
+use broker_core::image::{RecordImage, StateImage};
+
+use crate::format::config;
+use crate::records::{
+    header, index_entry, RecordStore, SegmentImage, DATA_MAGIC, HEADER, INDEX_ENTRY, INDEX_MAGIC,
+    RECORD_HEADER,
+};
+use crate::repair::Repairs;
+use crate::StorageError;
+
+/// The records past the catalog of every partition that has some.
+#[derive(Debug, Default)]
+pub(crate) struct Tails {
+    logs: HashMap<LogId, Vec<TailSegment>>,
+}
+
+/// The part of one segment past the catalog.
+#[derive(Debug)]
+struct TailSegment {
+    log: LogId,
+    /// The segment's base offset.
+    base: i64,
+    /// What the catalog says of the segment, when it names it (the partition's last one).
+    cataloged: Option<SegmentImage>,
+    data_path: PathBuf,
+    index_path: PathBuf,
+    /// The length of the `.rec` file.
+    data_len: u64,
+    /// The records of the tail, from its first.
+    records: Vec<TailRecord>,
+}
+
+/// One record of a tail.
+#[derive(Debug)]
+struct TailRecord {
+    /// Where its entry starts in the `.rec` file.
+    position: u64,
+    /// Where its entry ends.
+    end: u64,
+    record: RecordImage,
+}
+
+impl TailSegment {
+    /// The offset of the first record of the tail.
+    fn first(&self) -> i64 {
+        self.cataloged
+            .as_ref()
+            .map_or(self.base, |segment| segment.base + segment.count as i64)
+    }
+
+    /// One past the offset of the last record of the tail.
+    fn end(&self) -> i64 {
+        self.first() + self.records.len() as i64
+    }
+}
+
+/// The segment files of a partition that the catalog does not name, by base offset: the
+/// `.rec` and `.idx` paths.
+pub(crate) type Unnamed = Vec<(i64, PathBuf, PathBuf)>;
+
+impl Tails {
+    /// Reads the tails of every partition: that of its last cataloged segment (`last`, with
+    /// its paths, when its `.rec` file is longer than the catalog says), then the files of
+    /// `unnamed` that continue it. Files that do not continue a tail are added to `repairs`
+    /// for removal.
+    pub(crate) fn find(
+        last: Vec<(SegmentImage, PathBuf, PathBuf, u64)>,
+        mut unnamed: HashMap<LogId, Unnamed>,
+        repairs: &mut Repairs,
+    ) -> Result<Tails, StorageError> {
+        let mut tails = Tails::default();
+        let mut continued: HashMap<LogId, i64> = HashMap::new();
+        for (segment, data_path, index_path, data_len) in last {
+            let log = LogId {
+                topic: segment.topic,
+                partition: segment.partition,
+            };
+            let records = scan(&data_path, segment.data_len, data_len)?;
+            let tail = TailSegment {
+                log,
+                base: segment.base,
+                cataloged: Some(segment),
+                data_path,
+                index_path,
+                data_len,
+                records,
+            };
+            continued.insert(log, tail.end());
+            tails.logs.entry(log).or_default().push(tail);
+        }
+        for (log, files) in &mut unnamed {
+            files.sort_unstable_by_key(|(base, _, _)| *base);
+            // A partition the catalog names continues where its tail (or its catalog) ends; one
+            // it does not name starts at its first file.
+            let mut next = continued
+                .get(log)
+                .copied()
+                .or_else(|| files.first().map(|(base, _, _)| *base));
+            for (base, data_path, index_path) in files.drain(..) {
+                let follows = next == Some(base) && has_header(&data_path, *log, base)?;
+                if !follows {
+                    repairs.remove(
+                        data_path,
+                        "removing a record file that continues no partition's records",
+                    );
+                    repairs.remove(
+                        index_path,
+                        "removing a record file that continues no partition's records",
+                    );
+                    continue;
+                }
+                let data_len = file_len(&data_path)?;
+                let records = scan(&data_path, HEADER, data_len)?;
+                let tail = TailSegment {
+                    log: *log,
+                    base,
+                    cataloged: None,
+                    data_path,
+                    index_path,
+                    data_len,
+                    records,
+                };
+                // A segment cut short ends the tail: the next file cannot follow it.
+                next = (tail.data_len == tail.records.last().map_or(HEADER, |record| record.end))
+                    .then(|| tail.end());
+                tails.logs.entry(*log).or_default().push(tail);
+            }
+        }
+        Ok(tails)
+    }
+
+    /// The tail's record at `offset` of `log`, if the tail holds it.
+    pub(crate) fn record(&self, log: LogId, offset: i64) -> Option<RecordImage> {
+        let segments = self.logs.get(&log)?;
+        let segment = segments
+            .iter()
+            .find(|segment| segment.first() <= offset && offset < segment.end())?;
+        let index = usize::try_from(offset - segment.first()).ok()?;
+        segment
+            .records
+            .get(index)
+            .map(|record| record.record.clone())
+    }
+
+    /// Keeps the records of each tail that `image` (the recovered state) holds, as the
+    /// partition's records from the tail's first: `store`'s catalog names them from now on.
+    /// What follows them is added to `repairs` to be cut or removed, and the `.idx` entries of
+    /// the records kept to be written again.
+    ///
+    /// # Errors
+    /// [`StorageError::Corrupt`] naming the segment when a record kept differs from the one the
+    /// state holds at its offset, or when the state holds records before the tail's first
+    /// that no segment holds.
+    pub(crate) fn keep(
+        self,
+        store: &RecordStore,
+        image: &StateImage,
+        repairs: &mut Repairs,
+    ) -> Result<(), StorageError> {
+        let mut held: HashMap<LogId, (i64, &[RecordImage])> = HashMap::new();
+        for (_, topic) in &image.topics {
+            for (number, partition) in topic.partitions.iter().enumerate() {
+                let log = LogId {
+                    topic: topic.id,
+                    partition: number as u32,
+                };
+                held.insert(log, (partition.cold_end, &partition.records));
+            }
+        }
+        for (log, segments) in self.logs {
+            let Some(&(memory_start, records)) = held.get(&log) else {
+                // A partition of a topic deleted since: none of its records is kept, and a
+                // directory no catalog names goes whole.
+                let directory = segments
+                    .iter()
+                    .all(|segment| segment.cataloged.is_none())
+                    .then(|| segments.first().and_then(|s| s.data_path.parent()))
+                    .flatten()
+                    .map(Path::to_path_buf);
+                match directory {
+                    Some(directory) => repairs.remove(
+                        directory,
+                        "removing the record files of a topic the log deleted",
+                    ),
+                    None => {
+                        for segment in segments {
+                            segment.keep(store, 0, repairs);
+                        }
+                    }
+                }
+                continue;
+            };
+            let end = memory_start + records.len() as i64;
+            if let Some(first) = segments.first() {
+                if first.first() > memory_start && end > memory_start {
+                    return Err(StorageError::corrupt(
+                        &first.data_path,
+                        0,
+                        format!(
+                            "the log holds records of the partition from offset {memory_start}, \
+                             and its segments only from {}",
+                            first.first()
+                        ),
+                    ));
+                }
+            }
+            for segment in segments {
+                let kept = (end.min(segment.end()) - segment.first()).max(0) as usize;
+                for (index, tail) in segment.records.iter().take(kept).enumerate() {
+                    let offset = segment.first() + index as i64;
+                    let Some(held) = usize::try_from(offset - memory_start)
+                        .ok()
+                        .and_then(|at| records.get(at))
+                    else {
+                        continue;
+                    };
+                    if *held != tail.record {
+                        return Err(StorageError::corrupt(
+                            &segment.data_path,
+                            tail.position,
+                            format!(
+                                "the record at offset {offset} differs from the one the log \
+                                 gives"
+                            ),
+                        ));
+                    }
+                }
+                segment.keep(store, kept, repairs);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TailSegment {
+    /// Keeps the first `kept` records of the tail: the catalog names them, the `.rec` file is
+    /// cut after them and their index entries are written again (or, keeping none of a file
+    /// the catalog does not name, both files are removed).
+    fn keep(self, store: &RecordStore, kept: usize, repairs: &mut Repairs) {
+        let (mut segment, index_at) = match self.cataloged.clone() {
+            Some(segment) => {
+                let index_at = HEADER + segment.count * INDEX_ENTRY;
+                (segment, index_at)
+            }
+            None if kept == 0 => {
+                let why = "removing a record file whose records the log does not hold";
+                repairs.remove(self.data_path, why);
+                repairs.remove(self.index_path, why);
+                return;
+            }
+            None => {
+                let first = &self.records[0].record;
+                let segment = SegmentImage {
+                    topic: self.log.topic,
+                    partition: self.log.partition,
+                    base: self.base,
+                    count: 0,
+                    bytes: 0,
+                    data_len: HEADER,
+                    first_timestamp_ms: first.timestamp_ms,
+                    last_timestamp_ms: first.timestamp_ms,
+                    largest: 0,
+                };
+                (segment, 0)
+            }
+        };
+        let mut index = Vec::with_capacity(kept * INDEX_ENTRY as usize + HEADER as usize);
+        if self.cataloged.is_none() {
+            index.extend_from_slice(&header(INDEX_MAGIC, self.log, self.base));
+        }
+        for tail in &self.records[..kept] {
+            index.extend_from_slice(&index_entry(
+                tail.position,
+                tail.record.timestamp_ms,
+                segment.bytes,
+            ));
+            let size = tail.record.size();
+            segment.count += 1;
+            segment.bytes += size;
+            segment.data_len = tail.end;
+            segment.last_timestamp_ms = tail.record.timestamp_ms;
+            segment.largest = segment.largest.max(size);
+        }
+        if self.data_len > segment.data_len {
+            repairs.cut(
+                self.data_path.clone(),
+                segment.data_len,
+                self.data_len,
+                "cutting records written after the last checkpoint whose entries never reached \
+                 the log",
+            );
+        }
+        repairs.write(
+            self.index_path.clone(),
+            index_at,
+            index,
+            "writing again the index of records written after the last checkpoint",
+        );
+        if kept > 0 {
+            store.name(segment);
+        }
+    }
+}
+
+/// Whether the `.rec` file at `path` starts with the header of segment `base` of `log`.
+fn has_header(path: &Path, log: LogId, base: i64) -> Result<bool, StorageError> {
+    let file = File::open(path).map_err(StorageError::io("open", path))?;
+    let mut found = [0; HEADER as usize];
+    Ok(file.read_exact_at(&mut found, 0).is_ok() && found == header(DATA_MAGIC, log, base))
+}
+
+fn file_len(path: &Path) -> Result<u64, StorageError> {
+    Ok(std::fs::metadata(path)
+        .map_err(StorageError::io("read the length of", path))?
+        .len())
+}
+
+/// The valid records of the `.rec` file at `path` from byte `start` to `len`, up to the first
+/// one cut short, failing its checksum or not decoding.
+fn scan(path: &Path, start: u64, len: u64) -> Result<Vec<TailRecord>, StorageError> {
+    let file = File::open(path).map_err(StorageError::io("open", path))?;
+    let mut bytes = vec![0; usize::try_from(len.saturating_sub(start)).unwrap_or(0)];
+    file.read_exact_at(&mut bytes, start)
+        .map_err(StorageError::io("read", path))?;
+    let mut records = Vec::new();
+    let mut at = 0;
+    while at + RECORD_HEADER <= bytes.len() {
+        let length = u32_le(&bytes[at..]) as usize;
+        let crc = u32_le(&bytes[at + 4..]);
+        let Some(body) = bytes.get(at + RECORD_HEADER..at + RECORD_HEADER + length) else {
+            break;
+        };
+        if crc32fast::hash(body) != crc {
+            break;
+        }
+        let record = match bincode::serde::decode_from_slice::<RecordImage, _>(body, config()) {
+            Ok((record, used)) if used == body.len() => record,
+            _ => break,
+        };
+        let end = at + RECORD_HEADER + length;
+        records.push(TailRecord {
+            position: start + at as u64,
+            end: start + end as u64,
+            record,
+        });
+        at = end;
+    }
+    Ok(records)
+}
+
+fn u32_le(bytes: &[u8]) -> u32 {
+    let mut buf = [0; 4];
+    buf.copy_from_slice(&bytes[..4]);
+    u32::from_le_bytes(buf)
+}
