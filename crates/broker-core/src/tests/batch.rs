@@ -167,7 +167,7 @@ fn a_published_record_taken_out_of_its_command_is_put_back_from_what_was_stored(
     use crate::{Command, PartitionBatch};
     let record = |n: u8| PublishRecord {
         partition: Some(i32::from(n % 2)),
-        key: (n % 3 == 0).then(|| bytes::Bytes::from(vec![n; 2])),
+        key: n.is_multiple_of(3).then(|| bytes::Bytes::from(vec![n; 2])),
         payload: bytes::Bytes::from(vec![n; 5]),
         headers: vec![crate::Header {
             name: format!("h{n}"),
