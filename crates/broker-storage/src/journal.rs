@@ -265,6 +265,9 @@ impl Slot<'_> {
         if !keep {
             let start = self.start;
             self.pending.batch.buffer.truncate(start);
+            // None are expected; any there are the state holds, so they are written (with no
+            // entry, a restart drops them) for a checkpoint to find them in their segments.
+            self.pending.batch.records.extend(appended);
             return None;
         }
         let pending = &mut *self.pending;
@@ -336,7 +339,11 @@ struct Pending {
     next_seq: u64,
     /// Why state-changing commands are refused now (a failing write or a failed fsync).
     refusing: Option<String>,
-    /// Entry bytes appended since the last checkpoint started.
+    /// Why state-changing commands are refused for good: a change applied that could not be
+    /// logged, or the flusher gone. Unlike `refusing`, no successful write clears it.
+    broken: Option<String>,
+    /// Entry bytes appended since the last checkpoint started, with the bytes the records they
+    /// appended take in their segments.
     since_snapshot: u64,
     /// Entry bytes the running checkpoint covers, whose records are in memory until its
     /// evictions are taken (0 when none is running or waiting to be taken).
@@ -464,16 +471,18 @@ impl Journal {
 
     /// Why state-changing commands are refused now, if they are (the log cannot take entries).
     pub fn refusing(&self) -> Option<String> {
-        self.inner.lock().refusing.clone()
+        let pending = self.inner.lock();
+        pending.broken.clone().or_else(|| pending.refusing.clone())
     }
 
     /// Applies `command` to `state` at `now_ms` (see [`BrokerState::apply_at`]) and logs it,
     /// with the time, if it changed anything (see [`broker_core::CommandKind::changed_state`]);
     /// a state-changing command is refused before it is applied while the log cannot take
     /// entries, and read-only commands are applied without the log. The entry is encoded
-    /// straight into the buffer the flusher takes (one copy of its payloads), before the
-    /// command is moved into the core, and taken back if the outcome needs no entry. Call with
-    /// `state` locked, in apply order.
+    /// straight into the buffer the flusher takes, before the command is moved into the core,
+    /// and taken back if the outcome needs no entry; that of a command that publishes is
+    /// encoded once it was applied, without the records it stored ([`EntryRef::Placed`]), which
+    /// the flusher writes to their segments. Call with `state` locked, in apply order.
     pub fn apply(&self, state: &mut BrokerState, now_ms: i64, command: Command) -> Applied {
         let kind = command.kind();
         if kind.is_read_only() {
@@ -494,7 +503,9 @@ impl Journal {
         let publishes = command.largest_record().is_some();
         let slot = self.begin().and_then(|mut slot| {
             let checked = if publishes {
-                check_entry(&entry)
+                // Room for where each record went: the entry may grow by that much.
+                let records = command.clone().published_records_mut().len();
+                check_entry(&entry, 8 + PLACED_RUN_BYTES * records)
             } else {
                 slot.encode(&entry)
             };
@@ -537,7 +548,7 @@ impl Journal {
                     "a change was applied but could not be logged ({cause}); restart the server"
                 );
                 error!(%reason, "refusing every change");
-                slot.pending.refusing = Some(reason.clone());
+                slot.pending.broken = Some(reason.clone());
                 result = Err(JournalError::NotDurable(reason));
                 drop(slot);
                 return Applied {
@@ -588,7 +599,7 @@ impl Journal {
     /// [`Slot::finish`] says whether to keep it; refused while the log cannot take entries.
     fn begin(&self) -> Result<Slot<'_>, JournalError> {
         let pending = self.inner.lock();
-        if let Some(reason) = &pending.refusing {
+        if let Some(reason) = pending.broken.as_ref().or(pending.refusing.as_ref()) {
             return Err(JournalError::Refused(reason.clone()));
         }
         let start = pending.batch.buffer.len();
@@ -671,6 +682,8 @@ impl Journal {
         // checkpointed; a restart rebuilds it from the log.
         if pending.snapshot_running
             || pending.refusing.is_some()
+            || pending.broken.is_some()
+            || pending.stopping
             || state.failure().is_some()
             || pending.since_snapshot < due.max(1)
         {
@@ -752,8 +765,12 @@ impl Journal {
     }
 }
 
-/// Checks that `entry` can be encoded within [`MAX_ENTRY_BYTES`], encoding it nowhere.
-fn check_entry(entry: &EntryRef<'_>) -> Result<(), StorageError> {
+/// The bytes one [`PlacedRun`] takes in an entry.
+const PLACED_RUN_BYTES: usize = 20;
+
+/// Checks that `entry` with `extra` bytes more can be encoded within [`MAX_ENTRY_BYTES`],
+/// encoding it nowhere.
+fn check_entry(entry: &EntryRef<'_>, extra: usize) -> Result<(), StorageError> {
     /// Counts what is written to it.
     struct Counter(usize);
     impl std::io::Write for Counter {
@@ -768,10 +785,10 @@ fn check_entry(entry: &EntryRef<'_>) -> Result<(), StorageError> {
     let mut counter = Counter(0);
     bincode::serde::encode_into_std_write(entry, &mut counter, config())
         .map_err(|error| StorageError::Encode(error.to_string()))?;
-    if counter.0 > MAX_ENTRY_BYTES {
+    if counter.0 + extra > MAX_ENTRY_BYTES {
         return Err(StorageError::Encode(format!(
             "an entry of {} bytes exceeds the limit of {MAX_ENTRY_BYTES}",
-            counter.0
+            counter.0 + extra
         )));
     }
     Ok(())
@@ -924,6 +941,7 @@ fn run_checkpoint(
 /// checkpoint asks for their catalog), and publishes the progress, until shutdown or a failed
 /// fsync.
 fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress>) {
+    let _ends = FlusherEnds(inner);
     let settings = inner.settings;
     let mut last_sync = Instant::now();
     let mut unsynced = false;
@@ -1080,6 +1098,22 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
             if pending.batch.is_empty() && pending.sealed.is_empty() {
                 return;
             }
+        }
+    }
+}
+
+/// Ends the flusher however it ends (a failed fsync, shutdown, a panic): a checkpoint waiting
+/// for the records of entries it will never write is told (its catalog's sender dropped), and
+/// no later change or checkpoint waits for it.
+struct FlusherEnds<'a>(&'a Inner);
+
+impl Drop for FlusherEnds<'_> {
+    fn drop(&mut self) {
+        let mut pending = self.0.lock();
+        pending.sealed.clear();
+        pending.batch.catalog = None;
+        if !pending.stopping {
+            pending.broken = Some("the log writer stopped; restart the server".into());
         }
     }
 }

@@ -26,8 +26,9 @@
 //! time is found by binary search.
 //!
 //! Which segments exist and how far each is valid is written in every checkpoint (the
-//! catalog, [`SegmentImage`]); recovery trusts the catalog, cuts what was appended after it
-//! (records whose entries the log replays), and removes files it does not name. A record is
+//! catalog, [`SegmentImage`]); recovery trusts the catalog, reads back what was appended
+//! after it for the log entries that name those records, keeps what the replayed log holds and
+//! cuts the rest (see the tails module), and removes files it does not name. A record is
 //! checked against its CRC whenever it is read.
 
 use std::borrow::Borrow;
@@ -66,6 +67,10 @@ pub(crate) const RECORD_HEADER: usize = 8;
 /// entry header, the encoding's length prefixes and tags, its time and its index entry. A
 /// record's headers add their name and value bytes plus 17 bytes each.
 pub const RECORD_OVERHEAD_BYTES: u64 = RECORD_HEADER as u64 + 1 + 8 + 8 + 8 + INDEX_ENTRY;
+
+/// Most segments (two files each) the flusher keeps open for writing at once: past it, they
+/// are synced and closed, and opened again when written to.
+const OPEN_FOR_WRITING: usize = 64;
 
 /// Most segment files kept open for reading at once; older ones are closed and reopened when
 /// read again.
@@ -172,6 +177,19 @@ impl WriteFiles {
 }
 
 impl OpenSegments {
+    /// Syncs and closes every file: kept open no more than [`OPEN_FOR_WRITING`] segments at
+    /// once, however many partitions are written to.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if a file cannot be synced (then none is closed).
+    fn close_all(&mut self) -> Result<(), StorageError> {
+        for files in self.files.values_mut() {
+            files.sync(true)?;
+        }
+        self.files.clear();
+        Ok(())
+    }
+
     /// Syncs the `.rec` files written through these (not their indexes, which recovery
     /// writes again from them): the records written so far are durable.
     ///
@@ -332,18 +350,24 @@ impl RecordStore {
 
     /// [`RecordStore::check`] of the segments of a single broker's data directory, whose
     /// flusher wrote records past the catalog: those records are not cut but returned as the
-    /// tails recovery reads back and keeps (see [`Tails`]).
+    /// tails recovery reads back and keeps (see [`Tails`]). A partition's tail starts at its
+    /// end in the snapshot, `ends` (0 for one it does not name). The tails recovery keeps are
+    /// named by the catalog before their index is written again (by the repairs): nothing may
+    /// read them from the store before the repairs are made (the recovered state holds them in
+    /// memory).
     ///
     /// # Errors
     /// As [`RecordStore::check`], and [`StorageError::Io`] if a tail cannot be read.
     pub(crate) fn check_keeping_tails(
         dir: &Path,
         catalog: Vec<SegmentImage>,
+        ends: &HashMap<LogId, i64>,
         repairs: &mut Repairs,
     ) -> Result<(RecordStore, Tails), StorageError> {
+        let cataloged: HashSet<LogId> = catalog.iter().map(SegmentImage::log).collect();
         let mut found = TailFiles::default();
         let store = RecordStore::check_files(dir, catalog, repairs, Some(&mut found))?;
-        let tails = Tails::find(found.last, found.unnamed, repairs)?;
+        let tails = Tails::find(found.last, found.unnamed, &cataloged, ends, repairs)?;
         Ok((store, tails))
     }
 
@@ -722,6 +746,9 @@ impl RecordStore {
                 }
             };
             let key = (log, segment.base);
+            if !open.files.contains_key(&key) && open.files.len() >= OPEN_FOR_WRITING {
+                open.close_all()?;
+            }
             let files = match open.files.entry(key) {
                 std::collections::hash_map::Entry::Occupied(files) => files.into_mut(),
                 std::collections::hash_map::Entry::Vacant(slot) => {
@@ -738,8 +765,12 @@ impl RecordStore {
                 Ok(segment) => segment,
                 Err(error) => {
                     // Where the files stand is unknown: the next attempt opens them again,
-                    // cut to what the catalog names.
-                    open.files.remove(&key);
+                    // cut to what the catalog names. What they hold of earlier writes, whose
+                    // log entries may be written already, is made durable first (a failure
+                    // to is a failed fsync, which stops the log).
+                    if let Some(mut files) = open.files.remove(&key) {
+                        files.sync(true)?;
+                    }
                     return Err(error);
                 }
             };

@@ -1,6 +1,7 @@
 //! Recovery: the latest snapshot with its record segments, then the log tail replayed through
 //! the core's `apply_at` (format 1 entries through `apply`).
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -74,7 +75,8 @@ pub(crate) fn recover(
             path,
         }) => {
             migrated_from = Some(1);
-            let (records, tails) = RecordStore::check_keeping_tails(dir, Vec::new(), repairs)?;
+            let (records, tails) =
+                RecordStore::check_keeping_tails(dir, Vec::new(), &HashMap::new(), repairs)?;
             let records = Arc::new(records);
             let state = BrokerState::from_image_v1(image)
                 .map_err(|why| inconsistent(&path, &why))?
@@ -124,7 +126,8 @@ pub(crate) fn recover(
                 Some(&first) => first_capacity(&dir.join(segment_name(first)))?,
                 None => None,
             };
-            let (records, tails) = RecordStore::check_keeping_tails(dir, Vec::new(), repairs)?;
+            let (records, tails) =
+                RecordStore::check_keeping_tails(dir, Vec::new(), &HashMap::new(), repairs)?;
             let records = Arc::new(records);
             let state = BrokerState::new(logged.unwrap_or(capacity))
                 .map_err(|error| StorageError::Replay {
@@ -334,7 +337,24 @@ fn open_checkpoint(
     path: &Path,
     repairs: &mut Repairs,
 ) -> Result<(Arc<RecordStore>, Tails, BrokerState), StorageError> {
-    let (records, tails) = RecordStore::check_keeping_tails(dir, checkpoint.segments, repairs)?;
+    // Where each partition's records past the snapshot start: at its end in the image (or at 0
+    // for a partition created since).
+    let ends = checkpoint
+        .image
+        .topics
+        .iter()
+        .flat_map(|(_, topic)| {
+            topic.partitions.iter().enumerate().map(|(number, log)| {
+                let id = LogId {
+                    topic: topic.id,
+                    partition: number as u32,
+                };
+                (id, log.cold_end + log.records.len() as i64)
+            })
+        })
+        .collect();
+    let (records, tails) =
+        RecordStore::check_keeping_tails(dir, checkpoint.segments, &ends, repairs)?;
     let records = Arc::new(records);
     let cold: Arc<dyn ColdStore> = records.clone();
     let state = BrokerState::from_image(checkpoint.image, Some(cold))

@@ -6,7 +6,7 @@
 //! (A cluster node lists the repairs of its Raft files in the same list as those of its record
 //! segments.)
 
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -37,6 +37,8 @@ enum Repair {
         bytes: Vec<u8>,
         why: String,
     },
+    /// A file whose contents must be durable before a checkpoint names them.
+    Sync(PathBuf),
     /// A file whose bytes from `len` on a crash left unfinished.
     Cut {
         path: PathBuf,
@@ -82,6 +84,12 @@ impl Repairs {
         });
     }
 
+    /// Adds making the contents of the file `path` durable (records recovery keeps, which a
+    /// `kill -9` may have left in the page cache only).
+    pub fn sync(&mut self, path: PathBuf) {
+        self.0.push(Repair::Sync(path));
+    }
+
     /// Makes the changes, each durable before the next.
     ///
     /// # Errors
@@ -99,6 +107,11 @@ impl Repairs {
                 Repair::Remove { path, why } => {
                     warn!(file = %path.display(), "{why}");
                     remove_path(&path)?;
+                }
+                Repair::Sync(path) => {
+                    File::open(&path)
+                        .and_then(|file| file.sync_all())
+                        .map_err(StorageError::io("fsync", &path))?;
                 }
                 Repair::Write {
                     path,

@@ -12,7 +12,7 @@
 //! `.idx` entries are not trusted (an index is derived data, synced only at checkpoints): those
 //! of the records kept are written again from the `.rec` file.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -72,6 +72,23 @@ impl TailSegment {
     fn end(&self) -> i64 {
         self.first() + self.records.len() as i64
     }
+
+    /// Where the next segment file continues this one: its end, if every byte of its `.rec`
+    /// file is a valid record (one cut short ends the partition's tail).
+    fn continued(&self) -> Option<i64> {
+        let whole = self
+            .records
+            .last()
+            .map_or(self.first_position(), |record| record.end);
+        (whole == self.data_len).then(|| self.end())
+    }
+
+    /// Where the tail starts in the `.rec` file.
+    fn first_position(&self) -> u64 {
+        self.cataloged
+            .as_ref()
+            .map_or(HEADER, |segment| segment.data_len)
+    }
 }
 
 /// The segment files of a partition that the catalog does not name, by base offset: the
@@ -79,15 +96,28 @@ impl TailSegment {
 pub(crate) type Unnamed = Vec<(i64, PathBuf, PathBuf)>;
 
 impl Tails {
-    /// Reads the tails of every partition: that of its last cataloged segment (`last`, with
-    /// its paths, when its `.rec` file is longer than the catalog says), then the files of
-    /// `unnamed` that continue it. Files that do not continue a tail are added to `repairs`
-    /// for removal.
+    /// Reads the tails of every partition, which start at its end in the snapshot (`ends`; 0
+    /// for a partition created since): that of its last cataloged segment (`last`, with its
+    /// paths and the length of its `.rec` file, when longer than the catalog says), then the
+    /// files of `unnamed` that continue it. Files that do not continue a tail (those of
+    /// segments a checkpoint retired but did not remove before the process stopped, say) are
+    /// added to `repairs` for removal, and a cataloged segment's records past the catalog that
+    /// do not start where the partition ends for cutting.
     pub(crate) fn find(
         last: Vec<(SegmentImage, PathBuf, PathBuf, u64)>,
         mut unnamed: HashMap<LogId, Unnamed>,
+        cataloged: &HashSet<LogId>,
+        ends: &HashMap<LogId, i64>,
         repairs: &mut Repairs,
     ) -> Result<Tails, StorageError> {
+        let start = |log: &LogId| ends.get(log).copied().unwrap_or(0);
+        let first_directory: HashMap<LogId, PathBuf> = unnamed
+            .iter()
+            .filter_map(|(log, files)| {
+                let (_, data_path, _) = files.first()?;
+                Some((*log, data_path.parent()?.to_path_buf()))
+            })
+            .collect();
         let mut tails = Tails::default();
         let mut continued: HashMap<LogId, i64> = HashMap::new();
         for (segment, data_path, index_path, data_len) in last {
@@ -95,6 +125,15 @@ impl Tails {
                 topic: segment.topic,
                 partition: segment.partition,
             };
+            let first = segment.base + segment.count as i64;
+            if first != start(&log) {
+                let index_len = HEADER + segment.count * INDEX_ENTRY;
+                let why = "cutting records written after the last checkpoint that continue no \
+                           partition's records";
+                repairs.cut(data_path, segment.data_len, data_len, why);
+                repairs.write(index_path, index_len, Vec::new(), why);
+                continue;
+            }
             let records = scan(&data_path, segment.data_len, data_len)?;
             let tail = TailSegment {
                 log,
@@ -105,45 +144,54 @@ impl Tails {
                 data_len,
                 records,
             };
-            continued.insert(log, tail.end());
+            let next = tail.continued();
+            if let Some(next) = next {
+                continued.insert(log, next);
+            }
             tails.logs.entry(log).or_default().push(tail);
         }
         for (log, files) in &mut unnamed {
             files.sort_unstable_by_key(|(base, _, _)| *base);
-            // A partition the catalog names continues where its tail (or its catalog) ends; one
-            // it does not name starts at its first file.
-            let mut next = continued
-                .get(log)
-                .copied()
-                .or_else(|| files.first().map(|(base, _, _)| *base));
+            let start = start(log);
+            let named = cataloged.contains(log);
+            let mut next = match tails.logs.get(log) {
+                // Its last cataloged segment has a tail: the files continue it if it is whole.
+                Some(_) => continued.get(log).copied().map(Follow::At),
+                None => Some(Follow::Start),
+            };
+            let mut kept_any = tails.logs.contains_key(log);
             for (base, data_path, index_path) in files.drain(..) {
-                let follows = next == Some(base) && has_header(&data_path, *log, base)?;
-                if !follows {
-                    repairs.remove(
-                        data_path,
-                        "removing a record file that continues no partition's records",
-                    );
-                    repairs.remove(
-                        index_path,
-                        "removing a record file that continues no partition's records",
-                    );
-                    continue;
-                }
-                let data_len = file_len(&data_path)?;
-                let records = scan(&data_path, HEADER, data_len)?;
-                let tail = TailSegment {
-                    log: *log,
-                    base,
-                    cataloged: None,
-                    data_path,
-                    index_path,
-                    data_len,
-                    records,
+                let tail = match next {
+                    Some(Follow::At(at)) if base == at => {
+                        segment_tail(*log, base, data_path.clone(), index_path.clone())?
+                    }
+                    // The first file: at the partition's end in the snapshot, or, for a
+                    // partition the catalog does not name, holding it (the flusher went on
+                    // writing to a segment the checkpoint retired).
+                    Some(Follow::Start) if base == start || (!named && base < start) => {
+                        segment_tail(*log, base, data_path.clone(), index_path.clone())?
+                            .filter(|tail| tail.base == start || tail.end() >= start)
+                    }
+                    _ => None,
                 };
-                // A segment cut short ends the tail: the next file cannot follow it.
-                next = (tail.data_len == tail.records.last().map_or(HEADER, |record| record.end))
-                    .then(|| tail.end());
+                let Some(tail) = tail else {
+                    let why = "removing a record file that continues no partition's records";
+                    repairs.remove(data_path, why);
+                    repairs.remove(index_path, why);
+                    continue;
+                };
+                next = tail.continued().map(Follow::At);
+                kept_any = true;
                 tails.logs.entry(*log).or_default().push(tail);
+            }
+            if !kept_any && !named {
+                // Nothing in it: a partition deleted, or every file a leftover.
+                if let Some(directory) = first_directory.get(log) {
+                    repairs.remove(
+                        directory.clone(),
+                        "removing record files no checkpoint names",
+                    );
+                }
             }
         }
         Ok(tails)
@@ -317,9 +365,45 @@ impl TailSegment {
             "writing again the index of records written after the last checkpoint",
         );
         if kept > 0 {
+            // What the next checkpoint names (and the log it removes no longer holds) must be
+            // on disk, not only in the page cache a `kill -9` left it in.
+            repairs.sync(self.data_path.clone());
             store.name(segment);
         }
     }
+}
+
+/// Where the next segment file of a partition's tail must start.
+#[derive(Debug, Clone, Copy)]
+enum Follow {
+    /// At the partition's end in the snapshot (no file of its tail found yet).
+    Start,
+    /// At this offset, where the last file of its tail ends.
+    At(i64),
+}
+
+/// The records of the segment file `base` of `log` that the catalog does not name, if it has
+/// the header of that segment.
+fn segment_tail(
+    log: LogId,
+    base: i64,
+    data_path: PathBuf,
+    index_path: PathBuf,
+) -> Result<Option<TailSegment>, StorageError> {
+    if !has_header(&data_path, log, base)? {
+        return Ok(None);
+    }
+    let data_len = file_len(&data_path)?;
+    let records = scan(&data_path, HEADER, data_len)?;
+    Ok(Some(TailSegment {
+        log,
+        base,
+        cataloged: None,
+        data_path,
+        index_path,
+        data_len,
+        records,
+    }))
 }
 
 /// Whether the `.rec` file at `path` starts with the header of segment `base` of `log`.

@@ -1795,3 +1795,65 @@ fn a_checkpoint_keeps_the_segments_of_topics_and_partitions_newer_than_its_image
         assert_eq!(live.records.end(log), Some(1), "{log:?}");
     }
 }
+
+/// Segment files a checkpoint retired but did not remove (the process stopped in between) are
+/// not taken for the records written past the catalog: those continue the partition where the
+/// snapshot says it ends, and the leftovers are removed at start.
+#[test]
+fn segments_a_checkpoint_retired_but_did_not_remove_are_not_taken_for_a_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut live = Live::new(tmp.path());
+    live.run(Command::Create {
+        topic: "r".into(),
+        partition_count: 1,
+        key_hash: KeyHash::Murmur2,
+        settings: vec![
+            broker_core::TopicSetting::Retention(broker_core::Retention::Limits),
+            broker_core::TopicSetting::MaxRecords(5),
+        ],
+    });
+    let mut stash = BTreeMap::new();
+    for round in 0..4 {
+        for i in 0..5 {
+            live.run(publish("r", 0, &format!("record {round}.{i}")));
+        }
+        stash.extend(every_file(&tmp.path().join("records")));
+        live.checkpoint(64);
+    }
+    // The retired segments come back, as if the last checkpoint stopped before removing them.
+    let mut restored = 0;
+    for (path, bytes) in &stash {
+        if !path.exists() {
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, bytes).unwrap();
+            restored += 1;
+        }
+    }
+    assert!(restored >= 4, "{restored} files restored");
+    // Records past the catalog, in a segment of their own, as the flusher writes them.
+    for i in 0..5 {
+        live.run(publish("r", 0, &format!("after {i}")));
+    }
+    let image = live.state.to_image();
+    let topic = &image.topics[0].1;
+    let log = LogId {
+        topic: topic.id,
+        partition: 0,
+    };
+    let partition = &topic.partitions[0];
+    live.records
+        .append(log, partition.cold_end, &partition.records, 64)
+        .unwrap();
+    let expected = live.describe();
+    drop(live);
+    let recovered = recover(tmp.path()).unwrap();
+    assert_eq!(recovered.state.describe_all(), expected);
+    for path in stash.keys() {
+        let base: i64 = path.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+        assert!(base >= 15 || !path.exists(), "{} left", path.display());
+    }
+    let again = recover(tmp.path()).unwrap();
+    assert_eq!(again.state.describe_all(), expected);
+    let records = again.state.clone().read("r", 0, 0, 100, None).unwrap();
+    assert_eq!(records.records.len(), 5);
+}
