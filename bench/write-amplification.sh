@@ -11,6 +11,13 @@
 #
 #   bench/write-amplification.sh                  # RECORDS=2000000 SIZE=100 FSYNCS="batch always"
 #   RECORDS=500000 FSYNCS=batch bench/write-amplification.sh
+#   SERVERS="/tmp/old-target/release target/release" bench/write-amplification.sh
+#
+# SERVERS lists directories holding a broker-server binary each (default: this checkout's
+# release build): each policy is measured with each, in that order, so that two builds are
+# compared side by side in one run (build an older commit with `git worktree add /tmp/old
+# COMMIT && cd /tmp/old && CARGO_TARGET_DIR=/tmp/old-target cargo build --release -p
+# broker-server`).
 #
 # The data directory is under TMPDIR, which must be on a disk (a tmpfs counts no writes).
 # Loopback only; a bounded amount of work; stops what it started.
@@ -24,6 +31,7 @@ DEPTH="${DEPTH:-64}"
 BATCH="${BATCH:-100}"
 PARTITIONS="${PARTITIONS:-2}"
 FSYNCS="${FSYNCS:-batch always}"
+SERVERS="${SERVERS:-target/release}"
 
 echo "building release binaries..." >&2
 cargo build --release --locked -q -p broker-server -p broker-cli
@@ -42,9 +50,10 @@ ratio() { python3 -c "print(f'{$1 / $2:.2f}x')"; }
 payload=$((RECORDS * SIZE))
 printf '%s records of %s bytes (%s MiB of payload), %s partitions, batches of %s, %s x %s in flight\n\n' \
   "$RECORDS" "$SIZE" "$(mib "$payload")" "$PARTITIONS" "$BATCH" "$PRODUCERS" "$DEPTH"
-printf '| `--fsync` | written MiB | written / payload | kept MiB | kept / payload | written / kept | records/s |\n'
-printf '|---|---:|---:|---:|---:|---:|---:|\n'
+printf '| `--fsync` | server | written MiB | written / payload | kept MiB | kept / payload | written / kept | records/s |\n'
+printf '|---|---|---:|---:|---:|---:|---:|---:|\n'
 for fsync in $FSYNCS; do
+for server_dir in $SERVERS; do
   data="$workdir/data-$fsync"
   # Started by a small launcher that reads the server's exact count of bytes written from
   # wait4 when it exits (rusage's output blocks, 512 bytes each: its write_bytes).
@@ -59,7 +68,7 @@ os.rename(pid_file + ".tmp", pid_file)
 _, _, usage = os.wait4(server.pid, 0)
 with open(written, "w") as out:
     out.write(str(usage.ru_oublock * 512))
-' "$workdir/written" "$workdir/pid" target/release/broker-server --listen 127.0.0.1:0 \
+' "$workdir/written" "$workdir/pid" "$server_dir/broker-server" --listen 127.0.0.1:0 \
     --data-dir "$data" --fsync "$fsync" --capacity 2147483647 --log-level warn \
     >"$workdir/out" 2>"$workdir/err" &
   launcher=$!
@@ -77,8 +86,9 @@ with open(written, "w") as out:
   written="$(cat "$workdir/written")"
   kept="$(du -sb "$data" | cut -f1)"
   rate="$(python3 -c "import json; print(f\"{json.load(open('$workdir/bench.json'))['records_per_sec']:,.0f}\")")"
-  printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$fsync" "$(mib "$written")" \
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$fsync" "$server_dir" "$(mib "$written")" \
     "$(ratio "$written" "$payload")" "$(mib "$kept")" "$(ratio "$kept" "$payload")" \
     "$(ratio "$written" "$kept")" "$rate"
   rm -rf "$data"
+done
 done

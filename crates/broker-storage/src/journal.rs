@@ -1076,8 +1076,27 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
                 });
         if sync_now {
             let started = Instant::now();
-            // An entry that holds only where its records are is durable once they are.
-            if let Err(cause) = segments.sync_records().and_then(|()| writer.sync()) {
+            // An entry that holds only where its records are is durable once they are too: both
+            // are synced, side by side, before any waiter is told. (Should the machine stop
+            // between the two, recovery cuts an entry whose records are missing as a torn one:
+            // it was never acknowledged, nor was anything after it.)
+            let synced = if !segments.has_unsynced_records() {
+                writer.sync()
+            } else {
+                std::thread::scope(|scope| {
+                    let records = scope.spawn(|| segments.sync_records());
+                    let log = writer.sync();
+                    let records = records.join().unwrap_or_else(|_| {
+                        Err(StorageError::Io {
+                            action: "fsync",
+                            path: inner.dir.path().join("records"),
+                            cause: std::io::Error::other("the thread syncing them panicked"),
+                        })
+                    });
+                    log.and(records)
+                })
+            };
+            if let Err(cause) = synced {
                 fail_stop(inner, progress, &cause);
                 return;
             }

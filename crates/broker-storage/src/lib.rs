@@ -50,9 +50,11 @@
 //!
 //! The flusher writes each record a command stored to its partition's record segment, then the
 //! command's entry, which says only where those records went (format 6). With `--fsync always`
-//! a group commit syncs the `.rec` files it wrote, then the log; with `batch`, every interval,
-//! in the same order; a log segment is synced when it rolls, after the `.rec` files. So an
-//! entry that is durable has its records durable too. Indexes (`.idx`) are synced only by
+//! a group commit syncs the `.rec` files it wrote and the log side by side, and tells waiters
+//! once both are synced; with `batch`, every interval, the same way; a log segment is synced
+//! when it rolls, after the `.rec` files. So an acknowledged entry has its records durable,
+//! and an entry whose records are missing after a power loss is in the last log segment, where
+//! recovery cuts it (and what follows, acknowledged neither) as a torn entry. Indexes (`.idx`) are synced only by
 //! checkpoints: recovery writes again those of the records past the last checkpoint.
 //!
 //! CRC-32 is the IEEE polynomial (`crc32fast`).
