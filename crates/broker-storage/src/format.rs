@@ -93,9 +93,12 @@ pub struct PlacedRun {
 
 impl PlacedRun {
     /// The runs of `placements` (where each record of a command went, `-1` for one not stored
-    /// now, see [`broker_core::Command::placements`]) whose records are among `stored` (the
-    /// partition and offset of every record the command stored), in record order.
-    pub fn runs(placements: &[(i32, i64)], stored: impl Fn(i32, i64) -> bool) -> Vec<PlacedRun> {
+    /// now, see [`broker_core::Command::placements`]) whose records `stored` says the command
+    /// stored (asked in record order, for each placement with an offset), in record order.
+    pub fn runs(
+        placements: &[(i32, i64)],
+        mut stored: impl FnMut(i32, i64) -> bool,
+    ) -> Vec<PlacedRun> {
         let mut runs: Vec<PlacedRun> = Vec::new();
         for (number, &(partition, offset)) in placements.iter().enumerate() {
             if offset < 0 || !stored(partition, offset) {

@@ -18,11 +18,12 @@
 //!
 //! Records: the state notes every record a command appends
 //! ([`BrokerState::record_appends`]), and the flusher writes them to their partitions' record
-//! segments just before the entries of the same batch go to the log. A command that publishes
-//! is logged once applied, with the records it stored taken out: its entry says where they
-//! went ([`EntryRef::Placed`]), so each record is written once. The records' `.rec` files are
-//! synced before the log (see the crate's documentation), so a durable entry's records are
-//! durable; recovery reads them back from the segments.
+//! segments just before the entries of the same batch go to the log. With `batch` and `never`,
+//! a command that publishes is logged once applied, with the records it stored taken out: its
+//! entry says where they went ([`EntryRef::Placed`]), so each record is written once, and the
+//! `.rec` files are synced before the log (see the crate's documentation); recovery reads them
+//! back from the segments. With `always`, the entry keeps its records, so that a group commit
+//! syncs one file.
 //!
 //! Checkpoints: once [`JournalSettings::snapshot_log_bytes`] of entries were logged since the
 //! last one, the state's image is taken under the lock (records are reference-counted `Bytes`,
@@ -42,7 +43,7 @@
 //! The journal needs no async runtime: waits for durability are futures over a
 //! `tokio::sync::watch` channel, which any executor can poll.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -272,12 +273,17 @@ impl Slot<'_> {
         }
         let pending = &mut *self.pending;
         pending.batch.entries += 1;
-        // The records count as written with their entry, as when the entry held them: the
-        // records held in memory and the time between checkpoints stay what they were.
-        let records: u64 = appended
-            .iter()
-            .map(|appended| appended.record.size() + RECORD_OVERHEAD_BYTES)
-            .sum();
+        // Records left out of their entries count as written with it, as when the entry held
+        // them: the records held in memory and the time between checkpoints stay what they
+        // were. (With `always`, entries hold them.)
+        let records: u64 = if self.inner.settings.fsync == Fsync::Always {
+            0
+        } else {
+            appended
+                .iter()
+                .map(|appended| appended.record.size() + RECORD_OVERHEAD_BYTES)
+                .sum()
+        };
         pending.batch.records.extend(appended);
         pending.since_snapshot += (pending.batch.buffer.len() - self.start) as u64 + records;
         let seq = pending.next_seq;
@@ -480,9 +486,10 @@ impl Journal {
     /// a state-changing command is refused before it is applied while the log cannot take
     /// entries, and read-only commands are applied without the log. The entry is encoded
     /// straight into the buffer the flusher takes, before the command is moved into the core,
-    /// and taken back if the outcome needs no entry; that of a command that publishes is
-    /// encoded once it was applied, without the records it stored ([`EntryRef::Placed`]), which
-    /// the flusher writes to their segments. Call with `state` locked, in apply order.
+    /// and taken back if the outcome needs no entry; but for `always`, that of a command that
+    /// publishes is encoded once it was applied, without the records it stored
+    /// ([`EntryRef::Placed`]), which the flusher writes to their segments. Call with `state`
+    /// locked, in apply order.
     pub fn apply(&self, state: &mut BrokerState, now_ms: i64, command: Command) -> Applied {
         let kind = command.kind();
         if kind.is_read_only() {
@@ -500,14 +507,19 @@ impl Journal {
         };
         // A command that publishes records is logged once applied, without the records it
         // stored, which the flusher writes to their segments: it is only checked to fit now.
-        let publishes = command.largest_record().is_some();
+        // With `always`, the log alone is synced per group commit: a publish's entry keeps its
+        // records (see the crate's documentation).
+        let mut logged = (self.inner.settings.fsync != Fsync::Always
+            && command.largest_record().is_some())
+        .then(|| command.clone());
         let slot = self.begin().and_then(|mut slot| {
-            let checked = if publishes {
-                // Room for where each record went: the entry may grow by that much.
-                let records = command.clone().published_records_mut().len();
-                check_entry(&entry, 8 + PLACED_RUN_BYTES * records)
-            } else {
-                slot.encode(&entry)
+            let checked = match &mut logged {
+                Some(logged) => {
+                    // Room for where each record went: the entry may grow by that much.
+                    let records = logged.published_records_mut().len();
+                    check_entry(&entry, 8 + PLACED_RUN_BYTES * records)
+                }
+                None => slot.encode(&entry),
             };
             checked
                 .map(|()| slot)
@@ -522,7 +534,6 @@ impl Journal {
                 }
             }
         };
-        let logged = publishes.then(|| command.clone());
         let mut result = state.apply_at(now_ms, command).map_err(JournalError::from);
         let keep = matches!(&result, Ok(outcome) if kind.changed_state(outcome));
         let appended = state.take_appended();
@@ -807,13 +818,21 @@ fn placed_runs(
     let (Some(topic), Some(placements)) = (topic, command.placements(outcome)) else {
         return Vec::new();
     };
-    let stored: HashSet<(u32, i64)> = appended
+    // The records it stored were appended in the order it lists them: each placement is
+    // one of them if it is the next one appended (an idempotent producer's repeat, answered
+    // with the offset of its first time, is not).
+    let mut stored = appended
         .iter()
         .filter(|appended| appended.log.topic == topic)
         .map(|appended| (appended.log.partition, appended.offset))
-        .collect();
+        .peekable();
     let runs = PlacedRun::runs(&placements, |partition, offset| {
-        u32::try_from(partition).is_ok_and(|partition| stored.contains(&(partition, offset)))
+        let next = u32::try_from(partition)
+            .is_ok_and(|partition| stored.peek() == Some(&(partition, offset)));
+        if next {
+            stored.next();
+        }
+        next
     });
     let mut parts = command.published_records_mut();
     if parts.len() != placements.len() {
@@ -991,7 +1010,7 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
                     if batch.buffer.is_empty() {
                         return Ok(());
                     }
-                    if writer.rolls_next() {
+                    if writer.rolls_next() && settings.fsync != Fsync::Always {
                         // Rolling syncs the log's active segment: the records of its entries
                         // are made durable first.
                         segments.sync_records()?;
@@ -1076,25 +1095,13 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
                 });
         if sync_now {
             let started = Instant::now();
-            // An entry that holds only where its records are is durable once they are too: both
-            // are synced, side by side, before any waiter is told. (Should the machine stop
-            // between the two, recovery cuts an entry whose records are missing as a torn one:
-            // it was never acknowledged, nor was anything after it.)
-            let synced = if !segments.has_unsynced_records() {
+            // An entry that holds only where its records are (not with `always`) is durable
+            // once they are: they are synced first (one after the other: side by side, fsyncs
+            // took longer on the disks measured).
+            let synced = if settings.fsync == Fsync::Always {
                 writer.sync()
             } else {
-                std::thread::scope(|scope| {
-                    let records = scope.spawn(|| segments.sync_records());
-                    let log = writer.sync();
-                    let records = records.join().unwrap_or_else(|_| {
-                        Err(StorageError::Io {
-                            action: "fsync",
-                            path: inner.dir.path().join("records"),
-                            cause: std::io::Error::other("the thread syncing them panicked"),
-                        })
-                    });
-                    log.and(records)
-                })
+                segments.sync_records().and_then(|()| writer.sync())
             };
             if let Err(cause) = synced {
                 fail_stop(inner, progress, &cause);

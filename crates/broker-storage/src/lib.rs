@@ -49,14 +49,18 @@
 //! # Each record written once
 //!
 //! The flusher writes each record a command stored to its partition's record segment, then the
-//! command's entry, which says only where those records went (format 6). With `--fsync always`
-//! a group commit syncs the `.rec` files it wrote and the log side by side, and tells waiters
-//! once both are synced; with `batch`, every interval, the same way; a log segment is synced
-//! when it rolls, after the `.rec` files. So an acknowledged entry has its records durable,
-//! and an entry whose records are missing after a power loss is in the last log segment, where
-//! recovery cuts it (and what follows, acknowledged neither) as a torn entry. Indexes (`.idx`) are synced only by
-//! checkpoints: recovery writes again those of the records past the last checkpoint.
-//!
+//! command's entry. With `--fsync batch` and `never`, the entry of a publish says only where
+//! its records went (format 6): each record is written once. Every interval (`batch`), the
+//! `.rec` files written are synced, then the log; a log segment is synced when it rolls, after
+//! the `.rec` files. So an entry synced has its records synced, and an entry whose records are
+//! missing after a power loss is in the last log segment, where recovery cuts it (and what
+//! follows) as a torn entry. With `--fsync always`, a group commit syncs the log alone, and a
+//! publish's entry keeps its records (written twice, once in the log, once in the segment):
+//! syncing each `.rec` file a group commit wrote as well took 2.4 times as long per commit on
+//! the disks measured (BENCHMARKS.md). Indexes (`.idx`) and, with `always`, `.rec` files are
+//! synced only by checkpoints: recovery writes again the index of the records past the last
+//! checkpoint, and takes a record the log holds from the log.
+
 //! CRC-32 is the IEEE polynomial (`crc32fast`).
 //!
 //! A directory of an earlier format is read as it is and rewritten in the current format (a

@@ -177,11 +177,6 @@ impl WriteFiles {
 }
 
 impl OpenSegments {
-    /// Whether a `.rec` file written through these holds writes not yet synced.
-    pub fn has_unsynced_records(&self) -> bool {
-        self.files.values().any(|files| files.unsynced[0])
-    }
-
     /// Syncs and closes every file: kept open no more than [`OPEN_FOR_WRITING`] segments at
     /// once, however many partitions are written to.
     ///
@@ -196,36 +191,15 @@ impl OpenSegments {
     }
 
     /// Syncs the `.rec` files written through these (not their indexes, which recovery
-    /// writes again from them), each on a thread of its own when there are several, so that
-    /// their fsyncs overlap: the records written so far are durable.
+    /// writes again from them): the records written so far are durable.
     ///
     /// # Errors
     /// [`StorageError::Io`] if a file cannot be synced.
     pub fn sync_records(&mut self) -> Result<(), StorageError> {
-        let mut unsynced: Vec<&mut WriteFiles> = self
-            .files
-            .values_mut()
-            .filter(|files| files.unsynced[0])
-            .collect();
-        match unsynced.as_mut_slice() {
-            [] => Ok(()),
-            [files] => files.sync(false),
-            several => std::thread::scope(|scope| {
-                let syncs: Vec<_> = several
-                    .iter_mut()
-                    .map(|files| scope.spawn(move || files.sync(false)))
-                    .collect();
-                syncs.into_iter().try_for_each(|sync| {
-                    sync.join().unwrap_or_else(|_| {
-                        Err(StorageError::Io {
-                            action: "fsync",
-                            path: PathBuf::from("a record segment"),
-                            cause: std::io::Error::other("the thread syncing it panicked"),
-                        })
-                    })
-                })
-            }),
+        for files in self.files.values_mut() {
+            files.sync(false)?;
         }
+        Ok(())
     }
 }
 

@@ -1583,11 +1583,12 @@ fn histories_through_the_journal_recover_from_the_records_written_after_the_chec
     }
 }
 
-/// Publishes `count` records of 1,000 bytes through a journal on `dir` (one topic `t` of one
-/// partition, no checkpoint), waits until they are durable and stops it cleanly.
-fn publish_through_journal(dir: &Path, count: usize) {
+/// Publishes `count` records of 1,000 bytes through a journal on `dir` syncing by `fsync`
+/// (one topic `t` of one partition, no checkpoint), waits until they are durable and stops it
+/// cleanly.
+fn publish_through_journal(dir: &Path, count: usize, fsync: crate::Fsync) {
     let settings = crate::JournalSettings {
-        fsync: crate::Fsync::Always,
+        fsync,
         fsync_interval: std::time::Duration::from_millis(10),
         snapshot_log_bytes: 1 << 30,
         segment_bytes: 64 * 1024,
@@ -1614,12 +1615,27 @@ fn log_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-/// Each record is written once: to its partition's segment. Its log entry says only where it
-/// went, and recovery puts it back from there.
+/// With `--fsync always`, a publish's entry keeps its records, so that a group commit syncs
+/// the log alone: recovery takes them from the log, and keeps those already in their segments.
+#[test]
+fn with_fsync_always_a_published_record_stays_in_its_entry() {
+    let tmp = tempfile::tempdir().unwrap();
+    publish_through_journal(tmp.path(), 200, crate::Fsync::Always);
+    assert!(log_bytes(tmp.path()) > 200_000);
+    let recovered = recover(tmp.path()).unwrap();
+    assert_eq!(
+        recovered.state.describe_all().topics[0].partitions[0].records,
+        200
+    );
+    assert_eq!(recovered.torn, None);
+}
+
+/// With `--fsync batch` (and `never`), each record is written once: to its partition's
+/// segment. Its log entry says only where it went, and recovery puts it back from there.
 #[test]
 fn a_published_record_is_written_to_its_segment_only() {
     let tmp = tempfile::tempdir().unwrap();
-    publish_through_journal(tmp.path(), 200);
+    publish_through_journal(tmp.path(), 200, crate::Fsync::Batch);
     // 200,000 bytes of payload; the log holds a few dozen bytes per entry.
     let logged = log_bytes(tmp.path());
     assert!(logged < 20_000, "{logged} bytes of log");
@@ -1640,7 +1656,7 @@ fn a_published_record_is_written_to_its_segment_only() {
     // The start keeps those records where they are (with their index written again), and a
     // second recovery reads them from the checkpoint it took.
     let settings = crate::JournalSettings {
-        fsync: crate::Fsync::Always,
+        fsync: crate::Fsync::Batch,
         fsync_interval: std::time::Duration::from_millis(10),
         snapshot_log_bytes: 1 << 30,
         segment_bytes: 64 * 1024,
@@ -1666,7 +1682,7 @@ fn a_published_record_is_written_to_its_segment_only() {
 #[test]
 fn entries_whose_records_did_not_reach_the_disk_are_cut_like_a_torn_tail() {
     let tmp = tempfile::tempdir().unwrap();
-    publish_through_journal(tmp.path(), 100);
+    publish_through_journal(tmp.path(), 100, crate::Fsync::Batch);
     // The segment holding the records from offset 70 on loses them.
     let files = record_files(tmp.path());
     let data = files
@@ -1698,7 +1714,7 @@ fn entries_whose_records_did_not_reach_the_disk_are_cut_like_a_torn_tail() {
 #[test]
 fn records_whose_entry_never_reached_the_log_are_cut_at_start() {
     let tmp = tempfile::tempdir().unwrap();
-    publish_through_journal(tmp.path(), 10);
+    publish_through_journal(tmp.path(), 10, crate::Fsync::Batch);
     // The last entry torn: the tenth record is in its segment, not in the log.
     let segment = segment_files(tmp.path()).pop().unwrap();
     let len = fs::metadata(&segment).unwrap().len();
@@ -1709,7 +1725,7 @@ fn records_whose_entry_never_reached_the_log_are_cut_at_start() {
         .set_len(len - 3)
         .unwrap();
     let settings = crate::JournalSettings {
-        fsync: crate::Fsync::Always,
+        fsync: crate::Fsync::Batch,
         fsync_interval: std::time::Duration::from_millis(10),
         snapshot_log_bytes: 1 << 30,
         segment_bytes: 64 * 1024,
