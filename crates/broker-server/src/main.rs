@@ -254,9 +254,10 @@ struct Args {
     #[arg(long, env = "BROKER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     /// Directory for the write-ahead log, snapshots and records: every change is logged before
-    /// it is answered, each record is written once, to its partition's segment files, as it is
-    /// logged (memory holds the records since the last checkpoint), and the broker is rebuilt
-    /// from it on start.
+    /// it is answered; with --fsync batch or never, each record is written once, to its
+    /// partition's segment files, as it is logged (with always, the log holds it until a
+    /// checkpoint writes it there); memory holds the records since the last checkpoint; the
+    /// broker is rebuilt from it on start.
     /// Without it the broker is purely in memory. One server per directory. A cluster node
     /// keeps its replicated log, snapshots and record segments in DIR/raft/ instead (see
     /// --cluster-snapshot-entries).
@@ -279,7 +280,7 @@ struct Args {
     fsync_interval_ms: u64,
     /// With --data-dir, a checkpoint is taken (in the background) after this many bytes of
     /// log and records written: a snapshot is written, the log it covers removed and the
-    /// records it covers (already in their segment files) leave memory. Bounds recovery time and the records held in
+    /// records it covers (in their segment files) leave memory. Bounds recovery time and the records held in
     /// memory. (A cluster node goes by --cluster-snapshot-entries instead.)
     #[arg(long, env = "BROKER_SNAPSHOT_LOG_BYTES", default_value_t = 64 * 1024 * 1024)]
     snapshot_log_bytes: u64,

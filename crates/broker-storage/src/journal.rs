@@ -16,22 +16,23 @@
 //! and every later state-changing command is refused until the process restarts and recovers
 //! from the log.
 //!
-//! Records: the state notes every record a command appends
+//! Records, with `batch` and `never`: the state notes every record a command appends
 //! ([`BrokerState::record_appends`]), and the flusher writes them to their partitions' record
-//! segments just before the entries of the same batch go to the log. With `batch` and `never`,
-//! a command that publishes is logged once applied, with the records it stored taken out: its
-//! entry says where they went ([`EntryRef::Placed`]), so each record is written once, and the
-//! `.rec` files are synced before the log (see the crate's documentation); recovery reads them
-//! back from the segments. With `always`, the entry keeps its records, so that a group commit
-//! syncs one file.
+//! segments just before the entries of the same batch go to the log. A command that publishes
+//! is logged once applied, with the records it stored taken out: its entry says where they
+//! went ([`EntryRef::Placed`]), so each record is written once, and the `.rec` files are
+//! synced before the log (see the crate's documentation); recovery reads them back from the
+//! segments. With `always`, entries keep their records, so that a group commit syncs one file,
+//! and checkpoints write the records to their segments.
 //!
 //! Checkpoints: once [`JournalSettings::snapshot_log_bytes`] of entries were logged since the
 //! last one, the state's image is taken under the lock (records are reference-counted `Bytes`,
 //! so this copies no payload), and the flusher is asked for the record segments' catalog as it
 //! stands once it wrote the records of every entry the image covers (it syncs them first, and
-//! writes later ones only after). A background thread then writes a snapshot of the state with
-//! those records counted as in their segments (it writes no record), with that catalog, and
-//! removes the log segments, the older snapshots and the record segments it makes unnecessary.
+//! writes later ones only after; with `always`, the checkpoint appends the records the image
+//! holds in memory to their segments itself). A background thread then writes a snapshot of
+//! the state with those records counted as in their segments, with that catalog, and removes
+//! the log segments, the older snapshots and the record segments it makes unnecessary.
 //! At the next call between commands the state evicts the records the checkpoint covers from
 //! memory: memory holds the records logged since the last checkpoint, not every retained one,
 //! and recovery replays only the log since it.
@@ -196,8 +197,9 @@ impl Storage {
             since_snapshot = 0;
         }
         // Every record the state holds in memory is in a segment now (none was replayed, or
-        // the checkpoint above wrote them): the flusher writes each new one as it comes.
-        state.record_appends(true);
+        // the checkpoint above wrote them): unless checkpoints write them (`always`), the
+        // flusher writes each new one as it comes.
+        state.record_appends(settings.fsync != Fsync::Always);
         let capacity = state.capacity_per_partition();
         let segment_log_bytes =
             (settings.snapshot_log_bytes / 4).clamp(64 * 1024, 64 * 1024 * 1024);
@@ -273,17 +275,13 @@ impl Slot<'_> {
         }
         let pending = &mut *self.pending;
         pending.batch.entries += 1;
-        // Records left out of their entries count as written with it, as when the entry held
-        // them: the records held in memory and the time between checkpoints stay what they
-        // were. (With `always`, entries hold them.)
-        let records: u64 = if self.inner.settings.fsync == Fsync::Always {
-            0
-        } else {
-            appended
-                .iter()
-                .map(|appended| appended.record.size() + RECORD_OVERHEAD_BYTES)
-                .sum()
-        };
+        // Records written to their segments count as written with their entry, as when the
+        // entry held them: the records held in memory and the time between checkpoints stay
+        // what they were. (With `always`, none is noted: entries hold them.)
+        let records: u64 = appended
+            .iter()
+            .map(|appended| appended.record.size() + RECORD_OVERHEAD_BYTES)
+            .sum();
         pending.batch.records.extend(appended);
         pending.since_snapshot += (pending.batch.buffer.len() - self.start) as u64 + records;
         let seq = pending.next_seq;
@@ -419,6 +417,13 @@ impl std::fmt::Debug for FsyncObserver {
 }
 
 impl Inner {
+    /// Whether the flusher writes each record to its segment as it comes, and publishes' entries
+    /// leave their records out (`batch`, `never`); otherwise (`always`) entries hold them and
+    /// checkpoints write them to their segments.
+    fn writes_records(&self) -> bool {
+        self.settings.fsync != Fsync::Always
+    }
+
     fn lock(&self) -> MutexGuard<'_, Pending> {
         // Nothing panics while holding it; a poisoned lock still guards a consistent buffer.
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
@@ -486,8 +491,8 @@ impl Journal {
     /// a state-changing command is refused before it is applied while the log cannot take
     /// entries, and read-only commands are applied without the log. The entry is encoded
     /// straight into the buffer the flusher takes, before the command is moved into the core,
-    /// and taken back if the outcome needs no entry; but for `always`, that of a command that
-    /// publishes is encoded once it was applied, without the records it stored
+    /// and taken back if the outcome needs no entry; but with `batch` and `never`, that of
+    /// a command that publishes is encoded once it was applied, without the records it stored
     /// ([`EntryRef::Placed`]), which the flusher writes to their segments. Call with `state`
     /// locked, in apply order.
     pub fn apply(&self, state: &mut BrokerState, now_ms: i64, command: Command) -> Applied {
@@ -507,11 +512,9 @@ impl Journal {
         };
         // A command that publishes records is logged once applied, without the records it
         // stored, which the flusher writes to their segments: it is only checked to fit now.
-        // With `always`, the log alone is synced per group commit: a publish's entry keeps its
-        // records (see the crate's documentation).
-        let mut logged = (self.inner.settings.fsync != Fsync::Always
-            && command.largest_record().is_some())
-        .then(|| command.clone());
+        // With `always`, a publish's entry keeps its records (see the crate's documentation).
+        let mut logged = (self.inner.writes_records() && command.largest_record().is_some())
+            .then(|| command.clone());
         let slot = self.begin().and_then(|mut slot| {
             let checked = match &mut logged {
                 Some(logged) => {
@@ -704,13 +707,17 @@ impl Journal {
         pending.checkpointing = pending.since_snapshot.max(1);
         pending.since_snapshot = 0;
         let seq = pending.next_seq;
-        // The records of the entries below `seq` are those of the batches appended so far:
-        // the flusher tells the catalog once it wrote them, before any later one.
-        let (catalog_sender, catalog) = mpsc::sync_channel(1);
-        let mut sealed = std::mem::take(&mut pending.batch);
-        sealed.catalog = Some(catalog_sender);
-        pending.sealed.push_back(sealed);
-        self.inner.wake.notify_one();
+        // Where the flusher writes the records, those of the entries below `seq` are those of
+        // the batches appended so far: it tells the catalog once it wrote them, before any
+        // later one. Otherwise (`always`) the checkpoint writes them.
+        let catalog = self.inner.writes_records().then(|| {
+            let (catalog_sender, catalog) = mpsc::sync_channel(1);
+            let mut sealed = std::mem::take(&mut pending.batch);
+            sealed.catalog = Some(catalog_sender);
+            pending.sealed.push_back(sealed);
+            self.inner.wake.notify_one();
+            catalog
+        });
         drop(pending);
         let image = state.to_image();
         let inner = Arc::clone(&self.inner);
@@ -720,7 +727,7 @@ impl Journal {
                 // Ends the checkpoint however this thread ends (a panic included), so that
                 // nothing waits for it for ever.
                 let ending = CheckpointEnds(&inner);
-                let evicted = run_checkpoint(&inner, seq, image, &catalog);
+                let evicted = run_checkpoint(&inner, seq, image, catalog.as_ref());
                 inner.lock().evicted = evicted;
                 drop(ending);
             });
@@ -914,28 +921,38 @@ fn finish_checkpoint(
     })
 }
 
-/// A checkpoint in the background: waits for the flusher to have written (and synced) the
-/// records of every entry below `seq` and to give the catalog as it stands then, writes the
-/// checkpoint (see [`finish_checkpoint`]) and logs what happened; returns what to evict, or
-/// `None` if it failed.
+/// A checkpoint in the background of `image`, the state after the entries below `seq`: with
+/// `catalog`, waits for the flusher to have written (and synced) the records of every entry
+/// below `seq` and to give the catalog as it stands then, and writes the checkpoint (see
+/// [`finish_checkpoint`]); without, writes the records too (see [`checkpoint`]). Logs what
+/// happened; returns what to evict, or `None` if it failed.
 fn run_checkpoint(
     inner: &Inner,
     seq: u64,
     mut image: StateImage,
-    catalog: &mpsc::Receiver<Vec<SegmentImage>>,
+    catalog: Option<&mpsc::Receiver<Vec<SegmentImage>>>,
 ) -> Option<Vec<(LogId, i64)>> {
     let started = Instant::now();
-    let written = catalog
-        .recv()
-        .map_err(|_| {
-            StorageError::io("checkpoint", inner.dir.path())(std::io::Error::other(
-                "the log writer stopped before it wrote the records the checkpoint covers",
-            ))
-        })
-        .and_then(|catalog| {
-            let written = written_out(&mut image, &catalog, inner.dir.path())?;
-            finish_checkpoint(&inner.dir, &inner.records, seq, image, written, catalog)
-        });
+    let written = match catalog {
+        None => checkpoint(
+            &inner.dir,
+            &inner.records,
+            seq,
+            image,
+            inner.settings.segment_bytes,
+        ),
+        Some(catalog) => catalog
+            .recv()
+            .map_err(|_| {
+                StorageError::io("checkpoint", inner.dir.path())(std::io::Error::other(
+                    "the log writer stopped before it wrote the records the checkpoint covers",
+                ))
+            })
+            .and_then(|catalog| {
+                let written = written_out(&mut image, &catalog, inner.dir.path())?;
+                finish_checkpoint(&inner.dir, &inner.records, seq, image, written, catalog)
+            }),
+    };
     match written {
         Ok(written) => {
             info!(

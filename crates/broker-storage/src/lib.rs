@@ -1,8 +1,8 @@
 //! The broker's durability, with no async runtime: a write-ahead log of
 //! [`broker_core::Command`]s and their times with its [`Journal`] (the flusher thread, the fsync
 //! policy, group commit, background checkpoints), per-partition record segments to which the
-//! flusher writes every record as it comes and from which the state reads the records
-//! checkpoints took out of memory ([`RecordStore`], the state's cold store), snapshots
+//! flusher writes every record as it comes (or, with `--fsync always`, checkpoints write them)
+//! and from which the state reads the records checkpoints took out of memory ([`RecordStore`], the state's cold store), snapshots
 //! of the state's [`broker_core::image::StateImage`], a lock that keeps a second server off a
 //! data directory, and recovery that replays the log through [`broker_core::BrokerState::apply_at`],
 //! the same code that serves live requests.
@@ -48,18 +48,19 @@
 //!
 //! # Each record written once
 //!
-//! The flusher writes each record a command stored to its partition's record segment, then the
-//! command's entry. With `--fsync batch` and `never`, the entry of a publish says only where
-//! its records went (format 6): each record is written once. Every interval (`batch`), the
-//! `.rec` files written are synced, then the log; a log segment is synced when it rolls, after
-//! the `.rec` files. So an entry synced has its records synced, and an entry whose records are
-//! missing after a power loss is in the last log segment, where recovery cuts it (and what
-//! follows) as a torn entry. With `--fsync always`, a group commit syncs the log alone, and a
-//! publish's entry keeps its records (written twice, once in the log, once in the segment):
-//! syncing each `.rec` file a group commit wrote as well took 2.4 times as long per commit on
-//! the disks measured (BENCHMARKS.md). Indexes (`.idx`) and, with `always`, `.rec` files are
-//! synced only by checkpoints: recovery writes again the index of the records past the last
-//! checkpoint, and takes a record the log holds from the log.
+//! With `--fsync batch` and `never`, the flusher writes each record a command stored to its
+//! partition's record segment, then the command's entry, which says only where those records
+//! went (format 6): each record is written once. Every interval (`batch`), the `.rec` files
+//! written are synced, then the log; a log segment is synced when it rolls, after the `.rec`
+//! files. So an entry synced has its records synced, and an entry whose records are missing
+//! after a power loss is in the last log segment, where recovery cuts it (and what follows) as
+//! a torn entry. Indexes (`.idx`) are synced only by checkpoints: recovery writes again the
+//! index of the records past the last checkpoint.
+//!
+//! With `--fsync always`, a group commit syncs the log alone: a publish's entry keeps its
+//! records, and checkpoints write them to their segments (each record is written twice).
+//! Syncing each `.rec` file a group commit wrote as well took 2.4 times as long per commit on
+//! the disks measured (BENCHMARKS.md).
 
 //! CRC-32 is the IEEE polynomial (`crc32fast`).
 //!

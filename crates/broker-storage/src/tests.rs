@@ -1323,15 +1323,15 @@ fn background_checkpoints_take_records_out_of_memory() {
     assert_eq!(recovered.describe_all(), state.describe_all());
 }
 
-/// The flusher writes each record to its partition's segment as it writes its entry, before
-/// any checkpoint: a checkpoint then writes no record, and a restart after it replays nothing
-/// into memory.
+/// With `--fsync batch` (and `never`), the flusher writes each record to its partition's
+/// segment as it writes its entry, before any checkpoint: a checkpoint then writes no record,
+/// and a restart after it replays nothing into memory.
 #[test]
 fn records_reach_their_segments_with_their_entries_and_checkpoints_write_none() {
     use broker_core::Command;
     let tmp = tempfile::tempdir().unwrap();
     let settings = crate::JournalSettings {
-        fsync: crate::Fsync::Always,
+        fsync: crate::Fsync::Batch,
         fsync_interval: std::time::Duration::from_millis(10),
         // Reached by the end, where the one checkpoint is asked for.
         snapshot_log_bytes: 16 * 1024,
@@ -1514,15 +1514,16 @@ fn journal_command(rng: &mut Rng, step: u64, sequences: &mut [u64; 2]) -> Comman
     }
 }
 
-/// Histories applied through the journal, whose entries hold only where their records went,
-/// recover to the state they left: from the last snapshot and the records written after it,
-/// then again after a start that keeps those records and more history.
+/// Histories applied through the journal (with `batch`, whose entries hold only where their
+/// records went, and with `always`) recover to the state they left: from the last snapshot and
+/// the records written after it, then again after a start that keeps those records and more
+/// history.
 #[test]
 fn histories_through_the_journal_recover_from_the_records_written_after_the_checkpoint() {
-    for seed in 1..=6u64 {
+    for (seed, fsync) in (1..=8u64).zip([crate::Fsync::Batch, crate::Fsync::Always].repeat(4)) {
         let tmp = tempfile::tempdir().unwrap();
         let settings = crate::JournalSettings {
-            fsync: crate::Fsync::Batch,
+            fsync,
             fsync_interval: std::time::Duration::from_millis(5),
             snapshot_log_bytes: 6 * 1024,
             segment_bytes: 600,
