@@ -934,24 +934,7 @@ async fn a_data_directory_of_format_version_4_opens_unchanged() {
 /// the same description and records, and the same partitions without a stored offset.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_data_directory_of_format_version_5_opens_unchanged() {
-    let (_dir, _server, client) = open_fixture("data-v5").await;
-    let expected: broker_client::BrokerDescription = fixture_json("expected-v5.json");
-    assert_eq!(client.describe().await.unwrap(), expected);
-    assert_eq!(
-        client.stored_offsets("ledger", "partial").await.unwrap(),
-        [Some(1), Some(0), None]
-    );
-    assert_eq!(
-        client.stored_offsets("ledger", "late").await.unwrap(),
-        [None, None, Some(1)]
-    );
-    check_fixture_records(
-        &client,
-        &["events", "ledger", "orders", "receipts"],
-        "expected-records-v5.jsonl",
-        true,
-    )
-    .await;
+    open_fixture_with_stored_offsets("v5").await;
 }
 
 /// A data directory of format version 6 (`tests/fixtures/data-v6`, made by
@@ -960,8 +943,15 @@ async fn a_data_directory_of_format_version_5_opens_unchanged() {
 /// catalog) opens with the same description and records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_data_directory_of_format_version_6_opens_unchanged() {
-    let (_dir, _server, client) = open_fixture("data-v6").await;
-    let expected: broker_client::BrokerDescription = fixture_json("expected-v6.json");
+    open_fixture_with_stored_offsets("v6").await;
+}
+
+/// Opens the fixture `data-<version>` (made by the make script of format 5 or a later one) and
+/// checks its description, its groups' stored offsets and its records.
+async fn open_fixture_with_stored_offsets(version: &str) {
+    let (_dir, _server, client) = open_fixture(&format!("data-{version}")).await;
+    let expected: broker_client::BrokerDescription =
+        fixture_json(&format!("expected-{version}.json"));
     assert_eq!(client.describe().await.unwrap(), expected);
     assert_eq!(
         client.stored_offsets("ledger", "partial").await.unwrap(),
@@ -974,7 +964,7 @@ async fn a_data_directory_of_format_version_6_opens_unchanged() {
     check_fixture_records(
         &client,
         &["events", "ledger", "orders", "receipts"],
-        "expected-records-v6.jsonl",
+        &format!("expected-records-{version}.jsonl"),
         true,
     )
     .await;

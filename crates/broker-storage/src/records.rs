@@ -48,7 +48,6 @@ use tracing::info;
 use crate::format::config;
 use crate::repair::{remove_path, Repairs};
 use crate::segment::sync_dir;
-use crate::tails::{Tails, Unnamed};
 use crate::StorageError;
 
 /// The directory under the data directory that holds record segments.
@@ -101,7 +100,7 @@ pub struct SegmentImage {
 }
 
 impl SegmentImage {
-    fn log(&self) -> LogId {
+    pub(crate) fn log(&self) -> LogId {
         LogId {
             topic: self.topic,
             partition: self.partition,
@@ -226,13 +225,17 @@ impl WrittenOut {
     }
 }
 
-/// What [`RecordStore::check_keeping_tails`] found that may be a tail: the last cataloged
-/// segments longer than the catalog says (with their paths and `.rec` length) and the files
-/// the catalog does not name.
+/// The segment files of a partition that the catalog does not name, by base offset: the
+/// `.rec` and `.idx` paths.
+pub(crate) type Unnamed = Vec<(i64, PathBuf, PathBuf)>;
+
+/// What [`RecordStore::check_files`] found that may be records written past the catalog: the
+/// last cataloged segments longer than the catalog says (with their paths and `.rec` length)
+/// and the files the catalog does not name.
 #[derive(Debug, Default)]
-struct TailFiles {
-    last: Vec<(SegmentImage, PathBuf, PathBuf, u64)>,
-    unnamed: HashMap<LogId, Unnamed>,
+pub(crate) struct TailFiles {
+    pub(crate) last: Vec<(SegmentImage, PathBuf, PathBuf, u64)>,
+    pub(crate) unnamed: HashMap<LogId, Unnamed>,
 }
 
 /// Segments and logs dropped from the catalog, whose files are to be removed.
@@ -348,32 +351,9 @@ impl RecordStore {
         RecordStore::check_files(dir, catalog, repairs, None)
     }
 
-    /// [`RecordStore::check`] of the segments of a single broker's data directory, whose
-    /// flusher wrote records past the catalog: those records are not cut but returned as the
-    /// tails recovery reads back and keeps (see [`Tails`]). A partition's tail starts at its
-    /// end in the snapshot, `ends` (0 for one it does not name). The tails recovery keeps are
-    /// named by the catalog before their index is written again (by the repairs): nothing may
-    /// read them from the store before the repairs are made (the recovered state holds them in
-    /// memory).
-    ///
-    /// # Errors
-    /// As [`RecordStore::check`], and [`StorageError::Io`] if a tail cannot be read.
-    pub(crate) fn check_keeping_tails(
-        dir: &Path,
-        catalog: Vec<SegmentImage>,
-        ends: &HashMap<LogId, i64>,
-        repairs: &mut Repairs,
-    ) -> Result<(RecordStore, Tails), StorageError> {
-        let cataloged: HashSet<LogId> = catalog.iter().map(SegmentImage::log).collect();
-        let mut found = TailFiles::default();
-        let store = RecordStore::check_files(dir, catalog, repairs, Some(&mut found))?;
-        let tails = Tails::find(found.last, found.unnamed, &cataloged, ends, repairs)?;
-        Ok((store, tails))
-    }
-
     /// [`RecordStore::check`], collecting into `tails` (when given) what could be a tail
     /// instead of cutting or removing it.
-    fn check_files(
+    pub(crate) fn check_files(
         dir: &Path,
         catalog: Vec<SegmentImage>,
         repairs: &mut Repairs,

@@ -18,7 +18,7 @@ use crate::format::{
 use crate::records::RecordStore;
 use crate::repair::Repairs;
 use crate::snapshot::{load_latest, v4, Checkpoint, LoadedSnapshot, Snapshot};
-use crate::tails::Tails;
+use crate::tails::{check_keeping_tails, Tails};
 
 /// The first data directory format whose snapshots say which offsets each group stored.
 const OFFSETS_STORED_FROM_FORMAT: u32 = 5;
@@ -75,8 +75,7 @@ pub(crate) fn recover(
             path,
         }) => {
             migrated_from = Some(1);
-            let (records, tails) =
-                RecordStore::check_keeping_tails(dir, Vec::new(), &HashMap::new(), repairs)?;
+            let (records, tails) = check_keeping_tails(dir, Vec::new(), &HashMap::new(), repairs)?;
             let records = Arc::new(records);
             let state = BrokerState::from_image_v1(image)
                 .map_err(|why| inconsistent(&path, &why))?
@@ -126,8 +125,7 @@ pub(crate) fn recover(
                 Some(&first) => first_capacity(&dir.join(segment_name(first)))?,
                 None => None,
             };
-            let (records, tails) =
-                RecordStore::check_keeping_tails(dir, Vec::new(), &HashMap::new(), repairs)?;
+            let (records, tails) = check_keeping_tails(dir, Vec::new(), &HashMap::new(), repairs)?;
             let records = Arc::new(records);
             let state = BrokerState::new(logged.unwrap_or(capacity))
                 .map_err(|error| StorageError::Replay {
@@ -353,8 +351,7 @@ fn open_checkpoint(
             })
         })
         .collect();
-    let (records, tails) =
-        RecordStore::check_keeping_tails(dir, checkpoint.segments, &ends, repairs)?;
+    let (records, tails) = check_keeping_tails(dir, checkpoint.segments, &ends, repairs)?;
     let records = Arc::new(records);
     let cold: Arc<dyn ColdStore> = records.clone();
     let state = BrokerState::from_image(checkpoint.image, Some(cold))

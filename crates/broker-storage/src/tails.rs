@@ -1,7 +1,7 @@
 //! Records written to their partitions' segments after the last checkpoint's catalog. The
 //! journal's flusher writes every record as it comes, and a log entry of format 6 holds only
 //! where its published records went ([`crate::format::EntryRef::Placed`]): recovery finds
-//! these records ([`RecordStore::check_keeping_tails`]), reads them back to put them into the
+//! these records ([`check_keeping_tails`]), reads them back to put them into the
 //! commands it replays ([`Tails::record`]), and keeps them as far as the recovered state
 //! reaches ([`Tails::keep`]). The rest (records whose entries never reached the log) is cut.
 //!
@@ -22,8 +22,8 @@ use broker_core::image::{RecordImage, StateImage};
 
 use crate::format::config;
 use crate::records::{
-    header, index_entry, RecordStore, SegmentImage, DATA_MAGIC, HEADER, INDEX_ENTRY, INDEX_MAGIC,
-    RECORD_HEADER,
+    header, index_entry, RecordStore, SegmentImage, TailFiles, Unnamed, DATA_MAGIC, HEADER,
+    INDEX_ENTRY, INDEX_MAGIC, RECORD_HEADER,
 };
 use crate::repair::Repairs;
 use crate::StorageError;
@@ -91,9 +91,27 @@ impl TailSegment {
     }
 }
 
-/// The segment files of a partition that the catalog does not name, by base offset: the
-/// `.rec` and `.idx` paths.
-pub(crate) type Unnamed = Vec<(i64, PathBuf, PathBuf)>;
+/// [`RecordStore::check`] of the segments of a single broker's data directory, whose flusher
+/// wrote records past the catalog: those records are not cut but returned as the tails
+/// recovery reads back and keeps (see [`Tails`]). A partition's tail starts at its end in the
+/// snapshot, `ends` (0 for one it does not name). The tails recovery keeps are named by the
+/// catalog before their index is written again (by the repairs): nothing may read them from
+/// the store before the repairs are made (the recovered state holds them in memory).
+///
+/// # Errors
+/// As [`RecordStore::check`], and [`StorageError::Io`] if a tail cannot be read.
+pub(crate) fn check_keeping_tails(
+    dir: &Path,
+    catalog: Vec<SegmentImage>,
+    ends: &HashMap<LogId, i64>,
+    repairs: &mut Repairs,
+) -> Result<(RecordStore, Tails), StorageError> {
+    let cataloged: HashSet<LogId> = catalog.iter().map(SegmentImage::log).collect();
+    let mut found = TailFiles::default();
+    let store = RecordStore::check_files(dir, catalog, repairs, Some(&mut found))?;
+    let tails = Tails::find(found.last, found.unnamed, &cataloged, ends, repairs)?;
+    Ok((store, tails))
+}
 
 impl Tails {
     /// Reads the tails of every partition, which start at its end in the snapshot (`ends`; 0

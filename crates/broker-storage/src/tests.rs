@@ -1584,17 +1584,23 @@ fn histories_through_the_journal_recover_from_the_records_written_after_the_chec
     }
 }
 
-/// Publishes `count` records of 1,000 bytes through a journal on `dir` syncing by `fsync`
-/// (one topic `t` of one partition, no checkpoint), waits until they are durable and stops it
-/// cleanly.
-fn publish_through_journal(dir: &Path, count: usize, fsync: crate::Fsync) {
-    let settings = crate::JournalSettings {
+/// A journal syncing by `fsync` (every 10 ms with `batch`) that takes no checkpoint, with
+/// record segments of 64 KiB.
+fn without_checkpoints(fsync: crate::Fsync) -> crate::JournalSettings {
+    crate::JournalSettings {
         fsync,
         fsync_interval: std::time::Duration::from_millis(10),
         snapshot_log_bytes: 1 << 30,
         segment_bytes: 64 * 1024,
         held_log_bytes: None,
-    };
+    }
+}
+
+/// Publishes `count` records of 1,000 bytes through a journal on `dir` syncing by `fsync`
+/// (one topic `t` of one partition, no checkpoint), waits until they are durable and stops it
+/// cleanly.
+fn publish_through_journal(dir: &Path, count: usize, fsync: crate::Fsync) {
+    let settings = without_checkpoints(fsync);
     let (mut state, journal) = journal_with_topic(dir, settings, 1);
     let mut last = None;
     for n in 0..count {
@@ -1656,13 +1662,7 @@ fn a_published_record_is_written_to_its_segment_only() {
     }
     // The start keeps those records where they are (with their index written again), and a
     // second recovery reads them from the checkpoint it took.
-    let settings = crate::JournalSettings {
-        fsync: crate::Fsync::Batch,
-        fsync_interval: std::time::Duration::from_millis(10),
-        snapshot_log_bytes: 1 << 30,
-        segment_bytes: 64 * 1024,
-        held_log_bytes: None,
-    };
+    let settings = without_checkpoints(crate::Fsync::Batch);
     let segments_before = record_files(tmp.path());
     let (_, journal) = crate::Storage::open(tmp.path(), CAPACITY)
         .unwrap()
@@ -1725,13 +1725,7 @@ fn records_whose_entry_never_reached_the_log_are_cut_at_start() {
         .unwrap()
         .set_len(len - 3)
         .unwrap();
-    let settings = crate::JournalSettings {
-        fsync: crate::Fsync::Batch,
-        fsync_interval: std::time::Duration::from_millis(10),
-        snapshot_log_bytes: 1 << 30,
-        segment_bytes: 64 * 1024,
-        held_log_bytes: None,
-    };
+    let settings = without_checkpoints(crate::Fsync::Batch);
     let storage = crate::Storage::open(tmp.path(), CAPACITY).unwrap();
     assert!(storage.recovery().torn.is_some());
     let (mut state, journal) = storage.start(settings, |state| state).unwrap();
