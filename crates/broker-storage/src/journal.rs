@@ -879,7 +879,7 @@ impl Drop for CheckpointEnds<'_> {
 /// the records it holds in memory to their partitions' record segments (fsynced), writes the
 /// snapshot of the state without them and of the segment catalog, then removes the log
 /// segments and snapshots it covers and the record segments no partition needs any more.
-/// For a directory no flusher writes to (at start).
+/// For a directory no flusher writes records to: at start, and with `--fsync always`.
 pub(crate) fn checkpoint(
     dir: &DataDir,
     records: &RecordStore,

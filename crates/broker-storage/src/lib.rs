@@ -46,6 +46,11 @@
 //! to 6 have the same layout; each later format only adds commands, settings and (6) the third
 //! kind of entry.
 //!
+//! CRC-32 is the IEEE polynomial (`crc32fast`).
+//!
+//! A directory of an earlier format is read as it is and rewritten in the current format (a
+//! checkpoint at start) when the journal starts (see [`Storage::start`]).
+//!
 //! # Each record written once
 //!
 //! With `--fsync batch` and `never`, the flusher writes each record a command stored to its
@@ -54,18 +59,13 @@
 //! written are synced, then the log; a log segment is synced when it rolls, after the `.rec`
 //! files. So an entry synced has its records synced, and an entry whose records are missing
 //! after a power loss is in the last log segment, where recovery cuts it (and what follows) as
-//! a torn entry. Indexes (`.idx`) are synced only by checkpoints: recovery writes again the
-//! index of the records past the last checkpoint.
+//! a torn entry. Indexes (`.idx`) need no sync before the log: recovery writes again the index
+//! of the records past the last checkpoint, and a checkpoint syncs those it names.
 //!
 //! With `--fsync always`, a group commit syncs the log alone: a publish's entry keeps its
 //! records, and checkpoints write them to their segments (each record is written twice).
 //! Syncing each `.rec` file a group commit wrote as well took 2.4 times as long per commit on
 //! the disks measured (BENCHMARKS.md).
-
-//! CRC-32 is the IEEE polynomial (`crc32fast`).
-//!
-//! A directory of an earlier format is read as it is and rewritten in the current format (a
-//! checkpoint at start) when the journal starts (see [`Storage::start`]).
 //!
 //! # What recovery accepts
 //!

@@ -67,15 +67,16 @@ pub(crate) const RECORD_HEADER: usize = 8;
 /// record's headers add their name and value bytes plus 17 bytes each.
 pub const RECORD_OVERHEAD_BYTES: u64 = RECORD_HEADER as u64 + 1 + 8 + 8 + 8 + INDEX_ENTRY;
 
-/// Most segments (two files each) the flusher keeps open for writing at once: past it, they
-/// are synced and closed, and opened again when written to.
+/// Most segments (two files each) the flusher keeps open for writing at once: past it, the
+/// least recently written is closed (its unsynced writes synced later by path), and opened
+/// again when written to.
 const OPEN_FOR_WRITING: usize = 64;
 
 /// Most segment files kept open for reading at once; older ones are closed and reopened when
 /// read again.
 const OPEN_FILES: usize = 256;
 
-/// One record segment as the catalog describes it: what a checkpoint wrote, and what recovery
+/// One record segment as the catalog describes it: what a checkpoint names, and what recovery
 /// trusts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SegmentImage {
@@ -131,6 +132,11 @@ pub struct RecordStore {
 #[derive(Debug, Default)]
 pub struct OpenSegments {
     files: HashMap<(LogId, i64), WriteFiles>,
+    /// Files closed with writes not yet synced: `.rec` and `.idx` paths, and which of the two
+    /// are unsynced. Synced by path with the open ones.
+    closed: Vec<(PathBuf, PathBuf, [bool; 2])>,
+    /// Counts writes, for the least recently written segment to be closed first.
+    writes: u64,
 }
 
 /// The two files of a segment open for appending, positioned at the end of what it holds.
@@ -142,6 +148,8 @@ struct WriteFiles {
     index_path: PathBuf,
     /// Whether `.rec` and `.idx` hold writes not yet synced.
     unsynced: [bool; 2],
+    /// When it was last written to, in [`OpenSegments::writes`].
+    written: u64,
 }
 
 impl WriteFiles {
@@ -154,6 +162,7 @@ impl WriteFiles {
             data_path,
             index_path,
             unsynced: [false; 2],
+            written: 0,
         })
     }
 
@@ -176,29 +185,66 @@ impl WriteFiles {
 }
 
 impl OpenSegments {
-    /// Syncs and closes every file: kept open no more than [`OPEN_FOR_WRITING`] segments at
-    /// once, however many partitions are written to.
-    ///
-    /// # Errors
-    /// [`StorageError::Io`] if a file cannot be synced (then none is closed).
-    fn close_all(&mut self) -> Result<(), StorageError> {
-        for files in self.files.values_mut() {
-            files.sync(true)?;
+    /// Closes `files` without syncing them (no fsync is added to the writes' path), keeping
+    /// what they hold unsynced to be synced by path with the open files.
+    fn close(&mut self, files: WriteFiles) {
+        if files.unsynced.contains(&true) {
+            self.closed
+                .push((files.data_path, files.index_path, files.unsynced));
         }
-        self.files.clear();
-        Ok(())
     }
 
-    /// Syncs the `.rec` files written through these (not their indexes, which recovery
-    /// writes again from them): the records written so far are durable.
+    /// Closes the least recently written segment once [`OPEN_FOR_WRITING`] are open, so that
+    /// no more are kept open however many partitions are written to.
+    fn make_room(&mut self) {
+        if self.files.len() < OPEN_FOR_WRITING {
+            return;
+        }
+        let oldest = self
+            .files
+            .iter()
+            .min_by_key(|(_, files)| files.written)
+            .map(|(key, _)| *key);
+        if let Some(files) = oldest.and_then(|key| self.files.remove(&key)) {
+            self.close(files);
+        }
+    }
+
+    /// Syncs the `.rec` files written through these, open or closed since (not their indexes,
+    /// which recovery writes again from them): the records written so far are durable.
     ///
     /// # Errors
     /// [`StorageError::Io`] if a file cannot be synced.
     pub fn sync_records(&mut self) -> Result<(), StorageError> {
+        self.sync(false)
+    }
+
+    /// Syncs every file written through these (only the `.rec` files, unless `index`), open
+    /// or closed since; a closed file removed meanwhile (its segment retired) needs none.
+    fn sync(&mut self, index: bool) -> Result<(), StorageError> {
         for files in self.files.values_mut() {
-            files.sync(false)?;
+            files.sync(index)?;
         }
+        for (data_path, index_path, unsynced) in &mut self.closed {
+            for (at, path) in [(0, &*data_path), (1, &*index_path)] {
+                if unsynced[at] && (at == 0 || index) {
+                    sync_path(path)?;
+                    unsynced[at] = false;
+                }
+            }
+        }
+        self.closed
+            .retain(|(_, _, unsynced)| unsynced.contains(&true));
         Ok(())
+    }
+}
+
+/// Syncs the file at `path`, if it still exists.
+fn sync_path(path: &Path) -> Result<(), StorageError> {
+    match File::open(path) {
+        Ok(file) => file.sync_data().map_err(StorageError::io("fsync", path)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(cause) => Err(StorageError::io("open", path)(cause)),
     }
 }
 
@@ -672,9 +718,7 @@ impl RecordStore {
     /// [`StorageError::Io`] if a file cannot be synced.
     pub fn sync_written(&self, open: &mut OpenSegments) -> Result<Vec<SegmentImage>, StorageError> {
         let _writing = lock(&self.writing);
-        for files in open.files.values_mut() {
-            files.sync(true)?;
-        }
+        open.sync(true)?;
         let catalog = lock(&self.catalog);
         open.files.retain(|(log, base), _| {
             catalog
@@ -726,15 +770,18 @@ impl RecordStore {
                 }
             };
             let key = (log, segment.base);
-            if !open.files.contains_key(&key) && open.files.len() >= OPEN_FOR_WRITING {
-                open.close_all()?;
+            if !open.files.contains_key(&key) {
+                open.make_room();
             }
+            open.writes += 1;
+            let written = open.writes;
             let files = match open.files.entry(key) {
                 std::collections::hash_map::Entry::Occupied(files) => files.into_mut(),
                 std::collections::hash_map::Entry::Vacant(slot) => {
                     slot.insert(WriteFiles::open(self, &segment)?)
                 }
             };
+            files.written = written;
             let filled = fill(segment, &mut records, segment_bytes, files).and_then(|segment| {
                 if sync {
                     files.sync(true)?;
@@ -746,10 +793,9 @@ impl RecordStore {
                 Err(error) => {
                     // Where the files stand is unknown: the next attempt opens them again,
                     // cut to what the catalog names. What they hold of earlier writes, whose
-                    // log entries may be written already, is made durable first (a failure
-                    // to is a failed fsync, which stops the log).
-                    if let Some(mut files) = open.files.remove(&key) {
-                        files.sync(true)?;
+                    // log entries may be written already, is still synced with the others.
+                    if let Some(files) = open.files.remove(&key) {
+                        open.close(files);
                     }
                     return Err(error);
                 }

@@ -5,12 +5,15 @@
 //! commands it replays ([`Tails::record`]), and keeps them as far as the recovered state
 //! reaches ([`Tails::keep`]). The rest (records whose entries never reached the log) is cut.
 //!
-//! A partition's tail is a run of records at consecutive offsets: the end of its last cataloged
-//! segment past the catalog's length, then segment files the catalog does not name, each
-//! starting where the one before ends (a partition the catalog does not name starts at its
-//! first file). It ends at the first record that is cut short or fails its checksum. Its
-//! `.idx` entries are not trusted (an index is derived data, synced only at checkpoints): those
-//! of the records kept are written again from the `.rec` file.
+//! A partition's tail is a run of records at consecutive offsets from its end in the snapshot
+//! (0 for a partition created since): the end of its last cataloged segment past the catalog's
+//! length, or a segment file the catalog does not name starting there (or, for a partition the
+//! catalog names no segment of, holding that offset: the flusher went on writing to a segment
+//! the checkpoint retired), then the files that continue it, each starting where the one before
+//! ends. It ends at the first record that is cut short or fails its checksum. Files that
+//! continue no tail (segments a checkpoint retired but did not remove before the process
+//! stopped) are removed. Its `.idx` entries are not trusted (an index is derived data, synced
+//! at checkpoints): those of the records kept are written again from the `.rec` file.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -32,6 +35,8 @@ use crate::StorageError;
 #[derive(Debug, Default)]
 pub(crate) struct Tails {
     logs: HashMap<LogId, Vec<TailSegment>>,
+    /// The partitions the catalog names segments of: their directories stay.
+    cataloged: HashSet<LogId>,
 }
 
 /// The part of one segment past the catalog.
@@ -129,6 +134,10 @@ impl Tails {
         repairs: &mut Repairs,
     ) -> Result<Tails, StorageError> {
         let start = |log: &LogId| ends.get(log).copied().unwrap_or(0);
+        let mut tails = Tails {
+            cataloged: cataloged.clone(),
+            ..Tails::default()
+        };
         let first_directory: HashMap<LogId, PathBuf> = unnamed
             .iter()
             .filter_map(|(log, files)| {
@@ -136,7 +145,6 @@ impl Tails {
                 Some((*log, data_path.parent()?.to_path_buf()))
             })
             .collect();
-        let mut tails = Tails::default();
         let mut continued: HashMap<LogId, i64> = HashMap::new();
         for (segment, data_path, index_path, data_len) in last {
             let log = LogId {
@@ -256,10 +264,9 @@ impl Tails {
         for (log, segments) in self.logs {
             let Some(&(memory_start, records)) = held.get(&log) else {
                 // A partition of a topic deleted since: none of its records is kept, and a
-                // directory no catalog names goes whole.
-                let directory = segments
-                    .iter()
-                    .all(|segment| segment.cataloged.is_none())
+                // directory the catalog names no segment in goes whole (one it does keeps its
+                // segments until the start's checkpoint retires them).
+                let directory = (!self.cataloged.contains(&log))
                     .then(|| segments.first().and_then(|s| s.data_path.parent()))
                     .flatten()
                     .map(Path::to_path_buf);
