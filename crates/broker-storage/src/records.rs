@@ -684,6 +684,10 @@ impl RecordStore {
         segment_bytes: u64,
         open: &mut OpenSegments,
     ) -> Result<(), StorageError> {
+        if appended.is_empty() {
+            // Most batches of `always`, and every one without a publish.
+            return Ok(());
+        }
         let _writing = lock(&self.writing);
         // Each log's records in offset order, in runs of consecutive offsets.
         let mut runs: Vec<(LogId, i64, Vec<&RecordImage>)> = Vec::new();

@@ -17,6 +17,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -445,40 +446,43 @@ fn file_len(path: &Path) -> Result<u64, StorageError> {
 }
 
 /// The valid records of the `.rec` file at `path` from byte `start` to `len`, up to the first
-/// one cut short, failing its checksum or not decoding.
+/// one cut short, failing its checksum or not decoding. Read one record at a time, so that a
+/// damaged file (a length field gone wrong, a file far longer than its records) costs no more
+/// memory than the records it holds.
 fn scan(path: &Path, start: u64, len: u64) -> Result<Vec<TailRecord>, StorageError> {
-    let file = File::open(path).map_err(StorageError::io("open", path))?;
-    let mut bytes = vec![0; usize::try_from(len.saturating_sub(start)).unwrap_or(0)];
-    file.read_exact_at(&mut bytes, start)
+    let mut file = File::open(path).map_err(StorageError::io("open", path))?;
+    file.seek(SeekFrom::Start(start))
         .map_err(StorageError::io("read", path))?;
+    let mut input = BufReader::new(file);
     let mut records = Vec::new();
-    let mut at = 0;
-    while at + RECORD_HEADER <= bytes.len() {
-        let length = u32_le(&bytes[at..]) as usize;
-        let crc = u32_le(&bytes[at + 4..]);
-        let Some(body) = bytes.get(at + RECORD_HEADER..at + RECORD_HEADER + length) else {
-            break;
-        };
-        if crc32fast::hash(body) != crc {
+    let mut position = start;
+    let mut body = Vec::new();
+    loop {
+        let mut header = [0; RECORD_HEADER];
+        if position + RECORD_HEADER as u64 > len || input.read_exact(&mut header).is_err() {
             break;
         }
-        let record = match bincode::serde::decode_from_slice::<RecordImage, _>(body, config()) {
+        let [l0, l1, l2, l3, c0, c1, c2, c3] = header;
+        let length = u32::from_le_bytes([l0, l1, l2, l3]);
+        let crc = u32::from_le_bytes([c0, c1, c2, c3]);
+        let end = position + RECORD_HEADER as u64 + u64::from(length);
+        if end > len {
+            break;
+        }
+        body.resize(length as usize, 0);
+        if input.read_exact(&mut body).is_err() || crc32fast::hash(&body) != crc {
+            break;
+        }
+        let record = match bincode::serde::decode_from_slice::<RecordImage, _>(&body, config()) {
             Ok((record, used)) if used == body.len() => record,
             _ => break,
         };
-        let end = at + RECORD_HEADER + length;
         records.push(TailRecord {
-            position: start + at as u64,
-            end: start + end as u64,
+            position,
+            end,
             record,
         });
-        at = end;
+        position = end;
     }
     Ok(records)
-}
-
-fn u32_le(bytes: &[u8]) -> u32 {
-    let mut buf = [0; 4];
-    buf.copy_from_slice(&bytes[..4]);
-    u32::from_le_bytes(buf)
 }
