@@ -5,7 +5,8 @@
 # per --fsync policy in FSYNCS, each on a fresh server and data directory. For each: the bytes
 # the server process wrote (its write_bytes: what reached the block layer, checkpoints and
 # their record segments included, read from wait4 once it stopped cleanly), the bytes left in
-# the data directory, and both per byte of payload. A broker that writes each record once
+# the data directory, both per byte of payload, and the server's CPU time per record (user and
+# system, from the same wait4: start and stop included). A broker that writes each record once
 # writes about as much as it keeps. Below 64 MiB of log no checkpoint runs, and the log holds
 # the records alone: take enough records to cross several (the default does).
 #
@@ -50,17 +51,17 @@ ratio() { python3 -c "print(f'{$1 / $2:.2f}x')"; }
 payload=$((RECORDS * SIZE))
 printf '%s records of %s bytes (%s MiB of payload), %s partitions, batches of %s, %s x %s in flight\n\n' \
   "$RECORDS" "$SIZE" "$(mib "$payload")" "$PARTITIONS" "$BATCH" "$PRODUCERS" "$DEPTH"
-printf '| `--fsync` | server | written MiB | written / payload | kept MiB | kept / payload | written / kept | records/s |\n'
-printf '|---|---|---:|---:|---:|---:|---:|---:|\n'
+printf '| `--fsync` | server | written MiB | written / payload | kept MiB | kept / payload | written / kept | records/s | server CPU ns/record |\n'
+printf '|---|---|---:|---:|---:|---:|---:|---:|---:|\n'
 for fsync in $FSYNCS; do
 for server_dir in $SERVERS; do
   data="$workdir/data-$fsync"
   # Started by a small launcher that reads the server's exact count of bytes written from
   # wait4 when it exits (rusage's output blocks, 512 bytes each: its write_bytes).
-  rm -f "$workdir/pid" "$workdir/written"
+  rm -f "$workdir/pid" "$workdir/written" "$workdir/cpu"
   python3 -c '
 import os, subprocess, sys
-written, pid_file, *command = sys.argv[1:]
+written, cpu, pid_file, *command = sys.argv[1:]
 server = subprocess.Popen(command)
 with open(pid_file + ".tmp", "w") as out:
     out.write(str(server.pid))
@@ -68,7 +69,9 @@ os.rename(pid_file + ".tmp", pid_file)
 _, _, usage = os.wait4(server.pid, 0)
 with open(written, "w") as out:
     out.write(str(usage.ru_oublock * 512))
-' "$workdir/written" "$workdir/pid" "$server_dir/broker-server" --listen 127.0.0.1:0 \
+with open(cpu, "w") as out:
+    out.write(str(usage.ru_utime + usage.ru_stime))
+' "$workdir/written" "$workdir/cpu" "$workdir/pid" "$server_dir/broker-server" --listen 127.0.0.1:0 \
     --data-dir "$data" --fsync "$fsync" --capacity 2147483647 --log-level warn \
     >"$workdir/out" 2>"$workdir/err" &
   launcher=$!
@@ -85,10 +88,11 @@ with open(written, "w") as out:
   server_pid=""
   written="$(cat "$workdir/written")"
   kept="$(du -sb "$data" | cut -f1)"
+  cpu_ns="$(python3 -c "print(f'{$(cat "$workdir/cpu") * 1e9 / $RECORDS:,.0f}')")"
   rate="$(python3 -c "import json; print(f\"{json.load(open('$workdir/bench.json'))['records_per_sec']:,.0f}\")")"
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$fsync" "$server_dir" "$(mib "$written")" \
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$fsync" "$server_dir" "$(mib "$written")" \
     "$(ratio "$written" "$payload")" "$(mib "$kept")" "$(ratio "$kept" "$payload")" \
-    "$(ratio "$written" "$kept")" "$rate"
+    "$(ratio "$written" "$kept")" "$rate" "$cpu_ns"
   rm -rf "$data"
 done
 done

@@ -15,7 +15,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use broker_core::cold::{Appended, ColdError, ColdStore, LogId};
-use broker_core::image::RecordImage;
+use broker_core::image::{RecordImage, StateImage};
 use broker_core::{
     hash, Assignor, BrokerDescription, BrokerError, BrokerRecord, BrokerState, Command, Discard,
     EventBroker, GroupDescription, GroupPartitionDescription, GroupSetting, GroupSettings, Header,
@@ -2415,6 +2415,7 @@ impl MemoryColdStore {
         broker.with_state(|state| {
             self.write_appended(state);
             let image = state.to_image();
+            check_image_with_records_stored(state, &image);
             let mut evicted = Vec::new();
             let logs = self.logs.lock().unwrap();
             for (name, topic) in &image.topics {
@@ -2510,6 +2511,36 @@ impl ColdStore for MemoryColdStore {
             .max()
             .unwrap_or(0))
     }
+}
+
+/// Checks that `state`'s image with its records counted as stored is `image` (its full image)
+/// with every record held in memory moved to the cold store, and names exactly those records.
+fn check_image_with_records_stored(state: &BrokerState, image: &StateImage) {
+    let (stored, in_memory) = state.to_image_with_records_stored();
+    let mut expected = image.clone();
+    let mut expected_in_memory = Vec::new();
+    for (_, topic) in &mut expected.topics {
+        for (number, log) in topic.partitions.iter_mut().enumerate() {
+            if log.records.is_empty() {
+                continue;
+            }
+            let moved = std::mem::take(&mut log.records);
+            let id = LogId {
+                topic: topic.id,
+                partition: number as u32,
+            };
+            let end = log.cold_end + moved.len() as i64;
+            expected_in_memory.push((id, log.cold_end..end));
+            log.cold_end = end;
+            log.cold_bytes += moved.iter().map(RecordImage::size).sum::<u64>();
+        }
+    }
+    assert_eq!(stored, expected);
+    let sorted = |mut logs: Vec<(LogId, Range<i64>)>| {
+        logs.sort_by_key(|(log, _)| (log.topic, log.partition));
+        logs
+    };
+    assert_eq!(sorted(in_memory), sorted(expected_in_memory));
 }
 
 /// Replaces `state` by a new one (reading evicted records from `store`) holding each of its

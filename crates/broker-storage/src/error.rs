@@ -90,15 +90,15 @@ pub enum StorageError {
 }
 
 impl StorageError {
-    /// A [`StorageError::Io`] for `action` on `path`.
+    /// A [`StorageError::Io`] for `action` on `path`. The path is copied only when an error
+    /// is made: this is on the path of every record written.
     pub(crate) fn io(
         action: &'static str,
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(io::Error) -> Self {
-        let path = path.into();
         move |cause| StorageError::Io {
             action,
-            path,
+            path: path.into(),
             cause,
         }
     }

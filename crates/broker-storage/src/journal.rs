@@ -11,7 +11,7 @@
 //!
 //! Failures: a failed write (a full disk, an I/O error) is retried every [`WRITE_RETRY`];
 //! meanwhile every new state-changing command is refused before it is applied, and the ones
-//! already applied wait for the retry. A failed fsync is not retried (the kernel may have
+//! already applied (or being applied when the write failed) wait for the retry. A failed fsync is not retried (the kernel may have
 //! dropped the pages): the journal stops for good (fail-stop), waiting callers get an error,
 //! and every later state-changing command is refused until the process restarts and recovers
 //! from the log.
@@ -26,12 +26,14 @@
 //! and checkpoints write the records to their segments.
 //!
 //! Checkpoints: once [`JournalSettings::snapshot_log_bytes`] of entries were logged since the
-//! last one, the state's image is taken under the lock (records are reference-counted `Bytes`,
-//! so this copies no payload), and the flusher is asked for the record segments' catalog as it
-//! stands once it wrote the records of every entry the image covers (it syncs them first, and
-//! writes later ones only after; with `always`, the checkpoint appends the records the image
-//! holds in memory to their segments itself). A background thread then writes a snapshot of
-//! the state with those records counted as in their segments, with that catalog, and removes
+//! last one, the state's image is taken under the lock, and the flusher is asked for the record
+//! segments' catalog as it stands once it wrote the records of every entry the image covers (it
+//! syncs them first, and writes later ones only after). The image then holds no record, only
+//! where each partition's are ([`BrokerState::to_image_with_records_stored`]). With `always`,
+//! the image holds the records kept in memory (reference-counted `Bytes`: no payload is
+//! copied), and the checkpoint appends them to their segments itself. A background thread then
+//! writes a snapshot of the state with those records counted as in their segments, with that
+//! catalog, and removes
 //! the log segments, the older snapshots and the record segments it makes unnecessary.
 //! At the next call between commands the state evicts the records the checkpoint covers from
 //! memory: memory holds the records logged since the last checkpoint, not every retained one,
@@ -45,6 +47,7 @@
 //! `tokio::sync::watch` channel, which any executor can poll.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -270,7 +273,9 @@ impl Slot<'_> {
             self.pending.batch.buffer.truncate(start);
             // None are expected; any there are the state holds, so they are written (with no
             // entry, a restart drops them) for a checkpoint to find them in their segments.
-            self.pending.batch.records.extend(appended);
+            if !appended.is_empty() {
+                self.pending.batch.records.push(appended);
+            }
             return None;
         }
         let pending = &mut *self.pending;
@@ -282,11 +287,17 @@ impl Slot<'_> {
             .iter()
             .map(|appended| appended.record.size() + RECORD_OVERHEAD_BYTES)
             .sum();
-        pending.batch.records.extend(appended);
+        if !appended.is_empty() {
+            pending.batch.records.push(appended);
+        }
         pending.since_snapshot += (pending.batch.buffer.len() - self.start) as u64 + records;
         let seq = pending.next_seq;
         pending.next_seq += 1;
-        self.inner.wake.notify_one();
+        // A notification is a system call: made only when the flusher sleeps (it looks for
+        // new entries before it does).
+        if pending.flusher_waits {
+            self.inner.wake.notify_one();
+        }
         Some(seq)
     }
 }
@@ -319,8 +330,8 @@ struct Batch {
     /// The entries, encoded.
     buffer: Vec<u8>,
     entries: u64,
-    /// The records the entries' changes appended, in apply order.
-    records: Vec<Appended>,
+    /// The records the entries' changes appended, in apply order, as each change's list.
+    records: Vec<Vec<Appended>>,
     /// A checkpoint of the state after these entries waits for the record segments' catalog
     /// once these records (and every earlier one) are written and synced.
     catalog: Option<mpsc::SyncSender<Vec<SegmentImage>>>,
@@ -356,6 +367,8 @@ struct Pending {
     /// What the last finished checkpoint wrote to record segments, for the state to evict.
     evicted: Option<Vec<(LogId, i64)>>,
     stopping: bool,
+    /// Whether the flusher sleeps on [`Inner::wake`], waiting for entries.
+    flusher_waits: bool,
 }
 
 /// The write-ahead log of a running broker: appending, durability waits, snapshots, shutdown.
@@ -506,29 +519,18 @@ impl Journal {
         // The clock the command is applied at (it never goes back), so that a replay gives
         // records the same times even if the wall clock stepped back.
         let now_ms = state.clock_ms().max(now_ms);
-        let entry = EntryRef::Apply {
-            at_ms: now_ms,
-            command: &command,
-        };
-        // A command that publishes records is logged once applied, without the records it
-        // stored, which the flusher writes to their segments: it is only checked to fit now.
-        // With `always`, a publish's entry keeps its records (see the crate's documentation).
-        let mut logged = (self.inner.writes_records() && command.largest_record().is_some())
-            .then(|| command.clone());
+        if self.inner.writes_records() && command.largest_record().is_some() {
+            return self.apply_publish(state, now_ms, command);
+        }
         let slot = self.begin().and_then(|mut slot| {
-            let checked = match &mut logged {
-                Some(logged) => {
-                    // Room for where each record went: the entry may grow by that much.
-                    let records = logged.published_records_mut().len();
-                    check_entry(&entry, 8 + PLACED_RUN_BYTES * records)
-                }
-                None => slot.encode(&entry),
-            };
-            checked
-                .map(|()| slot)
-                .map_err(|cause| JournalError::Refused(cause.to_string()))
+            slot.encode(&EntryRef::Apply {
+                at_ms: now_ms,
+                command: &command,
+            })
+            .map(|()| slot)
+            .map_err(|cause| JournalError::Refused(cause.to_string()))
         });
-        let mut slot = match slot {
+        let slot = match slot {
             Ok(slot) => slot,
             Err(refused) => {
                 return Applied {
@@ -537,12 +539,48 @@ impl Journal {
                 }
             }
         };
+        let result = state.apply_at(now_ms, command).map_err(JournalError::from);
+        let keep = matches!(&result, Ok(outcome) if kind.changed_state(outcome));
+        let entry = slot.finish(keep, state.take_appended());
+        Applied { result, entry }
+    }
+
+    /// [`Journal::apply`] of a command that publishes records, with `batch` and `never`: it is
+    /// only checked to fit before it is applied, and logged once applied without the records
+    /// it stored, which the flusher writes to their segments. It is applied without the
+    /// journal's lock, which the flusher takes meanwhile (the caller's lock on the state keeps
+    /// entries in apply order).
+    fn apply_publish(&self, state: &mut BrokerState, now_ms: i64, command: Command) -> Applied {
+        let kind = command.kind();
+        let mut logged = command.clone();
+        // Room for where each record went: the entry may grow by that much.
+        let records = logged.published_records_mut().len();
+        let checked = self.accepting().and_then(|()| {
+            let entry = EntryRef::Apply {
+                at_ms: now_ms,
+                command: &command,
+            };
+            check_entry(&entry, 8 + PLACED_RUN_BYTES * records)
+                .map_err(|cause| JournalError::Refused(cause.to_string()))
+        });
+        if let Err(refused) = checked {
+            return Applied {
+                result: Err(refused),
+                entry: None,
+            };
+        }
         let mut result = state.apply_at(now_ms, command).map_err(JournalError::from);
         let keep = matches!(&result, Ok(outcome) if kind.changed_state(outcome));
         let appended = state.take_appended();
-        if let (Ok(outcome), Some(mut logged), true) = (&result, logged, keep) {
-            let topic = logged.topic().and_then(|topic| state.topic_id(topic));
-            let placed = placed_runs(&mut logged, outcome, topic, &appended);
+        let placed = match &result {
+            Ok(outcome) if keep => {
+                let topic = logged.topic().and_then(|topic| state.topic_id(topic));
+                placed_runs(&mut logged, outcome, topic, &appended)
+            }
+            _ => Vec::new(),
+        };
+        let mut slot = self.slot();
+        if keep {
             let entry = if placed.is_empty() {
                 EntryRef::Apply {
                     at_ms: now_ms,
@@ -612,17 +650,29 @@ impl Journal {
     /// Holds the buffer the flusher takes for an entry ([`Slot::encode`]) until
     /// [`Slot::finish`] says whether to keep it; refused while the log cannot take entries.
     fn begin(&self) -> Result<Slot<'_>, JournalError> {
-        let pending = self.inner.lock();
-        if let Some(reason) = pending.broken.as_ref().or(pending.refusing.as_ref()) {
-            return Err(JournalError::Refused(reason.clone()));
+        let slot = self.slot();
+        match refused(&slot.pending) {
+            Some(refused) => Err(refused),
+            None => Ok(slot),
         }
+    }
+
+    /// Whether the log takes entries now; refused otherwise.
+    fn accepting(&self) -> Result<(), JournalError> {
+        refused(&self.inner.lock()).map_or(Ok(()), Err)
+    }
+
+    /// Holds the buffer the flusher takes for an entry, as [`Journal::begin`] but whether or
+    /// not the log takes entries.
+    fn slot(&self) -> Slot<'_> {
+        let pending = self.inner.lock();
         let start = pending.batch.buffer.len();
-        Ok(Slot {
+        Slot {
             pending,
             start,
             inner: &self.inner,
             finished: false,
-        })
+        }
     }
 
     /// Waits until the entry `seq` is durable in the sense of the fsync policy.
@@ -719,7 +769,14 @@ impl Journal {
             catalog
         });
         drop(pending);
-        let image = state.to_image();
+        // The records the flusher writes need no copy in the image: it only says where they are.
+        let (image, stored) = match catalog {
+            Some(catalog) => {
+                let (image, in_memory) = state.to_image_with_records_stored();
+                (image, Some(Stored { catalog, in_memory }))
+            }
+            None => (state.to_image(), None),
+        };
         let inner = Arc::clone(&self.inner);
         let spawned = std::thread::Builder::new()
             .name("broker-checkpoint".into())
@@ -727,7 +784,7 @@ impl Journal {
                 // Ends the checkpoint however this thread ends (a panic included), so that
                 // nothing waits for it for ever.
                 let ending = CheckpointEnds(&inner);
-                let evicted = run_checkpoint(&inner, seq, image, catalog.as_ref());
+                let evicted = run_checkpoint(&inner, seq, image, stored);
                 inner.lock().evicted = evicted;
                 drop(ending);
             });
@@ -853,6 +910,12 @@ fn placed_runs(
     runs
 }
 
+/// Why the log takes no entry now, if it does not.
+fn refused(pending: &Pending) -> Option<JournalError> {
+    let reason = pending.broken.as_ref().or(pending.refusing.as_ref())?;
+    Some(JournalError::Refused(reason.clone()))
+}
+
 /// A checkpoint on disk: its snapshot file, and the records it moved to record segments.
 #[derive(Debug)]
 pub(crate) struct Written {
@@ -921,19 +984,26 @@ fn finish_checkpoint(
     })
 }
 
+/// The records of a checkpoint's image that the flusher writes: where they are in memory, and
+/// the catalog of record segments, sent once the flusher wrote and synced them.
+struct Stored {
+    catalog: mpsc::Receiver<Vec<SegmentImage>>,
+    in_memory: Vec<(LogId, Range<i64>)>,
+}
+
 /// A checkpoint in the background of `image`, the state after the entries below `seq`: with
-/// `catalog`, waits for the flusher to have written (and synced) the records of every entry
+/// `stored`, waits for the flusher to have written (and synced) the records of every entry
 /// below `seq` and to give the catalog as it stands then, and writes the checkpoint (see
 /// [`finish_checkpoint`]); without, writes the records too (see [`checkpoint`]). Logs what
 /// happened; returns what to evict, or `None` if it failed.
 fn run_checkpoint(
     inner: &Inner,
     seq: u64,
-    mut image: StateImage,
-    catalog: Option<&mpsc::Receiver<Vec<SegmentImage>>>,
+    image: StateImage,
+    stored: Option<Stored>,
 ) -> Option<Vec<(LogId, i64)>> {
     let started = Instant::now();
-    let written = match catalog {
+    let written = match stored {
         None => checkpoint(
             &inner.dir,
             &inner.records,
@@ -941,7 +1011,7 @@ fn run_checkpoint(
             image,
             inner.settings.segment_bytes,
         ),
-        Some(catalog) => catalog
+        Some(Stored { catalog, in_memory }) => catalog
             .recv()
             .map_err(|_| {
                 StorageError::io("checkpoint", inner.dir.path())(std::io::Error::other(
@@ -949,7 +1019,7 @@ fn run_checkpoint(
                 ))
             })
             .and_then(|catalog| {
-                let written = written_out(&mut image, &catalog, inner.dir.path())?;
+                let written = written_out(&image, &in_memory, &catalog, inner.dir.path())?;
                 finish_checkpoint(&inner.dir, &inner.records, seq, image, written, catalog)
             }),
     };
@@ -1003,11 +1073,13 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
                 if unsynced && timeout.is_zero() {
                     break;
                 }
+                pending.flusher_waits = true;
                 pending = inner
                     .wake
                     .wait_timeout(pending, timeout)
                     .unwrap_or_else(PoisonError::into_inner)
                     .0;
+                pending.flusher_waits = false;
             }
             let sealed = std::mem::take(&mut pending.sealed);
             backlog.extend(sealed);

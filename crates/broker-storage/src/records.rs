@@ -34,7 +34,7 @@
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -61,6 +61,10 @@ pub(crate) const INDEX_MAGIC: [u8; 8] = *b"BROKRIDX";
 pub(crate) const HEADER: u64 = 32;
 pub(crate) const INDEX_ENTRY: u64 = 24;
 pub(crate) const RECORD_HEADER: usize = 8;
+
+/// Encoded record bytes past which [`fill`] writes what it holds to the segment's file (it holds
+/// at most this much and one record more).
+const WRITE_CHUNK: usize = 256 * 1024;
 
 /// The bytes a record takes on disk beyond its payload and key, in a segment and its index:
 /// entry header, the encoding's length prefixes and tags, its time and its index entry. A
@@ -263,6 +267,29 @@ pub struct WrittenOut {
 }
 
 impl WrittenOut {
+    /// Nothing moved yet from `image`: its topics, and its partitions' bases.
+    fn of(image: &StateImage) -> WrittenOut {
+        let mut bases = HashMap::new();
+        for (_, topic) in &image.topics {
+            for (number, partition) in topic.partitions.iter().enumerate() {
+                let log = LogId {
+                    topic: topic.id,
+                    // At most 65,536 partitions: the image was checked when the state was built.
+                    partition: number as u32,
+                };
+                bases.insert(log, partition.base);
+            }
+        }
+        WrittenOut {
+            evicted: Vec::new(),
+            bases,
+            topics: (
+                image.topics.iter().map(|(_, topic)| topic.id).collect(),
+                image.next_topic_id,
+            ),
+        }
+    }
+
     /// Whether the image had `log`'s topic deleted: no segment of the log is needed any more
     /// (a partition or topic created after the image is not).
     fn deleted(&self, log: &LogId) -> bool {
@@ -669,9 +696,9 @@ impl RecordStore {
         )
     }
 
-    /// Appends the records a state reported appended ([`broker_core::BrokerState::take_appended`]),
-    /// in their order, to their partitions' segments as [`RecordStore::append`] does, but
-    /// without syncing them: the catalog names them at once (readers may read them back), and
+    /// Appends the records a state reported appended (lists as
+    /// [`broker_core::BrokerState::take_appended`] gave them, in order) to their partitions'
+    /// segments as [`RecordStore::append`] does, but without syncing them: the catalog names them at once (readers may read them back), and
     /// [`RecordStore::sync_written`] makes them durable. `open` keeps the files open from one
     /// call to the next; only one writer may use this at a time.
     ///
@@ -680,11 +707,11 @@ impl RecordStore {
     /// and calling again with the same records writes the rest.
     pub fn write(
         &self,
-        appended: &[Appended],
+        appended: &[Vec<Appended>],
         segment_bytes: u64,
         open: &mut OpenSegments,
     ) -> Result<(), StorageError> {
-        if appended.is_empty() {
+        if appended.iter().all(Vec::is_empty) {
             // Most batches of `always`, and every one without a publish.
             return Ok(());
         }
@@ -696,7 +723,7 @@ impl RecordStore {
             log,
             offset,
             record,
-        } in appended
+        } in appended.iter().flatten()
         {
             match last_run.get(log).map(|&index| &mut runs[index]) {
                 Some((_, first, records)) if *first + records.len() as i64 == *offset => {
@@ -1240,8 +1267,6 @@ fn u64_of(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(buf)
 }
 
-/// Opens `path` for writing at `len`, cutting anything after it (a partial tail of a failed
-/// append).
 /// Writes the first of `records` to `segment` through `files` until it holds `segment_bytes`
 /// (at least one), unsynced, and returns the segment as it is now; `records` keeps the rest.
 fn fill<R: Borrow<RecordImage>>(
@@ -1258,44 +1283,57 @@ fn fill<R: Borrow<RecordImage>>(
         index_path,
         ..
     } = &*files;
-    let mut data_out = BufWriter::new(data);
-    let mut index_out = BufWriter::new(index);
-    let mut body = Vec::new();
+    // Records are encoded into one buffer and written a chunk at a time (each chunk's records
+    // before their index entries): a publish's records take one `write` of each file.
+    let mut data_out = Vec::with_capacity(WRITE_CHUNK.min(records.len() * 256));
+    let mut index_out = Vec::with_capacity(records.len().min(WRITE_CHUNK / 64) * 24);
+    let out = |data_out: &mut Vec<u8>, index_out: &mut Vec<u8>| {
+        (&*data)
+            .write_all(data_out)
+            .map_err(StorageError::io("write", data_path))?;
+        (&*index)
+            .write_all(index_out)
+            .map_err(StorageError::io("write", index_path))?;
+        data_out.clear();
+        index_out.clear();
+        Ok::<(), StorageError>(())
+    };
     let mut written = 0;
     for record in records.iter() {
         let record = record.borrow();
         if written > 0 && segment.data_len >= segment_bytes {
             break;
         }
-        body.clear();
-        bincode::serde::encode_into_std_write(record, &mut body, config())
+        // The header (length, then checksum of the body) is filled in once the body is encoded
+        // after it.
+        let start = data_out.len();
+        data_out.extend_from_slice(&[0; RECORD_HEADER]);
+        bincode::serde::encode_into_std_write(record, &mut data_out, config())
             .map_err(|error| StorageError::Encode(format!("a record: {error}")))?;
+        let body = &data_out[start + RECORD_HEADER..];
         let length = u32::try_from(body.len())
             .map_err(|_| StorageError::Encode(format!("a record of {} bytes", body.len())))?;
-        let entry = index_entry(segment.data_len, record.timestamp_ms, segment.bytes);
-        data_out
-            .write_all(&length.to_le_bytes())
-            .and_then(|()| data_out.write_all(&crc32fast::hash(&body).to_le_bytes()))
-            .and_then(|()| data_out.write_all(&body))
-            .map_err(StorageError::io("write", data_path))?;
-        index_out
-            .write_all(&entry)
-            .map_err(StorageError::io("write", index_path))?;
+        let checksum = crc32fast::hash(body);
+        data_out[start..start + 4].copy_from_slice(&length.to_le_bytes());
+        data_out[start + 4..start + RECORD_HEADER].copy_from_slice(&checksum.to_le_bytes());
+        index_out.extend_from_slice(&index_entry(
+            segment.data_len,
+            record.timestamp_ms,
+            segment.bytes,
+        ));
         let size = record.size();
         segment.count += 1;
         segment.bytes += size;
-        segment.data_len += (RECORD_HEADER + body.len()) as u64;
+        segment.data_len += (RECORD_HEADER as u64) + u64::from(length);
         segment.last_timestamp_ms = record.timestamp_ms;
         segment.largest = segment.largest.max(size);
         written += 1;
+        if data_out.len() >= WRITE_CHUNK {
+            out(&mut data_out, &mut index_out)?;
+        }
     }
     *records = &records[written..];
-    data_out
-        .flush()
-        .map_err(StorageError::io("write", data_path))?;
-    index_out
-        .flush()
-        .map_err(StorageError::io("write", index_path))?;
+    out(&mut data_out, &mut index_out)?;
     Ok(segment)
 }
 
@@ -1335,13 +1373,7 @@ fn take_records(
     image: &mut StateImage,
     mut store: impl FnMut(LogId, i64, &[RecordImage]) -> Result<(), StorageError>,
 ) -> Result<WrittenOut, StorageError> {
-    let mut written = WrittenOut {
-        topics: (
-            image.topics.iter().map(|(_, topic)| topic.id).collect(),
-            image.next_topic_id,
-        ),
-        ..WrittenOut::default()
-    };
+    let mut written = WrittenOut::of(image);
     for (_, topic) in &mut image.topics {
         for (number, partition) in topic.partitions.iter_mut().enumerate() {
             let log = LogId {
@@ -1349,7 +1381,6 @@ fn take_records(
                 // At most 65,536 partitions: the image was checked when the state was built.
                 partition: number as u32,
             };
-            written.bases.insert(log, partition.base);
             if partition.records.is_empty() {
                 continue;
             }
@@ -1363,40 +1394,49 @@ fn take_records(
     Ok(written)
 }
 
-/// Takes the records `image` holds in memory out of it, as [`RecordStore::write_out`] does,
-/// when they were written already: `catalog` ([`RecordStore::sync_written`]) must name every
-/// one of them.
+/// What an image whose records were written already (see
+/// [`broker_core::BrokerState::to_image_with_records_stored`]) moved to record segments, once
+/// `catalog` ([`RecordStore::sync_written`]) is checked to name every record of `in_memory`
+/// (the records the state held in memory, by log).
 ///
 /// # Errors
 /// [`StorageError::Corrupt`] naming the first partition whose records `catalog` lacks (under
 /// the data directory `dir`); the image must not be used then.
 pub fn written_out(
-    image: &mut StateImage,
+    image: &StateImage,
+    in_memory: &[(LogId, Range<i64>)],
     catalog: &[SegmentImage],
     dir: &Path,
 ) -> Result<WrittenOut, StorageError> {
-    take_records(image, |log, first, records| {
-        let end = first + records.len() as i64;
-        let mut covered = first;
-        for segment in catalog.iter().filter(|segment| segment.log() == log) {
+    let mut segments: HashMap<LogId, Vec<&SegmentImage>> = HashMap::new();
+    for segment in catalog {
+        segments.entry(segment.log()).or_default().push(segment);
+    }
+    let mut written = WrittenOut::of(image);
+    for (log, range) in in_memory {
+        let mut covered = range.start;
+        for segment in segments.get(log).into_iter().flatten() {
             if segment.base <= covered && segment.end() > covered {
                 covered = segment.end();
             }
         }
-        if covered >= end {
-            return Ok(());
+        if covered < range.end {
+            return Err(StorageError::corrupt(
+                dir.join(RECORDS_DIR).join(log_dir_name(*log)),
+                0,
+                format!(
+                    "records {covered} to {} of the partition were not written to its segments",
+                    range.end - 1
+                ),
+            ));
         }
-        Err(StorageError::corrupt(
-            dir.join(RECORDS_DIR).join(log_dir_name(log)),
-            0,
-            format!(
-                "records {covered} to {} of the partition were not written to its segments",
-                end - 1
-            ),
-        ))
-    })
+        written.evicted.push((*log, range.end));
+    }
+    Ok(written)
 }
 
+/// Opens `path` for writing at `len`, cutting anything after it (a partial tail of a failed
+/// append).
 fn open_for_append(path: &Path, len: u64) -> Result<File, StorageError> {
     let file = OpenOptions::new()
         .write(true)

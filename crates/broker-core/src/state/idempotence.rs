@@ -135,7 +135,9 @@ impl BrokerState {
         producer: u64,
         batches: Vec<PartitionBatch>,
     ) -> Result<Vec<(i32, i64)>, BrokerError> {
-        check_batch_len(batches.iter().map(|batch| batch.records.len()).sum())?;
+        let records = batches.iter().map(|batch| batch.records.len()).sum();
+        check_batch_len(records)?;
+        self.reserve_appended(records);
         let now = self.clock_ms;
         let capacity = self.capacity;
         let topic = topic_in(&mut self.topics, self.names, topic)?;

@@ -1,6 +1,7 @@
 //! The state as a [`StateImage`] and back, and the state of a version 1 image.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::check::check_topic;
@@ -24,10 +25,39 @@ impl BrokerState {
     /// The whole state as plain data, topics and groups sorted by name (so equal states give
     /// equal images). Records are shared, not copied.
     pub fn to_image(&self) -> StateImage {
+        self.image_of(false)
+    }
+
+    /// The image of the state with every record it holds in memory counted as in its cold
+    /// store, for a storage layer that wrote each one there as it was appended (see
+    /// [`BrokerState::record_appends`]); with, for each partition that holds records in
+    /// memory, the offsets they take (the cold store must hold them before the image is
+    /// loaded, and [`BrokerState::evict`] may then take them out of memory). Copies no record.
+    pub fn to_image_with_records_stored(&self) -> (StateImage, Vec<(LogId, Range<i64>)>) {
+        let image = self.image_of(true);
+        let mut in_memory = Vec::new();
+        for topic in self.topics.values() {
+            for (number, log) in topic.partitions.iter().enumerate() {
+                if !log.records.is_empty() {
+                    let log_id = LogId {
+                        topic: topic.id,
+                        // At most 65,536 partitions (see `Limits`).
+                        partition: number as u32,
+                    };
+                    in_memory.push((log_id, log.cold_end()..log.end()));
+                }
+            }
+        }
+        (image, in_memory)
+    }
+
+    /// The image of the state; with `records_stored`, every record held in memory is counted as
+    /// in the cold store instead of copied into the image.
+    fn image_of(&self, records_stored: bool) -> StateImage {
         let mut topics: Vec<(String, TopicImage)> = self
             .topics
             .iter()
-            .map(|(name, topic)| (name.clone(), topic_image(topic)))
+            .map(|(name, topic)| (name.clone(), topic_image(topic, records_stored)))
             .collect();
         topics.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         StateImage {
@@ -145,7 +175,7 @@ impl BrokerState {
             })
             .collect();
         Ok(TopicExport {
-            image: topic_image(held),
+            image: topic_image(held, false),
             cold,
         })
     }
@@ -316,7 +346,7 @@ fn assignor_of(code: u32) -> Result<Assignor, String> {
     }
 }
 
-fn topic_image(topic: &Topic) -> TopicImage {
+fn topic_image(topic: &Topic, records_stored: bool) -> TopicImage {
     let mut groups: Vec<(String, GroupImage)> = topic
         .groups
         .iter()
@@ -342,14 +372,25 @@ fn topic_image(topic: &Topic) -> TopicImage {
         partitions: topic
             .partitions
             .iter()
-            .map(|log| PartitionImage {
-                base: log.base,
-                cold_end: log.cold_end(),
-                cold_bytes: log.cold.as_ref().map_or(0, |cold| cold.bytes),
-                first_timestamp_ms: log.earliest_timestamp().unwrap_or(0),
-                last_timestamp_ms: log.last_timestamp_ms,
-                records: log.records.iter().map(RecordImage::from).collect(),
-                retained_bytes: log.retained_bytes(),
+            .map(|log| {
+                let (records, cold_end, cold_bytes) = if records_stored {
+                    (Vec::new(), log.end(), log.retained_bytes())
+                } else {
+                    (
+                        log.records.iter().map(RecordImage::from).collect(),
+                        log.cold_end(),
+                        log.cold.as_ref().map_or(0, |cold| cold.bytes),
+                    )
+                };
+                PartitionImage {
+                    base: log.base,
+                    cold_end,
+                    cold_bytes,
+                    first_timestamp_ms: log.earliest_timestamp().unwrap_or(0),
+                    last_timestamp_ms: log.last_timestamp_ms,
+                    records,
+                    retained_bytes: log.retained_bytes(),
+                }
             })
             .collect(),
         groups,

@@ -264,6 +264,14 @@ impl BrokerState {
             .unwrap_or_default()
     }
 
+    /// Makes room for `count` more records noted appended, when they are noted: a batch's
+    /// records are noted one at a time.
+    fn reserve_appended(&mut self, count: usize) {
+        if let Some(appended) = &mut self.appended {
+            appended.reserve(count);
+        }
+    }
+
     /// For each `(log, offset)` of `evicted`: the records of `log` below `offset` are in the cold
     /// store now (which holds every retained record of `log` below it), so they leave memory.
     /// Changes where records are read from, never what any command does. Without a cold store,

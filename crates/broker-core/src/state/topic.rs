@@ -404,6 +404,7 @@ impl BrokerState {
         until_full: bool,
     ) -> Result<Vec<(i32, i64)>, BrokerError> {
         check_batch_len(records.len())?;
+        self.reserve_appended(records.len());
         let now = self.clock_ms;
         let topic = topic_in(&mut self.topics, self.names, topic)?;
         for record in &records {
