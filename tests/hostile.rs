@@ -429,6 +429,70 @@ async fn frames_wait_for_room_in_the_request_memory_which_a_stalled_frame_gives_
     assert_eq!(sample(&text, "broker_request_memory_bytes"), 0.0, "{text}");
 }
 
+/// A client that pipelines hundreds of descriptions of every topic (a few dozen bytes each,
+/// answered with about a megabyte) and reads none of the answers: the server builds them one at
+/// a time (without that bound it built every one it had in flight, 1,024 a connection), and
+/// answers every one, in order, once the client reads.
+#[tokio::test]
+async fn descriptions_nobody_reads_are_built_one_at_a_time() {
+    let server = ServerProcess::start(&[]);
+    let mut client = connect(&server).await;
+    let topics = 2_000u64;
+    for id in 0..topics {
+        let frame = RequestFrame {
+            correlation_id: id,
+            max_wait_ms: 0,
+            command: Command::Create {
+                topic: format!("described-topic-{id:05}"),
+                partition_count: 16,
+                key_hash: KeyHash::default(),
+                settings: Vec::new(),
+            },
+        };
+        client.feed(frame).await.unwrap();
+    }
+    SinkExt::<RequestFrame>::flush(&mut client).await.unwrap();
+    for id in 0..topics {
+        match client.next().await.unwrap().unwrap() {
+            Decoded::Message(ResponseFrame {
+                correlation_id,
+                result: Ok(Outcome::Created(true)),
+            }) if correlation_id == id => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    let describe = || Command::Describe { topic: None };
+    let answer = call(&mut client, describe()).await.unwrap();
+    let answer_bytes = broker_proto::outcome_bytes(&answer);
+    assert!(answer_bytes > MIB / 2, "{answer_bytes}");
+    let baseline = server.status_bytes("VmRSS");
+
+    let descriptions = 200;
+    for id in 0..descriptions {
+        let frame = RequestFrame {
+            correlation_id: id,
+            max_wait_ms: 0,
+            command: describe(),
+        };
+        client.feed(frame).await.unwrap();
+    }
+    SinkExt::<RequestFrame>::flush(&mut client).await.unwrap();
+    // Time for the server to build whatever it would.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // What the sockets' buffers hold, a few answers, and what the allocator keeps for a while:
+    // far below the 200 answers asked for.
+    assert_peak_within(&server, baseline, 64 * MIB);
+    for id in 0..descriptions {
+        match client.next().await.unwrap().unwrap() {
+            Decoded::Message(ResponseFrame {
+                correlation_id,
+                result: Ok(described),
+            }) if correlation_id == id => assert_eq!(described, answer, "description {id}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
 /// A client that pipelines hundreds of reads, each a few dozen bytes asking for megabytes of
 /// records on disk (or for none: the first record comes whatever the budget), and reads none
 /// of the answers: the server builds only the answers the request memory has room for

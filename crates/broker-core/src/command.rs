@@ -552,6 +552,56 @@ impl CommandKind {
         }
     }
 
+    /// Whether a command of this kind is answered with a list that grows with the state (every
+    /// topic, partition, group, producer or node it holds), not with the request: a request of
+    /// a few bytes may ask for megabytes. (Answers with records are bounded by the request's
+    /// own byte budget; a member's assignment by the partitions of one topic.)
+    pub fn answer_grows_with_state(self) -> bool {
+        match self {
+            CommandKind::Describe
+            | CommandKind::Metadata
+            | CommandKind::ClusterStatus
+            | CommandKind::GroupsStatus
+            | CommandKind::Producers
+            | CommandKind::Lag
+            | CommandKind::StoredOffsets => true,
+            CommandKind::Create
+            | CommandKind::Join
+            | CommandKind::Leave
+            | CommandKind::Publish
+            | CommandKind::PublishKeyed
+            | CommandKind::PublishBatch
+            | CommandKind::PublishUntilFull
+            | CommandKind::PublishIdempotent
+            | CommandKind::Poll
+            | CommandKind::Ack
+            | CommandKind::AckAndPoll
+            | CommandKind::Retry
+            | CommandKind::RetryAfter
+            | CommandKind::Redeliver
+            | CommandKind::Fetch
+            | CommandKind::Commit
+            | CommandKind::Assignment
+            | CommandKind::Committed
+            | CommandKind::EndOffset
+            | CommandKind::OffsetForTime
+            | CommandKind::Read
+            | CommandKind::CommitGroup
+            | CommandKind::AddPartitions
+            | CommandKind::DeleteTopic
+            | CommandKind::DeleteGroup
+            | CommandKind::ConfigureGroup
+            | CommandKind::ConfigureTopic
+            | CommandKind::Purge
+            | CommandKind::ResetGroup
+            | CommandKind::DeleteOffsets
+            | CommandKind::AddNode
+            | CommandKind::RemoveNode
+            | CommandKind::TransferLeadership
+            | CommandKind::MoveTopic => false,
+        }
+    }
+
     /// Whether a command of this kind that succeeded with `outcome` changed the state, so that a
     /// write-ahead log must record it. Outcomes that the rules guarantee changed nothing need
     /// no entry: a poll, fetch or redelivery that returned nothing (waiting requests retry them

@@ -29,6 +29,18 @@ pub fn config() -> WireConfig {
         .with_limit::<MAX_FRAME_CEILING>()
 }
 
+/// The bytes `outcome` takes in a response body (besides the correlation id and the result's
+/// tag), as the current protocol version encodes it: for weighing an answer before it is
+/// written. An outcome that cannot be encoded weighs [`MAX_FRAME_CEILING`] (its response is
+/// refused when written).
+pub fn outcome_bytes(outcome: &Outcome) -> u64 {
+    let mut size = bincode::enc::write::SizeWriter::default();
+    match bincode::serde::encode_into_writer(outcome, &mut size, config()) {
+        Ok(()) => size.bytes_written as u64,
+        Err(_) => MAX_FRAME_CEILING as u64,
+    }
+}
+
 /// A failure that ends the connection: the byte stream can no longer be trusted or continued.
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {

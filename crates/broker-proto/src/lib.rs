@@ -30,7 +30,8 @@ mod error;
 mod message;
 
 pub use codec::{
-    config, Codec, Decoded, ProtocolError, ServerCodec, WireConfig, MAX_FRAME_CEILING,
+    config, outcome_bytes, Codec, Decoded, ProtocolError, ServerCodec, WireConfig,
+    MAX_FRAME_CEILING,
 };
 pub use error::{ErrorKind, ErrorReply};
 pub use message::{

@@ -11,6 +11,9 @@
 //! answer is built, the room shrinks to what it takes, and it is given back when the answer is
 //! written. A request that finds no record and waits for one holds no room while it waits:
 //! each retry takes room anew, from the byte budget the request came with.
+//!
+//! Answers that list the whole state (see [`grows_with_state`]) have no byte budget to lower
+//! and take no room: a connection has one of them at a time on its way instead.
 
 use broker_core::{BrokerRecord, Command, Outcome, PartitionRead};
 use broker_net::{FrameRoom, RequestMemory};
@@ -102,6 +105,16 @@ pub(crate) async fn room_for_retry(
     let room = memory.answer_room(wanted, least).await;
     fit_answer(command, room.bytes());
     Some(room)
+}
+
+/// Whether `frame`'s answer grows with the state
+/// ([`broker_core::CommandKind::answer_grows_with_state`]): a connection has one such answer
+/// at a time on its way.
+pub(crate) fn grows_with_state(frame: &Decoded<RequestFrame>) -> bool {
+    match frame {
+        Decoded::Message(request) => request.command.kind().answer_grows_with_state(),
+        Decoded::Malformed { .. } => false,
+    }
 }
 
 fn command_of(frame: &mut Decoded<RequestFrame>) -> Option<&mut Command> {

@@ -19,12 +19,16 @@ use crate::sessions::ParkedIn;
 
 /// What a request holds until it is answered: its place among its connection's requests in
 /// flight and, for a request read from a native connection, its frame's room in the process's
-/// request memory and, when its answer carries records, the room for that answer. Dropping it
-/// (once the answer is written) gives all of them back.
+/// request memory, when its answer carries records the room for that answer, and when its
+/// answer grows with the state its connection's one turn for such answers. Dropping it (once
+/// the answer is written) gives all of them back.
 #[derive(Debug)]
 pub(crate) struct RequestPermit {
     _in_flight: OwnedSemaphorePermit,
     _room: Option<FrameRoom>,
+    /// The connection's turn for an answer that grows with the state
+    /// ([`broker_core::CommandKind::answer_grows_with_state`]): one at a time per connection.
+    _large_answer: Option<OwnedSemaphorePermit>,
     answer: Option<FrameRoom>,
     /// Whether its answers take room in the request memory: those of native connections,
     /// which pipeline requests; a Kafka connection reads its next request once the last one
@@ -38,6 +42,7 @@ impl RequestPermit {
         RequestPermit {
             _in_flight: in_flight,
             _room: room,
+            _large_answer: None,
             answer: None,
             counts_answers: false,
         }
@@ -47,6 +52,12 @@ impl RequestPermit {
     /// request memory.
     pub(crate) fn counting_answers(mut self) -> Self {
         self.counts_answers = true;
+        self
+    }
+
+    /// The permit holding its connection's turn for an answer that grows with the state.
+    pub(crate) fn with_large_answer(mut self, turn: OwnedSemaphorePermit) -> Self {
+        self._large_answer = Some(turn);
         self
     }
 

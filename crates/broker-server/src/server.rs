@@ -574,6 +574,10 @@ async fn read_requests<R: AsyncRead + Unpin>(
     // A buffered frame whose answer found no room while its batch was gathered: the first of
     // the next batch, which waits for that room.
     let mut carried: Option<(Decoded<RequestFrame>, RequestPermit)> = None;
+    // One answer that grows with the state (a description of every topic, ...) at a time: a
+    // client pipelining such requests without reading the answers makes the server build one,
+    // not as many as it may have requests in flight.
+    let large_answers = Arc::new(Semaphore::new(1));
     loop {
         let (mut first, mut first_permit) = match carried.take() {
             Some(frame) => frame,
@@ -609,6 +613,18 @@ async fn read_requests<R: AsyncRead + Unpin>(
             room = answers::room_for(config, memory, &mut first) => room,
         };
         first_permit.hold_answer_room(answer_room);
+        if answers::grows_with_state(&first) {
+            let turn = tokio::select! {
+                biased;
+                () = &mut closing => return Ok(()),
+                turn = Arc::clone(&large_answers).acquire_owned() => match turn {
+                    Ok(turn) => turn,
+                    // The semaphore is never closed.
+                    Err(_) => return Ok(()),
+                },
+            };
+            first_permit = first_permit.with_large_answer(turn);
+        }
         let mut frames = vec![(first, first_permit)];
         let mut fatal = None;
         while let Ok(permit) = Arc::clone(in_flight).try_acquire_owned() {
@@ -620,6 +636,16 @@ async fn read_requests<R: AsyncRead + Unpin>(
                         Err(answers::NoRoom) => {
                             carried = Some((frame, permit));
                             break;
+                        }
+                    }
+                    if answers::grows_with_state(&frame) {
+                        match Arc::clone(&large_answers).try_acquire_owned() {
+                            Ok(turn) => permit = permit.with_large_answer(turn),
+                            // The next batch starts with it, once the answer before is written.
+                            Err(_) => {
+                                carried = Some((frame, permit));
+                                break;
+                            }
                         }
                     }
                     frames.push((frame, permit));
