@@ -375,6 +375,9 @@ struct Pending {
 #[derive(Debug)]
 pub struct Journal {
     inner: Arc<Inner>,
+    /// Where [`Journal::apply`] encodes an entry before the journal's lock is taken (never
+    /// contended: the caller's lock on the state serializes calls).
+    encoded: Mutex<Vec<u8>>,
     progress: watch::Receiver<Progress>,
     flusher: Mutex<Option<JoinHandle<()>>>,
     /// The thread of the last checkpoint started, which [`Journal::finish`] waits for.
@@ -481,6 +484,7 @@ impl Journal {
             ))?;
         Ok(Journal {
             inner,
+            encoded: Mutex::new(Vec::new()),
             progress,
             flusher: Mutex::new(Some(flusher)),
             checkpointer: Mutex::new(None),
@@ -503,11 +507,11 @@ impl Journal {
     /// with the time, if it changed anything (see [`broker_core::CommandKind::changed_state`]);
     /// a state-changing command is refused before it is applied while the log cannot take
     /// entries, and read-only commands are applied without the log. The entry is encoded
-    /// straight into the buffer the flusher takes, before the command is moved into the core,
-    /// and taken back if the outcome needs no entry; but with `batch` and `never`, that of
-    /// a command that publishes is encoded once it was applied, without the records it stored
-    /// ([`EntryRef::Placed`]), which the flusher writes to their segments. Call with `state`
-    /// locked, in apply order.
+    /// before the command is moved into the core, and appended to the buffer the flusher takes
+    /// if the outcome needs one; but with `batch` and `never`, that of a command that publishes
+    /// is encoded once it was applied, without the records it stored ([`EntryRef::Placed`]),
+    /// which the flusher writes to their segments. Either way the command is applied without
+    /// the journal's lock. Call with `state` locked, in apply order.
     pub fn apply(&self, state: &mut BrokerState, now_ms: i64, command: Command) -> Applied {
         let kind = command.kind();
         if kind.is_read_only() {
@@ -522,34 +526,40 @@ impl Journal {
         if self.inner.writes_records() && command.largest_record().is_some() {
             return self.apply_publish(state, now_ms, command);
         }
-        let slot = self.begin().and_then(|mut slot| {
-            slot.encode(&EntryRef::Apply {
+        // Encoded before the command moves into the core, outside the journal's lock (which
+        // the flusher takes meanwhile), into a buffer kept from call to call; copied into the
+        // flusher's buffer once the outcome says to keep it.
+        let mut encoded = self.encoded.lock().unwrap_or_else(PoisonError::into_inner);
+        encoded.clear();
+        let checked = self.accepting().and_then(|()| {
+            let entry = EntryRef::Apply {
                 at_ms: now_ms,
                 command: &command,
-            })
-            .map(|()| slot)
-            .map_err(|cause| JournalError::Refused(cause.to_string()))
+            };
+            encode_entry(&entry, &mut encoded)
+                .map_err(|cause| JournalError::Refused(cause.to_string()))
         });
-        let slot = match slot {
-            Ok(slot) => slot,
-            Err(refused) => {
-                return Applied {
-                    result: Err(refused),
-                    entry: None,
-                }
-            }
-        };
+        if let Err(refused) = checked {
+            return Applied {
+                result: Err(refused),
+                entry: None,
+            };
+        }
         let result = state.apply_at(now_ms, command).map_err(JournalError::from);
         let keep = matches!(&result, Ok(outcome) if kind.changed_state(outcome));
-        let entry = slot.finish(keep, state.take_appended());
+        let appended = state.take_appended();
+        let mut slot = self.slot();
+        if keep {
+            slot.pending.batch.buffer.extend_from_slice(&encoded);
+        }
+        let entry = slot.finish(keep, appended);
         Applied { result, entry }
     }
 
     /// [`Journal::apply`] of a command that publishes records, with `batch` and `never`: it is
     /// only checked to fit before it is applied, and logged once applied without the records
-    /// it stored, which the flusher writes to their segments. It is applied without the
-    /// journal's lock, which the flusher takes meanwhile (the caller's lock on the state keeps
-    /// entries in apply order).
+    /// it stored, which the flusher writes to their segments. (The caller's lock on the state
+    /// keeps entries in apply order.)
     fn apply_publish(&self, state: &mut BrokerState, now_ms: i64, command: Command) -> Applied {
         let kind = command.kind();
         let mut logged = command.clone();

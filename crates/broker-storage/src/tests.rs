@@ -1565,6 +1565,14 @@ fn histories_through_the_journal_recover_from_the_records_written_after_the_chec
                 last = applied.entry.or(last);
                 journal.maybe_checkpoint(&mut state);
             }
+            // An entry after the last checkpoint, whenever that one ran: the next start replays
+            // it (a checkpoint that came with the round's last command would leave none).
+            now += 1;
+            let closing = publish("t", 0, &format!("closing {round}"));
+            let expected = memory.apply_at(now, closing.clone());
+            let applied = journal.apply(&mut state, now, closing);
+            assert_eq!(applied.result, expected.map_err(crate::JournalError::Broker));
+            last = applied.entry.or(last);
             if let Some(last) = last {
                 futures::executor::block_on(journal.durable(last)).unwrap();
             }
