@@ -552,10 +552,11 @@ impl CommandKind {
         }
     }
 
-    /// Whether a command of this kind is answered with a list that grows with the state (every
-    /// topic, partition, group, producer or node it holds), not with the request: a request of
-    /// a few bytes may ask for megabytes. (Answers with records are bounded by the request's
-    /// own byte budget; a member's assignment by the partitions of one topic.)
+    /// Whether a command of this kind is answered with a list that grows with the state, not
+    /// with the request, up to a megabyte or more: a row per topic, group, producer or node the
+    /// broker holds, or per partition of a topic (up to 65,536 rows of about 30 bytes). A
+    /// request of a few bytes may ask for that much. (Answers with records are bounded by the
+    /// request's own byte budget; a member's partitions take 4 bytes each, 256 KiB at most.)
     pub fn answer_grows_with_state(self) -> bool {
         match self {
             CommandKind::Describe
@@ -564,6 +565,7 @@ impl CommandKind {
             | CommandKind::GroupsStatus
             | CommandKind::Producers
             | CommandKind::Lag
+            | CommandKind::ResetGroup
             | CommandKind::StoredOffsets => true,
             CommandKind::Create
             | CommandKind::Join
@@ -593,7 +595,6 @@ impl CommandKind {
             | CommandKind::ConfigureGroup
             | CommandKind::ConfigureTopic
             | CommandKind::Purge
-            | CommandKind::ResetGroup
             | CommandKind::DeleteOffsets
             | CommandKind::AddNode
             | CommandKind::RemoveNode

@@ -158,9 +158,9 @@ struct Args {
     /// there is room for one record of --max-payload-bytes beside the overhead of the records
     /// asked for (the answer then carries fewer records), waiting for that much; so a client
     /// that pipelines reads without reading the answers holds this much at most. Answers that
-    /// list the whole state (describe, metadata, lag, producers, cluster and group status) are
-    /// built one at a time per connection: the next such request waits until the last answer
-    /// is written. Less than --max-frame-bytes refuses to start. Default: a quarter of
+    /// list the whole state (describe, metadata, lag, reset, stored offsets, producers, cluster
+    /// and group status) are built one at a time per connection: the next such request waits
+    /// until the last answer is written. Less than --max-frame-bytes refuses to start. Default: a quarter of
     /// --max-memory (256 MiB with the defaults), raised to --max-frame-bytes if less, so that
     /// one number sizes the process: it needs about --max-memory plus this plus a few tens of
     /// MiB.

@@ -69,6 +69,9 @@ use crate::repair::Repairs;
 use crate::snapshot::Checkpoint;
 use crate::{encode_entry, remove_covered, DataDir, LogWriter, Recovery, StorageError};
 
+/// The most room [`Journal::apply`] keeps between calls for encoding an entry.
+const KEPT_ENCODING_BYTES: usize = 1 << 20;
+
 /// How often a failed log write is retried.
 pub const WRITE_RETRY: Duration = Duration::from_millis(200);
 
@@ -506,7 +509,8 @@ impl Journal {
     /// Applies `command` to `state` at `now_ms` (see [`BrokerState::apply_at`]) and logs it,
     /// with the time, if it changed anything (see [`broker_core::CommandKind::changed_state`]);
     /// a state-changing command is refused before it is applied while the log cannot take
-    /// entries, and read-only commands are applied without the log. The entry is encoded
+    /// entries (one being applied when the log stops taking them is logged, and waits with
+    /// those before it), and read-only commands are applied without the log. The entry is encoded
     /// before the command is moved into the core, and appended to the buffer the flusher takes
     /// if the outcome needs one; but with `batch` and `never`, that of a command that publishes
     /// is encoded once it was applied, without the records it stored ([`EntryRef::Placed`]),
@@ -553,6 +557,10 @@ impl Journal {
             slot.pending.batch.buffer.extend_from_slice(&encoded);
         }
         let entry = slot.finish(keep, appended);
+        // A large entry's room is not kept for ever.
+        if encoded.capacity() > KEPT_ENCODING_BYTES {
+            *encoded = Vec::new();
+        }
         Applied { result, entry }
     }
 

@@ -1571,7 +1571,10 @@ fn histories_through_the_journal_recover_from_the_records_written_after_the_chec
             let closing = publish("t", 0, &format!("closing {round}"));
             let expected = memory.apply_at(now, closing.clone());
             let applied = journal.apply(&mut state, now, closing);
-            assert_eq!(applied.result, expected.map_err(crate::JournalError::Broker));
+            assert_eq!(
+                applied.result,
+                expected.map_err(crate::JournalError::Broker)
+            );
             last = applied.entry.or(last);
             if let Some(last) = last {
                 futures::executor::block_on(journal.durable(last)).unwrap();
