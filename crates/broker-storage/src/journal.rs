@@ -62,10 +62,11 @@ use tracing::{error, info, warn};
 
 use crate::format::{config, EntryRef, PlacedRun, MAX_ENTRY_BYTES};
 use crate::records::{
-    without_retired, written_out, OpenSegments, RecordStore, SegmentImage, WrittenOut,
-    RECORD_OVERHEAD_BYTES,
+    without_retired, written_out, OpenSegments, RecordStore, RecordsToSync, SegmentImage,
+    WrittenOut, RECORD_OVERHEAD_BYTES,
 };
 use crate::repair::Repairs;
+use crate::segment::LogToSync;
 use crate::snapshot::Checkpoint;
 use crate::{encode_entry, remove_covered, DataDir, LogWriter, Recovery, StorageError};
 
@@ -372,6 +373,10 @@ struct Pending {
     stopping: bool,
     /// Whether the flusher sleeps on [`Inner::wake`], waiting for entries.
     flusher_waits: bool,
+    /// Whether the syncer thread runs a sync the flusher handed it (`batch`).
+    syncing: bool,
+    /// Whether a sync on the syncer thread failed: the flusher stops too.
+    sync_failed: bool,
 }
 
 /// The write-ahead log of a running broker: appending, durability waits, snapshots, shutdown.
@@ -1064,8 +1069,118 @@ fn run_checkpoint(
 /// and then its entries to the log, fsyncs the log as the policy says (and the segments when a
 /// checkpoint asks for their catalog), and publishes the progress, until shutdown or a failed
 /// fsync.
-fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress>) {
+///
+/// With `batch`, the periodic fsyncs run on a second thread, the syncer, while the flusher
+/// goes on writing: over many partitions they take a file each, and writing nothing meanwhile
+/// made publishers wait for them.
+fn flush(inner: &Inner, writer: LogWriter, progress: &watch::Sender<Progress>) {
     let _ends = FlusherEnds(inner);
+    std::thread::scope(|scope| {
+        let syncer = (inner.settings.fsync == Fsync::Batch)
+            .then(|| {
+                let (jobs, received) = mpsc::channel();
+                let spawned = std::thread::Builder::new()
+                    .name("broker-log-sync".into())
+                    .spawn_scoped(scope, move || sync_in_background(inner, &received, progress));
+                match spawned {
+                    Ok(_) => Some(jobs),
+                    Err(cause) => {
+                        warn!(cause = %cause, "cannot start the log's sync thread; syncing from the writer");
+                        None
+                    }
+                }
+            })
+            .flatten();
+        // Returning drops `syncer`: the syncer finishes its job and ends, and the scope waits.
+        write_and_sync(inner, writer, progress, syncer.as_ref());
+    });
+}
+
+/// Syncs handed by the flusher to the syncer thread, one at a time, until the flusher ends.
+fn sync_in_background(
+    inner: &Inner,
+    jobs: &mpsc::Receiver<SyncJob>,
+    progress: &watch::Sender<Progress>,
+) {
+    for job in jobs {
+        let synced = job.run(inner, progress);
+        if let Err(cause) = &synced {
+            fail_stop(inner, progress, cause);
+        }
+        let mut pending = inner.lock();
+        pending.syncing = false;
+        pending.sync_failed |= synced.is_err();
+        drop(pending);
+        inner.wake.notify_all();
+        if synced.is_err() {
+            return;
+        }
+    }
+}
+
+/// A sync of the log up to an entry, with the record files its entries name first.
+struct SyncJob {
+    records: RecordsToSync,
+    log: LogToSync,
+    /// The sequence number of the first entry it may leave unsynced.
+    up_to: u64,
+}
+
+impl SyncJob {
+    /// What makes every entry written so far durable: the record files written since the
+    /// last sync (counted as synced from now on), and the log's active segment.
+    fn take(writer: &LogWriter, segments: &mut OpenSegments) -> SyncJob {
+        SyncJob {
+            records: segments.take_records_to_sync(),
+            log: writer.to_sync(),
+            up_to: writer.next_seq(),
+        }
+    }
+
+    /// Syncs the records, then the log (an entry that holds only where its records are is
+    /// durable once they are), tells the observer how long it took and publishes the progress.
+    ///
+    /// # Errors
+    /// The failed fsync's, after which the journal must stop ([`fail_stop`]).
+    fn run(&self, inner: &Inner, progress: &watch::Sender<Progress>) -> Result<(), StorageError> {
+        let started = Instant::now();
+        self.records.sync()?;
+        self.log.sync()?;
+        if let Some(observer) = inner.fsync_observer.get() {
+            (observer.0)(started.elapsed());
+        }
+        // Only waiters of `always` wait for the fsync.
+        let wake = inner.settings.fsync == Fsync::Always;
+        progress.send_if_modified(|progress| {
+            // A sync on the flusher's thread may have gone further while this one ran.
+            let advanced = self.up_to > progress.synced;
+            progress.synced = progress.synced.max(self.up_to);
+            wake && advanced
+        });
+        Ok(())
+    }
+}
+
+/// Waits until no sync runs on the syncer thread: what the flusher syncs next must not skip
+/// files a running one took. Returns `false` if that sync failed (the journal is stopped).
+fn background_sync_done(inner: &Inner) -> bool {
+    let mut pending = inner.lock();
+    while pending.syncing {
+        pending = inner
+            .wake
+            .wait(pending)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+    !pending.sync_failed
+}
+
+/// The flusher's loop ([`flush`]); `syncer` takes the periodic syncs of `batch`.
+fn write_and_sync(
+    inner: &Inner,
+    mut writer: LogWriter,
+    progress: &watch::Sender<Progress>,
+    syncer: Option<&mpsc::Sender<SyncJob>>,
+) {
     let settings = inner.settings;
     let mut last_sync = Instant::now();
     let mut unsynced = false;
@@ -1081,9 +1196,11 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
                 && pending.sealed.is_empty()
                 && backlog.is_empty()
                 && !pending.stopping
+                && !pending.sync_failed
             {
+                // While the syncer runs, it wakes this thread when it is done.
                 let timeout = match (unsynced, settings.fsync) {
-                    (true, Fsync::Batch) => {
+                    (true, Fsync::Batch) if !pending.syncing => {
                         settings.fsync_interval.saturating_sub(last_sync.elapsed())
                     }
                     _ => Duration::from_secs(3600),
@@ -1099,6 +1216,10 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
                     .0;
                 pending.flusher_waits = false;
             }
+            if pending.sync_failed {
+                // The syncer stopped the journal ([`fail_stop`]).
+                return;
+            }
             let sealed = std::mem::take(&mut pending.sealed);
             backlog.extend(sealed);
             let batch = std::mem::take(&mut pending.batch);
@@ -1108,6 +1229,11 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
             pending.stopping
         };
         while let Some(batch) = backlog.front_mut() {
+            // Rolling (below) syncs what the log names: a running sync must be done with the
+            // files it took first.
+            if writer.rolls_next() && !background_sync_done(inner) {
+                return;
+            }
             let written = inner
                 .records
                 .write(&batch.records, settings.segment_bytes, &mut segments)
@@ -1182,6 +1308,9 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
                 });
             }
             if let Some(checkpoint) = batch.catalog.take() {
+                if !background_sync_done(inner) {
+                    return;
+                }
                 match inner.records.sync_written(&mut segments) {
                     // A checkpoint that gave up waiting is no reason to stop.
                     Ok(catalog) => drop(checkpoint.send(catalog)),
@@ -1200,31 +1329,33 @@ fn flush(inner: &Inner, mut writer: LogWriter, progress: &watch::Sender<Progress
                     Fsync::Batch => last_sync.elapsed() >= settings.fsync_interval,
                     Fsync::Never => false,
                 });
-        if sync_now {
-            let started = Instant::now();
-            // An entry that holds only where its records are (not with `always`) is durable
-            // once they are: they are synced first (one after the other: side by side, fsyncs
-            // took longer on the disks measured).
-            let synced = if settings.fsync == Fsync::Always {
-                writer.sync()
-            } else {
-                segments.sync_records().and_then(|()| writer.sync())
+        // With a sync running on the syncer thread, the next is due once it is done (it wakes
+        // this thread).
+        let background = syncer.filter(|_| !stopping);
+        if sync_now && !(background.is_some() && inner.lock().syncing) {
+            let job = SyncJob::take(&writer, &mut segments);
+            let unsent = match background {
+                Some(jobs) => {
+                    inner.lock().syncing = true;
+                    jobs.send(job).err().map(|unsent| {
+                        inner.lock().syncing = false;
+                        unsent.0
+                    })
+                }
+                None => Some(job),
             };
-            if let Err(cause) = synced {
-                fail_stop(inner, progress, &cause);
-                return;
-            }
-            if let Some(observer) = inner.fsync_observer.get() {
-                (observer.0)(started.elapsed());
+            // Synced here: with `always`, when stopping, or with the syncer gone.
+            if let Some(job) = unsent {
+                if !background_sync_done(inner) {
+                    return;
+                }
+                if let Err(cause) = job.run(inner, progress) {
+                    fail_stop(inner, progress, &cause);
+                    return;
+                }
             }
             last_sync = Instant::now();
             unsynced = false;
-            // Only waiters of `always` wait for the fsync.
-            let wake = settings.fsync == Fsync::Always;
-            progress.send_if_modified(|progress| {
-                progress.synced = writer.next_seq();
-                wake
-            });
         }
         if stopping && backlog.is_empty() {
             let pending = inner.lock();

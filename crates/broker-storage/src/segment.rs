@@ -3,6 +3,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::format::{segment_header, segment_name, SEGMENT_HEADER};
 use crate::StorageError;
@@ -18,7 +19,8 @@ pub struct LogWriter {
     dir: PathBuf,
     capacity: i32,
     segment_bytes: u64,
-    file: File,
+    /// Shared with a [`LogToSync`] that syncs it on another thread.
+    file: Arc<File>,
     path: PathBuf,
     /// Bytes of the active segment known to be written completely.
     len: u64,
@@ -42,7 +44,7 @@ impl LogWriter {
             dir: dir.to_owned(),
             capacity,
             segment_bytes: segment_bytes.max(1),
-            file,
+            file: Arc::new(file),
             path,
             len: SEGMENT_HEADER as u64,
             dirty: false,
@@ -67,14 +69,14 @@ impl LogWriter {
             let len = self.len;
             self.file
                 .set_len(len)
-                .and_then(|()| self.file.seek(SeekFrom::Start(len)))
+                .and_then(|()| (&*self.file).seek(SeekFrom::Start(len)))
                 .map_err(StorageError::io("truncate", &self.path))?;
             self.dirty = false;
         }
         if self.rolls_next() {
             self.roll()?;
         }
-        if let Err(source) = self.file.write_all(entries) {
+        if let Err(source) = (&*self.file).write_all(entries) {
             self.dirty = true;
             return Err(StorageError::Io {
                 action: "write",
@@ -99,9 +101,18 @@ impl LogWriter {
     /// so the caller must treat every entry since the last successful sync as lost and stop
     /// writing (fail-stop); retrying cannot make them durable.
     pub fn sync(&mut self) -> Result<(), StorageError> {
-        self.file
-            .sync_data()
-            .map_err(StorageError::io("fsync", &self.path))
+        sync_segment(&self.file, &self.path)
+    }
+
+    /// The active segment, for [`LogToSync::sync`] on another thread to make every entry
+    /// appended before this call durable (those of earlier segments were synced when it
+    /// rolled). Appending may go on meanwhile; rolling waits until it is done, or a crash
+    /// could keep the next segment's entries without what they name.
+    pub(crate) fn to_sync(&self) -> LogToSync {
+        LogToSync {
+            file: Arc::clone(&self.file),
+            path: self.path.clone(),
+        }
     }
 
     /// Syncs the active segment and starts a new one at the next sequence number.
@@ -113,11 +124,33 @@ impl LogWriter {
             started = %path.display(),
             "log segment rolled"
         );
-        self.file = file;
+        self.file = Arc::new(file);
         self.path = path;
         self.len = SEGMENT_HEADER as u64;
         Ok(())
     }
+}
+
+/// A log segment to sync, from [`LogWriter::to_sync`].
+#[derive(Debug)]
+pub(crate) struct LogToSync {
+    file: Arc<File>,
+    path: PathBuf,
+}
+
+impl LogToSync {
+    /// Syncs the segment (`fdatasync`).
+    ///
+    /// # Errors
+    /// [`StorageError::Io`], after which the entries it held must count as lost (see
+    /// [`LogWriter::sync`]).
+    pub fn sync(&self) -> Result<(), StorageError> {
+        sync_segment(&self.file, &self.path)
+    }
+}
+
+fn sync_segment(file: &File, path: &Path) -> Result<(), StorageError> {
+    file.sync_data().map_err(StorageError::io("fsync", path))
 }
 
 /// Creates (or truncates) the segment file starting at `first_seq`, writes its header and

@@ -1689,6 +1689,52 @@ fn a_published_record_is_written_to_its_segment_only() {
     assert_eq!(read_back.records, records);
 }
 
+/// With `batch`, the periodic fsyncs run on their own thread, not on the one that writes: entries
+/// written while one runs are answered without waiting for it, and every sync still ends up
+/// covering them.
+#[test]
+fn with_fsync_batch_the_periodic_syncs_run_beside_the_writes() {
+    use std::sync::{Arc, Mutex};
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut state, journal) =
+        journal_with_topic(tmp.path(), without_checkpoints(crate::Fsync::Batch), 16);
+    let syncers = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&syncers);
+    journal.observe_fsyncs(move |_| {
+        let name = std::thread::current().name().map(str::to_owned);
+        seen.lock().unwrap().push(name);
+    });
+    let mut last = None;
+    for n in 0..400 {
+        let publish = Command::Publish {
+            topic: "t".into(),
+            partition: n % 16,
+            payload: vec![n as u8; 1000].into(),
+        };
+        last = journal.apply(&mut state, 2, publish).entry.or(last);
+        if n % 100 == 99 {
+            futures::executor::block_on(journal.durable(last.unwrap())).unwrap();
+            // Past the 10 ms interval: the next write hands a sync to the syncer.
+            std::thread::sleep(std::time::Duration::from_millis(15));
+        }
+    }
+    futures::executor::block_on(journal.durable(last.unwrap())).unwrap();
+    journal.finish();
+    drop(journal);
+    let syncers = syncers.lock().unwrap().clone();
+    assert!(
+        syncers
+            .iter()
+            .filter(|name| name.as_deref() == Some("broker-log-sync"))
+            .count()
+            >= 3,
+        "{syncers:?}"
+    );
+    let recovered = recover(tmp.path()).unwrap();
+    let partitions = &recovered.state.describe_all().topics[0].partitions;
+    assert_eq!(partitions.iter().map(|p| p.records).sum::<u64>(), 400);
+}
+
 /// A log entry whose records did not reach the disk (a power loss between syncs) ends the
 /// log like a torn entry when it is in the last log segment: it and what follows are cut.
 #[test]
