@@ -1498,3 +1498,100 @@ async fn records_waiting_for_a_checkpoint_stay_within_the_memory_budget() {
         .unwrap_or(0.0);
     assert!(held_back > 0.0, "no publish waited:\n{metrics}");
 }
+
+/// Consumers behind the last checkpoint get their records from segment files, exactly and in
+/// order, in both modes; the server reads them before it takes its lock
+/// (`broker_records_read_ahead_total` counts them), so that other calls do not wait for the disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_members_behind_the_last_checkpoint_read_their_records_from_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = |dir: &Path| {
+        ServerProcess::start(&[
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--fsync",
+            "batch",
+            "--segment-bytes",
+            "4096",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+    };
+    let mut server = start(dir.path());
+    let admin = limits_topic(&server, PARTITIONS).await;
+    let mut published: BTreeMap<(i32, i64), Vec<u8>> = BTreeMap::new();
+    for batch in 0..20 {
+        let records = (0..20)
+            .map(|n| PublishRecord::keyed(None, format!("record {batch}-{n}").into_bytes()))
+            .collect::<Vec<_>>();
+        let payloads: Vec<Vec<u8>> = records.iter().map(|r| r.payload.to_vec()).collect();
+        let placed = admin.publish_batch(TOPIC, records).await.unwrap();
+        for ((partition, offset), payload) in placed.into_iter().zip(payloads) {
+            published.insert((partition, offset), payload);
+        }
+    }
+    drop(admin);
+    // A graceful stop checkpoints: after the restart, every record is in a segment file.
+    assert!(server.terminate(PATIENCE).success());
+    let server = start(dir.path());
+    let client = connect(&server).await;
+    client.join(TOPIC, "fetches", "m").await.unwrap();
+    client.join(TOPIC, "acks", "m").await.unwrap();
+    let mut fetched = BTreeMap::new();
+    while fetched.len() < published.len() {
+        let records = client.fetch(TOPIC, "fetches", "m", 37).await.unwrap();
+        assert!(
+            !records.is_empty(),
+            "{} of {} fetched",
+            fetched.len(),
+            published.len()
+        );
+        for record in records {
+            let earlier =
+                fetched.insert((record.partition, record.offset), record.payload.to_vec());
+            assert_eq!(
+                earlier, None,
+                "{}/{} fetched twice",
+                record.partition, record.offset
+            );
+        }
+    }
+    assert_eq!(fetched, published);
+    let mut polled = BTreeMap::new();
+    let mut acks = Vec::new();
+    while polled.len() < published.len() {
+        let (acked, records) = client
+            .ack_and_poll(TOPIC, "acks", "m", &acks, 3)
+            .await
+            .unwrap();
+        assert!(acked.iter().all(|&hit| hit));
+        assert!(
+            !records.is_empty(),
+            "{} of {} polled",
+            polled.len(),
+            published.len()
+        );
+        acks = records.iter().map(|r| (r.partition, r.offset)).collect();
+        for record in records {
+            let earlier = polled.insert((record.partition, record.offset), record.payload.to_vec());
+            assert_eq!(
+                earlier, None,
+                "{}/{} polled twice",
+                record.partition, record.offset
+            );
+        }
+    }
+    assert_eq!(polled, published);
+    let (_, _, metrics) = broker_testkit::http::get(server.metrics_addr.unwrap(), "/metrics", "");
+    let read_ahead = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("broker_records_read_ahead_total "))
+        .and_then(|value| value.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    // Every record delivered was on disk, and read ahead once by each group.
+    assert!(
+        read_ahead >= 2.0 * published.len() as f64,
+        "{read_ahead} records read ahead for {} delivered twice:\n{metrics}",
+        published.len()
+    );
+}

@@ -58,8 +58,8 @@ pub use settings::{
     TopicSettings,
 };
 pub use state::{
-    BrokerState, DeadLetterReason, DeadLettered, Limits, PendingRead, TopicExport,
-    DEAD_LETTER_HEADER_BYTES, MAX_PRODUCERS, RECENT_BATCHES,
+    BrokerState, ColdReads, DeadLetterReason, DeadLettered, Limits, PendingRead, ReadAhead,
+    ReadAheadAt, TopicExport, DEAD_LETTER_HEADER_BYTES, MAX_PRODUCERS, RECENT_BATCHES,
 };
 /// Iterating over every [`CommandKind`] (`CommandKind::iter()`).
 pub use strum::IntoEnumIterator;

@@ -2375,6 +2375,8 @@ fn setup() -> Vec<Command> {
 #[derive(Debug, Default)]
 struct MemoryColdStore {
     logs: Mutex<HashMap<LogId, BTreeMap<i64, RecordImage>>>,
+    /// How many times records were read.
+    reads: std::sync::atomic::AtomicUsize,
 }
 
 impl MemoryColdStore {
@@ -2453,6 +2455,8 @@ impl ColdStore for MemoryColdStore {
         range: Range<i64>,
         max_bytes: Option<u64>,
     ) -> Result<Vec<RecordImage>, ColdError> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut taken = 0;
         Ok(self
             .records(log, range)
@@ -2610,7 +2614,22 @@ proptest! {
             let command = resolve(&model, step);
             let before = broker.describe();
             let expected = model.apply(&command);
+            // A delivery whose records are on the cold store has them read first, as a server
+            // does before it takes the lock: its answer must not change, nor need the store.
+            let ahead = broker
+                .with_state(|state| state.cold_reads_of(&command))
+                .map(|planned| planned.read());
+            let read_ahead = ahead.as_ref().is_some_and(|ahead| !ahead.is_empty());
+            let installed = ahead.map(|ahead| broker.with_state(|state| state.read_ahead(ahead)));
+            let reads_before = store.reads.load(std::sync::atomic::Ordering::Relaxed);
             let actual = Answer::from(call(&broker, &command, via_apply));
+            if read_ahead {
+                let reads = store.reads.load(std::sync::atomic::Ordering::Relaxed) - reads_before;
+                prop_assert_eq!(reads, 0, "step {}: {:?} read the store", index, command);
+            }
+            if let Some(installed) = installed {
+                broker.with_state(|state| state.forget_read_ahead(installed));
+            }
             prop_assert_eq!(&actual, &expected, "step {}: {:?}", index, command);
             let changed_nothing = match &actual {
                 Answer::Ok(outcome) => !command.kind().changed_state(outcome),
@@ -2931,4 +2950,81 @@ fn a_read_finished_after_the_state_changed_answers_as_when_it_began() {
         store.evict_from(&broker, 2);
         assert_eq!(pending.finish().unwrap(), expected, "from {offset}");
     }
+}
+
+/// Records read ahead for a delivery are only a guess: when the state moved on before the
+/// delivery is applied (another fetch took them, the topic moved to another state), the
+/// delivery answers exactly as it would have without them, reading what it needs from the
+/// cold store.
+#[test]
+fn deliveries_answer_the_same_whatever_was_read_ahead() {
+    let store = Arc::new(MemoryColdStore::default());
+    let broker = EventBroker::from_state(
+        BrokerState::new(100)
+            .unwrap()
+            .with_cold_store(store.clone()),
+    );
+    broker
+        .with_state(|state| {
+            state.record_appends(true);
+            let limits = [TopicSetting::Retention(Retention::Limits)];
+            state.create("t", 2, KeyHash::default(), &limits)?;
+            state.join("t", "g", "m", None, &[]).map(drop)
+        })
+        .unwrap();
+    for n in 0..20 {
+        broker
+            .publish("t", n % 2, format!("record {n}").into_bytes())
+            .unwrap();
+    }
+    store.evict_from(&broker, 1);
+    let fetch = Command::Fetch {
+        topic: "t".into(),
+        group: "g".into(),
+        member: "m".into(),
+        max_records: 4,
+        max_bytes: Some(40),
+    };
+    let reads = || store.reads.load(std::sync::atomic::Ordering::Relaxed);
+    let read_ahead = || {
+        broker
+            .with_state(|state| state.cold_reads_of(&fetch))
+            .expect("the next records are on the cold store")
+            .read()
+    };
+    // Exact: the fetch takes every record from what was read ahead.
+    let ahead = read_ahead();
+    assert_eq!(ahead.len(), 4);
+    let expected = broker.with_state(|state| state.clone().apply(fetch.clone()));
+    let before = reads();
+    let at = broker.with_state(|state| state.read_ahead(ahead));
+    let fetched = broker.apply(fetch.clone());
+    broker.with_state(|state| state.forget_read_ahead(at));
+    assert_eq!(fetched, expected);
+    assert_eq!(reads(), before);
+    // Stale: another fetch took those records first; this one reads on from the store.
+    let ahead = read_ahead();
+    broker.apply(fetch.clone()).unwrap();
+    let expected = broker.with_state(|state| state.clone().apply(fetch.clone()));
+    let at = broker.with_state(|state| state.read_ahead(ahead));
+    let before = reads();
+    let fetched = broker.apply(fetch.clone());
+    broker.with_state(|state| state.forget_read_ahead(at));
+    assert_eq!(fetched, expected);
+    assert!(reads() > before);
+    // Moved: the topic's logs are new ones; what was read ahead of the old ones is dropped.
+    let ahead = read_ahead();
+    broker.with_state(|state| move_every_topic(state, 100, &store));
+    let expected = broker.with_state(|state| state.clone().apply(fetch.clone()));
+    let at = broker.with_state(|state| state.read_ahead(ahead));
+    let fetched = broker.apply(fetch.clone());
+    broker.with_state(|state| state.forget_read_ahead(at));
+    assert_eq!(fetched, expected);
+    // Nothing on the cold store: nothing to read ahead.
+    store.evict_from(&broker, 0);
+    broker.apply(fetch.clone()).unwrap();
+    broker.apply(fetch.clone()).unwrap();
+    assert!(broker
+        .with_state(|state| state.cold_reads_of(&fetch))
+        .is_none());
 }

@@ -14,8 +14,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use broker_core::cold::LogId;
 use broker_core::image::{StateImage, TopicImage};
 use broker_core::{
-    BrokerDescription, BrokerError, BrokerState, Command, Membership, NameRules, Outcome,
-    PendingRead, TopicExport,
+    BrokerDescription, BrokerError, BrokerState, ColdReads, Command, Membership, NameRules,
+    Outcome, PendingRead, ReadAhead, TopicExport,
 };
 use broker_proto::ErrorReply;
 use broker_storage::{Journal, JournalError};
@@ -116,6 +116,28 @@ impl BrokerGuard<'_> {
     /// state-changing command is refused, unapplied, while the log cannot take entries). When
     /// it succeeds and may have made records eligible for waiting requests, its topic is added
     /// to `wake` (once).
+    /// Where the records `command` would deliver from disk lie, if it is a delivery that
+    /// would read some (see [`BrokerState::cold_reads_of`]); `None` without a data directory.
+    pub(crate) fn cold_reads_of(&self, command: &Command) -> Option<ColdReads> {
+        self.journal?;
+        self.locked.state.cold_reads_of(command)
+    }
+
+    /// [`BrokerGuard::execute`], taking from `ahead` the records it would read from disk.
+    pub(crate) fn execute_with(
+        &mut self,
+        ahead: ReadAhead,
+        command: Command,
+        connection: u64,
+        now: Instant,
+        wake: &mut Vec<String>,
+    ) -> Executed {
+        let at = self.locked.state.read_ahead(ahead);
+        let executed = self.execute(command, connection, now, wake);
+        self.locked.state.forget_read_ahead(at);
+        executed
+    }
+
     pub(crate) fn execute(
         &mut self,
         command: Command,

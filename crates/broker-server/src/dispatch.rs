@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::reply::RequestPermit;
-use broker_core::{BrokerError, Command, CommandKind, Outcome, PendingRead};
+use broker_core::{BrokerError, ColdReads, Command, CommandKind, Outcome, PendingRead, ReadAhead};
 use broker_proto::{Decoded, ErrorReply, RequestFrame, ResponseFrame};
 use tokio::time::{Duration, Instant};
 use tracing::{debug, error};
@@ -52,7 +52,7 @@ pub(crate) struct Applied {
 
 impl Applied {
     /// Nothing applied yet of a batch that arrived `now` (noted for the metrics, when on).
-    fn arrived(shared: &Shared, now: Instant) -> Applied {
+    pub(crate) fn arrived(shared: &Shared, now: Instant) -> Applied {
         Applied {
             received: shared.metrics.is_some().then_some(now),
             ..Applied::default()
@@ -169,16 +169,37 @@ impl Applied {
 /// one lock of the broker, or with several shards, of each shard in turn (one lock for each run
 /// of requests to the same shard). With `may_wait` false (the connection is closing) nothing
 /// is parked.
+///
+/// A delivery to a group member whose records are on disk stops the batch there, before it is
+/// applied: it is returned, for the caller to read those records with every lock let go
+/// ([`ReadAheadWanted::read`]) and call again with them and the rest of the batch, so that the
+/// requests still apply in their order and no lock is held while the disk is read.
 pub(crate) fn apply_batch(
     shared: &Shared,
     connection: u64,
-    frames: Vec<(Decoded<RequestFrame>, RequestPermit)>,
+    frames: &mut std::vec::IntoIter<(Decoded<RequestFrame>, RequestPermit)>,
     may_wait: bool,
-) -> Applied {
+    applied: &mut Applied,
+    resumed: Option<ReadAheadDone>,
+) -> Option<ReadAheadWanted> {
     let now = Instant::now();
-    let mut applied = Applied::arrived(shared, now);
     let mut locked = Locked::default();
-    for (frame, permit) in frames {
+    if let Some(ReadAheadDone {
+        request,
+        command,
+        shard,
+        ahead,
+    }) = resumed
+    {
+        let broker = locked.shard(&shared.shards, shard);
+        let Executed { result, entry } =
+            broker.execute_with(ahead, command, connection, now, &mut applied.wake);
+        if let Some(entry) = entry {
+            applied.logged_to(shard, entry);
+        }
+        applied.park_or_answer((shard, broker), request, result, entry);
+    }
+    for (frame, permit) in frames.by_ref() {
         let Admitted {
             correlation_id,
             kind,
@@ -226,6 +247,15 @@ pub(crate) fn apply_batch(
                     };
                     applied.park_or_answer((shard, broker), request, result, None);
                     continue;
+                }
+                if let Some(planned) = broker.cold_reads_of(&command) {
+                    locked.release();
+                    return Some(ReadAheadWanted {
+                        request,
+                        command,
+                        shard,
+                        planned,
+                    });
                 }
                 let Executed { result, entry } =
                     broker.execute(command, connection, now, &mut applied.wake);
@@ -286,7 +316,48 @@ pub(crate) fn apply_batch(
         }
     }
     locked.release();
-    applied
+    None
+}
+
+/// A delivery whose records are on disk, stopped before it was applied ([`apply_batch`]).
+pub(crate) struct ReadAheadWanted {
+    request: Answerable,
+    command: Command,
+    shard: usize,
+    planned: ColdReads,
+}
+
+/// A delivery with its records on disk read, to apply ([`apply_batch`]).
+pub(crate) struct ReadAheadDone {
+    request: Answerable,
+    command: Command,
+    shard: usize,
+    ahead: ReadAhead,
+}
+
+impl ReadAheadWanted {
+    /// Reads the records on a blocking thread (what cannot be read is read again, under the
+    /// lock, when the delivery is applied: it then answers as it would have).
+    pub(crate) async fn read(self, metrics: Option<&Metrics>) -> ReadAheadDone {
+        let ReadAheadWanted {
+            request,
+            command,
+            shard,
+            planned,
+        } = self;
+        let ahead = tokio::task::spawn_blocking(move || planned.read())
+            .await
+            .unwrap_or_default();
+        if let Some(metrics) = metrics {
+            metrics.read_ahead(ahead.len());
+        }
+        ReadAheadDone {
+            request,
+            command,
+            shard,
+            ahead,
+        }
+    }
 }
 
 /// The last log entry of a batch in each shard it changed, by shard: that of the first shard

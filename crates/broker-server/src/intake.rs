@@ -8,11 +8,11 @@ use std::sync::Arc;
 use crate::reply::RequestPermit;
 use broker_proto::{Decoded, RequestFrame};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::time::{self, Duration};
+use tokio::time::{self, Duration, Instant};
 use tokio_rustls::server::TlsStream;
 use tracing::{error, warn};
 
-use crate::dispatch::{apply_batch, apply_batch_replicated, finish_reads, settle};
+use crate::dispatch::{apply_batch, apply_batch_replicated, finish_reads, settle, Applied};
 use crate::reply::{Outgoing, ReplyTo};
 use crate::shared::Shared;
 use crate::{cluster_admin, waiter, ServerTls};
@@ -121,7 +121,19 @@ pub(crate) async fn submit(
         Some(_) => apply_batch_replicated(shared, reply_to.connection, frames, may_wait).await,
         None => {
             hold_back(shared, &frames).await;
-            let mut applied = apply_batch(shared, reply_to.connection, frames, may_wait);
+            let mut applied = Applied::arrived(shared, Instant::now());
+            let mut frames = frames.into_iter();
+            let mut resumed = None;
+            while let Some(wanted) = apply_batch(
+                shared,
+                reply_to.connection,
+                &mut frames,
+                may_wait,
+                &mut applied,
+                resumed.take(),
+            ) {
+                resumed = Some(wanted.read(shared.metrics.as_deref()).await);
+            }
             // Waiting consumers need not wait for this batch's reads from disk.
             shared.signals.wake(&std::mem::take(&mut applied.wake));
             finish_reads(shared, &mut applied, reply_to.connection).await;

@@ -115,6 +115,8 @@ pub(crate) struct Metrics {
     sessions_expired: Counter,
     /// Times a batch of publishes waited for a checkpoint to take records out of memory.
     held_back: Counter,
+    /// Records of deliveries read from segment files before the lock was taken.
+    read_ahead: Counter,
     /// Seconds each fsync of the log took.
     fsync: LatencyHistogram,
 }
@@ -286,6 +288,7 @@ impl Default for Metrics {
             retried: Counter::default(),
             sessions_expired: Counter::default(),
             held_back: Counter::default(),
+            read_ahead: Counter::default(),
             fsync: latency_histogram(),
         }
     }
@@ -417,6 +420,11 @@ impl Metrics {
         self.held_back.inc();
     }
 
+    /// `count` records a delivery takes from segment files were read before its lock was taken.
+    pub(crate) fn read_ahead(&self, count: usize) {
+        self.read_ahead.inc_by(count as u64);
+    }
+
     /// An fsync of the log took `took`.
     pub(crate) fn fsynced(&self, took: Duration) {
         self.fsync.observe_n(took, 1);
@@ -524,6 +532,13 @@ impl Metrics {
                  (with a data directory, records held in memory past --max-memory; with \
                  --shards, one per shard of the batch's topics that is over its part)",
                 &self.held_back,
+            ),
+            (
+                "records_read_ahead",
+                "Records that fetches and polls of group members took from segment files \
+                 (consumers behind the last checkpoint, with a data directory), read before the \
+                 broker's lock was taken",
+                &self.read_ahead,
             ),
         ] {
             registry.register(name, help, counter.clone());

@@ -51,6 +51,9 @@ impl BrokerState {
             {
                 continue;
             }
+            if budget.spent() {
+                break;
+            }
             let Some(record) = log.run(offset, 1, None)?.next() else {
                 continue;
             };
@@ -234,6 +237,9 @@ impl BrokerState {
             // The position moves only when a record is taken, so a fetch that returns nothing
             // changes nothing (a write-ahead log need not record it).
             let mut position = state.position.max(log.base);
+            if budget.spent() {
+                break;
+            }
             for record in log.run(position, budget.records_left, budget.bytes_left)? {
                 if !budget.take(record.size()) {
                     break 'partitions;
@@ -536,6 +542,11 @@ impl Budget {
             bytes_left: max_bytes,
             taken: 0,
         }
+    }
+
+    /// Whether no further record can fit, whatever its size: nothing more need be read.
+    pub(super) fn spent(&self) -> bool {
+        self.records_left == 0 || (self.taken > 0 && self.bytes_left == Some(0))
     }
 
     /// Takes one record of `size` bytes if it fits; `false` when the budget is spent.

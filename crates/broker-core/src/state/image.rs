@@ -594,6 +594,7 @@ fn log_from(
             end: image.cold_end,
             bytes: image.cold_bytes,
             first_timestamp_ms: image.first_timestamp_ms,
+            ahead: None,
         })
     } else if image.cold_bytes != 0 {
         return Err("bytes counted for records held nowhere".to_owned());

@@ -42,6 +42,16 @@ pub(super) struct Cold {
     pub(super) bytes: u64,
     /// The time of the record at `base`.
     pub(super) first_timestamp_ms: i64,
+    /// Records read ahead of the command being applied (see [`super::read_ahead`]): what it
+    /// asks of the store there is taken from these.
+    pub(super) ahead: Option<ReadAheadRun>,
+}
+
+/// Records of a cold store at consecutive offsets from `first`, read ahead.
+#[derive(Debug, Clone)]
+pub(super) struct ReadAheadRun {
+    pub(super) first: i64,
+    pub(super) records: Arc<Vec<StoredRecord>>,
 }
 
 /// A record as the log keeps it.
@@ -162,9 +172,11 @@ impl From<RecordImage> for StoredRecord {
 /// `id`. Records in a cold store never change, so it reads the same whether the log is still
 /// at hand or not, as long as they are still retained.
 pub(super) struct ColdRun {
-    store: Arc<dyn ColdStore>,
-    id: LogId,
-    offsets: Range<i64>,
+    pub(super) store: Arc<dyn ColdStore>,
+    pub(super) id: LogId,
+    pub(super) offsets: Range<i64>,
+    /// Records read ahead, from which the run takes what they hold of it.
+    ahead: Option<ReadAheadRun>,
 }
 
 /// What [`ColdRun::read_all`] read.
@@ -192,19 +204,60 @@ impl ColdRun {
                 stopped: None,
             });
         };
-        let read = run
-            .store
-            .read(run.id, run.offsets.clone(), max_bytes)
-            .map_err(storage_error)?;
-        let end = from + read.len() as i64;
+        let mut records = Vec::new();
+        // What the records taken so far take; past `max_bytes` (after the first) the run stops,
+        // as the store's reads do.
+        let mut taken = 0u64;
+        let fits = |taken: u64, records: &[StoredRecord]| {
+            records.is_empty() || max_bytes.is_none_or(|max| taken <= max)
+        };
+        let mut next = run.offsets.start;
+        if let Some(ahead) = &run.ahead {
+            let skip = usize::try_from(next - ahead.first).unwrap_or(usize::MAX);
+            for record in ahead.records.iter().skip(skip) {
+                if next == run.offsets.end {
+                    break;
+                }
+                taken += record.size();
+                if !fits(taken, &records) {
+                    return Ok(ColdRead::stopped_at(next, records));
+                }
+                records.push(record.clone());
+                next += 1;
+            }
+        }
+        if next < run.offsets.end {
+            let budget = max_bytes.map(|max| max.saturating_sub(taken));
+            let read = run
+                .store
+                .read(run.id, next..run.offsets.end, budget)
+                .map_err(storage_error)?;
+            for record in read {
+                let record = StoredRecord::from(record);
+                taken += record.size();
+                if !fits(taken, &records) {
+                    break;
+                }
+                records.push(record);
+            }
+        }
+        let end = from + records.len() as i64;
         Ok(ColdRead {
             stopped: (end < run.offsets.end).then_some(end),
-            records: read.into_iter().map(StoredRecord::from).collect(),
+            records,
         })
     }
 }
 
 impl ColdRead {
+    /// The records of a run that stopped at `end`, at the byte budget.
+    fn stopped_at(end: i64, records: Vec<StoredRecord>) -> ColdRead {
+        ColdRead {
+            records,
+            stopped: Some(end),
+        }
+    }
+
     /// Where a run meant to end at `to` ends: where the store stopped at the byte budget, if
     /// it did, so that the run's records stay consecutive.
     pub(super) fn run_end(&self, to: i64) -> i64 {
@@ -284,6 +337,7 @@ impl PartitionLog {
             store: Arc::clone(&cold.store),
             id: cold.id,
             offsets: from..to.min(cold.end),
+            ahead: cold.ahead.clone(),
         })
     }
 
@@ -467,6 +521,7 @@ impl PartitionLog {
                     end,
                     bytes,
                     first_timestamp_ms,
+                    ahead: None,
                 });
             }
         }

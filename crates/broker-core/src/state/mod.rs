@@ -18,6 +18,7 @@
 //! | `idempotence` | publishes numbered by their producer, stored once however often they are sent |
 //! | `time` | the broker's clock, and what happens as it advances (age, acknowledgement deadlines) |
 //! | `read` | read-only calls: committed, end offset, lag, and `describe` (whose types are in the crate's `describe` module) |
+//! | `read_ahead` | a delivery's records on disk, read before the state is taken to apply it |
 //! | `check` | the invariants, checked for a state that did not come from these methods |
 //! | `apply` | one command in, one outcome out |
 //! | `image` | the state as a [`crate::image::StateImage`] and back |
@@ -32,6 +33,7 @@ mod image;
 mod log;
 mod memory;
 mod read;
+mod read_ahead;
 mod retention;
 mod time;
 mod topic;
@@ -51,6 +53,7 @@ pub use idempotence::{MAX_PRODUCERS, RECENT_BATCHES};
 pub use image::TopicExport;
 use memory::Memory;
 pub use read::PendingRead;
+pub use read_ahead::{ColdReads, ReadAhead, ReadAheadAt};
 use topic::Topic;
 
 /// The whole broker: its topics, their partition logs and their consumer groups.

@@ -1,0 +1,321 @@
+//! Reading a delivery's records on disk before the state's lock is taken to apply it.
+//!
+//! A delivery to a group member (`Fetch`, `Poll`, `AckAndPoll`, `Redeliver`) changes the state
+//! and reads records: those evicted to the cold store are read while the caller holds the
+//! state, and every other call waits meanwhile. A caller that would rather read them first
+//! asks the state where they lie ([`BrokerState::cold_reads_of`], which changes nothing), lets
+//! the state go, reads them ([`ColdReads::read`]), takes the state again and hands them over
+//! ([`BrokerState::read_ahead`]) for the delivery to take them from memory, then takes back
+//! what it did not use ([`BrokerState::forget_read_ahead`]).
+//!
+//! It is a guess, never a rule: records in a cold store never change, so whatever the state
+//! did meanwhile, a record read ahead is the record at its offset; a delivery that now starts
+//! elsewhere reads the rest from the store as before. Nothing a command answers depends on
+//! whether its records were read ahead.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::group::is_overdue;
+use super::log::{ReadAheadRun, StoredRecord};
+use super::BrokerState;
+use crate::cold::{ColdStore, LogId};
+use crate::Command;
+
+/// Where the records a delivery would take from the cold store lie, by the state when it was
+/// asked ([`BrokerState::cold_reads_of`]).
+#[derive(Debug)]
+pub struct ColdReads {
+    runs: Vec<PlannedRun>,
+    /// The command's byte budget, shared by the runs in order.
+    max_bytes: Option<u64>,
+}
+
+/// One partition's part of [`ColdReads`].
+struct PlannedRun {
+    topic: String,
+    partition: usize,
+    store: Arc<dyn ColdStore>,
+    log: LogId,
+    offsets: Range<i64>,
+}
+
+impl std::fmt::Debug for PlannedRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlannedRun")
+            .field("topic", &self.topic)
+            .field("partition", &self.partition)
+            .field("offsets", &self.offsets)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Records read by [`ColdReads::read`], for [`BrokerState::read_ahead`].
+#[derive(Debug, Default)]
+pub struct ReadAhead {
+    runs: Vec<(String, usize, LogId, ReadAheadRun)>,
+}
+
+/// Where [`BrokerState::read_ahead`] put records, for [`BrokerState::forget_read_ahead`].
+#[derive(Debug, Default)]
+#[must_use = "records read ahead stay in memory until forgotten"]
+pub struct ReadAheadAt(Vec<(String, usize)>);
+
+impl ColdReads {
+    /// Reads the records from the cold store, the runs in order within the byte budget (as
+    /// the delivery would). A run that cannot be read ends the reading: the delivery reads
+    /// it again, and answers the error as it would have.
+    pub fn read(self) -> ReadAhead {
+        let mut left = self.max_bytes;
+        let mut read = ReadAhead::default();
+        for run in self.runs {
+            if left == Some(0) {
+                break;
+            }
+            let Ok(mut records) = run.store.read(run.log, run.offsets.clone(), left) else {
+                break;
+            };
+            let bytes: u64 = records.iter().map(crate::image::RecordImage::size).sum();
+            left = left.map(|left| left.saturating_sub(bytes));
+            let end = run.offsets.start + records.len() as i64;
+            let short = end < run.offsets.end;
+            if short {
+                // The budget ends here: the record that does not fit is read too, for the
+                // delivery to see that it does not, without reading it under the lock.
+                if let Ok(next) = run.store.read(run.log, end..end + 1, None) {
+                    records.extend(next);
+                }
+            }
+            read.runs.push((
+                run.topic,
+                run.partition,
+                run.log,
+                ReadAheadRun {
+                    first: run.offsets.start,
+                    records: Arc::new(records.into_iter().map(StoredRecord::from).collect()),
+                },
+            ));
+            if short {
+                break;
+            }
+        }
+        read
+    }
+}
+
+impl ReadAhead {
+    /// How many records were read.
+    pub fn len(&self) -> usize {
+        self.runs
+            .iter()
+            .map(|(_, _, _, run)| run.records.len())
+            .sum()
+    }
+
+    /// Whether no record was read.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl BrokerState {
+    /// Where the records `command` would deliver from the cold store lie, if it is a delivery
+    /// (`Fetch`, `Poll`, `AckAndPoll`, `Redeliver`) whose next records, by the state now, were
+    /// evicted: to read before applying it (see the module's documentation). Changes nothing,
+    /// and reads nothing.
+    pub fn cold_reads_of(&self, command: &Command) -> Option<ColdReads> {
+        let Delivery {
+            topic,
+            group,
+            member,
+            max_records,
+            max_bytes,
+            kind,
+        } = Delivery::of(command)?;
+        let state = self.topics.get(topic)?;
+        let group = state.groups.get(group)?;
+        let member = group.member_index(member)?;
+        let mut records_left = usize::try_from(max_records).ok()?;
+        let mut runs = Vec::new();
+        for &partition in &group.members[member].partitions {
+            if records_left == 0 {
+                break;
+            }
+            let index = partition as usize;
+            let (Some(log), Some(progress)) =
+                (state.partitions.get(index), group.partitions.get(index))
+            else {
+                continue;
+            };
+            let (from, to) = if let DeliveryKind::Poll { acks, redeliver } = kind {
+                // The record a poll would take: past an acknowledgement of the delivery in
+                // flight, or the one in flight again when redelivered.
+                let acked = acks
+                    .iter()
+                    .find(|&&(acked, offset)| {
+                        acked == partition && progress.in_flight == Some(offset)
+                    })
+                    .map(|&(_, offset)| offset + 1);
+                let overdue = group.settings.ack_timeout_ms.is_some_and(|timeout| {
+                    is_overdue(progress.delivered_at_ms, timeout, self.clock_ms)
+                });
+                let released = acked.is_some() || redeliver || overdue;
+                let eligible = match progress.in_flight {
+                    Some(_) => released,
+                    // Not held back by a delayed retry.
+                    None => !progress.is_held(self.clock_ms),
+                };
+                if !eligible {
+                    continue;
+                }
+                let from = acked.unwrap_or(progress.committed).max(log.base);
+                (from, log.run_end(from, 1))
+            } else {
+                let from = progress.position.max(log.base);
+                (from, log.run_end(from, records_left))
+            };
+            records_left -= usize::try_from(to - from).unwrap_or(0);
+            if let Some(run) = log.cold_run(from, to) {
+                runs.push(PlannedRun {
+                    topic: topic.to_owned(),
+                    partition: index,
+                    store: Arc::clone(&run.store),
+                    log: run.id,
+                    offsets: run.offsets,
+                });
+            }
+            if kind == DeliveryKind::Fetch && to < log.end() {
+                // The fetch's record budget ends in this partition.
+                break;
+            }
+        }
+        (!runs.is_empty()).then_some(ColdReads { runs, max_bytes })
+    }
+
+    /// Hands records read ahead to the partitions they were read from, for the next command
+    /// to take them from memory instead of the cold store; records of a partition whose log
+    /// is no longer the one they were read from are dropped.
+    pub fn read_ahead(&mut self, ahead: ReadAhead) -> ReadAheadAt {
+        let mut at = ReadAheadAt::default();
+        for (topic, partition, log, run) in ahead.runs {
+            let cold = self
+                .topics
+                .get_mut(&topic)
+                .and_then(|state| state.partitions.get_mut(partition))
+                .and_then(|log| log.cold.as_mut())
+                .filter(|cold| cold.id == log);
+            if let Some(cold) = cold {
+                cold.ahead = Some(run);
+                at.0.push((topic, partition));
+            }
+        }
+        at
+    }
+
+    /// Drops the records [`BrokerState::read_ahead`] handed over at `at`.
+    pub fn forget_read_ahead(&mut self, at: ReadAheadAt) {
+        for (topic, partition) in at.0 {
+            let cold = self
+                .topics
+                .get_mut(&topic)
+                .and_then(|state| state.partitions.get_mut(partition))
+                .and_then(|log| log.cold.as_mut());
+            if let Some(cold) = cold {
+                cold.ahead = None;
+            }
+        }
+    }
+}
+
+/// What a delivery command asks, as far as reading ahead goes.
+struct Delivery<'a> {
+    topic: &'a str,
+    group: &'a str,
+    member: &'a str,
+    max_records: i32,
+    max_bytes: Option<u64>,
+    kind: DeliveryKind<'a>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeliveryKind<'a> {
+    /// Records from the member's positions, as many as the budget takes.
+    Fetch,
+    /// One record per partition, after acknowledging `acks` or releasing the deliveries in
+    /// flight (`redeliver`).
+    Poll {
+        acks: &'a [(i32, i64)],
+        redeliver: bool,
+    },
+}
+
+impl<'a> Delivery<'a> {
+    /// The delivery `command` asks for, if it is one.
+    fn of(command: &'a Command) -> Option<Delivery<'a>> {
+        let (topic, group, member, max_records, max_bytes, kind) = match command {
+            Command::Fetch {
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+            } => (
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+                DeliveryKind::Fetch,
+            ),
+            Command::Poll {
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+            } => {
+                let kind = DeliveryKind::Poll {
+                    acks: &[],
+                    redeliver: false,
+                };
+                (topic, group, member, max_records, max_bytes, kind)
+            }
+            Command::Redeliver {
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+            } => {
+                let kind = DeliveryKind::Poll {
+                    acks: &[],
+                    redeliver: true,
+                };
+                (topic, group, member, max_records, max_bytes, kind)
+            }
+            Command::AckAndPoll {
+                topic,
+                group,
+                member,
+                acks,
+                max_records,
+                max_bytes,
+            } => {
+                let kind = DeliveryKind::Poll {
+                    acks,
+                    redeliver: false,
+                };
+                (topic, group, member, max_records, max_bytes, kind)
+            }
+            _ => return None,
+        };
+        Some(Delivery {
+            topic,
+            group,
+            member,
+            max_records: *max_records,
+            max_bytes: *max_bytes,
+            kind,
+        })
+    }
+}
