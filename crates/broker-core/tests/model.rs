@@ -2377,6 +2377,8 @@ struct MemoryColdStore {
     logs: Mutex<HashMap<LogId, BTreeMap<i64, RecordImage>>>,
     /// How many times records were read.
     reads: std::sync::atomic::AtomicUsize,
+    /// Records that fail to decode when read (their sizes still read).
+    damaged: Mutex<Vec<(LogId, i64)>>,
 }
 
 impl MemoryColdStore {
@@ -2458,7 +2460,8 @@ impl ColdStore for MemoryColdStore {
         self.reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut taken = 0;
-        Ok(self
+        let start = range.start;
+        let read: Vec<RecordImage> = self
             .records(log, range)
             .into_iter()
             .enumerate()
@@ -2467,7 +2470,12 @@ impl ColdStore for MemoryColdStore {
                 *index == 0 || max_bytes.is_none_or(|max| taken <= max)
             })
             .map(|(_, record)| record)
-            .collect())
+            .collect();
+        let damaged = self.damaged.lock().unwrap();
+        match (start..start + read.len() as i64).find(|&at| damaged.contains(&(log, at))) {
+            Some(at) => Err(ColdError(format!("record {at} of {log:?} is damaged"))),
+            None => Ok(read),
+        }
     }
 
     fn bytes(&self, log: LogId, range: Range<i64>) -> Result<u64, ColdError> {
@@ -3027,4 +3035,60 @@ fn deliveries_answer_the_same_whatever_was_read_ahead() {
     assert!(broker
         .with_state(|state| state.cold_reads_of(&fetch))
         .is_none());
+}
+
+/// A record just past a delivery's byte budget is never read, so its damage cannot fail the
+/// delivery, with its records read ahead or not: reading ahead takes only its size.
+#[test]
+fn reading_ahead_never_reads_the_record_past_the_budget() {
+    let store = Arc::new(MemoryColdStore::default());
+    let broker = EventBroker::from_state(
+        BrokerState::new(100)
+            .unwrap()
+            .with_cold_store(store.clone()),
+    );
+    broker
+        .with_state(|state| {
+            state.record_appends(true);
+            let limits = [TopicSetting::Retention(Retention::Limits)];
+            state.create("t", 1, KeyHash::default(), &limits)?;
+            state.join("t", "g", "m", None, &[]).map(drop)
+        })
+        .unwrap();
+    for n in 0..4 {
+        broker
+            .publish("t", 0, format!("record {n}").into_bytes())
+            .unwrap();
+    }
+    store.evict_from(&broker, 2);
+    let id = broker.with_state(|state| state.to_image().topics[0].1.id);
+    let log = LogId {
+        topic: id,
+        partition: 0,
+    };
+    store.damaged.lock().unwrap().push((log, 1));
+    // "record 0" takes 8 bytes: a budget of 10 takes it alone.
+    let fetch = Command::Fetch {
+        topic: "t".into(),
+        group: "g".into(),
+        member: "m".into(),
+        max_records: 4,
+        max_bytes: Some(10),
+    };
+    let without = broker.with_state(|state| state.clone().apply(fetch.clone()));
+    assert!(matches!(&without, Ok(Outcome::Records(records)) if records.len() == 1));
+    let ahead = broker
+        .with_state(|state| state.cold_reads_of(&fetch))
+        .unwrap()
+        .read();
+    assert_eq!(ahead.len(), 1);
+    let reads = store.reads.load(std::sync::atomic::Ordering::Relaxed);
+    let at = broker.with_state(|state| state.read_ahead(ahead));
+    let fetched = broker.apply(fetch.clone());
+    broker.with_state(|state| state.forget_read_ahead(at));
+    assert_eq!(fetched, without);
+    assert_eq!(
+        store.reads.load(std::sync::atomic::Ordering::Relaxed),
+        reads
+    );
 }

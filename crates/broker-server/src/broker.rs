@@ -111,11 +111,6 @@ impl Broker {
 }
 
 impl BrokerGuard<'_> {
-    /// Applies one command for `connection` at `now`: refreshes the session of the member it
-    /// names, mirrors joins and leaves in the sessions, and logs the change with a journal (a
-    /// state-changing command is refused, unapplied, while the log cannot take entries). When
-    /// it succeeds and may have made records eligible for waiting requests, its topic is added
-    /// to `wake` (once).
     /// Where the records `command` would deliver from disk lie, if it is a delivery that
     /// would read some (see [`BrokerState::cold_reads_of`]); `None` without a data directory.
     pub(crate) fn cold_reads_of(&self, command: &Command) -> Option<ColdReads> {
@@ -138,6 +133,11 @@ impl BrokerGuard<'_> {
         executed
     }
 
+    /// Applies one command for `connection` at `now`: refreshes the session of the member it
+    /// names, mirrors joins and leaves in the sessions, and logs the change with a journal (a
+    /// state-changing command is refused, unapplied, while the log cannot take entries). When
+    /// it succeeds and may have made records eligible for waiting requests, its topic is added
+    /// to `wake` (once).
     pub(crate) fn execute(
         &mut self,
         command: Command,

@@ -1,6 +1,8 @@
 //! Applying requests to the broker: a batch of pipelined requests goes in under one lock of the
-//! broker, responses come out (held back until their log entries are durable), and requests
-//! that found no record and asked to wait come out as parked requests for the waiter.
+//! broker (one per run of requests to the same shard; a delivery whose records are on disk
+//! lets it go while they are read), responses come out (held back until their log entries are
+//! durable), and requests that found no record and asked to wait come out as parked requests
+//! for the waiter.
 
 use std::sync::Arc;
 
@@ -347,7 +349,10 @@ impl ReadAheadWanted {
         } = self;
         let ahead = tokio::task::spawn_blocking(move || planned.read())
             .await
-            .unwrap_or_default();
+            .unwrap_or_else(|failed| {
+                error!(cause = %failed, "reading records ahead from disk failed; they are read when applied");
+                ReadAhead::default()
+            });
         if let Some(metrics) = metrics {
             metrics.read_ahead(ahead.len());
         }

@@ -107,7 +107,8 @@ async fn hold_back(shared: &Shared, frames: &[(Decoded<RequestFrame>, RequestPer
 }
 
 /// Applies a batch of requests of one connection (under one lock of the broker, one per run of
-/// requests to the same shard with `--shards`, or as one proposal to the cluster) and hands
+/// requests to the same shard with `--shards`, let go while the records of a delivery are read
+/// from disk, or as one proposal to the cluster) and hands
 /// their answers to the connection's writer through `reply_to`: at once, once durable, or, for
 /// requests that wait or are about the cluster, from the tasks it spawns to answer them.
 /// Returns `false` when the writer is gone.
@@ -132,6 +133,8 @@ pub(crate) async fn submit(
                 &mut applied,
                 resumed.take(),
             ) {
+                // Waiting consumers need not wait for the disk either.
+                shared.signals.wake(&std::mem::take(&mut applied.wake));
                 resumed = Some(wanted.read(shared.metrics.as_deref()).await);
             }
             // Waiting consumers need not wait for this batch's reads from disk.

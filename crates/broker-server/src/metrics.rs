@@ -115,7 +115,7 @@ pub(crate) struct Metrics {
     sessions_expired: Counter,
     /// Times a batch of publishes waited for a checkpoint to take records out of memory.
     held_back: Counter,
-    /// Records of deliveries read from segment files before the lock was taken.
+    /// Records read from segment files for deliveries before the lock was taken.
     read_ahead: Counter,
     /// Seconds each fsync of the log took.
     fsync: LatencyHistogram,
@@ -420,7 +420,7 @@ impl Metrics {
         self.held_back.inc();
     }
 
-    /// `count` records a delivery takes from segment files were read before its lock was taken.
+    /// `count` records were read from segment files for a delivery before its lock was taken.
     pub(crate) fn read_ahead(&self, count: usize) {
         self.read_ahead.inc_by(count as u64);
     }
@@ -535,9 +535,9 @@ impl Metrics {
             ),
             (
                 "records_read_ahead",
-                "Records that fetches and polls of group members took from segment files \
-                 (consumers behind the last checkpoint, with a data directory), read before the \
-                 broker's lock was taken",
+                "Records read from segment files for fetches and polls of group members \
+                 (consumers behind the last checkpoint, with a data directory) before the \
+                 broker's lock was taken to apply them",
                 &self.read_ahead,
             ),
         ] {

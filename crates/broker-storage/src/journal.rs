@@ -375,7 +375,8 @@ struct Pending {
     flusher_waits: bool,
     /// Whether the syncer thread runs a sync the flusher handed it (`batch`).
     syncing: bool,
-    /// Whether a sync on the syncer thread failed: the flusher stops too.
+    /// Whether an fsync failed (on either thread) or the syncer stopped during one: the
+    /// journal is stopped, and the flusher stops too.
     sync_failed: bool,
 }
 
@@ -1102,19 +1103,35 @@ fn sync_in_background(
     jobs: &mpsc::Receiver<SyncJob>,
     progress: &watch::Sender<Progress>,
 ) {
+    let _ends = SyncerEnds(inner);
     for job in jobs {
         let synced = job.run(inner, progress);
         if let Err(cause) = &synced {
             fail_stop(inner, progress, cause);
         }
-        let mut pending = inner.lock();
-        pending.syncing = false;
-        pending.sync_failed |= synced.is_err();
-        drop(pending);
+        inner.lock().syncing = false;
         inner.wake.notify_all();
         if synced.is_err() {
             return;
         }
+    }
+}
+
+/// Ends the syncer however it ends: a sync it was running when it panicked counts as failed,
+/// and the flusher, which may be waiting for it, is woken.
+struct SyncerEnds<'a>(&'a Inner);
+
+impl Drop for SyncerEnds<'_> {
+    fn drop(&mut self) {
+        let mut pending = self.0.lock();
+        if std::mem::take(&mut pending.syncing) {
+            pending.sync_failed = true;
+            pending
+                .broken
+                .get_or_insert_with(|| "the log's sync thread stopped; restart the server".into());
+        }
+        drop(pending);
+        self.0.wake.notify_all();
     }
 }
 
@@ -1290,13 +1307,19 @@ fn write_and_sync(
                 // Written: a retry must not write the entries again.
                 batch.buffer = Vec::new();
                 unsynced = true;
-                if inner.lock().refusing.take().is_some() {
+                let mut pending = inner.lock();
+                if pending.sync_failed {
+                    // An fsync failed on the syncer: nothing written since counts.
+                    return;
+                }
+                if pending.refusing.take().is_some() {
                     info!(
                         failed_for_ms =
                             failing_since.map_or(0, |since| since.elapsed().as_millis() as u64),
                         "the log is writable again; accepting changes"
                     );
                 }
+                drop(pending);
                 failing_since = None;
                 // Waiters of `always` wait for the fsync: waking them now would only put them
                 // back to sleep.
@@ -1377,7 +1400,9 @@ impl Drop for FlusherEnds<'_> {
         pending.sealed.clear();
         pending.batch.catalog = None;
         if !pending.stopping {
-            pending.broken = Some("the log writer stopped; restart the server".into());
+            pending
+                .broken
+                .get_or_insert_with(|| "the log writer stopped; restart the server".into());
         }
     }
 }
@@ -1385,7 +1410,12 @@ impl Drop for FlusherEnds<'_> {
 /// A failed fsync: stop writing for good and say so loudly.
 fn fail_stop(inner: &Inner, progress: &watch::Sender<Progress>, cause: &StorageError) {
     let reason = format!("the log is stopped after a failed fsync ({cause}); restart the server");
-    inner.lock().refusing = Some(reason.clone());
+    // Before the failure is published, in one lock: no write after it counts (the flusher
+    // checks `sync_failed` before it publishes one), and no successful write clears it.
+    let mut pending = inner.lock();
+    pending.broken = Some(reason.clone());
+    pending.sync_failed = true;
+    drop(pending);
     progress.send_modify(|progress| progress.failed = Some(reason.into()));
     error!(
         cause = %cause,

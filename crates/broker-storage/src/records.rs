@@ -269,7 +269,7 @@ impl OpenSegments {
 }
 
 /// Record files taken by [`OpenSegments::take_records_to_sync`], to be synced elsewhere.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RecordsToSync(Vec<FileToSync>);
 
 /// A `.rec` file with writes not yet synced.

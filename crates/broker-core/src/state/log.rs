@@ -52,6 +52,38 @@ pub(super) struct Cold {
 pub(super) struct ReadAheadRun {
     pub(super) first: i64,
     pub(super) records: Arc<Vec<StoredRecord>>,
+    /// The size of the record after them, when they stopped at the byte budget.
+    pub(super) next_size: Option<u64>,
+}
+
+impl ReadAheadRun {
+    /// What the store's read of `offsets` within `max_bytes` gives, if these records settle it:
+    /// they hold every record it takes, and the one that stops it (or its size) if one does.
+    fn settles(&self, offsets: &Range<i64>, max_bytes: Option<u64>) -> Option<Vec<StoredRecord>> {
+        let skip = usize::try_from(offsets.start - self.first).ok()?;
+        // The store's rule: the first record always, then records while their total fits.
+        let fits = |taken: u64, records: &[StoredRecord]| {
+            records.is_empty() || max_bytes.is_none_or(|max| taken <= max)
+        };
+        let mut records = Vec::new();
+        let mut taken = 0u64;
+        let mut next = offsets.start;
+        for record in self.records.get(skip..)? {
+            if next == offsets.end {
+                return Some(records);
+            }
+            taken += record.size();
+            if !fits(taken, &records) {
+                return Some(records);
+            }
+            records.push(record.clone());
+            next += 1;
+        }
+        let stopped_here = self
+            .next_size
+            .is_some_and(|size| !fits(taken + size, &records));
+        (next == offsets.end || stopped_here).then_some(records)
+    }
 }
 
 /// A record as the log keeps it.
@@ -204,43 +236,20 @@ impl ColdRun {
                 stopped: None,
             });
         };
-        let mut records = Vec::new();
-        // What the records taken so far take; past `max_bytes` (after the first) the run stops,
-        // as the store's reads do.
-        let mut taken = 0u64;
-        let fits = |taken: u64, records: &[StoredRecord]| {
-            records.is_empty() || max_bytes.is_none_or(|max| taken <= max)
-        };
-        let mut next = run.offsets.start;
-        if let Some(ahead) = &run.ahead {
-            let skip = usize::try_from(next - ahead.first).unwrap_or(usize::MAX);
-            for record in ahead.records.iter().skip(skip) {
-                if next == run.offsets.end {
-                    break;
-                }
-                taken += record.size();
-                if !fits(taken, &records) {
-                    return Ok(ColdRead::stopped_at(next, records));
-                }
-                records.push(record.clone());
-                next += 1;
-            }
-        }
-        if next < run.offsets.end {
-            let budget = max_bytes.map(|max| max.saturating_sub(taken));
-            let read = run
+        let settled = run
+            .ahead
+            .as_ref()
+            .and_then(|ahead| ahead.settles(&run.offsets, max_bytes));
+        let records = match settled {
+            Some(records) => records,
+            None => run
                 .store
-                .read(run.id, next..run.offsets.end, budget)
-                .map_err(storage_error)?;
-            for record in read {
-                let record = StoredRecord::from(record);
-                taken += record.size();
-                if !fits(taken, &records) {
-                    break;
-                }
-                records.push(record);
-            }
-        }
+                .read(run.id, run.offsets.clone(), max_bytes)
+                .map_err(storage_error)?
+                .into_iter()
+                .map(StoredRecord::from)
+                .collect(),
+        };
         let end = from + records.len() as i64;
         Ok(ColdRead {
             stopped: (end < run.offsets.end).then_some(end),
@@ -250,14 +259,6 @@ impl ColdRun {
 }
 
 impl ColdRead {
-    /// The records of a run that stopped at `end`, at the byte budget.
-    fn stopped_at(end: i64, records: Vec<StoredRecord>) -> ColdRead {
-        ColdRead {
-            records,
-            stopped: Some(end),
-        }
-    }
-
     /// Where a run meant to end at `to` ends: where the store stopped at the byte budget, if
     /// it did, so that the run's records stay consecutive.
     pub(super) fn run_end(&self, to: i64) -> i64 {

@@ -72,20 +72,18 @@ impl ColdReads {
             if left == Some(0) {
                 break;
             }
-            let Ok(mut records) = run.store.read(run.log, run.offsets.clone(), left) else {
+            let Ok(records) = run.store.read(run.log, run.offsets.clone(), left) else {
                 break;
             };
             let bytes: u64 = records.iter().map(crate::image::RecordImage::size).sum();
             left = left.map(|left| left.saturating_sub(bytes));
             let end = run.offsets.start + records.len() as i64;
             let short = end < run.offsets.end;
-            if short {
-                // The budget ends here: the record that does not fit is read too, for the
-                // delivery to see that it does not, without reading it under the lock.
-                if let Ok(next) = run.store.read(run.log, end..end + 1, None) {
-                    records.extend(next);
-                }
-            }
+            // The budget ends here: the size of the record that does not fit tells the
+            // delivery so, without reading anything under the lock.
+            let next_size = short
+                .then(|| run.store.bytes(run.log, end..end + 1).ok())
+                .flatten();
             read.runs.push((
                 run.topic,
                 run.partition,
@@ -93,6 +91,7 @@ impl ColdReads {
                 ReadAheadRun {
                     first: run.offsets.start,
                     records: Arc::new(records.into_iter().map(StoredRecord::from).collect()),
+                    next_size,
                 },
             ));
             if short {
