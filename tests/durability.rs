@@ -1452,12 +1452,13 @@ async fn memory_the_broker_frees_goes_back_to_the_system_while_it_is_idle() {
     }
 }
 
-/// With a data directory, `--max-memory` bounds the records held in memory while they wait for
-/// a checkpoint: publishing six times the budget as fast as four connections can, the server's
-/// peak resident memory stays near the budget (without the bound it grew by 123 MiB here),
-/// publishes wait for the disk instead, and every record is stored.
+/// With a data directory, `--max-memory` bounds the records held in memory: publishing six
+/// times the budget as fast as four connections can, the server's peak resident memory stays
+/// near the budget (without the bound it grew by 123 MiB here), records leave memory once
+/// written to their segments (publishes wait only for a disk that falls behind), and every
+/// record is stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn records_waiting_for_a_checkpoint_stay_within_the_memory_budget() {
+async fn records_held_in_memory_stay_within_the_memory_budget() {
     let dir = tempfile::tempdir().unwrap();
     let budget: u64 = 16 << 20;
     let server = ServerProcess::start(&[
@@ -1467,8 +1468,6 @@ async fn records_waiting_for_a_checkpoint_stay_within_the_memory_budget() {
         "batch",
         "--max-memory",
         &budget.to_string(),
-        "--metrics-listen",
-        "127.0.0.1:0",
     ]);
     let admin = limits_topic(&server, 8).await;
     let baseline = server.status_bytes("VmRSS");
@@ -1490,13 +1489,6 @@ async fn records_waiting_for_a_checkpoint_stay_within_the_memory_budget() {
         grown >> 20,
         budget >> 20
     );
-    let (_, _, metrics) = broker_testkit::http::get(server.metrics_addr.unwrap(), "/metrics", "");
-    let held_back = metrics
-        .lines()
-        .find_map(|line| line.strip_prefix("broker_publishes_held_back_total "))
-        .and_then(|value| value.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    assert!(held_back > 0.0, "no publish waited:\n{metrics}");
 }
 
 /// Consumers behind the last checkpoint get their records from segment files, exactly and in

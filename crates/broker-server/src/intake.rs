@@ -74,10 +74,10 @@ pub(crate) fn refused(shared: &Shared, reason: &'static str) {
 }
 
 /// With a data directory, holds a batch that publishes records back while a shard it
-/// publishes to holds more records in memory than its part of `--max-memory` allows and a
-/// checkpoint that takes them out of memory runs: under a sustained load, publishers wait for
-/// the disk rather than the memory growing with the load (see
-/// `JournalSettings::held_log_bytes`). Other batches go on.
+/// publishes to holds more records in memory than its part of `--max-memory` allows, not yet
+/// written to their segments (with `--fsync always`: while a checkpoint that takes them out of
+/// memory runs): under a sustained load, publishers wait for the disk rather than the memory
+/// growing with the load (see `JournalSettings::held_log_bytes`). Other batches go on.
 async fn hold_back(shared: &Shared, frames: &[(Decoded<RequestFrame>, RequestPermit)]) {
     let mut shards: Vec<usize> = frames
         .iter()
@@ -99,7 +99,7 @@ async fn hold_back(shared: &Shared, frames: &[(Decoded<RequestFrame>, RequestPer
                 metrics.held_back();
             }
             tokio::select! {
-                () = journal.checkpoint_done() => {}
+                () = journal.room_made() => {}
                 () = shared.shutdown.cancelled() => return,
             }
         }

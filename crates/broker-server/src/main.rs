@@ -143,8 +143,9 @@ struct Args {
     /// partition at capacity. At least max payload bytes. A cluster node counts the records in
     /// memory and in its segment files alike, and every node must have the same value. A
     /// single broker with --data-dir keeps records on disk: there it bounds the records held
-    /// in memory until a checkpoint takes them out, and past it publishes wait for the
-    /// checkpoint.
+    /// in memory (with --fsync batch or never, records already in their segment files leave
+    /// memory as it fills, and publishes wait only while the disk is behind; with always,
+    /// records leave at checkpoints, and past it publishes wait for the running one).
     #[arg(long, env = "BROKER_MAX_MEMORY", default_value_t = 1024 * 1024 * 1024)]
     max_memory: u64,
     /// Bytes of requests larger than 64 KiB read and not yet answered, across every connection

@@ -113,7 +113,7 @@ pub(crate) struct Metrics {
     retried: Counter,
     /// Members removed because their session timed out.
     sessions_expired: Counter,
-    /// Times a batch of publishes waited for a checkpoint to take records out of memory.
+    /// Times a batch of publishes waited for the disk (records not yet written, or a checkpoint).
     held_back: Counter,
     /// Records read from segment files for deliveries before the lock was taken.
     read_ahead: Counter,
@@ -415,7 +415,7 @@ impl Metrics {
         self.sessions_expired.inc_by(count);
     }
 
-    /// A batch of publishes waited for a checkpoint (records held in memory past the budget).
+    /// A batch of publishes waited for the disk (records held in memory past the budget).
     pub(crate) fn held_back(&self) {
         self.held_back.inc();
     }
@@ -528,9 +528,10 @@ impl Metrics {
             ),
             (
                 "publishes_held_back",
-                "Waits of a batch of publishes for a checkpoint to take records out of memory \
-                 (with a data directory, records held in memory past --max-memory; with \
-                 --shards, one per shard of the batch's topics that is over its part)",
+                "Waits of a batch of publishes for the disk (with a data directory: records not \
+                 yet written to their segment files past half of what --max-memory lets memory \
+                 hold, or with --fsync always, records held in memory past it while a checkpoint \
+                 runs; with --shards, one per shard of the batch's topics that is over its part)",
                 &self.held_back,
             ),
             (

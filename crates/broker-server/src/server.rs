@@ -140,10 +140,11 @@ fn start_shards(
     };
     let mut brokers = Vec::with_capacity(count);
     // With a data directory (a single broker's: a cluster node keeps its records in its
-    // replicated log), each shard holds about its part of --max-memory in records not yet on
-    // disk: publishes wait for the running checkpoint past it (while checkpoints fail, they
-    // stay in memory). At least two of the largest records, so that checkpoints do not run
-    // for every record under a budget barely above the payload limit.
+    // replicated log), each shard holds about its part of --max-memory in records: those
+    // written to their segments leave memory as it fills, and publishes wait for the disk
+    // past it (see `JournalSettings::held_log_bytes`). At least two of the largest records,
+    // so that evictions and checkpoints do not run for every record under a budget barely
+    // above the payload limit.
     let mut journal = config.journal();
     let share = config.max_memory / count.max(1) as u64 / HELD_PER_LOG_BYTE;
     journal.held_log_bytes = Some(share.max(2 * config.max_payload_bytes as u64));

@@ -110,10 +110,15 @@ pub struct JournalSettings {
     /// A partition's record segment is closed (and a new one started) once it holds this many
     /// bytes; the oldest records leave the disk a whole segment at a time.
     pub segment_bytes: u64,
-    /// The most log bytes of records the state may hold in memory (logged since the last
-    /// checkpoint whose records left memory): past it, [`Journal::over_memory`] says to hold
-    /// new records back until the running checkpoint is done, and checkpoints start every half
-    /// of it (or every `snapshot_log_bytes`, when that is less). `None` bounds nothing.
+    /// The most log bytes of records the state may hold in memory. With `batch` and `never`,
+    /// where the flusher writes each record to its segment: once half of it was appended since
+    /// the last eviction, [`Journal::maybe_checkpoint`] evicts every record written (they are
+    /// read from their segments from then on), and past half of it not yet written,
+    /// [`Journal::over_memory`] says to hold new records back until the flusher writes more.
+    /// With `always`, where checkpoints write them: records logged since the last checkpoint
+    /// whose records left memory, past which new records wait for the running checkpoint, and
+    /// checkpoints start every half of it (or every `snapshot_log_bytes`, when that is less).
+    /// `None` bounds nothing.
     pub held_log_bytes: Option<u64>,
 }
 
@@ -277,9 +282,7 @@ impl Slot<'_> {
             self.pending.batch.buffer.truncate(start);
             // None are expected; any there are the state holds, so they are written (with no
             // entry, a restart drops them) for a checkpoint to find them in their segments.
-            if !appended.is_empty() {
-                self.pending.batch.records.push(appended);
-            }
+            self.pending.note_records(appended);
             return None;
         }
         let pending = &mut *self.pending;
@@ -287,13 +290,7 @@ impl Slot<'_> {
         // Records written to their segments count as written with their entry, as when the
         // entry held them: the records held in memory and the time between checkpoints stay
         // what they were. (With `always`, none is noted: entries hold them.)
-        let records: u64 = appended
-            .iter()
-            .map(|appended| appended.record.size() + RECORD_OVERHEAD_BYTES)
-            .sum();
-        if !appended.is_empty() {
-            pending.batch.records.push(appended);
-        }
+        let records = pending.note_records(appended);
         pending.since_snapshot += (pending.batch.buffer.len() - self.start) as u64 + records;
         let seq = pending.next_seq;
         pending.next_seq += 1;
@@ -339,6 +336,8 @@ struct Batch {
     /// A checkpoint of the state after these entries waits for the record segments' catalog
     /// once these records (and every earlier one) are written and synced.
     catalog: Option<mpsc::SyncSender<Vec<SegmentImage>>>,
+    /// The bytes `records` take in their segments.
+    record_bytes: u64,
 }
 
 impl Batch {
@@ -373,11 +372,34 @@ struct Pending {
     stopping: bool,
     /// Whether the flusher sleeps on [`Inner::wake`], waiting for entries.
     flusher_waits: bool,
+    /// Bytes (in their segments) of the records appended since the journal started, of those
+    /// the flusher wrote, and of those written when the state last evicted what was written.
+    appended_record_bytes: u64,
+    written_record_bytes: u64,
+    evicted_record_bytes: u64,
     /// Whether the syncer thread runs a sync the flusher handed it (`batch`).
     syncing: bool,
     /// Whether an fsync failed (on either thread) or the syncer stopped during one: the
     /// journal is stopped, and the flusher stops too.
     sync_failed: bool,
+}
+
+impl Pending {
+    /// Adds records a change appended to the batch, for the flusher to write; returns the bytes
+    /// they take in their segments.
+    fn note_records(&mut self, appended: Vec<Appended>) -> u64 {
+        if appended.is_empty() {
+            return 0;
+        }
+        let bytes: u64 = appended
+            .iter()
+            .map(|appended| appended.record.size() + RECORD_OVERHEAD_BYTES)
+            .sum();
+        self.batch.records.push(appended);
+        self.batch.record_bytes += bytes;
+        self.appended_record_bytes += bytes;
+        bytes
+    }
 }
 
 /// The write-ahead log of a running broker: appending, durability waits, snapshots, shutdown.
@@ -404,12 +426,29 @@ impl Journal {
             return false;
         };
         let pending = self.inner.lock();
-        pending.snapshot_running && pending.since_snapshot + pending.checkpointing > bound
+        if pending.broken.is_some() {
+            // Nothing will make room: changes are refused instead.
+            return false;
+        }
+        if self.inner.writes_records() {
+            pending.appended_record_bytes - pending.written_record_bytes > bound / 2
+        } else {
+            pending.snapshot_running && pending.since_snapshot + pending.checkpointing > bound
+        }
     }
 
-    /// Completes when the running checkpoint is done (at once when none runs): its records may
-    /// then leave memory, at the state's next [`Journal::maybe_checkpoint`].
-    pub async fn checkpoint_done(&self) {
+    /// Completes once the journal may have made room for records held back by
+    /// [`Journal::over_memory`]: the flusher wrote more (`batch`, `never`: the state's next
+    /// [`Journal::maybe_checkpoint`] evicts them), or the running checkpoint is done
+    /// (`always`; at once when none runs), or the log stopped.
+    pub async fn room_made(&self) {
+        if self.inner.writes_records() {
+            let mut progress = self.progress.clone();
+            let _ = progress
+                .wait_for(|progress| progress.failed.is_some() || !self.over_memory())
+                .await;
+            return;
+        }
         // Subscribed before the check: a checkpoint that finishes after it is seen.
         let mut done = self.inner.checkpoints.subscribe();
         if !self.inner.lock().snapshot_running {
@@ -747,10 +786,32 @@ impl Journal {
         }
     }
 
+    /// With `batch` and `never` under [`JournalSettings::held_log_bytes`]: once half of it
+    /// was appended since the last time, evicts from memory every record the flusher wrote to
+    /// its segment (readable there from then on, through the page cache).
+    fn evict_written(&self, state: &mut BrokerState) {
+        let Some(bound) = self.inner.settings.held_log_bytes else {
+            return;
+        };
+        if !self.inner.writes_records() {
+            return;
+        }
+        let pending = self.inner.lock();
+        if pending.appended_record_bytes - pending.evicted_record_bytes <= bound / 2 {
+            return;
+        }
+        // Read before the segments' ends: what they name is at least this much.
+        let written = pending.written_record_bytes;
+        drop(pending);
+        state.evict(&self.inner.records.written_ends());
+        self.inner.lock().evicted_record_bytes = written;
+    }
+
     /// Between commands, with `state` locked: evicts from memory the records the last
     /// checkpoint put in record segments, and starts a background checkpoint of `state` if
     /// enough was logged since the last one.
     pub fn maybe_checkpoint(&self, state: &mut BrokerState) {
+        self.evict_written(state);
         let mut pending = self.inner.lock();
         if !pending.snapshot_running && pending.checkpointing > 0 {
             match pending.evicted.take() {
@@ -761,8 +822,11 @@ impl Journal {
             pending.checkpointing = 0;
         }
         let settings = &self.inner.settings;
+        // Records the flusher writes leave memory by `evict_written`; checkpoints take out
+        // those of `always`.
         let due = settings
             .held_log_bytes
+            .filter(|_| !self.inner.writes_records())
             .map_or(settings.snapshot_log_bytes, |held| {
                 settings.snapshot_log_bytes.min(held / 2)
             });
@@ -1303,6 +1367,10 @@ fn write_and_sync(
                 std::thread::sleep(WRITE_RETRY);
                 break;
             }
+            let record_bytes = std::mem::take(&mut batch.record_bytes);
+            if batch.buffer.is_empty() && record_bytes > 0 {
+                inner.lock().written_record_bytes += record_bytes;
+            }
             if !batch.buffer.is_empty() {
                 // Written: a retry must not write the entries again.
                 batch.buffer = Vec::new();
@@ -1312,6 +1380,7 @@ fn write_and_sync(
                     // An fsync failed on the syncer: nothing written since counts.
                     return;
                 }
+                pending.written_record_bytes += record_bytes;
                 if pending.refusing.take().is_some() {
                     info!(
                         failed_for_ms =

@@ -714,6 +714,15 @@ impl RecordStore {
         segments
     }
 
+    /// Each log's end in its segments: the offset after its last record written (readable),
+    /// for the state to evict what is below it.
+    pub fn written_ends(&self) -> Vec<(LogId, i64)> {
+        lock(&self.catalog)
+            .iter()
+            .filter_map(|(log, segments)| segments.last().map(|last| (*log, last.end())))
+            .collect()
+    }
+
     /// The offset after the last record stored for `log` (`None` if none is).
     pub fn end(&self, log: LogId) -> Option<i64> {
         lock(&self.catalog)
