@@ -426,8 +426,8 @@ impl Journal {
             return false;
         };
         let pending = self.inner.lock();
-        if pending.broken.is_some() {
-            // Nothing will make room: changes are refused instead.
+        if pending.broken.is_some() || pending.refusing.is_some() {
+            // The log takes no change now: publishes are refused, with why, rather than wait.
             return false;
         }
         if self.inner.writes_records() {
@@ -440,12 +440,15 @@ impl Journal {
     /// Completes once the journal may have made room for records held back by
     /// [`Journal::over_memory`]: the flusher wrote more (`batch`, `never`: the state's next
     /// [`Journal::maybe_checkpoint`] evicts them), or the running checkpoint is done
-    /// (`always`; at once when none runs), or the log stopped.
+    /// (`always`; at once when none runs), or the log stopped or its writes fail (publishes
+    /// are then refused, with why).
     pub async fn room_made(&self) {
         if self.inner.writes_records() {
             let mut progress = self.progress.clone();
             let _ = progress
-                .wait_for(|progress| progress.failed.is_some() || !self.over_memory())
+                .wait_for(|progress| {
+                    progress.failed.is_some() || progress.stalled || !self.over_memory()
+                })
                 .await;
             return;
         }
