@@ -4,8 +4,8 @@
 # consumed from the start by a new group (read from disk). Prints server memory (RSS) empty,
 # after publishing, after the restart and after consuming, disk bytes per record, publish and
 # cold-read throughput, and the restart time with every record retained. MAX_MEMORY, when set,
-# is the server's --max-memory (with a data directory: the records held in memory until a
-# checkpoint writes them); the peak RSS while publishing is printed beside it.
+# is the server's --max-memory (with a data directory: the records held in memory, which
+# leave it once written); the peak RSS while publishing is printed beside it.
 # Loopback only; a bounded amount of work; stops what it started.
 #
 #   bench/scale.sh                       # RECORDS=10000000 SIZE=100 FSYNC=batch
