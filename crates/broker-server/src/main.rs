@@ -283,8 +283,9 @@ struct Args {
     #[arg(long, env = "BROKER_FSYNC_INTERVAL_MS", default_value_t = 50)]
     fsync_interval_ms: u64,
     /// With --data-dir, a checkpoint is taken (in the background) after this many bytes of
-    /// log and records written: a snapshot is written, the log it covers removed and the
-    /// records it covers (in their segment files) leave memory. Bounds recovery time and the records held in
+    /// log and records written (or every twelfth of --max-memory, when that is less): a
+    /// snapshot is written, the log it covers removed and the records it covers (in their
+    /// segment files) leave memory. Bounds recovery time, and what a restart replays into
     /// memory. (A cluster node goes by --cluster-snapshot-entries instead.)
     #[arg(long, env = "BROKER_SNAPSHOT_LOG_BYTES", default_value_t = 64 * 1024 * 1024)]
     snapshot_log_bytes: u64,

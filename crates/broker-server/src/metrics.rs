@@ -537,7 +537,7 @@ impl Metrics {
             (
                 "records_read_ahead",
                 "Records read from segment files for fetches and polls of group members \
-                 (consumers behind the last checkpoint, with a data directory) before the \
+                 (consumers of records that left memory, with a data directory) before the \
                  broker's lock was taken to apply them",
                 &self.read_ahead,
             ),

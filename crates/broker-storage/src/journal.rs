@@ -37,7 +37,9 @@
 //! the log segments, the older snapshots and the record segments it makes unnecessary.
 //! At the next call between commands the state evicts the records the checkpoint covers from
 //! memory: memory holds the records logged since the last checkpoint, not every retained one,
-//! and recovery replays only the log since it.
+//! and recovery replays only the log since it. Under a bound on the records held in memory
+//! ([`JournalSettings::held_log_bytes`]) with `batch` and `never`, the records the flusher
+//! wrote also leave memory between checkpoints, as it fills.
 //!
 //! Locks: the journal's own mutex (the pending buffer) is taken inside the caller's lock on the
 //! state by [`Journal::apply`], and alone by the flusher and the snapshot thread, never the
@@ -342,7 +344,7 @@ struct Batch {
 
 impl Batch {
     fn is_empty(&self) -> bool {
-        self.buffer.is_empty() && self.catalog.is_none()
+        self.buffer.is_empty() && self.catalog.is_none() && self.records.is_empty()
     }
 }
 
@@ -416,11 +418,12 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Whether the records held in memory (as log bytes) passed
-    /// [`JournalSettings::held_log_bytes`] while a checkpoint that will take some of them out
-    /// runs: new records should wait for [`Journal::checkpoint_done`]. Always `false` without
-    /// that bound, and when no checkpoint runs (the state's next [`Journal::maybe_checkpoint`]
-    /// takes the last one's records out of memory, or starts the next).
+    /// Whether new records should wait ([`Journal::room_made`]) under
+    /// [`JournalSettings::held_log_bytes`]: with `batch` and `never`, while more than half of
+    /// it is not yet written by the flusher; with `always`, while the records held in memory
+    /// (as log bytes) pass it and a checkpoint that will take some of them out runs. Always
+    /// `false` without that bound, and while the log takes no change (publishes are refused
+    /// instead).
     pub fn over_memory(&self) -> bool {
         let Some(bound) = self.inner.settings.held_log_bytes else {
             return false;
@@ -470,7 +473,7 @@ struct Inner {
     records: Arc<RecordStore>,
     /// Told how long each fsync of the log took (see [`Journal::observe_fsyncs`]).
     fsync_observer: OnceLock<FsyncObserver>,
-    /// How many checkpoints finished: [`Journal::checkpoint_done`] waits for it to change.
+    /// How many checkpoints finished: [`Journal::room_made`] waits for it to change.
     checkpoints: watch::Sender<u64>,
 }
 
@@ -800,7 +803,11 @@ impl Journal {
             return;
         }
         let pending = self.inner.lock();
-        if pending.appended_record_bytes - pending.evicted_record_bytes <= bound / 2 {
+        // Half the bound arrived since the last eviction, and a quarter of it was written since
+        // (not while the flusher is behind, when there is little or nothing new to evict).
+        if pending.appended_record_bytes - pending.evicted_record_bytes <= bound / 2
+            || pending.written_record_bytes - pending.evicted_record_bytes < bound / 4
+        {
             return;
         }
         // Read before the segments' ends: what they name is at least this much.
@@ -825,11 +832,11 @@ impl Journal {
             pending.checkpointing = 0;
         }
         let settings = &self.inner.settings;
-        // Records the flusher writes leave memory by `evict_written`; checkpoints take out
-        // those of `always`.
+        // Under the bound, checkpoints come every half of it: with `always` they take records
+        // out of memory, and with every policy a restart replays into memory what was logged
+        // since the last one.
         let due = settings
             .held_log_bytes
-            .filter(|_| !self.inner.writes_records())
             .map_or(settings.snapshot_log_bytes, |held| {
                 settings.snapshot_log_bytes.min(held / 2)
             });
@@ -1019,7 +1026,7 @@ pub(crate) struct Written {
 }
 
 /// Marks the running checkpoint ended when dropped, and wakes whoever waits for it
-/// ([`Journal::checkpoint_done`]).
+/// ([`Journal::room_made`]).
 struct CheckpointEnds<'a>(&'a Inner);
 
 impl Drop for CheckpointEnds<'_> {
@@ -1373,6 +1380,8 @@ fn write_and_sync(
             let record_bytes = std::mem::take(&mut batch.record_bytes);
             if batch.buffer.is_empty() && record_bytes > 0 {
                 inner.lock().written_record_bytes += record_bytes;
+                // Publishes held back for the disk look again.
+                progress.send_modify(|_| {});
             }
             if !batch.buffer.is_empty() {
                 // Written: a retry must not write the entries again.

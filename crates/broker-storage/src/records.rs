@@ -714,12 +714,23 @@ impl RecordStore {
         segments
     }
 
-    /// Each log's end in its segments: the offset after its last record written (readable),
-    /// for the state to evict what is below it.
+    /// Each log's end in its segments: the offset after the last record written (readable)
+    /// of the run of segments that follow on from its first, for the state to evict what is
+    /// below it (never a record past a gap between segments).
     pub fn written_ends(&self) -> Vec<(LogId, i64)> {
         lock(&self.catalog)
             .iter()
-            .filter_map(|(log, segments)| segments.last().map(|last| (*log, last.end())))
+            .filter_map(|(log, segments)| {
+                let (first, rest) = segments.split_first()?;
+                let mut end = first.end();
+                for segment in rest {
+                    if segment.base != end {
+                        break;
+                    }
+                    end = segment.end();
+                }
+                Some((*log, end))
+            })
             .collect()
     }
 
