@@ -1324,9 +1324,9 @@ fn background_checkpoints_take_records_out_of_memory() {
 }
 
 /// With a bound on the records held in memory (`--max-memory`), records the flusher wrote
-/// leave memory without waiting for a checkpoint (none runs here): the state holds at most
-/// about the bound, publishes are held back only while the flusher is behind, and every record
-/// reads back the same from its segment.
+/// leave memory without waiting for a checkpoint: the state holds at most about the bound,
+/// publishes are held back only while the flusher is behind, and every record reads back the
+/// same from its segment.
 #[test]
 fn records_leave_memory_once_written_under_a_bound() {
     use broker_core::Command;
@@ -1349,18 +1349,28 @@ fn records_leave_memory_once_written_under_a_bound() {
             .map(|partition| partition.records.len())
             .sum()
     };
+    let publish = |n: usize| Command::Publish {
+        topic: "t".into(),
+        partition: (n % 4) as i32,
+        payload: vec![(n % 251) as u8; 100].into(),
+    };
+    // Written, past half the bound: the next call between commands evicts them all, before
+    // the checkpoint it starts (whose evictions come at a later call) could.
+    let mut last = None;
+    for n in 0..1_000 {
+        last = journal.apply(&mut state, 1, publish(n)).entry.or(last);
+    }
+    futures::executor::block_on(journal.durable(last.unwrap())).unwrap();
+    assert_eq!(in_memory(&state), 1_000);
+    journal.maybe_checkpoint(&mut state);
+    assert_eq!(in_memory(&state), 0);
     // 100-byte records take about 133 bytes in their segments: the bound holds about 490.
     let mut most = 0;
-    for n in 0..20_000 {
+    for n in 1_000..20_000 {
         while journal.over_memory() {
             futures::executor::block_on(journal.room_made());
         }
-        let publish = Command::Publish {
-            topic: "t".into(),
-            partition: n % 4,
-            payload: vec![(n % 251) as u8; 100].into(),
-        };
-        journal.apply(&mut state, 1, publish).result.unwrap();
+        journal.apply(&mut state, 1, publish(n)).result.unwrap();
         journal.maybe_checkpoint(&mut state);
         most = most.max(in_memory(&state));
     }
