@@ -379,8 +379,8 @@ struct Pending {
     appended_record_bytes: u64,
     written_record_bytes: u64,
     evicted_record_bytes: u64,
-    /// Whether the syncer thread runs a sync the flusher handed it (`batch`).
-    syncing: bool,
+    /// How many syncs the flusher handed the syncer thread that it has not finished (`batch`).
+    syncing: usize,
     /// Whether an fsync failed (on either thread) or the syncer stopped during one: the
     /// journal is stopped, and the flusher stops too.
     sync_failed: bool,
@@ -1145,9 +1145,10 @@ fn run_checkpoint(
 /// checkpoint asks for their catalog), and publishes the progress, until shutdown or a failed
 /// fsync.
 ///
-/// With `batch`, the periodic fsyncs run on a second thread, the syncer, while the flusher
-/// goes on writing: over many partitions they take a file each, and writing nothing meanwhile
-/// made publishers wait for them.
+/// With `batch`, the periodic fsyncs and those a checkpoint's catalog waits for run on a second
+/// thread, the syncer, in the order handed, while the flusher goes on writing: over many
+/// partitions they take a file each, and writing nothing meanwhile made publishers wait for
+/// them.
 fn flush(inner: &Inner, writer: LogWriter, progress: &watch::Sender<Progress>) {
     let _ends = FlusherEnds(inner);
     std::thread::scope(|scope| {
@@ -1174,7 +1175,7 @@ fn flush(inner: &Inner, writer: LogWriter, progress: &watch::Sender<Progress>) {
 /// Syncs handed by the flusher to the syncer thread, one at a time, until the flusher ends.
 fn sync_in_background(
     inner: &Inner,
-    jobs: &mpsc::Receiver<SyncJob>,
+    jobs: &mpsc::Receiver<SyncWork>,
     progress: &watch::Sender<Progress>,
 ) {
     let _ends = SyncerEnds(inner);
@@ -1183,12 +1184,59 @@ fn sync_in_background(
         if let Err(cause) = &synced {
             fail_stop(inner, progress, cause);
         }
-        inner.lock().syncing = false;
+        inner.lock().syncing -= 1;
         inner.wake.notify_all();
         if synced.is_err() {
             return;
         }
     }
+}
+
+/// What the flusher hands the syncer.
+enum SyncWork {
+    /// The periodic sync of the log and the record files its entries name.
+    Log(SyncJob),
+    /// The files a checkpoint's catalog names, then the catalog to it.
+    Checkpoint {
+        files: RecordsToSync,
+        catalog: Vec<SegmentImage>,
+        to: mpsc::SyncSender<Vec<SegmentImage>>,
+    },
+}
+
+impl SyncWork {
+    /// Syncs what it holds, then reports it (see [`SyncJob::run`]), or sends the catalog.
+    ///
+    /// # Errors
+    /// The failed fsync's, after which the journal must stop ([`fail_stop`]).
+    fn run(self, inner: &Inner, progress: &watch::Sender<Progress>) -> Result<(), StorageError> {
+        match self {
+            SyncWork::Log(job) => job.run(inner, progress),
+            SyncWork::Checkpoint { files, catalog, to } => {
+                files.sync()?;
+                // A checkpoint that gave up waiting is no reason to stop.
+                drop(to.send(catalog));
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Hands `work` to the syncer (counted as running until it is done), or gives it back when
+/// there is none or it is gone: the caller then runs it, once no sync runs there.
+fn hand(
+    inner: &Inner,
+    syncer: Option<&mpsc::Sender<SyncWork>>,
+    work: SyncWork,
+) -> Option<SyncWork> {
+    let Some(jobs) = syncer else {
+        return Some(work);
+    };
+    inner.lock().syncing += 1;
+    jobs.send(work).err().map(|unsent| {
+        inner.lock().syncing -= 1;
+        unsent.0
+    })
 }
 
 /// Ends the syncer however it ends: a sync it was running when it panicked counts as failed,
@@ -1198,7 +1246,7 @@ struct SyncerEnds<'a>(&'a Inner);
 impl Drop for SyncerEnds<'_> {
     fn drop(&mut self) {
         let mut pending = self.0.lock();
-        if std::mem::take(&mut pending.syncing) {
+        if std::mem::take(&mut pending.syncing) > 0 {
             pending.sync_failed = true;
             pending
                 .broken
@@ -1256,7 +1304,7 @@ impl SyncJob {
 /// files a running one took. Returns `false` if that sync failed (the journal is stopped).
 fn background_sync_done(inner: &Inner) -> bool {
     let mut pending = inner.lock();
-    while pending.syncing {
+    while pending.syncing > 0 {
         pending = inner
             .wake
             .wait(pending)
@@ -1270,7 +1318,7 @@ fn write_and_sync(
     inner: &Inner,
     mut writer: LogWriter,
     progress: &watch::Sender<Progress>,
-    syncer: Option<&mpsc::Sender<SyncJob>>,
+    syncer: Option<&mpsc::Sender<SyncWork>>,
 ) {
     let settings = inner.settings;
     let mut last_sync = Instant::now();
@@ -1291,7 +1339,7 @@ fn write_and_sync(
             {
                 // While the syncer runs, it wakes this thread when it is done.
                 let timeout = match (unsynced, settings.fsync) {
-                    (true, Fsync::Batch) if !pending.syncing => {
+                    (true, Fsync::Batch) if pending.syncing == 0 => {
                         settings.fsync_interval.saturating_sub(last_sync.elapsed())
                     }
                     _ => Duration::from_secs(3600),
@@ -1411,14 +1459,16 @@ fn write_and_sync(
                     wake || was_stalled
                 });
             }
-            if let Some(checkpoint) = batch.catalog.take() {
-                if !background_sync_done(inner) {
-                    return;
-                }
-                match inner.records.sync_written(&mut segments) {
-                    // A checkpoint that gave up waiting is no reason to stop.
-                    Ok(catalog) => drop(checkpoint.send(catalog)),
-                    Err(cause) => {
+            if let Some(to) = batch.catalog.take() {
+                // On the syncer, after the syncs handed before it (which took files of the
+                // catalog); the flusher writes on meanwhile.
+                let (files, catalog) = inner.records.take_written(&mut segments);
+                let work = SyncWork::Checkpoint { files, catalog, to };
+                if let Some(work) = hand(inner, syncer.filter(|_| !stopping), work) {
+                    if !background_sync_done(inner) {
+                        return;
+                    }
+                    if let Err(cause) = work.run(inner, progress) {
                         fail_stop(inner, progress, &cause);
                         return;
                     }
@@ -1436,20 +1486,10 @@ fn write_and_sync(
         // With a sync running on the syncer thread, the next is due once it is done (it wakes
         // this thread).
         let background = syncer.filter(|_| !stopping);
-        if sync_now && !(background.is_some() && inner.lock().syncing) {
-            let job = SyncJob::take(&writer, &mut segments);
-            let unsent = match background {
-                Some(jobs) => {
-                    inner.lock().syncing = true;
-                    jobs.send(job).err().map(|unsent| {
-                        inner.lock().syncing = false;
-                        unsent.0
-                    })
-                }
-                None => Some(job),
-            };
+        if sync_now && !(background.is_some() && inner.lock().syncing > 0) {
+            let job = SyncWork::Log(SyncJob::take(&writer, &mut segments));
             // Synced here: with `always`, when stopping, or with the syncer gone.
-            if let Some(job) = unsent {
+            if let Some(job) = hand(inner, background, job) {
                 if !background_sync_done(inner) {
                     return;
                 }

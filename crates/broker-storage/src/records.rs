@@ -132,7 +132,7 @@ pub struct RecordStore {
 
 /// The segment files the one writer that appends records as they come (the journal's flusher,
 /// [`RecordStore::write`]) keeps open between writes, and which of them hold records not yet
-/// synced ([`RecordStore::sync_written`]).
+/// synced ([`RecordStore::take_written`]).
 #[derive(Debug, Default)]
 pub struct OpenSegments {
     files: HashMap<(LogId, i64), WriteFiles>,
@@ -149,7 +149,8 @@ struct WriteFiles {
     /// Shared with a [`RecordsToSync`] that syncs it on another thread.
     data: Arc<File>,
     data_path: PathBuf,
-    index: File,
+    /// Shared with a [`RecordsToSync`] too.
+    index: Arc<File>,
     index_path: PathBuf,
     /// Whether `.rec` and `.idx` hold writes not yet synced.
     unsynced: [bool; 2],
@@ -163,7 +164,10 @@ impl WriteFiles {
         let (data_path, index_path) = store.paths(segment.log(), segment.base);
         Ok(WriteFiles {
             data: Arc::new(open_for_append(&data_path, segment.data_len)?),
-            index: open_for_append(&index_path, HEADER + segment.count * INDEX_ENTRY)?,
+            index: Arc::new(open_for_append(
+                &index_path,
+                HEADER + segment.count * INDEX_ENTRY,
+            )?),
             data_path,
             index_path,
             unsynced: [false; 2],
@@ -221,13 +225,13 @@ impl OpenSegments {
     /// # Errors
     /// [`StorageError::Io`] if a file cannot be synced.
     pub fn sync_records(&mut self) -> Result<(), StorageError> {
-        self.sync(false)
+        self.take_records_to_sync().sync()
     }
 
     /// Takes the `.rec` files written through these since they were last synced, open or
     /// closed since, and counts them as synced: the caller syncs them ([`RecordsToSync::sync`],
     /// on any thread) before it counts on their records, and before any later
-    /// [`OpenSegments::sync_records`] or [`RecordStore::sync_written`] (which skip them).
+    /// [`OpenSegments::sync_records`] or [`RecordStore::take_written`] (which skip them).
     pub fn take_records_to_sync(&mut self) -> RecordsToSync {
         let mut files = Vec::new();
         for written in self.files.values_mut() {
@@ -248,23 +252,34 @@ impl OpenSegments {
         RecordsToSync(files)
     }
 
-    /// Syncs every file written through these (only the `.rec` files, unless `index`), open
-    /// or closed since; a closed file removed meanwhile (its segment retired) needs none.
-    fn sync(&mut self, index: bool) -> Result<(), StorageError> {
-        for files in self.files.values_mut() {
-            files.sync(index)?;
+    /// Takes every file written through these since it was last synced, `.rec` and `.idx`,
+    /// open or closed since, and counts them as synced: the caller syncs them
+    /// ([`RecordsToSync::sync`]) before it counts on them.
+    fn take_all_to_sync(&mut self) -> RecordsToSync {
+        let mut files = Vec::new();
+        for written in self.files.values_mut() {
+            let [data, index] = std::mem::take(&mut written.unsynced);
+            if data {
+                files.push(FileToSync::Open(
+                    Arc::clone(&written.data),
+                    written.data_path.clone(),
+                ));
+            }
+            if index {
+                files.push(FileToSync::Open(
+                    Arc::clone(&written.index),
+                    written.index_path.clone(),
+                ));
+            }
         }
-        for (data_path, index_path, unsynced) in &mut self.closed {
-            for (at, path) in [(0, &*data_path), (1, &*index_path)] {
-                if unsynced[at] && (at == 0 || index) {
-                    sync_path(path)?;
-                    unsynced[at] = false;
+        for (data_path, index_path, unsynced) in std::mem::take(&mut self.closed) {
+            for (path, was) in [(data_path, unsynced[0]), (index_path, unsynced[1])] {
+                if was {
+                    files.push(FileToSync::Closed(path));
                 }
             }
         }
-        self.closed
-            .retain(|(_, _, unsynced)| unsynced.contains(&true));
-        Ok(())
+        RecordsToSync(files)
     }
 }
 
@@ -773,7 +788,7 @@ impl RecordStore {
     /// Appends the records a state reported appended (lists as
     /// [`broker_core::BrokerState::take_appended`] gave them, in order) to their partitions'
     /// segments as [`RecordStore::append`] does, but without syncing them: the catalog names them at once (readers may read them back), and
-    /// [`RecordStore::sync_written`] makes them durable. `open` keeps the files open from one
+    /// [`RecordStore::take_written`] makes them durable. `open` keeps the files open from one
     /// call to the next; only one writer may use this at a time.
     ///
     /// # Errors
@@ -815,15 +830,13 @@ impl RecordStore {
         Ok(())
     }
 
-    /// Syncs every segment file [`RecordStore::write`] wrote through `open` and closes those a
-    /// log no longer appends to; returns the catalog, which names exactly what is durable (no
-    /// write is made meanwhile).
-    ///
-    /// # Errors
-    /// [`StorageError::Io`] if a file cannot be synced.
-    pub fn sync_written(&self, open: &mut OpenSegments) -> Result<Vec<SegmentImage>, StorageError> {
+    /// Takes every segment file [`RecordStore::write`] wrote through `open` since it was last
+    /// synced (counted as synced from now on, for the caller to sync them, on any thread), and
+    /// closes those a log no longer appends to; returns them with the catalog, which names
+    /// exactly what is durable once they are synced (no write is made meanwhile).
+    pub fn take_written(&self, open: &mut OpenSegments) -> (RecordsToSync, Vec<SegmentImage>) {
         let _writing = lock(&self.writing);
-        open.sync(true)?;
+        let files = open.take_all_to_sync();
         let catalog = lock(&self.catalog);
         open.files.retain(|(log, base), _| {
             catalog
@@ -832,12 +845,12 @@ impl RecordStore {
                 .is_some_and(|last| last.base == *base)
         });
         drop(catalog);
-        Ok(self.catalog())
+        (files, self.catalog())
     }
 
     /// [`RecordStore::append`], with the writing lock held, through the files `open` holds
     /// (opening those it lacks), fsyncing each segment before the catalog names it when `sync`
-    /// says so, and otherwise leaving them for [`RecordStore::sync_written`].
+    /// says so, and otherwise leaving them for [`RecordStore::take_written`].
     fn append_to<R: Borrow<RecordImage>>(
         &self,
         log: LogId,
@@ -1365,7 +1378,7 @@ fn fill<R: Borrow<RecordImage>>(
         (&**data)
             .write_all(data_out)
             .map_err(StorageError::io("write", data_path))?;
-        (&*index)
+        (&**index)
             .write_all(index_out)
             .map_err(StorageError::io("write", index_path))?;
         data_out.clear();
@@ -1470,7 +1483,7 @@ fn take_records(
 
 /// What an image whose records were written already (see
 /// [`broker_core::BrokerState::to_image_with_records_stored`]) moved to record segments, once
-/// `catalog` ([`RecordStore::sync_written`]) is checked to name every record of `in_memory`
+/// `catalog` ([`RecordStore::take_written`]) is checked to name every record of `in_memory`
 /// (the records the state held in memory, by log).
 ///
 /// # Errors
