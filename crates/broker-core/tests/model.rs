@@ -2960,12 +2960,9 @@ fn a_read_finished_after_the_state_changed_answers_as_when_it_began() {
     }
 }
 
-/// Records read ahead for a delivery are only a guess: when the state moved on before the
-/// delivery is applied (another fetch took them, the topic moved to another state), the
-/// delivery answers exactly as it would have without them, reading what it needs from the
-/// cold store.
-#[test]
-fn deliveries_answer_the_same_whatever_was_read_ahead() {
+/// A broker of capacity 100 evicting to a cold store in memory, with a topic "t" of
+/// `partitions` partitions under limits retention and member "m" of group "g".
+fn cold_broker_with_member(partitions: i32) -> (Arc<MemoryColdStore>, EventBroker) {
     let store = Arc::new(MemoryColdStore::default());
     let broker = EventBroker::from_state(
         BrokerState::new(100)
@@ -2976,10 +2973,20 @@ fn deliveries_answer_the_same_whatever_was_read_ahead() {
         .with_state(|state| {
             state.record_appends(true);
             let limits = [TopicSetting::Retention(Retention::Limits)];
-            state.create("t", 2, KeyHash::default(), &limits)?;
+            state.create("t", partitions, KeyHash::default(), &limits)?;
             state.join("t", "g", "m", None, &[]).map(drop)
         })
         .unwrap();
+    (store, broker)
+}
+
+/// Records read ahead for a delivery are only a guess: when the state moved on before the
+/// delivery is applied (another fetch took them, the topic moved to another state), the
+/// delivery answers exactly as it would have without them, reading what it needs from the
+/// cold store.
+#[test]
+fn deliveries_answer_the_same_whatever_was_read_ahead() {
+    let (store, broker) = cold_broker_with_member(2);
     for n in 0..20 {
         broker
             .publish("t", n % 2, format!("record {n}").into_bytes())
@@ -3041,20 +3048,7 @@ fn deliveries_answer_the_same_whatever_was_read_ahead() {
 /// delivery, with its records read ahead or not: reading ahead takes only its size.
 #[test]
 fn reading_ahead_never_reads_the_record_past_the_budget() {
-    let store = Arc::new(MemoryColdStore::default());
-    let broker = EventBroker::from_state(
-        BrokerState::new(100)
-            .unwrap()
-            .with_cold_store(store.clone()),
-    );
-    broker
-        .with_state(|state| {
-            state.record_appends(true);
-            let limits = [TopicSetting::Retention(Retention::Limits)];
-            state.create("t", 1, KeyHash::default(), &limits)?;
-            state.join("t", "g", "m", None, &[]).map(drop)
-        })
-        .unwrap();
+    let (store, broker) = cold_broker_with_member(1);
     for n in 0..4 {
         broker
             .publish("t", 0, format!("record {n}").into_bytes())

@@ -1268,6 +1268,17 @@ fn journal_with_topic(
     (state, journal)
 }
 
+/// How many records `state` holds in memory, across every partition.
+fn in_memory(state: &BrokerState) -> usize {
+    state
+        .to_image()
+        .topics
+        .iter()
+        .flat_map(|(_, topic)| &topic.partitions)
+        .map(|partition| partition.records.len())
+        .sum()
+}
+
 /// The journal's own checkpoints take records out of memory: after many of them, the state
 /// holds in memory only what the last one did not cover.
 #[test]
@@ -1294,15 +1305,6 @@ fn background_checkpoints_take_records_out_of_memory() {
     // The checkpoints run in the background: let the last finish (within 10 s), then take its
     // evictions. What stays in memory is what was logged since it started: less than one
     // checkpoint's 64 KiB of log, under 600 entries of 100-byte records.
-    let in_memory = |state: &BrokerState| -> usize {
-        state
-            .to_image()
-            .topics
-            .iter()
-            .flat_map(|(_, topic)| &topic.partitions)
-            .map(|partition| partition.records.len())
-            .sum()
-    };
     for _ in 0..200 {
         journal.maybe_checkpoint(&mut state);
         if in_memory(&state) < 600 {
@@ -1340,15 +1342,6 @@ fn records_leave_memory_once_written_under_a_bound() {
         held_log_bytes: Some(bound),
     };
     let (mut state, journal) = journal_with_topic(tmp.path(), settings, 4);
-    let in_memory = |state: &BrokerState| -> usize {
-        state
-            .to_image()
-            .topics
-            .iter()
-            .flat_map(|(_, topic)| &topic.partitions)
-            .map(|partition| partition.records.len())
-            .sum()
-    };
     let publish = |n: usize| Command::Publish {
         topic: "t".into(),
         partition: (n % 4) as i32,

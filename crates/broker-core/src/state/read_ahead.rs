@@ -20,6 +20,7 @@ use super::group::is_overdue;
 use super::log::{ReadAheadRun, StoredRecord};
 use super::BrokerState;
 use crate::cold::{ColdStore, LogId};
+use crate::validate::{check_fetch_max_records, check_poll_max_records};
 use crate::Command;
 
 /// Where the records a delivery would take from the cold store lie, by the state when it was
@@ -134,6 +135,11 @@ impl BrokerState {
         let state = self.topics.get(topic)?;
         let group = state.groups.get(group)?;
         let member = group.member_index(member)?;
+        // A count the command will refuse reads nothing.
+        match kind {
+            DeliveryKind::Fetch => check_fetch_max_records(max_records).ok()?,
+            DeliveryKind::Poll { .. } => check_poll_max_records(max_records).ok()?,
+        }
         let mut records_left = usize::try_from(max_records).ok()?;
         let mut runs = Vec::new();
         for &partition in &group.members[member].partitions {
@@ -258,37 +264,27 @@ impl<'a> Delivery<'a> {
                 member,
                 max_records,
                 max_bytes,
-            } => (
-                topic,
-                group,
-                member,
-                max_records,
-                max_bytes,
-                DeliveryKind::Fetch,
-            ),
-            Command::Poll {
-                topic,
-                group,
-                member,
-                max_records,
-                max_bytes,
-            } => {
-                let kind = DeliveryKind::Poll {
-                    acks: &[],
-                    redeliver: false,
-                };
-                (topic, group, member, max_records, max_bytes, kind)
             }
-            Command::Redeliver {
+            | Command::Poll {
+                topic,
+                group,
+                member,
+                max_records,
+                max_bytes,
+            }
+            | Command::Redeliver {
                 topic,
                 group,
                 member,
                 max_records,
                 max_bytes,
             } => {
-                let kind = DeliveryKind::Poll {
-                    acks: &[],
-                    redeliver: true,
+                let kind = match command {
+                    Command::Fetch { .. } => DeliveryKind::Fetch,
+                    _ => DeliveryKind::Poll {
+                        acks: &[],
+                        redeliver: matches!(command, Command::Redeliver { .. }),
+                    },
                 };
                 (topic, group, member, max_records, max_bytes, kind)
             }
