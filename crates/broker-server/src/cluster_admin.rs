@@ -212,7 +212,7 @@ fn in_cluster(cluster: Option<&Cluster>) -> Result<&Cluster, ErrorReply> {
 }
 
 /// What `cluster`'s node knows of it, as the protocol says it.
-fn status(cluster: &Cluster) -> ClusterStatus {
+pub(crate) fn status(cluster: &Cluster) -> ClusterStatus {
     let status = cluster.status();
     let role = match status.role {
         ServerState::Leader => NodeRole::Leader,
@@ -249,7 +249,7 @@ fn status(cluster: &Cluster) -> ClusterStatus {
 
 /// What this node knows of each group it holds a copy of (the first group always), by
 /// ascending id, with the topics its copy of each holds.
-fn groups_status(shared: &Shared) -> Vec<GroupStatus> {
+pub(crate) fn groups_status(shared: &Shared) -> Vec<GroupStatus> {
     (0..shared.shards.all().len())
         .filter_map(|shard| {
             let cluster = shared

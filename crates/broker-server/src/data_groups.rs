@@ -1063,6 +1063,14 @@ pub(crate) fn moved_to(shared: &Shared, shard: usize, topic: &str) -> Option<Str
     Some(leader.client_addr)
 }
 
+/// The group holding `topic` as this node's copy of the first group places it (the first
+/// group for a topic it does not know), when this node hosts that group; `None` for a server
+/// that runs alone.
+pub(crate) fn serving_group(shared: &Shared, topic: &str) -> Option<Arc<Cluster>> {
+    let placed = shared.cluster()?.cluster_state().borrow().group_of(topic);
+    shared.group(shard_of_group(placed))
+}
+
 /// Applies `command` at the leader of `group`, through the peer links (see
 /// [`Cluster::propose_via_leader`]), and answers what applying it gave there.
 pub(crate) async fn apply_at_leader(

@@ -11,9 +11,7 @@
 //! (`curl`, `promtool check metrics`, older collectors) gets the classic text format 0.0.4,
 //! whose counters are named with their `_total` suffix in `# HELP` and `# TYPE` as well.
 
-use std::convert::Infallible;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use broker_cluster::Cluster;
 use broker_core::{BrokerDescription, GroupDescription, TopicDescription};
@@ -21,7 +19,6 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -29,21 +26,10 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
-use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
 use crate::process_metrics::{gauge, single_gauge, ProcessCollector, ResourcesCollector};
 use crate::shared::Shared;
-
-/// Most scrape connections open at once.
-const MAX_SCRAPE_CONNECTIONS: usize = 64;
-
-/// How long a scrape connection may take to send a request's headers.
-const SCRAPE_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a scrape connection is kept at most.
-const SCRAPE_CONNECTION_LIFE: Duration = Duration::from_secs(120);
 
 /// The content type of the OpenMetrics text format, which Prometheus asks for first.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -420,69 +406,22 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, metrics: A
     let mut process = Registry::default();
     process.register_collector(Box::new(ProcessCollector::new()));
     let registries = Arc::new([registry, process]);
-    let slots = Arc::new(Semaphore::new(MAX_SCRAPE_CONNECTIONS));
-    loop {
-        // A connection slot before each accept: past the cap, scrapers wait in the backlog.
-        let permit = tokio::select! {
-            () = shared.shutdown.cancelled() => return,
-            permit = Arc::clone(&slots).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                // The semaphore is never closed.
-                Err(_) => return,
-            },
-        };
-        let accepted = tokio::select! {
-            () = shared.shutdown.cancelled() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(cause) => {
-                warn!(cause = %cause, "accepting a metrics connection failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    crate::http::serve(listener, shared, None, "metrics", move |request| {
         let registries = Arc::clone(&registries);
-        let shutdown = shared.shutdown.clone();
-        shared.tracker.spawn(async move {
-            let _permit = permit;
-            let service = hyper::service::service_fn(move |request| {
-                let registries = Arc::clone(&registries);
-                async move {
-                    // Rendering takes the shards' locks and walks the data directory: on a
-                    // thread of its own, not on one of the runtime's workers.
-                    let rendered = tokio::task::spawn_blocking(move || {
-                        answer(registries.as_slice(), &request)
-                    })
-                    .await;
-                    Ok::<_, Infallible>(rendered.unwrap_or_else(|_| {
-                        plain(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "cannot encode the metrics\n",
-                        )
-                    }))
-                }
-            });
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(SCRAPE_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            // A scraper reconnects as it needs: no connection is kept for longer than this, so
-            // one that stays idle (or never finishes a request) cannot hold its slot.
-            let served = tokio::select! {
-                served = tokio::time::timeout(SCRAPE_CONNECTION_LIFE, connection.as_mut()) => served,
-                () = shutdown.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    tokio::time::timeout(SCRAPE_READ_TIMEOUT, connection.as_mut()).await
-                }
-            };
-            if let Ok(Err(cause)) = served {
-                debug!(peer = %peer, cause = %cause, "metrics connection failed");
-            }
-        });
-    }
+        async move {
+            // Rendering takes the shards' locks and walks the data directory: on a thread of
+            // its own, not on one of the runtime's workers.
+            tokio::task::spawn_blocking(move || answer(registries.as_slice(), &request))
+                .await
+                .unwrap_or_else(|_| {
+                    plain(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "cannot encode the metrics\n",
+                    )
+                })
+        }
+    })
+    .await;
 }
 
 /// The answer to one HTTP request: the metrics of `registries` for `GET /metrics`, 404 or 405

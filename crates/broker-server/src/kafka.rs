@@ -113,12 +113,7 @@ async fn handle(
     if let Err(cause) = stream.set_nodelay(true) {
         debug!(peer = %peer, cause = %cause, "cannot set TCP_NODELAY");
     }
-    let backend = ServerBackend {
-        in_flight: Arc::new(Semaphore::new(shared.config.max_in_flight)),
-        closing: shared.shutdown.child_token(),
-        connection: id,
-        shared: Arc::clone(&shared),
-    };
+    let backend = ServerBackend::new(Arc::clone(&shared), id);
     let closing = backend.closing.clone();
     let addresses = (local, peer);
     let served = match &shared.config.tls {
@@ -188,15 +183,28 @@ async fn handle(
     }
 }
 
-/// The server behind one Kafka connection: each call is a request of a connection of its own
-/// id, submitted as a native connection's are.
-struct ServerBackend {
+/// The server behind one Kafka connection (or the console): each call is a request of a
+/// connection of its own id, submitted as a native connection's are.
+pub(crate) struct ServerBackend {
     shared: Arc<Shared>,
     connection: u64,
     /// Bounds the calls outstanding at once (waiting reads included).
     in_flight: Arc<Semaphore>,
     /// Cancelled when the connection ends or the server shuts down.
     closing: CancellationToken,
+}
+
+impl ServerBackend {
+    /// The server as connection `connection` reaches it: at most `--max-in-flight` calls at
+    /// once, each answered at the latest when the server shuts down.
+    pub(crate) fn new(shared: Arc<Shared>, connection: u64) -> ServerBackend {
+        ServerBackend {
+            in_flight: Arc::new(Semaphore::new(shared.config.max_in_flight)),
+            closing: shared.shutdown.child_token(),
+            connection,
+            shared,
+        }
+    }
 }
 
 impl Backend for ServerBackend {

@@ -52,10 +52,12 @@ mod clock;
 mod cluster_admin;
 mod config;
 mod connection;
+mod console;
 mod counted;
 mod data_groups;
 mod dispatch;
 mod exporter;
+mod http;
 mod intake;
 mod kafka;
 mod listen;
@@ -169,6 +171,7 @@ pub async fn run_with_metrics(
         broker: listener,
         metrics: metrics_listener,
         kafka: None,
+        console: None,
     };
     run_with_listeners(listeners, config, storage, shutdown).await
 }
@@ -188,6 +191,10 @@ pub struct Listeners {
     /// certificate. In a cluster, each node's Kafka listener sends clients to the leader,
     /// which serves every partition and group.
     pub kafka: Option<TcpListener>,
+    /// HTTP (HTTPS with the configuration's TLS identity) for the read-only web console: topics,
+    /// groups and their lag over the last minutes, dead-letter topics, the cluster, and each
+    /// partition's latest records; `None` for none. With an auth token, the console asks for it.
+    pub console: Option<TcpListener>,
 }
 
 /// [`run_with_metrics`] on every listener of `listeners`.

@@ -90,6 +90,18 @@ struct Args {
     /// each lists every node's Kafka address and sends clients to the leader.
     #[arg(long, env = "BROKER_KAFKA_LISTEN", value_name = "ADDR")]
     kafka_listen: Option<String>,
+    /// Serve a read-only web console at http://ADDR/ (https:// with --tls-cert): topics with
+    /// their partitions, retention and sizes, consumer groups with members, committed offsets,
+    /// deliveries in flight and lag (charted over the last 10 minutes, with each topic's
+    /// throughput), dead-letter topics, the cluster's nodes and Raft groups, and each
+    /// partition's latest records (payloads as text or hex, with headers). HOST:PORT,
+    /// [IPv6]:PORT or :PORT, as --listen; port 0 picks a free port, printed as `console on
+    /// ...`. Off by default. With --auth-token-file the console asks for the token (or takes it
+    /// as `Authorization: Bearer TOKEN`); without one, anyone who reaches the address reads
+    /// every record, and only requests addressed to an IP address or localhost are answered.
+    /// In a cluster, each node's console shows every topic of every group.
+    #[arg(long, env = "BROKER_CONSOLE_LISTEN", value_name = "ADDR")]
+    console_listen: Option<String>,
     /// The HOST:PORT Kafka clients are told to reach the Kafka listener on (its Metadata
     /// answer): needed when they reach it through a port mapping (Docker) or a proxy. By
     /// default each client is told the address its connection came in on; in a cluster, the
@@ -589,6 +601,11 @@ fn main() -> ExitCode {
                 ServerError::InvalidConfig(format!("--metrics-listen: {error}"))
             })?;
         }
+        if let Some(console) = &args.console_listen {
+            broker_net::listen_address(console).map_err(|error| {
+                ServerError::InvalidConfig(format!("--console-listen: {error}"))
+            })?;
+        }
         if let Some(kafka) = &args.kafka_listen {
             broker_net::listen_address(kafka)
                 .map_err(|error| ServerError::InvalidConfig(format!("--kafka-listen: {error}")))?;
@@ -640,7 +657,7 @@ fn report(message: &str) {
     let _ = writeln!(std::io::stderr(), "{message}");
 }
 
-/// Binds `--listen` (and `--metrics-listen` and `--kafka-listen`, if given), starts, prints the
+/// Binds `--listen` (and `--metrics-listen`, `--kafka-listen` and `--console-listen`, if given), starts, prints the
 /// addresses once it serves, and serves until SIGINT or SIGTERM.
 async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
     let (listen, metrics) = (args.listen.as_str(), args.metrics_listen.as_deref());
@@ -667,6 +684,10 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
         Some(kafka) => Some(bind(kafka, "--kafka-listen").await?),
         None => None,
     };
+    let console_listener = match &args.console_listen {
+        Some(console) => Some(bind(console, "--console-listen").await?),
+        None => None,
+    };
     let address = |listener: &Option<TcpListener>| {
         listener
             .as_ref()
@@ -675,6 +696,12 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
     let listen = listener.local_addr()?;
     let metrics_addr = address(&metrics_listener);
     let kafka_addr = address(&kafka_listener);
+    let console_addr = address(&console_listener);
+    let console_scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let off = || "off".to_owned();
     let kafka_advertised = kafka_addr.map_or_else(off, |kafka| {
         config
@@ -702,6 +729,7 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
             %listen,
             metrics = metrics_addr.map_or_else(off, |addr| addr.to_string()),
             kafka = kafka_addr.map_or_else(off, |addr| addr.to_string()),
+            console = console_addr.map_or_else(off, |addr| addr.to_string()),
             kafka_advertised,
             cluster_node,
             data_dir,
@@ -717,6 +745,9 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
             }
             if let Some(kafka) = kafka_addr {
                 writeln!(stdout, "kafka on {kafka}")?;
+            }
+            if let Some(console) = console_addr {
+                writeln!(stdout, "console on {console_scheme}://{console}/")?;
             }
             stdout.flush()
         };
@@ -739,6 +770,7 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
         broker: listener,
         metrics: metrics_listener,
         kafka: kafka_listener,
+        console: console_listener,
     };
     broker_server::run_announced(listeners, config, storage, shutdown, announce).await?;
     tracing::info!("broker-server stopped");

@@ -40,6 +40,7 @@ pub(crate) async fn serve(
         broker: listener,
         metrics: metrics_listener,
         kafka: kafka_listener,
+        console: console_listener,
     }: Listeners,
     config: Config,
     storage: Option<Stores>,
@@ -87,6 +88,11 @@ pub(crate) async fn serve(
     }
     shared.tracker.spawn(reaper::reap(Arc::clone(&shared)));
     shared.tracker.spawn(clock::run(Arc::clone(&shared)));
+    if let Some(console) = console_listener {
+        shared
+            .tracker
+            .spawn(crate::console::serve(console, Arc::clone(&shared)));
+    }
     if let Some(kafka) = kafka_listener {
         shared.tracker.spawn(crate::kafka::serve(
             Arc::clone(&shared),

@@ -1087,6 +1087,7 @@ async fn a_failed_announcement_stops_what_the_server_started() {
         broker,
         metrics: Some(metrics),
         kafka: None,
+        console: None,
     };
     // An announcement that fails (the binary's only logs that it cannot print its addresses).
     let announce = || Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe));

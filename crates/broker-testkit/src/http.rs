@@ -1,5 +1,5 @@
-//! A minimal HTTP client for the tests of the metrics endpoint (one request per connection),
-//! and a reader of the samples of its pages.
+//! A minimal HTTP client for the tests of the metrics endpoint and the console (one request
+//! per connection), and a reader of the samples of the metrics pages.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -8,20 +8,51 @@ use std::time::Duration;
 /// `GET path` over HTTP/1.1 with `accept` as the Accept header (none if empty): the status
 /// line, the headers and the body.
 pub fn get(addr: SocketAddr, path: &str, accept: &str) -> (String, String, String) {
+    let accept = [("Accept", accept)];
+    let headers = if accept[0].1.is_empty() {
+        &[][..]
+    } else {
+        &accept[..]
+    };
+    request(addr, "GET", path, headers, "")
+}
+
+/// `method path` over HTTP/1.1 with `headers` (and `Host: addr` unless they name a host) and
+/// `body`: the status line, the headers (in lower case) and the body.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (String, String, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
-    let accept = if accept.is_empty() {
+    // Addressed to `addr` unless `headers` name another host.
+    let host = match headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        true => String::new(),
+        false => format!("Host: {addr}\r\n"),
+    };
+    let headers: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
+    let length = if body.is_empty() {
         String::new()
     } else {
-        format!("Accept: {accept}\r\n")
+        format!("Content-Length: {}\r\n", body.len())
     };
     // In one write: a server that answers from a request's first bytes (the broker's port
     // telling an HTTP client where the metrics are) closes without reading more, and a write
     // after that fails (`write!` would write the pieces one by one). Its answer still counts.
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: broker\r\nConnection: close\r\n{accept}\r\n");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\n{host}Connection: close\r\n{headers}{length}\r\n{body}"
+    );
     let written = stream.write_all(request.as_bytes());
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();

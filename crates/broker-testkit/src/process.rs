@@ -107,6 +107,8 @@ pub struct ServerProcess {
     pub metrics_addr: Option<SocketAddr>,
     /// The address of its Kafka listener, when started with `--kafka-listen`.
     pub kafka_addr: Option<SocketAddr>,
+    /// The address of its web console, when started with `--console-listen`.
+    pub console_addr: Option<SocketAddr>,
 }
 
 impl ServerProcess {
@@ -199,11 +201,23 @@ impl ServerProcess {
         let kafka_addr = extra
             .contains(&"--kafka-listen")
             .then(|| announced("kafka on ", ""));
+        let console_addr = extra.contains(&"--console-listen").then(|| {
+            let tls = extra.contains(&"--tls-cert");
+            announced(
+                if tls {
+                    "console on https://"
+                } else {
+                    "console on http://"
+                },
+                "/",
+            )
+        });
         Some(ServerProcess {
             child,
             addr,
             metrics_addr,
             kafka_addr,
+            console_addr,
         })
     }
 

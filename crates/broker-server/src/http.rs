@@ -1,0 +1,124 @@
+//! The server's HTTP/1.1 listeners (the metrics endpoint and the console): a bounded number of
+//! connections, each with a limit on how long it may take to send a request's headers and on
+//! how long it is kept, TLS when asked, and a graceful close at shutdown.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tracing::{debug, warn};
+
+use crate::intake::accept_tls;
+use crate::security::ServerTls;
+use crate::shared::Shared;
+
+/// Most connections of one HTTP listener open at once: past it, clients wait in the backlog.
+const MAX_CONNECTIONS: usize = 64;
+
+/// How long a connection may take to send a request's headers.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection is kept at most: clients reconnect as they need, so one that stays
+/// idle (or never finishes a request) cannot hold its slot.
+const CONNECTION_LIFE: Duration = Duration::from_secs(120);
+
+/// Serves `listener` until the server shuts down, answering each request with `answer`;
+/// over TLS with `tls`, when given. `what` names the listener in the log.
+pub(crate) async fn serve<A, F>(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    tls: Option<ServerTls>,
+    what: &'static str,
+    answer: A,
+) where
+    A: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        // A connection slot before each accept.
+        let permit = tokio::select! {
+            () = shared.shutdown.cancelled() => return,
+            permit = Arc::clone(&slots).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                // The semaphore is never closed.
+                Err(_) => return,
+            },
+        };
+        let accepted = tokio::select! {
+            () = shared.shutdown.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(cause) => {
+                warn!(cause = %cause, listener = what, "accepting an HTTP connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let shared = Arc::clone(&shared);
+        let tls = tls.clone();
+        let answer = answer.clone();
+        let tracker = shared.tracker.clone();
+        tracker.spawn(async move {
+            let _permit = permit;
+            let served = match tls {
+                None => connection(&shared, stream, peer, answer).await,
+                Some(tls) => match accept_tls(&shared, &tls, stream, peer).await {
+                    Some(stream) => connection(&shared, stream, peer, answer).await,
+                    None => return,
+                },
+            };
+            if let Some(cause) = served {
+                debug!(peer = %peer, cause = %cause, listener = what, "HTTP connection failed");
+            }
+        });
+    }
+}
+
+/// Serves one connection from `peer` to its end; what failed, if it did. Each request carries
+/// `peer` among its extensions.
+async fn connection<S, A, F>(
+    shared: &Shared,
+    stream: S,
+    peer: SocketAddr,
+    answer: A,
+) -> Option<hyper::Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    A: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+        request.extensions_mut().insert(peer);
+        let answered = answer(request);
+        async move { Ok::<_, Infallible>(answered.await) }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let served = tokio::select! {
+        served = tokio::time::timeout(CONNECTION_LIFE, connection.as_mut()) => served,
+        () = shared.shutdown.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            tokio::time::timeout(READ_TIMEOUT, connection.as_mut()).await
+        }
+    };
+    match served {
+        Ok(Err(cause)) => Some(cause),
+        Ok(Ok(())) | Err(_) => None,
+    }
+}
