@@ -217,7 +217,7 @@ fn view(before: &Sample, after: &Sample) -> View {
             topic: topic.name.clone(),
             partitions: topic.partitions.len(),
             published_per_s: per_second(ends(topic), earlier.map(ends)),
-            records: topic.partitions.iter().map(|p| p.records).sum(),
+            records: topic.records(),
             retained_bytes: topic.retained_bytes,
         });
         for group in &topic.groups {
@@ -232,12 +232,8 @@ fn view(before: &Sample, after: &Sample) -> View {
                 group: group.name.clone(),
                 members: group.members.len(),
                 consumed_per_s: per_second(committed(group), was),
-                lag: group.partitions.iter().map(|p| p.lag).sum(),
-                in_flight: group
-                    .partitions
-                    .iter()
-                    .filter(|p| p.in_flight.is_some())
-                    .count(),
+                lag: group.lag(),
+                in_flight: group.in_flight(),
             });
         }
     }

@@ -31,6 +31,24 @@ pub struct TopicDescription {
     pub groups: Vec<GroupDescription>,
 }
 
+impl TopicDescription {
+    /// Records retained over every partition.
+    pub fn records(&self) -> u64 {
+        self.partitions
+            .iter()
+            .map(|partition| partition.records)
+            .sum()
+    }
+
+    /// The sum of its partitions' end offsets: how many records were ever published to it.
+    pub fn end_offsets(&self) -> i64 {
+        self.partitions
+            .iter()
+            .map(|partition| partition.end_offset)
+            .sum()
+    }
+}
+
 /// One partition's retained log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionDescription {
@@ -63,6 +81,21 @@ pub struct GroupDescription {
     pub members: Vec<MemberDescription>,
     /// The group's state on each partition, ascending.
     pub partitions: Vec<GroupPartitionDescription>,
+}
+
+impl GroupDescription {
+    /// Its lag over every partition of the topic.
+    pub fn lag(&self) -> i64 {
+        self.partitions.iter().map(|partition| partition.lag).sum()
+    }
+
+    /// How many of its partitions have a delivery in flight (ack mode).
+    pub fn in_flight(&self) -> usize {
+        self.partitions
+            .iter()
+            .filter(|partition| partition.in_flight.is_some())
+            .count()
+    }
 }
 
 /// One member of a group.

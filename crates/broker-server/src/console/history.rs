@@ -53,11 +53,7 @@ impl History {
         let mut lags = HashMap::with_capacity(topics.len());
         for topic in topics {
             let mut series = self.ends.remove(&topic.name).unwrap_or_default();
-            push(
-                &mut series,
-                topic.partitions.iter().map(|p| p.end_offset).sum(),
-                capacity,
-            );
+            push(&mut series, topic.end_offsets(), capacity);
             ends.insert(topic.name.clone(), series);
             let mut before = self.lags.remove(&topic.name).unwrap_or_default();
             let groups: HashMap<String, Series> = topic
@@ -65,11 +61,7 @@ impl History {
                 .iter()
                 .map(|group| {
                     let mut series = before.remove(&group.name).unwrap_or_default();
-                    push(
-                        &mut series,
-                        group.partitions.iter().map(|p| p.lag).sum(),
-                        capacity,
-                    );
+                    push(&mut series, group.lag(), capacity);
                     (group.name.clone(), series)
                 })
                 .collect();

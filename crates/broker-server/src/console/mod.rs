@@ -360,11 +360,7 @@ impl Console {
                 .map(|dir| dir.display().to_string()),
             topics: topics.len(),
             partitions: topics.iter().map(|topic| topic.partitions.len()).sum(),
-            records: topics
-                .iter()
-                .flat_map(|topic| &topic.partitions)
-                .map(|p| p.records)
-                .sum(),
+            records: topics.iter().map(TopicDescription::records).sum(),
             bytes: topics.iter().map(|topic| topic.retained_bytes).sum(),
             groups: topics.iter().map(|topic| topic.groups.len()).sum(),
             dead_letter_topics: views::dead_letter_rows(&topics).len(),

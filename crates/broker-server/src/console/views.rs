@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use broker_core::{
-    BrokerRecord, GroupPartitionDescription, GroupSettings, MemberDescription,
+    BrokerRecord, GroupDescription, GroupPartitionDescription, GroupSettings, MemberDescription,
     PartitionDescription, TopicDescription, TopicSettings,
 };
 use bytes::Bytes;
@@ -246,15 +246,10 @@ pub(crate) fn topic_rows(topics: &[TopicDescription], wanted: &Wanted) -> Page<T
                 name: topic.name.clone(),
                 partitions: topic.partitions.len(),
                 settings: topic_settings(topic),
-                records: topic.partitions.iter().map(|p| p.records).sum(),
+                records: topic.records(),
                 bytes: topic.retained_bytes,
                 groups: topic.groups.len(),
-                lag: topic
-                    .groups
-                    .iter()
-                    .flat_map(|group| &group.partitions)
-                    .map(|p| p.lag)
-                    .sum(),
+                lag: topic.groups.iter().map(GroupDescription::lag).sum(),
                 dead_letter_for: senders.remove(&topic.name).unwrap_or_default(),
             })
             .collect(),
@@ -269,12 +264,8 @@ pub(crate) fn group_rows(topics: &[TopicDescription], wanted: &Wanted) -> Page<G
             topic: topic.name.clone(),
             group: group.name.clone(),
             members: group.members.len(),
-            lag: group.partitions.iter().map(|p| p.lag).sum(),
-            in_flight: group
-                .partitions
-                .iter()
-                .filter(|p| p.in_flight.is_some())
-                .count(),
+            lag: group.lag(),
+            in_flight: group.in_flight(),
             dead_letter: dead_letter_of(&group.settings),
         })
     });
@@ -290,7 +281,7 @@ pub(crate) fn dead_letter_rows(topics: &[TopicDescription]) -> Vec<DeadLetterRow
             let topic = topics.iter().find(|topic| topic.name == target)?;
             Some(DeadLetterRow {
                 topic: target,
-                records: topic.partitions.iter().map(|p| p.records).sum(),
+                records: topic.records(),
                 bytes: topic.retained_bytes,
                 groups,
             })
