@@ -272,7 +272,9 @@ impl<B: Backend> Handler<'_, B> {
 
     /// Deletes groups as `broker group delete` does, on every topic where they committed
     /// offsets. As Kafka answers: a group with members (joined through Kafka or natively) is
-    /// `NON_EMPTY_GROUP`, one with no committed offsets anywhere `GROUP_ID_NOT_FOUND`.
+    /// `NON_EMPTY_GROUP`, one the broker holds on no topic `GROUP_ID_NOT_FOUND`. (A group whose
+    /// stored offsets OffsetDelete removed from some partitions is still held on its topic, as
+    /// Kafka keeps an empty group until its metadata expires: it is deleted, not refused.)
     pub(super) async fn delete_groups(&self, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
         let described = self.describe(None).await;
         let mut results = Vec::with_capacity(request.groups_names.len());

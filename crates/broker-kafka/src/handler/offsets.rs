@@ -286,7 +286,7 @@ impl<B: Backend> Handler<'_, B> {
     /// A group with members (joined through Kafka, or natively on the topic) is answered
     /// `GROUP_SUBSCRIBED_TO_TOPIC` on each partition and changes nothing (the broker does not
     /// read which topics a Kafka member subscribed to, so it never moves a live group's
-    /// offsets); a group with no members and no committed offsets anywhere is
+    /// offsets); a group with no members that the broker holds on no topic is
     /// `GROUP_ID_NOT_FOUND`. When every partition of a topic is named, the broker's group on
     /// that topic is deleted (under interest retention it no longer holds the topic's
     /// records); when some are, their offsets are deleted (back where the group starts, as
