@@ -141,10 +141,19 @@ async fn the_api_answers_what_the_broker_holds_to_those_with_the_token() {
     let (status, _, body) = get(console, "/api/topics", &[]);
     assert!(status.contains("401"), "{status}");
     assert!(body.contains("auth token"), "{body}");
+    // A wrong token is answered after half a second, so that guessing it takes that long a
+    // guess.
     let wrong = [("Authorization", "Bearer not-the-token")];
+    let asked = std::time::Instant::now();
     assert!(get(console, "/api/topics", &wrong).0.contains("401"));
+    assert!(asked.elapsed() >= std::time::Duration::from_millis(450));
     let topics = api(console, "/api/topics?per_page=100");
     assert_eq!(topics["total"], 62);
+    // The scheme's name in any case.
+    let lower = format!("bearer {TOKEN}");
+    assert!(get(console, "/api/overview", &[("Authorization", &lower)])
+        .0
+        .contains("200"));
 
     // Signing in with a wrong token sets nothing; with the token, a cookie that opens the API.
     let (status, headers, _) = request(console, "POST", "/api/login", &[], "wrong");
@@ -227,16 +236,21 @@ async fn the_api_answers_what_the_broker_holds_to_those_with_the_token() {
     let auth = [("Authorization", bearer.as_str())];
     for (path, status, says) in [
         ("/api/records?topic=orders&partition=9", "404", "partition"),
-        ("/api/records?topic=nope", "404", "nope"),
         ("/api/records?topic=orders&limit=0", "400", "limit"),
         ("/api/records?topic=orders&partition=x", "400", "partition"),
         ("/api/topic", "400", "name is missing"),
-        ("/api/topic?name=nope", "404", "nope"),
+        ("/api/topic?name=", "400", "name is missing"),
+        ("/api/topic?name=nope", "404", "unknown topic \"nope\""),
+        ("/api/records?topic=nope", "404", "unknown topic \"nope\""),
         ("/api/nothing", "404", "no such API call"),
     ] {
         let (answered, _, body) = get(console, path, &auth);
         assert!(answered.contains(status), "{path}: {answered} {body}");
-        assert!(body.contains(says), "{path}: {body}");
+        let said: Value = serde_json::from_str(&body).unwrap();
+        assert!(
+            said["error"].as_str().unwrap().contains(says),
+            "{path}: {body}"
+        );
     }
     let (status, _, _) = request(console, "POST", "/api/topics", &auth, "");
     assert!(status.contains("405"), "{status}");
@@ -440,7 +454,9 @@ fn expected_pages(console: SocketAddr, described: &BrokerDescription) -> Value {
         .rev()
         .map(|(offset, (key, payload, source))| {
             let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
-            let text = String::from_utf8(payload).unwrap_or_else(|_| hex.clone());
+            // Shown as text when it is, and said to be binary when it is not.
+            let text =
+                String::from_utf8(payload).unwrap_or_else(|_| format!("binary, as hex:{hex}"));
             json!({ "offset": offset, "key": key, "text": text, "hex": hex, "headers": format!("source: {source}") })
         })
         .collect();
@@ -473,7 +489,7 @@ fn expected_pages(console: SocketAddr, described: &BrokerDescription) -> Value {
         },
         "groups": group_rows,
         "dead_letters": [["orders-dead", "1", "orders/billing"]],
-        "cluster": "This server runs alone, not as a node of a cluster.",
+        "cluster": "This server runs alone, not as a node of a cluster; its topics are held by",
     })
 }
 

@@ -59,8 +59,8 @@ const MAX_BODY_BYTES: usize = 4096;
 /// How long a request's body may take to arrive.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a sign-in with a wrong token waits before it is answered: guessing the token
-/// through the console takes that long a guess.
+/// How long a request with a wrong token (a sign-in, or an API call's bearer token) waits
+/// before it is answered: guessing the token through the console takes that long a guess.
 const WRONG_TOKEN_DELAY: Duration = Duration::from_millis(500);
 
 /// The session cookie's name.
@@ -73,6 +73,16 @@ const SESSION_LIFE_MS: i64 = 12 * 60 * 60 * 1000;
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const CONSOLE_JS: &str = include_str!("assets/console.js");
 const CONSOLE_CSS: &str = include_str!("assets/console.css");
+
+/// Whether a request may read the broker.
+enum Access {
+    /// It carries the token or a valid session, or the server has no token.
+    Granted,
+    /// It carries neither.
+    NoToken,
+    /// It carries a token that is not the server's.
+    WrongToken,
+}
 
 /// What the console's requests share.
 struct Console {
@@ -196,13 +206,16 @@ impl Console {
             (&Method::POST, "/api/login") => self.sign_in(request).await,
             (&Method::POST, "/api/logout") => self.sign_out(),
             (&Method::GET | &Method::HEAD, api) if api.starts_with("/api/") => {
-                if self.authorized(&request) {
-                    self.api(api, &query).await
-                } else {
-                    error(
+                match self.access(&request) {
+                    Access::Granted => self.api(api, &query).await,
+                    Access::NoToken => error(
                         StatusCode::UNAUTHORIZED,
                         "sign in with the broker's auth token",
-                    )
+                    ),
+                    Access::WrongToken => {
+                        let peer = request.extensions().get::<SocketAddr>().copied();
+                        self.wrong_token(peer, "request").await
+                    }
                 }
             }
             (_, "/" | "/index.html" | "/console.js" | "/console.css")
@@ -218,27 +231,49 @@ impl Console {
         response
     }
 
-    /// Whether `request` carries the auth token (or a session signed with it); always, when
-    /// the server has none.
-    fn authorized(&self, request: &Request<Incoming>) -> bool {
+    /// Whether `request` may read: it carries the auth token (as `Authorization: Bearer`) or a
+    /// session signed with it; always, when the server has none.
+    fn access(&self, request: &Request<Incoming>) -> Access {
         let (Some(token), Some(key)) = (&self.shared.config.auth_token, &self.sessions) else {
-            return true;
+            return Access::Granted;
         };
         let headers = request.headers();
         let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "));
+            .and_then(|value| {
+                // The scheme's name is case-insensitive (RFC 9110).
+                let (scheme, token) = value.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            });
         if bearer.is_some() {
-            return token.matches(bearer);
+            return match token.matches(bearer) {
+                true => Access::Granted,
+                false => Access::WrongToken,
+            };
         }
-        headers
+        let signed_in = headers
             .get_all(header::COOKIE)
             .iter()
             .filter_map(|value| value.to_str().ok())
             .flat_map(|value| value.split(';'))
             .filter_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-            .any(|session| valid_session(key, session, wall_clock_ms()))
+            .any(|session| valid_session(key, session, wall_clock_ms()));
+        match signed_in {
+            true => Access::Granted,
+            false => Access::NoToken,
+        }
+    }
+
+    /// Answers a request that presented a wrong token: after [`WRONG_TOKEN_DELAY`], logged
+    /// with its peer.
+    async fn wrong_token(&self, peer: Option<SocketAddr>, how: &str) -> Response<Full<Bytes>> {
+        warn!(peer = ?peer, "a console {how} with a wrong token");
+        tokio::time::sleep(WRONG_TOKEN_DELAY).await;
+        error(
+            StatusCode::UNAUTHORIZED,
+            "that is not the broker's auth token",
+        )
     }
 
     /// `POST /api/login` with the token as the body: sets the session cookie if it is the
@@ -263,12 +298,7 @@ impl Console {
             .unwrap_or_default()
             .trim_end_matches(['\r', '\n']);
         if !token.matches(Some(presented)) {
-            warn!(peer = ?peer, "a console sign-in with a wrong token");
-            tokio::time::sleep(WRONG_TOKEN_DELAY).await;
-            return error(
-                StatusCode::UNAUTHORIZED,
-                "that is not the broker's auth token",
-            );
+            return self.wrong_token(peer, "sign-in").await;
         }
         let expires = wall_clock_ms().saturating_add(SESSION_LIFE_MS);
         let cookie = format!(
@@ -378,7 +408,7 @@ impl Console {
         let Some(topic) = topics.iter().find(|topic| topic.name == name).cloned() else {
             return Err(Refusal::new(
                 StatusCode::NOT_FOUND,
-                format!("no topic {name}"),
+                format!("unknown topic {name:?}"),
             ));
         };
         let history = self.history().of(name);
@@ -594,6 +624,7 @@ fn required<'a>(query: &'a HashMap<String, String>, name: &str) -> Result<&'a st
     query
         .get(name)
         .map(String::as_str)
+        .filter(|value| !value.is_empty())
         .ok_or_else(|| Refusal::new(StatusCode::BAD_REQUEST, format!("{name} is missing")))
 }
 
@@ -655,6 +686,7 @@ fn refused(refusal: &ErrorReply) -> Refusal {
         ErrorReply::NotLeader { leader: None } => {
             "the cluster is electing a leader: try again in a moment".to_owned()
         }
+        ErrorReply::InvalidArgument(why) => why.clone(),
         other => other.to_string(),
     };
     Refusal::new(status, message)

@@ -144,6 +144,8 @@ pub(crate) struct GroupView {
     pub(crate) name: String,
     pub(crate) assignor: String,
     pub(crate) settings: String,
+    /// Where records go after their last delivery, if anywhere.
+    pub(crate) dead_letter: Option<String>,
     pub(crate) members: Vec<MemberDescription>,
     pub(crate) partitions: Vec<GroupPartitionDescription>,
 }
@@ -312,6 +314,7 @@ pub(crate) fn topic_page(
                     |_| "(settings this console cannot read)".to_owned(),
                     |settings| settings.to_string(),
                 ),
+                dead_letter: dead_letter_of(&group.settings),
                 name: group.name,
                 members: group.members,
                 partitions: group.partitions,

@@ -39,6 +39,8 @@ async function api(path) {
 }
 
 const number = (n) => Number(n).toLocaleString("en-US");
+/** `n` and the noun it counts, singular for one. */
+const counted = (n, one, many) => `${number(n)} ${Number(n) === 1 ? one : many}`;
 function bytes(n) {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let value = Number(n), unit = 0;
@@ -89,9 +91,9 @@ function topicsPage() {
     const rows = answer.items.map((t) => el("tr", { "data-row": t.name },
       cell(topicLink(t.name)), numCell(t.partitions), numCell(t.records), cell(bytes(t.bytes), { class: "num" }),
       numCell(t.groups), numCell(t.lag), cell(t.settings),
-      cell(t.dead_letter_for.length ? el("span", { class: "badge" }, `dead letters of ${t.dead_letter_for.join(", ")}`) : "")));
+      cell(t.dead_letter_for.length ? el("span", { class: "badge" }, `dead-letter topic of ${t.dead_letter_for.join(", ")}`) : "")));
     const view = answer.total === 0 && !search
-      ? el("p", { class: "muted", id: "empty" }, "No topics yet: create one with `broker create TOPIC`.")
+      ? el("p", { class: "muted", id: "empty" }, "No topics yet: create one with ", el("code", {}, "broker create TOPIC"), ".")
       : table("topics", ["Topic", { label: "Partitions", num: 1 }, { label: "Records", num: 1 }, { label: "Retained", num: 1 },
         { label: "Groups", num: 1 }, { label: "Lag", num: 1 }, "Retention", ""], rows);
     return { total: answer.total, per_page: answer.per_page, view };
@@ -124,11 +126,15 @@ function deadLettersPage() {
 }
 
 /** A line chart of `series` ([{name, points: [[ms, value]]}]) over the last minutes. */
-function lineChart(id, title, series, unit) {
+function lineChart(id, title, series, unit, none) {
   const width = 520, height = 170, left = 56, bottom = 22, top = 10;
   const all = series.flatMap((s) => s.points);
   const chart = el("div", { class: "chart", id });
   chart.append(el("div", {}, el("strong", {}, title)));
+  if (series.length === 0) {
+    chart.append(el("p", { class: "muted" }, none));
+    return chart;
+  }
   if (all.length < 2) {
     chart.append(el("p", { class: "muted" }, "Samples come every few seconds: the chart fills in."));
     return chart;
@@ -189,6 +195,9 @@ function topicPage(name) {
   const showAs = el("select", { id: "show-as", "aria-label": "Show payloads as" },
     el("option", { value: "text" }, "as text"), el("option", { value: "hex" }, "as hex"));
   const records = el("div", { id: "records-view" });
+  const recordsSection = el("section", {}, el("h2", {}, "Latest records"),
+    el("div", { class: "toolbar" }, partitionChoice, showAs), records);
+  const asked = 20;
   let chosen = 0;
   let known = -1;
   partitionChoice.addEventListener("change", () => { chosen = Number(partitionChoice.value); loadRecords(); });
@@ -196,36 +205,58 @@ function topicPage(name) {
 
   const shownBytes = (shown) => {
     if (!shown) return el("span", { class: "muted" }, "none");
-    const text = showAs.value === "text" && shown.text !== null ? shown.text : shown.hex;
-    return el("pre", {}, shown.cut ? `${text} … (${number(shown.size)} bytes)` : text);
+    const asText = showAs.value === "text" && shown.text !== null;
+    return el("div", {},
+      showAs.value === "text" && !asText ? el("div", { class: "muted" }, "binary, as hex:") : null,
+      el("pre", {}, asText ? shown.text : shown.hex),
+      shown.cut ? el("div", { class: "muted" }, `the first 4 KiB of ${number(shown.size)} bytes`) : null);
   };
 
   async function loadRecords() {
-    const answer = await api(`/api/records?topic=${encodeURIComponent(name)}&partition=${chosen}&limit=20`);
+    const answer = await api(`/api/records?topic=${encodeURIComponent(name)}&partition=${chosen}&limit=${asked}`);
     const rows = answer.records.slice().reverse().map((r) => el("tr", { "data-offset": r.offset },
       numCell(r.offset), cell(time(r.timestamp_ms)), cell(shownBytes(r.key)), cell(shownBytes(r.payload)),
       cell(r.headers.length ? el("pre", {}, r.headers.map((h) => `${h.name}: ${h.value ? (showAs.value === "text" && h.value.text !== null ? h.value.text : h.value.hex) : "(no value)"}`).join("\n")) : "")));
+    const retained = answer.end_offset - answer.start_offset;
+    const caption = retained > 0
+      ? `Partition ${answer.partition} retains offsets ${number(answer.start_offset)} to ${number(answer.end_offset - 1)}; the latest ${answer.records.length}, newest first${answer.records.length < Math.min(asked, retained) ? " (as many as fit in 1 MiB)" : ""}.`
+      : `Partition ${answer.partition} retains no records; the next gets offset ${number(answer.end_offset)}.`;
     records.replaceChildren(
-      el("p", { class: "muted" }, `Partition ${answer.partition}: offsets ${number(answer.start_offset)} to ${number(answer.end_offset)}; the latest ${answer.records.length}, newest first.`),
+      el("p", { class: "muted", id: "records-caption" }, caption),
       answer.records.length === 0 ? el("p", { class: "muted", id: "no-records" }, "No records retained.")
         : table("records", [{ label: "Offset", num: 1 }, "Time", "Key", "Payload", "Headers"], rows));
   }
 
   async function update() {
-    const t = await api(`/api/topic?name=${encodeURIComponent(name)}`);
+    let t;
+    try {
+      t = await api(`/api/topic?name=${encodeURIComponent(name)}`);
+    } catch (error) {
+      if (error instanceof SignInNeeded || !error.message.startsWith("unknown topic")) throw error;
+      header.replaceChildren(el("h1", {}, `Topic ${name}`),
+        el("p", { class: "error", id: "no-topic" }, "The broker has no topic of this name (it may have been deleted)."));
+      charts.replaceChildren();
+      partitions.replaceChildren();
+      groups.replaceChildren();
+      recordsSection.hidden = true;
+      return;
+    }
+    recordsSection.hidden = false;
     header.replaceChildren(el("h1", {}, `Topic ${t.name}`),
       el("p", { id: "topic-settings" }, `${t.settings} · key hash ${t.key_hash} · ${bytes(t.retained_bytes)} retained`),
       t.dead_letter_for.length ? el("p", {}, el("span", { class: "badge" }, `dead-letter topic of ${t.dead_letter_for.join(", ")}`)) : "");
     const h = t.history;
     charts.replaceChildren(
       lineChart("throughput-chart", "Records published per second", [{ name: t.name, points: rates(aligned(h.times, h.ends)) }], "records/s"),
-      lineChart("lag-chart", "Lag of each group", h.lags.map(([group, values]) => ({ name: group, points: aligned(h.times, values) })), "records"));
+      lineChart("lag-chart", "Lag of each group", h.lags.map(([group, values]) => ({ name: group, points: aligned(h.times, values) })), "records",
+        "No group consumes this topic."));
     partitions.replaceChildren(el("h2", {}, "Partitions"), table("partitions",
       [{ label: "Partition", num: 1 }, { label: "Earliest", num: 1 }, { label: "End", num: 1 }, { label: "Records", num: 1 }, { label: "Retained", num: 1 }, "Oldest record"],
       t.partitions.map((p) => el("tr", { "data-partition": p.partition }, numCell(p.partition), numCell(p.earliest_offset),
         numCell(p.end_offset), numCell(p.records), cell(bytes(p.retained_bytes), { class: "num" }), cell(time(p.earliest_timestamp_ms || 0))))));
     groups.replaceChildren(el("h2", {}, `Groups (${t.groups.length})`), ...t.groups.map((g) => el("section", { "data-group": g.name },
       el("h3", {}, g.name, " ", el("span", { class: "muted" }, `${g.assignor} · ${g.settings}`)),
+      g.dead_letter ? el("p", {}, "Records past their last delivery go to ", topicLink(g.dead_letter), ".") : null,
       el("p", {}, g.members.length ? `Members: ${g.members.map((m) => `${m.member} (partitions ${m.partitions.join(", ") || "none"})`).join("; ")}` : "No members."),
       table(`group-${g.name}`, [{ label: "Partition", num: 1 }, "Owner", { label: "Committed", num: 1 }, { label: "Position", num: 1 },
         { label: "In flight", num: 1 }, { label: "Lag", num: 1 }, { label: "Deliveries", num: 1 }],
@@ -238,10 +269,13 @@ function topicPage(name) {
     }
     await loadRecords();
   }
+  return { nodes: [header, charts, partitions, groups, recordsSection], update };
+}
+
+function missingPage() {
   return {
-    nodes: [header, charts, partitions, groups, el("h2", {}, "Latest records"),
-      el("div", { class: "toolbar" }, partitionChoice, showAs), records],
-    update,
+    nodes: [el("h1", {}, "No such page"), el("p", {}, "See ", el("a", { href: "#/" }, "the topics"), ".")],
+    update: async () => {},
   };
 }
 
@@ -250,7 +284,7 @@ function clusterPage() {
   async function update() {
     const c = await api("/api/cluster");
     if (!c.cluster) {
-      body.replaceChildren(el("p", { id: "alone" }, `This server runs alone, not as a node of a cluster${c.shards > 1 ? `, its topics spread over ${c.shards} shards` : ""}.`));
+      body.replaceChildren(el("p", { id: "alone" }, `This server runs alone, not as a node of a cluster; its topics are held by ${counted(c.shards, "shard", "shards")}.`));
       return;
     }
     const s = c.cluster;
@@ -272,26 +306,33 @@ function clusterPage() {
 let mounted = null;
 let timer = null;
 
+let updatedAt = null;
+
 function showError(error) {
+  const alert = document.getElementById("alert");
   if (error instanceof SignInNeeded) {
     document.getElementById("sign-in").hidden = false;
     document.getElementById("page").hidden = true;
     document.getElementById("status").textContent = "";
+    document.getElementById("summary").textContent = "";
+    document.getElementById("sign-out").hidden = true;
+    alert.hidden = true;
     return;
   }
-  document.getElementById("status").textContent = `Could not load: ${error.message}`;
-  document.getElementById("status").className = "error";
+  alert.textContent = `Could not load: ${error.message}.${updatedAt ? ` What the page shows is from ${updatedAt}.` : ""}`;
+  alert.hidden = false;
 }
 
 async function refresh(page) {
   try {
     await page.update();
     if (page !== mounted) return;
-    document.getElementById("status").className = "muted";
-    document.getElementById("status").textContent = `Updated ${new Date().toLocaleTimeString()}; refreshed every ${REFRESH_MS / 1000} s.`;
     const o = await api("/api/overview");
+    updatedAt = new Date().toLocaleTimeString();
+    document.getElementById("alert").hidden = true;
+    document.getElementById("status").textContent = `Updated ${updatedAt}; refreshed every ${REFRESH_MS / 1000} s.`;
     document.getElementById("summary").textContent =
-      `${number(o.topics)} topics · ${number(o.partitions)} partitions · ${number(o.records)} records · ${number(o.groups)} groups${o.node_id !== null ? ` · node ${o.node_id}` : ""} · v${o.version}`;
+      `${counted(o.topics, "topic", "topics")} · ${counted(o.partitions, "partition", "partitions")} · ${counted(o.records, "record", "records")} · ${counted(o.groups, "group", "groups")}${o.node_id !== null ? ` · node ${o.node_id}` : ""} · v${o.version}`;
     document.getElementById("sign-out").hidden = !o.auth;
   } catch (error) {
     if (page === mounted) showError(error);
@@ -305,9 +346,11 @@ function mount() {
   else if (hash === "/groups") { page = groupsPage(); key = "groups"; }
   else if (hash === "/dead-letters") { page = deadLettersPage(); key = "dead-letters"; }
   else if (hash === "/cluster") { page = clusterPage(); key = "cluster"; }
-  else { page = topicsPage(); key = "topics"; }
+  else if (hash === "/") { page = topicsPage(); key = "topics"; }
+  else { page = missingPage(); key = ""; }
   for (const link of document.querySelectorAll("nav a")) link.classList.toggle("active", link.dataset.page === key);
   document.getElementById("sign-in").hidden = true;
+  document.getElementById("alert").hidden = true;
   document.getElementById("page").hidden = false;
   document.getElementById("page").replaceChildren(...page.nodes);
   mounted = page;
