@@ -342,8 +342,10 @@ async fn each_node_of_a_cluster_shows_the_whole_cluster() {
             .map(|group| group["topics"].as_array().unwrap().len())
             .sum();
         assert_eq!(placed, names.len(), "{cluster}");
-        // Each topic's records, read where its group's leader is.
+        // Each topic's page and records, read where its group's leader is.
         for name in names {
+            let path = format!("/api/topic?name={name}");
+            eventually(console, &path, |topic| topic["name"] == name);
             let path = format!("/api/records?topic={name}&partition=0");
             let records = eventually(console, &path, |_| true);
             assert_eq!(

@@ -18,6 +18,7 @@ mod views;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -94,6 +95,10 @@ struct Console {
     tls: bool,
     /// The key session cookies are signed with (`None` without an auth token).
     sessions: Option<hmac::Key>,
+    /// Requests with a wrong token since the last warning about them.
+    wrong_tokens: AtomicU64,
+    /// When the last warning about a wrong token was logged, in milliseconds since the epoch.
+    wrong_token_logged_ms: AtomicI64,
 }
 
 /// Serves the console on `listener` until the server shuts down, and samples the history
@@ -127,6 +132,8 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
         history: Mutex::new(History::new(SAMPLES_KEPT)),
         tls: tls.is_some(),
         sessions,
+        wrong_tokens: AtomicU64::new(0),
+        wrong_token_logged_ms: AtomicI64::new(i64::MIN),
     });
     shared.tracker.spawn(sample(Arc::clone(&console)));
     crate::http::serve(listener, shared, tls, "console", move |request| {
@@ -243,8 +250,12 @@ impl Console {
             .and_then(|value| value.to_str().ok())
             .and_then(|value| {
                 // The scheme's name is case-insensitive (RFC 9110).
+                // The token as given after the spaces that follow the scheme: a token may
+                // start or end with spaces of its own.
                 let (scheme, token) = value.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+                scheme
+                    .eq_ignore_ascii_case("bearer")
+                    .then(|| token.trim_start_matches(' '))
             });
         if bearer.is_some() {
             return match token.matches(bearer) {
@@ -266,9 +277,27 @@ impl Console {
     }
 
     /// Answers a request that presented a wrong token: after [`WRONG_TOKEN_DELAY`], logged
-    /// with its peer.
+    /// with its peer (one line a second at most, counting those it stands for).
     async fn wrong_token(&self, peer: Option<SocketAddr>, how: &str) -> Response<Full<Bytes>> {
-        warn!(peer = ?peer, "a console {how} with a wrong token");
+        // One line a second at most, with how many came since the last one.
+        let now = wall_clock_ms();
+        self.wrong_tokens.fetch_add(1, Ordering::Relaxed);
+        let last = self.wrong_token_logged_ms.load(Ordering::Relaxed);
+        let log_now = now >= last.saturating_add(1000)
+            && self
+                .wrong_token_logged_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
+        if log_now {
+            // This one included.
+            let wrong_tokens = self.wrong_tokens.swap(0, Ordering::Relaxed);
+            warn!(
+                peer = ?peer,
+                wrong_tokens,
+                "a console {how} with a wrong token (wrong_tokens: how many since the last such \
+                 line, at most one a second)"
+            );
+        }
         tokio::time::sleep(WRONG_TOKEN_DELAY).await;
         error(
             StatusCode::UNAUTHORIZED,
@@ -405,11 +434,28 @@ impl Console {
     ) -> Result<Response<Full<Bytes>>, Refusal> {
         let name = required(query, "name")?;
         let topics = self.topics().await?;
-        let Some(topic) = topics.iter().find(|topic| topic.name == name).cloned() else {
-            return Err(Refusal::new(
-                StatusCode::NOT_FOUND,
-                format!("unknown topic {name:?}"),
-            ));
+        let topic = match topics.iter().find(|topic| topic.name == name) {
+            Some(topic) => topic.clone(),
+            // Not in the gathering (which leaves out a group whose leader did not answer, in
+            // a cluster): asked of its own group's leader, which knows whether it exists.
+            None => match self
+                .at_leader(
+                    name,
+                    Command::Describe {
+                        topic: Some(name.to_owned()),
+                    },
+                )
+                .await?
+            {
+                Outcome::Description(described) => described
+                    .topics
+                    .into_iter()
+                    .find(|topic| topic.name == name)
+                    .ok_or_else(|| {
+                        Refusal::new(StatusCode::NOT_FOUND, format!("unknown topic {name:?}"))
+                    })?,
+                other => return Err(unexpected("a description", &other)),
+            },
         };
         let history = self.history().of(name);
         Ok(json(&views::topic_page(

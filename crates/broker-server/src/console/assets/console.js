@@ -34,7 +34,11 @@ async function api(path) {
   if (response.status === 401) throw new SignInNeeded();
   let body = null;
   try { body = await response.json(); } catch (_) { /* not JSON: reported below */ }
-  if (!response.ok) throw new Error((body && body.error) || `${response.status} ${response.statusText}`);
+  if (!response.ok) {
+    const error = new Error((body && body.error) || `${response.status} ${response.statusText}`);
+    error.status = response.status;
+    throw error;
+  }
   return body;
 }
 
@@ -232,7 +236,7 @@ function topicPage(name) {
     try {
       t = await api(`/api/topic?name=${encodeURIComponent(name)}`);
     } catch (error) {
-      if (error instanceof SignInNeeded || !error.message.startsWith("unknown topic")) throw error;
+      if (error.status !== 404) throw error;
       header.replaceChildren(el("h1", {}, `Topic ${name}`),
         el("p", { class: "error", id: "no-topic" }, "The broker has no topic of this name (it may have been deleted)."));
       charts.replaceChildren();
@@ -319,7 +323,7 @@ function showError(error) {
     alert.hidden = true;
     return;
   }
-  alert.textContent = `Could not load: ${error.message}.${updatedAt ? ` What the page shows is from ${updatedAt}.` : ""}`;
+  alert.textContent = `Could not load: ${error.message.replace(/\.$/, "")}.${updatedAt ? ` What the page shows is from ${updatedAt}.` : ""}`;
   alert.hidden = false;
 }
 
@@ -327,8 +331,8 @@ async function refresh(page) {
   try {
     await page.update();
     if (page !== mounted) return;
-    const o = await api("/api/overview");
     updatedAt = new Date().toLocaleTimeString();
+    const o = await api("/api/overview");
     document.getElementById("alert").hidden = true;
     document.getElementById("status").textContent = `Updated ${updatedAt}; refreshed every ${REFRESH_MS / 1000} s.`;
     document.getElementById("summary").textContent =
@@ -342,7 +346,7 @@ async function refresh(page) {
 function mount() {
   const hash = decodeURIComponent(location.hash.replace(/^#/, "")) || "/";
   let page, key;
-  if (hash.startsWith("/topic/")) { page = topicPage(hash.slice("/topic/".length)); key = "topics"; }
+  if (hash.startsWith("/topic/") && hash.length > "/topic/".length) { page = topicPage(hash.slice("/topic/".length)); key = "topics"; }
   else if (hash === "/groups") { page = groupsPage(); key = "groups"; }
   else if (hash === "/dead-letters") { page = deadLettersPage(); key = "dead-letters"; }
   else if (hash === "/cluster") { page = clusterPage(); key = "cluster"; }
@@ -354,6 +358,7 @@ function mount() {
   document.getElementById("page").hidden = false;
   document.getElementById("page").replaceChildren(...page.nodes);
   mounted = page;
+  updatedAt = null;
   clearInterval(timer);
   refresh(page);
   timer = setInterval(() => refresh(page), REFRESH_MS);
