@@ -14,6 +14,7 @@ use std::process::Command;
 use broker_client::{
     BrokerDescription, Client, GroupSetting, Header, PublishRecord, TopicDescription, TopicName,
 };
+use broker_testkit::certs::TestPki;
 use broker_testkit::cluster::Nodes;
 use broker_testkit::http::request;
 use broker_testkit::process::ServerProcess;
@@ -255,6 +256,67 @@ async fn the_api_answers_what_the_broker_holds_to_those_with_the_token() {
     let (status, _, _) = request(console, "POST", "/api/topics", &auth, "");
     assert!(status.contains("405"), "{status}");
     assert!(get(console, "/nothing", &[]).0.contains("404"));
+}
+
+#[tokio::test]
+async fn with_tls_the_console_speaks_https_and_its_session_cookie_is_secure() {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let pki = TestPki::new(&["127.0.0.1"]);
+    let token = pki.path("token");
+    std::fs::write(&token, TOKEN).unwrap();
+    let server = ServerProcess::start(&[
+        "--console-listen",
+        "127.0.0.1:0",
+        "--auth-token-file",
+        token.to_str().unwrap(),
+        "--tls-cert",
+        pki.cert_file.to_str().unwrap(),
+        "--tls-key",
+        pki.key_file.to_str().unwrap(),
+    ]);
+    let console = server.console_addr.unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pki.ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let stream = tokio::net::TcpStream::connect(console).await.unwrap();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = connector.connect(name, stream).await.unwrap();
+    let sign_in = format!(
+        "POST /api/login HTTP/1.1\r\nHost: {console}\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n{TOKEN}",
+        TOKEN.len()
+    );
+    tls.write_all(sign_in.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    // The server may close without a TLS close_notify: what came before counts.
+    let _ = tls.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer).to_lowercase();
+    assert!(answer.starts_with("http/1.1 204"), "{answer}");
+    let cookie = answer
+        .lines()
+        .find_map(|line| line.strip_prefix("set-cookie: "))
+        .expect("a session cookie");
+    assert!(cookie.contains("; secure"), "{cookie}");
+    // Plain HTTP gets no answer from it.
+    let mut plain = tokio::net::TcpStream::connect(console).await.unwrap();
+    let _ = plain
+        .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await;
+    let mut refused = Vec::new();
+    let _ = plain.read_to_end(&mut refused).await;
+    assert!(!String::from_utf8_lossy(&refused).contains("200 OK"));
 }
 
 #[tokio::test]
