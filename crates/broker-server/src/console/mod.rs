@@ -597,11 +597,7 @@ fn session_key(token: &AuthToken) -> Option<hmac::Key> {
 /// The session value that expires at `expires_ms`: the expiry and its HMAC with `key`.
 fn session(key: &hmac::Key, expires_ms: i64) -> String {
     let tag = hmac::sign(key, expires_ms.to_string().as_bytes());
-    let mut hex = String::with_capacity(64);
-    for byte in tag.as_ref() {
-        hex.push_str(&format!("{byte:02x}"));
-    }
-    format!("{expires_ms}.{hex}")
+    format!("{expires_ms}.{}", views::hex(tag.as_ref()))
 }
 
 /// Whether `session` was made by [`session`] with `key` and has not expired at `now_ms`.

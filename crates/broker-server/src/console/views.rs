@@ -341,17 +341,22 @@ pub(crate) fn shown(bytes: &Bytes) -> Shown {
         }
         Err(_) => None,
     };
-    let mut hex = String::with_capacity(head.len() * 2);
-    for byte in head {
-        // Writing to a String cannot fail.
-        let _ = write!(hex, "{byte:02x}");
-    }
     Shown {
-        hex,
+        hex: hex(head),
         text,
         size: bytes.len(),
         cut: head.len() < bytes.len(),
     }
+}
+
+/// `bytes` in lower-case hex, two digits a byte.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        // Writing to a String cannot fail.
+        let _ = write!(hex, "{byte:02x}");
+    }
+    hex
 }
 
 /// `records` of `partition` of `topic` as shown.
