@@ -415,7 +415,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn log_dir_name(log: LogId) -> String {
+pub(crate) fn log_dir_name(log: LogId) -> String {
     format!("{:020}-{:010}", log.topic, log.partition)
 }
 
@@ -622,6 +622,12 @@ impl RecordStore {
                     }
                     _ => repairs.remove(file.path(), "removing a record file no checkpoint names"),
                 }
+            }
+            if named.is_none() && !files.values().any(|[data, _]| *data) {
+                // No record in it (a segment's directory made just before a stop, or one
+                // whose files all went): nothing to keep.
+                repairs.remove(path, "removing record files no checkpoint names");
+                continue;
             }
             for (base, [data, index]) in files {
                 let (data_path, index_path) = self.paths(log, base);

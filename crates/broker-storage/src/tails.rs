@@ -298,8 +298,21 @@ impl Tails {
                     ));
                 }
             }
+            let kept_of =
+                |segment: &TailSegment| (end.min(segment.end()) - segment.first()).max(0) as usize;
+            if !self.cataloged.contains(&log) && segments.iter().all(|s| kept_of(s) == 0) {
+                // None of its records was logged: its directory goes whole, as the catalog
+                // names no segment in it.
+                if let Some(directory) = segments.first().and_then(|s| s.data_path.parent()) {
+                    repairs.remove(
+                        directory.to_path_buf(),
+                        "removing record files whose records the log does not hold",
+                    );
+                }
+                continue;
+            }
             for segment in segments {
-                let kept = (end.min(segment.end()) - segment.first()).max(0) as usize;
+                let kept = kept_of(&segment);
                 for (index, tail) in segment.records.iter().take(kept).enumerate() {
                     let offset = segment.first() + index as i64;
                     let Some(held) = usize::try_from(offset - memory_start)

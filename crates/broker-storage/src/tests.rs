@@ -2078,3 +2078,63 @@ fn more_partitions_than_open_segments_recover_every_record() {
     assert_eq!(recovered.torn, None);
     assert_eq!(recovered.state.describe_all(), memory.describe_all());
 }
+
+/// At start, a record directory the checkpoint names no segment in goes whole when it keeps no
+/// record: empty (made just before a stop), holding an index alone, or holding only records
+/// whose entries never reached the log.
+#[test]
+fn record_directories_left_without_a_record_are_removed_at_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut state, journal) =
+        journal_with_topic(tmp.path(), without_checkpoints(crate::Fsync::Batch), 2);
+    let mut last = None;
+    for (partition, payload) in [(0, "a"), (0, "b"), (1, "only in its segment")] {
+        last = journal
+            .apply(&mut state, 2, publish("t", partition, payload))
+            .entry;
+    }
+    futures::executor::block_on(journal.durable(last.unwrap())).unwrap();
+    journal.finish();
+    drop(journal);
+    let topic = state.to_image().topics[0].1.id;
+    let directory = |topic: u64, partition: u32| {
+        tmp.path()
+            .join("records")
+            .join(crate::records::log_dir_name(LogId { topic, partition }))
+    };
+    assert!(directory(topic, 1).is_dir());
+    // The last entry (partition 1's publish) torn.
+    let log = segment_files(tmp.path()).pop().unwrap();
+    let len = fs::metadata(&log).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_len(len - 3)
+        .unwrap();
+    fs::create_dir(directory(topic + 10, 0)).unwrap();
+    fs::create_dir(directory(topic + 11, 0)).unwrap();
+    fs::write(
+        directory(topic + 11, 0).join(format!("{:020}.idx", 0)),
+        [0u8; 32],
+    )
+    .unwrap();
+    let (recovered, journal) = crate::Storage::open(tmp.path(), CAPACITY)
+        .unwrap()
+        .start(without_checkpoints(crate::Fsync::Batch), |state| state)
+        .unwrap();
+    journal.finish();
+    for (topic, partition) in [(topic + 10, 0), (topic + 11, 0), (topic, 1)] {
+        assert!(
+            !directory(topic, partition).exists(),
+            "{}",
+            directory(topic, partition).display()
+        );
+    }
+    assert!(directory(topic, 0).is_dir());
+    assert_eq!(
+        recovered.read("t", 0, 0, 10, None).unwrap().records.len(),
+        2
+    );
+    assert_eq!(recovered.end_offset("t", 1), Ok(0));
+}
