@@ -1427,9 +1427,16 @@ fn write_and_sync(
             }
             let record_bytes = std::mem::take(&mut batch.record_bytes);
             if batch.buffer.is_empty() && record_bytes > 0 {
-                inner.lock().written_record_bytes += record_bytes;
-                // Publishes held back for the disk look again.
-                progress.send_modify(|_| {});
+                let mut pending = inner.lock();
+                if pending.sync_failed {
+                    return;
+                }
+                pending.written_record_bytes += record_bytes;
+                writable_again(&mut pending, &mut failing_since);
+                drop(pending);
+                // Publishes held back for the disk look again (and, after a failed write,
+                // those let through to be refused).
+                progress.send_modify(|progress| progress.stalled = false);
             }
             if !batch.buffer.is_empty() {
                 // Written: a retry must not write the entries again.
@@ -1441,15 +1448,8 @@ fn write_and_sync(
                     return;
                 }
                 pending.written_record_bytes += record_bytes;
-                if pending.refusing.take().is_some() {
-                    info!(
-                        failed_for_ms =
-                            failing_since.map_or(0, |since| since.elapsed().as_millis() as u64),
-                        "the log is writable again; accepting changes"
-                    );
-                }
+                writable_again(&mut pending, &mut failing_since);
                 drop(pending);
-                failing_since = None;
                 // Waiters of `always` wait for the fsync: waking them now would only put them
                 // back to sleep.
                 let wake = settings.fsync != Fsync::Always;
@@ -1508,6 +1508,18 @@ fn write_and_sync(
             }
         }
     }
+}
+
+/// A write of the flusher succeeded: changes are accepted again if its failures made the
+/// journal refuse them (`failing_since` says since when).
+fn writable_again(pending: &mut Pending, failing_since: &mut Option<Instant>) {
+    if pending.refusing.take().is_some() {
+        info!(
+            failed_for_ms = failing_since.map_or(0, |since| since.elapsed().as_millis() as u64),
+            "the log is writable again; accepting changes"
+        );
+    }
+    *failing_since = None;
 }
 
 /// Ends the flusher however it ends (a failed fsync, shutdown, a panic): a checkpoint waiting

@@ -136,9 +136,10 @@ pub struct RecordStore {
 #[derive(Debug, Default)]
 pub struct OpenSegments {
     files: HashMap<(LogId, i64), WriteFiles>,
-    /// Files closed with writes not yet synced: `.rec` and `.idx` paths, and which of the two
-    /// are unsynced. Synced by path with the open ones.
-    closed: Vec<(PathBuf, PathBuf, [bool; 2])>,
+    /// Segments closed with writes not yet synced: `.rec` and `.idx` paths, and which of the
+    /// two are unsynced. Synced by path with the open ones; one entry per segment however often
+    /// it was closed, taken back when it is opened again.
+    closed: HashMap<(LogId, i64), (PathBuf, PathBuf, [bool; 2])>,
     /// Counts writes, for the least recently written segment to be closed first.
     writes: u64,
 }
@@ -196,10 +197,14 @@ impl WriteFiles {
 impl OpenSegments {
     /// Closes `files` without syncing them (no fsync is added to the writes' path), keeping
     /// what they hold unsynced to be synced by path with the open files.
-    fn close(&mut self, files: WriteFiles) {
+    fn close(&mut self, key: (LogId, i64), files: WriteFiles) {
         if files.unsynced.contains(&true) {
-            self.closed
-                .push((files.data_path, files.index_path, files.unsynced));
+            let (_, _, unsynced) =
+                self.closed
+                    .entry(key)
+                    .or_insert((files.data_path, files.index_path, [false; 2]));
+            unsynced[0] |= files.unsynced[0];
+            unsynced[1] |= files.unsynced[1];
         }
     }
 
@@ -214,8 +219,10 @@ impl OpenSegments {
             .iter()
             .min_by_key(|(_, files)| files.written)
             .map(|(key, _)| *key);
-        if let Some(files) = oldest.and_then(|key| self.files.remove(&key)) {
-            self.close(files);
+        if let Some(key) = oldest {
+            if let Some(files) = self.files.remove(&key) {
+                self.close(key, files);
+            }
         }
     }
 
@@ -242,13 +249,13 @@ impl OpenSegments {
                 ));
             }
         }
-        for (data_path, _, unsynced) in &mut self.closed {
+        for (data_path, _, unsynced) in self.closed.values_mut() {
             if std::mem::take(&mut unsynced[0]) {
                 files.push(FileToSync::Closed(data_path.clone()));
             }
         }
         self.closed
-            .retain(|(_, _, unsynced)| unsynced.contains(&true));
+            .retain(|_, (_, _, unsynced)| unsynced.contains(&true));
         RecordsToSync(files)
     }
 
@@ -272,7 +279,7 @@ impl OpenSegments {
                 ));
             }
         }
-        for (data_path, index_path, unsynced) in std::mem::take(&mut self.closed) {
+        for (data_path, index_path, unsynced) in std::mem::take(&mut self.closed).into_values() {
             for (path, was) in [(data_path, unsynced[0]), (index_path, unsynced[1])] {
                 if was {
                     files.push(FileToSync::Closed(path));
@@ -280,6 +287,14 @@ impl OpenSegments {
             }
         }
         RecordsToSync(files)
+    }
+}
+
+#[cfg(test)]
+impl OpenSegments {
+    /// How many segments are closed with writes not yet synced.
+    pub(crate) fn closed_len(&self) -> usize {
+        self.closed.len()
     }
 }
 
@@ -310,6 +325,21 @@ impl RecordsToSync {
             FileToSync::Closed(path) => sync_path(path),
         })
     }
+}
+
+/// Opens the files of `segment` (of `key`) for writing, taking back from `closed` what they
+/// held unsynced when they were last closed ([`OpenSegments::closed`]).
+fn reopen(
+    closed: &mut HashMap<(LogId, i64), (PathBuf, PathBuf, [bool; 2])>,
+    store: &RecordStore,
+    key: (LogId, i64),
+    segment: &SegmentImage,
+) -> Result<WriteFiles, StorageError> {
+    let mut files = WriteFiles::open(store, segment)?;
+    if let Some((_, _, unsynced)) = closed.remove(&key) {
+        files.unsynced = unsynced;
+    }
+    Ok(files)
 }
 
 /// Syncs the file at `path`, if it still exists.
@@ -902,7 +932,7 @@ impl RecordStore {
             let files = match open.files.entry(key) {
                 std::collections::hash_map::Entry::Occupied(files) => files.into_mut(),
                 std::collections::hash_map::Entry::Vacant(slot) => {
-                    slot.insert(WriteFiles::open(self, &segment)?)
+                    slot.insert(reopen(&mut open.closed, self, key, &segment)?)
                 }
             };
             files.written = written;
@@ -919,7 +949,7 @@ impl RecordStore {
                     // cut to what the catalog names. What they hold of earlier writes, whose
                     // log entries may be written already, is still synced with the others.
                     if let Some(files) = open.files.remove(&key) {
-                        open.close(files);
+                        open.close(key, files);
                     }
                     return Err(error);
                 }

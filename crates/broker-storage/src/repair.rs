@@ -10,9 +10,11 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tracing::{info, warn};
 
+use crate::records::{RecordStore, SegmentImage};
 use crate::segment::sync_dir;
 use crate::StorageError;
 
@@ -45,6 +47,12 @@ enum Repair {
         len: u64,
         cut: u64,
         why: String,
+    },
+    /// A segment whose records recovery keeps, named by the store's catalog once the repairs
+    /// before it (its index written again) are made: until then nothing reads it there.
+    Name {
+        store: Arc<RecordStore>,
+        segment: SegmentImage,
     },
 }
 
@@ -90,6 +98,12 @@ impl Repairs {
         self.0.push(Repair::Sync(path));
     }
 
+    /// Adds naming `segment` in `store`'s catalog (a tail recovery keeps, whose index the
+    /// repairs listed before write again).
+    pub(crate) fn name(&mut self, store: Arc<RecordStore>, segment: SegmentImage) {
+        self.0.push(Repair::Name { store, segment });
+    }
+
     /// Makes the changes, each durable before the next.
     ///
     /// # Errors
@@ -131,6 +145,7 @@ impl Repairs {
                     warn!(file = %path.display(), offset = len, cut_bytes = cut, "{why}");
                     truncate(&path, len)?;
                 }
+                Repair::Name { store, segment } => store.name(segment),
             }
         }
         Ok(())

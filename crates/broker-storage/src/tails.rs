@@ -20,6 +20,7 @@ use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use broker_core::cold::LogId;
 use broker_core::image::{RecordImage, StateImage};
@@ -248,7 +249,7 @@ impl Tails {
     /// that no segment holds.
     pub(crate) fn keep(
         self,
-        store: &RecordStore,
+        store: &Arc<RecordStore>,
         image: &StateImage,
         repairs: &mut Repairs,
     ) -> Result<(), StorageError> {
@@ -343,7 +344,7 @@ impl TailSegment {
     /// Keeps the first `kept` records of the tail: the catalog names them, the `.rec` file is
     /// cut after them and their index entries are written again (or, keeping none of a file
     /// the catalog does not name, both files are removed).
-    fn keep(self, store: &RecordStore, kept: usize, repairs: &mut Repairs) {
+    fn keep(self, store: &Arc<RecordStore>, kept: usize, repairs: &mut Repairs) {
         let (mut segment, index_at) = match self.cataloged.clone() {
             Some(segment) => {
                 let index_at = HEADER + segment.count * INDEX_ENTRY;
@@ -407,7 +408,10 @@ impl TailSegment {
             // What the next checkpoint names (and the log it removes no longer holds) must be
             // on disk, not only in the page cache a `kill -9` left it in.
             repairs.sync(self.data_path.clone());
-            store.name(segment);
+            // Named once its index is written again: before, a read of the records the catalog
+            // named already (checks made before the start) would read the index entries a
+            // power loss may have taken.
+            repairs.name(Arc::clone(store), segment);
         }
     }
 }
@@ -449,7 +453,13 @@ fn segment_tail(
 fn has_header(path: &Path, log: LogId, base: i64) -> Result<bool, StorageError> {
     let file = File::open(path).map_err(StorageError::io("open", path))?;
     let mut found = [0; HEADER as usize];
-    Ok(file.read_exact_at(&mut found, 0).is_ok() && found == header(DATA_MAGIC, log, base))
+    match file.read_exact_at(&mut found, 0) {
+        Ok(()) => Ok(found == header(DATA_MAGIC, log, base)),
+        // Shorter than a header: a segment whose creation a crash cut short.
+        Err(cause) if cause.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        // Anything else is no reason to take the file for a leftover.
+        Err(cause) => Err(StorageError::io("read", path)(cause)),
+    }
 }
 
 fn file_len(path: &Path) -> Result<u64, StorageError> {
@@ -472,9 +482,14 @@ fn scan(path: &Path, start: u64, len: u64) -> Result<Vec<TailRecord>, StorageErr
     let mut body = Vec::new();
     loop {
         let mut header = [0; RECORD_HEADER];
-        if position + RECORD_HEADER as u64 > len || input.read_exact(&mut header).is_err() {
+        if position + RECORD_HEADER as u64 > len {
             break;
         }
+        // Within the file's length, a read that fails is an I/O error, not a torn record:
+        // taking it for one would cut records the log may name.
+        input
+            .read_exact(&mut header)
+            .map_err(StorageError::io("read", path))?;
         let [l0, l1, l2, l3, c0, c1, c2, c3] = header;
         let length = u32::from_le_bytes([l0, l1, l2, l3]);
         let crc = u32::from_le_bytes([c0, c1, c2, c3]);
@@ -483,7 +498,10 @@ fn scan(path: &Path, start: u64, len: u64) -> Result<Vec<TailRecord>, StorageErr
             break;
         }
         body.resize(length as usize, 0);
-        if input.read_exact(&mut body).is_err() || crc32fast::hash(&body) != crc {
+        input
+            .read_exact(&mut body)
+            .map_err(StorageError::io("read", path))?;
+        if crc32fast::hash(&body) != crc {
             break;
         }
         let record = match bincode::serde::decode_from_slice::<RecordImage, _>(&body, config()) {

@@ -2138,3 +2138,130 @@ fn record_directories_left_without_a_record_are_removed_at_start() {
     );
     assert_eq!(recovered.end_offset("t", 1), Ok(0));
 }
+
+/// A power loss can take the index entries written after the last checkpoint (`.idx` files are
+/// synced at checkpoints only). Recovery writes them again from the records, and nothing reads
+/// the segment by its longer catalog entry before: the checks made before the start (the
+/// largest record retained) answer, and the start then serves every record.
+#[test]
+fn index_entries_a_power_loss_took_are_read_by_nothing_before_they_are_written_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let settings = without_checkpoints(crate::Fsync::Batch);
+    publish_through_journal(tmp.path(), 10, crate::Fsync::Batch);
+    // The start checkpoints the ten records replayed: their segment is cataloged.
+    let (mut state, journal) = crate::Storage::open(tmp.path(), CAPACITY)
+        .unwrap()
+        .start(settings, |state| state)
+        .unwrap();
+    let mut last = None;
+    for n in 10..15u8 {
+        let publish = Command::Publish {
+            topic: "t".into(),
+            partition: 0,
+            payload: vec![n; 1000].into(),
+        };
+        last = journal.apply(&mut state, 3, publish).entry;
+    }
+    futures::executor::block_on(journal.durable(last.unwrap())).unwrap();
+    journal.finish();
+    drop(journal);
+    let index = record_files(tmp.path())
+        .into_iter()
+        .find(|path| path.extension().is_some_and(|extension| extension == "idx"))
+        .unwrap();
+    assert_eq!(fs::metadata(&index).unwrap().len(), 32 + 15 * 24);
+    // The power loss: the entries of the five records written after the checkpoint are gone.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&index)
+        .unwrap()
+        .set_len(32 + 10 * 24)
+        .unwrap();
+    let storage = crate::Storage::open(tmp.path(), CAPACITY).unwrap();
+    assert_eq!(storage.recovery().state.largest_retained_record(), Ok(1000));
+    let (state, journal) = storage.start(settings, |state| state).unwrap();
+    journal.finish();
+    assert_eq!(fs::metadata(&index).unwrap().len(), 32 + 15 * 24);
+    let payloads: Vec<Bytes> = state
+        .read("t", 0, 0, 20, None)
+        .unwrap()
+        .records
+        .into_iter()
+        .map(|record| record.payload)
+        .collect();
+    let expected: Vec<Bytes> = (0..15u8)
+        .map(|n| Bytes::from(vec![if n < 10 { n % 251 } else { n }; 1000]))
+        .collect();
+    assert_eq!(payloads, expected);
+}
+
+/// A segment file recovery cannot read (an I/O error, here a directory in its place) refuses
+/// the start, naming it, rather than being taken for a leftover and removed.
+#[test]
+fn a_segment_file_that_cannot_be_read_refuses_the_start_and_stays() {
+    let tmp = tempfile::tempdir().unwrap();
+    publish_through_journal(tmp.path(), 3, crate::Fsync::Batch);
+    let log_dir = record_files(tmp.path())[0].parent().unwrap().to_path_buf();
+    let unreadable = log_dir.join(format!("{:020}.rec", 3));
+    fs::create_dir(&unreadable).unwrap();
+    let before = every_file(tmp.path());
+    let refused = crate::Storage::open(tmp.path(), CAPACITY).err().unwrap();
+    assert!(
+        refused
+            .to_string()
+            .contains(&unreadable.display().to_string()),
+        "{refused}"
+    );
+    assert!(unreadable.is_dir());
+    assert_eq!(every_file(tmp.path()), before);
+}
+
+/// Writing to more partitions than the flusher keeps open closes and reopens their segments
+/// over and over: what they hold unsynced is remembered once per segment, however often it is
+/// closed, and every record written is durable once the files taken are synced.
+#[test]
+fn segments_closed_again_and_again_are_remembered_once() {
+    use broker_core::cold::{Appended, ColdStore};
+    use broker_core::image::RecordImage;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = RecordStore::open(tmp.path(), Vec::new()).unwrap();
+    let record = |n: i64| RecordImage {
+        key: None,
+        payload: Bytes::from(n.to_string()),
+        headers: Vec::new(),
+        timestamp_ms: n,
+    };
+    let logs = 100u32;
+    let mut open = crate::records::OpenSegments::default();
+    for round in 0..5i64 {
+        for partition in 0..logs {
+            let appended = vec![vec![Appended {
+                log: LogId {
+                    topic: 1,
+                    partition,
+                },
+                offset: round,
+                record: record(round),
+            }]];
+            store.write(&appended, 1 << 20, &mut open).unwrap();
+        }
+        assert!(
+            open.closed_len() <= logs as usize,
+            "round {round}: {} closed",
+            open.closed_len()
+        );
+    }
+    let (files, catalog) = store.take_written(&mut open);
+    files.sync().unwrap();
+    assert_eq!(catalog.len(), logs as usize);
+    for partition in 0..logs {
+        let log = LogId {
+            topic: 1,
+            partition,
+        };
+        assert_eq!(
+            store.read(log, 0..5, None).unwrap(),
+            (0..5).map(record).collect::<Vec<_>>()
+        );
+    }
+}
