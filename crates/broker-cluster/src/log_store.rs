@@ -119,6 +119,10 @@ pub(crate) struct LogFiles {
     log: Option<Arc<File>>,
     /// Whether appends were written since the last sync.
     pub(crate) unsynced: bool,
+    /// Why a sync of the thread that syncs on an interval failed: the kernel may have dropped
+    /// the writes, so the log takes no write any more (the node stops; a restart reads what
+    /// is on disk).
+    sync_failed: Option<String>,
     /// The byte length of the last segment.
     end: u64,
     /// Where each entry not purged lies, by index.
@@ -291,6 +295,7 @@ impl LogStore {
             segments,
             log: None,
             unsynced: false,
+            sync_failed: None,
             end,
             located,
             cache,
@@ -379,6 +384,11 @@ impl LogFiles {
     /// The last segment, open for appends: `Err` before the log is started, which takes no
     /// write before the node's files are repaired.
     fn appending(&self) -> io::Result<&Arc<File>> {
+        if let Some(why) = &self.sync_failed {
+            return Err(io::Error::other(format!(
+                "the Raft log takes no write since a sync failed ({why}); restart the node"
+            )));
+        }
         self.log.as_ref().ok_or_else(|| {
             io::Error::other("the Raft log takes no write before the node's start has repaired it")
         })
@@ -400,14 +410,13 @@ impl LogFiles {
 
     /// Writes `records` (encoded by [`Records::of`]) at the end of the log and adds their
     /// entries. Returns the files to fsync before the entries count as stored: the last
-    /// segment with [`LogSync::EveryAppend`], and a segment this append closed with writes not
-    /// yet synced ([`LogSync::Every`], whose thread syncs only the last one). The caller syncs
-    /// them after letting go of the lock, so that readers of the log are not held up by the
-    /// disk.
+    /// segment with [`LogSync::EveryAppend`] (a segment this append closed is synced before
+    /// the next starts). The caller syncs them after letting go of the lock, so that readers
+    /// of the log are not held up by the disk.
     fn append(&mut self, records: Records) -> io::Result<Vec<Arc<File>>> {
         let mut to_sync = Vec::new();
         if self.end >= self.segment_bytes {
-            to_sync.extend(self.start_segment()?);
+            self.start_segment()?;
         }
         let log = Arc::clone(self.appending()?);
         (&*log).write_all(&records.bytes)?;
@@ -507,10 +516,11 @@ impl LogFiles {
         self.segments.last().copied().unwrap_or(0)
     }
 
-    /// Starts a new last segment; returns the one it closes if it holds writes not yet synced
-    /// (the thread that syncs on an interval syncs only the last segment).
-    fn start_segment(&mut self) -> io::Result<Option<Arc<File>>> {
-        self.appending()?;
+    /// Starts a new last segment, once the one it closes is synced: a segment never follows
+    /// one whose end a power loss could still take (a log with a gap, or a damaged record
+    /// before its end, does not open).
+    fn start_segment(&mut self) -> io::Result<()> {
+        self.appending()?.sync_data()?;
         let number = self.last_segment() + 1;
         let path = segment_path(&self.dir, number);
         write_empty_segment(&path)?;
@@ -519,8 +529,9 @@ impl LogFiles {
             .replace(Arc::new(OpenOptions::new().append(true).open(&path)?));
         self.segments.push(number);
         self.end = LOG_HEADER as u64;
-        let unsynced = std::mem::take(&mut self.unsynced);
-        Ok(closed.filter(|_| unsynced))
+        self.unsynced = false;
+        drop(closed);
+        Ok(())
     }
 
     /// Removes the entries from `index` on: cuts the segment holding the first of them and
@@ -532,16 +543,18 @@ impl LogFiles {
         else {
             return Ok(());
         };
-        let path = segment_path(&self.dir, segment);
-        let log = OpenOptions::new().append(true).open(&path)?;
-        log.set_len(at)?;
-        log.sync_all()?;
+        // The later segments go first, last to first, durably: a crash at any point leaves a
+        // log that ends early (what is left to cut is cut again), never one with a gap.
         while self.last_segment() > segment {
             let removed = self.last_segment();
             fs::remove_file(segment_path(&self.dir, removed))?;
             self.segments.pop();
         }
         File::open(&self.dir)?.sync_all()?;
+        let path = segment_path(&self.dir, segment);
+        let log = OpenOptions::new().append(true).open(&path)?;
+        log.set_len(at)?;
+        log.sync_all()?;
         self.log = Some(Arc::new(log));
         self.end = at;
         self.located.split_off(&index);
@@ -591,21 +604,27 @@ fn sync_every(files: Weak<Mutex<LogFiles>>, interval: Duration) -> io::Result<()
         .name("raft-log-sync".to_owned())
         .spawn(move || loop {
             std::thread::sleep(interval);
-            let Some(files) = files.upgrade() else {
+            let Some(held) = files.upgrade() else {
                 return;
             };
             let log = {
-                let mut files = files.lock().unwrap_or_else(PoisonError::into_inner);
-                if !std::mem::take(&mut files.unsynced) {
+                let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
+                if !std::mem::take(&mut held.unsynced) {
                     continue;
                 }
-                files.log.clone()
+                held.log.clone()
             };
-            drop(files);
+            drop(held);
             // (Only appends leave writes unsynced, and the log takes them once it is open.)
             let Some(log) = log else { continue };
             if let Err(cause) = log.sync_data() {
-                tracing::error!(%cause, "syncing the Raft log failed; trying again");
+                // Not tried again: the kernel may have dropped the pages it could not write.
+                tracing::error!(%cause, "syncing the Raft log failed; it takes no more writes, restart the node");
+                if let Some(held) = files.upgrade() {
+                    held.lock().unwrap_or_else(PoisonError::into_inner).sync_failed =
+                        Some(cause.to_string());
+                }
+                return;
             }
         })?;
     Ok(())
@@ -795,6 +814,14 @@ fn read_log(path: &Path, purged: Option<u64>, previous: Option<u64>) -> io::Resu
             break;
         };
         let length = u32_at(header, 0);
+        if length > MAX_RECORD {
+            // No write makes such a record: a torn one leaves zeros or the record's own bytes.
+            return Err(damaged(
+                path,
+                at as u64,
+                "a record length no entry can have",
+            ));
+        }
         let next = at + RECORD_HEADER + length as usize;
         let body = bytes.get(at + RECORD_HEADER..next);
         let Some(body) = body.filter(|body| crc32fast::hash(body) == u32_at(header, 4)) else {
@@ -1255,6 +1282,28 @@ mod tests {
         drop(store);
         let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
         assert_eq!(indexes(&store), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_record_length_no_entry_can_have_is_damage_not_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = LogStore::open(dir.path(), 1, LogSync::Never).unwrap();
+            append(&mut store.files(), (0..=2).map(entry));
+        }
+        let path = dir.path().join(LOG_FILE);
+        let mut bytes = fs::read(&path).unwrap();
+        // The second record's length field, flipped: it claims to run past the end.
+        let first = LOG_HEADER + RECORD_HEADER + u32_at(&bytes, LOG_HEADER) as usize;
+        bytes[first..first + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        fs::write(&path, &bytes).unwrap();
+        let error = LogStore::open(dir.path(), 1, LogSync::Never).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("a record length no entry can have"),
+            "{error}"
+        );
     }
 
     #[test]

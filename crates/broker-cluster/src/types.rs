@@ -168,9 +168,9 @@ pub struct ClusterState {
 /// The records of a topic arriving in a group, staged until it arrives.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Staging {
-    /// Which sending they belong to: the term of the leader of the group the topic leaves, so
-    /// that a leader that took over the move starts it over, and its deposed predecessor's
-    /// pieces are ignored.
+    /// Which sending they belong to: a number that grows with the term of the leader of the
+    /// group the topic leaves (and, within a term, with each sending of that leader), so that
+    /// a later sending starts the staging over, and an earlier one's pieces are ignored.
     pub attempt: u64,
     /// The number of the next piece expected (pieces are numbered from 0, in order).
     pub next_piece: u64,

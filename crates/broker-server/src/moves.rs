@@ -197,6 +197,8 @@ async fn wait_until_placed(
 pub(crate) async fn drive(shared: Arc<Shared>) {
     // The last failure logged for each topic, so that a step failing alike is logged once.
     let mut reported: BTreeMap<String, String> = BTreeMap::new();
+    // Numbers this node's sendings within a term (see `attempt`).
+    let mut sendings: u32 = 0;
     loop {
         tokio::select! {
             () = shared.shutdown.cancelled() => return,
@@ -214,7 +216,9 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
                 .map(|(topic, departure)| (topic.clone(), *departure))
                 .collect();
             for (topic, departure) in departures {
-                match carry_on(&shared, shard, &source, &topic, departure).await {
+                sendings = sendings.wrapping_add(1);
+                let attempt = attempt(source.status().term, sendings);
+                match carry_on(&shared, shard, &source, &topic, departure, attempt).await {
                     Ok(()) => {
                         reported.remove(&topic);
                     }
@@ -230,11 +234,12 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
     }
 }
 
-/// Sends `image` of `topic` to `target`, as sending `attempt` (this node's term as the leader
-/// of the group the topic leaves): its records in pieces of at most [`PIECE_BYTES`] (at least
+/// Sends `image` of `topic` to `target`, as sending `attempt` (see [`attempt`]): its records
+/// in pieces of at most [`PIECE_BYTES`] (at least
 /// one record each), each an entry of the target's log, then the rest of the image. `Ok(Ok)`
 /// once it arrived; `Ok(Err)` when the target refused it (the topic stays where it was); an
-/// error when a step is to be tried again (pieces staged already are not sent twice).
+/// error when a step is to be tried again (by a new sending, from its first piece: the topic
+/// is read again then).
 async fn send(
     target: &Cluster,
     topic: &str,
@@ -302,14 +307,26 @@ async fn send(
     }
 }
 
+/// What a sending of a topic's records is known by in the target group (`Stage`, `Arrive`):
+/// the source leader's `term` in the high half, so that a later leader's sending replaces an
+/// earlier one's, and this node's count of sendings in the low half, so that two sendings of
+/// one leader (the topic read again after a step failed) are never taken for one. The pieces
+/// of two exports must not mix: the second may cut them elsewhere, or hold fewer records
+/// (expired meanwhile).
+fn attempt(term: u64, sendings: u32) -> u64 {
+    (term << 32) | u64::from(sendings)
+}
+
 /// Carries the move of `topic` out of the group of `shard` (`source`, which this node leads)
-/// one step further, or to its end; an error (a step to try again) saying why not.
+/// one step further, or to its end, sending its records as `attempt`; an error (a step to try
+/// again) saying why not.
 async fn carry_on(
     shared: &Shared,
     shard: usize,
     source: &Cluster,
     topic: &str,
     departure: Departure,
+    attempt: u64,
 ) -> Result<(), String> {
     let first = shared.cluster().ok_or("this node is shutting down")?;
     let (from, to) = (source.group(), departure.to);
@@ -341,7 +358,7 @@ async fn carry_on(
                     .check_moves()
                     .await
                     .map_err(|refusal| format!("group {to} cannot take it yet: {refusal}"))?;
-                send(&target, topic, source.status().term, image).await?
+                send(&target, topic, attempt, image).await?
             }
         };
         let next = match taken {
@@ -378,4 +395,45 @@ async fn carry_on(
         .map_err(|error| format!("the first group did not place it: {error}"))?;
     info!(%topic, from, to, "topic moved from group {from} to group {to}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use broker_cluster::ClusterState;
+    use broker_core::image::RecordImage;
+
+    use super::attempt;
+
+    fn record(payload: &'static str) -> RecordImage {
+        RecordImage {
+            key: None,
+            payload: payload.into(),
+            headers: Vec::new(),
+            timestamp_ms: 1,
+        }
+    }
+
+    /// A leader that reads a topic again after a failed step sends it as a new sending, which
+    /// the target stages from its first piece on, never beside pieces of the earlier read (cut
+    /// elsewhere, or holding records expired since); a later leader's sending replaces both.
+    #[test]
+    fn every_sending_stages_alone() {
+        let mut state = ClusterState::default();
+        let staged = |state: &ClusterState| state.arrivals["t"].partitions.clone();
+        let (first, second, later) = (attempt(5, 1), attempt(5, 2), attempt(6, 0));
+        state.stage("t", first, 0, 0, Vec::new());
+        state.stage("t", first, 1, 0, vec![record("old 0"), record("old 1")]);
+        // The second sending cuts its pieces elsewhere: none of the first's stays.
+        state.stage("t", second, 0, 0, Vec::new());
+        state.stage("t", second, 1, 0, vec![record("old 1")]);
+        assert_eq!(staged(&state), vec![vec![record("old 1")]]);
+        // A piece of the first sending, late, is refused.
+        state.stage("t", first, 2, 0, vec![record("late")]);
+        assert_eq!(staged(&state), vec![vec![record("old 1")]]);
+        state.stage("t", later, 0, 0, Vec::new());
+        state.stage("t", later, 1, 0, vec![record("new")]);
+        state.stage("t", second, 2, 0, vec![record("deposed")]);
+        assert_eq!(staged(&state), vec![vec![record("new")]]);
+        assert_eq!(state.arrivals["t"].attempt, later);
+    }
 }
