@@ -89,9 +89,16 @@ pub(crate) struct Limits {
     /// length shows it larger is refused before anything after it is decompressed.
     pub(crate) record_bytes: u64,
     /// What the request's compressed batches may still decompress to, in bytes: one budget for
-    /// the whole request, which each batch spends as it is read.
+    /// the whole request, which each batch spends as it is read, and each record a batch
+    /// claims (compressed or not) spends [`RECORD_MEMORY`] of.
     pub(crate) inflate_left: usize,
 }
+
+/// What a record decoded from a batch takes in memory besides its bytes, counted against the
+/// request's budget ([`Limits::inflate_left`]) for every record: a compressed batch of empty
+/// records (a few bytes each once compressed) could otherwise make one small request hold
+/// millions of them.
+const RECORD_MEMORY: usize = 128;
 
 /// Most bytes a record's encoding takes besides its key, value and header names and values:
 /// attributes, timestamp and offset deltas, the key's, value's and header count's lengths, and
@@ -166,6 +173,15 @@ fn decode_batch(
     let base_sequence = reader.i32()?;
     let count = usize::try_from(reader.i32()?).map_err(|_| corrupt("a negative record count"))?;
     let most_encoded = limits.record_bytes.saturating_add(RECORD_OVERHEAD);
+    // Refused before any is read: the records claimed take this much memory once decoded.
+    limits.inflate_left = count
+        .checked_mul(RECORD_MEMORY)
+        .and_then(|memory| limits.inflate_left.checked_sub(memory))
+        .ok_or_else(|| {
+            RecordsError::TooLarge(
+                "a request holding more records than this server decodes in one request".to_owned(),
+            )
+        })?;
     let mut body = match compression {
         // Room for the records claimed, as far as the bytes can hold them (7 bytes at least
         // each); compressed records are not reserved for, since their bytes say nothing of
@@ -185,8 +201,10 @@ fn decode_batch(
         let _attributes = record.i8()?;
         let timestamp_delta = record.varlong()?;
         let offset_delta = record.varint()?;
-        let key = record.nullable()?;
-        let value = record.nullable()?;
+        // Copied out of the request (or its inflated batch): a record the broker keeps must not
+        // keep the whole buffer alive, which the memory bound does not count.
+        let key = record.nullable_copied()?;
+        let value = record.nullable_copied()?;
         let header_count = record
             .length()?
             .ok_or_else(|| corrupt("a negative header count"))?;
@@ -204,7 +222,7 @@ fn decode_batch(
                 .ok_or_else(|| corrupt("a header without a name"))?;
             let name = String::from_utf8(name.to_vec())
                 .map_err(|_| corrupt("a header name that is not UTF-8"))?;
-            let value = record.nullable()?;
+            let value = record.nullable_copied()?;
             size += name.len() + value.as_ref().map_or(0, Bytes::len);
             headers.push((name, value));
         }
@@ -544,6 +562,11 @@ impl Reader {
     fn nullable(&mut self) -> Result<Option<Bytes>, &'static str> {
         self.length()?.map(|length| self.take(length)).transpose()
     }
+
+    /// [`Reader::nullable`], copied into a buffer of its own.
+    fn nullable_copied(&mut self) -> Result<Option<Bytes>, &'static str> {
+        Ok(self.nullable()?.map(|bytes| Bytes::copy_from_slice(&bytes)))
+    }
 }
 
 #[cfg(test)]
@@ -659,13 +682,57 @@ mod tests {
             plain,
             &mut Limits {
                 record_bytes: 1000,
-                inflate_left: 0,
+                // Room for the two records' memory, none to inflate (the batch is plain).
+                inflate_left: 2 * RECORD_MEMORY,
             },
         );
         assert!(
             matches!(&refused, Err(RecordsError::TooLarge(why)) if why.contains("encoded")),
             "{refused:?}"
         );
+    }
+
+    /// Records take memory once decoded however small they compress: a batch claiming more
+    /// than the request's budget holds room for is refused before any is read, one within it
+    /// spends that room.
+    #[test]
+    fn records_claimed_past_the_request_budget_are_refused_before_they_are_read() {
+        for compression in [Compression::None, Compression::Zstd] {
+            let batch = zeros(compression, 1000, 0);
+            let mut limits = Limits {
+                record_bytes: 1 << 20,
+                inflate_left: 999 * RECORD_MEMORY,
+            };
+            let refused = decode(batch.clone(), &mut limits);
+            assert!(
+                matches!(&refused, Err(RecordsError::TooLarge(why)) if why.contains("more records than")),
+                "{compression:?}: {refused:?}"
+            );
+            let mut limits = Limits {
+                record_bytes: 1 << 20,
+                inflate_left: 1 << 20,
+            };
+            assert_eq!(decode(batch, &mut limits).unwrap().len(), 1000);
+            assert!(limits.inflate_left <= (1 << 20) - 1000 * RECORD_MEMORY);
+        }
+    }
+
+    /// A record the broker keeps holds its own bytes, not a slice of the request's buffer:
+    /// one small record kept for days must not keep a large request in memory.
+    #[test]
+    fn records_hold_their_own_bytes_not_the_request_buffer() {
+        let batch = zeros(Compression::None, 3, 100);
+        let within = |bytes: &Bytes| {
+            let range = batch.as_ptr_range();
+            range.contains(&bytes.as_ptr())
+        };
+        let records = decode(batch.clone(), &mut limits()).unwrap();
+        assert_eq!(records.len(), 3);
+        for record in &records {
+            let value = record.value.as_ref().unwrap();
+            assert_eq!(value.len(), 100);
+            assert!(!within(value));
+        }
     }
 
     #[test]

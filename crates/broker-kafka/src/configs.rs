@@ -167,9 +167,13 @@ pub(crate) fn describe_configs(
     request: &DescribeConfigsRequest,
     topics: &Result<Vec<TopicDescription>, (ResponseError, String)>,
 ) -> DescribeConfigsResponse {
+    // Each resource once: a request repeating a name must not make the answer as many times
+    // larger.
+    let mut seen = std::collections::HashSet::new();
     let results = request
         .resources
         .iter()
+        .filter(|resource| seen.insert((resource.resource_type, resource.resource_name.as_str())))
         .map(|resource| {
             let result = DescribeConfigsResult::default()
                 .with_resource_type(resource.resource_type)

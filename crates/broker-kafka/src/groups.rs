@@ -398,7 +398,15 @@ impl Coordinator {
             let now = Instant::now();
             let mut groups = self.lock();
             if !groups.contains_key(group) && groups.len() >= self.max_groups {
-                return Err(ResponseError::GroupMaxSizeReached);
+                // Groups whose members all left without a word (their session timed out) are
+                // forgotten only when touched: at the cap, every group is looked at first.
+                for state in groups.values_mut() {
+                    state.expire(now);
+                }
+                groups.retain(|_, state| !state.members.is_empty());
+                if groups.len() >= self.max_groups {
+                    return Err(ResponseError::GroupMaxSizeReached);
+                }
             }
             let state = groups
                 .entry(group.to_owned())
@@ -948,5 +956,10 @@ mod tests {
         coordinator.join("g", join(&first)).await.unwrap();
         coordinator.leave("g", &[first]);
         coordinator.join("other", join("")).await.unwrap();
+        // A group whose members vanished without leaving (their sessions timed out) does not
+        // hold its place: a new group forms in it, without the old one being named again.
+        tokio::time::advance(Duration::from_secs(11)).await;
+        coordinator.join("third", join("")).await.unwrap();
+        assert!(!coordinator.has_members("other"));
     }
 }

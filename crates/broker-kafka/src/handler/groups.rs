@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use broker_proto::ErrorReply;
+use bytes::Bytes;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -81,7 +82,14 @@ impl<B: Backend> Handler<'_, B> {
             protocols: request
                 .protocols
                 .iter()
-                .map(|protocol| (protocol.name.as_str().to_owned(), protocol.metadata.clone()))
+                // Copied: a member keeps it for its life, which must not keep the request's
+                // whole buffer alive.
+                .map(|protocol| {
+                    (
+                        protocol.name.as_str().to_owned(),
+                        Bytes::copy_from_slice(&protocol.metadata),
+                    )
+                })
                 .collect(),
             session_timeout,
             rebalance_timeout,
@@ -131,7 +139,8 @@ impl<B: Backend> Handler<'_, B> {
             .map(|assignment| {
                 (
                     assignment.member_id.as_str().to_owned(),
-                    assignment.assignment,
+                    // Copied, as a joining member's metadata.
+                    Bytes::copy_from_slice(&assignment.assignment),
                 )
             })
             .collect();
@@ -207,10 +216,14 @@ impl<B: Backend> Handler<'_, B> {
         request: &DescribeGroupsRequest,
     ) -> DescribeGroupsResponse {
         let memberless = self.memberless_groups().await;
+        // Each group once: a request repeating a large group's id must not make the answer as
+        // many times larger.
+        let mut seen = std::collections::HashSet::new();
         DescribeGroupsResponse::default().with_groups(
             request
                 .groups
                 .iter()
+                .filter(|group| seen.insert(group.as_str()))
                 .map(|group| {
                     let mut described = self.state.groups.describe(group.as_str());
                     if described.state == DEAD

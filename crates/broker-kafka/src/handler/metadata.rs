@@ -198,10 +198,14 @@ impl<B: Backend> Handler<'_, B> {
     ) -> MetadataResponse {
         // Version 4 on says whether the client wants topics created; earlier ones always did.
         let may_create = version < 4 || request.allow_auto_topic_creation;
+        // Each name once, as Kafka's brokers answer: a request repeating a name must not make
+        // an answer as many times larger.
         let wanted: Option<Vec<String>> = request.topics.map(|topics| {
+            let mut seen = std::collections::HashSet::new();
             topics
                 .iter()
                 .filter_map(|topic| topic.name.as_ref().map(topic_name))
+                .filter(|name| seen.insert(name.clone()))
                 .collect()
         });
         let placement = self.placement();

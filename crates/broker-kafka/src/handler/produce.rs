@@ -208,10 +208,12 @@ impl<B: Backend> Handler<'_, B> {
         // after one that was not.
         let mut refusing: BTreeSet<i32> = BTreeSet::new();
         // Moved, not copied, a chunk at a time.
-        let mut rest = records;
-        while !rest.is_empty() {
-            let later = rest.split_off(rest.len().min(MAX_BATCH_RECORDS));
-            let chunk = std::mem::replace(&mut rest, later);
+        let mut rest = records.into_iter();
+        loop {
+            let chunk: Vec<PublishRecord> = rest.by_ref().take(MAX_BATCH_RECORDS).collect();
+            if chunk.is_empty() {
+                break;
+            }
             let mut chunk_offsets: Vec<Stored> = vec![Ok(-1); chunk.len()];
             let mut indexes = Vec::with_capacity(chunk.len());
             let mut sent = Vec::with_capacity(chunk.len());

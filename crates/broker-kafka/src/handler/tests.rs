@@ -812,6 +812,11 @@ async fn metadata_lists_every_topic_or_those_asked() {
             )
         ]
     );
+    // A name asked for again is answered once, as Kafka's brokers do.
+    assert_eq!(
+        names(ask(&broker, 12, asking(Some(vec!["u", "t", "u", "u", "t"]))).await),
+        vec![("u".to_owned(), 0), ("t".to_owned(), 0)]
+    );
 }
 
 /// A request of `key` with every field at its default.
