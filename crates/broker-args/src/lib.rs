@@ -143,3 +143,63 @@ mod tests {
         std::env::remove_var("BROKER_ARGS_TEST_CAPACITY");
     }
 }
+
+/// Parses a number of bytes, as the flags that take one accept it: a plain number
+/// (`16777216`), or a whole number of KiB, MiB, GiB or TiB (`16MiB`, `1 GiB`; powers of 1024,
+/// the unit in any case).
+///
+/// # Errors
+/// What is wrong with `input`, and what a good value looks like.
+pub fn parse_bytes(input: &str) -> Result<u64, String> {
+    let trimmed = input.trim();
+    let digits = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(digits);
+    let example = "a number of bytes, such as 16777216, or with a unit, such as 16MiB \
+                   (KiB, MiB, GiB or TiB)";
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{input:?} is not {example}"))?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        _ => return Err(format!("{input:?} is not {example}")),
+    };
+    number
+        .checked_mul(factor)
+        .ok_or_else(|| format!("{input:?} is more bytes than can be counted"))
+}
+
+/// [`parse_bytes`], for a setting held as a `usize`.
+///
+/// # Errors
+/// As [`parse_bytes`], and a value this machine cannot address.
+pub fn parse_bytes_usize(input: &str) -> Result<usize, String> {
+    usize::try_from(parse_bytes(input)?)
+        .map_err(|_| format!("{input:?} is more bytes than this machine can address"))
+}
+
+#[cfg(test)]
+mod bytes_tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn bytes_are_plain_numbers_or_binary_units() {
+        assert_eq!(parse_bytes("16777216"), Ok(16_777_216));
+        assert_eq!(parse_bytes("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_bytes(" 1 GiB "), Ok(1 << 30));
+        assert_eq!(parse_bytes("64kib"), Ok(64 << 10));
+        assert_eq!(parse_bytes("2TiB"), Ok(2 << 40));
+        for bad in ["", "16MB", "1.5GiB", "-1", "MiB", "16 MiBs"] {
+            let refused = parse_bytes(bad).unwrap_err();
+            assert!(refused.contains("16MiB"), "{bad:?}: {refused}");
+        }
+        assert!(parse_bytes("99999999999TiB")
+            .unwrap_err()
+            .contains("more bytes"));
+    }
+}

@@ -29,6 +29,9 @@ pub struct ClusterView {
     /// The nodes that hold a copy of each topic of `topic_leaders` (its group's voters), where
     /// they are not every node of `replicas`.
     pub topic_replicas: BTreeMap<String, Vec<i32>>,
+    /// The fewest copies a topic created now gets (the voters of the group it goes to): the
+    /// largest replication factor a creation may ask for.
+    pub new_topic_copies: usize,
 }
 
 /// Runs the broker's commands for one Kafka connection: the server implements it with the same

@@ -56,6 +56,15 @@ pub(crate) fn count(settings: &ClusterSettings, data_dir: Option<&Path>) -> usiz
         .filter(|group| *group <= MAX_SHARDS)
         .max()
         .unwrap_or(1);
+    if on_disk > settings.data_groups {
+        tracing::warn!(
+            given = settings.data_groups,
+            on_disk,
+            "--cluster-data-groups is {}, but this node's data directory holds {on_disk} groups: \
+             groups are never removed, so this node serves all {on_disk}",
+            settings.data_groups
+        );
+    }
     settings.data_groups.max(on_disk)
 }
 

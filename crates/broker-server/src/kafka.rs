@@ -318,6 +318,13 @@ impl Backend for ServerBackend {
         // A node that thinks it leads but lost its lease names no leader there.
         let leader = status.leader;
         let topic_groups = crate::data_groups::topic_groups(&self.shared);
+        let voters = status.members.iter().filter(|(_, _, voter)| *voter).count();
+        // A new topic goes to the group holding the fewest partitions: the first (every node)
+        // or, with several groups, one of --cluster-replicas voters.
+        let new_topic_copies = match self.shared.shards.all().len() {
+            1 => voters,
+            _ => voters.min(crate::data_groups::replicas_of(&self.shared)),
+        };
         Some(ClusterView {
             brokers: cluster
                 .kafka_addresses()
@@ -345,6 +352,7 @@ impl Backend for ServerBackend {
                     (topic, voters)
                 })
                 .collect(),
+            new_topic_copies,
         })
     }
 

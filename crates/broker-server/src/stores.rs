@@ -54,6 +54,13 @@ pub(crate) fn shard_dir(root: &Path, shard: usize) -> PathBuf {
 /// # Errors
 /// `shards/` holds something else, a shard's directory is missing, or it cannot be listed.
 fn shards_present(root: &Path) -> Result<usize, ServerError> {
+    if root.exists() && !root.is_dir() {
+        return Err(ServerError::InvalidConfig(format!(
+            "the data directory {} is not a directory: give --data-dir a directory (it is \
+             created if missing)",
+            root.display()
+        )));
+    }
     let dir = root.join(SHARDS_DIR);
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,

@@ -63,13 +63,26 @@ impl<B: Backend> Handler<'_, B> {
                     ),
                 );
             }
-            if !matches!(topic.replication_factor, -1 | 1) {
+            // The copies are the group's, not chosen per topic: a factor up to what every
+            // topic gets is kept (at least), a larger one would be a promise not kept.
+            let copies = self
+                .backend
+                .cluster()
+                .map_or(1, |view| view.new_topic_copies.max(1));
+            let factor_kept = usize::try_from(topic.replication_factor)
+                .is_ok_and(|factor| (1..=copies).contains(&factor));
+            if topic.replication_factor != -1 && !factor_kept {
                 return refused(
                     ResponseError::InvalidReplicationFactor,
                     format!(
-                        "replication factor {} is not supported: every node of the broker \
-                         keeps every partition (use -1 or 1)",
-                        topic.replication_factor
+                        "replication factor {} is not kept here: {}; use -1 or 1 to {copies}",
+                        topic.replication_factor,
+                        match copies {
+                            1 => "a single broker keeps one copy".to_owned(),
+                            _ => format!(
+                                "a new topic gets {copies} copies, one on each node of its group"
+                            ),
+                        }
                     ),
                 );
             }
@@ -93,7 +106,7 @@ impl<B: Backend> Handler<'_, B> {
                     ),
                     _ => answer
                         .with_num_partitions(partition_count)
-                        .with_replication_factor(1),
+                        .with_replication_factor(i16::try_from(copies).unwrap_or(i16::MAX)),
                 };
             }
             let command = Command::Create {
@@ -105,7 +118,7 @@ impl<B: Backend> Handler<'_, B> {
             match self.call(command).await {
                 Ok(Outcome::Created(true)) => answer
                     .with_num_partitions(partition_count)
-                    .with_replication_factor(1),
+                    .with_replication_factor(i16::try_from(copies).unwrap_or(i16::MAX)),
                 Ok(Outcome::Created(false)) => refused(
                     ResponseError::TopicAlreadyExists,
                     format!("topic {:?} already exists", topic.name.as_str()),

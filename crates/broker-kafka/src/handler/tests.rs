@@ -613,6 +613,7 @@ impl Backend for TestNode {
             replicas: vec![0, 2],
             topic_leaders: self.topic_leaders.clone(),
             topic_replicas: self.topic_replicas.clone(),
+            new_topic_copies: 2,
         })
     }
 
@@ -1559,6 +1560,52 @@ async fn a_topic_creation_validated_only_is_refused_as_the_creation_would_be() {
         ResponseError::InvalidPartitions.code()
     );
     assert!(described_topics(&broker).iter().all(|name| name != "fresh"));
+}
+
+/// A replication factor is taken up to the copies every new topic gets (those of the group it
+/// goes to: here 2, in a cluster of two nodes), and answered as kept; a larger one is refused,
+/// as is any above 1 on a single broker.
+#[tokio::test]
+async fn a_replication_factor_is_taken_up_to_the_copies_a_topic_gets() {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::CreateTopicsRequest;
+    let create = |factor: i16| {
+        RequestKind::CreateTopics(
+            CreateTopicsRequest::default()
+                .with_validate_only(true)
+                .with_topics(vec![CreatableTopic::default()
+                    .with_name(kafka_topic("fresh"))
+                    .with_num_partitions(1)
+                    .with_replication_factor(factor)]),
+        )
+    };
+    let answered = |response: Option<ResponseKind>| match response {
+        Some(ResponseKind::CreateTopics(response)) => (
+            response.topics[0].error_code,
+            response.topics[0].replication_factor,
+        ),
+        other => panic!("unexpected {other:?}"),
+    };
+    let refused = ResponseError::InvalidReplicationFactor.code();
+    let alone = broker(100);
+    assert_eq!(answered(ask(&alone, 5, create(1)).await), (0, 1));
+    assert_eq!(answered(ask(&alone, 5, create(-1)).await), (0, 1));
+    assert_eq!(answered(ask(&alone, 5, create(2)).await).0, refused);
+    let node = TestNode::in_cluster(broker(100), Some(0));
+    for factor in [-1, 1, 2] {
+        assert_eq!(
+            answered(ask(&node, 5, create(factor)).await),
+            (0, 2),
+            "{factor}"
+        );
+    }
+    for factor in [0, 3, -2] {
+        assert_eq!(
+            answered(ask(&node, 5, create(factor)).await).0,
+            refused,
+            "{factor}"
+        );
+    }
 }
 
 fn described_topics(broker: &Local) -> Vec<String> {
