@@ -185,6 +185,13 @@ async fn reply<B: Backend>(
     sasl: &mut Sasl,
     frame: Bytes,
 ) -> Result<Reply, KafkaError> {
+    let key = frame
+        .get(..2)
+        .map(|key| i16::from_be_bytes([key[0], key[1]]));
+    if key.is_some_and(|key| !sasl.decodes(key)) {
+        // As a request before authentication is refused below, but before its body is read.
+        return Err(KafkaError::Unauthenticated);
+    }
     Ok(match parse(frame) {
         Parsed::Request {
             header,

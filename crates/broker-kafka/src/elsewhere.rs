@@ -63,34 +63,9 @@ pub(crate) fn refuse_group_request(
                     .collect(),
             ),
         ),
-        // Version 1 has no error of the whole answer: each partition carries it.
-        RequestKind::OffsetFetch(request) => ResponseKind::OffsetFetch(
-            OffsetFetchResponse::default()
-                .with_error_code(code)
-                .with_topics(
-                    request
-                        .topics
-                        .iter()
-                        .flatten()
-                        .map(|topic| {
-                            OffsetFetchResponseTopic::default()
-                                .with_name(topic.name.clone())
-                                .with_partitions(
-                                    topic
-                                        .partition_indexes
-                                        .iter()
-                                        .map(|&partition| {
-                                            OffsetFetchResponsePartition::default()
-                                                .with_partition_index(partition)
-                                                .with_committed_offset(-1)
-                                                .with_error_code(code)
-                                        })
-                                        .collect(),
-                                )
-                        })
-                        .collect(),
-                ),
-        ),
+        RequestKind::OffsetFetch(request) => {
+            ResponseKind::OffsetFetch(offset_fetch_refused(request, code))
+        }
         RequestKind::DescribeGroups(request) => ResponseKind::DescribeGroups(
             DescribeGroupsResponse::default().with_groups(
                 request
@@ -124,6 +99,39 @@ pub(crate) fn refuse_group_request(
         RequestKind::ListGroups(_) => ResponseKind::ListGroups(ListGroupsResponse::default()),
         _ => return None,
     })
+}
+
+/// `request` refused with `code`: as the error of the whole answer and, since version 1 has
+/// none (only each partition's), on every partition asked for.
+pub(crate) fn offset_fetch_refused(
+    request: &kafka_protocol::messages::OffsetFetchRequest,
+    code: i16,
+) -> OffsetFetchResponse {
+    OffsetFetchResponse::default()
+        .with_error_code(code)
+        .with_topics(
+            request
+                .topics
+                .iter()
+                .flatten()
+                .map(|topic| {
+                    OffsetFetchResponseTopic::default()
+                        .with_name(topic.name.clone())
+                        .with_partitions(
+                            topic
+                                .partition_indexes
+                                .iter()
+                                .map(|&partition| {
+                                    OffsetFetchResponsePartition::default()
+                                        .with_partition_index(partition)
+                                        .with_committed_offset(-1)
+                                        .with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
 }
 
 #[cfg(test)]

@@ -50,6 +50,20 @@ impl Sasl {
         }
     }
 
+    /// Whether a request of API key `key` (as the frame's first two bytes give it) may be
+    /// decoded at all: before authentication, only the APIs that lead to it are (decoding
+    /// another could already take memory its claimed counts ask for).
+    pub(crate) fn decodes(self, key: i16) -> bool {
+        self == Sasl::Done
+            || [
+                ApiKey::ApiVersions,
+                ApiKey::SaslHandshake,
+                ApiKey::SaslAuthenticate,
+            ]
+            .iter()
+            .any(|api| *api as i16 == key)
+    }
+
     /// Passes `request` (of `api_key`) on, or answers it as the authentication says.
     pub(crate) fn gate<B: Backend>(
         &mut self,
@@ -138,6 +152,27 @@ mod tests {
             | Gate::AnswerAndClose(ResponseKind::SaslAuthenticate(response)) => response.error_code,
             other => panic!("not an answer of the authentication: {other:?}"),
         }
+    }
+
+    /// Before authentication, only the requests that lead to it are decoded: another's body
+    /// (a Metadata claiming billions of topics, say) is never read.
+    #[test]
+    fn only_the_requests_leading_to_authentication_are_decoded_before_it() {
+        for state in [Sasl::Required, Sasl::Handshaken] {
+            for api in [
+                ApiKey::ApiVersions,
+                ApiKey::SaslHandshake,
+                ApiKey::SaslAuthenticate,
+            ] {
+                assert!(state.decodes(api as i16), "{state:?} {api:?}");
+            }
+            for api in [ApiKey::Metadata, ApiKey::Produce, ApiKey::Fetch] {
+                assert!(!state.decodes(api as i16), "{state:?} {api:?}");
+            }
+            assert!(!state.decodes(-1));
+        }
+        assert!(Sasl::Done.decodes(ApiKey::Metadata as i16));
+        assert!(Sasl::Done.decodes(-1));
     }
 
     #[test]

@@ -22,6 +22,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use crate::elsewhere::offset_fetch_refused;
 use crate::errors::{code, coordinator_error};
 use crate::Backend;
 
@@ -70,7 +71,8 @@ impl<B: Backend> Handler<'_, B> {
     }
 
     /// Stores `group`'s committed `offsets` (partition, offset) on `topic`; each one's error,
-    /// if any. An offset past its partition's end, or negative, is refused with
+    /// if any. A partition the topic does not have is refused with
+    /// `UNKNOWN_TOPIC_OR_PARTITION`. An offset past its partition's end, or negative, is refused with
     /// `OFFSET_OUT_OF_RANGE` and the others are stored: the broker keeps no committed offset
     /// past the end or below zero (it would store the end, or zero), and a consumer that
     /// resumed from the end would read nothing where Kafka's consumer resumes from its
@@ -100,7 +102,19 @@ impl<B: Backend> Handler<'_, B> {
                     .and_then(|index| ends.get(index))
                     .is_some_and(|row| offset > row.end_offset)
         };
-        let stored: Vec<(i32, i64)> = offsets.iter().copied().filter(|o| !past_end(o)).collect();
+        // A partition the topic does not have is refused alone, as Kafka does: the others are
+        // stored.
+        let unknown = |&(partition, _): &(i32, i64)| {
+            usize::try_from(partition)
+                .ok()
+                .and_then(|index| ends.get(index))
+                .is_none()
+        };
+        let stored: Vec<(i32, i64)> = offsets
+            .iter()
+            .copied()
+            .filter(|o| !past_end(o) && !unknown(o))
+            .collect();
         let error = if stored.is_empty() {
             None
         } else {
@@ -122,7 +136,9 @@ impl<B: Backend> Handler<'_, B> {
         offsets
             .iter()
             .map(|offset| {
-                if past_end(offset) {
+                if unknown(offset) {
+                    Some(ResponseError::UnknownTopicOrPartition)
+                } else if past_end(offset) {
                     Some(ResponseError::OffsetOutOfRange)
                 } else {
                     error
@@ -133,9 +149,9 @@ impl<B: Backend> Handler<'_, B> {
 
     pub(super) async fn offset_fetch(&self, request: OffsetFetchRequest) -> OffsetFetchResponse {
         let group = request.group_id.as_str();
+        let refused = |error: ResponseError| offset_fetch_refused(&request, error.code());
         if !self.is_group_id(group) {
-            return OffsetFetchResponse::default()
-                .with_error_code(ResponseError::InvalidGroupId.code());
+            return refused(ResponseError::InvalidGroupId);
         }
         // The topics asked for, each once, or every topic the group has offsets on (described).
         let (names, described): (BTreeSet<String>, _) = match &request.topics {
@@ -152,10 +168,7 @@ impl<B: Backend> Handler<'_, B> {
                     let names = topics.iter().map(|topic| topic.name.clone()).collect();
                     (names, Some(topics))
                 }
-                Err(refusal) => {
-                    return OffsetFetchResponse::default()
-                        .with_error_code(coordinator_error(&refusal).code())
-                }
+                Err(refusal) => return refused(coordinator_error(&refusal)),
             },
         };
         // What the group stored on each partition of each topic; -1 where it stored nothing
@@ -170,7 +183,7 @@ impl<B: Backend> Handler<'_, B> {
         };
         let stored = match stored {
             Ok(stored) => stored,
-            Err(error) => return OffsetFetchResponse::default().with_error_code(error.code()),
+            Err(error) => return refused(error),
         };
         let committed = |topic: &str, partition: i32| -> i64 {
             stored

@@ -1125,6 +1125,13 @@ async fn a_commit_past_a_partitions_end_is_refused_and_the_others_are_stored() {
         vec![out_of_range]
     );
     assert_eq!(broker.committed("t", "g", 0).unwrap(), 50);
+    // A partition the topic does not have is refused alone (the topic has two).
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    assert_eq!(
+        commit_from_outside(&broker, &[(1, 0), (5, 0), (-1, 0)]).await,
+        vec![0, unknown, unknown]
+    );
+    assert_eq!(broker.committed("t", "g", 1).unwrap(), 0);
 }
 
 #[tokio::test]
@@ -2085,6 +2092,33 @@ async fn offset_fetch_answers_minus_one_where_the_group_never_committed() {
         offsets_fetched(&broker, Some(vec![0, 1, 9])).await,
         [("t".to_owned(), vec![(0, 0), (1, 2), (9, -1)])]
     );
+}
+
+/// Version 1 of OffsetFetch has no error of the whole answer: a refusal is on every partition
+/// asked for, so that an old client does not take it for "nothing committed".
+#[tokio::test]
+async fn an_offset_fetch_refused_carries_its_error_on_every_partition() {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::OffsetFetchRequest;
+    let broker = broker(100);
+    let request = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("")))
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(kafka_topic("t"))
+            .with_partition_indexes(vec![0, 1])]));
+    let refused = ResponseError::InvalidGroupId.code();
+    match ask(&broker, 1, RequestKind::OffsetFetch(request)).await {
+        Some(ResponseKind::OffsetFetch(response)) => {
+            let partitions: Vec<(i32, i16)> = response.topics[0]
+                .partitions
+                .iter()
+                .map(|p| (p.partition_index, p.error_code))
+                .collect();
+            assert_eq!(partitions, [(0, refused), (1, refused)]);
+            assert_eq!(response.error_code, refused);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
 }
 
 #[tokio::test]
