@@ -660,10 +660,25 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
     let mut max_bytes: Option<Option<u64>> = None;
     let mut stdout = io::stdout().lock();
     let mut record = 0u64;
-    while let Some((result, size)) = results.try_next().await? {
+    let mut stored = 0u64;
+    loop {
+        let next = match results.try_next().await {
+            Ok(next) => next,
+            // A lost connection (a cluster's failover, say) ends the command: say how far it
+            // got, since every record answered before it is in the topic.
+            Err(error) => {
+                return Err(error.context(format!(
+                    "{record} records were answered before this ({stored} stored); the next \
+                     {PUBLISH_PIPELINE} at most were on their way and may or may not be \
+                     stored, and the rest of the input was not published"
+                )))
+            }
+        };
+        let Some((result, size)) = next else { break };
         record += 1;
         let (partition, refused) = match result {
             Ok((partition, offset)) if offset >= 0 => {
+                stored += 1;
                 if args.quiet {
                     continue;
                 }
@@ -739,7 +754,7 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
         }
         if other > 0 {
             why.push(format!(
-                "{other} because they were larger than the server's payload limit"
+                "{other} because the server refused them (each one's reason is above)"
             ));
         }
         bail!(

@@ -103,6 +103,9 @@ pub struct ClusterConfig {
     /// peers that ask what this node's release can do, so that a node given another value can
     /// be found ([`Cluster::settings_apart`]).
     pub shared_settings: Vec<String>,
+    /// Settings of this node that may differ from the others', as `name=value`: told with
+    /// [`ClusterConfig::shared_settings`], never compared ([`Cluster::told_by_members`]).
+    pub told_settings: Vec<String>,
 }
 
 impl ClusterConfig {
@@ -126,6 +129,7 @@ impl ClusterConfig {
             listeners: Listeners::default(),
             names: NameRules::Broker,
             shared_settings: Vec::new(),
+            told_settings: Vec::new(),
         }
     }
 }
@@ -635,6 +639,7 @@ impl Cluster {
             groups: Arc::clone(&node.groups),
             listeners: config.listeners,
             shared_settings: Arc::new(config.shared_settings.clone()),
+            told_settings: Arc::new(config.told_settings.clone()),
             members: Arc::new(config.members.clone()),
             takes_raft: Arc::clone(&takes_raft),
         };
@@ -822,6 +827,17 @@ impl Cluster {
         let members: BTreeMap<NodeId, ClusterNode> = members.into_iter().collect();
         let answers = ask_members(&self.network, self.node_id, &members, ask).await;
         (members, answers)
+    }
+
+    /// What each other member of the group tells of its release and settings (its features,
+    /// [`ClusterConfig::shared_settings`] and [`ClusterConfig::told_settings`], as
+    /// `name=value`), or why it did not answer.
+    pub async fn told_by_members(&self) -> Vec<(NodeId, io::Result<Vec<String>>)> {
+        self.ask_other_members(|mut link| async move {
+            link.features(network::PEER_ANSWER_WITHIN).await
+        })
+        .await
+        .1
     }
 
     /// The settings of [`ClusterConfig::shared_settings`] that another member of the group

@@ -926,6 +926,8 @@ pub(crate) struct PeerService {
     pub(crate) members: Arc<BTreeMap<NodeId, ClusterNode>>,
     /// See [`crate::ClusterConfig::shared_settings`].
     pub(crate) shared_settings: Arc<Vec<String>>,
+    /// See [`crate::ClusterConfig::told_settings`].
+    pub(crate) told_settings: Arc<Vec<String>>,
     /// Whether requests that write this node's log or vote are taken yet (a node of a new
     /// cluster first checks the members list); until then a connection that sends one is
     /// closed, and the sender tries again.
@@ -1041,6 +1043,7 @@ fn answer_about_the_node(service: &PeerService, question: NodeQuestion) -> PeerR
                 .iter()
                 .map(ToString::to_string)
                 .chain(service.shared_settings.iter().cloned())
+                .chain(service.told_settings.iter().cloned())
                 .collect(),
         ),
         NodeQuestion::Members => PeerResponse::Members(BTreeMap::clone(&service.members)),

@@ -802,6 +802,36 @@ fn empty_group_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// The setting each node tells the others (`serves-groups=N`): how many groups it serves.
+pub(crate) const SERVES_GROUPS: &str = "serves-groups";
+
+/// `Ok` once every other node tells that it serves `group` (it was given `--cluster-data-groups`
+/// of at least that); why the group must wait otherwise. A node of an earlier release tells
+/// nothing of it: the release check of adding a group answers for it.
+async fn served_everywhere(first: &Cluster, group: GroupId) -> Result<(), String> {
+    for (node, told) in first.told_by_members().await {
+        let told = told.map_err(|cause| {
+            format!(
+                "node {node} did not answer ({cause}), so whether it serves the group is not known"
+            )
+        })?;
+        let serves = told.iter().find_map(|setting| {
+            setting
+                .strip_prefix(SERVES_GROUPS)?
+                .strip_prefix('=')?
+                .parse::<u64>()
+                .ok()
+        });
+        if let Some(serves) = serves.filter(|&serves| serves < u64::from(group)) {
+            return Err(format!(
+                "node {node} serves {serves} groups: start it with --cluster-data-groups {group} \
+                 or more (every node is given the same)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// How often a node that leads the first group looks for groups the settings ask for that the
 /// cluster's state lacks.
 const ADD_GROUPS_EVERY: Duration = Duration::from_secs(1);
@@ -836,10 +866,16 @@ async fn add_groups(shared: Arc<Shared>) {
             .into_iter()
             .take(replicas_of(&shared))
             .collect();
-        match first
-            .change_cluster(ClusterChange::AddGroup { group, voters })
-            .await
-        {
+        let added = match served_everywhere(first, group).await {
+            // A group some node does not serve would have no majority there.
+            Err(why) => Err(ProposeError::Refused(why)),
+            Ok(()) => {
+                first
+                    .change_cluster(ClusterChange::AddGroup { group, voters })
+                    .await
+            }
+        };
+        match added {
             Ok(_) => info!(group, "data group {group} added to the cluster"),
             Err(ProposeError::NotLeader { .. }) => {}
             Err(refused) => {

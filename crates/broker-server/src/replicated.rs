@@ -163,6 +163,13 @@ pub(crate) async fn start(
     config.join = settings.join;
     config.names = shared.config.names;
     config.shared_settings = vec![format!("cluster-replicas={}", settings.replicas)];
+    // How many groups this node serves (its --cluster-data-groups, or what its directory
+    // holds): the first group's leader adds a group only once every node serves it.
+    config.told_settings = vec![format!(
+        "{}={}",
+        crate::data_groups::SERVES_GROUPS,
+        shared.shards.all().len()
+    )];
     config.segment_bytes = shared.config.segment_bytes;
     config.snapshot_every = settings.snapshot_entries;
     config.cached_log_bytes = settings.log_cache_bytes;
