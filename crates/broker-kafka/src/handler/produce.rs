@@ -5,8 +5,8 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use broker_core::{
-    Command, CommandKind, Outcome, PartitionBatch, ProducerState, PublishRecord, TopicSettings,
-    MAX_BATCH_RECORDS,
+    Command, CommandKind, Discard, Outcome, PartitionBatch, ProducerState, PublishRecord,
+    Retention, TopicSettings, MAX_BATCH_RECORDS,
 };
 use broker_proto::ErrorReply;
 use futures::future::join_all;
@@ -108,13 +108,15 @@ impl<B: Backend> Handler<'_, B> {
             (0..batches.len()).map(|_| None).collect();
         let mut plain = Vec::new();
         let mut idempotent = Vec::new();
-        // Each slot's largest record, to tell a batch refused for now from one that can never
-        // be stored whole.
+        // Each slot's largest record and its number of records, to tell a batch refused for
+        // now from one that can never be stored whole.
         let mut largest = vec![0_u64; batches.len()];
+        let mut counts = vec![0_u64; batches.len()];
         for (slot, (partition, batch)) in batches.into_iter().enumerate() {
             if let Ok(produced) = &batch {
                 let sizes = produced.records.iter().map(|record| record.size() as u64);
                 largest[slot] = sizes.max().unwrap_or(0);
+                counts[slot] = produced.records.len() as u64;
             }
             match batch {
                 // A record over the server's limit was refused as its batch was read, alone, so
@@ -150,19 +152,27 @@ impl<B: Backend> Handler<'_, B> {
         let (plain, idempotent) = futures::join!(self.publish_plain(topic, plain), idempotent);
         let stored: Vec<(usize, i32, Vec<Stored>)> = plain.into_iter().chain(idempotent).collect();
         // A partition refuses a record larger than it keeps for ever, not until consumers catch
-        // up: a refused batch holding one is answered so, and the client fails it at once
-        // instead of retrying until its timeout.
+        // up, and a batch of more records than it keeps: a refused batch of either is answered
+        // so, and the client fails it at once instead of retrying until its timeout (a producer
+        // without idempotence would store its first records again at each try).
         let refused = |offsets: &[Stored]| offsets.iter().any(|offset| matches!(offset, Ok(-1)));
-        let max_bytes = match stored.iter().any(|(_, _, offsets)| refused(offsets)) {
-            true => self.max_bytes(topic).await,
-            false => None,
+        let limits = match stored.iter().any(|(_, _, offsets)| refused(offsets)) {
+            true => self.partition_limits(topic).await,
+            false => PartitionLimits::default(),
         };
         for (slot, partition, offsets) in stored {
             let too_large = Some(largest[slot])
-                .zip(max_bytes)
+                .zip(limits.max_bytes)
                 .filter(|&(size, max)| size > max && refused(&offsets));
-            answers[slot] = Some(match too_large {
-                Some((size, max)) => refused_partition(
+            let too_many = Some(counts[slot])
+                .zip(limits.max_records)
+                .filter(|&(count, max)| count > max && refused(&offsets));
+            let stored_first = offsets
+                .iter()
+                .take_while(|o| matches!(o, Ok(o) if *o >= 0))
+                .count();
+            answers[slot] = Some(match (too_large, too_many) {
+                (Some((size, max)), _) => refused_partition(
                     partition,
                     ResponseError::MessageTooLarge,
                     format!(
@@ -170,18 +180,55 @@ impl<B: Backend> Handler<'_, B> {
                          a partition of topic {topic:?} keeps at most {max} bytes"
                     ),
                 ),
-                None => partition_answer(topic, partition, &offsets),
+                (None, Some((count, max))) => refused_partition(
+                    partition,
+                    ResponseError::RecordListTooLarge,
+                    format!(
+                        "a batch of {count} records can never be stored whole: a partition of \
+                         topic {topic:?} keeps at most {max} records (the batch's first \
+                         {stored_first} were stored); send smaller batches, or give the topic a \
+                         larger --max-records"
+                    ),
+                ),
+                (None, None) => partition_answer(topic, partition, &offsets),
             });
         }
         answers.into_iter().flatten().collect()
     }
 
-    /// The most bytes a partition of `topic` keeps, if it has such a limit and can be
-    /// described.
-    pub(super) async fn max_bytes(&self, topic: &str) -> Option<u64> {
-        let described = self.describe(Some(topic.to_owned())).await.ok()?;
-        let settings = TopicSettings::from_list(&described.first()?.settings).ok()?;
-        settings.max_bytes
+    /// What a partition of `topic` keeps at most, as far as it refuses what is past it (none
+    /// known when it cannot be described).
+    pub(super) async fn partition_limits(&self, topic: &str) -> PartitionLimits {
+        let Ok(Outcome::Description(described)) = self
+            .call(Command::Describe {
+                topic: Some(topic.to_owned()),
+            })
+            .await
+        else {
+            return PartitionLimits::default();
+        };
+        let Some(settings) = described
+            .topics
+            .first()
+            .and_then(|topic| TopicSettings::from_list(&topic.settings).ok())
+        else {
+            return PartitionLimits::default();
+        };
+        // Past its record limit a partition refuses new records only when it discards new
+        // ones (with the old discarded, the oldest leave instead).
+        let max_records = match (settings.discard, settings.retention) {
+            (Discard::New, Retention::Interest) => Some(
+                settings
+                    .max_records
+                    .unwrap_or(described.capacity_per_partition.max(1) as u64),
+            ),
+            (Discard::New, Retention::Limits) => settings.max_records,
+            (Discard::Old, _) => None,
+        };
+        PartitionLimits {
+            max_bytes: settings.max_bytes,
+            max_records,
+        }
     }
 
     /// Publishes the records of the partitions of a producer without idempotence, all in one
@@ -413,6 +460,16 @@ pub(super) fn init_producer_id(request: &InitProducerIdRequest) -> InitProducerI
     InitProducerIdResponse::default()
         .with_producer_id(ProducerId(new_producer_id()))
         .with_producer_epoch(0)
+}
+
+/// What a partition of a topic keeps at most, where it refuses what is past it.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct PartitionLimits {
+    /// Its byte limit: a record larger is never stored.
+    max_bytes: Option<u64>,
+    /// Its record limit, when it discards new records past it: a batch of more is never
+    /// stored whole.
+    max_records: Option<u64>,
 }
 
 /// What became of one produced record: its offset (`-1` when its partition was full), or the

@@ -377,10 +377,31 @@ async fn acks_0_is_stored_and_answered_by_nothing() {
 #[tokio::test]
 async fn a_full_partition_answers_a_retriable_error() {
     let broker = broker(2);
-    let full = produced(ask(&broker, 9, produce(1, "t", 0, batch(3, None))).await);
+    assert_eq!(
+        produced(ask(&broker, 9, produce(1, "t", 0, batch(1, None))).await).error_code,
+        0
+    );
+    let full = produced(ask(&broker, 9, produce(1, "t", 0, batch(2, None))).await);
     assert_eq!(full.error_code, ResponseError::NotEnoughReplicas.code());
     assert!(ResponseError::NotEnoughReplicas.is_retriable());
     assert!(full.error_message.unwrap().contains("is full"));
+}
+
+/// A batch of more records than a partition keeps can never be stored whole: answered with an
+/// error the client does not retry, so that a producer without idempotence does not store its
+/// first records again at each try until its timeout.
+#[tokio::test]
+async fn a_batch_larger_than_a_partition_keeps_is_refused_for_good() {
+    let broker = broker(2);
+    let refused = produced(ask(&broker, 9, produce(1, "t", 0, batch(3, None))).await);
+    assert_eq!(refused.error_code, ResponseError::RecordListTooLarge.code());
+    assert!(!ResponseError::RecordListTooLarge.is_retriable());
+    let message = refused.error_message.unwrap();
+    assert!(
+        message.contains("keeps at most 2 records") && message.contains("first 2 were stored"),
+        "{message}"
+    );
+    assert_eq!(broker.end_offset("t", 0).unwrap(), 2);
 }
 
 #[tokio::test]
