@@ -802,9 +802,6 @@ fn empty_group_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// The setting each node tells the others (`serves-groups=N`): how many groups it serves.
-pub(crate) const SERVES_GROUPS: &str = "serves-groups";
-
 /// `Ok` once every other node tells that it serves `group` (it was given `--cluster-data-groups`
 /// of at least that); why the group must wait otherwise. A node of an earlier release tells
 /// nothing of it: the release check of adding a group answers for it.
@@ -817,7 +814,7 @@ async fn served_everywhere(first: &Cluster, group: GroupId) -> Result<(), String
         })?;
         let serves = told.iter().find_map(|setting| {
             setting
-                .strip_prefix(SERVES_GROUPS)?
+                .strip_prefix(crate::replicated::SERVES_GROUPS)?
                 .strip_prefix('=')?
                 .parse::<u64>()
                 .ok()

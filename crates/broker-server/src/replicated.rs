@@ -130,6 +130,10 @@ impl Replica for BrokerReplica {
     }
 }
 
+/// The setting each node tells the others (`serves-groups=N`): how many groups it serves
+/// (the first group's leader adds a group only once every node serves it).
+pub(crate) const SERVES_GROUPS: &str = "serves-groups";
+
 /// Starts this server's node of the cluster in `data_dir` (locked for the life of the server,
 /// and refused if it holds a single broker's data): binds the peer port, starts the node and
 /// the task that follows its role. `listening` is the broker port's address, checked against
@@ -165,11 +169,7 @@ pub(crate) async fn start(
     config.shared_settings = vec![format!("cluster-replicas={}", settings.replicas)];
     // How many groups this node serves (its --cluster-data-groups, or what its directory
     // holds): the first group's leader adds a group only once every node serves it.
-    config.told_settings = vec![format!(
-        "{}={}",
-        crate::data_groups::SERVES_GROUPS,
-        shared.shards.all().len()
-    )];
+    config.told_settings = vec![format!("{}={}", SERVES_GROUPS, shared.shards.all().len())];
     config.segment_bytes = shared.config.segment_bytes;
     config.snapshot_every = settings.snapshot_entries;
     config.cached_log_bytes = settings.log_cache_bytes;

@@ -10,11 +10,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use tracing::{info, warn};
 
-use crate::records::{RecordStore, SegmentImage};
 use crate::segment::sync_dir;
 use crate::StorageError;
 
@@ -25,7 +23,6 @@ use crate::StorageError;
 #[must_use = "the directory is only repaired by `Repairs::apply`"]
 pub struct Repairs(Vec<Repair>);
 
-#[derive(Debug)]
 enum Repair {
     /// A directory later writes need: created if missing, its entry made durable.
     Create(PathBuf),
@@ -48,12 +45,48 @@ enum Repair {
         cut: u64,
         why: String,
     },
-    /// A segment whose records recovery keeps, named by the store's catalog once the repairs
-    /// before it (its index written again) are made: until then nothing reads it there.
-    Name {
-        store: Arc<RecordStore>,
-        segment: SegmentImage,
-    },
+    /// What is to be done once the repairs before it are made (a segment whose index they
+    /// write again named in the record store's catalog, say), and what it is.
+    Then(Box<dyn FnOnce() + Send>, &'static str),
+}
+
+impl std::fmt::Debug for Repair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Repair::Create(path) => f.debug_tuple("Create").field(path).finish(),
+            Repair::Remove { path, why } => f
+                .debug_struct("Remove")
+                .field("path", path)
+                .field("why", why)
+                .finish(),
+            Repair::Write {
+                path,
+                at,
+                bytes,
+                why,
+            } => f
+                .debug_struct("Write")
+                .field("path", path)
+                .field("at", at)
+                .field("bytes", &bytes.len())
+                .field("why", why)
+                .finish(),
+            Repair::Sync(path) => f.debug_tuple("Sync").field(path).finish(),
+            Repair::Cut {
+                path,
+                len,
+                cut,
+                why,
+            } => f
+                .debug_struct("Cut")
+                .field("path", path)
+                .field("len", len)
+                .field("cut", cut)
+                .field("why", why)
+                .finish(),
+            Repair::Then(_, what) => f.debug_tuple("Then").field(what).finish(),
+        }
+    }
 }
 
 impl Repairs {
@@ -98,10 +131,9 @@ impl Repairs {
         self.0.push(Repair::Sync(path));
     }
 
-    /// Adds naming `segment` in `store`'s catalog (a tail recovery keeps, whose index the
-    /// repairs listed before write again).
-    pub(crate) fn name(&mut self, store: Arc<RecordStore>, segment: SegmentImage) {
-        self.0.push(Repair::Name { store, segment });
+    /// Adds `action`, `what` it does, to be done once the repairs listed before it are made.
+    pub(crate) fn then(&mut self, what: &'static str, action: impl FnOnce() + Send + 'static) {
+        self.0.push(Repair::Then(Box::new(action), what));
     }
 
     /// Makes the changes, each durable before the next.
@@ -145,7 +177,7 @@ impl Repairs {
                     warn!(file = %path.display(), offset = len, cut_bytes = cut, "{why}");
                     truncate(&path, len)?;
                 }
-                Repair::Name { store, segment } => store.name(segment),
+                Repair::Then(action, _) => action(),
             }
         }
         Ok(())

@@ -411,7 +411,10 @@ impl TailSegment {
             // Named once its index is written again: before, a read of the records the catalog
             // named already (checks made before the start) would read the index entries a
             // power loss may have taken.
-            repairs.name(Arc::clone(store), segment);
+            let store = Arc::clone(store);
+            repairs.then("naming a tail kept in the catalog", move || {
+                store.name(segment)
+            });
         }
     }
 }
