@@ -246,22 +246,6 @@ impl<B: Backend> Handler<'_, B> {
     }
 }
 
-/// How many of the calls a request names run at once ([`all_in_order`]).
-const AT_ONCE: usize = 32;
-
-/// Awaits `calls` (one per item a request names: topics, partitions), [`AT_ONCE`] at a time,
-/// and gives their outputs in order: a request naming hundreds of thousands of items never
-/// holds as many calls at once.
-async fn all_in_order<F: std::future::Future>(
-    calls: impl IntoIterator<Item = F>,
-) -> Vec<F::Output> {
-    use futures::StreamExt;
-    futures::stream::iter(calls)
-        .buffered(AT_ONCE)
-        .collect()
-        .await
-}
-
 /// A refusal of the broker as a Kafka error and its message.
 fn refused(refusal: &ErrorReply) -> (ResponseError, String) {
     (kafka_error(refusal), refusal.to_string())

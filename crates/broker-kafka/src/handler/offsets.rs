@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use broker_core::{Command, CommandKind, Outcome, TopicDescription};
 use broker_proto::ErrorReply;
+use futures::future::join_all;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -25,7 +26,7 @@ use crate::elsewhere::offset_fetch_refused;
 use crate::errors::{code, coordinator_error};
 use crate::Backend;
 
-use super::{all_in_order, kafka_topic, topic_name, unexpected, Handler};
+use super::{kafka_topic, topic_name, unexpected, Handler};
 
 impl<B: Backend> Handler<'_, B> {
     pub(super) async fn offset_commit(&self, request: OffsetCommitRequest) -> OffsetCommitResponse {
@@ -66,7 +67,7 @@ impl<B: Backend> Handler<'_, B> {
                         .collect(),
                 )
         });
-        OffsetCommitResponse::default().with_topics(all_in_order(topics).await)
+        OffsetCommitResponse::default().with_topics(join_all(topics).await)
     }
 
     /// Stores `group`'s committed `offsets` (partition, offset) on `topic`; each one's error,

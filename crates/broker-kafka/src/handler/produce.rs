@@ -9,6 +9,7 @@ use broker_core::{
     Retention, TopicSettings, MAX_BATCH_RECORDS,
 };
 use broker_proto::ErrorReply;
+use futures::future::join_all;
 use kafka_protocol::messages::describe_producers_response::{
     self, PartitionResponse, TopicResponse,
 };
@@ -23,7 +24,7 @@ use crate::ids::new_producer_id;
 use crate::records::{decode_produced, Limits, Produced, RecordsError};
 use crate::Backend;
 
-use super::{all_in_order, message, refused, topic_name, unexpected, Handler};
+use super::{message, refused, topic_name, unexpected, Handler};
 
 /// Why DescribeProducers is not answered while a node of the cluster runs an earlier release.
 const EARLIER_RELEASE: &str = "a node of the cluster runs a release that cannot list \
@@ -93,7 +94,7 @@ impl<B: Backend> Handler<'_, B> {
                 .with_name(kafka_name)
                 .with_partition_responses(partitions)
         });
-        ProduceResponse::default().with_responses(all_in_order(topics).await)
+        ProduceResponse::default().with_responses(join_all(topics).await)
     }
 
     /// Publishes the records of each partition of one topic, in order, and answers each
@@ -140,7 +141,7 @@ impl<B: Backend> Handler<'_, B> {
                 }) => plain.push((slot, partition, records)),
             }
         }
-        let idempotent = all_in_order(idempotent.into_iter().map(
+        let idempotent = join_all(idempotent.into_iter().map(
             |(slot, partition, producer, sequence, records)| async move {
                 let offsets = self
                     .publish_idempotent(topic, partition, producer, sequence, records)
@@ -420,9 +421,9 @@ impl<B: Backend> Handler<'_, B> {
                 });
                 TopicResponse::default()
                     .with_name(kafka_name)
-                    .with_partitions(all_in_order(partitions).await)
+                    .with_partitions(join_all(partitions).await)
             });
-        DescribeProducersResponse::default().with_topics(all_in_order(topics).await)
+        DescribeProducersResponse::default().with_topics(join_all(topics).await)
     }
 }
 
