@@ -51,7 +51,26 @@ pub async fn run(connect: Option<ConnectArgs>, command: Command) -> anyhow::Resu
         Command::Size(args) => size_command(&args),
         Command::Ping(c) => ping(&server, c.args).await,
         Command::Top(c) => crate::top::run(&server.connect().await?, c.args).await,
-        Command::Bench(c) => bench::run(&server, c.args).await,
+        Command::Bench(c) => {
+            let handles = c.args.handles;
+            bench::run(&server, c.args).await.map_err(|error| {
+                let lost = error.chain().any(|cause| {
+                    matches!(
+                        cause.downcast_ref::<broker_client::Error>(),
+                        Some(broker_client::Error::ConnectionLost(_))
+                    )
+                });
+                match lost && !handles {
+                    // The low-level calls are not tried again: a lost connection (a cluster's
+                    // failover, say) ends the run.
+                    true => error.context(
+                        "the run ends at a lost connection; with --handles, its Producer and \
+                         Consumer follow a cluster's new leader and the run goes on",
+                    ),
+                    false => error,
+                }
+            })
+        }
         Command::Create(c) => create(&server.connect().await?, c.args).await,
         Command::Configure(c) => configure_topic(&server.connect().await?, c.args).await,
         Command::Delete(c) => delete(&server.connect().await?, c.args).await,
