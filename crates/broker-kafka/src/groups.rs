@@ -57,9 +57,11 @@ struct Member {
     assignment: Bytes,
     /// Whether it joined in the rebalance under way.
     joined: bool,
-    /// Whether a JoinGroup or SyncGroup of its own is waiting: it is alive, and a JoinGroup
-    /// waiting counts as joined in any rebalance that starts meanwhile.
+    /// Whether a JoinGroup or SyncGroup of its own is waiting: it is alive.
     waiting: bool,
+    /// Whether the request waiting is a JoinGroup, which counts as joined in any rebalance
+    /// that starts meanwhile (a SyncGroup does not: its member joins again once answered).
+    joining: bool,
     /// The round it was counted in, for its waiting JoinGroup to answer with.
     answer: Option<Round>,
     /// When it was last heard from.
@@ -158,7 +160,7 @@ impl Group {
             .unwrap_or_default();
         for member in self.members.values_mut() {
             // A member whose JoinGroup still waits has joined this rebalance too.
-            member.joined = member.waiting && member.answer.is_none();
+            member.joined = member.joining && member.answer.is_none();
         }
         self.phase = Phase::Preparing {
             deadline: now + timeout,
@@ -313,6 +315,7 @@ impl Drop for Waiting<'_> {
             .and_then(|state| state.members.get_mut(&self.member_id));
         if let Some(member) = member {
             member.waiting = false;
+            member.joining = false;
             member.last_seen = now;
         }
     }
@@ -466,6 +469,7 @@ impl Coordinator {
                     assignment: Bytes::new(),
                     joined: false,
                     waiting: true,
+                    joining: true,
                     answer: None,
                     last_seen: now,
                 },
@@ -869,6 +873,55 @@ mod tests {
             started.elapsed() < Duration::from_secs(5),
             "waited out a deadline"
         );
+    }
+
+    /// A member whose SyncGroup waits (its leader has not assigned yet) when a rebalance
+    /// starts has not joined that rebalance: it is answered REBALANCE_IN_PROGRESS and must join
+    /// again, and the rebalance waits for it rather than completing without it (which would
+    /// start yet another one when it joins).
+    #[tokio::test(start_paused = true)]
+    async fn a_member_waiting_in_sync_group_has_not_joined_a_rebalance_that_starts() {
+        let coordinator = Arc::new(Coordinator::default());
+        let (first, _) = coordinator.join("g", join("")).await.unwrap();
+        let second = tokio::spawn({
+            let coordinator = Arc::clone(&coordinator);
+            async move { coordinator.join("g", join("")).await }
+        });
+        tokio::task::yield_now().await;
+        coordinator.join("g", join(&first)).await.unwrap();
+        let (second, round) = second.await.unwrap().unwrap();
+        assert_eq!(round.generation, 2);
+        // The follower waits in SyncGroup for the leader's assignment.
+        let syncing = tokio::spawn({
+            let coordinator = Arc::clone(&coordinator);
+            let second = second.clone();
+            async move { coordinator.sync("g", &second, 2, Vec::new()).await }
+        });
+        tokio::task::yield_now().await;
+        // A third member joins meanwhile, and the leader joins again.
+        let third = tokio::spawn({
+            let coordinator = Arc::clone(&coordinator);
+            async move { coordinator.join("g", join("")).await }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(
+            syncing.await.unwrap(),
+            Err(ResponseError::RebalanceInProgress)
+        );
+        let leader = tokio::spawn({
+            let coordinator = Arc::clone(&coordinator);
+            let first = first.clone();
+            async move { coordinator.join("g", join(&first)).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(
+            !leader.is_finished(),
+            "completed without the syncing member"
+        );
+        let (_, round) = coordinator.join("g", join(&second)).await.unwrap();
+        assert_eq!((round.generation, round.members.len()), (3, 3));
+        assert_eq!(leader.await.unwrap().unwrap().1, round);
+        assert_eq!(third.await.unwrap().unwrap().1, round);
     }
 
     #[tokio::test(start_paused = true)]
