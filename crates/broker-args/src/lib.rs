@@ -145,33 +145,44 @@ mod tests {
 }
 
 /// Parses a number of bytes, as the flags that take one accept it: a plain number
-/// (`16777216`), or a whole number of KiB, MiB, GiB or TiB (`16MiB`, `1 GiB`; powers of 1024,
-/// the unit in any case).
+/// (`1048576`), or a whole number with a unit (`500MB`, `10GiB`, `64 KiB`; B, kB, MB, GB, TB in
+/// powers of 1000, KiB, MiB, GiB, TiB in powers of 1024, in any case).
 ///
 /// # Errors
-/// What is wrong with `input`, and what a good value looks like.
-pub fn parse_bytes(input: &str) -> Result<u64, String> {
-    let trimmed = input.trim();
-    let digits = trimmed
+/// What is wrong with `text`, and what a good value looks like.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
         .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(digits);
-    let example = "a number of bytes, such as 16777216, or with a unit, such as 16MiB \
-                   (KiB, MiB, GiB or TiB)";
-    let number: u64 = number
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    if unit.starts_with('.') {
+        return Err(format!(
+            "{text:?}: give whole numbers, in a smaller unit if need be (1500MB, not 1.5GB)"
+        ));
+    }
+    let number: u64 = digits
         .parse()
-        .map_err(|_| format!("{input:?} is not {example}"))?;
-    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        .map_err(|_| format!("{text:?} is not a byte count (such as 1048576, 500MB or 10GiB)"))?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
         "kib" => 1 << 10,
         "mib" => 1 << 20,
         "gib" => 1 << 30,
         "tib" => 1 << 40,
-        _ => return Err(format!("{input:?} is not {example}")),
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?}: use B, kB, MB, GB, TB, KiB, MiB, GiB or TiB"
+            ))
+        }
     };
     number
-        .checked_mul(factor)
-        .ok_or_else(|| format!("{input:?} is more bytes than can be counted"))
+        .checked_mul(scale)
+        .ok_or_else(|| format!("{text:?} does not fit in 64 bits"))
 }
 
 /// [`parse_bytes`], for a setting held as a `usize`.
@@ -185,21 +196,20 @@ pub fn parse_bytes_usize(input: &str) -> Result<usize, String> {
 
 #[cfg(test)]
 mod bytes_tests {
-    use super::parse_bytes;
+    use super::{parse_bytes, parse_bytes_usize};
 
     #[test]
-    fn bytes_are_plain_numbers_or_binary_units() {
-        assert_eq!(parse_bytes("16777216"), Ok(16_777_216));
-        assert_eq!(parse_bytes("16MiB"), Ok(16 << 20));
-        assert_eq!(parse_bytes(" 1 GiB "), Ok(1 << 30));
+    fn bytes_are_plain_numbers_or_numbers_with_a_unit() {
+        assert_eq!(parse_bytes("1048576"), Ok(1_048_576));
+        assert_eq!(parse_bytes("500MB"), Ok(500_000_000));
+        assert_eq!(parse_bytes("10 GiB"), Ok(10 << 30));
         assert_eq!(parse_bytes("64kib"), Ok(64 << 10));
-        assert_eq!(parse_bytes("2TiB"), Ok(2 << 40));
-        for bad in ["", "16MB", "1.5GiB", "-1", "MiB", "16 MiBs"] {
-            let refused = parse_bytes(bad).unwrap_err();
-            assert!(refused.contains("16MiB"), "{bad:?}: {refused}");
-        }
-        assert!(parse_bytes("99999999999TiB")
+        assert_eq!(parse_bytes_usize(" 16MiB "), Ok(16 << 20));
+        assert!(parse_bytes("ten").is_err());
+        assert!(parse_bytes("5 apples")
             .unwrap_err()
-            .contains("more bytes"));
+            .contains("unknown unit"));
+        assert!(parse_bytes("99999999999TiB").is_err());
+        assert!(parse_bytes("1.5GB").unwrap_err().contains("whole numbers"));
     }
 }

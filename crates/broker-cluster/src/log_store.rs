@@ -416,7 +416,7 @@ impl LogFiles {
     fn append(&mut self, records: Records) -> io::Result<Vec<Arc<File>>> {
         let mut to_sync = Vec::new();
         if self.end >= self.segment_bytes {
-            self.start_segment()?;
+            self.start_segment(true)?;
         }
         let log = Arc::clone(self.appending()?);
         (&*log).write_all(&records.bytes)?;
@@ -516,11 +516,14 @@ impl LogFiles {
         self.segments.last().copied().unwrap_or(0)
     }
 
-    /// Starts a new last segment, once the one it closes is synced: a segment never follows
-    /// one whose end a power loss could still take (a log with a gap, or a damaged record
-    /// before its end, does not open).
-    fn start_segment(&mut self) -> io::Result<()> {
-        self.appending()?.sync_data()?;
+    /// Starts a new last segment, once the one it closes is synced (unless it is about to be
+    /// removed, `keep_closed` false): a segment never follows one whose end a power loss could
+    /// still take (a log with a gap, or a damaged record before its end, does not open).
+    fn start_segment(&mut self, keep_closed: bool) -> io::Result<()> {
+        let closing = self.appending()?;
+        if keep_closed {
+            closing.sync_data()?;
+        }
         let number = self.last_segment() + 1;
         let path = segment_path(&self.dir, number);
         write_empty_segment(&path)?;
@@ -575,8 +578,8 @@ impl LogFiles {
         if self.located.is_empty() && self.end > LOG_HEADER as u64 {
             // Nothing is left (a snapshot from the leader covers the whole log): the next
             // entries, which need not follow the purged ones, go to a new segment. (The one
-            // it closes goes below: nothing in it is needed.)
-            self.start_segment()?;
+            // it closes goes below: nothing in it is needed, so it is not synced first.)
+            self.start_segment(false)?;
         }
         // Every segment before the one holding the first entry kept holds only purged ones;
         // the last segment stays, for appends.

@@ -89,13 +89,15 @@ pub(crate) struct Limits {
     /// length shows it larger is refused before anything after it is decompressed.
     pub(crate) record_bytes: u64,
     /// What the request's compressed batches may still decompress to, in bytes: one budget for
-    /// the whole request, which each batch spends as it is read, and each record a batch
-    /// claims (compressed or not) spends [`RECORD_MEMORY`] of.
+    /// the whole request, which each batch spends as it is read.
     pub(crate) inflate_left: usize,
+    /// What the records the request's batches claim (compressed or not) may still take in
+    /// memory once decoded, in bytes: each spends [`RECORD_MEMORY`] of it.
+    pub(crate) records_left: usize,
 }
 
 /// What a record decoded from a batch takes in memory besides its bytes, counted against the
-/// request's budget ([`Limits::inflate_left`]) for every record: a compressed batch of empty
+/// request's budget ([`Limits::records_left`]) for every record: a compressed batch of empty
 /// records (a few bytes each once compressed) could otherwise make one small request hold
 /// millions of them.
 const RECORD_MEMORY: usize = 128;
@@ -174,9 +176,9 @@ fn decode_batch(
     let count = usize::try_from(reader.i32()?).map_err(|_| corrupt("a negative record count"))?;
     let most_encoded = limits.record_bytes.saturating_add(RECORD_OVERHEAD);
     // Refused before any is read: the records claimed take this much memory once decoded.
-    limits.inflate_left = count
+    limits.records_left = count
         .checked_mul(RECORD_MEMORY)
-        .and_then(|memory| limits.inflate_left.checked_sub(memory))
+        .and_then(|memory| limits.records_left.checked_sub(memory))
         .ok_or_else(|| {
             RecordsError::TooLarge(
                 "a request holding more records than this server decodes in one request".to_owned(),
@@ -582,6 +584,7 @@ mod tests {
         Limits {
             record_bytes: 1 << 20,
             inflate_left: 1 << 20,
+            records_left: usize::MAX,
         }
     }
 
@@ -640,6 +643,7 @@ mod tests {
             let mut limits = Limits {
                 record_bytes: 1 << 20,
                 inflate_left: 150_000,
+                records_left: usize::MAX,
             };
             assert_eq!(
                 decode(zeros(compression, 10, 10_000), &mut limits)
@@ -663,6 +667,7 @@ mod tests {
             let mut limits = Limits {
                 record_bytes: 1 << 20,
                 inflate_left: 64 << 20,
+                records_left: usize::MAX,
             };
             let refused = decode(batch, &mut limits);
             assert!(
@@ -684,6 +689,7 @@ mod tests {
                 record_bytes: 1000,
                 // Room for the two records' memory, none to inflate (the batch is plain).
                 inflate_left: 2 * RECORD_MEMORY,
+                records_left: usize::MAX,
             },
         );
         assert!(
@@ -701,7 +707,8 @@ mod tests {
             let batch = zeros(compression, 1000, 0);
             let mut limits = Limits {
                 record_bytes: 1 << 20,
-                inflate_left: 999 * RECORD_MEMORY,
+                inflate_left: 1 << 20,
+                records_left: 999 * RECORD_MEMORY,
             };
             let refused = decode(batch.clone(), &mut limits);
             assert!(
@@ -711,9 +718,10 @@ mod tests {
             let mut limits = Limits {
                 record_bytes: 1 << 20,
                 inflate_left: 1 << 20,
+                records_left: 1000 * RECORD_MEMORY,
             };
             assert_eq!(decode(batch, &mut limits).unwrap().len(), 1000);
-            assert!(limits.inflate_left <= (1 << 20) - 1000 * RECORD_MEMORY);
+            assert_eq!(limits.records_left, 0);
         }
     }
 

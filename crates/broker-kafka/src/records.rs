@@ -125,6 +125,7 @@ mod tests {
         Limits {
             record_bytes: 1 << 20,
             inflate_left: 1 << 20,
+            records_left: usize::MAX,
         }
     }
 

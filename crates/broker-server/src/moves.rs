@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use broker_cluster::{Cluster, ClusterChange, Departure, GroupId, Proposal, FIRST_GROUP};
 use broker_core::image::{RecordImage, TopicImage};
-use broker_core::{BrokerError, MAX_MOVE_BYTES};
+use broker_core::{BrokerError, Outcome, MAX_MOVE_BYTES};
 use broker_proto::ErrorReply;
 use tracing::{info, warn};
 
@@ -279,6 +279,16 @@ async fn send(
             .await
             .map_err(|error| format!("group {to} did not answer: {error}"))?;
         match applied.results.into_iter().next() {
+            // The target expects the piece after this one: a sending's first piece finds a
+            // staging of its own, unless an earlier sending of the same attempt (this leader
+            // before a restart in the same term, whose count of sendings started again) staged
+            // pieces there, which this read may cut elsewhere: sent anew, under a later one.
+            Some(Ok(Outcome::Offset(next))) if next != i64::try_from(piece + 1).unwrap_or(-1) => {
+                return Err(format!(
+                    "group {to} holds pieces of an earlier sending under the same attempt; \
+                     sending anew"
+                ))
+            }
             Some(Ok(_)) => piece += 1,
             // A later sending is under way (another leader took the move over), or a piece
             // was lost: started over at the next round.

@@ -1426,22 +1426,8 @@ fn write_and_sync(
                 break;
             }
             let record_bytes = std::mem::take(&mut batch.record_bytes);
-            if batch.buffer.is_empty() && record_bytes > 0 {
-                let mut pending = inner.lock();
-                if pending.sync_failed {
-                    return;
-                }
-                pending.written_record_bytes += record_bytes;
-                writable_again(&mut pending, &mut failing_since);
-                drop(pending);
-                // Publishes held back for the disk look again (and, after a failed write,
-                // those let through to be refused).
-                progress.send_modify(|progress| progress.stalled = false);
-            }
-            if !batch.buffer.is_empty() {
-                // Written: a retry must not write the entries again.
-                batch.buffer = Vec::new();
-                unsynced = true;
+            let entries_written = !batch.buffer.is_empty();
+            if entries_written || record_bytes > 0 {
                 let mut pending = inner.lock();
                 if pending.sync_failed {
                     // An fsync failed on the syncer: nothing written since counts.
@@ -1449,7 +1435,16 @@ fn write_and_sync(
                 }
                 pending.written_record_bytes += record_bytes;
                 writable_again(&mut pending, &mut failing_since);
-                drop(pending);
+            }
+            if !entries_written && record_bytes > 0 {
+                // Publishes held back for the disk look again (and, after a failed write,
+                // those let through to be refused).
+                progress.send_modify(|progress| progress.stalled = false);
+            }
+            if entries_written {
+                // Written: a retry must not write the entries again.
+                batch.buffer = Vec::new();
+                unsynced = true;
                 // Waiters of `always` wait for the fsync: waking them now would only put them
                 // back to sleep.
                 let wake = settings.fsync != Fsync::Always;

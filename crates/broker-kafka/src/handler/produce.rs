@@ -36,11 +36,13 @@ const INFLATE_FACTOR: usize = 4;
 impl<B: Backend> Handler<'_, B> {
     /// What the batches of one produce request may hold: records up to the server's payload
     /// limit, decompressing to four times the largest frame in all, room for anything a client
-    /// compresses in one request.
+    /// compresses in one request, and as many records as take that much memory once decoded.
     fn produce_limits(&self) -> Limits {
+        let budget = self.settings.max_frame_bytes.saturating_mul(INFLATE_FACTOR);
         Limits {
             record_bytes: self.settings.max_record_bytes,
-            inflate_left: self.settings.max_frame_bytes.saturating_mul(INFLATE_FACTOR),
+            inflate_left: budget,
+            records_left: budget,
         }
     }
 
