@@ -1044,3 +1044,52 @@ async fn balancing_spreads_the_topics_of_one_group_over_every_group() {
     assert_eq!(code, Some(0));
     assert!(again.contains("nothing to move"), "{again}");
 }
+
+/// Raising `--cluster-data-groups` one node at a time: the first group's leader, restarted
+/// with the higher value first, adds the new group only once every node serves it (a group
+/// some node does not serve would have no majority there), then at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_group_is_added_only_once_every_node_serves_it() {
+    let flags = |groups: &'static str| {
+        [
+            "--cluster-data-groups",
+            groups,
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ]
+    };
+    let mut nodes = Nodes::start_with(3, None, &flags("2"));
+    nodes.spread(2, SETTLING);
+    nodes.set_extra_flags(&flags("3"));
+    let leader = nodes.leader().await;
+    nodes.kill(leader);
+    nodes.restart(leader);
+    // It leads the first group again (a restart hands the leadership to another node).
+    let client = nodes.client().await;
+    let deadline = Instant::now() + SETTLING;
+    while nodes.leader().await != leader {
+        assert!(
+            Instant::now() < deadline,
+            "node {leader} did not lead again"
+        );
+        let _ = client.transfer_leadership(leader as u64 + 1).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Several of its rounds of adding groups (one a second) go by: the third waits.
+    let addr = nodes.client_addrs[leader];
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let groups = members_by_group(addr).await;
+        assert_eq!(
+            groups.len(),
+            2,
+            "a group added before every node serves it: {groups:?}"
+        );
+    }
+    for other in (0..3).filter(|index| *index != leader) {
+        nodes.kill(other);
+        nodes.restart(other);
+    }
+    let leaders = nodes.spread(3, SETTLING);
+    assert_eq!(leaders.len(), 3, "{leaders:?}");
+}
