@@ -50,6 +50,9 @@ serves no node again):
   broker cluster add 4=127.0.0.1:9204/127.0.0.1:9104
   broker cluster remove 3
 
+Values in BYTES are a plain number (16777216) or a whole number with a unit: 16MiB, 500MB
+(kB, MB, GB, TB in powers of 1000; KiB, MiB, GiB, TiB in powers of 1024).
+
 The auth token comes from --auth-token-file or the BROKER_AUTH_TOKEN environment variable,
 never from a command-line value (which any user could read in the process list).";
 
@@ -138,10 +141,10 @@ struct Args {
     )]
     kafka_auto_create_partitions: i32,
     /// Largest frame accepted or sent, in bytes; at least max payload + 2 MiB, at most 64 MiB.
-    #[arg(long, env = "BROKER_MAX_FRAME_BYTES", default_value_t = 8 * 1024 * 1024, value_parser = broker_args::parse_bytes_usize)]
+    #[arg(long, env = "BROKER_MAX_FRAME_BYTES", value_name = "BYTES", default_value_t = 8 * 1024 * 1024, value_parser = broker_args::parse_bytes_usize)]
     max_frame_bytes: usize,
     /// Largest payload, key and headers of one published record, in bytes.
-    #[arg(long, env = "BROKER_MAX_PAYLOAD_BYTES", default_value_t = 1024 * 1024, value_parser = broker_args::parse_bytes_usize)]
+    #[arg(long, env = "BROKER_MAX_PAYLOAD_BYTES", value_name = "BYTES", default_value_t = 1024 * 1024, value_parser = broker_args::parse_bytes_usize)]
     max_payload_bytes: usize,
     /// Most client connections served at once; more wait to be accepted.
     #[arg(long, env = "BROKER_MAX_CONNECTIONS", default_value_t = 1024)]
@@ -158,7 +161,7 @@ struct Args {
     /// in memory (with --fsync batch or never, records already in their segment files leave
     /// memory as it fills, and publishes wait only while the disk is behind; with always,
     /// records leave at checkpoints, and past it publishes wait for the running one).
-    #[arg(long, env = "BROKER_MAX_MEMORY", default_value_t = 1024 * 1024 * 1024, value_parser = broker_args::parse_bytes)]
+    #[arg(long, env = "BROKER_MAX_MEMORY", value_name = "BYTES", default_value_t = 1024 * 1024 * 1024, value_parser = broker_args::parse_bytes)]
     max_memory: u64,
     /// Bytes of requests larger than 64 KiB read and not yet answered, across every connection
     /// of both listeners together: once the length of such a frame has arrived (smaller ones
@@ -299,12 +302,12 @@ struct Args {
     /// snapshot is written, the log it covers removed and the records it covers (in their
     /// segment files) leave memory. Bounds recovery time, and what a restart replays into
     /// memory. (A cluster node goes by --cluster-snapshot-entries instead.)
-    #[arg(long, env = "BROKER_SNAPSHOT_LOG_BYTES", default_value_t = 64 * 1024 * 1024, value_parser = broker_args::parse_bytes)]
+    #[arg(long, env = "BROKER_SNAPSHOT_LOG_BYTES", value_name = "BYTES", default_value_t = 64 * 1024 * 1024, value_parser = broker_args::parse_bytes)]
     snapshot_log_bytes: u64,
     /// With --data-dir (a single broker or a cluster node), a partition's segment file is
     /// closed and a new one started after this many bytes (at least 4096); records leave the
     /// disk a whole segment at a time.
-    #[arg(long, env = "BROKER_SEGMENT_BYTES", default_value_t = 64 * 1024 * 1024, value_parser = broker_args::parse_bytes)]
+    #[arg(long, env = "BROKER_SEGMENT_BYTES", value_name = "BYTES", default_value_t = 64 * 1024 * 1024, value_parser = broker_args::parse_bytes)]
     segment_bytes: u64,
     /// A single broker's topics spread over this many shards (1 to 64), each with a lock of
     /// its own (and, with --data-dir, a log of its own in DIR/shards/<n>/), so that calls about
