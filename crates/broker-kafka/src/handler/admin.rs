@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use broker_core::{Command, KeyHash, Outcome};
 use broker_proto::ErrorReply;
-use futures::future::join_all;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_records_response::{
@@ -27,7 +26,9 @@ use crate::configs;
 use crate::errors::{code, kafka_error};
 use crate::Backend;
 
-use super::{kafka_topic, message, named_more_than_once, topic_name, unexpected, Handler};
+use super::{
+    in_turns, kafka_topic, message, named_more_than_once, topic_name, unexpected, Handler,
+};
 
 impl<B: Backend> Handler<'_, B> {
     pub(super) async fn create_topics(&self, request: CreateTopicsRequest) -> CreateTopicsResponse {
@@ -133,7 +134,7 @@ impl<B: Backend> Handler<'_, B> {
                 Err(refusal) => refused(kafka_error(&refusal), refusal.to_string()),
             }
         });
-        CreateTopicsResponse::default().with_topics(join_all(topics).await)
+        CreateTopicsResponse::default().with_topics(in_turns(topics).await)
     }
 
     pub(super) async fn delete_records(
@@ -190,9 +191,9 @@ impl<B: Backend> Handler<'_, B> {
             });
             DeleteRecordsTopicResult::default()
                 .with_name(topic.name.clone())
-                .with_partitions(join_all(partitions).await)
+                .with_partitions(in_turns(partitions).await)
         });
-        DeleteRecordsResponse::default().with_topics(join_all(topics).await)
+        DeleteRecordsResponse::default().with_topics(in_turns(topics).await)
     }
 
     /// Adds partitions to topics, as `broker create` of more partitions does: the new
@@ -288,7 +289,7 @@ impl<B: Backend> Handler<'_, B> {
                 Err(refusal) => refused(kafka_error(&refusal), refusal.to_string()),
             }
         });
-        CreatePartitionsResponse::default().with_results(join_all(topics).await)
+        CreatePartitionsResponse::default().with_results(in_turns(topics).await)
     }
 
     /// The one log directory (the data directory, or memory) with the partitions asked for
@@ -366,6 +367,6 @@ impl<B: Backend> Handler<'_, B> {
             };
             answer.with_error_code(code(error))
         });
-        DeleteTopicsResponse::default().with_responses(join_all(topics).await)
+        DeleteTopicsResponse::default().with_responses(in_turns(topics).await)
     }
 }

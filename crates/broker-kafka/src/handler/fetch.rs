@@ -22,7 +22,7 @@ use crate::errors::kafka_error;
 use crate::records::encode_fetched;
 use crate::Backend;
 
-use super::{kafka_topic, topic_name, unexpected, Handler};
+use super::{in_turns, kafka_topic, topic_name, unexpected, Handler};
 
 /// The `timestamp` of a ListOffsets partition that asks for the end offset.
 const LATEST: i64 = -1;
@@ -265,7 +265,7 @@ impl<B: Backend> Handler<'_, B> {
             .map(|topic| topic_name(&topic.name))
             .collect();
         let descriptions: HashMap<String, Result<Vec<TopicDescription>, ErrorReply>> =
-            join_all(names.into_iter().map(|name| async move {
+            in_turns(names.into_iter().map(|name| async move {
                 let described = self.describe(Some(name.clone())).await;
                 (name, described)
             }))
@@ -316,7 +316,7 @@ impl<B: Backend> Handler<'_, B> {
                 .with_name(topic.name)
                 .with_partitions(partitions)
         });
-        ListOffsetsResponse::default().with_topics(join_all(topics).await)
+        ListOffsetsResponse::default().with_topics(in_turns(topics).await)
     }
 
     /// The first offset at or after `time` and its record's time; `(-1, -1)` when every record

@@ -246,6 +246,29 @@ impl<B: Backend> Handler<'_, B> {
     }
 }
 
+/// How many of the calls a request names run at once ([`in_turns`]).
+const AT_ONCE: usize = 32;
+
+/// Awaits `calls` (one per item a request names: topics, partitions) [`AT_ONCE`] at a time and
+/// gives their outputs in order. A request of a few megabytes can name a million partitions;
+/// creating every call before awaiting any would hold a million futures at once.
+///
+/// The calls are taken through a boxed iterator: held across an await, the iterator's own type
+/// (a closure borrowing the request) is one the compiler cannot prove `Send` for every lifetime.
+async fn in_turns<'a, F: std::future::Future>(
+    calls: impl IntoIterator<Item = F, IntoIter: Send + 'a>,
+) -> Vec<F::Output> {
+    let mut calls: Box<dyn Iterator<Item = F> + Send + 'a> = Box::new(calls.into_iter());
+    let mut outputs = Vec::new();
+    loop {
+        let turn: Vec<F> = calls.by_ref().take(AT_ONCE).collect();
+        if turn.is_empty() {
+            return outputs;
+        }
+        outputs.extend(futures::future::join_all(turn).await);
+    }
+}
+
 /// A refusal of the broker as a Kafka error and its message.
 fn refused(refusal: &ErrorReply) -> (ResponseError, String) {
     (kafka_error(refusal), refusal.to_string())

@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use broker_core::{Command, CommandKind, Outcome, TopicDescription};
 use broker_proto::ErrorReply;
-use futures::future::join_all;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -26,7 +25,7 @@ use crate::elsewhere::offset_fetch_refused;
 use crate::errors::{code, coordinator_error};
 use crate::Backend;
 
-use super::{kafka_topic, topic_name, unexpected, Handler};
+use super::{in_turns, kafka_topic, topic_name, unexpected, Handler};
 
 impl<B: Backend> Handler<'_, B> {
     pub(super) async fn offset_commit(&self, request: OffsetCommitRequest) -> OffsetCommitResponse {
@@ -67,7 +66,7 @@ impl<B: Backend> Handler<'_, B> {
                         .collect(),
                 )
         });
-        OffsetCommitResponse::default().with_topics(join_all(topics).await)
+        OffsetCommitResponse::default().with_topics(in_turns(topics).await)
     }
 
     /// Stores `group`'s committed `offsets` (partition, offset) on `topic`; each one's error,

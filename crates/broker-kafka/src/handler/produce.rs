@@ -9,7 +9,6 @@ use broker_core::{
     Retention, TopicSettings, MAX_BATCH_RECORDS,
 };
 use broker_proto::ErrorReply;
-use futures::future::join_all;
 use kafka_protocol::messages::describe_producers_response::{
     self, PartitionResponse, TopicResponse,
 };
@@ -24,7 +23,7 @@ use crate::ids::new_producer_id;
 use crate::records::{decode_produced, Limits, Produced, RecordsError};
 use crate::Backend;
 
-use super::{message, refused, topic_name, unexpected, Handler};
+use super::{in_turns, message, refused, topic_name, unexpected, Handler};
 
 /// Why DescribeProducers is not answered while a node of the cluster runs an earlier release.
 const EARLIER_RELEASE: &str = "a node of the cluster runs a release that cannot list \
@@ -96,7 +95,7 @@ impl<B: Backend> Handler<'_, B> {
                 .with_name(kafka_name)
                 .with_partition_responses(partitions)
         });
-        ProduceResponse::default().with_responses(join_all(topics).await)
+        ProduceResponse::default().with_responses(in_turns(topics).await)
     }
 
     /// Publishes the records of each partition of one topic, in order, and answers each
@@ -143,7 +142,7 @@ impl<B: Backend> Handler<'_, B> {
                 }) => plain.push((slot, partition, records)),
             }
         }
-        let idempotent = join_all(idempotent.into_iter().map(
+        let idempotent = in_turns(idempotent.into_iter().map(
             |(slot, partition, producer, sequence, records)| async move {
                 let offsets = self
                     .publish_idempotent(topic, partition, producer, sequence, records)
@@ -423,9 +422,9 @@ impl<B: Backend> Handler<'_, B> {
                 });
                 TopicResponse::default()
                     .with_name(kafka_name)
-                    .with_partitions(join_all(partitions).await)
+                    .with_partitions(in_turns(partitions).await)
             });
-        DescribeProducersResponse::default().with_topics(join_all(topics).await)
+        DescribeProducersResponse::default().with_topics(in_turns(topics).await)
     }
 }
 

@@ -2219,3 +2219,94 @@ async fn while_a_node_runs_an_earlier_release_offsets_are_answered_as_it_did() {
         .as_deref()
         .is_some_and(|m| m.contains("release")));
 }
+
+/// The broker in memory, counting the calls in progress: each call waits a turn of the
+/// runtime first, so that calls created together are all in progress together.
+struct CountingCalls {
+    broker: EventBroker,
+    in_progress: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl Backend for CountingCalls {
+    async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.in_progress.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        tokio::task::yield_now().await;
+        let outcome = self.broker.call(command, max_wait).await;
+        self.in_progress.fetch_sub(1, SeqCst);
+        outcome
+    }
+
+    async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
+        self.broker.topics().await
+    }
+
+    fn cluster(&self) -> Option<crate::ClusterView> {
+        None
+    }
+
+    fn coordinates_groups(&self) -> bool {
+        true
+    }
+
+    fn requires_authentication(&self) -> bool {
+        false
+    }
+
+    fn authenticate(&self, _password: &str) -> bool {
+        true
+    }
+}
+
+#[tokio::test]
+async fn a_request_naming_many_partitions_runs_a_bounded_number_of_calls_at_once() {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    let backend = CountingCalls {
+        broker: broker(100),
+        in_progress: Default::default(),
+        most: Default::default(),
+    };
+    backend.broker.publish("t", 0, "r").unwrap();
+    // Two topics of 1,000 partitions each ("t" has two, "u" none: each is still a call).
+    let topic = |name: &'static str| {
+        DeleteRecordsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str(name)))
+            .with_partitions(
+                (0..1000)
+                    .map(|index| {
+                        DeleteRecordsPartition::default()
+                            .with_partition_index(index)
+                            .with_offset(-1)
+                    })
+                    .collect(),
+            )
+    };
+    let request = DeleteRecordsRequest::default().with_topics(vec![topic("t"), topic("u")]);
+    let Some(ResponseKind::DeleteRecords(response)) =
+        ask(&backend, 2, RequestKind::DeleteRecords(request)).await
+    else {
+        panic!("no DeleteRecords answer");
+    };
+    let answers: Vec<(i32, i16)> = response
+        .topics
+        .iter()
+        .flat_map(|topic| {
+            topic
+                .partitions
+                .iter()
+                .map(|p| (p.partition_index, p.error_code))
+        })
+        .collect();
+    assert_eq!(answers.len(), 2000);
+    assert_eq!(answers[..2], [(0, 0), (1, 0)]);
+    assert!(answers[2..].iter().all(|&(_, code)| code != 0));
+    let most = backend.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        most <= super::AT_ONCE * super::AT_ONCE,
+        "{most} calls were in progress at once"
+    );
+}
