@@ -7,7 +7,7 @@
 //! must survive, the committed offsets, is the broker's (see the handler's OffsetCommit).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -297,6 +297,33 @@ fn forget_if_empty(groups: &mut HashMap<String, Group>, group: &str) {
     }
 }
 
+/// A group's turn ([`Coordinator::turn`]), held until dropped.
+#[derive(Debug)]
+pub(crate) struct Turn<'a> {
+    coordinator: &'a Coordinator,
+    group: String,
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for Turn<'_> {
+    /// Gives the turn up, and forgets the group's gate when no call holds or awaits it (every
+    /// holder clones the gate under the map's lock, so the count cannot grow meanwhile).
+    fn drop(&mut self) {
+        drop(self.held.take());
+        let mut turns = self
+            .coordinator
+            .turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if turns
+            .get(&self.group)
+            .is_some_and(|gate| Arc::strong_count(gate) == 1)
+        {
+            turns.remove(&self.group);
+        }
+    }
+}
+
 /// Marks a member's JoinGroup or SyncGroup as waiting while it lives. When it ends, answered
 /// or dropped (the client's connection closed), the member was heard from now: it expires after
 /// its session timeout unless it is heard from again.
@@ -325,6 +352,8 @@ impl Drop for Waiting<'_> {
 #[derive(Debug)]
 pub struct Coordinator {
     groups: Mutex<HashMap<String, Group>>,
+    /// Each group's [`Turn`], while a call holds or awaits it.
+    turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Notified on every change a waiting JoinGroup or SyncGroup may be waiting for.
     changed: Notify,
     /// Most groups with members at once: a bound on what clients can make the server hold.
@@ -347,6 +376,7 @@ impl Coordinator {
     pub fn new(max_groups: usize, max_members: usize) -> Coordinator {
         Coordinator {
             groups: Mutex::new(HashMap::new()),
+            turns: Mutex::new(HashMap::new()),
             changed: Notify::new(),
             max_groups,
             max_members,
@@ -355,6 +385,27 @@ impl Coordinator {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Group>> {
         self.groups.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits for `group`'s turn: until it ends, no member joins the group and no other call
+    /// holding a turn of it goes on. A call that checks the group's members and then changes
+    /// what the broker keeps for it (a commit checked against the generation, a deletion
+    /// checked against members) holds a turn across both, so that what it checked still holds
+    /// when the change lands: a commit of a fenced member cannot land after the new owner's,
+    /// and a member cannot join a group whose offsets are being deleted.
+    pub(crate) async fn turn(&self, group: &str) -> Turn<'_> {
+        let gate = Arc::clone(
+            self.turns
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(group.to_owned())
+                .or_default(),
+        );
+        Turn {
+            coordinator: self,
+            group: group.to_owned(),
+            held: Some(gate.lock_owned().await),
+        }
     }
 
     /// Forgets every group and its members: this server no longer coordinates them (another
@@ -398,6 +449,7 @@ impl Coordinator {
         join: Join,
     ) -> Result<(String, Round), ResponseError> {
         let member_id = {
+            let _turn = self.turn(group).await;
             let now = Instant::now();
             let mut groups = self.lock();
             if !groups.contains_key(group) && groups.len() >= self.max_groups {
@@ -751,6 +803,25 @@ mod tests {
             session_timeout: Duration::from_secs(10),
             rebalance_timeout: Duration::from_secs(5),
         }
+    }
+
+    #[tokio::test]
+    async fn a_join_waits_for_its_groups_turn_and_turns_are_forgotten_when_given_up() {
+        let coordinator = Coordinator::default();
+        let turn = coordinator.turn("g").await;
+        let other = coordinator.turn("h").await;
+        let joining = coordinator.join("g", join(""));
+        tokio::pin!(joining);
+        tokio::select! {
+            _ = &mut joining => panic!("joined while the group's turn was held"),
+            () = tokio::task::yield_now() => {}
+        }
+        assert!(!coordinator.has_members("g"));
+        drop(turn);
+        drop(other);
+        let (_member, round) = joining.await.unwrap();
+        assert_eq!(round.generation, 1);
+        assert!(coordinator.turns.lock().unwrap().is_empty());
     }
 
     #[tokio::test(start_paused = true)]

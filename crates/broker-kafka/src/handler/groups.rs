@@ -318,6 +318,9 @@ impl<B: Backend> Handler<'_, B> {
         if !self.is_group_id(group) {
             return Some(ResponseError::InvalidGroupId);
         }
+        // No member joins until the group is deleted, so the group checked empty here is
+        // still empty when its offsets go.
+        let _turn = self.state.groups.turn(group).await;
         if self.state.groups.has_members(group) {
             return Some(ResponseError::NonEmptyGroup);
         }

@@ -30,6 +30,9 @@ use super::{in_turns, kafka_topic, topic_name, unexpected, Handler};
 impl<B: Backend> Handler<'_, B> {
     pub(super) async fn offset_commit(&self, request: OffsetCommitRequest) -> OffsetCommitResponse {
         let group = request.group_id.as_str();
+        // The generation checked here still holds when the offsets are stored: no member
+        // joins meanwhile, so no new owner's commit can land before this one.
+        let _turn = self.state.groups.turn(group).await;
         let allowed = if self.is_group_id(group) {
             self.state.groups.may_commit(
                 group,
@@ -311,6 +314,9 @@ impl<B: Backend> Handler<'_, B> {
         if !self.is_group_id(group) {
             return refused(ResponseError::InvalidGroupId);
         }
+        // No member joins until the offsets are deleted, so the members checked here are
+        // still the group's when they are.
+        let _turn = self.state.groups.turn(group).await;
         let described = match self.describe(None).await {
             Ok(topics) => topics,
             Err(refusal) => return refused(coordinator_error(&refusal)),

@@ -2220,20 +2220,47 @@ async fn while_a_node_runs_an_earlier_release_offsets_are_answered_as_it_did() {
         .is_some_and(|m| m.contains("release")));
 }
 
-/// The broker in memory, counting the calls in progress: each call waits a turn of the
-/// runtime first, so that calls created together are all in progress together.
-struct CountingCalls {
+/// The broker in memory, counting the calls in progress (each waits a turn of the runtime
+/// first, so that calls created together are all in progress together), and holding each
+/// `CommitGroup` until the test lets it go on.
+struct Instrumented {
     broker: EventBroker,
     in_progress: std::sync::atomic::AtomicUsize,
     most: std::sync::atomic::AtomicUsize,
+    /// A permit for each `CommitGroup` allowed to go on.
+    commits_allowed: tokio::sync::Semaphore,
+    /// Notified when a `CommitGroup` arrives.
+    commit_arrived: tokio::sync::Notify,
 }
 
-impl Backend for CountingCalls {
+impl Instrumented {
+    /// The broker of [`broker`], `CommitGroup`s held when `hold_commits`.
+    fn new(hold_commits: bool) -> Instrumented {
+        let permits = if hold_commits {
+            0
+        } else {
+            tokio::sync::Semaphore::MAX_PERMITS
+        };
+        Instrumented {
+            broker: broker(100),
+            in_progress: Default::default(),
+            most: Default::default(),
+            commits_allowed: tokio::sync::Semaphore::new(permits),
+            commit_arrived: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+impl Backend for Instrumented {
     async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
         use std::sync::atomic::Ordering::SeqCst;
         let now = self.in_progress.fetch_add(1, SeqCst) + 1;
         self.most.fetch_max(now, SeqCst);
         tokio::task::yield_now().await;
+        if matches!(command, Command::CommitGroup { .. }) {
+            self.commit_arrived.notify_one();
+            self.commits_allowed.acquire().await.unwrap().forget();
+        }
         let outcome = self.broker.call(command, max_wait).await;
         self.in_progress.fetch_sub(1, SeqCst);
         outcome
@@ -2265,11 +2292,7 @@ async fn a_request_naming_many_partitions_runs_a_bounded_number_of_calls_at_once
     use kafka_protocol::messages::delete_records_request::{
         DeleteRecordsPartition, DeleteRecordsTopic,
     };
-    let backend = CountingCalls {
-        broker: broker(100),
-        in_progress: Default::default(),
-        most: Default::default(),
-    };
+    let backend = Instrumented::new(false);
     backend.broker.publish("t", 0, "r").unwrap();
     // Two topics of 1,000 partitions each ("t" has two, "u" none: each is still a call).
     let topic = |name: &'static str| {
@@ -2309,4 +2332,71 @@ async fn a_request_naming_many_partitions_runs_a_bounded_number_of_calls_at_once
         most <= super::AT_ONCE * super::AT_ONCE,
         "{most} calls were in progress at once"
     );
+}
+
+#[tokio::test]
+async fn no_member_joins_while_a_checked_commit_is_on_its_way() {
+    use crate::groups::Join;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    let backend = Instrumented::new(true);
+    backend.broker.publish("t", 0, "r").unwrap();
+    let state = KafkaState::default();
+    let settings = settings();
+    let handler = Handler {
+        backend: &backend,
+        settings: &settings,
+        state: &state,
+        endpoint: endpoint(),
+        client_host: "/127.0.0.1".into(),
+    };
+    let join = || Join {
+        member_id: String::new(),
+        client_id: "client".into(),
+        client_host: "/127.0.0.1".into(),
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), Bytes::from_static(b"meta"))],
+        session_timeout: Duration::from_secs(10),
+        rebalance_timeout: Duration::from_secs(5),
+    };
+    let (first, round) = state.groups.join("g", join()).await.unwrap();
+    state
+        .groups
+        .sync("g", &first, round.generation, Vec::new())
+        .await
+        .unwrap();
+    let commit = handler.offset_commit(
+        OffsetCommitRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_member_id(StrBytes::from_string(first.clone()))
+            .with_generation_id_or_member_epoch(round.generation)
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(1)])]),
+    );
+    let second = state.groups.join("g", join());
+    tokio::pin!(commit, second);
+    // The commit was checked against the generation and is on its way to the broker.
+    tokio::select! {
+        _ = &mut commit => panic!("the commit went through while held"),
+        () = backend.commit_arrived.notified() => {}
+    }
+    // A second member asks to join: it must wait, or the rebalance it starts could give the
+    // partition to a new owner whose commit lands before this one.
+    tokio::select! {
+        _ = &mut second => panic!("the second member's join was answered"),
+        () = tokio::time::sleep(Duration::from_millis(50)) => {}
+    }
+    assert_eq!(state.groups.describe("g").members.len(), 1);
+    backend.commits_allowed.add_permits(1);
+    let committed = commit.await;
+    assert_eq!(committed.topics[0].partitions[0].error_code, 0);
+    tokio::select! {
+        _ = &mut second => panic!("the second member's join was answered"),
+        () = tokio::time::sleep(Duration::from_millis(50)) => {}
+    }
+    assert_eq!(state.groups.describe("g").members.len(), 2);
 }
