@@ -297,12 +297,25 @@ fn forget_if_empty(groups: &mut HashMap<String, Group>, group: &str) {
     }
 }
 
-/// A group's turn ([`Coordinator::turn`]), held until dropped.
+/// A group's turn ([`Coordinator::turn`], [`Coordinator::commit_turn`]), held until dropped.
 #[derive(Debug)]
 pub(crate) struct Turn<'a> {
     coordinator: &'a Coordinator,
     group: String,
-    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+    held: Option<Held>,
+}
+
+/// How a [`Turn`] holds its group's gate (until the guard drops).
+#[derive(Debug)]
+enum Held {
+    /// With other commits.
+    Shared {
+        _guard: tokio::sync::OwnedRwLockReadGuard<()>,
+    },
+    /// Alone.
+    Alone {
+        _guard: tokio::sync::OwnedRwLockWriteGuard<()>,
+    },
 }
 
 impl Drop for Turn<'_> {
@@ -353,7 +366,7 @@ impl Drop for Waiting<'_> {
 pub struct Coordinator {
     groups: Mutex<HashMap<String, Group>>,
     /// Each group's [`Turn`], while a call holds or awaits it.
-    turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    turns: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
     /// Notified on every change a waiting JoinGroup or SyncGroup may be waiting for.
     changed: Notify,
     /// Most groups with members at once: a bound on what clients can make the server hold.
@@ -387,25 +400,46 @@ impl Coordinator {
         self.groups.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits for `group`'s turn: until it ends, no member joins the group and no other call
-    /// holding a turn of it goes on. A call that checks the group's members and then changes
-    /// what the broker keeps for it (a commit checked against the generation, a deletion
-    /// checked against members) holds a turn across both, so that what it checked still holds
-    /// when the change lands: a commit of a fenced member cannot land after the new owner's,
-    /// and a member cannot join a group whose offsets are being deleted.
+    /// Waits for `group`'s turn alone: until it ends, no member joins the group and no other
+    /// call holding a turn of it goes on. A call that checks the group's members and then
+    /// changes what the broker keeps for it (a deletion checked against members) holds a turn
+    /// across both, so that what it checked still holds when the change lands: a member
+    /// cannot join a group whose offsets are being deleted.
     pub(crate) async fn turn(&self, group: &str) -> Turn<'_> {
-        let gate = Arc::clone(
+        let gate = self.gate(group);
+        Turn {
+            coordinator: self,
+            group: group.to_owned(),
+            held: Some(Held::Alone {
+                _guard: gate.write_owned().await,
+            }),
+        }
+    }
+
+    /// Waits for `group`'s turn, shared with other commits: a commit checked against the
+    /// group's generation is stored before any member joins (a join waits for a turn alone),
+    /// so a fenced member's commit cannot land after the new owner's. Commits of the same
+    /// generation need no order among themselves and go on together.
+    pub(crate) async fn commit_turn(&self, group: &str) -> Turn<'_> {
+        let gate = self.gate(group);
+        Turn {
+            coordinator: self,
+            group: group.to_owned(),
+            held: Some(Held::Shared {
+                _guard: gate.read_owned().await,
+            }),
+        }
+    }
+
+    /// `group`'s gate, made when no turn holds or awaits it.
+    fn gate(&self, group: &str) -> Arc<tokio::sync::RwLock<()>> {
+        Arc::clone(
             self.turns
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .entry(group.to_owned())
                 .or_default(),
-        );
-        Turn {
-            coordinator: self,
-            group: group.to_owned(),
-            held: Some(gate.lock_owned().await),
-        }
+        )
     }
 
     /// Forgets every group and its members: this server no longer coordinates them (another
@@ -808,7 +842,17 @@ mod tests {
     #[tokio::test]
     async fn a_join_waits_for_its_groups_turn_and_turns_are_forgotten_when_given_up() {
         let coordinator = Coordinator::default();
-        let turn = coordinator.turn("g").await;
+        // Commits share the turn; a turn alone waits for them.
+        let commit = coordinator.commit_turn("g").await;
+        let other_commit = coordinator.commit_turn("g").await;
+        let alone = coordinator.turn("g");
+        tokio::pin!(alone);
+        tokio::select! {
+            _ = &mut alone => panic!("a turn alone was given during commits"),
+            () = tokio::task::yield_now() => {}
+        }
+        drop((commit, other_commit));
+        let turn = alone.await;
         let other = coordinator.turn("h").await;
         let joining = coordinator.join("g", join(""));
         tokio::pin!(joining);

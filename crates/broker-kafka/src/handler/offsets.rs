@@ -32,7 +32,7 @@ impl<B: Backend> Handler<'_, B> {
         let group = request.group_id.as_str();
         // The generation checked here still holds when the offsets are stored: no member
         // joins meanwhile, so no new owner's commit can land before this one.
-        let _turn = self.state.groups.turn(group).await;
+        let _turn = self.state.groups.commit_turn(group).await;
         let allowed = if self.is_group_id(group) {
             self.state.groups.may_commit(
                 group,
