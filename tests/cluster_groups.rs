@@ -1093,3 +1093,59 @@ async fn a_data_group_is_added_only_once_every_node_serves_it() {
     let leaders = nodes.spread(3, SETTLING);
     assert_eq!(leaders.len(), 3, "{leaders:?}");
 }
+
+/// A group's memory budget is part of its replicated state (every replica must refuse the same
+/// publishes as full), so a node restarted from a snapshot takes the budget of when the
+/// snapshot was written. Restarted with a smaller `--max-memory`, the group's leader proposes
+/// its share instead: publishes that the old budget had room for are refused as full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_restored_from_a_snapshot_takes_the_budget_of_the_restarted_nodes() {
+    let flags = |memory: &'static str| {
+        [
+            "--cluster-data-groups",
+            "1",
+            "--cluster-snapshot-entries",
+            "10",
+            "--capacity",
+            "100000",
+            "--max-payload-bytes",
+            "1KiB",
+            "--max-memory",
+            memory,
+        ]
+    };
+    let mut nodes = Nodes::start_with(3, None, &flags("64KiB"));
+    let client = nodes.client().await;
+    again(|| client.create("t", 1)).await;
+    // The group that frees room later reads from the start.
+    again(|| client.join("t", "g", "m")).await;
+    let record = "x".repeat(1000);
+    // 40 KB retained: within 64 KiB, past 32 KiB; and snapshots written (every 10 entries).
+    for _ in 0..40 {
+        let offset = again(|| client.publish("t", 0, record.clone())).await;
+        assert!(offset >= 0, "refused under the first budget");
+    }
+    nodes.set_extra_flags(&flags("32KiB"));
+    for index in 0..3 {
+        nodes.kill(index);
+        nodes.restart(index);
+    }
+    let client = nodes.client().await;
+    let deadline = Instant::now() + SETTLING;
+    loop {
+        let offset = again(|| client.publish("t", 0, "y")).await;
+        if offset < 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "publishes still taken past the new budget (offset {offset})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Consumed records leave, and publishes are taken again under the new budget.
+    again(|| client.join("t", "g", "m")).await;
+    let drained = drain(&client, "t").await;
+    assert!(drained.len() >= 40, "{} records drained", drained.len());
+    assert!(again(|| client.publish("t", 0, record.clone())).await >= 0);
+}

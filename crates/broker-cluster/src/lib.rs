@@ -221,6 +221,10 @@ pub enum ClusterError {
 /// questions (whether it held a log before, which members list they were given).
 const START_QUESTION: Duration = Duration::from_secs(2);
 
+/// How often a group's leader asks its members again whether they apply a change of the
+/// memory budget, while one does not answer so ([`Cluster::change_budget`]).
+pub const BUDGET_ASKED_EVERY: Duration = Duration::from_secs(60);
+
 /// Asks every member of `members` but `node_id` at once, through `ask`; each answer with the
 /// member that gave it.
 async fn ask_members<T, Asked>(
@@ -527,6 +531,12 @@ pub struct Cluster {
     /// Every member answered that it applies [`Proposal::NamedCommands`] (asked before the
     /// first one this handle proposes).
     named_commands_known: AtomicBool,
+    /// Every member answered that it applies [`Proposal::Budget`] (see
+    /// [`Cluster::change_budget`]).
+    budget_changes_known: AtomicBool,
+    /// When the members were last asked whether they apply [`Proposal::Budget`], while one
+    /// did not answer so.
+    budget_changes_asked: std::sync::Mutex<Option<std::time::Instant>>,
     /// The replica the group's state machine applies to, weakly: see [`Cluster::released`].
     released: Weak<dyn std::any::Any + Send + Sync>,
     stop: CancellationToken,
@@ -665,6 +675,8 @@ impl Cluster {
             commands_14: std::sync::atomic::AtomicBool::new(false),
             kafka_addresses,
             named_commands_known: AtomicBool::new(false),
+            budget_changes_known: AtomicBool::new(false),
+            budget_changes_asked: std::sync::Mutex::new(None),
             released,
             stop,
             tracker,
@@ -757,6 +769,8 @@ impl Cluster {
             commands_14: std::sync::atomic::AtomicBool::new(false),
             kafka_addresses: Arc::clone(&self.kafka_addresses),
             named_commands_known: AtomicBool::new(false),
+            budget_changes_known: AtomicBool::new(false),
+            budget_changes_asked: std::sync::Mutex::new(None),
             released,
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
@@ -956,6 +970,50 @@ impl Cluster {
             }
             answer => answer,
         }
+    }
+
+    /// Proposes that the group's memory budget become `bytes` ([`Proposal::Budget`]), once
+    /// every other member of the group answered that its release applies such a change (asked
+    /// before the first, and then at most once every [`BUDGET_ASKED_EVERY`] while a member
+    /// does not answer so). Answers once the change is applied here.
+    ///
+    /// # Errors
+    /// As [`Cluster::propose`]; nothing is proposed on [`ProposeError::Refused`] (naming a
+    /// member whose release does not apply it) or [`ProposeError::Pending`] (a member could
+    /// not be asked, or was asked too recently).
+    pub async fn change_budget(&self, bytes: Option<u64>) -> Result<(), ProposeError> {
+        self.ensure_leader()?;
+        if !self.budget_changes_known.load(Ordering::Acquire) {
+            {
+                let mut asked = self
+                    .budget_changes_asked
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if asked.is_some_and(|at| at.elapsed() < BUDGET_ASKED_EVERY) {
+                    return Err(ProposeError::Pending(
+                        "the members were asked lately whether they apply a change of the \
+                         memory budget, and one did not answer so"
+                            .to_owned(),
+                    ));
+                }
+                *asked = Some(std::time::Instant::now());
+            }
+            let every_member_answered = self
+                .check_feature(
+                    network::BUDGET_CHANGES,
+                    "apply a change of a group's memory budget",
+                )
+                .await?;
+            if !every_member_answered {
+                return Err(ProposeError::Pending(
+                    "a member of the group could not be asked whether it applies a change of \
+                     the memory budget"
+                        .to_owned(),
+                ));
+            }
+            self.budget_changes_known.store(true, Ordering::Release);
+        }
+        self.propose(Proposal::Budget { bytes }).await.map(drop)
     }
 
     /// `Ok` unless another member of the group that answers cannot apply the changes that move

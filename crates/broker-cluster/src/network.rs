@@ -143,7 +143,13 @@ pub(crate) enum PeerRequest {
 }
 
 /// The features of this release a peer may ask about ([`PeerRequest::Features`]).
-pub(crate) const FEATURES: &[&str] = &[NAMED_COMMANDS, MOVES, MOVES_IMAGE_5, COMMANDS_14];
+pub(crate) const FEATURES: &[&str] = &[
+    NAMED_COMMANDS,
+    MOVES,
+    MOVES_IMAGE_5,
+    COMMANDS_14,
+    BUDGET_CHANGES,
+];
 
 /// The feature of applying [`crate::Proposal::NamedCommands`].
 pub(crate) const NAMED_COMMANDS: &str = "named-commands";
@@ -161,6 +167,9 @@ pub(crate) const COMMANDS_14: &str = "commands-14";
 /// ([`crate::ClusterChange::Arrive`]), which the releases before it cannot read: a move is
 /// made only once every node has it.
 pub(crate) const MOVES_IMAGE_5: &str = "moves-image-5";
+
+/// The feature of applying a change of a group's memory budget ([`crate::Proposal::Budget`]).
+pub(crate) const BUDGET_CHANGES: &str = "budget-changes";
 
 /// What a node's release can do, as it tells its peers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

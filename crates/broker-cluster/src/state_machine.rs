@@ -453,7 +453,9 @@ impl<R: Replica> StateMachine<R> {
                     })
                     .collect()
             }
-            BrokerChange::Tick { .. } => return self.replica.apply(change),
+            BrokerChange::Tick { .. } | BrokerChange::Budget { .. } => {
+                return self.replica.apply(change)
+            }
         };
         if refused.iter().all(Option::is_none) {
             return self.replica.apply(change);

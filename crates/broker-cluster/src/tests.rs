@@ -92,6 +92,10 @@ impl Replica for Memory {
                 changed: state.advance_clock(now_ms).unwrap_or_default(),
                 ..Applied::default()
             },
+            BrokerChange::Budget { bytes } => {
+                state.set_memory_budget(bytes);
+                Applied::default()
+            }
         }
     }
 

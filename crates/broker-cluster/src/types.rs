@@ -62,6 +62,16 @@ pub enum Proposal {
         /// The commands, in request order.
         commands: Vec<Command>,
     },
+    /// The group's memory budget becomes `bytes` (payload, key and header bytes retained in
+    /// the group's broker; `None` for none): proposed by the group's leader when its share of
+    /// `--max-memory` differs from the budget in force, so that every replica refuses the same
+    /// publishes as full, whatever budget its last snapshot held. Added with budget changes: a
+    /// node of an earlier release stops at such an entry, so it is proposed only once every
+    /// member of the group says that it applies it.
+    Budget {
+        /// The budget in bytes, if any.
+        bytes: Option<u64>,
+    },
 }
 
 impl Proposal {
@@ -79,7 +89,7 @@ impl Proposal {
                 commands,
             },
             Proposal::Tick { .. } => Proposal::Tick { now_ms },
-            cluster @ Proposal::Cluster(_) => cluster,
+            timeless @ (Proposal::Cluster(_) | Proposal::Budget { .. }) => timeless,
         }
     }
 
@@ -115,6 +125,7 @@ impl Proposal {
                 commands,
             }),
             Proposal::Tick { now_ms } => Ok(BrokerChange::Tick { now_ms }),
+            Proposal::Budget { bytes } => Ok(BrokerChange::Budget { bytes }),
             Proposal::Cluster(change) => Err(change),
         }
     }
@@ -136,6 +147,11 @@ pub enum BrokerChange {
     Tick {
         /// The leader's wall clock, in milliseconds since the Unix epoch.
         now_ms: i64,
+    },
+    /// See [`Proposal::Budget`].
+    Budget {
+        /// The budget in bytes, if any.
+        bytes: Option<u64>,
     },
 }
 
@@ -730,6 +746,26 @@ mod tests {
                 now_ms: 5,
                 names: NameRules::Broker,
                 commands: vec![create]
+            })
+        );
+    }
+
+    #[test]
+    fn a_budget_change_is_variant_4_keeps_its_value_when_forwarded_and_reads_back() {
+        let budget = Proposal::Budget {
+            bytes: Some(1 << 20),
+        };
+        assert_eq!(budget.clone().at(9), budget);
+        // Variant 4, then the option (1: some) and the bytes.
+        let bytes = crate::codec::encode(&budget).unwrap();
+        assert_eq!(bytes[..4], 4u32.to_le_bytes());
+        assert_eq!(bytes[4], 1);
+        assert_eq!(bytes[5..13], (1u64 << 20).to_le_bytes());
+        assert_eq!(crate::codec::decode::<Proposal>(&bytes).unwrap(), budget);
+        assert_eq!(
+            budget.into_change(),
+            Ok(BrokerChange::Budget {
+                bytes: Some(1 << 20)
             })
         );
     }

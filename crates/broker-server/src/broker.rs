@@ -298,6 +298,12 @@ impl BrokerGuard<'_> {
         self.locked.state.set_names(names)
     }
 
+    /// Sets the memory budget (see [`BrokerState::set_memory_budget`]): a change of the
+    /// cluster's log, applied alike by every replica of the group.
+    pub(crate) fn set_memory_budget(&mut self, budget: Option<u64>) {
+        self.locked.state.set_memory_budget(budget);
+    }
+
     /// Applies one command of the cluster's log at `now_ms`, the leader's clock when it was
     /// proposed: as [`BrokerGuard::apply`] (audited, dead letters taken), with no journal (the
     /// cluster's log is the journal). Topics whose waiters should retry are added to `wake`.

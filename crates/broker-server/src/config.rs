@@ -191,6 +191,12 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Each shard's (or cluster group's) part of `--max-memory` among `count`: the memory
+    /// budget of each, in payload, key and header bytes.
+    pub fn memory_share(&self, count: usize) -> u64 {
+        self.max_memory / count.max(1) as u64
+    }
+
     /// The `HOST:PORT` Kafka's clients are told to reach this server's Kafka listener on, which
     /// listens on `listening`: `--kafka-advertise` if given; in a cluster, else the host of this
     /// node's client address with the listener's port (its peers tell clients that too); `None`

@@ -79,6 +79,10 @@ impl Replica for BrokerReplica {
                     changed = broker.tick_committed(now_ms);
                     Vec::new()
                 }
+                BrokerChange::Budget { bytes } => {
+                    broker.set_memory_budget(bytes);
+                    Vec::new()
+                }
             }
         };
         // Waiting requests live on the leader, but a follower wakes its own too (none wait
@@ -462,17 +466,47 @@ pub(crate) fn refusal(error: ProposeError) -> ErrorReply {
 }
 
 /// On the leader of the group of `shard`, lets time pass when that changes something (see
-/// `clock`).
+/// `clock`), and keeps the group's memory budget its share of `--max-memory`.
 pub(crate) async fn tick(shared: &Shared, cluster: &Cluster, shard: usize) {
     if !cluster.is_leader() {
         return;
     }
+    keep_budget(shared, cluster, shard).await;
     let now_ms = wall_clock_ms();
     if !shared.shards.get(shard).lock().is_due(now_ms) {
         return;
     }
     if let Err(error) = cluster.propose(Proposal::Tick { now_ms }).await {
         debug!(%error, "letting time pass was not replicated; trying again at the next tick");
+    }
+}
+
+/// On the leader of the group of `shard`, makes the group's memory budget this node's share of
+/// `--max-memory` when the budget in force differs: one that a snapshot written under other
+/// settings brought back (`--max-memory` changed, or `--cluster-data-groups` raised), or that
+/// a leader started with other settings proposed. The change goes through the group's log, so
+/// every replica refuses the same publishes as full.
+async fn keep_budget(shared: &Shared, cluster: &Cluster, shard: usize) {
+    let share = shared.config.memory_share(shared.shards.all().len());
+    let (budget, _) = shared.shards.get(shard).lock().memory();
+    if budget == Some(share) {
+        return;
+    }
+    let group = cluster.group();
+    match cluster.change_budget(Some(share)).await {
+        Ok(()) => info!(
+            group,
+            bytes = share,
+            was = ?budget,
+            "the memory budget of group {group} is now its share of --max-memory"
+        ),
+        Err(ProposeError::Pending(why)) => debug!(group, why, "the memory budget is unchanged"),
+        Err(ProposeError::NotLeader { .. }) => {}
+        Err(error) => warn!(
+            group,
+            %error,
+            "the memory budget of group {group} is not its share of --max-memory; trying again"
+        ),
     }
 }
 

@@ -134,9 +134,7 @@ fn start_shards(
         (None, None) => config.shards.unwrap_or(1),
     };
     // With a data directory, records live on disk: the memory budget is for a broker in memory.
-    let memory_budget = storage
-        .is_none()
-        .then(|| config.max_memory / count.max(1) as u64);
+    let memory_budget = storage.is_none().then(|| config.memory_share(count));
     let configure = |state: BrokerState| {
         state
             .with_capacity(config.capacity)
