@@ -63,3 +63,4 @@ fn assert_no_change<T: Debug + PartialEq>(
     assert_eq!(call(broker).unwrap(), expected);
     assert_eq!(broker.describe(), before, "the call changed the broker");
 }
+mod exactness;

@@ -273,10 +273,11 @@ impl BrokerState {
         let max_groups = self.limits.max_groups_per_topic;
         let checked = topic_in(&mut self.topics, self.names, topic)?;
         let mut selected = Vec::with_capacity(offsets.len());
+        let mut named = vec![false; checked.partitions.len()];
         for &(partition, offset) in offsets {
             let index = checked.partition(partition)?;
             check_offset(offset)?;
-            if selected.iter().any(|&(named, _)| named == index) {
+            if std::mem::replace(&mut named[index], true) {
                 return Err(BrokerError::invalid(format!(
                     "partition {partition} is named twice"
                 )));
@@ -433,9 +434,10 @@ impl BrokerState {
         let selected: Vec<usize> = match partitions {
             Some(partitions) => {
                 let mut selected = Vec::with_capacity(partitions.len());
+                let mut named = vec![false; checked.partitions.len()];
                 for &partition in partitions {
                     let index = checked.partition(partition)?;
-                    if selected.contains(&index) {
+                    if std::mem::replace(&mut named[index], true) {
                         return Err(BrokerError::invalid(format!(
                             "partition {partition} is named twice"
                         )));

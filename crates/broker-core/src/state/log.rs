@@ -342,11 +342,14 @@ impl PartitionLog {
         })
     }
 
-    /// The records of the run `from..to` held in memory, in order.
+    /// The records of the run `from..to` held in memory, in order: none when `from` is at or
+    /// past `to` (a group that committed past the end, as the first releases allowed, reads
+    /// from past it).
     pub(super) fn memory_run(&self, from: i64, to: i64) -> impl Iterator<Item = &StoredRecord> {
         let memory_from = (from.max(self.cold_end()) - self.cold_end()) as usize;
         let memory_to = (to.max(self.cold_end()) - self.cold_end()) as usize;
-        self.records.range(memory_from..memory_to)
+        let memory_to = memory_to.min(self.records.len());
+        self.records.range(memory_from.min(memory_to)..memory_to)
     }
 
     /// The time of the oldest retained record, if there is one.
@@ -429,15 +432,17 @@ impl PartitionLog {
     /// [`BrokerError::Storage`] if the sizes of evicted records cannot be read.
     pub(super) fn first_within_bytes(&self, bytes: u64) -> Result<i64, BrokerError> {
         if self.memory_bytes > bytes {
-            // Within the records in memory: the newest that fit, counted from the end.
-            let mut kept = 0;
-            let mut start = self.end();
-            for record in self.records.iter().rev() {
-                kept += record.size();
-                if kept > bytes {
+            // Within the records in memory: the oldest leave until the rest fit, so that a
+            // publish at the limit (which makes room for one record) takes as many steps as
+            // records leave, not as many as the partition holds.
+            let mut left = self.memory_bytes;
+            let mut start = self.cold_end();
+            for record in &self.records {
+                if left <= bytes {
                     break;
                 }
-                start -= 1;
+                left -= record.size();
+                start += 1;
             }
             return Ok(start);
         }

@@ -106,7 +106,10 @@ impl BrokerState {
             }
         }
         // Deliveries released by their timeout that had their group's last chance go to its
-        // dead-letter topic, whose consumers may then find records.
+        // dead-letter topic, whose consumers may then find records: in the order of their
+        // topic, group and partition, the same on every replica (the maps above are walked in
+        // an order of each process's own).
+        timed_out.sort_unstable();
         for (topic, group, partition) in timed_out {
             let moved = self.dead_letter_if_exhausted(
                 &topic,
