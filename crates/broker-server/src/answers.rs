@@ -15,7 +15,10 @@
 //! Answers that list the whole state (see [`grows_with_state`]) have no byte budget to lower
 //! and take no room: a connection has one of them at a time on its way instead.
 
-use broker_core::{BrokerRecord, Command, Outcome, PartitionRead};
+use broker_core::{
+    BrokerRecord, Command, Outcome, PartitionRead, MAX_FETCH_RECORDS, MAX_IDENTIFIER_LEN,
+    MAX_KAFKA_NAME_LEN,
+};
 use broker_net::{FrameRoom, RequestMemory};
 use broker_proto::{Decoded, ErrorReply, RequestFrame};
 
@@ -38,39 +41,55 @@ pub(crate) fn fit_answer(command: &mut Command, room: u64) {
 }
 
 /// The wire bytes an answer of up to `max_records` records of `topic` takes besides their
-/// payloads, keys and headers.
+/// payloads, keys and headers. Counted for no more records than any request may ask for, and
+/// no longer a name than any topic has: a request asking for more is refused once applied,
+/// and must not first take room it could never use.
 fn overhead(topic: &str, max_records: i32) -> u64 {
-    let records = u64::try_from(max_records).unwrap_or(0);
+    let records = u64::try_from(max_records.min(MAX_FETCH_RECORDS)).unwrap_or(0);
+    let topic = topic.len().min(MAX_KAFKA_NAME_LEN.max(MAX_IDENTIFIER_LEN));
     records
-        .saturating_mul((RECORD_OVERHEAD + topic.len()) as u64)
+        .saturating_mul((RECORD_OVERHEAD + topic) as u64)
         .saturating_add(RESPONSE_OVERHEAD as u64)
 }
 
 /// The room `command`'s answer may take, when it carries records: what its byte budget and
 /// the frame limit allow, and the least it needs, the overhead of as many records as it asks
 /// for and one record of the largest payload (the first record comes whatever its size, and
-/// the budget left beside that overhead is never less than one payload).
-fn answer_wants(config: &Config, command: &mut Command) -> Option<(u64, u64)> {
+/// the budget left beside that overhead is never less than one payload). Neither is more than
+/// a frame (no answer is larger), nor more than the request memory leaves beside the `held`
+/// bytes the request's own frame holds: the least must be free some day, or the request, and
+/// every request after it, would wait for ever.
+fn answer_wants(
+    config: &Config,
+    memory: &RequestMemory,
+    held: u64,
+    command: &mut Command,
+) -> Option<(u64, u64)> {
     let budget = command.answer_budget()?;
     let overhead = overhead(budget.topic, budget.max_records);
     let payloads = (*budget.max_bytes).unwrap_or(config.max_frame_bytes as u64);
-    let least = overhead.saturating_add(config.max_payload_bytes as u64);
+    let most = (config.max_frame_bytes as u64).min(memory.limit().saturating_sub(held));
+    let least = overhead
+        .saturating_add(config.max_payload_bytes as u64)
+        .min(most);
     let wanted = overhead
         .saturating_add(payloads)
         .min(config.max_frame_bytes as u64)
-        .max(least);
+        .max(least)
+        .min(most);
     Some((wanted, least))
 }
 
 /// Takes room in `memory` for the answer of `frame`, when it carries records, waiting until
-/// the least it needs is free. The request's byte budget is lowered to it once the request
-/// is admitted (see [`fit_answer`]).
+/// the least it needs is free; `held` is the room the frame itself holds. The request's byte
+/// budget is lowered to it once the request is admitted (see [`fit_answer`]).
 pub(crate) async fn room_for(
     config: &Config,
     memory: &RequestMemory,
+    held: u64,
     frame: &mut Decoded<RequestFrame>,
 ) -> Option<FrameRoom> {
-    let (wanted, least) = answer_wants(config, command_of(frame)?)?;
+    let (wanted, least) = answer_wants(config, memory, held, command_of(frame)?)?;
     Some(memory.answer_room(wanted, least).await)
 }
 
@@ -79,9 +98,12 @@ pub(crate) async fn room_for(
 pub(crate) fn room_now_for(
     config: &Config,
     memory: &RequestMemory,
+    held: u64,
     frame: &mut Decoded<RequestFrame>,
 ) -> Result<Option<FrameRoom>, NoRoom> {
-    let Some((wanted, least)) = command_of(frame).and_then(|c| answer_wants(config, c)) else {
+    let Some((wanted, least)) =
+        command_of(frame).and_then(|c| answer_wants(config, memory, held, c))
+    else {
         return Ok(None);
     };
     memory
@@ -101,7 +123,7 @@ pub(crate) async fn room_for_retry(
     memory: &RequestMemory,
     command: &mut Command,
 ) -> Option<FrameRoom> {
-    let (wanted, least) = answer_wants(config, command)?;
+    let (wanted, least) = answer_wants(config, memory, 0, command)?;
     let room = memory.answer_room(wanted, least).await;
     fit_answer(command, room.bytes());
     Some(room)
@@ -196,13 +218,13 @@ mod tests {
             })
         };
         // Asked for 50,000 bytes: room for them and the answer's overhead.
-        let room = room_for(&config, &memory, &mut frame(Some(50_000)))
+        let room = room_for(&config, &memory, 0, &mut frame(Some(50_000)))
             .await
             .unwrap();
         assert_eq!(room.bytes(), (50_000 + overhead).div_ceil(64) * 64);
         // Asked for none: still room for one record of the largest payload, which comes
         // whatever the budget.
-        let small = room_for(&config, &memory, &mut frame(Some(0)))
+        let small = room_for(&config, &memory, 0, &mut frame(Some(0)))
             .await
             .unwrap();
         assert_eq!(small.bytes(), (10_000 + overhead).div_ceil(64) * 64);
@@ -219,7 +241,7 @@ mod tests {
         assert_eq!(free.bytes(), 19_968);
         assert_eq!(budget(&command), Some(19_968 - overhead));
         // Less free than the least an answer needs: a new request cannot have it now.
-        assert!(room_now_for(&config, &memory, &mut frame(None)).is_err());
+        assert!(room_now_for(&config, &memory, 0, &mut frame(None)).is_err());
         // A command whose answer carries no records takes no room.
         let mut publish = Decoded::Message(RequestFrame {
             correlation_id: 3,
@@ -230,7 +252,7 @@ mod tests {
                 payload: Bytes::from_static(b"x"),
             },
         });
-        assert!(room_now_for(&config, &memory, &mut publish)
+        assert!(room_now_for(&config, &memory, 0, &mut publish)
             .unwrap()
             .is_none());
     }

@@ -25,7 +25,7 @@ use crate::sessions::ParkedIn;
 #[derive(Debug)]
 pub(crate) struct RequestPermit {
     _in_flight: OwnedSemaphorePermit,
-    _room: Option<FrameRoom>,
+    room: Option<FrameRoom>,
     /// The connection's turn for an answer that grows with the state
     /// ([`broker_core::CommandKind::answer_grows_with_state`]): one at a time per connection.
     _large_answer: Option<OwnedSemaphorePermit>,
@@ -41,11 +41,17 @@ impl RequestPermit {
     pub(crate) fn new(in_flight: OwnedSemaphorePermit, room: Option<FrameRoom>) -> Self {
         RequestPermit {
             _in_flight: in_flight,
-            _room: room,
+            room,
             _large_answer: None,
             answer: None,
             counts_answers: false,
         }
+    }
+
+    /// The bytes of request memory the request's frame holds (none for a frame of at most a
+    /// read chunk).
+    pub(crate) fn frame_bytes(&self) -> u64 {
+        self.room.as_ref().map_or(0, FrameRoom::bytes)
     }
 
     /// The permit of a request read from a native connection, whose answers take room in the

@@ -615,7 +615,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
         let answer_room = tokio::select! {
             biased;
             () = &mut closing => return Ok(()),
-            room = answers::room_for(config, memory, &mut first) => room,
+            room = answers::room_for(config, memory, first_permit.frame_bytes(), &mut first) => room,
         };
         first_permit.hold_answer_room(answer_room);
         if answers::grows_with_state(&first) {
@@ -636,7 +636,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
             match connection.buffered_frame(codec, memory) {
                 Ok(Some((mut frame, room))) => {
                     let mut permit = RequestPermit::new(permit, room).counting_answers();
-                    match answers::room_now_for(config, memory, &mut frame) {
+                    match answers::room_now_for(config, memory, permit.frame_bytes(), &mut frame) {
                         Ok(answer_room) => permit.hold_answer_room(answer_room),
                         Err(answers::NoRoom) => {
                             carried = Some((frame, permit));

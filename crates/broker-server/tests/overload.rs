@@ -217,3 +217,48 @@ async fn a_client_closed_for_idleness_reconnects_on_its_next_call() {
     assert_eq!(client.publish("t", 0, "a").await.unwrap(), 0);
     server.stop().await.unwrap();
 }
+
+/// A request the broker refuses anyway (a poll asking for `i32::MAX` records, in a frame over
+/// 64 KiB for its long group name) takes no more room for its answer than a frame, and no
+/// more than the request memory leaves beside its own frame: it never waits for room that
+/// cannot be free, at the head of the queue that every reader of records waits in.
+#[tokio::test]
+async fn a_poll_asking_for_too_much_does_not_hold_back_other_readers() {
+    let server = TestServer::start(Config::default()).await;
+    let mut setup = connect(server.addr).await;
+    assert_eq!(
+        call(&mut setup, create("t", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    assert_eq!(
+        call(&mut setup, publish("t", 0, "a")).await,
+        Ok(Outcome::Published(0))
+    );
+    let read = || broker_core::Command::Read {
+        topic: "t".into(),
+        partition: 0,
+        offset: 0,
+        max_records: 1,
+        max_bytes: None,
+    };
+    let mut greedy = connect(server.addr).await;
+    let poll = broker_core::Command::Poll {
+        topic: "t".into(),
+        group: "g".repeat(70_000),
+        member: "m".into(),
+        max_records: i32::MAX,
+        max_bytes: None,
+    };
+    // Refused (the group name is too long), not left waiting.
+    let refused = tokio::time::timeout(Duration::from_secs(10), call(&mut greedy, poll)).await;
+    assert!(
+        matches!(refused, Ok(Err(broker_proto::ErrorReply::InvalidArgument(_)))),
+        "{refused:?}"
+    );
+    let mut other = connect(server.addr).await;
+    let answered = tokio::time::timeout(Duration::from_secs(10), call(&mut other, read())).await;
+    assert!(
+        matches!(answered, Ok(Ok(Outcome::Read(_)))),
+        "a one-record read on another connection: {answered:?}"
+    );
+}
