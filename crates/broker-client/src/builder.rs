@@ -438,7 +438,7 @@ async fn resolve_nodes(
     names: &[&str],
     timeout: Duration,
 ) -> (Vec<(String, Vec<SocketAddr>)>, Option<std::io::Error>) {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = crate::deadline::after(tokio::time::Instant::now(), timeout);
     let mut lookups: FuturesUnordered<_> = names
         .iter()
         .enumerate()

@@ -236,12 +236,7 @@ impl Client {
             .inner
             .request_timeout
             .saturating_add(Duration::from_millis(u64::from(max_wait_ms)));
-        // A timeout too large for the clock (such as `Duration::MAX`, meaning "never") is a
-        // deadline a century away.
-        let now = Instant::now();
-        let deadline = now
-            .checked_add(limit)
-            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
+        let deadline = crate::deadline::after(Instant::now(), limit);
         // Boxed: the call's state is large, and the futures of the typed calls that wrap this
         // one (and of their callers) stay small, so moving them, as pipelining callers do into
         // their `FuturesUnordered`, copies a pointer instead of the whole state.

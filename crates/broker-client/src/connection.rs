@@ -93,7 +93,7 @@ impl Connection {
         tls: Option<&Tls>,
         timeout: Duration,
     ) -> Result<Connection, Error> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::deadline::after(Instant::now(), timeout);
         let several = addrs.len() > 1;
         let mut untried = addrs.iter().copied();
         // Declared before the attempts, which borrow it.

@@ -63,6 +63,7 @@ mod builder;
 mod client;
 mod connection;
 mod consumer;
+mod deadline;
 mod error;
 mod pending;
 mod producer;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use broker_core::{
     hash, BrokerError, Command, KeyHash, PartitionBatch, PublishRecord, TopicSettings,
+    MAX_BATCH_RECORDS,
 };
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -89,7 +90,9 @@ impl ProducerBuilder {
         self
     }
 
-    /// Most records in one request, 1 to 10,000 (1,000 by default).
+    /// Most records of one partition in one request, 1 to 10,000 (1,000 by default). A request
+    /// carries the batches of several partitions, up to 10,000 records and the server's frame
+    /// limit in all: the partitions left out go in the next request.
     ///
     /// ```
     /// let builder = broker_client::Producer::builder().batch_records(100);
@@ -100,8 +103,9 @@ impl ProducerBuilder {
         self
     }
 
-    /// Most payload, key and header bytes in one request, past the first record (1 MiB by
-    /// default); keep it below the server's frame limit.
+    /// Most payload, key and header bytes of one partition in one request, past the first
+    /// record (1 MiB by default). A request holds no more than the server's frame limit in
+    /// all: the partitions left out go in the next request.
     ///
     /// ```
     /// let builder = broker_client::Producer::builder().batch_bytes(64 * 1024);
@@ -226,6 +230,9 @@ struct TopicSender {
     /// The most bytes a partition keeps, if the topic has such a limit: a larger record could
     /// never be stored.
     max_bytes: Option<u64>,
+    /// The most bytes of payload, key and headers of one record the server takes, as it said
+    /// when the topic was looked up.
+    max_payload: usize,
     inbox: Arc<Inbox>,
     next_keyless: AtomicUsize,
 }
@@ -533,7 +540,7 @@ impl Producer {
             waiter: Waiter {
                 sent_at: now,
                 size: record.size(),
-                deadline: now + self.inner.settings.delivery_timeout,
+                deadline: crate::deadline::after(now, self.inner.settings.delivery_timeout),
                 answer,
             },
             record,
@@ -634,6 +641,7 @@ impl Inner {
                     key_hash: description.key_hash,
                     partitions,
                     max_bytes,
+                    max_payload: self.client.server_limits().max_payload_bytes as usize,
                     inbox,
                     next_keyless: AtomicUsize::new(0),
                 };
@@ -662,6 +670,19 @@ impl TopicSender {
     /// topic does not have or is larger than a partition of the topic keeps.
     fn queue(&self, mut queued: Queued) {
         let size = queued.waiter.size;
+        if size > self.max_payload {
+            // Refused alone: in a request, the server would refuse every record beside it.
+            let refused = Error::Broker(BrokerError::InvalidArgument(format!(
+                "a record of {size} bytes (payload, key and headers) is larger than the \
+                 server takes ({} bytes)",
+                self.max_payload
+            )));
+            queued
+                .waiter
+                .answer
+                .send(Err(ProducerError::Refused(refused)));
+            return;
+        }
         if let Some(max) = self.max_bytes.filter(|&max| size as u64 > max) {
             let refused = Error::Broker(BrokerError::InvalidArgument(format!(
                 "a record of {size} bytes can never be stored: a partition of the topic keeps \
@@ -738,6 +759,7 @@ async fn send_topic(
     loop {
         let now = Instant::now();
         let mut parts: Vec<Part> = Vec::new();
+        let mut room = RequestRoom::of(&client);
         for partition in touched.drain(..).chain(std::mem::take(&mut later)) {
             let records = &mut waiting[partition];
             let Some(front) = records.front() else {
@@ -748,7 +770,10 @@ async fn send_topic(
             }
             let mut ready_at = not_before[partition];
             if open && !settings.is_full(records) {
-                ready_at = ready_at.max(Some(front.waiter.sent_at + settings.linger));
+                ready_at = ready_at.max(Some(crate::deadline::after(
+                    front.waiter.sent_at,
+                    settings.linger,
+                )));
             }
             if ready_at.is_some_and(|at| at > now) {
                 later.push(partition);
@@ -757,7 +782,12 @@ async fn send_topic(
             let Some(numbering) = idle[partition].take() else {
                 continue;
             };
-            let (records, waiters) = settings.take_batch(records);
+            let Some((records, waiters)) = settings.take_batch(records, &mut room) else {
+                // The request is full: the partition goes in the next one.
+                idle[partition] = Some(numbering);
+                later.push(partition);
+                continue;
+            };
             parts.push(Part {
                 partition,
                 numbering,
@@ -789,7 +819,7 @@ async fn send_topic(
             .filter_map(|&partition| {
                 let front = waiting[partition].front()?;
                 let lingered = (open && !settings.is_full(&waiting[partition]))
-                    .then(|| front.waiter.sent_at + settings.linger);
+                    .then(|| crate::deadline::after(front.waiter.sent_at, settings.linger));
                 not_before[partition].max(lingered)
             })
             .min();
@@ -864,18 +894,39 @@ impl ProducerBuilder {
                 >= self.batch_bytes
     }
 
-    /// The first records of `records` that fit in one batch (always at least one), apart
-    /// from their waiters.
-    fn take_batch(&self, records: &mut VecDeque<Queued>) -> (Vec<PublishRecord>, Vec<Waiter>) {
+    /// The first records of `records` that fit in one batch and in what is left of the
+    /// request's `room` (taken from it), apart from their waiters; `None` when not even the
+    /// first fits in a request that already holds others.
+    fn take_batch(
+        &self,
+        records: &mut VecDeque<Queued>,
+        room: &mut RequestRoom,
+    ) -> Option<(Vec<PublishRecord>, Vec<Waiter>)> {
         let mut bytes = 0;
+        let mut wire = 0;
         let mut taken = 0;
         for queued in records.iter() {
-            if taken == self.batch_records || (taken > 0 && bytes >= self.batch_bytes) {
+            let on_the_wire = RequestRoom::wire_bytes(queued);
+            if taken == self.batch_records
+                || (taken > 0 && bytes >= self.batch_bytes)
+                || taken == room.records
+                || wire + on_the_wire > room.bytes
+            {
                 break;
             }
             bytes += queued.waiter.size;
+            wire += on_the_wire;
             taken += 1;
         }
+        if taken == 0 {
+            if !room.is_untouched() {
+                return None;
+            }
+            // Alone in its request, a record always goes (the server takes one of the largest
+            // payload in a frame).
+            taken = 1;
+        }
+        room.take(taken, wire);
         // Pushed one by one into vectors of the exact size: `unzip` would grow them by its
         // generic path, which cost more than the records' moves themselves.
         let mut batch = Vec::with_capacity(taken);
@@ -884,7 +935,48 @@ impl ProducerBuilder {
             batch.push(queued.record);
             waiters.push(queued.waiter);
         }
-        (batch, waiters)
+        Some((batch, waiters))
+    }
+}
+
+/// What one request may still hold: the server refuses a publish of more than
+/// [`MAX_BATCH_RECORDS`] records, and a frame larger than its limit, whole.
+struct RequestRoom {
+    records: usize,
+    bytes: usize,
+    untouched: (usize, usize),
+}
+
+impl RequestRoom {
+    /// Wire bytes of a request besides its records (the command, the topic's name, each
+    /// batch's partition and number), allowed for generously.
+    const REQUEST_OVERHEAD: usize = 64 * 1024;
+
+    /// Wire bytes of a record besides its payload, key and headers' names and values: the
+    /// lengths and options of its fields, and of each header's.
+    fn wire_bytes(queued: &Queued) -> usize {
+        queued.waiter.size + 64 + 17 * queued.record.headers.len()
+    }
+
+    /// The room of a request to the server `client` is connected to.
+    fn of(client: &Client) -> RequestRoom {
+        let frame = client.server_limits().max_frame_bytes as usize;
+        let records = MAX_BATCH_RECORDS;
+        let bytes = frame.saturating_sub(Self::REQUEST_OVERHEAD).max(frame / 2);
+        RequestRoom {
+            records,
+            bytes,
+            untouched: (records, bytes),
+        }
+    }
+
+    fn is_untouched(&self) -> bool {
+        (self.records, self.bytes) == self.untouched
+    }
+
+    fn take(&mut self, records: usize, bytes: usize) {
+        self.records = self.records.saturating_sub(records);
+        self.bytes = self.bytes.saturating_sub(bytes);
     }
 }
 
@@ -932,12 +1024,13 @@ async fn store(client: &Client, topic: &str, mut parts: Vec<Part>) -> Vec<Settle
             records: std::mem::take(&mut part.records),
         })
         .collect();
-    let request = Command::PublishIdempotent {
+    let mut request = Command::PublishIdempotent {
         topic: topic.to_owned(),
         producer,
         batches,
     };
     let mut attempt = 0;
+    let mut renumbered = false;
     loop {
         let error = match client.publish_idempotent_kept(&request).await {
             Ok(placed) => {
@@ -946,7 +1039,19 @@ async fn store(client: &Client, topic: &str, mut parts: Vec<Part>) -> Vec<Settle
                 };
                 return settle(topic, parts, batches, placed);
             }
-            Err(error) if error.is_retriable() => error,
+            // Once an attempt's fate is unknown, no later error says that the records were not
+            // stored (that attempt may have stored them): the request goes again until it is
+            // answered or its time is up, and its numbers are then never used again.
+            Err(error) if error.is_retriable() || attempt > 0 => error,
+            // Refused whole at its first attempt: nothing of it was stored. A broker that no
+            // longer knows the producer's numbering (restarted without its data, the topic made
+            // anew, the producer forgotten among too many) refuses every number but 0: the
+            // request goes once more, numbered from 0 under a new producer id.
+            Err(Error::Broker(BrokerError::InvalidArgument(_))) if !renumbered => {
+                renumbered = true;
+                renumber(&mut parts, &mut request);
+                continue;
+            }
             Err(error) => {
                 return parts
                     .into_iter()
@@ -995,6 +1100,27 @@ async fn store(client: &Client, topic: &str, mut parts: Vec<Part>) -> Vec<Settle
         }
         tokio::time::sleep(backoff(attempt)).await;
         attempt += 1;
+    }
+}
+
+/// Numbers the batches of `parts` and of `request` (made of them) from 0 under a new
+/// producer id.
+fn renumber(parts: &mut [Part], request: &mut Command) {
+    let renamed = random_id();
+    for part in parts.iter_mut() {
+        part.numbering = Numbering {
+            producer: renamed,
+            next: 0,
+        };
+    }
+    if let Command::PublishIdempotent {
+        producer, batches, ..
+    } = request
+    {
+        *producer = renamed;
+        for batch in batches {
+            batch.sequence = 0;
+        }
     }
 }
 

@@ -10,10 +10,13 @@ use std::time::Duration;
 use broker_client::{
     Client, KeyHash, Producer, ProducerError, PublishRecord, Retention, Stored, TopicSetting,
 };
+use broker_server::Config;
 use broker_testkit::in_process::TestServer;
 use broker_testkit::process::ServerProcess;
 use broker_testkit::proxy::Proxy;
 use futures::future::join_all;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 
 /// Every record of `topic`, by partition, in offset order, as `(offset, payload)`.
 async fn read_all(client: &Client, topic: &str) -> BTreeMap<i32, Vec<(i64, String)>> {
@@ -404,4 +407,248 @@ async fn a_producers_error_is_the_crates_one_error_through_question_mark() {
         }
         other => panic!("{other:?}"),
     }
+}
+/// A burst to 16 partitions: each request holds the batches of as many partitions as fit in
+/// the server's 10,000 records, the rest go in the next one (one request of 16,000 was
+/// refused whole).
+#[tokio::test]
+async fn a_burst_over_many_partitions_goes_in_requests_the_server_takes() {
+    let server = TestServer::with_capacity(100_000).await;
+    let client = server.client().await;
+    client.create("wide", 16).await.unwrap();
+    let producer = Producer::builder().build(client.clone());
+    let sends: Vec<_> = (0..16_000)
+        .map(|i| producer.send("wide", PublishRecord::keyed(None, format!("r{i}"))))
+        .collect();
+    let results = join_all(sends).await;
+    let failed: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 16000 records refused; first: {}",
+        failed.len(),
+        failed[0]
+    );
+}
+
+/// One record over the server's payload limit is refused alone, not with the records sent
+/// beside it in the same request.
+#[tokio::test]
+async fn a_record_over_the_payload_limit_is_refused_alone() {
+    let server = TestServer::start(Config {
+        max_payload_bytes: 1000,
+        ..Config::default()
+    })
+    .await;
+    let client = server.client().await;
+    client.create("t", 4).await.unwrap();
+    let producer = Producer::builder().build(client.clone());
+    let big = producer.send("t", PublishRecord::to_partition(0, vec![0u8; 2000]));
+    let small: Vec<_> = (0..8)
+        .map(|i| {
+            producer.send(
+                "t",
+                PublishRecord::to_partition(i % 4, format!("small {i}")),
+            )
+        })
+        .collect();
+    assert!(big.await.is_err(), "the big one is refused, rightly");
+    for (i, sent) in join_all(small).await.into_iter().enumerate() {
+        assert!(sent.is_ok(), "small record {i}: {sent:?}");
+    }
+}
+
+/// Serves `listener` in this process until the sender is used or dropped.
+async fn serve(listener: TcpListener) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        broker_server::run(listener, Config::default(), async move {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    (stop, task)
+}
+
+/// A server without a data directory restarts (a container restart): it no longer knows the
+/// producer's numbering and refuses its next request whole; the producer numbers the
+/// partitions anew under a new id and sends it again, and every later record is stored.
+#[tokio::test]
+async fn a_producer_numbers_anew_when_a_restarted_server_no_longer_knows_it() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, first) = serve(listener).await;
+    let client = Client::connect(addr).await.unwrap();
+    client.create("t", 1).await.unwrap();
+    let producer = Producer::builder()
+        .delivery_timeout(Duration::from_secs(20))
+        .build(client.clone());
+    for i in 0..3 {
+        producer
+            .send("t", PublishRecord::to_partition(0, format!("before {i}")))
+            .await
+            .unwrap();
+    }
+    stop.send(()).unwrap();
+    first.await.unwrap();
+    let listener = TcpListener::bind(addr).await.unwrap();
+    let (_stop, _second) = serve(listener).await;
+    let mut created = None;
+    for _ in 0..10 {
+        match client.create("t", 1).await {
+            Ok(c) => {
+                created = Some(c);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert_eq!(created, Some(true));
+    for i in 0..3 {
+        let sent = producer
+            .send("t", PublishRecord::to_partition(0, format!("after {i}")))
+            .await;
+        assert!(sent.is_ok(), "record {i} after the restart: {sent:?}");
+    }
+}
+
+/// A proxy to `backend` whose first connection loses the answer to its first publish (its
+/// third frame from the server) and closes, whose second refuses the hello, and whose later
+/// ones pass everything.
+async fn lossy_then_refusing_proxy(backend: std::net::SocketAddr) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_util::codec::Encoder;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut accepted = 0;
+        loop {
+            let (mut client, _) = listener.accept().await.unwrap();
+            accepted += 1;
+            match accepted {
+                2 => {
+                    let mut hello = vec![0u8; 4];
+                    client.read_exact(&mut hello).await.unwrap();
+                    let len = u32::from_be_bytes(hello[..4].try_into().unwrap()) as usize;
+                    let mut body = vec![0u8; len];
+                    client.read_exact(&mut body).await.unwrap();
+                    let mut out = bytes::BytesMut::new();
+                    broker_proto::ServerHandshakeCodec::new(65536)
+                        .encode(
+                            broker_proto::HelloReply::Refused(
+                                broker_proto::ErrorReply::Unauthenticated("token rotated".into()),
+                            ),
+                            &mut out,
+                        )
+                        .unwrap();
+                    client.write_all(&out).await.unwrap();
+                    drop(client);
+                }
+                n => {
+                    let server = tokio::net::TcpStream::connect(backend).await.unwrap();
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let up = tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                    });
+                    tokio::spawn(async move {
+                        let mut frames = 0;
+                        loop {
+                            let mut head = [0u8; 4];
+                            if sr.read_exact(&mut head).await.is_err() {
+                                break;
+                            }
+                            let len = u32::from_be_bytes(head) as usize;
+                            let mut body = vec![0u8; len];
+                            if sr.read_exact(&mut body).await.is_err() {
+                                break;
+                            }
+                            frames += 1;
+                            if n == 1 && frames == 3 {
+                                // The publish's answer: lost with the connection.
+                                break;
+                            }
+                            if cw.write_all(&head).await.is_err()
+                                || cw.write_all(&body).await.is_err()
+                            {
+                                break;
+                            }
+                        }
+                        up.abort();
+                    });
+                }
+            }
+        }
+    });
+    addr
+}
+
+/// A publish applied but whose answer was lost, then a reconnection refused: the request's fate
+/// is unknown, so the refusal does not say its record was not stored; it is sent again until
+/// answered (as a repeat, at the offset it got), and the next record is stored after it.
+/// (It was answered refused, and its numbers used again: the next record was taken for a
+/// repeat of it, answered "stored" and never stored.)
+#[tokio::test]
+async fn a_refusal_after_a_lost_answer_does_not_say_the_record_was_not_stored() {
+    let server = TestServer::with_capacity(1000).await;
+    let direct = server.client().await;
+    direct.create("t", 1).await.unwrap();
+    let proxy = lossy_then_refusing_proxy(server.addr).await;
+    let client = Client::connect(proxy).await.unwrap();
+    let producer = Producer::builder().build(client);
+    let first = producer
+        .send("t", PublishRecord::to_partition(0, "A"))
+        .await
+        .unwrap();
+    let second = producer
+        .send("t", PublishRecord::to_partition(0, "B"))
+        .await
+        .unwrap();
+    assert_eq!((first.offset, second.offset), (0, 1));
+    let stored: Vec<(i64, String)> = direct
+        .read("t", 0, 0, 100, Duration::ZERO)
+        .await
+        .unwrap()
+        .records
+        .into_iter()
+        .map(|r| (r.offset, String::from_utf8_lossy(&r.payload).into_owned()))
+        .collect();
+    assert_eq!(stored, [(0, "A".to_owned()), (1, "B".to_owned())]);
+}
+
+/// "Never give up" (`Duration::MAX`, as Kafka users set `delivery.timeout.ms`) is taken.
+#[tokio::test]
+async fn an_unbounded_delivery_timeout_is_taken() {
+    let server = TestServer::with_capacity(1000).await;
+    let client = server.client().await;
+    client.create("t", 1).await.unwrap();
+    let producer = Producer::builder()
+        .delivery_timeout(Duration::MAX)
+        .build(client);
+    let sent = tokio::spawn(async move {
+        producer
+            .send("t", PublishRecord::to_partition(0, "x"))
+            .await
+    })
+    .await;
+    assert!(matches!(sent, Ok(Ok(_))), "{sent:?}");
+}
+
+/// A connect timeout of `Duration::MAX` ("never") is taken.
+#[tokio::test]
+async fn an_unbounded_connect_timeout_is_taken() {
+    let server = TestServer::with_capacity(1000).await;
+    let addr = server.addr;
+    let connected = tokio::spawn(async move {
+        Client::builder()
+            .connect_timeout(Duration::MAX)
+            .connect(addr)
+            .await
+            .map(drop)
+    })
+    .await;
+    assert!(matches!(connected, Ok(Ok(()))), "{connected:?}");
 }

@@ -252,7 +252,10 @@ async fn a_poll_asking_for_too_much_does_not_hold_back_other_readers() {
     // Refused (the group name is too long), not left waiting.
     let refused = tokio::time::timeout(Duration::from_secs(10), call(&mut greedy, poll)).await;
     assert!(
-        matches!(refused, Ok(Err(broker_proto::ErrorReply::InvalidArgument(_)))),
+        matches!(
+            refused,
+            Ok(Err(broker_proto::ErrorReply::InvalidArgument(_)))
+        ),
         "{refused:?}"
     );
     let mut other = connect(server.addr).await;
