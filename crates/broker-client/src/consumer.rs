@@ -226,6 +226,7 @@ impl ConsumerBuilder {
             client,
             mode: self.mode,
             later: Mutex::new(Vec::new()),
+            unsettled: std::sync::atomic::AtomicBool::new(false),
             topic: self.topic.clone(),
             group: self.group.clone(),
             member,
@@ -257,6 +258,9 @@ struct Membership {
     mode: ConsumeMode,
     /// Acknowledgements queued by [`Delivery::ack_later`], sent with the next poll.
     later: Mutex<Vec<(i32, i64)>>,
+    /// A delivery could not be settled (the server was not reached): it is still reserved to
+    /// the member, and no poll would give it back. The consumer's next take asks for it again.
+    unsettled: std::sync::atomic::AtomicBool,
     topic: String,
     group: String,
     member: String,
@@ -352,9 +356,9 @@ impl Delivery {
     /// Ack mode: the record is done with; the group's committed offset moves past it and its
     /// partition's next record can be delivered. `false` when this call did not acknowledge it,
     /// and it will be delivered again: its partition moved to another member, the consumer
-    /// re-joined after losing the server, or the server could not be reached (an
-    /// acknowledgement whose answer was lost is tried again, and then answers `false` if the
-    /// first attempt had made it). In fetch mode records are not acknowledged one by one, and
+    /// re-joined after losing the server, or the server could not be reached (the consumer's
+    /// next batch then asks for it again; an acknowledgement whose answer was lost is tried
+    /// again, and then answers `false` if the first attempt had made it). In fetch mode records are not acknowledged one by one, and
     /// this is always `false`.
     ///
     /// # Errors
@@ -459,8 +463,15 @@ impl Delivery {
         })
         .await;
         match settled {
-            // Still not reached: the delivery is released by its timeout, as unsettled.
-            Err(error) if error.is_retriable() => Ok(false),
+            // Still not reached: the delivery is released by its timeout, as unsettled, or
+            // asked for again by the consumer's next take (without a timeout, no poll would
+            // give it back).
+            Err(error) if error.is_retriable() => {
+                self.membership
+                    .unsettled
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(false)
+            }
             settled => settled,
         }
     }
@@ -630,7 +641,9 @@ impl Consumer {
     /// The next records: waits up to the consumer's maximum wait for some to arrive and
     /// returns them (`[]` if none came). Commits first in fetch mode when the auto-commit
     /// interval has passed. Losing the server is not an error: the consumer reconnects and
-    /// re-joins (which may take longer than the wait).
+    /// re-joins (which may take longer than the wait). Cancel safe: a call given up on (its
+    /// future dropped by a `select!` or a timeout) loses nothing; the next call gets back the
+    /// records the server may have handed to it, and no commit moves past them meanwhile.
     ///
     /// # Errors
     /// What a retry cannot mend: the topic or group was deleted, the group refuses the member
@@ -836,10 +849,22 @@ impl Consumer {
                 .settings
                 .auto_commit
                 .is_some_and(|interval| self.committed.elapsed() >= interval);
+        // Until the answer is in, the consumer stands as after a lost answer: a take whose
+        // future is dropped (by a `select!` or a timeout) leaves records reserved to the member
+        // (ack mode) or its positions past records never handed out (fetch mode). The next take
+        // then gets them back (a redelivery, or a join that moves the positions back), and no
+        // commit moves past them meanwhile.
+        let unsettled = self
+            .membership
+            .unsettled
+            .swap(false, std::sync::atomic::Ordering::Relaxed);
+        let recovering = self.recover || unsettled;
+        self.recover = true;
+        self.joined = false;
         let (client, topic, group, member) = self.membership.names();
         let (max, wait) = (self.settings.max_records, self.settings.max_wait);
         let take = async {
-            match (self.settings.mode, self.recover) {
+            match (self.settings.mode, recovering) {
                 // Records reserved to this member by a lost answer (or by an earlier consumer
                 // of the same member id) would never come back to it by a poll: get them back.
                 // Queued acknowledgements are of deliveries this releases: they would not
@@ -878,6 +903,7 @@ impl Consumer {
             self.committed = Instant::now();
         }
         self.recover = false;
+        self.joined = true;
         Ok(records)
     }
 

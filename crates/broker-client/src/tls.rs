@@ -75,10 +75,15 @@ impl Tls {
             .connect(self.server_name.clone(), stream)
             .await
             .map_err(|error| {
-                let hint = error
+                let refused = error
                     .get_ref()
-                    .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-                    .and_then(certificate_hint)
+                    .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+                let Some(refused) = refused else {
+                    // The connection failed under the handshake (reset, closed, timed out), as
+                    // it may before any handshake: as passing as over plain TCP.
+                    return Error::Io(error);
+                };
+                let hint = certificate_hint(refused)
                     .map(|hint| format!(" ({hint})"))
                     .unwrap_or_default();
                 Error::Tls(format!(

@@ -352,3 +352,127 @@ async fn commit_offsets_is_refused_in_ack_mode_and_moves_nothing() {
     assert_eq!(admin.committed("t", "g", 0).await.unwrap(), 0);
     consumer.close().await.unwrap();
 }
+
+/// Fetch mode: a `next_batch` given up on (a `select!` on a shutdown signal, a timeout) after
+/// its fetch went out. The server moved the member's position past the records of the lost
+/// answer; the next take moves it back (it joins again), and no commit moves past them
+/// meanwhile: every record is handed out, once the consumer carries on.
+#[tokio::test]
+async fn fetch_mode_a_next_batch_given_up_on_loses_no_record() {
+    let server = TestServer::with_capacity(1000).await;
+    let client = server.client().await;
+    client.create("t", 1).await.unwrap();
+    for i in 0..5 {
+        client.publish("t", 0, format!("r{i}")).await.unwrap();
+    }
+    let mut consumer = Consumer::builder("t", "g")
+        .member("m1")
+        .mode(ConsumeMode::Fetch)
+        .max_wait(Duration::ZERO)
+        .auto_commit(Some(Duration::from_secs(3600)))
+        .start(client.clone())
+        .await
+        .unwrap();
+    // Polled once (its request goes out), then dropped: what a `select!` whose other branch
+    // won does to it.
+    let gave_up = futures::FutureExt::now_or_never(consumer.next_batch());
+    assert!(gave_up.is_none());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut handed_out = Vec::new();
+    for _ in 0..3 {
+        handed_out.extend(
+            consumer
+                .next_batch()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|d| d.offset),
+        );
+    }
+    consumer.close().await.unwrap();
+    assert_eq!(handed_out, [0, 1, 2, 3, 4]);
+}
+
+/// Ack mode: a `next_batch` given up on leaves a record in flight to the member, which a poll
+/// never hands to it again: the next take asks for it again (before, the partition stalled for
+/// as long as the consumer lived).
+#[tokio::test]
+async fn ack_mode_a_next_batch_given_up_on_stalls_nothing() {
+    let server = TestServer::with_capacity(1000).await;
+    let client = server.client().await;
+    client.create("a", 1).await.unwrap();
+    for i in 0..3 {
+        client.publish("a", 0, format!("r{i}")).await.unwrap();
+    }
+    let mut consumer = Consumer::builder("a", "g")
+        .member("m1")
+        .max_wait(Duration::ZERO)
+        .start(client.clone())
+        .await
+        .unwrap();
+    let first = consumer.next_batch().await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert!(first[0].ack().await.unwrap());
+    // Polled once (its request goes out), then dropped: what a `select!` whose other branch
+    // won does to it.
+    let gave_up = futures::FutureExt::now_or_never(consumer.next_batch());
+    assert!(gave_up.is_none());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut later = Vec::new();
+    for _ in 0..10 {
+        for delivery in consumer.next_batch().await.unwrap() {
+            later.push(delivery.offset);
+            assert!(delivery.ack().await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(later, [1, 2]);
+}
+
+/// Ack mode: `Delivery::ack` cannot reach the server (three quick attempts) and answers
+/// `false`, "it will be delivered again"; the server comes back before the consumer's next
+/// request, which the client sends on a fresh connection without the consumer noticing a
+/// loss. The record, still in flight to the member, is delivered again (before, its partition
+/// never delivered again).
+#[tokio::test]
+async fn ack_mode_an_acknowledgement_not_reached_is_delivered_again() {
+    let server = TestServer::with_capacity(1000).await;
+    let direct = server.client().await;
+    direct.create("s", 1).await.unwrap();
+    for i in 0..3 {
+        direct.publish("s", 0, format!("r{i}")).await.unwrap();
+    }
+    let proxy = Proxy::start(server.addr).await;
+    let client = Client::connect(proxy.addr).await.unwrap();
+    let mut consumer = Consumer::builder("s", "g")
+        .member("m1")
+        .max_wait(Duration::ZERO)
+        .start(client)
+        .await
+        .unwrap();
+    let first = consumer.next_batch().await.unwrap();
+    assert_eq!(first.len(), 1);
+    // The server goes away for a moment.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    proxy.set_backend(dead);
+    proxy.cut();
+    let acked = first[0].ack().await.unwrap();
+    proxy.set_backend(server.addr);
+    let mut later = Vec::new();
+    for _ in 0..10 {
+        later.extend(
+            consumer
+                .next_batch()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|d| d.offset),
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!acked);
+    assert_eq!(later.first(), Some(&0), "{later:?}");
+}

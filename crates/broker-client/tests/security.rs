@@ -323,3 +323,40 @@ async fn many_pipelined_calls_flow_over_tls() {
     }
     assert_eq!(stored, 2000);
 }
+
+/// A port that accepts and closes at once (a load balancer whose backend is down, a server
+/// going away): the connection failing under the TLS handshake is as passing as it is over
+/// plain TCP, so that a Consumer or Producer tries again with TLS on too. A certificate the
+/// client refuses stays final.
+#[tokio::test]
+async fn a_connection_closed_during_the_tls_handshake_is_tried_again() {
+    let pki = TestPki::new(&["localhost", "127.0.0.1"]);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (socket, _) = listener.accept().await.unwrap();
+            drop(socket);
+        }
+    });
+    let plain = Client::connect(addr).await.unwrap_err();
+    let tls = Client::builder()
+        .tls_ca_file(&pki.ca_file)
+        .connect(addr)
+        .await
+        .unwrap_err();
+    assert!(plain.is_retriable(), "{plain}");
+    assert!(tls.is_retriable(), "{tls}");
+    // A server whose certificate another authority signed is refused for good.
+    let other = TestPki::new(&["localhost", "127.0.0.1"]);
+    let server = TestServer::start(with_tls(&pki)).await;
+    let refused = Client::builder()
+        .tls_ca_file(&other.ca_file)
+        .connect(server.addr)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, Error::Tls(_)) && !refused.is_retriable(),
+        "{refused}"
+    );
+}
