@@ -256,7 +256,10 @@ fn limit_settings(args: &LimitArgs) -> Vec<TopicSetting> {
 async fn configure_topic(client: &Client, args: ConfigureTopicArgs) -> anyhow::Result<()> {
     let settings = limit_settings(&args.limits);
     if settings.is_empty() {
-        bail!("name a setting to change: --max-records, --max-bytes, --max-age or --discard");
+        return usage(
+            "configure",
+            "name a setting to change: --max-records, --max-bytes, --max-age or --discard",
+        );
     }
     let now = client.configure_topic(&args.topic, &settings).await?;
     if args.json {
@@ -842,21 +845,34 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
         member,
     } = &args.member;
     if args.retry_after.is_some() && args.mode != ConsumeMode::Ack {
-        bail!("--retry-after is for ack mode: fetch mode has no deliveries to retry");
+        return usage(
+            "consume",
+            "--retry-after is for ack mode: fetch mode has no deliveries to retry",
+        );
     }
     if args.mode != ConsumeMode::Ack
         && (args.ack_timeout.is_some() || args.dead_letters.given().is_some())
     {
-        bail!(
+        return usage(
+            "consume",
             "--ack-timeout, --max-deliveries and --dead-letter are for ack mode: they govern \
-             deliveries, which fetch mode does not have"
+             deliveries, which fetch mode does not have",
         );
     }
     if args.retry_after.is_some() && args.count.is_none() && !args.follow {
-        bail!("--retry-after needs --count or --follow: retried records come back");
+        return usage(
+            "consume",
+            "--retry-after needs --count or --follow: retried records come back",
+        );
     }
     if args.mode == ConsumeMode::Ack && args.batch > MAX_POLL_RECORDS {
-        bail!("--batch in ack mode is at most {MAX_POLL_RECORDS} (a poll takes one record per partition)");
+        return usage(
+            "consume",
+            format!(
+                "--batch in ack mode is at most {MAX_POLL_RECORDS} (a poll takes one record per \
+                 partition)"
+            ),
+        );
     }
     let mut settings = Vec::new();
     if let Some(start_at) = args.start_at {
@@ -942,6 +958,26 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
         Some(signal) => Err(signal.into()),
         None => Ok(()),
     }
+}
+
+/// Arguments that clap takes one by one but that do not go together (`--batch 65` in ack
+/// mode, `--retry-after` in fetch mode, ...): exits with 2, as clap's own refusals do.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Usage {
+    /// The subcommand whose arguments they are.
+    pub command: &'static str,
+    /// What is wrong, and what to give instead.
+    pub message: String,
+}
+
+/// Refuses the arguments of `command` with `message` (see [`Usage`]).
+fn usage<T>(command: &'static str, message: impl Into<String>) -> anyhow::Result<T> {
+    Err(Usage {
+        command,
+        message: message.into(),
+    }
+    .into())
 }
 
 /// `broker consume` was stopped by a signal: it exits with 128 plus the signal's number, as a

@@ -98,6 +98,23 @@ fn main() -> ExitCode {
                 .downcast_ref::<commands::Interrupted>()
                 .map_or(1, |i| i.code),
         ),
+        // Arguments that do not go together: refused as clap refuses arguments (exit 2).
+        Err(error) if error.is::<commands::Usage>() => {
+            let message = error.to_string();
+            let mut command = cli::Cli::command();
+            command.build();
+            let subcommand = error
+                .downcast_ref::<commands::Usage>()
+                .map_or("", |usage| usage.command);
+            match command.find_subcommand_mut(subcommand) {
+                Some(subcommand) => subcommand
+                    .error(clap::error::ErrorKind::ArgumentConflict, message)
+                    .exit(),
+                None => command
+                    .error(clap::error::ErrorKind::ArgumentConflict, message)
+                    .exit(),
+            }
+        }
         // A membership change whose last steps go on after the command: not a failure.
         Err(error) if error.is::<cluster::Pending>() => {
             eprintln!("pending: {error}");

@@ -42,8 +42,11 @@ use crate::Error;
 /// `poll` never hands an in-flight record to its own member again. After such a failure an
 /// ack-mode consumer should `join` again (harmless if it is still a member) and call
 /// [`Client::redeliver`] instead of `poll`: it releases the member's deliveries in flight and
-/// polls again, so those records come back first. A fetch-mode consumer carries on from the
-/// group's committed offsets.
+/// polls again, so those records come back first. A fetch whose answer was lost has moved
+/// the member's positions past records it never got, and a member still in the group keeps
+/// them when it joins again: a fetch-mode consumer first moves them back to the group's
+/// committed offsets (`reset_group` with `ResetTo::ShiftBy(0)` over the partitions it holds,
+/// which never moves a committed offset), then joins, as [`crate::Consumer`] does.
 ///
 /// # Examples
 ///
