@@ -36,7 +36,7 @@
 //!
 //! With one shard (the default) every command goes to it and the placement is never consulted.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use broker_core::{BrokerDescription, BrokerError, Command, GroupSetting, Outcome};
@@ -172,9 +172,16 @@ impl Shards {
                 .collect(),
             _ => Vec::new(),
         };
-        let decided = self
+        let mut decided = self
             .read_placement()
             .shard_for(&command, self.max_topics, &failed);
+        if matches!(decided, Err(Refusal::TooManyTopics(_))) {
+            // Names that groups gave as dead-letter topics and no longer give count no more.
+            self.forget_lapsed_dead_letters();
+            decided = self
+                .read_placement()
+                .shard_for(&command, self.max_topics, &failed);
+        }
         let shard = match decided {
             Ok(shard) => shard,
             // A name only a group of another shard gave, which no group there gives any more
@@ -199,9 +206,54 @@ impl Shards {
             {
                 tracing::info!(%topic, shard, "topic placed");
             }
+            let names_dead_letter = matches!(change, PlacementChange::NamesDeadLetter(_));
             change.apply(&mut self.write_placement(), shard, outcome);
+            // Each group reconfigured with a new name adds one: kept within the broker's
+            // maximum of topics by forgetting those no group gives any more.
+            if names_dead_letter && self.read_placement().dead_letters.len() > self.max_topics {
+                self.forget_lapsed_dead_letters();
+            }
         }
         Ok((shard, result, extra))
+    }
+
+    /// Forgets the dead-letter names that no group of their shard gives any more (its group was
+    /// reconfigured, or its topic deleted) and that are no topic: they count against the
+    /// broker's maximum of topics no more. Describes each shard holding such a name once.
+    fn forget_lapsed_dead_letters(&self) {
+        let reserved: Vec<(String, usize)> = {
+            let placement = self.read_placement();
+            placement
+                .dead_letters
+                .iter()
+                .filter(|(name, _)| !placement.topics.contains_key(*name))
+                .map(|(name, &shard)| (name.clone(), shard))
+                .collect()
+        };
+        let mut given: HashMap<usize, HashSet<String>> = HashMap::new();
+        for &(_, shard) in &reserved {
+            given.entry(shard).or_insert_with(|| {
+                let description = self.get(shard).lock().describe();
+                description
+                    .topics
+                    .iter()
+                    .flat_map(|topic| {
+                        topic
+                            .groups
+                            .iter()
+                            .filter_map(|group| dead_letter_of(&group.settings))
+                            .map(str::to_owned)
+                            .chain(std::iter::once(topic.name.clone()))
+                    })
+                    .collect()
+            });
+        }
+        let mut placement = self.write_placement();
+        for (name, shard) in reserved {
+            if !given.get(&shard).is_some_and(|names| names.contains(&name)) {
+                placement.dead_letters.remove(&name);
+            }
+        }
     }
 
     /// Whether shard `shard` holds a topic named `name` or a group that names it as its

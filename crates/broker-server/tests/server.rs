@@ -1110,3 +1110,69 @@ async fn a_failed_announcement_stops_what_the_server_started() {
         .await
         .expect_err("the metrics listener is closed");
 }
+
+/// With shards, a name a group gives as its dead-letter topic counts against the broker's
+/// maximum of topics before its topic exists; once no group gives it any more (the group was
+/// reconfigured with another), it counts no more: creating a topic is not refused for names
+/// nobody gives.
+#[tokio::test]
+async fn dead_letter_names_no_group_gives_any_more_do_not_use_up_the_topic_limit() {
+    use broker_core::{GroupSetting, Limits, TopicName};
+    let server = TestServer::start(Config {
+        shards: Some(2),
+        limits: Limits {
+            max_topics: 3,
+            ..Limits::default()
+        },
+        ..Config::default()
+    })
+    .await;
+    let mut client = connect(server.addr).await;
+    let dead_letter = |name: &str| {
+        vec![
+            GroupSetting::MaxDeliveries(2),
+            GroupSetting::DeadLetter(TopicName::new(name).unwrap()),
+        ]
+    };
+    assert_eq!(
+        call(&mut client, create("orders", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    let joined = call(
+        &mut client,
+        Command::Join {
+            topic: "orders".into(),
+            group: "g".into(),
+            member: "m".into(),
+            assignor: None,
+            settings: dead_letter("dl0"),
+        },
+    )
+    .await;
+    assert!(joined.is_ok(), "{joined:?}");
+    for i in 1..=3 {
+        let configured = call(
+            &mut client,
+            Command::ConfigureGroup {
+                topic: "orders".into(),
+                group: "g".into(),
+                settings: dead_letter(&format!("dl{i}")),
+            },
+        )
+        .await;
+        assert!(
+            matches!(configured, Ok(Outcome::GroupSettings(_))),
+            "{configured:?}"
+        );
+    }
+    // One topic exists and the group gives one name (dl3): two of three.
+    assert_eq!(
+        call(&mut client, create("other", 1)).await,
+        Ok(Outcome::Created(true))
+    );
+    // Three now: the next is refused.
+    assert!(matches!(
+        call(&mut client, create("third", 1)).await,
+        Err(broker_proto::ErrorReply::InvalidArgument(_))
+    ));
+}
