@@ -2046,7 +2046,8 @@ fn consume_can_create_a_group_with_a_dead_letter_topic_and_describe_shows_it() {
     );
     assert_eq!(run.code, Some(2), "{run:#?}");
     assert!(
-        run.stderr.starts_with("error: --retry-after needs --count or --follow"),
+        run.stderr
+            .starts_with("error: --retry-after needs --count or --follow"),
         "{run:#?}"
     );
 }
@@ -2134,7 +2135,9 @@ fn configure_changes_the_limits_it_names_and_a_lowered_limit_holds_at_once() {
     let refused = broker(&server, &["configure", "clicks"]);
     assert_eq!(refused.code, Some(2), "{refused:#?}");
     assert!(
-        refused.stderr.starts_with("error: name a setting to change"),
+        refused
+            .stderr
+            .starts_with("error: name a setting to change"),
         "{refused:#?}"
     );
     // --help says what can change and what cannot.

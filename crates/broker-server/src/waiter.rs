@@ -63,6 +63,11 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
                 () = &mut deadline => break (Ok(found), None),
             };
             permit.hold_answer_room(room);
+            // The connection may have closed while the retry waited for room: a poll applied
+            // now would reserve records whose answer nobody reads.
+            if reply_to.closing.is_cancelled() || reply_to.outgoing.is_closed() {
+                break (Ok(found), None);
+            }
         }
         let cluster = shared.cluster().map(|_| shared.group(shard));
         let Executed { result, entry } = match cluster {
