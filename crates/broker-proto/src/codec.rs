@@ -324,10 +324,7 @@ impl Decoder for ServerCodec {
         let decoded = self
             .framing
             .split_frame(src)?
-            .map(|body| match direct::publish(&body) {
-                Some(frame) => Decoded::Message(frame),
-                None => decode_body(&body),
-            });
+            .map(|body| direct::publish(&body).unwrap_or_else(|| decode_body(&body)));
         Ok(self.of_version(decoded))
     }
 

@@ -13,9 +13,9 @@
 
 use bytes::Bytes;
 
-use broker_core::{Command, Header, PartitionBatch, PublishRecord};
+use broker_core::{Command, Header, PartitionBatch, PublishRecord, MAX_BATCH_RECORDS};
 
-use crate::RequestFrame;
+use crate::{Decoded, RequestFrame};
 
 /// The variant indexes of the publishes on the wire.
 const PUBLISH: u32 = 3;
@@ -40,8 +40,30 @@ const MIN_HEADER_BYTES: usize = 8 + 1;
 
 /// `body` decoded as a publish request, when it is one, read exactly; `None` otherwise (the
 /// generic decoder then decides).
-pub(super) fn publish(body: &[u8]) -> Option<RequestFrame> {
-    let mut reader = Reader { rest: body };
+pub(super) fn publish(body: &[u8]) -> Option<Decoded<RequestFrame>> {
+    let mut reader = Reader {
+        rest: body,
+        records: 0,
+    };
+    match publish_frame(&mut reader) {
+        // More records than a publish may hold, refused before they are read: decoded, small
+        // records take several times their wire bytes, which the request memory counted.
+        None if reader.records > MAX_BATCH_RECORDS => Some(Decoded::Malformed {
+            leading_u64: body
+                .get(..8)
+                .and_then(|bytes| bytes.try_into().ok())
+                .map(u64::from_le_bytes),
+            reason: format!(
+                "a batch holds at most {MAX_BATCH_RECORDS} records, got {}",
+                reader.records
+            ),
+        }),
+        frame => frame.map(Decoded::Message),
+    }
+}
+
+/// [`publish`] of a request within the limits.
+fn publish_frame(reader: &mut Reader<'_>) -> Option<RequestFrame> {
     let correlation_id = reader.u64()?;
     let max_wait_ms = reader.u32()?;
     let command = match reader.u32()? {
@@ -57,7 +79,7 @@ pub(super) fn publish(body: &[u8]) -> Option<RequestFrame> {
         },
         PUBLISH_BATCH => Command::PublishBatch {
             topic: reader.text()?.to_owned(),
-            records: reader.list(MIN_RECORD_BYTES, Reader::record)?,
+            records: reader.records()?,
         },
         PUBLISH_IDEMPOTENT => Command::PublishIdempotent {
             topic: reader.text()?.to_owned(),
@@ -66,7 +88,7 @@ pub(super) fn publish(body: &[u8]) -> Option<RequestFrame> {
         },
         PUBLISH_UNTIL_FULL => Command::PublishUntilFull {
             topic: reader.text()?.to_owned(),
-            records: reader.list(MIN_RECORD_BYTES, Reader::record)?,
+            records: reader.records()?,
         },
         _ => return None,
     };
@@ -84,6 +106,8 @@ pub(super) fn publish(body: &[u8]) -> Option<RequestFrame> {
 /// integers.
 struct Reader<'a> {
     rest: &'a [u8],
+    /// The records the lists read so far announced, in all.
+    records: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -168,8 +192,25 @@ impl<'a> Reader<'a> {
         Some(PartitionBatch {
             partition: self.i32()?,
             sequence: self.u64()?,
-            records: self.list(MIN_RECORD_BYTES, Reader::record)?,
+            records: self.records()?,
         })
+    }
+
+    /// A list of records, counted with those of the lists before it: more than a publish may
+    /// hold in all is refused before any is read.
+    fn records(&mut self) -> Option<Vec<PublishRecord>> {
+        let count = {
+            let mut ahead = Reader {
+                rest: self.rest,
+                records: 0,
+            };
+            ahead.length()?
+        };
+        self.records = self.records.saturating_add(count);
+        if self.records > MAX_BATCH_RECORDS {
+            return None;
+        }
+        self.list(MIN_RECORD_BYTES, Reader::record)
     }
 
     fn record(&mut self) -> Option<PublishRecord> {

@@ -40,12 +40,66 @@ fn generic(body: &[u8]) -> Option<RequestFrame> {
     }
 }
 
+/// What the direct decoder makes of `body`, when it is a message.
+fn direct(body: &[u8]) -> Option<RequestFrame> {
+    match publish(body)? {
+        Decoded::Message(frame) => Some(frame),
+        Decoded::Malformed { .. } => None,
+    }
+}
+
 /// The property: whatever the direct decoder decodes, the generic one decodes the same way.
 fn agrees(body: &[u8]) -> Result<(), TestCaseError> {
-    if let Some(direct) = publish(body) {
+    if let Some(direct) = direct(body) {
         prop_assert_eq!(Some(direct), generic(body));
     }
     Ok(())
+}
+
+#[test]
+fn more_records_than_a_publish_holds_are_refused_before_they_are_read() {
+    use broker_core::MAX_BATCH_RECORDS;
+    let records = |count: usize| vec![PublishRecord::to_partition(0, Bytes::new()); count];
+    let within = request(Command::PublishBatch {
+        topic: "t".to_owned(),
+        records: records(MAX_BATCH_RECORDS),
+    });
+    assert_eq!(direct(&body(&within)), Some(within));
+    let over = request(Command::PublishBatch {
+        topic: "t".to_owned(),
+        records: records(MAX_BATCH_RECORDS + 1),
+    });
+    let refused = |body: &[u8]| match publish(body) {
+        Some(Decoded::Malformed {
+            leading_u64,
+            reason,
+        }) => (leading_u64, reason),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        refused(&body(&over)),
+        (
+            Some(0x0102_0304_0506_0708),
+            "a batch holds at most 10000 records, got 10001".to_owned()
+        )
+    );
+    // The batches of an idempotent publish count together.
+    let split = frame(vec![
+        PartitionBatch {
+            partition: 0,
+            sequence: 0,
+            records: records(MAX_BATCH_RECORDS / 2),
+        },
+        PartitionBatch {
+            partition: 1,
+            sequence: 0,
+            records: records(MAX_BATCH_RECORDS / 2 + 1),
+        },
+    ]);
+    assert_eq!(
+        refused(&body(&split)).1,
+        "a batch holds at most 10000 records, got 10001"
+    );
 }
 
 #[test]
@@ -88,7 +142,7 @@ fn every_field_of_a_publish_idempotent_decodes_as_the_generic_decoder_decodes_it
         },
     ]);
     let body = body(&frame);
-    assert_eq!(publish(&body), Some(frame.clone()));
+    assert_eq!(direct(&body), Some(frame.clone()));
     assert_eq!(generic(&body), Some(frame));
 }
 
@@ -133,7 +187,7 @@ fn every_other_publish_decodes_as_the_generic_decoder_decodes_it() {
     ] {
         let frame = request(command);
         let body = body(&frame);
-        assert_eq!(publish(&body), Some(frame.clone()));
+        assert_eq!(direct(&body), Some(frame.clone()));
         assert_eq!(generic(&body), Some(frame));
     }
 }
@@ -193,7 +247,7 @@ fn a_publish_written_byte_by_byte_as_proto_md_documents_decodes_through_the_serv
         max_wait_ms: 0,
         ..expected
     };
-    assert_eq!(publish(&frame[4..]), Some(expected.clone()));
+    assert_eq!(direct(&frame[4..]), Some(expected.clone()));
     let mut buffer = BytesMut::from(&frame[..]);
     let decoded = crate::ServerCodec::new(1024, crate::PROTOCOL_VERSION)
         .decode(&mut buffer)
@@ -211,7 +265,7 @@ fn other_commands_and_damaged_bodies_are_left_to_the_generic_decoder() {
         topic: "t".to_owned(),
         partition: 0,
     });
-    assert_eq!(publish(&body(&end_offset)), None);
+    assert!(publish(&body(&end_offset)).is_none());
     let batch = PartitionBatch {
         partition: 0,
         sequence: 0,
@@ -228,13 +282,13 @@ fn other_commands_and_damaged_bodies_are_left_to_the_generic_decoder() {
     let mut bad_text = good.clone();
     bad_text[8 + 4 + 4 + 8] = 0xff; // The topic's first byte.
     for body in [&trailing[..], cut, &bad_tag, &bad_text] {
-        assert_eq!(publish(body), None);
+        assert!(publish(body).is_none());
         assert_eq!(generic(body), None, "the generic decoder takes it");
     }
     // A forged count of batches reserves nothing it cannot fill.
     let mut forged = good[..8 + 4 + 4 + 8 + "orders-é".len() + 8].to_vec();
     forged.extend_from_slice(&u64::MAX.to_le_bytes());
-    assert_eq!(publish(&forged), None);
+    assert!(publish(&forged).is_none());
 }
 
 fn bytes(max: usize) -> impl Strategy<Value = Bytes> {
@@ -311,7 +365,7 @@ proptest! {
     #[test]
     fn the_direct_decoder_decodes_every_publish_as_the_generic_one(frame in publishes()) {
         let body = body(&frame);
-        prop_assert_eq!(publish(&body), Some(frame));
+        prop_assert_eq!(direct(&body), Some(frame));
         agrees(&body)?;
     }
 
