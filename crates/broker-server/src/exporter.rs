@@ -405,13 +405,17 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, metrics: A
     // The process's figures keep the names every exporter gives them, without the prefix.
     let mut process = Registry::default();
     process.register_collector(Box::new(ProcessCollector::new()));
-    let registries = Arc::new([registry, process]);
+    let renders = Arc::new(Renders {
+        registries: [registry, process],
+        last: std::sync::Mutex::new(Rendered::default()),
+        started: std::sync::atomic::AtomicU64::new(0),
+    });
     crate::http::serve(listener, shared, None, "metrics", move |request| {
-        let registries = Arc::clone(&registries);
+        let renders = Arc::clone(&renders);
         async move {
             // Rendering takes the shards' locks and walks the data directory: on a thread of
             // its own, not on one of the runtime's workers.
-            tokio::task::spawn_blocking(move || answer(registries.as_slice(), &request))
+            tokio::task::spawn_blocking(move || answer(&renders, &request))
                 .await
                 .unwrap_or_else(|_| {
                     plain(
@@ -424,9 +428,59 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, metrics: A
     .await;
 }
 
-/// The answer to one HTTP request: the metrics of `registries` for `GET /metrics`, 404 or 405
-/// otherwise.
-fn answer(registries: &[Registry], request: &Request<Incoming>) -> Response<Full<Bytes>> {
+/// The registries, and the last rendering of them: renders are made one at a time, and the
+/// requests that arrived while one was made share the next, so that however many clients ask
+/// at once, the shards' locks are taken for one render at a time, and every answer is rendered
+/// after its request arrived.
+struct Renders {
+    registries: [Registry; 2],
+    /// Held while a render is made.
+    last: std::sync::Mutex<Rendered>,
+    /// How many renders were started.
+    started: std::sync::atomic::AtomicU64,
+}
+
+/// A rendering of the registries as OpenMetrics text.
+#[derive(Default)]
+struct Rendered {
+    /// Which render it was (from 1), by [`Renders::started`].
+    number: u64,
+    /// The text, or `None` if it could not be encoded.
+    text: Option<Arc<str>>,
+}
+
+impl Renders {
+    /// The registries rendered after now: by the next render, shared with every request that
+    /// waits for it.
+    fn render(&self) -> Option<Arc<str>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let asked_after = self.started.load(SeqCst);
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.number > asked_after {
+            return last.text.clone();
+        }
+        let number = self.started.fetch_add(1, SeqCst) + 1;
+        let mut text = String::new();
+        let encoded = self
+            .registries
+            .iter()
+            .try_for_each(|registry| {
+                prometheus_client::encoding::text::encode_registry(&mut text, registry)
+            })
+            .and_then(|()| prometheus_client::encoding::text::encode_eof(&mut text));
+        *last = Rendered {
+            number,
+            text: encoded.ok().map(|()| Arc::from(text)),
+        };
+        last.text.clone()
+    }
+}
+
+/// The answer to one HTTP request: the metrics for `GET /metrics`, 404 or 405 otherwise.
+fn answer(renders: &Renders, request: &Request<Incoming>) -> Response<Full<Bytes>> {
     if request.uri().path() != "/metrics" {
         return plain(
             StatusCode::NOT_FOUND,
@@ -436,19 +490,12 @@ fn answer(registries: &[Registry], request: &Request<Incoming>) -> Response<Full
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "only GET /metrics\n");
     }
-    let mut text = String::new();
-    let encoded = registries
-        .iter()
-        .try_for_each(|registry| {
-            prometheus_client::encoding::text::encode_registry(&mut text, registry)
-        })
-        .and_then(|()| prometheus_client::encoding::text::encode_eof(&mut text));
-    if encoded.is_err() {
+    let Some(text) = renders.render() else {
         return plain(
             StatusCode::INTERNAL_SERVER_ERROR,
             "cannot encode the metrics\n",
         );
-    }
+    };
     let accept: Vec<&str> = request
         .headers()
         .get_all(hyper::header::ACCEPT)
@@ -457,7 +504,7 @@ fn answer(registries: &[Registry], request: &Request<Incoming>) -> Response<Full
         .collect();
     let openmetrics = prefers_openmetrics(&accept.join(","));
     let (body, content_type) = if openmetrics {
-        (text, OPENMETRICS)
+        (text.to_string(), OPENMETRICS)
     } else {
         (classic_text(&text), PROMETHEUS_TEXT)
     };
@@ -529,6 +576,19 @@ fn classic_text(openmetrics: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_request_alone_gets_a_render_made_after_it_arrived() {
+        let renders = Renders {
+            registries: [Registry::default(), Registry::default()],
+            last: std::sync::Mutex::new(Rendered::default()),
+            started: std::sync::atomic::AtomicU64::new(0),
+        };
+        assert!(renders.render().is_some());
+        assert!(renders.render().is_some());
+        // None was in progress when the second arrived: it made its own.
+        assert_eq!(renders.started.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
 
     #[test]
     fn openmetrics_is_served_when_it_is_preferred() {

@@ -5,7 +5,9 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -31,6 +33,10 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a connection is kept at most: clients reconnect as they need, so one that stays
 /// idle (or never finishes a request) cannot hold its slot.
 const CONNECTION_LIFE: Duration = Duration::from_secs(120);
+
+/// How long a write to a connection may wait for its client to read: a client that sends
+/// requests without reading the answers is closed then, not kept for [`CONNECTION_LIFE`].
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `listener` until the server shuts down, answering each request with `answer`;
 /// over TLS with `tls`, when given. `what` names the listener in the log.
@@ -108,7 +114,7 @@ where
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(READ_TIMEOUT)
-        .serve_connection(TokioIo::new(stream), service);
+        .serve_connection(TokioIo::new(WriteStallLimited::new(stream)), service);
     tokio::pin!(connection);
     let served = tokio::select! {
         served = tokio::time::timeout(CONNECTION_LIFE, connection.as_mut()) => served,
@@ -120,5 +126,129 @@ where
     match served {
         Ok(Err(cause)) => Some(cause),
         Ok(Ok(())) | Err(_) => None,
+    }
+}
+
+/// A stream whose writes fail with `TimedOut` once one waited [`WRITE_TIMEOUT`] without the
+/// client taking a byte.
+struct WriteStallLimited<S> {
+    stream: S,
+    /// Running while a write waits; reset by every write that goes through.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteStallLimited<S> {
+    fn new(stream: S) -> Self {
+        WriteStallLimited {
+            stream,
+            stalled: None,
+        }
+    }
+
+    /// `poll`'s answer, or `TimedOut` if it is still pending past the stall's deadline.
+    fn limit<T>(
+        &mut self,
+        context: &mut Context<'_>,
+        poll: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        if poll.is_ready() {
+            self.stalled = None;
+            return poll;
+        }
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(WRITE_TIMEOUT)));
+        match stalled.as_mut().poll(context) {
+            Poll::Ready(()) => {
+                self.stalled = None;
+                Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client read nothing of the answer in time",
+                )))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for WriteStallLimited<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(context, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for WriteStallLimited<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.stream).poll_write(context, buf);
+        self.limit(context, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.stream).poll_write_vectored(context, bufs);
+        self.limit(context, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.stream).poll_flush(context);
+        self.limit(context, poll)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(context)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_client_does_not_read_fails_after_the_timeout_and_one_it_reads_goes() {
+        let (client, server) = tokio::io::duplex(64);
+        let mut server = WriteStallLimited::new(server);
+        // Within the pipe's room: written at once.
+        server.write_all(&[1; 64]).await.unwrap();
+        // Past it, the write waits for the client; it gives up after the timeout.
+        let began = tokio::time::Instant::now();
+        let error = server.write_all(&[2; 64]).await.unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::TimedOut);
+        assert!(began.elapsed() >= WRITE_TIMEOUT);
+        // A client that reads lets the writes through, however long it all takes.
+        let mut client = client;
+        let reader = tokio::spawn(async move {
+            let mut read = [0; 64 * 3];
+            for chunk in read.chunks_mut(64) {
+                tokio::time::sleep(WRITE_TIMEOUT / 2).await;
+                client.read_exact(chunk).await.unwrap();
+            }
+        });
+        server.write_all(&[3; 128]).await.unwrap();
+        reader.await.unwrap();
     }
 }
