@@ -1042,10 +1042,10 @@ fn consume_follow_survives_a_server_restart_and_ctrl_c_exits_130_with_the_count(
     let addr = server.addr;
     server.kill();
     let (lost, _) = follower.next_line("stderr");
-    assert!(lost.contains("reconnecting"), "{lost:?}");
+    assert!(lost.contains("trying again"), "{lost:?}");
     let server = ServerProcess::start_on(addr, &args);
     let (found, _) = follower.next_line("stderr");
-    assert_eq!(found, "reconnected");
+    assert_eq!(found, "consuming again");
     broker(&server, &["publish", "live", "again"]).ok();
     let (line, skipped) = follower.next_line("stdout");
     assert_eq!(line, "[0@1] again", "skipped {skipped:?}");
@@ -1104,8 +1104,10 @@ fn consume_without_follow_stops_with_the_error_when_the_server_cannot_serve_it()
     let run = broker(&server, &["consume", "cold", "-g", "g", "-m", "m"]);
     assert_eq!(run.code, Some(1), "{run:#?}");
     assert!(run.stderr.contains("checksum"), "{run:#?}");
+    // The damaged record's offset, for `broker purge --before` the one after it.
+    assert!(run.stderr.contains("the record at offset "), "{run:#?}");
     assert!(run.stderr.contains("without --follow"), "{run:#?}");
-    assert!(!run.stderr.contains("reconnecting"), "{run:#?}");
+    assert!(!run.stderr.contains("trying again"), "{run:#?}");
 }
 
 /// Every file under `dir`, at any depth.
@@ -2267,4 +2269,23 @@ fn group_delete_of_some_partitions_deletes_only_the_groups_offsets_there() {
     broker(&server, &["join", "t", "-g", "g", "-m", "m2"]).ok();
     let busy = broker(&server, &["group", "delete", "t", "-g", "g", "-p", "0"]);
     assert!(busy.one_error_line().contains("members"), "{busy:#?}");
+}
+
+#[test]
+fn a_publish_refused_at_once_says_why_first() {
+    let server = ServerProcess::start(&[]);
+    let run = broker(&server, &["publish", "nosuch", "hello"]);
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    let mut lines = run.stderr.lines();
+    assert_eq!(
+        lines.next(),
+        Some("error: invalid argument: unknown topic \"nosuch\""),
+        "{run:#?}"
+    );
+    assert!(
+        lines
+            .next()
+            .is_some_and(|line| line.starts_with("(the first record was refused")),
+        "{run:#?}"
+    );
 }

@@ -688,12 +688,30 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
             Ok(next) => next,
             // A lost connection (a cluster's failover, say) ends the command: say how far it
             // got, since every record answered before it is in the topic.
+            // The cause first: it is what to act on.
             Err(error) => {
-                return Err(error.context(format!(
-                    "{record} records were answered before this ({stored} stored); the next \
-                     {PUBLISH_PIPELINE} at most were on their way and may or may not be \
-                     stored, and the rest of the input was not published"
-                )))
+                // Refused by the server: it stored nothing of that record for sure.
+                let refused = error.chain().any(|cause| {
+                    cause
+                        .downcast_ref::<broker_client::Error>()
+                        .is_some_and(|error| {
+                            !error.is_retriable() && !error.may_have_been_applied()
+                        })
+                });
+                let progress = match (record, refused) {
+                    (0, true) => format!(
+                        "the first record was refused; the {} after it at most were on their \
+                         way and may or may not be stored, and the rest of the input was not \
+                         published",
+                        PUBLISH_PIPELINE - 1
+                    ),
+                    _ => format!(
+                        "{record} records were answered before this ({stored} stored); the \
+                         next {PUBLISH_PIPELINE} at most were on their way and may or may not be \
+                         stored, and the rest of the input was not published"
+                    ),
+                };
+                return Err(anyhow!("{error:#}\n({progress})"));
             }
         };
         let Some((result, size)) = next else { break };
@@ -931,7 +949,8 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<()> {
         result = consume_loop(&mut consumer, &args, &mut consumed) => result.map(|()| None),
         // Only --follow waits for the server to come back (or for its storage to be mended).
         why = first_failure(status), if !args.follow => Err(anyhow!(
-            "lost the server ({why}); without --follow, consuming stops here"
+            "cannot consume ({why}) for {} s; without --follow, consuming stops here",
+            LOST_GRACE.as_secs()
         )),
         _ = tokio::signal::ctrl_c() => Ok(Some(Interrupted::SIGINT)),
         _ = terminate.recv() => Ok(Some(Interrupted::SIGTERM)),
@@ -1039,8 +1058,8 @@ async fn report_status(mut status: watch::Receiver<ConsumerStatus>, follow: bool
     while status.changed().await.is_ok() {
         let now = status.borrow_and_update().clone();
         match (&shown.reconnecting, &now.reconnecting) {
-            (None, Some(why)) if follow => eprintln!("lost the server ({why}); reconnecting"),
-            (Some(_), None) if follow => eprintln!("reconnected"),
+            (None, Some(why)) if follow => eprintln!("cannot consume ({why}); trying again"),
+            (Some(_), None) if follow => eprintln!("consuming again"),
             _ => {}
         }
         if now.reconnecting.is_none() && now.assignment != shown.assignment {

@@ -2099,6 +2099,11 @@ impl Inner {
             }
         };
         let mut redirects = 0;
+        // How long `NotLeader` answers are followed: the request timeout, not the wait a poll
+        // or fetch may add to it (a waiting call answered `NotLeader` did not wait).
+        let follow_until = deadline
+            .checked_sub(Duration::from_millis(u64::from(max_wait_ms)))
+            .unwrap_or(deadline);
         let topic = command.topic();
         loop {
             // (A single server never names another leader: no lookup for it.)
@@ -2126,20 +2131,21 @@ impl Inner {
                 Err(Error::Server(ErrorReply::NotLeader { leader })) => leader,
                 answered => return answered,
             };
-            // A follower applied nothing: move to the leader, then send the call again. Nodes
-            // that disagree on the leader (an election is under way) are asked again after a
-            // pause, not in a tight loop.
+            // A follower applied nothing: move to the leader, then send the call again, until
+            // the request timeout (long enough for an election, or for a topic's move between
+            // groups). Nodes that disagree on the leader (an election is
+            // under way) are asked again after a pause, not in a tight loop. Past the timeout,
+            // the call fails with `NotLeader`, which says that nothing was applied.
             self.cluster.store(true, Ordering::Relaxed);
             if redirects > 0 {
-                tokio::time::sleep_until(deadline.min(Instant::now() + ELECTION_PAUSE)).await;
+                tokio::time::sleep_until(follow_until.min(Instant::now() + ELECTION_PAUSE)).await;
             }
             let moved = Box::pin(self.follow_leader(&connection, topic, leader.as_deref()));
-            tokio::time::timeout_at(deadline, moved)
-                .await
-                .map_err(|_| Error::Timeout)??;
-            if !follow || redirects == MAX_REDIRECTS {
+            let followed = tokio::time::timeout_at(follow_until, moved).await;
+            if !follow || (!matches!(followed, Ok(Ok(()))) && Instant::now() >= follow_until) {
                 return Err(Error::Server(ErrorReply::NotLeader { leader }));
             }
+            followed.map_err(|_| Error::Timeout)??;
             redirects += 1;
         }
     }
@@ -2157,14 +2163,17 @@ impl Inner {
         topic: Option<&str>,
         leader: Option<&str>,
     ) -> Result<(), Error> {
-        let _turn = self.reconnecting.lock().await;
-        let current = self.current();
-        let routed = topic.and_then(|topic| self.route(topic));
-        let moved_already = match &routed {
-            Some(routed) => !Arc::ptr_eq(routed, stale),
-            None => !Arc::ptr_eq(&current, stale) && !current.is_closed() && topic.is_none(),
+        // Whether another caller moved the calls `stale` served already.
+        let moved_already = || {
+            let current = self.current();
+            match topic.and_then(|topic| self.route(topic)) {
+                Some(routed) => !Arc::ptr_eq(&routed, stale),
+                None => !Arc::ptr_eq(&current, stale) && !current.is_closed() && topic.is_none(),
+            }
         };
-        if moved_already {
+        let turn = self.reconnecting.lock().await;
+        let current = self.current();
+        if moved_already() {
             return Ok(());
         }
         tracing::debug!(?leader, ?topic, "moving to the leader");
@@ -2197,8 +2206,14 @@ impl Inner {
         }
         // No leader known, or the one named is gone (its followers have not noticed yet): an
         // election is under way. Ask the nodes again after a pause, the one that did not lead
-        // last.
+        // last. The pause is made without the turn: other callers are not held up one pause
+        // each behind it, and one of them may have moved meanwhile.
+        drop(turn);
         tokio::time::sleep(ELECTION_PAUSE).await;
+        let _turn = self.reconnecting.lock().await;
+        if moved_already() {
+            return Ok(());
+        }
         let nodes = last_resort(&self.addrs, stale.peer());
         let fresh = Connection::open(
             &nodes,
@@ -2244,10 +2259,6 @@ const LEADER_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a client tries to open a connection to the leader a node named, before it asks
 /// the other nodes.
 const LEADER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// How many times one call follows a node's answer that it does not lead (bounded by the call's
-/// deadline too): with a pause between them, several seconds, enough for an election or two.
-const MAX_REDIRECTS: u32 = 60;
 
 /// How long a client waits before asking the next node when a node knows no leader (an
 /// election is under way; with the default timeouts one takes under a second).

@@ -28,7 +28,7 @@ pub fn supported_apis() -> &'static [SupportedApi] {
     const SUPPORTED: &[SupportedApi] = &[
         api(ApiKey::Produce, 3, 9),
         api(ApiKey::Fetch, 4, 12),
-        api(ApiKey::ListOffsets, 1, 6),
+        api(ApiKey::ListOffsets, 1, 7),
         api(ApiKey::Metadata, 0, 12),
         api(ApiKey::ApiVersions, 0, 3),
         api(ApiKey::CreateTopics, 2, 7),

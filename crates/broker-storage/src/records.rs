@@ -1254,9 +1254,9 @@ impl ColdStore for RecordStore {
                 .get(count)
                 .map_or(segment.data_len, |entry| entry.position);
             let files = self.files(&segment)?;
-            let damaged = |at: u64, why: &str| {
+            let damaged = |at: u64, offset: i64, why: &str| {
                 ColdError(format!(
-                    "corrupt record segment {} at byte {at}: {why}",
+                    "corrupt record segment {} at byte {at}, the record at offset {offset}: {why}",
                     files.data_path.display()
                 ))
             };
@@ -1270,22 +1270,23 @@ impl ColdStore for RecordStore {
                         files.data_path.display()
                     ))
                 })?;
-            for entry in &entries[..count] {
+            for (offset, entry) in (from..).zip(&entries[..count]) {
                 let at = (entry.position - start) as usize;
+                let damaged = |why: &str| damaged(entry.position, offset, why);
                 let Some(head) = bytes.get(at..at + RECORD_HEADER) else {
-                    return Err(damaged(entry.position, "the index points past the records"));
+                    return Err(damaged("the index points past the records"));
                 };
                 let length = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
                 let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
                 let Some(body) = bytes.get(at + RECORD_HEADER..at + RECORD_HEADER + length) else {
-                    return Err(damaged(entry.position, "a record runs past the segment"));
+                    return Err(damaged("a record runs past the segment"));
                 };
                 if crc32fast::hash(body) != crc {
-                    return Err(damaged(entry.position, "record checksum mismatch"));
+                    return Err(damaged("record checksum mismatch"));
                 }
                 match bincode::serde::decode_from_slice::<RecordImage, _>(body, config()) {
                     Ok((record, used)) if used == body.len() => records.push(record),
-                    _ => return Err(damaged(entry.position, "the record does not decode")),
+                    _ => return Err(damaged("the record does not decode")),
                 }
             }
             if count < (last - first) as usize {

@@ -6,7 +6,8 @@ use std::panic::AssertUnwindSafe;
 use crate::image::v1;
 use crate::{BrokerState, Command, GroupSetting, KeyHash, Outcome, TopicName};
 
-fn dlq_settings(max: u32, timeout: Option<u64>) -> Vec<GroupSetting> {
+/// A group's settings: at most `max` deliveries, then the dead-letter topic `dlq`.
+pub(super) fn dlq_settings(max: u32, timeout: Option<u64>) -> Vec<GroupSetting> {
     let mut settings = vec![
         GroupSetting::MaxDeliveries(max),
         GroupSetting::DeadLetter(TopicName::new("dlq").unwrap()),
@@ -15,7 +16,8 @@ fn dlq_settings(max: u32, timeout: Option<u64>) -> Vec<GroupSetting> {
     settings
 }
 
-fn poll_at(state: &mut BrokerState, at: i64, group: &str) -> Vec<(i64, u32)> {
+/// The offsets and delivery counts a poll of member `m` of `group` on `t` at `at` takes.
+pub(super) fn poll_at(state: &mut BrokerState, at: i64, group: &str) -> Vec<(i64, u32)> {
     let command = Command::Poll {
         topic: "t".into(),
         group: group.into(),

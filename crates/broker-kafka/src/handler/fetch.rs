@@ -30,6 +30,10 @@ const LATEST: i64 = -1;
 /// The `timestamp` of a ListOffsets partition that asks for the earliest retained offset.
 const EARLIEST: i64 = -2;
 
+/// The `timestamp` of a ListOffsets partition (version 7 and later) that asks for the record
+/// with the largest time: a partition's times never decrease, so its last record.
+const MAX_TIMESTAMP: i64 = -3;
+
 /// How many partitions of a fetch are read at once: enough that a fetch of many partitions
 /// takes few round trips (in a cluster each read is an entry of the replicated log), few enough
 /// that the records read past the answer's room (a read always returns its first record, which
@@ -301,6 +305,11 @@ impl<B: Backend> Handler<'_, B> {
                 let found = match wanted.timestamp {
                     LATEST => Ok((bounds.end_offset, -1)),
                     EARLIEST => Ok((bounds.earliest_offset, -1)),
+                    MAX_TIMESTAMP if bounds.end_offset > bounds.earliest_offset => {
+                        self.record_time(&name, wanted.partition_index, bounds.end_offset - 1)
+                            .await
+                    }
+                    MAX_TIMESTAMP => Ok((-1, -1)),
                     time if time >= 0 => {
                         self.offset_for_time(&name, wanted.partition_index, time, bounds.end_offset)
                             .await
@@ -343,6 +352,16 @@ impl<B: Backend> Handler<'_, B> {
         if offset >= end {
             return Ok((-1, -1));
         }
+        self.record_time(topic, partition, offset).await
+    }
+
+    /// The record at `offset` and its time; `(-1, -1)` when it is no longer retained.
+    async fn record_time(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(i64, i64), ResponseError> {
         let read = Command::Read {
             topic: topic.to_owned(),
             partition,

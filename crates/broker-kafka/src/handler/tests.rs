@@ -2400,3 +2400,33 @@ async fn no_member_joins_while_a_checked_commit_is_on_its_way() {
     }
     assert_eq!(state.groups.describe("g").members.len(), 2);
 }
+
+#[tokio::test]
+async fn list_offsets_finds_the_record_with_the_largest_time() {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::ListOffsetsRequest;
+    let broker = broker(100);
+    for i in 0..3 {
+        broker.publish("t", 0, format!("r{i}")).unwrap();
+    }
+    let ask_max = |partition: i32| {
+        RequestKind::ListOffsets(ListOffsetsRequest::default().with_topics(vec![
+            ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_timestamp(-3)]),
+        ]))
+    };
+    let answer = |response: Option<ResponseKind>| match response {
+        Some(ResponseKind::ListOffsets(mut response)) => {
+            let answer = response.topics.remove(0).partitions.remove(0);
+            (answer.error_code, answer.offset, answer.timestamp)
+        }
+        other => panic!("unexpected {other:?}"),
+    };
+    let last = broker.read("t", 0, 2, 1, None).unwrap().records[0].timestamp_ms;
+    assert_eq!(answer(ask(&broker, 7, ask_max(0)).await), (0, 2, last));
+    // An empty partition has no such record.
+    assert_eq!(answer(ask(&broker, 7, ask_max(1)).await), (0, -1, -1));
+}
