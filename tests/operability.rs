@@ -133,6 +133,28 @@ fn an_unknown_log_level_or_directive_refuses_to_start() {
 }
 
 #[test]
+fn two_listeners_on_one_address_refuse_to_start_naming_both() {
+    let refusal = refused_start_with(
+        &[
+            "--kafka-listen",
+            "127.0.0.1:19555",
+            "--metrics-listen",
+            "127.0.0.1:19555",
+        ],
+        &[],
+        REFUSAL_LIMIT,
+    );
+    assert_eq!(refusal.status.code(), Some(2), "{refusal:?}");
+    assert!(
+        refusal.stderr.contains(
+            "--metrics-listen and --kafka-listen are both 127.0.0.1:19555: each listener needs \
+             a port of its own"
+        ),
+        "{refusal:?}"
+    );
+}
+
+#[test]
 fn a_bad_value_in_an_environment_variable_names_the_variable() {
     let refusal = refused_start_with(&[], &[("BROKER_CAPACITY", "abc")], REFUSAL_LIMIT);
     assert_eq!(refusal.status.code(), Some(2), "{refusal:?}");

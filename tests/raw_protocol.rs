@@ -544,7 +544,7 @@ fn other_protocols_at_either_port_are_told_where_to_go_in_one_log_line_each() {
     let http = answer(kafka, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     assert!(http.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{http}");
     assert!(
-        http.contains("This port speaks Kafka's protocol, not HTTP; metrics are served"),
+        http.contains("This port speaks Kafka's protocol, not HTTP; the web console is served"),
         "{http}"
     );
     let redis = answer(kafka, b"*1\r\n$4\r\nPING\r\n");

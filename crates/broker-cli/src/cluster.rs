@@ -453,6 +453,10 @@ pub async fn topics(server: &Server, args: ClusterTopicsArgs) -> anyhow::Result<
             .find(|node| node.node_id == id)
             .map_or("?", |node| node.client_addr.as_str())
     };
+    if metadata.topics.is_empty() {
+        outln!("no topics")?;
+        return Ok(());
+    }
     outln!(
         "{:<32} {:>10}  {:<6} leader",
         "topic",

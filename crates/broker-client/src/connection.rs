@@ -211,7 +211,7 @@ impl Connection {
             if broker_net::looks_like_http(&buffer) {
                 return Err(Error::Protocol(
                     "the server answered in HTTP: is this a broker's metrics endpoint \
-                     (--metrics-listen) rather than its port?"
+                     (--metrics-listen) or web console (--console-listen) rather than its port?"
                         .to_owned(),
                 ));
             }

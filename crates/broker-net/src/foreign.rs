@@ -47,7 +47,10 @@ impl Foreign {
     /// Where a client speaking this protocol goes instead, for the log and the refusal.
     pub fn where_to_go(self) -> &'static str {
         match self {
-            Foreign::Http => "metrics are served over HTTP on the port given to --metrics-listen",
+            Foreign::Http => {
+                "the web console is served over HTTP on the port given to --console-listen, and \
+                 metrics on the one given to --metrics-listen"
+            }
             Foreign::Redis => {
                 "this is no Redis server: the broker's command and client connect to the port \
                  given to --listen"

@@ -600,6 +600,7 @@ fn main() -> ExitCode {
     let config = args.config().and_then(|config| {
         config.validate()?;
         broker_net::listen_address(&args.listen)?;
+        check_listeners_apart(&args)?;
         if let Some(metrics) = &args.metrics_listen {
             broker_net::listen_address(metrics).map_err(|error| {
                 ServerError::InvalidConfig(format!("--metrics-listen: {error}"))
@@ -649,6 +650,35 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Refuses two listeners given the same address (a port 0 is a fresh port each, never the
+/// same): the second would fail to bind, after the first had started.
+fn check_listeners_apart(args: &Args) -> Result<(), ServerError> {
+    let given = [
+        ("--listen", Some(&args.listen)),
+        ("--kafka-listen", args.kafka_listen.as_ref()),
+        ("--metrics-listen", args.metrics_listen.as_ref()),
+        ("--console-listen", args.console_listen.as_ref()),
+        ("--cluster-listen", args.cluster_listen.as_ref()),
+    ];
+    let mut seen: Vec<(&str, String)> = Vec::new();
+    for (flag, address) in given {
+        let Some(address) = address.and_then(|address| broker_net::listen_address(address).ok())
+        else {
+            continue;
+        };
+        if address.ends_with(":0") {
+            continue;
+        }
+        if let Some((other, _)) = seen.iter().find(|(_, taken)| *taken == address) {
+            return Err(ServerError::InvalidConfig(format!(
+                "{flag} and {other} are both {address}: each listener needs a port of its own"
+            )));
+        }
+        seen.push((flag, address));
+    }
+    Ok(())
 }
 
 /// The allocator: jemalloc, faster than the system's under this workload (BENCHMARKS.md).
