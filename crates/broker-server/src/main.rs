@@ -701,6 +701,18 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
     // installed for the life of the process; the signals themselves need no action.)
     let _file_size_limit =
         signal(SignalKind::from_raw(libc::SIGXFSZ)).context("cannot handle SIGXFSZ")?;
+    // A port taken fails the start before the data directory is opened (and, when new, made):
+    // each is tried, and let go at once.
+    for (address, flag) in [
+        (Some(listen), "--listen"),
+        (metrics, "--metrics-listen"),
+        (args.kafka_listen.as_deref(), "--kafka-listen"),
+        (args.console_listen.as_deref(), "--console-listen"),
+    ] {
+        if let Some(address) = address {
+            drop(bind(address, flag).await?);
+        }
+    }
     // Recover before announcing the address: a locked or damaged data directory stops here.
     let storage = open_storage(&config).map_err(|error| with_ownership_hint(error, &config))?;
     let listener = bind(listen, "--listen").await?;
