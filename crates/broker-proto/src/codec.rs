@@ -211,28 +211,64 @@ impl Encoder<RequestFrameRef<'_>> for Codec<ResponseFrame, RequestFrame> {
 
 impl<In, Out> Codec<In, Out> {
     /// Appends `item`'s frame to `dst`, or appends nothing and fails.
+    /// An item larger than a frame stops being written once it passes the limit (an answer
+    /// listing a large state is not copied whole into the buffer for nothing); its size is then
+    /// counted without writing it.
     fn encode_body<T: Serialize>(&self, item: &T, dst: &mut BytesMut) -> Result<(), ProtocolError> {
         let start = dst.len();
         dst.put_u32(0);
-        let written =
-            bincode::serde::encode_into_std_write(item, &mut (&mut *dst).writer(), config())
-                .map_err(|error| ProtocolError::Encode(error.to_string()));
+        let mut writer = WithinFrame {
+            dst: &mut *dst,
+            left: self.max_frame,
+            past: false,
+        };
+        let written = bincode::serde::encode_into_std_write(item, &mut writer, config());
+        let past = writer.past;
         let length = match written {
-            Ok(length) if length <= self.max_frame => length,
-            Ok(length) => {
+            Ok(length) => length,
+            Err(_) if past => {
                 dst.truncate(start);
+                let mut size = bincode::enc::write::SizeWriter::default();
+                let size = match bincode::serde::encode_into_writer(item, &mut size, config()) {
+                    Ok(()) => size.bytes_written as u64,
+                    Err(_) => MAX_FRAME_CEILING as u64,
+                };
                 return Err(ProtocolError::FrameTooLarge {
-                    size: length as u64,
+                    size,
                     limit: self.max_frame as u64,
                 });
             }
             Err(error) => {
                 dst.truncate(start);
-                return Err(error);
+                return Err(ProtocolError::Encode(error.to_string()));
             }
         };
         // `length <= max_frame <= MAX_FRAME_CEILING < u32::MAX`, so the cast is lossless.
         dst[start..start + LENGTH_PREFIX].copy_from_slice(&(length as u32).to_be_bytes());
+        Ok(())
+    }
+}
+
+/// A writer into a frame's buffer that refuses to grow it past `left` more bytes.
+struct WithinFrame<'a> {
+    dst: &'a mut BytesMut,
+    left: usize,
+    /// Whether a write was refused for the limit.
+    past: bool,
+}
+
+impl io::Write for WithinFrame<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.len() > self.left {
+            self.past = true;
+            return Err(io::Error::other("past the frame limit"));
+        }
+        self.left -= buf.len();
+        self.dst.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
 }

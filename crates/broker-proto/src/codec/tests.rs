@@ -729,3 +729,32 @@ fn stored_offsets_encodes_to_the_bytes_proto_md_documents_and_needs_version_14()
     expected.extend_from_slice(&body);
     assert_eq!(&bytes[..], &expected[..]);
 }
+
+#[test]
+fn an_answer_larger_than_a_frame_is_refused_with_its_size_and_writes_nothing() {
+    use tokio_util::codec::Encoder;
+    let payload = Bytes::from(vec![7u8; 4096]);
+    let request = crate::RequestFrame {
+        correlation_id: 1,
+        max_wait_ms: 0,
+        command: Command::Publish {
+            topic: "t".into(),
+            partition: 0,
+            payload: payload.clone(),
+        },
+    };
+    let mut whole = BytesMut::new();
+    ClientCodec::new(1 << 20)
+        .encode(request.clone(), &mut whole)
+        .unwrap();
+    let size = (whole.len() - 4) as u64;
+    let mut buf = BytesMut::from(&b"kept"[..]);
+    match ClientCodec::new(1024).encode(request, &mut buf) {
+        Err(crate::ProtocolError::FrameTooLarge { size: told, limit }) => {
+            assert_eq!((told, limit), (size, 1024));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(&buf[..], b"kept");
+    assert!(buf.capacity() < 2048, "grew to {}", buf.capacity());
+}
