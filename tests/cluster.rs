@@ -521,6 +521,22 @@ async fn a_node_is_added_then_removed_while_the_cluster_serves() {
     let (mut nodes, client) = snapshotting_cluster().await;
     publish(&client, "before", 50).await;
 
+    // A node that is not running is refused at once, and nothing changes.
+    let absent = format!(
+        "9={}/{}",
+        broker_testkit::cluster::free_addr(),
+        broker_testkit::cluster::free_addr()
+    );
+    let refused = run_broker_cli(&nodes, &["cluster", "add", &absent]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("node 9 does not answer at its peer address"),
+        "{said}"
+    );
+    let status = cluster_status(&nodes);
+    assert_eq!(status["nodes"].as_array().unwrap().len(), 3, "{status:#}");
+
     // A fourth node, started to join, is added: it catches up, then votes.
     let (joiner, entry) = nodes.start_joiner();
     let added = broker_cli(&nodes, &["cluster", "add", &entry]);

@@ -1,6 +1,7 @@
 //! Changing who belongs to the cluster: adding a node (it catches up with the log as a learner,
 //! then votes) and removing one. Only the leader changes the membership, one change at a time.
 
+use openraft::network::RaftNetworkFactory;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -51,6 +52,16 @@ impl Cluster {
         // to another node.
         if self.votes_already(id, &node)? {
             return Ok(());
+        }
+        // A node that does not answer would stay a learner that never catches up: found out
+        // before anything changes.
+        let mut link = self.network.clone().new_client(id, &node).await;
+        if let Err(cause) = link.listeners(crate::network::PEER_ANSWER_WITHIN).await {
+            return Err(ProposeError::Refused(format!(
+                "node {id} does not answer at its peer address {} ({cause}): start it first \
+                 (with --cluster-join and its own addresses), then add it",
+                node.raft_addr
+            )));
         }
         let added = within(deadline, wait, self.core.raft.add_learner(id, node, false))
             .await?
