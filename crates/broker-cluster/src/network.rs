@@ -447,34 +447,53 @@ impl Network {
 
     /// The peers whose last exchange with this node failed.
     pub fn unreachable(&self) -> HashSet<NodeId> {
-        self.reachability.lock().clone()
+        self.reachability.lock().unreachable.clone()
     }
 }
 
 /// Which peers the last exchange with failed, shared by every link of a node: a peer that goes
-/// down is logged once (and once more when it answers again), not at every retry.
+/// down is logged once (and once more when it answers again), not at every retry. A peer that
+/// never answered since this node started (the nodes of a new cluster start one after the
+/// other) is no news: said at info, not as a warning.
 #[derive(Debug, Default)]
 struct Reachability {
-    unreachable: Mutex<HashSet<NodeId>>,
+    peers: Mutex<Peers>,
+}
+
+/// The peers the last exchange with failed, and those that ever answered.
+#[derive(Debug, Default)]
+struct Peers {
+    unreachable: HashSet<NodeId>,
+    answered: HashSet<NodeId>,
 }
 
 impl Reachability {
     fn failed(&self, target: NodeId, addr: &str, cause: &io::Error) {
-        if self.lock().insert(target) {
-            tracing::warn!(node = target, %addr, %cause, "a peer is unreachable; retrying");
+        let mut peers = self.lock();
+        if !peers.unreachable.insert(target) {
+            return;
+        }
+        match peers.answered.contains(&target) {
+            true => tracing::warn!(node = target, %addr, %cause, "a peer is unreachable; retrying"),
+            false => {
+                tracing::info!(node = target, %addr, %cause, "a peer does not answer yet; retrying");
+            }
         }
     }
 
     fn answered(&self, target: NodeId, addr: &str) {
-        if self.lock().remove(&target) {
-            tracing::info!(node = target, %addr, "a peer answers again");
+        let mut peers = self.lock();
+        let was_down = peers.unreachable.remove(&target);
+        let answered_before = !peers.answered.insert(target);
+        match (was_down, answered_before) {
+            (true, true) => tracing::info!(node = target, %addr, "a peer answers again"),
+            (true, false) => tracing::info!(node = target, %addr, "a peer answers"),
+            (false, _) => {}
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<NodeId>> {
-        self.unreachable
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Peers> {
+        self.peers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
