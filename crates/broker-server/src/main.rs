@@ -261,7 +261,9 @@ struct Args {
     /// leaving with each group's new assignment, expired sessions and storage events; debug
     /// adds one line per connection that sent requests. In a cluster, the consensus engine's
     /// own lines (target openraft) are off unless named (info,openraft=info); the server logs
-    /// each change of leader and each peer that becomes unreachable (a warning; at info for a peer that never answered since the start, as the nodes of a new cluster start one after the other) or answers again.
+    /// each change of leader and each peer that becomes unreachable (a warning; at info for a
+    /// peer that never answered since the start, as the nodes of a new cluster start one after
+    /// the other) or answers again.
     #[arg(
         long,
         env = "BROKER_LOG_LEVEL",
