@@ -245,6 +245,8 @@ impl ConsumerBuilder {
             checked: Instant::now(),
             committed: Instant::now(),
             closed: false,
+            pending: None,
+            kept: Vec::new(),
         };
         consumer.join().await?;
         Ok(consumer)
@@ -562,6 +564,82 @@ pub struct Consumer {
     /// When the fetch positions were last committed.
     committed: Instant,
     closed: bool,
+    /// The request of the last take, while its answer has not been taken.
+    pending: Option<Pending>,
+    /// Records the server handed to the member that were not handed out yet: the answer of a
+    /// take given up on, awaited to commit.
+    kept: Vec<BrokerRecord>,
+}
+
+/// A take's request on its way, on a task of its own.
+#[derive(Debug)]
+struct Pending {
+    answer: tokio::task::JoinHandle<Result<Vec<BrokerRecord>, Error>>,
+    /// Whether it commits the positions before it fetches.
+    commit: bool,
+}
+
+/// The request of one take: in ack mode, the acknowledgements queued and a poll, or (when the
+/// member may hold records it does not know of: `recover`) those acknowledgements alone and a
+/// redelivery; in fetch mode a fetch, after a commit of the positions when `commit`.
+async fn request(
+    membership: Arc<Membership>,
+    mode: ConsumeMode,
+    recover: bool,
+    commit: bool,
+    (max, wait): (i32, Duration),
+) -> Result<Vec<BrokerRecord>, Error> {
+    let (client, topic, group, member) = membership.names();
+    match (mode, recover) {
+        // Records reserved to this member by a lost answer (or by an earlier consumer of
+        // the same member id) would never come back to it by a poll: get them back, once
+        // the acknowledgements queued are sent (the redelivery releases what is still in
+        // flight).
+        (ConsumeMode::Ack, true) => {
+            membership.flush_later().await?;
+            client.redeliver(topic, group, member, max).await
+        }
+        (ConsumeMode::Ack, false) => {
+            let acks = membership.take_later();
+            client
+                .ack_and_poll_wait(topic, group, member, &acks, max, wait)
+                .await
+                .map(|(_, records)| records)
+        }
+        (ConsumeMode::Fetch, _) if commit => {
+            // One write: the server commits, then fetches.
+            let (committed, records) = tokio::join!(
+                client.commit(topic, group, member, None),
+                client.fetch_wait(topic, group, member, max, wait)
+            );
+            committed.and(records)
+        }
+        (ConsumeMode::Fetch, _) => client.fetch_wait(topic, group, member, max, wait).await,
+    }
+}
+
+/// Checks the member's partitions once a second and publishes a change in `status`, for as
+/// long as it is polled. A failed check or an empty assignment is left to the round, which
+/// re-joins when needed.
+async fn watch_assignment(
+    membership: &Membership,
+    status: &watch::Sender<ConsumerStatus>,
+) -> std::convert::Infallible {
+    let (client, topic, group, member) = membership.names();
+    loop {
+        tokio::time::sleep(MIN_ASSIGNMENT_CHECK).await;
+        let Ok(partitions) = client.assignment(topic, group, member).await else {
+            continue;
+        };
+        if partitions.is_empty() {
+            continue;
+        }
+        status.send_if_modified(|status| {
+            let changed = status.assignment != partitions;
+            status.assignment = partitions;
+            changed
+        });
+    }
 }
 
 /// The back-off between attempts to reach the server again: doubling from 50 ms to 3.2 s.
@@ -743,10 +821,18 @@ impl Consumer {
         if self.settings.mode != ConsumeMode::Fetch || !self.joined {
             return Ok(());
         }
+        // A take given up on may have moved the positions past records not handed out yet.
+        let not_past = self.settle_pending().await?;
         let (client, topic, group, member) = self.membership.names();
         // Again after a connection lost in a blip: committing the same positions twice is
         // harmless.
         with_retries("committing", || client.commit(topic, group, member, None)).await?;
+        if !not_past.is_empty() {
+            with_retries("committing", || {
+                client.commit(topic, group, member, Some(not_past.clone()))
+            })
+            .await?;
+        }
         self.committed = Instant::now();
         Ok(())
     }
@@ -839,93 +925,81 @@ impl Consumer {
     /// the assignment is checked beside it once a second, so that a rebalance shows in the
     /// status while the consumer waits.
     async fn take(&mut self) -> Result<Vec<BrokerRecord>, Error> {
-        if !self.joined {
-            self.join().await?;
-        } else if self.checked.elapsed() >= self.settings.max_wait.max(MIN_ASSIGNMENT_CHECK) {
-            self.check_assignment().await?;
+        if !self.kept.is_empty() {
+            return Ok(std::mem::take(&mut self.kept));
         }
-        let commit = self.settings.mode == ConsumeMode::Fetch
-            && self
-                .settings
-                .auto_commit
-                .is_some_and(|interval| self.committed.elapsed() >= interval);
-        // Until the answer is in, the consumer stands as after a lost answer: a take whose
-        // future is dropped (by a `select!` or a timeout) leaves records reserved to the member
-        // (ack mode) or its positions past records never handed out (fetch mode). The next take
-        // then gets them back (a redelivery, or a join that moves the positions back), and no
-        // commit moves past them meanwhile.
-        let unsettled = self
-            .membership
-            .unsettled
-            .swap(false, std::sync::atomic::Ordering::Relaxed);
-        let recovering = self.recover || unsettled;
-        self.recover = true;
-        self.joined = false;
-        let (client, topic, group, member) = self.membership.names();
-        let (max, wait) = (self.settings.max_records, self.settings.max_wait);
-        let take = async {
-            match (self.settings.mode, recovering) {
-                // Records reserved to this member by a lost answer (or by an earlier consumer
-                // of the same member id) would never come back to it by a poll: get them back.
-                // Queued acknowledgements are of deliveries this releases: they would not
-                // match.
-                (ConsumeMode::Ack, true) => {
-                    self.membership.take_later();
-                    client.redeliver(topic, group, member, max).await
-                }
-                (ConsumeMode::Ack, false) => {
-                    let acks = self.membership.take_later();
-                    client
-                        .ack_and_poll_wait(topic, group, member, &acks, max, wait)
-                        .await
-                        .map(|(_, records)| records)
-                }
-                (ConsumeMode::Fetch, _) if commit => {
-                    // One write: the server commits, then fetches.
-                    let (committed, records) = tokio::join!(
-                        client.commit(topic, group, member, None),
-                        client.fetch_wait(topic, group, member, max, wait)
-                    );
-                    committed.and(records)
-                }
-                (ConsumeMode::Fetch, _) => client.fetch_wait(topic, group, member, max, wait).await,
+        if self.pending.is_none() {
+            if !self.joined {
+                self.join().await?;
+            } else if self.checked.elapsed() >= self.settings.max_wait.max(MIN_ASSIGNMENT_CHECK) {
+                self.check_assignment().await?;
             }
+            let commit = self.settings.mode == ConsumeMode::Fetch
+                && self
+                    .settings
+                    .auto_commit
+                    .is_some_and(|interval| self.committed.elapsed() >= interval);
+            // A delivery an acknowledgement could not settle is still reserved to the member,
+            // and no poll would give it back.
+            let unsettled = self
+                .membership
+                .unsettled
+                .swap(false, std::sync::atomic::Ordering::Relaxed);
+            let request = request(
+                Arc::clone(&self.membership),
+                self.settings.mode,
+                self.recover || unsettled,
+                commit,
+                (self.settings.max_records, self.settings.max_wait),
+            );
+            // On a task of its own: a take given up on (its future dropped by a `select!` or
+            // a timeout) leaves its request on its way, and the next take gets its answer,
+            // with whatever records the server handed to the member meanwhile.
+            self.pending = Some(Pending {
+                answer: tokio::spawn(request),
+                commit,
+            });
+        }
+        let Some(pending) = self.pending.as_mut() else {
+            unreachable!("a take's request was just made");
         };
-        let records = if wait > MIN_ASSIGNMENT_CHECK {
+        let answer = if self.settings.max_wait > MIN_ASSIGNMENT_CHECK {
             tokio::select! {
-                records = take => records,
-                never = self.watch_assignment() => match never {},
+                answer = &mut pending.answer => answer,
+                never = watch_assignment(&self.membership, &self.status) => match never {},
             }
         } else {
-            take.await
-        }?;
+            (&mut pending.answer).await
+        };
+        let commit = pending.commit;
+        self.pending = None;
+        let records = answer.map_err(|stopped| {
+            Error::ConnectionLost(format!("the consumer's request stopped: {stopped}"))
+        })??;
         if commit {
             self.committed = Instant::now();
         }
         self.recover = false;
-        self.joined = true;
         Ok(records)
     }
 
-    /// Checks the member's partitions once a second and publishes a change in the status, for
-    /// as long as it is polled. A failed check or an empty assignment is left to the round,
-    /// which re-joins when needed.
-    async fn watch_assignment(&self) -> std::convert::Infallible {
-        let (client, topic, group, member) = self.membership.names();
-        loop {
-            tokio::time::sleep(MIN_ASSIGNMENT_CHECK).await;
-            let Ok(partitions) = client.assignment(topic, group, member).await else {
-                continue;
-            };
-            if partitions.is_empty() {
-                continue;
-            }
-            self.status.send_if_modified(|status| {
-                let changed = status.assignment != partitions;
-                status.assignment = partitions;
-                changed
-            });
+    /// The answer of a take given up on (see [`Consumer::take`]), awaited: its records, which
+    /// the server handed to the member, are kept to be handed out first; returns the first
+    /// offset of each of their partitions, past which a commit of the positions must not move
+    /// (the server's positions are past them). Empty when no take is on its way.
+    async fn settle_pending(&mut self) -> Result<BTreeMap<i32, i64>, Error> {
+        let Some(pending) = self.pending.take() else {
+            return Ok(BTreeMap::new());
+        };
+        let records = pending.answer.await.map_err(|stopped| {
+            Error::ConnectionLost(format!("the consumer's request stopped: {stopped}"))
+        })??;
+        let mut first = BTreeMap::new();
+        for record in &records {
+            first.entry(record.partition).or_insert(record.offset);
         }
+        self.kept.extend(records);
+        Ok(first)
     }
 
     /// Joins the group (again). In fetch mode, at start and after losing the server, a member
@@ -997,9 +1071,12 @@ impl Drop for Consumer {
             return;
         };
         let membership = Arc::clone(&self.membership);
+        // Not past the records of a take on its way, which no one waits for any more: the
+        // group's next member gets them from the committed offsets.
         let commit = self.settings.mode == ConsumeMode::Fetch
             && self.settings.auto_commit.is_some()
-            && self.joined;
+            && self.joined
+            && self.pending.is_none();
         runtime.spawn(async move {
             let (client, topic, group, member) = membership.names();
             if let Err(error) = membership.flush_later().await {

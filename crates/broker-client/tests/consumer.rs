@@ -476,3 +476,85 @@ async fn ack_mode_an_acknowledgement_not_reached_is_delivered_again() {
     assert!(!acked);
     assert_eq!(later.first(), Some(&0), "{later:?}");
 }
+
+/// Fetch mode: a next_batch given up on while its fetch waits on the server (the usual case of a
+/// `select!` against a shutdown signal or a timeout). The request stays on its way, and the
+/// next take gets its answer: the record that arrives meanwhile is handed out. (A next take
+/// that sent a request of its own left the first parked; it took the record, and its answer
+/// was thrown away.)
+#[tokio::test]
+async fn fetch_mode_a_waiting_next_batch_given_up_on_loses_no_record() {
+    let server = TestServer::with_capacity(1000).await;
+    let client = server.client().await;
+    client.create("t", 1).await.unwrap();
+    let mut consumer = Consumer::builder("t", "g")
+        .member("m1")
+        .mode(ConsumeMode::Fetch)
+        .max_wait(Duration::from_secs(2))
+        .auto_commit(Some(Duration::from_secs(3600)))
+        .start(client.clone())
+        .await
+        .unwrap();
+    // Polled once (its waiting fetch goes out), then dropped.
+    let gave_up = futures::FutureExt::now_or_never(consumer.next_batch());
+    assert!(gave_up.is_none());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let publisher = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            client.publish("t", 0, "r0").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(3000)).await;
+            client.publish("t", 0, "r1").await.unwrap();
+        })
+    };
+    let mut handed_out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(9);
+    while std::time::Instant::now() < deadline && handed_out.len() < 2 {
+        handed_out.extend(
+            consumer
+                .next_batch()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|d| d.offset),
+        );
+    }
+    publisher.await.unwrap();
+    consumer.close().await.unwrap();
+    assert_eq!(handed_out, [0, 1], "record 0 was never handed out");
+}
+
+/// Fetch mode: after a next_batch given up on (`select!` on a shutdown signal, then `close`),
+/// `close` commits what was handed out, and not past what the given-up take fetched.
+#[tokio::test]
+async fn fetch_mode_close_after_a_next_batch_given_up_on_commits_what_was_handed_out() {
+    let server = TestServer::with_capacity(1000).await;
+    let client = server.client().await;
+    client.create("c", 1).await.unwrap();
+    for i in 0..5 {
+        client.publish("c", 0, format!("r{i}")).await.unwrap();
+    }
+    let mut consumer = Consumer::builder("c", "g")
+        .member("m1")
+        .mode(ConsumeMode::Fetch)
+        .max_wait(Duration::ZERO)
+        .auto_commit(Some(Duration::from_secs(3600)))
+        .start(client.clone())
+        .await
+        .unwrap();
+    let mut handed_out = 0;
+    while handed_out < 5 {
+        handed_out += consumer.next_batch().await.unwrap().len();
+    }
+    // The shutdown signal wins the select!.
+    let gave_up = futures::FutureExt::now_or_never(consumer.next_batch());
+    assert!(gave_up.is_none());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    consumer.close().await.unwrap();
+    assert_eq!(
+        client.committed("c", "g", 0).await.unwrap(),
+        5,
+        "the records handed out are committed"
+    );
+}
