@@ -577,6 +577,9 @@ impl Coordinator {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            // Completing a round moves the group to a new generation: not while a commit
+            // checked against the one before is on its way.
+            let turn = self.turn(group).await;
             let deadline = {
                 let now = Instant::now();
                 let mut groups = self.lock();
@@ -599,6 +602,7 @@ impl Coordinator {
                     _ => now + Duration::from_millis(100),
                 }
             };
+            drop(turn);
             let _ = tokio::time::timeout_at(deadline, notified).await;
         }
     }

@@ -351,10 +351,12 @@ impl Decoder for ServerCodec {
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
         if self.version == 1 {
-            let mut framing = self.framing.retype::<crate::v1::RequestFrame, ()>();
-            return Ok(framing
-                .decode(src)?
-                .map(|decoded| decoded.map(RequestFrame::from)));
+            let framing = self.framing.retype::<crate::v1::RequestFrame, ()>();
+            return Ok(framing.split_frame(src)?.map(|body| {
+                direct::v1_batch_over_limit(&body).unwrap_or_else(|| {
+                    decode_body::<crate::v1::RequestFrame>(&body).map(RequestFrame::from)
+                })
+            }));
         }
         // Publishes take the direct decoder; everything else the generic one.
         let decoded = self

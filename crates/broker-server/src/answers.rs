@@ -116,14 +116,15 @@ pub(crate) fn room_now_for(
 #[derive(Debug)]
 pub(crate) struct NoRoom;
 
-/// For a retry of a waiting request: room for its answer, waiting until the least it needs
-/// is free, its byte budget lowered to it.
+/// For a retry of a waiting request (whose frame holds `held` bytes of room): room for its
+/// answer, waiting until the least it needs is free, its byte budget lowered to it.
 pub(crate) async fn room_for_retry(
     config: &Config,
     memory: &RequestMemory,
+    held: u64,
     command: &mut Command,
 ) -> Option<FrameRoom> {
-    let (wanted, least) = answer_wants(config, memory, 0, command)?;
+    let (wanted, least) = answer_wants(config, memory, held, command)?;
     let room = memory.answer_room(wanted, least).await;
     fit_answer(command, room.bytes());
     Some(room)
@@ -235,7 +236,7 @@ mod tests {
         let held = room.bytes() + small.bytes();
         let _held = memory.room((1 << 20) - 20_000 - held as usize).await;
         let mut command = poll(None);
-        let free = room_for_retry(&config, &memory, &mut command)
+        let free = room_for_retry(&config, &memory, 0, &mut command)
             .await
             .unwrap();
         assert_eq!(free.bytes(), 19_968);

@@ -703,8 +703,10 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
     // installed for the life of the process; the signals themselves need no action.)
     let _file_size_limit =
         signal(SignalKind::from_raw(libc::SIGXFSZ)).context("cannot handle SIGXFSZ")?;
-    // A port taken fails the start before the data directory is opened (and, when new, made):
-    // each is tried, and let go at once.
+    // A port taken (by another process, or by two of the listeners: `0.0.0.0:P` and
+    // `127.0.0.1:P`) fails the start before the data directory is opened (and, when new,
+    // made): every port is tried at once, then let go.
+    let mut tried = Vec::new();
     for (address, flag) in [
         (Some(listen), "--listen"),
         (metrics, "--metrics-listen"),
@@ -712,9 +714,10 @@ async fn serve(args: &Args, config: Config) -> anyhow::Result<()> {
         (args.console_listen.as_deref(), "--console-listen"),
     ] {
         if let Some(address) = address {
-            drop(bind(address, flag).await?);
+            tried.push(bind(address, flag).await?);
         }
     }
+    drop(tried);
     // Recover before announcing the address: a locked or damaged data directory stops here.
     let storage = open_storage(&config).map_err(|error| with_ownership_hint(error, &config))?;
     let listener = bind(listen, "--listen").await?;

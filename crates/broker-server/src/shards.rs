@@ -52,8 +52,9 @@ pub(crate) struct Shards {
     /// lookup or an update (see the module's "Locks").
     placement: RwLock<Placement>,
     /// Held by a placing command from its decision to its placement's update, so that placing
-    /// commands apply one at a time. Taken before any shard's lock.
-    placing: Mutex<()>,
+    /// commands apply one at a time. Taken before any shard's lock. Holds when lapsed
+    /// dead-letter names were last looked for ([`Shards::forget_lapsed_dead_letters`]).
+    placing: Mutex<Option<std::time::Instant>>,
     /// The most topics the broker holds, across its shards.
     max_topics: usize,
 }
@@ -75,7 +76,7 @@ impl Shards {
         Shards {
             brokers: vec![Arc::new(broker)],
             placement: RwLock::new(Placement::new(1)),
-            placing: Mutex::new(()),
+            placing: Mutex::new(None),
             max_topics: usize::MAX,
         }
     }
@@ -101,7 +102,7 @@ impl Shards {
         Shards {
             brokers: brokers.into_iter().map(Arc::new).collect(),
             placement: RwLock::new(placement),
-            placing: Mutex::new(()),
+            placing: Mutex::new(None),
             max_topics,
         }
     }
@@ -163,7 +164,7 @@ impl Shards {
         command: Command,
         execute: impl FnOnce(&Broker, Command) -> (Result<Outcome, ErrorReply>, T),
     ) -> Result<(usize, Result<Outcome, ErrorReply>, T), ErrorReply> {
-        let _placing = self.placing.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut placing = self.placing.lock().unwrap_or_else(PoisonError::into_inner);
         let failed = match &command {
             Command::Create { .. } => self
                 .brokers
@@ -177,7 +178,7 @@ impl Shards {
             .shard_for(&command, self.max_topics, &failed);
         if matches!(decided, Err(Refusal::TooManyTopics(_))) {
             // Names that groups gave as dead-letter topics and no longer give count no more.
-            self.forget_lapsed_dead_letters();
+            self.forget_lapsed_dead_letters(&mut placing);
             decided = self
                 .read_placement()
                 .shard_for(&command, self.max_topics, &failed);
@@ -211,7 +212,7 @@ impl Shards {
             // Each group reconfigured with a new name adds one: kept within the broker's
             // maximum of topics by forgetting those no group gives any more.
             if names_dead_letter && self.read_placement().dead_letters.len() > self.max_topics {
-                self.forget_lapsed_dead_letters();
+                self.forget_lapsed_dead_letters(&mut placing);
             }
         }
         Ok((shard, result, extra))
@@ -219,8 +220,14 @@ impl Shards {
 
     /// Forgets the dead-letter names that no group of their shard gives any more (its group was
     /// reconfigured, or its topic deleted) and that are no topic: they count against the
-    /// broker's maximum of topics no more. Describes each shard holding such a name once.
-    fn forget_lapsed_dead_letters(&self) {
+    /// broker's maximum of topics no more. Describes each shard holding such a name once, and
+    /// so looks at most once a second (`last`, held under the placing lock): refusals at the
+    /// limit, repeated, cost a describe of the state once a second, not each.
+    fn forget_lapsed_dead_letters(&self, last: &mut Option<std::time::Instant>) {
+        if last.is_some_and(|at| at.elapsed() < std::time::Duration::from_secs(1)) {
+            return;
+        }
+        *last = Some(std::time::Instant::now());
         let reserved: Vec<(String, usize)> = {
             let placement = self.read_placement();
             placement

@@ -55,8 +55,12 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         // lowered to what it gets.
         let mut attempt = retry.clone();
         if permit.counts_answers() {
-            let room =
-                answers::room_for_retry(&shared.config, &shared.request_memory, &mut attempt);
+            let room = answers::room_for_retry(
+                &shared.config,
+                &shared.request_memory,
+                permit.frame_bytes(),
+                &mut attempt,
+            );
             let room = tokio::select! {
                 room = room => room,
                 () = reply_to.closing.cancelled() => break (Ok(found), None),

@@ -62,6 +62,27 @@ pub(super) fn publish(body: &[u8]) -> Option<Decoded<RequestFrame>> {
     }
 }
 
+/// A version 1 `PublishBatch` (whose command index and leading fields are today's) announcing
+/// more records than a publish may hold: refused as [`publish`] refuses one, before anything
+/// is decoded. `None` for anything else, which version 1's decoder then decodes.
+pub(super) fn v1_batch_over_limit(body: &[u8]) -> Option<Decoded<RequestFrame>> {
+    let mut reader = Reader {
+        rest: body,
+        records: 0,
+    };
+    let correlation_id = reader.u64()?;
+    let _max_wait_ms = reader.u32()?;
+    if reader.u32()? != PUBLISH_BATCH {
+        return None;
+    }
+    reader.bytes()?;
+    let count = reader.length()?;
+    (count > MAX_BATCH_RECORDS).then(|| Decoded::Malformed {
+        leading_u64: Some(correlation_id),
+        reason: format!("a batch holds at most {MAX_BATCH_RECORDS} records, got {count}"),
+    })
+}
+
 /// [`publish`] of a request within the limits.
 fn publish_frame(reader: &mut Reader<'_>) -> Option<RequestFrame> {
     let correlation_id = reader.u64()?;

@@ -758,3 +758,27 @@ fn an_answer_larger_than_a_frame_is_refused_with_its_size_and_writes_nothing() {
     assert_eq!(&buf[..], b"kept");
     assert!(buf.capacity() < 2048, "grew to {}", buf.capacity());
 }
+
+#[test]
+fn a_version_1_batch_of_more_records_than_a_publish_holds_is_refused_before_it_is_read() {
+    let mut body = BytesMut::new();
+    body.put_u64_le(9);
+    body.put_u32_le(0);
+    body.put_u32_le(15);
+    body.put_u64_le(1);
+    body.put_slice(b"t");
+    body.put_u64_le(10_001);
+    let mut frame = BytesMut::new();
+    frame.put_u32(body.len() as u32);
+    frame.put_slice(&body);
+    match ServerCodec::new(1 << 20, 1).decode(&mut frame).unwrap() {
+        Some(crate::Decoded::Malformed {
+            leading_u64,
+            reason,
+        }) => {
+            assert_eq!(leading_u64, Some(9));
+            assert_eq!(reason, "a batch holds at most 10000 records, got 10001");
+        }
+        other => panic!("{other:?}"),
+    }
+}
