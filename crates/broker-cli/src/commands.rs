@@ -711,7 +711,7 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
                          stored, and the rest of the input was not published"
                     ),
                 };
-                return Err(anyhow!("{error:#}\n({progress})"));
+                return Err(anyhow!("{error:#} ({progress})"));
             }
         };
         let Some((result, size)) = next else { break };
