@@ -353,26 +353,38 @@ async fn commit_offsets_is_refused_in_ack_mode_and_moves_nothing() {
     consumer.close().await.unwrap();
 }
 
-/// Fetch mode: a `next_batch` given up on (a `select!` on a shutdown signal, a timeout) after
-/// its fetch went out. The server moved the member's position past the records of the lost
-/// answer; the next take moves it back (it joins again), and no commit moves past them
-/// meanwhile: every record is handed out, once the consumer carries on.
-#[tokio::test]
-async fn fetch_mode_a_next_batch_given_up_on_loses_no_record() {
+/// A server whose topic `topic`, of one partition, holds `r0` to `r4`, and a client of it.
+async fn five_records(topic: &str) -> (TestServer, Client) {
     let server = TestServer::with_capacity(1000).await;
     let client = server.client().await;
-    client.create("t", 1).await.unwrap();
+    client.create(topic, 1).await.unwrap();
     for i in 0..5 {
-        client.publish("t", 0, format!("r{i}")).await.unwrap();
+        client.publish(topic, 0, format!("r{i}")).await.unwrap();
     }
-    let mut consumer = Consumer::builder("t", "g")
+    (server, client)
+}
+
+/// A fetch-mode consumer, member `m1` of group `g` on `topic`, waiting `max_wait` for records
+/// and committing by itself once an hour (so, in a test, only when told to or on close).
+async fn fetch_consumer(client: &Client, topic: &str, max_wait: Duration) -> Consumer {
+    Consumer::builder(topic, "g")
         .member("m1")
         .mode(ConsumeMode::Fetch)
-        .max_wait(Duration::ZERO)
+        .max_wait(max_wait)
         .auto_commit(Some(Duration::from_secs(3600)))
         .start(client.clone())
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Fetch mode: a `next_batch` given up on (a `select!` on a shutdown signal, a timeout) after
+/// its fetch went out. The server moved the member's position past the records of that
+/// answer; the next take gets the answer, and no commit moves past them meanwhile: every
+/// record is handed out, once the consumer carries on.
+#[tokio::test]
+async fn fetch_mode_a_next_batch_given_up_on_loses_no_record() {
+    let (_server, client) = five_records("t").await;
+    let mut consumer = fetch_consumer(&client, "t", Duration::ZERO).await;
     // Polled once (its request goes out), then dropped: what a `select!` whose other branch
     // won does to it.
     let gave_up = futures::FutureExt::now_or_never(consumer.next_batch());
@@ -487,14 +499,7 @@ async fn fetch_mode_a_waiting_next_batch_given_up_on_loses_no_record() {
     let server = TestServer::with_capacity(1000).await;
     let client = server.client().await;
     client.create("t", 1).await.unwrap();
-    let mut consumer = Consumer::builder("t", "g")
-        .member("m1")
-        .mode(ConsumeMode::Fetch)
-        .max_wait(Duration::from_secs(2))
-        .auto_commit(Some(Duration::from_secs(3600)))
-        .start(client.clone())
-        .await
-        .unwrap();
+    let mut consumer = fetch_consumer(&client, "t", Duration::from_secs(2)).await;
     // Polled once (its waiting fetch goes out), then dropped.
     let gave_up = futures::FutureExt::now_or_never(consumer.next_batch());
     assert!(gave_up.is_none());
@@ -529,20 +534,8 @@ async fn fetch_mode_a_waiting_next_batch_given_up_on_loses_no_record() {
 /// `close` commits what was handed out, and not past what the given-up take fetched.
 #[tokio::test]
 async fn fetch_mode_close_after_a_next_batch_given_up_on_commits_what_was_handed_out() {
-    let server = TestServer::with_capacity(1000).await;
-    let client = server.client().await;
-    client.create("c", 1).await.unwrap();
-    for i in 0..5 {
-        client.publish("c", 0, format!("r{i}")).await.unwrap();
-    }
-    let mut consumer = Consumer::builder("c", "g")
-        .member("m1")
-        .mode(ConsumeMode::Fetch)
-        .max_wait(Duration::ZERO)
-        .auto_commit(Some(Duration::from_secs(3600)))
-        .start(client.clone())
-        .await
-        .unwrap();
+    let (_server, client) = five_records("c").await;
+    let mut consumer = fetch_consumer(&client, "c", Duration::ZERO).await;
     let mut handed_out = 0;
     while handed_out < 5 {
         handed_out += consumer.next_batch().await.unwrap().len();

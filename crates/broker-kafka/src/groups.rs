@@ -824,14 +824,15 @@ impl Coordinator {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
 
     use std::sync::Arc;
 
     use super::*;
 
-    fn join(member_id: &str) -> Join {
+    /// A consumer's request to join as `member_id` (empty for a new member), speaking `range`.
+    pub(crate) fn join(member_id: &str) -> Join {
         Join {
             member_id: member_id.to_owned(),
             client_id: "client".into(),

@@ -72,3 +72,31 @@ impl Backend for Shaped {
         self.token == Some(password)
     }
 }
+
+/// The methods of a [`Backend`] over the broker in memory in `self.broker`, alone (no cluster,
+/// no token): for test backends that change only how calls are made.
+macro_rules! alone_in_memory {
+    () => {
+        async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
+            self.broker.topics().await
+        }
+
+        fn cluster(&self) -> Option<crate::ClusterView> {
+            None
+        }
+
+        fn coordinates_groups(&self) -> bool {
+            true
+        }
+
+        fn requires_authentication(&self) -> bool {
+            false
+        }
+
+        fn authenticate(&self, _password: &str) -> bool {
+            true
+        }
+    };
+}
+
+pub(crate) use alone_in_memory;

@@ -234,25 +234,7 @@ impl Backend for Shifted {
         self.broker.call(command, max_wait).await
     }
 
-    async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
-        self.broker.topics().await
-    }
-
-    fn cluster(&self) -> Option<crate::ClusterView> {
-        None
-    }
-
-    fn coordinates_groups(&self) -> bool {
-        true
-    }
-
-    fn requires_authentication(&self) -> bool {
-        false
-    }
-
-    fn authenticate(&self, _password: &str) -> bool {
-        true
-    }
+    crate::testing::alone_in_memory!();
 }
 
 /// The answer of `handler` to a produce of `count` records of producer 7 to partition 0 of
@@ -2266,25 +2248,7 @@ impl Backend for Instrumented {
         outcome
     }
 
-    async fn topics(&self) -> Result<Vec<TopicDescription>, ErrorReply> {
-        self.broker.topics().await
-    }
-
-    fn cluster(&self) -> Option<crate::ClusterView> {
-        None
-    }
-
-    fn coordinates_groups(&self) -> bool {
-        true
-    }
-
-    fn requires_authentication(&self) -> bool {
-        false
-    }
-
-    fn authenticate(&self, _password: &str) -> bool {
-        true
-    }
+    crate::testing::alone_in_memory!();
 }
 
 #[tokio::test]
@@ -2336,7 +2300,6 @@ async fn a_request_naming_many_partitions_runs_a_bounded_number_of_calls_at_once
 
 #[tokio::test]
 async fn no_member_joins_while_a_checked_commit_is_on_its_way() {
-    use crate::groups::Join;
     use kafka_protocol::messages::offset_commit_request::{
         OffsetCommitRequestPartition, OffsetCommitRequestTopic,
     };
@@ -2351,15 +2314,7 @@ async fn no_member_joins_while_a_checked_commit_is_on_its_way() {
         endpoint: endpoint(),
         client_host: "/127.0.0.1".into(),
     };
-    let join = || Join {
-        member_id: String::new(),
-        client_id: "client".into(),
-        client_host: "/127.0.0.1".into(),
-        protocol_type: "consumer".into(),
-        protocols: vec![("range".into(), Bytes::from_static(b"meta"))],
-        session_timeout: Duration::from_secs(10),
-        rebalance_timeout: Duration::from_secs(5),
-    };
+    let join = || crate::groups::tests::join("");
     let (first, round) = state.groups.join("g", join()).await.unwrap();
     state
         .groups
