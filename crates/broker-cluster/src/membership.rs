@@ -63,6 +63,31 @@ impl Cluster {
                 node.raft_addr
             )));
         }
+        // Entries of kinds this node proposed since it started are in the group's log: a
+        // node whose release cannot read them would stop at the first.
+        let used: Vec<&str> = [
+            (&self.named_commands_known, crate::network::NAMED_COMMANDS),
+            (&self.budget_changes_known, crate::network::BUDGET_CHANGES),
+        ]
+        .into_iter()
+        .filter(|(known, _)| known.load(std::sync::atomic::Ordering::Acquire))
+        .map(|(_, feature)| feature)
+        .collect();
+        if !used.is_empty() {
+            let told = link
+                .features(crate::network::PEER_ANSWER_WITHIN)
+                .await
+                .unwrap_or_default();
+            if let Some(missing) = used
+                .iter()
+                .find(|used| !told.iter().any(|told| told == *used))
+            {
+                return Err(ProposeError::Refused(format!(
+                    "node {id} does not say that it applies the entries of this group's log \
+                     ({missing}): upgrade it to this release or a later one, then add it"
+                )));
+            }
+        }
         let added = within(deadline, wait, self.core.raft.add_learner(id, node, false))
             .await?
             .map_err(|error| self.core.write_error(error))?;
