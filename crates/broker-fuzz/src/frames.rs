@@ -11,10 +11,12 @@
 //! - every decoded message encodes again, within the same limit, to a frame that decodes to an
 //!   equal message;
 //! - a server's codec (which decodes the `Producer`'s publishes directly) decodes every request
-//!   stream exactly as the generic codec does.
+//!   stream exactly as the generic codec does, but for a publish of more than 10,000 records
+//!   in all, which it refuses as malformed.
 
 use std::fmt::Debug;
 
+use broker_core::{Command, MAX_BATCH_RECORDS};
 use broker_proto::{
     Codec, Decoded, Hello, HelloReply, ProtocolError, RequestFrame, ResponseFrame, ServerCodec,
     PROTOCOL_VERSION,
@@ -41,8 +43,10 @@ pub fn decode_frames(data: &[u8]) {
     match (selector / 4) % 3 {
         0 => {
             decode_stream::<RequestFrame, ResponseFrame>(limit, chunk, rest);
-            let generic =
-                decoded_in_one_read(Codec::<RequestFrame, ResponseFrame>::new(limit), rest);
+            let generic = decoded_in_one_read(
+                RefusingLargePublishes(Codec::<RequestFrame, ResponseFrame>::new(limit)),
+                rest,
+            );
             let server = decoded_in_one_read(ServerCodec::new(limit, PROTOCOL_VERSION), rest);
             assert_eq!(
                 server, generic,
@@ -84,6 +88,45 @@ where
 }
 
 /// Every frame `codec` decodes from `data` read at once, and how the stream ends, as text.
+/// The generic codec as a server applies it: a publish of more than [`MAX_BATCH_RECORDS`]
+/// records in all is malformed, as the server's codec refuses it.
+struct RefusingLargePublishes(Codec<RequestFrame, ResponseFrame>);
+
+impl Decoder for RefusingLargePublishes {
+    type Item = Decoded<RequestFrame>;
+    type Error = ProtocolError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
+        Ok(self.0.decode(src)?.map(refused_if_large))
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
+        Ok(self.0.decode_eof(src)?.map(refused_if_large))
+    }
+}
+
+fn refused_if_large(decoded: Decoded<RequestFrame>) -> Decoded<RequestFrame> {
+    let Decoded::Message(frame) = decoded else {
+        return decoded;
+    };
+    let records = match &frame.command {
+        Command::PublishBatch { records, .. } | Command::PublishUntilFull { records, .. } => {
+            records.len()
+        }
+        Command::PublishIdempotent { batches, .. } => {
+            batches.iter().map(|batch| batch.records.len()).sum()
+        }
+        _ => 0,
+    };
+    if records <= MAX_BATCH_RECORDS {
+        return Decoded::Message(frame);
+    }
+    Decoded::Malformed {
+        leading_u64: Some(frame.correlation_id),
+        reason: format!("a batch holds at most {MAX_BATCH_RECORDS} records, got {records}"),
+    }
+}
+
 fn decoded_in_one_read<C>(mut codec: C, data: &[u8]) -> Vec<String>
 where
     C: Decoder,

@@ -46,9 +46,10 @@ pub(super) fn publish(body: &[u8]) -> Option<Decoded<RequestFrame>> {
         records: 0,
     };
     match publish_frame(&mut reader) {
-        // More records than a publish may hold, refused before they are read: decoded, small
+        // More records than a publish may hold, refused without keeping them (read past, so
+        // that only a body the generic decoder would decode is refused so): decoded, small
         // records take several times their wire bytes, which the request memory counted.
-        None if reader.records > MAX_BATCH_RECORDS => Some(Decoded::Malformed {
+        Some(_) if reader.records > MAX_BATCH_RECORDS => Some(Decoded::Malformed {
             leading_u64: body
                 .get(..8)
                 .and_then(|bytes| bytes.try_into().ok())
@@ -217,8 +218,9 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// A list of records, counted with those of the lists before it: more than a publish may
-    /// hold in all is refused before any is read.
+    /// A list of records, counted with those of the lists before it: once there are more
+    /// than a publish may hold in all, the records are read past without being kept (an empty
+    /// list), and [`publish`] refuses the request.
     fn records(&mut self) -> Option<Vec<PublishRecord>> {
         let count = {
             let mut ahead = Reader {
@@ -229,9 +231,33 @@ impl<'a> Reader<'a> {
         };
         self.records = self.records.saturating_add(count);
         if self.records > MAX_BATCH_RECORDS {
-            return None;
+            let count = self.length()?;
+            if count > self.rest.len() / MIN_RECORD_BYTES {
+                return None;
+            }
+            for _ in 0..count {
+                self.skip_record()?;
+            }
+            return Some(Vec::new());
         }
         self.list(MIN_RECORD_BYTES, Reader::record)
+    }
+
+    /// [`Reader::record`], read past without keeping it.
+    fn skip_record(&mut self) -> Option<()> {
+        self.option(Reader::i32)?;
+        self.option(Reader::bytes)?;
+        self.bytes()?;
+        let headers = self.length()?;
+        if headers > self.rest.len() / MIN_HEADER_BYTES {
+            return None;
+        }
+        for _ in 0..headers {
+            self.text()?;
+            self.option(Reader::bytes)?;
+        }
+        self.option(Reader::i64)?;
+        Some(())
     }
 
     fn record(&mut self) -> Option<PublishRecord> {
