@@ -546,22 +546,31 @@ async fn groups_of_three_replicas_over_four_nodes_serve_every_topic_from_any_nod
     }
 
     // `broker cluster topics`, given node 1 only (which holds no copy of group 3), names every
-    // topic's group and leader.
-    let output = std::process::Command::new(broker_testkit::process::binary("broker"))
-        .args(["--addr", &nodes.client_addrs[0].to_string()])
-        .args(["cluster", "topics", "--json"])
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    let listed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    for topic in listed["topics"].as_array().unwrap() {
-        let group = placed[topic["topic"].as_str().unwrap()] + 1;
-        assert_eq!(topic["group"].as_i64(), Some(group), "{listed}");
-        assert_eq!(
-            topic["leader"].as_i64(),
-            Some(leaders[&group.to_string()]),
-            "{listed}"
-        );
+    // topic's group and leader. (A node learns the leader of a group it holds no copy of by
+    // asking that group's members: a listing made while it asks names none yet.)
+    let deadline = Instant::now() + APPLIED_WITHIN;
+    loop {
+        let output = std::process::Command::new(broker_testkit::process::binary("broker"))
+            .args(["--addr", &nodes.client_addrs[0].to_string()])
+            .args(["cluster", "topics", "--json"])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let listed: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let topics = listed["topics"].as_array().unwrap();
+        for topic in topics {
+            let group = placed[topic["topic"].as_str().unwrap()] + 1;
+            assert_eq!(topic["group"].as_i64(), Some(group), "{listed}");
+        }
+        let leaders_named = topics.iter().all(|topic| {
+            let group = placed[topic["topic"].as_str().unwrap()] + 1;
+            topic["leader"].as_i64() == Some(leaders[&group.to_string()])
+        });
+        if leaders_named {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{listed}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     // Node 3, a voter of every further group, dies and is removed: each group replaces it
     // with the node it lacks, nothing acknowledged is lost.
