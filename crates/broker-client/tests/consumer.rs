@@ -353,6 +353,17 @@ async fn commit_offsets_is_refused_in_ack_mode_and_moves_nothing() {
     consumer.close().await.unwrap();
 }
 
+/// The offsets of the records of the consumer's next batch.
+async fn next_offsets(consumer: &mut Consumer) -> Vec<i64> {
+    consumer
+        .next_batch()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|delivery| delivery.offset)
+        .collect()
+}
+
 /// A server whose topic `topic`, of one partition, holds `r0` to `r4`, and a client of it.
 async fn five_records(topic: &str) -> (TestServer, Client) {
     let server = TestServer::with_capacity(1000).await;
@@ -392,14 +403,7 @@ async fn fetch_mode_a_next_batch_given_up_on_loses_no_record() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut handed_out = Vec::new();
     for _ in 0..3 {
-        handed_out.extend(
-            consumer
-                .next_batch()
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|d| d.offset),
-        );
+        handed_out.extend(next_offsets(&mut consumer).await);
     }
     consumer.close().await.unwrap();
     assert_eq!(handed_out, [0, 1, 2, 3, 4]);
@@ -475,14 +479,7 @@ async fn ack_mode_an_acknowledgement_not_reached_is_delivered_again() {
     proxy.set_backend(server.addr);
     let mut later = Vec::new();
     for _ in 0..10 {
-        later.extend(
-            consumer
-                .next_batch()
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|d| d.offset),
-        );
+        later.extend(next_offsets(&mut consumer).await);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!acked);
@@ -516,14 +513,7 @@ async fn fetch_mode_a_waiting_next_batch_given_up_on_loses_no_record() {
     let mut handed_out = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(9);
     while std::time::Instant::now() < deadline && handed_out.len() < 2 {
-        handed_out.extend(
-            consumer
-                .next_batch()
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|d| d.offset),
-        );
+        handed_out.extend(next_offsets(&mut consumer).await);
     }
     publisher.await.unwrap();
     consumer.close().await.unwrap();
