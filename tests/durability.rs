@@ -946,6 +946,14 @@ async fn a_data_directory_of_format_version_6_opens_unchanged() {
     open_fixture_with_stored_offsets("v6").await;
 }
 
+/// A data directory of format version 7 (`tests/fixtures/data-v7`, made by
+/// `tests/fixtures/make-data-v7.sh`: format 6's contents, its log's entries applied under the
+/// core's revision 1) opens with the same description and records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_of_format_version_7_opens_unchanged() {
+    open_fixture_with_stored_offsets("v7").await;
+}
+
 /// Opens the fixture `data-<version>` (made by the make script of format 5 or a later one) and
 /// checks its description, its groups' stored offsets and its records.
 async fn open_fixture_with_stored_offsets(version: &str) {

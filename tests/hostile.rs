@@ -93,7 +93,8 @@ async fn maximum_frames_again_and_again_do_not_grow_memory() {
         "--max-frame-bytes",
         &frame_limit.to_string(),
         "--max-memory",
-        &(4 * MIB).to_string(),
+        // Four records of 1 MiB, each with what the budget counts for the record itself.
+        &(4 * (MIB + broker_core::RECORD_OVERHEAD_BYTES)).to_string(),
     ]);
     let mut client = connect(&server).await;
     create(&mut client, "t").await;

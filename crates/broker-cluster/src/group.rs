@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use broker_core::Revision;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::{Raft, RaftMetrics, ServerState};
 
@@ -27,6 +28,10 @@ pub(crate) struct GroupCore {
     /// Whether a leader told this node, which had missed it, that it was removed (it
     /// campaigns no more and names no leader).
     pub(crate) known_removed: Arc<AtomicBool>,
+    /// Whether every other member of the group answered that its release applies entries of
+    /// [`Revision::NEWEST`] (see [`Cluster::adopt_revision`](crate::Cluster::adopt_revision)):
+    /// the commands and ticks this node proposes as leader carry that revision from then on.
+    pub(crate) revision_known: AtomicBool,
 }
 
 impl GroupCore {
@@ -38,6 +43,16 @@ impl GroupCore {
             lease,
             handing_over: AtomicBool::new(false),
             known_removed: Arc::new(AtomicBool::new(false)),
+            revision_known: AtomicBool::new(false),
+        }
+    }
+
+    /// The revision of the core's rules the commands and ticks this node proposes apply under:
+    /// [`Revision::NEWEST`] once every member applies it, [`Revision::Original`] before.
+    pub(crate) fn revision(&self) -> Revision {
+        match self.revision_known.load(Ordering::Acquire) {
+            true => Revision::NEWEST,
+            false => Revision::Original,
         }
     }
 
@@ -51,6 +66,8 @@ impl GroupCore {
         if self.is_cut_off() || self.knows_removed() {
             return Err(ProposeError::NotLeader { leader: None });
         }
+        // Under the revision every member applies, whatever a forwarding node asked.
+        let proposal = proposal.revised(self.revision());
         match self.raft.client_write(proposal).await {
             Ok(written) => Ok(written.data),
             Err(error) => Err(self.write_error(error)),

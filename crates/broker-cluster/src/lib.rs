@@ -537,6 +537,9 @@ pub struct Cluster {
     /// When the members were last asked whether they apply [`Proposal::Budget`], while one
     /// did not answer so.
     budget_changes_asked: std::sync::Mutex<Option<std::time::Instant>>,
+    /// When the members were last asked whether they apply [`Proposal::Revised`] entries of
+    /// [`broker_core::Revision::NEWEST`], while one did not answer so.
+    revision_asked: std::sync::Mutex<Option<std::time::Instant>>,
     /// The replica the group's state machine applies to, weakly: see [`Cluster::released`].
     released: Weak<dyn std::any::Any + Send + Sync>,
     stop: CancellationToken,
@@ -677,6 +680,7 @@ impl Cluster {
             named_commands_known: AtomicBool::new(false),
             budget_changes_known: AtomicBool::new(false),
             budget_changes_asked: std::sync::Mutex::new(None),
+            revision_asked: std::sync::Mutex::new(None),
             released,
             stop,
             tracker,
@@ -771,6 +775,7 @@ impl Cluster {
             named_commands_known: AtomicBool::new(false),
             budget_changes_known: AtomicBool::new(false),
             budget_changes_asked: std::sync::Mutex::new(None),
+            revision_asked: std::sync::Mutex::new(None),
             released,
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
@@ -1014,6 +1019,52 @@ impl Cluster {
             self.budget_changes_known.store(true, Ordering::Release);
         }
         self.propose(Proposal::Budget { bytes }).await.map(drop)
+    }
+
+    /// On the leader, makes the commands and ticks it proposes apply under
+    /// [`broker_core::Revision::NEWEST`] once every other member of the group answers that its
+    /// release applies such entries ([`Proposal::Revised`]); before, they apply under
+    /// [`broker_core::Revision::Original`], as every earlier release applies them. The members
+    /// are asked at the first call, then at most once every [`BUDGET_ASKED_EVERY`] while one
+    /// does not answer so; once they all did, the answer is kept (nodes are not expected to go
+    /// back to an earlier release, and [`Cluster::add_node`] refuses one that does not apply
+    /// it). Whether its entries carry the newest revision now.
+    pub async fn adopt_revision(&self) -> bool {
+        if self.core.revision_known.load(Ordering::Acquire) {
+            return true;
+        }
+        if self.ensure_leader().is_err() {
+            return false;
+        }
+        {
+            let mut asked = self
+                .revision_asked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if asked.is_some_and(|at| at.elapsed() < BUDGET_ASKED_EVERY) {
+                return false;
+            }
+            *asked = Some(std::time::Instant::now());
+        }
+        let adopted = matches!(
+            self.check_feature(
+                network::REVISION_1,
+                "apply entries under the rules of this release",
+            )
+            .await,
+            Ok(true)
+        );
+        if adopted {
+            self.core.revision_known.store(true, Ordering::Release);
+            tracing::info!(
+                group = self.group,
+                revision = broker_core::Revision::NEWEST.number(),
+                "every member of group {} applies the rules of this release: its new entries \
+                 carry them",
+                self.group
+            );
+        }
+        adopted
     }
 
     /// `Ok` unless another member of the group that answers cannot apply the changes that move

@@ -68,6 +68,7 @@ impl Cluster {
         let used: Vec<&str> = [
             (&self.named_commands_known, crate::network::NAMED_COMMANDS),
             (&self.budget_changes_known, crate::network::BUDGET_CHANGES),
+            (&self.core.revision_known, crate::network::REVISION_1),
         ]
         .into_iter()
         .filter(|(known, _)| known.load(std::sync::atomic::Ordering::Acquire))

@@ -149,6 +149,7 @@ pub(crate) const FEATURES: &[&str] = &[
     MOVES_IMAGE_5,
     COMMANDS_14,
     BUDGET_CHANGES,
+    REVISION_1,
 ];
 
 /// The feature of applying [`crate::Proposal::NamedCommands`].
@@ -170,6 +171,10 @@ pub(crate) const MOVES_IMAGE_5: &str = "moves-image-5";
 
 /// The feature of applying a change of a group's memory budget ([`crate::Proposal::Budget`]).
 pub(crate) const BUDGET_CHANGES: &str = "budget-changes";
+
+/// The feature of applying entries under revision 1 of the core's rules
+/// ([`broker_core::Revision::Bounded`], in a [`crate::Proposal::Revised`]).
+pub(crate) const REVISION_1: &str = "revision-1";
 
 /// What a node's release can do, as it tells its peers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -463,6 +463,7 @@ impl<R: Replica> StateMachine<R> {
         let BrokerChange::Commands {
             now_ms,
             names,
+            revision,
             commands,
         } = change
         else {
@@ -477,6 +478,7 @@ impl<R: Replica> StateMachine<R> {
         let mut applied = self.replica.apply(BrokerChange::Commands {
             now_ms,
             names,
+            revision,
             commands: kept,
         });
         let mut answers = applied.results.into_iter();

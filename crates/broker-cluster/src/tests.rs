@@ -77,9 +77,11 @@ impl Replica for Memory {
             BrokerChange::Commands {
                 now_ms,
                 names,
+                revision,
                 commands,
             } => {
                 state.set_names(names);
+                state.set_revision(revision);
                 Applied {
                     results: commands
                         .into_iter()
@@ -88,10 +90,13 @@ impl Replica for Memory {
                     ..Applied::default()
                 }
             }
-            BrokerChange::Tick { now_ms } => Applied {
-                changed: state.advance_clock(now_ms).unwrap_or_default(),
-                ..Applied::default()
-            },
+            BrokerChange::Tick { now_ms, revision } => {
+                state.set_revision(revision);
+                Applied {
+                    changed: state.advance_clock(now_ms).unwrap_or_default(),
+                    ..Applied::default()
+                }
+            }
             BrokerChange::Budget { bytes } => {
                 state.set_memory_budget(bytes);
                 Applied::default()
@@ -1667,6 +1672,23 @@ async fn the_first_change_to_the_clusters_state_waits_for_every_member() {
     }
 }
 
+/// In the place of `node`, a peer that reads what it is sent and closes the connection, as a
+/// node of an earlier release does at a question it does not know; abort the task to stop it.
+async fn answer_as_an_earlier_release(node: &ClusterNode) -> tokio::task::JoinHandle<()> {
+    let earlier = TcpListener::bind(&node.raft_addr).await.unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = earlier.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buffer = [0; 4096];
+                let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut buffer).await;
+            });
+        }
+    })
+}
+
 /// The first entry of commands under other name rules waits for no member that cannot be
 /// reached, but is refused, naming it, while a member closes the connection at the question,
 /// as a node of an earlier release does (it would stop at the entry).
@@ -1686,20 +1708,7 @@ async fn commands_under_kafkas_names_are_refused_while_a_member_of_an_earlier_re
     let named =
         |topic: &str| Proposal::commands(1_000, broker_core::NameRules::Kafka, create(topic));
     // In its place, a peer that reads what it is sent and closes the connection.
-    let earlier = TcpListener::bind(&members[&down_id].raft_addr)
-        .await
-        .unwrap();
-    let closing = tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = earlier.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let mut buffer = [0; 4096];
-                let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut buffer).await;
-            });
-        }
-    });
+    let closing = answer_as_an_earlier_release(&members[&down_id]).await;
     let rest: Vec<&Node> = nodes.iter().flatten().collect();
     let leading = &rest[leader(&rest).await].cluster;
     match leading.propose(named("a.b")).await {
@@ -2032,4 +2041,148 @@ async fn an_arrival_logged_by_an_earlier_release_still_applies() {
         .unwrap();
     assert!(stored.iter().all(Option::is_some), "{stored:?}");
     assert_eq!(stored[0], Some(1));
+}
+
+/// The entries of a member polling `topic`'s only record twice with a maximum of one
+/// delivery: at `at_ms`, then 100 ms later, past the group's acknowledgement timeout of 10 ms
+/// and before any tick. Under the original rules the second poll delivers the record again;
+/// from revision 1 on it moves the record to `<topic>-dlq` instead.
+fn poll_past_the_timeout(topic: &str, at_ms: i64) -> Vec<Proposal> {
+    let settings = vec![
+        broker_core::GroupSetting::MaxDeliveries(1),
+        broker_core::GroupSetting::DeadLetter(
+            broker_core::TopicName::new(&format!("{topic}-dlq")).unwrap(),
+        ),
+        broker_core::GroupSetting::AckTimeoutMs(10),
+    ];
+    let poll = Command::Poll {
+        topic: topic.to_owned(),
+        group: "g".to_owned(),
+        member: "m".to_owned(),
+        max_records: 1,
+        max_bytes: None,
+    };
+    let setup = vec![
+        Command::Create {
+            topic: topic.to_owned(),
+            partition_count: 1,
+            key_hash: KeyHash::default(),
+            settings: Vec::new(),
+        },
+        Command::Join {
+            topic: topic.to_owned(),
+            group: "g".to_owned(),
+            member: "m".to_owned(),
+            assignor: None,
+            settings,
+        },
+        Command::Publish {
+            topic: topic.to_owned(),
+            partition: 0,
+            payload: "x".into(),
+        },
+    ];
+    vec![
+        Proposal::Commands {
+            now_ms: at_ms,
+            commands: setup,
+        },
+        Proposal::Commands {
+            now_ms: at_ms,
+            commands: vec![poll.clone()],
+        },
+        Proposal::Commands {
+            now_ms: at_ms + 100,
+            commands: vec![poll],
+        },
+    ]
+}
+
+/// Proposes `entries` through `leading`; the delivery counts the last one's poll answered.
+async fn delivery_counts(leading: &Cluster, entries: Vec<Proposal>) -> Vec<u32> {
+    let mut last = None;
+    for entry in entries {
+        last = Some(leading.propose(entry).await.unwrap());
+    }
+    match last.map(|applied| applied.results) {
+        Some(results) => match &results[..] {
+            [Ok(Outcome::Records(records))] => {
+                records.iter().map(|record| record.delivery_count).collect()
+            }
+            other => panic!("unexpected {other:?}"),
+        },
+        None => Vec::new(),
+    }
+}
+
+/// Waits until every node's state equals the first's.
+async fn same_state(nodes: &[&Node]) {
+    for _ in 0..200 {
+        let images: Vec<StateImage> = nodes.iter().map(|node| node.replica.contents()).collect();
+        if images.iter().all(|image| *image == images[0]) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the nodes did not converge");
+}
+
+/// While a member closes the connection at the question, as a node of an earlier release
+/// does, the leader's entries apply under the original rules, which that node applies too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_keep_the_original_rules_while_a_member_of_an_earlier_release_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (members, nodes, down) = three_with_a_follower_down(dir.path()).await;
+    let down_id = down as NodeId + 1;
+    let closing = answer_as_an_earlier_release(&members[&down_id]).await;
+    let rest: Vec<&Node> = nodes.iter().flatten().collect();
+    let at = leader(&rest).await;
+    assert!(!rest[at].cluster.adopt_revision().await);
+    let counts = delivery_counts(&rest[at].cluster, poll_past_the_timeout("a", 1_000)).await;
+    assert_eq!(
+        counts,
+        [2],
+        "delivered again, as every earlier release does"
+    );
+    same_state(&rest).await;
+    assert!(rest.iter().all(|node| !node.replica.holds_topic("a-dlq")));
+    closing.abort();
+    let _ = closing.await;
+    for node in nodes.iter().flatten() {
+        node.cluster.shutdown().await;
+    }
+}
+
+/// Once every member answers that it applies them, the leader's entries carry revision 1:
+/// every replica applies them under it, and so does a node that restarts from its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_carry_the_newest_rules_once_every_member_applies_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (members, mut nodes) = start_three(dir.path()).await;
+    let all: Vec<&Node> = nodes.iter().flatten().collect();
+    let at = leader(&all).await;
+    // Before it asked, the leader's entries keep the original rules.
+    let counts = delivery_counts(&all[at].cluster, poll_past_the_timeout("a", 1_000)).await;
+    assert_eq!(counts, [2]);
+    assert!(all[at].cluster.adopt_revision().await);
+    let counts = delivery_counts(&all[at].cluster, poll_past_the_timeout("b", 2_000)).await;
+    assert!(counts.is_empty(), "delivered past the maximum: {counts:?}");
+    same_state(&all).await;
+    for node in &all {
+        assert!(!node.replica.holds_topic("a-dlq"));
+        assert!(node.replica.holds_topic("b-dlq"));
+    }
+    // A follower restarts from its files: each entry applies again under its own revision.
+    let follower = (at + 1) % 3;
+    let before = all[follower].replica.contents();
+    let id = follower as NodeId + 1;
+    nodes[follower].take().unwrap().cluster.shutdown().await;
+    let listener = TcpListener::bind(&members[&id].raft_addr).await.unwrap();
+    nodes[follower] = Some(start(id, &members, dir.path(), listener).await);
+    let all: Vec<&Node> = nodes.iter().flatten().collect();
+    same_state(&all).await;
+    assert_eq!(all[follower].replica.contents(), before);
+    for node in nodes.iter().flatten() {
+        node.cluster.shutdown().await;
+    }
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use broker_core::image::{v4, RecordImage, TopicImage};
-use broker_core::{BrokerError, Command, NameRules, Outcome};
+use broker_core::{BrokerError, Command, NameRules, Outcome, Revision};
 use serde::{Deserialize, Serialize};
 
 use crate::snapshot_stream::SnapshotStream;
@@ -72,9 +72,42 @@ pub enum Proposal {
         /// The budget in bytes, if any.
         bytes: Option<u64>,
     },
+    /// `proposal` (commands or a tick) applied under `revision` of the core's rules: every
+    /// other entry applies under [`Revision::Original`], as every release before revisions
+    /// applied it. The revision travels with the entry, so every node applies it alike
+    /// whatever its own release, and an entry of the log applies as it did when it was first
+    /// applied. Added with revisions: a node of an earlier release stops at such an entry, so
+    /// a leader proposes it only once every member of its group says that it applies the
+    /// revision (see [`Proposal::revised`]).
+    Revised {
+        /// The rules the entry applies under.
+        revision: Revision,
+        /// What applies: a [`Proposal::Commands`], [`Proposal::NamedCommands`] or
+        /// [`Proposal::Tick`].
+        proposal: Box<Proposal>,
+    },
 }
 
 impl Proposal {
+    /// `self` applied under `revision`: a [`Proposal::Revised`] for commands and ticks under a
+    /// later revision than [`Revision::Original`]; anything else as it is (the other entries
+    /// do not depend on the core's rules, and original commands are proposed as every release
+    /// proposed them).
+    pub fn revised(self, revision: Revision) -> Proposal {
+        match self {
+            Proposal::Commands { .. } | Proposal::NamedCommands { .. } | Proposal::Tick { .. }
+                if revision != Revision::Original =>
+            {
+                Proposal::Revised {
+                    revision,
+                    proposal: Box::new(self),
+                }
+            }
+            Proposal::Revised { proposal, .. } => proposal.revised(revision),
+            other => other,
+        }
+    }
+
     /// The proposal with the time of its commands and of its tick set to `now_ms`: a leader
     /// proposing what another node forwarded gives it its own clock, as for its own
     /// proposals, so that a node whose clock runs ahead never moves the group's time on.
@@ -89,6 +122,10 @@ impl Proposal {
                 commands,
             },
             Proposal::Tick { .. } => Proposal::Tick { now_ms },
+            Proposal::Revised { revision, proposal } => Proposal::Revised {
+                revision,
+                proposal: Box::new(proposal.at(now_ms)),
+            },
             timeless @ (Proposal::Cluster(_) | Proposal::Budget { .. }) => timeless,
         }
     }
@@ -109,10 +146,16 @@ impl Proposal {
 
     /// The change it makes to the broker, or else to the cluster's state.
     pub fn into_change(self) -> Result<BrokerChange, ClusterChange> {
+        self.into_change_under(Revision::Original)
+    }
+
+    /// [`Proposal::into_change`] of an entry applied under `revision` unless it says another.
+    fn into_change_under(self, revision: Revision) -> Result<BrokerChange, ClusterChange> {
         match self {
             Proposal::Commands { now_ms, commands } => Ok(BrokerChange::Commands {
                 now_ms,
                 names: NameRules::Broker,
+                revision,
                 commands,
             }),
             Proposal::NamedCommands {
@@ -122,10 +165,12 @@ impl Proposal {
             } => Ok(BrokerChange::Commands {
                 now_ms,
                 names,
+                revision,
                 commands,
             }),
-            Proposal::Tick { now_ms } => Ok(BrokerChange::Tick { now_ms }),
+            Proposal::Tick { now_ms } => Ok(BrokerChange::Tick { now_ms, revision }),
             Proposal::Budget { bytes } => Ok(BrokerChange::Budget { bytes }),
+            Proposal::Revised { revision, proposal } => proposal.into_change_under(revision),
             Proposal::Cluster(change) => Err(change),
         }
     }
@@ -140,6 +185,8 @@ pub enum BrokerChange {
         now_ms: i64,
         /// The rules names are checked by while the commands apply.
         names: NameRules,
+        /// The core's rules the commands apply under (see [`Proposal::Revised`]).
+        revision: Revision,
         /// The commands, in request order.
         commands: Vec<Command>,
     },
@@ -147,6 +194,8 @@ pub enum BrokerChange {
     Tick {
         /// The leader's wall clock, in milliseconds since the Unix epoch.
         now_ms: i64,
+        /// The core's rules time passes under (see [`Proposal::Revised`]).
+        revision: Revision,
     },
     /// See [`Proposal::Budget`].
     Budget {
@@ -737,6 +786,7 @@ mod tests {
             Ok(BrokerChange::Commands {
                 now_ms: 9,
                 names: NameRules::Kafka,
+                revision: Revision::Original,
                 commands: vec![create.clone()]
             })
         );
@@ -745,9 +795,46 @@ mod tests {
             Ok(BrokerChange::Commands {
                 now_ms: 5,
                 names: NameRules::Broker,
+                revision: Revision::Original,
                 commands: vec![create]
             })
         );
+    }
+
+    #[test]
+    fn a_revised_entry_is_variant_5_carries_its_revision_and_keeps_it_when_forwarded() {
+        let commands = Proposal::commands(5, NameRules::Kafka, Vec::new());
+        assert_eq!(commands.clone().revised(Revision::Original), commands);
+        let revised = commands.clone().revised(Revision::Bounded);
+        // Variant 5, the revision's number, then the proposal as it is encoded alone.
+        let bytes = crate::codec::encode(&revised).unwrap();
+        assert_eq!(bytes[..4], 5u32.to_le_bytes());
+        assert_eq!(bytes[4..8], 1u32.to_le_bytes());
+        assert_eq!(bytes[8..], crate::codec::encode(&commands).unwrap()[..]);
+        assert_eq!(crate::codec::decode::<Proposal>(&bytes).unwrap(), revised);
+        // Revised again, it is not nested; forwarded, it takes the leader's time.
+        assert_eq!(revised.clone().revised(Revision::Bounded), revised);
+        assert_eq!(
+            revised.at(9).into_change(),
+            Ok(BrokerChange::Commands {
+                now_ms: 9,
+                names: NameRules::Kafka,
+                revision: Revision::Bounded,
+                commands: Vec::new(),
+            })
+        );
+        assert_eq!(
+            Proposal::Tick { now_ms: 3 }
+                .revised(Revision::Bounded)
+                .into_change(),
+            Ok(BrokerChange::Tick {
+                now_ms: 3,
+                revision: Revision::Bounded
+            })
+        );
+        // Entries that do not depend on the core's rules stay as they are.
+        let budget = Proposal::Budget { bytes: None };
+        assert_eq!(budget.clone().revised(Revision::Bounded), budget);
     }
 
     #[test]

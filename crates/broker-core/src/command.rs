@@ -608,7 +608,9 @@ impl CommandKind {
     /// no entry: a poll, fetch or redelivery that returned nothing (waiting requests retry them
     /// often), a create of an existing topic, a leave by a non-member, an ack or retry that did
     /// not match, an ack-and-poll that matched nothing and polled nothing. (A publish answered
-    /// `-1` is logged: a keyless one still advances the topic's round-robin.)
+    /// `-1` is logged: a keyless one still advances the topic's round-robin.) A command during
+    /// which a record went past its last delivery changed the state whatever its outcome (see
+    /// [`crate::BrokerState::dead_letter_events`]).
     pub fn changed_state(self, outcome: &Outcome) -> bool {
         // Not the outcome of these kinds (`None`): log it rather than guess.
         let took_records = || outcome.records().is_none_or(|records| !records.is_empty());

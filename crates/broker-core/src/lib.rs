@@ -28,6 +28,7 @@ mod duration;
 mod error;
 pub mod hash;
 pub mod image;
+mod revision;
 mod settings;
 mod state;
 mod types;
@@ -53,6 +54,7 @@ pub use describe::{
 };
 pub use duration::{duration_text, parse_duration, DurationError, MAX_DURATION};
 pub use error::BrokerError;
+pub use revision::{Revision, HEADER_WIRE_BYTES, RECORD_OVERHEAD_BYTES};
 pub use settings::{
     Discard, GroupSetting, GroupSettings, Retention, StartAt, TopicName, TopicSetting,
     TopicSettings,

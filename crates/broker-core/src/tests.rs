@@ -64,4 +64,4 @@ fn assert_no_change<T: Debug + PartialEq>(
     assert_eq!(broker.describe(), before, "the call changed the broker");
 }
 mod exactness;
-mod next_revision;
+mod revisions;

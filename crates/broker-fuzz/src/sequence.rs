@@ -36,7 +36,7 @@ use broker_core::{
     hash, Assignor, BrokerDescription, BrokerRecord, BrokerState, Command, CommandKind, Discard,
     GroupDescription, GroupSetting, GroupSettings, Header, IntoEnumIterator, KeyHash, Outcome,
     PartitionBatch, PartitionDescription, PublishRecord, ResetTo, Retention, StartAt,
-    TopicDescription, TopicName, TopicSetting,
+    TopicDescription, TopicName, TopicSetting, RECORD_OVERHEAD_BYTES,
 };
 use bytes::Bytes;
 
@@ -492,6 +492,7 @@ struct Checker {
 impl Checker {
     fn apply(&mut self, command: Command, before: &BrokerDescription) {
         let retained_before = self.state.retained_bytes();
+        let dead_letters_before = self.state.dead_letter_events();
         let mut twin = self.state.clone();
         let result = self.state.apply_at(self.now, command.clone());
         let twin_result = twin.apply_at(self.now, command.clone());
@@ -507,12 +508,15 @@ impl Checker {
             "not deterministic: {}",
             context()
         );
-        // A failed command, and a successful one whose outcome a log would not record (its
-        // kind says it changed nothing), must have changed nothing: a replayed log would lose
-        // the change otherwise.
+        // A failed command, and a successful one that a log would not record (its kind says
+        // its outcome changed nothing, and no record went past its last delivery), must have
+        // changed nothing: a replayed log would lose the change otherwise.
         let unchanged = match &result {
             Err(_) => true,
-            Ok(outcome) => !command.kind().changed_state(outcome),
+            Ok(outcome) => {
+                !command.kind().changed_state(outcome)
+                    && self.state.dead_letter_events() == dead_letters_before
+            }
         };
         if unchanged {
             assert_eq!(&after, before, "changed the state: {}", context());
@@ -949,9 +953,17 @@ impl Checker {
         let end_after = find_topic(after, topic).partitions[partition as usize].end_offset;
         let size = published.size();
         if offset == -1 {
+            // Each record retained counts its overhead too: what the others take, and this one.
+            let records_before: u64 = before
+                .topics
+                .iter()
+                .flat_map(|topic| &topic.partitions)
+                .map(|partition| partition.records)
+                .sum();
+            let overhead = (records_before + 1) * RECORD_OVERHEAD_BYTES;
             let over_budget = self
                 .budget
-                .is_some_and(|budget| retained_before + size > budget);
+                .is_some_and(|budget| retained_before + size + overhead > budget);
             let (retention, max_records, max_bytes) = limits(described, self.capacity);
             // A record larger than the byte limit is refused; at a limit, interest retention
             // and discard new refuse, while limits retention otherwise discards old records.
@@ -1103,9 +1115,10 @@ impl Checker {
             "step {step}: broker retained bytes"
         );
         if let Some(budget) = self.budget {
+            let records = self.state.retained_records();
             assert!(
-                total <= budget,
-                "step {step}: {total} bytes retained, budget {budget}"
+                total + records * RECORD_OVERHEAD_BYTES <= budget,
+                "step {step}: {total} bytes in {records} records retained, budget {budget}"
             );
         }
     }

@@ -16,8 +16,8 @@
 //! and take no room: a connection has one of them at a time on its way instead.
 
 use broker_core::{
-    BrokerRecord, Command, Outcome, PartitionRead, MAX_FETCH_RECORDS, MAX_IDENTIFIER_LEN,
-    MAX_KAFKA_NAME_LEN,
+    BrokerRecord, Command, Outcome, PartitionRead, HEADER_WIRE_BYTES, MAX_FETCH_RECORDS,
+    MAX_IDENTIFIER_LEN, MAX_KAFKA_NAME_LEN,
 };
 use broker_net::{FrameRoom, RequestMemory};
 use broker_proto::{Decoded, ErrorReply, RequestFrame};
@@ -41,7 +41,8 @@ pub(crate) fn fit_answer(command: &mut Command, room: u64) {
 }
 
 /// The wire bytes an answer of up to `max_records` records of `topic` takes besides their
-/// payloads, keys and headers. Counted for no more records than any request may ask for, and
+/// payloads, keys and headers (whose lengths the core's byte budget counts, see
+/// [`HEADER_WIRE_BYTES`]). Counted for no more records than any request may ask for, and
 /// no longer a name than any topic has: a request asking for more is refused once applied,
 /// and must not first take room it could never use.
 fn overhead(topic: &str, max_records: i32) -> u64 {
@@ -161,10 +162,15 @@ pub(crate) fn answer_bytes(result: &Result<Outcome, ErrorReply>) -> u64 {
     let bytes: usize = records
         .iter()
         .map(|record| {
+            // What each header takes on the wire: its name and value, and their lengths.
             let headers: usize = record
                 .headers
                 .iter()
-                .map(|header| header.name.len() + header.value.as_ref().map_or(0, |v| v.len()))
+                .map(|header| {
+                    HEADER_WIRE_BYTES as usize
+                        + header.name.len()
+                        + header.value.as_ref().map_or(0, |v| v.len())
+                })
                 .sum();
             RECORD_OVERHEAD
                 + record.topic.len()

@@ -298,6 +298,15 @@ impl BrokerGuard<'_> {
         self.locked.state.set_names(names)
     }
 
+    /// Applies commands under `revision` from now on (see [`BrokerState::set_revision`]); the
+    /// revision it had.
+    pub(crate) fn set_revision(
+        &mut self,
+        revision: broker_core::Revision,
+    ) -> broker_core::Revision {
+        self.locked.state.set_revision(revision)
+    }
+
     /// Sets the memory budget (see [`BrokerState::set_memory_budget`]): a change of the
     /// cluster's log, applied alike by every replica of the group.
     pub(crate) fn set_memory_budget(&mut self, budget: Option<u64>) {
@@ -568,10 +577,11 @@ impl BrokerGuard<'_> {
         self.locked.state.describe(topic)
     }
 
-    /// The memory budget, if there is one, and the payload and key bytes it bounds now.
+    /// The memory budget, if there is one, and the bytes it counts now (see
+    /// [`BrokerState::budgeted_bytes`]).
     pub(crate) fn memory(&self) -> (Option<u64>, u64) {
         let state = &self.locked.state;
-        (state.memory_budget(), state.retained_bytes())
+        (state.memory_budget(), state.budgeted_bytes())
     }
 }
 

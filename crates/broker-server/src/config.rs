@@ -38,9 +38,10 @@ pub struct Config {
     /// Most requests of one connection being worked on at once (waiting ones included); the
     /// server stops reading a connection that has this many outstanding.
     pub max_in_flight: usize,
-    /// Without a data directory: payload, key and header bytes the broker retains at most,
-    /// across every partition; past it a publish answers "full" (`-1`), as for a partition at
-    /// capacity. With one, records live on disk and this does not apply.
+    /// Without a data directory: bytes the broker retains at most, across every partition
+    /// (each record's payload, key and header bytes and [`broker_core::RECORD_OVERHEAD_BYTES`]
+    /// for the record); past it a publish answers "full" (`-1`), as for a partition at
+    /// capacity. With one, records live on disk and this bounds what memory holds.
     pub max_memory: u64,
     /// Bytes of requests read and not yet answered, across every connection of both listeners
     /// (each frame larger than `broker_net::SMALL_FRAME` counted from its length prefix,
@@ -192,7 +193,7 @@ impl Default for Config {
 
 impl Config {
     /// Each shard's (or cluster group's) part of `--max-memory` among `count`: the memory
-    /// budget of each, in payload, key and header bytes.
+    /// budget of each (see `max_memory`).
     pub fn memory_share(&self, count: usize) -> u64 {
         self.max_memory / count.max(1) as u64
     }

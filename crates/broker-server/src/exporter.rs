@@ -224,14 +224,15 @@ impl Collector for StateCollector {
             single_gauge(
                 &mut encoder,
                 "memory_used",
-                "Payload, key and header bytes retained in memory.",
+                "Bytes retained in memory as --max-memory counts them: payload, key and header \
+                 bytes, and 80 bytes for each record.",
                 Some(Unit::Bytes),
                 gauge(used),
             )?;
             single_gauge(
                 &mut encoder,
                 "memory_budget",
-                "The most payload, key and header bytes retained in memory (--max-memory).",
+                "The most bytes retained in memory (--max-memory).",
                 Some(Unit::Bytes),
                 gauge(budget),
             )?;

@@ -153,8 +153,9 @@ struct Args {
     /// stops reading a connection that has this many outstanding.
     #[arg(long, env = "BROKER_MAX_IN_FLIGHT", default_value_t = 1024)]
     max_in_flight: usize,
-    /// Without --data-dir, and on a cluster node: payload, key and header bytes the broker
-    /// retains at most, across every topic; past it publish answers -1 (full), as for a
+    /// Without --data-dir, and on a cluster node: bytes the broker retains at most, across
+    /// every topic, counting each record's payload, key and header bytes and 80 bytes for the
+    /// record itself; past it publish answers -1 (full), as for a
     /// partition at capacity. At least max payload bytes. A cluster node counts the records in
     /// memory and in its segment files alike, and every node must have the same value. A
     /// single broker with --data-dir keeps records on disk: there it bounds the records held

@@ -64,19 +64,24 @@ impl Replica for BrokerReplica {
                 BrokerChange::Commands {
                     now_ms,
                     names,
+                    revision,
                     commands,
                 } => {
                     // The entry's rules while it applies, this node's own for its reads.
                     let own = broker.set_names(names);
+                    let own_revision = broker.set_revision(revision);
                     let results = commands
                         .into_iter()
                         .map(|command| broker.apply_committed(now_ms, command, &mut changed))
                         .collect();
+                    broker.set_revision(own_revision);
                     broker.set_names(own);
                     results
                 }
-                BrokerChange::Tick { now_ms } => {
+                BrokerChange::Tick { now_ms, revision } => {
+                    let own_revision = broker.set_revision(revision);
                     changed = broker.tick_committed(now_ms);
+                    broker.set_revision(own_revision);
                     Vec::new()
                 }
                 BrokerChange::Budget { bytes } => {
@@ -466,11 +471,13 @@ pub(crate) fn refusal(error: ProposeError) -> ErrorReply {
 }
 
 /// On the leader of the group of `shard`, lets time pass when that changes something (see
-/// `clock`), and keeps the group's memory budget its share of `--max-memory`.
+/// `clock`), keeps the group's memory budget its share of `--max-memory`, and makes its
+/// entries carry this release's rules once every member applies them.
 pub(crate) async fn tick(shared: &Shared, cluster: &Cluster, shard: usize) {
     if !cluster.is_leader() {
         return;
     }
+    cluster.adopt_revision().await;
     keep_budget(shared, cluster, shard).await;
     let now_ms = wall_clock_ms();
     if !shared.shards.get(shard).lock().is_due(now_ms) {

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use bincode::config::{Configuration, Fixint, LittleEndian, NoLimit};
-use broker_core::Command;
+use broker_core::{Command, Revision};
 use serde::{Deserialize, Serialize};
 
 use crate::StorageError;
@@ -16,8 +16,20 @@ use crate::StorageError;
 /// the group settings that name them); format 5, in snapshots, which partitions each group
 /// stored an offset on (its log entries are those of format 4); format 6, in the log, entries
 /// whose published records are in their partitions' record segments instead
-/// ([`EntryRef::Placed`]; its snapshots are those of format 5).
-pub const FORMAT_VERSION: u32 = 6;
+/// ([`EntryRef::Placed`]; its snapshots are those of format 5); format 7, in the log, entries
+/// applied under [`Revision::Bounded`] (see [`revision_of_format`]; its entries and snapshots
+/// are encoded as those of format 6).
+pub const FORMAT_VERSION: u32 = 7;
+
+/// The revision of the core's rules the entries of a log segment of format `version` were
+/// applied under, and are replayed under: [`Revision::Original`] up to format 6,
+/// [`Revision::Bounded`] from format 7 on.
+pub fn revision_of_format(version: u32) -> Revision {
+    match version {
+        0..=6 => Revision::Original,
+        7.. => Revision::Bounded,
+    }
+}
 
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;

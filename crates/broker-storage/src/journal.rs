@@ -232,6 +232,21 @@ impl Storage {
     }
 }
 
+/// Whether a command of `kind` that gave `result` changed `state` and must be logged: by its
+/// outcome, or because a record went past its last delivery meanwhile (`dead_letters` is
+/// [`BrokerState::dead_letter_events`] before it was applied).
+fn changed(
+    state: &BrokerState,
+    dead_letters: u64,
+    kind: broker_core::CommandKind,
+    result: &Result<Outcome, JournalError>,
+) -> bool {
+    match result {
+        Ok(outcome) => kind.changed_state(outcome) || state.dead_letter_events() != dead_letters,
+        Err(_) => false,
+    }
+}
+
 /// Why a command was not applied, or a change is not known to be on disk.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JournalError {
@@ -600,8 +615,9 @@ impl Journal {
                 entry: None,
             };
         }
+        let dead_letters = state.dead_letter_events();
         let result = state.apply_at(now_ms, command).map_err(JournalError::from);
-        let keep = matches!(&result, Ok(outcome) if kind.changed_state(outcome));
+        let keep = changed(state, dead_letters, kind, &result);
         let appended = state.take_appended();
         let mut slot = self.slot();
         if keep {
@@ -638,8 +654,9 @@ impl Journal {
                 entry: None,
             };
         }
+        let dead_letters = state.dead_letter_events();
         let mut result = state.apply_at(now_ms, command).map_err(JournalError::from);
-        let keep = matches!(&result, Ok(outcome) if kind.changed_state(outcome));
+        let keep = changed(state, dead_letters, kind, &result);
         let appended = state.take_appended();
         let placed = match &result {
             Ok(outcome) if keep => {

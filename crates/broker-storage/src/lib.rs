@@ -42,9 +42,11 @@
 //! segment catalog); formats 4, 3 and 2: the same with the state images of versions 4, 3 and 2
 //! ([`broker_core::image::v4`], [`broker_core::image::v3`], [`broker_core::image::v2`]), whose
 //! groups' offsets all count as stored once read; format 1: a
-//! [`broker_core::image::v1::StateImage`]; format 6 as format 5. The log entries of formats 2
-//! to 6 have the same layout; each later format only adds commands, settings and (6) the third
-//! kind of entry.
+//! [`broker_core::image::v1::StateImage`]; formats 6 and 7 as format 5. The log entries of
+//! formats 2 to 7 have the same layout; each later format only adds commands, settings, (6) the
+//! third kind of entry, and (7) the rules its entries are replayed under: those of format 7
+//! under [`broker_core::Revision::Bounded`], every earlier one under
+//! [`broker_core::Revision::Original`] ([`revision_of_format`]).
 //!
 //! CRC-32 is the IEEE polynomial (`crc32fast`).
 //!
@@ -99,8 +101,8 @@ mod tails;
 
 pub use error::StorageError;
 pub use format::{
-    config, encode_entry, EntryRef, PlacedRun, StorageConfig, FORMAT_VERSION, MAX_ENTRY_BYTES,
-    OLDEST_FORMAT_VERSION,
+    config, encode_entry, revision_of_format, EntryRef, PlacedRun, StorageConfig, FORMAT_VERSION,
+    MAX_ENTRY_BYTES, OLDEST_FORMAT_VERSION,
 };
 pub use journal::{Applied, Fsync, Journal, JournalError, JournalSettings, Storage, WRITE_RETRY};
 pub use lock::DataDir;

@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use broker_core::cold::{ColdStore, LogId};
-use broker_core::{v1, BrokerState, Command, NameRules, Outcome};
+use broker_core::{v1, BrokerState, Command, NameRules, Outcome, Revision};
 use serde::de::DeserializeOwned;
 
-use crate::format::PlacedRun;
 use crate::format::{
-    config, entry_crc, parse_name, read_segment_header, segment_name, u32_at, Entry, ENTRY_HEADER,
-    FORMAT_VERSION, MAX_ENTRY_BYTES, SEGMENT_HEADER, SNAPSHOT_HEADER,
+    config, entry_crc, parse_name, read_segment_header, revision_of_format, segment_name, u32_at,
+    Entry, PlacedRun, ENTRY_HEADER, FORMAT_VERSION, MAX_ENTRY_BYTES, SEGMENT_HEADER,
+    SNAPSHOT_HEADER,
 };
 use crate::records::RecordStore;
 use crate::repair::Repairs;
@@ -194,6 +194,8 @@ pub(crate) fn recover(
         if header.version < FORMAT_VERSION {
             migrated_from = Some(migrated_from.unwrap_or(header.version).min(header.version));
         }
+        // Each entry applies under the rules it was first applied under.
+        state.set_revision(revision_of_format(header.version));
         let mut offset = SEGMENT_HEADER;
         let mut seq = first;
         while offset < bytes.len() {
@@ -305,6 +307,7 @@ pub(crate) fn recover(
         }
     }
     state.set_names(NameRules::default());
+    state.set_revision(Revision::NEWEST);
     // The records written after the checkpoint that the state holds are kept where they are.
     tails.keep(&records, &state.to_image(), repairs)?;
     // Formats before 5 did not say which offsets a group stored: every one counts as stored,

@@ -75,8 +75,10 @@ impl Live {
         )
         .unwrap();
         let kind = command.kind();
+        let dead_letters = self.state.dead_letter_events();
         let result = self.state.apply_at(at_ms, command);
-        if matches!(&result, Ok(outcome) if kind.changed_state(outcome)) {
+        let moved = self.state.dead_letter_events() != dead_letters;
+        if matches!(&result, Ok(outcome) if kind.changed_state(outcome) || moved) {
             // Unsynced: the tests never lose the page cache (the server's tests do).
             self.writer.append(&entry, 1).unwrap();
             let last = self.ends.last().copied().unwrap_or(SEGMENT_HEADER as u64);
@@ -2264,4 +2266,85 @@ fn segments_closed_again_and_again_are_remembered_once() {
             (0..5).map(record).collect::<Vec<_>>()
         );
     }
+}
+
+/// A log that delivers a record a second time past its group's maximum of one delivery: the
+/// first poll at its time, a second one 100 ms later, past the group's acknowledgement timeout
+/// and before any tick. Applied live under `revision`.
+fn poll_past_the_timeout(path: &Path, revision: broker_core::Revision) -> Live {
+    let mut live = Live::new(path);
+    live.state.set_revision(revision);
+    live.run(Command::Create {
+        topic: "t".into(),
+        partition_count: 1,
+        key_hash: KeyHash::default(),
+        settings: Vec::new(),
+    });
+    live.run(Command::Join {
+        topic: "t".into(),
+        group: "g".into(),
+        member: "m".into(),
+        assignor: None,
+        settings: vec![
+            broker_core::GroupSetting::MaxDeliveries(1),
+            broker_core::GroupSetting::DeadLetter(broker_core::TopicName::new("dlq").unwrap()),
+            broker_core::GroupSetting::AckTimeoutMs(10),
+        ],
+    });
+    live.run(publish("t", 0, "a"));
+    let poll = Command::Poll {
+        topic: "t".into(),
+        group: "g".into(),
+        member: "m".into(),
+        max_records: 1,
+        max_bytes: None,
+    };
+    live.run(poll.clone());
+    live.now += 100;
+    live.run(poll);
+    live
+}
+
+/// Rewrites the format version in the header of the log segment at `path` (and its checksum).
+fn set_segment_format(path: &Path, version: u32) {
+    let mut bytes = fs::read(path).unwrap();
+    bytes[8..12].copy_from_slice(&version.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..24]);
+    bytes[24..28].copy_from_slice(&crc.to_le_bytes());
+    fs::write(path, &bytes).unwrap();
+}
+
+#[test]
+fn each_log_segment_replays_under_the_rules_of_its_format() {
+    use broker_core::Revision;
+    let original = tempfile::tempdir().unwrap();
+    let live = poll_past_the_timeout(original.path(), Revision::Original);
+    let (segment, as_applied) = (live.writer_path(), live.describe());
+    drop(live);
+    // Format 6: written by a release before revisions.
+    set_segment_format(&segment, 6);
+    let recovered = recover(original.path()).unwrap();
+    assert_eq!(recovered.state.describe_all(), as_applied);
+    assert_eq!(recovered.migrated_from, Some(6));
+    assert_eq!(recovered.state.revision(), Revision::NEWEST);
+    // The record went out a second time: no dead-letter topic.
+    assert!(!recovered.state.holds_topic("dlq"));
+
+    let bounded = tempfile::tempdir().unwrap();
+    let live = poll_past_the_timeout(bounded.path(), Revision::Bounded);
+    let as_applied = live.describe();
+    drop(live);
+    let recovered = recover(bounded.path()).unwrap();
+    assert_eq!(recovered.state.describe_all(), as_applied);
+    assert_eq!(recovered.migrated_from, None);
+    assert!(recovered.state.holds_topic("dlq"));
+}
+
+#[test]
+fn formats_map_to_the_revisions_they_were_written_under() {
+    use broker_core::Revision;
+    for version in crate::OLDEST_FORMAT_VERSION..=6 {
+        assert_eq!(crate::revision_of_format(version), Revision::Original);
+    }
+    assert_eq!(crate::revision_of_format(FORMAT_VERSION), Revision::NEWEST);
 }

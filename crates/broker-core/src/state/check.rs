@@ -4,6 +4,7 @@
 
 use super::group::Group;
 use super::log::StoredRecord;
+use super::memory::Held;
 use super::topic::Topic;
 use super::BrokerState;
 use crate::NameRules;
@@ -20,24 +21,30 @@ impl BrokerState {
         if !(1..=crate::MAX_PRODUCT_CAPACITY as u64).contains(&self.capacity) {
             return Err(format!("capacity {} out of range", self.capacity));
         }
-        let mut retained = 0;
+        let mut retained = Held::default();
         for (name, topic) in &self.topics {
             retained += check_topic(name, topic)?;
         }
-        if retained != self.memory.retained {
+        if retained.bytes != self.memory.retained {
             return Err(format!(
-                "{} retained bytes counted, {retained} held",
-                self.memory.retained
+                "{} retained bytes counted, {} held",
+                self.memory.retained, retained.bytes
+            ));
+        }
+        if retained.records != self.memory.records {
+            return Err(format!(
+                "{} retained records counted, {} held",
+                self.memory.records, retained.records
             ));
         }
         Ok(())
     }
 }
 
-/// The invariants of [`BrokerState::check_consistency`] for one topic named `name`; the bytes
-/// it retains.
-pub(super) fn check_topic(name: &str, topic: &Topic) -> Result<u64, String> {
-    let mut retained = 0;
+/// The invariants of [`BrokerState::check_consistency`] for one topic named `name`; what it
+/// retains.
+pub(super) fn check_topic(name: &str, topic: &Topic) -> Result<Held, String> {
+    let mut retained = Held::default();
     // Any name a broker may take: rules narrower than the ones a topic was created under
     // refuse calls naming it, but never the state that holds it.
     NameRules::Kafka
@@ -71,7 +78,10 @@ pub(super) fn check_topic(name: &str, topic: &Topic) -> Result<u64, String> {
         if log.base < 0 || !ends || !cold_ok || !times_ok || bytes != log.memory_bytes {
             return Err(format!("topic {name:?} partition {partition}: bad log"));
         }
-        retained += log.retained_bytes();
+        retained += Held {
+            bytes: log.retained_bytes(),
+            records: log.len(),
+        };
     }
     for (group_name, group) in &topic.groups {
         group

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::group::{is_overdue, Group, GroupPartition};
 use super::log::StoredRecord;
+use super::memory::Held;
 use super::topic::Topic;
 use super::{member_of, topic_in, BrokerState, DeadLetterReason};
 use crate::validate::{
@@ -28,7 +29,12 @@ impl BrokerState {
         max_bytes: Option<u64>,
     ) -> Result<Vec<BrokerRecord>, BrokerError> {
         check_poll_max_records(max_records)?;
+        if self.rules.exhausted_on_every_release {
+            self.dead_letter_overdue(topic, group, member)?;
+        }
         let now = self.clock_ms;
+        let later_not_overdue = self.rules.later_delivery_not_overdue;
+        let header_wire_bytes = self.rules.header_wire_bytes;
         let topic_name = topic;
         let Topic {
             partitions, groups, ..
@@ -37,7 +43,7 @@ impl BrokerState {
             return Ok(Vec::new());
         };
         let ack_timeout = group.settings.ack_timeout_ms;
-        let mut budget = Budget::new(max_records, max_bytes);
+        let mut budget = Budget::new(max_records, max_bytes, header_wire_bytes);
         let mut delivered = Vec::new();
         for &partition in &group.members[member].partitions {
             let partition = partition as usize;
@@ -45,8 +51,9 @@ impl BrokerState {
             let log = &partitions[partition];
             let offset = state.committed.max(log.base);
             // A delivery unacknowledged past the group's timeout is released, and taken again.
-            let overdue =
-                ack_timeout.is_some_and(|timeout| is_overdue(state.delivered_at_ms, timeout, now));
+            let overdue = ack_timeout.is_some_and(|timeout| {
+                is_overdue(state.delivered_at_ms, timeout, now, later_not_overdue)
+            });
             if (state.in_flight.is_some() && !overdue) || offset >= log.end() || state.is_held(now)
             {
                 continue;
@@ -57,7 +64,7 @@ impl BrokerState {
             let Some(record) = log.run(offset, 1, None)?.next() else {
                 continue;
             };
-            if !budget.take(record.size()) {
+            if !budget.take_record(&record) {
                 break;
             }
             state.in_flight = Some(offset);
@@ -72,6 +79,46 @@ impl BrokerState {
             ));
         }
         Ok(delivered)
+    }
+
+    /// Releases the deliveries of `member` that are past their group's acknowledgement timeout
+    /// and sends those that had their group's last chance to its dead-letter topic, as the
+    /// clock's tick would: a poll that comes before the tick must not deliver them again.
+    /// Nothing happens for a group without a maximum of deliveries (the poll takes them again,
+    /// as the tick would have let it).
+    fn dead_letter_overdue(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: &str,
+    ) -> Result<(), BrokerError> {
+        let now = self.clock_ms;
+        let later_not_overdue = self.rules.later_delivery_not_overdue;
+        let checked = self.topic_for_member(topic, group, member)?;
+        let Some((group_state, member_index)) = member_of(&mut checked.groups, group, member)
+        else {
+            return Ok(());
+        };
+        let (Some(timeout), Some(_)) = (
+            group_state.settings.ack_timeout_ms,
+            group_state.settings.max_deliveries,
+        ) else {
+            return Ok(());
+        };
+        let mut released = Vec::new();
+        for &partition in &group_state.members[member_index].partitions {
+            let state = &mut group_state.partitions[partition as usize];
+            if state.in_flight.is_some()
+                && is_overdue(state.delivered_at_ms, timeout, now, later_not_overdue)
+            {
+                state.release();
+                released.push(partition as usize);
+            }
+        }
+        for partition in released {
+            self.dead_letter_if_exhausted(topic, group, partition, DeadLetterReason::AckTimeout)?;
+        }
+        Ok(())
     }
 
     /// See [`crate::EventBroker::ack`].
@@ -94,7 +141,8 @@ impl BrokerState {
             return Ok(false);
         };
         state.commit_delivery(offset);
-        self.memory.retained -= topic.release(partition)?;
+        let freed = topic.release(partition)?;
+        self.memory.remove(freed);
         Ok(true)
     }
 
@@ -134,7 +182,7 @@ impl BrokerState {
         }
         for (&hit, &(partition, _)) in acked.iter().zip(acks) {
             if hit {
-                self.memory.retained -= checked.release(partition as usize)?;
+                self.memory.remove(checked.release(partition as usize)?);
             }
         }
         let records = self.poll(topic, group, member, max_records, max_bytes)?;
@@ -197,9 +245,19 @@ impl BrokerState {
     ) -> Result<Vec<BrokerRecord>, BrokerError> {
         check_poll_max_records(max_records)?;
         let checked = self.topic_for_member(topic, group, member)?;
+        let mut released = Vec::new();
         if let Some((group_state, member_index)) = member_of(&mut checked.groups, group, member) {
             for &partition in &group_state.members[member_index].partitions {
-                group_state.partitions[partition as usize].release();
+                let state = &mut group_state.partitions[partition as usize];
+                if state.in_flight.is_some() {
+                    released.push(partition as usize);
+                }
+                state.release();
+            }
+        }
+        if self.rules.exhausted_on_every_release {
+            for partition in released {
+                self.dead_letter_if_exhausted(topic, group, partition, DeadLetterReason::Released)?;
             }
         }
         // Every released record is eligible again and the first is always taken, so a result
@@ -221,13 +279,14 @@ impl BrokerState {
     ) -> Result<Vec<BrokerRecord>, BrokerError> {
         check_fetch_max_records(max_records)?;
         let topic_name = topic;
+        let header_wire_bytes = self.rules.header_wire_bytes;
         let Topic {
             partitions, groups, ..
         } = self.topic_for_member(topic, group, member)?;
         let Some((group, member)) = member_of(groups, group, member) else {
             return Ok(Vec::new());
         };
-        let mut budget = Budget::new(max_records, max_bytes);
+        let mut budget = Budget::new(max_records, max_bytes, header_wire_bytes);
         let mut records = Vec::new();
         'partitions: for &partition in &group.members[member].partitions {
             let partition = partition as usize;
@@ -241,7 +300,7 @@ impl BrokerState {
                 break;
             }
             for record in log.run(position, budget.records_left, budget.bytes_left)? {
-                if !budget.take(record.size()) {
+                if !budget.take_record(&record) {
                     break 'partitions;
                 }
                 records.push(StoredRecord::delivered(
@@ -315,7 +374,7 @@ impl BrokerState {
             }
         }
         for &(partition, _) in &selected {
-            self.memory.retained -= checked.release(partition)?;
+            self.memory.remove(checked.release(partition)?);
         }
         Ok(())
     }
@@ -379,11 +438,11 @@ impl BrokerState {
             // elsewhere, so that delivery can no longer be acknowledged.
             group.partitions[partition].move_committed(offset);
         }
-        let mut freed = 0;
+        let mut freed = Held::default();
         for (partition, _) in changed {
             freed += topic.release(partition)?;
         }
-        self.memory.retained -= freed;
+        self.memory.remove(freed);
         Ok(())
     }
 }
@@ -484,7 +543,7 @@ impl BrokerState {
             }
         }
         for &partition in &selected {
-            self.memory.retained -= checked.release(partition)?;
+            self.memory.remove(checked.release(partition)?);
         }
         let progress = &checked.groups[group].partitions;
         let rows = selected
@@ -535,15 +594,31 @@ pub(super) struct Budget {
     records_left: usize,
     bytes_left: Option<u64>,
     taken: usize,
+    /// What each header of a record counts besides its name and value.
+    header_wire_bytes: u64,
 }
 
 impl Budget {
-    pub(super) fn new(max_records: i32, max_bytes: Option<u64>) -> Self {
+    /// At most `max_records` records, and `max_bytes` bytes past the first record, each record
+    /// counting its size and `header_wire_bytes` for each header (see
+    /// [`crate::HEADER_WIRE_BYTES`]).
+    pub(super) fn new(max_records: i32, max_bytes: Option<u64>, header_wire_bytes: u64) -> Self {
         Budget {
             records_left: max_records as usize,
             bytes_left: max_bytes,
             taken: 0,
+            header_wire_bytes,
         }
+    }
+
+    /// Takes `record` if it fits (see [`Budget::take`]).
+    pub(super) fn take_record(&mut self, record: &StoredRecord) -> bool {
+        let headers = record.headers().len() as u64;
+        self.take(
+            record
+                .size()
+                .saturating_add(headers.saturating_mul(self.header_wire_bytes)),
+        )
     }
 
     /// Whether no further record can fit, whatever its size: nothing more need be read.

@@ -123,6 +123,15 @@ impl BrokerState {
         std::mem::take(&mut self.dead_letters)
     }
 
+    /// How many records went past their last delivery since the state was made (each one
+    /// [`BrokerState::take_dead_letters`] reports, taken or not). A command during which it
+    /// grew changed the state, whatever its outcome says (see
+    /// [`crate::CommandKind::changed_state`]): from [`crate::Revision::Bounded`] on, a poll or
+    /// a redelivery that delivers nothing may have moved a record to a dead-letter topic.
+    pub fn dead_letter_events(&self) -> u64 {
+        self.dead_letter_events
+    }
+
     /// Moves `group`'s next record on `partition` of `topic` to the group's dead-letter topic
     /// when it has had the group's maximum of deliveries and is not in flight; the group then
     /// counts it as consumed. Whether it moved.
@@ -152,7 +161,12 @@ impl BrokerState {
         ) else {
             return Ok(false);
         };
-        let offset = state.committed;
+        // A group that committed below the earliest record takes that record next.
+        let offset = if self.rules.exhausted_below_earliest {
+            state.committed.max(log.base)
+        } else {
+            state.committed
+        };
         let exhausted = state.in_flight.is_none() && state.deliveries >= max;
         if !exhausted || offset < log.base || offset >= log.end() {
             return Ok(false);
@@ -239,7 +253,7 @@ impl BrokerState {
         {
             state.commit_delivery(offset);
         }
-        self.memory.retained -= source.release(partition)?;
+        self.memory.remove(source.release(partition)?);
         event.stored_at = Some((target_partition as i32, stored_at));
         self.report(event);
         Ok(true)
@@ -248,6 +262,7 @@ impl BrokerState {
     /// Keeps `event` for [`BrokerState::take_dead_letters`], forgetting the oldest past
     /// [`MAX_PENDING_EVENTS`].
     fn report(&mut self, event: DeadLettered) {
+        self.dead_letter_events += 1;
         if self.dead_letters.len() >= MAX_PENDING_EVENTS {
             self.dead_letters.remove(0);
         }

@@ -7,6 +7,7 @@
 
 use super::log::PartitionLog;
 use super::{member_of, topic_in, BrokerState};
+use crate::revision::Rules;
 use crate::{Assignor, BrokerError, GroupSetting, GroupSettings, StartAt};
 
 /// A consumer group of one topic.
@@ -154,13 +155,20 @@ impl Group {
 
     /// Releases the deliveries in flight longer than the group's acknowledgement timeout at
     /// `now_ms`, as a retry would; the partitions where it did.
-    pub(super) fn release_overdue(&mut self, now_ms: i64) -> Vec<usize> {
+    pub(super) fn release_overdue(&mut self, now_ms: i64, rules: Rules) -> Vec<usize> {
         let Some(timeout) = self.settings.ack_timeout_ms else {
             return Vec::new();
         };
         let mut released = Vec::new();
         for (partition, state) in self.partitions.iter_mut().enumerate() {
-            if state.in_flight.is_some() && is_overdue(state.delivered_at_ms, timeout, now_ms) {
+            if state.in_flight.is_some()
+                && is_overdue(
+                    state.delivered_at_ms,
+                    timeout,
+                    now_ms,
+                    rules.later_delivery_not_overdue,
+                )
+            {
                 state.release();
                 released.push(partition);
             }
@@ -191,10 +199,16 @@ impl Group {
 
     /// Whether a delivery is in flight longer than the group's acknowledgement timeout at
     /// `now_ms` ([`Group::release_overdue`] would release it).
-    pub(super) fn has_overdue(&self, now_ms: i64) -> bool {
+    pub(super) fn has_overdue(&self, now_ms: i64, rules: Rules) -> bool {
         self.settings.ack_timeout_ms.is_some_and(|timeout| {
             self.partitions.iter().any(|state| {
-                state.in_flight.is_some() && is_overdue(state.delivered_at_ms, timeout, now_ms)
+                state.in_flight.is_some()
+                    && is_overdue(
+                        state.delivered_at_ms,
+                        timeout,
+                        now_ms,
+                        rules.later_delivery_not_overdue,
+                    )
             })
         })
     }
@@ -250,9 +264,21 @@ impl Group {
     }
 }
 
-/// Whether a delivery made at `delivered_at_ms` is older than `timeout_ms` at `now_ms`.
-pub(super) fn is_overdue(delivered_at_ms: i64, timeout_ms: u64, now_ms: i64) -> bool {
-    now_ms.saturating_sub(delivered_at_ms) as u128 >= u128::from(timeout_ms)
+/// Whether a delivery made at `delivered_at_ms` is older than `timeout_ms` at `now_ms`. With
+/// `later_not_overdue` (see [`Rules::later_delivery_not_overdue`]) a delivery made later than
+/// `now_ms` has had no time yet; without, as the first releases did, the negative time elapsed
+/// reads as a huge one, and it is overdue at once.
+pub(super) fn is_overdue(
+    delivered_at_ms: i64,
+    timeout_ms: u64,
+    now_ms: i64,
+    later_not_overdue: bool,
+) -> bool {
+    let elapsed = now_ms.saturating_sub(delivered_at_ms);
+    if later_not_overdue && elapsed < 0 {
+        return timeout_ms == 0;
+    }
+    elapsed as u128 >= u128::from(timeout_ms)
 }
 
 /// Kafka's range assignor for one topic: the first `partitions % members` members take
@@ -365,7 +391,7 @@ impl BrokerState {
         if created && wanted.start_at == StartAt::Latest {
             // A group that starts past every record has consumed them: if it is the topic's
             // only group, they leave now.
-            self.memory.retained -= topic.release_all()?;
+            self.memory.remove(topic.release_all()?);
         }
         // A partition that changed owner released its delivery: one that had its last chance
         // goes to the dead-letter topic.
@@ -457,7 +483,7 @@ impl BrokerState {
         }
         topic.groups.remove(group);
         // The records it alone held back can go now.
-        self.memory.retained -= topic.release_all()?;
+        self.memory.remove(topic.release_all()?);
         Ok(true)
     }
 

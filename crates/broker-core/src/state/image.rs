@@ -16,6 +16,7 @@ use crate::image::{
     v1, GroupImage, GroupPartitionImage, HeaderImage, PartitionImage, ProducerImage, RecordImage,
     SequencesImage, StateImage, TopicImage,
 };
+use crate::revision::Revision;
 use crate::{
     Assignor, BrokerError, Discard, GroupSettings, Header, KeyHash, NameRules, Retention, StartAt,
     TopicName, TopicSettings,
@@ -124,11 +125,17 @@ impl BrokerState {
                 memory: Memory {
                     budget: image.memory_budget,
                     retained: image.retained_bytes,
+                    // Counted by `finish`.
+                    records: 0,
+                    rules: Revision::NEWEST.rules().budget,
                 },
                 limits: Limits::default(),
                 // Not kept in images: the broker opening one sets them.
                 names: NameRules::default(),
+                revision: Revision::NEWEST,
+                rules: Revision::NEWEST.rules(),
                 dead_letters: Vec::new(),
+                dead_letter_events: 0,
                 appended: None,
             },
             [
@@ -234,7 +241,7 @@ impl BrokerState {
         image.id = self.next_topic_id;
         let imported = topic_from(image, None)
             .map_err(|why| BrokerError::invalid(format!("topic {topic:?}: {why}")))?;
-        let bytes = check_topic(topic, &imported).map_err(BrokerError::InvalidArgument)?;
+        let held = check_topic(topic, &imported).map_err(BrokerError::InvalidArgument)?;
         if let Some(appended) = &mut self.appended {
             for (number, log) in imported.partitions.iter().enumerate() {
                 let id = LogId {
@@ -251,7 +258,7 @@ impl BrokerState {
             }
         }
         self.topics.insert(topic.to_owned(), imported);
-        self.memory.retained += bytes;
+        self.memory.add(held);
         self.next_topic_id += 1;
         Ok(())
     }
@@ -285,11 +292,17 @@ impl BrokerState {
                 memory: Memory {
                     budget: image.memory_budget,
                     retained: image.retained_bytes,
+                    // Counted by `finish`.
+                    records: 0,
+                    rules: Revision::NEWEST.rules().budget,
                 },
                 limits: Limits::default(),
                 // Not kept in images: the broker opening one sets them.
                 names: NameRules::default(),
+                revision: Revision::NEWEST,
+                rules: Revision::NEWEST.rules(),
                 dead_letters: Vec::new(),
+                dead_letter_events: 0,
                 appended: None,
             },
             [
@@ -312,6 +325,12 @@ fn finish(mut state: BrokerState, limits: [u64; 4]) -> Result<BrokerState, Strin
         max_groups_per_topic,
         max_members_per_group,
     };
+    state.memory.records = state
+        .topics
+        .values()
+        .flat_map(|topic| &topic.partitions)
+        .map(PartitionLog::len)
+        .sum();
     state.check_consistency()?;
     Ok(state)
 }

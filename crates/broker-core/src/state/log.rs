@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::memory::Held;
 use crate::cold::{ColdError, ColdStore, LogId};
 use crate::image::RecordImage;
 use crate::{BrokerError, BrokerRecord, Header};
@@ -381,11 +382,12 @@ impl PartitionLog {
     ///
     /// # Errors
     /// [`BrokerError::Storage`] if the sizes of evicted records cannot be read; nothing changed.
-    pub(super) fn trim_below(&mut self, offset: i64) -> Result<u64, BrokerError> {
+    pub(super) fn trim_below(&mut self, offset: i64) -> Result<Held, BrokerError> {
         let offset = offset.min(self.end());
         if offset <= self.base {
-            return Ok(0);
+            return Ok(Held::default());
         }
+        let records = (offset - self.base) as u64;
         let mut freed = 0;
         if let Some(cold) = &mut self.cold {
             if offset < cold.end {
@@ -407,7 +409,10 @@ impl PartitionLog {
                 cold.bytes = kept;
                 cold.first_timestamp_ms = first_timestamp_ms;
                 self.base = offset;
-                return Ok(freed);
+                return Ok(Held {
+                    bytes: freed,
+                    records,
+                });
             }
             // Every evicted record goes: the log is in memory only again.
             freed = cold.bytes;
@@ -422,7 +427,47 @@ impl PartitionLog {
             freed += record.size();
             self.base += 1;
         }
-        Ok(freed)
+        Ok(Held {
+            bytes: freed,
+            records,
+        })
+    }
+
+    /// What [`PartitionLog::trim_below`] of `offset` would free, without freeing it.
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] if the sizes of evicted records cannot be read.
+    pub(super) fn held_below(&self, offset: i64) -> Result<Held, BrokerError> {
+        let offset = offset.min(self.end());
+        if offset <= self.base {
+            return Ok(Held::default());
+        }
+        let records = (offset - self.base) as u64;
+        let cold_bytes = match &self.cold {
+            Some(cold) if offset < cold.end => {
+                let kept = cold
+                    .store
+                    .bytes(cold.id, offset..cold.end)
+                    .map_err(storage_error)?;
+                return Ok(Held {
+                    bytes: cold.bytes.saturating_sub(kept),
+                    records,
+                });
+            }
+            Some(cold) => cold.bytes,
+            None => 0,
+        };
+        let in_memory = (offset - self.cold_end()) as usize;
+        let memory_bytes: u64 = self
+            .records
+            .iter()
+            .take(in_memory)
+            .map(StoredRecord::size)
+            .sum();
+        Ok(Held {
+            bytes: cold_bytes + memory_bytes,
+            records,
+        })
     }
 
     /// The first offset such that the records from it on take at most `bytes` (the end when

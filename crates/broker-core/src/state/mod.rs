@@ -42,6 +42,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::cold::{Appended, ColdStore, LogId};
+use crate::revision::{Revision, Rules};
 use crate::validate::{
     check_capacity, check_product_capacity, NameRules, MAX_PARTITIONS, MAX_PARTITIONS_LIMIT,
 };
@@ -84,8 +85,14 @@ pub struct BrokerState {
     limits: Limits,
     /// Which names of topics, groups and members calls may use.
     names: NameRules,
+    /// The rules commands are applied under, and what they decide.
+    revision: Revision,
+    rules: Rules,
     /// Records moved to dead-letter topics and not yet taken ([`BrokerState::take_dead_letters`]).
     dead_letters: Vec<DeadLettered>,
+    /// How many records went past their last delivery since the state was made
+    /// ([`BrokerState::dead_letter_events`]).
+    dead_letter_events: u64,
     /// Every record appended and not yet taken ([`BrokerState::take_appended`]), once a storage
     /// layer asked for them ([`BrokerState::record_appends`]); `None` notes nothing.
     appended: Option<Vec<Appended>>,
@@ -136,16 +143,22 @@ impl BrokerState {
             cold: None,
             failure: None,
             topics: HashMap::new(),
-            memory: Memory::default(),
+            memory: Memory {
+                rules: Revision::NEWEST.rules().budget,
+                ..Memory::default()
+            },
             limits: Limits::default(),
             names: NameRules::default(),
+            revision: Revision::NEWEST,
+            rules: Revision::NEWEST.rules(),
             dead_letters: Vec::new(),
+            dead_letter_events: 0,
             appended: None,
         })
     }
 
     /// An empty broker with this one's settings: its capacity per partition, memory budget,
-    /// limits and name rules, but no topic, no cold store and its clock at 0.
+    /// limits, name rules and revision, but no topic, no cold store and its clock at 0.
     #[must_use]
     pub fn emptied(&self) -> Self {
         BrokerState {
@@ -158,10 +171,15 @@ impl BrokerState {
             memory: Memory {
                 budget: self.memory.budget,
                 retained: 0,
+                records: 0,
+                rules: self.memory.rules,
             },
             limits: self.limits,
             names: self.names,
+            revision: self.revision,
+            rules: self.rules,
             dead_letters: Vec::new(),
+            dead_letter_events: 0,
             appended: self.appended.as_ref().map(|_| Vec::new()),
         }
     }
@@ -209,6 +227,21 @@ impl BrokerState {
     /// Checks names by `names` from now on, as [`BrokerState::with_names`]; the rules it had.
     pub fn set_names(&mut self, names: NameRules) -> NameRules {
         std::mem::replace(&mut self.names, names)
+    }
+
+    /// Applies commands, and lets time pass, under `revision` from now on; the revision it
+    /// had. A new state applies [`Revision::NEWEST`]; a log replays each entry under the
+    /// revision it was written under (see [`Revision`]). Like the name rules, the revision is
+    /// not part of the state's image.
+    pub fn set_revision(&mut self, revision: Revision) -> Revision {
+        self.rules = revision.rules();
+        self.memory.rules = self.rules.budget;
+        std::mem::replace(&mut self.revision, revision)
+    }
+
+    /// The revision commands are applied under.
+    pub fn revision(&self) -> Revision {
+        self.revision
     }
 
     /// The broker's default capacity per partition (interest retention).

@@ -127,10 +127,11 @@ impl BrokerState {
         let to = log.run_end(first, max_records as usize);
         // The records read from the cold store come first and take from the same budget: those
         // of memory the answer takes are among the first a budget of their own takes.
-        let mut budget = Budget::new(max_records, max_bytes);
+        let header_wire_bytes = self.rules.header_wire_bytes;
+        let mut budget = Budget::new(max_records, max_bytes, header_wire_bytes);
         let memory = log
             .memory_run(first, to)
-            .take_while(|record| budget.take(record.size()))
+            .take_while(|record| budget.take_record(record))
             .cloned()
             .collect();
         Ok(PendingRead {
@@ -140,6 +141,7 @@ impl BrokerState {
             to,
             max_records,
             max_bytes,
+            header_wire_bytes,
             cold: log.cold_run(first, to),
             memory_from: first.max(log.cold_end()),
             memory,
@@ -303,6 +305,8 @@ pub struct PendingRead {
     to: i64,
     max_records: i32,
     max_bytes: Option<u64>,
+    /// See [`crate::HEADER_WIRE_BYTES`]: under the rules of the state it was begun from.
+    header_wire_bytes: u64,
     cold: Option<ColdRun>,
     memory_from: i64,
     memory: Vec<StoredRecord>,
@@ -337,14 +341,14 @@ impl PendingRead {
         let cold = ColdRun::read_all(self.cold.as_ref(), self.first, self.max_bytes)?;
         let to = cold.run_end(self.to);
         let in_memory = usize::try_from(to.max(self.memory_from) - self.memory_from).unwrap_or(0);
-        let mut budget = Budget::new(self.max_records, self.max_bytes);
+        let mut budget = Budget::new(self.max_records, self.max_bytes, self.header_wire_bytes);
         let mut records = Vec::new();
         let run = cold
             .records
             .into_iter()
             .chain(self.memory.into_iter().take(in_memory));
         for (at, record) in (self.first..).zip(run) {
-            if !budget.take(record.size()) {
+            if !budget.take_record(&record) {
                 break;
             }
             records.push(StoredRecord::delivered(

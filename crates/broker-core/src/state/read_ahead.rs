@@ -162,7 +162,12 @@ impl BrokerState {
                     })
                     .map(|&(_, offset)| offset + 1);
                 let overdue = group.settings.ack_timeout_ms.is_some_and(|timeout| {
-                    is_overdue(progress.delivered_at_ms, timeout, self.clock_ms)
+                    is_overdue(
+                        progress.delivered_at_ms,
+                        timeout,
+                        self.clock_ms,
+                        self.rules.later_delivery_not_overdue,
+                    )
                 });
                 let released = acked.is_some() || redeliver || overdue;
                 let eligible = match progress.in_flight {

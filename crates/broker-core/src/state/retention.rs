@@ -8,37 +8,38 @@
 //! the first record kept, and counts what it skipped. What leaves is subtracted from the bytes
 //! the memory budget counts (see the `memory` module).
 
+use super::memory::Held;
 use super::topic::Topic;
 use super::BrokerState;
 use crate::{BrokerError, Retention};
 
 impl Topic {
     /// Interest retention: drops the records of `partition` that every group has consumed, and
-    /// returns the bytes freed. With no groups nothing is consumed, so nothing leaves; with
+    /// returns what left. With no groups nothing is consumed, so nothing leaves; with
     /// limits retention, consumption frees nothing.
     ///
     /// # Errors
     /// [`BrokerError::Storage`] if the sizes of evicted records cannot be read.
-    pub(super) fn release(&mut self, partition: usize) -> Result<u64, BrokerError> {
+    pub(super) fn release(&mut self, partition: usize) -> Result<Held, BrokerError> {
         if self.settings.retention != Retention::Interest {
-            return Ok(0);
+            return Ok(Held::default());
         }
         let consumed_by_all = self
             .groups
             .values()
             .map(|group| group.partitions[partition].committed)
             .min();
-        consumed_by_all.map_or(Ok(0), |offset| {
+        consumed_by_all.map_or(Ok(Held::default()), |offset| {
             self.partitions[partition].trim_below(offset)
         })
     }
 
-    /// [`Topic::release`] on every partition: the bytes freed.
+    /// [`Topic::release`] on every partition: what left.
     ///
     /// # Errors
     /// As [`Topic::release`].
-    pub(super) fn release_all(&mut self) -> Result<u64, BrokerError> {
-        let mut freed = 0;
+    pub(super) fn release_all(&mut self) -> Result<Held, BrokerError> {
+        let mut freed = Held::default();
         for partition in 0..self.partitions.len() {
             freed += self.release(partition)?;
         }
@@ -46,13 +47,13 @@ impl Topic {
     }
 
     /// Drops the records of `partition` older than the topic's maximum age at `now_ms`;
-    /// returns the bytes freed. Groups that had not consumed them skip them.
+    /// returns what left. Groups that had not consumed them skip them.
     ///
     /// # Errors
     /// [`BrokerError::Storage`] if the times or sizes of evicted records cannot be read.
-    pub(super) fn expire(&mut self, partition: usize, now_ms: i64) -> Result<u64, BrokerError> {
+    pub(super) fn expire(&mut self, partition: usize, now_ms: i64) -> Result<Held, BrokerError> {
         let Some(max_age) = self.settings.max_age_ms else {
-            return Ok(0);
+            return Ok(Held::default());
         };
         let log = &self.partitions[partition];
         let oldest_kept = now_ms.saturating_sub(i64::try_from(max_age).unwrap_or(i64::MAX));
@@ -67,7 +68,7 @@ impl Topic {
 
     /// Drops the records of `partition` below `offset` whatever the groups consumed (a limit,
     /// an age, a purge), and moves every group that had not consumed them past them; returns
-    /// the bytes freed.
+    /// what left.
     ///
     /// # Errors
     /// [`BrokerError::Storage`] if the sizes of evicted records cannot be read.
@@ -75,7 +76,7 @@ impl Topic {
         &mut self,
         partition: usize,
         offset: i64,
-    ) -> Result<u64, BrokerError> {
+    ) -> Result<Held, BrokerError> {
         let freed = self.partitions[partition].trim_below(offset)?;
         self.skip_to_base(partition);
         Ok(freed)

@@ -51,7 +51,7 @@ impl BrokerState {
             aged || topic
                 .groups
                 .values()
-                .any(|group| group.has_overdue(now) || group.has_ended_hold(now))
+                .any(|group| group.has_overdue(now, self.rules) || group.has_ended_hold(now))
         })
     }
 
@@ -72,6 +72,7 @@ impl BrokerState {
         }
         self.clock_ms = self.clock_ms.max(now_ms);
         let now = self.clock_ms;
+        let rules = self.rules;
         let mut changed = Vec::new();
         let mut timed_out = Vec::new();
         for (name, topic) in &mut self.topics {
@@ -79,7 +80,7 @@ impl BrokerState {
             for partition in 0..topic.partitions.len() {
                 let base = topic.partitions[partition].base;
                 match topic.expire(partition, now) {
-                    Ok(freed) => self.memory.retained -= freed,
+                    Ok(freed) => self.memory.remove(freed),
                     Err(error) => {
                         if let BrokerError::Storage(why) = &error {
                             self.failure = Some(why.clone());
@@ -90,7 +91,7 @@ impl BrokerState {
                 touched |= topic.partitions[partition].base != base;
             }
             for (group_name, group) in &mut topic.groups {
-                let released = group.release_overdue(now);
+                let released = group.release_overdue(now, rules);
                 touched |= !released.is_empty();
                 touched |= group.end_holds(now);
                 if group.settings.max_deliveries.is_some() {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::group::{Group, GroupPartition};
 use super::idempotence::Producer;
 use super::log::{PartitionLog, StoredRecord};
-use super::memory::Memory;
+use super::memory::{Held, Memory};
 use super::{topic_in, BrokerState};
 use crate::cold::{Appended, LogId};
 use crate::image::RecordImage;
@@ -71,14 +71,17 @@ impl Topic {
         mut record: StoredRecord,
         appended: &mut Option<Vec<Appended>>,
     ) -> Result<i64, BrokerError> {
-        memory.retained -= self.expire(partition, now_ms)?;
+        memory.remove(self.expire(partition, now_ms)?);
         let settings = self.settings;
         let capacity = match settings.retention {
             Retention::Interest => Some(settings.max_records.unwrap_or(default_capacity)),
             Retention::Limits => settings.max_records,
         };
         let size = record.size();
-        if settings.max_bytes.is_some_and(|max| size > max) || !memory.fits(size) {
+        let discard_makes_room = memory.rules.discard_makes_room;
+        if settings.max_bytes.is_some_and(|max| size > max)
+            || (!discard_makes_room && !memory.fits(size, Held::default()))
+        {
             return Ok(-1);
         }
         let log = &self.partitions[partition];
@@ -86,22 +89,39 @@ impl Topic {
         let over_bytes = settings
             .max_bytes
             .is_some_and(|max| log.retained_bytes() + size > max);
+        let mut keep_from = None;
         if over_count || over_bytes {
             if settings.discard == Discard::New {
                 return Ok(-1);
             }
             // The oldest records leave: as many as the count and the bytes need to make room
             // for this one (a capacity is at least 1, and `size` is within the byte limit).
-            let keep_from = self.first_to_keep(
+            keep_from = Some(self.first_to_keep(
                 partition,
                 capacity.map(|capacity| capacity - 1),
                 settings.max_bytes.map(|max| max - size),
-            )?;
-            memory.retained -= self.discard_below(partition, keep_from)?;
+            )?);
+        }
+        if discard_makes_room {
+            // Within the budget once the records that make room have left: a discard that
+            // cannot make enough room takes nothing away.
+            let leaving = match keep_from {
+                Some(keep_from) => self.partitions[partition].held_below(keep_from)?,
+                None => Held::default(),
+            };
+            if !memory.fits(size, leaving) {
+                return Ok(-1);
+            }
+        }
+        if let Some(keep_from) = keep_from {
+            memory.remove(self.discard_below(partition, keep_from)?);
         }
         let log = &mut self.partitions[partition];
         record.timestamp_ms = log.next_timestamp(record.timestamp_ms, now_ms);
-        memory.retained += size;
+        memory.add(Held {
+            bytes: size,
+            records: 1,
+        });
         let noted = appended.is_some().then(|| RecordImage::from(&record));
         let offset = log.push(record, size);
         if let (Some(appended), Some(record)) = (appended, noted) {
@@ -115,7 +135,7 @@ impl Topic {
             });
         }
         if !self.groups.is_empty() {
-            memory.retained -= self.release(partition)?;
+            memory.remove(self.release(partition)?);
         }
         Ok(offset)
     }
@@ -147,11 +167,11 @@ impl Topic {
     /// records past the maximum age leave, and with limits retention that discards old records
     /// the oldest leave until the count and byte limits hold. Otherwise a partition past a
     /// lowered limit keeps its records and refuses new ones until consumers (or age) make
-    /// room. Returns the bytes freed.
+    /// room. Returns what left.
     ///
     /// # Errors
     /// [`BrokerError::Storage`] if the times or sizes of evicted records cannot be read.
-    fn enforce_settings(&mut self, partition: usize, now_ms: i64) -> Result<u64, BrokerError> {
+    fn enforce_settings(&mut self, partition: usize, now_ms: i64) -> Result<Held, BrokerError> {
         let mut freed = self.expire(partition, now_ms)?;
         let settings = self.settings;
         if settings.retention == Retention::Limits && settings.discard == Discard::Old {
@@ -252,7 +272,8 @@ impl BrokerState {
         let wanted = existing.settings.changed(settings)?;
         existing.settings = wanted;
         for partition in 0..existing.partitions.len() {
-            self.memory.retained -= existing.enforce_settings(partition, now)?;
+            self.memory
+                .remove(existing.enforce_settings(partition, now)?);
         }
         Ok(wanted.to_list())
     }
@@ -267,6 +288,7 @@ impl BrokerState {
         partition_count: i32,
     ) -> Result<i32, BrokerError> {
         let max = self.limits.max_partitions;
+        let topic_name = topic;
         let topic = topic_in(&mut self.topics, self.names, topic)?;
         check_partition_count(partition_count, max)?;
         let current = topic.partitions.len();
@@ -289,6 +311,15 @@ impl BrokerState {
             previous.resize(wanted, None);
             group.rebalance(&previous);
         }
+        if self.rules.exhausted_on_every_release {
+            // A partition that changed owner released its delivery, as when members change.
+            let mut groups: Vec<String> = self.topics[topic_name].groups.keys().cloned().collect();
+            // In name order, the same on every replica.
+            groups.sort_unstable();
+            for group in groups {
+                self.dead_letter_group(topic_name, &group)?;
+            }
+        }
         Ok(partition_count)
     }
 
@@ -301,12 +332,12 @@ impl BrokerState {
         let Some(removed) = self.topics.remove(topic) else {
             return Ok(false);
         };
-        let freed: u64 = removed
-            .partitions
-            .iter()
-            .map(PartitionLog::retained_bytes)
-            .sum();
-        self.memory.retained -= freed;
+        for log in &removed.partitions {
+            self.memory.remove(Held {
+                bytes: log.retained_bytes(),
+                records: log.len(),
+            });
+        }
         Ok(true)
     }
 
@@ -320,7 +351,7 @@ impl BrokerState {
         let partition = topic.partition(partition)?;
         let end = topic.partitions[partition].end();
         let freed = topic.discard_below(partition, before.min(end))?;
-        self.memory.retained -= freed;
+        self.memory.remove(freed);
         Ok(topic.partitions[partition].base)
     }
 

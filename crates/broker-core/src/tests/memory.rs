@@ -1,11 +1,15 @@
-//! The memory budget: retained payload and key bytes across the whole broker stay within it;
-//! past it, publishes answer "full" (`-1`) and consume no offset, and consuming frees room.
+//! The memory budget: retained payload, key and header bytes across the whole broker, with
+//! [`RECORD_OVERHEAD_BYTES`] for each record, stay within it; past it, publishes answer "full"
+//! (`-1`) and consume no offset, and consuming frees room.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use crate::{BrokerState, EventBroker, KeyHash};
+use crate::{BrokerState, EventBroker, KeyHash, RECORD_OVERHEAD_BYTES};
+
+/// What each record counts besides its bytes.
+const O: u64 = RECORD_OVERHEAD_BYTES;
 
 /// A broker of capacity 100 with a budget of `budget` bytes and a topic "t" of 2 partitions.
 fn budgeted(budget: u64) -> EventBroker {
@@ -23,10 +27,10 @@ fn retained(broker: &EventBroker) -> u64 {
 
 #[test]
 fn publish_past_the_budget_is_full_and_consumes_no_offset() {
-    let b = budgeted(10);
+    let b = budgeted(10 + 3 * O);
     assert_eq!(b.publish("t", 0, "12345").unwrap(), 0);
     assert_eq!(b.publish("t", 1, "1234").unwrap(), 0);
-    // 9 bytes retained: 2 more would be 11.
+    // 9 bytes and 2 records retained: 2 more bytes would be 11.
     assert_eq!(b.publish("t", 0, "12").unwrap(), -1);
     assert_eq!(b.end_offset("t", 0).unwrap(), 1);
     // Exactly up to the budget is allowed.
@@ -34,14 +38,14 @@ fn publish_past_the_budget_is_full_and_consumes_no_offset() {
     assert_eq!(retained(&b), 10);
     assert_eq!(
         b.publish("t", 1, "").unwrap(),
-        1,
-        "an empty payload takes no room"
+        -1,
+        "an empty payload takes its record's room"
     );
 }
 
 #[test]
 fn keys_count_against_the_budget() {
-    let b = budgeted(6);
+    let b = budgeted(6 + O);
     let (_, offset) = b.publish_keyed("t", Some(b"kk"), "1234").unwrap();
     assert_eq!(offset, 0);
     assert_eq!(retained(&b), 6);
@@ -57,7 +61,7 @@ fn a_record_larger_than_the_budget_is_never_stored() {
 
 #[test]
 fn acknowledging_frees_room_for_new_publishes() {
-    let b = budgeted(4);
+    let b = budgeted(4 + O);
     b.join("t", "g", "m").unwrap();
     assert_eq!(b.publish("t", 0, "1234").unwrap(), 0);
     assert_eq!(b.publish("t", 1, "5").unwrap(), -1);
@@ -70,7 +74,7 @@ fn acknowledging_frees_room_for_new_publishes() {
 
 #[test]
 fn committing_frees_room_for_new_publishes() {
-    let b = budgeted(4);
+    let b = budgeted(4 + O);
     b.join("t", "g", "m").unwrap();
     assert_eq!(b.publish("t", 0, "1234").unwrap(), 0);
     assert_eq!(b.fetch("t", "g", "m", 10).unwrap().len(), 1);
@@ -85,7 +89,7 @@ fn committing_frees_room_for_new_publishes() {
 
 #[test]
 fn the_budget_is_shared_by_every_topic() {
-    let b = budgeted(4);
+    let b = budgeted(4 + 2 * O);
     b.create_with("u", 1, KeyHash::Fnv1a).unwrap();
     assert_eq!(b.publish("t", 0, "12").unwrap(), 0);
     assert_eq!(b.publish("u", 0, "34").unwrap(), 0);
