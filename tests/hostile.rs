@@ -587,3 +587,83 @@ async fn answers_to_reads_nobody_reads_take_room_in_the_request_memory() {
     );
     assert_eq!(sample(&text, "broker_request_memory_bytes"), 0.0);
 }
+
+/// A client that pipelines hundreds of reads of megabytes and reads none of the answers holds
+/// its connection's share of the request memory (a quarter of it here), not all of it: another
+/// client's read is answered meanwhile, where without a share it waited for the first one's
+/// write timeout (a minute here) to give the room back.
+#[tokio::test]
+async fn a_client_that_reads_no_answers_holds_only_its_share_of_the_request_memory() {
+    let frame_limit = 3 * MIB;
+    let budget = 12 * MIB;
+    let (frame_limit_text, budget_text) = (frame_limit.to_string(), budget.to_string());
+    let server = ServerProcess::start(&[
+        "--max-payload-bytes",
+        "262144",
+        "--max-frame-bytes",
+        &frame_limit_text,
+        "--max-request-memory",
+        &budget_text,
+        "--write-timeout-ms",
+        "60000",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let mut greedy = connect(&server).await;
+    create(&mut greedy, "t").await;
+    let payload = Bytes::from(vec![7u8; 250_000]);
+    for _ in 0..40 {
+        assert!(matches!(
+            call(&mut greedy, publish(payload.clone())).await,
+            Ok(Outcome::Published(_))
+        ));
+    }
+    // 300 reads of up to 3 MiB each (900 MiB of answers), none of them read.
+    for id in 0..300 {
+        let frame = RequestFrame {
+            correlation_id: id,
+            max_wait_ms: 0,
+            command: Command::Read {
+                topic: "t".into(),
+                partition: 0,
+                offset: 0,
+                max_records: 40,
+                max_bytes: None,
+            },
+        };
+        greedy.feed(frame).await.unwrap();
+    }
+    SinkExt::<RequestFrame>::flush(&mut greedy).await.unwrap();
+    // Until its answers fill the sockets' buffers and its share: it then waits for room.
+    let metrics = server.metrics_addr.unwrap();
+    let mut waited = false;
+    for _ in 0..200 {
+        let (_, _, text) = broker_testkit::http::get(metrics, "/metrics", "");
+        if sample(&text, "broker_request_memory_waits_total") >= 1.0 {
+            waited = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(waited, "the greedy client never waited for room");
+    let (_, _, text) = broker_testkit::http::get(metrics, "/metrics", "");
+    assert!(
+        sample(&text, "broker_request_memory_bytes") <= (budget / 4 + 64 * 1024) as f64,
+        "{text}"
+    );
+    // Another client reads a record, its answer taking room of its own.
+    let mut other = connect(&server).await;
+    let read = Command::Read {
+        topic: "t".into(),
+        partition: 0,
+        offset: 0,
+        max_records: 4,
+        max_bytes: None,
+    };
+    let answered = tokio::time::timeout(Duration::from_secs(20), call(&mut other, read)).await;
+    match answered {
+        Ok(Ok(Outcome::Read(read))) => assert_eq!(read.records.len(), 4),
+        other => panic!("the other client was not answered: {other:?}"),
+    }
+    drop(greedy);
+}

@@ -8,6 +8,10 @@
 //! ([`RequestMemory::answer_room`]): a small read can ask for megabytes, and a client that
 //! pipelines many of them without reading the answers would otherwise have the server build
 //! them all.
+//!
+//! A connection may hold only its share of the budget ([`RequestMemory::for_connection`]): a
+//! client that sends or asks for more than it reads holds up its own connection, not every
+//! other client's.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,12 +26,16 @@ pub const ROOM_UNIT: usize = 64;
 /// Bytes of the length prefix before every frame of both protocols (big-endian `u32`).
 pub const LENGTH_PREFIX: usize = 4;
 
-/// The request bytes a process holds at once: cloned into every connection of every listener.
+/// The request bytes a process holds at once: cloned into every connection of every listener
+/// (as [`RequestMemory::for_connection`] to bound what one connection holds).
 #[derive(Debug, Clone)]
 pub struct RequestMemory {
     units: Arc<Semaphore>,
     limit_units: u32,
     waits: Arc<AtomicU64>,
+    /// One connection's share, which its room is taken from as well, and its size in units;
+    /// `None` for the process-wide handle.
+    share: Option<(Arc<Semaphore>, u32)>,
 }
 
 /// Room for one frame's bytes (or one answer's) in a [`RequestMemory`], given back when
@@ -35,6 +43,8 @@ pub struct RequestMemory {
 #[derive(Debug)]
 pub struct FrameRoom {
     units: OwnedSemaphorePermit,
+    /// As many units of the connection's share, if room is taken from one.
+    shared: Option<OwnedSemaphorePermit>,
 }
 
 impl FrameRoom {
@@ -52,6 +62,17 @@ impl FrameRoom {
         let excess = self.units.num_permits().saturating_sub(keep);
         // Dropped at once: given back.
         drop(self.units.split(excess));
+        if let Some(shared) = &mut self.shared {
+            drop(shared.split(excess));
+        }
+    }
+
+    /// Adds `other`'s room, taken from the same handle, to this one.
+    fn merge(&mut self, other: FrameRoom) {
+        self.units.merge(other.units);
+        if let (Some(shared), Some(more)) = (&mut self.shared, other.shared) {
+            shared.merge(more);
+        }
     }
 }
 
@@ -66,6 +87,24 @@ impl RequestMemory {
             units: Arc::new(Semaphore::new(limit_units as usize)),
             limit_units,
             waits: Arc::new(AtomicU64::new(0)),
+            share: None,
+        }
+    }
+
+    /// This budget as one connection takes from it: at most `share` bytes of it at once
+    /// (rounded down to [`ROOM_UNIT`], at least one unit, at most the whole budget), so that a
+    /// connection whose client sends or asks for more than it reads waits for its own room to
+    /// be given back while other connections still find theirs. A frame or answer larger than
+    /// the share takes all of it. Each call makes a new share.
+    pub fn for_connection(&self, share: u64) -> RequestMemory {
+        let share_units = u32::try_from(share / ROOM_UNIT as u64)
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.limit_units);
+        RequestMemory {
+            units: Arc::clone(&self.units),
+            limit_units: self.limit_units,
+            waits: Arc::clone(&self.waits),
+            share: Some((Arc::new(Semaphore::new(share_units as usize)), share_units)),
         }
     }
 
@@ -93,12 +132,16 @@ impl RequestMemory {
             return room;
         }
         self.waits.fetch_add(1, Ordering::Relaxed);
-        let units = Arc::clone(&self.units)
-            .acquire_many_owned(self.units_for(bytes))
-            .await
-            // The semaphore is never closed: it lives as long as `self`.
-            .unwrap_or_else(|_| unreachable!("the request memory's semaphore is never closed"));
-        FrameRoom { units }
+        let units = self.units_for(bytes);
+        // The connection's share first: waiting for it holds nothing of the process's budget.
+        let shared = match &self.share {
+            Some((share, _)) => Some(acquire(share, units).await),
+            None => None,
+        };
+        FrameRoom {
+            units: acquire(&self.units, units).await,
+            shared,
+        }
     }
 
     /// Room for an answer that may take up to `wanted` bytes but can make do with `least`:
@@ -113,7 +156,7 @@ impl RequestMemory {
         // What else is free now, up to what was wanted.
         let more = wanted.saturating_sub(room.bytes());
         if let Some(extra) = self.take_free(more) {
-            room.units.merge(extra.units);
+            room.merge(extra);
         }
         room
     }
@@ -123,13 +166,13 @@ impl RequestMemory {
         let least_units = self.units_for(saturating_usize(least));
         // Another connection may take some between the look and the taking: then look again.
         loop {
-            let free = u32::try_from(self.units.available_permits()).unwrap_or(u32::MAX);
+            let free = u32::try_from(self.free_units()).unwrap_or(u32::MAX);
             if free < least_units {
                 return None;
             }
             let units = self.units_for(saturating_usize(wanted)).min(free);
-            if let Ok(units) = Arc::clone(&self.units).try_acquire_many_owned(units) {
-                return Some(FrameRoom { units });
+            if let Some(room) = self.try_units(units) {
+                return Some(room);
             }
         }
     }
@@ -141,31 +184,59 @@ impl RequestMemory {
         }
         let wanted = bytes.div_ceil(ROOM_UNIT as u64);
         loop {
-            let free = self.units.available_permits() as u64;
+            let free = self.free_units() as u64;
             let units = u32::try_from(wanted.min(free)).unwrap_or(u32::MAX);
             if units == 0 {
                 return None;
             }
-            if let Ok(units) = Arc::clone(&self.units).try_acquire_many_owned(units) {
-                return Some(FrameRoom { units });
+            if let Some(room) = self.try_units(units) {
+                return Some(room);
             }
         }
     }
 
     /// Room for a frame of `bytes` if there is some now.
     pub fn try_room(&self, bytes: usize) -> Option<FrameRoom> {
-        Arc::clone(&self.units)
-            .try_acquire_many_owned(self.units_for(bytes))
-            .ok()
-            .map(|units| FrameRoom { units })
+        self.try_units(self.units_for(bytes))
+    }
+
+    /// `units` of the connection's share (if any) and of the budget, if both have them now.
+    fn try_units(&self, units: u32) -> Option<FrameRoom> {
+        let shared = match &self.share {
+            Some((share, _)) => Some(Arc::clone(share).try_acquire_many_owned(units).ok()?),
+            None => None,
+        };
+        // Without room in the budget, the share's units go back as `shared` drops.
+        let units = Arc::clone(&self.units).try_acquire_many_owned(units).ok()?;
+        Some(FrameRoom { units, shared })
+    }
+
+    /// Units free now both in the budget and in the connection's share.
+    fn free_units(&self) -> usize {
+        let free = self.units.available_permits();
+        match &self.share {
+            Some((share, _)) => free.min(share.available_permits()),
+            None => free,
+        }
     }
 
     fn units_for(&self, bytes: usize) -> u32 {
         let units = bytes.div_ceil(ROOM_UNIT).max(1);
-        u32::try_from(units)
-            .unwrap_or(u32::MAX)
-            .min(self.limit_units)
+        let most = match &self.share {
+            Some((_, share_units)) => *share_units,
+            None => self.limit_units,
+        };
+        u32::try_from(units).unwrap_or(u32::MAX).min(most)
     }
+}
+
+/// `units` of `semaphore`, waiting for them.
+async fn acquire(semaphore: &Arc<Semaphore>, units: u32) -> OwnedSemaphorePermit {
+    Arc::clone(semaphore)
+        .acquire_many_owned(units)
+        .await
+        // The semaphores are never closed: they live as long as their handles.
+        .unwrap_or_else(|_| unreachable!("the request memory's semaphores are never closed"))
 }
 
 fn saturating_usize(bytes: u64) -> usize {
@@ -205,6 +276,47 @@ mod tests {
             .expect("the waiter does not panic");
         assert_eq!(memory.held(), 448);
         assert_eq!(memory.waits(), 1);
+        drop(second);
+        assert_eq!(memory.held(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_holds_at_most_its_share_and_the_others_still_find_room() {
+        let memory = RequestMemory::new(64 * 100);
+        let greedy = memory.for_connection(64 * 25);
+        // Answers of up to 64 units each, as much as is free: the share gives 25 at most.
+        let first = greedy.try_answer_room(64 * 64, 64).unwrap();
+        assert_eq!(first.bytes(), 64 * 25);
+        assert!(
+            greedy.try_answer_room(64 * 64, 64).is_none(),
+            "its share is spent"
+        );
+        let waiting = tokio::spawn({
+            let greedy = greedy.clone();
+            async move { greedy.answer_room(64 * 64, 64).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "it got room beyond its share");
+        // Another connection takes the rest of the budget, and its own share is its own.
+        let other = memory.for_connection(64 * 100);
+        let room = other
+            .try_room(64 * 75)
+            .expect("the budget beyond the share is free");
+        assert_eq!(memory.held(), 64 * 100);
+        drop(room);
+        drop(first);
+        let second = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("room given back reaches the waiter")
+            .expect("the waiter does not panic");
+        assert_eq!(second.bytes(), 64 * 25);
+        let mut second = second;
+        second.shrink_to(64);
+        assert_eq!(memory.held(), 64);
+        assert!(
+            greedy.try_room(64 * 24).is_some(),
+            "the share got back what shrank"
+        );
         drop(second);
         assert_eq!(memory.held(), 0);
     }

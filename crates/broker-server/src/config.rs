@@ -192,6 +192,16 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The most of `--max-request-memory` one connection of the broker's port holds at once:
+    /// a quarter of it, but at least a frame (and at most all of it), so that a client that
+    /// pipelines requests without reading the answers holds up its own connection, not every
+    /// other client's.
+    pub fn connection_request_memory(&self) -> u64 {
+        (self.max_request_memory / 4)
+            .max(self.max_frame_bytes as u64)
+            .min(self.max_request_memory)
+    }
+
     /// Each shard's (or cluster group's) part of `--max-memory` among `count`: the memory
     /// budget of each (see `max_memory`).
     pub fn memory_share(&self, count: usize) -> u64 {

@@ -219,6 +219,9 @@ impl Backend for ServerBackend {
             connection: self.connection,
             outgoing,
             closing: self.closing.clone(),
+            // A Kafka connection reads its next request once this one is answered: it holds
+            // one frame, and no answer takes room (see `RequestPermit::counts_answers`).
+            memory: self.shared.request_memory.clone(),
         };
         let frame = RequestFrame {
             correlation_id: 0,

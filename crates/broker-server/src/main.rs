@@ -173,8 +173,10 @@ struct Args {
     /// is answered. Answers that carry records (reads, polls, fetches) on the broker's port
     /// take room too, before they are built: as much as they may take, or what is free once
     /// there is room for one record of --max-payload-bytes beside the overhead of the records
-    /// asked for (the answer then carries fewer records), waiting for that much; so a client
-    /// that pipelines reads without reading the answers holds this much at most. Answers that
+    /// asked for (the answer then carries fewer records), waiting for that much. One connection
+    /// of the broker's port holds at most a quarter of this (at least --max-frame-bytes): a
+    /// client that pipelines reads without reading the answers waits for its own room to be
+    /// given back, while the others find theirs. Answers that
     /// list the whole state (describe, metadata, lag, reset, stored offsets, producers, cluster
     /// and group status) are built one at a time per connection: the next such request waits
     /// until the last answer is written. Less than --max-frame-bytes refuses to start. Default: a quarter of

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use broker_core::{Command, CommandKind, Outcome};
-use broker_net::FrameRoom;
+use broker_net::{FrameRoom, RequestMemory};
 use broker_proto::{ErrorReply, ResponseFrame};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::time::Duration;
@@ -140,6 +140,8 @@ pub(crate) struct ReplyTo {
     pub(crate) outgoing: mpsc::Sender<Outgoing>,
     /// Cancelled when the connection closes or the server shuts down: answer at once.
     pub(crate) closing: CancellationToken,
+    /// The request memory as the connection takes from it (its share, on the broker's port).
+    pub(crate) memory: RequestMemory,
 }
 
 impl ReplyTo {

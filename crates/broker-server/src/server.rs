@@ -516,6 +516,9 @@ where
         connection: id,
         outgoing,
         closing,
+        memory: shared
+            .request_memory
+            .for_connection(shared.config.connection_request_memory()),
     };
     let in_flight = Arc::new(Semaphore::new(max_in_flight));
     let mut requests = 0;
@@ -575,7 +578,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
     // Made once: a cancellation future registers with its token when first polled.
     let closing = reply_to.closing.cancelled();
     tokio::pin!(closing);
-    let (config, memory) = (&shared.config, &shared.request_memory);
+    let (config, memory) = (&shared.config, &reply_to.memory);
     // A buffered frame whose answer found no room while its batch was gathered: the first of
     // the next batch, which waits for that room.
     let mut carried: Option<(Decoded<RequestFrame>, RequestPermit)> = None;

@@ -57,7 +57,7 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         if permit.counts_answers() {
             let room = answers::room_for_retry(
                 &shared.config,
-                &shared.request_memory,
+                &reply_to.memory,
                 permit.frame_bytes(),
                 &mut attempt,
             );
@@ -211,6 +211,7 @@ mod tests {
             connection: 1,
             outgoing,
             closing: closing.clone(),
+            memory: shared.request_memory.clone(),
         };
         closing.cancel();
         let permit = crate::reply::RequestPermit::new(
