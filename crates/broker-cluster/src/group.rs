@@ -29,21 +29,30 @@ pub(crate) struct GroupCore {
     /// campaigns no more and names no leader).
     pub(crate) known_removed: Arc<AtomicBool>,
     /// Whether every other member of the group answered that its release applies entries of
-    /// [`Revision::NEWEST`] (see [`Cluster::adopt_revision`](crate::Cluster::adopt_revision)):
-    /// the commands and ticks this node proposes as leader carry that revision from then on.
-    pub(crate) revision_known: AtomicBool,
+    /// [`Revision::NEWEST`] (see [`Cluster::adopt_revision`](crate::Cluster::adopt_revision)),
+    /// or this node applied an entry of the group's log written under it (shared with the
+    /// state machine, which sets it): the commands and ticks this node proposes as leader
+    /// carry that revision from then on.
+    pub(crate) revision_known: Arc<AtomicBool>,
 }
 
 impl GroupCore {
-    /// This node's part (`node_id`) in the group `raft` runs, with a leader lease of `lease`.
-    pub(crate) fn new(node_id: NodeId, raft: Raft<TypeConfig>, lease: Duration) -> GroupCore {
+    /// This node's part (`node_id`) in the group `raft` runs, with a leader lease of `lease`;
+    /// `revision_known` is its state machine's [`revision_applied`](
+    /// crate::state_machine::StateMachine::revision_applied).
+    pub(crate) fn new(
+        node_id: NodeId,
+        raft: Raft<TypeConfig>,
+        lease: Duration,
+        revision_known: Arc<AtomicBool>,
+    ) -> GroupCore {
         GroupCore {
             node_id,
             raft,
             lease,
             handing_over: AtomicBool::new(false),
             known_removed: Arc::new(AtomicBool::new(false)),
-            revision_known: AtomicBool::new(false),
+            revision_known,
         }
     }
 

@@ -613,6 +613,7 @@ impl Cluster {
             }
         };
         let cluster_state = machine.cluster_state();
+        let revision_known = machine.revision_applied();
         let raft = Raft::new(config.node_id, raft_config, network.clone(), log, machine)
             .await
             .map_err(|error| ClusterError::Raft(error.to_string()))?;
@@ -630,6 +631,7 @@ impl Cluster {
             config.node_id,
             raft.clone(),
             config.election_timeout * 2,
+            revision_known,
         ));
         let contact = Arc::new(contact::LeaderContact::new());
         tracker.spawn(removal::watch(
@@ -747,10 +749,16 @@ impl Cluster {
         let fresh = log.last_index().is_none() && !machine.has_snapshot();
         repair(&log, repairs).await?;
         let cluster_state = machine.cluster_state();
+        let revision_known = machine.revision_applied();
         let raft = Raft::new(self.node_id, raft_config, network.clone(), log, machine)
             .await
             .map_err(|error| ClusterError::Raft(error.to_string()))?;
-        let core = Arc::new(GroupCore::new(self.node_id, raft, self.core.lease));
+        let core = Arc::new(GroupCore::new(
+            self.node_id,
+            raft,
+            self.core.lease,
+            revision_known,
+        ));
         let contact = Arc::new(contact::LeaderContact::new());
         self.node.groups.host(
             group,
@@ -1028,7 +1036,8 @@ impl Cluster {
     /// are asked at the first call, then at most once every [`BUDGET_ASKED_EVERY`] while one
     /// does not answer so; once they all did, the answer is kept (nodes are not expected to go
     /// back to an earlier release, and [`Cluster::add_node`] refuses one that does not apply
-    /// it). Whether its entries carry the newest revision now.
+    /// it). A node that applied an entry of the group's log under that revision knows it
+    /// without asking. Whether its entries carry the newest revision now.
     pub async fn adopt_revision(&self) -> bool {
         if self.core.revision_known.load(Ordering::Acquire) {
             return true;

@@ -64,15 +64,18 @@ impl Cluster {
             )));
         }
         // Entries of kinds this node proposed since it started are in the group's log: a
-        // node whose release cannot read them would stop at the first.
+        // node whose release cannot read them would stop at the first. Entries under this
+        // release's rules may be there whatever this node proposed (written before a restart,
+        // now in a snapshot), and will be once every member applies them: a node must apply
+        // them to be added.
         let used: Vec<&str> = [
             (&self.named_commands_known, crate::network::NAMED_COMMANDS),
             (&self.budget_changes_known, crate::network::BUDGET_CHANGES),
-            (&self.core.revision_known, crate::network::REVISION_1),
         ]
         .into_iter()
         .filter(|(known, _)| known.load(std::sync::atomic::Ordering::Acquire))
         .map(|(_, feature)| feature)
+        .chain([crate::network::REVISION_1])
         .collect();
         if !used.is_empty() {
             let told = link

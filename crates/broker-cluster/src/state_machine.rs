@@ -431,6 +431,9 @@ pub struct StateMachine<R> {
     had_snapshot: bool,
     /// Numbers snapshots built and transfers, so that their ids and files differ.
     counter: Arc<AtomicU64>,
+    /// Set once this node applied an entry of a later revision than the original (see
+    /// [`StateMachine::revision_applied`]).
+    revision_applied: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<R: Replica> StateMachine<R> {
@@ -739,6 +742,7 @@ impl<R: Replica> StateMachine<R> {
                 segment_bytes,
             })),
             counter: Arc::new(AtomicU64::new(0)),
+            revision_applied: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         })
     }
 
@@ -752,6 +756,14 @@ impl<R: Replica> StateMachine<R> {
     /// entry and every snapshot installed.
     pub fn cluster_state(&self) -> watch::Receiver<ClusterState> {
         self.cluster.subscribe()
+    }
+
+    /// Set once this node applies an entry of the group's log written under a later revision
+    /// of the core's rules than the original ([`crate::Proposal::Revised`]): every member
+    /// applied such entries when it was written, so the node proposes under that revision too
+    /// when it leads (see [`crate::Cluster::adopt_revision`]).
+    pub(crate) fn revision_applied(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        Arc::clone(&self.revision_applied)
     }
 }
 
@@ -911,7 +923,12 @@ impl<R: Replica> RaftStateMachine<TypeConfig> for StateMachine<R> {
             let answer = match entry.payload {
                 EntryPayload::Blank => Applied::default(),
                 EntryPayload::Normal(proposal) => match proposal.into_change() {
-                    Ok(change) => self.apply_to_broker(change),
+                    Ok(change) => {
+                        if change.revision() > Some(broker_core::Revision::Original) {
+                            self.revision_applied.store(true, Ordering::Release);
+                        }
+                        self.apply_to_broker(change)
+                    }
                     Err(change) => self.apply_to_cluster(change),
                 },
                 EntryPayload::Membership(membership) => {

@@ -2154,7 +2154,8 @@ async fn entries_keep_the_original_rules_while_a_member_of_an_earlier_release_an
 }
 
 /// Once every member answers that it applies them, the leader's entries carry revision 1:
-/// every replica applies them under it, and so does a node that restarts from its log.
+/// every replica applies them under it, so does a node that restarts from its log, and a
+/// follower that applied them goes on proposing them when it leads, with a member down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_carry_the_newest_rules_once_every_member_applies_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -2182,6 +2183,14 @@ async fn entries_carry_the_newest_rules_once_every_member_applies_them() {
     let all: Vec<&Node> = nodes.iter().flatten().collect();
     same_state(&all).await;
     assert_eq!(all[follower].replica.contents(), before);
+    // The leader goes away: the next one cannot ask it, and keeps the group's rules.
+    nodes[at].take().unwrap().cluster.shutdown().await;
+    let rest: Vec<&Node> = nodes.iter().flatten().collect();
+    let next = leader(&rest).await;
+    let counts = delivery_counts(&rest[next].cluster, poll_past_the_timeout("c", 3_000)).await;
+    assert!(counts.is_empty(), "delivered past the maximum: {counts:?}");
+    same_state(&rest).await;
+    assert!(rest.iter().all(|node| node.replica.holds_topic("c-dlq")));
     for node in nodes.iter().flatten() {
         node.cluster.shutdown().await;
     }

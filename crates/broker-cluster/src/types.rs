@@ -176,6 +176,18 @@ impl Proposal {
     }
 }
 
+impl BrokerChange {
+    /// The revision of the core's rules it applies under, if it applies any.
+    pub fn revision(&self) -> Option<Revision> {
+        match self {
+            BrokerChange::Commands { revision, .. } | BrokerChange::Tick { revision, .. } => {
+                Some(*revision)
+            }
+            BrokerChange::Budget { .. } => None,
+        }
+    }
+}
+
 /// What a [`Proposal`] changes in the broker, as a replica applies it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BrokerChange {

@@ -572,8 +572,9 @@ impl EventBroker {
     /// Releases every delivery in flight to `member` and polls again, atomically: the way to get
     /// back records whose poll answer was lost (a connection reset, a client timeout). The
     /// released records are the next records of their partitions, so they come first, each
-    /// delivered anew; other partitions are polled as [`EventBroker::poll`] would. `[]` for an
-    /// absent group or member, or when nothing is in flight or eligible.
+    /// delivered anew (but for one that had its group's last delivery, which goes to the
+    /// group's dead-letter topic); other partitions are polled as [`EventBroker::poll`] would.
+    /// `[]` for an absent group or member, or when nothing is in flight or eligible.
     ///
     /// # Errors
     /// As [`EventBroker::poll`].

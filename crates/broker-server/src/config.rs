@@ -316,19 +316,27 @@ impl Config {
             (None, None) => (self.shards.unwrap_or(1) as u64, "shards"),
             (None, Some(_)) => (1, "shards"),
         };
-        if self.max_memory / shards < self.max_payload_bytes as u64 {
-            let least = self.max_payload_bytes as u64 * shards;
+        // Each part holds at least one largest record, with what the budget counts for it.
+        let largest = self.max_payload_bytes as u64 + broker_core::RECORD_OVERHEAD_BYTES;
+        if self.max_memory / shards < largest {
+            let least = largest * shards;
             return invalid(match shards {
                 1 => format!(
-                    "--max-memory {} is less than --max-payload-bytes {}: raise --max-memory to \
-                     at least {least}, or lower --max-payload-bytes",
-                    self.max_memory, self.max_payload_bytes
+                    "--max-memory {} is less than one record of --max-payload-bytes {} and the \
+                     {} bytes counted for the record: raise --max-memory to at least {least}, \
+                     or lower --max-payload-bytes",
+                    self.max_memory,
+                    self.max_payload_bytes,
+                    broker_core::RECORD_OVERHEAD_BYTES
                 ),
                 _ => format!(
-                    "--max-memory {} shared by {shards} {parts} leaves each less than \
-                     --max-payload-bytes {}: raise --max-memory to at least {least}, or lower \
-                     --max-payload-bytes or the number of {parts}",
-                    self.max_memory, self.max_payload_bytes
+                    "--max-memory {} shared by {shards} {parts} leaves each less than one record \
+                     of --max-payload-bytes {} and the {} bytes counted for the record: raise \
+                     --max-memory to at least {least}, or lower --max-payload-bytes or the \
+                     number of {parts}",
+                    self.max_memory,
+                    self.max_payload_bytes,
+                    broker_core::RECORD_OVERHEAD_BYTES
                 ),
             });
         }
@@ -488,7 +496,8 @@ mod tests {
             max_memory,
             ..Config::default()
         };
-        assert!(config(64, 64 << 20).validate().is_ok());
+        assert!(config(64, 64 * ((1 << 20) + 80)).validate().is_ok());
+        assert!(config(64, 64 << 20).validate().is_err());
         for (shards, why) in [
             (0, "--shards must be 1 to 64"),
             (65, "--shards must be 1 to 64"),
@@ -496,11 +505,11 @@ mod tests {
             let refused = config(shards, 1 << 30).validate().unwrap_err().to_string();
             assert!(refused.contains(why), "{refused}");
         }
-        // Each shard's part of the memory budget must hold the largest payload (with a data
+        // Each shard's part of the memory budget must hold the largest record (with a data
         // directory, records live on disk and there is no budget to share).
         let refused = config(4, 3 << 20).validate().unwrap_err().to_string();
         assert!(
-            refused.contains("shared by 4 shards") && refused.contains("at least 4194304"),
+            refused.contains("shared by 4 shards") && refused.contains("at least 4194624"),
             "{refused}"
         );
         let on_disk = Config {
@@ -535,7 +544,7 @@ mod tests {
             "{refused}"
         );
         // A cluster's groups share the budget out, as shards do; their number is checked.
-        assert!(groups(3, 3 << 20).validate().is_ok());
+        assert!(groups(3, 3 * ((1 << 20) + 80)).validate().is_ok());
         let refused = groups(4, 3 << 20).validate().unwrap_err().to_string();
         assert!(refused.contains("shared by 4 groups"), "{refused}");
         let refused = groups(65, 1 << 30).validate().unwrap_err().to_string();
@@ -656,8 +665,9 @@ mod tests {
         });
         assert_eq!(
             refused,
-            "--max-memory 10 is less than --max-payload-bytes 1048576: raise --max-memory to at \
-             least 1048576, or lower --max-payload-bytes"
+            "--max-memory 10 is less than one record of --max-payload-bytes 1048576 and the 80 \
+             bytes counted for the record: raise --max-memory to at least 1048656, or lower \
+             --max-payload-bytes"
         );
     }
 
@@ -700,7 +710,7 @@ mod tests {
                 ..Config::default()
             },
             Config {
-                max_memory: 1024 * 1024 - 1,
+                max_memory: 1024 * 1024 + 79,
                 ..Config::default()
             },
         ];
@@ -708,7 +718,7 @@ mod tests {
             assert!(config.validate().is_err(), "{config:?}");
         }
         let smallest = Config {
-            max_memory: 1024 * 1024,
+            max_memory: 1024 * 1024 + 80,
             ..Config::default()
         };
         assert!(smallest.validate().is_ok());

@@ -156,7 +156,8 @@ struct Args {
     /// Without --data-dir, and on a cluster node: bytes the broker retains at most, across
     /// every topic, counting each record's payload, key and header bytes and 80 bytes for the
     /// record itself; past it publish answers -1 (full), as for a
-    /// partition at capacity. At least max payload bytes. A cluster node counts the records in
+    /// partition at capacity. At least max payload bytes and 80 (for each shard or data
+    /// group). A cluster node counts the records in
     /// memory and in its segment files alike, and every node must have the same value. A
     /// single broker with --data-dir keeps records on disk: there it bounds the records held
     /// in memory (with --fsync batch or never, records already in their segment files leave

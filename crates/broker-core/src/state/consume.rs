@@ -260,8 +260,9 @@ impl BrokerState {
                 self.dead_letter_if_exhausted(topic, group, partition, DeadLetterReason::Released)?;
             }
         }
-        // Every released record is eligible again and the first is always taken, so a result
-        // of `[]` means nothing was in flight and nothing changed.
+        // Every released record is eligible again (unless it went to the dead-letter topic, which
+        // `dead_letter_events` tells) and the first is always taken, so a result of `[]` with no
+        // such event means nothing was in flight and nothing changed.
         self.poll(topic, group, member, max_records, max_bytes)
     }
 
