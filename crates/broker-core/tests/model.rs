@@ -21,7 +21,7 @@ use broker_core::{
     EventBroker, GroupDescription, GroupPartitionDescription, GroupSetting, GroupSettings, Header,
     KeyHash, MemberDescription, Outcome, PartitionBatch, PartitionDescription, PartitionLag,
     PartitionRead, ProducerState, PublishRecord, ResetTo, Retention, StartAt, TopicDescription,
-    TopicSetting, TopicSettings,
+    TopicSetting, TopicSettings, HEADER_WIRE_BYTES,
 };
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -101,6 +101,12 @@ impl ModelRecord {
                 .iter()
                 .map(|h| h.name.len() + h.value.as_ref().map_or(0, Bytes::len))
                 .sum::<usize>()) as u64
+    }
+
+    /// What the record counts against the byte budget of an answer: its size, and what each
+    /// header's lengths take on the wire.
+    fn answer_size(&self) -> u64 {
+        self.size() + HEADER_WIRE_BYTES * self.headers.len() as u64
     }
 }
 
@@ -781,11 +787,11 @@ impl Model {
                     while next < log.end() {
                         let record = log.get(next);
                         if out.len() == *max_records as usize
-                            || !fits(out.len(), bytes_taken, record.size(), *max_bytes)
+                            || !fits(out.len(), bytes_taken, record.answer_size(), *max_bytes)
                         {
                             break 'partitions;
                         }
-                        bytes_taken += record.size();
+                        bytes_taken += record.answer_size();
                         out.push(to_record(topic, p, next, record, 0));
                         next += 1;
                         g.position[p] = next;
@@ -1116,11 +1122,11 @@ impl Model {
                 for next in (*offset).max(log.base)..log.end() {
                     let record = log.get(next);
                     if records.len() == *max_records as usize
-                        || !fits(records.len(), bytes_taken, record.size(), *max_bytes)
+                        || !fits(records.len(), bytes_taken, record.answer_size(), *max_bytes)
                     {
                         break;
                     }
-                    bytes_taken += record.size();
+                    bytes_taken += record.answer_size();
                     records.push(to_record(topic, p, next, record, 0));
                 }
                 Ok(Outcome::Read(PartitionRead {
@@ -1380,11 +1386,11 @@ fn poll(
         }
         let record = log.get(next);
         if out.len() == max_records as usize
-            || !fits(out.len(), bytes_taken, record.size(), max_bytes)
+            || !fits(out.len(), bytes_taken, record.answer_size(), max_bytes)
         {
             break;
         }
-        bytes_taken += record.size();
+        bytes_taken += record.answer_size();
         // Delivered: a delayed retry of it is over.
         g.held[p] = None;
         g.in_flight[p] = Some(next);
