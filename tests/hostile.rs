@@ -667,3 +667,80 @@ async fn a_client_that_reads_no_answers_holds_only_its_share_of_the_request_memo
     }
     drop(greedy);
 }
+
+/// Connections that say nothing hold every connection slot (on both listeners): each new
+/// client displaces the oldest of them, and is served at once, where it waited in the listen
+/// backlog until one of them timed out (10 s without a hello). Connections that said who they
+/// are are never displaced.
+#[tokio::test]
+async fn connections_that_say_nothing_give_their_slots_to_new_ones() {
+    let server = ServerProcess::start(&[
+        "--max-connections",
+        "5",
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let kafka = server.kafka_addr.unwrap();
+    let metrics = server.metrics_addr.unwrap();
+    // One client that said hello, then four that say nothing, oldest first: two on each port.
+    let mut first = connect(&server).await;
+    create(&mut first, "t").await;
+    let mut silent = Vec::new();
+    for addr in [server.addr, kafka, server.addr, kafka] {
+        silent.push(TcpStream::connect(addr).await.unwrap());
+        // In this order: each is accepted before the next connects.
+        for _ in 0..100 {
+            let (_, _, text) = broker_testkit::http::get(metrics, "/metrics", "");
+            let open = sample(&text, "broker_connections_open{listener=\"broker\"}")
+                + sample(&text, "broker_connections_open{listener=\"kafka\"}");
+            if open as usize == silent.len() + 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // Two new clients: each displaces the oldest silent one.
+    for _ in 0..2 {
+        let mut client = tokio::time::timeout(Duration::from_secs(5), connect(&server))
+            .await
+            .expect("a new client waited for a slot");
+        let described = call(
+            &mut client,
+            Command::EndOffset {
+                topic: "t".into(),
+                partition: 0,
+            },
+        )
+        .await;
+        assert_eq!(described, Ok(Outcome::Offset(0)));
+        // It keeps its slot: the next one displaces a silent one, not this one.
+        std::mem::forget(client);
+    }
+    for (index, stream) in silent.iter_mut().enumerate() {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(
+            Duration::from_millis(500),
+            tokio::io::AsyncReadExt::read(stream, &mut byte),
+        )
+        .await;
+        match index {
+            // Closed by the server.
+            0 | 1 => assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{index}: {read:?}"),
+            // Still open, waiting.
+            _ => assert!(read.is_err(), "{index}: {read:?}"),
+        }
+    }
+    // The client that said hello first was never displaced.
+    let offset = call(&mut first, publish(Bytes::from_static(b"x"))).await;
+    assert_eq!(offset, Ok(Outcome::Published(0)));
+    let (_, _, text) = broker_testkit::http::get(metrics, "/metrics", "");
+    assert_eq!(
+        sample(
+            &text,
+            "broker_connections_refused_total{reason=\"displaced\"}"
+        ),
+        2.0
+    );
+}

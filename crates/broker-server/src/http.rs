@@ -81,10 +81,12 @@ pub(crate) async fn serve<A, F>(
             let _permit = permit;
             let served = match tls {
                 None => connection(&shared, stream, peer, answer).await,
-                Some(tls) => match accept_tls(&shared, &tls, stream, peer).await {
-                    Some(stream) => connection(&shared, stream, peer, answer).await,
-                    None => return,
-                },
+                Some(tls) => {
+                    match accept_tls(&shared, &tls, stream, peer, &shared.shutdown).await {
+                        Some(stream) => connection(&shared, stream, peer, answer).await,
+                        None => return,
+                    }
+                }
             };
             if let Some(cause) = served {
                 debug!(peer = %peer, cause = %cause, listener = what, "HTTP connection failed");

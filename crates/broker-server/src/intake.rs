@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::reply::RequestPermit;
 use broker_proto::{Decoded, RequestFrame};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{self, Duration, Instant};
 use tokio_rustls::server::TlsStream;
 use tracing::{error, warn};
@@ -39,16 +40,41 @@ pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
     }
 }
 
+/// The next connection to serve on `listener`, with its slot among `connections`. A
+/// connection accepted while every slot is taken waits for one (the others wait in the listen
+/// backlog); but first, the oldest connection still arriving (see `arrivals`), if any, is
+/// closed to give it its slot. `None` if the slots are closed (they never are). Cancel safe
+/// but for a connection accepted and not yet returned, which is then closed.
+pub(crate) async fn next_connection(
+    shared: &Shared,
+    listener: &TcpListener,
+    connections: &Arc<Semaphore>,
+) -> Option<(TcpStream, SocketAddr, OwnedSemaphorePermit)> {
+    let (stream, peer) = accept(listener).await;
+    if let Ok(permit) = Arc::clone(connections).try_acquire_owned() {
+        return Some((stream, peer, permit));
+    }
+    if shared.arrivals.displace_oldest() {
+        refused(shared, "displaced");
+    }
+    // The displaced connection gives its slot back as it closes (slots go to those waiting
+    // for one in turn).
+    let permit = Arc::clone(connections).acquire_owned().await.ok()?;
+    Some((stream, peer, permit))
+}
+
 /// Runs the server side of the TLS handshake; `None` (logged) if it fails, outlasts
-/// [`TLS_HANDSHAKE_TIMEOUT`] or the server shuts down first.
+/// [`TLS_HANDSHAKE_TIMEOUT`] or `closing` (a child of the server's shutdown token) is
+/// cancelled first.
 pub(crate) async fn accept_tls(
     shared: &Shared,
     tls: &ServerTls,
     stream: TcpStream,
     peer: SocketAddr,
+    closing: &tokio_util::sync::CancellationToken,
 ) -> Option<TlsStream<TcpStream>> {
     let accepted = tokio::select! {
-        () = shared.shutdown.cancelled() => return None,
+        () = closing.cancelled() => return None,
         accepted = time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(stream)) => accepted,
     };
     match accepted {

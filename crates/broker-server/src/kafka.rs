@@ -16,8 +16,9 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, trace, warn};
 
+use crate::arrivals::Arriving;
 use crate::counted::Counted;
-use crate::intake::{accept, accept_tls, submit};
+use crate::intake::{accept_tls, next_connection, submit};
 use crate::metrics::Listener;
 use crate::reply::{Outgoing, ReplyTo, RequestPermit};
 use crate::shared::Shared;
@@ -65,17 +66,13 @@ fn settings(shared: &Shared) -> KafkaSettings {
 pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener, connections: Arc<Semaphore>) {
     let settings = Arc::new(settings(&shared));
     loop {
-        let permit = tokio::select! {
+        let (stream, _, permit) = tokio::select! {
             () = shared.shutdown.cancelled() => return,
-            permit = Arc::clone(&connections).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                // The semaphore is never closed.
-                Err(_) => return,
+            next = next_connection(&shared, &listener, &connections) => match next {
+                Some(next) => next,
+                // The slots are never closed.
+                None => return,
             },
-        };
-        let (stream, _) = tokio::select! {
-            () = shared.shutdown.cancelled() => return,
-            accepted = accept(&listener) => accepted,
         };
         let id = shared.new_connection_id();
         shared.tracker.spawn(handle(
@@ -115,6 +112,9 @@ async fn handle(
     }
     let backend = ServerBackend::new(Arc::clone(&shared), id);
     let closing = backend.closing.clone();
+    // Until its first request reaches the broker, a new connection may be displaced by another
+    // (which closes it).
+    let backend = backend.arriving(shared.arrivals.arriving(id, closing.clone()));
     let addresses = (local, peer);
     let served = match &shared.config.tls {
         None => {
@@ -130,7 +130,7 @@ async fn handle(
             .await
         }
         Some(tls) => {
-            let Some(stream) = accept_tls(&shared, tls, stream, peer).await else {
+            let Some(stream) = accept_tls(&shared, tls, stream, peer, &closing).await else {
                 return;
             };
             broker_kafka::serve_connection(
@@ -192,15 +192,27 @@ pub(crate) struct ServerBackend {
     in_flight: Arc<Semaphore>,
     /// Cancelled when the connection ends or the server shuts down.
     closing: CancellationToken,
+    /// A Kafka connection's note that it has not said who it is yet (see `arrivals`), dropped
+    /// at its first call; none for the console.
+    arriving: std::sync::Mutex<Option<Arriving>>,
 }
 
 impl ServerBackend {
+    /// This backend, noted as arriving until its first call (`arriving`).
+    fn arriving(self, arriving: Arriving) -> ServerBackend {
+        ServerBackend {
+            arriving: std::sync::Mutex::new(Some(arriving)),
+            ..self
+        }
+    }
+
     /// The server as connection `connection` reaches it: at most `--max-in-flight` calls at
     /// once, each answered at the latest when the server shuts down.
     pub(crate) fn new(shared: Arc<Shared>, connection: u64) -> ServerBackend {
         ServerBackend {
             in_flight: Arc::new(Semaphore::new(shared.config.max_in_flight)),
             closing: shared.shutdown.child_token(),
+            arriving: std::sync::Mutex::new(None),
             connection,
             shared,
         }
@@ -209,6 +221,13 @@ impl ServerBackend {
 
 impl Backend for ServerBackend {
     async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
+        // Its first request reaches the broker: the connection is no longer displaced.
+        drop(
+            self.arriving
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
         let permit = Arc::clone(&self.in_flight)
             .acquire_owned()
             .await

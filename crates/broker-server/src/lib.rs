@@ -46,6 +46,7 @@
 //! [`ServerTls`] is configured, then the hello's token checked against the [`AuthToken`].
 
 mod answers;
+mod arrivals;
 mod audit;
 mod broker;
 mod clock;

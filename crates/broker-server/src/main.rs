@@ -146,7 +146,11 @@ struct Args {
     /// Largest payload, key and headers of one published record, in bytes.
     #[arg(long, env = "BROKER_MAX_PAYLOAD_BYTES", value_name = "BYTES", default_value_t = 1024 * 1024, value_parser = broker_args::parse_bytes_usize)]
     max_payload_bytes: usize,
-    /// Most client connections served at once; more wait to be accepted.
+    /// Most client connections served at once, on the broker's port and the Kafka listener
+    /// together; more wait to be accepted. While every slot is taken, a new connection takes
+    /// the slot of the oldest one that has not said who it is yet (no hello on the broker's
+    /// port; on the Kafka listener, no request past ApiVersions and authentication), which is
+    /// closed: clients that connect and say nothing cannot keep others out.
     #[arg(long, env = "BROKER_MAX_CONNECTIONS", default_value_t = 1024)]
     max_connections: usize,
     /// Most requests of one connection worked on at once (waiting ones included); the server

@@ -58,12 +58,13 @@ impl Listener {
 }
 
 /// Why a connection may be refused before its first request: the `reason` label's values.
-pub(crate) const REFUSAL_REASONS: [&str; 5] = [
+pub(crate) const REFUSAL_REASONS: [&str; 6] = [
     "unauthenticated",
     "unsupported_protocol",
     "hello_too_large",
     "no_hello",
     "tls_handshake",
+    "displaced",
 ];
 
 /// The server's counters and histograms: cheap to update (an atomic add, or a short lock for a

@@ -18,12 +18,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{self, Duration};
 use tokio_util::codec::Encoder;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, trace, warn};
 
 use crate::answers;
+use crate::arrivals::Arriving;
 use crate::broker::Broker;
 use crate::connection::{write_responses, Connection};
-use crate::intake::{accept, accept_tls, refused, submit};
+use crate::intake::{accept_tls, next_connection, refused, submit};
 use crate::metrics::{Listener, Metrics};
 use crate::reply::{Outgoing, ReplyTo, RequestPermit};
 use crate::shards::Shards;
@@ -187,17 +189,13 @@ async fn accept_until(
 ) {
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
+        let (stream, peer, permit) = tokio::select! {
             () = &mut shutdown => break,
-            permit = Arc::clone(connections).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                // The semaphore is never closed.
-                Err(_) => break,
+            next = next_connection(shared, listener, connections) => match next {
+                Some(next) => next,
+                // The slots are never closed.
+                None => break,
             },
-        };
-        let (stream, peer) = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = accept(listener) => accepted,
         };
         let id = shared.new_connection_id();
         shared
@@ -257,23 +255,33 @@ async fn handle(
     if let Err(cause) = stream.set_nodelay(true) {
         debug!(peer = %peer, cause = %cause, "cannot set TCP_NODELAY");
     }
+    // Until its hello is welcomed, a new connection may be displaced by another.
+    let displaced = shared.shutdown.child_token();
+    let arriving = shared.arrivals.arriving(id, displaced.clone());
     match &shared.config.tls {
         None => {
             let (read, write) = stream.into_split();
-            serve_stream(&shared, id, read, write, peer).await;
+            serve_stream(&shared, id, read, write, peer, (arriving, &displaced)).await;
         }
         Some(tls) => {
-            if let Some(stream) = accept_tls(&shared, tls, stream, peer).await {
+            if let Some(stream) = accept_tls(&shared, tls, stream, peer, &displaced).await {
                 let (read, write) = tokio::io::split(stream);
-                serve_stream(&shared, id, read, write, peer).await;
+                serve_stream(&shared, id, read, write, peer, (arriving, &displaced)).await;
             }
         }
     }
 }
 
-/// The hello, then requests until the connection ends, over either kind of stream.
-async fn serve_stream<R, W>(shared: &Arc<Shared>, id: u64, read: R, mut write: W, peer: SocketAddr)
-where
+/// The hello (given up once `displaced` is cancelled, see `arrivals`), then requests until the
+/// connection ends, over either kind of stream.
+async fn serve_stream<R, W>(
+    shared: &Arc<Shared>,
+    id: u64,
+    read: R,
+    mut write: W,
+    peer: SocketAddr,
+    (arriving, displaced): (Arriving, &CancellationToken),
+) where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -283,9 +291,16 @@ where
         .map(|metrics| metrics.byte_counters(Listener::Broker).0);
     let mut connection = Connection::new(read, received);
     let mut hello_codec = ServerHandshakeCodec::new(MAX_HELLO_FRAME);
-    if let Some(welcomed) =
-        handshake(shared, &mut connection, &mut hello_codec, &mut write, peer).await
-    {
+    let welcomed = handshake(
+        shared,
+        &mut connection,
+        &mut hello_codec,
+        &mut write,
+        (peer, displaced),
+    )
+    .await;
+    if let Some(welcomed) = welcomed {
+        arriving.arrived();
         let codec = ServerCodec::new(shared.config.max_frame_bytes, welcomed.version);
         let requests = serve_requests(shared, id, connection, codec, write, peer).await;
         if shared.config.leave_on_disconnect {
@@ -340,10 +355,11 @@ async fn handshake<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     connection: &mut Connection<R>,
     codec: &mut ServerHandshakeCodec,
     write: &mut W,
-    peer: SocketAddr,
+    (peer, displaced): (SocketAddr, &CancellationToken),
 ) -> Option<Welcomed> {
+    // (`displaced` is a child of the shutdown token: cancelled by it too.)
     let read = tokio::select! {
-        () = shared.shutdown.cancelled() => return None,
+        () = displaced.cancelled() => return None,
         read = time::timeout(HELLO_TIMEOUT, connection.read_frame(codec)) => read,
     };
     // Another protocol's first bytes: an HTTP or Redis request read as a frame too long, or a

@@ -9,6 +9,7 @@ use broker_net::RequestMemory;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::arrivals::Arrivals;
 use crate::metrics::Metrics;
 use crate::shards::Shards;
 use crate::signals::Signals;
@@ -48,6 +49,8 @@ pub(crate) struct Shared {
     /// The bytes of requests read and not yet answered, on both listeners
     /// (`--max-request-memory`).
     pub(crate) request_memory: RequestMemory,
+    /// The connections of both listeners that have not said who they are yet.
+    pub(crate) arrivals: Arrivals,
 }
 
 impl Shared {
@@ -76,6 +79,7 @@ impl Shared {
             cluster: OnceLock::new(),
             next_connection: AtomicU64::new(1),
             kafka,
+            arrivals: Arrivals::default(),
         }
     }
 
