@@ -222,8 +222,13 @@ pub enum ClusterError {
 const START_QUESTION: Duration = Duration::from_secs(2);
 
 /// How often a group's leader asks its members again whether they apply a change of the
-/// memory budget, while one does not answer so ([`Cluster::change_budget`]).
+/// memory budget (or entries under this release's rules), while one answers that it does not
+/// ([`Cluster::change_budget`], [`Cluster::adopt_revision`]).
 pub const BUDGET_ASKED_EVERY: Duration = Duration::from_secs(60);
+
+/// How soon a group's leader asks its members again whether they apply a feature when one
+/// could not be reached (it may be restarting).
+pub const FEATURE_ASKED_AGAIN: Duration = Duration::from_secs(5);
 
 /// Asks every member of `members` but `node_id` at once, through `ask`; each answer with the
 /// member that gave it.
@@ -535,11 +540,12 @@ pub struct Cluster {
     /// [`Cluster::change_budget`]).
     budget_changes_known: AtomicBool,
     /// When the members were last asked whether they apply [`Proposal::Budget`], while one
-    /// did not answer so.
-    budget_changes_asked: std::sync::Mutex<Option<std::time::Instant>>,
+    /// did not answer so, and how long until they are asked again.
+    budget_changes_asked: std::sync::Mutex<Option<(std::time::Instant, Duration)>>,
     /// When the members were last asked whether they apply [`Proposal::Revised`] entries of
-    /// [`broker_core::Revision::NEWEST`], while one did not answer so.
-    revision_asked: std::sync::Mutex<Option<std::time::Instant>>,
+    /// [`broker_core::Revision::NEWEST`], while one did not answer so, and how long until
+    /// they are asked again.
+    revision_asked: std::sync::Mutex<Option<(std::time::Instant, Duration)>>,
     /// The replica the group's state machine applies to, weakly: see [`Cluster::released`].
     released: Weak<dyn std::any::Any + Send + Sync>,
     stop: CancellationToken,
@@ -987,8 +993,8 @@ impl Cluster {
 
     /// Proposes that the group's memory budget become `bytes` ([`Proposal::Budget`]), once
     /// every other member of the group answered that its release applies such a change (asked
-    /// before the first, and then at most once every [`BUDGET_ASKED_EVERY`] while a member
-    /// does not answer so). Answers once the change is applied here.
+    /// before the first, and then again as [`Cluster::check_feature_now_and_then`] says while
+    /// a member does not answer so). Answers once the change is applied here.
     ///
     /// # Errors
     /// As [`Cluster::propose`]; nothing is proposed on [`ProposeError::Refused`] (naming a
@@ -997,44 +1003,73 @@ impl Cluster {
     pub async fn change_budget(&self, bytes: Option<u64>) -> Result<(), ProposeError> {
         self.ensure_leader()?;
         if !self.budget_changes_known.load(Ordering::Acquire) {
-            {
-                let mut asked = self
-                    .budget_changes_asked
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if asked.is_some_and(|at| at.elapsed() < BUDGET_ASKED_EVERY) {
-                    return Err(ProposeError::Pending(
-                        "the members were asked lately whether they apply a change of the \
-                         memory budget, and one did not answer so"
-                            .to_owned(),
-                    ));
-                }
-                *asked = Some(std::time::Instant::now());
-            }
             let every_member_answered = self
-                .check_feature(
+                .check_feature_now_and_then(
+                    &self.budget_changes_asked,
                     network::BUDGET_CHANGES,
                     "apply a change of a group's memory budget",
                 )
                 .await?;
-            if !every_member_answered {
-                return Err(ProposeError::Pending(
-                    "a member of the group could not be asked whether it applies a change of \
-                     the memory budget"
-                        .to_owned(),
-                ));
+            match every_member_answered {
+                Some(true) => self.budget_changes_known.store(true, Ordering::Release),
+                Some(false) => {
+                    return Err(ProposeError::Pending(
+                        "a member of the group could not be asked whether it applies a change \
+                         of the memory budget"
+                            .to_owned(),
+                    ))
+                }
+                None => {
+                    return Err(ProposeError::Pending(
+                        "the members were asked lately whether they apply a change of the \
+                         memory budget, and one did not answer so"
+                            .to_owned(),
+                    ))
+                }
             }
-            self.budget_changes_known.store(true, Ordering::Release);
         }
         self.propose(Proposal::Budget { bytes }).await.map(drop)
+    }
+
+    /// [`Cluster::check_feature`] of `feature`, unless the members were asked lately (`asked`
+    /// says when, and when to ask again): `None` then. After an answer that a member's release
+    /// does not apply it, they are asked again [`BUDGET_ASKED_EVERY`] later; after one that
+    /// could not be reached (it may be restarting), [`FEATURE_ASKED_AGAIN`] later.
+    ///
+    /// # Errors
+    /// As [`Cluster::check_feature`].
+    async fn check_feature_now_and_then(
+        &self,
+        asked: &std::sync::Mutex<Option<(std::time::Instant, Duration)>>,
+        feature: &str,
+        what: &str,
+    ) -> Result<Option<bool>, ProposeError> {
+        let lock = || {
+            asked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if lock().is_some_and(|(at, wait)| at.elapsed() < wait) {
+            return Ok(None);
+        }
+        // Others calling meanwhile wait for this answer, as if it had come.
+        *lock() = Some((std::time::Instant::now(), BUDGET_ASKED_EVERY));
+        let answer = self.check_feature(feature, what).await;
+        let wait = match &answer {
+            Ok(false) => FEATURE_ASKED_AGAIN,
+            Ok(true) | Err(_) => BUDGET_ASKED_EVERY,
+        };
+        *lock() = Some((std::time::Instant::now(), wait));
+        answer.map(Some)
     }
 
     /// On the leader, makes the commands and ticks it proposes apply under
     /// [`broker_core::Revision::NEWEST`] once every other member of the group answers that its
     /// release applies such entries ([`Proposal::Revised`]); before, they apply under
     /// [`broker_core::Revision::Original`], as every earlier release applies them. The members
-    /// are asked at the first call, then at most once every [`BUDGET_ASKED_EVERY`] while one
-    /// does not answer so; once they all did, the answer is kept (nodes are not expected to go
+    /// are asked at the first call, then again [`FEATURE_ASKED_AGAIN`] later while one cannot
+    /// be reached, [`BUDGET_ASKED_EVERY`] later while one answers that it does not; once they
+    /// all did, the answer is kept (nodes are not expected to go
     /// back to an earlier release, and [`Cluster::add_node`] refuses one that does not apply
     /// it). A node that applied an entry of the group's log under that revision knows it
     /// without asking. Whether its entries carry the newest revision now.
@@ -1045,23 +1080,14 @@ impl Cluster {
         if self.ensure_leader().is_err() {
             return false;
         }
-        {
-            let mut asked = self
-                .revision_asked
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if asked.is_some_and(|at| at.elapsed() < BUDGET_ASKED_EVERY) {
-                return false;
-            }
-            *asked = Some(std::time::Instant::now());
-        }
         let adopted = matches!(
-            self.check_feature(
+            self.check_feature_now_and_then(
+                &self.revision_asked,
                 network::REVISION_1,
                 "apply entries under the rules of this release",
             )
             .await,
-            Ok(true)
+            Ok(Some(true))
         );
         if adopted {
             self.core.revision_known.store(true, Ordering::Release);

@@ -113,6 +113,17 @@ impl RequestMemory {
         u64::from(self.limit_units) * ROOM_UNIT as u64
     }
 
+    /// The most this handle may hold at once, in bytes: the connection's share (see
+    /// [`RequestMemory::for_connection`]), or the whole budget. Room for more than is free of
+    /// it beside what the handle holds already would be waited for until that is given back.
+    pub fn most_held(&self) -> u64 {
+        let units = self
+            .share
+            .as_ref()
+            .map_or(self.limit_units, |(_, units)| *units);
+        u64::from(units) * ROOM_UNIT as u64
+    }
+
     /// Bytes taken by frames read and not yet answered.
     pub fn held(&self) -> u64 {
         let free = self.units.available_permits() as u64;

@@ -57,9 +57,9 @@ fn overhead(topic: &str, max_records: i32) -> u64 {
 /// the frame limit allow, and the least it needs, the overhead of as many records as it asks
 /// for and one record of the largest payload (the first record comes whatever its size, and
 /// the budget left beside that overhead is never less than one payload). Neither is more than
-/// a frame (no answer is larger), nor more than the request memory leaves beside the `held`
-/// bytes the request's own frame holds: the least must be free some day, or the request, and
-/// every request after it, would wait for ever.
+/// a frame (no answer is larger), nor more than the request memory (the connection's share of
+/// it) leaves beside the `held` bytes the request's own frame holds: the least must be free
+/// some day, or the request, and every request after it, would wait for ever.
 fn answer_wants(
     config: &Config,
     memory: &RequestMemory,
@@ -69,7 +69,7 @@ fn answer_wants(
     let budget = command.answer_budget()?;
     let overhead = overhead(budget.topic, budget.max_records);
     let payloads = (*budget.max_bytes).unwrap_or(config.max_frame_bytes as u64);
-    let most = (config.max_frame_bytes as u64).min(memory.limit().saturating_sub(held));
+    let most = (config.max_frame_bytes as u64).min(memory.most_held().saturating_sub(held));
     let least = overhead
         .saturating_add(config.max_payload_bytes as u64)
         .min(most);
@@ -206,6 +206,27 @@ mod tests {
             Command::Poll { max_bytes, .. } => *max_bytes,
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn an_answer_never_waits_for_more_than_its_connections_share_leaves() {
+        // A share of 8 MiB, of which the request's own frame holds 7.5 MiB: the least its
+        // answer needs (overhead and a record of 1 MiB) would never be free in it.
+        let memory = RequestMemory::new(32 << 20).for_connection(8 << 20);
+        let frame_room = memory.room((15 << 20) / 2).await;
+        let mut frame = Decoded::Message(RequestFrame {
+            correlation_id: 1,
+            max_wait_ms: 0,
+            command: poll(None),
+        });
+        let room = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            room_for(&Config::default(), &memory, frame_room.bytes(), &mut frame),
+        )
+        .await
+        .expect("an answer waited for room its connection can never have")
+        .unwrap();
+        assert_eq!(room.bytes(), (8 << 20) - frame_room.bytes());
     }
 
     #[tokio::test]

@@ -59,9 +59,12 @@ pub(crate) struct Arriving {
 }
 
 impl Arriving {
-    /// The connection said who it is: it is no longer displaced for a new one.
-    pub(crate) fn arrived(self) {
-        drop(self);
+    /// The connection said who it is: it is no longer displaced for a new one. `false` if it
+    /// was displaced meanwhile (its closing token is cancelled): it must close, since the
+    /// connection that displaced it waits for its slot.
+    pub(crate) fn arrived(self) -> bool {
+        // (Dropped after: removing it again removes nothing.)
+        self.arrivals.lock().remove(&self.id).is_some()
     }
 }
 
@@ -86,11 +89,11 @@ mod tests {
         let one = arrivals.arriving(1, first.clone());
         let two = arrivals.arriving(2, second.clone());
         let three = arrivals.arriving(3, third.clone());
-        one.arrived();
+        assert!(one.arrived());
         assert!(arrivals.displace_oldest());
         assert!(second.is_cancelled() && !first.is_cancelled() && !third.is_cancelled());
-        // Dropped once it closes: nothing to remove any more.
-        drop(two);
+        // Displaced: it must close.
+        assert!(!two.arrived());
         drop(three);
         assert!(arrivals.lock().is_empty());
         assert!(!arrivals.displace_oldest());

@@ -43,25 +43,37 @@ pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
 /// The next connection to serve on `listener`, with its slot among `connections`. A
 /// connection accepted while every slot is taken waits for one (the others wait in the listen
 /// backlog); but first, the oldest connection still arriving (see `arrivals`), if any, is
-/// closed to give it its slot. `None` if the slots are closed (they never are). Cancel safe
-/// but for a connection accepted and not yet returned, which is then closed.
+/// closed to give it its slot, and so again every [`DISPLACE_AGAIN`] while it waits (the slot
+/// given back went to an earlier waiter, or the connections arriving were not noted yet).
+/// `None` if the slots are closed (they never are). Cancel safe but for a connection accepted
+/// and not yet returned, which is then closed.
 pub(crate) async fn next_connection(
     shared: &Shared,
     listener: &TcpListener,
     connections: &Arc<Semaphore>,
 ) -> Option<(TcpStream, SocketAddr, OwnedSemaphorePermit)> {
     let (stream, peer) = accept(listener).await;
-    if let Ok(permit) = Arc::clone(connections).try_acquire_owned() {
-        return Some((stream, peer, permit));
+    loop {
+        if let Ok(permit) = Arc::clone(connections).try_acquire_owned() {
+            return Some((stream, peer, permit));
+        }
+        if shared.arrivals.displace_oldest() {
+            refused(shared, "displaced");
+        }
+        // The displaced connection gives its slot back as it closes (slots go to those
+        // waiting for one in turn).
+        tokio::select! {
+            permit = Arc::clone(connections).acquire_owned() => {
+                return Some((stream, peer, permit.ok()?));
+            }
+            () = time::sleep(DISPLACE_AGAIN) => {}
+        }
     }
-    if shared.arrivals.displace_oldest() {
-        refused(shared, "displaced");
-    }
-    // The displaced connection gives its slot back as it closes (slots go to those waiting
-    // for one in turn).
-    let permit = Arc::clone(connections).acquire_owned().await.ok()?;
-    Some((stream, peer, permit))
 }
+
+/// How often a connection waiting for a slot closes the oldest connection still arriving
+/// again (see [`next_connection`]).
+const DISPLACE_AGAIN: Duration = Duration::from_secs(1);
 
 /// Runs the server side of the TLS handshake; `None` (logged) if it fails, outlasts
 /// [`TLS_HANDSHAKE_TIMEOUT`] or `closing` (a child of the server's shutdown token) is

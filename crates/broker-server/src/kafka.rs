@@ -193,7 +193,7 @@ pub(crate) struct ServerBackend {
     /// Cancelled when the connection ends or the server shuts down.
     closing: CancellationToken,
     /// A Kafka connection's note that it has not said who it is yet (see `arrivals`), dropped
-    /// at its first call; none for the console.
+    /// once a request past ApiVersions and authentication is answered; none for the console.
     arriving: std::sync::Mutex<Option<Arriving>>,
 }
 
@@ -221,13 +221,6 @@ impl ServerBackend {
 
 impl Backend for ServerBackend {
     async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
-        // Its first request reaches the broker: the connection is no longer displaced.
-        drop(
-            self.arriving
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take(),
-        );
         let permit = Arc::clone(&self.in_flight)
             .acquire_owned()
             .await
@@ -399,6 +392,23 @@ impl Backend for ServerBackend {
     }
 
     fn answered(&self, api: Option<ApiKey>, errors: impl FnOnce() -> Vec<ResponseError>) {
+        // A request past ApiVersions and authentication: the client said what it wants, and
+        // its connection is no longer displaced by a new one.
+        if api.is_some_and(|api| {
+            !matches!(
+                api,
+                ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+            )
+        }) {
+            let mut arriving = self
+                .arriving
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // (Displaced meanwhile, its closing token is cancelled: it closes.)
+            if let Some(arriving) = arriving.take() {
+                let _arrived = arriving.arrived();
+            }
+        }
         if let Some(metrics) = &self.shared.metrics {
             metrics.kafka_answered(api, &errors());
         }

@@ -150,7 +150,9 @@ struct Args {
     /// together; more wait to be accepted. While every slot is taken, a new connection takes
     /// the slot of the oldest one that has not said who it is yet (no hello on the broker's
     /// port; on the Kafka listener, no request past ApiVersions and authentication), which is
-    /// closed: clients that connect and say nothing cannot keep others out.
+    /// closed: clients that connect and say nothing no longer keep new ones waiting (for as
+    /// long as 10 s each). A client that says hello (or, without an auth token, sends a
+    /// request) holds its slot until it is idle for --idle-timeout-ms.
     #[arg(long, env = "BROKER_MAX_CONNECTIONS", default_value_t = 1024)]
     max_connections: usize,
     /// Most requests of one connection worked on at once (waiting ones included); the server

@@ -300,7 +300,12 @@ async fn serve_stream<R, W>(
     )
     .await;
     if let Some(welcomed) = welcomed {
-        arriving.arrived();
+        if !arriving.arrived() {
+            // Displaced between its hello and now: the connection that displaced it waits
+            // for its slot.
+            trace!(peer = %peer, connection = id, "connection displaced after its hello");
+            return;
+        }
         let codec = ServerCodec::new(shared.config.max_frame_bytes, welcomed.version);
         let requests = serve_requests(shared, id, connection, codec, write, peer).await;
         if shared.config.leave_on_disconnect {
