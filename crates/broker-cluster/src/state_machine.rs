@@ -10,7 +10,11 @@
 //!   [`broker_storage::RecordStore`]); `n` changes when a snapshot from the leader replaces
 //!   them all;
 //! - `incoming-<k>` and `outgoing-<k>/`: a snapshot being received, and links to the segment
-//!   files of one being sent; removed when done, and at start.
+//!   files of one being sent; removed when done, and at start;
+//! - `revision`: written once the node applied an entry of a later revision of the core's
+//!   rules than the original (the revision's number, as text), so that it knows the group's
+//!   rules after a restart too, whatever its snapshot covers (see
+//!   [`StateMachine::revision_applied`]). A hint: without it the node asks the members.
 //!
 //! Opening the state machine reads, and lists what it would remove and cut (the leftovers
 //! above, what an unfinished snapshot appended to record segments) as repairs that the node
@@ -80,6 +84,9 @@ use crate::types::{
 };
 
 const SNAPSHOT_FILE: &str = "snapshot";
+
+/// See the module's documentation.
+const REVISION_FILE: &str = "revision";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"BRKRAFTS";
 /// Snapshot files of this format hold a store number, a checkpoint and the cluster's state.
 const FORMAT_WITH_CLUSTER: u32 = 3;
@@ -742,7 +749,7 @@ impl<R: Replica> StateMachine<R> {
                 segment_bytes,
             })),
             counter: Arc::new(AtomicU64::new(0)),
-            revision_applied: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            revision_applied: Arc::new(std::sync::atomic::AtomicBool::new(revision_noted(dir))),
         })
     }
 
@@ -758,13 +765,33 @@ impl<R: Replica> StateMachine<R> {
         self.cluster.subscribe()
     }
 
+    /// Writes the `revision` file (see the module's documentation): once, at the first entry of
+    /// a later revision this node applies. A failure is logged and changes nothing else.
+    fn note_revision(&self, revision: Option<broker_core::Revision>) {
+        let number = revision.map_or(0, broker_core::Revision::number);
+        if let Err(cause) = fs::write(self.dir.join(REVISION_FILE), number.to_string()) {
+            warn!(%cause, "cannot note the group's revision; after a restart the node asks again");
+        }
+    }
+
     /// Set once this node applies an entry of the group's log written under a later revision
-    /// of the core's rules than the original ([`crate::Proposal::Revised`]): every member
-    /// applied such entries when it was written, so the node proposes under that revision too
-    /// when it leads (see [`crate::Cluster::adopt_revision`]).
+    /// of the core's rules than the original ([`crate::Proposal::Revised`]), or did before a
+    /// restart (the `revision` file): every member applied such entries when it was written,
+    /// so the node proposes under that revision too when it leads (see
+    /// [`crate::Cluster::adopt_revision`]).
     pub(crate) fn revision_applied(&self) -> Arc<std::sync::atomic::AtomicBool> {
         Arc::clone(&self.revision_applied)
     }
+}
+
+/// Whether the node noted in `dir` that it applied an entry of a later revision than the
+/// original (see the module's documentation).
+fn revision_noted(dir: &Path) -> bool {
+    fs::read_to_string(dir.join(REVISION_FILE))
+        .ok()
+        .and_then(|text| text.trim().parse::<u32>().ok())
+        .and_then(broker_core::Revision::from_number)
+        .is_some_and(|revision| revision > broker_core::Revision::Original)
 }
 
 /// Whether the node's cluster directory `dir` holds a snapshot, checked without opening it.
@@ -924,8 +951,10 @@ impl<R: Replica> RaftStateMachine<TypeConfig> for StateMachine<R> {
                 EntryPayload::Blank => Applied::default(),
                 EntryPayload::Normal(proposal) => match proposal.into_change() {
                     Ok(change) => {
-                        if change.revision() > Some(broker_core::Revision::Original) {
-                            self.revision_applied.store(true, Ordering::Release);
+                        if change.revision() > Some(broker_core::Revision::Original)
+                            && !self.revision_applied.swap(true, Ordering::AcqRel)
+                        {
+                            self.note_revision(change.revision());
                         }
                         self.apply_to_broker(change)
                     }

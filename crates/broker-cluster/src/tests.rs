@@ -2195,3 +2195,32 @@ async fn entries_carry_the_newest_rules_once_every_member_applies_them() {
         node.cluster.shutdown().await;
     }
 }
+
+/// A node notes in its directory that it applied an entry of a later revision, and knows the
+/// group's rules from that note after a restart, whatever its snapshot covers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_knows_after_a_restart_that_it_applied_revised_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("node");
+    let mut machine = StateMachine::open(&path, Memory::new(), 4096).unwrap();
+    let flag = machine.revision_applied();
+    apply_all(&mut machine, 1, vec![Proposal::Tick { now_ms: 1 }]).await;
+    assert!(!flag.load(std::sync::atomic::Ordering::Acquire));
+    assert!(!path.join("revision").exists());
+    let revised = Proposal::Tick { now_ms: 2 }.revised(broker_core::Revision::Bounded);
+    apply_all(&mut machine, 2, vec![revised]).await;
+    assert!(flag.load(std::sync::atomic::Ordering::Acquire));
+    assert_eq!(std::fs::read_to_string(path.join("revision")).unwrap(), "1");
+    drop(machine);
+    let reopened = StateMachine::open(&path, Memory::new(), 4096).unwrap();
+    assert!(reopened
+        .revision_applied()
+        .load(std::sync::atomic::Ordering::Acquire));
+    drop(reopened);
+    // A note it cannot read is no note.
+    std::fs::write(path.join("revision"), "soon").unwrap();
+    let reopened = StateMachine::open(&path, Memory::new(), 4096).unwrap();
+    assert!(!reopened
+        .revision_applied()
+        .load(std::sync::atomic::Ordering::Acquire));
+}
