@@ -37,7 +37,10 @@ pub enum Revision {
     ///   bound;
     /// - the byte budget of a poll, fetch or read counts [`HEADER_WIRE_BYTES`] for each header
     ///   of a record besides its name and value, as the header takes on the wire, so that an
-    ///   answer of many records with many small headers stays within its frame.
+    ///   answer of many records with many small headers stays within its frame;
+    /// - a reset of a group's offsets cancels its deliveries in flight on the partitions it
+    ///   names even where the committed offset does not move (a reset to where the group is),
+    ///   so that an operator can unstick a record held by a member that is gone.
     Bounded,
 }
 
@@ -86,6 +89,7 @@ impl Revision {
                     record_overhead: 0,
                 },
                 header_wire_bytes: 0,
+                reset_cancels_in_place: false,
             },
             Revision::Bounded => Rules {
                 exhausted_on_every_release: true,
@@ -96,6 +100,7 @@ impl Revision {
                     record_overhead: RECORD_OVERHEAD_BYTES,
                 },
                 header_wire_bytes: HEADER_WIRE_BYTES,
+                reset_cancels_in_place: true,
             },
         }
     }
@@ -123,6 +128,8 @@ pub(crate) struct Rules {
     /// Bytes each header of a record counts against an answer's byte budget besides its name
     /// and value.
     pub(crate) header_wire_bytes: u64,
+    /// A reset cancels the deliveries in flight where the committed offset does not move.
+    pub(crate) reset_cancels_in_place: bool,
 }
 
 /// How records count against the memory budget, under a revision.

@@ -1285,6 +1285,11 @@ impl Model {
                     StartAt::Latest => log.end(),
                 },
             };
+            // Its delivery in flight there, and a delayed retry, are cancelled even where the
+            // committed offset does not move.
+            g.in_flight[p] = None;
+            g.deliveries[p] = 0;
+            g.held[p] = None;
             g.move_committed(p, target.clamp(log.base, log.end()));
             g.position[p] = g.committed[p];
             if to.is_none() {

@@ -191,9 +191,6 @@ pub(crate) fn recover(
                 ),
             ));
         }
-        if header.version < FORMAT_VERSION {
-            migrated_from = Some(migrated_from.unwrap_or(header.version).min(header.version));
-        }
         // Each entry applies under the rules it was first applied under.
         state.set_revision(revision_of_format(header.version));
         let mut offset = SEGMENT_HEADER;
@@ -298,6 +295,14 @@ pub(crate) fn recover(
                     }
                 }
                 unmarked_offsets |= header.version < OFFSETS_STORED_FROM_FORMAT;
+                // An entry of an earlier format replayed: the start migrates the directory. (A
+                // segment of one whose entries the snapshot covers, which the checkpoint that
+                // migrated it left as the log's last, counts for nothing: the next checkpoint
+                // removes it.)
+                if header.version < FORMAT_VERSION {
+                    migrated_from =
+                        Some(migrated_from.unwrap_or(header.version).min(header.version));
+                }
                 next = seq + 1;
                 replayed += 1;
                 replayed_bytes += (entry.end - offset) as u64;

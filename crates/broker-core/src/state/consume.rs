@@ -487,6 +487,7 @@ impl BrokerState {
         how: Move,
     ) -> Result<Vec<PartitionLag>, BrokerError> {
         self.names.check("group", group)?;
+        let cancels_in_place = self.rules.reset_cancels_in_place;
         let checked = topic_in(&mut self.topics, self.names, topic)?;
         if let Move::To(ResetTo::Offset(offset)) = how {
             check_offset(offset)?;
@@ -537,7 +538,11 @@ impl BrokerState {
                     StartAt::Latest => log.end(),
                 },
             };
-            progress.move_committed(target.clamp(log.base, log.end()));
+            let target = target.clamp(log.base, log.end());
+            match cancels_in_place {
+                true => progress.restart_at(target),
+                false => progress.move_committed(target),
+            }
             progress.position = progress.committed;
             if matches!(how, Move::Forget) {
                 progress.has_commit = false;

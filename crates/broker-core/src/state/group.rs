@@ -98,6 +98,16 @@ impl GroupPartition {
         }
     }
 
+    /// [`GroupPartition::move_committed`] that also cancels the delivery in flight (and a
+    /// delayed retry), starting the record's deliveries over, where `offset` is the committed
+    /// offset already.
+    pub(super) fn restart_at(&mut self, offset: i64) {
+        self.in_flight = None;
+        self.deliveries = 0;
+        self.delivered_at_ms = 0;
+        self.move_committed(offset);
+    }
+
     /// Whether a delayed retry holds the record at `committed` back at `now_ms`.
     #[inline]
     pub(super) fn is_held(&self, now_ms: i64) -> bool {

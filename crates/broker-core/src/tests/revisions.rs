@@ -293,6 +293,34 @@ fn an_answer_budget_counts_what_headers_take_on_the_wire() {
     );
 }
 
+/// What a member polls after its delivery in flight was reset to where the group is (the
+/// earliest record): the deliveries in flight, then the record and its delivery count.
+fn poll_after_a_reset_in_place(revision: Revision) -> (Option<i64>, Vec<(i64, u32)>) {
+    let mut state = state_under(revision);
+    state.create("t", 1, KeyHash::default(), &[]).unwrap();
+    state.join("t", "g", "m", None, &[]).unwrap();
+    state.publish("t", 0, "a".into()).unwrap();
+    assert_eq!(poll_at(&mut state, 0, "g"), [(0, 1)]);
+    state
+        .reset_group("t", "g", None, crate::ResetTo::Earliest)
+        .unwrap();
+    let described = state.describe(Some("t")).unwrap();
+    let in_flight = described.topics[0].groups[0].partitions[0].in_flight;
+    (in_flight, poll_at(&mut state, 1, "g"))
+}
+
+#[test]
+fn a_reset_to_where_the_group_is_cancels_its_delivery_in_flight() {
+    assert_eq!(
+        poll_after_a_reset_in_place(Revision::NEWEST),
+        (None, vec![(0, 1)])
+    );
+    assert_eq!(
+        poll_after_a_reset_in_place(Revision::Original),
+        (Some(0), vec![])
+    );
+}
+
 #[test]
 fn the_revision_is_kept_by_an_emptied_state_and_not_by_an_image() {
     let mut state = BrokerState::new(10).unwrap();
