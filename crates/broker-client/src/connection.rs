@@ -136,7 +136,11 @@ impl Connection {
                 () = tokio::time::sleep_until(deadline) => {
                     let timed_out = Error::Io(io::Error::new(
                         io::ErrorKind::TimedOut,
-                        format!("no welcome within the connect timeout of {timeout:?}"),
+                        format!(
+                            "no welcome within the connect timeout of {timeout:?} (a server \
+                             serving as many connections as its --max-connections lets new \
+                             ones wait)"
+                        ),
                     ));
                     return Err(more_telling(failure, timed_out));
                 }
