@@ -62,6 +62,18 @@ async fn call(client: &mut Client, command: Command) -> Result<Outcome, ErrorRep
 }
 
 /// Creates `topic`, of one partition.
+/// Creates topic `t` and publishes `count` records of 250,000 bytes to it.
+async fn create_with_large_records(client: &mut Client, count: usize) {
+    create(client, "t").await;
+    let payload = Bytes::from(vec![7u8; 250_000]);
+    for _ in 0..count {
+        assert!(matches!(
+            call(client, publish(payload.clone())).await,
+            Ok(Outcome::Published(_))
+        ));
+    }
+}
+
 async fn create(client: &mut Client, topic: &str) {
     let created = call(
         client,
@@ -528,14 +540,7 @@ async fn answers_to_reads_nobody_reads_take_room_in_the_request_memory() {
     ];
     let mut server = ServerProcess::start(&args);
     let mut client = connect(&server).await;
-    create(&mut client, "t").await;
-    let payload = Bytes::from(vec![7u8; 250_000]);
-    for _ in 0..100 {
-        assert!(matches!(
-            call(&mut client, publish(payload.clone())).await,
-            Ok(Outcome::Published(_))
-        ));
-    }
+    create_with_large_records(&mut client, 100).await;
     drop(client);
     assert!(server.terminate(Duration::from_secs(30)).success());
     let server = ServerProcess::start(&args);
@@ -610,14 +615,7 @@ async fn a_client_that_reads_no_answers_holds_only_its_share_of_the_request_memo
         "127.0.0.1:0",
     ]);
     let mut greedy = connect(&server).await;
-    create(&mut greedy, "t").await;
-    let payload = Bytes::from(vec![7u8; 250_000]);
-    for _ in 0..40 {
-        assert!(matches!(
-            call(&mut greedy, publish(payload.clone())).await,
-            Ok(Outcome::Published(_))
-        ));
-    }
+    create_with_large_records(&mut greedy, 40).await;
     // 300 reads of up to 3 MiB each (900 MiB of answers), none of them read.
     for id in 0..300 {
         let frame = RequestFrame {
