@@ -784,7 +784,8 @@ async fn publish(client: &Client, mut args: PublishArgs) -> anyhow::Result<()> {
                  (its --max-records or --max-bytes, or the server's --capacity), or the \
                  server's records fill its --max-memory; see `broker \
                  describe {topic}` (with interest retention, records leave once every group has \
-                 consumed them)"
+                 consumed them; with limits retention, by its limits, --max-age or `broker \
+                 purge`)"
             ));
         }
         if over_max_bytes > 0 {

@@ -263,12 +263,12 @@ impl Config {
         let invalid = |message: String| Err(ServerError::InvalidConfig(message));
         if !(1..=MAX_PRODUCT_CAPACITY).contains(&self.capacity) {
             return invalid(format!(
-                "capacity must be 1 to {MAX_PRODUCT_CAPACITY}, got {}",
+                "--capacity must be 1 to {MAX_PRODUCT_CAPACITY}, got {}",
                 self.capacity
             ));
         }
         if self.max_payload_bytes == 0 {
-            return invalid("max payload bytes must be at least 1".into());
+            return invalid("--max-payload-bytes must be at least 1, got 0".into());
         }
         let Limits {
             max_topics,
@@ -276,14 +276,18 @@ impl Config {
             max_groups_per_topic,
             max_members_per_group,
         } = self.limits;
-        if max_topics == 0 || max_groups_per_topic == 0 || max_members_per_group == 0 {
-            return invalid(
-                "max topics, groups per topic and members per group must be at least 1".into(),
-            );
+        for (flag, value) in [
+            ("--max-topics", max_topics),
+            ("--max-groups-per-topic", max_groups_per_topic),
+            ("--max-members-per-group", max_members_per_group),
+        ] {
+            if value == 0 {
+                return invalid(format!("{flag} must be at least 1, got 0"));
+            }
         }
         if !(1..=MAX_PARTITIONS_LIMIT as usize).contains(&max_partitions) {
             return invalid(format!(
-                "max partitions must be 1 to {MAX_PARTITIONS_LIMIT}, got {max_partitions}"
+                "--max-partitions must be 1 to {MAX_PARTITIONS_LIMIT}, got {max_partitions}"
             ));
         }
         if let Some(cluster) = &self.cluster {
@@ -348,28 +352,31 @@ impl Config {
                 self.max_request_memory, self.max_frame_bytes, self.max_frame_bytes
             ));
         }
-        for (name, value) in [
-            ("max connections", self.max_connections),
-            ("max in flight", self.max_in_flight),
+        for (flag, value) in [
+            ("--max-connections", self.max_connections),
+            ("--max-in-flight", self.max_in_flight),
         ] {
-            if value == 0 || value > Semaphore::MAX_PERMITS {
+            if value == 0 {
+                return invalid(format!("{flag} must be at least 1, got 0"));
+            }
+            if value > Semaphore::MAX_PERMITS {
                 return invalid(format!(
-                    "{name} must be 1 to {}, got {value}",
+                    "{flag} must be at most {}, got {value}",
                     Semaphore::MAX_PERMITS
                 ));
             }
         }
-        for (name, value) in [
-            ("max wait", self.max_wait),
-            ("session timeout", self.session_timeout),
-            ("idle timeout", self.idle_timeout),
-            ("read timeout", self.read_timeout),
-            ("write timeout", self.write_timeout),
-            ("fsync interval", self.fsync_interval),
+        for (flag, value) in [
+            ("--max-wait-ms", self.max_wait),
+            ("--session-timeout-ms", self.session_timeout),
+            ("--idle-timeout-ms", self.idle_timeout),
+            ("--read-timeout-ms", self.read_timeout),
+            ("--write-timeout-ms", self.write_timeout),
+            ("--fsync-interval-ms", self.fsync_interval),
         ] {
             if value.is_zero() || value.as_millis() > u128::from(u32::MAX) {
                 return invalid(format!(
-                    "{name} must be 1 ms to {} ms, got {} ms",
+                    "{flag} must be 1 to {}, got {}",
                     u32::MAX,
                     value.as_millis()
                 ));

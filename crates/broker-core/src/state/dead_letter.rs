@@ -52,7 +52,8 @@ pub enum DeadLetterReason {
     /// It stayed unacknowledged past the group's acknowledgement timeout.
     AckTimeout,
     /// Its delivery was released otherwise: its partition changed owner, or its member asked
-    /// for its deliveries again.
+    /// for its deliveries again; or the group's maximum of deliveries was lowered to no more
+    /// than it had.
     Released,
 }
 
