@@ -3,7 +3,10 @@
 use std::collections::BTreeMap;
 use std::hint::black_box;
 
-use broker_core::{EventBroker, KeyHash, PartitionBatch, PublishRecord, Retention, TopicSetting};
+use broker_core::{
+    BrokerState, EventBroker, GroupSetting, KeyHash, PartitionBatch, PublishRecord, Retention,
+    Revision, TopicName, TopicSetting,
+};
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
@@ -198,12 +201,51 @@ fn rebalance(c: &mut Criterion) {
     group.finish();
 }
 
+/// What the rules of each revision cost a consumer in ack mode: publish, poll and ack in a
+/// group with an acknowledgement timeout and a maximum of deliveries (whose poll, from
+/// revision 1 on, first sends overdue last chances to the dead-letter topic), under the
+/// original rules and the newest, side by side.
+fn revisions(c: &mut Criterion) {
+    let payload = Bytes::from_static(PAYLOAD);
+    let mut group = c.benchmark_group("revisions");
+    group.throughput(Throughput::Elements(1));
+    for revision in [Revision::Original, Revision::NEWEST] {
+        let name = format!("publish + poll(1) + ack, dead letters on, revision {revision}");
+        group.bench_function(name, |b| {
+            let mut state = BrokerState::new(1_000).expect("valid capacity");
+            state.set_revision(revision);
+            let broker = EventBroker::from_state(state);
+            broker.create("t", 64).expect("valid topic");
+            let settings = [
+                GroupSetting::AckTimeoutMs(60_000),
+                GroupSetting::MaxDeliveries(5),
+                GroupSetting::DeadLetter(TopicName::new("t-dlq").expect("valid name")),
+            ];
+            broker
+                .with_state(|state| state.join("t", "g", "m", None, &settings))
+                .expect("valid join");
+            b.iter(|| {
+                broker
+                    .publish("t", 0, payload.clone())
+                    .expect("known topic");
+                let records = broker.poll("t", "g", "m", 1).expect("valid poll");
+                let record = &records[0];
+                assert!(broker
+                    .ack("t", "g", "m", record.partition, record.offset)
+                    .expect("valid ack"));
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     publish,
     publish_idempotent,
     poll_ack,
     fetch_commit,
-    rebalance
+    rebalance,
+    revisions
 );
 criterion_main!(benches);

@@ -29,13 +29,12 @@ impl BrokerState {
         max_bytes: Option<u64>,
     ) -> Result<Vec<BrokerRecord>, BrokerError> {
         check_poll_max_records(max_records)?;
-        if self.rules.exhausted_on_every_release {
-            self.dead_letter_overdue(topic, group, member)?;
-        }
         let now = self.clock_ms;
         let later_not_overdue = self.rules.later_delivery_not_overdue;
+        let exhausted_on_every_release = self.rules.exhausted_on_every_release;
         let header_wire_bytes = self.rules.header_wire_bytes;
         let topic_name = topic;
+        let group_name = group;
         let Topic {
             partitions, groups, ..
         } = self.topic_for_member(topic, group, member)?;
@@ -43,8 +42,12 @@ impl BrokerState {
             return Ok(Vec::new());
         };
         let ack_timeout = group.settings.ack_timeout_ms;
+        let max_deliveries = group.settings.max_deliveries;
         let mut budget = Budget::new(max_records, max_bytes, header_wire_bytes);
         let mut delivered = Vec::new();
+        // Overdue deliveries that had the group's last chance: released here, and moved to the
+        // dead-letter topic below, as the clock's tick would (the poll came first).
+        let mut last_chances = Vec::new();
         for &partition in &group.members[member].partitions {
             let partition = partition as usize;
             let state = &mut group.partitions[partition];
@@ -54,6 +57,15 @@ impl BrokerState {
             let overdue = ack_timeout.is_some_and(|timeout| {
                 is_overdue(state.delivered_at_ms, timeout, now, later_not_overdue)
             });
+            if exhausted_on_every_release
+                && overdue
+                && state.in_flight.is_some()
+                && max_deliveries.is_some_and(|max| state.deliveries >= max)
+            {
+                state.release();
+                last_chances.push(partition);
+                continue;
+            }
             if (state.in_flight.is_some() && !overdue) || offset >= log.end() || state.is_held(now)
             {
                 continue;
@@ -78,47 +90,15 @@ impl BrokerState {
                 state.deliveries,
             ));
         }
+        for partition in last_chances {
+            self.dead_letter_if_exhausted(
+                topic_name,
+                group_name,
+                partition,
+                DeadLetterReason::AckTimeout,
+            )?;
+        }
         Ok(delivered)
-    }
-
-    /// Releases the deliveries of `member` that are past their group's acknowledgement timeout
-    /// and sends those that had their group's last chance to its dead-letter topic, as the
-    /// clock's tick would: a poll that comes before the tick must not deliver them again.
-    /// Nothing happens for a group without a maximum of deliveries (the poll takes them again,
-    /// as the tick would have let it).
-    fn dead_letter_overdue(
-        &mut self,
-        topic: &str,
-        group: &str,
-        member: &str,
-    ) -> Result<(), BrokerError> {
-        let now = self.clock_ms;
-        let later_not_overdue = self.rules.later_delivery_not_overdue;
-        let checked = self.topic_for_member(topic, group, member)?;
-        let Some((group_state, member_index)) = member_of(&mut checked.groups, group, member)
-        else {
-            return Ok(());
-        };
-        let (Some(timeout), Some(_)) = (
-            group_state.settings.ack_timeout_ms,
-            group_state.settings.max_deliveries,
-        ) else {
-            return Ok(());
-        };
-        let mut released = Vec::new();
-        for &partition in &group_state.members[member_index].partitions {
-            let state = &mut group_state.partitions[partition as usize];
-            if state.in_flight.is_some()
-                && is_overdue(state.delivered_at_ms, timeout, now, later_not_overdue)
-            {
-                state.release();
-                released.push(partition as usize);
-            }
-        }
-        for partition in released {
-            self.dead_letter_if_exhausted(topic, group, partition, DeadLetterReason::AckTimeout)?;
-        }
-        Ok(())
     }
 
     /// See [`crate::EventBroker::ack`].
