@@ -62,6 +62,17 @@ async fn call(client: &mut Client, command: Command) -> Result<Outcome, ErrorRep
 }
 
 /// Creates `topic`, of one partition.
+/// A read of partition 0 of topic `t`.
+fn read_t(offset: i64, max_records: i32, max_bytes: Option<u64>) -> Command {
+    Command::Read {
+        topic: "t".into(),
+        partition: 0,
+        offset,
+        max_records,
+        max_bytes,
+    }
+}
+
 /// Creates topic `t` and publishes `count` records of 250,000 bytes to it.
 async fn create_with_large_records(client: &mut Client, count: usize) {
     create(client, "t").await;
@@ -555,13 +566,7 @@ async fn answers_to_reads_nobody_reads_take_room_in_the_request_memory() {
         let frame = RequestFrame {
             correlation_id: id,
             max_wait_ms: 0,
-            command: Command::Read {
-                topic: "t".into(),
-                partition: 0,
-                offset: (id % 100) as i64,
-                max_records,
-                max_bytes,
-            },
+            command: read_t((id % 100) as i64, max_records, max_bytes),
         };
         client.feed(frame).await.unwrap();
     }
@@ -621,13 +626,7 @@ async fn a_client_that_reads_no_answers_holds_only_its_share_of_the_request_memo
         let frame = RequestFrame {
             correlation_id: id,
             max_wait_ms: 0,
-            command: Command::Read {
-                topic: "t".into(),
-                partition: 0,
-                offset: 0,
-                max_records: 40,
-                max_bytes: None,
-            },
+            command: read_t(0, 40, None),
         };
         greedy.feed(frame).await.unwrap();
     }
@@ -651,13 +650,7 @@ async fn a_client_that_reads_no_answers_holds_only_its_share_of_the_request_memo
     );
     // Another client reads a record, its answer taking room of its own.
     let mut other = connect(&server).await;
-    let read = Command::Read {
-        topic: "t".into(),
-        partition: 0,
-        offset: 0,
-        max_records: 4,
-        max_bytes: None,
-    };
+    let read = read_t(0, 4, None);
     let answered = tokio::time::timeout(Duration::from_secs(20), call(&mut other, read)).await;
     match answered {
         Ok(Ok(Outcome::Read(read))) => assert_eq!(read.records.len(), 4),

@@ -83,22 +83,25 @@ fn publish_idempotent(c: &mut Criterion) {
     group.finish();
 }
 
+/// Publishes a record to partition 0 of "t", polls it as member "m" of "g" and acknowledges it.
+fn publish_poll_ack(broker: &EventBroker, payload: &Bytes) {
+    broker
+        .publish("t", 0, payload.clone())
+        .expect("known topic");
+    let records = broker.poll("t", "g", "m", 1).expect("valid poll");
+    let record = &records[0];
+    assert!(broker
+        .ack("t", "g", "m", record.partition, record.offset)
+        .expect("valid ack"));
+}
+
 fn poll_ack(c: &mut Criterion) {
     let payload = Bytes::from_static(PAYLOAD);
     let mut group = c.benchmark_group("poll_ack");
     group.throughput(Throughput::Elements(1));
     group.bench_function("publish + poll(1) + ack, one partition", |b| {
         let broker = broker_with_group(1_000);
-        b.iter(|| {
-            broker
-                .publish("t", 0, payload.clone())
-                .expect("known topic");
-            let records = broker.poll("t", "g", "m", 1).expect("valid poll");
-            let record = &records[0];
-            assert!(broker
-                .ack("t", "g", "m", record.partition, record.offset)
-                .expect("valid ack"));
-        })
+        b.iter(|| publish_poll_ack(&broker, &payload))
     });
     // A consumer's round over 64 partitions: settle the 64 deliveries of the last round and
     // take the next 64, as 64 acks and a poll, or as one ack_and_poll.
@@ -224,16 +227,7 @@ fn revisions(c: &mut Criterion) {
             broker
                 .with_state(|state| state.join("t", "g", "m", None, &settings))
                 .expect("valid join");
-            b.iter(|| {
-                broker
-                    .publish("t", 0, payload.clone())
-                    .expect("known topic");
-                let records = broker.poll("t", "g", "m", 1).expect("valid poll");
-                let record = &records[0];
-                assert!(broker
-                    .ack("t", "g", "m", record.partition, record.offset)
-                    .expect("valid ack"));
-            })
+            b.iter(|| publish_poll_ack(&broker, &payload))
         });
     }
     group.finish();

@@ -195,6 +195,9 @@ pub(crate) struct ServerBackend {
     /// A Kafka connection's note that it has not said who it is yet (see `arrivals`), dropped
     /// once a request past ApiVersions and authentication is answered; none for the console.
     arriving: std::sync::Mutex<Option<Arriving>>,
+    /// Whether `arriving` is empty: read first, so that the lock is taken once, not at every
+    /// request.
+    arrived: std::sync::atomic::AtomicBool,
 }
 
 impl ServerBackend {
@@ -202,6 +205,7 @@ impl ServerBackend {
     fn arriving(self, arriving: Arriving) -> ServerBackend {
         ServerBackend {
             arriving: std::sync::Mutex::new(Some(arriving)),
+            arrived: std::sync::atomic::AtomicBool::new(false),
             ..self
         }
     }
@@ -213,6 +217,7 @@ impl ServerBackend {
             in_flight: Arc::new(Semaphore::new(shared.config.max_in_flight)),
             closing: shared.shutdown.child_token(),
             arriving: std::sync::Mutex::new(None),
+            arrived: std::sync::atomic::AtomicBool::new(true),
             connection,
             shared,
         }
@@ -394,12 +399,16 @@ impl Backend for ServerBackend {
     fn answered(&self, api: Option<ApiKey>, errors: impl FnOnce() -> Vec<ResponseError>) {
         // A request past ApiVersions and authentication: the client said what it wants, and
         // its connection is no longer displaced by a new one.
-        if api.is_some_and(|api| {
-            !matches!(
-                api,
-                ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
-            )
-        }) {
+        if !self.arrived.load(std::sync::atomic::Ordering::Relaxed)
+            && api.is_some_and(|api| {
+                !matches!(
+                    api,
+                    ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+                )
+            })
+        {
+            self.arrived
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             let mut arriving = self
                 .arriving
                 .lock()
