@@ -534,7 +534,18 @@ async fn groups_of_three_replicas_over_four_nodes_serve_every_topic_from_any_nod
         let listed = again(|| alone.describe()).await;
         let names: Vec<&str> = listed.topics.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, topics, "node {}", index + 1);
-        let metadata = again(|| alone.metadata(None)).await;
+        // (A group electing a leader names none for a moment.)
+        let metadata = again(|| async {
+            let metadata = alone.metadata(None).await?;
+            match metadata.topics.iter().find(|topic| topic.leader.is_none()) {
+                Some(topic) => Err(Error::Server(broker_client::ErrorReply::Pending(format!(
+                    "no leader named for {}",
+                    topic.topic
+                )))),
+                None => Ok(metadata),
+            }
+        })
+        .await;
         for topic in &metadata.topics {
             let group = (placed[&topic.topic] + 1).to_string();
             assert_eq!(

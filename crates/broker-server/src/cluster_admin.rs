@@ -332,15 +332,22 @@ async fn metadata_of_groups(
     // Where the topic lives, as of now.
     first.read_barrier_anywhere().await.map_err(refusal)?;
     let only = topic.map(|topic| first.cluster_state().borrow().group_of(topic));
+    let shards: Vec<usize> = (0..shared.shards.all().len())
+        .filter(|shard| {
+            let group_id = broker_cluster::GroupId::try_from(shard + 1).unwrap_or(u32::MAX);
+            only.is_none_or(|only| only == group_id)
+        })
+        .collect();
+    // Each group's leader, asked of its members (at once, for every group) when this node
+    // holds no copy of it, so that the answer names one whenever one leads.
+    let leaders = join_all(shards.iter().map(|shard| async move {
+        let group = shared.group(*shard)?;
+        group.find_leader().await.map(|(id, _)| id)
+    }))
+    .await;
     let mut topics = Vec::new();
-    for shard in 0..shared.shards.all().len() {
-        let group_id = broker_cluster::GroupId::try_from(shard + 1).unwrap_or(u32::MAX);
-        if only.is_some_and(|only| only != group_id) {
-            continue;
-        }
+    for (shard, leader) in shards.into_iter().zip(leaders) {
         let description = crate::data_groups::describe_group(shared, shard, topic).await?;
-        // (Named by the group's members when this node holds no copy of it.)
-        let leader = shared.group(shard).and_then(|group| group.status().leader);
         topics.extend(placements(description, leader));
     }
     topics.sort_by(|a, b| a.topic.cmp(&b.topic));
