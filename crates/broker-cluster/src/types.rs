@@ -83,9 +83,37 @@ pub enum Proposal {
         /// The rules the entry applies under.
         revision: Revision,
         /// What applies: a [`Proposal::Commands`], [`Proposal::NamedCommands`] or
-        /// [`Proposal::Tick`].
+        /// [`Proposal::Tick`] (decoding refuses anything else, so that a peer cannot nest
+        /// entries deeper than the stack goes).
+        #[serde(deserialize_with = "revisable")]
         proposal: Box<Proposal>,
     },
+}
+
+thread_local! {
+    /// Whether this thread is decoding the proposal of a [`Proposal::Revised`].
+    static DECODING_REVISED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The proposal of a [`Proposal::Revised`], decoded: one that a revision applies to (commands
+/// or a tick), refused before it is decoded further when it is revised again, so that the
+/// depth of what a peer sends is bounded.
+fn revisable<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Box<Proposal>, D::Error> {
+    use serde::de::Error;
+    if DECODING_REVISED.get() {
+        return Err(D::Error::custom("a revised entry inside a revised entry"));
+    }
+    DECODING_REVISED.set(true);
+    let decoded = Box::<Proposal>::deserialize(deserializer);
+    DECODING_REVISED.set(false);
+    match *decoded? {
+        revisable @ (Proposal::Commands { .. }
+        | Proposal::NamedCommands { .. }
+        | Proposal::Tick { .. }) => Ok(Box::new(revisable)),
+        _ => Err(D::Error::custom(
+            "a revised entry holds commands or a tick, nothing else",
+        )),
+    }
 }
 
 impl Proposal {
@@ -824,6 +852,26 @@ mod tests {
         assert_eq!(bytes[4..8], 1u32.to_le_bytes());
         assert_eq!(bytes[8..], crate::codec::encode(&commands).unwrap()[..]);
         assert_eq!(crate::codec::decode::<Proposal>(&bytes).unwrap(), revised);
+        // Nested (no release proposes so; a peer could, to overflow the stack), or revising
+        // what a revision does not apply to, it is refused.
+        let nested = Proposal::Revised {
+            revision: Revision::Bounded,
+            proposal: Box::new(revised.clone()),
+        };
+        let refused = crate::codec::decode::<Proposal>(&crate::codec::encode(&nested).unwrap());
+        assert!(refused
+            .unwrap_err()
+            .to_string()
+            .contains("inside a revised"));
+        let mut deep = [5, 0, 0, 0, 1, 0, 0, 0].repeat(100_000);
+        deep.extend(crate::codec::encode(&commands).unwrap());
+        assert!(crate::codec::decode::<Proposal>(&deep).is_err());
+        let budget = Proposal::Revised {
+            revision: Revision::Bounded,
+            proposal: Box::new(Proposal::Budget { bytes: None }),
+        };
+        let refused = crate::codec::decode::<Proposal>(&crate::codec::encode(&budget).unwrap());
+        assert!(refused.unwrap_err().to_string().contains("nothing else"));
         // Revised again, it is not nested; forwarded, it takes the leader's time.
         assert_eq!(revised.clone().revised(Revision::Bounded), revised);
         assert_eq!(
