@@ -946,6 +946,72 @@ async fn a_consumer_group_of_two_rebalances_commits_and_resumes_after_a_restart(
     );
 }
 
+#[tokio::test]
+async fn a_consumer_whose_server_restarts_commits_what_it_consumed_and_reads_nothing_twice() {
+    if !clients_installed() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let mut server =
+        ServerProcess::start(&["--kafka-listen", "127.0.0.1:0", "--data-dir", data_dir]);
+    let client = Client::connect(server.addr_string()).await.unwrap();
+    client.create("steady", 2).await.unwrap();
+    // As many records as the partitions hold with the default capacity.
+    let records: Vec<PublishRecord> = (0..200)
+        .map(|i| PublishRecord::keyed(None, format!("r{i}")))
+        .collect();
+    client.publish_batch("steady", records).await.unwrap();
+    drop(client);
+    let kafka = server.kafka_addr.unwrap().to_string();
+    let mut consumer = Command::new("python3")
+        .arg(CLIENTS)
+        .args(["through-restart", &kafka, "steady", "steady", "200", "80"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(consumer.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line.trim(), "consumed 80");
+    // The server restarts while the consumer holds its partitions with nothing committed: the
+    // restarted coordinator, which knows no member, takes the member back, so that it commits
+    // what it consumed before giving its partitions up, rather than losing them uncommitted
+    // and reading them again from the start.
+    server.terminate(Duration::from_secs(10));
+    let server = ServerProcess::start_on(
+        server.addr,
+        &["--kafka-listen", &kafka, "--data-dir", data_dir],
+    );
+    consumer.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let mut report = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut report).unwrap();
+    assert!(consumer.wait().unwrap().success(), "{report}");
+    let report: Value = serde_json::from_str(&report).unwrap();
+    let mut consumed: Vec<(i64, i64)> = report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r[0].as_i64().unwrap(), r[1].as_i64().unwrap()))
+        .collect();
+    let events = &report["events"];
+    assert_eq!(consumed.len(), 200, "{events}");
+    consumed.sort_unstable();
+    consumed.dedup();
+    assert_eq!(consumed.len(), 200, "nothing read twice: {events}");
+    let revocations = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.get("lost").is_some());
+    assert!(revocations.clone().all(|e| e["lost"] == false), "{events}");
+    assert!(revocations.count() >= 1, "{events}");
+    let client = Client::connect(server.addr_string()).await.unwrap();
+    let lag = client.lag("steady", "steady").await.unwrap();
+    assert!(lag.iter().all(|row| row.lag == 0), "{lag:?}");
+}
+
 /// A confluent-kafka consumer of `group` on `topic` (of one partition), once it holds the
 /// partition; it leaves when its standard input closes.
 fn hold(kafka: &str, topic: &str, group: &str) -> std::process::Child {

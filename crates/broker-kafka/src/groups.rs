@@ -2,9 +2,17 @@
 //! generations, gathers the members at a rebalance (JoinGroup), relays the assignment the
 //! group's leader computed to every member (SyncGroup), and watches their heartbeats.
 //!
-//! Membership lives in the server's memory, as the state of Kafka's own coordinator is rebuilt
-//! by its clients: after a restart every client finds its member unknown and joins again. What
-//! must survive, the committed offsets, is the broker's (see the handler's OffsetCommit).
+//! Membership lives in the server's memory; what must survive, the committed offsets, is the
+//! broker's (see the handler's OffsetCommit). A coordinator that does not know a group (it
+//! restarted, or took over from a node that stopped leading) rebuilds it from its members as
+//! they come back: a heartbeat or commit naming a member and a generation of a group it has no
+//! state for adopts that member in that generation, lets it commit what it consumed, and
+//! starts a rebalance that the adopted members join again under their own ids. So the members
+//! give their partitions up as in any rebalance (committing first, as Kafka's consumers do
+//! when a rebalance revokes them) rather than losing them uncommitted, which would have each
+//! partition's next owner consume again what was read since the last commit. Only a group
+//! without state here is adopted: one that a coordinator forgot had no member holding a
+//! partition through it, so an adopted member's commit moves no live member's offsets.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -68,7 +76,35 @@ struct Member {
     last_seen: Instant,
 }
 
+/// How long an adopted member (see the module's documentation) may go unheard, and how long
+/// the rebalance its adoption starts waits for the adopted members to join again: about three
+/// heartbeats of Kafka's consumers (every 3 s by default).
+const ADOPTED_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl Member {
+    /// A member of the group's `generation` that this coordinator never saw join: known by
+    /// its id only until it joins again (with no protocols meanwhile).
+    fn adopted(now: Instant) -> Member {
+        Member {
+            client_id: String::new(),
+            client_host: String::new(),
+            session_timeout: ADOPTED_SESSION_TIMEOUT,
+            rebalance_timeout: ADOPTED_SESSION_TIMEOUT,
+            protocols: Vec::new(),
+            assignment: Bytes::new(),
+            joined: false,
+            waiting: false,
+            joining: false,
+            answer: None,
+            last_seen: now,
+        }
+    }
+
+    /// Whether it was adopted and has not joined again since.
+    fn is_adopted(&self) -> bool {
+        self.protocols.is_empty()
+    }
+
     fn metadata(&self, protocol: &str) -> Bytes {
         self.protocols
             .iter()
@@ -233,7 +269,7 @@ impl Group {
         protocols.iter().any(|(name, _)| {
             self.members
                 .iter()
-                .filter(|(id, _)| id.as_str() != member_id)
+                .filter(|(id, member)| id.as_str() != member_id && !member.is_adopted())
                 .all(|(_, member)| member.protocols.iter().any(|(other, _)| other == name))
         })
     }
@@ -251,6 +287,40 @@ impl Group {
             return Err(ResponseError::IllegalGeneration);
         }
         Ok(())
+    }
+
+    /// Whether the group is being rebuilt from the members that come back (every member is
+    /// adopted or joined since, and no rebalance completed here yet).
+    fn adopting(&self) -> bool {
+        self.round.is_none() && self.members.values().any(Member::is_adopted)
+    }
+
+    /// Takes `member_id` of `generation` in, while the group is being rebuilt (see the
+    /// module's documentation): a later generation than the adopted one so far leaves out the
+    /// members adopted in the earlier one (they had been fenced). The rebalance that
+    /// rebuilding starts waits [`ADOPTED_SESSION_TIMEOUT`] for the members to join again.
+    fn adopt(&mut self, member_id: &str, generation: i32, now: Instant) {
+        if self.members.contains_key(member_id) || generation < self.generation {
+            return;
+        }
+        if generation > self.generation {
+            self.members.retain(|_, member| !member.is_adopted());
+            self.generation = generation;
+        }
+        self.members
+            .insert(member_id.to_owned(), Member::adopted(now));
+        tracing::info!(
+            group = self.name,
+            member = member_id,
+            generation,
+            "Kafka group member adopted: it joined the group where another coordinator (or this \
+             one before a restart) coordinated it"
+        );
+        if let Phase::Empty = self.phase {
+            self.phase = Phase::Preparing {
+                deadline: now + ADOPTED_SESSION_TIMEOUT,
+            };
+        }
     }
 }
 
@@ -501,7 +571,7 @@ impl Coordinator {
                 .entry(group.to_owned())
                 .or_insert_with(|| Group::new(group, &join.protocol_type));
             state.expire(now);
-            if state.members.is_empty() {
+            if state.members.values().all(Member::is_adopted) {
                 state.protocol_type.clone_from(&join.protocol_type);
             }
             let refusal = if state.protocol_type != join.protocol_type
@@ -673,7 +743,37 @@ impl Coordinator {
         }
     }
 
-    /// A member's heartbeat: fine, or why it must join again.
+    /// The groups, locked, with `member_id` of `generation` adopted into `group` if that group
+    /// has no state here or is being rebuilt (see the module's documentation), within the
+    /// limits on groups and members.
+    fn lock_adopting(
+        &self,
+        group: &str,
+        member_id: &str,
+        generation: i32,
+        now: Instant,
+    ) -> MutexGuard<'_, HashMap<String, Group>> {
+        let mut groups = self.lock();
+        if member_id.is_empty() || generation < 1 {
+            return groups;
+        }
+        if !groups.contains_key(group) && groups.len() < self.max_groups {
+            groups.insert(group.to_owned(), Group::new(group, ""));
+        }
+        if let Some(state) = groups.get_mut(group) {
+            state.expire(now);
+            if (state.members.is_empty() || state.adopting())
+                && state.members.len() < self.max_members
+            {
+                state.adopt(member_id, generation, now);
+            }
+        }
+        forget_if_empty(&mut groups, group);
+        groups
+    }
+
+    /// A member's heartbeat: fine, or why it must join again (a member of a group this
+    /// coordinator has no state for is adopted and told to join again).
     pub(crate) fn heartbeat(
         &self,
         group: &str,
@@ -681,7 +781,7 @@ impl Coordinator {
         generation: i32,
     ) -> Result<(), ResponseError> {
         let now = Instant::now();
-        let mut groups = self.lock();
+        let mut groups = self.lock_adopting(group, member_id, generation, now);
         let state = groups
             .get_mut(group)
             .ok_or(ResponseError::UnknownMemberId)?;
@@ -701,6 +801,8 @@ impl Coordinator {
     /// admin tool) may while the group has no members; otherwise only a member of the group's
     /// current generation may (`UNKNOWN_MEMBER_ID` for anyone else, a commit without a member
     /// id included, so that it cannot move the offsets of consumers that hold the partitions).
+    /// A member of a group this coordinator has no state for is adopted (see the module's
+    /// documentation) and may commit.
     pub(crate) fn may_commit(
         &self,
         group: &str,
@@ -711,7 +813,7 @@ impl Coordinator {
             return Ok(());
         }
         let now = Instant::now();
-        let mut groups = self.lock();
+        let mut groups = self.lock_adopting(group, member_id, generation, now);
         let state = groups
             .get_mut(group)
             .ok_or(ResponseError::UnknownMemberId)?;
@@ -1051,10 +1153,6 @@ pub(crate) mod tests {
         coordinator.sync("g", &first, 1, Vec::new()).await.unwrap();
         tokio::time::advance(Duration::from_secs(11)).await;
         assert!(!coordinator.has_members("g"));
-        assert_eq!(
-            coordinator.heartbeat("g", &first, 1),
-            Err(ResponseError::UnknownMemberId)
-        );
         // A group without members is forgotten: it starts afresh.
         assert_eq!(coordinator.describe("g").state, "Dead");
         let (again, round) = coordinator.join("g", join("")).await.unwrap();
@@ -1065,6 +1163,100 @@ pub(crate) mod tests {
         );
         assert_eq!(coordinator.describe("g").state, "Dead");
         assert!(coordinator.list().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn members_of_a_group_coordinated_elsewhere_are_adopted_commit_and_join_again() {
+        let coordinator = Arc::new(Coordinator::default());
+        // Another coordinator had the group at generation 7 with members a and b; a stale
+        // member z of generation 6 shows up first.
+        assert_eq!(
+            coordinator.heartbeat("g", "z", 6),
+            Err(ResponseError::RebalanceInProgress)
+        );
+        assert_eq!(coordinator.may_commit("g", "z", 6), Ok(()));
+        assert_eq!(
+            coordinator.heartbeat("g", "a", 7),
+            Err(ResponseError::RebalanceInProgress)
+        );
+        // Generation 7 fences z, which may no longer commit nor come back in.
+        assert_eq!(
+            coordinator.may_commit("g", "z", 6),
+            Err(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(
+            coordinator.heartbeat("g", "z", 6),
+            Err(ResponseError::UnknownMemberId)
+        );
+        // b commits what it consumed before it gives its partitions up; a stranger naming no
+        // generation may not, nor may a member of another generation come in.
+        assert_eq!(coordinator.may_commit("g", "b", 7), Ok(()));
+        assert_eq!(
+            coordinator.may_commit("g", "", -1),
+            Err(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(
+            coordinator.may_commit("g", "y", 8),
+            Ok(()),
+            "a later generation is taken, leaving the adopted ones out"
+        );
+        assert_eq!(
+            coordinator.heartbeat("g", "a", 7),
+            Err(ResponseError::UnknownMemberId)
+        );
+        let members: Vec<String> = coordinator
+            .describe("g")
+            .members
+            .into_iter()
+            .map(|member| member.0)
+            .collect();
+        assert_eq!(members, ["y"]);
+        assert_eq!(coordinator.describe("g").state, "PreparingRebalance");
+        // y joins again under its id with a new member x; the round is the next generation,
+        // without waiting for the deadline.
+        let started = Instant::now();
+        let x = tokio::spawn({
+            let coordinator = Arc::clone(&coordinator);
+            async move { coordinator.join("g", join("")).await }
+        });
+        tokio::task::yield_now().await;
+        let (y, round) = coordinator.join("g", join("y")).await.unwrap();
+        assert_eq!(y, "y");
+        assert_eq!((round.generation, round.members.len()), (9, 2));
+        assert_eq!(x.await.unwrap().unwrap().1, round);
+        assert!(started.elapsed() < Duration::from_secs(1));
+        // Rebuilt, the group adopts no one any more.
+        assert_eq!(
+            coordinator.heartbeat("g", "w", 9),
+            Err(ResponseError::UnknownMemberId)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_adopted_member_that_does_not_join_again_is_left_out_at_the_deadline() {
+        let coordinator = Coordinator::default();
+        assert_eq!(coordinator.may_commit("g", "gone", 3), Ok(()));
+        assert_eq!(
+            coordinator.heartbeat("g", "back", 3),
+            Err(ResponseError::RebalanceInProgress)
+        );
+        let started = Instant::now();
+        let (_, round) = coordinator.join("g", join("back")).await.unwrap();
+        assert_eq!((round.generation, round.members.len()), (4, 1));
+        assert!(started.elapsed() >= ADOPTED_SESSION_TIMEOUT);
+        // Nor does a group adopt past its limits.
+        let small = Coordinator::new(1, 1);
+        assert_eq!(
+            small.heartbeat("g", "a", 1),
+            Err(ResponseError::RebalanceInProgress)
+        );
+        for (group, member) in [("g", "b"), ("h", "a")] {
+            assert_eq!(
+                small.heartbeat(group, member, 1),
+                Err(ResponseError::UnknownMemberId),
+                "{group} {member}"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]
