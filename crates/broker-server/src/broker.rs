@@ -15,7 +15,7 @@ use broker_core::cold::LogId;
 use broker_core::image::{StateImage, TopicImage};
 use broker_core::{
     BrokerDescription, BrokerError, BrokerState, ColdReads, Command, Membership, NameRules,
-    Outcome, PendingRead, ReadAhead, TopicExport,
+    Outcome, PendingRead, ReadAhead, ReadAheadAt, TopicExport,
 };
 use broker_proto::ErrorReply;
 use broker_storage::{Journal, JournalError};
@@ -118,6 +118,25 @@ impl BrokerGuard<'_> {
         self.locked.state.cold_reads_of(command)
     }
 
+    /// Where the records `command` would deliver from segment files lie, if it is a delivery
+    /// that would read some (see [`BrokerState::cold_reads_of`]): a cluster node's, which has
+    /// segment files without a journal.
+    pub(crate) fn replicated_cold_reads_of(&self, command: &Command) -> Option<ColdReads> {
+        self.locked.state.cold_reads_of(command)
+    }
+
+    /// Hands `ahead` to the state, for the commands applied until it is forgotten
+    /// ([`BrokerGuard::forget_read_ahead`]) to take from it the records they would read from
+    /// disk (see [`BrokerState::read_ahead`]).
+    pub(crate) fn read_ahead(&mut self, ahead: ReadAhead) -> ReadAheadAt {
+        self.locked.state.read_ahead(ahead)
+    }
+
+    /// Drops what [`BrokerGuard::read_ahead`] handed over.
+    pub(crate) fn forget_read_ahead(&mut self, at: ReadAheadAt) {
+        self.locked.state.forget_read_ahead(at);
+    }
+
     /// [`BrokerGuard::execute`], taking from `ahead` the records it would read from disk.
     pub(crate) fn execute_with(
         &mut self,
@@ -127,9 +146,9 @@ impl BrokerGuard<'_> {
         now: Instant,
         wake: &mut Vec<String>,
     ) -> Executed {
-        let at = self.locked.state.read_ahead(ahead);
+        let at = self.read_ahead(ahead);
         let executed = self.execute(command, connection, now, wake);
-        self.locked.state.forget_read_ahead(at);
+        self.forget_read_ahead(at);
         executed
     }
 
@@ -649,6 +668,30 @@ pub(crate) fn storage_reply(error: JournalError) -> ErrorReply {
         JournalError::Broker(error) => ErrorReply::from(error),
         JournalError::Refused(why) | JournalError::NotDurable(why) => ErrorReply::Storage(why),
     }
+}
+
+/// Reads the records of `planned` on a blocking thread, with no lock held, and counts them
+/// (`broker_records_read_ahead_total`); none when the thread fails (they are then read when
+/// their commands apply).
+pub(crate) async fn read_ahead(
+    planned: Vec<ColdReads>,
+    metrics: Option<&crate::metrics::Metrics>,
+) -> Vec<ReadAhead> {
+    let read = tokio::task::spawn_blocking(move || {
+        planned
+            .into_iter()
+            .map(ColdReads::read)
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_else(|failed| {
+        tracing::error!(cause = %failed, "reading records ahead from disk failed; they are read when applied");
+        Vec::new()
+    });
+    if let Some(metrics) = metrics {
+        metrics.read_ahead(read.iter().map(ReadAhead::len).sum());
+    }
+    read
 }
 
 #[cfg(test)]

@@ -347,15 +347,10 @@ impl ReadAheadWanted {
             shard,
             planned,
         } = self;
-        let ahead = tokio::task::spawn_blocking(move || planned.read())
+        let ahead = crate::broker::read_ahead(vec![planned], metrics)
             .await
-            .unwrap_or_else(|failed| {
-                error!(cause = %failed, "reading records ahead from disk failed; they are read when applied");
-                ReadAhead::default()
-            });
-        if let Some(metrics) = metrics {
-            metrics.read_ahead(ahead.len());
-        }
+            .pop()
+            .unwrap_or_default();
         ReadAheadDone {
             request,
             command,
@@ -599,7 +594,9 @@ impl Run {
                         Err(ErrorReply::NotLeader { leader: None })
                     }
                     Some(group) => match replicated::every_node_applies(shared, &commands).await {
-                        Ok(()) => replicated::execute(&group, commands).await,
+                        Ok(()) => {
+                            replicated::execute_reading_ahead(shared, shard, &group, commands).await
+                        }
                         Err(refusal) => Err(refusal),
                     },
                     // A group this node does not host yet: another node may.

@@ -16,7 +16,7 @@ use broker_cluster::{
 };
 use broker_core::cold::{ColdStore, LogId};
 use broker_core::image::{StateImage, TopicImage};
-use broker_core::{BrokerError, BrokerState, Command, Outcome};
+use broker_core::{BrokerError, BrokerState, ColdReads, Command, Outcome, ReadAheadAt};
 use broker_proto::ErrorReply;
 use broker_storage::DataDir;
 use tokio::net::TcpListener;
@@ -456,6 +456,50 @@ pub(crate) async fn every_node_applies(
         Some(first) => first.check_commands(version).await.map_err(refusal),
         None => Ok(()),
     }
+}
+
+/// [`execute`] on `cluster`, the group of `shard`, reading ahead when this node leads it: the
+/// records on disk that its deliveries would take (see `BrokerState::cold_reads_of`) are read
+/// on a blocking thread before they are proposed, and handed to the state until they are
+/// applied, so that applying them (under the shard's lock, which every call about its topics
+/// waits for) reads no file. What was read is only a guess: a delivery that needs other
+/// records by the time it applies reads them as before, and answers exactly as it would have
+/// (followers, which answer nobody, read under the lock still).
+///
+/// # Errors
+/// As [`execute`].
+pub(crate) async fn execute_reading_ahead(
+    shared: &Shared,
+    shard: usize,
+    cluster: &Cluster,
+    commands: Vec<Command>,
+) -> Result<Vec<Result<Outcome, ErrorReply>>, ErrorReply> {
+    let planned: Vec<ColdReads> = match cluster.is_leader() {
+        true => {
+            let broker = shared.shards.get(shard).lock();
+            commands
+                .iter()
+                .filter_map(|command| broker.replicated_cold_reads_of(command))
+                .collect()
+        }
+        false => Vec::new(),
+    };
+    if planned.is_empty() {
+        return execute(cluster, commands).await;
+    }
+    let read = crate::broker::read_ahead(planned, shared.metrics.as_deref()).await;
+    let handed: Vec<ReadAheadAt> = {
+        let mut broker = shared.shards.get(shard).lock();
+        read.into_iter()
+            .map(|ahead| broker.read_ahead(ahead))
+            .collect()
+    };
+    let results = execute(cluster, commands).await;
+    let mut broker = shared.shards.get(shard).lock();
+    for at in handed {
+        broker.forget_read_ahead(at);
+    }
+    results
 }
 
 /// What a client is told when its change was not applied.

@@ -89,7 +89,9 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
                 entry: None,
             },
             Some(Some(cluster)) => {
-                let result = match replicated::execute(&cluster, vec![attempt]).await {
+                let retried =
+                    replicated::execute_reading_ahead(&shared, shard, &cluster, vec![attempt]);
+                let result = match retried.await {
                     Ok(results) => results.into_iter().next().unwrap_or_else(|| {
                         Err(ErrorReply::Storage("the retry was not answered".to_owned()))
                     }),

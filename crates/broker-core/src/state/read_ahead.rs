@@ -60,7 +60,7 @@ pub struct ReadAhead {
 /// Where [`BrokerState::read_ahead`] put records, for [`BrokerState::forget_read_ahead`].
 #[derive(Debug, Default)]
 #[must_use = "records read ahead stay in memory until forgotten"]
-pub struct ReadAheadAt(Vec<(String, usize)>);
+pub struct ReadAheadAt(Vec<(String, usize, Arc<Vec<StoredRecord>>)>);
 
 impl ColdReads {
     /// Reads the records from the cold store, the runs in order within the byte budget (as
@@ -204,7 +204,8 @@ impl BrokerState {
 
     /// Hands records read ahead to the partitions they were read from, for the next command
     /// to take them from memory instead of the cold store; records of a partition whose log
-    /// is no longer the one they were read from are dropped.
+    /// is no longer the one they were read from are dropped. A partition holds one run at a
+    /// time: records handed to it replace those another caller handed over before.
     pub fn read_ahead(&mut self, ahead: ReadAhead) -> ReadAheadAt {
         let mut at = ReadAheadAt::default();
         for (topic, partition, log, run) in ahead.runs {
@@ -215,23 +216,30 @@ impl BrokerState {
                 .and_then(|log| log.cold.as_mut())
                 .filter(|cold| cold.id == log);
             if let Some(cold) = cold {
+                at.0.push((topic, partition, Arc::clone(&run.records)));
                 cold.ahead = Some(run);
-                at.0.push((topic, partition));
             }
         }
         at
     }
 
-    /// Drops the records [`BrokerState::read_ahead`] handed over at `at`.
+    /// Drops the records [`BrokerState::read_ahead`] handed over at `at`, where no later
+    /// call replaced them.
     pub fn forget_read_ahead(&mut self, at: ReadAheadAt) {
-        for (topic, partition) in at.0 {
+        for (topic, partition, records) in at.0 {
             let cold = self
                 .topics
                 .get_mut(&topic)
                 .and_then(|state| state.partitions.get_mut(partition))
                 .and_then(|log| log.cold.as_mut());
             if let Some(cold) = cold {
-                cold.ahead = None;
+                if cold
+                    .ahead
+                    .as_ref()
+                    .is_some_and(|ahead| Arc::ptr_eq(&ahead.records, &records))
+                {
+                    cold.ahead = None;
+                }
             }
         }
     }
