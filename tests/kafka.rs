@@ -947,18 +947,18 @@ async fn a_consumer_group_of_two_rebalances_commits_and_resumes_after_a_restart(
 }
 
 #[tokio::test]
-async fn a_consumer_whose_server_restarts_commits_what_it_consumed_and_reads_nothing_twice() {
+async fn consumers_whose_server_restarts_commit_what_they_consumed_and_read_nothing_twice() {
     if !clients_installed() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().to_str().unwrap();
+    let flags = ["--data-dir", data_dir, "--capacity", "1000"];
     let mut server =
-        ServerProcess::start(&["--kafka-listen", "127.0.0.1:0", "--data-dir", data_dir]);
+        ServerProcess::start(&[&["--kafka-listen", "127.0.0.1:0"], &flags[..]].concat());
     let client = Client::connect(server.addr_string()).await.unwrap();
     client.create("steady", 2).await.unwrap();
-    // As many records as the partitions hold with the default capacity.
-    let records: Vec<PublishRecord> = (0..200)
+    let records: Vec<PublishRecord> = (0..2_000)
         .map(|i| PublishRecord::keyed(None, format!("r{i}")))
         .collect();
     client.publish_batch("steady", records).await.unwrap();
@@ -966,7 +966,8 @@ async fn a_consumer_whose_server_restarts_commits_what_it_consumed_and_reads_not
     let kafka = server.kafka_addr.unwrap().to_string();
     let mut consumer = Command::new("python3")
         .arg(CLIENTS)
-        .args(["through-restart", &kafka, "steady", "steady", "200", "80"])
+        .args(["through-restart", &kafka, "steady", "steady", "2000", "200"])
+        .args(["--consumers", "2"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -974,15 +975,15 @@ async fn a_consumer_whose_server_restarts_commits_what_it_consumed_and_reads_not
     let mut stdout = std::io::BufReader::new(consumer.stdout.take().unwrap());
     let mut line = String::new();
     std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
-    assert_eq!(line.trim(), "consumed 80");
-    // The server restarts while the consumer holds its partitions with nothing committed: the
-    // restarted coordinator, which knows no member, takes the member back, so that it commits
-    // what it consumed before giving its partitions up, rather than losing them uncommitted
-    // and reading them again from the start.
+    assert_eq!(line.trim(), "consumed 200");
+    // The server restarts while the consumers hold their partitions with nothing committed:
+    // the restarted coordinator, which knows no member, takes each one back as it comes, so
+    // that they commit what they consumed before giving their partitions up, rather than
+    // losing them uncommitted and reading them again from the start.
     server.terminate(Duration::from_secs(10));
     let server = ServerProcess::start_on(
         server.addr,
-        &["--kafka-listen", &kafka, "--data-dir", data_dir],
+        &[&["--kafka-listen", &kafka], &flags[..]].concat(),
     );
     consumer.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
     let mut report = String::new();
@@ -996,10 +997,10 @@ async fn a_consumer_whose_server_restarts_commits_what_it_consumed_and_reads_not
         .map(|r| (r[0].as_i64().unwrap(), r[1].as_i64().unwrap()))
         .collect();
     let events = &report["events"];
-    assert_eq!(consumed.len(), 200, "{events}");
+    assert_eq!(consumed.len(), 2_000, "{events}");
     consumed.sort_unstable();
     consumed.dedup();
-    assert_eq!(consumed.len(), 200, "nothing read twice: {events}");
+    assert_eq!(consumed.len(), 2_000, "nothing read twice: {events}");
     let revocations = events
         .as_array()
         .unwrap()

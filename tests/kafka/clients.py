@@ -418,53 +418,64 @@ def hold(args):
 
 
 def through_restart(args):
-    """One consumer of GROUP, committing only when its partitions are taken from it (auto-commit
-    on, its timer too slow to fire), consumes COUNT records of TOPIC; once it consumed HALF it
-    prints "consumed HALF" and goes on while the caller restarts the server. Reports each
-    record consumed and whether its partitions were revoked (committed first) or lost."""
+    """CONSUMERS consumers of GROUP (in this one process, polled in turn), committing only when
+    their partitions are taken from them (auto-commit on, its timer too slow to fire) and
+    fetching little ahead, consume COUNT records of TOPIC; once they consumed HALF it prints
+    "consumed HALF" and waits for a line on standard input (while the caller restarts the
+    server), then goes on. Reports each record consumed and whether partitions were revoked
+    (committed first) or lost."""
     from confluent_kafka import Consumer
 
     events = []
 
-    def revoked(_, partitions):
-        events.append({"revoked": sorted(p.partition for p in partitions), "lost": False})
+    def consumer(name):
+        def revoked(_, partitions):
+            events.append({"consumer": name, "revoked": sorted(p.partition for p in partitions), "lost": False})
 
-    def lost(_, partitions):
-        events.append({"revoked": sorted(p.partition for p in partitions), "lost": True})
+        def lost(_, partitions):
+            events.append({"consumer": name, "revoked": sorted(p.partition for p in partitions), "lost": True})
 
-    c = Consumer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "group.id": args.group,
-            "enable.auto.commit": True,
-            "auto.commit.interval.ms": 600000,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": 10000,
-            "heartbeat.interval.ms": 500,
-            "reconnect.backoff.max.ms": 200,
-        }
-    )
-    c.subscribe([args.topic], on_revoke=revoked, on_lost=lost)
+        c = Consumer(
+            {
+                "bootstrap.servers": args.bootstrap,
+                "group.id": args.group,
+                "client.id": name,
+                "enable.auto.commit": True,
+                "auto.commit.interval.ms": 600000,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 10000,
+                "heartbeat.interval.ms": 500,
+                "reconnect.backoff.max.ms": 200,
+                "queued.max.messages.kbytes": 1,
+                "max.partition.fetch.bytes": 256,
+            }
+        )
+        c.subscribe([args.topic], on_revoke=revoked, on_lost=lost)
+        return c
+
+    consumers = [consumer(f"c{index}") for index in range(args.consumers)]
     records = []
     told = False
     deadline = time.time() + 60
     while len(records) < args.count and time.time() < deadline:
-        message = c.poll(0.2)
-        if message is None:
-            continue
-        if message.error():
-            # The server going away and coming back is told as errors that are not fatal.
-            if message.error().fatal():
-                fail(f"consume error: {message.error()}")
-            events.append({"error": str(message.error())})
-            continue
-        records.append([message.partition(), message.offset()])
-        if len(records) == args.half and not told:
-            print(f"consumed {args.half}", flush=True)
-            told = True
-            # Nothing more until the caller restarted the server.
-            sys.stdin.readline()
-    c.close()
+        for c in consumers:
+            message = c.poll(0.1)
+            if message is None:
+                continue
+            if message.error():
+                # The server going away and coming back is told as errors that are not fatal.
+                if message.error().fatal():
+                    fail(f"consume error: {message.error()}")
+                events.append({"error": str(message.error())})
+                continue
+            records.append([message.partition(), message.offset()])
+            if len(records) >= args.half and not told:
+                print(f"consumed {args.half}", flush=True)
+                told = True
+                # Nothing more until the caller restarted the server.
+                sys.stdin.readline()
+    for c in consumers:
+        c.close()
     print(json.dumps({"records": records, "events": events}), flush=True)
 
 
@@ -876,6 +887,7 @@ def main():
     p.add_argument("group")
     p.add_argument("count", type=int)
     p.add_argument("half", type=int)
+    p.add_argument("--consumers", type=int, default=1)
     p.set_defaults(run=through_restart)
     p = commands.add_parser("hold")
     p.add_argument("bootstrap")

@@ -5,14 +5,29 @@
 //! Membership lives in the server's memory; what must survive, the committed offsets, is the
 //! broker's (see the handler's OffsetCommit). A coordinator that does not know a group (it
 //! restarted, or took over from a node that stopped leading) rebuilds it from its members as
-//! they come back: a heartbeat or commit naming a member and a generation of a group it has no
-//! state for adopts that member in that generation, lets it commit what it consumed, and
-//! starts a rebalance that the adopted members join again under their own ids. So the members
-//! give their partitions up as in any rebalance (committing first, as Kafka's consumers do
-//! when a rebalance revokes them) rather than losing them uncommitted, which would have each
-//! partition's next owner consume again what was read since the last commit. Only a group
-//! without state here is adopted: one that a coordinator forgot had no member holding a
-//! partition through it, so an adopted member's commit moves no live member's offsets.
+//! they come back, as Kafka's coordinator loads a group after a failover:
+//!
+//! - A heartbeat or commit that names a member id and a generation of the group takes that
+//!   member in, and starts a rebalance as any other: heartbeats are answered
+//!   `REBALANCE_IN_PROGRESS`, members of the group's generation may commit, and each member
+//!   joins again under its own id. So the members give their partitions up as in any
+//!   rebalance, committing what they consumed first, rather than losing them uncommitted
+//!   (which would have each partition's next owner consume again what was read since the last
+//!   commit).
+//! - For [`REBUILD_WINDOW`] from the first such request, every member that names the group's
+//!   generation is taken in, and a later generation leaves out the members taken in at an
+//!   earlier one (a later generation had fenced them); the rebalance does not complete before
+//!   the window ends, so that every live member is heard from. After it, members of the
+//!   group's generation are still taken in until the rebalance completes. It waits for every
+//!   member taken in, up to the longest rebalance timeout of those that joined again; a member
+//!   not heard from within [`ADOPTED_SESSION_TIMEOUT`] is left out.
+//! - What a rebuilding coordinator cannot know: a member that a later generation fenced and
+//!   whose commit arrives before any member of that generation is heard from may commit once,
+//!   as it could have just before the later generation began.
+//!
+//! A group this coordinator forgot when its last member left or expired keeps its last
+//! generation for a while (see [`Coordinator::forgotten`]): a member of that generation or an
+//! earlier one, which a later generation fenced, is not taken back in.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -76,10 +91,17 @@ struct Member {
     last_seen: Instant,
 }
 
-/// How long an adopted member (see the module's documentation) may go unheard, and how long
-/// the rebalance its adoption starts waits for the adopted members to join again: about three
-/// heartbeats of Kafka's consumers (every 3 s by default).
+/// How long a member taken back in (see the module's documentation) may go unheard before it
+/// joins again: about three heartbeats of Kafka's consumers (every 3 s by default).
 const ADOPTED_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a coordinator rebuilding a group takes in its members before the group's
+/// rebalance goes on: two heartbeats of Kafka's consumers, so that every live member (which
+/// finds the new coordinator within a heartbeat or so) is heard from.
+pub(crate) const REBUILD_WINDOW: Duration = Duration::from_secs(6);
+
+/// The longest member id taken back in: Kafka's ids are a client id and a UUID.
+const MAX_ADOPTED_ID_BYTES: usize = 512;
 
 impl Member {
     /// A member of the group's `generation` that this coordinator never saw join: known by
@@ -138,6 +160,9 @@ struct Group {
     members: BTreeMap<String, Member>,
     /// The last completed rebalance.
     round: Option<Round>,
+    /// For a group being rebuilt from its members (see the module's documentation), the end
+    /// of the window in which they are taken in.
+    rebuilding_until: Option<Instant>,
 }
 
 impl Group {
@@ -149,7 +174,26 @@ impl Group {
             protocol_type: protocol_type.to_owned(),
             members: BTreeMap::new(),
             round: None,
+            rebuilding_until: None,
         }
+    }
+
+    /// A group to rebuild from its members, from `now` (see the module's documentation).
+    fn rebuilt(name: &str, now: Instant) -> Group {
+        let window_end = now + REBUILD_WINDOW;
+        Group {
+            phase: Phase::Preparing {
+                deadline: window_end + ADOPTED_SESSION_TIMEOUT,
+            },
+            rebuilding_until: Some(window_end),
+            ..Group::new(name, "")
+        }
+    }
+
+    /// Whether its members are still being taken in (its rebalance does not complete, and a
+    /// later generation may still come).
+    fn loading(&self, now: Instant) -> bool {
+        self.round.is_none() && self.rebuilding_until.is_some_and(|end| now < end)
     }
 
     /// Removes the members not heard from within their session timeout (none is while a
@@ -209,6 +253,9 @@ impl Group {
         let Phase::Preparing { deadline } = self.phase else {
             return;
         };
+        if self.loading(now) {
+            return;
+        }
         let waiting = self.members.values().any(|member| !member.joined);
         if waiting && now < deadline {
             return;
@@ -225,7 +272,8 @@ impl Group {
             .filter(|leader| self.members.contains_key(leader))
             .unwrap_or(first);
         let protocol = self.common_protocol(&leader).unwrap_or_default();
-        self.generation += 1;
+        // A generation a client named may be the last one: the next wraps to the first.
+        self.generation = self.generation.checked_add(1).unwrap_or(1);
         let round = Round {
             generation: self.generation,
             members: self
@@ -289,21 +337,24 @@ impl Group {
         Ok(())
     }
 
-    /// Whether the group is being rebuilt from the members that come back (every member is
-    /// adopted or joined since, and no rebalance completed here yet).
+    /// Whether the group is being rebuilt from the members that come back: until its first
+    /// rebalance here completes.
     fn adopting(&self) -> bool {
-        self.round.is_none() && self.members.values().any(Member::is_adopted)
+        self.round.is_none() && self.rebuilding_until.is_some()
     }
 
     /// Takes `member_id` of `generation` in, while the group is being rebuilt (see the
-    /// module's documentation): a later generation than the adopted one so far leaves out the
-    /// members adopted in the earlier one (they had been fenced). The rebalance that
-    /// rebuilding starts waits [`ADOPTED_SESSION_TIMEOUT`] for the members to join again.
+    /// module's documentation): within the window, a later generation than the one so far
+    /// leaves out the members taken in at the earlier one (they had been fenced); after it,
+    /// only members of the group's generation come in.
     fn adopt(&mut self, member_id: &str, generation: i32, now: Instant) {
         if self.members.contains_key(member_id) || generation < self.generation {
             return;
         }
         if generation > self.generation {
+            if !self.loading(now) {
+                return;
+            }
             self.members.retain(|_, member| !member.is_adopted());
             self.generation = generation;
         }
@@ -316,10 +367,17 @@ impl Group {
             "Kafka group member adopted: it joined the group where another coordinator (or this \
              one before a restart) coordinated it"
         );
-        if let Phase::Empty = self.phase {
-            self.phase = Phase::Preparing {
-                deadline: now + ADOPTED_SESSION_TIMEOUT,
-            };
+    }
+
+    /// While the group is being rebuilt, makes its rebalance wait `timeout` from now for the
+    /// members still to join again (a member that joined waits as long as its rebalance
+    /// timeout says, as in any rebalance).
+    fn wait_for_rebuilding(&mut self, timeout: Duration, now: Instant) {
+        if !self.adopting() {
+            return;
+        }
+        if let Phase::Preparing { deadline } = &mut self.phase {
+            *deadline = (*deadline).max(now + timeout);
         }
     }
 }
@@ -356,16 +414,10 @@ pub(crate) struct Described {
     pub(crate) members: Vec<(String, String, String, Bytes, Bytes)>,
 }
 
-/// Forgets `group` once it has no members: a group is kept only while it has some, so that
-/// clients naming ever new groups cannot grow the map without end.
-fn forget_if_empty(groups: &mut HashMap<String, Group>, group: &str) {
-    if groups
-        .get(group)
-        .is_some_and(|state| state.members.is_empty())
-    {
-        groups.remove(group);
-    }
-}
+/// How long a group forgotten when it had no members left keeps its last generation (see
+/// [`Coordinator::forgotten`]): longer than any member, which a later generation fenced, can
+/// have gone unheard without knowing it.
+const FORGOTTEN_FOR: Duration = Duration::from_secs(30 * 60);
 
 /// A group's turn ([`Coordinator::turn`], [`Coordinator::commit_turn`]), held until dropped.
 #[derive(Debug)]
@@ -443,6 +495,11 @@ pub struct Coordinator {
     max_groups: usize,
     /// Most members of one group.
     max_members: usize,
+    /// The groups forgotten since they had no member left, with their last generation and
+    /// when: a member of that generation or an earlier one (a member fenced meanwhile, whose
+    /// requests arrive late) is not taken back in, as Kafka keeps an empty group's generation.
+    /// At most `max_groups`, each for [`FORGOTTEN_FOR`].
+    forgotten: Mutex<HashMap<String, (i32, Instant)>>,
 }
 
 impl Default for Coordinator {
@@ -463,7 +520,73 @@ impl Coordinator {
             changed: Notify::new(),
             max_groups,
             max_members,
+            forgotten: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Forgets `group` once it has no members: a group is kept only while it has some, so that
+    /// clients naming ever new groups cannot grow the map without end. Its last generation is
+    /// kept a while (see [`Coordinator::forgotten`]).
+    fn forget_if_empty(&self, groups: &mut HashMap<String, Group>, group: &str) {
+        let Some(state) = groups.get(group).filter(|state| state.members.is_empty()) else {
+            return;
+        };
+        let generation = state.generation;
+        groups.remove(group);
+        if generation < 1 {
+            return;
+        }
+        let now = Instant::now();
+        let mut forgotten = self
+            .forgotten
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if forgotten.len() >= self.max_groups {
+            forgotten.retain(|_, (_, at)| now.duration_since(*at) < FORGOTTEN_FOR);
+        }
+        if forgotten.len() < self.max_groups {
+            forgotten.insert(group.to_owned(), (generation, now));
+        }
+    }
+
+    /// Whether a member of `group` in `generation` may be taken back in, by what the
+    /// coordinator remembers of the group forgotten (see [`Coordinator::forgotten`]).
+    fn fenced_when_forgotten(&self, group: &str, generation: i32, now: Instant) -> bool {
+        let forgotten = self
+            .forgotten
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        forgotten.get(group).is_some_and(|(last, at)| {
+            generation <= *last && now.duration_since(*at) < FORGOTTEN_FOR
+        })
+    }
+
+    /// The groups, locked, with `only` (or every group) rid of the members gone silent, and
+    /// forgotten if none is left, so that a listing shows no group whose members all went
+    /// away. (Waiting joins are notified: a member left out may be all a round waited for.)
+    fn lock_expired(&self, only: Option<&str>) -> MutexGuard<'_, HashMap<String, Group>> {
+        let now = Instant::now();
+        let mut groups = self.lock();
+        let names: Vec<String> = match only {
+            Some(group) => vec![group.to_owned()],
+            None => groups.keys().cloned().collect(),
+        };
+        let mut expired = false;
+        for name in &names {
+            if let Some(state) = groups.get_mut(name) {
+                expired |= state.expire(now);
+            }
+            self.forget_if_empty(&mut groups, name);
+        }
+        if expired {
+            self.changed.notify_waiters();
+        }
+        groups
+    }
+
+    /// Whether this coordinator holds `group` (with members, or being rebuilt).
+    pub(crate) fn knows(&self, group: &str) -> bool {
+        self.lock().contains_key(group)
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Group>> {
@@ -516,6 +639,10 @@ impl Coordinator {
     /// node of its cluster leads now). Requests waiting in a rebalance are answered
     /// `UNKNOWN_MEMBER_ID`; the members join again where their groups are coordinated now.
     pub fn forget_all(&self) {
+        self.forgotten
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         let forgotten = std::mem::take(&mut *self.lock());
         if !forgotten.is_empty() {
             tracing::info!(
@@ -535,7 +662,7 @@ impl Coordinator {
             Some(state) => (state.expire(now), !state.members.is_empty()),
             None => (false, false),
         };
-        forget_if_empty(&mut groups, group);
+        self.forget_if_empty(&mut groups, group);
         drop(groups);
         if expired {
             // Members waiting in a rebalance must see the one this started.
@@ -587,7 +714,7 @@ impl Coordinator {
                 None
             };
             if let Some(refusal) = refusal {
-                forget_if_empty(&mut groups, group);
+                self.forget_if_empty(&mut groups, group);
                 return Err(refusal);
             }
             let member_id = match join.member_id.as_str() {
@@ -614,6 +741,7 @@ impl Coordinator {
                     return Ok((member_id, round.clone()));
                 }
             }
+            let rebalance_timeout = join.rebalance_timeout;
             state.members.insert(
                 member_id.clone(),
                 Member {
@@ -631,6 +759,7 @@ impl Coordinator {
                 },
             );
             state.rebalance(now);
+            state.wait_for_rebuilding(rebalance_timeout, now);
             if let Some(member) = state.members.get_mut(&member_id) {
                 member.joined = true;
             }
@@ -656,6 +785,8 @@ impl Coordinator {
                 let Some(state) = groups.get_mut(group) else {
                     return Err(ResponseError::UnknownMemberId);
                 };
+                // Members gone silent are left out, so the round need not wait for them.
+                state.expire(now);
                 state.try_complete(now);
                 let phase = state.phase;
                 let Some(member) = state.members.get_mut(&member_id) else {
@@ -667,8 +798,10 @@ impl Coordinator {
                     self.changed.notify_waiters();
                     return Ok((member_id, round));
                 }
+                // Looked at again each second at least: a member may go silent, or the window
+                // of a group being rebuilt end, without a notification.
                 match phase {
-                    Phase::Preparing { deadline } => deadline,
+                    Phase::Preparing { deadline } => deadline.min(now + Duration::from_secs(1)),
                     _ => now + Duration::from_millis(100),
                 }
             };
@@ -743,45 +876,72 @@ impl Coordinator {
         }
     }
 
-    /// The groups, locked, with `member_id` of `generation` adopted into `group` if that group
-    /// has no state here or is being rebuilt (see the module's documentation), within the
-    /// limits on groups and members.
+    /// The groups, locked, with `member_id` of `generation` taken into `group` if `may_adopt`
+    /// and the group has no state here (not fenced by what is remembered of it: see
+    /// [`Coordinator::forgotten`]) or is being rebuilt (see the module's documentation),
+    /// within the limits on groups, members and member ids.
     fn lock_adopting(
         &self,
         group: &str,
-        member_id: &str,
-        generation: i32,
+        member: (&str, i32),
+        may_adopt: bool,
         now: Instant,
     ) -> MutexGuard<'_, HashMap<String, Group>> {
+        let (member_id, generation) = member;
         let mut groups = self.lock();
-        if member_id.is_empty() || generation < 1 {
+        if !may_adopt
+            || member_id.is_empty()
+            || member_id.len() > MAX_ADOPTED_ID_BYTES
+            || generation < 1
+        {
             return groups;
         }
-        if !groups.contains_key(group) && groups.len() < self.max_groups {
-            groups.insert(group.to_owned(), Group::new(group, ""));
+        if !groups.contains_key(group) {
+            if self.fenced_when_forgotten(group, generation, now) {
+                return groups;
+            }
+            if groups.len() >= self.max_groups {
+                // Groups whose members all went silent are forgotten only when touched: at the
+                // cap, every group is looked at first.
+                for state in groups.values_mut() {
+                    state.expire(now);
+                }
+                let empty: Vec<String> = groups
+                    .iter()
+                    .filter(|(_, state)| state.members.is_empty())
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                for name in empty {
+                    self.forget_if_empty(&mut groups, &name);
+                }
+                if groups.len() >= self.max_groups {
+                    return groups;
+                }
+            }
+            groups.insert(group.to_owned(), Group::rebuilt(group, now));
         }
         if let Some(state) = groups.get_mut(group) {
             state.expire(now);
-            if (state.members.is_empty() || state.adopting())
-                && state.members.len() < self.max_members
-            {
+            if state.adopting() && state.members.len() < self.max_members {
                 state.adopt(member_id, generation, now);
             }
         }
-        forget_if_empty(&mut groups, group);
+        self.forget_if_empty(&mut groups, group);
         groups
     }
 
-    /// A member's heartbeat: fine, or why it must join again (a member of a group this
-    /// coordinator has no state for is adopted and told to join again).
+    /// A member's heartbeat: fine, or why it must join again. With `may_adopt`, a member of a
+    /// group this coordinator has no state for is taken in while the group is rebuilt (see the
+    /// module's documentation).
     pub(crate) fn heartbeat(
         &self,
         group: &str,
         member_id: &str,
         generation: i32,
+        may_adopt: bool,
     ) -> Result<(), ResponseError> {
         let now = Instant::now();
-        let mut groups = self.lock_adopting(group, member_id, generation, now);
+        let mut groups = self.lock_adopting(group, (member_id, generation), may_adopt, now);
         let state = groups
             .get_mut(group)
             .ok_or(ResponseError::UnknownMemberId)?;
@@ -801,19 +961,20 @@ impl Coordinator {
     /// admin tool) may while the group has no members; otherwise only a member of the group's
     /// current generation may (`UNKNOWN_MEMBER_ID` for anyone else, a commit without a member
     /// id included, so that it cannot move the offsets of consumers that hold the partitions).
-    /// A member of a group this coordinator has no state for is adopted (see the module's
-    /// documentation) and may commit.
+    /// With `may_adopt`, a member of a group this coordinator has no state for is taken in
+    /// while the group is rebuilt (see the module's documentation), and may commit.
     pub(crate) fn may_commit(
         &self,
         group: &str,
         member_id: &str,
         generation: i32,
+        may_adopt: bool,
     ) -> Result<(), ResponseError> {
         if generation < 0 && !self.has_members(group) {
             return Ok(());
         }
         let now = Instant::now();
-        let mut groups = self.lock_adopting(group, member_id, generation, now);
+        let mut groups = self.lock_adopting(group, (member_id, generation), may_adopt, now);
         let state = groups
             .get_mut(group)
             .ok_or(ResponseError::UnknownMemberId)?;
@@ -864,7 +1025,7 @@ impl Coordinator {
                 tracing::info!(group, members = ?member_ids, "Kafka group members left");
                 state.rebalance(now);
             }
-            forget_if_empty(&mut groups, group);
+            self.forget_if_empty(&mut groups, group);
             answers
         };
         self.changed.notify_waiters();
@@ -873,7 +1034,7 @@ impl Coordinator {
 
     /// `group` as DescribeGroups shows it.
     pub(crate) fn describe(&self, group: &str) -> Described {
-        let groups = self.lock();
+        let groups = self.lock_expired(Some(group));
         let Some(state) = groups.get(group) else {
             return Described {
                 state: DEAD,
@@ -909,7 +1070,7 @@ impl Coordinator {
 
     /// Every group with its protocol type and state, by name.
     pub(crate) fn list(&self) -> Vec<(String, String, &'static str)> {
-        let groups = self.lock();
+        let groups = self.lock_expired(None);
         let mut listed: Vec<_> = groups
             .iter()
             .map(|(name, state)| {
@@ -1000,7 +1161,7 @@ pub(crate) mod tests {
         });
         tokio::task::yield_now().await;
         assert_eq!(
-            coordinator.heartbeat("g", &first, 1),
+            coordinator.heartbeat("g", &first, 1, true),
             Err(ResponseError::RebalanceInProgress)
         );
         let (_, round) = coordinator.join("g", join(&first)).await.unwrap();
@@ -1024,9 +1185,9 @@ pub(crate) mod tests {
             "p0"
         );
         assert_eq!(waiting.await.unwrap().unwrap(), "p1");
-        assert_eq!(coordinator.heartbeat("g", &second_id, 2), Ok(()));
+        assert_eq!(coordinator.heartbeat("g", &second_id, 2, true), Ok(()));
         assert_eq!(
-            coordinator.heartbeat("g", &second_id, 1),
+            coordinator.heartbeat("g", &second_id, 1, true),
             Err(ResponseError::IllegalGeneration)
         );
     }
@@ -1166,93 +1327,81 @@ pub(crate) mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn members_of_a_group_coordinated_elsewhere_are_adopted_commit_and_join_again() {
+    async fn members_of_a_group_coordinated_elsewhere_are_taken_in_commit_and_join_again() {
         let coordinator = Arc::new(Coordinator::default());
+        let rebalancing = Err(ResponseError::RebalanceInProgress);
         // Another coordinator had the group at generation 7 with members a and b; a stale
-        // member z of generation 6 shows up first.
-        assert_eq!(
-            coordinator.heartbeat("g", "z", 6),
-            Err(ResponseError::RebalanceInProgress)
-        );
-        assert_eq!(coordinator.may_commit("g", "z", 6), Ok(()));
-        assert_eq!(
-            coordinator.heartbeat("g", "a", 7),
-            Err(ResponseError::RebalanceInProgress)
-        );
+        // member z of generation 6 shows up first (and may commit: nothing says yet that a
+        // later generation fenced it).
+        assert_eq!(coordinator.heartbeat("g", "z", 6, true), rebalancing);
+        assert_eq!(coordinator.may_commit("g", "z", 6, true), Ok(()));
+        assert_eq!(coordinator.heartbeat("g", "a", 7, true), rebalancing);
         // Generation 7 fences z, which may no longer commit nor come back in.
-        assert_eq!(
-            coordinator.may_commit("g", "z", 6),
-            Err(ResponseError::UnknownMemberId)
-        );
-        assert_eq!(
-            coordinator.heartbeat("g", "z", 6),
-            Err(ResponseError::UnknownMemberId)
-        );
-        // b commits what it consumed before it gives its partitions up; a stranger naming no
-        // generation may not, nor may a member of another generation come in.
-        assert_eq!(coordinator.may_commit("g", "b", 7), Ok(()));
-        assert_eq!(
-            coordinator.may_commit("g", "", -1),
-            Err(ResponseError::UnknownMemberId)
-        );
-        assert_eq!(
-            coordinator.may_commit("g", "y", 8),
-            Ok(()),
-            "a later generation is taken, leaving the adopted ones out"
-        );
-        assert_eq!(
-            coordinator.heartbeat("g", "a", 7),
-            Err(ResponseError::UnknownMemberId)
-        );
-        let members: Vec<String> = coordinator
-            .describe("g")
-            .members
-            .into_iter()
-            .map(|member| member.0)
-            .collect();
-        assert_eq!(members, ["y"]);
+        for _ in 0..2 {
+            assert_eq!(
+                coordinator.may_commit("g", "z", 6, true),
+                Err(ResponseError::UnknownMemberId)
+            );
+        }
         assert_eq!(coordinator.describe("g").state, "PreparingRebalance");
-        // y joins again under its id with a new member x; the round is the next generation,
-        // without waiting for the deadline.
-        let started = Instant::now();
-        let x = tokio::spawn({
+        // a joins again at once: the round waits for the window to end, and for b.
+        let a = tokio::spawn({
             let coordinator = Arc::clone(&coordinator);
-            async move { coordinator.join("g", join("")).await }
+            async move { coordinator.join("g", join("a")).await }
         });
         tokio::task::yield_now().await;
-        let (y, round) = coordinator.join("g", join("y")).await.unwrap();
-        assert_eq!(y, "y");
-        assert_eq!((round.generation, round.members.len()), (9, 2));
-        assert_eq!(x.await.unwrap().unwrap().1, round);
-        assert!(started.elapsed() < Duration::from_secs(1));
-        // Rebuilt, the group adopts no one any more.
+        tokio::time::advance(REBUILD_WINDOW / 2).await;
+        assert!(!a.is_finished(), "completed within the window");
+        assert_eq!(coordinator.heartbeat("g", "b", 7, true), rebalancing);
+        tokio::time::advance(REBUILD_WINDOW).await;
+        assert!(!a.is_finished(), "completed without b");
+        // b commits what it consumed, then joins again; y, a later generation past the
+        // window, and a stranger naming no generation are not taken in.
+        assert_eq!(coordinator.may_commit("g", "b", 7, true), Ok(()));
+        for (stranger, generation) in [("y", 8), ("", -1)] {
+            assert_eq!(
+                coordinator.may_commit("g", stranger, generation, true),
+                Err(ResponseError::UnknownMemberId),
+                "{stranger}"
+            );
+        }
+        let (b, round) = coordinator.join("g", join("b")).await.unwrap();
+        assert_eq!(b, "b");
+        assert_eq!((round.generation, round.members.len()), (8, 2));
+        assert_eq!(a.await.unwrap().unwrap().1, round);
+        // Rebuilt, the group takes no one in any more.
         assert_eq!(
-            coordinator.heartbeat("g", "w", 9),
+            coordinator.heartbeat("g", "w", 8, true),
             Err(ResponseError::UnknownMemberId)
         );
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_adopted_member_that_does_not_join_again_is_left_out_at_the_deadline() {
+    async fn some_members_are_never_taken_in() {
         let coordinator = Coordinator::default();
-        assert_eq!(coordinator.may_commit("g", "gone", 3), Ok(()));
-        assert_eq!(
-            coordinator.heartbeat("g", "back", 3),
-            Err(ResponseError::RebalanceInProgress)
-        );
-        let started = Instant::now();
-        let (_, round) = coordinator.join("g", join("back")).await.unwrap();
-        assert_eq!((round.generation, round.members.len()), (4, 1));
-        assert!(started.elapsed() >= ADOPTED_SESSION_TIMEOUT);
-        // Nor does a group adopt past its limits.
+        // A member id longer than Kafka's, a group whose name has native members (the caller
+        // says so), a generation of none.
+        let long = "m".repeat(MAX_ADOPTED_ID_BYTES + 1);
+        for (member, generation, may_adopt) in [
+            (long.as_str(), 1, true),
+            ("m", 1, false),
+            ("m", 0, true),
+            ("", 3, true),
+        ] {
+            assert_eq!(
+                coordinator.heartbeat("h", member, generation, may_adopt),
+                Err(ResponseError::UnknownMemberId),
+                "{member:.8} {generation} {may_adopt}"
+            );
+        }
+        assert!(!coordinator.knows("h"));
+        // Nor does a coordinator take members in past its limits.
         let small = Coordinator::new(1, 1);
-        assert_eq!(
-            small.heartbeat("g", "a", 1),
-            Err(ResponseError::RebalanceInProgress)
-        );
+        let rebalancing = Err(ResponseError::RebalanceInProgress);
+        assert_eq!(small.heartbeat("g", "a", 1, true), rebalancing);
         for (group, member) in [("g", "b"), ("h", "a")] {
             assert_eq!(
-                small.heartbeat(group, member, 1),
+                small.heartbeat(group, member, 1, true),
                 Err(ResponseError::UnknownMemberId),
                 "{group} {member}"
             );
@@ -1260,28 +1409,86 @@ pub(crate) mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_member_taken_in_that_does_not_join_again_is_left_out() {
+        let coordinator = Coordinator::default();
+        let rebalancing = Err(ResponseError::RebalanceInProgress);
+        assert_eq!(coordinator.may_commit("g", "gone", 3, true), Ok(()));
+        assert_eq!(coordinator.heartbeat("g", "back", 3, true), rebalancing);
+        tokio::time::advance(REBUILD_WINDOW).await;
+        let started = Instant::now();
+        let (_, round) = coordinator.join("g", join("back")).await.unwrap();
+        assert_eq!((round.generation, round.members.len()), (4, 1));
+        // Left out once it went unheard for its session, not at the joiner's longer deadline.
+        assert!(
+            started.elapsed() <= ADOPTED_SESSION_TIMEOUT,
+            "{:?}",
+            started.elapsed()
+        );
+        // A group taken in by one heartbeat of a member that then went away is forgotten once
+        // it is looked at, and keeps its generation: that member is not taken in again.
+        assert_eq!(coordinator.heartbeat("ghost", "late", 5, true), rebalancing);
+        tokio::time::advance(ADOPTED_SESSION_TIMEOUT * 2).await;
+        assert_eq!(coordinator.describe("ghost").state, DEAD);
+        assert!(coordinator.list().iter().all(|(name, ..)| name != "ghost"));
+        assert_eq!(
+            coordinator.heartbeat("ghost", "late", 5, true),
+            Err(ResponseError::UnknownMemberId)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fenced_member_of_a_group_forgotten_is_not_taken_back_in() {
+        let coordinator = Coordinator::default();
+        let (a, round) = coordinator.join("g", join("")).await.unwrap();
+        coordinator
+            .sync("g", &a, round.generation, Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(
+            coordinator.leave("g", std::slice::from_ref(&a)),
+            vec![Ok(())]
+        );
+        assert_eq!(coordinator.describe("g").state, DEAD);
+        for generation in [round.generation - 1, round.generation] {
+            assert_eq!(
+                coordinator.may_commit("g", "z", generation, true),
+                Err(ResponseError::UnknownMemberId)
+            );
+        }
+        // The generation wraps rather than overflowing.
+        let wrapping = Coordinator::default();
+        assert_eq!(
+            wrapping.heartbeat("w", "m", i32::MAX, true),
+            Err(ResponseError::RebalanceInProgress)
+        );
+        tokio::time::advance(REBUILD_WINDOW).await;
+        let (_, round) = wrapping.join("w", join("m")).await.unwrap();
+        assert_eq!(round.generation, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_commit_without_a_generation_goes_on_only_while_the_group_has_no_members() {
         let coordinator = Coordinator::default();
-        assert_eq!(coordinator.may_commit("g", "", -1), Ok(()));
+        assert_eq!(coordinator.may_commit("g", "", -1, true), Ok(()));
         let (member, _) = coordinator.join("g", join("")).await.unwrap();
         coordinator.sync("g", &member, 1, Vec::new()).await.unwrap();
-        assert_eq!(coordinator.may_commit("g", &member, 1), Ok(()));
+        assert_eq!(coordinator.may_commit("g", &member, 1, true), Ok(()));
         // Nobody else moves the offsets of the partitions its member holds, whatever member id
         // it names.
         for stranger in ["", "stranger"] {
             assert_eq!(
-                coordinator.may_commit("g", stranger, -1),
+                coordinator.may_commit("g", stranger, -1, true),
                 Err(ResponseError::UnknownMemberId),
                 "{stranger:?}"
             );
         }
         assert_eq!(
-            coordinator.may_commit("g", &member, -1),
+            coordinator.may_commit("g", &member, -1, true),
             Err(ResponseError::IllegalGeneration)
         );
         // Once its member is gone (no heartbeat within its session timeout), it may again.
         tokio::time::advance(Duration::from_secs(11)).await;
-        assert_eq!(coordinator.may_commit("g", "", -1), Ok(()));
+        assert_eq!(coordinator.may_commit("g", "", -1, true), Ok(()));
     }
 
     #[tokio::test(start_paused = true)]

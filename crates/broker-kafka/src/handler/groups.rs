@@ -14,8 +14,9 @@ use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{
     DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
-    GroupId, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
-    ListGroupsRequest, ListGroupsResponse, SyncGroupRequest, SyncGroupResponse,
+    GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, SyncGroupRequest,
+    SyncGroupResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -119,6 +120,31 @@ impl<B: Backend> Handler<'_, B> {
             }
             Err(error) => refused(error),
         }
+    }
+
+    /// A member's heartbeat (see `Coordinator::heartbeat`).
+    pub(super) async fn heartbeat(&self, request: &HeartbeatRequest) -> HeartbeatResponse {
+        let group = request.group_id.as_str();
+        let answer = if self.is_group_id(group) {
+            let may_adopt = self.may_adopt(group).await;
+            self.state.groups.heartbeat(
+                group,
+                request.member_id.as_str(),
+                request.generation_id,
+                may_adopt,
+            )
+        } else {
+            Err(ResponseError::InvalidGroupId)
+        };
+        HeartbeatResponse::default().with_error_code(code(answer.err()))
+    }
+
+    /// Whether the coordinator may take a member of `group` in to rebuild it (see the groups
+    /// module): not when a group of that name has members that joined natively (a group name
+    /// is used by one protocol at a time). Asked only of a group the coordinator does not
+    /// hold, whose members come back after a restart or a failover.
+    pub(super) async fn may_adopt(&self, group: &str) -> bool {
+        self.state.groups.knows(group) || matches!(self.has_native_members(group).await, Ok(false))
     }
 
     /// Whether a group of the broker named `group` has members that joined natively, on any

@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use broker_core::{Command, Outcome, TopicDescription};
 use broker_proto::ErrorReply;
-use kafka_protocol::messages::{HeartbeatResponse, RequestKind, ResponseKind, TopicName};
+use kafka_protocol::messages::{RequestKind, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::apis::api_versions;
 use crate::configs;
 use crate::elsewhere::refuse_group_request;
-use crate::errors::{code, kafka_error};
+use crate::errors::kafka_error;
 use crate::{Backend, KafkaSettings, KafkaState};
 use produce::init_producer_id;
 
@@ -134,18 +134,9 @@ impl<B: Backend> Handler<'_, B> {
             RequestKind::SyncGroup(request) => {
                 ResponseKind::SyncGroup(self.sync_group(request).await)
             }
-            RequestKind::Heartbeat(request) => ResponseKind::Heartbeat(
-                HeartbeatResponse::default().with_error_code(code(
-                    self.state
-                        .groups
-                        .heartbeat(
-                            request.group_id.as_str(),
-                            request.member_id.as_str(),
-                            request.generation_id,
-                        )
-                        .err(),
-                )),
-            ),
+            RequestKind::Heartbeat(request) => {
+                ResponseKind::Heartbeat(self.heartbeat(&request).await)
+            }
             RequestKind::LeaveGroup(request) => {
                 ResponseKind::LeaveGroup(self.leave_group(&request))
             }
