@@ -2640,8 +2640,14 @@ proptest! {
                 .map(|planned| planned.read());
             let read_ahead = ahead.as_ref().is_some_and(|ahead| !ahead.is_empty());
             let installed = ahead.map(|ahead| broker.with_state(|state| state.read_ahead(ahead)));
+            // A waiting request is not tried again while the state says it would find nothing.
+            let may_deliver = broker.with_state(|state| state.may_deliver(&command));
             let reads_before = store.reads.load(std::sync::atomic::Ordering::Relaxed);
             let actual = Answer::from(call(&broker, &command, via_apply));
+            if !may_deliver {
+                let delivered = matches!(&actual, Answer::Ok(outcome) if outcome.records().is_some_and(|records| !records.is_empty()));
+                prop_assert!(!delivered, "step {}: {:?} delivered {:?} where nothing was to deliver", index, command, actual);
+            }
             if read_ahead {
                 let reads = store.reads.load(std::sync::atomic::Ordering::Relaxed) - reads_before;
                 prop_assert_eq!(reads, 0, "step {}: {:?} read the store", index, command);

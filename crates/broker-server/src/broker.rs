@@ -125,6 +125,12 @@ impl BrokerGuard<'_> {
         self.locked.state.cold_reads_of(command)
     }
 
+    /// Whether `command` may deliver records if applied now (see
+    /// [`BrokerState::may_deliver`]).
+    pub(crate) fn may_deliver(&self, command: &Command) -> bool {
+        self.locked.state.may_deliver(command)
+    }
+
     /// Hands `ahead` to the state, for the commands applied until it is forgotten
     /// ([`BrokerGuard::forget_read_ahead`]) to take from it the records they would read from
     /// disk (see [`BrokerState::read_ahead`]).

@@ -1,5 +1,6 @@
 //! One signal per topic for waiting requests: every batch that may have made a record
-//! eligible on a topic signals it, and every request waiting on the topic tries again.
+//! eligible on a topic signals it, and every request waiting on the topic looks again (see
+//! `waiter`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};

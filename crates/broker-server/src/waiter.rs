@@ -1,8 +1,10 @@
 //! Waiting polls and fetches (real-time consumption): a request that found nothing is parked as
 //! a task waiting on its topic's signal (`signals`), which every batch that may have made a
-//! record eligible there signals. On a signal it retries under the broker's lock; it answers as
-//! soon as it gets records, when its wait expires, or at once when its connection closes or the
-//! server shuts down. No thread, no busy loop.
+//! record eligible there signals. On a signal it looks at the state under the broker's lock,
+//! and tries again only when the state says it may now find records (so that a change of a
+//! partition it cannot take from, or a record another member holds, costs it one look; in a
+//! cluster, no entry); it answers as soon as it gets records, when its wait expires, or at once
+//! when its connection closes or the server shuts down. No thread, no busy loop.
 
 use std::sync::Arc;
 
@@ -51,67 +53,77 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
         if reply_to.closing.is_cancelled() {
             break (Ok(found), None);
         }
-        // Room for what this retry may answer (from a native connection): its byte budget is
-        // lowered to what it gets.
-        let mut attempt = retry.clone();
-        if permit.counts_answers() {
-            let room = answers::room_for_retry(
-                &shared.config,
-                &reply_to.memory,
-                permit.frame_bytes(),
-                &mut attempt,
-            );
-            let room = tokio::select! {
-                room = room => room,
-                () = reply_to.closing.cancelled() => break (Ok(found), None),
-                () = &mut deadline => break (Ok(found), None),
-            };
-            permit.hold_answer_room(room);
-            // The connection may have closed while the retry waited for room: a poll applied
-            // now would reserve records whose answer nobody reads.
-            if reply_to.closing.is_cancelled() || reply_to.outgoing.is_closed() {
-                break (Ok(found), None);
-            }
-        }
-        let cluster = shared.cluster().map(|_| shared.group(shard));
-        let Executed { result, entry } = match cluster {
-            None => {
-                let mut broker = shared.shards.get(shard).lock();
-                let now = Instant::now();
-                // A retried poll wakes nobody.
-                let executed = broker.execute(attempt, reply_to.connection, now, &mut Vec::new());
-                stop_protecting(&mut broker, &executed.result, &mut session, now);
-                executed
-            }
-            // A group this node no longer hosts: another node may.
-            Some(None) => Executed {
-                result: Err(ErrorReply::NotLeader { leader: None }),
-                entry: None,
-            },
-            Some(Some(cluster)) => {
-                let retried =
-                    replicated::execute_reading_ahead(&shared, shard, &cluster, vec![attempt]);
-                let result = match retried.await {
-                    Ok(results) => results.into_iter().next().unwrap_or_else(|| {
-                        Err(ErrorReply::Storage("the retry was not answered".to_owned()))
-                    }),
-                    Err(refusal) => Err(refusal),
+        // Tried again only when the state says it may find records now: one that would find
+        // nothing waits for the next change instead (in a cluster, nothing is proposed). On a
+        // node that no longer leads the group, tried again: the client is told where to go.
+        let leads = shared
+            .cluster()
+            .is_none_or(|_| shared.group(shard).is_some_and(|group| group.is_leader()));
+        let may_deliver = !leads || shared.shards.get(shard).lock().may_deliver(&retry);
+        if may_deliver {
+            // Room for what this retry may answer (from a native connection): its byte budget is
+            // lowered to what it gets.
+            let mut attempt = retry.clone();
+            if permit.counts_answers() {
+                let room = answers::room_for_retry(
+                    &shared.config,
+                    &reply_to.memory,
+                    permit.frame_bytes(),
+                    &mut attempt,
+                );
+                let room = tokio::select! {
+                    room = room => room,
+                    () = reply_to.closing.cancelled() => break (Ok(found), None),
+                    () = &mut deadline => break (Ok(found), None),
                 };
-                let mut broker = shared.shards.get(shard).lock();
-                let now = Instant::now();
-                broker.track_session(&retry, result.is_ok(), reply_to.connection, now);
-                stop_protecting(&mut broker, &result, &mut session, now);
-                Executed {
-                    result,
-                    entry: None,
+                permit.hold_answer_room(room);
+                // The connection may have closed while the retry waited for room: a poll applied
+                // now would reserve records whose answer nobody reads.
+                if reply_to.closing.is_cancelled() || reply_to.outgoing.is_closed() {
+                    break (Ok(found), None);
                 }
             }
-        };
-        permit.answer_built(&result);
-        match result {
-            Ok(outcome) if outcome.found_no_records() => permit.hold_answer_room(None),
-            Ok(outcome) => break (Ok(found.after_wait(outcome)), entry),
-            Err(refusal) => break (Err(refusal), entry),
+            let cluster = shared.cluster().map(|_| shared.group(shard));
+            let Executed { result, entry } = match cluster {
+                None => {
+                    let mut broker = shared.shards.get(shard).lock();
+                    let now = Instant::now();
+                    // A retried poll wakes nobody.
+                    let executed =
+                        broker.execute(attempt, reply_to.connection, now, &mut Vec::new());
+                    stop_protecting(&mut broker, &executed.result, &mut session, now);
+                    executed
+                }
+                // A group this node no longer hosts: another node may.
+                Some(None) => Executed {
+                    result: Err(ErrorReply::NotLeader { leader: None }),
+                    entry: None,
+                },
+                Some(Some(cluster)) => {
+                    let retried =
+                        replicated::execute_reading_ahead(&shared, shard, &cluster, vec![attempt]);
+                    let result = match retried.await {
+                        Ok(results) => results.into_iter().next().unwrap_or_else(|| {
+                            Err(ErrorReply::Storage("the retry was not answered".to_owned()))
+                        }),
+                        Err(refusal) => Err(refusal),
+                    };
+                    let mut broker = shared.shards.get(shard).lock();
+                    let now = Instant::now();
+                    broker.track_session(&retry, result.is_ok(), reply_to.connection, now);
+                    stop_protecting(&mut broker, &result, &mut session, now);
+                    Executed {
+                        result,
+                        entry: None,
+                    }
+                }
+            };
+            permit.answer_built(&result);
+            match result {
+                Ok(outcome) if outcome.found_no_records() => permit.hold_answer_room(None),
+                Ok(outcome) => break (Ok(found.after_wait(outcome)), entry),
+                Err(refusal) => break (Err(refusal), entry),
+            }
         }
         tokio::select! {
             _ = reply_to.closing.cancelled() => break (Ok(found), None),

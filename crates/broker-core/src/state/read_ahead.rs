@@ -17,7 +17,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::group::is_overdue;
-use super::log::{ReadAheadRun, StoredRecord};
+use super::log::{PartitionLog, ReadAheadRun, StoredRecord};
 use super::BrokerState;
 use crate::cold::{ColdStore, LogId};
 use crate::validate::{check_fetch_max_records, check_poll_max_records};
@@ -28,7 +28,7 @@ use crate::Command;
 #[derive(Debug)]
 pub struct ColdReads {
     runs: Vec<PlannedRun>,
-    /// The command's byte budget, shared by the runs in order.
+    /// The byte budget shared by the runs in order: a fetch's (a poll reads its records whole).
     max_bytes: Option<u64>,
 }
 
@@ -54,7 +54,15 @@ impl std::fmt::Debug for PlannedRun {
 /// Records read by [`ColdReads::read`], for [`BrokerState::read_ahead`].
 #[derive(Debug, Default)]
 pub struct ReadAhead {
-    runs: Vec<(String, usize, LogId, ReadAheadRun)>,
+    runs: Vec<(String, usize, ReadFrom, ReadAheadRun)>,
+}
+
+/// The store and log a run was read from: records read ahead go only to a partition whose
+/// cold part is that log of that store (a state rebuilt from nothing numbers its logs anew).
+#[derive(Debug)]
+struct ReadFrom {
+    store: Arc<dyn ColdStore>,
+    log: LogId,
 }
 
 /// Where [`BrokerState::read_ahead`] put records, for [`BrokerState::forget_read_ahead`].
@@ -88,7 +96,10 @@ impl ColdReads {
             read.runs.push((
                 run.topic,
                 run.partition,
-                run.log,
+                ReadFrom {
+                    store: Arc::clone(&run.store),
+                    log: run.log,
+                },
                 ReadAheadRun {
                     first: run.offsets.start,
                     records: Arc::new(records.into_iter().map(StoredRecord::from).collect()),
@@ -124,14 +135,58 @@ impl BrokerState {
     /// evicted: to read before applying it (see the module's documentation). Changes nothing,
     /// and reads nothing.
     pub fn cold_reads_of(&self, command: &Command) -> Option<ColdReads> {
+        let delivery = Delivery::of(command)?;
+        let runs: Vec<PlannedRun> = self
+            .delivered_ranges(&delivery)?
+            .into_iter()
+            .filter_map(|(partition, log, offsets)| {
+                let run = log.cold_run(offsets.start, offsets.end)?;
+                Some(PlannedRun {
+                    topic: delivery.topic.to_owned(),
+                    partition,
+                    store: Arc::clone(&run.store),
+                    log: run.id,
+                    offsets: run.offsets,
+                })
+            })
+            .collect();
+        // A poll reads each partition's record whole, and spends its byte budget after.
+        let max_bytes = match delivery.kind {
+            DeliveryKind::Fetch => delivery.max_bytes,
+            DeliveryKind::Poll { .. } => None,
+        };
+        (!runs.is_empty()).then_some(ColdReads { runs, max_bytes })
+    }
+
+    /// Whether `command` may deliver records if applied now: `false` only for a delivery
+    /// (`Fetch`, `Poll`, `AckAndPoll`, `Redeliver`) of a member that, by the state now, has
+    /// nothing to take (every partition it owns read to its end, or holding a delivery in
+    /// flight that is not released, or held back by a delayed retry). A request waiting for
+    /// records asks this before it is tried again, so that one that would find nothing is not
+    /// applied (in a cluster, not proposed): it waits for the next change instead. Anything
+    /// else (another command, a member or group that does not exist, a count the command
+    /// refuses) may: trying it answers what it answers.
+    pub fn may_deliver(&self, command: &Command) -> bool {
+        Delivery::of(command)
+            .and_then(|delivery| self.delivered_ranges(&delivery))
+            .is_none_or(|ranges| ranges.iter().any(|(_, _, offsets)| !offsets.is_empty()))
+    }
+
+    /// The offsets a delivery would take, by the state now, in each partition it would take
+    /// some from (its index and log, in the order the delivery takes them); `None` when the
+    /// delivery would be refused (no such topic, group or member, or a count out of range).
+    fn delivered_ranges(
+        &self,
+        delivery: &Delivery<'_>,
+    ) -> Option<Vec<(usize, &PartitionLog, Range<i64>)>> {
         let Delivery {
             topic,
             group,
             member,
             max_records,
-            max_bytes,
             kind,
-        } = Delivery::of(command)?;
+            ..
+        } = *delivery;
         let state = self.topics.get(topic)?;
         let group = state.groups.get(group)?;
         let member = group.member_index(member)?;
@@ -141,7 +196,7 @@ impl BrokerState {
             DeliveryKind::Poll { .. } => check_poll_max_records(max_records).ok()?,
         }
         let mut records_left = usize::try_from(max_records).ok()?;
-        let mut runs = Vec::new();
+        let mut ranges = Vec::new();
         for &partition in &group.members[member].partitions {
             if records_left == 0 {
                 break;
@@ -185,21 +240,13 @@ impl BrokerState {
                 (from, log.run_end(from, records_left))
             };
             records_left -= usize::try_from(to - from).unwrap_or(0);
-            if let Some(run) = log.cold_run(from, to) {
-                runs.push(PlannedRun {
-                    topic: topic.to_owned(),
-                    partition: index,
-                    store: Arc::clone(&run.store),
-                    log: run.id,
-                    offsets: run.offsets,
-                });
-            }
+            ranges.push((index, log, from..to));
             if kind == DeliveryKind::Fetch && to < log.end() {
                 // The fetch's record budget ends in this partition.
                 break;
             }
         }
-        (!runs.is_empty()).then_some(ColdReads { runs, max_bytes })
+        Some(ranges)
     }
 
     /// Hands records read ahead to the partitions they were read from, for the next command
@@ -208,13 +255,13 @@ impl BrokerState {
     /// time: records handed to it replace those another caller handed over before.
     pub fn read_ahead(&mut self, ahead: ReadAhead) -> ReadAheadAt {
         let mut at = ReadAheadAt::default();
-        for (topic, partition, log, run) in ahead.runs {
+        for (topic, partition, from, run) in ahead.runs {
             let cold = self
                 .topics
                 .get_mut(&topic)
                 .and_then(|state| state.partitions.get_mut(partition))
                 .and_then(|log| log.cold.as_mut())
-                .filter(|cold| cold.id == log);
+                .filter(|cold| cold.id == from.log && Arc::ptr_eq(&cold.store, &from.store));
             if let Some(cold) = cold {
                 at.0.push((topic, partition, Arc::clone(&run.records)));
                 cold.ahead = Some(run);
