@@ -532,6 +532,9 @@ pub struct Cluster {
     /// Whether every other member of the group answered that its release applies the commands
     /// of protocol version 14 (see [`Cluster::check_commands`]): once so, always so.
     commands_14: std::sync::atomic::AtomicBool,
+    /// When a member could not be asked about the commands of protocol version 14, for
+    /// [`FEATURE_ASKED_AGAIN`] (see [`Cluster::check_commands`]).
+    commands_14_unreachable: std::sync::Mutex<Option<std::time::Instant>>,
     kafka_addresses: Arc<peer_listeners::KafkaAddresses>,
     /// Every member answered that it applies [`Proposal::NamedCommands`] (asked before the
     /// first one this handle proposes).
@@ -684,6 +687,7 @@ impl Cluster {
             leader_links: std::sync::Mutex::default(),
             named_leader: tokio::sync::Mutex::default(),
             commands_14: std::sync::atomic::AtomicBool::new(false),
+            commands_14_unreachable: std::sync::Mutex::new(None),
             kafka_addresses,
             named_commands_known: AtomicBool::new(false),
             budget_changes_known: AtomicBool::new(false),
@@ -785,6 +789,7 @@ impl Cluster {
             leader_links: std::sync::Mutex::default(),
             named_leader: tokio::sync::Mutex::default(),
             commands_14: std::sync::atomic::AtomicBool::new(false),
+            commands_14_unreachable: std::sync::Mutex::new(None),
             kafka_addresses: Arc::clone(&self.kafka_addresses),
             named_commands_known: AtomicBool::new(false),
             budget_changes_known: AtomicBool::new(false),
@@ -1119,7 +1124,8 @@ impl Cluster {
     /// of the first group, of which every node is a member, before a command of version 14 or
     /// later goes into any group's log. Once every member answered that it can, the answer is
     /// kept (nodes are not expected to go back to an earlier release); while a member cannot
-    /// be reached, it is asked again at the next call.
+    /// be reached, the members are asked again [`FEATURE_ASKED_AGAIN`] later (calls meanwhile
+    /// go on, as while it cannot be reached, rather than each waiting for it to answer).
     ///
     /// # Errors
     /// [`ProposeError::Refused`], naming the first member that cannot.
@@ -1130,12 +1136,21 @@ impl Cluster {
         if version < 14 || self.commands_14.load(Ordering::Acquire) {
             return Ok(());
         }
+        let unreachable = || {
+            self.commands_14_unreachable
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if unreachable().is_some_and(|at| at.elapsed() < FEATURE_ASKED_AGAIN) {
+            return Ok(());
+        }
         let every_member_answered = self
             .check_feature(
                 network::COMMANDS_14,
                 "apply the commands of protocol version 14",
             )
             .await?;
+        *unreachable() = (!every_member_answered).then(std::time::Instant::now);
         if every_member_answered && self.is_member() {
             self.commands_14.store(true, Ordering::Release);
         }
@@ -1170,7 +1185,8 @@ impl Cluster {
                     format!("it closed the connection at the question, as an earlier release does: {cause}")
                 }
                 Err(cause) => {
-                    tracing::warn!(node, feature, %cause, "a member that cannot be reached was not asked whether its release has a feature");
+                    // (The peer links say that it cannot be reached.)
+                    tracing::debug!(node, feature, %cause, "a member that cannot be reached was not asked whether its release has a feature");
                     every_member_answered = false;
                     continue;
                 }

@@ -1750,6 +1750,19 @@ async fn commands_under_kafkas_names_are_refused_while_a_member_of_an_earlier_re
         applied.results,
         vec![Ok(Outcome::StoredOffsets(vec![None]))]
     );
+    // A member that could not be reached is asked again a few seconds later, not at every
+    // call (each would wait for it): an earlier release answering there meanwhile is heard
+    // then.
+    let closing = answer_as_an_earlier_release(&members[&down_id]).await;
+    assert_eq!(leading.check_commands(14).await, Ok(()));
+    tokio::time::sleep(crate::FEATURE_ASKED_AGAIN).await;
+    match leading.check_commands(14).await {
+        Err(ProposeError::Refused(why)) => {
+            assert!(why.contains("protocol version 14"), "{why}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    closing.abort();
     for node in nodes.iter().flatten() {
         node.cluster.shutdown().await;
     }

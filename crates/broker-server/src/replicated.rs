@@ -460,11 +460,11 @@ pub(crate) async fn every_node_applies(
 
 /// [`execute`] on `cluster`, the group of `shard`, reading ahead when this node leads it: the
 /// records on disk that its deliveries would take (see `BrokerState::cold_reads_of`) are read
-/// on a blocking thread before they are proposed, and handed to the state until they are
-/// applied, so that applying them (under the shard's lock, which every call about its topics
-/// waits for) reads no file. What was read is only a guess: a delivery that needs other
-/// records by the time it applies reads them as before, and answers exactly as it would have
-/// (followers, which answer nobody, read under the lock still).
+/// on a blocking thread before they are proposed, and handed to the state until the proposal
+/// is answered, so that applying them (under the shard's lock, which every call about its
+/// topics waits for) need not read them. What was read is only a guess: a delivery that needs
+/// other records by the time it applies reads them as before, and answers exactly as it would
+/// have (followers, which answer nobody, read under the lock still).
 ///
 /// # Errors
 /// As [`execute`].
@@ -488,18 +488,35 @@ pub(crate) async fn execute_reading_ahead(
         return execute(cluster, commands).await;
     }
     let read = crate::broker::read_ahead(planned, shared.metrics.as_deref()).await;
-    let handed: Vec<ReadAheadAt> = {
+    let handed = {
         let mut broker = shared.shards.get(shard).lock();
-        read.into_iter()
-            .map(|ahead| broker.read_ahead(ahead))
-            .collect()
+        Handed {
+            broker: shared.shards.get(shard),
+            at: read
+                .into_iter()
+                .map(|ahead| broker.read_ahead(ahead))
+                .collect(),
+        }
     };
     let results = execute(cluster, commands).await;
-    let mut broker = shared.shards.get(shard).lock();
-    for at in handed {
-        broker.forget_read_ahead(at);
-    }
+    drop(handed);
     results
+}
+
+/// Records read ahead and handed to a shard's state, taken back when dropped: once the
+/// proposal is answered, or when the call is given up before (its connection closed).
+struct Handed<'a> {
+    broker: &'a Broker,
+    at: Vec<ReadAheadAt>,
+}
+
+impl Drop for Handed<'_> {
+    fn drop(&mut self) {
+        let mut broker = self.broker.lock();
+        for at in self.at.drain(..) {
+            broker.forget_read_ahead(at);
+        }
+    }
 }
 
 /// What a client is told when its change was not applied.
@@ -595,6 +612,9 @@ pub(crate) async fn follow_leadership(shared: Arc<Shared>, shard: usize) {
     let mut known_leader = None;
     // Since when this voter knows no leader, and whether it said so.
     let mut leaderless = Leaderless::default();
+    // The term in which this node (of the first group) coordinated Kafka's groups, while what
+    // it knows of them may still hold: no other node led in that term.
+    let mut kafka_groups_term: Option<u64> = None;
     loop {
         tokio::select! {
             biased;
@@ -673,6 +693,14 @@ pub(crate) async fn follow_leadership(shared: Arc<Shared>, shard: usize) {
             term,
         );
         let group = cluster.group();
+        // Another node leads: it coordinates Kafka's groups now (their members join again
+        // there), and what this node knew of them no longer holds.
+        if first
+            && leader.is_some_and(|leader| leader != cluster.node_id())
+            && kafka_groups_term.take().is_some()
+        {
+            shared.kafka.groups.forget_all();
+        }
         match leader {
             Some(leader) if leader == cluster.node_id() => known_leader = None,
             Some(leader) if known_leader.replace(leader) != Some(leader) => match first {
@@ -699,14 +727,16 @@ pub(crate) async fn follow_leadership(shared: Arc<Shared>, shard: usize) {
                     false => info!(term, group, "this node no longer leads data group {group}"),
                 }
             }
-            if first {
-                // The new leader coordinates Kafka's groups: their members join again there.
-                shared.kafka.groups.forget_all();
-            }
             shared.signals.wake_all();
         }
         if let Some(term) = now_leading {
             leading = Some(term);
+            // Kafka's groups as this node knew them hold only if no other node led since: a
+            // lease lost and won back within one term (no majority heard for a moment) keeps
+            // them; a later term may have seen another coordinator.
+            if first && kafka_groups_term.replace(term) != Some(term) {
+                shared.kafka.groups.forget_all();
+            }
             // An entry of this term, applied, means every entry before it is applied too.
             match cluster
                 .propose(Proposal::Tick {

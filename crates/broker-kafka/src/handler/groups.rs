@@ -126,13 +126,12 @@ impl<B: Backend> Handler<'_, B> {
     pub(super) async fn heartbeat(&self, request: &HeartbeatRequest) -> HeartbeatResponse {
         let group = request.group_id.as_str();
         let answer = if self.is_group_id(group) {
-            let may_adopt = self.may_adopt(group).await;
-            self.state.groups.heartbeat(
-                group,
-                request.member_id.as_str(),
-                request.generation_id,
-                may_adopt,
-            )
+            let member = (request.member_id.as_str(), request.generation_id);
+            let may_adopt = self.may_adopt(group, member).await;
+            self.state
+                .groups
+                .heartbeat(group, member.0, member.1, may_adopt)
+                .await
         } else {
             Err(ResponseError::InvalidGroupId)
         };
@@ -143,8 +142,13 @@ impl<B: Backend> Handler<'_, B> {
     /// module): not when a group of that name has members that joined natively (a group name
     /// is used by one protocol at a time). Asked only of a group the coordinator does not
     /// hold, whose members come back after a restart or a failover.
-    pub(super) async fn may_adopt(&self, group: &str) -> bool {
-        self.state.groups.knows(group) || matches!(self.has_native_members(group).await, Ok(false))
+    pub(super) async fn may_adopt(&self, group: &str, member: (&str, i32)) -> bool {
+        let (member_id, generation) = member;
+        // (Only a request that may be taken in asks the broker for its groups.)
+        if member_id.is_empty() || generation < 1 || self.state.groups.knows(group) {
+            return true;
+        }
+        matches!(self.has_native_members(group).await, Ok(false))
     }
 
     /// Whether a group of the broker named `group` has members that joined natively, on any

@@ -34,7 +34,11 @@ impl<B: Backend> Handler<'_, B> {
         // joins meanwhile, so no new owner's commit can land before this one.
         let _turn = self.state.groups.commit_turn(group).await;
         let allowed = if self.is_group_id(group) {
-            let may_adopt = self.may_adopt(group).await;
+            let member = (
+                request.member_id.as_str(),
+                request.generation_id_or_member_epoch,
+            );
+            let may_adopt = self.may_adopt(group, member).await;
             self.state.groups.may_commit(
                 group,
                 request.member_id.as_str(),
