@@ -61,7 +61,8 @@ pub struct ReadAhead {
 /// cold part is that log of that store (a state rebuilt from nothing numbers its logs anew).
 #[derive(Debug)]
 struct ReadFrom {
-    store: Arc<dyn ColdStore>,
+    /// (Compared by address only: nothing of it is used across a panic.)
+    store: std::panic::AssertUnwindSafe<Arc<dyn ColdStore>>,
     log: LogId,
 }
 
@@ -97,7 +98,7 @@ impl ColdReads {
                 run.topic,
                 run.partition,
                 ReadFrom {
-                    store: Arc::clone(&run.store),
+                    store: std::panic::AssertUnwindSafe(Arc::clone(&run.store)),
                     log: run.log,
                 },
                 ReadAheadRun {
@@ -261,7 +262,7 @@ impl BrokerState {
                 .get_mut(&topic)
                 .and_then(|state| state.partitions.get_mut(partition))
                 .and_then(|log| log.cold.as_mut())
-                .filter(|cold| cold.id == from.log && Arc::ptr_eq(&cold.store, &from.store));
+                .filter(|cold| cold.id == from.log && Arc::ptr_eq(&cold.store, &from.store.0));
             if let Some(cold) = cold {
                 at.0.push((topic, partition, Arc::clone(&run.records)));
                 cold.ahead = Some(run);
