@@ -1275,6 +1275,12 @@ impl Cluster {
         self.core.raft.metrics()
     }
 
+    /// The other members this node has failed to reach for `at_least`: every exchange with
+    /// each has failed since then (a member that stopped, or that this node is cut off from).
+    pub fn unreachable_for(&self, at_least: Duration) -> BTreeSet<NodeId> {
+        self.network.unreachable_for(at_least).into_iter().collect()
+    }
+
     /// What this node knows of the cluster now. A leader that does not lead by
     /// [`Cluster::is_leader`] (cut off from the majority, or handing its leadership over) is
     /// reported as it answers clients: a follower that knows no leader, and of no follower how

@@ -22,7 +22,7 @@
 //! the group asked answers [`PeerResponse::NoSuchGroup`] (it may not have created it yet), and
 //! the sender retries as it does after any failed exchange.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -454,6 +454,17 @@ impl Network {
     pub fn unreachable(&self) -> HashSet<NodeId> {
         self.reachability.lock().unreachable.clone()
     }
+
+    /// The peers every exchange with has failed for `at_least` (none answered since).
+    pub fn unreachable_for(&self, at_least: Duration) -> HashSet<NodeId> {
+        self.reachability
+            .lock()
+            .down_since
+            .iter()
+            .filter(|(_, since)| since.elapsed() >= at_least)
+            .map(|(node, _)| *node)
+            .collect()
+    }
 }
 
 /// Which peers the last exchange with failed, shared by every link of a node: a peer that goes
@@ -470,6 +481,8 @@ struct Reachability {
 struct Peers {
     unreachable: HashSet<NodeId>,
     answered: HashSet<NodeId>,
+    /// Since when each unreachable peer's exchanges have failed.
+    down_since: HashMap<NodeId, std::time::Instant>,
 }
 
 impl Reachability {
@@ -478,6 +491,7 @@ impl Reachability {
         if !peers.unreachable.insert(target) {
             return;
         }
+        peers.down_since.insert(target, std::time::Instant::now());
         match peers.answered.contains(&target) {
             true => tracing::warn!(node = target, %addr, %cause, "a peer is unreachable; retrying"),
             false => {
@@ -489,6 +503,7 @@ impl Reachability {
     fn answered(&self, target: NodeId, addr: &str) {
         let mut peers = self.lock();
         let was_down = peers.unreachable.remove(&target);
+        peers.down_since.remove(&target);
         let answered_before = !peers.answered.insert(target);
         match (was_down, answered_before) {
             (true, true) => tracing::info!(node = target, %addr, "a peer answers again"),

@@ -23,6 +23,10 @@ use crate::metrics::Listener;
 use crate::reply::{Outgoing, ReplyTo, RequestPermit};
 use crate::shared::Shared;
 
+/// How long every exchange with a node must have failed before Kafka's Metadata stops listing
+/// it as a broker: more than a moment of load, less than a client's patience.
+const BROKER_DOWN_AFTER: Duration = Duration::from_secs(5);
+
 /// The broker id Metadata gives a server that runs alone.
 const SINGLE_NODE_ID: i32 = 0;
 
@@ -345,10 +349,23 @@ impl Backend for ServerBackend {
             1 => voters,
             _ => voters.min(crate::data_groups::replicas_of(&self.shared)),
         };
+        // As Kafka lists the brokers that are up: a node this one has failed to reach for a
+        // while is left out, so that clients asking every broker (admin tools listing groups)
+        // do not wait on one that is down; a node this one knows to lead a group stays (its
+        // clients are sent there).
+        let mut down = cluster.unreachable_for(BROKER_DOWN_AFTER);
+        for leader in topic_groups
+            .values()
+            .filter_map(|group| group.leader)
+            .chain(leader)
+        {
+            down.remove(&leader);
+        }
         Some(ClusterView {
             brokers: cluster
                 .kafka_addresses()
                 .into_iter()
+                .filter(|(id, _)| !down.contains(id))
                 .filter_map(|(id, address)| {
                     let (host, port) = address.rsplit_once(':')?;
                     Some((broker_id(id)?, host.to_owned(), port.parse().ok()?))
