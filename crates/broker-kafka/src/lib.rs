@@ -20,6 +20,7 @@
 //! - `errors`: the broker's refusals as Kafka error codes;
 //! - `configs`: Kafka's topic configs and the broker's topic settings;
 //! - `elsewhere`: a cluster node's answers to group requests while another node leads;
+//! - `native_groups`: which groups have native members, looked at once for many requests;
 //! - `handler`: what each request does, through the [`Backend`];
 //! - `connection`: one client's connection, request after request, answered in order.
 //!
@@ -39,6 +40,7 @@ mod frame;
 mod groups;
 mod handler;
 mod ids;
+mod native_groups;
 mod records;
 mod sasl;
 mod sequences;
@@ -62,6 +64,8 @@ pub struct KafkaState {
     pub groups: Coordinator,
     /// Where idempotent producers near the wrap of their sequence numbers stand.
     pub sequences: ProducerSequences,
+    /// The broker's groups with native members, as last looked at.
+    native_groups: native_groups::NativeGroups,
 }
 
 impl KafkaState {
@@ -70,6 +74,7 @@ impl KafkaState {
         KafkaState {
             groups,
             sequences: ProducerSequences::default(),
+            native_groups: Default::default(),
         }
     }
 }

@@ -20,11 +20,13 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use tokio::time::Instant;
 
 use broker_core::{Command, Outcome, TopicDescription};
 
 use crate::errors::{code, coordinator_error};
 use crate::groups::{Join, DEAD};
+use crate::native_groups::ADOPTION_LOOK_AGE;
 use crate::Backend;
 
 use super::{unexpected, Handler};
@@ -141,25 +143,44 @@ impl<B: Backend> Handler<'_, B> {
     /// Whether the coordinator may take a member of `group` in to rebuild it (see the groups
     /// module): not when a group of that name has members that joined natively (a group name
     /// is used by one protocol at a time). Asked only of a group the coordinator does not
-    /// hold, whose members come back after a restart or a failover.
+    /// hold, whose members come back after a restart or a failover, all at once: they share
+    /// a look at the broker up to [`ADOPTION_LOOK_AGE`] old.
     pub(super) async fn may_adopt(&self, group: &str, member: (&str, i32)) -> bool {
         let (member_id, generation) = member;
         // (Only a request that may be taken in asks the broker for its groups.)
         if member_id.is_empty() || generation < 1 || self.state.groups.knows(group) {
             return true;
         }
-        matches!(self.has_native_members(group).await, Ok(false))
+        let now = Instant::now();
+        let since = now.checked_sub(ADOPTION_LOOK_AGE).unwrap_or(now);
+        matches!(self.has_native_members_since(group, since).await, Ok(false))
     }
 
     /// Whether a group of the broker named `group` has members that joined natively, on any
-    /// topic.
+    /// topic, as a look at the broker made since this call found it.
     async fn has_native_members(&self, group: &str) -> Result<bool, ErrorReply> {
-        Ok(self.describe(None).await?.iter().any(|topic| {
-            topic
-                .groups
-                .iter()
-                .any(|described| described.name == group && !described.members.is_empty())
-        }))
+        self.has_native_members_since(group, Instant::now()).await
+    }
+
+    /// Whether a group of the broker named `group` has members that joined natively, on any
+    /// topic, as a look at the broker made at `since` or later found it.
+    async fn has_native_members_since(
+        &self,
+        group: &str,
+        since: Instant,
+    ) -> Result<bool, ErrorReply> {
+        let look = || async {
+            Ok::<_, ErrorReply>(self
+                .describe(None)
+                .await?
+                .into_iter()
+                .flat_map(|topic| topic.groups)
+                .filter(|described| !described.members.is_empty())
+                .map(|described| described.name)
+                .collect())
+        };
+        let native = self.state.native_groups.seen_since(since, look).await?;
+        Ok(native.contains(group))
     }
 
     pub(super) async fn sync_group(&self, request: SyncGroupRequest) -> SyncGroupResponse {

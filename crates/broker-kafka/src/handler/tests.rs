@@ -1147,6 +1147,39 @@ async fn a_commit_from_outside_a_group_with_native_members_is_from_an_unknown_me
     );
 }
 
+/// Heartbeats naming members of groups the coordinator does not hold (as every member sends
+/// after a restart, or a client making names up) share looks at the broker's groups: a
+/// thousand of them cost one description of the broker, not a thousand, and the look still
+/// keeps members of a group with native members out.
+#[tokio::test(start_paused = true)]
+async fn heartbeats_of_groups_the_coordinator_does_not_hold_share_one_look_at_the_broker() {
+    let node = TestNode::alone(broker(100));
+    node.broker.join("t", "native", "n").unwrap();
+    let (settings, state) = (settings(), KafkaState::default());
+    let handler = handler_of(&node, &settings, &state);
+    let heartbeat = |group: String| {
+        kafka_protocol::messages::HeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group)))
+            .with_member_id(StrBytes::from_static_str("member-1"))
+            .with_generation_id(1)
+    };
+    let made_up: Vec<_> = (0..1000)
+        .map(|i| heartbeat(format!("made-up-{i}")))
+        .collect();
+    let answers =
+        futures::future::join_all(made_up.iter().map(|request| handler.heartbeat(request))).await;
+    assert!(answers
+        .iter()
+        .all(|answer| answer.error_code == ResponseError::RebalanceInProgress.code()));
+    let native = handler.heartbeat(&heartbeat("native".into())).await;
+    assert_eq!(native.error_code, ResponseError::UnknownMemberId.code());
+    assert_eq!(node.describes.load(std::sync::atomic::Ordering::Relaxed), 1);
+    // A look older than a second is made anew.
+    tokio::time::advance(Duration::from_millis(1001)).await;
+    handler.heartbeat(&heartbeat("later".into())).await;
+    assert_eq!(node.describes.load(std::sync::atomic::Ordering::Relaxed), 2);
+}
+
 /// What the broker holds of `topic`.
 fn described(broker: &Local, topic: &str) -> TopicDescription {
     broker
