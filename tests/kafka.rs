@@ -1098,6 +1098,107 @@ async fn a_commit_from_outside_a_group_moves_no_members_offsets_and_never_past_t
     assert_eq!(report["error"], "CommitFailedError", "{report}");
 }
 
+/// A consumer group of Kafka's clients is listed with its members and their partitions
+/// (`Client::kafka_groups`), and `broker describe` and `broker top` show them beside the
+/// broker's group of the same name, whose offsets they commit (it has no members of its own).
+#[tokio::test]
+async fn a_kafka_consumer_group_is_shown_with_its_members_and_their_partitions() {
+    if !clients_installed() {
+        return;
+    }
+    let (server, kafka, client) = server().await;
+    client.create("watched", 1).await.unwrap();
+    client.publish("watched", 0, "x").await.unwrap();
+    assert_eq!(client.kafka_groups().await.unwrap(), []);
+    let mut holder = hold(&kafka, "watched", "watchers");
+    let broker = |args: &[&str]| {
+        let output = Command::new(broker_testkit::process::binary("broker"))
+            .args(["--addr", &server.addr_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "broker {args:?}: {output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    // It starts at the end (Kafka's default), and has committed nothing yet.
+    let described = broker(&["describe", "watched"]);
+    assert!(
+        described.contains("group watchers (Kafka consumer group, ")
+            && described.contains("[0]; no offsets committed yet"),
+        "{described}"
+    );
+    // Once it consumed a record it commits (every 5 s): the broker then holds the group on the
+    // topic.
+    client.publish("watched", 0, "y").await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while client
+        .describe_topic("watched")
+        .await
+        .unwrap()
+        .groups
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the consumer never committed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let groups = client.kafka_groups().await.unwrap();
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    let group = &groups[0];
+    assert_eq!(
+        (group.name.as_str(), group.state.as_str()),
+        ("watchers", "Stable")
+    );
+    assert!(group.generation >= 1, "{group:?}");
+    assert!(!group.protocol.is_empty(), "{group:?}");
+    let member = &group.members[0];
+    assert_eq!(member.client_host, "/127.0.0.1");
+    assert_eq!(
+        member.assignment,
+        [broker_client::TopicPartitions {
+            topic: "watched".into(),
+            partitions: vec![0]
+        }]
+    );
+    let described = broker(&["describe", "watched"]);
+    let expected = format!(
+        "group watchers (Kafka consumer group, {}, generation {}, Stable): {} ({} from /127.0.0.1) [0]",
+        group.protocol, group.generation, member.member, member.client_id
+    );
+    assert!(described.contains(&expected), "{described}");
+    // Its member owns the partition.
+    assert!(
+        described.lines().any(|line| line
+            .split_whitespace()
+            .take(2)
+            .eq(["0", member.member.as_str()])),
+        "{described}"
+    );
+    let json: Value = serde_json::from_str(&broker(&["describe", "--json"])).unwrap();
+    assert_eq!(json["kafka_groups"][0]["name"], "watchers", "{json}");
+    let top = broker(&["top", "--count", "1", "--interval", "200ms"]);
+    assert!(
+        top.lines().any(|line| line
+            .split_whitespace()
+            .take(3)
+            .eq(["watched", "watchers", "1"])
+            && line.contains("1 (Kafka)")),
+        "{top}"
+    );
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+    // Gone with its last member: the broker's group keeps its offsets, with no members.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !client.kafka_groups().await.unwrap().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the group stayed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(broker(&["describe", "watched"]).contains("group watchers (round-robin): no members"));
+}
+
 #[tokio::test]
 async fn a_group_name_is_used_by_one_protocol_at_a_time() {
     if !clients_installed() {
@@ -1535,6 +1636,29 @@ async fn a_cluster_sends_kafka_clients_to_its_leader_and_keeps_every_record_thro
         "1",
     ]);
     assert_eq!(group_records(&report).len(), 100);
+    // A native client connected to a follower (the first node it is given) lists the groups
+    // of Kafka's clients: the follower sends it to the leader, which coordinates them.
+    client.create("held", 1).await.unwrap();
+    let mut holder = hold(&everyone, "held", "holders");
+    let via_follower = Client::connect(format!(
+        "{},{}",
+        nodes.client_addrs[follower], nodes.client_addrs[leader]
+    ))
+    .await
+    .unwrap();
+    let groups = via_follower.kafka_groups().await.unwrap();
+    assert_eq!(
+        groups
+            .iter()
+            .map(|group| (
+                group.name.as_str(),
+                group.members[0].assignment[0].topic.as_str()
+            ))
+            .collect::<Vec<_>>(),
+        [("holders", "held")]
+    );
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
     // The leader is killed while an idempotent producer sends: every record is stored once.
     let producer = {
         let everyone = everyone.clone();

@@ -1,8 +1,9 @@
 //! How records, descriptions and lag are printed: readable tables or JSON.
 
 use broker_client::{
-    duration_text, Assignor, BrokerDescription, BrokerRecord, GroupSetting, KeyHash, PartitionLag,
-    ProducerState, Retention, StartAt, TopicDescription, TopicSetting,
+    duration_text, Assignor, BrokerDescription, BrokerRecord, GroupDescription, GroupSetting,
+    KafkaGroupDescription, KafkaMemberDescription, KeyHash, PartitionLag, ProducerState, Retention,
+    StartAt, TopicDescription, TopicSetting,
 };
 use comfy_table::{presets::NOTHING, Table};
 use serde_json::json;
@@ -153,19 +154,71 @@ fn table(header: &[&str]) -> Table {
 }
 
 /// The description as tables: per topic its partitions, then each group's state.
-pub fn description_text(description: &BrokerDescription) -> String {
+/// The broker's topics as `broker describe` prints them; a group whose members are Kafka's
+/// consumers (one of `kafka`, the groups of the server's Kafka listener) with those members.
+pub fn description_text(
+    description: &BrokerDescription,
+    kafka: &[KafkaGroupDescription],
+) -> String {
     if description.topics.is_empty() {
         return "no topics (create one with `broker create TOPIC --partitions N`)\n".to_owned();
     }
     description
         .topics
         .iter()
-        .map(topic_text)
+        .map(|topic| topic_text(topic, kafka))
         .collect::<Vec<_>>()
         .join("\n")
 }
 
-fn topic_text(topic: &TopicDescription) -> String {
+/// Kafka's consumers of a topic, each with its partitions there.
+pub type KafkaMembers<'a> = Vec<(&'a KafkaMemberDescription, &'a [i32])>;
+
+/// The consumer group of Kafka's clients that `group` of `topic` stands for: a group of the
+/// broker with no members of its own, named as one of `kafka`, and those of its members that
+/// were assigned partitions of `topic`, each with them.
+pub fn kafka_group_of<'a>(
+    kafka: &'a [KafkaGroupDescription],
+    topic: &str,
+    group: &GroupDescription,
+) -> Option<(&'a KafkaGroupDescription, KafkaMembers<'a>)> {
+    if !group.members.is_empty() {
+        return None;
+    }
+    let kafka_group = kafka.iter().find(|kafka| kafka.name == group.name)?;
+    Some((kafka_group, kafka_members_on(kafka_group, topic)))
+}
+
+/// The members of `group` that were assigned partitions of `topic`, each with them.
+fn kafka_members_on<'a>(group: &'a KafkaGroupDescription, topic: &str) -> KafkaMembers<'a> {
+    group
+        .members
+        .iter()
+        .filter_map(|member| {
+            let assigned = member
+                .assignment
+                .iter()
+                .find(|assigned| assigned.topic == topic)?;
+            Some((member, assigned.partitions.as_slice()))
+        })
+        .collect()
+}
+
+/// Kafka's consumers as `broker describe` lists them: `ID (CLIENT from HOST) [0, 1], ...`.
+fn kafka_members_text(members: &[(&KafkaMemberDescription, &[i32])]) -> String {
+    members
+        .iter()
+        .map(|(member, partitions)| {
+            format!(
+                "{} ({} from {}) {partitions:?}",
+                member.member, member.client_id, member.client_host
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn topic_text(topic: &TopicDescription, kafka: &[KafkaGroupDescription]) -> String {
     let retention = settings_text(&topic.settings);
     let mut out = format!(
         "topic {}: {} partition{}, key hash {}, {retention}, {} bytes retained\n",
@@ -202,26 +255,67 @@ fn topic_text(topic: &TopicDescription) -> String {
         partitions.add_row(cells);
     }
     out.push_str(&format!("{partitions}\n"));
-    if topic.groups.is_empty() {
+    // Kafka's consumer groups that consume the topic and have committed nothing on it yet:
+    // the broker holds no group of theirs there.
+    let uncommitted: Vec<_> = kafka
+        .iter()
+        .filter(|kafka_group| {
+            !topic
+                .groups
+                .iter()
+                .any(|group| group.name == kafka_group.name)
+        })
+        .map(|kafka_group| (kafka_group, kafka_members_on(kafka_group, &topic.name)))
+        .filter(|(_, members)| !members.is_empty())
+        .collect();
+    if topic.groups.is_empty() && uncommitted.is_empty() {
         out.push_str("  no consumer groups\n");
     }
-    for group in &topic.groups {
-        let members = if group.members.is_empty() {
-            "no members".to_owned()
-        } else {
-            group
-                .members
-                .iter()
-                .map(|m| format!("{} {:?}", m.member, m.partitions))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+    for (kafka_group, members) in &uncommitted {
         out.push_str(&format!(
-            "\n  group {} ({}{}): {members}\n",
-            group.name,
-            Assignor::name(group.assignor),
-            group_settings_text(&group.settings)
+            "\n  group {} ({}): {}; no offsets committed yet\n",
+            kafka_group.name,
+            kafka_group_words(kafka_group),
+            kafka_members_text(members)
         ));
+    }
+    for group in &topic.groups {
+        let kafka_group = kafka_group_of(kafka, &topic.name, group);
+        let (kind, members) = match &kafka_group {
+            Some((kafka_group, members)) => (
+                kafka_group_words(kafka_group),
+                match members.is_empty() {
+                    true => "no member consumes this topic".to_owned(),
+                    false => kafka_members_text(members),
+                },
+            ),
+            None => (
+                format!(
+                    "{}{}",
+                    Assignor::name(group.assignor),
+                    group_settings_text(&group.settings)
+                ),
+                match group.members.is_empty() {
+                    true => "no members".to_owned(),
+                    false => group
+                        .members
+                        .iter()
+                        .map(|m| format!("{} {:?}", m.member, m.partitions))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                },
+            ),
+        };
+        out.push_str(&format!("\n  group {} ({kind}): {members}\n", group.name));
+        // Kafka's members own the partitions their group's leader assigned them.
+        let kafka_owner = |partition: i32| {
+            kafka_group.as_ref().and_then(|(_, members)| {
+                members
+                    .iter()
+                    .find(|(_, partitions)| partitions.contains(&partition))
+                    .map(|(member, _)| member.member.clone())
+            })
+        };
         // Redeliveries and skipped records get columns once there are any.
         let redelivered = group.partitions.iter().any(|p| p.deliveries > 1);
         let skipped = group.partitions.iter().any(|p| p.skipped > 0);
@@ -239,7 +333,10 @@ fn topic_text(topic: &TopicDescription) -> String {
         for p in &group.partitions {
             let mut cells = vec![
                 p.partition.to_string(),
-                p.owner.clone().unwrap_or_else(|| "-".to_owned()),
+                p.owner
+                    .clone()
+                    .or_else(|| kafka_owner(p.partition))
+                    .unwrap_or_else(|| "-".to_owned()),
                 p.committed.to_string(),
                 p.position.to_string(),
                 p.in_flight
@@ -253,6 +350,16 @@ fn topic_text(topic: &TopicDescription) -> String {
         out.push_str(&format!("{rows}\n"));
     }
     out
+}
+
+/// How a consumer group of Kafka's clients is shown beside a group's name: `Kafka consumer
+/// group, range, generation 3, Stable`.
+fn kafka_group_words(group: &KafkaGroupDescription) -> String {
+    let mut words = vec!["Kafka consumer group".to_owned()];
+    words.extend((!group.protocol.is_empty()).then(|| group.protocol.clone()));
+    words.extend((group.generation > 0).then(|| format!("generation {}", group.generation)));
+    words.push(group.state.clone());
+    words.join(", ")
 }
 
 /// A group's lag as a table with a total line.

@@ -11,7 +11,7 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use broker_client::{BrokerDescription, Client};
+use broker_client::{BrokerDescription, Client, KafkaGroupDescription};
 use bytes::Bytes;
 use comfy_table::{presets::NOTHING, Table};
 use http_body_util::{BodyExt, Empty};
@@ -28,6 +28,9 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 struct Sample {
     at: Instant,
     description: BrokerDescription,
+    /// The consumer groups of Kafka's clients, whose members the broker's groups of the same
+    /// names do not list.
+    kafka: Vec<KafkaGroupDescription>,
     /// Sums of the metrics endpoint's series by name, when it was asked.
     metrics: Option<HashMap<String, f64>>,
 }
@@ -47,7 +50,11 @@ struct TopicRow {
 struct GroupRow {
     topic: String,
     group: String,
+    /// Its members consuming the topic: the broker's, or Kafka's clients' for a consumer
+    /// group of theirs.
     members: usize,
+    /// Whether its members are Kafka's clients.
+    kafka: bool,
     consumed_per_s: f64,
     lag: i64,
     in_flight: usize,
@@ -141,6 +148,11 @@ fn is_transient(error: &anyhow::Error) -> bool {
 /// Describes the broker and, with `metrics`, scrapes its endpoint.
 async fn sample(client: &Client, metrics: Option<&str>) -> anyhow::Result<Sample> {
     let description = client.describe().await?;
+    // (A view without them, when the server cannot say now, rather than a warning over the
+    // screen: the next look asks again.)
+    let kafka = crate::commands::kafka_groups(client)
+        .await
+        .unwrap_or_default();
     let metrics = match metrics {
         Some(addr) => Some(
             tokio::time::timeout(SCRAPE_TIMEOUT, scrape(addr))
@@ -152,6 +164,7 @@ async fn sample(client: &Client, metrics: Option<&str>) -> anyhow::Result<Sample
     Ok(Sample {
         at: Instant::now(),
         description,
+        kafka,
         metrics,
     })
 }
@@ -227,10 +240,14 @@ fn view(before: &Sample, after: &Sample) -> View {
             let was = earlier
                 .and_then(|t| t.groups.iter().find(|old| old.name == group.name))
                 .map(committed);
+            let kafka_group = crate::output::kafka_group_of(&after.kafka, &topic.name, group);
             groups.push(GroupRow {
                 topic: topic.name.clone(),
                 group: group.name.clone(),
-                members: group.members.len(),
+                members: kafka_group
+                    .as_ref()
+                    .map_or(group.members.len(), |(_, members)| members.len()),
+                kafka: kafka_group.is_some(),
                 consumed_per_s: per_second(committed(group), was),
                 lag: group.lag(),
                 in_flight: group.in_flight(),
@@ -326,7 +343,10 @@ fn view_text(view: &View, server_name: &str) -> String {
             groups.add_row(vec![
                 row.topic.clone(),
                 row.group.clone(),
-                row.members.to_string(),
+                match row.kafka {
+                    true => format!("{} (Kafka)", row.members),
+                    false => row.members.to_string(),
+                },
                 rate_text(row.consumed_per_s),
                 with_thousands(row.lag.max(0) as u64),
                 row.in_flight.to_string(),
@@ -379,11 +399,13 @@ mod tests {
         let before = Sample {
             at,
             description: description(10, 8),
+            kafka: Vec::new(),
             metrics: None,
         };
         let after = Sample {
             at: at + Duration::from_secs(2),
             description: description(30, 4),
+            kafka: Vec::new(),
             metrics: None,
         };
         let view = serde_json::to_value(view(&before, &after)).unwrap();

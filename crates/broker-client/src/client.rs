@@ -10,8 +10,9 @@ use std::time::Duration;
 use broker_core::EventBroker;
 use broker_core::{
     Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterMember, ClusterStatus,
-    Command, GroupSetting, GroupStatus, KeyHash, Outcome, PartitionBatch, PartitionLag,
-    PartitionRead, ProducerState, PublishRecord, ResetTo, TopicDescription, TopicSetting,
+    Command, GroupSetting, GroupStatus, KafkaGroupDescription, KeyHash, Outcome, PartitionBatch,
+    PartitionLag, PartitionRead, ProducerState, PublishRecord, ResetTo, TopicDescription,
+    TopicSetting,
 };
 use broker_proto::{ErrorReply, ServerLimits};
 use bytes::Bytes;
@@ -1340,6 +1341,38 @@ impl Client {
         match self.send(Command::ClusterStatus, Duration::ZERO).await? {
             Outcome::ClusterStatus(status) => Ok(status),
             other => Err(unexpected("cluster_status", &other)),
+        }
+    }
+
+    /// The consumer groups that Kafka's clients joined through the server's Kafka listener
+    /// (`broker-server --kafka-listen`), by name, each with its state, generation, assignor and
+    /// members, and the partitions each member was assigned. Their committed offsets are the
+    /// broker's groups of the same names ([`Client::describe`] shows them with no members of
+    /// their own). Empty when the listener is off. In a cluster, asked of the node that
+    /// coordinates Kafka's groups (the first group's leader; the client follows `NotLeader`
+    /// there). Needs a server of protocol version 15 (an older one answers [`Error::Server`]
+    /// with `MalformedRequest`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::send`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example(client: broker_client::Client) -> Result<(), broker_client::Error> {
+    /// for group in client.kafka_groups().await? {
+    ///     for member in &group.members {
+    ///         println!("{}: {} from {}", group.name, member.client_id, member.client_host);
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn kafka_groups(&self) -> Result<Vec<KafkaGroupDescription>, Error> {
+        match self.send(Command::KafkaGroups, Duration::ZERO).await? {
+            Outcome::KafkaGroups(groups) => Ok(groups),
+            other => Err(unexpected("kafka_groups", &other)),
         }
     }
 

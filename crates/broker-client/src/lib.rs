@@ -73,11 +73,12 @@ pub use address::ServerAddress;
 pub use broker_core::{
     duration_text, parse_duration, Assignor, BrokerDescription, BrokerError, BrokerMetadata,
     BrokerRecord, ClusterMember, ClusterStatus, Command, Discard, DurationError, GroupDescription,
-    GroupPartitionDescription, GroupSetting, GroupSettings, GroupStatus, Header, KeyHash,
-    MemberDescription, NameRules, NodeAddress, NodeRole, Outcome, PartitionBatch,
-    PartitionDescription, PartitionLag, PartitionRead, ProducerState, PublishRecord, ResetTo,
-    Retention, StartAt, TopicDescription, TopicName, TopicPlacement, TopicSetting, TopicSettings,
-    MAX_ACKS, MAX_BATCH_RECORDS, MAX_FETCH_RECORDS, MAX_POLL_RECORDS,
+    GroupPartitionDescription, GroupSetting, GroupSettings, GroupStatus, Header,
+    KafkaGroupDescription, KafkaMemberDescription, KeyHash, MemberDescription, NameRules,
+    NodeAddress, NodeRole, Outcome, PartitionBatch, PartitionDescription, PartitionLag,
+    PartitionRead, ProducerState, PublishRecord, ResetTo, Retention, StartAt, TopicDescription,
+    TopicName, TopicPartitions, TopicPlacement, TopicSetting, TopicSettings, MAX_ACKS,
+    MAX_BATCH_RECORDS, MAX_FETCH_RECORDS, MAX_POLL_RECORDS,
 };
 pub use broker_proto::{ErrorReply, ServerLimits};
 pub use builder::{

@@ -18,8 +18,8 @@ use strum::{EnumCount, EnumDiscriminants, EnumIter, IntoStaticStr};
 use crate::image::RecordImage;
 use crate::{
     Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterMember, ClusterStatus,
-    GroupSetting, GroupStatus, Header, KeyHash, PartitionBatch, PartitionLag, PartitionRead,
-    ProducerState, PublishRecord, ResetTo, TopicSetting,
+    GroupSetting, GroupStatus, Header, KafkaGroupDescription, KeyHash, PartitionBatch,
+    PartitionLag, PartitionRead, ProducerState, PublishRecord, ResetTo, TopicSetting,
 };
 
 /// One broker call with its arguments. Each variant mirrors the [`crate::EventBroker`] method of
@@ -421,6 +421,11 @@ pub enum Command {
         /// The partitions whose offsets are deleted.
         partitions: Vec<i32>,
     },
+    /// The consumer groups of Kafka's clients, with their members and assignments, as the
+    /// server's Kafka listener coordinates them (protocol version 15; none when the listener
+    /// is off). In a cluster, answered by the node that coordinates them, the first group's
+    /// leader. Answered by the server ([`Scope::Server`]).
+    KafkaGroups,
 }
 
 /// What answers a command ([`CommandKind::scope`]).
@@ -430,6 +435,9 @@ pub enum Scope {
     Broker,
     /// The server, about the cluster it is a node of: the broker's state refuses it.
     Cluster,
+    /// The server, about what it holds beside the broker's state (the groups of its Kafka
+    /// listener): the broker's state refuses it.
+    Server,
 }
 
 /// How a command changes the membership of the group it names ([`CommandKind::membership`]).
@@ -466,6 +474,7 @@ impl CommandKind {
             | CommandKind::TransferLeadership
             | CommandKind::MoveTopic
             | CommandKind::Metadata => Scope::Cluster,
+            CommandKind::KafkaGroups => Scope::Server,
             CommandKind::Create
             | CommandKind::Join
             | CommandKind::Leave
@@ -517,6 +526,7 @@ impl CommandKind {
             | CommandKind::Read
             | CommandKind::ClusterStatus
             | CommandKind::GroupsStatus
+            | CommandKind::KafkaGroups
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
@@ -563,6 +573,7 @@ impl CommandKind {
             | CommandKind::Metadata
             | CommandKind::ClusterStatus
             | CommandKind::GroupsStatus
+            | CommandKind::KafkaGroups
             | CommandKind::Producers
             | CommandKind::Lag
             | CommandKind::ResetGroup
@@ -624,6 +635,7 @@ impl CommandKind {
             | CommandKind::Read
             | CommandKind::ClusterStatus
             | CommandKind::GroupsStatus
+            | CommandKind::KafkaGroups
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
@@ -703,6 +715,7 @@ impl CommandKind {
             | CommandKind::CommitGroup
             | CommandKind::ClusterStatus
             | CommandKind::GroupsStatus
+            | CommandKind::KafkaGroups
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
@@ -747,6 +760,7 @@ impl CommandKind {
             | CommandKind::OffsetForTime
             | CommandKind::ClusterStatus
             | CommandKind::GroupsStatus
+            | CommandKind::KafkaGroups
             | CommandKind::AddNode
             | CommandKind::RemoveNode
             | CommandKind::TransferLeadership
@@ -802,6 +816,7 @@ impl CommandKind {
             CommandKind::GroupsStatus => 10,
             CommandKind::MoveTopic => 13,
             CommandKind::Producers | CommandKind::StoredOffsets | CommandKind::DeleteOffsets => 14,
+            CommandKind::KafkaGroups => 15,
         }
     }
 
@@ -877,6 +892,7 @@ impl Command {
             Command::Describe { topic } | Command::Metadata { topic } => topic.as_deref(),
             Command::ClusterStatus
             | Command::GroupsStatus
+            | Command::KafkaGroups
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. } => None,
@@ -923,6 +939,7 @@ impl Command {
             | Command::Read { .. }
             | Command::ClusterStatus
             | Command::GroupsStatus
+            | Command::KafkaGroups
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
@@ -1024,6 +1041,7 @@ impl Command {
             | Command::OffsetForTime { .. }
             | Command::ClusterStatus
             | Command::GroupsStatus
+            | Command::KafkaGroups
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
@@ -1094,6 +1112,7 @@ impl Command {
             | Command::OffsetForTime { .. }
             | Command::ClusterStatus
             | Command::GroupsStatus
+            | Command::KafkaGroups
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
@@ -1149,6 +1168,7 @@ impl Command {
             | Command::OffsetForTime { .. }
             | Command::ClusterStatus
             | Command::GroupsStatus
+            | Command::KafkaGroups
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
@@ -1219,6 +1239,7 @@ impl Command {
             | Command::OffsetForTime { .. }
             | Command::ClusterStatus
             | Command::GroupsStatus
+            | Command::KafkaGroups
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
@@ -1319,6 +1340,7 @@ impl Command {
             | Command::OffsetForTime { .. }
             | Command::ClusterStatus
             | Command::GroupsStatus
+            | Command::KafkaGroups
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
@@ -1412,6 +1434,8 @@ pub enum Outcome {
     Producers(Vec<ProducerState>),
     /// [`Command::StoredOffsets`]: by partition, the offset the group stored there, if it did.
     StoredOffsets(Vec<Option<i64>>),
+    /// [`Command::KafkaGroups`]: the groups of Kafka's clients, sorted by name.
+    KafkaGroups(Vec<KafkaGroupDescription>),
 }
 
 /// How many records an [`Outcome`] stored, handed out, acknowledged or released: what a server
@@ -1480,6 +1504,7 @@ impl Outcome {
             | Outcome::TopicSettings(_)
             | Outcome::ClusterStatus(_)
             | Outcome::GroupsStatus(_)
+            | Outcome::KafkaGroups(_)
             | Outcome::Producers(_)
             | Outcome::StoredOffsets(_)
             | Outcome::Members(_)
@@ -1517,6 +1542,7 @@ impl Outcome {
             | Outcome::TopicSettings(_)
             | Outcome::ClusterStatus(_)
             | Outcome::GroupsStatus(_)
+            | Outcome::KafkaGroups(_)
             | Outcome::Producers(_)
             | Outcome::StoredOffsets(_)
             | Outcome::Members(_)
@@ -1560,6 +1586,7 @@ impl Outcome {
             | Outcome::TopicSettings(_)
             | Outcome::ClusterStatus(_)
             | Outcome::GroupsStatus(_)
+            | Outcome::KafkaGroups(_)
             | Outcome::Producers(_)
             | Outcome::StoredOffsets(_)
             | Outcome::Members(_)

@@ -98,6 +98,51 @@ impl GroupDescription {
     }
 }
 
+/// A consumer group of Kafka's clients, as the server's Kafka listener coordinates it
+/// ([`crate::Command::KafkaGroups`], protocol version 15). Its committed offsets are those of
+/// the broker's group of the same name on each topic, which a [`GroupDescription`] shows
+/// without members: its members joined through the Kafka listener, and are these.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaGroupDescription {
+    /// Group identifier.
+    pub name: String,
+    /// Its state, as Kafka names it: `PreparingRebalance`, `CompletingRebalance`, `Stable`
+    /// or `Empty`.
+    pub state: String,
+    /// The generation of its last rebalance (0 before the first).
+    pub generation: i32,
+    /// The protocol its members agreed on at the last rebalance: for Kafka's consumers, the
+    /// partition assignor (`range`, `roundrobin`, `cooperative-sticky`, ...); empty before
+    /// the first.
+    pub protocol: String,
+    /// Its members, sorted by id.
+    pub members: Vec<KafkaMemberDescription>,
+}
+
+/// One member of a consumer group of Kafka's clients.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaMemberDescription {
+    /// The member id the coordinator gave it.
+    pub member: String,
+    /// The client id its client connected with.
+    pub client_id: String,
+    /// Where its client connected from, as Kafka shows it (`/127.0.0.1`).
+    pub client_host: String,
+    /// The partitions its group's leader assigned it, by topic (sorted by name, each topic's
+    /// partitions ascending): empty while a rebalance runs, and for members whose assignment
+    /// is not a Kafka consumer's.
+    pub assignment: Vec<TopicPartitions>,
+}
+
+/// Partitions of one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicPartitions {
+    /// Topic identifier.
+    pub topic: String,
+    /// The partitions, ascending.
+    pub partitions: Vec<i32>,
+}
+
 /// One member of a group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberDescription {

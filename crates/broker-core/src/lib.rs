@@ -49,8 +49,9 @@ pub use command::{
     RecordParts, Scope,
 };
 pub use describe::{
-    BrokerDescription, GroupDescription, GroupPartitionDescription, MemberDescription,
-    PartitionDescription, TopicDescription,
+    BrokerDescription, GroupDescription, GroupPartitionDescription, KafkaGroupDescription,
+    KafkaMemberDescription, MemberDescription, PartitionDescription, TopicDescription,
+    TopicPartitions,
 };
 pub use duration::{duration_text, parse_duration, DurationError, MAX_DURATION};
 pub use error::BrokerError;

@@ -617,6 +617,7 @@ impl TryFrom<crate::Outcome> for Outcome {
             | Current::TopicSettings(_)
             | Current::ClusterStatus(_)
             | Current::GroupsStatus(_)
+            | Current::KafkaGroups(_)
             | Current::Producers(_)
             | Current::StoredOffsets(_)
             | Current::Members(_)

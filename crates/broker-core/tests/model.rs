@@ -1135,9 +1135,11 @@ impl Model {
                     end_offset: log.end(),
                 }))
             }
-            // A server answers these about its cluster; the broker's state refuses them.
+            // A server answers these about its cluster and its Kafka listener; the broker's
+            // state refuses them.
             Command::ClusterStatus
             | Command::GroupsStatus
+            | Command::KafkaGroups
             | Command::AddNode { .. }
             | Command::RemoveNode { .. }
             | Command::TransferLeadership { .. }
@@ -1725,6 +1727,7 @@ fn call(broker: &EventBroker, command: &Command, via_apply: bool) -> Result<Outc
             .map(Outcome::Read),
         Command::ClusterStatus
         | Command::GroupsStatus
+        | Command::KafkaGroups
         | Command::AddNode { .. }
         | Command::RemoveNode { .. }
         | Command::TransferLeadership { .. }

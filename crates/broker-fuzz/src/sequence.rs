@@ -98,14 +98,16 @@ fn dead_letter_topic() -> TopicName {
 /// flight (or the committed offset) of the state `now`, so that they reach the paths that change
 /// state.
 fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> Command {
-    // `PublishUntilFull` is made by the `PublishBatch` arm and `ConfigureTopic` by the
-    // `Create` arm, so that the kinds of the committed inputs stay what they were when they
-    // were added.
+    // `PublishUntilFull` is made by the `PublishBatch` arm, `ConfigureTopic` by the `Create`
+    // arm and `KafkaGroups` by the `ClusterStatus` arm, so that the kinds of the committed
+    // inputs stay what they were when they were added.
     let kinds: Vec<CommandKind> = CommandKind::iter()
         .filter(|kind| {
             !matches!(
                 kind,
-                CommandKind::PublishUntilFull | CommandKind::ConfigureTopic
+                CommandKind::PublishUntilFull
+                    | CommandKind::ConfigureTopic
+                    | CommandKind::KafkaGroups
             )
         })
         .collect();
@@ -243,7 +245,11 @@ fn next_command(input: &mut Input<'_>, now: &BrokerDescription, step: usize) -> 
         },
         // The broker's state refuses these (a server answers them about its cluster), and must
         // stay as it was.
-        CommandKind::ClusterStatus => Command::ClusterStatus,
+        // (By the step, not a byte of the input: the inputs committed before it read on.)
+        CommandKind::ClusterStatus | CommandKind::KafkaGroups if step % 2 == 1 => {
+            Command::KafkaGroups
+        }
+        CommandKind::ClusterStatus | CommandKind::KafkaGroups => Command::ClusterStatus,
         CommandKind::GroupsStatus => Command::GroupsStatus,
         CommandKind::AddNode => Command::AddNode {
             node_id: u64::from(input.byte() % 5),

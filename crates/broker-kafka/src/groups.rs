@@ -41,7 +41,14 @@ use kafka_protocol::ResponseError;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use broker_core::{KafkaGroupDescription, KafkaMemberDescription};
+
+use crate::assignment::assigned_partitions;
 use crate::ids::new_member_id;
+
+/// The protocol type of Kafka's consumers, whose assignments say which partitions each
+/// member consumes.
+pub(crate) const CONSUMER_PROTOCOL: &str = "consumer";
 
 /// The state DescribeGroups gives a group the coordinator does not know.
 pub(crate) const DEAD: &str = "Dead";
@@ -1121,6 +1128,45 @@ impl Coordinator {
         }
     }
 
+    /// Every group with its members, by name, as the server lists them for its native
+    /// clients: each member with the partitions the group's leader assigned it while the group
+    /// is stable and its members are Kafka consumers (protocol type `consumer`).
+    pub fn groups(&self) -> Vec<KafkaGroupDescription> {
+        let groups = self.lock_expired(None);
+        let mut listed: Vec<KafkaGroupDescription> = groups
+            .iter()
+            .map(|(name, group)| {
+                let assigned = matches!(group.phase, Phase::Stable)
+                    && group.protocol_type == CONSUMER_PROTOCOL;
+                KafkaGroupDescription {
+                    name: name.clone(),
+                    state: group.phase.name().to_owned(),
+                    generation: group.generation,
+                    protocol: group
+                        .round
+                        .as_ref()
+                        .map(|round| round.protocol.clone())
+                        .unwrap_or_default(),
+                    members: group
+                        .members
+                        .iter()
+                        .map(|(id, member)| KafkaMemberDescription {
+                            member: id.clone(),
+                            client_id: member.client_id.clone(),
+                            client_host: member.client_host.clone(),
+                            assignment: assigned
+                                .then(|| assigned_partitions(&member.assignment))
+                                .flatten()
+                                .unwrap_or_default(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        listed.sort_by(|a, b| a.name.cmp(&b.name));
+        listed
+    }
+
     /// Every group with its protocol type and state, by name.
     pub(crate) fn list(&self) -> Vec<(String, String, &'static str)> {
         let groups = self.lock_expired(None);
@@ -1187,6 +1233,50 @@ pub(crate) mod tests {
         let (_member, round) = joining.await.unwrap();
         assert_eq!(round.generation, 1);
         assert!(coordinator.turns.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn groups_are_listed_with_their_members_assignments_once_stable() {
+        let coordinator = Arc::new(Coordinator::default());
+        let (first, _) = coordinator.join("g", join("")).await.unwrap();
+        let mut connect = join("");
+        connect.protocol_type = "connect".into();
+        let (worker, _) = coordinator.join("workers", connect).await.unwrap();
+        let listed = coordinator.groups();
+        assert_eq!(
+            listed
+                .iter()
+                .map(|group| (group.name.as_str(), group.state.as_str(), group.generation))
+                .collect::<Vec<_>>(),
+            [
+                ("g", "CompletingRebalance", 1),
+                ("workers", "CompletingRebalance", 1)
+            ]
+        );
+        assert_eq!(listed[0].protocol, "range");
+        assert_eq!(listed[0].members[0].member, first);
+        assert_eq!(listed[0].members[0].client_id, "client");
+        assert!(listed[0].members[0].assignment.is_empty(), "not synced yet");
+        let assignment = crate::testing::consumer_assignment(1, &[("t", &[1, 0])]);
+        coordinator
+            .sync("g", &first, 1, vec![(first.clone(), assignment.clone())])
+            .await
+            .unwrap();
+        coordinator
+            .sync("workers", &worker, 1, vec![(worker.clone(), assignment)])
+            .await
+            .unwrap();
+        let listed = coordinator.groups();
+        assert_eq!(listed[0].state, "Stable");
+        assert_eq!(
+            listed[0].members[0].assignment,
+            [broker_core::TopicPartitions {
+                topic: "t".into(),
+                partitions: vec![0, 1]
+            }]
+        );
+        // Not a consumer's assignment: not read.
+        assert!(listed[1].members[0].assignment.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

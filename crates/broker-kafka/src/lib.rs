@@ -17,6 +17,7 @@
 //! - `batch`: Kafka's record batch format, read and written byte for byte;
 //! - `records`: Kafka's record batches to the broker's records and back;
 //! - `sequences`: idempotent producers' sequence numbers, which wrap, on the broker's;
+//! - `assignment`: a Kafka consumer's assignment, read to show who consumes what;
 //! - `errors`: the broker's refusals as Kafka error codes;
 //! - `configs`: Kafka's topic configs and the broker's topic settings;
 //! - `elsewhere`: a cluster node's answers to group requests while another node leads;
@@ -29,6 +30,7 @@
 //! as often as a record repeats it.
 
 mod apis;
+mod assignment;
 mod backend;
 mod batch;
 mod configs;

@@ -100,3 +100,28 @@ macro_rules! alone_in_memory {
 }
 
 pub(crate) use alone_in_memory;
+
+/// `assignment` as a Kafka consumer group's leader encodes it for SyncGroup at `version`
+/// (with some user data after it).
+pub(crate) fn consumer_assignment(version: i16, assignment: &[(&str, &[i32])]) -> bytes::Bytes {
+    use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
+    use kafka_protocol::messages::{ConsumerProtocolAssignment, TopicName};
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    let message = ConsumerProtocolAssignment::default()
+        .with_assigned_partitions(
+            assignment
+                .iter()
+                .map(|(topic, partitions)| {
+                    TopicPartition::default()
+                        .with_topic(TopicName(StrBytes::from_string((*topic).to_owned())))
+                        .with_partitions(partitions.to_vec())
+                })
+                .collect(),
+        )
+        .with_user_data(Some(bytes::Bytes::from_static(b"user data")));
+    let mut bytes = version.to_be_bytes().to_vec();
+    message
+        .encode(&mut bytes, version)
+        .expect("an assignment encodes");
+    bytes.into()
+}

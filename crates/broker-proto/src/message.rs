@@ -25,9 +25,9 @@ pub const MAX_HELLO_FRAME: usize = 64 * 1024;
 /// a cluster that spreads its topics over several; version 11 dead-letter topics named under
 /// Kafka's rules (`--names kafka`); version 12 the error code `Pending`; version 13 moving a
 /// topic to another Raft group; version 14 listing the idempotent producers a partition
-/// remembers. A command belongs to the version that added it
+/// remembers; version 15 listing the consumer groups of Kafka's clients. A command belongs to the version that added it
 /// ([`broker_core::Command::since_version`]).
-pub const PROTOCOL_VERSION: u16 = 14;
+pub const PROTOCOL_VERSION: u16 = 15;
 
 /// The oldest protocol version a server still speaks: a client asking for any version from
 /// this one to [`PROTOCOL_VERSION`] is answered in the version it asked for, byte for byte as

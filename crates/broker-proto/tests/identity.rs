@@ -9,9 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use broker_core::{
     v1, Assignor, BrokerDescription, BrokerMetadata, BrokerRecord, ClusterStatus, Command,
-    CommandKind, Discard, GroupSetting, GroupStatus, IntoEnumIterator, KeyHash, NodeRole, Outcome,
-    OutcomeKind, PartitionBatch, PartitionLag, PartitionRead, ProducerState, PublishRecord,
-    ResetTo, Retention, StartAt, TopicSetting,
+    CommandKind, Discard, GroupSetting, GroupStatus, IntoEnumIterator, KafkaGroupDescription,
+    KafkaMemberDescription, KeyHash, NodeRole, Outcome, OutcomeKind, PartitionBatch, PartitionLag,
+    PartitionRead, ProducerState, PublishRecord, ResetTo, Retention, StartAt, TopicPartitions,
+    TopicSetting,
 };
 use broker_proto::{config, ErrorKind, ErrorReply};
 use bytes::Bytes;
@@ -61,6 +62,7 @@ fn command(kind: CommandKind) -> Command {
     match kind {
         CommandKind::ClusterStatus => Command::ClusterStatus,
         CommandKind::GroupsStatus => Command::GroupsStatus,
+        CommandKind::KafkaGroups => Command::KafkaGroups,
         CommandKind::AddNode => Command::AddNode {
             node_id: 4,
             peer_addr: text(),
@@ -318,6 +320,21 @@ fn outcome(kind: OutcomeKind) -> Outcome {
             last_seen_ms: 0,
         }]),
         OutcomeKind::StoredOffsets => Outcome::StoredOffsets(vec![Some(3), None]),
+        OutcomeKind::KafkaGroups => Outcome::KafkaGroups(vec![KafkaGroupDescription {
+            name: text(),
+            state: "Stable".to_owned(),
+            generation: 1,
+            protocol: "range".to_owned(),
+            members: vec![KafkaMemberDescription {
+                member: text(),
+                client_id: text(),
+                client_host: "/127.0.0.1".to_owned(),
+                assignment: vec![TopicPartitions {
+                    topic: text(),
+                    partitions: vec![0],
+                }],
+            }],
+        }]),
         OutcomeKind::Members => Outcome::Members(Vec::new()),
         OutcomeKind::Metadata => Outcome::Metadata(BrokerMetadata::default()),
         OutcomeKind::Read => Outcome::Read(PartitionRead {

@@ -130,6 +130,7 @@ pub(crate) fn log_change(state: &BrokerState, command: &Command, outcome: &Outco
         | Command::Describe { .. }
         | Command::Producers { .. }
         | Command::StoredOffsets { .. }
+        | Command::KafkaGroups
         | Command::OffsetForTime { .. }
         | Command::Read { .. }
         | Command::CommitGroup { .. }

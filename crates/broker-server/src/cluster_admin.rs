@@ -1,6 +1,7 @@
 //! The commands a server answers about the cluster it is a node of ([`Scope::Cluster`]): what
 //! a node knows of the cluster, adding and removing nodes, handing the leadership over, and
-//! where clients find each topic.
+//! where clients find each topic; and the one it answers about its Kafka listener's groups
+//! ([`Scope::Server`]).
 //! They never reach the broker's state. Each is answered when done (adding a node waits for it
 //! to catch up with the log), possibly after answers to later requests of its connection.
 
@@ -29,7 +30,7 @@ const MEMBERSHIP_WAIT: Duration = Duration::from_secs(20);
 #[derive(Debug)]
 pub(crate) struct ClusterRequest {
     pub(crate) correlation_id: u64,
-    /// A command of [`Scope::Cluster`].
+    /// A command of [`Scope::Cluster`] or [`Scope::Server`].
     pub(crate) command: Command,
     pub(crate) permit: RequestPermit,
 }
@@ -69,6 +70,7 @@ async fn execute(shared: &Shared, command: Command) -> Result<Outcome, ErrorRepl
             in_cluster(cluster)?;
             Ok(Outcome::GroupsStatus(groups_status(shared)))
         }
+        Command::KafkaGroups => kafka_groups(shared, cluster),
         Command::AddNode {
             node_id,
             peer_addr,
@@ -201,6 +203,21 @@ async fn groups_follow(
 }
 
 /// The cluster, or the refusal of a server that runs alone.
+/// The groups of Kafka's clients, as this server's Kafka listener coordinates them: in a
+/// cluster only the first group's leader coordinates them (another node names it).
+fn kafka_groups(shared: &Shared, cluster: Option<&Cluster>) -> Result<Outcome, ErrorReply> {
+    match cluster {
+        Some(cluster) if !cluster.is_leader() => Err(ErrorReply::NotLeader {
+            // (A leader that lost its lease names itself: it is not to be asked again.)
+            leader: cluster
+                .leader()
+                .filter(|(node_id, _)| *node_id != cluster.node_id())
+                .map(|(_, node)| node.client_addr),
+        }),
+        _ => Ok(Outcome::KafkaGroups(shared.kafka.groups.groups())),
+    }
+}
+
 fn in_cluster(cluster: Option<&Cluster>) -> Result<&Cluster, ErrorReply> {
     cluster.ok_or_else(|| {
         ErrorReply::InvalidArgument(
@@ -356,7 +373,8 @@ async fn metadata_of_groups(
     Ok(Outcome::Metadata(BrokerMetadata { nodes, topics }))
 }
 
-/// Whether `command` is one the server answers about its cluster.
+/// Whether `command` is one the server answers itself: about its cluster, or about its Kafka
+/// listener's groups.
 pub(crate) fn is_about_the_cluster(command: &Command) -> bool {
-    command.kind().scope() == Scope::Cluster
+    command.kind().scope() != Scope::Broker
 }

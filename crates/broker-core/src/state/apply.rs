@@ -126,6 +126,10 @@ impl BrokerState {
                 "{} is answered by a server about its cluster, not by the broker's state",
                 command.kind().name()
             ))),
+            Command::KafkaGroups => Err(BrokerError::InvalidArgument(format!(
+                "{} is answered by a server about its Kafka listener, not by the broker's state",
+                command.kind().name()
+            ))),
             Command::RetryAfter {
                 topic,
                 group,

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use broker_core::{Command, Outcome, TopicDescription};
 
 use crate::errors::{code, coordinator_error};
-use crate::groups::{Join, DEAD};
+use crate::groups::{Join, CONSUMER_PROTOCOL, DEAD};
 use crate::native_groups::ADOPTION_LOOK_AGE;
 use crate::Backend;
 
@@ -42,9 +42,6 @@ fn millis(ms: i32) -> Duration {
 
 /// The state Kafka gives a group with committed offsets and no members.
 const EMPTY: &str = "Empty";
-
-/// The protocol type of Kafka's consumer groups.
-const CONSUMER: &str = "consumer";
 
 impl<B: Backend> Handler<'_, B> {
     pub(super) async fn join_group(
@@ -170,14 +167,15 @@ impl<B: Backend> Handler<'_, B> {
         since: Instant,
     ) -> Result<bool, ErrorReply> {
         let look = || async {
-            Ok::<_, ErrorReply>(self
-                .describe(None)
-                .await?
-                .into_iter()
-                .flat_map(|topic| topic.groups)
-                .filter(|described| !described.members.is_empty())
-                .map(|described| described.name)
-                .collect())
+            Ok::<_, ErrorReply>(
+                self.describe(None)
+                    .await?
+                    .into_iter()
+                    .flat_map(|topic| topic.groups)
+                    .filter(|described| !described.members.is_empty())
+                    .map(|described| described.name)
+                    .collect(),
+            )
         };
         let native = self.state.native_groups.seen_since(since, look).await?;
         Ok(native.contains(group))
@@ -281,7 +279,7 @@ impl<B: Backend> Handler<'_, B> {
                         && memberless.iter().any(|name| name == group.as_str())
                     {
                         described.state = EMPTY;
-                        described.protocol_type = CONSUMER.to_owned();
+                        described.protocol_type = CONSUMER_PROTOCOL.to_owned();
                     }
                     DescribedGroup::default()
                         .with_group_id(group.clone())
@@ -313,7 +311,7 @@ impl<B: Backend> Handler<'_, B> {
         let mut listed = self.state.groups.list();
         for name in self.memberless_groups().await {
             if !listed.iter().any(|(group, _, _)| *group == name) {
-                listed.push((name, CONSUMER.to_owned(), EMPTY));
+                listed.push((name, CONSUMER_PROTOCOL.to_owned(), EMPTY));
             }
         }
         let wanted = &request.states_filter;
