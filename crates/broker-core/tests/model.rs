@@ -3064,6 +3064,43 @@ fn deliveries_answer_the_same_whatever_was_read_ahead() {
         .is_none());
 }
 
+/// A poll reads ahead only the records its byte budget takes (the first always, each whole),
+/// not one per partition it owns: a poll of many partitions of large records with a small
+/// budget reads one of them, and answers exactly as it would have.
+#[test]
+fn a_poll_reads_ahead_only_what_its_byte_budget_takes() {
+    let (store, broker) = cold_broker_with_member(8);
+    for partition in 0..8 {
+        broker.publish("t", partition, vec![b'x'; 1000]).unwrap();
+    }
+    store.evict_from(&broker, 2);
+    let poll = |max_bytes| Command::Poll {
+        topic: "t".into(),
+        group: "g".into(),
+        member: "m".into(),
+        max_records: 8,
+        max_bytes,
+    };
+    for (max_bytes, records) in [(Some(10), 1), (Some(2100), 2), (Some(3200), 3), (None, 8)] {
+        let poll = poll(max_bytes);
+        let ahead = broker
+            .with_state(|state| state.cold_reads_of(&poll))
+            .expect("the next records are on the cold store")
+            .read();
+        assert_eq!(ahead.len(), records, "a budget of {max_bytes:?}");
+        let expected = broker.with_state(|state| state.clone().apply(poll.clone()));
+        let at = broker.with_state(|state| state.read_ahead(ahead));
+        let polled = broker.with_state(|state| state.clone().apply(poll.clone()));
+        broker.with_state(|state| state.forget_read_ahead(at));
+        assert_eq!(polled, expected);
+        assert_eq!(
+            polled.unwrap().records().map(<[_]>::len),
+            Some(records),
+            "a budget of {max_bytes:?}"
+        );
+    }
+}
+
 /// A record just past a delivery's byte budget is never read, so its damage cannot fail the
 /// delivery, with its records read ahead or not: reading ahead takes only its size.
 #[test]

@@ -28,8 +28,12 @@ use crate::Command;
 #[derive(Debug)]
 pub struct ColdReads {
     runs: Vec<PlannedRun>,
-    /// The byte budget shared by the runs in order: a fetch's (a poll reads its records whole).
+    /// The byte budget shared by the runs in order.
     max_bytes: Option<u64>,
+    /// Whether the runs are a poll's, one record each, which it takes whole while the budget
+    /// has room for it (the first always): a record the budget has no room for ends the
+    /// reading (a fetch's budget ends within a run).
+    whole_records: bool,
 }
 
 /// One partition's part of [`ColdReads`].
@@ -79,10 +83,27 @@ impl ColdReads {
         let mut left = self.max_bytes;
         let mut read = ReadAhead::default();
         for run in self.runs {
-            if left == Some(0) {
+            // The first record is taken whatever the budget: it is read whole, and the others
+            // only while there is room for them.
+            let first = read.runs.is_empty();
+            let budget = match self.whole_records {
+                true => None,
+                false => left,
+            };
+            let room = match (self.whole_records, left) {
+                (_, None) => true,
+                (true, Some(_)) if first => true,
+                // A poll's next record: its size, from the index alone, says whether it fits.
+                (true, Some(left)) => run
+                    .store
+                    .bytes(run.log, run.offsets.clone())
+                    .is_ok_and(|size| size <= left),
+                (false, Some(left)) => left > 0,
+            };
+            if !room {
                 break;
             }
-            let Ok(records) = run.store.read(run.log, run.offsets.clone(), left) else {
+            let Ok(records) = run.store.read(run.log, run.offsets.clone(), budget) else {
                 break;
             };
             let bytes: u64 = records.iter().map(crate::image::RecordImage::size).sum();
@@ -151,12 +172,11 @@ impl BrokerState {
                 })
             })
             .collect();
-        // A poll reads each partition's record whole, and spends its byte budget after.
-        let max_bytes = match delivery.kind {
-            DeliveryKind::Fetch => delivery.max_bytes,
-            DeliveryKind::Poll { .. } => None,
-        };
-        (!runs.is_empty()).then_some(ColdReads { runs, max_bytes })
+        (!runs.is_empty()).then_some(ColdReads {
+            runs,
+            max_bytes: delivery.max_bytes,
+            whole_records: matches!(delivery.kind, DeliveryKind::Poll { .. }),
+        })
     }
 
     /// Whether `command` may deliver records if applied now: `false` only for a delivery
