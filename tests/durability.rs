@@ -1596,3 +1596,66 @@ async fn group_members_behind_the_last_checkpoint_read_their_records_from_disk()
         published.len()
     );
 }
+
+/// A waiting fetch that records on disk become eligible for (a reset of its group to the
+/// earliest record) reads them before it takes the lock, as a fetch arriving then would
+/// (`broker_records_read_ahead_total` counts them), rather than under the lock every other
+/// call of the topic waits on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_fetch_reads_ahead_the_records_on_disk_a_reset_makes_eligible() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = |dir: &Path| {
+        ServerProcess::start(&[
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+    };
+    let mut server = start(dir.path());
+    let admin = limits_topic(&server, 1).await;
+    let records = (0..30)
+        .map(|n| PublishRecord::keyed(None, format!("record {n}").into_bytes()))
+        .collect::<Vec<_>>();
+    admin.publish_batch(TOPIC, records).await.unwrap();
+    drop(admin);
+    // A graceful stop checkpoints: after the restart, every record is in a segment file.
+    assert!(server.terminate(PATIENCE).success());
+    let server = start(dir.path());
+    let read_ahead = || {
+        let (_, _, metrics) =
+            broker_testkit::http::get(server.metrics_addr.unwrap(), "/metrics", "");
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix("broker_records_read_ahead_total "))
+            .and_then(|value| value.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let client = connect(&server).await;
+    client.join(TOPIC, "g", "m").await.unwrap();
+    assert_eq!(client.fetch(TOPIC, "g", "m", 30).await.unwrap().len(), 30);
+    assert_eq!(read_ahead(), 30.0);
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .fetch_wait(TOPIC, "g", "m", 30, Duration::from_secs(15))
+                .await
+        })
+    };
+    // Parked: it found nothing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished());
+    let admin = connect(&server).await;
+    admin
+        .reset_group(TOPIC, "g", None, broker_client::ResetTo::Earliest)
+        .await
+        .unwrap();
+    let fetched = tokio::time::timeout(PATIENCE, waiting)
+        .await
+        .expect("the waiting fetch is answered once the reset made records eligible")
+        .unwrap()
+        .unwrap();
+    assert_eq!(fetched.len(), 30);
+    assert_eq!(read_ahead(), 60.0, "the retry read its records ahead");
+}

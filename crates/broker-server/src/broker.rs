@@ -224,12 +224,17 @@ impl BrokerGuard<'_> {
     }
 
     /// Applies `command` without any session bookkeeping: for the server's own changes, such as
-    /// removing a member whose session expired.
-    pub(crate) fn apply(&mut self, command: Command) -> Executed {
+    /// removing a member whose session expired. Topics whose waiters may find records now
+    /// because records moved to dead-letter topics are added to `wake`.
+    pub(crate) fn apply(&mut self, command: Command, wake: &mut Vec<String>) -> Executed {
         let failed_before = self.locked.state.failure().is_some();
         let executed = apply(&mut self.locked.state, self.journal, self.now_ms, command);
         self.report_storage_error(failed_before, &executed.result);
-        self.take_dead_letters();
+        for topic in self.take_dead_letters() {
+            if !wake.contains(&topic) {
+                wake.push(topic);
+            }
+        }
         executed
     }
 
@@ -268,27 +273,32 @@ impl BrokerGuard<'_> {
     }
 
     /// Logs and counts the records the last change moved to dead-letter topics (or could not);
-    /// returns the topics that took records.
+    /// returns the topics whose waiting consumers may find records now: each dead-letter topic
+    /// that took a record, and the topic each came from (its group's next record there is
+    /// eligible once it is gone, or the record again when its dead-letter topic refused it;
+    /// a poll that dead-letters the record it would have redelivered delivers neither).
     fn take_dead_letters(&mut self) -> Vec<String> {
         let moved = self.locked.state.take_dead_letters();
-        moved
-            .into_iter()
-            .filter_map(|moved| {
-                if self.audited {
-                    crate::audit::log_dead_letter(&moved);
+        let mut topics: Vec<String> = Vec::new();
+        for moved in moved {
+            if self.audited {
+                crate::audit::log_dead_letter(&moved);
+            }
+            let stored = moved.stored_at.is_some();
+            match stored {
+                true => self.locked.dead_lettered += 1,
+                false => self.locked.dead_letters_refused += 1,
+            }
+            for topic in [Some(moved.topic), stored.then_some(moved.dead_letter)]
+                .into_iter()
+                .flatten()
+            {
+                if !topics.contains(&topic) {
+                    topics.push(topic);
                 }
-                match moved.stored_at {
-                    Some(_) => {
-                        self.locked.dead_lettered += 1;
-                        Some(moved.dead_letter)
-                    }
-                    None => {
-                        self.locked.dead_letters_refused += 1;
-                        None
-                    }
-                }
-            })
-            .collect()
+            }
+        }
+        topics
     }
 
     /// Records moved to dead-letter topics since the server started, and records their
@@ -744,6 +754,56 @@ mod tests {
             .collect();
         keys.sort();
         keys
+    }
+
+    /// A poll that finds its member's delivery overdue with no delivery left moves the record
+    /// to the dead-letter topic and delivers nothing: it wakes the dead-letter topic's waiters
+    /// and its own topic's, whose next record is eligible now (a waiting poll of the member
+    /// would otherwise wait out its time, nothing else waking it).
+    #[test]
+    fn a_poll_that_dead_letters_a_record_wakes_its_topic_and_the_dead_letter_topic() {
+        let broker = broker_with_topics(&["t"]);
+        let mut guard = broker.lock();
+        let mut wake = Vec::new();
+        let mut apply = |now_ms: i64, command: Command| {
+            wake.clear();
+            let outcome = guard.apply_committed(now_ms, command, &mut wake).unwrap();
+            (outcome, wake.clone())
+        };
+        for payload in ["r0", "r1"] {
+            let publish = Command::Publish {
+                topic: "t".into(),
+                partition: 0,
+                payload: payload.into(),
+            };
+            apply(0, publish);
+        }
+        let settings = vec![
+            broker_core::GroupSetting::AckTimeoutMs(1000),
+            broker_core::GroupSetting::MaxDeliveries(1),
+            broker_core::GroupSetting::DeadLetter(broker_core::TopicName::new("d").unwrap()),
+        ];
+        let join = Command::Join {
+            topic: "t".into(),
+            group: "g".into(),
+            member: "m".into(),
+            assignor: None,
+            settings,
+        };
+        apply(0, join);
+        let poll = || Command::Poll {
+            topic: "t".into(),
+            group: "g".into(),
+            member: "m".into(),
+            max_records: 1,
+            max_bytes: None,
+        };
+        let (first, _) = apply(1000, poll());
+        assert_eq!(first.records().map(<[_]>::len), Some(1));
+        // Past the timeout, before a tick let it pass.
+        let (second, woken) = apply(5000, poll());
+        assert_eq!(second.records().map(<[_]>::len), Some(0));
+        assert_eq!(woken, ["t", "d"]);
     }
 
     #[test]

@@ -94,7 +94,7 @@ fn remove(shared: &Shared, why: Removal, select: impl Fn(&Sessions) -> Vec<Membe
         // While the log refuses entries every leave would fail: skip straight to retrying.
         if broker.is_writable() {
             for key in &gone {
-                match broker.apply(key.leave()).result {
+                match broker.apply(key.leave(), &mut topics).result {
                     Err(ErrorReply::Storage(cause)) => {
                         // The log stopped taking entries, and then refuses every one.
                         warn!(

@@ -681,7 +681,7 @@ mod tests {
     /// Applies `command` where the shards send it; its shard and answer.
     fn apply(shards: &Shards, command: Command) -> (usize, Result<Outcome, ErrorReply>) {
         let execute = |broker: &Broker, command: Command| {
-            let executed = broker.lock().apply(command);
+            let executed = broker.lock().apply(command, &mut Vec::new());
             (executed.result, ())
         };
         match shards.route(&command) {

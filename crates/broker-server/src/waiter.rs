@@ -13,7 +13,7 @@ use broker_proto::ErrorReply;
 use tokio::time::{self, Instant};
 
 use crate::answers;
-use crate::broker::{storage_reply, BrokerGuard, Executed};
+use crate::broker::{read_ahead, storage_reply, BrokerGuard, Executed};
 use crate::replicated;
 use crate::reply::{Parked, ReplyTo};
 use crate::sessions::ParkedIn;
@@ -86,12 +86,30 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
             let cluster = shared.cluster().map(|_| shared.group(shard));
             let Executed { result, entry } = match cluster {
                 None => {
+                    // Records on disk the retry would take are read first, with the lock let go.
+                    let planned = shared.shards.get(shard).lock().cold_reads_of(&attempt);
+                    let ahead = match planned {
+                        Some(planned) => read_ahead(vec![planned], shared.metrics.as_deref())
+                            .await
+                            .pop(),
+                        None => None,
+                    };
+                    // A retry that moved a record to its dead-letter topic wakes that topic's
+                    // waiters, and its own topic's: this one among them, when the record it
+                    // released is gone and the partition's next is eligible.
+                    let mut wake = Vec::new();
                     let mut broker = shared.shards.get(shard).lock();
                     let now = Instant::now();
-                    // A retried poll wakes nobody.
-                    let executed =
-                        broker.execute(attempt, reply_to.connection, now, &mut Vec::new());
+                    let connection = reply_to.connection;
+                    let executed = match ahead {
+                        Some(ahead) => {
+                            broker.execute_with(ahead, attempt, connection, now, &mut wake)
+                        }
+                        None => broker.execute(attempt, connection, now, &mut wake),
+                    };
                     stop_protecting(&mut broker, &executed.result, &mut session, now);
+                    drop(broker);
+                    shared.signals.wake(&wake);
                     executed
                 }
                 // A group this node no longer hosts: another node may.
