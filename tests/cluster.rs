@@ -565,6 +565,19 @@ async fn a_leader_reads_the_records_on_disk_a_delivery_takes_before_it_applies_i
     // late to evict them leaves fewer, a proposal refused and tried again more).
     let read = metric(&nodes, leader, "records_read_ahead_total");
     assert!(read > 0.0 && read <= 800.0, "{read} records read ahead");
+    // A read from an offset (a log entry, as every call) reads its records on disk ahead too.
+    let partition = client.read("t", 0, 0, 50, Duration::ZERO).await.unwrap();
+    assert!(!partition.records.is_empty());
+    assert!(partition
+        .records
+        .iter()
+        .all(|record| record.payload.starts_with(b"on-disk-")));
+    let after_read = metric(&nodes, leader, "records_read_ahead_total");
+    assert!(
+        after_read >= read + partition.records.len() as f64,
+        "{read} then {after_read} records read ahead, for a read of {}",
+        partition.records.len()
+    );
 }
 
 /// The value of the metric `broker_<name>` (one without labels) on node `index`.

@@ -3064,6 +3064,54 @@ fn deliveries_answer_the_same_whatever_was_read_ahead() {
         .is_none());
 }
 
+/// A read of records on the cold store can have them read ahead too (a cluster applies reads
+/// from its log), and takes them from what was read, answering exactly as without.
+#[test]
+fn a_read_takes_its_records_from_what_was_read_ahead() {
+    let (store, broker) = cold_broker_with_member(1);
+    for n in 0..10 {
+        broker
+            .publish("t", 0, format!("record {n}").into_bytes())
+            .unwrap();
+    }
+    store.evict_from(&broker, 2);
+    let reads = || store.reads.load(std::sync::atomic::Ordering::Relaxed);
+    for (offset, max_records, max_bytes) in [(0, 10, None), (3, 4, None), (0, 10, Some(30))] {
+        let read = Command::Read {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            max_records,
+            max_bytes,
+        };
+        let expected = broker.with_state(|state| state.clone().apply(read.clone()));
+        let ahead = broker
+            .with_state(|state| state.cold_reads_of(&read))
+            .expect("the records are on the cold store")
+            .read();
+        assert!(!ahead.is_empty());
+        let before = reads();
+        let at = broker.with_state(|state| state.read_ahead(ahead));
+        let answered = broker.apply(read.clone());
+        broker.with_state(|state| state.forget_read_ahead(at));
+        assert_eq!(answered, expected, "from {offset}");
+        assert_eq!(reads(), before, "from {offset}: read from the store");
+    }
+    // Past the end, or a count the read refuses: nothing to read ahead.
+    for (offset, max_records) in [(11, 10), (0, 0)] {
+        let read = Command::Read {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            max_records,
+            max_bytes: None,
+        };
+        assert!(broker
+            .with_state(|state| state.cold_reads_of(&read))
+            .is_none());
+    }
+}
+
 /// A poll reads ahead only the records its byte budget takes (the first always, each whole),
 /// not one per partition it owns: a poll of many partitions of large records with a small
 /// budget reads one of them, and answers exactly as it would have.

@@ -1,7 +1,8 @@
 //! Reading a delivery's records on disk before the state's lock is taken to apply it.
 //!
 //! A delivery to a group member (`Fetch`, `Poll`, `AckAndPoll`, `Redeliver`) changes the state
-//! and reads records: those evicted to the cold store are read while the caller holds the
+//! and reads records (a `Read` only reads them, but in a cluster it is applied from the log as
+//! every command is): those evicted to the cold store are read while the caller holds the
 //! state, and every other call waits meanwhile. A caller that would rather read them first
 //! asks the state where they lie ([`BrokerState::cold_reads_of`], which changes nothing), lets
 //! the state go, reads them ([`ColdReads::read`]), takes the state again and hands them over
@@ -20,7 +21,7 @@ use super::group::is_overdue;
 use super::log::{PartitionLog, ReadAheadRun, StoredRecord};
 use super::BrokerState;
 use crate::cold::{ColdStore, LogId};
-use crate::validate::{check_fetch_max_records, check_poll_max_records};
+use crate::validate::{check_fetch_max_records, check_offset, check_poll_max_records};
 use crate::Command;
 
 /// Where the records a delivery would take from the cold store lie, by the state when it was
@@ -154,9 +155,19 @@ impl ReadAhead {
 impl BrokerState {
     /// Where the records `command` would deliver from the cold store lie, if it is a delivery
     /// (`Fetch`, `Poll`, `AckAndPoll`, `Redeliver`) whose next records, by the state now, were
-    /// evicted: to read before applying it (see the module's documentation). Changes nothing,
-    /// and reads nothing.
+    /// evicted, or a `Read` of records that were: to read before applying it (see the module's
+    /// documentation). Changes nothing, and reads nothing.
     pub fn cold_reads_of(&self, command: &Command) -> Option<ColdReads> {
+        if let Command::Read {
+            topic,
+            partition,
+            offset,
+            max_records,
+            max_bytes,
+        } = command
+        {
+            return self.cold_reads_of_read(topic, *partition, *offset, *max_records, *max_bytes);
+        }
         let delivery = Delivery::of(command)?;
         let runs: Vec<PlannedRun> = self
             .delivered_ranges(&delivery)?
@@ -176,6 +187,43 @@ impl BrokerState {
             runs,
             max_bytes: delivery.max_bytes,
             whole_records: matches!(delivery.kind, DeliveryKind::Poll { .. }),
+        })
+    }
+
+    /// Where the records a `Read` of `partition` of `topic` from `offset` would take from the
+    /// cold store lie (as [`BrokerState::begin_read`] finds them); `None` for a read the state
+    /// would refuse, or that takes nothing from the cold store.
+    fn cold_reads_of_read(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_records: i32,
+        max_bytes: Option<u64>,
+    ) -> Option<ColdReads> {
+        check_offset(offset).ok()?;
+        check_fetch_max_records(max_records).ok()?;
+        let state = self.topics.get(topic)?;
+        let index = state.partition(partition).ok()?;
+        let log = &state.partitions[index];
+        if offset > log.end() {
+            return None;
+        }
+        let first = offset.max(log.base);
+        let run = log.cold_run(
+            first,
+            log.run_end(first, usize::try_from(max_records).ok()?),
+        )?;
+        Some(ColdReads {
+            runs: vec![PlannedRun {
+                topic: topic.to_owned(),
+                partition: index,
+                store: Arc::clone(&run.store),
+                log: run.id,
+                offsets: run.offsets,
+            }],
+            max_bytes,
+            whole_records: false,
         })
     }
 
