@@ -1582,19 +1582,23 @@ async fn group_members_behind_the_last_checkpoint_read_their_records_from_disk()
         }
     }
     assert_eq!(polled, published);
+    // Every record delivered was on disk, and read ahead once for each group: no more.
+    assert_eq!(
+        records_read_ahead(&server),
+        2.0 * published.len() as f64,
+        "records read ahead for {} delivered twice",
+        published.len()
+    );
+}
+
+/// `broker_records_read_ahead_total` of `server` (started with `--metrics-listen`).
+fn records_read_ahead(server: &ServerProcess) -> f64 {
     let (_, _, metrics) = broker_testkit::http::get(server.metrics_addr.unwrap(), "/metrics", "");
-    let read_ahead = metrics
+    metrics
         .lines()
         .find_map(|line| line.strip_prefix("broker_records_read_ahead_total "))
         .and_then(|value| value.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    // Every record delivered was on disk, and read ahead once for each group: no more.
-    assert_eq!(
-        read_ahead,
-        2.0 * published.len() as f64,
-        "records read ahead for {} delivered twice:\n{metrics}",
-        published.len()
-    );
+        .unwrap_or(0.0)
 }
 
 /// A waiting fetch that records on disk become eligible for (a reset of its group to the
@@ -1622,19 +1626,10 @@ async fn a_waiting_fetch_reads_ahead_the_records_on_disk_a_reset_makes_eligible(
     // A graceful stop checkpoints: after the restart, every record is in a segment file.
     assert!(server.terminate(PATIENCE).success());
     let server = start(dir.path());
-    let read_ahead = || {
-        let (_, _, metrics) =
-            broker_testkit::http::get(server.metrics_addr.unwrap(), "/metrics", "");
-        metrics
-            .lines()
-            .find_map(|line| line.strip_prefix("broker_records_read_ahead_total "))
-            .and_then(|value| value.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
     let client = connect(&server).await;
     client.join(TOPIC, "g", "m").await.unwrap();
     assert_eq!(client.fetch(TOPIC, "g", "m", 30).await.unwrap().len(), 30);
-    assert_eq!(read_ahead(), 30.0);
+    assert_eq!(records_read_ahead(&server), 30.0);
     let waiting = {
         let client = client.clone();
         tokio::spawn(async move {
@@ -1657,5 +1652,9 @@ async fn a_waiting_fetch_reads_ahead_the_records_on_disk_a_reset_makes_eligible(
         .unwrap()
         .unwrap();
     assert_eq!(fetched.len(), 30);
-    assert_eq!(read_ahead(), 60.0, "the retry read its records ahead");
+    assert_eq!(
+        records_read_ahead(&server),
+        60.0,
+        "the retry read its records ahead"
+    );
 }
