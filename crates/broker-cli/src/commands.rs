@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use broker_client::{
-    Assignor, BrokerRecord, Client, Consumer, ConsumerStatus, Delivery, Discard, Error, ErrorReply,
-    GroupDescription, GroupSetting, GroupSettings, Header, KafkaGroupDescription, KeyHash,
-    PublishRecord, ResetTo, StartAt, TopicSetting, TopicSettings, MAX_POLL_RECORDS,
+    Assignor, BrokerRecord, Client, Consumer, ConsumerStatus, Delivery, Discard, Error,
+    GroupDescription, GroupSetting, GroupSettings, Header, KeyHash, PublishRecord, ResetTo,
+    StartAt, TopicSetting, TopicSettings, MAX_POLL_RECORDS,
 };
 
 use crate::connect::Server;
@@ -1222,10 +1222,12 @@ async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()> {
         },
         None => client.describe().await?,
     };
-    let kafka = kafka_groups(client).await.unwrap_or_else(|error| {
-        eprintln!("warning: the members of Kafka's consumer groups are not shown: {error}");
-        Vec::new()
-    });
+    let kafka = crate::kafka_groups::kafka_groups(client)
+        .await
+        .unwrap_or_else(|error| {
+            eprintln!("warning: the members of Kafka's consumer groups are not shown: {error}");
+            Vec::new()
+        });
     if args.json {
         let mut json = serde_json::to_value(&description)?;
         // Only where Kafka's clients joined groups: the shape stays as it was otherwise.
@@ -1237,16 +1239,6 @@ async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()> {
         print!("{}", output::description_text(&description, &kafka));
     }
     Ok(())
-}
-
-/// The consumer groups Kafka's clients joined through the server's Kafka listener, to show
-/// with the broker's groups: none from a server before protocol version 15, which does not
-/// know the call.
-pub(crate) async fn kafka_groups(client: &Client) -> Result<Vec<KafkaGroupDescription>, Error> {
-    match client.kafka_groups().await {
-        Err(Error::Server(ErrorReply::MalformedRequest(_))) => Ok(Vec::new()),
-        answered => answered,
-    }
 }
 
 /// The error for `group`, which `topic` does not have, naming the groups it has.

@@ -15,6 +15,7 @@ mod cli;
 mod cluster;
 mod commands;
 mod connect;
+mod kafka_groups;
 mod output;
 mod retention;
 mod size;

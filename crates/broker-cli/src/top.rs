@@ -150,7 +150,7 @@ async fn sample(client: &Client, metrics: Option<&str>) -> anyhow::Result<Sample
     let description = client.describe().await?;
     // (A view without them, when the server cannot say now, rather than a warning over the
     // screen: the next look asks again.)
-    let kafka = crate::commands::kafka_groups(client)
+    let kafka = crate::kafka_groups::kafka_groups(client)
         .await
         .unwrap_or_default();
     let metrics = match metrics {

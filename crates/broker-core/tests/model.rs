@@ -3149,6 +3149,40 @@ fn a_poll_reads_ahead_only_what_its_byte_budget_takes() {
     }
 }
 
+/// A poll's records in memory spend its byte budget before those it would read ahead: with
+/// its first record in memory, a record on the cold store its budget has no room for after it
+/// is not read ahead (it is not the poll's first, which comes whatever the budget).
+#[test]
+fn a_polls_records_in_memory_spend_its_budget_before_those_read_ahead() {
+    let (store, broker) = cold_broker_with_member(4);
+    for partition in 1..4 {
+        broker.publish("t", partition, vec![b'x'; 1000]).unwrap();
+    }
+    store.evict_from(&broker, 2);
+    broker.publish("t", 0, vec![b'y'; 1000]).unwrap();
+    let poll = |max_bytes| Command::Poll {
+        topic: "t".into(),
+        group: "g".into(),
+        member: "m".into(),
+        max_records: 4,
+        max_bytes,
+    };
+    for (max_bytes, read_ahead, polled) in [(Some(10), 0, 1), (Some(2100), 1, 2), (None, 3, 4)] {
+        let poll = poll(max_bytes);
+        let ahead = broker
+            .with_state(|state| state.cold_reads_of(&poll))
+            .expect("records are on the cold store")
+            .read();
+        assert_eq!(ahead.len(), read_ahead, "a budget of {max_bytes:?}");
+        let answered = broker.with_state(|state| state.clone().apply(poll.clone()));
+        assert_eq!(
+            answered.unwrap().records().map(<[_]>::len),
+            Some(polled),
+            "a budget of {max_bytes:?}"
+        );
+    }
+}
+
 /// A record just past a delivery's byte budget is never read, so its damage cannot fail the
 /// delivery, with its records read ahead or not: reading ahead takes only its size.
 #[test]

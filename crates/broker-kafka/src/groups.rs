@@ -523,6 +523,32 @@ pub struct Coordinator {
     /// requests arrive late) is not taken back in, as Kafka keeps an empty group's generation.
     /// At most `max_groups`, each for [`FORGOTTEN_FOR`].
     forgotten: Mutex<HashMap<String, (i32, Instant)>>,
+    /// The group names JoinGroups have claimed while they check for native members (see
+    /// [`Coordinator::claim`]), with how many claim each: at most one a connection.
+    claims: Mutex<HashMap<String, usize>>,
+}
+
+/// A JoinGroup's claim on a group name ([`Coordinator::claim`]), given up when dropped.
+#[derive(Debug)]
+pub(crate) struct Claim<'a> {
+    coordinator: &'a Coordinator,
+    group: String,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        let mut claims = self
+            .coordinator
+            .claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = claims.get_mut(&self.group) {
+            *count -= 1;
+            if *count == 0 {
+                claims.remove(&self.group);
+            }
+        }
+    }
 }
 
 impl Default for Coordinator {
@@ -544,6 +570,25 @@ impl Coordinator {
             max_groups,
             max_members,
             forgotten: Mutex::new(HashMap::new()),
+            claims: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Claims `group`'s name for a member about to join through the Kafka listener: until the
+    /// claim is dropped, [`Coordinator::has_members`] says the group has members. A group name
+    /// is used by one protocol at a time; the member looks for native members of the group
+    /// only once it holds the claim, and a server applies a native join only if
+    /// `has_members` says no at that moment, so one of the two always sees the other.
+    pub(crate) fn claim(&self, group: &str) -> Claim<'_> {
+        *self
+            .claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(group.to_owned())
+            .or_default() += 1;
+        Claim {
+            coordinator: self,
+            group: group.to_owned(),
         }
     }
 
@@ -719,8 +764,8 @@ impl Coordinator {
         self.changed.notify_waiters();
     }
 
-    /// Whether `group` has members that joined through Kafka's protocol (so that a native
-    /// client may not join it).
+    /// Whether `group` has members that joined through Kafka's protocol, or a member is
+    /// joining it (see [`Coordinator::claim`]): then a native client may not join it.
     pub fn has_members(&self, group: &str) -> bool {
         let now = Instant::now();
         let mut groups = self.lock();
@@ -735,6 +780,11 @@ impl Coordinator {
             self.changed.notify_waiters();
         }
         members
+            || self
+                .claims
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains_key(group)
     }
 
     /// Joins `group`: waits until the rebalance it starts (or finds under way) completes, and
@@ -1130,15 +1180,16 @@ impl Coordinator {
 
     /// Every group with its members, by name, as the server lists them for its native
     /// clients: each member with the partitions the group's leader assigned it while the group
-    /// is stable and its members are Kafka consumers (protocol type `consumer`).
+    /// is stable and its members are Kafka consumers (protocol type `consumer`). The
+    /// assignments are read once the groups' lock is let go (they take what a client sent).
     pub fn groups(&self) -> Vec<KafkaGroupDescription> {
         let groups = self.lock_expired(None);
-        let mut listed: Vec<KafkaGroupDescription> = groups
+        let mut copied: Vec<(KafkaGroupDescription, Vec<Option<Bytes>>)> = groups
             .iter()
             .map(|(name, group)| {
                 let assigned = matches!(group.phase, Phase::Stable)
                     && group.protocol_type == CONSUMER_PROTOCOL;
-                KafkaGroupDescription {
+                let description = KafkaGroupDescription {
                     name: name.clone(),
                     state: group.phase.name().to_owned(),
                     generation: group.generation,
@@ -1154,14 +1205,30 @@ impl Coordinator {
                             member: id.clone(),
                             client_id: member.client_id.clone(),
                             client_host: member.client_host.clone(),
-                            assignment: assigned
-                                .then(|| assigned_partitions(&member.assignment))
-                                .flatten()
-                                .unwrap_or_default(),
+                            assignment: Vec::new(),
                         })
                         .collect(),
-                }
+                };
+                let assignments = group
+                    .members
+                    .values()
+                    .map(|member| assigned.then(|| member.assignment.clone()))
+                    .collect();
+                (description, assignments)
             })
+            .collect();
+        drop(groups);
+        for (description, assignments) in &mut copied {
+            for (member, assignment) in description.members.iter_mut().zip(assignments.iter()) {
+                member.assignment = assignment
+                    .as_deref()
+                    .and_then(assigned_partitions)
+                    .unwrap_or_default();
+            }
+        }
+        let mut listed: Vec<KafkaGroupDescription> = copied
+            .into_iter()
+            .map(|(description, _)| description)
             .collect();
         listed.sort_by(|a, b| a.name.cmp(&b.name));
         listed

@@ -67,7 +67,7 @@ pub struct KafkaState {
     /// Where idempotent producers near the wrap of their sequence numbers stand.
     pub sequences: ProducerSequences,
     /// The broker's groups with native members, as last looked at.
-    native_groups: native_groups::NativeGroups,
+    native_groups: native_groups::NativeGroups<broker_proto::ErrorReply>,
 }
 
 impl KafkaState {

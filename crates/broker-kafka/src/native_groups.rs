@@ -19,24 +19,35 @@ use tokio::time::Instant;
 /// leaves open anyway.
 pub(crate) const ADOPTION_LOOK_AGE: Duration = Duration::from_secs(1);
 
-/// The last look at the broker's groups with native members.
-#[derive(Debug, Default)]
-pub(crate) struct NativeGroups {
-    last: tokio::sync::Mutex<Option<Look>>,
-}
-
-/// One look: the names of the groups that had native members, and when the look began.
+/// The last look at the broker's groups with native members; `E` is why a look failed.
 #[derive(Debug)]
-struct Look {
-    began: Instant,
-    names: Arc<HashSet<String>>,
+pub(crate) struct NativeGroups<E> {
+    last: tokio::sync::Mutex<Option<Look<E>>>,
 }
 
-impl NativeGroups {
+impl<E> Default for NativeGroups<E> {
+    fn default() -> Self {
+        NativeGroups {
+            last: tokio::sync::Mutex::new(None),
+        }
+    }
+}
+
+/// One look: the names of the groups that had native members (or why the broker could not
+/// say), and when the look began.
+#[derive(Debug)]
+struct Look<E> {
+    began: Instant,
+    found: Result<Arc<HashSet<String>>, E>,
+}
+
+impl<E: Clone> NativeGroups<E> {
     /// The names of the groups with native members, as a look that began at `since` or later
     /// found them: the last look if it did, or a new one made with `look` (one at a time:
-    /// callers that wait meanwhile share it). A look that fails is not kept.
-    pub(crate) async fn seen_since<E, Looked>(
+    /// callers that wait meanwhile share it). A look that failed is shared as well, by the
+    /// callers it began after, so that a broker slow to fail costs each caller one look at
+    /// most, not one for every caller queued before it.
+    pub(crate) async fn seen_since<Looked>(
         &self,
         since: Instant,
         look: impl FnOnce() -> Looked,
@@ -46,15 +57,15 @@ impl NativeGroups {
     {
         let mut last = self.last.lock().await;
         if let Some(seen) = last.as_ref().filter(|seen| seen.began >= since) {
-            return Ok(Arc::clone(&seen.names));
+            return seen.found.clone();
         }
         let began = Instant::now();
-        let names = Arc::new(look().await?);
+        let found = look().await.map(Arc::new);
         *last = Some(Look {
             began,
-            names: Arc::clone(&names),
+            found: found.clone(),
         });
-        Ok(names)
+        found
     }
 }
 
@@ -103,16 +114,27 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_look_that_fails_is_not_kept() {
+    async fn a_look_that_fails_is_shared_by_the_requests_it_began_after_only() {
         let native = NativeGroups::default();
-        let failed = native
-            .seen_since(Instant::now(), || async {
-                Err::<HashSet<String>, _>("down")
-            })
-            .await;
-        assert_eq!(failed, Err("down"));
+        let looks = AtomicUsize::new(0);
+        let failing = || async {
+            looks.fetch_add(1, Ordering::Relaxed);
+            // The broker takes its time to fail.
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Err::<HashSet<String>, _>("down")
+        };
+        let arrived = Instant::now();
+        let answers =
+            futures::future::join_all((0..50).map(|_| native.seen_since(arrived, failing))).await;
+        assert!(answers.iter().all(|answer| answer == &Err("down")));
+        assert_eq!(
+            looks.load(Ordering::Relaxed),
+            1,
+            "one failed look for all of them"
+        );
+        // A request arriving after the failed look began makes a new one.
         let names = native
-            .seen_since(Instant::now() - ADOPTION_LOOK_AGE, || async {
+            .seen_since(Instant::now(), || async {
                 Ok::<_, &str>(named(&["native"]))
             })
             .await

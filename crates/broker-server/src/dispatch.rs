@@ -259,8 +259,13 @@ pub(crate) fn apply_batch(
                         planned,
                     });
                 }
-                let Executed { result, entry } =
-                    broker.execute(command, connection, now, &mut applied.wake);
+                let Executed { result, entry } = match kafka_refusal(shared, &command) {
+                    Some(refusal) => Executed {
+                        result: Err(refusal),
+                        entry: None,
+                    },
+                    None => broker.execute(command, connection, now, &mut applied.wake),
+                };
                 if let Some(entry) = entry {
                     applied.logged_to(shard, entry);
                 }
@@ -799,29 +804,36 @@ pub(crate) fn checked(shared: &Shared, command: Command) -> Result<Command, Erro
 /// members is never deleted), and its reset (its consumers would commit their own positions
 /// over it, as Kafka refuses to reset a group whose consumers run).
 fn kafka_owns_group(shared: &Shared, command: Command) -> Result<Command, ErrorReply> {
-    match &command {
-        Command::Join { group, .. } if shared.kafka.groups.has_members(group) => {
-            Err(ErrorReply::InvalidArgument(format!(
-                "group {group:?} has members that joined through the Kafka listener: a group \
-                 is used by one protocol at a time"
-            )))
-        }
-        Command::DeleteGroup { group, .. } if shared.kafka.groups.has_members(group) => {
-            Err(ErrorReply::InvalidArgument(format!(
-                "group {group:?} has members that joined through the Kafka listener: a group \
-                 with members cannot be deleted (stop its consumers first)"
-            )))
-        }
+    match kafka_refusal(shared, &command) {
+        Some(refusal) => Err(refusal),
+        None => Ok(command),
+    }
+}
+
+/// Why [`kafka_owns_group`] refuses `command`, if it does. Asked again under the lock the
+/// command is applied under: a Kafka member may have begun to join since the command was
+/// admitted (see `Coordinator::claim`).
+fn kafka_refusal(shared: &Shared, command: &Command) -> Option<ErrorReply> {
+    let why = match command {
+        Command::Join { group, .. } if shared.kafka.groups.has_members(group) => format!(
+            "group {group:?} has members that joined through the Kafka listener: a group is \
+             used by one protocol at a time"
+        ),
+        Command::DeleteGroup { group, .. } if shared.kafka.groups.has_members(group) => format!(
+            "group {group:?} has members that joined through the Kafka listener: a group with \
+             members cannot be deleted (stop its consumers first)"
+        ),
         Command::ResetGroup { group, .. } | Command::DeleteOffsets { group, .. }
             if shared.kafka.groups.has_members(group) =>
         {
-            Err(ErrorReply::InvalidArgument(format!(
+            format!(
                 "group {group:?} has members that joined through the Kafka listener, which \
                  would commit their own positions over the change (stop its consumers first)"
-            )))
+            )
         }
-        _ => Ok(command),
-    }
+        _ => return None,
+    };
+    Some(ErrorReply::InvalidArgument(why))
 }
 
 /// Refuses payloads over the limit and gives commands whose answer carries records a byte

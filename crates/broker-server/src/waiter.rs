@@ -89,9 +89,19 @@ pub(crate) async fn wait(shared: Arc<Shared>, reply_to: ReplyTo, parked: Parked)
                     // Records on disk the retry would take are read first, with the lock let go.
                     let planned = shared.shards.get(shard).lock().cold_reads_of(&attempt);
                     let ahead = match planned {
-                        Some(planned) => read_ahead(vec![planned], shared.metrics.as_deref())
-                            .await
-                            .pop(),
+                        Some(planned) => {
+                            let read = read_ahead(vec![planned], shared.metrics.as_deref());
+                            let ahead = tokio::select! {
+                                mut ahead = read => ahead.pop(),
+                                () = reply_to.closing.cancelled() => break (Ok(found), None),
+                                () = &mut deadline => break (Ok(found), None),
+                            };
+                            // As after a wait for room: nobody would read what it reserves.
+                            if reply_to.outgoing.is_closed() {
+                                break (Ok(found), None);
+                            }
+                            ahead
+                        }
                         None => None,
                     };
                     // A retry that moved a record to its dead-letter topic wakes that topic's

@@ -73,6 +73,13 @@ impl BrokerState {
             if budget.spent() {
                 break;
             }
+            // A record the budget has no room for ends the poll, and is not read: its size
+            // (without its headers' overhead, so it never turns away one that fits) says so.
+            if let Some(room) = budget.room_after_first() {
+                if log.record_size(offset)?.is_some_and(|size| size > room) {
+                    break;
+                }
+            }
             let Some(record) = log.run(offset, 1, None)?.next() else {
                 continue;
             };
@@ -605,6 +612,11 @@ impl Budget {
                 .size()
                 .saturating_add(headers.saturating_mul(self.header_wire_bytes)),
         )
+    }
+
+    /// The bytes a record after the first may take, if the budget bounds them.
+    pub(super) fn room_after_first(&self) -> Option<u64> {
+        self.bytes_left.filter(|_| self.taken > 0)
     }
 
     /// Whether no further record can fit, whatever its size: nothing more need be read.

@@ -326,6 +326,40 @@ impl PartitionLog {
             .chain(self.memory_run(from, to).map(Cow::Borrowed)))
     }
 
+    /// The size of the record at `offset` (as [`StoredRecord::size`] counts it) without
+    /// reading it: from memory, from records read ahead (or the size they noted of the record
+    /// after them), or from the cold store's index. `None` past the log's end.
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] if the cold store cannot say.
+    pub(super) fn record_size(&self, offset: i64) -> Result<Option<u64>, BrokerError> {
+        if offset < self.base || offset >= self.end() {
+            return Ok(None);
+        }
+        let Some(cold) = self.cold.as_ref().filter(|cold| offset < cold.end) else {
+            return Ok(self
+                .memory_run(offset, offset + 1)
+                .next()
+                .map(StoredRecord::size));
+        };
+        if let Some(ahead) = &cold.ahead {
+            let index = usize::try_from(offset - ahead.first).ok();
+            match index {
+                Some(index) if index < ahead.records.len() => {
+                    return Ok(Some(ahead.records[index].size()));
+                }
+                Some(index) if index == ahead.records.len() && ahead.next_size.is_some() => {
+                    return Ok(ahead.next_size);
+                }
+                _ => {}
+            }
+        }
+        cold.store
+            .bytes(cold.id, offset..offset + 1)
+            .map(Some)
+            .map_err(storage_error)
+    }
+
     /// Where a run of up to `count` records from `from` ends (exclusive).
     pub(super) fn run_end(&self, from: i64, count: usize) -> i64 {
         from.saturating_add(count as i64).min(self.end())

@@ -44,6 +44,36 @@ struct PlannedRun {
     store: Arc<dyn ColdStore>,
     log: LogId,
     offsets: Range<i64>,
+    /// The bytes of the records the delivery takes from memory between the run before this
+    /// one (or its start) and this one: they spend the budget first.
+    memory_before: u64,
+    /// Whether the delivery takes no record before this run's: its first record is then the
+    /// delivery's first, which comes whatever the budget.
+    takes_first: bool,
+}
+
+impl PlannedRun {
+    /// `records`, read from the start of this run, as the state takes them (with the size of
+    /// the record after them when the budget stopped there).
+    fn ahead_of(
+        self,
+        records: Vec<crate::image::RecordImage>,
+        next_size: Option<u64>,
+    ) -> (String, usize, ReadFrom, ReadAheadRun) {
+        (
+            self.topic,
+            self.partition,
+            ReadFrom {
+                store: std::panic::AssertUnwindSafe(self.store),
+                log: self.log,
+            },
+            ReadAheadRun {
+                first: self.offsets.start,
+                records: Arc::new(records.into_iter().map(StoredRecord::from).collect()),
+                next_size,
+            },
+        )
+    }
 }
 
 impl std::fmt::Debug for PlannedRun {
@@ -84,24 +114,31 @@ impl ColdReads {
         let mut left = self.max_bytes;
         let mut read = ReadAhead::default();
         for run in self.runs {
-            // The first record is taken whatever the budget: it is read whole, and the others
-            // only while there is room for them.
-            let first = read.runs.is_empty();
+            // The delivery's first record is taken whatever the budget: it is read whole, and
+            // the others only while there is room for them, after what memory gave before.
+            left = left.map(|left| left.saturating_sub(run.memory_before));
+            let first = run.takes_first;
             let budget = match self.whole_records {
                 true => None,
                 false => left,
             };
-            let room = match (self.whole_records, left) {
-                (_, None) => true,
-                (true, Some(_)) if first => true,
+            // Where the reading stops before this run: with the size of its first record when
+            // that is why, noted so that the poll need not ask the index again under the lock.
+            let stop: Option<Option<u64>> = match (self.whole_records, left) {
+                (_, None) => None,
+                (true, Some(_)) if first => None,
                 // A poll's next record: its size, from the index alone, says whether it fits.
-                (true, Some(left)) => run
-                    .store
-                    .bytes(run.log, run.offsets.clone())
-                    .is_ok_and(|size| size <= left),
-                (false, Some(left)) => left > 0,
+                (true, Some(left)) => match run.store.bytes(run.log, run.offsets.clone()) {
+                    Ok(size) if size <= left => None,
+                    Ok(size) => Some(Some(size)),
+                    Err(_) => Some(None),
+                },
+                (false, Some(left)) => (!first && left == 0).then_some(None),
             };
-            if !room {
+            if let Some(size) = stop {
+                if size.is_some() {
+                    read.runs.push(run.ahead_of(Vec::new(), size));
+                }
                 break;
             }
             let Ok(records) = run.store.read(run.log, run.offsets.clone(), budget) else {
@@ -116,19 +153,7 @@ impl ColdReads {
             let next_size = short
                 .then(|| run.store.bytes(run.log, end..end + 1).ok())
                 .flatten();
-            read.runs.push((
-                run.topic,
-                run.partition,
-                ReadFrom {
-                    store: std::panic::AssertUnwindSafe(Arc::clone(&run.store)),
-                    log: run.log,
-                },
-                ReadAheadRun {
-                    first: run.offsets.start,
-                    records: Arc::new(records.into_iter().map(StoredRecord::from).collect()),
-                    next_size,
-                },
-            ));
+            read.runs.push(run.ahead_of(records, next_size));
             if short {
                 break;
             }
@@ -169,20 +194,35 @@ impl BrokerState {
             return self.cold_reads_of_read(topic, *partition, *offset, *max_records, *max_bytes);
         }
         let delivery = Delivery::of(command)?;
-        let runs: Vec<PlannedRun> = self
-            .delivered_ranges(&delivery)?
-            .into_iter()
-            .filter_map(|(partition, log, offsets)| {
-                let run = log.cold_run(offsets.start, offsets.end)?;
-                Some(PlannedRun {
+        let header_wire_bytes = self.rules.header_wire_bytes;
+        let mut runs = Vec::new();
+        let mut memory_before = 0u64;
+        let mut taken_before = false;
+        for (partition, log, offsets) in self.delivered_ranges(&delivery)? {
+            // A range's records on the cold store come before those in memory.
+            if let Some(run) = log.cold_run(offsets.start, offsets.end) {
+                runs.push(PlannedRun {
                     topic: delivery.topic.to_owned(),
                     partition,
                     store: Arc::clone(&run.store),
                     log: run.id,
                     offsets: run.offsets,
+                    memory_before: std::mem::take(&mut memory_before),
+                    takes_first: !taken_before,
+                });
+            }
+            let in_memory: u64 = log
+                .memory_run(offsets.start, offsets.end)
+                .map(|record| {
+                    let headers = record.headers().len() as u64;
+                    record
+                        .size()
+                        .saturating_add(headers.saturating_mul(header_wire_bytes))
                 })
-            })
-            .collect();
+                .sum();
+            memory_before = memory_before.saturating_add(in_memory);
+            taken_before |= !offsets.is_empty();
+        }
         (!runs.is_empty()).then_some(ColdReads {
             runs,
             max_bytes: delivery.max_bytes,
@@ -221,6 +261,8 @@ impl BrokerState {
                 store: Arc::clone(&run.store),
                 log: run.id,
                 offsets: run.offsets,
+                memory_before: 0,
+                takes_first: true,
             }],
             max_bytes,
             whole_records: false,

@@ -62,7 +62,9 @@ impl<B: Backend> Handler<'_, B> {
         if !SESSION_TIMEOUT_MS.contains(&request.session_timeout_ms) {
             return refused(ResponseError::InvalidSessionTimeout);
         }
-        // A group name is used by one protocol at a time.
+        // A group name is used by one protocol at a time: claimed first, so that a native
+        // join applied after this look finds the claim, and one applied before it is seen.
+        let _claim = self.state.groups.claim(&group);
         match self.has_native_members(&group).await {
             Ok(false) => {}
             Ok(true) => return refused(ResponseError::InconsistentGroupProtocol),

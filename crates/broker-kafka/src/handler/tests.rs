@@ -1180,6 +1180,77 @@ async fn heartbeats_of_groups_the_coordinator_does_not_hold_share_one_look_at_th
     assert_eq!(node.describes.load(std::sync::atomic::Ordering::Relaxed), 2);
 }
 
+/// A backend that notes, when the broker is described, whether the server would refuse a
+/// native join to group "g" then (the coordinator says it has Kafka members).
+struct WatchingJoins<'a> {
+    broker: Local,
+    state: &'a KafkaState,
+    refused_at_look: std::sync::atomic::AtomicBool,
+}
+
+impl Backend for WatchingJoins<'_> {
+    async fn call(&self, command: Command, max_wait: Duration) -> Result<Outcome, ErrorReply> {
+        if matches!(command, Command::Describe { .. }) {
+            self.refused_at_look.store(
+                self.state.groups.has_members("g"),
+                std::sync::atomic::Ordering::SeqCst,
+            );
+        }
+        self.broker.call(command, max_wait).await
+    }
+
+    crate::testing::alone_in_memory!();
+}
+
+/// A Kafka member claims its group's name before it looks for native members: a native join
+/// applied while it looks is refused by the server (it asks the coordinator under its lock),
+/// and one applied before is seen by the look, so the two protocols never share a group.
+#[tokio::test]
+async fn a_kafka_join_claims_its_group_before_it_looks_for_native_members() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::JoinGroupRequest;
+    let state = KafkaState::default();
+    let backend = WatchingJoins {
+        broker: broker(100),
+        state: &state,
+        refused_at_look: Default::default(),
+    };
+    let settings = settings();
+    let handler = handler_of(&backend, &settings, &state);
+    let request = JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("g")))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default()
+            .with_name(StrBytes::from_static_str("range"))
+            .with_metadata(Bytes::from_static(b"meta"))]);
+    let joined = handler.join_group(request.clone(), "client").await;
+    assert_eq!(joined.error_code, 0);
+    assert!(backend
+        .refused_at_look
+        .load(std::sync::atomic::Ordering::SeqCst));
+    // With native members the join is refused, and claims nothing after.
+    let native = WatchingJoins {
+        broker: broker(100),
+        state: &state,
+        refused_at_look: Default::default(),
+    };
+    native.broker.join("t", "h", "n").unwrap();
+    let handler = handler_of(&native, &settings, &state);
+    let refused = handler
+        .join_group(
+            request.with_group_id(GroupId(StrBytes::from_static_str("h"))),
+            "client",
+        )
+        .await;
+    assert_eq!(
+        refused.error_code,
+        ResponseError::InconsistentGroupProtocol.code()
+    );
+    assert!(!state.groups.has_members("h"));
+}
+
 /// What the broker holds of `topic`.
 fn described(broker: &Local, topic: &str) -> TopicDescription {
     broker
