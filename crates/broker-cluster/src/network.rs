@@ -824,6 +824,22 @@ impl PeerLink {
         let answer = asked
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no answer"))
             .and_then(|answer| answer);
+        match &answer {
+            // A peer that answered, even that it hosts no such group or with an answer this
+            // node does not expect, is reachable: a follower hears of the peers it exchanges
+            // no entries with through these questions alone (Kafka's metadata leaves out the
+            // nodes it cannot reach).
+            Ok(_) => self.reachability.answered(self.target, &self.addr),
+            Err(cause)
+                if matches!(
+                    cause.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::InvalidData
+                ) =>
+            {
+                self.reachability.answered(self.target, &self.addr);
+            }
+            Err(cause) => self.reachability.failed(self.target, &self.addr, cause),
+        }
         if answer.is_err() {
             // Whatever was half sent or half read, the next question starts afresh.
             self.connection = None;

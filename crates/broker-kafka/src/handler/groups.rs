@@ -67,7 +67,18 @@ impl<B: Backend> Handler<'_, B> {
         let _claim = self.state.groups.claim(&group);
         match self.has_native_members(&group).await {
             Ok(false) => {}
-            Ok(true) => return refused(ResponseError::InconsistentGroupProtocol),
+            Ok(true) => {
+                // The client gets a code without text: the server's log says why.
+                tracing::warn!(
+                    group = %group,
+                    client_id,
+                    client = %self.client_host,
+                    "a Kafka consumer cannot join this group: members that joined natively \
+                     (the broker's own clients) use its name, and a group name is used by one \
+                     protocol at a time; it is refused with INCONSISTENT_GROUP_PROTOCOL"
+                );
+                return refused(ResponseError::InconsistentGroupProtocol);
+            }
             Err(refusal) => return refused(coordinator_error(&refusal)),
         }
         let session_timeout = millis(request.session_timeout_ms);
