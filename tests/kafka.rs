@@ -1128,6 +1128,25 @@ async fn a_kafka_consumer_group_is_shown_with_its_members_and_their_partitions()
             && described.contains("[0]; no offsets committed yet"),
         "{described}"
     );
+    let lag = Command::new(broker_testkit::process::binary("broker"))
+        .args([
+            "--addr",
+            &server.addr_string(),
+            "lag",
+            "watched",
+            "--group",
+            "watchers",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !lag.status.success()
+            && String::from_utf8_lossy(&lag.stderr).contains(
+                "group watchers is a consumer group of Kafka's clients that has committed no \
+                 offset on topic watched yet"
+            ),
+        "{lag:?}"
+    );
     // Once it consumed a record it commits (every 5 s): the broker then holds the group on the
     // topic.
     client.publish("watched", 0, "y").await.unwrap();
@@ -1190,13 +1209,25 @@ async fn a_kafka_consumer_group_is_shown_with_its_members_and_their_partitions()
     );
     drop(holder.stdin.take());
     assert!(holder.wait().unwrap().success());
-    // Gone with its last member: the broker's group keeps its offsets, with no members.
+    // Empty once its last member left, as Kafka keeps it; the broker's group keeps its
+    // offsets.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !client.kafka_groups().await.unwrap().is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the group stayed");
+    let generation = loop {
+        let groups = client.kafka_groups().await.unwrap();
+        if groups[0].state == "Empty" {
+            assert!(groups[0].members.is_empty());
+            break groups[0].generation;
+        }
+        assert!(std::time::Instant::now() < deadline, "{groups:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(broker(&["describe", "watched"]).contains("group watchers (round-robin): no members"));
+    };
+    let described = broker(&["describe", "watched"]);
+    assert!(
+        described.contains(&format!(
+            "group watchers (Kafka consumer group, generation {generation}, Empty): no members"
+        )),
+        "{described}"
+    );
 }
 
 #[tokio::test]

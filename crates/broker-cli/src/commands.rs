@@ -1228,6 +1228,23 @@ async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()> {
             eprintln!("warning: the members of Kafka's consumer groups are not shown: {error}");
             Vec::new()
         });
+    // Described for one topic: the Kafka groups of that topic alone (its groups' names, or
+    // members assigned its partitions).
+    let kafka: Vec<_> = kafka
+        .into_iter()
+        .filter(|group| {
+            args.topic.is_none()
+                || description.topics.iter().any(|topic| {
+                    topic.groups.iter().any(|held| held.name == group.name)
+                        || group.members.iter().any(|member| {
+                            member
+                                .assignment
+                                .iter()
+                                .any(|assigned| assigned.topic == topic.name)
+                        })
+                })
+        })
+        .collect();
     if args.json {
         let mut json = serde_json::to_value(&description)?;
         // Only where Kafka's clients joined groups: the shape stays as it was otherwise.
@@ -1256,6 +1273,18 @@ fn unknown_group(topic: &str, group: &str, known: &[GroupDescription]) -> anyhow
 async fn lag(client: &Client, args: LagArgs) -> anyhow::Result<()> {
     let known = client.describe_topic(&args.topic).await?.groups;
     if !known.iter().any(|group| group.name == args.group) {
+        // A consumer group of Kafka's clients is held by the broker once it commits.
+        let kafka = crate::kafka_groups::kafka_groups(client)
+            .await
+            .unwrap_or_default();
+        if kafka.iter().any(|group| group.name == args.group) {
+            anyhow::bail!(
+                "group {} is a consumer group of Kafka's clients that has committed no offset \
+                 on topic {} yet: its lag shows once it commits",
+                args.group,
+                args.topic
+            );
+        }
         return Err(unknown_group(&args.topic, &args.group, &known));
     }
     let lag = client.lag(&args.topic, &args.group).await?;

@@ -204,6 +204,49 @@ fn kafka_members_on<'a>(group: &'a KafkaGroupDescription, topic: &str) -> KafkaM
         .collect()
 }
 
+/// How many of a Kafka group's members consume a topic, as `broker top` counts them: while
+/// the group rebalances every member (the partitions are not assigned yet), otherwise those
+/// assigned some of the topic's (`members`, from [`kafka_group_of`]).
+pub fn kafka_member_count(group: &KafkaGroupDescription, members: &KafkaMembers<'_>) -> usize {
+    match is_rebalancing(group) {
+        true => group.members.len(),
+        false => members.len(),
+    }
+}
+
+/// Whether a Kafka group has members whose partitions a rebalance is deciding.
+fn is_rebalancing(group: &KafkaGroupDescription) -> bool {
+    !group.members.is_empty() && group.state != "Stable"
+}
+
+/// A Kafka group's members as `broker describe` shows them with a topic's group: those
+/// assigned its partitions, each with them; every member while the group rebalances.
+fn kafka_members_words(group: &KafkaGroupDescription, members: &KafkaMembers<'_>) -> String {
+    if group.members.is_empty() {
+        return "no members".to_owned();
+    }
+    if is_rebalancing(group) {
+        let joining: Vec<String> = group
+            .members
+            .iter()
+            .map(|member| {
+                format!(
+                    "{} ({} from {})",
+                    member.member, member.client_id, member.client_host
+                )
+            })
+            .collect();
+        return format!(
+            "rebalancing, partitions not assigned yet: {}",
+            joining.join(", ")
+        );
+    }
+    match members.is_empty() {
+        true => "no member consumes this topic".to_owned(),
+        false => kafka_members_text(members),
+    }
+}
+
 /// Kafka's consumers as `broker describe` lists them: `ID (CLIENT from HOST) [0, 1], ...`.
 fn kafka_members_text(members: &[(&KafkaMemberDescription, &[i32])]) -> String {
     members
@@ -284,10 +327,7 @@ fn topic_text(topic: &TopicDescription, kafka: &[KafkaGroupDescription]) -> Stri
         let (kind, members) = match &kafka_group {
             Some((kafka_group, members)) => (
                 kafka_group_words(kafka_group),
-                match members.is_empty() {
-                    true => "no member consumes this topic".to_owned(),
-                    false => kafka_members_text(members),
-                },
+                kafka_members_words(kafka_group, members),
             ),
             None => (
                 format!(
@@ -400,6 +440,71 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use bytes::Bytes;
+
+    /// A Kafka group `g` in `state` whose members `a` and `b` hold partitions 0 and 1 of `t`
+    /// (while stable).
+    fn kafka_group(state: &str) -> KafkaGroupDescription {
+        let stable = state == "Stable";
+        let member = |id: &str, partition: i32| KafkaMemberDescription {
+            member: id.into(),
+            client_id: "rdkafka".into(),
+            client_host: "/127.0.0.1".into(),
+            assignment: match stable {
+                true => vec![broker_client::TopicPartitions {
+                    topic: "t".into(),
+                    partitions: vec![partition],
+                }],
+                false => Vec::new(),
+            },
+        };
+        KafkaGroupDescription {
+            name: "g".into(),
+            state: state.into(),
+            generation: 3,
+            protocol: if stable {
+                "range".into()
+            } else {
+                String::new()
+            },
+            members: vec![member("a", 0), member("b", 1)],
+        }
+    }
+
+    #[test]
+    fn kafka_groups_show_their_members_and_say_when_a_rebalance_decides_their_partitions() {
+        let group: GroupDescription = serde_json::from_value(json!({
+            "name": "g", "assignor": "round-robin", "settings": [], "members": [],
+            "partitions": []
+        }))
+        .unwrap();
+        for (state, words, count) in [
+            (
+                "Stable",
+                "a (rdkafka from /127.0.0.1) [0], b (rdkafka from /127.0.0.1) [1]",
+                2,
+            ),
+            (
+                "PreparingRebalance",
+                "rebalancing, partitions not assigned yet: a (rdkafka from /127.0.0.1), b \
+                 (rdkafka from /127.0.0.1)",
+                2,
+            ),
+        ] {
+            let kafka = [kafka_group(state)];
+            let (kafka_group, members) = kafka_group_of(&kafka, "t", &group).unwrap();
+            assert_eq!(kafka_members_words(kafka_group, &members), words);
+            assert_eq!(kafka_member_count(kafka_group, &members), count);
+        }
+        let mut empty = kafka_group("Empty");
+        empty.members.clear();
+        let kafka = [empty];
+        let (kafka_group, members) = kafka_group_of(&kafka, "t", &group).unwrap();
+        assert_eq!(kafka_members_words(kafka_group, &members), "no members");
+        assert_eq!(
+            kafka_group_words(kafka_group),
+            "Kafka consumer group, generation 3, Empty"
+        );
+    }
 
     fn record(key: Option<&'static str>) -> BrokerRecord {
         BrokerRecord {

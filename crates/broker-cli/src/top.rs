@@ -246,7 +246,9 @@ fn view(before: &Sample, after: &Sample) -> View {
                 group: group.name.clone(),
                 members: kafka_group
                     .as_ref()
-                    .map_or(group.members.len(), |(_, members)| members.len()),
+                    .map_or(group.members.len(), |(kafka, members)| {
+                        crate::output::kafka_member_count(kafka, members)
+                    }),
                 kafka: kafka_group.is_some(),
                 consumed_per_s: per_second(committed(group), was),
                 lag: group.lag(),

@@ -1153,9 +1153,13 @@ impl Coordinator {
                 members: Vec::new(),
             };
         };
+        // As Kafka describes a group: its protocol, and its members' metadata and
+        // assignments, only while it is stable (a rebalance is deciding them).
+        let stable = matches!(state.phase, Phase::Stable);
         let protocol = state
             .round
             .as_ref()
+            .filter(|_| stable)
             .map(|round| round.protocol.clone())
             .unwrap_or_default();
         Described {
@@ -1165,12 +1169,16 @@ impl Coordinator {
                 .members
                 .iter()
                 .map(|(id, member)| {
+                    let (metadata, assignment) = match stable {
+                        true => (member.metadata(&protocol), member.assignment.clone()),
+                        false => (Bytes::new(), Bytes::new()),
+                    };
                     (
                         id.clone(),
                         member.client_id.clone(),
                         member.client_host.clone(),
-                        member.metadata(&protocol),
-                        member.assignment.clone(),
+                        metadata,
+                        assignment,
                     )
                 })
                 .collect(),
@@ -1180,7 +1188,8 @@ impl Coordinator {
 
     /// Every group with its members, by name, as the server lists them for its native
     /// clients: each member with the partitions the group's leader assigned it while the group
-    /// is stable and its members are Kafka consumers (protocol type `consumer`). The
+    /// is stable and its members are Kafka consumers (protocol type `consumer`); a group whose
+    /// last member left in the last 30 minutes as `Empty`, with its last generation. The
     /// assignments are read once the groups' lock is let go (they take what a client sent).
     pub fn groups(&self) -> Vec<KafkaGroupDescription> {
         let groups = self.lock_expired(None);
@@ -1218,6 +1227,29 @@ impl Coordinator {
             })
             .collect();
         drop(groups);
+        // Groups whose last member left lately keep their generation a while, as Kafka keeps
+        // an empty group: listed so, with no members (their offsets are the broker's group's).
+        let forgotten = self
+            .forgotten
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(name, (_, when))| {
+                when.elapsed() < FORGOTTEN_FOR
+                    && !copied.iter().any(|(listed, _)| listed.name == **name)
+            })
+            .map(|(name, (generation, _))| {
+                let description = KafkaGroupDescription {
+                    name: name.clone(),
+                    state: Phase::Empty.name().to_owned(),
+                    generation: *generation,
+                    protocol: String::new(),
+                    members: Vec::new(),
+                };
+                (description, Vec::new())
+            })
+            .collect::<Vec<_>>();
+        copied.extend(forgotten);
         for (description, assignments) in &mut copied {
             for (member, assignment) in description.members.iter_mut().zip(assignments.iter()) {
                 member.assignment = assignment
@@ -1344,6 +1376,35 @@ pub(crate) mod tests {
         );
         // Not a consumer's assignment: not read.
         assert!(listed[1].members[0].assignment.is_empty());
+        // Described as Kafka does while it rebalances: no protocol, metadata or assignment.
+        let _ = coordinator.leave("workers", std::slice::from_ref(&worker));
+        let second = tokio::spawn({
+            let coordinator = Arc::clone(&coordinator);
+            async move { coordinator.join("g", join("")).await }
+        });
+        tokio::task::yield_now().await;
+        let rebalancing = coordinator.describe("g");
+        assert_eq!(rebalancing.state, "PreparingRebalance");
+        assert_eq!(rebalancing.protocol, "");
+        assert!(rebalancing
+            .members
+            .iter()
+            .all(|(_, _, _, metadata, assignment)| metadata.is_empty() && assignment.is_empty()));
+        second.abort();
+        // A group whose last member left is listed empty, with its last generation.
+        let workers = coordinator
+            .groups()
+            .into_iter()
+            .find(|group| group.name == "workers")
+            .unwrap();
+        assert_eq!(
+            (
+                workers.state.as_str(),
+                workers.generation,
+                workers.members.len()
+            ),
+            ("Empty", 1, 0)
+        );
     }
 
     #[tokio::test(start_paused = true)]
