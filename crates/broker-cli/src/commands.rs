@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use broker_client::{
     Assignor, BrokerRecord, Client, Consumer, ConsumerStatus, Delivery, Discard, Error,
-    GroupDescription, GroupSetting, GroupSettings, Header, KeyHash, PublishRecord, ResetTo,
-    StartAt, TopicSetting, TopicSettings, MAX_POLL_RECORDS,
+    GroupDescription, GroupSetting, GroupSettings, Header, KafkaGroupDescription, KeyHash,
+    PublishRecord, ResetTo, StartAt, TopicSetting, TopicSettings, MAX_POLL_RECORDS,
 };
 
 use crate::connect::Server;
@@ -1277,7 +1277,20 @@ async fn lag(client: &Client, args: LagArgs) -> anyhow::Result<()> {
         let kafka = crate::kafka_groups::kafka_groups(client)
             .await
             .unwrap_or_default();
-        if kafka.iter().any(|group| group.name == args.group) {
+        let consumes = |group: &KafkaGroupDescription| {
+            let rebalancing = !group.members.is_empty() && group.state != "Stable";
+            rebalancing
+                || group.members.iter().any(|member| {
+                    member
+                        .assignment
+                        .iter()
+                        .any(|assigned| assigned.topic == args.topic)
+                })
+        };
+        if kafka
+            .iter()
+            .any(|group| group.name == args.group && consumes(group))
+        {
             anyhow::bail!(
                 "group {} is a consumer group of Kafka's clients that has committed no offset \
                  on topic {} yet: its lag shows once it commits",

@@ -813,8 +813,9 @@ impl PeerLink {
     }
 
     /// Sends a question that is not one of Raft's and waits at most `timeout` for its answer.
-    /// Not through `call`: a peer that does not answer one (it is starting too, or of an
-    /// earlier release) is not worth a warning, nor marked unreachable.
+    /// Not through `call`: a peer of an earlier release closes the connection on a question it
+    /// does not know, which is no sign that it is down. A peer is marked unreachable only when
+    /// it cannot be connected to or does not answer in time, and reachable when it answers.
     pub(crate) async fn question(
         &mut self,
         request: PeerRequest,
@@ -824,21 +825,26 @@ impl PeerLink {
         let answer = asked
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no answer"))
             .and_then(|answer| answer);
+        // A follower hears of the peers it exchanges no entries with through these questions
+        // alone (Kafka's metadata leaves out the nodes it cannot reach).
         match &answer {
-            // A peer that answered, even that it hosts no such group or with an answer this
-            // node does not expect, is reachable: a follower hears of the peers it exchanges
-            // no entries with through these questions alone (Kafka's metadata leaves out the
-            // nodes it cannot reach).
+            // Answered, even that it hosts no such group or with an unexpected answer.
             Ok(_) => self.reachability.answered(self.target, &self.addr),
-            Err(cause)
-                if matches!(
-                    cause.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::InvalidData
-                ) =>
-            {
-                self.reachability.answered(self.target, &self.addr);
-            }
-            Err(cause) => self.reachability.failed(self.target, &self.addr, cause),
+            Err(cause) => match cause.kind() {
+                io::ErrorKind::NotFound | io::ErrorKind::InvalidData => {
+                    self.reachability.answered(self.target, &self.addr);
+                }
+                io::ErrorKind::TimedOut
+                | io::ErrorKind::ConnectionRefused
+                | io::ErrorKind::HostUnreachable
+                | io::ErrorKind::NetworkUnreachable
+                | io::ErrorKind::AddrNotAvailable => {
+                    self.reachability.failed(self.target, &self.addr, cause);
+                }
+                // A connection closed under the question: a peer that went down is marked at
+                // the next question, which cannot connect.
+                _ => {}
+            },
         }
         if answer.is_err() {
             // Whatever was half sent or half read, the next question starts afresh.

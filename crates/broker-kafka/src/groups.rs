@@ -746,6 +746,15 @@ impl Coordinator {
         )
     }
 
+    /// Forgets what is kept of `group` once its last member left (see
+    /// [`Coordinator::forgotten`]): it was deleted, offsets and all.
+    pub(crate) fn deleted(&self, group: &str) {
+        self.forgotten
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(group);
+    }
+
     /// Forgets every group and its members: this server no longer coordinates them (another
     /// node of its cluster leads now). Requests waiting in a rebalance are answered
     /// `UNKNOWN_MEMBER_ID`; the members join again where their groups are coordinated now.
@@ -767,6 +776,16 @@ impl Coordinator {
     /// Whether `group` has members that joined through Kafka's protocol, or a member is
     /// joining it (see [`Coordinator::claim`]): then a native client may not join it.
     pub fn has_members(&self, group: &str) -> bool {
+        // Claims first: a member that claimed, joined and let its claim go meanwhile is then
+        // found among the members.
+        if self
+            .claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(group)
+        {
+            return true;
+        }
         let now = Instant::now();
         let mut groups = self.lock();
         let (expired, members) = match groups.get_mut(group) {
@@ -780,11 +799,6 @@ impl Coordinator {
             self.changed.notify_waiters();
         }
         members
-            || self
-                .claims
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .contains_key(group)
     }
 
     /// Joins `group`: waits until the rebalance it starts (or finds under way) completes, and

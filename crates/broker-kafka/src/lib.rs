@@ -68,6 +68,9 @@ pub struct KafkaState {
     pub sequences: ProducerSequences,
     /// The broker's groups with native members, as last looked at.
     native_groups: native_groups::NativeGroups<broker_proto::ErrorReply>,
+    /// When a JoinGroup refused for a group with native members was last logged as a
+    /// warning: at most one every few seconds, whatever clients retry.
+    refusal_warned: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl KafkaState {
@@ -77,6 +80,7 @@ impl KafkaState {
             groups,
             sequences: ProducerSequences::default(),
             native_groups: Default::default(),
+            refusal_warned: Default::default(),
         }
     }
 }

@@ -38,15 +38,18 @@ impl<E> Default for NativeGroups<E> {
 #[derive(Debug)]
 struct Look<E> {
     began: Instant,
+    /// When it ended: a failed look is shared only with callers that were waiting for it.
+    ended: Instant,
     found: Result<Arc<HashSet<String>>, E>,
 }
 
 impl<E: Clone> NativeGroups<E> {
     /// The names of the groups with native members, as a look that began at `since` or later
     /// found them: the last look if it did, or a new one made with `look` (one at a time:
-    /// callers that wait meanwhile share it). A look that failed is shared as well, by the
-    /// callers it began after, so that a broker slow to fail costs each caller one look at
-    /// most, not one for every caller queued before it.
+    /// callers that wait meanwhile share it). A look that failed is shared only by the callers
+    /// that were waiting for it when it ended, so that a broker slow to fail costs each of
+    /// them one look at most, not one for every caller queued before it, and a caller that
+    /// comes later looks again.
     pub(crate) async fn seen_since<Looked>(
         &self,
         since: Instant,
@@ -55,14 +58,19 @@ impl<E: Clone> NativeGroups<E> {
     where
         Looked: Future<Output = Result<HashSet<String>, E>>,
     {
+        let arrived = Instant::now();
         let mut last = self.last.lock().await;
-        if let Some(seen) = last.as_ref().filter(|seen| seen.began >= since) {
+        let shared = last
+            .as_ref()
+            .filter(|seen| seen.began >= since && (seen.found.is_ok() || arrived <= seen.ended));
+        if let Some(seen) = shared {
             return seen.found.clone();
         }
         let began = Instant::now();
         let found = look().await.map(Arc::new);
         *last = Some(Look {
             began,
+            ended: Instant::now(),
             found: found.clone(),
         });
         found
@@ -132,6 +140,15 @@ mod tests {
             1,
             "one failed look for all of them"
         );
+        // A request arriving after the failed look ended makes a new one, even one that would
+        // take a look a second old.
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let retried = native
+            .seen_since(Instant::now() - ADOPTION_LOOK_AGE, || async {
+                Ok::<_, &str>(named(&["native"]))
+            })
+            .await;
+        assert!(retried.unwrap().contains("native"));
         // A request arriving after the failed look began makes a new one.
         let names = native
             .seen_since(Instant::now(), || async {

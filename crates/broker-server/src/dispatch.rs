@@ -816,8 +816,8 @@ fn kafka_owns_group(shared: &Shared, command: Command) -> Result<Command, ErrorR
 fn kafka_refusal(shared: &Shared, command: &Command) -> Option<ErrorReply> {
     let why = match command {
         Command::Join { group, .. } if shared.kafka.groups.has_members(group) => format!(
-            "group {group:?} has members that joined through the Kafka listener: a group is \
-             used by one protocol at a time"
+            "group {group:?} has members that joined through the Kafka listener (or one is \
+             joining it now): a group is used by one protocol at a time"
         ),
         Command::DeleteGroup { group, .. } if shared.kafka.groups.has_members(group) => format!(
             "group {group:?} has members that joined through the Kafka listener: a group with \

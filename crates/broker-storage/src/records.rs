@@ -1303,7 +1303,14 @@ impl ColdStore for RecordStore {
         let segments = self.covering(log, &range)?;
         let before_start = self.bytes_before(&segments, range.start)?;
         let before_end = self.bytes_before(&segments, range.end)?;
-        Ok(before_end - before_start)
+        // An index whose entries are out of order is damaged: said so, never a wrapped size.
+        before_end.checked_sub(before_start).ok_or_else(|| {
+            ColdError(format!(
+                "the index of {log:?} is damaged: offset {} lies {before_end} bytes in, before \
+                 offset {} at {before_start}",
+                range.end, range.start
+            ))
+        })
     }
 
     fn timestamp(&self, log: LogId, offset: i64) -> Result<i64, ColdError> {

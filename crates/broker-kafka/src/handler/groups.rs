@@ -40,6 +40,9 @@ fn millis(ms: i32) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
+/// How often a JoinGroup refused for a group with native members is logged as a warning.
+const REFUSAL_WARNING_EVERY: Duration = Duration::from_secs(10);
+
 /// The state Kafka gives a group with committed offsets and no members.
 const EMPTY: &str = "Empty";
 
@@ -68,15 +71,7 @@ impl<B: Backend> Handler<'_, B> {
         match self.has_native_members(&group).await {
             Ok(false) => {}
             Ok(true) => {
-                // The client gets a code without text: the server's log says why.
-                tracing::warn!(
-                    group = %group,
-                    client_id,
-                    client = %self.client_host,
-                    "a Kafka consumer cannot join this group: members that joined natively \
-                     (the broker's own clients) use its name, and a group name is used by one \
-                     protocol at a time; it is refused with INCONSISTENT_GROUP_PROTOCOL"
-                );
+                self.warn_native_group(&group, client_id);
                 return refused(ResponseError::InconsistentGroupProtocol);
             }
             Err(refusal) => return refused(coordinator_error(&refusal)),
@@ -131,6 +126,33 @@ impl<B: Backend> Handler<'_, B> {
                     })
             }
             Err(error) => refused(error),
+        }
+    }
+
+    /// Logs why a JoinGroup for `group` was refused: the client gets a code without text. A
+    /// warning at most every [`REFUSAL_WARNING_EVERY`] (a client retries its join again and
+    /// again), the others at debug level.
+    fn warn_native_group(&self, group: &str, client_id: &str) {
+        let now = Instant::now();
+        let due = {
+            let mut warned = self
+                .state
+                .refusal_warned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let due = warned.is_none_or(|at| now.duration_since(at) >= REFUSAL_WARNING_EVERY);
+            if due {
+                *warned = Some(now);
+            }
+            due
+        };
+        let client = &self.client_host;
+        let why = "a Kafka consumer cannot join this group: members that joined natively (the \
+                   broker's own clients) use its name, and a group name is used by one protocol \
+                   at a time; it is refused with INCONSISTENT_GROUP_PROTOCOL";
+        match due {
+            true => tracing::warn!(group, client_id, %client, "{why}"),
+            false => tracing::debug!(group, client_id, %client, "{why}"),
         }
     }
 
@@ -358,7 +380,14 @@ impl<B: Backend> Handler<'_, B> {
         for group in request.groups_names {
             let error = match (done.get(group.as_str()), &described) {
                 (Some(error), _) => *error,
-                (None, Ok(topics)) => self.delete_group(group.as_str(), topics).await,
+                (None, Ok(topics)) => {
+                    let error = self.delete_group(group.as_str(), topics).await;
+                    if error.is_none() {
+                        // Deleted: not listed as an empty group of Kafka's clients any more.
+                        self.state.groups.deleted(group.as_str());
+                    }
+                    error
+                }
                 (None, Err(refusal)) => Some(coordinator_error(refusal)),
             };
             done.insert(group.as_str().to_owned(), error);
