@@ -362,7 +362,8 @@ impl Console {
                     .await
             }
             "/api/groups" => {
-                self.with_topics(|topics| json(&views::group_rows(topics, &wanted(query))))
+                let kafka = self.shared.kafka.groups.groups();
+                self.with_topics(|topics| json(&views::group_rows(topics, &kafka, &wanted(query))))
                     .await
             }
             "/api/dead-letters" => {
@@ -461,6 +462,7 @@ impl Console {
         Ok(json(&views::topic_page(
             topic,
             &topics,
+            &self.shared.kafka.groups.groups(),
             history,
             SAMPLE_EVERY.as_millis() as u64,
         )))

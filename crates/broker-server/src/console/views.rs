@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use broker_core::{
-    BrokerRecord, GroupDescription, GroupPartitionDescription, GroupSettings, MemberDescription,
-    PartitionDescription, TopicDescription, TopicSettings,
+    BrokerRecord, GroupDescription, GroupPartitionDescription, GroupSettings,
+    KafkaGroupDescription, MemberDescription, PartitionDescription, TopicDescription,
+    TopicSettings,
 };
 use bytes::Bytes;
 use serde::Serialize;
@@ -258,14 +259,63 @@ pub(crate) fn topic_rows(topics: &[TopicDescription], wanted: &Wanted) -> Page<T
     }
 }
 
+/// The consumer group of Kafka's clients (one of `kafka`, the groups this server's Kafka
+/// listener coordinates) that `group` of `topic` stands for: a group of the broker with no
+/// members of its own and the same name. With its words for the group's kind (`Kafka
+/// consumer group, range, generation 3, Stable`) and its members as the topic's: those
+/// assigned partitions of it, each with them, or every member with none while it rebalances.
+fn kafka_view(
+    kafka: &[KafkaGroupDescription],
+    topic: &str,
+    group: &GroupDescription,
+) -> Option<(String, Vec<MemberDescription>)> {
+    if !group.members.is_empty() {
+        return None;
+    }
+    let kafka_group = kafka.iter().find(|kafka| kafka.name == group.name)?;
+    let mut words = vec!["Kafka consumer group".to_owned()];
+    words.extend((!kafka_group.protocol.is_empty()).then(|| kafka_group.protocol.clone()));
+    words.extend(
+        (kafka_group.generation > 0).then(|| format!("generation {}", kafka_group.generation)),
+    );
+    words.push(kafka_group.state.clone());
+    let rebalancing = kafka_group.state != "Stable";
+    let members = kafka_group
+        .members
+        .iter()
+        .filter_map(|member| {
+            let partitions = member
+                .assignment
+                .iter()
+                .find(|assigned| assigned.topic == topic)
+                .map(|assigned| assigned.partitions.clone());
+            match (partitions, rebalancing) {
+                (Some(partitions), _) => Some(partitions),
+                (None, true) => Some(Vec::new()),
+                (None, false) => None,
+            }
+            .map(|partitions| MemberDescription {
+                member: member.member.clone(),
+                partitions,
+            })
+        })
+        .collect();
+    Some((words.join(", "), members))
+}
+
 /// The wanted page of every group of every topic, by topic then group; the search matches
-/// either name.
-pub(crate) fn group_rows(topics: &[TopicDescription], wanted: &Wanted) -> Page<GroupRow> {
+/// either name. A group of Kafka's clients (one of `kafka`) counts its members.
+pub(crate) fn group_rows(
+    topics: &[TopicDescription],
+    kafka: &[KafkaGroupDescription],
+    wanted: &Wanted,
+) -> Page<GroupRow> {
     let rows = topics.iter().flat_map(|topic| {
         topic.groups.iter().map(|group| GroupRow {
             topic: topic.name.clone(),
             group: group.name.clone(),
-            members: group.members.len(),
+            members: kafka_view(kafka, &topic.name, group)
+                .map_or(group.members.len(), |(_, members)| members.len()),
             lag: group.lag(),
             in_flight: group.in_flight(),
             dead_letter: dead_letter_of(&group.settings),
@@ -291,10 +341,13 @@ pub(crate) fn dead_letter_rows(topics: &[TopicDescription]) -> Vec<DeadLetterRow
         .collect()
 }
 
-/// `topic`, whole, with its `history`; `every` names the topics that may send it records.
+/// `topic`, whole, with its `history`; `every` names the topics that may send it records. A
+/// group of Kafka's clients (one of `kafka`) is shown with its kind and its members, who own
+/// the partitions assigned them.
 pub(crate) fn topic_page(
     topic: TopicDescription,
     every: &[TopicDescription],
+    kafka: &[KafkaGroupDescription],
     history: TopicHistory,
     sampled_every_ms: u64,
 ) -> TopicPage {
@@ -308,16 +361,31 @@ pub(crate) fn topic_page(
         groups: topic
             .groups
             .into_iter()
-            .map(|group| GroupView {
-                assignor: group.assignor.to_string(),
-                settings: GroupSettings::from_list(&group.settings).map_or_else(
-                    |_| "(settings this console cannot read)".to_owned(),
-                    |settings| settings.to_string(),
-                ),
-                dead_letter: dead_letter_of(&group.settings),
-                name: group.name,
-                members: group.members,
-                partitions: group.partitions,
+            .map(|mut group| {
+                let kafka_group = kafka_view(kafka, &topic.name, &group);
+                if let Some((_, members)) = &kafka_group {
+                    for partition in &mut group.partitions {
+                        partition.owner = members
+                            .iter()
+                            .find(|member| member.partitions.contains(&partition.partition))
+                            .map(|member| member.member.clone());
+                    }
+                }
+                let (assignor, members) = match kafka_group {
+                    Some((words, members)) => (words, members),
+                    None => (group.assignor.to_string(), group.members),
+                };
+                GroupView {
+                    assignor,
+                    settings: GroupSettings::from_list(&group.settings).map_or_else(
+                        |_| "(settings this console cannot read)".to_owned(),
+                        |settings| settings.to_string(),
+                    ),
+                    dead_letter: dead_letter_of(&group.settings),
+                    name: group.name,
+                    members,
+                    partitions: group.partitions,
+                }
             })
             .collect(),
         partitions: topic.partitions,
@@ -474,7 +542,7 @@ mod tests {
         assert_eq!(rows[0].bytes, 15);
         assert!(rows[0].dead_letter_for.is_empty());
         assert_eq!(rows[1].dead_letter_for, ["orders/billing"]);
-        let groups = group_rows(&topics, &wanted("bill", 1, 50));
+        let groups = group_rows(&topics, &[], &wanted("bill", 1, 50));
         assert_eq!(
             groups.items,
             [GroupRow {
@@ -495,6 +563,88 @@ mod tests {
                 groups: vec!["orders/billing".to_owned()],
             }]
         );
+    }
+
+    /// A group of the broker whose members are Kafka's consumers is shown with its kind, its
+    /// members (those assigned the topic's partitions, or every member while it rebalances)
+    /// and their partitions' owners; a group with native members as it is.
+    #[test]
+    fn kafka_groups_are_shown_with_their_members_and_owners() {
+        use broker_core::{KafkaMemberDescription, TopicPartitions};
+        let broker = EventBroker::new(10).unwrap();
+        broker.create("orders", 2).unwrap();
+        broker.join("orders", "native", "n").unwrap();
+        let mut topics = broker.describe().topics;
+        // A group with no members of its own, as a Kafka consumer's first commit makes one.
+        let mut kafka = topics[0].groups[0].clone();
+        kafka.name = "kafka".to_owned();
+        kafka.members.clear();
+        for partition in &mut kafka.partitions {
+            partition.owner = None;
+        }
+        topics[0].groups.push(kafka);
+        let no_history = || super::super::history::History::new(1).of("orders");
+        let kafka_group = |state: &str, assigned: bool| KafkaGroupDescription {
+            name: "kafka".to_owned(),
+            state: state.to_owned(),
+            generation: 2,
+            protocol: if assigned {
+                "range".to_owned()
+            } else {
+                String::new()
+            },
+            members: vec![KafkaMemberDescription {
+                member: "consumer-1".to_owned(),
+                client_id: "rdkafka".to_owned(),
+                client_host: "/127.0.0.1".to_owned(),
+                assignment: match assigned {
+                    true => vec![TopicPartitions {
+                        topic: "orders".to_owned(),
+                        partitions: vec![1],
+                    }],
+                    false => Vec::new(),
+                },
+            }],
+        };
+        let stable = [kafka_group("Stable", true)];
+        let page = topic_page(topics[0].clone(), &topics, &stable, no_history(), 1000);
+        let shown = page
+            .groups
+            .iter()
+            .find(|group| group.name == "kafka")
+            .unwrap();
+        assert_eq!(
+            shown.assignor,
+            "Kafka consumer group, range, generation 2, Stable"
+        );
+        assert_eq!(shown.members[0].member, "consumer-1");
+        assert_eq!(shown.members[0].partitions, [1]);
+        let owners: Vec<Option<&str>> = shown
+            .partitions
+            .iter()
+            .map(|partition| partition.owner.as_deref())
+            .collect();
+        assert_eq!(owners, [None, Some("consumer-1")]);
+        let native = page
+            .groups
+            .iter()
+            .find(|group| group.name == "native")
+            .unwrap();
+        assert_eq!(native.members[0].member, "n");
+        let rows = group_rows(&topics, &stable, &wanted("kafka", 1, 50)).items;
+        assert_eq!(rows[0].members, 1);
+        let rebalancing = [kafka_group("PreparingRebalance", false)];
+        let page = topic_page(topics[0].clone(), &topics, &rebalancing, no_history(), 1000);
+        let shown = page
+            .groups
+            .iter()
+            .find(|group| group.name == "kafka")
+            .unwrap();
+        assert_eq!(
+            shown.assignor,
+            "Kafka consumer group, generation 2, PreparingRebalance"
+        );
+        assert_eq!(shown.members[0].partitions, Vec::<i32>::new());
     }
 
     #[test]
