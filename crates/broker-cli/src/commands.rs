@@ -1246,12 +1246,22 @@ async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()> {
         })
         .collect();
     if args.json {
-        let mut json = serde_json::to_value(&description)?;
-        // Only where Kafka's clients joined groups: the shape stays as it was otherwise.
-        if let (false, Some(object)) = (kafka.is_empty(), json.as_object_mut()) {
-            object.insert("kafka_groups".to_owned(), serde_json::to_value(&kafka)?);
+        /// The description with Kafka's groups after its own fields, in their order.
+        #[derive(serde::Serialize)]
+        struct WithKafkaGroups<'a> {
+            #[serde(flatten)]
+            description: &'a broker_client::BrokerDescription,
+            kafka_groups: &'a [KafkaGroupDescription],
         }
-        outln!("{}", serde_json::to_string_pretty(&json)?)?;
+        // Only where Kafka's clients joined groups: the text stays as it was otherwise.
+        let json = match kafka.is_empty() {
+            true => serde_json::to_string_pretty(&description)?,
+            false => serde_json::to_string_pretty(&WithKafkaGroups {
+                description: &description,
+                kafka_groups: &kafka,
+            })?,
+        };
+        outln!("{json}")?;
     } else {
         print!("{}", output::description_text(&description, &kafka));
     }
