@@ -186,37 +186,17 @@ pub fn kafka_group_of<'a>(
         return None;
     }
     let kafka_group = kafka.iter().find(|kafka| kafka.name == group.name)?;
-    Some((kafka_group, kafka_members_on(kafka_group, topic)))
-}
-
-/// The members of `group` that were assigned partitions of `topic`, each with them.
-fn kafka_members_on<'a>(group: &'a KafkaGroupDescription, topic: &str) -> KafkaMembers<'a> {
-    group
-        .members
-        .iter()
-        .filter_map(|member| {
-            let assigned = member
-                .assignment
-                .iter()
-                .find(|assigned| assigned.topic == topic)?;
-            Some((member, assigned.partitions.as_slice()))
-        })
-        .collect()
+    Some((kafka_group, kafka_group.assigned_on(topic)))
 }
 
 /// How many of a Kafka group's members consume a topic, as `broker top` counts them: while
 /// the group rebalances every member (the partitions are not assigned yet), otherwise those
 /// assigned some of the topic's (`members`, from [`kafka_group_of`]).
 pub fn kafka_member_count(group: &KafkaGroupDescription, members: &KafkaMembers<'_>) -> usize {
-    match is_rebalancing(group) {
+    match group.is_rebalancing() {
         true => group.members.len(),
         false => members.len(),
     }
-}
-
-/// Whether a Kafka group has members whose partitions a rebalance is deciding.
-fn is_rebalancing(group: &KafkaGroupDescription) -> bool {
-    !group.members.is_empty() && group.state != "Stable"
 }
 
 /// A Kafka group's members as `broker describe` shows them with a topic's group: those
@@ -225,7 +205,7 @@ fn kafka_members_words(group: &KafkaGroupDescription, members: &KafkaMembers<'_>
     if group.members.is_empty() {
         return "no members".to_owned();
     }
-    if is_rebalancing(group) {
+    if group.is_rebalancing() {
         let joining: Vec<String> = group
             .members
             .iter()
@@ -308,7 +288,7 @@ fn topic_text(topic: &TopicDescription, kafka: &[KafkaGroupDescription]) -> Stri
                 .iter()
                 .any(|group| group.name == kafka_group.name)
         })
-        .map(|kafka_group| (kafka_group, kafka_members_on(kafka_group, &topic.name)))
+        .map(|kafka_group| (kafka_group, kafka_group.assigned_on(&topic.name)))
         .filter(|(_, members)| !members.is_empty())
         .collect();
     if topic.groups.is_empty() && uncommitted.is_empty() {
@@ -318,7 +298,7 @@ fn topic_text(topic: &TopicDescription, kafka: &[KafkaGroupDescription]) -> Stri
         out.push_str(&format!(
             "\n  group {} ({}): {}; no offsets committed yet\n",
             kafka_group.name,
-            kafka_group_words(kafka_group),
+            kafka_group.kind(),
             kafka_members_text(members)
         ));
     }
@@ -326,7 +306,7 @@ fn topic_text(topic: &TopicDescription, kafka: &[KafkaGroupDescription]) -> Stri
         let kafka_group = kafka_group_of(kafka, &topic.name, group);
         let (kind, members) = match &kafka_group {
             Some((kafka_group, members)) => (
-                kafka_group_words(kafka_group),
+                kafka_group.kind(),
                 kafka_members_words(kafka_group, members),
             ),
             None => (
@@ -390,16 +370,6 @@ fn topic_text(topic: &TopicDescription, kafka: &[KafkaGroupDescription]) -> Stri
         out.push_str(&format!("{rows}\n"));
     }
     out
-}
-
-/// How a consumer group of Kafka's clients is shown beside a group's name: `Kafka consumer
-/// group, range, generation 3, Stable`.
-fn kafka_group_words(group: &KafkaGroupDescription) -> String {
-    let mut words = vec!["Kafka consumer group".to_owned()];
-    words.extend((!group.protocol.is_empty()).then(|| group.protocol.clone()));
-    words.extend((group.generation > 0).then(|| format!("generation {}", group.generation)));
-    words.push(group.state.clone());
-    words.join(", ")
 }
 
 /// A group's lag as a table with a total line.
@@ -501,7 +471,7 @@ mod tests {
         let (kafka_group, members) = kafka_group_of(&kafka, "t", &group).unwrap();
         assert_eq!(kafka_members_words(kafka_group, &members), "no members");
         assert_eq!(
-            kafka_group_words(kafka_group),
+            kafka_group.kind(),
             "Kafka consumer group, generation 3, Empty"
         );
     }

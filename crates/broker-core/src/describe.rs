@@ -119,6 +119,38 @@ pub struct KafkaGroupDescription {
     pub members: Vec<KafkaMemberDescription>,
 }
 
+impl KafkaGroupDescription {
+    /// The group's kind as tools show it beside its name: `Kafka consumer group, range,
+    /// generation 3, Stable` (the assignor and generation once it has had a rebalance).
+    pub fn kind(&self) -> String {
+        let mut words = vec!["Kafka consumer group".to_owned()];
+        words.extend((!self.protocol.is_empty()).then(|| self.protocol.clone()));
+        words.extend((self.generation > 0).then(|| format!("generation {}", self.generation)));
+        words.push(self.state.clone());
+        words.join(", ")
+    }
+
+    /// Whether it has members whose partitions a rebalance is deciding (none is assigned any
+    /// meanwhile).
+    pub fn is_rebalancing(&self) -> bool {
+        !self.members.is_empty() && self.state != "Stable"
+    }
+
+    /// Its members assigned partitions of `topic`, each with those partitions, in member order.
+    pub fn assigned_on(&self, topic: &str) -> Vec<(&KafkaMemberDescription, &[i32])> {
+        self.members
+            .iter()
+            .filter_map(|member| {
+                let assigned = member
+                    .assignment
+                    .iter()
+                    .find(|assigned| assigned.topic == topic)?;
+                Some((member, assigned.partitions.as_slice()))
+            })
+            .collect()
+    }
+}
+
 /// One member of a consumer group of Kafka's clients.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KafkaMemberDescription {
@@ -130,7 +162,7 @@ pub struct KafkaMemberDescription {
     pub client_host: String,
     /// The partitions its group's leader assigned it, by topic (sorted by name, each topic's
     /// partitions ascending): empty while a rebalance runs, and for members whose assignment
-    /// is not a Kafka consumer's.
+    /// is not a Kafka consumer's or is over 1 MiB.
     pub assignment: Vec<TopicPartitions>,
 }
 

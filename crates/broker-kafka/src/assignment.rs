@@ -12,10 +12,19 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use broker_core::TopicPartitions;
 
+/// The longest assignment read: a quarter of a million partitions, far more than a group's
+/// member is ever given. Read, an assignment takes up to about ten times its bytes (a short
+/// topic name becomes a string and a list of its own), so a longer one a client made up is
+/// not read: it would make every listing of the groups take that much for a moment.
+pub(crate) const MOST_READ_BYTES: usize = 1024 * 1024;
+
 /// The partitions `assignment` gives its member, by topic name (each topic once, its
 /// partitions ascending and each once); `None` if it is not a consumer's assignment (too
-/// short, a negative length, a name that is not UTF-8).
+/// short, a negative length, a name that is not UTF-8) or is longer than [`MOST_READ_BYTES`].
 pub(crate) fn assigned_partitions(assignment: &[u8]) -> Option<Vec<TopicPartitions>> {
+    if assignment.len() > MOST_READ_BYTES {
+        return None;
+    }
     let mut input = Input(assignment);
     if input.i16()? < 0 {
         return None;
@@ -124,6 +133,11 @@ mod tests {
         huge_partitions.push(b't');
         huge_partitions.extend(i32::MAX.to_be_bytes());
         assert_eq!(assigned_partitions(&huge_partitions), None);
+        // Longer than what is read (a real one of that length would assign 250,000 partitions).
+        let partitions: Vec<i32> = (0..MOST_READ_BYTES as i32 / 4).collect();
+        let long = encoded(0, &[("t", &partitions)]);
+        assert!(long.len() > MOST_READ_BYTES);
+        assert_eq!(assigned_partitions(&long), None);
         // A negative version or name length, a name that is not UTF-8.
         assert_eq!(assigned_partitions(&(-1i16).to_be_bytes()), None);
         let mut bad_name = 0i16.to_be_bytes().to_vec();

@@ -273,34 +273,25 @@ fn kafka_view(
         return None;
     }
     let kafka_group = kafka.iter().find(|kafka| kafka.name == group.name)?;
-    let mut words = vec!["Kafka consumer group".to_owned()];
-    words.extend((!kafka_group.protocol.is_empty()).then(|| kafka_group.protocol.clone()));
-    words.extend(
-        (kafka_group.generation > 0).then(|| format!("generation {}", kafka_group.generation)),
-    );
-    words.push(kafka_group.state.clone());
-    let rebalancing = kafka_group.state != "Stable";
-    let members = kafka_group
-        .members
-        .iter()
-        .filter_map(|member| {
-            let partitions = member
-                .assignment
-                .iter()
-                .find(|assigned| assigned.topic == topic)
-                .map(|assigned| assigned.partitions.clone());
-            match (partitions, rebalancing) {
-                (Some(partitions), _) => Some(partitions),
-                (None, true) => Some(Vec::new()),
-                (None, false) => None,
-            }
-            .map(|partitions| MemberDescription {
+    let members = match kafka_group.is_rebalancing() {
+        true => kafka_group
+            .members
+            .iter()
+            .map(|member| MemberDescription {
                 member: member.member.clone(),
-                partitions,
+                partitions: Vec::new(),
             })
-        })
-        .collect();
-    Some((words.join(", "), members))
+            .collect(),
+        false => kafka_group
+            .assigned_on(topic)
+            .into_iter()
+            .map(|(member, partitions)| MemberDescription {
+                member: member.member.clone(),
+                partitions: partitions.to_vec(),
+            })
+            .collect(),
+    };
+    Some((kafka_group.kind(), members))
 }
 
 /// The wanted page of every group of every topic, by topic then group; the search matches
